@@ -1,0 +1,3 @@
+module github.com/stockade-sh/stockade
+
+go 1.26

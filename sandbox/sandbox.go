@@ -1,0 +1,213 @@
+// Package sandbox defines the contract every Stockade isolation backend
+// implements: a Driver creates Sandboxes, a Sandbox runs one or more Execs and
+// is then destroyed. The package holds types and rules only; implementations
+// live in driver/<name>.
+//
+// A one-shot run is Create, one Exec, Destroy:
+//
+//	sb, err := drv.Create(ctx, sandbox.Spec{Image: img})
+//	if err != nil { ... }
+//	defer sb.Destroy(context.WithoutCancel(ctx))
+//	res, err := sb.Exec(ctx, sandbox.ExecRequest{File: f, Argv: argv})
+//
+// A process that fails (non-zero exit, signal, OOM kill, timeout) is reported
+// in the Result; an error means the driver could not do its job.
+package sandbox
+
+import (
+	"context"
+	"time"
+)
+
+// Tier names an isolation boundary.
+type Tier string
+
+// The tiers Stockade knows. Which ones can run depends on the host.
+const (
+	TierContainer Tier = "container" // namespaces, cgroups, seccomp (runc)
+	TierGVisor    Tier = "gvisor"    // user-space kernel (runsc)
+	TierDocker    Tier = "docker"    // namespaces through dockerd
+	TierMicroVM   Tier = "microvm"   // hardware virtualisation
+)
+
+// Boundary describes in one line what separates code in the tier from the host.
+func (t Tier) Boundary() string {
+	switch t {
+	case TierContainer:
+		return "Linux namespaces, cgroups, seccomp filter, no capabilities (shared host kernel)"
+	case TierGVisor:
+		return "gVisor user-space kernel (Sentry) behind seccomp and namespaces; the host kernel is not reachable directly"
+	case TierDocker:
+		return "Linux namespaces, cgroups, seccomp filter, no capabilities, managed by dockerd (shared host kernel)"
+	case TierMicroVM:
+		return "hardware virtualisation (separate guest kernel)"
+	}
+	return "unknown tier"
+}
+
+// NetworkMode says what network a sandbox gets. The zero value is no network.
+type NetworkMode string
+
+const (
+	// NetworkNone leaves the sandbox with a loopback interface only.
+	NetworkNone NetworkMode = ""
+	// NetworkEgress routes traffic through the host-side egress proxy.
+	NetworkEgress NetworkMode = "egress"
+)
+
+// Capabilities is what a driver can do, as data.
+type Capabilities struct {
+	Tier         Tier
+	NetworkModes []NetworkMode
+	// Sessions is true when Exec may be called more than once on one sandbox.
+	Sessions bool
+	// Snapshots is true when the driver implements Snapshotter.
+	Snapshots bool
+}
+
+// Image is a runtime image resolved from the image store.
+type Image struct {
+	Name   string // "python", "node", "shell"
+	Digest string // "sha256:..."
+	Rootfs string // absolute host path of the unpacked root filesystem
+}
+
+// Spec describes a sandbox. The zero Spec (plus an Image) is the most
+// restrictive sandbox: no network, empty environment, read-only root, default
+// limits.
+type Spec struct {
+	// ID names the sandbox; empty means the driver generates one. It must
+	// match IDPattern.
+	ID string
+	// Image is the root filesystem, mounted read-only. Required.
+	Image Image
+	// Limits bound the sandbox; zero fields take the defaults.
+	Limits Limits
+	// Network is the network mode; zero means none (loopback only).
+	Network NetworkMode
+	// Mounts are extra read-only bind mounts (tool records' data directories).
+	// Nil means none.
+	Mounts []Mount
+	// Labels are kept with the sandbox's runtime state so that orphans can
+	// be found after a crash. Nil means none.
+	Labels map[string]string
+}
+
+// Mount is a read-only bind mount of a host directory into the sandbox.
+type Mount struct {
+	Source string // absolute host path
+	Target string // absolute path inside the sandbox
+}
+
+// File is the code delivered into the sandbox. It is written to the
+// sandbox's tmpfs, never bind-mounted.
+type File struct {
+	// Name is the base name under /tmp, e.g. "main.py". It must be a plain
+	// file name (no slash, not "." or "..").
+	Name string
+	Data []byte
+	// Mode is the permission bits; zero means 0o644.
+	Mode uint32
+}
+
+// Stream names an output stream.
+type Stream int
+
+const (
+	Stdout Stream = 1
+	Stderr Stream = 2
+)
+
+func (s Stream) String() string {
+	if s == Stderr {
+		return "stderr"
+	}
+	return "stdout"
+}
+
+// ExecRequest asks a sandbox to run one program.
+type ExecRequest struct {
+	// File is written to /tmp/<File.Name> before the program starts.
+	File File
+	// Argv is the program and its arguments; Argv[0] is an absolute path
+	// inside the sandbox. "{file}" in any element is replaced by the path of
+	// File.
+	Argv []string
+	// Env is the program's whole environment, "KEY=value" pairs. Nil means
+	// empty: nothing is ever inherited from the host.
+	Env []string
+	// Stdin is fed to the program, then closed. Nil means empty input.
+	Stdin []byte
+	// Timeout bounds this Exec's wall clock; zero means the sandbox's limit.
+	// On expiry the whole sandbox is killed and the output so far returned.
+	Timeout time.Duration
+	// OnOutput, if set, receives each chunk of output as it arrives, up to
+	// the output cap. It is called from one goroutine at a time and must not
+	// retain p.
+	OnOutput func(s Stream, p []byte)
+}
+
+// Status is how a program ended.
+type Status string
+
+const (
+	StatusSucceeded Status = "succeeded"  // exit code 0
+	StatusFailed    Status = "failed"     // non-zero exit code
+	StatusTimedOut  Status = "timed_out"  // wall clock limit reached; sandbox killed
+	StatusOOMKilled Status = "oom_killed" // memory limit reached
+	StatusKilled    Status = "killed"     // ended by a signal, or the sandbox died
+)
+
+// Result is the outcome of an Exec. Everything in it that came from inside
+// the sandbox has been bounded and validated by the driver.
+type Result struct {
+	Status          Status
+	ExitCode        int // -1 when the program did not exit normally
+	Signal          int // the signal that ended the program, 0 if none
+	Stdout          []byte
+	Stderr          []byte
+	StdoutTruncated bool
+	StderrTruncated bool
+	Duration        time.Duration // wall clock of the Exec as seen by the host
+	CPUTime         time.Duration // user + system time of the program and its children
+	PeakMemory      int64         // bytes
+}
+
+// Driver creates sandboxes of one tier. Implementations are safe for
+// concurrent use.
+type Driver interface {
+	// Name is the driver's configuration name ("runc", "gvisor", ...).
+	Name() string
+	Capabilities() Capabilities
+	// Create starts a sandbox and returns once it is ready to Exec. On error
+	// nothing is left behind. The caller must call Destroy on success.
+	Create(ctx context.Context, spec Spec) (Sandbox, error)
+}
+
+// Sandbox is one running sandbox. It serves exactly one session and is then
+// destroyed.
+type Sandbox interface {
+	ID() string
+	// Exec runs one program to completion. Calls are serialised: one Exec at
+	// a time per sandbox. A sandbox whose Exec timed out or died cannot Exec
+	// again (ErrFailedPrecondition).
+	Exec(ctx context.Context, req ExecRequest) (*Result, error)
+	// Destroy kills every process of the sandbox and removes all its state
+	// (runtime state, cgroups, bundle). It is idempotent: destroying a
+	// sandbox that is already gone succeeds.
+	Destroy(ctx context.Context) error
+}
+
+// HealthChecker is implemented by drivers that can tell whether their
+// backend is usable right now.
+type HealthChecker interface {
+	Health(ctx context.Context) error
+}
+
+// Reaper is implemented by drivers that can find and destroy sandboxes left
+// behind by a crashed process (labelled by Spec.Labels).
+type Reaper interface {
+	// Reap destroys every sandbox of this driver whose labels contain all of
+	// match, and returns their IDs.
+	Reap(ctx context.Context, match map[string]string) ([]string, error)
+}
