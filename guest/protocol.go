@@ -54,11 +54,11 @@ type Ready struct {
 
 // ExecRequest asks the guest to write File into WorkDir and run Argv.
 type ExecRequest struct {
-	File     FileSpec `json:"file"`
-	Argv     []string `json:"argv"`      // "{file}" is replaced by the file's path
-	Env      []string `json:"env"`       // the whole environment; nil is empty
-	Stdin    []byte   `json:"stdin"`     // fed then closed
-	OutputCap int64   `json:"output_cap"` // bytes forwarded per stream; the rest is drained and dropped
+	File      FileSpec `json:"file"`
+	Argv      []string `json:"argv"`       // "{file}" is replaced by the file's path
+	Env       []string `json:"env"`        // the whole environment; nil is empty
+	Stdin     []byte   `json:"stdin"`      // fed then closed
+	OutputCap int64    `json:"output_cap"` // bytes forwarded per stream; the rest is drained and dropped
 }
 
 // FileSpec is the delivered code file.

@@ -1,0 +1,701 @@
+package main
+
+// These tests run the real, statically built guest as a subprocess outside a
+// sandbox and drive it over pipes. Outside a PID namespace the guest is not
+// PID 1 and kills only the program's process group (see killAll); the
+// PID-namespace test, which needs root, exercises the PID 1 path. When the
+// tests run as root the guest runs as nobody (65534), as in a sandbox.
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stockade-sh/stockade/guest"
+)
+
+// guestBin is the guest binary built by TestMain.
+var guestBin string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "stockade-guest-bin-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	// The guest may run as nobody: its directory must be searchable.
+	os.Chmod(dir, 0o755)
+	guestBin = filepath.Join(dir, "stockade-guest")
+	build := exec.Command("go", "build", "-o", guestBin, ".")
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := build.CombinedOutput(); err != nil {
+		fmt.Fprintf(os.Stderr, "building stockade-guest: %v\n%s", err, out)
+		os.RemoveAll(dir)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+const frameTimeout = 20 * time.Second
+
+type testFrame struct {
+	t   guest.FrameType
+	p   []byte
+	err error
+}
+
+// testGuest is a running guest driven by a test.
+type testGuest struct {
+	t      *testing.T
+	cmd    *exec.Cmd
+	stdin  io.WriteCloser
+	frames chan testFrame
+	stderr bytes.Buffer
+
+	waitOnce sync.Once
+	waitErr  error
+}
+
+// guestOption adjusts the guest's command before it starts.
+type guestOption func(*exec.Cmd)
+
+// inPIDNamespace runs the guest as PID 1 of a new PID namespace.
+func inPIDNamespace(c *exec.Cmd) {
+	c.SysProcAttr.Cloneflags |= syscall.CLONE_NEWPID
+}
+
+// startGuest starts a guest and checks its greeting.
+func startGuest(t *testing.T, opts ...guestOption) *testGuest {
+	t.Helper()
+	g := &testGuest{t: t, frames: make(chan testFrame, 64)}
+	g.cmd = exec.Command(guestBin)
+	// A marker the guest's programs must never see (TestEnvIsExact).
+	g.cmd.Env = []string{"STOCKADE_GUEST_TEST_LEAK=1"}
+	g.cmd.Stderr = &g.stderr
+	g.cmd.SysProcAttr = &syscall.SysProcAttr{}
+	if os.Geteuid() == 0 {
+		g.cmd.SysProcAttr.Credential = &syscall.Credential{Uid: 65534, Gid: 65534}
+	}
+	for _, o := range opts {
+		o(g.cmd)
+	}
+	var err error
+	if g.stdin, err = g.cmd.StdinPipe(); err != nil {
+		t.Fatal(err)
+	}
+	stdout, err := g.cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := g.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		for {
+			ft, p, err := guest.ReadFrame(stdout, guest.MaxPayload)
+			g.frames <- testFrame{ft, p, err}
+			if err != nil {
+				return
+			}
+		}
+	}()
+	t.Cleanup(func() {
+		g.stdin.Close()
+		done := make(chan struct{})
+		go func() { g.wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(5 * time.Second):
+			g.cmd.Process.Kill()
+			<-done
+		}
+	})
+
+	f := g.next()
+	if f.t != guest.FrameReady {
+		t.Fatalf("first frame %q, want %q", f.t, guest.FrameReady)
+	}
+	var r guest.Ready
+	if err := guest.DecodeJSON(f.p, &r); err != nil {
+		t.Fatal(err)
+	}
+	if r.Version != guest.Version {
+		t.Fatalf("got version %d, want %d", r.Version, guest.Version)
+	}
+	return g
+}
+
+func (g *testGuest) wait() error {
+	g.waitOnce.Do(func() { g.waitErr = g.cmd.Wait() })
+	return g.waitErr
+}
+
+// exitCode waits for the guest to exit and returns its exit code.
+func (g *testGuest) exitCode() int {
+	g.t.Helper()
+	done := make(chan error, 1)
+	go func() { done <- g.wait() }()
+	select {
+	case <-done:
+	case <-time.After(frameTimeout):
+		g.t.Fatal("guest did not exit")
+	}
+	return g.cmd.ProcessState.ExitCode()
+}
+
+func (g *testGuest) next() testFrame {
+	g.t.Helper()
+	select {
+	case f := <-g.frames:
+		if f.err != nil {
+			g.t.Fatalf("reading frame: %v (guest stderr: %q)", f.err, g.stderr.String())
+		}
+		return f
+	case <-time.After(frameTimeout):
+		g.t.Fatal("no frame from guest")
+	}
+	panic("unreachable")
+}
+
+func (g *testGuest) send(t guest.FrameType, v any) {
+	g.t.Helper()
+	if err := guest.WriteJSON(g.stdin, t, v); err != nil {
+		g.t.Fatal(err)
+	}
+}
+
+type result struct {
+	stdout, stderr []byte
+	exit           *guest.ExitReport // nil if the guest answered FrameError
+	errMsg         string
+}
+
+// collect reads the answer to one exec.
+func (g *testGuest) collect() result {
+	g.t.Helper()
+	var r result
+	for {
+		f := g.next()
+		switch f.t {
+		case guest.FrameStdout, guest.FrameStderr:
+			if len(f.p) == 0 || len(f.p) > guest.MaxChunk {
+				g.t.Fatalf("chunk of %d bytes, want 1..%d", len(f.p), guest.MaxChunk)
+			}
+			if f.t == guest.FrameStdout {
+				r.stdout = append(r.stdout, f.p...)
+			} else {
+				r.stderr = append(r.stderr, f.p...)
+			}
+		case guest.FrameExit:
+			r.exit = new(guest.ExitReport)
+			if err := guest.DecodeJSON(f.p, r.exit); err != nil {
+				g.t.Fatal(err)
+			}
+			if err := r.exit.Validate(); err != nil {
+				g.t.Fatalf("exit report %+v: %v", *r.exit, err)
+			}
+			return r
+		case guest.FrameError:
+			var e guest.ErrorReport
+			if err := guest.DecodeJSON(f.p, &e); err != nil {
+				g.t.Fatal(err)
+			}
+			if e.Message == "" {
+				g.t.Fatal("empty error message")
+			}
+			r.errMsg = e.Message
+			return r
+		default:
+			g.t.Fatalf("unexpected frame %q", f.t)
+		}
+	}
+}
+
+func (g *testGuest) exec(req guest.ExecRequest) result {
+	g.t.Helper()
+	g.send(guest.FrameExec, req)
+	return g.collect()
+}
+
+// mustExit runs req and fails unless the program ran to an exit report.
+func (g *testGuest) mustExit(req guest.ExecRequest) result {
+	g.t.Helper()
+	r := g.exec(req)
+	if r.exit == nil {
+		g.t.Fatalf("got error %q, want an exit report", r.errMsg)
+	}
+	return r
+}
+
+// workDir returns a fresh directory under /tmp, where ValidatePath lets the
+// guest write, writable by the guest's uid.
+func workDir(t *testing.T) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("/tmp", "stockade-guest-test-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	if err := os.Chmod(dir, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+// shell is a request that runs script with /bin/sh from a file in dir.
+func shell(dir, script string) guest.ExecRequest {
+	return guest.ExecRequest{
+		File:      guest.FileSpec{Path: dir + "/main.sh", Data: []byte(script)},
+		Argv:      []string{"/bin/sh", "{file}"},
+		OutputCap: 1 << 20,
+	}
+}
+
+func TestExitCodeAndStreams(t *testing.T) {
+	g := startGuest(t)
+	dir := workDir(t)
+	req := shell(dir, "echo out; echo err >&2; pwd >&2; exit 3")
+	// Parent directories are created as needed.
+	req.File.Path = dir + "/a/b/main.sh"
+	r := g.mustExit(req)
+	if got, want := string(r.stdout), "out\n"; got != want {
+		t.Errorf("got stdout %q, want %q", got, want)
+	}
+	if got, want := string(r.stderr), "err\n"+dir+"/a/b\n"; got != want {
+		t.Errorf("got stderr %q, want %q", got, want)
+	}
+	if r.exit.ExitCode != 3 || r.exit.Signal != 0 {
+		t.Errorf("got exit %d signal %d, want 3 and 0", r.exit.ExitCode, r.exit.Signal)
+	}
+}
+
+func TestKilledBySignal(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		script string
+		signal int
+	}{
+		{"kill", "echo before; kill -KILL $$; echo after", 9},
+		{"term", "kill -TERM $$", 15},
+		{"usr1", "kill -USR1 $$", 10},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			g := startGuest(t)
+			r := g.mustExit(shell(workDir(t), tc.script))
+			if r.exit.ExitCode != -1 || r.exit.Signal != tc.signal {
+				t.Errorf("got exit %d signal %d, want -1 and %d", r.exit.ExitCode, r.exit.Signal, tc.signal)
+			}
+		})
+	}
+}
+
+func TestOutputCap(t *testing.T) {
+	const limit = 1_000_003 // not a multiple of guest.MaxChunk
+	g := startGuest(t)
+	req := shell(workDir(t), "head -c 5242880 /dev/zero; head -c 5242880 /dev/zero >&2; echo done")
+	req.OutputCap = limit
+	r := g.mustExit(req)
+	if len(r.stdout) != limit || len(r.stderr) != limit {
+		t.Errorf("got %d stdout and %d stderr bytes, want %d each", len(r.stdout), len(r.stderr), limit)
+	}
+	if bytes.IndexFunc(r.stdout, func(c rune) bool { return c != 0 }) >= 0 {
+		t.Error("stdout is not the program's zeros")
+	}
+	if r.exit.ExitCode != 0 {
+		t.Errorf("got exit %d, want 0 (the program must not block on a full pipe)", r.exit.ExitCode)
+	}
+}
+
+func TestStdin(t *testing.T) {
+	g := startGuest(t)
+	dir := workDir(t)
+	in := bytes.Repeat([]byte("stdin\x00line\n"), 30_000) // larger than a pipe buffer
+	req := guest.ExecRequest{
+		File:      guest.FileSpec{Path: dir + "/unused"},
+		Argv:      []string{"/bin/cat"},
+		Stdin:     in,
+		OutputCap: 1 << 20,
+	}
+	r := g.mustExit(req)
+	if !bytes.Equal(r.stdout, in) {
+		t.Errorf("got %d bytes back, want the %d bytes fed", len(r.stdout), len(in))
+	}
+
+	// A program that never reads its stdin still completes.
+	req = shell(dir, "exit 0")
+	req.Stdin = bytes.Repeat([]byte("x"), 1<<20)
+	if r := g.mustExit(req); r.exit.ExitCode != 0 {
+		t.Errorf("got exit %d, want 0", r.exit.ExitCode)
+	}
+}
+
+func TestEnvIsExact(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		env  []string
+		want string
+	}{
+		{"nil", nil, ""},
+		{"given", []string{"A=1", "B=two words"}, "A=1\nB=two words\n"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			g := startGuest(t)
+			r := g.mustExit(guest.ExecRequest{
+				File:      guest.FileSpec{Path: workDir(t) + "/unused"},
+				Argv:      []string{"/usr/bin/env"},
+				Env:       tc.env,
+				OutputCap: 1 << 20,
+			})
+			if got := string(r.stdout); got != tc.want {
+				t.Errorf("got environment %q, want %q", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestSeveralExecs(t *testing.T) {
+	g := startGuest(t)
+	dir := workDir(t)
+	for i, tc := range []struct {
+		script string
+		mode   uint32
+		want   string
+		code   int
+	}{
+		{"echo one; exit 1", 0, "one\n", 1},
+		// The same path again: the old file is replaced.
+		{"echo two", 0o600, "two\n", 0},
+		{"echo three; sleep 100 & echo bg", 0o755, "three\nbg\n", 0},
+	} {
+		req := shell(dir, tc.script)
+		req.File.Mode = tc.mode
+		r := g.mustExit(req)
+		if string(r.stdout) != tc.want || r.exit.ExitCode != tc.code {
+			t.Errorf("exec %d: got %q exit %d, want %q exit %d", i, r.stdout, r.exit.ExitCode, tc.want, tc.code)
+		}
+		want := os.FileMode(tc.mode)
+		if want == 0 {
+			want = 0o644
+		}
+		if fi, err := os.Stat(req.File.Path); err != nil || fi.Mode().Perm() != want {
+			t.Errorf("exec %d: file mode %v (%v), want %v", i, fi.Mode().Perm(), err, want)
+		}
+	}
+}
+
+func TestExecutableFile(t *testing.T) {
+	g := startGuest(t)
+	dir := workDir(t)
+	req := guest.ExecRequest{
+		File:      guest.FileSpec{Path: dir + "/run", Data: []byte("#!/bin/sh\necho \"$0\" \"$1\"\n"), Mode: 0o700},
+		Argv:      []string{"{file}", "--in={file}"},
+		OutputCap: 1 << 20,
+	}
+	r := g.mustExit(req)
+	if got, want := string(r.stdout), dir+"/run --in="+dir+"/run\n"; got != want {
+		t.Errorf("got %q, want %q", got, want)
+	}
+}
+
+// TestPlantedSymlinks checks that code from an earlier exec cannot redirect
+// the guest's write of a later exec's file.
+func TestPlantedSymlinks(t *testing.T) {
+	g := startGuest(t)
+	dir := workDir(t)
+	victim := filepath.Join(dir, "victim")
+	if err := os.WriteFile(victim, []byte("victim"), 0o666); err != nil {
+		t.Fatal(err)
+	}
+	os.Chmod(victim, 0o666) // writable, so only O_NOFOLLOW protects it
+	os.Mkdir(dir+"/real", 0o777)
+	os.Chmod(dir+"/real", 0o777)
+
+	plant := fmt.Sprintf("ln -s %[1]s/victim %[1]s/code.sh && ln -s %[1]s/real %[1]s/link", dir)
+	if r := g.mustExit(shell(dir, plant)); r.exit.ExitCode != 0 {
+		t.Fatalf("planting symlinks: exit %d, %s", r.exit.ExitCode, r.stderr)
+	}
+
+	req := shell(dir, "echo replaced")
+	req.File.Path = dir + "/code.sh"
+	if r := g.mustExit(req); string(r.stdout) != "replaced\n" {
+		t.Errorf("got %q, want %q", r.stdout, "replaced\n")
+	}
+	if b, _ := os.ReadFile(victim); string(b) != "victim" {
+		t.Errorf("victim was overwritten with %q", b)
+	}
+	if fi, err := os.Lstat(dir + "/code.sh"); err != nil || !fi.Mode().IsRegular() {
+		t.Errorf("code.sh is not a regular file: %v", err)
+	}
+
+	req.File.Path = dir + "/link/code.sh"
+	if r := g.exec(req); !strings.Contains(r.errMsg, "is not a directory") {
+		t.Errorf("got error %q, want a refused symlinked directory", r.errMsg)
+	}
+	if _, err := os.Lstat(dir + "/real/code.sh"); err == nil {
+		t.Error("file written through a symlinked directory")
+	}
+}
+
+// TestRefusedRequests checks that requests the guest cannot run are answered
+// with FrameError and leave the guest serving.
+func TestRefusedRequests(t *testing.T) {
+	g := startGuest(t)
+	dir := workDir(t)
+	for _, tc := range []struct {
+		name   string
+		modify func(*guest.ExecRequest)
+		want   string
+	}{
+		{"path outside tmp", func(r *guest.ExecRequest) { r.File.Path = "/etc/passwd" }, "not under /tmp"},
+		{"relative path", func(r *guest.ExecRequest) { r.File.Path = "tmp/x" }, "not clean and absolute"},
+		{"unclean path", func(r *guest.ExecRequest) { r.File.Path = "/tmp/../etc/x" }, "not clean and absolute"},
+		{"empty argv", func(r *guest.ExecRequest) { r.Argv = nil }, "empty argv"},
+		{"relative program", func(r *guest.ExecRequest) { r.Argv = []string{"sh", "{file}"} }, "not an absolute path"},
+		{"zero output cap", func(r *guest.ExecRequest) { r.OutputCap = 0 }, "output cap"},
+		{"negative output cap", func(r *guest.ExecRequest) { r.OutputCap = -1 }, "output cap"},
+		{"setuid mode", func(r *guest.ExecRequest) { r.File.Mode = 0o4755 }, "bits outside 0777"},
+		{"missing program", func(r *guest.ExecRequest) { r.Argv = []string{"/nonexistent/python3"} },
+			"starting /nonexistent/python3: no such file or directory"},
+		{"not executable", func(r *guest.ExecRequest) { r.Argv = []string{"{file}"} }, "permission denied"},
+		{"nul in argv", func(r *guest.ExecRequest) { r.Argv = []string{"/bin/sh", "a\x00b"} }, "starting /bin/sh"},
+		{"existing directory", func(r *guest.ExecRequest) { r.File.Path = dir }, "removing old"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			req := shell(dir, "echo ran")
+			tc.modify(&req)
+			r := g.exec(req)
+			if r.exit != nil {
+				t.Fatalf("got exit report %+v, want an error", *r.exit)
+			}
+			if !strings.Contains(r.errMsg, tc.want) {
+				t.Errorf("got error %q, want it to contain %q", r.errMsg, tc.want)
+			}
+		})
+	}
+	if r := g.mustExit(shell(dir, "echo still serving")); string(r.stdout) != "still serving\n" {
+		t.Errorf("got %q after refused requests", r.stdout)
+	}
+}
+
+func header(t guest.FrameType, n uint32) []byte {
+	return []byte{byte(t), byte(n >> 24), byte(n >> 16), byte(n >> 8), byte(n)}
+}
+
+func rawFrame(t guest.FrameType, p string) []byte {
+	return append(header(t, uint32(len(p))), p...)
+}
+
+// TestMalformedFrame checks that a malformed frame is answered with
+// FrameError and ends the guest with exit code 1.
+func TestMalformedFrame(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		raw   []byte
+		close bool // close stdin after raw
+	}{
+		{"bad json", rawFrame(guest.FrameExec, "{"), false},
+		{"json of the wrong shape", rawFrame(guest.FrameExec, "[]"), false},
+		{"unknown field", rawFrame(guest.FrameExec, `{"argv":["/bin/true"],"bogus":1}`), false},
+		{"empty payload", rawFrame(guest.FrameExec, ""), false},
+		{"frame for the host", rawFrame(guest.FrameStdout, "hi"), false},
+		{"unknown type", rawFrame('Q', ""), false},
+		{"oversize", header(guest.FrameExec, guest.MaxPayload+1), false},
+		{"huge length", header(guest.FrameExec, 0xffffffff), false},
+		{"truncated payload", append(header(guest.FrameExec, 10), "abc"...), true},
+		{"truncated header", []byte{byte(guest.FrameExec), 0}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			g := startGuest(t)
+			if _, err := g.stdin.Write(tc.raw); err != nil {
+				t.Fatal(err)
+			}
+			if tc.close {
+				g.stdin.Close()
+			}
+			f := g.next()
+			if f.t != guest.FrameError {
+				t.Fatalf("got frame %q, want %q", f.t, guest.FrameError)
+			}
+			var e guest.ErrorReport
+			if err := guest.DecodeJSON(f.p, &e); err != nil || e.Message == "" {
+				t.Fatalf("bad error report %q: %v", f.p, err)
+			}
+			if code := g.exitCode(); code != 1 {
+				t.Errorf("got exit code %d, want 1", code)
+			}
+		})
+	}
+}
+
+func TestFrameDuringExec(t *testing.T) {
+	g := startGuest(t)
+	dir := workDir(t)
+	g.send(guest.FrameExec, shell(dir, "echo started; exec sleep 100"))
+	if f := g.next(); f.t != guest.FrameStdout {
+		t.Fatalf("got frame %q, want stdout", f.t)
+	}
+	g.send(guest.FrameExec, shell(dir, "echo second"))
+	if f := g.next(); f.t != guest.FrameError {
+		t.Fatalf("got frame %q, want %q", f.t, guest.FrameError)
+	}
+	if code := g.exitCode(); code != 1 {
+		t.Errorf("got exit code %d, want 1", code)
+	}
+}
+
+func TestEOFExits(t *testing.T) {
+	g := startGuest(t)
+	g.stdin.Close()
+	if code := g.exitCode(); code != 0 {
+		t.Errorf("got exit code %d, want 0", code)
+	}
+	if g.stderr.Len() != 0 {
+		t.Errorf("got stderr %q, want none", g.stderr.String())
+	}
+}
+
+func TestEOFDuringExecKillsProgram(t *testing.T) {
+	g := startGuest(t)
+	g.send(guest.FrameExec, shell(workDir(t), "echo $$; exec sleep 100"))
+	f := g.next()
+	if f.t != guest.FrameStdout {
+		t.Fatalf("got frame %q, want stdout", f.t)
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(f.p)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	g.stdin.Close()
+	if code := g.exitCode(); code != 0 {
+		t.Errorf("got exit code %d, want 0", code)
+	}
+	// The guest reaped the program before exiting, so the pid is gone.
+	if err := syscall.Kill(pid, 0); !errors.Is(err, syscall.ESRCH) {
+		t.Errorf("program %d still exists after the guest exited: %v", pid, err)
+	}
+}
+
+func TestBackgroundProcessHoldingOutput(t *testing.T) {
+	g := startGuest(t)
+	// The background sleep holds stdout open; the guest must kill it for
+	// the exit report to arrive.
+	r := g.mustExit(shell(workDir(t), "sleep 100 & echo started; exit 4"))
+	if string(r.stdout) != "started\n" || r.exit.ExitCode != 4 {
+		t.Errorf("got %q exit %d, want %q exit 4", r.stdout, r.exit.ExitCode, "started\n")
+	}
+}
+
+func TestResourceUsage(t *testing.T) {
+	g := startGuest(t)
+	r := g.mustExit(shell(workDir(t), `i=0; while [ $i -lt 300000 ]; do i=$((i+1)); done`))
+	if r.exit.CPUUserUs+r.exit.CPUSysUs <= 0 {
+		t.Errorf("got CPU user %dus sys %dus, want some", r.exit.CPUUserUs, r.exit.CPUSysUs)
+	}
+	if r.exit.MaxRSSBytes <= 0 {
+		t.Errorf("got max RSS %d, want some", r.exit.MaxRSSBytes)
+	}
+}
+
+// TestSignalsToGuest checks that the program, which shares the guest's uid,
+// cannot end the guest with the usual terminating signals.
+func TestSignalsToGuest(t *testing.T) {
+	g := startGuest(t)
+	dir := workDir(t)
+	r := g.mustExit(shell(dir, "for s in TERM HUP INT QUIT USR1 USR2 PIPE ALRM; do kill -$s $PPID || exit 1; done; sleep 0.2; echo sent"))
+	if string(r.stdout) != "sent\n" || r.exit.ExitCode != 0 {
+		t.Fatalf("got %q exit %d, %s", r.stdout, r.exit.ExitCode, r.stderr)
+	}
+	if r := g.mustExit(shell(dir, "echo alive")); string(r.stdout) != "alive\n" {
+		t.Errorf("got %q, want %q", r.stdout, "alive\n")
+	}
+}
+
+// TestNotDumpable checks that the program cannot reach the guest's file
+// descriptors through /proc, which would let it forge frames.
+func TestNotDumpable(t *testing.T) {
+	g := startGuest(t)
+	script := `
+ls /proc/$$/fd >/dev/null || exit 2   # a dumpable process of the same uid is reachable
+if ls /proc/$PPID/fd >/dev/null 2>&1; then echo guest fds readable; exit 1; fi
+if echo forged >/proc/$PPID/fd/1; then echo guest stdout writable; exit 1; fi
+echo denied`
+	r := g.mustExit(shell(workDir(t), script))
+	if string(r.stdout) != "denied\n" || r.exit.ExitCode != 0 {
+		t.Errorf("got %q exit %d, want %q exit 0", r.stdout, r.exit.ExitCode, "denied\n")
+	}
+}
+
+// TestInheritedIgnoredSignals starts the guest with SIGCHLD, SIGHUP and
+// SIGINT ignored: wait must still work, and the program must start with no
+// signal ignored.
+func TestInheritedIgnoredSignals(t *testing.T) {
+	perl, err := exec.LookPath("perl")
+	if err != nil {
+		requires(t, "perl to start the guest with signals ignored")
+	}
+	g := startGuest(t, func(c *exec.Cmd) {
+		c.Path = perl
+		c.Args = []string{"perl", "-e", `$SIG{CHLD} = $SIG{HUP} = $SIG{INT} = "IGNORE"; exec @ARGV or die`, guestBin}
+	})
+	r := g.mustExit(shell(workDir(t), "grep SigIgn /proc/self/status; exit 3"))
+	if r.exit.ExitCode != 3 {
+		t.Errorf("got exit %d, want 3", r.exit.ExitCode)
+	}
+	if got, want := strings.Join(strings.Fields(string(r.stdout)), " "), "SigIgn: 0000000000000000"; got != want {
+		t.Errorf("got %q, want %q", got, want)
+	}
+}
+
+// TestAsPID1 runs the guest as PID 1 of a new PID namespace, as in a sandbox:
+// processes that escaped the program's process group must be killed too, and
+// nothing may survive into the next exec.
+func TestAsPID1(t *testing.T) {
+	if os.Geteuid() != 0 {
+		requires(t, "root to create a PID namespace")
+	}
+	g := startGuest(t, inPIDNamespace)
+	dir := workDir(t)
+	script := `
+sleep 1000 &
+setsid sleep 1000 &
+(trap '' TERM; exec sleep 1000) &
+sh -c 'sleep 1000 & exit 0'          # an orphan, reparented to the guest
+kill -0 -1 && echo alive
+echo $PPID`
+	r := g.mustExit(shell(dir, script))
+	if got, want := string(r.stdout), "alive\n1\n"; got != want || r.exit.ExitCode != 0 {
+		t.Fatalf("got %q exit %d, want %q exit 0 (%s)", got, r.exit.ExitCode, want, r.stderr)
+	}
+	r = g.mustExit(shell(dir, "if kill -0 -1 2>/dev/null; then echo leaked; else echo clean; fi"))
+	if got := string(r.stdout); got != "clean\n" {
+		t.Errorf("second exec saw %q, want %q", got, "clean\n")
+	}
+	g.send(guest.FrameExec, shell(dir, "setsid sleep 1000 & exec sleep 1000"))
+	time.Sleep(100 * time.Millisecond)
+	g.stdin.Close()
+	if code := g.exitCode(); code != 0 {
+		t.Errorf("got exit code %d, want 0", code)
+	}
+}
+
+// requires skips the test for lack of what, or fails it in CI, where every
+// prerequisite must be installed.
+func requires(t *testing.T, what string) {
+	t.Helper()
+	if os.Getenv("CI") == "true" {
+		t.Fatalf("requires %s", what)
+	}
+	t.Skipf("requires %s", what)
+}

@@ -1,0 +1,270 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"slices"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/stockade-sh/stockade/image"
+)
+
+func init() {
+	commands["image"] = command{summary: "build, list, verify and prune runtime images", run: runImage}
+}
+
+const imageUsage = `usage: stockade image build [--force] [--root DIR] [--mirror URL] [-v] [NAME...]
+       stockade image list [--root DIR] [--json]
+       stockade image verify [--root DIR] [NAME...]
+       stockade image prune [--root DIR]
+
+NAME is a runtime: python, node or shell. No NAME means all of them.
+build   builds missing or damaged images with debootstrap (needs root and the
+        Debian mirror); --force rebuilds them.
+list    shows the images in the store.
+verify  re-hashes images and checks them against their digests.
+prune   deletes images left behind by forced rebuilds; no sandbox may be
+        running from them.
+`
+
+// errHelp is returned when the user asked for help; the exit status is 0.
+var errHelp = errors.New("help requested")
+
+func runImage(ctx context.Context, args []string) int {
+	if len(args) == 0 {
+		fmt.Fprint(os.Stderr, imageUsage)
+		return exitUsage
+	}
+	var err error
+	switch args[0] {
+	case "build":
+		err = imageBuild(ctx, args[1:])
+	case "list", "ls":
+		err = imageList(args[1:])
+	case "verify":
+		err = imageVerify(ctx, args[1:])
+	case "prune":
+		err = imagePrune(args[1:])
+	case "help", "-h", "--help":
+		err = errHelp
+	default:
+		err = usagef("unknown image command %q; want build, list, verify or prune", args[0])
+	}
+	if errors.Is(err, errHelp) {
+		fmt.Fprint(os.Stdout, imageUsage)
+		return 0
+	}
+	if err != nil {
+		return fail(err)
+	}
+	return 0
+}
+
+// imageFlags returns a flag set for an image subcommand with the --root flag
+// every subcommand takes.
+func imageFlags(name string) (*flag.FlagSet, *string) {
+	fs := flag.NewFlagSet("image "+name, flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	root := fs.String("root", image.DefaultRoot, "image store root `DIR`")
+	return fs, root
+}
+
+// parseInterleaved parses flags that may come before, between or after the
+// positional arguments, and returns the positional arguments.
+func parseInterleaved(fs *flag.FlagSet, args []string) ([]string, error) {
+	var pos []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				return nil, errHelp
+			}
+			return nil, usagef("%s: %v", fs.Name(), err)
+		}
+		args = fs.Args()
+		if len(args) == 0 {
+			return pos, nil
+		}
+		pos = append(pos, args[0])
+		args = args[1:]
+	}
+}
+
+// runtimeArgs validates runtime names, drops duplicates, and defaults to all
+// runtimes.
+func runtimeArgs(names []string) ([]string, error) {
+	if len(names) == 0 {
+		return image.Names(), nil
+	}
+	var out []string
+	for _, n := range names {
+		if _, ok := image.Runtimes[n]; !ok {
+			return nil, usagef("unknown runtime %q; want one of %s", n, strings.Join(image.Names(), ", "))
+		}
+		if !slices.Contains(out, n) {
+			out = append(out, n)
+		}
+	}
+	return out, nil
+}
+
+func imageBuild(ctx context.Context, args []string) error {
+	fs, root := imageFlags("build")
+	force := fs.Bool("force", false, "rebuild even if a valid image exists")
+	mirror := fs.String("mirror", image.DefaultMirror, "Debian mirror `URL`")
+	verbose := fs.Bool("v", false, "show debootstrap's output")
+	pos, err := parseInterleaved(fs, args)
+	if err != nil {
+		return err
+	}
+	names, err := runtimeArgs(pos)
+	if err != nil {
+		return err
+	}
+	s := image.Open(*root)
+	opts := image.BuildOptions{Force: *force, Mirror: *mirror}
+	if *verbose {
+		opts.Log = os.Stderr
+	}
+	failed := 0
+	for _, name := range names {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if _, err := s.Resolve(name); err != nil || *force {
+			fmt.Fprintf(os.Stderr, "%s: building with debootstrap (%s, minutes)...\n", name, image.Suite)
+		}
+		start := time.Now()
+		m, err := s.Build(ctx, name, opts)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "stockade: %v\n", err)
+			failed++
+			continue
+		}
+		fmt.Printf("%s: %s  %s  %s  (%s)\n", name, m.Digest, formatSize(m.SizeBytes),
+			keyPackage(m), time.Since(start).Round(100*time.Millisecond))
+	}
+	if failed > 0 {
+		return fmt.Errorf("%d of %d images failed to build", failed, len(names))
+	}
+	return nil
+}
+
+func imageList(args []string) error {
+	fs, root := imageFlags("list")
+	asJSON := fs.Bool("json", false, "print the manifests as JSON")
+	pos, err := parseInterleaved(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) > 0 {
+		return usagef("image list takes no arguments")
+	}
+	list, lerr := image.Open(*root).List()
+	if *asJSON {
+		if list == nil {
+			list = []image.Manifest{}
+		}
+		enc := json.NewEncoder(os.Stdout)
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(list); err != nil {
+			return fmt.Errorf("writing JSON: %w", err)
+		}
+		return lerr
+	}
+	tw := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "NAME\tDIGEST\tSIZE\tCREATED\tPACKAGE")
+	for _, m := range list {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", m.Name, shortDigest(m.Digest), formatSize(m.SizeBytes),
+			m.Created.Local().Format("2006-01-02 15:04"), keyPackage(m))
+	}
+	tw.Flush()
+	return lerr
+}
+
+func imageVerify(ctx context.Context, args []string) error {
+	fs, root := imageFlags("verify")
+	pos, err := parseInterleaved(fs, args)
+	if err != nil {
+		return err
+	}
+	names, err := runtimeArgs(pos)
+	if err != nil {
+		return err
+	}
+	s := image.Open(*root)
+	failed := 0
+	for _, name := range names {
+		start := time.Now()
+		if err := s.Verify(ctx, name); err != nil {
+			if ctx.Err() != nil {
+				return err
+			}
+			fmt.Fprintf(os.Stderr, "stockade: %v\n", err)
+			failed++
+			continue
+		}
+		img, _ := s.Resolve(name)
+		fmt.Printf("%s: ok %s (%s)\n", name, img.Digest, time.Since(start).Round(10*time.Millisecond))
+	}
+	if failed > 0 {
+		return fmt.Errorf("%d of %d images failed verification", failed, len(names))
+	}
+	return nil
+}
+
+func imagePrune(args []string) error {
+	fs, root := imageFlags("prune")
+	pos, err := parseInterleaved(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) > 0 {
+		return usagef("image prune takes no arguments")
+	}
+	pruned, err := image.Open(*root).Prune()
+	for _, d := range pruned {
+		fmt.Printf("removed %s\n", d)
+	}
+	if err == nil && len(pruned) == 0 {
+		fmt.Println("nothing to prune")
+	}
+	return err
+}
+
+// shortDigest abbreviates "sha256:<hex>" to its first 12 hex digits.
+func shortDigest(d string) string {
+	if len(d) > len("sha256:")+12 {
+		return d[:len("sha256:")+12]
+	}
+	return d
+}
+
+// keyPackage is "<package> <version>" of the package that identifies the
+// image's runtime, e.g. "python3 3.13.5-1".
+func keyPackage(m image.Manifest) string {
+	rt, ok := image.Runtimes[m.Name]
+	if !ok || len(rt.Packages) == 0 {
+		return "-"
+	}
+	p := rt.Packages[0]
+	v, ok := m.Packages[p]
+	if !ok {
+		return p + " ?"
+	}
+	return p + " " + v
+}
+
+func formatSize(n int64) string {
+	const mib = 1 << 20
+	if n < mib {
+		return fmt.Sprintf("%.1f KiB", float64(n)/1024)
+	}
+	return fmt.Sprintf("%.1f MiB", float64(n)/mib)
+}

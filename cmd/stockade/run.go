@@ -1,0 +1,147 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"time"
+
+	"github.com/stockade-sh/stockade/config"
+	"github.com/stockade-sh/stockade/engine"
+	"github.com/stockade-sh/stockade/errdefs"
+	"github.com/stockade-sh/stockade/sandbox"
+)
+
+func init() {
+	commands["run"] = command{summary: "run code once in a fresh sandbox (no server)", run: runCmd}
+}
+
+func runCmd(ctx context.Context, args []string) int {
+	fs := flag.NewFlagSet("run", flag.ContinueOnError)
+	cfg := configFlags(fs)
+	runtime := fs.String("runtime", "", "runtime: python, node or shell (required)")
+	driver := fs.String("driver", "", "driver: runc or gvisor (default: the configured default, gvisor)")
+	timeout := fs.Duration("timeout", 0, "wall clock limit (default 30s)")
+	memory := fs.String("memory", "", "memory limit, e.g. 512MiB (default 512MiB)")
+	asJSON := fs.Bool("json", false, "print the result as a JSON object")
+	code := fs.String("c", "", "code to run")
+	fs.Usage = func() {
+		fmt.Fprintln(fs.Output(), "usage: stockade run --runtime python|node|shell [--driver runc|gvisor] [--timeout 30s] [--memory 512MiB] [--json] (-c CODE | FILE | -)")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		return exitUsage
+	}
+	res, err := runOnce(ctx, fs, cfg, *runtime, *driver, *timeout, *memory, *code)
+	if err != nil {
+		return fail(err)
+	}
+	if *asJSON {
+		enc := json.NewEncoder(os.Stdout)
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(res); err != nil {
+			return fail(err)
+		}
+		return 0
+	}
+	os.Stdout.WriteString(res.Stdout)
+	os.Stderr.WriteString(res.Stderr)
+	switch res.Status {
+	case sandbox.StatusSucceeded, sandbox.StatusFailed:
+		return res.ExitCode
+	case sandbox.StatusTimedOut:
+		fmt.Fprintf(os.Stderr, "stockade: timed out after %dms\n", res.DurationMS)
+		return 124
+	case sandbox.StatusOOMKilled:
+		fmt.Fprintln(os.Stderr, "stockade: killed: out of memory")
+		return 137
+	default:
+		fmt.Fprintf(os.Stderr, "stockade: killed by signal %d\n", res.Signal)
+		return 128 + res.Signal
+	}
+}
+
+// runOnce validates the command line and runs the code. Errors caused by
+// the input (including a missing image or runtime, which `stockade setup`
+// fixes) are usage errors.
+func runOnce(ctx context.Context, fs *flag.FlagSet, cfg *config.Config, runtime, driver string, timeout time.Duration, memory, code string) (*engine.Result, error) {
+	if runtime == "" {
+		return nil, usagef("--runtime is required (python, node or shell)")
+	}
+	var src []byte
+	switch {
+	case code != "" && fs.NArg() > 0:
+		return nil, usagef("give either -c CODE or a FILE, not both")
+	case code != "":
+		src = []byte(code)
+	case fs.NArg() == 1 && fs.Arg(0) == "-":
+		b, err := io.ReadAll(io.LimitReader(os.Stdin, sandbox.MaxCodeSize+1))
+		if err != nil {
+			return nil, fmt.Errorf("reading code from stdin: %w", err)
+		}
+		src = b
+	case fs.NArg() == 1:
+		b, err := readCodeFile(fs.Arg(0))
+		if err != nil {
+			return nil, usageError{err}
+		}
+		src = b
+	case fs.NArg() > 1:
+		return nil, usagef("only one FILE may be given")
+	default:
+		return nil, usagef("no code: give -c CODE, a FILE, or - for stdin")
+	}
+	var limits sandbox.Limits
+	if isSet(fs, "timeout") && timeout <= 0 {
+		return nil, usagef("--timeout must be positive, got %s", timeout)
+	}
+	limits.Timeout = timeout
+	if memory != "" {
+		n, err := parseSize(memory)
+		if err != nil {
+			return nil, usagef("--memory: %v", err)
+		}
+		if n == 0 {
+			return nil, usagef("--memory must be positive")
+		}
+		limits.Memory = n
+	}
+	if driver != "" {
+		cfg.Driver = driver
+	}
+	e, err := engine.Open(*cfg)
+	if err != nil {
+		return nil, classify(err)
+	}
+	res, err := e.Run(ctx, engine.Request{Runtime: runtime, Code: src, Driver: driver, Limits: limits})
+	if err != nil {
+		return nil, classify(err)
+	}
+	return res, nil
+}
+
+// classify turns errors the operator or caller can fix into usage errors.
+func classify(err error) error {
+	if errdefs.IsInvalidArgument(err) || errdefs.IsNotFound(err) || errdefs.IsFailedPrecondition(err) || errdefs.IsUnavailable(err) {
+		return usageError{err}
+	}
+	return err
+}
+
+func readCodeFile(path string) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("reading code: %w", err)
+	}
+	defer f.Close()
+	return io.ReadAll(io.LimitReader(f, sandbox.MaxCodeSize+1))
+}
+
+func isSet(fs *flag.FlagSet, name string) bool {
+	set := false
+	fs.Visit(func(f *flag.Flag) { set = set || f.Name == name })
+	return set
+}

@@ -1,0 +1,45 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"strings"
+
+	"github.com/stockade-sh/stockade/engine"
+	"github.com/stockade-sh/stockade/internal/hostsetup"
+)
+
+func init() {
+	commands["setup"] = command{summary: "install or verify runc, debootstrap, runsc and the runtime images", run: setupCmd}
+}
+
+func setupCmd(ctx context.Context, args []string) int {
+	fs := flag.NewFlagSet("setup", flag.ContinueOnError)
+	cfg := configFlags(fs)
+	images := fs.String("images", "python,node,shell", "comma-separated runtime images to build")
+	quiet := fs.Bool("q", false, "print only errors")
+	if err := fs.Parse(args); err != nil {
+		return exitUsage
+	}
+	if fs.NArg() > 0 {
+		return fail(usagef("setup takes no arguments"))
+	}
+	o := hostsetup.Options{DataDir: cfg.DataDir, Images: strings.Split(*images, ","), Log: os.Stderr}
+	if *quiet {
+		o.Log = nil
+	}
+	if err := hostsetup.Run(ctx, o); err != nil {
+		return fail(err)
+	}
+	// Opening the engine installs the embedded guest and validates the
+	// configuration, so a successful setup means `stockade run` can start.
+	if _, err := engine.Open(*cfg); err != nil {
+		return fail(err)
+	}
+	if !*quiet {
+		fmt.Fprintln(os.Stderr, "setup complete")
+	}
+	return 0
+}

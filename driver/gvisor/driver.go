@@ -1,0 +1,66 @@
+// Package gvisor is the `gvisor` tier: sandboxes run by runsc, gVisor's OCI
+// runtime, so that the sandboxed program talks to a user-space kernel (the
+// Sentry) instead of the host kernel.
+//
+//	d, err := gvisor.New(gvisor.Config{StateDir: "/run/stockade/gvisor", GuestPath: guestPath})
+package gvisor
+
+import (
+	"github.com/stockade-sh/stockade/internal/ocidriver"
+	"github.com/stockade-sh/stockade/sandbox"
+)
+
+// Version is the gVisor pseudo-version Stockade is tested with. runsc must
+// be built static (CGO_ENABLED=0): the default dynamic build fails on hosts
+// like ours with "error executing umounter".
+const Version = "v0.0.0-20260527191743-a81fd9dd382e"
+
+// Config configures the gVisor driver.
+type Config struct {
+	// Binary is the runsc executable; empty means "runsc" on PATH.
+	Binary string
+	// StateDir holds runsc's state and the bundles; empty means /run/stockade/gvisor.
+	StateDir string
+	// GuestPath is the host path of the stockade-guest binary. Required.
+	GuestPath string
+	// Platform is runsc's platform; empty means systrap (kvm does not work
+	// on nested hosts such as ours).
+	Platform string
+}
+
+// DefaultCPU is the CPU share of a gvisor-tier sandbox.
+const DefaultCPU = 1
+
+// New returns the gVisor driver.
+func New(cfg Config) (*ocidriver.Driver, error) {
+	if cfg.Binary == "" {
+		cfg.Binary = "runsc"
+	}
+	if cfg.StateDir == "" {
+		cfg.StateDir = "/run/stockade/gvisor"
+	}
+	if cfg.Platform == "" {
+		cfg.Platform = "systrap"
+	}
+	return ocidriver.New(ocidriver.Config{
+		Name:   "gvisor",
+		Tier:   sandbox.TierGVisor,
+		Binary: cfg.Binary,
+		GlobalArgs: []string{
+			"--platform=" + cfg.Platform,
+			// No network stack at all: the sandbox sees only loopback.
+			"--network=none",
+			// Apply the OCI seccomp profile to the sandboxed program inside
+			// the Sentry too, so both tiers refuse the same system calls.
+			"--oci-seccomp",
+			// The root filesystem is the shared read-only image; no overlay
+			// may make it look writable.
+			"--overlay2=none",
+			"--host-uds=none",
+		},
+		StateDir:    cfg.StateDir,
+		GuestPath:   cfg.GuestPath,
+		Defaults:    sandbox.Limits{CPU: DefaultCPU},
+		InstallHint: "build it with `stockade setup` (CGO_ENABLED=0 go install gvisor.dev/gvisor/runsc@" + Version + ")",
+	})
+}

@@ -1,0 +1,43 @@
+// Package runc is the `container` tier: sandboxes run by Debian's runc with
+// namespaces, cgroups, the tightened seccomp profile and no capabilities.
+//
+//	d, err := runc.New(runc.Config{StateDir: "/run/stockade/runc", GuestPath: guestPath})
+package runc
+
+import (
+	"github.com/stockade-sh/stockade/internal/ocidriver"
+	"github.com/stockade-sh/stockade/sandbox"
+)
+
+// Config configures the runc driver.
+type Config struct {
+	// Binary is the runc executable; empty means "runc" on PATH.
+	Binary string
+	// StateDir holds runc's state and the bundles; empty means /run/stockade/runc.
+	StateDir string
+	// GuestPath is the host path of the stockade-guest binary. Required.
+	GuestPath string
+}
+
+// DefaultCPU is the CPU share of a container-tier sandbox.
+const DefaultCPU = 0.5
+
+// New returns the runc driver.
+func New(cfg Config) (*ocidriver.Driver, error) {
+	if cfg.Binary == "" {
+		cfg.Binary = "runc"
+	}
+	if cfg.StateDir == "" {
+		cfg.StateDir = "/run/stockade/runc"
+	}
+	return ocidriver.New(ocidriver.Config{
+		Name:           "runc",
+		Tier:           sandbox.TierContainer,
+		Binary:         cfg.Binary,
+		StateDir:       cfg.StateDir,
+		GuestPath:      cfg.GuestPath,
+		Defaults:       sandbox.Limits{CPU: DefaultCPU},
+		PeakFromCgroup: true,
+		InstallHint:    "install it with `stockade setup` (Debian package runc)",
+	})
+}

@@ -1,0 +1,19 @@
+package runc_test
+
+import (
+	"testing"
+
+	"github.com/stockade-sh/stockade/driver/runc"
+	"github.com/stockade-sh/stockade/internal/testenv"
+	"github.com/stockade-sh/stockade/sandbox/conformance"
+)
+
+func TestConformance(t *testing.T) {
+	testenv.RequiresRoot(t)
+	testenv.RequiresBinary(t, "runc")
+	d, err := runc.New(runc.Config{StateDir: t.TempDir(), GuestPath: testenv.Guest(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	conformance.Run(t, conformance.Harness{Driver: d, Image: testenv.Image(t, "shell"), Leftovers: d.Leftovers})
+}

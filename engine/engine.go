@@ -1,0 +1,198 @@
+// Package engine turns an invocation (runtime, code, limits) into a sandbox
+// run: it validates the request, resolves the runtime image, picks the
+// driver and runs Create, Exec, Destroy. It is the only package that wires
+// drivers to the layers above; those layers never see a driver.
+//
+//	e, err := engine.Open(cfg)
+//	res, err := e.Run(ctx, engine.Request{Runtime: "python", Code: []byte("print(1)")})
+package engine
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"slices"
+	"sort"
+	"strings"
+
+	"github.com/stockade-sh/stockade/config"
+	"github.com/stockade-sh/stockade/driver/gvisor"
+	"github.com/stockade-sh/stockade/driver/runc"
+	"github.com/stockade-sh/stockade/errdefs"
+	"github.com/stockade-sh/stockade/image"
+	"github.com/stockade-sh/stockade/internal/guestbin"
+	"github.com/stockade-sh/stockade/sandbox"
+)
+
+// Images resolves a runtime name to its image.
+type Images interface {
+	Resolve(name string) (sandbox.Image, error)
+}
+
+// Engine runs invocations. It is safe for concurrent use.
+type Engine struct {
+	drivers       map[string]sandbox.Driver
+	defaultDriver string
+	images        Images
+	defaults      sandbox.Limits
+	ceiling       sandbox.Limits
+}
+
+// New returns an engine over the given drivers and images.
+func New(drivers map[string]sandbox.Driver, defaultDriver string, images Images, defaults, ceiling sandbox.Limits) (*Engine, error) {
+	if _, ok := drivers[defaultDriver]; !ok {
+		return nil, fmt.Errorf("default driver %q is not configured: %w", defaultDriver, errdefs.ErrInvalidArgument)
+	}
+	return &Engine{drivers: drivers, defaultDriver: defaultDriver, images: images, defaults: defaults, ceiling: ceiling}, nil
+}
+
+// Open builds the drivers and the image store of cfg and returns an engine
+// over them. It installs the embedded guest agent unless cfg.GuestPath is set.
+func Open(cfg config.Config) (*Engine, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	guestPath := cfg.GuestPath
+	if guestPath == "" {
+		p, err := guestbin.Install(cfg.BinDir())
+		if err != nil {
+			return nil, err
+		}
+		guestPath = p
+	}
+	rc, err := runc.New(runc.Config{Binary: cfg.RuncPath, StateDir: cfg.StateDir + "/runc", GuestPath: guestPath})
+	if err != nil {
+		return nil, err
+	}
+	gv, err := gvisor.New(gvisor.Config{Binary: cfg.RunscPath, StateDir: cfg.StateDir + "/gvisor", GuestPath: guestPath})
+	if err != nil {
+		return nil, err
+	}
+	drivers := map[string]sandbox.Driver{"runc": rc, "gvisor": gv}
+	return New(drivers, cfg.Driver, image.Open(cfg.ImageDir()), cfg.Defaults, cfg.Ceiling)
+}
+
+// Drivers returns the configured drivers by name.
+func (e *Engine) Drivers() map[string]sandbox.Driver { return maps.Clone(e.drivers) }
+
+// DefaultDriver is the name of the driver used when a request names none.
+func (e *Engine) DefaultDriver() string { return e.defaultDriver }
+
+// Request is one invocation.
+type Request struct {
+	Runtime string // "python", "node", "shell"
+	Code    []byte
+	// Driver names the driver; empty means the default.
+	Driver string
+	// Limits override the defaults; zero fields take the defaults.
+	Limits sandbox.Limits
+	Stdin  []byte
+	// Mounts are read-only data mounts (from a tool's record).
+	Mounts []sandbox.Mount
+	// Labels are attached to the sandbox to find it after a crash.
+	Labels map[string]string
+	// OnOutput receives output as it is produced; see sandbox.ExecRequest.
+	OnOutput func(sandbox.Stream, []byte)
+}
+
+// Result is a finished invocation, in the shape of the wire format.
+type Result struct {
+	Status          sandbox.Status `json:"status"`
+	ExitCode        int            `json:"exit_code"`
+	Signal          int            `json:"signal"`
+	Stdout          string         `json:"stdout"`
+	Stderr          string         `json:"stderr"`
+	StdoutTruncated bool           `json:"stdout_truncated"`
+	StderrTruncated bool           `json:"stderr_truncated"`
+	DurationMS      int64          `json:"duration_ms"`
+	CPUMS           int64          `json:"cpu_ms"`
+	PeakMemoryBytes int64          `json:"peak_memory_bytes"`
+	Driver          string         `json:"driver"`
+	Runtime         string         `json:"runtime"`
+}
+
+// Validate checks a request without running anything, and returns the
+// driver and runtime it would use.
+func (e *Engine) Validate(req Request) (sandbox.Driver, image.Runtime, error) {
+	rt, ok := image.Runtimes[req.Runtime]
+	if !ok {
+		return nil, rt, fmt.Errorf("unknown runtime %q (known: %s): %w", req.Runtime, strings.Join(runtimeNames(), ", "), errdefs.ErrInvalidArgument)
+	}
+	name := req.Driver
+	if name == "" {
+		name = e.defaultDriver
+	}
+	drv, ok := e.drivers[name]
+	if !ok {
+		return nil, rt, fmt.Errorf("unknown driver %q (known: %s): %w", name, strings.Join(slices.Sorted(maps.Keys(e.drivers)), ", "), errdefs.ErrInvalidArgument)
+	}
+	switch {
+	case len(req.Code) == 0:
+		return nil, rt, fmt.Errorf("code is empty: %w", errdefs.ErrInvalidArgument)
+	case len(req.Code) > sandbox.MaxCodeSize:
+		return nil, rt, fmt.Errorf("code is %d bytes, more than the limit of 1 MiB: %w", len(req.Code), errdefs.ErrInvalidArgument)
+	case len(req.Stdin) > sandbox.MaxCodeSize:
+		return nil, rt, fmt.Errorf("stdin is %d bytes, more than the limit of 1 MiB: %w", len(req.Stdin), errdefs.ErrInvalidArgument)
+	}
+	if err := req.Limits.Check(e.ceiling); err != nil {
+		return nil, rt, err
+	}
+	return drv, rt, nil
+}
+
+// Run validates req, runs it in a fresh sandbox that is destroyed
+// afterwards, and returns the result. A program that fails is a Result; an
+// error means the run could not happen (bad request, missing image or
+// runtime, driver failure).
+func (e *Engine) Run(ctx context.Context, req Request) (*Result, error) {
+	drv, rt, err := e.Validate(req)
+	if err != nil {
+		return nil, err
+	}
+	img, err := e.images.Resolve(rt.Name)
+	if err != nil {
+		return nil, err
+	}
+	limits := req.Limits.WithDefaults(e.defaults)
+	sb, err := drv.Create(ctx, sandbox.Spec{Image: img, Limits: limits, Mounts: req.Mounts, Labels: req.Labels})
+	if err != nil {
+		return nil, fmt.Errorf("creating %s sandbox: %w", drv.Name(), err)
+	}
+	defer func() {
+		// Destroy must run even when ctx is cancelled; it bounds itself.
+		_ = sb.Destroy(context.WithoutCancel(ctx))
+	}()
+	res, err := sb.Exec(ctx, sandbox.ExecRequest{
+		File:     sandbox.File{Name: rt.FileName, Data: req.Code},
+		Argv:     rt.Interpreter,
+		Stdin:    req.Stdin,
+		Timeout:  limits.Timeout,
+		OnOutput: req.OnOutput,
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &Result{
+		Status:          res.Status,
+		ExitCode:        res.ExitCode,
+		Signal:          res.Signal,
+		Stdout:          string(res.Stdout),
+		Stderr:          string(res.Stderr),
+		StdoutTruncated: res.StdoutTruncated,
+		StderrTruncated: res.StderrTruncated,
+		DurationMS:      res.Duration.Milliseconds(),
+		CPUMS:           res.CPUTime.Milliseconds(),
+		PeakMemoryBytes: res.PeakMemory,
+		Driver:          drv.Name(),
+		Runtime:         rt.Name,
+	}, nil
+}
+
+func runtimeNames() []string {
+	names := slices.Collect(maps.Keys(image.Runtimes))
+	sort.Strings(names)
+	return names
+}
+
+// Ceiling is the highest limits a request may ask for.
+func (e *Engine) Ceiling() sandbox.Limits { return e.ceiling }

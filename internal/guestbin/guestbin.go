@@ -1,0 +1,57 @@
+// Package guestbin carries the stockade-guest binary inside the stockade
+// binary, so that one file is all an operator installs. The build (make)
+// compiles cmd/stockade-guest into payload/ before compiling stockade.
+package guestbin
+
+import (
+	"crypto/sha256"
+	"embed"
+	"encoding/hex"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+
+	"github.com/stockade-sh/stockade/errdefs"
+)
+
+//go:embed all:payload
+var payload embed.FS
+
+// Install writes the embedded guest into dir (once per content) and returns
+// its path. The file is read-only (0555); its name carries the content hash,
+// so a new build never overwrites a guest that running sandboxes use.
+func Install(dir string) (string, error) {
+	b, err := fs.ReadFile(payload, "payload/stockade-guest")
+	if err != nil {
+		return "", fmt.Errorf("this stockade binary was built without the guest agent; build it with `make build`: %w", errdefs.ErrFailedPrecondition)
+	}
+	sum := sha256.Sum256(b)
+	path := filepath.Join(dir, "stockade-guest-"+hex.EncodeToString(sum[:8]))
+	if _, err := os.Stat(path); err == nil {
+		return path, nil
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", fmt.Errorf("creating guest directory: %w", err)
+	}
+	tmp, err := os.CreateTemp(dir, ".guest-*")
+	if err != nil {
+		return "", fmt.Errorf("installing guest agent: %w", err)
+	}
+	defer os.Remove(tmp.Name())
+	if _, err := tmp.Write(b); err != nil {
+		tmp.Close()
+		return "", fmt.Errorf("installing guest agent: %w", err)
+	}
+	if err := tmp.Chmod(0o555); err != nil {
+		tmp.Close()
+		return "", fmt.Errorf("installing guest agent: %w", err)
+	}
+	if err := tmp.Close(); err != nil {
+		return "", fmt.Errorf("installing guest agent: %w", err)
+	}
+	if err := os.Rename(tmp.Name(), path); err != nil {
+		return "", fmt.Errorf("installing guest agent: %w", err)
+	}
+	return path, nil
+}

@@ -1,0 +1,153 @@
+// Package oci builds the OCI runtime bundle that runc and runsc run: one
+// config.json carrying Stockade's whole security profile (DESIGN.md §3). Both
+// drivers use it, so the profile is defined in exactly one place.
+//
+//	s, err := oci.Build(oci.Options{ID: id, Spec: spec, GuestPath: guest, CgroupsPath: "/stockade/" + id})
+//	err = oci.WriteBundle(dir, s)
+package oci
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+
+	"github.com/stockade-sh/stockade/sandbox"
+)
+
+// Fixed paths inside every sandbox.
+const (
+	// GuestPath is where the guest agent binary is bind-mounted read-only.
+	// Images carry an empty file there as the mount point.
+	GuestPath = "/.stockade/guest"
+	// SandboxUID and SandboxGID are nobody:nogroup.
+	SandboxUID = 65534
+	SandboxGID = 65534
+)
+
+// LabelPrefix prefixes Spec.Labels in the bundle's annotations.
+const LabelPrefix = "sh.stockade.label."
+
+// Options are the inputs of Build.
+type Options struct {
+	ID   string
+	Spec sandbox.Spec
+	// Limits are the effective limits (defaults already applied).
+	Limits sandbox.Limits
+	// GuestPath is the host path of the guest agent binary.
+	GuestPath string
+	// CgroupsPath is the cgroup of the sandbox, relative to the cgroup root.
+	CgroupsPath string
+}
+
+// cpuPeriod is the CFS period the CPU quota is expressed in.
+const cpuPeriod = 100000
+
+// Build returns the OCI runtime spec for a sandbox.
+func Build(o Options) (*specs.Spec, error) {
+	if o.Spec.Image.Rootfs == "" || !filepath.IsAbs(o.Spec.Image.Rootfs) {
+		return nil, fmt.Errorf("image rootfs %q is not an absolute path", o.Spec.Image.Rootfs)
+	}
+	if o.Spec.Network != sandbox.NetworkNone {
+		return nil, fmt.Errorf("network mode %q is not supported yet", o.Spec.Network)
+	}
+	sc, err := Seccomp()
+	if err != nil {
+		return nil, err
+	}
+	l := o.Limits
+	memory := l.Memory
+	swap := l.Memory // memory+swap equal to memory: no swap
+	pids := l.Pids
+	quota := int64(l.CPU * cpuPeriod)
+	period := uint64(cpuPeriod)
+	noFile := uint64(1024)
+
+	annotations := map[string]string{}
+	for k, v := range o.Spec.Labels {
+		annotations[LabelPrefix+k] = v
+	}
+
+	mounts := []specs.Mount{
+		{Destination: "/proc", Type: "proc", Source: "proc", Options: []string{"nosuid", "noexec", "nodev"}},
+		{Destination: "/dev", Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "strictatime", "mode=755", "size=65536k"}},
+		{Destination: "/dev/pts", Type: "devpts", Source: "devpts", Options: []string{"nosuid", "noexec", "newinstance", "ptmxmode=0666", "mode=0620"}},
+		{Destination: "/dev/shm", Type: "tmpfs", Source: "shm", Options: []string{"nosuid", "noexec", "nodev", "mode=1777", "size=65536k"}},
+		{Destination: "/dev/mqueue", Type: "mqueue", Source: "mqueue", Options: []string{"nosuid", "noexec", "nodev"}},
+		{Destination: "/sys", Type: "sysfs", Source: "sysfs", Options: []string{"nosuid", "noexec", "nodev", "ro"}},
+		{Destination: "/tmp", Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "nodev", "mode=1777", "size=" + strconv.FormatInt(l.TmpSize, 10)}},
+		{Destination: GuestPath, Type: "bind", Source: o.GuestPath, Options: []string{"bind", "ro", "nosuid", "nodev"}},
+	}
+	for _, m := range o.Spec.Mounts {
+		if !filepath.IsAbs(m.Source) || !filepath.IsAbs(m.Target) {
+			return nil, fmt.Errorf("mount %q -> %q: paths must be absolute", m.Source, m.Target)
+		}
+		mounts = append(mounts, specs.Mount{Destination: m.Target, Type: "bind", Source: m.Source, Options: []string{"rbind", "ro", "nosuid", "nodev", "noexec"}})
+	}
+
+	s := &specs.Spec{
+		Version: specs.Version,
+		Process: &specs.Process{
+			User: specs.User{UID: SandboxUID, GID: SandboxGID},
+			Args: []string{GuestPath},
+			// The guest's own environment; the program's comes from the
+			// ExecRequest. Nothing is inherited from the host.
+			Env: []string{},
+			Cwd: "/",
+			Capabilities: &specs.LinuxCapabilities{
+				Bounding: []string{}, Effective: []string{}, Inheritable: []string{}, Permitted: []string{}, Ambient: []string{},
+			},
+			NoNewPrivileges: true,
+			Rlimits: []specs.POSIXRlimit{
+				{Type: "RLIMIT_NOFILE", Hard: noFile, Soft: noFile},
+				{Type: "RLIMIT_CORE", Hard: 0, Soft: 0},
+			},
+		},
+		Root:        &specs.Root{Path: o.Spec.Image.Rootfs, Readonly: true},
+		Hostname:    "sandbox",
+		Mounts:      mounts,
+		Annotations: annotations,
+		Linux: &specs.Linux{
+			CgroupsPath: o.CgroupsPath,
+			Namespaces: []specs.LinuxNamespace{
+				{Type: specs.PIDNamespace}, {Type: specs.NetworkNamespace}, {Type: specs.IPCNamespace},
+				{Type: specs.UTSNamespace}, {Type: specs.MountNamespace}, {Type: specs.CgroupNamespace},
+			},
+			Resources: &specs.LinuxResources{
+				Devices: []specs.LinuxDeviceCgroup{{Allow: false, Access: "rwm"}},
+				Memory:  &specs.LinuxMemory{Limit: &memory, Swap: &swap},
+				Pids:    &specs.LinuxPids{Limit: pids},
+				CPU:     &specs.LinuxCPU{Quota: &quota, Period: &period},
+			},
+			Seccomp: sc,
+			// runc's defaults (`runc spec`).
+			MaskedPaths: []string{
+				"/proc/acpi", "/proc/asound", "/proc/kcore", "/proc/keys", "/proc/latency_stats",
+				"/proc/timer_list", "/proc/timer_stats", "/proc/sched_debug", "/sys/firmware", "/proc/scsi",
+			},
+			ReadonlyPaths: []string{
+				"/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys", "/proc/sysrq-trigger",
+			},
+		},
+	}
+	return s, nil
+}
+
+// WriteBundle creates dir (mode 0700, it must not exist) and writes
+// config.json into it.
+func WriteBundle(dir string, s *specs.Spec) error {
+	b, err := json.MarshalIndent(s, "", "  ")
+	if err != nil {
+		return fmt.Errorf("encoding OCI spec: %w", err)
+	}
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		return fmt.Errorf("creating bundle directory: %w", err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "config.json"), b, 0o600); err != nil {
+		return fmt.Errorf("writing bundle config: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,268 @@
+// Package ocidriver runs sandboxes with an OCI runtime CLI (runc or runsc)
+// and the Stockade guest agent as the sandbox's PID 1. driver/runc and
+// driver/gvisor are thin configurations of it: the bundle, the lifecycle and
+// the guest protocol are the same, only the runtime binary, its flags and
+// where the numbers come from differ.
+package ocidriver
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/stockade-sh/stockade/errdefs"
+	"github.com/stockade-sh/stockade/internal/oci"
+	"github.com/stockade-sh/stockade/sandbox"
+)
+
+// Config configures one OCI-runtime driver.
+type Config struct {
+	// Name is the driver's configuration name ("runc", "gvisor").
+	Name string
+	Tier sandbox.Tier
+	// Binary is the runtime executable (path or name on PATH).
+	Binary string
+	// GlobalArgs go before the subcommand, after --root.
+	GlobalArgs []string
+	// StateDir holds the runtime's state (StateDir/state) and the bundles
+	// (StateDir/bundles). It is created if missing.
+	StateDir string
+	// GuestPath is the host path of the stockade-guest binary.
+	GuestPath string
+	// Defaults fill the zero fields of a Spec's limits.
+	Defaults sandbox.Limits
+	// PeakFromCgroup takes peak memory from the host cgroup (true for runc,
+	// where the cgroup holds exactly the sandbox's processes); otherwise the
+	// guest's maximum resident set size is used.
+	PeakFromCgroup bool
+	// InstallHint is appended to errors about a missing runtime binary.
+	InstallHint string
+	// ReadyTimeout bounds how long Create waits for the guest's greeting;
+	// zero means 30 s.
+	ReadyTimeout time.Duration
+}
+
+// CgroupParent is the cgroup under which every sandbox's cgroup lives.
+const CgroupParent = "/stockade"
+
+var idPattern = regexp.MustCompile(`^[a-zA-Z0-9][a-zA-Z0-9_.-]{0,63}$`)
+
+// Driver implements sandbox.Driver on an OCI runtime CLI. It is safe for
+// concurrent use.
+type Driver struct {
+	cfg Config
+	v2  bool
+}
+
+var (
+	_ sandbox.Driver        = (*Driver)(nil)
+	_ sandbox.HealthChecker = (*Driver)(nil)
+	_ sandbox.Reaper        = (*Driver)(nil)
+)
+
+// New returns a driver for cfg. It does not check that the runtime is
+// installed; Health does, and Create fails clearly if it is not.
+func New(cfg Config) (*Driver, error) {
+	if cfg.Name == "" || cfg.Binary == "" || cfg.StateDir == "" || cfg.GuestPath == "" {
+		return nil, fmt.Errorf("ocidriver: Name, Binary, StateDir and GuestPath are required: %w", errdefs.ErrInvalidArgument)
+	}
+	if cfg.ReadyTimeout == 0 {
+		cfg.ReadyTimeout = 30 * time.Second
+	}
+	return &Driver{cfg: cfg, v2: cgroupV2()}, nil
+}
+
+func (d *Driver) Name() string { return d.cfg.Name }
+
+func (d *Driver) Capabilities() sandbox.Capabilities {
+	return sandbox.Capabilities{
+		Tier:         d.cfg.Tier,
+		NetworkModes: []sandbox.NetworkMode{sandbox.NetworkNone},
+		Sessions:     true,
+	}
+}
+
+func (d *Driver) stateRoot() string           { return filepath.Join(d.cfg.StateDir, "state") }
+func (d *Driver) bundleDir(id string) string  { return filepath.Join(d.cfg.StateDir, "bundles", id) }
+func (d *Driver) cgroupOf(id string) cgroup   { return cgroup{v2: d.v2, path: CgroupParent + "/" + id} }
+func (d *Driver) runtimeDir(id string) string { return filepath.Join(d.stateRoot(), id) }
+
+// Health checks that the runtime binary and the guest agent are present.
+func (d *Driver) Health(ctx context.Context) error {
+	if _, err := exec.LookPath(d.cfg.Binary); err != nil {
+		return d.missingBinary(err)
+	}
+	if _, err := os.Stat(d.cfg.GuestPath); err != nil {
+		return fmt.Errorf("guest agent %s: %v: %w", d.cfg.GuestPath, err, errdefs.ErrUnavailable)
+	}
+	return nil
+}
+
+func (d *Driver) missingBinary(err error) error {
+	return fmt.Errorf("%s not found (%v); %s: %w", d.cfg.Binary, err, d.cfg.InstallHint, errdefs.ErrUnavailable)
+}
+
+// runtimeCmd builds an invocation of the runtime CLI. Its environment is
+// fixed: nothing of the caller's environment reaches the runtime.
+func (d *Driver) runtimeCmd(ctx context.Context, args ...string) *exec.Cmd {
+	full := append([]string{"--root", d.stateRoot()}, d.cfg.GlobalArgs...)
+	full = append(full, args...)
+	cmd := exec.CommandContext(ctx, d.cfg.Binary, full...)
+	cmd.Env = []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
+	return cmd
+}
+
+// Create starts a sandbox: it writes the bundle, starts `<runtime> run` with
+// the guest as PID 1 and waits for the guest's greeting.
+func (d *Driver) Create(ctx context.Context, spec sandbox.Spec) (_ sandbox.Sandbox, err error) {
+	id := spec.ID
+	if id == "" {
+		var b [8]byte
+		_, _ = rand.Read(b[:])
+		id = "sbx-" + hex.EncodeToString(b[:])
+	}
+	if !idPattern.MatchString(id) {
+		return nil, fmt.Errorf("sandbox id %q is invalid: %w", id, errdefs.ErrInvalidArgument)
+	}
+	if _, lerr := exec.LookPath(d.cfg.Binary); lerr != nil {
+		return nil, d.missingBinary(lerr)
+	}
+	limits := spec.Limits.WithDefaults(d.cfg.Defaults).WithDefaults(sandbox.DefaultLimits())
+	if err := limits.Check(sandbox.Limits{}); err != nil {
+		return nil, err
+	}
+	s, err := oci.Build(oci.Options{
+		ID: id, Spec: spec, Limits: limits, GuestPath: d.cfg.GuestPath,
+		CgroupsPath: d.cgroupOf(id).path,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("building OCI spec: %v: %w", err, errdefs.ErrInvalidArgument)
+	}
+	if err := os.MkdirAll(filepath.Join(d.cfg.StateDir, "bundles"), 0o700); err != nil {
+		return nil, fmt.Errorf("creating state directory: %w", err)
+	}
+	bundle := d.bundleDir(id)
+	if err := oci.WriteBundle(bundle, s); err != nil {
+		if errors.Is(err, os.ErrExist) {
+			return nil, fmt.Errorf("sandbox %q already exists: %w", id, errdefs.ErrConflict)
+		}
+		return nil, err
+	}
+	sb := &sbx{d: d, id: id, limits: limits, cg: d.cgroupOf(id)}
+	defer func() {
+		if err != nil {
+			_ = sb.Destroy(context.WithoutCancel(ctx))
+		}
+	}()
+	if err := sb.cg.prepare(limits.Memory); err != nil {
+		return nil, err
+	}
+	if err := sb.start(ctx); err != nil {
+		return nil, err
+	}
+	return sb, nil
+}
+
+// Leftovers lists anything of sandbox id that is still on the host: runtime
+// state, bundle, cgroups, runtime processes. Empty means clean.
+func (d *Driver) Leftovers(id string) []string {
+	var out []string
+	for _, p := range []string{d.runtimeDir(id), d.bundleDir(id)} {
+		if _, err := os.Stat(p); err == nil {
+			out = append(out, p)
+		}
+	}
+	out = append(out, d.cgroupOf(id).dirs()...)
+	out = append(out, processesMentioning(id)...)
+	return out
+}
+
+// processesMentioning lists host processes whose command line contains s.
+func processesMentioning(s string) []string {
+	entries, _ := os.ReadDir("/proc")
+	var out []string
+	self := fmt.Sprint(os.Getpid())
+	for _, e := range entries {
+		if e.Name() == self || e.Name()[0] < '0' || e.Name()[0] > '9' {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if err == nil && bytes.Contains(b, []byte(s)) {
+			out = append(out, fmt.Sprintf("process %s: %s", e.Name(), strings.ReplaceAll(string(b), "\x00", " ")))
+		}
+	}
+	return out
+}
+
+// Reap destroys every sandbox whose bundle carries all labels of match,
+// whether or not its runtime process is still alive.
+func (d *Driver) Reap(ctx context.Context, match map[string]string) ([]string, error) {
+	entries, err := os.ReadDir(filepath.Join(d.cfg.StateDir, "bundles"))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("listing bundles: %w", err)
+	}
+	var reaped []string
+	for _, e := range entries {
+		id := e.Name()
+		var s struct {
+			Annotations map[string]string `json:"annotations"`
+		}
+		b, err := os.ReadFile(filepath.Join(d.bundleDir(id), "config.json"))
+		if err == nil {
+			_ = json.Unmarshal(b, &s)
+		}
+		ok := true
+		for k, v := range match {
+			if s.Annotations[oci.LabelPrefix+k] != v {
+				ok = false
+			}
+		}
+		if !ok {
+			continue
+		}
+		sb := &sbx{d: d, id: id, cg: d.cgroupOf(id)}
+		if err := sb.Destroy(ctx); err != nil {
+			return reaped, err
+		}
+		reaped = append(reaped, id)
+	}
+	return reaped, nil
+}
+
+// boundedBuffer keeps the first max bytes written to it. The runtime's
+// stderr goes here: it explains failed starts without letting a chatty
+// runtime use unbounded memory.
+type boundedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+	max int
+}
+
+func (b *boundedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if room := b.max - b.buf.Len(); room > 0 {
+		b.buf.Write(p[:min(len(p), room)])
+	}
+	return len(p), nil
+}
+
+func (b *boundedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return strings.TrimSpace(b.buf.String())
+}

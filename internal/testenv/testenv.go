@@ -1,0 +1,118 @@
+// Package testenv gates tests on what the host offers and builds the test
+// fixtures shared by packages (the guest agent, resolved images). A missing
+// prerequisite skips the test with the reason, except in CI (CI=true), where
+// it fails: CI installs everything the tests need.
+package testenv
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"sync"
+	"testing"
+
+	"github.com/stockade-sh/stockade/image"
+	"github.com/stockade-sh/stockade/sandbox"
+)
+
+// InCI reports whether the tests run in CI.
+func InCI() bool { return os.Getenv("CI") == "true" }
+
+// Missing skips t with reason, or fails it in CI.
+func Missing(t testing.TB, reason string) {
+	t.Helper()
+	if InCI() {
+		t.Fatalf("prerequisite missing in CI: %s", reason)
+	}
+	t.Skipf("skipping: %s", reason)
+}
+
+// RequiresRoot gates t on running as root.
+func RequiresRoot(t testing.TB) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		Missing(t, "needs root")
+	}
+}
+
+// RequiresBinary gates t on an executable and returns its path.
+func RequiresBinary(t testing.TB, name string) string {
+	t.Helper()
+	p, err := exec.LookPath(name)
+	if err != nil {
+		Missing(t, name+" not found on PATH (run `make setup`)")
+	}
+	return p
+}
+
+// DataDir is the data directory the tests use: STOCKADE_DATA_DIR or the
+// default /var/lib/stockade, where `make setup` builds the images.
+func DataDir() string {
+	if d := os.Getenv("STOCKADE_DATA_DIR"); d != "" {
+		return d
+	}
+	return "/var/lib/stockade"
+}
+
+// Image resolves a runtime image built by `make setup`.
+func Image(t testing.TB, name string) sandbox.Image {
+	t.Helper()
+	img, err := image.Open(DataDir()).Resolve(name)
+	if err != nil {
+		Missing(t, "image "+name+": "+err.Error())
+	}
+	return img
+}
+
+var (
+	guestOnce sync.Once
+	guestPath string
+	guestErr  error
+)
+
+// Guest builds the guest agent (static) once per test binary and returns
+// its path.
+func Guest(t testing.TB) string {
+	t.Helper()
+	guestOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "stockade-guest-")
+		if err != nil {
+			guestErr = err
+			return
+		}
+		guestPath = filepath.Join(dir, "stockade-guest")
+		guestErr = build(guestPath, "./cmd/stockade-guest")
+		if guestErr == nil {
+			guestErr = os.Chmod(guestPath, 0o555)
+		}
+	})
+	if guestErr != nil {
+		t.Fatalf("building guest: %v", guestErr)
+	}
+	return guestPath
+}
+
+// build compiles a package of this module statically.
+func build(out, pkg string) error {
+	cmd := exec.Command("go", "build", "-trimpath", "-o", out, pkg)
+	cmd.Dir = ModuleRoot()
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if b, err := cmd.CombinedOutput(); err != nil {
+		return &buildError{pkg: pkg, out: string(b), err: err}
+	}
+	return nil
+}
+
+type buildError struct {
+	pkg, out string
+	err      error
+}
+
+func (e *buildError) Error() string { return "go build " + e.pkg + ": " + e.err.Error() + "\n" + e.out }
+
+// ModuleRoot is the directory of go.mod.
+func ModuleRoot() string {
+	_, file, _, _ := runtime.Caller(0)
+	return filepath.Join(filepath.Dir(file), "..", "..")
+}

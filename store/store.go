@@ -1,0 +1,719 @@
+// Package store is the persistence contract of Stockade's capability layer:
+// workspaces, API keys, workspace policy, credits, executions with their
+// tool_calls and tool_invocations rows, approval requests, and the
+// tamper-evident audit trail. It holds interfaces and types only; the
+// implementations live in store/sqlite (embedded, the default) and
+// store/postgres, and both pass the one suite in store/storetest.
+//
+// The methods that change several tables do so in one transaction, so the
+// engine never needs a transaction of its own:
+//
+//	adm, err := st.CreateExecution(ctx, store.NewExecution{
+//		WorkspaceID: ws.ID, KeyID: key.ID, Runtime: "python", Tool: "code.execute",
+//		Request: req, InputSHA256: sum, IdempotencyKey: idem, Credits: 2,
+//		Audit: []store.NewEvent{{Type: "capability.invoke_allowed", Actor: key.ID}},
+//	})
+//	if errdefs.IsResourceExhausted(err) { ... answer 402 ... }
+//	st.StartExecution(ctx, adm.Execution.ID, "runc")          // sandbox launched
+//	st.FinishExecution(ctx, store.Outcome{ExecutionID: ..., Status: store.StatusSucceeded, ...})
+//
+// Every error a Store returns wraps one of the classes in errdefs. Stored
+// times are UTC with microsecond precision: a time handed to a Store comes
+// back truncated to the microsecond.
+package store
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"time"
+)
+
+// Store is the whole persistence layer. Implementations are safe for
+// concurrent use by many goroutines and, where the backend allows, many
+// processes (the daemon and the admin CLI share one database). Consumers
+// should depend on the smallest of the interfaces below that they need.
+type Store interface {
+	Workspaces
+	Keys
+	Policies
+	Ledger
+	Executions
+	Approvals
+	Audit
+
+	// Close releases the database handles. The Store must not be used after.
+	Close() error
+}
+
+// Workspaces is the tenancy root. Every other record belongs to one.
+type Workspaces interface {
+	// CreateWorkspace creates a workspace with DefaultPolicy, a zero credit
+	// balance and an empty audit chain. A name already taken is ErrConflict;
+	// an empty or over-long name is ErrInvalidArgument.
+	CreateWorkspace(ctx context.Context, name string) (Workspace, error)
+	// GetWorkspace returns ErrNotFound for an unknown id.
+	GetWorkspace(ctx context.Context, id string) (Workspace, error)
+	// GetWorkspaceByName returns ErrNotFound for an unknown name.
+	GetWorkspaceByName(ctx context.Context, name string) (Workspace, error)
+	// ListWorkspaces returns every workspace ordered by name.
+	ListWorkspaces(ctx context.Context) ([]Workspace, error)
+}
+
+// Keys stores API keys as SHA-256 hashes; the key itself never reaches the
+// store.
+type Keys interface {
+	// CreateAPIKey records a key's hash. An unknown workspace is ErrNotFound,
+	// a hash already recorded is ErrConflict, an unknown role is
+	// ErrInvalidArgument.
+	CreateAPIKey(ctx context.Context, k NewAPIKey) (APIKey, error)
+	// LookupAPIKey finds the active key with the given hash. Unknown and
+	// revoked keys are both ErrNotFound, so an authenticator cannot
+	// accidentally accept a revoked key.
+	LookupAPIKey(ctx context.Context, hash KeyHash) (APIKey, error)
+	// ListAPIKeys returns a workspace's keys, revoked ones included, oldest
+	// first.
+	ListAPIKeys(ctx context.Context, workspaceID string) ([]APIKey, error)
+	// RevokeAPIKey revokes a key of the workspace. Revoking a revoked key
+	// succeeds and keeps the first revocation time; an unknown key (or one of
+	// another workspace) is ErrNotFound.
+	RevokeAPIKey(ctx context.Context, workspaceID, keyID string) error
+}
+
+// Policies holds each workspace's policy record. The store keeps what it is
+// given; deciding what a policy allows is the policy package's job.
+type Policies interface {
+	// GetPolicy returns ErrNotFound for an unknown workspace.
+	GetPolicy(ctx context.Context, workspaceID string) (Policy, error)
+	// SetPolicy replaces the workspace's policy whole and returns it as
+	// stored (normalised, with UpdatedAt set). Unknown enum values and a
+	// negative MaxTimeout are ErrInvalidArgument.
+	SetPolicy(ctx context.Context, workspaceID string, p Policy) (Policy, error)
+}
+
+// Ledger is the credit account of each workspace. A reservation moves credits
+// from Available to Reserved; committing it charges them for good, releasing
+// it returns them to Available. Available and Reserved can never go negative,
+// and every movement is a LedgerEntry, so that at all times
+//
+//	sum(grant) - sum(commit) == Available + Reserved.
+type Ledger interface {
+	// GrantCredits adds amount (> 0, else ErrInvalidArgument) to the
+	// workspace's available credits.
+	GrantCredits(ctx context.Context, workspaceID string, amount int64, note string) (Credits, error)
+	// GetCredits returns ErrNotFound for an unknown workspace.
+	GetCredits(ctx context.Context, workspaceID string) (Credits, error)
+	// Reserve holds amount (> 0) credits for an execution that has none yet.
+	// A short balance is ErrResourceExhausted and changes nothing; an
+	// execution that already has a reservation, or has finished, is
+	// ErrConflict; an unknown execution is ErrNotFound.
+	Reserve(ctx context.Context, workspaceID, executionID string, amount int64) (Reservation, error)
+	// Commit charges an open reservation and records the charge on the
+	// execution's tool_calls row. A reservation is settled exactly once:
+	// committing or releasing a settled reservation is ErrConflict and
+	// changes nothing. An unknown reservation is ErrNotFound.
+	Commit(ctx context.Context, reservationID string) (Reservation, error)
+	// Release returns an open reservation's credits to Available, with the
+	// same exactly-once rule as Commit.
+	Release(ctx context.Context, reservationID string) (Reservation, error)
+	// ListLedger pages through a workspace's ledger, newest first.
+	ListLedger(ctx context.Context, workspaceID string, p PageRequest) (Page[LedgerEntry], error)
+}
+
+// Executions holds invocations of code.execute and their tool_calls and
+// tool_invocations rows. Each method that changes an execution changes its
+// tool_calls row, its reservation and (when it ends) writes its
+// tool_invocations row in the same transaction.
+type Executions interface {
+	// CreateExecution admits an invocation in one transaction: it creates the
+	// execution (status queued, or awaiting_approval when e.Approval is set),
+	// reserves e.Credits (when > 0), creates the tool_calls row and the
+	// approval request, and appends e.Audit to the workspace's chain.
+	//
+	// A short balance is ErrResourceExhausted and leaves nothing behind. When
+	// e.IdempotencyKey names an execution the workspace already has, nothing
+	// is written and the existing execution comes back with Replayed set; if
+	// its InputSHA256 differs, the retry is ErrConflict.
+	CreateExecution(ctx context.Context, e NewExecution) (Admission, error)
+	// StartExecution records that the sandbox launched: queued becomes
+	// running, with StartedAt and the driver's name. Any other status is
+	// ErrConflict. The reservation stays open until FinishExecution, so that
+	// an execution a crash interrupts is never charged.
+	StartExecution(ctx context.Context, executionID, driver string) (Execution, error)
+	// FinishExecution moves an execution that has not ended to o.Status (a
+	// terminal status), completes its tool_calls row, writes its
+	// tool_invocations row and settles its open reservation: committed when
+	// o.Status.Charged() and the execution had started, released otherwise.
+	// An execution that already ended is ErrConflict.
+	FinishExecution(ctx context.Context, o Outcome) (Execution, error)
+	// GetExecution returns ErrNotFound for an unknown id or one of another
+	// workspace.
+	GetExecution(ctx context.Context, workspaceID, executionID string) (Execution, error)
+	// ListExecutions pages through a workspace's executions, newest first.
+	ListExecutions(ctx context.Context, workspaceID string, f ExecutionFilter) (Page[Execution], error)
+	// RecoverInterrupted is for daemon start: in one transaction it marks
+	// every queued or running execution of every workspace failed, with
+	// result (which may be nil), releases their open reservations and writes
+	// their tool_invocations rows. It returns the executions it ended, so
+	// that the caller can destroy their sandboxes and audit them.
+	RecoverInterrupted(ctx context.Context, result json.RawMessage) ([]Execution, error)
+
+	// GetToolCall returns the tool_calls row of an execution, or ErrNotFound.
+	GetToolCall(ctx context.Context, workspaceID, executionID string) (ToolCall, error)
+	// ListToolCalls pages through a workspace's tool_calls rows, newest first.
+	ListToolCalls(ctx context.Context, workspaceID string, f ToolCallFilter) (Page[ToolCall], error)
+	// ListToolInvocations pages through a workspace's analytics rows, newest
+	// first; f filters on their time and status likewise.
+	ListToolInvocations(ctx context.Context, workspaceID string, f ToolCallFilter) (Page[ToolInvocation], error)
+}
+
+// Approvals holds approval requests. They are created by CreateExecution.
+type Approvals interface {
+	// GetApproval returns ErrNotFound for an unknown id or one of another
+	// workspace.
+	GetApproval(ctx context.Context, workspaceID, approvalID string) (Approval, error)
+	// ListApprovals pages through a workspace's approvals, newest first.
+	ListApprovals(ctx context.Context, workspaceID string, f ApprovalFilter) (Page[Approval], error)
+	// DecideApproval records a decision in one transaction. Approving moves
+	// the execution from awaiting_approval to queued; denying ends it denied
+	// and releases its reservation. d.Audit is appended to the chain.
+	//
+	// The decider must be an active approver or admin key of the same
+	// workspace (ErrPermissionDenied otherwise: an agent key can never
+	// approve). A request that is no longer pending, or whose ExpiresAt has
+	// passed, is ErrConflict and changes nothing.
+	DecideApproval(ctx context.Context, d Decision) (Approval, Execution, error)
+	// ExpireApprovals ends every pending approval of every workspace whose
+	// ExpiresAt is not after now: the approval becomes expired, its
+	// execution approval_expired, its reservation released. It returns the
+	// approvals it expired.
+	ExpireApprovals(ctx context.Context, now time.Time) ([]Approval, error)
+}
+
+// Audit is the tamper-evident security event log. Each workspace has its own
+// hash chain (the empty workspace id is the chain of events no workspace can
+// be attributed to, such as a request with an unknown key). Appends are
+// serialised per workspace, so concurrent writers never fork a chain.
+type Audit interface {
+	// AppendEvent appends one event to e.WorkspaceID's chain and returns it
+	// with its Seq and hashes. A non-empty unknown workspace is ErrNotFound.
+	AppendEvent(ctx context.Context, e NewEvent) (Event, error)
+	// ListEvents pages through a workspace's events, newest (highest Seq)
+	// first.
+	ListEvents(ctx context.Context, workspaceID string, f EventFilter) (Page[Event], error)
+	// ChainHead returns the seq and hash of the last event of the chain
+	// (zero for an empty chain). Exporting it elsewhere from time to time
+	// anchors the chain against an attacker who rewrites it whole.
+	ChainHead(ctx context.Context, workspaceID string) (ChainHead, error)
+	// VerifyChain walks the workspace's chain from seq 1 and recomputes every
+	// hash. It reports ok, or the first broken link: a row whose contents
+	// were updated, a gap left by a deleted row, a row inserted or
+	// renumbered, or a chain that disagrees with its recorded head. err is
+	// reserved for failing to read the chain.
+	VerifyChain(ctx context.Context, workspaceID string) (ok bool, firstBroken *BrokenLink, err error)
+}
+
+// Workspace is a tenant.
+type Workspace struct {
+	ID        string
+	Name      string
+	CreatedAt time.Time
+}
+
+// Role is what an API key may do.
+type Role string
+
+// The roles. An agent may invoke but never decide approvals; an approver may
+// decide approvals but not invoke; an admin may do both.
+const (
+	RoleAgent    Role = "agent"
+	RoleApprover Role = "approver"
+	RoleAdmin    Role = "admin"
+)
+
+// Valid reports whether r is one of the roles.
+func (r Role) Valid() bool { return r == RoleAgent || r == RoleApprover || r == RoleAdmin }
+
+// KeyHash is the SHA-256 of an API key. Keys are random and long, so a fast
+// hash is enough: there is nothing to brute-force.
+type KeyHash [sha256.Size]byte
+
+// HashKey returns the hash under which a key is stored and looked up.
+func HashKey(key string) KeyHash { return sha256.Sum256([]byte(key)) }
+
+// String returns the hash in lower-case hex, the form stored.
+func (h KeyHash) String() string { return hex.EncodeToString(h[:]) }
+
+// NewAPIKey is the input of CreateAPIKey.
+type NewAPIKey struct {
+	WorkspaceID string
+	Role        Role
+	Hash        KeyHash
+	// Name is a free-form label for people ("ci agent"); it may be empty.
+	Name string
+}
+
+// APIKey is a stored key. RevokedAt is zero while the key is active.
+type APIKey struct {
+	ID          string
+	WorkspaceID string
+	Role        Role
+	Hash        KeyHash
+	Name        string
+	CreatedAt   time.Time
+	RevokedAt   time.Time
+}
+
+// ApprovalMode says whether invocations wait for a human.
+type ApprovalMode string
+
+// The approval modes. The zero value is stored as ApprovalRequired.
+const (
+	ApprovalRequired ApprovalMode = "required"
+	ApprovalNone     ApprovalMode = "none"
+)
+
+// ToolChangeMode says what a change of a tool's isolation record does.
+type ToolChangeMode string
+
+// The tool change modes. The zero value is stored as ToolChangesFlag.
+const (
+	// ToolChangesFlag audits every change and flags growth of an allowlist
+	// review_required; the tool stays enabled.
+	ToolChangesFlag ToolChangeMode = "flag"
+	// ToolChangesRequireReview also disables a changed tool until an
+	// approver re-approves it.
+	ToolChangesRequireReview ToolChangeMode = "require_review"
+)
+
+// Policy is a workspace's policy record. Its zero value is the most
+// restrictive policy: no code execution, approval required, no network, no
+// runtime allowed.
+type Policy struct {
+	// CodeExecution allows code.execute at all; false refuses every
+	// invocation.
+	CodeExecution bool
+	// Approval is ApprovalRequired (also the meaning of "") or ApprovalNone.
+	Approval ApprovalMode
+	// NetworkAllowed makes "network: allow" permissible; false denies it.
+	NetworkAllowed bool
+	// MaxTimeout lowers the server's wall-clock ceiling for this workspace;
+	// zero leaves the server's ceiling in force. It never raises it.
+	MaxTimeout time.Duration
+	// Runtimes lists the allowed runtimes ("python", "node", "shell"); empty
+	// allows none.
+	Runtimes []string
+	// ToolChanges is ToolChangesFlag (also the meaning of "") or
+	// ToolChangesRequireReview.
+	ToolChanges ToolChangeMode
+	// UpdatedAt is set by the store.
+	UpdatedAt time.Time
+}
+
+// RequiresApproval reports whether invocations must wait for a decision.
+func (p Policy) RequiresApproval() bool { return p.Approval != ApprovalNone }
+
+// DefaultPolicy is the policy of a new workspace: code execution enabled,
+// approval required, no network, 30 s wall clock, every runtime, tool
+// changes flagged.
+func DefaultPolicy() Policy {
+	return Policy{
+		CodeExecution: true,
+		Approval:      ApprovalRequired,
+		MaxTimeout:    30 * time.Second,
+		Runtimes:      []string{"python", "node", "shell"},
+		ToolChanges:   ToolChangesFlag,
+	}
+}
+
+// Credits is a workspace's balance. Available can be reserved; Reserved is
+// held by open reservations. Both are never negative.
+type Credits struct {
+	Available int64
+	Reserved  int64
+}
+
+// ReservationStatus is the state of a reservation. Open moves to committed
+// or released exactly once.
+type ReservationStatus string
+
+// The reservation states.
+const (
+	ReservationOpen      ReservationStatus = "open"
+	ReservationCommitted ReservationStatus = "committed"
+	ReservationReleased  ReservationStatus = "released"
+)
+
+// Reservation holds credits for one execution. SettledAt is zero while open.
+type Reservation struct {
+	ID          string
+	WorkspaceID string
+	ExecutionID string
+	Amount      int64
+	Status      ReservationStatus
+	CreatedAt   time.Time
+	SettledAt   time.Time
+}
+
+// LedgerKind is the kind of a credit movement.
+type LedgerKind string
+
+// The ledger kinds. Grant adds to Available; reserve moves Available to
+// Reserved; commit removes from Reserved; release moves Reserved back.
+const (
+	LedgerGrant   LedgerKind = "grant"
+	LedgerReserve LedgerKind = "reserve"
+	LedgerCommit  LedgerKind = "commit"
+	LedgerRelease LedgerKind = "release"
+)
+
+// LedgerEntry is one credit movement. Amount is always positive; Kind gives
+// its direction. ReservationID and ExecutionID are empty for grants.
+type LedgerEntry struct {
+	ID            string
+	WorkspaceID   string
+	Kind          LedgerKind
+	Amount        int64
+	ReservationID string
+	ExecutionID   string
+	Note          string
+	CreatedAt     time.Time
+}
+
+// ExecutionStatus is the lifecycle state of an execution.
+type ExecutionStatus string
+
+// The execution states. Queued, awaiting_approval and running are live; all
+// others are terminal and final.
+const (
+	StatusQueued           ExecutionStatus = "queued"
+	StatusAwaitingApproval ExecutionStatus = "awaiting_approval"
+	StatusRunning          ExecutionStatus = "running"
+	StatusSucceeded        ExecutionStatus = "succeeded"
+	StatusFailed           ExecutionStatus = "failed"
+	StatusTimedOut         ExecutionStatus = "timed_out"
+	StatusOOMKilled        ExecutionStatus = "oom_killed"
+	StatusKilled           ExecutionStatus = "killed"
+	StatusDenied           ExecutionStatus = "denied"
+	StatusApprovalExpired  ExecutionStatus = "approval_expired"
+	StatusLaunchFailed     ExecutionStatus = "launch_failed"
+)
+
+// ExecutionStatuses lists every status.
+var ExecutionStatuses = []ExecutionStatus{
+	StatusQueued, StatusAwaitingApproval, StatusRunning, StatusSucceeded, StatusFailed,
+	StatusTimedOut, StatusOOMKilled, StatusKilled, StatusDenied, StatusApprovalExpired,
+	StatusLaunchFailed,
+}
+
+// Valid reports whether s is one of the statuses.
+func (s ExecutionStatus) Valid() bool {
+	for _, v := range ExecutionStatuses {
+		if s == v {
+			return true
+		}
+	}
+	return false
+}
+
+// Terminal reports whether s is a final status.
+func (s ExecutionStatus) Terminal() bool {
+	return s.Valid() && s != StatusQueued && s != StatusAwaitingApproval && s != StatusRunning
+}
+
+// Charged reports whether an execution that started and ended in s is
+// charged: it ran in a sandbox, whatever its exit. Launch failures, denials
+// and expiries are never charged.
+func (s ExecutionStatus) Charged() bool {
+	switch s {
+	case StatusSucceeded, StatusFailed, StatusTimedOut, StatusOOMKilled, StatusKilled:
+		return true
+	}
+	return false
+}
+
+// NewExecution is the input of CreateExecution.
+type NewExecution struct {
+	// ID is the execution's id; empty lets the store choose one.
+	ID          string
+	WorkspaceID string
+	// KeyID is the API key that invoked; it must belong to the workspace.
+	KeyID   string
+	Runtime string
+	Tool    string
+	// Request is the invocation as received (JSON); required.
+	Request json.RawMessage
+	// InputSHA256 is the lower-case hex SHA-256 of the runtime and code.
+	InputSHA256 string
+	// IdempotencyKey makes a retried request return the first execution;
+	// empty means none. Unique per workspace.
+	IdempotencyKey string
+	// Credits is the amount to reserve; zero reserves nothing.
+	Credits int64
+	// Approval, when set, creates a pending approval request and the
+	// execution starts awaiting_approval.
+	Approval *NewApproval
+	// Audit events are appended to the workspace's chain in the same
+	// transaction, with WorkspaceID and ExecutionID set to the execution's.
+	Audit []NewEvent
+}
+
+// NewApproval describes the approval request an execution waits for.
+type NewApproval struct {
+	// Card is what the approver is shown (JSON): code, runtime, risk,
+	// network and timeout requested.
+	Card json.RawMessage
+	// ExpiresAt is when the request lapses; it must be set.
+	ExpiresAt time.Time
+}
+
+// Admission is the result of CreateExecution.
+type Admission struct {
+	Execution Execution
+	// Reservation is nil when no credits were reserved.
+	Reservation *Reservation
+	// Approval is nil when no approval was requested.
+	Approval *Approval
+	// Replayed is set when the idempotency key matched an earlier execution
+	// and nothing new was written.
+	Replayed bool
+}
+
+// Execution is one invocation. Times not reached yet are zero.
+type Execution struct {
+	ID             string
+	WorkspaceID    string
+	KeyID          string
+	Status         ExecutionStatus
+	Runtime        string
+	Tool           string
+	Request        json.RawMessage
+	Result         json.RawMessage
+	IdempotencyKey string
+	InputSHA256    string
+	// ReservationID and ApprovalID are empty when there is none.
+	ReservationID string
+	ApprovalID    string
+	Driver        string
+	CreatedAt     time.Time
+	StartedAt     time.Time
+	FinishedAt    time.Time
+}
+
+// PreviewLimit is the most bytes of each output stream a tool_calls row
+// keeps; the store truncates longer previews and sets the truncation flag.
+const PreviewLimit = 4096
+
+// Outcome is the input of FinishExecution.
+type Outcome struct {
+	ExecutionID string
+	// Status must be terminal.
+	Status ExecutionStatus
+	// Result is the result document (JSON); it may be nil.
+	Result json.RawMessage
+	// ExitCode is nil when no process exit was observed.
+	ExitCode *int
+	// Stdout and Stderr are previews; bytes past PreviewLimit are dropped.
+	Stdout, Stderr []byte
+	// StdoutTruncated and StderrTruncated say the producer already cut the
+	// stream; the store also sets them when it truncates a preview.
+	StdoutTruncated, StderrTruncated bool
+	// Driver overrides the driver recorded by StartExecution when not empty.
+	Driver string
+	// FinishedAt defaults to the store's clock.
+	FinishedAt time.Time
+	// Audit events are appended in the same transaction, with WorkspaceID and
+	// ExecutionID set to the execution's.
+	Audit []NewEvent
+}
+
+// ToolCall is the audit row of one invocation, created with the execution
+// and completed when it ends. Status mirrors the execution's.
+type ToolCall struct {
+	ID              string
+	ExecutionID     string
+	WorkspaceID     string
+	Tool            string
+	Runtime         string
+	InputSHA256     string
+	Status          ExecutionStatus
+	ExitCode        *int
+	StdoutPreview   []byte
+	StderrPreview   []byte
+	StdoutTruncated bool
+	StderrTruncated bool
+	Driver          string
+	CreditsCharged  int64
+	CreatedAt       time.Time
+	StartedAt       time.Time
+	FinishedAt      time.Time
+}
+
+// ToolInvocation is the analytics row written once when an execution ends.
+type ToolInvocation struct {
+	ID          string
+	ExecutionID string
+	WorkspaceID string
+	Tool        string
+	Runtime     string
+	Status      ExecutionStatus
+	Driver      string
+	// Queued is from creation to start (or end, if it never started); Ran is
+	// from start to end, zero if it never started.
+	Queued  time.Duration
+	Ran     time.Duration
+	Credits int64
+	// CreatedAt is when the execution ended.
+	CreatedAt time.Time
+}
+
+// ApprovalStatus is the state of an approval request.
+type ApprovalStatus string
+
+// The approval states. Pending moves to one of the others exactly once.
+const (
+	ApprovalPending  ApprovalStatus = "pending"
+	ApprovalApproved ApprovalStatus = "approved"
+	ApprovalDenied   ApprovalStatus = "denied"
+	ApprovalExpired  ApprovalStatus = "expired"
+)
+
+// Approval is one approval request. DecidedBy and DecidedAt are empty while
+// pending and for expired requests.
+type Approval struct {
+	ID          string
+	ExecutionID string
+	WorkspaceID string
+	Status      ApprovalStatus
+	Card        json.RawMessage
+	RequestedAt time.Time
+	ExpiresAt   time.Time
+	DecidedBy   string
+	DecidedAt   time.Time
+	Reason      string
+}
+
+// Decision is the input of DecideApproval.
+type Decision struct {
+	WorkspaceID string
+	ApprovalID  string
+	Approve     bool
+	// DecidedBy is the deciding API key's id.
+	DecidedBy string
+	Reason    string
+	// Audit events are appended in the same transaction, with WorkspaceID and
+	// ExecutionID set to the execution's.
+	Audit []NewEvent
+}
+
+// NewEvent is the input of AppendEvent.
+type NewEvent struct {
+	// WorkspaceID names the chain; empty is the unattributed chain.
+	WorkspaceID string
+	// Type is the event's name, e.g. "capability.invoke_denied"; required.
+	Type string
+	// Code is the event's stable code, e.g. "CAP002".
+	Code string
+	// Actor is who caused the event: an API key id, "system" or "cli".
+	Actor       string
+	Reason      string
+	ExecutionID string
+	// Data is the event's typed payload (JSON); it may be nil. Its bytes are
+	// stored and hashed exactly as given.
+	Data json.RawMessage
+	// Time defaults to the store's clock.
+	Time time.Time
+}
+
+// Event is a stored audit event, a link of its workspace's hash chain.
+type Event struct {
+	ID          string
+	WorkspaceID string
+	// Seq numbers the chain from 1 without gaps.
+	Seq         int64
+	Type        string
+	Code        string
+	Actor       string
+	Reason      string
+	ExecutionID string
+	Data        json.RawMessage
+	Time        time.Time
+	// PrevHash is the Hash of event Seq-1, empty for Seq 1.
+	PrevHash string
+	// Hash is ChainHash of this event, lower-case hex.
+	Hash string
+}
+
+// ChainHead is the last link of a chain.
+type ChainHead struct {
+	WorkspaceID string
+	Seq         int64
+	Hash        string
+}
+
+// BrokenLink locates the first place where a chain does not verify.
+type BrokenLink struct {
+	WorkspaceID string
+	// Seq is the sequence number where the chain breaks: the first row that
+	// does not verify, or the first missing one.
+	Seq int64
+	// EventID is the row found at Seq, empty when the row is missing.
+	EventID string
+	// Reason says what does not match, e.g. "hash mismatch".
+	Reason string
+}
+
+// PageRequest asks for one page of a list. The zero value asks for the first
+// page of DefaultPageLimit items.
+type PageRequest struct {
+	// Limit is clamped to (0, MaxPageLimit]; zero means DefaultPageLimit.
+	Limit int
+	// Cursor is a previous page's Next; empty starts from the newest.
+	Cursor string
+}
+
+// The page sizes.
+const (
+	DefaultPageLimit = 50
+	MaxPageLimit     = 500
+)
+
+// Page is one page of a list. Next is empty on the last page; otherwise it
+// is the opaque cursor of the following page.
+type Page[T any] struct {
+	Items []T
+	Next  string
+}
+
+// ExecutionFilter selects executions. Zero fields do not filter.
+type ExecutionFilter struct {
+	PageRequest
+	Statuses []ExecutionStatus
+	// Since and Until bound CreatedAt: Since <= CreatedAt < Until.
+	Since, Until time.Time
+}
+
+// ToolCallFilter selects tool_calls or tool_invocations rows. Zero fields do
+// not filter.
+type ToolCallFilter struct {
+	PageRequest
+	Statuses []ExecutionStatus
+	// Since and Until bound CreatedAt: Since <= CreatedAt < Until.
+	Since, Until time.Time
+}
+
+// ApprovalFilter selects approvals. Zero fields do not filter.
+type ApprovalFilter struct {
+	PageRequest
+	Statuses []ApprovalStatus
+}
+
+// EventFilter selects audit events. Zero fields do not filter.
+type EventFilter struct {
+	PageRequest
+	Types       []string
+	ExecutionID string
+	// Since and Until bound Time: Since <= Time < Until.
+	Since, Until time.Time
+}
