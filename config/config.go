@@ -5,37 +5,64 @@
 package config
 
 import (
+	"errors"
 	"fmt"
+	"io"
+	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"time"
+
+	"go.yaml.in/yaml/v3"
 
 	"github.com/stockade-sh/stockade/errdefs"
 	"github.com/stockade-sh/stockade/sandbox"
 )
 
 // Drivers Stockade can be configured with.
-var DriverNames = []string{"runc", "gvisor"}
+var DriverNames = []string{"runc", "gvisor", "docker"}
 
 // Config is the whole configuration of a Stockade process. The zero value is
 // not valid; start from Default.
 type Config struct {
 	// DataDir holds images, the database and installed binaries.
-	DataDir string `json:"data_dir"`
+	DataDir string `yaml:"data_dir"`
 	// StateDir holds runtime state and bundles; it should be on a tmpfs
 	// (/run) so that a reboot clears it.
-	StateDir string `json:"state_dir"`
+	StateDir string `yaml:"state_dir"`
 	// Driver is the default driver for invocations that do not name one.
-	Driver string `json:"driver"`
+	Driver string `yaml:"driver"`
 	// RuncPath and RunscPath are the runtime executables (names on PATH or
 	// absolute paths).
-	RuncPath  string `json:"runc_path"`
-	RunscPath string `json:"runsc_path"`
+	RuncPath  string `yaml:"runc_path"`
+	RunscPath string `yaml:"runsc_path"`
+	// DockerHost is the Docker Engine the docker driver uses, e.g.
+	// "unix:///run/stockade/docker.sock"; empty means the Docker client's
+	// default, unix:///var/run/docker.sock. The driver connects on first
+	// use, so an unreachable engine affects only the docker driver.
+	DockerHost string `yaml:"docker_host"`
 	// GuestPath overrides the guest agent embedded in the binary (tests).
-	GuestPath string `json:"guest_path,omitempty"`
+	GuestPath string `yaml:"guest_path"`
 	// Defaults and Ceiling bound every invocation's limits.
-	Defaults sandbox.Limits `json:"-"`
-	Ceiling  sandbox.Limits `json:"-"`
+	Defaults sandbox.Limits `yaml:"-"`
+	Ceiling  sandbox.Limits `yaml:"-"`
+
+	// Listen is the daemon's HTTP address.
+	Listen string `yaml:"listen"`
+	// DB is the database URL: sqlite:PATH or postgres://...; empty means
+	// sqlite in DataDir.
+	DB string `yaml:"db"`
+	// MaxConcurrent bounds the sandboxes running at once; zero means
+	// 2 x the number of cores.
+	MaxConcurrent int `yaml:"max_concurrent"`
+	// MaxQueue bounds invocations waiting for a slot; zero means
+	// 2 x MaxConcurrent.
+	MaxQueue int `yaml:"max_queue"`
+	// ApprovalTTL is how long approval requests stay pending.
+	ApprovalTTL time.Duration `yaml:"approval_ttl"`
+	// CreditsPerInvocation is the flat price of an invocation.
+	CreditsPerInvocation int64 `yaml:"credits_per_invocation"`
 }
 
 // Default returns the embedded defaults.
@@ -48,7 +75,28 @@ func Default() Config {
 		RunscPath: "runsc",
 		Defaults:  sandbox.DefaultLimits(),
 		Ceiling:   sandbox.DefaultCeiling(),
+
+		Listen:               "127.0.0.1:8700",
+		MaxConcurrent:        2 * runtime.NumCPU(),
+		ApprovalTTL:          10 * time.Minute,
+		CreditsPerInvocation: 2,
 	}
+}
+
+// LoadFile applies a YAML configuration file on top of c. Unknown keys are
+// refused, so that a typo never silently keeps a default.
+func (c *Config) LoadFile(path string) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return fmt.Errorf("reading config: %w", err)
+	}
+	defer f.Close()
+	dec := yaml.NewDecoder(f)
+	dec.KnownFields(true)
+	if err := dec.Decode(c); err != nil && !errors.Is(err, io.EOF) {
+		return fmt.Errorf("config %s: %v: %w", path, err, errdefs.ErrInvalidArgument)
+	}
+	return nil
 }
 
 // ImageDir is the image store's root.
@@ -72,6 +120,12 @@ func (c Config) Validate() error {
 		return bad("unknown driver %q (known: %v)", c.Driver, DriverNames)
 	case c.Defaults.Timeout <= 0 || c.Defaults.Timeout > time.Hour:
 		return bad("default timeout %s out of range", c.Defaults.Timeout)
+	case c.MaxConcurrent <= 0 || c.MaxQueue < 0:
+		return bad("max_concurrent must be positive and max_queue not negative")
+	case c.ApprovalTTL <= 0:
+		return bad("approval_ttl must be positive")
+	case c.CreditsPerInvocation < 0:
+		return bad("credits_per_invocation must not be negative")
 	}
 	if err := c.Defaults.Check(c.Ceiling); err != nil {
 		return bad("defaults above the ceiling: %v", err)

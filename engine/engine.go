@@ -16,6 +16,7 @@ import (
 	"strings"
 
 	"github.com/stockade-sh/stockade/config"
+	"github.com/stockade-sh/stockade/driver/docker"
 	"github.com/stockade-sh/stockade/driver/gvisor"
 	"github.com/stockade-sh/stockade/driver/runc"
 	"github.com/stockade-sh/stockade/errdefs"
@@ -68,7 +69,13 @@ func Open(cfg config.Config) (*Engine, error) {
 	if err != nil {
 		return nil, err
 	}
-	drivers := map[string]sandbox.Driver{"runc": rc, "gvisor": gv}
+	// The docker driver connects lazily: an engine that is unreachable
+	// fails only its own Health and Create, never runc or gvisor.
+	dk, err := docker.New(docker.Config{Host: cfg.DockerHost, GuestPath: guestPath})
+	if err != nil {
+		return nil, err
+	}
+	drivers := map[string]sandbox.Driver{"runc": rc, "gvisor": gv, "docker": dk}
 	return New(drivers, cfg.Driver, image.Open(cfg.ImageDir()), cfg.Defaults, cfg.Ceiling)
 }
 
@@ -93,6 +100,9 @@ type Request struct {
 	Labels map[string]string
 	// OnOutput receives output as it is produced; see sandbox.ExecRequest.
 	OnOutput func(sandbox.Stream, []byte)
+	// OnStart, if set, is called once the sandbox has launched, before the
+	// code runs, with the driver's name.
+	OnStart func(driver string)
 }
 
 // Result is a finished invocation, in the shape of the wire format.
@@ -110,6 +120,10 @@ type Result struct {
 	Driver          string         `json:"driver"`
 	Runtime         string         `json:"runtime"`
 }
+
+// programEnv is the whole environment of the code: a PATH into the image,
+// so that shell code can call its tools by name, and nothing else.
+var programEnv = []string{"PATH=/usr/local/bin:/usr/bin:/bin"}
 
 // Validate checks a request without running anything, and returns the
 // driver and runtime it would use.
@@ -130,9 +144,9 @@ func (e *Engine) Validate(req Request) (sandbox.Driver, image.Runtime, error) {
 	case len(req.Code) == 0:
 		return nil, rt, fmt.Errorf("code is empty: %w", errdefs.ErrInvalidArgument)
 	case len(req.Code) > sandbox.MaxCodeSize:
-		return nil, rt, fmt.Errorf("code is %d bytes, more than the limit of 1 MiB: %w", len(req.Code), errdefs.ErrInvalidArgument)
+		return nil, rt, fmt.Errorf("code is %d bytes, more than the limit of 1 MiB: %w", len(req.Code), errdefs.ErrTooLarge)
 	case len(req.Stdin) > sandbox.MaxCodeSize:
-		return nil, rt, fmt.Errorf("stdin is %d bytes, more than the limit of 1 MiB: %w", len(req.Stdin), errdefs.ErrInvalidArgument)
+		return nil, rt, fmt.Errorf("stdin is %d bytes, more than the limit of 1 MiB: %w", len(req.Stdin), errdefs.ErrTooLarge)
 	}
 	if err := req.Limits.Check(e.ceiling); err != nil {
 		return nil, rt, err
@@ -149,6 +163,11 @@ func (e *Engine) Run(ctx context.Context, req Request) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
+	if hc, ok := drv.(sandbox.HealthChecker); ok {
+		if err := hc.Health(ctx); err != nil {
+			return nil, err
+		}
+	}
 	img, err := e.images.Resolve(rt.Name)
 	if err != nil {
 		return nil, err
@@ -162,9 +181,13 @@ func (e *Engine) Run(ctx context.Context, req Request) (*Result, error) {
 		// Destroy must run even when ctx is cancelled; it bounds itself.
 		_ = sb.Destroy(context.WithoutCancel(ctx))
 	}()
+	if req.OnStart != nil {
+		req.OnStart(drv.Name())
+	}
 	res, err := sb.Exec(ctx, sandbox.ExecRequest{
 		File:     sandbox.File{Name: rt.FileName, Data: req.Code},
 		Argv:     rt.Interpreter,
+		Env:      programEnv,
 		Stdin:    req.Stdin,
 		Timeout:  limits.Timeout,
 		OnOutput: req.OnOutput,

@@ -19,6 +19,8 @@ var (
 	ErrUnavailable        = errors.New("unavailable")
 	ErrUnauthenticated    = errors.New("unauthenticated")
 	ErrConflict           = errors.New("conflict")
+	ErrTooLarge           = errors.New("too large")
+	ErrPaymentRequired    = errors.New("insufficient credits")
 )
 
 func IsInvalidArgument(err error) bool    { return errors.Is(err, ErrInvalidArgument) }
@@ -29,3 +31,5 @@ func IsResourceExhausted(err error) bool  { return errors.Is(err, ErrResourceExh
 func IsUnavailable(err error) bool        { return errors.Is(err, ErrUnavailable) }
 func IsUnauthenticated(err error) bool    { return errors.Is(err, ErrUnauthenticated) }
 func IsConflict(err error) bool           { return errors.Is(err, ErrConflict) }
+func IsTooLarge(err error) bool           { return errors.Is(err, ErrTooLarge) }
+func IsPaymentRequired(err error) bool    { return errors.Is(err, ErrPaymentRequired) }

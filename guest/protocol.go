@@ -52,13 +52,16 @@ type Ready struct {
 	Version int `json:"version"`
 }
 
-// ExecRequest asks the guest to write File into WorkDir and run Argv.
+// ExecRequest asks the guest to write File and run Argv in File's directory.
 type ExecRequest struct {
-	File      FileSpec `json:"file"`
-	Argv      []string `json:"argv"`       // "{file}" is replaced by the file's path
-	Env       []string `json:"env"`        // the whole environment; nil is empty
-	Stdin     []byte   `json:"stdin"`      // fed then closed
-	OutputCap int64    `json:"output_cap"` // bytes forwarded per stream; the rest is drained and dropped
+	File  FileSpec `json:"file"`
+	Argv  []string `json:"argv"`  // "{file}" is replaced by the file's path
+	Env   []string `json:"env"`   // the whole environment; nil is empty
+	Stdin []byte   `json:"stdin"` // fed then closed
+	// OutputCap is the bytes forwarded per stream; the rest is drained and
+	// dropped. The host asks for one byte more than it keeps, so that
+	// output of exactly its cap is told apart from truncated output.
+	OutputCap int64 `json:"output_cap"`
 }
 
 // FileSpec is the delivered code file.
@@ -173,6 +176,9 @@ func DecodeJSON(p []byte, v any) error {
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
 		return fmt.Errorf("decoding frame: %v: %w", err, ErrProtocol)
+	}
+	if dec.More() {
+		return fmt.Errorf("decoding frame: trailing data after the JSON value: %w", ErrProtocol)
 	}
 	return nil
 }

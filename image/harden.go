@@ -36,6 +36,7 @@ var removed = []string{
 	"var/cache/ldconfig/aux-cache",
 	"etc/machine-id",
 	"var/lib/dbus/machine-id",
+	"etc/passwd-", "etc/group-", "etc/shadow-", "etc/gshadow-", "etc/subuid-", "etc/subgid-",
 	"debootstrap",
 }
 

@@ -43,7 +43,7 @@ var Runtimes = map[string]Runtime{
 	},
 	"node": {
 		Name:        "node",
-		Packages:    []string{"nodejs"},
+		Packages:    []string{"nodejs", "ca-certificates"},
 		Interpreter: []string{"/usr/bin/node", "{file}"},
 		FileName:    "main.js",
 		Strip: []string{

@@ -51,7 +51,7 @@ type Manifest struct {
 	// times). <hex> names the image's directory.
 	Digest string `json:"digest"`
 	// DigestFormat names the tree encoding Digest was computed over.
-	DigestFormat string `json:"digest_format"`
+	DigestFormat string    `json:"digest_format"`
 	Created      time.Time `json:"created"`
 	// Suite is the Debian suite ("trixie").
 	Suite  string `json:"suite"`

@@ -121,6 +121,11 @@ func startGuest(t *testing.T, opts ...guestOption) *testGuest {
 			g.cmd.Process.Kill()
 			<-done
 		}
+		// Only set when the guest is built with -race (by hand: TestMain
+		// builds it with cgo off).
+		if strings.Contains(g.stderr.String(), "DATA RACE") {
+			t.Errorf("guest stderr: %s", g.stderr.String())
+		}
 	})
 
 	f := g.next()

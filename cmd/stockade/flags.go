@@ -10,26 +10,54 @@ import (
 	"github.com/stockade-sh/stockade/config"
 )
 
-// configFlags registers the flags every subcommand that touches sandboxes
-// shares, on top of config.Default(). The environment is read here and
-// nowhere else: STOCKADE_DATA_DIR, STOCKADE_STATE_DIR, STOCKADE_DRIVER.
-func configFlags(fs *flag.FlagSet) *config.Config {
+// configFlags registers the flags shared by the subcommands that touch
+// sandboxes, bound to a Config that starts from config.Default(). Call
+// load with the arguments instead of fs.Parse: it returns the positional
+// arguments and applies, in order of precedence from low to high,
+// the defaults, the --config file (if the subcommand has one), the STOCKADE_*
+// environment (STOCKADE_DATA_DIR, STOCKADE_STATE_DIR, STOCKADE_DRIVER,
+// SANDBOX_DRIVER as an alias of STOCKADE_DRIVER) and the flags given.
+// The environment is read here and nowhere else.
+func configFlags(fs *flag.FlagSet) (*config.Config, func(args []string) ([]string, error)) {
 	cfg := config.Default()
-	if v := os.Getenv("STOCKADE_DATA_DIR"); v != "" {
-		cfg.DataDir = v
-	}
-	if v := os.Getenv("STOCKADE_STATE_DIR"); v != "" {
-		cfg.StateDir = v
-	}
-	if v := os.Getenv("STOCKADE_DRIVER"); v != "" {
-		cfg.Driver = v
-	}
-	fs.StringVar(&cfg.DataDir, "data-dir", cfg.DataDir, "directory for images, database and binaries")
-	fs.StringVar(&cfg.StateDir, "state-dir", cfg.StateDir, "directory for runtime state (a tmpfs such as /run)")
+	fs.StringVar(&cfg.DataDir, "data-dir", cfg.DataDir, "directory for images, database and binaries (env STOCKADE_DATA_DIR)")
+	fs.StringVar(&cfg.StateDir, "state-dir", cfg.StateDir, "directory for runtime state, a tmpfs such as /run (env STOCKADE_STATE_DIR)")
 	fs.StringVar(&cfg.RuncPath, "runc", cfg.RuncPath, "runc executable")
 	fs.StringVar(&cfg.RunscPath, "runsc", cfg.RunscPath, "runsc executable")
 	fs.StringVar(&cfg.GuestPath, "guest", cfg.GuestPath, "guest agent binary (default: the one embedded in stockade)")
-	return &cfg
+	configFile := ""
+	if fs.Name() == "serve" {
+		fs.StringVar(&configFile, "config", "", "YAML configuration file")
+	}
+	load := func(args []string) ([]string, error) {
+		if _, err := parseArgs(fs, args); err != nil {
+			return nil, usageError{err}
+		}
+		if configFile != "" {
+			if err := cfg.LoadFile(configFile); err != nil {
+				return nil, usageError{err}
+			}
+		}
+		for _, e := range []struct {
+			name string
+			dst  *string
+		}{
+			{"STOCKADE_DATA_DIR", &cfg.DataDir}, {"STOCKADE_STATE_DIR", &cfg.StateDir},
+			{"SANDBOX_DRIVER", &cfg.Driver}, {"STOCKADE_DRIVER", &cfg.Driver},
+		} {
+			if v := os.Getenv(e.name); v != "" {
+				*e.dst = v
+			}
+		}
+		// Parsing again re-applies the flags given over the file and the
+		// environment; flags not given keep what those set.
+		pos, err := parseArgs(fs, args)
+		if err != nil {
+			return nil, usageError{err}
+		}
+		return pos, nil
+	}
+	return &cfg, load
 }
 
 // parseSize parses a byte size such as 512MiB, 1GiB, 64M or 1048576.
@@ -57,4 +85,25 @@ func parseSize(s string) (int64, error) {
 		return 0, fmt.Errorf("size %q is too large", s)
 	}
 	return n * mult, nil
+}
+
+// parseArgs parses args with fs, allowing flags after positional arguments
+// (`stockade credits grant demo 10 --db URL`), and returns the positional
+// arguments. "--" ends flag parsing.
+func parseArgs(fs *flag.FlagSet, args []string) ([]string, error) {
+	var pos []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			return nil, err
+		}
+		rest := fs.Args()
+		if len(rest) == 0 {
+			return pos, nil
+		}
+		if len(args) > len(rest) && args[len(args)-len(rest)-1] == "--" {
+			return append(pos, rest...), nil
+		}
+		pos = append(pos, rest[0])
+		args = rest[1:]
+	}
 }

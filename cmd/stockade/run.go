@@ -21,7 +21,7 @@ func init() {
 
 func runCmd(ctx context.Context, args []string) int {
 	fs := flag.NewFlagSet("run", flag.ContinueOnError)
-	cfg := configFlags(fs)
+	cfg, load := configFlags(fs)
 	runtime := fs.String("runtime", "", "runtime: python, node or shell (required)")
 	driver := fs.String("driver", "", "driver: runc or gvisor (default: the configured default, gvisor)")
 	timeout := fs.Duration("timeout", 0, "wall clock limit (default 30s)")
@@ -32,10 +32,11 @@ func runCmd(ctx context.Context, args []string) int {
 		fmt.Fprintln(fs.Output(), "usage: stockade run --runtime python|node|shell [--driver runc|gvisor] [--timeout 30s] [--memory 512MiB] [--json] (-c CODE | FILE | -)")
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
-		return exitUsage
+	pos, err := load(args)
+	if err != nil {
+		return fail(err)
 	}
-	res, err := runOnce(ctx, fs, cfg, *runtime, *driver, *timeout, *memory, *code)
+	res, err := runOnce(ctx, pos, cfg, *runtime, *driver, isSet(fs, "timeout"), *timeout, *memory, *code)
 	if err != nil {
 		return fail(err)
 	}
@@ -67,35 +68,35 @@ func runCmd(ctx context.Context, args []string) int {
 // runOnce validates the command line and runs the code. Errors caused by
 // the input (including a missing image or runtime, which `stockade setup`
 // fixes) are usage errors.
-func runOnce(ctx context.Context, fs *flag.FlagSet, cfg *config.Config, runtime, driver string, timeout time.Duration, memory, code string) (*engine.Result, error) {
+func runOnce(ctx context.Context, pos []string, cfg *config.Config, runtime, driver string, timeoutSet bool, timeout time.Duration, memory, code string) (*engine.Result, error) {
 	if runtime == "" {
 		return nil, usagef("--runtime is required (python, node or shell)")
 	}
 	var src []byte
 	switch {
-	case code != "" && fs.NArg() > 0:
+	case code != "" && len(pos) > 0:
 		return nil, usagef("give either -c CODE or a FILE, not both")
 	case code != "":
 		src = []byte(code)
-	case fs.NArg() == 1 && fs.Arg(0) == "-":
+	case len(pos) == 1 && pos[0] == "-":
 		b, err := io.ReadAll(io.LimitReader(os.Stdin, sandbox.MaxCodeSize+1))
 		if err != nil {
 			return nil, fmt.Errorf("reading code from stdin: %w", err)
 		}
 		src = b
-	case fs.NArg() == 1:
-		b, err := readCodeFile(fs.Arg(0))
+	case len(pos) == 1:
+		b, err := readCodeFile(pos[0])
 		if err != nil {
 			return nil, usageError{err}
 		}
 		src = b
-	case fs.NArg() > 1:
+	case len(pos) > 1:
 		return nil, usagef("only one FILE may be given")
 	default:
 		return nil, usagef("no code: give -c CODE, a FILE, or - for stdin")
 	}
 	var limits sandbox.Limits
-	if isSet(fs, "timeout") && timeout <= 0 {
+	if timeoutSet && timeout <= 0 {
 		return nil, usagef("--timeout must be positive, got %s", timeout)
 	}
 	limits.Timeout = timeout
@@ -125,7 +126,7 @@ func runOnce(ctx context.Context, fs *flag.FlagSet, cfg *config.Config, runtime,
 
 // classify turns errors the operator or caller can fix into usage errors.
 func classify(err error) error {
-	if errdefs.IsInvalidArgument(err) || errdefs.IsNotFound(err) || errdefs.IsFailedPrecondition(err) || errdefs.IsUnavailable(err) {
+	if errdefs.IsInvalidArgument(err) || errdefs.IsTooLarge(err) || errdefs.IsNotFound(err) || errdefs.IsFailedPrecondition(err) || errdefs.IsUnavailable(err) {
 		return usageError{err}
 	}
 	return err

@@ -17,13 +17,14 @@ func init() {
 
 func setupCmd(ctx context.Context, args []string) int {
 	fs := flag.NewFlagSet("setup", flag.ContinueOnError)
-	cfg := configFlags(fs)
+	cfg, load := configFlags(fs)
 	images := fs.String("images", "python,node,shell", "comma-separated runtime images to build")
 	quiet := fs.Bool("q", false, "print only errors")
-	if err := fs.Parse(args); err != nil {
-		return exitUsage
+	pos, err := load(args)
+	if err != nil {
+		return fail(err)
 	}
-	if fs.NArg() > 0 {
+	if len(pos) > 0 {
 		return fail(usagef("setup takes no arguments"))
 	}
 	o := hostsetup.Options{DataDir: cfg.DataDir, Images: strings.Split(*images, ","), Log: os.Stderr}

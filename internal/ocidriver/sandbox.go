@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"strings"
@@ -161,7 +162,7 @@ func (s *sbx) Exec(ctx context.Context, req sandbox.ExecRequest) (*sandbox.Resul
 		Argv:      req.Argv,
 		Env:       req.Env,
 		Stdin:     req.Stdin,
-		OutputCap: s.limits.OutputCap,
+		OutputCap: s.limits.OutputCap + 1,
 	})
 	if err != nil {
 		s.dead = true
@@ -248,16 +249,29 @@ func checkExec(req sandbox.ExecRequest) error {
 // collect reads frames until the program's exit report, keeping at most the
 // output cap of each stream in res.
 func (s *sbx) collect(res *sandbox.Result, onOutput func(sandbox.Stream, []byte)) outcome {
-	limit := s.limits.OutputCap
+	r, failed, err := Collect(s.frames, s.limits.OutputCap, res, onOutput)
+	return outcome{report: r, failed: failed, err: err}
+}
+
+// Collect reads the guest's frames of one Exec from frames until the
+// program's end. It keeps at most outputCap bytes of each stream in res
+// (setting the truncation flags) and passes what it keeps to onOutput, if
+// set. It returns the validated exit report, or the guest's error report when
+// the program could not be started, or an error when the stream ended or the
+// guest broke the protocol (the sandbox must then not be used again). Every
+// driver that speaks to the guest over a byte stream shares it (driver/docker
+// does, over the Docker attach stream).
+func Collect(frames io.Reader, outputCap int64, res *sandbox.Result, onOutput func(sandbox.Stream, []byte)) (*guest.ExitReport, *guest.ErrorReport, error) {
+	limit := outputCap
 	for {
-		t, p, err := guest.ReadFrame(s.frames, 0)
+		t, p, err := guest.ReadFrame(frames, 0)
 		if err != nil {
-			return outcome{err: err}
+			return nil, nil, err
 		}
 		switch t {
 		case guest.FrameStdout, guest.FrameStderr:
 			if len(p) > guest.MaxChunk {
-				return outcome{err: fmt.Errorf("output chunk of %d bytes: %w", len(p), guest.ErrProtocol)}
+				return nil, nil, fmt.Errorf("output chunk of %d bytes: %w", len(p), guest.ErrProtocol)
 			}
 			buf, trunc, stream := &res.Stdout, &res.StdoutTruncated, sandbox.Stdout
 			if t == guest.FrameStderr {
@@ -277,10 +291,10 @@ func (s *sbx) collect(res *sandbox.Result, onOutput func(sandbox.Stream, []byte)
 		case guest.FrameExit:
 			var r guest.ExitReport
 			if err := guest.DecodeJSON(p, &r); err != nil {
-				return outcome{err: err}
+				return nil, nil, err
 			}
 			if err := r.Validate(); err != nil {
-				return outcome{err: err}
+				return nil, nil, err
 			}
 			// The guest stops forwarding at the cap and reports nothing
 			// about the rest, so reaching the cap exactly means truncation.
@@ -290,18 +304,18 @@ func (s *sbx) collect(res *sandbox.Result, onOutput func(sandbox.Stream, []byte)
 			if int64(len(res.Stderr)) >= limit {
 				res.StderrTruncated = true
 			}
-			return outcome{report: &r}
+			return &r, nil, nil
 		case guest.FrameError:
 			var r guest.ErrorReport
 			if err := guest.DecodeJSON(p, &r); err != nil {
-				return outcome{err: err}
+				return nil, nil, err
 			}
 			if len(r.Message) > 1024 {
 				r.Message = r.Message[:1024]
 			}
-			return outcome{failed: &r}
+			return nil, &r, nil
 		default:
-			return outcome{err: fmt.Errorf("unexpected frame %q: %w", t, guest.ErrProtocol)}
+			return nil, nil, fmt.Errorf("unexpected frame %q: %w", t, guest.ErrProtocol)
 		}
 	}
 }

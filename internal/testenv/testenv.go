@@ -66,32 +66,36 @@ func Image(t testing.TB, name string) sandbox.Image {
 }
 
 var (
-	guestOnce sync.Once
-	guestPath string
-	guestErr  error
+	buildMu sync.Mutex
+	built   = map[string]string{}
 )
 
-// Guest builds the guest agent (static) once per test binary and returns
-// its path.
-func Guest(t testing.TB) string {
+// Build compiles a main package of this module statically, once per test
+// binary, and returns the executable's path.
+func Build(t testing.TB, pkg string) string {
 	t.Helper()
-	guestOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "stockade-guest-")
-		if err != nil {
-			guestErr = err
-			return
-		}
-		guestPath = filepath.Join(dir, "stockade-guest")
-		guestErr = build(guestPath, "./cmd/stockade-guest")
-		if guestErr == nil {
-			guestErr = os.Chmod(guestPath, 0o555)
-		}
-	})
-	if guestErr != nil {
-		t.Fatalf("building guest: %v", guestErr)
+	buildMu.Lock()
+	defer buildMu.Unlock()
+	if p, ok := built[pkg]; ok {
+		return p
 	}
-	return guestPath
+	dir, err := os.MkdirTemp("", "stockade-test-bin-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(dir, filepath.Base(pkg))
+	if err := build(out, pkg); err != nil {
+		t.Fatalf("building %s: %v", pkg, err)
+	}
+	if err := os.Chmod(out, 0o555); err != nil {
+		t.Fatal(err)
+	}
+	built[pkg] = out
+	return out
 }
+
+// Guest builds the guest agent and returns its path.
+func Guest(t testing.TB) string { return Build(t, "./cmd/stockade-guest") }
 
 // build compiles a package of this module statically.
 func build(out, pkg string) error {

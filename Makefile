@@ -1,0 +1,38 @@
+# Stockade build, setup, test and benchmark entry points. Every target that
+# needs host software installs it itself (`stockade setup`), so each works on
+# a bare Debian 12 machine with Go.
+
+export PATH := /usr/local/go/bin:$(PATH)
+export CGO_ENABLED := 0
+export GOFLAGS := -buildvcs=false
+
+GUEST := internal/guestbin/payload/stockade-guest
+
+.PHONY: all build guest setup up test bench clean
+
+all: build
+
+# The guest agent is compiled first and embedded in the stockade binary.
+guest:
+	go build -trimpath -ldflags='-s -w' -o $(GUEST) ./cmd/stockade-guest
+
+build: guest
+	go build -trimpath -o bin/stockade ./cmd/stockade
+
+# Installs runc and debootstrap, builds the static runsc and the images.
+setup: build
+	bin/stockade setup
+
+# README command 1: a bare machine to a running Stockade.
+up: setup
+	scripts/up.sh
+
+# README command 2: the whole test suite, with every prerequisite installed.
+test: setup
+	scripts/test.sh
+
+bench: setup
+	go run ./bench/oneshot
+
+clean:
+	rm -rf bin $(GUEST)

@@ -1,0 +1,86 @@
+package api
+
+import (
+	"encoding/json"
+	"errors"
+	"net/http"
+	"strings"
+
+	"github.com/stockade-sh/stockade/errdefs"
+)
+
+// ErrorBody is the JSON of every error response.
+type ErrorBody struct {
+	Error ErrorDetail `json:"error"`
+}
+
+// ErrorDetail is a stable code and a sentence for people.
+type ErrorDetail struct {
+	Code    string `json:"code"`
+	Message string `json:"message"`
+}
+
+// status maps an error class to its HTTP status and stable code. It is the
+// only place where error classes meet HTTP.
+func status(err error) (int, string) {
+	switch {
+	case errdefs.IsInvalidArgument(err):
+		return http.StatusBadRequest, "invalid_argument"
+	case errdefs.IsUnauthenticated(err):
+		return http.StatusUnauthorized, "unauthenticated"
+	case errdefs.IsPaymentRequired(err):
+		return http.StatusPaymentRequired, "insufficient_credits"
+	case errdefs.IsPermissionDenied(err):
+		return http.StatusForbidden, "permission_denied"
+	case errdefs.IsNotFound(err):
+		return http.StatusNotFound, "not_found"
+	case errdefs.IsConflict(err), errdefs.IsFailedPrecondition(err):
+		return http.StatusConflict, "conflict"
+	case errdefs.IsTooLarge(err):
+		return http.StatusRequestEntityTooLarge, "too_large"
+	case errdefs.IsResourceExhausted(err):
+		return http.StatusTooManyRequests, "resource_exhausted"
+	case errdefs.IsUnavailable(err):
+		return http.StatusServiceUnavailable, "unavailable"
+	}
+	return http.StatusInternalServerError, "internal"
+}
+
+// retryAfterSeconds is sent with 429 and 503 answers.
+const retryAfterSeconds = "1"
+
+func writeError(w http.ResponseWriter, err error) {
+	code, name := status(err)
+	msg := err.Error()
+	if code == http.StatusInternalServerError {
+		msg = "internal error"
+	} else {
+		// The class name that wrapping appends (": not found") repeats the
+		// code; clients get the sentence without it.
+		msg = strings.TrimSuffix(msg, ": "+classText(err))
+	}
+	if code == http.StatusTooManyRequests || code == http.StatusServiceUnavailable {
+		w.Header().Set("Retry-After", retryAfterSeconds)
+	}
+	writeJSON(w, code, ErrorBody{Error: ErrorDetail{Code: name, Message: msg}})
+}
+
+// classText is the text of the error class err wraps.
+func classText(err error) string {
+	for _, c := range []error{errdefs.ErrInvalidArgument, errdefs.ErrNotFound, errdefs.ErrPermissionDenied,
+		errdefs.ErrFailedPrecondition, errdefs.ErrResourceExhausted, errdefs.ErrUnavailable, errdefs.ErrUnauthenticated,
+		errdefs.ErrConflict, errdefs.ErrTooLarge, errdefs.ErrPaymentRequired} {
+		if errors.Is(err, c) {
+			return c.Error()
+		}
+	}
+	return ""
+}
+
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	_ = enc.Encode(v)
+}

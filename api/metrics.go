@@ -1,0 +1,61 @@
+package api
+
+import (
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/stockade-sh/stockade/engine"
+	"github.com/stockade-sh/stockade/store"
+)
+
+// Metrics are Stockade's Prometheus metrics. It implements engine.Observer.
+type Metrics struct {
+	reg         *prometheus.Registry
+	invocations *prometheus.CounterVec
+	duration    *prometheus.HistogramVec
+	pending     prometheus.Gauge
+	credits     prometheus.Counter
+}
+
+var _ engine.Observer = (*Metrics)(nil)
+
+// NewMetrics registers the metrics on a registry of their own.
+func NewMetrics() *Metrics {
+	m := &Metrics{
+		reg: prometheus.NewRegistry(),
+		invocations: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "stockade_invocations_total", Help: "Finished invocations by final status.",
+		}, []string{"status"}),
+		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "stockade_execution_duration_seconds", Help: "Wall clock of executions that ran, from sandbox start to end.",
+			Buckets: []float64{.025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 300},
+		}, []string{"driver"}),
+		pending: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "stockade_approvals_pending", Help: "Approval requests waiting for a decision.",
+		}),
+		credits: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "stockade_credits_charged_total", Help: "Credits charged for invocations.",
+		}),
+	}
+	m.reg.MustRegister(m.invocations, m.duration, m.pending, m.credits,
+		prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
+	return m
+}
+
+// Invocation implements engine.Observer.
+func (m *Metrics) Invocation(status store.ExecutionStatus, driver string, ran time.Duration, credits int64) {
+	m.invocations.WithLabelValues(string(status)).Inc()
+	if ran > 0 {
+		m.duration.WithLabelValues(driver).Observe(ran.Seconds())
+	}
+	m.credits.Add(float64(credits))
+}
+
+// ApprovalsPending implements engine.Observer.
+func (m *Metrics) ApprovalsPending(delta int) { m.pending.Add(float64(delta)) }
+
+// Handler serves the metrics in the Prometheus text format.
+func (m *Metrics) Handler() http.Handler { return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{}) }

@@ -1,0 +1,579 @@
+// Package api is Stockade's HTTP API: REST with JSON bodies, Server-Sent
+// Events for executions that wait for approval or stream output, Prometheus
+// metrics and the OpenAPI document. Handlers decode and encode; every
+// decision is the engine's.
+//
+//	h := api.New(svc, api.Options{Metrics: api.NewMetrics()})
+//	http.ListenAndServe("127.0.0.1:8700", h)
+package api
+
+import (
+	"context"
+	_ "embed"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/stockade-sh/stockade/engine"
+	"github.com/stockade-sh/stockade/errdefs"
+	"github.com/stockade-sh/stockade/store"
+)
+
+//go:embed openapi.json
+var openapiDoc []byte
+
+// Options configure the handler.
+type Options struct {
+	// Metrics, if set, is served on /metrics.
+	Metrics *Metrics
+	// MaxWait bounds ?wait= and a synchronous POST's wait for the result;
+	// zero means 10 minutes.
+	MaxWait time.Duration
+	// KeepAlive is the interval of SSE comments while nothing happens; zero
+	// means 15 s.
+	KeepAlive time.Duration
+}
+
+// maxBody bounds a request body: 1 MiB of code and 1 MiB of stdin, JSON
+// escaped, with room to spare.
+const maxBody = 8 << 20
+
+type server struct {
+	svc  *engine.Service
+	opts Options
+}
+
+// New returns the API handler.
+func New(svc *engine.Service, o Options) http.Handler {
+	if o.MaxWait == 0 {
+		o.MaxWait = 10 * time.Minute
+	}
+	if o.KeepAlive == 0 {
+		o.KeepAlive = 15 * time.Second
+	}
+	s := &server{svc: svc, opts: o}
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /v1/executions", s.auth(s.createExecution))
+	mux.HandleFunc("GET /v1/executions/{id}", s.auth(s.getExecution))
+	mux.HandleFunc("GET /v1/approvals", s.auth(s.listApprovals))
+	mux.HandleFunc("POST /v1/approvals/{id}/approve", s.auth(s.decide(true)))
+	mux.HandleFunc("POST /v1/approvals/{id}/deny", s.auth(s.decide(false)))
+	mux.HandleFunc("GET /v1/audit/events", s.auth(s.listEvents))
+	mux.HandleFunc("GET /v1/tool-calls", s.auth(s.listToolCalls))
+	mux.HandleFunc("GET /v1/workspace", s.auth(s.getWorkspace))
+	mux.HandleFunc("GET /healthz", s.healthz)
+	mux.HandleFunc("GET /openapi.json", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write(openapiDoc)
+	})
+	if o.Metrics != nil {
+		mux.Handle("GET /metrics", o.Metrics.Handler())
+	}
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, fmt.Errorf("no route for %s %s (see /openapi.json): %w", r.Method, r.URL.Path, errdefs.ErrNotFound))
+	})
+	return mux
+}
+
+type principalKey struct{}
+
+// auth authenticates the bearer key and passes the principal on.
+func (s *server) auth(next func(http.ResponseWriter, *http.Request, engine.Principal)) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		key, _ := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+		p, err := s.svc.Authenticate(r.Context(), strings.TrimSpace(key))
+		if err != nil {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="stockade"`)
+			writeError(w, err)
+			return
+		}
+		next(w, r, p)
+	}
+}
+
+// decodeBody strictly decodes a JSON body into v, naming the offending field.
+func decodeBody(w http.ResponseWriter, r *http.Request, v any) error {
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxBody))
+	dec.DisallowUnknownFields()
+	err := dec.Decode(v)
+	if err == nil && dec.More() {
+		err = errors.New("trailing data after the JSON object")
+	}
+	var typeErr *json.UnmarshalTypeError
+	var maxErr *http.MaxBytesError
+	switch {
+	case err == nil:
+		return nil
+	case errors.As(err, &maxErr):
+		return fmt.Errorf("request body is larger than %d bytes: %w", maxBody, errdefs.ErrTooLarge)
+	case errors.As(err, &typeErr):
+		return fmt.Errorf("field %q: expected %s, got JSON %s: %w", typeErr.Field, typeErr.Type, typeErr.Value, errdefs.ErrInvalidArgument)
+	case errors.Is(err, io.EOF):
+		return fmt.Errorf("request body is empty; expected a JSON object: %w", errdefs.ErrInvalidArgument)
+	case strings.HasPrefix(err.Error(), "json: unknown field "):
+		return fmt.Errorf("unknown field %s: %w", strings.TrimPrefix(err.Error(), "json: unknown field "), errdefs.ErrInvalidArgument)
+	}
+	return fmt.Errorf("malformed JSON body: %v: %w", err, errdefs.ErrInvalidArgument)
+}
+
+// ExecutionView is an execution on the wire.
+type ExecutionView struct {
+	ID         string          `json:"id"`
+	Status     string          `json:"status"`
+	Runtime    string          `json:"runtime"`
+	Tool       string          `json:"tool"`
+	ApprovalID string          `json:"approval_id,omitempty"`
+	Approval   json.RawMessage `json:"approval,omitempty"`
+	Driver     string          `json:"driver,omitempty"`
+	CreatedAt  time.Time       `json:"created_at"`
+	StartedAt  *time.Time      `json:"started_at,omitempty"`
+	FinishedAt *time.Time      `json:"finished_at,omitempty"`
+	// Result is the engine's result object once the code ran, or
+	// {"error": ...} when the sandbox could not launch.
+	Result   json.RawMessage `json:"result,omitempty"`
+	Replayed bool            `json:"replayed,omitempty"`
+}
+
+func viewOf(e store.Execution) ExecutionView {
+	v := ExecutionView{
+		ID: e.ID, Status: string(e.Status), Runtime: e.Runtime, Tool: e.Tool, ApprovalID: e.ApprovalID,
+		Driver: e.Driver, CreatedAt: e.CreatedAt, Result: e.Result,
+	}
+	if !e.StartedAt.IsZero() {
+		v.StartedAt = &e.StartedAt
+	}
+	if !e.FinishedAt.IsZero() {
+		v.FinishedAt = &e.FinishedAt
+	}
+	return v
+}
+
+// ApprovalView is an approval request on the wire.
+type ApprovalView struct {
+	ID          string          `json:"id"`
+	ExecutionID string          `json:"execution_id"`
+	Status      string          `json:"status"`
+	Card        json.RawMessage `json:"card"`
+	RequestedAt time.Time       `json:"requested_at"`
+	ExpiresAt   time.Time       `json:"expires_at"`
+	DecidedBy   string          `json:"decided_by,omitempty"`
+	DecidedAt   *time.Time      `json:"decided_at,omitempty"`
+	Reason      string          `json:"reason,omitempty"`
+}
+
+func approvalView(a store.Approval) ApprovalView {
+	v := ApprovalView{ID: a.ID, ExecutionID: a.ExecutionID, Status: string(a.Status), Card: card(a),
+		RequestedAt: a.RequestedAt, ExpiresAt: a.ExpiresAt, DecidedBy: a.DecidedBy, Reason: a.Reason}
+	if !a.DecidedAt.IsZero() {
+		v.DecidedAt = &a.DecidedAt
+	}
+	return v
+}
+
+// card returns the approval card with its ids filled in.
+func card(a store.Approval) json.RawMessage {
+	var c engine.ApprovalCard
+	if err := json.Unmarshal(a.Card, &c); err != nil {
+		return a.Card
+	}
+	c.ApprovalID, c.ExecutionID = a.ID, a.ExecutionID
+	b, _ := json.Marshal(c)
+	return b
+}
+
+func (s *server) createExecution(w http.ResponseWriter, r *http.Request, p engine.Principal) {
+	var req engine.InvokeRequest
+	if err := decodeBody(w, r, &req); err != nil {
+		writeError(w, err)
+		return
+	}
+	opts := engine.InvokeOptions{IdempotencyKey: r.Header.Get("Idempotency-Key"), ExecutionID: engine.NewExecutionID()}
+	if strings.Contains(r.Header.Get("Accept"), "text/event-stream") {
+		s.streamExecution(w, r, p, req, opts)
+		return
+	}
+	inv, err := s.svc.Invoke(r.Context(), p, req, opts)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	if inv.Approval != nil && inv.Execution.Status == store.StatusAwaitingApproval {
+		v := viewOf(inv.Execution)
+		v.Approval, v.Replayed = card(*inv.Approval), inv.Replayed
+		w.Header().Set("Location", "/v1/executions/"+v.ID)
+		writeJSON(w, http.StatusAccepted, v)
+		return
+	}
+	e, err := s.svc.Wait(r.Context(), p, inv.Execution.ID, s.opts.MaxWait)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	v := viewOf(e)
+	v.Replayed = inv.Replayed
+	writeJSON(w, http.StatusOK, v)
+}
+
+// streamExecution answers POST /v1/executions with Server-Sent Events:
+// approval_required (when a human must decide), started, stdout and stderr
+// chunks, then result — or denied when the approver said no.
+func (s *server) streamExecution(w http.ResponseWriter, r *http.Request, p engine.Principal, req engine.InvokeRequest, opts engine.InvokeOptions) {
+	flusher, ok := w.(http.Flusher)
+	if !ok {
+		writeError(w, fmt.Errorf("streaming is not supported by this connection: %w", errdefs.ErrInvalidArgument))
+		return
+	}
+	// Subscribing before Invoke means not one event of the run is missed.
+	events, cancel := s.svc.Subscribe(opts.ExecutionID)
+	inv, err := s.svc.Invoke(r.Context(), p, req, opts)
+	if err != nil {
+		cancel()
+		writeError(w, err)
+		return
+	}
+	id := inv.Execution.ID
+	if id != opts.ExecutionID { // an idempotent replay of an earlier execution
+		cancel()
+		events, cancel = s.svc.Subscribe(id)
+	}
+	defer cancel()
+	w.Header().Set("Content-Type", "text/event-stream")
+	w.Header().Set("Cache-Control", "no-store")
+	w.Header().Set("X-Accel-Buffering", "no")
+	w.WriteHeader(http.StatusOK)
+	send := func(event string, data []byte) {
+		fmt.Fprintf(w, "event: %s\ndata: %s\n\n", event, data)
+		flusher.Flush()
+	}
+	if inv.Approval != nil && inv.Execution.Status == store.StatusAwaitingApproval {
+		send("approval_required", card(*inv.Approval))
+	}
+	keep := time.NewTicker(s.opts.KeepAlive)
+	defer keep.Stop()
+	done := inv.Execution.Status.Terminal()
+	for !done {
+		select {
+		case ev, ok := <-events:
+			if !ok {
+				done = true
+				break
+			}
+			send(ev.Type, ev.Data)
+		case <-keep.C:
+			fmt.Fprint(w, ": keep-alive\n\n")
+			flusher.Flush()
+		case <-r.Context().Done():
+			return
+		}
+	}
+	e, err := s.svc.Wait(context.WithoutCancel(r.Context()), p, id, 0)
+	if err != nil {
+		b, _ := json.Marshal(ErrorBody{Error: ErrorDetail{Code: "internal", Message: "reading the execution's outcome failed"}})
+		send("error", b)
+		return
+	}
+	v := viewOf(e)
+	v.Replayed = inv.Replayed
+	b, _ := json.Marshal(v)
+	if e.Status == store.StatusDenied {
+		send("denied", b)
+		return
+	}
+	send("result", b)
+}
+
+func (s *server) getExecution(w http.ResponseWriter, r *http.Request, p engine.Principal) {
+	var wait time.Duration
+	if v := r.URL.Query().Get("wait"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil || d < 0 {
+			writeError(w, fmt.Errorf("wait=%q: expected a duration such as 30s: %w", v, errdefs.ErrInvalidArgument))
+			return
+		}
+		wait = min(d, s.opts.MaxWait)
+	}
+	e, err := s.svc.Wait(r.Context(), p, r.PathValue("id"), wait)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	v := viewOf(e)
+	if e.ApprovalID != "" {
+		if a, err := s.svc.Store().GetApproval(r.Context(), p.WorkspaceID, e.ApprovalID); err == nil {
+			v.Approval = card(a)
+		}
+	}
+	writeJSON(w, http.StatusOK, v)
+}
+
+// DecisionRequest is the optional body of approve and deny.
+type DecisionRequest struct {
+	Reason string `json:"reason"`
+}
+
+func (s *server) decide(approve bool) func(http.ResponseWriter, *http.Request, engine.Principal) {
+	return func(w http.ResponseWriter, r *http.Request, p engine.Principal) {
+		var body DecisionRequest
+		if r.ContentLength != 0 {
+			if err := decodeBody(w, r, &body); err != nil {
+				writeError(w, err)
+				return
+			}
+		}
+		a, e, err := s.svc.Decide(r.Context(), p, r.PathValue("id"), approve, body.Reason)
+		if err != nil {
+			writeError(w, err)
+			return
+		}
+		writeJSON(w, http.StatusOK, struct {
+			Approval  ApprovalView  `json:"approval"`
+			Execution ExecutionView `json:"execution"`
+		}{approvalView(a), viewOf(e)})
+	}
+}
+
+// pageOf reads ?limit= and ?cursor=.
+func pageOf(r *http.Request) (store.PageRequest, error) {
+	q := r.URL.Query()
+	pr := store.PageRequest{Cursor: q.Get("cursor")}
+	if v := q.Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n <= 0 || n > store.MaxPageLimit {
+			return pr, fmt.Errorf("limit=%q: expected 1 to %d: %w", v, store.MaxPageLimit, errdefs.ErrInvalidArgument)
+		}
+		pr.Limit = n
+	}
+	return pr, nil
+}
+
+// timeRange reads ?since= and ?until= (RFC 3339).
+func timeRange(r *http.Request) (since, until time.Time, err error) {
+	for _, f := range []struct {
+		name string
+		dst  *time.Time
+	}{{"since", &since}, {"until", &until}} {
+		if v := r.URL.Query().Get(f.name); v != "" {
+			t, perr := time.Parse(time.RFC3339Nano, v)
+			if perr != nil {
+				return since, until, fmt.Errorf("%s=%q: expected an RFC 3339 time: %w", f.name, v, errdefs.ErrInvalidArgument)
+			}
+			*f.dst = t
+		}
+	}
+	return since, until, nil
+}
+
+// list writes one page of items.
+type listResponse[T any] struct {
+	Items []T    `json:"items"`
+	Next  string `json:"next_cursor,omitempty"`
+}
+
+func (s *server) listApprovals(w http.ResponseWriter, r *http.Request, p engine.Principal) {
+	pr, err := pageOf(r)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	f := store.ApprovalFilter{PageRequest: pr}
+	if v := r.URL.Query().Get("status"); v != "" {
+		st := store.ApprovalStatus(v)
+		switch st {
+		case store.ApprovalPending, store.ApprovalApproved, store.ApprovalDenied, store.ApprovalExpired:
+		default:
+			writeError(w, fmt.Errorf("status=%q: expected pending, approved, denied or expired: %w", v, errdefs.ErrInvalidArgument))
+			return
+		}
+		f.Statuses = []store.ApprovalStatus{st}
+	}
+	page, err := s.svc.Store().ListApprovals(r.Context(), p.WorkspaceID, f)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	out := listResponse[ApprovalView]{Items: []ApprovalView{}, Next: page.Next}
+	for _, a := range page.Items {
+		out.Items = append(out.Items, approvalView(a))
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// EventView is an audit event on the wire, with its chain links.
+type EventView struct {
+	ID          string          `json:"id"`
+	Seq         int64           `json:"seq"`
+	Type        string          `json:"type"`
+	Code        string          `json:"code"`
+	Actor       string          `json:"actor"`
+	Reason      string          `json:"reason,omitempty"`
+	ExecutionID string          `json:"execution_id,omitempty"`
+	Data        json.RawMessage `json:"data,omitempty"`
+	Time        time.Time       `json:"time"`
+	PrevHash    string          `json:"prev_hash"`
+	Hash        string          `json:"hash"`
+}
+
+func (s *server) listEvents(w http.ResponseWriter, r *http.Request, p engine.Principal) {
+	pr, err := pageOf(r)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	since, until, err := timeRange(r)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	f := store.EventFilter{PageRequest: pr, Since: since, Until: until, ExecutionID: r.URL.Query().Get("execution_id")}
+	if v := r.URL.Query().Get("type"); v != "" {
+		f.Types = strings.Split(v, ",")
+	}
+	page, err := s.svc.Store().ListEvents(r.Context(), p.WorkspaceID, f)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	out := listResponse[EventView]{Items: []EventView{}, Next: page.Next}
+	for _, e := range page.Items {
+		out.Items = append(out.Items, EventView{ID: e.ID, Seq: e.Seq, Type: e.Type, Code: e.Code, Actor: e.Actor, Reason: e.Reason,
+			ExecutionID: e.ExecutionID, Data: e.Data, Time: e.Time, PrevHash: e.PrevHash, Hash: e.Hash})
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// ToolCallView is a tool_calls row on the wire.
+type ToolCallView struct {
+	ID              string     `json:"id"`
+	ExecutionID     string     `json:"execution_id"`
+	Tool            string     `json:"tool"`
+	Runtime         string     `json:"runtime"`
+	InputSHA256     string     `json:"input_sha256"`
+	Status          string     `json:"status"`
+	ExitCode        *int       `json:"exit_code"`
+	StdoutPreview   string     `json:"stdout_preview"`
+	StderrPreview   string     `json:"stderr_preview"`
+	StdoutTruncated bool       `json:"stdout_truncated"`
+	StderrTruncated bool       `json:"stderr_truncated"`
+	Driver          string     `json:"driver,omitempty"`
+	CreditsCharged  int64      `json:"credits_charged"`
+	CreatedAt       time.Time  `json:"created_at"`
+	StartedAt       *time.Time `json:"started_at,omitempty"`
+	FinishedAt      *time.Time `json:"finished_at,omitempty"`
+}
+
+func (s *server) listToolCalls(w http.ResponseWriter, r *http.Request, p engine.Principal) {
+	pr, err := pageOf(r)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	since, until, err := timeRange(r)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	f := store.ToolCallFilter{PageRequest: pr, Since: since, Until: until}
+	if v := r.URL.Query().Get("status"); v != "" {
+		for _, st := range strings.Split(v, ",") {
+			if !store.ExecutionStatus(st).Valid() {
+				writeError(w, fmt.Errorf("status=%q: unknown status %q: %w", v, st, errdefs.ErrInvalidArgument))
+				return
+			}
+			f.Statuses = append(f.Statuses, store.ExecutionStatus(st))
+		}
+	}
+	page, err := s.svc.Store().ListToolCalls(r.Context(), p.WorkspaceID, f)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	out := listResponse[ToolCallView]{Items: []ToolCallView{}, Next: page.Next}
+	for _, c := range page.Items {
+		v := ToolCallView{ID: c.ID, ExecutionID: c.ExecutionID, Tool: c.Tool, Runtime: c.Runtime, InputSHA256: c.InputSHA256,
+			Status: string(c.Status), ExitCode: c.ExitCode, StdoutPreview: string(c.StdoutPreview), StderrPreview: string(c.StderrPreview),
+			StdoutTruncated: c.StdoutTruncated, StderrTruncated: c.StderrTruncated, Driver: c.Driver, CreditsCharged: c.CreditsCharged,
+			CreatedAt: c.CreatedAt}
+		if !c.StartedAt.IsZero() {
+			v.StartedAt = &c.StartedAt
+		}
+		if !c.FinishedAt.IsZero() {
+			v.FinishedAt = &c.FinishedAt
+		}
+		out.Items = append(out.Items, v)
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// WorkspaceView is GET /v1/workspace.
+type WorkspaceView struct {
+	ID      string     `json:"id"`
+	Name    string     `json:"name"`
+	Policy  PolicyView `json:"policy"`
+	Credits struct {
+		Available int64 `json:"available"`
+		Reserved  int64 `json:"reserved"`
+	} `json:"credits"`
+}
+
+// PolicyView is a workspace policy on the wire.
+type PolicyView struct {
+	CodeExecution  bool     `json:"code_execution"`
+	Approval       string   `json:"approval"`
+	NetworkAllowed bool     `json:"network_allowed"`
+	MaxTimeoutMS   int64    `json:"max_timeout_ms"`
+	Runtimes       []string `json:"runtimes"`
+	ToolChanges    string   `json:"tool_changes"`
+}
+
+// PolicyViewOf returns the wire form of a policy.
+func PolicyViewOf(p store.Policy) PolicyView {
+	return PolicyView{CodeExecution: p.CodeExecution, Approval: string(p.Approval), NetworkAllowed: p.NetworkAllowed,
+		MaxTimeoutMS: p.MaxTimeout.Milliseconds(), Runtimes: p.Runtimes, ToolChanges: string(p.ToolChanges)}
+}
+
+func (s *server) getWorkspace(w http.ResponseWriter, r *http.Request, p engine.Principal) {
+	st := s.svc.Store()
+	ws, err := st.GetWorkspace(r.Context(), p.WorkspaceID)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	pol, err := st.GetPolicy(r.Context(), p.WorkspaceID)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	cr, err := st.GetCredits(r.Context(), p.WorkspaceID)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	v := WorkspaceView{ID: ws.ID, Name: ws.Name, Policy: PolicyViewOf(pol)}
+	v.Credits.Available, v.Credits.Reserved = cr.Available, cr.Reserved
+	writeJSON(w, http.StatusOK, v)
+}
+
+func (s *server) healthz(w http.ResponseWriter, r *http.Request) {
+	drivers := map[string]string{}
+	healthy := true
+	for name, err := range s.svc.Health(r.Context()) {
+		if err != nil {
+			drivers[name] = err.Error()
+			if name == s.svc.Engine().DefaultDriver() {
+				healthy = false
+			}
+		} else {
+			drivers[name] = "ok"
+		}
+	}
+	code, statusText := http.StatusOK, "ok"
+	if !healthy {
+		code, statusText = http.StatusServiceUnavailable, "degraded"
+	}
+	writeJSON(w, code, map[string]any{"status": statusText, "default_driver": s.svc.Engine().DefaultDriver(), "drivers": drivers})
+}

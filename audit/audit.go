@@ -1,0 +1,36 @@
+// Package audit names Stockade's audit events. Every event has a type (what
+// happened) and a stable code (for queries and alerts that must survive a
+// rename), as in Teleport's lib/events/codes.go. Events are stored in the
+// workspace's tamper-evident chain (store.Audit).
+package audit
+
+// Event types and their codes.
+const (
+	InvokeAllowed     = "capability.invoke_allowed"
+	InvokeAllowedCode = "CAP001I"
+	InvokeDenied      = "capability.invoke_denied"
+	InvokeDeniedCode  = "CAP002W"
+
+	ApprovalRequested     = "approval.requested"
+	ApprovalRequestedCode = "APR001I"
+	ApprovalApproved      = "approval.approved"
+	ApprovalApprovedCode  = "APR002I"
+	ApprovalDenied        = "approval.denied"
+	ApprovalDeniedCode    = "APR003W"
+	ApprovalExpired       = "approval.expired"
+	ApprovalExpiredCode   = "APR004W"
+
+	ExecutionFinished      = "execution.finished"
+	ExecutionFinishedCode  = "EXE001I"
+	ExecutionRecovered     = "execution.recovered"
+	ExecutionRecoveredCode = "EXE002W"
+
+	WorkspaceCreated     = "workspace.created"
+	WorkspaceCreatedCode = "ADM001I"
+	KeyCreated           = "key.created"
+	KeyCreatedCode       = "ADM002I"
+	CreditsGranted       = "credits.granted"
+	CreditsGrantedCode   = "ADM003I"
+	PolicyUpdated        = "policy.updated"
+	PolicyUpdatedCode    = "ADM004I"
+)

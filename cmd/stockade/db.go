@@ -1,0 +1,51 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"os"
+
+	"github.com/stockade-sh/stockade/config"
+	"github.com/stockade-sh/stockade/internal/storeopen"
+	"github.com/stockade-sh/stockade/store"
+)
+
+// dbFlags registers --db and --data-dir for the admin commands, which work
+// on the database directly (the daemon need not run).
+func dbFlags(fs *flag.FlagSet) (db, dataDir *string) {
+	dataDir = fs.String("data-dir", config.Default().DataDir, "data directory holding the default database (env STOCKADE_DATA_DIR)")
+	db = fs.String("db", "", "database URL: sqlite:PATH or postgres://... (default sqlite in the data directory; env STOCKADE_DB)")
+	return db, dataDir
+}
+
+// openDB opens the database the flags name. The caller must Close it.
+func openDB(ctx context.Context, db, dataDir string) (store.Store, error) {
+	if v := os.Getenv("STOCKADE_DATA_DIR"); v != "" && dataDir == config.Default().DataDir {
+		dataDir = v
+	}
+	if db == "" {
+		db = os.Getenv("STOCKADE_DB")
+	}
+	if db == "" {
+		if err := os.MkdirAll(dataDir, 0o755); err != nil {
+			return nil, err
+		}
+		db = storeopen.DefaultURL(dataDir)
+	}
+	st, err := storeopen.Open(ctx, db)
+	if err != nil {
+		return nil, classify(err)
+	}
+	return st, nil
+}
+
+// adminEvent appends an audit event for a change made from the CLI.
+func adminEvent(ctx context.Context, st store.Store, wsID, typ, code, reason string, data any) error {
+	b, err := json.Marshal(data)
+	if err != nil {
+		return err
+	}
+	_, err = st.AppendEvent(ctx, store.NewEvent{WorkspaceID: wsID, Type: typ, Code: code, Actor: "cli", Reason: reason, Data: b})
+	return err
+}

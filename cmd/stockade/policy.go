@@ -1,0 +1,132 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/stockade-sh/stockade/api"
+	"github.com/stockade-sh/stockade/audit"
+	"github.com/stockade-sh/stockade/image"
+	"github.com/stockade-sh/stockade/store"
+)
+
+func init() {
+	commands["policy"] = command{summary: "show and set a workspace's policy (on the database directly)", run: policyCmd}
+}
+
+func policyCmd(ctx context.Context, args []string) int {
+	const use = "usage: stockade policy show NAME | stockade policy set NAME [--approval=required|none] [--network=allowed|denied] [--max-timeout=DURATION] [--runtimes=python,node,shell] [--code-execution=enabled|disabled] [--tool-changes=flag|require_review]"
+	if len(args) < 2 || (args[0] != "show" && args[0] != "set") {
+		return fail(usagef(use))
+	}
+	verb, name := args[0], args[1]
+	fs := flag.NewFlagSet("policy "+verb, flag.ContinueOnError)
+	db, dataDir := dbFlags(fs)
+	approval := fs.String("approval", "", "required or none")
+	network := fs.String("network", "", "allowed or denied")
+	maxTimeout := fs.Duration("max-timeout", 0, "maximum wall clock per invocation (lowers the server's ceiling)")
+	runtimes := fs.String("runtimes", "", "comma-separated allowed runtimes")
+	codeExec := fs.String("code-execution", "", "enabled or disabled")
+	toolChanges := fs.String("tool-changes", "", "flag or require_review")
+	pos, err := parseArgs(fs, args[2:])
+	if err != nil {
+		return exitUsage
+	}
+	if len(pos) > 0 {
+		return fail(usagef(use))
+	}
+	st, err := openDB(ctx, *db, *dataDir)
+	if err != nil {
+		return fail(err)
+	}
+	defer st.Close()
+	ws, err := st.GetWorkspaceByName(ctx, name)
+	if err != nil {
+		return fail(classify(err))
+	}
+	pol, err := st.GetPolicy(ctx, ws.ID)
+	if err != nil {
+		return fail(err)
+	}
+	if verb == "set" {
+		before := api.PolicyViewOf(pol)
+		if err := applyPolicyFlags(fs, &pol, *approval, *network, *maxTimeout, *runtimes, *codeExec, *toolChanges); err != nil {
+			return fail(err)
+		}
+		if pol, err = st.SetPolicy(ctx, ws.ID, pol); err != nil {
+			return fail(classify(err))
+		}
+		if err := adminEvent(ctx, st, ws.ID, audit.PolicyUpdated, audit.PolicyUpdatedCode, "workspace policy changed",
+			map[string]any{"before": before, "after": api.PolicyViewOf(pol)}); err != nil {
+			return fail(err)
+		}
+	}
+	enc := json.NewEncoder(os.Stdout)
+	enc.SetIndent("", "  ")
+	if err := enc.Encode(api.PolicyViewOf(pol)); err != nil {
+		return fail(err)
+	}
+	return 0
+}
+
+// applyPolicyFlags changes the fields of p whose flags were given.
+func applyPolicyFlags(fs *flag.FlagSet, p *store.Policy, approval, network string, maxTimeout time.Duration, runtimes, codeExec, toolChanges string) error {
+	var err error
+	fs.Visit(func(f *flag.Flag) {
+		if err != nil {
+			return
+		}
+		switch f.Name {
+		case "approval":
+			switch approval {
+			case "required", "none":
+				p.Approval = store.ApprovalMode(approval)
+			default:
+				err = usagef("--approval must be required or none, got %q", approval)
+			}
+		case "network":
+			switch network {
+			case "allowed", "denied":
+				p.NetworkAllowed = network == "allowed"
+			default:
+				err = usagef("--network must be allowed or denied, got %q", network)
+			}
+		case "max-timeout":
+			if maxTimeout <= 0 {
+				err = usagef("--max-timeout must be positive, got %s", maxTimeout)
+			}
+			p.MaxTimeout = maxTimeout
+		case "runtimes":
+			p.Runtimes = nil
+			for _, r := range strings.Split(runtimes, ",") {
+				if r = strings.TrimSpace(r); r == "" {
+					continue
+				}
+				if _, ok := image.Runtimes[r]; !ok {
+					err = usagef("--runtimes: unknown runtime %q (known: python, node, shell)", r)
+					return
+				}
+				p.Runtimes = append(p.Runtimes, r)
+			}
+		case "code-execution":
+			switch codeExec {
+			case "enabled", "disabled":
+				p.CodeExecution = codeExec == "enabled"
+			default:
+				err = usagef("--code-execution must be enabled or disabled, got %q", codeExec)
+			}
+		case "tool-changes":
+			switch toolChanges {
+			case "flag", "require_review":
+				p.ToolChanges = store.ToolChangeMode(toolChanges)
+			default:
+				err = usagef("--tool-changes must be flag or require_review, got %q", toolChanges)
+			}
+		}
+	})
+	return err
+}

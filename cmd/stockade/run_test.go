@@ -1,0 +1,169 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stockade-sh/stockade/internal/testenv"
+)
+
+// stockade runs the CLI binary with a private state directory and returns
+// its exit status, stdout and stderr.
+func stockade(t *testing.T, stateDir string, stdin []byte, args ...string) (int, string, string) {
+	t.Helper()
+	bin := testenv.Build(t, "./cmd/stockade")
+	full := append([]string{args[0], "--state-dir", stateDir, "--guest", testenv.Guest(t), "--data-dir", testenv.DataDir()}, args[1:]...)
+	cmd := exec.Command(bin, full...)
+	cmd.Stdin = bytes.NewReader(stdin)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err := cmd.Run()
+	code := 0
+	if ee, ok := err.(*exec.ExitError); ok {
+		code = ee.ExitCode()
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	return code, out.String(), errb.String()
+}
+
+func TestRunBadInput(t *testing.T) {
+	dir := t.TempDir()
+	empty := filepath.Join(dir, "empty.py")
+	huge := filepath.Join(dir, "huge.py")
+	if err := os.WriteFile(empty, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(huge, bytes.Repeat([]byte("#"), 1<<20+1), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name string
+		args []string
+		want string // in the one-line error
+	}{
+		{"unknown runtime", []string{"--runtime", "ruby", "-c", "1"}, `unknown runtime "ruby"`},
+		{"unknown driver", []string{"--runtime", "python", "--driver", "kata", "-c", "1"}, `unknown driver "kata"`},
+		{"no runtime", []string{"-c", "1"}, "--runtime is required"},
+		{"no code", []string{"--runtime", "python"}, "no code"},
+		{"empty code", []string{"--runtime", "python", empty}, "code is empty"},
+		{"code over 1 MiB", []string{"--runtime", "python", huge}, "more than the limit of 1 MiB"},
+		{"missing file", []string{"--runtime", "python", filepath.Join(dir, "nope.py")}, "no such file"},
+		{"zero timeout", []string{"--runtime", "python", "--timeout", "0s", "-c", "1"}, "--timeout must be positive"},
+		{"negative timeout", []string{"--runtime", "python", "--timeout", "-1s", "-c", "1"}, "--timeout must be positive"},
+		{"timeout above ceiling", []string{"--runtime", "python", "--timeout", "11m", "-c", "1"}, "above the ceiling"},
+		{"memory below minimum", []string{"--runtime", "python", "--memory", "8MiB", "-c", "1"}, "below the minimum of 16 MiB"},
+		{"memory above ceiling", []string{"--runtime", "python", "--memory", "100GiB", "-c", "1"}, "above the ceiling"},
+		{"memory not a size", []string{"--runtime", "python", "--memory", "lots", "-c", "1"}, "invalid size"},
+		{"missing image", []string{"--runtime", "python", "--data-dir", filepath.Join(dir, "no-images"), "-c", "1"}, `stockade image build python`},
+		{"missing runc", []string{"--runtime", "python", "--driver", "runc", "--runc", "/nonexistent/runc", "-c", "1"}, "/nonexistent/runc not found"},
+		{"missing runsc", []string{"--runtime", "python", "--driver", "gvisor", "--runsc", "/nonexistent/runsc", "-c", "1"}, "/nonexistent/runsc not found"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			state := filepath.Join(t.TempDir(), "state")
+			code, stdout, stderr := stockade(t, state, nil, append([]string{"run"}, tt.args...)...)
+			if code != 2 {
+				t.Errorf("exit status: got %d, want 2 (stderr %q)", code, stderr)
+			}
+			if stdout != "" {
+				t.Errorf("stdout: got %q, want nothing", stdout)
+			}
+			lines := strings.Split(strings.TrimSpace(stderr), "\n")
+			if len(lines) != 1 || !strings.Contains(lines[0], tt.want) {
+				t.Errorf("stderr: got %q, want one line containing %q", stderr, tt.want)
+			}
+			// Nothing behind: the state directory holds every bundle and
+			// the runtime state, and a sandbox's cgroup is created only
+			// after its bundle; so an untouched state directory means no
+			// bundle, no runtime state and no cgroup was made.
+			if left := listTree(t, state); len(left) > 0 {
+				t.Errorf("left behind in the state directory: %v", left)
+			}
+		})
+	}
+}
+
+// listTree lists the files below dir. Every bundle holds a config.json and
+// every runtime state directory a state file, so no files means nothing left.
+func listTree(t *testing.T, dir string) []string {
+	var out []string
+	err := filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
+		if os.IsNotExist(err) {
+			return nil
+		}
+		if err == nil && !d.IsDir() {
+			out = append(out, p)
+		}
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+func TestRunPrograms(t *testing.T) {
+	testenv.RequiresRoot(t)
+	for _, driver := range []string{"runc", "gvisor"} {
+		t.Run(driver, func(t *testing.T) {
+			testenv.RequiresBinary(t, map[string]string{"runc": "runc", "gvisor": "runsc"}[driver])
+			state := filepath.Join(t.TempDir(), "state")
+			tests := []struct {
+				name, runtime, code string
+				stdin               []byte
+				wantCode            int
+				wantOut             string
+			}{
+				{"python pandas", "python", "import pandas, numpy, requests; print(pandas.__version__ > '2')", nil, 0, "True\n"},
+				{"python exit code", "python", "import sys; print('bye'); sys.exit(7)", nil, 7, "bye\n"},
+				{"node", "node", "console.log(6*7)", nil, 0, "42\n"},
+				{"shell", "shell", "echo $((6*7)); exit 3", nil, 3, "42\n"},
+				{"code from stdin", "python", "", []byte("print('from stdin')"), 0, "from stdin\n"},
+			}
+			for _, tt := range tests {
+				t.Run(tt.name, func(t *testing.T) {
+					args := []string{"run", "--driver", driver, "--runtime", tt.runtime}
+					if tt.stdin != nil {
+						args = append(args, "-")
+					} else {
+						args = append(args, "-c", tt.code)
+					}
+					code, stdout, stderr := stockade(t, state, tt.stdin, args...)
+					if code != tt.wantCode || stdout != tt.wantOut {
+						t.Errorf("got exit %d stdout %q (stderr %q), want exit %d stdout %q", code, stdout, stderr, tt.wantCode, tt.wantOut)
+					}
+				})
+			}
+			t.Run("json", func(t *testing.T) {
+				code, stdout, stderr := stockade(t, state, nil, "run", "--driver", driver, "--runtime", "python", "--json", "-c", "import sys; print('out'); print('err', file=sys.stderr); sys.exit(4)")
+				if code != 0 {
+					t.Fatalf("exit status %d, stderr %q", code, stderr)
+				}
+				var res map[string]any
+				if err := json.Unmarshal([]byte(stdout), &res); err != nil {
+					t.Fatalf("decoding %q: %v", stdout, err)
+				}
+				want := map[string]any{"status": "failed", "exit_code": 4.0, "stdout": "out\n", "stderr": "err\n", "driver": driver, "runtime": "python", "stdout_truncated": false}
+				for k, v := range want {
+					if res[k] != v {
+						t.Errorf("%s: got %v, want %v", k, res[k], v)
+					}
+				}
+				for _, k := range []string{"signal", "stderr_truncated", "duration_ms", "cpu_ms", "peak_memory_bytes"} {
+					if _, ok := res[k]; !ok {
+						t.Errorf("field %s missing from %s", k, stdout)
+					}
+				}
+			})
+			if left := listTree(t, state); len(left) > 0 {
+				t.Errorf("left behind in the state directory: %v", left)
+			}
+		})
+	}
+}

@@ -1,0 +1,99 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"time"
+
+	"github.com/stockade-sh/stockade/api"
+	"github.com/stockade-sh/stockade/config"
+	"github.com/stockade-sh/stockade/engine"
+	"github.com/stockade-sh/stockade/internal/storeopen"
+)
+
+func init() {
+	commands["serve"] = command{summary: "run the Stockade daemon (HTTP API)", run: serveCmd}
+}
+
+func serveCmd(ctx context.Context, args []string) int {
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	cfg, load := configFlags(fs)
+	fs.StringVar(&cfg.Listen, "listen", cfg.Listen, "HTTP listen address")
+	fs.StringVar(&cfg.DB, "db", cfg.DB, "database URL: sqlite:PATH or postgres://... (default sqlite in the data directory)")
+	pos, err := load(args)
+	if err != nil {
+		return fail(err)
+	}
+	if len(pos) > 0 {
+		return fail(usagef("serve takes no arguments"))
+	}
+	if err := serve(ctx, cfg.Listen, cfg.DB, *cfg); err != nil {
+		return fail(err)
+	}
+	return 0
+}
+
+func serve(ctx context.Context, listen, db string, cfg config.Config) error {
+	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
+	eng, err := engine.Open(cfg)
+	if err != nil {
+		return classify(err)
+	}
+	if db == "" {
+		db = storeopen.DefaultURL(cfg.DataDir)
+	}
+	if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
+		return err
+	}
+	st, err := storeopen.Open(ctx, db)
+	if err != nil {
+		return classify(fmt.Errorf("opening database: %w", err))
+	}
+	defer st.Close()
+	metrics := api.NewMetrics()
+	svc := engine.NewService(eng, st, engine.ServiceOptions{
+		CreditsPerInvocation: cfg.CreditsPerInvocation, ApprovalTTL: cfg.ApprovalTTL,
+		MaxConcurrent: cfg.MaxConcurrent, MaxQueue: cfg.MaxQueue, Observer: metrics, Logger: log,
+	})
+	if err := svc.Start(ctx); err != nil {
+		return err
+	}
+	defer svc.Close()
+	ln, err := net.Listen("tcp", listen)
+	if err != nil {
+		return usageError{fmt.Errorf("listening on %s: %w", listen, err)}
+	}
+	srv := &http.Server{Handler: api.New(svc, api.Options{Metrics: metrics}), ReadHeaderTimeout: 10 * time.Second}
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	log.Info("stockade serving", "listen", ln.Addr().String(), "db", redact(db), "default_driver", eng.DefaultDriver())
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+	}
+	log.Info("shutting down")
+	shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer cancel()
+	if err := srv.Shutdown(shutdownCtx); err != nil && !errors.Is(err, context.DeadlineExceeded) {
+		return err
+	}
+	return nil
+}
+
+// redact hides a password in a database URL for logs.
+func redact(db string) string {
+	if u, err := url.Parse(db); err == nil && u.User != nil {
+		if _, ok := u.User.Password(); ok {
+			return u.Redacted()
+		}
+	}
+	return db
+}

@@ -1,0 +1,168 @@
+package docker_test
+
+import (
+	"context"
+	"os"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stockade-sh/stockade/driver/docker"
+	"github.com/stockade-sh/stockade/errdefs"
+	"github.com/stockade-sh/stockade/internal/testenv"
+	"github.com/stockade-sh/stockade/sandbox"
+	"github.com/stockade-sh/stockade/sandbox/conformance"
+)
+
+// engine returns a driver on the dockerd that STOCKADE_TEST_DOCKER_HOST
+// names (scripts/dockerd.sh start DIR prints it), or skips t (fails it in
+// CI) when there is none.
+func engine(t *testing.T) *docker.Driver {
+	t.Helper()
+	host := os.Getenv("STOCKADE_TEST_DOCKER_HOST")
+	if host == "" {
+		testenv.Missing(t, "STOCKADE_TEST_DOCKER_HOST is not set; start a dockerd with `scripts/dockerd.sh start DIR` and set it to what that prints")
+	}
+	d, err := docker.New(docker.Config{Host: host, GuestPath: testenv.Guest(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.Close() })
+	if err := d.Health(t.Context()); err != nil {
+		t.Fatalf("Health: %v", err)
+	}
+	return d
+}
+
+func TestConformance(t *testing.T) {
+	d := engine(t)
+	img := testenv.Image(t, "shell")
+	conformance.Run(t, conformance.Harness{Driver: d, Image: img, Leftovers: d.Leftovers})
+}
+
+func TestReap(t *testing.T) {
+	d := engine(t)
+	img := testenv.Image(t, "shell")
+	ctx := t.Context()
+	run := "reap-" + time.Now().Format("150405.000000")
+	var ids []string
+	for _, group := range []string{"a", "a", "b"} {
+		sb, err := d.Create(ctx, sandbox.Spec{Image: img, Labels: map[string]string{"run": run, "group": group}})
+		if err != nil {
+			t.Fatalf("Create: %v", err)
+		}
+		// Not destroyed: Reap stands in for a crashed daemon's cleanup.
+		ids = append(ids, sb.ID())
+	}
+	reaped, err := d.Reap(ctx, map[string]string{"run": run, "group": "a"})
+	if err != nil {
+		t.Fatalf("Reap: %v", err)
+	}
+	want := slices.Sorted(slices.Values(ids[:2]))
+	if !slices.Equal(reaped, want) {
+		t.Errorf("Reap group a: got %v, want %v", reaped, want)
+	}
+	if left := d.Leftovers(ids[2]); len(left) == 0 {
+		t.Errorf("Reap group a removed sandbox %s of group b", ids[2])
+	}
+	reaped, err = d.Reap(ctx, map[string]string{"run": run})
+	if err != nil {
+		t.Fatalf("Reap: %v", err)
+	}
+	if !slices.Equal(reaped, ids[2:]) {
+		t.Errorf("Reap run: got %v, want %v", reaped, ids[2:])
+	}
+	for _, id := range ids {
+		if left := d.Leftovers(id); len(left) > 0 {
+			t.Errorf("after Reap, sandbox %s left: %v", id, left)
+		}
+	}
+}
+
+func TestImportImage(t *testing.T) {
+	d := engine(t)
+	img := testenv.Image(t, "shell")
+	ctx := t.Context()
+	tag, err := d.ImportImage(ctx, img)
+	if err != nil {
+		t.Fatalf("ImportImage: %v", err)
+	}
+	// A second driver (a restarted daemon) finds the image in the engine
+	// and imports nothing.
+	d2, err := docker.New(docker.Config{Host: d.Host(), GuestPath: testenv.Guest(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d2.Close()
+	start := time.Now()
+	tag2, err := d2.ImportImage(ctx, img)
+	if err != nil {
+		t.Fatalf("ImportImage again: %v", err)
+	}
+	if tag2 != tag {
+		t.Errorf("got tag %s the second time, want %s", tag2, tag)
+	}
+	if el := time.Since(start); el > 2*time.Second {
+		t.Errorf("ImportImage of an image the engine has took %v; want no import", el)
+	}
+}
+
+func TestSessionAndPython(t *testing.T) {
+	d := engine(t)
+	img := testenv.Image(t, "python")
+	ctx := t.Context()
+	sb, err := d.Create(ctx, sandbox.Spec{Image: img})
+	if err != nil {
+		t.Fatalf("Create: %v", err)
+	}
+	defer func() {
+		if err := sb.Destroy(context.WithoutCancel(ctx)); err != nil {
+			t.Errorf("Destroy: %v", err)
+		}
+		if err := sb.Destroy(context.WithoutCancel(ctx)); err != nil {
+			t.Errorf("Destroy again: %v", err)
+		}
+		if left := d.Leftovers(sb.ID()); len(left) > 0 {
+			t.Errorf("left after Destroy: %v", left)
+		}
+	}()
+	for i, code := range []string{"print(6*7)", "import sys; print('err', file=sys.stderr); sys.exit(4)"} {
+		res, err := sb.Exec(ctx, sandbox.ExecRequest{
+			File: sandbox.File{Name: "main.py", Data: []byte(code)},
+			Argv: []string{"/usr/bin/python3", "{file}"},
+		})
+		if err != nil {
+			t.Fatalf("Exec %d: %v", i, err)
+		}
+		switch i {
+		case 0:
+			if res.Status != sandbox.StatusSucceeded || string(res.Stdout) != "42\n" {
+				t.Errorf("print(6*7): got %s %q (stderr %q), want succeeded \"42\\n\"", res.Status, res.Stdout, res.Stderr)
+			}
+		case 1:
+			if res.Status != sandbox.StatusFailed || res.ExitCode != 4 || string(res.Stderr) != "err\n" {
+				t.Errorf("exit 4: got %s %d stderr %q, want failed 4 \"err\\n\"", res.Status, res.ExitCode, res.Stderr)
+			}
+		}
+	}
+}
+
+func TestUnreachableEngine(t *testing.T) {
+	guest := testenv.Guest(t)
+	d, err := docker.New(docker.Config{Host: "unix://" + t.TempDir() + "/no-docker.sock", GuestPath: guest})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	if err := d.Health(t.Context()); !errdefs.IsUnavailable(err) {
+		t.Errorf("Health: got %v, want ErrUnavailable", err)
+	}
+	img := sandbox.Image{Name: "shell", Digest: "sha256:" + strings.Repeat("0", 64), Rootfs: t.TempDir()}
+	if _, err := d.Create(t.Context(), sandbox.Spec{Image: img}); !errdefs.IsUnavailable(err) {
+		t.Errorf("Create: got %v, want ErrUnavailable", err)
+	}
+	if _, err := d.Reap(t.Context(), nil); !errdefs.IsUnavailable(err) {
+		t.Errorf("Reap: got %v, want ErrUnavailable", err)
+	}
+}

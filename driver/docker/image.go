@@ -1,0 +1,289 @@
+package docker
+
+import (
+	"archive/tar"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"syscall"
+	"time"
+
+	cerrdefs "github.com/containerd/errdefs"
+	"github.com/moby/moby/api/types/jsonstream"
+	"github.com/moby/moby/client"
+
+	"github.com/stockade-sh/stockade/errdefs"
+	"github.com/stockade-sh/stockade/internal/oci"
+	"github.com/stockade-sh/stockade/sandbox"
+)
+
+// ImageRepo is the repository every imported runtime image is tagged in:
+// stockade/<runtime>:<image digest[:12]>-<guest digest[:12]>-<treeFormat>.
+const ImageRepo = "stockade/"
+
+// treeFormat names how writeTree turns a rootfs into the imported layer; it
+// changes whenever writeTree's output does, so that no engine keeps using
+// an image made by an older driver.
+const treeFormat = "t1"
+
+var (
+	repoName = regexp.MustCompile(`^[a-z0-9]+(?:[._-][a-z0-9]+)*$`)
+	sha256ID = regexp.MustCompile(`^sha256:[0-9a-f]{64}$`)
+)
+
+// ImageTag is the engine's name for img with the guest agent whose sha256
+// is guestHex. Both digests and treeFormat are in the tag, so a rebuilt
+// image, a new guest or a new driver gets a new engine image and never
+// reuses a stale one.
+func ImageTag(img sandbox.Image, guestHex string) (string, error) {
+	if !sha256ID.MatchString(img.Digest) {
+		return "", fmt.Errorf("image %q has digest %q, not sha256:<hex>: %w", img.Name, img.Digest, errdefs.ErrInvalidArgument)
+	}
+	name := img.Name
+	if !repoName.MatchString(name) {
+		name = "image"
+	}
+	return ImageRepo + name + ":" + img.Digest[len("sha256:"):][:12] + "-" + guestHex[:12] + "-" + treeFormat, nil
+}
+
+// ImportImage makes img, with the guest agent at /.stockade/guest, an image
+// of the engine and returns its tag. An image the engine already has under
+// that tag is not imported again. `stockade image build --docker` calls it
+// ahead of time; Create calls it on first use.
+func (d *Driver) ImportImage(ctx context.Context, img sandbox.Image) (string, error) {
+	if img.Rootfs == "" || !filepath.IsAbs(img.Rootfs) {
+		return "", fmt.Errorf("image rootfs %q is not an absolute path: %w", img.Rootfs, errdefs.ErrInvalidArgument)
+	}
+	guestHex, err := d.guestDigest()
+	if err != nil {
+		return "", err
+	}
+	tag, err := ImageTag(img, guestHex)
+	if err != nil {
+		return "", err
+	}
+	d.imageMu.Lock()
+	defer d.imageMu.Unlock()
+	if d.images[tag] {
+		return tag, nil
+	}
+	_, err = d.cli.ImageInspect(ctx, tag)
+	switch {
+	case err == nil:
+		d.images[tag] = true
+		return tag, nil
+	case !cerrdefs.IsNotFound(err):
+		return "", d.engineError("inspecting image "+tag+" in", err)
+	}
+	if err := d.importTree(ctx, img.Rootfs, tag); err != nil {
+		return "", err
+	}
+	d.images[tag] = true
+	return tag, nil
+}
+
+// forgetImage drops tag from the cache of known images.
+func (d *Driver) forgetImage(tag string) {
+	d.imageMu.Lock()
+	defer d.imageMu.Unlock()
+	delete(d.images, tag)
+}
+
+// importTree streams the tree at rootfs, with the guest added, into the
+// engine's image import and tags the result.
+func (d *Driver) importTree(ctx context.Context, rootfs, tag string) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	pr, pw := io.Pipe()
+	go func() {
+		pw.CloseWithError(writeTree(pw, rootfs, d.cfg.GuestPath))
+	}()
+	defer pr.Close() // stops writeTree when the import fails early
+	resp, err := d.cli.ImageImport(ctx, client.ImageImportSource{Source: pr, SourceName: "-"}, tag, client.ImageImportOptions{
+		Message: "stockade runtime image " + tag,
+	})
+	if err != nil {
+		return d.engineError("importing image "+tag+" into", err)
+	}
+	defer resp.Close()
+	// The engine answers with a stream of JSON messages; a failure is one
+	// of them, not an HTTP status.
+	dec := json.NewDecoder(io.LimitReader(resp, 1<<20))
+	for {
+		var m jsonstream.Message
+		if err := dec.Decode(&m); errors.Is(err, io.EOF) {
+			break
+		} else if err != nil {
+			return d.engineError("importing image "+tag+" into", err)
+		}
+		if m.Error != nil {
+			return fmt.Errorf("importing image %s into the Docker engine: %s: %w", tag, m.Error.Message, errdefs.ErrUnavailable)
+		}
+	}
+	if _, err := d.cli.ImageInspect(ctx, tag); err != nil {
+		return d.engineError("inspecting imported image "+tag+" in", err)
+	}
+	return nil
+}
+
+// tmpfsMountPoints are the directories of the image that sandboxes mount a
+// tmpfs on.
+var tmpfsMountPoints = map[string]bool{"tmp": true, "workspace": true}
+
+// writeTree writes the tree at rootfs to w as a tar stream, in lexical
+// order, keeping types, modes, owners, symlink targets, hard links and
+// modification times (Python checks its bytecode caches against them), with
+// the tmpfs mount points made mode 1777, and with the guest binary at guestPath in place of the image's empty
+// oci.GuestPath file. Sockets are left out.
+func writeTree(w io.Writer, rootfs, guestPath string) error {
+	tw := tar.NewWriter(w)
+	guestName := strings.TrimPrefix(oci.GuestPath, "/")
+	type inode struct{ dev, ino uint64 }
+	links := map[inode]string{}
+	sawGuest := false
+	err := filepath.WalkDir(rootfs, func(p string, _ fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, err := filepath.Rel(rootfs, p)
+		if err != nil || rel == "." {
+			return err
+		}
+		name := filepath.ToSlash(rel)
+		if name == guestName {
+			sawGuest = true
+			return writeGuest(tw, name, guestPath)
+		}
+		fi, err := os.Lstat(p)
+		if err != nil {
+			return err
+		}
+		if fi.Mode()&fs.ModeSocket != 0 {
+			return nil
+		}
+		var target string
+		if fi.Mode()&fs.ModeSymlink != 0 {
+			if target, err = os.Readlink(p); err != nil {
+				return err
+			}
+		}
+		hdr, err := tar.FileInfoHeader(fi, target)
+		if err != nil {
+			return fmt.Errorf("%s: %w", p, err)
+		}
+		hdr.Name = name
+		if fi.IsDir() {
+			hdr.Name += "/"
+			if tmpfsMountPoints[name] {
+				// runc gives a tmpfs the mode of the directory it is
+				// mounted on, whatever its mode= option says; the
+				// profile's tmpfs mounts are world-writable and sticky.
+				hdr.Mode = 0o1777
+			}
+		}
+		hdr.Uname, hdr.Gname = "", ""
+		hdr.AccessTime, hdr.ChangeTime = time.Time{}, time.Time{}
+		st, _ := fi.Sys().(*syscall.Stat_t)
+		if st != nil {
+			hdr.Uid, hdr.Gid = int(st.Uid), int(st.Gid)
+			if fi.Mode().IsRegular() && st.Nlink > 1 {
+				key := inode{uint64(st.Dev), st.Ino}
+				if first, ok := links[key]; ok {
+					hdr.Typeflag, hdr.Linkname, hdr.Size = tar.TypeLink, first, 0
+				} else {
+					links[key] = name
+				}
+			}
+		}
+		if err := tw.WriteHeader(hdr); err != nil {
+			return err
+		}
+		if hdr.Typeflag != tar.TypeReg {
+			return nil
+		}
+		f, err := os.Open(p)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if _, err := io.CopyN(tw, f, hdr.Size); err != nil {
+			return fmt.Errorf("%s: %w", p, err)
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("archiving %s: %w", rootfs, err)
+	}
+	if !sawGuest {
+		if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeDir, Name: filepath.Dir(guestName) + "/", Mode: 0o755}); err != nil {
+			return err
+		}
+		if err := writeGuest(tw, guestName, guestPath); err != nil {
+			return err
+		}
+	}
+	return tw.Close()
+}
+
+// writeGuest adds the guest binary as name, root-owned and mode 0555.
+func writeGuest(tw *tar.Writer, name, guestPath string) error {
+	f, err := os.Open(guestPath)
+	if err != nil {
+		return fmt.Errorf("opening guest agent: %w", err)
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return fmt.Errorf("opening guest agent: %w", err)
+	}
+	if err := tw.WriteHeader(&tar.Header{
+		Typeflag: tar.TypeReg, Name: name, Mode: 0o555, Size: fi.Size(), ModTime: fi.ModTime(),
+	}); err != nil {
+		return err
+	}
+	if _, err := io.CopyN(tw, f, fi.Size()); err != nil {
+		return fmt.Errorf("archiving guest agent: %w", err)
+	}
+	return nil
+}
+
+// guestSum caches the digest of the guest binary for as long as the file
+// looks unchanged.
+type guestSum struct {
+	size  int64
+	mtime time.Time
+	hex   string
+}
+
+// guestDigest returns the hex sha256 of the guest binary.
+func (d *Driver) guestDigest() (string, error) {
+	d.guestMu.Lock()
+	defer d.guestMu.Unlock()
+	fi, err := os.Stat(d.cfg.GuestPath)
+	if err != nil {
+		return "", fmt.Errorf("guest agent %s: %v: %w", d.cfg.GuestPath, err, errdefs.ErrUnavailable)
+	}
+	if g := d.guestSum; g.hex != "" && g.size == fi.Size() && g.mtime.Equal(fi.ModTime()) {
+		return g.hex, nil
+	}
+	f, err := os.Open(d.cfg.GuestPath)
+	if err != nil {
+		return "", fmt.Errorf("guest agent %s: %v: %w", d.cfg.GuestPath, err, errdefs.ErrUnavailable)
+	}
+	defer f.Close()
+	h := sha256.New()
+	if _, err := io.Copy(h, f); err != nil {
+		return "", fmt.Errorf("hashing guest agent: %w", err)
+	}
+	d.guestSum = guestSum{size: fi.Size(), mtime: fi.ModTime(), hex: hex.EncodeToString(h.Sum(nil))}
+	return d.guestSum.hex, nil
+}

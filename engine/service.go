@@ -1,0 +1,584 @@
+package engine
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/stockade-sh/stockade/audit"
+	"github.com/stockade-sh/stockade/contract"
+	"github.com/stockade-sh/stockade/errdefs"
+	"github.com/stockade-sh/stockade/policy"
+	"github.com/stockade-sh/stockade/sandbox"
+	"github.com/stockade-sh/stockade/store"
+)
+
+// Labels put on every sandbox the service starts, so that a restarted
+// daemon can find the orphans of a crashed one.
+const (
+	LabelOwner     = "stockade.owner"
+	LabelExecution = "stockade.execution"
+)
+
+// ServiceOptions configure the capability layer. Zero fields take the
+// documented defaults.
+type ServiceOptions struct {
+	// CreditsPerInvocation is charged for each invocation that ran; default 2.
+	CreditsPerInvocation int64
+	// ApprovalTTL is how long an approval request stays pending; default 10 min.
+	ApprovalTTL time.Duration
+	// MaxConcurrent bounds the sandboxes running at once; default 4.
+	MaxConcurrent int
+	// MaxQueue bounds the invocations waiting for a sandbox slot beyond
+	// MaxConcurrent; past it, invocations are refused (429). Default
+	// 2 x MaxConcurrent.
+	MaxQueue int
+	// Owner is the value of LabelOwner on this daemon's sandboxes; default
+	// "stockade".
+	Owner string
+	// Observer receives metrics; nil means none.
+	Observer Observer
+	// Logger defaults to slog.Default().
+	Logger *slog.Logger
+	// Now defaults to time.Now.
+	Now func() time.Time
+}
+
+// Observer is told about what the service does, for metrics.
+type Observer interface {
+	Invocation(status store.ExecutionStatus, driver string, ran time.Duration, credits int64)
+	ApprovalsPending(delta int)
+}
+
+// Service is the capability layer: authentication, the policy decision, the
+// approval gate, billing, the audit trail, and running through the engine.
+// It is safe for concurrent use.
+type Service struct {
+	eng   *Engine
+	st    store.Store
+	opts  ServiceOptions
+	log   *slog.Logger
+	hub   *hub
+	slots *admission
+
+	ctx    context.Context // ends when the service closes; runs use it
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+}
+
+// NewService returns the capability layer over eng and st. Call Start
+// before serving and Close when done.
+func NewService(eng *Engine, st store.Store, o ServiceOptions) *Service {
+	if o.CreditsPerInvocation == 0 {
+		o.CreditsPerInvocation = 2
+	}
+	if o.ApprovalTTL == 0 {
+		o.ApprovalTTL = 10 * time.Minute
+	}
+	if o.MaxConcurrent <= 0 {
+		o.MaxConcurrent = 4
+	}
+	if o.MaxQueue <= 0 {
+		o.MaxQueue = 2 * o.MaxConcurrent
+	}
+	if o.Owner == "" {
+		o.Owner = "stockade"
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	if o.Observer == nil {
+		o.Observer = nopObserver{}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	return &Service{
+		eng: eng, st: st, opts: o, log: o.Logger, hub: newHub(),
+		slots: newAdmission(o.MaxConcurrent, o.MaxQueue),
+		ctx:   ctx, cancel: cancel,
+	}
+}
+
+type nopObserver struct{}
+
+func (nopObserver) Invocation(store.ExecutionStatus, string, time.Duration, int64) {}
+func (nopObserver) ApprovalsPending(int)                                           {}
+
+// Engine returns the engine the service runs on.
+func (s *Service) Engine() *Engine { return s.eng }
+
+// Start recovers from a previous daemon's crash and starts the approval
+// expiry loop. Executions left queued or running are marked failed with
+// their reservations released, and every sandbox labelled with this
+// service's owner is destroyed.
+func (s *Service) Start(ctx context.Context) error {
+	result, _ := json.Marshal(map[string]string{"error": "interrupted: the daemon stopped before the execution finished"})
+	recovered, err := s.st.RecoverInterrupted(ctx, result)
+	if err != nil {
+		return fmt.Errorf("recovering interrupted executions: %w", err)
+	}
+	for _, e := range recovered {
+		if _, err := s.st.AppendEvent(ctx, store.NewEvent{
+			WorkspaceID: e.WorkspaceID, Type: audit.ExecutionRecovered, Code: audit.ExecutionRecoveredCode,
+			Actor: "system", ExecutionID: e.ID, Reason: "execution interrupted by a daemon stop; marked failed, credits released",
+		}); err != nil {
+			return fmt.Errorf("auditing recovered execution %s: %w", e.ID, err)
+		}
+	}
+	for name, d := range s.eng.Drivers() {
+		r, ok := d.(sandbox.Reaper)
+		if !ok {
+			continue
+		}
+		ids, err := r.Reap(ctx, map[string]string{LabelOwner: s.opts.Owner})
+		if errdefs.IsUnavailable(err) {
+			// A driver whose backend is down has no sandboxes to reap now;
+			// it is reaped at the next start that finds it up.
+			s.log.Warn("driver unavailable; orphaned sandboxes not reaped", "driver", name, "err", err)
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("destroying orphaned %s sandboxes: %w", name, err)
+		}
+		if len(ids) > 0 {
+			s.log.Info("destroyed orphaned sandboxes", "driver", name, "count", len(ids))
+		}
+	}
+	if len(recovered) > 0 {
+		s.log.Info("recovered interrupted executions", "count", len(recovered))
+	}
+	if err := s.countPending(ctx); err != nil {
+		return err
+	}
+	s.wg.Add(1)
+	go s.expireLoop()
+	return nil
+}
+
+func (s *Service) countPending(ctx context.Context) error {
+	wss, err := s.st.ListWorkspaces(ctx)
+	if err != nil {
+		return fmt.Errorf("listing workspaces: %w", err)
+	}
+	n := 0
+	for _, ws := range wss {
+		req := store.PageRequest{Limit: store.MaxPageLimit}
+		for {
+			page, err := s.st.ListApprovals(ctx, ws.ID, store.ApprovalFilter{PageRequest: req, Statuses: []store.ApprovalStatus{store.ApprovalPending}})
+			if err != nil {
+				return fmt.Errorf("counting pending approvals: %w", err)
+			}
+			n += len(page.Items)
+			if page.Next == "" {
+				break
+			}
+			req.Cursor = page.Next
+		}
+	}
+	s.opts.Observer.ApprovalsPending(n)
+	return nil
+}
+
+// Close stops the expiry loop, cancels running executions and waits for
+// them to be recorded.
+func (s *Service) Close() {
+	s.cancel()
+	s.wg.Wait()
+}
+
+func (s *Service) expireLoop() {
+	defer s.wg.Done()
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.ctx.Done():
+			return
+		case <-t.C:
+			s.expireApprovals(s.ctx)
+		}
+	}
+}
+
+// expireApprovals ends the approvals whose time is up.
+func (s *Service) expireApprovals(ctx context.Context) {
+	expired, err := s.st.ExpireApprovals(ctx, s.opts.Now())
+	if err != nil {
+		if ctx.Err() == nil {
+			s.log.Error("expiring approvals", "err", err)
+		}
+		return
+	}
+	for _, a := range expired {
+		s.opts.Observer.ApprovalsPending(-1)
+		if _, err := s.st.AppendEvent(ctx, store.NewEvent{
+			WorkspaceID: a.WorkspaceID, Type: audit.ApprovalExpired, Code: audit.ApprovalExpiredCode,
+			Actor: "system", ExecutionID: a.ExecutionID, Reason: "no decision before the approval expired",
+			Data: mustJSON(map[string]string{"approval_id": a.ID}),
+		}); err != nil {
+			s.log.Error("auditing approval expiry", "approval", a.ID, "err", err)
+		}
+		s.hub.finish(a.ExecutionID)
+	}
+}
+
+// Principal is an authenticated API key.
+type Principal struct {
+	KeyID       string
+	WorkspaceID string
+	Role        store.Role
+}
+
+// Authenticate resolves a bearer key. Unknown and revoked keys are
+// ErrUnauthenticated.
+func (s *Service) Authenticate(ctx context.Context, key string) (Principal, error) {
+	if key == "" {
+		return Principal{}, fmt.Errorf("missing API key (send Authorization: Bearer KEY): %w", errdefs.ErrUnauthenticated)
+	}
+	k, err := s.st.LookupAPIKey(ctx, store.HashKey(key))
+	if errdefs.IsNotFound(err) {
+		return Principal{}, fmt.Errorf("invalid or revoked API key: %w", errdefs.ErrUnauthenticated)
+	}
+	if err != nil {
+		return Principal{}, fmt.Errorf("looking up API key: %w", err)
+	}
+	return Principal{KeyID: k.ID, WorkspaceID: k.WorkspaceID, Role: k.Role}, nil
+}
+
+// InvokeRequest is the body of POST /v1/executions.
+type InvokeRequest struct {
+	Runtime   string `json:"runtime"`
+	Code      string `json:"code"`
+	TimeoutMS int64  `json:"timeout_ms,omitempty"`
+	// Network is "deny" (the default) or "allow".
+	Network string `json:"network,omitempty"`
+	Stdin   string `json:"stdin,omitempty"`
+}
+
+// ApprovalCard is what an approver is shown.
+type ApprovalCard struct {
+	ApprovalID       string    `json:"approval_id"`
+	ExecutionID      string    `json:"execution_id"`
+	Capability       string    `json:"capability"`
+	RiskLevel        string    `json:"risk_level"`
+	Runtime          string    `json:"runtime"`
+	Code             string    `json:"code"`
+	NetworkRequested bool      `json:"network_requested"`
+	TimeoutMS        int64     `json:"timeout_ms"`
+	RequestedBy      string    `json:"requested_by"`
+	ExpiresAt        time.Time `json:"expires_at"`
+}
+
+// Invocation is the outcome of Invoke: the execution as admitted.
+type Invocation struct {
+	Execution store.Execution
+	// Approval is set when the execution waits for a decision.
+	Approval *store.Approval
+	// Replayed is set when an Idempotency-Key matched an earlier request.
+	Replayed bool
+}
+
+// InvokeOptions are the parts of an invocation that are not its request body.
+type InvokeOptions struct {
+	// IdempotencyKey makes a retried request return the first execution;
+	// empty means none.
+	IdempotencyKey string
+	// ExecutionID is the id to give the execution (see NewExecutionID), so
+	// that the caller can Subscribe before the run starts; empty lets the
+	// store choose one.
+	ExecutionID string
+}
+
+// NewExecutionID returns a fresh execution id.
+func NewExecutionID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	return "ex_" + hex.EncodeToString(b[:])
+}
+
+// Invoke admits an invocation: the policy decision (recorded as exactly one
+// capability.invoke_allowed or capability.invoke_denied event), the credit
+// reservation and tool_calls row (one transaction), and then either the
+// approval request or the run, which proceeds in the background. Use Wait
+// or Subscribe for the outcome.
+func (s *Service) Invoke(ctx context.Context, p Principal, req InvokeRequest, o InvokeOptions) (*Invocation, error) {
+	network, err := parseNetwork(req.Network)
+	if err != nil {
+		return nil, err
+	}
+	if req.TimeoutMS < 0 {
+		return nil, fmt.Errorf("timeout_ms must not be negative: %w", errdefs.ErrInvalidArgument)
+	}
+	timeout := time.Duration(req.TimeoutMS) * time.Millisecond
+	// Shape errors (unknown runtime, empty or oversized code) are the
+	// caller's mistakes, not decisions, and are answered before the policy.
+	if _, _, err := s.eng.Validate(Request{Runtime: req.Runtime, Code: []byte(req.Code), Stdin: []byte(req.Stdin)}); err != nil {
+		return nil, err
+	}
+	data := mustJSON(map[string]any{"capability": contract.CodeExecute.Name, "runtime": req.Runtime, "timeout_ms": req.TimeoutMS, "network": network})
+	deny := func(code, reason string, class error) (*Invocation, error) {
+		if _, err := s.st.AppendEvent(ctx, store.NewEvent{
+			WorkspaceID: p.WorkspaceID, Type: audit.InvokeDenied, Code: audit.InvokeDeniedCode,
+			Actor: p.KeyID, Reason: reason, Data: mustJSON(map[string]any{"decision": code, "request": json.RawMessage(data)}),
+		}); err != nil {
+			return nil, fmt.Errorf("recording denial: %w", err)
+		}
+		return nil, fmt.Errorf("%s: %w", reason, class)
+	}
+	if p.Role == store.RoleApprover {
+		return deny("role_cannot_invoke", "approver keys cannot invoke capabilities", errdefs.ErrPermissionDenied)
+	}
+	pol, err := s.st.GetPolicy(ctx, p.WorkspaceID)
+	if err != nil {
+		return nil, fmt.Errorf("loading workspace policy: %w", err)
+	}
+	d := policy.Decide(pol, policy.Request{Capability: contract.CodeExecute, Runtime: req.Runtime, Timeout: timeout, Network: network}, s.eng.Ceiling().Timeout)
+	if !d.Allowed {
+		return deny(d.Code, d.Reason, errdefs.ErrPermissionDenied)
+	}
+	if network {
+		// The policy permits network, but the default tool has no egress
+		// allowlist, and without one no traffic may leave the sandbox.
+		return deny(policy.DenyNetworkNotPermitted, `network access needs a tool whose record has an egress allowlist; tool "code.execute" has none`, errdefs.ErrPermissionDenied)
+	}
+	if timeout == 0 {
+		timeout = min(s.eng.defaults.Timeout, d.MaxTimeout)
+	}
+	stored := req
+	stored.TimeoutMS = timeout.Milliseconds()
+	body := mustJSON(stored)
+
+	var ticket *ticket
+	if !d.ApprovalRequired {
+		if ticket = s.slots.reserve(); ticket == nil {
+			return deny("server_at_capacity", fmt.Sprintf("the server is at capacity (%d running, %d queued); retry later", s.opts.MaxConcurrent, s.opts.MaxQueue), errdefs.ErrResourceExhausted)
+		}
+	}
+	ne := store.NewExecution{
+		ID: o.ExecutionID, WorkspaceID: p.WorkspaceID, KeyID: p.KeyID, Runtime: req.Runtime, Tool: contract.CodeExecute.Name,
+		Request: body, InputSHA256: InputHash(req.Runtime, req.Code), IdempotencyKey: o.IdempotencyKey,
+		Credits: s.opts.CreditsPerInvocation,
+		Audit: []store.NewEvent{{Type: audit.InvokeAllowed, Code: audit.InvokeAllowedCode, Actor: p.KeyID,
+			Reason: "allowed by workspace policy", Data: mustJSON(map[string]any{"approval_required": d.ApprovalRequired, "request": json.RawMessage(data)})}},
+	}
+	if d.ApprovalRequired {
+		card := ApprovalCard{
+			Capability: contract.CodeExecute.Name, RiskLevel: string(contract.CodeExecute.Risk), Runtime: req.Runtime,
+			Code: req.Code, NetworkRequested: network, TimeoutMS: timeout.Milliseconds(), RequestedBy: p.KeyID,
+			ExpiresAt: s.opts.Now().Add(s.opts.ApprovalTTL).UTC().Truncate(time.Microsecond),
+		}
+		ne.Approval = &store.NewApproval{Card: mustJSON(card), ExpiresAt: card.ExpiresAt}
+		ne.Audit = append(ne.Audit, store.NewEvent{Type: audit.ApprovalRequested, Code: audit.ApprovalRequestedCode, Actor: p.KeyID, Reason: "high-risk capability needs a human decision"})
+	}
+	adm, err := s.st.CreateExecution(ctx, ne)
+	if err != nil {
+		ticket.release()
+		if errdefs.IsResourceExhausted(err) {
+			return deny("insufficient_credits", fmt.Sprintf("insufficient credits: an invocation costs %d", s.opts.CreditsPerInvocation), errdefs.ErrPaymentRequired)
+		}
+		return nil, fmt.Errorf("admitting execution: %w", err)
+	}
+	inv := &Invocation{Execution: adm.Execution, Approval: adm.Approval, Replayed: adm.Replayed}
+	switch {
+	case adm.Replayed:
+		ticket.release()
+	case adm.Approval != nil:
+		s.opts.Observer.ApprovalsPending(1)
+	default:
+		s.dispatch(adm.Execution, ticket)
+	}
+	return inv, nil
+}
+
+func parseNetwork(v string) (bool, error) {
+	switch v {
+	case "", "deny":
+		return false, nil
+	case "allow":
+		return true, nil
+	}
+	return false, fmt.Errorf(`network must be "deny" or "allow", got %q: %w`, v, errdefs.ErrInvalidArgument)
+}
+
+// InputHash is the tool_calls input hash: SHA-256 over the runtime and the
+// code, separated by a NUL byte.
+func InputHash(runtime, code string) string {
+	h := sha256.New()
+	h.Write([]byte(runtime))
+	h.Write([]byte{0})
+	h.Write([]byte(code))
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+// dispatch runs an admitted execution in the background. t is its
+// admission ticket; nil takes one that waits for a slot.
+func (s *Service) dispatch(e store.Execution, t *ticket) {
+	if t == nil {
+		t = s.slots.enqueue()
+	}
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		defer t.release()
+		s.run(e, t)
+	}()
+}
+
+// run executes one admitted execution and records its outcome.
+func (s *Service) run(e store.Execution, t *ticket) {
+	ctx := s.ctx
+	finish := func(o store.Outcome) {
+		o.ExecutionID = e.ID
+		// Recording must happen even when the service is closing.
+		fin, err := s.st.FinishExecution(context.WithoutCancel(ctx), o)
+		if err != nil {
+			s.log.Error("recording execution outcome", "execution", e.ID, "err", err)
+		} else {
+			var ran time.Duration
+			if !fin.StartedAt.IsZero() {
+				ran = fin.FinishedAt.Sub(fin.StartedAt)
+			}
+			credits := int64(0)
+			if o.Status.Charged() && !fin.StartedAt.IsZero() {
+				credits = s.opts.CreditsPerInvocation
+			}
+			s.opts.Observer.Invocation(o.Status, fin.Driver, ran, credits)
+		}
+		s.hub.finish(e.ID)
+	}
+	var req InvokeRequest
+	if err := json.Unmarshal(e.Request, &req); err != nil {
+		finish(store.Outcome{Status: store.StatusLaunchFailed, Result: errorResult(fmt.Errorf("decoding stored request: %w", err))})
+		return
+	}
+	if err := t.wait(ctx); err != nil {
+		finish(store.Outcome{Status: store.StatusLaunchFailed, Result: errorResult(err)})
+		return
+	}
+	res, err := s.eng.Run(ctx, Request{
+		Runtime: req.Runtime, Code: []byte(req.Code), Stdin: []byte(req.Stdin),
+		Limits: sandbox.Limits{Timeout: time.Duration(req.TimeoutMS) * time.Millisecond},
+		Labels: map[string]string{LabelOwner: s.opts.Owner, LabelExecution: e.ID},
+		OnStart: func(driver string) {
+			if _, err := s.st.StartExecution(ctx, e.ID, driver); err != nil {
+				s.log.Error("recording execution start", "execution", e.ID, "err", err)
+			}
+			s.hub.publish(e.ID, StreamEvent{Type: "started", Data: mustJSON(map[string]string{"execution_id": e.ID, "driver": driver})})
+		},
+		OnOutput: func(st sandbox.Stream, p []byte) {
+			s.hub.publish(e.ID, StreamEvent{Type: st.String(), Data: mustJSON(map[string]string{"data": string(p)})})
+		},
+	})
+	if err != nil {
+		// The sandbox did not launch or could not run the code: nothing is
+		// charged (the reservation is released).
+		finish(store.Outcome{Status: store.StatusLaunchFailed, Result: errorResult(err)})
+		return
+	}
+	exit := res.ExitCode
+	o := store.Outcome{
+		Status: store.ExecutionStatus(res.Status), Result: mustJSON(res), Driver: res.Driver,
+		Stdout: []byte(res.Stdout), Stderr: []byte(res.Stderr),
+		StdoutTruncated: res.StdoutTruncated, StderrTruncated: res.StderrTruncated,
+	}
+	if exit >= 0 {
+		o.ExitCode = &exit
+	}
+	finish(o)
+}
+
+func errorResult(err error) json.RawMessage {
+	return mustJSON(map[string]string{"error": err.Error()})
+}
+
+// Wait returns the execution once it has ended, or after d, whichever comes
+// first (d <= 0 returns at once).
+func (s *Service) Wait(ctx context.Context, p Principal, id string, d time.Duration) (store.Execution, error) {
+	sub := s.hub.subscribe(id)
+	defer s.hub.unsubscribe(id, sub)
+	e, err := s.st.GetExecution(ctx, p.WorkspaceID, id)
+	if err != nil || e.Status.Terminal() || d <= 0 {
+		return e, err
+	}
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	for {
+		select {
+		case _, ok := <-sub:
+			if ok {
+				continue
+			}
+		case <-timer.C:
+		case <-ctx.Done():
+			return e, ctx.Err()
+		}
+		return s.st.GetExecution(ctx, p.WorkspaceID, id)
+	}
+}
+
+// Subscribe streams an execution's events (started, stdout, stderr) as they
+// happen. The channel is closed when the execution has ended (read it then
+// with Wait or the store); call cancel when done.
+func (s *Service) Subscribe(id string) (<-chan StreamEvent, func()) {
+	sub := s.hub.subscribe(id)
+	return sub, func() { s.hub.unsubscribe(id, sub) }
+}
+
+// Decide records an approver's decision. Approving queues the execution to
+// run; denying ends it, uncharged. Agent keys get ErrPermissionDenied.
+func (s *Service) Decide(ctx context.Context, p Principal, approvalID string, approve bool, reason string) (store.Approval, store.Execution, error) {
+	if p.Role != store.RoleApprover && p.Role != store.RoleAdmin {
+		return store.Approval{}, store.Execution{}, fmt.Errorf("only approver or admin keys may decide approvals: %w", errdefs.ErrPermissionDenied)
+	}
+	typ, code := audit.ApprovalDenied, audit.ApprovalDeniedCode
+	if approve {
+		typ, code = audit.ApprovalApproved, audit.ApprovalApprovedCode
+	}
+	a, e, err := s.st.DecideApproval(ctx, store.Decision{
+		WorkspaceID: p.WorkspaceID, ApprovalID: approvalID, Approve: approve, DecidedBy: p.KeyID, Reason: reason,
+		Audit: []store.NewEvent{{Type: typ, Code: code, Actor: p.KeyID, Reason: reason, Data: mustJSON(map[string]string{"approval_id": approvalID})}},
+	})
+	if err != nil {
+		return a, e, err
+	}
+	s.opts.Observer.ApprovalsPending(-1)
+	if approve {
+		s.dispatch(e, nil)
+	} else {
+		s.hub.finish(e.ID)
+	}
+	return a, e, nil
+}
+
+// Store returns the service's store, for read-only queries.
+func (s *Service) Store() store.Store { return s.st }
+
+// Health reports each driver's health: nil for healthy.
+func (s *Service) Health(ctx context.Context) map[string]error {
+	out := map[string]error{}
+	for name, d := range s.eng.Drivers() {
+		var err error
+		if hc, ok := d.(sandbox.HealthChecker); ok {
+			err = hc.Health(ctx)
+		}
+		out[name] = err
+	}
+	return out
+}
+
+func mustJSON(v any) json.RawMessage {
+	b, err := json.Marshal(v)
+	if err != nil {
+		panic(errors.New("engine: encoding a value of a fixed shape failed: " + err.Error()))
+	}
+	return b
+}

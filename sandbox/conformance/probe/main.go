@@ -1,0 +1,797 @@
+// Command probe is the in-sandbox half of the driver conformance suite
+// (package conformance). It is delivered into a sandbox exactly like user
+// code and run as `probe SUBCOMMAND [ARG...]`; each subcommand tries what
+// hostile code would try and prints one JSON object on stdout describing
+// what it observed. It never judges: the suite on the host asserts.
+//
+// It must be built static (CGO_ENABLED=0) so that it runs in any image, and
+// it must never crash on a refusal: every failed attempt is reported as an
+// errno (0 meaning the attempt succeeded).
+//
+//	caps                 capability sets, no_new_privs, seccomp mode, ids
+//	fs                   writes to the image and /tmp, /tmp filled to ENOSPC,
+//	                     mount flags, /dev entries, mounts
+//	net ADDR...          interfaces, and a TCP connect to each host:port
+//	env [CANARY_HEX]     the environment, and every readable /proc/*/environ
+//	                     and /proc/*/cmdline scanned for the canary
+//	pids                 visible processes
+//	syscalls             system calls the profile must refuse, with errnos
+//	forkbomb [MAX [HOLD_MS]]  fork until refused, hold, kill the children
+//	alloc MIB            allocate and touch MIB mebibytes
+//	spin | sleep SECONDS [TAG]  print "started", then busy-loop or sleep
+//	daemon MARKER [HOLD] double-fork a setsid daemon sleeping 300 s with
+//	                     MARKER in its argv, print its pid, then exit 0
+//	                     (or print "started" and sleep HOLD seconds first)
+//	flood BYTES [stdout|stderr|both]  write BYTES of output
+//	writefile PATH [CONTENT] | readfile PATH
+//	mark PATH SECONDS    write PATH, print "started", sleep
+//	seeothers            list /tmp and the visible processes
+//	exit CODE | stdin    exit with CODE | echo stdin
+package main
+
+import (
+	"bytes"
+	"io"
+	"net/netip"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+func main() {
+	if len(os.Args) < 2 {
+		fail("usage: probe SUBCOMMAND [ARG...]")
+	}
+	args := os.Args[2:]
+	switch os.Args[1] {
+	case "caps":
+		emit(caps())
+	case "fs":
+		emit(fsProbe())
+	case "net":
+		emit(netProbe(args))
+	case "env":
+		emit(envProbe(args))
+	case "pids":
+		emit(obj{{"self", os.Getpid()}, {"procs", procs()}})
+	case "syscalls":
+		emit(syscallsProbe())
+	case "forkbomb":
+		max, hold := 1024, int64(2000)
+		if len(args) > 0 {
+			max = atoi(args[0])
+		}
+		if len(args) > 1 {
+			hold = int64(atoi(args[1]))
+		}
+		emit(forkbomb(max, hold))
+	case "alloc":
+		emit(alloc(atoi(arg(args, 0, "MIB"))))
+	case "spin":
+		writeAll(1, []byte("started\n"))
+		for {
+		}
+	case "sleep":
+		sleep(args)
+	case "daemon":
+		emit(daemon(arg(args, 0, "MARKER")))
+		if len(args) > 1 {
+			// Stay running, so that the daemon is alive while the Exec is.
+			writeAll(1, []byte("started\n"))
+			time.Sleep(time.Duration(atoi(args[1])) * time.Second)
+		}
+	case "daemon-mid":
+		daemonMid(arg(args, 0, "MARKER"))
+	case "flood":
+		stream := "stdout"
+		if len(args) > 1 {
+			stream = args[1]
+		}
+		flood(atoi(arg(args, 0, "BYTES")), stream)
+	case "writefile":
+		content := "stockade-probe"
+		if len(args) > 1 {
+			content = args[1]
+		}
+		p := arg(args, 0, "PATH")
+		o := obj{{"path", p}}
+		emit(append(o, attempt(os.WriteFile(p, []byte(content), 0o644))...))
+	case "readfile":
+		p := arg(args, 0, "PATH")
+		b, err := readLimited(p, 64<<10)
+		o := obj{{"path", p}}
+		o = append(o, attempt(err)...)
+		emit(append(o, field{"content", string(b)}))
+	case "mark":
+		p := arg(args, 0, "PATH")
+		if err := os.WriteFile(p, []byte("mark"), 0o644); err != nil {
+			fail("writing " + p + ": " + err.Error())
+		}
+		writeAll(1, []byte("started\n"))
+		time.Sleep(time.Duration(atoi(arg(args, 1, "SECONDS"))) * time.Second)
+		emit(obj{{"path", p}})
+	case "seeothers":
+		emit(obj{{"self", os.Getpid()}, {"tmp", listDir("/tmp")}, {"procs", procs()}})
+	case "exit":
+		code := atoi(arg(args, 0, "CODE"))
+		emit(obj{{"exit", code}})
+		os.Exit(code)
+	case "stdin":
+		b, err := io.ReadAll(io.LimitReader(os.Stdin, 4<<20))
+		o := obj{{"stdin", string(b)}, {"bytes", len(b)}}
+		emit(append(o, attempt(err)...))
+	default:
+		fail("unknown subcommand " + strconv.Quote(os.Args[1]))
+	}
+}
+
+func arg(args []string, i int, name string) string {
+	if i >= len(args) {
+		fail("missing argument " + name)
+	}
+	return args[i]
+}
+
+func atoi(s string) int {
+	n, err := strconv.Atoi(s)
+	if err != nil {
+		fail("bad number " + strconv.Quote(s))
+	}
+	return n
+}
+
+// readLimited reads at most max bytes of path.
+func readLimited(path string, max int64) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return io.ReadAll(io.LimitReader(f, max))
+}
+
+func readTrim(path string) string {
+	b, _ := readLimited(path, 64<<10)
+	return strings.TrimSpace(string(b))
+}
+
+func listDir(dir string) []string {
+	ents, err := os.ReadDir(dir)
+	names := []string{}
+	if err != nil {
+		return names
+	}
+	for _, e := range ents {
+		names = append(names, e.Name())
+	}
+	return names
+}
+
+// statusFields parses a /proc/PID/status file into key -> value.
+func statusFields(path string) map[string]string {
+	m := map[string]string{}
+	b, _ := readLimited(path, 64<<10)
+	for _, line := range strings.Split(string(b), "\n") {
+		k, v, ok := strings.Cut(line, ":")
+		if ok {
+			m[k] = strings.TrimSpace(v)
+		}
+	}
+	return m
+}
+
+func hex64(v uint64) string {
+	s := strconv.FormatUint(v, 16)
+	return strings.Repeat("0", 16-len(s)) + s
+}
+
+// caps reports the capability sets both as /proc/self/status shows them and
+// as the system calls do (gVisor's status has no CapAmb or NoNewPrivs line).
+func caps() obj {
+	st := statusFields("/proc/self/status")
+	status := obj{}
+	for _, k := range []string{"CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb", "NoNewPrivs", "Seccomp", "Seccomp_filters", "Uid", "Gid", "Groups"} {
+		if v, ok := st[k]; ok {
+			status = append(status, field{k, v})
+		}
+	}
+	o := obj{{"status", status}}
+
+	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
+	var data [2]unix.CapUserData
+	err := unix.Capget(&hdr, &data[0])
+	o = append(o, field{"capget", append(obj{
+		{"effective", hex64(uint64(data[0].Effective) | uint64(data[1].Effective)<<32)},
+		{"permitted", hex64(uint64(data[0].Permitted) | uint64(data[1].Permitted)<<32)},
+		{"inheritable", hex64(uint64(data[0].Inheritable) | uint64(data[1].Inheritable)<<32)},
+	}, attempt(err)...)})
+
+	// The bounding and ambient sets, one capability at a time, up to the
+	// first number the kernel does not know.
+	var bnd, amb uint64
+	var bndErr, ambErr error
+	checked := 0
+	for c := 0; c < 64; c++ {
+		r, err := unix.PrctlRetInt(unix.PR_CAPBSET_READ, uintptr(c), 0, 0, 0)
+		if err != nil {
+			if c == 0 {
+				bndErr = err
+			}
+			break
+		}
+		checked++
+		if r == 1 {
+			bnd |= 1 << c
+		}
+		r, err = unix.PrctlRetInt(unix.PR_CAP_AMBIENT, unix.PR_CAP_AMBIENT_IS_SET, uintptr(c), 0, 0)
+		if err != nil {
+			if c == 0 {
+				ambErr = err
+			}
+			continue
+		}
+		if r == 1 {
+			amb |= 1 << c
+		}
+	}
+	o = append(o,
+		field{"caps_checked", checked},
+		field{"bounding", append(obj{{"value", hex64(bnd)}}, attempt(bndErr)...)},
+		field{"ambient", append(obj{{"value", hex64(amb)}}, attempt(ambErr)...)},
+	)
+
+	nnp, err := unix.PrctlRetInt(unix.PR_GET_NO_NEW_PRIVS, 0, 0, 0, 0)
+	o = append(o, field{"no_new_privs", append(obj{{"value", nnp}}, attempt(err)...)})
+	sec, err := unix.PrctlRetInt(unix.PR_GET_SECCOMP, 0, 0, 0, 0)
+	o = append(o, field{"seccomp", append(obj{{"value", sec}}, attempt(err)...)})
+
+	groups, _ := syscall.Getgroups()
+	if groups == nil {
+		groups = []int{}
+	}
+	return append(o,
+		field{"uid", syscall.Getuid()}, field{"euid", syscall.Geteuid()},
+		field{"gid", syscall.Getgid()}, field{"egid", syscall.Getegid()},
+		field{"groups", groups},
+	)
+}
+
+// fsProbe tries to write where the profile forbids it, fills /tmp, and
+// reports mount flags, /dev and the mount table.
+func fsProbe() obj {
+	var writes []obj
+	try := func(path, op string, err error) {
+		o := obj{{"path", path}, {"op", op}}
+		writes = append(writes, append(o, attempt(err)...))
+	}
+	create := func(p string) {
+		fd, err := unix.Open(p, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_CLOEXEC, 0o644)
+		if err == nil {
+			unix.Close(fd)
+			unix.Unlink(p)
+		}
+		try(p, "create", err)
+	}
+	// openWrite opens an existing file for writing without truncating it
+	// and writes nothing: success alone is the finding.
+	openWrite := func(p string) {
+		fd, err := unix.Open(p, unix.O_WRONLY|unix.O_CLOEXEC, 0)
+		if err == nil {
+			unix.Close(fd)
+		}
+		try(p, "open_write", err)
+	}
+	mkdir := func(p string) {
+		err := unix.Mkdir(p, 0o755)
+		if err == nil {
+			unix.Rmdir(p)
+		}
+		try(p, "mkdir", err)
+	}
+	for _, p := range []string{
+		"/.stockade-probe", "/etc/.stockade-probe", "/usr/bin/.stockade-probe",
+		"/.stockade/.stockade-probe", "/var/tmp/.stockade-probe",
+		"/tmp/.stockade-probe", "/dev/.stockade-probe", "/dev/shm/.stockade-probe",
+	} {
+		create(p)
+	}
+	mkdir("/.stockade-probe-dir")
+	mkdir("/usr/.stockade-probe-dir")
+	for _, p := range []string{
+		"/.stockade/guest", "/etc/passwd", "/bin/busybox",
+		"/proc/sys/kernel/hostname", "/proc/sys/kernel/core_pattern", "/proc/sys/vm/drop_caches",
+		"/proc/sysrq-trigger", "/sys/kernel/mm/transparent_hugepage/enabled", "/sys/kernel/uevent_helper",
+	} {
+		openWrite(p)
+	}
+	try("/tmp", "chmod", unix.Chmod("/tmp", 0o777))
+
+	var mounts []obj
+	for _, p := range []string{"/", "/etc", "/usr/bin", "/.stockade/guest", "/tmp", "/proc", "/proc/sys", "/sys", "/dev", "/dev/shm"} {
+		var st unix.Statfs_t
+		err := unix.Statfs(p, &st)
+		o := obj{
+			{"path", p}, {"flags", int64(st.Flags)},
+			{"ro", st.Flags&unix.ST_RDONLY != 0}, {"nosuid", st.Flags&unix.ST_NOSUID != 0},
+			{"nodev", st.Flags&unix.ST_NODEV != 0}, {"noexec", st.Flags&unix.ST_NOEXEC != 0},
+			{"size", int64(st.Blocks) * st.Bsize}, {"type", "0x" + strconv.FormatInt(st.Type, 16)},
+		}
+		mounts = append(mounts, append(o, attempt(err)...))
+	}
+
+	return obj{
+		{"writes", writes},
+		{"statfs", mounts},
+		{"tmp_fill", fillTmp()},
+		{"dev", devEntries()},
+		{"mounts", mountinfo()},
+	}
+}
+
+// fillTmp writes to a file in /tmp until the write fails (at most 4 GiB),
+// reports how much was written and why it stopped, and removes the file.
+func fillTmp() obj {
+	const path = "/tmp/.stockade-probe-fill"
+	var written int64
+	fd, err := unix.Open(path, unix.O_WRONLY|unix.O_CREAT|unix.O_TRUNC|unix.O_CLOEXEC, 0o600)
+	if err == nil {
+		buf := bytes.Repeat([]byte{'f'}, 64<<10)
+		for written < 4<<30 {
+			var n int
+			n, err = unix.Write(fd, buf)
+			if err == unix.EINTR {
+				continue
+			}
+			if n > 0 {
+				written += int64(n)
+			}
+			if err != nil {
+				break
+			}
+			if n == 0 {
+				err = unix.EIO
+				break
+			}
+		}
+		unix.Close(fd)
+		unix.Unlink(path)
+	}
+	return append(obj{{"written", written}}, attempt(err)...)
+}
+
+// devEntries lists /dev and one level below it, with each node's type and
+// device number.
+func devEntries() []obj {
+	var out []obj
+	var walk func(dir, prefix string, depth int)
+	walk = func(dir, prefix string, depth int) {
+		for _, name := range listDir(dir) {
+			p := dir + "/" + name
+			var st unix.Stat_t
+			if err := unix.Lstat(p, &st); err != nil {
+				out = append(out, append(obj{{"name", prefix + name}, {"type", "unknown"}}, attempt(err)...))
+				continue
+			}
+			typ := "other"
+			switch st.Mode & unix.S_IFMT {
+			case unix.S_IFCHR:
+				typ = "char"
+			case unix.S_IFBLK:
+				typ = "block"
+			case unix.S_IFDIR:
+				typ = "dir"
+			case unix.S_IFLNK:
+				typ = "symlink"
+			case unix.S_IFREG:
+				typ = "file"
+			case unix.S_IFSOCK:
+				typ = "socket"
+			case unix.S_IFIFO:
+				typ = "fifo"
+			}
+			o := obj{{"name", prefix + name}, {"type", typ}}
+			if typ == "char" || typ == "block" {
+				o = append(o, field{"major", int(unix.Major(st.Rdev))}, field{"minor", int(unix.Minor(st.Rdev))})
+			}
+			out = append(out, o)
+			if typ == "dir" && depth == 0 {
+				walk(p, prefix+name+"/", 1)
+			}
+		}
+	}
+	walk("/dev", "", 0)
+	return out
+}
+
+// mountinfo parses /proc/self/mountinfo.
+func mountinfo() []obj {
+	var out []obj
+	b, _ := readLimited("/proc/self/mountinfo", 1<<20)
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		sep := -1
+		for i, s := range f {
+			if s == "-" {
+				sep = i
+				break
+			}
+		}
+		if len(f) < 6 || sep < 0 || sep+3 > len(f) {
+			continue
+		}
+		out = append(out, obj{
+			{"mount_point", unescape(f[4])}, {"root", unescape(f[3])}, {"options", f[5]},
+			{"fstype", f[sep+1]}, {"source", unescape(f[sep+2])}, {"super_options", strings.Join(f[sep+3:], " ")},
+		})
+	}
+	return out
+}
+
+// unescape undoes mountinfo's octal escapes (\040 for space, ...).
+func unescape(s string) string {
+	if !strings.Contains(s, `\`) {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\\' && i+3 < len(s) {
+			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
+				b.WriteByte(byte(n))
+				i += 3
+				continue
+			}
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
+}
+
+// netProbe lists interfaces three ways and tries a TCP connection to each
+// address.
+func netProbe(addrs []string) obj {
+	links, linkErr := netlinkNames()
+	var procNet []string
+	b, _ := readLimited("/proc/net/dev", 64<<10)
+	for i, line := range strings.Split(string(b), "\n") {
+		if name, _, ok := strings.Cut(line, ":"); ok && i >= 2 {
+			procNet = append(procNet, strings.TrimSpace(name))
+		}
+	}
+	if procNet == nil {
+		procNet = []string{}
+	}
+	ifaddrs, addrErr := netlinkAddrs()
+	var connects []obj
+	for _, a := range addrs {
+		connects = append(connects, tcpConnect(a))
+	}
+	return obj{
+		{"netlink", append(obj{{"names", links}}, attempt(linkErr)...)},
+		{"proc_net_dev", procNet},
+		{"sys_class_net", listDir("/sys/class/net")},
+		{"addresses", append(obj{{"addrs", ifaddrs}}, attempt(addrErr)...)},
+		{"connect", connects},
+	}
+}
+
+func netlinkNames() ([]string, error) {
+	names := []string{}
+	tab, err := syscall.NetlinkRIB(syscall.RTM_GETLINK, syscall.AF_UNSPEC)
+	if err != nil {
+		return names, err
+	}
+	msgs, err := syscall.ParseNetlinkMessage(tab)
+	if err != nil {
+		return names, err
+	}
+	for i := range msgs {
+		if msgs[i].Header.Type != syscall.RTM_NEWLINK {
+			continue
+		}
+		attrs, err := syscall.ParseNetlinkRouteAttr(&msgs[i])
+		if err != nil {
+			continue
+		}
+		for _, a := range attrs {
+			if a.Attr.Type == syscall.IFLA_IFNAME {
+				names = append(names, string(bytes.TrimRight(a.Value, "\x00")))
+			}
+		}
+	}
+	return names, nil
+}
+
+func netlinkAddrs() ([]string, error) {
+	out := []string{}
+	tab, err := syscall.NetlinkRIB(syscall.RTM_GETADDR, syscall.AF_UNSPEC)
+	if err != nil {
+		return out, err
+	}
+	msgs, err := syscall.ParseNetlinkMessage(tab)
+	if err != nil {
+		return out, err
+	}
+	for i := range msgs {
+		m := &msgs[i]
+		if m.Header.Type != syscall.RTM_NEWADDR || len(m.Data) < syscall.SizeofIfAddrmsg {
+			continue
+		}
+		ifa := (*syscall.IfAddrmsg)(unsafe.Pointer(&m.Data[0]))
+		attrs, err := syscall.ParseNetlinkRouteAttr(m)
+		if err != nil {
+			continue
+		}
+		for _, a := range attrs {
+			if a.Attr.Type != syscall.IFA_ADDRESS {
+				continue
+			}
+			if ip, ok := netip.AddrFromSlice(a.Value); ok {
+				out = append(out, ip.String()+"/"+strconv.Itoa(int(ifa.Prefixlen))+" index "+strconv.Itoa(int(ifa.Index)))
+			}
+		}
+	}
+	return out, nil
+}
+
+// tcpConnect tries to connect to addr ("ip:port") for at most 2 s. The
+// result is "connected", "timeout" or the errno's name.
+func tcpConnect(addr string) obj {
+	o := obj{{"addr", addr}}
+	ap, err := netip.ParseAddrPort(addr)
+	if err != nil {
+		return append(o, field{"result", "bad address"}, field{"errno", -1})
+	}
+	var sa unix.Sockaddr
+	family := unix.AF_INET
+	if ap.Addr().Is4() {
+		sa = &unix.SockaddrInet4{Port: int(ap.Port()), Addr: ap.Addr().As4()}
+	} else {
+		family = unix.AF_INET6
+		sa = &unix.SockaddrInet6{Port: int(ap.Port()), Addr: ap.Addr().As16()}
+	}
+	fd, err := unix.Socket(family, unix.SOCK_STREAM|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return append(o, field{"result", "socket: " + unix.ErrnoName(errnoOf(err))}, field{"errno", int(errnoOf(err))})
+	}
+	defer unix.Close(fd)
+	err = unix.Connect(fd, sa)
+	if err == unix.EINPROGRESS {
+		pfd := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLOUT}}
+		n, perr := unix.Poll(pfd, 2000)
+		switch {
+		case perr != nil:
+			err = perr
+		case n == 0:
+			return append(o, field{"result", "timeout"}, field{"errno", -1})
+		default:
+			var soErr int
+			soErr, err = unix.GetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_ERROR)
+			if err == nil && soErr != 0 {
+				err = syscall.Errno(soErr)
+			}
+		}
+	}
+	if err == nil {
+		return append(o, field{"result", "connected"}, field{"errno", 0})
+	}
+	e := errnoOf(err)
+	return append(o, field{"result", unix.ErrnoName(e)}, field{"errno", int(e)})
+}
+
+// envProbe reports the environment and scans it and every /proc/*/environ
+// and /proc/*/cmdline for the canary, given hex-encoded so that it is not
+// in this process's own command line.
+func envProbe(args []string) obj {
+	env := os.Environ()
+	if env == nil {
+		env = []string{}
+	}
+	o := obj{{"environ", env}}
+	if len(args) == 0 {
+		return o
+	}
+	c, ok := unhex(args[0])
+	if !ok || len(c) == 0 {
+		fail("bad canary " + strconv.Quote(args[0]))
+	}
+	hits, unreadable := []string{}, []string{}
+	for _, kv := range env {
+		if strings.Contains(kv, string(c)) {
+			hits = append(hits, "environ")
+		}
+	}
+	scanned := 0
+	for _, name := range listDir("/proc") {
+		if _, err := strconv.Atoi(name); err != nil {
+			continue
+		}
+		for _, f := range []string{"environ", "cmdline"} {
+			p := "/proc/" + name + "/" + f
+			b, err := readLimited(p, 4<<20)
+			if err != nil {
+				unreadable = append(unreadable, p+": "+unix.ErrnoName(errnoOf(err)))
+				continue
+			}
+			scanned++
+			if bytes.Contains(b, c) {
+				hits = append(hits, p)
+			}
+		}
+	}
+	return append(o, field{"hits", hits}, field{"scanned", scanned}, field{"unreadable", unreadable})
+}
+
+// unhex decodes lower- or upper-case hex (encoding/hex would pull in fmt).
+func unhex(s string) ([]byte, bool) {
+	if len(s)%2 != 0 {
+		return nil, false
+	}
+	out := make([]byte, len(s)/2)
+	for i := range out {
+		n, err := strconv.ParseUint(s[2*i:2*i+2], 16, 8)
+		if err != nil {
+			return nil, false
+		}
+		out[i] = byte(n)
+	}
+	return out, true
+}
+
+// ignoreSignal sets sig's disposition to SIG_IGN in the kernel (os/signal
+// would pull in more than the probe needs).
+func ignoreSignal(sig syscall.Signal) {
+	act := [4]uint64{1} // struct sigaction: handler SIG_IGN, flags, restorer, mask
+	syscall.RawSyscall6(syscall.SYS_RT_SIGACTION, uintptr(sig), uintptr(unsafe.Pointer(&act)), 0, 8, 0, 0)
+}
+
+// procs lists the processes visible in /proc.
+func procs() []obj {
+	var pids []int
+	for _, name := range listDir("/proc") {
+		if pid, err := strconv.Atoi(name); err == nil {
+			pids = append(pids, pid)
+		}
+	}
+	sort.Ints(pids)
+	out := []obj{}
+	for _, pid := range pids {
+		dir := "/proc/" + strconv.Itoa(pid)
+		st := statusFields(dir + "/status")
+		ppid, _ := strconv.Atoi(st["PPid"])
+		uid := -1
+		if f := strings.Fields(st["Uid"]); len(f) > 0 {
+			uid, _ = strconv.Atoi(f[0])
+		}
+		cmd, _ := readLimited(dir+"/cmdline", 4096)
+		out = append(out, obj{
+			{"pid", pid}, {"ppid", ppid}, {"uid", uid}, {"comm", readTrim(dir + "/comm")},
+			{"cmdline", strings.TrimSpace(strings.ReplaceAll(string(cmd), "\x00", " "))},
+		})
+	}
+	return out
+}
+
+// alloc maps and touches mib mebibytes, 16 MiB at a time, reporting progress
+// on stderr.
+func alloc(mib int) obj {
+	const chunk = 16 << 20
+	var total int
+	var err error
+	for total < mib<<20 {
+		n := min(chunk, mib<<20-total)
+		var b []byte
+		b, err = unix.Mmap(-1, 0, n, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
+		if err != nil {
+			break
+		}
+		for i := 0; i < len(b); i += 4096 {
+			b[i] = 1
+		}
+		total += n
+		writeAll(2, []byte("allocated "+strconv.Itoa(total>>20)+" MiB\n"))
+	}
+	return append(obj{{"allocated_mib", total >> 20}}, attempt(err)...)
+}
+
+// sleep prints "started" and sleeps. With a tag (the daemon's marker) it
+// also ignores the signals a polite shutdown sends, as daemons do.
+func sleep(args []string) {
+	secs := atoi(arg(args, 0, "SECONDS"))
+	if len(args) > 1 {
+		for _, sig := range []syscall.Signal{syscall.SIGTERM, syscall.SIGHUP, syscall.SIGINT} {
+			ignoreSignal(sig)
+		}
+	}
+	writeAll(1, []byte("started\n"))
+	time.Sleep(time.Duration(secs) * time.Second)
+	emit(obj{{"slept", secs}})
+}
+
+// daemon starts `probe daemon-mid MARKER` in a new session; that process
+// starts the daemon (`probe sleep 300 MARKER`) with its stdio on /dev/null,
+// writes its pid to us and exits, so the daemon is orphaned.
+func daemon(marker string) obj {
+	r, w, err := os.Pipe()
+	if err != nil {
+		fail("pipe: " + err.Error())
+	}
+	null, err := os.OpenFile("/dev/null", os.O_RDWR, 0)
+	if err != nil {
+		fail("opening /dev/null: " + err.Error())
+	}
+	mid, err := syscall.ForkExec("/proc/self/exe", []string{"probe", "daemon-mid", marker}, &syscall.ProcAttr{
+		Files: []uintptr{null.Fd(), w.Fd(), null.Fd()},
+		Sys:   &syscall.SysProcAttr{Setsid: true},
+	})
+	w.Close()
+	if err != nil {
+		return append(obj{{"pid", 0}, {"alive", false}}, attempt(err)...)
+	}
+	out, _ := io.ReadAll(io.LimitReader(r, 64))
+	ws, _ := reap(mid)
+	pid, _ := strconv.Atoi(strings.TrimSpace(string(out)))
+	alive := pid > 0 && unix.Kill(pid, 0) == nil
+	cmd, _ := readLimited("/proc/"+strconv.Itoa(pid)+"/cmdline", 4096)
+	return obj{
+		{"pid", pid}, {"mid_pid", mid}, {"mid_exit", ws.ExitStatus()}, {"alive", alive},
+		{"cmdline", strings.TrimSpace(strings.ReplaceAll(string(cmd), "\x00", " "))},
+		{"errno", 0}, {"err", ""},
+	}
+}
+
+func daemonMid(marker string) {
+	null, err := os.OpenFile("/dev/null", os.O_RDWR, 0)
+	if err != nil {
+		os.Exit(1)
+	}
+	pid, err := syscall.ForkExec("/proc/self/exe", []string{"probe", "sleep", "300", marker}, &syscall.ProcAttr{
+		Files: []uintptr{null.Fd(), null.Fd(), null.Fd()},
+	})
+	if err != nil {
+		os.Exit(1)
+	}
+	writeAll(1, []byte(strconv.Itoa(pid)+"\n"))
+	os.Exit(0)
+}
+
+// flood writes n bytes to stdout, stderr, or n to each.
+func flood(n int, stream string) {
+	var fds []int
+	switch stream {
+	case "stdout":
+		fds = []int{1}
+	case "stderr":
+		fds = []int{2}
+	case "both":
+		fds = []int{1, 2}
+	default:
+		fail("bad stream " + strconv.Quote(stream))
+	}
+	buf := bytes.Repeat([]byte{'x'}, 32<<10)
+	left := make([]int, len(fds))
+	for i := range left {
+		left[i] = n
+	}
+	for more := true; more; {
+		more = false
+		for i, fd := range fds {
+			if left[i] == 0 {
+				continue
+			}
+			k := min(left[i], len(buf))
+			w, err := syscall.Write(fd, buf[:k])
+			if err != nil && err != syscall.EINTR {
+				left[i] = 0
+				continue
+			}
+			left[i] -= max(w, 0)
+			more = more || left[i] > 0
+		}
+	}
+}

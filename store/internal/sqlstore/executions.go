@@ -1,0 +1,493 @@
+package sqlstore
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/stockade-sh/stockade/errdefs"
+	"github.com/stockade-sh/stockade/store"
+)
+
+func joinWhere(where []string) string { return strings.Join(where, " AND ") }
+
+func checkNewExecution(e store.NewExecution) error {
+	for _, f := range []struct{ name, v string }{
+		{"workspace id", e.WorkspaceID}, {"key id", e.KeyID}, {"runtime", e.Runtime}, {"tool", e.Tool},
+	} {
+		if err := checkRequired(f.name, f.v, maxText); err != nil {
+			return err
+		}
+	}
+	if err := checkText("execution id", e.ID, maxText); err != nil {
+		return err
+	}
+	if err := checkText("idempotency key", e.IdempotencyKey, maxText); err != nil {
+		return err
+	}
+	if len(e.Request) == 0 {
+		return fmt.Errorf("request is required: %w", errdefs.ErrInvalidArgument)
+	}
+	if err := checkJSON("request", e.Request); err != nil {
+		return err
+	}
+	if err := checkSHA256Hex("input sha256", e.InputSHA256); err != nil {
+		return err
+	}
+	if e.Credits < 0 || e.Credits > maxBalance {
+		return fmt.Errorf("credits %d out of range: %w", e.Credits, errdefs.ErrInvalidArgument)
+	}
+	if a := e.Approval; a != nil {
+		if len(a.Card) == 0 {
+			return fmt.Errorf("approval card is required: %w", errdefs.ErrInvalidArgument)
+		}
+		if err := checkJSON("approval card", a.Card); err != nil {
+			return err
+		}
+		if a.ExpiresAt.IsZero() {
+			return fmt.Errorf("approval expiry is required: %w", errdefs.ErrInvalidArgument)
+		}
+	}
+	return checkEvents(e.Audit)
+}
+
+// CreateExecution implements store.Executions.
+func (s *Store) CreateExecution(ctx context.Context, e store.NewExecution) (store.Admission, error) {
+	if err := checkNewExecution(e); err != nil {
+		return store.Admission{}, fmt.Errorf("creating execution: %w", err)
+	}
+	var adm store.Admission
+	err := s.inTx(ctx, func(q Querier) error {
+		adm = store.Admission{}
+		var keyWS string
+		if err := q.QueryRow(ctx, `SELECT workspace_id FROM api_keys WHERE id = $1`, e.KeyID).Scan(&keyWS); err != nil || keyWS != e.WorkspaceID {
+			if err != nil && notFound(err) != errdefs.ErrNotFound {
+				return err
+			}
+			return fmt.Errorf("key %q does not belong to workspace %q: %w", e.KeyID, e.WorkspaceID, errdefs.ErrInvalidArgument)
+		}
+		now := s.clock()
+		ex := store.Execution{
+			ID: e.ID, WorkspaceID: e.WorkspaceID, KeyID: e.KeyID, Status: store.StatusQueued,
+			Runtime: e.Runtime, Tool: e.Tool, Request: e.Request, IdempotencyKey: e.IdempotencyKey,
+			InputSHA256: e.InputSHA256, CreatedAt: now,
+		}
+		if ex.ID == "" {
+			ex.ID = newID("ex")
+		}
+		if e.Credits > 0 {
+			ex.ReservationID = newID("res")
+		}
+		if e.Approval != nil {
+			ex.Status = store.StatusAwaitingApproval
+			ex.ApprovalID = newID("apr")
+		}
+		// ON CONFLICT on the idempotency key waits for a concurrent insert of
+		// the same key to commit, then writes nothing: the retry is answered
+		// with the first execution below instead of failing.
+		n, err := q.Exec(ctx, `INSERT INTO executions (id, workspace_id, key_id, status, runtime, tool, request,
+			idempotency_key, input_sha256, reservation_id, approval_id, driver, created_at)
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, '', $12)
+			ON CONFLICT (workspace_id, idempotency_key) DO NOTHING`,
+			ex.ID, ex.WorkspaceID, ex.KeyID, string(ex.Status), ex.Runtime, ex.Tool, string(ex.Request),
+			nstr(ex.IdempotencyKey), ex.InputSHA256, nstr(ex.ReservationID), nstr(ex.ApprovalID), s.tm(now))
+		if err != nil {
+			return err
+		}
+		if n == 0 {
+			return s.replay(ctx, q, e, &adm)
+		}
+		if e.Credits > 0 {
+			r, err := s.reserve(ctx, q, ex.WorkspaceID, ex.ID, ex.ReservationID, e.Credits)
+			if err != nil {
+				return err
+			}
+			adm.Reservation = &r
+		}
+		if _, err := q.Exec(ctx, `INSERT INTO tool_calls (id, execution_id, workspace_id, tool, runtime, input_sha256,
+			status, stdout_preview, stderr_preview, stdout_truncated, stderr_truncated, driver, credits_charged, created_at)
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, '', 0, $12)`,
+			newID("tc"), ex.ID, ex.WorkspaceID, ex.Tool, ex.Runtime, ex.InputSHA256, string(ex.Status),
+			[]byte{}, []byte{}, false, false, s.tm(now)); err != nil {
+			return err
+		}
+		if e.Approval != nil {
+			a := store.Approval{ID: ex.ApprovalID, ExecutionID: ex.ID, WorkspaceID: ex.WorkspaceID,
+				Status: store.ApprovalPending, Card: e.Approval.Card, RequestedAt: now,
+				ExpiresAt: store.TruncateTime(e.Approval.ExpiresAt)}
+			if _, err := q.Exec(ctx, `INSERT INTO approval_requests (id, execution_id, workspace_id, status, card,
+				requested_at, expires_at, reason) VALUES ($1, $2, $3, $4, $5, $6, $7, '')`,
+				a.ID, a.ExecutionID, a.WorkspaceID, string(a.Status), string(a.Card), s.tm(a.RequestedAt), s.tm(a.ExpiresAt)); err != nil {
+				return err
+			}
+			adm.Approval = &a
+		}
+		adm.Execution = ex
+		_, err = s.appendEvents(ctx, q, ex.WorkspaceID, ex.ID, e.Audit)
+		return err
+	})
+	if err != nil {
+		return store.Admission{}, fmt.Errorf("creating execution in workspace %q: %w", e.WorkspaceID, err)
+	}
+	return adm, nil
+}
+
+// replay answers a retried CreateExecution with the execution its
+// idempotency key already names.
+func (s *Store) replay(ctx context.Context, q Querier, e store.NewExecution, adm *store.Admission) error {
+	ex, err := scanExecution(q.QueryRow(ctx, `SELECT `+executionCols+` FROM executions
+		WHERE workspace_id = $1 AND idempotency_key = $2`, e.WorkspaceID, e.IdempotencyKey))
+	if err != nil {
+		return fmt.Errorf("reading the execution of idempotency key %q: %w", e.IdempotencyKey, notFound(err))
+	}
+	if ex.InputSHA256 != e.InputSHA256 {
+		return fmt.Errorf("idempotency key %q was used for a different request (execution %s): %w",
+			e.IdempotencyKey, ex.ID, errdefs.ErrConflict)
+	}
+	adm.Execution, adm.Replayed = ex, true
+	if ex.ReservationID != "" {
+		r, err := s.getReservation(ctx, q, ex.ReservationID)
+		if err != nil {
+			return err
+		}
+		adm.Reservation = &r
+	}
+	if ex.ApprovalID != "" {
+		a, err := scanApproval(q.QueryRow(ctx, `SELECT `+approvalCols+` FROM approval_requests WHERE id = $1`, ex.ApprovalID))
+		if err != nil {
+			return fmt.Errorf("approval %q: %w", ex.ApprovalID, notFound(err))
+		}
+		adm.Approval = &a
+	}
+	return nil
+}
+
+const executionCols = `id, workspace_id, key_id, status, runtime, tool, request, result, idempotency_key,
+	input_sha256, reservation_id, approval_id, driver, created_at, started_at, finished_at`
+
+func scanExecution(r Row) (store.Execution, error) {
+	var (
+		ex     store.Execution
+		status string
+	)
+	err := r.Scan(&ex.ID, &ex.WorkspaceID, &ex.KeyID, &status, &ex.Runtime, &ex.Tool, scanJSON(&ex.Request),
+		scanJSON(&ex.Result), scanStr(&ex.IdempotencyKey), &ex.InputSHA256, scanStr(&ex.ReservationID),
+		scanStr(&ex.ApprovalID), &ex.Driver, scanTime(&ex.CreatedAt), scanTime(&ex.StartedAt), scanTime(&ex.FinishedAt))
+	ex.Status = store.ExecutionStatus(status)
+	return ex, err
+}
+
+// lockExecution reads an execution and locks its row for the transaction.
+func (s *Store) lockExecution(ctx context.Context, q Querier, id string) (store.Execution, error) {
+	ex, err := scanExecution(q.QueryRow(ctx, `SELECT `+executionCols+` FROM executions WHERE id = $1`+s.d.ForUpdate, id))
+	if err != nil {
+		return ex, fmt.Errorf("execution %q: %w", id, notFound(err))
+	}
+	return ex, nil
+}
+
+// StartExecution implements store.Executions.
+func (s *Store) StartExecution(ctx context.Context, executionID, driver string) (store.Execution, error) {
+	if err := checkText("driver", driver, maxText); err != nil {
+		return store.Execution{}, fmt.Errorf("starting execution %q: %w", executionID, err)
+	}
+	var ex store.Execution
+	err := s.inTx(ctx, func(q Querier) (err error) {
+		ex, err = s.lockExecution(ctx, q, executionID)
+		if err != nil {
+			return err
+		}
+		if ex.Status != store.StatusQueued {
+			return fmt.Errorf("execution is %s, not queued: %w", ex.Status, errdefs.ErrConflict)
+		}
+		ex.Status, ex.StartedAt, ex.Driver = store.StatusRunning, s.clock(), driver
+		if _, err := q.Exec(ctx, `UPDATE executions SET status = $2, started_at = $3, driver = $4 WHERE id = $1`,
+			ex.ID, string(ex.Status), s.tm(ex.StartedAt), ex.Driver); err != nil {
+			return err
+		}
+		_, err = q.Exec(ctx, `UPDATE tool_calls SET status = $2, started_at = $3, driver = $4 WHERE execution_id = $1`,
+			ex.ID, string(ex.Status), s.tm(ex.StartedAt), ex.Driver)
+		return err
+	})
+	if err != nil {
+		return store.Execution{}, fmt.Errorf("starting execution %q: %w", executionID, err)
+	}
+	return ex, nil
+}
+
+// FinishExecution implements store.Executions.
+func (s *Store) FinishExecution(ctx context.Context, o store.Outcome) (store.Execution, error) {
+	if !o.Status.Terminal() {
+		return store.Execution{}, fmt.Errorf("finishing execution %q: %q is not a terminal status: %w",
+			o.ExecutionID, o.Status, errdefs.ErrInvalidArgument)
+	}
+	if err := checkJSON("result", o.Result); err != nil {
+		return store.Execution{}, fmt.Errorf("finishing execution %q: %w", o.ExecutionID, err)
+	}
+	if err := checkText("driver", o.Driver, maxText); err != nil {
+		return store.Execution{}, fmt.Errorf("finishing execution %q: %w", o.ExecutionID, err)
+	}
+	if err := checkEvents(o.Audit); err != nil {
+		return store.Execution{}, fmt.Errorf("finishing execution %q: %w", o.ExecutionID, err)
+	}
+	var ex store.Execution
+	err := s.inTx(ctx, func(q Querier) (err error) {
+		ex, err = s.lockExecution(ctx, q, o.ExecutionID)
+		if err != nil {
+			return err
+		}
+		switch ex.Status {
+		case store.StatusQueued, store.StatusRunning:
+		case store.StatusAwaitingApproval:
+			return fmt.Errorf("execution is awaiting approval; it ends through DecideApproval or ExpireApprovals: %w", errdefs.ErrConflict)
+		default:
+			return fmt.Errorf("execution already ended %s: %w", ex.Status, errdefs.ErrConflict)
+		}
+		ex, err = s.endExecution(ctx, q, ex, ending{
+			status: o.Status, result: o.Result, exitCode: o.ExitCode,
+			stdout: o.Stdout, stderr: o.Stderr, stdoutTrunc: o.StdoutTruncated, stderrTrunc: o.StderrTruncated,
+			driver: o.Driver, at: o.FinishedAt,
+		})
+		if err != nil {
+			return err
+		}
+		_, err = s.appendEvents(ctx, q, ex.WorkspaceID, ex.ID, o.Audit)
+		return err
+	})
+	if err != nil {
+		return store.Execution{}, fmt.Errorf("finishing execution %q: %w", o.ExecutionID, err)
+	}
+	return ex, nil
+}
+
+// ending is how an execution ends.
+type ending struct {
+	status         store.ExecutionStatus
+	result         json.RawMessage
+	exitCode       *int
+	stdout, stderr []byte
+	stdoutTrunc    bool
+	stderrTrunc    bool
+	driver         string
+	at             time.Time
+	// noResult releases the reservation whatever the status: an execution
+	// that produced no result is never charged.
+	noResult bool
+}
+
+func preview(b []byte, trunc bool) ([]byte, bool) {
+	if len(b) > store.PreviewLimit {
+		return b[:store.PreviewLimit], true
+	}
+	if b == nil {
+		b = []byte{}
+	}
+	return b, trunc
+}
+
+// endExecution moves a live, locked execution to a terminal status: it
+// settles the open reservation (committed only when the execution started
+// and the status is charged), completes the tool_calls row and writes the
+// tool_invocations row. The caller holds the execution's row lock.
+func (s *Store) endExecution(ctx context.Context, q Querier, ex store.Execution, en ending) (store.Execution, error) {
+	at := store.TruncateTime(en.at)
+	if at.IsZero() {
+		at = s.clock()
+	}
+	started := ex.Status == store.StatusRunning
+	var credits int64
+	if ex.ReservationID != "" {
+		r, err := scanReservation(q.QueryRow(ctx, `SELECT `+reservationCols+` FROM reservations WHERE id = $1`+s.d.ForUpdate,
+			ex.ReservationID))
+		if err != nil {
+			return ex, fmt.Errorf("reservation %q: %w", ex.ReservationID, notFound(err))
+		}
+		if r.Status == store.ReservationOpen {
+			to := store.ReservationReleased
+			if started && en.status.Charged() && !en.noResult {
+				to = store.ReservationCommitted
+			}
+			if r, err = s.settle(ctx, q, r.ID, to); err != nil {
+				return ex, err
+			}
+		}
+		if r.Status == store.ReservationCommitted {
+			credits = r.Amount
+		}
+	}
+	ex.Status, ex.FinishedAt = en.status, at
+	if len(en.result) > 0 {
+		ex.Result = en.result
+	}
+	if en.driver != "" {
+		ex.Driver = en.driver
+	}
+	if _, err := q.Exec(ctx, `UPDATE executions SET status = $2, result = $3, finished_at = $4, driver = $5 WHERE id = $1`,
+		ex.ID, string(ex.Status), njson(ex.Result), s.tm(at), ex.Driver); err != nil {
+		return ex, err
+	}
+	stdout, stdoutTrunc := preview(en.stdout, en.stdoutTrunc)
+	stderr, stderrTrunc := preview(en.stderr, en.stderrTrunc)
+	if _, err := q.Exec(ctx, `UPDATE tool_calls SET status = $2, exit_code = $3, stdout_preview = $4, stderr_preview = $5,
+		stdout_truncated = $6, stderr_truncated = $7, driver = $8, credits_charged = $9, finished_at = $10
+		WHERE execution_id = $1`,
+		ex.ID, string(ex.Status), nint(en.exitCode), stdout, stderr, stdoutTrunc, stderrTrunc, ex.Driver, credits, s.tm(at)); err != nil {
+		return ex, err
+	}
+	queued, ran := at.Sub(ex.CreatedAt), time.Duration(0)
+	if !ex.StartedAt.IsZero() {
+		queued, ran = ex.StartedAt.Sub(ex.CreatedAt), at.Sub(ex.StartedAt)
+	}
+	_, err := q.Exec(ctx, `INSERT INTO tool_invocations (id, execution_id, workspace_id, tool, runtime, status, driver,
+		queued_us, ran_us, credits, created_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)`,
+		newID("inv"), ex.ID, ex.WorkspaceID, ex.Tool, ex.Runtime, string(ex.Status), ex.Driver,
+		max(queued, 0).Microseconds(), max(ran, 0).Microseconds(), credits, s.tm(at))
+	return ex, err
+}
+
+// GetExecution implements store.Executions.
+func (s *Store) GetExecution(ctx context.Context, workspaceID, executionID string) (store.Execution, error) {
+	ex, err := scanExecution(s.b.Reader().QueryRow(ctx, `SELECT `+executionCols+` FROM executions
+		WHERE id = $1 AND workspace_id = $2`, executionID, workspaceID))
+	if err != nil {
+		return store.Execution{}, fmt.Errorf("getting execution %q: %w", executionID, s.classify(notFound(err)))
+	}
+	return ex, nil
+}
+
+// ListExecutions implements store.Executions.
+func (s *Store) ListExecutions(ctx context.Context, workspaceID string, f store.ExecutionFilter) (store.Page[store.Execution], error) {
+	var a args
+	where := []string{"workspace_id = " + a.add(workspaceID)}
+	if len(f.Statuses) > 0 {
+		where = append(where, "status IN "+in(&a, f.Statuses))
+	}
+	s.timeRange(&a, &where, "created_at", f.Since, f.Until)
+	tail, n, err := s.timePage(&a, &where, "created_at", f.PageRequest)
+	if err != nil {
+		return store.Page[store.Execution]{}, fmt.Errorf("listing executions: %w", err)
+	}
+	items, err := queryAll(ctx, s.b.Reader(), scanExecution,
+		`SELECT `+executionCols+` FROM executions WHERE `+joinWhere(where)+tail, a...)
+	if err != nil {
+		return store.Page[store.Execution]{}, fmt.Errorf("listing executions of workspace %q: %w", workspaceID, s.classify(err))
+	}
+	return finishPage(items, n, func(e store.Execution) cursor { return timeCursor(e.CreatedAt, e.ID) }), nil
+}
+
+// RecoverInterrupted implements store.Executions. Each execution is ended in
+// its own transaction, taking row locks in the same order as
+// FinishExecution, so that recovery cannot deadlock with a live writer.
+func (s *Store) RecoverInterrupted(ctx context.Context, result json.RawMessage) ([]store.Execution, error) {
+	if err := checkJSON("result", result); err != nil {
+		return nil, fmt.Errorf("recovering interrupted executions: %w", err)
+	}
+	ids, err := queryAll(ctx, s.b.Reader(), func(r Row) (string, error) {
+		var id string
+		return id, r.Scan(&id)
+	}, `SELECT id FROM executions WHERE status IN ('queued', 'running') ORDER BY created_at, id`)
+	if err != nil {
+		return nil, fmt.Errorf("listing interrupted executions: %w", s.classify(err))
+	}
+	var ended []store.Execution
+	for _, id := range ids {
+		var ex store.Execution
+		err := s.inTx(ctx, func(q Querier) (err error) {
+			ex, err = s.lockExecution(ctx, q, id)
+			if err != nil {
+				return err
+			}
+			if ex.Status != store.StatusQueued && ex.Status != store.StatusRunning {
+				ex = store.Execution{}
+				return nil
+			}
+			ex, err = s.endExecution(ctx, q, ex, ending{status: store.StatusFailed, result: result, noResult: true})
+			return err
+		})
+		if err != nil {
+			return ended, fmt.Errorf("recovering execution %q: %w", id, err)
+		}
+		if ex.ID != "" {
+			ended = append(ended, ex)
+		}
+	}
+	return ended, nil
+}
+
+const toolCallCols = `id, execution_id, workspace_id, tool, runtime, input_sha256, status, exit_code, stdout_preview,
+	stderr_preview, stdout_truncated, stderr_truncated, driver, credits_charged, created_at, started_at, finished_at`
+
+func scanToolCall(r Row) (store.ToolCall, error) {
+	var (
+		tc     store.ToolCall
+		status string
+	)
+	err := r.Scan(&tc.ID, &tc.ExecutionID, &tc.WorkspaceID, &tc.Tool, &tc.Runtime, &tc.InputSHA256, &status,
+		scanIntPtr(&tc.ExitCode), &tc.StdoutPreview, &tc.StderrPreview, &tc.StdoutTruncated, &tc.StderrTruncated,
+		&tc.Driver, &tc.CreditsCharged, scanTime(&tc.CreatedAt), scanTime(&tc.StartedAt), scanTime(&tc.FinishedAt))
+	tc.Status = store.ExecutionStatus(status)
+	return tc, err
+}
+
+// GetToolCall implements store.Executions.
+func (s *Store) GetToolCall(ctx context.Context, workspaceID, executionID string) (store.ToolCall, error) {
+	tc, err := scanToolCall(s.b.Reader().QueryRow(ctx, `SELECT `+toolCallCols+` FROM tool_calls
+		WHERE execution_id = $1 AND workspace_id = $2`, executionID, workspaceID))
+	if err != nil {
+		return store.ToolCall{}, fmt.Errorf("getting tool call of execution %q: %w", executionID, s.classify(notFound(err)))
+	}
+	return tc, nil
+}
+
+// ListToolCalls implements store.Executions.
+func (s *Store) ListToolCalls(ctx context.Context, workspaceID string, f store.ToolCallFilter) (store.Page[store.ToolCall], error) {
+	var a args
+	where := []string{"workspace_id = " + a.add(workspaceID)}
+	if len(f.Statuses) > 0 {
+		where = append(where, "status IN "+in(&a, f.Statuses))
+	}
+	s.timeRange(&a, &where, "created_at", f.Since, f.Until)
+	tail, n, err := s.timePage(&a, &where, "created_at", f.PageRequest)
+	if err != nil {
+		return store.Page[store.ToolCall]{}, fmt.Errorf("listing tool calls: %w", err)
+	}
+	items, err := queryAll(ctx, s.b.Reader(), scanToolCall,
+		`SELECT `+toolCallCols+` FROM tool_calls WHERE `+joinWhere(where)+tail, a...)
+	if err != nil {
+		return store.Page[store.ToolCall]{}, fmt.Errorf("listing tool calls of workspace %q: %w", workspaceID, s.classify(err))
+	}
+	return finishPage(items, n, func(t store.ToolCall) cursor { return timeCursor(t.CreatedAt, t.ID) }), nil
+}
+
+// ListToolInvocations implements store.Executions.
+func (s *Store) ListToolInvocations(ctx context.Context, workspaceID string, f store.ToolCallFilter) (store.Page[store.ToolInvocation], error) {
+	var a args
+	where := []string{"workspace_id = " + a.add(workspaceID)}
+	if len(f.Statuses) > 0 {
+		where = append(where, "status IN "+in(&a, f.Statuses))
+	}
+	s.timeRange(&a, &where, "created_at", f.Since, f.Until)
+	tail, n, err := s.timePage(&a, &where, "created_at", f.PageRequest)
+	if err != nil {
+		return store.Page[store.ToolInvocation]{}, fmt.Errorf("listing tool invocations: %w", err)
+	}
+	items, err := queryAll(ctx, s.b.Reader(), func(r Row) (store.ToolInvocation, error) {
+		var (
+			ti          store.ToolInvocation
+			status      string
+			queued, ran int64
+		)
+		err := r.Scan(&ti.ID, &ti.ExecutionID, &ti.WorkspaceID, &ti.Tool, &ti.Runtime, &status, &ti.Driver,
+			&queued, &ran, &ti.Credits, scanTime(&ti.CreatedAt))
+		ti.Status = store.ExecutionStatus(status)
+		ti.Queued, ti.Ran = time.Duration(queued)*time.Microsecond, time.Duration(ran)*time.Microsecond
+		return ti, err
+	}, `SELECT id, execution_id, workspace_id, tool, runtime, status, driver, queued_us, ran_us, credits, created_at
+		FROM tool_invocations WHERE `+joinWhere(where)+tail, a...)
+	if err != nil {
+		return store.Page[store.ToolInvocation]{}, fmt.Errorf("listing tool invocations of workspace %q: %w", workspaceID, s.classify(err))
+	}
+	return finishPage(items, n, func(t store.ToolInvocation) cursor { return timeCursor(t.CreatedAt, t.ID) }), nil
+}

@@ -1,0 +1,232 @@
+package sqlstore
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/stockade-sh/stockade/errdefs"
+	"github.com/stockade-sh/stockade/store"
+)
+
+// maxBalance bounds Available + Reserved far below int64 overflow, which
+// SQLite would otherwise turn into a float.
+const maxBalance = int64(1) << 60
+
+// GrantCredits implements store.Ledger.
+func (s *Store) GrantCredits(ctx context.Context, workspaceID string, amount int64, note string) (store.Credits, error) {
+	if amount <= 0 || amount > maxBalance {
+		return store.Credits{}, fmt.Errorf("granting %d credits: amount must be in (0, %d]: %w", amount, maxBalance, errdefs.ErrInvalidArgument)
+	}
+	if err := checkText("note", note, maxReason); err != nil {
+		return store.Credits{}, fmt.Errorf("granting credits: %w", err)
+	}
+	var c store.Credits
+	err := s.inTx(ctx, func(q Querier) error {
+		err := q.QueryRow(ctx, `UPDATE credit_accounts SET available = available + $2
+			WHERE workspace_id = $1 AND available + reserved <= $3 RETURNING available, reserved`,
+			workspaceID, amount, maxBalance-amount).Scan(&c.Available, &c.Reserved)
+		if err != nil {
+			if err := requireWorkspace(ctx, q, workspaceID); err != nil {
+				return err
+			}
+			if notFound(err) == errdefs.ErrNotFound {
+				return fmt.Errorf("balance would exceed %d: %w", maxBalance, errdefs.ErrInvalidArgument)
+			}
+			return err
+		}
+		return s.writeLedger(ctx, q, store.LedgerEntry{WorkspaceID: workspaceID, Kind: store.LedgerGrant, Amount: amount, Note: note})
+	})
+	if err != nil {
+		return store.Credits{}, fmt.Errorf("granting %d credits to workspace %q: %w", amount, workspaceID, err)
+	}
+	return c, nil
+}
+
+// GetCredits implements store.Ledger.
+func (s *Store) GetCredits(ctx context.Context, workspaceID string) (store.Credits, error) {
+	var c store.Credits
+	err := s.b.Reader().QueryRow(ctx, `SELECT available, reserved FROM credit_accounts WHERE workspace_id = $1`,
+		workspaceID).Scan(&c.Available, &c.Reserved)
+	if err != nil {
+		return store.Credits{}, fmt.Errorf("getting credits of workspace %q: %w", workspaceID, s.classify(notFound(err)))
+	}
+	return c, nil
+}
+
+func (s *Store) writeLedger(ctx context.Context, q Querier, e store.LedgerEntry) error {
+	_, err := q.Exec(ctx, `INSERT INTO credit_ledger (id, workspace_id, kind, amount, reservation_id, execution_id, note, created_at)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8)`,
+		newID("led"), e.WorkspaceID, string(e.Kind), e.Amount, nstr(e.ReservationID), nstr(e.ExecutionID), e.Note, s.tm(s.clock()))
+	return err
+}
+
+// Reserve implements store.Ledger.
+func (s *Store) Reserve(ctx context.Context, workspaceID, executionID string, amount int64) (store.Reservation, error) {
+	if amount <= 0 || amount > maxBalance {
+		return store.Reservation{}, fmt.Errorf("reserving %d credits: amount must be positive: %w", amount, errdefs.ErrInvalidArgument)
+	}
+	var r store.Reservation
+	err := s.inTx(ctx, func(q Querier) error {
+		ex, err := s.lockExecution(ctx, q, executionID)
+		if err != nil {
+			return err
+		}
+		switch {
+		case ex.WorkspaceID != workspaceID:
+			return fmt.Errorf("execution %q: %w", executionID, errdefs.ErrNotFound)
+		case ex.Status.Terminal():
+			return fmt.Errorf("execution %q already ended %s: %w", executionID, ex.Status, errdefs.ErrConflict)
+		case ex.ReservationID != "":
+			return fmt.Errorf("execution %q already has reservation %s: %w", executionID, ex.ReservationID, errdefs.ErrConflict)
+		}
+		r, err = s.reserve(ctx, q, workspaceID, executionID, newID("res"), amount)
+		if err != nil {
+			return err
+		}
+		_, err = q.Exec(ctx, `UPDATE executions SET reservation_id = $1 WHERE id = $2`, r.ID, executionID)
+		return err
+	})
+	if err != nil {
+		return store.Reservation{}, fmt.Errorf("reserving %d credits for execution %q: %w", amount, executionID, err)
+	}
+	return r, nil
+}
+
+// reserve moves amount from Available to Reserved and records the
+// reservation. The conditional UPDATE is what keeps balances exact under
+// concurrency: PostgreSQL re-checks "available >= amount" after waiting for
+// the account row's lock, and SQLite runs one writer at a time.
+func (s *Store) reserve(ctx context.Context, q Querier, workspaceID, executionID, id string, amount int64) (store.Reservation, error) {
+	var avail int64
+	err := q.QueryRow(ctx, `UPDATE credit_accounts SET available = available - $2, reserved = reserved + $2
+		WHERE workspace_id = $1 AND available >= $2 RETURNING available`, workspaceID, amount).Scan(&avail)
+	if err != nil {
+		if notFound(err) != errdefs.ErrNotFound {
+			return store.Reservation{}, err
+		}
+		var c store.Credits
+		if err := q.QueryRow(ctx, `SELECT available, reserved FROM credit_accounts WHERE workspace_id = $1`,
+			workspaceID).Scan(&c.Available, &c.Reserved); err != nil {
+			return store.Reservation{}, fmt.Errorf("workspace %q: %w", workspaceID, notFound(err))
+		}
+		return store.Reservation{}, fmt.Errorf("insufficient credits: %d needed, %d available: %w",
+			amount, c.Available, errdefs.ErrResourceExhausted)
+	}
+	r := store.Reservation{ID: id, WorkspaceID: workspaceID, ExecutionID: executionID, Amount: amount,
+		Status: store.ReservationOpen, CreatedAt: s.clock()}
+	if _, err := q.Exec(ctx, `INSERT INTO reservations (id, workspace_id, execution_id, amount, status, created_at)
+		VALUES ($1, $2, $3, $4, $5, $6)`, r.ID, r.WorkspaceID, r.ExecutionID, r.Amount, string(r.Status), s.tm(r.CreatedAt)); err != nil {
+		return store.Reservation{}, err
+	}
+	return r, s.writeLedger(ctx, q, store.LedgerEntry{WorkspaceID: workspaceID, Kind: store.LedgerReserve, Amount: amount,
+		ReservationID: r.ID, ExecutionID: executionID})
+}
+
+// Commit implements store.Ledger.
+func (s *Store) Commit(ctx context.Context, reservationID string) (store.Reservation, error) {
+	var r store.Reservation
+	err := s.inTx(ctx, func(q Querier) (err error) {
+		r, err = s.settle(ctx, q, reservationID, store.ReservationCommitted)
+		return err
+	})
+	if err != nil {
+		return store.Reservation{}, fmt.Errorf("committing reservation %q: %w", reservationID, err)
+	}
+	return r, nil
+}
+
+// Release implements store.Ledger.
+func (s *Store) Release(ctx context.Context, reservationID string) (store.Reservation, error) {
+	var r store.Reservation
+	err := s.inTx(ctx, func(q Querier) (err error) {
+		r, err = s.settle(ctx, q, reservationID, store.ReservationReleased)
+		return err
+	})
+	if err != nil {
+		return store.Reservation{}, fmt.Errorf("releasing reservation %q: %w", reservationID, err)
+	}
+	return r, nil
+}
+
+const reservationCols = `id, workspace_id, execution_id, amount, status, created_at, settled_at`
+
+func scanReservation(r Row) (store.Reservation, error) {
+	var (
+		res    store.Reservation
+		status string
+	)
+	err := r.Scan(&res.ID, &res.WorkspaceID, &res.ExecutionID, &res.Amount, &status, scanTime(&res.CreatedAt), scanTime(&res.SettledAt))
+	res.Status = store.ReservationStatus(status)
+	return res, err
+}
+
+func (s *Store) getReservation(ctx context.Context, q Querier, id string) (store.Reservation, error) {
+	r, err := scanReservation(q.QueryRow(ctx, `SELECT `+reservationCols+` FROM reservations WHERE id = $1`, id))
+	if err != nil {
+		return r, fmt.Errorf("reservation %q: %w", id, notFound(err))
+	}
+	return r, nil
+}
+
+// settle moves an open reservation to committed or released, exactly once:
+// the "status = 'open'" condition of the UPDATE is re-checked after any lock
+// wait, so of two concurrent settlements one finds nothing to update.
+func (s *Store) settle(ctx context.Context, q Querier, id string, to store.ReservationStatus) (store.Reservation, error) {
+	at := s.clock()
+	r, err := scanReservation(q.QueryRow(ctx, `UPDATE reservations SET status = $2, settled_at = $3
+		WHERE id = $1 AND status = 'open' RETURNING `+reservationCols, id, string(to), s.tm(at)))
+	if err != nil {
+		if notFound(err) != errdefs.ErrNotFound {
+			return r, err
+		}
+		cur, err := s.getReservation(ctx, q, id)
+		if err != nil {
+			return cur, err
+		}
+		return cur, fmt.Errorf("reservation %q is already %s: %w", id, cur.Status, errdefs.ErrConflict)
+	}
+	kind := store.LedgerCommit
+	if to == store.ReservationCommitted {
+		_, err = q.Exec(ctx, `UPDATE credit_accounts SET reserved = reserved - $2 WHERE workspace_id = $1`, r.WorkspaceID, r.Amount)
+		if err == nil {
+			_, err = q.Exec(ctx, `UPDATE tool_calls SET credits_charged = $2 WHERE execution_id = $1`, r.ExecutionID, r.Amount)
+		}
+	} else {
+		kind = store.LedgerRelease
+		_, err = q.Exec(ctx, `UPDATE credit_accounts SET reserved = reserved - $2, available = available + $2
+			WHERE workspace_id = $1`, r.WorkspaceID, r.Amount)
+	}
+	if err != nil {
+		return r, err
+	}
+	return r, s.writeLedger(ctx, q, store.LedgerEntry{WorkspaceID: r.WorkspaceID, Kind: kind, Amount: r.Amount,
+		ReservationID: r.ID, ExecutionID: r.ExecutionID})
+}
+
+// ListLedger implements store.Ledger.
+func (s *Store) ListLedger(ctx context.Context, workspaceID string, p store.PageRequest) (store.Page[store.LedgerEntry], error) {
+	var a args
+	where := []string{"workspace_id = " + a.add(workspaceID)}
+	tail, n, err := s.timePage(&a, &where, "created_at", p)
+	if err != nil {
+		return store.Page[store.LedgerEntry]{}, fmt.Errorf("listing ledger of workspace %q: %w", workspaceID, err)
+	}
+	items, err := queryAll(ctx, s.b.Reader(), func(r Row) (store.LedgerEntry, error) {
+		var (
+			e    store.LedgerEntry
+			kind string
+		)
+		err := r.Scan(&e.ID, &e.WorkspaceID, &kind, &e.Amount, scanStr(&e.ReservationID), scanStr(&e.ExecutionID),
+			&e.Note, scanTime(&e.CreatedAt))
+		e.Kind = store.LedgerKind(kind)
+		return e, err
+	}, `SELECT id, workspace_id, kind, amount, reservation_id, execution_id, note, created_at FROM credit_ledger WHERE `+
+		joinWhere(where)+tail, a...)
+	if err != nil {
+		return store.Page[store.LedgerEntry]{}, fmt.Errorf("listing ledger of workspace %q: %w", workspaceID, s.classify(err))
+	}
+	return finishPage(items, n, func(e store.LedgerEntry) cursor { return timeCursor(e.CreatedAt, e.ID) }), nil
+}
+
+func timeCursor(t time.Time, id string) cursor { return cursor{key: t.UnixMicro(), id: id} }

@@ -1,0 +1,266 @@
+package sqlstore
+
+import (
+	"context"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/stockade-sh/stockade/errdefs"
+	"github.com/stockade-sh/stockade/store"
+)
+
+// CreateWorkspace implements store.Workspaces.
+func (s *Store) CreateWorkspace(ctx context.Context, name string) (store.Workspace, error) {
+	if err := checkRequired("workspace name", name, 128); err != nil {
+		return store.Workspace{}, fmt.Errorf("creating workspace: %w", err)
+	}
+	w := store.Workspace{ID: newID("ws"), Name: name, CreatedAt: s.clock()}
+	p, err := normalisePolicy(store.DefaultPolicy())
+	if err != nil {
+		return store.Workspace{}, err
+	}
+	err = s.inTx(ctx, func(q Querier) error {
+		if _, err := q.Exec(ctx, `INSERT INTO workspaces (id, name, created_at) VALUES ($1, $2, $3)`,
+			w.ID, w.Name, s.tm(w.CreatedAt)); err != nil {
+			return err
+		}
+		if err := s.writePolicy(ctx, q, w.ID, p, w.CreatedAt, true); err != nil {
+			return err
+		}
+		if _, err := q.Exec(ctx, `INSERT INTO credit_accounts (workspace_id, available, reserved) VALUES ($1, 0, 0)`, w.ID); err != nil {
+			return err
+		}
+		_, err := q.Exec(ctx, `INSERT INTO audit_chain_heads (workspace_id, seq, hash) VALUES ($1, 0, '')`, w.ID)
+		return err
+	})
+	if err != nil {
+		return store.Workspace{}, fmt.Errorf("creating workspace %q: %w", name, err)
+	}
+	return w, nil
+}
+
+const workspaceCols = `id, name, created_at`
+
+func scanWorkspace(r Row) (store.Workspace, error) {
+	var w store.Workspace
+	err := r.Scan(&w.ID, &w.Name, scanTime(&w.CreatedAt))
+	return w, err
+}
+
+// GetWorkspace implements store.Workspaces.
+func (s *Store) GetWorkspace(ctx context.Context, id string) (store.Workspace, error) {
+	w, err := scanWorkspace(s.b.Reader().QueryRow(ctx, `SELECT `+workspaceCols+` FROM workspaces WHERE id = $1`, id))
+	if err != nil {
+		return store.Workspace{}, fmt.Errorf("getting workspace %q: %w", id, s.classify(notFound(err)))
+	}
+	return w, nil
+}
+
+// GetWorkspaceByName implements store.Workspaces.
+func (s *Store) GetWorkspaceByName(ctx context.Context, name string) (store.Workspace, error) {
+	w, err := scanWorkspace(s.b.Reader().QueryRow(ctx, `SELECT `+workspaceCols+` FROM workspaces WHERE name = $1`, name))
+	if err != nil {
+		return store.Workspace{}, fmt.Errorf("getting workspace named %q: %w", name, s.classify(notFound(err)))
+	}
+	return w, nil
+}
+
+// ListWorkspaces implements store.Workspaces.
+func (s *Store) ListWorkspaces(ctx context.Context) ([]store.Workspace, error) {
+	ws, err := queryAll(ctx, s.b.Reader(), scanWorkspace, `SELECT `+workspaceCols+` FROM workspaces ORDER BY name`)
+	if err != nil {
+		return nil, fmt.Errorf("listing workspaces: %w", s.classify(err))
+	}
+	return ws, nil
+}
+
+// requireWorkspace returns ErrNotFound unless the workspace exists.
+func requireWorkspace(ctx context.Context, q Querier, id string) error {
+	var one int
+	if err := q.QueryRow(ctx, `SELECT 1 FROM workspaces WHERE id = $1`, id).Scan(&one); err != nil {
+		return fmt.Errorf("workspace %q: %w", id, notFound(err))
+	}
+	return nil
+}
+
+// CreateAPIKey implements store.Keys.
+func (s *Store) CreateAPIKey(ctx context.Context, k store.NewAPIKey) (store.APIKey, error) {
+	if !k.Role.Valid() {
+		return store.APIKey{}, fmt.Errorf("creating API key: unknown role %q: %w", k.Role, errdefs.ErrInvalidArgument)
+	}
+	if k.Hash == (store.KeyHash{}) {
+		return store.APIKey{}, fmt.Errorf("creating API key: hash is required: %w", errdefs.ErrInvalidArgument)
+	}
+	if err := checkText("key name", k.Name, maxText); err != nil {
+		return store.APIKey{}, fmt.Errorf("creating API key: %w", err)
+	}
+	key := store.APIKey{ID: newID("key"), WorkspaceID: k.WorkspaceID, Role: k.Role, Hash: k.Hash, Name: k.Name, CreatedAt: s.clock()}
+	err := s.inTx(ctx, func(q Querier) error {
+		if err := requireWorkspace(ctx, q, k.WorkspaceID); err != nil {
+			return err
+		}
+		_, err := q.Exec(ctx, `INSERT INTO api_keys (id, workspace_id, role, name, hash, created_at) VALUES ($1, $2, $3, $4, $5, $6)`,
+			key.ID, key.WorkspaceID, string(key.Role), key.Name, key.Hash.String(), s.tm(key.CreatedAt))
+		return err
+	})
+	if err != nil {
+		return store.APIKey{}, fmt.Errorf("creating %s key in workspace %q: %w", k.Role, k.WorkspaceID, err)
+	}
+	return key, nil
+}
+
+const keyCols = `id, workspace_id, role, name, hash, created_at, revoked_at`
+
+func scanKey(r Row) (store.APIKey, error) {
+	var (
+		k         store.APIKey
+		role, hsh string
+	)
+	if err := r.Scan(&k.ID, &k.WorkspaceID, &role, &k.Name, &hsh, scanTime(&k.CreatedAt), scanTime(&k.RevokedAt)); err != nil {
+		return k, err
+	}
+	k.Role = store.Role(role)
+	b, err := hex.DecodeString(hsh)
+	if err != nil || len(b) != len(k.Hash) {
+		return k, fmt.Errorf("decoding hash of key %s: %w", k.ID, errdefs.ErrFailedPrecondition)
+	}
+	copy(k.Hash[:], b)
+	return k, nil
+}
+
+// LookupAPIKey implements store.Keys.
+func (s *Store) LookupAPIKey(ctx context.Context, hash store.KeyHash) (store.APIKey, error) {
+	k, err := scanKey(s.b.Reader().QueryRow(ctx,
+		`SELECT `+keyCols+` FROM api_keys WHERE hash = $1 AND revoked_at IS NULL`, hash.String()))
+	if err != nil {
+		return store.APIKey{}, fmt.Errorf("looking up API key: %w", s.classify(notFound(err)))
+	}
+	return k, nil
+}
+
+// ListAPIKeys implements store.Keys.
+func (s *Store) ListAPIKeys(ctx context.Context, workspaceID string) ([]store.APIKey, error) {
+	keys, err := queryAll(ctx, s.b.Reader(), scanKey,
+		`SELECT `+keyCols+` FROM api_keys WHERE workspace_id = $1 ORDER BY created_at, id`, workspaceID)
+	if err != nil {
+		return nil, fmt.Errorf("listing keys of workspace %q: %w", workspaceID, s.classify(err))
+	}
+	return keys, nil
+}
+
+// RevokeAPIKey implements store.Keys.
+func (s *Store) RevokeAPIKey(ctx context.Context, workspaceID, keyID string) error {
+	err := s.inTx(ctx, func(q Querier) error {
+		var one int
+		if err := q.QueryRow(ctx, `SELECT 1 FROM api_keys WHERE id = $1 AND workspace_id = $2`+s.d.ForUpdate,
+			keyID, workspaceID).Scan(&one); err != nil {
+			return notFound(err)
+		}
+		_, err := q.Exec(ctx, `UPDATE api_keys SET revoked_at = $1 WHERE id = $2 AND revoked_at IS NULL`, s.tm(s.clock()), keyID)
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("revoking key %q of workspace %q: %w", keyID, workspaceID, err)
+	}
+	return nil
+}
+
+// normalisePolicy validates p and fills the documented meanings of zero
+// fields, so that both databases store the same thing.
+func normalisePolicy(p store.Policy) (store.Policy, error) {
+	switch p.Approval {
+	case "":
+		p.Approval = store.ApprovalRequired
+	case store.ApprovalRequired, store.ApprovalNone:
+	default:
+		return p, fmt.Errorf("unknown approval mode %q: %w", p.Approval, errdefs.ErrInvalidArgument)
+	}
+	switch p.ToolChanges {
+	case "":
+		p.ToolChanges = store.ToolChangesFlag
+	case store.ToolChangesFlag, store.ToolChangesRequireReview:
+	default:
+		return p, fmt.Errorf("unknown tool change mode %q: %w", p.ToolChanges, errdefs.ErrInvalidArgument)
+	}
+	if p.MaxTimeout < 0 {
+		return p, fmt.Errorf("negative max timeout %v: %w", p.MaxTimeout, errdefs.ErrInvalidArgument)
+	}
+	p.MaxTimeout = p.MaxTimeout.Truncate(time.Millisecond)
+	rts := make([]string, 0, len(p.Runtimes))
+	seen := map[string]bool{}
+	for _, r := range p.Runtimes {
+		if err := checkRequired("runtime", r, 64); err != nil {
+			return p, err
+		}
+		if !seen[r] {
+			seen[r] = true
+			rts = append(rts, r)
+		}
+	}
+	p.Runtimes = rts
+	return p, nil
+}
+
+func (s *Store) writePolicy(ctx context.Context, q Querier, workspaceID string, p store.Policy, at time.Time, insert bool) error {
+	rts, err := json.Marshal(p.Runtimes)
+	if err != nil {
+		return fmt.Errorf("encoding runtimes: %w", err)
+	}
+	a := []any{workspaceID, p.CodeExecution, string(p.Approval), p.NetworkAllowed, p.MaxTimeout.Milliseconds(),
+		string(rts), string(p.ToolChanges), s.tm(at)}
+	if insert {
+		_, err = q.Exec(ctx, `INSERT INTO workspace_policies (workspace_id, code_execution, approval, network_allowed,
+			max_timeout_ms, runtimes, tool_changes, updated_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)`, a...)
+		return err
+	}
+	n, err := q.Exec(ctx, `UPDATE workspace_policies SET code_execution = $2, approval = $3, network_allowed = $4,
+		max_timeout_ms = $5, runtimes = $6, tool_changes = $7, updated_at = $8 WHERE workspace_id = $1`, a...)
+	if err == nil && n == 0 {
+		err = fmt.Errorf("workspace %q: %w", workspaceID, errdefs.ErrNotFound)
+	}
+	return err
+}
+
+// GetPolicy implements store.Policies.
+func (s *Store) GetPolicy(ctx context.Context, workspaceID string) (store.Policy, error) {
+	var (
+		p        store.Policy
+		approval string
+		changes  string
+		rts      string
+		maxMS    int64
+	)
+	err := s.b.Reader().QueryRow(ctx, `SELECT code_execution, approval, network_allowed, max_timeout_ms, runtimes,
+		tool_changes, updated_at FROM workspace_policies WHERE workspace_id = $1`, workspaceID).
+		Scan(&p.CodeExecution, &approval, &p.NetworkAllowed, &maxMS, &rts, &changes, scanTime(&p.UpdatedAt))
+	if err != nil {
+		return store.Policy{}, fmt.Errorf("getting policy of workspace %q: %w", workspaceID, s.classify(notFound(err)))
+	}
+	p.Approval = store.ApprovalMode(approval)
+	p.ToolChanges = store.ToolChangeMode(changes)
+	p.MaxTimeout = time.Duration(maxMS) * time.Millisecond
+	if err := json.Unmarshal([]byte(rts), &p.Runtimes); err != nil {
+		return store.Policy{}, fmt.Errorf("decoding runtimes of workspace %q: %w", workspaceID, err)
+	}
+	if p.Runtimes == nil {
+		p.Runtimes = []string{}
+	}
+	return p, nil
+}
+
+// SetPolicy implements store.Policies.
+func (s *Store) SetPolicy(ctx context.Context, workspaceID string, p store.Policy) (store.Policy, error) {
+	p, err := normalisePolicy(p)
+	if err != nil {
+		return store.Policy{}, fmt.Errorf("setting policy of workspace %q: %w", workspaceID, err)
+	}
+	p.UpdatedAt = s.clock()
+	if err := s.inTx(ctx, func(q Querier) error {
+		return s.writePolicy(ctx, q, workspaceID, p, p.UpdatedAt, false)
+	}); err != nil {
+		return store.Policy{}, fmt.Errorf("setting policy of workspace %q: %w", workspaceID, err)
+	}
+	return p, nil
+}

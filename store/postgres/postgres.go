@@ -1,0 +1,221 @@
+// Package postgres is Stockade's production store: store.Store on PostgreSQL
+// through pgx (pgxpool).
+//
+//	st, err := postgres.Open(ctx, postgres.Config{DSN: "postgres://stockade@db/stockade"})
+//	if err != nil { ... }
+//	defer st.Close()
+//
+// Write transactions run at READ COMMITTED and take row locks (SELECT ... FOR
+// UPDATE, and conditional UPDATEs that PostgreSQL re-checks after waiting for
+// a row lock) in one fixed order: execution or approval, reservation, credit
+// account, audit chain head. That keeps concurrent reservations exact and
+// rules out deadlocks among the store's own transactions. Migrations run at
+// Open under a transaction-scoped advisory lock, so several daemons starting
+// at once migrate once.
+package postgres
+
+import (
+	"context"
+	"database/sql"
+	"embed"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/stockade-sh/stockade/errdefs"
+	"github.com/stockade-sh/stockade/store"
+	"github.com/stockade-sh/stockade/store/internal/sqlstore"
+)
+
+//go:embed migrations/*.sql
+var migrations embed.FS
+
+// migrationLock is the advisory lock key that serialises migrations.
+const migrationLock = `SELECT pg_advisory_xact_lock(7428130391)`
+
+// Config configures Open.
+type Config struct {
+	// DSN is a libpq-style URL or key=value string. Required. Runtime
+	// parameters such as search_path may be given in it.
+	DSN string
+	// MaxConns bounds the pool. Zero means pgxpool's default (the larger of
+	// 4 and the number of CPUs).
+	MaxConns int32
+	// Now is the clock for the times the store sets itself; nil means
+	// time.Now.
+	Now func() time.Time
+}
+
+// Validate reports a Config that Open cannot use.
+func (c Config) Validate() error {
+	if c.DSN == "" {
+		return fmt.Errorf("postgres DSN is required: %w", errdefs.ErrInvalidArgument)
+	}
+	if c.MaxConns < 0 {
+		return fmt.Errorf("negative postgres MaxConns: %w", errdefs.ErrInvalidArgument)
+	}
+	return nil
+}
+
+// Store is a store.Store on PostgreSQL. It is safe for concurrent use.
+type Store struct {
+	*sqlstore.Store
+	pool *pgxpool.Pool
+}
+
+var _ store.Store = (*Store)(nil)
+
+// Open connects to c.DSN and applies the embedded migrations. The caller
+// must Close the Store.
+func Open(ctx context.Context, c Config) (*Store, error) {
+	if err := c.Validate(); err != nil {
+		return nil, err
+	}
+	pc, err := pgxpool.ParseConfig(c.DSN)
+	if err != nil {
+		return nil, fmt.Errorf("parsing postgres DSN: %w: %w", errdefs.ErrInvalidArgument, err)
+	}
+	if c.MaxConns > 0 {
+		pc.MaxConns = c.MaxConns
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, pc)
+	if err != nil {
+		return nil, fmt.Errorf("connecting to postgres: %w", classify(err))
+	}
+	if err := pool.Ping(ctx); err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("connecting to postgres at %s:%d: %w", pc.ConnConfig.Host, pc.ConnConfig.Port, classify(err))
+	}
+	now := c.Now
+	if now == nil {
+		now = time.Now
+	}
+	b := &backend{pool: pool}
+	ms, err := sqlstore.LoadMigrations(migrations, "migrations")
+	if err == nil {
+		err = sqlstore.Migrate(ctx, b, ms, migrationLock, now())
+	}
+	if err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("migrating postgres database: %w", classify(err))
+	}
+	return &Store{Store: sqlstore.New(b, now), pool: pool}, nil
+}
+
+// UnsafeExec runs a statement outside the store's rules. It exists for the
+// conformance suite, which uses it to tamper with rows as an attacker with
+// database access would; nothing else may call it.
+func (s *Store) UnsafeExec(ctx context.Context, query string, args ...any) error {
+	_, err := s.pool.Exec(ctx, query, args...)
+	return err
+}
+
+// backend adapts pgxpool to sqlstore.Backend.
+type backend struct{ pool *pgxpool.Pool }
+
+func (b *backend) Reader() sqlstore.Querier { return querier{b.pool} }
+
+func (b *backend) InTx(ctx context.Context, fn func(sqlstore.Querier) error) error {
+	return b.inTx(ctx, pgx.TxOptions{IsoLevel: pgx.ReadCommitted}, fn)
+}
+
+func (b *backend) InSnapshot(ctx context.Context, fn func(sqlstore.Querier) error) error {
+	return b.inTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, fn)
+}
+
+func (b *backend) inTx(ctx context.Context, opts pgx.TxOptions, fn func(sqlstore.Querier) error) error {
+	tx, err := b.pool.BeginTx(ctx, opts)
+	if err != nil {
+		return fmt.Errorf("beginning transaction: %w", err)
+	}
+	if err := fn(querier{tx}); err != nil {
+		// The rollback's context must outlive a cancelled ctx, or the
+		// connection would go back to the pool mid-transaction.
+		tx.Rollback(context.WithoutCancel(ctx))
+		return err
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return fmt.Errorf("committing transaction: %w", err)
+	}
+	return nil
+}
+
+func (b *backend) Dialect() sqlstore.Dialect {
+	return sqlstore.Dialect{
+		ForUpdate: " FOR UPDATE",
+		Time:      func(t time.Time) any { return t },
+		Classify:  classify,
+	}
+}
+
+func (b *backend) Close() error {
+	b.pool.Close()
+	return nil
+}
+
+// classify wraps PostgreSQL's constraint, concurrency and connection errors
+// in errdefs classes.
+func classify(err error) error {
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) {
+		switch pe.Code {
+		case "23505": // unique_violation
+			return fmt.Errorf("%w: %w", errdefs.ErrConflict, err)
+		case "23503": // foreign_key_violation
+			return fmt.Errorf("%w: %w", errdefs.ErrNotFound, err)
+		case "23514": // check_violation
+			return fmt.Errorf("%w: %w", errdefs.ErrFailedPrecondition, err)
+		case "40001", "40P01", "55P03": // serialization_failure, deadlock_detected, lock_not_available
+			return fmt.Errorf("%w: %w", errdefs.ErrUnavailable, err)
+		}
+		if len(pe.Code) == 5 && (pe.Code[:2] == "08" || pe.Code[:2] == "57") { // connection exception, operator intervention
+			return fmt.Errorf("%w: %w", errdefs.ErrUnavailable, err)
+		}
+		return err
+	}
+	var ce *pgconn.ConnectError
+	if errors.As(err, &ce) || pgconn.Timeout(err) {
+		return fmt.Errorf("%w: %w", errdefs.ErrUnavailable, err)
+	}
+	return err
+}
+
+// querier adapts *pgxpool.Pool and pgx.Tx to sqlstore.Querier.
+type querier struct {
+	q interface {
+		Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+		Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+		QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+	}
+}
+
+func (q querier) Exec(ctx context.Context, query string, args ...any) (int64, error) {
+	tag, err := q.q.Exec(ctx, query, args...)
+	if err != nil {
+		return 0, err
+	}
+	return tag.RowsAffected(), nil
+}
+
+func (q querier) Query(ctx context.Context, query string, args ...any) (sqlstore.Rows, error) {
+	return q.q.Query(ctx, query, args...)
+}
+
+func (q querier) QueryRow(ctx context.Context, query string, args ...any) sqlstore.Row {
+	return row{q.q.QueryRow(ctx, query, args...)}
+}
+
+// row maps pgx.ErrNoRows to sql.ErrNoRows, the store's "nothing found".
+type row struct{ r pgx.Row }
+
+func (r row) Scan(dest ...any) error {
+	err := r.r.Scan(dest...)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return sql.ErrNoRows
+	}
+	return err
+}

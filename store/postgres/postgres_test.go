@@ -1,0 +1,139 @@
+package postgres_test
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"net/url"
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/stockade-sh/stockade/store"
+	"github.com/stockade-sh/stockade/store/postgres"
+	"github.com/stockade-sh/stockade/store/storetest"
+)
+
+// dsnEnv names the PostgreSQL the tests use; scripts/pgtest.sh starts one and
+// prints its DSN.
+const dsnEnv = "STOCKADE_TEST_POSTGRES"
+
+// testDSN returns the server's DSN, skipping the test when none is given,
+// except in CI, where a missing database is a failure.
+func testDSN(t *testing.T) string {
+	t.Helper()
+	dsn := os.Getenv(dsnEnv)
+	if dsn == "" {
+		msg := dsnEnv + " is not set; run: export " + dsnEnv + "=$(scripts/pgtest.sh)"
+		if os.Getenv("CI") == "true" {
+			t.Fatal(msg)
+		}
+		t.Skip(msg)
+	}
+	return dsn
+}
+
+// freshSchema creates an empty schema for one test, drops it when the test
+// ends, and returns a DSN whose search_path selects it.
+func freshSchema(t *testing.T, dsn string) string {
+	t.Helper()
+	ctx := t.Context()
+	var b [6]byte
+	rand.Read(b[:])
+	schema := "stockade_test_" + hex.EncodeToString(b[:])
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatalf("connecting to %s: %v", dsnEnv, err)
+	}
+	defer conn.Close(ctx)
+	if _, err := conn.Exec(ctx, "CREATE SCHEMA "+schema); err != nil {
+		t.Fatalf("creating schema: %v", err)
+	}
+	t.Cleanup(func() {
+		ctx := context.Background()
+		conn, err := pgx.Connect(ctx, dsn)
+		if err != nil {
+			t.Errorf("connecting to drop schema %s: %v", schema, err)
+			return
+		}
+		defer conn.Close(ctx)
+		if _, err := conn.Exec(ctx, "DROP SCHEMA "+schema+" CASCADE"); err != nil {
+			t.Errorf("dropping schema %s: %v", schema, err)
+		}
+	})
+	return withParam(t, dsn, "search_path", schema)
+}
+
+func withParam(t *testing.T, dsn, key, value string) string {
+	t.Helper()
+	if !strings.HasPrefix(dsn, "postgres://") && !strings.HasPrefix(dsn, "postgresql://") {
+		return dsn + " " + key + "=" + value
+	}
+	u, err := url.Parse(dsn)
+	if err != nil {
+		t.Fatalf("parsing %s: %v", dsnEnv, err)
+	}
+	q := u.Query()
+	q.Set(key, value)
+	u.RawQuery = q.Encode()
+	return u.String()
+}
+
+func open(t *testing.T, dsn string) *postgres.Store {
+	t.Helper()
+	st, err := postgres.Open(t.Context(), postgres.Config{DSN: dsn, MaxConns: 16})
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	t.Cleanup(func() { st.Close() })
+	return st
+}
+
+func TestConformance(t *testing.T) {
+	dsn := testDSN(t)
+	storetest.Run(t, func(t *testing.T) store.Store {
+		return open(t, freshSchema(t, dsn))
+	})
+}
+
+// TestConcurrentOpenMigratesOnce opens several stores on one empty schema at
+// once, as several daemons starting together would.
+func TestConcurrentOpenMigratesOnce(t *testing.T) {
+	dsn := freshSchema(t, testDSN(t))
+	errs := make(chan error, 4)
+	for range 4 {
+		go func() {
+			st, err := postgres.Open(t.Context(), postgres.Config{DSN: dsn, MaxConns: 2})
+			if err == nil {
+				st.Close()
+			}
+			errs <- err
+		}()
+	}
+	for range 4 {
+		if err := <-errs; err != nil {
+			t.Fatalf("concurrent Open: %v", err)
+		}
+	}
+	conn, err := pgx.Connect(t.Context(), dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(t.Context())
+	var n int
+	if err := conn.QueryRow(t.Context(), "SELECT count(*) FROM schema_migrations").Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	if n != 1 {
+		t.Fatalf("schema_migrations rows: got %d, want 1", n)
+	}
+}
+
+func TestOpenUnreachable(t *testing.T) {
+	_, err := postgres.Open(t.Context(), postgres.Config{DSN: "postgres://nobody@127.0.0.1:1/none?sslmode=disable&connect_timeout=2"})
+	if err == nil {
+		t.Fatal("Open of an unreachable server succeeded")
+	}
+}

@@ -1,0 +1,241 @@
+// Package sqlite is Stockade's embedded store: store.Store on a single SQLite
+// file through modernc.org/sqlite (pure Go, no cgo).
+//
+//	st, err := sqlite.Open(ctx, sqlite.Config{Path: "/var/lib/stockade/stockade.db"})
+//	if err != nil { ... }
+//	defer st.Close()
+//
+// The database runs in WAL mode with foreign keys on. All writes of a process
+// go through one connection, so transactions never interleave within the
+// process; every write transaction begins IMMEDIATE, so that another process
+// on the same file (the admin CLI next to the daemon) waits up to
+// Config.BusyTimeout for the write lock instead of failing halfway. Reads use
+// a separate pool and see the last committed state. synchronous=NORMAL: a
+// committed transaction survives a crash of the process, but the last ones
+// may be lost on power failure.
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"embed"
+	"errors"
+	"fmt"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	msqlite "modernc.org/sqlite"
+	sqlite3 "modernc.org/sqlite/lib"
+
+	"github.com/stockade-sh/stockade/errdefs"
+	"github.com/stockade-sh/stockade/store"
+	"github.com/stockade-sh/stockade/store/internal/sqlstore"
+)
+
+//go:embed migrations/*.sql
+var migrations embed.FS
+
+// Config configures Open.
+type Config struct {
+	// Path is the database file; it is created if missing. Required.
+	Path string
+	// BusyTimeout is how long a transaction waits for another process's write
+	// lock before failing with ErrUnavailable. Zero means 5 s.
+	BusyTimeout time.Duration
+	// Readers bounds the read connections. Zero means 4.
+	Readers int
+	// Now is the clock for the times the store sets itself; nil means
+	// time.Now.
+	Now func() time.Time
+}
+
+// Validate reports a Config that Open cannot use.
+func (c Config) Validate() error {
+	switch {
+	case c.Path == "":
+		return fmt.Errorf("sqlite path is required: %w", errdefs.ErrInvalidArgument)
+	case c.Path == ":memory:" || strings.HasPrefix(c.Path, "file:"):
+		return fmt.Errorf("sqlite path %q must be a file name, not a URI or :memory: (the writer and readers must share one file): %w",
+			c.Path, errdefs.ErrInvalidArgument)
+	case c.BusyTimeout < 0 || c.Readers < 0:
+		return fmt.Errorf("negative sqlite busy timeout or readers: %w", errdefs.ErrInvalidArgument)
+	}
+	return nil
+}
+
+// Store is a store.Store on SQLite. It is safe for concurrent use.
+type Store struct {
+	*sqlstore.Store
+	writer *sql.DB
+}
+
+var _ store.Store = (*Store)(nil)
+
+// Open opens (creating if needed) the database at c.Path and applies the
+// embedded migrations. The caller must Close the Store.
+func Open(ctx context.Context, c Config) (*Store, error) {
+	if err := c.Validate(); err != nil {
+		return nil, err
+	}
+	if c.BusyTimeout == 0 {
+		c.BusyTimeout = 5 * time.Second
+	}
+	if c.Readers == 0 {
+		c.Readers = 4
+	}
+	now := c.Now
+	if now == nil {
+		now = time.Now
+	}
+	q := url.Values{}
+	q.Set("_busy_timeout", strconv.FormatInt(c.BusyTimeout.Milliseconds(), 10))
+	q.Set("_foreign_keys", "1")
+	q.Set("_journal_mode", "WAL")
+	q.Set("_synchronous", "NORMAL")
+	q.Set("_txlock", "immediate")
+	writer, err := sql.Open("sqlite", c.Path+"?"+q.Encode())
+	if err != nil {
+		return nil, fmt.Errorf("opening sqlite database %s: %w", c.Path, err)
+	}
+	writer.SetMaxOpenConns(1)
+	writer.SetMaxIdleConns(1)
+	writer.SetConnMaxLifetime(0)
+	writer.SetConnMaxIdleTime(0)
+
+	// The journal mode is set (and WAL created) by the writer before any
+	// reader opens, so readers never race to convert the file.
+	if err := writer.PingContext(ctx); err != nil {
+		writer.Close()
+		return nil, fmt.Errorf("opening sqlite database %s: %w", c.Path, classify(err))
+	}
+	q.Del("_txlock")
+	q.Del("_journal_mode")
+	q.Set("_query_only", "1")
+	reader, err := sql.Open("sqlite", c.Path+"?"+q.Encode())
+	if err != nil {
+		writer.Close()
+		return nil, fmt.Errorf("opening sqlite database %s: %w", c.Path, err)
+	}
+	reader.SetMaxOpenConns(c.Readers)
+	reader.SetMaxIdleConns(c.Readers)
+
+	b := &backend{writer: writer, reader: reader}
+	ms, err := sqlstore.LoadMigrations(migrations, "migrations")
+	if err == nil {
+		err = sqlstore.Migrate(ctx, b, ms, "", now())
+	}
+	if err != nil {
+		b.Close()
+		return nil, fmt.Errorf("migrating sqlite database %s: %w", c.Path, classify(err))
+	}
+	return &Store{Store: sqlstore.New(b, now), writer: writer}, nil
+}
+
+// UnsafeExec runs a statement on the writer connection, outside the store's
+// rules. It exists for the conformance suite, which uses it to tamper with
+// rows as an attacker with database access would; nothing else may call it.
+func (s *Store) UnsafeExec(ctx context.Context, query string, args ...any) error {
+	_, err := s.writer.ExecContext(ctx, query, args...)
+	return err
+}
+
+// backend adapts database/sql on modernc.org/sqlite to sqlstore.Backend.
+type backend struct {
+	writer *sql.DB
+	reader *sql.DB
+}
+
+func (b *backend) Reader() sqlstore.Querier { return querier{b.reader} }
+
+func (b *backend) InTx(ctx context.Context, fn func(sqlstore.Querier) error) error {
+	return inTx(ctx, b.writer, nil, fn)
+}
+
+// InSnapshot runs fn in a read transaction on a reader: in WAL mode it sees
+// the database as of its first read until it ends.
+func (b *backend) InSnapshot(ctx context.Context, fn func(sqlstore.Querier) error) error {
+	return inTx(ctx, b.reader, &sql.TxOptions{ReadOnly: true}, fn)
+}
+
+func inTx(ctx context.Context, db *sql.DB, opts *sql.TxOptions, fn func(sqlstore.Querier) error) error {
+	tx, err := db.BeginTx(ctx, opts)
+	if err != nil {
+		return fmt.Errorf("beginning transaction: %w", err)
+	}
+	if err := fn(querier{tx}); err != nil {
+		tx.Rollback()
+		return err
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("committing transaction: %w", err)
+	}
+	return nil
+}
+
+func (b *backend) Dialect() sqlstore.Dialect {
+	return sqlstore.Dialect{
+		ForUpdate: "",
+		Time:      func(t time.Time) any { return t.UnixMicro() },
+		Classify:  classify,
+	}
+}
+
+func (b *backend) Close() error {
+	return errors.Join(b.reader.Close(), b.writer.Close())
+}
+
+// classify wraps SQLite's constraint and locking errors in errdefs classes.
+func classify(err error) error {
+	var se *msqlite.Error
+	if !errors.As(err, &se) {
+		return err
+	}
+	switch se.Code() {
+	case sqlite3.SQLITE_CONSTRAINT_UNIQUE, sqlite3.SQLITE_CONSTRAINT_PRIMARYKEY:
+		return fmt.Errorf("%w: %w", errdefs.ErrConflict, err)
+	case sqlite3.SQLITE_CONSTRAINT_FOREIGNKEY:
+		return fmt.Errorf("%w: %w", errdefs.ErrNotFound, err)
+	case sqlite3.SQLITE_CONSTRAINT_CHECK:
+		return fmt.Errorf("%w: %w", errdefs.ErrFailedPrecondition, err)
+	}
+	switch se.Code() & 0xff {
+	case sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED:
+		return fmt.Errorf("database is locked by another writer: %w: %w", errdefs.ErrUnavailable, err)
+	}
+	return err
+}
+
+// querier adapts *sql.DB and *sql.Tx to sqlstore.Querier.
+type querier struct {
+	q interface {
+		ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
+		QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
+		QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+	}
+}
+
+func (q querier) Exec(ctx context.Context, query string, args ...any) (int64, error) {
+	res, err := q.q.ExecContext(ctx, query, args...)
+	if err != nil {
+		return 0, err
+	}
+	return res.RowsAffected()
+}
+
+func (q querier) Query(ctx context.Context, query string, args ...any) (sqlstore.Rows, error) {
+	rows, err := q.q.QueryContext(ctx, query, args...)
+	if err != nil {
+		return nil, err
+	}
+	return sqlRows{rows}, nil
+}
+
+func (q querier) QueryRow(ctx context.Context, query string, args ...any) sqlstore.Row {
+	return q.q.QueryRowContext(ctx, query, args...)
+}
+
+type sqlRows struct{ *sql.Rows }
+
+func (r sqlRows) Close() { r.Rows.Close() }

@@ -1,0 +1,265 @@
+// Package storetest is the one conformance suite every store.Store
+// implementation must pass, so that the embedded and the production
+// databases behave alike. An implementation's test calls Run with a function
+// that opens a fresh, empty store:
+//
+//	func TestConformance(t *testing.T) {
+//		storetest.Run(t, func(t *testing.T) store.Store {
+//			st, err := sqlite.Open(t.Context(), sqlite.Config{Path: filepath.Join(t.TempDir(), "db")})
+//			if err != nil { t.Fatal(err) }
+//			t.Cleanup(func() { st.Close() })
+//			return st
+//		})
+//	}
+//
+// The store must also implement Tamperer, through which the suite edits rows
+// behind the store's back to prove that the audit chain catches it.
+package storetest
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/stockade-sh/stockade/store"
+)
+
+// Tamperer runs raw SQL on the store's database, bypassing its rules. The
+// suite passes statements with literal values only (no parameters), written
+// in SQL that SQLite and PostgreSQL both accept, against the column names the
+// implementations share.
+type Tamperer interface {
+	UnsafeExec(ctx context.Context, query string, args ...any) error
+}
+
+// Run runs the suite. open must return a new, empty store for each call; the
+// suite calls it once per subtest and never closes the store itself.
+func Run(t *testing.T, open func(t *testing.T) store.Store) {
+	for _, tc := range []struct {
+		name string
+		fn   func(t *testing.T, st store.Store)
+	}{
+		{"Workspaces", testWorkspaces},
+		{"APIKeys", testAPIKeys},
+		{"Policy", testPolicy},
+		{"Grant", testGrant},
+		{"ReserveCommitRelease", testReserveCommitRelease},
+		{"ReserveShortBalance", testReserveShortBalance},
+		{"ConcurrentReservationsExact", testConcurrentReservations},
+		{"ConcurrentAdmissionsNeverOverdraw", testConcurrentAdmissions},
+		{"ConcurrentDoubleCommit", testConcurrentDoubleCommit},
+		{"IdempotencyKey", testIdempotency},
+		{"ConcurrentIdempotentRetries", testConcurrentIdempotency},
+		{"ExecutionLifecycle", testExecutionLifecycle},
+		{"LaunchFailedIsNotCharged", testLaunchFailed},
+		{"ExecutionValidation", testExecutionValidation},
+		{"ListExecutionsAndToolCalls", testListings},
+		{"RecoverInterrupted", testRecoverInterrupted},
+		{"ApprovalApprove", testApprovalApprove},
+		{"ApprovalDeny", testApprovalDeny},
+		{"ApprovalDeciders", testApprovalDeciders},
+		{"ApprovalExpiry", testApprovalExpiry},
+		{"ListApprovals", testListApprovals},
+		{"AuditAppendAndList", testAuditAppend},
+		{"AuditUnitOfWork", testAuditUnitOfWork},
+		{"AuditConcurrentAppendsDoNotFork", testAuditConcurrent},
+		{"AuditTamperUpdate", testTamperUpdate},
+		{"AuditTamperUpdateRehashed", testTamperUpdateRehashed},
+		{"AuditTamperDeleteMiddle", testTamperDeleteMiddle},
+		{"AuditTamperDeleteTail", testTamperDeleteTail},
+		{"AuditTamperInsert", testTamperInsert},
+		{"AuditTamperAppendPastHead", testTamperAppendPastHead},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tc.fn(t, open(t))
+		})
+	}
+}
+
+// fixture is a workspace with one key of each role.
+type fixture struct {
+	ws                   store.Workspace
+	agent, approver, adm store.APIKey
+}
+
+func newFixture(t *testing.T, st store.Store, name string) fixture {
+	t.Helper()
+	ctx := t.Context()
+	ws, err := st.CreateWorkspace(ctx, name)
+	if err != nil {
+		t.Fatalf("CreateWorkspace(%q): %v", name, err)
+	}
+	f := fixture{ws: ws}
+	for _, k := range []struct {
+		role store.Role
+		dst  *store.APIKey
+	}{{store.RoleAgent, &f.agent}, {store.RoleApprover, &f.approver}, {store.RoleAdmin, &f.adm}} {
+		key, err := st.CreateAPIKey(ctx, store.NewAPIKey{WorkspaceID: ws.ID, Role: k.role,
+			Hash: store.HashKey(name + "/" + string(k.role)), Name: string(k.role)})
+		if err != nil {
+			t.Fatalf("CreateAPIKey(%s): %v", k.role, err)
+		}
+		*k.dst = key
+	}
+	return f
+}
+
+// newExec returns a valid NewExecution for the fixture's agent.
+func (f fixture) newExec(code string, credits int64) store.NewExecution {
+	req, _ := json.Marshal(map[string]string{"runtime": "python", "code": code})
+	return store.NewExecution{
+		WorkspaceID: f.ws.ID, KeyID: f.agent.ID, Runtime: "python", Tool: "code.execute",
+		Request: req, InputSHA256: inputHash("python", code), Credits: credits,
+	}
+}
+
+func inputHash(runtime, code string) string {
+	sum := sha256.Sum256([]byte(runtime + "\x00" + code))
+	return hex.EncodeToString(sum[:])
+}
+
+func mustCreate(t *testing.T, st store.Store, e store.NewExecution) store.Admission {
+	t.Helper()
+	adm, err := st.CreateExecution(t.Context(), e)
+	if err != nil {
+		t.Fatalf("CreateExecution: %v", err)
+	}
+	return adm
+}
+
+func mustGrant(t *testing.T, st store.Store, ws string, n int64) {
+	t.Helper()
+	if _, err := st.GrantCredits(t.Context(), ws, n, "test grant"); err != nil {
+		t.Fatalf("GrantCredits(%d): %v", n, err)
+	}
+}
+
+func wantCredits(t *testing.T, st store.Store, ws string, avail, reserved int64) {
+	t.Helper()
+	c, err := st.GetCredits(t.Context(), ws)
+	if err != nil {
+		t.Fatalf("GetCredits: %v", err)
+	}
+	if c.Available != avail || c.Reserved != reserved {
+		t.Fatalf("credits: got available %d reserved %d, want %d and %d", c.Available, c.Reserved, avail, reserved)
+	}
+	checkLedger(t, st, ws)
+}
+
+// checkLedger verifies sum(grant) - sum(commit) == available + reserved, and
+// that reserved equals the open reservations' sum as the ledger tells it.
+func checkLedger(t *testing.T, st store.Store, ws string) {
+	t.Helper()
+	var sums = map[store.LedgerKind]int64{}
+	cur := ""
+	for {
+		p, err := st.ListLedger(t.Context(), ws, store.PageRequest{Limit: store.MaxPageLimit, Cursor: cur})
+		if err != nil {
+			t.Fatalf("ListLedger: %v", err)
+		}
+		for _, e := range p.Items {
+			if e.Amount <= 0 {
+				t.Fatalf("ledger entry %s has amount %d", e.ID, e.Amount)
+			}
+			sums[e.Kind] += e.Amount
+		}
+		if cur = p.Next; cur == "" {
+			break
+		}
+	}
+	c, err := st.GetCredits(t.Context(), ws)
+	if err != nil {
+		t.Fatalf("GetCredits: %v", err)
+	}
+	if got, want := c.Available+c.Reserved, sums[store.LedgerGrant]-sums[store.LedgerCommit]; got != want {
+		t.Fatalf("available+reserved = %d, want grants-commits = %d (ledger %v)", got, want, sums)
+	}
+	if got, want := c.Reserved, sums[store.LedgerReserve]-sums[store.LedgerCommit]-sums[store.LedgerRelease]; got != want {
+		t.Fatalf("reserved = %d, want reserves-commits-releases = %d (ledger %v)", got, want, sums)
+	}
+}
+
+// wantClass fails unless err wraps class.
+func wantClass(t *testing.T, what string, err, class error) {
+	t.Helper()
+	if !errors.Is(err, class) {
+		t.Fatalf("%s: got error %v, want one wrapping %q", what, err, class)
+	}
+}
+
+func tamperer(t *testing.T, st store.Store) Tamperer {
+	t.Helper()
+	tp, ok := st.(Tamperer)
+	if !ok {
+		t.Fatalf("%T does not implement storetest.Tamperer; every store under test must", st)
+	}
+	return tp
+}
+
+func tamper(t *testing.T, st store.Store, query string) {
+	t.Helper()
+	if err := tamperer(t, st).UnsafeExec(t.Context(), query); err != nil {
+		t.Fatalf("tampering with %q: %v", query, err)
+	}
+}
+
+// lit quotes a string as an SQL literal.
+func lit(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }
+
+// allPages collects every item of a paged list, checking that no item
+// repeats across pages.
+func allPages[T any](t *testing.T, limit int, id func(T) string, page func(store.PageRequest) (store.Page[T], error)) []T {
+	t.Helper()
+	var (
+		out  []T
+		seen = map[string]bool{}
+		cur  string
+	)
+	for i := 0; ; i++ {
+		if i > 1000 {
+			t.Fatal("paging does not end")
+		}
+		p, err := page(store.PageRequest{Limit: limit, Cursor: cur})
+		if err != nil {
+			t.Fatalf("listing page %d: %v", i, err)
+		}
+		if len(p.Items) > limit {
+			t.Fatalf("page %d has %d items, limit %d", i, len(p.Items), limit)
+		}
+		for _, it := range p.Items {
+			if seen[id(it)] {
+				t.Fatalf("item %s appears on two pages", id(it))
+			}
+			seen[id(it)] = true
+			out = append(out, it)
+		}
+		if cur = p.Next; cur == "" {
+			return out
+		}
+	}
+}
+
+func must[T any](t *testing.T, what string) func(T, error) T {
+	return func(v T, err error) T {
+		t.Helper()
+		if err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+		return v
+	}
+}
+
+func ptr[T any](v T) *T { return &v }
+
+func ids[T any](items []T, id func(T) string) string {
+	s := make([]string, len(items))
+	for i, it := range items {
+		s[i] = id(it)
+	}
+	return fmt.Sprint(s)
+}

@@ -1,0 +1,176 @@
+package storetest
+
+import (
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stockade-sh/stockade/errdefs"
+	"github.com/stockade-sh/stockade/store"
+)
+
+func testWorkspaces(t *testing.T, st store.Store) {
+	ctx := t.Context()
+	b := must[store.Workspace](t, "CreateWorkspace(beta)")(st.CreateWorkspace(ctx, "beta"))
+	a := must[store.Workspace](t, "CreateWorkspace(alpha)")(st.CreateWorkspace(ctx, "alpha"))
+	if a.ID == b.ID || a.ID == "" || a.CreatedAt.IsZero() {
+		t.Fatalf("workspaces: got %+v and %+v, want distinct ids and a creation time", a, b)
+	}
+	got := must[store.Workspace](t, "GetWorkspace")(st.GetWorkspace(ctx, a.ID))
+	if got != a {
+		t.Fatalf("GetWorkspace: got %+v, want %+v", got, a)
+	}
+	got = must[store.Workspace](t, "GetWorkspaceByName")(st.GetWorkspaceByName(ctx, "beta"))
+	if got != b {
+		t.Fatalf("GetWorkspaceByName: got %+v, want %+v", got, b)
+	}
+	all := must[[]store.Workspace](t, "ListWorkspaces")(st.ListWorkspaces(ctx))
+	if len(all) != 2 || all[0] != a || all[1] != b {
+		t.Fatalf("ListWorkspaces: got %+v, want alpha then beta", all)
+	}
+	p := must[store.Policy](t, "GetPolicy")(st.GetPolicy(ctx, a.ID))
+	p.UpdatedAt = time.Time{}
+	if !reflect.DeepEqual(p, store.DefaultPolicy()) {
+		t.Fatalf("new workspace policy: got %+v, want %+v", p, store.DefaultPolicy())
+	}
+	wantCredits(t, st, a.ID, 0, 0)
+	h := must[store.ChainHead](t, "ChainHead")(st.ChainHead(ctx, a.ID))
+	if h.Seq != 0 || h.Hash != "" {
+		t.Fatalf("new workspace chain head: got %+v, want empty", h)
+	}
+
+	for _, tc := range []struct {
+		name  string
+		err   error
+		class error
+	}{
+		{"duplicate name", second(st.CreateWorkspace(ctx, "alpha")), errdefs.ErrConflict},
+		{"empty name", second(st.CreateWorkspace(ctx, "  ")), errdefs.ErrInvalidArgument},
+		{"long name", second(st.CreateWorkspace(ctx, strings.Repeat("x", 300))), errdefs.ErrInvalidArgument},
+		{"NUL in name", second(st.CreateWorkspace(ctx, "a\x00b")), errdefs.ErrInvalidArgument},
+		{"unknown id", second(st.GetWorkspace(ctx, "ws_nope")), errdefs.ErrNotFound},
+		{"unknown name", second(st.GetWorkspaceByName(ctx, "gamma")), errdefs.ErrNotFound},
+		{"policy of unknown", second(st.GetPolicy(ctx, "ws_nope")), errdefs.ErrNotFound},
+		{"credits of unknown", second(st.GetCredits(ctx, "ws_nope")), errdefs.ErrNotFound},
+		{"chain head of unknown", second(st.ChainHead(ctx, "ws_nope")), errdefs.ErrNotFound},
+	} {
+		t.Run(tc.name, func(t *testing.T) { wantClass(t, tc.name, tc.err, tc.class) })
+	}
+}
+
+func second[T any](_ T, err error) error { return err }
+
+func testAPIKeys(t *testing.T, st store.Store) {
+	ctx := t.Context()
+	f := newFixture(t, st, "keys")
+	other := newFixture(t, st, "other")
+
+	got := must[store.APIKey](t, "LookupAPIKey")(st.LookupAPIKey(ctx, store.HashKey("keys/agent")))
+	if got != f.agent || got.Role != store.RoleAgent || got.WorkspaceID != f.ws.ID || !got.RevokedAt.IsZero() {
+		t.Fatalf("LookupAPIKey: got %+v, want %+v", got, f.agent)
+	}
+	keys := must[[]store.APIKey](t, "ListAPIKeys")(st.ListAPIKeys(ctx, f.ws.ID))
+	if len(keys) != 3 {
+		t.Fatalf("ListAPIKeys: got %d keys, want 3", len(keys))
+	}
+
+	if err := st.RevokeAPIKey(ctx, f.ws.ID, f.agent.ID); err != nil {
+		t.Fatalf("RevokeAPIKey: %v", err)
+	}
+	if err := st.RevokeAPIKey(ctx, f.ws.ID, f.agent.ID); err != nil {
+		t.Fatalf("RevokeAPIKey twice: got %v, want success", err)
+	}
+	_, err := st.LookupAPIKey(ctx, store.HashKey("keys/agent"))
+	wantClass(t, "LookupAPIKey of a revoked key", err, errdefs.ErrNotFound)
+	keys = must[[]store.APIKey](t, "ListAPIKeys")(st.ListAPIKeys(ctx, f.ws.ID))
+	for _, k := range keys {
+		if k.ID == f.agent.ID && k.RevokedAt.IsZero() {
+			t.Fatalf("ListAPIKeys: revoked key has no RevokedAt")
+		}
+	}
+
+	for _, tc := range []struct {
+		name  string
+		err   error
+		class error
+	}{
+		{"unknown hash", second(st.LookupAPIKey(ctx, store.HashKey("nope"))), errdefs.ErrNotFound},
+		{"duplicate hash", second(st.CreateAPIKey(ctx, store.NewAPIKey{WorkspaceID: other.ws.ID, Role: store.RoleAgent,
+			Hash: store.HashKey("keys/approver")})), errdefs.ErrConflict},
+		{"unknown role", second(st.CreateAPIKey(ctx, store.NewAPIKey{WorkspaceID: f.ws.ID, Role: "root",
+			Hash: store.HashKey("x")})), errdefs.ErrInvalidArgument},
+		{"zero hash", second(st.CreateAPIKey(ctx, store.NewAPIKey{WorkspaceID: f.ws.ID, Role: store.RoleAgent})),
+			errdefs.ErrInvalidArgument},
+		{"unknown workspace", second(st.CreateAPIKey(ctx, store.NewAPIKey{WorkspaceID: "ws_nope", Role: store.RoleAgent,
+			Hash: store.HashKey("y")})), errdefs.ErrNotFound},
+		{"revoke unknown", st.RevokeAPIKey(ctx, f.ws.ID, "key_nope"), errdefs.ErrNotFound},
+		{"revoke another workspace's key", st.RevokeAPIKey(ctx, f.ws.ID, other.agent.ID), errdefs.ErrNotFound},
+	} {
+		t.Run(tc.name, func(t *testing.T) { wantClass(t, tc.name, tc.err, tc.class) })
+	}
+	if _, err := st.LookupAPIKey(ctx, store.HashKey("other/agent")); err != nil {
+		t.Fatalf("a failed cross-workspace revoke revoked the key: %v", err)
+	}
+}
+
+func testPolicy(t *testing.T, st store.Store) {
+	ctx := t.Context()
+	f := newFixture(t, st, "policy")
+	for _, tc := range []struct {
+		name string
+		in   store.Policy
+		want store.Policy
+	}{
+		{
+			name: "everything set",
+			in: store.Policy{CodeExecution: true, Approval: store.ApprovalNone, NetworkAllowed: true,
+				MaxTimeout: 10 * time.Second, Runtimes: []string{"python", "shell"}, ToolChanges: store.ToolChangesRequireReview},
+			want: store.Policy{CodeExecution: true, Approval: store.ApprovalNone, NetworkAllowed: true,
+				MaxTimeout: 10 * time.Second, Runtimes: []string{"python", "shell"}, ToolChanges: store.ToolChangesRequireReview},
+		},
+		{
+			name: "zero value is the most restrictive",
+			in:   store.Policy{},
+			want: store.Policy{Approval: store.ApprovalRequired, Runtimes: []string{}, ToolChanges: store.ToolChangesFlag},
+		},
+		{
+			name: "duplicate runtimes collapse",
+			in:   store.Policy{CodeExecution: true, Runtimes: []string{"node", "node", "python"}},
+			want: store.Policy{CodeExecution: true, Approval: store.ApprovalRequired, Runtimes: []string{"node", "python"},
+				ToolChanges: store.ToolChangesFlag},
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			set := must[store.Policy](t, "SetPolicy")(st.SetPolicy(ctx, f.ws.ID, tc.in))
+			got := must[store.Policy](t, "GetPolicy")(st.GetPolicy(ctx, f.ws.ID))
+			if got.UpdatedAt.IsZero() || !got.UpdatedAt.Equal(set.UpdatedAt) {
+				t.Fatalf("UpdatedAt: got %v from Get and %v from Set", got.UpdatedAt, set.UpdatedAt)
+			}
+			got.UpdatedAt, set.UpdatedAt = time.Time{}, time.Time{}
+			if !reflect.DeepEqual(got, tc.want) || !reflect.DeepEqual(set, tc.want) {
+				t.Fatalf("policy: got %+v (Set returned %+v), want %+v", got, set, tc.want)
+			}
+			if got.RequiresApproval() != (tc.want.Approval != store.ApprovalNone) {
+				t.Fatalf("RequiresApproval: got %v", got.RequiresApproval())
+			}
+		})
+	}
+	for _, tc := range []struct {
+		name  string
+		ws    string
+		p     store.Policy
+		class error
+	}{
+		{"unknown approval mode", f.ws.ID, store.Policy{Approval: "sometimes"}, errdefs.ErrInvalidArgument},
+		{"unknown tool change mode", f.ws.ID, store.Policy{ToolChanges: "yolo"}, errdefs.ErrInvalidArgument},
+		{"negative timeout", f.ws.ID, store.Policy{MaxTimeout: -time.Second}, errdefs.ErrInvalidArgument},
+		{"empty runtime", f.ws.ID, store.Policy{Runtimes: []string{""}}, errdefs.ErrInvalidArgument},
+		{"unknown workspace", "ws_nope", store.DefaultPolicy(), errdefs.ErrNotFound},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := st.SetPolicy(ctx, tc.ws, tc.p)
+			wantClass(t, "SetPolicy", err, tc.class)
+		})
+	}
+}

@@ -1,0 +1,536 @@
+package tools
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/stockade-sh/stockade/errdefs"
+	"github.com/stockade-sh/stockade/sandbox"
+)
+
+// Load reads the tools defined in path, a YAML file or a directory whose
+// *.yaml files are read in name order (hidden files skipped, no recursion),
+// validates them with opts and returns them with the default tool. An empty
+// path yields the default tool alone.
+//
+// A configuration with any problem is refused whole: the error is then a
+// Problems listing all of them. An error reading path wraps ErrNotFound or
+// ErrInvalidArgument.
+//
+// A tools file is a mapping with one key, tools:
+//
+//	tools:
+//	  - name: sql-reader
+//	    capability: code.execute
+//	    runtimes: [python]
+//	    limits: {timeout: 10s, memory: 256MiB, cpu: 0.5, pids: 64}
+//	    input_trust: trusted
+//	    tier: container
+//	    filesystem:
+//	      mounts:
+//	        - {source: /var/lib/stockade/data/sales, target: /data/sales}
+//	      scratch: {size: 32MiB, lifetime: invocation}
+//	    egress: none
+//	    credentials: none
+func Load(path string, opts Options) (*Set, error) {
+	if path == "" {
+		return newSet(nil), nil
+	}
+	files, err := configFiles(path)
+	if err != nil {
+		return nil, err
+	}
+	var (
+		ts []Tool
+		ps Problems
+	)
+	for _, f := range files {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			return nil, fmt.Errorf("reading tools file: %w", classifyFSError(err))
+		}
+		fts, fps := Parse(f, data)
+		ts = append(ts, fts...)
+		ps = append(ps, fps...)
+	}
+	ps = append(ps, Validate(ts, opts)...)
+	if len(ps) > 0 {
+		sortProblems(ps)
+		return nil, ps
+	}
+	return newSet(ts), nil
+}
+
+// configFiles returns path itself, or the *.yaml files of the directory
+// path, sorted.
+func configFiles(path string) ([]string, error) {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return nil, fmt.Errorf("reading tools: %w", classifyFSError(err))
+	}
+	if !fi.IsDir() {
+		return []string{path}, nil
+	}
+	entries, err := os.ReadDir(path)
+	if err != nil {
+		return nil, fmt.Errorf("reading tools directory: %w", classifyFSError(err))
+	}
+	var files []string
+	for _, e := range entries {
+		n := e.Name()
+		if strings.HasPrefix(n, ".") || !strings.HasSuffix(n, ".yaml") || e.IsDir() {
+			continue
+		}
+		files = append(files, filepath.Join(path, n))
+	}
+	return files, nil // os.ReadDir sorts by name
+}
+
+func classifyFSError(err error) error {
+	if errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("%w: %w", err, errdefs.ErrNotFound)
+	}
+	return fmt.Errorf("%w: %w", err, errdefs.ErrInvalidArgument)
+}
+
+// Parse decodes one tools file, named file in problems, and returns its
+// tools, unvalidated, with the problems of the decoding itself: YAML syntax,
+// unknown fields, wrong types, sizes and durations that do not parse. Load
+// runs Validate on the result.
+func Parse(file string, data []byte) ([]Tool, Problems) {
+	var ps Problems
+	at := func(line int) string {
+		if line <= 0 {
+			return file
+		}
+		return file + ":" + strconv.Itoa(line)
+	}
+
+	// First pass: the document tree, for the position and name of each tool.
+	var doc yaml.Node
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	if err := dec.Decode(&doc); err != nil {
+		if errors.Is(err, io.EOF) {
+			return nil, nil // an empty file defines no tool
+		}
+		line, msg := splitLine(strings.TrimPrefix(err.Error(), "yaml: "))
+		return nil, Problems{{Source: at(line), Rule: RuleYAMLSyntax, Message: msg}}
+	}
+	var extra yaml.Node
+	if err := dec.Decode(&extra); !errors.Is(err, io.EOF) {
+		return nil, Problems{{Source: at(extra.Line), Rule: RuleYAMLSyntax, Message: "a tools file holds one YAML document; split the others into their own files"}}
+	}
+	items := toolItems(&doc)
+	toolAt := func(line int) (name string) {
+		for _, it := range items {
+			if it.line <= line {
+				name = it.name
+			}
+		}
+		return name
+	}
+
+	// Second pass: the strict decode. Unknown fields and wrong types are
+	// collected, not fatal, so that one run reports all of them.
+	var f fileYAML
+	strict := yaml.NewDecoder(bytes.NewReader(data))
+	strict.KnownFields(true)
+	if err := strict.Decode(&f); err != nil {
+		var te *yaml.TypeError
+		if !errors.As(err, &te) {
+			line, msg := splitLine(strings.TrimPrefix(err.Error(), "yaml: "))
+			return nil, Problems{{Source: at(line), Rule: RuleYAMLSyntax, Message: msg}}
+		}
+		for _, e := range te.Errors {
+			line, msg := splitLine(e)
+			rule := RuleYAMLType
+			if m := unknownFieldRE.FindStringSubmatch(msg); m != nil {
+				rule, msg = RuleUnknownField, unknownField(m[1], m[2])
+			} else if strings.Contains(msg, "into tools.fileYAML") {
+				msg += ` (a tools file is a mapping with one key, "tools:", holding a list of tools)`
+			}
+			ps = append(ps, Problem{Source: at(line), Tool: toolAt(line), Rule: rule, Message: msg})
+		}
+	}
+
+	ts := make([]Tool, 0, len(f.Tools))
+	for i, y := range f.Tools {
+		var it toolItem
+		if i < len(items) {
+			it = items[i]
+		}
+		t, tps := y.tool(at(it.line), at)
+		for _, l := range it.mountLines {
+			t.mountAt = append(t.mountAt, at(l))
+		}
+		ts = append(ts, t)
+		ps = append(ps, tps...)
+	}
+	return ts, ps
+}
+
+type toolItem struct {
+	line       int
+	name       string
+	mountLines []int // the line of each entry of filesystem.mounts
+}
+
+// toolItems returns the position and name of each entry of the tools list.
+func toolItems(doc *yaml.Node) []toolItem {
+	if len(doc.Content) == 0 || doc.Content[0].Kind != yaml.MappingNode {
+		return nil
+	}
+	top := doc.Content[0]
+	var items []toolItem
+	for i := 0; i+1 < len(top.Content); i += 2 {
+		if top.Content[i].Value != "tools" || top.Content[i+1].Kind != yaml.SequenceNode {
+			continue
+		}
+		for _, it := range top.Content[i+1].Content {
+			ti := toolItem{line: it.Line}
+			if it.Kind == yaml.MappingNode {
+				if n := mapValue(it, "name"); n != nil && n.Kind == yaml.ScalarNode {
+					ti.name = n.Value
+				}
+				if ms := mapValue(mapValue(it, "filesystem"), "mounts"); ms != nil && ms.Kind == yaml.SequenceNode {
+					for _, m := range ms.Content {
+						ti.mountLines = append(ti.mountLines, m.Line)
+					}
+				}
+			}
+			items = append(items, ti)
+		}
+	}
+	return items
+}
+
+// mapValue returns the value of key in the mapping n, or nil.
+func mapValue(n *yaml.Node, key string) *yaml.Node {
+	if n == nil || n.Kind != yaml.MappingNode {
+		return nil
+	}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		if n.Content[i].Value == key {
+			return n.Content[i+1]
+		}
+	}
+	return nil
+}
+
+var (
+	lineRE         = regexp.MustCompile(`^line (\d+): (.*)$`)
+	unknownFieldRE = regexp.MustCompile(`^field (\S+) not found in type tools\.(\w+)$`)
+)
+
+// splitLine splits "line N: message" into N and message.
+func splitLine(s string) (int, string) {
+	m := lineRE.FindStringSubmatch(s)
+	if m == nil {
+		return 0, s
+	}
+	n, _ := strconv.Atoi(m[1])
+	return n, m[2]
+}
+
+// sections name the YAML types in messages.
+var sections = map[string]string{
+	"fileYAML":       "the top level",
+	"toolYAML":       "the tool",
+	"limitsYAML":     "limits",
+	"filesystemYAML": "filesystem",
+	"mountYAML":      "a mount",
+	"scratchYAML":    "filesystem.scratch",
+	"acceptRiskYAML": "accept_risk",
+	"egressYAML":     "egress",
+}
+
+// fieldHints explain the unknown fields people are likely to write.
+var fieldHints = map[string]string{
+	"read_only": "mounts are always read-only",
+	"readonly":  "mounts are always read-only",
+	"ro":        "mounts are always read-only",
+	"rw":        "mounts are always read-only",
+	"writable":  "mounts are always read-only; the writable scratch is filesystem.scratch",
+	"network":   "the record's network line is egress",
+	"driver":    "the tier picks the driver",
+	"trust":     "did you mean input_trust?",
+	"tmp":       "did you mean tmp_size?",
+}
+
+func unknownField(field, typ string) string {
+	msg := fmt.Sprintf("unknown field %q in %s", field, sections[typ])
+	if h, ok := fieldHints[field]; ok {
+		msg += " (" + h + ")"
+	}
+	return msg
+}
+
+// The YAML shapes. Scalars that need parsing are strings here and parsed in
+// tool, so that a bad value is a problem naming its tool.
+type fileYAML struct {
+	Tools []toolYAML `yaml:"tools"`
+}
+
+type toolYAML struct {
+	Name        string          `yaml:"name"`
+	Capability  string          `yaml:"capability"`
+	Runtimes    []string        `yaml:"runtimes"`
+	Limits      limitsYAML      `yaml:"limits"`
+	InputTrust  string          `yaml:"input_trust"`
+	Tier        string          `yaml:"tier"`
+	Filesystem  filesystemYAML  `yaml:"filesystem"`
+	Egress      egressYAML      `yaml:"egress"`
+	Credentials credentialsYAML `yaml:"credentials"`
+	AcceptRisk  *acceptRiskYAML `yaml:"accept_risk"`
+}
+
+type limitsYAML struct {
+	Timeout   string  `yaml:"timeout"`
+	Memory    string  `yaml:"memory"`
+	CPU       float64 `yaml:"cpu"`
+	Pids      int64   `yaml:"pids"`
+	TmpSize   string  `yaml:"tmp_size"`
+	OutputCap string  `yaml:"output_cap"`
+}
+
+type filesystemYAML struct {
+	Mounts  []mountYAML `yaml:"mounts"`
+	Scratch scratchYAML `yaml:"scratch"`
+}
+
+type mountYAML struct {
+	Source string `yaml:"source"`
+	Target string `yaml:"target"`
+}
+
+type scratchYAML struct {
+	Size     string `yaml:"size"`
+	Lifetime string `yaml:"lifetime"`
+}
+
+type acceptRiskYAML struct {
+	By     string `yaml:"by"`
+	Reason string `yaml:"reason"`
+}
+
+// lineProblem is a problem found while decoding a custom-shaped field.
+type lineProblem struct {
+	line       int
+	rule, text string
+}
+
+// egressYAML is "none" or {allow: [...], ports: [...]}. It checks its own
+// keys because yaml.Node.Decode does not honour KnownFields.
+type egressYAML struct {
+	set      bool // the field was a mapping
+	allow    []string
+	ports    []int
+	problems []lineProblem
+}
+
+func (e *egressYAML) UnmarshalYAML(n *yaml.Node) error {
+	const shape = `egress must be none or {allow: [domains], ports: [ports]}`
+	switch n.Kind {
+	case yaml.ScalarNode:
+		if n.Value != "none" {
+			e.problems = append(e.problems, lineProblem{n.Line, RuleEgress, fmt.Sprintf("%s, not %q", shape, n.Value)})
+		}
+		return nil
+	case yaml.MappingNode:
+	default:
+		e.problems = append(e.problems, lineProblem{n.Line, RuleEgress, shape})
+		return nil
+	}
+	e.set = true
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k, v := n.Content[i], n.Content[i+1]
+		var err error
+		switch k.Value {
+		case "allow":
+			err = v.Decode(&e.allow)
+		case "ports":
+			err = v.Decode(&e.ports)
+		default:
+			e.problems = append(e.problems, lineProblem{k.Line, RuleUnknownField, unknownField(k.Value, "egressYAML")})
+		}
+		if err != nil {
+			e.problems = append(e.problems, lineProblem{v.Line, RuleEgress, fmt.Sprintf("egress.%s: %s", k.Value, typeErrorText(err))})
+		}
+	}
+	return nil
+}
+
+// credentialsYAML is "none" or a list of broker operation names.
+type credentialsYAML struct {
+	ops      []string
+	problems []lineProblem
+}
+
+func (c *credentialsYAML) UnmarshalYAML(n *yaml.Node) error {
+	const shape = `credentials must be none or a list of broker operation names`
+	switch {
+	case n.Kind == yaml.ScalarNode && n.Value == "none":
+	case n.Kind == yaml.SequenceNode:
+		if err := n.Decode(&c.ops); err != nil {
+			c.problems = append(c.problems, lineProblem{n.Line, RuleCredentials, fmt.Sprintf("%s: %s", shape, typeErrorText(err))})
+		}
+	default:
+		c.problems = append(c.problems, lineProblem{n.Line, RuleCredentials, shape})
+	}
+	return nil
+}
+
+func typeErrorText(err error) string {
+	var te *yaml.TypeError
+	if errors.As(err, &te) {
+		msgs := make([]string, len(te.Errors))
+		for i, e := range te.Errors {
+			_, msgs[i] = splitLine(e)
+		}
+		return strings.Join(msgs, "; ")
+	}
+	return err.Error()
+}
+
+// tool converts the decoded YAML of one tool, defined at src.
+func (y toolYAML) tool(src string, at func(int) string) (Tool, Problems) {
+	var ps Problems
+	add := func(rule, format string, a ...any) {
+		ps = append(ps, Problem{Source: src, Tool: y.Name, Rule: rule, Message: fmt.Sprintf(format, a...)})
+	}
+	t := Tool{
+		Name:       y.Name,
+		Capability: y.Capability,
+		Runtimes:   y.Runtimes,
+		InputTrust: Trust(y.InputTrust),
+		Tier:       sandbox.Tier(y.Tier),
+		Source:     src,
+	}
+
+	l := y.Limits
+	if l.Timeout != "" {
+		d, err := time.ParseDuration(l.Timeout)
+		switch {
+		case err != nil:
+			add(RuleLimits, "limits.timeout %q is not a duration (use e.g. 10s or 2m)", l.Timeout)
+		case d <= 0:
+			add(RuleLimits, "limits.timeout %s must be positive", l.Timeout)
+		default:
+			t.Limits.Timeout = d
+		}
+	}
+	size := func(field, s string) int64 {
+		if s == "" {
+			return 0
+		}
+		n, err := ParseSize(s)
+		if err != nil {
+			add(RuleLimits, "%s: %v", field, err)
+		}
+		return n
+	}
+	t.Limits.Memory = size("limits.memory", l.Memory)
+	t.Limits.CPU = l.CPU
+	t.Limits.Pids = l.Pids
+	t.Limits.OutputCap = size("limits.output_cap", l.OutputCap)
+	tmp := size("limits.tmp_size", l.TmpSize)
+	scratch := size("filesystem.scratch.size", y.Filesystem.Scratch.Size)
+	switch {
+	case tmp != 0 && scratch != 0 && tmp != scratch:
+		add(RuleScratch, "filesystem.scratch.size (%s) and limits.tmp_size (%s) are the same /tmp tmpfs and disagree; set one", y.Filesystem.Scratch.Size, l.TmpSize)
+	case scratch != 0:
+		t.Limits.TmpSize = scratch
+	default:
+		t.Limits.TmpSize = tmp
+	}
+	t.Filesystem.ScratchLifetime = Lifetime(y.Filesystem.Scratch.Lifetime)
+	for _, m := range y.Filesystem.Mounts {
+		t.Filesystem.Mounts = append(t.Filesystem.Mounts, sandbox.Mount{Source: m.Source, Target: m.Target})
+	}
+
+	for _, p := range y.Egress.problems {
+		ps = append(ps, Problem{Source: at(p.line), Tool: y.Name, Rule: p.rule, Message: p.text})
+	}
+	if y.Egress.set && len(y.Egress.allow) == 0 && len(y.Egress.ports) == 0 {
+		add(RuleEgress, "egress lists nothing; write egress: none")
+	}
+	for _, d := range y.Egress.allow {
+		t.Egress.Allow = append(t.Egress.Allow, strings.ToLower(strings.TrimSuffix(d, ".")))
+	}
+	t.Egress.Ports = y.Egress.ports
+
+	for _, p := range y.Credentials.problems {
+		ps = append(ps, Problem{Source: at(p.line), Tool: y.Name, Rule: p.rule, Message: p.text})
+	}
+	t.Credentials = y.Credentials.ops
+
+	if y.AcceptRisk != nil {
+		t.AcceptRisk = &AcceptRisk{By: y.AcceptRisk.By, Reason: y.AcceptRisk.Reason}
+	}
+	return t, ps
+}
+
+// ParseSize parses a byte size such as 512MiB, 1GiB, 64M, 64MB or 1048576.
+// K, M and G are binary multiples, as in the rest of Stockade.
+func ParseSize(s string) (int64, error) {
+	units := []struct {
+		suffix string
+		mult   int64
+	}{
+		{"KiB", 1 << 10}, {"MiB", 1 << 20}, {"GiB", 1 << 30},
+		{"KB", 1 << 10}, {"MB", 1 << 20}, {"GB", 1 << 30},
+		{"K", 1 << 10}, {"M", 1 << 20}, {"G", 1 << 30}, {"B", 1},
+	}
+	mult := int64(1)
+	num := strings.TrimSpace(s)
+	for _, u := range units {
+		if v, ok := strings.CutSuffix(num, u.suffix); ok {
+			num, mult = v, u.mult
+			break
+		}
+	}
+	n, err := strconv.ParseInt(strings.TrimSpace(num), 10, 64)
+	if err != nil || n < 0 {
+		return 0, fmt.Errorf("invalid size %q (use e.g. 256MiB)", s)
+	}
+	if n > (1<<62)/mult {
+		return 0, fmt.Errorf("size %q is too large", s)
+	}
+	return n * mult, nil
+}
+
+// sortProblems orders problems by file and line, keeping the order of
+// problems at the same place; problems without a place come first.
+func sortProblems(ps Problems) {
+	key := func(p Problem) (string, int) {
+		i := strings.LastIndexByte(p.Source, ':')
+		if i < 0 {
+			return p.Source, 0
+		}
+		n, err := strconv.Atoi(p.Source[i+1:])
+		if err != nil {
+			return p.Source, 0
+		}
+		return p.Source[:i], n
+	}
+	sort.SliceStable(ps, func(i, j int) bool {
+		fi, li := key(ps[i])
+		fj, lj := key(ps[j])
+		if fi != fj {
+			return fi < fj
+		}
+		return li < lj
+	})
+}

@@ -1,0 +1,292 @@
+package tools
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stockade-sh/stockade/errdefs"
+	"github.com/stockade-sh/stockade/sandbox"
+)
+
+// want is one expected problem of a bad fixture, from its "# want: RULE:
+// FRAGMENT" lines: a problem with that rule whose line contains the fragment.
+type want struct{ rule, fragment string }
+
+func fixtureWants(t *testing.T, path string) []want {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ws []want
+	for _, line := range strings.Split(string(data), "\n") {
+		rest, ok := strings.CutPrefix(line, "# want: ")
+		if !ok {
+			continue
+		}
+		rule, frag, ok := strings.Cut(rest, ": ")
+		if !ok {
+			t.Fatalf("%s: malformed want line %q", path, line)
+		}
+		ws = append(ws, want{rule, frag})
+	}
+	if len(ws) == 0 {
+		t.Fatalf("%s: no \"# want: RULE: FRAGMENT\" line", path)
+	}
+	return ws
+}
+
+// fileRules are the rules of problems that belong to a file, not a tool.
+var fileRules = map[string]bool{RuleYAMLSyntax: true, RuleDataRoot: true}
+
+func TestLintRefusesEachBadKind(t *testing.T) {
+	files, err := filepath.Glob("testdata/bad/*.yaml")
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no bad fixtures: %v", err)
+	}
+	for _, f := range files {
+		t.Run(strings.TrimSuffix(filepath.Base(f), ".yaml"), func(t *testing.T) {
+			set, err := Load(f, Options{DataRoot: t.TempDir()})
+			if set != nil {
+				t.Errorf("got a set, want none")
+			}
+			var ps Problems
+			if !errors.As(err, &ps) {
+				t.Fatalf("got error %v, want Problems", err)
+			}
+			if !errdefs.IsInvalidArgument(err) {
+				t.Errorf("got %v, want an ErrInvalidArgument", err)
+			}
+			for _, w := range fixtureWants(t, f) {
+				found := false
+				for _, p := range ps {
+					found = found || (p.Rule == w.rule && strings.Contains(p.String(), w.fragment))
+				}
+				if !found {
+					t.Errorf("no problem with rule %s containing %q; got:\n%v", w.rule, w.fragment, err)
+				}
+			}
+			for _, p := range ps {
+				if !strings.HasPrefix(p.String(), f) {
+					t.Errorf("problem %q does not name the file %s", p, f)
+				}
+				if p.Tool == "" && !fileRules[p.Rule] && p.Rule != RuleName && !strings.Contains(f, "top") && !strings.Contains(f, "mapping") {
+					t.Errorf("problem %q names no tool", p)
+				}
+			}
+		})
+	}
+}
+
+func TestLoadGood(t *testing.T) {
+	tests := []struct {
+		path  string
+		names []string
+	}{
+		{"testdata/good/tools.yaml", []string{DefaultName, "calculator", "sql-reader", "web-summariser"}},
+		{"testdata/good/docker.yaml", []string{DefaultName, "dev-notebook"}},
+		{"testdata/good/empty.yaml", []string{DefaultName}},
+		{"testdata/dir", []string{DefaultName, "calc", "shell"}},
+		{"", []string{DefaultName}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.path, func(t *testing.T) {
+			set, err := Load(tt.path, Options{})
+			if err != nil {
+				t.Fatalf("Load: %v", err)
+			}
+			if got := strings.Join(set.Names(), ","); got != strings.Join(tt.names, ",") {
+				t.Errorf("got tools %s, want %s", got, strings.Join(tt.names, ","))
+			}
+		})
+	}
+}
+
+func TestLoadDecodesEveryField(t *testing.T) {
+	set, err := Load("testdata/good/tools.yaml", Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	calc, err := set.Get("calculator")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := sandbox.Limits{Timeout: 5e9, Memory: 128 << 20, CPU: 0.25, Pids: 32, TmpSize: 8 << 20, OutputCap: 64 << 10}
+	if calc.Limits != want {
+		t.Errorf("got limits %+v, want %+v", calc.Limits, want)
+	}
+	if calc.InputTrust != Trusted || calc.Tier != sandbox.TierContainer || !calc.Egress.None() || len(calc.Credentials) != 0 {
+		t.Errorf("got record %+v", calc)
+	}
+	if calc.Source != "testdata/good/tools.yaml:4" {
+		t.Errorf("got source %q, want testdata/good/tools.yaml:4", calc.Source)
+	}
+	if !calc.AllowsRuntime("python") || calc.AllowsRuntime("node") {
+		t.Errorf("got runtimes %v, want python only", calc.Runtimes)
+	}
+	sql, _ := set.Get("sql-reader")
+	if sql.AcceptRisk == nil || sql.AcceptRisk.By != "alice@example.com" {
+		t.Errorf("got accept_risk %+v", sql.AcceptRisk)
+	}
+	web, _ := set.Get("web-summariser")
+	if web.Filesystem.ScratchLifetime != LifetimeSession || !web.AllowsRuntime("node") {
+		t.Errorf("got %+v", web)
+	}
+}
+
+func TestLoadMissingPath(t *testing.T) {
+	_, err := Load(filepath.Join(t.TempDir(), "nope.yaml"), Options{})
+	var ps Problems
+	if errors.As(err, &ps) || !errdefs.IsNotFound(err) {
+		t.Errorf("got %v, want an ErrNotFound that is not Problems", err)
+	}
+}
+
+// Untrusted input on a shared-kernel tier is refused without accept_risk
+// and allowed with it.
+func TestUntrustedOnSharedKernel(t *testing.T) {
+	risk := &AcceptRisk{By: "alice@example.com", Reason: "single-tenant reporting host"}
+	tests := []struct {
+		name  string
+		trust Trust
+		tier  sandbox.Tier
+		risk  *AcceptRisk
+		want  bool // refused
+	}{
+		{"untrusted container", Untrusted, sandbox.TierContainer, nil, true},
+		{"untrusted container accepted", Untrusted, sandbox.TierContainer, risk, false},
+		{"untrusted container half accepted", Untrusted, sandbox.TierContainer, &AcceptRisk{By: "alice"}, true},
+		{"untrusted docker", Untrusted, sandbox.TierDocker, nil, true},
+		{"untrusted docker accepted", Untrusted, sandbox.TierDocker, risk, false},
+		{"untrusted gvisor", Untrusted, sandbox.TierGVisor, nil, false},
+		{"trusted container", Trusted, sandbox.TierContainer, nil, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			tool := Tool{Name: "t", InputTrust: tt.trust, Tier: tt.tier, AcceptRisk: tt.risk}
+			got := hasRule(Validate([]Tool{tool}, Options{}), RuleUntrustedOnContainer)
+			if got != tt.want {
+				t.Errorf("got refused=%v, want %v", got, tt.want)
+			}
+		})
+	}
+}
+
+func TestLethalTrifecta(t *testing.T) {
+	egress := Egress{Allow: []string{"api.github.com"}, Ports: []int{443}}
+	creds := []string{"github.read"}
+	risk := &AcceptRisk{By: "bob", Reason: "the operation is read-only on public repositories"}
+	tests := []struct {
+		name  string
+		trust Trust
+		e     Egress
+		creds []string
+		risk  *AcceptRisk
+		want  bool
+	}{
+		{"all three", Untrusted, egress, creds, nil, true},
+		{"all three accepted", Untrusted, egress, creds, risk, false},
+		{"trusted input", Trusted, egress, creds, nil, false},
+		{"no egress", Untrusted, Egress{}, creds, nil, false},
+		{"no credentials", Untrusted, egress, nil, nil, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			tool := Tool{Name: "t", InputTrust: tt.trust, Tier: sandbox.TierGVisor, Egress: tt.e, Credentials: tt.creds, AcceptRisk: tt.risk}
+			ps := Validate([]Tool{tool}, Options{EgressSupported: true})
+			if got := hasRule(ps, RuleLethalTrifecta); got != tt.want {
+				t.Errorf("got refused=%v, want %v (%v)", got, tt.want, ps)
+			}
+			if !tt.want && len(ps) > 0 {
+				t.Errorf("got problems %v, want none", ps)
+			}
+			// Until the egress proxy exists, egress and credentials are
+			// refused as unsupported, and the trifecta is still reported.
+			ps = Validate([]Tool{tool}, Options{})
+			if got := hasRule(ps, RuleLethalTrifecta); got != tt.want {
+				t.Errorf("without egress support: got refused=%v, want %v", got, tt.want)
+			}
+			if !tt.e.None() && !hasRule(ps, RuleEgressUnsupported) {
+				t.Errorf("without egress support: got %v, want %s", ps, RuleEgressUnsupported)
+			}
+			if len(tt.creds) > 0 && !hasRule(ps, RuleCredentialsUnsupp) {
+				t.Errorf("without egress support: got %v, want %s", ps, RuleCredentialsUnsupp)
+			}
+		})
+	}
+}
+
+func TestDefaultToolPassesValidation(t *testing.T) {
+	d := Default()
+	d.Name = "copy-of-default"
+	if ps := Validate([]Tool{d}, Options{}); len(ps) > 0 {
+		t.Errorf("got %v, want no problem", ps)
+	}
+}
+
+func TestTiersOption(t *testing.T) {
+	tool := Tool{Name: "t", InputTrust: Trusted, Tier: sandbox.TierContainer}
+	ps := Validate([]Tool{tool}, Options{Tiers: []sandbox.Tier{sandbox.TierGVisor}})
+	if !hasRule(ps, RuleTierUnavailable) || !strings.Contains(ps.Error(), "tier container is not available on this host (available: gvisor)") {
+		t.Errorf("got %v", ps)
+	}
+}
+
+func TestSetGet(t *testing.T) {
+	var nilSet *Set
+	for _, s := range []*Set{nilSet, newSet([]Tool{{Name: "calc"}})} {
+		d, err := s.Get("")
+		if err != nil || d.Name != DefaultName {
+			t.Errorf("Get(\"\"): got %q, %v, want the default tool", d.Name, err)
+		}
+		if _, err := s.Get("nope"); !errdefs.IsNotFound(err) {
+			t.Errorf("Get(nope): got %v, want ErrNotFound", err)
+		}
+	}
+}
+
+func TestParseSize(t *testing.T) {
+	tests := []struct {
+		in   string
+		want int64
+		bad  bool
+	}{
+		{in: "256MiB", want: 256 << 20},
+		{in: "1GiB", want: 1 << 30},
+		{in: "64M", want: 64 << 20},
+		{in: "64MB", want: 64 << 20},
+		{in: "4KiB", want: 4 << 10},
+		{in: "1048576", want: 1 << 20},
+		{in: "12B", want: 12},
+		{in: "-1MiB", bad: true},
+		{in: "1.5GiB", bad: true},
+		{in: "lots", bad: true},
+		{in: "99999999999GiB", bad: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.in, func(t *testing.T) {
+			got, err := ParseSize(tt.in)
+			if tt.bad {
+				if err == nil {
+					t.Errorf("got %d, want an error", got)
+				}
+				return
+			}
+			if err != nil || got != tt.want {
+				t.Errorf("got %d, %v, want %d", got, err, tt.want)
+			}
+		})
+	}
+}
+
+func hasRule(ps Problems, rule string) bool {
+	for _, p := range ps {
+		if p.Rule == rule {
+			return true
+		}
+	}
+	return false
+}

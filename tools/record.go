@@ -1,0 +1,264 @@
+package tools
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/stockade-sh/stockade/sandbox"
+)
+
+// Record renders the tool's decision record as Markdown: the five lines, the
+// tier's boundary, the effective limits, any accepted risk with who accepted
+// it and why, and the record's Fingerprint.
+func Record(t Tool) string {
+	c := canonical(t)
+	var b strings.Builder
+	fmt.Fprintf(&b, "# Tool `%s`\n\n", c.Name)
+	where := "Defined in " + orUnknown(t.Source) + "."
+	if t.Source == Default().Source {
+		where = "Built in: no configuration defines it, and none may redefine it."
+	}
+	fmt.Fprintf(&b, "Capability `%s`, runtimes: %s. %s\n\n", c.Capability, runtimesLine(c.Runtimes), where)
+
+	b.WriteString("## Record\n\n")
+	fmt.Fprintf(&b, "- **Input trust:** %s\n", trustLine(t.InputTrust))
+	fmt.Fprintf(&b, "- **Runtime tier:** %s\n", tierLine(t.Tier))
+	fmt.Fprintf(&b, "- **Filesystem scope:** %s\n", filesystemLine(c))
+	fmt.Fprintf(&b, "- **Egress allowlist:** %s\n", egressLine(c))
+	fmt.Fprintf(&b, "- **Credentials reachable:** %s\n", credentialsLine(c))
+
+	b.WriteString("\n## Boundary\n\n")
+	fmt.Fprintf(&b, "%s: %s.\n", c.Tier, t.Tier.Boundary())
+
+	l := t.EffectiveLimits()
+	b.WriteString("\n## Effective limits\n\n")
+	b.WriteString("| limit | value |\n|---|---|\n")
+	fmt.Fprintf(&b, "| wall clock | %s per execution |\n", l.Timeout)
+	fmt.Fprintf(&b, "| memory | %s, no swap |\n", formatSize(l.Memory))
+	fmt.Fprintf(&b, "| cpu | %s vCPU |\n", strconv.FormatFloat(l.CPU, 'g', -1, 64))
+	fmt.Fprintf(&b, "| processes | %d |\n", l.Pids)
+	fmt.Fprintf(&b, "| scratch (/tmp) | %s |\n", formatSize(l.TmpSize))
+	fmt.Fprintf(&b, "| output | %s each of stdout and stderr |\n", formatSize(l.OutputCap))
+
+	b.WriteString("\n## Accepted risk\n\n")
+	switch {
+	case t.AcceptRisk == nil:
+		b.WriteString("None.\n")
+	default:
+		fmt.Fprintf(&b, "Accepted by %s.\n\nReason: %s\n\n", orUnknown(strings.TrimSpace(t.AcceptRisk.By)), orUnknown(strings.TrimSpace(t.AcceptRisk.Reason)))
+		if rs := overrides(t); len(rs) > 0 {
+			fmt.Fprintf(&b, "Overrides: %s.\n", strings.Join(rs, ", "))
+		} else {
+			b.WriteString("Overrides: nothing; this record needs no accepted risk.\n")
+		}
+	}
+	fmt.Fprintf(&b, "\n---\n\nRecord fingerprint: `%s`\n", Fingerprint(t))
+	return b.String()
+}
+
+func orUnknown(s string) string {
+	if s == "" {
+		return "(unknown)"
+	}
+	return s
+}
+
+func runtimesLine(rs []string) string {
+	if len(rs) == 0 {
+		return "all"
+	}
+	return strings.Join(rs, ", ")
+}
+
+func trustLine(t Trust) string {
+	switch t {
+	case Untrusted:
+		return "untrusted (web, mail, retrieval or user input can influence the code: treat it as attacker-written)"
+	case Trusted:
+		return "trusted (the operator controls every input end to end)"
+	}
+	return orUnknown(string(t))
+}
+
+func tierLine(t sandbox.Tier) string {
+	if d, ok := DriverName(t); ok {
+		return fmt.Sprintf("%s (driver `%s`)", t, d)
+	}
+	return orUnknown(string(t))
+}
+
+func filesystemLine(c canonicalRecord) string {
+	var parts []string
+	if len(c.Filesystem.Mounts) == 0 {
+		parts = append(parts, "no host data")
+	}
+	for _, m := range c.Filesystem.Mounts {
+		parts = append(parts, fmt.Sprintf("`%s` read-only at `%s`", m.Source, m.Target))
+	}
+	life := "destroyed with the sandbox after each invocation"
+	if c.Filesystem.ScratchLifetime == LifetimeSession {
+		life = "kept for the session, destroyed with its sandbox"
+	}
+	parts = append(parts, fmt.Sprintf("writable scratch `/tmp` %s, %s", formatSize(c.Filesystem.ScratchBytes), life))
+	parts = append(parts, "root filesystem read-only")
+	return strings.Join(parts, "; ")
+}
+
+func egressLine(c canonicalRecord) string {
+	if len(c.Egress.Allow) == 0 && len(c.Egress.Ports) == 0 {
+		return "none (no network interface but loopback)"
+	}
+	ports := make([]string, len(c.Egress.Ports))
+	for i, p := range c.Egress.Ports {
+		ports[i] = strconv.Itoa(p)
+	}
+	noun := "ports"
+	if len(ports) == 1 {
+		noun = "port"
+	}
+	return fmt.Sprintf("%s on %s %s, through the egress proxy", strings.Join(quoteAll(c.Egress.Allow), ", "), noun, strings.Join(ports, ", "))
+}
+
+func credentialsLine(c canonicalRecord) string {
+	if len(c.Credentials) == 0 {
+		return "none (no secret in the sandbox, no broker operation)"
+	}
+	return fmt.Sprintf("broker operations %s (secrets stay in the broker)", strings.Join(quoteAll(c.Credentials), ", "))
+}
+
+func quoteAll(ss []string) []string {
+	q := make([]string, len(ss))
+	for i, s := range ss {
+		q[i] = "`" + s + "`"
+	}
+	return q
+}
+
+// formatSize renders bytes in the largest binary unit that divides them.
+func formatSize(n int64) string {
+	switch {
+	case n >= 1<<30 && n%(1<<30) == 0:
+		return fmt.Sprintf("%d GiB", n>>30)
+	case n >= 1<<20 && n%(1<<20) == 0:
+		return fmt.Sprintf("%d MiB", n>>20)
+	case n >= 1<<10 && n%(1<<10) == 0:
+		return fmt.Sprintf("%d KiB", n>>10)
+	}
+	return fmt.Sprintf("%d bytes", n)
+}
+
+// canonicalRecord is the record in a form where equal records are equal
+// values: defaults applied, lists sorted. Its JSON is what Fingerprint hashes,
+// so its field names and order are part of the fingerprint's stability.
+type canonicalRecord struct {
+	Name        string              `json:"name"`
+	Capability  string              `json:"capability"`
+	Runtimes    []string            `json:"runtimes"` // empty: all
+	InputTrust  Trust               `json:"input_trust"`
+	Tier        sandbox.Tier        `json:"tier"`
+	Filesystem  canonicalFilesystem `json:"filesystem"`
+	Egress      canonicalEgress     `json:"egress"`
+	Credentials []string            `json:"credentials"`
+	Limits      canonicalLimits     `json:"limits"`
+	AcceptRisk  *AcceptRisk         `json:"accept_risk"`
+}
+
+type canonicalFilesystem struct {
+	Mounts          []canonicalMount `json:"mounts"`
+	ScratchBytes    int64            `json:"scratch_bytes"`
+	ScratchLifetime Lifetime         `json:"scratch_lifetime"`
+}
+
+type canonicalMount struct {
+	Source string `json:"source"`
+	Target string `json:"target"`
+}
+
+type canonicalEgress struct {
+	Allow []string `json:"allow"`
+	Ports []int    `json:"ports"`
+}
+
+// canonicalLimits leaves out TmpSize: it is the filesystem's ScratchBytes.
+type canonicalLimits struct {
+	MemoryBytes    int64   `json:"memory_bytes"`
+	CPU            float64 `json:"cpu"`
+	Pids           int64   `json:"pids"`
+	TimeoutMS      int64   `json:"timeout_ms"`
+	OutputCapBytes int64   `json:"output_cap_bytes"`
+}
+
+func canonical(t Tool) canonicalRecord {
+	// Empty lists are [] (never null) so that nil and empty agree.
+	sorted := func(s []string) []string {
+		s = append([]string{}, s...)
+		sort.Strings(s)
+		return slices.Compact(s)
+	}
+	l := t.EffectiveLimits()
+	c := canonicalRecord{
+		Name:        t.Name,
+		Capability:  t.Capability,
+		Runtimes:    sorted(t.Runtimes),
+		InputTrust:  t.InputTrust,
+		Tier:        t.Tier,
+		Credentials: sorted(t.Credentials),
+		Egress:      canonicalEgress{Allow: sorted(t.Egress.Allow), Ports: sortedInts(t.Egress.Ports)},
+		Limits: canonicalLimits{
+			MemoryBytes:    l.Memory,
+			CPU:            l.CPU,
+			Pids:           l.Pids,
+			TimeoutMS:      l.Timeout.Milliseconds(),
+			OutputCapBytes: l.OutputCap,
+		},
+		Filesystem: canonicalFilesystem{
+			ScratchBytes:    l.TmpSize,
+			ScratchLifetime: t.Filesystem.ScratchLifetime,
+			Mounts:          []canonicalMount{},
+		},
+	}
+	if c.Capability == "" {
+		c.Capability = CapabilityCodeExecute
+	}
+	if c.Filesystem.ScratchLifetime == "" {
+		c.Filesystem.ScratchLifetime = LifetimeInvocation
+	}
+	for _, m := range t.Filesystem.Mounts {
+		c.Filesystem.Mounts = append(c.Filesystem.Mounts, canonicalMount{Source: m.Source, Target: m.Target})
+	}
+	sort.Slice(c.Filesystem.Mounts, func(i, j int) bool { return c.Filesystem.Mounts[i].Target < c.Filesystem.Mounts[j].Target })
+	if t.AcceptRisk != nil {
+		c.AcceptRisk = &AcceptRisk{By: strings.TrimSpace(t.AcceptRisk.By), Reason: strings.TrimSpace(t.AcceptRisk.Reason)}
+	}
+	return c
+}
+
+func sortedInts(s []int) []int {
+	s = append([]int{}, s...)
+	slices.Sort(s)
+	return slices.Compact(s)
+}
+
+// Canonical returns the record as canonical JSON: defaults applied, lists
+// sorted, keys in a fixed order. Two tools with equal records have equal
+// Canonical bytes; Source is not part of it. Audit events carry it.
+func Canonical(t Tool) []byte {
+	b, err := json.Marshal(canonical(t))
+	if err != nil {
+		panic(fmt.Sprintf("tools: marshalling a canonical record: %v", err)) // plain data: cannot fail
+	}
+	return b
+}
+
+// Fingerprint is "sha256:" and the hex SHA-256 of Canonical(t). The daemon
+// compares fingerprints between loads to find changed records.
+func Fingerprint(t Tool) string {
+	sum := sha256.Sum256(Canonical(t))
+	return "sha256:" + hex.EncodeToString(sum[:])
+}
