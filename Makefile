@@ -19,9 +19,11 @@ guest:
 build: guest
 	go build -trimpath -o bin/stockade ./cmd/stockade
 
-# Installs runc and debootstrap, builds the static runsc and the images.
+# Installs runc and debootstrap, builds the static runsc and the images,
+# and puts stockade on PATH.
 setup: build
-	bin/stockade setup
+	install -m 0755 bin/stockade /usr/local/bin/stockade
+	stockade setup
 
 # README command 1: a bare machine to a running Stockade.
 up: setup

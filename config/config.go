@@ -48,6 +48,13 @@ type Config struct {
 	Defaults sandbox.Limits `yaml:"-"`
 	Ceiling  sandbox.Limits `yaml:"-"`
 
+	// Tools is a YAML file or a directory of them defining tools and their
+	// isolation records; empty means only the built-in default tool.
+	Tools string `yaml:"tools"`
+	// DataRoot is the only directory tools may mount data from; empty
+	// means DataDir/data.
+	DataRoot string `yaml:"data_root"`
+
 	// Listen is the daemon's HTTP address.
 	Listen string `yaml:"listen"`
 	// DB is the database URL: sqlite:PATH or postgres://...; empty means
@@ -101,6 +108,14 @@ func (c *Config) LoadFile(path string) error {
 
 // ImageDir is the image store's root.
 func (c Config) ImageDir() string { return c.DataDir }
+
+// MountRoot is the directory tools may mount data from.
+func (c Config) MountRoot() string {
+	if c.DataRoot != "" {
+		return c.DataRoot
+	}
+	return filepath.Join(c.DataDir, "data")
+}
 
 // BinDir is where Stockade installs the binaries it manages (the guest).
 func (c Config) BinDir() string { return filepath.Join(c.DataDir, "bin") }

@@ -23,6 +23,7 @@ import (
 	"github.com/stockade-sh/stockade/image"
 	"github.com/stockade-sh/stockade/internal/guestbin"
 	"github.com/stockade-sh/stockade/sandbox"
+	"github.com/stockade-sh/stockade/tools"
 )
 
 // Images resolves a runtime name to its image.
@@ -37,14 +38,38 @@ type Engine struct {
 	images        Images
 	defaults      sandbox.Limits
 	ceiling       sandbox.Limits
+	tools         *tools.Set
+	toolOpts      tools.Options
+}
+
+// Option configures New.
+type Option func(*Engine)
+
+// WithTools makes the engine run invocations as the tools of set, whose
+// mounts are resolved with opts. Without it only the default tool exists.
+func WithTools(set *tools.Set, opts tools.Options) Option {
+	return func(e *Engine) { e.tools, e.toolOpts = set, opts }
 }
 
 // New returns an engine over the given drivers and images.
-func New(drivers map[string]sandbox.Driver, defaultDriver string, images Images, defaults, ceiling sandbox.Limits) (*Engine, error) {
-	if _, ok := drivers[defaultDriver]; !ok {
+func New(drivers map[string]sandbox.Driver, defaultDriver string, images Images, defaults, ceiling sandbox.Limits, opts ...Option) (*Engine, error) {
+	drv, ok := drivers[defaultDriver]
+	if !ok {
 		return nil, fmt.Errorf("default driver %q is not configured: %w", defaultDriver, errdefs.ErrInvalidArgument)
 	}
-	return &Engine{drivers: drivers, defaultDriver: defaultDriver, images: images, defaults: defaults, ceiling: ceiling}, nil
+	e := &Engine{drivers: drivers, defaultDriver: defaultDriver, images: images, defaults: defaults, ceiling: ceiling}
+	for _, o := range opts {
+		o(e)
+	}
+	if e.tools == nil {
+		// The default tool runs on the default driver's tier.
+		set, err := tools.Load("", tools.Options{DefaultTier: drv.Capabilities().Tier})
+		if err != nil {
+			return nil, err
+		}
+		e.tools = set
+	}
+	return e, nil
 }
 
 // Open builds the drivers and the image store of cfg and returns an engine
@@ -76,8 +101,20 @@ func Open(cfg config.Config) (*Engine, error) {
 		return nil, err
 	}
 	drivers := map[string]sandbox.Driver{"runc": rc, "gvisor": gv, "docker": dk}
-	return New(drivers, cfg.Driver, image.Open(cfg.ImageDir()), cfg.Defaults, cfg.Ceiling)
+	def, ok := drivers[cfg.Driver]
+	if !ok {
+		return nil, fmt.Errorf("default driver %q is not configured: %w", cfg.Driver, errdefs.ErrInvalidArgument)
+	}
+	topts := tools.Options{DataRoot: cfg.MountRoot(), Ceiling: cfg.Ceiling, DefaultTier: def.Capabilities().Tier}
+	set, err := tools.Load(cfg.Tools, topts)
+	if err != nil {
+		return nil, fmt.Errorf("loading tools: %w", err)
+	}
+	return New(drivers, cfg.Driver, image.Open(cfg.ImageDir()), cfg.Defaults, cfg.Ceiling, WithTools(set, topts))
 }
+
+// Tools returns the tools the engine runs invocations as.
+func (e *Engine) Tools() *tools.Set { return e.tools }
 
 // Drivers returns the configured drivers by name.
 func (e *Engine) Drivers() map[string]sandbox.Driver { return maps.Clone(e.drivers) }
@@ -89,13 +126,15 @@ func (e *Engine) DefaultDriver() string { return e.defaultDriver }
 type Request struct {
 	Runtime string // "python", "node", "shell"
 	Code    []byte
-	// Driver names the driver; empty means the default.
+	// Tool names the tool the code runs as; empty means the default tool.
+	// The tool's record picks the driver, the mounts and the limits.
+	Tool string
+	// Driver overrides the tool's tier with a driver by name. Only the
+	// operator (the CLI) sets it, never an invocation from the API.
 	Driver string
-	// Limits override the defaults; zero fields take the defaults.
+	// Limits override the tool's limits and the defaults where set.
 	Limits sandbox.Limits
 	Stdin  []byte
-	// Mounts are read-only data mounts (from a tool's record).
-	Mounts []sandbox.Mount
 	// Labels are attached to the sandbox to find it after a crash.
 	Labels map[string]string
 	// OnOutput receives output as it is produced; see sandbox.ExecRequest.
@@ -126,32 +165,44 @@ type Result struct {
 var programEnv = []string{"PATH=/usr/local/bin:/usr/bin:/bin"}
 
 // Validate checks a request without running anything, and returns the
-// driver and runtime it would use.
-func (e *Engine) Validate(req Request) (sandbox.Driver, image.Runtime, error) {
+// tool, driver and runtime it would use.
+func (e *Engine) Validate(req Request) (tools.Tool, sandbox.Driver, image.Runtime, error) {
+	fail := func(err error) (tools.Tool, sandbox.Driver, image.Runtime, error) {
+		return tools.Tool{}, nil, image.Runtime{}, err
+	}
 	rt, ok := image.Runtimes[req.Runtime]
 	if !ok {
-		return nil, rt, fmt.Errorf("unknown runtime %q (known: %s): %w", req.Runtime, strings.Join(runtimeNames(), ", "), errdefs.ErrInvalidArgument)
+		return fail(fmt.Errorf("unknown runtime %q (known: %s): %w", req.Runtime, strings.Join(runtimeNames(), ", "), errdefs.ErrInvalidArgument))
+	}
+	tool, err := e.tools.Get(req.Tool)
+	if err != nil {
+		return fail(fmt.Errorf("%v: %w", err, errdefs.ErrInvalidArgument))
+	}
+	if !tool.AllowsRuntime(rt.Name) {
+		return fail(fmt.Errorf("tool %q does not allow runtime %q (allowed: %s): %w", tool.Name, rt.Name, strings.Join(tool.Runtimes, ", "), errdefs.ErrPermissionDenied))
 	}
 	name := req.Driver
 	if name == "" {
-		name = e.defaultDriver
+		if name, ok = tools.DriverName(tool.Tier); !ok {
+			return fail(fmt.Errorf("tool %q runs on the %s tier, which this host cannot run: %w", tool.Name, tool.Tier, errdefs.ErrUnavailable))
+		}
 	}
 	drv, ok := e.drivers[name]
 	if !ok {
-		return nil, rt, fmt.Errorf("unknown driver %q (known: %s): %w", name, strings.Join(slices.Sorted(maps.Keys(e.drivers)), ", "), errdefs.ErrInvalidArgument)
+		return fail(fmt.Errorf("unknown driver %q (known: %s): %w", name, strings.Join(slices.Sorted(maps.Keys(e.drivers)), ", "), errdefs.ErrInvalidArgument))
 	}
 	switch {
 	case len(req.Code) == 0:
-		return nil, rt, fmt.Errorf("code is empty: %w", errdefs.ErrInvalidArgument)
+		return fail(fmt.Errorf("code is empty: %w", errdefs.ErrInvalidArgument))
 	case len(req.Code) > sandbox.MaxCodeSize:
-		return nil, rt, fmt.Errorf("code is %d bytes, more than the limit of 1 MiB: %w", len(req.Code), errdefs.ErrTooLarge)
+		return fail(fmt.Errorf("code is %d bytes, more than the limit of 1 MiB: %w", len(req.Code), errdefs.ErrTooLarge))
 	case len(req.Stdin) > sandbox.MaxCodeSize:
-		return nil, rt, fmt.Errorf("stdin is %d bytes, more than the limit of 1 MiB: %w", len(req.Stdin), errdefs.ErrTooLarge)
+		return fail(fmt.Errorf("stdin is %d bytes, more than the limit of 1 MiB: %w", len(req.Stdin), errdefs.ErrTooLarge))
 	}
 	if err := req.Limits.Check(e.ceiling); err != nil {
-		return nil, rt, err
+		return fail(err)
 	}
-	return drv, rt, nil
+	return tool, drv, rt, nil
 }
 
 // Run validates req, runs it in a fresh sandbox that is destroyed
@@ -159,7 +210,7 @@ func (e *Engine) Validate(req Request) (sandbox.Driver, image.Runtime, error) {
 // error means the run could not happen (bad request, missing image or
 // runtime, driver failure).
 func (e *Engine) Run(ctx context.Context, req Request) (*Result, error) {
-	drv, rt, err := e.Validate(req)
+	tool, drv, rt, err := e.Validate(req)
 	if err != nil {
 		return nil, err
 	}
@@ -172,8 +223,14 @@ func (e *Engine) Run(ctx context.Context, req Request) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	limits := req.Limits.WithDefaults(e.defaults)
-	sb, err := drv.Create(ctx, sandbox.Spec{Image: img, Limits: limits, Mounts: req.Mounts, Labels: req.Labels})
+	// The record's mounts are resolved again now, so that a symlink
+	// swapped in since the tools were loaded is caught.
+	mounts, err := tools.ResolveMounts(tool, e.toolOpts)
+	if err != nil {
+		return nil, fmt.Errorf("tool %q: %v: %w", tool.Name, err, errdefs.ErrFailedPrecondition)
+	}
+	limits := req.Limits.WithDefaults(tool.Limits).WithDefaults(e.defaults)
+	sb, err := drv.Create(ctx, sandbox.Spec{Image: img, Limits: limits, Mounts: mounts, Labels: req.Labels})
 	if err != nil {
 		return nil, fmt.Errorf("creating %s sandbox: %w", drv.Name(), err)
 	}

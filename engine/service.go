@@ -262,6 +262,8 @@ type InvokeRequest struct {
 	// Network is "deny" (the default) or "allow".
 	Network string `json:"network,omitempty"`
 	Stdin   string `json:"stdin,omitempty"`
+	// Tool names the tool to run as; empty means the default tool.
+	Tool string `json:"tool,omitempty"`
 }
 
 // ApprovalCard is what an approver is shown.
@@ -321,7 +323,8 @@ func (s *Service) Invoke(ctx context.Context, p Principal, req InvokeRequest, o 
 	timeout := time.Duration(req.TimeoutMS) * time.Millisecond
 	// Shape errors (unknown runtime, empty or oversized code) are the
 	// caller's mistakes, not decisions, and are answered before the policy.
-	if _, _, err := s.eng.Validate(Request{Runtime: req.Runtime, Code: []byte(req.Code), Stdin: []byte(req.Stdin)}); err != nil {
+	tool, _, _, err := s.eng.Validate(Request{Runtime: req.Runtime, Tool: req.Tool, Code: []byte(req.Code), Stdin: []byte(req.Stdin)})
+	if err != nil {
 		return nil, err
 	}
 	data := mustJSON(map[string]any{"capability": contract.CodeExecute.Name, "runtime": req.Runtime, "timeout_ms": req.TimeoutMS, "network": network})
@@ -348,7 +351,7 @@ func (s *Service) Invoke(ctx context.Context, p Principal, req InvokeRequest, o 
 	if network {
 		// The policy permits network, but the default tool has no egress
 		// allowlist, and without one no traffic may leave the sandbox.
-		return deny(policy.DenyNetworkNotPermitted, `network access needs a tool whose record has an egress allowlist; tool "code.execute" has none`, errdefs.ErrPermissionDenied)
+		return deny(policy.DenyNetworkNotPermitted, fmt.Sprintf("network access needs a tool whose record has an egress allowlist; tool %q has none", tool.Name), errdefs.ErrPermissionDenied)
 	}
 	if timeout == 0 {
 		timeout = min(s.eng.defaults.Timeout, d.MaxTimeout)
@@ -364,7 +367,7 @@ func (s *Service) Invoke(ctx context.Context, p Principal, req InvokeRequest, o 
 		}
 	}
 	ne := store.NewExecution{
-		ID: o.ExecutionID, WorkspaceID: p.WorkspaceID, KeyID: p.KeyID, Runtime: req.Runtime, Tool: contract.CodeExecute.Name,
+		ID: o.ExecutionID, WorkspaceID: p.WorkspaceID, KeyID: p.KeyID, Runtime: req.Runtime, Tool: tool.Name,
 		Request: body, InputSHA256: InputHash(req.Runtime, req.Code), IdempotencyKey: o.IdempotencyKey,
 		Credits: s.opts.CreditsPerInvocation,
 		Audit: []store.NewEvent{{Type: audit.InvokeAllowed, Code: audit.InvokeAllowedCode, Actor: p.KeyID,
@@ -465,7 +468,7 @@ func (s *Service) run(e store.Execution, t *ticket) {
 		return
 	}
 	res, err := s.eng.Run(ctx, Request{
-		Runtime: req.Runtime, Code: []byte(req.Code), Stdin: []byte(req.Stdin),
+		Runtime: req.Runtime, Tool: req.Tool, Code: []byte(req.Code), Stdin: []byte(req.Stdin),
 		Limits: sandbox.Limits{Timeout: time.Duration(req.TimeoutMS) * time.Millisecond},
 		Labels: map[string]string{LabelOwner: s.opts.Owner, LabelExecution: e.ID},
 		OnStart: func(driver string) {

@@ -15,7 +15,8 @@ import (
 const GuestPath = "/.stockade/guest"
 
 // mountPoints are the directories the sandbox mounts over. They exist in
-// every image, empty, with mode 0755.
+// every image, empty, with mode 0755, except the writable scratch
+// directories (see mountMode).
 var mountPoints = []string{"tmp", "workspace", "proc", "sys", "dev", ".stockade"}
 
 // emptied are directories whose contents are removed from every image: state
@@ -168,10 +169,21 @@ func ensureDir(root *os.Root, name string) error {
 	case err != nil:
 		return fmt.Errorf("inspecting /%s: %w", name, err)
 	}
-	if err := root.Chmod(name, 0o755); err != nil {
+	if err := root.Chmod(name, mountMode(name)); err != nil {
 		return fmt.Errorf("setting mode of /%s: %w", name, err)
 	}
 	return nil
+}
+
+// mountMode is the mode of a mount point. /tmp and /workspace are 1777:
+// runc (1.1) gives a tmpfs the mode of the directory it is mounted on and
+// ignores the mount's mode= option, and the sandbox user (65534) must be
+// able to write there.
+func mountMode(name string) os.FileMode {
+	if name == "tmp" || name == "workspace" {
+		return 0o777 | os.ModeSticky
+	}
+	return 0o755
 }
 
 // normalizeShadow blanks the date of the last password change in

@@ -577,10 +577,13 @@ func TestHarden(t *testing.T) {
 					t.Errorf("/%s: %v, want it kept", p, err)
 				}
 			}
-			for _, d := range []string{"/tmp", "/workspace", "/proc", "/sys", "/dev", "/.stockade"} {
+			for d, want := range map[string]fs.FileMode{
+				"/tmp": 0o777 | fs.ModeSticky, "/workspace": 0o777 | fs.ModeSticky,
+				"/proc": 0o755, "/sys": 0o755, "/dev": 0o755, "/.stockade": 0o755,
+			} {
 				fi, err := os.Lstat(filepath.Join(r, d))
-				if err != nil || !fi.IsDir() || fi.Mode().Perm() != 0o755 {
-					t.Errorf("%s: %v, %v; want a directory with mode 0755", d, fi.Mode(), err)
+				if err != nil || !fi.IsDir() || fi.Mode()&(fs.ModePerm|fs.ModeSticky) != want {
+					t.Errorf("%s: %v, %v; want a directory with mode %v", d, fi.Mode(), err, want)
 				}
 			}
 			fi, err := os.Lstat(filepath.Join(r, GuestPath))

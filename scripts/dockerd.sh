@@ -68,15 +68,32 @@ install_docker() {
 	fi
 }
 
-# kill_under ends the processes left of a killed daemon: its containerd
-# and containerd shims, whose command lines name paths under DIR.
+# kill_under ends what a killed daemon left running: its containerd and
+# containerd shims, whose command lines name paths under DIR.
 kill_under() {
-	local p
+	local p comm
 	for p in /proc/[0-9]*; do
-		[ "${p#/proc/}" != "$$" ] || continue
+		comm=$(cat "$p/comm" 2>/dev/null) || continue
+		case $comm in
+		dockerd | containerd | containerd-shim*) ;;
+		*) continue ;;
+		esac
 		if tr '\0' ' ' <"$p/cmdline" 2>/dev/null | grep -qF -- "$dir/"; then
 			kill -KILL "${p#/proc/}" 2>/dev/null || true
 		fi
+	done
+}
+
+# kill_containers ends the containers of a daemon that died without
+# stopping them, through runc's state under the exec root.
+kill_containers() {
+	command -v runc >/dev/null 2>&1 || return 0
+	local root id
+	for root in "$dir"/exec/runtime-*/*; do
+		[ -d "$root" ] || continue
+		for id in $(runc --root "$root" list -q 2>/dev/null); do
+			runc --root "$root" delete --force "$id" >/dev/null 2>&1 || true
+		done
 	done
 }
 
@@ -145,27 +162,32 @@ start() {
 	exit 1
 }
 
+# alive tells whether process $1 runs (a zombie does not).
+alive() {
+	local state
+	state=$(awk '{ print $3 }' "/proc/$1/stat" 2>/dev/null) || return 1
+	[ -n "$state" ] && [ "$state" != Z ]
+}
+
 stop() {
-	if ! running; then
-		rm -f "$pidfile"
-		kill_under
-		umount_under
-		return 0
+	if running; then
+		local pid i
+		pid=$(cat "$pidfile")
+		kill -TERM "$pid"
+		for i in $(seq 1 200); do # 20 s: dockerd stops its containers first
+			alive "$pid" || break
+			sleep 0.1
+		done
+		if alive "$pid"; then
+			log "dockerd $pid did not stop within 20 s; killing it"
+			kill -KILL "$pid" 2>/dev/null || true
+			sleep 0.5
+		fi
 	fi
-	local pid i
-	pid=$(cat "$pidfile")
-	kill -TERM "$pid"
-	for i in $(seq 1 200); do # 20 s: dockerd stops its containers first
-		[ -d "/proc/$pid" ] || break
-		sleep 0.1
-	done
-	if [ -d "/proc/$pid" ]; then
-		log "dockerd $pid did not stop within 20 s; killing it"
-		kill -KILL "$pid" 2>/dev/null || true
-		sleep 0.5
-	fi
-	kill_under
 	rm -f "$pidfile"
+	# What a crashed or killed daemon leaves behind; nothing after a clean stop.
+	kill_containers
+	kill_under
 	umount_under
 }
 

@@ -19,7 +19,9 @@
 //
 // Every error a Store returns wraps one of the classes in errdefs. Stored
 // times are UTC with microsecond precision: a time handed to a Store comes
-// back truncated to the microsecond.
+// back truncated to the microsecond. Methods that take a workspace id scope
+// their reads to it (another workspace's record is ErrNotFound); list
+// methods return an empty page for an unknown workspace.
 package store
 
 import (
@@ -124,7 +126,9 @@ type Ledger interface {
 // Executions holds invocations of code.execute and their tool_calls and
 // tool_invocations rows. Each method that changes an execution changes its
 // tool_calls row, its reservation and (when it ends) writes its
-// tool_invocations row in the same transaction.
+// tool_invocations row in the same transaction. StartExecution and
+// FinishExecution take the bare execution id: they serve the engine, which
+// holds ids it created, not ids a client sent.
 type Executions interface {
 	// CreateExecution admits an invocation in one transaction: it creates the
 	// execution (status queued, or awaiting_approval when e.Approval is set),
@@ -299,7 +303,8 @@ type Policy struct {
 	// NetworkAllowed makes "network: allow" permissible; false denies it.
 	NetworkAllowed bool
 	// MaxTimeout lowers the server's wall-clock ceiling for this workspace;
-	// zero leaves the server's ceiling in force. It never raises it.
+	// zero leaves the server's ceiling in force. It never raises it. It is
+	// stored in whole milliseconds.
 	MaxTimeout time.Duration
 	// Runtimes lists the allowed runtimes ("python", "node", "shell"); empty
 	// allows none.

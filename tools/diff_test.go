@@ -129,11 +129,11 @@ func TestDiffString(t *testing.T) {
 func TestDiffSets(t *testing.T) {
 	calc := Tool{Name: "calc", InputTrust: Trusted, Tier: sandbox.TierContainer}
 	quiet := Tool{Name: "quiet", InputTrust: Untrusted, Tier: sandbox.TierGVisor}
-	old := newSet([]Tool{calc, quiet})
+	old := newSet([]Tool{calc, quiet}, Default())
 
 	calc2 := calc
 	calc2.Limits.Memory = 1 << 30
-	nw := newSet([]Tool{calc2, fetcher()})
+	nw := newSet([]Tool{calc2, fetcher()}, Default())
 
 	cs := DiffSets(old, nw)
 	byTool := map[string]Change{}

@@ -45,8 +45,9 @@ import (
 //	    egress: none
 //	    credentials: none
 func Load(path string, opts Options) (*Set, error) {
+	def := DefaultFor(opts.DefaultTier)
 	if path == "" {
-		return newSet(nil), nil
+		return newSet(nil, def), nil
 	}
 	files, err := configFiles(path)
 	if err != nil {
@@ -70,7 +71,7 @@ func Load(path string, opts Options) (*Set, error) {
 		sortProblems(ps)
 		return nil, ps
 	}
-	return newSet(ts), nil
+	return newSet(ts, def), nil
 }
 
 // configFiles returns path itself, or the *.yaml files of the directory

@@ -172,6 +172,21 @@ func Default() Tool {
 	}
 }
 
+// DefaultFor returns the default tool as a server whose default driver runs
+// tier serves it. On any tier but gVisor the record carries the operator's
+// accepted risk, so that the record says what actually runs untrusted code.
+func DefaultFor(tier sandbox.Tier) Tool {
+	t := Default()
+	if tier != "" && tier != t.Tier {
+		t.Tier = tier
+		t.AcceptRisk = &AcceptRisk{
+			By:     "server configuration (default driver)",
+			Reason: fmt.Sprintf("the operator made the %s tier the server's default", tier),
+		}
+	}
+	return t
+}
+
 // DriverName returns the name of the driver that runs the tier (the engine's
 // driver key), and false for a tier no driver implements.
 func DriverName(t sandbox.Tier) (string, bool) {
@@ -218,10 +233,11 @@ func (t Tool) AllowsRuntime(runtime string) bool {
 // concurrent use.
 type Set struct {
 	byName map[string]Tool
+	def    Tool
 }
 
-func newSet(ts []Tool) *Set {
-	s := &Set{byName: map[string]Tool{DefaultName: Default()}}
+func newSet(ts []Tool, def Tool) *Set {
+	s := &Set{byName: map[string]Tool{DefaultName: def}, def: def}
 	for _, t := range ts {
 		s.byName[t.Name] = t
 	}
@@ -232,6 +248,9 @@ func newSet(ts []Tool) *Set {
 // unknown name is an ErrNotFound.
 func (s *Set) Get(name string) (Tool, error) {
 	if name == "" || name == DefaultName {
+		if s != nil {
+			return s.def.clone(), nil
+		}
 		return Default(), nil
 	}
 	if s != nil {

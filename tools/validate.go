@@ -30,6 +30,9 @@ type Options struct {
 	// credential broker do not exist yet. The lethal-trifecta rule applies
 	// either way.
 	EgressSupported bool
+	// DefaultTier is the tier of the server's default driver, which the
+	// built-in default tool runs on; empty means gvisor. See DefaultFor.
+	DefaultTier sandbox.Tier
 }
 
 func (o Options) tiers() []sandbox.Tier {
@@ -56,36 +59,36 @@ func (o Options) ceiling() sandbox.Limits {
 // The rules, as they appear in Problem.Rule. They are stable: tests, docs
 // and operators' tooling match on them.
 const (
-	RuleYAMLSyntax           = "yaml-syntax"
-	RuleYAMLType             = "yaml-type"
-	RuleUnknownField         = "unknown-field"
-	RuleName                 = "name"
-	RuleReservedName         = "reserved-name"
-	RuleDuplicateName        = "duplicate-name"
-	RuleCapability           = "unknown-capability"
-	RuleRuntimes             = "runtimes"
-	RuleInputTrust           = "input-trust"
-	RuleTier                 = "tier"
-	RuleTierUnavailable      = "tier-unavailable"
-	RuleLimits               = "limits"
-	RuleScratch              = "scratch"
-	RuleDataRoot             = "data-root"
-	RuleMountSource          = "mount-source"
-	RuleMountSocket          = "mount-socket"
-	RuleMountCredentials     = "mount-credentials"
-	RuleMountHome            = "mount-home"
-	RuleMountSystem          = "mount-system"
-	RuleMountOutsideDataRoot = "mount-outside-data-root"
-	RuleMountSymlinkEscape   = "mount-symlink-escape"
-	RuleMountMissing         = "mount-source-missing"
-	RuleMountTarget          = "mount-target"
-	RuleEgress               = "egress"
-	RuleEgressUnsupported    = "egress-unsupported"
-	RuleCredentials          = "credentials"
-	RuleCredentialsUnsupp    = "credentials-unsupported"
-	RuleLethalTrifecta       = "lethal-trifecta"
-	RuleUntrustedOnContainer = "untrusted-on-container"
-	RuleAcceptRisk           = "accept-risk"
+	RuleYAMLSyntax             = "yaml-syntax"
+	RuleYAMLType               = "yaml-type"
+	RuleUnknownField           = "unknown-field"
+	RuleName                   = "name"
+	RuleReservedName           = "reserved-name"
+	RuleDuplicateName          = "duplicate-name"
+	RuleCapability             = "unknown-capability"
+	RuleRuntimes               = "runtimes"
+	RuleInputTrust             = "input-trust"
+	RuleTier                   = "tier"
+	RuleTierUnavailable        = "tier-unavailable"
+	RuleLimits                 = "limits"
+	RuleScratch                = "scratch"
+	RuleDataRoot               = "data-root"
+	RuleMountSource            = "mount-source"
+	RuleMountSocket            = "mount-socket"
+	RuleMountCredentials       = "mount-credentials"
+	RuleMountHome              = "mount-home"
+	RuleMountSystem            = "mount-system"
+	RuleMountOutsideDataRoot   = "mount-outside-data-root"
+	RuleMountSymlinkEscape     = "mount-symlink-escape"
+	RuleMountMissing           = "mount-source-missing"
+	RuleMountTarget            = "mount-target"
+	RuleEgress                 = "egress"
+	RuleEgressUnsupported      = "egress-unsupported"
+	RuleCredentials            = "credentials"
+	RuleCredentialsUnsupported = "credentials-unsupported"
+	RuleLethalTrifecta         = "lethal-trifecta"
+	RuleUntrustedOnContainer   = "untrusted-on-container"
+	RuleAcceptRisk             = "accept-risk"
 )
 
 // Problem is one reason a tool configuration is refused.
@@ -293,7 +296,7 @@ func validateEgress(t Tool, opts Options) Problems {
 		}
 	}
 	if len(t.Credentials) > 0 && !opts.EgressSupported {
-		add(RuleCredentialsUnsupp, "credentials are not supported yet (the credential broker does not exist); use credentials: none")
+		add(RuleCredentialsUnsupported, "credentials are not supported yet (the credential broker does not exist); use credentials: none")
 	}
 	for i, op := range t.Credentials {
 		switch {
@@ -369,4 +372,3 @@ func joinTiers(ts []sandbox.Tier) string {
 	}
 	return strings.Join(s, ", ")
 }
-

@@ -23,7 +23,9 @@ func runCmd(ctx context.Context, args []string) int {
 	fs := flag.NewFlagSet("run", flag.ContinueOnError)
 	cfg, load := configFlags(fs)
 	runtime := fs.String("runtime", "", "runtime: python, node or shell (required)")
-	driver := fs.String("driver", "", "driver: runc or gvisor (default: the configured default, gvisor)")
+	driver := fs.String("driver", "", "driver: runc, gvisor or docker (default: the tool's tier; the default tool runs on the configured default driver, gvisor)")
+	tool := fs.String("tool", "", "tool to run as (default: the built-in code.execute)")
+	fs.StringVar(&cfg.Tools, "tools", cfg.Tools, "tools file or directory")
 	timeout := fs.Duration("timeout", 0, "wall clock limit (default 30s)")
 	memory := fs.String("memory", "", "memory limit, e.g. 512MiB (default 512MiB)")
 	asJSON := fs.Bool("json", false, "print the result as a JSON object")
@@ -36,7 +38,7 @@ func runCmd(ctx context.Context, args []string) int {
 	if err != nil {
 		return fail(err)
 	}
-	res, err := runOnce(ctx, pos, cfg, *runtime, *driver, isSet(fs, "timeout"), *timeout, *memory, *code)
+	res, err := runOnce(ctx, pos, cfg, *runtime, *tool, *driver, isSet(fs, "timeout"), *timeout, *memory, *code)
 	if err != nil {
 		return fail(err)
 	}
@@ -68,7 +70,7 @@ func runCmd(ctx context.Context, args []string) int {
 // runOnce validates the command line and runs the code. Errors caused by
 // the input (including a missing image or runtime, which `stockade setup`
 // fixes) are usage errors.
-func runOnce(ctx context.Context, pos []string, cfg *config.Config, runtime, driver string, timeoutSet bool, timeout time.Duration, memory, code string) (*engine.Result, error) {
+func runOnce(ctx context.Context, pos []string, cfg *config.Config, runtime, tool, driver string, timeoutSet bool, timeout time.Duration, memory, code string) (*engine.Result, error) {
 	if runtime == "" {
 		return nil, usagef("--runtime is required (python, node or shell)")
 	}
@@ -110,14 +112,11 @@ func runOnce(ctx context.Context, pos []string, cfg *config.Config, runtime, dri
 		}
 		limits.Memory = n
 	}
-	if driver != "" {
-		cfg.Driver = driver
-	}
 	e, err := engine.Open(*cfg)
 	if err != nil {
 		return nil, classify(err)
 	}
-	res, err := e.Run(ctx, engine.Request{Runtime: runtime, Code: src, Driver: driver, Limits: limits})
+	res, err := e.Run(ctx, engine.Request{Runtime: runtime, Tool: tool, Code: src, Driver: driver, Limits: limits})
 	if err != nil {
 		return nil, classify(err)
 	}

@@ -75,8 +75,9 @@ type Driver struct {
 	cli     *client.Client
 	seccomp string // the tightened profile as Docker's JSON
 
-	imageMu sync.Mutex      // serialises imports
-	images  map[string]bool // tags known to exist in the engine
+	importMu sync.Mutex      // serialises imports
+	imageMu  sync.Mutex      // guards images
+	images   map[string]bool // tags known to exist in the engine
 
 	guestMu  sync.Mutex
 	guestSum guestSum
@@ -209,6 +210,11 @@ func (d *Driver) Create(ctx context.Context, spec sandbox.Spec) (_ sandbox.Sandb
 		if cerrdefs.IsConflict(err) {
 			return nil, fmt.Errorf("sandbox %q already exists: %w", id, errdefs.ErrConflict)
 		}
+		// The engine may have created the container before ctx ended or
+		// the connection broke; remove it by its name (Reap would later).
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		_ = d.remove(rctx, containerPrefix+id)
+		cancel()
 		return nil, d.engineError("creating a container in", err)
 	}
 	sb := &sbx{d: d, id: id, cid: created.ID, limits: limits}

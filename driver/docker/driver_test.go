@@ -18,7 +18,7 @@ import (
 // engine returns a driver on the dockerd that STOCKADE_TEST_DOCKER_HOST
 // names (scripts/dockerd.sh start DIR prints it), or skips t (fails it in
 // CI) when there is none.
-func engine(t *testing.T) *docker.Driver {
+func engine(t testing.TB) *docker.Driver {
 	t.Helper()
 	host := os.Getenv("STOCKADE_TEST_DOCKER_HOST")
 	if host == "" {
@@ -164,5 +164,36 @@ func TestUnreachableEngine(t *testing.T) {
 	}
 	if _, err := d.Reap(t.Context(), nil); !errdefs.IsUnavailable(err) {
 		t.Errorf("Reap: got %v, want ErrUnavailable", err)
+	}
+}
+
+func TestDataMount(t *testing.T) {
+	d := engine(t)
+	img := testenv.Image(t, "shell")
+	dir := t.TempDir()
+	if err := os.WriteFile(dir+"/data.txt", []byte("tool data\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	ctx := t.Context()
+	sb, err := d.Create(ctx, sandbox.Spec{Image: img, Mounts: []sandbox.Mount{{Source: dir, Target: "/data"}}})
+	if err != nil {
+		t.Fatalf("Create: %v", err)
+	}
+	defer sb.Destroy(context.WithoutCancel(ctx))
+	res, err := sb.Exec(ctx, sandbox.ExecRequest{
+		File: sandbox.File{Name: "main.sh", Data: []byte("/bin/busybox cat /data/data.txt; /bin/busybox touch /data/new 2>/dev/null && echo writable || echo read-only")},
+		Argv: []string{"/bin/busybox", "sh", "{file}"},
+	})
+	if err != nil {
+		t.Fatalf("Exec: %v", err)
+	}
+	if got, want := string(res.Stdout), "tool data\nread-only\n"; got != want {
+		t.Errorf("got %q (stderr %q), want %q", got, res.Stderr, want)
+	}
+	if _, err := os.Stat(dir + "/new"); err == nil {
+		t.Errorf("the sandbox created a file in the host directory")
 	}
 }

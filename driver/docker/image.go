@@ -71,24 +71,36 @@ func (d *Driver) ImportImage(ctx context.Context, img sandbox.Image) (string, er
 	if err != nil {
 		return "", err
 	}
-	d.imageMu.Lock()
-	defer d.imageMu.Unlock()
-	if d.images[tag] {
+	if d.knownImage(tag) {
+		return tag, nil
+	}
+	// One import at a time; sandboxes of images already known do not wait.
+	d.importMu.Lock()
+	defer d.importMu.Unlock()
+	if d.knownImage(tag) {
 		return tag, nil
 	}
 	_, err = d.cli.ImageInspect(ctx, tag)
 	switch {
 	case err == nil:
-		d.images[tag] = true
-		return tag, nil
-	case !cerrdefs.IsNotFound(err):
+	case cerrdefs.IsNotFound(err):
+		if err := d.importTree(ctx, img.Rootfs, tag); err != nil {
+			return "", err
+		}
+	default:
 		return "", d.engineError("inspecting image "+tag+" in", err)
 	}
-	if err := d.importTree(ctx, img.Rootfs, tag); err != nil {
-		return "", err
-	}
+	d.imageMu.Lock()
 	d.images[tag] = true
+	d.imageMu.Unlock()
 	return tag, nil
+}
+
+// knownImage reports whether the engine was seen to have tag.
+func (d *Driver) knownImage(tag string) bool {
+	d.imageMu.Lock()
+	defer d.imageMu.Unlock()
+	return d.images[tag]
 }
 
 // forgetImage drops tag from the cache of known images.

@@ -285,6 +285,12 @@ func (s *sbx) destroy(ctx context.Context) error {
 		// Unblock the demultiplexer if it is writing output nobody reads.
 		s.stdout.Close()
 		<-s.demuxDone
+		// An Exec in flight sees the stream end and returns soon; waiting
+		// for it means none of its clean-up (a kill, an inspect) outlives
+		// Destroy.
+		s.mu.Lock()
+		s.dead = true
+		s.mu.Unlock()
 	}
 	return err
 }

@@ -6,6 +6,7 @@
 package gvisor
 
 import (
+	"github.com/stockade-sh/stockade/internal/oci"
 	"github.com/stockade-sh/stockade/internal/ocidriver"
 	"github.com/stockade-sh/stockade/sandbox"
 )
@@ -58,6 +59,7 @@ func New(cfg Config) (*ocidriver.Driver, error) {
 			"--overlay2=none",
 			"--host-uds=none",
 		},
+		Kernel:      oci.UserSpaceKernel,
 		StateDir:    cfg.StateDir,
 		GuestPath:   cfg.GuestPath,
 		Defaults:    sandbox.Limits{CPU: DefaultCPU},

@@ -36,6 +36,8 @@ type Options struct {
 var aptPackages = map[string]string{
 	"/usr/sbin/runc":        "runc",
 	"/usr/sbin/debootstrap": "debootstrap",
+	// curl is what the README's API session and `make up` use.
+	"/usr/bin/curl": "curl",
 }
 
 // Run performs the setup. It needs root.
@@ -78,7 +80,7 @@ func installPackages(ctx context.Context, log io.Writer) error {
 		}
 	}
 	if len(missing) == 0 {
-		fmt.Fprintln(log, "runc and debootstrap: present")
+		fmt.Fprintln(log, "runc, debootstrap and curl: present")
 		return nil
 	}
 	fmt.Fprintf(log, "installing %s with apt-get\n", strings.Join(missing, " "))

@@ -41,7 +41,31 @@ type Options struct {
 	GuestPath string
 	// CgroupsPath is the cgroup of the sandbox, relative to the cgroup root.
 	CgroupsPath string
+	// Kernel says who enforces the profile inside the sandbox; see Kernel.
+	Kernel Kernel
 }
+
+// Kernel is what the sandboxed program's system calls reach.
+type Kernel int
+
+const (
+	// HostKernel: the program talks to the host kernel (runc, docker). The
+	// seccomp profile and the pids cgroup are the boundary.
+	HostKernel Kernel = iota
+	// UserSpaceKernel: the program talks to gVisor's Sentry, which enforces
+	// the profile itself. Two things differ: runsc turns every ERRNO rule
+	// into EPERM, and glibc falls back from clone3 to clone only on ENOSYS,
+	// so clone3 is passed to the Sentry (which implements it or answers
+	// ENOSYS) instead of being refused, or no thread could start; and the
+	// host pids cgroup also counts the Sentry's own threads, so the
+	// program's process limit is RLIMIT_NPROC inside the sandbox (the
+	// Sentry counts only the sandbox's tasks) with headroom on the host.
+	UserSpaceKernel
+)
+
+// sentryThreads is the headroom of the host pids limit for gVisor's own
+// threads.
+const sentryThreads = 256
 
 // cpuPeriod is the CFS period the CPU quota is expressed in.
 const cpuPeriod = 100000
@@ -58,13 +82,21 @@ func Build(o Options) (*specs.Spec, error) {
 	if err != nil {
 		return nil, err
 	}
+	rlimits := []specs.POSIXRlimit{
+		{Type: "RLIMIT_NOFILE", Hard: 1024, Soft: 1024},
+		{Type: "RLIMIT_CORE", Hard: 0, Soft: 0},
+	}
 	l := o.Limits
 	memory := l.Memory
 	swap := l.Memory // memory+swap equal to memory: no swap
 	pids := l.Pids
 	quota := int64(l.CPU * cpuPeriod)
 	period := uint64(cpuPeriod)
-	noFile := uint64(1024)
+	if o.Kernel == UserSpaceKernel {
+		allowClone3(sc)
+		rlimits = append(rlimits, specs.POSIXRlimit{Type: "RLIMIT_NPROC", Hard: uint64(l.Pids), Soft: uint64(l.Pids)})
+		pids = l.Pids + sentryThreads
+	}
 
 	annotations := map[string]string{}
 	for k, v := range o.Spec.Labels {
@@ -101,10 +133,7 @@ func Build(o Options) (*specs.Spec, error) {
 				Bounding: []string{}, Effective: []string{}, Inheritable: []string{}, Permitted: []string{}, Ambient: []string{},
 			},
 			NoNewPrivileges: true,
-			Rlimits: []specs.POSIXRlimit{
-				{Type: "RLIMIT_NOFILE", Hard: noFile, Soft: noFile},
-				{Type: "RLIMIT_CORE", Hard: 0, Soft: 0},
-			},
+			Rlimits:         rlimits,
 		},
 		Root:        &specs.Root{Path: o.Spec.Image.Rootfs, Readonly: true},
 		Hostname:    "sandbox",

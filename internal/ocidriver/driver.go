@@ -46,6 +46,9 @@ type Config struct {
 	// where the cgroup holds exactly the sandbox's processes); otherwise the
 	// guest's maximum resident set size is used.
 	PeakFromCgroup bool
+	// Kernel says whether sandboxed code reaches the host kernel (runc) or
+	// a user-space kernel (gVisor); the bundle differs slightly.
+	Kernel oci.Kernel
 	// InstallHint is appended to errors about a missing runtime binary.
 	InstallHint string
 	// ReadyTimeout bounds how long Create waits for the guest's greeting;
@@ -144,7 +147,7 @@ func (d *Driver) Create(ctx context.Context, spec sandbox.Spec) (_ sandbox.Sandb
 	}
 	s, err := oci.Build(oci.Options{
 		ID: id, Spec: spec, Limits: limits, GuestPath: d.cfg.GuestPath,
-		CgroupsPath: d.cgroupOf(id).path,
+		CgroupsPath: d.cgroupOf(id).path, Kernel: d.cfg.Kernel,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("building OCI spec: %v: %w", err, errdefs.ErrInvalidArgument)

@@ -345,6 +345,12 @@ func (s *sbx) destroy(ctx context.Context) error {
 			}
 		}
 		s.stdout.Close()
+		// An Exec in flight sees the guest gone and returns soon; waiting
+		// for it means none of its clean-up (a runtime kill) outlives
+		// Destroy.
+		s.mu.Lock()
+		s.dead = true
+		s.mu.Unlock()
 	}
 	var errs []error
 	if _, err := os.Stat(s.d.runtimeDir(s.id)); err == nil {

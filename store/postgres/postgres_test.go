@@ -37,7 +37,7 @@ func testDSN(t *testing.T) string {
 
 // freshSchema creates an empty schema for one test, drops it when the test
 // ends, and returns a DSN whose search_path selects it.
-func freshSchema(t *testing.T, dsn string) string {
+func freshSchema(t testing.TB, dsn string) string {
 	t.Helper()
 	ctx := t.Context()
 	var b [6]byte
@@ -66,7 +66,7 @@ func freshSchema(t *testing.T, dsn string) string {
 	return withParam(t, dsn, "search_path", schema)
 }
 
-func withParam(t *testing.T, dsn, key, value string) string {
+func withParam(t testing.TB, dsn, key, value string) string {
 	t.Helper()
 	if !strings.HasPrefix(dsn, "postgres://") && !strings.HasPrefix(dsn, "postgresql://") {
 		return dsn + " " + key + "=" + value
@@ -135,5 +135,22 @@ func TestOpenUnreachable(t *testing.T) {
 	_, err := postgres.Open(t.Context(), postgres.Config{DSN: "postgres://nobody@127.0.0.1:1/none?sslmode=disable&connect_timeout=2"})
 	if err == nil {
 		t.Fatal("Open of an unreachable server succeeded")
+	}
+}
+
+func BenchmarkInvocation(b *testing.B) {
+	dsn := os.Getenv(dsnEnv)
+	if dsn == "" {
+		b.Skip(dsnEnv + " is not set")
+	}
+	for _, parallel := range []bool{false, true} {
+		b.Run(map[bool]string{false: "sequential", true: "parallel"}[parallel], func(b *testing.B) {
+			st, err := postgres.Open(b.Context(), postgres.Config{DSN: freshSchema(b, dsn), MaxConns: 16})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer st.Close()
+			storetest.Bench(b, st, parallel)
+		})
 	}
 }

@@ -24,6 +24,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	msqlite "modernc.org/sqlite"
@@ -121,7 +122,7 @@ func Open(ctx context.Context, c Config) (*Store, error) {
 	reader.SetMaxOpenConns(c.Readers)
 	reader.SetMaxIdleConns(c.Readers)
 
-	b := &backend{writer: writer, reader: reader}
+	b := newBackend(writer, reader)
 	ms, err := sqlstore.LoadMigrations(migrations, "migrations")
 	if err == nil {
 		err = sqlstore.Migrate(ctx, b, ms, "", now())
@@ -143,28 +144,34 @@ func (s *Store) UnsafeExec(ctx context.Context, query string, args ...any) error
 
 // backend adapts database/sql on modernc.org/sqlite to sqlstore.Backend.
 type backend struct {
-	writer *sql.DB
-	reader *sql.DB
+	writer, reader        *sql.DB
+	writeStmts, readStmts *stmtCache
 }
 
-func (b *backend) Reader() sqlstore.Querier { return querier{b.reader} }
+func newBackend(writer, reader *sql.DB) *backend {
+	return &backend{writer: writer, reader: reader,
+		writeStmts: &stmtCache{db: writer, m: map[string]*sql.Stmt{}},
+		readStmts:  &stmtCache{db: reader, m: map[string]*sql.Stmt{}}}
+}
+
+func (b *backend) Reader() sqlstore.Querier { return querier{q: b.reader, stmts: b.readStmts} }
 
 func (b *backend) InTx(ctx context.Context, fn func(sqlstore.Querier) error) error {
-	return inTx(ctx, b.writer, nil, fn)
+	return inTx(ctx, b.writer, b.writeStmts, nil, fn)
 }
 
 // InSnapshot runs fn in a read transaction on a reader: in WAL mode it sees
 // the database as of its first read until it ends.
 func (b *backend) InSnapshot(ctx context.Context, fn func(sqlstore.Querier) error) error {
-	return inTx(ctx, b.reader, &sql.TxOptions{ReadOnly: true}, fn)
+	return inTx(ctx, b.reader, b.readStmts, &sql.TxOptions{ReadOnly: true}, fn)
 }
 
-func inTx(ctx context.Context, db *sql.DB, opts *sql.TxOptions, fn func(sqlstore.Querier) error) error {
+func inTx(ctx context.Context, db *sql.DB, stmts *stmtCache, opts *sql.TxOptions, fn func(sqlstore.Querier) error) error {
 	tx, err := db.BeginTx(ctx, opts)
 	if err != nil {
 		return fmt.Errorf("beginning transaction: %w", err)
 	}
-	if err := fn(querier{tx}); err != nil {
+	if err := fn(querier{q: tx, tx: tx, stmts: stmts}); err != nil {
 		tx.Rollback()
 		return err
 	}
@@ -183,7 +190,54 @@ func (b *backend) Dialect() sqlstore.Dialect {
 }
 
 func (b *backend) Close() error {
-	return errors.Join(b.reader.Close(), b.writer.Close())
+	return errors.Join(b.readStmts.close(), b.writeStmts.close(), b.reader.Close(), b.writer.Close())
+}
+
+// maxCachedStmts bounds the statement cache; the store's SQL has far fewer
+// distinct texts, but list filters combine.
+const maxCachedStmts = 512
+
+// stmtCache keeps prepared statements, so that a hot statement is parsed
+// once per connection rather than on every call: SQLite's parser is a
+// large share of a short transaction's cost. It is safe for concurrent use.
+type stmtCache struct {
+	db *sql.DB
+	mu sync.Mutex
+	m  map[string]*sql.Stmt
+}
+
+// get returns the statement for query, or nil when it should run
+// unprepared: statements without parameters (migrations hold several
+// statements in one text) and any past the cache's bound.
+func (c *stmtCache) get(ctx context.Context, query string, args []any) (*sql.Stmt, error) {
+	if c == nil || len(args) == 0 {
+		return nil, nil
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if s, ok := c.m[query]; ok {
+		return s, nil
+	}
+	if len(c.m) >= maxCachedStmts {
+		return nil, nil
+	}
+	s, err := c.db.PrepareContext(ctx, query)
+	if err != nil {
+		return nil, err
+	}
+	c.m[query] = s
+	return s, nil
+}
+
+func (c *stmtCache) close() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var errs []error
+	for q, s := range c.m {
+		errs = append(errs, s.Close())
+		delete(c.m, q)
+	}
+	return errors.Join(errs...)
 }
 
 // classify wraps SQLite's constraint and locking errors in errdefs classes.
@@ -207,17 +261,42 @@ func classify(err error) error {
 	return err
 }
 
-// querier adapts *sql.DB and *sql.Tx to sqlstore.Querier.
+// querier adapts *sql.DB and *sql.Tx to sqlstore.Querier, running cached
+// prepared statements where it can.
 type querier struct {
 	q interface {
 		ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
 		QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
 		QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
 	}
+	// tx is set inside a transaction, whose statements must run on its
+	// connection.
+	tx    *sql.Tx
+	stmts *stmtCache
+}
+
+// stmt returns the prepared form of query for this querier, or nil.
+func (q querier) stmt(ctx context.Context, query string, args []any) (*sql.Stmt, error) {
+	s, err := q.stmts.get(ctx, query, args)
+	if s == nil || err != nil || q.tx == nil {
+		return s, err
+	}
+	return q.tx.StmtContext(ctx, s), nil
 }
 
 func (q querier) Exec(ctx context.Context, query string, args ...any) (int64, error) {
-	res, err := q.q.ExecContext(ctx, query, args...)
+	var (
+		res sql.Result
+		err error
+	)
+	switch s, perr := q.stmt(ctx, query, args); {
+	case perr != nil:
+		return 0, perr
+	case s != nil:
+		res, err = s.ExecContext(ctx, args...)
+	default:
+		res, err = q.q.ExecContext(ctx, query, args...)
+	}
 	if err != nil {
 		return 0, err
 	}
@@ -225,7 +304,18 @@ func (q querier) Exec(ctx context.Context, query string, args ...any) (int64, er
 }
 
 func (q querier) Query(ctx context.Context, query string, args ...any) (sqlstore.Rows, error) {
-	rows, err := q.q.QueryContext(ctx, query, args...)
+	var (
+		rows *sql.Rows
+		err  error
+	)
+	switch s, perr := q.stmt(ctx, query, args); {
+	case perr != nil:
+		return nil, perr
+	case s != nil:
+		rows, err = s.QueryContext(ctx, args...)
+	default:
+		rows, err = q.q.QueryContext(ctx, query, args...)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -233,8 +323,18 @@ func (q querier) Query(ctx context.Context, query string, args ...any) (sqlstore
 }
 
 func (q querier) QueryRow(ctx context.Context, query string, args ...any) sqlstore.Row {
+	switch s, err := q.stmt(ctx, query, args); {
+	case err != nil:
+		return errRow{err}
+	case s != nil:
+		return s.QueryRowContext(ctx, args...)
+	}
 	return q.q.QueryRowContext(ctx, query, args...)
 }
+
+type errRow struct{ err error }
+
+func (r errRow) Scan(...any) error { return r.err }
 
 type sqlRows struct{ *sql.Rows }
 

@@ -70,3 +70,16 @@ func TestConfigValidate(t *testing.T) {
 		})
 	}
 }
+
+func BenchmarkInvocation(b *testing.B) {
+	for _, parallel := range []bool{false, true} {
+		b.Run(map[bool]string{false: "sequential", true: "parallel"}[parallel], func(b *testing.B) {
+			st, err := sqlite.Open(b.Context(), sqlite.Config{Path: filepath.Join(b.TempDir(), "bench.db")})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer st.Close()
+			storetest.Bench(b, st, parallel)
+		})
+	}
+}

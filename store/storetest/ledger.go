@@ -176,28 +176,27 @@ func testConcurrentReservations(t *testing.T, st store.Store) {
 	)
 	for i := range workers {
 		wg.Go(func() {
-			r, err := st.Reserve(ctx, f.ws.ID, execs[i], cost)
+			commit := i%2 == 0
+			err := func() error {
+				r, err := st.Reserve(ctx, f.ws.ID, execs[i], cost)
+				if err != nil {
+					return err
+				}
+				if commit {
+					_, err = st.Commit(ctx, r.ID)
+				} else {
+					_, err = st.Release(ctx, r.ID)
+				}
+				return err
+			}()
 			mu.Lock()
 			defer mu.Unlock()
-			if errdefs.IsResourceExhausted(err) {
-				denied++
-				return
-			}
-			if err != nil {
-				errs = append(errs, fmt.Errorf("Reserve %d: %w", i, err))
-				return
-			}
-			mu.Unlock()
-			if i%2 == 0 {
-				_, err = st.Commit(ctx, r.ID)
-			} else {
-				_, err = st.Release(ctx, r.ID)
-			}
-			mu.Lock()
 			switch {
+			case errdefs.IsResourceExhausted(err):
+				denied++
 			case err != nil:
-				errs = append(errs, fmt.Errorf("settling %d: %w", i, err))
-			case i%2 == 0:
+				errs = append(errs, fmt.Errorf("worker %d: %w", i, err))
+			case commit:
 				committed++
 			default:
 				released++

@@ -263,3 +263,56 @@ func ids[T any](items []T, id func(T) string) string {
 	}
 	return fmt.Sprint(s)
 }
+
+// Bench measures the store's share of one invocation: admission with a
+// reservation and an audit event, start, and finish with its event, the
+// three transactions the engine runs per call. parallel runs it under
+// b.RunParallel, to show contention on the workspace's account and chain.
+func Bench(b *testing.B, st store.Store, parallel bool) {
+	ctx := b.Context()
+	ws, err := st.CreateWorkspace(ctx, "bench")
+	if err != nil {
+		b.Fatal(err)
+	}
+	key, err := st.CreateAPIKey(ctx, store.NewAPIKey{WorkspaceID: ws.ID, Role: store.RoleAgent, Hash: store.HashKey("bench")})
+	if err != nil {
+		b.Fatal(err)
+	}
+	if _, err := st.GrantCredits(ctx, ws.ID, 1<<40, "bench"); err != nil {
+		b.Fatal(err)
+	}
+	f := fixture{ws: ws, agent: key}
+	one := func() error {
+		adm, err := st.CreateExecution(ctx, store.NewExecution{
+			WorkspaceID: ws.ID, KeyID: f.agent.ID, Runtime: "python", Tool: "code.execute",
+			Request: []byte(`{"runtime":"python","code":"print(1)"}`), InputSHA256: inputHash("python", "print(1)"),
+			Credits: 2, Audit: []store.NewEvent{{Type: "capability.invoke_allowed", Actor: key.ID}},
+		})
+		if err != nil {
+			return err
+		}
+		if _, err := st.StartExecution(ctx, adm.Execution.ID, "runc"); err != nil {
+			return err
+		}
+		_, err = st.FinishExecution(ctx, store.Outcome{ExecutionID: adm.Execution.ID, Status: store.StatusSucceeded,
+			ExitCode: ptr(0), Stdout: []byte("1\n"), Audit: []store.NewEvent{{Type: "execution.finished", Actor: "system"}}})
+		return err
+	}
+	b.ResetTimer()
+	if !parallel {
+		for b.Loop() {
+			if err := one(); err != nil {
+				b.Fatal(err)
+			}
+		}
+		return
+	}
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			if err := one(); err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	})
+}

@@ -101,9 +101,6 @@ func New(b Backend, now func() time.Time) *Store {
 // Close closes the backend.
 func (s *Store) Close() error { return s.b.Close() }
 
-// Backend returns the backend, for the implementations' test hooks.
-func (s *Store) Backend() Backend { return s.b }
-
 func (s *Store) clock() time.Time { return store.TruncateTime(s.now()) }
 
 // inTx runs fn in a write transaction and classifies driver errors.

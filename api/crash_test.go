@@ -1,0 +1,290 @@
+package api_test
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stockade-sh/stockade/api"
+	"github.com/stockade-sh/stockade/engine"
+	"github.com/stockade-sh/stockade/internal/testenv"
+	"github.com/stockade-sh/stockade/store"
+)
+
+// daemon is a `stockade serve` process.
+type daemon struct {
+	t    *testing.T
+	cmd  *exec.Cmd
+	url  string
+	mu   sync.Mutex
+	logs bytes.Buffer
+	done chan struct{} // closed when the process has exited
+}
+
+var listenLog = regexp.MustCompile(`msg="stockade serving" listen=(\S+)`)
+
+// startDaemon runs `stockade serve` with args and waits until it answers
+// /healthz. The process is killed when the test ends; its log is shown if
+// the test failed.
+func startDaemon(t *testing.T, bin string, args ...string) *daemon {
+	t.Helper()
+	d := &daemon{t: t, done: make(chan struct{})}
+	d.cmd = exec.Command(bin, append([]string{"serve"}, args...)...)
+	d.cmd.Env = append(os.Environ(), "STOCKADE_DRIVER=runc")
+	stderr, err := d.cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := d.cmd.Start(); err != nil {
+		t.Fatalf("starting stockade serve: %v", err)
+	}
+	listening := make(chan string, 1)
+	go func() {
+		defer close(d.done)
+		sc := bufio.NewScanner(stderr)
+		for sc.Scan() {
+			line := sc.Text()
+			d.mu.Lock()
+			d.logs.WriteString(line + "\n")
+			d.mu.Unlock()
+			if m := listenLog.FindStringSubmatch(line); m != nil {
+				select {
+				case listening <- m[1]:
+				default:
+				}
+			}
+		}
+		_ = d.cmd.Wait()
+	}()
+	t.Cleanup(func() {
+		d.kill()
+		if t.Failed() {
+			t.Logf("stockade serve log:\n%s", d.log())
+		}
+	})
+	select {
+	case addr := <-listening:
+		d.url = "http://" + addr
+	case <-d.done:
+		t.Fatalf("stockade serve exited before listening:\n%s", d.log())
+	case <-time.After(60 * time.Second):
+		t.Fatalf("stockade serve did not listen within 60 s:\n%s", d.log())
+	}
+	do(t, d.url, "GET", "/healthz", "", nil).want(t, http.StatusOK)
+	return d
+}
+
+func (d *daemon) log() string {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.logs.String()
+}
+
+// kill sends SIGKILL and waits for the process to be gone.
+func (d *daemon) kill() {
+	if d.cmd.ProcessState == nil {
+		_ = d.cmd.Process.Signal(syscall.SIGKILL)
+	}
+	<-d.done
+}
+
+// stop asks the daemon to shut down and waits for it.
+func (d *daemon) stop() {
+	d.t.Helper()
+	_ = d.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-d.done:
+		if code := d.cmd.ProcessState.ExitCode(); code != 0 {
+			d.t.Errorf("stockade serve exited with %d after SIGTERM", code)
+		}
+	case <-time.After(40 * time.Second):
+		d.t.Errorf("stockade serve did not stop within 40 s of SIGTERM")
+		d.kill()
+	}
+}
+
+// cli runs an admin command of the stockade binary and returns its stdout.
+func cli(t *testing.T, bin string, args ...string) string {
+	t.Helper()
+	cmd := exec.Command(bin, args...)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("stockade %s: %v\n%s", strings.Join(args, " "), err, errb.String())
+	}
+	return out.String()
+}
+
+// processesMentioning lists host processes, other than this one, whose
+// command line contains s.
+func processesMentioning(s string) []string {
+	entries, _ := os.ReadDir("/proc")
+	var out []string
+	self := fmt.Sprint(os.Getpid())
+	for _, e := range entries {
+		if e.Name() == self || e.Name()[0] < '0' || e.Name()[0] > '9' {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if err == nil && bytes.Contains(b, []byte(s)) {
+			out = append(out, e.Name()+": "+strings.ReplaceAll(string(b), "\x00", " "))
+		}
+	}
+	return out
+}
+
+// dirEntries lists a directory's entries; a missing directory has none.
+func dirEntries(t *testing.T, dir string) []string {
+	t.Helper()
+	entries, err := os.ReadDir(dir)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, e := range entries {
+		out = append(out, e.Name())
+	}
+	return out
+}
+
+func exists(p string) bool {
+	_, err := os.Stat(p)
+	return err == nil
+}
+
+// TestCrashRecovery kills a daemon with SIGKILL while a sandbox runs and
+// checks that the restarted daemon leaves no reservation open and no
+// orphaned sandbox: the execution is failed, its credits are back, and the
+// runc state, bundle, cgroup and processes of its sandbox are gone.
+func TestCrashRecovery(t *testing.T) {
+	requireSandboxes(t)
+	bin := testenv.Build(t, "./cmd/stockade")
+	guest := testenv.Guest(t)
+	forEachStore(t, func(t *testing.T, b backend) {
+		dir := t.TempDir()
+		state := filepath.Join(dir, "state")
+		db := b.url(t)
+
+		cli(t, bin, "workspace", "create", "crash", "--db", db)
+		key := strings.TrimSpace(cli(t, bin, "key", "create", "--workspace", "crash", "--role", "agent", "--db", db))
+		cli(t, bin, "credits", "grant", "crash", "10", "--db", db)
+		cli(t, bin, "policy", "set", "crash", "--approval=none", "--db", db)
+
+		// The docker driver points nowhere, so that this daemon's start-up
+		// reap never touches containers of another Stockade on the host.
+		cfg := filepath.Join(dir, "stockade.yaml")
+		if err := os.WriteFile(cfg, []byte("driver: runc\ndocker_host: unix://"+filepath.Join(dir, "no-docker.sock")+"\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		args := []string{"--config", cfg, "--db", db, "--state-dir", state, "--guest", guest,
+			"--data-dir", testenv.DataDir(), "--listen", "127.0.0.1:0"}
+		d := startDaemon(t, bin, args...)
+
+		s := postStream(t, d.url, key, engine.InvokeRequest{Runtime: "python", Code: "import time\nprint('sleeping', flush=True)\ntime.sleep(30)\n"})
+		started := s.next(60 * time.Second)
+		if started.name != "started" {
+			t.Fatalf("first event: got %q (%s), want started", started.name, started.data)
+		}
+		var st struct {
+			ExecutionID string `json:"execution_id"`
+			Driver      string `json:"driver"`
+		}
+		if err := json.Unmarshal([]byte(started.data), &st); err != nil || st.ExecutionID == "" || st.Driver != "runc" {
+			t.Fatalf("started event: got %s, want an execution id on runc", started.data)
+		}
+		if ev := s.next(30 * time.Second); ev.name != "stdout" || !strings.Contains(ev.data, "sleeping") {
+			t.Fatalf("second event: got %q %s, want the program's stdout", ev.name, ev.data)
+		}
+		if v := do(t, d.url, "GET", "/v1/executions/"+st.ExecutionID, key, nil).want(t, http.StatusOK).execution(t); v.Status != string(store.StatusRunning) {
+			t.Fatalf("before the crash: got status %q, want running", v.Status)
+		}
+		bundles := filepath.Join(state, "runc", "bundles")
+		runcState := filepath.Join(state, "runc", "state")
+		ids := dirEntries(t, bundles)
+		if len(ids) != 1 {
+			t.Fatalf("bundles while running: got %v, want one", ids)
+		}
+		sbx := ids[0]
+		if len(processesMentioning(sbx)) == 0 {
+			t.Fatalf("no process of sandbox %s while it runs", sbx)
+		}
+
+		d.kill()
+		// What the crash left behind; the restart must clean all of it.
+		time.Sleep(500 * time.Millisecond)
+		t.Logf("after SIGKILL: bundle %v, runc state %v, processes %q",
+			exists(filepath.Join(bundles, sbx)), exists(filepath.Join(runcState, sbx)), processesMentioning(sbx))
+		if !exists(filepath.Join(bundles, sbx)) {
+			t.Fatalf("the killed daemon's sandbox %s left no bundle; the test no longer exercises the reap", sbx)
+		}
+
+		d = startDaemon(t, bin, args...)
+		v := do(t, d.url, "GET", "/v1/executions/"+st.ExecutionID, key, nil).want(t, http.StatusOK).execution(t)
+		if v.Status != string(store.StatusFailed) || !strings.Contains(string(v.Result), "interrupted") {
+			t.Errorf("after the restart: got status %q result %s, want failed, interrupted", v.Status, v.Result)
+		}
+		var ws api.WorkspaceView
+		do(t, d.url, "GET", "/v1/workspace", key, nil).want(t, http.StatusOK).decode(t, &ws)
+		if ws.Credits.Available != 10 || ws.Credits.Reserved != 0 {
+			t.Errorf("credits after the restart: got available %d reserved %d, want 10 and 0", ws.Credits.Available, ws.Credits.Reserved)
+		}
+		calls := list[api.ToolCallView](t, d.url, key, "/v1/tool-calls", "")
+		if len(calls) != 1 || calls[0].Status != "failed" || calls[0].CreditsCharged != 0 {
+			t.Errorf("tool_calls rows: got %+v, want one failed with 0 credits", calls)
+		}
+		if rec := list[api.EventView](t, d.url, key, "/v1/audit/events", "type=execution.recovered"); len(rec) != 1 || rec[0].ExecutionID != st.ExecutionID {
+			t.Errorf("execution.recovered events: got %+v, want one for %s", rec, st.ExecutionID)
+		}
+
+		if got := dirEntries(t, runcState); len(got) != 0 {
+			t.Errorf("runc containers left in %s: %v", runcState, got)
+		}
+		if out, err := exec.Command("runc", "--root", runcState, "list", "-q").CombinedOutput(); err != nil || strings.TrimSpace(string(out)) != "" {
+			t.Errorf("runc list: got %q (err %v), want nothing", out, err)
+		}
+		if got := dirEntries(t, bundles); len(got) != 0 {
+			t.Errorf("bundles left in %s: %v", bundles, got)
+		}
+		v1, _ := filepath.Glob("/sys/fs/cgroup/*/stockade/" + sbx)
+		for _, cg := range append(v1, "/sys/fs/cgroup/stockade/"+sbx) {
+			if exists(cg) {
+				t.Errorf("cgroup %s left behind", cg)
+			}
+		}
+		deadline := time.Now().Add(10 * time.Second)
+		for procs := processesMentioning(sbx); len(procs) > 0; procs = processesMentioning(sbx) {
+			if time.Now().After(deadline) {
+				t.Errorf("processes of sandbox %s left after the restart: %q", sbx, procs)
+				break
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+
+		// The restarted daemon works and charges as usual.
+		after := do(t, d.url, "POST", "/v1/executions", key, engine.InvokeRequest{Runtime: "shell", Code: "echo alive"}).want(t, http.StatusOK).execution(t)
+		if after.Status != string(store.StatusSucceeded) {
+			t.Errorf("a run after the restart: got %q, want succeeded", after.Status)
+		}
+		do(t, d.url, "GET", "/v1/workspace", key, nil).want(t, http.StatusOK).decode(t, &ws)
+		if ws.Credits.Available != 8 || ws.Credits.Reserved != 0 {
+			t.Errorf("credits after one more run: got available %d reserved %d, want 8 and 0", ws.Credits.Available, ws.Credits.Reserved)
+		}
+		s.close()
+		d.stop()
+	})
+}

@@ -1,0 +1,156 @@
+package store_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stockade-sh/stockade/store"
+)
+
+func goldenEvent() store.Event {
+	return store.Event{ID: "evt_1", WorkspaceID: "ws_1", Seq: 1, Type: "capability.invoke_allowed", Code: "CAP001",
+		Actor: "key_1", Reason: "policy allows", ExecutionID: "ex_1", Data: []byte(`{"runtime":"python"}`),
+		Time: time.Date(2026, 1, 2, 3, 4, 5, 6000, time.UTC)}
+}
+
+// TestChainHashGolden pins the canonical encoding: changing it breaks every
+// stored chain, so it may only change with a new domain version. The value
+// was computed independently from the documented encoding.
+func TestChainHashGolden(t *testing.T) {
+	const want = "8bbea2b41409d89525e8f912dc84ecfccbf65da3ff3688e9815c1438993e0654"
+	if got := store.ChainHash(goldenEvent()); got != want {
+		t.Fatalf("ChainHash: got %s, want %s", got, want)
+	}
+	e := goldenEvent()
+	e.Time = e.Time.In(time.FixedZone("elsewhere", -7*3600))
+	if got := store.ChainHash(e); got != want {
+		t.Fatalf("ChainHash depends on the time zone: got %s", got)
+	}
+}
+
+// TestChainHashCoversEveryField changes one field at a time, including
+// shifting bytes between neighbouring fields, which a plain concatenation
+// would not notice.
+func TestChainHashCoversEveryField(t *testing.T) {
+	base := store.ChainHash(goldenEvent())
+	for _, tc := range []struct {
+		name string
+		mod  func(e *store.Event)
+	}{
+		{"workspace", func(e *store.Event) { e.WorkspaceID = "ws_2" }},
+		{"seq", func(e *store.Event) { e.Seq = 2 }},
+		{"id", func(e *store.Event) { e.ID = "evt_2" }},
+		{"time", func(e *store.Event) { e.Time = e.Time.Add(time.Microsecond) }},
+		{"type", func(e *store.Event) { e.Type = "capability.invoke_denied" }},
+		{"code", func(e *store.Event) { e.Code = "CAP002" }},
+		{"actor", func(e *store.Event) { e.Actor = "key_2" }},
+		{"reason", func(e *store.Event) { e.Reason = "policy allows." }},
+		{"execution", func(e *store.Event) { e.ExecutionID = "ex_2" }},
+		{"data", func(e *store.Event) { e.Data = []byte(`{"runtime":"node"}`) }},
+		{"prev hash", func(e *store.Event) { e.PrevHash = "00" }},
+		{"bytes moved between fields", func(e *store.Event) { e.Code, e.Actor = "CAP001k", "ey_1" }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := goldenEvent()
+			tc.mod(&e)
+			if store.ChainHash(e) == base {
+				t.Fatalf("changing %s left the hash unchanged", tc.name)
+			}
+		})
+	}
+}
+
+func chain(n int) []store.Event {
+	var out []store.Event
+	prev := ""
+	for i := 1; i <= n; i++ {
+		e := goldenEvent()
+		e.Seq, e.PrevHash = int64(i), prev
+		e.Hash = store.ChainHash(e)
+		prev = e.Hash
+		out = append(out, e)
+	}
+	return out
+}
+
+func TestChainVerifier(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		mod     func(es []store.Event) ([]store.Event, store.ChainHead)
+		wantSeq int64 // 0: intact
+	}{
+		{"intact", func(es []store.Event) ([]store.Event, store.ChainHead) { return es, head(es) }, 0},
+		{"empty", func([]store.Event) ([]store.Event, store.ChainHead) { return nil, store.ChainHead{} }, 0},
+		{"edited row", func(es []store.Event) ([]store.Event, store.ChainHead) {
+			es[2].Reason = "edited"
+			return es, head(es)
+		}, 3},
+		{"edited and rehashed row", func(es []store.Event) ([]store.Event, store.ChainHead) {
+			es[2].Reason = "edited"
+			es[2].Hash = store.ChainHash(es[2])
+			return es, head(es)
+		}, 4},
+		{"deleted row", func(es []store.Event) ([]store.Event, store.ChainHead) {
+			return append(es[:1:1], es[2:]...), head(es)
+		}, 2},
+		{"deleted tail", func(es []store.Event) ([]store.Event, store.ChainHead) { return es[:3], head(es) }, 4},
+		{"deleted first row", func(es []store.Event) ([]store.Event, store.ChainHead) { return es[1:], head(es) }, 1},
+		{"row past the head", func(es []store.Event) ([]store.Event, store.ChainHead) { return es, head(es[:4]) }, 5},
+		{"head hash differs", func(es []store.Event) ([]store.Event, store.ChainHead) {
+			h := head(es)
+			h.Hash = "beef"
+			return es, h
+		}, 5},
+		{"repeated seq", func(es []store.Event) ([]store.Event, store.ChainHead) {
+			return append(es[:3:3], es[2:]...), head(es)
+		}, 3},
+		{"another workspace's row", func(es []store.Event) ([]store.Event, store.ChainHead) {
+			es[1].WorkspaceID = "ws_other"
+			return es, head(es)
+		}, 2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			es, h := tc.mod(chain(5))
+			v := store.NewChainVerifier("ws_1")
+			for _, e := range es {
+				if !v.Add(e) {
+					break
+				}
+			}
+			ok, broken := v.Finish(h)
+			switch {
+			case tc.wantSeq == 0 && (!ok || broken != nil):
+				t.Fatalf("got break %+v, want an intact chain", broken)
+			case tc.wantSeq != 0 && (ok || broken == nil):
+				t.Fatalf("got an intact chain, want a break at %d", tc.wantSeq)
+			case tc.wantSeq != 0 && broken.Seq != tc.wantSeq:
+				t.Fatalf("got break %+v, want one at seq %d", broken, tc.wantSeq)
+			}
+		})
+	}
+}
+
+func head(es []store.Event) store.ChainHead {
+	last := es[len(es)-1]
+	return store.ChainHead{WorkspaceID: last.WorkspaceID, Seq: last.Seq, Hash: last.Hash}
+}
+
+func TestExecutionStatus(t *testing.T) {
+	for _, s := range store.ExecutionStatuses {
+		live := s == store.StatusQueued || s == store.StatusAwaitingApproval || s == store.StatusRunning
+		if s.Terminal() == live {
+			t.Errorf("%s: Terminal() = %v", s, s.Terminal())
+		}
+		if s.Charged() && !s.Terminal() {
+			t.Errorf("%s: charged but not terminal", s)
+		}
+	}
+	for _, s := range []store.ExecutionStatus{store.StatusLaunchFailed, store.StatusDenied, store.StatusApprovalExpired} {
+		if s.Charged() {
+			t.Errorf("%s is charged", s)
+		}
+	}
+	if store.ExecutionStatus("bogus").Terminal() {
+		t.Error("an unknown status is terminal")
+	}
+}
