@@ -3,6 +3,7 @@ package oci
 import (
 	"fmt"
 	"slices"
+	"sync"
 
 	"github.com/moby/profiles/seccomp"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
@@ -33,12 +34,27 @@ var deniedSyscalls = []string{
 // local, IP and netlink sockets only (no AF_ALG, AF_PACKET, AF_VSOCK, ...).
 var allowedSocketDomains = []uint64{unix.AF_UNIX, unix.AF_INET, unix.AF_INET6, unix.AF_NETLINK}
 
-// Seccomp returns Stockade's tightened seccomp profile: Docker's default
+// Seccomp returns a copy of Stockade's tightened seccomp profile (see
+// buildSeccomp); the profile is computed once per process.
+func Seccomp() (*specs.LinuxSeccomp, error) {
+	p, err := profile()
+	if err != nil {
+		return nil, err
+	}
+	c := *p
+	c.Architectures = slices.Clone(p.Architectures)
+	c.Syscalls = slices.Clone(p.Syscalls)
+	return &c, nil
+}
+
+var profile = sync.OnceValues(buildSeccomp)
+
+// buildSeccomp returns Stockade's tightened seccomp profile: Docker's default
 // profile for a process without capabilities, minus deniedSyscalls, with
 // socket(2) restricted to allowedSocketDomains, TIOCSTI refused and only the
 // native architecture allowed (other architectures' system calls kill the
 // process).
-func Seccomp() (*specs.LinuxSeccomp, error) {
+func buildSeccomp() (*specs.LinuxSeccomp, error) {
 	// The profile's capability-gated rules are evaluated against the bounding
 	// set; an empty one selects the rules for an unprivileged process.
 	base, err := seccomp.GetDefaultProfile(&specs.Spec{Process: &specs.Process{Capabilities: &specs.LinuxCapabilities{}}})
