@@ -16,7 +16,8 @@ import (
 // arguments and applies, in order of precedence from low to high,
 // the defaults, the --config file (if the subcommand has one), the STOCKADE_*
 // environment (STOCKADE_DATA_DIR, STOCKADE_STATE_DIR, STOCKADE_DRIVER,
-// SANDBOX_DRIVER as an alias of STOCKADE_DRIVER) and the flags given.
+// SANDBOX_DRIVER as an alias of STOCKADE_DRIVER, DOCKER_HOST) and the flags
+// given.
 // The environment is read here and nowhere else.
 func configFlags(fs *flag.FlagSet) (*config.Config, func(args []string) ([]string, error)) {
 	cfg := config.Default()
@@ -25,6 +26,7 @@ func configFlags(fs *flag.FlagSet) (*config.Config, func(args []string) ([]strin
 	fs.StringVar(&cfg.RuncPath, "runc", cfg.RuncPath, "runc executable")
 	fs.StringVar(&cfg.RunscPath, "runsc", cfg.RunscPath, "runsc executable")
 	fs.StringVar(&cfg.GuestPath, "guest", cfg.GuestPath, "guest agent binary (default: the one embedded in stockade)")
+	fs.StringVar(&cfg.DockerHost, "docker-host", cfg.DockerHost, "Docker Engine for the docker driver (env DOCKER_HOST; default the Docker client's)")
 	configFile := ""
 	if fs.Name() == "serve" {
 		fs.StringVar(&configFile, "config", "", "YAML configuration file")
@@ -44,6 +46,7 @@ func configFlags(fs *flag.FlagSet) (*config.Config, func(args []string) ([]strin
 		}{
 			{"STOCKADE_DATA_DIR", &cfg.DataDir}, {"STOCKADE_STATE_DIR", &cfg.StateDir},
 			{"SANDBOX_DRIVER", &cfg.Driver}, {"STOCKADE_DRIVER", &cfg.Driver},
+			{"DOCKER_HOST", &cfg.DockerHost},
 		} {
 			if v := os.Getenv(e.name); v != "" {
 				*e.dst = v

@@ -16,6 +16,7 @@ import (
 	"github.com/stockade-sh/stockade/config"
 	"github.com/stockade-sh/stockade/engine"
 	"github.com/stockade-sh/stockade/internal/storeopen"
+	"github.com/stockade-sh/stockade/sandbox"
 )
 
 func init() {
@@ -45,6 +46,13 @@ func serve(ctx context.Context, listen, db string, cfg config.Config) error {
 	eng, err := engine.Open(cfg)
 	if err != nil {
 		return classify(err)
+	}
+	// A daemon whose default driver cannot run sandboxes refuses to start
+	// rather than failing every invocation.
+	if hc, ok := eng.Drivers()[eng.DefaultDriver()].(sandbox.HealthChecker); ok {
+		if err := hc.Health(ctx); err != nil {
+			return classify(fmt.Errorf("default driver %s: %w", eng.DefaultDriver(), err))
+		}
 	}
 	if db == "" {
 		db = storeopen.DefaultURL(cfg.DataDir)

@@ -746,9 +746,48 @@ func (s *suite) filesystem(t *testing.T) {
 				under(p, "/proc") || under(p, "/dev") || under(p, "/sys") {
 				continue
 			}
+			if s.caps.Tier == sandbox.TierDocker && dockerEtcFiles[p] != "" && hasOption(m.Options, "ro") {
+				// dockerd always bind-mounts these three files, even with
+				// --network=none; the driver writes fixed contents into
+				// them, checked below, and they are read-only.
+				continue
+			}
 			t.Errorf("unexpected mount at %s (%s from %s, %s): only the image, the guest and the profile's mounts may be mounted", p, m.FSType, m.Source, m.Options)
 		}
 	})
+
+	if s.caps.Tier == sandbox.TierDocker {
+		t.Run("DockerEtcFiles", func(t *testing.T) {
+			b := s.start(t, sandbox.Limits{})
+			for p, want := range dockerEtcFiles {
+				var rd struct {
+					errno
+					Content string `json:"content"`
+				}
+				decode(t, b.run(t, sandbox.ExecRequest{}, "readfile", p), &rd, "readfile")
+				if !strings.Contains(rd.Content, want) || strings.Contains(rd.Content, "search") {
+					t.Errorf("%s: got %q, want the driver's fixed contents (containing %q) and nothing of the host's", p, rd.Content, want)
+				}
+			}
+		})
+	}
+}
+
+// dockerEtcFiles are the files dockerd mounts into every container, with a
+// line of the contents the docker driver gives them.
+var dockerEtcFiles = map[string]string{
+	"/etc/resolv.conf": "nameserver 127.0.0.1",
+	"/etc/hostname":    "sandbox",
+	"/etc/hosts":       "127.0.0.1",
+}
+
+func hasOption(opts, o string) bool {
+	for _, v := range strings.Split(opts, ",") {
+		if v == o {
+			return true
+		}
+	}
+	return false
 }
 
 // ---------------------------------------------------------------------------
