@@ -22,6 +22,7 @@ import (
 	"github.com/stockade-sh/stockade/engine"
 	"github.com/stockade-sh/stockade/errdefs"
 	"github.com/stockade-sh/stockade/store"
+	"github.com/stockade-sh/stockade/tools"
 )
 
 //go:embed openapi.json
@@ -66,6 +67,8 @@ func New(svc *engine.Service, o Options) http.Handler {
 	mux.HandleFunc("GET /v1/audit/events", s.auth(s.listEvents))
 	mux.HandleFunc("GET /v1/tool-calls", s.auth(s.listToolCalls))
 	mux.HandleFunc("GET /v1/workspace", s.auth(s.getWorkspace))
+	mux.HandleFunc("GET /v1/tools", s.auth(s.listTools))
+	mux.HandleFunc("POST /v1/tools/{name}/approve", s.auth(s.approveTool))
 	mux.HandleFunc("GET /healthz", s.healthz)
 	mux.HandleFunc("GET /openapi.json", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
@@ -576,4 +579,45 @@ func (s *server) healthz(w http.ResponseWriter, r *http.Request) {
 		code, statusText = http.StatusServiceUnavailable, "degraded"
 	}
 	writeJSON(w, code, map[string]any{"status": statusText, "default_driver": s.svc.Engine().DefaultDriver(), "drivers": drivers})
+}
+
+// ToolView is a tool and its isolation record on the wire.
+type ToolView struct {
+	Name           string          `json:"name"`
+	Fingerprint    string          `json:"fingerprint"`
+	Record         json.RawMessage `json:"record"`
+	ReviewRequired bool            `json:"review_required"`
+}
+
+func toolView(ts engine.ToolStatus) ToolView {
+	return ToolView{Name: ts.Tool.Name, Fingerprint: ts.Fingerprint, Record: tools.Canonical(ts.Tool), ReviewRequired: ts.ReviewRequired}
+}
+
+func (s *server) listTools(w http.ResponseWriter, r *http.Request, p engine.Principal) {
+	ts, err := s.svc.Tools(r.Context(), p)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	out := listResponse[ToolView]{Items: []ToolView{}}
+	for _, t := range ts {
+		out.Items = append(out.Items, toolView(t))
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+func (s *server) approveTool(w http.ResponseWriter, r *http.Request, p engine.Principal) {
+	var body DecisionRequest
+	if r.ContentLength != 0 {
+		if err := decodeBody(w, r, &body); err != nil {
+			writeError(w, err)
+			return
+		}
+	}
+	ts, err := s.svc.ApproveTool(r.Context(), p, r.PathValue("name"), body.Reason)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, toolView(ts))
 }

@@ -25,6 +25,15 @@ const (
 	ExecutionRecovered     = "execution.recovered"
 	ExecutionRecoveredCode = "EXE002W"
 
+	ToolRegistered         = "tool.registered"
+	ToolRegisteredCode     = "TOL001I"
+	ToolChanged            = "tool.changed"
+	ToolChangedCode        = "TOL002W"
+	ToolRemoved            = "tool.removed"
+	ToolRemovedCode        = "TOL003I"
+	ToolReviewApproved     = "tool.review_approved"
+	ToolReviewApprovedCode = "TOL004I"
+
 	WorkspaceCreated     = "workspace.created"
 	WorkspaceCreatedCode = "ADM001I"
 	KeyCreated           = "key.created"

@@ -142,6 +142,10 @@ type Request struct {
 	// OnStart, if set, is called once the sandbox has launched, before the
 	// code runs, with the driver's name.
 	OnStart func(driver string)
+	// ExtraMounts widens the sandbox beyond the tool's record. It exists
+	// only so that tests can prove the blast-radius audit notices such a
+	// sandbox; nothing outside tests sets it, and the API cannot.
+	ExtraMounts []sandbox.Mount
 }
 
 // Result is a finished invocation, in the shape of the wire format.
@@ -160,9 +164,9 @@ type Result struct {
 	Runtime         string         `json:"runtime"`
 }
 
-// programEnv is the whole environment of the code: a PATH into the image,
+// ProgramEnv is the whole environment of the code: a PATH into the image,
 // so that shell code can call its tools by name, and nothing else.
-var programEnv = []string{"PATH=/usr/local/bin:/usr/bin:/bin"}
+func ProgramEnv() []string { return []string{"PATH=/usr/local/bin:/usr/bin:/bin"} }
 
 // Validate checks a request without running anything, and returns the
 // tool, driver and runtime it would use.
@@ -205,11 +209,23 @@ func (e *Engine) Validate(req Request) (tools.Tool, sandbox.Driver, image.Runtim
 	return tool, drv, rt, nil
 }
 
-// Run validates req, runs it in a fresh sandbox that is destroyed
-// afterwards, and returns the result. A program that fails is a Result; an
-// error means the run could not happen (bad request, missing image or
-// runtime, driver failure).
-func (e *Engine) Run(ctx context.Context, req Request) (*Result, error) {
+// Session is a sandbox created for one request's tool, with what it was
+// created from. The caller must Destroy it.
+type Session struct {
+	sandbox.Sandbox
+	Tool    tools.Tool
+	Runtime image.Runtime
+	Driver  string
+	Limits  sandbox.Limits
+}
+
+// NewSession creates the sandbox req's tool (or req.Driver) calls for, with
+// the record's mounts and limits, without running anything: the caller
+// Execs in it and must Destroy it. req.Code may be empty.
+func (e *Engine) NewSession(ctx context.Context, req Request) (*Session, error) {
+	if len(req.Code) == 0 {
+		req.Code = []byte{'\n'} // validated like an invocation, which needs code
+	}
 	tool, drv, rt, err := e.Validate(req)
 	if err != nil {
 		return nil, err
@@ -230,23 +246,35 @@ func (e *Engine) Run(ctx context.Context, req Request) (*Result, error) {
 		return nil, fmt.Errorf("tool %q: %v: %w", tool.Name, err, errdefs.ErrFailedPrecondition)
 	}
 	limits := req.Limits.WithDefaults(tool.Limits).WithDefaults(e.defaults)
-	sb, err := drv.Create(ctx, sandbox.Spec{Image: img, Limits: limits, Mounts: mounts, Labels: req.Labels})
+	sb, err := drv.Create(ctx, sandbox.Spec{Image: img, Limits: limits, Mounts: append(mounts, req.ExtraMounts...), Labels: req.Labels})
 	if err != nil {
 		return nil, fmt.Errorf("creating %s sandbox: %w", drv.Name(), err)
+	}
+	return &Session{Sandbox: sb, Tool: tool, Runtime: rt, Driver: drv.Name(), Limits: limits}, nil
+}
+
+// Run validates req, runs it in a fresh sandbox that is destroyed
+// afterwards, and returns the result. A program that fails is a Result; an
+// error means the run could not happen (bad request, missing image or
+// runtime, driver failure).
+func (e *Engine) Run(ctx context.Context, req Request) (*Result, error) {
+	sb, err := e.NewSession(ctx, req)
+	if err != nil {
+		return nil, err
 	}
 	defer func() {
 		// Destroy must run even when ctx is cancelled; it bounds itself.
 		_ = sb.Destroy(context.WithoutCancel(ctx))
 	}()
 	if req.OnStart != nil {
-		req.OnStart(drv.Name())
+		req.OnStart(sb.Driver)
 	}
 	res, err := sb.Exec(ctx, sandbox.ExecRequest{
-		File:     sandbox.File{Name: rt.FileName, Data: req.Code},
-		Argv:     rt.Interpreter,
-		Env:      programEnv,
+		File:     sandbox.File{Name: sb.Runtime.FileName, Data: req.Code},
+		Argv:     sb.Runtime.Interpreter,
+		Env:      ProgramEnv(),
 		Stdin:    req.Stdin,
-		Timeout:  limits.Timeout,
+		Timeout:  sb.Limits.Timeout,
 		OnOutput: req.OnOutput,
 	})
 	if err != nil {
@@ -263,8 +291,8 @@ func (e *Engine) Run(ctx context.Context, req Request) (*Result, error) {
 		DurationMS:      res.Duration.Milliseconds(),
 		CPUMS:           res.CPUTime.Milliseconds(),
 		PeakMemoryBytes: res.PeakMemory,
-		Driver:          drv.Name(),
-		Runtime:         rt.Name,
+		Driver:          sb.Driver,
+		Runtime:         sb.Runtime.Name,
 	}, nil
 }
 

@@ -68,6 +68,8 @@ type Service struct {
 	hub   *hub
 	slots *admission
 
+	drift drift
+
 	ctx    context.Context // ends when the service closes; runs use it
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
@@ -103,7 +105,7 @@ func NewService(eng *Engine, st store.Store, o ServiceOptions) *Service {
 	ctx, cancel := context.WithCancel(context.Background())
 	return &Service{
 		eng: eng, st: st, opts: o, log: o.Logger, hub: newHub(),
-		slots: newAdmission(o.MaxConcurrent, o.MaxQueue),
+		slots: newAdmission(o.MaxConcurrent, o.MaxQueue), drift: newDrift(),
 		ctx:   ctx, cancel: cancel,
 	}
 }
@@ -155,6 +157,9 @@ func (s *Service) Start(ctx context.Context) error {
 	}
 	if len(recovered) > 0 {
 		s.log.Info("recovered interrupted executions", "count", len(recovered))
+	}
+	if err := s.recordTools(ctx); err != nil {
+		return err
 	}
 	if err := s.countPending(ctx); err != nil {
 		return err
@@ -347,6 +352,15 @@ func (s *Service) Invoke(ctx context.Context, p Principal, req InvokeRequest, o 
 	d := policy.Decide(pol, policy.Request{Capability: contract.CodeExecute, Runtime: req.Runtime, Timeout: timeout, Network: network}, s.eng.Ceiling().Timeout)
 	if !d.Allowed {
 		return deny(d.Code, d.Reason, errdefs.ErrPermissionDenied)
+	}
+	if pol.ToolChanges == store.ToolChangesRequireReview {
+		why, err := s.reviewBlocks(ctx, p.WorkspaceID, tool.Name)
+		if err != nil {
+			return nil, err
+		}
+		if why != "" {
+			return deny("tool_review_required", why, errdefs.ErrPermissionDenied)
+		}
 	}
 	if network {
 		// The policy permits network, but the default tool has no egress

@@ -6,6 +6,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 work=$(mktemp -d /tmp/stockade-test.XXXXXX)
+# PostgreSQL runs as its own user and must reach its directory.
+chmod 755 "$work"
 pg="$work/pg"
 dockerdir="$work/docker"
 cleanup() {

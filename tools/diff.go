@@ -1,6 +1,9 @@
 package tools
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"slices"
 	"strconv"
@@ -95,6 +98,21 @@ func Diff(old, new Tool) Change {
 	c.Fields, c.Growth = diffRecords(&o, &n)
 	c.ReviewRequired = len(c.Growth) > 0
 	return c
+}
+
+// DiffStored diffs a record stored earlier as Canonical bytes (in the
+// audit trail, say) against the tool as loaded now.
+func DiffStored(old []byte, t Tool) (Change, error) {
+	var o canonicalRecord
+	if err := json.Unmarshal(old, &o); err != nil {
+		return Change{}, fmt.Errorf("decoding stored record of tool %q: %w", t.Name, err)
+	}
+	n := canonical(t)
+	sum := sha256.Sum256(old)
+	c := Change{Tool: t.Name, OldFingerprint: "sha256:" + hex.EncodeToString(sum[:]), NewFingerprint: Fingerprint(t)}
+	c.Fields, c.Growth = diffRecords(&o, &n)
+	c.ReviewRequired = len(c.Growth) > 0
+	return c, nil
 }
 
 // DiffSets compares two loads of the tools and returns a Change for each

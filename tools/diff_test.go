@@ -161,3 +161,23 @@ func TestDiffSets(t *testing.T) {
 		t.Errorf("nil sets: got %v, want no change", cs)
 	}
 }
+
+func TestDiffStored(t *testing.T) {
+	old := Default()
+	old.Name, old.Tier, old.InputTrust = "calc", sandbox.TierGVisor, Trusted
+	nw := old
+	nw.Runtimes = []string{"python"}
+	c, err := DiffStored(Canonical(old), nw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.OldFingerprint != Fingerprint(old) || c.NewFingerprint != Fingerprint(nw) {
+		t.Errorf("fingerprints: got %s -> %s, want %s -> %s", c.OldFingerprint, c.NewFingerprint, Fingerprint(old), Fingerprint(nw))
+	}
+	if !c.Changed() || c.ReviewRequired {
+		t.Errorf("got changed %t review %t, want a change without review (%s)", c.Changed(), c.ReviewRequired, c)
+	}
+	if _, err := DiffStored([]byte("{not json"), nw); err == nil {
+		t.Error("a corrupt stored record: got no error")
+	}
+}

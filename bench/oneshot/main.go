@@ -14,11 +14,9 @@ import (
 	"flag"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"slices"
-	"time"
 
+	"github.com/stockade-sh/stockade/bench/internal/table"
 	"github.com/stockade-sh/stockade/config"
 	"github.com/stockade-sh/stockade/driver/gvisor"
 	"github.com/stockade-sh/stockade/driver/runc"
@@ -28,13 +26,10 @@ import (
 	"github.com/stockade-sh/stockade/sandbox"
 )
 
+// variant is a timed variant and the one its median is compared with.
 type variant struct {
-	name string
-	base string // the variant this one is compared with
-	argv []string
-	// run, when set, is timed instead of running argv.
-	run func() error
-	dur []time.Duration
+	*table.Variant
+	base string
 }
 
 func main() {
@@ -95,72 +90,36 @@ func run(n int, bin, dataDir string) error {
 			return err
 		}
 	}
-	vs := []*variant{
-		{name: "engine one-shot, runc (daemon)", base: "runc run (raw bundle)", run: inProcess("runc")},
-		{name: "stockade run --driver runc", base: "runc run (raw bundle)", argv: []string{bin, "run", "--driver", "runc", "--runtime", "python", "-c", "print(1)"}},
-		{name: "runc run (raw bundle)", argv: []string{"runc", "--root", filepath.Join(tmp, "runc-state"), "run", "--bundle", runcBundle, "bench-runc"}},
-		{name: "engine one-shot, gvisor (daemon)", base: "runsc run (raw bundle)", run: inProcess("gvisor")},
-		{name: "stockade run --driver gvisor", base: "runsc run (raw bundle)", argv: []string{bin, "run", "--driver", "gvisor", "--runtime", "python", "-c", "print(1)"}},
-		{name: "runsc run (raw bundle)", argv: []string{"runsc", "--root", filepath.Join(tmp, "runsc-state"), "--platform=systrap", "--network=none", "--oci-seccomp", "--overlay2=none", "--host-uds=none", "run", "--bundle", runscBundle, "bench-runsc"}},
-		{name: "chroot python3 (bare)", argv: append([]string{"chroot", img.Rootfs}, py...)},
+	cli := func(argv ...string) func() error { return table.Command("1\n", nil, argv...) }
+	v := func(name, base string, run func() error) variant {
+		return variant{Variant: &table.Variant{Name: name, Run: run}, base: base}
 	}
-	// One warm-up round, then n interleaved rounds.
-	for i := -1; i < n; i++ {
-		for _, v := range vs {
-			d, err := timeRun(v)
-			if err != nil {
-				return fmt.Errorf("%s: %w", v.name, err)
-			}
-			if i >= 0 {
-				v.dur = append(v.dur, d)
-			}
-		}
+	vs := []variant{
+		v("engine one-shot, runc (daemon)", "runc run (raw bundle)", inProcess("runc")),
+		v("stockade run --driver runc", "runc run (raw bundle)", cli(bin, "run", "--driver", "runc", "--runtime", "python", "-c", "print(1)")),
+		v("runc run (raw bundle)", "", cli("runc", "--root", filepath.Join(tmp, "runc-state"), "run", "--bundle", runcBundle, "bench-runc")),
+		v("engine one-shot, gvisor (daemon)", "runsc run (raw bundle)", inProcess("gvisor")),
+		v("stockade run --driver gvisor", "runsc run (raw bundle)", cli(bin, "run", "--driver", "gvisor", "--runtime", "python", "-c", "print(1)")),
+		v("runsc run (raw bundle)", "", cli("runsc", "--root", filepath.Join(tmp, "runsc-state"), "--platform=systrap", "--network=none", "--oci-seccomp", "--overlay2=none", "--host-uds=none", "run", "--bundle", runscBundle, "bench-runsc")),
+		v("chroot python3 (bare)", "", cli(append([]string{"chroot", img.Rootfs}, py...)...)),
 	}
-	byName := map[string]*variant{}
-	for _, v := range vs {
-		byName[v.name] = v
+	timed := make([]*table.Variant, len(vs))
+	byName := map[string]*table.Variant{}
+	for i, v := range vs {
+		timed[i], byName[v.Name] = v.Variant, v.Variant
+	}
+	if err := table.Interleave(n, timed); err != nil {
+		return err
 	}
 	fmt.Printf("one-shot python print(1), %d runs each, interleaved\n\n", n)
-	fmt.Printf("| %-34s | %10s | %10s | %-22s |\n", "variant", "median", "p95", "median vs raw runtime")
-	fmt.Printf("|%s|%s|%s|%s|\n", dashes(36), dashes(12), dashes(12), dashes(24))
+	t := table.New("variant", "median", "p95", "median vs raw runtime")
 	for _, v := range vs {
 		ratio := ""
 		if b := byName[v.base]; b != nil {
-			ratio = fmt.Sprintf("%.2fx", float64(pct(v.dur, 50))/float64(pct(b.dur, 50)))
+			ratio = table.Ratio(v.Pct(50), b.Pct(50))
 		}
-		fmt.Printf("| %-34s | %10s | %10s | %-22s |\n", v.name, ms(pct(v.dur, 50)), ms(pct(v.dur, 95)), ratio)
+		t.Row(v.Name, table.MS(v.Pct(50)), table.MS(v.Pct(95)), ratio)
 	}
+	t.Print(os.Stdout)
 	return nil
-}
-
-func timeRun(v *variant) (time.Duration, error) {
-	if v.run != nil {
-		start := time.Now()
-		err := v.run()
-		return time.Since(start), err
-	}
-	cmd := exec.Command(v.argv[0], v.argv[1:]...)
-	start := time.Now()
-	out, err := cmd.CombinedOutput()
-	d := time.Since(start)
-	if err != nil || string(out) != "1\n" {
-		return 0, fmt.Errorf("%v: %q", err, out)
-	}
-	return d, nil
-}
-
-func pct(ds []time.Duration, p int) time.Duration {
-	s := slices.Clone(ds)
-	slices.Sort(s)
-	return s[(len(s)-1)*p/100]
-}
-
-func ms(d time.Duration) string { return fmt.Sprintf("%.1f ms", float64(d.Microseconds())/1000) }
-
-func dashes(n int) string {
-	b := make([]byte, n)
-	for i := range b {
-		b[i] = '-'
-	}
-	return string(b)
 }

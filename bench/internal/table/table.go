@@ -1,0 +1,149 @@
+// Package table holds what Stockade's benchmarks share: variants timed in
+// interleaved rounds, so that machine noise hits every variant alike,
+// percentiles of their samples, and the Markdown tables they print.
+//
+//	vs := []*table.Variant{{Name: "a", Run: runA}, {Name: "b", Run: runB}}
+//	if err := table.Interleave(30, vs); err != nil { ... }
+//	t := table.New("variant", "median", "p95")
+//	for _, v := range vs {
+//		t.Row(v.Name, table.MS(v.Pct(50)), table.MS(v.Pct(95)))
+//	}
+//	t.Print(os.Stdout)
+package table
+
+import (
+	"fmt"
+	"io"
+	"os/exec"
+	"slices"
+	"strings"
+	"time"
+	"unicode/utf8"
+)
+
+// Variant is one thing a benchmark times.
+type Variant struct {
+	Name string
+	// Run is one timed run; an error ends the benchmark.
+	Run func() error
+	// Samples are the durations of the timed runs, in order.
+	Samples []time.Duration
+}
+
+// Pct is the p-th percentile of the variant's samples.
+func (v *Variant) Pct(p int) time.Duration { return Pct(v.Samples, p) }
+
+// Interleave runs every variant once untimed (a warm-up: images imported,
+// caches filled), then n rounds in which each variant runs once, in order,
+// and appends the duration of each run to its Samples.
+func Interleave(n int, vs []*Variant) error {
+	for i := -1; i < n; i++ {
+		for _, v := range vs {
+			start := time.Now()
+			if err := v.Run(); err != nil {
+				return fmt.Errorf("%s: %w", v.Name, err)
+			}
+			if d := time.Since(start); i >= 0 {
+				v.Samples = append(v.Samples, d)
+			}
+		}
+	}
+	return nil
+}
+
+// Command returns a Run that executes argv with env added to this process's
+// environment and fails unless it exits 0 with want as its whole combined
+// output.
+func Command(want string, env []string, argv ...string) func() error {
+	return func() error {
+		cmd := exec.Command(argv[0], argv[1:]...)
+		if env != nil {
+			cmd.Env = append(cmd.Environ(), env...)
+		}
+		out, err := cmd.CombinedOutput()
+		if err != nil || string(out) != want {
+			return fmt.Errorf("%s: %v: %q", strings.Join(argv, " "), err, out)
+		}
+		return nil
+	}
+}
+
+// Pct is the p-th percentile of ds (nearest rank, rounding down); zero for
+// no samples. ds is not modified.
+func Pct(ds []time.Duration, p int) time.Duration {
+	if len(ds) == 0 {
+		return 0
+	}
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	return s[(len(s)-1)*p/100]
+}
+
+// MS formats d in milliseconds: one decimal, two below 10 ms.
+func MS(d time.Duration) string {
+	ms := float64(d.Nanoseconds()) / 1e6
+	if ms > -10 && ms < 10 {
+		return fmt.Sprintf("%.2f ms", ms)
+	}
+	return fmt.Sprintf("%.1f ms", ms)
+}
+
+// Ratio formats a / b as "1.23x"; empty when b is zero.
+func Ratio(a, b time.Duration) string {
+	if b == 0 {
+		return ""
+	}
+	return fmt.Sprintf("%.2fx", float64(a)/float64(b))
+}
+
+// Table is a Markdown table whose first column is aligned left and the
+// others right, padded so that it also reads well as plain text.
+type Table struct {
+	rows [][]string // rows[0] is the header
+}
+
+// New returns a table with the given column headers.
+func New(header ...string) *Table { return &Table{rows: [][]string{header}} }
+
+// Row appends a row; missing cells are empty, extra cells are dropped.
+func (t *Table) Row(cells ...string) {
+	r := make([]string, len(t.rows[0]))
+	copy(r, cells)
+	t.rows = append(t.rows, r)
+}
+
+// Print writes the table to w.
+func (t *Table) Print(w io.Writer) {
+	width := make([]int, len(t.rows[0]))
+	for _, r := range t.rows {
+		for i, c := range r {
+			width[i] = max(width[i], utf8.RuneCountInString(c), 3)
+		}
+	}
+	line := func(cells []string) {
+		var b strings.Builder
+		for i, c := range cells {
+			pad := strings.Repeat(" ", width[i]-utf8.RuneCountInString(c))
+			if i == 0 {
+				b.WriteString("| " + c + pad + " ")
+			} else {
+				b.WriteString("| " + pad + c + " ")
+			}
+		}
+		b.WriteString("|\n")
+		io.WriteString(w, b.String())
+	}
+	line(t.rows[0])
+	sep := make([]string, len(width))
+	for i, n := range width {
+		if i == 0 {
+			sep[i] = strings.Repeat("-", n)
+		} else {
+			sep[i] = strings.Repeat("-", n-1) + ":"
+		}
+	}
+	line(sep)
+	for _, r := range t.rows[1:] {
+		line(r)
+	}
+}

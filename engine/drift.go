@@ -1,0 +1,222 @@
+package engine
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sync"
+
+	"github.com/stockade-sh/stockade/audit"
+	"github.com/stockade-sh/stockade/errdefs"
+	"github.com/stockade-sh/stockade/store"
+	"github.com/stockade-sh/stockade/tools"
+)
+
+// toolEvent is the data of tool.registered, tool.changed and tool.removed
+// events. They live in the unattributed chain (workspace ""): tools are
+// configuration of the whole daemon.
+type toolEvent struct {
+	Tool                string          `json:"tool"`
+	Fingerprint         string          `json:"fingerprint"`
+	PreviousFingerprint string          `json:"previous_fingerprint,omitempty"`
+	Record              json.RawMessage `json:"record,omitempty"`
+	Diff                []string        `json:"diff,omitempty"`
+	Growth              []string        `json:"growth,omitempty"`
+	ReviewRequired      bool            `json:"review_required,omitempty"`
+}
+
+// reviewEvent is the data of tool.review_approved, in a workspace's chain.
+type reviewEvent struct {
+	Tool        string `json:"tool"`
+	Fingerprint string `json:"fingerprint"`
+}
+
+// drift remembers which tools changed in a way that needs a human review,
+// and which workspaces re-approved them.
+type drift struct {
+	mu sync.Mutex
+	// pending maps a tool to the fingerprint whose change needs review.
+	pending map[string]string
+	// approved maps workspace and tool to the fingerprint re-approved.
+	approved map[[2]string]string
+	loaded   map[string]bool // workspaces whose approvals are loaded
+}
+
+func newDrift() drift {
+	return drift{pending: map[string]string{}, approved: map[[2]string]string{}, loaded: map[string]bool{}}
+}
+
+// eachEvent pages through a chain's events of the given types, newest first,
+// until fn returns false.
+func eachEvent(ctx context.Context, st store.Audit, ws string, types []string, fn func(store.Event) bool) error {
+	f := store.EventFilter{PageRequest: store.PageRequest{Limit: store.MaxPageLimit}, Types: types}
+	for {
+		page, err := st.ListEvents(ctx, ws, f)
+		if err != nil {
+			return fmt.Errorf("reading audit events: %w", err)
+		}
+		for _, e := range page.Items {
+			if !fn(e) {
+				return nil
+			}
+		}
+		if page.Next == "" {
+			return nil
+		}
+		f.Cursor = page.Next
+	}
+}
+
+// recordTools compares the loaded tools with the records the audit trail
+// saw last, and writes an event for each tool registered, changed (with the
+// diff, flagged review_required when an egress allowlist or credential list
+// grew) or removed.
+func (s *Service) recordTools(ctx context.Context) error {
+	type last struct {
+		ev    toolEvent
+		typ   string
+		found bool
+	}
+	seen := map[string]*last{}
+	err := eachEvent(ctx, s.st, "", []string{audit.ToolRegistered, audit.ToolChanged, audit.ToolRemoved}, func(e store.Event) bool {
+		var te toolEvent
+		if json.Unmarshal(e.Data, &te) == nil && seen[te.Tool] == nil {
+			seen[te.Tool] = &last{ev: te, typ: e.Type, found: true}
+		}
+		return true
+	})
+	if err != nil {
+		return err
+	}
+	current := map[string]bool{}
+	for _, t := range s.eng.Tools().Tools() {
+		current[t.Name] = true
+		fp, rec := tools.Fingerprint(t), tools.Canonical(t)
+		prev := seen[t.Name]
+		switch {
+		case prev == nil || prev.typ == audit.ToolRemoved:
+			err = s.appendToolEvent(ctx, audit.ToolRegistered, audit.ToolRegisteredCode, "tool record loaded for the first time", toolEvent{Tool: t.Name, Fingerprint: fp, Record: rec})
+		case prev.ev.Fingerprint != fp:
+			c, derr := tools.DiffStored(prev.ev.Record, t)
+			if derr != nil {
+				return derr
+			}
+			ev := toolEvent{Tool: t.Name, Fingerprint: fp, PreviousFingerprint: prev.ev.Fingerprint, Record: rec, Growth: c.Growth, ReviewRequired: c.ReviewRequired}
+			for _, f := range c.Fields {
+				ev.Diff = append(ev.Diff, f.String())
+			}
+			reason := "tool record changed"
+			if c.ReviewRequired {
+				reason = "tool record changed and its reach grew: review required"
+			}
+			err = s.appendToolEvent(ctx, audit.ToolChanged, audit.ToolChangedCode, reason, ev)
+			if c.ReviewRequired {
+				s.drift.pending[t.Name] = fp
+			}
+		case prev.typ == audit.ToolChanged && prev.ev.ReviewRequired:
+			// Unchanged since a change that needs review: still pending.
+			s.drift.pending[t.Name] = fp
+		}
+		if err != nil {
+			return err
+		}
+	}
+	for name, prev := range seen {
+		if !current[name] && prev.typ != audit.ToolRemoved {
+			if err := s.appendToolEvent(ctx, audit.ToolRemoved, audit.ToolRemovedCode, "tool no longer configured", toolEvent{Tool: name, Fingerprint: prev.ev.Fingerprint}); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+func (s *Service) appendToolEvent(ctx context.Context, typ, code, reason string, ev toolEvent) error {
+	_, err := s.st.AppendEvent(ctx, store.NewEvent{Type: typ, Code: code, Actor: "system", Reason: reason, Data: mustJSON(ev)})
+	if err != nil {
+		return fmt.Errorf("auditing tool %q: %w", ev.Tool, err)
+	}
+	return nil
+}
+
+// reviewBlocks reports why a tool may not run for a workspace whose policy
+// requires review of changed tools, or "" when it may.
+func (s *Service) reviewBlocks(ctx context.Context, ws, tool string) (string, error) {
+	s.drift.mu.Lock()
+	fp, pending := s.drift.pending[tool]
+	loaded := s.drift.loaded[ws]
+	s.drift.mu.Unlock()
+	if !pending {
+		return "", nil
+	}
+	if !loaded {
+		approved := map[string]string{}
+		err := eachEvent(ctx, s.st, ws, []string{audit.ToolReviewApproved}, func(e store.Event) bool {
+			var re reviewEvent
+			if json.Unmarshal(e.Data, &re) == nil {
+				if _, ok := approved[re.Tool]; !ok {
+					approved[re.Tool] = re.Fingerprint
+				}
+			}
+			return true
+		})
+		if err != nil {
+			return "", err
+		}
+		s.drift.mu.Lock()
+		for t, f := range approved {
+			s.drift.approved[[2]string{ws, t}] = f
+		}
+		s.drift.loaded[ws] = true
+		s.drift.mu.Unlock()
+	}
+	s.drift.mu.Lock()
+	defer s.drift.mu.Unlock()
+	if s.drift.approved[[2]string{ws, tool}] == fp {
+		return "", nil
+	}
+	return fmt.Sprintf("tool %q changed and its reach grew; the workspace requires review of changed tools: an approver must re-approve it (POST /v1/tools/%s/approve)", tool, tool), nil
+}
+
+// ToolStatus is a tool as an API caller sees it.
+type ToolStatus struct {
+	Tool           tools.Tool
+	Fingerprint    string
+	ReviewRequired bool // a change needs review and this workspace has not re-approved it
+}
+
+// Tools lists the tools with their review state for p's workspace.
+func (s *Service) Tools(ctx context.Context, p Principal) ([]ToolStatus, error) {
+	var out []ToolStatus
+	for _, t := range s.eng.Tools().Tools() {
+		why, err := s.reviewBlocks(ctx, p.WorkspaceID, t.Name)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, ToolStatus{Tool: t, Fingerprint: tools.Fingerprint(t), ReviewRequired: why != ""})
+	}
+	return out, nil
+}
+
+// ApproveTool records that p's workspace re-approved a changed tool as it
+// is now. Only approver and admin keys may.
+func (s *Service) ApproveTool(ctx context.Context, p Principal, name, reason string) (ToolStatus, error) {
+	if p.Role != store.RoleApprover && p.Role != store.RoleAdmin {
+		return ToolStatus{}, fmt.Errorf("only approver or admin keys may approve tools: %w", errdefs.ErrPermissionDenied)
+	}
+	t, err := s.eng.Tools().Get(name)
+	if err != nil {
+		return ToolStatus{}, err
+	}
+	fp := tools.Fingerprint(t)
+	if _, err := s.st.AppendEvent(ctx, store.NewEvent{
+		WorkspaceID: p.WorkspaceID, Type: audit.ToolReviewApproved, Code: audit.ToolReviewApprovedCode,
+		Actor: p.KeyID, Reason: reason, Data: mustJSON(reviewEvent{Tool: t.Name, Fingerprint: fp}),
+	}); err != nil {
+		return ToolStatus{}, fmt.Errorf("recording tool approval: %w", err)
+	}
+	s.drift.mu.Lock()
+	s.drift.approved[[2]string{p.WorkspaceID, t.Name}] = fp
+	s.drift.mu.Unlock()
+	return ToolStatus{Tool: t, Fingerprint: fp}, nil
+}
