@@ -7,14 +7,17 @@ export CGO_ENABLED := 0
 export GOFLAGS := -buildvcs=false
 
 GUEST := internal/guestbin/payload/stockade-guest
+PROBE := internal/guestbin/payload/stockade-probe
 
 .PHONY: all build guest setup up test bench clean
 
 all: build
 
-# The guest agent is compiled first and embedded in the stockade binary.
+# The guest agent is compiled first and embedded in the stockade binary;
+# so is the probe that `stockade audit blast-radius` runs in a sandbox.
 guest:
 	go build -trimpath -ldflags='-s -w' -o $(GUEST) ./cmd/stockade-guest
+	go build -trimpath -ldflags='-s -w' -o $(PROBE) ./sandbox/conformance/probe
 
 build: guest
 	go build -trimpath -o bin/stockade ./cmd/stockade
@@ -37,4 +40,4 @@ bench: setup
 	go run ./bench/oneshot
 
 clean:
-	rm -rf bin $(GUEST)
+	rm -rf bin $(GUEST) $(PROBE)

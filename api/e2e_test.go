@@ -394,6 +394,25 @@ func TestRoles(t *testing.T) {
 			t.Errorf("after the admin's approval: got %q, want succeeded", got.Status)
 		}
 		e.wantCredits(8, 0)
+
+		// Keys of another workspace see nothing of this one.
+		other, err := e.st.CreateWorkspace(t.Context(), "e2e-other")
+		if err != nil {
+			t.Fatal(err)
+		}
+		otherKeys := map[store.Role]string{}
+		for _, role := range []store.Role{store.RoleAgent, store.RoleApprover} {
+			otherKeys[role] = "sk_test_other_" + string(role) + "_" + t.Name()
+			if _, err := e.st.CreateAPIKey(t.Context(), store.NewAPIKey{WorkspaceID: other.ID, Role: role, Hash: store.HashKey(otherKeys[role])}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		e.do("GET", "/v1/executions/"+v.ID, otherKeys[store.RoleAgent], nil).wantError(t, http.StatusNotFound, "not_found")
+		v2 := e.awaitApproval(engine.InvokeRequest{Runtime: "python", Code: "print(2)"})
+		e.do("POST", "/v1/approvals/"+v2.ApprovalID+"/approve", otherKeys[store.RoleApprover], nil).wantError(t, http.StatusNotFound, "not_found")
+		if calls := list[api.ToolCallView](t, e.url, otherKeys[store.RoleAgent], "/v1/tool-calls", ""); len(calls) != 0 {
+			t.Errorf("another workspace's tool calls: got %d, want 0", len(calls))
+		}
 	})
 }
 
@@ -564,9 +583,25 @@ func TestIdempotentRetry(t *testing.T) {
 			t.Errorf("invoke_allowed events: got %d, want 1", len(allowed))
 		}
 
-		e.invoke(engine.InvokeRequest{Runtime: "shell", Code: "echo different"}, "Idempotency-Key", "retry-1").
-			wantError(t, http.StatusConflict, "conflict")
+		// The same key on a different request is a client's mistake, not a
+		// retry: it must not silently return the first result.
+		reuse := func(t *testing.T, diff engine.InvokeRequest) {
+			t.Helper()
+			r := e.invoke(diff, "Idempotency-Key", "retry-1")
+			if r.code != http.StatusConflict {
+				t.Errorf("reusing the key for %+v: got %d, want 409", diff, r.code)
+				return
+			}
+			r.wantError(t, http.StatusConflict, "conflict", "retry-1")
+		}
+		reuse(t, engine.InvokeRequest{Runtime: "shell", Code: "echo different"})
+		reuse(t, engine.InvokeRequest{Runtime: "python", Code: "echo once"})
 		e.wantCredits(8, 0)
+		t.Run("reuse with different stdin or timeout", func(t *testing.T) {
+			reuse(t, engine.InvokeRequest{Runtime: "shell", Code: "echo once", Stdin: "other input"})
+			reuse(t, engine.InvokeRequest{Runtime: "shell", Code: "echo once", TimeoutMS: 1000})
+			e.wantCredits(8, 0)
+		})
 
 		other := e.invoke(req, "Idempotency-Key", "retry-2").want(t, http.StatusOK).execution(t)
 		if other.ID == first.ID || other.Replayed {
@@ -576,6 +611,44 @@ func TestIdempotentRetry(t *testing.T) {
 		if calls := e.toolCalls(""); len(calls) != 2 {
 			t.Errorf("tool_calls rows: got %d, want 2", len(calls))
 		}
+
+		t.Run("replayed over SSE", func(t *testing.T) {
+			s := postStreamWith(t, e.url, e.agent, req, "Idempotency-Key", "retry-1")
+			evs := s.rest(30 * time.Second)
+			if len(evs) != 1 || evs[0].name != "result" {
+				t.Fatalf("SSE replay of a finished execution: got %v, want one result", evs)
+			}
+			var v api.ExecutionView
+			if err := json.Unmarshal([]byte(evs[0].data), &v); err != nil {
+				t.Fatal(err)
+			}
+			if v.ID != first.ID || !v.Replayed || v.Status != string(store.StatusSucceeded) {
+				t.Errorf("SSE replay: got id %q replayed %v status %q, want %s replayed, succeeded", v.ID, v.Replayed, v.Status, first.ID)
+			}
+			e.wantCredits(6, 0)
+		})
+	})
+}
+
+func TestIdempotentRetryAwaitingApproval(t *testing.T) {
+	forEachStore(t, func(t *testing.T, b backend) {
+		e := newEnv(t, b, envConfig{credits: 10})
+		req := engine.InvokeRequest{Runtime: "shell", Code: "echo once"}
+		first := e.invoke(req, "Idempotency-Key", "wait-1").want(t, http.StatusAccepted).execution(t)
+		again := e.invoke(req, "Idempotency-Key", "wait-1").want(t, http.StatusAccepted).execution(t)
+		if again.ID != first.ID || again.ApprovalID != first.ApprovalID || !again.Replayed {
+			t.Fatalf("retry while awaiting approval: got %q/%q replayed %v, want %q/%q replayed", again.ID, again.ApprovalID, again.Replayed, first.ID, first.ApprovalID)
+		}
+		wantCard(t, again.Approval, req, first.ApprovalID, first.ID)
+		if p := list[api.ApprovalView](t, e.url, e.approver, "/v1/approvals", "status=pending"); len(p) != 1 {
+			t.Errorf("pending approvals: got %d, want 1", len(p))
+		}
+		e.wantCredits(8, 2)
+		e.do("POST", "/v1/approvals/"+first.ApprovalID+"/approve", e.approver, nil).want(t, http.StatusOK)
+		if got := e.wait(first.ID, 30*time.Second); got.Status != string(store.StatusSucceeded) {
+			t.Fatalf("after approval: got %q, want succeeded", got.Status)
+		}
+		e.wantCredits(8, 0)
 	})
 }
 
@@ -742,10 +815,14 @@ func TestAdmissionControl(t *testing.T) {
 	forEachStore(t, func(t *testing.T, b backend) {
 		e := newEnv(t, b, envConfig{credits: 10, policy: noApproval, svc: engine.ServiceOptions{MaxConcurrent: 1, MaxQueue: 1}})
 		long := make(chan answer, 1)
-		go func() { long <- invokeConcurrently(e.url, e.agent, 1, engine.InvokeRequest{Runtime: "shell", Code: "sleep 3; echo hi"})[0] }()
+		go func() {
+			long <- invokeConcurrently(e.url, e.agent, 1, engine.InvokeRequest{Runtime: "shell", Code: "sleep 3; echo hi"})[0]
+		}()
 		e.waitToolCalls("status=running", 1)
 		queued := make(chan answer, 1)
-		go func() { queued <- invokeConcurrently(e.url, e.agent, 1, engine.InvokeRequest{Runtime: "shell", Code: "echo hi"})[0] }()
+		go func() {
+			queued <- invokeConcurrently(e.url, e.agent, 1, engine.InvokeRequest{Runtime: "shell", Code: "echo hi"})[0]
+		}()
 		e.waitToolCalls("status=queued", 1)
 
 		r := e.invoke(engine.InvokeRequest{Runtime: "shell", Code: "echo refused"})
@@ -783,42 +860,69 @@ func (e *env) waitToolCalls(query string, n int) {
 	}
 }
 
+// metrics returns the /metrics page.
+func (e *env) metrics() string {
+	e.t.Helper()
+	return string(e.do("GET", "/metrics", "", nil).want(e.t, http.StatusOK).body)
+}
+
+// wantMetrics checks that the /metrics page has each of lines.
+func (e *env) wantMetrics(when string, lines ...string) {
+	e.t.Helper()
+	m := e.metrics()
+	for _, l := range lines {
+		if !strings.Contains(m, l) {
+			e.t.Errorf("/metrics %s has no %q; got\n%s", when, l, grepLines(m, "stockade_"))
+		}
+	}
+}
+
 func TestMetrics(t *testing.T) {
 	forEachStore(t, func(t *testing.T, b backend) {
-		e := newEnv(t, b, envConfig{credits: 10, policy: noApproval})
-		e.invoke(engine.InvokeRequest{Runtime: "shell", Code: "echo hi"}).want(t, http.StatusOK)
-		metrics := func() string {
-			r := e.do("GET", "/metrics", "", nil).want(t, http.StatusOK)
-			return string(r.body)
-		}
-		m := metrics()
-		for _, want := range []string{
-			"stockade_invocations_total", `stockade_invocations_total{status="succeeded"} 1`,
-			"stockade_approvals_pending 0", "stockade_credits_charged_total 2",
-			`stockade_execution_duration_seconds_count{driver="runc"} 1`,
-		} {
-			if !strings.Contains(m, want) {
-				t.Errorf("/metrics has no %q", want)
-			}
-		}
+		// A scraper of a daemon that has not run anything yet still sees
+		// every metric, so that rates and alerts have a series from the
+		// start.
+		t.Run("fresh daemon", func(t *testing.T) {
+			e := newEnv(t, b, envConfig{})
+			e.wantMetrics("of a fresh daemon", "stockade_invocations_total", "stockade_approvals_pending 0", "stockade_credits_charged_total 0")
+		})
 
-		// The pending gauge follows an approval request and its decision.
-		pol, err := e.st.GetPolicy(t.Context(), e.ws.ID)
-		if err != nil {
-			t.Fatal(err)
-		}
-		pol.Approval = store.ApprovalRequired
-		if _, err := e.st.SetPolicy(t.Context(), e.ws.ID, pol); err != nil {
-			t.Fatal(err)
-		}
-		v := e.awaitApproval(engine.InvokeRequest{Runtime: "shell", Code: "echo hi"})
-		if m := metrics(); !strings.Contains(m, "stockade_approvals_pending 1") {
-			t.Errorf("/metrics while an approval is pending has no %q", "stockade_approvals_pending 1")
-		}
-		e.do("POST", "/v1/approvals/"+v.ApprovalID+"/deny", e.approver, nil).want(t, http.StatusOK)
-		if m := metrics(); !strings.Contains(m, "stockade_approvals_pending 0") || !strings.Contains(m, `stockade_invocations_total{status="denied"} 1`) {
-			t.Errorf("/metrics after the denial: want pending 0 and one denied invocation, got\n%s", grepLines(m, "stockade_"))
-		}
+		t.Run("after a run", func(t *testing.T) {
+			e := newEnv(t, b, envConfig{credits: 10, policy: noApproval})
+			e.invoke(engine.InvokeRequest{Runtime: "shell", Code: "echo hi"}).want(t, http.StatusOK)
+			e.wantMetrics("after one run", "stockade_invocations_total", `stockade_invocations_total{status="succeeded"} 1`,
+				"stockade_approvals_pending 0", "stockade_credits_charged_total 2",
+				`stockade_execution_duration_seconds_count{driver="runc"} 1`)
+		})
+
+		t.Run("pending approvals", func(t *testing.T) {
+			e := newEnv(t, b, envConfig{credits: 10})
+			e.wantMetrics("at start", "stockade_approvals_pending 0")
+			v := e.awaitApproval(engine.InvokeRequest{Runtime: "shell", Code: "echo hi"})
+			e.wantMetrics("while an approval is pending", "stockade_approvals_pending 1")
+			e.do("POST", "/v1/approvals/"+v.ApprovalID+"/approve", e.approver, nil).want(t, http.StatusOK)
+			if got := e.wait(v.ID, 30*time.Second); got.Status != string(store.StatusSucceeded) {
+				t.Fatalf("after approval: got %q, want succeeded", got.Status)
+			}
+			e.wantMetrics("after the approved run", "stockade_approvals_pending 0",
+				`stockade_invocations_total{status="succeeded"} 1`, "stockade_credits_charged_total 2")
+		})
+
+		// Executions that end without running (denied by the approver, or
+		// their approval expired) have a final status too, and
+		// stockade_invocations_total counts finished invocations by final
+		// status.
+		t.Run("denied and expired executions are counted", func(t *testing.T) {
+			e := newEnv(t, b, envConfig{credits: 10, svc: engine.ServiceOptions{ApprovalTTL: time.Second}})
+			denied := e.awaitApproval(engine.InvokeRequest{Runtime: "shell", Code: "echo no"})
+			e.do("POST", "/v1/approvals/"+denied.ApprovalID+"/deny", e.approver, nil).want(t, http.StatusOK)
+			expired := e.awaitApproval(engine.InvokeRequest{Runtime: "shell", Code: "echo late"})
+			if got := e.wait(expired.ID, 15*time.Second); got.Status != string(store.StatusApprovalExpired) {
+				t.Fatalf("after the TTL: got %q, want approval_expired", got.Status)
+			}
+			e.wantMetrics("after a denial and an expiry", "stockade_approvals_pending 0",
+				`stockade_invocations_total{status="denied"} 1`, `stockade_invocations_total{status="approval_expired"} 1`)
+		})
 	})
 }
 

@@ -496,6 +496,12 @@ type stream struct {
 // when the test ends.
 func postStream(t *testing.T, base, key string, req engine.InvokeRequest) *stream {
 	t.Helper()
+	return postStreamWith(t, base, key, req)
+}
+
+// postStreamWith is postStream with extra headers, as name, value pairs.
+func postStreamWith(t *testing.T, base, key string, req engine.InvokeRequest, hdr ...string) *stream {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*requestTimeout)
 	hr, err := http.NewRequestWithContext(ctx, "POST", base+"/v1/executions", encodeBody(t, req))
 	if err != nil {
@@ -505,6 +511,9 @@ func postStream(t *testing.T, base, key string, req engine.InvokeRequest) *strea
 	hr.Header.Set("Authorization", "Bearer "+key)
 	hr.Header.Set("Accept", "text/event-stream")
 	hr.Header.Set("Content-Type", "application/json")
+	for i := 0; i+1 < len(hdr); i += 2 {
+		hr.Header.Set(hdr[i], hdr[i+1])
+	}
 	resp, err := http.DefaultClient.Do(hr)
 	if err != nil {
 		cancel()

@@ -40,6 +40,13 @@ func NewMetrics() *Metrics {
 			Name: "stockade_credits_charged_total", Help: "Credits charged for invocations.",
 		}),
 	}
+	// Every final status has a series from the start, so that a fresh
+	// daemon's /metrics already names them (at zero).
+	for _, st := range store.ExecutionStatuses {
+		if st.Terminal() {
+			m.invocations.WithLabelValues(string(st))
+		}
+	}
 	m.reg.MustRegister(m.invocations, m.duration, m.pending, m.credits,
 		prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
 	return m

@@ -88,7 +88,13 @@ type principalKey struct{}
 // auth authenticates the bearer key and passes the principal on.
 func (s *server) auth(next func(http.ResponseWriter, *http.Request, engine.Principal)) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		key, _ := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+		// The scheme is case-insensitive (RFC 7235).
+		key := r.Header.Get("Authorization")
+		if len(key) >= 7 && strings.EqualFold(key[:7], "bearer ") {
+			key = key[7:]
+		} else {
+			key = ""
+		}
 		p, err := s.svc.Authenticate(r.Context(), strings.TrimSpace(key))
 		if err != nil {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="stockade"`)
@@ -240,9 +246,18 @@ func (s *server) streamExecution(w http.ResponseWriter, r *http.Request, p engin
 		return
 	}
 	id := inv.Execution.ID
+	done := inv.Execution.Status.Terminal()
 	if id != opts.ExecutionID { // an idempotent replay of an earlier execution
 		cancel()
 		events, cancel = s.svc.Subscribe(id)
+		// It may have ended before the new subscription.
+		e, err := s.svc.Wait(r.Context(), p, id, 0)
+		if err != nil {
+			cancel()
+			writeError(w, err)
+			return
+		}
+		done = e.Status.Terminal()
 	}
 	defer cancel()
 	w.Header().Set("Content-Type", "text/event-stream")
@@ -258,7 +273,6 @@ func (s *server) streamExecution(w http.ResponseWriter, r *http.Request, p engin
 	}
 	keep := time.NewTicker(s.opts.KeepAlive)
 	defer keep.Stop()
-	done := inv.Execution.Status.Terminal()
 	for !done {
 		select {
 		case ev, ok := <-events:

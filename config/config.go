@@ -64,7 +64,7 @@ type Config struct {
 	// 2 x the number of cores.
 	MaxConcurrent int `yaml:"max_concurrent"`
 	// MaxQueue bounds invocations waiting for a slot; zero means
-	// 2 x MaxConcurrent.
+	// 2 x MaxConcurrent, negative means no queue.
 	MaxQueue int `yaml:"max_queue"`
 	// ApprovalTTL is how long approval requests stay pending.
 	ApprovalTTL time.Duration `yaml:"approval_ttl"`
@@ -135,8 +135,8 @@ func (c Config) Validate() error {
 		return bad("unknown driver %q (known: %v)", c.Driver, DriverNames)
 	case c.Defaults.Timeout <= 0 || c.Defaults.Timeout > time.Hour:
 		return bad("default timeout %s out of range", c.Defaults.Timeout)
-	case c.MaxConcurrent <= 0 || c.MaxQueue < 0:
-		return bad("max_concurrent must be positive and max_queue not negative")
+	case c.MaxConcurrent <= 0:
+		return bad("max_concurrent must be positive")
 	case c.ApprovalTTL <= 0:
 		return bad("approval_ttl must be positive")
 	case c.CreditsPerInvocation < 0:

@@ -37,8 +37,8 @@ type ServiceOptions struct {
 	// MaxConcurrent bounds the sandboxes running at once; default 4.
 	MaxConcurrent int
 	// MaxQueue bounds the invocations waiting for a sandbox slot beyond
-	// MaxConcurrent; past it, invocations are refused (429). Default
-	// 2 x MaxConcurrent.
+	// MaxConcurrent; past it, invocations are refused (429). Zero means
+	// 2 x MaxConcurrent; negative means no queue at all.
 	MaxQueue int
 	// Owner is the value of LabelOwner on this daemon's sandboxes; default
 	// "stockade".
@@ -87,8 +87,11 @@ func NewService(eng *Engine, st store.Store, o ServiceOptions) *Service {
 	if o.MaxConcurrent <= 0 {
 		o.MaxConcurrent = 4
 	}
-	if o.MaxQueue <= 0 {
+	switch {
+	case o.MaxQueue == 0:
 		o.MaxQueue = 2 * o.MaxConcurrent
+	case o.MaxQueue < 0:
+		o.MaxQueue = 0
 	}
 	if o.Owner == "" {
 		o.Owner = "stockade"
@@ -225,6 +228,7 @@ func (s *Service) expireApprovals(ctx context.Context) {
 	}
 	for _, a := range expired {
 		s.opts.Observer.ApprovalsPending(-1)
+		s.opts.Observer.Invocation(store.StatusApprovalExpired, "", 0, 0)
 		if _, err := s.st.AppendEvent(ctx, store.NewEvent{
 			WorkspaceID: a.WorkspaceID, Type: audit.ApprovalExpired, Code: audit.ApprovalExpiredCode,
 			Actor: "system", ExecutionID: a.ExecutionID, Reason: "no decision before the approval expired",
@@ -571,6 +575,7 @@ func (s *Service) Decide(ctx context.Context, p Principal, approvalID string, ap
 	if approve {
 		s.dispatch(e, nil)
 	} else {
+		s.opts.Observer.Invocation(store.StatusDenied, "", 0, 0)
 		s.hub.finish(e.ID)
 	}
 	return a, e, nil

@@ -92,10 +92,13 @@ stop)
 	;;
 esac
 
-bin=$(bindir) || { install_postgres; bin=$(bindir); }
+# As root the cluster runs as user postgres, which Debian's package creates.
+if ! bin=$(bindir) || { [ "$(id -u)" -eq 0 ] && ! id -u "$pguser" >/dev/null 2>&1; }; then
+	install_postgres
+	bin=$(bindir)
+fi
 
 if [ "$(id -u)" -eq 0 ]; then
-	id -u "$pguser" >/dev/null 2>&1 || { log "user $pguser is missing; install Debian's postgresql package"; exit 1; }
 	mkdir -p "$dir"
 	chown "$pguser": "$dir"
 	chmod 700 "$dir"

@@ -17,6 +17,9 @@ cleanup() {
 }
 trap cleanup EXIT
 
+# A port of its own, so that a PostgreSQL already on the default one does
+# not get in the way.
+export PGTEST_PORT=${PGTEST_PORT:-$((20000 + RANDOM % 20000))}
 STOCKADE_TEST_POSTGRES=$(scripts/pgtest.sh start "$pg")
 export STOCKADE_TEST_POSTGRES
 if [ -x scripts/dockerd.sh ]; then

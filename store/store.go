@@ -145,22 +145,26 @@ type Executions interface {
 	// ErrConflict. The reservation stays open until FinishExecution, so that
 	// an execution a crash interrupts is never charged.
 	StartExecution(ctx context.Context, executionID, driver string) (Execution, error)
-	// FinishExecution moves an execution that has not ended to o.Status (a
+	// FinishExecution moves a queued or running execution to o.Status (a
 	// terminal status), completes its tool_calls row, writes its
 	// tool_invocations row and settles its open reservation: committed when
 	// o.Status.Charged() and the execution had started, released otherwise.
-	// An execution that already ended is ErrConflict.
+	// An execution that already ended is ErrConflict, and so is one awaiting
+	// approval: it ends through DecideApproval or ExpireApprovals.
 	FinishExecution(ctx context.Context, o Outcome) (Execution, error)
 	// GetExecution returns ErrNotFound for an unknown id or one of another
 	// workspace.
 	GetExecution(ctx context.Context, workspaceID, executionID string) (Execution, error)
 	// ListExecutions pages through a workspace's executions, newest first.
 	ListExecutions(ctx context.Context, workspaceID string, f ExecutionFilter) (Page[Execution], error)
-	// RecoverInterrupted is for daemon start: in one transaction it marks
-	// every queued or running execution of every workspace failed, with
-	// result (which may be nil), releases their open reservations and writes
-	// their tool_invocations rows. It returns the executions it ended, so
-	// that the caller can destroy their sandboxes and audit them.
+	// RecoverInterrupted is for daemon start, before any execution is
+	// admitted: it marks every queued or running execution of every
+	// workspace failed, with result (which may be nil), releases their open
+	// reservations (an execution that produced no result is never charged)
+	// and writes their tool_invocations rows, one execution per transaction.
+	// It returns the executions it ended, so that the caller can destroy
+	// their sandboxes and audit them. Executions awaiting approval are left
+	// alone: their approval requests stay valid across a restart.
 	RecoverInterrupted(ctx context.Context, result json.RawMessage) ([]Execution, error)
 
 	// GetToolCall returns the tool_calls row of an execution, or ErrNotFound.

@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"flag"
 	"fmt"
@@ -10,6 +12,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"path/filepath"
 	"time"
 
 	"github.com/stockade-sh/stockade/api"
@@ -69,6 +72,7 @@ func serve(ctx context.Context, listen, db string, cfg config.Config) error {
 	svc := engine.NewService(eng, st, engine.ServiceOptions{
 		CreditsPerInvocation: cfg.CreditsPerInvocation, ApprovalTTL: cfg.ApprovalTTL,
 		MaxConcurrent: cfg.MaxConcurrent, MaxQueue: cfg.MaxQueue, Observer: metrics, Logger: log,
+		Owner: owner(cfg.StateDir),
 	})
 	if err := svc.Start(ctx); err != nil {
 		return err
@@ -104,4 +108,11 @@ func redact(db string) string {
 		}
 	}
 	return db
+}
+
+// owner names this daemon's sandboxes: daemons with different state
+// directories (sharing one Docker engine, say) never reap each other's.
+func owner(stateDir string) string {
+	sum := sha256.Sum256([]byte(filepath.Clean(stateDir)))
+	return "stockade-" + hex.EncodeToString(sum[:6])
 }

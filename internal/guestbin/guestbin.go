@@ -1,6 +1,7 @@
 // Package guestbin carries the stockade-guest binary inside the stockade
 // binary, so that one file is all an operator installs. The build (make)
-// compiles cmd/stockade-guest into payload/ before compiling stockade.
+// compiles cmd/stockade-guest into payload/ before compiling stockade, and
+// the probe of the blast-radius audit (sandbox/conformance/probe) beside it.
 package guestbin
 
 import (
@@ -56,4 +57,14 @@ func Install(dir string) (string, error) {
 		return "", fmt.Errorf("installing guest agent: %w", err)
 	}
 	return path, nil
+}
+
+// Probe returns the embedded probe program (sandbox/conformance/probe,
+// static), which the blast-radius audit delivers into a tool's sandbox.
+func Probe() ([]byte, error) {
+	b, err := fs.ReadFile(payload, "payload/stockade-probe")
+	if err != nil {
+		return nil, fmt.Errorf("this stockade binary was built without the probe; build it with `make build`: %w", errdefs.ErrFailedPrecondition)
+	}
+	return b, nil
 }

@@ -11,12 +11,11 @@
 //	}
 //
 // The suite needs the `go` command (it builds the probe) and an image with
-// /bin/busybox (see probeGzip).
+// /bin/busybox (see probeGzip and internal/probeexec, which delivers it).
 package conformance
 
 import (
 	"bytes"
-	"compress/gzip"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -37,6 +36,7 @@ import (
 	"time"
 
 	"github.com/stockade-sh/stockade/errdefs"
+	"github.com/stockade-sh/stockade/internal/probeexec"
 	"github.com/stockade-sh/stockade/sandbox"
 )
 
@@ -138,9 +138,6 @@ func BuildProbe(t testing.TB) []byte {
 func probeGzip(t testing.TB) []byte {
 	t.Helper()
 	BuildProbe(t)
-	if len(probeGz) > sandbox.MaxCodeSize {
-		t.Fatalf("the compressed probe is %d bytes, more than sandbox.MaxCodeSize (%d)", len(probeGz), sandbox.MaxCodeSize)
-	}
 	return probeGz
 }
 
@@ -165,13 +162,8 @@ func buildProbe() (bin, gz []byte, err error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	var buf bytes.Buffer
-	zw, _ := gzip.NewWriterLevel(&buf, gzip.BestCompression)
-	zw.Write(bin)
-	if err := zw.Close(); err != nil {
-		return nil, nil, err
-	}
-	return bin, buf.Bytes(), nil
+	gz, err = probeexec.Compress(bin)
+	return bin, gz, err
 }
 
 // probeSourceDir finds ./probe next to this file, or through `go list` when
@@ -189,9 +181,6 @@ func probeSourceDir() (string, error) {
 	}
 	return strings.TrimSpace(string(out)), nil
 }
-
-// probePath is where box.install unpacks the probe.
-const probePath = "/tmp/probe"
 
 // box is one sandbox of a check.
 type box struct {
@@ -228,35 +217,21 @@ func (b *box) install(t *testing.T) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
-	res, err := b.sb.Exec(ctx, sandbox.ExecRequest{
-		File: sandbox.File{Name: "probe.gz", Data: b.s.probe},
-		Argv: []string{"/bin/busybox", "sh", "-c",
-			"/bin/busybox gunzip -c {file} > " + probePath + " && /bin/busybox chmod 755 " + probePath + " && /bin/busybox rm {file}"},
-	})
-	if err != nil {
-		t.Fatalf("installing the probe: Exec: %v", err)
-	}
-	if res.Status != sandbox.StatusSucceeded {
-		t.Fatalf("installing the probe: got status %s (exit code %d), want succeeded; stderr: %q", res.Status, res.ExitCode, tail(res.Stderr))
+	if err := probeexec.Install(ctx, b.sb, b.s.probe, probeexec.Busybox); err != nil {
+		t.Fatal(err)
 	}
 }
 
 // request makes the ExecRequest that runs the probe with args.
 func (b *box) request(req sandbox.ExecRequest, args ...string) sandbox.ExecRequest {
 	if b.s.caps.Sessions {
-		// Every Exec delivers a file; the probe is already in place.
-		req.File = sandbox.File{Name: "probe-args", Data: []byte(strings.Join(args, " "))}
-		req.Argv = append([]string{probePath}, args...)
-		return req
+		// The probe is already in place.
+		return probeexec.Request(req, args...)
 	}
 	// Without sessions the probe is unpacked and exec'd by a shell in the
 	// same Exec. The shell adds SHLVL, PWD and PATH to the environment
 	// (see environment).
-	req.File = sandbox.File{Name: "probe.gz", Data: b.s.probe}
-	req.Argv = append([]string{"/bin/busybox", "sh", "-c",
-		`p=/tmp/.probe-$$ && /bin/busybox gunzip -c {file} > "$p" && /bin/busybox chmod 755 "$p" && exec "$p" "$@"`,
-		"probe"}, args...)
-	return req
+	return probeexec.InlineRequest(req, b.s.probe, args...)
 }
 
 // exec runs the probe with args; usable from any goroutine.
@@ -290,16 +265,8 @@ func (b *box) report(t *testing.T, v any, args ...string) {
 // stdout into v.
 func decode(t *testing.T, res *sandbox.Result, v any, args ...string) {
 	t.Helper()
-	if res.Status != sandbox.StatusSucceeded {
-		t.Fatalf("probe %s: got status %s (exit code %d, signal %d), want succeeded; stderr: %q",
-			strings.Join(args, " "), res.Status, res.ExitCode, res.Signal, tail(res.Stderr))
-	}
-	out := bytes.TrimSpace(res.Stdout)
-	if i := bytes.LastIndexByte(out, '\n'); i >= 0 {
-		out = out[i+1:]
-	}
-	if err := json.Unmarshal(out, v); err != nil {
-		t.Fatalf("probe %s: decoding its report %q: %v", strings.Join(args, " "), tail(out), err)
+	if err := probeexec.Decode(res, v); err != nil {
+		t.Fatalf("probe %s: %v", strings.Join(args, " "), err)
 	}
 }
 
@@ -318,13 +285,7 @@ func (b *box) destroy(t *testing.T) {
 	}
 }
 
-func tail(b []byte) string {
-	const n = 2048
-	if len(b) > n {
-		b = b[len(b)-n:]
-	}
-	return string(b)
-}
+func tail(b []byte) string { return probeexec.Tail(b) }
 
 func randHex(n int) string {
 	b := make([]byte, n)

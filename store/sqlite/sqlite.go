@@ -57,8 +57,8 @@ func (c Config) Validate() error {
 	switch {
 	case c.Path == "":
 		return fmt.Errorf("sqlite path is required: %w", errdefs.ErrInvalidArgument)
-	case c.Path == ":memory:" || strings.HasPrefix(c.Path, "file:"):
-		return fmt.Errorf("sqlite path %q must be a file name, not a URI or :memory: (the writer and readers must share one file): %w",
+	case c.Path == ":memory:" || strings.HasPrefix(c.Path, "file:") || strings.ContainsAny(c.Path, "?#"):
+		return fmt.Errorf("sqlite path %q must be a plain file name, not a URI or :memory: (the writer and readers must share one file): %w",
 			c.Path, errdefs.ErrInvalidArgument)
 	case c.BusyTimeout < 0 || c.Readers < 0:
 		return fmt.Errorf("negative sqlite busy timeout or readers: %w", errdefs.ErrInvalidArgument)
@@ -150,8 +150,7 @@ type backend struct {
 
 func newBackend(writer, reader *sql.DB) *backend {
 	return &backend{writer: writer, reader: reader,
-		writeStmts: &stmtCache{db: writer, m: map[string]*sql.Stmt{}},
-		readStmts:  &stmtCache{db: reader, m: map[string]*sql.Stmt{}}}
+		writeStmts: newStmtCache(writer), readStmts: newStmtCache(reader)}
 }
 
 func (b *backend) Reader() sqlstore.Querier { return querier{q: b.reader, stmts: b.readStmts} }
@@ -171,6 +170,9 @@ func inTx(ctx context.Context, db *sql.DB, stmts *stmtCache, opts *sql.TxOptions
 	if err != nil {
 		return fmt.Errorf("beginning transaction: %w", err)
 	}
+	// Statements first seen in this transaction are prepared once it has
+	// given its connection back.
+	defer stmts.prepare(ctx)
 	if err := fn(querier{q: tx, tx: tx, stmts: stmts}); err != nil {
 		tx.Rollback()
 		return err
@@ -198,35 +200,65 @@ func (b *backend) Close() error {
 const maxCachedStmts = 512
 
 // stmtCache keeps prepared statements, so that a hot statement is parsed
-// once per connection rather than on every call: SQLite's parser is a
-// large share of a short transaction's cost. It is safe for concurrent use.
+// once per connection rather than on every call: SQLite's parser is a large
+// share of a short transaction's cost. Statements are prepared only outside
+// transactions: preparing on the pool while a transaction holds the writer's
+// one connection would wait for that connection forever. A statement first
+// seen inside a transaction runs unprepared and is prepared after the
+// transaction ends. It is safe for concurrent use.
 type stmtCache struct {
-	db *sql.DB
-	mu sync.Mutex
-	m  map[string]*sql.Stmt
+	db      *sql.DB
+	mu      sync.Mutex
+	m       map[string]*sql.Stmt
+	pending map[string]bool
 }
 
-// get returns the statement for query, or nil when it should run
-// unprepared: statements without parameters (migrations hold several
-// statements in one text) and any past the cache's bound.
-func (c *stmtCache) get(ctx context.Context, query string, args []any) (*sql.Stmt, error) {
-	if c == nil || len(args) == 0 {
-		return nil, nil
+func newStmtCache(db *sql.DB) *stmtCache {
+	return &stmtCache{db: db, m: map[string]*sql.Stmt{}, pending: map[string]bool{}}
+}
+
+// cached returns the prepared statement for query, or nil. Statements
+// without parameters are never cached: migrations hold several statements in
+// one text.
+func (c *stmtCache) cached(query string, args []any) *sql.Stmt {
+	if len(args) == 0 {
+		return nil
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if s, ok := c.m[query]; ok {
-		return s, nil
+	s := c.m[query]
+	if s == nil && len(c.m)+len(c.pending) < maxCachedStmts {
+		c.pending[query] = true
 	}
-	if len(c.m) >= maxCachedStmts {
-		return nil, nil
+	return s
+}
+
+// prepare prepares the pending statements. The caller must hold no
+// connection of c.db, and prepare holds c.mu only between preparations:
+// a transaction holding the writer's connection may need c.mu meanwhile. A
+// statement that fails to prepare is dropped: it will fail again, with its
+// error, when it runs unprepared.
+func (c *stmtCache) prepare(ctx context.Context) {
+	c.mu.Lock()
+	var qs []string
+	for q := range c.pending {
+		qs = append(qs, q)
+		delete(c.pending, q)
 	}
-	s, err := c.db.PrepareContext(ctx, query)
-	if err != nil {
-		return nil, err
+	c.mu.Unlock()
+	for _, q := range qs {
+		s, err := c.db.PrepareContext(ctx, q)
+		if err != nil {
+			continue
+		}
+		c.mu.Lock()
+		if _, dup := c.m[q]; dup {
+			s.Close()
+		} else {
+			c.m[q] = s
+		}
+		c.mu.Unlock()
 	}
-	c.m[query] = s
-	return s, nil
 }
 
 func (c *stmtCache) close() error {
@@ -275,11 +307,16 @@ type querier struct {
 	stmts *stmtCache
 }
 
-// stmt returns the prepared form of query for this querier, or nil.
+// stmt returns the prepared form of query for this querier, or nil. Outside
+// a transaction it prepares a statement it has not seen yet.
 func (q querier) stmt(ctx context.Context, query string, args []any) (*sql.Stmt, error) {
-	s, err := q.stmts.get(ctx, query, args)
-	if s == nil || err != nil || q.tx == nil {
-		return s, err
+	s := q.stmts.cached(query, args)
+	if s == nil && q.tx == nil && len(args) > 0 {
+		q.stmts.prepare(ctx)
+		s = q.stmts.cached(query, args)
+	}
+	if s == nil || q.tx == nil {
+		return s, nil
 	}
 	return q.tx.StmtContext(ctx, s), nil
 }

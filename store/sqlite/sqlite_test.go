@@ -1,8 +1,12 @@
 package sqlite_test
 
 import (
+	"fmt"
 	"path/filepath"
+	"sync"
 	"testing"
+
+	"github.com/stockade-sh/stockade/errdefs"
 
 	"github.com/stockade-sh/stockade/store"
 	"github.com/stockade-sh/stockade/store/sqlite"
@@ -48,6 +52,70 @@ func TestReopen(t *testing.T) {
 	}
 	if ok, broken, err := st.VerifyChain(t.Context(), ws.ID); !ok || err != nil {
 		t.Fatalf("chain after reopening: ok %v broken %+v err %v", ok, broken, err)
+	}
+}
+
+// TestTwoProcesses runs admissions through two Stores on one file, as the
+// daemon and the admin CLI do: their writers are separate connections, and
+// BEGIN IMMEDIATE with the busy timeout must keep the balance exact.
+func TestTwoProcesses(t *testing.T) {
+	ctx := t.Context()
+	path := filepath.Join(t.TempDir(), "stockade.db")
+	var sts [2]*sqlite.Store
+	for i := range sts {
+		st, err := sqlite.Open(ctx, sqlite.Config{Path: path})
+		if err != nil {
+			t.Fatalf("Open %d: %v", i, err)
+		}
+		defer st.Close()
+		sts[i] = st
+	}
+	ws, err := sts[0].CreateWorkspace(ctx, "shared")
+	if err != nil {
+		t.Fatal(err)
+	}
+	key, err := sts[0].CreateAPIKey(ctx, store.NewAPIKey{WorkspaceID: ws.ID, Role: store.RoleAgent, Hash: store.HashKey("k")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sts[1].GrantCredits(ctx, ws.ID, 30, ""); err != nil {
+		t.Fatal(err)
+	}
+	var (
+		wg       sync.WaitGroup
+		mu       sync.Mutex
+		admitted int
+		errs     []error
+	)
+	for i := range 40 {
+		wg.Go(func() {
+			_, err := sts[i%2].CreateExecution(ctx, store.NewExecution{WorkspaceID: ws.ID, KeyID: key.ID, Runtime: "python",
+				Tool: "code.execute", Request: []byte(fmt.Sprintf(`{"i":%d}`, i)), Credits: 1,
+				InputSHA256: "0000000000000000000000000000000000000000000000000000000000000000",
+				Audit:       []store.NewEvent{{Type: "capability.invoke_allowed"}}})
+			mu.Lock()
+			defer mu.Unlock()
+			switch {
+			case err == nil:
+				admitted++
+			case !errdefs.IsResourceExhausted(err):
+				errs = append(errs, err)
+			}
+		})
+	}
+	wg.Wait()
+	for _, err := range errs {
+		t.Error(err)
+	}
+	c, err := sts[1].GetCredits(ctx, ws.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if admitted != 30 || c.Available != 0 || c.Reserved != 30 {
+		t.Fatalf("got %d admitted, credits %+v; want 30 admitted, 0 available, 30 reserved", admitted, c)
+	}
+	if ok, broken, err := sts[0].VerifyChain(ctx, ws.ID); !ok || err != nil {
+		t.Fatalf("chain written by two processes: ok %v broken %+v err %v", ok, broken, err)
 	}
 }
 

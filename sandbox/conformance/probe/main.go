@@ -27,6 +27,13 @@
 //	mark PATH SECONDS    write PATH, print "started", sleep
 //	seeothers            list /tmp and the visible processes
 //	exit CODE | stdin    exit with CODE | echo stdin
+//	reach HOST:PORT      the blast-radius survey (see reach.go): environment
+//	                     names, privileges, namespaces, mounts, a walk of the
+//	                     filesystem, /dev, unix sockets, outbound attempts
+//	                     (TCP to HOST:PORT and to the metadata address, DNS),
+//	                     visible limits; only ever inside a sandbox, as its
+//	                     attempts would leave a host
+//	pidlimit MAX         the sandbox's tasks, then fork until refused
 package main
 
 import (
@@ -126,6 +133,10 @@ func main() {
 		b, err := io.ReadAll(io.LimitReader(os.Stdin, 4<<20))
 		o := obj{{"stdin", string(b)}, {"bytes", len(b)}}
 		emit(append(o, attempt(err)...))
+	case "reach":
+		emit(reach(arg(args, 0, "HOST:PORT")))
+	case "pidlimit":
+		emit(pidlimit(atoi(arg(args, 0, "MAX"))))
 	default:
 		fail("unknown subcommand " + strconv.Quote(os.Args[1]))
 	}

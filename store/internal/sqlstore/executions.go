@@ -1,9 +1,11 @@
 package sqlstore
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
+	"reflect"
 	"strings"
 	"time"
 
@@ -134,6 +136,16 @@ func (s *Store) CreateExecution(ctx context.Context, e store.NewExecution) (stor
 	return adm, nil
 }
 
+// sameJSON reports whether two JSON documents hold the same value; the
+// stored form may differ in spacing and key order (PostgreSQL's jsonb).
+func sameJSON(a, b []byte) bool {
+	var va, vb any
+	if json.Unmarshal(a, &va) != nil || json.Unmarshal(b, &vb) != nil {
+		return bytes.Equal(a, b)
+	}
+	return reflect.DeepEqual(va, vb)
+}
+
 // replay answers a retried CreateExecution with the execution its
 // idempotency key already names.
 func (s *Store) replay(ctx context.Context, q Querier, e store.NewExecution, adm *store.Admission) error {
@@ -142,7 +154,7 @@ func (s *Store) replay(ctx context.Context, q Querier, e store.NewExecution, adm
 	if err != nil {
 		return fmt.Errorf("reading the execution of idempotency key %q: %w", e.IdempotencyKey, notFound(err))
 	}
-	if ex.InputSHA256 != e.InputSHA256 {
+	if ex.InputSHA256 != e.InputSHA256 || !sameJSON(ex.Request, e.Request) {
 		return fmt.Errorf("idempotency key %q was used for a different request (execution %s): %w",
 			e.IdempotencyKey, ex.ID, errdefs.ErrConflict)
 	}

@@ -1,0 +1,192 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/stockade-sh/stockade/api"
+	"github.com/stockade-sh/stockade/engine"
+	"github.com/stockade-sh/stockade/internal/storeopen"
+	"github.com/stockade-sh/stockade/store"
+)
+
+// daemon is the capability layer in this process, as `stockade serve` wires
+// it: services over one store, each behind the HTTP API on its own loopback
+// listener, and one workspace (approval none, credits granted) whose agent
+// key the benchmark invokes with.
+type daemon struct {
+	st     store.Store
+	key    string
+	client *http.Client
+	log    *slog.Logger
+	// closers run in reverse order on close.
+	closers []func()
+}
+
+// openDaemon opens the store at dbURL (empty: SQLite in dir; postgres://:
+// a fresh schema of that database, dropped on close) and creates the
+// workspace with credits for the whole run.
+func openDaemon(ctx context.Context, dbURL, dir string, credits int64) (_ *daemon, err error) {
+	d := &daemon{
+		log: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
+		client: &http.Client{Transport: &http.Transport{
+			// Every client of the throughput runs keeps its connection.
+			MaxIdleConnsPerHost: 64,
+			IdleConnTimeout:     time.Minute,
+		}},
+	}
+	defer func() {
+		if err != nil {
+			d.close()
+		}
+	}()
+	if dbURL == "" {
+		dbURL = "sqlite:" + filepath.Join(dir, "stockade.db")
+	} else if dbURL, err = d.freshSchema(ctx, dbURL); err != nil {
+		return nil, err
+	}
+	if d.st, err = storeopen.Open(ctx, dbURL); err != nil {
+		return nil, fmt.Errorf("opening the store: %w", err)
+	}
+	d.closers = append(d.closers, func() { d.st.Close() })
+	ws, err := d.st.CreateWorkspace(ctx, "bench")
+	if err != nil {
+		return nil, fmt.Errorf("creating the workspace: %w", err)
+	}
+	d.key = "sk_bench_" + rand.Text()
+	if _, err := d.st.CreateAPIKey(ctx, store.NewAPIKey{WorkspaceID: ws.ID, Role: store.RoleAgent, Hash: store.HashKey(d.key), Name: "bench"}); err != nil {
+		return nil, fmt.Errorf("creating the agent key: %w", err)
+	}
+	p, err := d.st.GetPolicy(ctx, ws.ID)
+	if err != nil {
+		return nil, fmt.Errorf("reading the policy: %w", err)
+	}
+	p.Approval = store.ApprovalNone
+	if _, err := d.st.SetPolicy(ctx, ws.ID, p); err != nil {
+		return nil, fmt.Errorf("setting the policy: %w", err)
+	}
+	if _, err := d.st.GrantCredits(ctx, ws.ID, credits, "benchmark"); err != nil {
+		return nil, fmt.Errorf("granting credits: %w", err)
+	}
+	return d, nil
+}
+
+// freshSchema creates an empty schema in the PostgreSQL database at dsn,
+// to be dropped on close, and returns a DSN whose search_path selects it.
+func (d *daemon) freshSchema(ctx context.Context, dsn string) (string, error) {
+	u, err := url.Parse(dsn)
+	if err != nil || (u.Scheme != "postgres" && u.Scheme != "postgresql") {
+		return "", fmt.Errorf("-db must be a postgres:// URL, got %q", dsn)
+	}
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	schema := "stockade_bench_" + hex.EncodeToString(b[:])
+	exec := func(ctx context.Context, q string) error {
+		conn, err := pgx.Connect(ctx, dsn)
+		if err != nil {
+			return fmt.Errorf("connecting to %s: %w", u.Redacted(), err)
+		}
+		defer conn.Close(ctx)
+		_, err = conn.Exec(ctx, q)
+		return err
+	}
+	if err := exec(ctx, "CREATE SCHEMA "+schema); err != nil {
+		return "", fmt.Errorf("creating schema %s: %w", schema, err)
+	}
+	d.closers = append(d.closers, func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if err := exec(ctx, "DROP SCHEMA "+schema+" CASCADE"); err != nil {
+			d.log.Error("dropping the benchmark schema", "schema", schema, "err", err)
+		}
+	})
+	q := u.Query()
+	q.Set("search_path", schema)
+	u.RawQuery = q.Encode()
+	return u.String(), nil
+}
+
+// serve starts a service over eng and the daemon's store, serves it on a
+// fresh loopback listener and returns the base URL.
+func (d *daemon) serve(ctx context.Context, eng *engine.Engine, o engine.ServiceOptions) (string, error) {
+	metrics := api.NewMetrics()
+	o.Observer, o.Logger = metrics, d.log
+	svc := engine.NewService(eng, d.st, o)
+	if err := svc.Start(ctx); err != nil {
+		return "", fmt.Errorf("starting the service: %w", err)
+	}
+	d.closers = append(d.closers, svc.Close)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	srv := &http.Server{Handler: api.New(svc, api.Options{Metrics: metrics}), ReadHeaderTimeout: 10 * time.Second}
+	go func() {
+		if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+			d.log.Error("serving", "err", err)
+		}
+	}()
+	d.closers = append(d.closers, func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(ctx)
+	})
+	return "http://" + ln.Addr().String(), nil
+}
+
+// invoke POSTs body to base's /v1/executions, synchronously, and checks
+// that the execution succeeded and printed want.
+func (d *daemon) invoke(ctx context.Context, base string, body []byte, want string) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, base+"/v1/executions", bytes.NewReader(body))
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Authorization", "Bearer "+d.key)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := d.client.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return fmt.Errorf("reading the response: %w", err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("POST /v1/executions: %s: %s", resp.Status, strings.TrimSpace(string(b)))
+	}
+	var v api.ExecutionView
+	var r engine.Result
+	if err := json.Unmarshal(b, &v); err != nil {
+		return fmt.Errorf("decoding the execution: %w", err)
+	}
+	if err := json.Unmarshal(v.Result, &r); err != nil || v.Status != string(store.StatusSucceeded) || r.Stdout != want {
+		return fmt.Errorf("unexpected execution %s", b)
+	}
+	return nil
+}
+
+// close stops the services and servers and closes the store.
+func (d *daemon) close() {
+	for _, c := range slices.Backward(d.closers) {
+		c()
+	}
+	d.closers = nil
+}

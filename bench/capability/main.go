@@ -1,0 +1,282 @@
+// Command capability measures what the capability layer adds to an
+// invocation, side by side and interleaved in one run so that machine noise
+// hits every variant alike:
+//
+//  1. Latency with the real runc driver: the engine's one-shot run in
+//     process (engine.Run) against the same run through the whole capability
+//     layer (POST /v1/executions, synchronous, over real HTTP on loopback:
+//     key lookup, policy decision, credit reservation and tool_calls row,
+//     audit events, outcome recorded, result read back). The difference of
+//     the two is the per-call overhead; "outside the driver" subtracts each
+//     call's own sandbox lifetime (Create start to Destroy end) to show it
+//     per call rather than as a difference of two distributions.
+//  2. Isolation with a fake driver whose sandboxes answer at once: the same
+//     two variants with nothing but Stockade's own work left, so the
+//     difference is the capability layer's cost alone.
+//  3. Sustained throughput: -invocations runs at each -concurrency through
+//     HTTP (MaxConcurrent = concurrency, a queue large enough never to
+//     refuse) and directly on the engine with as many workers, in
+//     alternating rounds.
+//
+// It needs root, runc and the runtime's image (`make setup`). The store is
+// SQLite in a temporary directory unless -db names a PostgreSQL database, in
+// which the benchmark works in a fresh schema that it drops at the end.
+// Everything listens on 127.0.0.1 only, and the run stops by itself.
+//
+//	CGO_ENABLED=0 go run ./bench/capability
+//	CGO_ENABLED=0 go run ./bench/capability -db "$(scripts/pgtest.sh)"
+//	CGO_ENABLED=0 go run ./bench/capability -runtime python -n 50 -fake-n 500 -concurrency 4,8 -invocations 60 -rounds 3
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/stockade-sh/stockade/bench/internal/table"
+	"github.com/stockade-sh/stockade/config"
+	"github.com/stockade-sh/stockade/driver/runc"
+	"github.com/stockade-sh/stockade/engine"
+	"github.com/stockade-sh/stockade/image"
+	"github.com/stockade-sh/stockade/internal/guestbin"
+	"github.com/stockade-sh/stockade/sandbox"
+)
+
+// options are the command line.
+type options struct {
+	n, fakeN, invocations, rounds int
+	concurrency                   []int
+	runtime, dataDir, stateDir    string
+	db                            string
+}
+
+// programs are the code each runtime runs and what it prints.
+var programs = map[string]struct{ code, want string }{
+	"shell":  {"echo hi", "hi\n"},
+	"python": {"print(1)", "1\n"},
+}
+
+func main() {
+	var o options
+	flag.IntVar(&o.n, "n", 100, "timed runs of each real-driver latency variant")
+	flag.IntVar(&o.fakeN, "fake-n", 2000, "timed runs of each fake-driver variant")
+	flag.IntVar(&o.invocations, "invocations", 60, "invocations per throughput round")
+	flag.IntVar(&o.rounds, "rounds", 3, "throughput rounds of each variant at each concurrency")
+	conc := flag.String("concurrency", "4,8", "comma-separated concurrency levels of the throughput runs")
+	flag.StringVar(&o.runtime, "runtime", "shell", "runtime of the invocations: shell (echo hi) or python (print(1))")
+	flag.StringVar(&o.dataDir, "data-dir", config.Default().DataDir, "image store and guest agent directory")
+	flag.StringVar(&o.stateDir, "state-dir", "/run", "parent of the temporary runc state directory (a tmpfs, as in production)")
+	flag.StringVar(&o.db, "db", "", "PostgreSQL URL (postgres://...) to benchmark on instead of SQLite in a temporary directory")
+	flag.Parse()
+	for _, f := range strings.Split(*conc, ",") {
+		c, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || c <= 0 {
+			fmt.Fprintf(os.Stderr, "capability: -concurrency: %q is not a positive number\n", f)
+			os.Exit(2)
+		}
+		o.concurrency = append(o.concurrency, c)
+	}
+	if _, ok := programs[o.runtime]; !ok || o.n <= 0 || o.fakeN <= 0 || o.invocations <= 0 || o.rounds <= 0 {
+		fmt.Fprintln(os.Stderr, "capability: -runtime must be shell or python and the counts positive")
+		os.Exit(2)
+	}
+	if err := run(context.Background(), o); err != nil {
+		fmt.Fprintln(os.Stderr, "capability:", err)
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, o options) error {
+	prog := programs[o.runtime]
+	images := image.Open(o.dataDir)
+	if _, err := images.Resolve(o.runtime); err != nil {
+		return err
+	}
+	guest, err := guestbin.Install(config.Config{DataDir: o.dataDir}.BinDir())
+	if err != nil {
+		return err
+	}
+	tmp, err := os.MkdirTemp("", "stockade-bench-capability-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(tmp)
+	state, err := os.MkdirTemp(o.stateDir, "stockade-bench-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(state)
+	rc, err := runc.New(runc.Config{StateDir: state, GuestPath: guest})
+	if err != nil {
+		return err
+	}
+	// Both engines register their driver as "runc": the default tool runs on
+	// the default driver's tier, the container tier.
+	timed := &timedDriver{Driver: rc}
+	realEng, err := engine.New(map[string]sandbox.Driver{"runc": timed}, "runc", images, sandbox.DefaultLimits(), sandbox.DefaultCeiling())
+	if err != nil {
+		return err
+	}
+	fakeEng, err := engine.New(map[string]sandbox.Driver{"runc": fakeDriver{out: []byte(prog.want)}}, "runc", images, sandbox.DefaultLimits(), sandbox.DefaultCeiling())
+	if err != nil {
+		return err
+	}
+
+	calls := 2*(o.n+1) + 2*(o.fakeN+1) + len(o.concurrency)*o.rounds*o.invocations
+	d, err := openDaemon(ctx, o.db, tmp, int64(4*calls))
+	if err != nil {
+		return err
+	}
+	defer d.close()
+	realURL, err := d.serve(ctx, realEng, engine.ServiceOptions{Owner: "bench-real"})
+	if err != nil {
+		return err
+	}
+	fakeURL, err := d.serve(ctx, fakeEng, engine.ServiceOptions{Owner: "bench-fake"})
+	if err != nil {
+		return err
+	}
+	throughputURL := map[int]string{}
+	for _, c := range o.concurrency {
+		u, err := d.serve(ctx, realEng, engine.ServiceOptions{Owner: fmt.Sprintf("bench-c%d", c), MaxConcurrent: c, MaxQueue: 10 * o.invocations})
+		if err != nil {
+			return err
+		}
+		throughputURL[c] = u
+	}
+
+	body, err := json.Marshal(engine.InvokeRequest{Runtime: o.runtime, Code: prog.code})
+	if err != nil {
+		return err
+	}
+	direct := func(eng *engine.Engine) func() error {
+		return func() error {
+			res, err := eng.Run(ctx, engine.Request{Runtime: o.runtime, Code: []byte(prog.code)})
+			if err == nil && (res.Status != sandbox.StatusSucceeded || res.Stdout != prog.want) {
+				err = fmt.Errorf("unexpected result %+v", res)
+			}
+			return err
+		}
+	}
+	viaHTTP := func(base string) func() error {
+		return func() error { return d.invoke(ctx, base, body, prog.want) }
+	}
+	storeName := "SQLite"
+	if o.db != "" {
+		storeName = "PostgreSQL"
+	}
+	fmt.Printf("capability layer overhead: %s %q, store %s, one run\n\n", o.runtime, prog.code, storeName)
+
+	// 1. Real driver, one call at a time.
+	var outDirect, outHTTP []time.Duration
+	outside := func(run func() error, dst *[]time.Duration) func() error {
+		return func() error {
+			start := time.Now()
+			if err := run(); err != nil {
+				return err
+			}
+			*dst = append(*dst, time.Since(start)-timed.lastSpan())
+			return nil
+		}
+	}
+	a := &table.Variant{Name: "engine.Run in process", Run: outside(direct(realEng), &outDirect)}
+	b := &table.Variant{Name: "POST /v1/executions over HTTP", Run: outside(viaHTTP(realURL), &outHTTP)}
+	if err := table.Interleave(o.n, []*table.Variant{a, b}); err != nil {
+		return err
+	}
+	outDirect, outHTTP = outDirect[1:], outHTTP[1:] // drop the warm-up round
+	fmt.Printf("1. real runc driver, one call at a time, %d runs each, interleaved\n\n", o.n)
+	t := table.New("variant", "median", "p95", "median vs engine.Run", "outside the driver, median", "outside the driver, p95")
+	t.Row(a.Name, table.MS(a.Pct(50)), table.MS(a.Pct(95)), "1.00x", table.MS(table.Pct(outDirect, 50)), table.MS(table.Pct(outDirect, 95)))
+	t.Row(b.Name, table.MS(b.Pct(50)), table.MS(b.Pct(95)), table.Ratio(b.Pct(50), a.Pct(50)), table.MS(table.Pct(outHTTP, 50)), table.MS(table.Pct(outHTTP, 95)))
+	t.Row("overhead per call (HTTP - engine)", table.MS(b.Pct(50)-a.Pct(50)), table.MS(b.Pct(95)-a.Pct(95)), "",
+		table.MS(table.Pct(outHTTP, 50)-table.Pct(outDirect, 50)), table.MS(table.Pct(outHTTP, 95)-table.Pct(outDirect, 95)))
+	t.Print(os.Stdout)
+
+	// 2. Fake driver: the capability layer alone.
+	fa := &table.Variant{Name: "engine.Run in process, fake driver", Run: direct(fakeEng)}
+	fb := &table.Variant{Name: "POST /v1/executions over HTTP, fake driver", Run: viaHTTP(fakeURL)}
+	if err := table.Interleave(o.fakeN, []*table.Variant{fa, fb}); err != nil {
+		return err
+	}
+	fmt.Printf("\n2. fake driver (sandboxes answer at once): the capability layer in isolation, %d runs each, interleaved\n\n", o.fakeN)
+	t = table.New("variant", "median", "p95")
+	t.Row(fa.Name, table.MS(fa.Pct(50)), table.MS(fa.Pct(95)))
+	t.Row(fb.Name, table.MS(fb.Pct(50)), table.MS(fb.Pct(95)))
+	t.Row("capability layer per call (HTTP - engine)", table.MS(fb.Pct(50)-fa.Pct(50)), table.MS(fb.Pct(95)-fa.Pct(95)))
+	t.Print(os.Stdout)
+
+	// 3. Sustained throughput, real driver.
+	fmt.Printf("\n3. sustained throughput, real runc driver, %d invocations per round, %d rounds of each variant, alternating\n\n", o.invocations, o.rounds)
+	t = table.New("concurrency", "variant", "invocations/s", "latency median", "latency p95", "throughput vs engine.Run")
+	for _, c := range o.concurrency {
+		eng := &batch{name: "engine.Run in process", run: direct(realEng)}
+		srv := &batch{name: "POST /v1/executions over HTTP", run: viaHTTP(throughputURL[c])}
+		for range o.rounds {
+			for _, bt := range []*batch{eng, srv} {
+				if err := bt.do(o.invocations, c); err != nil {
+					return err
+				}
+			}
+		}
+		for _, bt := range []*batch{eng, srv} {
+			t.Row(strconv.Itoa(c), bt.name, fmt.Sprintf("%.1f", bt.rate()), table.MS(table.Pct(bt.lat, 50)), table.MS(table.Pct(bt.lat, 95)),
+				fmt.Sprintf("%.2fx", bt.rate()/eng.rate()))
+		}
+	}
+	t.Print(os.Stdout)
+	return nil
+}
+
+// batch is one throughput variant: rounds of invocations run by a fixed
+// number of workers.
+type batch struct {
+	name string
+	run  func() error
+	lat  []time.Duration // every invocation's latency
+	n    int             // invocations timed
+	wall time.Duration   // sum of the rounds' wall clocks
+}
+
+// do runs n invocations with c workers, each taking the next invocation as
+// soon as its previous one returned.
+func (b *batch) do(n, c int) error {
+	lat := make([]time.Duration, n)
+	errs := make([]error, n)
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	start := time.Now()
+	for range c {
+		wg.Go(func() {
+			for {
+				i := int(next.Add(1)) - 1
+				if i >= n {
+					return
+				}
+				t := time.Now()
+				errs[i] = b.run()
+				lat[i] = time.Since(t)
+			}
+		})
+	}
+	wg.Wait()
+	b.wall += time.Since(start)
+	for _, err := range errs {
+		if err != nil {
+			return fmt.Errorf("%s at concurrency %d: %w", b.name, c, err)
+		}
+	}
+	b.lat = append(b.lat, lat...)
+	b.n += n
+	return nil
+}
+
+// rate is the invocations per second over all rounds.
+func (b *batch) rate() float64 { return float64(b.n) / b.wall.Seconds() }

@@ -1,0 +1,578 @@
+package blastradius
+
+import (
+	"fmt"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/stockade-sh/stockade/engine"
+	"github.com/stockade-sh/stockade/sandbox"
+	"github.com/stockade-sh/stockade/tools"
+)
+
+// This file compares what the probe found with the record: each check is
+// one rule of the record (or of the profile every record implies, DESIGN.md
+// §3), and a check that fails is a Deviation.
+
+// guestMount is where every driver mounts the guest agent.
+const guestMount = "/.stockade/guest"
+
+// sandboxUID is the user every sandbox runs as (nobody:nogroup).
+const sandboxUID = 65534
+
+// writableRoots are the only places a sandbox may write: the scratch
+// tmpfs, the session workspace and the IPC filesystems of /dev.
+var writableRoots = []string{"/tmp", "/workspace", "/dev/shm", "/dev/mqueue"}
+
+// dockerEtcFiles are the files dockerd bind-mounts into every container,
+// read-only, even without a network.
+var dockerEtcFiles = []string{"/etc/hostname", "/etc/hosts", "/etc/resolv.conf"}
+
+// requiredNamespaces are the namespaces of the profile (DESIGN.md §3):
+// each must differ from the host's. The user and time namespaces are not
+// part of it and are reported only.
+var requiredNamespaces = []string{"cgroup", "ipc", "mnt", "net", "pid", "pid_for_children", "uts"}
+
+// The minimal /dev of every sandbox: names at its top level, and the
+// character devices (major, minor) that may exist.
+var (
+	devNames   = []string{"null", "zero", "full", "random", "urandom", "tty", "console", "ptmx", "pts", "shm", "mqueue", "fd", "stdin", "stdout", "stderr", "core"}
+	devNumbers = [][2]int{{1, 3}, {1, 5}, {1, 7}, {1, 8}, {1, 9}, {5, 0}, {5, 1}, {5, 2}}
+	// The Sentry registers emulated FUSE and TUN devices in every gVisor
+	// sandbox; they are its own, not the host's.
+	gvisorDevNames   = []string{"fuse", "net"}
+	gvisorDevNumbers = [][2]int{{10, 229}, {10, 200}}
+)
+
+// ptyMajor is the major number of pseudo-terminal slaves (/dev/pts/N).
+const ptyMajor = 136
+
+// evaluate turns the observations into the report for tool t.
+func evaluate(t tools.Tool, o *observed) *Report {
+	l := t.EffectiveLimits()
+	e := &evaluator{t: t, o: o, r: &o.reach, limits: l, shared: t.Tier == sandbox.TierContainer || t.Tier == sandbox.TierDocker}
+	r := &Report{
+		Tool:              t.Name,
+		RecordFingerprint: tools.Fingerprint(t),
+		Tier:              t.Tier,
+		RecordLimits: Limits{
+			MemoryBytes: l.Memory, Pids: l.Pids, CPU: l.CPU,
+			TmpSizeBytes: l.TmpSize, TimeoutMS: l.Timeout.Milliseconds(),
+		},
+	}
+	r.Sections = []Section{
+		e.environment(), e.identity(), e.namespaces(), e.mounts(), e.filesystem(),
+		e.devices(), e.sockets(), e.network(), e.limitsSection(),
+	}
+	r.Deviations = deviations(r.Sections)
+	return r
+}
+
+type evaluator struct {
+	t      tools.Tool
+	o      *observed
+	r      *rawReach
+	limits sandbox.Limits
+	// shared is true on the tiers whose programs talk to the host kernel
+	// directly, where the seccomp filter is the boundary.
+	shared bool
+}
+
+// section starts a section; add appends checks to it.
+type sectionBuilder struct{ s Section }
+
+func newSection(name, title string) *sectionBuilder {
+	return &sectionBuilder{s: Section{Name: name, Title: title, Facts: []string{}, Checks: []Check{}}}
+}
+
+func (b *sectionBuilder) fact(format string, a ...any) {
+	b.s.Facts = append(b.s.Facts, fmt.Sprintf(format, a...))
+}
+
+func (b *sectionBuilder) check(subject, observed, expected string, ok bool) {
+	b.s.Checks = append(b.s.Checks, Check{Section: b.s.Name, Subject: subject, Observed: observed, Expected: expected, Deviation: !ok})
+}
+
+// ---------------------------------------------------------------------------
+
+func (e *evaluator) environment() Section {
+	b := newSection("environment", "Environment")
+	want := map[string]string{}
+	var wantNames []string
+	for _, kv := range engine.ProgramEnv() {
+		k, v, _ := strings.Cut(kv, "=")
+		want[k] = v
+		wantNames = append(wantNames, k)
+	}
+	expected := "exactly the program environment (" + strings.Join(wantNames, ", ") + ")"
+	var shown []string
+	for _, name := range e.r.Env {
+		if name == "PATH" {
+			shown = append(shown, "PATH="+e.r.Path)
+		} else {
+			shown = append(shown, name+"=<redacted>")
+		}
+	}
+	b.fact("%s: %s", plural(len(e.r.Env), "variable"), orNone(strings.Join(shown, " ")))
+	b.fact("values other than PATH's never leave the sandbox")
+	bad := 0
+	for _, name := range e.r.Env {
+		if _, ok := want[name]; !ok {
+			b.check(name, "variable "+name+" is set", expected, false)
+			bad++
+		}
+	}
+	for _, name := range wantNames {
+		if !slices.Contains(e.r.Env, name) {
+			b.check(name, "variable "+name+" is missing", expected, false)
+			bad++
+		}
+	}
+	if bad == 0 {
+		b.check("variables", strings.Join(e.r.Env, ", "), expected, true)
+	}
+	if v, ok := want["PATH"]; ok && slices.Contains(e.r.Env, "PATH") {
+		b.check("PATH", "PATH="+e.r.Path, "PATH="+v, e.r.Path == v)
+	}
+	return b.s
+}
+
+const zeroCaps = "0000000000000000"
+
+func (e *evaluator) identity() Section {
+	b := newSection("identity", "Identity, capabilities and seccomp")
+	c := e.r.Caps
+	b.fact("uid %d euid %d gid %d egid %d, supplementary groups %s", c.UID, c.EUID, c.GID, c.EGID, orNone(joinInts(c.Groups)))
+	ids := []int{c.UID, c.EUID, c.GID, c.EGID}
+	okIDs := !slices.ContainsFunc(ids, func(v int) bool { return v != sandboxUID }) &&
+		!slices.ContainsFunc(c.Groups, func(g int) bool { return g != sandboxUID })
+	b.check("user", fmt.Sprintf("uid %d gid %d groups %s", c.UID, c.GID, orNone(joinInts(c.Groups))), "uid and gid 65534 (nobody:nogroup), no other group", okIDs)
+
+	// The five capability sets, as /proc/self/status and the system calls
+	// show them.
+	sets := []string{}
+	nonZero := []string{}
+	for _, k := range []string{"CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb"} {
+		v, ok := c.Status[k]
+		if !ok {
+			continue
+		}
+		sets = append(sets, k+" "+v)
+		if v != zeroCaps {
+			nonZero = append(nonZero, k+" "+v)
+		}
+	}
+	for name, v := range map[string]string{"capget effective": c.Capget.Effective, "capget permitted": c.Capget.Permitted, "capget inheritable": c.Capget.Inheritable} {
+		if c.Capget.Errno == 0 && v != zeroCaps {
+			nonZero = append(nonZero, name+" "+v)
+		}
+	}
+	for name, v := range map[string]rawValue{"bounding (prctl)": c.Bounding, "ambient (prctl)": c.Ambient} {
+		switch {
+		case v.Errno == 0 && string(v.Value) != `"`+zeroCaps+`"`:
+			nonZero = append(nonZero, name+" "+strings.Trim(string(v.Value), `"`))
+		case v.Errno != 0 && !(strings.HasPrefix(name, "ambient") && e.t.Tier == sandbox.TierGVisor):
+			// gVisor implements no ambient set: PR_CAP_AMBIENT is
+			// EINVAL there and the set is empty by construction.
+			nonZero = append(nonZero, name+" unreadable ("+v.attempt.String()+")")
+		}
+	}
+	sort.Strings(nonZero)
+	b.fact("capabilities: %s", orNone(strings.Join(sets, ", ")))
+	observed := "all empty"
+	if len(nonZero) > 0 {
+		observed = strings.Join(nonZero, "; ")
+	}
+	b.check("capabilities", observed, "all five sets empty", len(nonZero) == 0)
+
+	nnp := strings.TrimSpace(string(c.NoNewPrivs.Value))
+	b.fact("no_new_privs %s", nnp)
+	b.check("no_new_privs", "no_new_privs "+nnp, "no_new_privs 1", c.NoNewPrivs.Errno == 0 && nnp == "1")
+
+	mode := strings.TrimSpace(string(c.Seccomp.Value))
+	b.fact("seccomp mode %s (PR_GET_SECCOMP), %q in /proc/self/status", mode, c.Status["Seccomp"])
+	if e.shared {
+		b.check("seccomp", "mode "+mode, "mode 2 (filter) on a shared-kernel tier",
+			c.Seccomp.Errno == 0 && mode == "2" && c.Status["Seccomp"] == "2")
+	} else {
+		b.fact("tier %s: the user-space kernel applies the profile itself; the mode it presents is informational", e.t.Tier)
+	}
+	return b.s
+}
+
+func (e *evaluator) namespaces() Section {
+	b := newSection("namespaces", "Namespaces")
+	b.s.Table = [][]string{{"namespace", "sandbox", "host", ""}}
+	for _, ns := range e.r.Namespaces {
+		host := e.o.hostNS[ns.Name]
+		sb := ns.Link
+		if ns.Errno != 0 {
+			sb = "not presented (" + ns.attempt.String() + ")"
+		}
+		required := slices.Contains(requiredNamespaces, ns.Name)
+		verdict := "own"
+		switch {
+		case ns.Errno == 0 && ns.Link == host:
+			verdict = "shared with the host"
+		case ns.Errno != 0:
+			verdict = "not presented"
+		}
+		if !required {
+			verdict += " (not in the profile)"
+		}
+		b.s.Table = append(b.s.Table, []string{ns.Name, sb, orNone(host), verdict})
+		if !required {
+			continue
+		}
+		switch {
+		case ns.Errno != 0 && !e.shared:
+			// The user-space kernel does not present this namespace:
+			// the program cannot name, let alone join, the host's.
+			b.check(ns.Name, "not presented by the "+string(e.t.Tier)+" kernel", "a namespace of its own", true)
+		case ns.Errno != 0:
+			b.check(ns.Name, "unreadable: "+ns.attempt.String(), "a namespace of its own, different from the host's", false)
+		default:
+			b.check(ns.Name, sb, "different from the host's "+host, host == "" || ns.Link != host)
+		}
+	}
+	if e.shared {
+		b.fact("the profile has no user namespace on this tier: uid 65534 inside is the host's nobody")
+	}
+	return b.s
+}
+
+// mountExpectation says why a mount point may exist and whether it must be
+// read-only; ok is false for a mount the record does not account for.
+func (e *evaluator) mountExpectation(p string) (why string, readOnly, ok bool) {
+	for _, m := range e.t.Filesystem.Mounts {
+		if p == m.Target {
+			return "record mount of " + m.Source, true, true
+		}
+	}
+	switch {
+	case p == "/":
+		return "image root", true, true
+	case p == "/tmp":
+		return "scratch", false, true
+	case p == "/workspace":
+		return "session workspace", false, true
+	case p == guestMount:
+		return "guest agent", true, true
+	case under(p, "/proc"):
+		return "proc and its masked paths", false, true
+	case under(p, "/sys"):
+		return "sysfs", true, true
+	case under(p, "/dev"):
+		return "minimal /dev", false, true
+	case e.t.Tier == sandbox.TierDocker && slices.Contains(dockerEtcFiles, p):
+		return "dockerd's fixed file", true, true
+	}
+	return "", false, false
+}
+
+func (e *evaluator) mounts() Section {
+	b := newSection("mounts", "Mounts")
+	b.s.Table = [][]string{{"mount point", "type", "source", "options", "accounted for as"}}
+	seen := map[string]bool{}
+	for _, m := range e.r.Mounts {
+		seen[m.MountPoint] = true
+		why, ro, ok := e.mountExpectation(m.MountPoint)
+		isRO := hasOption(m.Options, "ro")
+		label := why
+		if !ok {
+			label = "nothing: not in the record"
+		}
+		b.s.Table = append(b.s.Table, []string{m.MountPoint, m.FSType, m.Source, m.Options, label})
+		switch {
+		case !ok:
+			b.check(m.MountPoint, fmt.Sprintf("mounted (%s from %s, %s)", m.FSType, m.Source, m.Options),
+				"only the image root, /tmp, /proc, /dev, /sys, the guest agent and the record's mounts", false)
+		case ro && !isRO:
+			b.check(m.MountPoint, "mounted read-write ("+m.Options+")", why+", read-only", false)
+		case ro && (m.MountPoint == "/" || m.MountPoint == "/sys" || !under(m.MountPoint, "/sys")):
+			b.check(m.MountPoint, "read-only", why+", read-only", true)
+		}
+	}
+	for _, m := range e.t.Filesystem.Mounts {
+		if !seen[m.Target] {
+			b.check(m.Target, "not mounted", "the record's mount of "+m.Source, false)
+		}
+	}
+	if size, ok := tmpSize(e.r); ok {
+		b.check("/tmp size", formatSize(size), formatSize(e.limits.TmpSize)+" (the record's scratch)", size == e.limits.TmpSize)
+	}
+	return b.s
+}
+
+// tmpSize reads the size of the /tmp tmpfs from its mount options.
+func tmpSize(r *rawReach) (int64, bool) {
+	for _, m := range r.Mounts {
+		if m.MountPoint != "/tmp" {
+			continue
+		}
+		for _, o := range strings.Split(m.SuperOptions, ",") {
+			if v, ok := strings.CutPrefix(o, "size="); ok {
+				return parseKernelSize(v)
+			}
+		}
+	}
+	return 0, false
+}
+
+// parseKernelSize parses a tmpfs size option: bytes, or k, m, g suffixed.
+func parseKernelSize(s string) (int64, bool) {
+	mult := int64(1)
+	switch {
+	case strings.HasSuffix(s, "k"):
+		mult, s = 1<<10, strings.TrimSuffix(s, "k")
+	case strings.HasSuffix(s, "m"):
+		mult, s = 1<<20, strings.TrimSuffix(s, "m")
+	case strings.HasSuffix(s, "g"):
+		mult, s = 1<<30, strings.TrimSuffix(s, "g")
+	}
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil || n < 0 {
+		return 0, false
+	}
+	return n * mult, true
+}
+
+func (e *evaluator) filesystem() Section {
+	b := newSection("filesystem", "Readable and writable paths")
+	w := e.r.Walk
+	b.fact("walked %d entries from / in %d ms (skipping /proc and /sys)", w.Entries, w.ElapsedMS)
+	var by []string
+	for _, m := range w.ReadableByMount {
+		by = append(by, fmt.Sprintf("%d in %s", m.Files, m.MountPoint))
+	}
+	b.fact("readable files: %d (%s); unreadable: %d files, %d directories", w.ReadableFiles, orNone(strings.Join(by, ", ")), w.UnreadableFiles, w.UnreadableDirs)
+	b.fact("writable directories: %s", orNone(strings.Join(w.WritableDirs, ", ")))
+	b.fact("writable files: %s", orNone(strings.Join(w.WritableFiles, ", ")))
+	if w.WritableCount > len(w.WritableDirs)+len(w.WritableFiles) {
+		b.fact("(%d writable paths in all; the lists stop at %d each)", w.WritableCount, len(w.WritableDirs))
+	}
+	expected := "writable only under " + strings.Join(writableRoots, ", ")
+	outside := 0
+	for _, p := range slices.Concat(w.WritableDirs, w.WritableFiles) {
+		if !slices.ContainsFunc(writableRoots, func(r string) bool { return under(p, r) }) {
+			b.check(p, "writable", expected, false)
+			outside++
+		}
+	}
+	if outside == 0 {
+		b.check("writable paths", orNone(strings.Join(w.WritableDirs, ", ")), expected, true)
+	}
+	if w.Truncated {
+		b.check("walk", fmt.Sprintf("stopped after %d entries: paths beyond were not checked", w.Entries), "a complete walk", false)
+	}
+	return b.s
+}
+
+func (e *evaluator) devices() Section {
+	b := newSection("devices", "Devices (/dev)")
+	names, numbers := devNames, devNumbers
+	if e.t.Tier == sandbox.TierGVisor {
+		names, numbers = slices.Concat(names, gvisorDevNames), slices.Concat(numbers, gvisorDevNumbers)
+	}
+	var list []string
+	bad := 0
+	for _, d := range e.r.Dev {
+		desc := d.Name
+		if d.Type == "char" || d.Type == "block" {
+			desc = fmt.Sprintf("%s (%s %d:%d)", d.Name, d.Type, d.Major, d.Minor)
+		}
+		list = append(list, desc)
+		top, _, _ := strings.Cut(d.Name, "/")
+		switch {
+		case !slices.Contains(names, top):
+			b.check("/dev/"+d.Name, "exists ("+d.Type+")", "the minimal /dev", false)
+			bad++
+		case d.Type == "block":
+			b.check("/dev/"+d.Name, fmt.Sprintf("block device %d:%d", d.Major, d.Minor), "no block device", false)
+			bad++
+		case d.Type == "char" && d.Major != ptyMajor && !slices.Contains(numbers, [2]int{d.Major, d.Minor}):
+			b.check("/dev/"+d.Name, fmt.Sprintf("character device %d:%d", d.Major, d.Minor), "only null, zero, full, random, urandom, tty, console, ptmx and pty slaves", false)
+			bad++
+		}
+	}
+	b.fact("%s", orNone(strings.Join(list, ", ")))
+	if bad == 0 {
+		b.check("/dev", plural(len(e.r.Dev), "entry"), "the minimal /dev", true)
+	}
+	return b.s
+}
+
+func (e *evaluator) sockets() Section {
+	b := newSection("unix_sockets", "Unix sockets")
+	fsSockets := e.r.Walk.Sockets
+	b.fact("on the filesystem: %s", orNone(strings.Join(fsSockets, ", ")))
+	u := e.r.UnixSockets
+	if u.Errno != 0 {
+		b.fact("/proc/net/unix: unreadable (%s)", u.attempt.String())
+	} else {
+		b.fact("/proc/net/unix: %s named (%s), %d unnamed", strconv.Itoa(len(u.Paths)), orNone(strings.Join(u.Paths, ", ")), u.Unnamed)
+	}
+	bad := 0
+	for _, p := range slices.Concat(fsSockets, u.Paths) {
+		if !under(p, "/tmp") {
+			b.check(p, "a unix socket is reachable", "no unix socket outside /tmp", false)
+			bad++
+		}
+	}
+	if bad == 0 {
+		b.check("unix sockets", "none outside /tmp", "no unix socket outside /tmp", true)
+	}
+	return b.s
+}
+
+func (e *evaluator) network() Section {
+	b := newSection("network", "Network and outbound attempts")
+	n := e.r.Net
+	ifaces := uniqueSorted(slices.Concat(n.Netlink.Names, n.ProcNetDev, n.SysClassNet))
+	b.fact("interfaces: %s; addresses: %s", orNone(strings.Join(ifaces, ", ")), orNone(strings.Join(n.Addresses.Addrs, ", ")))
+	if !e.t.Egress.None() {
+		b.check("egress", "the record allows egress", "an audit of the egress proxy, which does not exist yet", false)
+		return b.s
+	}
+	okIfaces := len(ifaces) > 0 && !slices.ContainsFunc(ifaces, func(s string) bool { return s != "lo" })
+	b.check("interfaces", orNone(strings.Join(ifaces, ", ")), "loopback only (egress none)", okIfaces)
+	for _, a := range n.Addresses.Addrs {
+		if !strings.HasPrefix(a, "127.") && !strings.HasPrefix(a, "::1/") {
+			b.check("address "+a, "configured", "loopback addresses only", false)
+		}
+	}
+	b.s.Table = [][]string{{"attempt", "target", "result"}}
+	for _, a := range e.r.Outbound {
+		var what string
+		var failed bool
+		switch a.Kind {
+		case "tcp_host_loopback":
+			what = "TCP connect to a listener on the host's 127.0.0.1"
+			failed = a.Result != "connected"
+		case "tcp_metadata":
+			what = "TCP connect to the link-local metadata address"
+			failed = a.Result != "connected"
+		case "dns":
+			what = "DNS lookup of " + a.Name
+			// Any reply, even "no such name", means a resolver was
+			// reachable.
+			failed = a.Errno != 0
+		default:
+			what = a.Kind
+			failed = a.Result != "connected" && a.Errno != 0
+		}
+		b.s.Table = append(b.s.Table, []string{what, a.Addr, a.Result})
+		b.check(what+" ("+a.Addr+")", a.Result, "the attempt fails (egress none)", failed)
+	}
+	b.s.Table = append(b.s.Table, []string{"connections the host listener accepted", e.o.listenAddr, strconv.Itoa(int(e.o.accepted))})
+	b.check("host listener "+e.o.listenAddr, fmt.Sprintf("accepted %d connections", e.o.accepted), "none accepted", e.o.accepted == 0)
+	return b.s
+}
+
+func (e *evaluator) limitsSection() Section {
+	b := newSection("limits", "Process and memory limits")
+	lim := e.r.Limits
+	b.s.Table = [][]string{{"limit", "record", "presented inside", "measured"}}
+
+	// Processes: count the sandbox's tasks, fork until refused.
+	p := e.o.pids
+	presented := "no cgroup filesystem; RLIMIT_NPROC " + lim.RlimitNproc.Cur
+	if lim.CgroupPidsMax.Path != "" {
+		presented = lim.CgroupPidsMax.Path + " " + lim.CgroupPidsMax.Value
+	}
+	reached := p.TasksBefore + p.Forked
+	var measured string
+	var ok bool
+	switch {
+	case p.Errno == 0:
+		measured = fmt.Sprintf("%d tasks, then %d forks without refusal", p.TasksBefore, p.Forked)
+	default:
+		measured = fmt.Sprintf("%d tasks + %d forks = %d, then %s", p.TasksBefore, p.Forked, reached, p.attempt.String())
+		ok = int64(reached) <= e.limits.Pids
+	}
+	b.s.Table = append(b.s.Table, []string{"processes", strconv.FormatInt(e.limits.Pids, 10), presented, measured})
+	b.check("processes", measured, fmt.Sprintf("at most %d processes and threads", e.limits.Pids), ok)
+	if lim.CgroupPidsMax.Path != "" {
+		b.check(lim.CgroupPidsMax.Path, lim.CgroupPidsMax.Value, strconv.FormatInt(e.limits.Pids, 10), lim.CgroupPidsMax.Value == strconv.FormatInt(e.limits.Pids, 10))
+	}
+
+	// Memory: allocate past the limit.
+	presented = "no cgroup filesystem; MemTotal " + formatSize(lim.MemTotal)
+	if lim.CgroupMemoryMax.Path != "" {
+		presented = lim.CgroupMemoryMax.Path + " " + lim.CgroupMemoryMax.Value
+	}
+	a, res := e.o.alloc, e.o.allocRes
+	switch {
+	case res.Status == sandbox.StatusSucceeded && a.Errno == 0:
+		measured = fmt.Sprintf("allocated all %d MiB", a.AllocatedMiB)
+		ok = false
+	case res.Status == sandbox.StatusSucceeded:
+		measured = fmt.Sprintf("allocation refused (%s) after %d MiB of %d MiB", a.attempt.String(), a.AllocatedMiB, e.o.allocMiB)
+		ok = int64(a.AllocatedMiB)<<20 <= e.limits.Memory
+	default:
+		measured = fmt.Sprintf("%s after %d MiB of %d MiB", strings.ReplaceAll(string(res.Status), "_", " "), a.AllocatedMiB, e.o.allocMiB)
+		ok = (res.Status == sandbox.StatusOOMKilled || res.Status == sandbox.StatusKilled) && int64(a.AllocatedMiB)<<20 <= e.limits.Memory
+	}
+	b.s.Table = append(b.s.Table, []string{"memory", formatSize(e.limits.Memory), presented, measured})
+	b.check("memory", measured, "at most "+formatSize(e.limits.Memory), ok)
+	if lim.CgroupMemoryMax.Path != "" {
+		b.check(lim.CgroupMemoryMax.Path, lim.CgroupMemoryMax.Value, strconv.FormatInt(e.limits.Memory, 10), lim.CgroupMemoryMax.Value == strconv.FormatInt(e.limits.Memory, 10))
+	}
+	b.fact("RLIMIT_NOFILE %s, RLIMIT_AS %s", lim.RlimitNofile.Cur, lim.RlimitAS.Cur)
+	return b.s
+}
+
+// ---------------------------------------------------------------------------
+
+// under reports whether p is dir or below it.
+func under(p, dir string) bool { return p == dir || strings.HasPrefix(p, dir+"/") }
+
+func hasOption(opts, o string) bool { return slices.Contains(strings.Split(opts, ","), o) }
+
+func uniqueSorted(ss []string) []string {
+	out := slices.Clone(ss)
+	slices.Sort(out)
+	return slices.Compact(out)
+}
+
+func joinInts(v []int) string {
+	s := make([]string, len(v))
+	for i, n := range v {
+		s[i] = strconv.Itoa(n)
+	}
+	return strings.Join(s, ", ")
+}
+
+func orNone(s string) string {
+	if s == "" {
+		return "none"
+	}
+	return s
+}
+
+func plural(n int, noun string) string {
+	if n == 1 {
+		return "1 " + noun
+	}
+	if strings.HasSuffix(noun, "y") {
+		return strconv.Itoa(n) + " " + strings.TrimSuffix(noun, "y") + "ies"
+	}
+	return strconv.Itoa(n) + " " + noun + "s"
+}
+
+// formatSize renders bytes in the largest binary unit that divides them.
+func formatSize(n int64) string {
+	switch {
+	case n < 0:
+		return "unknown"
+	case n >= 1<<30 && n%(1<<30) == 0:
+		return fmt.Sprintf("%d GiB", n>>30)
+	case n >= 1<<20 && n%(1<<20) == 0:
+		return fmt.Sprintf("%d MiB", n>>20)
+	case n >= 1<<10 && n%(1<<10) == 0:
+		return fmt.Sprintf("%d KiB", n>>10)
+	}
+	return fmt.Sprintf("%d bytes", n)
+}

@@ -1,0 +1,181 @@
+package engine
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stockade-sh/stockade/audit"
+	"github.com/stockade-sh/stockade/errdefs"
+	"github.com/stockade-sh/stockade/sandbox"
+	"github.com/stockade-sh/stockade/store"
+	"github.com/stockade-sh/stockade/store/sqlite"
+	"github.com/stockade-sh/stockade/tools"
+)
+
+// serviceWith starts a service over st whose tools come from the YAML text.
+// Egress is enabled in the tool options: the review gate is about records,
+// not traffic.
+func serviceWith(t *testing.T, st store.Store, toolsYAML string) *Service {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "tools.yaml")
+	if err := os.WriteFile(path, []byte(toolsYAML), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	opts := tools.Options{EgressSupported: true}
+	set, err := tools.Load(path, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	drivers := map[string]sandbox.Driver{"gvisor": &fakeDriver{name: "gvisor", tier: sandbox.TierGVisor}}
+	eng, err := New(drivers, "gvisor", fakeImages{}, sandbox.DefaultLimits(), sandbox.DefaultCeiling(), WithTools(set, opts))
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc := NewService(eng, st, ServiceOptions{})
+	if err := svc.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(svc.Close)
+	return svc
+}
+
+const fetchTool = `
+tools:
+  - name: fetch
+    input_trust: trusted
+    tier: gvisor
+    egress:
+      allow: [%s]
+      ports: [443]
+`
+
+func fetchYAML(domains ...string) string {
+	return strings.Replace(fetchTool, "%s", strings.Join(domains, ", "), 1)
+}
+
+func TestToolDrift(t *testing.T) {
+	ctx := context.Background()
+	st, err := sqlite.Open(ctx, sqlite.Config{Path: filepath.Join(t.TempDir(), "db.sqlite")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	reviewWS, err := st.CreateWorkspace(ctx, "strict")
+	if err != nil {
+		t.Fatal(err)
+	}
+	flagWS, err := st.CreateWorkspace(ctx, "relaxed")
+	if err != nil {
+		t.Fatal(err)
+	}
+	principal := func(ws store.Workspace, role store.Role) Principal {
+		k, err := st.CreateAPIKey(ctx, store.NewAPIKey{WorkspaceID: ws.ID, Role: role, Hash: store.HashKey(ws.Name + string(role))})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return Principal{KeyID: k.ID, WorkspaceID: ws.ID, Role: role}
+	}
+	strictAgent, strictApprover, relaxedAgent := principal(reviewWS, store.RoleAgent), principal(reviewWS, store.RoleApprover), principal(flagWS, store.RoleAgent)
+	for _, ws := range []store.Workspace{reviewWS, flagWS} {
+		pol := store.DefaultPolicy()
+		pol.Approval = store.ApprovalNone
+		if ws.ID == reviewWS.ID {
+			pol.ToolChanges = store.ToolChangesRequireReview
+		}
+		if _, err := st.SetPolicy(ctx, ws.ID, pol); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := st.GrantCredits(ctx, ws.ID, 100, "test"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	toolEvents := func(typ string) []toolEvent {
+		var out []toolEvent
+		if err := eachEvent(ctx, st, "", []string{typ}, func(e store.Event) bool {
+			var te toolEvent
+			if err := json.Unmarshal(e.Data, &te); err != nil {
+				t.Fatal(err)
+			}
+			out = append(out, te)
+			return true
+		}); err != nil {
+			t.Fatal(err)
+		}
+		return out
+	}
+	invoke := func(svc *Service, p Principal) error {
+		inv, err := svc.Invoke(ctx, p, InvokeRequest{Runtime: "python", Code: "print(1)", Tool: "fetch"}, InvokeOptions{})
+		if err == nil {
+			_, err = svc.Wait(ctx, p, inv.Execution.ID, 10e9)
+		}
+		return err
+	}
+
+	svc := serviceWith(t, st, fetchYAML("api.example.com"))
+	if got := toolEvents(audit.ToolRegistered); len(got) != 2 { // fetch and the default tool
+		t.Fatalf("tool.registered events: got %d, want 2 (%+v)", len(got), got)
+	}
+	if err := invoke(svc, strictAgent); err != nil {
+		t.Fatalf("a tool never changed: got %v, want it to run", err)
+	}
+	svc.Close()
+
+	t.Run("unchanged reload writes nothing", func(t *testing.T) {
+		svc := serviceWith(t, st, fetchYAML("api.example.com"))
+		svc.Close()
+		if got := len(toolEvents(audit.ToolRegistered)) + len(toolEvents(audit.ToolChanged)); got != 2 {
+			t.Errorf("tool events after an unchanged reload: got %d, want 2", got)
+		}
+	})
+
+	t.Run("shrinking is audited, not flagged", func(t *testing.T) {
+		svc := serviceWith(t, st, fetchYAML("api.example.com"))
+		defer svc.Close()
+		_ = svc
+	})
+
+	svc = serviceWith(t, st, fetchYAML("api.example.com", "evil.example.net"))
+	changed := toolEvents(audit.ToolChanged)
+	if len(changed) != 1 {
+		t.Fatalf("tool.changed events: got %d, want 1", len(changed))
+	}
+	c := changed[0]
+	if !c.ReviewRequired || len(c.Growth) == 0 || !strings.Contains(strings.Join(c.Diff, "\n"), "evil.example.net") {
+		t.Errorf("change event: got %+v, want review_required with the added domain in the diff", c)
+	}
+	err = invoke(svc, strictAgent)
+	if !errdefs.IsPermissionDenied(err) || !strings.Contains(err.Error(), "re-approve") {
+		t.Errorf("require_review workspace, changed tool: got %v, want a denial asking for re-approval", err)
+	}
+	if err := invoke(svc, relaxedAgent); err != nil {
+		t.Errorf("flag-only workspace, changed tool: got %v, want it to run", err)
+	}
+	if _, err := svc.ApproveTool(ctx, strictAgent, "fetch", "looks fine"); !errdefs.IsPermissionDenied(err) {
+		t.Errorf("an agent approving a tool: got %v, want permission denied", err)
+	}
+	if _, err := svc.ApproveTool(ctx, strictApprover, "fetch", "reviewed the new domain"); err != nil {
+		t.Fatal(err)
+	}
+	if err := invoke(svc, strictAgent); err != nil {
+		t.Errorf("after re-approval: got %v, want it to run", err)
+	}
+	svc.Close()
+
+	t.Run("approval survives a restart", func(t *testing.T) {
+		svc := serviceWith(t, st, fetchYAML("api.example.com", "evil.example.net"))
+		if err := invoke(svc, strictAgent); err != nil {
+			t.Errorf("after restart: got %v, want the re-approval to hold", err)
+		}
+	})
+
+	t.Run("removal is audited", func(t *testing.T) {
+		serviceWith(t, st, "tools: []\n")
+		if got := toolEvents(audit.ToolRemoved); len(got) != 1 || got[0].Tool != "fetch" {
+			t.Errorf("tool.removed events: got %+v, want one for fetch", got)
+		}
+	})
+}

@@ -1,0 +1,49 @@
+package engine
+
+import (
+	"context"
+	"sync"
+
+	"github.com/stockade-sh/stockade/sandbox"
+)
+
+// fakeDriver is a sandbox.Driver that runs nothing: each Exec succeeds at
+// once with the code as its output. It unit-tests the capability layer; the
+// drivers themselves are proven by sandbox/conformance.
+type fakeDriver struct {
+	name string
+	tier sandbox.Tier
+
+	mu    sync.Mutex
+	specs []sandbox.Spec
+}
+
+func (d *fakeDriver) Name() string { return d.name }
+
+func (d *fakeDriver) Capabilities() sandbox.Capabilities {
+	return sandbox.Capabilities{Tier: d.tier, Sessions: true}
+}
+
+func (d *fakeDriver) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Sandbox, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.specs = append(d.specs, spec)
+	return fakeSandbox{}, nil
+}
+
+type fakeSandbox struct{}
+
+func (fakeSandbox) ID() string { return "fake" }
+
+func (fakeSandbox) Exec(ctx context.Context, req sandbox.ExecRequest) (*sandbox.Result, error) {
+	return &sandbox.Result{Status: sandbox.StatusSucceeded, Stdout: req.File.Data}, nil
+}
+
+func (fakeSandbox) Destroy(context.Context) error { return nil }
+
+// fakeImages resolves every runtime to a placeholder image.
+type fakeImages struct{}
+
+func (fakeImages) Resolve(name string) (sandbox.Image, error) {
+	return sandbox.Image{Name: name, Rootfs: "/nonexistent"}, nil
+}
