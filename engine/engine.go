@@ -171,6 +171,28 @@ func ProgramEnv() []string { return []string{"PATH=/usr/local/bin:/usr/bin:/bin"
 // Validate checks a request without running anything, and returns the
 // tool, driver and runtime it would use.
 func (e *Engine) Validate(req Request) (tools.Tool, sandbox.Driver, image.Runtime, error) {
+	if err := checkInput(req); err != nil {
+		return tools.Tool{}, nil, image.Runtime{}, err
+	}
+	return e.resolve(req)
+}
+
+// checkInput checks the code and stdin of an invocation.
+func checkInput(req Request) error {
+	switch {
+	case len(req.Code) == 0:
+		return fmt.Errorf("code is empty: %w", errdefs.ErrInvalidArgument)
+	case len(req.Code) > sandbox.MaxCodeSize:
+		return fmt.Errorf("code is %d bytes, more than the limit of 1 MiB: %w", len(req.Code), errdefs.ErrTooLarge)
+	case len(req.Stdin) > sandbox.MaxCodeSize:
+		return fmt.Errorf("stdin is %d bytes, more than the limit of 1 MiB: %w", len(req.Stdin), errdefs.ErrTooLarge)
+	}
+	return nil
+}
+
+// resolve finds the runtime, tool and driver of a request and checks its
+// limits against the ceiling.
+func (e *Engine) resolve(req Request) (tools.Tool, sandbox.Driver, image.Runtime, error) {
 	fail := func(err error) (tools.Tool, sandbox.Driver, image.Runtime, error) {
 		return tools.Tool{}, nil, image.Runtime{}, err
 	}
@@ -195,14 +217,6 @@ func (e *Engine) Validate(req Request) (tools.Tool, sandbox.Driver, image.Runtim
 	if !ok {
 		return fail(fmt.Errorf("unknown driver %q (known: %s): %w", name, strings.Join(slices.Sorted(maps.Keys(e.drivers)), ", "), errdefs.ErrInvalidArgument))
 	}
-	switch {
-	case len(req.Code) == 0:
-		return fail(fmt.Errorf("code is empty: %w", errdefs.ErrInvalidArgument))
-	case len(req.Code) > sandbox.MaxCodeSize:
-		return fail(fmt.Errorf("code is %d bytes, more than the limit of 1 MiB: %w", len(req.Code), errdefs.ErrTooLarge))
-	case len(req.Stdin) > sandbox.MaxCodeSize:
-		return fail(fmt.Errorf("stdin is %d bytes, more than the limit of 1 MiB: %w", len(req.Stdin), errdefs.ErrTooLarge))
-	}
 	if err := req.Limits.Check(e.ceiling); err != nil {
 		return fail(err)
 	}
@@ -221,12 +235,9 @@ type Session struct {
 
 // NewSession creates the sandbox req's tool (or req.Driver) calls for, with
 // the record's mounts and limits, without running anything: the caller
-// Execs in it and must Destroy it. req.Code may be empty.
+// Execs in it and must Destroy it. req.Code and req.Stdin are not used.
 func (e *Engine) NewSession(ctx context.Context, req Request) (*Session, error) {
-	if len(req.Code) == 0 {
-		req.Code = []byte{'\n'} // validated like an invocation, which needs code
-	}
-	tool, drv, rt, err := e.Validate(req)
+	tool, drv, rt, err := e.resolve(req)
 	if err != nil {
 		return nil, err
 	}
@@ -258,6 +269,9 @@ func (e *Engine) NewSession(ctx context.Context, req Request) (*Session, error) 
 // error means the run could not happen (bad request, missing image or
 // runtime, driver failure).
 func (e *Engine) Run(ctx context.Context, req Request) (*Result, error) {
+	if err := checkInput(req); err != nil {
+		return nil, err
+	}
 	sb, err := e.NewSession(ctx, req)
 	if err != nil {
 		return nil, err

@@ -17,7 +17,7 @@ const GuestPath = "/.stockade/guest"
 // mountPoints are the directories the sandbox mounts over. They exist in
 // every image, empty, with mode 0755, except the writable scratch
 // directories (see mountMode).
-var mountPoints = []string{"tmp", "workspace", "proc", "sys", "dev", ".stockade"}
+var mountPoints = []string{"tmp", "workspace", "proc", "sys", "dev", ".stockade", "data"}
 
 // emptied are directories whose contents are removed from every image: state
 // of the build (logs, apt indexes, temporary files) that would make two

@@ -194,9 +194,11 @@ func denied(p string) (rule, why string) {
 	return "", ""
 }
 
-// Targets the sandbox reserves: nothing may be mounted on or under them.
-var reservedTargets = []string{"/proc", "/sys", "/dev", "/tmp", "/run", "/var/run", "/.stockade", "/workspace",
-	"/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/usr", "/etc"}
+// MountParent is the directory every mount target lies under. The sandbox
+// gets a small tmpfs there, on which the runtime creates the mount points:
+// creating them in the image would change the shared, content-addressed
+// image on disk.
+const MountParent = "/data"
 
 // checkTarget returns why target cannot be a mount target, or "".
 func checkTarget(target string) string {
@@ -209,11 +211,8 @@ func checkTarget(target string) string {
 		return fmt.Sprintf("mount target %s must be a clean path (write %s)", target, filepath.Clean(target))
 	case target == "/":
 		return "mount target / would replace the sandbox's root filesystem"
-	}
-	for _, r := range reservedTargets {
-		if within(target, r) {
-			return fmt.Sprintf("mount target %s is inside %s, which the sandbox reserves; mount data under e.g. /data", target, r)
-		}
+	case !within(target, MountParent) || target == MountParent:
+		return fmt.Sprintf("mount target %s must be below %s (e.g. %s/sales)", target, MountParent, MountParent)
 	}
 	return ""
 }

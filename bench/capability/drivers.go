@@ -43,12 +43,13 @@ func (s fakeSandbox) Exec(_ context.Context, req sandbox.ExecRequest) (*sandbox.
 
 func (fakeSandbox) Destroy(context.Context) error { return nil }
 
-// timedDriver wraps a driver and remembers how long the last sandbox lived
-// as seen from the engine: from the start of Create to the end of Destroy.
-// That span is only meaningful while one sandbox runs at a time.
+// timedDriver wraps a driver and adds up the time spent in its calls
+// (Create, and the sandbox's Exec and Destroy), so that the rest of an
+// invocation's time can be told apart from the sandbox's. The sum is only
+// meaningful while one invocation runs at a time.
 type timedDriver struct {
 	sandbox.Driver
-	last atomic.Int64 // nanoseconds
+	spent atomic.Int64 // nanoseconds since the last take
 }
 
 var (
@@ -56,13 +57,19 @@ var (
 	_ sandbox.Reaper        = (*timedDriver)(nil)
 )
 
+// take returns the time spent in driver calls since the last take and
+// starts counting again.
+func (d *timedDriver) take() time.Duration { return time.Duration(d.spent.Swap(0)) }
+
+func (d *timedDriver) since(start time.Time) { d.spent.Add(int64(time.Since(start))) }
+
 func (d *timedDriver) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Sandbox, error) {
-	start := time.Now()
+	defer d.since(time.Now())
 	sb, err := d.Driver.Create(ctx, spec)
 	if err != nil {
 		return nil, err
 	}
-	return &timedSandbox{Sandbox: sb, d: d, start: start}, nil
+	return &timedSandbox{Sandbox: sb, d: d}, nil
 }
 
 // Health and Reap keep the wrapped driver's optional abilities visible to
@@ -81,17 +88,17 @@ func (d *timedDriver) Reap(ctx context.Context, match map[string]string) ([]stri
 	return nil, nil
 }
 
-// lastSpan returns the span of the last destroyed sandbox.
-func (d *timedDriver) lastSpan() time.Duration { return time.Duration(d.last.Load()) }
-
 type timedSandbox struct {
 	sandbox.Sandbox
-	d     *timedDriver
-	start time.Time
+	d *timedDriver
+}
+
+func (s *timedSandbox) Exec(ctx context.Context, req sandbox.ExecRequest) (*sandbox.Result, error) {
+	defer s.d.since(time.Now())
+	return s.Sandbox.Exec(ctx, req)
 }
 
 func (s *timedSandbox) Destroy(ctx context.Context) error {
-	err := s.Sandbox.Destroy(ctx)
-	s.d.last.Store(int64(time.Since(s.start)))
-	return err
+	defer s.d.since(time.Now())
+	return s.Sandbox.Destroy(ctx)
 }

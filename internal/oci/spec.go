@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
@@ -23,6 +24,8 @@ const (
 	// GuestPath is where the guest agent binary is bind-mounted read-only.
 	// Images carry an empty file there as the mount point.
 	GuestPath = "/.stockade/guest"
+	// DataDir is where read-only data mounts go; images carry it empty.
+	DataDir = "/data"
 	// SandboxUID and SandboxGID are nobody:nogroup.
 	SandboxUID = 65534
 	SandboxGID = 65534
@@ -113,9 +116,15 @@ func Build(o Options) (*specs.Spec, error) {
 		{Destination: "/tmp", Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "nodev", "mode=1777", "size=" + strconv.FormatInt(l.TmpSize, 10)}},
 		{Destination: GuestPath, Type: "bind", Source: o.GuestPath, Options: []string{"bind", "ro", "nosuid", "nodev"}},
 	}
+	if len(o.Spec.Mounts) > 0 {
+		// The data mounts' mount points are made on this tmpfs: the runtime
+		// would otherwise create them in the shared image on disk. It is
+		// root's and 0755, so the sandbox user cannot write to it.
+		mounts = append(mounts, specs.Mount{Destination: DataDir, Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "nodev", "noexec", "mode=755", "size=64k"}})
+	}
 	for _, m := range o.Spec.Mounts {
-		if !filepath.IsAbs(m.Source) || !filepath.IsAbs(m.Target) {
-			return nil, fmt.Errorf("mount %q -> %q: paths must be absolute", m.Source, m.Target)
+		if !filepath.IsAbs(m.Source) || !strings.HasPrefix(m.Target, DataDir+"/") || filepath.Clean(m.Target) != m.Target {
+			return nil, fmt.Errorf("mount %q -> %q: the source must be absolute and the target a clean path below %s", m.Source, m.Target, DataDir)
 		}
 		mounts = append(mounts, specs.Mount{Destination: m.Target, Type: "bind", Source: m.Source, Options: []string{"rbind", "ro", "nosuid", "nodev", "noexec"}})
 	}

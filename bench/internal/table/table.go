@@ -96,14 +96,22 @@ func Ratio(a, b time.Duration) string {
 	return fmt.Sprintf("%.2fx", float64(a)/float64(b))
 }
 
-// Table is a Markdown table whose first column is aligned left and the
-// others right, padded so that it also reads well as plain text.
+// Table is a Markdown table whose leading label columns (by default the
+// first) are aligned left and the others right, padded so that it also
+// reads well as plain text.
 type Table struct {
-	rows [][]string // rows[0] is the header
+	rows   [][]string // rows[0] is the header
+	labels int
 }
 
 // New returns a table with the given column headers.
-func New(header ...string) *Table { return &Table{rows: [][]string{header}} }
+func New(header ...string) *Table { return &Table{rows: [][]string{header}, labels: 1} }
+
+// Labels makes the first n columns labels, aligned left, and returns t.
+func (t *Table) Labels(n int) *Table {
+	t.labels = n
+	return t
+}
 
 // Row appends a row; missing cells are empty, extra cells are dropped.
 func (t *Table) Row(cells ...string) {
@@ -124,7 +132,7 @@ func (t *Table) Print(w io.Writer) {
 		var b strings.Builder
 		for i, c := range cells {
 			pad := strings.Repeat(" ", width[i]-utf8.RuneCountInString(c))
-			if i == 0 {
+			if i < t.labels {
 				b.WriteString("| " + c + pad + " ")
 			} else {
 				b.WriteString("| " + pad + c + " ")
@@ -136,7 +144,7 @@ func (t *Table) Print(w io.Writer) {
 	line(t.rows[0])
 	sep := make([]string, len(width))
 	for i, n := range width {
-		if i == 0 {
+		if i < t.labels {
 			sep[i] = strings.Repeat("-", n)
 		} else {
 			sep[i] = strings.Repeat("-", n-1) + ":"
