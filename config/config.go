@@ -44,7 +44,9 @@ type Config struct {
 	DockerHost string `yaml:"docker_host"`
 	// GuestPath overrides the guest agent embedded in the binary (tests).
 	GuestPath string `yaml:"guest_path"`
-	// Defaults and Ceiling bound every invocation's limits.
+	// Defaults fill the limits an invocation does not set; Ceiling bounds
+	// what it may set. In the file: `defaults:` and `ceiling:` with
+	// memory, cpu, pids, timeout, tmp_size and output_cap keys.
 	Defaults sandbox.Limits `yaml:"-"`
 	Ceiling  sandbox.Limits `yaml:"-"`
 
@@ -90,6 +92,43 @@ func Default() Config {
 	}
 }
 
+// limitsFile is the YAML form of sandbox.Limits; a key left out keeps the
+// value in force.
+type limitsFile struct {
+	Memory    string        `yaml:"memory"`
+	CPU       float64       `yaml:"cpu"`
+	Pids      int64         `yaml:"pids"`
+	Timeout   time.Duration `yaml:"timeout"`
+	TmpSize   string        `yaml:"tmp_size"`
+	OutputCap string        `yaml:"output_cap"`
+}
+
+func (f limitsFile) apply(l *sandbox.Limits) error {
+	for _, sz := range []struct {
+		v   string
+		dst *int64
+	}{{f.Memory, &l.Memory}, {f.TmpSize, &l.TmpSize}, {f.OutputCap, &l.OutputCap}} {
+		if sz.v == "" {
+			continue
+		}
+		n, err := sandbox.ParseSize(sz.v)
+		if err != nil {
+			return err
+		}
+		*sz.dst = n
+	}
+	if f.CPU != 0 {
+		l.CPU = f.CPU
+	}
+	if f.Pids != 0 {
+		l.Pids = f.Pids
+	}
+	if f.Timeout != 0 {
+		l.Timeout = f.Timeout
+	}
+	return nil
+}
+
 // LoadFile applies a YAML configuration file on top of c. Unknown keys are
 // refused, so that a typo never silently keeps a default.
 func (c *Config) LoadFile(path string) error {
@@ -98,10 +137,22 @@ func (c *Config) LoadFile(path string) error {
 		return fmt.Errorf("reading config: %w", err)
 	}
 	defer f.Close()
+	var file struct {
+		*Config  `yaml:",inline"`
+		Defaults limitsFile `yaml:"defaults"`
+		Ceiling  limitsFile `yaml:"ceiling"`
+	}
+	file.Config = c
 	dec := yaml.NewDecoder(f)
 	dec.KnownFields(true)
-	if err := dec.Decode(c); err != nil && !errors.Is(err, io.EOF) {
+	if err := dec.Decode(&file); err != nil && !errors.Is(err, io.EOF) {
 		return fmt.Errorf("config %s: %v: %w", path, err, errdefs.ErrInvalidArgument)
+	}
+	if err := file.Defaults.apply(&c.Defaults); err != nil {
+		return fmt.Errorf("config %s: defaults: %v: %w", path, err, errdefs.ErrInvalidArgument)
+	}
+	if err := file.Ceiling.apply(&c.Ceiling); err != nil {
+		return fmt.Errorf("config %s: ceiling: %v: %w", path, err, errdefs.ErrInvalidArgument)
 	}
 	return nil
 }

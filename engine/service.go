@@ -109,7 +109,7 @@ func NewService(eng *Engine, st store.Store, o ServiceOptions) *Service {
 	return &Service{
 		eng: eng, st: st, opts: o, log: o.Logger, hub: newHub(),
 		slots: newAdmission(o.MaxConcurrent, o.MaxQueue), drift: newDrift(),
-		ctx:   ctx, cancel: cancel,
+		ctx: ctx, cancel: cancel,
 	}
 }
 

@@ -436,7 +436,7 @@ func (y toolYAML) tool(src string, at func(int) string) (Tool, Problems) {
 		if s == "" {
 			return 0
 		}
-		n, err := ParseSize(s)
+		n, err := sandbox.ParseSize(s)
 		if err != nil {
 			add(RuleLimits, "%s: %v", field, err)
 		}
@@ -481,35 +481,6 @@ func (y toolYAML) tool(src string, at func(int) string) (Tool, Problems) {
 		t.AcceptRisk = &AcceptRisk{By: y.AcceptRisk.By, Reason: y.AcceptRisk.Reason}
 	}
 	return t, ps
-}
-
-// ParseSize parses a byte size such as 512MiB, 1GiB, 64M, 64MB or 1048576.
-// K, M and G are binary multiples, as in the rest of Stockade.
-func ParseSize(s string) (int64, error) {
-	units := []struct {
-		suffix string
-		mult   int64
-	}{
-		{"KiB", 1 << 10}, {"MiB", 1 << 20}, {"GiB", 1 << 30},
-		{"KB", 1 << 10}, {"MB", 1 << 20}, {"GB", 1 << 30},
-		{"K", 1 << 10}, {"M", 1 << 20}, {"G", 1 << 30}, {"B", 1},
-	}
-	mult := int64(1)
-	num := strings.TrimSpace(s)
-	for _, u := range units {
-		if v, ok := strings.CutSuffix(num, u.suffix); ok {
-			num, mult = v, u.mult
-			break
-		}
-	}
-	n, err := strconv.ParseInt(strings.TrimSpace(num), 10, 64)
-	if err != nil || n < 0 {
-		return 0, fmt.Errorf("invalid size %q (use e.g. 256MiB)", s)
-	}
-	if n > (1<<62)/mult {
-		return 0, fmt.Errorf("size %q is too large", s)
-	}
-	return n * mult, nil
 }
 
 // sortProblems orders problems by file and line, keeping the order of

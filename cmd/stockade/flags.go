@@ -2,10 +2,7 @@ package main
 
 import (
 	"flag"
-	"fmt"
 	"os"
-	"strconv"
-	"strings"
 
 	"github.com/stockade-sh/stockade/config"
 )
@@ -61,33 +58,6 @@ func configFlags(fs *flag.FlagSet) (*config.Config, func(args []string) ([]strin
 		return pos, nil
 	}
 	return &cfg, load
-}
-
-// parseSize parses a byte size such as 512MiB, 1GiB, 64M or 1048576.
-func parseSize(s string) (int64, error) {
-	units := []struct {
-		suffix string
-		mult   int64
-	}{
-		{"KiB", 1 << 10}, {"MiB", 1 << 20}, {"GiB", 1 << 30},
-		{"K", 1 << 10}, {"M", 1 << 20}, {"G", 1 << 30}, {"B", 1},
-	}
-	mult := int64(1)
-	num := strings.TrimSpace(s)
-	for _, u := range units {
-		if v, ok := strings.CutSuffix(num, u.suffix); ok {
-			num, mult = v, u.mult
-			break
-		}
-	}
-	n, err := strconv.ParseInt(strings.TrimSpace(num), 10, 64)
-	if err != nil || n < 0 {
-		return 0, fmt.Errorf("invalid size %q (use e.g. 512MiB)", s)
-	}
-	if n > (1<<62)/mult {
-		return 0, fmt.Errorf("size %q is too large", s)
-	}
-	return n * mult, nil
 }
 
 // parseArgs parses args with fs, allowing flags after positional arguments

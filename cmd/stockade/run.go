@@ -103,7 +103,7 @@ func runOnce(ctx context.Context, pos []string, cfg *config.Config, runtime, too
 	}
 	limits.Timeout = timeout
 	if memory != "" {
-		n, err := parseSize(memory)
+		n, err := sandbox.ParseSize(memory)
 		if err != nil {
 			return nil, usagef("--memory: %v", err)
 		}

@@ -12,6 +12,7 @@
 package table
 
 import (
+	"bytes"
 	"fmt"
 	"io"
 	"os/exec"
@@ -52,17 +53,20 @@ func Interleave(n int, vs []*Variant) error {
 }
 
 // Command returns a Run that executes argv with env added to this process's
-// environment and fails unless it exits 0 with want as its whole combined
-// output.
+// environment and fails unless it exits 0 with want as its whole standard
+// output. Standard error is only shown when the run fails: the docker CLI,
+// for one, warns there about flags it was given on purpose.
 func Command(want string, env []string, argv ...string) func() error {
 	return func() error {
 		cmd := exec.Command(argv[0], argv[1:]...)
 		if env != nil {
 			cmd.Env = append(cmd.Environ(), env...)
 		}
-		out, err := cmd.CombinedOutput()
+		var stderr bytes.Buffer
+		cmd.Stderr = &stderr
+		out, err := cmd.Output()
 		if err != nil || string(out) != want {
-			return fmt.Errorf("%s: %v: %q", strings.Join(argv, " "), err, out)
+			return fmt.Errorf("%s: %v: stdout %q, stderr %q", strings.Join(argv, " "), err, out, stderr.Bytes())
 		}
 		return nil
 	}

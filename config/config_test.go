@@ -1,0 +1,84 @@
+package config
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestLoadFile(t *testing.T) {
+	tests := []struct {
+		name, yaml string
+		check      func(t *testing.T, c Config)
+		wantErr    string
+	}{
+		{
+			name: "server and limits",
+			yaml: "listen: 127.0.0.1:9000\ndriver: runc\nmax_concurrent: 3\ndefaults:\n  memory: 256MiB\n  timeout: 10s\nceiling:\n  timeout: 2m\n  memory: 1GiB\n",
+			check: func(t *testing.T, c Config) {
+				if c.Listen != "127.0.0.1:9000" || c.Driver != "runc" || c.MaxConcurrent != 3 {
+					t.Errorf("got listen %s driver %s max %d", c.Listen, c.Driver, c.MaxConcurrent)
+				}
+				if c.Defaults.Memory != 256<<20 || c.Defaults.Timeout != 10*time.Second || c.Defaults.Pids != 128 {
+					t.Errorf("defaults: got %+v, want memory 256 MiB, timeout 10s, pids kept at 128", c.Defaults)
+				}
+				if c.Ceiling.Timeout != 2*time.Minute || c.Ceiling.Memory != 1<<30 {
+					t.Errorf("ceiling: got %+v", c.Ceiling)
+				}
+				if err := c.Validate(); err != nil {
+					t.Errorf("Validate: %v", err)
+				}
+			},
+		},
+		{name: "unknown key", yaml: "lisen: x\n", wantErr: "field lisen not found"},
+		{name: "bad size", yaml: "defaults:\n  memory: lots\n", wantErr: "invalid size"},
+		{name: "empty file", yaml: "", check: func(t *testing.T, c Config) {
+			if c.Listen != Default().Listen {
+				t.Errorf("an empty file changed listen to %q", c.Listen)
+			}
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p := filepath.Join(t.TempDir(), "stockade.yaml")
+			if err := os.WriteFile(p, []byte(tt.yaml), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			c := Default()
+			err := c.LoadFile(p)
+			if tt.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Fatalf("got %v, want an error containing %q", err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			tt.check(t, c)
+		})
+	}
+}
+
+func TestValidate(t *testing.T) {
+	bad := []func(*Config){
+		func(c *Config) { c.DataDir = "relative" },
+		func(c *Config) { c.Driver = "kata" },
+		func(c *Config) { c.Defaults.Timeout = 0 },
+		func(c *Config) { c.Defaults.Memory = c.Ceiling.Memory + 1 },
+		func(c *Config) { c.MaxConcurrent = 0 },
+		func(c *Config) { c.ApprovalTTL = 0 },
+	}
+	for i, mutate := range bad {
+		c := Default()
+		mutate(&c)
+		if err := c.Validate(); err == nil {
+			t.Errorf("case %d: got no error", i)
+		}
+	}
+	if err := Default().Validate(); err != nil {
+		t.Errorf("the defaults: %v", err)
+	}
+}
