@@ -143,31 +143,47 @@ func Run(ctx context.Context, eng Sandboxes, opts Options) (*Report, error) {
 	if err != nil {
 		return nil, err
 	}
+	u, ok := probeexec.UnpackerFor(runtime)
+	if !ok {
+		return nil, fmt.Errorf("no way to unpack the probe in the %s image: %w", runtime, errdefs.ErrInvalidArgument)
+	}
 	gz, err := probeexec.Compress(opts.Probe)
 	if err != nil {
 		return nil, err
 	}
-	sb, err := eng.NewSession(ctx, engine.Request{
+	req := engine.Request{
 		Tool:        tool.Name,
 		Runtime:     runtime,
 		ExtraMounts: opts.ExtraMounts,
 		Labels:      map[string]string{"stockade.audit": "blast-radius"},
-	})
-	if err != nil {
-		return nil, err
 	}
-	defer func() {
-		// Destroy must run even when ctx is cancelled; it bounds itself.
-		_ = sb.Destroy(context.WithoutCancel(ctx))
-	}()
+	// first is the first sandbox opened: what the tool, driver and runtime
+	// were. Every sandbox of the audit is created from the same request.
+	var first *engine.Session
+	open := func(ctx context.Context) (*engine.Session, error) {
+		sb, err := eng.NewSession(ctx, req)
+		if err != nil {
+			return nil, err
+		}
+		ictx, cancel := context.WithTimeout(ctx, installTimeout)
+		defer cancel()
+		if err := probeexec.Install(ictx, sb, gz, u); err != nil {
+			_ = sb.Destroy(context.WithoutCancel(ctx))
+			return nil, err
+		}
+		if first == nil {
+			first = sb
+		}
+		return sb, nil
+	}
 	start := time.Now().UTC()
 	env := append(engine.ProgramEnv(), opts.ExtraEnv...)
-	o, err := collect(ctx, sb, gz, env, sb.Tool.EffectiveLimits())
+	o, err := collect(ctx, open, env, tool.EffectiveLimits())
 	if err != nil {
 		return nil, fmt.Errorf("blast radius of tool %q: %w", tool.Name, err)
 	}
-	r := evaluate(sb.Tool, o)
-	r.Driver, r.Runtime, r.Time = sb.Driver, sb.Runtime.Name, start.Truncate(time.Second)
+	r := evaluate(first.Tool, o)
+	r.Driver, r.Runtime, r.Time = first.Driver, first.Runtime.Name, start.Truncate(time.Second)
 	return r, nil
 }
 

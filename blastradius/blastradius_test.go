@@ -112,16 +112,15 @@ func TestWidenedSandbox(t *testing.T) {
 				t.Fatal(err)
 			}
 			t.Run("ExtraMount", func(t *testing.T) {
-				// /mnt exists in the image, so no runtime has to create
-				// a mount point in the read-only root.
-				r := audit(t, e, blastradius.Options{ExtraMounts: []sandbox.Mount{{Source: host, Target: "/mnt"}}})
-				got := deviationsAbout(r, "/mnt")
+				const target = "/data/extra"
+				r := audit(t, e, blastradius.Options{ExtraMounts: []sandbox.Mount{{Source: host, Target: target}}})
+				got := deviationsAbout(r, target)
 				if len(got) == 0 {
-					t.Fatalf("a host directory mounted at /mnt beyond the record: got no deviation naming /mnt; deviations: %v\n%s", r.Deviations, r.Markdown())
+					t.Fatalf("a host directory mounted at %s beyond the record: got no deviation naming it; deviations: %v\n%s", target, r.Deviations, r.Markdown())
 				}
 				t.Logf("deviations: %v", r.Deviations)
-				if !strings.Contains(r.Markdown(), "**DEVIATION** /mnt") {
-					t.Errorf("the text report does not mark /mnt as a deviation")
+				if !strings.Contains(r.Markdown(), "**DEVIATION** "+target) {
+					t.Errorf("the text report does not mark %s as a deviation", target)
 				}
 			})
 			t.Run("ExtraEnv", func(t *testing.T) {
@@ -165,7 +164,7 @@ func TestRecordMount(t *testing.T) {
     tier: ` + string(d.tier) + `
     filesystem:
       mounts:
-        - {source: ` + data + `, target: /srv}
+        - {source: ` + data + `, target: /data/sales}
       scratch: {size: 16MiB}
 `
 			if err := os.WriteFile(file, []byte(yaml), 0o644); err != nil {
@@ -188,13 +187,13 @@ func TestRecordMount(t *testing.T) {
 			var mounted, readOnly bool
 			for _, s := range r.Sections {
 				for _, c := range s.Checks {
-					if s.Name == "mounts" && c.Subject == "/srv" {
+					if s.Name == "mounts" && c.Subject == "/data/sales" {
 						mounted, readOnly = true, c.Observed == "read-only" && !c.Deviation
 					}
 				}
 			}
 			if !mounted || !readOnly {
-				t.Errorf("the record's mount at /srv: got mounted %t, read-only %t; want both", mounted, readOnly)
+				t.Errorf("the record's mount at /data/sales: got mounted %t, read-only %t; want both", mounted, readOnly)
 			}
 		})
 	}

@@ -68,6 +68,7 @@ func cleanObserved(t *testing.T) *observed {
 			"time": "time:[4026531834]", "user": "user:[4026531837]", "uts": "uts:[4026531838]",
 		},
 		pids:     rawPidLimit{attempt: attempt{Errno: 11, Err: "EAGAIN"}, TasksBefore: 11, Forked: 116, Max: 192},
+		pidsRes:  sandbox.Result{Status: sandbox.StatusSucceeded},
 		pidsMax:  192,
 		alloc:    rawAlloc{AllocatedMiB: 496},
 		allocRes: sandbox.Result{Status: sandbox.StatusOOMKilled},
@@ -107,6 +108,10 @@ func TestEvaluate(t *testing.T) {
 			o.reach.Mounts = append(o.reach.Mounts, o.reach.Mounts[0])
 			o.reach.Mounts[len(o.reach.Mounts)-1].MountPoint = "/mnt"
 		}, "/mnt"},
+		{"data tmpfs without record mounts", containerTool, func(o *observed) {
+			o.reach.Mounts = append(o.reach.Mounts, o.reach.Mounts[5])
+			o.reach.Mounts[len(o.reach.Mounts)-1].MountPoint = "/data"
+		}, "/data"},
 		{"root read-write", containerTool, func(o *observed) { o.reach.Mounts[0].Options = "rw,relatime" }, "/"},
 		{"scratch larger", containerTool, func(o *observed) { o.reach.Mounts[5].SuperOptions = "rw,size=1g" }, "/tmp size"},
 		{"writable /etc", containerTool, func(o *observed) { o.reach.Walk.WritableDirs = append(o.reach.Walk.WritableDirs, "/etc") }, "/etc"},
@@ -127,6 +132,17 @@ func TestEvaluate(t *testing.T) {
 		{"cgroup pids.max visible and wider", containerTool, func(o *observed) {
 			o.reach.Limits.CgroupPidsMax = rawFile{Path: "/sys/fs/cgroup/pids.max", Value: "max"}
 		}, "/sys/fs/cgroup/pids.max"},
+		{"fork test killed the sandbox within the limit", containerTool, func(o *observed) {
+			o.pidsRes = sandbox.Result{Status: sandbox.StatusOOMKilled}
+			o.pids = rawPidLimit{TasksBefore: 11, Forked: 110, Max: 192}
+		}, ""},
+		{"fork test killed the sandbox past the limit", containerTool, func(o *observed) {
+			o.pidsRes = sandbox.Result{Status: sandbox.StatusOOMKilled}
+			o.pids = rawPidLimit{TasksBefore: 11, Forked: 150, Max: 192}
+		}, "processes"},
+		{"fork test timed out", containerTool, func(o *observed) {
+			o.pidsRes = sandbox.Result{Status: sandbox.StatusTimedOut}
+		}, "processes"},
 		{"memory not enforced", containerTool, func(o *observed) {
 			o.allocRes, o.alloc = sandbox.Result{Status: sandbox.StatusSucceeded}, rawAlloc{AllocatedMiB: 576}
 		}, "memory"},
@@ -162,7 +178,7 @@ func TestEvaluate(t *testing.T) {
 // a read-write one or a missing one is a deviation.
 func TestEvaluateRecordMount(t *testing.T) {
 	tool := containerTool()
-	tool.Filesystem.Mounts = []sandbox.Mount{{Source: "/var/lib/stockade/data/sales", Target: "/srv"}}
+	tool.Filesystem.Mounts = []sandbox.Mount{{Source: "/var/lib/stockade/data/sales", Target: "/data/sales"}}
 	for _, tc := range []struct {
 		name    string
 		options string // "" for not mounted
@@ -174,15 +190,18 @@ func TestEvaluateRecordMount(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			o := cleanObserved(t)
+			parent := o.reach.Mounts[5] // the /tmp tmpfs
+			parent.MountPoint, parent.Options, parent.SuperOptions = "/data", "rw,nosuid,nodev,noexec", "rw,size=64k,mode=755"
+			o.reach.Mounts = append(o.reach.Mounts, parent)
 			if tc.options != "" {
 				m := o.reach.Mounts[0]
-				m.MountPoint, m.Options = "/srv", tc.options
+				m.MountPoint, m.Options = "/data/sales", tc.options
 				o.reach.Mounts = append(o.reach.Mounts, m)
 			}
 			r := evaluate(tool, o)
-			bad := slices.ContainsFunc(r.Deviations, func(c Check) bool { return c.Subject == "/srv" })
+			bad := slices.ContainsFunc(r.Deviations, func(c Check) bool { return c.Subject == "/data/sales" })
 			if bad == tc.ok || len(r.Deviations) != map[bool]int{true: 0, false: 1}[tc.ok] {
-				t.Errorf("got deviations %v, want %s", r.Deviations, map[bool]string{true: "none", false: "one about /srv"}[tc.ok])
+				t.Errorf("got deviations %v, want %s", r.Deviations, map[bool]string{true: "none", false: "one about /data/sales"}[tc.ok])
 			}
 		})
 	}

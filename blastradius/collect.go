@@ -18,14 +18,23 @@ import (
 // observed is everything one audit gathered: the probe's reports from
 // inside the sandbox and what the host saw meanwhile.
 type observed struct {
-	reach    rawReach
-	pids     rawPidLimit
-	alloc    rawAlloc
-	allocRes sandbox.Result // the allocation's Exec result (status, stderr)
-	// allocMiB is the allocation the probe attempted.
-	allocMiB int
+	reach rawReach
+
+	// pids is the fork test's report; when the test ended its sandbox,
+	// pidsRes says how and pids holds what its progress lines said.
+	pids    rawPidLimit
+	pidsRes sandbox.Result
 	// pidsMax is the number of children the probe tried to fork.
 	pidsMax int
+
+	// alloc is the memory test's report, allocRes its Exec's result.
+	alloc    rawAlloc
+	allocRes sandbox.Result
+	// allocMiB is the allocation the probe attempted.
+	allocMiB int
+	// sandboxes is how many sandboxes of the tool the audit used: a second
+	// one when the fork test ended the first.
+	sandboxes int
 
 	listenAddr string
 	accepted   int32
@@ -49,14 +58,16 @@ const allocHeadroom = 64 << 20
 // start.
 const pidsHeadroom = 64
 
-// collect runs the probe's subcommands in sb with env and gathers their
-// reports. The process and memory limits are measured against the record's
-// limits rec; the memory run goes last, as it may end the sandbox.
-func collect(ctx context.Context, sb *engine.Session, gz []byte, env []string, rec sandbox.Limits) (*observed, error) {
-	u, ok := probeexec.UnpackerFor(sb.Runtime.Name)
-	if !ok {
-		return nil, fmt.Errorf("no way to unpack the probe in the %s image", sb.Runtime.Name)
-	}
+// opener creates a sandbox of the audited tool with the probe installed.
+// The caller must Destroy it.
+type opener func(ctx context.Context) (*engine.Session, error)
+
+// collect runs the probe's subcommands in sandboxes from open, with env,
+// and gathers their reports. The process and memory limits are measured
+// against the record's limits rec. The fork test runs after the survey and
+// the memory test last, as each may end its sandbox; a second sandbox is
+// opened for the memory test when the fork test ended the first.
+func collect(ctx context.Context, open opener, env []string, rec sandbox.Limits) (*observed, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, fmt.Errorf("opening the loopback listener: %w", err)
@@ -73,37 +84,62 @@ func collect(ctx context.Context, sb *engine.Session, gz []byte, env []string, r
 			c.Close()
 		}
 	}()
-
 	o := &observed{listenAddr: ln.Addr().String(), hostNS: hostNamespaces()}
-	ictx, cancel := context.WithTimeout(ctx, installTimeout)
-	err = probeexec.Install(ictx, sb, gz, u)
-	cancel()
+
+	sb, err := open(ctx)
 	if err != nil {
 		return nil, err
 	}
-	run := func(timeout time.Duration, v any, args ...string) (*sandbox.Result, error) {
+	o.sandboxes++
+	defer func() {
+		if sb != nil {
+			// Destroy must run even when ctx is cancelled; it bounds itself.
+			_ = sb.Destroy(context.WithoutCancel(ctx))
+		}
+	}()
+	run := func(timeout time.Duration, args ...string) (*sandbox.Result, error) {
 		ctx, cancel := context.WithTimeout(ctx, timeout+time.Minute)
 		defer cancel()
 		res, err := sb.Exec(ctx, probeexec.Request(sandbox.ExecRequest{Env: env, Timeout: timeout}, args...))
 		if err != nil {
 			return nil, fmt.Errorf("running the probe (%s): %w", args[0], err)
 		}
-		if v != nil {
-			if err := probeexec.Decode(res, v); err != nil {
-				return nil, fmt.Errorf("probe %s: %w", args[0], err)
-			}
-		}
 		return res, nil
 	}
-	if _, err := run(reachTimeout, &o.reach, "reach", o.listenAddr); err != nil {
+
+	res, err := run(reachTimeout, "reach", o.listenAddr)
+	if err != nil {
 		return nil, err
 	}
+	if err := probeexec.Decode(res, &o.reach); err != nil {
+		return nil, fmt.Errorf("probe reach: %w", err)
+	}
+
 	o.pidsMax = int(rec.Pids) + pidsHeadroom
-	if _, err := run(pidsTimeout, &o.pids, "pidlimit", strconv.Itoa(o.pidsMax)); err != nil {
+	res, err = run(pidsTimeout, "pidlimit", strconv.Itoa(o.pidsMax))
+	if err != nil {
 		return nil, err
 	}
+	o.pidsRes = *res
+	if res.Status == sandbox.StatusSucceeded {
+		if err := probeexec.Decode(res, &o.pids); err != nil {
+			return nil, fmt.Errorf("probe pidlimit: %w", err)
+		}
+	} else {
+		// The sandbox ended the test: its progress lines say how far it
+		// got, and the memory test needs a sandbox of its own.
+		o.pids.TasksBefore = lastCount(res.Stderr, "tasks ")
+		o.pids.Forked = lastCount(res.Stderr, "forked ")
+		o.pids.Max = o.pidsMax
+		_ = sb.Destroy(context.WithoutCancel(ctx))
+		if sb, err = open(ctx); err != nil {
+			return nil, err
+		}
+		o.sandboxes++
+	}
+
 	o.allocMiB = int((rec.Memory + allocHeadroom) >> 20)
-	res, err := run(allocTimeout, nil, "alloc", strconv.Itoa(o.allocMiB))
+	res, err = run(allocTimeout, "alloc", strconv.Itoa(o.allocMiB))
 	if err != nil {
 		return nil, err
 	}
@@ -114,7 +150,7 @@ func collect(ctx context.Context, sb *engine.Session, gz []byte, env []string, r
 		}
 	} else {
 		// Killed: the progress lines on stderr say how far it got.
-		o.alloc.AllocatedMiB = lastAllocated(res.Stderr)
+		o.alloc.AllocatedMiB = lastCount(res.Stderr, "allocated ")
 	}
 	// A connection that got through would need a moment to be accepted.
 	time.Sleep(100 * time.Millisecond)
@@ -122,13 +158,14 @@ func collect(ctx context.Context, sb *engine.Session, gz []byte, env []string, r
 	return o, nil
 }
 
-// lastAllocated returns N from the last "allocated N MiB" line the probe's
-// alloc wrote on stderr.
-func lastAllocated(stderr []byte) int {
+// lastCount returns N from the last line "PREFIX N" or "PREFIX N UNIT" of
+// the probe's stderr, or 0.
+func lastCount(stderr []byte, prefix string) int {
 	n := 0
 	for _, line := range strings.Split(string(stderr), "\n") {
-		if v, ok := strings.CutPrefix(line, "allocated "); ok {
-			if m, err := strconv.Atoi(strings.TrimSuffix(v, " MiB")); err == nil {
+		if v, ok := strings.CutPrefix(line, prefix); ok {
+			num, _, _ := strings.Cut(v, " ")
+			if m, err := strconv.Atoi(num); err == nil {
 				n = m
 			}
 		}

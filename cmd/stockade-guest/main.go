@@ -68,14 +68,21 @@ func main() {
 // sandbox: a denial of service of the attacker's own box only.
 func catchSignals() {
 	c := make(chan os.Signal, 16)
-	signal.Notify(c,
+	sigs := []os.Signal{
 		syscall.SIGHUP, syscall.SIGINT, syscall.SIGQUIT, syscall.SIGABRT,
 		syscall.SIGTERM, syscall.SIGUSR1, syscall.SIGUSR2, syscall.SIGALRM,
 		syscall.SIGXCPU, syscall.SIGXFSZ, syscall.SIGVTALRM,
 		// With SIGPIPE caught, a write to a host that went away fails with
 		// EPIPE and is handled like any other write error.
 		syscall.SIGPIPE,
-	)
+	}
+	// The real-time signals too: the runtime installs no handler for
+	// them unless asked, so an inherited SIG_IGN would reach the program,
+	// and their default action would end the guest.
+	for s := 32; s <= 64; s++ {
+		sigs = append(sigs, syscall.Signal(s))
+	}
+	signal.Notify(c, sigs...)
 	go func() {
 		for range c {
 		}

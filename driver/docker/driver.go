@@ -14,13 +14,10 @@ package docker
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
-	"regexp"
 	"sort"
 	"sync"
 	"time"
@@ -30,6 +27,7 @@ import (
 
 	"github.com/stockade-sh/stockade/errdefs"
 	"github.com/stockade-sh/stockade/internal/oci"
+	"github.com/stockade-sh/stockade/internal/sandboxkit"
 	"github.com/stockade-sh/stockade/sandbox"
 )
 
@@ -64,8 +62,6 @@ type Config struct {
 	// zero means 30 s.
 	ReadyTimeout time.Duration
 }
-
-var idPattern = regexp.MustCompile(`^[a-zA-Z0-9][a-zA-Z0-9_.-]{0,63}$`)
 
 // Driver implements sandbox.Driver on a Docker Engine. It is safe for
 // concurrent use. It connects lazily: New does no I/O, and an engine that is
@@ -174,14 +170,9 @@ func (d *Driver) engineError(doing string, err error) error {
 // creates the container, attaches to its stdio, starts it and waits for the
 // guest's greeting.
 func (d *Driver) Create(ctx context.Context, spec sandbox.Spec) (_ sandbox.Sandbox, err error) {
-	id := spec.ID
-	if id == "" {
-		var b [8]byte
-		_, _ = rand.Read(b[:])
-		id = "sbx-" + hex.EncodeToString(b[:])
-	}
-	if !idPattern.MatchString(id) {
-		return nil, fmt.Errorf("sandbox id %q is invalid: %w", id, errdefs.ErrInvalidArgument)
+	id, err := sandboxkit.ID(spec.ID)
+	if err != nil {
+		return nil, err
 	}
 	limits := spec.Limits.WithDefaults(d.cfg.Defaults)
 	if err := limits.Check(sandbox.Limits{}); err != nil {
@@ -217,7 +208,7 @@ func (d *Driver) Create(ctx context.Context, spec sandbox.Spec) (_ sandbox.Sandb
 		cancel()
 		return nil, d.engineError("creating a container in", err)
 	}
-	sb := &sbx{d: d, id: id, cid: created.ID, limits: limits}
+	sb := d.newSbx(id, created.ID, limits)
 	d.recent.add(id, created.ID)
 	defer func() {
 		if err != nil {
@@ -252,8 +243,9 @@ func (d *Driver) Leftovers(id string) []string {
 		out = append(out, "container "+containerPrefix+id)
 	}
 	if rec, ok := d.recent.get(id); ok {
-		out = append(out, rec.cgroup.dirs()...)
-		out = append(out, processesMentioning(rec.containerID)...)
+		out = append(out, rec.cgroup.Dirs()...)
+		// The container's shim names the container's full ID.
+		out = append(out, sandboxkit.ProcessesMentioning(rec.containerID)...)
 	}
 	return out
 }
@@ -315,7 +307,7 @@ type recentSandboxes struct {
 
 type sandboxRecord struct {
 	containerID string
-	cgroup      cgroup
+	cgroup      sandboxkit.Cgroup
 }
 
 const maxRecent = 1024
@@ -336,7 +328,7 @@ func (r *recentSandboxes) add(id, containerID string) {
 	}
 }
 
-func (r *recentSandboxes) setCgroup(id string, cg cgroup) {
+func (r *recentSandboxes) setCgroup(id string, cg sandboxkit.Cgroup) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if rec, ok := r.byID[id]; ok {

@@ -59,10 +59,11 @@ func New(cfg Config) (*ocidriver.Driver, error) {
 			"--overlay2=none",
 			"--host-uds=none",
 		},
-		Kernel:      oci.UserSpaceKernel,
-		StateDir:    cfg.StateDir,
-		GuestPath:   cfg.GuestPath,
-		Defaults:    sandbox.Limits{CPU: DefaultCPU},
-		InstallHint: "build it with `stockade setup` (CGO_ENABLED=0 go install gvisor.dev/gvisor/runsc@" + Version + ")",
+		Kernel:               oci.UserSpaceKernel,
+		PrivateRootForMounts: true,
+		StateDir:             cfg.StateDir,
+		GuestPath:            cfg.GuestPath,
+		Defaults:             sandbox.Limits{CPU: DefaultCPU},
+		InstallHint:          "build it with `stockade setup` (CGO_ENABLED=0 go install gvisor.dev/gvisor/runsc@" + Version + ")",
 	})
 }

@@ -179,12 +179,17 @@ func Build(o Options) (*specs.Spec, error) {
 // WriteBundle creates dir (mode 0700, it must not exist) and writes
 // config.json into it.
 func WriteBundle(dir string, s *specs.Spec) error {
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		return fmt.Errorf("creating bundle directory: %w", err)
+	}
+	return WriteConfig(dir, s)
+}
+
+// WriteConfig writes config.json into the bundle directory dir.
+func WriteConfig(dir string, s *specs.Spec) error {
 	b, err := json.MarshalIndent(s, "", "  ")
 	if err != nil {
 		return fmt.Errorf("encoding OCI spec: %w", err)
-	}
-	if err := os.Mkdir(dir, 0o700); err != nil {
-		return fmt.Errorf("creating bundle directory: %w", err)
 	}
 	if err := os.WriteFile(filepath.Join(dir, "config.json"), b, 0o600); err != nil {
 		return fmt.Errorf("writing bundle config: %w", err)

@@ -2,27 +2,23 @@
 // and the Stockade guest agent as the sandbox's PID 1. driver/runc and
 // driver/gvisor are thin configurations of it: the bundle, the lifecycle and
 // the guest protocol are the same, only the runtime binary, its flags and
-// where the numbers come from differ.
+// where the numbers come from differ. What it shares with driver/docker (the
+// guest session, the cgroup counters, sandbox IDs) is in internal/sandboxkit.
 package ocidriver
 
 import (
-	"bytes"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
-	"strings"
-	"sync"
 	"time"
 
 	"github.com/stockade-sh/stockade/errdefs"
 	"github.com/stockade-sh/stockade/internal/oci"
+	"github.com/stockade-sh/stockade/internal/sandboxkit"
 	"github.com/stockade-sh/stockade/sandbox"
 )
 
@@ -46,6 +42,10 @@ type Config struct {
 	// where the cgroup holds exactly the sandbox's processes); otherwise the
 	// guest's maximum resident set size is used.
 	PeakFromCgroup bool
+	// PrivateRootForMounts gives each sandbox with data mounts an overlay
+	// of the image as its root, for runtimes that create mount points in
+	// the root they are given (runsc); see mountPrivateRoot.
+	PrivateRootForMounts bool
 	// Kernel says whether sandboxed code reaches the host kernel (runc) or
 	// a user-space kernel (gVisor); the bundle differs slightly.
 	Kernel oci.Kernel
@@ -58,8 +58,6 @@ type Config struct {
 
 // CgroupParent is the cgroup under which every sandbox's cgroup lives.
 const CgroupParent = "/stockade"
-
-var idPattern = regexp.MustCompile(`^[a-zA-Z0-9][a-zA-Z0-9_.-]{0,63}$`)
 
 // Driver implements sandbox.Driver on an OCI runtime CLI. It is safe for
 // concurrent use.
@@ -98,8 +96,11 @@ func (d *Driver) Capabilities() sandbox.Capabilities {
 
 func (d *Driver) stateRoot() string           { return filepath.Join(d.cfg.StateDir, "state") }
 func (d *Driver) bundleDir(id string) string  { return filepath.Join(d.cfg.StateDir, "bundles", id) }
-func (d *Driver) cgroupOf(id string) cgroup   { return cgroup{v2: d.v2, path: CgroupParent + "/" + id} }
 func (d *Driver) runtimeDir(id string) string { return filepath.Join(d.stateRoot(), id) }
+
+func (d *Driver) cgroupOf(id string) cgroup {
+	return cgroup{sandboxkit.Cgroup{V2: d.v2, Path: CgroupParent + "/" + id}}
+}
 
 // Health checks that the runtime binary and the guest agent are present.
 func (d *Driver) Health(ctx context.Context) error {
@@ -129,14 +130,9 @@ func (d *Driver) runtimeCmd(ctx context.Context, args ...string) *exec.Cmd {
 // Create starts a sandbox: it writes the bundle, starts `<runtime> run` with
 // the guest as PID 1 and waits for the guest's greeting.
 func (d *Driver) Create(ctx context.Context, spec sandbox.Spec) (_ sandbox.Sandbox, err error) {
-	id := spec.ID
-	if id == "" {
-		var b [8]byte
-		_, _ = rand.Read(b[:])
-		id = "sbx-" + hex.EncodeToString(b[:])
-	}
-	if !idPattern.MatchString(id) {
-		return nil, fmt.Errorf("sandbox id %q is invalid: %w", id, errdefs.ErrInvalidArgument)
+	id, err := sandboxkit.ID(spec.ID)
+	if err != nil {
+		return nil, err
 	}
 	if _, lerr := exec.LookPath(d.cfg.Binary); lerr != nil {
 		return nil, d.missingBinary(lerr)
@@ -145,29 +141,39 @@ func (d *Driver) Create(ctx context.Context, spec sandbox.Spec) (_ sandbox.Sandb
 	if err := limits.Check(sandbox.Limits{}); err != nil {
 		return nil, err
 	}
-	s, err := oci.Build(oci.Options{
-		ID: id, Spec: spec, Limits: limits, GuestPath: d.cfg.GuestPath,
-		CgroupsPath: d.cgroupOf(id).path, Kernel: d.cfg.Kernel,
-	})
-	if err != nil {
-		return nil, fmt.Errorf("building OCI spec: %v: %w", err, errdefs.ErrInvalidArgument)
-	}
 	if err := os.MkdirAll(filepath.Join(d.cfg.StateDir, "bundles"), 0o700); err != nil {
 		return nil, fmt.Errorf("creating state directory: %w", err)
 	}
 	bundle := d.bundleDir(id)
-	if err := oci.WriteBundle(bundle, s); err != nil {
+	if err := os.Mkdir(bundle, 0o700); err != nil {
 		if errors.Is(err, os.ErrExist) {
 			return nil, fmt.Errorf("sandbox %q already exists: %w", id, errdefs.ErrConflict)
 		}
-		return nil, err
+		return nil, fmt.Errorf("creating bundle directory: %w", err)
 	}
-	sb := &sbx{d: d, id: id, limits: limits, cg: d.cgroupOf(id)}
+	sb := d.newSbx(id, limits)
 	defer func() {
 		if err != nil {
 			_ = sb.Destroy(context.WithoutCancel(ctx))
 		}
 	}()
+	if d.cfg.PrivateRootForMounts && len(spec.Mounts) > 0 {
+		root, err := mountPrivateRoot(bundle, spec.Image.Rootfs)
+		if err != nil {
+			return nil, err
+		}
+		spec.Image.Rootfs = root
+	}
+	s, err := oci.Build(oci.Options{
+		ID: id, Spec: spec, Limits: limits, GuestPath: d.cfg.GuestPath,
+		CgroupsPath: d.cgroupOf(id).Path, Kernel: d.cfg.Kernel,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("building OCI spec: %v: %w", err, errdefs.ErrInvalidArgument)
+	}
+	if err := oci.WriteConfig(bundle, s); err != nil {
+		return nil, err
+	}
 	if err := sb.cg.prepare(limits.Memory); err != nil {
 		return nil, err
 	}
@@ -186,25 +192,8 @@ func (d *Driver) Leftovers(id string) []string {
 			out = append(out, p)
 		}
 	}
-	out = append(out, d.cgroupOf(id).dirs()...)
-	out = append(out, processesMentioning(id)...)
-	return out
-}
-
-// processesMentioning lists host processes whose command line contains s.
-func processesMentioning(s string) []string {
-	entries, _ := os.ReadDir("/proc")
-	var out []string
-	self := fmt.Sprint(os.Getpid())
-	for _, e := range entries {
-		if e.Name() == self || e.Name()[0] < '0' || e.Name()[0] > '9' {
-			continue
-		}
-		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
-		if err == nil && bytes.Contains(b, []byte(s)) {
-			out = append(out, fmt.Sprintf("process %s: %s", e.Name(), strings.ReplaceAll(string(b), "\x00", " ")))
-		}
-	}
+	out = append(out, d.cgroupOf(id).Dirs()...)
+	out = append(out, sandboxkit.ProcessesMentioning(id)...)
 	return out
 }
 
@@ -237,35 +226,11 @@ func (d *Driver) Reap(ctx context.Context, match map[string]string) ([]string, e
 		if !ok {
 			continue
 		}
-		sb := &sbx{d: d, id: id, cg: d.cgroupOf(id)}
+		sb := d.newSbx(id, sandbox.Limits{})
 		if err := sb.Destroy(ctx); err != nil {
 			return reaped, err
 		}
 		reaped = append(reaped, id)
 	}
 	return reaped, nil
-}
-
-// boundedBuffer keeps the first max bytes written to it. The runtime's
-// stderr goes here: it explains failed starts without letting a chatty
-// runtime use unbounded memory.
-type boundedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-	max int
-}
-
-func (b *boundedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if room := b.max - b.buf.Len(); room > 0 {
-		b.buf.Write(p[:min(len(p), room)])
-	}
-	return len(p), nil
-}
-
-func (b *boundedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return strings.TrimSpace(b.buf.String())
 }

@@ -170,10 +170,24 @@ func inTx(ctx context.Context, db *sql.DB, stmts *stmtCache, opts *sql.TxOptions
 	if err != nil {
 		return fmt.Errorf("beginning transaction: %w", err)
 	}
-	// Statements first seen in this transaction are prepared once it has
-	// given its connection back.
-	defer stmts.prepare(ctx)
-	if err := fn(querier{q: tx, tx: tx, stmts: stmts}); err != nil {
+	ended := false
+	defer func() {
+		if !ended {
+			// fn panicked. Give the connection back before the panic goes
+			// on: a recovered panic (net/http recovers its handlers') would
+			// otherwise leave the writer's one connection in this
+			// transaction, and every later write would wait for it forever.
+			tx.Rollback()
+			return
+		}
+		// Statements first seen in this transaction are prepared now that
+		// it has given its connection back; preparing earlier would wait
+		// for that connection, held by this very goroutine.
+		stmts.prepare(ctx)
+	}()
+	err = fn(querier{q: tx, tx: tx, stmts: stmts})
+	ended = true
+	if err != nil {
 		tx.Rollback()
 		return err
 	}

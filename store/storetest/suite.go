@@ -55,6 +55,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"ConcurrentDoubleCommit", testConcurrentDoubleCommit},
 		{"IdempotencyKey", testIdempotency},
 		{"ConcurrentIdempotentRetries", testConcurrentIdempotency},
+		{"ConcurrentMixedWorkload", testConcurrentMixed},
 		{"ExecutionLifecycle", testExecutionLifecycle},
 		{"LaunchFailedIsNotCharged", testLaunchFailed},
 		{"ExecutionValidation", testExecutionValidation},

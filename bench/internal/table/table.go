@@ -35,11 +35,15 @@ type Variant struct {
 func (v *Variant) Pct(p int) time.Duration { return Pct(v.Samples, p) }
 
 // Interleave runs every variant once untimed (a warm-up: images imported,
-// caches filled), then n rounds in which each variant runs once, in order,
-// and appends the duration of each run to its Samples.
+// caches filled), then n rounds in which each variant runs once, and
+// appends the duration of each run to its Samples. Each round starts one
+// variant further down the list than the last, so that no variant always
+// runs in the wake of the same other one (the kernel still tearing down its
+// sandbox, say).
 func Interleave(n int, vs []*Variant) error {
 	for i := -1; i < n; i++ {
-		for _, v := range vs {
+		for j := range vs {
+			v := vs[(max(i, 0)+j)%len(vs)]
 			start := time.Now()
 			if err := v.Run(); err != nil {
 				return fmt.Errorf("%s: %w", v.Name, err)

@@ -33,7 +33,9 @@
 //	                     (TCP to HOST:PORT and to the metadata address, DNS),
 //	                     visible limits; only ever inside a sandbox, as its
 //	                     attempts would leave a host
-//	pidlimit MAX         the sandbox's tasks, then fork until refused
+//	pidlimit MAX [PACE_US]  the sandbox's tasks, then fork sleeping children
+//	                     until refused (PACE_US apart, default 0), with
+//	                     "forked N" on stderr after each
 package main
 
 import (
@@ -136,7 +138,11 @@ func main() {
 	case "reach":
 		emit(reach(arg(args, 0, "HOST:PORT")))
 	case "pidlimit":
-		emit(pidlimit(atoi(arg(args, 0, "MAX"))))
+		pace := int64(0)
+		if len(args) > 1 {
+			pace = int64(atoi(args[1]))
+		}
+		emit(pidlimit(atoi(arg(args, 0, "MAX")), pace))
 	default:
 		fail("unknown subcommand " + strconv.Quote(os.Args[1]))
 	}

@@ -3,10 +3,13 @@ package main
 import (
 	"net/netip"
 	"os"
+	"runtime"
 	"sort"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
@@ -288,12 +291,76 @@ func countTasks() int {
 	return n
 }
 
-// pidlimit counts the sandbox's tasks, then forks until refused (at most
-// max children) and reports both: together they are the number of
-// processes and threads the sandbox can hold.
-func pidlimit(max int) obj {
+// pidlimit counts the sandbox's tasks, then forks children that sleep
+// until fork is refused (at most max of them), kills them and reports: the
+// tasks and the children together are the number of processes and threads
+// the sandbox can hold. It waits paceUs microseconds after each fork.
+//
+// After each fork it writes "forked N" on stderr, so that the count
+// survives the sandbox: on gVisor every process also costs host memory
+// charged to the sandbox's memory limit, which may end the sandbox first.
+// While the children live it takes forkbomb's care: one locked thread,
+// signals blocked, raw system calls only, no allocation.
+func pidlimit(max int, paceUs int64) obj {
 	tasks := countTasks()
-	return append(obj{{"tasks_before", tasks}}, forkbomb(max, 0)...)
+	writeAll(2, []byte("tasks "+strconv.Itoa(tasks)+"\n"))
+	runtime.GC()
+	runtime.GOMAXPROCS(1)
+	runtime.LockOSThread()
+	pids := make([]int, 0, max)
+	var line [32]byte
+	copy(line[:], "forked ")
+	var firstErr syscall.Errno
+	ts := unix.Timespec{Nsec: paceUs * 1000}
+	old := blockSignals()
+	for len(pids) < max {
+		pid, e := forkPauser()
+		if e != 0 {
+			firstErr = e
+			break
+		}
+		pids = append(pids, pid)
+		n := 7 + putDecimal(line[7:], len(pids))
+		line[n] = '\n'
+		syscall.RawSyscall(syscall.SYS_WRITE, 2, uintptr(unsafe.Pointer(&line[0])), uintptr(n+1))
+		if paceUs > 0 {
+			syscall.RawSyscall(syscall.SYS_NANOSLEEP, uintptr(unsafe.Pointer(&ts)), 0, 0)
+		}
+	}
+	for i := 0; i < len(pids); i++ {
+		syscall.RawSyscall(syscall.SYS_KILL, uintptr(pids[i]), uintptr(syscall.SIGKILL), 0)
+	}
+	var ws unix.WaitStatus
+	for i := 0; i < len(pids); i++ {
+		for {
+			_, _, e := syscall.RawSyscall6(syscall.SYS_WAIT4, uintptr(pids[i]), uintptr(unsafe.Pointer(&ws)), unix.WALL, 0, 0, 0)
+			if e != syscall.EINTR {
+				break
+			}
+		}
+	}
+	restoreSignals(old)
+	runtime.UnlockOSThread()
+	o := obj{{"tasks_before", tasks}, {"forked", len(pids)}, {"max", max}}
+	return append(o, errf(firstErr)...)
+}
+
+// putDecimal writes n (>= 0) in decimal at the start of b, without
+// allocating, and returns the number of digits.
+//
+//go:nosplit
+func putDecimal(b []byte, n int) int {
+	var tmp [20]byte
+	i := len(tmp)
+	for {
+		i--
+		tmp[i] = byte('0' + n%10)
+		n /= 10
+		if n == 0 {
+			break
+		}
+	}
+	return copy(b, tmp[i:])
 }
 
 // dnsLookup asks each nameserver of /etc/resolv.conf (the resolver's

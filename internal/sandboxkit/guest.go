@@ -1,0 +1,256 @@
+// Package sandboxkit holds what every sandbox.Driver shares whose sandboxes
+// run the Stockade guest agent as PID 1, whatever starts them (an OCI
+// runtime CLI in internal/ocidriver, a Docker Engine in driver/docker): the
+// host's end of the guest protocol (the greeting, one Exec at a time and how
+// its result is classified), the sandbox's memory cgroup counters, sandbox
+// IDs, and the host traces a driver's Leftovers looks for.
+//
+// A driver fills a Guest once it holds the guest's stdin and stdout, waits
+// for the greeting, and then forwards its sandbox's Exec to the Guest:
+//
+//	s.guest = sandboxkit.Guest{Sandbox: id, Limits: limits, In: stdin, Frames: bufio.NewReader(stdout), Kill: s.kill}
+//	if err := s.guest.AwaitReady(ctx, 30*time.Second); err != nil {
+//		s.guest.MarkGone()
+//		return sandboxkit.StartError("runc", err, stderr.String())
+//	}
+//	res, err := s.guest.Exec(ctx, req)
+package sandboxkit
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/stockade-sh/stockade/errdefs"
+	"github.com/stockade-sh/stockade/guest"
+	"github.com/stockade-sh/stockade/sandbox"
+)
+
+// Guest is the host's end of one guest agent. The driver sets the exported
+// fields before the first AwaitReady or Exec and does not change them
+// afterwards. Guest is safe for concurrent use (Exec calls are serialised)
+// and must not be copied after first use.
+type Guest struct {
+	// Sandbox is the sandbox's ID, for errors.
+	Sandbox string
+	// Limits are the sandbox's limits, defaults applied: Exec takes the
+	// default timeout, the output cap and the memory limit from them.
+	Limits sandbox.Limits
+	// In carries frames to the guest (the guest's stdin).
+	In io.Writer
+	// Frames carries the guest's frames back (the guest's stdout). It
+	// should be buffered: frames are read a header at a time.
+	Frames io.Reader
+	// Cgroup is the sandbox's cgroup on this host. The zero Cgroup (not
+	// visible here) counts no OOM kill and no peak.
+	Cgroup Cgroup
+	// PeakFromCgroup makes Exec report the cgroup's peak memory, when it
+	// has one, rather than the guest's maximum resident set size. Set it
+	// when the cgroup holds exactly the sandbox's processes (not under
+	// gVisor, whose Sentry is in it too).
+	PeakFromCgroup bool
+	// Kill ends the sandbox's PID 1, and with it every process of the
+	// sandbox and the guest's stream, without waiting. Required.
+	Kill func(ctx context.Context)
+	// DiedOfOOM, if set, is asked when the guest's stream ended without an
+	// exit report and the cgroup counted no OOM kill: it reports whether
+	// the sandbox was OOM-killed all the same (a remote engine knows it
+	// from the container's state). It may wait briefly.
+	DiedOfOOM func(ctx context.Context) bool
+
+	mu   sync.Mutex // serialises Exec
+	dead bool       // the guest can no longer run programs
+}
+
+// AwaitReady waits at most timeout for the guest's greeting. It fails when
+// the guest sends anything else first, speaks another protocol version, or
+// its stream ends, and returns ctx's error when ctx ends first. After a
+// failure a goroutine still reads Frames until the stream ends: the caller
+// kills the sandbox (and StartError explains the failure).
+func (g *Guest) AwaitReady(ctx context.Context, timeout time.Duration) error {
+	ready := make(chan error, 1)
+	go func() {
+		t, p, err := guest.ReadFrame(g.Frames, 4<<10)
+		if err == nil {
+			var r guest.Ready
+			switch {
+			case t != guest.FrameReady:
+				err = fmt.Errorf("first frame is %q, not ready: %w", t, guest.ErrProtocol)
+			case guest.DecodeJSON(p, &r) != nil || r.Version != guest.Version:
+				err = fmt.Errorf("guest speaks protocol version %d, want %d: %w", r.Version, guest.Version, guest.ErrProtocol)
+			}
+		}
+		ready <- err
+	}()
+	timer := time.NewTimer(timeout)
+	defer timer.Stop()
+	select {
+	case err := <-ready:
+		return err
+	case <-timer.C:
+		return fmt.Errorf("guest did not start within %s", timeout)
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// StartError is Create's error for a guest that did not start (err, from
+// AwaitReady): ctx's cancellation or deadline as such, anything else as
+// ErrUnavailable explained by the last line of stderr (what the runtime or
+// the guest said before it ended) or, when that is empty, of err. runtime
+// names what started the sandbox ("runc", "docker").
+func StartError(runtime string, err error, stderr string) error {
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return fmt.Errorf("starting sandbox: %w", err)
+	}
+	msg := stderr
+	if msg == "" {
+		msg = err.Error()
+	}
+	return fmt.Errorf("starting sandbox with %s: %s: %w", runtime, OneLine(msg), errdefs.ErrUnavailable)
+}
+
+// MarkGone records that the guest can no longer run programs: every later
+// Exec fails with ErrFailedPrecondition. It waits for an Exec in flight to
+// return, so that none of that Exec's clean-up (a kill) outlives the
+// caller; the caller must first end the guest's stream so that it returns.
+func (g *Guest) MarkGone() {
+	g.mu.Lock()
+	g.dead = true
+	g.mu.Unlock()
+}
+
+// outcome is what the frame reader saw for one Exec.
+type outcome struct {
+	report *guest.ExitReport
+	failed *guest.ErrorReport
+	err    error
+}
+
+// Exec sends one program to the guest and collects its output and exit, as
+// sandbox.Sandbox's Exec. A program that fails, is killed, OOM-killed or
+// times out is a Result; after a timeout, a cancelled ctx or a guest that
+// died or broke the protocol, the sandbox is killed and the Guest is gone.
+func (g *Guest) Exec(ctx context.Context, req sandbox.ExecRequest) (*sandbox.Result, error) {
+	if err := checkExec(req); err != nil {
+		return nil, err
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.dead {
+		return nil, fmt.Errorf("sandbox %s is no longer running: %w", g.Sandbox, errdefs.ErrFailedPrecondition)
+	}
+	timeout := req.Timeout
+	if timeout <= 0 {
+		timeout = g.Limits.Timeout
+	}
+	mode := req.File.Mode
+	if mode == 0 {
+		mode = 0o644
+	}
+	oomBefore := g.Cgroup.OOMKills()
+	g.Cgroup.ResetPeak()
+	start := time.Now()
+	err := guest.WriteJSON(g.In, guest.FrameExec, guest.ExecRequest{
+		File:      guest.FileSpec{Path: "/tmp/" + req.File.Name, Data: req.File.Data, Mode: mode},
+		Argv:      req.Argv,
+		Env:       req.Env,
+		Stdin:     req.Stdin,
+		OutputCap: g.Limits.OutputCap + 1, // see guest.ExecRequest.OutputCap
+	})
+	if err != nil {
+		g.dead = true
+		return nil, fmt.Errorf("sending program to sandbox %s: %v: %w", g.Sandbox, err, errdefs.ErrUnavailable)
+	}
+
+	res := &sandbox.Result{ExitCode: -1}
+	done := make(chan outcome, 1)
+	go func() {
+		r, failed, err := collect(g.Frames, g.Limits.OutputCap, res, req.OnOutput)
+		done <- outcome{report: r, failed: failed, err: err}
+	}()
+	timer := time.NewTimer(timeout)
+	defer timer.Stop()
+	var o outcome
+	var timedOut bool
+	select {
+	case o = <-done:
+	case <-timer.C:
+		// Killing PID 1 ends the guest's stream, so the collector returns
+		// with everything read so far.
+		timedOut = true
+		g.dead = true
+		g.Kill(ctx)
+		o = <-done
+	case <-ctx.Done():
+		g.dead = true
+		g.Kill(ctx)
+		<-done
+		return nil, fmt.Errorf("running in sandbox %s: %w", g.Sandbox, ctx.Err())
+	}
+	res.Duration = time.Since(start)
+	oomKilled := g.Cgroup.OOMKills() > oomBefore
+
+	switch {
+	case timedOut:
+		res.Status = sandbox.StatusTimedOut
+	case o.failed != nil:
+		return nil, fmt.Errorf("starting %s in sandbox: %s: %w", req.Argv[0], OneLine(o.failed.Message), errdefs.ErrFailedPrecondition)
+	case o.err != nil:
+		// The guest died or broke the protocol: nothing it says is
+		// trusted any more, and the sandbox cannot be reused.
+		g.dead = true
+		g.Kill(ctx)
+		res.Status = sandbox.StatusKilled
+		if oomKilled || (g.DiedOfOOM != nil && g.DiedOfOOM(ctx)) {
+			res.Status = sandbox.StatusOOMKilled
+		}
+	default:
+		r := o.report
+		res.ExitCode, res.Signal = r.ExitCode, r.Signal
+		res.CPUTime = time.Duration(r.CPUUserUs+r.CPUSysUs) * time.Microsecond
+		res.PeakMemory = min(r.MaxRSSBytes, g.Limits.Memory)
+		res.Status = exitStatus(r, oomKilled)
+	}
+	if g.PeakFromCgroup {
+		if p := g.Cgroup.Peak(); p > 0 {
+			res.PeakMemory = p
+		}
+	}
+	return res, nil
+}
+
+// exitStatus classifies a program the guest reported as ended. A signal is
+// an OOM kill when the cgroup counted one during the Exec.
+func exitStatus(r *guest.ExitReport, oomKilled bool) sandbox.Status {
+	switch {
+	case oomKilled && r.Signal != 0:
+		return sandbox.StatusOOMKilled
+	case r.Signal != 0:
+		return sandbox.StatusKilled
+	case r.ExitCode == 0:
+		return sandbox.StatusSucceeded
+	default:
+		return sandbox.StatusFailed
+	}
+}
+
+// checkExec validates a request before anything is sent to the guest.
+func checkExec(req sandbox.ExecRequest) error {
+	name := req.File.Name
+	switch {
+	case name == "" || name == "." || name == ".." || strings.ContainsAny(name, "/\x00"):
+		return fmt.Errorf("file name %q must be a plain file name: %w", name, errdefs.ErrInvalidArgument)
+	case len(req.File.Data) > sandbox.MaxCodeSize:
+		return fmt.Errorf("code is %d bytes, more than the limit of %d: %w", len(req.File.Data), sandbox.MaxCodeSize, errdefs.ErrInvalidArgument)
+	case len(req.Stdin) > sandbox.MaxCodeSize:
+		return fmt.Errorf("stdin is %d bytes, more than the limit of %d: %w", len(req.Stdin), sandbox.MaxCodeSize, errdefs.ErrInvalidArgument)
+	case len(req.Argv) == 0 || !strings.HasPrefix(req.Argv[0], "/"):
+		return fmt.Errorf("argv must start with an absolute path: %w", errdefs.ErrInvalidArgument)
+	}
+	return nil
+}

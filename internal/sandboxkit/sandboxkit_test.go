@@ -1,0 +1,78 @@
+package sandboxkit
+
+import (
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/stockade-sh/stockade/errdefs"
+)
+
+func TestID(t *testing.T) {
+	tests := []struct {
+		requested string
+		want      string // "" with a nil error: a generated ID
+		invalid   bool
+	}{
+		{requested: ""},
+		{requested: "job-1.a_b", want: "job-1.a_b"},
+		{requested: strings.Repeat("a", 64), want: strings.Repeat("a", 64)},
+		{requested: strings.Repeat("a", 65), invalid: true},
+		{requested: "-x", invalid: true},
+		{requested: "a/b", invalid: true},
+		{requested: "a b", invalid: true},
+	}
+	generated := regexp.MustCompile(`^sbx-[0-9a-f]{16}$`)
+	for _, tt := range tests {
+		t.Run(tt.requested, func(t *testing.T) {
+			got, err := ID(tt.requested)
+			switch {
+			case tt.invalid:
+				if !errdefs.IsInvalidArgument(err) {
+					t.Errorf("got %q, %v, want ErrInvalidArgument", got, err)
+				}
+			case err != nil:
+				t.Errorf("got %v, want no error", err)
+			case tt.want == "" && !generated.MatchString(got):
+				t.Errorf("got %q, want sbx- and 16 hex digits", got)
+			case tt.want != "" && got != tt.want:
+				t.Errorf("got %q, want %q", got, tt.want)
+			}
+		})
+	}
+}
+
+func TestOneLine(t *testing.T) {
+	tests := []struct{ name, in, want string }{
+		{"one line", " failed \n", "failed"},
+		{"last line wins", "warning: x\n\nerror: y\n", "error: y"},
+		{"long", strings.Repeat("x", 600), strings.Repeat("x", 512)},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := OneLine(tt.in); got != tt.want {
+				t.Errorf("got %q, want %q", got, tt.want)
+			}
+		})
+	}
+}
+
+func TestBoundedBuffer(t *testing.T) {
+	b := &BoundedBuffer{Max: 5}
+	for _, s := range []string{" abc", "defgh", "ij"} {
+		if n, err := b.Write([]byte(s)); n != len(s) || err != nil {
+			t.Fatalf("Write(%q): got %d, %v, want %d, nil", s, n, err, len(s))
+		}
+	}
+	if got := b.String(); got != "abcd" {
+		t.Errorf("got %q, want %q", got, "abcd")
+	}
+}
+
+func TestZeroCgroup(t *testing.T) {
+	var c Cgroup
+	c.ResetPeak()
+	if c.MemoryDir() != "" || c.OOMKills() != 0 || c.Peak() != 0 || c.Dirs() != nil {
+		t.Errorf("zero Cgroup: got dir %q, %d OOM kills, peak %d, dirs %v; want nothing", c.MemoryDir(), c.OOMKills(), c.Peak(), c.Dirs())
+	}
+}

@@ -1,0 +1,256 @@
+package storetest
+
+import (
+	"bytes"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"runtime/pprof"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stockade-sh/stockade/errdefs"
+	"github.com/stockade-sh/stockade/store"
+)
+
+// stressStall is how long the mixed workload may go without finishing a
+// single operation before the suite calls it a deadlock. Operations take
+// milliseconds, even under the race detector.
+const stressStall = 30 * time.Second
+
+// watch runs fn and fails the test with every goroutine's stack when done
+// has not grown for stall: a store that deadlocks shows where, instead of
+// hanging until the test binary's timeout.
+func watch(t *testing.T, stall time.Duration, what string, done *atomic.Int64, fn func()) {
+	t.Helper()
+	finished := make(chan struct{})
+	go func() {
+		defer close(finished)
+		fn()
+	}()
+	tick := time.NewTicker(stall / 10)
+	defer tick.Stop()
+	last, since := done.Load(), time.Now()
+	for {
+		select {
+		case <-finished:
+			return
+		case <-tick.C:
+		}
+		if n := done.Load(); n != last {
+			last, since = n, time.Now()
+			continue
+		}
+		if time.Since(since) < stall {
+			continue
+		}
+		var buf bytes.Buffer
+		pprof.Lookup("goroutine").WriteTo(&buf, 2)
+		// Straight to stderr as well: the test's own log is only printed
+		// when it ends, and the cleanup of a deadlocked store may not end.
+		fmt.Fprintf(os.Stderr, "%s: no operation finished in %v after %d; goroutines:\n%s\n", what, stall, last, buf.Bytes())
+		t.Fatalf("%s: no operation finished in %v after %d (deadlock?); goroutine dump on stderr", what, stall, last)
+	}
+}
+
+// testConcurrentMixed runs every kind of transaction at once on one
+// workspace: admissions with and without approval, starts and finishes,
+// decisions racing with expiry, explicit reservations, audit appends, and
+// the reads the engine interleaves with them (lists, snapshots). It fails on
+// a deadlock (with a goroutine dump), on any error other than the conflicts
+// the races make legitimate, and on a ledger, chain or state left
+// inconsistent.
+func testConcurrentMixed(t *testing.T, st store.Store) {
+	ctx := t.Context()
+	f := newFixture(t, st, "mixed")
+	const (
+		workers = 8
+		granted = 1 << 30
+	)
+	ops := 2000
+	if raceEnabled {
+		ops = 300 // SQLite, transpiled C, runs tens of times slower
+	}
+	mustGrant(t, st, f.ws.ID, granted)
+
+	var (
+		mu      sync.Mutex
+		pending []string // approval ids not yet decided by a worker
+		errs    []error
+	)
+	fail := func(op string, err error) {
+		mu.Lock()
+		defer mu.Unlock()
+		if len(errs) < 20 {
+			errs = append(errs, fmt.Errorf("%s: %w", op, err))
+		}
+	}
+	audit := func(typ string) []store.NewEvent { return []store.NewEvent{{Type: typ, Actor: f.agent.ID}} }
+	finish := func(id string, status store.ExecutionStatus) {
+		_, err := st.FinishExecution(ctx, store.Outcome{ExecutionID: id, Status: status, ExitCode: ptr(0),
+			Stdout: []byte("ok\n"), Audit: audit("execution.finished")})
+		if err != nil {
+			fail("FinishExecution", err)
+		}
+	}
+	run := func(id string) {
+		if _, err := st.StartExecution(ctx, id, "runc"); err != nil {
+			fail("StartExecution", err)
+			return
+		}
+		finish(id, store.StatusSucceeded)
+	}
+	step := func(rng *rand.Rand, i int) {
+		switch rng.IntN(12) {
+		case 0, 1: // an approval request, expiring soon or not
+			expires := time.Now().Add(time.Duration(rng.IntN(5)) * time.Millisecond)
+			if rng.IntN(2) == 0 {
+				expires = nowPlus(600)
+			}
+			e := f.newExec(fmt.Sprint("approve ", i), 2)
+			e.Approval = &store.NewApproval{Card: []byte(`{"risk":"high"}`), ExpiresAt: expires}
+			e.Audit = audit("approval.requested")
+			adm, err := st.CreateExecution(ctx, e)
+			if err != nil {
+				fail("CreateExecution with approval", err)
+				return
+			}
+			mu.Lock()
+			pending = append(pending, adm.Approval.ID)
+			mu.Unlock()
+		case 2: // a decision, possibly racing with expiry
+			mu.Lock()
+			var id string
+			if n := len(pending); n > 0 {
+				id, pending = pending[n-1], pending[:n-1]
+			}
+			mu.Unlock()
+			if id == "" {
+				return
+			}
+			approve := rng.IntN(2) == 0
+			_, ex, err := st.DecideApproval(ctx, store.Decision{WorkspaceID: f.ws.ID, ApprovalID: id, Approve: approve,
+				DecidedBy: f.approver.ID, Reason: "stress", Audit: audit("approval.decided")})
+			switch {
+			case errdefs.IsConflict(err): // expired first
+			case err != nil:
+				fail("DecideApproval", err)
+			case approve:
+				run(ex.ID)
+			}
+		case 3:
+			if _, err := st.ExpireApprovals(ctx, time.Now()); err != nil {
+				fail("ExpireApprovals", err)
+			}
+		case 4, 5: // an admission that runs
+			adm, err := st.CreateExecution(ctx, f.newExec(fmt.Sprint("run ", i), 2))
+			if err != nil {
+				fail("CreateExecution", err)
+				return
+			}
+			if rng.IntN(4) == 0 {
+				finish(adm.Execution.ID, store.StatusLaunchFailed)
+				return
+			}
+			run(adm.Execution.ID)
+		case 6: // an explicit reservation, settled before the execution ends
+			adm, err := st.CreateExecution(ctx, f.newExec(fmt.Sprint("reserve ", i), 0))
+			if err != nil {
+				fail("CreateExecution without credits", err)
+				return
+			}
+			r, err := st.Reserve(ctx, f.ws.ID, adm.Execution.ID, 3)
+			if err != nil {
+				fail("Reserve", err)
+				return
+			}
+			settle := st.Commit
+			if rng.IntN(2) == 0 {
+				settle = st.Release
+			}
+			if _, err := settle(ctx, r.ID); err != nil {
+				fail("Commit/Release", err)
+			}
+			finish(adm.Execution.ID, store.StatusSucceeded)
+		case 7:
+			if _, err := st.AppendEvent(ctx, store.NewEvent{WorkspaceID: f.ws.ID, Type: "stress.note", Actor: f.adm.ID}); err != nil {
+				fail("AppendEvent", err)
+			}
+		case 8:
+			if _, err := st.ListEvents(ctx, f.ws.ID, store.EventFilter{PageRequest: store.PageRequest{Limit: 50}}); err != nil {
+				fail("ListEvents", err)
+			}
+			if _, err := st.ListApprovals(ctx, f.ws.ID, store.ApprovalFilter{Statuses: []store.ApprovalStatus{store.ApprovalPending}}); err != nil {
+				fail("ListApprovals", err)
+			}
+		case 9:
+			if _, err := st.GetCredits(ctx, f.ws.ID); err != nil {
+				fail("GetCredits", err)
+			}
+			if _, err := st.ListExecutions(ctx, f.ws.ID, store.ExecutionFilter{PageRequest: store.PageRequest{Limit: 20}}); err != nil {
+				fail("ListExecutions", err)
+			}
+		case 10:
+			if _, err := st.GetPolicy(ctx, f.ws.ID); err != nil {
+				fail("GetPolicy", err)
+			}
+			if _, err := st.LookupAPIKey(ctx, store.HashKey("mixed/agent")); err != nil {
+				fail("LookupAPIKey", err)
+			}
+		case 11:
+			if rng.IntN(4) == 0 {
+				if ok, broken, err := st.VerifyChain(ctx, f.ws.ID); err != nil || !ok {
+					fail("VerifyChain", fmt.Errorf("ok %v, broken %+v, err %w", ok, broken, err))
+				}
+			}
+		}
+	}
+
+	var done atomic.Int64
+	watch(t, stressStall, fmt.Sprintf("%d mixed store operations on %d goroutines", ops, workers), &done, func() {
+		var wg sync.WaitGroup
+		for w := range workers {
+			wg.Go(func() {
+				rng := rand.New(rand.NewPCG(uint64(w), 1))
+				for i := w; i < ops; i += workers {
+					step(rng, i)
+					done.Add(1)
+				}
+			})
+		}
+		wg.Wait()
+	})
+	for _, err := range errs {
+		t.Error(err)
+	}
+	if t.Failed() {
+		t.FailNow()
+	}
+
+	// Everything left waiting expires; then nothing may be live, nothing
+	// reserved, and the ledger and the chain must add up.
+	if _, err := st.ExpireApprovals(ctx, time.Now().Add(time.Hour)); err != nil {
+		t.Fatalf("ExpireApprovals: %v", err)
+	}
+	live := allPages(t, store.MaxPageLimit, func(e store.Execution) string { return e.ID }, func(p store.PageRequest) (store.Page[store.Execution], error) {
+		return st.ListExecutions(ctx, f.ws.ID, store.ExecutionFilter{PageRequest: p,
+			Statuses: []store.ExecutionStatus{store.StatusQueued, store.StatusRunning, store.StatusAwaitingApproval}})
+	})
+	if len(live) > 0 {
+		t.Fatalf("%d executions still live after every worker finished, e.g. %+v", len(live), live[0])
+	}
+	left := must[store.Page[store.Approval]](t, "ListApprovals")(st.ListApprovals(ctx, f.ws.ID,
+		store.ApprovalFilter{Statuses: []store.ApprovalStatus{store.ApprovalPending}}))
+	if len(left.Items) > 0 {
+		t.Fatalf("%d approvals still pending after expiring them all", len(left.Items))
+	}
+	if c := must[store.Credits](t, "GetCredits")(st.GetCredits(ctx, f.ws.ID)); c.Reserved != 0 || c.Available > granted {
+		t.Fatalf("credits after every execution ended: %+v, want nothing reserved", c)
+	}
+	checkLedger(t, st, f.ws.ID)
+	if ok, broken, err := st.VerifyChain(ctx, f.ws.ID); err != nil || !ok {
+		t.Fatalf("VerifyChain after the mixed workload: ok %v, broken %+v, err %v", ok, broken, err)
+	}
+}
