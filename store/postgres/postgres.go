@@ -132,10 +132,12 @@ func (b *backend) inTx(ctx context.Context, opts pgx.TxOptions, fn func(sqlstore
 	if err != nil {
 		return fmt.Errorf("beginning transaction: %w", err)
 	}
+	// The rollback's context must outlive a cancelled ctx, or the
+	// connection would go back to the pool mid-transaction; it also runs
+	// when fn panics, so that no row lock outlives the panic. After a
+	// commit it is a no-op.
+	defer tx.Rollback(context.WithoutCancel(ctx))
 	if err := fn(querier{tx}); err != nil {
-		// The rollback's context must outlive a cancelled ctx, or the
-		// connection would go back to the pool mid-transaction.
-		tx.Rollback(context.WithoutCancel(ctx))
 		return err
 	}
 	if err := tx.Commit(ctx); err != nil {

@@ -1,0 +1,493 @@
+// Package netns prepares the network of a sandbox that is allowed egress
+// (DESIGN.md §6): a network namespace of its own, a veth pair joining it to
+// the host with a /30 from a range the project owns, and host-side
+// nftables rules that drop every packet from the sandbox except TCP to the
+// egress proxy's ports and DNS (UDP and TCP 53) on the host end of the
+// veth. Everything else, other TCP ports, other UDP (QUIC included), ICMP,
+// IPv6, anything routed beyond the host, is dropped at the host, whatever
+// the sandbox does inside its namespace.
+//
+// The namespace is bind-mounted at /run/netns/NAME, as `ip netns add` does,
+// so that runc and runsc can join it by path (an OCI network namespace
+// with a path). Remove deletes the rules, the veth and the namespace; the
+// daemon calls CleanupStale at start to remove what a crashed daemon left.
+//
+//	m, err := netns.NewManager(netns.Config{})
+//	removed, err := m.CleanupStale()
+//	n, err := m.Create(ctx, netns.Options{ProxyPorts: []uint16{80, 443}})
+//	defer n.Remove()
+//	// the proxy listens on n.HostAddr; the sandbox joins n.Path.
+//
+// Everything here needs root (CAP_NET_ADMIN and CAP_SYS_ADMIN).
+package netns
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"regexp"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/vishvananda/netlink"
+	vnetns "github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
+
+	"github.com/stockade-sh/stockade/errdefs"
+)
+
+// RunDir is where named network namespaces are bind-mounted, as iproute2
+// does.
+const RunDir = "/run/netns"
+
+// SandboxIf is the name of the sandbox's end of the veth, inside its
+// namespace.
+const SandboxIf = "eth0"
+
+// Config configures a Manager. Zero fields take the defaults.
+type Config struct {
+	// Prefix names everything the manager creates: namespaces
+	// "<prefix>-<n>", host interfaces "<prefix>h<n>", nftables tables
+	// "<prefix>_<n>". 2-6 lower-case letters; empty means "stk". Two
+	// daemons on one host need different prefixes and ranges.
+	Prefix string
+	// Range is the IPv4 range the /30 of each sandbox comes from; the zero
+	// value means 10.213.0.0/16 (16384 sandboxes). It must be a range no
+	// other network of the host uses.
+	Range netip.Prefix
+	// DNSPort is the port of the DNS responder on the host end; zero
+	// means 53.
+	DNSPort uint16
+}
+
+var prefixPattern = regexp.MustCompile(`^[a-z]{2,6}$`)
+
+// Manager creates and removes sandbox networks. It is safe for concurrent
+// use.
+type Manager struct {
+	cfg   Config
+	slots int
+
+	mu   sync.Mutex
+	used map[int]bool
+	next int
+}
+
+// NewManager validates cfg and returns a manager. It touches nothing on the
+// host.
+func NewManager(cfg Config) (*Manager, error) {
+	if cfg.Prefix == "" {
+		cfg.Prefix = "stk"
+	}
+	if !cfg.Range.IsValid() {
+		cfg.Range = netip.MustParsePrefix("10.213.0.0/16")
+	}
+	if cfg.DNSPort == 0 {
+		cfg.DNSPort = 53
+	}
+	switch {
+	case !prefixPattern.MatchString(cfg.Prefix):
+		return nil, fmt.Errorf("netns: prefix %q must be 2-6 lower-case letters: %w", cfg.Prefix, errdefs.ErrInvalidArgument)
+	case !cfg.Range.Addr().Is4() || cfg.Range.Bits() > 29 || cfg.Range.Bits() < 12 || cfg.Range.Masked() != cfg.Range:
+		return nil, fmt.Errorf("netns: range %s must be an IPv4 network between /12 and /29: %w", cfg.Range, errdefs.ErrInvalidArgument)
+	}
+	return &Manager{cfg: cfg, slots: 1 << (30 - cfg.Range.Bits()), used: map[int]bool{}}, nil
+}
+
+// Options are the per-sandbox parts of a network.
+type Options struct {
+	// ProxyPorts are the TCP ports of the host end that the sandbox may
+	// reach: the egress proxy's listeners. At least one.
+	ProxyPorts []uint16
+}
+
+// Net is one sandbox's network. The caller must call Remove.
+type Net struct {
+	// Name is the namespace's name; Path its bind mount, which an OCI
+	// spec names as the network namespace's path.
+	Name string
+	Path string
+	// HostIf is the host end of the veth; the sandbox's end is SandboxIf.
+	HostIf string
+	// HostAddr is the host end's address, where the proxy and the DNS
+	// responder listen; SandboxAddr the sandbox end's. Both are in Link.
+	HostAddr    netip.Addr
+	SandboxAddr netip.Addr
+	Link        netip.Prefix
+	// Table is the nftables table (family inet) holding the rules.
+	Table string
+
+	m    *Manager
+	slot int
+	once sync.Once
+	err  error
+}
+
+func (m *Manager) names(slot int) (ns, hostIf, table string) {
+	n := strconv.Itoa(slot)
+	return m.cfg.Prefix + "-" + n, m.cfg.Prefix + "h" + n, m.cfg.Prefix + "_" + n
+}
+
+func (m *Manager) alloc() (int, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for i := range m.slots {
+		s := (m.next + i) % m.slots
+		if !m.used[s] {
+			m.used[s] = true
+			m.next = s + 1
+			return s, nil
+		}
+	}
+	return 0, fmt.Errorf("netns: all %d sandbox networks of %s are in use: %w", m.slots, m.cfg.Range, errdefs.ErrResourceExhausted)
+}
+
+func (m *Manager) free(slot int) {
+	m.mu.Lock()
+	delete(m.used, slot)
+	m.mu.Unlock()
+}
+
+// linkOf returns the /30 of slot and its two usable addresses.
+func (m *Manager) linkOf(slot int) (netip.Prefix, netip.Addr, netip.Addr) {
+	b := m.cfg.Range.Addr().As4()
+	base := uint32(b[0])<<24 | uint32(b[1])<<16 | uint32(b[2])<<8 | uint32(b[3])
+	base += uint32(slot) * 4
+	at := func(off uint32) netip.Addr {
+		v := base + off
+		return netip.AddrFrom4([4]byte{byte(v >> 24), byte(v >> 16), byte(v >> 8), byte(v)})
+	}
+	return netip.PrefixFrom(at(0), 30), at(1), at(2)
+}
+
+// Create makes a sandbox network: namespace, veth pair with addresses and
+// a default route through the host end, and the host-side rules. On error
+// nothing is left behind.
+func (m *Manager) Create(ctx context.Context, o Options) (_ *Net, err error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if len(o.ProxyPorts) == 0 {
+		return nil, fmt.Errorf("netns: at least one proxy port is required: %w", errdefs.ErrInvalidArgument)
+	}
+	for _, p := range o.ProxyPorts {
+		if p == 0 {
+			return nil, fmt.Errorf("netns: proxy port 0: %w", errdefs.ErrInvalidArgument)
+		}
+	}
+	slot, err := m.alloc()
+	if err != nil {
+		return nil, err
+	}
+	ns, hostIf, table := m.names(slot)
+	link, hostAddr, sbxAddr := m.linkOf(slot)
+	n := &Net{Name: ns, Path: filepath.Join(RunDir, ns), HostIf: hostIf, HostAddr: hostAddr, SandboxAddr: sbxAddr, Link: link, Table: table, m: m, slot: slot}
+	defer func() {
+		if err != nil {
+			_ = n.Remove()
+		}
+	}()
+	// A stale leftover of the same name (a crash before CleanupStale ran)
+	// would make every step below fail confusingly.
+	n.removeParts()
+
+	if err := ensureRunDir(); err != nil {
+		return nil, err
+	}
+	if err := newNamed(n.Path); err != nil {
+		return nil, fmt.Errorf("creating network namespace %s: %w", ns, err)
+	}
+	nsh, err := vnetns.GetFromPath(n.Path)
+	if err != nil {
+		return nil, fmt.Errorf("opening network namespace %s: %w", ns, err)
+	}
+	defer nsh.Close()
+
+	veth := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: hostIf}, PeerName: SandboxIf, PeerNamespace: netlink.NsFd(int(nsh))}
+	if err := netlink.LinkAdd(veth); err != nil {
+		return nil, fmt.Errorf("creating veth %s: %w", hostIf, err)
+	}
+	// No IPv6 on the host end: no link-local address for the sandbox to
+	// reach, and the rules drop IPv6 anyway.
+	_ = os.WriteFile("/proc/sys/net/ipv6/conf/"+hostIf+"/disable_ipv6", []byte("1"), 0o644)
+	hl, err := netlink.LinkByName(hostIf)
+	if err != nil {
+		return nil, fmt.Errorf("finding veth %s: %w", hostIf, err)
+	}
+	if err := netlink.AddrAdd(hl, &netlink.Addr{IPNet: ipNet(hostAddr, 30)}); err != nil {
+		return nil, fmt.Errorf("addressing %s: %w", hostIf, err)
+	}
+	// The rules go in before the link is up: no packet ever passes
+	// unfiltered.
+	if err := addRules(n, o.ProxyPorts, m.cfg.DNSPort); err != nil {
+		return nil, err
+	}
+	if err := netlink.LinkSetUp(hl); err != nil {
+		return nil, fmt.Errorf("bringing %s up: %w", hostIf, err)
+	}
+
+	h, err := netlink.NewHandleAt(nsh)
+	if err != nil {
+		return nil, fmt.Errorf("entering network namespace %s: %w", ns, err)
+	}
+	defer h.Delete()
+	lo, err := h.LinkByName("lo")
+	if err == nil {
+		err = h.LinkSetUp(lo)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("bringing lo up in %s: %w", ns, err)
+	}
+	sl, err := h.LinkByName(SandboxIf)
+	if err != nil {
+		return nil, fmt.Errorf("finding %s in %s: %w", SandboxIf, ns, err)
+	}
+	if err := h.AddrAdd(sl, &netlink.Addr{IPNet: ipNet(sbxAddr, 30)}); err != nil {
+		return nil, fmt.Errorf("addressing %s in %s: %w", SandboxIf, ns, err)
+	}
+	if err := h.LinkSetUp(sl); err != nil {
+		return nil, fmt.Errorf("bringing %s up in %s: %w", SandboxIf, ns, err)
+	}
+	// A default route through the host end, so that every packet the
+	// sandbox sends meets the host's rules (and is dropped there) instead
+	// of failing inside in ways that vary between runc and gVisor.
+	if err := h.RouteAdd(&netlink.Route{LinkIndex: sl.Attrs().Index, Gw: hostAddr.AsSlice()}); err != nil {
+		return nil, fmt.Errorf("routing in %s: %w", ns, err)
+	}
+	return n, nil
+}
+
+func ipNet(a netip.Addr, bits int) *net.IPNet {
+	return &net.IPNet{IP: a.AsSlice(), Mask: net.CIDRMask(bits, 32)}
+}
+
+// Remove deletes the rules, the veth and the namespace. It is idempotent,
+// and safe to call while a sandbox still runs in the namespace: the
+// sandbox loses its network.
+func (n *Net) Remove() error {
+	n.once.Do(func() {
+		n.err = n.removeParts()
+		n.m.free(n.slot)
+	})
+	return n.err
+}
+
+// removeParts removes whatever of n exists; missing parts are success.
+func (n *Net) removeParts() error {
+	var errs []error
+	if err := delTables(func(name string) bool { return name == n.Table }); err != nil {
+		errs = append(errs, err)
+	}
+	if l, err := netlink.LinkByName(n.HostIf); err == nil {
+		if err := netlink.LinkDel(l); err != nil && !errors.Is(err, unix.ENODEV) {
+			errs = append(errs, fmt.Errorf("deleting veth %s: %w", n.HostIf, err))
+		}
+	}
+	if err := deleteNamed(n.Path); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+// CleanupStale removes every namespace, host interface and nftables table
+// that carries the manager's prefix: what a crashed daemon left. Call it at
+// start, before any Create. It returns what it removed.
+func (m *Manager) CleanupStale() ([]string, error) {
+	var removed []string
+	var errs []error
+	p := m.cfg.Prefix
+	nsPat := regexp.MustCompile(`^` + p + `-[0-9]+$`)
+	ifPat := regexp.MustCompile(`^` + p + `h[0-9]+$`)
+	tPat := regexp.MustCompile(`^` + p + `_[0-9]+$`)
+
+	tables, err := listTables()
+	if err != nil {
+		errs = append(errs, err)
+	}
+	for _, t := range tables {
+		if tPat.MatchString(t) {
+			removed = append(removed, "nftables table inet "+t)
+		}
+	}
+	if err := delTables(tPat.MatchString); err != nil {
+		errs = append(errs, err)
+	}
+	links, err := netlink.LinkList()
+	if err != nil {
+		errs = append(errs, fmt.Errorf("listing links: %w", err))
+	}
+	for _, l := range links {
+		if name := l.Attrs().Name; ifPat.MatchString(name) {
+			if err := netlink.LinkDel(l); err != nil && !errors.Is(err, unix.ENODEV) {
+				errs = append(errs, fmt.Errorf("deleting link %s: %w", name, err))
+			} else {
+				removed = append(removed, "link "+name)
+			}
+		}
+	}
+	entries, err := os.ReadDir(RunDir)
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		errs = append(errs, err)
+	}
+	for _, e := range entries {
+		if nsPat.MatchString(e.Name()) {
+			if err := deleteNamed(filepath.Join(RunDir, e.Name())); err != nil {
+				errs = append(errs, err)
+			} else {
+				removed = append(removed, "netns "+e.Name())
+			}
+		}
+	}
+	return removed, errors.Join(errs...)
+}
+
+// Leftovers lists what of the manager's prefix exists on the host; empty
+// means clean. Tests assert it after Remove.
+func (m *Manager) Leftovers() []string {
+	var out []string
+	p := m.cfg.Prefix
+	if tables, err := listTables(); err == nil {
+		for _, t := range tables {
+			if strings.HasPrefix(t, p+"_") {
+				out = append(out, "nftables table inet "+t)
+			}
+		}
+	}
+	if links, err := netlink.LinkList(); err == nil {
+		for _, l := range links {
+			if strings.HasPrefix(l.Attrs().Name, p+"h") {
+				out = append(out, "link "+l.Attrs().Name)
+			}
+		}
+	}
+	if entries, err := os.ReadDir(RunDir); err == nil {
+		for _, e := range entries {
+			if strings.HasPrefix(e.Name(), p+"-") {
+				out = append(out, "netns "+e.Name())
+			}
+		}
+	}
+	return out
+}
+
+// Do runs f on an OS thread that has joined the namespace, so that the
+// sockets f opens belong to it. Tests use it to act as the sandbox.
+func (n *Net) Do(f func() error) error {
+	errc := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread()
+		// The thread is not unlocked if it cannot go back to the host's
+		// namespace: the runtime then ends it with this goroutine.
+		orig, err := vnetns.Get()
+		if err != nil {
+			errc <- err
+			return
+		}
+		defer orig.Close()
+		target, err := vnetns.GetFromPath(n.Path)
+		if err != nil {
+			errc <- err
+			return
+		}
+		defer target.Close()
+		if err := vnetns.Set(target); err != nil {
+			errc <- err
+			return
+		}
+		ferr := f()
+		if err := vnetns.Set(orig); err != nil {
+			errc <- errors.Join(ferr, err)
+			return
+		}
+		runtime.UnlockOSThread()
+		errc <- ferr
+	}()
+	return <-errc
+}
+
+// ensureRunDir makes RunDir a shared mount point, as iproute2 does, so
+// that unmounting a namespace's bind mount reaches the copies that mount
+// namespaces made since (runc's and runsc's): otherwise they would keep the
+// namespace alive.
+func ensureRunDir() error {
+	runDirOnce.Do(func() {
+		if runDirErr = os.MkdirAll(RunDir, 0o755); runDirErr != nil {
+			return
+		}
+		err := unix.Mount("", RunDir, "none", unix.MS_SHARED|unix.MS_REC, "")
+		if errors.Is(err, unix.EINVAL) {
+			// Not a mount point yet: make it one, then shared.
+			if err = unix.Mount(RunDir, RunDir, "none", unix.MS_BIND|unix.MS_REC, ""); err == nil {
+				err = unix.Mount("", RunDir, "none", unix.MS_SHARED|unix.MS_REC, "")
+			}
+		}
+		if err != nil {
+			runDirErr = fmt.Errorf("making %s a shared mount: %w", RunDir, err)
+		}
+	})
+	return runDirErr
+}
+
+var (
+	runDirOnce sync.Once
+	runDirErr  error
+)
+
+// newNamed creates a network namespace and bind-mounts it at path, on a
+// thread of its own that never returns to the Go scheduler in the wrong
+// namespace.
+func newNamed(path string) error {
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_RDONLY, 0o444)
+	if err != nil {
+		return err
+	}
+	f.Close()
+	errc := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread()
+		orig, err := vnetns.Get()
+		if err != nil {
+			errc <- err
+			return
+		}
+		defer orig.Close()
+		if err := unix.Unshare(unix.CLONE_NEWNET); err != nil {
+			errc <- fmt.Errorf("unshare: %w", err)
+			return
+		}
+		mountErr := unix.Mount(fmt.Sprintf("/proc/self/task/%d/ns/net", unix.Gettid()), path, "none", unix.MS_BIND, "")
+		if err := vnetns.Set(orig); err != nil {
+			// Stay locked: the thread dies with this goroutine.
+			errc <- errors.Join(mountErr, fmt.Errorf("returning to the host namespace: %w", err))
+			return
+		}
+		runtime.UnlockOSThread()
+		if mountErr != nil {
+			mountErr = fmt.Errorf("bind-mounting the namespace: %w", mountErr)
+		}
+		errc <- mountErr
+	}()
+	if err := <-errc; err != nil {
+		_ = os.Remove(path)
+		return err
+	}
+	return nil
+}
+
+// deleteNamed unmounts and removes a namespace's bind mount; a missing one
+// is success.
+func deleteNamed(path string) error {
+	if err := unix.Unmount(path, unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
+		return fmt.Errorf("unmounting %s: %w", path, err)
+	}
+	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("removing %s: %w", path, err)
+	}
+	return nil
+}

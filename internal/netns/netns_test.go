@@ -1,0 +1,380 @@
+package netns
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/netip"
+	"os/exec"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stockade-sh/stockade/egress"
+	"github.com/stockade-sh/stockade/internal/testenv"
+)
+
+// Tests use their own prefix and a corner of the range, so that they never
+// touch a running daemon's networks. Every address they send to is in a
+// namespace they created, or on the host end of its veth.
+const testPrefix = "stkt"
+
+var testRange = netip.MustParsePrefix("10.213.240.0/20")
+
+func newTestManager(t testing.TB) *Manager {
+	t.Helper()
+	testenv.RequiresRoot(t)
+	m, err := NewManager(Config{Prefix: testPrefix, Range: testRange})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.CleanupStale(); err != nil {
+		t.Fatalf("CleanupStale: %v", err)
+	}
+	t.Cleanup(func() {
+		if left := m.Leftovers(); len(left) > 0 {
+			t.Errorf("left behind: %v", left)
+			_, _ = m.CleanupStale()
+		}
+	})
+	return m
+}
+
+func create(t testing.TB, m *Manager, ports ...uint16) *Net {
+	t.Helper()
+	n, err := m.Create(context.Background(), Options{ProxyPorts: ports})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = n.Remove() })
+	return n
+}
+
+func ipOutput(t *testing.T, args ...string) string {
+	t.Helper()
+	out, err := exec.Command("ip", args...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("ip %v: %v\n%s", args, err, out)
+	}
+	return string(out)
+}
+
+func TestCreateRemove(t *testing.T) {
+	m := newTestManager(t)
+	n := create(t, m, 8080)
+	if n.Link.Bits() != 30 || !testRange.Contains(n.HostAddr) || !n.Link.Contains(n.SandboxAddr) || n.HostAddr == n.SandboxAddr {
+		t.Fatalf("addresses %s %s in %s, want a /30 of %s", n.HostAddr, n.SandboxAddr, n.Link, testRange)
+	}
+	if out := ipOutput(t, "netns", "list"); !strings.Contains(out, n.Name) {
+		t.Fatalf("ip netns list = %q, want %s", out, n.Name)
+	}
+	if out := ipOutput(t, "-n", n.Name, "-4", "addr", "show", "dev", SandboxIf); !strings.Contains(out, n.SandboxAddr.String()+"/30") {
+		t.Fatalf("sandbox end: %q, want %s/30", out, n.SandboxAddr)
+	}
+	if out := ipOutput(t, "-n", n.Name, "route"); !strings.Contains(out, "default via "+n.HostAddr.String()) {
+		t.Fatalf("sandbox routes: %q, want a default route via %s", out, n.HostAddr)
+	}
+	if out := ipOutput(t, "-4", "addr", "show", "dev", n.HostIf); !strings.Contains(out, n.HostAddr.String()+"/30") {
+		t.Fatalf("host end: %q, want %s/30", out, n.HostAddr)
+	}
+	if tables, _ := listTables(); !slices.Contains(tables, n.Table) {
+		t.Fatalf("nftables tables %v, want %s", tables, n.Table)
+	}
+	if err := n.Remove(); err != nil {
+		t.Fatal(err)
+	}
+	if err := n.Remove(); err != nil {
+		t.Fatalf("second Remove: %v", err)
+	}
+	assertGone(t, m, n)
+}
+
+// assertGone checks with ip(8) and nftables that nothing of n is left.
+func assertGone(t *testing.T, m *Manager, n *Net) {
+	t.Helper()
+	if left := m.Leftovers(); len(left) > 0 {
+		t.Fatalf("left behind: %v", left)
+	}
+	if out := ipOutput(t, "netns", "list"); strings.Contains(out, n.Name) {
+		t.Fatalf("ip netns list still shows %s: %q", n.Name, out)
+	}
+	if out := ipOutput(t, "link"); strings.Contains(out, n.HostIf+"@") || strings.Contains(out, n.HostIf+":") {
+		t.Fatalf("ip link still shows %s: %q", n.HostIf, out)
+	}
+	if tables, _ := listTables(); slices.Contains(tables, n.Table) {
+		t.Fatalf("nftables table %s still there", n.Table)
+	}
+}
+
+func TestCleanupStale(t *testing.T) {
+	m := newTestManager(t)
+	n1 := create(t, m, 80)
+	n2 := create(t, m, 443)
+	// A crashed daemon: a new manager knows nothing of n1 and n2.
+	m2, err := NewManager(Config{Prefix: testPrefix, Range: testRange})
+	if err != nil {
+		t.Fatal(err)
+	}
+	removed, err := m2.CleanupStale()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"netns " + n1.Name, "netns " + n2.Name, "nftables table inet " + n1.Table} {
+		if !slices.Contains(removed, want) {
+			t.Errorf("CleanupStale removed %v, want %q among them", removed, want)
+		}
+	}
+	assertGone(t, m, n1)
+	assertGone(t, m, n2)
+	// Remove of what CleanupStale took is still success.
+	if err := n1.Remove(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// listen opens a TCP listener on the host that answers "ok <port>" to each
+// connection.
+func listen(t *testing.T, addr netip.Addr, port uint16) {
+	t.Helper()
+	l, err := net.Listen("tcp", netip.AddrPortFrom(addr, port).String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			fmt.Fprintf(c, "ok %d\n", port)
+			c.Close()
+		}
+	}()
+}
+
+// dialFrom connects from inside n and reads the greeting.
+func dialFrom(n *Net, network string, to netip.AddrPort) (string, error) {
+	var got string
+	err := n.Do(func() error {
+		c, err := net.DialTimeout(network, to.String(), 400*time.Millisecond)
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		_ = c.SetDeadline(time.Now().Add(400 * time.Millisecond))
+		if network == "udp" {
+			if _, err := c.Write([]byte("ping")); err != nil {
+				return err
+			}
+		}
+		b, err := io.ReadAll(io.LimitReader(c, 64))
+		got = string(b)
+		if network == "udp" && len(b) > 0 {
+			err = nil
+		}
+		return err
+	})
+	return got, err
+}
+
+// udpEcho answers each datagram on the host with "pong".
+func udpEcho(t *testing.T, addr netip.Addr, port uint16) {
+	t.Helper()
+	pc, err := net.ListenPacket("udp", netip.AddrPortFrom(addr, port).String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { pc.Close() })
+	go func() {
+		buf := make([]byte, 512)
+		for {
+			n, from, err := pc.ReadFrom(buf)
+			if err != nil {
+				return
+			}
+			_, _ = pc.WriteTo(append([]byte("pong "), buf[:n]...), from)
+		}
+	}()
+}
+
+func TestRulesDropAllButProxyAndDNS(t *testing.T) {
+	m := newTestManager(t)
+	n1 := create(t, m, 8080)
+	n2 := create(t, m, 8080)
+	for _, n := range []*Net{n1, n2} {
+		listen(t, n.HostAddr, 8080) // the proxy
+		listen(t, n.HostAddr, 9999) // anything else on the host
+		listen(t, n.HostAddr, 53)   // DNS over TCP
+		udpEcho(t, n.HostAddr, 53)
+		udpEcho(t, n.HostAddr, 5353)
+	}
+	ap := netip.AddrPortFrom
+	for _, tc := range []struct {
+		name    string
+		network string
+		to      netip.AddrPort
+		ok      bool
+	}{
+		{"proxy port", "tcp", ap(n1.HostAddr, 8080), true},
+		{"dns over tcp", "tcp", ap(n1.HostAddr, 53), true},
+		{"dns over udp", "udp", ap(n1.HostAddr, 53), true},
+		{"other tcp port on the host end", "tcp", ap(n1.HostAddr, 9999), false},
+		{"other udp port on the host end", "udp", ap(n1.HostAddr, 5353), false},
+		{"another sandbox's proxy", "tcp", ap(n2.HostAddr, 8080), false},
+		{"another sandbox's dns", "udp", ap(n2.HostAddr, 53), false},
+		{"another sandbox itself", "tcp", ap(n2.SandboxAddr, 8080), false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := dialFrom(n1, tc.network, tc.to)
+			if tc.ok && (err != nil || got == "") {
+				t.Fatalf("got %q, %v; want an answer", got, err)
+			}
+			if !tc.ok && err == nil && got != "" {
+				t.Fatalf("got %q through the rules, want nothing", got)
+			}
+		})
+	}
+}
+
+// TestEgressEndToEnd is the whole path as a sandbox sees it: DNS on the
+// host end answers an allowed name with the proxy's address, the proxy on
+// the host end forwards to a loopback upstream, and everything else fails.
+func TestEgressEndToEnd(t *testing.T) {
+	m := newTestManager(t)
+	n := create(t, m, 8080)
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintf(w, "upstream saw %s", r.Host)
+	}))
+	defer up.Close()
+	upPort := up.Listener.Addr().(*net.TCPAddr).Port
+
+	var refusals []egress.Decision
+	rec := func(d egress.Decision) {
+		if !d.Allowed {
+			refusals = append(refusals, d)
+		}
+	}
+	p, err := egress.New(egress.Config{
+		Resolver:     failResolver{},
+		TestOverride: egress.NewTestOverride(t, map[string][]netip.Addr{"api.allowed.test": {netip.MustParseAddr("127.0.0.1")}}),
+		OnDecision:   rec,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	l, err := net.Listen("tcp", netip.AddrPortFrom(n.HostAddr, 8080).String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := p.Start(ctx, egress.Policy{Sandbox: n.Name, Allow: []string{"api.allowed.test"}, Ports: []int{upPort}}, egress.Listener{Listener: l, Port: upPort})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close()
+	udp, err := net.ListenPacket("udp", netip.AddrPortFrom(n.HostAddr, 53).String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := egress.ServeDNS(ctx, egress.DNSConfig{Sandbox: n.Name, Allow: []string{"api.allowed.test"}, Answer: n.HostAddr, OnDecision: rec}, udp, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+
+	// The sandbox's resolver: its resolv.conf names the host end.
+	res := &net.Resolver{PreferGo: true, Dial: func(ctx context.Context, network, _ string) (net.Conn, error) {
+		return (&net.Dialer{}).DialContext(ctx, "udp", netip.AddrPortFrom(n.HostAddr, 53).String())
+	}}
+	err = n.Do(func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+		defer cancel()
+		addrs, err := res.LookupHost(ctx, "api.allowed.test")
+		if err != nil || len(addrs) != 1 || addrs[0] != n.HostAddr.String() {
+			return fmt.Errorf("lookup api.allowed.test = %v, %v; want %s", addrs, err, n.HostAddr)
+		}
+		if _, err := res.LookupHost(ctx, "evil.test"); err == nil {
+			return errors.New("lookup evil.test succeeded")
+		}
+		c := &http.Client{Timeout: 3 * time.Second, Transport: &http.Transport{
+			DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+				host, _, _ := net.SplitHostPort(addr)
+				ips, err := res.LookupHost(ctx, host)
+				if err != nil {
+					return nil, err
+				}
+				return (&net.Dialer{}).DialContext(ctx, network, net.JoinHostPort(ips[0], "8080"))
+			},
+		}}
+		resp, err := c.Get(fmt.Sprintf("http://api.allowed.test:%d/", upPort))
+		if err != nil {
+			return err
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 || !strings.Contains(string(body), "upstream saw api.allowed.test") {
+			return fmt.Errorf("got %d %q, want the upstream's answer", resp.StatusCode, body)
+		}
+		// The upstream itself is on the host's loopback, which the
+		// sandbox's own loopback hides; and the host end answers nothing
+		// but the proxy and DNS.
+		if c, err := net.DialTimeout("tcp", fmt.Sprintf("127.0.0.1:%d", upPort), 300*time.Millisecond); err == nil {
+			c.Close()
+			return errors.New("the host's loopback upstream is reachable directly")
+		}
+		if c, err := net.DialTimeout("tcp", netip.AddrPortFrom(n.HostAddr, uint16(upPort)).String(), 300*time.Millisecond); err == nil {
+			c.Close()
+			return errors.New("the upstream's port on the host end is reachable")
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(refusals) == 0 || refusals[0].Protocol != egress.ProtoDNS || refusals[0].Name != "evil.test" {
+		t.Errorf("refusals %+v, want the DNS refusal of evil.test", refusals)
+	}
+}
+
+type failResolver struct{}
+
+func (failResolver) LookupNetIP(context.Context, string, string) ([]netip.Addr, error) {
+	return nil, errors.New("no resolver in tests")
+}
+
+// BenchmarkCreateRemove measures the network setup a sandbox with egress
+// adds: Create then Remove. Run with -benchtime=20x for the median of 20.
+func BenchmarkCreateRemove(b *testing.B) {
+	m := newTestManager(b)
+	var ds []time.Duration
+	for b.Loop() {
+		t0 := time.Now()
+		n, err := m.Create(context.Background(), Options{ProxyPorts: []uint16{80, 443}})
+		if err != nil {
+			b.Fatal(err)
+		}
+		t1 := time.Now()
+		if err := n.Remove(); err != nil {
+			b.Fatal(err)
+		}
+		ds = append(ds, t1.Sub(t0), time.Since(t1))
+	}
+	var create, remove, total []time.Duration
+	for i := 0; i < len(ds); i += 2 {
+		create, remove, total = append(create, ds[i]), append(remove, ds[i+1]), append(total, ds[i]+ds[i+1])
+	}
+	median := func(s []time.Duration) float64 {
+		slices.Sort(s)
+		return float64(s[len(s)/2].Microseconds()) / 1000
+	}
+	b.ReportMetric(median(create), "create-median-ms")
+	b.ReportMetric(median(remove), "remove-median-ms")
+	b.ReportMetric(median(total), "total-median-ms")
+}
