@@ -61,6 +61,7 @@ func New(cfg Config) (*ocidriver.Driver, error) {
 		},
 		Kernel:               oci.UserSpaceKernel,
 		PrivateRootForMounts: true,
+		MemoryHeadroom:       64 << 20,
 		StateDir:             cfg.StateDir,
 		GuestPath:            cfg.GuestPath,
 		Defaults:             sandbox.Limits{CPU: DefaultCPU},
