@@ -74,7 +74,7 @@ func newBroker(t *testing.T, up string) (*Broker, *audits) {
 		Operations: []Operation{
 			{
 				Name: "issues.list", Method: "GET", URL: up + "/repos/{owner}/{repo}/issues",
-				Params: []Param{{Name: "owner", Required: true}, {Name: "repo", Required: true}, {Name: "state", Pattern: "open|closed"}},
+				Params:     []Param{{Name: "owner", Required: true}, {Name: "repo", Required: true}, {Name: "state", Pattern: "open|closed"}},
 				Credential: Credential{Env: "GH_TOKEN"}, Prefix: "Bearer ",
 			},
 			{

@@ -112,7 +112,7 @@ func TestClassify(t *testing.T) {
 		{"fd00::2", true},
 		{"fe80::1", true},
 		{"ff02::1", true},
-		{"64:ff9b::a9fe:a9fe", true}, // NAT64 of 169.254.169.254
+		{"64:ff9b::a9fe:a9fe", true},  // NAT64 of 169.254.169.254
 		{"64:ff9b::5db8:d822", false}, // NAT64 of a public address
 		{"2002:7f00:1::", true},       // 6to4 of 127.0.0.1
 		{"2001:db8::1", true},

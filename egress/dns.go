@@ -279,3 +279,16 @@ func (d *DNS) refused(name string, t dnsmessage.Type, client string) {
 		f(dec)
 	}
 }
+
+// ServeDNS is the package's ServeDNS with the proxy's OnDecision and
+// Logger where cfg sets none, so that one sandbox's proxy and DNS refusals
+// go to the same place.
+func (p *Proxy) ServeDNS(ctx context.Context, cfg DNSConfig, udp net.PacketConn, tcp net.Listener) (*DNS, error) {
+	if cfg.OnDecision == nil {
+		cfg.OnDecision = p.cfg.OnDecision
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = p.cfg.Logger
+	}
+	return ServeDNS(ctx, cfg, udp, tcp)
+}

@@ -25,7 +25,7 @@
 //
 //	CGO_ENABLED=0 go run ./bench/capability
 //	CGO_ENABLED=0 go run ./bench/capability -db "$(scripts/pgtest.sh)"
-//	CGO_ENABLED=0 go run ./bench/capability -runtime python -n 50 -fake-n 500 -concurrency 4,8 -invocations 60 -rounds 3
+//	CGO_ENABLED=0 go run ./bench/capability -runtime python -n 50 -fake-n 500 -concurrency 4,8 -invocations 60 -rounds 5
 package main
 
 import (
@@ -68,7 +68,7 @@ func main() {
 	flag.IntVar(&o.n, "n", 100, "timed runs of each real-driver latency variant")
 	flag.IntVar(&o.fakeN, "fake-n", 2000, "timed runs of each fake-driver variant")
 	flag.IntVar(&o.invocations, "invocations", 60, "invocations per throughput round")
-	flag.IntVar(&o.rounds, "rounds", 3, "throughput rounds of each variant at each concurrency")
+	flag.IntVar(&o.rounds, "rounds", 5, "throughput rounds of each variant at each concurrency")
 	conc := flag.String("concurrency", "4,8", "comma-separated concurrency levels of the throughput runs")
 	flag.StringVar(&o.runtime, "runtime", "shell", "runtime of the invocations: shell (echo hi) or python (print(1))")
 	flag.StringVar(&o.dataDir, "data-dir", config.Default().DataDir, "image store and guest agent directory")

@@ -37,6 +37,7 @@ func main() {
 		fatalf("setting PR_SET_DUMPABLE to 0: %v", errno)
 	}
 	catchSignals()
+	resetIgnoredSignals()
 
 	a := &agent{
 		out:  os.Stdout,

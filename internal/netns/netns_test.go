@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -242,58 +243,39 @@ func TestRulesDropAllButProxyAndDNS(t *testing.T) {
 	}
 }
 
-// TestEgressEndToEnd is the whole path as a sandbox sees it: DNS on the
-// host end answers an allowed name with the proxy's address, the proxy on
-// the host end forwards to a loopback upstream, and everything else fails.
+// TestEgressEndToEnd is the whole path as a sandbox sees it, from a
+// goroutine in the namespace: DNS on the host end answers an allowed name
+// with the proxy's address, the proxy there forwards to a loopback
+// upstream, and everything else fails.
 func TestEgressEndToEnd(t *testing.T) {
 	m := newTestManager(t)
-	n := create(t, m, 8080)
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		fmt.Fprintf(w, "upstream saw %s", r.Host)
 	}))
 	defer up.Close()
 	upPort := up.Listener.Addr().(*net.TCPAddr).Port
 
+	var mu sync.Mutex
 	var refusals []egress.Decision
 	rec := func(d egress.Decision) {
 		if !d.Allowed {
+			mu.Lock()
 			refusals = append(refusals, d)
+			mu.Unlock()
 		}
-	}
-	p, err := egress.New(egress.Config{
-		Resolver:     failResolver{},
-		TestOverride: egress.NewTestOverride(t, map[string][]netip.Addr{"api.allowed.test": {netip.MustParseAddr("127.0.0.1")}}),
-		OnDecision:   rec,
-	})
-	if err != nil {
-		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	l, err := net.Listen("tcp", netip.AddrPortFrom(n.HostAddr, 8080).String())
-	if err != nil {
-		t.Fatal(err)
+	n := openEgress(t, ctx, m, rec, upPort, nil)
+	if !slices.Equal(n.Ports, []uint16{uint16(upPort)}) || !strings.Contains(string(n.ResolvConf), "nameserver "+n.HostAddr.String()+"\n") {
+		t.Fatalf("ports %v resolv.conf %q", n.Ports, n.ResolvConf)
 	}
-	g, err := p.Start(ctx, egress.Policy{Sandbox: n.Name, Allow: []string{"api.allowed.test"}, Ports: []int{upPort}}, egress.Listener{Listener: l, Port: upPort})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer g.Close()
-	udp, err := net.ListenPacket("udp", netip.AddrPortFrom(n.HostAddr, 53).String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	d, err := egress.ServeDNS(ctx, egress.DNSConfig{Sandbox: n.Name, Allow: []string{"api.allowed.test"}, Answer: n.HostAddr, OnDecision: rec}, udp, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer d.Close()
 
 	// The sandbox's resolver: its resolv.conf names the host end.
 	res := &net.Resolver{PreferGo: true, Dial: func(ctx context.Context, network, _ string) (net.Conn, error) {
-		return (&net.Dialer{}).DialContext(ctx, "udp", netip.AddrPortFrom(n.HostAddr, 53).String())
+		return (&net.Dialer{}).DialContext(ctx, network, netip.AddrPortFrom(n.HostAddr, 53).String())
 	}}
-	err = n.Do(func() error {
+	err := n.Do(func() error {
 		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 		defer cancel()
 		addrs, err := res.LookupHost(ctx, "api.allowed.test")
@@ -305,12 +287,12 @@ func TestEgressEndToEnd(t *testing.T) {
 		}
 		c := &http.Client{Timeout: 3 * time.Second, Transport: &http.Transport{
 			DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
-				host, _, _ := net.SplitHostPort(addr)
+				host, port, _ := net.SplitHostPort(addr)
 				ips, err := res.LookupHost(ctx, host)
 				if err != nil {
 					return nil, err
 				}
-				return (&net.Dialer{}).DialContext(ctx, network, net.JoinHostPort(ips[0], "8080"))
+				return (&net.Dialer{}).DialContext(ctx, network, net.JoinHostPort(ips[0], port))
 			},
 		}}
 		resp, err := c.Get(fmt.Sprintf("http://api.allowed.test:%d/", upPort))
@@ -323,22 +305,24 @@ func TestEgressEndToEnd(t *testing.T) {
 			return fmt.Errorf("got %d %q, want the upstream's answer", resp.StatusCode, body)
 		}
 		// The upstream itself is on the host's loopback, which the
-		// sandbox's own loopback hides; and the host end answers nothing
-		// but the proxy and DNS.
+		// sandbox's own loopback hides; the broker port is closed when the
+		// tool has no broker.
 		if c, err := net.DialTimeout("tcp", fmt.Sprintf("127.0.0.1:%d", upPort), 300*time.Millisecond); err == nil {
 			c.Close()
 			return errors.New("the host's loopback upstream is reachable directly")
 		}
-		if c, err := net.DialTimeout("tcp", netip.AddrPortFrom(n.HostAddr, uint16(upPort)).String(), 300*time.Millisecond); err == nil {
+		if c, err := net.DialTimeout("tcp", netip.AddrPortFrom(n.HostAddr, BrokerPort).String(), 300*time.Millisecond); err == nil {
 			c.Close()
-			return errors.New("the upstream's port on the host end is reachable")
+			return errors.New("port 80 on the host end is reachable without a broker")
 		}
 		return nil
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(refusals) == 0 || refusals[0].Protocol != egress.ProtoDNS || refusals[0].Name != "evil.test" {
+	mu.Lock()
+	defer mu.Unlock()
+	if len(refusals) == 0 || refusals[0].Protocol != egress.ProtoDNS || refusals[0].Name != "evil.test" || refusals[0].Sandbox != "sbx-netns-test" {
 		t.Errorf("refusals %+v, want the DNS refusal of evil.test", refusals)
 	}
 }
@@ -377,4 +361,67 @@ func BenchmarkCreateRemove(b *testing.B) {
 	b.ReportMetric(median(create), "create-median-ms")
 	b.ReportMetric(median(remove), "remove-median-ms")
 	b.ReportMetric(median(total), "total-median-ms")
+}
+
+// BenchmarkOpenEgress measures everything a one-shot run with egress adds
+// on the host: namespace, veth, rules, proxy and DNS listeners, then their
+// removal. Run with -benchtime=20x for the median of 20.
+func BenchmarkOpenEgress(b *testing.B) {
+	m := newTestManager(b)
+	p, err := egress.New(egress.Config{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	pol := egress.Policy{Sandbox: "bench", Allow: []string{"api.example.com"}, Ports: []int{443}, Broker: http.NotFoundHandler()}
+	var open, closing []time.Duration
+	for b.Loop() {
+		t0 := time.Now()
+		e, err := m.OpenEgress(context.Background(), p, pol)
+		if err != nil {
+			b.Fatal(err)
+		}
+		t1 := time.Now()
+		if err := e.Close(); err != nil {
+			b.Fatal(err)
+		}
+		open, closing = append(open, t1.Sub(t0)), append(closing, time.Since(t1))
+	}
+	median := func(s []time.Duration) float64 {
+		slices.Sort(s)
+		return float64(s[len(s)/2].Microseconds()) / 1000
+	}
+	b.ReportMetric(median(open), "open-median-ms")
+	b.ReportMetric(median(closing), "close-median-ms")
+}
+
+func TestConcurrentCreate(t *testing.T) {
+	m := newTestManager(t)
+	const k = 8
+	nets := make([]*Net, k)
+	errs := make([]error, k)
+	var wg sync.WaitGroup
+	for i := range k {
+		wg.Go(func() { nets[i], errs[i] = m.Create(context.Background(), Options{ProxyPorts: []uint16{443}}) })
+	}
+	wg.Wait()
+	seen := map[netip.Addr]bool{}
+	for i, n := range nets {
+		if errs[i] != nil {
+			t.Fatal(errs[i])
+		}
+		if seen[n.HostAddr] {
+			t.Fatalf("address %s given twice", n.HostAddr)
+		}
+		seen[n.HostAddr] = true
+	}
+	for i, n := range nets {
+		wg.Go(func() { errs[i] = n.Remove() })
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
+	}
+	if left := m.Leftovers(); len(left) > 0 {
+		t.Fatalf("left behind: %v", left)
+	}
 }
