@@ -34,6 +34,11 @@ const (
 	ToolReviewApproved     = "tool.review_approved"
 	ToolReviewApprovedCode = "TOL004I"
 
+	// EgressDenied is a connection or DNS question of a sandbox that the
+	// egress proxy refused; Reason is the proxy's stable reason.
+	EgressDenied     = "egress.denied"
+	EgressDeniedCode = "EGR001W"
+
 	WorkspaceCreated     = "workspace.created"
 	WorkspaceCreatedCode = "ADM001I"
 	KeyCreated           = "key.created"

@@ -56,6 +56,13 @@ type Config struct {
 	// DataRoot is the only directory tools may mount data from; empty
 	// means DataDir/data.
 	DataRoot string `yaml:"data_root"`
+	// Egress lets sandboxes of tools with an egress allowlist reach it
+	// through the host's egress proxy (needs root and nftables; otherwise
+	// such tools are refused). Only the daemon may set it: at start it
+	// removes every sandbox network on the host that carries Stockade's
+	// prefix, which would cut off another process's sandboxes. False (the
+	// zero value) means no sandbox gets network.
+	Egress bool `yaml:"-"`
 
 	// Listen is the daemon's HTTP address.
 	Listen string `yaml:"listen"`

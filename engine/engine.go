@@ -9,19 +9,25 @@ package engine
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"log/slog"
 	"maps"
+	"os"
 	"slices"
 	"sort"
 	"strings"
+	"sync"
 
 	"github.com/stockade-sh/stockade/config"
 	"github.com/stockade-sh/stockade/driver/docker"
 	"github.com/stockade-sh/stockade/driver/gvisor"
 	"github.com/stockade-sh/stockade/driver/runc"
+	"github.com/stockade-sh/stockade/egress"
 	"github.com/stockade-sh/stockade/errdefs"
 	"github.com/stockade-sh/stockade/image"
 	"github.com/stockade-sh/stockade/internal/guestbin"
+	"github.com/stockade-sh/stockade/internal/netns"
 	"github.com/stockade-sh/stockade/sandbox"
 	"github.com/stockade-sh/stockade/tools"
 )
@@ -40,6 +46,7 @@ type Engine struct {
 	ceiling       sandbox.Limits
 	tools         *tools.Set
 	toolOpts      tools.Options
+	egress        *egressHost // nil: no sandbox gets network
 }
 
 // Option configures New.
@@ -105,12 +112,52 @@ func Open(cfg config.Config) (*Engine, error) {
 	if !ok {
 		return nil, fmt.Errorf("default driver %q is not configured: %w", cfg.Driver, errdefs.ErrInvalidArgument)
 	}
-	topts := tools.Options{DataRoot: cfg.MountRoot(), Ceiling: cfg.Ceiling, DefaultTier: def.Capabilities().Tier}
+	var eng *Engine
+	opts, err := hostEgress(cfg, func(d egress.Decision) { eng.EgressDecision(d) })
+	if err != nil {
+		return nil, err
+	}
+	// Records with egress or credentials load only where egress works.
+	topts := tools.Options{DataRoot: cfg.MountRoot(), Ceiling: cfg.Ceiling, DefaultTier: def.Capabilities().Tier, EgressSupported: len(opts) > 0}
 	set, err := tools.Load(cfg.Tools, topts)
 	if err != nil {
 		return nil, fmt.Errorf("loading tools: %w", err)
 	}
-	return New(drivers, cfg.Driver, image.Open(cfg.ImageDir()), cfg.Defaults, cfg.Ceiling, WithTools(set, topts))
+	eng, err = New(drivers, cfg.Driver, image.Open(cfg.ImageDir()), cfg.Defaults, cfg.Ceiling, append(opts, WithTools(set, topts))...)
+	return eng, err
+}
+
+// hostEgress returns the WithEgress option of cfg, or none when cfg does
+// not enable egress or the host cannot give it (not root, no nftables):
+// then tools with egress are refused when they are loaded. It removes the
+// sandbox networks a crashed daemon left. onDecision receives the proxy's
+// decisions.
+func hostEgress(cfg config.Config, onDecision func(egress.Decision)) ([]Option, error) {
+	if !cfg.Egress {
+		return nil, nil
+	}
+	log := slog.Default()
+	if os.Geteuid() != 0 {
+		log.Warn("egress disabled: sandbox networks need root; tools with egress are refused")
+		return nil, nil
+	}
+	nets, err := netns.NewManager(netns.Config{})
+	if err != nil {
+		return nil, err
+	}
+	removed, err := nets.CleanupStale()
+	if err != nil {
+		log.Warn("egress disabled: cleaning up sandbox networks failed (is nftables available?); tools with egress are refused", "err", err)
+		return nil, nil
+	}
+	if len(removed) > 0 {
+		log.Info("removed sandbox networks left by a previous daemon", "count", len(removed))
+	}
+	proxy, err := egress.New(egress.Config{OnDecision: onDecision, Logger: log.With("component", "egress")})
+	if err != nil {
+		return nil, err
+	}
+	return []Option{WithEgress(nets, proxy, nil)}, nil
 }
 
 // Tools returns the tools the engine runs invocations as.
@@ -134,7 +181,12 @@ type Request struct {
 	Driver string
 	// Limits override the tool's limits and the defaults where set.
 	Limits sandbox.Limits
-	Stdin  []byte
+	// Network asks for egress to the tool's allowlist, through the egress
+	// proxy. The caller must have approved it (the service's approval
+	// gate); false means no network, except the credential broker for a
+	// tool that lists broker operations.
+	Network bool
+	Stdin   []byte
 	// Labels are attached to the sandbox to find it after a crash.
 	Labels map[string]string
 	// OnOutput receives output as it is produced; see sandbox.ExecRequest.
@@ -231,6 +283,13 @@ type Session struct {
 	Runtime image.Runtime
 	Driver  string
 	Limits  sandbox.Limits
+	// Network is true when the sandbox has egress (its tool's allowlist).
+	Network bool
+
+	eng     *Engine
+	net     *netns.Egress // nil without egress
+	netOnce sync.Once
+	netErr  error
 }
 
 // NewSession creates the sandbox req's tool (or req.Driver) calls for, with
@@ -257,11 +316,26 @@ func (e *Engine) NewSession(ctx context.Context, req Request) (*Session, error) 
 		return nil, fmt.Errorf("tool %q: %v: %w", tool.Name, err, errdefs.ErrFailedPrecondition)
 	}
 	limits := req.Limits.WithDefaults(tool.Limits).WithDefaults(e.defaults)
-	sb, err := drv.Create(ctx, sandbox.Spec{Image: img, Limits: limits, Mounts: append(mounts, req.ExtraMounts...), Labels: req.Labels})
+	spec := sandbox.Spec{Image: img, Limits: limits, Mounts: append(mounts, req.ExtraMounts...), Labels: req.Labels}
+	var net *netns.Egress
+	if req.Network || len(tool.Credentials) > 0 {
+		// Without network a tool that lists broker operations still
+		// reaches the broker, and nothing else.
+		spec.ID, net, err = e.openEgress(ctx, tool, drv, req.Network, req.Labels)
+		if err != nil {
+			return nil, err
+		}
+		spec.Network = sandbox.NetworkEgress
+		spec.Egress = &sandbox.EgressNet{NetNSPath: net.Path, ResolvConf: net.ResolvConf}
+	}
+	sb, err := drv.Create(ctx, spec)
 	if err != nil {
+		if net != nil {
+			err = errors.Join(err, e.closeEgress(spec.ID, net))
+		}
 		return nil, fmt.Errorf("creating %s sandbox: %w", drv.Name(), err)
 	}
-	return &Session{Sandbox: sb, Tool: tool, Runtime: rt, Driver: drv.Name(), Limits: limits}, nil
+	return &Session{Sandbox: sb, Tool: tool, Runtime: rt, Driver: drv.Name(), Limits: limits, Network: req.Network, eng: e, net: net}, nil
 }
 
 // Run validates req, runs it in a fresh sandbox that is destroyed

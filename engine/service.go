@@ -73,6 +73,14 @@ type Service struct {
 	ctx    context.Context // ends when the service closes; runs use it
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
+
+	// egressEvents carries the egress proxy's refusals to the goroutine
+	// that writes their audit events; the proxy never waits for the store.
+	egressEvents chan store.NewEvent
+	// workspaces maps the executions running now to their workspaces, for
+	// the proxy's refusals.
+	wsMu       sync.Mutex
+	workspaces map[string]string
 }
 
 // NewService returns the capability layer over eng and st. Call Start
@@ -106,10 +114,67 @@ func NewService(eng *Engine, st store.Store, o ServiceOptions) *Service {
 		o.Observer = nopObserver{}
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	return &Service{
+	s := &Service{
 		eng: eng, st: st, opts: o, log: o.Logger, hub: newHub(),
 		slots: newAdmission(o.MaxConcurrent, o.MaxQueue), drift: newDrift(),
 		ctx: ctx, cancel: cancel,
+		egressEvents: make(chan store.NewEvent, 1024), workspaces: map[string]string{},
+	}
+	eng.SetEgressObserver(s.egressDecision)
+	return s
+}
+
+// egressDecision turns a refusal of the egress proxy into an audit event
+// of the execution whose sandbox it concerns. It never blocks: when the
+// queue is full the refusal is only logged.
+func (s *Service) egressDecision(d EgressDecision) {
+	if d.Allowed {
+		return
+	}
+	exec := d.Labels[LabelExecution]
+	s.wsMu.Lock()
+	ws := s.workspaces[exec]
+	s.wsMu.Unlock()
+	s.log.Info("egress refused", "execution", exec, "sandbox", d.Sandbox, "tool", d.Tool, "protocol", d.Protocol,
+		"name", d.Name, "port", d.Port, "reason", d.Reason, "detail", d.Detail)
+	if ws == "" {
+		return
+	}
+	data := map[string]any{"sandbox": d.Sandbox, "tool": d.Tool, "protocol": d.Protocol, "name": d.Name, "port": d.Port, "detail": d.Detail}
+	if d.Addr.IsValid() {
+		data["addr"] = d.Addr.String()
+	}
+	ev := store.NewEvent{WorkspaceID: ws, Type: audit.EgressDenied, Code: audit.EgressDeniedCode, Actor: "system",
+		ExecutionID: exec, Reason: d.Reason, Data: mustJSON(data)}
+	select {
+	case s.egressEvents <- ev:
+	default:
+		s.log.Warn("egress audit queue full; refusal logged only", "execution", exec, "reason", d.Reason)
+	}
+}
+
+// auditEgress writes the proxy's refusals until the service closes.
+func (s *Service) auditEgress() {
+	defer s.wg.Done()
+	write := func(ev store.NewEvent) {
+		if _, err := s.st.AppendEvent(context.WithoutCancel(s.ctx), ev); err != nil {
+			s.log.Error("auditing egress refusal", "execution", ev.ExecutionID, "err", err)
+		}
+	}
+	for {
+		select {
+		case ev := <-s.egressEvents:
+			write(ev)
+		case <-s.ctx.Done():
+			for {
+				select {
+				case ev := <-s.egressEvents:
+					write(ev)
+				default:
+					return
+				}
+			}
+		}
 	}
 }
 
@@ -167,8 +232,9 @@ func (s *Service) Start(ctx context.Context) error {
 	if err := s.countPending(ctx); err != nil {
 		return err
 	}
-	s.wg.Add(1)
+	s.wg.Add(2)
 	go s.expireLoop()
+	go s.auditEgress()
 	return nil
 }
 
@@ -277,16 +343,22 @@ type InvokeRequest struct {
 
 // ApprovalCard is what an approver is shown.
 type ApprovalCard struct {
-	ApprovalID       string    `json:"approval_id"`
-	ExecutionID      string    `json:"execution_id"`
-	Capability       string    `json:"capability"`
-	RiskLevel        string    `json:"risk_level"`
-	Runtime          string    `json:"runtime"`
-	Code             string    `json:"code"`
-	NetworkRequested bool      `json:"network_requested"`
-	TimeoutMS        int64     `json:"timeout_ms"`
-	RequestedBy      string    `json:"requested_by"`
-	ExpiresAt        time.Time `json:"expires_at"`
+	ApprovalID       string `json:"approval_id"`
+	ExecutionID      string `json:"execution_id"`
+	Capability       string `json:"capability"`
+	RiskLevel        string `json:"risk_level"`
+	Runtime          string `json:"runtime"`
+	Code             string `json:"code"`
+	NetworkRequested bool   `json:"network_requested"`
+	// Tool is the tool the code runs as; EgressAllow and EgressPorts its
+	// record's egress allowlist, which an approved network request may
+	// reach (empty without network).
+	Tool        string    `json:"tool,omitempty"`
+	EgressAllow []string  `json:"egress_allow,omitempty"`
+	EgressPorts []int     `json:"egress_ports,omitempty"`
+	TimeoutMS   int64     `json:"timeout_ms"`
+	RequestedBy string    `json:"requested_by"`
+	ExpiresAt   time.Time `json:"expires_at"`
 }
 
 // Invocation is the outcome of Invoke: the execution as admitted.
@@ -367,9 +439,16 @@ func (s *Service) Invoke(ctx context.Context, p Principal, req InvokeRequest, o 
 		}
 	}
 	if network {
-		// The policy permits network, but the default tool has no egress
-		// allowlist, and without one no traffic may leave the sandbox.
-		return deny(policy.DenyNetworkNotPermitted, fmt.Sprintf("network access needs a tool whose record has an egress allowlist; tool %q has none", tool.Name), errdefs.ErrPermissionDenied)
+		// The policy permits network; the tool's record must name where
+		// to, this server must be able to enforce it, and a human must
+		// approve this invocation whatever the approval default.
+		if tool.Egress.None() {
+			return deny(policy.DenyNetworkNotPermitted, fmt.Sprintf("network access needs a tool whose record has an egress allowlist; tool %q has none", tool.Name), errdefs.ErrPermissionDenied)
+		}
+		if !s.eng.EgressAvailable() {
+			return deny(policy.DenyNetworkNotPermitted, "network access is not available on this server (egress needs root and nftables)", errdefs.ErrPermissionDenied)
+		}
+		d.ApprovalRequired = true
 	}
 	if timeout == 0 {
 		timeout = min(s.eng.defaults.Timeout, d.MaxTimeout)
@@ -395,10 +474,15 @@ func (s *Service) Invoke(ctx context.Context, p Principal, req InvokeRequest, o 
 		card := ApprovalCard{
 			Capability: contract.CodeExecute.Name, RiskLevel: string(contract.CodeExecute.Risk), Runtime: req.Runtime,
 			Code: req.Code, NetworkRequested: network, TimeoutMS: timeout.Milliseconds(), RequestedBy: p.KeyID,
-			ExpiresAt: s.opts.Now().Add(s.opts.ApprovalTTL).UTC().Truncate(time.Microsecond),
+			ExpiresAt: s.opts.Now().Add(s.opts.ApprovalTTL).UTC().Truncate(time.Microsecond), Tool: tool.Name,
+		}
+		why := "high-risk capability needs a human decision"
+		if network {
+			card.EgressAllow, card.EgressPorts = tool.Egress.Allow, tool.Egress.Ports
+			why = "network access needs a human decision"
 		}
 		ne.Approval = &store.NewApproval{Card: mustJSON(card), ExpiresAt: card.ExpiresAt}
-		ne.Audit = append(ne.Audit, store.NewEvent{Type: audit.ApprovalRequested, Code: audit.ApprovalRequestedCode, Actor: p.KeyID, Reason: "high-risk capability needs a human decision"})
+		ne.Audit = append(ne.Audit, store.NewEvent{Type: audit.ApprovalRequested, Code: audit.ApprovalRequestedCode, Actor: p.KeyID, Reason: why})
 	}
 	adm, err := s.st.CreateExecution(ctx, ne)
 	if err != nil {
@@ -485,8 +569,17 @@ func (s *Service) run(e store.Execution, t *ticket) {
 		finish(store.Outcome{Status: store.StatusLaunchFailed, Result: errorResult(err)})
 		return
 	}
+	network, _ := parseNetwork(req.Network) // checked by Invoke
+	s.wsMu.Lock()
+	s.workspaces[e.ID] = e.WorkspaceID
+	s.wsMu.Unlock()
+	defer func() {
+		s.wsMu.Lock()
+		delete(s.workspaces, e.ID)
+		s.wsMu.Unlock()
+	}()
 	res, err := s.eng.Run(ctx, Request{
-		Runtime: req.Runtime, Tool: req.Tool, Code: []byte(req.Code), Stdin: []byte(req.Stdin),
+		Runtime: req.Runtime, Tool: req.Tool, Code: []byte(req.Code), Stdin: []byte(req.Stdin), Network: network,
 		Limits: sandbox.Limits{Timeout: time.Duration(req.TimeoutMS) * time.Millisecond},
 		Labels: map[string]string{LabelOwner: s.opts.Owner, LabelExecution: e.ID},
 		OnStart: func(driver string) {

@@ -85,12 +85,26 @@ type Spec struct {
 	Limits Limits
 	// Network is the network mode; zero means none (loopback only).
 	Network NetworkMode
+	// Egress is the prepared network of a NetworkEgress sandbox; required
+	// for that mode and ignored otherwise. Nil means none.
+	Egress *EgressNet
 	// Mounts are extra read-only bind mounts (tool records' data directories).
 	// Nil means none.
 	Mounts []Mount
 	// Labels are kept with the sandbox's runtime state so that orphans can
 	// be found after a crash. Nil means none.
 	Labels map[string]string
+}
+
+// EgressNet is the host-prepared network a NetworkEgress sandbox joins:
+// a network namespace whose only way out is the egress proxy (see
+// internal/netns), and the resolv.conf naming its DNS responder.
+type EgressNet struct {
+	// NetNSPath is the absolute path of the namespace (a bind mount under
+	// /run/netns) the sandbox joins.
+	NetNSPath string
+	// ResolvConf is the content of the sandbox's /etc/resolv.conf.
+	ResolvConf []byte
 }
 
 // Mount is a read-only bind mount of a host directory into the sandbox.

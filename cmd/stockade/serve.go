@@ -31,6 +31,7 @@ func serveCmd(ctx context.Context, args []string) int {
 	cfg, load := configFlags(fs)
 	fs.StringVar(&cfg.Listen, "listen", cfg.Listen, "HTTP listen address")
 	fs.StringVar(&cfg.DB, "db", cfg.DB, "database URL: sqlite:PATH or postgres://... (default sqlite in the data directory)")
+	egress := fs.Bool("egress", true, "give approved network requests egress through the host's proxy (needs root and nftables)")
 	pos, err := load(args)
 	if err != nil {
 		return fail(err)
@@ -38,6 +39,7 @@ func serveCmd(ctx context.Context, args []string) int {
 	if len(pos) > 0 {
 		return fail(usagef("serve takes no arguments"))
 	}
+	cfg.Egress = *egress
 	if err := serve(ctx, cfg.Listen, cfg.DB, *cfg); err != nil {
 		return fail(err)
 	}

@@ -49,8 +49,6 @@ func New(cfg Config) (*ocidriver.Driver, error) {
 		Binary: cfg.Binary,
 		GlobalArgs: []string{
 			"--platform=" + cfg.Platform,
-			// No network stack at all: the sandbox sees only loopback.
-			"--network=none",
 			// Apply the OCI seccomp profile to the sandboxed program inside
 			// the Sentry too, so both tiers refuse the same system calls.
 			"--oci-seccomp",
@@ -58,6 +56,14 @@ func New(cfg Config) (*ocidriver.Driver, error) {
 			// may make it look writable.
 			"--overlay2=none",
 			"--host-uds=none",
+		},
+		NetworkArgs: map[sandbox.NetworkMode][]string{
+			// No network stack at all: the sandbox sees only loopback.
+			sandbox.NetworkNone: {"--network=none"},
+			// The Sentry's own network stack on the interfaces of the
+			// prepared namespace the sandbox joins (internal/netns),
+			// whose host-side rules let through only DNS and the proxy.
+			sandbox.NetworkEgress: {"--network=sandbox"},
 		},
 		Kernel:               oci.UserSpaceKernel,
 		PrivateRootForMounts: true,

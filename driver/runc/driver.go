@@ -38,6 +38,9 @@ func New(cfg Config) (*ocidriver.Driver, error) {
 		GuestPath:      cfg.GuestPath,
 		Defaults:       sandbox.Limits{CPU: DefaultCPU},
 		PeakFromCgroup: true,
-		InstallHint:    "install it with `stockade setup` (Debian package runc)",
+		// runc needs no flag for either mode: the bundle's network
+		// namespace (fresh, or the prepared one by path) decides.
+		NetworkArgs: map[sandbox.NetworkMode][]string{sandbox.NetworkNone: nil, sandbox.NetworkEgress: nil},
+		InstallHint: "install it with `stockade setup` (Debian package runc)",
 	})
 }

@@ -46,6 +46,13 @@ type Options struct {
 	CgroupsPath string
 	// Kernel says who enforces the profile inside the sandbox; see Kernel.
 	Kernel Kernel
+	// NetNSPath and ResolvConf are required for sandbox.NetworkEgress and
+	// must be empty otherwise: the absolute path of the prepared network
+	// namespace the sandbox joins, and the absolute host path of the file
+	// bind-mounted read-only at /etc/resolv.conf (images carry one as the
+	// mount point).
+	NetNSPath  string
+	ResolvConf string
 }
 
 // Kernel is what the sandboxed program's system calls reach.
@@ -78,8 +85,19 @@ func Build(o Options) (*specs.Spec, error) {
 	if o.Spec.Image.Rootfs == "" || !filepath.IsAbs(o.Spec.Image.Rootfs) {
 		return nil, fmt.Errorf("image rootfs %q is not an absolute path", o.Spec.Image.Rootfs)
 	}
-	if o.Spec.Network != sandbox.NetworkNone {
-		return nil, fmt.Errorf("network mode %q is not supported yet", o.Spec.Network)
+	switch o.Spec.Network {
+	case sandbox.NetworkNone:
+		if o.NetNSPath != "" || o.ResolvConf != "" {
+			return nil, fmt.Errorf("a sandbox without network takes no network namespace path or resolv.conf")
+		}
+	case sandbox.NetworkEgress:
+		// Without a prepared namespace the runtime would make a fresh one,
+		// or worse; egress is never granted without the host side.
+		if !filepath.IsAbs(o.NetNSPath) || !filepath.IsAbs(o.ResolvConf) {
+			return nil, fmt.Errorf("network mode %q needs the absolute paths of a prepared network namespace and a resolv.conf, got %q and %q", o.Spec.Network, o.NetNSPath, o.ResolvConf)
+		}
+	default:
+		return nil, fmt.Errorf("network mode %q is not supported", o.Spec.Network)
 	}
 	sc, err := Seccomp()
 	if err != nil {
@@ -115,6 +133,9 @@ func Build(o Options) (*specs.Spec, error) {
 		{Destination: "/sys", Type: "sysfs", Source: "sysfs", Options: []string{"nosuid", "noexec", "nodev", "ro"}},
 		{Destination: "/tmp", Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "nodev", "mode=1777", "size=" + strconv.FormatInt(l.TmpSize, 10)}},
 		{Destination: GuestPath, Type: "bind", Source: o.GuestPath, Options: []string{"bind", "ro", "nosuid", "nodev"}},
+	}
+	if o.ResolvConf != "" {
+		mounts = append(mounts, specs.Mount{Destination: "/etc/resolv.conf", Type: "bind", Source: o.ResolvConf, Options: []string{"bind", "ro", "nosuid", "nodev", "noexec"}})
 	}
 	if len(o.Spec.Mounts) > 0 {
 		// The data mounts' mount points are made on this tmpfs: the runtime
@@ -153,7 +174,7 @@ func Build(o Options) (*specs.Spec, error) {
 		Linux: &specs.Linux{
 			CgroupsPath: o.CgroupsPath,
 			Namespaces: []specs.LinuxNamespace{
-				{Type: specs.PIDNamespace}, {Type: specs.NetworkNamespace}, {Type: specs.IPCNamespace},
+				{Type: specs.PIDNamespace}, {Type: specs.NetworkNamespace, Path: o.NetNSPath}, {Type: specs.IPCNamespace},
 				{Type: specs.UTSNamespace}, {Type: specs.MountNamespace}, {Type: specs.CgroupNamespace},
 			},
 			Resources: &specs.LinuxResources{

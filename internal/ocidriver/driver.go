@@ -11,9 +11,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"time"
 
 	"github.com/stockade-sh/stockade/errdefs"
@@ -31,6 +33,11 @@ type Config struct {
 	Binary string
 	// GlobalArgs go before the subcommand, after --root.
 	GlobalArgs []string
+	// NetworkArgs are the network modes the driver supports, each with the
+	// arguments added after GlobalArgs when a sandbox of that mode is run
+	// (runsc: --network=none or --network=sandbox; runc: none). Nil means
+	// NetworkNone only, with no arguments.
+	NetworkArgs map[sandbox.NetworkMode][]string
 	// StateDir holds the runtime's state (StateDir/state) and the bundles
 	// (StateDir/bundles). It is created if missing.
 	StateDir string
@@ -86,6 +93,9 @@ func New(cfg Config) (*Driver, error) {
 	if cfg.ReadyTimeout == 0 {
 		cfg.ReadyTimeout = 30 * time.Second
 	}
+	if cfg.NetworkArgs == nil {
+		cfg.NetworkArgs = map[sandbox.NetworkMode][]string{sandbox.NetworkNone: nil}
+	}
 	return &Driver{cfg: cfg, v2: cgroupV2()}, nil
 }
 
@@ -94,7 +104,7 @@ func (d *Driver) Name() string { return d.cfg.Name }
 func (d *Driver) Capabilities() sandbox.Capabilities {
 	return sandbox.Capabilities{
 		Tier:         d.cfg.Tier,
-		NetworkModes: []sandbox.NetworkMode{sandbox.NetworkNone},
+		NetworkModes: slices.Sorted(maps.Keys(d.cfg.NetworkArgs)),
 		Sessions:     true,
 	}
 }
@@ -122,10 +132,12 @@ func (d *Driver) missingBinary(err error) error {
 	return fmt.Errorf("%s not found (%v); %s: %w", d.cfg.Binary, err, d.cfg.InstallHint, errdefs.ErrUnavailable)
 }
 
-// runtimeCmd builds an invocation of the runtime CLI. Its environment is
-// fixed: nothing of the caller's environment reaches the runtime.
-func (d *Driver) runtimeCmd(ctx context.Context, args ...string) *exec.Cmd {
+// runtimeCmd builds an invocation of the runtime CLI for a sandbox of
+// network mode mode. Its environment is fixed: nothing of the caller's
+// environment reaches the runtime.
+func (d *Driver) runtimeCmd(ctx context.Context, mode sandbox.NetworkMode, args ...string) *exec.Cmd {
 	full := append([]string{"--root", d.stateRoot()}, d.cfg.GlobalArgs...)
+	full = append(full, d.cfg.NetworkArgs[mode]...)
 	full = append(full, args...)
 	cmd := exec.CommandContext(ctx, d.cfg.Binary, full...)
 	cmd.Env = []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
@@ -142,6 +154,12 @@ func (d *Driver) Create(ctx context.Context, spec sandbox.Spec) (_ sandbox.Sandb
 	if _, lerr := exec.LookPath(d.cfg.Binary); lerr != nil {
 		return nil, d.missingBinary(lerr)
 	}
+	if _, ok := d.cfg.NetworkArgs[spec.Network]; !ok {
+		return nil, fmt.Errorf("the %s driver does not support network mode %q: %w", d.cfg.Name, spec.Network, errdefs.ErrInvalidArgument)
+	}
+	if spec.Network == sandbox.NetworkEgress && spec.Egress == nil {
+		return nil, fmt.Errorf("network mode %q needs a prepared network (Spec.Egress): %w", spec.Network, errdefs.ErrInvalidArgument)
+	}
 	limits := spec.Limits.WithDefaults(d.cfg.Defaults).WithDefaults(sandbox.DefaultLimits())
 	if err := limits.Check(sandbox.Limits{}); err != nil {
 		return nil, err
@@ -157,6 +175,7 @@ func (d *Driver) Create(ctx context.Context, spec sandbox.Spec) (_ sandbox.Sandb
 		return nil, fmt.Errorf("creating bundle directory: %w", err)
 	}
 	sb := d.newSbx(id, limits)
+	sb.network = spec.Network
 	defer func() {
 		if err != nil {
 			_ = sb.Destroy(context.WithoutCancel(ctx))
@@ -169,10 +188,20 @@ func (d *Driver) Create(ctx context.Context, spec sandbox.Spec) (_ sandbox.Sandb
 		}
 		spec.Image.Rootfs = root
 	}
-	s, err := oci.Build(oci.Options{
+	o := oci.Options{
 		ID: id, Spec: spec, Limits: limits, GuestPath: d.cfg.GuestPath,
 		CgroupsPath: d.cgroupOf(id).Path, Kernel: d.cfg.Kernel,
-	})
+	}
+	if spec.Network == sandbox.NetworkEgress {
+		// The bundle is removed with the sandbox, and its resolv.conf
+		// with it.
+		o.NetNSPath = spec.Egress.NetNSPath
+		o.ResolvConf = filepath.Join(bundle, "resolv.conf")
+		if err := os.WriteFile(o.ResolvConf, spec.Egress.ResolvConf, 0o644); err != nil {
+			return nil, fmt.Errorf("writing resolv.conf: %w", err)
+		}
+	}
+	s, err := oci.Build(o)
 	if err != nil {
 		return nil, fmt.Errorf("building OCI spec: %v: %w", err, errdefs.ErrInvalidArgument)
 	}

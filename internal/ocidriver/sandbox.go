@@ -19,9 +19,10 @@ import (
 // sbx is one sandbox: a `<runtime> run` process whose container's PID 1 is
 // the guest, reached through the runtime's stdin and stdout.
 type sbx struct {
-	d  *Driver
-	id string
-	cg cgroup
+	d       *Driver
+	id      string
+	cg      cgroup
+	network sandbox.NetworkMode
 
 	cmd    *exec.Cmd
 	stdin  *os.File // host -> guest frames
@@ -69,7 +70,7 @@ func (s *sbx) start(ctx context.Context) error {
 	s.stderr = &sandboxkit.BoundedBuffer{Max: 16 << 10}
 	// The runtime process must outlive ctx (which only bounds Create), so
 	// it is not started with it; Destroy ends it.
-	s.cmd = s.d.runtimeCmd(context.WithoutCancel(ctx), "run", "--bundle", s.d.bundleDir(s.id), s.id)
+	s.cmd = s.d.runtimeCmd(context.WithoutCancel(ctx), s.network, "run", "--bundle", s.d.bundleDir(s.id), s.id)
 	s.cmd.Stdin, s.cmd.Stdout, s.cmd.Stderr = inR, outW, s.stderr
 	err = s.cmd.Start()
 	inR.Close()
@@ -101,7 +102,7 @@ func (s *sbx) start(ctx context.Context) error {
 func (s *sbx) kill(ctx context.Context) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
-	if err := s.d.runtimeCmd(ctx, "kill", s.id, "KILL").Run(); err != nil && s.cmd != nil && s.cmd.Process != nil {
+	if err := s.d.runtimeCmd(ctx, s.network, "kill", s.id, "KILL").Run(); err != nil && s.cmd != nil && s.cmd.Process != nil {
 		// The container may not exist (yet or any more); killing the
 		// runtime process makes sure nothing waits on it.
 		_ = s.cmd.Process.Kill()
@@ -145,7 +146,7 @@ func (s *sbx) destroy(ctx context.Context) error {
 	}
 	var errs []error
 	if _, err := os.Stat(s.d.runtimeDir(s.id)); err == nil {
-		out, err := s.d.runtimeCmd(ctx, "delete", "--force", s.id).CombinedOutput()
+		out, err := s.d.runtimeCmd(ctx, s.network, "delete", "--force", s.id).CombinedOutput()
 		if err != nil && !strings.Contains(string(out), "not exist") && !strings.Contains(string(out), "not found") {
 			errs = append(errs, fmt.Errorf("deleting container %s: %s", s.id, sandboxkit.OneLine(string(out))))
 		}

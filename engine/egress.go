@@ -1,0 +1,148 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
+
+	"github.com/stockade-sh/stockade/broker"
+	"github.com/stockade-sh/stockade/egress"
+	"github.com/stockade-sh/stockade/errdefs"
+	"github.com/stockade-sh/stockade/internal/netns"
+	"github.com/stockade-sh/stockade/internal/sandboxkit"
+	"github.com/stockade-sh/stockade/sandbox"
+	"github.com/stockade-sh/stockade/tools"
+)
+
+// egressHost is what the engine needs to give a sandbox egress: the
+// sandbox networks, the proxy serving them and, optionally, the
+// credential broker.
+type egressHost struct {
+	nets   *netns.Manager
+	proxy  *egress.Proxy
+	broker *broker.Broker // nil: tools with credentials cannot run
+
+	mu   sync.Mutex
+	live map[string]map[string]string // sandbox id -> its labels, while it has egress
+
+	observer atomic.Pointer[func(EgressDecision)]
+}
+
+// WithEgress lets the engine give sandboxes egress: each sandbox with
+// network gets a namespace from nets served by proxy, whose Config.OnDecision
+// should call the engine's EgressDecision. b serves the broker operations
+// that tools list; nil means tools with credentials cannot run. Without
+// this option a request for network fails with ErrFailedPrecondition.
+func WithEgress(nets *netns.Manager, proxy *egress.Proxy, b *broker.Broker) Option {
+	return func(e *Engine) {
+		if nets != nil && proxy != nil {
+			e.egress = &egressHost{nets: nets, proxy: proxy, broker: b, live: map[string]map[string]string{}}
+		}
+	}
+}
+
+// EgressAvailable reports whether the engine can give sandboxes egress.
+func (e *Engine) EgressAvailable() bool { return e.egress != nil }
+
+// EgressDecision is one decision of the egress proxy with the labels of the
+// sandbox it concerns (nil when the sandbox has ended or is unknown).
+type EgressDecision struct {
+	egress.Decision
+	Labels map[string]string
+}
+
+// SetEgressObserver makes f receive every decision of the proxy, with the
+// sandbox's labels. f is called from the proxy's connection goroutines,
+// concurrently, and must not block. Nil removes the observer.
+func (e *Engine) SetEgressObserver(f func(EgressDecision)) {
+	if e.egress == nil {
+		return
+	}
+	if f == nil {
+		e.egress.observer.Store(nil)
+		return
+	}
+	e.egress.observer.Store(&f)
+}
+
+// EgressDecision hands a proxy decision to the observer; it is what the
+// proxy's Config.OnDecision calls. It never blocks beyond the observer.
+func (e *Engine) EgressDecision(d egress.Decision) {
+	if e == nil || e.egress == nil {
+		return
+	}
+	f := e.egress.observer.Load()
+	if f == nil {
+		return
+	}
+	e.egress.mu.Lock()
+	labels := e.egress.live[d.Sandbox]
+	e.egress.mu.Unlock()
+	(*f)(EgressDecision{Decision: d, Labels: labels})
+}
+
+// openEgress prepares the network of a sandbox of tool on drv: with
+// network, the tool's allowlist; in every case the broker operations the
+// tool lists. It returns the sandbox id to use and the prepared network,
+// which the caller must Close.
+func (e *Engine) openEgress(ctx context.Context, tool tools.Tool, drv sandbox.Driver, network bool, labels map[string]string) (string, *netns.Egress, error) {
+	h := e.egress
+	if h == nil {
+		return "", nil, fmt.Errorf("tool %q needs network, but egress is not available on this host (it needs root and nftables, and only the daemon enables it): %w", tool.Name, errdefs.ErrFailedPrecondition)
+	}
+	if !slices.Contains(drv.Capabilities().NetworkModes, sandbox.NetworkEgress) {
+		return "", nil, fmt.Errorf("the %s driver cannot give a sandbox egress; run tool %q on the container or gvisor tier: %w", drv.Name(), tool.Name, errdefs.ErrFailedPrecondition)
+	}
+	id, err := sandboxkit.ID("")
+	if err != nil {
+		return "", nil, err
+	}
+	pol := egress.Policy{Sandbox: id, Tool: tool.Name}
+	if network {
+		if tool.Egress.None() {
+			return "", nil, fmt.Errorf("network access needs a tool whose record has an egress allowlist; tool %q has none: %w", tool.Name, errdefs.ErrPermissionDenied)
+		}
+		pol.Allow, pol.Ports = tool.Egress.Allow, tool.Egress.Ports
+	}
+	if len(tool.Credentials) > 0 {
+		if h.broker == nil {
+			return "", nil, fmt.Errorf("tool %q lists broker operations, but no credential broker is configured: %w", tool.Name, errdefs.ErrFailedPrecondition)
+		}
+		pol.Broker = h.broker.Handler(broker.Caller{Sandbox: id, Tool: tool.Name, Operations: tool.Credentials})
+	}
+	// The proxy and the DNS responder serve until the session's Destroy
+	// closes them, not until the request's context ends.
+	n, err := h.nets.OpenEgress(context.WithoutCancel(ctx), h.proxy, pol)
+	if err != nil {
+		return "", nil, fmt.Errorf("preparing the network of sandbox %s: %w", id, err)
+	}
+	h.mu.Lock()
+	h.live[id] = labels
+	h.mu.Unlock()
+	return id, n, nil
+}
+
+// closeEgress removes the network of sandbox id.
+func (e *Engine) closeEgress(id string, n *netns.Egress) error {
+	e.egress.mu.Lock()
+	delete(e.egress.live, id)
+	e.egress.mu.Unlock()
+	if err := n.Close(); err != nil {
+		return fmt.Errorf("removing the network of sandbox %s: %w", id, err)
+	}
+	return nil
+}
+
+// Destroy destroys the sandbox, then removes its network (namespace, veth,
+// rules, proxy and DNS listeners; about 35 ms). It is idempotent.
+func (s *Session) Destroy(ctx context.Context) error {
+	err := s.Sandbox.Destroy(ctx)
+	if s.net != nil {
+		s.netOnce.Do(func() { s.netErr = s.eng.closeEgress(s.Sandbox.ID(), s.net) })
+		err = errors.Join(err, s.netErr)
+	}
+	return err
+}
