@@ -37,7 +37,7 @@ test: setup
 	scripts/test.sh
 
 bench: setup
-	go run ./bench/oneshot
+	go run ./bench/oneshot -n 30
 
 clean:
 	rm -rf bin $(GUEST) $(PROBE)
