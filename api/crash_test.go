@@ -5,7 +5,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"net/http"
 	"os"
 	"os/exec"
@@ -20,6 +19,7 @@ import (
 
 	"github.com/stockade-sh/stockade/api"
 	"github.com/stockade-sh/stockade/engine"
+	"github.com/stockade-sh/stockade/internal/sandboxkit"
 	"github.com/stockade-sh/stockade/internal/testenv"
 	"github.com/stockade-sh/stockade/store"
 )
@@ -128,24 +128,6 @@ func cli(t *testing.T, bin string, args ...string) string {
 	return out.String()
 }
 
-// processesMentioning lists host processes, other than this one, whose
-// command line contains s.
-func processesMentioning(s string) []string {
-	entries, _ := os.ReadDir("/proc")
-	var out []string
-	self := fmt.Sprint(os.Getpid())
-	for _, e := range entries {
-		if e.Name() == self || e.Name()[0] < '0' || e.Name()[0] > '9' {
-			continue
-		}
-		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
-		if err == nil && bytes.Contains(b, []byte(s)) {
-			out = append(out, e.Name()+": "+strings.ReplaceAll(string(b), "\x00", " "))
-		}
-	}
-	return out
-}
-
 // dirEntries lists a directory's entries; a missing directory has none.
 func dirEntries(t *testing.T, dir string) []string {
 	t.Helper()
@@ -221,7 +203,7 @@ func TestCrashRecovery(t *testing.T) {
 			t.Fatalf("bundles while running: got %v, want one", ids)
 		}
 		sbx := ids[0]
-		if len(processesMentioning(sbx)) == 0 {
+		if len(sandboxkit.ProcessesMentioning(sbx)) == 0 {
 			t.Fatalf("no process of sandbox %s while it runs", sbx)
 		}
 
@@ -231,7 +213,7 @@ func TestCrashRecovery(t *testing.T) {
 		cgroups, _ := filepath.Glob("/sys/fs/cgroup/*/stockade/" + sbx)
 		cgroups = append(cgroups, "/sys/fs/cgroup/stockade/"+sbx)
 		t.Logf("after SIGKILL: bundle %v, runc state %v, cgroup %v, processes %q",
-			exists(filepath.Join(bundles, sbx)), exists(filepath.Join(runcState, sbx)), slices.ContainsFunc(cgroups, exists), processesMentioning(sbx))
+			exists(filepath.Join(bundles, sbx)), exists(filepath.Join(runcState, sbx)), slices.ContainsFunc(cgroups, exists), sandboxkit.ProcessesMentioning(sbx))
 		if !exists(filepath.Join(bundles, sbx)) {
 			t.Fatalf("the killed daemon's sandbox %s left no bundle; the test no longer exercises the reap", sbx)
 		}
@@ -269,7 +251,7 @@ func TestCrashRecovery(t *testing.T) {
 			}
 		}
 		deadline := time.Now().Add(10 * time.Second)
-		for procs := processesMentioning(sbx); len(procs) > 0; procs = processesMentioning(sbx) {
+		for procs := sandboxkit.ProcessesMentioning(sbx); len(procs) > 0; procs = sandboxkit.ProcessesMentioning(sbx) {
 			if time.Now().After(deadline) {
 				t.Errorf("processes of sandbox %s left after the restart: %q", sbx, procs)
 				break

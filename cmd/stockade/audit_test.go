@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"crypto/rand"
 	"database/sql"
@@ -10,7 +9,6 @@ import (
 	"fmt"
 	"net/url"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -24,20 +22,10 @@ import (
 )
 
 // cli runs the CLI binary with args alone (the admin commands take no
-// sandbox flags) and returns its exit status, stdout and stderr.
+// sandbox flags).
 func cli(t *testing.T, args ...string) (int, string, string) {
 	t.Helper()
-	cmd := exec.Command(testenv.Build(t, "./cmd/stockade"), args...)
-	var out, errb bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &errb
-	err := cmd.Run()
-	code := 0
-	if ee, ok := err.(*exec.ExitError); ok {
-		code = ee.ExitCode()
-	} else if err != nil {
-		t.Fatal(err)
-	}
-	return code, out.String(), errb.String()
+	return runCLI(t, nil, args...)
 }
 
 // mustCLI runs the CLI and fails t unless it exits 0.

@@ -12,13 +12,18 @@ import (
 	"github.com/stockade-sh/stockade/internal/testenv"
 )
 
-// stockade runs the CLI binary with a private state directory and returns
-// its exit status, stdout and stderr.
+// stockade runs the CLI binary with a private state directory and the test
+// guest and images, and returns its exit status, stdout and stderr.
 func stockade(t *testing.T, stateDir string, stdin []byte, args ...string) (int, string, string) {
 	t.Helper()
-	bin := testenv.Build(t, "./cmd/stockade")
 	full := append([]string{args[0], "--state-dir", stateDir, "--guest", testenv.Guest(t), "--data-dir", testenv.DataDir()}, args[1:]...)
-	cmd := exec.Command(bin, full...)
+	return runCLI(t, stdin, full...)
+}
+
+// runCLI runs the CLI binary with args as given.
+func runCLI(t *testing.T, stdin []byte, args ...string) (int, string, string) {
+	t.Helper()
+	cmd := exec.Command(testenv.Build(t, "./cmd/stockade"), args...)
 	cmd.Stdin = bytes.NewReader(stdin)
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb

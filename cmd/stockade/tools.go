@@ -65,22 +65,6 @@ func toolsFlags(name string, withConfig bool) (fs *flag.FlagSet, configPath, dat
 	return fs, configPath, dataRoot
 }
 
-// parseInterspersed parses flags that may come before or after the
-// positional arguments ("lint FILE --data-root DIR") and returns the latter.
-func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
-	var pos []string
-	for {
-		if err := fs.Parse(args); err != nil {
-			return nil, err
-		}
-		rest := fs.Args()
-		if len(rest) == 0 {
-			return pos, nil
-		}
-		pos = append(pos, rest[0])
-		args = rest[1:]
-	}
-}
 
 // loadTools loads the tools as the daemon does. Problems are printed, one
 // per line, and give exit status 1; a path that cannot be read is bad input
@@ -103,7 +87,7 @@ func loadTools(path, dataRoot string) (*tools.Set, int) {
 
 func toolsLint(args []string) int {
 	fs, _, dataRoot := toolsFlags("lint", false)
-	pos, err := parseInterspersed(fs, args)
+	pos, err := parseArgs(fs, args)
 	if err != nil {
 		return exitUsage
 	}
@@ -120,7 +104,7 @@ func toolsLint(args []string) int {
 
 func toolsRecord(args []string) int {
 	fs, configPath, dataRoot := toolsFlags("record", true)
-	pos, err := parseInterspersed(fs, args)
+	pos, err := parseArgs(fs, args)
 	if err != nil {
 		return exitUsage
 	}
@@ -141,7 +125,7 @@ func toolsRecord(args []string) int {
 
 func toolsList(args []string) int {
 	fs, configPath, dataRoot := toolsFlags("list", true)
-	pos, err := parseInterspersed(fs, args)
+	pos, err := parseArgs(fs, args)
 	if err != nil {
 		return exitUsage
 	}
