@@ -371,22 +371,29 @@ func (s *Store) GetExecution(ctx context.Context, workspaceID, executionID strin
 
 // ListExecutions implements store.Executions.
 func (s *Store) ListExecutions(ctx context.Context, workspaceID string, f store.ExecutionFilter) (store.Page[store.Execution], error) {
+	return listByTime(ctx, s, "executions", executionCols, scanExecution, workspaceID, f.Statuses, f.Since, f.Until, f.PageRequest,
+		func(e store.Execution) cursor { return timeCursor(e.CreatedAt, e.ID) })
+}
+
+// listByTime pages through one of a workspace's tables that are listed
+// newest first by created_at and filtered by status and time.
+func listByTime[T any](ctx context.Context, s *Store, table, cols string, scan func(Row) (T, error), workspaceID string,
+	statuses []store.ExecutionStatus, since, until time.Time, pr store.PageRequest, key func(T) cursor) (store.Page[T], error) {
 	var a args
 	where := []string{"workspace_id = " + a.add(workspaceID)}
-	if len(f.Statuses) > 0 {
-		where = append(where, "status IN "+in(&a, f.Statuses))
+	if len(statuses) > 0 {
+		where = append(where, "status IN "+in(&a, statuses))
 	}
-	s.timeRange(&a, &where, "created_at", f.Since, f.Until)
-	tail, n, err := s.timePage(&a, &where, "created_at", f.PageRequest)
+	s.timeRange(&a, &where, "created_at", since, until)
+	tail, n, err := s.timePage(&a, &where, "created_at", pr)
 	if err != nil {
-		return store.Page[store.Execution]{}, fmt.Errorf("listing executions: %w", err)
+		return store.Page[T]{}, fmt.Errorf("listing %s: %w", table, err)
 	}
-	items, err := queryAll(ctx, s.b.Reader(), scanExecution,
-		`SELECT `+executionCols+` FROM executions WHERE `+joinWhere(where)+tail, a...)
+	items, err := queryAll(ctx, s.b.Reader(), scan, `SELECT `+cols+` FROM `+table+` WHERE `+joinWhere(where)+tail, a...)
 	if err != nil {
-		return store.Page[store.Execution]{}, fmt.Errorf("listing executions of workspace %q: %w", workspaceID, s.classify(err))
+		return store.Page[T]{}, fmt.Errorf("listing %s of workspace %q: %w", table, workspaceID, s.classify(err))
 	}
-	return finishPage(items, n, func(e store.Execution) cursor { return timeCursor(e.CreatedAt, e.ID) }), nil
+	return finishPage(items, n, key), nil
 }
 
 // RecoverInterrupted implements store.Executions. Each execution is ended in
@@ -455,51 +462,26 @@ func (s *Store) GetToolCall(ctx context.Context, workspaceID, executionID string
 
 // ListToolCalls implements store.Executions.
 func (s *Store) ListToolCalls(ctx context.Context, workspaceID string, f store.ToolCallFilter) (store.Page[store.ToolCall], error) {
-	var a args
-	where := []string{"workspace_id = " + a.add(workspaceID)}
-	if len(f.Statuses) > 0 {
-		where = append(where, "status IN "+in(&a, f.Statuses))
-	}
-	s.timeRange(&a, &where, "created_at", f.Since, f.Until)
-	tail, n, err := s.timePage(&a, &where, "created_at", f.PageRequest)
-	if err != nil {
-		return store.Page[store.ToolCall]{}, fmt.Errorf("listing tool calls: %w", err)
-	}
-	items, err := queryAll(ctx, s.b.Reader(), scanToolCall,
-		`SELECT `+toolCallCols+` FROM tool_calls WHERE `+joinWhere(where)+tail, a...)
-	if err != nil {
-		return store.Page[store.ToolCall]{}, fmt.Errorf("listing tool calls of workspace %q: %w", workspaceID, s.classify(err))
-	}
-	return finishPage(items, n, func(t store.ToolCall) cursor { return timeCursor(t.CreatedAt, t.ID) }), nil
+	return listByTime(ctx, s, "tool_calls", toolCallCols, scanToolCall, workspaceID, f.Statuses, f.Since, f.Until, f.PageRequest,
+		func(t store.ToolCall) cursor { return timeCursor(t.CreatedAt, t.ID) })
 }
 
 // ListToolInvocations implements store.Executions.
 func (s *Store) ListToolInvocations(ctx context.Context, workspaceID string, f store.ToolCallFilter) (store.Page[store.ToolInvocation], error) {
-	var a args
-	where := []string{"workspace_id = " + a.add(workspaceID)}
-	if len(f.Statuses) > 0 {
-		where = append(where, "status IN "+in(&a, f.Statuses))
-	}
-	s.timeRange(&a, &where, "created_at", f.Since, f.Until)
-	tail, n, err := s.timePage(&a, &where, "created_at", f.PageRequest)
-	if err != nil {
-		return store.Page[store.ToolInvocation]{}, fmt.Errorf("listing tool invocations: %w", err)
-	}
-	items, err := queryAll(ctx, s.b.Reader(), func(r Row) (store.ToolInvocation, error) {
-		var (
-			ti          store.ToolInvocation
-			status      string
-			queued, ran int64
-		)
-		err := r.Scan(&ti.ID, &ti.ExecutionID, &ti.WorkspaceID, &ti.Tool, &ti.Runtime, &status, &ti.Driver,
-			&queued, &ran, &ti.Credits, scanTime(&ti.CreatedAt))
-		ti.Status = store.ExecutionStatus(status)
-		ti.Queued, ti.Ran = time.Duration(queued)*time.Microsecond, time.Duration(ran)*time.Microsecond
-		return ti, err
-	}, `SELECT id, execution_id, workspace_id, tool, runtime, status, driver, queued_us, ran_us, credits, created_at
-		FROM tool_invocations WHERE `+joinWhere(where)+tail, a...)
-	if err != nil {
-		return store.Page[store.ToolInvocation]{}, fmt.Errorf("listing tool invocations of workspace %q: %w", workspaceID, s.classify(err))
-	}
-	return finishPage(items, n, func(t store.ToolInvocation) cursor { return timeCursor(t.CreatedAt, t.ID) }), nil
+	return listByTime(ctx, s, "tool_invocations", "id, execution_id, workspace_id, tool, runtime, status, driver, queued_us, ran_us, credits, created_at",
+		scanToolInvocation, workspaceID, f.Statuses, f.Since, f.Until, f.PageRequest,
+		func(t store.ToolInvocation) cursor { return timeCursor(t.CreatedAt, t.ID) })
+}
+
+func scanToolInvocation(r Row) (store.ToolInvocation, error) {
+	var (
+		ti          store.ToolInvocation
+		status      string
+		queued, ran int64
+	)
+	err := r.Scan(&ti.ID, &ti.ExecutionID, &ti.WorkspaceID, &ti.Tool, &ti.Runtime, &status, &ti.Driver,
+		&queued, &ran, &ti.Credits, scanTime(&ti.CreatedAt))
+	ti.Status = store.ExecutionStatus(status)
+	ti.Queued, ti.Ran = time.Duration(queued)*time.Microsecond, time.Duration(ran)*time.Microsecond
+	return ti, err
 }
