@@ -385,7 +385,17 @@ func timeRange(r *http.Request) (since, until time.Time, err error) {
 	return since, until, nil
 }
 
-// list writes one page of items.
+// pageInTime reads the paging and time-range parameters together.
+func pageInTime(r *http.Request) (store.PageRequest, time.Time, time.Time, error) {
+	pr, err := pageOf(r)
+	if err != nil {
+		return pr, time.Time{}, time.Time{}, err
+	}
+	since, until, err := timeRange(r)
+	return pr, since, until, err
+}
+
+// listResponse is one page of items.
 type listResponse[T any] struct {
 	Items []T    `json:"items"`
 	Next  string `json:"next_cursor,omitempty"`
@@ -436,12 +446,7 @@ type EventView struct {
 }
 
 func (s *server) listEvents(w http.ResponseWriter, r *http.Request, p engine.Principal) {
-	pr, err := pageOf(r)
-	if err != nil {
-		writeError(w, err)
-		return
-	}
-	since, until, err := timeRange(r)
+	pr, since, until, err := pageInTime(r)
 	if err != nil {
 		writeError(w, err)
 		return
@@ -484,12 +489,7 @@ type ToolCallView struct {
 }
 
 func (s *server) listToolCalls(w http.ResponseWriter, r *http.Request, p engine.Principal) {
-	pr, err := pageOf(r)
-	if err != nil {
-		writeError(w, err)
-		return
-	}
-	since, until, err := timeRange(r)
+	pr, since, until, err := pageInTime(r)
 	if err != nil {
 		writeError(w, err)
 		return
