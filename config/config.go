@@ -16,6 +16,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/stockade-sh/stockade/broker"
 	"github.com/stockade-sh/stockade/errdefs"
 	"github.com/stockade-sh/stockade/sandbox"
 )
@@ -63,6 +64,17 @@ type Config struct {
 	// prefix, which would cut off another process's sandboxes. False (the
 	// zero value) means no sandbox gets network.
 	Egress bool `yaml:"-"`
+	// Broker configures the credential broker: in the file,
+	// `broker: {operations: [...]}`. Tools may list only operations named
+	// here in their credentials. No operations (the zero value) means no
+	// tool with credentials can run.
+	Broker Broker `yaml:"broker"`
+	// LookupEnv reads the daemon's environment for broker credentials
+	// that name a variable. Only cmd/stockade sets it (to os.LookupEnv),
+	// since packages never read the environment themselves; it is never
+	// read from a file. Nil means no environment: every such credential is
+	// missing and its operation answers 503.
+	LookupEnv func(string) (string, bool) `yaml:"-"`
 
 	// Listen is the daemon's HTTP address.
 	Listen string `yaml:"listen"`
@@ -79,6 +91,66 @@ type Config struct {
 	ApprovalTTL time.Duration `yaml:"approval_ttl"`
 	// CreditsPerInvocation is the flat price of an invocation.
 	CreditsPerInvocation int64 `yaml:"credits_per_invocation"`
+}
+
+// Broker is the credential broker's configuration.
+type Broker struct {
+	Operations []BrokerOperation `yaml:"operations"`
+}
+
+// BrokerOperation is one named upstream call of the broker, the YAML form
+// of broker.Operation (see there for each field's meaning):
+//
+//	broker:
+//	  operations:
+//	    - name: issues.create
+//	      method: POST
+//	      url: https://api.example.com/v1/repos/{repo}/issues
+//	      params:
+//	        - {name: repo, pattern: "[a-z0-9-]+", required: true, max_length: 64}
+//	        - {name: title, required: true}
+//	      json_body: true
+//	      credential: {env: EXAMPLE_TOKEN}   # or {file: /etc/stockade/example-token}
+//	      header: Authorization
+//	      prefix: "Bearer "
+type BrokerOperation struct {
+	Name       string           `yaml:"name"`
+	Method     string           `yaml:"method"`
+	URL        string           `yaml:"url"`
+	Params     []BrokerParam    `yaml:"params"`
+	JSONBody   bool             `yaml:"json_body"`
+	Credential BrokerCredential `yaml:"credential"`
+	Header     string           `yaml:"header"`
+	Prefix     string           `yaml:"prefix"`
+}
+
+// BrokerParam is a parameter of a BrokerOperation (broker.Param).
+type BrokerParam struct {
+	Name      string `yaml:"name"`
+	Pattern   string `yaml:"pattern"`
+	Required  bool   `yaml:"required"`
+	MaxLength int    `yaml:"max_length"`
+}
+
+// BrokerCredential names where an operation's secret comes from: exactly
+// one of an environment variable of the daemon and a file.
+type BrokerCredential struct {
+	Env  string `yaml:"env"`
+	File string `yaml:"file"`
+}
+
+// BrokerOperations returns the broker operations in the broker's types.
+func (c Config) BrokerOperations() []broker.Operation {
+	var ops []broker.Operation
+	for _, o := range c.Broker.Operations {
+		op := broker.Operation{Name: o.Name, Method: o.Method, URL: o.URL, JSONBody: o.JSONBody,
+			Credential: broker.Credential{Env: o.Credential.Env, File: o.Credential.File}, Header: o.Header, Prefix: o.Prefix}
+		for _, p := range o.Params {
+			op.Params = append(op.Params, broker.Param{Name: p.Name, Pattern: p.Pattern, Required: p.Required, MaxLen: p.MaxLength})
+		}
+		ops = append(ops, op)
+	}
+	return ops
 }
 
 // Default returns the embedded defaults.
@@ -202,6 +274,21 @@ func (c Config) Validate() error {
 	}
 	if err := c.Defaults.Check(c.Ceiling); err != nil {
 		return bad("defaults above the ceiling: %v", err)
+	}
+	for _, o := range c.Broker.Operations {
+		for _, p := range o.Params {
+			if p.MaxLength < 0 {
+				return bad("broker operation %q: parameter %q: max_length must not be negative", o.Name, p.Name)
+			}
+		}
+	}
+	// The broker checks its operations (names, methods, URL templates,
+	// patterns, credentials) when it is built; building one here reports
+	// a mistake before anything starts.
+	if len(c.Broker.Operations) > 0 {
+		if _, err := broker.New(broker.Config{Operations: c.BrokerOperations()}); err != nil {
+			return fmt.Errorf("config: %w", err)
+		}
 	}
 	return nil
 }

@@ -32,6 +32,47 @@ func TestLoadFile(t *testing.T) {
 				}
 			},
 		},
+		{
+			name: "broker operations",
+			yaml: `broker:
+  operations:
+    - name: issues.create
+      method: POST
+      url: https://api.example.com/v1/repos/{repo}/issues
+      params:
+        - {name: repo, pattern: "[a-z0-9-]+", required: true, max_length: 64}
+        - {name: title}
+      json_body: true
+      credential: {env: EXAMPLE_TOKEN}
+      header: X-Api-Key
+      prefix: "Token "
+    - name: echo
+      method: GET
+      url: http://127.0.0.1:8080/echo
+      credential: {file: /etc/stockade/echo-token}
+`,
+			check: func(t *testing.T, c Config) {
+				ops := c.BrokerOperations()
+				if len(ops) != 2 {
+					t.Fatalf("got %d operations, want 2", len(ops))
+				}
+				o := ops[0]
+				if o.Name != "issues.create" || o.Method != "POST" || !o.JSONBody || o.Credential.Env != "EXAMPLE_TOKEN" || o.Header != "X-Api-Key" || o.Prefix != "Token " {
+					t.Errorf("got %+v", o)
+				}
+				if len(o.Params) != 2 || o.Params[0].Name != "repo" || o.Params[0].Pattern != "[a-z0-9-]+" || !o.Params[0].Required || o.Params[0].MaxLen != 64 || o.Params[1].Required {
+					t.Errorf("got params %+v", o.Params)
+				}
+				if ops[1].Credential.File != "/etc/stockade/echo-token" || ops[1].Credential.Env != "" {
+					t.Errorf("got credential %+v, want the file", ops[1].Credential)
+				}
+				if err := c.Validate(); err != nil {
+					t.Errorf("Validate: %v", err)
+				}
+			},
+		},
+		{name: "broker unknown key", yaml: "broker:\n  operations:\n    - {name: x, secret: y}\n", wantErr: "field secret not found"},
+		{name: "lookup env not from a file", yaml: "lookup_env: x\n", wantErr: "field lookup_env not found"},
 		{name: "unknown key", yaml: "lisen: x\n", wantErr: "field lisen not found"},
 		{name: "bad size", yaml: "defaults:\n  memory: lots\n", wantErr: "invalid size"},
 		{name: "empty file", yaml: "", check: func(t *testing.T, c Config) {
@@ -70,6 +111,15 @@ func TestValidate(t *testing.T) {
 		func(c *Config) { c.Defaults.Memory = c.Ceiling.Memory + 1 },
 		func(c *Config) { c.MaxConcurrent = 0 },
 		func(c *Config) { c.ApprovalTTL = 0 },
+		func(c *Config) {
+			c.Broker.Operations = []BrokerOperation{{Name: "echo", Method: "GET", URL: "http://example.test/", Credential: BrokerCredential{Env: "A", File: "/b"}}}
+		},
+		func(c *Config) {
+			c.Broker.Operations = []BrokerOperation{{Name: "echo", Method: "GET", URL: "http://{host}/", Params: []BrokerParam{{Name: "host"}}, Credential: BrokerCredential{Env: "A"}}}
+		},
+		func(c *Config) {
+			c.Broker.Operations = []BrokerOperation{{Name: "echo", Method: "GET", URL: "http://example.test/", Params: []BrokerParam{{Name: "q", MaxLength: -1}}, Credential: BrokerCredential{Env: "A"}}}
+		},
 	}
 	for i, mutate := range bad {
 		c := Default()

@@ -136,13 +136,45 @@ func (e *Engine) closeEgress(id string, n *netns.Egress) error {
 	return nil
 }
 
-// Destroy destroys the sandbox, then removes its network (namespace, veth,
-// rules, proxy and DNS listeners; about 35 ms). It is idempotent.
+// closeEgressLater removes the network of sandbox id in the background:
+// it costs about 30 ms (mostly the kernel's RCU grace periods for the veth
+// and the nftables commit), which a caller waiting for a result should not
+// pay. Wait waits
+// for it. The sandbox must already be gone: nothing uses the network any
+// more, so removing it later changes nothing but the time of the removal.
+func (e *Engine) closeEgressLater(id string, n *netns.Egress) {
+	e.closing.Go(func() {
+		if err := e.closeEgress(id, n); err != nil {
+			e.log.Error("removing a sandbox network failed; the daemon removes it at its next start", "sandbox", id, "err", err)
+			e.closeMu.Lock()
+			e.closeErrs = append(e.closeErrs, err)
+			e.closeMu.Unlock()
+		}
+	})
+}
+
+// Wait waits until the networks of destroyed sessions are removed, and
+// returns the errors of those removals since the last Wait (each is also
+// logged). Call it when no session is being destroyed any more, before the
+// process exits: the service's Close does. It is safe to call again.
+func (e *Engine) Wait() error {
+	e.closing.Wait()
+	e.closeMu.Lock()
+	defer e.closeMu.Unlock()
+	err := errors.Join(e.closeErrs...)
+	e.closeErrs = nil
+	return err
+}
+
+// Destroy destroys the sandbox and returns once it is gone; its network
+// (namespace, veth, rules, proxy and DNS listeners) is removed afterwards
+// in the background, and the engine's Wait waits for that. It is
+// idempotent. The error is the sandbox's; a failure to remove the network
+// is logged and returned by Wait.
 func (s *Session) Destroy(ctx context.Context) error {
 	err := s.Sandbox.Destroy(ctx)
 	if s.net != nil {
-		s.netOnce.Do(func() { s.netErr = s.eng.closeEgress(s.Sandbox.ID(), s.net) })
-		err = errors.Join(err, s.netErr)
+		s.netOnce.Do(func() { s.eng.closeEgressLater(s.Sandbox.ID(), s.net) })
 	}
 	return err
 }

@@ -11,12 +11,15 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/stockade-sh/stockade/audit"
+	"github.com/stockade-sh/stockade/broker"
 	"github.com/stockade-sh/stockade/driver/gvisor"
 	"github.com/stockade-sh/stockade/driver/runc"
 	"github.com/stockade-sh/stockade/egress"
@@ -30,11 +33,30 @@ import (
 	"github.com/stockade-sh/stockade/tools"
 )
 
-// failResolver resolves nothing: in tests only the override's names exist.
-type failResolver struct{}
+// mapResolver resolves only its names, and records every name it is
+// asked for: in tests no query may leave for a real resolver, and a name
+// the DNS responder refused must never reach it.
+type mapResolver struct {
+	names map[string][]netip.Addr
 
-func (failResolver) LookupNetIP(context.Context, string, string) ([]netip.Addr, error) {
+	mu      sync.Mutex
+	queries []string
+}
+
+func (r *mapResolver) LookupNetIP(_ context.Context, _, host string) ([]netip.Addr, error) {
+	r.mu.Lock()
+	r.queries = append(r.queries, host)
+	r.mu.Unlock()
+	if as, ok := r.names[host]; ok {
+		return as, nil
+	}
 	return nil, errors.New("no resolver in tests")
+}
+
+func (r *mapResolver) asked(name string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Contains(r.queries, name)
 }
 
 // Test sandbox networks use their own prefix and range, apart from the
@@ -43,7 +65,7 @@ const egressTestPrefix = "stke"
 
 var egressTestRange = netip.MustParsePrefix("10.213.224.0/20")
 
-func writeTools(t *testing.T, yaml string) string {
+func writeTools(t testing.TB, yaml string) string {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "tools.yaml")
 	if err := os.WriteFile(path, []byte(yaml), 0o644); err != nil {
@@ -189,12 +211,101 @@ func TestNetworkRequestsNeedApproval(t *testing.T) {
 	}
 }
 
-// egressScript runs in the sandbox. It reaches the upstream only by name,
-// through the sandbox's own DNS responder and proxy, and otherwise only
-// the host end of its own veth (the resolv.conf's nameserver).
+// egressEnv is an engine with runc and gvisor and real sandbox networks,
+// whose proxy reaches loopback upstreams through a test override.
+type egressEnv struct {
+	eng      *Engine
+	nets     *netns.Manager
+	resolver *mapResolver
+
+	mu      sync.Mutex
+	refused []EgressDecision
+}
+
+// newEgressEnv builds an egressEnv over the tools of toolsYAML. override
+// maps names to loopback upstreams; resolve is what the proxy's resolver
+// answers for other names (addresses it must refuse); b is the broker, or
+// nil. Its cleanup waits for the sandbox networks' removal and fails the
+// test if anything is left.
+func newEgressEnv(tb testing.TB, toolsYAML string, override, resolve map[string][]netip.Addr, b *broker.Broker) *egressEnv {
+	tb.Helper()
+	testenv.RequiresRoot(tb)
+	testenv.RequiresBinary(tb, "runc")
+	testenv.RequiresBinary(tb, "runsc")
+	testenv.Image(tb, "python")
+	guest := testenv.Guest(tb)
+	env := &egressEnv{resolver: &mapResolver{names: resolve}}
+	nets, err := netns.NewManager(netns.Config{Prefix: egressTestPrefix, Range: egressTestRange})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if _, err := nets.CleanupStale(); err != nil {
+		tb.Fatal(err)
+	}
+	env.nets = nets
+	tb.Cleanup(func() {
+		if env.eng != nil {
+			if err := env.eng.Wait(); err != nil {
+				tb.Error(err)
+			}
+		}
+		if left := nets.Leftovers(); len(left) > 0 {
+			tb.Errorf("left behind: %v", left)
+			_, _ = nets.CleanupStale()
+		}
+	})
+	proxy, err := egress.New(egress.Config{
+		Resolver:     env.resolver,
+		TestOverride: egress.NewTestOverride(tb, override),
+		OnDecision:   func(d egress.Decision) { env.eng.EgressDecision(d) },
+	})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	rc, err := runc.New(runc.Config{StateDir: tb.TempDir(), GuestPath: guest})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	gv, err := gvisor.New(gvisor.Config{StateDir: tb.TempDir(), GuestPath: guest})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	opts := tools.Options{EgressSupported: true}
+	set, err := tools.Load(writeTools(tb, toolsYAML), opts)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	env.eng, err = New(map[string]sandbox.Driver{"runc": rc, "gvisor": gv}, "gvisor", image.Open(testenv.DataDir()),
+		sandbox.DefaultLimits(), sandbox.DefaultCeiling(), WithTools(set, opts), WithEgress(nets, proxy, b))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	env.eng.SetEgressObserver(func(d EgressDecision) {
+		if !d.Allowed {
+			env.mu.Lock()
+			env.refused = append(env.refused, d)
+			env.mu.Unlock()
+		}
+	})
+	return env
+}
+
+// takeRefused returns the refusals observed so far and forgets them.
+func (env *egressEnv) takeRefused() []EgressDecision {
+	env.mu.Lock()
+	defer env.mu.Unlock()
+	r := env.refused
+	env.refused = nil
+	return r
+}
+
+// egressScript runs in the sandbox as SCRIPT % (http port, https port, udp
+// port). It reaches the upstreams only by name, through the sandbox's own
+// DNS responder and proxy, and otherwise only the host end of its own
+// veth (the resolv.conf's nameserver).
 const egressScript = `
-import urllib.request
-port = %d
+import os, socket, ssl, urllib.request
+port, tls_port, udp_port = %d, %d, %d
 ns = [l.split()[1] for l in open("/etc/resolv.conf") if l.startswith("nameserver")]
 host = ns[0] if ns else "127.0.0.1"
 def attempt(label, f):
@@ -203,134 +314,160 @@ def attempt(label, f):
     except Exception as e:
         print(label, "FAILED", type(e).__name__)
 def get(url, **headers):
-    return urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=5).read().decode()
+    ctx = ssl._create_unverified_context()
+    return urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=5, context=ctx).read().decode()
 attempt("allowed", lambda: get("http://allowed.test:%%d/x" %% port))
+attempt("https-allowed", lambda: get("https://allowed.test:%%d/y" %% tls_port))
 attempt("other-name", lambda: get("http://other.test:%%d/x" %% port))
 attempt("other-host-header", lambda: get("http://%%s:%%d/x" %% (host, port), Host="other.test"))
 attempt("direct-ip", lambda: get("http://%%s:%%d/x" %% (host, port)))
+attempt("rebind", lambda: get("http://rebind.test:%%d/x" %% port))
+def udp():
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.settimeout(1); s.sendto(b"ping", (host, udp_port)); return s.recv(64)
+attempt("udp", udp)
+def v6():
+    s = socket.socket(socket.AF_INET6); s.settimeout(1); s.connect(("fe80::1%%eth0", port)); return "connected"
+attempt("ipv6", v6)
+label = os.urandom(8).hex() + ".test"
+print("random-label", label)
+attempt("random-dns", lambda: socket.getaddrinfo(label, port))
 `
 
 // TestEgressOnBothTiers runs a tool with an egress allowlist through
-// engine.Run with network on runc and gvisor: the allowed name reaches a
-// loopback upstream (through the test override), another name and a
-// direct IP do not, refusals carry the run's labels, and nothing of the
+// engine.Run with network on runc and gvisor: the allowed name reaches
+// loopback upstreams over HTTP and HTTPS (SNI, through the test override);
+// another name, a direct IP, a name that resolves to loopback (DNS
+// rebinding), UDP to the host, IPv6 and a random DNS label do not; the
+// random label reaches no resolver; each refusal reaches the engine's
+// observer with its reason and the run's labels, and nothing of the
 // sandbox networks is left.
 func TestEgressOnBothTiers(t *testing.T) {
-	testenv.RequiresRoot(t)
-	testenv.RequiresBinary(t, "runc")
-	testenv.RequiresBinary(t, "runsc")
-	testenv.Image(t, "python")
-	guest := testenv.Guest(t)
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		fmt.Fprintf(w, "upstream saw %s%s", r.Host, r.URL.Path)
 	}))
 	defer up.Close()
 	upPort := up.Listener.Addr().(*net.TCPAddr).Port
-
-	nets, err := netns.NewManager(netns.Config{Prefix: egressTestPrefix, Range: egressTestRange})
+	tlsUp := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintf(w, "tls upstream saw %s%s", r.Host, r.URL.Path)
+	}))
+	defer tlsUp.Close()
+	tlsPort := tlsUp.Listener.Addr().(*net.TCPAddr).Port
+	// A UDP echo on every host address, the sandbox's host end included:
+	// were UDP let through, the sandbox would get its answer.
+	udp, err := net.ListenPacket("udp4", "0.0.0.0:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := nets.CleanupStale(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if left := nets.Leftovers(); len(left) > 0 {
-			t.Errorf("left behind: %v", left)
-			_, _ = nets.CleanupStale()
+	defer udp.Close()
+	udpPort := udp.LocalAddr().(*net.UDPAddr).Port
+	var udpSeen sync.WaitGroup
+	var udpPackets atomic.Int64
+	udpSeen.Go(func() {
+		buf := make([]byte, 64)
+		for {
+			n, from, err := udp.ReadFrom(buf)
+			if err != nil {
+				return
+			}
+			udpPackets.Add(1)
+			_, _ = udp.WriteTo(buf[:n], from)
 		}
 	})
-	var eng *Engine
-	proxy, err := egress.New(egress.Config{
-		Resolver:     failResolver{},
-		TestOverride: egress.NewTestOverride(t, map[string][]netip.Addr{"allowed.test": {netip.MustParseAddr("127.0.0.1")}}),
-		OnDecision:   func(d egress.Decision) { eng.EgressDecision(d) },
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	rc, err := runc.New(runc.Config{StateDir: t.TempDir(), GuestPath: guest})
-	if err != nil {
-		t.Fatal(err)
-	}
-	gv, err := gvisor.New(gvisor.Config{StateDir: t.TempDir(), GuestPath: guest})
-	if err != nil {
-		t.Fatal(err)
-	}
-	opts := tools.Options{EgressSupported: true}
-	set, err := tools.Load(writeTools(t, fmt.Sprintf(`
+	defer udpSeen.Wait()
+	defer udp.Close()
+
+	loop := []netip.Addr{netip.MustParseAddr("127.0.0.1")}
+	env := newEgressEnv(t, fmt.Sprintf(`
 tools:
   - name: fetch
     input_trust: trusted
     tier: gvisor
     runtimes: [python]
     egress:
-      allow: [allowed.test]
-      ports: [%d]
-`, upPort)), opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	eng, err = New(map[string]sandbox.Driver{"runc": rc, "gvisor": gv}, "gvisor", image.Open(testenv.DataDir()),
-		sandbox.DefaultLimits(), sandbox.DefaultCeiling(), WithTools(set, opts), WithEgress(nets, proxy, nil))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var mu sync.Mutex
-	var refused []EgressDecision
-	eng.SetEgressObserver(func(d EgressDecision) {
-		if !d.Allowed {
-			mu.Lock()
-			refused = append(refused, d)
-			mu.Unlock()
-		}
-	})
+      allow: [allowed.test, rebind.test]
+      ports: [%d, %d]
+`, upPort, tlsPort), map[string][]netip.Addr{"allowed.test": loop}, map[string][]netip.Addr{"rebind.test": loop}, nil)
+	script := []byte(fmt.Sprintf(egressScript, upPort, tlsPort, udpPort))
 
 	for _, drv := range []string{"runc", "gvisor"} {
 		t.Run(drv, func(t *testing.T) {
-			mu.Lock()
-			refused = nil
-			mu.Unlock()
+			env.takeRefused()
 			exec := "ex_egress_" + drv
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 			defer cancel()
-			res, err := eng.Run(ctx, Request{Tool: "fetch", Driver: drv, Runtime: "python", Network: true,
-				Code: []byte(fmt.Sprintf(egressScript, upPort)), Labels: map[string]string{LabelExecution: exec}})
+			res, err := env.eng.Run(ctx, Request{Tool: "fetch", Driver: drv, Runtime: "python", Network: true,
+				Code: script, Labels: map[string]string{LabelExecution: exec}})
 			if err != nil {
 				t.Fatal(err)
 			}
+			t.Logf("sandbox output:\n%s%s", res.Stdout, res.Stderr)
 			for _, want := range []string{
 				fmt.Sprintf("allowed OK upstream saw allowed.test:%d/x", upPort),
+				fmt.Sprintf("https-allowed OK tls upstream saw allowed.test:%d/y", tlsPort),
 				"other-name FAILED",
 				"other-host-header FAILED",
 				"direct-ip FAILED",
+				"rebind FAILED",
+				"udp FAILED",
+				"ipv6 FAILED",
+				"random-dns FAILED gaierror",
 			} {
 				if !strings.Contains(res.Stdout, want) {
 					t.Errorf("output lacks %q:\nstdout %s\nstderr %s", want, res.Stdout, res.Stderr)
 				}
 			}
-			if left := nets.Leftovers(); len(left) > 0 {
+			var label string
+			for l := range strings.Lines(res.Stdout) {
+				if rest, ok := strings.CutPrefix(l, "random-label "); ok {
+					label = strings.TrimSpace(rest)
+				}
+			}
+			if label == "" {
+				t.Fatalf("the script printed no random label:\n%s", res.Stdout)
+			}
+			if env.resolver.asked(label) {
+				t.Errorf("the random label %s reached the resolver", label)
+			}
+			if !env.resolver.asked("rebind.test") {
+				t.Errorf("rebind.test was never resolved; the rebinding check proved nothing")
+			}
+			if n := udpPackets.Load(); n != 0 {
+				t.Errorf("the host's UDP echo got %d packets from the sandbox, want 0", n)
+			}
+			if err := env.eng.Wait(); err != nil {
+				t.Error(err)
+			}
+			if left := env.nets.Leftovers(); len(left) > 0 {
 				t.Errorf("after the run, left behind: %v", left)
 			}
-			mu.Lock()
-			defer mu.Unlock()
+			type key struct {
+				reason, name string
+				proto        egress.Protocol
+			}
+			got := map[key]bool{}
 			reasons := map[string]bool{}
-			for _, d := range refused {
+			for _, d := range env.takeRefused() {
 				if d.Labels[LabelExecution] != exec {
 					t.Errorf("refusal %+v lacks the run's labels", d)
 				}
+				got[key{d.Reason, d.Name, d.Protocol}] = true
 				reasons[d.Reason] = true
 			}
-			for _, want := range []string{egress.ReasonNameNotAllowed, egress.ReasonIPLiteral} {
+			if !got[key{egress.ReasonNameNotAllowed, label, egress.ProtoDNS}] {
+				t.Errorf("no DNS refusal of the random label %s among %v", label, got)
+			}
+			if !got[key{egress.ReasonNameNotAllowed, "other.test", egress.ProtoDNS}] {
+				t.Errorf("no DNS refusal of other.test among %v", got)
+			}
+			for _, want := range []string{egress.ReasonNameNotAllowed, egress.ReasonIPLiteral, egress.ReasonPrivateAddress} {
 				if !reasons[want] {
-					t.Errorf("refusals %+v lack %q", refused, want)
+					t.Errorf("refusals %v lack %q", got, want)
 				}
 			}
 		})
 	}
 	t.Run("without network", func(t *testing.T) {
-		res, err := eng.Run(context.Background(), Request{Tool: "fetch", Driver: "runc", Runtime: "python",
-			Code: []byte(fmt.Sprintf(egressScript, upPort))})
+		res, err := env.eng.Run(context.Background(), Request{Tool: "fetch", Driver: "runc", Runtime: "python", Code: script})
 		if err != nil {
 			t.Fatal(err)
 		}

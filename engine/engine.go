@@ -19,6 +19,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/stockade-sh/stockade/broker"
 	"github.com/stockade-sh/stockade/config"
 	"github.com/stockade-sh/stockade/driver/docker"
 	"github.com/stockade-sh/stockade/driver/gvisor"
@@ -47,6 +48,13 @@ type Engine struct {
 	tools         *tools.Set
 	toolOpts      tools.Options
 	egress        *egressHost // nil: no sandbox gets network
+	log           *slog.Logger
+
+	// closing tracks the background removals of destroyed sessions'
+	// networks; closeErrs collects their failures for Wait.
+	closing   sync.WaitGroup
+	closeMu   sync.Mutex
+	closeErrs []error
 }
 
 // Option configures New.
@@ -58,7 +66,13 @@ func WithTools(set *tools.Set, opts tools.Options) Option {
 	return func(e *Engine) { e.tools, e.toolOpts = set, opts }
 }
 
-// New returns an engine over the given drivers and images.
+// WithLogger makes the engine log to l; without it, slog.Default().
+func WithLogger(l *slog.Logger) Option {
+	return func(e *Engine) { e.log = l }
+}
+
+// New returns an engine over the given drivers and images. The caller
+// should call Wait before exiting (see Session.Destroy).
 func New(drivers map[string]sandbox.Driver, defaultDriver string, images Images, defaults, ceiling sandbox.Limits, opts ...Option) (*Engine, error) {
 	drv, ok := drivers[defaultDriver]
 	if !ok {
@@ -68,6 +82,9 @@ func New(drivers map[string]sandbox.Driver, defaultDriver string, images Images,
 	for _, o := range opts {
 		o(e)
 	}
+	if e.log == nil {
+		e.log = slog.Default()
+	}
 	if e.tools == nil {
 		// The default tool runs on the default driver's tier.
 		set, err := tools.Load("", tools.Options{DefaultTier: drv.Capabilities().Tier})
@@ -76,7 +93,31 @@ func New(drivers map[string]sandbox.Driver, defaultDriver string, images Images,
 		}
 		e.tools = set
 	}
+	if err := e.checkCredentials(); err != nil {
+		return nil, err
+	}
 	return e, nil
+}
+
+// checkCredentials refuses tools whose credentials name a broker operation
+// the engine's broker does not have. Without egress such tools cannot be
+// loaded at all (tools.Options.EgressSupported).
+func (e *Engine) checkCredentials() error {
+	if e.egress == nil {
+		return nil
+	}
+	var errs []error
+	for _, t := range e.tools.Tools() {
+		for _, op := range t.Credentials {
+			if e.egress.broker == nil || !e.egress.broker.Has(op) {
+				errs = append(errs, fmt.Errorf("tool %q lists broker operation %q, which is not configured (broker.operations in the config)", t.Name, op))
+			}
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("%w: %w", err, errdefs.ErrInvalidArgument)
+	}
+	return nil
 }
 
 // Open builds the drivers and the image store of cfg and returns an engine
@@ -157,7 +198,13 @@ func hostEgress(cfg config.Config, onDecision func(egress.Decision)) ([]Option, 
 	if err != nil {
 		return nil, err
 	}
-	return []Option{WithEgress(nets, proxy, nil)}, nil
+	// The broker exists even without operations, so that a tool listing
+	// one is refused by name when the engine is built.
+	b, err := broker.New(broker.Config{Operations: cfg.BrokerOperations(), LookupEnv: cfg.LookupEnv, Logger: log.With("component", "broker")})
+	if err != nil {
+		return nil, err
+	}
+	return []Option{WithEgress(nets, proxy, b)}, nil
 }
 
 // Tools returns the tools the engine runs invocations as.
@@ -289,7 +336,6 @@ type Session struct {
 	eng     *Engine
 	net     *netns.Egress // nil without egress
 	netOnce sync.Once
-	netErr  error
 }
 
 // NewSession creates the sandbox req's tool (or req.Driver) calls for, with

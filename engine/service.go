@@ -262,11 +262,14 @@ func (s *Service) countPending(ctx context.Context) error {
 	return nil
 }
 
-// Close stops the expiry loop, cancels running executions and waits for
-// them to be recorded.
+// Close stops the expiry loop, cancels running executions, waits for
+// them to be recorded and for their sandbox networks to be removed.
 func (s *Service) Close() {
 	s.cancel()
 	s.wg.Wait()
+	// Errors are logged by the engine; a network left behind is removed at
+	// the daemon's next start.
+	_ = s.eng.Wait()
 }
 
 func (s *Service) expireLoop() {

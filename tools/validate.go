@@ -272,7 +272,7 @@ func validateEgress(t Tool, opts Options) Problems {
 	e := t.Egress
 	if !e.None() {
 		if !opts.EgressSupported {
-			add(RuleEgressUnsupported, "egress is not supported yet (the egress proxy does not exist); use egress: none")
+			add(RuleEgressUnsupported, "egress is not supported on this host (the daemon runs without egress: it needs root and nftables); use egress: none")
 		}
 		if len(e.Allow) == 0 {
 			add(RuleEgress, "egress lists ports but no domains; list domains in allow, or write egress: none")
@@ -296,7 +296,7 @@ func validateEgress(t Tool, opts Options) Problems {
 		}
 	}
 	if len(t.Credentials) > 0 && !opts.EgressSupported {
-		add(RuleCredentialsUnsupported, "credentials are not supported yet (the credential broker does not exist); use credentials: none")
+		add(RuleCredentialsUnsupported, "credentials are not supported on this host (the daemon runs without egress: it needs root and nftables); use credentials: none")
 	}
 	for i, op := range t.Credentials {
 		switch {

@@ -40,6 +40,9 @@ func serveCmd(ctx context.Context, args []string) int {
 		return fail(usagef("serve takes no arguments"))
 	}
 	cfg.Egress = *egress
+	// The broker reads credentials that name a variable from the daemon's
+	// environment; only the CLI may hand it over.
+	cfg.LookupEnv = os.LookupEnv
 	if err := serve(ctx, cfg.Listen, cfg.DB, *cfg); err != nil {
 		return fail(err)
 	}

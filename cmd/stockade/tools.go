@@ -65,12 +65,12 @@ func toolsFlags(name string, withConfig bool) (fs *flag.FlagSet, configPath, dat
 	return fs, configPath, dataRoot
 }
 
-
-// loadTools loads the tools as the daemon does. Problems are printed, one
-// per line, and give exit status 1; a path that cannot be read is bad input
-// (2).
+// loadTools loads the tools as a daemon with egress does (the default of
+// `stockade serve` on a host with root and nftables). Problems are printed,
+// one per line, and give exit status 1; a path that cannot be read is bad
+// input (2).
 func loadTools(path, dataRoot string) (*tools.Set, int) {
-	set, err := tools.Load(path, tools.Options{DataRoot: dataRoot})
+	set, err := tools.Load(path, tools.Options{DataRoot: dataRoot, EgressSupported: true})
 	var ps tools.Problems
 	if errors.As(err, &ps) {
 		for _, p := range ps {
