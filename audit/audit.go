@@ -38,6 +38,10 @@ const (
 	// egress proxy refused; Reason is the proxy's stable reason.
 	EgressDenied     = "egress.denied"
 	EgressDeniedCode = "EGR001W"
+	BrokerCall       = "broker.call"
+	BrokerCallCode   = "BRK001I"
+	BrokerDenied     = "broker.denied"
+	BrokerDeniedCode = "BRK002W"
 
 	WorkspaceCreated     = "workspace.created"
 	WorkspaceCreatedCode = "ADM001I"

@@ -28,7 +28,8 @@ type egressHost struct {
 	mu   sync.Mutex
 	live map[string]map[string]string // sandbox id -> its labels, while it has egress
 
-	observer atomic.Pointer[func(EgressDecision)]
+	observer       atomic.Pointer[func(EgressDecision)]
+	brokerObserver atomic.Pointer[func(BrokerEvent)]
 }
 
 // WithEgress lets the engine give sandboxes egress: each sandbox with
@@ -82,6 +83,37 @@ func (e *Engine) EgressDecision(d egress.Decision) {
 	labels := e.egress.live[d.Sandbox]
 	e.egress.mu.Unlock()
 	(*f)(EgressDecision{Decision: d, Labels: labels})
+}
+
+// BrokerEvent is one call of the credential broker with the labels of the
+// sandbox that made it.
+type BrokerEvent struct {
+	broker.Event
+	Labels map[string]string
+}
+
+// SetBrokerObserver makes f receive every call of the broker, with the
+// sandbox's labels; the same rules as SetEgressObserver apply.
+func (e *Engine) SetBrokerObserver(f func(BrokerEvent)) {
+	if e.egress != nil && f != nil {
+		e.egress.brokerObserver.Store(&f)
+	}
+}
+
+// BrokerEvent hands a broker call to the observer; it is what the broker's
+// Config.OnAudit calls.
+func (e *Engine) BrokerEvent(ev broker.Event) {
+	if e == nil || e.egress == nil {
+		return
+	}
+	f := e.egress.brokerObserver.Load()
+	if f == nil {
+		return
+	}
+	e.egress.mu.Lock()
+	labels := e.egress.live[ev.Sandbox]
+	e.egress.mu.Unlock()
+	(*f)(BrokerEvent{Event: ev, Labels: labels})
 }
 
 // openEgress prepares the network of a sandbox of tool on drv: with

@@ -193,6 +193,30 @@ func TestNetworkRequestsNeedApproval(t *testing.T) {
 			t.Errorf("got events %+v, want one egress.denied for %s", page.Items, exec)
 		}
 	})
+	t.Run("broker calls are audited", func(t *testing.T) {
+		svc := newSvc(t, WithEgress(nets, proxy, nil))
+		const exec = "ex_broker"
+		svc.wsMu.Lock()
+		svc.workspaces[exec] = ws.ID
+		svc.wsMu.Unlock()
+		labels := map[string]string{LabelExecution: exec}
+		svc.brokerCall(BrokerEvent{Event: broker.Event{Sandbox: "sbx-2", Tool: "fetch", Operation: "echo", ParamsSHA256: "abc", Allowed: true, Status: 200}, Labels: labels})
+		svc.brokerCall(BrokerEvent{Event: broker.Event{Sandbox: "sbx-2", Tool: "fetch", Operation: "other", Reason: "operation not in the tool's record"}, Labels: labels})
+		svc.Close()
+		for _, want := range []struct{ typ, code, reason string }{
+			{audit.BrokerCall, audit.BrokerCallCode, "operation echo answered 200"},
+			{audit.BrokerDenied, audit.BrokerDeniedCode, "operation not in the tool's record"},
+		} {
+			page, err := st.ListEvents(ctx, ws.ID, store.EventFilter{PageRequest: store.PageRequest{Limit: 10}, Types: []string{want.typ}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(page.Items) != 1 || page.Items[0].Reason != want.reason || page.Items[0].Code != want.code || page.Items[0].ExecutionID != exec ||
+				!strings.Contains(string(page.Items[0].Data), `"params_sha256"`) {
+				t.Errorf("%s events: got %+v, want one with reason %q", want.typ, page.Items, want.reason)
+			}
+		}
+	})
 	for _, tt := range []struct {
 		name, tool string
 		o          []Option

@@ -154,7 +154,7 @@ func Open(cfg config.Config) (*Engine, error) {
 		return nil, fmt.Errorf("default driver %q is not configured: %w", cfg.Driver, errdefs.ErrInvalidArgument)
 	}
 	var eng *Engine
-	opts, err := hostEgress(cfg, func(d egress.Decision) { eng.EgressDecision(d) })
+	opts, err := hostEgress(cfg, func(d egress.Decision) { eng.EgressDecision(d) }, func(ev broker.Event) { eng.BrokerEvent(ev) })
 	if err != nil {
 		return nil, err
 	}
@@ -172,8 +172,8 @@ func Open(cfg config.Config) (*Engine, error) {
 // not enable egress or the host cannot give it (not root, no nftables):
 // then tools with egress are refused when they are loaded. It removes the
 // sandbox networks a crashed daemon left. onDecision receives the proxy's
-// decisions.
-func hostEgress(cfg config.Config, onDecision func(egress.Decision)) ([]Option, error) {
+// decisions, onBroker the broker's calls.
+func hostEgress(cfg config.Config, onDecision func(egress.Decision), onBroker func(broker.Event)) ([]Option, error) {
 	if !cfg.Egress {
 		return nil, nil
 	}
@@ -200,7 +200,7 @@ func hostEgress(cfg config.Config, onDecision func(egress.Decision)) ([]Option, 
 	}
 	// The broker exists even without operations, so that a tool listing
 	// one is refused by name when the engine is built.
-	b, err := broker.New(broker.Config{Operations: cfg.BrokerOperations(), LookupEnv: cfg.LookupEnv, Logger: log.With("component", "broker")})
+	b, err := broker.New(broker.Config{Operations: cfg.BrokerOperations(), LookupEnv: cfg.LookupEnv, OnAudit: onBroker, Logger: log.With("component", "broker")})
 	if err != nil {
 		return nil, err
 	}

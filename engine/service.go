@@ -121,6 +121,7 @@ func NewService(eng *Engine, st store.Store, o ServiceOptions) *Service {
 		egressEvents: make(chan store.NewEvent, 1024), workspaces: map[string]string{},
 	}
 	eng.SetEgressObserver(s.egressDecision)
+	eng.SetBrokerObserver(s.brokerCall)
 	return s
 }
 
@@ -150,6 +151,33 @@ func (s *Service) egressDecision(d EgressDecision) {
 	case s.egressEvents <- ev:
 	default:
 		s.log.Warn("egress audit queue full; refusal logged only", "execution", exec, "reason", d.Reason)
+	}
+}
+
+// brokerCall turns a call of the credential broker into an audit event of
+// the execution that made it: the operation, the hash of its parameters
+// (never the parameters or the secret), and the upstream status or the
+// reason of the refusal. Like egressDecision it never blocks.
+func (s *Service) brokerCall(b BrokerEvent) {
+	exec := b.Labels[LabelExecution]
+	s.wsMu.Lock()
+	ws := s.workspaces[exec]
+	s.wsMu.Unlock()
+	s.log.Info("broker call", "execution", exec, "sandbox", b.Sandbox, "tool", b.Tool, "operation", b.Operation,
+		"allowed", b.Allowed, "status", b.Status, "reason", b.Reason)
+	if ws == "" {
+		return
+	}
+	typ, code, reason := audit.BrokerCall, audit.BrokerCallCode, fmt.Sprintf("operation %s answered %d", b.Operation, b.Status)
+	if !b.Allowed {
+		typ, code, reason = audit.BrokerDenied, audit.BrokerDeniedCode, b.Reason
+	}
+	ev := store.NewEvent{WorkspaceID: ws, Type: typ, Code: code, Actor: "system", ExecutionID: exec, Reason: reason,
+		Data: mustJSON(map[string]any{"sandbox": b.Sandbox, "tool": b.Tool, "operation": b.Operation, "params_sha256": b.ParamsSHA256, "status": b.Status})}
+	select {
+	case s.egressEvents <- ev:
+	default:
+		s.log.Warn("audit queue full; broker call logged only", "execution", exec, "operation", b.Operation)
 	}
 }
 
