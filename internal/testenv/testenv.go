@@ -5,6 +5,7 @@
 package testenv
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -71,7 +72,10 @@ var (
 )
 
 // Build compiles a main package of this module statically, once per test
-// binary, and returns the executable's path.
+// binary, and returns the executable's path. The executables live in one
+// directory under the system's temporary directory, replaced (by rename,
+// so a running copy is never disturbed) by every test binary that builds
+// them, so test runs leave one copy of each behind, not one per run.
 func Build(t testing.TB, pkg string) string {
 	t.Helper()
 	buildMu.Lock()
@@ -79,15 +83,19 @@ func Build(t testing.TB, pkg string) string {
 	if p, ok := built[pkg]; ok {
 		return p
 	}
-	dir, err := os.MkdirTemp("", "stockade-test-bin-")
-	if err != nil {
+	dir := filepath.Join(os.TempDir(), "stockade-test-bin")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
 	out := filepath.Join(dir, filepath.Base(pkg))
-	if err := build(out, pkg); err != nil {
+	tmp := fmt.Sprintf("%s.%d", out, os.Getpid())
+	if err := build(tmp, pkg); err != nil {
 		t.Fatalf("building %s: %v", pkg, err)
 	}
-	if err := os.Chmod(out, 0o555); err != nil {
+	if err := os.Chmod(tmp, 0o555); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, out); err != nil {
 		t.Fatal(err)
 	}
 	built[pkg] = out
