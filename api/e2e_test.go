@@ -395,6 +395,13 @@ func TestRoles(t *testing.T) {
 		}
 		e.wantCredits(8, 0)
 
+		// No key decides its own invocation, not even an admin's.
+		r := e.do("POST", "/v1/executions", e.admin, engine.InvokeRequest{Runtime: "python", Code: `print("self")`}).want(t, http.StatusAccepted)
+		self := r.execution(t)
+		e.do("POST", "/v1/approvals/"+self.ApprovalID+"/approve", e.admin, nil).wantError(t, http.StatusForbidden, "permission_denied", "own approval")
+		e.do("POST", "/v1/approvals/"+self.ApprovalID+"/deny", e.approver, nil).want(t, http.StatusOK)
+		e.wantCredits(8, 0)
+
 		// Keys of another workspace see nothing of this one.
 		other, err := e.st.CreateWorkspace(t.Context(), "e2e-other")
 		if err != nil {

@@ -101,6 +101,11 @@ func (s *Service) recordTools(ctx context.Context) error {
 			if derr != nil {
 				return derr
 			}
+			// A review still pending carries over a later change: an
+			// unrelated edit must not clear it.
+			if prev.typ == audit.ToolChanged && prev.ev.ReviewRequired {
+				c.ReviewRequired = true
+			}
 			ev := toolEvent{Tool: t.Name, Fingerprint: fp, PreviousFingerprint: prev.ev.Fingerprint, Record: rec, Growth: c.Growth, ReviewRequired: c.ReviewRequired}
 			for _, f := range c.Fields {
 				ev.Diff = append(ev.Diff, f.String())

@@ -239,8 +239,9 @@ type Request struct {
 	// OnOutput receives output as it is produced; see sandbox.ExecRequest.
 	OnOutput func(sandbox.Stream, []byte)
 	// OnStart, if set, is called once the sandbox has launched, before the
-	// code runs, with the driver's name.
-	OnStart func(driver string)
+	// code runs, with the driver's name. If it fails, the code does not run:
+	// the sandbox is destroyed and Run returns the error.
+	OnStart func(driver string) error
 	// ExtraMounts widens the sandbox beyond the tool's record. It exists
 	// only so that tests can prove the blast-radius audit notices such a
 	// sandbox; nothing outside tests sets it, and the API cannot.
@@ -309,7 +310,7 @@ func (e *Engine) resolve(req Request) (tools.Tool, sandbox.Driver, image.Runtime
 	name := req.Driver
 	if name == "" {
 		if name, ok = tools.DriverName(tool.Tier); !ok {
-			return fail(fmt.Errorf("tool %q runs on the %s tier, which this host cannot run: %w", tool.Name, tool.Tier, errdefs.ErrUnavailable))
+			return fail(fmt.Errorf("tool %q runs on the %s tier, which this host cannot run: %w", tool.Name, tool.Tier, errdefs.ErrFailedPrecondition))
 		}
 	}
 	drv, ok := e.drivers[name]
@@ -401,7 +402,9 @@ func (e *Engine) Run(ctx context.Context, req Request) (*Result, error) {
 		_ = sb.Destroy(context.WithoutCancel(ctx))
 	}()
 	if req.OnStart != nil {
-		req.OnStart(sb.Driver)
+		if err := req.OnStart(sb.Driver); err != nil {
+			return nil, fmt.Errorf("recording the start: %w", err)
+		}
 	}
 	res, err := sb.Exec(ctx, sandbox.ExecRequest{
 		File:     sandbox.File{Name: sb.Runtime.FileName, Data: req.Code},

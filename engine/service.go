@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"math"
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
@@ -9,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"time"
 
@@ -429,15 +431,17 @@ func (s *Service) Invoke(ctx context.Context, p Principal, req InvokeRequest, o 
 	if err != nil {
 		return nil, err
 	}
-	if req.TimeoutMS < 0 {
-		return nil, fmt.Errorf("timeout_ms must not be negative: %w", errdefs.ErrInvalidArgument)
+	if req.TimeoutMS < 0 || req.TimeoutMS > math.MaxInt64/int64(time.Millisecond) {
+		return nil, fmt.Errorf("timeout_ms %d is out of range: %w", req.TimeoutMS, errdefs.ErrInvalidArgument)
 	}
 	timeout := time.Duration(req.TimeoutMS) * time.Millisecond
 	// Shape errors (unknown runtime, empty or oversized code) are the
 	// caller's mistakes, not decisions, and are answered before the policy.
-	tool, _, _, err := s.eng.Validate(Request{Runtime: req.Runtime, Tool: req.Tool, Code: []byte(req.Code), Stdin: []byte(req.Stdin)})
-	if err != nil {
-		return nil, err
+	// A tool's record refusing the runtime is a decision (recorded below);
+	// other validation errors are the caller's mistakes.
+	tool, _, _, verr := s.eng.Validate(Request{Runtime: req.Runtime, Tool: req.Tool, Code: []byte(req.Code), Stdin: []byte(req.Stdin)})
+	if verr != nil && !errdefs.IsPermissionDenied(verr) {
+		return nil, verr
 	}
 	data := mustJSON(map[string]any{"capability": contract.CodeExecute.Name, "runtime": req.Runtime, "timeout_ms": req.TimeoutMS, "network": network})
 	deny := func(code, reason string, class error) (*Invocation, error) {
@@ -448,6 +452,9 @@ func (s *Service) Invoke(ctx context.Context, p Principal, req InvokeRequest, o 
 			return nil, fmt.Errorf("recording denial: %w", err)
 		}
 		return nil, fmt.Errorf("%s: %w", reason, class)
+	}
+	if verr != nil {
+		return deny("tool_runtime_not_allowed", strings.TrimSuffix(verr.Error(), ": "+errdefs.ErrPermissionDenied.Error()), errdefs.ErrPermissionDenied)
 	}
 	if p.Role == store.RoleApprover {
 		return deny("role_cannot_invoke", "approver keys cannot invoke capabilities", errdefs.ErrPermissionDenied)
@@ -613,11 +620,14 @@ func (s *Service) run(e store.Execution, t *ticket) {
 		Runtime: req.Runtime, Tool: req.Tool, Code: []byte(req.Code), Stdin: []byte(req.Stdin), Network: network,
 		Limits: sandbox.Limits{Timeout: time.Duration(req.TimeoutMS) * time.Millisecond},
 		Labels: map[string]string{LabelOwner: s.opts.Owner, LabelExecution: e.ID},
-		OnStart: func(driver string) {
+		// Code runs only once its start is recorded: an execution whose
+		// start is not in the store would end uncharged.
+		OnStart: func(driver string) error {
 			if _, err := s.st.StartExecution(ctx, e.ID, driver); err != nil {
-				s.log.Error("recording execution start", "execution", e.ID, "err", err)
+				return err
 			}
 			s.hub.publish(e.ID, StreamEvent{Type: "started", Data: mustJSON(map[string]string{"execution_id": e.ID, "driver": driver})})
+			return nil
 		},
 		OnOutput: func(st sandbox.Stream, p []byte) {
 			s.hub.publish(e.ID, StreamEvent{Type: st.String(), Data: mustJSON(map[string]string{"data": string(p)})})

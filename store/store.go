@@ -188,9 +188,10 @@ type Approvals interface {
 	// and releases its reservation. d.Audit is appended to the chain.
 	//
 	// The decider must be an active approver or admin key of the same
-	// workspace (ErrPermissionDenied otherwise: an agent key can never
-	// approve). A request that is no longer pending, or whose ExpiresAt has
-	// passed, is ErrConflict and changes nothing.
+	// workspace, and not the key that invoked (ErrPermissionDenied
+	// otherwise: an agent's own credentials can never approve). A request
+	// that is no longer pending, or whose ExpiresAt has passed, is
+	// ErrConflict and changes nothing.
 	DecideApproval(ctx context.Context, d Decision) (Approval, Execution, error)
 	// ExpireApprovals ends every pending approval of every workspace whose
 	// ExpiresAt is not after now: the approval becomes expired, its

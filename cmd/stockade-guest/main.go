@@ -36,6 +36,9 @@ func main() {
 	if _, _, errno := syscall.RawSyscall(syscall.SYS_PRCTL, syscall.PR_SET_DUMPABLE, 0, 0); errno != 0 {
 		fatalf("setting PR_SET_DUMPABLE to 0: %v", errno)
 	}
+	if err := denyClone3(); err != nil {
+		fatalf("installing the clone3 filter: %v", err)
+	}
 	catchSignals()
 	resetIgnoredSignals()
 

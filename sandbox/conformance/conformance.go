@@ -929,18 +929,17 @@ func (s *suite) syscalls(t *testing.T) {
 				t.Fatalf("the probe did not report %s", name)
 			case e.Errno < 0:
 				t.Fatalf("%s: %s", name, e)
-			case strings.HasPrefix(name, "clone3") && !s.sharedKernel():
-				// glibc creates every thread with clone3 and falls
-				// back to clone only on ENOSYS: EPERM makes
-				// pthread_create fail (Python's threading, ...). gVisor
-				// applies the OCI profile with EPERM for every errno
-				// rule, so there clone3 must be ENOSYS from the Sentry
-				// or allowed. An allowed clone3 reaches the Sentry, not
-				// the host kernel, and a user namespace it creates is
-				// the Sentry's (unshare and clone stay refused), so
-				// clone3_newuser is only recorded.
-				if name == "clone3" && e.is(syscall.EPERM) {
-					t.Errorf("%s: got EPERM, want ENOSYS or success: EPERM breaks glibc's thread creation", name)
+			case strings.HasPrefix(name, "clone3"):
+				// On every tier clone3 must be ENOSYS: glibc creates
+				// threads with clone3 and falls back to clone only on
+				// ENOSYS (EPERM breaks pthread_create), and clone's flags
+				// are what the profile can check. On the host kernel the
+				// profile says so; under gVisor, which answers EPERM for
+				// every errno rule of the OCI profile, the guest's own
+				// filter does — otherwise the Sentry's clone3 would
+				// create namespaces.
+				if !e.is(syscall.ENOSYS) {
+					t.Errorf("%s: got %s, want ENOSYS", name, e)
 				}
 				return
 			case e.Errno == 0:
@@ -954,15 +953,10 @@ func (s *suite) syscalls(t *testing.T) {
 				return
 			}
 			// On the shared kernel the seccomp filter must be what
-			// refuses: EPERM, or ENOSYS for clone3 (so that libc falls
-			// back to clone, whose flags the filter can check). Any
-			// other errno means the call reached the kernel.
-			want := syscall.EPERM
-			if strings.HasPrefix(name, "clone3") {
-				want = syscall.ENOSYS
-			}
-			if !e.is(want) {
-				t.Errorf("%s: got %s, want %s from the seccomp filter", name, e, want)
+			// refuses: EPERM. Any other errno means the call reached
+			// the kernel.
+			if !e.is(syscall.EPERM) {
+				t.Errorf("%s: got %s, want EPERM from the seccomp filter", name, e)
 			}
 		})
 	}

@@ -93,6 +93,9 @@ func (s *Store) DecideApproval(ctx context.Context, d store.Decision) (store.App
 		if ex.Status != store.StatusAwaitingApproval {
 			return fmt.Errorf("execution %s is %s, not awaiting approval: %w", ex.ID, ex.Status, errdefs.ErrConflict)
 		}
+		if ex.KeyID == d.DecidedBy {
+			return fmt.Errorf("the key that invoked cannot decide its own approval: %w", errdefs.ErrPermissionDenied)
+		}
 		if d.Approve {
 			ex.Status = store.StatusQueued
 			if _, err := q.Exec(ctx, `UPDATE executions SET status = $2 WHERE id = $1`, ex.ID, string(ex.Status)); err != nil {
