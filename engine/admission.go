@@ -51,6 +51,11 @@ func (a *admission) enqueue() *ticket {
 
 // wait blocks until the ticket holds a slot.
 func (t *ticket) wait(ctx context.Context) error {
+	// A cancelled ctx wins over a free slot, which select would pick at
+	// random.
+	if err := ctx.Err(); err != nil {
+		return err
+	}
 	select {
 	case t.a.slots <- struct{}{}:
 		t.held = true

@@ -2,7 +2,6 @@ package engine
 
 import (
 	"context"
-	"math"
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
@@ -10,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"strings"
 	"sync"
 	"time"
@@ -71,6 +71,9 @@ type Service struct {
 	slots *admission
 
 	drift drift
+
+	closeMu sync.Mutex // orders dispatch's wg.Add before Close's wg.Wait
+	closed  bool
 
 	ctx    context.Context // ends when the service closes; runs use it
 	cancel context.CancelFunc
@@ -295,6 +298,9 @@ func (s *Service) countPending(ctx context.Context) error {
 // Close stops the expiry loop, cancels running executions, waits for
 // them to be recorded and for their sandbox networks to be removed.
 func (s *Service) Close() {
+	s.closeMu.Lock()
+	s.closed = true
+	s.closeMu.Unlock()
 	s.cancel()
 	s.wg.Wait()
 	// Errors are logged by the engine; a network left behind is removed at
@@ -567,6 +573,14 @@ func InputHash(runtime, code string) string {
 func (s *Service) dispatch(e store.Execution, t *ticket) {
 	if t == nil {
 		t = s.slots.enqueue()
+	}
+	// After Close nothing starts: the execution stays queued and the next
+	// start of the daemon ends it failed, uncharged.
+	s.closeMu.Lock()
+	defer s.closeMu.Unlock()
+	if s.closed {
+		t.release()
+		return
 	}
 	s.wg.Add(1)
 	go func() {

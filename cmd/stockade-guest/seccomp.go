@@ -50,7 +50,7 @@ func denyClone3() error {
 		{code: bpfLdWAbs, k: 4}, // seccomp_data.arch
 		{code: bpfJeqK, jt: 1, k: archX86_64},
 		{code: bpfRetK, k: retAllow}, // other architectures: the profile kills them
-		{code: bpfLdWAbs, k: 0}, // seccomp_data.nr
+		{code: bpfLdWAbs, k: 0},      // seccomp_data.nr
 		{code: bpfJeqK, jf: 1, k: sysClone3},
 		{code: bpfRetK, k: retErrno | uint32(syscall.ENOSYS)},
 		{code: bpfRetK, k: retAllow},

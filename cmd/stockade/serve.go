@@ -87,7 +87,15 @@ func serve(ctx context.Context, listen, db string, cfg config.Config) error {
 	if err != nil {
 		return usageError{fmt.Errorf("listening on %s: %w", listen, err)}
 	}
-	srv := &http.Server{Handler: api.New(svc, api.Options{Metrics: metrics}), ReadHeaderTimeout: 10 * time.Second}
+	// Requests get a context that ends when shutdown begins, so that long
+	// polls and event streams end instead of holding Shutdown for its whole
+	// grace period.
+	reqCtx, endRequests := context.WithCancel(context.WithoutCancel(ctx))
+	defer endRequests()
+	srv := &http.Server{
+		Handler: api.New(svc, api.Options{Metrics: metrics}), ReadHeaderTimeout: 10 * time.Second,
+		BaseContext: func(net.Listener) context.Context { return reqCtx },
+	}
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
 	log.Info("stockade serving", "listen", ln.Addr().String(), "db", redact(db), "default_driver", eng.DefaultDriver())
@@ -97,10 +105,16 @@ func serve(ctx context.Context, listen, db string, cfg config.Config) error {
 	case <-ctx.Done():
 	}
 	log.Info("shutting down")
+	endRequests()
 	shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()
-	if err := srv.Shutdown(shutdownCtx); err != nil && !errors.Is(err, context.DeadlineExceeded) {
-		return err
+	if err := srv.Shutdown(shutdownCtx); err != nil {
+		if !errors.Is(err, context.DeadlineExceeded) {
+			return err
+		}
+		// Handlers still running after the grace period are cut off
+		// before the service and the store close under them.
+		_ = srv.Close()
 	}
 	return nil
 }

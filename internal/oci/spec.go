@@ -143,11 +143,14 @@ func Build(o Options) (*specs.Spec, error) {
 		// root's and 0755, so the sandbox user cannot write to it.
 		mounts = append(mounts, specs.Mount{Destination: DataDir, Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "nodev", "noexec", "mode=755", "size=64k"}})
 	}
+	// Data mounts are plain binds, not rbinds: a mount below the source
+	// would not be made read-only with them (runc applies "ro" to the top
+	// mount only), so it is not carried into the sandbox at all.
 	for _, m := range o.Spec.Mounts {
 		if !filepath.IsAbs(m.Source) || !strings.HasPrefix(m.Target, DataDir+"/") || filepath.Clean(m.Target) != m.Target {
 			return nil, fmt.Errorf("mount %q -> %q: the source must be absolute and the target a clean path below %s", m.Source, m.Target, DataDir)
 		}
-		mounts = append(mounts, specs.Mount{Destination: m.Target, Type: "bind", Source: m.Source, Options: []string{"rbind", "ro", "nosuid", "nodev", "noexec"}})
+		mounts = append(mounts, specs.Mount{Destination: m.Target, Type: "bind", Source: m.Source, Options: []string{"bind", "ro", "nosuid", "nodev", "noexec"}})
 	}
 
 	s := &specs.Spec{

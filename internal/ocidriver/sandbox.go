@@ -72,6 +72,10 @@ func (s *sbx) start(ctx context.Context) error {
 	// it is not started with it; Destroy ends it.
 	s.cmd = s.d.runtimeCmd(context.WithoutCancel(ctx), s.network, "run", "--bundle", s.d.bundleDir(s.id), s.id)
 	s.cmd.Stdin, s.cmd.Stdout, s.cmd.Stderr = inR, outW, s.stderr
+	// The runtime's stderr is copied through a pipe that the container's
+	// processes inherit; if killing the runtime did not end them, Wait
+	// must not wait for that pipe forever.
+	s.cmd.WaitDelay = 5 * time.Second
 	err = s.cmd.Start()
 	inR.Close()
 	outW.Close()

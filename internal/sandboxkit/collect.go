@@ -49,16 +49,14 @@ func collect(frames io.Reader, outputCap int64, res *sandbox.Result, onOutput fu
 			if err := r.Validate(); err != nil {
 				return nil, nil, err
 			}
-			// The guest stops forwarding at the cap and reports nothing
-			// about the rest, so reaching the cap exactly means truncation.
-			if int64(len(res.Stdout)) >= limit {
-				res.StdoutTruncated = true
-			}
-			if int64(len(res.Stderr)) >= limit {
-				res.StderrTruncated = true
-			}
 			return &r, nil, nil
 		case guest.FrameError:
+			// The guest reports a start failure before any output; one
+			// after output is forged (the program ran) and must not turn
+			// a run into an uncharged "could not start".
+			if len(res.Stdout) > 0 || len(res.Stderr) > 0 || res.StdoutTruncated || res.StderrTruncated {
+				return nil, nil, fmt.Errorf("error report after output: %w", guest.ErrProtocol)
+			}
 			var r guest.ErrorReport
 			if err := guest.DecodeJSON(p, &r); err != nil {
 				return nil, nil, err

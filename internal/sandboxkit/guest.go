@@ -199,6 +199,9 @@ func (g *Guest) Exec(ctx context.Context, req sandbox.ExecRequest) (*sandbox.Res
 	case timedOut:
 		res.Status = sandbox.StatusTimedOut
 	case o.failed != nil:
+		// Nothing ran; the sandbox is not trusted with another Exec.
+		g.dead = true
+		g.Kill(ctx)
 		return nil, fmt.Errorf("starting %s in sandbox: %s: %w", req.Argv[0], OneLine(o.failed.Message), errdefs.ErrFailedPrecondition)
 	case o.err != nil:
 		// The guest died or broke the protocol: nothing it says is
@@ -212,7 +215,10 @@ func (g *Guest) Exec(ctx context.Context, req sandbox.ExecRequest) (*sandbox.Res
 	default:
 		r := o.report
 		res.ExitCode, res.Signal = r.ExitCode, r.Signal
-		res.CPUTime = time.Duration(r.CPUUserUs+r.CPUSysUs) * time.Microsecond
+		// The guest's numbers are bounded by what the sandbox could have
+		// used: its CPU share over the wall clock, with slack for rounding.
+		maxCPU := time.Duration(float64(res.Duration)*max(g.Limits.CPU, 1)) + time.Second
+		res.CPUTime = min(time.Duration(min(r.CPUUserUs, int64(maxCPU/time.Microsecond))+min(r.CPUSysUs, int64(maxCPU/time.Microsecond)))*time.Microsecond, maxCPU)
 		res.PeakMemory = min(r.MaxRSSBytes, g.Limits.Memory)
 		res.Status = exitStatus(r, oomKilled)
 	}
