@@ -179,3 +179,46 @@ func TestToolDrift(t *testing.T) {
 		}
 	})
 }
+
+// TestApprovalOfAChangedTool refuses to approve a request whose tool record
+// changed after the approver's card was made.
+func TestApprovalOfAChangedTool(t *testing.T) {
+	ctx := context.Background()
+	st, err := sqlite.Open(ctx, sqlite.Config{Path: filepath.Join(t.TempDir(), "db.sqlite")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	ws, err := st.CreateWorkspace(ctx, "cards")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.GrantCredits(ctx, ws.ID, 10, "test"); err != nil {
+		t.Fatal(err)
+	}
+	key := func(role store.Role) Principal {
+		k, err := st.CreateAPIKey(ctx, store.NewAPIKey{WorkspaceID: ws.ID, Role: role, Hash: store.HashKey("cards" + string(role))})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return Principal{KeyID: k.ID, WorkspaceID: ws.ID, Role: role}
+	}
+	agent, approver := key(store.RoleAgent), key(store.RoleApprover)
+	svc := serviceWith(t, st, fetchYAML("api.example.com"))
+	inv, err := svc.Invoke(ctx, agent, InvokeRequest{Runtime: "python", Code: "print(1)", Tool: "fetch"}, InvokeOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if inv.Approval == nil {
+		t.Fatal("got no approval request under the default policy")
+	}
+	svc.Close()
+
+	svc = serviceWith(t, st, fetchYAML("api.example.com", "evil.example.net"))
+	if _, _, err := svc.Decide(ctx, approver, inv.Approval.ID, true, "ok"); !errdefs.IsConflict(err) {
+		t.Errorf("approving after the record changed: got %v, want a conflict", err)
+	}
+	if _, _, err := svc.Decide(ctx, approver, inv.Approval.ID, false, "the tool changed"); err != nil {
+		t.Errorf("denying it: %v", err)
+	}
+}

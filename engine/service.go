@@ -20,6 +20,7 @@ import (
 	"github.com/stockade-sh/stockade/policy"
 	"github.com/stockade-sh/stockade/sandbox"
 	"github.com/stockade-sh/stockade/store"
+	"github.com/stockade-sh/stockade/tools"
 )
 
 // Labels put on every sandbox the service starts, so that a restarted
@@ -392,12 +393,15 @@ type ApprovalCard struct {
 	// Tool is the tool the code runs as; EgressAllow and EgressPorts its
 	// record's egress allowlist, which an approved network request may
 	// reach (empty without network).
-	Tool        string    `json:"tool,omitempty"`
-	EgressAllow []string  `json:"egress_allow,omitempty"`
-	EgressPorts []int     `json:"egress_ports,omitempty"`
-	TimeoutMS   int64     `json:"timeout_ms"`
-	RequestedBy string    `json:"requested_by"`
-	ExpiresAt   time.Time `json:"expires_at"`
+	Tool        string   `json:"tool,omitempty"`
+	EgressAllow []string `json:"egress_allow,omitempty"`
+	EgressPorts []int    `json:"egress_ports,omitempty"`
+	// ToolFingerprint identifies the tool's record as the approver sees
+	// it; approving is refused once the record has changed.
+	ToolFingerprint string    `json:"tool_fingerprint,omitempty"`
+	TimeoutMS       int64     `json:"timeout_ms"`
+	RequestedBy     string    `json:"requested_by"`
+	ExpiresAt       time.Time `json:"expires_at"`
 }
 
 // Invocation is the outcome of Invoke: the execution as admitted.
@@ -519,6 +523,7 @@ func (s *Service) Invoke(ctx context.Context, p Principal, req InvokeRequest, o 
 			Capability: contract.CodeExecute.Name, RiskLevel: string(contract.CodeExecute.Risk), Runtime: req.Runtime,
 			Code: req.Code, NetworkRequested: network, TimeoutMS: timeout.Milliseconds(), RequestedBy: p.KeyID,
 			ExpiresAt: s.opts.Now().Add(s.opts.ApprovalTTL).UTC().Truncate(time.Microsecond), Tool: tool.Name,
+			ToolFingerprint: tools.Fingerprint(tool),
 		}
 		why := "high-risk capability needs a human decision"
 		if network {
@@ -711,6 +716,9 @@ func (s *Service) Decide(ctx context.Context, p Principal, approvalID string, ap
 	typ, code := audit.ApprovalDenied, audit.ApprovalDeniedCode
 	if approve {
 		typ, code = audit.ApprovalApproved, audit.ApprovalApprovedCode
+		if err := s.checkCardCurrent(ctx, p, approvalID); err != nil {
+			return store.Approval{}, store.Execution{}, err
+		}
 	}
 	a, e, err := s.st.DecideApproval(ctx, store.Decision{
 		WorkspaceID: p.WorkspaceID, ApprovalID: approvalID, Approve: approve, DecidedBy: p.KeyID, Reason: reason,
@@ -727,6 +735,25 @@ func (s *Service) Decide(ctx context.Context, p Principal, approvalID string, ap
 		s.hub.finish(e.ID)
 	}
 	return a, e, nil
+}
+
+// checkCardCurrent refuses to approve a request whose tool record changed
+// since the card was made: the approver would approve what no longer runs.
+// Denying such a request stays possible.
+func (s *Service) checkCardCurrent(ctx context.Context, p Principal, approvalID string) error {
+	a, err := s.st.GetApproval(ctx, p.WorkspaceID, approvalID)
+	if err != nil {
+		return err
+	}
+	var card ApprovalCard
+	if err := json.Unmarshal(a.Card, &card); err != nil || card.ToolFingerprint == "" {
+		return nil // a card from before fingerprints: nothing to compare
+	}
+	t, err := s.eng.Tools().Get(card.Tool)
+	if err != nil || tools.Fingerprint(t) != card.ToolFingerprint {
+		return fmt.Errorf("tool %q changed since this request was made; deny it and invoke again: %w", card.Tool, errdefs.ErrConflict)
+	}
+	return nil
 }
 
 // Store returns the service's store, for read-only queries.
