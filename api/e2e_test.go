@@ -29,6 +29,7 @@ import (
 	"github.com/stockade-sh/stockade/internal/storeopen"
 	"github.com/stockade-sh/stockade/sandbox"
 	"github.com/stockade-sh/stockade/store"
+	"github.com/stockade-sh/stockade/store/storetest"
 )
 
 func TestAllowedRunChargesTwoCredits(t *testing.T) {
@@ -746,7 +747,7 @@ func checkConcurrentRun(t *testing.T, e *env, answers []answer, granted int64, r
 		t.Errorf("credits: got available %d reserved %d, want %d charged (2 x %d launched) and 0 reserved",
 			available, reserved, 2*launched, launched)
 	}
-	checkLedger(t, e.st, e.ws.ID)
+	storetest.CheckLedger(t, e.st, e.ws.ID)
 
 	execs, err := e.st.ListExecutions(t.Context(), e.ws.ID, store.ExecutionFilter{PageRequest: store.PageRequest{Limit: store.MaxPageLimit}})
 	if err != nil {

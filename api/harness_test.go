@@ -28,6 +28,7 @@ import (
 	"github.com/stockade-sh/stockade/internal/testenv"
 	"github.com/stockade-sh/stockade/sandbox"
 	"github.com/stockade-sh/stockade/store"
+	"github.com/stockade-sh/stockade/store/storetest"
 )
 
 // pgEnv names the PostgreSQL the end-to-end tests use; scripts/pgtest.sh
@@ -365,37 +366,7 @@ func (e *env) wantCredits(available, reserved int64) {
 	if a != available || r != reserved {
 		e.t.Errorf("credits: got available %d reserved %d, want %d and %d", a, r, available, reserved)
 	}
-	checkLedger(e.t, e.st, e.ws.ID)
-}
-
-// checkLedger verifies sum(grant) - sum(commit) == available + reserved and
-// that reserved equals the open reservations, from the ledger itself.
-func checkLedger(t *testing.T, st store.Store, ws string) {
-	t.Helper()
-	sums := map[store.LedgerKind]int64{}
-	cur := ""
-	for {
-		p, err := st.ListLedger(t.Context(), ws, store.PageRequest{Limit: store.MaxPageLimit, Cursor: cur})
-		if err != nil {
-			t.Fatalf("ListLedger: %v", err)
-		}
-		for _, l := range p.Items {
-			sums[l.Kind] += l.Amount
-		}
-		if cur = p.Next; cur == "" {
-			break
-		}
-	}
-	c, err := st.GetCredits(t.Context(), ws)
-	if err != nil {
-		t.Fatalf("GetCredits: %v", err)
-	}
-	if got, want := c.Available+c.Reserved, sums[store.LedgerGrant]-sums[store.LedgerCommit]; got != want {
-		t.Errorf("available+reserved = %d, want grants-commits = %d (ledger %v)", got, want, sums)
-	}
-	if got, want := c.Reserved, sums[store.LedgerReserve]-sums[store.LedgerCommit]-sums[store.LedgerRelease]; got != want {
-		t.Errorf("reserved = %d, want reserves-commits-releases = %d (ledger %v)", got, want, sums)
-	}
+	storetest.CheckLedger(e.t, e.st, e.ws.ID)
 }
 
 // list pages through a list endpoint with the agent key and returns every

@@ -528,18 +528,8 @@ func (cx *conn) handleHTTP(ctx context.Context) {
 		cx.serveBroker(ctx, req)
 		return
 	}
-	name, why := cx.check(host, port)
-	if why != "" {
-		cx.refuse(why, "", http.StatusForbidden)
-		return
-	}
-	up, why, detail := cx.dial(ctx, name, port)
-	if why != "" {
-		status := http.StatusForbidden
-		if why == ReasonUpstreamFailed || why == ReasonNoSuchName {
-			status = http.StatusBadGateway
-		}
-		cx.refuse(why, detail, status)
+	up, _, ok := cx.checkAndDial(ctx, host, port)
+	if !ok {
 		return
 	}
 	defer up.Close()
@@ -560,6 +550,28 @@ func (cx *conn) handleHTTP(ctx context.Context) {
 	cx.finish(cw.n, down)
 }
 
+// checkAndDial checks host:port against the allowlist and dials it,
+// returning the connection and the canonical name checked; or it answers
+// the client with the refusal (403 for a policy refusal, 502 when the
+// upstream cannot be reached) and returns false.
+func (cx *conn) checkAndDial(ctx context.Context, host string, port int) (net.Conn, string, bool) {
+	name, why := cx.check(host, port)
+	if why != "" {
+		cx.refuse(why, "", http.StatusForbidden)
+		return nil, "", false
+	}
+	up, why, detail := cx.dial(ctx, name, port)
+	if why != "" {
+		status := http.StatusForbidden
+		if why == ReasonUpstreamFailed || why == ReasonNoSuchName {
+			status = http.StatusBadGateway
+		}
+		cx.refuse(why, detail, status)
+		return nil, "", false
+	}
+	return up, name, true
+}
+
 // hopHeaders are the hop-by-hop headers a proxy must not forward.
 var hopHeaders = []string{"Connection", "Proxy-Connection", "Keep-Alive", "Proxy-Authenticate", "Proxy-Authorization", "Te", "Trailer", "Upgrade"}
 
@@ -571,18 +583,8 @@ func (cx *conn) handleConnect(ctx context.Context, req *http.Request) {
 		cx.refuse(ReasonBadRequest, "CONNECT target must be host:port", http.StatusBadRequest)
 		return
 	}
-	name, why := cx.check(host, port)
-	if why != "" {
-		cx.refuse(why, "", http.StatusForbidden)
-		return
-	}
-	up, why, detail := cx.dial(ctx, name, port)
-	if why != "" {
-		status := http.StatusForbidden
-		if why == ReasonUpstreamFailed || why == ReasonNoSuchName {
-			status = http.StatusBadGateway
-		}
-		cx.refuse(why, detail, status)
+	up, name, ok := cx.checkAndDial(ctx, host, port)
+	if !ok {
 		return
 	}
 	defer up.Close()

@@ -310,5 +310,5 @@ func testConcurrentDoubleCommit(t *testing.T, st store.Store) {
 	if c.Reserved != 0 || (c.Available != 0 && c.Available != 5) {
 		t.Fatalf("credits after one settlement: got %+v", c)
 	}
-	checkLedger(t, st, f.ws.ID)
+	CheckLedger(t, st, f.ws.ID)
 }

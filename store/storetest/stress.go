@@ -249,7 +249,7 @@ func testConcurrentMixed(t *testing.T, st store.Store) {
 	if c := must[store.Credits](t, "GetCredits")(st.GetCredits(ctx, f.ws.ID)); c.Reserved != 0 || c.Available > granted {
 		t.Fatalf("credits after every execution ended: %+v, want nothing reserved", c)
 	}
-	checkLedger(t, st, f.ws.ID)
+	CheckLedger(t, st, f.ws.ID)
 	if ok, broken, err := st.VerifyChain(ctx, f.ws.ID); err != nil || !ok {
 		t.Fatalf("VerifyChain after the mixed workload: ok %v, broken %+v, err %v", ok, broken, err)
 	}

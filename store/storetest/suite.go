@@ -149,12 +149,13 @@ func wantCredits(t *testing.T, st store.Store, ws string, avail, reserved int64)
 	if c.Available != avail || c.Reserved != reserved {
 		t.Fatalf("credits: got available %d reserved %d, want %d and %d", c.Available, c.Reserved, avail, reserved)
 	}
-	checkLedger(t, st, ws)
+	CheckLedger(t, st, ws)
 }
 
-// checkLedger verifies sum(grant) - sum(commit) == available + reserved, and
-// that reserved equals the open reservations' sum as the ledger tells it.
-func checkLedger(t *testing.T, st store.Store, ws string) {
+// CheckLedger fails t unless the workspace's ledger adds up with its
+// balance: sum(grant) - sum(commit) == available + reserved, and reserved ==
+// sum(reserve) - sum(commit) - sum(release). Every amount is positive.
+func CheckLedger(t *testing.T, st store.Store, ws string) {
 	t.Helper()
 	var sums = map[store.LedgerKind]int64{}
 	cur := ""
