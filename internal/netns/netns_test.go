@@ -184,6 +184,23 @@ func dialFrom(n *Net, network string, to netip.AddrPort) (string, error) {
 	return got, err
 }
 
+// waitForPath waits, at most 10 s, until a TCP connection from n to the
+// address gets an answer.
+func waitForPath(t *testing.T, n *Net, to netip.AddrPort) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		got, err := dialFrom(n, "tcp", to)
+		if err == nil && got != "" {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no answer from %s within 10 s: %v", to, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
 // udpEcho answers each datagram on the host with "pong".
 func udpEcho(t *testing.T, addr netip.Addr, port uint16) {
 	t.Helper()
@@ -216,6 +233,10 @@ func TestRulesDropAllButProxyAndDNS(t *testing.T) {
 		udpEcho(t, n.HostAddr, 5353)
 	}
 	ap := netip.AddrPortFrom
+	// A new veth can take a moment to pass traffic on a loaded machine.
+	// Wait until the allowed path answers, so that the refusals below are
+	// the rules' and not a link still coming up.
+	waitForPath(t, n1, ap(n1.HostAddr, 8080))
 	for _, tc := range []struct {
 		name    string
 		network string
