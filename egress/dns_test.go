@@ -16,14 +16,24 @@ import (
 // address.
 func startDNS(t *testing.T, cfg DNSConfig) string {
 	t.Helper()
-	udp, err := net.ListenPacket("udp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	// The TCP listener takes the UDP listener's port number, which another
+	// process may hold for TCP: try a few ports.
+	var (
+		udp net.PacketConn
+		tcp net.Listener
+		err error
+	)
+	for try := 0; try < 20; try++ {
+		if udp, err = net.ListenPacket("udp", "127.0.0.1:0"); err != nil {
+			t.Fatal(err)
+		}
+		if tcp, err = net.Listen("tcp", udp.LocalAddr().String()); err == nil {
+			break
+		}
+		udp.Close()
 	}
-	port := udp.LocalAddr().(*net.UDPAddr).Port
-	tcp, err := net.Listen("tcp", udp.LocalAddr().String())
 	if err != nil {
-		t.Fatalf("TCP on the UDP port %d: %v", port, err)
+		t.Fatalf("no port free for both UDP and TCP: %v", err)
 	}
 	d, err := ServeDNS(context.Background(), cfg, udp, tcp)
 	if err != nil {
