@@ -17,6 +17,7 @@ all: build
 # so is the probe that `stockade audit blast-radius` runs in a sandbox.
 guest:
 	go build -trimpath -ldflags='-s -w' -o $(GUEST) ./cmd/stockade-guest
+	sha256sum $(GUEST) > $(GUEST).sha256
 	go build -trimpath -ldflags='-s -w' -o $(PROBE) ./sandbox/conformance/probe
 
 build: guest
@@ -40,4 +41,4 @@ bench: setup
 	go run ./bench/oneshot -n 30
 
 clean:
-	rm -rf bin $(GUEST) $(PROBE)
+	rm -rf bin $(GUEST) $(GUEST).sha256 $(PROBE)

@@ -152,7 +152,7 @@ type param struct {
 
 var (
 	namePattern        = regexp.MustCompile(`^[a-z][a-z0-9]*([._-][a-z0-9]+)*$`)
-	paramNamePattern   = regexp.MustCompile(`^[a-z][a-z0-9_]{0,63}$`)
+	paramNamePattern   = regexp.MustCompile(`^[a-z][a-z0-9_]*$`) // and at most 64 characters
 	placeholderPattern = regexp.MustCompile(`\{([^{}]*)\}`)
 )
 
@@ -218,7 +218,7 @@ func compile(o Operation) (*op, error) {
 		return bad("header %q or prefix is not valid", o.Header)
 	}
 	for _, p := range o.Params {
-		if !paramNamePattern.MatchString(p.Name) {
+		if len(p.Name) > 64 || !paramNamePattern.MatchString(p.Name) {
 			return bad("parameter name %q must be lower-case letters, digits and '_'", p.Name)
 		}
 		if c.params[p.Name] != nil {

@@ -248,12 +248,18 @@ func TestNewRefusesBadOperations(t *testing.T) {
 		{"no credential", Operation{Name: "a", Method: "GET", URL: "https://api.example.com/"}},
 		{"bad name", Operation{Name: "A B", Method: "GET", URL: "https://api.example.com/", Credential: cred}},
 		{"bad pattern", Operation{Name: "a", Method: "GET", URL: "https://api.example.com/", Params: []Param{{Name: "p", Pattern: "("}}, Credential: cred}},
+		{"long parameter name", Operation{Name: "a", Method: "GET", URL: "https://api.example.com/", Params: []Param{{Name: strings.Repeat("p", 65)}}, Credential: cred}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if _, err := New(Config{Operations: []Operation{tc.op}}); err == nil {
 				t.Fatal("New accepted a bad operation")
 			}
 		})
+	}
+	// The longest names are accepted.
+	op := Operation{Name: strings.Repeat("a", 64), Method: "GET", URL: "https://api.example.com/", Params: []Param{{Name: strings.Repeat("p", 64)}}, Credential: cred}
+	if _, err := New(Config{Operations: []Operation{op}, LookupEnv: func(string) (string, bool) { return "s", true }}); err != nil {
+		t.Fatalf("New refused 64-character names: %v", err)
 	}
 }
 

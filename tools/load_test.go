@@ -2,6 +2,7 @@ package tools
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -262,4 +263,27 @@ func hasRule(ps Problems, rule string) bool {
 		}
 	}
 	return false
+}
+
+// TestNameLengths pins the length limits, which are checked apart from
+// the name patterns.
+func TestNameLengths(t *testing.T) {
+	load := func(name, domain string) error {
+		f := filepath.Join(t.TempDir(), "tools.yaml")
+		rec := fmt.Sprintf("tools:\n  - name: %s\n    input_trust: trusted\n    tier: gvisor\n    egress:\n      allow: [%s.example.com]\n      ports: [443]\n", name, domain)
+		if err := os.WriteFile(f, []byte(rec), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		_, err := Load(f, Options{DataRoot: t.TempDir(), EgressSupported: true})
+		return err
+	}
+	if err := load(strings.Repeat("n", 64), strings.Repeat("d", 63)); err != nil {
+		t.Errorf("a 64-character name and a 63-character label were refused: %v", err)
+	}
+	if err := load(strings.Repeat("n", 65), "api"); err == nil || !strings.Contains(err.Error(), "name must be 1-64") {
+		t.Errorf("a 65-character name: got %v", err)
+	}
+	if err := load("n", strings.Repeat("d", 64)); err == nil || !strings.Contains(err.Error(), "not a valid lower-case domain name") {
+		t.Errorf("a 64-character label: got %v", err)
+	}
 }

@@ -156,9 +156,11 @@ func Validate(ts []Tool, opts Options) Problems {
 }
 
 var (
-	namePattern   = regexp.MustCompile(`^[a-z0-9]([a-z0-9._-]{0,62}[a-z0-9])?$`)
+	// Names are at most 64 characters and labels 63; the lengths are
+	// checked apart (see sandboxkit's idPattern).
+	namePattern   = regexp.MustCompile(`^[a-z0-9]([a-z0-9._-]*[a-z0-9])?$`)
 	opPattern     = regexp.MustCompile(`^[a-z][a-z0-9]*([._-][a-z0-9]+)*$`)
-	labelPattern  = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`)
+	labelPattern  = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]*[a-z0-9])?$`)
 	digitsPattern = regexp.MustCompile(`^[0-9]+$`)
 )
 
@@ -173,7 +175,7 @@ func validateTool(t Tool, opts Options, root dataRoot) Problems {
 		add(RuleName, "name is required")
 	case t.Name == DefaultName:
 		add(RuleReservedName, "%s is the built-in default tool (untrusted, gvisor, no mounts, no egress, no credentials) and cannot be redefined; give this tool another name", DefaultName)
-	case !namePattern.MatchString(t.Name):
+	case len(t.Name) > 64 || !namePattern.MatchString(t.Name):
 		add(RuleName, "name must be 1-64 lower-case letters, digits, '.', '_' or '-', starting and ending with a letter or digit")
 	}
 
@@ -329,7 +331,7 @@ func checkDomain(d string) string {
 		return fmt.Sprintf("domain %q is not a fully qualified domain name", d)
 	}
 	for _, l := range labels {
-		if !labelPattern.MatchString(l) {
+		if len(l) > 63 || !labelPattern.MatchString(l) {
 			return fmt.Sprintf("domain %q is not a valid lower-case domain name", d)
 		}
 	}

@@ -7,10 +7,12 @@ package guestbin
 import (
 	"embed"
 	"fmt"
-	"hash/crc32"
+	"crypto/sha256"
+	"encoding/hex"
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"github.com/stockade-sh/stockade/errdefs"
 )
@@ -18,21 +20,55 @@ import (
 //go:embed all:payload
 var payload embed.FS
 
+const guestFile = "payload/stockade-guest"
+
+// guestSum is the first 16 hex digits of the guest's SHA-256. The build
+// (make guest) writes it beside the guest, so that the CLI, which installs
+// the guest on every start, does not read and hash 2 MB each time (that
+// cost milliseconds of every `stockade run`); without it the sum is
+// computed here.
+func guestSum() (string, error) {
+	if b, err := fs.ReadFile(payload, guestFile+".sha256"); err == nil {
+		if s := strings.TrimSpace(string(b)); len(s) >= 16 && isHex(s[:16]) {
+			return s[:16], nil
+		}
+		return "", fmt.Errorf("%s.sha256 is malformed; rebuild with `make build`: %w", guestFile, errdefs.ErrFailedPrecondition)
+	}
+	b, err := fs.ReadFile(payload, guestFile)
+	if err != nil {
+		return "", fmt.Errorf("reading the embedded guest agent: %w", err)
+	}
+	h := sha256.Sum256(b)
+	return hex.EncodeToString(h[:8]), nil
+}
+
+func isHex(s string) bool {
+	_, err := hex.DecodeString(s)
+	return err == nil
+}
+
 // Install writes the embedded guest into dir (once per content) and returns
 // its path. The file is read-only (0555); its name carries the content hash,
 // so a new build never overwrites a guest that running sandboxes use.
 func Install(dir string) (string, error) {
-	b, err := fs.ReadFile(payload, "payload/stockade-guest")
+	fi, err := fs.Stat(payload, guestFile)
 	if err != nil {
 		return "", fmt.Errorf("this stockade binary was built without the guest agent; build it with `make build`: %w", errdefs.ErrFailedPrecondition)
 	}
-	// The name carries the size and a CRC-32 of the content: they only tell
-	// builds apart (the directory is root's), and unlike SHA-256 they cost
-	// a fraction of a millisecond (CRC-32 runs in hardware) on every start
-	// of the CLI.
-	path := filepath.Join(dir, fmt.Sprintf("stockade-guest-%d-%08x", len(b), crc32.ChecksumIEEE(b)))
+	sum, err := guestSum()
+	if err != nil {
+		return "", err
+	}
+	path := filepath.Join(dir, fmt.Sprintf("stockade-guest-%d-%s", fi.Size(), sum))
 	if _, err := os.Stat(path); err == nil {
 		return path, nil
+	}
+	b, err := fs.ReadFile(payload, guestFile)
+	if err != nil {
+		return "", fmt.Errorf("reading the embedded guest agent: %w", err)
+	}
+	if h := sha256.Sum256(b); hex.EncodeToString(h[:8]) != sum {
+		return "", fmt.Errorf("the embedded guest agent does not match its recorded hash; rebuild with `make build`: %w", errdefs.ErrFailedPrecondition)
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return "", fmt.Errorf("creating guest directory: %w", err)
