@@ -614,11 +614,13 @@ func TestResourceUsage(t *testing.T) {
 }
 
 // TestSignalsToGuest checks that the program, which shares the guest's uid,
-// cannot end the guest with the usual terminating signals.
+// cannot end the guest with any signal whose default action ends a process
+// (but the synchronous-fault ones, which crash it on purpose, and 32 to 34,
+// which only PID 1's protection covers: see TestAsPID1).
 func TestSignalsToGuest(t *testing.T) {
 	g := startGuest(t)
 	dir := workDir(t)
-	r := g.mustExit(shell(dir, "for s in TERM HUP INT QUIT USR1 USR2 PIPE ALRM; do kill -$s $PPID || exit 1; done; sleep 0.2; echo sent"))
+	r := g.mustExit(shell(dir, `for s in TERM HUP INT QUIT ABRT USR1 USR2 PIPE ALRM XCPU XFSZ VTALRM IO PWR $(seq 35 64); do kill -$s $PPID || exit 1; done; sleep 0.2; echo sent`))
 	if string(r.stdout) != "sent\n" || r.exit.ExitCode != 0 {
 		t.Fatalf("got %q exit %d, %s", r.stdout, r.exit.ExitCode, r.stderr)
 	}
@@ -677,6 +679,7 @@ sleep 1000 &
 setsid sleep 1000 &
 (trap '' TERM; exec sleep 1000) &
 sh -c 'sleep 1000 & exit 0'          # an orphan, reparented to the guest
+for s in 32 33 34 TERM; do kill -$s 1 || exit 1; done  # PID 1 survives
 kill -0 -1 && echo alive
 echo $PPID`
 	r := g.mustExit(shell(dir, script))
@@ -703,4 +706,21 @@ func requires(t *testing.T, what string) {
 		t.Fatalf("requires %s", what)
 	}
 	t.Skipf("requires %s", what)
+}
+
+// TestProgramClone3 checks that a program the guest runs, from any exec,
+// gets ENOSYS from clone3 (see denyClone3). clone3 with a zero size fails
+// with EINVAL where it is allowed.
+func TestProgramClone3(t *testing.T) {
+	if _, err := exec.LookPath("perl"); err != nil {
+		requires(t, "perl to call clone3")
+	}
+	g := startGuest(t)
+	dir := workDir(t)
+	for i := range 3 {
+		r := g.mustExit(shell(dir, `perl -e 'syscall(435, 0, 0); print $!+0'`))
+		if got, want := string(r.stdout), strconv.Itoa(int(syscall.ENOSYS)); got != want {
+			t.Errorf("exec %d: clone3 failed with errno %s, want %s (ENOSYS)", i, got, want)
+		}
+	}
 }

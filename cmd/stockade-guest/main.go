@@ -21,6 +21,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -29,6 +30,10 @@ import (
 )
 
 func main() {
+	// The main goroutine stays on this thread: denyClone3 filters this
+	// thread only, and every program is forked from here (serve runs on
+	// the main goroutine), so every program inherits the filter.
+	runtime.LockOSThread()
 	// Code in the sandbox runs as the guest's uid. A dumpable guest would let
 	// it open /proc/1/fd/1 and forge frames to the host, or /proc/1/fd/0 and
 	// steal the host's frames; a non-dumpable process's /proc entries belong
@@ -53,40 +58,29 @@ func main() {
 }
 
 // catchSignals makes the guest survive the signals that would otherwise end
-// it, and undoes an inherited SIG_IGN for any signal.
+// it.
 //
-// The Go runtime installs its own handler for every catchable signal, SIGCHLD
-// included, even one that was ignored when the guest was exec'd: an ignored
-// SIGCHLD would make the kernel reap children itself and break wait4, but it
-// cannot survive into this process. SIGHUP and SIGINT are the exceptions: the
-// runtime respects an inherited SIG_IGN for them, and ignored dispositions
-// survive execve into the program, so they are caught here too. A caught
-// signal is reset to the default in every child, which therefore starts with
-// no signal ignored.
+// Code in the sandbox runs with the guest's uid and, inside the PID
+// namespace, may signal PID 1 with any signal for which PID 1 has a handler
+// (the kernel drops the others, and SIGKILL and SIGSTOP, for PID 1). The Go
+// runtime installs its handler for nearly every signal at start; for most
+// of them (SIGUSR1, SIGALRM, the real-time signals, ...) that handler does
+// nothing, but SIGHUP, SIGINT and SIGTERM make it exit and SIGQUIT and
+// SIGABRT make it crash. Those are caught here, and dropped. SIGHUP and
+// SIGINT are the runtime's exceptions to installing a handler: it respects
+// an inherited SIG_IGN for them, which would pass on to every program; a
+// caught signal is reset to the default in every child. With SIGPIPE
+// caught, a write to a host that went away fails with EPIPE and is handled
+// like any other write error.
 //
-// Code in the sandbox shares the guest's uid and, inside the PID namespace,
-// may signal PID 1 with any signal for which it has a handler. The
-// terminating ones are received and dropped. (SIGKILL and SIGSTOP from inside
-// the namespace never reach PID 1.) A synchronous-fault signal sent on
-// purpose (SIGTRAP, SIGSYS, ...) still crashes the guest, which ends the
-// sandbox: a denial of service of the attacker's own box only.
+// Only these are caught: the runtime enables each caught signal with a
+// round trip to a thread of its own, which is slow under gVisor. A
+// synchronous-fault signal sent on purpose (SIGTRAP, SIGSYS, ...) still
+// crashes the guest, which ends the sandbox: a denial of service of the
+// attacker's own box only.
 func catchSignals() {
 	c := make(chan os.Signal, 16)
-	sigs := []os.Signal{
-		syscall.SIGHUP, syscall.SIGINT, syscall.SIGQUIT, syscall.SIGABRT,
-		syscall.SIGTERM, syscall.SIGUSR1, syscall.SIGUSR2, syscall.SIGALRM,
-		syscall.SIGXCPU, syscall.SIGXFSZ, syscall.SIGVTALRM,
-		// With SIGPIPE caught, a write to a host that went away fails with
-		// EPIPE and is handled like any other write error.
-		syscall.SIGPIPE,
-	}
-	// The real-time signals too: the runtime installs no handler for
-	// them unless asked, so an inherited SIG_IGN would reach the program,
-	// and their default action would end the guest.
-	for s := 32; s <= 64; s++ {
-		sigs = append(sigs, syscall.Signal(s))
-	}
-	signal.Notify(c, sigs...)
+	signal.Notify(c, syscall.SIGHUP, syscall.SIGINT, syscall.SIGQUIT, syscall.SIGABRT, syscall.SIGTERM, syscall.SIGPIPE)
 	go func() {
 		for range c {
 		}

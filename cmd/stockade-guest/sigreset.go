@@ -17,9 +17,10 @@ type kernelSigaction struct {
 const sigIgn = 1 // SIG_IGN; SIG_DFL is 0
 
 // resetIgnoredSignals sets every signal still ignored after catchSignals
-// back to its default action. The runtime installs no handler for signal 32
-// (glibc's, which Go leaves alone), so an inherited SIG_IGN would otherwise
-// pass on to every program through execve. Go has no API for it: the
+// back to its default action. The runtime installs no handler for signals
+// 32 and 34 (libc's, which Go leaves alone) nor for the job-control ones, so
+// an inherited SIG_IGN would otherwise pass on to every program through
+// execve. Go has no API for it: the
 // dispositions are read and set with rt_sigaction directly.
 func resetIgnoredSignals() {
 	for sig := uintptr(1); sig <= 64; sig++ {
