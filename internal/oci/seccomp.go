@@ -86,11 +86,21 @@ func buildSeccomp() (*specs.LinuxSeccomp, error) {
 	}
 	// ioctl is allowed except TIOCSTI, which pushes bytes into a terminal's
 	// input queue (a classic way to type commands into the parent's tty).
-	out.Syscalls = append(out.Syscalls, specs.LinuxSyscall{
-		Names:  []string{"ioctl"},
-		Action: specs.ActAllow,
-		Args:   []specs.LinuxSeccompArg{{Index: 1, Value: unix.TIOCSTI, Op: specs.OpNotEqual}},
-	})
+	// The kernel reads the request as 32 bits and seccomp sees 64, so the
+	// test must be "the low 32 bits are not TIOCSTI": a plain 64-bit "not
+	// equal" lets TIOCSTI with garbage in the high bits through
+	// (CVE-2019-10063). Seccomp compares a masked argument for equality
+	// only, and libseccomp lets an unconditional allow win over a
+	// conditional refusal; so the allow is one rule per bit, "differs from
+	// TIOCSTI in this bit", and a request that matches none is TIOCSTI and
+	// gets the default action.
+	for bit := uint64(1); bit <= 1<<31; bit <<= 1 {
+		out.Syscalls = append(out.Syscalls, specs.LinuxSyscall{
+			Names:  []string{"ioctl"},
+			Action: specs.ActAllow,
+			Args:   []specs.LinuxSeccompArg{{Index: 1, Value: bit, ValueTwo: ^uint64(unix.TIOCSTI) & bit, Op: specs.OpMaskedEqual}},
+		})
+	}
 	nosys := uint(unix.ENOSYS)
 	out.Syscalls = append(out.Syscalls, specs.LinuxSyscall{
 		Names:    []string{"clone3"},

@@ -902,7 +902,7 @@ var refusedSyscalls = []string{
 	"unshare_newuser", "unshare_newns", "unshare_newnet", "clone_newuser", "setns", "clone3", "clone3_newuser",
 	"mount", "fsopen",
 	"socket_af_alg", "socket_af_packet", "socket_af_vsock",
-	"ioctl_tiocsti",
+	"ioctl_tiocsti", "ioctl_tiocsti_high_bits",
 }
 
 func (s *suite) syscalls(t *testing.T) {

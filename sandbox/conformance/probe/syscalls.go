@@ -295,8 +295,12 @@ func syscallsProbe() obj {
 		add(s.name, errnoOf(err), "")
 	}
 
-	e, note = tiocsti()
+	e, note = tiocsti(unix.TIOCSTI)
 	add("ioctl_tiocsti", e, note)
+	// The kernel reads the request as 32 bits: with garbage in the high
+	// bits it is still TIOCSTI, which a 64-bit comparison misses.
+	e, note = tiocsti(unix.TIOCSTI | 1<<32)
+	add("ioctl_tiocsti_high_bits", e, note)
 
 	return obj{{"results", results}}
 }
@@ -323,12 +327,13 @@ func seizeOwnChild() (syscall.Errno, string) {
 // tiocsti tries to push a byte into the input of a terminal that is the
 // controlling terminal of the caller: a new pty's slave, opened by a child
 // that made itself a session leader. Without the filter this succeeds (where
-// dev.tty.legacy_tiocsti is on). Without a pty it falls back to stdin.
-func tiocsti() (syscall.Errno, string) {
+// dev.tty.legacy_tiocsti is on). Without a pty it falls back to stdin. req
+// is the ioctl request, TIOCSTI in its low 32 bits.
+func tiocsti(req uintptr) (syscall.Errno, string) {
 	c := byte('#')
 	ptmx, err := unix.Open("/dev/ptmx", unix.O_RDWR|unix.O_NOCTTY|unix.O_CLOEXEC, 0)
 	if err != nil {
-		_, _, e := syscall.Syscall(syscall.SYS_IOCTL, 0, unix.TIOCSTI, uintptr(unsafe.Pointer(&c)))
+		_, _, e := syscall.Syscall(syscall.SYS_IOCTL, 0, req, uintptr(unsafe.Pointer(&c)))
 		return e, ""
 	}
 	defer unix.Close(ptmx)
@@ -343,7 +348,7 @@ func tiocsti() (syscall.Errno, string) {
 	e, note := inChild([]rawCall{
 		{nr: syscall.SYS_SETSID},
 		{nr: syscall.SYS_OPENAT, args: [6]uintptr{uintptr(atFDCWD), cstr("/dev/pts/" + strconv.FormatUint(uint64(n), 10)), unix.O_RDWR}},
-		{nr: syscall.SYS_IOCTL, args: [6]uintptr{0, unix.TIOCSTI, uintptr(unsafe.Pointer(&c))}, prev: true},
+		{nr: syscall.SYS_IOCTL, args: [6]uintptr{0, req, uintptr(unsafe.Pointer(&c))}, prev: true},
 	})
 	runtime.KeepAlive(&c)
 	return e, note
