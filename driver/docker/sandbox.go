@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"context"
 	"io"
-	"sync"
 	"time"
 
 	"github.com/moby/moby/api/pkg/stdcopy"
@@ -30,8 +29,7 @@ type sbx struct {
 
 	guest sandboxkit.Guest // over the attach stream
 
-	destroyOnce sync.Once
-	destroyErr  error
+	destroyed sandboxkit.UntilDone
 }
 
 var _ sandbox.Sandbox = (*sbx)(nil)
@@ -132,8 +130,7 @@ func (s *sbx) diedOfOOM(ctx context.Context) bool {
 // Destroy kills and removes the container and closes the attach stream. It
 // is idempotent, and removing a container that is already gone succeeds.
 func (s *sbx) Destroy(ctx context.Context) error {
-	s.destroyOnce.Do(func() { s.destroyErr = s.destroy(ctx) })
-	return s.destroyErr
+	return s.destroyed.Do(func() error { return s.destroy(ctx) })
 }
 
 func (s *sbx) destroy(ctx context.Context) error {

@@ -5,10 +5,10 @@
 package guestbin
 
 import (
-	"embed"
-	"fmt"
 	"crypto/sha256"
+	"embed"
 	"encoding/hex"
+	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -60,10 +61,20 @@ func (c cgroup) prepare(memory int64) error {
 }
 
 // remove deletes the cgroup's directories that the runtime left behind.
-// Only empty cgroups can be removed; a cgroup with live processes stays and
-// is reported by Leftovers.
-func (c cgroup) remove() {
+// Only an empty cgroup can be removed: the runtime has ended every process
+// of the sandbox by now, but the kernel may still be tearing the last ones
+// down, so a busy cgroup is tried again for a moment before it is reported.
+func (c cgroup) remove() error {
+	var errs []error
 	for _, d := range c.Dirs() {
-		_ = unix.Rmdir(d)
+		err := unix.Rmdir(d)
+		for try := 0; err == unix.EBUSY && try < 50; try++ {
+			time.Sleep(10 * time.Millisecond)
+			err = unix.Rmdir(d)
+		}
+		if err != nil && err != unix.ENOENT {
+			errs = append(errs, fmt.Errorf("removing cgroup %s: %w", d, err))
+		}
 	}
+	return errors.Join(errs...)
 }

@@ -8,7 +8,6 @@ import (
 	"os"
 	"os/exec"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/stockade-sh/stockade/errdefs"
@@ -32,8 +31,7 @@ type sbx struct {
 
 	guest sandboxkit.Guest // over stdin and stdout
 
-	destroyOnce sync.Once
-	destroyErr  error
+	destroyed sandboxkit.UntilDone
 }
 
 var _ sandbox.Sandbox = (*sbx)(nil)
@@ -121,8 +119,7 @@ func (s *sbx) Exec(ctx context.Context, req sandbox.ExecRequest) (*sandbox.Resul
 // Destroy ends the sandbox and removes its runtime state, cgroups and
 // bundle. It is idempotent and safe to call on a sandbox that never started.
 func (s *sbx) Destroy(ctx context.Context) error {
-	s.destroyOnce.Do(func() { s.destroyErr = s.destroy(ctx) })
-	return s.destroyErr
+	return s.destroyed.Do(func() error { return s.destroy(ctx) })
 }
 
 func (s *sbx) destroy(ctx context.Context) error {
@@ -155,7 +152,9 @@ func (s *sbx) destroy(ctx context.Context) error {
 			errs = append(errs, fmt.Errorf("deleting container %s: %s", s.id, sandboxkit.OneLine(string(out))))
 		}
 	}
-	s.cg.remove()
+	if err := s.cg.remove(); err != nil {
+		errs = append(errs, err)
+	}
 	// The private root must be gone before the bundle is removed: removing
 	// through a mounted overlay would only whiteout, never reach the image,
 	// but it would leave the mount behind.

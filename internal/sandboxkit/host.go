@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 )
 
 // ProcessesMentioning lists the host processes, other than this one, whose
@@ -30,4 +31,25 @@ func ProcessesMentioning(s string) []string {
 		}
 	}
 	return out
+}
+
+// UntilDone runs a clean-up until it has succeeded once, as a sandbox's
+// Destroy must: calls are serialised, a call after a failed one tries again
+// (the failure may have been passing: a busy runtime, a slow kernel), and a
+// call after a successful one returns nil at once. The zero value is ready.
+type UntilDone struct {
+	mu   sync.Mutex
+	done bool
+}
+
+// Do runs f unless an earlier call succeeded, and returns f's error.
+func (u *UntilDone) Do(f func() error) error {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if u.done {
+		return nil
+	}
+	err := f()
+	u.done = err == nil
+	return err
 }

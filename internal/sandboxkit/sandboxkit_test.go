@@ -1,6 +1,7 @@
 package sandboxkit
 
 import (
+	"errors"
 	"regexp"
 	"strings"
 	"testing"
@@ -74,5 +75,27 @@ func TestZeroCgroup(t *testing.T) {
 	c.ResetPeak()
 	if c.MemoryDir() != "" || c.OOMKills() != 0 || c.Peak() != 0 || c.Dirs() != nil {
 		t.Errorf("zero Cgroup: got dir %q, %d OOM kills, peak %d, dirs %v; want nothing", c.MemoryDir(), c.OOMKills(), c.Peak(), c.Dirs())
+	}
+}
+
+func TestUntilDone(t *testing.T) {
+	var u UntilDone
+	calls := 0
+	fail := errors.New("busy")
+	f := func() error {
+		calls++
+		if calls < 2 {
+			return fail
+		}
+		return nil
+	}
+	if err := u.Do(f); err != fail {
+		t.Fatalf("first call: got %v, want %v", err, fail)
+	}
+	if err := u.Do(f); err != nil {
+		t.Fatalf("second call: got %v, want nil", err)
+	}
+	if err := u.Do(f); err != nil || calls != 2 {
+		t.Errorf("after success: got %v after %d calls, want nil after 2", err, calls)
 	}
 }
