@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/stockade-sh/stockade/blastradius"
+	"github.com/stockade-sh/stockade/driver/docker"
 	"github.com/stockade-sh/stockade/driver/gvisor"
 	"github.com/stockade-sh/stockade/driver/runc"
 	"github.com/stockade-sh/stockade/engine"
@@ -17,14 +18,15 @@ import (
 	"github.com/stockade-sh/stockade/tools"
 )
 
-// drivers are the drivers the audit runs on here, with the runtime binary
-// each needs and the tier of its tools.
+// drivers are the drivers the audit runs on here, with the tier of their
+// tools.
 var drivers = []struct {
-	name, binary string
-	tier         sandbox.Tier
+	name string
+	tier sandbox.Tier
 }{
-	{"runc", "runc", sandbox.TierContainer},
-	{"gvisor", "runsc", sandbox.TierGVisor},
+	{"runc", sandbox.TierContainer},
+	{"gvisor", sandbox.TierGVisor},
+	{"docker", sandbox.TierDocker},
 }
 
 // newEngine returns an engine whose default driver is name, with opts.
@@ -42,6 +44,17 @@ func newEngine(t *testing.T, name string, opts ...engine.Option) *engine.Engine 
 	case "gvisor":
 		testenv.RequiresBinary(t, "runsc")
 		d, err = gvisor.New(gvisor.Config{StateDir: t.TempDir(), GuestPath: testenv.Guest(t)})
+	case "docker":
+		host := os.Getenv("STOCKADE_TEST_DOCKER_HOST")
+		if host == "" {
+			testenv.Missing(t, "STOCKADE_TEST_DOCKER_HOST is not set; start a dockerd with `scripts/dockerd.sh start DIR` and set it to what that prints")
+		}
+		var dk *docker.Driver
+		dk, err = docker.New(docker.Config{Host: host, GuestPath: testenv.Guest(t)})
+		if err == nil {
+			t.Cleanup(func() { dk.Close() })
+		}
+		d = dk
 	}
 	if err != nil {
 		t.Fatal(err)

@@ -279,13 +279,25 @@ func (e *evaluator) mounts() Section {
 	b := newSection("mounts", "Mounts")
 	b.s.Table = [][]string{{"mount point", "type", "source", "options", "accounted for as"}}
 	seen := map[string]bool{}
-	for _, m := range e.r.Mounts {
+	// A mount point mounted again is covered: only its last mount (the
+	// mount table is in mount order) is what the sandbox sees. dockerd,
+	// for one, mounts /sys/fs/cgroup read-write and runc then binds it
+	// read-only over itself.
+	top := map[string]int{}
+	for i, m := range e.r.Mounts {
+		top[m.MountPoint] = i
+	}
+	for i, m := range e.r.Mounts {
 		seen[m.MountPoint] = true
 		why, ro, ok := e.mountExpectation(m.MountPoint)
 		isRO := hasOption(m.Options, "ro")
 		label := why
 		if !ok {
 			label = "nothing: not in the record"
+		}
+		if top[m.MountPoint] != i {
+			b.s.Table = append(b.s.Table, []string{m.MountPoint, m.FSType, m.Source, m.Options, "covered by a later mount"})
+			continue
 		}
 		b.s.Table = append(b.s.Table, []string{m.MountPoint, m.FSType, m.Source, m.Options, label})
 		switch {

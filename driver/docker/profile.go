@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/netip"
 	"path/filepath"
+	"slices"
 	"strconv"
 
 	"github.com/moby/moby/api/types/container"
@@ -69,6 +70,10 @@ func (d *Driver) containerConfig(id string, spec sandbox.Spec, l sandbox.Limits,
 		UTSMode:        "", // a private UTS namespace
 		CgroupnsMode:   container.CgroupnsModePrivate,
 		ReadonlyRootfs: true,
+		// Docker's read-only paths, and the cgroup tmpfs, which dockerd
+		// mounts read-write (for root only, but the profile says
+		// read-only). Docker's masked paths stay its defaults.
+		ReadonlyPaths: append(slices.Clone(oci.ReadonlyPaths), "/sys/fs/cgroup"),
 		Tmpfs: map[string]string{
 			"/tmp": "rw,exec,nosuid,nodev,mode=1777,size=" + strconv.FormatInt(l.TmpSize, 10),
 		},

@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -192,13 +193,15 @@ func Build(o Options) (*specs.Spec, error) {
 				"/proc/acpi", "/proc/asound", "/proc/kcore", "/proc/keys", "/proc/latency_stats",
 				"/proc/timer_list", "/proc/timer_stats", "/proc/sched_debug", "/sys/firmware", "/proc/scsi",
 			},
-			ReadonlyPaths: []string{
-				"/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys", "/proc/sysrq-trigger",
-			},
+			ReadonlyPaths: slices.Clone(ReadonlyPaths),
 		},
 	}
 	return s, nil
 }
+
+// ReadonlyPaths are the paths of /proc that runc and Docker make read-only
+// by default.
+var ReadonlyPaths = []string{"/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys", "/proc/sysrq-trigger"}
 
 // WriteBundle creates dir (mode 0700, it must not exist) and writes
 // config.json into it.
