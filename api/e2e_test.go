@@ -668,9 +668,9 @@ type answer struct {
 	err        error
 }
 
-// invokeConcurrently POSTs n executions at once with key and returns the
-// answers in no particular order.
-func invokeConcurrently(base, key string, n int, req engine.InvokeRequest) []answer {
+// invokeConcurrently POSTs n executions at once with key and the header
+// name/value pairs hdr, and returns the answers in no particular order.
+func invokeConcurrently(base, key string, n int, req engine.InvokeRequest, hdr ...string) []answer {
 	body, _ := json.Marshal(req)
 	out := make([]answer, n)
 	var start, done sync.WaitGroup
@@ -686,6 +686,9 @@ func invokeConcurrently(base, key string, n int, req engine.InvokeRequest) []ans
 				return
 			}
 			hr.Header.Set("Authorization", "Bearer "+key)
+			for j := 0; j+1 < len(hdr); j += 2 {
+				hr.Header.Set(hdr[j], hdr[j+1])
+			}
 			resp, err := http.DefaultClient.Do(hr)
 			if err != nil {
 				out[i].err = err
@@ -822,9 +825,10 @@ func TestAdmissionControl(t *testing.T) {
 	// queue of one: a running execution, a queued one, then 429.
 	forEachStore(t, func(t *testing.T, b backend) {
 		e := newEnv(t, b, envConfig{credits: 10, policy: noApproval, svc: engine.ServiceOptions{MaxConcurrent: 1, MaxQueue: 1}})
+		longReq := engine.InvokeRequest{Runtime: "shell", Code: "sleep 3; echo hi"}
 		long := make(chan answer, 1)
 		go func() {
-			long <- invokeConcurrently(e.url, e.agent, 1, engine.InvokeRequest{Runtime: "shell", Code: "sleep 3; echo hi"})[0]
+			long <- invokeConcurrently(e.url, e.agent, 1, longReq, "Idempotency-Key", "long-1")[0]
 		}()
 		e.waitToolCalls("status=running", 1)
 		queued := make(chan answer, 1)
@@ -838,16 +842,31 @@ func TestAdmissionControl(t *testing.T) {
 		if s, err := strconv.Atoi(r.header.Get("Retry-After")); err != nil || s < 1 {
 			t.Errorf("Retry-After: got %q, want a number of seconds", r.header.Get("Retry-After"))
 		}
+		// A retry of the running request is the same request, decided
+		// already: the full server does not refuse it.
+		retry := e.invoke(longReq, "Idempotency-Key", "long-1").want(t, http.StatusOK).execution(t)
+		answers := map[string]answer{}
 		for name, ch := range map[string]chan answer{"running": long, "queued": queued} {
 			a := <-ch
 			if a.err != nil || a.code != http.StatusOK {
 				t.Fatalf("the %s execution: got %d %v %s", name, a.code, a.err, a.body)
 			}
+			answers[name] = a
+		}
+		var first api.ExecutionView
+		if err := json.Unmarshal(answers["running"].body, &first); err != nil {
+			t.Fatal(err)
+		}
+		if retry.ID != first.ID || !retry.Replayed || first.Replayed {
+			t.Errorf("retry at capacity: got %q replayed %v, want %q replayed", retry.ID, retry.Replayed, first.ID)
 		}
 		e.wantCredits(6, 0)
 		denied := e.events("capability.invoke_denied", "")
 		if len(denied) != 1 || decisionOf(t, denied[0]) != "server_at_capacity" {
 			t.Errorf("invoke_denied events: got %+v, want one server_at_capacity", denied)
+		}
+		if allowed := e.events("capability.invoke_allowed", ""); len(allowed) != 2 {
+			t.Errorf("invoke_allowed events: got %d, want 2", len(allowed))
 		}
 	})
 }

@@ -13,6 +13,9 @@ import (
 type fakeDriver struct {
 	name string
 	tier sandbox.Tier
+	// hold, when not nil, makes each Exec wait until it is closed (or its
+	// context ends), so that a test can keep executions running.
+	hold chan struct{}
 
 	mu    sync.Mutex
 	specs []sandbox.Spec
@@ -28,14 +31,21 @@ func (d *fakeDriver) Create(ctx context.Context, spec sandbox.Spec) (sandbox.San
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.specs = append(d.specs, spec)
-	return fakeSandbox{}, nil
+	return fakeSandbox{hold: d.hold}, nil
 }
 
-type fakeSandbox struct{}
+type fakeSandbox struct{ hold chan struct{} }
 
 func (fakeSandbox) ID() string { return "fake" }
 
-func (fakeSandbox) Exec(ctx context.Context, req sandbox.ExecRequest) (*sandbox.Result, error) {
+func (s fakeSandbox) Exec(ctx context.Context, req sandbox.ExecRequest) (*sandbox.Result, error) {
+	if s.hold != nil {
+		select {
+		case <-s.hold:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
 	return &sandbox.Result{Status: sandbox.StatusSucceeded, Stdout: req.File.Data}, nil
 }
 

@@ -323,27 +323,27 @@ func (s *Service) expireLoop() {
 	}
 }
 
-// expireApprovals ends the approvals whose time is up.
+// expireApprovals ends the approvals whose time is up. The store writes
+// each one's approval.expired event in the transaction that expires it, so
+// that no crash can leave an expiry unaudited.
 func (s *Service) expireApprovals(ctx context.Context) {
-	expired, err := s.st.ExpireApprovals(ctx, s.opts.Now())
-	if err != nil {
-		if ctx.Err() == nil {
-			s.log.Error("expiring approvals", "err", err)
-		}
-		return
+	expired, err := s.st.ExpireApprovals(ctx, s.opts.Now(), expiryEvents)
+	if err != nil && ctx.Err() == nil {
+		s.log.Error("expiring approvals", "err", err)
 	}
+	// The approvals returned expired for good, even when a later one failed.
 	for _, a := range expired {
 		s.opts.Observer.ApprovalsPending(-1)
 		s.opts.Observer.Invocation(store.StatusApprovalExpired, "", 0, 0)
-		if _, err := s.st.AppendEvent(ctx, store.NewEvent{
-			WorkspaceID: a.WorkspaceID, Type: audit.ApprovalExpired, Code: audit.ApprovalExpiredCode,
-			Actor: "system", ExecutionID: a.ExecutionID, Reason: "no decision before the approval expired",
-			Data: mustJSON(map[string]string{"approval_id": a.ID}),
-		}); err != nil {
-			s.log.Error("auditing approval expiry", "approval", a.ID, "err", err)
-		}
 		s.hub.finish(a.ExecutionID)
 	}
+}
+
+// expiryEvents is the audit trail of one approval's expiry; the store sets
+// the workspace and execution ids.
+func expiryEvents(a store.Approval) []store.NewEvent {
+	return []store.NewEvent{{Type: audit.ApprovalExpired, Code: audit.ApprovalExpiredCode, Actor: "system",
+		Reason: "no decision before the approval expired", Data: mustJSON(map[string]string{"approval_id": a.ID})}}
 }
 
 // Principal is an authenticated API key.
@@ -435,7 +435,9 @@ func NewExecutionID() string {
 // capability.invoke_allowed or capability.invoke_denied event), the credit
 // reservation and tool_calls row (one transaction), and then either the
 // approval request or the run, which proceeds in the background. Use Wait
-// or Subscribe for the outcome.
+// or Subscribe for the outcome. A retry of an admitted request (the same
+// IdempotencyKey and body) is the same request: it returns the first
+// execution, Replayed, and is neither decided nor recorded again.
 func (s *Service) Invoke(ctx context.Context, p Principal, req InvokeRequest, o InvokeOptions) (*Invocation, error) {
 	network, err := parseNetwork(req.Network)
 	if err != nil {
@@ -463,17 +465,45 @@ func (s *Service) Invoke(ctx context.Context, p Principal, req InvokeRequest, o 
 		}
 		return nil, fmt.Errorf("%s: %w", reason, class)
 	}
+	// The decision is computed here but acted on, and recorded, only once
+	// the request is known not to be a retry: the stored body, which a
+	// retry must match, holds the timeout the policy defaults.
+	pol, err := s.st.GetPolicy(ctx, p.WorkspaceID)
+	if err != nil {
+		return nil, fmt.Errorf("loading workspace policy: %w", err)
+	}
+	d := policy.Decide(pol, policy.Request{Capability: contract.CodeExecute, Runtime: req.Runtime, Timeout: timeout, Network: network}, s.eng.Ceiling().Timeout)
+	if timeout == 0 {
+		timeout = min(s.eng.defaults.Timeout, d.MaxTimeout)
+	}
+	stored := req
+	stored.TimeoutMS = timeout.Milliseconds()
+	ne := store.NewExecution{
+		ID: o.ExecutionID, WorkspaceID: p.WorkspaceID, KeyID: p.KeyID, Runtime: req.Runtime, Tool: tool.Name,
+		Request: mustJSON(stored), InputSHA256: InputHash(req.Runtime, req.Code), IdempotencyKey: o.IdempotencyKey,
+		Credits: s.opts.CreditsPerInvocation,
+	}
+	if o.IdempotencyKey != "" {
+		// A retry was decided with its first request: it must not be
+		// refused now (for capacity, or a policy changed since) nor write
+		// a second decision event. The same key on another body is a
+		// conflict. CreateExecution below still catches a retry that races
+		// with its first request.
+		adm, err := s.st.ReplayExecution(ctx, ne)
+		if err == nil {
+			return &Invocation{Execution: adm.Execution, Approval: adm.Approval, Replayed: true}, nil
+		}
+		if !errdefs.IsNotFound(err) {
+			return nil, fmt.Errorf("looking up the idempotency key: %w", err)
+		}
+	}
+
 	if verr != nil {
 		return deny("tool_runtime_not_allowed", strings.TrimSuffix(verr.Error(), ": "+errdefs.ErrPermissionDenied.Error()), errdefs.ErrPermissionDenied)
 	}
 	if p.Role == store.RoleApprover {
 		return deny("role_cannot_invoke", "approver keys cannot invoke capabilities", errdefs.ErrPermissionDenied)
 	}
-	pol, err := s.st.GetPolicy(ctx, p.WorkspaceID)
-	if err != nil {
-		return nil, fmt.Errorf("loading workspace policy: %w", err)
-	}
-	d := policy.Decide(pol, policy.Request{Capability: contract.CodeExecute, Runtime: req.Runtime, Timeout: timeout, Network: network}, s.eng.Ceiling().Timeout)
 	if !d.Allowed {
 		return deny(d.Code, d.Reason, errdefs.ErrPermissionDenied)
 	}
@@ -498,12 +528,6 @@ func (s *Service) Invoke(ctx context.Context, p Principal, req InvokeRequest, o 
 		}
 		d.ApprovalRequired = true
 	}
-	if timeout == 0 {
-		timeout = min(s.eng.defaults.Timeout, d.MaxTimeout)
-	}
-	stored := req
-	stored.TimeoutMS = timeout.Milliseconds()
-	body := mustJSON(stored)
 
 	var ticket *ticket
 	if !d.ApprovalRequired {
@@ -511,13 +535,8 @@ func (s *Service) Invoke(ctx context.Context, p Principal, req InvokeRequest, o 
 			return deny("server_at_capacity", fmt.Sprintf("the server is at capacity (%d running, %d queued); retry later", s.opts.MaxConcurrent, s.opts.MaxQueue), errdefs.ErrResourceExhausted)
 		}
 	}
-	ne := store.NewExecution{
-		ID: o.ExecutionID, WorkspaceID: p.WorkspaceID, KeyID: p.KeyID, Runtime: req.Runtime, Tool: tool.Name,
-		Request: body, InputSHA256: InputHash(req.Runtime, req.Code), IdempotencyKey: o.IdempotencyKey,
-		Credits: s.opts.CreditsPerInvocation,
-		Audit: []store.NewEvent{{Type: audit.InvokeAllowed, Code: audit.InvokeAllowedCode, Actor: p.KeyID,
-			Reason: "allowed by workspace policy", Data: mustJSON(map[string]any{"approval_required": d.ApprovalRequired, "request": json.RawMessage(data)})}},
-	}
+	ne.Audit = []store.NewEvent{{Type: audit.InvokeAllowed, Code: audit.InvokeAllowedCode, Actor: p.KeyID,
+		Reason: "allowed by workspace policy", Data: mustJSON(map[string]any{"approval_required": d.ApprovalRequired, "request": json.RawMessage(data)})}}
 	if d.ApprovalRequired {
 		card := ApprovalCard{
 			Capability: contract.CodeExecute.Name, RiskLevel: string(contract.CodeExecute.Risk), Runtime: req.Runtime,

@@ -140,6 +140,16 @@ type Executions interface {
 	// is written and the existing execution comes back with Replayed set; if
 	// its InputSHA256 differs, the retry is ErrConflict.
 	CreateExecution(ctx context.Context, e NewExecution) (Admission, error)
+	// ReplayExecution answers a retried request without admitting anything:
+	// when e.IdempotencyKey names an execution the workspace already has, it
+	// returns what CreateExecution would for the retry (the execution with
+	// its reservation and approval, Replayed set), or ErrConflict if its
+	// InputSHA256 or Request differs. It writes nothing and reads only e's
+	// WorkspaceID, IdempotencyKey, InputSHA256 and Request; an empty or
+	// unknown key is ErrNotFound. A caller checks it before deciding
+	// anything, so that a retry is never decided twice; CreateExecution
+	// still replays a retry that races with its first request.
+	ReplayExecution(ctx context.Context, e NewExecution) (Admission, error)
 	// StartExecution records that the sandbox launched: queued becomes
 	// running, with StartedAt and the driver's name. Any other status is
 	// ErrConflict. The reservation stays open until FinishExecution, so that
@@ -195,9 +205,14 @@ type Approvals interface {
 	DecideApproval(ctx context.Context, d Decision) (Approval, Execution, error)
 	// ExpireApprovals ends every pending approval of every workspace whose
 	// ExpiresAt is not after now: the approval becomes expired, its
-	// execution approval_expired, its reservation released. It returns the
-	// approvals it expired.
-	ExpireApprovals(ctx context.Context, now time.Time) ([]Approval, error)
+	// execution approval_expired, its reservation released. Each approval
+	// expires in a transaction of its own, which also appends the events
+	// that audit returns for it (nil, or a nil audit, appends none) to its
+	// workspace's chain, with WorkspaceID and ExecutionID set to the
+	// approval's; audit runs inside that transaction, so it must be quick
+	// and must not use the Store. It returns the approvals it expired, also
+	// alongside an error that stopped it part way.
+	ExpireApprovals(ctx context.Context, now time.Time, audit func(Approval) []NewEvent) ([]Approval, error)
 }
 
 // Audit is the tamper-evident security event log. Each workspace has its own

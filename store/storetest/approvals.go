@@ -133,6 +133,13 @@ func testApprovalDeciders(t *testing.T, st store.Store) {
 	wantClass(t, "GetApproval from another workspace", err, errdefs.ErrNotFound)
 }
 
+// expiredEvents is the audit argument of ExpireApprovals in the suite: one
+// event per expired approval, naming it.
+func expiredEvents(a store.Approval) []store.NewEvent {
+	return []store.NewEvent{{Type: "approval.expired", Code: "APR004W", Actor: "system",
+		Reason: "no decision before the approval expired", Data: []byte(`{"approval_id":"` + a.ID + `"}`)}}
+}
+
 func testApprovalExpiry(t *testing.T, st store.Store) {
 	ctx := t.Context()
 	f := newFixture(t, st, "expiry")
@@ -144,7 +151,16 @@ func testApprovalExpiry(t *testing.T, st store.Store) {
 	_, _, err := st.DecideApproval(ctx, store.Decision{WorkspaceID: f.ws.ID, ApprovalID: lapsed.Approval.ID, Approve: true, DecidedBy: f.approver.ID})
 	wantClass(t, "approving after the expiry", err, errdefs.ErrConflict)
 
-	got := must[[]store.Approval](t, "ExpireApprovals")(st.ExpireApprovals(ctx, time.Now()))
+	// An event the store refuses rolls the expiry back with it: the two are
+	// one transaction.
+	_, err = st.ExpireApprovals(ctx, time.Now(), func(store.Approval) []store.NewEvent { return []store.NewEvent{{Type: ""}} })
+	wantClass(t, "ExpireApprovals with an invalid event", err, errdefs.ErrInvalidArgument)
+	if a := must[store.Approval](t, "GetApproval")(st.GetApproval(ctx, f.ws.ID, lapsed.Approval.ID)); a.Status != store.ApprovalPending {
+		t.Fatalf("approval after a failed expiry: got %s, want pending", a.Status)
+	}
+	wantCredits(t, st, f.ws.ID, 6, 4)
+
+	got := must[[]store.Approval](t, "ExpireApprovals")(st.ExpireApprovals(ctx, time.Now(), expiredEvents))
 	if len(got) != 1 || got[0].ID != lapsed.Approval.ID || got[0].Status != store.ApprovalExpired || got[0].DecidedBy != "" {
 		t.Fatalf("ExpireApprovals: got %+v, want only %s, expired", got, lapsed.Approval.ID)
 	}
@@ -153,17 +169,48 @@ func testApprovalExpiry(t *testing.T, st store.Store) {
 		t.Fatalf("execution of an expired approval: got %s", ex.Status)
 	}
 	wantCredits(t, st, f.ws.ID, 8, 2)
-	if again := must[[]store.Approval](t, "ExpireApprovals")(st.ExpireApprovals(ctx, time.Now())); len(again) != 0 {
+	wantExpiredEvent(t, st, f.ws.ID, lapsed)
+	if again := must[[]store.Approval](t, "ExpireApprovals")(st.ExpireApprovals(ctx, time.Now(), expiredEvents)); len(again) != 0 {
 		t.Fatalf("second ExpireApprovals: got %d, want none", len(again))
 	}
+	wantExpiredEvent(t, st, f.ws.ID, lapsed)
 
 	// Expiry at an explicit time: the fresh request lapses exactly at its
 	// ExpiresAt.
-	got = must[[]store.Approval](t, "ExpireApprovals")(st.ExpireApprovals(ctx, fresh.Approval.ExpiresAt))
+	got = must[[]store.Approval](t, "ExpireApprovals")(st.ExpireApprovals(ctx, fresh.Approval.ExpiresAt, expiredEvents))
 	if len(got) != 1 || got[0].ID != fresh.Approval.ID {
 		t.Fatalf("ExpireApprovals at ExpiresAt: got %+v", got)
 	}
 	wantCredits(t, st, f.ws.ID, 10, 0)
+	wantExpiredEvent(t, st, f.ws.ID, fresh)
+	wantIntact(t, st, f.ws.ID)
+
+	// A nil audit expires without events.
+	quiet := awaiting(t, st, f, "quiet", time.Now().Add(-time.Second))
+	if got := must[[]store.Approval](t, "ExpireApprovals")(st.ExpireApprovals(ctx, time.Now(), nil)); len(got) != 1 || got[0].ID != quiet.Approval.ID {
+		t.Fatalf("ExpireApprovals without audit: got %+v, want %s", got, quiet.Approval.ID)
+	}
+	ev := must[store.Page[store.Event]](t, "ListEvents")(st.ListEvents(ctx, f.ws.ID, store.EventFilter{ExecutionID: quiet.Execution.ID}))
+	if len(ev.Items) != 0 {
+		t.Fatalf("events of an expiry without audit: got %+v, want none", ev.Items)
+	}
+	wantIntact(t, st, f.ws.ID)
+}
+
+// wantExpiredEvent checks that the admission's approval has exactly one
+// expiry event, in its workspace's chain, attributed to its execution.
+func wantExpiredEvent(t *testing.T, st store.Store, ws string, adm store.Admission) {
+	t.Helper()
+	ev := must[store.Page[store.Event]](t, "ListEvents")(st.ListEvents(t.Context(), ws,
+		store.EventFilter{ExecutionID: adm.Execution.ID, Types: []string{"approval.expired"}}))
+	if len(ev.Items) != 1 {
+		t.Fatalf("approval.expired events of %s: got %d, want 1", adm.Execution.ID, len(ev.Items))
+	}
+	e := ev.Items[0]
+	if e.WorkspaceID != ws || e.Code != "APR004W" || e.Actor != "system" || e.Reason != "no decision before the approval expired" ||
+		string(e.Data) != `{"approval_id":"`+adm.Approval.ID+`"}` {
+		t.Fatalf("approval.expired event: got %+v", e)
+	}
 }
 
 func testListApprovals(t *testing.T, st store.Store) {

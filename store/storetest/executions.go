@@ -25,6 +25,8 @@ func testIdempotency(t *testing.T, st store.Store) {
 
 	e := f.newExec("print('once')", 2)
 	e.IdempotencyKey = "req-1"
+	_, err := st.ReplayExecution(ctx, e)
+	wantClass(t, "ReplayExecution before the first request", err, errdefs.ErrNotFound)
 	first := mustCreate(t, st, e)
 	if first.Replayed {
 		t.Fatal("first CreateExecution reported Replayed")
@@ -35,6 +37,7 @@ func testIdempotency(t *testing.T, st store.Store) {
 		t.Fatalf("retry: got %+v, want a replay of %s with its reservation", again, first.Execution.ID)
 	}
 	wantCredits(t, st, f.ws.ID, 8, 2)
+	wantReplay(t, st, e, first)
 
 	// A finished execution replays with its final state.
 	must[store.Execution](t, "StartExecution")(st.StartExecution(ctx, first.Execution.ID, "runc"))
@@ -45,11 +48,46 @@ func testIdempotency(t *testing.T, st store.Store) {
 		t.Fatalf("retry after the end: got %+v", again.Execution)
 	}
 	wantCredits(t, st, f.ws.ID, 8, 0)
+	if r := wantReplay(t, st, e, first); r.Execution.Status != store.StatusSucceeded || r.Reservation.Status != store.ReservationCommitted {
+		t.Fatalf("ReplayExecution after the end: got %s with a %s reservation", r.Execution.Status, r.Reservation.Status)
+	}
 
 	changed := f.newExec("print('other code')", 2)
 	changed.IdempotencyKey = "req-1"
-	_, err := st.CreateExecution(ctx, changed)
+	_, err = st.CreateExecution(ctx, changed)
 	wantClass(t, "the same key for a different request", err, errdefs.ErrConflict)
+	_, err = st.ReplayExecution(ctx, changed)
+	wantClass(t, "ReplayExecution of a different request", err, errdefs.ErrConflict)
+	changedReq := e
+	changedReq.Request = []byte(`{"runtime":"python","code":"print('once')","timeout_ms":1000}`)
+	_, err = st.ReplayExecution(ctx, changedReq)
+	wantClass(t, "ReplayExecution of the same code with another request", err, errdefs.ErrConflict)
+	noKey := e
+	noKey.IdempotencyKey = ""
+	_, err = st.ReplayExecution(ctx, noKey)
+	wantClass(t, "ReplayExecution without a key", err, errdefs.ErrNotFound)
+	_, err = st.ReplayExecution(ctx, store.NewExecution{WorkspaceID: other.ws.ID, IdempotencyKey: "req-1",
+		Request: e.Request, InputSHA256: e.InputSHA256})
+	wantClass(t, "ReplayExecution of another workspace's key", err, errdefs.ErrNotFound)
+	badKey := e
+	badKey.IdempotencyKey = "bad\x00key"
+	_, err = st.ReplayExecution(ctx, badKey)
+	wantClass(t, "ReplayExecution with a NUL in the key", err, errdefs.ErrInvalidArgument)
+
+	// A request awaiting approval replays with its approval.
+	ae := f.newExec("print('approve me')", 2)
+	ae.IdempotencyKey = "req-approval"
+	ae.Approval = &store.NewApproval{Card: []byte(`{"risk":"high"}`), ExpiresAt: nowPlus(600)}
+	waiting := mustCreate(t, st, ae)
+	if r := wantReplay(t, st, ae, waiting); r.Approval == nil || r.Approval.ID != waiting.Approval.ID ||
+		r.Approval.Status != store.ApprovalPending || r.Execution.Status != store.StatusAwaitingApproval {
+		t.Fatalf("ReplayExecution awaiting approval: got %+v", r)
+	}
+	if _, _, err := st.DecideApproval(ctx, store.Decision{WorkspaceID: f.ws.ID, ApprovalID: waiting.Approval.ID,
+		DecidedBy: f.approver.ID, Reason: "no"}); err != nil {
+		t.Fatalf("DecideApproval: %v", err)
+	}
+	wantCredits(t, st, f.ws.ID, 8, 0)
 
 	// Keys are scoped to the workspace, and no key means no deduplication.
 	oe := other.newExec("print('once')", 2)
@@ -63,6 +101,33 @@ func testIdempotency(t *testing.T, st store.Store) {
 		t.Fatal("executions without an idempotency key were deduplicated")
 	}
 	wantCredits(t, st, f.ws.ID, 4, 4)
+}
+
+// wantReplay checks that ReplayExecution answers e with the execution of
+// first, Replayed, its reservation and approval, and writes nothing.
+func wantReplay(t *testing.T, st store.Store, e store.NewExecution, first store.Admission) store.Admission {
+	t.Helper()
+	ctx := t.Context()
+	head := must[store.ChainHead](t, "ChainHead")(st.ChainHead(ctx, e.WorkspaceID))
+	credits := must[store.Credits](t, "GetCredits")(st.GetCredits(ctx, e.WorkspaceID))
+	r, err := st.ReplayExecution(ctx, e)
+	if err != nil {
+		t.Fatalf("ReplayExecution: %v", err)
+	}
+	if !r.Replayed || r.Execution.ID != first.Execution.ID || r.Execution.IdempotencyKey != e.IdempotencyKey ||
+		(r.Reservation == nil) != (first.Reservation == nil) || (r.Approval == nil) != (first.Approval == nil) {
+		t.Fatalf("ReplayExecution: got %+v, want a replay of %+v", r, first)
+	}
+	if r.Reservation != nil && r.Reservation.ID != first.Reservation.ID {
+		t.Fatalf("ReplayExecution: got reservation %s, want %s", r.Reservation.ID, first.Reservation.ID)
+	}
+	if h := must[store.ChainHead](t, "ChainHead")(st.ChainHead(ctx, e.WorkspaceID)); h != head {
+		t.Fatalf("ReplayExecution moved the chain head from %+v to %+v", head, h)
+	}
+	if c := must[store.Credits](t, "GetCredits")(st.GetCredits(ctx, e.WorkspaceID)); c != credits {
+		t.Fatalf("ReplayExecution changed the credits from %+v to %+v", credits, c)
+	}
+	return r
 }
 
 func testConcurrentIdempotency(t *testing.T, st store.Store) {

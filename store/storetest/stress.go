@@ -141,7 +141,7 @@ func testConcurrentMixed(t *testing.T, st store.Store) {
 				run(ex.ID)
 			}
 		case 3:
-			if _, err := st.ExpireApprovals(ctx, time.Now()); err != nil {
+			if _, err := st.ExpireApprovals(ctx, time.Now(), expiredEvents); err != nil {
 				fail("ExpireApprovals", err)
 			}
 		case 4, 5: // an admission that runs
@@ -231,7 +231,7 @@ func testConcurrentMixed(t *testing.T, st store.Store) {
 
 	// Everything left waiting expires; then nothing may be live, nothing
 	// reserved, and the ledger and the chain must add up.
-	if _, err := st.ExpireApprovals(ctx, time.Now().Add(time.Hour)); err != nil {
+	if _, err := st.ExpireApprovals(ctx, time.Now().Add(time.Hour), expiredEvents); err != nil {
 		t.Fatalf("ExpireApprovals: %v", err)
 	}
 	live := allPages(t, store.MaxPageLimit, func(e store.Execution) string { return e.ID }, func(p store.PageRequest) (store.Page[store.Execution], error) {

@@ -135,8 +135,8 @@ func (s *Store) checkDecider(ctx context.Context, q Querier, d store.Decision) e
 
 // ExpireApprovals implements store.Approvals. Each approval expires in its
 // own transaction, locking the approval before its execution as
-// DecideApproval does.
-func (s *Store) ExpireApprovals(ctx context.Context, now time.Time) ([]store.Approval, error) {
+// DecideApproval does, and appending its events last, as every writer does.
+func (s *Store) ExpireApprovals(ctx context.Context, now time.Time, audit func(store.Approval) []store.NewEvent) ([]store.Approval, error) {
 	now = store.TruncateTime(now)
 	ids, err := queryAll(ctx, s.b.Reader(), func(r Row) (string, error) {
 		var id string
@@ -167,8 +167,18 @@ func (s *Store) ExpireApprovals(ctx context.Context, now time.Time) ([]store.App
 				return err
 			}
 			if ex.Status == store.StatusAwaitingApproval {
-				_, err = s.endExecution(ctx, q, ex, ending{status: store.StatusApprovalExpired, at: now})
+				if _, err := s.endExecution(ctx, q, ex, ending{status: store.StatusApprovalExpired, at: now}); err != nil {
+					return err
+				}
 			}
+			if audit == nil {
+				return nil
+			}
+			es := audit(a)
+			if err := checkEvents(es); err != nil {
+				return err
+			}
+			_, err = s.appendEvents(ctx, q, a.WorkspaceID, a.ExecutionID, es)
 			return err
 		})
 		if err != nil {

@@ -146,6 +146,26 @@ func sameJSON(a, b []byte) bool {
 	return reflect.DeepEqual(va, vb)
 }
 
+// ReplayExecution implements store.Executions. It reads in one snapshot, so
+// that the execution, its reservation and its approval agree.
+func (s *Store) ReplayExecution(ctx context.Context, e store.NewExecution) (store.Admission, error) {
+	if e.IdempotencyKey == "" {
+		return store.Admission{}, fmt.Errorf("replaying an execution: no idempotency key: %w", errdefs.ErrNotFound)
+	}
+	if err := checkText("idempotency key", e.IdempotencyKey, maxText); err != nil {
+		return store.Admission{}, fmt.Errorf("replaying an execution: %w", err)
+	}
+	var adm store.Admission
+	err := s.b.InSnapshot(ctx, func(q Querier) error {
+		adm = store.Admission{}
+		return s.replay(ctx, q, e, &adm)
+	})
+	if err != nil {
+		return store.Admission{}, fmt.Errorf("replaying an execution in workspace %q: %w", e.WorkspaceID, s.classify(err))
+	}
+	return adm, nil
+}
+
 // replay answers a retried CreateExecution with the execution its
 // idempotency key already names.
 func (s *Store) replay(ctx context.Context, q Querier, e store.NewExecution, adm *store.Admission) error {

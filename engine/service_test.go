@@ -1,0 +1,275 @@
+package engine
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stockade-sh/stockade/audit"
+	"github.com/stockade-sh/stockade/errdefs"
+	"github.com/stockade-sh/stockade/sandbox"
+	"github.com/stockade-sh/stockade/store"
+	"github.com/stockade-sh/stockade/store/sqlite"
+)
+
+// serviceEnv is a service over a fresh SQLite store and a fake driver, with
+// one workspace holding 10 credits and an agent key.
+type serviceEnv struct {
+	st    store.Store
+	svc   *Service
+	ws    store.Workspace
+	agent Principal
+}
+
+// newServiceEnv starts the service with o over st (a fresh SQLite store
+// when nil) and drv. pol is the workspace's policy.
+func newServiceEnv(t *testing.T, st store.Store, drv *fakeDriver, pol store.Policy, o ServiceOptions) *serviceEnv {
+	t.Helper()
+	ctx := t.Context()
+	if st == nil {
+		db, err := sqlite.Open(ctx, sqlite.Config{Path: filepath.Join(t.TempDir(), "db.sqlite")})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { db.Close() }) // after the service's Close, registered below
+		st = db
+	}
+	ws, err := st.CreateWorkspace(ctx, "svc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.SetPolicy(ctx, ws.ID, pol); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.GrantCredits(ctx, ws.ID, 10, "test"); err != nil {
+		t.Fatal(err)
+	}
+	k, err := st.CreateAPIKey(ctx, store.NewAPIKey{WorkspaceID: ws.ID, Role: store.RoleAgent, Hash: store.HashKey("svc agent")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	eng, err := New(map[string]sandbox.Driver{drv.name: drv}, drv.name, fakeImages{}, sandbox.DefaultLimits(), sandbox.DefaultCeiling())
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc := NewService(eng, st, o)
+	if err := svc.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(svc.Close)
+	return &serviceEnv{st: st, svc: svc, ws: ws, agent: Principal{KeyID: k.ID, WorkspaceID: ws.ID, Role: store.RoleAgent}}
+}
+
+// events returns the workspace's audit events of type typ, oldest first.
+func (e *serviceEnv) events(t *testing.T, typ string) []store.Event {
+	t.Helper()
+	var out []store.Event
+	if err := eachEvent(t.Context(), e.st, e.ws.ID, []string{typ}, func(ev store.Event) bool {
+		out = append([]store.Event{ev}, out...)
+		return true
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// chainLength is the number of events in the workspace's audit chain.
+func (e *serviceEnv) chainLength(t *testing.T) int64 {
+	t.Helper()
+	h, err := e.st.ChainHead(t.Context(), e.ws.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return h.Seq
+}
+
+func noApprovalPolicy() store.Policy {
+	p := store.DefaultPolicy()
+	p.Approval = store.ApprovalNone
+	return p
+}
+
+// TestIdempotentRetryIsNotDecidedAgain checks that a retry of an admitted
+// request (same Idempotency-Key, same body) gets the first execution back
+// before anything is decided again: it is not refused because the server is
+// full or the policy changed since, and it writes no second decision event.
+// The same key with another body stays a conflict.
+func TestIdempotentRetryIsNotDecidedAgain(t *testing.T) {
+	ctx := t.Context()
+	hold := make(chan struct{})
+	drv := &fakeDriver{name: "gvisor", tier: sandbox.TierGVisor, hold: hold}
+	// One slot and no queue: the first execution, held running, fills the
+	// server.
+	env := newServiceEnv(t, nil, drv, noApprovalPolicy(), ServiceOptions{MaxConcurrent: 1, MaxQueue: -1})
+	defer func() {
+		select {
+		case <-hold:
+		default:
+			close(hold)
+		}
+	}()
+	req := InvokeRequest{Runtime: "python", Code: "print(1)"}
+	idem := InvokeOptions{IdempotencyKey: "retry-1"}
+	first, err := env.svc.Invoke(ctx, env.agent, req, idem)
+	if err != nil {
+		t.Fatalf("first invocation: %v", err)
+	}
+	if first.Replayed {
+		t.Fatal("first invocation: got Replayed")
+	}
+	_, err = env.svc.Invoke(ctx, env.agent, InvokeRequest{Runtime: "python", Code: "print(2)"}, InvokeOptions{})
+	if !errdefs.IsResourceExhausted(err) {
+		t.Fatalf("a new request while the server is full: got %v, want resource exhausted (429)", err)
+	}
+
+	replayed := func(t *testing.T, what string) *Invocation {
+		t.Helper()
+		before := env.chainLength(t)
+		inv, err := env.svc.Invoke(ctx, env.agent, req, idem)
+		if err != nil {
+			t.Fatalf("%s: got %v, want the first execution", what, err)
+		}
+		if !inv.Replayed || inv.Execution.ID != first.Execution.ID {
+			t.Fatalf("%s: got execution %s replayed %v, want %s replayed", what, inv.Execution.ID, inv.Replayed, first.Execution.ID)
+		}
+		if after := env.chainLength(t); after != before {
+			t.Errorf("%s: the audit chain grew from %d to %d events, want no new event", what, before, after)
+		}
+		return inv
+	}
+	t.Run("retry while the server is full", func(t *testing.T) {
+		replayed(t, "retry at capacity")
+	})
+	t.Run("same key, different body", func(t *testing.T) {
+		before := env.chainLength(t)
+		for _, diff := range []InvokeRequest{
+			{Runtime: "python", Code: "print(3)"},
+			{Runtime: "python", Code: "print(1)", TimeoutMS: 1000},
+		} {
+			if _, err := env.svc.Invoke(ctx, env.agent, diff, idem); !errdefs.IsConflict(err) {
+				t.Errorf("reusing the key for %+v: got %v, want a conflict (409)", diff, err)
+			}
+		}
+		if after := env.chainLength(t); after != before {
+			t.Errorf("conflicts: the audit chain grew from %d to %d events, want no new event", before, after)
+		}
+	})
+
+	close(hold)
+	if ex, err := env.svc.Wait(ctx, env.agent, first.Execution.ID, 10*time.Second); err != nil || ex.Status != store.StatusSucceeded {
+		t.Fatalf("first execution: got %s, %v; want succeeded", ex.Status, err)
+	}
+	t.Run("retry after the policy changed", func(t *testing.T) {
+		pol := noApprovalPolicy()
+		pol.CodeExecution = false
+		if _, err := env.st.SetPolicy(ctx, env.ws.ID, pol); err != nil {
+			t.Fatal(err)
+		}
+		if inv := replayed(t, "retry after code execution was disabled"); inv.Execution.Status != store.StatusSucceeded {
+			t.Errorf("replayed execution: got %s, want succeeded", inv.Execution.Status)
+		}
+	})
+	if got := env.events(t, audit.InvokeAllowed); len(got) != 1 || got[0].ExecutionID != first.Execution.ID {
+		t.Errorf("invoke_allowed events: got %d, want 1 for %s", len(got), first.Execution.ID)
+	}
+	if got := env.events(t, audit.InvokeDenied); len(got) != 1 {
+		t.Errorf("invoke_denied events: got %d, want 1 (the request without a key)", len(got))
+	}
+	if c, err := env.st.GetCredits(ctx, env.ws.ID); err != nil || c.Available != 8 || c.Reserved != 0 {
+		t.Errorf("credits: got %+v, %v; want 8 available, none reserved (one charge)", c, err)
+	}
+}
+
+// failingAppends is a store whose AppendEvent fails while fail is set: the
+// daemon dying after a transaction committed and before a separate audit
+// write looks the same to the audit trail.
+type failingAppends struct {
+	store.Store
+	fail atomic.Bool
+}
+
+func (s *failingAppends) AppendEvent(ctx context.Context, e store.NewEvent) (store.Event, error) {
+	if s.fail.Load() {
+		return store.Event{}, fmt.Errorf("the daemon died: %w", errdefs.ErrUnavailable)
+	}
+	return s.Store.AppendEvent(ctx, e)
+}
+
+// countingObserver records the observer calls of approvals.
+type countingObserver struct {
+	mu      sync.Mutex
+	pending int
+	expired int
+}
+
+func (o *countingObserver) Invocation(status store.ExecutionStatus, _ string, _ time.Duration, _ int64) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if status == store.StatusApprovalExpired {
+		o.expired++
+	}
+}
+
+func (o *countingObserver) ApprovalsPending(delta int) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.pending += delta
+}
+
+// TestApprovalExpiryIsAuditedWithIt checks that an approval's expiry and
+// its approval.expired event are one unit: the event exists, exactly once,
+// even when no separate audit write could be made after the expiry.
+func TestApprovalExpiryIsAuditedWithIt(t *testing.T) {
+	ctx := t.Context()
+	db, err := sqlite.Open(ctx, sqlite.Config{Path: filepath.Join(t.TempDir(), "db.sqlite")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	st := &failingAppends{Store: db}
+	obs := &countingObserver{}
+	drv := &fakeDriver{name: "gvisor", tier: sandbox.TierGVisor}
+	env := newServiceEnv(t, st, drv, store.DefaultPolicy(), ServiceOptions{ApprovalTTL: time.Millisecond, Observer: obs})
+	inv, err := env.svc.Invoke(ctx, env.agent, InvokeRequest{Runtime: "python", Code: "print(1)"}, InvokeOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if inv.Approval == nil {
+		t.Fatal("got no approval request under the default policy")
+	}
+	st.fail.Store(true)
+	// The expiry loop runs every second.
+	ex, err := env.svc.Wait(ctx, env.agent, inv.Execution.ID, 10*time.Second)
+	if err != nil || ex.Status != store.StatusApprovalExpired {
+		t.Fatalf("execution: got %s, %v; want approval_expired", ex.Status, err)
+	}
+	got := env.events(t, audit.ApprovalExpired)
+	if len(got) != 1 {
+		t.Fatalf("approval.expired events: got %d, want 1", len(got))
+	}
+	ev := got[0]
+	var data struct {
+		ApprovalID string `json:"approval_id"`
+	}
+	if err := json.Unmarshal(ev.Data, &data); err != nil {
+		t.Fatalf("event data %s: %v", ev.Data, err)
+	}
+	if ev.Code != audit.ApprovalExpiredCode || ev.Actor != "system" || ev.ExecutionID != inv.Execution.ID ||
+		ev.WorkspaceID != env.ws.ID || ev.Reason == "" || data.ApprovalID != inv.Approval.ID {
+		t.Errorf("approval.expired event: got %+v, want code %s, actor system, execution %s, approval %s",
+			ev, audit.ApprovalExpiredCode, inv.Execution.ID, inv.Approval.ID)
+	}
+	if ok, broken, err := env.st.VerifyChain(ctx, env.ws.ID); err != nil || !ok {
+		t.Errorf("VerifyChain: got ok %v, broken %+v, err %v", ok, broken, err)
+	}
+	obs.mu.Lock()
+	defer obs.mu.Unlock()
+	if obs.pending != 0 || obs.expired != 1 {
+		t.Errorf("observer: got %d pending and %d expired, want 0 and 1", obs.pending, obs.expired)
+	}
+}
