@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -18,6 +19,7 @@ import (
 
 	"github.com/stockade-sh/stockade/broker"
 	"github.com/stockade-sh/stockade/errdefs"
+	"github.com/stockade-sh/stockade/internal/netns"
 	"github.com/stockade-sh/stockade/sandbox"
 )
 
@@ -64,6 +66,15 @@ type Config struct {
 	// prefix, which would cut off another process's sandboxes. False (the
 	// zero value) means no sandbox gets network.
 	Egress bool `yaml:"-"`
+	// EgressRange is the IPv4 range the sandbox networks' addresses come
+	// from, a /30 per sandbox with egress; empty means 10.213.0.0/16. It
+	// must be a range no other network of the host uses.
+	EgressRange string `yaml:"egress_range"`
+	// EgressPrefix names the host objects of the sandbox networks
+	// (namespaces, interfaces, nftables tables), 2-6 lower-case letters;
+	// empty means "stk". Two daemons on one host need different prefixes
+	// and ranges.
+	EgressPrefix string `yaml:"egress_prefix"`
 	// Broker configures the credential broker: in the file,
 	// `broker: {operations: [...]}`. Tools may list only operations named
 	// here in their credentials. No operations (the zero value) means no
@@ -137,6 +148,24 @@ type BrokerParam struct {
 type BrokerCredential struct {
 	Env  string `yaml:"env"`
 	File string `yaml:"file"`
+}
+
+// NetnsConfig returns the configuration of the sandbox networks, checked.
+func (c Config) NetnsConfig() (netns.Config, error) {
+	nc := netns.Config{Prefix: c.EgressPrefix}
+	if c.EgressRange != "" {
+		r, err := netip.ParsePrefix(c.EgressRange)
+		if err != nil {
+			return netns.Config{}, fmt.Errorf("egress_range %q: %v: %w", c.EgressRange, err, errdefs.ErrInvalidArgument)
+		}
+		nc.Range = r
+	}
+	// The manager checks the prefix and the range; building one touches
+	// nothing on the host.
+	if _, err := netns.NewManager(nc); err != nil {
+		return netns.Config{}, err
+	}
+	return nc, nil
 }
 
 // BrokerOperations returns the broker operations in the broker's types.
@@ -274,6 +303,9 @@ func (c Config) Validate() error {
 	}
 	if err := c.Defaults.Check(c.Ceiling); err != nil {
 		return bad("defaults above the ceiling: %v", err)
+	}
+	if _, err := c.NetnsConfig(); err != nil {
+		return fmt.Errorf("config: %w", err)
 	}
 	for _, o := range c.Broker.Operations {
 		for _, p := range o.Params {

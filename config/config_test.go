@@ -120,6 +120,10 @@ func TestValidate(t *testing.T) {
 		func(c *Config) {
 			c.Broker.Operations = []BrokerOperation{{Name: "echo", Method: "GET", URL: "http://example.test/", Params: []BrokerParam{{Name: "q", MaxLength: -1}}, Credential: BrokerCredential{Env: "A"}}}
 		},
+		func(c *Config) { c.EgressRange = "10.213.0.0" },
+		func(c *Config) { c.EgressRange = "10.213.0.0/30" },
+		func(c *Config) { c.EgressRange = "fd00::/64" },
+		func(c *Config) { c.EgressPrefix = "Stockade" },
 	}
 	for i, mutate := range bad {
 		c := Default()
@@ -130,5 +134,13 @@ func TestValidate(t *testing.T) {
 	}
 	if err := Default().Validate(); err != nil {
 		t.Errorf("the defaults: %v", err)
+	}
+	c := Default()
+	c.EgressRange, c.EgressPrefix = "172.30.0.0/20", "stb"
+	if err := c.Validate(); err != nil {
+		t.Errorf("another egress range and prefix: %v", err)
+	}
+	if nc, err := c.NetnsConfig(); err != nil || nc.Range.String() != "172.30.0.0/20" || nc.Prefix != "stb" {
+		t.Errorf("NetnsConfig: %+v, %v", nc, err)
 	}
 }

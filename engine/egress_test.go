@@ -20,6 +20,7 @@ import (
 
 	"github.com/stockade-sh/stockade/audit"
 	"github.com/stockade-sh/stockade/broker"
+	"github.com/stockade-sh/stockade/config"
 	"github.com/stockade-sh/stockade/driver/gvisor"
 	"github.com/stockade-sh/stockade/driver/runc"
 	"github.com/stockade-sh/stockade/egress"
@@ -499,4 +500,41 @@ tools:
 			t.Errorf("got %s %s, want no network without Network", res.Stdout, res.Stderr)
 		}
 	})
+}
+
+// TestOpenUsesEgressConfig checks that Open builds the sandbox networks
+// from the configured prefix and range: a network a crashed daemon left
+// with that prefix is gone once the engine is open.
+func TestOpenUsesEgressConfig(t *testing.T) {
+	testenv.RequiresRoot(t)
+	cfg := config.Default()
+	cfg.StateDir, cfg.GuestPath = t.TempDir(), testenv.Guest(t)
+	cfg.Egress = true
+	cfg.EgressPrefix, cfg.EgressRange = "stko", "10.213.208.0/24"
+	nc, err := cfg.NetnsConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	crashed, err := netns.NewManager(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := crashed.Create(t.Context(), netns.Options{ProxyPorts: []uint16{3128}}); err != nil {
+		t.Fatal(err)
+	}
+	left := crashed.Leftovers()
+	if len(left) == 0 {
+		t.Fatal("the network was not created")
+	}
+	defer crashed.CleanupStale()
+	e, err := Open(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !e.EgressAvailable() {
+		t.Error("egress is not available after Open")
+	}
+	if after := crashed.Leftovers(); len(after) > 0 {
+		t.Errorf("Open left %v (of %v) behind", after, left)
+	}
 }

@@ -182,7 +182,11 @@ func hostEgress(cfg config.Config, onDecision func(egress.Decision), onBroker fu
 		log.Warn("egress disabled: sandbox networks need root; tools with egress are refused")
 		return nil, nil
 	}
-	nets, err := netns.NewManager(netns.Config{})
+	nc, err := cfg.NetnsConfig()
+	if err != nil {
+		return nil, err
+	}
+	nets, err := netns.NewManager(nc)
 	if err != nil {
 		return nil, err
 	}
