@@ -3,10 +3,13 @@
 // (the whole CLI: process start, validate, create, exec, destroy) and the
 // engine's one-shot run in process (what the daemon does per invocation)
 // against a raw `runc run` / `runsc run` of an equivalent bundle (same
-// profile, python started directly as PID 1) and the bare interpreter in a
-// chroot.
+// profile, python started directly as PID 1), the same with python started
+// as a child of PID 1 (what any design with an agent in the sandbox costs),
+// and the bare interpreter in a chroot. -parts adds the runtimes with
+// /bin/true and with the guest agent alone as PID 1: the runtime's own cost
+// and what starting the guest adds to it.
 //
-//	go run ./bench/oneshot [-n 30] [-stockade bin/stockade]
+//	go run ./bench/oneshot [-n 30] [-parts] [-stockade bin/stockade]
 package main
 
 import (
@@ -14,7 +17,9 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strings"
 
 	"github.com/stockade-sh/stockade/bench/internal/table"
 	"github.com/stockade-sh/stockade/config"
@@ -22,6 +27,7 @@ import (
 	"github.com/stockade-sh/stockade/driver/runc"
 	"github.com/stockade-sh/stockade/engine"
 	"github.com/stockade-sh/stockade/image"
+	"github.com/stockade-sh/stockade/internal/guestbin"
 	"github.com/stockade-sh/stockade/internal/oci"
 	"github.com/stockade-sh/stockade/sandbox"
 )
@@ -36,14 +42,15 @@ func main() {
 	n := flag.Int("n", 30, "runs of each variant")
 	bin := flag.String("stockade", "bin/stockade", "stockade binary")
 	dataDir := flag.String("data-dir", "/var/lib/stockade", "image store")
+	parts := flag.Bool("parts", false, "also time what a run is made of: the runtime with /bin/true, and with the guest agent alone (it exits at once), as PID 1")
 	flag.Parse()
-	if err := run(*n, *bin, *dataDir); err != nil {
+	if err := run(*n, *bin, *dataDir, *parts); err != nil {
 		fmt.Fprintln(os.Stderr, "oneshot:", err)
 		os.Exit(1)
 	}
 }
 
-func run(n int, bin, dataDir string) error {
+func run(n int, bin, dataDir string, parts bool) error {
 	img, err := image.Open(dataDir).Resolve("python")
 	if err != nil {
 		return err
@@ -54,7 +61,9 @@ func run(n int, bin, dataDir string) error {
 	}
 	defer os.RemoveAll(tmp)
 	cli := func(argv ...string) func() error { return table.Command("1\n", nil, argv...) }
-	guest, err := os.Executable() // any file works as the mount source of the unused guest mount point
+	cfg := config.Default()
+	cfg.DataDir = dataDir
+	guest, err := guestbin.Install(cfg.BinDir())
 	if err != nil {
 		return err
 	}
@@ -84,18 +93,34 @@ func run(n int, bin, dataDir string) error {
 		{"child-runc", runc.DefaultCPU, child},
 		{"raw-runsc", gvisor.DefaultCPU, py},
 		{"child-runsc", gvisor.DefaultCPU, child},
+		{"true-runc", runc.DefaultCPU, []string{"/bin/true"}},
+		{"guest-runc", runc.DefaultCPU, []string{oci.GuestPath}},
+		{"true-runsc", gvisor.DefaultCPU, []string{"/bin/true"}},
+		{"guest-runsc", gvisor.DefaultCPU, []string{oci.GuestPath}},
 	} {
 		if bundles[b.name], err = rawBundle(b.name, b.cpu, b.args); err != nil {
 			return err
 		}
 	}
-	runcCmd := func(bundle string) func() error {
-		return cli("runc", "--root", filepath.Join(tmp, "runc-state"), "run", "--bundle", bundles[bundle], "bench-"+bundle)
+	runcArgs := func(bundle string) []string {
+		return []string{"runc", "--root", filepath.Join(tmp, "runc-state"), "run", "--bundle", bundles[bundle], "bench-" + bundle}
 	}
-	runscCmd := func(bundle string) func() error {
-		return cli("runsc", "--root", filepath.Join(tmp, "runsc-state"), "--platform=systrap", "--network=none", "--oci-seccomp", "--overlay2=none", "--host-uds=none", "run", "--bundle", bundles[bundle], "bench-"+bundle)
+	runscArgs := func(bundle string) []string {
+		return []string{"runsc", "--root", filepath.Join(tmp, "runsc-state"), "--platform=systrap", "--network=none", "--oci-seccomp", "--overlay2=none", "--host-uds=none", "run", "--bundle", bundles[bundle], "bench-" + bundle}
 	}
-	eng, err := engine.Open(config.Default())
+	runcCmd := func(bundle string) func() error { return cli(runcArgs(bundle)...) }
+	runscCmd := func(bundle string) func() error { return cli(runscArgs(bundle)...) }
+	// silent runs argv, which must exit 0, whatever it prints (the guest
+	// prints its greeting, then exits when its stdin ends).
+	silent := func(argv []string) func() error {
+		return func() error {
+			if out, err := exec.Command(argv[0], argv[1:]...).CombinedOutput(); err != nil {
+				return fmt.Errorf("%s: %v: %q", strings.Join(argv, " "), err, out)
+			}
+			return nil
+		}
+	}
+	eng, err := engine.Open(cfg)
 	if err != nil {
 		return err
 	}
@@ -121,6 +146,14 @@ func run(n int, bin, dataDir string) error {
 		v("runsc run (raw bundle)", "", runscCmd("raw-runsc")),
 		v("runsc run (raw, python as a child)", "runsc run (raw bundle)", runscCmd("child-runsc")),
 		v("chroot python3 (bare)", "", cli(append([]string{"chroot", img.Rootfs}, py...)...)),
+	}
+	if parts {
+		vs = append(vs,
+			v("runc run (raw, /bin/true)", "", silent(runcArgs("true-runc"))),
+			v("runc run (raw, the guest alone)", "runc run (raw, /bin/true)", silent(runcArgs("guest-runc"))),
+			v("runsc run (raw, /bin/true)", "", silent(runscArgs("true-runsc"))),
+			v("runsc run (raw, the guest alone)", "runsc run (raw, /bin/true)", silent(runscArgs("guest-runsc"))),
+		)
 	}
 	timed := make([]*table.Variant, len(vs))
 	byName := map[string]*table.Variant{}
