@@ -208,7 +208,8 @@ type Sandbox interface {
 	Exec(ctx context.Context, req ExecRequest) (*Result, error)
 	// Destroy kills every process of the sandbox and removes all its state
 	// (runtime state, cgroups, bundle). It is idempotent: destroying a
-	// sandbox that is already gone succeeds.
+	// sandbox that is already gone succeeds. An error names what is left;
+	// calling Destroy again tries again.
 	Destroy(ctx context.Context) error
 }
 

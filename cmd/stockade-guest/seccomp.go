@@ -32,12 +32,13 @@ type sockFprog struct {
 }
 
 // denyClone3 makes clone3 fail with ENOSYS for the guest's main thread and
-// every program it starts, on every tier. The sandbox's own profile does the
-// same on the host kernel, but runsc turns every errno rule of the OCI profile into
-// EPERM, so there the profile lets clone3 through to the Sentry — whose
-// clone3 creates namespaces, which seccomp cannot see in clone3's flags. A
-// filter a process installs itself is enforced by the Sentry as written, and
-// ENOSYS makes libc fall back to clone, whose flags the profile checks.
+// every program it starts, on every tier. The sandbox's own profile does
+// the same on the host kernel, but runsc turns every errno rule of the OCI
+// profile into EPERM, so there the profile lets clone3 through to the
+// Sentry — whose clone3 creates namespaces, which seccomp cannot see in
+// clone3's flags. A filter a process installs itself is enforced by the
+// Sentry as written, and ENOSYS makes libc fall back to clone, whose flags
+// the profile checks.
 // The guest itself never calls clone3 (the Go runtime uses clone).
 func denyClone3() error {
 	// Installing a filter without CAP_SYS_ADMIN needs no_new_privs, which

@@ -128,7 +128,8 @@ func (s *sbx) diedOfOOM(ctx context.Context) bool {
 }
 
 // Destroy kills and removes the container and closes the attach stream. It
-// is idempotent, and removing a container that is already gone succeeds.
+// is idempotent, removing a container that is already gone succeeds, and a
+// call after a failure tries again.
 func (s *sbx) Destroy(ctx context.Context) error {
 	return s.destroyed.Do(func() error { return s.destroy(ctx) })
 }

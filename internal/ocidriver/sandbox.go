@@ -117,7 +117,8 @@ func (s *sbx) Exec(ctx context.Context, req sandbox.ExecRequest) (*sandbox.Resul
 }
 
 // Destroy ends the sandbox and removes its runtime state, cgroups and
-// bundle. It is idempotent and safe to call on a sandbox that never started.
+// bundle. It is idempotent, safe to call on a sandbox that never started,
+// and tries again when called after a failure.
 func (s *sbx) Destroy(ctx context.Context) error {
 	return s.destroyed.Do(func() error { return s.destroy(ctx) })
 }
