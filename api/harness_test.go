@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -120,6 +121,10 @@ type envConfig struct {
 	credits int64
 	// images is the image store root; empty is testenv.DataDir().
 	images string
+	// drivers are added beside runc, the default driver; engine are
+	// options of the engine.
+	drivers map[string]sandbox.Driver
+	engine  []engine.Option
 }
 
 // env is a daemon in the test process: a store, the real runc driver, the
@@ -156,7 +161,9 @@ func newEnv(t *testing.T, b backend, c envConfig) *env {
 	if images == "" {
 		images = testenv.DataDir()
 	}
-	eng, err := engine.New(map[string]sandbox.Driver{"runc": d}, "runc", image.Open(images), sandbox.DefaultLimits(), sandbox.DefaultCeiling())
+	drivers := map[string]sandbox.Driver{"runc": d}
+	maps.Copy(drivers, c.drivers)
+	eng, err := engine.New(drivers, "runc", image.Open(images), sandbox.DefaultLimits(), sandbox.DefaultCeiling(), c.engine...)
 	if err != nil {
 		t.Fatalf("engine.New: %v", err)
 	}
