@@ -132,8 +132,7 @@ func NewService(eng *Engine, st store.Store, o ServiceOptions) *Service {
 }
 
 // egressDecision turns a refusal of the egress proxy into an audit event
-// of the execution whose sandbox it concerns. It never blocks: when the
-// queue is full the refusal is only logged.
+// of the execution whose sandbox it concerns.
 func (s *Service) egressDecision(d EgressDecision) {
 	if d.Allowed {
 		return
@@ -153,17 +152,27 @@ func (s *Service) egressDecision(d EgressDecision) {
 	}
 	ev := store.NewEvent{WorkspaceID: ws, Type: audit.EgressDenied, Code: audit.EgressDeniedCode, Actor: "system",
 		ExecutionID: exec, Reason: d.Reason, Data: mustJSON(data)}
+	s.queueAudit(ev)
+}
+
+// queueAudit hands ev to the goroutine that writes the proxy's and the
+// broker's events. When the queue is full it waits: dropping would let a
+// sandbox flood refusals to hide a later broker call from the audit trail,
+// and waiting slows down only the connections of sandboxes being refused
+// or calling the broker, which the proxy serves one goroutine each. After
+// Close the event is only logged.
+func (s *Service) queueAudit(ev store.NewEvent) {
 	select {
 	case s.egressEvents <- ev:
-	default:
-		s.log.Warn("egress audit queue full; refusal logged only", "execution", exec, "reason", d.Reason)
+	case <-s.ctx.Done():
+		s.log.Warn("service closed; audit event logged only", "type", ev.Type, "execution", ev.ExecutionID, "reason", ev.Reason)
 	}
 }
 
 // brokerCall turns a call of the credential broker into an audit event of
 // the execution that made it: the operation, the hash of its parameters
 // (never the parameters or the secret), and the upstream status or the
-// reason of the refusal. Like egressDecision it never blocks.
+// reason of the refusal.
 func (s *Service) brokerCall(b BrokerEvent) {
 	exec := b.Labels[LabelExecution]
 	s.wsMu.Lock()
@@ -180,11 +189,7 @@ func (s *Service) brokerCall(b BrokerEvent) {
 	}
 	ev := store.NewEvent{WorkspaceID: ws, Type: typ, Code: code, Actor: "system", ExecutionID: exec, Reason: reason,
 		Data: mustJSON(map[string]any{"sandbox": b.Sandbox, "tool": b.Tool, "operation": b.Operation, "params_sha256": b.ParamsSHA256, "status": b.Status})}
-	select {
-	case s.egressEvents <- ev:
-	default:
-		s.log.Warn("audit queue full; broker call logged only", "execution", exec, "operation", b.Operation)
-	}
+	s.queueAudit(ev)
 }
 
 // auditEgress writes the proxy's refusals until the service closes.

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/stockade-sh/stockade/audit"
+	"github.com/stockade-sh/stockade/broker"
 	"github.com/stockade-sh/stockade/errdefs"
 	"github.com/stockade-sh/stockade/sandbox"
 	"github.com/stockade-sh/stockade/store"
@@ -271,5 +272,49 @@ func TestApprovalExpiryIsAuditedWithIt(t *testing.T) {
 	defer obs.mu.Unlock()
 	if obs.pending != 0 || obs.expired != 1 {
 		t.Errorf("observer: got %d pending and %d expired, want 0 and 1", obs.pending, obs.expired)
+	}
+}
+
+// TestAuditQueueDropsNothing floods the queue of the proxy's and the
+// broker's audit events far past its capacity, faster than the store
+// writes: every event must reach the audit trail, since a sandbox could
+// otherwise flood refusals to hide a broker call.
+func TestAuditQueueDropsNothing(t *testing.T) {
+	hold := make(chan struct{})
+	drv := &fakeDriver{name: "gvisor", tier: sandbox.TierGVisor, hold: hold}
+	env := newServiceEnv(t, nil, drv, noApprovalPolicy(), ServiceOptions{})
+	defer close(hold)
+	inv, err := env.svc.Invoke(t.Context(), env.agent, InvokeRequest{Runtime: "python", Code: "print(1)"}, InvokeOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	labels := map[string]string{LabelExecution: inv.Execution.ID}
+	// The execution is admitted; wait until it runs, which is when the
+	// service maps it to its workspace.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		env.svc.wsMu.Lock()
+		ws := env.svc.workspaces[inv.Execution.ID]
+		env.svc.wsMu.Unlock()
+		if ws != "" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the execution never started")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	const n = 3 * 1024
+	for i := range n {
+		env.svc.brokerCall(BrokerEvent{Event: broker.Event{Operation: "op", Allowed: true, Status: 200, ParamsSHA256: fmt.Sprint(i)}, Labels: labels})
+	}
+	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		got := len(env.events(t, audit.BrokerCall))
+		if got == n {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d broker.call events, want %d", got, n)
+		}
 	}
 }
