@@ -1040,7 +1040,10 @@ func TestToolCallsAndAuditListing(t *testing.T) {
 			{"status and time", url.Values{"status": {"succeeded"}, "since": {created[ids[1]]}}, []string{ids[3], ids[1]}},
 		} {
 			t.Run(tt.name, func(t *testing.T) {
-				if got := toolCallIDs(e.toolCalls(tt.query.Encode())); !slices.Equal(got, tt.want) {
+				// The subtest's t, not e's: a failure must stop this
+				// subtest, on its own goroutine.
+				calls := list[api.ToolCallView](t, e.url, e.agent, "/v1/tool-calls", tt.query.Encode())
+				if got := toolCallIDs(calls); !slices.Equal(got, tt.want) {
 					t.Errorf("got %v, want %v", got, tt.want)
 				}
 			})
@@ -1062,7 +1065,7 @@ func TestToolCallsAndAuditListing(t *testing.T) {
 						Items []api.ToolCallView `json:"items"`
 						Next  string             `json:"next_cursor"`
 					}
-					e.do("GET", "/v1/tool-calls?"+q.Encode(), e.agent, nil).want(t, http.StatusOK).decode(t, &p)
+					do(t, e.url, "GET", "/v1/tool-calls?"+q.Encode(), e.agent, nil).want(t, http.StatusOK).decode(t, &p)
 					if len(p.Items) > limit {
 						t.Fatalf("limit %d: a page of %d items", limit, len(p.Items))
 					}
