@@ -23,6 +23,16 @@ type Cgroup struct {
 	// Path is the cgroup's path below each hierarchy's root, e.g.
 	// "/stockade/sbx-..."; empty means not visible here.
 	Path string
+	// Root is where the hierarchies are mounted; empty means CgroupRoot.
+	// Tests set it to lay out a v1 or v2 tree of their own.
+	Root string
+}
+
+func (c Cgroup) root() string {
+	if c.Root != "" {
+		return c.Root
+	}
+	return CgroupRoot
 }
 
 // MemoryDir is the directory of the cgroup's memory controller, or "" for
@@ -32,9 +42,9 @@ func (c Cgroup) MemoryDir() string {
 	case c.Path == "":
 		return ""
 	case c.V2:
-		return filepath.Join(CgroupRoot, c.Path)
+		return filepath.Join(c.root(), c.Path)
 	}
-	return filepath.Join(CgroupRoot, "memory", c.Path)
+	return filepath.Join(c.root(), "memory", c.Path)
 }
 
 // OOMKills is the number of processes the kernel OOM-killed in the cgroup.
@@ -90,13 +100,13 @@ func (c Cgroup) Dirs() []string {
 		}
 		return nil
 	}
-	entries, err := os.ReadDir(CgroupRoot)
+	entries, err := os.ReadDir(c.root())
 	if err != nil {
 		return nil
 	}
 	var out []string
 	for _, e := range entries {
-		d := filepath.Join(CgroupRoot, e.Name(), c.Path)
+		d := filepath.Join(c.root(), e.Name(), c.Path)
 		if _, err := os.Stat(d); err == nil {
 			out = append(out, d)
 		}
