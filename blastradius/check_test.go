@@ -2,52 +2,224 @@ package blastradius
 
 import (
 	"encoding/json"
+	"slices"
+	"strings"
 	"testing"
 
 	"github.com/stockade-sh/stockade/sandbox"
 	"github.com/stockade-sh/stockade/tools"
 )
 
-// TestCoveredMount checks that only the last mount of a mount point is
-// judged: it is the one the sandbox sees.
-func TestCoveredMount(t *testing.T) {
-	for _, tc := range []struct {
-		name      string
-		options   []string // of the mounts at /sys/fs/cgroup, in mount order
-		deviation bool
+// cleanReach is what the probe reports from a runc sandbox of the default
+// tool (trimmed): exactly the record, no deviation.
+const cleanReach = `{
+ "env": ["PATH"], "path": "/usr/local/bin:/usr/bin:/bin",
+ "caps": {
+  "status": {"CapAmb": "0000000000000000", "CapBnd": "0000000000000000", "CapEff": "0000000000000000",
+   "CapInh": "0000000000000000", "CapPrm": "0000000000000000", "NoNewPrivs": "1", "Seccomp": "2"},
+  "capget": {"errno": 0, "effective": "0000000000000000", "permitted": "0000000000000000", "inheritable": "0000000000000000"},
+  "caps_checked": 41,
+  "bounding": {"errno": 0, "value": "0000000000000000"}, "ambient": {"errno": 0, "value": "0000000000000000"},
+  "no_new_privs": {"errno": 0, "value": 1}, "seccomp": {"errno": 0, "value": 2},
+  "uid": 65534, "euid": 65534, "gid": 65534, "egid": 65534, "groups": []
+ },
+ "namespaces": [
+  {"name": "cgroup", "link": "cgroup:[4026532250]"}, {"name": "ipc", "link": "ipc:[4026532179]"},
+  {"name": "mnt", "link": "mnt:[4026532177]"}, {"name": "net", "link": "net:[4026532181]"},
+  {"name": "pid", "link": "pid:[4026532180]"}, {"name": "pid_for_children", "link": "pid:[4026532180]"},
+  {"name": "time", "link": "time:[4026531834]"}, {"name": "user", "link": "user:[4026531837]"},
+  {"name": "uts", "link": "uts:[4026532178]"}
+ ],
+ "mounts": [
+  {"mount_point": "/", "options": "ro,relatime", "fstype": "ext4", "source": "/dev/vda"},
+  {"mount_point": "/proc", "options": "rw,nosuid,nodev,noexec,relatime", "fstype": "proc", "source": "proc"},
+  {"mount_point": "/dev", "options": "rw,nosuid", "fstype": "tmpfs", "source": "tmpfs"},
+  {"mount_point": "/dev/shm", "options": "rw,nosuid,nodev,noexec,relatime", "fstype": "tmpfs", "source": "shm"},
+  {"mount_point": "/sys", "options": "ro,nosuid,nodev,noexec,relatime", "fstype": "sysfs", "source": "sysfs"},
+  {"mount_point": "/tmp", "options": "rw,nosuid,nodev,relatime", "fstype": "tmpfs", "source": "tmpfs", "super_options": "rw,size=65536k"},
+  {"mount_point": "/.stockade/guest", "options": "ro,nosuid,nodev,relatime", "fstype": "ext4", "source": "/dev/vda"},
+  {"mount_point": "/proc/sys", "options": "ro,nosuid,nodev,noexec,relatime", "fstype": "proc", "source": "proc"},
+  {"mount_point": "/sys/firmware", "options": "ro,relatime", "fstype": "tmpfs", "source": "tmpfs"}
+ ],
+ "walk": {"entries": 5466, "readable_files": 4397,
+  "readable_by_mount": [{"mount_point": "/", "files": 4394}, {"mount_point": "/tmp", "files": 3}],
+  "writable_dirs": ["/dev/shm", "/tmp"], "writable_files": ["/tmp/probe"], "writable_count": 3, "sockets": []},
+ "dev": [{"name": "null", "type": "char", "major": 1, "minor": 3}, {"name": "pts", "type": "dir"},
+  {"name": "pts/0", "type": "char", "major": 136, "minor": 0}, {"name": "shm", "type": "dir"}],
+ "unix_sockets": {"paths": [], "unnamed": 0},
+ "net": {"netlink": {"names": ["lo"]}, "proc_net_dev": ["lo"], "sys_class_net": ["lo"],
+  "addresses": {"addrs": ["127.0.0.1/8 index 1", "::1/128 index 1"]}},
+ "outbound": [
+  {"kind": "tcp_host_loopback", "addr": "127.0.0.1:40000", "result": "ECONNREFUSED", "errno": 111},
+  {"kind": "tcp_metadata", "addr": "169.254.169.254:80", "result": "ENETUNREACH", "errno": 101},
+  {"kind": "dns", "name": "example.com", "addr": "127.0.0.1:53", "result": "ECONNREFUSED", "errno": 111}
+ ],
+ "limits": {"cgroup_pids_max": {"path": "", "value": ""}, "cgroup_memory_max": {"path": "", "value": ""},
+  "rlimit_nproc": {"cur": "96365", "max": "96365"}, "meminfo_total_bytes": 25276510208, "tasks": 11}
+}`
+
+func cleanObserved(t *testing.T) *observed {
+	t.Helper()
+	o := &observed{
+		listenAddr: "127.0.0.1:40000",
+		hostNS: map[string]string{
+			"cgroup": "cgroup:[4026531835]", "ipc": "ipc:[4026531839]", "mnt": "mnt:[4026531832]",
+			"net": "net:[4026531833]", "pid": "pid:[4026531836]", "pid_for_children": "pid:[4026531836]",
+			"time": "time:[4026531834]", "user": "user:[4026531837]", "uts": "uts:[4026531838]",
+		},
+		pids:     rawPidLimit{attempt: attempt{Errno: 11, Err: "EAGAIN"}, TasksBefore: 11, Forked: 116, Max: 192},
+		pidsRes:  sandbox.Result{Status: sandbox.StatusSucceeded},
+		pidsMax:  192,
+		alloc:    rawAlloc{AllocatedMiB: 496},
+		allocRes: sandbox.Result{Status: sandbox.StatusOOMKilled},
+		allocMiB: 576,
+	}
+	if err := json.Unmarshal([]byte(cleanReach), &o.reach); err != nil {
+		t.Fatal(err)
+	}
+	return o
+}
+
+func containerTool() tools.Tool { return tools.DefaultFor(sandbox.TierContainer) }
+
+// TestEvaluate widens a clean sandbox's findings one way at a time and
+// checks that each is a deviation with the expected subject, and nothing
+// else.
+func TestEvaluate(t *testing.T) {
+	tests := []struct {
+		name    string
+		tool    func() tools.Tool
+		widen   func(o *observed)
+		subject string // of the one deviation; "" for none
 	}{
-		{"read-write covered by read-only", []string{"rw,nosuid", "ro,nosuid"}, false},
-		{"read-only covered by read-write", []string{"ro,nosuid", "rw,nosuid"}, true},
-		{"read-write alone", []string{"rw,nosuid"}, true},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			var mounts []map[string]string
-			for _, o := range tc.options {
-				mounts = append(mounts, map[string]string{"mount_point": "/sys/fs/cgroup", "fstype": "tmpfs", "source": "tmpfs", "options": o})
+		{"clean", containerTool, func(o *observed) {}, ""},
+		{"extra variable", containerTool, func(o *observed) { o.reach.Env = append(o.reach.Env, "AWS_SECRET_ACCESS_KEY") }, "AWS_SECRET_ACCESS_KEY"},
+		{"PATH changed", containerTool, func(o *observed) { o.reach.Path = "/tmp:/usr/bin" }, "PATH"},
+		{"root user", containerTool, func(o *observed) { o.reach.Caps.UID = 0 }, "user"},
+		{"a capability", containerTool, func(o *observed) { o.reach.Caps.Status["CapEff"] = "0000000000000400" }, "capabilities"},
+		{"no seccomp on runc", containerTool, func(o *observed) { o.reach.Caps.Seccomp.Value = json.RawMessage("0") }, "seccomp"},
+		{"no seccomp presented on gvisor", func() tools.Tool { return tools.Default() }, func(o *observed) {
+			o.reach.Caps.Seccomp.Value = json.RawMessage("0")
+			o.reach.Caps.Ambient.Errno = 22 // gVisor has no ambient set
+		}, ""},
+		{"host net namespace", containerTool, func(o *observed) { o.reach.Namespaces[3].Link = "net:[4026531833]" }, "net"},
+		{"shared user namespace", containerTool, func(o *observed) {}, ""},
+		{"extra mount", containerTool, func(o *observed) {
+			o.reach.Mounts = append(o.reach.Mounts, o.reach.Mounts[0])
+			o.reach.Mounts[len(o.reach.Mounts)-1].MountPoint = "/mnt"
+		}, "/mnt"},
+		{"data tmpfs without record mounts", containerTool, func(o *observed) {
+			o.reach.Mounts = append(o.reach.Mounts, o.reach.Mounts[5])
+			o.reach.Mounts[len(o.reach.Mounts)-1].MountPoint = "/data"
+		}, "/data"},
+		{"root read-write", containerTool, func(o *observed) { o.reach.Mounts[0].Options = "rw,relatime" }, "/"},
+		// Only the last mount at a mount point is what the sandbox sees
+		// (dockerd mounts /sys/fs/cgroup read-write, runc binds it
+		// read-only over itself).
+		{"read-write covered by read-only", containerTool, func(o *observed) {
+			cg := o.reach.Mounts[4] // /sys
+			cg.MountPoint, cg.FSType, cg.Source, cg.Options = "/sys/fs/cgroup", "tmpfs", "tmpfs", "rw,nosuid"
+			o.reach.Mounts = append(o.reach.Mounts, cg)
+			cg.Options = "ro,nosuid"
+			o.reach.Mounts = append(o.reach.Mounts, cg)
+		}, ""},
+		{"read-only covered by read-write", containerTool, func(o *observed) {
+			cg := o.reach.Mounts[4]
+			cg.MountPoint, cg.FSType, cg.Source, cg.Options = "/sys/fs/cgroup", "tmpfs", "tmpfs", "ro,nosuid"
+			o.reach.Mounts = append(o.reach.Mounts, cg)
+			cg.Options = "rw,nosuid"
+			o.reach.Mounts = append(o.reach.Mounts, cg)
+		}, "/sys/fs/cgroup"},
+		{"scratch larger", containerTool, func(o *observed) { o.reach.Mounts[5].SuperOptions = "rw,size=1g" }, "/tmp size"},
+		{"writable /etc", containerTool, func(o *observed) { o.reach.Walk.WritableDirs = append(o.reach.Walk.WritableDirs, "/etc") }, "/etc"},
+		{"walk truncated", containerTool, func(o *observed) { o.reach.Walk.Truncated = true }, "walk"},
+		{"block device", containerTool, func(o *observed) {
+			o.reach.Dev = append(o.reach.Dev, o.reach.Dev[0])
+			o.reach.Dev[len(o.reach.Dev)-1].Name, o.reach.Dev[len(o.reach.Dev)-1].Major = "sda", 8
+		}, "/dev/sda"},
+		{"docker socket", containerTool, func(o *observed) { o.reach.Walk.Sockets = []string{"/run/docker.sock"} }, "/run/docker.sock"},
+		{"abstract socket", containerTool, func(o *observed) { o.reach.UnixSockets.Paths = []string{"@/containerd-shim/x.sock"} }, "@/containerd-shim/x.sock"},
+		{"socket in /tmp", containerTool, func(o *observed) { o.reach.Walk.Sockets = []string{"/tmp/own.sock"} }, ""},
+		{"an interface", containerTool, func(o *observed) { o.reach.Net.Netlink.Names = append(o.reach.Net.Netlink.Names, "eth0") }, "interfaces"},
+		{"metadata reachable", containerTool, func(o *observed) { o.reach.Outbound[1].Result, o.reach.Outbound[1].Errno = "connected", 0 }, "metadata"},
+		{"resolver answers", containerTool, func(o *observed) { o.reach.Outbound[2].Result, o.reach.Outbound[2].Errno = "no answer (rcode 3)", 0 }, "DNS"},
+		{"listener accepted", containerTool, func(o *observed) { o.accepted = 1 }, "host listener"},
+		{"fork never refused", containerTool, func(o *observed) { o.pids = rawPidLimit{TasksBefore: 11, Forked: 192, Max: 192} }, "processes"},
+		{"more processes than the record", containerTool, func(o *observed) { o.pids.Forked = 200 }, "processes"},
+		{"cgroup pids.max visible and wider", containerTool, func(o *observed) {
+			o.reach.Limits.CgroupPidsMax = rawFile{Path: "/sys/fs/cgroup/pids.max", Value: "max"}
+		}, "/sys/fs/cgroup/pids.max"},
+		{"fork test killed the sandbox within the limit", containerTool, func(o *observed) {
+			o.pidsRes = sandbox.Result{Status: sandbox.StatusOOMKilled}
+			o.pids = rawPidLimit{TasksBefore: 11, Forked: 110, Max: 192}
+		}, ""},
+		{"fork test killed the sandbox past the limit", containerTool, func(o *observed) {
+			o.pidsRes = sandbox.Result{Status: sandbox.StatusOOMKilled}
+			o.pids = rawPidLimit{TasksBefore: 11, Forked: 150, Max: 192}
+		}, "processes"},
+		{"fork test timed out", containerTool, func(o *observed) {
+			o.pidsRes = sandbox.Result{Status: sandbox.StatusTimedOut}
+		}, "processes"},
+		{"memory not enforced", containerTool, func(o *observed) {
+			o.allocRes, o.alloc = sandbox.Result{Status: sandbox.StatusSucceeded}, rawAlloc{AllocatedMiB: 576}
+		}, "memory"},
+		{"memory refused by mmap", containerTool, func(o *observed) {
+			o.allocRes, o.alloc = sandbox.Result{Status: sandbox.StatusSucceeded}, rawAlloc{attempt: attempt{Errno: 12, Err: "ENOMEM"}, AllocatedMiB: 480}
+		}, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			o := cleanObserved(t)
+			tt.widen(o)
+			r := evaluate(tt.tool(), o)
+			var got []string
+			for _, c := range r.Deviations {
+				got = append(got, c.Subject)
 			}
-			var r rawReach
-			if err := json.Unmarshal(mustMarshal(t, map[string]any{"mounts": mounts}), &r); err != nil {
-				t.Fatal(err)
+			switch {
+			case tt.subject == "" && len(got) > 0:
+				t.Errorf("got deviations %v, want none", r.Deviations)
+			case tt.subject != "" && (len(got) != 1 || !strings.Contains(got[0], tt.subject)):
+				t.Errorf("got deviations %v, want exactly one about %q", r.Deviations, tt.subject)
 			}
-			e := &evaluator{t: tools.Tool{Tier: sandbox.TierDocker}, r: &r}
-			var devs []Check
-			for _, c := range e.mounts().Checks {
-				if c.Deviation {
-					devs = append(devs, c)
-				}
-			}
-			if got := len(devs) > 0; got != tc.deviation {
-				t.Errorf("deviation %v, want %v: %+v", got, tc.deviation, devs)
+			text := r.Markdown()
+			want := "\ndeviations: " + map[bool]string{true: "0", false: "1"}[tt.subject == ""] + "\n"
+			if !strings.HasSuffix(text, want) {
+				t.Errorf("the text report ends %q, want %q", text[max(0, len(text)-40):], want)
 			}
 		})
 	}
 }
 
-func mustMarshal(t *testing.T, v any) []byte {
-	t.Helper()
-	b, err := json.Marshal(v)
-	if err != nil {
-		t.Fatal(err)
+// TestEvaluateRecordMount: the record's own mount is expected, read-only;
+// a read-write one or a missing one is a deviation.
+func TestEvaluateRecordMount(t *testing.T) {
+	tool := containerTool()
+	tool.Filesystem.Mounts = []sandbox.Mount{{Source: "/var/lib/stockade/data/sales", Target: "/data/sales"}}
+	for _, tc := range []struct {
+		name    string
+		options string // "" for not mounted
+		ok      bool
+	}{
+		{"read-only", "ro,nosuid,nodev,noexec", true},
+		{"read-write", "rw,nosuid,nodev,noexec", false},
+		{"missing", "", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			o := cleanObserved(t)
+			parent := o.reach.Mounts[5] // the /tmp tmpfs
+			parent.MountPoint, parent.Options, parent.SuperOptions = "/data", "rw,nosuid,nodev,noexec", "rw,size=64k,mode=755"
+			o.reach.Mounts = append(o.reach.Mounts, parent)
+			if tc.options != "" {
+				m := o.reach.Mounts[0]
+				m.MountPoint, m.Options = "/data/sales", tc.options
+				o.reach.Mounts = append(o.reach.Mounts, m)
+			}
+			r := evaluate(tool, o)
+			bad := slices.ContainsFunc(r.Deviations, func(c Check) bool { return c.Subject == "/data/sales" })
+			if bad == tc.ok || len(r.Deviations) != map[bool]int{true: 0, false: 1}[tc.ok] {
+				t.Errorf("got deviations %v, want %s", r.Deviations, map[bool]string{true: "none", false: "one about /data/sales"}[tc.ok])
+			}
+		})
 	}
-	return b
 }
