@@ -31,8 +31,8 @@ var writableRoots = []string{"/tmp", "/workspace", "/dev/shm", "/dev/mqueue"}
 var dockerEtcFiles = []string{"/etc/hostname", "/etc/hosts", "/etc/resolv.conf"}
 
 // requiredNamespaces are the namespaces of the profile (DESIGN.md §3):
-// each must differ from the host's. The user and time namespaces are not
-// part of it and are reported only.
+// each must differ from the host's. The user namespace (runc's sandboxes
+// without egress have one) and the time namespace are reported only.
 var requiredNamespaces = []string{"cgroup", "ipc", "mnt", "net", "pid", "pid_for_children", "uts"}
 
 // The minimal /dev of every sandbox: names at its top level, and the
@@ -238,7 +238,15 @@ func (e *evaluator) namespaces() Section {
 		}
 	}
 	if e.shared {
-		b.fact("the profile has no user namespace on this tier: uid 65534 inside is the host's nobody")
+		own := false
+		for _, ns := range e.r.Namespaces {
+			own = own || (ns.Name == "user" && ns.Errno == 0 && ns.Link != e.o.hostNS["user"])
+		}
+		if own {
+			b.fact("a user namespace of its own: uid 65534 inside is an unprivileged uid of this sandbox's on the host")
+		} else {
+			b.fact("no user namespace of its own: uid 65534 inside is the host's nobody")
+		}
 	}
 	return b.s
 }

@@ -75,7 +75,13 @@ func run(n int, bin, dataDir string, parts bool) error {
 	rawBundle := func(name string, cpu float64, args []string) (string, error) {
 		l := sandbox.DefaultLimits()
 		l.CPU = cpu
-		s, err := oci.Build(oci.Options{ID: name, Spec: sandbox.Spec{Image: img}, Limits: l, GuestPath: guest, CgroupsPath: "/stockade-bench/" + name})
+		o := oci.Options{ID: name, Spec: sandbox.Spec{Image: img}, Limits: l, GuestPath: guest, CgroupsPath: "/stockade-bench/" + name}
+		if strings.HasSuffix(name, "-runc") {
+			// runc's sandboxes have a user namespace; host ids just
+			// below the range the driver draws from.
+			o.HostUIDBase = 1<<30 - 2
+		}
+		s, err := oci.Build(o)
 		if err != nil {
 			return "", err
 		}

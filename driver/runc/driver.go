@@ -42,5 +42,8 @@ func New(cfg Config) (*ocidriver.Driver, error) {
 		// namespace (fresh, or the prepared one by path) decides.
 		NetworkArgs: map[sandbox.NetworkMode][]string{sandbox.NetworkNone: nil, sandbox.NetworkEgress: nil},
 		InstallHint: "install it with `stockade setup` (Debian package runc)",
+		// runc makes a user namespace for each sandbox (DESIGN §3: one
+		// where the tier supports it).
+		UserNamespace: true,
 	})
 }

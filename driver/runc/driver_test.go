@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stockade-sh/stockade/driver/runc"
 	"github.com/stockade-sh/stockade/internal/ocidriver"
@@ -76,5 +77,46 @@ func TestDestroyRetries(t *testing.T) {
 	}
 	if err := sb.Destroy(ctx); err != nil {
 		t.Errorf("Destroy after success: %v", err)
+	}
+}
+
+// TestUserNamespace checks that each sandbox has a user namespace mapping
+// its user (and root) to host ids of its own: neither the host's root nor
+// its nobody, and not another sandbox's.
+func TestUserNamespace(t *testing.T) {
+	d := newDriver(t)
+	ctx := context.Background()
+	hostIDs := map[string]bool{}
+	for range 2 {
+		sb, err := d.Create(ctx, sandbox.Spec{Image: testenv.Image(t, "shell")})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer sb.Destroy(ctx)
+		res, err := sb.Exec(ctx, sandbox.ExecRequest{File: sandbox.File{Name: "main.sh", Data: []byte("id -u; cat /proc/self/uid_map /proc/self/gid_map")},
+			Argv: []string{"/bin/busybox", "sh", "{file}"}, Env: []string{"PATH=/bin"}, Timeout: 10 * time.Second})
+		if err != nil || res.ExitCode != 0 {
+			t.Fatalf("exec: %v %+v", err, res)
+		}
+		lines := strings.Split(strings.TrimSpace(string(res.Stdout)), "\n")
+		if len(lines) != 5 || lines[0] != "65534" {
+			t.Fatalf("got %q, want uid 65534 and two mappings each for uids and gids", res.Stdout)
+		}
+		for i, l := range lines[1:] {
+			f := strings.Fields(l) // inside, host, count
+			if len(f) != 3 || f[2] != "1" || (f[0] != "0" && f[0] != "65534") {
+				t.Fatalf("mapping %q: want 0 or 65534 mapped alone", l)
+			}
+			host, _ := strconv.Atoi(f[1])
+			if host == 0 || host == 65534 {
+				t.Errorf("mapping %q: the sandbox shares the host's id %d", l, host)
+			}
+			if i < 2 { // uid_map
+				if hostIDs[f[1]] {
+					t.Errorf("host uid %s is used by two sandboxes", f[1])
+				}
+				hostIDs[f[1]] = true
+			}
+		}
 	}
 }

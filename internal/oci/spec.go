@@ -54,6 +54,10 @@ type Options struct {
 	// mount point).
 	NetNSPath  string
 	ResolvConf string
+	// HostUIDBase, when not zero, gives the sandbox a user namespace of
+	// its own: root inside is HostUIDBase on the host, and the sandbox
+	// user HostUIDBase+1 (the same for gids). No other uid is mapped.
+	HostUIDBase uint32
 }
 
 // Kernel is what the sandboxed program's system calls reach.
@@ -181,6 +185,8 @@ func Build(o Options) (*specs.Spec, error) {
 				{Type: specs.PIDNamespace}, {Type: specs.NetworkNamespace, Path: o.NetNSPath}, {Type: specs.IPCNamespace},
 				{Type: specs.UTSNamespace}, {Type: specs.MountNamespace}, {Type: specs.CgroupNamespace},
 			},
+			UIDMappings: idMappings(o.HostUIDBase, SandboxUID),
+			GIDMappings: idMappings(o.HostUIDBase, SandboxGID),
 			Resources: &specs.LinuxResources{
 				Devices: []specs.LinuxDeviceCgroup{{Allow: false, Access: "rwm"}},
 				Memory:  &specs.LinuxMemory{Limit: &memory, Swap: &swap},
@@ -196,7 +202,19 @@ func Build(o Options) (*specs.Spec, error) {
 			ReadonlyPaths: slices.Clone(ReadonlyPaths),
 		},
 	}
+	if o.HostUIDBase != 0 {
+		s.Linux.Namespaces = append(s.Linux.Namespaces, specs.LinuxNamespace{Type: specs.UserNamespace})
+	}
 	return s, nil
+}
+
+// idMappings maps root and id inside a user namespace to base and base+1
+// outside; nil for base 0 (no user namespace).
+func idMappings(base uint32, id uint32) []specs.LinuxIDMapping {
+	if base == 0 {
+		return nil
+	}
+	return []specs.LinuxIDMapping{{ContainerID: 0, HostID: base, Size: 1}, {ContainerID: id, HostID: base + 1, Size: 1}}
 }
 
 // ReadonlyPaths are the paths of /proc that runc and Docker make read-only

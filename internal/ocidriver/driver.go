@@ -8,6 +8,8 @@ package ocidriver
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -66,6 +68,9 @@ type Config struct {
 	// ReadyTimeout bounds how long Create waits for the guest's greeting;
 	// zero means 30 s.
 	ReadyTimeout time.Duration
+	// UserNamespace gives each sandbox without egress a user namespace
+	// with host ids of its own (see hostUIDBase).
+	UserNamespace bool
 }
 
 // CgroupParent is the cgroup under which every sandbox's cgroup lives.
@@ -192,6 +197,12 @@ func (d *Driver) Create(ctx context.Context, spec sandbox.Spec) (_ sandbox.Sandb
 		ID: id, Spec: spec, Limits: limits, GuestPath: d.cfg.GuestPath,
 		CgroupsPath: d.cgroupOf(id).Path, Kernel: d.cfg.Kernel,
 	}
+	// A sandbox with egress joins a network namespace the host made,
+	// which belongs to the host's user namespace: a new user namespace
+	// could not mount sysfs for it, so such a sandbox runs without one.
+	if d.cfg.UserNamespace && spec.Network != sandbox.NetworkEgress {
+		o.HostUIDBase = hostUIDBase()
+	}
 	if spec.Network == sandbox.NetworkEgress {
 		// The bundle is removed with the sandbox, and its resolv.conf
 		// with it.
@@ -267,4 +278,22 @@ func (d *Driver) Reap(ctx context.Context, match map[string]string) ([]string, e
 		reaped = append(reaped, id)
 	}
 	return reaped, nil
+}
+
+// Sandboxes with a user namespace take their host ids from
+// [firstHostUID, firstHostUID + 2*hostUIDSlots): two per sandbox, root and
+// the sandbox user, at a random slot. No account lives there; distinct ids
+// keep sandboxes apart in the kernel's per-user accounting (pipe buffers,
+// inotify instances, pending signals, process counts), which all sandboxes
+// would otherwise share as the host's nobody. Two sandboxes meet on a slot
+// once in about a million.
+const (
+	firstHostUID = 1 << 30
+	hostUIDSlots = 1 << 20
+)
+
+func hostUIDBase() uint32 {
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	return firstHostUID + 2*(binary.LittleEndian.Uint32(b[:])%hostUIDSlots)
 }

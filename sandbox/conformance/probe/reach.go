@@ -179,7 +179,16 @@ func (w *walker) dir(dir string, depth int) {
 		if dir == "/" {
 			p = "/" + e.Name()
 		}
-		switch t := e.Type(); {
+		t := e.Type()
+		if t.IsRegular() && strings.HasPrefix(p, "/dev/") {
+			// In a user namespace runc bind-mounts the host's device
+			// nodes over empty files: the entry says regular file, the
+			// mounted node is a device.
+			if fi, err := os.Lstat(p); err == nil {
+				t = fi.Mode().Type()
+			}
+		}
+		switch {
 		case p == "/proc" || p == "/sys":
 			// Kernel interfaces, not files: reported by the other
 			// findings (mounts, namespaces, limits).
