@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/stockade-sh/stockade/engine"
+	"github.com/stockade-sh/stockade/internal/guestbin"
 	"github.com/stockade-sh/stockade/internal/hostsetup"
 )
 
@@ -38,6 +39,19 @@ func setupCmd(ctx context.Context, args []string) int {
 	// configuration, so a successful setup means `stockade run` can start.
 	if _, err := engine.Open(*cfg); err != nil {
 		return fail(err)
+	}
+	// Every build installs a guest of its own; the oldest go, with room
+	// for the daemons of a few older builds that may still be running.
+	current, err := guestbin.Install(cfg.BinDir())
+	if err != nil {
+		return fail(err)
+	}
+	removed, err := guestbin.Prune(cfg.BinDir(), current, 3)
+	if err != nil {
+		return fail(err)
+	}
+	if len(removed) > 0 && !*quiet {
+		fmt.Fprintf(os.Stderr, "removed %d guest agents of older builds from %s\n", len(removed), cfg.BinDir())
 	}
 	if !*quiet {
 		fmt.Fprintln(os.Stderr, "setup complete")

@@ -8,11 +8,14 @@ import (
 	"crypto/sha256"
 	"embed"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
+	"time"
 
 	"github.com/stockade-sh/stockade/errdefs"
 )
@@ -103,4 +106,43 @@ func Probe() ([]byte, error) {
 		return nil, fmt.Errorf("this stockade binary was built without the probe; build it with `make build`: %w", errdefs.ErrFailedPrecondition)
 	}
 	return b, nil
+}
+
+// Prune removes from dir the guests of other builds but the keep most
+// recently installed, and returns what it removed. A guest in use by a
+// running sandbox stays in use (the sandbox's bind mount holds the file),
+// but a daemon of an older build that is still running starts its new
+// sandboxes with its own guest: keep leaves room for a few such builds.
+// The guest of this build (current, as Install returns it) always stays.
+func Prune(dir, current string, keep int) ([]string, error) {
+	entries, err := os.ReadDir(dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("listing guests: %w", err)
+	}
+	type guest struct {
+		path string
+		mod  time.Time
+	}
+	var old []guest
+	for _, e := range entries {
+		p := filepath.Join(dir, e.Name())
+		if !strings.HasPrefix(e.Name(), "stockade-guest-") || p == current {
+			continue
+		}
+		if fi, err := e.Info(); err == nil && fi.Mode().IsRegular() {
+			old = append(old, guest{p, fi.ModTime()})
+		}
+	}
+	slices.SortFunc(old, func(a, b guest) int { return b.mod.Compare(a.mod) })
+	var removed []string
+	for _, g := range old[min(keep, len(old)):] {
+		if err := os.Remove(g.path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return removed, fmt.Errorf("removing an old guest: %w", err)
+		}
+		removed = append(removed, g.path)
+	}
+	return removed, nil
 }

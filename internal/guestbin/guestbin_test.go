@@ -8,7 +8,9 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
+	"time"
 )
 
 // TestInstall checks that the installed guest is the embedded one, named by
@@ -41,5 +43,43 @@ func TestInstall(t *testing.T) {
 	}
 	if entries, _ := os.ReadDir(dir); len(entries) != 1 {
 		t.Errorf("%d files in %s, want 1 (no temporary file left)", len(entries), dir)
+	}
+}
+
+// TestPrune keeps this build's guest and the newest others, and removes
+// the rest and nothing else.
+func TestPrune(t *testing.T) {
+	dir := t.TempDir()
+	current := filepath.Join(dir, "stockade-guest-1-current")
+	files := []string{current, "stockade-guest-1-a", "stockade-guest-1-b", "stockade-guest-1-c", "other-file"}
+	for i, f := range files {
+		p := filepath.Join(dir, filepath.Base(f))
+		if err := os.WriteFile(p, nil, 0o555); err != nil {
+			t.Fatal(err)
+		}
+		// a is the oldest, c the newest; current is the oldest of all.
+		at := time.Now().Add(time.Duration(i-10) * time.Minute)
+		if err := os.Chtimes(p, at, at); err != nil {
+			t.Fatal(err)
+		}
+	}
+	removed, err := Prune(dir, current, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{filepath.Join(dir, "stockade-guest-1-b"), filepath.Join(dir, "stockade-guest-1-a")}
+	if !slices.Equal(removed, want) {
+		t.Errorf("removed %v, want %v", removed, want)
+	}
+	var left []string
+	entries, _ := os.ReadDir(dir)
+	for _, e := range entries {
+		left = append(left, e.Name())
+	}
+	if wantLeft := []string{"other-file", "stockade-guest-1-c", "stockade-guest-1-current"}; !slices.Equal(left, wantLeft) {
+		t.Errorf("left %v, want %v", left, wantLeft)
+	}
+	if removed, err := Prune(filepath.Join(dir, "missing"), current, 1); err != nil || removed != nil {
+		t.Errorf("a missing directory: %v, %v", removed, err)
 	}
 }
