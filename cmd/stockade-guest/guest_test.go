@@ -707,20 +707,3 @@ func requires(t *testing.T, what string) {
 	}
 	t.Skipf("requires %s", what)
 }
-
-// TestProgramClone3 checks that a program the guest runs, from any exec,
-// gets ENOSYS from clone3 (see denyClone3). clone3 with a zero size fails
-// with EINVAL where it is allowed.
-func TestProgramClone3(t *testing.T) {
-	if _, err := exec.LookPath("perl"); err != nil {
-		requires(t, "perl to call clone3")
-	}
-	g := startGuest(t)
-	dir := workDir(t)
-	for i := range 3 {
-		r := g.mustExit(shell(dir, `perl -e 'syscall(435, 0, 0); print $!+0'`))
-		if got, want := string(r.stdout), strconv.Itoa(int(syscall.ENOSYS)); got != want {
-			t.Errorf("exec %d: clone3 failed with errno %s, want %s (ENOSYS)", i, got, want)
-		}
-	}
-}

@@ -21,7 +21,6 @@ import (
 	"io"
 	"os"
 	"os/signal"
-	"runtime"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -30,19 +29,12 @@ import (
 )
 
 func main() {
-	// The main goroutine stays on this thread: denyClone3 filters this
-	// thread only, and every program is forked from here (serve runs on
-	// the main goroutine), so every program inherits the filter.
-	runtime.LockOSThread()
 	// Code in the sandbox runs as the guest's uid. A dumpable guest would let
 	// it open /proc/1/fd/1 and forge frames to the host, or /proc/1/fd/0 and
 	// steal the host's frames; a non-dumpable process's /proc entries belong
 	// to root and cannot be ptraced. Fail closed if the kernel refuses.
 	if _, _, errno := syscall.RawSyscall(syscall.SYS_PRCTL, syscall.PR_SET_DUMPABLE, 0, 0); errno != 0 {
 		fatalf("setting PR_SET_DUMPABLE to 0: %v", errno)
-	}
-	if err := denyClone3(); err != nil {
-		fatalf("installing the clone3 filter: %v", err)
 	}
 	catchSignals()
 	resetIgnoredSignals()

@@ -110,12 +110,13 @@ func buildSeccomp() (*specs.LinuxSeccomp, error) {
 	return out, nil
 }
 
-// allowClone3 replaces the clone3 ENOSYS rule with an allow rule (see
-// UserSpaceKernel for why).
-func allowClone3(sc *specs.LinuxSeccomp) {
+// traceClone3 turns the clone3 rule into a trace rule (see
+// UserSpaceKernel for why): with no tracer, which ptrace being refused
+// guarantees, a trace rule answers ENOSYS, in the Sentry as in Linux.
+func traceClone3(sc *specs.LinuxSeccomp) {
 	for i, r := range sc.Syscalls {
 		if len(r.Names) == 1 && r.Names[0] == "clone3" {
-			sc.Syscalls[i] = specs.LinuxSyscall{Names: []string{"clone3"}, Action: specs.ActAllow}
+			sc.Syscalls[i] = specs.LinuxSyscall{Names: []string{"clone3"}, Action: specs.ActTrace}
 		}
 	}
 }

@@ -69,9 +69,9 @@ const (
 	HostKernel Kernel = iota
 	// UserSpaceKernel: the program talks to gVisor's Sentry, which enforces
 	// the profile itself. Two things differ: runsc turns every ERRNO rule
-	// into EPERM, and glibc falls back from clone3 to clone only on ENOSYS,
-	// so clone3 is passed to the Sentry (which implements it or answers
-	// ENOSYS) instead of being refused, or no thread could start; and the
+	// into EPERM, and glibc falls back from clone3 to clone only on ENOSYS
+	// (on EPERM no thread could start), so clone3 gets a trace rule, which
+	// without a tracer answers ENOSYS (see traceClone3); and the
 	// host pids cgroup also counts the Sentry's own threads, so the
 	// program's process limit is RLIMIT_NPROC inside the sandbox (the
 	// Sentry counts only the sandbox's tasks) with headroom on the host.
@@ -119,7 +119,7 @@ func Build(o Options) (*specs.Spec, error) {
 	quota := int64(l.CPU * cpuPeriod)
 	period := uint64(cpuPeriod)
 	if o.Kernel == UserSpaceKernel {
-		allowClone3(sc)
+		traceClone3(sc)
 		rlimits = append(rlimits, specs.POSIXRlimit{Type: "RLIMIT_NPROC", Hard: uint64(l.Pids), Soft: uint64(l.Pids)})
 		pids = l.Pids + sentryThreads
 	}

@@ -933,11 +933,11 @@ func (s *suite) syscalls(t *testing.T) {
 				// On every tier clone3 must be ENOSYS: glibc creates
 				// threads with clone3 and falls back to clone only on
 				// ENOSYS (EPERM breaks pthread_create), and clone's flags
-				// are what the profile can check. On the host kernel the
-				// profile says so; under gVisor, which answers EPERM for
-				// every errno rule of the OCI profile, the guest's own
-				// filter does — otherwise the Sentry's clone3 would
-				// create namespaces.
+				// are what the profile can check. On the host kernel an
+				// errno rule says so; under gVisor, which answers EPERM
+				// for every errno rule of the OCI profile, a trace rule
+				// with no tracer does — otherwise the Sentry's clone3
+				// would create namespaces.
 				if !e.is(syscall.ENOSYS) {
 					t.Errorf("%s: got %s, want ENOSYS", name, e)
 				}
