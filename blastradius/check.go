@@ -324,7 +324,7 @@ func (e *evaluator) mounts() Section {
 		}
 	}
 	if size, ok := tmpSize(e.r); ok {
-		b.check("/tmp size", formatSize(size), formatSize(e.limits.TmpSize)+" (the record's scratch)", size == e.limits.TmpSize)
+		b.check("/tmp size", sandbox.FormatSize(size), sandbox.FormatSize(e.limits.TmpSize)+" (the record's scratch)", size == e.limits.TmpSize)
 	}
 	return b.s
 }
@@ -530,7 +530,7 @@ func (e *evaluator) limitsSection() Section {
 	}
 
 	// Memory: allocate past the limit.
-	presented = "no cgroup filesystem; MemTotal " + formatSize(lim.MemTotal)
+	presented = "no cgroup filesystem; MemTotal " + sandbox.FormatSize(lim.MemTotal)
 	if lim.CgroupMemoryMax.Path != "" {
 		presented = lim.CgroupMemoryMax.Path + " " + lim.CgroupMemoryMax.Value
 	}
@@ -546,8 +546,8 @@ func (e *evaluator) limitsSection() Section {
 		measured = fmt.Sprintf("%s after %d MiB of %d MiB", statusWords(res.Status), a.AllocatedMiB, e.o.allocMiB)
 		ok = (res.Status == sandbox.StatusOOMKilled || res.Status == sandbox.StatusKilled) && int64(a.AllocatedMiB)<<20 <= e.limits.Memory
 	}
-	b.s.Table = append(b.s.Table, []string{"memory", formatSize(e.limits.Memory), presented, measured})
-	b.check("memory", measured, "at most "+formatSize(e.limits.Memory), ok)
+	b.s.Table = append(b.s.Table, []string{"memory", sandbox.FormatSize(e.limits.Memory), presented, measured})
+	b.check("memory", measured, "at most "+sandbox.FormatSize(e.limits.Memory), ok)
 	if lim.CgroupMemoryMax.Path != "" {
 		b.check(lim.CgroupMemoryMax.Path, lim.CgroupMemoryMax.Value, strconv.FormatInt(e.limits.Memory, 10), lim.CgroupMemoryMax.Value == strconv.FormatInt(e.limits.Memory, 10))
 	}
@@ -604,19 +604,4 @@ func plural(n int, noun string) string {
 		return strconv.Itoa(n) + " " + strings.TrimSuffix(noun, "y") + "ies"
 	}
 	return strconv.Itoa(n) + " " + noun + "s"
-}
-
-// formatSize renders bytes in the largest binary unit that divides them.
-func formatSize(n int64) string {
-	switch {
-	case n < 0:
-		return "unknown"
-	case n >= 1<<30 && n%(1<<30) == 0:
-		return fmt.Sprintf("%d GiB", n>>30)
-	case n >= 1<<20 && n%(1<<20) == 0:
-		return fmt.Sprintf("%d MiB", n>>20)
-	case n >= 1<<10 && n%(1<<10) == 0:
-		return fmt.Sprintf("%d KiB", n>>10)
-	}
-	return fmt.Sprintf("%d bytes", n)
 }

@@ -3,6 +3,8 @@ package blastradius
 import (
 	"fmt"
 	"strings"
+
+	"github.com/stockade-sh/stockade/sandbox"
 )
 
 // Markdown renders the report for people: the findings of each section,
@@ -14,7 +16,7 @@ func (r *Report) Markdown() string {
 	fmt.Fprintf(&b, "Probed %s in a %s sandbox (driver `%s`, %s image), as an invocation of the tool gets it.\n",
 		r.Time.Format("2006-01-02 15:04:05Z"), r.Tier, r.Driver, r.Runtime)
 	fmt.Fprintf(&b, "Record fingerprint `%s`; record limits: %d processes, %s memory, %s scratch.\n",
-		r.RecordFingerprint, r.RecordLimits.Pids, formatSize(r.RecordLimits.MemoryBytes), formatSize(r.RecordLimits.TmpSizeBytes))
+		r.RecordFingerprint, r.RecordLimits.Pids, sandbox.FormatSize(r.RecordLimits.MemoryBytes), sandbox.FormatSize(r.RecordLimits.TmpSizeBytes))
 	for _, s := range r.Sections {
 		fmt.Fprintf(&b, "\n## %s\n\n", s.Title)
 		for _, f := range s.Facts {

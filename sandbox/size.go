@@ -34,3 +34,20 @@ func ParseSize(s string) (int64, error) {
 	}
 	return n * mult, nil
 }
+
+// FormatSize renders a byte size in the largest binary unit that divides it
+// (512 MiB, 64 KiB, 1000 bytes), the form ParseSize reads back; a negative
+// size is "unknown".
+func FormatSize(n int64) string {
+	switch {
+	case n < 0:
+		return "unknown"
+	case n >= 1<<30 && n%(1<<30) == 0:
+		return fmt.Sprintf("%d GiB", n>>30)
+	case n >= 1<<20 && n%(1<<20) == 0:
+		return fmt.Sprintf("%d MiB", n>>20)
+	case n >= 1<<10 && n%(1<<10) == 0:
+		return fmt.Sprintf("%d KiB", n>>10)
+	}
+	return fmt.Sprintf("%d bytes", n)
+}

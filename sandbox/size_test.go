@@ -1,6 +1,9 @@
 package sandbox
 
-import "testing"
+import (
+	"strings"
+	"testing"
+)
 
 func TestParseSize(t *testing.T) {
 	tests := []struct {
@@ -33,5 +36,18 @@ func TestParseSize(t *testing.T) {
 				t.Errorf("got %d, %v, want %d", got, err, tt.want)
 			}
 		})
+	}
+}
+
+func TestFormatSize(t *testing.T) {
+	for n, want := range map[int64]string{-1: "unknown", 0: "0 bytes", 1000: "1000 bytes", 64 << 10: "64 KiB", 512 << 20: "512 MiB", 2 << 30: "2 GiB", 1536 << 10: "1536 KiB"} {
+		if got := FormatSize(n); got != want {
+			t.Errorf("FormatSize(%d) = %q, want %q", n, got, want)
+		}
+		if n >= 0 {
+			if back, err := ParseSize(strings.ReplaceAll(strings.TrimSuffix(FormatSize(n), " bytes"), " ", "")); err != nil || back != n {
+				t.Errorf("ParseSize(FormatSize(%d)) = %d, %v", n, back, err)
+			}
+		}
 	}
 }

@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/stockade-sh/stockade/sandbox"
 )
 
 // FieldChange is one changed field of a record, rendered for people.
@@ -167,7 +169,7 @@ var recordFields = []recordField{
 	{name: "tier", render: func(c *canonicalRecord) string { return orUnknown(string(c.Tier)) }},
 	{name: "filesystem.mounts", render: func(c *canonicalRecord) string { return listOr(mountStrings(c), "none") },
 		list: mountStrings},
-	{name: "filesystem.scratch.size", render: func(c *canonicalRecord) string { return formatSize(c.Filesystem.ScratchBytes) }},
+	{name: "filesystem.scratch.size", render: func(c *canonicalRecord) string { return sandbox.FormatSize(c.Filesystem.ScratchBytes) }},
 	{name: "filesystem.scratch.lifetime", render: func(c *canonicalRecord) string { return string(c.Filesystem.ScratchLifetime) }},
 	{name: "egress.allow", render: func(c *canonicalRecord) string { return listOr(c.Egress.Allow, "none") },
 		list: func(c *canonicalRecord) []string { return c.Egress.Allow }, growth: true},
@@ -178,10 +180,10 @@ var recordFields = []recordField{
 	{name: "limits.timeout", render: func(c *canonicalRecord) string {
 		return (time.Duration(c.Limits.TimeoutMS) * time.Millisecond).String()
 	}},
-	{name: "limits.memory", render: func(c *canonicalRecord) string { return formatSize(c.Limits.MemoryBytes) }},
+	{name: "limits.memory", render: func(c *canonicalRecord) string { return sandbox.FormatSize(c.Limits.MemoryBytes) }},
 	{name: "limits.cpu", render: func(c *canonicalRecord) string { return strconv.FormatFloat(c.Limits.CPU, 'g', -1, 64) }},
 	{name: "limits.pids", render: func(c *canonicalRecord) string { return strconv.FormatInt(c.Limits.Pids, 10) }},
-	{name: "limits.output_cap", render: func(c *canonicalRecord) string { return formatSize(c.Limits.OutputCapBytes) }},
+	{name: "limits.output_cap", render: func(c *canonicalRecord) string { return sandbox.FormatSize(c.Limits.OutputCapBytes) }},
 	{name: "accept_risk", render: func(c *canonicalRecord) string {
 		if c.AcceptRisk == nil {
 			return "none"

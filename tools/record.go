@@ -40,11 +40,11 @@ func Record(t Tool) string {
 	b.WriteString("\n## Effective limits\n\n")
 	b.WriteString("| limit | value |\n|---|---|\n")
 	fmt.Fprintf(&b, "| wall clock | %s per execution |\n", l.Timeout)
-	fmt.Fprintf(&b, "| memory | %s, no swap |\n", formatSize(l.Memory))
+	fmt.Fprintf(&b, "| memory | %s, no swap |\n", sandbox.FormatSize(l.Memory))
 	fmt.Fprintf(&b, "| cpu | %s vCPU |\n", strconv.FormatFloat(l.CPU, 'g', -1, 64))
 	fmt.Fprintf(&b, "| processes | %d |\n", l.Pids)
-	fmt.Fprintf(&b, "| scratch (/tmp) | %s |\n", formatSize(l.TmpSize))
-	fmt.Fprintf(&b, "| output | %s each of stdout and stderr |\n", formatSize(l.OutputCap))
+	fmt.Fprintf(&b, "| scratch (/tmp) | %s |\n", sandbox.FormatSize(l.TmpSize))
+	fmt.Fprintf(&b, "| output | %s each of stdout and stderr |\n", sandbox.FormatSize(l.OutputCap))
 
 	b.WriteString("\n## Accepted risk\n\n")
 	switch {
@@ -105,7 +105,7 @@ func filesystemLine(c canonicalRecord) string {
 	if c.Filesystem.ScratchLifetime == LifetimeSession {
 		life = "kept for the session, destroyed with its sandbox"
 	}
-	parts = append(parts, fmt.Sprintf("writable scratch `/tmp` %s, %s", formatSize(c.Filesystem.ScratchBytes), life))
+	parts = append(parts, fmt.Sprintf("writable scratch `/tmp` %s, %s", sandbox.FormatSize(c.Filesystem.ScratchBytes), life))
 	parts = append(parts, "root filesystem read-only")
 	return strings.Join(parts, "; ")
 }
@@ -138,19 +138,6 @@ func quoteAll(ss []string) []string {
 		q[i] = "`" + s + "`"
 	}
 	return q
-}
-
-// formatSize renders bytes in the largest binary unit that divides them.
-func formatSize(n int64) string {
-	switch {
-	case n >= 1<<30 && n%(1<<30) == 0:
-		return fmt.Sprintf("%d GiB", n>>30)
-	case n >= 1<<20 && n%(1<<20) == 0:
-		return fmt.Sprintf("%d MiB", n>>20)
-	case n >= 1<<10 && n%(1<<10) == 0:
-		return fmt.Sprintf("%d KiB", n>>10)
-	}
-	return fmt.Sprintf("%d bytes", n)
 }
 
 // canonicalRecord is the record in a form where equal records are equal

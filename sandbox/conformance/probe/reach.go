@@ -336,18 +336,7 @@ func pidlimit(max int, paceUs int64) obj {
 			syscall.RawSyscall(syscall.SYS_NANOSLEEP, uintptr(unsafe.Pointer(&ts)), 0, 0)
 		}
 	}
-	for i := 0; i < len(pids); i++ {
-		syscall.RawSyscall(syscall.SYS_KILL, uintptr(pids[i]), uintptr(syscall.SIGKILL), 0)
-	}
-	var ws unix.WaitStatus
-	for i := 0; i < len(pids); i++ {
-		for {
-			_, _, e := syscall.RawSyscall6(syscall.SYS_WAIT4, uintptr(pids[i]), uintptr(unsafe.Pointer(&ws)), unix.WALL, 0, 0, 0)
-			if e != syscall.EINTR {
-				break
-			}
-		}
-	}
+	killAndReap(pids)
 	restoreSignals(old)
 	runtime.UnlockOSThread()
 	o := obj{{"tasks_before", tasks}, {"forked", len(pids)}, {"max", max}}

@@ -386,6 +386,20 @@ func forkbomb(max int, holdMs int64) obj {
 		}
 		syscall.RawSyscall(syscall.SYS_NANOSLEEP, uintptr(unsafe.Pointer(&ts)), 0, 0)
 	}
+	killAndReap(pids)
+	end := monoMs()
+	restoreSignals(old)
+	runtime.UnlockOSThread()
+	o := obj{{"forked", len(pids)}, {"max", max}}
+	o = append(o, errf(firstErr)...)
+	return append(o, field{"limit_reached_ms", reached - start}, field{"elapsed_ms", end - start})
+}
+
+// killAndReap kills the children forkbomb and pidlimit forked and reaps
+// them, with raw system calls only (see forkbomb).
+//
+//go:nosplit
+func killAndReap(pids []int) {
 	for i := 0; i < len(pids); i++ {
 		syscall.RawSyscall(syscall.SYS_KILL, uintptr(pids[i]), uintptr(syscall.SIGKILL), 0)
 	}
@@ -398,12 +412,6 @@ func forkbomb(max int, holdMs int64) obj {
 			}
 		}
 	}
-	end := monoMs()
-	restoreSignals(old)
-	runtime.UnlockOSThread()
-	o := obj{{"forked", len(pids)}, {"max", max}}
-	o = append(o, errf(firstErr)...)
-	return append(o, field{"limit_reached_ms", reached - start}, field{"elapsed_ms", end - start})
 }
 
 // monoMs reads CLOCK_MONOTONIC in milliseconds with a raw system call.
