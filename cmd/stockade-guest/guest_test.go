@@ -614,13 +614,14 @@ func TestResourceUsage(t *testing.T) {
 }
 
 // TestSignalsToGuest checks that the program, which shares the guest's uid,
-// cannot end the guest with any signal whose default action ends a process
-// (but the synchronous-fault ones, which crash it on purpose, and 32 to 34,
-// which only PID 1's protection covers: see TestAsPID1).
+// can neither end nor stop the guest with any signal whose default action
+// ends or stops a process (but the synchronous-fault ones, which crash it on
+// purpose). The guest is not PID 1 here: nothing but its own dispositions
+// protects it.
 func TestSignalsToGuest(t *testing.T) {
 	g := startGuest(t)
 	dir := workDir(t)
-	r := g.mustExit(shell(dir, `for s in TERM HUP INT QUIT ABRT USR1 USR2 PIPE ALRM XCPU XFSZ VTALRM IO PWR $(seq 35 64); do kill -$s $PPID || exit 1; done; sleep 0.2; echo sent`))
+	r := g.mustExit(shell(dir, `for s in TERM HUP INT QUIT ABRT USR1 USR2 PIPE ALRM XCPU XFSZ VTALRM IO PWR TSTP TTIN TTOU $(seq 32 64); do kill -$s $PPID || exit 1; done; sleep 0.2; echo sent`))
 	if string(r.stdout) != "sent\n" || r.exit.ExitCode != 0 {
 		t.Fatalf("got %q exit %d, %s", r.stdout, r.exit.ExitCode, r.stderr)
 	}

@@ -20,10 +20,10 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/signal"
 	"sync"
 	"sync/atomic"
 	"syscall"
+	"time"
 
 	"github.com/stockade-sh/stockade/guest"
 )
@@ -36,47 +36,54 @@ func main() {
 	if _, _, errno := syscall.RawSyscall(syscall.SYS_PRCTL, syscall.PR_SET_DUMPABLE, 0, 0); errno != 0 {
 		fatalf("setting PR_SET_DUMPABLE to 0: %v", errno)
 	}
-	catchSignals()
+	if err := dropSignals(); err != nil {
+		fatalf("%v", err)
+	}
 	resetIgnoredSignals()
+	in, out, err := stdio()
+	if err != nil {
+		fatalf("%v", err)
+	}
 
 	a := &agent{
-		out:  os.Stdout,
+		out:  out,
 		in:   make(chan frame),
 		init: os.Getpid() == 1,
 	}
-	go readFrames(os.Stdin, a.in)
+	go readFrames(in, a.in)
 	a.sendJSON(guest.FrameReady, guest.Ready{Version: guest.Version})
 	a.serve()
 }
 
-// catchSignals makes the guest survive the signals that would otherwise end
-// it.
+// stdio returns the guest's ends of the frame streams: stdin, and a
+// duplicate of stdout.
 //
-// Code in the sandbox runs with the guest's uid and, inside the PID
-// namespace, may signal PID 1 with any signal for which PID 1 has a handler
-// (the kernel drops the others, and SIGKILL and SIGSTOP, for PID 1). The Go
-// runtime installs its handler for nearly every signal at start; for most
-// of them (SIGUSR1, SIGALRM, the real-time signals, ...) that handler does
-// nothing, but SIGHUP, SIGINT and SIGTERM make it exit and SIGQUIT and
-// SIGABRT make it crash. Those are caught here, and dropped. SIGHUP and
-// SIGINT are the runtime's exceptions to installing a handler: it respects
-// an inherited SIG_IGN for them, which would pass on to every program; a
-// caught signal is reset to the default in every child. With SIGPIPE
-// caught, a write to a host that went away fails with EPIPE and is handled
-// like any other write error.
-//
-// Only these are caught: the runtime enables each caught signal with a
-// round trip to a thread of its own, which is slow under gVisor. A
-// synchronous-fault signal sent on purpose (SIGTRAP, SIGSYS, ...) still
-// crashes the guest, which ends the sandbox: a denial of service of the
-// attacker's own box only.
-func catchSignals() {
-	c := make(chan os.Signal, 16)
-	signal.Notify(c, syscall.SIGHUP, syscall.SIGINT, syscall.SIGQUIT, syscall.SIGABRT, syscall.SIGTERM, syscall.SIGPIPE)
-	go func() {
-		for range c {
+// Every blocked read of a blocking descriptor holds a thread of its own,
+// which takes 1-2 ms to start under gVisor; stdin is made non-blocking so
+// that the runtime's poller waits for it instead, where it can (on a pipe,
+// as from the runtimes; not on a file). Frames go out through a duplicate
+// of stdout because the runtime makes a program die of SIGPIPE when its
+// write to descriptor 1 or 2 fails with EPIPE: through any other
+// descriptor a host that went away is a write error like any other, which
+// kills everything before the guest exits.
+func stdio() (in, out *os.File, err error) {
+	if err := syscall.SetNonblock(0, true); err != nil {
+		return nil, nil, fmt.Errorf("setting stdin non-blocking: %w", err)
+	}
+	in = os.NewFile(0, "stdin")
+	// A descriptor the poller does not take has no deadlines; it must
+	// block then, or reads would fail with EAGAIN.
+	if in.SetReadDeadline(time.Time{}) != nil {
+		if err := syscall.SetNonblock(0, false); err != nil {
+			return nil, nil, fmt.Errorf("setting stdin blocking: %w", err)
 		}
-	}()
+	}
+	fd, err := syscall.Dup(1)
+	if err != nil {
+		return nil, nil, fmt.Errorf("duplicating stdout: %w", err)
+	}
+	syscall.CloseOnExec(fd)
+	return in, os.NewFile(uintptr(fd), "frames"), nil
 }
 
 // agent is the guest's state. Only the main goroutine runs execs and reads

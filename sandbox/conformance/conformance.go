@@ -82,6 +82,7 @@ func Run(t *testing.T, h Harness) {
 		{"Network", (*suite).network},
 		{"HostEnvironment", (*suite).hostEnvironment},
 		{"HostPIDs", (*suite).hostPIDs},
+		{"GuestSignals", (*suite).guestSignals},
 		{"Syscalls", (*suite).syscalls},
 		{"ForkBomb", (*suite).forkBomb},
 		{"OOM", (*suite).oom},
@@ -884,6 +885,36 @@ func (s *suite) hostPIDs(t *testing.T) {
 		}
 		if p.PID == os.Getpid() && p.Comm == strings.TrimSpace(string(hostComm)) {
 			t.Errorf("the test process itself (pid %d, %s) is visible in the sandbox", p.PID, p.Comm)
+		}
+	}
+}
+
+// guestSignals checks that the program, which runs with the guest's uid,
+// can neither end nor stop the guest with a signal (but the synchronous
+// faults, which crash it on purpose: a denial of service of the attacker's
+// own box). Linux drops such signals to PID 1 unless it has a handler;
+// gVisor delivers them, and the guest's own dispositions are the defence.
+func (s *suite) guestSignals(t *testing.T) {
+	b := s.start(t, sandbox.Limits{})
+	var r struct {
+		Parent  int     `json:"parent"`
+		Sent    []int   `json:"sent"`
+		Refused []errno `json:"refused"`
+	}
+	// A guest that died of a signal fails the Exec; one that stopped
+	// never answers, and the Exec times out.
+	res := b.run(t, sandbox.ExecRequest{Timeout: 20 * time.Second}, "killparent")
+	decode(t, res, &r, "killparent")
+	if r.Parent != 1 {
+		t.Errorf("the probe's parent is pid %d, want the guest as pid 1", r.Parent)
+	}
+	// SIGKILL, SIGSTOP and 7 synchronous faults are not sent.
+	if len(r.Sent) != 64-9 || len(r.Refused) > 0 {
+		t.Errorf("sent %d signals to the guest (%v), refused %v; want all 55", len(r.Sent), r.Sent, r.Refused)
+	}
+	if s.caps.Sessions {
+		if res := b.run(t, sandbox.ExecRequest{}, "exit", "0"); res.Status != sandbox.StatusSucceeded {
+			t.Errorf("after the signals, the next exec: got status %s, want %s", res.Status, sandbox.StatusSucceeded)
 		}
 	}
 }

@@ -36,6 +36,8 @@
 //	pidlimit MAX [PACE_US]  the sandbox's tasks, then fork sleeping children
 //	                     until refused (PACE_US apart, default 0), with
 //	                     "forked N" on stderr after each
+//	killparent           send the parent (the guest) every signal but
+//	                     SIGKILL, SIGSTOP and the synchronous faults
 package main
 
 import (
@@ -143,6 +145,8 @@ func main() {
 			pace = int64(atoi(args[1]))
 		}
 		emit(pidlimit(atoi(arg(args, 0, "MAX")), pace))
+	case "killparent":
+		emit(killParent())
 	default:
 		fail("unknown subcommand " + strconv.Quote(os.Args[1]))
 	}
@@ -665,6 +669,31 @@ func unhex(s string) ([]byte, bool) {
 func ignoreSignal(sig syscall.Signal) {
 	act := [4]uint64{1} // struct sigaction: handler SIG_IGN, flags, restorer, mask
 	syscall.RawSyscall6(syscall.SYS_RT_SIGACTION, uintptr(sig), uintptr(unsafe.Pointer(&act)), 0, 8, 0, 0)
+}
+
+// killParent sends the parent every signal but SIGKILL and SIGSTOP, which
+// Linux and gVisor never let reach PID 1 from inside, and the synchronous
+// faults (SIGILL, SIGTRAP, SIGBUS, SIGFPE, SIGSEGV, SIGSTKFLT, SIGSYS),
+// which crash the guest on purpose. It then waits for a signal that ends the
+// parent to take effect, and reports the signals the kernel refused.
+func killParent() obj {
+	ppid := os.Getppid()
+	var sent []int
+	var refused []obj
+	for sig := syscall.Signal(1); sig <= 64; sig++ {
+		switch sig {
+		case syscall.SIGKILL, syscall.SIGSTOP, syscall.SIGILL, syscall.SIGTRAP, syscall.SIGBUS,
+			syscall.SIGFPE, syscall.SIGSEGV, syscall.SIGSTKFLT, syscall.SIGSYS:
+			continue
+		}
+		if err := syscall.Kill(ppid, sig); err != nil {
+			refused = append(refused, append(obj{{"signal", int(sig)}}, attempt(err)...))
+			continue
+		}
+		sent = append(sent, int(sig))
+	}
+	time.Sleep(200 * time.Millisecond)
+	return obj{{"parent", ppid}, {"sent", sent}, {"refused", refused}}
 }
 
 // procs lists the processes visible in /proc.

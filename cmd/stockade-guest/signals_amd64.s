@@ -1,0 +1,17 @@
+#include "textflag.h"
+
+// sigDrop is a signal handler that returns at once (see dropSignals).
+TEXT sigDrop<>(SB), NOSPLIT|NOFRAME, $0
+	RET
+
+// sigReturn is sigDrop's restorer: the handler returns into it, and it
+// asks the kernel to resume what the signal interrupted.
+TEXT sigReturn<>(SB), NOSPLIT|NOFRAME, $0
+	MOVQ $15, AX // SYS_rt_sigreturn
+	SYSCALL
+	INT $3 // not reached
+
+GLOBL ·sigDropPC(SB), RODATA, $8
+DATA ·sigDropPC(SB)/8, $sigDrop<>(SB)
+GLOBL ·sigReturnPC(SB), RODATA, $8
+DATA ·sigReturnPC(SB)/8, $sigReturn<>(SB)
