@@ -157,11 +157,20 @@ func (e *Engine) openEgress(ctx context.Context, tool tools.Tool, drv sandbox.Dr
 	return id, n, nil
 }
 
-// closeEgress removes the network of sandbox id.
-func (e *Engine) closeEgress(id string, n *netns.Egress) error {
+// stopEgress stops the proxy and DNS responder of sandbox id, which
+// decides every request still in flight, and only then forgets the
+// sandbox's labels: every decision about the sandbox reaches the observers
+// with its labels before stopEgress returns.
+func (e *Engine) stopEgress(id string, n *netns.Egress) {
+	n.Stop()
 	e.egress.mu.Lock()
 	delete(e.egress.live, id)
 	e.egress.mu.Unlock()
+}
+
+// closeEgress stops and removes the network of sandbox id.
+func (e *Engine) closeEgress(id string, n *netns.Egress) error {
+	e.stopEgress(id, n)
 	if err := n.Close(); err != nil {
 		return fmt.Errorf("removing the network of sandbox %s: %w", id, err)
 	}
@@ -198,15 +207,20 @@ func (e *Engine) Wait() error {
 	return err
 }
 
-// Destroy destroys the sandbox and returns once it is gone; its network
-// (namespace, veth, rules, proxy and DNS listeners) is removed afterwards
-// in the background, and the engine's Wait waits for that. It is
-// idempotent. The error is the sandbox's; a failure to remove the network
-// is logged and returned by Wait.
+// Destroy destroys the sandbox and returns once it is gone and its proxy
+// and DNS responder have decided every request they were serving (so that
+// a caller that audits the decisions of a run has all of them when the run
+// returns); the rest of its network (namespace, veth, rules) is removed
+// afterwards in the background, and the engine's Wait waits for that. It
+// is idempotent. The error is the sandbox's; a failure to remove the
+// network is logged and returned by Wait.
 func (s *Session) Destroy(ctx context.Context) error {
 	err := s.Sandbox.Destroy(ctx)
 	if s.net != nil {
-		s.netOnce.Do(func() { s.eng.closeEgressLater(s.Sandbox.ID(), s.net) })
+		s.netOnce.Do(func() {
+			s.eng.stopEgress(s.Sandbox.ID(), s.net)
+			s.eng.closeEgressLater(s.Sandbox.ID(), s.net)
+		})
 	}
 	return err
 }

@@ -39,15 +39,21 @@ import (
 // the DNS responder refused must never reach it.
 type mapResolver struct {
 	names map[string][]netip.Addr
+	// hang is a name whose lookup lasts until its context ends.
+	hang string
 
 	mu      sync.Mutex
 	queries []string
 }
 
-func (r *mapResolver) LookupNetIP(_ context.Context, _, host string) ([]netip.Addr, error) {
+func (r *mapResolver) LookupNetIP(ctx context.Context, _, host string) ([]netip.Addr, error) {
 	r.mu.Lock()
 	r.queries = append(r.queries, host)
 	r.mu.Unlock()
+	if host == r.hang {
+		<-ctx.Done()
+		return nil, ctx.Err()
+	}
 	if as, ok := r.names[host]; ok {
 		return as, nil
 	}
@@ -500,6 +506,55 @@ tools:
 			t.Errorf("got %s %s, want no network without Network", res.Stdout, res.Stderr)
 		}
 	})
+}
+
+// TestRequestInFlightAtTheEnd checks that a request the proxy is still
+// deciding when its sandbox ends is decided, with the run's labels, before
+// Run returns: the service audits a refusal under the run's execution only
+// while the run is under way. The program sends its request and exits
+// while the proxy waits for the name to resolve.
+func TestRequestInFlightAtTheEnd(t *testing.T) {
+	env := newEgressEnv(t, `
+tools:
+  - name: fetch
+    input_trust: trusted
+    tier: container
+    runtimes: [python]
+    egress:
+      allow: [slow.test]
+      ports: [8080]
+`, nil, nil, nil)
+	env.resolver.hang = "slow.test"
+	script := []byte(`
+import socket, time
+s = socket.create_connection(("slow.test", 8080), timeout=5)
+s.sendall(b"GET /x HTTP/1.1\r\nHost: slow.test:8080\r\n\r\n")
+time.sleep(0.3)
+print("sent")
+`)
+	for _, drv := range []string{"runc", "gvisor"} {
+		t.Run(drv, func(t *testing.T) {
+			env.takeRefused()
+			exec := "ex_inflight_" + drv
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			res, err := env.eng.Run(ctx, Request{Tool: "fetch", Driver: drv, Runtime: "python", Network: true,
+				Code: script, Labels: map[string]string{LabelExecution: exec}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res.Stdout != "sent\n" {
+				t.Fatalf("got stdout %q, stderr %q", res.Stdout, res.Stderr)
+			}
+			if !env.resolver.asked("slow.test") {
+				t.Fatal("the proxy never looked slow.test up: the request did not reach it")
+			}
+			refused := env.takeRefused()
+			if len(refused) != 1 || refused[0].Name != "slow.test" || refused[0].Reason != egress.ReasonNoSuchName || refused[0].Labels[LabelExecution] != exec {
+				t.Fatalf("refusals when Run returned: %+v; want slow.test (%s) with the run's labels", refused, egress.ReasonNoSuchName)
+			}
+		})
+	}
 }
 
 // TestOpenUsesEgressConfig checks that Open builds the sandbox networks

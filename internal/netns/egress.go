@@ -28,10 +28,11 @@ type Egress struct {
 	// rules let through besides DNS.
 	Ports []uint16
 
-	gate *egress.Gate
-	dns  *egress.DNS
-	once sync.Once
-	err  error
+	gate    *egress.Gate
+	dns     *egress.DNS
+	stopped sync.Once
+	once    sync.Once
+	err     error
 }
 
 // OpenEgress prepares a sandbox's network for pol: a namespace whose rules
@@ -98,16 +99,26 @@ func (m *Manager) OpenEgress(ctx context.Context, p *egress.Proxy, pol egress.Po
 	return e, nil
 }
 
-// Close stops the proxy and the responder, then removes the namespace,
-// veth and rules (see Net.Remove for its cost). It is idempotent.
-func (e *Egress) Close() error {
-	e.once.Do(func() {
+// Stop stops the proxy and the responder and returns once the requests
+// they were serving are decided (each decision reaches the proxy's and the
+// responder's observers before). It is quick and idempotent; the namespace,
+// veth and rules stay until Close.
+func (e *Egress) Stop() {
+	e.stopped.Do(func() {
 		if e.gate != nil {
 			e.gate.Close()
 		}
 		if e.dns != nil {
 			e.dns.Close()
 		}
+	})
+}
+
+// Close stops the proxy and the responder, then removes the namespace,
+// veth and rules (see Net.Remove for its cost). It is idempotent.
+func (e *Egress) Close() error {
+	e.once.Do(func() {
+		e.Stop()
 		e.err = e.Net.Remove()
 	})
 	return e.err
