@@ -32,7 +32,7 @@ var dockerEtcFiles = []string{"/etc/hostname", "/etc/hosts", "/etc/resolv.conf"}
 
 // requiredNamespaces are the namespaces of the profile (DESIGN.md §3):
 // each must differ from the host's. The user namespace (runc's sandboxes
-// without egress have one) and the time namespace are reported only.
+// have one) and the time namespace are reported only.
 var requiredNamespaces = []string{"cgroup", "ipc", "mnt", "net", "pid", "pid_for_children", "uts"}
 
 // The minimal /dev of every sandbox: names at its top level, and the

@@ -362,6 +362,7 @@ attempt("ipv6", v6)
 label = os.urandom(8).hex() + ".test"
 print("random-label", label)
 attempt("random-dns", lambda: socket.getaddrinfo(label, port))
+print("uid_map", " ".join(open("/proc/self/uid_map").read().split()))
 `
 
 // TestEgressOnBothTiers runs a tool with an egress allowlist through
@@ -458,6 +459,21 @@ tools:
 			}
 			if env.resolver.asked(label) {
 				t.Errorf("the random label %s reached the resolver", label)
+			}
+			if drv == "runc" {
+				// A user namespace of the sandbox's own, which owns its
+				// network namespace: root and the sandbox user map to a
+				// slot of host ids, nothing else is mapped.
+				var uidMap string
+				for l := range strings.Lines(res.Stdout) {
+					if strings.HasPrefix(l, "uid_map ") {
+						uidMap = l
+					}
+				}
+				var base, next uint32
+				if _, err := fmt.Sscanf(uidMap, "uid_map 0 %d 1 65534 %d 1\n", &base, &next); err != nil || base < sandbox.FirstHostID || next != base+1 {
+					t.Errorf("runc sandbox with egress: %q, want root and 65534 mapped to a slot of host ids (%v)", uidMap, err)
+				}
 			}
 			if !env.resolver.asked("rebind.test") {
 				t.Errorf("rebind.test was never resolved; the rebinding check proved nothing")

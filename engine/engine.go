@@ -377,7 +377,7 @@ func (e *Engine) NewSession(ctx context.Context, req Request) (*Session, error) 
 			return nil, err
 		}
 		spec.Network = sandbox.NetworkEgress
-		spec.Egress = &sandbox.EgressNet{NetNSPath: net.Path, ResolvConf: net.ResolvConf}
+		spec.Egress = &sandbox.EgressNet{NetNSPath: net.Path, ResolvConf: net.ResolvConf, UserNSPath: net.UserNSPath, HostIDBase: net.HostUIDBase}
 	}
 	sb, err := drv.Create(ctx, spec)
 	if err != nil {

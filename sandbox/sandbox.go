@@ -63,6 +63,11 @@ type Capabilities struct {
 	Sessions bool
 	// Snapshots is true when the driver implements Snapshotter.
 	Snapshots bool
+	// UserNamespace is true when every sandbox has a user namespace of its
+	// own, with host ids from RandomHostIDBase. A network prepared for
+	// such a sandbox (EgressNet) must then belong to a user namespace made
+	// for it: see EgressNet.UserNSPath.
+	UserNamespace bool
 }
 
 // Image is a runtime image resolved from the image store.
@@ -105,6 +110,15 @@ type EgressNet struct {
 	NetNSPath string
 	// ResolvConf is the content of the sandbox's /etc/resolv.conf.
 	ResolvConf []byte
+	// UserNSPath, when not empty, is the user namespace (a bind mount) that
+	// owns the network namespace, mapping root to HostIDBase and the
+	// sandbox user to HostIDBase+1; a driver with
+	// Capabilities.UserNamespace runs the sandbox in it. Without one, such
+	// a driver runs the sandbox in the host's user namespace: a user
+	// namespace of its own could not mount sysfs for a network namespace
+	// that belongs to the host's.
+	UserNSPath string
+	HostIDBase uint32
 }
 
 // Mount is a read-only bind mount of a host directory into the sandbox.

@@ -79,7 +79,7 @@ func run(n int, bin, dataDir string, parts bool) error {
 		if strings.HasSuffix(name, "-runc") {
 			// runc's sandboxes have a user namespace; host ids just
 			// below the range the driver draws from.
-			o.HostUIDBase = 1<<30 - 2
+			o.HostUIDBase = sandbox.FirstHostID - 2
 		}
 		s, err := oci.Build(o)
 		if err != nil {

@@ -41,7 +41,10 @@ type Egress struct {
 // set), and the DNS responder there answering pol.Allow (and the broker's
 // name) with the host end's address. The proxy and the responder serve
 // until Close or until ctx is done; on error nothing is left.
-func (m *Manager) OpenEgress(ctx context.Context, p *egress.Proxy, pol egress.Policy) (_ *Egress, err error) {
+//
+// hostUIDBase, when not zero, makes the namespace belong to a user
+// namespace of its own (see Options.HostUIDBase).
+func (m *Manager) OpenEgress(ctx context.Context, p *egress.Proxy, pol egress.Policy, hostUIDBase uint32) (_ *Egress, err error) {
 	var ports []uint16
 	for _, port := range pol.Ports {
 		if port < 1 || port > 65535 {
@@ -57,7 +60,7 @@ func (m *Manager) OpenEgress(ctx context.Context, p *egress.Proxy, pol egress.Po
 	if len(ports) == 0 {
 		return nil, errors.New("an egress policy needs at least one port or a broker")
 	}
-	n, err := m.Create(ctx, Options{ProxyPorts: ports})
+	n, err := m.Create(ctx, Options{ProxyPorts: ports, HostUIDBase: hostUIDBase})
 	if err != nil {
 		return nil, err
 	}

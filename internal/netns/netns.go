@@ -9,8 +9,11 @@
 //
 // The namespace is bind-mounted at /run/netns/NAME, as `ip netns add` does,
 // so that runc and runsc can join it by path (an OCI network namespace
-// with a path). Remove deletes the rules, the veth and the namespace; the
-// daemon calls CleanupStale at start to remove what a crashed daemon left.
+// with a path). For a sandbox with a user namespace of its own (runc's),
+// the namespace belongs to a user namespace made with it, bind-mounted at
+// /run/stockade/userns/NAME, which the sandbox joins too. Remove deletes
+// the rules, the veth and the namespaces; the daemon calls CleanupStale at
+// start to remove what a crashed daemon left.
 //
 //	m, err := netns.NewManager(netns.Config{})
 //	removed, err := m.CleanupStale()
@@ -28,23 +31,34 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"runtime"
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 
 	"github.com/vishvananda/netlink"
 	vnetns "github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 
 	"github.com/stockade-sh/stockade/errdefs"
+	"github.com/stockade-sh/stockade/internal/oci"
 )
 
 // RunDir is where named network namespaces are bind-mounted, as iproute2
 // does.
 const RunDir = "/run/netns"
+
+// UserRunDir is where the user namespaces that own sandbox networks (see
+// Options.HostUIDBase) are bind-mounted, under the network's name.
+const UserRunDir = "/run/stockade/userns"
+
+// pinDirs are where namespaces are bind-mounted, and what CleanupStale and
+// Leftovers call what they find there.
+var pinDirs = []struct{ dir, what string }{{RunDir, "netns "}, {UserRunDir, "user namespace of "}}
 
 // SandboxIf is the name of the sandbox's end of the veth, inside its
 // namespace.
@@ -105,6 +119,14 @@ type Options struct {
 	// ProxyPorts are the TCP ports of the host end that the sandbox may
 	// reach: the egress proxy's listeners. At least one.
 	ProxyPorts []uint16
+	// HostUIDBase, when not zero, makes the network namespace belong to a
+	// new user namespace that maps root to HostUIDBase and the sandbox
+	// user (oci.SandboxUID, oci.SandboxGID) to HostUIDBase+1, for a
+	// sandbox that runs in that user namespace (Net.UserNSPath): only
+	// there can it mount sysfs for the network namespace. Owning the
+	// namespace gives that user namespace nothing over the host's rules,
+	// which live in the host's network namespace.
+	HostUIDBase uint32
 }
 
 // Net is one sandbox's network. The caller must call Remove.
@@ -122,6 +144,11 @@ type Net struct {
 	Link        netip.Prefix
 	// Table is the nftables table (family inet) holding the rules.
 	Table string
+	// UserNSPath is the bind mount of the user namespace that owns the
+	// network namespace, and HostUIDBase its mapping (Options.HostUIDBase);
+	// empty and zero when the host's user namespace owns it.
+	UserNSPath  string
+	HostUIDBase uint32
 
 	m    *Manager
 	slot int
@@ -197,10 +224,18 @@ func (m *Manager) Create(ctx context.Context, o Options) (_ *Net, err error) {
 	// would make every step below fail confusingly.
 	n.removeParts()
 
-	if err := ensureRunDir(); err != nil {
+	if err := ensureShared(RunDir); err != nil {
 		return nil, err
 	}
-	if err := newNamed(n.Path); err != nil {
+	if o.HostUIDBase == 0 {
+		err = newNamed(n.Path)
+	} else {
+		n.UserNSPath, n.HostUIDBase = filepath.Join(UserRunDir, ns), o.HostUIDBase
+		if err = ensureShared(UserRunDir); err == nil {
+			err = newNamedInUserNS(n.UserNSPath, n.Path, o.HostUIDBase)
+		}
+	}
+	if err != nil {
 		return nil, fmt.Errorf("creating network namespace %s: %w", ns, err)
 	}
 	nsh, err := vnetns.GetFromPath(n.Path)
@@ -290,8 +325,10 @@ func (n *Net) removeParts() error {
 		}
 	}
 	var errs []error
-	if err := deleteNamed(n.Path); err != nil {
-		errs = append(errs, err)
+	for _, p := range []string{n.Path, filepath.Join(UserRunDir, n.Name)} {
+		if err := deleteNamed(p); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	if err := delTables(func(name string) bool { return name == n.Table }); err != nil {
 		errs = append(errs, err)
@@ -323,16 +360,18 @@ func (m *Manager) CleanupStale() ([]string, error) {
 			}
 		}
 	}
-	entries, err := os.ReadDir(RunDir)
-	if err != nil && !errors.Is(err, os.ErrNotExist) {
-		errs = append(errs, err)
-	}
-	for _, e := range entries {
-		if nsPat.MatchString(e.Name()) {
-			if err := deleteNamed(filepath.Join(RunDir, e.Name())); err != nil {
-				errs = append(errs, err)
-			} else {
-				removed = append(removed, "netns "+e.Name())
+	for _, d := range pinDirs {
+		entries, err := os.ReadDir(d.dir)
+		if err != nil && !errors.Is(err, os.ErrNotExist) {
+			errs = append(errs, err)
+		}
+		for _, e := range entries {
+			if nsPat.MatchString(e.Name()) {
+				if err := deleteNamed(filepath.Join(d.dir, e.Name())); err != nil {
+					errs = append(errs, err)
+				} else {
+					removed = append(removed, d.what+e.Name())
+				}
 			}
 		}
 	}
@@ -374,10 +413,12 @@ func (m *Manager) Leftovers() []string {
 			}
 		}
 	}
-	if entries, err := os.ReadDir(RunDir); err == nil {
-		for _, e := range entries {
-			if strings.HasPrefix(e.Name(), p+"-") {
-				out = append(out, "netns "+e.Name())
+	for _, d := range pinDirs {
+		if entries, err := os.ReadDir(d.dir); err == nil {
+			for _, e := range entries {
+				if strings.HasPrefix(e.Name(), p+"-") {
+					out = append(out, d.what+e.Name())
+				}
 			}
 		}
 	}
@@ -419,32 +460,36 @@ func (n *Net) Do(f func() error) error {
 	return <-errc
 }
 
-// ensureRunDir makes RunDir a shared mount point, as iproute2 does, so
-// that unmounting a namespace's bind mount reaches the copies that mount
-// namespaces made since (runc's and runsc's): otherwise they would keep the
-// namespace alive.
-func ensureRunDir() error {
-	runDirOnce.Do(func() {
-		if runDirErr = os.MkdirAll(RunDir, 0o755); runDirErr != nil {
-			return
+// ensureShared makes dir (RunDir or UserRunDir) a shared mount point, as
+// iproute2 does for RunDir, so that unmounting a namespace's bind mount
+// reaches the copies that mount namespaces made since (runc's and
+// runsc's): otherwise they would keep the namespace alive.
+func ensureShared(dir string) error {
+	sharedMu.Lock()
+	defer sharedMu.Unlock()
+	if shared[dir] {
+		return nil
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	err := unix.Mount("", dir, "none", unix.MS_SHARED|unix.MS_REC, "")
+	if errors.Is(err, unix.EINVAL) {
+		// Not a mount point yet: make it one, then shared.
+		if err = unix.Mount(dir, dir, "none", unix.MS_BIND|unix.MS_REC, ""); err == nil {
+			err = unix.Mount("", dir, "none", unix.MS_SHARED|unix.MS_REC, "")
 		}
-		err := unix.Mount("", RunDir, "none", unix.MS_SHARED|unix.MS_REC, "")
-		if errors.Is(err, unix.EINVAL) {
-			// Not a mount point yet: make it one, then shared.
-			if err = unix.Mount(RunDir, RunDir, "none", unix.MS_BIND|unix.MS_REC, ""); err == nil {
-				err = unix.Mount("", RunDir, "none", unix.MS_SHARED|unix.MS_REC, "")
-			}
-		}
-		if err != nil {
-			runDirErr = fmt.Errorf("making %s a shared mount: %w", RunDir, err)
-		}
-	})
-	return runDirErr
+	}
+	if err != nil {
+		return fmt.Errorf("making %s a shared mount: %w", dir, err)
+	}
+	shared[dir] = true
+	return nil
 }
 
 var (
-	runDirOnce sync.Once
-	runDirErr  error
+	sharedMu sync.Mutex
+	shared   = map[string]bool{}
 )
 
 // newNamed creates a network namespace and bind-mounts it at path, on a
@@ -486,6 +531,69 @@ func newNamed(path string) error {
 		return err
 	}
 	return nil
+}
+
+// newNamedInUserNS creates a user namespace that maps root and the
+// sandbox user to base and base+1, and a network namespace that belongs to
+// it, and bind-mounts them at userPath and netPath. A process has to hold
+// them while they are bind-mounted: the runtime cannot unshare a user
+// namespace in a process with threads, so a child does, cat from
+// coreutils, which waits for the end of its stdin.
+func newNamedInUserNS(userPath, netPath string, base uint32) (err error) {
+	var made []string
+	defer func() {
+		if err != nil {
+			for _, p := range made {
+				_ = deleteNamed(p)
+			}
+		}
+	}()
+	for _, p := range []string{userPath, netPath} {
+		f, err := os.OpenFile(p, os.O_CREATE|os.O_EXCL|os.O_RDONLY, 0o444)
+		if err != nil {
+			return err
+		}
+		f.Close()
+		made = append(made, p)
+	}
+	idMap := func(id uint32) []syscall.SysProcIDMap {
+		var m []syscall.SysProcIDMap
+		for _, l := range oci.IDMappings(base, id) {
+			m = append(m, syscall.SysProcIDMap{ContainerID: int(l.ContainerID), HostID: int(l.HostID), Size: int(l.Size)})
+		}
+		return m
+	}
+	// If the daemon dies before closing stdin, cat sees its end and exits.
+	holder := exec.Command("/bin/cat")
+	holder.Env = []string{}
+	holder.SysProcAttr = &syscall.SysProcAttr{
+		Cloneflags:  syscall.CLONE_NEWUSER | syscall.CLONE_NEWNET,
+		UidMappings: idMap(oci.SandboxUID),
+		GidMappings: idMap(oci.SandboxGID),
+		// As in the user namespaces runc makes: setgroups stays allowed
+		// (for whoever holds CAP_SETGID there, which no sandbox process
+		// does).
+		GidMappingsEnableSetgroups: true,
+	}
+	stdin, err := holder.StdinPipe()
+	if err != nil {
+		return err
+	}
+	if err := holder.Start(); err != nil {
+		stdin.Close()
+		return fmt.Errorf("starting the holder of a user namespace (/bin/cat): %w", err)
+	}
+	for _, ns := range []struct{ kind, path string }{{"user", userPath}, {"net", netPath}} {
+		if err = unix.Mount(fmt.Sprintf("/proc/%d/ns/%s", holder.Process.Pid, ns.kind), ns.path, "none", unix.MS_BIND, ""); err != nil {
+			err = fmt.Errorf("bind-mounting the %s namespace: %w", ns.kind, err)
+			break
+		}
+	}
+	stdin.Close()
+	if werr := holder.Wait(); werr != nil && err == nil {
+		err = fmt.Errorf("the holder of a user namespace: %w", werr)
+	}
+	return err
 }
 
 // deleteNamed unmounts and removes a namespace's bind mount; a missing one

@@ -9,15 +9,20 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/stockade-sh/stockade/egress"
 	"github.com/stockade-sh/stockade/internal/testenv"
+	"github.com/stockade-sh/stockade/sandbox"
 )
 
 // Tests use their own prefix and a corner of the range, so that they never
@@ -48,7 +53,12 @@ func newTestManager(t testing.TB) *Manager {
 
 func create(t testing.TB, m *Manager, ports ...uint16) *Net {
 	t.Helper()
-	n, err := m.Create(context.Background(), Options{ProxyPorts: ports})
+	return createWith(t, m, Options{ProxyPorts: ports})
+}
+
+func createWith(t testing.TB, m *Manager, o Options) *Net {
+	t.Helper()
+	n, err := m.Create(context.Background(), o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -95,6 +105,50 @@ func TestCreateRemove(t *testing.T) {
 	assertGone(t, m, n)
 }
 
+// TestUserNamespace checks a network made for a sandbox with a user
+// namespace of its own: the network namespace belongs to the user
+// namespace bind-mounted at UserNSPath (which runc proves it can join and
+// mount sysfs in: TestRuntimesJoinNamespace), and Remove leaves neither.
+func TestUserNamespace(t *testing.T) {
+	m := newTestManager(t)
+	base := sandbox.RandomHostIDBase()
+	n := createWith(t, m, Options{ProxyPorts: []uint16{8080}, HostUIDBase: base})
+	if n.HostUIDBase != base || n.UserNSPath != filepath.Join(UserRunDir, n.Name) {
+		t.Fatalf("user namespace %q with base %d, want %s with %d", n.UserNSPath, n.HostUIDBase, filepath.Join(UserRunDir, n.Name), base)
+	}
+	nsf, err := os.Open(n.Path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nsf.Close()
+	owner, err := unix.IoctlRetInt(int(nsf.Fd()), unix.NS_GET_USERNS)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(owner)
+	var got, want unix.Stat_t
+	if err := unix.Fstat(owner, &got); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Stat(n.UserNSPath, &want); err != nil {
+		t.Fatal(err)
+	}
+	var host unix.Stat_t
+	if err := unix.Stat("/proc/self/ns/user", &host); err != nil {
+		t.Fatal(err)
+	}
+	if got.Ino != want.Ino || got.Ino == host.Ino {
+		t.Fatalf("the network namespace belongs to user namespace %d; want %d (%s), not the host's %d", got.Ino, want.Ino, n.UserNSPath, host.Ino)
+	}
+	if err := n.Remove(); err != nil {
+		t.Fatal(err)
+	}
+	assertGone(t, m, n)
+	if _, err := os.Stat(n.UserNSPath); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("%s after Remove: %v", n.UserNSPath, err)
+	}
+}
+
 // assertGone checks with ip(8) and nftables that nothing of n is left.
 func assertGone(t *testing.T, m *Manager, n *Net) {
 	t.Helper()
@@ -115,7 +169,7 @@ func assertGone(t *testing.T, m *Manager, n *Net) {
 func TestCleanupStale(t *testing.T) {
 	m := newTestManager(t)
 	n1 := create(t, m, 80)
-	n2 := create(t, m, 443)
+	n2 := createWith(t, m, Options{ProxyPorts: []uint16{443}, HostUIDBase: sandbox.RandomHostIDBase()})
 	// A crashed daemon: a new manager knows nothing of n1 and n2.
 	m2, err := NewManager(Config{Prefix: testPrefix, Range: testRange})
 	if err != nil {
@@ -125,7 +179,7 @@ func TestCleanupStale(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"netns " + n1.Name, "netns " + n2.Name, "nftables table inet " + n1.Table} {
+	for _, want := range []string{"netns " + n1.Name, "netns " + n2.Name, "user namespace of " + n2.Name, "nftables table inet " + n1.Table} {
 		if !slices.Contains(removed, want) {
 			t.Errorf("CleanupStale removed %v, want %q among them", removed, want)
 		}
@@ -287,7 +341,7 @@ func TestEgressEndToEnd(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	n := openEgress(t, ctx, m, rec, upPort, nil)
+	n := openEgress(t, ctx, m, rec, upPort, nil, 0)
 	if !slices.Equal(n.Ports, []uint16{uint16(upPort)}) || !strings.Contains(string(n.ResolvConf), "nameserver "+n.HostAddr.String()+"\n") {
 		t.Fatalf("ports %v resolv.conf %q", n.Ports, n.ResolvConf)
 	}
@@ -397,7 +451,7 @@ func BenchmarkOpenEgress(b *testing.B) {
 	var open, closing []time.Duration
 	for b.Loop() {
 		t0 := time.Now()
-		e, err := m.OpenEgress(context.Background(), p, pol)
+		e, err := m.OpenEgress(context.Background(), p, pol, 0)
 		if err != nil {
 			b.Fatal(err)
 		}

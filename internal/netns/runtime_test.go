@@ -17,8 +17,6 @@ import (
 	"testing"
 	"time"
 
-	specs "github.com/opencontainers/runtime-spec/specs-go"
-
 	"github.com/stockade-sh/stockade/egress"
 	"github.com/stockade-sh/stockade/internal/oci"
 	"github.com/stockade-sh/stockade/internal/testenv"
@@ -51,13 +49,15 @@ def v6():
     s = socket.socket(socket.AF_INET6); s.settimeout(1); s.connect(("fe80::1%eth0", port)); return "connected"
 attempt("ipv6", v6)
 print("env", sorted(os.environ.items()))
+print("uid_map", " ".join(open("/proc/self/uid_map").read().split()))
 `
 
 // TestRuntimesJoinNamespace runs real sandboxes, runc and runsc with
 // --network=sandbox, in a prepared namespace given to them by path, behind
 // the egress proxy, the DNS responder and a broker stand-in, and checks
-// what the code inside could and could not reach. It is the plumbing the
-// drivers will use, proven before the drivers use it.
+// what the code inside could and could not reach. runc runs twice: in the
+// host's user namespace, and in a user namespace of the sandbox's own that
+// owns the network namespace (as the runc driver's sandboxes do).
 func TestRuntimesJoinNamespace(t *testing.T) {
 	m := newTestManager(t)
 	img := testenv.Image(t, "python")
@@ -75,12 +75,14 @@ func TestRuntimesJoinNamespace(t *testing.T) {
 	})
 
 	for _, rt := range []struct {
-		name string
-		args []string
-		k    oci.Kernel
+		name        string
+		args        []string
+		k           oci.Kernel
+		hostUIDBase uint32
 	}{
-		{"runc", []string{"runc"}, oci.HostKernel},
-		{"runsc", []string{"runsc", "--platform=systrap", "--network=sandbox", "--oci-seccomp", "--overlay2=none", "--host-uds=none"}, oci.UserSpaceKernel},
+		{"runc", []string{"runc"}, oci.HostKernel, 0},
+		{"runc-userns", []string{"runc"}, oci.HostKernel, sandbox.RandomHostIDBase()},
+		{"runsc", []string{"runsc", "--platform=systrap", "--network=sandbox", "--oci-seccomp", "--overlay2=none", "--host-uds=none"}, oci.UserSpaceKernel, 0},
 	} {
 		t.Run(rt.name, func(t *testing.T) {
 			bin := testenv.RequiresBinary(t, rt.args[0])
@@ -95,7 +97,7 @@ func TestRuntimesJoinNamespace(t *testing.T) {
 			}
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
-			n := openEgress(t, ctx, m, rec, upPort, brokerH)
+			n := openEgress(t, ctx, m, rec, upPort, brokerH, rt.hostUIDBase)
 
 			dir := t.TempDir()
 			resolv := filepath.Join(dir, "resolv.conf")
@@ -105,19 +107,14 @@ func TestRuntimesJoinNamespace(t *testing.T) {
 			var b [6]byte
 			_, _ = rand.Read(b[:])
 			id := "netns-test-" + hex.EncodeToString(b[:])
-			s, err := oci.Build(oci.Options{ID: id, Spec: sandbox.Spec{Image: img}, Limits: sandbox.DefaultLimits(), GuestPath: "/bin/true", CgroupsPath: "/stockade/" + id, Kernel: rt.k})
+			// The sandbox joins the prepared namespaces by path and sees the
+			// responder in resolv.conf.
+			s, err := oci.Build(oci.Options{ID: id, Spec: sandbox.Spec{Image: img, Network: sandbox.NetworkEgress}, Limits: sandbox.DefaultLimits(),
+				GuestPath: "/bin/true", CgroupsPath: "/stockade/" + id, Kernel: rt.k,
+				NetNSPath: n.Path, ResolvConf: resolv, HostUIDBase: n.HostUIDBase, UserNSPath: n.UserNSPath})
 			if err != nil {
 				t.Fatal(err)
 			}
-			// What internal/oci will do for sandbox.NetworkEgress: join the
-			// prepared namespace by path and see the responder in
-			// resolv.conf.
-			for i := range s.Linux.Namespaces {
-				if s.Linux.Namespaces[i].Type == specs.NetworkNamespace {
-					s.Linux.Namespaces[i].Path = n.Path
-				}
-			}
-			s.Mounts = append(s.Mounts, specs.Mount{Destination: "/etc/resolv.conf", Type: "bind", Source: resolv, Options: []string{"bind", "ro", "nosuid", "nodev", "noexec"}})
 			s.Process.Args = []string{"/usr/bin/python3", "-c", sandboxScript, fmt.Sprint(upPort), n.HostAddr.String()}
 			s.Process.Env = []string{"PATH=/usr/bin:/bin"}
 			bundle := filepath.Join(dir, "bundle")
@@ -148,6 +145,13 @@ func TestRuntimesJoinNamespace(t *testing.T) {
 					t.Errorf("sandbox output lacks %q:\n%s", want, got)
 				}
 			}
+			if rt.hostUIDBase != 0 {
+				// Root and the sandbox user, and nothing else.
+				want := fmt.Sprintf("uid_map 0 %d 1 65534 %d 1\n", rt.hostUIDBase, rt.hostUIDBase+1)
+				if n.UserNSPath == "" || !strings.Contains(got, want) {
+					t.Errorf("user namespace %q: sandbox output lacks %q:\n%s", n.UserNSPath, want, got)
+				}
+			}
 			if strings.Contains(got, secret) {
 				t.Errorf("the secret reached the sandbox's output:\n%s", got)
 			}
@@ -169,7 +173,7 @@ func TestRuntimesJoinNamespace(t *testing.T) {
 // openEgress prepares a sandbox network whose policy allows
 // api.allowed.test (a loopback upstream, through the test override) on
 // upPort, and the broker.
-func openEgress(t *testing.T, ctx context.Context, m *Manager, rec func(egress.Decision), upPort int, broker http.Handler) *Egress {
+func openEgress(t *testing.T, ctx context.Context, m *Manager, rec func(egress.Decision), upPort int, broker http.Handler, hostUIDBase uint32) *Egress {
 	t.Helper()
 	p, err := egress.New(egress.Config{
 		Resolver:     failResolver{},
@@ -179,7 +183,7 @@ func openEgress(t *testing.T, ctx context.Context, m *Manager, rec func(egress.D
 	if err != nil {
 		t.Fatal(err)
 	}
-	e, err := m.OpenEgress(ctx, p, egress.Policy{Sandbox: "sbx-netns-test", Tool: "netns-test", Allow: []string{"api.allowed.test"}, Ports: []int{upPort}, Broker: broker})
+	e, err := m.OpenEgress(ctx, p, egress.Policy{Sandbox: "sbx-netns-test", Tool: "netns-test", Allow: []string{"api.allowed.test"}, Ports: []int{upPort}, Broker: broker}, hostUIDBase)
 	if err != nil {
 		t.Fatal(err)
 	}

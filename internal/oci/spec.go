@@ -58,6 +58,10 @@ type Options struct {
 	// its own: root inside is HostUIDBase on the host, and the sandbox
 	// user HostUIDBase+1 (the same for gids). No other uid is mapped.
 	HostUIDBase uint32
+	// UserNSPath, with HostUIDBase, is an existing user namespace with
+	// that mapping for the sandbox to join instead of a new one: the one
+	// that owns NetNSPath.
+	UserNSPath string
 }
 
 // Kernel is what the sandboxed program's system calls reach.
@@ -103,6 +107,9 @@ func Build(o Options) (*specs.Spec, error) {
 		}
 	default:
 		return nil, fmt.Errorf("network mode %q is not supported", o.Spec.Network)
+	}
+	if o.UserNSPath != "" && (o.HostUIDBase == 0 || o.NetNSPath == "" || !filepath.IsAbs(o.UserNSPath)) {
+		return nil, fmt.Errorf("a user namespace to join (%q) needs an absolute path, its host uid base and the network namespace it owns", o.UserNSPath)
 	}
 	sc, err := Seccomp()
 	if err != nil {
@@ -185,8 +192,8 @@ func Build(o Options) (*specs.Spec, error) {
 				{Type: specs.PIDNamespace}, {Type: specs.NetworkNamespace, Path: o.NetNSPath}, {Type: specs.IPCNamespace},
 				{Type: specs.UTSNamespace}, {Type: specs.MountNamespace}, {Type: specs.CgroupNamespace},
 			},
-			UIDMappings: idMappings(o.HostUIDBase, SandboxUID),
-			GIDMappings: idMappings(o.HostUIDBase, SandboxGID),
+			UIDMappings: IDMappings(o.HostUIDBase, SandboxUID),
+			GIDMappings: IDMappings(o.HostUIDBase, SandboxGID),
 			Resources: &specs.LinuxResources{
 				Devices: []specs.LinuxDeviceCgroup{{Allow: false, Access: "rwm"}},
 				Memory:  &specs.LinuxMemory{Limit: &memory, Swap: &swap},
@@ -203,14 +210,14 @@ func Build(o Options) (*specs.Spec, error) {
 		},
 	}
 	if o.HostUIDBase != 0 {
-		s.Linux.Namespaces = append(s.Linux.Namespaces, specs.LinuxNamespace{Type: specs.UserNamespace})
+		s.Linux.Namespaces = append(s.Linux.Namespaces, specs.LinuxNamespace{Type: specs.UserNamespace, Path: o.UserNSPath})
 	}
 	return s, nil
 }
 
-// idMappings maps root and id inside a user namespace to base and base+1
+// IDMappings maps root and id inside a user namespace to base and base+1
 // outside; nil for base 0 (no user namespace).
-func idMappings(base uint32, id uint32) []specs.LinuxIDMapping {
+func IDMappings(base uint32, id uint32) []specs.LinuxIDMapping {
 	if base == 0 {
 		return nil
 	}

@@ -34,12 +34,7 @@ func TestBuildNetwork(t *testing.T) {
 			if err != nil {
 				return
 			}
-			var ns *specs.LinuxNamespace
-			for i := range s.Linux.Namespaces {
-				if s.Linux.Namespaces[i].Type == specs.NetworkNamespace {
-					ns = &s.Linux.Namespaces[i]
-				}
-			}
+			ns := namespace(s, specs.NetworkNamespace)
 			if ns == nil || ns.Path != tt.wantNS {
 				t.Errorf("got network namespace %+v, want path %q", ns, tt.wantNS)
 			}
@@ -54,4 +49,58 @@ func TestBuildNetwork(t *testing.T) {
 			}
 		})
 	}
+}
+
+func TestBuildUserNamespace(t *testing.T) {
+	img := sandbox.Image{Rootfs: "/images/python"}
+	egress := sandbox.Spec{Image: img, Network: sandbox.NetworkEgress}
+	for _, tt := range []struct {
+		name     string
+		spec     sandbox.Spec
+		base     uint32
+		userns   string
+		netns    string
+		ok       bool
+		wantUser bool
+	}{
+		{name: "none", spec: sandbox.Spec{Image: img}, ok: true},
+		{name: "new", spec: sandbox.Spec{Image: img}, base: 1 << 30, ok: true, wantUser: true},
+		{name: "joined with its network", spec: egress, base: 1 << 30, userns: "/run/stockade/userns/stk-1", netns: "/run/netns/stk-1", ok: true, wantUser: true},
+		{name: "joined without a base", spec: egress, userns: "/run/stockade/userns/stk-1", netns: "/run/netns/stk-1", ok: false},
+		{name: "joined without a network", spec: sandbox.Spec{Image: img}, base: 1 << 30, userns: "/run/stockade/userns/stk-1", ok: false},
+		{name: "joined by a relative path", spec: egress, base: 1 << 30, userns: "stk-1", netns: "/run/netns/stk-1", ok: false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			o := Options{ID: "x", Spec: tt.spec, Limits: sandbox.DefaultLimits(), GuestPath: "/guest", CgroupsPath: "/stockade/x",
+				HostUIDBase: tt.base, UserNSPath: tt.userns, NetNSPath: tt.netns}
+			if tt.netns != "" {
+				o.ResolvConf = "/b/resolv.conf"
+			}
+			s, err := Build(o)
+			if (err == nil) != tt.ok {
+				t.Fatalf("got error %v, want ok %v", err, tt.ok)
+			}
+			if err != nil {
+				return
+			}
+			user := namespace(s, specs.UserNamespace)
+			if (user != nil) != tt.wantUser || (user != nil && user.Path != tt.userns) {
+				t.Fatalf("got user namespace %+v, want one %v with path %q", user, tt.wantUser, tt.userns)
+			}
+			want := IDMappings(tt.base, SandboxUID)
+			if len(s.Linux.UIDMappings) != len(want) || (len(want) > 0 && (s.Linux.UIDMappings[0] != want[0] || s.Linux.UIDMappings[1] != want[1])) {
+				t.Errorf("got uid mappings %+v, want %+v", s.Linux.UIDMappings, want)
+			}
+		})
+	}
+}
+
+// namespace returns s's namespace of type t, or nil.
+func namespace(s *specs.Spec, t specs.LinuxNamespaceType) *specs.LinuxNamespace {
+	for i := range s.Linux.Namespaces {
+		if s.Linux.Namespaces[i].Type == t {
+			return &s.Linux.Namespaces[i]
+		}
+	}
+	return nil
 }

@@ -8,8 +8,6 @@ package ocidriver
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -68,8 +66,9 @@ type Config struct {
 	// ReadyTimeout bounds how long Create waits for the guest's greeting;
 	// zero means 30 s.
 	ReadyTimeout time.Duration
-	// UserNamespace gives each sandbox without egress a user namespace
-	// with host ids of its own (see hostUIDBase).
+	// UserNamespace gives each sandbox a user namespace with host ids of
+	// its own (sandbox.RandomHostIDBase); a sandbox with egress gets the
+	// one its network was prepared in, if any (sandbox.EgressNet).
 	UserNamespace bool
 }
 
@@ -108,9 +107,10 @@ func (d *Driver) Name() string { return d.cfg.Name }
 
 func (d *Driver) Capabilities() sandbox.Capabilities {
 	return sandbox.Capabilities{
-		Tier:         d.cfg.Tier,
-		NetworkModes: slices.Sorted(maps.Keys(d.cfg.NetworkArgs)),
-		Sessions:     true,
+		Tier:          d.cfg.Tier,
+		NetworkModes:  slices.Sorted(maps.Keys(d.cfg.NetworkArgs)),
+		Sessions:      true,
+		UserNamespace: d.cfg.UserNamespace,
 	}
 }
 
@@ -197,11 +197,18 @@ func (d *Driver) Create(ctx context.Context, spec sandbox.Spec) (_ sandbox.Sandb
 		ID: id, Spec: spec, Limits: limits, GuestPath: d.cfg.GuestPath,
 		CgroupsPath: d.cgroupOf(id).Path, Kernel: d.cfg.Kernel,
 	}
-	// A sandbox with egress joins a network namespace the host made,
-	// which belongs to the host's user namespace: a new user namespace
-	// could not mount sysfs for it, so such a sandbox runs without one.
-	if d.cfg.UserNamespace && spec.Network != sandbox.NetworkEgress {
-		o.HostUIDBase = hostUIDBase()
+	switch {
+	case !d.cfg.UserNamespace:
+	case spec.Network != sandbox.NetworkEgress:
+		o.HostUIDBase = sandbox.RandomHostIDBase()
+	case spec.Egress.UserNSPath != "":
+		// The network namespace belongs to this user namespace, made
+		// with it: the sandbox joins both.
+		o.HostUIDBase, o.UserNSPath = spec.Egress.HostIDBase, spec.Egress.UserNSPath
+	default:
+		// A network namespace of the host's user namespace: a new user
+		// namespace could not mount sysfs for it, so the sandbox runs
+		// without one.
 	}
 	if spec.Network == sandbox.NetworkEgress {
 		// The bundle is removed with the sandbox, and its resolv.conf
@@ -278,22 +285,4 @@ func (d *Driver) Reap(ctx context.Context, match map[string]string) ([]string, e
 		reaped = append(reaped, id)
 	}
 	return reaped, nil
-}
-
-// Sandboxes with a user namespace take their host ids from
-// [firstHostUID, firstHostUID + 2*hostUIDSlots): two per sandbox, root and
-// the sandbox user, at a random slot. No account lives there; distinct ids
-// keep sandboxes apart in the kernel's per-user accounting (pipe buffers,
-// inotify instances, pending signals, process counts), which all sandboxes
-// would otherwise share as the host's nobody. Two sandboxes meet on a slot
-// once in about a million.
-const (
-	firstHostUID = 1 << 30
-	hostUIDSlots = 1 << 20
-)
-
-func hostUIDBase() uint32 {
-	var b [4]byte
-	_, _ = rand.Read(b[:])
-	return firstHostUID + 2*(binary.LittleEndian.Uint32(b[:])%hostUIDSlots)
 }
