@@ -383,6 +383,7 @@ func (cx *conn) check(host string, port int) (name, reason string) {
 // returns a refusal reason and detail on failure.
 func (cx *conn) dial(ctx context.Context, name string, port int) (net.Conn, string, string) {
 	cfg := &cx.g.p.cfg
+	connCtx := ctx
 	ctx, cancel := context.WithTimeout(ctx, cfg.DialTimeout)
 	defer cancel()
 	addrs, overridden := cfg.TestOverride.lookup(name)
@@ -434,6 +435,11 @@ func (cx *conn) dial(ctx context.Context, name string, port int) (net.Conn, stri
 		up, err := d.DialContext(ctx, "tcp", netip.AddrPortFrom(a, uint16(port)).String())
 		if err == nil {
 			cx.d.Addr = a
+			// The upstream is closed when the connection's context ends
+			// (the gate closes, MaxConnDuration, the handler returns), as
+			// the client is: a copy waiting on either side then ends,
+			// and Gate.Close does not wait for a silent upstream.
+			context.AfterFunc(connCtx, func() { up.Close() })
 			return up, "", ""
 		}
 		lastErr = err

@@ -258,6 +258,57 @@ func TestGateCloseEndsConnections(t *testing.T) {
 	_ = e.gate.Close() // idempotent
 }
 
+// TestGateCloseEndsRequestsWaitingForUpstream checks that Close does not
+// wait for an upstream that never answers (the engine closes a sandbox's
+// gate before its run returns): the request in flight is cut, and decided.
+func TestGateCloseEndsRequestsWaitingForUpstream(t *testing.T) {
+	silent, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer silent.Close()
+	silentPort := silent.Addr().(*net.TCPAddr).Port
+	requested := make(chan struct{})
+	go func() {
+		c, err := silent.Accept()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		// Read the forwarded request, then say nothing until the proxy
+		// hangs up.
+		if _, err := http.ReadRequest(bufio.NewReader(c)); err == nil {
+			close(requested)
+		}
+		_, _ = io.Copy(io.Discard, c)
+	}()
+	e := newEnv(t, func(p *Policy, c *Config) {
+		p.Allow = append(p.Allow, "silent.test")
+		p.Ports = append(p.Ports, silentPort)
+		c.TestOverride = NewTestOverride(t, map[string][]netip.Addr{"silent.test": {loopback}})
+		c.IdleTimeout = time.Hour
+	})
+	c, err := net.Dial("tcp", e.proxAddr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	fmt.Fprintf(c, "GET http://silent.test:%d/x HTTP/1.1\r\nHost: silent.test:%d\r\n\r\n", silentPort, silentPort)
+	select {
+	case <-requested:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the request never reached the upstream")
+	}
+	done := make(chan struct{})
+	go func() { e.gate.Close(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Close waits for the upstream (idle timeout 1 h)")
+	}
+	e.rec.wait(t, "the request to silent.test", func(d Decision) bool { return d.Name == "silent.test" })
+}
+
 func TestTestOverrideOnlyInTests(t *testing.T) {
 	o := NewTestOverride(t, map[string][]netip.Addr{allowedName: {loopback}})
 	if err := (Config{TestOverride: o}).Validate(); err != nil {

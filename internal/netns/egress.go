@@ -104,8 +104,9 @@ func (m *Manager) OpenEgress(ctx context.Context, p *egress.Proxy, pol egress.Po
 
 // Stop stops the proxy and the responder and returns once the requests
 // they were serving are decided (each decision reaches the proxy's and the
-// responder's observers before). It is quick and idempotent; the namespace,
-// veth and rules stay until Close.
+// responder's observers before): their connections, to the sandbox and
+// upstream, are closed, so it does not wait for a slow upstream. It is
+// idempotent; the namespace, veth and rules stay until Close.
 func (e *Egress) Stop() {
 	e.stopped.Do(func() {
 		if e.gate != nil {
