@@ -1,5 +1,3 @@
-//go:build amd64
-
 package main
 
 import (
@@ -14,7 +12,7 @@ import (
 // thread takes 1-2 ms to start, and the guest starts in every sandbox.
 
 // kernelSigaction is struct sigaction as the rt_sigaction system call takes
-// it on linux/amd64.
+// it on linux/amd64 and linux/arm64.
 type kernelSigaction struct {
 	handler  uintptr
 	flags    uint64
@@ -31,7 +29,8 @@ const (
 )
 
 // sigDropPC and sigReturnPC are the addresses of sigDrop, a signal handler
-// that returns at once, and of sigReturn, its restorer (signals_amd64.s).
+// that returns at once, and of sigReturn, its restorer (signals_amd64.s,
+// signals_arm64.s).
 var sigDropPC, sigReturnPC uintptr
 
 func rtSigaction(sig syscall.Signal, act, old *kernelSigaction) syscall.Errno {
@@ -49,9 +48,11 @@ func rtSigaction(sig syscall.Signal, act, old *kernelSigaction) syscall.Errno {
 // every signal at start; for most of them (SIGUSR1, SIGALRM, SIGPIPE, the
 // real-time signals from 35, ...) that handler does nothing, but SIGHUP,
 // SIGINT and SIGTERM make it exit and SIGQUIT and SIGABRT make it crash. It
-// leaves 32 to 34 (libc's) and the job-control stops at their defaults,
+// leaves 32 and 34 (libc's) and the job-control stops at their defaults,
 // which end or stop a process. All of those get sigDrop instead, which
-// drops them. SIGHUP and SIGINT are the runtime's exceptions to installing
+// drops them. Signal 33 keeps the runtime's handler: the runtime sends it
+// to its own threads to run a system call on each (syscall.Setuid and the
+// like), and the handler ignores a 33 that no such call is waiting for. SIGHUP and SIGINT are the runtime's exceptions to installing
 // a handler: it respects an inherited SIG_IGN for them, which would pass on
 // to every program; a handled signal is reset to the default by execve in
 // every child.
@@ -60,8 +61,9 @@ func rtSigaction(sig syscall.Signal, act, old *kernelSigaction) syscall.Errno {
 // sets up for every thread (SA_ONSTACK: never on a goroutine's small
 // stack), and interrupted system calls restart. The runtime sets a
 // disposition again only for os/signal, which the guest does not use, and
-// to die of a signal (when it crashes), which it resets to the default
-// first. A synchronous-fault signal sent on purpose (SIGTRAP, SIGSYS, ...)
+// to die of a signal when it crashes: it raises the signal under the
+// current handler (sigDrop drops it), then sets the default and raises it
+// again. A synchronous-fault signal sent on purpose (SIGTRAP, SIGSYS, ...)
 // still crashes the guest, which ends the sandbox: a denial of service of
 // the attacker's own box only.
 func dropSignals() error {
@@ -71,7 +73,7 @@ func dropSignals() error {
 	act := kernelSigaction{handler: sigDropPC, flags: saOnstack | saRestart | saRestorer, restorer: sigReturnPC, mask: ^uint64(0)}
 	for _, sig := range []syscall.Signal{
 		syscall.SIGHUP, syscall.SIGINT, syscall.SIGQUIT, syscall.SIGABRT, syscall.SIGTERM,
-		32, 33, 34, syscall.SIGTSTP, syscall.SIGTTIN, syscall.SIGTTOU,
+		32, 34, syscall.SIGTSTP, syscall.SIGTTIN, syscall.SIGTTOU,
 	} {
 		if errno := rtSigaction(sig, &act, nil); errno != 0 {
 			return fmt.Errorf("setting the handler of %v: %v", sig, errno)
