@@ -16,6 +16,9 @@ type fakeDriver struct {
 	// hold, when not nil, makes each Exec wait until it is closed (or its
 	// context ends), so that a test can keep executions running.
 	hold chan struct{}
+	// holdDestroy, when not nil, makes each Destroy wait until it is
+	// closed, so that a test can act while a sandbox is being destroyed.
+	holdDestroy chan struct{}
 
 	mu    sync.Mutex
 	specs []sandbox.Spec
@@ -31,10 +34,10 @@ func (d *fakeDriver) Create(ctx context.Context, spec sandbox.Spec) (sandbox.San
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.specs = append(d.specs, spec)
-	return fakeSandbox{hold: d.hold}, nil
+	return fakeSandbox{hold: d.hold, holdDestroy: d.holdDestroy}, nil
 }
 
-type fakeSandbox struct{ hold chan struct{} }
+type fakeSandbox struct{ hold, holdDestroy chan struct{} }
 
 func (fakeSandbox) ID() string { return "fake" }
 
@@ -49,7 +52,12 @@ func (s fakeSandbox) Exec(ctx context.Context, req sandbox.ExecRequest) (*sandbo
 	return &sandbox.Result{Status: sandbox.StatusSucceeded, Stdout: req.File.Data}, nil
 }
 
-func (fakeSandbox) Destroy(context.Context) error { return nil }
+func (s fakeSandbox) Destroy(context.Context) error {
+	if s.holdDestroy != nil {
+		<-s.holdDestroy
+	}
+	return nil
+}
 
 // fakeImages resolves every runtime to a placeholder image.
 type fakeImages struct{}

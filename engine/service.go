@@ -80,9 +80,14 @@ type Service struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 
-	// egressEvents carries the egress proxy's refusals to the goroutine
-	// that writes their audit events; the proxy never waits for the store.
+	// egressEvents carries the egress proxy's refusals and the broker's
+	// calls to auditEgress, which writes them until Close closes it once
+	// no run, and so no proxy or broker, is left (auditClosed, under
+	// auditMu, turns later events into log lines).
 	egressEvents chan store.NewEvent
+	auditMu      sync.RWMutex
+	auditClosed  bool
+	auditWriter  sync.WaitGroup
 	// workspaces maps the executions running now to their workspaces, for
 	// the proxy's refusals.
 	wsMu       sync.Mutex
@@ -159,14 +164,17 @@ func (s *Service) egressDecision(d EgressDecision) {
 // broker's events. When the queue is full it waits: dropping would let a
 // sandbox flood refusals to hide a later broker call from the audit trail,
 // and waiting slows down only the connections of sandboxes being refused
-// or calling the broker, which the proxy serves one goroutine each. After
-// Close the event is only logged.
+// or calling the broker, which the proxy serves one goroutine each. The
+// writer runs until every run has ended, so the events of a run cut short
+// by Close are written too; after Close an event is only logged.
 func (s *Service) queueAudit(ev store.NewEvent) {
-	select {
-	case s.egressEvents <- ev:
-	case <-s.ctx.Done():
+	s.auditMu.RLock()
+	defer s.auditMu.RUnlock()
+	if s.auditClosed {
 		s.log.Warn("service closed; audit event logged only", "type", ev.Type, "execution", ev.ExecutionID, "reason", ev.Reason)
+		return
 	}
+	s.egressEvents <- ev
 }
 
 // brokerCall turns a call of the credential broker into an audit event of
@@ -192,27 +200,13 @@ func (s *Service) brokerCall(b BrokerEvent) {
 	s.queueAudit(ev)
 }
 
-// auditEgress writes the proxy's refusals until the service closes.
+// auditEgress writes the proxy's and the broker's events until Close
+// closes their queue.
 func (s *Service) auditEgress() {
-	defer s.wg.Done()
-	write := func(ev store.NewEvent) {
+	defer s.auditWriter.Done()
+	for ev := range s.egressEvents {
 		if _, err := s.st.AppendEvent(context.WithoutCancel(s.ctx), ev); err != nil {
-			s.log.Error("auditing egress refusal", "execution", ev.ExecutionID, "err", err)
-		}
-	}
-	for {
-		select {
-		case ev := <-s.egressEvents:
-			write(ev)
-		case <-s.ctx.Done():
-			for {
-				select {
-				case ev := <-s.egressEvents:
-					write(ev)
-				default:
-					return
-				}
-			}
+			s.log.Error("auditing egress or broker event", "type", ev.Type, "execution", ev.ExecutionID, "err", err)
 		}
 	}
 }
@@ -271,8 +265,9 @@ func (s *Service) Start(ctx context.Context) error {
 	if err := s.countPending(ctx); err != nil {
 		return err
 	}
-	s.wg.Add(2)
+	s.wg.Add(1)
 	go s.expireLoop()
+	s.auditWriter.Add(1)
 	go s.auditEgress()
 	return nil
 }
@@ -312,6 +307,15 @@ func (s *Service) Close() {
 	// Errors are logged by the engine; a network left behind is removed at
 	// the daemon's next start.
 	_ = s.eng.Wait()
+	// Every run has ended, and its sandbox's proxy and broker with it
+	// (Session.Destroy stops them): no event is on its way any more.
+	s.auditMu.Lock()
+	if !s.auditClosed {
+		s.auditClosed = true
+		close(s.egressEvents)
+	}
+	s.auditMu.Unlock()
+	s.auditWriter.Wait()
 }
 
 func (s *Service) expireLoop() {

@@ -275,6 +275,55 @@ func TestApprovalExpiryIsAuditedWithIt(t *testing.T) {
 	}
 }
 
+// TestCloseWritesLateAuditEvents checks that the events of a run that
+// Close cuts short, reported while its sandbox is being destroyed (as the
+// decisions of requests still in flight are), reach the audit trail.
+func TestCloseWritesLateAuditEvents(t *testing.T) {
+	hold, destroy := make(chan struct{}), make(chan struct{})
+	drv := &fakeDriver{name: "gvisor", tier: sandbox.TierGVisor, hold: hold, holdDestroy: destroy}
+	env := newServiceEnv(t, nil, drv, noApprovalPolicy(), ServiceOptions{})
+	defer close(hold)
+	inv, err := env.svc.Invoke(t.Context(), env.agent, InvokeRequest{Runtime: "python", Code: "print(1)"}, InvokeOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	env.waitRunning(t, inv.Execution.ID)
+	closed := make(chan struct{})
+	go func() {
+		env.svc.Close()
+		close(closed)
+	}()
+	// Close has cancelled the run; its sandbox is being destroyed.
+	<-env.svc.ctx.Done()
+	labels := map[string]string{LabelExecution: inv.Execution.ID}
+	const n = 50
+	for i := range n {
+		env.svc.brokerCall(BrokerEvent{Event: broker.Event{Operation: "op", Allowed: true, Status: 200, ParamsSHA256: fmt.Sprint(i)}, Labels: labels})
+	}
+	close(destroy)
+	<-closed
+	if got := len(env.events(t, audit.BrokerCall)); got != n {
+		t.Fatalf("%d broker.call events after Close, want %d", got, n)
+	}
+}
+
+// waitRunning waits until execution id runs, which is when the service
+// maps it to its workspace.
+func (e *serviceEnv) waitRunning(t *testing.T, id string) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		e.svc.wsMu.Lock()
+		ws := e.svc.workspaces[id]
+		e.svc.wsMu.Unlock()
+		if ws != "" {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the execution never started")
+		}
+	}
+}
+
 // TestAuditQueueDropsNothing floods the queue of the proxy's and the
 // broker's audit events far past its capacity, faster than the store
 // writes: every event must reach the audit trail, since a sandbox could
@@ -289,21 +338,7 @@ func TestAuditQueueDropsNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	labels := map[string]string{LabelExecution: inv.Execution.ID}
-	// The execution is admitted; wait until it runs, which is when the
-	// service maps it to its workspace.
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		env.svc.wsMu.Lock()
-		ws := env.svc.workspaces[inv.Execution.ID]
-		env.svc.wsMu.Unlock()
-		if ws != "" {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the execution never started")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	env.waitRunning(t, inv.Execution.ID)
 	const n = 3 * 1024
 	for i := range n {
 		env.svc.brokerCall(BrokerEvent{Event: broker.Event{Operation: "op", Allowed: true, Status: 200, ParamsSHA256: fmt.Sprint(i)}, Labels: labels})
