@@ -124,6 +124,10 @@ func (g *Guest) MarkGone() {
 	g.mu.Unlock()
 }
 
+// killGrace is how long Exec waits for the guest's stream to end once it
+// has killed the sandbox (tests shorten it).
+var killGrace = 30 * time.Second
+
 // outcome is what the frame reader saw for one Exec.
 type outcome struct {
 	report *guest.ExitReport
@@ -144,8 +148,9 @@ func (g *Guest) Exec(ctx context.Context, req sandbox.ExecRequest) (*sandbox.Res
 	if g.dead {
 		return nil, fmt.Errorf("sandbox %s is no longer running: %w", g.Sandbox, errdefs.ErrFailedPrecondition)
 	}
+	// The sandbox's limit is also the ceiling of one Exec's.
 	timeout := req.Timeout
-	if timeout <= 0 {
+	if timeout <= 0 || (g.Limits.Timeout > 0 && timeout > g.Limits.Timeout) {
 		timeout = g.Limits.Timeout
 	}
 	mode := req.File.Mode
@@ -155,49 +160,87 @@ func (g *Guest) Exec(ctx context.Context, req sandbox.ExecRequest) (*sandbox.Res
 	oomBefore := g.Cgroup.OOMKills()
 	g.Cgroup.ResetPeak()
 	start := time.Now()
-	err := guest.WriteJSON(g.In, guest.FrameExec, guest.ExecRequest{
-		File:      guest.FileSpec{Path: "/tmp/" + req.File.Name, Data: req.File.Data, Mode: mode},
-		Argv:      req.Argv,
-		Env:       req.Env,
-		Stdin:     req.Stdin,
-		OutputCap: g.Limits.OutputCap + 1, // see guest.ExecRequest.OutputCap
-	})
-	if err != nil {
-		g.dead = true
-		return nil, fmt.Errorf("sending program to sandbox %s: %v: %w", g.Sandbox, err, errdefs.ErrUnavailable)
-	}
-
+	timer := time.NewTimer(timeout)
+	defer timer.Stop()
+	// The request (up to a few MiB) is written under the timer and ctx: a
+	// guest that stops reading must not hold the host past them. Killing
+	// the sandbox closes its end of the pipe, which ends the write (and
+	// Destroy closing In would, were it still blocked).
+	sent := make(chan error, 1)
+	go func() {
+		sent <- guest.WriteJSON(g.In, guest.FrameExec, guest.ExecRequest{
+			File:      guest.FileSpec{Path: "/tmp/" + req.File.Name, Data: req.File.Data, Mode: mode},
+			Argv:      req.Argv,
+			Env:       req.Env,
+			Stdin:     req.Stdin,
+			OutputCap: g.Limits.OutputCap + 1, // see guest.ExecRequest.OutputCap
+		})
+	}()
 	res := &sandbox.Result{ExitCode: -1}
 	done := make(chan outcome, 1)
 	go func() {
 		r, failed, err := collect(g.Frames, g.Limits.OutputCap, res, req.OnOutput)
 		done <- outcome{report: r, failed: failed, err: err}
 	}()
-	timer := time.NewTimer(timeout)
-	defer timer.Stop()
-	var o outcome
-	var timedOut bool
-	select {
-	case o = <-done:
-	case <-timer.C:
-		// Killing PID 1 ends the guest's stream, so the collector returns
-		// with everything read so far.
-		timedOut = true
+	// end kills the sandbox: the guest's stream then ends, and the
+	// collector returns with everything read so far. If the stream does
+	// not end (a kill that failed), res stays the collector's and only an
+	// error is returned; Destroy closes the stream.
+	end := func() (outcome, error) {
 		g.dead = true
 		g.Kill(ctx)
-		o = <-done
-	case <-ctx.Done():
-		g.dead = true
-		g.Kill(ctx)
-		<-done
+		select {
+		case o := <-done:
+			return o, nil
+		case <-time.After(killGrace):
+			return outcome{}, fmt.Errorf("sandbox %s did not end within %s of being killed: %w", g.Sandbox, killGrace, errdefs.ErrUnavailable)
+		}
+	}
+	cancelled := func() (*sandbox.Result, error) {
+		if _, err := end(); err != nil {
+			return nil, err
+		}
 		return nil, fmt.Errorf("running in sandbox %s: %w", g.Sandbox, ctx.Err())
+	}
+	timedOut := func() (outcome, error) {
+		o, err := end()
+		if err == nil {
+			res.Status = sandbox.StatusTimedOut
+		}
+		return o, err
+	}
+	var o outcome
+	select {
+	case err := <-sent:
+		if err != nil {
+			if _, kerr := end(); kerr != nil {
+				return nil, kerr
+			}
+			return nil, fmt.Errorf("sending program to sandbox %s: %v: %w", g.Sandbox, err, errdefs.ErrUnavailable)
+		}
+		select {
+		case o = <-done:
+		case <-timer.C:
+			o, err = timedOut()
+		case <-ctx.Done():
+			return cancelled()
+		}
+		if err != nil {
+			return nil, err
+		}
+	case <-timer.C:
+		var err error
+		if o, err = timedOut(); err != nil {
+			return nil, err
+		}
+	case <-ctx.Done():
+		return cancelled()
 	}
 	res.Duration = time.Since(start)
 	oomKilled := g.Cgroup.OOMKills() > oomBefore
 
 	switch {
-	case timedOut:
-		res.Status = sandbox.StatusTimedOut
+	case res.Status == sandbox.StatusTimedOut:
 	case o.failed != nil:
 		// Nothing ran; the sandbox is not trusted with another Exec.
 		g.dead = true

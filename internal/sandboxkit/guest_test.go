@@ -215,6 +215,78 @@ func TestGuestExecCancelled(t *testing.T) {
 	}
 }
 
+// TestGuestExecGuestNotReading checks that a guest that stops reading
+// cannot hold Exec past its timeout or its ctx while the program is sent:
+// the sandbox is killed, which ends the write.
+func TestGuestExecGuestNotReading(t *testing.T) {
+	for _, cancel := range []bool{false, true} {
+		inR, inW := io.Pipe()
+		outR, outW := io.Pipe()
+		kill := func(context.Context) {
+			inR.CloseWithError(errors.New("killed"))
+			outW.Close()
+		}
+		g := &Guest{Sandbox: "sbx-test", Limits: sandbox.Limits{Timeout: time.Minute, OutputCap: 1 << 20}, In: inW, Frames: bufio.NewReader(outR), Kill: kill}
+		req := sandbox.ExecRequest{File: sandbox.File{Name: "a", Data: make([]byte, 200<<10)}, Argv: []string{"/a"}}
+		ctx := t.Context()
+		if cancel {
+			var stop context.CancelFunc
+			ctx, stop = context.WithTimeout(ctx, 100*time.Millisecond)
+			defer stop()
+		} else {
+			// Above the sandbox's limit, which is its ceiling.
+			g.Limits.Timeout, req.Timeout = 100*time.Millisecond, time.Hour
+		}
+		type ret struct {
+			res *sandbox.Result
+			err error
+		}
+		got := make(chan ret, 1)
+		go func() {
+			res, err := g.Exec(ctx, req)
+			got <- ret{res, err}
+		}()
+		select {
+		case r := <-got:
+			switch {
+			case cancel && !errors.Is(r.err, context.DeadlineExceeded):
+				t.Errorf("cancelled: got %v, want the context's deadline", r.err)
+			case !cancel && (r.err != nil || r.res.Status != sandbox.StatusTimedOut):
+				t.Errorf("timeout: got %+v, %v; want timed out", r.res, r.err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("Exec (cancel %v) still blocked sending the program", cancel)
+		}
+	}
+}
+
+// TestGuestExecKillFails checks that Exec returns after a timeout even
+// when killing the sandbox does not end the guest's stream: with an error,
+// after killGrace.
+func TestGuestExecKillFails(t *testing.T) {
+	defer func(d time.Duration) { killGrace = d }(killGrace)
+	killGrace = 100 * time.Millisecond
+	_, inW := io.Pipe()
+	outR, _ := io.Pipe()
+	// What Destroy does: the writer and the collector then return.
+	defer inW.Close()
+	defer outR.Close()
+	g := &Guest{Sandbox: "sbx-test", Limits: sandbox.Limits{Timeout: 50 * time.Millisecond, OutputCap: 1 << 20}, In: inW, Frames: bufio.NewReader(outR), Kill: func(context.Context) {}}
+	got := make(chan error, 1)
+	go func() {
+		_, err := g.Exec(t.Context(), sandbox.ExecRequest{File: sandbox.File{Name: "a"}, Argv: []string{"/a"}})
+		got <- err
+	}()
+	select {
+	case err := <-got:
+		if !errdefs.IsUnavailable(err) || !strings.Contains(err.Error(), "did not end") {
+			t.Errorf("got %v, want ErrUnavailable: the sandbox did not end", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Exec waits for a stream that never ends")
+	}
+}
+
 func TestExitStatus(t *testing.T) {
 	tests := []struct {
 		name string
