@@ -1,10 +1,18 @@
 package gvisor_test
 
 import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/stockade-sh/stockade/driver/gvisor"
+	"github.com/stockade-sh/stockade/internal/sandboxkit"
 	"github.com/stockade-sh/stockade/internal/testenv"
+	"github.com/stockade-sh/stockade/sandbox"
 	"github.com/stockade-sh/stockade/sandbox/conformance"
 )
 
@@ -16,4 +24,49 @@ func TestConformance(t *testing.T) {
 		t.Fatal(err)
 	}
 	conformance.Run(t, conformance.Harness{Driver: d, Image: testenv.Image(t, "shell"), Leftovers: d.Leftovers})
+}
+
+// TestDestroyAfterRuntimeKilled kills `runsc run` with SIGKILL, as Destroy's
+// last resort does: runsc's state files stay behind (its sandbox and gofer
+// die with it), and Destroy must have runsc remove them.
+func TestDestroyAfterRuntimeKilled(t *testing.T) {
+	testenv.RequiresRoot(t)
+	testenv.RequiresBinary(t, "runsc")
+	d, err := gvisor.New(gvisor.Config{StateDir: t.TempDir(), GuestPath: testenv.Guest(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	sb, err := d.Create(ctx, sandbox.Spec{Image: testenv.Image(t, "shell")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var run int
+	for _, p := range sandboxkit.ProcessesMentioning(sb.ID()) {
+		var pid int
+		var cmd string
+		if _, err := fmt.Sscanf(p, "process %d: %s", &pid, &cmd); err == nil && filepath.Base(cmd) == "runsc" && strings.Contains(p, " run --bundle ") {
+			run = pid
+		}
+	}
+	if run == 0 {
+		t.Fatalf("no `runsc run` of %s among %v", sb.ID(), sandboxkit.ProcessesMentioning(sb.ID()))
+	}
+	if err := syscall.Kill(run, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	if err := sb.Destroy(ctx); err != nil {
+		t.Fatalf("Destroy: %v", err)
+	}
+	// runsc's sandbox and gofer die with `runsc run` (their parent-death
+	// signal), shortly after it.
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		left := d.Leftovers(sb.ID())
+		if len(left) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("left behind: %v", left)
+		}
+	}
 }

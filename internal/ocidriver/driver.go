@@ -114,9 +114,21 @@ func (d *Driver) Capabilities() sandbox.Capabilities {
 	}
 }
 
-func (d *Driver) stateRoot() string           { return filepath.Join(d.cfg.StateDir, "state") }
-func (d *Driver) bundleDir(id string) string  { return filepath.Join(d.cfg.StateDir, "bundles", id) }
-func (d *Driver) runtimeDir(id string) string { return filepath.Join(d.stateRoot(), id) }
+func (d *Driver) stateRoot() string          { return filepath.Join(d.cfg.StateDir, "state") }
+func (d *Driver) bundleDir(id string) string { return filepath.Join(d.cfg.StateDir, "bundles", id) }
+
+// runtimeState lists the runtime's state of sandbox id that exists: runc
+// keeps a directory named by the id, runsc flat files "<id>_sandbox:<id>"
+// (.state, .lock) and a socket "runsc-<id>.sock". Sandbox ids hold no
+// pattern characters.
+func (d *Driver) runtimeState(id string) []string {
+	var out []string
+	for _, pattern := range []string{id, id + "_sandbox:*", "runsc-" + id + ".sock"} {
+		m, _ := filepath.Glob(filepath.Join(d.stateRoot(), pattern))
+		out = append(out, m...)
+	}
+	return out
+}
 
 func (d *Driver) cgroupOf(id string) cgroup {
 	return cgroup{sandboxkit.Cgroup{V2: d.v2, Path: CgroupParent + "/" + id}}
@@ -238,11 +250,9 @@ func (d *Driver) Create(ctx context.Context, spec sandbox.Spec) (_ sandbox.Sandb
 // Leftovers lists anything of sandbox id that is still on the host: runtime
 // state, bundle, cgroups, runtime processes. Empty means clean.
 func (d *Driver) Leftovers(id string) []string {
-	var out []string
-	for _, p := range []string{d.runtimeDir(id), d.bundleDir(id)} {
-		if _, err := os.Stat(p); err == nil {
-			out = append(out, p)
-		}
+	out := d.runtimeState(id)
+	if _, err := os.Stat(d.bundleDir(id)); err == nil {
+		out = append(out, d.bundleDir(id))
 	}
 	out = append(out, d.cgroupOf(id).Dirs()...)
 	out = append(out, sandboxkit.ProcessesMentioning(id)...)

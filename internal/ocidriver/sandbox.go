@@ -79,6 +79,8 @@ func (s *sbx) start(ctx context.Context) error {
 	outW.Close()
 	if err != nil {
 		s.cmd = nil
+		inW.Close()
+		outR.Close()
 		if errors.Is(err, exec.ErrNotFound) || errors.Is(err, os.ErrNotExist) {
 			return s.d.missingBinary(err)
 		}
@@ -147,10 +149,14 @@ func (s *sbx) destroy(ctx context.Context) error {
 		s.guest.MarkGone()
 	}
 	var errs []error
-	if _, err := os.Stat(s.d.runtimeDir(s.id)); err == nil {
-		out, err := s.d.runtimeCmd(ctx, s.network, "delete", "--force", s.id).CombinedOutput()
+	// The runtime removes its state when its run ends normally; after a
+	// kill it is left, and only the runtime knows how to remove it.
+	if len(s.d.runtimeState(s.id)) > 0 {
+		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+		out, err := s.d.runtimeCmd(dctx, s.network, "delete", "--force", s.id).CombinedOutput()
+		cancel()
 		if err != nil && !strings.Contains(string(out), "not exist") && !strings.Contains(string(out), "not found") {
-			errs = append(errs, fmt.Errorf("deleting container %s: %s", s.id, sandboxkit.OneLine(string(out))))
+			errs = append(errs, fmt.Errorf("deleting container %s: %v: %s", s.id, err, sandboxkit.OneLine(string(out))))
 		}
 	}
 	if err := s.cg.remove(); err != nil {
