@@ -510,6 +510,27 @@ func TestBadInput(t *testing.T) {
 	})
 }
 
+// TestListFilterBounds checks the comma-separated filters of the list
+// routes: at most 32 distinct values, duplicates counted once, on both
+// stores alike.
+func TestListFilterBounds(t *testing.T) {
+	many := func(v string, n int) string {
+		vs := make([]string, n)
+		for i := range vs {
+			vs[i] = fmt.Sprintf("%s%d", v, i)
+		}
+		return strings.Join(vs, ",")
+	}
+	forEachStore(t, func(t *testing.T, b backend) {
+		e := newEnv(t, b, envConfig{credits: 10, policy: noApproval})
+		e.do("GET", "/v1/audit/events?type="+many("t", 32), e.agent, nil).want(t, http.StatusOK)
+		e.do("GET", "/v1/audit/events?type="+many("t", 33), e.agent, nil).wantError(t, 400, "invalid_argument", "at most 32")
+		e.do("GET", "/v1/audit/events?type="+strings.Repeat("a,", 40000)+"a", e.agent, nil).want(t, http.StatusOK)
+		e.do("GET", "/v1/tool-calls?status="+strings.Repeat("succeeded,", 100)+"failed", e.agent, nil).want(t, http.StatusOK)
+		e.do("GET", "/v1/tool-calls?status=succeeded,nope", e.agent, nil).wantError(t, 400, "invalid_argument", `"nope"`)
+	})
+}
+
 // wantLedger checks how many ledger entries of each kind the workspace has.
 func wantLedger(t *testing.T, e *env, want map[store.LedgerKind]int) {
 	t.Helper()

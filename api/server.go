@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -445,6 +446,29 @@ type EventView struct {
 	Hash        string          `json:"hash"`
 }
 
+// maxListValues bounds a comma-separated filter: each value becomes a
+// query parameter, and SQLite and PostgreSQL cap those at different counts.
+const maxListValues = 32
+
+// listParam returns the distinct values of the comma-separated query
+// parameter name (none when it is absent), at most maxListValues.
+func listParam(r *http.Request, name string) ([]string, error) {
+	v := r.URL.Query().Get(name)
+	if v == "" {
+		return nil, nil
+	}
+	var out []string
+	for _, x := range strings.Split(v, ",") {
+		if !slices.Contains(out, x) {
+			out = append(out, x)
+		}
+		if len(out) > maxListValues {
+			return nil, fmt.Errorf("%s: at most %d values: %w", name, maxListValues, errdefs.ErrInvalidArgument)
+		}
+	}
+	return out, nil
+}
+
 func (s *server) listEvents(w http.ResponseWriter, r *http.Request, p engine.Principal) {
 	pr, since, until, err := pageInTime(r)
 	if err != nil {
@@ -452,8 +476,9 @@ func (s *server) listEvents(w http.ResponseWriter, r *http.Request, p engine.Pri
 		return
 	}
 	f := store.EventFilter{PageRequest: pr, Since: since, Until: until, ExecutionID: r.URL.Query().Get("execution_id")}
-	if v := r.URL.Query().Get("type"); v != "" {
-		f.Types = strings.Split(v, ",")
+	if f.Types, err = listParam(r, "type"); err != nil {
+		writeError(w, err)
+		return
 	}
 	page, err := s.svc.Store().ListEvents(r.Context(), p.WorkspaceID, f)
 	if err != nil {
@@ -495,14 +520,17 @@ func (s *server) listToolCalls(w http.ResponseWriter, r *http.Request, p engine.
 		return
 	}
 	f := store.ToolCallFilter{PageRequest: pr, Since: since, Until: until}
-	if v := r.URL.Query().Get("status"); v != "" {
-		for _, st := range strings.Split(v, ",") {
-			if !store.ExecutionStatus(st).Valid() {
-				writeError(w, fmt.Errorf("status=%q: unknown status %q: %w", v, st, errdefs.ErrInvalidArgument))
-				return
-			}
-			f.Statuses = append(f.Statuses, store.ExecutionStatus(st))
+	statuses, err := listParam(r, "status")
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	for _, st := range statuses {
+		if !store.ExecutionStatus(st).Valid() {
+			writeError(w, fmt.Errorf("status: unknown status %q: %w", st, errdefs.ErrInvalidArgument))
+			return
 		}
+		f.Statuses = append(f.Statuses, store.ExecutionStatus(st))
 	}
 	page, err := s.svc.Store().ListToolCalls(r.Context(), p.WorkspaceID, f)
 	if err != nil {

@@ -225,17 +225,14 @@ func (s *Service) Engine() *Engine { return s.eng }
 // service's owner is destroyed.
 func (s *Service) Start(ctx context.Context) error {
 	result, _ := json.Marshal(map[string]string{"error": "interrupted: the daemon stopped before the execution finished"})
-	recovered, err := s.st.RecoverInterrupted(ctx, result)
+	// Each recovery is audited in its own transaction: no crash can leave
+	// one unaudited.
+	recovered, err := s.st.RecoverInterrupted(ctx, result, func(store.Execution) []store.NewEvent {
+		return []store.NewEvent{{Type: audit.ExecutionRecovered, Code: audit.ExecutionRecoveredCode,
+			Actor: "system", Reason: "execution interrupted by a daemon stop; marked failed, credits released"}}
+	})
 	if err != nil {
 		return fmt.Errorf("recovering interrupted executions: %w", err)
-	}
-	for _, e := range recovered {
-		if _, err := s.st.AppendEvent(ctx, store.NewEvent{
-			WorkspaceID: e.WorkspaceID, Type: audit.ExecutionRecovered, Code: audit.ExecutionRecoveredCode,
-			Actor: "system", ExecutionID: e.ID, Reason: "execution interrupted by a daemon stop; marked failed, credits released",
-		}); err != nil {
-			return fmt.Errorf("auditing recovered execution %s: %w", e.ID, err)
-		}
 	}
 	for name, d := range s.eng.Drivers() {
 		r, ok := d.(sandbox.Reaper)
@@ -392,12 +389,14 @@ type InvokeRequest struct {
 
 // ApprovalCard is what an approver is shown.
 type ApprovalCard struct {
-	ApprovalID       string `json:"approval_id"`
-	ExecutionID      string `json:"execution_id"`
-	Capability       string `json:"capability"`
-	RiskLevel        string `json:"risk_level"`
-	Runtime          string `json:"runtime"`
-	Code             string `json:"code"`
+	ApprovalID  string `json:"approval_id"`
+	ExecutionID string `json:"execution_id"`
+	Capability  string `json:"capability"`
+	RiskLevel   string `json:"risk_level"`
+	Runtime     string `json:"runtime"`
+	Code        string `json:"code"`
+	// Stdin is what the program reads on its standard input.
+	Stdin            string `json:"stdin,omitempty"`
 	NetworkRequested bool   `json:"network_requested"`
 	// Tool is the tool the code runs as; EgressAllow and EgressPorts its
 	// record's egress allowlist, which an approved network request may
@@ -464,7 +463,10 @@ func (s *Service) Invoke(ctx context.Context, p Principal, req InvokeRequest, o 
 	if verr != nil && !errdefs.IsPermissionDenied(verr) {
 		return nil, verr
 	}
-	data := mustJSON(map[string]any{"capability": contract.CodeExecute.Name, "runtime": req.Runtime, "timeout_ms": req.TimeoutMS, "network": network})
+	// The decision's event fingerprints what was asked to run: a row
+	// changed later no longer matches its chain.
+	data := mustJSON(map[string]any{"capability": contract.CodeExecute.Name, "runtime": req.Runtime, "timeout_ms": req.TimeoutMS, "network": network,
+		"input_sha256": InputHash(req.Runtime, req.Code), "stdin_sha256": sha256Hex([]byte(req.Stdin))})
 	deny := func(code, reason string, class error) (*Invocation, error) {
 		if _, err := s.st.AppendEvent(ctx, store.NewEvent{
 			WorkspaceID: p.WorkspaceID, Type: audit.InvokeDenied, Code: audit.InvokeDeniedCode,
@@ -549,7 +551,7 @@ func (s *Service) Invoke(ctx context.Context, p Principal, req InvokeRequest, o 
 	if d.ApprovalRequired {
 		card := ApprovalCard{
 			Capability: contract.CodeExecute.Name, RiskLevel: string(contract.CodeExecute.Risk), Runtime: req.Runtime,
-			Code: req.Code, NetworkRequested: network, TimeoutMS: timeout.Milliseconds(), RequestedBy: p.KeyID,
+			Code: req.Code, Stdin: req.Stdin, NetworkRequested: network, TimeoutMS: timeout.Milliseconds(), RequestedBy: p.KeyID,
 			ExpiresAt: s.opts.Now().Add(s.opts.ApprovalTTL).UTC().Truncate(time.Microsecond), Tool: tool.Name,
 			ToolFingerprint: tools.Fingerprint(tool),
 		}
@@ -628,6 +630,7 @@ func (s *Service) run(e store.Execution, t *ticket) {
 	ctx := s.ctx
 	finish := func(o store.Outcome) {
 		o.ExecutionID = e.ID
+		o.Audit = append(o.Audit, s.finishedEvent(o))
 		// Recording must happen even when the service is closing.
 		fin, err := s.st.FinishExecution(context.WithoutCancel(ctx), o)
 		if err != nil {
@@ -698,6 +701,27 @@ func (s *Service) run(e store.Execution, t *ticket) {
 	finish(o)
 }
 
+// finishedEvent is the audit event of an execution's end, written with
+// it: how it ended, what it was charged, and a fingerprint of the result
+// document (which holds the program's output), so that a result changed in
+// the database no longer matches the chain.
+func (s *Service) finishedEvent(o store.Outcome) store.NewEvent {
+	data := map[string]any{"status": o.Status, "driver": o.Driver, "result_sha256": sha256Hex(o.Result), "credits": int64(0)}
+	if o.Status.Charged() {
+		data["credits"] = s.opts.CreditsPerInvocation
+	}
+	if o.ExitCode != nil {
+		data["exit_code"] = *o.ExitCode
+	}
+	return store.NewEvent{Type: audit.ExecutionFinished, Code: audit.ExecutionFinishedCode, Actor: "system",
+		Reason: "execution ended " + string(o.Status), Data: mustJSON(data)}
+}
+
+func sha256Hex(b []byte) string {
+	h := sha256.Sum256(b)
+	return hex.EncodeToString(h[:])
+}
+
 func errorResult(err error) json.RawMessage {
 	return mustJSON(map[string]string{"error": err.Error()})
 }
@@ -744,7 +768,7 @@ func (s *Service) Decide(ctx context.Context, p Principal, approvalID string, ap
 	typ, code := audit.ApprovalDenied, audit.ApprovalDeniedCode
 	if approve {
 		typ, code = audit.ApprovalApproved, audit.ApprovalApprovedCode
-		if err := s.checkCardCurrent(ctx, p, approvalID); err != nil {
+		if err := s.checkStillAllowed(ctx, p, approvalID); err != nil {
 			return store.Approval{}, store.Execution{}, err
 		}
 	}
@@ -765,16 +789,29 @@ func (s *Service) Decide(ctx context.Context, p Principal, approvalID string, ap
 	return a, e, nil
 }
 
-// checkCardCurrent refuses to approve a request whose tool record changed
-// since the card was made: the approver would approve what no longer runs.
-// Denying such a request stays possible.
-func (s *Service) checkCardCurrent(ctx context.Context, p Principal, approvalID string) error {
+// checkStillAllowed refuses to approve a request that the workspace's
+// policy no longer allows (it changed while the request waited), or whose
+// tool record changed since the card was made: the approver would approve
+// what no longer runs. Denying such a request stays possible.
+func (s *Service) checkStillAllowed(ctx context.Context, p Principal, approvalID string) error {
 	a, err := s.st.GetApproval(ctx, p.WorkspaceID, approvalID)
 	if err != nil {
 		return err
 	}
 	var card ApprovalCard
-	if err := json.Unmarshal(a.Card, &card); err != nil || card.ToolFingerprint == "" {
+	if err := json.Unmarshal(a.Card, &card); err != nil {
+		return fmt.Errorf("reading approval card: %w", err)
+	}
+	pol, err := s.st.GetPolicy(ctx, p.WorkspaceID)
+	if err != nil {
+		return fmt.Errorf("loading workspace policy: %w", err)
+	}
+	d := policy.Decide(pol, policy.Request{Capability: contract.CodeExecute, Runtime: card.Runtime,
+		Timeout: time.Duration(card.TimeoutMS) * time.Millisecond, Network: card.NetworkRequested}, s.eng.Ceiling().Timeout)
+	if !d.Allowed {
+		return fmt.Errorf("the workspace policy no longer allows this request (%s); deny it: %w", d.Reason, errdefs.ErrConflict)
+	}
+	if card.ToolFingerprint == "" {
 		return nil // a card from before fingerprints: nothing to compare
 	}
 	t, err := s.eng.Tools().Get(card.Tool)

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -272,6 +273,98 @@ func TestApprovalExpiryIsAuditedWithIt(t *testing.T) {
 	defer obs.mu.Unlock()
 	if obs.pending != 0 || obs.expired != 1 {
 		t.Errorf("observer: got %d pending and %d expired, want 0 and 1", obs.pending, obs.expired)
+	}
+}
+
+// TestChainFingerprintsTheRun checks what the audit chain holds of a run:
+// the decision fingerprints the code and stdin that were asked to run, and
+// execution.finished, written with the outcome, how it ended, what it was
+// charged and a fingerprint of the stored result.
+func TestChainFingerprintsTheRun(t *testing.T) {
+	ctx := t.Context()
+	drv := &fakeDriver{name: "gvisor", tier: sandbox.TierGVisor}
+	env := newServiceEnv(t, nil, drv, noApprovalPolicy(), ServiceOptions{CreditsPerInvocation: 3})
+	req := InvokeRequest{Runtime: "python", Code: "print(1)", Stdin: "some input"}
+	inv, err := env.svc.Invoke(ctx, env.agent, req, InvokeOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ex, err := env.svc.Wait(ctx, env.agent, inv.Execution.ID, 10*time.Second)
+	if err != nil || ex.Status != store.StatusSucceeded {
+		t.Fatalf("execution: got %s, %v; want succeeded", ex.Status, err)
+	}
+	allowed := env.events(t, audit.InvokeAllowed)
+	var decided struct {
+		Request struct {
+			Input string `json:"input_sha256"`
+			Stdin string `json:"stdin_sha256"`
+		} `json:"request"`
+	}
+	if len(allowed) != 1 || json.Unmarshal(allowed[0].Data, &decided) != nil ||
+		decided.Request.Input != InputHash("python", "print(1)") || decided.Request.Stdin != sha256Hex([]byte("some input")) {
+		t.Errorf("invoke_allowed: got %+v, want the input's and stdin's hashes", allowed)
+	}
+	finished := env.events(t, audit.ExecutionFinished)
+	var data struct {
+		Status   string `json:"status"`
+		ExitCode *int   `json:"exit_code"`
+		Credits  int64  `json:"credits"`
+		Result   string `json:"result_sha256"`
+	}
+	if len(finished) != 1 || json.Unmarshal(finished[0].Data, &data) != nil {
+		t.Fatalf("execution.finished: got %+v, want one event", finished)
+	}
+	ev := finished[0]
+	if ev.ExecutionID != ex.ID || ev.Code != audit.ExecutionFinishedCode || data.Status != string(store.StatusSucceeded) ||
+		data.ExitCode == nil || *data.ExitCode != 0 || data.Credits != 3 || data.Result != sha256Hex(ex.Result) {
+		t.Errorf("execution.finished: got %+v with %+v; want succeeded, exit 0, 3 credits, the stored result's hash %s", ev, data, sha256Hex(ex.Result))
+	}
+	if ok, broken, err := env.st.VerifyChain(ctx, env.ws.ID); err != nil || !ok {
+		t.Errorf("VerifyChain: got ok %v, broken %+v, err %v", ok, broken, err)
+	}
+}
+
+// TestApprovalCardShowsStdin checks that an approver sees what the program
+// will read, not only its code.
+func TestApprovalCardShowsStdin(t *testing.T) {
+	drv := &fakeDriver{name: "gvisor", tier: sandbox.TierGVisor}
+	env := newServiceEnv(t, nil, drv, store.DefaultPolicy(), ServiceOptions{})
+	inv, err := env.svc.Invoke(t.Context(), env.agent, InvokeRequest{Runtime: "python", Code: "exec(input())", Stdin: "print('hidden')"}, InvokeOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var card ApprovalCard
+	if inv.Approval == nil || json.Unmarshal(inv.Approval.Card, &card) != nil || card.Stdin != "print('hidden')" {
+		t.Fatalf("approval: got %+v, want a card showing stdin", inv.Approval)
+	}
+}
+
+// TestApprovalUnderTheCurrentPolicy checks that a request the workspace's
+// policy stopped allowing while it waited cannot be approved, and can
+// still be denied.
+func TestApprovalUnderTheCurrentPolicy(t *testing.T) {
+	ctx := t.Context()
+	drv := &fakeDriver{name: "gvisor", tier: sandbox.TierGVisor}
+	env := newServiceEnv(t, nil, drv, store.DefaultPolicy(), ServiceOptions{})
+	k, err := env.st.CreateAPIKey(ctx, store.NewAPIKey{WorkspaceID: env.ws.ID, Role: store.RoleApprover, Hash: store.HashKey("approver")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	approver := Principal{KeyID: k.ID, WorkspaceID: env.ws.ID, Role: store.RoleApprover}
+	inv, err := env.svc.Invoke(ctx, env.agent, InvokeRequest{Runtime: "python", Code: "print(1)"}, InvokeOptions{})
+	if err != nil || inv.Approval == nil {
+		t.Fatalf("got %+v, %v; want a pending approval", inv, err)
+	}
+	pol := store.DefaultPolicy()
+	pol.CodeExecution = false
+	if _, err := env.st.SetPolicy(ctx, env.ws.ID, pol); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := env.svc.Decide(ctx, approver, inv.Approval.ID, true, "ok"); !errdefs.IsConflict(err) || !strings.Contains(err.Error(), "disabled") {
+		t.Errorf("approving after code execution was disabled: got %v, want a conflict naming the policy", err)
+	}
+	if _, ex, err := env.svc.Decide(ctx, approver, inv.Approval.ID, false, "policy changed"); err != nil || ex.Status != store.StatusDenied {
+		t.Errorf("denying it: got %s, %v", ex.Status, err)
 	}
 }
 

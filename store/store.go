@@ -172,10 +172,13 @@ type Executions interface {
 	// workspace failed, with result (which may be nil), releases their open
 	// reservations (an execution that produced no result is never charged)
 	// and writes their tool_invocations rows, one execution per transaction.
-	// It returns the executions it ended, so that the caller can destroy
-	// their sandboxes and audit them. Executions awaiting approval are left
-	// alone: their approval requests stay valid across a restart.
-	RecoverInterrupted(ctx context.Context, result json.RawMessage) ([]Execution, error)
+	// audit, when not nil, gives the events to append for each execution
+	// ended, in its transaction (with its workspace and id), so that no
+	// crash can leave a recovery unaudited. It returns the executions it
+	// ended, so that the caller can destroy their sandboxes. Executions
+	// awaiting approval are left alone: their approval requests stay valid
+	// across a restart.
+	RecoverInterrupted(ctx context.Context, result json.RawMessage, audit func(Execution) []NewEvent) ([]Execution, error)
 
 	// GetToolCall returns the tool_calls row of an execution, or ErrNotFound.
 	GetToolCall(ctx context.Context, workspaceID, executionID string) (ToolCall, error)

@@ -465,7 +465,14 @@ func testRecoverInterrupted(t *testing.T, st store.Store) {
 	wantCredits(t, st, f.ws.ID, 12, 6)
 
 	result := json.RawMessage(`{"error":"interrupted by a daemon restart"}`)
-	got := must[[]store.Execution](t, "RecoverInterrupted")(st.RecoverInterrupted(ctx, result))
+	// An event the store refuses rolls the recovery back with it: the two
+	// are one transaction.
+	_, err := st.RecoverInterrupted(ctx, result, func(store.Execution) []store.NewEvent { return []store.NewEvent{{Type: ""}} })
+	wantClass(t, "RecoverInterrupted with an invalid event", err, errdefs.ErrInvalidArgument)
+	wantCredits(t, st, f.ws.ID, 12, 6)
+	got := must[[]store.Execution](t, "RecoverInterrupted")(st.RecoverInterrupted(ctx, result, func(store.Execution) []store.NewEvent {
+		return []store.NewEvent{{Type: "execution.recovered", Code: "EXE002W", Actor: "system"}}
+	}))
 	gotIDs := []string{}
 	for _, e := range got {
 		gotIDs = append(gotIDs, e.ID)
@@ -491,7 +498,13 @@ func testRecoverInterrupted(t *testing.T, st store.Store) {
 	if e := must[store.Execution](t, "GetExecution")(st.GetExecution(ctx, f.ws.ID, awaiting.Execution.ID)); e.Status != store.StatusAwaitingApproval {
 		t.Fatalf("an execution awaiting approval was recovered: %s", e.Status)
 	}
-	if again := must[[]store.Execution](t, "RecoverInterrupted")(st.RecoverInterrupted(ctx, nil)); len(again) != 0 {
+	for _, id := range wantIDs {
+		p := must[store.Page[store.Event]](t, "ListEvents")(st.ListEvents(ctx, f.ws.ID, store.EventFilter{ExecutionID: id, Types: []string{"execution.recovered"}}))
+		if len(p.Items) != 1 {
+			t.Fatalf("execution.recovered events of %s: got %d, want 1", id, len(p.Items))
+		}
+	}
+	if again := must[[]store.Execution](t, "RecoverInterrupted")(st.RecoverInterrupted(ctx, nil, nil)); len(again) != 0 {
 		t.Fatalf("second RecoverInterrupted: got %d executions, want none", len(again))
 	}
 }

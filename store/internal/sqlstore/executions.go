@@ -419,7 +419,7 @@ func listByTime[T any](ctx context.Context, s *Store, table, cols string, scan f
 // RecoverInterrupted implements store.Executions. Each execution is ended in
 // its own transaction, taking row locks in the same order as
 // FinishExecution, so that recovery cannot deadlock with a live writer.
-func (s *Store) RecoverInterrupted(ctx context.Context, result json.RawMessage) ([]store.Execution, error) {
+func (s *Store) RecoverInterrupted(ctx context.Context, result json.RawMessage, audit func(store.Execution) []store.NewEvent) ([]store.Execution, error) {
 	if err := checkJSON("result", result); err != nil {
 		return nil, fmt.Errorf("recovering interrupted executions: %w", err)
 	}
@@ -443,6 +443,14 @@ func (s *Store) RecoverInterrupted(ctx context.Context, result json.RawMessage) 
 				return nil
 			}
 			ex, err = s.endExecution(ctx, q, ex, ending{status: store.StatusFailed, result: result, noResult: true})
+			if err != nil || audit == nil {
+				return err
+			}
+			es := audit(ex)
+			if err := checkEvents(es); err != nil {
+				return err
+			}
+			_, err = s.appendEvents(ctx, q, ex.WorkspaceID, ex.ID, es)
 			return err
 		})
 		if err != nil {
