@@ -632,7 +632,7 @@ func (s *Service) run(e store.Execution, t *ticket) {
 		o.ExecutionID = e.ID
 		o.Audit = append(o.Audit, s.finishedEvent(o))
 		// Recording must happen even when the service is closing.
-		fin, err := s.st.FinishExecution(context.WithoutCancel(ctx), o)
+		fin, err := s.finishExecution(context.WithoutCancel(ctx), o)
 		if err != nil {
 			s.log.Error("recording execution outcome", "execution", e.ID, "err", err)
 		} else {
@@ -699,6 +699,26 @@ func (s *Service) run(e store.Execution, t *ticket) {
 		o.ExitCode = &exit
 	}
 	finish(o)
+}
+
+// finishRetries are the pauses between attempts to record an outcome.
+var finishRetries = []time.Duration{100 * time.Millisecond, 500 * time.Millisecond, 2 * time.Second, 5 * time.Second}
+
+// finishExecution records an outcome, trying again after a transient store
+// error (SQLite busy past its timeout while the CLI writes, a PostgreSQL
+// failover): a run whose outcome is not recorded stays "running" with its
+// credits reserved until the next start, which then ends it uncharged
+// although it ran. A refusal (the execution already ended, a bad outcome)
+// is final.
+func (s *Service) finishExecution(ctx context.Context, o store.Outcome) (store.Execution, error) {
+	for i := 0; ; i++ {
+		fin, err := s.st.FinishExecution(ctx, o)
+		if err == nil || errdefs.IsConflict(err) || errdefs.IsInvalidArgument(err) || errdefs.IsNotFound(err) || i == len(finishRetries) {
+			return fin, err
+		}
+		s.log.Warn("recording execution outcome failed; trying again", "execution", o.ExecutionID, "err", err)
+		time.Sleep(finishRetries[i])
+	}
 }
 
 // finishedEvent is the audit event of an execution's end, written with

@@ -202,6 +202,41 @@ func (s *failingAppends) AppendEvent(ctx context.Context, e store.NewEvent) (sto
 	return s.Store.AppendEvent(ctx, e)
 }
 
+// flakyFinish fails FinishExecution the first n times, as a busy store.
+type flakyFinish struct {
+	store.Store
+	n atomic.Int32
+}
+
+func (s *flakyFinish) FinishExecution(ctx context.Context, o store.Outcome) (store.Execution, error) {
+	if s.n.Add(-1) >= 0 {
+		return store.Execution{}, fmt.Errorf("database is locked: %w", errdefs.ErrUnavailable)
+	}
+	return s.Store.FinishExecution(ctx, o)
+}
+
+// TestFinishRetries checks that a transient store error while recording an
+// outcome does not leave the execution running with its credits reserved.
+func TestFinishRetries(t *testing.T) {
+	ctx := t.Context()
+	db, err := sqlite.Open(ctx, sqlite.Config{Path: filepath.Join(t.TempDir(), "db.sqlite")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	st := &flakyFinish{Store: db}
+	st.n.Store(2)
+	drv := &fakeDriver{name: "gvisor", tier: sandbox.TierGVisor}
+	env := newServiceEnv(t, st, drv, noApprovalPolicy(), ServiceOptions{})
+	inv, err := env.svc.Invoke(ctx, env.agent, InvokeRequest{Runtime: "python", Code: "print(1)"}, InvokeOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ex, err := env.svc.Wait(ctx, env.agent, inv.Execution.ID, 20*time.Second); err != nil || ex.Status != store.StatusSucceeded {
+		t.Fatalf("execution: got %s, %v; want succeeded after two failed attempts to record it", ex.Status, err)
+	}
+}
+
 // countingObserver records the observer calls of approvals.
 type countingObserver struct {
 	mu      sync.Mutex
