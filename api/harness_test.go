@@ -197,12 +197,12 @@ func newEnv(t *testing.T, b backend, c envConfig) *env {
 			t.Fatalf("GetPolicy: %v", err)
 		}
 		c.policy(&p)
-		if _, err := st.SetPolicy(ctx, e.ws.ID, p); err != nil {
+		if _, err := st.SetPolicy(ctx, e.ws.ID, p, nil); err != nil {
 			t.Fatalf("SetPolicy: %v", err)
 		}
 	}
 	if c.credits > 0 {
-		if _, err := st.GrantCredits(ctx, e.ws.ID, c.credits, "e2e grant"); err != nil {
+		if _, err := st.GrantCredits(ctx, e.ws.ID, c.credits, "e2e grant", nil); err != nil {
 			t.Fatalf("GrantCredits: %v", err)
 		}
 	}

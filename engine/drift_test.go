@@ -86,10 +86,10 @@ func TestToolDrift(t *testing.T) {
 		if ws.ID == reviewWS.ID {
 			pol.ToolChanges = store.ToolChangesRequireReview
 		}
-		if _, err := st.SetPolicy(ctx, ws.ID, pol); err != nil {
+		if _, err := st.SetPolicy(ctx, ws.ID, pol, nil); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := st.GrantCredits(ctx, ws.ID, 100, "test"); err != nil {
+		if _, err := st.GrantCredits(ctx, ws.ID, 100, "test", nil); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -193,7 +193,7 @@ func TestApprovalOfAChangedTool(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := st.GrantCredits(ctx, ws.ID, 10, "test"); err != nil {
+	if _, err := st.GrantCredits(ctx, ws.ID, 10, "test", nil); err != nil {
 		t.Fatal(err)
 	}
 	key := func(role store.Role) Principal {

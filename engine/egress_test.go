@@ -98,10 +98,10 @@ func TestNetworkRequestsNeedApproval(t *testing.T) {
 	pol := store.DefaultPolicy()
 	pol.Approval = store.ApprovalNone
 	pol.NetworkAllowed = true
-	if _, err := st.SetPolicy(ctx, ws.ID, pol); err != nil {
+	if _, err := st.SetPolicy(ctx, ws.ID, pol, nil); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := st.GrantCredits(ctx, ws.ID, 100, "test"); err != nil {
+	if _, err := st.GrantCredits(ctx, ws.ID, 100, "test", nil); err != nil {
 		t.Fatal(err)
 	}
 	key := func(role store.Role) Principal {

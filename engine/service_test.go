@@ -45,10 +45,10 @@ func newServiceEnv(t *testing.T, st store.Store, drv *fakeDriver, pol store.Poli
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := st.SetPolicy(ctx, ws.ID, pol); err != nil {
+	if _, err := st.SetPolicy(ctx, ws.ID, pol, nil); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := st.GrantCredits(ctx, ws.ID, 10, "test"); err != nil {
+	if _, err := st.GrantCredits(ctx, ws.ID, 10, "test", nil); err != nil {
 		t.Fatal(err)
 	}
 	k, err := st.CreateAPIKey(ctx, store.NewAPIKey{WorkspaceID: ws.ID, Role: store.RoleAgent, Hash: store.HashKey("svc agent")})
@@ -169,7 +169,7 @@ func TestIdempotentRetryIsNotDecidedAgain(t *testing.T) {
 	t.Run("retry after the policy changed", func(t *testing.T) {
 		pol := noApprovalPolicy()
 		pol.CodeExecution = false
-		if _, err := env.st.SetPolicy(ctx, env.ws.ID, pol); err != nil {
+		if _, err := env.st.SetPolicy(ctx, env.ws.ID, pol, nil); err != nil {
 			t.Fatal(err)
 		}
 		if inv := replayed(t, "retry after code execution was disabled"); inv.Execution.Status != store.StatusSucceeded {
@@ -392,7 +392,7 @@ func TestApprovalUnderTheCurrentPolicy(t *testing.T) {
 	}
 	pol := store.DefaultPolicy()
 	pol.CodeExecution = false
-	if _, err := env.st.SetPolicy(ctx, env.ws.ID, pol); err != nil {
+	if _, err := env.st.SetPolicy(ctx, env.ws.ID, pol, nil); err != nil {
 		t.Fatal(err)
 	}
 	if _, _, err := env.svc.Decide(ctx, approver, inv.Approval.ID, true, "ok"); !errdefs.IsConflict(err) || !strings.Contains(err.Error(), "disabled") {

@@ -90,8 +90,10 @@ type Policies interface {
 	GetPolicy(ctx context.Context, workspaceID string) (Policy, error)
 	// SetPolicy replaces the workspace's policy whole and returns it as
 	// stored (normalised, with UpdatedAt set). Unknown enum values and a
-	// negative MaxTimeout are ErrInvalidArgument.
-	SetPolicy(ctx context.Context, workspaceID string, p Policy) (Policy, error)
+	// negative MaxTimeout are ErrInvalidArgument. audit, when not nil,
+	// gives the events to append for the policy as stored, in the same
+	// transaction.
+	SetPolicy(ctx context.Context, workspaceID string, p Policy, audit func(Policy) []NewEvent) (Policy, error)
 }
 
 // Ledger is the credit account of each workspace. A reservation moves credits
@@ -102,8 +104,9 @@ type Policies interface {
 //	sum(grant) - sum(commit) == Available + Reserved.
 type Ledger interface {
 	// GrantCredits adds amount (> 0, else ErrInvalidArgument) to the
-	// workspace's available credits.
-	GrantCredits(ctx context.Context, workspaceID string, amount int64, note string) (Credits, error)
+	// workspace's available credits, and appends the audit events (which
+	// may be none) in the same transaction.
+	GrantCredits(ctx context.Context, workspaceID string, amount int64, note string, audit []NewEvent) (Credits, error)
 	// GetCredits returns ErrNotFound for an unknown workspace.
 	GetCredits(ctx context.Context, workspaceID string) (Credits, error)
 	// Reserve holds amount (> 0) credits for an execution that has none yet.
@@ -279,6 +282,9 @@ type NewAPIKey struct {
 	Hash        KeyHash
 	// Name is a free-form label for people ("ci agent"); it may be empty.
 	Name string
+	// Audit, when not nil, gives the events to append to the workspace's
+	// chain for the key created, in the transaction that creates it.
+	Audit func(APIKey) []NewEvent
 }
 
 // APIKey is a stored key. RevokedAt is zero while the key is active.

@@ -79,10 +79,10 @@ func openDaemon(ctx context.Context, dbURL, dir string, credits int64) (_ *daemo
 		return nil, fmt.Errorf("reading the policy: %w", err)
 	}
 	p.Approval = store.ApprovalNone
-	if _, err := d.st.SetPolicy(ctx, ws.ID, p); err != nil {
+	if _, err := d.st.SetPolicy(ctx, ws.ID, p, nil); err != nil {
 		return nil, fmt.Errorf("setting the policy: %w", err)
 	}
-	if _, err := d.st.GrantCredits(ctx, ws.ID, credits, "benchmark"); err != nil {
+	if _, err := d.st.GrantCredits(ctx, ws.ID, credits, "benchmark", nil); err != nil {
 		return nil, fmt.Errorf("granting credits: %w", err)
 	}
 	return d, nil

@@ -46,11 +46,9 @@ func creditsCmd(ctx context.Context, args []string) int {
 		return fail(classify(err))
 	}
 	if args[0] == "grant" {
-		if _, err := st.GrantCredits(ctx, ws.ID, n, "granted from the CLI"); err != nil {
+		if _, err := st.GrantCredits(ctx, ws.ID, n, "granted from the CLI",
+			cliEvents(audit.CreditsGranted, audit.CreditsGrantedCode, "credits granted", map[string]int64{"amount": n})); err != nil {
 			return fail(classify(err))
-		}
-		if err := adminEvent(ctx, st, ws.ID, audit.CreditsGranted, audit.CreditsGrantedCode, "credits granted", map[string]int64{"amount": n}); err != nil {
-			return fail(err)
 		}
 	}
 	c, err := st.GetCredits(ctx, ws.ID)

@@ -45,12 +45,12 @@ func keyCmd(ctx context.Context, args []string) int {
 		return fail(err)
 	}
 	key := "sk_" + base64.RawURLEncoding.EncodeToString(b[:])
-	k, err := st.CreateAPIKey(ctx, store.NewAPIKey{WorkspaceID: ws.ID, Role: store.Role(*role), Hash: store.HashKey(key), Name: *name})
+	_, err = st.CreateAPIKey(ctx, store.NewAPIKey{WorkspaceID: ws.ID, Role: store.Role(*role), Hash: store.HashKey(key), Name: *name,
+		Audit: func(k store.APIKey) []store.NewEvent {
+			return cliEvents(audit.KeyCreated, audit.KeyCreatedCode, "API key created", map[string]string{"key_id": k.ID, "role": *role})
+		}})
 	if err != nil {
 		return fail(classify(err))
-	}
-	if err := adminEvent(ctx, st, ws.ID, audit.KeyCreated, audit.KeyCreatedCode, "API key created", map[string]string{"key_id": k.ID, "role": *role}); err != nil {
-		return fail(err)
 	}
 	// The key alone on stdout, so that `KEY=$(stockade key create ...)` works;
 	// it is shown once and stored only as a hash.

@@ -57,12 +57,11 @@ func policyCmd(ctx context.Context, args []string) int {
 		if err := applyPolicyFlags(fs, &pol, *approval, *network, *maxTimeout, *runtimes, *codeExec, *toolChanges); err != nil {
 			return fail(err)
 		}
-		if pol, err = st.SetPolicy(ctx, ws.ID, pol); err != nil {
+		if pol, err = st.SetPolicy(ctx, ws.ID, pol, func(after store.Policy) []store.NewEvent {
+			return cliEvents(audit.PolicyUpdated, audit.PolicyUpdatedCode, "workspace policy changed",
+				map[string]any{"before": before, "after": api.PolicyViewOf(after)})
+		}); err != nil {
 			return fail(classify(err))
-		}
-		if err := adminEvent(ctx, st, ws.ID, audit.PolicyUpdated, audit.PolicyUpdatedCode, "workspace policy changed",
-			map[string]any{"before": before, "after": api.PolicyViewOf(pol)}); err != nil {
-			return fail(err)
 		}
 	}
 	enc := json.NewEncoder(os.Stdout)

@@ -78,7 +78,7 @@ func TestTwoProcesses(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := sts[1].GrantCredits(ctx, ws.ID, 30, ""); err != nil {
+	if _, err := sts[1].GrantCredits(ctx, ws.ID, 30, "", nil); err != nil {
 		t.Fatal(err)
 	}
 	var (

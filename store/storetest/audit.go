@@ -336,3 +336,54 @@ func testTamperAppendPastHead(t *testing.T, st store.Store) {
 		lit(forged.ID), lit(forged.Reason), lit(forged.PrevHash), lit(forged.Hash), lit(f.ws.ID)))
 	wantBroken(t, st, f.ws.ID, 4)
 }
+
+// testAdminAudit checks that a key's creation, a policy change and a grant
+// append their audit events in their own transaction: an event the store
+// refuses leaves the change undone, and an accepted one is in the chain
+// with the change.
+func testAdminAudit(t *testing.T, st store.Store) {
+	ctx := t.Context()
+	f := newFixture(t, st, "admin")
+	bad := []store.NewEvent{{Type: ""}}
+	ev := func(typ string) []store.NewEvent { return []store.NewEvent{{Type: typ, Actor: "cli"}} }
+	count := func(typ string) int {
+		p := must[store.Page[store.Event]](t, "ListEvents")(st.ListEvents(ctx, f.ws.ID, store.EventFilter{Types: []string{typ}}))
+		return len(p.Items)
+	}
+
+	_, err := st.CreateAPIKey(ctx, store.NewAPIKey{WorkspaceID: f.ws.ID, Role: store.RoleAdmin, Hash: store.HashKey("admin-audit-1"),
+		Audit: func(store.APIKey) []store.NewEvent { return bad }})
+	wantClass(t, "CreateAPIKey with an invalid event", err, errdefs.ErrInvalidArgument)
+	_, err = st.LookupAPIKey(ctx, store.HashKey("admin-audit-1"))
+	wantClass(t, "the key of a refused event", err, errdefs.ErrNotFound)
+	var created string
+	k := must[store.APIKey](t, "CreateAPIKey")(st.CreateAPIKey(ctx, store.NewAPIKey{WorkspaceID: f.ws.ID, Role: store.RoleAdmin, Hash: store.HashKey("admin-audit-2"),
+		Audit: func(k store.APIKey) []store.NewEvent { created = k.ID; return ev("key.created") }}))
+	if created != k.ID || count("key.created") != 1 {
+		t.Fatalf("key.created: the event saw key %q, want %q; %d events, want 1", created, k.ID, count("key.created"))
+	}
+
+	pol := store.DefaultPolicy()
+	pol.NetworkAllowed = !pol.NetworkAllowed
+	_, err = st.SetPolicy(ctx, f.ws.ID, pol, func(store.Policy) []store.NewEvent { return bad })
+	wantClass(t, "SetPolicy with an invalid event", err, errdefs.ErrInvalidArgument)
+	if got := must[store.Policy](t, "GetPolicy")(st.GetPolicy(ctx, f.ws.ID)); got.NetworkAllowed == pol.NetworkAllowed {
+		t.Fatal("the policy changed although its event was refused")
+	}
+	must[store.Policy](t, "SetPolicy")(st.SetPolicy(ctx, f.ws.ID, pol, func(p store.Policy) []store.NewEvent { return ev("policy.updated") }))
+	if got := must[store.Policy](t, "GetPolicy")(st.GetPolicy(ctx, f.ws.ID)); got.NetworkAllowed != pol.NetworkAllowed || count("policy.updated") != 1 {
+		t.Fatalf("SetPolicy with its event: policy %+v, %d events", got, count("policy.updated"))
+	}
+
+	_, err = st.GrantCredits(ctx, f.ws.ID, 5, "grant", bad)
+	wantClass(t, "GrantCredits with an invalid event", err, errdefs.ErrInvalidArgument)
+	wantCredits(t, st, f.ws.ID, 0, 0)
+	must[store.Credits](t, "GrantCredits")(st.GrantCredits(ctx, f.ws.ID, 5, "grant", ev("credits.granted")))
+	wantCredits(t, st, f.ws.ID, 5, 0)
+	if n := count("credits.granted"); n != 1 {
+		t.Fatalf("credits.granted events: got %d, want 1", n)
+	}
+	if ok, broken, err := st.VerifyChain(ctx, f.ws.ID); err != nil || !ok {
+		t.Fatalf("VerifyChain: got ok %v, broken %+v, err %v", ok, broken, err)
+	}
+}

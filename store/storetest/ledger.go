@@ -12,7 +12,7 @@ import (
 func testGrant(t *testing.T, st store.Store) {
 	ctx := t.Context()
 	f := newFixture(t, st, "grant")
-	c := must[store.Credits](t, "GrantCredits")(st.GrantCredits(ctx, f.ws.ID, 10, "welcome"))
+	c := must[store.Credits](t, "GrantCredits")(st.GrantCredits(ctx, f.ws.ID, 10, "welcome", nil))
 	if c.Available != 10 || c.Reserved != 0 {
 		t.Fatalf("GrantCredits: got %+v, want 10 available", c)
 	}
@@ -34,7 +34,7 @@ func testGrant(t *testing.T, st store.Store) {
 		{"unknown workspace", "ws_nope", 1, errdefs.ErrNotFound},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := st.GrantCredits(ctx, tc.ws, tc.amount, "")
+			_, err := st.GrantCredits(ctx, tc.ws, tc.amount, "", nil)
 			wantClass(t, "GrantCredits", err, tc.class)
 		})
 	}

@@ -68,6 +68,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"ListApprovals", testListApprovals},
 		{"AuditAppendAndList", testAuditAppend},
 		{"AuditUnitOfWork", testAuditUnitOfWork},
+		{"AdminChangesAuditedWithThem", testAdminAudit},
 		{"AuditConcurrentAppendsDoNotFork", testAuditConcurrent},
 		{"AuditTamperUpdate", testTamperUpdate},
 		{"AuditTamperUpdateRehashed", testTamperUpdateRehashed},
@@ -135,7 +136,7 @@ func mustCreate(t *testing.T, st store.Store, e store.NewExecution) store.Admiss
 
 func mustGrant(t *testing.T, st store.Store, ws string, n int64) {
 	t.Helper()
-	if _, err := st.GrantCredits(t.Context(), ws, n, "test grant"); err != nil {
+	if _, err := st.GrantCredits(t.Context(), ws, n, "test grant", nil); err != nil {
 		t.Fatalf("GrantCredits(%d): %v", n, err)
 	}
 }
@@ -280,7 +281,7 @@ func Bench(b *testing.B, st store.Store, parallel bool) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	if _, err := st.GrantCredits(ctx, ws.ID, 1<<40, "bench"); err != nil {
+	if _, err := st.GrantCredits(ctx, ws.ID, 1<<40, "bench", nil); err != nil {
 		b.Fatal(err)
 	}
 	f := fixture{ws: ws, agent: key}

@@ -142,7 +142,7 @@ func testPolicy(t *testing.T, st store.Store) {
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			set := must[store.Policy](t, "SetPolicy")(st.SetPolicy(ctx, f.ws.ID, tc.in))
+			set := must[store.Policy](t, "SetPolicy")(st.SetPolicy(ctx, f.ws.ID, tc.in, nil))
 			got := must[store.Policy](t, "GetPolicy")(st.GetPolicy(ctx, f.ws.ID))
 			if got.UpdatedAt.IsZero() || !got.UpdatedAt.Equal(set.UpdatedAt) {
 				t.Fatalf("UpdatedAt: got %v from Get and %v from Set", got.UpdatedAt, set.UpdatedAt)
@@ -169,7 +169,7 @@ func testPolicy(t *testing.T, st store.Store) {
 		{"unknown workspace", "ws_nope", store.DefaultPolicy(), errdefs.ErrNotFound},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := st.SetPolicy(ctx, tc.ws, tc.p)
+			_, err := st.SetPolicy(ctx, tc.ws, tc.p, nil)
 			wantClass(t, "SetPolicy", err, tc.class)
 		})
 	}

@@ -36,6 +36,19 @@ func (s *Store) AppendEvent(ctx context.Context, e store.NewEvent) (store.Event,
 // then reads the head this transaction leaves. UNIQUE (workspace_id, seq)
 // turns any fork that got past the lock into a failed transaction. Callers
 // append last in a transaction, to hold the head lock briefly.
+// appendAudit checks and appends es (none is fine) to workspaceID's chain
+// in q, the transaction of the change they record.
+func (s *Store) appendAudit(ctx context.Context, q Querier, workspaceID string, es []store.NewEvent) error {
+	if len(es) == 0 {
+		return nil
+	}
+	if err := checkEvents(es); err != nil {
+		return err
+	}
+	_, err := s.appendEvents(ctx, q, workspaceID, "", es)
+	return err
+}
+
 func (s *Store) appendEvents(ctx context.Context, q Querier, workspaceID, executionID string, es []store.NewEvent) ([]store.Event, error) {
 	if len(es) == 0 {
 		return nil, nil

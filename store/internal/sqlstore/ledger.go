@@ -14,7 +14,7 @@ import (
 const maxBalance = int64(1) << 60
 
 // GrantCredits implements store.Ledger.
-func (s *Store) GrantCredits(ctx context.Context, workspaceID string, amount int64, note string) (store.Credits, error) {
+func (s *Store) GrantCredits(ctx context.Context, workspaceID string, amount int64, note string, audit []store.NewEvent) (store.Credits, error) {
 	if amount <= 0 || amount > maxBalance {
 		return store.Credits{}, fmt.Errorf("granting %d credits: amount must be in (0, %d]: %w", amount, maxBalance, errdefs.ErrInvalidArgument)
 	}
@@ -35,7 +35,10 @@ func (s *Store) GrantCredits(ctx context.Context, workspaceID string, amount int
 			}
 			return err
 		}
-		return s.writeLedger(ctx, q, store.LedgerEntry{WorkspaceID: workspaceID, Kind: store.LedgerGrant, Amount: amount, Note: note})
+		if err := s.writeLedger(ctx, q, store.LedgerEntry{WorkspaceID: workspaceID, Kind: store.LedgerGrant, Amount: amount, Note: note}); err != nil {
+			return err
+		}
+		return s.appendAudit(ctx, q, workspaceID, audit)
 	})
 	if err != nil {
 		return store.Credits{}, fmt.Errorf("granting %d credits to workspace %q: %w", amount, workspaceID, err)

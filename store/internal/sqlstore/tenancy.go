@@ -103,7 +103,10 @@ func (s *Store) CreateAPIKey(ctx context.Context, k store.NewAPIKey) (store.APIK
 		}
 		_, err := q.Exec(ctx, `INSERT INTO api_keys (id, workspace_id, role, name, hash, created_at) VALUES ($1, $2, $3, $4, $5, $6)`,
 			key.ID, key.WorkspaceID, string(key.Role), key.Name, key.Hash.String(), s.tm(key.CreatedAt))
-		return err
+		if err != nil || k.Audit == nil {
+			return err
+		}
+		return s.appendAudit(ctx, q, key.WorkspaceID, k.Audit(key))
 	})
 	if err != nil {
 		return store.APIKey{}, fmt.Errorf("creating %s key in workspace %q: %w", k.Role, k.WorkspaceID, err)
@@ -251,14 +254,17 @@ func (s *Store) GetPolicy(ctx context.Context, workspaceID string) (store.Policy
 }
 
 // SetPolicy implements store.Policies.
-func (s *Store) SetPolicy(ctx context.Context, workspaceID string, p store.Policy) (store.Policy, error) {
+func (s *Store) SetPolicy(ctx context.Context, workspaceID string, p store.Policy, audit func(store.Policy) []store.NewEvent) (store.Policy, error) {
 	p, err := normalisePolicy(p)
 	if err != nil {
 		return store.Policy{}, fmt.Errorf("setting policy of workspace %q: %w", workspaceID, err)
 	}
 	p.UpdatedAt = s.clock()
 	if err := s.inTx(ctx, func(q Querier) error {
-		return s.writePolicy(ctx, q, workspaceID, p, p.UpdatedAt, false)
+		if err := s.writePolicy(ctx, q, workspaceID, p, p.UpdatedAt, false); err != nil || audit == nil {
+			return err
+		}
+		return s.appendAudit(ctx, q, workspaceID, audit(p))
 	}); err != nil {
 		return store.Policy{}, fmt.Errorf("setting policy of workspace %q: %w", workspaceID, err)
 	}
