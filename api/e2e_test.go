@@ -14,6 +14,7 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"path/filepath"
+	"reflect"
 	"regexp"
 	"slices"
 	"strconv"
@@ -1005,10 +1006,23 @@ func TestOpenAPIListsEveryRoute(t *testing.T) {
 
 	r := do(t, srv.URL, "GET", "/openapi.json", "", nil).want(t, http.StatusOK)
 	var doc struct {
-		OpenAPI string                                `json:"openapi"`
-		Paths   map[string]map[string]json.RawMessage `json:"paths"`
+		OpenAPI    string                                `json:"openapi"`
+		Paths      map[string]map[string]json.RawMessage `json:"paths"`
+		Components struct {
+			Schemas map[string]struct {
+				Properties map[string]json.RawMessage `json:"properties"`
+			} `json:"schemas"`
+		} `json:"components"`
 	}
 	r.decode(t, &doc)
+	// The approval card as documented: every field an approver receives.
+	card := reflect.TypeFor[engine.ApprovalCard]()
+	for i := range card.NumField() {
+		name, _, _ := strings.Cut(card.Field(i).Tag.Get("json"), ",")
+		if _, ok := doc.Components.Schemas["ApprovalCard"].Properties[name]; !ok {
+			t.Errorf("/openapi.json's ApprovalCard lacks %q", name)
+		}
+	}
 	if doc.OpenAPI == "" {
 		t.Errorf("the document has no openapi version")
 	}
