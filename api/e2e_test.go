@@ -159,6 +159,20 @@ func wantCard(t *testing.T, raw json.RawMessage, req engine.InvokeRequest, appro
 
 // awaitApproval POSTs req under an approval-required policy and checks the
 // 202 answer.
+// deny denies v's approval as the approver and checks that the answer
+// and the execution say denied, and that it never started.
+func (e *env) deny(t *testing.T, v api.ExecutionView, reason string) {
+	t.Helper()
+	var d decision
+	e.do("POST", "/v1/approvals/"+v.ApprovalID+"/deny", e.approver, map[string]string{"reason": reason}).want(t, http.StatusOK).decode(t, &d)
+	if d.Approval.Status != "denied" || d.Execution.Status != "denied" {
+		t.Errorf("deny answer: got approval %q execution %q, want denied and denied", d.Approval.Status, d.Execution.Status)
+	}
+	if got := e.wait(v.ID, 5*time.Second); got.Status != string(store.StatusDenied) || got.StartedAt != nil {
+		t.Errorf("after denial: got status %q started %v, want denied, never started", got.Status, got.StartedAt)
+	}
+}
+
 func (e *env) awaitApproval(req engine.InvokeRequest) api.ExecutionView {
 	t := e.t
 	t.Helper()
@@ -222,14 +236,7 @@ func TestApprovalPaths(t *testing.T) {
 			e := newEnv(t, b, envConfig{credits: 10})
 			v := e.awaitApproval(engine.InvokeRequest{Runtime: "shell", Code: "rm -rf /"})
 			e.wantCredits(8, 2)
-			var d decision
-			e.do("POST", "/v1/approvals/"+v.ApprovalID+"/deny", e.approver, map[string]string{"reason": "no"}).want(t, http.StatusOK).decode(t, &d)
-			if d.Approval.Status != "denied" || d.Execution.Status != "denied" {
-				t.Errorf("deny answer: got approval %q execution %q, want denied and denied", d.Approval.Status, d.Execution.Status)
-			}
-			if got := e.wait(v.ID, 5*time.Second); got.Status != string(store.StatusDenied) || got.StartedAt != nil {
-				t.Errorf("after denial: got status %q started %v, want denied, never started", got.Status, got.StartedAt)
-			}
+			e.deny(t, v, "no")
 			e.wantCredits(10, 0)
 			if tc := e.toolCall(v.ID); tc.CreditsCharged != 0 || tc.Status != "denied" {
 				t.Errorf("tool_calls row: got %s with %d credits, want denied with 0", tc.Status, tc.CreditsCharged)

@@ -344,14 +344,7 @@ func TestEgressNeedsApproval(t *testing.T) {
 			t.Errorf("networks while the approval is pending: %v, want none", left)
 		}
 
-		var d decision
-		e.do("POST", "/v1/approvals/"+v.ApprovalID+"/deny", e.approver, map[string]string{"reason": "no network"}).want(t, http.StatusOK).decode(t, &d)
-		if d.Approval.Status != "denied" || d.Execution.Status != "denied" {
-			t.Errorf("deny answer: got approval %q execution %q, want denied and denied", d.Approval.Status, d.Execution.Status)
-		}
-		if got := e.wait(v.ID, 5*time.Second); got.Status != string(store.StatusDenied) || got.StartedAt != nil {
-			t.Errorf("after denial: got status %q started %v, want denied, never started", got.Status, got.StartedAt)
-		}
+		e.deny(t, v, "no network")
 		if n := e.hits.Load(); n != 0 {
 			t.Errorf("the upstream answered %d requests, want 0", n)
 		}

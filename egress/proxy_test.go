@@ -241,13 +241,7 @@ func TestGateCloseEndsConnections(t *testing.T) {
 	if resp, err := http.ReadResponse(br, nil); err != nil || resp.StatusCode != 200 {
 		t.Fatalf("CONNECT: %v %v", resp, err)
 	}
-	done := make(chan struct{})
-	go func() { e.gate.Close(); close(done) }()
-	select {
-	case <-done:
-	case <-time.After(5 * time.Second):
-		t.Fatal("Close did not return with a tunnel open")
-	}
+	e.closeWithin(t, 5*time.Second, "with a tunnel open")
 	_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
 	if _, err := br.ReadByte(); err == nil {
 		t.Fatal("tunnel still open after Close")
@@ -299,14 +293,20 @@ func TestGateCloseEndsRequestsWaitingForUpstream(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("the request never reached the upstream")
 	}
+	e.closeWithin(t, 10*time.Second, "waiting for the upstream (idle timeout 1 h)")
+	e.rec.wait(t, "the request to silent.test", func(d Decision) bool { return d.Name == "silent.test" })
+}
+
+// closeWithin closes the gate and fails t unless Close returns within d.
+func (e *env) closeWithin(t *testing.T, d time.Duration, what string) {
+	t.Helper()
 	done := make(chan struct{})
 	go func() { e.gate.Close(); close(done) }()
 	select {
 	case <-done:
-	case <-time.After(10 * time.Second):
-		t.Fatal("Close waits for the upstream (idle timeout 1 h)")
+	case <-time.After(d):
+		t.Fatalf("Close did not return within %s, %s", d, what)
 	}
-	e.rec.wait(t, "the request to silent.test", func(d Decision) bool { return d.Name == "silent.test" })
 }
 
 func TestTestOverrideOnlyInTests(t *testing.T) {

@@ -12,7 +12,6 @@ import (
 	"github.com/stockade-sh/stockade/errdefs"
 	"github.com/stockade-sh/stockade/sandbox"
 	"github.com/stockade-sh/stockade/store"
-	"github.com/stockade-sh/stockade/store/sqlite"
 	"github.com/stockade-sh/stockade/tools"
 )
 
@@ -59,11 +58,7 @@ func fetchYAML(domains ...string) string {
 
 func TestToolDrift(t *testing.T) {
 	ctx := context.Background()
-	st, err := sqlite.Open(ctx, sqlite.Config{Path: filepath.Join(t.TempDir(), "db.sqlite")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
+	st := openSQLite(t)
 	reviewWS, err := st.CreateWorkspace(ctx, "strict")
 	if err != nil {
 		t.Fatal(err)
@@ -184,11 +179,7 @@ func TestToolDrift(t *testing.T) {
 // changed after the approver's card was made.
 func TestApprovalOfAChangedTool(t *testing.T) {
 	ctx := context.Background()
-	st, err := sqlite.Open(ctx, sqlite.Config{Path: filepath.Join(t.TempDir(), "db.sqlite")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
+	st := openSQLite(t)
 	ws, err := st.CreateWorkspace(ctx, "cards")
 	if err != nil {
 		t.Fatal(err)

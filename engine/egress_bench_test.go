@@ -2,7 +2,6 @@ package engine
 
 import (
 	"context"
-	"fmt"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -21,16 +20,8 @@ func BenchmarkOneShotEgress(b *testing.B) {
 	up := httptest.NewServer(http.NotFoundHandler())
 	defer up.Close()
 	upPort := up.Listener.Addr().(*net.TCPAddr).Port
-	env := newEgressEnv(b, fmt.Sprintf(`
-tools:
-  - name: fetch
-    input_trust: trusted
-    tier: container
-    runtimes: [python]
-    egress:
-      allow: [allowed.test]
-      ports: [%d]
-`, upPort), map[string][]netip.Addr{"allowed.test": {netip.MustParseAddr("127.0.0.1")}}, nil, nil)
+	env := newEgressEnv(b, pythonFetch("container", []string{"allowed.test"}, upPort),
+		map[string][]netip.Addr{"allowed.test": {netip.MustParseAddr("127.0.0.1")}}, nil, nil)
 	ctx := context.Background()
 	run := func(network, wait bool) time.Duration {
 		start := time.Now()

@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -30,7 +31,6 @@ import (
 	"github.com/stockade-sh/stockade/internal/testenv"
 	"github.com/stockade-sh/stockade/sandbox"
 	"github.com/stockade-sh/stockade/store"
-	"github.com/stockade-sh/stockade/store/sqlite"
 	"github.com/stockade-sh/stockade/tools"
 )
 
@@ -81,16 +81,45 @@ func writeTools(t testing.TB, yaml string) string {
 	return path
 }
 
+// pythonFetch is the tools file of a python tool "fetch" on tier whose
+// egress allowlist is allow on ports.
+func pythonFetch(tier string, allow []string, ports ...int) string {
+	ps := make([]string, len(ports))
+	for i, p := range ports {
+		ps[i] = strconv.Itoa(p)
+	}
+	return fmt.Sprintf(`
+tools:
+  - name: fetch
+    input_trust: trusted
+    tier: %s
+    runtimes: [python]
+    egress:
+      allow: [%s]
+      ports: [%s]
+`, tier, strings.Join(allow, ", "), strings.Join(ps, ", "))
+}
+
+// runFetch runs code as tool fetch with network on driver drv, labelled as
+// execution exec.
+func (env *egressEnv) runFetch(t *testing.T, drv, exec string, code []byte) *Result {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	res, err := env.eng.Run(ctx, Request{Tool: "fetch", Driver: drv, Runtime: "python", Network: true,
+		Code: code, Labels: map[string]string{LabelExecution: exec}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res
+}
+
 // TestNetworkRequestsNeedApproval checks the service's gate for network
 // requests: denied on a tool without an allowlist, and held for approval
 // on one with an allowlist even when the workspace needs no approval.
 func TestNetworkRequestsNeedApproval(t *testing.T) {
 	ctx := context.Background()
-	st, err := sqlite.Open(ctx, sqlite.Config{Path: filepath.Join(t.TempDir(), "db.sqlite")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
+	st := openSQLite(t)
 	ws, err := st.CreateWorkspace(ctx, "net")
 	if err != nil {
 		t.Fatal(err)
@@ -409,29 +438,15 @@ func TestEgressOnBothTiers(t *testing.T) {
 	defer udp.Close()
 
 	loop := []netip.Addr{netip.MustParseAddr("127.0.0.1")}
-	env := newEgressEnv(t, fmt.Sprintf(`
-tools:
-  - name: fetch
-    input_trust: trusted
-    tier: gvisor
-    runtimes: [python]
-    egress:
-      allow: [allowed.test, rebind.test]
-      ports: [%d, %d]
-`, upPort, tlsPort), map[string][]netip.Addr{"allowed.test": loop}, map[string][]netip.Addr{"rebind.test": loop}, nil)
+	env := newEgressEnv(t, pythonFetch("gvisor", []string{"allowed.test", "rebind.test"}, upPort, tlsPort),
+		map[string][]netip.Addr{"allowed.test": loop}, map[string][]netip.Addr{"rebind.test": loop}, nil)
 	script := []byte(fmt.Sprintf(egressScript, upPort, tlsPort, udpPort))
 
 	for _, drv := range []string{"runc", "gvisor"} {
 		t.Run(drv, func(t *testing.T) {
 			env.takeRefused()
 			exec := "ex_egress_" + drv
-			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-			defer cancel()
-			res, err := env.eng.Run(ctx, Request{Tool: "fetch", Driver: drv, Runtime: "python", Network: true,
-				Code: script, Labels: map[string]string{LabelExecution: exec}})
-			if err != nil {
-				t.Fatal(err)
-			}
+			res := env.runFetch(t, drv, exec, script)
 			t.Logf("sandbox output:\n%s%s", res.Stdout, res.Stderr)
 			for _, want := range []string{
 				fmt.Sprintf("allowed OK upstream saw allowed.test:%d/x", upPort),
@@ -530,16 +545,7 @@ tools:
 // while the run is under way. The program sends its request and exits
 // while the proxy waits for the name to resolve.
 func TestRequestInFlightAtTheEnd(t *testing.T) {
-	env := newEgressEnv(t, `
-tools:
-  - name: fetch
-    input_trust: trusted
-    tier: container
-    runtimes: [python]
-    egress:
-      allow: [slow.test]
-      ports: [8080]
-`, nil, nil, nil)
+	env := newEgressEnv(t, pythonFetch("container", []string{"slow.test"}, 8080), nil, nil, nil)
 	env.resolver.hang = "slow.test"
 	script := []byte(`
 import socket, time
@@ -552,13 +558,7 @@ print("sent")
 		t.Run(drv, func(t *testing.T) {
 			env.takeRefused()
 			exec := "ex_inflight_" + drv
-			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-			defer cancel()
-			res, err := env.eng.Run(ctx, Request{Tool: "fetch", Driver: drv, Runtime: "python", Network: true,
-				Code: script, Labels: map[string]string{LabelExecution: exec}})
-			if err != nil {
-				t.Fatal(err)
-			}
+			res := env.runFetch(t, drv, exec, script)
 			if res.Stdout != "sent\n" {
 				t.Fatalf("got stdout %q, stderr %q", res.Stdout, res.Stderr)
 			}

@@ -34,12 +34,7 @@ func newServiceEnv(t *testing.T, st store.Store, drv *fakeDriver, pol store.Poli
 	t.Helper()
 	ctx := t.Context()
 	if st == nil {
-		db, err := sqlite.Open(ctx, sqlite.Config{Path: filepath.Join(t.TempDir(), "db.sqlite")})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { db.Close() }) // after the service's Close, registered below
-		st = db
+		st = openSQLite(t)
 	}
 	ws, err := st.CreateWorkspace(ctx, "svc")
 	if err != nil {
@@ -88,6 +83,18 @@ func (e *serviceEnv) chainLength(t *testing.T) int64 {
 		t.Fatal(err)
 	}
 	return h.Seq
+}
+
+// openSQLite opens a fresh SQLite store, closed when the test ends (after
+// the clean-ups registered later, such as a service's Close).
+func openSQLite(t testing.TB) store.Store {
+	t.Helper()
+	db, err := sqlite.Open(t.Context(), sqlite.Config{Path: filepath.Join(t.TempDir(), "db.sqlite")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	return db
 }
 
 func noApprovalPolicy() store.Policy {
@@ -219,12 +226,7 @@ func (s *flakyFinish) FinishExecution(ctx context.Context, o store.Outcome) (sto
 // outcome does not leave the execution running with its credits reserved.
 func TestFinishRetries(t *testing.T) {
 	ctx := t.Context()
-	db, err := sqlite.Open(ctx, sqlite.Config{Path: filepath.Join(t.TempDir(), "db.sqlite")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { db.Close() })
-	st := &flakyFinish{Store: db}
+	st := &flakyFinish{Store: openSQLite(t)}
 	st.n.Store(2)
 	drv := &fakeDriver{name: "gvisor", tier: sandbox.TierGVisor}
 	env := newServiceEnv(t, st, drv, noApprovalPolicy(), ServiceOptions{})
@@ -263,12 +265,7 @@ func (o *countingObserver) ApprovalsPending(delta int) {
 // even when no separate audit write could be made after the expiry.
 func TestApprovalExpiryIsAuditedWithIt(t *testing.T) {
 	ctx := t.Context()
-	db, err := sqlite.Open(ctx, sqlite.Config{Path: filepath.Join(t.TempDir(), "db.sqlite")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { db.Close() })
-	st := &failingAppends{Store: db}
+	st := &failingAppends{Store: openSQLite(t)}
 	obs := &countingObserver{}
 	drv := &fakeDriver{name: "gvisor", tier: sandbox.TierGVisor}
 	env := newServiceEnv(t, st, drv, store.DefaultPolicy(), ServiceOptions{ApprovalTTL: time.Millisecond, Observer: obs})

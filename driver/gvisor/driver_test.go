@@ -10,19 +10,26 @@ import (
 	"time"
 
 	"github.com/stockade-sh/stockade/driver/gvisor"
+	"github.com/stockade-sh/stockade/internal/ocidriver"
 	"github.com/stockade-sh/stockade/internal/sandboxkit"
 	"github.com/stockade-sh/stockade/internal/testenv"
 	"github.com/stockade-sh/stockade/sandbox"
 	"github.com/stockade-sh/stockade/sandbox/conformance"
 )
 
-func TestConformance(t *testing.T) {
+func newDriver(t *testing.T) *ocidriver.Driver {
+	t.Helper()
 	testenv.RequiresRoot(t)
 	testenv.RequiresBinary(t, "runsc")
 	d, err := gvisor.New(gvisor.Config{StateDir: t.TempDir(), GuestPath: testenv.Guest(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
+	return d
+}
+
+func TestConformance(t *testing.T) {
+	d := newDriver(t)
 	conformance.Run(t, conformance.Harness{Driver: d, Image: testenv.Image(t, "shell"), Leftovers: d.Leftovers})
 }
 
@@ -30,12 +37,7 @@ func TestConformance(t *testing.T) {
 // last resort does: runsc's state files stay behind (its sandbox and gofer
 // die with it), and Destroy must have runsc remove them.
 func TestDestroyAfterRuntimeKilled(t *testing.T) {
-	testenv.RequiresRoot(t)
-	testenv.RequiresBinary(t, "runsc")
-	d, err := gvisor.New(gvisor.Config{StateDir: t.TempDir(), GuestPath: testenv.Guest(t)})
-	if err != nil {
-		t.Fatal(err)
-	}
+	d := newDriver(t)
 	ctx := context.Background()
 	sb, err := d.Create(ctx, sandbox.Spec{Image: testenv.Image(t, "shell")})
 	if err != nil {
