@@ -412,7 +412,7 @@ func TestRoles(t *testing.T) {
 		e.wantCredits(8, 0)
 
 		// Keys of another workspace see nothing of this one.
-		other, err := e.st.CreateWorkspace(t.Context(), "e2e-other")
+		other, err := e.st.CreateWorkspace(t.Context(), "e2e-other", nil)
 		if err != nil {
 			t.Fatal(err)
 		}

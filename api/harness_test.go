@@ -179,7 +179,7 @@ func newEnv(t *testing.T, b backend, c envConfig) *env {
 	t.Cleanup(srv.Close)
 	e.url = srv.URL
 
-	if e.ws, err = st.CreateWorkspace(ctx, "e2e"); err != nil {
+	if e.ws, err = st.CreateWorkspace(ctx, "e2e", nil); err != nil {
 		t.Fatalf("CreateWorkspace: %v", err)
 	}
 	for _, k := range []struct {

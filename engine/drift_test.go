@@ -59,11 +59,11 @@ func fetchYAML(domains ...string) string {
 func TestToolDrift(t *testing.T) {
 	ctx := context.Background()
 	st := openSQLite(t)
-	reviewWS, err := st.CreateWorkspace(ctx, "strict")
+	reviewWS, err := st.CreateWorkspace(ctx, "strict", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	flagWS, err := st.CreateWorkspace(ctx, "relaxed")
+	flagWS, err := st.CreateWorkspace(ctx, "relaxed", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -180,7 +180,7 @@ func TestToolDrift(t *testing.T) {
 func TestApprovalOfAChangedTool(t *testing.T) {
 	ctx := context.Background()
 	st := openSQLite(t)
-	ws, err := st.CreateWorkspace(ctx, "cards")
+	ws, err := st.CreateWorkspace(ctx, "cards", nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -120,7 +120,7 @@ func (env *egressEnv) runFetch(t *testing.T, drv, exec string, code []byte) *Res
 func TestNetworkRequestsNeedApproval(t *testing.T) {
 	ctx := context.Background()
 	st := openSQLite(t)
-	ws, err := st.CreateWorkspace(ctx, "net")
+	ws, err := st.CreateWorkspace(ctx, "net", nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -36,7 +36,7 @@ func newServiceEnv(t *testing.T, st store.Store, drv *fakeDriver, pol store.Poli
 	if st == nil {
 		st = openSQLite(t)
 	}
-	ws, err := st.CreateWorkspace(ctx, "svc")
+	ws, err := st.CreateWorkspace(ctx, "svc", nil)
 	if err != nil {
 		t.Fatal(err)
 	}

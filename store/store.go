@@ -52,9 +52,11 @@ type Store interface {
 // Workspaces is the tenancy root. Every other record belongs to one.
 type Workspaces interface {
 	// CreateWorkspace creates a workspace with DefaultPolicy, a zero credit
-	// balance and an empty audit chain. A name already taken is ErrConflict;
-	// an empty or over-long name is ErrInvalidArgument.
-	CreateWorkspace(ctx context.Context, name string) (Workspace, error)
+	// balance and an audit chain that starts with the events audit (if not
+	// nil) returns for it, appended in the same transaction. A name already
+	// taken is ErrConflict; an empty or over-long name, or an invalid event,
+	// is ErrInvalidArgument.
+	CreateWorkspace(ctx context.Context, name string, audit func(Workspace) []NewEvent) (Workspace, error)
 	// GetWorkspace returns ErrNotFound for an unknown id.
 	GetWorkspace(ctx context.Context, id string) (Workspace, error)
 	// GetWorkspaceByName returns ErrNotFound for an unknown name.

@@ -66,7 +66,7 @@ func openDaemon(ctx context.Context, dbURL, dir string, credits int64) (_ *daemo
 		return nil, fmt.Errorf("opening the store: %w", err)
 	}
 	d.closers = append(d.closers, func() { d.st.Close() })
-	ws, err := d.st.CreateWorkspace(ctx, "bench")
+	ws, err := d.st.CreateWorkspace(ctx, "bench", nil)
 	if err != nil {
 		return nil, fmt.Errorf("creating the workspace: %w", err)
 	}

@@ -40,16 +40,6 @@ func openDB(ctx context.Context, db, dataDir string) (store.Store, error) {
 	return st, nil
 }
 
-// adminEvent appends an audit event for a change made from the CLI, after
-// it (workspace creation; the other changes append theirs in their own
-// transaction, through cliEvents).
-func adminEvent(ctx context.Context, st store.Store, wsID, typ, code, reason string, data any) error {
-	ev := cliEvents(typ, code, reason, data)[0]
-	ev.WorkspaceID = wsID
-	_, err := st.AppendEvent(ctx, ev)
-	return err
-}
-
 // cliEvents is the audit event of a change made from the CLI, for the store
 // to append in the change's own transaction (its workspace is the change's).
 func cliEvents(typ, code, reason string, data any) []store.NewEvent {

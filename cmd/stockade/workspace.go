@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/stockade-sh/stockade/audit"
+	"github.com/stockade-sh/stockade/store"
 )
 
 func init() {
@@ -43,12 +44,11 @@ func workspaceCmd(ctx context.Context, args []string) int {
 	if len(pos) != 1 {
 		return fail(usagef("usage: stockade workspace create NAME"))
 	}
-	ws, err := st.CreateWorkspace(ctx, pos[0])
+	ws, err := st.CreateWorkspace(ctx, pos[0], func(ws store.Workspace) []store.NewEvent {
+		return cliEvents(audit.WorkspaceCreated, audit.WorkspaceCreatedCode, "workspace created", map[string]string{"name": ws.Name})
+	})
 	if err != nil {
 		return fail(classify(err))
-	}
-	if err := adminEvent(ctx, st, ws.ID, audit.WorkspaceCreated, audit.WorkspaceCreatedCode, "workspace created", map[string]string{"name": ws.Name}); err != nil {
-		return fail(err)
 	}
 	fmt.Println(ws.ID)
 	return 0

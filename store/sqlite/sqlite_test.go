@@ -32,7 +32,7 @@ func TestReopen(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Open: %v", err)
 	}
-	ws, err := st.CreateWorkspace(t.Context(), "persist")
+	ws, err := st.CreateWorkspace(t.Context(), "persist", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -70,7 +70,7 @@ func TestTwoProcesses(t *testing.T) {
 		defer st.Close()
 		sts[i] = st
 	}
-	ws, err := sts[0].CreateWorkspace(ctx, "shared")
+	ws, err := sts[0].CreateWorkspace(ctx, "shared", nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -88,7 +88,7 @@ func TestPanicInTxReleasesWriter(t *testing.T) {
 		})
 	})
 	inTime(t, "a write after the panic", func() {
-		if _, err := st.CreateWorkspace(ctx, "after-panic"); err != nil {
+		if _, err := st.CreateWorkspace(ctx, "after-panic", nil); err != nil {
 			t.Errorf("CreateWorkspace after a panicking transaction: %v", err)
 		}
 	})

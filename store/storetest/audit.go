@@ -351,7 +351,24 @@ func testAdminAudit(t *testing.T, st store.Store) {
 		return len(p.Items)
 	}
 
-	_, err := st.CreateAPIKey(ctx, store.NewAPIKey{WorkspaceID: f.ws.ID, Role: store.RoleAdmin, Hash: store.HashKey("admin-audit-1"),
+	_, err := st.CreateWorkspace(ctx, "admin-audit", func(store.Workspace) []store.NewEvent { return bad })
+	wantClass(t, "CreateWorkspace with an invalid event", err, errdefs.ErrInvalidArgument)
+	_, err = st.GetWorkspaceByName(ctx, "admin-audit")
+	wantClass(t, "the workspace of a refused event", err, errdefs.ErrNotFound)
+	var wsSeen store.Workspace
+	ws := must[store.Workspace](t, "CreateWorkspace")(st.CreateWorkspace(ctx, "admin-audit", func(ws store.Workspace) []store.NewEvent {
+		wsSeen = ws
+		return ev("workspace.created")
+	}))
+	wsEvents := must[store.Page[store.Event]](t, "ListEvents")(st.ListEvents(ctx, ws.ID, store.EventFilter{}))
+	if wsSeen != ws || len(wsEvents.Items) != 1 || wsEvents.Items[0].Type != "workspace.created" {
+		t.Fatalf("workspace.created: the event saw %+v, want %+v; the new chain holds %+v, want that one event", wsSeen, ws, wsEvents.Items)
+	}
+	if ok, broken, err := st.VerifyChain(ctx, ws.ID); err != nil || !ok {
+		t.Fatalf("VerifyChain of the new workspace: got ok %v, broken %+v, err %v", ok, broken, err)
+	}
+
+	_, err = st.CreateAPIKey(ctx, store.NewAPIKey{WorkspaceID: f.ws.ID, Role: store.RoleAdmin, Hash: store.HashKey("admin-audit-1"),
 		Audit: func(store.APIKey) []store.NewEvent { return bad }})
 	wantClass(t, "CreateAPIKey with an invalid event", err, errdefs.ErrInvalidArgument)
 	_, err = st.LookupAPIKey(ctx, store.HashKey("admin-audit-1"))

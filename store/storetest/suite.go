@@ -92,7 +92,7 @@ type fixture struct {
 func newFixture(t *testing.T, st store.Store, name string) fixture {
 	t.Helper()
 	ctx := t.Context()
-	ws, err := st.CreateWorkspace(ctx, name)
+	ws, err := st.CreateWorkspace(ctx, name, nil)
 	if err != nil {
 		t.Fatalf("CreateWorkspace(%q): %v", name, err)
 	}
@@ -273,7 +273,7 @@ func ids[T any](items []T, id func(T) string) string {
 // b.RunParallel, to show contention on the workspace's account and chain.
 func Bench(b *testing.B, st store.Store, parallel bool) {
 	ctx := b.Context()
-	ws, err := st.CreateWorkspace(ctx, "bench")
+	ws, err := st.CreateWorkspace(ctx, "bench", nil)
 	if err != nil {
 		b.Fatal(err)
 	}

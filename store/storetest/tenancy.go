@@ -12,8 +12,8 @@ import (
 
 func testWorkspaces(t *testing.T, st store.Store) {
 	ctx := t.Context()
-	b := must[store.Workspace](t, "CreateWorkspace(beta)")(st.CreateWorkspace(ctx, "beta"))
-	a := must[store.Workspace](t, "CreateWorkspace(alpha)")(st.CreateWorkspace(ctx, "alpha"))
+	b := must[store.Workspace](t, "CreateWorkspace(beta)")(st.CreateWorkspace(ctx, "beta", nil))
+	a := must[store.Workspace](t, "CreateWorkspace(alpha)")(st.CreateWorkspace(ctx, "alpha", nil))
 	if a.ID == b.ID || a.ID == "" || a.CreatedAt.IsZero() {
 		t.Fatalf("workspaces: got %+v and %+v, want distinct ids and a creation time", a, b)
 	}
@@ -45,10 +45,10 @@ func testWorkspaces(t *testing.T, st store.Store) {
 		err   error
 		class error
 	}{
-		{"duplicate name", second(st.CreateWorkspace(ctx, "alpha")), errdefs.ErrConflict},
-		{"empty name", second(st.CreateWorkspace(ctx, "  ")), errdefs.ErrInvalidArgument},
-		{"long name", second(st.CreateWorkspace(ctx, strings.Repeat("x", 300))), errdefs.ErrInvalidArgument},
-		{"NUL in name", second(st.CreateWorkspace(ctx, "a\x00b")), errdefs.ErrInvalidArgument},
+		{"duplicate name", second(st.CreateWorkspace(ctx, "alpha", nil)), errdefs.ErrConflict},
+		{"empty name", second(st.CreateWorkspace(ctx, "  ", nil)), errdefs.ErrInvalidArgument},
+		{"long name", second(st.CreateWorkspace(ctx, strings.Repeat("x", 300), nil)), errdefs.ErrInvalidArgument},
+		{"NUL in name", second(st.CreateWorkspace(ctx, "a\x00b", nil)), errdefs.ErrInvalidArgument},
 		{"unknown id", second(st.GetWorkspace(ctx, "ws_nope")), errdefs.ErrNotFound},
 		{"unknown name", second(st.GetWorkspaceByName(ctx, "gamma")), errdefs.ErrNotFound},
 		{"policy of unknown", second(st.GetPolicy(ctx, "ws_nope")), errdefs.ErrNotFound},

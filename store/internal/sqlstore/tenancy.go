@@ -12,7 +12,7 @@ import (
 )
 
 // CreateWorkspace implements store.Workspaces.
-func (s *Store) CreateWorkspace(ctx context.Context, name string) (store.Workspace, error) {
+func (s *Store) CreateWorkspace(ctx context.Context, name string, audit func(store.Workspace) []store.NewEvent) (store.Workspace, error) {
 	if err := checkRequired("workspace name", name, 128); err != nil {
 		return store.Workspace{}, fmt.Errorf("creating workspace: %w", err)
 	}
@@ -33,7 +33,10 @@ func (s *Store) CreateWorkspace(ctx context.Context, name string) (store.Workspa
 			return err
 		}
 		_, err := q.Exec(ctx, `INSERT INTO audit_chain_heads (workspace_id, seq, hash) VALUES ($1, 0, '')`, w.ID)
-		return err
+		if err != nil || audit == nil {
+			return err
+		}
+		return s.appendAudit(ctx, q, w.ID, audit(w))
 	})
 	if err != nil {
 		return store.Workspace{}, fmt.Errorf("creating workspace %q: %w", name, err)
