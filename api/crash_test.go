@@ -145,6 +145,102 @@ func dirEntries(t *testing.T, dir string) []string {
 	return out
 }
 
+// setUpDaemon creates workspace "crash" on db, with an agent key (returned),
+// 10 credits and no approval, and returns the arguments of a `stockade
+// serve` on db with state directory state, the runc driver and no egress.
+func setUpDaemon(t *testing.T, bin, dir, db, state string) (key string, args []string) {
+	t.Helper()
+	cli(t, bin, "workspace", "create", "crash", "--db", db)
+	key = strings.TrimSpace(cli(t, bin, "key", "create", "--workspace", "crash", "--role", "agent", "--db", db))
+	cli(t, bin, "credits", "grant", "crash", "10", "--db", db)
+	cli(t, bin, "policy", "set", "crash", "--approval=none", "--db", db)
+	// The docker driver points nowhere, so that this daemon's start-up
+	// reap never touches containers of another Stockade on the host.
+	cfg := filepath.Join(dir, "stockade.yaml")
+	if err := os.WriteFile(cfg, []byte("driver: runc\ndocker_host: unix://"+filepath.Join(dir, "no-docker.sock")+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return key, []string{"--config", cfg, "--db", db, "--state-dir", state, "--guest", testenv.Guest(t),
+		"--data-dir", testenv.DataDir(), "--listen", "127.0.0.1:0", "--egress=false"}
+}
+
+// startSleeper starts a python run that prints and sleeps 30 s, and returns
+// its stream and execution id once its output shows it running.
+func startSleeper(t *testing.T, base, key string) (*stream, string) {
+	t.Helper()
+	s := postStream(t, base, key, engine.InvokeRequest{Runtime: "python", Code: "import time\nprint('sleeping', flush=True)\ntime.sleep(30)\n"})
+	started := s.next(60 * time.Second)
+	if started.name != "started" {
+		t.Fatalf("first event: got %q (%s), want started", started.name, started.data)
+	}
+	var st struct {
+		ExecutionID string `json:"execution_id"`
+		Driver      string `json:"driver"`
+	}
+	if err := json.Unmarshal([]byte(started.data), &st); err != nil || st.ExecutionID == "" || st.Driver != "runc" {
+		t.Fatalf("started event: got %s, want an execution id on runc", started.data)
+	}
+	if ev := s.next(30 * time.Second); ev.name != "stdout" || !strings.Contains(ev.data, "sleeping") {
+		t.Fatalf("second event: got %q %s, want the program's stdout", ev.name, ev.data)
+	}
+	if v := do(t, base, "GET", "/v1/executions/"+st.ExecutionID, key, nil).want(t, http.StatusOK).execution(t); v.Status != string(store.StatusRunning) {
+		t.Fatalf("got status %q, want running", v.Status)
+	}
+	return s, st.ExecutionID
+}
+
+// TestOneDaemonPerDatabase starts a second daemon while the first runs a
+// sandbox, once on the same database (with its own state directory) and
+// once in the same state directory (with its own database). Starting, it
+// would fail the first one's execution or destroy its sandbox; it must
+// refuse to start instead, naming what is shared, and leave the run alone.
+func TestOneDaemonPerDatabase(t *testing.T) {
+	requireSandboxes(t)
+	bin := testenv.Build(t, "./cmd/stockade")
+	forEachStore(t, func(t *testing.T, b backend) {
+		dir := t.TempDir()
+		state := filepath.Join(dir, "state")
+		key, args := setUpDaemon(t, bin, dir, b.url(t), state)
+		d := startDaemon(t, bin, args...)
+		s, execID := startSleeper(t, d.url, key)
+		_, otherDB := setUpDaemon(t, bin, t.TempDir(), b.url(t), state)
+		for _, c := range []struct {
+			name string
+			args []string
+			want string
+		}{
+			{"same database", append(slices.Clone(args), "--state-dir", filepath.Join(dir, "state2")), "another stockade daemon serves"},
+			{"same state directory", otherDB, "another stockade daemon on this host uses the state directory " + state},
+		} {
+			cmd := exec.Command(bin, append([]string{"serve"}, c.args...)...)
+			cmd.Env = append(os.Environ(), "STOCKADE_DRIVER=runc")
+			var stderr bytes.Buffer
+			cmd.Stderr = &stderr
+			if err := runWithin(cmd, 60*time.Second); err == nil || !strings.Contains(stderr.String(), c.want) {
+				t.Errorf("%s: a second daemon: got %v, stderr:\n%s\nwant a failure saying %q", c.name, err, stderr.String(), c.want)
+			}
+		}
+		if v := do(t, d.url, "GET", "/v1/executions/"+execID, key, nil).want(t, http.StatusOK).execution(t); v.Status != string(store.StatusRunning) {
+			t.Errorf("the first daemon's execution after the attempts: got %q (%s), want still running", v.Status, v.Result)
+		}
+		if bundles := dirEntries(t, filepath.Join(state, "runc", "bundles")); len(bundles) != 1 {
+			t.Errorf("the first daemon's sandboxes after the attempts: got %v, want its one", bundles)
+		}
+		s.close()
+		d.stop()
+	})
+}
+
+// runWithin runs cmd and kills it if it has not exited within d.
+func runWithin(cmd *exec.Cmd, d time.Duration) error {
+	if err := cmd.Start(); err != nil {
+		return err
+	}
+	t := time.AfterFunc(d, func() { cmd.Process.Kill() })
+	defer t.Stop()
+	return cmd.Wait()
+}
+
 func exists(p string) bool {
 	_, err := os.Stat(p)
 	return err == nil
@@ -157,45 +253,12 @@ func exists(p string) bool {
 func TestCrashRecovery(t *testing.T) {
 	requireSandboxes(t)
 	bin := testenv.Build(t, "./cmd/stockade")
-	guest := testenv.Guest(t)
 	forEachStore(t, func(t *testing.T, b backend) {
 		dir := t.TempDir()
 		state := filepath.Join(dir, "state")
-		db := b.url(t)
-
-		cli(t, bin, "workspace", "create", "crash", "--db", db)
-		key := strings.TrimSpace(cli(t, bin, "key", "create", "--workspace", "crash", "--role", "agent", "--db", db))
-		cli(t, bin, "credits", "grant", "crash", "10", "--db", db)
-		cli(t, bin, "policy", "set", "crash", "--approval=none", "--db", db)
-
-		// The docker driver points nowhere, so that this daemon's start-up
-		// reap never touches containers of another Stockade on the host.
-		cfg := filepath.Join(dir, "stockade.yaml")
-		if err := os.WriteFile(cfg, []byte("driver: runc\ndocker_host: unix://"+filepath.Join(dir, "no-docker.sock")+"\n"), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		args := []string{"--config", cfg, "--db", db, "--state-dir", state, "--guest", guest,
-			"--data-dir", testenv.DataDir(), "--listen", "127.0.0.1:0"}
+		key, args := setUpDaemon(t, bin, dir, b.url(t), state)
 		d := startDaemon(t, bin, args...)
-
-		s := postStream(t, d.url, key, engine.InvokeRequest{Runtime: "python", Code: "import time\nprint('sleeping', flush=True)\ntime.sleep(30)\n"})
-		started := s.next(60 * time.Second)
-		if started.name != "started" {
-			t.Fatalf("first event: got %q (%s), want started", started.name, started.data)
-		}
-		var st struct {
-			ExecutionID string `json:"execution_id"`
-			Driver      string `json:"driver"`
-		}
-		if err := json.Unmarshal([]byte(started.data), &st); err != nil || st.ExecutionID == "" || st.Driver != "runc" {
-			t.Fatalf("started event: got %s, want an execution id on runc", started.data)
-		}
-		if ev := s.next(30 * time.Second); ev.name != "stdout" || !strings.Contains(ev.data, "sleeping") {
-			t.Fatalf("second event: got %q %s, want the program's stdout", ev.name, ev.data)
-		}
-		if v := do(t, d.url, "GET", "/v1/executions/"+st.ExecutionID, key, nil).want(t, http.StatusOK).execution(t); v.Status != string(store.StatusRunning) {
-			t.Fatalf("before the crash: got status %q, want running", v.Status)
-		}
+		s, execID := startSleeper(t, d.url, key)
 		bundles := filepath.Join(state, "runc", "bundles")
 		runcState := filepath.Join(state, "runc", "state")
 		ids := dirEntries(t, bundles)
@@ -219,7 +282,7 @@ func TestCrashRecovery(t *testing.T) {
 		}
 
 		d = startDaemon(t, bin, args...)
-		v := do(t, d.url, "GET", "/v1/executions/"+st.ExecutionID, key, nil).want(t, http.StatusOK).execution(t)
+		v := do(t, d.url, "GET", "/v1/executions/"+execID, key, nil).want(t, http.StatusOK).execution(t)
 		if v.Status != string(store.StatusFailed) || !strings.Contains(string(v.Result), "interrupted") {
 			t.Errorf("after the restart: got status %q result %s, want failed, interrupted", v.Status, v.Result)
 		}
@@ -232,8 +295,8 @@ func TestCrashRecovery(t *testing.T) {
 		if len(calls) != 1 || calls[0].Status != "failed" || calls[0].CreditsCharged != 0 {
 			t.Errorf("tool_calls rows: got %+v, want one failed with 0 credits", calls)
 		}
-		if rec := list[api.EventView](t, d.url, key, "/v1/audit/events", "type=execution.recovered"); len(rec) != 1 || rec[0].ExecutionID != st.ExecutionID {
-			t.Errorf("execution.recovered events: got %+v, want one for %s", rec, st.ExecutionID)
+		if rec := list[api.EventView](t, d.url, key, "/v1/audit/events", "type=execution.recovered"); len(rec) != 1 || rec[0].ExecutionID != execID {
+			t.Errorf("execution.recovered events: got %+v, want one for %s", rec, execID)
 		}
 
 		if got := dirEntries(t, runcState); len(got) != 0 {

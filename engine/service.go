@@ -92,6 +92,9 @@ type Service struct {
 	// the proxy's refusals.
 	wsMu       sync.Mutex
 	workspaces map[string]string
+
+	// release gives up the store's daemon claim, taken by Start.
+	release func() error
 }
 
 // NewService returns the capability layer over eng and st. Call Start
@@ -219,11 +222,23 @@ func (nopObserver) ApprovalsPending(int)                                        
 // Engine returns the engine the service runs on.
 func (s *Service) Engine() *Engine { return s.eng }
 
-// Start recovers from a previous daemon's crash and starts the approval
-// expiry loop. Executions left queued or running are marked failed with
-// their reservations released, and every sandbox labelled with this
-// service's owner is destroyed.
-func (s *Service) Start(ctx context.Context) error {
+// Start claims the store for this daemon (ErrConflict while another daemon
+// holds it; Close releases it), recovers from a previous daemon's crash and
+// starts the approval expiry loop. Executions left queued or running are
+// marked failed with their reservations released, and every sandbox
+// labelled with this service's owner is destroyed.
+func (s *Service) Start(ctx context.Context) (err error) {
+	// Recovery fails every execution it finds running: it must not run
+	// while another daemon serves the same database.
+	release, err := s.st.ClaimDaemon(ctx)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if err != nil {
+			release()
+		}
+	}()
 	result, _ := json.Marshal(map[string]string{"error": "interrupted: the daemon stopped before the execution finished"})
 	// Each recovery is audited in its own transaction: no crash can leave
 	// one unaudited.
@@ -266,6 +281,7 @@ func (s *Service) Start(ctx context.Context) error {
 	go s.expireLoop()
 	s.auditWriter.Add(1)
 	go s.auditEgress()
+	s.release = release
 	return nil
 }
 
@@ -313,6 +329,11 @@ func (s *Service) Close() {
 	}
 	s.auditMu.Unlock()
 	s.auditWriter.Wait()
+	if s.release != nil {
+		if err := s.release(); err != nil {
+			s.log.Warn("releasing the database's daemon claim", "err", err)
+		}
+	}
 }
 
 func (s *Service) expireLoop() {

@@ -6,10 +6,10 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"syscall"
 	"time"
 
 	"github.com/stockade-sh/stockade/errdefs"
+	"github.com/stockade-sh/stockade/internal/flock"
 )
 
 // lockPoll is how often a waiting Build retries the store's lock.
@@ -44,24 +44,14 @@ func (s *Store) tryLock() (unlock func(), err error) {
 		return nil, fmt.Errorf("creating image store: %w", classify(err))
 	}
 	name := filepath.Join(s.imagesDir(), "lock")
-	f, err := os.OpenFile(name, os.O_RDWR|os.O_CREATE, 0o600)
-	if err != nil {
-		return nil, fmt.Errorf("opening %s: %w", name, classify(err))
-	}
-	for {
-		err = syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
-		if err != syscall.EINTR {
-			break
-		}
+	release, err := flock.TryLock(name)
+	if errors.Is(err, flock.ErrHeld) {
+		return nil, fmt.Errorf("another stockade process is changing the image store (%s is locked): %w", name, errdefs.ErrUnavailable)
 	}
 	if err != nil {
-		f.Close()
-		if errors.Is(err, syscall.EWOULDBLOCK) {
-			return nil, fmt.Errorf("another stockade process is changing the image store (%s is locked): %w", name, errdefs.ErrUnavailable)
-		}
-		return nil, fmt.Errorf("locking %s: %w", name, classify(err))
+		return nil, fmt.Errorf("locking the image store: %w", classify(err))
 	}
-	return func() { f.Close() }, nil
+	return func() { release() }, nil
 }
 
 // writeFileAtomic replaces dir/name with data: it writes a temporary file in

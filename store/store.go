@@ -45,6 +45,14 @@ type Store interface {
 	Approvals
 	Audit
 
+	// ClaimDaemon takes the database's daemon claim, held until release is
+	// called or the process ends. A database is served by one daemon at a
+	// time: a daemon that starts fails the executions it finds running,
+	// which would be another daemon's live ones. A claim held elsewhere is
+	// ErrConflict. The admin commands, which share the database with the
+	// daemon, take no claim.
+	ClaimDaemon(ctx context.Context) (release func() error, err error)
+
 	// Close releases the database handles. The Store must not be used after.
 	Close() error
 }

@@ -18,6 +18,8 @@ import (
 	"github.com/stockade-sh/stockade/api"
 	"github.com/stockade-sh/stockade/config"
 	"github.com/stockade-sh/stockade/engine"
+	"github.com/stockade-sh/stockade/internal/flock"
+	"github.com/stockade-sh/stockade/internal/netns"
 	"github.com/stockade-sh/stockade/internal/storeopen"
 	"github.com/stockade-sh/stockade/sandbox"
 )
@@ -51,6 +53,11 @@ func serveCmd(ctx context.Context, args []string) int {
 
 func serve(ctx context.Context, listen, db string, cfg config.Config) error {
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
+	release, err := claimHost(cfg)
+	if err != nil {
+		return err
+	}
+	defer release()
 	eng, err := engine.Open(cfg)
 	if err != nil {
 		return classify(err)
@@ -117,6 +124,47 @@ func serve(ctx context.Context, listen, db string, cfg config.Config) error {
 		_ = srv.Close()
 	}
 	return nil
+}
+
+// claimHost locks what a daemon owns on its host besides its database (which
+// the service claims): its state directory, whose sandboxes it reaps at
+// start (they carry its owner label), and with egress its sandbox networks'
+// prefix, whose networks it removes at start. A second daemon sharing
+// either would destroy the first one's sandboxes or networks; it is refused
+// instead, naming what to change.
+func claimHost(cfg config.Config) (release func(), err error) {
+	type claim struct{ dir, name, what string }
+	claims := []claim{{cfg.StateDir, "daemon.lock", fmt.Sprintf("the state directory %s (state_dir in the configuration)", cfg.StateDir)}}
+	if cfg.Egress {
+		prefix := cfg.EgressPrefix
+		if prefix == "" {
+			prefix = netns.DefaultPrefix
+		}
+		claims = append(claims, claim{filepath.Dir(netns.UserRunDir), "egress-" + prefix + ".lock",
+			fmt.Sprintf("the sandbox network prefix %q (egress_prefix and egress_range in the configuration, or --egress=false)", prefix)})
+	}
+	var releases []func() error
+	release = func() {
+		for _, r := range releases {
+			r()
+		}
+	}
+	for _, c := range claims {
+		if err := os.MkdirAll(c.dir, 0o700); err != nil {
+			release()
+			return nil, err
+		}
+		r, err := flock.TryLock(filepath.Join(c.dir, c.name))
+		if errors.Is(err, flock.ErrHeld) {
+			err = usagef("another stockade daemon on this host uses %s; stop it first, or give this one its own", c.what)
+		}
+		if err != nil {
+			release()
+			return nil, err
+		}
+		releases = append(releases, r)
+	}
+	return release, nil
 }
 
 // redact hides a password in a database URL for logs.

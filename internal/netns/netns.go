@@ -80,6 +80,9 @@ type Config struct {
 	DNSPort uint16
 }
 
+// DefaultPrefix is Config.Prefix when it is empty.
+const DefaultPrefix = "stk"
+
 var prefixPattern = regexp.MustCompile(`^[a-z]{2,6}$`)
 
 // Manager creates and removes sandbox networks. It is safe for concurrent
@@ -97,7 +100,7 @@ type Manager struct {
 // host.
 func NewManager(cfg Config) (*Manager, error) {
 	if cfg.Prefix == "" {
-		cfg.Prefix = "stk"
+		cfg.Prefix = DefaultPrefix
 	}
 	if !cfg.Range.IsValid() {
 		cfg.Range = netip.MustParsePrefix("10.213.0.0/16")

@@ -37,6 +37,11 @@ var migrations embed.FS
 // migrationLock is the advisory lock key that serialises migrations.
 const migrationLock = `SELECT pg_advisory_xact_lock(7428130391)`
 
+// daemonLock is the key of the daemon's claim: a session advisory lock on
+// the store's schema, so that deployments in different schemas of one
+// database do not exclude each other.
+const daemonLock = `hashtextextended('stockade.daemon:' || current_schema(), 0)`
+
 // Config configures Open.
 type Config struct {
 	// DSN is a libpq-style URL or key=value string. Required. Runtime
@@ -144,6 +149,29 @@ func (b *backend) inTx(ctx context.Context, opts pgx.TxOptions, fn func(sqlstore
 		return fmt.Errorf("committing transaction: %w", err)
 	}
 	return nil
+}
+
+// Claim takes the session advisory lock daemonLock on a connection of its
+// own, outside the pool, held until release. PostgreSQL releases it when
+// that connection ends, with the daemon or with the server; a daemon that
+// outlives a server restart no longer holds it.
+func (b *backend) Claim(ctx context.Context) (func() error, error) {
+	conn, err := pgx.ConnectConfig(ctx, b.pool.Config().ConnConfig.Copy())
+	if err != nil {
+		return nil, fmt.Errorf("claiming the database: %w", classify(err))
+	}
+	var ok bool
+	if err := conn.QueryRow(ctx, `SELECT pg_try_advisory_lock(`+daemonLock+`)`).Scan(&ok); err != nil || !ok {
+		conn.Close(context.WithoutCancel(ctx))
+		if err != nil {
+			return nil, fmt.Errorf("claiming the database: %w", classify(err))
+		}
+		return nil, fmt.Errorf("another stockade daemon serves this database (it holds the advisory lock %s); stop it first, or give this one its own database or schema: %w", daemonLock, errdefs.ErrConflict)
+	}
+	return func() error {
+		// Closing the connection releases the lock.
+		return conn.Close(context.Background())
+	}, nil
 }
 
 func (b *backend) Dialect() sqlstore.Dialect {

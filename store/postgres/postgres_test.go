@@ -154,3 +154,17 @@ func BenchmarkInvocation(b *testing.B) {
 		})
 	}
 }
+
+// TestClaimDaemon checks the claim through two Stores on one schema, and
+// that a store of another schema of the same database claims its own.
+func TestClaimDaemon(t *testing.T) {
+	dsn := testDSN(t)
+	schema := freshSchema(t, dsn)
+	storetest.ClaimDaemon(t, open(t, schema), open(t, schema))
+	other := open(t, freshSchema(t, dsn))
+	release, err := other.ClaimDaemon(t.Context())
+	if err != nil {
+		t.Fatalf("claiming a store of another schema: %v", err)
+	}
+	release()
+}

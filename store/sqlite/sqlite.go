@@ -31,6 +31,7 @@ import (
 	sqlite3 "modernc.org/sqlite/lib"
 
 	"github.com/stockade-sh/stockade/errdefs"
+	"github.com/stockade-sh/stockade/internal/flock"
 	"github.com/stockade-sh/stockade/store"
 	"github.com/stockade-sh/stockade/store/internal/sqlstore"
 )
@@ -122,7 +123,7 @@ func Open(ctx context.Context, c Config) (*Store, error) {
 	reader.SetMaxOpenConns(c.Readers)
 	reader.SetMaxIdleConns(c.Readers)
 
-	b := newBackend(writer, reader)
+	b := newBackend(c.Path, writer, reader)
 	ms, err := sqlstore.LoadMigrations(migrations, "migrations")
 	if err == nil {
 		err = sqlstore.Migrate(ctx, b, ms, "", now())
@@ -144,12 +145,13 @@ func (s *Store) UnsafeExec(ctx context.Context, query string, args ...any) error
 
 // backend adapts database/sql on modernc.org/sqlite to sqlstore.Backend.
 type backend struct {
+	path                  string
 	writer, reader        *sql.DB
 	writeStmts, readStmts *stmtCache
 }
 
-func newBackend(writer, reader *sql.DB) *backend {
-	return &backend{writer: writer, reader: reader,
+func newBackend(path string, writer, reader *sql.DB) *backend {
+	return &backend{path: path, writer: writer, reader: reader,
 		writeStmts: newStmtCache(writer), readStmts: newStmtCache(reader)}
 }
 
@@ -195,6 +197,21 @@ func inTx(ctx context.Context, db *sql.DB, stmts *stmtCache, opts *sql.TxOptions
 		return fmt.Errorf("committing transaction: %w", err)
 	}
 	return nil
+}
+
+// Claim locks the file next to the database that marks its daemon
+// (flock, exclusive): the kernel releases it when the daemon dies, however
+// it dies. A SQLite database is only ever shared by processes of one host.
+func (b *backend) Claim(ctx context.Context) (func() error, error) {
+	name := b.path + ".daemon"
+	release, err := flock.TryLock(name)
+	if errors.Is(err, flock.ErrHeld) {
+		return nil, fmt.Errorf("another stockade daemon serves the database %s (it holds %s); stop it first, or give this one its own --db: %w", b.path, name, errdefs.ErrConflict)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("claiming the database: %w", err)
+	}
+	return release, nil
 }
 
 func (b *backend) Dialect() sqlstore.Dialect {

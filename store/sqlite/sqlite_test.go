@@ -151,3 +151,20 @@ func BenchmarkInvocation(b *testing.B) {
 		})
 	}
 }
+
+// TestClaimDaemon checks that one daemon at a time holds a database's
+// claim, through another Store on the same file (as another process would),
+// and that releasing it lets the next one claim it.
+func TestClaimDaemon(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "stockade.db")
+	var sts [2]*sqlite.Store
+	for i := range sts {
+		st, err := sqlite.Open(t.Context(), sqlite.Config{Path: path})
+		if err != nil {
+			t.Fatalf("Open %d: %v", i, err)
+		}
+		defer st.Close()
+		sts[i] = st
+	}
+	storetest.ClaimDaemon(t, sts[0], sts[1])
+}

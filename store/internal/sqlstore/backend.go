@@ -61,6 +61,8 @@ type Backend interface {
 	// InSnapshot runs fn in a read-only transaction that sees one consistent
 	// snapshot of the database.
 	InSnapshot(ctx context.Context, fn func(q Querier) error) error
+	// Claim takes the database's daemon claim (store.Store.ClaimDaemon).
+	Claim(ctx context.Context) (release func() error, err error)
 	Dialect() Dialect
 	Close() error
 }
@@ -100,6 +102,9 @@ func New(b Backend, now func() time.Time) *Store {
 
 // Close closes the backend.
 func (s *Store) Close() error { return s.b.Close() }
+
+// ClaimDaemon implements store.Store.
+func (s *Store) ClaimDaemon(ctx context.Context) (func() error, error) { return s.b.Claim(ctx) }
 
 func (s *Store) clock() time.Time { return store.TruncateTime(s.now()) }
 
