@@ -2,6 +2,7 @@ package sandbox
 
 import (
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/stockade-sh/stockade/errdefs"
@@ -84,8 +85,10 @@ func (l Limits) Check(ceiling Limits) error {
 		return bad("memory %d bytes is below the minimum of 16 MiB", l.Memory)
 	case ceiling.Memory > 0 && l.Memory > ceiling.Memory:
 		return bad("memory %d MiB is above the ceiling of %d MiB", l.Memory>>20, ceiling.Memory>>20)
-	case l.CPU < 0:
-		return bad("cpu %g must be positive", l.CPU)
+	case l.CPU < 0 || math.IsNaN(l.CPU) || math.IsInf(l.CPU, 0):
+		// NaN passes every comparison, and runc would turn it into a
+		// negative CPU quota: no limit at all.
+		return bad("cpu %g must be a positive number", l.CPU)
 	case ceiling.CPU > 0 && l.CPU > ceiling.CPU:
 		return bad("cpu %g is above the ceiling of %g", l.CPU, ceiling.CPU)
 	case l.Pids < 0 || (l.Pids > 0 && l.Pids < 8):

@@ -5,6 +5,7 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -167,7 +168,11 @@ func TestUnreachableEngine(t *testing.T) {
 	}
 }
 
+// TestDataMount mounts a directory with a writable tmpfs mounted inside
+// it: the sandbox reads the directory, and can write neither to it nor
+// below it (a recursive bind would carry the tmpfs along, writable).
 func TestDataMount(t *testing.T) {
+	testenv.RequiresRoot(t) // to mount the tmpfs
 	d := engine(t)
 	img := testenv.Image(t, "shell")
 	dir := t.TempDir()
@@ -177,6 +182,13 @@ func TestDataMount(t *testing.T) {
 	if err := os.Chmod(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
+	if err := os.Mkdir(dir+"/sub", 0o777); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Mount("tmpfs", dir+"/sub", "tmpfs", 0, "size=1m,mode=1777"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { syscall.Unmount(dir+"/sub", syscall.MNT_DETACH) })
 	ctx := t.Context()
 	sb, err := d.Create(ctx, sandbox.Spec{Image: img, Mounts: []sandbox.Mount{{Source: dir, Target: "/data"}}})
 	if err != nil {
@@ -184,16 +196,19 @@ func TestDataMount(t *testing.T) {
 	}
 	defer sb.Destroy(context.WithoutCancel(ctx))
 	res, err := sb.Exec(ctx, sandbox.ExecRequest{
-		File: sandbox.File{Name: "main.sh", Data: []byte("/bin/busybox cat /data/data.txt; /bin/busybox touch /data/new 2>/dev/null && echo writable || echo read-only")},
+		File: sandbox.File{Name: "main.sh", Data: []byte("/bin/busybox cat /data/data.txt; /bin/busybox touch /data/new 2>/dev/null && echo writable || echo read-only; " +
+			"/bin/busybox touch /data/sub/new 2>/dev/null && echo sub writable || echo sub read-only")},
 		Argv: []string{"/bin/busybox", "sh", "{file}"},
 	})
 	if err != nil {
 		t.Fatalf("Exec: %v", err)
 	}
-	if got, want := string(res.Stdout), "tool data\nread-only\n"; got != want {
+	if got, want := string(res.Stdout), "tool data\nread-only\nsub read-only\n"; got != want {
 		t.Errorf("got %q (stderr %q), want %q", got, res.Stderr, want)
 	}
-	if _, err := os.Stat(dir + "/new"); err == nil {
-		t.Errorf("the sandbox created a file in the host directory")
+	for _, f := range []string{dir + "/new", dir + "/sub/new"} {
+		if _, err := os.Stat(f); err == nil {
+			t.Errorf("the sandbox created %s on the host", f)
+		}
 	}
 }

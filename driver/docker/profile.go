@@ -29,7 +29,9 @@ func (d *Driver) containerConfig(id string, spec sandbox.Spec, l sandbox.Limits,
 	}
 	// Only the mounts a tool's record names, read-only. Docker offers no
 	// nosuid or noexec for bind mounts; no_new_privs makes setuid bits
-	// inert, and the program can run interpreters anyway.
+	// inert, and the program can run interpreters anyway. Plain binds, as
+	// in internal/oci: a recursive bind would carry the mounts below the
+	// source along, and runc makes only the top one read-only.
 	var mounts []mount.Mount
 	for _, m := range spec.Mounts {
 		if !filepath.IsAbs(m.Source) || !filepath.IsAbs(m.Target) {
@@ -37,7 +39,7 @@ func (d *Driver) containerConfig(id string, spec sandbox.Spec, l sandbox.Limits,
 		}
 		mounts = append(mounts, mount.Mount{
 			Type: mount.TypeBind, Source: m.Source, Target: m.Target, ReadOnly: true,
-			BindOptions: &mount.BindOptions{Propagation: mount.PropagationRPrivate},
+			BindOptions: &mount.BindOptions{Propagation: mount.PropagationRPrivate, NonRecursive: true},
 		})
 	}
 	pids := l.Pids
@@ -82,8 +84,15 @@ func (d *Driver) containerConfig(id string, spec sandbox.Spec, l sandbox.Limits,
 		// /etc/hostname (read-only, from its data root) into every
 		// container, also without a network. These keep the host's
 		// resolvers and search domains out of the first.
-		DNS:         []netip.Addr{netip.AddrFrom4([4]byte{127, 0, 0, 1})},
-		DNSSearch:   []string{"."},
+		DNS:       []netip.Addr{netip.AddrFrom4([4]byte{127, 0, 0, 1})},
+		DNSSearch: []string{"."},
+		// dockerd opens ping sockets to every group and the ports below
+		// 1024 to every process of a container with its own network
+		// namespace; these are the kernel's defaults, as on runc.
+		Sysctls: map[string]string{
+			"net.ipv4.ping_group_range":           "1 0",
+			"net.ipv4.ip_unprivileged_port_start": "1024",
+		},
 		CapDrop:     []string{"ALL"},
 		SecurityOpt: []string{"no-new-privileges:true", "seccomp=" + d.seccomp},
 		Privileged:  false,

@@ -790,6 +790,8 @@ func (s *suite) network(t *testing.T) {
 			Result string `json:"result"`
 			Errno  int    `json:"errno"`
 		} `json:"connect"`
+		PingSocket errno `json:"ping_socket"`
+		LowPort    errno `json:"low_port"`
 	}
 	addr := ln.Addr().String()
 	b.report(t, &r, "net", addr)
@@ -822,6 +824,21 @@ func (s *suite) network(t *testing.T) {
 	}
 	if n := accepted.Load(); n != 0 {
 		t.Errorf("the host listener on %s accepted %d connections during the run, want 0", addr, n)
+	}
+	// The host kernel's defaults, which Docker changes for its
+	// containers: ping sockets for no group (the kernel's ICMP socket code
+	// stays out of reach), ports below 1024 for privileged processes only.
+	// gVisor allows both, in its own network stack: nothing of the host
+	// kernel is behind them there.
+	if s.caps.Tier == sandbox.TierGVisor {
+		t.Logf("gVisor's network stack: ICMP socket %s, bind to port 80 %s", r.PingSocket, r.LowPort)
+		return
+	}
+	if !r.PingSocket.is(syscall.EACCES) {
+		t.Errorf("socket(AF_INET, SOCK_DGRAM, IPPROTO_ICMP): got %s, want EACCES (net.ipv4.ping_group_range \"1 0\")", r.PingSocket)
+	}
+	if !r.LowPort.is(syscall.EACCES) {
+		t.Errorf("bind to 127.0.0.1:80: got %s, want EACCES (net.ipv4.ip_unprivileged_port_start 1024)", r.LowPort)
 	}
 }
 

@@ -498,7 +498,30 @@ func netProbe(addrs []string) obj {
 		{"sys_class_net", listDir("/sys/class/net")},
 		{"addresses", append(obj{{"addrs", ifaddrs}}, attempt(addrErr)...)},
 		{"connect", connects},
+		{"ping_socket", obj(attempt(pingSocket()))},
+		{"low_port", obj(attempt(bindLowPort()))},
 	}
+}
+
+// pingSocket opens an unprivileged ICMP socket, which the kernel allows
+// only to groups in net.ipv4.ping_group_range.
+func pingSocket() error {
+	fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_DGRAM, syscall.IPPROTO_ICMP)
+	if err == nil {
+		syscall.Close(fd)
+	}
+	return err
+}
+
+// bindLowPort binds a TCP socket to port 80, which needs
+// CAP_NET_BIND_SERVICE below net.ipv4.ip_unprivileged_port_start.
+func bindLowPort() error {
+	fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_STREAM, 0)
+	if err != nil {
+		return err
+	}
+	defer syscall.Close(fd)
+	return syscall.Bind(fd, &syscall.SockaddrInet4{Port: 80, Addr: [4]byte{127, 0, 0, 1}})
 }
 
 func netlinkNames() ([]string, error) {
