@@ -38,6 +38,10 @@ const (
 	// egress proxy refused; Reason is the proxy's stable reason.
 	EgressDenied     = "egress.denied"
 	EgressDeniedCode = "EGR001W"
+	// RefusalsSuppressed counts the refusals of an execution (egress
+	// proxy and broker) past the ones audited one by one.
+	RefusalsSuppressed     = "egress.refusals_suppressed"
+	RefusalsSuppressedCode = "EGR002W"
 	BrokerCall       = "broker.call"
 	BrokerCallCode   = "BRK001I"
 	BrokerDenied     = "broker.denied"

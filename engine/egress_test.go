@@ -215,9 +215,7 @@ func TestNetworkRequestsNeedApproval(t *testing.T) {
 	t.Run("refusals are audited", func(t *testing.T) {
 		svc := newSvc(t, WithEgress(nets, proxy, nil))
 		const exec = "ex_refused"
-		svc.wsMu.Lock()
-		svc.workspaces[exec] = ws.ID
-		svc.wsMu.Unlock()
+		svc.startRun(exec, ws.ID)
 		svc.egressDecision(EgressDecision{Decision: egress.Decision{Reason: egress.ReasonNameNotAllowed, Sandbox: "sbx-1", Tool: "fetch", Name: "evil.test", Port: 443},
 			Labels: map[string]string{LabelExecution: exec}})
 		svc.Close()
@@ -232,9 +230,7 @@ func TestNetworkRequestsNeedApproval(t *testing.T) {
 	t.Run("broker calls are audited", func(t *testing.T) {
 		svc := newSvc(t, WithEgress(nets, proxy, nil))
 		const exec = "ex_broker"
-		svc.wsMu.Lock()
-		svc.workspaces[exec] = ws.ID
-		svc.wsMu.Unlock()
+		svc.startRun(exec, ws.ID)
 		labels := map[string]string{LabelExecution: exec}
 		svc.brokerCall(BrokerEvent{Event: broker.Event{Sandbox: "sbx-2", Tool: "fetch", Operation: "echo", ParamsSHA256: "abc", Allowed: true, Status: 200}, Labels: labels})
 		svc.brokerCall(BrokerEvent{Event: broker.Event{Sandbox: "sbx-2", Tool: "fetch", Operation: "other", Reason: "operation not in the tool's record"}, Labels: labels})
@@ -251,6 +247,50 @@ func TestNetworkRequestsNeedApproval(t *testing.T) {
 				!strings.Contains(string(page.Items[0].Data), `"params_sha256"`) {
 				t.Errorf("%s events: got %+v, want one with reason %q", want.typ, page.Items, want.reason)
 			}
+		}
+	})
+	t.Run("refusals are bounded", func(t *testing.T) {
+		svc := newSvc(t, WithEgress(nets, proxy, nil))
+		const exec = "ex_flood"
+		svc.startRun(exec, ws.ID)
+		huge := strings.Repeat("a", 60000) + ".test"
+		labels := map[string]string{LabelExecution: exec}
+		for range maxRefusalEvents - 1 {
+			svc.egressDecision(EgressDecision{Decision: egress.Decision{Reason: egress.ReasonNameNotAllowed, Sandbox: "sbx-3", Tool: "fetch", Name: huge, Port: 443, Detail: huge},
+				Labels: labels})
+		}
+		// A refusal quoting what the sandbox sent, past the store's bound on
+		// a reason: it is audited, cut.
+		svc.brokerCall(BrokerEvent{Event: broker.Event{Sandbox: "sbx-3", Tool: "fetch", Operation: huge,
+			Reason: fmt.Sprintf("operation %q is not in tool %q's credentials", huge, "fetch")}, Labels: labels})
+		for range 50 {
+			svc.egressDecision(EgressDecision{Decision: egress.Decision{Reason: egress.ReasonNameNotAllowed, Sandbox: "sbx-3", Tool: "fetch", Name: huge, Port: 443},
+				Labels: labels})
+		}
+		svc.endRun(exec)
+		svc.Close()
+		events := func(typ string) []store.Event {
+			page, err := st.ListEvents(ctx, ws.ID, store.EventFilter{PageRequest: store.PageRequest{Limit: 500}, Types: []string{typ}, ExecutionID: exec})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return page.Items
+		}
+		denied := events(audit.EgressDenied)
+		if len(denied) != maxRefusalEvents-1 {
+			t.Errorf("egress.denied events: got %d, want %d", len(denied), maxRefusalEvents-1)
+		}
+		for _, ev := range denied {
+			if len(ev.Data) > 2048 {
+				t.Fatalf("an egress.denied event carries %d bytes of data, want the name and detail cut", len(ev.Data))
+			}
+		}
+		if b := events(audit.BrokerDenied); len(b) != 1 || len(b[0].Reason) > 2*maxReasonInEvent || len(b[0].Data) > 2048 {
+			t.Errorf("broker.denied events: got %d (%+v), want one, cut", len(b), b)
+		}
+		sup := events(audit.RefusalsSuppressed)
+		if len(sup) != 1 || !strings.Contains(string(sup[0].Data), `"suppressed":50`) {
+			t.Errorf("egress.refusals_suppressed events: got %+v, want one counting 50", sup)
 		}
 	})
 	for _, tt := range []struct {

@@ -13,6 +13,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/stockade-sh/stockade/audit"
 	"github.com/stockade-sh/stockade/contract"
@@ -88,10 +89,10 @@ type Service struct {
 	auditMu      sync.RWMutex
 	auditClosed  bool
 	auditWriter  sync.WaitGroup
-	// workspaces maps the executions running now to their workspaces, for
-	// the proxy's refusals.
-	wsMu       sync.Mutex
-	workspaces map[string]string
+	// runs are the executions running now, by id, for the proxy's and the
+	// broker's events.
+	runsMu sync.Mutex
+	runs   map[string]*runAudit
 
 	// release gives up the store's daemon claim, taken by Start.
 	release func() error
@@ -132,11 +133,68 @@ func NewService(eng *Engine, st store.Store, o ServiceOptions) *Service {
 		eng: eng, st: st, opts: o, log: o.Logger, hub: newHub(),
 		slots: newAdmission(o.MaxConcurrent, o.MaxQueue), drift: newDrift(),
 		ctx: ctx, cancel: cancel,
-		egressEvents: make(chan store.NewEvent, 1024), workspaces: map[string]string{},
+		egressEvents: make(chan store.NewEvent, 1024), runs: map[string]*runAudit{},
 	}
 	eng.SetEgressObserver(s.egressDecision)
 	eng.SetBrokerObserver(s.brokerCall)
 	return s
+}
+
+// runAudit is what the service knows of a running execution for the
+// events of its sandbox.
+type runAudit struct {
+	workspace string
+	// refusals counts the execution's refusals (egress proxy and broker);
+	// past maxRefusalEvents they are only counted.
+	refusals int
+}
+
+// maxRefusalEvents is how many refusals of one execution are audited one
+// by one; the rest are counted and audited in one RefusalsSuppressed event
+// when the execution ends. A sandbox makes refusals as fast as it opens
+// connections, and each would otherwise be a row of the append-only chain
+// and a place in the queue every sandbox's events share.
+const maxRefusalEvents = 100
+
+// Bounds of what a sandbox chooses in an event (a name, a path, an
+// operation), so that it cannot make one event large, or too large for the
+// store to take.
+const (
+	maxNameInEvent   = 256
+	maxDetailInEvent = 512
+	maxReasonInEvent = 1024
+)
+
+// clip cuts s to at most n bytes, at a character boundary, and says how
+// long it was.
+func clip(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	cut := n
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + fmt.Sprintf("... (%d bytes)", len(s))
+}
+
+// runOf returns the workspace of the running execution exec, and whether
+// an event of it is to be audited: refusal says the event is a refusal,
+// which counts against maxRefusalEvents.
+func (s *Service) runOf(exec string, refusal bool) (workspace string, audited bool) {
+	s.runsMu.Lock()
+	defer s.runsMu.Unlock()
+	r := s.runs[exec]
+	if r == nil {
+		return "", false
+	}
+	if refusal {
+		r.refusals++
+		if r.refusals > maxRefusalEvents {
+			return r.workspace, false
+		}
+	}
+	return r.workspace, true
 }
 
 // egressDecision turns a refusal of the egress proxy into an audit event
@@ -146,21 +204,51 @@ func (s *Service) egressDecision(d EgressDecision) {
 		return
 	}
 	exec := d.Labels[LabelExecution]
-	s.wsMu.Lock()
-	ws := s.workspaces[exec]
-	s.wsMu.Unlock()
-	s.log.Info("egress refused", "execution", exec, "sandbox", d.Sandbox, "tool", d.Tool, "protocol", d.Protocol,
-		"name", d.Name, "port", d.Port, "reason", d.Reason, "detail", d.Detail)
-	if ws == "" {
+	ws, audited := s.runOf(exec, true)
+	if !audited {
+		if ws == "" {
+			s.log.Info("egress refused outside any running execution", "execution", exec, "sandbox", d.Sandbox,
+				"name", clip(d.Name, maxNameInEvent), "reason", d.Reason)
+		}
 		return
 	}
-	data := map[string]any{"sandbox": d.Sandbox, "tool": d.Tool, "protocol": d.Protocol, "name": d.Name, "port": d.Port, "detail": d.Detail}
+	name, detail := clip(d.Name, maxNameInEvent), clip(d.Detail, maxDetailInEvent)
+	s.log.Info("egress refused", "execution", exec, "sandbox", d.Sandbox, "tool", d.Tool, "protocol", d.Protocol,
+		"name", name, "port", d.Port, "reason", d.Reason, "detail", detail)
+	data := map[string]any{"sandbox": d.Sandbox, "tool": d.Tool, "protocol": d.Protocol, "name": name, "port": d.Port, "detail": detail}
 	if d.Addr.IsValid() {
 		data["addr"] = d.Addr.String()
 	}
 	ev := store.NewEvent{WorkspaceID: ws, Type: audit.EgressDenied, Code: audit.EgressDeniedCode, Actor: "system",
-		ExecutionID: exec, Reason: d.Reason, Data: mustJSON(data)}
+		ExecutionID: exec, Reason: clip(d.Reason, maxReasonInEvent), Data: mustJSON(data)}
 	s.queueAudit(ev)
+}
+
+// startRun records exec, of workspace ws, as running: the events of its
+// sandbox are audited from now on.
+func (s *Service) startRun(exec, ws string) {
+	s.runsMu.Lock()
+	s.runs[exec] = &runAudit{workspace: ws}
+	s.runsMu.Unlock()
+}
+
+// endRun forgets the running execution exec and audits the refusals of it
+// that were only counted. Every event of its sandbox has been decided by
+// then (Session.Destroy stops its proxy and broker before Run returns).
+func (s *Service) endRun(exec string) {
+	s.runsMu.Lock()
+	r := s.runs[exec]
+	delete(s.runs, exec)
+	s.runsMu.Unlock()
+	if r == nil || r.refusals <= maxRefusalEvents {
+		return
+	}
+	n := r.refusals - maxRefusalEvents
+	s.log.Info("refusals past the audited ones", "execution", exec, "count", n)
+	s.queueAudit(store.NewEvent{WorkspaceID: r.workspace, Type: audit.RefusalsSuppressed, Code: audit.RefusalsSuppressedCode,
+		Actor: "system", ExecutionID: exec,
+		Reason: fmt.Sprintf("%d more refusals of the egress proxy or the broker, past the first %d, counted but not audited one by one", n, maxRefusalEvents),
+		Data:   mustJSON(map[string]any{"suppressed": n, "audited": maxRefusalEvents})})
 }
 
 // queueAudit hands ev to the goroutine that writes the proxy's and the
@@ -186,20 +274,26 @@ func (s *Service) queueAudit(ev store.NewEvent) {
 // reason of the refusal.
 func (s *Service) brokerCall(b BrokerEvent) {
 	exec := b.Labels[LabelExecution]
-	s.wsMu.Lock()
-	ws := s.workspaces[exec]
-	s.wsMu.Unlock()
-	s.log.Info("broker call", "execution", exec, "sandbox", b.Sandbox, "tool", b.Tool, "operation", b.Operation,
-		"allowed", b.Allowed, "status", b.Status, "reason", b.Reason)
-	if ws == "" {
+	ws, audited := s.runOf(exec, !b.Allowed)
+	if !audited {
+		if ws == "" {
+			s.log.Info("broker call outside any running execution", "execution", exec, "sandbox", b.Sandbox,
+				"operation", clip(b.Operation, maxNameInEvent), "allowed", b.Allowed)
+		}
 		return
 	}
-	typ, code, reason := audit.BrokerCall, audit.BrokerCallCode, fmt.Sprintf("operation %s answered %d", b.Operation, b.Status)
+	op := clip(b.Operation, maxNameInEvent)
+	s.log.Info("broker call", "execution", exec, "sandbox", b.Sandbox, "tool", b.Tool, "operation", op,
+		"allowed", b.Allowed, "status", b.Status, "reason", clip(b.Reason, maxReasonInEvent))
+	typ, code, reason := audit.BrokerCall, audit.BrokerCallCode, fmt.Sprintf("operation %s answered %d", op, b.Status)
 	if !b.Allowed {
-		typ, code, reason = audit.BrokerDenied, audit.BrokerDeniedCode, b.Reason
+		// The reason quotes what the sandbox sent (an operation, a
+		// parameter); unbounded, it would be too long for the store, and
+		// the refusal would go unaudited.
+		typ, code, reason = audit.BrokerDenied, audit.BrokerDeniedCode, clip(b.Reason, maxReasonInEvent)
 	}
 	ev := store.NewEvent{WorkspaceID: ws, Type: typ, Code: code, Actor: "system", ExecutionID: exec, Reason: reason,
-		Data: mustJSON(map[string]any{"sandbox": b.Sandbox, "tool": b.Tool, "operation": b.Operation, "params_sha256": b.ParamsSHA256, "status": b.Status})}
+		Data: mustJSON(map[string]any{"sandbox": b.Sandbox, "tool": b.Tool, "operation": op, "params_sha256": b.ParamsSHA256, "status": b.Status})}
 	s.queueAudit(ev)
 }
 
@@ -679,14 +773,8 @@ func (s *Service) run(e store.Execution, t *ticket) {
 		return
 	}
 	network, _ := parseNetwork(req.Network) // checked by Invoke
-	s.wsMu.Lock()
-	s.workspaces[e.ID] = e.WorkspaceID
-	s.wsMu.Unlock()
-	defer func() {
-		s.wsMu.Lock()
-		delete(s.workspaces, e.ID)
-		s.wsMu.Unlock()
-	}()
+	s.startRun(e.ID, e.WorkspaceID)
+	defer s.endRun(e.ID)
 	res, err := s.eng.Run(ctx, Request{
 		Runtime: req.Runtime, Tool: req.Tool, Code: []byte(req.Code), Stdin: []byte(req.Stdin), Network: network,
 		Limits: sandbox.Limits{Timeout: time.Duration(req.TimeoutMS) * time.Millisecond},

@@ -437,10 +437,10 @@ func TestCloseWritesLateAuditEvents(t *testing.T) {
 func (e *serviceEnv) waitRunning(t *testing.T, id string) {
 	t.Helper()
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-		e.svc.wsMu.Lock()
-		ws := e.svc.workspaces[id]
-		e.svc.wsMu.Unlock()
-		if ws != "" {
+		e.svc.runsMu.Lock()
+		r := e.svc.runs[id]
+		e.svc.runsMu.Unlock()
+		if r != nil {
 			return
 		}
 		if time.Now().After(deadline) {
