@@ -128,6 +128,11 @@ type Config struct {
 	Timeout time.Duration
 	// MaxResponseBytes bounds an upstream response body; zero means 8 MiB.
 	MaxResponseBytes int64
+	// MaxCallsInFlight bounds the calls one sandbox (one Handler) has in
+	// flight at a time; zero means 4. Past it a call is refused with 429:
+	// each call holds its response in memory (a few times
+	// MaxResponseBytes), and every call spends the operator's credential.
+	MaxCallsInFlight int
 }
 
 // Broker performs configured operations with secrets the sandbox never
@@ -163,6 +168,9 @@ func New(cfg Config) (*Broker, error) {
 	}
 	if cfg.MaxResponseBytes == 0 {
 		cfg.MaxResponseBytes = 8 << 20
+	}
+	if cfg.MaxCallsInFlight == 0 {
+		cfg.MaxCallsInFlight = 4
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
@@ -298,8 +306,18 @@ type Caller struct {
 // are JSON {"error": ...} with 400, 403, 404 or 502/503.
 func (b *Broker) Handler(c Caller) http.Handler {
 	c.Operations = slices.Clone(c.Operations)
+	inFlight := make(chan struct{}, b.cfg.MaxCallsInFlight)
 	mux := http.NewServeMux()
-	mux.HandleFunc("/v1/ops/{name}", func(w http.ResponseWriter, r *http.Request) { b.serve(w, r, c) })
+	mux.HandleFunc("/v1/ops/{name}", func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case inFlight <- struct{}{}:
+			defer func() { <-inFlight }()
+			b.serve(w, r, c)
+		default:
+			b.refuse(w, Event{Sandbox: c.Sandbox, Tool: c.Tool, Operation: r.PathValue("name"), Time: time.Now()}, http.StatusTooManyRequests,
+				fmt.Sprintf("%d broker calls of this sandbox are in flight, the most it may have; try again when one has answered", b.cfg.MaxCallsInFlight))
+		}
+	})
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, "not found; call /v1/ops/{name}")
 	})
@@ -312,12 +330,7 @@ const maxRequestBody = 64 << 10
 func (b *Broker) serve(w http.ResponseWriter, r *http.Request, c Caller) {
 	start := time.Now()
 	ev := Event{Sandbox: c.Sandbox, Tool: c.Tool, Operation: r.PathValue("name"), Time: start}
-	refuse := func(status int, reason string) {
-		ev.Reason, ev.Duration = reason, time.Since(start)
-		b.cfg.Logger.Info("broker call refused", "sandbox", c.Sandbox, "tool", c.Tool, "operation", ev.Operation, "reason", reason)
-		b.audit(ev)
-		writeError(w, status, reason)
-	}
+	refuse := func(status int, reason string) { b.refuse(w, ev, status, reason) }
 	params, perr := readParams(r)
 	if perr == nil {
 		ev.ParamsSHA256 = hashParams(params)
@@ -371,7 +384,7 @@ func (b *Broker) serve(w http.ResponseWriter, r *http.Request, c Caller) {
 			continue
 		}
 		for _, v := range vs {
-			if !strings.Contains(v, secret) {
+			if !holdsSecret(v, secret) {
 				h.Add(k, v)
 			}
 		}
@@ -389,6 +402,14 @@ func (b *Broker) serve(w http.ResponseWriter, r *http.Request, c Caller) {
 var passHeaders = map[string]bool{
 	"Content-Type": true, "Content-Language": true, "Etag": true, "Last-Modified": true,
 	"Cache-Control": true, "Expires": true, "Retry-After": true, "Link": true, "Date": true,
+}
+
+// refuse audits ev as refused for reason and answers status.
+func (b *Broker) refuse(w http.ResponseWriter, ev Event, status int, reason string) {
+	ev.Reason, ev.Duration = reason, time.Since(ev.Time)
+	b.cfg.Logger.Info("broker call refused", "sandbox", ev.Sandbox, "tool", ev.Tool, "operation", ev.Operation, "reason", reason)
+	b.audit(ev)
+	writeError(w, status, reason)
 }
 
 func (b *Broker) audit(ev Event) {
@@ -531,8 +552,28 @@ func (b *Broker) secret(c Credential) (string, error) {
 // redacted replaces the secret wherever an upstream echoes it.
 const redacted = "[redacted by stockade]"
 
+// secretForms are the secret as it is and in the encodings an upstream is
+// likely to echo it in: escaped in a JSON string (also with "\/"), in a
+// URL's query or path (a pagination link, say).
+func secretForms(secret string) []string {
+	forms := []string{secret, url.QueryEscape(secret), url.PathEscape(secret), strings.ReplaceAll(secret, "/", `\/`)}
+	if j, err := json.Marshal(secret); err == nil {
+		forms = append(forms, string(j[1:len(j)-1]))
+	}
+	return forms
+}
+
+// redact replaces every form of the secret in body.
 func redact(body []byte, secret string) []byte {
-	return bytes.ReplaceAll(body, []byte(secret), []byte(redacted))
+	for _, f := range secretForms(secret) {
+		body = bytes.ReplaceAll(body, []byte(f), []byte(redacted))
+	}
+	return body
+}
+
+// holdsSecret reports whether v holds a form of the secret.
+func holdsSecret(v, secret string) bool {
+	return slices.ContainsFunc(secretForms(secret), func(f string) bool { return strings.Contains(v, f) })
 }
 
 func writeError(w http.ResponseWriter, status int, msg string) {

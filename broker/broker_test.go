@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -318,4 +319,107 @@ type noResolver struct{}
 
 func (noResolver) LookupNetIP(context.Context, string, string) ([]netip.Addr, error) {
 	return nil, fmt.Errorf("resolver must not be called")
+}
+
+// TestBrokerCallsInFlight holds the upstream while a sandbox makes calls:
+// past MaxCallsInFlight they are refused (429, audited) without reaching
+// it, and once one answers the sandbox may call again.
+func TestBrokerCallsInFlight(t *testing.T) {
+	arrived, release := make(chan struct{}, 16), make(chan struct{})
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		arrived <- struct{}{}
+		<-release
+		w.Write([]byte(`{}`))
+	}))
+	defer up.Close()
+	a := &audits{}
+	b, err := New(Config{
+		Operations: []Operation{{Name: "slow", Method: "GET", URL: up.URL + "/slow", Credential: Credential{Env: "TOKEN"}}},
+		LookupEnv:  func(string) (string, bool) { return "token-0123456789", true },
+		OnAudit:    a.add, MaxCallsInFlight: 2,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := b.Handler(Caller{Sandbox: "sbx-1", Tool: "t", Operations: []string{"slow"}})
+	wait := func() {
+		t.Helper()
+		select {
+		case <-arrived:
+		case <-time.After(10 * time.Second):
+			close(release)
+			t.Fatal("a call did not reach the upstream")
+		}
+	}
+	var wg sync.WaitGroup
+	for range 2 {
+		wg.Go(func() {
+			if resp, body := do(t, h, "GET", "/v1/ops/slow", ""); resp.StatusCode != 200 {
+				t.Errorf("a call within the bound: got %d %s, want 200", resp.StatusCode, body)
+			}
+		})
+	}
+	wait()
+	wait()
+	third := make(chan string, 1)
+	go func() {
+		resp, body := do(t, h, "GET", "/v1/ops/slow", "")
+		third <- fmt.Sprintf("%d %s", resp.StatusCode, body)
+	}()
+	select {
+	case got := <-third:
+		if !strings.HasPrefix(got, "429 ") || !strings.Contains(got, "in flight") {
+			t.Errorf("a third call in flight: got %s, want 429", got)
+		}
+	case <-time.After(10 * time.Second):
+		close(release)
+		t.Fatal("a third call in flight was not refused: it waits for the upstream")
+	}
+	if ev := a.last(t); ev.Allowed || ev.Operation != "slow" || !strings.Contains(ev.Reason, "in flight") {
+		t.Errorf("audit of the refused call: %+v", ev)
+	}
+	// Another sandbox has its own bound.
+	other := b.Handler(Caller{Sandbox: "sbx-2", Tool: "t", Operations: []string{"slow"}})
+	wg.Go(func() {
+		if resp, body := do(t, other, "GET", "/v1/ops/slow", ""); resp.StatusCode != 200 {
+			t.Errorf("another sandbox's call: got %d %s, want 200", resp.StatusCode, body)
+		}
+	})
+	wait()
+	close(release)
+	wg.Wait()
+	if resp, body := do(t, h, "GET", "/v1/ops/slow", ""); resp.StatusCode != 200 {
+		t.Errorf("a call once the others answered: got %d %s, want 200", resp.StatusCode, body)
+	}
+}
+
+// TestBrokerRedactsEncodedSecret has the upstream echo the secret the ways
+// a real API might: escaped in JSON and in a URL.
+func TestBrokerRedactsEncodedSecret(t *testing.T) {
+	const secret = "s3c+r/e=t&x-0123"
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Link", "<https://api.example/next?token="+url.QueryEscape(secret)+">; rel=next")
+		fmt.Fprintf(w, `{"query":%q,"path":%q,"php":"%s"}`, url.QueryEscape(secret), url.PathEscape(secret), strings.ReplaceAll(secret, "/", `\/`))
+		json.NewEncoder(w).Encode(map[string]string{"json": secret})
+	}))
+	defer up.Close()
+	b, err := New(Config{
+		Operations: []Operation{{Name: "echo", Method: "GET", URL: up.URL + "/echo", Credential: Credential{Env: "TOKEN"}}},
+		LookupEnv:  func(string) (string, bool) { return secret, true },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, body := do(t, b.Handler(Caller{Sandbox: "sbx-1", Tool: "t", Operations: []string{"echo"}}), "GET", "/v1/ops/echo", "")
+	if resp.StatusCode != 200 || strings.Count(body, redacted) < 4 {
+		t.Errorf("got %d %s, want every form of the secret redacted", resp.StatusCode, body)
+	}
+	for _, f := range secretForms(secret) {
+		if strings.Contains(body, f) {
+			t.Errorf("the body holds the secret as %q: %s", f, body)
+		}
+	}
+	if l := resp.Header.Get("Link"); l != "" {
+		t.Errorf("the Link header holding the secret passed: %s", l)
+	}
 }
