@@ -15,6 +15,7 @@ import (
 	"net/netip"
 	"net/url"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -32,16 +33,22 @@ const (
 
 var loopback = netip.MustParseAddr("127.0.0.1")
 
-// mapResolver is the test's Resolver: it answers from a map and counts
-// calls. It never sends a packet.
+// mapResolver is the test's Resolver: it answers from a map (of names
+// without the final dot) and counts calls, and the names it was asked that
+// were not absolute. It never sends a packet.
 type mapResolver struct {
-	m     map[string][]netip.Addr
-	calls atomic.Int64
+	m        map[string][]netip.Addr
+	calls    atomic.Int64
+	relative atomic.Int64
 }
 
 func (r *mapResolver) LookupNetIP(_ context.Context, _, host string) ([]netip.Addr, error) {
 	r.calls.Add(1)
-	if as, ok := r.m[host]; ok {
+	name, absolute := strings.CutSuffix(host, ".")
+	if !absolute {
+		r.relative.Add(1)
+	}
+	if as, ok := r.m[name]; ok {
 		return as, nil
 	}
 	return nil, &net.DNSError{Err: "no such host", Name: host, IsNotFound: true}

@@ -389,7 +389,10 @@ func (cx *conn) dial(ctx context.Context, name string, port int) (net.Conn, stri
 	addrs, overridden := cfg.TestOverride.lookup(name)
 	if !overridden {
 		var err error
-		addrs, err = cfg.Resolver.LookupNetIP(ctx, "ip", name)
+		// The name is absolute: a relative one would be tried with the
+		// host's search domains too (an allowed name under a corporate
+		// zone would reach whatever that zone answers).
+		addrs, err = cfg.Resolver.LookupNetIP(ctx, "ip", name+".")
 		if err != nil || len(addrs) == 0 {
 			return nil, ReasonNoSuchName, fmt.Sprint(err)
 		}

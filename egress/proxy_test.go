@@ -105,6 +105,11 @@ func TestProxyRefuses(t *testing.T) {
 	if n := e.res.calls.Load(); n != 3 {
 		t.Errorf("resolver called %d times, want 3 (rebind over http and https, metadata)", n)
 	}
+	// Absolute names: the host's search domains must not turn an allowed
+	// name into another one.
+	if n := e.res.relative.Load(); n != 0 {
+		t.Errorf("the proxy asked the resolver %d relative names, want every name absolute", n)
+	}
 }
 
 func TestProxyNoSNI(t *testing.T) {

@@ -293,6 +293,8 @@ func validateEgress(t Tool, opts Options) Problems {
 	for i, p := range e.Ports {
 		if p < 1 || p > 65535 {
 			add(RuleEgress, "port %d is out of range 1-65535", p)
+		} else if p == 53 {
+			add(RuleEgress, "port 53 is the sandbox's DNS, which Stockade answers with the allowlist itself; list only the ports of the services")
 		} else if slices.Index(e.Ports, p) != i {
 			add(RuleEgress, "port %d is listed twice", p)
 		}

@@ -50,6 +50,9 @@ func (m *Manager) OpenEgress(ctx context.Context, p *egress.Proxy, pol egress.Po
 		if port < 1 || port > 65535 {
 			return nil, fmt.Errorf("egress port %d is out of range", port)
 		}
+		if port == int(m.cfg.DNSPort) {
+			return nil, fmt.Errorf("egress port %d is the sandbox's DNS responder; an allowlist cannot name it", port)
+		}
 		ports = append(ports, uint16(port))
 	}
 	if pol.Broker != nil {

@@ -313,19 +313,32 @@ func ipNet(a netip.Addr, bits int) *net.IPNet {
 func (n *Net) Remove() error {
 	n.once.Do(func() {
 		n.err = n.removeParts()
-		n.m.free(n.slot)
+		if n.err == nil {
+			// A slot whose veth may still exist is not given out again;
+			// CleanupStale frees it at the next start.
+			n.m.free(n.slot)
+		}
 	})
 	return n.err
 }
+
+// linkByName looks up a host interface; tests replace it to fail.
+var linkByName = netlink.LinkByName
 
 // removeParts removes whatever of n exists; missing parts are success. The
 // veth goes first and the rules last, so that no packet of the sandbox can
 // ever pass unfiltered, also if a step fails.
 func (n *Net) removeParts() error {
-	if l, err := netlink.LinkByName(n.HostIf); err == nil {
+	l, err := linkByName(n.HostIf)
+	switch {
+	case err == nil:
 		if err := netlink.LinkDel(l); err != nil && !errors.Is(err, unix.ENODEV) {
 			return fmt.Errorf("deleting veth %s (rules and namespace kept): %w", n.HostIf, err)
 		}
+	case !errors.As(err, new(netlink.LinkNotFoundError)):
+		// The veth may still be there: without its rules the sandbox
+		// would reach every port of the host.
+		return fmt.Errorf("looking up veth %s (rules and namespace kept): %w", n.HostIf, err)
 	}
 	var errs []error
 	for _, p := range []string{n.Path, filepath.Join(UserRunDir, n.Name)} {

@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
 	"github.com/stockade-sh/stockade/egress"
@@ -508,5 +509,49 @@ func TestConcurrentCreate(t *testing.T) {
 	}
 	if left := m.Leftovers(); len(left) > 0 {
 		t.Fatalf("left behind: %v", left)
+	}
+}
+
+// TestRemoveKeepsRulesWhenTheVethIsUnknown makes the veth's lookup fail
+// with another error than "not found": Remove must keep the rules and the
+// namespace (the veth may still be up) and fail, and keep the slot.
+func TestRemoveKeepsRulesWhenTheVethIsUnknown(t *testing.T) {
+	m := newTestManager(t)
+	n := create(t, m, 8080)
+	linkByName = func(string) (netlink.Link, error) { return nil, unix.ENOBUFS }
+	err := n.Remove()
+	linkByName = netlink.LinkByName
+	if err == nil || !strings.Contains(err.Error(), "rules and namespace kept") {
+		t.Fatalf("Remove with the lookup failing: got %v, want an error keeping the rules", err)
+	}
+	if tables, _ := listTables(); !slices.Contains(tables, n.Table) {
+		t.Errorf("nftables tables %v after the failed Remove, want %s kept", tables, n.Table)
+	}
+	m.mu.Lock()
+	_, used := m.used[n.slot]
+	m.mu.Unlock()
+	if !used {
+		t.Errorf("slot %d was given back although its veth may still exist", n.slot)
+	}
+	if _, err := m.CleanupStale(); err != nil {
+		t.Fatal(err)
+	}
+	assertGone(t, m, n)
+}
+
+// TestOpenEgressRefusesTheDNSPort checks that a policy naming the DNS port
+// is refused up front: the proxy would take the port from the responder.
+func TestOpenEgressRefusesTheDNSPort(t *testing.T) {
+	m := newTestManager(t)
+	p, err := egress.New(egress.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = m.OpenEgress(t.Context(), p, egress.Policy{Sandbox: "sbx-dns", Tool: "t", Allow: []string{"api.example.com"}, Ports: []int{443, 53}}, 0)
+	if err == nil || !strings.Contains(err.Error(), "DNS responder") {
+		t.Fatalf("OpenEgress with port 53: got %v, want a refusal naming the DNS responder", err)
+	}
+	if left := m.Leftovers(); len(left) > 0 {
+		t.Errorf("left behind: %v", left)
 	}
 }
