@@ -199,6 +199,8 @@ func classify(err error) error {
 			return fmt.Errorf("%w: %w", errdefs.ErrNotFound, err)
 		case "23514": // check_violation
 			return fmt.Errorf("%w: %w", errdefs.ErrFailedPrecondition, err)
+		case "22021", "22P05": // character_not_in_repertoire (invalid UTF-8, NUL), untranslatable_character
+			return fmt.Errorf("%w: %w", errdefs.ErrInvalidArgument, err)
 		case "40001", "40P01", "55P03": // serialization_failure, deadlock_detected, lock_not_available
 			return fmt.Errorf("%w: %w", errdefs.ErrUnavailable, err)
 		}

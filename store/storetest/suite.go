@@ -60,6 +60,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"LaunchFailedIsNotCharged", testLaunchFailed},
 		{"ExecutionValidation", testExecutionValidation},
 		{"ListExecutionsAndToolCalls", testListings},
+		{"InvalidTextLookups", testInvalidTextLookups},
 		{"RecoverInterrupted", testRecoverInterrupted},
 		{"ApprovalApprove", testApprovalApprove},
 		{"ApprovalDeny", testApprovalDeny},

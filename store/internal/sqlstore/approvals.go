@@ -24,7 +24,7 @@ func scanApproval(r Row) (store.Approval, error) {
 
 // GetApproval implements store.Approvals.
 func (s *Store) GetApproval(ctx context.Context, workspaceID, approvalID string) (store.Approval, error) {
-	a, err := scanApproval(s.b.Reader().QueryRow(ctx, `SELECT `+approvalCols+` FROM approval_requests
+	a, err := scanApproval(lookupRow(ctx, s.b.Reader(), approvalID, `SELECT `+approvalCols+` FROM approval_requests
 		WHERE id = $1 AND workspace_id = $2`, approvalID, workspaceID))
 	if err != nil {
 		return store.Approval{}, fmt.Errorf("getting approval %q: %w", approvalID, s.classify(notFound(err)))
@@ -64,7 +64,7 @@ func (s *Store) DecideApproval(ctx context.Context, d store.Decision) (store.App
 		ex store.Execution
 	)
 	err := s.inTx(ctx, func(q Querier) (err error) {
-		a, err = scanApproval(q.QueryRow(ctx, `SELECT `+approvalCols+` FROM approval_requests
+		a, err = scanApproval(lookupRow(ctx, q, d.ApprovalID, `SELECT `+approvalCols+` FROM approval_requests
 			WHERE id = $1 AND workspace_id = $2`+s.d.ForUpdate, d.ApprovalID, d.WorkspaceID))
 		if err != nil {
 			return notFound(err)

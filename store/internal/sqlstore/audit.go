@@ -117,6 +117,11 @@ func scanEvent(r Row) (store.Event, error) {
 
 // ListEvents implements store.Audit.
 func (s *Store) ListEvents(ctx context.Context, workspaceID string, f store.EventFilter) (store.Page[store.Event], error) {
+	for _, v := range append([]string{f.ExecutionID}, f.Types...) {
+		if err := checkText("event filter", v, maxText); err != nil {
+			return store.Page[store.Event]{}, fmt.Errorf("listing events: %w", err)
+		}
+	}
 	var a args
 	where := []string{"workspace_id = " + a.add(workspaceID)}
 	if len(f.Types) > 0 {

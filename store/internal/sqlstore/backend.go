@@ -275,7 +275,7 @@ func parseCursor(s string) (cursor, error) {
 	}
 	k, id, ok := strings.Cut(string(b), ".")
 	n, err := strconv.ParseInt(k, 10, 64)
-	if !ok || err != nil {
+	if !ok || err != nil || checkText("cursor", id, maxText) != nil {
 		return cursor{}, fmt.Errorf("decoding page cursor: %w", errdefs.ErrInvalidArgument)
 	}
 	return cursor{key: n, id: id}, nil

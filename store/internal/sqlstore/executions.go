@@ -381,7 +381,7 @@ func (s *Store) endExecution(ctx context.Context, q Querier, ex store.Execution,
 
 // GetExecution implements store.Executions.
 func (s *Store) GetExecution(ctx context.Context, workspaceID, executionID string) (store.Execution, error) {
-	ex, err := scanExecution(s.b.Reader().QueryRow(ctx, `SELECT `+executionCols+` FROM executions
+	ex, err := scanExecution(lookupRow(ctx, s.b.Reader(), executionID, `SELECT `+executionCols+` FROM executions
 		WHERE id = $1 AND workspace_id = $2`, executionID, workspaceID))
 	if err != nil {
 		return store.Execution{}, fmt.Errorf("getting execution %q: %w", executionID, s.classify(notFound(err)))
@@ -480,7 +480,7 @@ func scanToolCall(r Row) (store.ToolCall, error) {
 
 // GetToolCall implements store.Executions.
 func (s *Store) GetToolCall(ctx context.Context, workspaceID, executionID string) (store.ToolCall, error) {
-	tc, err := scanToolCall(s.b.Reader().QueryRow(ctx, `SELECT `+toolCallCols+` FROM tool_calls
+	tc, err := scanToolCall(lookupRow(ctx, s.b.Reader(), executionID, `SELECT `+toolCallCols+` FROM tool_calls
 		WHERE execution_id = $1 AND workspace_id = $2`, executionID, workspaceID))
 	if err != nil {
 		return store.ToolCall{}, fmt.Errorf("getting tool call of execution %q: %w", executionID, s.classify(notFound(err)))

@@ -54,7 +54,7 @@ func scanWorkspace(r Row) (store.Workspace, error) {
 
 // GetWorkspace implements store.Workspaces.
 func (s *Store) GetWorkspace(ctx context.Context, id string) (store.Workspace, error) {
-	w, err := scanWorkspace(s.b.Reader().QueryRow(ctx, `SELECT `+workspaceCols+` FROM workspaces WHERE id = $1`, id))
+	w, err := scanWorkspace(lookupRow(ctx, s.b.Reader(), id, `SELECT `+workspaceCols+` FROM workspaces WHERE id = $1`, id))
 	if err != nil {
 		return store.Workspace{}, fmt.Errorf("getting workspace %q: %w", id, s.classify(notFound(err)))
 	}
@@ -63,7 +63,7 @@ func (s *Store) GetWorkspace(ctx context.Context, id string) (store.Workspace, e
 
 // GetWorkspaceByName implements store.Workspaces.
 func (s *Store) GetWorkspaceByName(ctx context.Context, name string) (store.Workspace, error) {
-	w, err := scanWorkspace(s.b.Reader().QueryRow(ctx, `SELECT `+workspaceCols+` FROM workspaces WHERE name = $1`, name))
+	w, err := scanWorkspace(lookupRow(ctx, s.b.Reader(), name, `SELECT `+workspaceCols+` FROM workspaces WHERE name = $1`, name))
 	if err != nil {
 		return store.Workspace{}, fmt.Errorf("getting workspace named %q: %w", name, s.classify(notFound(err)))
 	}

@@ -1,6 +1,8 @@
 package sqlstore
 
 import (
+	"context"
+	"database/sql"
 	"encoding/json"
 	"fmt"
 	"strings"
@@ -27,6 +29,22 @@ func checkText(field, v string, max int) error {
 	}
 	return nil
 }
+
+// lookupRow is QueryRow for a row found by a key the caller gave (an id
+// from a URL, a name from the command line): a key that is not valid text
+// cannot name a row, and finds none on both databases alike (PostgreSQL
+// would refuse the query).
+func lookupRow(ctx context.Context, q Querier, key, query string, args ...any) Row {
+	if checkText("key", key, maxText) != nil {
+		return noRow{}
+	}
+	return q.QueryRow(ctx, query, args...)
+}
+
+// noRow is a Row that found nothing.
+type noRow struct{}
+
+func (noRow) Scan(...any) error { return sql.ErrNoRows }
 
 func checkRequired(field, v string, max int) error {
 	if strings.TrimSpace(v) == "" {
