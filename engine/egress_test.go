@@ -36,7 +36,8 @@ import (
 
 // mapResolver resolves only its names, and records every name it is
 // asked for: in tests no query may leave for a real resolver, and a name
-// the DNS responder refused must never reach it.
+// the DNS responder refused must never reach it. The proxy asks for
+// absolute names; the map and the record hold them without the final dot.
 type mapResolver struct {
 	names map[string][]netip.Addr
 	// hang is a name whose lookup lasts until its context ends.
@@ -47,6 +48,7 @@ type mapResolver struct {
 }
 
 func (r *mapResolver) LookupNetIP(ctx context.Context, _, host string) ([]netip.Addr, error) {
+	host = strings.TrimSuffix(host, ".")
 	r.mu.Lock()
 	r.queries = append(r.queries, host)
 	r.mu.Unlock()
