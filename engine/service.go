@@ -592,8 +592,7 @@ func (s *Service) Invoke(ctx context.Context, p Principal, req InvokeRequest, o 
 		return nil, fmt.Errorf("%s: %w", reason, class)
 	}
 	// The decision is computed here but acted on, and recorded, only once
-	// the request is known not to be a retry: the stored body, which a
-	// retry must match, holds the timeout the policy defaults.
+	// the request is known not to be a retry.
 	pol, err := s.st.GetPolicy(ctx, p.WorkspaceID)
 	if err != nil {
 		return nil, fmt.Errorf("loading workspace policy: %w", err)
@@ -602,11 +601,13 @@ func (s *Service) Invoke(ctx context.Context, p Principal, req InvokeRequest, o 
 	if timeout == 0 {
 		timeout = min(s.eng.defaults.Timeout, d.MaxTimeout)
 	}
-	stored := req
-	stored.TimeoutMS = timeout.Milliseconds()
+	// The request is stored as it came, which a retry must match: the
+	// timeout the policy gives one that names none is the approval card's
+	// and the run's, and would make a retry under a changed policy look
+	// like another request.
 	ne := store.NewExecution{
 		ID: o.ExecutionID, WorkspaceID: p.WorkspaceID, KeyID: p.KeyID, Runtime: req.Runtime, Tool: tool.Name,
-		Request: mustJSON(stored), InputSHA256: InputHash(req.Runtime, req.Code), IdempotencyKey: o.IdempotencyKey,
+		Request: mustJSON(req), InputSHA256: InputHash(req.Runtime, req.Code), IdempotencyKey: o.IdempotencyKey,
 		Credits: s.opts.CreditsPerInvocation,
 	}
 	if o.IdempotencyKey != "" {
@@ -693,7 +694,7 @@ func (s *Service) Invoke(ctx context.Context, p Principal, req InvokeRequest, o 
 	case adm.Approval != nil:
 		s.opts.Observer.ApprovalsPending(1)
 	default:
-		s.dispatch(adm.Execution, ticket)
+		s.dispatch(adm.Execution, timeout, ticket)
 	}
 	return inv, nil
 }
@@ -720,7 +721,7 @@ func InputHash(runtime, code string) string {
 
 // dispatch runs an admitted execution in the background. t is its
 // admission ticket; nil takes one that waits for a slot.
-func (s *Service) dispatch(e store.Execution, t *ticket) {
+func (s *Service) dispatch(e store.Execution, timeout time.Duration, t *ticket) {
 	if t == nil {
 		t = s.slots.enqueue()
 	}
@@ -736,12 +737,13 @@ func (s *Service) dispatch(e store.Execution, t *ticket) {
 	go func() {
 		defer s.wg.Done()
 		defer t.release()
-		s.run(e, t)
+		s.run(e, timeout, t)
 	}()
 }
 
-// run executes one admitted execution and records its outcome.
-func (s *Service) run(e store.Execution, t *ticket) {
+// run executes one admitted execution, with the timeout it was admitted
+// with, and records its outcome.
+func (s *Service) run(e store.Execution, timeout time.Duration, t *ticket) {
 	ctx := s.ctx
 	finish := func(o store.Outcome) {
 		o.ExecutionID = e.ID
@@ -777,7 +779,7 @@ func (s *Service) run(e store.Execution, t *ticket) {
 	defer s.endRun(e.ID)
 	res, err := s.eng.Run(ctx, Request{
 		Runtime: req.Runtime, Tool: req.Tool, Code: []byte(req.Code), Stdin: []byte(req.Stdin), Network: network,
-		Limits: sandbox.Limits{Timeout: time.Duration(req.TimeoutMS) * time.Millisecond},
+		Limits: sandbox.Limits{Timeout: timeout},
 		Labels: map[string]string{LabelOwner: s.opts.Owner, LabelExecution: e.ID},
 		// Code runs only once its start is recorded: an execution whose
 		// start is not in the store would end uncharged.
@@ -910,7 +912,11 @@ func (s *Service) Decide(ctx context.Context, p Principal, approvalID string, ap
 	}
 	s.opts.Observer.ApprovalsPending(-1)
 	if approve {
-		s.dispatch(e, nil)
+		var card ApprovalCard
+		if err := json.Unmarshal(a.Card, &card); err != nil {
+			return a, e, fmt.Errorf("reading approval card: %w", err)
+		}
+		s.dispatch(e, time.Duration(card.TimeoutMS)*time.Millisecond, nil)
 	} else {
 		s.opts.Observer.Invocation(store.StatusDenied, "", 0, 0)
 		s.hub.finish(e.ID)

@@ -174,7 +174,14 @@ func TestIdempotentRetryIsNotDecidedAgain(t *testing.T) {
 		t.Fatalf("first execution: got %s, %v; want succeeded", ex.Status, err)
 	}
 	t.Run("retry after the policy changed", func(t *testing.T) {
+		// The request names no timeout: the policy gave it one, which is
+		// not part of what a retry must match.
 		pol := noApprovalPolicy()
+		pol.MaxTimeout = 10 * time.Second
+		if _, err := env.st.SetPolicy(ctx, env.ws.ID, pol, nil); err != nil {
+			t.Fatal(err)
+		}
+		replayed(t, "retry after the policy's maximum timeout was lowered")
 		pol.CodeExecution = false
 		if _, err := env.st.SetPolicy(ctx, env.ws.ID, pol, nil); err != nil {
 			t.Fatal(err)
