@@ -19,6 +19,8 @@ type fakeDriver struct {
 	// holdDestroy, when not nil, makes each Destroy wait until it is
 	// closed, so that a test can act while a sandbox is being destroyed.
 	holdDestroy chan struct{}
+	// down, when not nil, is what Health answers.
+	down error
 
 	mu    sync.Mutex
 	specs []sandbox.Spec
@@ -29,6 +31,8 @@ func (d *fakeDriver) Name() string { return d.name }
 func (d *fakeDriver) Capabilities() sandbox.Capabilities {
 	return sandbox.Capabilities{Tier: d.tier, Sessions: true}
 }
+
+func (d *fakeDriver) Health(context.Context) error { return d.down }
 
 func (d *fakeDriver) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Sandbox, error) {
 	d.mu.Lock()

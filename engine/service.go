@@ -485,7 +485,13 @@ func (s *Service) Authenticate(ctx context.Context, key string) (Principal, erro
 		return Principal{}, fmt.Errorf("invalid or revoked API key: %w", errdefs.ErrUnauthenticated)
 	}
 	if err != nil {
-		return Principal{}, fmt.Errorf("looking up API key: %w", err)
+		// Anyone may send a key: the answer says nothing of the database
+		// (a connection error names its host, user and database).
+		s.log.Error("looking up an API key", "err", err)
+		if errdefs.IsUnavailable(err) {
+			return Principal{}, fmt.Errorf("the API key could not be checked; retry later: %w", errdefs.ErrUnavailable)
+		}
+		return Principal{}, errors.New("the API key could not be checked")
 	}
 	return Principal{KeyID: k.ID, WorkspaceID: k.WorkspaceID, Role: k.Role}, nil
 }
@@ -574,7 +580,7 @@ func (s *Service) Invoke(ctx context.Context, p Principal, req InvokeRequest, o 
 	// caller's mistakes, not decisions, and are answered before the policy.
 	// A tool's record refusing the runtime is a decision (recorded below);
 	// other validation errors are the caller's mistakes.
-	tool, _, _, verr := s.eng.Validate(Request{Runtime: req.Runtime, Tool: req.Tool, Code: []byte(req.Code), Stdin: []byte(req.Stdin)})
+	tool, drv, _, verr := s.eng.Validate(Request{Runtime: req.Runtime, Tool: req.Tool, Code: []byte(req.Code), Stdin: []byte(req.Stdin)})
 	if verr != nil && !errdefs.IsPermissionDenied(verr) {
 		return nil, verr
 	}
@@ -658,6 +664,16 @@ func (s *Service) Invoke(ctx context.Context, p Principal, req InvokeRequest, o 
 
 	var ticket *ticket
 	if !d.ApprovalRequired {
+		// A driver that cannot run sandboxes now is answered at once, with
+		// nothing reserved or recorded, not with an execution that fails to
+		// launch. (A request waiting for approval meets the driver when it
+		// is approved.)
+		if hc, ok := drv.(sandbox.HealthChecker); ok {
+			if err := hc.Health(ctx); err != nil {
+				s.log.Warn("driver unavailable", "driver", drv.Name(), "err", err)
+				return nil, fmt.Errorf("the %s sandbox driver is unavailable; retry later: %w", drv.Name(), errdefs.ErrUnavailable)
+			}
+		}
 		if ticket = s.slots.reserve(); ticket == nil {
 			return deny("server_at_capacity", fmt.Sprintf("the server is at capacity (%d running, %d queued); retry later", s.opts.MaxConcurrent, s.opts.MaxQueue), errdefs.ErrResourceExhausted)
 		}
@@ -777,6 +793,9 @@ func (s *Service) run(e store.Execution, timeout time.Duration, t *ticket) {
 	network, _ := parseNetwork(req.Network) // checked by Invoke
 	s.startRun(e.ID, e.WorkspaceID)
 	defer s.endRun(e.ID)
+	out := outputChunks{publish: func(st sandbox.Stream, p []byte) {
+		s.hub.publish(e.ID, StreamEvent{Type: st.String(), Data: mustJSON(map[string]string{"data": string(p)})})
+	}}
 	res, err := s.eng.Run(ctx, Request{
 		Runtime: req.Runtime, Tool: req.Tool, Code: []byte(req.Code), Stdin: []byte(req.Stdin), Network: network,
 		Limits: sandbox.Limits{Timeout: timeout},
@@ -790,10 +809,9 @@ func (s *Service) run(e store.Execution, timeout time.Duration, t *ticket) {
 			s.hub.publish(e.ID, StreamEvent{Type: "started", Data: mustJSON(map[string]string{"execution_id": e.ID, "driver": driver})})
 			return nil
 		},
-		OnOutput: func(st sandbox.Stream, p []byte) {
-			s.hub.publish(e.ID, StreamEvent{Type: st.String(), Data: mustJSON(map[string]string{"data": string(p)})})
-		},
+		OnOutput: out.add,
 	})
+	out.flush()
 	if err != nil {
 		// The sandbox did not launch or could not run the code: nothing is
 		// charged (the reservation is released).
@@ -970,6 +988,53 @@ func (s *Service) Health(ctx context.Context) map[string]error {
 		out[name] = err
 	}
 	return out
+}
+
+// outputChunks passes a run's output on in chunks that end on a character
+// boundary: a character split between two reads of the sandbox's output
+// would otherwise reach an event stream's JSON as two U+FFFD. The
+// incomplete end of a chunk waits for the next chunk of its stream, or for
+// flush.
+type outputChunks struct {
+	publish func(sandbox.Stream, []byte)
+
+	mu      sync.Mutex
+	pending map[sandbox.Stream][]byte
+}
+
+func (o *outputChunks) add(st sandbox.Stream, p []byte) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.pending == nil {
+		o.pending = map[sandbox.Stream][]byte{}
+	}
+	b := append(o.pending[st], p...)
+	n := len(b)
+	// The last character starts at most 3 bytes from the end.
+	for i := len(b) - 1; i >= 0 && i >= len(b)-3; i-- {
+		if utf8.RuneStart(b[i]) {
+			if !utf8.FullRune(b[i:]) {
+				n = i
+			}
+			break
+		}
+	}
+	o.pending[st] = append([]byte(nil), b[n:]...)
+	if n > 0 {
+		o.publish(st, b[:n])
+	}
+}
+
+// flush passes on what is left: bytes that never became a character.
+func (o *outputChunks) flush() {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	for st, b := range o.pending {
+		if len(b) > 0 {
+			o.publish(st, b)
+		}
+	}
+	o.pending = nil
 }
 
 func mustJSON(v any) json.RawMessage {

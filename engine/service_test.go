@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/stockade-sh/stockade/audit"
 	"github.com/stockade-sh/stockade/broker"
@@ -483,5 +484,78 @@ func TestAuditQueueDropsNothing(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatalf("%d broker.call events, want %d", got, n)
 		}
+	}
+}
+
+// unreachableKeys is a store whose key lookups fail as PostgreSQL's do when
+// it is down: the error names the server, the user and the database.
+type unreachableKeys struct{ store.Store }
+
+func (unreachableKeys) LookupAPIKey(context.Context, store.KeyHash) (store.APIKey, error) {
+	return store.APIKey{}, fmt.Errorf("failed to connect to `user=stockade database=prod`: host=db.internal:5432: %w", errdefs.ErrUnavailable)
+}
+
+// TestAuthenticateHidesTheDatabase checks that a key that cannot be
+// checked answers "unavailable" without a word of the database's error:
+// anyone may send a key.
+func TestAuthenticateHidesTheDatabase(t *testing.T) {
+	env := newServiceEnv(t, unreachableKeys{openSQLite(t)}, &fakeDriver{name: "gvisor", tier: sandbox.TierGVisor}, noApprovalPolicy(), ServiceOptions{})
+	_, err := env.svc.Authenticate(t.Context(), "any-key")
+	if !errdefs.IsUnavailable(err) {
+		t.Fatalf("got %v, want unavailable", err)
+	}
+	for _, secret := range []string{"db.internal", "user=", "prod"} {
+		if strings.Contains(err.Error(), secret) {
+			t.Errorf("the error %q tells %q of the database", err, secret)
+		}
+	}
+}
+
+// TestDriverUnavailable checks that a request whose driver cannot run
+// sandboxes is answered unavailable (503) at once, reserving and recording
+// nothing, rather than admitted to fail its launch.
+func TestDriverUnavailable(t *testing.T) {
+	ctx := t.Context()
+	drv := &fakeDriver{name: "gvisor", tier: sandbox.TierGVisor, down: fmt.Errorf("runsc not found at /usr/local/bin/runsc: %w", errdefs.ErrUnavailable)}
+	env := newServiceEnv(t, nil, drv, noApprovalPolicy(), ServiceOptions{})
+	before := env.chainLength(t)
+	_, err := env.svc.Invoke(ctx, env.agent, InvokeRequest{Runtime: "python", Code: "print(1)"}, InvokeOptions{})
+	if !errdefs.IsUnavailable(err) || strings.Contains(err.Error(), "/usr/local/bin") {
+		t.Fatalf("got %v, want unavailable, without the driver's details", err)
+	}
+	if after := env.chainLength(t); after != before {
+		t.Errorf("the audit chain grew from %d to %d events, want nothing recorded", before, after)
+	}
+	page, err := env.st.ListExecutions(ctx, env.ws.ID, store.ExecutionFilter{})
+	if err != nil || len(page.Items) != 0 {
+		t.Errorf("executions: got %d (%v), want none", len(page.Items), err)
+	}
+	if c, err := env.st.GetCredits(ctx, env.ws.ID); err != nil || c.Reserved != 0 {
+		t.Errorf("credits: got %+v, %v; want nothing reserved", c, err)
+	}
+}
+
+// TestOutputChunksKeepCharacters splits characters between chunks, on both
+// streams interleaved: what is published is valid UTF-8 and, joined, the
+// output; bytes that never complete a character are passed on at the end.
+func TestOutputChunksKeepCharacters(t *testing.T) {
+	got := map[sandbox.Stream]string{}
+	o := outputChunks{publish: func(st sandbox.Stream, p []byte) {
+		if !utf8.Valid(p) && st == sandbox.Stdout {
+			t.Errorf("published %q, not valid UTF-8", p)
+		}
+		got[st] += string(p)
+	}}
+	text := "é€𝄞 ok"
+	for i := range len(text) {
+		o.add(sandbox.Stdout, []byte{text[i]})
+		o.add(sandbox.Stderr, []byte{"x\xe2\x82"[i%3]})
+	}
+	o.flush()
+	if got[sandbox.Stdout] != text {
+		t.Errorf("stdout: got %q, want %q", got[sandbox.Stdout], text)
+	}
+	if !strings.HasPrefix(got[sandbox.Stderr], "x\xe2\x82x") {
+		t.Errorf("stderr: got %q, want its bytes as they came", got[sandbox.Stderr])
 	}
 }
