@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/stockade-sh/stockade/engine"
+	"github.com/stockade-sh/stockade/internal/oci"
 	"github.com/stockade-sh/stockade/sandbox"
 	"github.com/stockade-sh/stockade/tools"
 )
@@ -251,9 +252,18 @@ func (e *evaluator) namespaces() Section {
 	return b.s
 }
 
-// mountExpectation says why a mount point may exist and whether it must be
-// read-only; ok is false for a mount the record does not account for.
-func (e *evaluator) mountExpectation(p string) (why string, readOnly, ok bool) {
+// devMounts are the mounts of the minimal /dev, by mount point, with the
+// file system each must be ("" for any: gVisor calls its /dev "dev").
+var devMounts = map[string]string{"/dev": "", "/dev/pts": "devpts", "/dev/shm": "tmpfs", "/dev/mqueue": "mqueue"}
+
+// devNodes are the device nodes of the minimal /dev; in a user namespace
+// runc binds them from the host's devtmpfs.
+var devNodes = []string{"/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom", "/dev/tty"}
+
+// mountExpectation says why mount point p, of file system fstype, may
+// exist and whether it must be read-only; ok is false for a mount the
+// record does not account for.
+func (e *evaluator) mountExpectation(p, fstype string) (why string, readOnly, ok bool) {
 	for _, m := range e.t.Filesystem.Mounts {
 		if p == m.Target {
 			return "record mount of " + m.Source, true, true
@@ -271,12 +281,21 @@ func (e *evaluator) mountExpectation(p string) (why string, readOnly, ok bool) {
 		return "session workspace", false, true
 	case p == guestMount:
 		return "guest agent", true, true
-	case under(p, "/proc"):
-		return "proc and its masked paths", false, true
+	case p == "/proc":
+		return "proc", false, true
+	case slices.Contains(oci.ReadonlyPaths, p):
+		return "read-only part of proc", true, true
+	case under(p, "/proc") && slices.Contains(oci.MaskedPaths, p):
+		return "masked part of proc (an empty file or directory over it)", false, true
 	case under(p, "/sys"):
 		return "sysfs", true, true
 	case under(p, "/dev"):
-		return "minimal /dev", false, true
+		if want, found := devMounts[p]; found && (want == "" || want == fstype) {
+			return "minimal /dev", false, true
+		}
+		if slices.Contains(devNodes, p) && fstype == "devtmpfs" {
+			return "device node of the minimal /dev", false, true
+		}
 	case e.t.Tier == sandbox.TierDocker && slices.Contains(dockerEtcFiles, p):
 		return "dockerd's fixed file", true, true
 	}
@@ -297,7 +316,7 @@ func (e *evaluator) mounts() Section {
 	}
 	for i, m := range e.r.Mounts {
 		seen[m.MountPoint] = true
-		why, ro, ok := e.mountExpectation(m.MountPoint)
+		why, ro, ok := e.mountExpectation(m.MountPoint, m.FSType)
 		isRO := hasOption(m.Options, "ro")
 		label := why
 		if !ok {
@@ -311,7 +330,7 @@ func (e *evaluator) mounts() Section {
 		switch {
 		case !ok:
 			b.check(m.MountPoint, fmt.Sprintf("mounted (%s from %s, %s)", m.FSType, m.Source, m.Options),
-				"only the image root, /tmp, /proc, /dev, /sys, the guest agent and the record's mounts (with "+tools.MountParent+" under them)", false)
+				"only the image root, /tmp, proc with its masked and read-only parts, the minimal /dev, /sys, the guest agent and the record's mounts (with "+tools.MountParent+" under them)", false)
 		case ro && !isRO:
 			b.check(m.MountPoint, "mounted read-write ("+m.Options+")", why+", read-only", false)
 		case ro && (m.MountPoint == "/" || m.MountPoint == "/sys" || !under(m.MountPoint, "/sys")):

@@ -113,6 +113,24 @@ func TestEvaluate(t *testing.T) {
 			o.reach.Mounts[len(o.reach.Mounts)-1].MountPoint = "/data"
 		}, "/data"},
 		{"root read-write", containerTool, func(o *observed) { o.reach.Mounts[0].Options = "rw,relatime" }, "/"},
+		{"/proc/sys read-write", containerTool, func(o *observed) { o.reach.Mounts[7].Options = "rw,nosuid,nodev,noexec,relatime" }, "/proc/sys"},
+		{"a host disk below /dev/shm", containerTool, func(o *observed) {
+			o.reach.Mounts = append(o.reach.Mounts, o.reach.Mounts[0])
+			m := &o.reach.Mounts[len(o.reach.Mounts)-1]
+			m.MountPoint, m.Options = "/dev/shm/hostdata", "rw,relatime"
+		}, "/dev/shm/hostdata"},
+		{"a host directory over /dev/shm", containerTool, func(o *observed) {
+			o.reach.Mounts[3].FSType, o.reach.Mounts[3].Source = "ext4", "/dev/vda"
+		}, "/dev/shm"},
+		{"something mounted in proc", containerTool, func(o *observed) {
+			o.reach.Mounts = append(o.reach.Mounts, o.reach.Mounts[5])
+			o.reach.Mounts[len(o.reach.Mounts)-1].MountPoint = "/proc/self/attr"
+		}, "/proc/self/attr"},
+		{"a masked path", containerTool, func(o *observed) {
+			o.reach.Mounts = append(o.reach.Mounts, o.reach.Mounts[5])
+			m := &o.reach.Mounts[len(o.reach.Mounts)-1]
+			m.MountPoint, m.FSType, m.Source, m.Options = "/proc/kcore", "devtmpfs", "devtmpfs", "rw,relatime"
+		}, ""},
 		// Only the last mount at a mount point is what the sandbox sees
 		// (dockerd mounts /sys/fs/cgroup read-write, runc binds it
 		// read-only over itself).

@@ -202,10 +202,7 @@ func Build(o Options) (*specs.Spec, error) {
 			},
 			Seccomp: sc,
 			// runc's defaults (`runc spec`).
-			MaskedPaths: []string{
-				"/proc/acpi", "/proc/asound", "/proc/kcore", "/proc/keys", "/proc/latency_stats",
-				"/proc/timer_list", "/proc/timer_stats", "/proc/sched_debug", "/sys/firmware", "/proc/scsi",
-			},
+			MaskedPaths:   slices.Clone(MaskedPaths),
 			ReadonlyPaths: slices.Clone(ReadonlyPaths),
 		},
 	}
@@ -222,6 +219,13 @@ func IDMappings(base uint32, id uint32) []specs.LinuxIDMapping {
 		return nil
 	}
 	return []specs.LinuxIDMapping{{ContainerID: 0, HostID: base, Size: 1}, {ContainerID: id, HostID: base + 1, Size: 1}}
+}
+
+// MaskedPaths are the paths of /proc and /sys that runc and Docker hide
+// (an empty file or directory mounted over them) by default.
+var MaskedPaths = []string{
+	"/proc/acpi", "/proc/asound", "/proc/kcore", "/proc/keys", "/proc/latency_stats",
+	"/proc/timer_list", "/proc/timer_stats", "/proc/sched_debug", "/sys/firmware", "/proc/scsi",
 }
 
 // ReadonlyPaths are the paths of /proc that runc and Docker make read-only
