@@ -154,6 +154,7 @@ func Run(ctx context.Context, eng Sandboxes, opts Options) (*Report, error) {
 	req := engine.Request{
 		Tool:        tool.Name,
 		Runtime:     runtime,
+		Limits:      auditLimits(tool.EffectiveLimits()),
 		ExtraMounts: opts.ExtraMounts,
 		Labels:      map[string]string{"stockade.audit": "blast-radius"},
 	}

@@ -172,7 +172,7 @@ func TestRecordMount(t *testing.T) {
 			yaml := `tools:
   - name: sales-reader
     runtimes: [shell]
-    limits: {memory: 256MiB, pids: 64}
+    limits: {memory: 256MiB, pids: 64, timeout: 1s, output_cap: 4KiB}
     input_trust: trusted
     tier: ` + string(d.tier) + `
     filesystem:
@@ -191,6 +191,8 @@ func TestRecordMount(t *testing.T) {
 			e := newEngine(t, d.name, engine.WithTools(set, opts))
 			r := audit(t, e, blastradius.Options{Tool: "sales-reader"})
 			t.Logf("report:\n%s", r.Markdown())
+			// The probe runs past the record's wall clock and output cap,
+			// which bound the tool's code, not what it reaches.
 			if len(r.Deviations) != 0 {
 				t.Errorf("got deviations %v, want none: the record's own mount is within the record", r.Deviations)
 			}

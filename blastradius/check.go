@@ -515,6 +515,9 @@ func (e *evaluator) network() Section {
 
 func (e *evaluator) limitsSection() Section {
 	b := newSection("limits", "Process and memory limits")
+	al := auditLimits(e.limits)
+	b.fact("the audit's sandbox has a wall clock of %s and an output cap of %d bytes, which the probe needs (the record's: %s, %d bytes); every other limit is the record's",
+		al.Timeout, al.OutputCap, e.limits.Timeout, e.limits.OutputCap)
 	lim := e.r.Limits
 	b.s.Table = [][]string{{"limit", "record", "presented inside", "measured"}}
 

@@ -50,6 +50,17 @@ const (
 	allocTimeout   = 2 * time.Minute
 )
 
+// probeOutputCap is the least output cap the probe's reports need.
+const probeOutputCap = 1 << 20
+
+// auditLimits are the limits the audit's sandbox takes over from the
+// record's: a wall clock long enough for the slowest probe and an output cap
+// large enough for its reports. Neither bounds what the code can reach;
+// every other limit (memory, processes, CPU, /tmp) stays the record's.
+func auditLimits(record sandbox.Limits) sandbox.Limits {
+	return sandbox.Limits{Timeout: max(installTimeout, reachTimeout, pidsTimeout, allocTimeout), OutputCap: max(record.OutputCap, probeOutputCap)}
+}
+
 // allocHeadroom is how much beyond the memory limit the probe tries to
 // allocate: enough to cross the limit however the tier accounts memory.
 const allocHeadroom = 64 << 20
