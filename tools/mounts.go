@@ -6,6 +6,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/stockade-sh/stockade/sandbox"
@@ -159,6 +160,40 @@ func checkSource(m sandbox.Mount, root dataRoot) (string, *Problem) {
 		}
 	}
 	return resolved, nil
+}
+
+// maxTreeEntries bounds checkTree's walk of a mounted directory.
+const maxTreeEntries = 100000
+
+// checkTree walks the directory tree a mount source resolved to (src as the
+// record names it) and returns a problem for a unix socket or a credentials
+// directory anywhere below it: a read-only bind still lets the sandbox
+// connect to a socket and read every credential. It runs when records are
+// loaded, not at each run (the walk of a large tree takes a while), and
+// stops after maxTreeEntries entries.
+func checkTree(dir, src string) *Problem {
+	var found *Problem
+	n := 0
+	_ = filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil || p == dir {
+			return nil // unreadable parts are the sandbox's problem too; the top was checked
+		}
+		if n++; n > maxTreeEntries {
+			return filepath.SkipAll
+		}
+		rel, _ := filepath.Rel(dir, p)
+		shown := filepath.Join(src, rel)
+		switch {
+		case d.Type()&fs.ModeSocket != 0:
+			found = &Problem{Rule: RuleMountSocket, Message: fmt.Sprintf("mount source %s contains the unix socket %s; sockets are never mounted", src, shown)}
+		case d.IsDir() && slices.ContainsFunc(credentialDirs, func(c string) bool { return strings.HasSuffix("/"+rel, "/"+c) }):
+			found = &Problem{Rule: RuleMountCredentials, Message: fmt.Sprintf("mount source %s contains %s; credentials are never mounted", src, shown)}
+		default:
+			return nil
+		}
+		return filepath.SkipAll
+	})
+	return found
 }
 
 // credentialDirs are directories that hold credentials wherever they are.

@@ -224,7 +224,12 @@ func validateTool(t Tool, opts Options, root dataRoot) Problems {
 
 	targets := map[string]bool{}
 	for i, m := range t.Filesystem.Mounts {
-		_, mps := checkMount(m, root)
+		resolved, mps := checkMount(m, root)
+		if resolved != "" {
+			if p := checkTree(resolved, m.Source); p != nil {
+				mps = append(mps, *p)
+			}
+		}
 		if targets[filepath.Clean(m.Target)] {
 			mps = append(mps, Problem{Rule: RuleMountTarget, Message: fmt.Sprintf("mount target %s is used twice", m.Target)})
 		}
@@ -272,6 +277,11 @@ func validateEgress(t Tool, opts Options) Problems {
 		ps = append(ps, Problem{Source: t.Source, Tool: t.Name, Rule: rule, Message: fmt.Sprintf(format, a...)})
 	}
 	e := t.Egress
+	if t.Tier == sandbox.TierDocker && (!e.None() || len(t.Credentials) > 0) {
+		// The docker driver has no network mode but none: every run of
+		// such a tool would fail.
+		add(RuleEgress, "the docker tier gives a sandbox no network at all, so neither egress nor credentials; use tier container or gvisor")
+	}
 	if !e.None() {
 		if !opts.EgressSupported {
 			add(RuleEgressUnsupported, "egress is not supported on this host (the daemon runs without egress: it needs root and nftables); use egress: none")
