@@ -302,7 +302,13 @@ func (s *Service) brokerCall(b BrokerEvent) {
 func (s *Service) auditEgress() {
 	defer s.auditWriter.Done()
 	for ev := range s.egressEvents {
-		if _, err := s.st.AppendEvent(context.WithoutCancel(s.ctx), ev); err != nil {
+		// A broker call is a use of the operator's credential: its event
+		// must not be lost to a store that is busy for a moment.
+		err := s.retryStore("auditing egress or broker event", []any{"type", ev.Type, "execution", ev.ExecutionID}, func() error {
+			_, err := s.st.AppendEvent(context.WithoutCancel(s.ctx), ev)
+			return err
+		})
+		if err != nil {
 			s.log.Error("auditing egress or broker event", "type", ev.Type, "execution", ev.ExecutionID, "err", err)
 		}
 	}
@@ -427,6 +433,7 @@ func (s *Service) Close() {
 		if err := s.release(); err != nil {
 			s.log.Warn("releasing the database's daemon claim", "err", err)
 		}
+		s.release = nil // Close may be called again
 	}
 }
 
@@ -830,24 +837,36 @@ func (s *Service) run(e store.Execution, timeout time.Duration, t *ticket) {
 	finish(o)
 }
 
-// finishRetries are the pauses between attempts to record an outcome.
-var finishRetries = []time.Duration{100 * time.Millisecond, 500 * time.Millisecond, 2 * time.Second, 5 * time.Second}
+// storeRetries are the pauses between attempts of a write that must not be
+// lost to a transient store error.
+var storeRetries = []time.Duration{100 * time.Millisecond, 500 * time.Millisecond, 2 * time.Second, 5 * time.Second}
+
+// retryStore runs write, and again after an error that may be transient
+// (SQLite busy past its timeout while the CLI writes, a PostgreSQL
+// failover), up to len(storeRetries) times. A refusal (a conflict, an
+// invalid or unknown record) is final. what and attrs describe the write
+// in the log.
+func (s *Service) retryStore(what string, attrs []any, write func() error) error {
+	for i := 0; ; i++ {
+		err := write()
+		if err == nil || errdefs.IsConflict(err) || errdefs.IsInvalidArgument(err) || errdefs.IsNotFound(err) || i == len(storeRetries) {
+			return err
+		}
+		s.log.Warn(what+" failed; trying again", append(attrs, "err", err)...)
+		time.Sleep(storeRetries[i])
+	}
+}
 
 // finishExecution records an outcome, trying again after a transient store
-// error (SQLite busy past its timeout while the CLI writes, a PostgreSQL
-// failover): a run whose outcome is not recorded stays "running" with its
+// error: a run whose outcome is not recorded stays "running" with its
 // credits reserved until the next start, which then ends it uncharged
-// although it ran. A refusal (the execution already ended, a bad outcome)
-// is final.
-func (s *Service) finishExecution(ctx context.Context, o store.Outcome) (store.Execution, error) {
-	for i := 0; ; i++ {
-		fin, err := s.st.FinishExecution(ctx, o)
-		if err == nil || errdefs.IsConflict(err) || errdefs.IsInvalidArgument(err) || errdefs.IsNotFound(err) || i == len(finishRetries) {
-			return fin, err
-		}
-		s.log.Warn("recording execution outcome failed; trying again", "execution", o.ExecutionID, "err", err)
-		time.Sleep(finishRetries[i])
-	}
+// although it ran.
+func (s *Service) finishExecution(ctx context.Context, o store.Outcome) (fin store.Execution, err error) {
+	err = s.retryStore("recording execution outcome", []any{"execution", o.ExecutionID}, func() error {
+		fin, err = s.st.FinishExecution(ctx, o)
+		return err
+	})
+	return fin, err
 }
 
 // finishedEvent is the audit event of an execution's end, written with

@@ -559,3 +559,33 @@ func TestOutputChunksKeepCharacters(t *testing.T) {
 		t.Errorf("stderr: got %q, want its bytes as they came", got[sandbox.Stderr])
 	}
 }
+
+// flakyAppends fails AppendEvent the first n times, as a busy store.
+type flakyAppends struct {
+	store.Store
+	n atomic.Int32
+}
+
+func (s *flakyAppends) AppendEvent(ctx context.Context, e store.NewEvent) (store.Event, error) {
+	if s.n.Add(-1) >= 0 {
+		return store.Event{}, fmt.Errorf("database is locked: %w", errdefs.ErrUnavailable)
+	}
+	return s.Store.AppendEvent(ctx, e)
+}
+
+// TestBrokerEventRetries checks that the event of a broker call (a use of
+// the operator's credential) survives a store busy for a moment.
+func TestBrokerEventRetries(t *testing.T) {
+	st := &flakyAppends{Store: openSQLite(t)}
+	env := newServiceEnv(t, st, &fakeDriver{name: "gvisor", tier: sandbox.TierGVisor}, noApprovalPolicy(), ServiceOptions{})
+	st.n.Store(2)
+	const exec = "ex_busy"
+	env.svc.startRun(exec, env.ws.ID)
+	env.svc.brokerCall(BrokerEvent{Event: broker.Event{Sandbox: "sbx-1", Tool: "t", Operation: "issues.create", Allowed: true, Status: 201},
+		Labels: map[string]string{LabelExecution: exec}})
+	env.svc.endRun(exec)
+	env.svc.Close()
+	if got := env.events(t, audit.BrokerCall); len(got) != 1 || got[0].ExecutionID != exec {
+		t.Fatalf("broker.call events: got %+v, want one for %s after two failed attempts", got, exec)
+	}
+}
