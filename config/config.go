@@ -92,6 +92,11 @@ type Config struct {
 	// DB is the database URL: sqlite:PATH or postgres://...; empty means
 	// sqlite in DataDir.
 	DB string `yaml:"db"`
+	// AuditWitness is the directory where the daemon witnesses the heads
+	// of the audit chains, outside the database (internal/witness); empty
+	// means next to a SQLite file, and none for PostgreSQL: name a
+	// directory on the daemon's host, out of the database's reach.
+	AuditWitness string `yaml:"audit_witness"`
 	// MaxConcurrent bounds the sandboxes running at once; zero means
 	// 2 x the number of cores.
 	MaxConcurrent int `yaml:"max_concurrent"`

@@ -18,6 +18,7 @@ import (
 	"github.com/stockade-sh/stockade/audit"
 	"github.com/stockade-sh/stockade/contract"
 	"github.com/stockade-sh/stockade/errdefs"
+	"github.com/stockade-sh/stockade/internal/witness"
 	"github.com/stockade-sh/stockade/policy"
 	"github.com/stockade-sh/stockade/sandbox"
 	"github.com/stockade-sh/stockade/store"
@@ -47,6 +48,9 @@ type ServiceOptions struct {
 	// Owner is the value of LabelOwner on this daemon's sandboxes; default
 	// "stockade".
 	Owner string
+	// Witness, if set, is where the heads of the audit chains are
+	// witnessed, outside the database: every 10 s and at Close.
+	Witness witness.Dir
 	// Observer receives metrics; nil means none.
 	Observer Observer
 	// Logger defaults to slog.Default().
@@ -430,6 +434,8 @@ func (s *Service) Close() {
 	s.auditMu.Unlock()
 	s.auditWriter.Wait()
 	if s.release != nil {
+		// The last events of this daemon are witnessed too.
+		s.witnessChains(context.Background())
 		if err := s.release(); err != nil {
 			s.log.Warn("releasing the database's daemon claim", "err", err)
 		}
@@ -437,17 +443,32 @@ func (s *Service) Close() {
 	}
 }
 
+// witnessEvery is how many ticks of expireLoop pass between witnesses of
+// the audit chains' heads.
+const witnessEvery = 10
+
 func (s *Service) expireLoop() {
 	defer s.wg.Done()
 	t := time.NewTicker(time.Second)
 	defer t.Stop()
-	for {
+	for tick := 1; ; tick++ {
 		select {
 		case <-s.ctx.Done():
 			return
 		case <-t.C:
 			s.expireApprovals(s.ctx)
+			if tick%witnessEvery == 0 {
+				s.witnessChains(s.ctx)
+			}
 		}
+	}
+}
+
+// witnessChains records the head of every audit chain in the witness
+// directory. A failure is logged: the chains are witnessed again later.
+func (s *Service) witnessChains(ctx context.Context) {
+	if err := s.opts.Witness.RecordAll(ctx, s.st); err != nil {
+		s.log.Error("witnessing the audit chains", "dir", string(s.opts.Witness), "err", err)
 	}
 }
 

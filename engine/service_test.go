@@ -15,6 +15,7 @@ import (
 	"github.com/stockade-sh/stockade/audit"
 	"github.com/stockade-sh/stockade/broker"
 	"github.com/stockade-sh/stockade/errdefs"
+	"github.com/stockade-sh/stockade/internal/witness"
 	"github.com/stockade-sh/stockade/sandbox"
 	"github.com/stockade-sh/stockade/store"
 	"github.com/stockade-sh/stockade/store/sqlite"
@@ -587,5 +588,32 @@ func TestBrokerEventRetries(t *testing.T) {
 	env.svc.Close()
 	if got := env.events(t, audit.BrokerCall); len(got) != 1 || got[0].ExecutionID != exec {
 		t.Fatalf("broker.call events: got %+v, want one for %s after two failed attempts", got, exec)
+	}
+}
+
+// TestServiceWitnessesChains checks that the daemon leaves the heads of the
+// audit chains in its witness directory when it closes.
+func TestServiceWitnessesChains(t *testing.T) {
+	ctx := t.Context()
+	dir := witness.Dir(t.TempDir())
+	env := newServiceEnv(t, nil, &fakeDriver{name: "gvisor", tier: sandbox.TierGVisor}, noApprovalPolicy(), ServiceOptions{Witness: dir})
+	inv, err := env.svc.Invoke(ctx, env.agent, InvokeRequest{Runtime: "python", Code: "print(1)"}, InvokeOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := env.svc.Wait(ctx, env.agent, inv.Execution.ID, 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	env.svc.Close()
+	head, err := env.st.ChainHead(ctx, env.ws.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, ok, err := dir.Read(env.ws.ID)
+	if err != nil || !ok || got != head {
+		t.Fatalf("witnessed head: got %+v (found %v, %v), want %+v", got, ok, err, head)
+	}
+	if ok, broken, err := env.st.VerifyChain(ctx, env.ws.ID, got); err != nil || !ok {
+		t.Fatalf("VerifyChain against the witness: ok %v, broken %+v, err %v", ok, broken, err)
 	}
 }

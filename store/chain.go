@@ -72,12 +72,20 @@ type ChainVerifier struct {
 	next      int64
 	prevHash  string
 	broken    *BrokenLink
+	witnessed *ChainHead
 }
 
 // NewChainVerifier returns a verifier for the chain of workspaceID.
 func NewChainVerifier(workspaceID string) *ChainVerifier {
 	return &ChainVerifier{workspace: workspaceID, next: 1}
 }
+
+// Witnessed makes the verifier check the chain against h, a head of it
+// recorded outside the database (see ChainHead): the chain must still hold
+// that event, unchanged. This catches what the chain alone cannot, an
+// attacker who removes its last events and rewinds its recorded head, or
+// rewrites it whole from some event on.
+func (v *ChainVerifier) Witnessed(h ChainHead) { v.witnessed = &h }
 
 // Add checks the next event of the chain. It returns false once the chain is
 // broken; later events are then ignored.
@@ -96,6 +104,8 @@ func (v *ChainVerifier) Add(e Event) bool {
 		v.fail(e.Seq, e.ID, "prev_hash does not match the hash of the previous event (previous row changed, removed or inserted)")
 	case ChainHash(e) != e.Hash:
 		v.fail(e.Seq, e.ID, "hash mismatch: the row's contents were changed")
+	case v.witnessed != nil && e.Seq == v.witnessed.Seq && e.Hash != v.witnessed.Hash:
+		v.fail(e.Seq, e.ID, "the event differs from the one witnessed outside the database: the chain was rewritten from here on")
 	default:
 		v.next++
 		v.prevHash = e.Hash
@@ -118,6 +128,8 @@ func (v *ChainVerifier) Finish(head ChainHead) (bool, *BrokenLink) {
 		v.fail(head.Seq+1, "", fmt.Sprintf("events past the recorded head seq %d (inserted?)", head.Seq))
 	case head.Hash != v.prevHash:
 		v.fail(last, "", "the last event's hash differs from the recorded chain head")
+	case v.witnessed != nil && last < v.witnessed.Seq:
+		v.fail(last+1, "", fmt.Sprintf("the chain ends at seq %d, before the head witnessed outside the database at seq %d: events were removed and the head rewound", last, v.witnessed.Seq))
 	default:
 		return true, nil
 	}

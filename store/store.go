@@ -249,9 +249,11 @@ type Audit interface {
 	// VerifyChain walks the workspace's chain from seq 1 and recomputes every
 	// hash. It reports ok, or the first broken link: a row whose contents
 	// were updated, a gap left by a deleted row, a row inserted or
-	// renumbered, or a chain that disagrees with its recorded head. err is
-	// reserved for failing to read the chain.
-	VerifyChain(ctx context.Context, workspaceID string) (ok bool, firstBroken *BrokenLink, err error)
+	// renumbered, or a chain that disagrees with its recorded head, or with
+	// witnessed, a head recorded outside the database (at most one; see
+	// ChainVerifier.Witnessed). err is reserved for failing to read the
+	// chain.
+	VerifyChain(ctx context.Context, workspaceID string, witnessed ...ChainHead) (ok bool, firstBroken *BrokenLink, err error)
 }
 
 // Workspace is a tenant.

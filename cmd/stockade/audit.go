@@ -6,10 +6,13 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"slices"
 
 	"github.com/stockade-sh/stockade/blastradius"
 	"github.com/stockade-sh/stockade/engine"
+	"github.com/stockade-sh/stockade/errdefs"
 	"github.com/stockade-sh/stockade/internal/guestbin"
+	"github.com/stockade-sh/stockade/internal/witness"
 	"github.com/stockade-sh/stockade/store"
 )
 
@@ -136,9 +139,21 @@ func auditVerify(ctx context.Context, args []string) int {
 		// their own.
 		chains = append(chains, chain{"", "unattributed events"})
 	}
+	if *wsName == "" {
+		// A witnessed chain whose workspace is gone was deleted whole.
+		witnessed, err := st.witness.Chains()
+		if err != nil {
+			return fail(err)
+		}
+		for _, id := range witnessed {
+			if !slices.ContainsFunc(chains, func(c chain) bool { return c.id == id }) {
+				chains = append(chains, chain{id, fmt.Sprintf("workspace %s", id)})
+			}
+		}
+	}
 	broken := 0
 	for _, c := range chains {
-		line, ok, err := verifyChain(ctx, st, c.id)
+		line, ok, err := verifyChain(ctx, st.Store, st.witness, c.id)
 		if err != nil {
 			return fail(fmt.Errorf("verifying the chain of %s: %w", c.label, err))
 		}
@@ -154,9 +169,23 @@ func auditVerify(ctx context.Context, args []string) int {
 	return 0
 }
 
-// verifyChain verifies one chain and describes the verdict in one line.
-func verifyChain(ctx context.Context, st store.Audit, workspaceID string) (string, bool, error) {
-	ok, b, err := st.VerifyChain(ctx, workspaceID)
+// verifyChain verifies one chain, against the head witness holds of it if
+// any, and describes the verdict in one line.
+func verifyChain(ctx context.Context, st store.Store, witness witness.Dir, workspaceID string) (string, bool, error) {
+	w, witnessed, err := witness.Read(workspaceID)
+	if err != nil {
+		return "", false, err
+	}
+	var ws []store.ChainHead
+	if witnessed {
+		ws = append(ws, w)
+		if workspaceID != "" {
+			if _, err := st.GetWorkspace(ctx, workspaceID); errdefs.IsNotFound(err) {
+				return fmt.Sprintf("BROKEN: the workspace is gone from the database, and its chain with it (witnessed at seq %d)", w.Seq), false, nil
+			}
+		}
+	}
+	ok, b, err := st.VerifyChain(ctx, workspaceID, ws...)
 	if err != nil {
 		return "", false, err
 	}
@@ -177,5 +206,9 @@ func verifyChain(ctx context.Context, st store.Audit, workspaceID string) (strin
 	if head.Seq == 0 {
 		return "ok (0 events)", true, nil
 	}
-	return fmt.Sprintf("ok (%s, head %s)", plural(int(head.Seq), "event"), head.Hash), true, nil
+	line := fmt.Sprintf("ok (%s, head %s)", plural(int(head.Seq), "event"), head.Hash)
+	if witnessed {
+		line += fmt.Sprintf(", holds the head witnessed at seq %d", w.Seq)
+	}
+	return line, true, nil
 }

@@ -125,9 +125,16 @@ func TestAuditVerify(t *testing.T) {
 				{"untouched", "", 0, ""},
 				{"update", "UPDATE audit_events SET reason = 'nothing happened here' WHERE workspace_id = $1 AND seq = 3", 3, "hash mismatch"},
 				{"delete", "DELETE FROM audit_events WHERE workspace_id = $1 AND seq = 4", 4, "missing"},
+				// The last event removed and the head rewound to match: only
+				// the head witnessed outside the database shows it.
+				{"truncate", "DELETE FROM audit_events WHERE workspace_id = $1 AND seq = 6; " +
+					"UPDATE audit_chain_heads SET seq = 5, hash = (SELECT hash FROM audit_events WHERE workspace_id = $1 AND seq = 5) WHERE workspace_id = $1",
+					6, "before the head witnessed outside the database at seq 6"},
 			} {
 				t.Run(tc.name, func(t *testing.T) {
 					db := backend.open(t)
+					// Every admin change witnesses its chain here.
+					t.Setenv("STOCKADE_AUDIT_WITNESS", t.TempDir())
 					// Six events in "books": created, a key, four grants;
 					// two in "bystander".
 					id := strings.TrimSpace(mustCLI(t, "workspace", "create", "books", "--db", db.url))
@@ -137,21 +144,23 @@ func TestAuditVerify(t *testing.T) {
 					}
 					mustCLI(t, "workspace", "create", "bystander", "--db", db.url)
 					mustCLI(t, "credits", "grant", "bystander", "5", "--db", db.url)
-					if tc.tamper != "" {
-						db.exec(t, tc.tamper, id)
+					for _, q := range strings.Split(tc.tamper, "; ") {
+						if q != "" {
+							db.exec(t, q, id)
+						}
 					}
 
 					code, out, errOut := cli(t, "audit", "verify", "--db", db.url)
 					t.Logf("audit verify: exit %d\n%s%s", code, out, errOut)
 					books := lineFor(t, out, "workspace books ("+id+")")
-					if by := lineFor(t, out, "workspace bystander"); !regexp.MustCompile(`: ok \(2 events, head [0-9a-f]{64}\)$`).MatchString(by) {
+					if by := lineFor(t, out, "workspace bystander"); !regexp.MustCompile(`: ok \(2 events, head [0-9a-f]{64}\), holds the head witnessed at seq 2$`).MatchString(by) {
 						t.Errorf("bystander: got %q, want ok with 2 events and the head hash", by)
 					}
 					if un := lineFor(t, out, "unattributed events"); !strings.HasSuffix(un, ": ok (0 events)") {
 						t.Errorf("unattributed chain: got %q, want ok (0 events)", un)
 					}
 					if tc.tamper == "" {
-						if code != 0 || !regexp.MustCompile(`: ok \(6 events, head [0-9a-f]{64}\)$`).MatchString(books) {
+						if code != 0 || !regexp.MustCompile(`: ok \(6 events, head [0-9a-f]{64}\), holds the head witnessed at seq 6$`).MatchString(books) {
 							t.Errorf("untouched: got exit %d and %q, want 0 and ok with 6 events", code, books)
 						}
 						return

@@ -50,6 +50,7 @@ func creditsCmd(ctx context.Context, args []string) int {
 			cliEvents(audit.CreditsGranted, audit.CreditsGrantedCode, "credits granted", map[string]int64{"amount": n})); err != nil {
 			return fail(classify(err))
 		}
+		st.witnessChain(ctx, ws.ID)
 	}
 	c, err := st.GetCredits(ctx, ws.ID)
 	if err != nil {

@@ -4,10 +4,12 @@ import (
 	"context"
 	"encoding/json"
 	"flag"
+	"fmt"
 	"os"
 
 	"github.com/stockade-sh/stockade/config"
 	"github.com/stockade-sh/stockade/internal/storeopen"
+	"github.com/stockade-sh/stockade/internal/witness"
 	"github.com/stockade-sh/stockade/store"
 )
 
@@ -20,7 +22,7 @@ func dbFlags(fs *flag.FlagSet) (db, dataDir *string) {
 }
 
 // openDB opens the database the flags name. The caller must Close it.
-func openDB(ctx context.Context, db, dataDir string) (store.Store, error) {
+func openDB(ctx context.Context, db, dataDir string) (*adminDB, error) {
 	if v := os.Getenv("STOCKADE_DATA_DIR"); v != "" && dataDir == config.Default().DataDir {
 		dataDir = v
 	}
@@ -37,7 +39,37 @@ func openDB(ctx context.Context, db, dataDir string) (store.Store, error) {
 	if err != nil {
 		return nil, classify(err)
 	}
-	return st, nil
+	return &adminDB{Store: st, witness: witnessDir(db)}, nil
+}
+
+// adminDB is a database opened by an admin command, with the directory
+// that witnesses its audit chains.
+type adminDB struct {
+	store.Store
+	witness witness.Dir
+}
+
+// witnessChain records the head of a workspace's chain after the command
+// changed it, so that a later truncation of the chain shows. A failure only
+// warns: the change is made.
+func (a *adminDB) witnessChain(ctx context.Context, workspaceID string) {
+	h, err := a.ChainHead(ctx, workspaceID)
+	if err == nil {
+		err = a.witness.Record(h)
+	}
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "stockade: warning: %v\n", err)
+	}
+}
+
+// witnessDir is the directory that witnesses the audit chains of the
+// database at url: STOCKADE_AUDIT_WITNESS (audit_witness for the daemon),
+// or next to a SQLite file.
+func witnessDir(url string) witness.Dir {
+	if v := os.Getenv("STOCKADE_AUDIT_WITNESS"); v != "" {
+		return witness.Dir(v)
+	}
+	return witness.Dir(witness.Default(url))
 }
 
 // cliEvents is the audit event of a change made from the CLI, for the store

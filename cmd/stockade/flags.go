@@ -43,7 +43,7 @@ func configFlags(fs *flag.FlagSet) (*config.Config, func(args []string) ([]strin
 		}{
 			{"STOCKADE_DATA_DIR", &cfg.DataDir}, {"STOCKADE_STATE_DIR", &cfg.StateDir},
 			{"SANDBOX_DRIVER", &cfg.Driver}, {"STOCKADE_DRIVER", &cfg.Driver},
-			{"DOCKER_HOST", &cfg.DockerHost},
+			{"DOCKER_HOST", &cfg.DockerHost}, {"STOCKADE_AUDIT_WITNESS", &cfg.AuditWitness},
 		} {
 			if v := os.Getenv(e.name); v != "" {
 				*e.dst = v

@@ -52,6 +52,7 @@ func keyCmd(ctx context.Context, args []string) int {
 	if err != nil {
 		return fail(classify(err))
 	}
+	st.witnessChain(ctx, ws.ID)
 	// The key alone on stdout, so that `KEY=$(stockade key create ...)` works;
 	// it is shown once and stored only as a hash.
 	fmt.Println(key)

@@ -63,6 +63,7 @@ func policyCmd(ctx context.Context, args []string) int {
 		}); err != nil {
 			return fail(classify(err))
 		}
+		st.witnessChain(ctx, ws.ID)
 	}
 	enc := json.NewEncoder(os.Stdout)
 	enc.SetIndent("", "  ")

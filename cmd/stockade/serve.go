@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -21,6 +22,7 @@ import (
 	"github.com/stockade-sh/stockade/internal/flock"
 	"github.com/stockade-sh/stockade/internal/netns"
 	"github.com/stockade-sh/stockade/internal/storeopen"
+	"github.com/stockade-sh/stockade/internal/witness"
 	"github.com/stockade-sh/stockade/sandbox"
 )
 
@@ -84,7 +86,7 @@ func serve(ctx context.Context, listen, db string, cfg config.Config) error {
 	svc := engine.NewService(eng, st, engine.ServiceOptions{
 		CreditsPerInvocation: cfg.CreditsPerInvocation, ApprovalTTL: cfg.ApprovalTTL,
 		MaxConcurrent: cfg.MaxConcurrent, MaxQueue: cfg.MaxQueue, Observer: metrics, Logger: log,
-		Owner: owner(cfg.StateDir),
+		Owner: owner(cfg.StateDir), Witness: witness.Dir(cmp.Or(cfg.AuditWitness, witness.Default(db))),
 	})
 	if err := svc.Start(ctx); err != nil {
 		return err

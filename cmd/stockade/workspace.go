@@ -50,6 +50,7 @@ func workspaceCmd(ctx context.Context, args []string) int {
 	if err != nil {
 		return fail(classify(err))
 	}
+	st.witnessChain(ctx, ws.ID)
 	fmt.Println(ws.ID)
 	return 0
 }

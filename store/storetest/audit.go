@@ -37,9 +37,9 @@ func wantIntact(t *testing.T, st store.Store, ws string) {
 }
 
 // wantBroken checks that VerifyChain reports the first broken link at seq.
-func wantBroken(t *testing.T, st store.Store, ws string, seq int64) *store.BrokenLink {
+func wantBroken(t *testing.T, st store.Store, ws string, seq int64, witnessed ...store.ChainHead) *store.BrokenLink {
 	t.Helper()
-	ok, broken, err := st.VerifyChain(t.Context(), ws)
+	ok, broken, err := st.VerifyChain(t.Context(), ws, witnessed...)
 	if err != nil {
 		t.Fatalf("VerifyChain: %v", err)
 	}
@@ -302,6 +302,44 @@ func testTamperDeleteTail(t *testing.T, st store.Store) {
 	appendN(t, st, f.ws.ID, 7)
 	tamper(t, st, fmt.Sprintf("DELETE FROM audit_events WHERE workspace_id = %s AND seq >= 6", lit(f.ws.ID)))
 	wantBroken(t, st, f.ws.ID, 6)
+}
+
+// testTamperTruncateWithHead removes the last events and rewinds the
+// recorded head to match, which the chain alone cannot tell from a shorter
+// chain: a head witnessed outside the database before catches it, and so
+// does one witnessed when the chain is rewritten from some event on.
+func testTamperTruncateWithHead(t *testing.T, st store.Store) {
+	f := newFixture(t, st, "tamper-truncate")
+	evs := appendN(t, st, f.ws.ID, 7)
+	witnessed := must[store.ChainHead](t, "ChainHead")(st.ChainHead(t.Context(), f.ws.ID))
+	if witnessed.Seq != 7 || witnessed.Hash != evs[6].Hash {
+		t.Fatalf("ChainHead: got %+v, want seq 7 and the last event's hash", witnessed)
+	}
+	tamper(t, st, fmt.Sprintf("DELETE FROM audit_events WHERE workspace_id = %s AND seq >= 6", lit(f.ws.ID)))
+	tamper(t, st, fmt.Sprintf("UPDATE audit_chain_heads SET seq = 5, hash = %s WHERE workspace_id = %s", lit(evs[4].Hash), lit(f.ws.ID)))
+	if ok, broken, err := st.VerifyChain(t.Context(), f.ws.ID); err != nil || !ok {
+		t.Fatalf("VerifyChain without a witness: got ok %v, broken %+v, err %v; the chain alone looks whole", ok, broken, err)
+	}
+	if ok, _, err := st.VerifyChain(t.Context(), f.ws.ID, store.ChainHead{WorkspaceID: f.ws.ID, Seq: 5, Hash: evs[4].Hash}); err != nil || !ok {
+		t.Fatalf("VerifyChain with an older witness still held: got ok %v, err %v", ok, err)
+	}
+	wantBroken(t, st, f.ws.ID, 6, witnessed)
+
+	// Rewritten from seq 3 on, consistently (rehashed, head updated): the
+	// chain holds an event 3 again, another one.
+	g := newFixture(t, st, "tamper-rewrite")
+	evs = appendN(t, st, g.ws.ID, 4)
+	w := store.ChainHead{WorkspaceID: g.ws.ID, Seq: 3, Hash: evs[2].Hash}
+	forged := evs[2]
+	forged.Reason = "forged"
+	forged.Hash = store.ChainHash(forged)
+	tamper(t, st, fmt.Sprintf("DELETE FROM audit_events WHERE workspace_id = %s AND seq >= 4", lit(g.ws.ID)))
+	tamper(t, st, fmt.Sprintf("UPDATE audit_events SET reason = %s, hash = %s WHERE workspace_id = %s AND seq = 3", lit(forged.Reason), lit(forged.Hash), lit(g.ws.ID)))
+	tamper(t, st, fmt.Sprintf("UPDATE audit_chain_heads SET seq = 3, hash = %s WHERE workspace_id = %s", lit(forged.Hash), lit(g.ws.ID)))
+	if ok, broken, err := st.VerifyChain(t.Context(), g.ws.ID); err != nil || !ok {
+		t.Fatalf("VerifyChain of the rewritten chain without a witness: got ok %v, broken %+v, err %v", ok, broken, err)
+	}
+	wantBroken(t, st, g.ws.ID, 3, w)
 }
 
 // testTamperInsert slips a forged event into the middle of a chain, shifting

@@ -75,6 +75,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"AuditTamperUpdateRehashed", testTamperUpdateRehashed},
 		{"AuditTamperDeleteMiddle", testTamperDeleteMiddle},
 		{"AuditTamperDeleteTail", testTamperDeleteTail},
+		{"AuditTamperTruncateWithHead", testTamperTruncateWithHead},
 		{"AuditTamperInsert", testTamperInsert},
 		{"AuditTamperAppendPastHead", testTamperAppendPastHead},
 	} {

@@ -175,7 +175,7 @@ const verifyBatch = 1000
 
 // VerifyChain implements store.Audit. It reads the head and the rows in one
 // snapshot, so that appends racing with it cannot look like tampering.
-func (s *Store) VerifyChain(ctx context.Context, workspaceID string) (bool, *store.BrokenLink, error) {
+func (s *Store) VerifyChain(ctx context.Context, workspaceID string, witnessed ...store.ChainHead) (bool, *store.BrokenLink, error) {
 	var (
 		ok     bool
 		broken *store.BrokenLink
@@ -186,6 +186,9 @@ func (s *Store) VerifyChain(ctx context.Context, workspaceID string) (bool, *sto
 			return err
 		}
 		v := store.NewChainVerifier(workspaceID)
+		for _, w := range witnessed {
+			v.Witnessed(w)
+		}
 		after := int64(-1 << 62)
 		for {
 			batch, err := queryAll(ctx, q, scanEvent, fmt.Sprintf(`SELECT `+eventCols+` FROM audit_events
