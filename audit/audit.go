@@ -42,10 +42,10 @@ const (
 	// proxy and broker) past the ones audited one by one.
 	RefusalsSuppressed     = "egress.refusals_suppressed"
 	RefusalsSuppressedCode = "EGR002W"
-	BrokerCall       = "broker.call"
-	BrokerCallCode   = "BRK001I"
-	BrokerDenied     = "broker.denied"
-	BrokerDeniedCode = "BRK002W"
+	BrokerCall             = "broker.call"
+	BrokerCallCode         = "BRK001I"
+	BrokerDenied           = "broker.denied"
+	BrokerDeniedCode       = "BRK002W"
 
 	WorkspaceCreated     = "workspace.created"
 	WorkspaceCreatedCode = "ADM001I"
