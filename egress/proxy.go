@@ -199,6 +199,13 @@ func (p *Proxy) Start(ctx context.Context, pol Policy, ls ...Listener) (*Gate, e
 	}
 	ctx, stop := context.WithCancel(ctx)
 	g := &Gate{p: p, pol: pol, allow: allow, ctx: ctx, stop: stop, ls: ls, conns: map[net.Conn]struct{}{}}
+	// When ctx ends the listeners close: no connection is accepted only to
+	// be refused (and reported) as the gate winds down.
+	context.AfterFunc(ctx, func() {
+		for _, l := range ls {
+			l.Close()
+		}
+	})
 	for _, l := range ls {
 		g.wg.Add(1)
 		go g.serve(l)

@@ -2,6 +2,7 @@ package egress
 
 import (
 	"bufio"
+	"context"
 	"crypto/tls"
 	"fmt"
 	"io"
@@ -326,5 +327,45 @@ func TestTestOverrideOnlyInTests(t *testing.T) {
 	out, err := exec.Command("go", "run", "./testdata/override").CombinedOutput()
 	if err != nil || !strings.Contains(string(out), "refused: egress: a test resolver override is set outside a test binary") {
 		t.Fatalf("go run ./testdata/override: %v\n%s", err, out)
+	}
+}
+
+// TestGateStopsWithItsContext ends a gate's context: its listeners close,
+// and a connection attempt afterwards is neither accepted nor reported.
+func TestGateStopsWithItsContext(t *testing.T) {
+	rec := &recorder{}
+	p, err := New(Config{OnDecision: rec.add})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	ctx, cancel := context.WithCancel(t.Context())
+	g, err := p.Start(ctx, Policy{Sandbox: "sbx-ctx", Allow: []string{"api.example.com"}, Ports: []int{443}}, Listener{Listener: l, Port: 443})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close()
+	cancel()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		c, err := net.DialTimeout("tcp", addr, time.Second)
+		if err != nil {
+			break
+		}
+		c.Close()
+		if time.Now().After(deadline) {
+			t.Fatal("the gate's listener still accepts connections 5 s after its context ended")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	time.Sleep(100 * time.Millisecond)
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	if len(rec.ds) != 0 {
+		t.Errorf("decisions after the context ended: %+v, want none", rec.ds)
 	}
 }
