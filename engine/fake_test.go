@@ -21,6 +21,9 @@ type fakeDriver struct {
 	holdDestroy chan struct{}
 	// down, when not nil, is what Health answers.
 	down error
+	// echo makes each Exec pass the code on as output (OnOutput) before
+	// it holds.
+	echo bool
 
 	mu    sync.Mutex
 	specs []sandbox.Spec
@@ -38,14 +41,20 @@ func (d *fakeDriver) Create(ctx context.Context, spec sandbox.Spec) (sandbox.San
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.specs = append(d.specs, spec)
-	return fakeSandbox{hold: d.hold, holdDestroy: d.holdDestroy}, nil
+	return fakeSandbox{hold: d.hold, holdDestroy: d.holdDestroy, echo: d.echo}, nil
 }
 
-type fakeSandbox struct{ hold, holdDestroy chan struct{} }
+type fakeSandbox struct {
+	hold, holdDestroy chan struct{}
+	echo              bool
+}
 
 func (fakeSandbox) ID() string { return "fake" }
 
 func (s fakeSandbox) Exec(ctx context.Context, req sandbox.ExecRequest) (*sandbox.Result, error) {
+	if s.echo && req.OnOutput != nil {
+		req.OnOutput(sandbox.Stdout, req.File.Data)
+	}
 	if s.hold != nil {
 		select {
 		case <-s.hold:

@@ -821,25 +821,42 @@ func (s *Service) run(e store.Execution, timeout time.Duration, t *ticket) {
 	network, _ := parseNetwork(req.Network) // checked by Invoke
 	s.startRun(e.ID, e.WorkspaceID)
 	defer s.endRun(e.ID)
-	out := outputChunks{publish: func(st sandbox.Stream, p []byte) {
+	out := outputChunks{keep: sandbox.DefaultLimits().OutputCap, publish: func(st sandbox.Stream, p []byte) {
 		s.hub.publish(e.ID, StreamEvent{Type: st.String(), Data: mustJSON(map[string]string{"data": string(p)})})
 	}}
+	var driver string // once the run has started
 	res, err := s.eng.Run(ctx, Request{
 		Runtime: req.Runtime, Tool: req.Tool, Code: []byte(req.Code), Stdin: []byte(req.Stdin), Network: network,
 		Limits: sandbox.Limits{Timeout: timeout},
 		Labels: map[string]string{LabelOwner: s.opts.Owner, LabelExecution: e.ID},
 		// Code runs only once its start is recorded: an execution whose
 		// start is not in the store would end uncharged.
-		OnStart: func(driver string) error {
-			if _, err := s.st.StartExecution(ctx, e.ID, driver); err != nil {
+		OnStart: func(d string) error {
+			if _, err := s.st.StartExecution(ctx, e.ID, d); err != nil {
 				return err
 			}
-			s.hub.publish(e.ID, StreamEvent{Type: "started", Data: mustJSON(map[string]string{"execution_id": e.ID, "driver": driver})})
+			driver = d
+			s.hub.publish(e.ID, StreamEvent{Type: "started", Data: mustJSON(map[string]string{"execution_id": e.ID, "driver": d})})
 			return nil
 		},
 		OnOutput: out.add,
 	})
 	out.flush()
+	if err != nil && driver != "" && ctx.Err() != nil {
+		// The daemon stopped while the code ran: the run was killed after
+		// it launched, and is charged as any launched run, with the output
+		// it had made.
+		stdout, stderr := out.kept[sandbox.Stdout], out.kept[sandbox.Stderr]
+		r := Result{Status: sandbox.StatusKilled, ExitCode: -1, Signal: 9, Stdout: string(stdout.data), Stderr: string(stderr.data),
+			StdoutTruncated: stdout.truncated, StderrTruncated: stderr.truncated, Driver: driver, Runtime: req.Runtime}
+		finish(store.Outcome{Status: store.StatusKilled, Driver: driver,
+			Result: mustJSON(struct {
+				Result
+				Error string `json:"error"`
+			}{r, "killed: the daemon stopped during the run"}),
+			Stdout: stdout.data, Stderr: stderr.data, StdoutTruncated: stdout.truncated, StderrTruncated: stderr.truncated})
+		return
+	}
 	if err != nil {
 		// The sandbox did not launch or could not run the code: nothing is
 		// charged (the reservation is released).
@@ -1037,9 +1054,18 @@ func (s *Service) Health(ctx context.Context) map[string]error {
 // flush.
 type outputChunks struct {
 	publish func(sandbox.Stream, []byte)
+	// keep is how much of each stream kept holds.
+	keep int64
 
 	mu      sync.Mutex
 	pending map[sandbox.Stream][]byte
+	kept    map[sandbox.Stream]keptOutput
+}
+
+// keptOutput is the start of a stream, as published.
+type keptOutput struct {
+	data      []byte
+	truncated bool
 }
 
 func (o *outputChunks) add(st sandbox.Stream, p []byte) {
@@ -1061,8 +1087,21 @@ func (o *outputChunks) add(st sandbox.Stream, p []byte) {
 	}
 	o.pending[st] = append([]byte(nil), b[n:]...)
 	if n > 0 {
-		o.publish(st, b[:n])
+		o.emit(st, b[:n])
 	}
+}
+
+// emit publishes p and keeps what fits. Called with mu held.
+func (o *outputChunks) emit(st sandbox.Stream, p []byte) {
+	if o.kept == nil {
+		o.kept = map[sandbox.Stream]keptOutput{}
+	}
+	k := o.kept[st]
+	room := max(o.keep-int64(len(k.data)), 0)
+	k.data = append(k.data, p[:min(int64(len(p)), room)]...)
+	k.truncated = k.truncated || int64(len(p)) > room
+	o.kept[st] = k
+	o.publish(st, p)
 }
 
 // flush passes on what is left: bytes that never became a character.
@@ -1071,7 +1110,7 @@ func (o *outputChunks) flush() {
 	defer o.mu.Unlock()
 	for st, b := range o.pending {
 		if len(b) > 0 {
-			o.publish(st, b)
+			o.emit(st, b)
 		}
 	}
 	o.pending = nil

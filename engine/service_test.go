@@ -617,3 +617,45 @@ func TestServiceWitnessesChains(t *testing.T) {
 		t.Fatalf("VerifyChain against the witness: ok %v, broken %+v, err %v", ok, broken, err)
 	}
 }
+
+// TestCloseDuringARun closes the service while code runs: the execution
+// ends killed, charged as a launched run, with the output it had made, not
+// as a launch that failed.
+func TestCloseDuringARun(t *testing.T) {
+	ctx := t.Context()
+	hold := make(chan struct{})
+	defer close(hold)
+	env := newServiceEnv(t, nil, &fakeDriver{name: "gvisor", tier: sandbox.TierGVisor, hold: hold, echo: true}, noApprovalPolicy(), ServiceOptions{})
+	inv, err := env.svc.Invoke(ctx, env.agent, InvokeRequest{Runtime: "python", Code: "partial output"}, InvokeOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	env.waitRunning(t, inv.Execution.ID)
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		if ex, _ := env.st.GetExecution(ctx, env.ws.ID, inv.Execution.ID); !ex.StartedAt.IsZero() {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the execution never started")
+		}
+	}
+	env.svc.Close()
+	ex, err := env.st.GetExecution(ctx, env.ws.ID, inv.Execution.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var res struct {
+		Status string `json:"status"`
+		Stdout string `json:"stdout"`
+		Error  string `json:"error"`
+	}
+	if err := json.Unmarshal(ex.Result, &res); err != nil {
+		t.Fatal(err)
+	}
+	if ex.Status != store.StatusKilled || res.Stdout != "partial output" || !strings.Contains(res.Error, "daemon stopped") {
+		t.Errorf("execution: got %s with result %s, want killed with the output so far", ex.Status, ex.Result)
+	}
+	if c, err := env.st.GetCredits(ctx, env.ws.ID); err != nil || c.Available != 8 || c.Reserved != 0 {
+		t.Errorf("credits: got %+v, %v; want 8 available, none reserved (the launched run charged)", c, err)
+	}
+}
