@@ -71,7 +71,7 @@ type Driver struct {
 	cli     *client.Client
 	seccomp string // the tightened profile as Docker's JSON
 
-	importMu sync.Mutex      // serialises imports
+	importing chan struct{} // holds a token while an import runs: one at a time
 	imageMu  sync.Mutex      // guards images
 	images   map[string]bool // tags known to exist in the engine
 
@@ -114,7 +114,7 @@ func New(cfg Config) (*Driver, error) {
 	if err != nil {
 		return nil, fmt.Errorf("encoding seccomp profile: %w", err)
 	}
-	return &Driver{cfg: cfg, cli: cli, seccomp: string(b), images: map[string]bool{}}, nil
+	return &Driver{cfg: cfg, cli: cli, seccomp: string(b), images: map[string]bool{}, importing: make(chan struct{}, 1)}, nil
 }
 
 // Close releases the driver's idle connections to the engine. Sandboxes
@@ -139,6 +139,10 @@ func (d *Driver) Health(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	if _, err := d.cli.Ping(ctx, client.PingOptions{NegotiateAPIVersion: true}); err != nil {
+		if errors.Is(err, context.DeadlineExceeded) {
+			// An engine that takes 5 s to answer a ping is as good as down.
+			return d.unreachable("reaching", err)
+		}
 		return d.engineError("reaching", err)
 	}
 	if _, err := os.Stat(d.cfg.GuestPath); err != nil {
@@ -147,15 +151,26 @@ func (d *Driver) Health(ctx context.Context) error {
 	return nil
 }
 
+// unreachable is the error of an engine that does not answer, with the hint
+// that starts one.
+func (d *Driver) unreachable(doing string, err error) error {
+	return fmt.Errorf("%s the Docker engine at %s: %v; start one with `scripts/dockerd.sh start DIR` and set the docker host (DOCKER_HOST) to what it prints: %w",
+		doing, d.Host(), err, errdefs.ErrUnavailable)
+}
+
 // engineError classifies an error of the engine API: an engine that cannot
 // be reached is ErrUnavailable with a hint, the others keep their class.
 func (d *Driver) engineError(doing string, err error) error {
 	switch {
-	case client.IsErrConnectionFailed(err) || errors.Is(err, context.DeadlineExceeded):
-		return fmt.Errorf("%s the Docker engine at %s: %v; start one with `scripts/dockerd.sh start DIR` and set the docker host (DOCKER_HOST) to what it prints: %w",
-			doing, d.Host(), err, errdefs.ErrUnavailable)
+	case client.IsErrConnectionFailed(err):
+		return d.unreachable(doing, err)
 	case errors.Is(err, context.Canceled):
 		return fmt.Errorf("%s the Docker engine: %w", doing, err)
+	case errors.Is(err, context.DeadlineExceeded):
+		// The caller's deadline, which a long import can pass: not an
+		// engine that is down (Health's ping, with a deadline of its own,
+		// says so).
+		return fmt.Errorf("%s the Docker engine: %v: %w", doing, err, errdefs.ErrUnavailable)
 	case cerrdefs.IsNotFound(err):
 		return fmt.Errorf("%s the Docker engine: %v: %w", doing, err, errdefs.ErrNotFound)
 	case cerrdefs.IsConflict(err):

@@ -74,9 +74,14 @@ func (d *Driver) ImportImage(ctx context.Context, img sandbox.Image) (string, er
 	if d.knownImage(tag) {
 		return tag, nil
 	}
-	// One import at a time; sandboxes of images already known do not wait.
-	d.importMu.Lock()
-	defer d.importMu.Unlock()
+	// One import at a time; sandboxes of images already known do not wait,
+	// and one waiting for another's import gives up with its ctx.
+	select {
+	case d.importing <- struct{}{}:
+		defer func() { <-d.importing }()
+	case <-ctx.Done():
+		return "", fmt.Errorf("waiting for another import of an image into the Docker engine: %w", ctx.Err())
+	}
 	if d.knownImage(tag) {
 		return tag, nil
 	}
