@@ -692,14 +692,13 @@ func (s *Service) Invoke(ctx context.Context, p Principal, req InvokeRequest, o 
 
 	var ticket *ticket
 	if !d.ApprovalRequired {
-		// A driver that cannot run sandboxes now is answered at once, with
-		// nothing reserved or recorded, not with an execution that fails to
-		// launch. (A request waiting for approval meets the driver when it
+		// A driver that cannot run sandboxes now is a refusal (recorded,
+		// nothing reserved), not an execution that fails to launch. (A request waiting for approval meets the driver when it
 		// is approved.)
 		if hc, ok := drv.(sandbox.HealthChecker); ok {
 			if err := hc.Health(ctx); err != nil {
 				s.log.Warn("driver unavailable", "driver", drv.Name(), "err", err)
-				return nil, fmt.Errorf("the %s sandbox driver is unavailable; retry later: %w", drv.Name(), errdefs.ErrUnavailable)
+				return deny("driver_unavailable", fmt.Sprintf("the %s sandbox driver is unavailable; retry later", drv.Name()), errdefs.ErrUnavailable)
 			}
 		}
 		if ticket = s.slots.reserve(); ticket == nil {
@@ -972,9 +971,11 @@ func (s *Service) Decide(ctx context.Context, p Principal, approvalID string, ap
 		return store.Approval{}, store.Execution{}, fmt.Errorf("only approver or admin keys may decide approvals: %w", errdefs.ErrPermissionDenied)
 	}
 	typ, code := audit.ApprovalDenied, audit.ApprovalDeniedCode
+	var card ApprovalCard // what is approved: read before the decision is made
 	if approve {
 		typ, code = audit.ApprovalApproved, audit.ApprovalApprovedCode
-		if err := s.checkStillAllowed(ctx, p, approvalID); err != nil {
+		var err error
+		if card, err = s.checkStillAllowed(ctx, p, approvalID); err != nil {
 			return store.Approval{}, store.Execution{}, err
 		}
 	}
@@ -987,10 +988,6 @@ func (s *Service) Decide(ctx context.Context, p Principal, approvalID string, ap
 	}
 	s.opts.Observer.ApprovalsPending(-1)
 	if approve {
-		var card ApprovalCard
-		if err := json.Unmarshal(a.Card, &card); err != nil {
-			return a, e, fmt.Errorf("reading approval card: %w", err)
-		}
 		s.dispatch(e, time.Duration(card.TimeoutMS)*time.Millisecond, nil)
 	} else {
 		s.opts.Observer.Invocation(store.StatusDenied, "", 0, 0)
@@ -999,36 +996,37 @@ func (s *Service) Decide(ctx context.Context, p Principal, approvalID string, ap
 	return a, e, nil
 }
 
-// checkStillAllowed refuses to approve a request that the workspace's
-// policy no longer allows (it changed while the request waited), or whose
-// tool record changed since the card was made: the approver would approve
-// what no longer runs. Denying such a request stays possible.
-func (s *Service) checkStillAllowed(ctx context.Context, p Principal, approvalID string) error {
+// checkStillAllowed returns the approval's card, and refuses to approve a
+// request that the workspace's policy no longer allows (it changed while
+// the request waited), or whose tool record changed since the card was
+// made: the approver would approve what no longer runs. Denying such a
+// request stays possible.
+func (s *Service) checkStillAllowed(ctx context.Context, p Principal, approvalID string) (ApprovalCard, error) {
+	var card ApprovalCard
 	a, err := s.st.GetApproval(ctx, p.WorkspaceID, approvalID)
 	if err != nil {
-		return err
+		return card, err
 	}
-	var card ApprovalCard
 	if err := json.Unmarshal(a.Card, &card); err != nil {
-		return fmt.Errorf("reading approval card: %w", err)
+		return card, fmt.Errorf("reading approval card: %w", err)
 	}
 	pol, err := s.st.GetPolicy(ctx, p.WorkspaceID)
 	if err != nil {
-		return fmt.Errorf("loading workspace policy: %w", err)
+		return card, fmt.Errorf("loading workspace policy: %w", err)
 	}
 	d := policy.Decide(pol, policy.Request{Capability: contract.CodeExecute, Runtime: card.Runtime,
 		Timeout: time.Duration(card.TimeoutMS) * time.Millisecond, Network: card.NetworkRequested}, s.eng.Ceiling().Timeout)
 	if !d.Allowed {
-		return fmt.Errorf("the workspace policy no longer allows this request (%s); deny it: %w", d.Reason, errdefs.ErrConflict)
+		return card, fmt.Errorf("the workspace policy no longer allows this request (%s); deny it: %w", d.Reason, errdefs.ErrConflict)
 	}
 	if card.ToolFingerprint == "" {
-		return nil // a card from before fingerprints: nothing to compare
+		return card, nil // a card from before fingerprints: nothing to compare
 	}
 	t, err := s.eng.Tools().Get(card.Tool)
 	if err != nil || tools.Fingerprint(t) != card.ToolFingerprint {
-		return fmt.Errorf("tool %q changed since this request was made; deny it and invoke again: %w", card.Tool, errdefs.ErrConflict)
+		return card, fmt.Errorf("tool %q changed since this request was made; deny it and invoke again: %w", card.Tool, errdefs.ErrConflict)
 	}
-	return nil
+	return card, nil
 }
 
 // Store returns the service's store, for read-only queries.

@@ -513,8 +513,8 @@ func TestAuthenticateHidesTheDatabase(t *testing.T) {
 }
 
 // TestDriverUnavailable checks that a request whose driver cannot run
-// sandboxes is answered unavailable (503) at once, reserving and recording
-// nothing, rather than admitted to fail its launch.
+// sandboxes is refused as unavailable (503) at once, recorded as the
+// refusal and reserving nothing, rather than admitted to fail its launch.
 func TestDriverUnavailable(t *testing.T) {
 	ctx := t.Context()
 	drv := &fakeDriver{name: "gvisor", tier: sandbox.TierGVisor, down: fmt.Errorf("runsc not found at /usr/local/bin/runsc: %w", errdefs.ErrUnavailable)}
@@ -524,8 +524,11 @@ func TestDriverUnavailable(t *testing.T) {
 	if !errdefs.IsUnavailable(err) || strings.Contains(err.Error(), "/usr/local/bin") {
 		t.Fatalf("got %v, want unavailable, without the driver's details", err)
 	}
-	if after := env.chainLength(t); after != before {
-		t.Errorf("the audit chain grew from %d to %d events, want nothing recorded", before, after)
+	if after := env.chainLength(t); after != before+1 {
+		t.Errorf("the audit chain grew from %d to %d events, want the refusal alone", before, after)
+	}
+	if got := env.events(t, audit.InvokeDenied); len(got) != 1 || !strings.Contains(string(got[0].Data), `"decision":"driver_unavailable"`) {
+		t.Errorf("invoke_denied events: got %+v, want one with decision driver_unavailable", got)
 	}
 	page, err := env.st.ListExecutions(ctx, env.ws.ID, store.ExecutionFilter{})
 	if err != nil || len(page.Items) != 0 {

@@ -137,7 +137,9 @@ func serve(ctx context.Context, listen, db string, cfg config.Config) error {
 func claimHost(cfg config.Config) (release func(), err error) {
 	type claim struct{ dir, name, what string }
 	claims := []claim{{cfg.StateDir, "daemon.lock", fmt.Sprintf("the state directory %s (state_dir in the configuration)", cfg.StateDir)}}
-	if cfg.Egress {
+	if cfg.Egress && os.Geteuid() == 0 {
+		// Without root the engine gives no sandbox egress (and removes no
+		// network), so there is no prefix to own.
 		prefix := cfg.EgressPrefix
 		if prefix == "" {
 			prefix = netns.DefaultPrefix
