@@ -305,13 +305,22 @@ func (s *Service) brokerCall(b BrokerEvent) {
 // closes their queue.
 func (s *Service) auditEgress() {
 	defer s.auditWriter.Done()
+	// down is set once an event failed every attempt: the store is down,
+	// not busy, and until an event is written again each gets one attempt,
+	// or the queue every sandbox shares would crawl (and Close with it).
+	down := false
 	for ev := range s.egressEvents {
 		// A broker call is a use of the operator's credential: its event
 		// must not be lost to a store that is busy for a moment.
-		err := s.retryStore("auditing egress or broker event", []any{"type", ev.Type, "execution", ev.ExecutionID}, func() error {
+		pauses := storeRetries
+		if down {
+			pauses = nil
+		}
+		err := s.retryStore("auditing egress or broker event", []any{"type", ev.Type, "execution", ev.ExecutionID}, pauses, func() error {
 			_, err := s.st.AppendEvent(context.WithoutCancel(s.ctx), ev)
 			return err
 		})
+		down = err != nil
 		if err != nil {
 			s.log.Error("auditing egress or broker event", "type", ev.Type, "execution", ev.ExecutionID, "err", err)
 		}
@@ -878,19 +887,18 @@ func (s *Service) run(e store.Execution, timeout time.Duration, t *ticket) {
 // lost to a transient store error.
 var storeRetries = []time.Duration{100 * time.Millisecond, 500 * time.Millisecond, 2 * time.Second, 5 * time.Second}
 
-// retryStore runs write, and again after an error that may be transient
-// (SQLite busy past its timeout while the CLI writes, a PostgreSQL
-// failover), up to len(storeRetries) times. A refusal (a conflict, an
-// invalid or unknown record) is final. what and attrs describe the write
-// in the log.
-func (s *Service) retryStore(what string, attrs []any, write func() error) error {
+// retryStore runs write, and again after each of pauses after an error
+// that may be transient (SQLite busy past its timeout while the CLI
+// writes, a PostgreSQL failover). A refusal (a conflict, an invalid or
+// unknown record) is final. what and attrs describe the write in the log.
+func (s *Service) retryStore(what string, attrs []any, pauses []time.Duration, write func() error) error {
 	for i := 0; ; i++ {
 		err := write()
-		if err == nil || errdefs.IsConflict(err) || errdefs.IsInvalidArgument(err) || errdefs.IsNotFound(err) || i == len(storeRetries) {
+		if err == nil || errdefs.IsConflict(err) || errdefs.IsInvalidArgument(err) || errdefs.IsNotFound(err) || i == len(pauses) {
 			return err
 		}
 		s.log.Warn(what+" failed; trying again", append(attrs, "err", err)...)
-		time.Sleep(storeRetries[i])
+		time.Sleep(pauses[i])
 	}
 }
 
@@ -899,7 +907,7 @@ func (s *Service) retryStore(what string, attrs []any, write func() error) error
 // credits reserved until the next start, which then ends it uncharged
 // although it ran.
 func (s *Service) finishExecution(ctx context.Context, o store.Outcome) (fin store.Execution, err error) {
-	err = s.retryStore("recording execution outcome", []any{"execution", o.ExecutionID}, func() error {
+	err = s.retryStore("recording execution outcome", []any{"execution", o.ExecutionID}, storeRetries, func() error {
 		fin, err = s.st.FinishExecution(ctx, o)
 		return err
 	})

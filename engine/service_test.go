@@ -14,6 +14,7 @@ import (
 
 	"github.com/stockade-sh/stockade/audit"
 	"github.com/stockade-sh/stockade/broker"
+	"github.com/stockade-sh/stockade/egress"
 	"github.com/stockade-sh/stockade/errdefs"
 	"github.com/stockade-sh/stockade/internal/witness"
 	"github.com/stockade-sh/stockade/sandbox"
@@ -660,5 +661,44 @@ func TestCloseDuringARun(t *testing.T) {
 	}
 	if c, err := env.st.GetCredits(ctx, env.ws.ID); err != nil || c.Available != 8 || c.Reserved != 0 {
 		t.Errorf("credits: got %+v, %v; want 8 available, none reserved (the launched run charged)", c, err)
+	}
+}
+
+// downAppends is a store whose AppendEvent fails while down is set, as a
+// store that is down, and counts those attempts.
+type downAppends struct {
+	store.Store
+	down     atomic.Bool
+	attempts atomic.Int32
+}
+
+func (s *downAppends) AppendEvent(ctx context.Context, e store.NewEvent) (store.Event, error) {
+	if !s.down.Load() {
+		return s.Store.AppendEvent(ctx, e)
+	}
+	s.attempts.Add(1)
+	return store.Event{}, fmt.Errorf("connection refused: %w", errdefs.ErrUnavailable)
+}
+
+// TestAuditWriterWithTheStoreDown checks that while the store is down only
+// the first event is tried again: the queue every sandbox shares keeps
+// moving, and Close does not wait out every event's retries.
+func TestAuditWriterWithTheStoreDown(t *testing.T) {
+	saved := storeRetries
+	storeRetries = []time.Duration{time.Millisecond, time.Millisecond, time.Millisecond, time.Millisecond}
+	defer func() { storeRetries = saved }()
+	st := &downAppends{Store: openSQLite(t)}
+	env := newServiceEnv(t, st, &fakeDriver{name: "gvisor", tier: sandbox.TierGVisor}, noApprovalPolicy(), ServiceOptions{})
+	st.down.Store(true)
+	const exec = "ex_down"
+	env.svc.startRun(exec, env.ws.ID)
+	for range 3 {
+		env.svc.egressDecision(EgressDecision{Decision: egress.Decision{Reason: egress.ReasonNameNotAllowed, Sandbox: "sbx-1", Name: "evil.test", Port: 443},
+			Labels: map[string]string{LabelExecution: exec}})
+	}
+	env.svc.endRun(exec)
+	env.svc.Close()
+	if got, want := st.attempts.Load(), int32(len(storeRetries)+1+2); got != want {
+		t.Errorf("AppendEvent attempts: got %d, want %d (every retry for the first event, one for each after)", got, want)
 	}
 }
