@@ -104,7 +104,7 @@ func auditVerify(ctx context.Context, args []string) int {
 		fmt.Fprint(fs.Output(), auditUsage)
 		fs.PrintDefaults()
 	}
-	db, dataDir := dbFlags(fs)
+	dbo := dbFlags(fs)
 	wsName := fs.String("workspace", "", "verify only this workspace's chain (default: every chain)")
 	pos, err := parseArgs(fs, args)
 	if err != nil {
@@ -113,7 +113,7 @@ func auditVerify(ctx context.Context, args []string) int {
 	if len(pos) > 0 {
 		return fail(usagef("audit verify takes no arguments, got %q", pos))
 	}
-	st, err := openDB(ctx, *db, *dataDir)
+	st, err := openDB(ctx, dbo)
 	if err != nil {
 		return fail(err)
 	}
@@ -138,6 +138,9 @@ func auditVerify(ctx context.Context, args []string) int {
 		// The events no workspace can be attributed to have a chain of
 		// their own.
 		chains = append(chains, chain{"", "unattributed events"})
+	}
+	if st.witness == "" {
+		fmt.Fprintln(os.Stderr, "stockade: warning: no audit witness (--audit-witness, STOCKADE_AUDIT_WITNESS; the daemon's audit_witness): each chain is checked alone, which cannot show its last events removed")
 	}
 	if *wsName == "" {
 		// A witnessed chain whose workspace is gone was deleted whole.

@@ -134,7 +134,8 @@ func TestAuditVerify(t *testing.T) {
 				t.Run(tc.name, func(t *testing.T) {
 					db := backend.open(t)
 					// Every admin change witnesses its chain here.
-					t.Setenv("STOCKADE_AUDIT_WITNESS", t.TempDir())
+					wdir := t.TempDir()
+					t.Setenv("STOCKADE_AUDIT_WITNESS", wdir)
 					// Six events in "books": created, a key, four grants;
 					// two in "bystander".
 					id := strings.TrimSpace(mustCLI(t, "workspace", "create", "books", "--db", db.url))
@@ -181,6 +182,20 @@ func TestAuditVerify(t *testing.T) {
 					code, out, _ = cli(t, "audit", "verify", "--workspace", "bystander", "--db", db.url)
 					if code != 0 || !strings.Contains(out, ": ok (2 events") {
 						t.Errorf("--workspace bystander: got exit %d and %q, want exit 0 and ok", code, out)
+					}
+
+					// The witness named by the flag, as an operator whose
+					// daemon has audit_witness in its configuration does.
+					t.Setenv("STOCKADE_AUDIT_WITNESS", "")
+					code, out, _ = cli(t, "audit", "verify", "--workspace", "books", "--db", db.url, "--audit-witness", wdir)
+					if code != 1 || !strings.Contains(out, want) {
+						t.Errorf("--audit-witness: got exit %d and %q, want exit 1 and %q", code, out, want)
+					}
+					if backend.name == "postgres" {
+						_, _, errOut = cli(t, "audit", "verify", "--workspace", "books", "--db", db.url)
+						if !strings.Contains(errOut, "no audit witness") {
+							t.Errorf("verify of PostgreSQL without a witness: stderr %q, want a warning", errOut)
+						}
 					}
 				})
 			}

@@ -19,7 +19,7 @@ func creditsCmd(ctx context.Context, args []string) int {
 		return fail(usagef(use))
 	}
 	fs := flag.NewFlagSet("credits "+args[0], flag.ContinueOnError)
-	db, dataDir := dbFlags(fs)
+	dbo := dbFlags(fs)
 	pos, err := parseArgs(fs, args[1:])
 	if err != nil {
 		return exitUsage
@@ -36,7 +36,7 @@ func creditsCmd(ctx context.Context, args []string) int {
 		}
 		n = v
 	}
-	st, err := openDB(ctx, *db, *dataDir)
+	st, err := openDB(ctx, dbo)
 	if err != nil {
 		return fail(err)
 	}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"flag"
@@ -13,16 +14,22 @@ import (
 	"github.com/stockade-sh/stockade/store"
 )
 
-// dbFlags registers --db and --data-dir for the admin commands, which work
-// on the database directly (the daemon need not run).
-func dbFlags(fs *flag.FlagSet) (db, dataDir *string) {
-	dataDir = fs.String("data-dir", config.Default().DataDir, "data directory holding the default database (env STOCKADE_DATA_DIR)")
-	db = fs.String("db", "", "database URL: sqlite:PATH or postgres://... (default sqlite in the data directory; env STOCKADE_DB)")
-	return db, dataDir
+// dbOptions are the flags that name an admin command's database.
+type dbOptions struct{ db, dataDir, witness *string }
+
+// dbFlags registers --db, --data-dir and --audit-witness for the admin
+// commands, which work on the database directly (the daemon need not run).
+func dbFlags(fs *flag.FlagSet) dbOptions {
+	return dbOptions{
+		dataDir: fs.String("data-dir", config.Default().DataDir, "data directory holding the default database (env STOCKADE_DATA_DIR)"),
+		db:      fs.String("db", "", "database URL: sqlite:PATH or postgres://... (default sqlite in the data directory; env STOCKADE_DB)"),
+		witness: fs.String("audit-witness", "", "directory witnessing the audit chains' heads, as the daemon's audit_witness (env STOCKADE_AUDIT_WITNESS; default next to a SQLite file, none for PostgreSQL)"),
+	}
 }
 
 // openDB opens the database the flags name. The caller must Close it.
-func openDB(ctx context.Context, db, dataDir string) (*adminDB, error) {
+func openDB(ctx context.Context, o dbOptions) (*adminDB, error) {
+	db, dataDir := *o.db, *o.dataDir
 	if v := os.Getenv("STOCKADE_DATA_DIR"); v != "" && dataDir == config.Default().DataDir {
 		dataDir = v
 	}
@@ -39,7 +46,8 @@ func openDB(ctx context.Context, db, dataDir string) (*adminDB, error) {
 	if err != nil {
 		return nil, classify(err)
 	}
-	return &adminDB{Store: st, witness: witnessDir(db)}, nil
+	w := cmp.Or(*o.witness, os.Getenv("STOCKADE_AUDIT_WITNESS"), witness.Default(db))
+	return &adminDB{Store: st, witness: witness.Dir(w)}, nil
 }
 
 // adminDB is a database opened by an admin command, with the directory
@@ -60,16 +68,6 @@ func (a *adminDB) witnessChain(ctx context.Context, workspaceID string) {
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "stockade: warning: %v\n", err)
 	}
-}
-
-// witnessDir is the directory that witnesses the audit chains of the
-// database at url: STOCKADE_AUDIT_WITNESS (audit_witness for the daemon),
-// or next to a SQLite file.
-func witnessDir(url string) witness.Dir {
-	if v := os.Getenv("STOCKADE_AUDIT_WITNESS"); v != "" {
-		return witness.Dir(v)
-	}
-	return witness.Dir(witness.Default(url))
 }
 
 // cliEvents is the audit event of a change made from the CLI, for the store

@@ -20,7 +20,7 @@ func keyCmd(ctx context.Context, args []string) int {
 		return fail(usagef("usage: stockade key create --workspace NAME --role agent|approver|admin [--name LABEL]"))
 	}
 	fs := flag.NewFlagSet("key create", flag.ContinueOnError)
-	db, dataDir := dbFlags(fs)
+	dbo := dbFlags(fs)
 	wsName := fs.String("workspace", "", "workspace name (required)")
 	role := fs.String("role", "", "agent (may invoke), approver (may decide approvals) or admin (both)")
 	name := fs.String("name", "", "a label for people")
@@ -31,7 +31,7 @@ func keyCmd(ctx context.Context, args []string) int {
 	if *wsName == "" || !store.Role(*role).Valid() || len(pos) > 0 {
 		return fail(usagef("usage: stockade key create --workspace NAME --role agent|approver|admin"))
 	}
-	st, err := openDB(ctx, *db, *dataDir)
+	st, err := openDB(ctx, dbo)
 	if err != nil {
 		return fail(err)
 	}

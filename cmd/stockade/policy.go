@@ -25,7 +25,7 @@ func policyCmd(ctx context.Context, args []string) int {
 	}
 	verb, name := args[0], args[1]
 	fs := flag.NewFlagSet("policy "+verb, flag.ContinueOnError)
-	db, dataDir := dbFlags(fs)
+	dbo := dbFlags(fs)
 	approval := fs.String("approval", "", "required or none")
 	network := fs.String("network", "", "allowed or denied")
 	maxTimeout := fs.Duration("max-timeout", 0, "maximum wall clock per invocation (lowers the server's ceiling)")
@@ -39,7 +39,7 @@ func policyCmd(ctx context.Context, args []string) int {
 	if len(pos) > 0 {
 		return fail(usagef(use))
 	}
-	st, err := openDB(ctx, *db, *dataDir)
+	st, err := openDB(ctx, dbo)
 	if err != nil {
 		return fail(err)
 	}

@@ -18,7 +18,7 @@ func workspaceCmd(ctx context.Context, args []string) int {
 		return fail(usagef("usage: stockade workspace create NAME | stockade workspace list"))
 	}
 	fs := flag.NewFlagSet("workspace "+args[0], flag.ContinueOnError)
-	db, dataDir := dbFlags(fs)
+	dbo := dbFlags(fs)
 	pos, err := parseArgs(fs, args[1:])
 	if err != nil {
 		return exitUsage
@@ -26,7 +26,7 @@ func workspaceCmd(ctx context.Context, args []string) int {
 	if args[0] == "list" && len(pos) > 0 {
 		return fail(usagef("usage: stockade workspace list"))
 	}
-	st, err := openDB(ctx, *db, *dataDir)
+	st, err := openDB(ctx, dbo)
 	if err != nil {
 		return fail(err)
 	}
