@@ -286,7 +286,12 @@ func (e *evaluator) mountExpectation(p, fstype string) (why string, readOnly, ok
 	case slices.Contains(oci.ReadonlyPaths, p):
 		return "read-only part of proc", true, true
 	case under(p, "/proc") && slices.Contains(oci.MaskedPaths, p):
-		return "masked part of proc (an empty file or directory over it)", false, true
+		// A mask is /dev/null bound over a file (from the host's devtmpfs,
+		// or the container's /dev tmpfs under Docker) or an empty tmpfs over
+		// a directory; anything else there is not a mask.
+		if fstype == "devtmpfs" || fstype == "tmpfs" {
+			return "masked part of proc (an empty file or directory over it)", false, true
+		}
 	case under(p, "/sys"):
 		return "sysfs", true, true
 	case under(p, "/dev"):

@@ -126,6 +126,11 @@ func TestEvaluate(t *testing.T) {
 			o.reach.Mounts = append(o.reach.Mounts, o.reach.Mounts[5])
 			o.reach.Mounts[len(o.reach.Mounts)-1].MountPoint = "/proc/self/attr"
 		}, "/proc/self/attr"},
+		{"a host disk over a masked path", containerTool, func(o *observed) {
+			o.reach.Mounts = append(o.reach.Mounts, o.reach.Mounts[0])
+			m := &o.reach.Mounts[len(o.reach.Mounts)-1]
+			m.MountPoint, m.Options = "/proc/scsi", "rw,relatime"
+		}, "/proc/scsi"},
 		{"a masked path", containerTool, func(o *observed) {
 			o.reach.Mounts = append(o.reach.Mounts, o.reach.Mounts[5])
 			m := &o.reach.Mounts[len(o.reach.Mounts)-1]
