@@ -98,8 +98,8 @@ type Service struct {
 	runsMu sync.Mutex
 	runs   map[string]*runAudit
 
-	// release gives up the store's daemon claim, taken by Start.
-	release func() error
+	// claim is the store's daemon claim, taken by Start.
+	claim store.DaemonClaim
 }
 
 // NewService returns the capability layer over eng and st. Call Start
@@ -343,13 +343,13 @@ func (s *Service) Engine() *Engine { return s.eng }
 func (s *Service) Start(ctx context.Context) (err error) {
 	// Recovery fails every execution it finds running: it must not run
 	// while another daemon serves the same database.
-	release, err := s.st.ClaimDaemon(ctx)
-	if err != nil {
+	if s.claim, err = s.st.ClaimDaemon(ctx); err != nil {
 		return err
 	}
 	defer func() {
 		if err != nil {
-			release()
+			s.claim.Release()
+			s.claim = nil
 		}
 	}()
 	result, _ := json.Marshal(map[string]string{"error": "interrupted: the daemon stopped before the execution finished"})
@@ -394,7 +394,6 @@ func (s *Service) Start(ctx context.Context) (err error) {
 	go s.expireLoop()
 	s.auditWriter.Add(1)
 	go s.auditEgress()
-	s.release = release
 	return nil
 }
 
@@ -442,13 +441,13 @@ func (s *Service) Close() {
 	}
 	s.auditMu.Unlock()
 	s.auditWriter.Wait()
-	if s.release != nil {
+	if s.claim != nil {
 		// The last events of this daemon are witnessed too.
 		s.witnessChains(context.Background())
-		if err := s.release(); err != nil {
+		if err := s.claim.Release(); err != nil {
 			s.log.Warn("releasing the database's daemon claim", "err", err)
 		}
-		s.release = nil // Close may be called again
+		s.claim = nil // Close may be called again
 	}
 }
 
@@ -468,8 +467,18 @@ func (s *Service) expireLoop() {
 			s.expireApprovals(s.ctx)
 			if tick%witnessEvery == 0 {
 				s.witnessChains(s.ctx)
+				s.checkClaim(s.ctx)
 			}
 		}
+	}
+}
+
+// checkClaim makes sure the daemon still holds the store's claim, taking it
+// again if it was lost, and says so loudly if another daemon took it: that
+// daemon's start failed this one's running executions.
+func (s *Service) checkClaim(ctx context.Context) {
+	if err := s.claim.Check(ctx); err != nil && ctx.Err() == nil {
+		s.log.Error("the database's daemon claim is lost: another stockade daemon may serve this database; stop one of them", "err", err)
 	}
 }
 

@@ -45,16 +45,27 @@ type Store interface {
 	Approvals
 	Audit
 
-	// ClaimDaemon takes the database's daemon claim, held until release is
-	// called or the process ends. A database is served by one daemon at a
-	// time: a daemon that starts fails the executions it finds running,
+	// ClaimDaemon takes the database's daemon claim, held until it is
+	// released or the process ends. A database is served by one daemon at
+	// a time: a daemon that starts fails the executions it finds running,
 	// which would be another daemon's live ones. A claim held elsewhere is
 	// ErrConflict. The admin commands, which share the database with the
 	// daemon, take no claim.
-	ClaimDaemon(ctx context.Context) (release func() error, err error)
+	ClaimDaemon(ctx context.Context) (DaemonClaim, error)
 
 	// Close releases the database handles. The Store must not be used after.
 	Close() error
+}
+
+// DaemonClaim is a database's daemon claim (Store.ClaimDaemon).
+type DaemonClaim interface {
+	// Check reports whether the claim is still held. One that was lost
+	// without the daemon releasing it (PostgreSQL's lock lives on a
+	// connection, which a server restart or a proxy ends) is taken again;
+	// ErrConflict means another daemon took it meanwhile.
+	Check(ctx context.Context) error
+	// Release gives the claim up.
+	Release() error
 }
 
 // Workspaces is the tenancy root. Every other record belongs to one.

@@ -20,6 +20,7 @@ import (
 	"embed"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -152,26 +153,72 @@ func (b *backend) inTx(ctx context.Context, opts pgx.TxOptions, fn func(sqlstore
 }
 
 // Claim takes the session advisory lock daemonLock on a connection of its
-// own, outside the pool, held until release. PostgreSQL releases it when
-// that connection ends, with the daemon or with the server; a daemon that
-// outlives a server restart no longer holds it.
-func (b *backend) Claim(ctx context.Context) (func() error, error) {
-	conn, err := pgx.ConnectConfig(ctx, b.pool.Config().ConnConfig.Copy())
+// own, outside the pool, held until Release. PostgreSQL releases it when
+// that connection ends, with the daemon or with the server; Check notices
+// and takes it again.
+func (b *backend) Claim(ctx context.Context) (store.DaemonClaim, error) {
+	c := &advisoryClaim{cfg: b.pool.Config().ConnConfig}
+	if err := c.take(ctx); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// advisoryClaim is the daemon claim on PostgreSQL.
+type advisoryClaim struct {
+	cfg *pgx.ConnConfig
+
+	mu       sync.Mutex
+	conn     *pgx.Conn // nil once lost and not taken again
+	released bool
+}
+
+// take connects and takes the lock. Called with mu held, or before c is
+// shared.
+func (c *advisoryClaim) take(ctx context.Context) error {
+	conn, err := pgx.ConnectConfig(ctx, c.cfg.Copy())
 	if err != nil {
-		return nil, fmt.Errorf("claiming the database: %w", classify(err))
+		return fmt.Errorf("claiming the database: %w", classify(err))
 	}
 	var ok bool
 	if err := conn.QueryRow(ctx, `SELECT pg_try_advisory_lock(`+daemonLock+`)`).Scan(&ok); err != nil || !ok {
 		conn.Close(context.WithoutCancel(ctx))
 		if err != nil {
-			return nil, fmt.Errorf("claiming the database: %w", classify(err))
+			return fmt.Errorf("claiming the database: %w", classify(err))
 		}
-		return nil, fmt.Errorf("another stockade daemon serves this database (it holds the advisory lock %s); stop it first, or give this one its own database or schema: %w", daemonLock, errdefs.ErrConflict)
+		return fmt.Errorf("another stockade daemon serves this database (it holds the advisory lock %s); stop it first, or give this one its own database or schema: %w", daemonLock, errdefs.ErrConflict)
 	}
-	return func() error {
-		// Closing the connection releases the lock.
-		return conn.Close(context.Background())
-	}, nil
+	c.conn = conn
+	return nil
+}
+
+func (c *advisoryClaim) Check(ctx context.Context) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	switch {
+	case c.released:
+		return fmt.Errorf("the database claim was released: %w", errdefs.ErrFailedPrecondition)
+	case c.conn != nil && c.conn.Ping(ctx) == nil:
+		return nil
+	case c.conn != nil:
+		// The connection, and the lock with it, is gone.
+		c.conn.Close(context.WithoutCancel(ctx))
+		c.conn = nil
+	}
+	return c.take(ctx)
+}
+
+func (c *advisoryClaim) Release() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.released = true
+	if c.conn == nil {
+		return nil
+	}
+	// Closing the connection releases the lock.
+	err := c.conn.Close(context.Background())
+	c.conn = nil
+	return err
 }
 
 func (b *backend) Dialect() sqlstore.Dialect {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/stockade-sh/stockade/errdefs"
 	"github.com/stockade-sh/stockade/store"
 	"github.com/stockade-sh/stockade/store/postgres"
 	"github.com/stockade-sh/stockade/store/storetest"
@@ -162,9 +163,55 @@ func TestClaimDaemon(t *testing.T) {
 	schema := freshSchema(t, dsn)
 	storetest.ClaimDaemon(t, open(t, schema), open(t, schema))
 	other := open(t, freshSchema(t, dsn))
-	release, err := other.ClaimDaemon(t.Context())
+	claim, err := other.ClaimDaemon(t.Context())
 	if err != nil {
 		t.Fatalf("claiming a store of another schema: %v", err)
 	}
-	release()
+	claim.Release()
+}
+
+// TestClaimLostAndTakenAgain ends the claim's connection, as a server
+// restart or a proxy would: Check takes the claim again, and once another
+// daemon took it meanwhile, Check says so.
+func TestClaimLostAndTakenAgain(t *testing.T) {
+	dsn := testDSN(t)
+	schema := freshSchema(t, dsn)
+	a, b := open(t, schema), open(t, schema)
+	ctx := t.Context()
+	claim, err := a.ClaimDaemon(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer claim.Release()
+	// Only this schema's lock: other tests' claims are left alone.
+	terminate := func() {
+		t.Helper()
+		conn, err := pgx.Connect(ctx, schema)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close(ctx)
+		var n int
+		if err := conn.QueryRow(ctx, `SELECT count(pg_terminate_backend(l.pid)) FROM pg_locks l
+			WHERE l.locktype = 'advisory' AND l.granted
+			AND ((l.classid::bigint << 32) | l.objid::bigint) = hashtextextended('stockade.daemon:' || current_schema(), 0)`).Scan(&n); err != nil || n != 1 {
+			t.Fatalf("terminating the claim's connection: %d ended, %v", n, err)
+		}
+	}
+	terminate()
+	if err := claim.Check(ctx); err != nil {
+		t.Fatalf("Check after the connection ended: %v, want the claim taken again", err)
+	}
+	if _, err := b.ClaimDaemon(ctx); !errdefs.IsConflict(err) {
+		t.Fatalf("a second claim once the first was taken again: got %v, want a conflict", err)
+	}
+	terminate()
+	other, err := b.ClaimDaemon(ctx)
+	if err != nil {
+		t.Fatalf("a second claim while the first was lost: %v", err)
+	}
+	defer other.Release()
+	if err := claim.Check(ctx); !errdefs.IsConflict(err) {
+		t.Fatalf("Check once another daemon holds the claim: got %v, want a conflict", err)
+	}
 }

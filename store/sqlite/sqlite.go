@@ -202,7 +202,7 @@ func inTx(ctx context.Context, db *sql.DB, stmts *stmtCache, opts *sql.TxOptions
 // Claim locks the file next to the database that marks its daemon
 // (flock, exclusive): the kernel releases it when the daemon dies, however
 // it dies. A SQLite database is only ever shared by processes of one host.
-func (b *backend) Claim(ctx context.Context) (func() error, error) {
+func (b *backend) Claim(ctx context.Context) (store.DaemonClaim, error) {
 	name := b.path + ".daemon"
 	release, err := flock.TryLock(name)
 	if errors.Is(err, flock.ErrHeld) {
@@ -211,8 +211,14 @@ func (b *backend) Claim(ctx context.Context) (func() error, error) {
 	if err != nil {
 		return nil, fmt.Errorf("claiming the database: %w", err)
 	}
-	return release, nil
+	return fileClaim(release), nil
 }
+
+// fileClaim is a claim held by a lock file, which only its process ends.
+type fileClaim func() error
+
+func (fileClaim) Check(context.Context) error { return nil }
+func (c fileClaim) Release() error          { return c() }
 
 func (b *backend) Dialect() sqlstore.Dialect {
 	return sqlstore.Dialect{

@@ -13,20 +13,23 @@ import (
 func ClaimDaemon(t *testing.T, a, b store.Store) {
 	t.Helper()
 	ctx := t.Context()
-	release, err := a.ClaimDaemon(ctx)
+	claim, err := a.ClaimDaemon(ctx)
 	if err != nil {
 		t.Fatalf("first claim: %v", err)
 	}
+	if err := claim.Check(ctx); err != nil {
+		t.Fatalf("Check of a held claim: %v", err)
+	}
 	_, err = b.ClaimDaemon(ctx)
 	wantClass(t, "a second claim while the first is held", err, errdefs.ErrConflict)
-	if err := release(); err != nil {
+	if err := claim.Release(); err != nil {
 		t.Fatalf("release: %v", err)
 	}
-	release, err = b.ClaimDaemon(ctx)
+	second, err := b.ClaimDaemon(ctx)
 	if err != nil {
 		t.Fatalf("a claim after the release: %v", err)
 	}
-	if err := release(); err != nil {
+	if err := second.Release(); err != nil {
 		t.Fatalf("second release: %v", err)
 	}
 }

@@ -62,7 +62,7 @@ type Backend interface {
 	// snapshot of the database.
 	InSnapshot(ctx context.Context, fn func(q Querier) error) error
 	// Claim takes the database's daemon claim (store.Store.ClaimDaemon).
-	Claim(ctx context.Context) (release func() error, err error)
+	Claim(ctx context.Context) (store.DaemonClaim, error)
 	Dialect() Dialect
 	Close() error
 }
@@ -104,7 +104,7 @@ func New(b Backend, now func() time.Time) *Store {
 func (s *Store) Close() error { return s.b.Close() }
 
 // ClaimDaemon implements store.Store.
-func (s *Store) ClaimDaemon(ctx context.Context) (func() error, error) { return s.b.Claim(ctx) }
+func (s *Store) ClaimDaemon(ctx context.Context) (store.DaemonClaim, error) { return s.b.Claim(ctx) }
 
 func (s *Store) clock() time.Time { return store.TruncateTime(s.now()) }
 
