@@ -71,9 +71,9 @@ type Driver struct {
 	cli     *client.Client
 	seccomp string // the tightened profile as Docker's JSON
 
-	importing chan struct{} // holds a token while an import runs: one at a time
-	imageMu  sync.Mutex      // guards images
-	images   map[string]bool // tags known to exist in the engine
+	importing chan struct{}   // holds a token while an import runs: one at a time
+	imageMu   sync.Mutex      // guards images
+	images    map[string]bool // tags known to exist in the engine
 
 	guestMu  sync.Mutex
 	guestSum guestSum

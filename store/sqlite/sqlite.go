@@ -218,7 +218,7 @@ func (b *backend) Claim(ctx context.Context) (store.DaemonClaim, error) {
 type fileClaim func() error
 
 func (fileClaim) Check(context.Context) error { return nil }
-func (c fileClaim) Release() error          { return c() }
+func (c fileClaim) Release() error            { return c() }
 
 func (b *backend) Dialect() sqlstore.Dialect {
 	return sqlstore.Dialect{
