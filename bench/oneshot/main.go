@@ -6,8 +6,9 @@
 // profile, python started directly as PID 1), the same with python started
 // as a child of PID 1 (what any design with an agent in the sandbox costs),
 // and the bare interpreter in a chroot. -parts adds the runtimes with
-// /bin/true and with the guest agent alone as PID 1: the runtime's own cost
-// and what starting the guest adds to it.
+// /bin/true and with the guest agent alone as PID 1 (the runtime's own cost
+// and what starting the guest adds to it), and ./bench/oneshot/minimal, the
+// least a Go CLI can be for the same run (what any CLI in Go costs).
 //
 //	go run ./bench/oneshot [-n 30] [-parts] [-stockade bin/stockade]
 package main
@@ -42,7 +43,7 @@ func main() {
 	n := flag.Int("n", 30, "runs of each variant")
 	bin := flag.String("stockade", "bin/stockade", "stockade binary")
 	dataDir := flag.String("data-dir", "/var/lib/stockade", "image store")
-	parts := flag.Bool("parts", false, "also time what a run is made of: the runtime with /bin/true, and with the guest agent alone (it exits at once), as PID 1")
+	parts := flag.Bool("parts", false, "also time what a run is made of: the runtime with /bin/true, and with the guest agent alone (it exits at once), as PID 1; and the least a Go CLI can be (./bench/oneshot/minimal)")
 	flag.Parse()
 	if err := run(*n, *bin, *dataDir, *parts); err != nil {
 		fmt.Fprintln(os.Stderr, "oneshot:", err)
@@ -154,7 +155,19 @@ func run(n int, bin, dataDir string, parts bool) error {
 		v("chroot python3 (bare)", "", cli(append([]string{"chroot", img.Rootfs}, py...)...)),
 	}
 	if parts {
+		minimal := filepath.Join(tmp, "minimal")
+		if out, err := exec.Command("go", "build", "-trimpath", "-o", minimal, "./bench/oneshot/minimal").CombinedOutput(); err != nil {
+			return fmt.Errorf("building ./bench/oneshot/minimal (run the benchmark from the repository's root): %v: %s", err, out)
+		}
 		vs = append(vs,
+			v("minimal Go CLI, runc driver only", "runc run (raw bundle)", cli(minimal, guest, img.Rootfs)),
+			v("minimal Go CLI, start and exit only", "", func() error {
+				// Without arguments it exits at once, with status 2.
+				if err := exec.Command(minimal).Run(); err == nil {
+					return fmt.Errorf("%s without arguments succeeded", minimal)
+				}
+				return nil
+			}),
 			v("runc run (raw, /bin/true)", "", silent(runcArgs("true-runc"))),
 			v("runc run (raw, the guest alone)", "runc run (raw, /bin/true)", silent(runcArgs("guest-runc"))),
 			v("runsc run (raw, /bin/true)", "", silent(runscArgs("true-runsc"))),
