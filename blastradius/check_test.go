@@ -82,6 +82,13 @@ func cleanObserved(t *testing.T) *observed {
 
 func containerTool() tools.Tool { return tools.DefaultFor(sandbox.TierContainer) }
 
+// egressTool is containerTool with an egress allowlist.
+func egressTool() tools.Tool {
+	t := containerTool()
+	t.Egress = tools.Egress{Allow: []string{"pypi.org"}, Ports: []int{443}}
+	return t
+}
+
 // TestEvaluate widens a clean sandbox's findings one way at a time and
 // checks that each is a deviation with the expected subject, and nothing
 // else.
@@ -93,6 +100,10 @@ func TestEvaluate(t *testing.T) {
 		subject string // of the one deviation; "" for none
 	}{
 		{"clean", containerTool, func(o *observed) {}, ""},
+		// Audited as an invocation without approved network: the same
+		// sandbox as egress none's.
+		{"egress tool", egressTool, func(o *observed) {}, ""},
+		{"egress tool with an interface", egressTool, func(o *observed) { o.reach.Net.Netlink.Names = append(o.reach.Net.Netlink.Names, "eth0") }, "interfaces"},
 		{"extra variable", containerTool, func(o *observed) { o.reach.Env = append(o.reach.Env, "AWS_SECRET_ACCESS_KEY") }, "AWS_SECRET_ACCESS_KEY"},
 		{"PATH changed", containerTool, func(o *observed) { o.reach.Path = "/tmp:/usr/bin" }, "PATH"},
 		{"root user", containerTool, func(o *observed) { o.reach.Caps.UID = 0 }, "user"},

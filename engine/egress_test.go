@@ -651,3 +651,40 @@ func TestOpenUsesEgressConfig(t *testing.T) {
 		t.Errorf("Open left %v (of %v) behind", after, left)
 	}
 }
+
+// TestOpenWithoutEgressLoadsEgressTools opens an engine that is not asked
+// for egress, as the CLI's are, over records with egress and credentials:
+// they load (other tools of the same directory stay usable), and running
+// the one that needs the broker is refused with what to do.
+func TestOpenWithoutEgressLoadsEgressTools(t *testing.T) {
+	testenv.Image(t, "python")
+	dir := t.TempDir()
+	file := filepath.Join(dir, "tools.yaml")
+	if err := os.WriteFile(file, []byte(`tools:
+  - name: fetcher
+    input_trust: trusted
+    tier: gvisor
+    egress: {allow: [pypi.org], ports: [443]}
+  - name: caller
+    input_trust: trusted
+    tier: gvisor
+    credentials: [issues.create]
+`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cfg := config.Default()
+	cfg.StateDir, cfg.GuestPath, cfg.Tools, cfg.DataDir = t.TempDir(), testenv.Guest(t), file, testenv.DataDir()
+	e, err := Open(cfg)
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	for _, name := range []string{"fetcher", "caller", "code.execute"} {
+		if _, err := e.Tools().Get(name); err != nil {
+			t.Errorf("tool %s: %v", name, err)
+		}
+	}
+	_, err = e.NewSession(t.Context(), Request{Runtime: "python", Tool: "caller"})
+	if !errdefs.IsFailedPrecondition(err) || !strings.Contains(err.Error(), "only the daemon enables it") {
+		t.Errorf("a session of the tool that needs the broker: got %v, want a failed precondition saying what to do", err)
+	}
+}

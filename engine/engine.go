@@ -158,8 +158,11 @@ func Open(cfg config.Config) (*Engine, error) {
 	if err != nil {
 		return nil, err
 	}
-	// Records with egress or credentials load only where egress works.
-	topts := tools.Options{DataRoot: cfg.MountRoot(), Ceiling: cfg.Ceiling, DefaultTier: def.Capabilities().Tier, EgressSupported: len(opts) > 0}
+	// Records with egress or credentials load where egress works, and
+	// where it is not asked for at all (the CLI's engines, which run a
+	// tool without network and refuse one that needs the broker): a daemon
+	// asked for egress that the host cannot give refuses them at start.
+	topts := tools.Options{DataRoot: cfg.MountRoot(), Ceiling: cfg.Ceiling, DefaultTier: def.Capabilities().Tier, EgressSupported: len(opts) > 0 || !cfg.Egress}
 	set, err := tools.Load(cfg.Tools, topts)
 	if err != nil {
 		return nil, fmt.Errorf("loading tools: %w", err)

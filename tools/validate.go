@@ -26,9 +26,9 @@ type Options struct {
 	// Ceiling bounds each tool's limits; zero means sandbox.DefaultCeiling().
 	Ceiling sandbox.Limits
 	// EgressSupported allows records with egress or credentials. False (the
-	// zero value) refuses them as unsupported: the egress proxy and the
-	// credential broker do not exist yet. The lethal-trifecta rule applies
-	// either way.
+	// zero value) refuses them as unsupported: a daemon that cannot give
+	// egress (no root, no nftables) must not serve them. The
+	// lethal-trifecta rule applies either way.
 	EgressSupported bool
 	// DefaultTier is the tier of the server's default driver, which the
 	// built-in default tool runs on; empty means gvisor. See DefaultFor.
