@@ -260,10 +260,10 @@ var devMounts = map[string]string{"/dev": "", "/dev/pts": "devpts", "/dev/shm": 
 // runc binds them from the host's devtmpfs.
 var devNodes = []string{"/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom", "/dev/tty"}
 
-// mountExpectation says why mount point p, of file system fstype, may
-// exist and whether it must be read-only; ok is false for a mount the
-// record does not account for.
-func (e *evaluator) mountExpectation(p, fstype string) (why string, readOnly, ok bool) {
+// mountExpectation says why mount point p, of file system fstype with root
+// as the path mounted from it, may exist and whether it must be
+// read-only; ok is false for a mount the record does not account for.
+func (e *evaluator) mountExpectation(p, fstype, root string) (why string, readOnly, ok bool) {
 	for _, m := range e.t.Filesystem.Mounts {
 		if p == m.Target {
 			return "record mount of " + m.Source, true, true
@@ -287,10 +287,13 @@ func (e *evaluator) mountExpectation(p, fstype string) (why string, readOnly, ok
 		return "read-only part of proc", true, true
 	case under(p, "/proc") && slices.Contains(oci.MaskedPaths, p):
 		// A mask is /dev/null bound over a file (from the host's devtmpfs,
-		// or the container's /dev tmpfs under Docker) or an empty tmpfs over
-		// a directory; anything else there is not a mask.
-		if fstype == "devtmpfs" || fstype == "tmpfs" {
-			return "masked part of proc (an empty file or directory over it)", false, true
+		// or the container's /dev tmpfs under Docker) or a read-only tmpfs
+		// over a directory; anything else there is not a mask.
+		switch {
+		case (fstype == "devtmpfs" || fstype == "tmpfs") && root == "/null":
+			return "masked part of proc (/dev/null over it)", false, true
+		case fstype == "tmpfs" && root == "/":
+			return "masked part of proc (an empty tmpfs over it)", true, true
 		}
 	case under(p, "/sys"):
 		return "sysfs", true, true
@@ -321,7 +324,7 @@ func (e *evaluator) mounts() Section {
 	}
 	for i, m := range e.r.Mounts {
 		seen[m.MountPoint] = true
-		why, ro, ok := e.mountExpectation(m.MountPoint, m.FSType)
+		why, ro, ok := e.mountExpectation(m.MountPoint, m.FSType, m.Root)
 		isRO := hasOption(m.Options, "ro")
 		label := why
 		if !ok {

@@ -145,8 +145,23 @@ func TestEvaluate(t *testing.T) {
 		{"a masked path", containerTool, func(o *observed) {
 			o.reach.Mounts = append(o.reach.Mounts, o.reach.Mounts[5])
 			m := &o.reach.Mounts[len(o.reach.Mounts)-1]
-			m.MountPoint, m.FSType, m.Source, m.Options = "/proc/kcore", "devtmpfs", "devtmpfs", "rw,relatime"
+			m.MountPoint, m.FSType, m.Source, m.Root, m.Options = "/proc/kcore", "devtmpfs", "devtmpfs", "/null", "rw,relatime"
 		}, ""},
+		{"a masked directory", containerTool, func(o *observed) {
+			o.reach.Mounts = append(o.reach.Mounts, o.reach.Mounts[5])
+			m := &o.reach.Mounts[len(o.reach.Mounts)-1]
+			m.MountPoint, m.Root, m.Options = "/proc/acpi", "/", "ro,relatime"
+		}, ""},
+		{"a host tmpfs over a masked directory", containerTool, func(o *observed) {
+			o.reach.Mounts = append(o.reach.Mounts, o.reach.Mounts[5])
+			m := &o.reach.Mounts[len(o.reach.Mounts)-1]
+			m.MountPoint, m.Root, m.Options = "/proc/acpi", "/user/1000", "rw,nosuid"
+		}, "/proc/acpi"},
+		{"a read-write tmpfs over a masked directory", containerTool, func(o *observed) {
+			o.reach.Mounts = append(o.reach.Mounts, o.reach.Mounts[5])
+			m := &o.reach.Mounts[len(o.reach.Mounts)-1]
+			m.MountPoint, m.Root, m.Options = "/proc/acpi", "/", "rw,nosuid"
+		}, "/proc/acpi"},
 		// Only the last mount at a mount point is what the sandbox sees
 		// (dockerd mounts /sys/fs/cgroup read-write, runc binds it
 		// read-only over itself).

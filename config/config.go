@@ -66,6 +66,12 @@ type Config struct {
 	// prefix, which would cut off another process's sandboxes. False (the
 	// zero value) means no sandbox gets network.
 	Egress bool `yaml:"-"`
+	// Serving is set by the daemon: its engine refuses, at start, records
+	// with egress or credentials that it cannot serve (no egress). The
+	// CLI's engines load them, run a tool with egress without network and
+	// refuse one that needs the broker, so that one such record does not
+	// make every tool of a directory unusable.
+	Serving bool `yaml:"-"`
 	// EgressRange is the IPv4 range the sandbox networks' addresses come
 	// from, a /30 per sandbox with egress; empty means 10.213.0.0/16. It
 	// must be a range no other network of the host uses.

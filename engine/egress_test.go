@@ -655,7 +655,8 @@ func TestOpenUsesEgressConfig(t *testing.T) {
 // TestOpenWithoutEgressLoadsEgressTools opens an engine that is not asked
 // for egress, as the CLI's are, over records with egress and credentials:
 // they load (other tools of the same directory stay usable), and running
-// the one that needs the broker is refused with what to do.
+// the one that needs the broker is refused with what to do. A daemon
+// without egress refuses them at start.
 func TestOpenWithoutEgressLoadsEgressTools(t *testing.T) {
 	testenv.Image(t, "python")
 	dir := t.TempDir()
@@ -686,5 +687,9 @@ func TestOpenWithoutEgressLoadsEgressTools(t *testing.T) {
 	_, err = e.NewSession(t.Context(), Request{Runtime: "python", Tool: "caller"})
 	if !errdefs.IsFailedPrecondition(err) || !strings.Contains(err.Error(), "only the daemon enables it") {
 		t.Errorf("a session of the tool that needs the broker: got %v, want a failed precondition saying what to do", err)
+	}
+	cfg.Serving = true // and cfg.Egress false: serve --egress=false
+	if _, err := Open(cfg); err == nil || !strings.Contains(err.Error(), "credentials-unsupported") || !strings.Contains(err.Error(), "egress-unsupported") {
+		t.Errorf("Open of a daemon without egress: got %v, want the egress and credentials records refused", err)
 	}
 }

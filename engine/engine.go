@@ -100,8 +100,9 @@ func New(drivers map[string]sandbox.Driver, defaultDriver string, images Images,
 }
 
 // checkCredentials refuses tools whose credentials name a broker operation
-// the engine's broker does not have. Without egress such tools cannot be
-// loaded at all (tools.Options.EgressSupported).
+// the engine's broker does not have. Without egress a daemon cannot load
+// such tools at all (tools.Options.EgressSupported), and the CLI's engines
+// never run them.
 func (e *Engine) checkCredentials() error {
 	if e.egress == nil {
 		return nil
@@ -158,11 +159,10 @@ func Open(cfg config.Config) (*Engine, error) {
 	if err != nil {
 		return nil, err
 	}
-	// Records with egress or credentials load where egress works, and
-	// where it is not asked for at all (the CLI's engines, which run a
-	// tool without network and refuse one that needs the broker): a daemon
-	// asked for egress that the host cannot give refuses them at start.
-	topts := tools.Options{DataRoot: cfg.MountRoot(), Ceiling: cfg.Ceiling, DefaultTier: def.Capabilities().Tier, EgressSupported: len(opts) > 0 || !cfg.Egress}
+	// Records with egress or credentials load where egress works, and in
+	// the CLI's engines (config.Config.Serving); a daemon without egress
+	// refuses them at start.
+	topts := tools.Options{DataRoot: cfg.MountRoot(), Ceiling: cfg.Ceiling, DefaultTier: def.Capabilities().Tier, EgressSupported: len(opts) > 0 || !cfg.Serving}
 	set, err := tools.Load(cfg.Tools, topts)
 	if err != nil {
 		return nil, fmt.Errorf("loading tools: %w", err)

@@ -320,7 +320,8 @@ func (s *Service) auditEgress() {
 			_, err := s.st.AppendEvent(context.WithoutCancel(s.ctx), ev)
 			return err
 		})
-		down = err != nil
+		// A refusal (an invalid event, say) is the store answering.
+		down = err != nil && !errdefs.IsConflict(err) && !errdefs.IsInvalidArgument(err) && !errdefs.IsNotFound(err)
 		if err != nil {
 			s.log.Error("auditing egress or broker event", "type", ev.Type, "execution", ev.ExecutionID, "err", err)
 		}
@@ -343,13 +344,13 @@ func (s *Service) Engine() *Engine { return s.eng }
 func (s *Service) Start(ctx context.Context) (err error) {
 	// Recovery fails every execution it finds running: it must not run
 	// while another daemon serves the same database.
-	if s.claim, err = s.st.ClaimDaemon(ctx); err != nil {
+	claim, err := s.st.ClaimDaemon(ctx)
+	if err != nil {
 		return err
 	}
 	defer func() {
 		if err != nil {
-			s.claim.Release()
-			s.claim = nil
+			claim.Release()
 		}
 	}()
 	result, _ := json.Marshal(map[string]string{"error": "interrupted: the daemon stopped before the execution finished"})
@@ -390,6 +391,7 @@ func (s *Service) Start(ctx context.Context) (err error) {
 	if err := s.countPending(ctx); err != nil {
 		return err
 	}
+	s.claim = claim // before expireLoop reads it
 	s.wg.Add(1)
 	go s.expireLoop()
 	s.auditWriter.Add(1)

@@ -139,15 +139,19 @@ func auditVerify(ctx context.Context, args []string) int {
 		// their own.
 		chains = append(chains, chain{"", "unattributed events"})
 	}
-	if st.witness == "" {
-		fmt.Fprintln(os.Stderr, "stockade: warning: no audit witness (--audit-witness, STOCKADE_AUDIT_WITNESS; the daemon's audit_witness): each chain is checked alone, which cannot show its last events removed")
+	witnessed, err := st.witness.Chains()
+	if err != nil {
+		return fail(err)
+	}
+	if len(witnessed) == 0 {
+		where := "no audit witness"
+		if st.witness != "" {
+			where = fmt.Sprintf("the audit witness %s holds no heads", st.witness)
+		}
+		fmt.Fprintf(os.Stderr, "stockade: warning: %s (--audit-witness, STOCKADE_AUDIT_WITNESS; the daemon's audit_witness): each chain is checked alone, which cannot show its last events removed\n", where)
 	}
 	if *wsName == "" {
 		// A witnessed chain whose workspace is gone was deleted whole.
-		witnessed, err := st.witness.Chains()
-		if err != nil {
-			return fail(err)
-		}
 		for _, id := range witnessed {
 			if !slices.ContainsFunc(chains, func(c chain) bool { return c.id == id }) {
 				chains = append(chains, chain{id, fmt.Sprintf("workspace %s", id)})

@@ -197,6 +197,12 @@ func TestAuditVerify(t *testing.T) {
 							t.Errorf("verify of PostgreSQL without a witness: stderr %q, want a warning", errOut)
 						}
 					}
+					// A witness directory that holds nothing (mistyped, or
+					// not the daemon's) checks nothing either.
+					_, _, errOut = cli(t, "audit", "verify", "--db", db.url, "--audit-witness", t.TempDir())
+					if !strings.Contains(errOut, "holds no heads") {
+						t.Errorf("verify with an empty witness: stderr %q, want a warning", errOut)
+					}
 				})
 			}
 		})

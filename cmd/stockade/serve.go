@@ -43,7 +43,7 @@ func serveCmd(ctx context.Context, args []string) int {
 	if len(pos) > 0 {
 		return fail(usagef("serve takes no arguments"))
 	}
-	cfg.Egress = *egress
+	cfg.Egress, cfg.Serving = *egress, true
 	// The broker reads credentials that name a variable from the daemon's
 	// environment; only the CLI may hand it over.
 	cfg.LookupEnv = os.LookupEnv

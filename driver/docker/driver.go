@@ -170,7 +170,7 @@ func (d *Driver) engineError(doing string, err error) error {
 		// The caller's deadline, which a long import can pass: not an
 		// engine that is down (Health's ping, with a deadline of its own,
 		// says so).
-		return fmt.Errorf("%s the Docker engine: %v: %w", doing, err, errdefs.ErrUnavailable)
+		return fmt.Errorf("%s the Docker engine: %w: %w", doing, err, errdefs.ErrUnavailable)
 	case cerrdefs.IsNotFound(err):
 		return fmt.Errorf("%s the Docker engine: %v: %w", doing, err, errdefs.ErrNotFound)
 	case cerrdefs.IsConflict(err):

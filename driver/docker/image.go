@@ -80,7 +80,7 @@ func (d *Driver) ImportImage(ctx context.Context, img sandbox.Image) (string, er
 	case d.importing <- struct{}{}:
 		defer func() { <-d.importing }()
 	case <-ctx.Done():
-		return "", fmt.Errorf("waiting for another import of an image into the Docker engine: %w", ctx.Err())
+		return "", fmt.Errorf("waiting for another import of an image into the Docker engine: %w: %w", ctx.Err(), errdefs.ErrUnavailable)
 	}
 	if d.knownImage(tag) {
 		return tag, nil

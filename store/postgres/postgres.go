@@ -192,16 +192,32 @@ func (c *advisoryClaim) take(ctx context.Context) error {
 	return nil
 }
 
+// claimCheckTimeout bounds a check of the claim: a connection that does
+// not answer a ping within it (half open, say) is taken for lost.
+const claimCheckTimeout = 5 * time.Second
+
 func (c *advisoryClaim) Check(ctx context.Context) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	switch {
-	case c.released:
+	if c.released {
 		return fmt.Errorf("the database claim was released: %w", errdefs.ErrFailedPrecondition)
-	case c.conn != nil && c.conn.Ping(ctx) == nil:
-		return nil
-	case c.conn != nil:
-		// The connection, and the lock with it, is gone.
+	}
+	// A cancelled caller says nothing of the claim: it is kept.
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, claimCheckTimeout)
+	defer cancel()
+	if c.conn != nil {
+		err := c.conn.Ping(ctx)
+		if err == nil {
+			return nil
+		}
+		if context.Cause(ctx) != context.DeadlineExceeded && ctx.Err() != nil {
+			return ctx.Err() // the caller's cancel, mid-ping
+		}
+		// The connection, and the lock with it, is gone (or does not
+		// answer, which is the same for another daemon).
 		c.conn.Close(context.WithoutCancel(ctx))
 		c.conn = nil
 	}

@@ -183,6 +183,15 @@ func TestClaimLostAndTakenAgain(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer claim.Release()
+	// A cancelled check says nothing of the claim: it is kept.
+	cctx, cancel := context.WithCancel(ctx)
+	cancel()
+	if err := claim.Check(cctx); err == nil {
+		t.Fatal("Check with a cancelled context: got nil, want the context's error")
+	}
+	if _, err := b.ClaimDaemon(ctx); !errdefs.IsConflict(err) {
+		t.Fatalf("a second claim after a cancelled check: got %v, want a conflict", err)
+	}
 	// Only this schema's lock: other tests' claims are left alone.
 	terminate := func() {
 		t.Helper()
