@@ -743,6 +743,9 @@ func (s *Service) Invoke(ctx context.Context, p Principal, req InvokeRequest, o 
 		ne.Audit = append(ne.Audit, store.NewEvent{Type: audit.ApprovalRequested, Code: audit.ApprovalRequestedCode, Actor: p.KeyID, Reason: why})
 	}
 	adm, err := s.st.CreateExecution(ctx, ne)
+	if err != nil && errdefs.IsUnavailable(err) && ne.ID != "" {
+		adm, err = s.admittedAnyway(ctx, p.WorkspaceID, ne.ID, err)
+	}
 	if err != nil {
 		ticket.release()
 		if errdefs.IsResourceExhausted(err) {
@@ -1013,6 +1016,28 @@ func (s *Service) Decide(ctx context.Context, p Principal, approvalID string, ap
 		s.hub.finish(e.ID)
 	}
 	return a, e, nil
+}
+
+// admittedAnyway looks up execution id after its admission failed with
+// err, a store that was unavailable: a commit whose answer was lost (the
+// connection cut after COMMIT) admitted it all the same, and it must run
+// or wait for its approval, not stay queued with its credits reserved until
+// the next start. It returns err when the execution is not there.
+func (s *Service) admittedAnyway(ctx context.Context, ws, id string, err error) (store.Admission, error) {
+	ex, gerr := s.st.GetExecution(ctx, ws, id)
+	if gerr != nil {
+		return store.Admission{}, err
+	}
+	s.log.Warn("admitting an execution failed, but it was admitted", "execution", id, "err", err)
+	adm := store.Admission{Execution: ex}
+	if ex.ApprovalID != "" {
+		a, gerr := s.st.GetApproval(ctx, ws, ex.ApprovalID)
+		if gerr != nil {
+			return store.Admission{}, err
+		}
+		adm.Approval = &a
+	}
+	return adm, nil
 }
 
 // checkStillAllowed returns the approval's card, and refuses to approve a

@@ -702,3 +702,32 @@ func TestAuditWriterWithTheStoreDown(t *testing.T) {
 		t.Errorf("AppendEvent attempts: got %d, want %d (every retry for the first event, one for each after)", got, want)
 	}
 }
+
+// lostCommit is a store whose CreateExecution commits and then fails as a
+// connection cut after COMMIT does: the answer is lost, not the commit.
+type lostCommit struct{ store.Store }
+
+func (s lostCommit) CreateExecution(ctx context.Context, e store.NewExecution) (store.Admission, error) {
+	if _, err := s.Store.CreateExecution(ctx, e); err != nil {
+		return store.Admission{}, err
+	}
+	return store.Admission{}, fmt.Errorf("connection reset by peer: %w", errdefs.ErrUnavailable)
+}
+
+// TestAdmissionWhoseAnswerWasLost checks that an execution admitted by a
+// commit whose answer was lost runs, charged once, instead of staying
+// queued with its credits reserved until the next start.
+func TestAdmissionWhoseAnswerWasLost(t *testing.T) {
+	ctx := t.Context()
+	env := newServiceEnv(t, lostCommit{openSQLite(t)}, &fakeDriver{name: "gvisor", tier: sandbox.TierGVisor}, noApprovalPolicy(), ServiceOptions{})
+	inv, err := env.svc.Invoke(ctx, env.agent, InvokeRequest{Runtime: "python", Code: "print(1)"}, InvokeOptions{ExecutionID: NewExecutionID()})
+	if err != nil {
+		t.Fatalf("Invoke: %v, want the admitted execution", err)
+	}
+	if ex, err := env.svc.Wait(ctx, env.agent, inv.Execution.ID, 10*time.Second); err != nil || ex.Status != store.StatusSucceeded {
+		t.Fatalf("execution: got %s, %v; want succeeded", ex.Status, err)
+	}
+	if c, err := env.st.GetCredits(ctx, env.ws.ID); err != nil || c.Available != 8 || c.Reserved != 0 {
+		t.Errorf("credits: got %+v, %v; want 8 available, none reserved", c, err)
+	}
+}
