@@ -3,6 +3,7 @@ package api_test
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"net/http"
@@ -212,11 +213,14 @@ func TestOneDaemonPerDatabase(t *testing.T) {
 			{"same database", append(slices.Clone(args), "--state-dir", filepath.Join(dir, "state2")), "another stockade daemon serves"},
 			{"same state directory", otherDB, "another stockade daemon on this host uses the state directory " + state},
 		} {
-			cmd := exec.Command(bin, append([]string{"serve"}, c.args...)...)
+			ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
+			cmd := exec.CommandContext(ctx, bin, append([]string{"serve"}, c.args...)...)
 			cmd.Env = append(os.Environ(), "STOCKADE_DRIVER=runc")
 			var stderr bytes.Buffer
 			cmd.Stderr = &stderr
-			if err := runWithin(cmd, 60*time.Second); err == nil || !strings.Contains(stderr.String(), c.want) {
+			err := cmd.Run()
+			cancel()
+			if err == nil || !strings.Contains(stderr.String(), c.want) {
 				t.Errorf("%s: a second daemon: got %v, stderr:\n%s\nwant a failure saying %q", c.name, err, stderr.String(), c.want)
 			}
 		}
@@ -229,16 +233,6 @@ func TestOneDaemonPerDatabase(t *testing.T) {
 		s.close()
 		d.stop()
 	})
-}
-
-// runWithin runs cmd and kills it if it has not exited within d.
-func runWithin(cmd *exec.Cmd, d time.Duration) error {
-	if err := cmd.Start(); err != nil {
-		return err
-	}
-	t := time.AfterFunc(d, func() { cmd.Process.Kill() })
-	defer t.Stop()
-	return cmd.Wait()
 }
 
 func exists(p string) bool {

@@ -377,14 +377,15 @@ func (b *Broker) serve(w http.ResponseWriter, r *http.Request, c Caller) {
 		refuse(http.StatusBadGateway, "the upstream response was unreadable or too large")
 		return
 	}
-	body = redact(body, secret)
+	forms := secretForms(secret)
+	body = redact(body, forms)
 	h := w.Header()
 	for k, vs := range resp.Header {
 		if !passHeaders[textproto.CanonicalMIMEHeaderKey(k)] && !strings.HasPrefix(k, "X-Ratelimit-") {
 			continue
 		}
 		for _, v := range vs {
-			if !holdsSecret(v, secret) {
+			if !holdsSecret(v, forms) {
 				h.Add(k, v)
 			}
 		}
@@ -563,17 +564,17 @@ func secretForms(secret string) []string {
 	return forms
 }
 
-// redact replaces every form of the secret in body.
-func redact(body []byte, secret string) []byte {
-	for _, f := range secretForms(secret) {
+// redact replaces each of forms (secretForms) in body.
+func redact(body []byte, forms []string) []byte {
+	for _, f := range forms {
 		body = bytes.ReplaceAll(body, []byte(f), []byte(redacted))
 	}
 	return body
 }
 
-// holdsSecret reports whether v holds a form of the secret.
-func holdsSecret(v, secret string) bool {
-	return slices.ContainsFunc(secretForms(secret), func(f string) bool { return strings.Contains(v, f) })
+// holdsSecret reports whether v holds one of forms (secretForms).
+func holdsSecret(v string, forms []string) bool {
+	return slices.ContainsFunc(forms, func(f string) bool { return strings.Contains(v, f) })
 }
 
 func writeError(w http.ResponseWriter, status int, msg string) {

@@ -204,17 +204,21 @@ func TestIdempotentRetryIsNotDecidedAgain(t *testing.T) {
 	}
 }
 
-// failingAppends is a store whose AppendEvent fails while fail is set: the
-// daemon dying after a transaction committed and before a separate audit
-// write looks the same to the audit trail.
+// failingAppends is a store whose AppendEvent fails, as a store that is
+// down or busy: while fail is set, and the next n times. failures counts
+// the calls that failed. The daemon dying after a transaction committed
+// and before a separate audit write looks the same to the audit trail.
 type failingAppends struct {
 	store.Store
-	fail atomic.Bool
+	fail     atomic.Bool
+	n        atomic.Int32
+	failures atomic.Int32
 }
 
 func (s *failingAppends) AppendEvent(ctx context.Context, e store.NewEvent) (store.Event, error) {
-	if s.fail.Load() {
-		return store.Event{}, fmt.Errorf("the daemon died: %w", errdefs.ErrUnavailable)
+	if s.fail.Load() || s.n.Add(-1) >= 0 {
+		s.failures.Add(1)
+		return store.Event{}, fmt.Errorf("the store is unreachable: %w", errdefs.ErrUnavailable)
 	}
 	return s.Store.AppendEvent(ctx, e)
 }
@@ -565,23 +569,10 @@ func TestOutputChunksKeepCharacters(t *testing.T) {
 	}
 }
 
-// flakyAppends fails AppendEvent the first n times, as a busy store.
-type flakyAppends struct {
-	store.Store
-	n atomic.Int32
-}
-
-func (s *flakyAppends) AppendEvent(ctx context.Context, e store.NewEvent) (store.Event, error) {
-	if s.n.Add(-1) >= 0 {
-		return store.Event{}, fmt.Errorf("database is locked: %w", errdefs.ErrUnavailable)
-	}
-	return s.Store.AppendEvent(ctx, e)
-}
-
 // TestBrokerEventRetries checks that the event of a broker call (a use of
 // the operator's credential) survives a store busy for a moment.
 func TestBrokerEventRetries(t *testing.T) {
-	st := &flakyAppends{Store: openSQLite(t)}
+	st := &failingAppends{Store: openSQLite(t)}
 	env := newServiceEnv(t, st, &fakeDriver{name: "gvisor", tier: sandbox.TierGVisor}, noApprovalPolicy(), ServiceOptions{})
 	st.n.Store(2)
 	const exec = "ex_busy"
@@ -664,22 +655,6 @@ func TestCloseDuringARun(t *testing.T) {
 	}
 }
 
-// downAppends is a store whose AppendEvent fails while down is set, as a
-// store that is down, and counts those attempts.
-type downAppends struct {
-	store.Store
-	down     atomic.Bool
-	attempts atomic.Int32
-}
-
-func (s *downAppends) AppendEvent(ctx context.Context, e store.NewEvent) (store.Event, error) {
-	if !s.down.Load() {
-		return s.Store.AppendEvent(ctx, e)
-	}
-	s.attempts.Add(1)
-	return store.Event{}, fmt.Errorf("connection refused: %w", errdefs.ErrUnavailable)
-}
-
 // TestAuditWriterWithTheStoreDown checks that while the store is down only
 // the first event is tried again: the queue every sandbox shares keeps
 // moving, and Close does not wait out every event's retries.
@@ -687,9 +662,9 @@ func TestAuditWriterWithTheStoreDown(t *testing.T) {
 	saved := storeRetries
 	storeRetries = []time.Duration{time.Millisecond, time.Millisecond, time.Millisecond, time.Millisecond}
 	defer func() { storeRetries = saved }()
-	st := &downAppends{Store: openSQLite(t)}
+	st := &failingAppends{Store: openSQLite(t)}
 	env := newServiceEnv(t, st, &fakeDriver{name: "gvisor", tier: sandbox.TierGVisor}, noApprovalPolicy(), ServiceOptions{})
-	st.down.Store(true)
+	st.fail.Store(true)
 	const exec = "ex_down"
 	env.svc.startRun(exec, env.ws.ID)
 	for range 3 {
@@ -698,7 +673,7 @@ func TestAuditWriterWithTheStoreDown(t *testing.T) {
 	}
 	env.svc.endRun(exec)
 	env.svc.Close()
-	if got, want := st.attempts.Load(), int32(len(storeRetries)+1+2); got != want {
+	if got, want := st.failures.Load(), int32(len(storeRetries)+1+2); got != want {
 		t.Errorf("AppendEvent attempts: got %d, want %d (every retry for the first event, one for each after)", got, want)
 	}
 }
