@@ -5,6 +5,8 @@
 package testenv
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"os"
 	"os/exec"
@@ -75,7 +77,9 @@ var (
 // binary, and returns the executable's path. The executables live in one
 // directory under the system's temporary directory, replaced (by rename,
 // so a running copy is never disturbed) by every test binary that builds
-// them, so test runs leave one copy of each behind, not one per run.
+// them, so test runs leave one copy of each behind, not one per run. The
+// directory is named after the module's checkout, so that test runs of two
+// checkouts (worktrees) never run each other's executables.
 func Build(t testing.TB, pkg string) string {
 	t.Helper()
 	buildMu.Lock()
@@ -83,7 +87,8 @@ func Build(t testing.TB, pkg string) string {
 	if p, ok := built[pkg]; ok {
 		return p
 	}
-	dir := filepath.Join(os.TempDir(), "stockade-test-bin")
+	sum := sha256.Sum256([]byte(ModuleRoot()))
+	dir := filepath.Join(os.TempDir(), "stockade-test-bin-"+hex.EncodeToString(sum[:4]))
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
