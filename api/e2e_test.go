@@ -440,7 +440,7 @@ func TestBadAuth(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := e.st.RevokeAPIKey(t.Context(), e.ws.ID, k.ID); err != nil {
+		if err := e.st.RevokeAPIKey(t.Context(), e.ws.ID, k.ID, nil); err != nil {
 			t.Fatal(err)
 		}
 		tests := []struct {

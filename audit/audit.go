@@ -55,4 +55,6 @@ const (
 	CreditsGrantedCode   = "ADM003I"
 	PolicyUpdated        = "policy.updated"
 	PolicyUpdatedCode    = "ADM004I"
+	KeyRevoked           = "key.revoked"
+	KeyRevokedCode       = "ADM005I"
 )

@@ -95,13 +95,23 @@ type Keys interface {
 	// revoked keys are both ErrNotFound, so an authenticator cannot
 	// accidentally accept a revoked key.
 	LookupAPIKey(ctx context.Context, hash KeyHash) (APIKey, error)
+	// GetAPIKey returns the key with the given id, revoked or not. An
+	// unknown id is ErrNotFound.
+	GetAPIKey(ctx context.Context, keyID string) (APIKey, error)
 	// ListAPIKeys returns a workspace's keys, revoked ones included, oldest
 	// first.
 	ListAPIKeys(ctx context.Context, workspaceID string) ([]APIKey, error)
-	// RevokeAPIKey revokes a key of the workspace. Revoking a revoked key
-	// succeeds and keeps the first revocation time; an unknown key (or one of
+	// RevokeAPIKey revokes a key of the workspace and appends the events
+	// audit (if not nil) returns for the key as revoked, in the same
+	// transaction. Revoking a revoked key succeeds, keeps the first
+	// revocation time and appends nothing; an unknown key (or one of
 	// another workspace) is ErrNotFound.
-	RevokeAPIKey(ctx context.Context, workspaceID, keyID string) error
+	RevokeAPIKey(ctx context.Context, workspaceID, keyID string, audit func(APIKey) []NewEvent) error
+	// RecordKeyUses sets the last use of each key in uses (by id) to its
+	// time, where that is later than the one stored. Unknown ids are
+	// skipped. Uses are recorded after the fact, in batches, so that
+	// authenticating writes nothing.
+	RecordKeyUses(ctx context.Context, uses map[string]time.Time) error
 }
 
 // Policies holds each workspace's policy record. The store keeps what it is
@@ -310,7 +320,8 @@ type NewAPIKey struct {
 	Audit func(APIKey) []NewEvent
 }
 
-// APIKey is a stored key. RevokedAt is zero while the key is active.
+// APIKey is a stored key. RevokedAt is zero while the key is active,
+// LastUsedAt until a use of it is recorded (RecordKeyUses).
 type APIKey struct {
 	ID          string
 	WorkspaceID string
@@ -319,6 +330,7 @@ type APIKey struct {
 	Name        string
 	CreatedAt   time.Time
 	RevokedAt   time.Time
+	LastUsedAt  time.Time
 }
 
 // ApprovalMode says whether invocations wait for a human.

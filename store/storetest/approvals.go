@@ -107,7 +107,7 @@ func testApprovalDeciders(t *testing.T, st store.Store) {
 	adm := awaiting(t, st, f, "print(2)", nowPlus(600))
 	revoked := must[store.APIKey](t, "CreateAPIKey")(st.CreateAPIKey(ctx, store.NewAPIKey{WorkspaceID: f.ws.ID,
 		Role: store.RoleApprover, Hash: store.HashKey("revoked approver")}))
-	if err := st.RevokeAPIKey(ctx, f.ws.ID, revoked.ID); err != nil {
+	if err := st.RevokeAPIKey(ctx, f.ws.ID, revoked.ID, nil); err != nil {
 		t.Fatal(err)
 	}
 	for _, tc := range []struct {

@@ -75,11 +75,51 @@ func testAPIKeys(t *testing.T, st store.Store) {
 		t.Fatalf("ListAPIKeys: got %d keys, want 3", len(keys))
 	}
 
-	if err := st.RevokeAPIKey(ctx, f.ws.ID, f.agent.ID); err != nil {
+	if k := must[store.APIKey](t, "GetAPIKey")(st.GetAPIKey(ctx, f.approver.ID)); k != f.approver {
+		t.Fatalf("GetAPIKey: got %+v, want %+v", k, f.approver)
+	}
+
+	// Uses are recorded where they are later than the one stored, so that
+	// batches flushed out of order never move a last use back.
+	t1 := store.TruncateTime(time.Now().Add(-time.Hour))
+	t2 := t1.Add(time.Minute)
+	for _, uses := range []map[string]time.Time{
+		{f.agent.ID: t1, "key_unknown": t2},
+		{f.agent.ID: t2, f.approver.ID: t1},
+		{f.agent.ID: t1},
+	} {
+		if err := st.RecordKeyUses(ctx, uses); err != nil {
+			t.Fatalf("RecordKeyUses(%v): %v", uses, err)
+		}
+	}
+	for _, want := range []struct {
+		id string
+		at time.Time
+	}{{f.agent.ID, t2}, {f.approver.ID, t1}, {f.adm.ID, time.Time{}}} {
+		if k := must[store.APIKey](t, "GetAPIKey")(st.GetAPIKey(ctx, want.id)); !k.LastUsedAt.Equal(want.at) {
+			t.Errorf("last use of %s: got %v, want %v", want.id, k.LastUsedAt, want.at)
+		}
+	}
+	if k := must[store.APIKey](t, "LookupAPIKey")(st.LookupAPIKey(ctx, store.HashKey("keys/agent"))); !k.LastUsedAt.Equal(t2) {
+		t.Errorf("LookupAPIKey: last use %v, want %v", k.LastUsedAt, t2)
+	}
+
+	// A revocation appends its audit event in its own transaction, once.
+	revoked := func(k store.APIKey) []store.NewEvent {
+		if k.RevokedAt.IsZero() {
+			t.Errorf("audit of a revocation: got key %+v without RevokedAt", k)
+		}
+		return []store.NewEvent{{Type: "key.revoked", Actor: "test", Reason: k.ID}}
+	}
+	if err := st.RevokeAPIKey(ctx, f.ws.ID, f.agent.ID, revoked); err != nil {
 		t.Fatalf("RevokeAPIKey: %v", err)
 	}
-	if err := st.RevokeAPIKey(ctx, f.ws.ID, f.agent.ID); err != nil {
+	if err := st.RevokeAPIKey(ctx, f.ws.ID, f.agent.ID, revoked); err != nil {
 		t.Fatalf("RevokeAPIKey twice: got %v, want success", err)
+	}
+	evs := must[store.Page[store.Event]](t, "ListEvents")(st.ListEvents(ctx, f.ws.ID, store.EventFilter{Types: []string{"key.revoked"}}))
+	if len(evs.Items) != 1 || evs.Items[0].Reason != f.agent.ID {
+		t.Errorf("key.revoked events: got %+v, want one naming %s", evs.Items, f.agent.ID)
 	}
 	_, err := st.LookupAPIKey(ctx, store.HashKey("keys/agent"))
 	wantClass(t, "LookupAPIKey of a revoked key", err, errdefs.ErrNotFound)
@@ -88,6 +128,9 @@ func testAPIKeys(t *testing.T, st store.Store) {
 		if k.ID == f.agent.ID && k.RevokedAt.IsZero() {
 			t.Fatalf("ListAPIKeys: revoked key has no RevokedAt")
 		}
+	}
+	if k := must[store.APIKey](t, "GetAPIKey")(st.GetAPIKey(ctx, f.agent.ID)); k.RevokedAt.IsZero() {
+		t.Errorf("GetAPIKey: revoked key has no RevokedAt")
 	}
 
 	for _, tc := range []struct {
@@ -104,8 +147,9 @@ func testAPIKeys(t *testing.T, st store.Store) {
 			errdefs.ErrInvalidArgument},
 		{"unknown workspace", second(st.CreateAPIKey(ctx, store.NewAPIKey{WorkspaceID: "ws_nope", Role: store.RoleAgent,
 			Hash: store.HashKey("y")})), errdefs.ErrNotFound},
-		{"revoke unknown", st.RevokeAPIKey(ctx, f.ws.ID, "key_nope"), errdefs.ErrNotFound},
-		{"revoke another workspace's key", st.RevokeAPIKey(ctx, f.ws.ID, other.agent.ID), errdefs.ErrNotFound},
+		{"get unknown", second(st.GetAPIKey(ctx, "key_nope")), errdefs.ErrNotFound},
+		{"revoke unknown", st.RevokeAPIKey(ctx, f.ws.ID, "key_nope", nil), errdefs.ErrNotFound},
+		{"revoke another workspace's key", st.RevokeAPIKey(ctx, f.ws.ID, other.agent.ID, nil), errdefs.ErrNotFound},
 	} {
 		t.Run(tc.name, func(t *testing.T) { wantClass(t, tc.name, tc.err, tc.class) })
 	}

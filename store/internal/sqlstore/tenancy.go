@@ -117,14 +117,14 @@ func (s *Store) CreateAPIKey(ctx context.Context, k store.NewAPIKey) (store.APIK
 	return key, nil
 }
 
-const keyCols = `id, workspace_id, role, name, hash, created_at, revoked_at`
+const keyCols = `id, workspace_id, role, name, hash, created_at, revoked_at, last_used_at`
 
 func scanKey(r Row) (store.APIKey, error) {
 	var (
 		k         store.APIKey
 		role, hsh string
 	)
-	if err := r.Scan(&k.ID, &k.WorkspaceID, &role, &k.Name, &hsh, scanTime(&k.CreatedAt), scanTime(&k.RevokedAt)); err != nil {
+	if err := r.Scan(&k.ID, &k.WorkspaceID, &role, &k.Name, &hsh, scanTime(&k.CreatedAt), scanTime(&k.RevokedAt), scanTime(&k.LastUsedAt)); err != nil {
 		return k, err
 	}
 	k.Role = store.Role(role)
@@ -146,6 +146,15 @@ func (s *Store) LookupAPIKey(ctx context.Context, hash store.KeyHash) (store.API
 	return k, nil
 }
 
+// GetAPIKey implements store.Keys.
+func (s *Store) GetAPIKey(ctx context.Context, keyID string) (store.APIKey, error) {
+	k, err := scanKey(lookupRow(ctx, s.b.Reader(), keyID, `SELECT `+keyCols+` FROM api_keys WHERE id = $1`, keyID))
+	if err != nil {
+		return store.APIKey{}, fmt.Errorf("key %q: %w", keyID, s.classify(notFound(err)))
+	}
+	return k, nil
+}
+
 // ListAPIKeys implements store.Keys.
 func (s *Store) ListAPIKeys(ctx context.Context, workspaceID string) ([]store.APIKey, error) {
 	keys, err := queryAll(ctx, s.b.Reader(), scanKey,
@@ -157,18 +166,45 @@ func (s *Store) ListAPIKeys(ctx context.Context, workspaceID string) ([]store.AP
 }
 
 // RevokeAPIKey implements store.Keys.
-func (s *Store) RevokeAPIKey(ctx context.Context, workspaceID, keyID string) error {
+func (s *Store) RevokeAPIKey(ctx context.Context, workspaceID, keyID string, audit func(store.APIKey) []store.NewEvent) error {
 	err := s.inTx(ctx, func(q Querier) error {
-		var one int
-		if err := q.QueryRow(ctx, `SELECT 1 FROM api_keys WHERE id = $1 AND workspace_id = $2`+s.d.ForUpdate,
-			keyID, workspaceID).Scan(&one); err != nil {
+		k, err := scanKey(q.QueryRow(ctx, `SELECT `+keyCols+` FROM api_keys WHERE id = $1 AND workspace_id = $2`+s.d.ForUpdate,
+			keyID, workspaceID))
+		if err != nil {
 			return notFound(err)
 		}
-		_, err := q.Exec(ctx, `UPDATE api_keys SET revoked_at = $1 WHERE id = $2 AND revoked_at IS NULL`, s.tm(s.clock()), keyID)
-		return err
+		if !k.RevokedAt.IsZero() {
+			return nil
+		}
+		k.RevokedAt = s.clock()
+		if _, err := q.Exec(ctx, `UPDATE api_keys SET revoked_at = $1 WHERE id = $2`, s.tm(k.RevokedAt), keyID); err != nil || audit == nil {
+			return err
+		}
+		return s.appendAudit(ctx, q, workspaceID, audit(k))
 	})
 	if err != nil {
 		return fmt.Errorf("revoking key %q of workspace %q: %w", keyID, workspaceID, err)
+	}
+	return nil
+}
+
+// RecordKeyUses implements store.Keys.
+func (s *Store) RecordKeyUses(ctx context.Context, uses map[string]time.Time) error {
+	if len(uses) == 0 {
+		return nil
+	}
+	err := s.inTx(ctx, func(q Querier) error {
+		for id, at := range uses {
+			t := s.tm(at)
+			if _, err := q.Exec(ctx, `UPDATE api_keys SET last_used_at = $1 WHERE id = $2 AND (last_used_at IS NULL OR last_used_at < $3)`,
+				t, id, t); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("recording the use of %d API keys: %w", len(uses), err)
 	}
 	return nil
 }
