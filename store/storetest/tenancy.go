@@ -40,12 +40,18 @@ func testWorkspaces(t *testing.T, st store.Store) {
 		t.Fatalf("new workspace chain head: got %+v, want empty", h)
 	}
 
+	// A taken name is said in the user's words, not the database's
+	// ("UNIQUE constraint failed: workspaces.name (2067)").
+	_, err := st.CreateWorkspace(ctx, "alpha", nil)
+	if want := `workspace "alpha" already exists: conflict`; err == nil || err.Error() != want {
+		t.Errorf("CreateWorkspace of a taken name: got %v, want %q", err, want)
+	}
 	for _, tc := range []struct {
 		name  string
 		err   error
 		class error
 	}{
-		{"duplicate name", second(st.CreateWorkspace(ctx, "alpha", nil)), errdefs.ErrConflict},
+		{"duplicate name", err, errdefs.ErrConflict},
 		{"empty name", second(st.CreateWorkspace(ctx, "  ", nil)), errdefs.ErrInvalidArgument},
 		{"long name", second(st.CreateWorkspace(ctx, strings.Repeat("x", 300), nil)), errdefs.ErrInvalidArgument},
 		{"NUL in name", second(st.CreateWorkspace(ctx, "a\x00b", nil)), errdefs.ErrInvalidArgument},

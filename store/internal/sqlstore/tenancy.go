@@ -38,6 +38,11 @@ func (s *Store) CreateWorkspace(ctx context.Context, name string, audit func(sto
 		}
 		return s.appendAudit(ctx, q, w.ID, audit(w))
 	})
+	if errdefs.IsConflict(err) {
+		// The name is the only unique value of the row the caller chose;
+		// the database's own words name a constraint.
+		return store.Workspace{}, fmt.Errorf("workspace %q already exists: %w", name, errdefs.ErrConflict)
+	}
 	if err != nil {
 		return store.Workspace{}, fmt.Errorf("creating workspace %q: %w", name, err)
 	}
@@ -111,6 +116,9 @@ func (s *Store) CreateAPIKey(ctx context.Context, k store.NewAPIKey) (store.APIK
 		}
 		return s.appendAudit(ctx, q, key.WorkspaceID, k.Audit(key))
 	})
+	if errdefs.IsConflict(err) {
+		return store.APIKey{}, fmt.Errorf("creating %s key in workspace %q: a key with this hash exists already: %w", k.Role, k.WorkspaceID, errdefs.ErrConflict)
+	}
 	if err != nil {
 		return store.APIKey{}, fmt.Errorf("creating %s key in workspace %q: %w", k.Role, k.WorkspaceID, err)
 	}
