@@ -100,6 +100,9 @@ type Service struct {
 
 	// claim is the store's daemon claim, taken by Start.
 	claim store.DaemonClaim
+
+	// keyUses are the API keys' uses not yet written to the store.
+	keyUses keyUses
 }
 
 // NewService returns the capability layer over eng and st. Call Start
@@ -443,6 +446,7 @@ func (s *Service) Close() {
 	}
 	s.auditMu.Unlock()
 	s.auditWriter.Wait()
+	s.flushKeyUses(context.Background())
 	if s.claim != nil {
 		// The last events of this daemon are witnessed too.
 		s.witnessChains(context.Background())
@@ -467,6 +471,7 @@ func (s *Service) expireLoop() {
 			return
 		case <-t.C:
 			s.expireApprovals(s.ctx)
+			s.flushKeyUses(s.ctx)
 			if tick%witnessEvery == 0 {
 				s.witnessChains(s.ctx)
 				s.checkClaim(s.ctx)
@@ -541,6 +546,7 @@ func (s *Service) Authenticate(ctx context.Context, key string) (Principal, erro
 		}
 		return Principal{}, errors.New("the API key could not be checked")
 	}
+	s.keyUses.note(k.ID, s.opts.Now())
 	return Principal{KeyID: k.ID, WorkspaceID: k.WorkspaceID, Role: k.Role}, nil
 }
 
