@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -34,6 +35,10 @@ type BuildOptions struct {
 	Mirror string
 	// Log receives debootstrap's output as it runs; nil discards it.
 	Log io.Writer
+	// Progress, if set, is called as the build moves on: at each stage and
+	// package, and with the tree's size every few seconds. Calls come one
+	// at a time, from goroutines of Build.
+	Progress func(Progress)
 }
 
 // debootstrapEnv is debootstrap's whole environment: nothing is inherited
@@ -120,12 +125,14 @@ func (s *Store) build(ctx context.Context, rt Runtime, opts BuildOptions) (_ Man
 		return Manifest{}, fmt.Errorf("creating build directory: %w", classify(err))
 	}
 
-	if err := s.bootstrap(ctx, rootfs, rt, opts); err != nil {
+	prog := newProgress(opts.Progress, rt.Name)
+	if err := s.bootstrapWatched(ctx, rootfs, rt, opts, prog); err != nil {
 		return Manifest{}, err
 	}
 	if err := ctx.Err(); err != nil {
 		return Manifest{}, err
 	}
+	prog.stage("hardening")
 	if err := harden(rootfs, rt); err != nil {
 		return Manifest{}, fmt.Errorf("hardening the tree: %w", classify(err))
 	}
@@ -142,6 +149,7 @@ func (s *Store) build(ctx context.Context, rt Runtime, opts BuildOptions) (_ Man
 			return Manifest{}, fmt.Errorf("package %s is not installed in the tree: %w", p, errdefs.ErrFailedPrecondition)
 		}
 	}
+	prog.stage("hashing")
 	sum, err := treeDigest(ctx, rootfs)
 	if err != nil {
 		if ctx.Err() != nil {
@@ -149,6 +157,7 @@ func (s *Store) build(ctx context.Context, rt Runtime, opts BuildOptions) (_ Man
 		}
 		return Manifest{}, classify(err)
 	}
+	prog.size(sum.size)
 	m := Manifest{
 		Name:         rt.Name,
 		Digest:       "sha256:" + sum.hex,
@@ -178,6 +187,25 @@ func (s *Store) build(ctx context.Context, rt Runtime, opts BuildOptions) (_ Man
 		return Manifest{}, err
 	}
 	return m, s.writeRef(rt.Name, m.Digest)
+}
+
+// bootstrapWatched runs the bootstrap with its output read by prog, and
+// the tree's size measured while it runs.
+func (s *Store) bootstrapWatched(ctx context.Context, rootfs string, rt Runtime, opts BuildOptions, prog *progress) error {
+	if opts.Progress == nil {
+		return s.bootstrap(ctx, rootfs, rt, opts)
+	}
+	if opts.Log == nil {
+		opts.Log = prog
+	} else {
+		opts.Log = io.MultiWriter(opts.Log, prog)
+	}
+	measuring, stop := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	wg.Go(func() { prog.measure(measuring, rootfs) })
+	defer wg.Wait()
+	defer stop()
+	return s.bootstrap(ctx, rootfs, rt, opts)
 }
 
 // publish makes the finished build directory tmp the image hex, replacing a
