@@ -6,6 +6,8 @@ export PATH := /usr/local/go/bin:$(PATH)
 export CGO_ENABLED := 0
 export GOFLAGS := -buildvcs=false
 
+# The version stockade --version prints: the checkout's, or devel.
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo devel)
 GUEST := internal/guestbin/payload/stockade-guest
 PROBE := internal/guestbin/payload/stockade-probe
 
@@ -21,7 +23,7 @@ guest:
 	go build -trimpath -ldflags='-s -w' -o $(PROBE) ./sandbox/conformance/probe
 
 build: guest
-	go build -trimpath -o bin/stockade ./cmd/stockade
+	go build -trimpath -ldflags='-X main.version=$(VERSION)' -o bin/stockade ./cmd/stockade
 
 # Installs runc and debootstrap, builds the static runsc and the images,
 # and puts stockade on PATH.

@@ -50,19 +50,24 @@ func status(err error) (int, string) {
 const retryAfterSeconds = "1"
 
 func writeError(w http.ResponseWriter, err error) {
-	code, name := status(err)
-	msg := err.Error()
+	code, _ := status(err)
+	d := Describe(err)
 	if code == http.StatusInternalServerError {
-		msg = "internal error"
-	} else {
-		// The class name that wrapping appends (": not found") repeats the
-		// code; clients get the sentence without it.
-		msg = strings.TrimSuffix(msg, ": "+classText(err))
+		d.Message = "internal error"
 	}
 	if code == http.StatusTooManyRequests || code == http.StatusServiceUnavailable {
 		w.Header().Set("Retry-After", retryAfterSeconds)
 	}
-	writeJSON(w, code, ErrorBody{Error: ErrorDetail{Code: name, Message: msg}})
+	writeJSON(w, code, ErrorBody{Error: d})
+}
+
+// Describe is err's stable code and its sentence without the class name
+// that wrapping appends (": not found"), which repeats the code. The CLI
+// prints errors in this form too; unlike an API answer it keeps the
+// sentence of an internal error, which only the operator sees there.
+func Describe(err error) ErrorDetail {
+	_, name := status(err)
+	return ErrorDetail{Code: name, Message: strings.TrimSuffix(err.Error(), ": "+classText(err))}
 }
 
 // classText is the text of the error class err wraps.

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"flag"
 	"fmt"
 	"os"
 	"slices"
@@ -42,52 +41,49 @@ func auditCmd(ctx context.Context, args []string) int {
 		return auditBlastRadius(ctx, args[1:])
 	case "verify":
 		return auditVerify(ctx, args[1:])
-	case "-h", "--help", "help":
+	case "-h", "-help", "--help", "help":
 		fmt.Fprint(os.Stdout, auditUsage)
 		return 0
 	}
-	fmt.Fprintf(os.Stderr, "stockade: unknown audit command %q\n%s", args[0], auditUsage)
-	return exitUsage
+	return fail(usagef("unknown audit command %q; want blast-radius or verify (stockade audit --help)", args[0]))
 }
 
 func auditBlastRadius(ctx context.Context, args []string) int {
-	fs := flag.NewFlagSet("audit blast-radius", flag.ContinueOnError)
-	fs.Usage = func() {
-		fmt.Fprint(fs.Output(), auditUsage)
-		fs.PrintDefaults()
-	}
+	fs := newFlags("audit blast-radius", auditUsage)
 	cfg, load := configFlags(fs)
 	tool := fs.String("tool", "", "tool to audit, e.g. code.execute (required)")
 	runtime := fs.String("runtime", "", "runtime image to probe from (default: the first of shell, python, node the tool allows)")
 	fs.StringVar(&cfg.Tools, "tools", cfg.Tools, "tools file or directory (default: only the built-in code.execute)")
 	asJSON := fs.Bool("json", false, "print the whole report as JSON")
 	pos, err := load(args)
-	if err != nil {
-		return fail(err)
-	}
 	switch {
+	case err != nil:
+		return report(flagErr(fs, err), *asJSON)
 	case *tool == "":
-		return fail(usagef("audit blast-radius: --tool is required (the built-in tool is code.execute)"))
+		return report(usagef("audit blast-radius: --tool is required (the built-in tool is code.execute)"), *asJSON)
 	case len(pos) > 0:
-		return fail(usagef("audit blast-radius takes no arguments, got %q", pos))
+		return report(usagef("audit blast-radius takes no arguments, got %q", pos), *asJSON)
 	}
 	probe, err := guestbin.Probe()
 	if err != nil {
-		return fail(err)
+		return report(err, *asJSON)
 	}
 	e, err := engine.Open(*cfg)
 	if err != nil {
-		return fail(classify(err))
+		return report(classifyEngine(err), *asJSON)
+	}
+	if _, err := e.Tools().Get(*tool); err != nil {
+		return report(usageError{err}, *asJSON)
 	}
 	r, err := blastradius.Run(ctx, e, blastradius.Options{Tool: *tool, Runtime: *runtime, Probe: probe})
 	if err != nil {
-		return fail(classify(err))
+		return report(classifyEngine(err), *asJSON)
 	}
 	if *asJSON {
 		enc := json.NewEncoder(os.Stdout)
 		enc.SetIndent("", "  ")
 		if err := enc.Encode(r); err != nil {
-			return fail(err)
+			return report(err, *asJSON)
 		}
 	} else {
 		fmt.Print(r.Markdown())
@@ -99,18 +95,14 @@ func auditBlastRadius(ctx context.Context, args []string) int {
 }
 
 func auditVerify(ctx context.Context, args []string) int {
-	fs := flag.NewFlagSet("audit verify", flag.ContinueOnError)
-	fs.Usage = func() {
-		fmt.Fprint(fs.Output(), auditUsage)
-		fs.PrintDefaults()
-	}
+	fs := newFlags("audit verify", auditUsage)
 	dbo := dbFlags(fs)
 	wsName := fs.String("workspace", "", "verify only this workspace's chain (default: every chain)")
-	pos, err := parseArgs(fs, args)
-	if err != nil {
-		return exitUsage
-	}
-	if len(pos) > 0 {
+	pos, err := parse(fs, args)
+	switch {
+	case err != nil:
+		return fail(err)
+	case len(pos) > 0:
 		return fail(usagef("audit verify takes no arguments, got %q", pos))
 	}
 	st, err := openDB(ctx, dbo)

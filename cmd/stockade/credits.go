@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"strconv"
 
@@ -14,38 +13,55 @@ func init() {
 }
 
 func creditsCmd(ctx context.Context, args []string) int {
-	const use = "usage: stockade credits grant NAME N | stockade credits show NAME"
-	if len(args) == 0 || (args[0] != "grant" && args[0] != "show") {
-		return fail(usagef(use))
-	}
-	fs := flag.NewFlagSet("credits "+args[0], flag.ContinueOnError)
+	return dispatch(ctx, "credits", map[string]verb{
+		"grant": {"add N credits to a workspace's balance", creditsGrant},
+		"show":  {"print a workspace's available and reserved credits", creditsShow},
+	}, args)
+}
+
+func creditsGrant(ctx context.Context, args []string) int {
+	fs := newFlags("credits grant", "usage: stockade credits grant NAME N\n\nAdds N (a positive whole number) credits to the workspace NAME and prints\nthe balance.")
 	dbo := dbFlags(fs)
-	pos, err := parseArgs(fs, args[1:])
-	if err != nil {
-		return exitUsage
+	pos, err := parse(fs, args)
+	switch {
+	case err != nil:
+		return fail(err)
+	case len(pos) != 2:
+		return fail(usagef("credits grant takes a workspace NAME and a number N, got %d arguments (stockade credits grant --help)", len(pos)))
 	}
-	want := map[string]int{"grant": 2, "show": 1}[args[0]]
-	if len(pos) != want {
-		return fail(usagef(use))
+	n, err := strconv.ParseInt(pos[1], 10, 64)
+	if err != nil || n <= 0 {
+		return fail(usagef("credits grant: N must be a positive whole number, got %q", pos[1]))
 	}
-	var n int64
-	if args[0] == "grant" {
-		v, err := strconv.ParseInt(pos[1], 10, 64)
-		if err != nil || v <= 0 {
-			return fail(usagef("credits: N must be a positive whole number, got %q", pos[1]))
-		}
-		n = v
+	return credits(ctx, dbo, pos[0], n)
+}
+
+func creditsShow(ctx context.Context, args []string) int {
+	fs := newFlags("credits show", "usage: stockade credits show NAME\n\nPrints the workspace's available and reserved credits.")
+	dbo := dbFlags(fs)
+	pos, err := parse(fs, args)
+	switch {
+	case err != nil:
+		return fail(err)
+	case len(pos) != 1:
+		return fail(usagef("credits show takes one workspace NAME, got %d arguments", len(pos)))
 	}
+	return credits(ctx, dbo, pos[0], 0)
+}
+
+// credits grants n credits to the workspace name, if n > 0, and prints its
+// balance.
+func credits(ctx context.Context, dbo dbOptions, name string, n int64) int {
 	st, err := openDB(ctx, dbo)
 	if err != nil {
 		return fail(err)
 	}
 	defer st.Close()
-	ws, err := st.GetWorkspaceByName(ctx, pos[0])
+	ws, err := st.GetWorkspaceByName(ctx, name)
 	if err != nil {
 		return fail(classify(err))
 	}
-	if args[0] == "grant" {
+	if n > 0 {
 		if _, err := st.GrantCredits(ctx, ws.ID, n, "granted from the CLI",
 			cliEvents(audit.CreditsGranted, audit.CreditsGrantedCode, "credits granted", map[string]int64{"amount": n})); err != nil {
 			return fail(classify(err))

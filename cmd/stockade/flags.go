@@ -3,6 +3,7 @@ package main
 import (
 	"flag"
 	"os"
+	"strings"
 
 	"github.com/stockade-sh/stockade/config"
 )
@@ -62,21 +63,40 @@ func configFlags(fs *flag.FlagSet) (*config.Config, func(args []string) ([]strin
 
 // parseArgs parses args with fs, allowing flags after positional arguments
 // (`stockade credits grant demo 10 --db URL`), and returns the positional
-// arguments. "--" ends flag parsing.
+// arguments. "--" ends flag parsing; "-" and negative numbers ("-5") are
+// positional arguments, so that a command can refuse them in words.
 func parseArgs(fs *flag.FlagSet, args []string) ([]string, error) {
-	var pos []string
-	for {
-		if err := fs.Parse(args); err != nil {
-			return nil, err
+	var flags, pos []string
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		if a == "--" {
+			pos = append(pos, args[i+1:]...)
+			break
 		}
-		rest := fs.Args()
-		if len(rest) == 0 {
-			return pos, nil
+		if a == "-" || !strings.HasPrefix(a, "-") || isNegativeNumber(a) {
+			pos = append(pos, a)
+			continue
 		}
-		if len(args) > len(rest) && args[len(args)-len(rest)-1] == "--" {
-			return append(pos, rest...), nil
+		flags = append(flags, a)
+		// A flag that takes a value and was not given one with "=" takes
+		// the next argument, whatever it looks like (`-c -1`).
+		name, _, hasValue := strings.Cut(strings.TrimLeft(a, "-"), "=")
+		if f := fs.Lookup(name); f != nil && !hasValue && !isBoolFlag(f) && i+1 < len(args) {
+			i++
+			flags = append(flags, args[i])
 		}
-		pos = append(pos, rest[0])
-		args = rest[1:]
 	}
+	if err := fs.Parse(flags); err != nil {
+		return nil, err
+	}
+	return pos, nil
+}
+
+// isNegativeNumber reports whether a looks like "-5" or "-0.5": no flag
+// name starts with a digit.
+func isNegativeNumber(a string) bool { return len(a) > 1 && a[1] >= '0' && a[1] <= '9' }
+
+func isBoolFlag(f *flag.Flag) bool {
+	b, ok := f.Value.(interface{ IsBoolFlag() bool })
+	return ok && b.IsBoolFlag()
 }

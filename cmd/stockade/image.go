@@ -3,10 +3,8 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
-	"io"
 	"os"
 	"slices"
 	"strings"
@@ -34,9 +32,6 @@ prune   deletes images left behind by forced rebuilds; no sandbox may be
         running from them.
 `
 
-// errHelp is returned when the user asked for help; the exit status is 0.
-var errHelp = errors.New("help requested")
-
 func runImage(ctx context.Context, args []string) int {
 	if len(args) == 0 {
 		fmt.Fprint(os.Stderr, imageUsage)
@@ -52,14 +47,11 @@ func runImage(ctx context.Context, args []string) int {
 		err = imageVerify(ctx, args[1:])
 	case "prune":
 		err = imagePrune(args[1:])
-	case "help", "-h", "--help":
-		err = errHelp
-	default:
-		err = usagef("unknown image command %q; want build, list, verify or prune", args[0])
-	}
-	if errors.Is(err, errHelp) {
+	case "help", "-h", "-help", "--help":
 		fmt.Fprint(os.Stdout, imageUsage)
 		return 0
+	default:
+		err = usagef("unknown image command %q; want build, list, verify or prune", args[0])
 	}
 	if err != nil {
 		return fail(err)
@@ -68,32 +60,11 @@ func runImage(ctx context.Context, args []string) int {
 }
 
 // imageFlags returns a flag set for an image subcommand with the --root flag
-// every subcommand takes.
+// every subcommand takes; its --help prints the image commands' usage.
 func imageFlags(name string) (*flag.FlagSet, *string) {
-	fs := flag.NewFlagSet("image "+name, flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
+	fs := newFlags("image "+name, imageUsage)
 	root := fs.String("root", image.DefaultRoot, "image store root `DIR`")
 	return fs, root
-}
-
-// parseInterleaved parses flags that may come before, between or after the
-// positional arguments, and returns the positional arguments.
-func parseInterleaved(fs *flag.FlagSet, args []string) ([]string, error) {
-	var pos []string
-	for {
-		if err := fs.Parse(args); err != nil {
-			if errors.Is(err, flag.ErrHelp) {
-				return nil, errHelp
-			}
-			return nil, usagef("%s: %v", fs.Name(), err)
-		}
-		args = fs.Args()
-		if len(args) == 0 {
-			return pos, nil
-		}
-		pos = append(pos, args[0])
-		args = args[1:]
-	}
 }
 
 // runtimeArgs validates runtime names, drops duplicates, and defaults to all
@@ -119,7 +90,7 @@ func imageBuild(ctx context.Context, args []string) error {
 	force := fs.Bool("force", false, "rebuild even if a valid image exists")
 	mirror := fs.String("mirror", image.DefaultMirror, "Debian mirror `URL`")
 	verbose := fs.Bool("v", false, "show debootstrap's output")
-	pos, err := parseInterleaved(fs, args)
+	pos, err := parse(fs, args)
 	if err != nil {
 		return err
 	}
@@ -159,7 +130,7 @@ func imageBuild(ctx context.Context, args []string) error {
 func imageList(args []string) error {
 	fs, root := imageFlags("list")
 	asJSON := fs.Bool("json", false, "print the manifests as JSON")
-	pos, err := parseInterleaved(fs, args)
+	pos, err := parse(fs, args)
 	if err != nil {
 		return err
 	}
@@ -190,7 +161,7 @@ func imageList(args []string) error {
 
 func imageVerify(ctx context.Context, args []string) error {
 	fs, root := imageFlags("verify")
-	pos, err := parseInterleaved(fs, args)
+	pos, err := parse(fs, args)
 	if err != nil {
 		return err
 	}
@@ -221,7 +192,7 @@ func imageVerify(ctx context.Context, args []string) error {
 
 func imagePrune(args []string) error {
 	fs, root := imageFlags("prune")
-	pos, err := parseInterleaved(fs, args)
+	pos, err := parse(fs, args)
 	if err != nil {
 		return err
 	}

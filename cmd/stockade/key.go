@@ -4,8 +4,8 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/base64"
-	"flag"
 	"fmt"
+	"os"
 
 	"github.com/stockade-sh/stockade/audit"
 	"github.com/stockade-sh/stockade/store"
@@ -16,20 +16,32 @@ func init() {
 }
 
 func keyCmd(ctx context.Context, args []string) int {
-	if len(args) == 0 || args[0] != "create" {
-		return fail(usagef("usage: stockade key create --workspace NAME --role agent|approver|admin [--name LABEL]"))
-	}
-	fs := flag.NewFlagSet("key create", flag.ContinueOnError)
+	return dispatch(ctx, "key", map[string]verb{
+		"create": {"create a key; prints the key on stdout (shown once) and its id on stderr", keyCreate},
+	}, args)
+}
+
+const keyCreateUsage = `usage: stockade key create --workspace NAME --role agent|approver|admin [--name LABEL]
+
+Prints the key alone on stdout, so that AGENT=$(stockade key create ...)
+captures it, and its id (which the audit trail names) on stderr. The key is shown this once: the database keeps only its hash.`
+
+func keyCreate(ctx context.Context, args []string) int {
+	fs := newFlags("key create", keyCreateUsage)
 	dbo := dbFlags(fs)
 	wsName := fs.String("workspace", "", "workspace name (required)")
 	role := fs.String("role", "", "agent (may invoke), approver (may decide approvals) or admin (both)")
 	name := fs.String("name", "", "a label for people")
-	pos, err := parseArgs(fs, args[1:])
-	if err != nil {
-		return exitUsage
-	}
-	if *wsName == "" || !store.Role(*role).Valid() || len(pos) > 0 {
-		return fail(usagef("usage: stockade key create --workspace NAME --role agent|approver|admin"))
+	pos, err := parse(fs, args)
+	switch {
+	case err != nil:
+		return fail(err)
+	case len(pos) > 0:
+		return fail(usagef("key create takes no arguments, got %q (stockade key create --help)", pos))
+	case *wsName == "":
+		return fail(usagef("key create: --workspace is required"))
+	case !store.Role(*role).Valid():
+		return fail(usagef("key create: --role must be agent, approver or admin, got %q", *role))
 	}
 	st, err := openDB(ctx, dbo)
 	if err != nil {
@@ -45,7 +57,7 @@ func keyCmd(ctx context.Context, args []string) int {
 		return fail(err)
 	}
 	key := "sk_" + base64.RawURLEncoding.EncodeToString(b[:])
-	_, err = st.CreateAPIKey(ctx, store.NewAPIKey{WorkspaceID: ws.ID, Role: store.Role(*role), Hash: store.HashKey(key), Name: *name,
+	k, err := st.CreateAPIKey(ctx, store.NewAPIKey{WorkspaceID: ws.ID, Role: store.Role(*role), Hash: store.HashKey(key), Name: *name,
 		Audit: func(k store.APIKey) []store.NewEvent {
 			return cliEvents(audit.KeyCreated, audit.KeyCreatedCode, "API key created", map[string]string{"key_id": k.ID, "role": *role})
 		}})
@@ -53,8 +65,7 @@ func keyCmd(ctx context.Context, args []string) int {
 		return fail(classify(err))
 	}
 	st.witnessChain(ctx, ws.ID)
-	// The key alone on stdout, so that `KEY=$(stockade key create ...)` works;
-	// it is shown once and stored only as a hash.
 	fmt.Println(key)
+	fmt.Fprintf(os.Stderr, "created %s key %s in workspace %s\n", k.Role, k.ID, ws.Name)
 	return 0
 }

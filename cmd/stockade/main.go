@@ -1,17 +1,24 @@
 // Command stockade is the Stockade CLI and daemon. Each subcommand lives in
 // its own file and registers itself in commands; the subcommands parse flags
-// and call into packages, nothing more.
+// and call into packages, nothing more. cli.go holds what they share: flag
+// sets whose --help prints on stdout, and one way to report an error and
+// choose the exit status.
 package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
+	"runtime"
 	"sort"
 	"syscall"
 )
+
+// version is the release this binary was built from; the Makefile sets it
+// (-ldflags "-X main.version=...") from git describe.
+var version = "devel"
 
 // command is one subcommand. run returns the process exit status.
 type command struct {
@@ -22,58 +29,66 @@ type command struct {
 // commands is filled by init functions of the subcommand files.
 var commands = map[string]command{}
 
-// exitUsage is the exit status for bad input.
-const exitUsage = 2
-
-// usageError marks an error caused by the caller's input (exit status 2).
-type usageError struct{ err error }
-
-func (e usageError) Error() string { return e.err.Error() }
-func (e usageError) Unwrap() error { return e.err }
-
-func usagef(format string, a ...any) error { return usageError{fmt.Errorf(format, a...)} }
-
-// fail prints err on one line and returns the exit status it deserves:
-// 2 for bad input, 1 otherwise.
-func fail(err error) int {
-	fmt.Fprintf(os.Stderr, "stockade: %v\n", err)
-	var u usageError
-	if errors.As(err, &u) {
-		return exitUsage
-	}
-	return 1
+func init() {
+	commands["version"] = command{summary: "print the version of this binary", run: versionCmd}
 }
 
-func usage() {
-	fmt.Fprintf(os.Stderr, "usage: stockade COMMAND [ARGS]\n\ncommands:\n")
+func versionCmd(_ context.Context, args []string) int {
+	fs := newFlags("version", "usage: stockade version  (or stockade --version)")
+	if pos, err := parse(fs, args); err != nil || len(pos) > 0 {
+		if err == nil {
+			err = usagef("version takes no arguments")
+		}
+		return fail(err)
+	}
+	fmt.Printf("stockade %s (%s %s/%s)\n", version, runtime.Version(), runtime.GOOS, runtime.GOARCH)
+	return 0
+}
+
+func usage(w io.Writer) {
+	fmt.Fprintf(w, "usage: stockade COMMAND [ARGS]  (stockade COMMAND --help for each)\n\ncommands:\n")
 	names := make([]string, 0, len(commands))
 	for n := range commands {
 		names = append(names, n)
 	}
 	sort.Strings(names)
 	for _, n := range names {
-		fmt.Fprintf(os.Stderr, "  %-10s %s\n", n, commands[n].summary)
+		fmt.Fprintf(w, "  %-10s %s\n", n, commands[n].summary)
 	}
 }
 
 func main() {
-	if len(os.Args) < 2 {
-		usage()
-		os.Exit(exitUsage)
+	os.Exit(dispatchCommand(os.Args[1:]))
+}
+
+// dispatchCommand runs the command args name and returns the exit status.
+func dispatchCommand(args []string) int {
+	if len(args) == 0 {
+		usage(os.Stderr)
+		return exitUsage
 	}
-	name := os.Args[1]
-	if name == "-h" || name == "--help" || name == "help" {
-		usage()
-		return
+	name := args[0]
+	switch name {
+	case "-h", "-help", "--help":
+		usage(os.Stdout)
+		return 0
+	case "help":
+		// `stockade help run` is `stockade run --help`.
+		if len(args) < 2 {
+			usage(os.Stdout)
+			return 0
+		}
+		name, args = args[1], []string{args[1], "--help"}
+	case "-version", "--version":
+		name = "version"
 	}
 	cmd, ok := commands[name]
 	if !ok {
-		fmt.Fprintf(os.Stderr, "stockade: unknown command %q\n", name)
-		usage()
-		os.Exit(exitUsage)
+		return fail(usagef("unknown command %q (stockade --help lists them)", name))
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	code := cmd.run(ctx, os.Args[2:])
-	stop()
-	os.Exit(code)
+	// A signal cancels the command's context: a sandbox it started is
+	// destroyed before it exits (with exitInterrupted).
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
+	defer stop()
+	return cmd.run(ctx, args[1:])
 }

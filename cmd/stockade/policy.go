@@ -19,26 +19,46 @@ func init() {
 }
 
 func policyCmd(ctx context.Context, args []string) int {
-	const use = "usage: stockade policy show NAME | stockade policy set NAME [--approval=required|none] [--network=allowed|denied] [--max-timeout=DURATION] [--runtimes=python,node,shell] [--code-execution=enabled|disabled] [--tool-changes=flag|require_review]"
-	if len(args) < 2 || (args[0] != "show" && args[0] != "set") {
-		return fail(usagef(use))
-	}
-	verb, name := args[0], args[1]
-	fs := flag.NewFlagSet("policy "+verb, flag.ContinueOnError)
+	return dispatch(ctx, "policy", map[string]verb{
+		"show": {"print a workspace's policy as JSON", func(ctx context.Context, args []string) int { return policyVerb(ctx, "show", args) }},
+		"set":  {"change the fields of a workspace's policy whose flags are given", func(ctx context.Context, args []string) int { return policyVerb(ctx, "set", args) }},
+	}, args)
+}
+
+const (
+	policyShowUsage = "usage: stockade policy show NAME [--db URL]"
+	policySetUsage  = `usage: stockade policy set NAME [--approval=required|none] [--network=allowed|denied]
+                          [--max-timeout=DURATION] [--runtimes=python,node,shell]
+                          [--code-execution=enabled|disabled] [--tool-changes=flag|require_review]
+
+Flags may come before or after NAME. Only the fields whose flags are given
+change; the policy as stored is printed as JSON.`
+)
+
+func policyVerb(ctx context.Context, verb string, args []string) int {
+	use := map[string]string{"show": policyShowUsage, "set": policySetUsage}[verb]
+	fs := newFlags("policy "+verb, use)
 	dbo := dbFlags(fs)
-	approval := fs.String("approval", "", "required or none")
-	network := fs.String("network", "", "allowed or denied")
-	maxTimeout := fs.Duration("max-timeout", 0, "maximum wall clock per invocation (lowers the server's ceiling)")
-	runtimes := fs.String("runtimes", "", "comma-separated allowed runtimes")
-	codeExec := fs.String("code-execution", "", "enabled or disabled")
-	toolChanges := fs.String("tool-changes", "", "flag or require_review")
-	pos, err := parseArgs(fs, args[2:])
+	var (
+		approval, network, runtimes, codeExec, toolChanges string
+		maxTimeout                                         time.Duration
+	)
+	if verb == "set" {
+		fs.StringVar(&approval, "approval", "", "required or none")
+		fs.StringVar(&network, "network", "", "allowed or denied")
+		fs.DurationVar(&maxTimeout, "max-timeout", 0, "maximum wall clock per invocation (lowers the server's ceiling)")
+		fs.StringVar(&runtimes, "runtimes", "", "comma-separated allowed runtimes")
+		fs.StringVar(&codeExec, "code-execution", "", "enabled or disabled")
+		fs.StringVar(&toolChanges, "tool-changes", "", "flag or require_review")
+	}
+	pos, err := parse(fs, args)
 	if err != nil {
-		return exitUsage
+		return fail(err)
 	}
-	if len(pos) > 0 {
-		return fail(usagef(use))
+	if len(pos) != 1 {
+		return fail(usagef("policy %s takes one workspace NAME, got %d arguments (stockade policy %s --help)", verb, len(pos), verb))
 	}
+	name := pos[0]
 	st, err := openDB(ctx, dbo)
 	if err != nil {
 		return fail(err)
@@ -54,7 +74,7 @@ func policyCmd(ctx context.Context, args []string) int {
 	}
 	if verb == "set" {
 		before := api.PolicyViewOf(pol)
-		if err := applyPolicyFlags(fs, &pol, *approval, *network, *maxTimeout, *runtimes, *codeExec, *toolChanges); err != nil {
+		if err := applyPolicyFlags(fs, &pol, approval, network, maxTimeout, runtimes, codeExec, toolChanges); err != nil {
 			return fail(err)
 		}
 		if pol, err = st.SetPolicy(ctx, ws.ID, pol, func(after store.Policy) []store.NewEvent {

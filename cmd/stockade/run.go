@@ -20,7 +20,7 @@ func init() {
 }
 
 func runCmd(ctx context.Context, args []string) int {
-	fs := flag.NewFlagSet("run", flag.ContinueOnError)
+	fs := newFlags("run", "usage: stockade run --runtime python|node|shell [--driver runc|gvisor] [--timeout 30s] [--memory 512MiB] [--json] (-c CODE | FILE | -)")
 	cfg, load := configFlags(fs)
 	runtime := fs.String("runtime", "", "runtime: python, node or shell (required)")
 	driver := fs.String("driver", "", "driver: runc, gvisor or docker (default: the tool's tier; the default tool runs on the configured default driver, gvisor)")
@@ -30,13 +30,9 @@ func runCmd(ctx context.Context, args []string) int {
 	memory := fs.String("memory", "", "memory limit, e.g. 512MiB (default 512MiB)")
 	asJSON := fs.Bool("json", false, "print the result as a JSON object")
 	code := fs.String("c", "", "code to run")
-	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), "usage: stockade run --runtime python|node|shell [--driver runc|gvisor] [--timeout 30s] [--memory 512MiB] [--json] (-c CODE | FILE | -)")
-		fs.PrintDefaults()
-	}
 	pos, err := load(args)
 	if err != nil {
-		return fail(err)
+		return fail(flagErr(fs, err))
 	}
 	res, err := runOnce(ctx, pos, cfg, *runtime, *tool, *driver, isSet(fs, "timeout"), *timeout, *memory, *code)
 	if err != nil {
@@ -114,21 +110,13 @@ func runOnce(ctx context.Context, pos []string, cfg *config.Config, runtime, too
 	}
 	e, err := engine.Open(*cfg)
 	if err != nil {
-		return nil, classify(err)
+		return nil, classifyStore(err)
 	}
 	res, err := e.Run(ctx, engine.Request{Runtime: runtime, Tool: tool, Code: src, Driver: driver, Limits: limits})
 	if err != nil {
-		return nil, classify(err)
+		return nil, classifyStore(err)
 	}
 	return res, nil
-}
-
-// classify turns errors the operator or caller can fix into usage errors.
-func classify(err error) error {
-	if errdefs.IsInvalidArgument(err) || errdefs.IsTooLarge(err) || errdefs.IsNotFound(err) || errdefs.IsFailedPrecondition(err) || errdefs.IsUnavailable(err) {
-		return usageError{err}
-	}
-	return err
 }
 
 func readCodeFile(path string) ([]byte, error) {
@@ -144,4 +132,13 @@ func isSet(fs *flag.FlagSet, name string) bool {
 	set := false
 	fs.Visit(func(f *flag.Flag) { set = set || f.Name == name })
 	return set
+}
+
+// classifyStore keeps the classes the run command always took as bad
+// input.
+func classifyStore(err error) error {
+	if errdefs.IsNotFound(err) || errdefs.IsFailedPrecondition(err) || errdefs.IsUnavailable(err) {
+		return usageError{err}
+	}
+	return classifyEngine(err)
 }

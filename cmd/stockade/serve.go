@@ -6,7 +6,6 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
-	"flag"
 	"fmt"
 	"log/slog"
 	"net"
@@ -30,15 +29,19 @@ func init() {
 	commands["serve"] = command{summary: "run the Stockade daemon (HTTP API)", run: serveCmd}
 }
 
+const serveSynopsis = `usage: stockade serve [--config FILE] [--listen 127.0.0.1:8700] [--db URL] [--egress=false]
+
+Runs the daemon: the HTTP API on --listen, over the database --db.`
+
 func serveCmd(ctx context.Context, args []string) int {
-	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	fs := newFlags("serve", serveSynopsis)
 	cfg, load := configFlags(fs)
 	fs.StringVar(&cfg.Listen, "listen", cfg.Listen, "HTTP listen address")
 	fs.StringVar(&cfg.DB, "db", cfg.DB, "database URL: sqlite:PATH or postgres://... (default sqlite in the data directory)")
 	egress := fs.Bool("egress", true, "give approved network requests egress through the host's proxy (needs root and nftables)")
 	pos, err := load(args)
 	if err != nil {
-		return fail(err)
+		return fail(flagErr(fs, err))
 	}
 	if len(pos) > 0 {
 		return fail(usagef("serve takes no arguments"))

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"os"
 	"strings"
@@ -16,14 +15,19 @@ func init() {
 	commands["setup"] = command{summary: "install or verify runc, debootstrap, runsc and the runtime images", run: setupCmd}
 }
 
+const setupSynopsis = `usage: stockade setup [--images python,node,shell] [-q]
+
+Installs or verifies runc, debootstrap, runsc and the runtime images, and
+installs the guest agent. It is idempotent.`
+
 func setupCmd(ctx context.Context, args []string) int {
-	fs := flag.NewFlagSet("setup", flag.ContinueOnError)
+	fs := newFlags("setup", setupSynopsis)
 	cfg, load := configFlags(fs)
 	images := fs.String("images", "python,node,shell", "comma-separated runtime images to build")
 	quiet := fs.Bool("q", false, "print only errors")
 	pos, err := load(args)
 	if err != nil {
-		return fail(err)
+		return fail(flagErr(fs, err))
 	}
 	if len(pos) > 0 {
 		return fail(usagef("setup takes no arguments"))

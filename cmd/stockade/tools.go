@@ -41,19 +41,17 @@ func toolsCmd(ctx context.Context, args []string) int {
 		return toolsRecord(args[1:])
 	case "list":
 		return toolsList(args[1:])
-	case "-h", "--help", "help":
+	case "-h", "-help", "--help", "help":
 		fmt.Fprint(os.Stdout, toolsUsage)
 		return 0
 	}
-	fmt.Fprintf(os.Stderr, "stockade: unknown tools command %q\n%s", args[0], toolsUsage)
-	return exitUsage
+	return fail(usagef("unknown tools command %q; want lint, record or list (stockade tools --help)", args[0]))
 }
 
 // toolsFlags registers the flags of the tools commands. The data root
 // defaults to $STOCKADE_DATA_DIR/data, or /var/lib/stockade/data.
 func toolsFlags(name string, withConfig bool) (fs *flag.FlagSet, configPath, dataRoot *string) {
-	fs = flag.NewFlagSet("tools "+name, flag.ContinueOnError)
-	fs.Usage = func() { fmt.Fprint(fs.Output(), toolsUsage) }
+	fs = newFlags("tools "+name, toolsUsage)
 	dataDir := config.Default().DataDir
 	if v := os.Getenv("STOCKADE_DATA_DIR"); v != "" {
 		dataDir = v
@@ -87,12 +85,12 @@ func loadTools(path, dataRoot string) (*tools.Set, int) {
 
 func toolsLint(args []string) int {
 	fs, _, dataRoot := toolsFlags("lint", false)
-	pos, err := parseArgs(fs, args)
+	pos, err := parse(fs, args)
 	if err != nil {
-		return exitUsage
+		return fail(err)
 	}
 	if len(pos) != 1 || pos[0] == "" {
-		return fail(usagef("tools lint takes one FILE or DIR\n%s", toolsUsage))
+		return fail(usagef("tools lint takes one FILE or DIR (stockade tools --help)"))
 	}
 	set, code := loadTools(pos[0], *dataRoot)
 	if set == nil {
@@ -104,12 +102,12 @@ func toolsLint(args []string) int {
 
 func toolsRecord(args []string) int {
 	fs, configPath, dataRoot := toolsFlags("record", true)
-	pos, err := parseArgs(fs, args)
+	pos, err := parse(fs, args)
 	if err != nil {
-		return exitUsage
+		return fail(err)
 	}
 	if len(pos) != 1 || pos[0] == "" {
-		return fail(usagef("tools record takes one tool NAME\n%s", toolsUsage))
+		return fail(usagef("tools record takes one tool NAME (stockade tools --help)"))
 	}
 	set, code := loadTools(*configPath, *dataRoot)
 	if set == nil {
@@ -125,12 +123,12 @@ func toolsRecord(args []string) int {
 
 func toolsList(args []string) int {
 	fs, configPath, dataRoot := toolsFlags("list", true)
-	pos, err := parseArgs(fs, args)
+	pos, err := parse(fs, args)
 	if err != nil {
-		return exitUsage
+		return fail(err)
 	}
 	if len(pos) != 0 {
-		return fail(usagef("tools list takes no arguments\n%s", toolsUsage))
+		return fail(usagef("tools list takes no arguments (stockade tools --help)"))
 	}
 	set, code := loadTools(*configPath, *dataRoot)
 	if set == nil {
