@@ -3,15 +3,16 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"os"
+	"os/signal"
+	"syscall"
 	"time"
 
-	"github.com/stockade-sh/stockade/config"
 	"github.com/stockade-sh/stockade/engine"
-	"github.com/stockade-sh/stockade/errdefs"
 	"github.com/stockade-sh/stockade/sandbox"
 )
 
@@ -19,126 +20,238 @@ func init() {
 	commands["run"] = command{summary: "run code once in a fresh sandbox (no server)", run: runCmd}
 }
 
+const runSynopsis = `usage: stockade run --runtime python|node|shell [--driver runc|gvisor|docker] [--timeout 30s]
+                    [--memory 512MiB] [--stdin FILE] [--json] (-c CODE | FILE | -)
+
+Runs the code once in a fresh sandbox that is destroyed afterwards. The code
+is -c CODE, a FILE, or - for the code from the standard input. The program's
+standard input is --stdin FILE (--stdin - for the CLI's standard input), else
+the CLI's standard input when that is a pipe or a file and does not carry the
+code; a terminal is not read. Output is printed as it comes, stdout and
+stderr in the order the program wrote them; --json prints one result object
+at the end instead.
+
+Exit status: the program's; 124 on timeout, 137 on an OOM kill, 128+N when
+killed by signal N; 2 for bad input; 125 when the code could not be run (a
+driver or runtime failure, a missing image); 130 when interrupted (SIGINT,
+SIGTERM, SIGHUP: the sandbox is destroyed first). --json exits the same.`
+
+// runOptions are the flags of `stockade run` beyond the configuration.
+type runOptions struct {
+	runtime, tool, driver string
+	code, stdin, memory   string
+	timeout               time.Duration
+	timeoutSet            bool
+	asJSON                bool
+}
+
 func runCmd(ctx context.Context, args []string) int {
-	fs := newFlags("run", "usage: stockade run --runtime python|node|shell [--driver runc|gvisor] [--timeout 30s] [--memory 512MiB] [--json] (-c CODE | FILE | -)")
+	fs := newFlags("run", runSynopsis)
 	cfg, load := configFlags(fs)
-	runtime := fs.String("runtime", "", "runtime: python, node or shell (required)")
-	driver := fs.String("driver", "", "driver: runc, gvisor or docker (default: the tool's tier; the default tool runs on the configured default driver, gvisor)")
-	tool := fs.String("tool", "", "tool to run as (default: the built-in code.execute)")
+	var o runOptions
+	fs.StringVar(&o.runtime, "runtime", "", "runtime: python, node or shell (required)")
+	fs.StringVar(&o.driver, "driver", "", "driver: runc, gvisor or docker (default: the tool's tier; the default tool runs on the configured default driver, gvisor)")
+	fs.StringVar(&o.tool, "tool", "", "tool to run as (default: the built-in code.execute)")
 	fs.StringVar(&cfg.Tools, "tools", cfg.Tools, "tools file or directory")
-	timeout := fs.Duration("timeout", 0, "wall clock limit (default 30s)")
-	memory := fs.String("memory", "", "memory limit, e.g. 512MiB (default 512MiB)")
-	asJSON := fs.Bool("json", false, "print the result as a JSON object")
-	code := fs.String("c", "", "code to run")
+	fs.DurationVar(&o.timeout, "timeout", 0, "wall clock limit (default 30s)")
+	fs.StringVar(&o.memory, "memory", "", "memory limit, e.g. 512MiB (default 512MiB)")
+	fs.StringVar(&o.stdin, "stdin", "", "read the program's standard input from `FILE`; - is the CLI's standard input")
+	fs.BoolVar(&o.asJSON, "json", false, "print the result as a JSON object, and errors as {\"error\":{\"code\",\"message\"}}")
+	fs.StringVar(&o.code, "c", "", "code to run")
 	pos, err := load(args)
 	if err != nil {
-		return fail(flagErr(fs, err))
+		return report(flagErr(fs, err), o.asJSON)
 	}
-	res, err := runOnce(ctx, pos, cfg, *runtime, *tool, *driver, isSet(fs, "timeout"), *timeout, *memory, *code)
+	o.timeoutSet = isSet(fs, "timeout")
+	req, err := runRequest(pos, o)
 	if err != nil {
-		return fail(err)
+		return report(err, o.asJSON)
 	}
-	if *asJSON {
+	e, err := engine.Open(*cfg)
+	if err != nil {
+		return report(runErr(err), o.asJSON)
+	}
+	// A reader of stdout that goes away (`stockade run ... | head -1`)
+	// ends the run: without this the write would kill the process with
+	// SIGPIPE and leave the sandbox behind.
+	signal.Ignore(syscall.SIGPIPE)
+	runCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	out := &streams{cancel: cancel}
+	if !o.asJSON {
+		req.OnOutput = out.write
+	}
+	res, err := e.Run(runCtx, req)
+	switch {
+	case out.err != nil:
+		fmt.Fprintf(os.Stderr, "stockade: %v; the sandbox was destroyed\n", out.err)
+		return exitOutputClosed
+	case err != nil && ctx.Err() != nil:
+		err = fmt.Errorf("%v; the sandbox was destroyed: %w", context.Cause(ctx), context.Canceled)
+		return report(err, o.asJSON)
+	case err != nil:
+		return report(runErr(err), o.asJSON)
+	}
+	if o.asJSON {
 		enc := json.NewEncoder(os.Stdout)
 		enc.SetIndent("", "  ")
 		if err := enc.Encode(res); err != nil {
-			return fail(err)
+			return report(runError{fmt.Errorf("writing the result: %w", err)}, o.asJSON)
 		}
-		return 0
+		return resultStatus(res)
 	}
-	os.Stdout.WriteString(res.Stdout)
-	os.Stderr.WriteString(res.Stderr)
+	for _, t := range []struct {
+		truncated bool
+		stream    sandbox.Stream
+	}{{res.StdoutTruncated, sandbox.Stdout}, {res.StderrTruncated, sandbox.Stderr}} {
+		if t.truncated {
+			fmt.Fprintf(os.Stderr, "stockade: %s truncated at the output cap\n", t.stream)
+		}
+	}
+	switch res.Status {
+	case sandbox.StatusTimedOut:
+		fmt.Fprintf(os.Stderr, "stockade: timed out after %dms\n", res.DurationMS)
+	case sandbox.StatusOOMKilled:
+		fmt.Fprintln(os.Stderr, "stockade: killed: out of memory")
+	case sandbox.StatusKilled:
+		fmt.Fprintf(os.Stderr, "stockade: killed by signal %d\n", res.Signal)
+	}
+	return resultStatus(res)
+}
+
+// resultStatus is the exit status of a run that produced a result: the
+// program's exit code, 124 on timeout (as timeout(1)), 137 on an OOM kill
+// and 128+N for a program killed by signal N (as a shell reports them).
+func resultStatus(res *engine.Result) int {
 	switch res.Status {
 	case sandbox.StatusSucceeded, sandbox.StatusFailed:
 		return res.ExitCode
 	case sandbox.StatusTimedOut:
-		fmt.Fprintf(os.Stderr, "stockade: timed out after %dms\n", res.DurationMS)
 		return 124
 	case sandbox.StatusOOMKilled:
-		fmt.Fprintln(os.Stderr, "stockade: killed: out of memory")
 		return 137
-	default:
-		fmt.Fprintf(os.Stderr, "stockade: killed by signal %d\n", res.Signal)
-		return 128 + res.Signal
+	}
+	return 128 + res.Signal
+}
+
+// runErr classifies an error of opening the engine or running: bad input
+// stays bad input (2), anything else means the code could not be run (125).
+func runErr(err error) error {
+	err = classifyEngine(err)
+	if errors.As(err, new(usageError)) {
+		return err
+	}
+	return runError{err}
+}
+
+// streams prints a run's output as it arrives, in arrival order. A write
+// that fails (a reader that went away) cancels the run.
+type streams struct {
+	cancel context.CancelFunc
+	err    error
+}
+
+func (s *streams) write(st sandbox.Stream, p []byte) {
+	if s.err != nil {
+		return
+	}
+	w := os.Stdout
+	if st == sandbox.Stderr {
+		w = os.Stderr
+	}
+	if _, err := w.Write(p); err != nil {
+		s.err = fmt.Errorf("writing the program's %s: %w", st, err)
+		s.cancel()
 	}
 }
 
-// runOnce validates the command line and runs the code. Errors caused by
-// the input (including a missing image or runtime, which `stockade setup`
-// fixes) are usage errors.
-func runOnce(ctx context.Context, pos []string, cfg *config.Config, runtime, tool, driver string, timeoutSet bool, timeout time.Duration, memory, code string) (*engine.Result, error) {
-	if runtime == "" {
-		return nil, usagef("--runtime is required (python, node or shell)")
+// runRequest validates the command line and reads the code and the
+// program's stdin. Errors are bad input.
+func runRequest(pos []string, o runOptions) (engine.Request, error) {
+	if o.runtime == "" {
+		return engine.Request{}, usagef("--runtime is required (python, node or shell)")
 	}
-	var src []byte
+	req := engine.Request{Runtime: o.runtime, Tool: o.tool, Driver: o.driver}
+	codeFromStdin := len(pos) == 1 && pos[0] == "-"
+	var err error
 	switch {
-	case code != "" && len(pos) > 0:
-		return nil, usagef("give either -c CODE or a FILE, not both")
-	case code != "":
-		src = []byte(code)
-	case len(pos) == 1 && pos[0] == "-":
-		b, err := io.ReadAll(io.LimitReader(os.Stdin, sandbox.MaxCodeSize+1))
-		if err != nil {
-			return nil, fmt.Errorf("reading code from stdin: %w", err)
+	case o.code != "" && len(pos) > 0:
+		return req, usagef("give either -c CODE or a FILE, not both")
+	case o.code != "":
+		req.Code = []byte(o.code)
+	case codeFromStdin:
+		if o.stdin == "-" {
+			return req, usagef("the code (-) and --stdin - cannot both be the standard input; give one of them a FILE")
 		}
-		src = b
+		if req.Code, err = readLimited(os.Stdin, "code from stdin"); err != nil {
+			return req, err
+		}
 	case len(pos) == 1:
-		b, err := readCodeFile(pos[0])
-		if err != nil {
-			return nil, usageError{err}
+		if req.Code, err = readFile(pos[0], "code"); err != nil {
+			return req, err
 		}
-		src = b
 	case len(pos) > 1:
-		return nil, usagef("only one FILE may be given")
+		return req, usagef("only one FILE may be given")
 	default:
-		return nil, usagef("no code: give -c CODE, a FILE, or - for stdin")
+		return req, usagef("no code: give -c CODE, a FILE, or - for stdin")
 	}
-	var limits sandbox.Limits
-	if timeoutSet && timeout <= 0 {
-		return nil, usagef("--timeout must be positive, got %s", timeout)
+	switch {
+	case o.stdin == "-":
+		req.Stdin, err = readLimited(os.Stdin, "stdin")
+	case o.stdin != "":
+		req.Stdin, err = readFile(o.stdin, "--stdin")
+	case !codeFromStdin && stdinIsData():
+		req.Stdin, err = readLimited(os.Stdin, "stdin")
 	}
-	limits.Timeout = timeout
-	if memory != "" {
-		n, err := sandbox.ParseSize(memory)
+	if err != nil {
+		return req, err
+	}
+	if o.timeoutSet && o.timeout <= 0 {
+		return req, usagef("--timeout must be positive, got %s", o.timeout)
+	}
+	req.Limits.Timeout = o.timeout
+	if o.memory != "" {
+		n, err := sandbox.ParseSize(o.memory)
 		if err != nil {
-			return nil, usagef("--memory: %v", err)
+			return req, usagef("--memory: %v", err)
 		}
 		if n == 0 {
-			return nil, usagef("--memory must be positive")
+			return req, usagef("--memory must be positive")
 		}
-		limits.Memory = n
+		req.Limits.Memory = n
 	}
-	e, err := engine.Open(*cfg)
-	if err != nil {
-		return nil, classifyStore(err)
-	}
-	res, err := e.Run(ctx, engine.Request{Runtime: runtime, Tool: tool, Code: src, Driver: driver, Limits: limits})
-	if err != nil {
-		return nil, classifyStore(err)
-	}
-	return res, nil
+	return req, nil
 }
 
-func readCodeFile(path string) ([]byte, error) {
+// stdinIsData reports whether the CLI's standard input is a pipe or a
+// file, whose content is the program's input. A terminal, /dev/null, a
+// socket (a supervisor's) or no stdin at all is not read.
+func stdinIsData() bool {
+	fi, err := os.Stdin.Stat()
+	return err == nil && (fi.Mode().IsRegular() || fi.Mode()&os.ModeNamedPipe != 0)
+}
+
+// readFile reads a file of code or input, up to one byte over the limit
+// the engine enforces.
+func readFile(path, what string) ([]byte, error) {
 	f, err := os.Open(path)
 	if err != nil {
-		return nil, fmt.Errorf("reading code: %w", err)
+		return nil, usagef("reading %s: %w", what, err)
 	}
 	defer f.Close()
-	return io.ReadAll(io.LimitReader(f, sandbox.MaxCodeSize+1))
+	return readLimited(f, what)
+}
+
+func readLimited(r io.Reader, what string) ([]byte, error) {
+	b, err := io.ReadAll(io.LimitReader(r, sandbox.MaxCodeSize+1))
+	if err != nil {
+		return nil, usagef("reading %s: %w", what, err)
+	}
+	return b, nil
 }
 
 func isSet(fs *flag.FlagSet, name string) bool {
 	set := false
 	fs.Visit(func(f *flag.Flag) { set = set || f.Name == name })
 	return set
-}
-
-// classifyStore keeps the classes the run command always took as bad
-// input.
-func classifyStore(err error) error {
-	if errdefs.IsNotFound(err) || errdefs.IsFailedPrecondition(err) || errdefs.IsUnavailable(err) {
-		return usageError{err}
-	}
-	return classifyEngine(err)
 }

@@ -51,30 +51,35 @@ func TestRunBadInput(t *testing.T) {
 		name string
 		args []string
 		want string // in the one-line error
+		code int    // the exit status
 	}{
-		{"unknown runtime", []string{"--runtime", "ruby", "-c", "1"}, `unknown runtime "ruby"`},
-		{"unknown driver", []string{"--runtime", "python", "--driver", "kata", "-c", "1"}, `unknown driver "kata"`},
-		{"no runtime", []string{"-c", "1"}, "--runtime is required"},
-		{"no code", []string{"--runtime", "python"}, "no code"},
-		{"empty code", []string{"--runtime", "python", empty}, "code is empty"},
-		{"code over 1 MiB", []string{"--runtime", "python", huge}, "more than the limit of 1 MiB"},
-		{"missing file", []string{"--runtime", "python", filepath.Join(dir, "nope.py")}, "no such file"},
-		{"zero timeout", []string{"--runtime", "python", "--timeout", "0s", "-c", "1"}, "--timeout must be positive"},
-		{"negative timeout", []string{"--runtime", "python", "--timeout", "-1s", "-c", "1"}, "--timeout must be positive"},
-		{"timeout above ceiling", []string{"--runtime", "python", "--timeout", "11m", "-c", "1"}, "above the ceiling"},
-		{"memory below minimum", []string{"--runtime", "python", "--memory", "8MiB", "-c", "1"}, "below the minimum of 16 MiB"},
-		{"memory above ceiling", []string{"--runtime", "python", "--memory", "100GiB", "-c", "1"}, "above the ceiling"},
-		{"memory not a size", []string{"--runtime", "python", "--memory", "lots", "-c", "1"}, "invalid size"},
-		{"missing image", []string{"--runtime", "python", "--data-dir", filepath.Join(dir, "no-images"), "-c", "1"}, `stockade image build python`},
-		{"missing runc", []string{"--runtime", "python", "--driver", "runc", "--runc", "/nonexistent/runc", "-c", "1"}, "/nonexistent/runc not found"},
-		{"missing runsc", []string{"--runtime", "python", "--driver", "gvisor", "--runsc", "/nonexistent/runsc", "-c", "1"}, "/nonexistent/runsc not found"},
+		{"unknown runtime", []string{"--runtime", "ruby", "-c", "1"}, `unknown runtime "ruby"`, exitUsage},
+		{"unknown driver", []string{"--runtime", "python", "--driver", "kata", "-c", "1"}, `unknown driver "kata"`, exitUsage},
+		{"no runtime", []string{"-c", "1"}, "--runtime is required", exitUsage},
+		{"no code", []string{"--runtime", "python"}, "no code", exitUsage},
+		{"empty code", []string{"--runtime", "python", empty}, "code is empty", exitUsage},
+		{"code over 1 MiB", []string{"--runtime", "python", huge}, "more than the limit of 1 MiB", exitUsage},
+		{"missing file", []string{"--runtime", "python", filepath.Join(dir, "nope.py")}, "no such file", exitUsage},
+		{"zero timeout", []string{"--runtime", "python", "--timeout", "0s", "-c", "1"}, "--timeout must be positive", exitUsage},
+		{"negative timeout", []string{"--runtime", "python", "--timeout", "-1s", "-c", "1"}, "--timeout must be positive", exitUsage},
+		{"timeout above ceiling", []string{"--runtime", "python", "--timeout", "11m", "-c", "1"}, "above the ceiling", exitUsage},
+		{"memory below minimum", []string{"--runtime", "python", "--memory", "8MiB", "-c", "1"}, "below the minimum of 16 MiB", exitUsage},
+		{"memory above ceiling", []string{"--runtime", "python", "--memory", "100GiB", "-c", "1"}, "above the ceiling", exitUsage},
+		{"memory not a size", []string{"--runtime", "python", "--memory", "lots", "-c", "1"}, "invalid size", exitUsage},
+		{"unknown flag", []string{"--runtime", "python", "--timout", "1s", "-c", "1"}, "flag provided but not defined: -timout", exitUsage},
+		{"code and stdin both from stdin", []string{"--runtime", "python", "--stdin", "-", "-"}, "cannot both be the standard input", exitUsage},
+		{"missing stdin file", []string{"--runtime", "python", "--stdin", filepath.Join(dir, "nope.txt"), "-c", "1"}, "reading --stdin", exitUsage},
+		// What the host lacks is no bad input: the code could not be run.
+		{"missing image", []string{"--runtime", "python", "--data-dir", filepath.Join(dir, "no-images"), "-c", "1"}, `stockade image build python`, exitRunFailure},
+		{"missing runc", []string{"--runtime", "python", "--driver", "runc", "--runc", "/nonexistent/runc", "-c", "1"}, "/nonexistent/runc not found", exitRunFailure},
+		{"missing runsc", []string{"--runtime", "python", "--driver", "gvisor", "--runsc", "/nonexistent/runsc", "-c", "1"}, "/nonexistent/runsc not found", exitRunFailure},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			state := filepath.Join(t.TempDir(), "state")
 			code, stdout, stderr := stockade(t, state, nil, append([]string{"run"}, tt.args...)...)
-			if code != 2 {
-				t.Errorf("exit status: got %d, want 2 (stderr %q)", code, stderr)
+			if code != tt.code {
+				t.Errorf("exit status: got %d, want %d (stderr %q)", code, tt.code, stderr)
 			}
 			if stdout != "" {
 				t.Errorf("stdout: got %q, want nothing", stdout)
@@ -147,8 +152,8 @@ func TestRunPrograms(t *testing.T) {
 			}
 			t.Run("json", func(t *testing.T) {
 				code, stdout, stderr := stockade(t, state, nil, "run", "--driver", driver, "--runtime", "python", "--json", "-c", "import sys; print('out'); print('err', file=sys.stderr); sys.exit(4)")
-				if code != 0 {
-					t.Fatalf("exit status %d, stderr %q", code, stderr)
+				if code != 4 {
+					t.Fatalf("exit status %d, want the program's 4 (stderr %q)", code, stderr)
 				}
 				var res map[string]any
 				if err := json.Unmarshal([]byte(stdout), &res); err != nil {
