@@ -788,12 +788,34 @@ func TestBuildShellDebootstrap(t *testing.T) {
 	}
 	requireRealBuild(t)
 	s := Open(t.TempDir())
-	var log bytes.Buffer
+	var (
+		log    bytes.Buffer
+		mu     sync.Mutex
+		stages []string
+		sized  bool // a size reported during debootstrap
+	)
 	start := time.Now()
-	m, err := s.Build(t.Context(), "shell", BuildOptions{Log: &log})
+	m, err := s.Build(t.Context(), "shell", BuildOptions{Log: &log, Progress: func(p Progress) {
+		mu.Lock()
+		defer mu.Unlock()
+		if len(stages) == 0 || stages[len(stages)-1] != p.Stage {
+			stages = append(stages, p.Stage)
+		}
+		sized = sized || (p.Bytes > 0 && p.Stage != "hardening" && p.Stage != "hashing")
+	}})
 	if err != nil {
 		t.Fatalf("Build: %v\n%s", err, log.Bytes())
 	}
+	mu.Lock()
+	for _, want := range []string{"fetching", "extracting", "unpacking", "configuring", "hardening", "hashing"} {
+		if !slices.Contains(stages, want) {
+			t.Errorf("progress stages %v lack %s", stages, want)
+		}
+	}
+	if !sized {
+		t.Errorf("no size reported while debootstrap ran")
+	}
+	mu.Unlock()
 	t.Logf("built %s (%d bytes, %d packages) in %v", m.Digest, m.SizeBytes, len(m.Packages), time.Since(start).Round(time.Second))
 	if _, ok := m.Packages["busybox"]; !ok {
 		t.Errorf("busybox missing from %v", m.Packages)

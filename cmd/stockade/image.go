@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"slices"
 	"strings"
@@ -99,7 +100,7 @@ func imageBuild(ctx context.Context, args []string) error {
 		return err
 	}
 	s := image.Open(*root)
-	opts := image.BuildOptions{Force: *force, Mirror: *mirror}
+	opts := image.BuildOptions{Force: *force, Mirror: *mirror, Progress: progressPrinter(os.Stderr, 5*time.Second)}
 	if *verbose {
 		opts.Log = os.Stderr
 	}
@@ -207,6 +208,33 @@ func imagePrune(args []string) error {
 		fmt.Println("nothing to prune")
 	}
 	return err
+}
+
+// progressPrinter prints a build's progress to w, one line per stage and,
+// within a stage, at most one every interval: "python: unpacking 43 of 120
+// packages, 212.4 MiB so far (47s)".
+func progressPrinter(w io.Writer, interval time.Duration) func(image.Progress) {
+	var (
+		stage string
+		last  time.Time
+	)
+	return func(p image.Progress) {
+		if p.Stage == stage && time.Since(last) < interval {
+			return
+		}
+		stage, last = p.Stage, time.Now()
+		line := p.Runtime + ": " + p.Stage
+		switch {
+		case p.Total > 0:
+			line += fmt.Sprintf(" %d of %d packages", p.Packages, p.Total)
+		case p.Packages > 0:
+			line += fmt.Sprintf(" %s", plural(p.Packages, "package"))
+		}
+		if p.Bytes > 0 {
+			line += fmt.Sprintf(", %s so far", formatSize(p.Bytes))
+		}
+		fmt.Fprintf(w, "%s (%s)\n", line, p.Elapsed.Round(time.Second))
+	}
 }
 
 // shortDigest abbreviates "sha256:<hex>" to its first 12 hex digits.
