@@ -52,15 +52,11 @@ func creditsShow(ctx context.Context, args []string) int {
 // credits grants n credits to the workspace name, if n > 0, and prints its
 // balance.
 func credits(ctx context.Context, dbo dbOptions, name string, n int64) int {
-	st, err := openDB(ctx, dbo)
+	st, ws, err := openWorkspace(ctx, dbo, name)
 	if err != nil {
 		return fail(err)
 	}
 	defer st.Close()
-	ws, err := st.GetWorkspaceByName(ctx, name)
-	if err != nil {
-		return fail(classify(err))
-	}
 	if n > 0 {
 		if _, err := st.GrantCredits(ctx, ws.ID, n, "granted from the CLI",
 			cliEvents(audit.CreditsGranted, audit.CreditsGrantedCode, "credits granted", map[string]int64{"amount": n})); err != nil {

@@ -50,6 +50,22 @@ func openDB(ctx context.Context, o dbOptions) (*adminDB, error) {
 	return &adminDB{Store: st, witness: witness.Dir(w)}, nil
 }
 
+// openWorkspace opens the database the flags name and finds the workspace
+// name in it (an unknown name is bad input). The caller must Close the
+// database.
+func openWorkspace(ctx context.Context, o dbOptions, name string) (*adminDB, store.Workspace, error) {
+	st, err := openDB(ctx, o)
+	if err != nil {
+		return nil, store.Workspace{}, err
+	}
+	ws, err := st.GetWorkspaceByName(ctx, name)
+	if err != nil {
+		st.Close()
+		return nil, store.Workspace{}, classify(err)
+	}
+	return st, ws, nil
+}
+
 // adminDB is a database opened by an admin command, with the directory
 // that witnesses its audit chains.
 type adminDB struct {

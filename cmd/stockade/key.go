@@ -48,15 +48,11 @@ func keyCreate(ctx context.Context, args []string) int {
 	case !store.Role(*role).Valid():
 		return fail(usagef("key create: --role must be agent, approver or admin, got %q", *role))
 	}
-	st, err := openDB(ctx, dbo)
+	st, ws, err := openWorkspace(ctx, dbo, *wsName)
 	if err != nil {
 		return fail(err)
 	}
 	defer st.Close()
-	ws, err := st.GetWorkspaceByName(ctx, *wsName)
-	if err != nil {
-		return fail(classify(err))
-	}
 	var b [32]byte
 	if _, err := rand.Read(b[:]); err != nil {
 		return fail(err)
@@ -88,15 +84,11 @@ func keyList(ctx context.Context, args []string) int {
 	case *wsName == "":
 		return fail(usagef("key list: --workspace is required"))
 	}
-	st, err := openDB(ctx, dbo)
+	st, ws, err := openWorkspace(ctx, dbo, *wsName)
 	if err != nil {
 		return fail(err)
 	}
 	defer st.Close()
-	ws, err := st.GetWorkspaceByName(ctx, *wsName)
-	if err != nil {
-		return fail(classify(err))
-	}
 	keys, err := st.ListAPIKeys(ctx, ws.ID)
 	if err != nil {
 		return fail(err)

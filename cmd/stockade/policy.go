@@ -59,15 +59,11 @@ func policyVerb(ctx context.Context, verb string, args []string) int {
 		return fail(usagef("policy %s takes one workspace NAME, got %d arguments (stockade policy %s --help)", verb, len(pos), verb))
 	}
 	name := pos[0]
-	st, err := openDB(ctx, dbo)
+	st, ws, err := openWorkspace(ctx, dbo, name)
 	if err != nil {
 		return fail(err)
 	}
 	defer st.Close()
-	ws, err := st.GetWorkspaceByName(ctx, name)
-	if err != nil {
-		return fail(classify(err))
-	}
 	pol, err := st.GetPolicy(ctx, ws.ID)
 	if err != nil {
 		return fail(err)
