@@ -11,7 +11,9 @@ pidfile=/run/stockade/serve.pid
 
 for driver in gvisor runc; do
 	printf '%-7s pandas ' "$driver"
-	stockade run --driver "$driver" --runtime python -c 'import pandas; print(pandas.__version__)'
+	# </dev/null: stockade run reads a piped stdin to its end for the
+	# program, and whoever runs make up may hold a pipe open.
+	stockade run --driver "$driver" --runtime python -c 'import pandas; print(pandas.__version__)' </dev/null
 done
 
 if curl -sf "http://$addr/healthz" >/dev/null 2>&1; then

@@ -34,7 +34,8 @@ at the end instead.
 Exit status: the program's; 124 on timeout, 137 on an OOM kill, 128+N when
 killed by signal N; 2 for bad input; 125 when the code could not be run (a
 driver or runtime failure, a missing image); 130 when interrupted (SIGINT,
-SIGTERM, SIGHUP: the sandbox is destroyed first). --json exits the same.`
+SIGTERM, SIGHUP) and 141 when the reader of the output went away (the
+sandbox is destroyed first). --json exits the same.`
 
 // runOptions are the flags of `stockade run` beyond the configuration.
 type runOptions struct {
