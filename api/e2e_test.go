@@ -13,7 +13,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
-	"path/filepath"
 	"reflect"
 	"regexp"
 	"slices"
@@ -24,10 +23,7 @@ import (
 	"time"
 
 	"github.com/stockade-sh/stockade/api"
-	"github.com/stockade-sh/stockade/driver/runc"
 	"github.com/stockade-sh/stockade/engine"
-	"github.com/stockade-sh/stockade/image"
-	"github.com/stockade-sh/stockade/internal/storeopen"
 	"github.com/stockade-sh/stockade/sandbox"
 	"github.com/stockade-sh/stockade/store"
 	"github.com/stockade-sh/stockade/store/storetest"
@@ -993,22 +989,9 @@ func grepLines(s, substr string) string {
 }
 
 func TestOpenAPIListsEveryRoute(t *testing.T) {
-	// The document needs no sandbox: an engine over an unused runc driver
-	// and an empty store serve it.
-	st, err := storeopen.Open(t.Context(), "sqlite:"+filepath.Join(t.TempDir(), "stockade.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
-	d, err := runc.New(runc.Config{StateDir: t.TempDir(), GuestPath: "/nonexistent/stockade-guest"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	eng, err := engine.New(map[string]sandbox.Driver{"runc": d}, "runc", image.Open(t.TempDir()), sandbox.DefaultLimits(), sandbox.DefaultCeiling())
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := httptest.NewServer(api.New(engine.NewService(eng, st, engine.ServiceOptions{}), api.Options{Metrics: api.NewMetrics()}))
+	// The document needs no sandbox.
+	svc, _ := newBareService(t)
+	srv := httptest.NewServer(api.New(svc, api.Options{Metrics: api.NewMetrics()}))
 	defer srv.Close()
 
 	r := do(t, srv.URL, "GET", "/openapi.json", "", nil).want(t, http.StatusOK)

@@ -2,7 +2,6 @@ package api
 
 import (
 	"encoding/json"
-	"errors"
 	"net/http"
 	"strings"
 
@@ -61,25 +60,34 @@ func writeError(w http.ResponseWriter, err error) {
 	writeJSON(w, code, ErrorBody{Error: d})
 }
 
-// Describe is err's stable code and its sentence without the class name
-// that wrapping appends (": not found"), which repeats the code. The CLI
+// Describe is err's stable code and its sentence for people. The CLI
 // prints errors in this form too; unlike an API answer it keeps the
 // sentence of an internal error, which only the operator sees there.
 func Describe(err error) ErrorDetail {
 	_, name := status(err)
-	return ErrorDetail{Code: name, Message: strings.TrimSuffix(err.Error(), ": "+classText(err))}
+	return ErrorDetail{Code: name, Message: sentence(err.Error())}
 }
 
-// classText is the text of the error class err wraps.
-func classText(err error) string {
-	for _, c := range []error{errdefs.ErrInvalidArgument, errdefs.ErrNotFound, errdefs.ErrPermissionDenied,
-		errdefs.ErrFailedPrecondition, errdefs.ErrResourceExhausted, errdefs.ErrUnavailable, errdefs.ErrUnauthenticated,
-		errdefs.ErrConflict, errdefs.ErrTooLarge, errdefs.ErrPaymentRequired} {
-		if errors.Is(err, c) {
-			return c.Error()
+// classes are the error classes whose texts wrapping appends.
+var classes = []error{errdefs.ErrInvalidArgument, errdefs.ErrNotFound, errdefs.ErrPermissionDenied,
+	errdefs.ErrFailedPrecondition, errdefs.ErrResourceExhausted, errdefs.ErrUnavailable, errdefs.ErrUnauthenticated,
+	errdefs.ErrConflict, errdefs.ErrTooLarge, errdefs.ErrPaymentRequired}
+
+// sentence returns an error message without the class names that wrapping
+// appends (": not found"), which repeat the stable code. An error
+// classified again on its way up carries several
+// (`unknown tool "x": not found: invalid argument`); all of them go.
+func sentence(msg string) string {
+	for {
+		trimmed := msg
+		for _, c := range classes {
+			trimmed = strings.TrimSuffix(trimmed, ": "+c.Error())
 		}
+		if trimmed == msg {
+			return msg
+		}
+		msg = trimmed
 	}
-	return ""
 }
 
 func writeJSON(w http.ResponseWriter, code int, v any) {

@@ -209,6 +209,35 @@ func newEnv(t *testing.T, b backend, c envConfig) *env {
 	return e
 }
 
+// newBareService returns a service over an empty SQLite store and a runc
+// driver whose guest does not exist, with workspace "bare" and its agent
+// key: enough for what the API answers without running code, on any host.
+func newBareService(t *testing.T) (svc *engine.Service, agent string) {
+	t.Helper()
+	st, err := storeopen.Open(t.Context(), "sqlite:"+filepath.Join(t.TempDir(), "stockade.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	d, err := runc.New(runc.Config{StateDir: t.TempDir(), GuestPath: "/nonexistent/stockade-guest"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	eng, err := engine.New(map[string]sandbox.Driver{"runc": d}, "runc", image.Open(t.TempDir()), sandbox.DefaultLimits(), sandbox.DefaultCeiling())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ws, err := st.CreateWorkspace(t.Context(), "bare", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	agent = "sk_test_bare_" + rand.Text()
+	if _, err := st.CreateAPIKey(t.Context(), store.NewAPIKey{WorkspaceID: ws.ID, Role: store.RoleAgent, Hash: store.HashKey(agent), Name: "agent"}); err != nil {
+		t.Fatal(err)
+	}
+	return engine.NewService(eng, st, engine.ServiceOptions{}), agent
+}
+
 // noApproval is a policy edit: invocations run without a human.
 func noApproval(p *store.Policy) { p.Approval = store.ApprovalNone }
 
