@@ -988,7 +988,9 @@ func grepLines(s, substr string) string {
 	return strings.Join(out, "\n")
 }
 
-func TestOpenAPIListsEveryRoute(t *testing.T) {
+// TestOpenAPIDocument checks the served document: its version and the
+// approval card as the engine sends it.
+func TestOpenAPIDocument(t *testing.T) {
 	// The document needs no sandbox.
 	svc, _ := newBareService(t)
 	srv := httptest.NewServer(api.New(svc, api.Options{Metrics: api.NewMetrics()}))
@@ -1016,16 +1018,9 @@ func TestOpenAPIListsEveryRoute(t *testing.T) {
 	if doc.OpenAPI == "" {
 		t.Errorf("the document has no openapi version")
 	}
-	for _, route := range []string{
-		"POST /v1/executions", "GET /v1/executions/{id}", "GET /v1/approvals",
-		"POST /v1/approvals/{id}/approve", "POST /v1/approvals/{id}/deny",
-		"GET /v1/audit/events", "GET /v1/tool-calls", "GET /v1/workspace",
-		"GET /healthz", "GET /metrics", "GET /openapi.json",
-	} {
-		method, path, _ := strings.Cut(route, " ")
-		if _, ok := doc.Paths[path][strings.ToLower(method)]; !ok {
-			t.Errorf("/openapi.json does not describe %s", route)
-		}
+	// TestRoutesDocumented compares the paths with the route table.
+	if len(doc.Paths) == 0 {
+		t.Errorf("the document describes no path")
 	}
 }
 

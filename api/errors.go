@@ -2,6 +2,7 @@ package api
 
 import (
 	"encoding/json"
+	"errors"
 	"net/http"
 	"strings"
 
@@ -19,10 +20,16 @@ type ErrorDetail struct {
 	Message string `json:"message"`
 }
 
+// errMethodNotAllowed is the API's own error class, mapped in status
+// beside errdefs' classes: only HTTP has methods.
+var errMethodNotAllowed = errors.New("method not allowed")
+
 // status maps an error class to its HTTP status and stable code. It is the
 // only place where error classes meet HTTP.
 func status(err error) (int, string) {
 	switch {
+	case errors.Is(err, errMethodNotAllowed):
+		return http.StatusMethodNotAllowed, "method_not_allowed"
 	case errdefs.IsInvalidArgument(err):
 		return http.StatusBadRequest, "invalid_argument"
 	case errdefs.IsUnauthenticated(err):
@@ -71,7 +78,7 @@ func Describe(err error) ErrorDetail {
 // classes are the error classes whose texts wrapping appends.
 var classes = []error{errdefs.ErrInvalidArgument, errdefs.ErrNotFound, errdefs.ErrPermissionDenied,
 	errdefs.ErrFailedPrecondition, errdefs.ErrResourceExhausted, errdefs.ErrUnavailable, errdefs.ErrUnauthenticated,
-	errdefs.ErrConflict, errdefs.ErrTooLarge, errdefs.ErrPaymentRequired}
+	errdefs.ErrConflict, errdefs.ErrTooLarge, errdefs.ErrPaymentRequired, errMethodNotAllowed}
 
 // sentence returns an error message without the class names that wrapping
 // appends (": not found"), which repeat the stable code. An error

@@ -50,7 +50,9 @@ type server struct {
 	opts Options
 }
 
-// New returns the API handler.
+// New returns the API handler. Every known path answers a method it has
+// no route for with 405 and Allow, an unknown path with 404, both in the
+// JSON error shape.
 func New(svc *engine.Service, o Options) http.Handler {
 	if o.MaxWait == 0 {
 		o.MaxWait = 10 * time.Minute
@@ -60,28 +62,71 @@ func New(svc *engine.Service, o Options) http.Handler {
 	}
 	s := &server{svc: svc, opts: o}
 	mux := http.NewServeMux()
-	mux.HandleFunc("POST /v1/executions", s.auth(s.createExecution))
-	mux.HandleFunc("GET /v1/executions/{id}", s.auth(s.getExecution))
-	mux.HandleFunc("GET /v1/approvals", s.auth(s.listApprovals))
-	mux.HandleFunc("POST /v1/approvals/{id}/approve", s.auth(s.decide(true)))
-	mux.HandleFunc("POST /v1/approvals/{id}/deny", s.auth(s.decide(false)))
-	mux.HandleFunc("GET /v1/audit/events", s.auth(s.listEvents))
-	mux.HandleFunc("GET /v1/tool-calls", s.auth(s.listToolCalls))
-	mux.HandleFunc("GET /v1/workspace", s.auth(s.getWorkspace))
-	mux.HandleFunc("GET /v1/tools", s.auth(s.listTools))
-	mux.HandleFunc("POST /v1/tools/{name}/approve", s.auth(s.approveTool))
-	mux.HandleFunc("GET /healthz", s.healthz)
-	mux.HandleFunc("GET /openapi.json", func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Type", "application/json")
-		_, _ = w.Write(openapiDoc)
-	})
-	if o.Metrics != nil {
-		mux.Handle("GET /metrics", o.Metrics.Handler())
+	for _, rt := range s.routes() {
+		mux.Handle(rt.pattern, rt.handler)
 	}
-	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		writeError(w, fmt.Errorf("no route for %s %s (see /openapi.json): %w", r.Method, r.URL.Path, errdefs.ErrNotFound))
-	})
+	mux.Handle("/", s.noRoute(mux))
 	return mux
+}
+
+// route is one endpoint: an http.ServeMux pattern, "METHOD /path", and its
+// handler.
+type route struct {
+	pattern string
+	handler http.Handler
+}
+
+// routes lists the API's endpoints, each described in openapi.json.
+func (s *server) routes() []route {
+	rs := []route{
+		{"POST /v1/executions", s.auth(s.createExecution)},
+		{"GET /v1/executions/{id}", s.auth(s.getExecution)},
+		{"GET /v1/approvals", s.auth(s.listApprovals)},
+		{"POST /v1/approvals/{id}/approve", s.auth(s.decide(true))},
+		{"POST /v1/approvals/{id}/deny", s.auth(s.decide(false))},
+		{"GET /v1/audit/events", s.auth(s.listEvents)},
+		{"GET /v1/tool-calls", s.auth(s.listToolCalls)},
+		{"GET /v1/workspace", s.auth(s.getWorkspace)},
+		{"GET /v1/tools", s.auth(s.listTools)},
+		{"POST /v1/tools/{name}/approve", s.auth(s.approveTool)},
+		{"GET /healthz", http.HandlerFunc(s.healthz)},
+		{"GET /openapi.json", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Type", "application/json")
+			_, _ = w.Write(openapiDoc)
+		})},
+	}
+	if s.opts.Metrics != nil {
+		rs = append(rs, route{"GET /metrics", s.opts.Metrics.Handler()})
+	}
+	return rs
+}
+
+// probedMethods are the methods noRoute looks for routes of.
+var probedMethods = []string{http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut,
+	http.MethodPatch, http.MethodDelete, http.MethodOptions}
+
+// noRoute answers what no route of mux takes, mux's pattern "/": 405 with
+// the methods the path has routes for in Allow, or 404 when it has none.
+// It asks mux itself which methods those are, so that a new route needs
+// nothing more to be answered so.
+func (s *server) noRoute(mux *http.ServeMux) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var allow []string
+		for _, m := range probedMethods {
+			probe := r.WithContext(r.Context())
+			probe.Method = m
+			if _, pattern := mux.Handler(probe); pattern != "/" {
+				allow = append(allow, m)
+			}
+		}
+		if len(allow) == 0 {
+			writeError(w, fmt.Errorf("no route for %s %s (see /openapi.json): %w", r.Method, r.URL.Path, errdefs.ErrNotFound))
+			return
+		}
+		w.Header().Set("Allow", strings.Join(allow, ", "))
+		writeError(w, fmt.Errorf("%s is not a method of %s, which takes %s (see /openapi.json): %w",
+			r.Method, r.URL.Path, strings.Join(allow, ", "), errMethodNotAllowed))
+	})
 }
 
 type principalKey struct{}
