@@ -20,9 +20,12 @@ type ErrorDetail struct {
 	Message string `json:"message"`
 }
 
-// errMethodNotAllowed is the API's own error class, mapped in status
-// beside errdefs' classes: only HTTP has methods.
-var errMethodNotAllowed = errors.New("method not allowed")
+// The API's own error classes: only HTTP has methods and request bodies
+// that arrive late. They are mapped in status beside errdefs' classes.
+var (
+	errMethodNotAllowed = errors.New("method not allowed")
+	errRequestTimeout   = errors.New("request timeout")
+)
 
 // status maps an error class to its HTTP status and stable code. It is the
 // only place where error classes meet HTTP.
@@ -30,6 +33,8 @@ func status(err error) (int, string) {
 	switch {
 	case errors.Is(err, errMethodNotAllowed):
 		return http.StatusMethodNotAllowed, "method_not_allowed"
+	case errors.Is(err, errRequestTimeout):
+		return http.StatusRequestTimeout, "request_timeout"
 	case errdefs.IsInvalidArgument(err):
 		return http.StatusBadRequest, "invalid_argument"
 	case errdefs.IsUnauthenticated(err):
@@ -78,7 +83,7 @@ func Describe(err error) ErrorDetail {
 // classes are the error classes whose texts wrapping appends.
 var classes = []error{errdefs.ErrInvalidArgument, errdefs.ErrNotFound, errdefs.ErrPermissionDenied,
 	errdefs.ErrFailedPrecondition, errdefs.ErrResourceExhausted, errdefs.ErrUnavailable, errdefs.ErrUnauthenticated,
-	errdefs.ErrConflict, errdefs.ErrTooLarge, errdefs.ErrPaymentRequired, errMethodNotAllowed}
+	errdefs.ErrConflict, errdefs.ErrTooLarge, errdefs.ErrPaymentRequired, errMethodNotAllowed, errRequestTimeout}
 
 // sentence returns an error message without the class names that wrapping
 // appends (": not found"), which repeat the stable code. An error

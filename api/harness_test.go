@@ -121,6 +121,8 @@ type envConfig struct {
 	credits int64
 	// images is the image store root; empty is testenv.DataDir().
 	images string
+	// api configures the handler; its Metrics are set by newEnv.
+	api api.Options
 	// drivers are added beside runc, the default driver; engine are
 	// options of the engine.
 	drivers map[string]sandbox.Driver
@@ -175,7 +177,9 @@ func newEnv(t *testing.T, b backend, c envConfig) *env {
 		t.Fatalf("Service.Start: %v", err)
 	}
 	t.Cleanup(e.svc.Close)
-	srv := httptest.NewServer(api.New(e.svc, api.Options{Metrics: metrics}))
+	ao := c.api
+	ao.Metrics = metrics
+	srv := httptest.NewServer(api.New(e.svc, ao))
 	t.Cleanup(srv.Close)
 	e.url = srv.URL
 

@@ -13,11 +13,13 @@ import (
 
 // Metrics are Stockade's Prometheus metrics. It implements engine.Observer.
 type Metrics struct {
-	reg         *prometheus.Registry
-	invocations *prometheus.CounterVec
-	duration    *prometheus.HistogramVec
-	pending     prometheus.Gauge
-	credits     prometheus.Counter
+	reg          *prometheus.Registry
+	invocations  *prometheus.CounterVec
+	duration     *prometheus.HistogramVec
+	pending      prometheus.Gauge
+	credits      prometheus.Counter
+	connsOpen    prometheus.Gauge
+	connsRefused prometheus.Counter
 }
 
 var _ engine.Observer = (*Metrics)(nil)
@@ -39,6 +41,12 @@ func NewMetrics() *Metrics {
 		credits: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "stockade_credits_charged_total", Help: "Credits charged for invocations.",
 		}),
+		connsOpen: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "stockade_api_connections_open", Help: "API connections open (see max_connections).",
+		}),
+		connsRefused: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "stockade_api_connections_refused_total", Help: "API connections closed as soon as accepted because max_connections were open.",
+		}),
 	}
 	// Every final status has a series from the start, so that a fresh
 	// daemon's /metrics already names them (at zero).
@@ -47,7 +55,7 @@ func NewMetrics() *Metrics {
 			m.invocations.WithLabelValues(string(st))
 		}
 	}
-	m.reg.MustRegister(m.invocations, m.duration, m.pending, m.credits,
+	m.reg.MustRegister(m.invocations, m.duration, m.pending, m.credits, m.connsOpen, m.connsRefused,
 		prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
 	return m
 }
@@ -66,3 +74,19 @@ func (m *Metrics) ApprovalsPending(delta int) { m.pending.Add(float64(delta)) }
 
 // Handler serves the metrics in the Prometheus text format.
 func (m *Metrics) Handler() http.Handler { return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{}) }
+
+// connectionOpened counts delta API connections opened (closed, when
+// negative). It does nothing on nil Metrics.
+func (m *Metrics) connectionOpened(delta int) {
+	if m != nil {
+		m.connsOpen.Add(float64(delta))
+	}
+}
+
+// connectionRefused counts an API connection refused at the cap. It does
+// nothing on nil Metrics.
+func (m *Metrics) connectionRefused() {
+	if m != nil {
+		m.connsRefused.Inc()
+	}
+}

@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -39,6 +40,13 @@ type Options struct {
 	// KeepAlive is the interval of SSE comments while nothing happens; zero
 	// means 15 s.
 	KeepAlive time.Duration
+	// BodyTimeout bounds the wait for a request body, from the end of the
+	// headers to the end of the body; zero means 30 s. It does not bound
+	// the wait for the answer (long polls, event streams).
+	BodyTimeout time.Duration
+	// WriteTimeout bounds each write of an answer: a client that has not
+	// taken one this long after it began is cut off. Zero means 30 s.
+	WriteTimeout time.Duration
 }
 
 // maxBody bounds a request body: 1 MiB of code and 1 MiB of stdin, JSON
@@ -60,13 +68,19 @@ func New(svc *engine.Service, o Options) http.Handler {
 	if o.KeepAlive == 0 {
 		o.KeepAlive = 15 * time.Second
 	}
+	if o.BodyTimeout == 0 {
+		o.BodyTimeout = 30 * time.Second
+	}
+	if o.WriteTimeout == 0 {
+		o.WriteTimeout = 30 * time.Second
+	}
 	s := &server{svc: svc, opts: o}
 	mux := http.NewServeMux()
 	for _, rt := range s.routes() {
 		mux.Handle(rt.pattern, rt.handler)
 	}
 	mux.Handle("/", s.noRoute(mux))
-	return mux
+	return s.deadlines(mux)
 }
 
 // route is one endpoint: an http.ServeMux pattern, "METHOD /path", and its
@@ -111,6 +125,9 @@ var probedMethods = []string{http.MethodGet, http.MethodHead, http.MethodPost, h
 // nothing more to be answered so.
 func (s *server) noRoute(mux *http.ServeMux) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.ContentLength != 0 {
+			s.closeWithoutBody(w, r)
+		}
 		var allow []string
 		for _, m := range probedMethods {
 			probe := r.WithContext(r.Context())
@@ -143,6 +160,9 @@ func (s *server) auth(next func(http.ResponseWriter, *http.Request, engine.Princ
 		}
 		p, err := s.svc.Authenticate(r.Context(), strings.TrimSpace(key))
 		if err != nil {
+			// A client without a valid key keeps no connection, and the
+			// body it announced is not waited for.
+			s.closeWithoutBody(w, r)
 			w.Header().Set("WWW-Authenticate", `Bearer realm="stockade"`)
 			writeError(w, err)
 			return
@@ -151,19 +171,27 @@ func (s *server) auth(next func(http.ResponseWriter, *http.Request, engine.Princ
 	}
 }
 
-// decodeBody strictly decodes a JSON body into v, naming the offending field.
-func decodeBody(w http.ResponseWriter, r *http.Request, v any) error {
+// decodeBody strictly decodes a JSON body into v, naming the offending
+// field. A body it refuses is not read further.
+func (s *server) decodeBody(w http.ResponseWriter, r *http.Request, v any) error {
 	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxBody))
 	dec.DisallowUnknownFields()
 	err := dec.Decode(v)
 	if err == nil && dec.More() {
 		err = errors.New("trailing data after the JSON object")
 	}
+	if err == nil {
+		return nil
+	}
+	if errors.Is(err, os.ErrDeadlineExceeded) {
+		// The connection's reading is over: there is nothing to wait for.
+		w.Header().Set("Connection", "close")
+		return fmt.Errorf("the request body did not arrive within %s of its headers: %w", s.opts.BodyTimeout, errRequestTimeout)
+	}
+	s.closeWithoutBody(w, r)
 	var typeErr *json.UnmarshalTypeError
 	var maxErr *http.MaxBytesError
 	switch {
-	case err == nil:
-		return nil
 	case errors.As(err, &maxErr):
 		return fmt.Errorf("request body is larger than %d bytes: %w", maxBody, errdefs.ErrTooLarge)
 	case errors.As(err, &typeErr):
@@ -243,7 +271,7 @@ func card(a store.Approval) json.RawMessage {
 
 func (s *server) createExecution(w http.ResponseWriter, r *http.Request, p engine.Principal) {
 	var req engine.InvokeRequest
-	if err := decodeBody(w, r, &req); err != nil {
+	if err := s.decodeBody(w, r, &req); err != nil {
 		writeError(w, err)
 		return
 	}
@@ -383,7 +411,7 @@ func (s *server) decide(approve bool) func(http.ResponseWriter, *http.Request, e
 	return func(w http.ResponseWriter, r *http.Request, p engine.Principal) {
 		var body DecisionRequest
 		if r.ContentLength != 0 {
-			if err := decodeBody(w, r, &body); err != nil {
+			if err := s.decodeBody(w, r, &body); err != nil {
 				writeError(w, err)
 				return
 			}
@@ -696,7 +724,7 @@ func (s *server) listTools(w http.ResponseWriter, r *http.Request, p engine.Prin
 func (s *server) approveTool(w http.ResponseWriter, r *http.Request, p engine.Principal) {
 	var body DecisionRequest
 	if r.ContentLength != 0 {
-		if err := decodeBody(w, r, &body); err != nil {
+		if err := s.decodeBody(w, r, &body); err != nil {
 			writeError(w, err)
 			return
 		}

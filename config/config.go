@@ -95,6 +95,21 @@ type Config struct {
 
 	// Listen is the daemon's HTTP address.
 	Listen string `yaml:"listen"`
+	// The API's connections end. IdleTimeout closes one that has waited
+	// this long for its next request; HeaderTimeout one whose request
+	// headers have not arrived this long after its first byte (or, on a
+	// new connection, after it opened); BodyTimeout a request whose body
+	// has not arrived this long after its headers (the wait for the answer,
+	// a long poll or an event stream, is not bounded by it); WriteTimeout
+	// one whose client has not taken a write of the answer this long after
+	// it began. All must be positive.
+	IdleTimeout   time.Duration `yaml:"idle_timeout"`
+	HeaderTimeout time.Duration `yaml:"header_timeout"`
+	BodyTimeout   time.Duration `yaml:"body_timeout"`
+	WriteTimeout  time.Duration `yaml:"write_timeout"`
+	// MaxConnections caps the API connections open at once; one accepted
+	// beyond it is closed at once, unread, and counted in /metrics.
+	MaxConnections int `yaml:"max_connections"`
 	// DB is the database URL: sqlite:PATH or postgres://...; empty means
 	// sqlite in DataDir.
 	DB string `yaml:"db"`
@@ -205,6 +220,11 @@ func Default() Config {
 		Ceiling:   sandbox.DefaultCeiling(),
 
 		Listen:               "127.0.0.1:8700",
+		IdleTimeout:          time.Minute,
+		HeaderTimeout:        10 * time.Second,
+		BodyTimeout:          30 * time.Second,
+		WriteTimeout:         30 * time.Second,
+		MaxConnections:       1024,
 		MaxConcurrent:        2 * runtime.NumCPU(),
 		ApprovalTTL:          10 * time.Minute,
 		CreditsPerInvocation: 2,
@@ -311,6 +331,16 @@ func (c Config) Validate() error {
 		return bad("approval_ttl must be positive")
 	case c.CreditsPerInvocation < 0:
 		return bad("credits_per_invocation must not be negative")
+	case c.MaxConnections <= 0:
+		return bad("max_connections must be positive")
+	}
+	for _, d := range []struct {
+		key string
+		v   time.Duration
+	}{{"idle_timeout", c.IdleTimeout}, {"header_timeout", c.HeaderTimeout}, {"body_timeout", c.BodyTimeout}, {"write_timeout", c.WriteTimeout}} {
+		if d.v <= 0 {
+			return bad("%s must be positive, such as 30s", d.key)
+		}
 	}
 	if err := c.Defaults.Check(c.Ceiling); err != nil {
 		return bad("defaults above the ceiling: %v", err)

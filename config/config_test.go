@@ -71,6 +71,19 @@ func TestLoadFile(t *testing.T) {
 				}
 			},
 		},
+		{
+			name: "API connection bounds",
+			yaml: "idle_timeout: 90s\nheader_timeout: 5s\nbody_timeout: 1m\nwrite_timeout: 20s\nmax_connections: 64\n",
+			check: func(t *testing.T, c Config) {
+				if c.IdleTimeout != 90*time.Second || c.HeaderTimeout != 5*time.Second || c.BodyTimeout != time.Minute || c.WriteTimeout != 20*time.Second || c.MaxConnections != 64 {
+					t.Errorf("got idle %s, header %s, body %s, write %s, max %d; want 90s, 5s, 1m, 20s, 64",
+						c.IdleTimeout, c.HeaderTimeout, c.BodyTimeout, c.WriteTimeout, c.MaxConnections)
+				}
+				if err := c.Validate(); err != nil {
+					t.Errorf("Validate: %v", err)
+				}
+			},
+		},
 		{name: "broker unknown key", yaml: "broker:\n  operations:\n    - {name: x, secret: y}\n", wantErr: "field secret not found"},
 		{name: "lookup env not from a file", yaml: "lookup_env: x\n", wantErr: "field lookup_env not found"},
 		{name: "unknown key", yaml: "lisen: x\n", wantErr: "field lisen not found"},
@@ -131,6 +144,22 @@ func TestValidate(t *testing.T) {
 		if err := c.Validate(); err == nil {
 			t.Errorf("case %d: got no error", i)
 		}
+	}
+	for key, mutate := range map[string]func(*Config){
+		"idle_timeout":    func(c *Config) { c.IdleTimeout = 0 },
+		"header_timeout":  func(c *Config) { c.HeaderTimeout = -time.Second },
+		"body_timeout":    func(c *Config) { c.BodyTimeout = 0 },
+		"write_timeout":   func(c *Config) { c.WriteTimeout = 0 },
+		"max_connections": func(c *Config) { c.MaxConnections = 0 },
+	} {
+		c := Default()
+		mutate(&c)
+		if err := c.Validate(); err == nil || !strings.Contains(err.Error(), key+" must be positive") {
+			t.Errorf("%s not positive: got %v, want an error naming it", key, err)
+		}
+	}
+	if d := Default(); d.IdleTimeout > 2*time.Minute || d.BodyTimeout > 30*time.Second {
+		t.Errorf("default bounds: got idle %s, body %s; want at most 2m and 30s", d.IdleTimeout, d.BodyTimeout)
 	}
 	if err := Default().Validate(); err != nil {
 		t.Errorf("the defaults: %v", err)

@@ -38,6 +38,11 @@ func serveCmd(ctx context.Context, args []string) int {
 	cfg, load := configFlags(fs)
 	fs.StringVar(&cfg.Listen, "listen", cfg.Listen, "HTTP listen address")
 	fs.StringVar(&cfg.DB, "db", cfg.DB, "database URL: sqlite:PATH or postgres://... (default sqlite in the data directory)")
+	fs.DurationVar(&cfg.IdleTimeout, "idle-timeout", cfg.IdleTimeout, "close an API connection idle this long between requests")
+	fs.DurationVar(&cfg.HeaderTimeout, "header-timeout", cfg.HeaderTimeout, "close an API connection whose request headers take longer")
+	fs.DurationVar(&cfg.BodyTimeout, "body-timeout", cfg.BodyTimeout, "refuse a request whose body takes longer after its headers (not the wait for the answer)")
+	fs.DurationVar(&cfg.WriteTimeout, "write-timeout", cfg.WriteTimeout, "close an API connection whose client takes longer to take one write of an answer")
+	fs.IntVar(&cfg.MaxConnections, "max-connections", cfg.MaxConnections, "API connections open at once; more are closed as soon as accepted")
 	egress := fs.Bool("egress", true, "give approved network requests egress through the host's proxy (needs root and nftables)")
 	pos, err := load(args)
 	if err != nil {
@@ -104,12 +109,16 @@ func serve(ctx context.Context, listen, db string, cfg config.Config) error {
 	// grace period.
 	reqCtx, endRequests := context.WithCancel(context.WithoutCancel(ctx))
 	defer endRequests()
+	// No ReadTimeout or WriteTimeout: they would bound the whole exchange
+	// and cut long polls and event streams. The handler bounds the body
+	// and each write instead.
 	srv := &http.Server{
-		Handler: api.New(svc, api.Options{Metrics: metrics}), ReadHeaderTimeout: 10 * time.Second,
+		Handler:     api.New(svc, api.Options{Metrics: metrics, BodyTimeout: cfg.BodyTimeout, WriteTimeout: cfg.WriteTimeout}),
+		IdleTimeout: cfg.IdleTimeout, ReadHeaderTimeout: cfg.HeaderTimeout,
 		BaseContext: func(net.Listener) context.Context { return reqCtx },
 	}
 	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(ln) }()
+	go func() { errc <- srv.Serve(api.LimitListener(ln, cfg.MaxConnections, metrics)) }()
 	log.Info("stockade serving", "listen", ln.Addr().String(), "db", redact(db), "default_driver", eng.DefaultDriver())
 	select {
 	case err := <-errc:
