@@ -16,6 +16,7 @@ import (
 	"strings"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
+	"golang.org/x/sys/unix"
 
 	"github.com/stockade-sh/stockade/sandbox"
 )
@@ -79,6 +80,9 @@ const (
 	// host pids cgroup also counts the Sentry's own threads, so the
 	// program's process limit is RLIMIT_NPROC inside the sandbox (the
 	// Sentry counts only the sandbox's tasks) with headroom on the host.
+	// And gVisor's netstack gives ICMP datagram sockets to every process
+	// (it implements no net.ipv4.ping_group_range), so the filter refuses
+	// them (see refuseICMPSockets).
 	UserSpaceKernel
 )
 
@@ -127,6 +131,7 @@ func Build(o Options) (*specs.Spec, error) {
 	period := uint64(cpuPeriod)
 	if o.Kernel == UserSpaceKernel {
 		traceClone3(sc)
+		refuseICMPSockets(sc)
 		rlimits = append(rlimits, specs.POSIXRlimit{Type: "RLIMIT_NPROC", Hard: uint64(l.Pids), Soft: uint64(l.Pids)})
 		pids = l.Pids + sentryThreads
 	}
@@ -210,6 +215,40 @@ func Build(o Options) (*specs.Spec, error) {
 		s.Linux.Namespaces = append(s.Linux.Namespaces, specs.LinuxNamespace{Type: specs.UserNamespace, Path: o.UserNSPath})
 	}
 	return s, nil
+}
+
+// icmpProtocols are the ICMP protocol of each IP socket family.
+var icmpProtocols = map[uint64]uint64{unix.AF_INET: unix.IPPROTO_ICMP, unix.AF_INET6: unix.IPPROTO_ICMPV6}
+
+// refuseICMPSockets narrows the allow rule of socket(2) for each IP family
+// to protocols other than the family's ICMP, so that ICMP datagram
+// sockets get the default action. Like the ioctl rules (see buildSeccomp),
+// it compares the low 32 bits, which are what the kernel reads: an allow
+// rule per bit, "the protocol differs from ICMP in this bit", ANDed with
+// the family.
+func refuseICMPSockets(sc *specs.LinuxSeccomp) {
+	var out []specs.LinuxSyscall
+	for _, r := range sc.Syscalls {
+		proto, ok := uint64(0), false
+		if len(r.Names) == 1 && r.Names[0] == "socket" && r.Action == specs.ActAllow && len(r.Args) == 1 && r.Args[0].Index == 0 && r.Args[0].Op == specs.OpEqualTo {
+			proto, ok = icmpProtocols[r.Args[0].Value]
+		}
+		if !ok {
+			out = append(out, r)
+			continue
+		}
+		for bit := uint64(1); bit <= 1<<31; bit <<= 1 {
+			out = append(out, specs.LinuxSyscall{
+				Names:  []string{"socket"},
+				Action: specs.ActAllow,
+				Args: []specs.LinuxSeccompArg{
+					r.Args[0],
+					{Index: 2, Value: bit, ValueTwo: ^proto & bit, Op: specs.OpMaskedEqual},
+				},
+			})
+		}
+	}
+	sc.Syscalls = out
 }
 
 // IDMappings maps root and id inside a user namespace to base and base+1

@@ -1,9 +1,11 @@
 package oci
 
 import (
+	"slices"
 	"testing"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
+	"golang.org/x/sys/unix"
 
 	"github.com/stockade-sh/stockade/sandbox"
 )
@@ -103,4 +105,68 @@ func namespace(s *specs.Spec, t specs.LinuxNamespaceType) *specs.LinuxNamespace 
 		}
 	}
 	return nil
+}
+
+// allowsSocket evaluates the allow rules of socket(2) in sc for a call with
+// the given domain and protocol, as seccomp does: a rule allows the call
+// when every one of its conditions holds.
+func allowsSocket(sc *specs.LinuxSeccomp, domain, protocol uint64) bool {
+	args := [6]uint64{domain, unix.SOCK_DGRAM, protocol}
+	for _, r := range sc.Syscalls {
+		if !slices.Contains(r.Names, "socket") || r.Action != specs.ActAllow {
+			continue
+		}
+		match := true
+		for _, a := range r.Args {
+			switch a.Op {
+			case specs.OpEqualTo:
+				match = match && args[a.Index] == a.Value
+			case specs.OpMaskedEqual:
+				match = match && args[a.Index]&a.Value == a.ValueTwo
+			default:
+				match = false
+			}
+		}
+		if match {
+			return true
+		}
+	}
+	return false
+}
+
+func TestICMPSockets(t *testing.T) {
+	img := sandbox.Image{Rootfs: "/images/python"}
+	for _, tt := range []struct {
+		name             string
+		domain, protocol uint64
+		host, userSpace  bool // allowed by the filter under each kernel
+	}{
+		{"udp", unix.AF_INET, 0, true, true},
+		{"udp by number", unix.AF_INET, unix.IPPROTO_UDP, true, true},
+		{"tcp6", unix.AF_INET6, unix.IPPROTO_TCP, true, true},
+		{"unix", unix.AF_UNIX, 0, true, true},
+		{"netlink", unix.AF_NETLINK, 0, true, true},
+		// The host kernel's ping_group_range refuses these there.
+		{"icmp", unix.AF_INET, unix.IPPROTO_ICMP, true, false},
+		{"icmp with high bits", unix.AF_INET, unix.IPPROTO_ICMP | 1<<32, true, false},
+		{"icmpv6", unix.AF_INET6, unix.IPPROTO_ICMPV6, true, false},
+		{"icmpv6 with high bits", unix.AF_INET6, unix.IPPROTO_ICMPV6 | 1<<40, true, false},
+		{"packet", unix.AF_PACKET, 0, false, false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			for _, k := range []struct {
+				kernel Kernel
+				want   bool
+			}{{HostKernel, tt.host}, {UserSpaceKernel, tt.userSpace}} {
+				s, err := Build(Options{ID: "x", Spec: sandbox.Spec{Image: img}, Limits: sandbox.DefaultLimits(),
+					GuestPath: "/guest", CgroupsPath: "/stockade/x", Kernel: k.kernel})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if got := allowsSocket(s.Linux.Seccomp, tt.domain, tt.protocol); got != k.want {
+					t.Errorf("kernel %d: socket(%d, SOCK_DGRAM, %#x) allowed: got %t, want %t", k.kernel, tt.domain, tt.protocol, got, k.want)
+				}
+			}
+		})
+	}
 }
