@@ -2,7 +2,9 @@ package gvisor_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -18,19 +20,56 @@ import (
 )
 
 func newDriver(t *testing.T) *ocidriver.Driver {
-	t.Helper()
-	testenv.RequiresRoot(t)
-	testenv.RequiresBinary(t, "runsc")
-	d, err := gvisor.New(gvisor.Config{StateDir: t.TempDir(), GuestPath: testenv.Guest(t)})
-	if err != nil {
-		t.Fatal(err)
-	}
+	d, _ := newDriverIn(t)
 	return d
 }
 
+// newDriverIn returns the driver and its state directory.
+func newDriverIn(t *testing.T) (*ocidriver.Driver, string) {
+	t.Helper()
+	testenv.RequiresRoot(t)
+	testenv.RequiresBinary(t, "runsc")
+	dir := t.TempDir()
+	d, err := gvisor.New(gvisor.Config{StateDir: dir, GuestPath: testenv.Guest(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d, dir
+}
+
 func TestConformance(t *testing.T) {
-	d := newDriver(t)
-	conformance.Run(t, conformance.Harness{Driver: d, Image: testenv.Image(t, "shell"), Leftovers: d.Leftovers})
+	d, dir := newDriverIn(t)
+	conformance.Run(t, conformance.Harness{
+		Driver: d, Image: testenv.Image(t, "shell"), Leftovers: d.Leftovers,
+		Kernel: func(ctx context.Context, id string) (conformance.SandboxKernel, error) {
+			return sentry(ctx, filepath.Join(dir, "state"), id)
+		},
+	})
+}
+
+// sentry reads the Sentry of sandbox id through runsc, with the driver's
+// runsc root: its host pid (`runsc state`) and its tasks (`runsc ps`).
+func sentry(ctx context.Context, root, id string) (conformance.SandboxKernel, error) {
+	var k conformance.SandboxKernel
+	out, err := exec.CommandContext(ctx, "runsc", "--root", root, "state", id).Output()
+	if err != nil {
+		return k, fmt.Errorf("runsc state %s: %w", id, err)
+	}
+	var st struct {
+		Pid int `json:"pid"`
+	}
+	if err := json.Unmarshal(out, &st); err != nil || st.Pid <= 0 {
+		return k, fmt.Errorf("runsc state %s: got %q, want a running sandbox's pid (%v)", id, out, err)
+	}
+	out, err = exec.CommandContext(ctx, "runsc", "--root", root, "ps", "--format=json", id).Output()
+	if err != nil {
+		return k, fmt.Errorf("runsc ps %s: %w", id, err)
+	}
+	if err := json.Unmarshal(out, &k.Tasks); err != nil {
+		return k, fmt.Errorf("runsc ps %s: decoding %q: %w", id, out, err)
+	}
+	k.HostPID = st.Pid
+	return k, nil
 }
 
 // TestDestroyAfterRuntimeKilled kills `runsc run` with SIGKILL, as Destroy's

@@ -35,6 +35,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/stockade-sh/stockade/errdefs"
 	"github.com/stockade-sh/stockade/internal/probeexec"
 	"github.com/stockade-sh/stockade/sandbox"
@@ -50,6 +52,22 @@ type Harness struct {
 	// (processes, cgroups, runtime state, bundle directories) for the given
 	// sandbox ID; empty means clean. Provided by the driver's test.
 	Leftovers func(id string) []string
+	// Kernel reads the kernel of a running sandbox, for tiers whose
+	// sandboxed processes are not host processes (gVisor's are tasks of
+	// the Sentry): the suite needs it there to see them from the host
+	// (see daemon). Nil on the shared-kernel tiers, whose processes the
+	// suite finds on the host itself.
+	Kernel func(ctx context.Context, id string) (SandboxKernel, error)
+}
+
+// SandboxKernel is the kernel of a sandbox that has one of its own, as the
+// host sees it.
+type SandboxKernel struct {
+	// HostPID is the host process that runs it (gVisor's Sentry): no task
+	// of the sandbox outlives it.
+	HostPID int
+	// Tasks are the pids of its processes, as the sandbox numbers them.
+	Tasks []int
 }
 
 // Limits the checks use where the defaults would make them slow.
@@ -104,9 +122,10 @@ type suite struct {
 
 // sharedKernel reports whether the sandboxed program talks to the host
 // kernel directly. There the seccomp filter, read-only mounts and cgroups
-// are the boundary and are asserted as such; on gVisor the program talks to
-// the Sentry, which presents some of these facts differently (see the
-// checks), and on a microVM to a kernel of its own.
+// are the boundary, and the program's processes are host processes; on
+// gVisor the program talks to the Sentry, whose processes the host sees
+// through Harness.Kernel, and which presents a few facts of the profile
+// otherwise (see Differences).
 func (s *suite) sharedKernel() bool {
 	return s.caps.Tier == sandbox.TierContainer || s.caps.Tier == sandbox.TierDocker
 }
@@ -259,7 +278,13 @@ func (b *box) run(t *testing.T, req sandbox.ExecRequest, args ...string) *sandbo
 // report runs the probe with args and decodes its JSON report into v.
 func (b *box) report(t *testing.T, v any, args ...string) {
 	t.Helper()
-	decode(t, b.run(t, sandbox.ExecRequest{}, args...), v, args...)
+	b.reportWith(t, sandbox.ExecRequest{}, v, args...)
+}
+
+// reportWith is report with the ExecRequest req.
+func (b *box) reportWith(t *testing.T, req sandbox.ExecRequest, v any, args ...string) {
+	t.Helper()
+	decode(t, b.run(t, req, args...), v, args...)
 }
 
 // decode checks that the probe succeeded and decodes the last line of its
@@ -300,10 +325,15 @@ type errno struct {
 	Errno int    `json:"errno"`
 	Err   string `json:"err"`
 	Note  string `json:"note"`
+	// Signal is the signal that killed the attempt's child, for the
+	// attempts made in one; 0 otherwise.
+	Signal int `json:"signal"`
 }
 
 func (e errno) String() string {
 	switch {
+	case e.Signal != 0:
+		return "killed by signal " + strconv.Itoa(e.Signal)
 	case e.Errno == 0:
 		return "success"
 	case e.Errno < 0:
@@ -443,14 +473,14 @@ func (s *suite) credentials(t *testing.T) {
 	t.Run("Capabilities", func(t *testing.T) {
 		for _, k := range []string{"CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb"} {
 			v, ok := r.Status[k]
-			switch {
-			case ok && v != zeroCaps:
-				t.Errorf("/proc/self/status %s: got %s, want %s", k, v, zeroCaps)
-			case !ok && s.sharedKernel():
+			if k == "CapAmb" {
+				s.expect(t, "status-ambient", ok, "/proc/self/status has no %s line", k)
+			} else if !ok {
 				t.Errorf("/proc/self/status has no %s line", k)
 			}
-			// gVisor's status has no CapAmb line; the prctl reading
-			// below covers the ambient set there.
+			if ok && v != zeroCaps {
+				t.Errorf("/proc/self/status %s: got %s, want %s", k, v, zeroCaps)
+			}
 		}
 		c := r.Capget
 		if c.Errno != 0 {
@@ -462,11 +492,11 @@ func (s *suite) credentials(t *testing.T) {
 			}
 		}
 		for name, v := range map[string]valueReport{"bounding (PR_CAPBSET_READ)": r.Bounding, "ambient (PR_CAP_AMBIENT_IS_SET)": r.Ambient} {
-			if strings.HasPrefix(name, "ambient") && s.caps.Tier == sandbox.TierGVisor && v.is(syscall.EINVAL) {
-				// The Sentry implements no ambient capability set
-				// (Linux 4.3+), so it rejects PR_CAP_AMBIENT: the set
-				// is empty by construction.
-				continue
+			if strings.HasPrefix(name, "ambient") {
+				s.expect(t, "status-ambient", !v.is(syscall.EINVAL), "%s: got EINVAL, want success", name)
+				if _, declared := s.difference("status-ambient"); declared {
+					continue
+				}
 			}
 			if v.Errno != 0 {
 				t.Errorf("%s: got %s, want success", name, v.errno)
@@ -483,21 +513,17 @@ func (s *suite) credentials(t *testing.T) {
 		if r.NoNewPrivs.Errno != 0 || string(r.NoNewPrivs.Value) != "1" {
 			t.Errorf("PR_GET_NO_NEW_PRIVS: got %s (%s), want 1", r.NoNewPrivs.Value, r.NoNewPrivs.errno)
 		}
-		// gVisor's status has no NoNewPrivs line.
-		if v, ok := r.Status["NoNewPrivs"]; (ok || s.sharedKernel()) && v != "1" {
+		v, ok := r.Status["NoNewPrivs"]
+		s.expect(t, "status-nonewprivs", ok, "/proc/self/status has no NoNewPrivs line")
+		if ok && v != "1" {
 			t.Errorf("/proc/self/status NoNewPrivs: got %q, want 1", v)
 		}
 	})
 
+	// The mode only; what the filter refuses is asserted by Syscalls. On
+	// gVisor the Sentry applies the OCI profile (--oci-seccomp) and presents
+	// the mode as Linux does.
 	t.Run("Seccomp", func(t *testing.T) {
-		if !s.sharedKernel() {
-			// gVisor applies the OCI profile inside the Sentry (with
-			// --oci-seccomp); what its status reports for the mode is
-			// its own business. The refusals themselves are asserted by
-			// the Syscalls check on every tier.
-			t.Logf("tier %s presents seccomp mode %q in status and %s from PR_GET_SECCOMP", s.caps.Tier, r.Status["Seccomp"], r.Seccomp.Value)
-			return
-		}
 		if v := r.Status["Seccomp"]; v != "2" {
 			t.Errorf("/proc/self/status Seccomp: got %q, want 2 (filter)", v)
 		}
@@ -539,6 +565,11 @@ type fsReport struct {
 		Size   int64  `json:"size"`
 		Flags  int64  `json:"flags"`
 	} `json:"statfs"`
+	ProcSys struct {
+		Tried    int            `json:"tried"`
+		Writable []string       `json:"writable"`
+		Errnos   map[string]int `json:"errnos"`
+	} `json:"proc_sys"`
 	TmpFill struct {
 		errno
 		Written int64 `json:"written"`
@@ -587,23 +618,25 @@ func (s *suite) filesystem(t *testing.T) {
 	}
 
 	t.Run("RootReadOnly", func(t *testing.T) {
+		_, permissionsFirst := s.difference("root-eacces")
+		eacces := 0
 		for _, p := range []string{
 			"/.stockade-probe", "/etc/.stockade-probe", "/usr/bin/.stockade-probe", "/.stockade/.stockade-probe",
 			"/var/tmp/.stockade-probe", "/.stockade-probe-dir", "/usr/.stockade-probe-dir",
 		} {
+			// A read-only mount answers EROFS before file permissions
+			// are checked; anything else means only the image's file
+			// modes stand in the way.
 			e := write(t, p)
-			switch {
-			case e.Errno == 0:
-				t.Errorf("creating %s: got success, want EROFS", p)
-			case s.sharedKernel() && !e.is(syscall.EROFS):
-				// A read-only mount answers EROFS before file
-				// permissions are checked; anything else means only
-				// the image's file modes stand in the way.
+			if e.is(syscall.EACCES) && permissionsFirst && p != "/var/tmp/.stockade-probe" {
+				eacces++
+				continue
+			}
+			if !e.is(syscall.EROFS) {
 				t.Errorf("creating %s: got %s, want EROFS", p, e)
-			case !s.sharedKernel() && !e.is(syscall.EROFS) && !e.is(syscall.EACCES):
-				t.Errorf("creating %s: got %s, want EROFS or EACCES", p, e)
 			}
 		}
+		s.expect(t, "root-eacces", eacces == 0, "creating files in root's directories of the image: got EACCES %d times, want EROFS", eacces)
 		for _, p := range []string{"/.stockade/guest", "/etc/passwd", "/bin/busybox"} {
 			if e := write(t, p); e.Errno == 0 {
 				t.Errorf("opening %s for writing: got success, want refused", p)
@@ -632,15 +665,15 @@ func (s *suite) filesystem(t *testing.T) {
 		if !nosuid {
 			t.Errorf("statfs /tmp: got nosuid=false, want nosuid")
 		}
-		switch {
-		case s.caps.Tier == sandbox.TierGVisor:
-			// runsc drops the nodev mount option (it knows ro,
-			// noexec, nosuid and noatime only). A device node there
-			// would be the Sentry's own, and creating one needs
-			// CAP_MKNOD, which no set holds (see Credentials).
-			t.Logf("tier %s: /tmp nodev=%t", s.caps.Tier, nodev)
-		case !nodev:
-			t.Errorf("statfs /tmp: got nodev=false, want nodev")
+		s.expect(t, "tmp-nodev", nodev, "statfs /tmp: got nodev=false, want nodev")
+		// What nodev guards against, on every tier: a device node made
+		// there. A FIFO, which needs no privilege, shows that mknod
+		// reaches /tmp at all.
+		if e := write(t, "/tmp/.stockade-probe-fifo"); e.Errno != 0 {
+			t.Errorf("mknod of a FIFO in /tmp: got %s, want success", e)
+		}
+		if e := write(t, "/tmp/.stockade-probe-dev"); !e.is(syscall.EPERM) {
+			t.Errorf("mknod of character device 1:3 in /tmp: got %s, want EPERM (no CAP_MKNOD)", e)
 		}
 		if size > tmpSize {
 			t.Errorf("statfs /tmp: got size %d, want at most %d", size, tmpSize)
@@ -648,26 +681,27 @@ func (s *suite) filesystem(t *testing.T) {
 	})
 
 	t.Run("ProcAndSysReadOnly", func(t *testing.T) {
-		for _, p := range []string{
-			"/proc/sys/kernel/hostname", "/proc/sys/kernel/core_pattern", "/proc/sys/vm/drop_caches",
-			"/proc/sysrq-trigger", "/sys/kernel/mm/transparent_hugepage/enabled", "/sys/kernel/uevent_helper",
-		} {
+		if e := write(t, "/proc/self/comm"); e.Errno != 0 {
+			t.Errorf("opening /proc/self/comm (the process's own) for writing: got %s, want success", e)
+		}
+		for _, p := range []string{"/proc/sysrq-trigger", "/sys/kernel/mm/transparent_hugepage/enabled", "/sys/kernel/uevent_helper"} {
 			if e := write(t, p); e.Errno == 0 {
 				t.Errorf("opening %s for writing: got success, want refused", p)
 			}
+		}
+		ps := r.ProcSys
+		t.Logf("opened %d files below /proc/sys for writing: refused %v", ps.Tried, ps.Errnos)
+		if ps.Tried < 20 {
+			t.Errorf("the probe tried %d files below /proc/sys, want the whole tree (at least 20)", ps.Tried)
+		}
+		for _, p := range ps.Writable {
+			t.Errorf("opening %s for writing: got success, want refused", p)
 		}
 		if ro, _, _, _ := statfs(t, "/sys"); !ro {
 			t.Errorf("statfs /sys: got read-write, want read-only")
 		}
 		ro, _, _, _ := statfs(t, "/proc/sys")
-		switch {
-		case s.sharedKernel() && !ro:
-			t.Errorf("statfs /proc/sys: got read-write, want read-only (runc's readonlyPaths)")
-		case !s.sharedKernel():
-			// runsc ignores the OCI readonlyPaths; /proc/sys is the
-			// Sentry's own emulation, and the writes above are refused.
-			t.Logf("tier %s: /proc/sys mounted read-only: %t", s.caps.Tier, ro)
-		}
+		s.expect(t, "proc-sys-rw", ro, "statfs /proc/sys: got read-write, want read-only (readonlyPaths)")
 	})
 
 	t.Run("DevMinimal", func(t *testing.T) {
@@ -677,12 +711,18 @@ func (s *suite) filesystem(t *testing.T) {
 			"stdin": true, "stdout": true, "stderr": true, "core": true,
 		}
 		devices := map[[2]int]bool{{1, 3}: true, {1, 5}: true, {1, 7}: true, {1, 8}: true, {1, 9}: true, {5, 0}: true, {5, 1}: true, {5, 2}: true}
-		if s.caps.Tier == sandbox.TierGVisor {
-			// The Sentry registers FUSE and TUN devices of its own in
-			// every sandbox; they are emulated, not the host's.
+		if _, ok := s.difference("dev-fuse-tun"); ok {
 			allowed["fuse"], allowed["net"] = true, true
 			devices[[2]int{10, 229}], devices[[2]int{10, 200}] = true, true
 		}
+		present := map[string]bool{}
+		for _, d := range r.Dev {
+			present[d.Name] = true
+		}
+		if !present["null"] || !present["zero"] {
+			t.Fatalf("the probe's listing of /dev has no null or zero: %+v", r.Dev)
+		}
+		s.expect(t, "dev-fuse-tun", !present["fuse"] && !present["net/tun"], "/dev has fuse or net/tun")
 		var names []string
 		for _, d := range r.Dev {
 			names = append(names, d.Name)
@@ -702,23 +742,28 @@ func (s *suite) filesystem(t *testing.T) {
 
 	t.Run("NoHostMounts", func(t *testing.T) {
 		under := func(p, dir string) bool { return p == dir || strings.HasPrefix(p, dir+"/") }
+		points := map[string]bool{}
+		for _, m := range r.Mounts {
+			points[m.MountPoint] = true
+		}
+		if !points["/"] || !points["/tmp"] {
+			t.Fatalf("the probe's mount table has no / or /tmp: %+v", r.Mounts)
+		}
+		_, dockerFiles := s.difference("docker-etc-files")
 		for _, m := range r.Mounts {
 			p := m.MountPoint
 			if p == "/" || p == "/tmp" || p == "/workspace" || p == "/.stockade/guest" ||
 				under(p, "/proc") || under(p, "/dev") || under(p, "/sys") {
 				continue
 			}
-			if s.caps.Tier == sandbox.TierDocker && dockerEtcFiles[p] != "" && hasOption(m.Options, "ro") {
-				// dockerd always bind-mounts these three files, even with
-				// --network=none; the driver writes fixed contents into
-				// them, checked below, and they are read-only.
+			if dockerFiles && dockerEtcFiles[p] != "" && hasOption(m.Options, "ro") {
 				continue
 			}
 			t.Errorf("unexpected mount at %s (%s from %s, %s): only the image, the guest and the profile's mounts may be mounted", p, m.FSType, m.Source, m.Options)
 		}
 	})
 
-	if s.caps.Tier == sandbox.TierDocker {
+	if _, ok := s.difference("docker-etc-files"); ok {
 		t.Run("DockerEtcFiles", func(t *testing.T) {
 			b := s.start(t, sandbox.Limits{})
 			for p, want := range dockerEtcFiles {
@@ -785,13 +830,14 @@ func (s *suite) network(t *testing.T) {
 			errno
 			Addrs []string `json:"addrs"`
 		} `json:"addresses"`
-		Connect []struct {
-			Addr   string `json:"addr"`
-			Result string `json:"result"`
-			Errno  int    `json:"errno"`
-		} `json:"connect"`
-		PingSocket errno `json:"ping_socket"`
-		LowPort    errno `json:"low_port"`
+		Connect         []connectResult `json:"connect"`
+		LoopbackConnect connectResult   `json:"loopback_connect"`
+		UDPSocket       errno           `json:"udp_socket"`
+		PingSocket      errno           `json:"ping_socket"`
+		Ping6Socket     errno           `json:"ping6_socket"`
+		PingHighBits    errno           `json:"ping_socket_high_bits"`
+		HighPort        errno           `json:"high_port"`
+		LowPort         errno           `json:"low_port"`
 	}
 	addr := ln.Addr().String()
 	b.report(t, &r, "net", addr)
@@ -802,13 +848,16 @@ func (s *suite) network(t *testing.T) {
 	for _, n := range slices.Concat(r.Netlink.Names, r.ProcNetDev, r.SysClassNet) {
 		seen[n] = true
 	}
-	if len(r.Netlink.Names) == 0 && len(r.ProcNetDev) == 0 {
-		t.Errorf("the probe found no interface at all (netlink: %s); want lo", r.Netlink.errno)
+	if !slices.Contains(r.Netlink.Names, "lo") || !slices.Contains(r.ProcNetDev, "lo") {
+		t.Errorf("the probe did not find lo (netlink %v: %s, /proc/net/dev %v); want it found both ways", r.Netlink.Names, r.Netlink.errno, r.ProcNetDev)
 	}
 	for n := range seen {
 		if n != "lo" {
 			t.Errorf("interface %s is visible (netlink %v, /proc/net/dev %v, /sys/class/net %v), want only lo", n, r.Netlink.Names, r.ProcNetDev, r.SysClassNet)
 		}
+	}
+	if !slices.ContainsFunc(r.Addresses.Addrs, func(a string) bool { return strings.HasPrefix(a, "127.0.0.1/") }) {
+		t.Errorf("the probe found addresses %v (%s), want 127.0.0.1 among them", r.Addresses.Addrs, r.Addresses.errno)
 	}
 	for _, a := range r.Addresses.Addrs {
 		if !strings.HasPrefix(a, "127.") && !strings.HasPrefix(a, "::1/") {
@@ -819,27 +868,51 @@ func (s *suite) network(t *testing.T) {
 		t.Fatalf("got %d connect results, want 1", len(r.Connect))
 	}
 	t.Logf("connect to the host's %s from the sandbox: %s", addr, r.Connect[0].Result)
+	// The control: the same connect to a listener of the sandbox's own.
+	if r.LoopbackConnect.Result != "connected" {
+		t.Errorf("connect to a listener on the sandbox's own loopback (%s): got %s, want connected", r.LoopbackConnect.Addr, r.LoopbackConnect.Result)
+	}
 	if r.Connect[0].Result == "connected" {
 		t.Errorf("connect to the host's %s: got connected, want it to fail", addr)
 	}
 	if n := accepted.Load(); n != 0 {
 		t.Errorf("the host listener on %s accepted %d connections during the run, want 0", addr, n)
 	}
-	// The host kernel's defaults, which Docker changes for its
-	// containers: ping sockets for no group (the kernel's ICMP socket code
-	// stays out of reach), ports below 1024 for privileged processes only.
-	// gVisor allows both, in its own network stack: nothing of the host
-	// kernel is behind them there.
-	if s.caps.Tier == sandbox.TierGVisor {
-		t.Logf("gVisor's network stack: ICMP socket %s, bind to port 80 %s", r.PingSocket, r.LowPort)
-		return
+	// The controls: a datagram socket and a bind to a free port work.
+	if r.UDPSocket.Errno != 0 || r.HighPort.Errno != 0 {
+		t.Errorf("socket(AF_INET, SOCK_DGRAM, 0): got %s; bind to 127.0.0.1:0: got %s; want success for both", r.UDPSocket, r.HighPort)
 	}
-	if !r.PingSocket.is(syscall.EACCES) {
-		t.Errorf("socket(AF_INET, SOCK_DGRAM, IPPROTO_ICMP): got %s, want EACCES (net.ipv4.ping_group_range \"1 0\")", r.PingSocket)
+	// ICMP sockets stay out of reach: on the host kernel its default
+	// net.ipv4.ping_group_range "1 0" (which Docker changes for its
+	// containers, and the docker driver restores) refuses them with
+	// EACCES; gVisor's netstack implements no such setting, and the
+	// profile's filter refuses them there (oci.UserSpaceKernel).
+	wantPing, why := syscall.EACCES, `net.ipv4.ping_group_range "1 0"`
+	if !s.sharedKernel() {
+		wantPing, why = syscall.EPERM, "the profile's filter"
 	}
-	if !r.LowPort.is(syscall.EACCES) {
+	for name, e := range map[string]errno{
+		"socket(AF_INET, SOCK_DGRAM, IPPROTO_ICMP)":                r.PingSocket,
+		"socket(AF_INET6, SOCK_DGRAM, IPPROTO_ICMPV6)":             r.Ping6Socket,
+		"socket(AF_INET, SOCK_DGRAM, IPPROTO_ICMP with high bits)": r.PingHighBits,
+	} {
+		if !e.is(wantPing) {
+			t.Errorf("%s: got %s, want %s (%s)", name, e, unix.ErrnoName(wantPing), why)
+		}
+	}
+	// Ports below 1024 for privileged processes only: the host kernel's
+	// default net.ipv4.ip_unprivileged_port_start 1024.
+	s.expect(t, "low-ports", r.LowPort.Errno != 0, "bind to 127.0.0.1:80: got success, want EACCES (net.ipv4.ip_unprivileged_port_start 1024)")
+	if r.LowPort.Errno != 0 && !r.LowPort.is(syscall.EACCES) {
 		t.Errorf("bind to 127.0.0.1:80: got %s, want EACCES (net.ipv4.ip_unprivileged_port_start 1024)", r.LowPort)
 	}
+}
+
+// connectResult is the probe's report of one TCP connect.
+type connectResult struct {
+	Addr   string `json:"addr"`
+	Result string `json:"result"`
+	Errno  int    `json:"errno"`
 }
 
 func (s *suite) hostEnvironment(t *testing.T) {
@@ -861,6 +934,16 @@ func (s *suite) hostEnvironment(t *testing.T) {
 	}
 	if r.Scanned == 0 {
 		t.Errorf("the probe could read no /proc/*/environ or cmdline, want at least its own")
+	}
+	// The control: the same scan finds a canary that is in the
+	// program's environment, in its environ and in its /proc file.
+	b = s.start(t, sandbox.Limits{})
+	var c struct {
+		Hits []string `json:"hits"`
+	}
+	b.reportWith(t, sandbox.ExecRequest{Env: []string{"STOCKADE_CONTROL=" + canary}}, &c, "env", hex.EncodeToString([]byte(canary)))
+	if !slices.Contains(c.Hits, "environ") || !slices.ContainsFunc(c.Hits, func(h string) bool { return strings.HasSuffix(h, "/environ") }) {
+		t.Errorf("with the canary in the program's environment, the probe found it at %v; want its environ and its /proc/PID/environ", c.Hits)
 	}
 }
 
@@ -939,72 +1022,124 @@ func (s *suite) guestSignals(t *testing.T) {
 // ---------------------------------------------------------------------------
 // System calls.
 
-// refusedSyscalls are the probe's attempts that the profile must refuse.
-// Without the profile, each succeeds for an unprivileged process on a
-// typical kernel (except those also gated by capabilities: mount, setns,
-// fsopen, unshare(CLONE_NEWNS|CLONE_NEWNET), socket(AF_PACKET), bpf).
-var refusedSyscalls = []string{
-	"io_uring_setup", "userfaultfd", "bpf", "perf_event_open",
-	"keyctl", "add_key", "request_key",
-	"ptrace_traceme", "ptrace_seize_pid1", "ptrace_seize_child", "process_vm_readv",
-	"unshare_newuser", "unshare_newns", "unshare_newnet", "clone_newuser", "setns", "clone3", "clone3_newuser",
-	"mount", "fsopen",
-	"socket_af_alg", "socket_af_packet", "socket_af_vsock",
-	"ioctl_tiocsti", "ioctl_tiocsti_high_bits",
+// refusal is how the profile refuses a system call: an errno, or a kill by
+// signal.
+type refusal struct {
+	errno  syscall.Errno
+	signal syscall.Signal
 }
 
+func (r refusal) String() string {
+	if r.signal != 0 {
+		return "killed by signal " + strconv.Itoa(int(r.signal))
+	}
+	return unix.ErrnoName(r.errno)
+}
+
+func (r refusal) matches(e errno) bool {
+	return e.Errno >= 0 && e.Signal == int(r.signal) && (r.signal != 0 || e.is(r.errno))
+}
+
+// refusedSyscalls are the probe's attempts that the profile must refuse,
+// with how it refuses them on every tier. Without the profile, each
+// succeeds for an unprivileged process on a typical kernel (except those
+// also gated by capabilities: mount, setns, fsopen,
+// unshare(CLONE_NEWNS|CLONE_NEWNET), socket(AF_PACKET), bpf; there the
+// verdict below is what shows the filter refuses them).
+//
+// Every errno rule answers EPERM, the profile's default action: under
+// gVisor too, which turns every errno rule into EPERM. clone3 must be
+// ENOSYS: glibc creates threads with clone3 and falls back to clone only on
+// ENOSYS (EPERM breaks pthread_create), and clone's flags are what the
+// profile can check. On the host kernel an errno rule says so; under
+// gVisor a trace rule with no tracer does (see oci.UserSpaceKernel).
+// The x32 ABI (amd64 only) is an architecture the profile leaves out, and
+// its filter kills the caller.
+func refusedSyscalls() map[string]refusal {
+	eperm, enosys := refusal{errno: syscall.EPERM}, refusal{errno: syscall.ENOSYS}
+	m := map[string]refusal{"clone3": enosys, "clone3_newuser": enosys}
+	for _, name := range []string{
+		"io_uring_setup", "userfaultfd", "bpf", "perf_event_open",
+		"keyctl", "add_key", "request_key",
+		"ptrace_traceme", "ptrace_seize_pid1", "ptrace_seize_child", "process_vm_readv",
+		"unshare_newuser", "unshare_newns", "unshare_newnet", "clone_newuser", "setns",
+		"mount", "fsopen",
+		"socket_af_alg", "socket_af_packet", "socket_af_vsock",
+		"ioctl_tiocsti", "ioctl_tiocsti_high_bits",
+	} {
+		m[name] = eperm
+	}
+	if runtime.GOARCH == "amd64" {
+		m["x32_getpid"] = refusal{signal: syscall.SIGSYS}
+	}
+	return m
+}
+
+// syscalls asserts, for each system call the profile must refuse, both the
+// answer to the probe's real attempt and the sandbox filter's verdict on
+// the same call, read by the probe without executing it (a filter of its
+// own stacked on the sandbox's answers the call with TRACE, which an errno
+// or kill rule outranks). The verdict tells the filter's refusal from the
+// kernel's own (EPERM for want of a capability), on every tier. The
+// probe's controls show that the means work on the tier: a raw child's
+// allowed call succeeds, the overlay turns an allowed call into ENOSYS,
+// and the raw fork and an allowed socket family succeed.
 func (s *suite) syscalls(t *testing.T) {
 	b := s.start(t, sandbox.Limits{})
+	type attempt struct {
+		errno
+		Name    string `json:"name"`
+		Verdict errno  `json:"verdict"`
+	}
 	var r struct {
-		Results []struct {
-			errno
-			Name string `json:"name"`
-		} `json:"results"`
+		Results  []attempt `json:"results"`
+		Controls []attempt `json:"controls"`
 	}
 	b.report(t, &r, "syscalls")
-	got := map[string]errno{}
+	got := map[string]attempt{}
 	var summary []string
 	for _, x := range r.Results {
-		got[x.Name] = x.errno
-		summary = append(summary, x.Name+"="+x.errno.String())
+		got[x.Name] = x
+		summary = append(summary, x.Name+"="+x.errno.String()+"/"+x.Verdict.String())
 	}
-	t.Logf("tier %s: %s", s.caps.Tier, strings.Join(summary, " "))
-	for _, name := range refusedSyscalls {
+	t.Logf("tier %s (attempt/verdict): %s", s.caps.Tier, strings.Join(summary, " "))
+
+	t.Run("Controls", func(t *testing.T) {
+		want := map[string]refusal{
+			"raw_child_getpid": {}, "verdict_getpid": {errno: syscall.ENOSYS},
+			"raw_clone": {}, "socket_af_inet": {},
+		}
+		seen := 0
+		for _, c := range r.Controls {
+			w, ok := want[c.Name]
+			if !ok {
+				continue
+			}
+			seen++
+			if !w.matches(c.errno) {
+				t.Errorf("control %s: got %s, want %s", c.Name, c.errno, w)
+			}
+		}
+		if seen != len(want) {
+			t.Errorf("the probe reported %d of the %d controls %v", seen, len(want), r.Controls)
+		}
+	})
+	for name, want := range refusedSyscalls() {
+		if d, ok := s.difference("x32-abi"); ok && name == "x32_getpid" {
+			// See the declared difference.
+			want = refusal{errno: syscall.EPERM}
+			t.Logf("tier %s: %s", d.Tier, d.Fact)
+		}
 		t.Run(name, func(t *testing.T) {
-			e, ok := got[name]
-			switch {
-			case !ok:
+			a, ok := got[name]
+			if !ok {
 				t.Fatalf("the probe did not report %s", name)
-			case e.Errno < 0:
-				t.Fatalf("%s: %s", name, e)
-			case strings.HasPrefix(name, "clone3"):
-				// On every tier clone3 must be ENOSYS: glibc creates
-				// threads with clone3 and falls back to clone only on
-				// ENOSYS (EPERM breaks pthread_create), and clone's flags
-				// are what the profile can check. On the host kernel an
-				// errno rule says so; under gVisor, which answers EPERM
-				// for every errno rule of the OCI profile, a trace rule
-				// with no tracer does — otherwise the Sentry's clone3
-				// would create namespaces.
-				if !e.is(syscall.ENOSYS) {
-					t.Errorf("%s: got %s, want ENOSYS", name, e)
-				}
-				return
-			case e.Errno == 0:
-				t.Fatalf("%s: got success, want refused", name)
 			}
-			if !s.sharedKernel() {
-				// gVisor refuses with the profile's EPERM or with its
-				// own answer (ENOSYS for what the Sentry does not
-				// implement, EAFNOSUPPORT for unknown socket families):
-				// either way the host kernel never sees the call.
-				return
+			if !want.matches(a.errno) {
+				t.Errorf("%s: got %s, want %s", name, a.errno, want)
 			}
-			// On the shared kernel the seccomp filter must be what
-			// refuses: EPERM. Any other errno means the call reached
-			// the kernel.
-			if !e.is(syscall.EPERM) {
-				t.Errorf("%s: got %s, want EPERM from the seccomp filter", name, e)
+			if !want.matches(a.Verdict) {
+				t.Errorf("%s: the filter's verdict: got %s, want %s", name, a.Verdict, want)
 			}
 		})
 	}
@@ -1100,119 +1235,220 @@ func (s *suite) timeout(t *testing.T) {
 	}
 }
 
-// hostProcesses lists host processes (other than this one) whose command
-// line contains s.
-func hostProcesses(s string) []string {
+// hostDaemons lists the host processes whose command line is the probe's
+// daemon with marker ("probe sleep 300 MARKER").
+func hostDaemons(marker string) []string {
+	want := []byte("sleep\x00300\x00" + marker + "\x00")
 	entries, _ := os.ReadDir("/proc")
 	var out []string
 	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil || pid == os.Getpid() {
+		if _, err := strconv.Atoi(e.Name()); err != nil {
 			continue
 		}
 		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
-		if err == nil && bytes.Contains(b, []byte(s)) {
+		if err == nil && bytes.Contains(b, want) {
 			out = append(out, e.Name()+": "+strings.TrimSpace(strings.ReplaceAll(string(b), "\x00", " ")))
 		}
 	}
 	return out
 }
 
-func (s *suite) daemon(t *testing.T) {
-	type daemonReport struct {
-		PID     int    `json:"pid"`
-		Alive   bool   `json:"alive"`
-		Cmdline string `json:"cmdline"`
-	}
-	check := func(t *testing.T, r daemonReport, marker string) {
-		t.Helper()
-		if r.PID <= 0 || !r.Alive || !strings.Contains(r.Cmdline, marker) {
-			t.Fatalf("the probe could not start its daemon: got pid %d alive %t cmdline %q", r.PID, r.Alive, r.Cmdline)
-		}
-	}
+// daemonReport is the probe's report of the daemon it started.
+type daemonReport struct {
+	PID     int    `json:"pid"`
+	Alive   bool   `json:"alive"`
+	Cmdline string `json:"cmdline"`
+	// Seen are the pids the probe's own scan of /proc finds with the
+	// marker: the control for findproc.
+	Seen []int `json:"seen"`
+}
 
-	// The daemon outlives the program that started it; the sandbox is
-	// destroyed after the Exec.
-	t.Run("AfterExec", func(t *testing.T) {
-		marker := "stockade-daemon-" + randHex(8)
-		b := s.start(t, sandbox.Limits{})
-		var r daemonReport
-		b.report(t, &r, "daemon", marker)
-		check(t, r, marker)
-		t.Logf("daemon pid %d in the sandbox; host processes with its marker after the Exec: %v", r.PID, hostProcesses(marker))
-		b.destroy(t)
-		if left := hostProcesses(marker); len(left) > 0 {
+// heldDaemon is a daemon the probe started in an Exec that still runs.
+type heldDaemon struct {
+	marker string
+	report daemonReport
+	done   chan heldOutcome // the Exec's outcome, once
+	// kernel is the tier's kernel of the sandbox, on tiers with a
+	// Harness.Kernel, read while the daemon runs.
+	kernel SandboxKernel
+}
+
+type heldOutcome struct {
+	res *sandbox.Result
+	err error
+}
+
+// holdDaemon starts the probe's daemon in b with an Exec that stays
+// running for hold, and proves that the daemon is visible where the checks
+// after it look: to the probe's own scan of /proc in the sandbox, and on
+// the host (as a host process on a shared kernel, as a task of the
+// sandbox's kernel otherwise).
+func (s *suite) holdDaemon(t *testing.T, b *box, hold time.Duration) *heldDaemon {
+	t.Helper()
+	d := &heldDaemon{marker: "stockade-daemon-" + randHex(8), done: make(chan heldOutcome, 1)}
+	var mu sync.Mutex
+	var out []byte
+	started := make(chan struct{})
+	var once sync.Once
+	go func() {
+		res, err := b.exec(t.Context(), sandbox.ExecRequest{
+			Timeout: hold + time.Minute,
+			OnOutput: func(st sandbox.Stream, p []byte) {
+				mu.Lock()
+				defer mu.Unlock()
+				if st == sandbox.Stdout {
+					out = append(out, p...)
+					if bytes.Contains(out, []byte("started\n")) {
+						once.Do(func() { close(started) })
+					}
+				}
+			},
+		}, "daemon", d.marker, strconv.Itoa(int(hold/time.Second)))
+		d.done <- heldOutcome{res, err}
+	}()
+	select {
+	case <-started:
+	case o := <-d.done:
+		t.Fatalf("the probe ended before starting its daemon: %+v, %v", o.res, o.err)
+	case <-time.After(time.Minute):
+		t.Fatal("the probe did not start its daemon within a minute")
+	}
+	mu.Lock()
+	line, _, _ := bytes.Cut(out, []byte("\n"))
+	err := json.Unmarshal(line, &d.report)
+	mu.Unlock()
+	if err != nil {
+		t.Fatalf("decoding the daemon report %q: %v", line, err)
+	}
+	r := d.report
+	if r.PID <= 0 || !r.Alive || !strings.Contains(r.Cmdline, d.marker) {
+		t.Fatalf("the probe could not start its daemon: got pid %d alive %t cmdline %q", r.PID, r.Alive, r.Cmdline)
+	}
+	if !slices.Equal(r.Seen, []int{r.PID}) {
+		t.Fatalf("the probe's scan of /proc found %v with the marker, want the running daemon %d", r.Seen, r.PID)
+	}
+	if s.sharedKernel() {
+		if seen := hostDaemons(d.marker); len(seen) == 0 {
+			t.Fatalf("the running daemon is not visible on the host, want it found by its marker %s", d.marker)
+		}
+		return d
+	}
+	if s.h.Kernel == nil {
+		t.Fatalf("tier %s runs the sandbox's processes in a kernel of its own: the harness must give Kernel for the host to see them", s.caps.Tier)
+	}
+	k, err := s.h.Kernel(t.Context(), b.sb.ID())
+	if err != nil {
+		t.Fatalf("reading the sandbox's kernel: %v", err)
+	}
+	if !slices.Contains(k.Tasks, r.PID) {
+		t.Fatalf("the sandbox's kernel (host pid %d) lists tasks %v, want the running daemon %d among them", k.HostPID, k.Tasks, r.PID)
+	}
+	d.kernel = k
+	return d
+}
+
+// wait waits for the Exec that started the daemon to end.
+func (d *heldDaemon) wait(t *testing.T) heldOutcome {
+	t.Helper()
+	select {
+	case o := <-d.done:
+		return o
+	case <-time.After(2 * time.Minute):
+		t.Fatal("the Exec holding the daemon did not end within 2 minutes")
+		return heldOutcome{}
+	}
+}
+
+// daemonGone checks, after Destroy, that nothing of the daemon is left on the
+// host: no host process with its marker on a shared kernel; otherwise the
+// host process of the sandbox's kernel, which ran it, has exited. pidfd
+// must have been opened on that process before Destroy.
+func (s *suite) daemonGone(t *testing.T, d *heldDaemon, pidfd int) {
+	t.Helper()
+	if s.sharedKernel() {
+		if left := hostDaemons(d.marker); len(left) > 0 {
 			t.Errorf("after Destroy the daemon still runs on the host: %v", left)
 		}
+		return
+	}
+	fds := []unix.PollFd{{Fd: int32(pidfd), Events: unix.POLLIN}}
+	n, err := unix.Poll(fds, 0)
+	if err != nil {
+		t.Fatalf("polling the pidfd of the sandbox's kernel: %v", err)
+	}
+	if n == 0 {
+		t.Errorf("after Destroy the sandbox's kernel (host pid %d), which ran the daemon %d, still runs", d.kernel.HostPID, d.report.PID)
+	}
+}
+
+// openKernel opens a pidfd on the host process of the sandbox's kernel, on
+// tiers that have one, so that its exit can be told from a new process
+// with its pid; -1 on a shared kernel.
+func (s *suite) openKernel(t *testing.T, d *heldDaemon) int {
+	t.Helper()
+	if s.sharedKernel() {
+		return -1
+	}
+	fd, err := unix.PidfdOpen(d.kernel.HostPID, 0)
+	if err != nil {
+		t.Fatalf("opening a pidfd on the sandbox's kernel (host pid %d): %v", d.kernel.HostPID, err)
+	}
+	t.Cleanup(func() { unix.Close(fd) })
+	return fd
+}
+
+// daemon checks that a daemon, a process that leaves the program's process
+// group and session, outlives neither the Exec that started it nor the
+// sandbox. Each looks for the daemon only where the daemon was first seen
+// alive (see holdDaemon).
+func (s *suite) daemon(t *testing.T) {
+	// The guest kills what the program left behind when it ends.
+	t.Run("AfterExec", func(t *testing.T) {
+		b := s.start(t, sandbox.Limits{})
+		d := s.holdDaemon(t, b, 2*time.Second)
+		if o := d.wait(t); o.err != nil || o.res.Status != sandbox.StatusSucceeded {
+			t.Fatalf("the Exec holding the daemon: got %+v, %v; want it to succeed", o.res, o.err)
+		}
+		if s.caps.Sessions {
+			var r struct {
+				PIDs []int `json:"pids"`
+			}
+			b.report(t, &r, "findproc", d.marker)
+			if len(r.PIDs) > 0 {
+				t.Errorf("after the Exec that started it, the next Exec sees the daemon at %v (it was %d)", r.PIDs, d.report.PID)
+			}
+		}
+		switch {
+		case s.sharedKernel():
+			if left := hostDaemons(d.marker); len(left) > 0 {
+				t.Errorf("after the Exec that started it, the daemon still runs on the host: %v", left)
+			}
+		default:
+			k, err := s.h.Kernel(t.Context(), b.sb.ID())
+			if err != nil {
+				t.Fatalf("reading the sandbox's kernel: %v", err)
+			}
+			if slices.Contains(k.Tasks, d.report.PID) {
+				t.Errorf("after the Exec that started it, the sandbox's kernel still runs the daemon %d (tasks %v)", d.report.PID, k.Tasks)
+			}
+		}
+		pidfd := s.openKernel(t, d)
+		b.destroy(t)
+		s.daemonGone(t, d, pidfd)
 	})
 
 	// The sandbox is destroyed while the program that started the daemon
 	// still runs, so the daemon is certainly alive when Destroy is called.
 	t.Run("DestroyWhileRunning", func(t *testing.T) {
-		marker := "stockade-daemon-" + randHex(8)
 		b := s.start(t, sandbox.Limits{})
-		var mu sync.Mutex
-		var out []byte
-		started := make(chan struct{})
-		var once sync.Once
-		type outcome struct {
-			res *sandbox.Result
-			err error
-		}
-		done := make(chan outcome, 1)
-		go func() {
-			res, err := b.exec(t.Context(), sandbox.ExecRequest{
-				Timeout: 2 * time.Minute,
-				OnOutput: func(st sandbox.Stream, p []byte) {
-					mu.Lock()
-					defer mu.Unlock()
-					if st == sandbox.Stdout {
-						out = append(out, p...)
-						if bytes.Contains(out, []byte("started\n")) {
-							once.Do(func() { close(started) })
-						}
-					}
-				},
-			}, "daemon", marker, "120")
-			done <- outcome{res, err}
-		}()
-		select {
-		case <-started:
-		case o := <-done:
-			t.Fatalf("the probe ended before starting its daemon: %+v, %v", o.res, o.err)
-		case <-time.After(time.Minute):
-			t.Fatal("the probe did not start its daemon within a minute")
-		}
-		mu.Lock()
-		var r daemonReport
-		line, _, _ := bytes.Cut(out, []byte("\n"))
-		err := json.Unmarshal(line, &r)
-		mu.Unlock()
-		if err != nil {
-			t.Fatalf("decoding the daemon report %q: %v", line, err)
-		}
-		check(t, r, marker)
-		if s.sharedKernel() {
-			// Here the daemon is a host process: the check below
-			// proves something only if it is visible now.
-			if seen := hostProcesses(marker); len(seen) == 0 {
-				t.Errorf("the running daemon is not visible on the host, want it found by its marker %s", marker)
-			}
-		}
+		d := s.holdDaemon(t, b, 120*time.Second)
+		pidfd := s.openKernel(t, d)
 		b.destroy(t)
-		select {
-		case o := <-done:
-			if o.err == nil {
-				t.Logf("the Exec interrupted by Destroy ended with status %s", o.res.Status)
-			} else {
-				t.Logf("the Exec interrupted by Destroy returned %v", o.err)
-			}
-		case <-time.After(time.Minute):
-			t.Errorf("Exec did not return within a minute of Destroy")
+		o := d.wait(t)
+		if o.err == nil && o.res.Status == sandbox.StatusSucceeded {
+			t.Errorf("the Exec interrupted by Destroy: got status %s, want it cut short", o.res.Status)
 		}
-		if left := hostProcesses(marker); len(left) > 0 {
-			t.Errorf("after Destroy the daemon still runs on the host: %v", left)
-		}
+		s.daemonGone(t, d, pidfd)
 	})
 }
 
@@ -1279,11 +1515,19 @@ func (s *suite) concurrentIsolation(t *testing.T) {
 	}
 
 	var r struct {
+		Self  int        `json:"self"`
 		Tmp   []string   `json:"tmp"`
 		Procs []procInfo `json:"procs"`
 	}
 	b.report(t, &r, "seeothers")
 	t.Logf("sandbox B sees /tmp %v and processes %+v", r.Tmp, r.Procs)
+	// The controls: B's listings show B's own file and process.
+	if s.caps.Sessions && !slices.Contains(r.Tmp, filepath.Base(probeexec.Path)) {
+		t.Errorf("sandbox B's /tmp %v lacks its own %s", r.Tmp, probeexec.Path)
+	}
+	if !slices.ContainsFunc(r.Procs, func(p procInfo) bool { return p.PID == r.Self }) {
+		t.Errorf("sandbox B's processes %+v lack the probe itself (pid %d)", r.Procs, r.Self)
+	}
 	if slices.Contains(r.Tmp, marker) {
 		t.Errorf("sandbox B sees sandbox A's /tmp/%s", marker)
 	}
@@ -1309,6 +1553,11 @@ func (s *suite) concurrentIsolation(t *testing.T) {
 	if w.Errno != 0 {
 		t.Fatalf("sandbox B writing /tmp/markerB: got %s, want success", w)
 	}
+	var own errno
+	decode(t, b.run(t, sandbox.ExecRequest{}, "readfile", "/tmp/markerB"), &own, "readfile")
+	if own.Errno != 0 {
+		t.Fatalf("sandbox B reading its own /tmp/markerB: got %s, want success", own)
+	}
 	var rd errno
 	decode(t, a.run(t, sandbox.ExecRequest{}, "readfile", "/tmp/markerB"), &rd, "readfile")
 	if !rd.is(syscall.ENOENT) {
@@ -1319,6 +1568,10 @@ func (s *suite) concurrentIsolation(t *testing.T) {
 func (s *suite) noPersistence(t *testing.T) {
 	content := "persist-" + randHex(8)
 	paths := []string{"/tmp/persist", "/dev/shm/persist"}
+	type readReport struct {
+		errno
+		Content string `json:"content"`
+	}
 	first := s.start(t, sandbox.Limits{})
 	for _, p := range paths {
 		var w errno
@@ -1326,15 +1579,21 @@ func (s *suite) noPersistence(t *testing.T) {
 		if w.Errno != 0 {
 			t.Errorf("first sandbox writing %s: got %s, want success", p, w)
 		}
+		if !s.caps.Sessions {
+			continue
+		}
+		// The control: the reader finds what is there.
+		var r readReport
+		decode(t, first.run(t, sandbox.ExecRequest{}, "readfile", p), &r, "readfile")
+		if r.Errno != 0 || r.Content != content {
+			t.Errorf("first sandbox reading back %s: got %s %q, want %q", p, r.errno, r.Content, content)
+		}
 	}
 	first.destroy(t)
 
 	second := s.start(t, sandbox.Limits{})
 	for _, p := range paths {
-		var r struct {
-			errno
-			Content string `json:"content"`
-		}
+		var r readReport
 		decode(t, second.run(t, sandbox.ExecRequest{}, "readfile", p), &r, "readfile")
 		if !r.is(syscall.ENOENT) {
 			t.Errorf("second sandbox reading %s: got %s %q, want ENOENT", p, r.errno, r.Content)

@@ -9,19 +9,24 @@
 // errno (0 meaning the attempt succeeded).
 //
 //	caps                 capability sets, no_new_privs, seccomp mode, ids
-//	fs                   writes to the image and /tmp, /tmp filled to ENOSPC,
+//	fs                   writes to the image, /tmp and /proc/sys, mknod in
+//	                     /tmp, /tmp filled to ENOSPC,
 //	                     mount flags, /dev entries, mounts
-//	net ADDR...          interfaces, and a TCP connect to each host:port
+//	net ADDR...          interfaces, a TCP connect to each host:port and to
+//	                     its own loopback, ICMP sockets, low and free ports
 //	env [CANARY_HEX]     the environment, and every readable /proc/*/environ
 //	                     and /proc/*/cmdline scanned for the canary
 //	pids                 visible processes
-//	syscalls             system calls the profile must refuse, with errnos
+//	syscalls             system calls the profile must refuse: the errno of
+//	                     each attempt and the filter's verdict on it
 //	forkbomb [MAX [HOLD_MS]]  fork until refused, hold, kill the children
 //	alloc MIB            allocate and touch MIB mebibytes
 //	spin | sleep SECONDS [TAG]  print "started", then busy-loop or sleep
 //	daemon MARKER [HOLD] double-fork a setsid daemon sleeping 300 s with
-//	                     MARKER in its argv, print its pid, then exit 0
-//	                     (or print "started" and sleep HOLD seconds first)
+//	                     MARKER in its argv, print its pid and the pids
+//	                     findproc sees, then exit 0 (or print "started"
+//	                     and sleep HOLD seconds first)
+//	findproc MARKER      the other processes with MARKER in their argv
 //	flood BYTES [stdout|stderr|both]  write BYTES of output
 //	writefile PATH [CONTENT] | readfile PATH
 //	mark PATH SECONDS    write PATH, print "started", sleep
@@ -99,6 +104,8 @@ func main() {
 		}
 	case "daemon-mid":
 		daemonMid(arg(args, 0, "MARKER"))
+	case "findproc":
+		emit(obj{{"pids", findProcs(arg(args, 0, "MARKER"))}})
 	case "flood":
 		stream := "stdout"
 		if len(args) > 1 {
@@ -324,10 +331,23 @@ func fsProbe() obj {
 	}
 	mkdir("/.stockade-probe-dir")
 	mkdir("/usr/.stockade-probe-dir")
+	// A device node (1:3, null) where nodev should make it useless, and a
+	// FIFO, which needs no privilege, to show that mknod reaches /tmp.
+	mknod := func(p string, mode uint32, dev int) {
+		err := unix.Mknod(p, mode, dev)
+		if err == nil {
+			unix.Unlink(p)
+		}
+		try(p, "mknod", err)
+	}
+	mknod("/tmp/.stockade-probe-dev", unix.S_IFCHR|0o600, int(unix.Mkdev(1, 3)))
+	mknod("/tmp/.stockade-probe-fifo", unix.S_IFIFO|0o600, 0)
 	for _, p := range []string{
 		"/.stockade/guest", "/etc/passwd", "/bin/busybox",
-		"/proc/sys/kernel/hostname", "/proc/sys/kernel/core_pattern", "/proc/sys/vm/drop_caches",
 		"/proc/sysrq-trigger", "/sys/kernel/mm/transparent_hugepage/enabled", "/sys/kernel/uevent_helper",
+		// The process's own comm is writable by it: the control that an
+		// open for writing in /proc can succeed.
+		"/proc/self/comm",
 	} {
 		openWrite(p)
 	}
@@ -348,11 +368,57 @@ func fsProbe() obj {
 
 	return obj{
 		{"writes", writes},
+		{"proc_sys", procSysWrites()},
 		{"statfs", mounts},
 		{"tmp_fill", fillTmp()},
 		{"dev", devEntries()},
 		{"mounts", mountinfo()},
 	}
+}
+
+// procSysWrites opens every regular file below /proc/sys for writing
+// (without truncating, writing nothing: success alone is the finding) and
+// reports how many it tried, which opened and the errnos of the others.
+func procSysWrites() obj {
+	tried := 0
+	writable := []string{}
+	errnos := map[string]int{}
+	var walk func(dir string, depth int)
+	walk = func(dir string, depth int) {
+		for _, name := range listDir(dir) {
+			p := dir + "/" + name
+			var st unix.Stat_t
+			if unix.Lstat(p, &st) != nil {
+				continue
+			}
+			switch st.Mode & unix.S_IFMT {
+			case unix.S_IFDIR:
+				if depth < 8 {
+					walk(p, depth+1)
+				}
+			case unix.S_IFREG:
+				tried++
+				fd, err := unix.Open(p, unix.O_WRONLY|unix.O_CLOEXEC|unix.O_NONBLOCK, 0)
+				if err == nil {
+					unix.Close(fd)
+					writable = append(writable, p)
+				} else {
+					errnos[unix.ErrnoName(errnoOf(err))]++
+				}
+			}
+		}
+	}
+	walk("/proc/sys", 0)
+	names := make([]string, 0, len(errnos))
+	for k := range errnos {
+		names = append(names, k)
+	}
+	sort.Strings(names)
+	counts := obj{}
+	for _, k := range names {
+		counts = append(counts, field{k, errnos[k]})
+	}
+	return obj{{"tried", tried}, {"writable", writable}, {"errnos", counts}}
 }
 
 // fillTmp writes to a file in /tmp until the write fails (at most 4 GiB),
@@ -498,30 +564,63 @@ func netProbe(addrs []string) obj {
 		{"sys_class_net", listDir("/sys/class/net")},
 		{"addresses", append(obj{{"addrs", ifaddrs}}, attempt(addrErr)...)},
 		{"connect", connects},
-		{"ping_socket", obj(attempt(pingSocket()))},
-		{"low_port", obj(attempt(bindLowPort()))},
+		{"loopback_connect", loopbackConnect()},
+		{"udp_socket", obj(attempt(socketOf(unix.AF_INET, unix.SOCK_DGRAM, 0)))},
+		{"ping_socket", obj(attempt(socketOf(unix.AF_INET, unix.SOCK_DGRAM, unix.IPPROTO_ICMP)))},
+		{"ping6_socket", obj(attempt(socketOf(unix.AF_INET6, unix.SOCK_DGRAM, unix.IPPROTO_ICMPV6)))},
+		// The kernels read the protocol as 32 bits: with garbage in the
+		// high ones it is still ICMP.
+		{"ping_socket_high_bits", obj(attempt(socketOf(unix.AF_INET, unix.SOCK_DGRAM, unix.IPPROTO_ICMP|1<<32)))},
+		{"high_port", obj(attempt(bindPort(0)))},
+		{"low_port", obj(attempt(bindPort(80)))},
 	}
 }
 
-// pingSocket opens an unprivileged ICMP socket, which the kernel allows
-// only to groups in net.ipv4.ping_group_range.
-func pingSocket() error {
-	fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_DGRAM, syscall.IPPROTO_ICMP)
-	if err == nil {
-		syscall.Close(fd)
+// socketOf opens a socket with a raw system call (the protocol as the
+// caller gives it, all 64 bits) and closes it. Unprivileged ICMP sockets
+// are allowed by the kernel only to groups in net.ipv4.ping_group_range.
+func socketOf(domain, typ int, protocol uint64) error {
+	fd, _, e := syscall.RawSyscall(syscall.SYS_SOCKET, uintptr(domain), uintptr(typ|unix.SOCK_CLOEXEC), uintptr(protocol))
+	if e != 0 {
+		return e
 	}
-	return err
+	syscall.Close(int(fd))
+	return nil
 }
 
-// bindLowPort binds a TCP socket to port 80, which needs
-// CAP_NET_BIND_SERVICE below net.ipv4.ip_unprivileged_port_start.
-func bindLowPort() error {
-	fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_STREAM, 0)
+// bindPort binds a TCP socket to 127.0.0.1:port. Below
+// net.ipv4.ip_unprivileged_port_start that needs CAP_NET_BIND_SERVICE;
+// port 0 (any free port) is the control that binding works at all.
+func bindPort(port int) error {
+	fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
 	if err != nil {
 		return err
 	}
 	defer syscall.Close(fd)
-	return syscall.Bind(fd, &syscall.SockaddrInet4{Port: 80, Addr: [4]byte{127, 0, 0, 1}})
+	return syscall.Bind(fd, &syscall.SockaddrInet4{Port: port, Addr: [4]byte{127, 0, 0, 1}})
+}
+
+// loopbackConnect listens on the sandbox's own loopback and connects to it
+// the way tcpConnect tries the host: the control that a connection that can
+// be made is reported as "connected".
+func loopbackConnect() obj {
+	fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return obj{{"addr", ""}, {"result", "socket: " + unix.ErrnoName(errnoOf(err))}, {"errno", int(errnoOf(err))}}
+	}
+	defer syscall.Close(fd)
+	if err := syscall.Bind(fd, &syscall.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}}); err != nil {
+		return obj{{"addr", ""}, {"result", "bind: " + unix.ErrnoName(errnoOf(err))}, {"errno", int(errnoOf(err))}}
+	}
+	if err := syscall.Listen(fd, 1); err != nil {
+		return obj{{"addr", ""}, {"result", "listen: " + unix.ErrnoName(errnoOf(err))}, {"errno", int(errnoOf(err))}}
+	}
+	sa, err := syscall.Getsockname(fd)
+	in4, ok := sa.(*syscall.SockaddrInet4)
+	if err != nil || !ok {
+		return obj{{"addr", ""}, {"result", "getsockname failed"}, {"errno", -1}}
+	}
+	return tcpConnect(netip.AddrPortFrom(netip.AddrFrom4(in4.Addr), uint16(in4.Port)).String())
 }
 
 func netlinkNames() ([]string, error) {
@@ -810,8 +909,30 @@ func daemon(marker string) obj {
 	return obj{
 		{"pid", pid}, {"mid_pid", mid}, {"mid_exit", ws.ExitStatus()}, {"alive", alive},
 		{"cmdline", strings.TrimSpace(strings.ReplaceAll(string(cmd), "\x00", " "))},
+		{"seen", findProcs(marker)},
 		{"errno", 0}, {"err", ""},
 	}
+}
+
+// findProcs lists the processes other than this one whose command line has
+// marker as an argument, as a scan of /proc finds them.
+func findProcs(marker string) []int {
+	pids := []int{}
+	for _, name := range listDir("/proc") {
+		pid, err := strconv.Atoi(name)
+		if err != nil || pid == os.Getpid() {
+			continue
+		}
+		cmd, _ := readLimited("/proc/"+name+"/cmdline", 4096)
+		for _, a := range strings.Split(string(cmd), "\x00") {
+			if a == marker {
+				pids = append(pids, pid)
+				break
+			}
+		}
+	}
+	sort.Ints(pids)
+	return pids
 }
 
 func daemonMid(marker string) {
