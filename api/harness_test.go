@@ -3,6 +3,7 @@ package api_test
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -127,6 +128,8 @@ type envConfig struct {
 	// options of the engine.
 	drivers map[string]sandbox.Driver
 	engine  []engine.Option
+	// defaultDriver is the engine's default driver; empty is runc.
+	defaultDriver string
 }
 
 // env is a daemon in the test process: a store, the real runc driver, the
@@ -165,7 +168,7 @@ func newEnv(t *testing.T, b backend, c envConfig) *env {
 	}
 	drivers := map[string]sandbox.Driver{"runc": d}
 	maps.Copy(drivers, c.drivers)
-	eng, err := engine.New(drivers, "runc", image.Open(images), sandbox.DefaultLimits(), sandbox.DefaultCeiling(), c.engine...)
+	eng, err := engine.New(drivers, cmp.Or(c.defaultDriver, "runc"), image.Open(images), sandbox.DefaultLimits(), sandbox.DefaultCeiling(), c.engine...)
 	if err != nil {
 		t.Fatalf("engine.New: %v", err)
 	}

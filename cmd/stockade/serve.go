@@ -8,11 +8,13 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"time"
 
 	"github.com/stockade-sh/stockade/api"
@@ -72,12 +74,8 @@ func serve(ctx context.Context, listen, db string, cfg config.Config) error {
 	if err != nil {
 		return classify(err)
 	}
-	// A daemon whose default driver cannot run sandboxes refuses to start
-	// rather than failing every invocation.
-	if hc, ok := eng.Drivers()[eng.DefaultDriver()].(sandbox.HealthChecker); ok {
-		if err := hc.Health(ctx); err != nil {
-			return classify(fmt.Errorf("default driver %s: %w", eng.DefaultDriver(), err))
-		}
+	if err := checkDrivers(ctx, eng, log); err != nil {
+		return classify(err)
 	}
 	if db == "" {
 		db = storeopen.DefaultURL(cfg.DataDir)
@@ -136,6 +134,38 @@ func serve(ctx context.Context, listen, db string, cfg config.Config) error {
 		// Handlers still running after the grace period are cut off
 		// before the service and the store close under them.
 		_ = srv.Close()
+	}
+	return nil
+}
+
+// selfTester is a driver that can prove it runs sandboxes by starting one
+// (ocidriver.Driver.SelfTest); its answer becomes the driver's health.
+type selfTester interface {
+	SelfTest(ctx context.Context) error
+}
+
+// checkDrivers has every driver prove that it can run sandboxes: by a
+// self-test where the driver has one, else by its health. A daemon whose
+// default driver cannot refuses to start rather than failing every
+// invocation; another driver that cannot is logged, and stays unhealthy
+// (on /healthz, and 503 driver_unavailable for its tools) until it can.
+func checkDrivers(ctx context.Context, eng *engine.Engine, log *slog.Logger) error {
+	drivers := eng.Drivers()
+	for _, name := range slices.Sorted(maps.Keys(drivers)) {
+		var err error
+		switch d := drivers[name].(type) {
+		case selfTester:
+			err = d.SelfTest(ctx)
+		case sandbox.HealthChecker:
+			err = d.Health(ctx)
+		}
+		switch {
+		case err == nil:
+		case name == eng.DefaultDriver():
+			return fmt.Errorf("default driver %s: %w", name, err)
+		default:
+			log.Warn("driver unavailable; its tools are refused until it works", "driver", name, "err", err)
+		}
 	}
 	return nil
 }

@@ -1,14 +1,21 @@
 package main
 
 import (
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/stockade-sh/stockade/config"
+	"github.com/stockade-sh/stockade/driver/gvisor"
+	"github.com/stockade-sh/stockade/driver/runc"
+	"github.com/stockade-sh/stockade/engine"
+	"github.com/stockade-sh/stockade/errdefs"
+	"github.com/stockade-sh/stockade/image"
 	"github.com/stockade-sh/stockade/internal/netns"
 	"github.com/stockade-sh/stockade/internal/testenv"
+	"github.com/stockade-sh/stockade/sandbox"
 )
 
 // TestClaimHost checks that a second daemon on the host cannot take the
@@ -47,4 +54,50 @@ func TestClaimHost(t *testing.T) {
 		t.Fatalf("a claim after the release: %v", err)
 	}
 	again()
+}
+
+// TestCheckDrivers checks the daemon's start: a default driver whose
+// runtime answers its version but cannot start a sandbox keeps the daemon
+// from starting; the same driver beside a working default is only
+// reported, and stays unhealthy.
+func TestCheckDrivers(t *testing.T) {
+	testenv.RequiresRoot(t)
+	testenv.RequiresBinary(t, "runc")
+	guest := testenv.Guest(t)
+	fake := filepath.Join(t.TempDir(), "runsc")
+	if err := os.WriteFile(fake, []byte("#!/bin/sh\n[ \"$1\" = --version ] && echo 'runsc version 1.0' && exit 0\necho 'cannot run anything' >&2\nexit 1\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, def := range []string{"runc", "gvisor"} {
+		t.Run("default "+def, func(t *testing.T) {
+			rc, err := runc.New(runc.Config{StateDir: t.TempDir(), GuestPath: guest})
+			if err != nil {
+				t.Fatal(err)
+			}
+			gv, err := gvisor.New(gvisor.Config{Binary: fake, StateDir: t.TempDir(), GuestPath: guest})
+			if err != nil {
+				t.Fatal(err)
+			}
+			eng, err := engine.New(map[string]sandbox.Driver{"runc": rc, "gvisor": gv}, def, image.Open(t.TempDir()), sandbox.DefaultLimits(), sandbox.DefaultCeiling())
+			if err != nil {
+				t.Fatal(err)
+			}
+			err = checkDrivers(t.Context(), eng, slog.New(slog.DiscardHandler))
+			if def == "gvisor" {
+				if err == nil || !strings.Contains(err.Error(), "default driver gvisor") || !strings.Contains(err.Error(), "cannot run anything") {
+					t.Fatalf("got %v, want the default driver's failure", err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("got %v, want nil: only the default driver keeps the daemon from starting", err)
+			}
+			if err := gv.Health(t.Context()); !errdefs.IsUnavailable(err) || !strings.Contains(err.Error(), "self-test") {
+				t.Errorf("gvisor's health after the start: got %v, want its self-test's failure", err)
+			}
+			if err := rc.Health(t.Context()); err != nil {
+				t.Errorf("runc's health after the start: got %v, want nil", err)
+			}
+		})
+	}
 }

@@ -17,7 +17,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
 	"sort"
 	"sync"
 	"time"
@@ -79,6 +78,8 @@ type Driver struct {
 	guestSum guestSum
 
 	recent recentSandboxes // for Leftovers
+
+	health sandboxkit.HealthCache
 }
 
 var (
@@ -114,7 +115,9 @@ func New(cfg Config) (*Driver, error) {
 	if err != nil {
 		return nil, fmt.Errorf("encoding seccomp profile: %w", err)
 	}
-	return &Driver{cfg: cfg, cli: cli, seccomp: string(b), images: map[string]bool{}, importing: make(chan struct{}, 1)}, nil
+	d := &Driver{cfg: cfg, cli: cli, seccomp: string(b), images: map[string]bool{}, importing: make(chan struct{}, 1)}
+	d.health.Check = d.checkHealth
+	return d, nil
 }
 
 // Close releases the driver's idle connections to the engine. Sandboxes
@@ -134,8 +137,15 @@ func (d *Driver) Capabilities() sandbox.Capabilities {
 // Host is the engine address the driver talks to.
 func (d *Driver) Host() string { return d.cli.DaemonHost() }
 
-// Health checks that the engine answers and the guest agent is present.
+// Health reports whether the driver can run sandboxes: the engine answers
+// a ping (negotiating the API version) and the guest agent is a static
+// executable for this host. The answer is cached (sandboxkit.HealthCache):
+// Health is asked before every invocation.
 func (d *Driver) Health(ctx context.Context) error {
+	return d.health.Health(ctx)
+}
+
+func (d *Driver) checkHealth(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	if _, err := d.cli.Ping(ctx, client.PingOptions{NegotiateAPIVersion: true}); err != nil {
@@ -145,10 +155,7 @@ func (d *Driver) Health(ctx context.Context) error {
 		}
 		return d.engineError("reaching", err)
 	}
-	if _, err := os.Stat(d.cfg.GuestPath); err != nil {
-		return fmt.Errorf("guest agent %s: %v: %w", d.cfg.GuestPath, err, errdefs.ErrUnavailable)
-	}
-	return nil
+	return sandboxkit.CheckGuest(d.cfg.GuestPath)
 }
 
 // unreachable is the error of an engine that does not answer, with the hint

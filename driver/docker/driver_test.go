@@ -3,6 +3,7 @@ package docker_test
 import (
 	"context"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"syscall"
@@ -146,6 +147,24 @@ func TestSessionAndPython(t *testing.T) {
 				t.Errorf("exit 4: got %s %d stderr %q, want failed 4 \"err\\n\"", res.Status, res.ExitCode, res.Stderr)
 			}
 		}
+	}
+}
+
+// TestHealthGuest checks that an engine that answers is not enough: a
+// guest agent that is not one (one byte) makes the driver unhealthy.
+func TestHealthGuest(t *testing.T) {
+	host := engine(t).Host()
+	bad := filepath.Join(t.TempDir(), "guest")
+	if err := os.WriteFile(bad, []byte("x"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	d, err := docker.New(docker.Config{Host: host, GuestPath: bad})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	if err := d.Health(t.Context()); !errdefs.IsUnavailable(err) || !strings.Contains(err.Error(), "is not an ELF executable") {
+		t.Errorf("Health: got %v, want ErrUnavailable for the guest", err)
 	}
 }
 

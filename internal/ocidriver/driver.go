@@ -16,6 +16,8 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strings"
+	"sync"
 	"time"
 
 	"github.com/stockade-sh/stockade/errdefs"
@@ -80,6 +82,11 @@ const CgroupParent = "/stockade"
 type Driver struct {
 	cfg Config
 	v2  bool
+
+	health sandboxkit.HealthCache
+
+	selfTestMu  sync.Mutex // serialises self-tests
+	selfTestErr error      // the last self-test's failure; nil when it passed or none ran
 }
 
 var (
@@ -100,7 +107,9 @@ func New(cfg Config) (*Driver, error) {
 	if cfg.NetworkArgs == nil {
 		cfg.NetworkArgs = map[sandbox.NetworkMode][]string{sandbox.NetworkNone: nil}
 	}
-	return &Driver{cfg: cfg, v2: cgroupV2()}, nil
+	d := &Driver{cfg: cfg, v2: cgroupV2()}
+	d.health.Check = d.checkHealth
+	return d, nil
 }
 
 func (d *Driver) Name() string { return d.cfg.Name }
@@ -134,15 +143,110 @@ func (d *Driver) cgroupOf(id string) cgroup {
 	return cgroup{sandboxkit.Cgroup{V2: d.v2, Path: CgroupParent + "/" + id}}
 }
 
-// Health checks that the runtime binary and the guest agent are present.
+// Health reports whether the driver can run sandboxes: the runtime answers
+// `--version`, the guest agent is a static executable for this host, and
+// the last self-test, if one failed, passes when tried again. The answer
+// is cached (sandboxkit.HealthCache): Health is asked before every
+// invocation and costs a lock and a clock reading while the answer is
+// fresh.
 func (d *Driver) Health(ctx context.Context) error {
-	if _, err := exec.LookPath(d.cfg.Binary); err != nil {
-		return d.missingBinary(err)
+	return d.health.Health(ctx)
+}
+
+func (d *Driver) checkHealth(ctx context.Context) error {
+	d.selfTestMu.Lock()
+	failed := d.selfTestErr
+	d.selfTestMu.Unlock()
+	if failed != nil {
+		// Only a sandbox that starts proves that this is mended.
+		return d.SelfTest(ctx)
 	}
-	if _, err := os.Stat(d.cfg.GuestPath); err != nil {
-		return fmt.Errorf("guest agent %s: %v: %w", d.cfg.GuestPath, err, errdefs.ErrUnavailable)
+	if err := d.checkVersion(ctx); err != nil {
+		return err
+	}
+	return sandboxkit.CheckGuest(d.cfg.GuestPath)
+}
+
+// checkVersion runs `<runtime> --version`: a runtime that cannot answer
+// that (not installed, not executable, built for another host, or a
+// stand-in such as /bin/false) cannot run a sandbox either.
+func (d *Driver) checkVersion(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, d.cfg.Binary, "--version")
+	cmd.Env = runtimeEnv
+	out, err := cmd.CombinedOutput()
+	switch {
+	case errors.Is(err, exec.ErrNotFound) || errors.Is(err, os.ErrNotExist):
+		return d.missingBinary(err)
+	case err != nil:
+		return fmt.Errorf("%s --version failed (%v: %s); %s: %w", d.cfg.Binary, err, sandboxkit.OneLine(string(out)), d.cfg.InstallHint, errdefs.ErrUnavailable)
+	case !strings.Contains(string(out), "version"):
+		return fmt.Errorf("%s --version printed no version (%q); %s: %w", d.cfg.Binary, sandboxkit.OneLine(string(out)), d.cfg.InstallHint, errdefs.ErrUnavailable)
 	}
 	return nil
+}
+
+// selfTestPrefix starts the IDs of self-test sandboxes, which Reap removes
+// whatever their labels: one is left only by a daemon that died during its
+// start.
+const selfTestPrefix = "selftest-"
+
+// SelfTest starts one sandbox whose root holds nothing but the mount
+// points, waits for its guest's greeting and destroys it: the proof, which
+// Health cannot give, that the runtime, the guest, the cgroups and the
+// security profile work together on this host. The daemon runs it for each
+// driver when it starts. Its answer becomes the driver's health; after a
+// failure, Health tries it again each time the cached answer expires,
+// until it passes.
+func (d *Driver) SelfTest(ctx context.Context) error {
+	d.selfTestMu.Lock()
+	defer d.selfTestMu.Unlock()
+	err := d.selfTest(ctx)
+	if err != nil {
+		err = fmt.Errorf("the %s driver's self-test (one sandbox that only starts) failed: %w", d.cfg.Name, err)
+	}
+	d.selfTestErr = err
+	d.health.Set(err)
+	return err
+}
+
+func (d *Driver) selfTest(ctx context.Context) error {
+	if err := d.checkVersion(ctx); err != nil {
+		return err
+	}
+	if err := sandboxkit.CheckGuest(d.cfg.GuestPath); err != nil {
+		return err
+	}
+	// The root must be reachable from the sandbox's user namespace, whose
+	// root is no host user: not below the state directory (0700), but in
+	// a directory of its own that every user may traverse and only root
+	// may change.
+	root, err := os.MkdirTemp("", "stockade-selftest-")
+	if err != nil {
+		return fmt.Errorf("creating the self-test root: %w", err)
+	}
+	defer os.RemoveAll(root)
+	if err := os.Chmod(root, 0o755); err != nil {
+		return fmt.Errorf("creating the self-test root: %w", err)
+	}
+	for _, dir := range []string{"proc", "dev", "sys", "tmp", filepath.Dir(oci.GuestPath[1:])} {
+		if err := os.MkdirAll(filepath.Join(root, dir), 0o755); err != nil {
+			return fmt.Errorf("creating the self-test root: %w", err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(root, oci.GuestPath), nil, 0o644); err != nil {
+		return fmt.Errorf("creating the self-test root: %w", err)
+	}
+	id, err := sandboxkit.ID("")
+	if err != nil {
+		return err
+	}
+	sb, err := d.Create(ctx, sandbox.Spec{ID: selfTestPrefix + id, Image: sandbox.Image{Rootfs: root}})
+	if err != nil {
+		return err
+	}
+	return sb.Destroy(ctx)
 }
 
 func (d *Driver) missingBinary(err error) error {
@@ -157,9 +261,12 @@ func (d *Driver) runtimeCmd(ctx context.Context, mode sandbox.NetworkMode, args 
 	full = append(full, d.cfg.NetworkArgs[mode]...)
 	full = append(full, args...)
 	cmd := exec.CommandContext(ctx, d.cfg.Binary, full...)
-	cmd.Env = []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
+	cmd.Env = runtimeEnv
 	return cmd
 }
+
+// runtimeEnv is the runtime's whole environment.
+var runtimeEnv = []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
 
 // Create starts a sandbox: it writes the bundle, starts `<runtime> run` with
 // the guest as PID 1 and waits for the guest's greeting.
@@ -260,7 +367,8 @@ func (d *Driver) Leftovers(id string) []string {
 }
 
 // Reap destroys every sandbox whose bundle carries all labels of match,
-// whether or not its runtime process is still alive.
+// whether or not its runtime process is still alive, and every self-test
+// sandbox left behind.
 func (d *Driver) Reap(ctx context.Context, match map[string]string) ([]string, error) {
 	entries, err := os.ReadDir(filepath.Join(d.cfg.StateDir, "bundles"))
 	if errors.Is(err, os.ErrNotExist) {
@@ -279,13 +387,7 @@ func (d *Driver) Reap(ctx context.Context, match map[string]string) ([]string, e
 		if err == nil {
 			_ = json.Unmarshal(b, &s)
 		}
-		ok := true
-		for k, v := range match {
-			if s.Annotations[oci.LabelPrefix+k] != v {
-				ok = false
-			}
-		}
-		if !ok {
+		if !strings.HasPrefix(id, selfTestPrefix) && !hasLabels(s.Annotations, match) {
 			continue
 		}
 		sb := d.newSbx(id, sandbox.Limits{})
@@ -295,4 +397,15 @@ func (d *Driver) Reap(ctx context.Context, match map[string]string) ([]string, e
 		reaped = append(reaped, id)
 	}
 	return reaped, nil
+}
+
+// hasLabels reports whether a bundle's annotations carry every label of
+// match.
+func hasLabels(annotations, match map[string]string) bool {
+	for k, v := range match {
+		if annotations[oci.LabelPrefix+k] != v {
+			return false
+		}
+	}
+	return true
 }
