@@ -191,14 +191,20 @@ const (
 type Result struct {
 	Status          Status
 	ExitCode        int // -1 when the program did not exit normally
-	Signal          int // the signal that ended the program, 0 if none
+	Signal          int // the signal that ended the program, 0 if none; 9 for an OOM kill
 	Stdout          []byte
 	Stderr          []byte
 	StdoutTruncated bool
 	StderrTruncated bool
 	Duration        time.Duration // wall clock of the Exec as seen by the host
-	CPUTime         time.Duration // user + system time of the program and its children
-	PeakMemory      int64         // bytes
+	// CPUTime is the user + system time of the program and its children,
+	// and PeakMemory their peak memory in bytes, as the guest reports them
+	// (or the sandbox's cgroup, where it holds only the sandbox's
+	// processes). A run that timed out has no report: both come from the
+	// sandbox's cgroup, under gVisor including the Sentry's own use, and
+	// are zero where the cgroup is not on this host (a remote engine).
+	CPUTime    time.Duration
+	PeakMemory int64
 }
 
 // Driver creates sandboxes of one tier. Implementations are safe for

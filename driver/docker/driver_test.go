@@ -231,3 +231,25 @@ func TestDataMount(t *testing.T) {
 		}
 	}
 }
+
+// TestTimedOutRunIsMeasured checks that a run the wall clock cuts short
+// reports the CPU time and memory it used, from the container's cgroup
+// (the engine runs on this host), which its guest, killed with it, never
+// reports.
+func TestTimedOutRunIsMeasured(t *testing.T) {
+	d := engine(t)
+	sb, err := d.Create(t.Context(), sandbox.Spec{Image: testenv.Image(t, "shell")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sb.Destroy(t.Context())
+	res, err := sb.Exec(t.Context(), sandbox.ExecRequest{File: sandbox.File{Name: "main.sh", Data: []byte("while :; do :; done")},
+		Argv: []string{"/bin/busybox", "sh", "{file}"}, Timeout: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The busy loop has the sandbox's whole share, 0.5 CPU, for 2 s.
+	if res.Status != sandbox.StatusTimedOut || res.CPUTime < 500*time.Millisecond || res.PeakMemory <= 0 {
+		t.Errorf("got %s with CPU %s and peak %d, want timed_out with at least 0.5 s and some memory", res.Status, res.CPUTime, res.PeakMemory)
+	}
+}

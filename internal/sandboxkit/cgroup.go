@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // CgroupRoot is where the host's cgroup hierarchies are mounted.
@@ -63,6 +64,28 @@ func (c Cgroup) OOMKills() int64 {
 func (c Cgroup) Peak() int64 {
 	n, _ := strconv.ParseInt(strings.TrimSpace(string(c.readMemory("memory.max_usage_in_bytes", "memory.peak"))), 10, 64)
 	return n
+}
+
+// CPUUsage is the CPU time the cgroup's processes have used since it was
+// created: cpuacct.usage on v1, cpu.stat's usage_usec on v2.
+func (c Cgroup) CPUUsage() time.Duration {
+	if c.Path == "" {
+		return 0
+	}
+	if !c.V2 {
+		b, _ := os.ReadFile(filepath.Join(c.root(), "cpuacct", c.Path, "cpuacct.usage"))
+		n, _ := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
+		return time.Duration(n)
+	}
+	b, _ := os.ReadFile(filepath.Join(c.MemoryDir(), "cpu.stat"))
+	sc := bufio.NewScanner(bytes.NewReader(b))
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), "usage_usec "); ok {
+			n, _ := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+			return time.Duration(n) * time.Microsecond
+		}
+	}
+	return 0
 }
 
 // ResetPeak starts a new peak measurement on v1. On v2 memory.peak is reset

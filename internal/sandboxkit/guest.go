@@ -23,6 +23,7 @@ import (
 	"io"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/stockade-sh/stockade/errdefs"
@@ -157,7 +158,7 @@ func (g *Guest) Exec(ctx context.Context, req sandbox.ExecRequest) (*sandbox.Res
 	if mode == 0 {
 		mode = 0o644
 	}
-	oomBefore := g.Cgroup.OOMKills()
+	oomBefore, cpuBefore := g.Cgroup.OOMKills(), g.Cgroup.CPUUsage()
 	g.Cgroup.ResetPeak()
 	start := time.Now()
 	timer := time.NewTimer(timeout)
@@ -203,6 +204,12 @@ func (g *Guest) Exec(ctx context.Context, req sandbox.ExecRequest) (*sandbox.Res
 		return nil, fmt.Errorf("running in sandbox %s: %w", g.Sandbox, ctx.Err())
 	}
 	timedOut := func() (outcome, error) {
+		// The guest dies with the program, so its report of what the
+		// program used never comes: the sandbox's cgroup says it, read
+		// before the kill (after it the runtime may remove the cgroup).
+		// Under gVisor the cgroup also holds the Sentry, whose own CPU
+		// time and memory are counted with the program's.
+		res.CPUTime, res.PeakMemory = g.Cgroup.CPUUsage()-cpuBefore, g.Cgroup.Peak()
 		o, err := end()
 		if err == nil {
 			res.Status = sandbox.StatusTimedOut
@@ -239,8 +246,13 @@ func (g *Guest) Exec(ctx context.Context, req sandbox.ExecRequest) (*sandbox.Res
 	res.Duration = time.Since(start)
 	oomKilled := g.Cgroup.OOMKills() > oomBefore
 
+	// The guest's numbers are bounded by what the sandbox could have
+	// used: its CPU share over the wall clock, with slack for rounding.
+	maxCPU := time.Duration(float64(res.Duration)*max(g.Limits.CPU, 1)) + time.Second
 	switch {
 	case res.Status == sandbox.StatusTimedOut:
+		res.CPUTime = min(max(res.CPUTime, 0), maxCPU)
+		return res, nil
 	case o.failed != nil:
 		// Nothing ran; the sandbox is not trusted with another Exec.
 		g.dead = true
@@ -253,14 +265,14 @@ func (g *Guest) Exec(ctx context.Context, req sandbox.ExecRequest) (*sandbox.Res
 		g.Kill(ctx)
 		res.Status = sandbox.StatusKilled
 		if oomKilled || (g.DiedOfOOM != nil && g.DiedOfOOM(ctx)) {
-			res.Status = sandbox.StatusOOMKilled
+			// The kernel's OOM killer ended the sandbox's processes,
+			// and it ends them with SIGKILL; the cgroup (or the
+			// engine) counted it.
+			res.Status, res.Signal = sandbox.StatusOOMKilled, int(syscall.SIGKILL)
 		}
 	default:
 		r := o.report
 		res.ExitCode, res.Signal = r.ExitCode, r.Signal
-		// The guest's numbers are bounded by what the sandbox could have
-		// used: its CPU share over the wall clock, with slack for rounding.
-		maxCPU := time.Duration(float64(res.Duration)*max(g.Limits.CPU, 1)) + time.Second
 		res.CPUTime = min(time.Duration(min(r.CPUUserUs, int64(maxCPU/time.Microsecond))+min(r.CPUSysUs, int64(maxCPU/time.Microsecond)))*time.Microsecond, maxCPU)
 		res.PeakMemory = min(r.MaxRSSBytes, g.Limits.Memory)
 		res.Status = exitStatus(r, oomKilled)

@@ -4,7 +4,11 @@ import (
 	"bufio"
 	"context"
 	"errors"
+	"fmt"
 	"io"
+	"os"
+	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -352,6 +356,85 @@ func TestStartError(t *testing.T) {
 			if !strings.HasPrefix(err.Error(), tt.want) || !tt.check(err) {
 				t.Errorf("got %v, want %q of its class", err, tt.want)
 			}
+		})
+	}
+}
+
+// TestGuestExecCgroupNumbers checks the numbers a run takes from its
+// cgroup, on a v1 and a v2 tree of the test's own: a timed-out run, whose
+// guest never reports, gets the CPU time used since the Exec began and the
+// peak memory; a sandbox OOM-killed whole reports the kill's SIGKILL.
+func TestGuestExecCgroupNumbers(t *testing.T) {
+	const path = "/stockade/sbx-test"
+	for _, layout := range []struct {
+		name              string
+		v2                bool
+		cpu, peak, events string // files below the root
+		cpuText           func(time.Duration) string
+		oomText           string
+	}{
+		{
+			name: "v1", cpu: "cpuacct" + path + "/cpuacct.usage", peak: "memory" + path + "/memory.max_usage_in_bytes", events: "memory" + path + "/memory.oom_control",
+			cpuText: func(d time.Duration) string { return strconv.FormatInt(d.Nanoseconds(), 10) + "\n" },
+			oomText: "oom_kill_disable 0\nunder_oom 0\noom_kill %d\n",
+		},
+		{
+			name: "v2", v2: true, cpu: path[1:] + "/cpu.stat", peak: path[1:] + "/memory.peak", events: path[1:] + "/memory.events",
+			cpuText: func(d time.Duration) string {
+				return fmt.Sprintf("usage_usec %d\nuser_usec 1\nsystem_usec 1\n", d.Microseconds())
+			},
+			oomText: "low 0\nhigh 0\nmax 3\noom 1\noom_kill %d\n",
+		},
+	} {
+		t.Run(layout.name, func(t *testing.T) {
+			root := t.TempDir()
+			write := func(name, content string) {
+				p := filepath.Join(root, name)
+				if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+					t.Fatal(err)
+				}
+				if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			cg := Cgroup{V2: layout.v2, Path: path, Root: root}
+			limits := sandbox.Limits{Memory: 64 << 20, Timeout: time.Minute, OutputCap: 10, CPU: 1}
+			req := sandbox.ExecRequest{File: sandbox.File{Name: "a"}, Argv: []string{"/a"}}
+			started := time.Second // the guest's own CPU time before the Exec
+
+			t.Run("timed out", func(t *testing.T) {
+				write(layout.cpu, layout.cpuText(started))
+				write(layout.events, fmt.Sprintf(layout.oomText, 0))
+				f := newFakeGuest(t, limits, func(w io.Writer, _ guest.ExecRequest) {
+					write(layout.cpu, layout.cpuText(started+400*time.Millisecond))
+					write(layout.peak, "50000000\n")
+				})
+				f.g.Cgroup = cg
+				r := req
+				r.Timeout = 100 * time.Millisecond
+				res, err := f.g.Exec(t.Context(), r)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if res.Status != sandbox.StatusTimedOut || res.CPUTime != 400*time.Millisecond || res.PeakMemory != 50000000 {
+					t.Errorf("got %s with CPU %s and peak %d, want timed_out with 400ms and 50000000", res.Status, res.CPUTime, res.PeakMemory)
+				}
+			})
+			t.Run("OOM-killed sandbox", func(t *testing.T) {
+				write(layout.events, fmt.Sprintf(layout.oomText, 0))
+				f := newFakeGuest(t, limits, func(w io.Writer, _ guest.ExecRequest) {
+					write(layout.events, fmt.Sprintf(layout.oomText, 1))
+					w.(*io.PipeWriter).Close()
+				})
+				f.g.Cgroup = cg
+				res, err := f.g.Exec(t.Context(), req)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if res.Status != sandbox.StatusOOMKilled || res.Signal != 9 {
+					t.Errorf("got %s with signal %d, want oom_killed with 9", res.Status, res.Signal)
+				}
+			})
 		})
 	}
 }

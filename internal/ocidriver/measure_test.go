@@ -1,0 +1,90 @@
+package ocidriver_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stockade-sh/stockade/internal/testenv"
+	"github.com/stockade-sh/stockade/sandbox"
+)
+
+// python runs code with the python image's interpreter in sb.
+func python(t *testing.T, sb sandbox.Sandbox, code string, timeout time.Duration) *sandbox.Result {
+	t.Helper()
+	res, err := sb.Exec(t.Context(), sandbox.ExecRequest{File: sandbox.File{Name: "main.py", Data: []byte(code)},
+		Argv: []string{"/usr/bin/python3", "{file}"}, Timeout: timeout})
+	if err != nil {
+		t.Fatalf("Exec: %v", err)
+	}
+	return res
+}
+
+// TestTimedOutRunIsMeasured checks that a run the wall clock cuts short
+// reports the CPU time and memory it used, which its guest, killed with
+// it, never reports: here 64 MiB touched and a second of busy loop.
+func TestTimedOutRunIsMeasured(t *testing.T) {
+	testenv.RequiresRoot(t)
+	for _, drv := range drivers {
+		t.Run(drv.name, func(t *testing.T) {
+			testenv.RequiresBinary(t, drv.runtime)
+			d, err := drv.build(t, "", testenv.Guest(t))
+			if err != nil {
+				t.Fatal(err)
+			}
+			sb, err := d.Create(t.Context(), sandbox.Spec{Image: testenv.Image(t, "python"), Limits: sandbox.Limits{Memory: 256 << 20}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer sb.Destroy(t.Context())
+			res := python(t, sb, `
+import time
+b = bytearray(64 << 20)
+for i in range(0, len(b), 4096):
+    b[i] = 1
+t = time.time()
+while time.time() - t < 1:
+    pass
+print("busy done", flush=True)
+time.sleep(60)
+`, 3*time.Second)
+			if res.Status != sandbox.StatusTimedOut || string(res.Stdout) != "busy done\n" {
+				t.Fatalf("got %s with stdout %q, want timed_out after \"busy done\"", res.Status, res.Stdout)
+			}
+			// At least half a second of CPU: runc's share is 0.5.
+			if res.CPUTime < 400*time.Millisecond || res.CPUTime > res.Duration+time.Second {
+				t.Errorf("CPU time: got %s, want 0.4 s to the wall clock %s", res.CPUTime, res.Duration)
+			}
+			if res.PeakMemory < 64<<20 || res.PeakMemory > 256<<20+64<<20 {
+				t.Errorf("peak memory: got %d, want 64 MiB to the limit and the runtime's headroom", res.PeakMemory)
+			}
+		})
+	}
+}
+
+// TestOOMKillReportsSignal checks that a program killed for going over the
+// memory limit reports the signal that ended it, also when the sandbox
+// died with it.
+func TestOOMKillReportsSignal(t *testing.T) {
+	testenv.RequiresRoot(t)
+	for _, drv := range drivers {
+		t.Run(drv.name, func(t *testing.T) {
+			testenv.RequiresBinary(t, drv.runtime)
+			d, err := drv.build(t, "", testenv.Guest(t))
+			if err != nil {
+				t.Fatal(err)
+			}
+			sb, err := d.Create(t.Context(), sandbox.Spec{Image: testenv.Image(t, "python"), Limits: sandbox.Limits{Memory: 64 << 20}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer sb.Destroy(t.Context())
+			// One allocation far over the limit, filled at once: on
+			// gVisor the host's OOM killer ends the whole sandbox
+			// (the Sentry), so no exit report comes.
+			res := python(t, sb, "b = b'x' * (512 << 20)\n", 20*time.Second)
+			if res.Status != sandbox.StatusOOMKilled || res.Signal != 9 {
+				t.Errorf("got %s with exit %d and signal %d, want oom_killed with signal 9", res.Status, res.ExitCode, res.Signal)
+			}
+		})
+	}
+}
