@@ -146,14 +146,10 @@ func (e *Engine) openEgress(ctx context.Context, tool tools.Tool, drv sandbox.Dr
 		pol.Broker = h.broker.Handler(broker.Caller{Sandbox: id, Tool: tool.Name, Operations: tool.Credentials})
 	}
 	// A driver that gives every sandbox a user namespace gets the network
-	// in one made for the sandbox (see sandbox.EgressNet).
-	var hostUIDBase uint32
-	if drv.Capabilities().UserNamespace {
-		hostUIDBase = sandbox.RandomHostIDBase()
-	}
-	// The proxy and the DNS responder serve until the session's Destroy
-	// closes them, not until the request's context ends.
-	n, err := h.nets.OpenEgress(context.WithoutCancel(ctx), h.proxy, pol, hostUIDBase)
+	// in one made for the sandbox (see sandbox.EgressNet). The proxy and
+	// the DNS responder serve until the session's Destroy closes them,
+	// not until the request's context ends.
+	n, err := h.nets.OpenEgress(context.WithoutCancel(ctx), h.proxy, pol, drv.Capabilities().UserNamespace)
 	if err != nil {
 		return "", nil, fmt.Errorf("preparing the network of sandbox %s: %w", id, err)
 	}

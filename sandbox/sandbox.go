@@ -64,7 +64,8 @@ type Capabilities struct {
 	// Snapshots is true when the driver implements Snapshotter.
 	Snapshots bool
 	// UserNamespace is true when every sandbox has a user namespace of its
-	// own, with host ids from RandomHostIDBase. A network prepared for
+	// own, with host ids no other live sandbox has (see FirstHostID). A
+	// network prepared for
 	// such a sandbox (EgressNet) must then belong to a user namespace made
 	// for it: see EgressNet.UserNSPath.
 	UserNamespace bool

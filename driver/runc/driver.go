@@ -5,6 +5,7 @@
 package runc
 
 import (
+	"github.com/stockade-sh/stockade/internal/hostids"
 	"github.com/stockade-sh/stockade/internal/ocidriver"
 	"github.com/stockade-sh/stockade/sandbox"
 )
@@ -17,6 +18,9 @@ type Config struct {
 	StateDir string
 	// GuestPath is the host path of the stockade-guest binary. Required.
 	GuestPath string
+	// HostIDs hands out the host ids of the sandboxes' user namespaces;
+	// nil means hostids.Default(), shared by every process on the host.
+	HostIDs *hostids.Allocator
 }
 
 // DefaultCPU is the CPU share of a container-tier sandbox.
@@ -45,5 +49,6 @@ func New(cfg Config) (*ocidriver.Driver, error) {
 		// runc makes a user namespace for each sandbox (DESIGN §3: one
 		// where the tier supports it).
 		UserNamespace: true,
+		HostIDs:       cfg.HostIDs,
 	})
 }

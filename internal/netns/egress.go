@@ -42,9 +42,9 @@ type Egress struct {
 // name) with the host end's address. The proxy and the responder serve
 // until Close or until ctx is done; on error nothing is left.
 //
-// hostUIDBase, when not zero, makes the namespace belong to a user
-// namespace of its own (see Options.HostUIDBase).
-func (m *Manager) OpenEgress(ctx context.Context, p *egress.Proxy, pol egress.Policy, hostUIDBase uint32) (_ *Egress, err error) {
+// userNS makes the namespace belong to a user namespace of its own (see
+// Options.UserNamespace).
+func (m *Manager) OpenEgress(ctx context.Context, p *egress.Proxy, pol egress.Policy, userNS bool) (_ *Egress, err error) {
 	var ports []uint16
 	for _, port := range pol.Ports {
 		if port < 1 || port > 65535 {
@@ -63,7 +63,7 @@ func (m *Manager) OpenEgress(ctx context.Context, p *egress.Proxy, pol egress.Po
 	if len(ports) == 0 {
 		return nil, errors.New("an egress policy needs at least one port or a broker")
 	}
-	n, err := m.Create(ctx, Options{ProxyPorts: ports, HostUIDBase: hostUIDBase})
+	n, err := m.Create(ctx, Options{ProxyPorts: ports, UserNamespace: userNS})
 	if err != nil {
 		return nil, err
 	}

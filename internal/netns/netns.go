@@ -45,6 +45,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/stockade-sh/stockade/errdefs"
+	"github.com/stockade-sh/stockade/internal/hostids"
 	"github.com/stockade-sh/stockade/internal/oci"
 )
 
@@ -53,7 +54,7 @@ import (
 const RunDir = "/run/netns"
 
 // UserRunDir is where the user namespaces that own sandbox networks (see
-// Options.HostUIDBase) are bind-mounted, under the network's name.
+// Options.UserNamespace) are bind-mounted, under the network's name.
 const UserRunDir = "/run/stockade/userns"
 
 // pinDirs are where namespaces are bind-mounted, and what CleanupStale and
@@ -78,6 +79,10 @@ type Config struct {
 	// DNSPort is the port of the DNS responder on the host end; zero
 	// means 53.
 	DNSPort uint16
+	// HostIDs hands out the host ids of the user namespaces that own
+	// sandbox networks (Options.UserNamespace); nil means
+	// hostids.Default(), which the drivers share.
+	HostIDs *hostids.Allocator
 }
 
 // DefaultPrefix is Config.Prefix when it is empty.
@@ -108,6 +113,9 @@ func NewManager(cfg Config) (*Manager, error) {
 	if cfg.DNSPort == 0 {
 		cfg.DNSPort = 53
 	}
+	if cfg.HostIDs == nil {
+		cfg.HostIDs = hostids.Default()
+	}
 	switch {
 	case !prefixPattern.MatchString(cfg.Prefix):
 		return nil, fmt.Errorf("netns: prefix %q must be 2-6 lower-case letters: %w", cfg.Prefix, errdefs.ErrInvalidArgument)
@@ -122,14 +130,16 @@ type Options struct {
 	// ProxyPorts are the TCP ports of the host end that the sandbox may
 	// reach: the egress proxy's listeners. At least one.
 	ProxyPorts []uint16
-	// HostUIDBase, when not zero, makes the network namespace belong to a
-	// new user namespace that maps root to HostUIDBase and the sandbox
-	// user (oci.SandboxUID, oci.SandboxGID) to HostUIDBase+1, for a
-	// sandbox that runs in that user namespace (Net.UserNSPath): only
-	// there can it mount sysfs for the network namespace. Owning the
-	// namespace gives that user namespace nothing over the host's rules,
-	// which live in the host's network namespace.
-	HostUIDBase uint32
+	// UserNamespace makes the network namespace belong to a new user
+	// namespace that maps root to host ids of its own (Net.HostUIDBase,
+	// from Config.HostIDs) and the sandbox user (oci.SandboxUID,
+	// oci.SandboxGID) to the next, for a sandbox that runs in that user
+	// namespace (Net.UserNSPath): only there can it mount sysfs for the
+	// network namespace. Owning the namespace gives that user namespace
+	// nothing over the host's rules, which live in the host's network
+	// namespace. The ids stay taken until Remove has removed the user
+	// namespace's bind mount, which holds them.
+	UserNamespace bool
 }
 
 // Net is one sandbox's network. The caller must call Remove.
@@ -148,12 +158,14 @@ type Net struct {
 	// Table is the nftables table (family inet) holding the rules.
 	Table string
 	// UserNSPath is the bind mount of the user namespace that owns the
-	// network namespace, and HostUIDBase its mapping (Options.HostUIDBase);
-	// empty and zero when the host's user namespace owns it.
+	// network namespace, and HostUIDBase the host id it maps root to
+	// (Options.UserNamespace); empty and zero when the host's user
+	// namespace owns it.
 	UserNSPath  string
 	HostUIDBase uint32
 
 	m    *Manager
+	ids  *hostids.Lease // HostUIDBase's, held until the user namespace is gone
 	slot int
 	once sync.Once
 	err  error
@@ -230,12 +242,16 @@ func (m *Manager) Create(ctx context.Context, o Options) (_ *Net, err error) {
 	if err := ensureShared(RunDir); err != nil {
 		return nil, err
 	}
-	if o.HostUIDBase == 0 {
+	if !o.UserNamespace {
 		err = newNamed(n.Path)
 	} else {
-		n.UserNSPath, n.HostUIDBase = filepath.Join(UserRunDir, ns), o.HostUIDBase
+		n.UserNSPath = filepath.Join(UserRunDir, ns)
+		if n.ids, err = m.cfg.HostIDs.Allocate(n.UserNSPath); err != nil {
+			return nil, fmt.Errorf("creating the user namespace of %s: %w", ns, err)
+		}
+		n.HostUIDBase = n.ids.Base
 		if err = ensureShared(UserRunDir); err == nil {
-			err = newNamedInUserNS(n.UserNSPath, n.Path, o.HostUIDBase)
+			err = newNamedInUserNS(n.UserNSPath, n.Path, n.HostUIDBase)
 		}
 	}
 	if err != nil {
@@ -315,8 +331,12 @@ func (n *Net) Remove() error {
 		n.err = n.removeParts()
 		if n.err == nil {
 			// A slot whose veth may still exist is not given out again;
-			// CleanupStale frees it at the next start.
+			// CleanupStale frees it at the next start. The same for host
+			// ids whose user namespace may still be pinned.
 			n.m.free(n.slot)
+			if n.ids != nil {
+				n.err = n.ids.Release()
+			}
 		}
 	})
 	return n.err

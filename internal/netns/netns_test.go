@@ -22,6 +22,8 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/stockade-sh/stockade/egress"
+	"github.com/stockade-sh/stockade/errdefs"
+	"github.com/stockade-sh/stockade/internal/hostids"
 	"github.com/stockade-sh/stockade/internal/testenv"
 	"github.com/stockade-sh/stockade/sandbox"
 )
@@ -112,10 +114,16 @@ func TestCreateRemove(t *testing.T) {
 // mount sysfs in: TestRuntimesJoinNamespace), and Remove leaves neither.
 func TestUserNamespace(t *testing.T) {
 	m := newTestManager(t)
-	base := sandbox.RandomHostIDBase()
-	n := createWith(t, m, Options{ProxyPorts: []uint16{8080}, HostUIDBase: base})
+	// One slot of ids, outside the range of real sandboxes: a second
+	// network waits for the first one's Remove.
+	base := uint32(sandbox.FirstHostID + 2*sandbox.HostIDSlots)
+	m.cfg.HostIDs = &hostids.Allocator{Dir: t.TempDir(), First: base, Slots: 1}
+	n := createWith(t, m, Options{ProxyPorts: []uint16{8080}, UserNamespace: true})
 	if n.HostUIDBase != base || n.UserNSPath != filepath.Join(UserRunDir, n.Name) {
 		t.Fatalf("user namespace %q with base %d, want %s with %d", n.UserNSPath, n.HostUIDBase, filepath.Join(UserRunDir, n.Name), base)
+	}
+	if _, err := m.Create(t.Context(), Options{ProxyPorts: []uint16{8080}, UserNamespace: true}); !errdefs.IsResourceExhausted(err) {
+		t.Fatalf("a second network while the first holds the only ids: got %v, want ErrResourceExhausted", err)
 	}
 	nsf, err := os.Open(n.Path)
 	if err != nil {
@@ -148,6 +156,13 @@ func TestUserNamespace(t *testing.T) {
 	if _, err := os.Stat(n.UserNSPath); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("%s after Remove: %v", n.UserNSPath, err)
 	}
+	again := createWith(t, m, Options{ProxyPorts: []uint16{8080}, UserNamespace: true})
+	if again.HostUIDBase != base {
+		t.Errorf("after Remove: got base %d, want the freed %d", again.HostUIDBase, base)
+	}
+	if err := again.Remove(); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // assertGone checks with ip(8) and nftables that nothing of n is left.
@@ -170,7 +185,7 @@ func assertGone(t *testing.T, m *Manager, n *Net) {
 func TestCleanupStale(t *testing.T) {
 	m := newTestManager(t)
 	n1 := create(t, m, 80)
-	n2 := createWith(t, m, Options{ProxyPorts: []uint16{443}, HostUIDBase: sandbox.RandomHostIDBase()})
+	n2 := createWith(t, m, Options{ProxyPorts: []uint16{443}, UserNamespace: true})
 	// A crashed daemon: a new manager knows nothing of n1 and n2.
 	m2, err := NewManager(Config{Prefix: testPrefix, Range: testRange})
 	if err != nil {
@@ -342,7 +357,7 @@ func TestEgressEndToEnd(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	n := openEgress(t, ctx, m, rec, upPort, nil, 0)
+	n := openEgress(t, ctx, m, rec, upPort, nil, false)
 	if !slices.Equal(n.Ports, []uint16{uint16(upPort)}) || !strings.Contains(string(n.ResolvConf), "nameserver "+n.HostAddr.String()+"\n") {
 		t.Fatalf("ports %v resolv.conf %q", n.Ports, n.ResolvConf)
 	}
@@ -455,12 +470,8 @@ func BenchmarkOpenEgress(b *testing.B) {
 		b.Run(fmt.Sprintf("userns=%v", userNS), func(b *testing.B) {
 			var open, closing []time.Duration
 			for b.Loop() {
-				var base uint32
-				if userNS {
-					base = sandbox.RandomHostIDBase()
-				}
 				t0 := time.Now()
-				e, err := m.OpenEgress(context.Background(), p, pol, base)
+				e, err := m.OpenEgress(context.Background(), p, pol, userNS)
 				if err != nil {
 					b.Fatal(err)
 				}
@@ -547,7 +558,7 @@ func TestOpenEgressRefusesTheDNSPort(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, err = m.OpenEgress(t.Context(), p, egress.Policy{Sandbox: "sbx-dns", Tool: "t", Allow: []string{"api.example.com"}, Ports: []int{443, 53}}, 0)
+	_, err = m.OpenEgress(t.Context(), p, egress.Policy{Sandbox: "sbx-dns", Tool: "t", Allow: []string{"api.example.com"}, Ports: []int{443, 53}}, false)
 	if err == nil || !strings.Contains(err.Error(), "DNS responder") {
 		t.Fatalf("OpenEgress with port 53: got %v, want a refusal naming the DNS responder", err)
 	}

@@ -75,14 +75,14 @@ func TestRuntimesJoinNamespace(t *testing.T) {
 	})
 
 	for _, rt := range []struct {
-		name        string
-		args        []string
-		k           oci.Kernel
-		hostUIDBase uint32
+		name   string
+		args   []string
+		k      oci.Kernel
+		userNS bool
 	}{
-		{"runc", []string{"runc"}, oci.HostKernel, 0},
-		{"runc-userns", []string{"runc"}, oci.HostKernel, sandbox.RandomHostIDBase()},
-		{"runsc", []string{"runsc", "--platform=systrap", "--network=sandbox", "--oci-seccomp", "--overlay2=none", "--host-uds=none"}, oci.UserSpaceKernel, 0},
+		{"runc", []string{"runc"}, oci.HostKernel, false},
+		{"runc-userns", []string{"runc"}, oci.HostKernel, true},
+		{"runsc", []string{"runsc", "--platform=systrap", "--network=sandbox", "--oci-seccomp", "--overlay2=none", "--host-uds=none"}, oci.UserSpaceKernel, false},
 	} {
 		t.Run(rt.name, func(t *testing.T) {
 			bin := testenv.RequiresBinary(t, rt.args[0])
@@ -97,7 +97,7 @@ func TestRuntimesJoinNamespace(t *testing.T) {
 			}
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
-			n := openEgress(t, ctx, m, rec, upPort, brokerH, rt.hostUIDBase)
+			n := openEgress(t, ctx, m, rec, upPort, brokerH, rt.userNS)
 
 			dir := t.TempDir()
 			resolv := filepath.Join(dir, "resolv.conf")
@@ -145,9 +145,9 @@ func TestRuntimesJoinNamespace(t *testing.T) {
 					t.Errorf("sandbox output lacks %q:\n%s", want, got)
 				}
 			}
-			if rt.hostUIDBase != 0 {
+			if rt.userNS {
 				// Root and the sandbox user, and nothing else.
-				want := fmt.Sprintf("uid_map 0 %d 1 65534 %d 1\n", rt.hostUIDBase, rt.hostUIDBase+1)
+				want := fmt.Sprintf("uid_map 0 %d 1 65534 %d 1\n", n.HostUIDBase, n.HostUIDBase+1)
 				if n.UserNSPath == "" || !strings.Contains(got, want) {
 					t.Errorf("user namespace %q: sandbox output lacks %q:\n%s", n.UserNSPath, want, got)
 				}
@@ -173,7 +173,7 @@ func TestRuntimesJoinNamespace(t *testing.T) {
 // openEgress prepares a sandbox network whose policy allows
 // api.allowed.test (a loopback upstream, through the test override) on
 // upPort, and the broker.
-func openEgress(t *testing.T, ctx context.Context, m *Manager, rec func(egress.Decision), upPort int, broker http.Handler, hostUIDBase uint32) *Egress {
+func openEgress(t *testing.T, ctx context.Context, m *Manager, rec func(egress.Decision), upPort int, broker http.Handler, userNS bool) *Egress {
 	t.Helper()
 	p, err := egress.New(egress.Config{
 		Resolver:     failResolver{},
@@ -183,7 +183,7 @@ func openEgress(t *testing.T, ctx context.Context, m *Manager, rec func(egress.D
 	if err != nil {
 		t.Fatal(err)
 	}
-	e, err := m.OpenEgress(ctx, p, egress.Policy{Sandbox: "sbx-netns-test", Tool: "netns-test", Allow: []string{"api.allowed.test"}, Ports: []int{upPort}, Broker: broker}, hostUIDBase)
+	e, err := m.OpenEgress(ctx, p, egress.Policy{Sandbox: "sbx-netns-test", Tool: "netns-test", Allow: []string{"api.allowed.test"}, Ports: []int{upPort}, Broker: broker}, userNS)
 	if err != nil {
 		t.Fatal(err)
 	}

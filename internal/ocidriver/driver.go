@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/stockade-sh/stockade/errdefs"
+	"github.com/stockade-sh/stockade/internal/hostids"
 	"github.com/stockade-sh/stockade/internal/oci"
 	"github.com/stockade-sh/stockade/internal/sandboxkit"
 	"github.com/stockade-sh/stockade/sandbox"
@@ -69,9 +70,12 @@ type Config struct {
 	// zero means 30 s.
 	ReadyTimeout time.Duration
 	// UserNamespace gives each sandbox a user namespace with host ids of
-	// its own (sandbox.RandomHostIDBase); a sandbox with egress gets the
-	// one its network was prepared in, if any (sandbox.EgressNet).
+	// its own, from HostIDs; a sandbox with egress gets the one its
+	// network was prepared in, if any (sandbox.EgressNet).
 	UserNamespace bool
+	// HostIDs hands out the user namespaces' host ids; nil means
+	// hostids.Default(), which every process on the host shares.
+	HostIDs *hostids.Allocator
 }
 
 // CgroupParent is the cgroup under which every sandbox's cgroup lives.
@@ -87,6 +91,8 @@ type Driver struct {
 
 	selfTestMu  sync.Mutex // serialises self-tests
 	selfTestErr error      // the last self-test's failure; nil when it passed or none ran
+
+	adoptOnce sync.Once // adoptBundles, before the first allocation
 }
 
 var (
@@ -106,6 +112,9 @@ func New(cfg Config) (*Driver, error) {
 	}
 	if cfg.NetworkArgs == nil {
 		cfg.NetworkArgs = map[sandbox.NetworkMode][]string{sandbox.NetworkNone: nil}
+	}
+	if cfg.HostIDs == nil {
+		cfg.HostIDs = hostids.Default()
 	}
 	d := &Driver{cfg: cfg, v2: cgroupV2()}
 	d.health.Check = d.checkHealth
@@ -319,7 +328,11 @@ func (d *Driver) Create(ctx context.Context, spec sandbox.Spec) (_ sandbox.Sandb
 	switch {
 	case !d.cfg.UserNamespace:
 	case spec.Network != sandbox.NetworkEgress:
-		o.HostUIDBase = sandbox.RandomHostIDBase()
+		d.adoptOnce.Do(d.adoptBundles)
+		if sb.ids, err = d.cfg.HostIDs.Allocate(bundle); err != nil {
+			return nil, err
+		}
+		o.HostUIDBase = sb.ids.Base
 	case spec.Egress.UserNSPath != "":
 		// The network namespace belongs to this user namespace, made
 		// with it: the sandbox joins both.
@@ -377,17 +390,11 @@ func (d *Driver) Reap(ctx context.Context, match map[string]string) ([]string, e
 	if err != nil {
 		return nil, fmt.Errorf("listing bundles: %w", err)
 	}
+	d.adoptOnce.Do(d.adoptBundles)
 	var reaped []string
 	for _, e := range entries {
 		id := e.Name()
-		var s struct {
-			Annotations map[string]string `json:"annotations"`
-		}
-		b, err := os.ReadFile(filepath.Join(d.bundleDir(id), "config.json"))
-		if err == nil {
-			_ = json.Unmarshal(b, &s)
-		}
-		if !strings.HasPrefix(id, selfTestPrefix) && !hasLabels(s.Annotations, match) {
+		if !strings.HasPrefix(id, selfTestPrefix) && !hasLabels(readBundle(d.bundleDir(id)).Annotations, match) {
 			continue
 		}
 		sb := d.newSbx(id, sandbox.Limits{})
@@ -408,4 +415,51 @@ func hasLabels(annotations, match map[string]string) bool {
 		}
 	}
 	return true
+}
+
+// bundleConfig is what the driver reads back from a bundle's config.json.
+type bundleConfig struct {
+	Annotations map[string]string `json:"annotations"`
+	Linux       struct {
+		UIDMappings []struct {
+			ContainerID uint32 `json:"containerID"`
+			HostID      uint32 `json:"hostID"`
+		} `json:"uidMappings"`
+	} `json:"linux"`
+}
+
+// readBundle reads a bundle's config.json; zero when it cannot.
+func readBundle(dir string) bundleConfig {
+	var c bundleConfig
+	if b, err := os.ReadFile(filepath.Join(dir, "config.json")); err == nil {
+		_ = json.Unmarshal(b, &c)
+	}
+	return c
+}
+
+// hostIDBase is the host id the bundle maps root to; zero without a user
+// namespace.
+func (c bundleConfig) hostIDBase() uint32 {
+	for _, m := range c.Linux.UIDMappings {
+		if m.ContainerID == 0 {
+			return m.HostID
+		}
+	}
+	return 0
+}
+
+// adoptBundles records the host ids of the bundles already in the state
+// directory (a crashed process's sandboxes, or a sandbox of its egress
+// network's user namespace, whose pin the daemon removes at start) as in
+// use for as long as each bundle exists, so that no new sandbox is given
+// them before the reaper has destroyed their sandboxes. Slots already
+// recorded, which is the usual case, stay as they are.
+func (d *Driver) adoptBundles() {
+	entries, _ := os.ReadDir(filepath.Join(d.cfg.StateDir, "bundles"))
+	for _, e := range entries {
+		dir := d.bundleDir(e.Name())
+		if base := readBundle(dir).hostIDBase(); base != 0 {
+			_ = d.cfg.HostIDs.Adopt(base, dir)
+		}
+	}
 }

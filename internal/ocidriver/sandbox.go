@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/stockade-sh/stockade/errdefs"
+	"github.com/stockade-sh/stockade/internal/hostids"
 	"github.com/stockade-sh/stockade/internal/sandboxkit"
 	"github.com/stockade-sh/stockade/sandbox"
 )
@@ -32,6 +33,10 @@ type sbx struct {
 	guest sandboxkit.Guest // over stdin and stdout
 
 	destroyed sandboxkit.UntilDone
+
+	// ids are the host ids of the sandbox's own user namespace, when this
+	// process allocated them; a reaped sandbox's are found in its bundle.
+	ids *hostids.Lease
 }
 
 var _ sandbox.Sandbox = (*sbx)(nil)
@@ -165,11 +170,23 @@ func (s *sbx) destroy(ctx context.Context) error {
 	// The private root must be gone before the bundle is removed: removing
 	// through a mounted overlay would only whiteout, never reach the image,
 	// but it would leave the mount behind.
-	if err := unmountPrivateRoot(s.d.bundleDir(s.id)); err != nil {
+	bundle := s.d.bundleDir(s.id)
+	if err := unmountPrivateRoot(bundle); err != nil {
 		return errors.Join(append(errs, err)...)
 	}
-	if err := os.RemoveAll(s.d.bundleDir(s.id)); err != nil {
-		errs = append(errs, fmt.Errorf("removing bundle: %w", err))
+	// The ids are free once the bundle, which holds them, is gone: this
+	// process's lease, or the slot recorded for a reaped sandbox.
+	var adopted uint32
+	if s.ids == nil && s.d.cfg.UserNamespace {
+		adopted = readBundle(bundle).hostIDBase()
+	}
+	if err := os.RemoveAll(bundle); err != nil {
+		return errors.Join(append(errs, fmt.Errorf("removing bundle: %w", err))...)
+	}
+	if s.ids != nil {
+		errs = append(errs, s.ids.Release())
+	} else if adopted != 0 {
+		errs = append(errs, s.d.cfg.HostIDs.Forget(adopted, bundle))
 	}
 	return errors.Join(errs...)
 }
