@@ -1,12 +1,31 @@
 package ocidriver_test
 
 import (
+	"context"
 	"testing"
 	"time"
 
+	"github.com/stockade-sh/stockade/internal/ocidriver"
 	"github.com/stockade-sh/stockade/internal/testenv"
 	"github.com/stockade-sh/stockade/sandbox"
 )
+
+// pythonSandbox creates a sandbox of the python image with memory, by
+// build, destroyed when the test ends.
+func pythonSandbox(t *testing.T, build func(testing.TB, string, string) (*ocidriver.Driver, error), runtime string, memory int64) sandbox.Sandbox {
+	t.Helper()
+	testenv.RequiresBinary(t, runtime)
+	d, err := build(t, "", testenv.Guest(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sb, err := d.Create(t.Context(), sandbox.Spec{Image: testenv.Image(t, "python"), Limits: sandbox.Limits{Memory: memory}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { sb.Destroy(context.WithoutCancel(t.Context())) })
+	return sb
+}
 
 // python runs code with the python image's interpreter in sb.
 func python(t *testing.T, sb sandbox.Sandbox, code string, timeout time.Duration) *sandbox.Result {
@@ -26,16 +45,7 @@ func TestTimedOutRunIsMeasured(t *testing.T) {
 	testenv.RequiresRoot(t)
 	for _, drv := range drivers {
 		t.Run(drv.name, func(t *testing.T) {
-			testenv.RequiresBinary(t, drv.runtime)
-			d, err := drv.build(t, "", testenv.Guest(t))
-			if err != nil {
-				t.Fatal(err)
-			}
-			sb, err := d.Create(t.Context(), sandbox.Spec{Image: testenv.Image(t, "python"), Limits: sandbox.Limits{Memory: 256 << 20}})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer sb.Destroy(t.Context())
+			sb := pythonSandbox(t, drv.build, drv.runtime, 256<<20)
 			res := python(t, sb, `
 import time
 b = bytearray(64 << 20)
@@ -68,16 +78,7 @@ func TestOOMKillReportsSignal(t *testing.T) {
 	testenv.RequiresRoot(t)
 	for _, drv := range drivers {
 		t.Run(drv.name, func(t *testing.T) {
-			testenv.RequiresBinary(t, drv.runtime)
-			d, err := drv.build(t, "", testenv.Guest(t))
-			if err != nil {
-				t.Fatal(err)
-			}
-			sb, err := d.Create(t.Context(), sandbox.Spec{Image: testenv.Image(t, "python"), Limits: sandbox.Limits{Memory: 64 << 20}})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer sb.Destroy(t.Context())
+			sb := pythonSandbox(t, drv.build, drv.runtime, 64<<20)
 			// One allocation far over the limit, filled at once: on
 			// gVisor the host's OOM killer ends the whole sandbox
 			// (the Sentry), so no exit report comes.
