@@ -681,7 +681,7 @@ func (s *server) healthz(w http.ResponseWriter, r *http.Request) {
 	healthy := true
 	for name, err := range s.svc.Health(r.Context()) {
 		if err != nil {
-			drivers[name] = strings.TrimSuffix(err.Error(), ": "+classText(err))
+			drivers[name] = sentence(err.Error())
 			if name == s.svc.Engine().DefaultDriver() {
 				healthy = false
 			}
