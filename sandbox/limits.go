@@ -82,9 +82,9 @@ func (l Limits) Check(ceiling Limits) error {
 	}
 	switch {
 	case l.Memory < 0 || (l.Memory > 0 && l.Memory < MinMemory):
-		return bad("memory %d bytes is below the minimum of 16 MiB", l.Memory)
+		return bad("memory %s is below the minimum of %s", FormatSize(l.Memory), FormatSize(MinMemory))
 	case ceiling.Memory > 0 && l.Memory > ceiling.Memory:
-		return bad("memory %d MiB is above the ceiling of %d MiB", l.Memory>>20, ceiling.Memory>>20)
+		return bad("memory %s is above the ceiling of %s", FormatSize(l.Memory), FormatSize(ceiling.Memory))
 	case l.CPU < 0 || math.IsNaN(l.CPU) || math.IsInf(l.CPU, 0):
 		// NaN passes every comparison, and runc would turn it into a
 		// negative CPU quota: no limit at all.
@@ -96,17 +96,17 @@ func (l Limits) Check(ceiling Limits) error {
 	case ceiling.Pids > 0 && l.Pids > ceiling.Pids:
 		return bad("pids %d is above the ceiling of %d", l.Pids, ceiling.Pids)
 	case l.Timeout < 0:
-		return bad("timeout %s must be positive", l.Timeout)
+		return bad("timeout %s must be positive", FormatDuration(l.Timeout))
 	case ceiling.Timeout > 0 && l.Timeout > ceiling.Timeout:
-		return bad("timeout %s is above the ceiling of %s", l.Timeout, ceiling.Timeout)
+		return bad("timeout %s is above the ceiling of %s", FormatDuration(l.Timeout), FormatDuration(ceiling.Timeout))
 	case l.TmpSize < 0 || (l.TmpSize > 0 && l.TmpSize < 1<<20):
-		return bad("tmp size %d bytes is below the minimum of 1 MiB", l.TmpSize)
+		return bad("tmp size %s is below the minimum of 1MiB", FormatSize(l.TmpSize))
 	case ceiling.TmpSize > 0 && l.TmpSize > ceiling.TmpSize:
-		return bad("tmp size %d MiB is above the ceiling of %d MiB", l.TmpSize>>20, ceiling.TmpSize>>20)
+		return bad("tmp size %s is above the ceiling of %s", FormatSize(l.TmpSize), FormatSize(ceiling.TmpSize))
 	case l.OutputCap < 0:
-		return bad("output cap %d must be positive", l.OutputCap)
+		return bad("output cap %s must not be negative", FormatSize(l.OutputCap))
 	case ceiling.OutputCap > 0 && l.OutputCap > ceiling.OutputCap:
-		return bad("output cap %d is above the ceiling of %d", l.OutputCap, ceiling.OutputCap)
+		return bad("output cap %s is above the ceiling of %s", FormatSize(l.OutputCap), FormatSize(ceiling.OutputCap))
 	}
 	return nil
 }

@@ -178,7 +178,7 @@ var recordFields = []recordField{
 	{name: "credentials", render: func(c *canonicalRecord) string { return listOr(c.Credentials, "none") },
 		list: func(c *canonicalRecord) []string { return c.Credentials }, growth: true},
 	{name: "limits.timeout", render: func(c *canonicalRecord) string {
-		return (time.Duration(c.Limits.TimeoutMS) * time.Millisecond).String()
+		return sandbox.FormatDuration(time.Duration(c.Limits.TimeoutMS) * time.Millisecond)
 	}},
 	{name: "limits.memory", render: func(c *canonicalRecord) string { return sandbox.FormatSize(c.Limits.MemoryBytes) }},
 	{name: "limits.cpu", render: func(c *canonicalRecord) string { return strconv.FormatFloat(c.Limits.CPU, 'g', -1, 64) }},

@@ -61,7 +61,7 @@ func TestDiff(t *testing.T) {
 		{
 			name:   "tier and limits",
 			change: func(t *Tool) { t.Tier = sandbox.TierContainer; t.Limits.Memory = 2 << 30; t.Limits.CPU = 0 },
-			fields: []string{"tier: gvisor -> container", "limits.memory: 1 GiB -> 2 GiB", "limits.cpu: 1 -> 0.5"},
+			fields: []string{"tier: gvisor -> container", "limits.memory: 1GiB -> 2GiB", "limits.cpu: 1 -> 0.5"},
 		},
 		{
 			name: "mount added and risk reworded",

@@ -12,7 +12,6 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"time"
 
 	"go.yaml.in/yaml/v3"
 
@@ -422,12 +421,12 @@ func (y toolYAML) tool(src string, at func(int) string) (Tool, Problems) {
 
 	l := y.Limits
 	if l.Timeout != "" {
-		d, err := time.ParseDuration(l.Timeout)
+		d, err := sandbox.ParseDuration(l.Timeout)
 		switch {
 		case err != nil:
-			add(RuleLimits, "limits.timeout %q is not a duration (use e.g. 10s or 2m)", l.Timeout)
+			add(RuleLimits, "limits.timeout: %v", err)
 		case d <= 0:
-			add(RuleLimits, "limits.timeout %s must be positive", l.Timeout)
+			add(RuleLimits, "limits.timeout: %s must be more than 0", l.Timeout)
 		default:
 			t.Limits.Timeout = d
 		}

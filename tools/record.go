@@ -39,7 +39,7 @@ func Record(t Tool) string {
 	l := t.EffectiveLimits()
 	b.WriteString("\n## Effective limits\n\n")
 	b.WriteString("| limit | value |\n|---|---|\n")
-	fmt.Fprintf(&b, "| wall clock | %s per execution |\n", l.Timeout)
+	fmt.Fprintf(&b, "| wall clock | %s per execution |\n", sandbox.FormatDuration(l.Timeout))
 	fmt.Fprintf(&b, "| memory | %s, no swap |\n", sandbox.FormatSize(l.Memory))
 	fmt.Fprintf(&b, "| cpu | %s vCPU |\n", strconv.FormatFloat(l.CPU, 'g', -1, 64))
 	fmt.Fprintf(&b, "| processes | %d |\n", l.Pids)

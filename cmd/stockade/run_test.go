@@ -63,7 +63,7 @@ func TestRunBadInput(t *testing.T) {
 		{"zero timeout", []string{"--runtime", "python", "--timeout", "0s", "-c", "1"}, "--timeout must be positive", exitUsage},
 		{"negative timeout", []string{"--runtime", "python", "--timeout", "-1s", "-c", "1"}, "--timeout must be positive", exitUsage},
 		{"timeout above ceiling", []string{"--runtime", "python", "--timeout", "11m", "-c", "1"}, "above the ceiling", exitUsage},
-		{"memory below minimum", []string{"--runtime", "python", "--memory", "8MiB", "-c", "1"}, "below the minimum of 16 MiB", exitUsage},
+		{"memory below minimum", []string{"--runtime", "python", "--memory", "8MiB", "-c", "1"}, "below the minimum of 16MiB", exitUsage},
 		{"memory above ceiling", []string{"--runtime", "python", "--memory", "100GiB", "-c", "1"}, "above the ceiling", exitUsage},
 		{"memory not a size", []string{"--runtime", "python", "--memory", "lots", "-c", "1"}, "invalid size", exitUsage},
 		{"unknown flag", []string{"--runtime", "python", "--timout", "1s", "-c", "1"}, "flag provided but not defined: -timout", exitUsage},
