@@ -7,12 +7,15 @@ package config
 import (
 	"errors"
 	"fmt"
-	"io"
+	"io/fs"
 	"net/netip"
 	"os"
 	"path/filepath"
+	"reflect"
+	"regexp"
 	"runtime"
 	"slices"
+	"strings"
 	"time"
 
 	"go.yaml.in/yaml/v3"
@@ -20,7 +23,9 @@ import (
 	"github.com/stockade-sh/stockade/broker"
 	"github.com/stockade-sh/stockade/errdefs"
 	"github.com/stockade-sh/stockade/internal/netns"
+	"github.com/stockade-sh/stockade/internal/strictyaml"
 	"github.com/stockade-sh/stockade/sandbox"
+	"github.com/stockade-sh/stockade/tools"
 )
 
 // Drivers Stockade can be configured with.
@@ -54,8 +59,13 @@ type Config struct {
 	Ceiling  sandbox.Limits `yaml:"-"`
 
 	// Tools is a YAML file or a directory of them defining tools and their
-	// isolation records; empty means only the built-in default tool.
-	Tools string `yaml:"tools"`
+	// isolation records; empty means only the built-in default tool, unless
+	// ToolsList is set. In the file, `tools:` takes such a path (relative
+	// to the file's directory) or the list of tools itself.
+	Tools string `yaml:"-"`
+	// ToolsList is the list of tools of a configuration file that lists
+	// them itself (`tools: [...]`); nil means none. SetTools replaces it.
+	ToolsList *ToolsList `yaml:"-"`
 	// DataRoot is the only directory tools may mount data from; empty
 	// means DataDir/data.
 	DataRoot string `yaml:"data_root"`
@@ -128,6 +138,27 @@ type Config struct {
 	ApprovalTTL time.Duration `yaml:"approval_ttl"`
 	// CreditsPerInvocation is the flat price of an invocation.
 	CreditsPerInvocation int64 `yaml:"credits_per_invocation"`
+}
+
+// ToolsList is a list of tools written in a configuration file.
+type ToolsList struct {
+	// File names the configuration file, in the problems found in the list.
+	File string
+	// Node is the YAML sequence of the tools, with its positions.
+	Node *yaml.Node
+}
+
+// SetTools makes path the tools file or directory, replacing a list of
+// tools the configuration file gave.
+func (c *Config) SetTools(path string) { c.Tools, c.ToolsList = path, nil }
+
+// LoadTools loads the configured tools (ToolsList, or the Tools path) with
+// opts; see tools.Load.
+func (c Config) LoadTools(opts tools.Options) (*tools.Set, error) {
+	if c.ToolsList != nil {
+		return tools.LoadList(c.ToolsList.File, c.ToolsList.Node, opts)
+	}
+	return tools.Load(c.Tools, opts)
 }
 
 // Broker is the credential broker's configuration.
@@ -234,67 +265,141 @@ func Default() Config {
 // limitsFile is the YAML form of sandbox.Limits; a key left out keeps the
 // value in force.
 type limitsFile struct {
-	Memory    string        `yaml:"memory"`
-	CPU       float64       `yaml:"cpu"`
-	Pids      int64         `yaml:"pids"`
-	Timeout   time.Duration `yaml:"timeout"`
-	TmpSize   string        `yaml:"tmp_size"`
-	OutputCap string        `yaml:"output_cap"`
+	Memory    *size          `yaml:"memory"`
+	CPU       *float64       `yaml:"cpu"`
+	Pids      *int64         `yaml:"pids"`
+	Timeout   *time.Duration `yaml:"timeout"`
+	TmpSize   *size          `yaml:"tmp_size"`
+	OutputCap *size          `yaml:"output_cap"`
 }
 
-func (f limitsFile) apply(l *sandbox.Limits) error {
-	for _, sz := range []struct {
-		v   string
-		dst *int64
-	}{{f.Memory, &l.Memory}, {f.TmpSize, &l.TmpSize}, {f.OutputCap, &l.OutputCap}} {
-		if sz.v == "" {
-			continue
+func (f limitsFile) apply(l *sandbox.Limits) {
+	set := func(dst *int64, v *size) {
+		if v != nil {
+			*dst = int64(*v)
 		}
-		n, err := sandbox.ParseSize(sz.v)
-		if err != nil {
-			return err
-		}
-		*sz.dst = n
 	}
-	if f.CPU != 0 {
-		l.CPU = f.CPU
+	set(&l.Memory, f.Memory)
+	set(&l.TmpSize, f.TmpSize)
+	set(&l.OutputCap, f.OutputCap)
+	if f.CPU != nil {
+		l.CPU = *f.CPU
 	}
-	if f.Pids != 0 {
-		l.Pids = f.Pids
+	if f.Pids != nil {
+		l.Pids = *f.Pids
 	}
-	if f.Timeout != 0 {
-		l.Timeout = f.Timeout
+	if f.Timeout != nil {
+		l.Timeout = *f.Timeout
+	}
+}
+
+// size is a byte size in the file, read with sandbox.ParseSize.
+type size int64
+
+func (s *size) UnmarshalYAML(n *yaml.Node) error {
+	if n.Kind != yaml.ScalarNode {
+		return fmt.Errorf("want %s, got a %s", s.YAMLForm(), kindWord(n))
+	}
+	v, err := sandbox.ParseSize(n.Value)
+	if err != nil {
+		return err
+	}
+	*s = size(v)
+	return nil
+}
+
+func (*size) YAMLForm() string { return "a size such as 512MiB, 1GiB or 64m" }
+
+// toolsFile is the tools: key: a path or the list of tools itself.
+type toolsFile struct {
+	path string
+	list *yaml.Node
+}
+
+func (t *toolsFile) UnmarshalYAML(n *yaml.Node) error {
+	switch n.Kind {
+	case yaml.ScalarNode:
+		t.path = n.Value
+	case yaml.SequenceNode:
+		t.list = n
+	default:
+		return fmt.Errorf("want %s, got a %s", t.YAMLForm(), kindWord(n))
 	}
 	return nil
 }
+
+func (*toolsFile) YAMLForm() string {
+	return "the path of a tools file or directory, or a list of tools"
+}
+
+func kindWord(n *yaml.Node) string {
+	if n.Kind == yaml.SequenceNode {
+		return "list"
+	}
+	return "mapping"
+}
+
+// fileForm is the YAML form of a configuration file: Config's keys, with
+// the limits and the tools in their file forms.
+type fileForm struct {
+	*Config  `yaml:",inline"`
+	Defaults limitsFile `yaml:"defaults"`
+	Ceiling  limitsFile `yaml:"ceiling"`
+	Tools    toolsFile  `yaml:"tools"`
+}
+
+// FileKeys returns the top-level keys of a configuration file.
+func FileKeys() []string { return strictyaml.Keys(reflect.TypeFor[fileForm]()) }
 
 // LoadFile applies a YAML configuration file on top of c. Unknown keys are
-// refused, so that a typo never silently keeps a default.
+// refused, so that a typo never silently keeps a default; every problem of
+// the file is reported, each naming its line, its key path and the form
+// the key takes.
 func (c *Config) LoadFile(path string) error {
-	f, err := os.Open(path)
+	data, err := os.ReadFile(path)
 	if err != nil {
-		return fmt.Errorf("reading config: %w", err)
+		if errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("reading config: %w: %w", err, errdefs.ErrNotFound)
+		}
+		return fmt.Errorf("reading config: %w: %w", err, errdefs.ErrInvalidArgument)
 	}
-	defer f.Close()
-	var file struct {
-		*Config  `yaml:",inline"`
-		Defaults limitsFile `yaml:"defaults"`
-		Ceiling  limitsFile `yaml:"ceiling"`
+	var doc yaml.Node
+	if err := yaml.Unmarshal(data, &doc); err != nil {
+		msg := strings.TrimPrefix(err.Error(), "yaml: ")
+		where := path
+		if m := yamlLineRE.FindStringSubmatch(msg); m != nil {
+			where, msg = path+":"+m[1], m[2]
+		}
+		return fmt.Errorf("config %s: %s: %w", where, msg, errdefs.ErrInvalidArgument)
 	}
-	file.Config = c
-	dec := yaml.NewDecoder(f)
-	dec.KnownFields(true)
-	if err := dec.Decode(&file); err != nil && !errors.Is(err, io.EOF) {
-		return fmt.Errorf("config %s: %v: %w", path, err, errdefs.ErrInvalidArgument)
+	file := fileForm{Config: c}
+	if ps := strictyaml.Decode(&doc, &file); len(ps) > 0 {
+		errs := make([]error, len(ps))
+		for i, p := range ps {
+			msg := p.Error()
+			if p.Path == "" && p.Kind == strictyaml.BadValue {
+				msg = "a configuration file is a mapping of keys such as listen: and data_dir:"
+			}
+			errs[i] = fmt.Errorf("config %s:%d: %s: %w", path, p.Line, msg, errdefs.ErrInvalidArgument)
+		}
+		return errors.Join(errs...)
 	}
-	if err := file.Defaults.apply(&c.Defaults); err != nil {
-		return fmt.Errorf("config %s: defaults: %v: %w", path, err, errdefs.ErrInvalidArgument)
-	}
-	if err := file.Ceiling.apply(&c.Ceiling); err != nil {
-		return fmt.Errorf("config %s: ceiling: %v: %w", path, err, errdefs.ErrInvalidArgument)
+	file.Defaults.apply(&c.Defaults)
+	file.Ceiling.apply(&c.Ceiling)
+	switch {
+	case file.Tools.list != nil:
+		c.Tools, c.ToolsList = "", &ToolsList{File: path, Node: file.Tools.list}
+	case file.Tools.path != "":
+		p := file.Tools.path
+		if !filepath.IsAbs(p) {
+			p = filepath.Join(filepath.Dir(path), p)
+		}
+		c.SetTools(p)
 	}
 	return nil
 }
+
+var yamlLineRE = regexp.MustCompile(`^line (\d+): (.*)$`)
 
 // ImageDir is the image store's root.
 func (c Config) ImageDir() string { return c.DataDir }
@@ -324,7 +429,7 @@ func (c Config) Validate() error {
 	case !slices.Contains(DriverNames, c.Driver):
 		return bad("unknown driver %q (known: %v)", c.Driver, DriverNames)
 	case c.Defaults.Timeout <= 0 || c.Defaults.Timeout > time.Hour:
-		return bad("default timeout %s out of range", c.Defaults.Timeout)
+		return bad("defaults.timeout %s is out of range (more than 0, at most 1h)", sandbox.FormatDuration(c.Defaults.Timeout))
 	case c.MaxConcurrent <= 0:
 		return bad("max_concurrent must be positive")
 	case c.ApprovalTTL <= 0:

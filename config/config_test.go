@@ -6,6 +6,9 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/stockade-sh/stockade/errdefs"
+	"github.com/stockade-sh/stockade/tools"
 )
 
 func TestLoadFile(t *testing.T) {
@@ -84,10 +87,8 @@ func TestLoadFile(t *testing.T) {
 				}
 			},
 		},
-		{name: "broker unknown key", yaml: "broker:\n  operations:\n    - {name: x, secret: y}\n", wantErr: "field secret not found"},
-		{name: "lookup env not from a file", yaml: "lookup_env: x\n", wantErr: "field lookup_env not found"},
-		{name: "unknown key", yaml: "lisen: x\n", wantErr: "field lisen not found"},
-		{name: "bad size", yaml: "defaults:\n  memory: lots\n", wantErr: "invalid size"},
+		{name: "lookup env not from a file", yaml: "lookup_env: x\n", wantErr: `unknown key "lookup_env"`},
+		{name: "serving not from a file", yaml: "serving: true\n", wantErr: `unknown key "serving"`},
 		{name: "empty file", yaml: "", check: func(t *testing.T, c Config) {
 			if c.Listen != Default().Listen {
 				t.Errorf("an empty file changed listen to %q", c.Listen)
@@ -171,5 +172,96 @@ func TestValidate(t *testing.T) {
 	}
 	if nc, err := c.NetnsConfig(); err != nil || nc.Range.String() != "172.30.0.0/20" || nc.Prefix != "stb" {
 		t.Errorf("NetnsConfig: %+v, %v", nc, err)
+	}
+}
+
+// TestLoadFileWrongForms has one case per kind of YAML mistake in a
+// configuration file: the error names the file and line, the key path and
+// the form the key takes, never a Go type.
+func TestLoadFileWrongForms(t *testing.T) {
+	tests := []struct{ name, yaml, want string }{
+		{"list for a string", "listen: [a, b]\n", `:1: listen: want a string, got a list`},
+		{"mapping for a string", "db: {url: x}\n", `:1: db: want a string, got a mapping`},
+		{"word for an integer", "max_concurrent: lots\n", `:1: max_concurrent: want an integer, got "lots"`},
+		{"fraction for an integer", "max_queue: 1.5\n", `:1: max_queue: want an integer, got "1.5"`},
+		{"word for a boolean", "broker: {operations: [{json_body: maybe}]}\n", `:1: broker.operations[0].json_body: want true or false, got "maybe"`},
+		{"duration without a unit", "approval_ttl: 600\n", `:1: approval_ttl: invalid duration "600": a number needs a unit`},
+		{"word for a duration", "approval_ttl: later\n", `:1: approval_ttl: invalid duration "later"`},
+		{"list for a duration", "defaults:\n  timeout: [1s]\n", `:2: defaults.timeout: want a duration such as 30s or 2m, got a list`},
+		{"word for a size", "defaults:\n  memory: lots\n", `:2: defaults.memory: invalid size "lots" (use e.g. 512MiB, 1GiB or 64m)`},
+		{"list for a size", "ceiling: {tmp_size: [1]}\n", `:1: ceiling.tmp_size: want a size such as 512MiB, 1GiB or 64m, got a list`},
+		{"word for a number", "ceiling: {cpu: lots}\n", `:1: ceiling.cpu: want a number, got "lots"`},
+		{"scalar for a mapping", "defaults: small\n", `:1: defaults: want a mapping (keys: memory, cpu, pids, timeout, tmp_size, output_cap), got "small"`},
+		{"scalar for a list", "broker: {operations: x}\n", `:1: broker.operations: want a list of mappings, got "x"`},
+		{"nested element", "broker:\n  operations:\n    - name: a\n      params:\n        - {name: q, max_length: long}\n", `:5: broker.operations[0].params[0].max_length: want an integer, got "long"`},
+		{"mapping for the tools", "tools: {a: b}\n", `:1: tools: want the path of a tools file or directory, or a list of tools, got a mapping`},
+		{"unknown key", "lisen: x\n", `:1: unknown key "lisen" (did you mean listen?)`},
+		{"unknown nested key", "broker:\n  operations:\n    - {name: x, secret: y}\n", `:3: broker.operations[0]: unknown key "secret" (known: name, method, url, params, json_body, credential, header, prefix)`},
+		{"repeated key", "listen: a\nlisten: b\n", `:2: key "listen" is given twice`},
+		{"not a mapping", "- listen\n", `:1: a configuration file is a mapping of keys such as listen: and data_dir:`},
+		{"syntax", "listen: [a\n", `stockade.yaml:1: did not find expected ',' or ']'`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p := filepath.Join(t.TempDir(), "stockade.yaml")
+			if err := os.WriteFile(p, []byte(tt.yaml), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			c := Default()
+			err := c.LoadFile(p)
+			if err == nil || !strings.Contains(err.Error(), p+tt.want) && !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("got %v, want an error containing %q", err, tt.want)
+			}
+			if !errdefs.IsInvalidArgument(err) {
+				t.Errorf("got %v, want an ErrInvalidArgument", err)
+			}
+			for _, goWord := range []string{"!!", "unmarshal", "struct", "int64", "float64", "config.", "time.Duration"} {
+				if strings.Contains(err.Error(), goWord) {
+					t.Errorf("%q names a Go type (%q)", err, goWord)
+				}
+			}
+		})
+	}
+}
+
+// TestLoadFileTools checks both forms of tools: a list in the file itself
+// and a path, relative to the file's directory; a later SetTools (a flag)
+// replaces either.
+func TestLoadFileTools(t *testing.T) {
+	dir := t.TempDir()
+	p := filepath.Join(dir, "stockade.yaml")
+	write := func(s string) {
+		if err := os.WriteFile(p, []byte(s), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("listen: 127.0.0.1:9000\ntools:\n  - name: calc\n    input_trust: trusted\n    tier: gvisor\n")
+	c := Default()
+	if err := c.LoadFile(p); err != nil {
+		t.Fatal(err)
+	}
+	set, err := c.LoadTools(tools.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if calc, err := set.Get("calc"); err != nil || calc.Source != p+":3" {
+		t.Errorf("got %+v, %v, want tool calc defined at %s:3", calc, err, p)
+	}
+
+	write("tools: tools.d\n")
+	c = Default()
+	if err := c.LoadFile(p); err != nil {
+		t.Fatal(err)
+	}
+	if c.Tools != filepath.Join(dir, "tools.d") || c.ToolsList != nil {
+		t.Errorf("got tools %q (list %v), want %s", c.Tools, c.ToolsList, filepath.Join(dir, "tools.d"))
+	}
+	write("tools: [{name: calc, input_trust: trusted, tier: gvisor}]\n")
+	if err := c.LoadFile(p); err != nil {
+		t.Fatal(err)
+	}
+	c.SetTools("")
+	if set, err := c.LoadTools(tools.Options{}); err != nil || set.Len() != 1 {
+		t.Errorf("after SetTools(\"\"): got %v, %v, want the default tool alone", set, err)
 	}
 }

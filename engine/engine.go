@@ -163,7 +163,7 @@ func Open(cfg config.Config) (*Engine, error) {
 	// the CLI's engines (config.Config.Serving); a daemon without egress
 	// refuses them at start.
 	topts := tools.Options{DataRoot: cfg.MountRoot(), Ceiling: cfg.Ceiling, DefaultTier: def.Capabilities().Tier, EgressSupported: len(opts) > 0 || !cfg.Serving}
-	set, err := tools.Load(cfg.Tools, topts)
+	set, err := cfg.LoadTools(topts)
 	if err != nil {
 		return nil, fmt.Errorf("loading tools: %w", err)
 	}

@@ -16,6 +16,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/stockade-sh/stockade/errdefs"
+	"github.com/stockade-sh/stockade/internal/strictyaml"
 	"github.com/stockade-sh/stockade/sandbox"
 )
 
@@ -44,9 +45,8 @@ import (
 //	    egress: none
 //	    credentials: none
 func Load(path string, opts Options) (*Set, error) {
-	def := DefaultFor(opts.DefaultTier)
 	if path == "" {
-		return newSet(nil, def), nil
+		return newSet(nil, DefaultFor(opts.DefaultTier)), nil
 	}
 	files, err := configFiles(path)
 	if err != nil {
@@ -65,12 +65,28 @@ func Load(path string, opts Options) (*Set, error) {
 		ts = append(ts, fts...)
 		ps = append(ps, fps...)
 	}
+	return finish(ts, ps, opts)
+}
+
+// LoadList is Load for a list of tools written in another YAML file (the
+// tools: key of a configuration file): list is its sequence node, and
+// problems name file and the lines of the list.
+func LoadList(file string, list *yaml.Node, opts Options) (*Set, error) {
+	top := &yaml.Node{Kind: yaml.MappingNode, Line: list.Line, Content: []*yaml.Node{
+		{Kind: yaml.ScalarNode, Tag: "!!str", Value: "tools", Line: list.Line}, list}}
+	ts, ps := parseTop(file, top)
+	return finish(ts, ps, opts)
+}
+
+// finish validates the tools parsed with their problems, and returns them
+// with the default tool, or all the problems.
+func finish(ts []Tool, ps Problems, opts Options) (*Set, error) {
 	ps = append(ps, Validate(ts, opts)...)
 	if len(ps) > 0 {
 		sortProblems(ps)
 		return nil, ps
 	}
-	return newSet(ts, def), nil
+	return newSet(ts, DefaultFor(opts.DefaultTier)), nil
 }
 
 // configFiles returns path itself, or the *.yaml files of the directory
@@ -107,18 +123,10 @@ func classifyFSError(err error) error {
 
 // Parse decodes one tools file, named file in problems, and returns its
 // tools, unvalidated, with the problems of the decoding itself: YAML syntax,
-// unknown fields, wrong types, sizes and durations that do not parse. Load
-// runs Validate on the result.
+// unknown fields, values of the wrong form, sizes and durations that do
+// not parse. Each problem names the key path and the form the key takes.
+// Load runs Validate on the result.
 func Parse(file string, data []byte) ([]Tool, Problems) {
-	var ps Problems
-	at := func(line int) string {
-		if line <= 0 {
-			return file
-		}
-		return file + ":" + strconv.Itoa(line)
-	}
-
-	// First pass: the document tree, for the position and name of each tool.
 	var doc yaml.Node
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	if err := dec.Decode(&doc); err != nil {
@@ -126,13 +134,36 @@ func Parse(file string, data []byte) ([]Tool, Problems) {
 			return nil, nil // an empty file defines no tool
 		}
 		line, msg := splitLine(strings.TrimPrefix(err.Error(), "yaml: "))
-		return nil, Problems{{Source: at(line), Rule: RuleYAMLSyntax, Message: msg}}
+		return nil, Problems{{Source: lineOf(file, line), Rule: RuleYAMLSyntax, Message: msg}}
 	}
 	var extra yaml.Node
 	if err := dec.Decode(&extra); !errors.Is(err, io.EOF) {
-		return nil, Problems{{Source: at(extra.Line), Rule: RuleYAMLSyntax, Message: "a tools file holds one YAML document; split the others into their own files"}}
+		return nil, Problems{{Source: lineOf(file, extra.Line), Rule: RuleYAMLSyntax, Message: "a tools file holds one YAML document; split the others into their own files"}}
 	}
-	items := toolItems(&doc)
+	if len(doc.Content) == 0 {
+		return nil, nil
+	}
+	return parseTop(file, doc.Content[0])
+}
+
+func lineOf(file string, line int) string {
+	if line <= 0 {
+		return file
+	}
+	return file + ":" + strconv.Itoa(line)
+}
+
+// toolPathRE matches the start of a key path inside the nth tool.
+var toolPathRE = regexp.MustCompile(`^tools\[\d+\]\.?`)
+
+// parseTop decodes the top-level mapping of a tools file.
+func parseTop(file string, top *yaml.Node) ([]Tool, Problems) {
+	at := func(line int) string { return lineOf(file, line) }
+	if top.Kind != yaml.MappingNode {
+		return nil, Problems{{Source: at(top.Line), Rule: RuleYAMLType,
+			Message: `a tools file is a mapping with one key, "tools:", holding a list of tools`}}
+	}
+	items := toolItems(top)
 	toolAt := func(line int) (name string) {
 		for _, it := range items {
 			if it.line <= line {
@@ -142,27 +173,39 @@ func Parse(file string, data []byte) ([]Tool, Problems) {
 		return name
 	}
 
-	// Second pass: the strict decode. Unknown fields and wrong types are
-	// collected, not fatal, so that one run reports all of them.
+	// Every problem of the decoding is collected, so that one run reports
+	// all of them. Paths are given from the tool (limits.cpu), which the
+	// problem names.
+	var ps Problems
 	var f fileYAML
-	strict := yaml.NewDecoder(bytes.NewReader(data))
-	strict.KnownFields(true)
-	if err := strict.Decode(&f); err != nil {
-		var te *yaml.TypeError
-		if !errors.As(err, &te) {
-			line, msg := splitLine(strings.TrimPrefix(err.Error(), "yaml: "))
-			return nil, Problems{{Source: at(line), Rule: RuleYAMLSyntax, Message: msg}}
-		}
-		for _, e := range te.Errors {
-			line, msg := splitLine(e)
-			rule := RuleYAMLType
-			if m := unknownFieldRE.FindStringSubmatch(msg); m != nil {
-				rule, msg = RuleUnknownField, unknownField(m[1], m[2])
-			} else if strings.Contains(msg, "into tools.fileYAML") {
-				msg += ` (a tools file is a mapping with one key, "tools:", holding a list of tools)`
+	for _, p := range strictyaml.Decode(top, &f) {
+		rel := toolPathRE.ReplaceAllString(p.Path, "")
+		inTool := rel != p.Path
+		pr := Problem{Source: at(p.Line), Rule: RuleYAMLType, Message: p.Error()}
+		if inTool {
+			pr.Tool = toolAt(p.Line)
+			if rel != "" {
+				pr.Message = rel + ": " + p.Message
 			}
-			ps = append(ps, Problem{Source: at(line), Tool: toolAt(line), Rule: rule, Message: msg})
 		}
+		switch p.Kind {
+		case strictyaml.UnknownKey:
+			where := "the top level"
+			switch {
+			case inTool && rel == "":
+				where = "the tool"
+			case inTool:
+				where = rel
+			case p.Path != "":
+				where = p.Path
+			}
+			pr.Rule, pr.Message = RuleUnknownField, unknownField(p.Key, where, p.Hint)
+		case strictyaml.RepeatedKey:
+			if inTool && rel != "" {
+				pr.Message = "in " + rel + ": " + p.Message
+			}
+		}
+		ps = append(ps, pr)
 	}
 
 	ts := make([]Tool, 0, len(f.Tools))
@@ -187,12 +230,9 @@ type toolItem struct {
 	mountLines []int // the line of each entry of filesystem.mounts
 }
 
-// toolItems returns the position and name of each entry of the tools list.
-func toolItems(doc *yaml.Node) []toolItem {
-	if len(doc.Content) == 0 || doc.Content[0].Kind != yaml.MappingNode {
-		return nil
-	}
-	top := doc.Content[0]
+// toolItems returns the position and name of each entry of the tools list
+// of the top-level mapping top.
+func toolItems(top *yaml.Node) []toolItem {
 	var items []toolItem
 	for i := 0; i+1 < len(top.Content); i += 2 {
 		if top.Content[i].Value != "tools" || top.Content[i+1].Kind != yaml.SequenceNode {
@@ -229,10 +269,7 @@ func mapValue(n *yaml.Node, key string) *yaml.Node {
 	return nil
 }
 
-var (
-	lineRE         = regexp.MustCompile(`^line (\d+): (.*)$`)
-	unknownFieldRE = regexp.MustCompile(`^field (\S+) not found in type tools\.(\w+)$`)
-)
+var lineRE = regexp.MustCompile(`^line (\d+): (.*)$`)
 
 // splitLine splits "line N: message" into N and message.
 func splitLine(s string) (int, string) {
@@ -242,18 +279,6 @@ func splitLine(s string) (int, string) {
 	}
 	n, _ := strconv.Atoi(m[1])
 	return n, m[2]
-}
-
-// sections name the YAML types in messages.
-var sections = map[string]string{
-	"fileYAML":       "the top level",
-	"toolYAML":       "the tool",
-	"limitsYAML":     "limits",
-	"filesystemYAML": "filesystem",
-	"mountYAML":      "a mount",
-	"scratchYAML":    "filesystem.scratch",
-	"acceptRiskYAML": "accept_risk",
-	"egressYAML":     "egress",
 }
 
 // fieldHints explain the unknown fields people are likely to write.
@@ -269,10 +294,18 @@ var fieldHints = map[string]string{
 	"tmp":       "did you mean tmp_size?",
 }
 
-func unknownField(field, typ string) string {
-	msg := fmt.Sprintf("unknown field %q in %s", field, sections[typ])
-	if h, ok := fieldHints[field]; ok {
-		msg += " (" + h + ")"
+// unknownField is the message of an unknown field in where: the hint of
+// fieldHints, then the decoder's (the known fields).
+func unknownField(field, where, known string) string {
+	msg := fmt.Sprintf("unknown field %q in %s", field, where)
+	var hints []string
+	for _, h := range []string{fieldHints[field], known} {
+		if h != "" {
+			hints = append(hints, h)
+		}
+	}
+	if len(hints) > 0 {
+		msg += " (" + strings.Join(hints, "; ") + ")"
 	}
 	return msg
 }
@@ -331,8 +364,7 @@ type lineProblem struct {
 	rule, text string
 }
 
-// egressYAML is "none" or {allow: [...], ports: [...]}. It checks its own
-// keys because yaml.Node.Decode does not honour KnownFields.
+// egressYAML is "none" or {allow: [...], ports: [...]}.
 type egressYAML struct {
 	set      bool // the field was a mapping
 	allow    []string
@@ -340,35 +372,33 @@ type egressYAML struct {
 	problems []lineProblem
 }
 
+func (*egressYAML) YAMLForm() string { return "none or {allow: [domains], ports: [ports]}" }
+
 func (e *egressYAML) UnmarshalYAML(n *yaml.Node) error {
-	const shape = `egress must be none or {allow: [domains], ports: [ports]}`
 	switch n.Kind {
 	case yaml.ScalarNode:
 		if n.Value != "none" {
-			e.problems = append(e.problems, lineProblem{n.Line, RuleEgress, fmt.Sprintf("%s, not %q", shape, n.Value)})
+			e.problems = append(e.problems, lineProblem{n.Line, RuleEgress, fmt.Sprintf("egress: want %s, got %q", e.YAMLForm(), n.Value)})
 		}
 		return nil
 	case yaml.MappingNode:
 	default:
-		e.problems = append(e.problems, lineProblem{n.Line, RuleEgress, shape})
+		e.problems = append(e.problems, lineProblem{n.Line, RuleEgress, fmt.Sprintf("egress: want %s, got a list", e.YAMLForm())})
 		return nil
 	}
 	e.set = true
-	for i := 0; i+1 < len(n.Content); i += 2 {
-		k, v := n.Content[i], n.Content[i+1]
-		var err error
-		switch k.Value {
-		case "allow":
-			err = v.Decode(&e.allow)
-		case "ports":
-			err = v.Decode(&e.ports)
-		default:
-			e.problems = append(e.problems, lineProblem{k.Line, RuleUnknownField, unknownField(k.Value, "egressYAML")})
-		}
-		if err != nil {
-			e.problems = append(e.problems, lineProblem{v.Line, RuleEgress, fmt.Sprintf("egress.%s: %s", k.Value, typeErrorText(err))})
-		}
+	var m struct {
+		Allow []string `yaml:"allow"`
+		Ports []int    `yaml:"ports"`
 	}
+	for _, p := range strictyaml.Decode(n, &m) {
+		if p.Kind == strictyaml.UnknownKey {
+			e.problems = append(e.problems, lineProblem{p.Line, RuleUnknownField, unknownField(p.Key, "egress", p.Hint)})
+			continue
+		}
+		e.problems = append(e.problems, lineProblem{p.Line, RuleEgress, "egress." + p.Error()})
+	}
+	e.allow, e.ports = m.Allow, m.Ports
 	return nil
 }
 
@@ -378,30 +408,23 @@ type credentialsYAML struct {
 	problems []lineProblem
 }
 
+func (*credentialsYAML) YAMLForm() string { return "none or a list of broker operation names" }
+
 func (c *credentialsYAML) UnmarshalYAML(n *yaml.Node) error {
-	const shape = `credentials must be none or a list of broker operation names`
 	switch {
 	case n.Kind == yaml.ScalarNode && n.Value == "none":
 	case n.Kind == yaml.SequenceNode:
-		if err := n.Decode(&c.ops); err != nil {
-			c.problems = append(c.problems, lineProblem{n.Line, RuleCredentials, fmt.Sprintf("%s: %s", shape, typeErrorText(err))})
+		for _, p := range strictyaml.Decode(n, &c.ops) {
+			c.problems = append(c.problems, lineProblem{p.Line, RuleCredentials, "credentials" + p.Error()})
 		}
 	default:
-		c.problems = append(c.problems, lineProblem{n.Line, RuleCredentials, shape})
+		what := "a mapping"
+		if n.Kind == yaml.ScalarNode {
+			what = strconv.Quote(n.Value)
+		}
+		c.problems = append(c.problems, lineProblem{n.Line, RuleCredentials, fmt.Sprintf("credentials: want %s, got %s", c.YAMLForm(), what)})
 	}
 	return nil
-}
-
-func typeErrorText(err error) string {
-	var te *yaml.TypeError
-	if errors.As(err, &te) {
-		msgs := make([]string, len(te.Errors))
-		for i, e := range te.Errors {
-			_, msgs[i] = splitLine(e)
-		}
-		return strings.Join(msgs, "; ")
-	}
-	return err.Error()
 }
 
 // tool converts the decoded YAML of one tool, defined at src.

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 
+	"go.yaml.in/yaml/v3"
+
 	"github.com/stockade-sh/stockade/errdefs"
 	"github.com/stockade-sh/stockade/sandbox"
 )
@@ -285,5 +287,88 @@ func TestNameLengths(t *testing.T) {
 	}
 	if err := load("n", strings.Repeat("d", 64)); err == nil || !strings.Contains(err.Error(), "not a valid lower-case domain name") {
 		t.Errorf("a 64-character label: got %v", err)
+	}
+}
+
+// TestParseWrongForms has one case per kind of value of the wrong form in
+// a tool record: each problem names the tool, the key path from the tool
+// and the form the key takes, never a Go type.
+func TestParseWrongForms(t *testing.T) {
+	const head = "tools:\n  - name: calc\n    input_trust: trusted\n    tier: gvisor\n"
+	tests := []struct {
+		name, yaml, rule, want string
+	}{
+		{"list for a string", "    capability: [a]\n", RuleYAMLType, `capability: want a string, got a list`},
+		{"scalar for a list", "    runtimes: python\n", RuleYAMLType, `runtimes: want a list of strings, got "python"`},
+		{"mapping in a list of strings", "    runtimes: [{a: b}]\n", RuleYAMLType, `runtimes[0]: want a string, got a mapping`},
+		{"word for a number", "    limits: {cpu: fast}\n", RuleYAMLType, `limits.cpu: want a number, got "fast"`},
+		{"fraction for an integer", "    limits: {pids: 1.5}\n", RuleYAMLType, `limits.pids: want an integer, got "1.5"`},
+		{"duration without a unit", "    limits: {timeout: 10}\n", RuleLimits, `limits.timeout: invalid duration "10": a number needs a unit`},
+		{"negative duration", "    limits: {timeout: -1s}\n", RuleLimits, `limits.timeout: duration "-1s" must not be negative`},
+		{"word for a size", "    limits: {memory: lots}\n", RuleLimits, `limits.memory: invalid size "lots"`},
+		{"scalar for limits", "    limits: small\n", RuleYAMLType, `limits: want a mapping (keys: timeout, memory, cpu, pids, tmp_size, output_cap), got "small"`},
+		{"scalar for mounts", "    filesystem: {mounts: /srv}\n", RuleYAMLType, `filesystem.mounts: want a list of mappings, got "/srv"`},
+		{"scalar mount", "    filesystem:\n      mounts: [/srv]\n", RuleYAMLType, `filesystem.mounts[0]: want a mapping (keys: source, target), got "/srv"`},
+		{"word for a scratch size", "    filesystem: {scratch: {size: big}}\n", RuleLimits, `filesystem.scratch.size: invalid size "big"`},
+		{"scalar for accept_risk", "    accept_risk: yes\n", RuleYAMLType, `accept_risk: want a mapping (keys: by, reason), got "yes"`},
+		{"scalar for egress.allow", "    egress: {allow: example.com, ports: [443]}\n", RuleEgress, `egress.allow: want a list of strings, got "example.com"`},
+		{"word for a port", "    egress: {allow: [example.com], ports: [https]}\n", RuleEgress, `egress.ports[0]: want an integer, got "https"`},
+		{"list for egress", "    egress: [example.com]\n", RuleEgress, `egress: want none or {allow: [domains], ports: [ports]}, got a list`},
+		{"mapping for credentials", "    credentials: {a: b}\n", RuleCredentials, `credentials: want none or a list of broker operation names, got a mapping`},
+		{"mapping in credentials", "    credentials: [{a: b}]\n", RuleCredentials, `credentials[0]: want a string, got a mapping`},
+		{"unknown key in egress", "    egress: {allow: [example.com], ports: [443], via: proxy}\n", RuleUnknownField, `unknown field "via" in egress (known: allow, ports)`},
+		{"repeated key", "    tier: container\n", RuleYAMLType, `key "tier" is given twice`},
+		{"scalar for the tools", "", RuleYAMLType, `tools: want a list of mappings, got "calc"`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			src := head + tt.yaml
+			if tt.yaml == "" {
+				src = "tools: calc\n"
+			}
+			_, ps := Parse("t.yaml", []byte(src))
+			found := false
+			for _, p := range ps {
+				found = found || (p.Rule == tt.rule && strings.Contains(p.Message, tt.want))
+				for _, goWord := range []string{"!!", "unmarshal", "struct", "int64", "float64", "[]string", "tools.", "time.Duration"} {
+					if strings.Contains(p.Message, goWord) {
+						t.Errorf("%q names a Go type (%q)", p.Message, goWord)
+					}
+				}
+				if tt.yaml != "" && p.Tool != "calc" {
+					t.Errorf("%q names tool %q, want calc", p, p.Tool)
+				}
+			}
+			if !found {
+				t.Errorf("got %v, want a problem with rule %s containing %q", ps, tt.rule, tt.want)
+			}
+		})
+	}
+}
+
+// TestLoadList loads tools listed in another YAML file, the tools: key of
+// a configuration file, with problems naming that file and its lines.
+func TestLoadList(t *testing.T) {
+	src := "listen: 127.0.0.1:8700\ntools:\n  - name: calc\n    input_trust: trusted\n    tier: gvisor\n  - name: bad\n    input_trust: trusted\n    tier: gvisor\n    limits: {cpu: fast}\n"
+	var doc yaml.Node
+	if err := yaml.Unmarshal([]byte(src), &doc); err != nil {
+		t.Fatal(err)
+	}
+	list := doc.Content[0].Content[3]
+	_, err := LoadList("stockade.yaml", list, Options{})
+	var ps Problems
+	if !errors.As(err, &ps) || len(ps) != 1 || ps[0].Source != "stockade.yaml:9" || ps[0].Tool != "bad" {
+		t.Fatalf("got %v, want one problem of tool bad at stockade.yaml:9", err)
+	}
+	list.Content = list.Content[:1]
+	set, err := LoadList("stockade.yaml", list, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Join(set.Names(), ","); got != DefaultName+",calc" {
+		t.Errorf("got tools %s, want %s,calc", got, DefaultName)
+	}
+	if c, _ := set.Get("calc"); c.Source != "stockade.yaml:3" {
+		t.Errorf("got source %q, want stockade.yaml:3", c.Source)
 	}
 }
