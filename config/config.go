@@ -43,15 +43,15 @@ type Config struct {
 	Driver string `yaml:"driver"`
 	// RuncPath and RunscPath are the runtime executables (names on PATH or
 	// absolute paths).
-	RuncPath  string `yaml:"runc_path"`
-	RunscPath string `yaml:"runsc_path"`
+	RuncPath  string `yaml:"runc"`
+	RunscPath string `yaml:"runsc"`
 	// DockerHost is the Docker Engine the docker driver uses, e.g.
 	// "unix:///run/stockade/docker.sock"; empty means the Docker client's
 	// default, unix:///var/run/docker.sock. The driver connects on first
 	// use, so an unreachable engine affects only the docker driver.
 	DockerHost string `yaml:"docker_host"`
 	// GuestPath overrides the guest agent embedded in the binary (tests).
-	GuestPath string `yaml:"guest_path"`
+	GuestPath string `yaml:"guest"`
 	// Defaults fill the limits an invocation does not set; Ceiling bounds
 	// what it may set. In the file: `defaults:` and `ceiling:` with
 	// memory, cpu, pids, timeout, tmp_size and output_cap keys.
@@ -74,8 +74,10 @@ type Config struct {
 	// such tools are refused). Only the daemon may set it: at start it
 	// removes every sandbox network on the host that carries Stockade's
 	// prefix, which would cut off another process's sandboxes. False (the
-	// zero value) means no sandbox gets network.
-	Egress bool `yaml:"-"`
+	// zero value) means no sandbox gets network. The daemon's flag
+	// defaults to true; the configuration file is read only by the
+	// daemon and by commands that do not run sandboxes.
+	Egress bool `yaml:"egress"`
 	// Serving is set by the daemon: its engine refuses, at start, records
 	// with egress or credentials that it cannot serve (no egress). The
 	// CLI's engines load them, run a tool with egress without network and

@@ -89,6 +89,18 @@ func TestLoadFile(t *testing.T) {
 		},
 		{name: "lookup env not from a file", yaml: "lookup_env: x\n", wantErr: `unknown key "lookup_env"`},
 		{name: "serving not from a file", yaml: "serving: true\n", wantErr: `unknown key "serving"`},
+		{
+			name: "every daemon key",
+			yaml: "runc: /opt/runc\nrunsc: /opt/runsc\nguest: /opt/guest\negress: false\napproval_ttl: 2 min\ncredits_per_invocation: 0\ndefaults: {timeout: 1m30s, tmp_size: 32m, output_cap: 64KiB, cpu: 0.5, pids: 64}\n",
+			check: func(t *testing.T, c Config) {
+				if c.RuncPath != "/opt/runc" || c.RunscPath != "/opt/runsc" || c.GuestPath != "/opt/guest" || c.Egress || c.ApprovalTTL != 2*time.Minute || c.CreditsPerInvocation != 0 {
+					t.Errorf("got %+v", c)
+				}
+				if d := c.Defaults; d.Timeout != 90*time.Second || d.TmpSize != 32<<20 || d.OutputCap != 64<<10 || d.CPU != 0.5 || d.Pids != 64 || d.Memory != 512<<20 {
+					t.Errorf("defaults: got %+v", d)
+				}
+			},
+		},
 		{name: "empty file", yaml: "", check: func(t *testing.T, c Config) {
 			if c.Listen != Default().Listen {
 				t.Errorf("an empty file changed listen to %q", c.Listen)
@@ -184,7 +196,7 @@ func TestLoadFileWrongForms(t *testing.T) {
 		{"mapping for a string", "db: {url: x}\n", `:1: db: want a string, got a mapping`},
 		{"word for an integer", "max_concurrent: lots\n", `:1: max_concurrent: want an integer, got "lots"`},
 		{"fraction for an integer", "max_queue: 1.5\n", `:1: max_queue: want an integer, got "1.5"`},
-		{"word for a boolean", "broker: {operations: [{json_body: maybe}]}\n", `:1: broker.operations[0].json_body: want true or false, got "maybe"`},
+		{"word for a boolean", "egress: maybe\n", `:1: egress: want true or false, got "maybe"`},
 		{"duration without a unit", "approval_ttl: 600\n", `:1: approval_ttl: invalid duration "600": a number needs a unit`},
 		{"word for a duration", "approval_ttl: later\n", `:1: approval_ttl: invalid duration "later"`},
 		{"list for a duration", "defaults:\n  timeout: [1s]\n", `:2: defaults.timeout: want a duration such as 30s or 2m, got a list`},
@@ -197,6 +209,7 @@ func TestLoadFileWrongForms(t *testing.T) {
 		{"mapping for the tools", "tools: {a: b}\n", `:1: tools: want the path of a tools file or directory, or a list of tools, got a mapping`},
 		{"unknown key", "lisen: x\n", `:1: unknown key "lisen" (did you mean listen?)`},
 		{"unknown nested key", "broker:\n  operations:\n    - {name: x, secret: y}\n", `:3: broker.operations[0]: unknown key "secret" (known: name, method, url, params, json_body, credential, header, prefix)`},
+		{"old key", "runc_path: /usr/sbin/runc\n", `:1: unknown key "runc_path" (did you mean runc?)`},
 		{"repeated key", "listen: a\nlisten: b\n", `:2: key "listen" is given twice`},
 		{"not a mapping", "- listen\n", `:1: a configuration file is a mapping of keys such as listen: and data_dir:`},
 		{"syntax", "listen: [a\n", `stockade.yaml:1: did not find expected ',' or ']'`},

@@ -4,30 +4,49 @@ import (
 	"flag"
 	"os"
 	"strings"
+	"time"
 
 	"github.com/stockade-sh/stockade/config"
+	"github.com/stockade-sh/stockade/sandbox"
 )
 
-// configFlags registers the flags shared by the subcommands that touch
-// sandboxes, bound to a Config that starts from config.Default(). Call
+// configOption changes what configFlags registers.
+type configOption int
+
+const (
+	// withConfigFile adds --config FILE, the YAML configuration file.
+	withConfigFile configOption = 1 << iota
+	// withoutSandboxFlags leaves out the flags of commands that run
+	// sandboxes (--state-dir, --runc, --runsc, --guest, --docker-host).
+	withoutSandboxFlags
+)
+
+// configFlags registers the flags shared by the subcommands that read the
+// configuration, bound to a Config that starts from config.Default(). Call
 // load with the arguments instead of fs.Parse: it returns the positional
 // arguments and applies, in order of precedence from low to high,
-// the defaults, the --config file (if the subcommand has one), the STOCKADE_*
-// environment (STOCKADE_DATA_DIR, STOCKADE_STATE_DIR, STOCKADE_DRIVER,
-// SANDBOX_DRIVER as an alias of STOCKADE_DRIVER, DOCKER_HOST) and the flags
-// given.
+// the defaults, the --config file (withConfigFile), the environment
+// (STOCKADE_DATA_DIR, STOCKADE_STATE_DIR, STOCKADE_DRIVER,
+// SANDBOX_DRIVER as an alias of STOCKADE_DRIVER, DOCKER_HOST,
+// STOCKADE_AUDIT_WITNESS) and the flags given.
 // The environment is read here and nowhere else.
-func configFlags(fs *flag.FlagSet) (*config.Config, func(args []string) ([]string, error)) {
+func configFlags(fs *flag.FlagSet, opts ...configOption) (*config.Config, func(args []string) ([]string, error)) {
+	var o configOption
+	for _, x := range opts {
+		o |= x
+	}
 	cfg := config.Default()
 	fs.StringVar(&cfg.DataDir, "data-dir", cfg.DataDir, "directory for images, database and binaries (env STOCKADE_DATA_DIR)")
-	fs.StringVar(&cfg.StateDir, "state-dir", cfg.StateDir, "directory for runtime state, a tmpfs such as /run (env STOCKADE_STATE_DIR)")
-	fs.StringVar(&cfg.RuncPath, "runc", cfg.RuncPath, "runc executable")
-	fs.StringVar(&cfg.RunscPath, "runsc", cfg.RunscPath, "runsc executable")
-	fs.StringVar(&cfg.GuestPath, "guest", cfg.GuestPath, "guest agent binary (default: the one embedded in stockade)")
-	fs.StringVar(&cfg.DockerHost, "docker-host", cfg.DockerHost, "Docker Engine for the docker driver (env DOCKER_HOST; default the Docker client's)")
+	if o&withoutSandboxFlags == 0 {
+		fs.StringVar(&cfg.StateDir, "state-dir", cfg.StateDir, "directory for runtime state, a tmpfs such as /run (env STOCKADE_STATE_DIR)")
+		fs.StringVar(&cfg.RuncPath, "runc", cfg.RuncPath, "runc executable")
+		fs.StringVar(&cfg.RunscPath, "runsc", cfg.RunscPath, "runsc executable")
+		fs.StringVar(&cfg.GuestPath, "guest", cfg.GuestPath, "guest agent binary (default: the one embedded in stockade)")
+		fs.StringVar(&cfg.DockerHost, "docker-host", cfg.DockerHost, "Docker Engine for the docker driver (env DOCKER_HOST; default the Docker client's)")
+	}
 	configFile := ""
-	if fs.Name() == "serve" {
-		fs.StringVar(&configFile, "config", "", "YAML configuration file")
+	if o&withConfigFile != 0 {
+		fs.StringVar(&configFile, "config", "", "YAML configuration `FILE`")
 	}
 	load := func(args []string) ([]string, error) {
 		if _, err := parseArgs(fs, args); err != nil {
@@ -59,6 +78,48 @@ func configFlags(fs *flag.FlagSet) (*config.Config, func(args []string) ([]strin
 		return pos, nil
 	}
 	return &cfg, load
+}
+
+// toolsFlag registers --tools FILE|DIR on fs: the tools file or directory,
+// which replaces tools a configuration file names or lists.
+func toolsFlag(fs *flag.FlagSet, cfg *config.Config) {
+	fs.Var(toolsValue{cfg}, "tools", "tools `FILE|DIR`: a YAML file, or a directory of them, defining tools and their isolation records (default: the configuration's, else only the built-in code.execute)")
+}
+
+type toolsValue struct{ cfg *config.Config }
+
+func (v toolsValue) String() string {
+	if v.cfg == nil {
+		return ""
+	}
+	return v.cfg.Tools
+}
+
+func (v toolsValue) Set(s string) error { v.cfg.SetTools(s); return nil }
+
+// durationFlag registers a duration flag read with sandbox.ParseDuration,
+// the parser of every duration Stockade reads (30s, 2m, 1m30s, 2 min).
+func durationFlag(fs *flag.FlagSet, p *time.Duration, name string, value time.Duration, usage string) {
+	*p = value
+	fs.Var((*durationValue)(p), name, usage)
+}
+
+type durationValue time.Duration
+
+func (d *durationValue) String() string {
+	if d == nil || *d == 0 {
+		return ""
+	}
+	return sandbox.FormatDuration(time.Duration(*d))
+}
+
+func (d *durationValue) Set(s string) error {
+	v, err := sandbox.ParseDuration(s)
+	if err != nil {
+		return err
+	}
+	*d = durationValue(v)
+	return nil
 }
 
 // parseArgs parses args with fs, allowing flags after positional arguments

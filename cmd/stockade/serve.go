@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
+	"flag"
 	"fmt"
 	"log/slog"
 	"maps"
@@ -36,16 +37,7 @@ const serveSynopsis = `usage: stockade serve [--config FILE] [--listen 127.0.0.1
 Runs the daemon: the HTTP API on --listen, over the database --db.`
 
 func serveCmd(ctx context.Context, args []string) int {
-	fs := newFlags("serve", serveSynopsis)
-	cfg, load := configFlags(fs)
-	fs.StringVar(&cfg.Listen, "listen", cfg.Listen, "HTTP listen address")
-	fs.StringVar(&cfg.DB, "db", cfg.DB, "database URL: sqlite:PATH or postgres://... (default sqlite in the data directory)")
-	fs.DurationVar(&cfg.IdleTimeout, "idle-timeout", cfg.IdleTimeout, "close an API connection idle this long between requests")
-	fs.DurationVar(&cfg.HeaderTimeout, "header-timeout", cfg.HeaderTimeout, "close an API connection whose request headers take longer")
-	fs.DurationVar(&cfg.BodyTimeout, "body-timeout", cfg.BodyTimeout, "refuse a request whose body takes longer after its headers (not the wait for the answer)")
-	fs.DurationVar(&cfg.WriteTimeout, "write-timeout", cfg.WriteTimeout, "close an API connection whose client takes longer to take one write of an answer")
-	fs.IntVar(&cfg.MaxConnections, "max-connections", cfg.MaxConnections, "API connections open at once; more are closed as soon as accepted")
-	egress := fs.Bool("egress", true, "give approved network requests egress through the host's proxy (needs root and nftables)")
+	fs, cfg, load := serveFlags()
 	pos, err := load(args)
 	if err != nil {
 		return fail(flagErr(fs, err))
@@ -53,7 +45,7 @@ func serveCmd(ctx context.Context, args []string) int {
 	if len(pos) > 0 {
 		return fail(usagef("serve takes no arguments"))
 	}
-	cfg.Egress, cfg.Serving = *egress, true
+	cfg.Serving = true
 	// The broker reads credentials that name a variable from the daemon's
 	// environment; only the CLI may hand it over.
 	cfg.LookupEnv = os.LookupEnv
@@ -61,6 +53,34 @@ func serveCmd(ctx context.Context, args []string) int {
 		return fail(err)
 	}
 	return 0
+}
+
+// serveFlags returns the daemon's flags. Every flag sets the configuration
+// key of its name (--max-queue sets max_queue), and every key but the
+// structured ones (defaults, ceiling, broker) has its flag; the README's
+// configuration table lists them all (TestServeFlagsMatchConfigKeys).
+func serveFlags() (*flag.FlagSet, *config.Config, func([]string) ([]string, error)) {
+	fs := newFlags("serve", serveSynopsis)
+	cfg, load := configFlags(fs, withConfigFile)
+	fs.StringVar(&cfg.Driver, "driver", cfg.Driver, "default driver: gvisor, runc or docker (env STOCKADE_DRIVER)")
+	fs.StringVar(&cfg.Listen, "listen", cfg.Listen, "HTTP listen address")
+	fs.StringVar(&cfg.DB, "db", cfg.DB, "database URL: sqlite:PATH or postgres://... (default sqlite in the data directory)")
+	fs.StringVar(&cfg.AuditWitness, "audit-witness", cfg.AuditWitness, "directory witnessing the audit chains' heads (env STOCKADE_AUDIT_WITNESS; default next to a SQLite file)")
+	toolsFlag(fs, cfg)
+	fs.StringVar(&cfg.DataRoot, "data-root", cfg.DataRoot, "the only directory tools may mount data from (default DATA_DIR/data)")
+	fs.BoolVar(&cfg.Egress, "egress", true, "give approved network requests egress through the host's proxy (needs root and nftables)")
+	fs.StringVar(&cfg.EgressRange, "egress-range", cfg.EgressRange, "IPv4 range of the sandbox networks, a /30 each (default 10.213.0.0/16)")
+	fs.StringVar(&cfg.EgressPrefix, "egress-prefix", cfg.EgressPrefix, "name prefix of the sandbox networks' host objects, 2-6 lower-case letters (default stk)")
+	fs.IntVar(&cfg.MaxConcurrent, "max-concurrent", cfg.MaxConcurrent, "sandboxes running at once")
+	fs.IntVar(&cfg.MaxQueue, "max-queue", cfg.MaxQueue, "invocations waiting for a slot (default 2 x max-concurrent; negative: no queue)")
+	durationFlag(fs, &cfg.ApprovalTTL, "approval-ttl", cfg.ApprovalTTL, "how long approval requests stay pending")
+	fs.Int64Var(&cfg.CreditsPerInvocation, "credits-per-invocation", cfg.CreditsPerInvocation, "the flat price of an invocation")
+	durationFlag(fs, &cfg.IdleTimeout, "idle-timeout", cfg.IdleTimeout, "close an API connection idle this long between requests")
+	durationFlag(fs, &cfg.HeaderTimeout, "header-timeout", cfg.HeaderTimeout, "close an API connection whose request headers take longer")
+	durationFlag(fs, &cfg.BodyTimeout, "body-timeout", cfg.BodyTimeout, "refuse a request whose body takes longer after its headers (not the wait for the answer)")
+	durationFlag(fs, &cfg.WriteTimeout, "write-timeout", cfg.WriteTimeout, "close an API connection whose client takes longer to take one write of an answer")
+	fs.IntVar(&cfg.MaxConnections, "max-connections", cfg.MaxConnections, "API connections open at once; more are closed as soon as accepted")
+	return fs, cfg, load
 }
 
 func serve(ctx context.Context, listen, db string, cfg config.Config) error {

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"flag"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -100,4 +101,86 @@ func TestCheckDrivers(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestServeFlagsMatchConfigKeys walks the daemon's flags and the keys of
+// the configuration file: every flag sets the key of its name, every key
+// but the structured ones has its flag, and the README's configuration
+// table lists each key with its flag, so that none of the three drifts.
+func TestServeFlagsMatchConfigKeys(t *testing.T) {
+	fileOnly := map[string]bool{"defaults": true, "ceiling": true, "broker": true} // structured: no flag can hold them
+	keys := map[string]bool{}
+	for _, k := range config.FileKeys() {
+		keys[k] = true
+	}
+	fs, _, _ := serveFlags()
+	flags := map[string]bool{}
+	fs.VisitAll(func(f *flag.Flag) { flags[f.Name] = true })
+	for f := range flags {
+		if f == "config" {
+			continue // the file itself
+		}
+		if k := strings.ReplaceAll(f, "-", "_"); !keys[k] {
+			t.Errorf("serve flag --%s has no configuration key %s", f, k)
+		}
+	}
+	for k := range keys {
+		if f := strings.ReplaceAll(k, "_", "-"); !flags[f] && !fileOnly[k] {
+			t.Errorf("configuration key %s has no serve flag --%s", k, f)
+		}
+	}
+
+	table := readmeConfigTable(t)
+	for k := range keys {
+		row, ok := table[k]
+		want := "--" + strings.ReplaceAll(k, "_", "-")
+		if fileOnly[k] {
+			want = "—"
+		}
+		switch {
+		case !ok:
+			t.Errorf("README's configuration table lacks key %s", k)
+		case row != want:
+			t.Errorf("README's configuration table gives key %s the flag %s, want %s", k, row, want)
+		}
+	}
+	for k := range table {
+		if !keys[k] && k != "—" {
+			t.Errorf("README's configuration table lists key %s, which the configuration does not have", k)
+		}
+	}
+	if table["—"] != "--config" {
+		t.Errorf("README's configuration table lacks the row of --config")
+	}
+}
+
+// readmeConfigTable returns the key and flag columns of the table in the
+// README's "## Configuration" section, without backticks.
+func readmeConfigTable(t *testing.T) map[string]string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(testenv.ModuleRoot(), "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, section, ok := strings.Cut(string(b), "\n## Configuration\n")
+	if !ok {
+		t.Fatal(`README.md has no "## Configuration" section`)
+	}
+	section, _, _ = strings.Cut(section, "\n## ")
+	rows := map[string]string{}
+	for _, line := range strings.Split(section, "\n") {
+		cells := strings.Split(line, "|")
+		if len(cells) < 4 || !strings.HasPrefix(line, "| ") || strings.HasPrefix(line, "|---") {
+			continue
+		}
+		key, fl := strings.Trim(strings.TrimSpace(cells[1]), "`"), strings.Trim(strings.TrimSpace(cells[2]), "`")
+		if key == "key" {
+			continue // the header
+		}
+		rows[key] = fl
+	}
+	if len(rows) == 0 {
+		t.Fatal("README.md's configuration section has no table")
+	}
+	return rows
 }
