@@ -7,6 +7,7 @@ package api_test
 // STOCKADE_TEST_POSTGRES (export STOCKADE_TEST_POSTGRES=$(scripts/pgtest.sh)).
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -123,7 +124,7 @@ func TestDenials(t *testing.T) {
 }
 
 // approvalCardKeys are the fields an approver must be shown.
-var approvalCardKeys = []string{"approval_id", "execution_id", "code", "runtime", "risk_level", "network_requested", "timeout_ms", "expires_at"}
+var approvalCardKeys = []string{"approval_id", "execution_id", "code", "runtime", "risk_level", "network", "timeout_ms", "expires_at"}
 
 // wantCard checks an approval card against the request it describes.
 func wantCard(t *testing.T, raw json.RawMessage, req engine.InvokeRequest, approvalID, execID string) engine.ApprovalCard {
@@ -147,7 +148,7 @@ func wantCard(t *testing.T, raw json.RawMessage, req engine.InvokeRequest, appro
 	}
 	if c.ApprovalID == "" || (approvalID != "" && c.ApprovalID != approvalID) || (execID != "" && c.ExecutionID != execID) ||
 		c.Code != req.Code || c.Runtime != req.Runtime || c.RiskLevel != "high" || c.Capability != "code.execute" ||
-		c.NetworkRequested != (req.Network == "allow") || c.TimeoutMS != wantTimeout || !c.ExpiresAt.After(time.Now()) {
+		c.Network != cmp.Or(req.Network, "deny") || c.TimeoutMS != wantTimeout || !c.ExpiresAt.After(time.Now()) {
 		t.Errorf("approval card: got %+v, want approval %q execution %q for %+v, risk high, timeout %d ms", c, approvalID, execID, req, wantTimeout)
 	}
 	return c

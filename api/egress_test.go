@@ -183,9 +183,9 @@ func (e *egressEnv) wantFetchCard(raw json.RawMessage) {
 	if err := json.Unmarshal(raw, &c); err != nil {
 		e.t.Fatalf("approval card %s: %v", raw, err)
 	}
-	if !c.NetworkRequested || c.Tool != "fetch" || !slices.Equal(c.EgressAllow, []string{allowedName}) || !slices.Equal(c.EgressPorts, []int{e.port}) {
-		e.t.Errorf("approval card: got network %v tool %q allow %v ports %v, want network for fetch to %s on %d",
-			c.NetworkRequested, c.Tool, c.EgressAllow, c.EgressPorts, allowedName, e.port)
+	if c.Network != "allow" || c.Tool != "fetch" || !slices.Equal(c.EgressAllow, []string{allowedName}) || !slices.Equal(c.EgressPorts, []int{e.port}) {
+		e.t.Errorf("approval card: got network %q tool %q allow %v ports %v, want network for fetch to %s on %d",
+			c.Network, c.Tool, c.EgressAllow, c.EgressPorts, allowedName, e.port)
 	}
 }
 

@@ -23,6 +23,7 @@ import (
 
 	"github.com/stockade-sh/stockade/engine"
 	"github.com/stockade-sh/stockade/errdefs"
+	"github.com/stockade-sh/stockade/policy"
 	"github.com/stockade-sh/stockade/store"
 	"github.com/stockade-sh/stockade/tools"
 )
@@ -640,17 +641,18 @@ type WorkspaceView struct {
 
 // PolicyView is a workspace policy on the wire.
 type PolicyView struct {
-	CodeExecution  bool     `json:"code_execution"`
-	Approval       string   `json:"approval"`
-	NetworkAllowed bool     `json:"network_allowed"`
-	MaxTimeoutMS   int64    `json:"max_timeout_ms"`
-	Runtimes       []string `json:"runtimes"`
-	ToolChanges    string   `json:"tool_changes"`
+	CodeExecution bool   `json:"code_execution"`
+	Approval      string `json:"approval"`
+	// Network is "allow" or "deny": whether invocations may ask for it.
+	Network      string   `json:"network"`
+	MaxTimeoutMS int64    `json:"max_timeout_ms"`
+	Runtimes     []string `json:"runtimes"`
+	ToolChanges  string   `json:"tool_changes"`
 }
 
 // PolicyViewOf returns the wire form of a policy.
 func PolicyViewOf(p store.Policy) PolicyView {
-	return PolicyView{CodeExecution: p.CodeExecution, Approval: string(p.Approval), NetworkAllowed: p.NetworkAllowed,
+	return PolicyView{CodeExecution: p.CodeExecution, Approval: string(p.Approval), Network: policy.NetworkWord(p.NetworkAllowed),
 		MaxTimeoutMS: p.MaxTimeout.Milliseconds(), Runtimes: p.Runtimes, ToolChanges: string(p.ToolChanges)}
 }
 

@@ -184,7 +184,7 @@ func TestNetworkRequestsNeedApproval(t *testing.T) {
 		if err := json.Unmarshal(inv.Approval.Card, &card); err != nil {
 			t.Fatal(err)
 		}
-		if !card.NetworkRequested || card.Tool != "fetch" || strings.Join(card.EgressAllow, ",") != "allowed.test" || len(card.EgressPorts) != 1 || card.EgressPorts[0] != 443 {
+		if card.Network != "allow" || card.Tool != "fetch" || strings.Join(card.EgressAllow, ",") != "allowed.test" || len(card.EgressPorts) != 1 || card.EgressPorts[0] != 443 {
 			t.Errorf("card %+v, want the network request and fetch's allowlist", card)
 		}
 		// Approved, it runs with network: the fake driver cannot give

@@ -555,7 +555,8 @@ type InvokeRequest struct {
 	Runtime   string `json:"runtime"`
 	Code      string `json:"code"`
 	TimeoutMS int64  `json:"timeout_ms,omitempty"`
-	// Network is "deny" (the default) or "allow".
+	// Network is "deny" (the default) or "allow" (policy.ParseNetwork,
+	// which also takes the older "denied" and "allowed").
 	Network string `json:"network,omitempty"`
 	Stdin   string `json:"stdin,omitempty"`
 	// Tool names the tool to run as; empty means the default tool.
@@ -571,8 +572,10 @@ type ApprovalCard struct {
 	Runtime     string `json:"runtime"`
 	Code        string `json:"code"`
 	// Stdin is what the program reads on its standard input.
-	Stdin            string `json:"stdin,omitempty"`
-	NetworkRequested bool   `json:"network_requested"`
+	Stdin string `json:"stdin,omitempty"`
+	// Network is what the invocation asked for, in the request's words:
+	// "allow" or "deny".
+	Network string `json:"network"`
 	// Tool is the tool the code runs as; EgressAllow and EgressPorts its
 	// record's egress allowlist, which an approved network request may
 	// reach (empty without network).
@@ -585,6 +588,24 @@ type ApprovalCard struct {
 	TimeoutMS       int64     `json:"timeout_ms"`
 	RequestedBy     string    `json:"requested_by"`
 	ExpiresAt       time.Time `json:"expires_at"`
+}
+
+// UnmarshalJSON reads a card, also one stored before the card named
+// network with the request's words ("network_requested": true).
+func (c *ApprovalCard) UnmarshalJSON(b []byte) error {
+	type plain ApprovalCard
+	var v struct {
+		plain
+		NetworkRequested *bool `json:"network_requested"`
+	}
+	if err := json.Unmarshal(b, &v); err != nil {
+		return err
+	}
+	*c = ApprovalCard(v.plain)
+	if c.Network == "" && v.NetworkRequested != nil {
+		c.Network = policy.NetworkWord(*v.NetworkRequested)
+	}
+	return nil
 }
 
 // Invocation is the outcome of Invoke: the execution as admitted.
@@ -622,7 +643,7 @@ func NewExecutionID() string {
 // IdempotencyKey and body) is the same request: it returns the first
 // execution, Replayed, and is neither decided nor recorded again.
 func (s *Service) Invoke(ctx context.Context, p Principal, req InvokeRequest, o InvokeOptions) (*Invocation, error) {
-	network, err := parseNetwork(req.Network)
+	network, err := policy.ParseNetwork(req.Network)
 	if err != nil {
 		return nil, err
 	}
@@ -640,7 +661,7 @@ func (s *Service) Invoke(ctx context.Context, p Principal, req InvokeRequest, o 
 	}
 	// The decision's event fingerprints what was asked to run: a row
 	// changed later no longer matches its chain.
-	data := mustJSON(map[string]any{"capability": contract.CodeExecute.Name, "runtime": req.Runtime, "timeout_ms": req.TimeoutMS, "network": network,
+	data := mustJSON(map[string]any{"capability": contract.CodeExecute.Name, "runtime": req.Runtime, "timeout_ms": req.TimeoutMS, "network": policy.NetworkWord(network),
 		"input_sha256": InputHash(req.Runtime, req.Code), "stdin_sha256": sha256Hex([]byte(req.Stdin))})
 	deny := func(code, reason string, class error) (*Invocation, error) {
 		if _, err := s.st.AppendEvent(ctx, store.NewEvent{
@@ -736,7 +757,7 @@ func (s *Service) Invoke(ctx context.Context, p Principal, req InvokeRequest, o 
 	if d.ApprovalRequired {
 		card := ApprovalCard{
 			Capability: contract.CodeExecute.Name, RiskLevel: string(contract.CodeExecute.Risk), Runtime: req.Runtime,
-			Code: req.Code, Stdin: req.Stdin, NetworkRequested: network, TimeoutMS: timeout.Milliseconds(), RequestedBy: p.KeyID,
+			Code: req.Code, Stdin: req.Stdin, Network: policy.NetworkWord(network), TimeoutMS: timeout.Milliseconds(), RequestedBy: p.KeyID,
 			ExpiresAt: s.opts.Now().Add(s.opts.ApprovalTTL).UTC().Truncate(time.Microsecond), Tool: tool.Name,
 			ToolFingerprint: tools.Fingerprint(tool),
 		}
@@ -769,16 +790,6 @@ func (s *Service) Invoke(ctx context.Context, p Principal, req InvokeRequest, o 
 		s.dispatch(adm.Execution, timeout, ticket)
 	}
 	return inv, nil
-}
-
-func parseNetwork(v string) (bool, error) {
-	switch v {
-	case "", "deny":
-		return false, nil
-	case "allow":
-		return true, nil
-	}
-	return false, fmt.Errorf(`network must be "deny" or "allow", got %q: %w`, v, errdefs.ErrInvalidArgument)
 }
 
 // InputHash is the tool_calls input hash: SHA-256 over the runtime and the
@@ -846,7 +857,7 @@ func (s *Service) run(e store.Execution, timeout time.Duration, t *ticket) {
 		finish(store.Outcome{Status: store.StatusLaunchFailed, Result: errorResult(err)})
 		return
 	}
-	network, _ := parseNetwork(req.Network) // checked by Invoke
+	network, _ := policy.ParseNetwork(req.Network) // checked by Invoke
 	s.startRun(e.ID, e.WorkspaceID)
 	defer s.endRun(e.ID)
 	out := outputChunks{keep: sandbox.DefaultLimits().OutputCap, publish: func(st sandbox.Stream, p []byte) {
@@ -1065,7 +1076,7 @@ func (s *Service) checkStillAllowed(ctx context.Context, p Principal, approvalID
 		return card, fmt.Errorf("loading workspace policy: %w", err)
 	}
 	d := policy.Decide(pol, policy.Request{Capability: contract.CodeExecute, Runtime: card.Runtime,
-		Timeout: time.Duration(card.TimeoutMS) * time.Millisecond, Network: card.NetworkRequested}, s.eng.Ceiling().Timeout)
+		Timeout: time.Duration(card.TimeoutMS) * time.Millisecond, Network: card.Network == policy.NetworkAllow}, s.eng.Ceiling().Timeout)
 	if !d.Allowed {
 		return card, fmt.Errorf("the workspace policy no longer allows this request (%s); deny it: %w", d.Reason, errdefs.ErrConflict)
 	}

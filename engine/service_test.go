@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -704,5 +705,50 @@ func TestAdmissionWhoseAnswerWasLost(t *testing.T) {
 	}
 	if c, err := env.st.GetCredits(ctx, env.ws.ID); err != nil || c.Available != 8 || c.Reserved != 0 {
 		t.Errorf("credits: got %+v, %v; want 8 available, none reserved", c, err)
+	}
+}
+
+// TestNetworkWords checks the request's network words, "allow" and "deny",
+// and the older "allowed" and "denied" read as the same words: a request
+// for network under a policy that denies it is refused, one without is
+// admitted and its approval card shows "deny".
+func TestNetworkWords(t *testing.T) {
+	drv := &fakeDriver{name: "gvisor", tier: sandbox.TierGVisor}
+	env := newServiceEnv(t, nil, drv, store.DefaultPolicy(), ServiceOptions{}) // approval required, network denied
+	for _, tt := range []struct {
+		network string
+		allow   bool
+	}{{"allow", true}, {"allowed", true}, {"deny", false}, {"denied", false}, {"", false}} {
+		t.Run(cmp.Or(tt.network, "empty"), func(t *testing.T) {
+			inv, err := env.svc.Invoke(t.Context(), env.agent, InvokeRequest{Runtime: "python", Code: "print(1)", Network: tt.network}, InvokeOptions{})
+			if tt.allow {
+				if !errdefs.IsPermissionDenied(err) || !strings.Contains(err.Error(), "network access is not permitted") {
+					t.Errorf("got %+v, %v; want network refused by the policy", inv, err)
+				}
+				return
+			}
+			var card ApprovalCard
+			if err != nil || inv.Approval == nil || json.Unmarshal(inv.Approval.Card, &card) != nil || card.Network != "deny" {
+				t.Errorf("got %+v, %v; want a pending approval whose card shows network deny", inv, err)
+			}
+		})
+	}
+	if _, err := env.svc.Invoke(t.Context(), env.agent, InvokeRequest{Runtime: "python", Code: "print(1)", Network: "maybe"}, InvokeOptions{}); !errdefs.IsInvalidArgument(err) {
+		t.Errorf("network maybe: got %v, want an ErrInvalidArgument", err)
+	}
+}
+
+// TestApprovalCardReadsTheOldNetworkField checks that a card stored before
+// the card said "network" still reads what was asked.
+func TestApprovalCardReadsTheOldNetworkField(t *testing.T) {
+	for raw, want := range map[string]string{
+		`{"runtime":"python","network_requested":true}`:  "allow",
+		`{"runtime":"python","network_requested":false}`: "deny",
+		`{"runtime":"python","network":"allow"}`:         "allow",
+	} {
+		var c ApprovalCard
+		if err := json.Unmarshal([]byte(raw), &c); err != nil || c.Network != want || c.Runtime != "python" {
+			t.Errorf("%s: got %+v, %v; want network %s", raw, c, err, want)
+		}
 	}
 }

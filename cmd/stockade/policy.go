@@ -11,6 +11,7 @@ import (
 	"github.com/stockade-sh/stockade/api"
 	"github.com/stockade-sh/stockade/audit"
 	"github.com/stockade-sh/stockade/image"
+	"github.com/stockade-sh/stockade/policy"
 	"github.com/stockade-sh/stockade/store"
 )
 
@@ -27,7 +28,7 @@ func policyCmd(ctx context.Context, args []string) int {
 
 const (
 	policyShowUsage = "usage: stockade policy show NAME [--db URL]"
-	policySetUsage  = `usage: stockade policy set NAME [--approval=required|none] [--network=allowed|denied]
+	policySetUsage  = `usage: stockade policy set NAME [--approval=required|none] [--network=allow|deny]
                           [--max-timeout=DURATION] [--runtimes=python,node,shell]
                           [--code-execution=enabled|disabled] [--tool-changes=flag|require_review]
 
@@ -45,7 +46,7 @@ func policyVerb(ctx context.Context, verb string, args []string) int {
 	)
 	if verb == "set" {
 		fs.StringVar(&approval, "approval", "", "required or none")
-		fs.StringVar(&network, "network", "", "allowed or denied")
+		fs.StringVar(&network, "network", "", "allow or deny invocations' network requests (allowed and denied are the same words)")
 		fs.DurationVar(&maxTimeout, "max-timeout", 0, "maximum wall clock per invocation (lowers the server's ceiling)")
 		fs.StringVar(&runtimes, "runtimes", "", "comma-separated allowed runtimes")
 		fs.StringVar(&codeExec, "code-execution", "", "enabled or disabled")
@@ -105,12 +106,12 @@ func applyPolicyFlags(fs *flag.FlagSet, p *store.Policy, approval, network strin
 				err = usagef("--approval must be required or none, got %q", approval)
 			}
 		case "network":
-			switch network {
-			case "allowed", "denied":
-				p.NetworkAllowed = network == "allowed"
-			default:
-				err = usagef("--network must be allowed or denied, got %q", network)
+			allow, perr := policy.ParseNetwork(network)
+			if perr != nil || network == "" {
+				err = usagef("--network must be allow or deny, got %q", network)
+				return
 			}
+			p.NetworkAllowed = allow
 		case "max-timeout":
 			if maxTimeout <= 0 {
 				err = usagef("--max-timeout must be positive, got %s", maxTimeout)

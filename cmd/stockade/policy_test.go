@@ -1,0 +1,57 @@
+package main
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+)
+
+// TestPolicyNetworkWords checks `policy set --network` with the words of
+// the API, allow and deny, and the older allowed and denied, and that the
+// policy's view says network in the same words.
+func TestPolicyNetworkWords(t *testing.T) {
+	dir := t.TempDir()
+	if code, _, stderr := runCLI(t, nil, "workspace", "create", "demo", "--data-dir", dir); code != 0 {
+		t.Fatalf("workspace create: exit %d: %s", code, stderr)
+	}
+	tests := []struct {
+		flags        []string
+		network      string
+		maxTimeoutMS int64
+	}{
+		{[]string{"--network=allow"}, "allow", 0},
+		{[]string{"--network=deny"}, "deny", 0},
+		{[]string{"--network=allowed"}, "allow", 0},
+		{[]string{"--network=denied"}, "deny", 0},
+	}
+	for _, tt := range tests {
+		t.Run(strings.Join(tt.flags, " "), func(t *testing.T) {
+			args := append([]string{"policy", "set", "demo", "--data-dir", dir}, tt.flags...)
+			code, stdout, stderr := runCLI(t, nil, args...)
+			if code != 0 {
+				t.Fatalf("exit %d: %s", code, stderr)
+			}
+			var view map[string]any
+			if err := json.Unmarshal([]byte(stdout), &view); err != nil {
+				t.Fatalf("policy view %q: %v", stdout, err)
+			}
+			if view["network"] != tt.network {
+				t.Errorf("got network %v, want %q (view %s)", view["network"], tt.network, stdout)
+			}
+			if _, ok := view["network_allowed"]; ok {
+				t.Errorf("view %s still says network_allowed", stdout)
+			}
+			if tt.maxTimeoutMS != 0 && view["max_timeout_ms"] != float64(tt.maxTimeoutMS) {
+				t.Errorf("got max_timeout_ms %v, want %d", view["max_timeout_ms"], tt.maxTimeoutMS)
+			}
+		})
+	}
+	for _, bad := range []string{"--network=maybe", "--network="} {
+		t.Run(bad, func(t *testing.T) {
+			code, stdout, stderr := runCLI(t, nil, "policy", "set", "demo", "--data-dir", dir, bad)
+			if code != 2 || stdout != "" || len(strings.Split(strings.TrimSpace(stderr), "\n")) != 1 {
+				t.Errorf("got exit %d, stdout %q, stderr %q; want exit 2 and a one-line error", code, stdout, stderr)
+			}
+		})
+	}
+}
