@@ -512,6 +512,10 @@ func TestBadInput(t *testing.T) {
 			t.Errorf("tool_calls rows after bad requests: got %d, want 0", len(calls))
 		}
 		e.wantCredits(10, 0)
+		// ?wait= reads durations as people write them, and refuses a
+		// number without a unit; the execution asked for does not exist.
+		e.do("GET", "/v1/executions/ex_none?wait=10", e.agent, nil).wantError(t, 400, "invalid_argument", "a number needs a unit")
+		e.do("GET", "/v1/executions/ex_none?wait=1%20min", e.agent, nil).wantError(t, 404, "not_found")
 	})
 }
 

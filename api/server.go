@@ -24,6 +24,7 @@ import (
 	"github.com/stockade-sh/stockade/engine"
 	"github.com/stockade-sh/stockade/errdefs"
 	"github.com/stockade-sh/stockade/policy"
+	"github.com/stockade-sh/stockade/sandbox"
 	"github.com/stockade-sh/stockade/store"
 	"github.com/stockade-sh/stockade/tools"
 )
@@ -382,9 +383,9 @@ func (s *server) streamExecution(w http.ResponseWriter, r *http.Request, p engin
 func (s *server) getExecution(w http.ResponseWriter, r *http.Request, p engine.Principal) {
 	var wait time.Duration
 	if v := r.URL.Query().Get("wait"); v != "" {
-		d, err := time.ParseDuration(v)
-		if err != nil || d < 0 {
-			writeError(w, fmt.Errorf("wait=%q: expected a duration such as 30s: %w", v, errdefs.ErrInvalidArgument))
+		d, err := sandbox.ParseDuration(v)
+		if err != nil {
+			writeError(w, fmt.Errorf("wait: %v: %w", err, errdefs.ErrInvalidArgument))
 			return
 		}
 		wait = min(d, s.opts.MaxWait)

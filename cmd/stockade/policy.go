@@ -12,6 +12,7 @@ import (
 	"github.com/stockade-sh/stockade/audit"
 	"github.com/stockade-sh/stockade/image"
 	"github.com/stockade-sh/stockade/policy"
+	"github.com/stockade-sh/stockade/sandbox"
 	"github.com/stockade-sh/stockade/store"
 )
 
@@ -47,7 +48,7 @@ func policyVerb(ctx context.Context, verb string, args []string) int {
 	if verb == "set" {
 		fs.StringVar(&approval, "approval", "", "required or none")
 		fs.StringVar(&network, "network", "", "allow or deny invocations' network requests (allowed and denied are the same words)")
-		fs.DurationVar(&maxTimeout, "max-timeout", 0, "maximum wall clock per invocation (lowers the server's ceiling)")
+		durationFlag(fs, &maxTimeout, "max-timeout", 0, "maximum wall clock per invocation, e.g. 30s or 2m (lowers the server's ceiling)")
 		fs.StringVar(&runtimes, "runtimes", "", "comma-separated allowed runtimes")
 		fs.StringVar(&codeExec, "code-execution", "", "enabled or disabled")
 		fs.StringVar(&toolChanges, "tool-changes", "", "flag or require_review")
@@ -114,7 +115,7 @@ func applyPolicyFlags(fs *flag.FlagSet, p *store.Policy, approval, network strin
 			p.NetworkAllowed = allow
 		case "max-timeout":
 			if maxTimeout <= 0 {
-				err = usagef("--max-timeout must be positive, got %s", maxTimeout)
+				err = usagef("--max-timeout must be more than 0, got %s", sandbox.FormatDuration(maxTimeout))
 			}
 			p.MaxTimeout = maxTimeout
 		case "runtimes":

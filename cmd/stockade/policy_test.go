@@ -8,7 +8,8 @@ import (
 
 // TestPolicyNetworkWords checks `policy set --network` with the words of
 // the API, allow and deny, and the older allowed and denied, and that the
-// policy's view says network in the same words.
+// policy's view says network in the same words; and that --max-timeout
+// reads durations as every other flag does.
 func TestPolicyNetworkWords(t *testing.T) {
 	dir := t.TempDir()
 	if code, _, stderr := runCLI(t, nil, "workspace", "create", "demo", "--data-dir", dir); code != 0 {
@@ -23,6 +24,9 @@ func TestPolicyNetworkWords(t *testing.T) {
 		{[]string{"--network=deny"}, "deny", 0},
 		{[]string{"--network=allowed"}, "allow", 0},
 		{[]string{"--network=denied"}, "deny", 0},
+		{[]string{"--max-timeout=2m"}, "deny", 120_000},
+		{[]string{"--max-timeout", "1m30s"}, "deny", 90_000},
+		{[]string{"--max-timeout", "2 min"}, "deny", 120_000},
 	}
 	for _, tt := range tests {
 		t.Run(strings.Join(tt.flags, " "), func(t *testing.T) {
@@ -46,7 +50,7 @@ func TestPolicyNetworkWords(t *testing.T) {
 			}
 		})
 	}
-	for _, bad := range []string{"--network=maybe", "--network="} {
+	for _, bad := range []string{"--network=maybe", "--network=", "--max-timeout=30", "--max-timeout=-1s", "--max-timeout=0"} {
 		t.Run(bad, func(t *testing.T) {
 			code, stdout, stderr := runCLI(t, nil, "policy", "set", "demo", "--data-dir", dir, bad)
 			if code != 2 || stdout != "" || len(strings.Split(strings.TrimSpace(stderr), "\n")) != 1 {
