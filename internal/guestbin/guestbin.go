@@ -53,6 +53,11 @@ func isHex(s string) bool {
 // Install writes the embedded guest into dir (once per content) and returns
 // its path. The file is read-only (0555); its name carries the content hash,
 // so a new build never overwrites a guest that running sandboxes use.
+//
+// dir is a directory of the data directory (its parent), which must exist:
+// Install creates dir but never the data directory, so that a mistyped
+// --data-dir fails without leaving a tree behind (`stockade setup` creates
+// the data directory).
 func Install(dir string) (string, error) {
 	fi, err := fs.Stat(payload, guestFile)
 	if err != nil {
@@ -73,7 +78,11 @@ func Install(dir string) (string, error) {
 	if h := sha256.Sum256(b); hex.EncodeToString(h[:8]) != sum {
 		return "", fmt.Errorf("the embedded guest agent does not match its recorded hash; rebuild with `make build`: %w", errdefs.ErrFailedPrecondition)
 	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	if err := os.Mkdir(dir, 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
+		if errors.Is(err, fs.ErrNotExist) {
+			data := filepath.Dir(dir)
+			return "", fmt.Errorf("the data directory %s does not exist; create it with `stockade setup --data-dir %s`, or name another with --data-dir: %w", data, data, errdefs.ErrNotFound)
+		}
 		return "", fmt.Errorf("creating guest directory: %w", err)
 	}
 	tmp, err := os.CreateTemp(dir, ".guest-*")

@@ -9,8 +9,11 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/stockade-sh/stockade/errdefs"
 )
 
 // TestInstall checks that the installed guest is the embedded one, named by
@@ -81,5 +84,18 @@ func TestPrune(t *testing.T) {
 	}
 	if removed, err := Prune(filepath.Join(dir, "missing"), current, 1); err != nil || removed != nil {
 		t.Errorf("a missing directory: %v, %v", removed, err)
+	}
+}
+
+// TestInstallNeedsTheDataDirectory checks that Install refuses a data
+// directory that does not exist, naming what to do, and creates nothing.
+func TestInstallNeedsTheDataDirectory(t *testing.T) {
+	root := t.TempDir()
+	_, err := Install(filepath.Join(root, "nonexistent", "x", "bin"))
+	if !errdefs.IsNotFound(err) || !strings.Contains(err.Error(), "stockade setup --data-dir "+filepath.Join(root, "nonexistent", "x")) {
+		t.Errorf("got %v, want a not-found error naming stockade setup", err)
+	}
+	if entries, _ := os.ReadDir(root); len(entries) != 0 {
+		t.Errorf("created %v, want nothing", entries)
 	}
 }
