@@ -6,7 +6,6 @@ import (
 	"flag"
 	"fmt"
 	"os"
-	"path/filepath"
 	"strings"
 	"text/tabwriter"
 
@@ -18,14 +17,21 @@ func init() {
 	commands["tools"] = command{summary: "check tool isolation records, print or list them", run: toolsCmd}
 }
 
-const toolsUsage = `usage: stockade tools lint FILE|DIR [--data-root DIR]
-       stockade tools record NAME [--config FILE|DIR] [--data-root DIR]
-       stockade tools list [--config FILE|DIR] [--data-root DIR]
+const toolsUsage = `usage: stockade tools lint FILE|DIR [--data-dir DIR] [--data-root DIR]
+       stockade tools lint --config FILE
+       stockade tools record NAME [--tools FILE|DIR | --config FILE] [--data-dir DIR] [--data-root DIR]
+       stockade tools list [--tools FILE|DIR | --config FILE] [--data-dir DIR] [--data-root DIR]
 
-lint    checks a tools file or directory of *.yaml files with the daemon's
-        rules; prints each problem on its own line and exits 1 if any
-record  prints a tool's decision record as Markdown (the default tool
-        code.execute needs no --config)
+--tools names a tools file or a directory of *.yaml files, as it does for
+run, serve and audit blast-radius; --config names the daemon's configuration
+file, whose tools (a path or the list itself), data_dir and data_root are
+used. Without either only the built-in code.execute exists. Mount sources
+must lie below the data root, DATA_DIR/data unless --data-root says
+otherwise (DATA_DIR: --data-dir, env STOCKADE_DATA_DIR, /var/lib/stockade).
+
+lint    checks the tools with the daemon's rules; prints each problem on its
+        own line and exits 1 if any
+record  prints a tool's decision record as Markdown
 list    lists the tools and their records in one line each
 `
 
@@ -48,27 +54,23 @@ func toolsCmd(ctx context.Context, args []string) int {
 	return fail(usagef("unknown tools command %q; want lint, record or list (stockade tools --help)", args[0]))
 }
 
-// toolsFlags registers the flags of the tools commands. The data root
-// defaults to $STOCKADE_DATA_DIR/data, or /var/lib/stockade/data.
-func toolsFlags(name string, withConfig bool) (fs *flag.FlagSet, configPath, dataRoot *string) {
-	fs = newFlags("tools "+name, toolsUsage)
-	dataDir := config.Default().DataDir
-	if v := os.Getenv("STOCKADE_DATA_DIR"); v != "" {
-		dataDir = v
-	}
-	dataRoot = fs.String("data-root", filepath.Join(dataDir, "data"), "the directory under which every mount source must lie")
-	if withConfig {
-		configPath = fs.String("config", "", "tools file or directory of *.yaml files (default: only the built-in code.execute)")
-	}
-	return fs, configPath, dataRoot
+// toolsFlags registers the flags of the tools commands: --tools, --config,
+// --data-dir and --data-root. Call load with the arguments; it returns the
+// positional ones.
+func toolsFlags(name string) (*flag.FlagSet, *config.Config, func([]string) ([]string, error)) {
+	fs := newFlags("tools "+name, toolsUsage)
+	cfg, load := configFlags(fs, withConfigFile, withoutSandboxFlags)
+	toolsFlag(fs, cfg)
+	fs.StringVar(&cfg.DataRoot, "data-root", cfg.DataRoot, "the directory under which every mount source must lie (default DATA_DIR/data)")
+	return fs, cfg, load
 }
 
-// loadTools loads the tools as a daemon with egress does (the default of
-// `stockade serve` on a host with root and nftables). Problems are printed,
-// one per line, and give exit status 1; a path that cannot be read is bad
-// input (2).
-func loadTools(path, dataRoot string) (*tools.Set, int) {
-	set, err := tools.Load(path, tools.Options{DataRoot: dataRoot, EgressSupported: true})
+// loadTools loads the configured tools as a daemon with egress does (the
+// default of `stockade serve` on a host with root and nftables). Problems
+// are printed, one per line, and give exit status 1; a path that cannot be
+// read is bad input (2).
+func loadTools(cfg *config.Config) (*tools.Set, int) {
+	set, err := cfg.LoadTools(tools.Options{DataRoot: cfg.MountRoot(), EgressSupported: true})
 	var ps tools.Problems
 	if errors.As(err, &ps) {
 		for _, p := range ps {
@@ -84,15 +86,18 @@ func loadTools(path, dataRoot string) (*tools.Set, int) {
 }
 
 func toolsLint(args []string) int {
-	fs, _, dataRoot := toolsFlags("lint", false)
-	pos, err := parse(fs, args)
+	fs, cfg, load := toolsFlags("lint")
+	pos, err := load(args)
 	if err != nil {
-		return fail(err)
+		return fail(flagErr(fs, err))
 	}
-	if len(pos) != 1 || pos[0] == "" {
-		return fail(usagef("tools lint takes one FILE or DIR (stockade tools --help)"))
+	switch {
+	case len(pos) == 1 && pos[0] != "":
+		cfg.SetTools(pos[0])
+	case len(pos) > 1 || (cfg.Tools == "" && cfg.ToolsList == nil):
+		return fail(usagef("tools lint takes one FILE or DIR, or the --config FILE that names them (stockade tools --help)"))
 	}
-	set, code := loadTools(pos[0], *dataRoot)
+	set, code := loadTools(cfg)
 	if set == nil {
 		return code
 	}
@@ -101,20 +106,23 @@ func toolsLint(args []string) int {
 }
 
 func toolsRecord(args []string) int {
-	fs, configPath, dataRoot := toolsFlags("record", true)
-	pos, err := parse(fs, args)
+	fs, cfg, load := toolsFlags("record")
+	pos, err := load(args)
 	if err != nil {
-		return fail(err)
+		return fail(flagErr(fs, err))
 	}
 	if len(pos) != 1 || pos[0] == "" {
 		return fail(usagef("tools record takes one tool NAME (stockade tools --help)"))
 	}
-	set, code := loadTools(*configPath, *dataRoot)
+	set, code := loadTools(cfg)
 	if set == nil {
 		return code
 	}
 	t, err := set.Get(pos[0])
 	if err != nil {
+		if cfg.Tools == "" && cfg.ToolsList == nil {
+			err = fmt.Errorf("%w; name the tools file with --tools FILE|DIR or --config FILE", err)
+		}
 		return fail(usageError{err})
 	}
 	fmt.Print(tools.Record(t))
@@ -122,15 +130,15 @@ func toolsRecord(args []string) int {
 }
 
 func toolsList(args []string) int {
-	fs, configPath, dataRoot := toolsFlags("list", true)
-	pos, err := parse(fs, args)
+	fs, cfg, load := toolsFlags("list")
+	pos, err := load(args)
 	if err != nil {
-		return fail(err)
+		return fail(flagErr(fs, err))
 	}
 	if len(pos) != 0 {
 		return fail(usagef("tools list takes no arguments (stockade tools --help)"))
 	}
-	set, code := loadTools(*configPath, *dataRoot)
+	set, code := loadTools(cfg)
 	if set == nil {
 		return code
 	}
