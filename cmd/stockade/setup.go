@@ -23,7 +23,7 @@ installs the guest agent. It is idempotent.`
 func setupCmd(ctx context.Context, args []string) int {
 	fs := newFlags("setup", setupSynopsis)
 	cfg, load := configFlags(fs)
-	images := fs.String("images", "python,node,shell", "comma-separated runtime images to build")
+	images := fs.String("images", "python,node,shell", "comma-separated runtime images to build, or none")
 	quiet := fs.Bool("q", false, "print only errors")
 	pos, err := load(args)
 	if err != nil {
@@ -32,12 +32,24 @@ func setupCmd(ctx context.Context, args []string) int {
 	if len(pos) > 0 {
 		return fail(usagef("setup takes no arguments"))
 	}
-	o := hostsetup.Options{DataDir: cfg.DataDir, Images: strings.Split(*images, ","), Log: os.Stderr}
+	names := []string{}
+	if *images != "none" {
+		names = strings.Split(*images, ",")
+	}
+	o := hostsetup.Options{DataDir: cfg.DataDir, Images: names, Log: os.Stderr}
 	if *quiet {
 		o.Log = nil
 	}
 	if err := hostsetup.Run(ctx, o); err != nil {
 		return fail(err)
+	}
+	// Set-up creates the data directory, which the engine does not (so
+	// that a mistyped --data-dir fails instead of growing a tree), and the
+	// data root below it, from which tools mount their data.
+	for _, dir := range []string{cfg.DataDir, cfg.MountRoot()} {
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return fail(fmt.Errorf("creating %s: %w", dir, err))
+		}
 	}
 	// Opening the engine installs the embedded guest and validates the
 	// configuration, so a successful setup means `stockade run` can start.
