@@ -80,6 +80,15 @@ func configFlags(fs *flag.FlagSet, opts ...configOption) (*config.Config, func(a
 	return &cfg, load
 }
 
+// defaultDataDir is the data directory of commands that take only
+// --data-dir: STOCKADE_DATA_DIR, else the configuration's default.
+func defaultDataDir() string {
+	if v := os.Getenv("STOCKADE_DATA_DIR"); v != "" {
+		return v
+	}
+	return config.Default().DataDir
+}
+
 // toolsFlag registers --tools FILE|DIR on fs: the tools file or directory,
 // which replaces tools a configuration file names or lists.
 func toolsFlag(fs *flag.FlagSet, cfg *config.Config) {

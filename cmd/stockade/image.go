@@ -19,12 +19,14 @@ func init() {
 	commands["image"] = command{summary: "build, list, verify and prune runtime images", run: runImage}
 }
 
-const imageUsage = `usage: stockade image build [--force] [--root DIR] [--mirror URL] [-v] [NAME...]
-       stockade image list [--root DIR] [--json]
-       stockade image verify [--root DIR] [NAME...]
-       stockade image prune [--root DIR]
+const imageUsage = `usage: stockade image build [--force] [--data-dir DIR] [--mirror URL] [-v] [NAME...]
+       stockade image list [--data-dir DIR] [--json]
+       stockade image verify [--data-dir DIR] [NAME...]
+       stockade image prune [--data-dir DIR]
 
-NAME is a runtime: python, node or shell. No NAME means all of them.
+NAME is a runtime: python, node or shell. No NAME means all of them. The
+images are in the data directory: --data-dir, env STOCKADE_DATA_DIR, or
+/var/lib/stockade, as for every other command.
 build   builds missing or damaged images with debootstrap (needs root and the
         Debian mirror); --force rebuilds them.
 list    shows the images in the store.
@@ -60,11 +62,13 @@ func runImage(ctx context.Context, args []string) int {
 	return 0
 }
 
-// imageFlags returns a flag set for an image subcommand with the --root flag
-// every subcommand takes; its --help prints the image commands' usage.
+// imageFlags returns a flag set for an image subcommand with the
+// --data-dir flag every subcommand takes; its default is the environment's
+// STOCKADE_DATA_DIR or the configuration's default. Its --help prints the
+// image commands' usage.
 func imageFlags(name string) (*flag.FlagSet, *string) {
 	fs := newFlags("image "+name, imageUsage)
-	root := fs.String("root", image.DefaultRoot, "image store root `DIR`")
+	root := fs.String("data-dir", defaultDataDir(), "data directory `DIR` holding the image store (env STOCKADE_DATA_DIR)")
 	return fs, root
 }
 

@@ -1,11 +1,13 @@
 package main
 
 import (
+	"encoding/json"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/stockade-sh/stockade/image"
+	"github.com/stockade-sh/stockade/internal/testenv"
 )
 
 // TestProgressPrinter checks the lines image build prints as a build
@@ -34,5 +36,45 @@ func TestProgressPrinter(t *testing.T) {
 	every(image.Progress{Runtime: "shell", Stage: "configuring", Packages: 2, Total: 79})
 	if n := strings.Count(b.String(), "\n"); n != 2 {
 		t.Errorf("with no interval: got %q, want both lines", b.String())
+	}
+}
+
+// TestImageDataDir checks that the image commands find the images where
+// every other command does: --data-dir, else STOCKADE_DATA_DIR.
+func TestImageDataDir(t *testing.T) {
+	testenv.Image(t, "shell") // the test images, in testenv.DataDir()
+	empty, images := t.TempDir(), testenv.DataDir()
+	list := func(t *testing.T, args ...string) []image.Manifest {
+		t.Helper()
+		code, stdout, stderr := runCLI(t, nil, append([]string{"image", "list", "--json"}, args...)...)
+		if code != 0 {
+			t.Fatalf("image list: exit %d: %s", code, stderr)
+		}
+		var ms []image.Manifest
+		if err := json.Unmarshal([]byte(stdout), &ms); err != nil {
+			t.Fatalf("image list --json: %v: %q", err, stdout)
+		}
+		return ms
+	}
+	t.Run("flag", func(t *testing.T) {
+		if ms := list(t, "--data-dir", empty); len(ms) != 0 {
+			t.Errorf("--data-dir %s: got %d images, want none", empty, len(ms))
+		}
+		if ms := list(t, "--data-dir", images); len(ms) == 0 {
+			t.Errorf("--data-dir %s: got no images", images)
+		}
+	})
+	t.Run("environment", func(t *testing.T) {
+		t.Setenv("STOCKADE_DATA_DIR", empty)
+		if ms := list(t); len(ms) != 0 {
+			t.Errorf("STOCKADE_DATA_DIR=%s: got %d images, want none", empty, len(ms))
+		}
+		t.Setenv("STOCKADE_DATA_DIR", images)
+		if ms := list(t); len(ms) == 0 {
+			t.Errorf("STOCKADE_DATA_DIR=%s: got no images", images)
+		}
+	})
+	if code, _, _ := runCLI(t, nil, "image", "list", "--root", empty); code != 2 {
+		t.Errorf("--root: got exit %d, want 2 (the flag is --data-dir)", code)
 	}
 }
