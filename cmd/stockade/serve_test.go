@@ -158,11 +158,7 @@ func TestServeFlagsMatchConfigKeys(t *testing.T) {
 // README's "## Configuration" section, without backticks.
 func readmeConfigTable(t *testing.T) map[string]string {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join(testenv.ModuleRoot(), "README.md"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, section, ok := strings.Cut(string(b), "\n## Configuration\n")
+	_, section, ok := strings.Cut(readme(t), "\n## Configuration\n")
 	if !ok {
 		t.Fatal(`README.md has no "## Configuration" section`)
 	}
@@ -183,4 +179,14 @@ func readmeConfigTable(t *testing.T) map[string]string {
 		t.Fatal("README.md's configuration section has no table")
 	}
 	return rows
+}
+
+// readme returns the README, whose examples and tables tests check.
+func readme(t *testing.T) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(testenv.ModuleRoot(), "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
 }

@@ -5,19 +5,13 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-
-	"github.com/stockade-sh/stockade/internal/testenv"
 )
 
 // readmeToolsExample returns the README's example tools file, with its
 // data root /var/lib/stockade/data moved to dataDir/data.
 func readmeToolsExample(t *testing.T, dataDir string) string {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join(testenv.ModuleRoot(), "README.md"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, rest, ok := strings.Cut(string(b), "```yaml\ntools:\n")
+	_, rest, ok := strings.Cut(readme(t), "```yaml\ntools:\n")
 	if !ok {
 		t.Fatal("README.md has no ```yaml block starting with tools:")
 	}
