@@ -56,7 +56,7 @@ func TestAdminCommands(t *testing.T) {
 	if out := mustCLI(t, "policy", "set", "--approval=none", "--db", db, "demo"); !strings.Contains(out, `"approval": "none"`) {
 		t.Errorf("policy set with flags before the name: got %s, want approval none", out)
 	}
-	if out := mustCLI(t, "policy", "set", "demo", "--network=allowed", "--db", db); !strings.Contains(out, `"approval": "none"`) || !strings.Contains(out, `"network_allowed": true`) {
+	if out := mustCLI(t, "policy", "set", "demo", "--network=allowed", "--db", db); !strings.Contains(out, `"approval": "none"`) || !strings.Contains(out, `"network": "allow"`) {
 		t.Errorf("policy set with flags after the name: got %s, want approval none kept and network allowed", out)
 	}
 	if out := mustCLI(t, "credits", "grant", "--db", db, "demo", "10"); out != "available 10\treserved 0\n" {

@@ -81,7 +81,7 @@ func Install(dir string) (string, error) {
 	if err := os.Mkdir(dir, 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
 		if errors.Is(err, fs.ErrNotExist) {
 			data := filepath.Dir(dir)
-			return "", fmt.Errorf("the data directory %s does not exist; create it with `stockade setup --data-dir %s`, or name another with --data-dir: %w", data, data, errdefs.ErrNotFound)
+			return "", fmt.Errorf("the data directory %s does not exist; create it with `stockade setup --data-dir %s`, or name another with --data-dir: %w", data, data, errdefs.ErrInvalidArgument)
 		}
 		return "", fmt.Errorf("creating guest directory: %w", err)
 	}

@@ -92,7 +92,7 @@ func TestPrune(t *testing.T) {
 func TestInstallNeedsTheDataDirectory(t *testing.T) {
 	root := t.TempDir()
 	_, err := Install(filepath.Join(root, "nonexistent", "x", "bin"))
-	if !errdefs.IsNotFound(err) || !strings.Contains(err.Error(), "stockade setup --data-dir "+filepath.Join(root, "nonexistent", "x")) {
+	if !errdefs.IsInvalidArgument(err) || !strings.Contains(err.Error(), "stockade setup --data-dir "+filepath.Join(root, "nonexistent", "x")) {
 		t.Errorf("got %v, want a not-found error naming stockade setup", err)
 	}
 	if entries, _ := os.ReadDir(root); len(entries) != 0 {
