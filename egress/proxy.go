@@ -252,6 +252,15 @@ func (g *Gate) serve(l Listener) {
 			}
 			continue
 		}
+		// The listener closes only some time after ctx ends (AfterFunc
+		// runs on a goroutine of its own), and the kernel completes
+		// handshakes until then: a connection accepted after the end is
+		// closed unread and unreported, or its handler would report the
+		// read its own end cut short as a malformed request.
+		if g.ctx.Err() != nil {
+			c.Close()
+			return
+		}
 		if !g.track(c) {
 			g.report(Decision{Reason: ReasonTooManyConns, Client: c.RemoteAddr().String(), Time: time.Now()})
 			c.Close()
