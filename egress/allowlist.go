@@ -116,6 +116,8 @@ func CanonicalName(s string) (string, bool) {
 // isIPLiteral reports whether host is an IP address in any notation a
 // client might send: dotted, bracketed IPv6, or a numeric IPv4 form such as
 // "2130706433", "127.1" or "0x7f.1", whose last label is all digits or hex.
+// An empty last label ("name..") is no number: such a host is an invalid
+// name, not an IP literal.
 func isIPLiteral(host string) bool {
 	h := strings.TrimSuffix(strings.TrimPrefix(host, "["), "]")
 	if _, err := netip.ParseAddr(h); err == nil {
@@ -126,5 +128,5 @@ func isIPLiteral(host string) bool {
 		return false
 	}
 	last := h[strings.LastIndexByte(h, '.')+1:]
-	return strings.Trim(last, "0123456789") == "" || strings.HasPrefix(last, "0x")
+	return last != "" && strings.Trim(last, "0123456789") == "" || strings.HasPrefix(last, "0x")
 }

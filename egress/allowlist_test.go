@@ -67,6 +67,10 @@ func TestCanonicalNameAndIPLiterals(t *testing.T) {
 		{"0x7f.0x1", "", false, true},
 		{"a b.example.com", "", false, false},
 		{"", "", false, false},
+		{"name..", "", false, false},
+		{"api.example.com..", "", false, false},
+		{"127.0.0.1..", "", false, false},
+		{".", "", false, false},
 	} {
 		t.Run(tc.in, func(t *testing.T) {
 			got, ok := CanonicalName(tc.in)

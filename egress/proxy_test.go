@@ -192,6 +192,26 @@ func TestProxyMalformedAndTimeouts(t *testing.T) {
 			t.Fatalf("got %q, want 400 %s", b, ReasonNoHost)
 		}
 	})
+	// An empty last label is an invalid name, not a numeric IPv4 form.
+	for _, host := range []string{"name..", allowedName + ".."} {
+		t.Run("host "+host, func(t *testing.T) {
+			c, err := net.Dial("tcp", e.httpAddr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			fmt.Fprintf(c, "GET / HTTP/1.1\r\nHost: %s\r\n\r\n", host)
+			_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+			b, _ := io.ReadAll(c)
+			if !strings.HasPrefix(string(b), "HTTP/1.1 403") || !strings.Contains(string(b), ReasonBadName) {
+				t.Errorf("got %q, want 403 %s", b, ReasonBadName)
+			}
+			d := e.rec.wait(t, "refusal of "+host, func(d Decision) bool { return d.Name == host })
+			if d.Reason != ReasonBadName {
+				t.Errorf("got reason %q, want %q", d.Reason, ReasonBadName)
+			}
+		})
+	}
 }
 
 func TestProxyBrokerRoute(t *testing.T) {
