@@ -5,6 +5,8 @@ import (
 	"net/netip"
 	"slices"
 	"strings"
+
+	"golang.org/x/net/publicsuffix"
 )
 
 // Allowlist is a tool's egress line compiled for lookups: domain names,
@@ -17,10 +19,12 @@ type Allowlist struct {
 }
 
 // NewAllowlist compiles names and ports. A name is a lower-case fully
-// qualified domain name, or "*." followed by one; "*.example.com" matches
-// every name below example.com, not example.com itself. IP addresses, bare
-// wildcards and ports out of 1-65535 are refused: tools.Validate refuses
-// them in records already, and this is the last line.
+// qualified domain name, or "*." followed by one that is not a public
+// suffix (see IsPublicSuffix); "*.example.com" matches every name below
+// example.com, not example.com itself. IP addresses, bare wildcards,
+// wildcards over public suffixes and ports out of 1-65535 are refused:
+// tools.Validate refuses them in records already, and this is the last
+// line.
 func NewAllowlist(names []string, ports []int) (*Allowlist, error) {
 	a := &Allowlist{exact: map[string]bool{}}
 	for _, n := range names {
@@ -28,6 +32,9 @@ func NewAllowlist(names []string, ports []int) (*Allowlist, error) {
 		c, ok := CanonicalName(base)
 		if !ok || c != base || strings.Count(base, ".") < 1 {
 			return nil, fmt.Errorf("allowlist entry %q is not a domain name or a \"*.\" wildcard over one", n)
+		}
+		if wild && IsPublicSuffix(base) {
+			return nil, fmt.Errorf("allowlist entry %q is a wildcard over the public suffix %s", n, base)
 		}
 		if wild {
 			a.suffixes = append(a.suffixes, "."+base)
@@ -44,6 +51,18 @@ func NewAllowlist(names []string, ports []int) (*Allowlist, error) {
 		}
 	}
 	return a, nil
+}
+
+// IsPublicSuffix reports whether name (canonical) is a public suffix of the
+// Public Suffix List (golang.org/x/net/publicsuffix), in its ICANN section
+// (com, co.uk, com.au) or its private one (github.io, s3.amazonaws.com):
+// a name below which anyone can register names of their own, so that a
+// wildcard over it would allow names of every registrant. A single label
+// that the list does not know is a public suffix too (the list's "*"
+// rule).
+func IsPublicSuffix(name string) bool {
+	suffix, _ := publicsuffix.PublicSuffix(name)
+	return suffix == name
 }
 
 // AllowsName reports whether name (canonical, see CanonicalName) is listed.

@@ -39,12 +39,18 @@ func TestAllowlist(t *testing.T) {
 }
 
 func TestNewAllowlistRefuses(t *testing.T) {
-	for _, bad := range []string{"*", "*.*", "*.com", "127.0.0.1", "Example.com", "a..b", "x.example.com:443", "-a.example.com", "1.2.3.4"} {
+	for _, bad := range []string{"*", "*.*", "*.com", "127.0.0.1", "Example.com", "a..b", "x.example.com:443", "-a.example.com", "1.2.3.4",
+		"*.co.uk", "*.com.au", "*.github.io", "*.s3.amazonaws.com"} {
 		t.Run(bad, func(t *testing.T) {
 			if _, err := NewAllowlist([]string{bad}, []int{443}); err == nil {
 				t.Errorf("NewAllowlist(%q) succeeded, want an error", bad)
 			}
 		})
+	}
+	// Below a public suffix, a registered domain may be wildcarded; a
+	// public suffix itself is a name like any other.
+	if _, err := NewAllowlist([]string{"*.example.co.uk", "*.stockade-sh.github.io", "co.uk"}, []int{443}); err != nil {
+		t.Errorf("NewAllowlist of wildcards over registered domains: %v", err)
 	}
 	if _, err := NewAllowlist([]string{"a.example.com"}, []int{0}); err == nil {
 		t.Errorf("port 0 accepted")

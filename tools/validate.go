@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/stockade-sh/stockade/egress"
 	"github.com/stockade-sh/stockade/errdefs"
 	"github.com/stockade-sh/stockade/image"
 	"github.com/stockade-sh/stockade/sandbox"
@@ -346,6 +347,9 @@ func checkDomain(d string) string {
 		if len(l) > 63 || !labelPattern.MatchString(l) {
 			return fmt.Sprintf("domain %q is not a valid lower-case domain name", d)
 		}
+	}
+	if wild && egress.IsPublicSuffix(name) {
+		return fmt.Sprintf("domain %q: a wildcard must cover a registered domain (e.g. *.example.co.uk), not the public suffix %s, below which anyone can register names", d, name)
 	}
 	return ""
 }
