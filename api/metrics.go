@@ -20,6 +20,7 @@ type Metrics struct {
 	credits      prometheus.Counter
 	connsOpen    prometheus.Gauge
 	connsRefused prometheus.Counter
+	unwitnessed  prometheus.Counter
 }
 
 var _ engine.Observer = (*Metrics)(nil)
@@ -47,6 +48,10 @@ func NewMetrics() *Metrics {
 		connsRefused: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "stockade_api_connections_refused_total", Help: "API connections closed as soon as accepted because max_connections were open.",
 		}),
+		unwitnessed: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "stockade_audit_witness_refusals_total",
+			Help: "Audit chain heads not witnessed because the chain does not link them to the head witnessed before (tampering or lost commits; run stockade audit verify).",
+		}),
 	}
 	// Every final status has a series from the start, so that a fresh
 	// daemon's /metrics already names them (at zero).
@@ -55,7 +60,7 @@ func NewMetrics() *Metrics {
 			m.invocations.WithLabelValues(string(st))
 		}
 	}
-	m.reg.MustRegister(m.invocations, m.duration, m.pending, m.credits, m.connsOpen, m.connsRefused,
+	m.reg.MustRegister(m.invocations, m.duration, m.pending, m.credits, m.connsOpen, m.connsRefused, m.unwitnessed,
 		prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
 	return m
 }
@@ -71,6 +76,9 @@ func (m *Metrics) Invocation(status store.ExecutionStatus, driver string, ran ti
 
 // ApprovalsPending implements engine.Observer.
 func (m *Metrics) ApprovalsPending(delta int) { m.pending.Add(float64(delta)) }
+
+// WitnessRefused implements engine.Observer.
+func (m *Metrics) WitnessRefused() { m.unwitnessed.Inc() }
 
 // Handler serves the metrics in the Prometheus text format.
 func (m *Metrics) Handler() http.Handler { return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{}) }

@@ -63,6 +63,10 @@ type ServiceOptions struct {
 type Observer interface {
 	Invocation(status store.ExecutionStatus, driver string, ran time.Duration, credits int64)
 	ApprovalsPending(delta int)
+	// WitnessRefused is told of each audit chain head not witnessed
+	// because the chain does not link it to the head witnessed before
+	// (witness.NotLinkedError).
+	WitnessRefused()
 }
 
 // Service is the capability layer: authentication, the policy decision, the
@@ -335,6 +339,7 @@ type nopObserver struct{}
 
 func (nopObserver) Invocation(store.ExecutionStatus, string, time.Duration, int64) {}
 func (nopObserver) ApprovalsPending(int)                                           {}
+func (nopObserver) WitnessRefused()                                                {}
 
 // Engine returns the engine the service runs on.
 func (s *Service) Engine() *Engine { return s.eng }
@@ -490,9 +495,18 @@ func (s *Service) checkClaim(ctx context.Context) {
 }
 
 // witnessChains records the head of every audit chain in the witness
-// directory. A failure is logged: the chains are witnessed again later.
+// directory. A failure is logged: the chains are witnessed again later. A
+// head the chain does not link to the witnessed one is not recorded; it
+// is logged and counted at every attempt, for as long as the chain stays
+// so: the database was tampered with, or lost commits.
 func (s *Service) witnessChains(ctx context.Context) {
-	if err := s.opts.Witness.RecordAll(ctx, s.st); err != nil {
+	refused, err := s.opts.Witness.RecordAll(ctx, s.st)
+	for _, r := range refused {
+		s.opts.Observer.WitnessRefused()
+		s.log.Error("audit chain not witnessed: it does not link to its witnessed head", "workspace", r.Witnessed.WorkspaceID,
+			"witnessed_seq", r.Witnessed.Seq, "broken_seq", r.Broken.Seq, "err", r)
+	}
+	if err != nil {
 		s.log.Error("witnessing the audit chains", "dir", string(s.opts.Witness), "err", err)
 	}
 }

@@ -1,10 +1,12 @@
 package engine
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -254,11 +256,36 @@ func TestFinishRetries(t *testing.T) {
 	}
 }
 
-// countingObserver records the observer calls of approvals.
+// syncBuffer is a buffer for a logger's concurrent writes.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// countingObserver records the observer calls of approvals and witnesses.
 type countingObserver struct {
-	mu      sync.Mutex
-	pending int
-	expired int
+	mu          sync.Mutex
+	pending     int
+	expired     int
+	unwitnessed int
+}
+
+func (o *countingObserver) WitnessRefused() {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.unwitnessed++
 }
 
 func (o *countingObserver) Invocation(status store.ExecutionStatus, _ string, _ time.Duration, _ int64) {
@@ -611,6 +638,60 @@ func TestServiceWitnessesChains(t *testing.T) {
 	}
 	if ok, broken, err := env.st.VerifyChain(ctx, env.ws.ID, got); err != nil || !ok {
 		t.Fatalf("VerifyChain against the witness: ok %v, broken %+v, err %v", ok, broken, err)
+	}
+}
+
+// TestServiceRefusesToWitnessARewrittenChain rewrites a witnessed chain
+// consistently from its second event on and pads it past the witnessed
+// head: the service's witness tick keeps the old head, logs the refusal
+// and counts it, at every tick while the chain stays so.
+func TestServiceRefusesToWitnessARewrittenChain(t *testing.T) {
+	ctx := t.Context()
+	dir := witness.Dir(t.TempDir())
+	obs := &countingObserver{}
+	var logs syncBuffer
+	env := newServiceEnv(t, nil, &fakeDriver{name: "gvisor", tier: sandbox.TierGVisor}, noApprovalPolicy(),
+		ServiceOptions{Witness: dir, Observer: obs, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	for i := range 3 {
+		if _, err := env.st.AppendEvent(ctx, store.NewEvent{WorkspaceID: env.ws.ID, Type: "test.event", Reason: fmt.Sprint(i)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	env.svc.witnessChains(ctx)
+	witnessed, ok, err := dir.Read(env.ws.ID)
+	if err != nil || !ok || witnessed.Seq < 2 {
+		t.Fatalf("witnessed head: got %+v (found %v, %v), want one past seq 1", witnessed, ok, err)
+	}
+	tp := env.st.(interface {
+		UnsafeExec(ctx context.Context, query string, args ...any) error
+	})
+	for _, q := range []string{
+		fmt.Sprintf("DELETE FROM audit_events WHERE workspace_id = '%s' AND seq >= 2", env.ws.ID),
+		fmt.Sprintf("UPDATE audit_chain_heads SET seq = 1, hash = (SELECT hash FROM audit_events WHERE workspace_id = '%[1]s' AND seq = 1) WHERE workspace_id = '%[1]s'", env.ws.ID),
+	} {
+		if err := tp.UnsafeExec(ctx, q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range int(witnessed.Seq) + 2 {
+		if _, err := env.st.AppendEvent(ctx, store.NewEvent{WorkspaceID: env.ws.ID, Type: "forged", Reason: fmt.Sprint(i)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for tick := 1; tick <= 2; tick++ {
+		env.svc.witnessChains(ctx)
+		if got, _, _ := dir.Read(env.ws.ID); got != witnessed {
+			t.Fatalf("tick %d: witnessed head %+v, want the old %+v kept", tick, got, witnessed)
+		}
+		obs.mu.Lock()
+		n := obs.unwitnessed
+		obs.mu.Unlock()
+		if n != tick {
+			t.Errorf("tick %d: WitnessRefused called %d times, want %d", tick, n, tick)
+		}
+	}
+	if got := strings.Count(logs.String(), "level=ERROR msg=\"audit chain not witnessed"); got != 2 {
+		t.Errorf("got %d error lines about the chain, want 2; log:\n%s", got, logs.String())
 	}
 }
 

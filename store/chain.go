@@ -73,11 +73,34 @@ type ChainVerifier struct {
 	prevHash  string
 	broken    *BrokenLink
 	witnessed *ChainHead
+	// resumed is set when the walk starts at the witnessed head rather
+	// than at seq 1 (NewChainVerifierFrom): the witnessed event's own
+	// link backwards is not checked.
+	resumed bool
 }
 
 // NewChainVerifier returns a verifier for the chain of workspaceID.
 func NewChainVerifier(workspaceID string) *ChainVerifier {
 	return &ChainVerifier{workspace: workspaceID, next: 1}
+}
+
+// NewChainVerifierFrom returns a verifier that checks the chain of
+// from.WorkspaceID onwards from from, a head of it witnessed earlier
+// outside the database (see Witnessed), without walking the events before
+// it: fed the events from from.Seq on, it checks that the event at
+// from.Seq is the one witnessed and that each later one links to it. That
+// is what a witness must know before it moves on to a later head: a chain
+// rewritten from some event at or before from.Seq, however consistently,
+// no longer holds the witnessed event. The events before from.Seq are
+// left to a full walk (NewChainVerifier). A from with Seq 0 (nothing
+// witnessed yet) walks the whole chain.
+func NewChainVerifierFrom(from ChainHead) *ChainVerifier {
+	if from.Seq <= 0 {
+		return NewChainVerifier(from.WorkspaceID)
+	}
+	v := &ChainVerifier{workspace: from.WorkspaceID, next: from.Seq, resumed: true}
+	v.Witnessed(from)
+	return v
 }
 
 // Witnessed makes the verifier check the chain against h, a head of it
@@ -100,7 +123,7 @@ func (v *ChainVerifier) Add(e Event) bool {
 		v.fail(v.next, "", fmt.Sprintf("event %d is missing (deleted?): the next row has seq %d", v.next, e.Seq))
 	case e.Seq < v.next:
 		v.fail(e.Seq, e.ID, fmt.Sprintf("seq %d repeats or goes backwards (inserted?)", e.Seq))
-	case e.PrevHash != v.prevHash:
+	case e.PrevHash != v.prevHash && !(v.resumed && e.Seq == v.witnessed.Seq):
 		v.fail(e.Seq, e.ID, "prev_hash does not match the hash of the previous event (previous row changed, removed or inserted)")
 	case ChainHash(e) != e.Hash:
 		v.fail(e.Seq, e.ID, "hash mismatch: the row's contents were changed")
@@ -122,6 +145,10 @@ func (v *ChainVerifier) Finish(head ChainHead) (bool, *BrokenLink) {
 	}
 	last := v.next - 1
 	switch {
+	case v.resumed && last < v.witnessed.Seq:
+		// Walked from the witnessed head, a chain that no longer reaches
+		// it has no event to compare with the recorded head.
+		v.fail(last+1, "", fmt.Sprintf("the chain holds no event at seq %d, the head witnessed outside the database (its recorded head is seq %d): events were removed and the head rewound", v.witnessed.Seq, head.Seq))
 	case head.Seq > last:
 		v.fail(last+1, "", fmt.Sprintf("event %d is missing (deleted?): the chain head records seq %d", last+1, head.Seq))
 	case head.Seq < last:

@@ -130,6 +130,91 @@ func TestChainVerifier(t *testing.T) {
 	}
 }
 
+// TestChainVerifierFrom checks the walk from a witnessed head: it sees a
+// chain rewritten at or before the head, however consistently, and what
+// changed after it, but not what changed before it (a full walk's job).
+func TestChainVerifierFrom(t *testing.T) {
+	// rewrite rebuilds the chain from seq on, consistently: other events,
+	// each hashed and linked to the one before.
+	rewrite := func(es []store.Event, seq int) []store.Event {
+		for i := seq - 1; i < len(es); i++ {
+			es[i].Reason = "forged"
+			if i > 0 {
+				es[i].PrevHash = es[i-1].Hash
+			}
+			es[i].Hash = store.ChainHash(es[i])
+		}
+		return es
+	}
+	for _, tc := range []struct {
+		name    string
+		mod     func(es []store.Event) ([]store.Event, store.ChainHead)
+		wantSeq int64 // 0: intact
+	}{
+		{"intact", func(es []store.Event) ([]store.Event, store.ChainHead) { return es, head(es) }, 0},
+		{"no event past the witness", func(es []store.Event) ([]store.Event, store.ChainHead) { return es[:5], head(es[:5]) }, 0},
+		{"edited before the witness", func(es []store.Event) ([]store.Event, store.ChainHead) {
+			es[1].Reason = "edited"
+			return es, head(es)
+		}, 0},
+		{"rewritten from before the witness and padded past it", func(es []store.Event) ([]store.Event, store.ChainHead) {
+			es = rewrite(es, 3)
+			return es, head(es)
+		}, 5},
+		{"rewritten from the witness on", func(es []store.Event) ([]store.Event, store.ChainHead) {
+			es = rewrite(es, 5)
+			return es, head(es)
+		}, 5},
+		{"edited after the witness", func(es []store.Event) ([]store.Event, store.ChainHead) {
+			es[6].Reason = "edited"
+			return es, head(es)
+		}, 7},
+		{"relinked after the witness", func(es []store.Event) ([]store.Event, store.ChainHead) {
+			es[5].PrevHash = "beef"
+			es[5].Hash = store.ChainHash(es[5])
+			return es, head(es)
+		}, 6},
+		{"rewound below the witness", func(es []store.Event) ([]store.Event, store.ChainHead) { return es[:4], head(es[:4]) }, 5},
+		{"witnessed event removed", func(es []store.Event) ([]store.Event, store.ChainHead) {
+			return append(es[:4:4], es[5:]...), head(es)
+		}, 5},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			es := chain(8)
+			from := head(es[:5])
+			es, h := tc.mod(es)
+			v := store.NewChainVerifierFrom(from)
+			// Fed as a store feeds it: the events from the witnessed seq on.
+			for _, e := range es {
+				if e.Seq >= from.Seq && !v.Add(e) {
+					break
+				}
+			}
+			ok, broken := v.Finish(h)
+			switch {
+			case tc.wantSeq == 0 && (!ok || broken != nil):
+				t.Fatalf("got break %+v, want an intact chain", broken)
+			case tc.wantSeq != 0 && (ok || broken == nil):
+				t.Fatalf("got an intact chain, want a break at %d", tc.wantSeq)
+			case tc.wantSeq != 0 && broken.Seq != tc.wantSeq:
+				t.Fatalf("got break %+v, want one at seq %d", broken, tc.wantSeq)
+			}
+		})
+	}
+	// Nothing witnessed yet: the whole chain is walked.
+	es := chain(3)
+	es[0].Reason = "edited"
+	v := store.NewChainVerifierFrom(store.ChainHead{WorkspaceID: "ws_1"})
+	for _, e := range es {
+		if !v.Add(e) {
+			break
+		}
+	}
+	if ok, broken := v.Finish(head(es)); ok || broken == nil || broken.Seq != 1 {
+		t.Fatalf("from nothing witnessed: got ok %v, break %+v; want a break at seq 1", ok, broken)
+	}
+}
+
 func head(es []store.Event) store.ChainHead {
 	last := es[len(es)-1]
 	return store.ChainHead{WorkspaceID: last.WorkspaceID, Seq: last.Seq, Hash: last.Hash}

@@ -275,6 +275,16 @@ type Audit interface {
 	// ChainVerifier.Witnessed). err is reserved for failing to read the
 	// chain.
 	VerifyChain(ctx context.Context, workspaceID string, witnessed ...ChainHead) (ok bool, firstBroken *BrokenLink, err error)
+	// VerifyChainFrom checks that the chain of from.WorkspaceID still
+	// holds from, a head of it witnessed earlier outside the database, and
+	// that every later event links to it up to the recorded head, which it
+	// returns (see NewChainVerifierFrom). It reads only the events from
+	// from.Seq on, so that a witness can move on to a later head every few
+	// seconds at the cost of the events since the last; a from with Seq 0
+	// walks the whole chain. firstBroken is the first link that does not
+	// hold; the head is then zero. err is reserved for failing to read the
+	// chain.
+	VerifyChainFrom(ctx context.Context, from ChainHead) (head ChainHead, firstBroken *BrokenLink, err error)
 }
 
 // Workspace is a tenant.

@@ -74,14 +74,11 @@ type adminDB struct {
 }
 
 // witnessChain records the head of a workspace's chain after the command
-// changed it, so that a later truncation of the chain shows. A failure only
-// warns: the change is made.
+// changed it, so that a later truncation of the chain shows. A failure,
+// and a chain that does not link to its witnessed head, only warn: the
+// change is made.
 func (a *adminDB) witnessChain(ctx context.Context, workspaceID string) {
-	h, err := a.ChainHead(ctx, workspaceID)
-	if err == nil {
-		err = a.witness.Record(h)
-	}
-	if err != nil {
+	if err := a.witness.Record(ctx, a.Store, workspaceID); err != nil {
 		fmt.Fprintf(os.Stderr, "stockade: warning: %v\n", err)
 	}
 }

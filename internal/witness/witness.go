@@ -19,6 +19,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/stockade-sh/stockade/errdefs"
 	"github.com/stockade-sh/stockade/store"
 )
 
@@ -46,19 +47,75 @@ func (d Dir) file(workspaceID string) string {
 	return filepath.Join(string(d), workspaceID)
 }
 
-// Record witnesses h unless the directory already holds a head of its
-// chain at least as far along. A head never goes back: the chain only
-// grows.
-func (d Dir) Record(h store.ChainHead) error {
-	if d == "" || h.Seq == 0 {
+// Chains is what a witness needs of a store: the chains there are, and
+// the walk from a witnessed head to the recorded one.
+type Chains interface {
+	ListWorkspaces(ctx context.Context) ([]store.Workspace, error)
+	VerifyChainFrom(ctx context.Context, from store.ChainHead) (store.ChainHead, *store.BrokenLink, error)
+}
+
+// NotLinkedError is Record's refusal to witness a chain's head: the chain
+// does not link it to the head the directory already holds, which it
+// keeps. A chain rewritten from some event on and padded past the
+// witnessed head, however consistent its hashes, is refused so, and
+// `stockade audit verify` reports the break against the head kept.
+type NotLinkedError struct {
+	// Witnessed is the head the directory holds and keeps; its Seq is
+	// zero when the chain was never witnessed (the whole chain was walked).
+	Witnessed store.ChainHead
+	// Broken is the first link from Witnessed on that does not hold.
+	Broken store.BrokenLink
+}
+
+func (e *NotLinkedError) Error() string {
+	if e.Witnessed.Seq == 0 {
+		return fmt.Sprintf("refusing to witness the audit chain of %q: it is broken at seq %d (%s); run stockade audit verify",
+			e.Witnessed.WorkspaceID, e.Broken.Seq, e.Broken.Reason)
+	}
+	return fmt.Sprintf("refusing to witness the audit chain of %q past seq %d: the chain no longer links to the head witnessed there, at seq %d: %s; "+
+		"the witness keeps seq %d; the database may have been tampered with: run stockade audit verify",
+		e.Witnessed.WorkspaceID, e.Witnessed.Seq, e.Broken.Seq, e.Broken.Reason, e.Witnessed.Seq)
+}
+
+// Unwrap classes the refusal: the chain is not in a state to be witnessed.
+func (e *NotLinkedError) Unwrap() error { return errdefs.ErrFailedPrecondition }
+
+// Record witnesses the current head of the chain of workspaceID ("" for
+// the unattributed events), provided the chain links it to the head the
+// directory already holds: the event at the witnessed seq is still the
+// one witnessed, and every event after it links to it, up to the head.
+// Otherwise it returns a *NotLinkedError and keeps the old witness. Only
+// the events from the witnessed seq on are read, so that witnessing every
+// few seconds costs the events since the last witness, not the whole
+// chain; a chain never witnessed is walked whole, once. A head never goes
+// back: the chain only grows.
+func (d Dir) Record(ctx context.Context, st Chains, workspaceID string) error {
+	if d == "" {
 		return nil
 	}
-	if strings.ContainsAny(h.WorkspaceID, "/\x00") || h.WorkspaceID == unattributed || h.WorkspaceID == "." || h.WorkspaceID == ".." {
-		return fmt.Errorf("witnessing the chain of %q: not a workspace id", h.WorkspaceID)
+	if strings.ContainsAny(workspaceID, "/\x00") || workspaceID == unattributed || workspaceID == "." || workspaceID == ".." {
+		return fmt.Errorf("witnessing the chain of %q: not a workspace id: %w", workspaceID, errdefs.ErrInvalidArgument)
 	}
-	if old, ok, err := d.Read(h.WorkspaceID); err != nil || (ok && old.Seq >= h.Seq) {
+	old, _, err := d.Read(workspaceID)
+	if err != nil {
 		return err
 	}
+	old.WorkspaceID = workspaceID
+	h, broken, err := st.VerifyChainFrom(ctx, old)
+	if err != nil {
+		return fmt.Errorf("witnessing the audit chain of %q: %w", workspaceID, err)
+	}
+	if broken != nil {
+		return &NotLinkedError{Witnessed: old, Broken: *broken}
+	}
+	if h.Seq <= old.Seq {
+		return nil
+	}
+	return d.write(h)
+}
+
+// write records h as the witnessed head of its chain, atomically.
+func (d Dir) write(h store.ChainHead) error {
 	if err := os.MkdirAll(string(d), 0o700); err != nil {
 		return fmt.Errorf("witnessing the audit chain: %w", err)
 	}
@@ -131,14 +188,16 @@ func (d Dir) Chains() ([]string, error) {
 	return out, nil
 }
 
-// RecordAll witnesses the current head of every chain of st.
-func (d Dir) RecordAll(ctx context.Context, st store.Store) error {
+// RecordAll witnesses the current head of every chain of st (Record).
+// It returns the chains it refused to witness apart from err, the
+// failures that kept it from checking a chain at all.
+func (d Dir) RecordAll(ctx context.Context, st Chains) (refused []*NotLinkedError, err error) {
 	if d == "" {
-		return nil
+		return nil, nil
 	}
 	wss, err := st.ListWorkspaces(ctx)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	ids := []string{""}
 	for _, ws := range wss {
@@ -146,11 +205,13 @@ func (d Dir) RecordAll(ctx context.Context, st store.Store) error {
 	}
 	var errs []error
 	for _, id := range ids {
-		h, err := st.ChainHead(ctx, id)
-		if err == nil {
-			err = d.Record(h)
+		var nl *NotLinkedError
+		switch err := d.Record(ctx, st, id); {
+		case errors.As(err, &nl):
+			refused = append(refused, nl)
+		case err != nil:
+			errs = append(errs, err)
 		}
-		errs = append(errs, err)
 	}
-	return errors.Join(errs...)
+	return refused, errors.Join(errs...)
 }

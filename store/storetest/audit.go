@@ -342,6 +342,52 @@ func testTamperTruncateWithHead(t *testing.T, st store.Store) {
 	wantBroken(t, st, g.ws.ID, 3, w)
 }
 
+// testVerifyChainFrom checks the walk a witness makes before it moves on
+// to a later head: from the witnessed head to the recorded one, reading
+// only the events from the witnessed seq on. A chain rewritten
+// consistently from before the witnessed head and padded past it, which
+// the chain alone cannot tell from an intact one, does not pass.
+func testVerifyChainFrom(t *testing.T, st store.Store) {
+	ctx := t.Context()
+	f := newFixture(t, st, "verify-from")
+	evs := appendN(t, st, f.ws.ID, 7)
+	w := store.ChainHead{WorkspaceID: f.ws.ID, Seq: 5, Hash: evs[4].Hash}
+	head := must[store.ChainHead](t, "ChainHead")(st.ChainHead(ctx, f.ws.ID))
+	if got, broken, err := st.VerifyChainFrom(ctx, w); err != nil || broken != nil || got != head {
+		t.Fatalf("VerifyChainFrom(seq 5) of an intact chain: got %+v, %+v, %v; want the head %+v", got, broken, err, head)
+	}
+	if got, broken, err := st.VerifyChainFrom(ctx, head); err != nil || broken != nil || got != head {
+		t.Fatalf("VerifyChainFrom(the head): got %+v, %+v, %v; want the head %+v", got, broken, err, head)
+	}
+	// An edit before the witnessed seq is a full walk's to find: the walk
+	// from the witness does not read that far back.
+	tamper(t, st, fmt.Sprintf("UPDATE audit_events SET reason = 'edited' WHERE workspace_id = %s AND seq = 2", lit(f.ws.ID)))
+	if got, broken, err := st.VerifyChainFrom(ctx, w); err != nil || broken != nil || got != head {
+		t.Fatalf("VerifyChainFrom(seq 5) after an edit of seq 2: got %+v, %+v, %v; want the head (seq 2 is not read)", got, broken, err)
+	}
+	if _, broken, err := st.VerifyChainFrom(ctx, store.ChainHead{WorkspaceID: f.ws.ID}); err != nil || broken == nil || broken.Seq != 2 {
+		t.Fatalf("VerifyChainFrom(nothing witnessed): got %+v, %v; want the break at seq 2", broken, err)
+	}
+
+	// Rewritten from seq 3 on, through the store itself so that every
+	// hash and link is right, and padded to seq 9, past the witness.
+	g := newFixture(t, st, "verify-from-rewrite")
+	evs = appendN(t, st, g.ws.ID, 7)
+	w = store.ChainHead{WorkspaceID: g.ws.ID, Seq: 5, Hash: evs[4].Hash}
+	for seq := 7; seq >= 3; seq-- {
+		tamper(t, st, fmt.Sprintf("DELETE FROM audit_events WHERE workspace_id = %s AND seq = %d", lit(g.ws.ID), seq))
+	}
+	tamper(t, st, fmt.Sprintf("UPDATE audit_chain_heads SET seq = 2, hash = %s WHERE workspace_id = %s", lit(evs[1].Hash), lit(g.ws.ID)))
+	appendN(t, st, g.ws.ID, 7)
+	wantIntact(t, st, g.ws.ID)
+	if got, broken, err := st.VerifyChainFrom(ctx, w); err != nil || broken == nil || broken.Seq != 5 || got != (store.ChainHead{}) {
+		t.Fatalf("VerifyChainFrom(seq 5) of a chain rewritten from seq 3 to seq 9: got %+v, %+v, %v; want no head and the break at seq 5", got, broken, err)
+	}
+	wantBroken(t, st, g.ws.ID, 5, w)
+	_, _, err := st.VerifyChainFrom(ctx, store.ChainHead{WorkspaceID: "ws_nope", Seq: 1, Hash: evs[0].Hash})
+	wantClass(t, "VerifyChainFrom of an unknown workspace", err, errdefs.ErrNotFound)
+}
+
 // testTamperInsert slips a forged event into the middle of a chain, shifting
 // the later rows up and giving the forgery a correct hash of its own.
 func testTamperInsert(t *testing.T, st store.Store) {

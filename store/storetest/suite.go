@@ -78,6 +78,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"AuditTamperTruncateWithHead", testTamperTruncateWithHead},
 		{"AuditTamperInsert", testTamperInsert},
 		{"AuditTamperAppendPastHead", testTamperAppendPastHead},
+		{"AuditVerifyFromWitness", testVerifyChainFrom},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			tc.fn(t, open(t))

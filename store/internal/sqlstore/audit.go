@@ -176,20 +176,43 @@ const verifyBatch = 1000
 // VerifyChain implements store.Audit. It reads the head and the rows in one
 // snapshot, so that appends racing with it cannot look like tampering.
 func (s *Store) VerifyChain(ctx context.Context, workspaceID string, witnessed ...store.ChainHead) (bool, *store.BrokenLink, error) {
-	var (
-		ok     bool
-		broken *store.BrokenLink
-	)
-	err := s.b.InSnapshot(ctx, func(q Querier) error {
-		head, err := s.readHead(ctx, q, workspaceID)
+	v := store.NewChainVerifier(workspaceID)
+	for _, w := range witnessed {
+		v.Witnessed(w)
+	}
+	ok, broken, _, err := s.walkChain(ctx, workspaceID, 0, v)
+	if err != nil {
+		return false, nil, fmt.Errorf("verifying the chain of workspace %q: %w", workspaceID, s.classify(err))
+	}
+	return ok, broken, nil
+}
+
+// VerifyChainFrom implements store.Audit, in one snapshot as VerifyChain.
+func (s *Store) VerifyChainFrom(ctx context.Context, from store.ChainHead) (store.ChainHead, *store.BrokenLink, error) {
+	ok, broken, head, err := s.walkChain(ctx, from.WorkspaceID, from.Seq, store.NewChainVerifierFrom(from))
+	if err != nil {
+		return store.ChainHead{}, nil, fmt.Errorf("verifying the chain of workspace %q from seq %d: %w", from.WorkspaceID, from.Seq, s.classify(err))
+	}
+	if !ok {
+		return store.ChainHead{}, broken, nil
+	}
+	return head, nil, nil
+}
+
+// walkChain feeds v the events of the chain from seq first on, and the
+// chain's recorded head, read in one snapshot.
+func (s *Store) walkChain(ctx context.Context, workspaceID string, first int64, v *store.ChainVerifier) (ok bool, broken *store.BrokenLink, head store.ChainHead, err error) {
+	err = s.b.InSnapshot(ctx, func(q Querier) error {
+		head, err = s.readHead(ctx, q, workspaceID)
 		if err != nil {
 			return err
 		}
-		v := store.NewChainVerifier(workspaceID)
-		for _, w := range witnessed {
-			v.Witnessed(w)
-		}
+		// A full walk starts below any seq, so that a row inserted with
+		// seq 0 or less shows too.
 		after := int64(-1 << 62)
+		if first > 1 {
+			after = first - 1
+		}
 		for {
 			batch, err := queryAll(ctx, q, scanEvent, fmt.Sprintf(`SELECT `+eventCols+` FROM audit_events
 				WHERE workspace_id = $1 AND seq > $2 ORDER BY seq LIMIT %d`, verifyBatch), workspaceID, after)
@@ -210,8 +233,5 @@ func (s *Store) VerifyChain(ctx context.Context, workspaceID string, witnessed .
 		ok, broken = v.Finish(head)
 		return nil
 	})
-	if err != nil {
-		return false, nil, fmt.Errorf("verifying the chain of workspace %q: %w", workspaceID, s.classify(err))
-	}
-	return ok, broken, nil
+	return ok, broken, head, err
 }
