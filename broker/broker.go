@@ -39,6 +39,7 @@ import (
 	"time"
 
 	"github.com/stockade-sh/stockade/errdefs"
+	"github.com/stockade-sh/stockade/internal/clip"
 )
 
 // Credential says where an operation's secret comes from. Exactly one field
@@ -90,6 +91,14 @@ type Operation struct {
 	// Prefix goes before the secret, e.g. "Bearer ".
 	Header string
 	Prefix string
+	// ResponseHeaders are the upstream response headers the sandbox gets
+	// besides Content-Type, which it always gets: "Etag", "Link",
+	// "X-RateLimit-Remaining". Every other header is dropped, and so is
+	// each value that holds the secret (see redactor). Headers that carry
+	// credentials or sessions (Set-Cookie, Authorization,
+	// WWW-Authenticate, ...), hop-by-hop headers, Content-Length,
+	// Content-Encoding and Header itself may not be listed.
+	ResponseHeaders []string
 }
 
 // Event is the audit record of one call to the broker.
@@ -148,6 +157,9 @@ type op struct {
 	inPath   map[string]bool
 	header   string
 	template string
+	// passes are the canonical names of the response headers the sandbox
+	// gets.
+	passes map[string]bool
 }
 
 type param struct {
@@ -159,6 +171,7 @@ var (
 	namePattern        = regexp.MustCompile(`^[a-z][a-z0-9]*([._-][a-z0-9]+)*$`)
 	paramNamePattern   = regexp.MustCompile(`^[a-z][a-z0-9_]*$`) // and at most 64 characters
 	placeholderPattern = regexp.MustCompile(`\{([^{}]*)\}`)
+	headerNamePattern  = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9-]{0,63}$`)
 )
 
 // New validates cfg and returns a broker.
@@ -224,6 +237,17 @@ func compile(o Operation) (*op, error) {
 	}
 	if strings.ContainsAny(c.header, " :\r\n") || strings.ContainsAny(o.Prefix, "\r\n") {
 		return bad("header %q or prefix is not valid", o.Header)
+	}
+	c.passes = map[string]bool{"Content-Type": true}
+	for _, name := range o.ResponseHeaders {
+		k := textproto.CanonicalMIMEHeaderKey(name)
+		switch {
+		case !headerNamePattern.MatchString(name):
+			return bad("response header %q is not a header name", name)
+		case unpassable[k] || k == c.header || strings.HasPrefix(k, "X-Stockade-"):
+			return bad("response header %s may not pass to the sandbox: it carries credentials, belongs to the connection or is the broker's own", k)
+		}
+		c.passes[k] = true
 	}
 	for _, p := range o.Params {
 		if len(p.Name) > 64 || !paramNamePattern.MatchString(p.Name) {
@@ -301,8 +325,9 @@ type Caller struct {
 //	GET  /v1/ops/{name}?param=value...
 //	POST /v1/ops/{name}   {"param": "value", ...}
 //
-// The answer is the upstream's status and body, with only safe headers
-// (see passHeaders) and every occurrence of the secret replaced. Refusals
+// The answer is the upstream's status and body, with only Content-Type and
+// the headers the operation declares (Operation.ResponseHeaders), and
+// every occurrence of the secret found replaced (see redactor). Refusals
 // are JSON {"error": ...} with 400, 403, 404 or 502/503.
 func (b *Broker) Handler(c Caller) http.Handler {
 	c.Operations = slices.Clone(c.Operations)
@@ -377,15 +402,22 @@ func (b *Broker) serve(w http.ResponseWriter, r *http.Request, c Caller) {
 		refuse(http.StatusBadGateway, "the upstream response was unreadable or too large")
 		return
 	}
-	forms := secretForms(secret)
-	body = redact(body, forms)
+	if ce := resp.Header.Get("Content-Encoding"); ce != "" && !strings.EqualFold(ce, "identity") {
+		// The transport decodes the gzip it asks for; any other encoding
+		// would hide the secret from redaction.
+		ev.Status = resp.StatusCode
+		refuse(http.StatusBadGateway, "the upstream answered in a content encoding ("+clip.String(ce, 64)+") the broker cannot look into")
+		return
+	}
+	red := newRedactor(secret)
+	body = red.redact(body)
 	h := w.Header()
 	for k, vs := range resp.Header {
-		if !passHeaders[textproto.CanonicalMIMEHeaderKey(k)] && !strings.HasPrefix(k, "X-Ratelimit-") {
+		if !o.passes[textproto.CanonicalMIMEHeaderKey(k)] {
 			continue
 		}
 		for _, v := range vs {
-			if !holdsSecret(v, forms) {
+			if !red.holds(v) {
 				h.Add(k, v)
 			}
 		}
@@ -397,12 +429,15 @@ func (b *Broker) serve(w http.ResponseWriter, r *http.Request, c Caller) {
 	b.audit(ev)
 }
 
-// passHeaders are the upstream response headers a sandbox gets. Everything
-// else (Set-Cookie, Authorization, WWW-Authenticate, and anything an
-// upstream might echo a credential in) is dropped.
-var passHeaders = map[string]bool{
-	"Content-Type": true, "Content-Language": true, "Etag": true, "Last-Modified": true,
-	"Cache-Control": true, "Expires": true, "Retry-After": true, "Link": true, "Date": true,
+// unpassable are the upstream response headers an operation may not
+// declare: they carry credentials or sessions (which the sandbox must
+// never hold), describe the upstream connection rather than the answer, or
+// are the broker's own.
+var unpassable = map[string]bool{
+	"Set-Cookie": true, "Set-Cookie2": true, "Authorization": true, "Proxy-Authorization": true,
+	"Www-Authenticate": true, "Proxy-Authenticate": true, "Authentication-Info": true, "Proxy-Authentication-Info": true,
+	"Connection": true, "Keep-Alive": true, "Proxy-Connection": true, "Transfer-Encoding": true, "Te": true,
+	"Trailer": true, "Upgrade": true, "Content-Length": true, "Content-Encoding": true,
 }
 
 // refuse audits ev as refused for reason and answers status.
@@ -548,33 +583,6 @@ func (b *Broker) secret(c Credential) (string, error) {
 		return "", errors.New("the credential is shorter than 8 bytes or spans lines")
 	}
 	return s, nil
-}
-
-// redacted replaces the secret wherever an upstream echoes it.
-const redacted = "[redacted by stockade]"
-
-// secretForms are the secret as it is and in the encodings an upstream is
-// likely to echo it in: escaped in a JSON string (also with "\/"), in a
-// URL's query or path (a pagination link, say).
-func secretForms(secret string) []string {
-	forms := []string{secret, url.QueryEscape(secret), url.PathEscape(secret), strings.ReplaceAll(secret, "/", `\/`)}
-	if j, err := json.Marshal(secret); err == nil {
-		forms = append(forms, string(j[1:len(j)-1]))
-	}
-	return forms
-}
-
-// redact replaces each of forms (secretForms) in body.
-func redact(body []byte, forms []string) []byte {
-	for _, f := range forms {
-		body = bytes.ReplaceAll(body, []byte(f), []byte(redacted))
-	}
-	return body
-}
-
-// holdsSecret reports whether v holds one of forms (secretForms).
-func holdsSecret(v string, forms []string) bool {
-	return slices.ContainsFunc(forms, func(f string) bool { return strings.Contains(v, f) })
 }
 
 func writeError(w http.ResponseWriter, status int, msg string) {

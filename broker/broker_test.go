@@ -1,7 +1,10 @@
 package broker
 
 import (
+	"bytes"
 	"context"
+	"encoding/base64"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -12,6 +15,9 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -76,7 +82,7 @@ func newBroker(t *testing.T, up string) (*Broker, *audits) {
 			{
 				Name: "issues.list", Method: "GET", URL: up + "/repos/{owner}/{repo}/issues",
 				Params:     []Param{{Name: "owner", Required: true}, {Name: "repo", Required: true}, {Name: "state", Pattern: "open|closed"}},
-				Credential: Credential{Env: "GH_TOKEN"}, Prefix: "Bearer ",
+				Credential: Credential{Env: "GH_TOKEN"}, Prefix: "Bearer ", ResponseHeaders: []string{"X-RateLimit-Remaining", "X-Echo-Auth"},
 			},
 			{
 				Name: "issues.create", Method: "POST", URL: up + "/repos/{repo}/issues", JSONBody: true,
@@ -250,6 +256,10 @@ func TestNewRefusesBadOperations(t *testing.T) {
 		{"bad name", Operation{Name: "A B", Method: "GET", URL: "https://api.example.com/", Credential: cred}},
 		{"bad pattern", Operation{Name: "a", Method: "GET", URL: "https://api.example.com/", Params: []Param{{Name: "p", Pattern: "("}}, Credential: cred}},
 		{"long parameter name", Operation{Name: "a", Method: "GET", URL: "https://api.example.com/", Params: []Param{{Name: strings.Repeat("p", 65)}}, Credential: cred}},
+		{"cookies to the sandbox", Operation{Name: "a", Method: "GET", URL: "https://api.example.com/", Credential: cred, ResponseHeaders: []string{"set-cookie"}}},
+		{"the credential's header to the sandbox", Operation{Name: "a", Method: "GET", URL: "https://api.example.com/", Credential: cred, Header: "X-Api-Key", ResponseHeaders: []string{"X-API-Key"}}},
+		{"hop-by-hop header to the sandbox", Operation{Name: "a", Method: "GET", URL: "https://api.example.com/", Credential: cred, ResponseHeaders: []string{"Transfer-Encoding"}}},
+		{"not a header name", Operation{Name: "a", Method: "GET", URL: "https://api.example.com/", Credential: cred, ResponseHeaders: []string{"X Bad: 1"}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if _, err := New(Config{Operations: []Operation{tc.op}}); err == nil {
@@ -393,33 +403,257 @@ func TestBrokerCallsInFlight(t *testing.T) {
 	}
 }
 
-// TestBrokerRedactsEncodedSecret has the upstream echo the secret the ways
-// a real API might: escaped in JSON and in a URL.
+// TestBrokerRedactsEncodedSecret has the upstream echo the secret in the
+// encodings the broker promises to catch, in the body and in a header the
+// operation passes: no six consecutive bytes of the secret can be read back
+// from the answer by undoing them, and the header is dropped.
 func TestBrokerRedactsEncodedSecret(t *testing.T) {
-	const secret = "s3c+r/e=t&x-0123"
+	// The secret has a space, a quote and a backslash, and bytes whose
+	// base64 differs between the standard and the URL alphabet.
+	const secret = `s3c+r/e t&x-0123??>>~"\z`
+	b64, b64u := base64.StdEncoding.EncodeToString([]byte(secret)), base64.URLEncoding.EncodeToString([]byte(secret))
+	if !strings.ContainsAny(b64, "+/") || b64 == b64u {
+		t.Fatalf("the test secret's base64 %q does not tell the alphabets apart", b64)
+	}
+	for _, tc := range []struct {
+		name string
+		enc  string
+	}{
+		{"plain", secret},
+		{"JSON string", jsonString(secret)},
+		{"JSON with \\/", strings.ReplaceAll(jsonString(secret), "/", `\/`)},
+		{"JSON with every character \\u-escaped", unicodeEscape(secret)},
+		{"query escape", url.QueryEscape(secret)},
+		{"path escape", url.PathEscape(secret)},
+		{"escape leaving / alone", percentEscape(secret, unreserved+"/", "%%%02X")},
+		{"lower-case escapes (%2f)", strings.ToLower(url.QueryEscape(secret))},
+		{"every byte escaped, lower case", percentEscape(secret, "", "%%%02x")},
+		{"base64", b64},
+		{"base64 unpadded", base64.RawStdEncoding.EncodeToString([]byte(secret))},
+		{"base64 URL alphabet", b64u},
+		{"base64 URL alphabet unpadded", base64.RawURLEncoding.EncodeToString([]byte(secret))},
+		{"base64 in a query string", url.QueryEscape(b64)},
+		{"base64 of user:secret", base64.StdEncoding.EncodeToString([]byte("user:" + secret))},
+		{"base64 at offset 1", base64.StdEncoding.EncodeToString([]byte("x" + secret + "yz"))},
+		{"base64 at offset 2", base64.RawURLEncoding.EncodeToString([]byte("xy" + secret + "z"))},
+		{"hex", hex.EncodeToString([]byte(secret))},
+		{"hex upper case", strings.ToUpper(hex.EncodeToString([]byte(secret)))},
+		{"hex inside longer hex", hex.EncodeToString([]byte("\x00\x01" + secret + "\xff"))},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if !recoverable(tc.enc, secret) {
+				t.Fatalf("the test cannot read the secret back from %q itself", tc.enc)
+			}
+			up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				w.Header().Set("X-Echo", tc.enc)
+				w.Header().Set("X-Ratelimit-Remaining", "42")
+				fmt.Fprintf(w, `{"echo":"%s","after":"done"}`, tc.enc)
+			}))
+			defer up.Close()
+			b, err := New(Config{
+				Operations: []Operation{{Name: "echo", Method: "GET", URL: up.URL + "/echo", Credential: Credential{Env: "TOKEN"},
+					ResponseHeaders: []string{"X-Echo", "X-RateLimit-Remaining"}}},
+				LookupEnv: func(string) (string, bool) { return secret, true },
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp, body := do(t, b.Handler(Caller{Sandbox: "sbx-1", Tool: "t", Operations: []string{"echo"}}), "GET", "/v1/ops/echo", "")
+			if resp.StatusCode != 200 || !strings.Contains(body, redacted) || !strings.HasSuffix(body, `","after":"done"}`) {
+				t.Errorf("got %d %s, want 200 and the echo redacted, the rest intact", resp.StatusCode, body)
+			}
+			if recoverable(body, secret) {
+				t.Errorf("the secret can be read back from the body %s", body)
+			}
+			if v := resp.Header.Get("X-Echo"); v != "" {
+				t.Errorf("the X-Echo header holding the secret passed: %q", v)
+			}
+			if v := resp.Header.Get("X-Ratelimit-Remaining"); v != "42" {
+				t.Errorf("the declared X-RateLimit-Remaining: got %q, want 42", v)
+			}
+		})
+	}
+}
+
+// TestRedactLeavesOtherTextAlone checks that redaction changes nothing
+// but the secret: text around it, escapes of other bytes and near misses
+// stay as they were.
+func TestRedactLeavesOtherTextAlone(t *testing.T) {
+	const secret = "tok-0123456789abcdef"
+	r := newRedactor(secret)
+	for _, tc := range []struct{ in, want string }{
+		{`{"a":"%41%2f+x","b":"tok-0123456789abcde"}`, `{"a":"%41%2f+x","b":"tok-0123456789abcde"}`},
+		{"before tok-0123456789abcdef after", "before " + redacted + " after"},
+		{"tok-0123456789abcdeftok%2D0123456789ABCDEF", redacted + "tok%2D0123456789ABCDEF"},
+		{"tok%2d0123456789abcdef!", redacted + "!"},
+		{"", ""},
+	} {
+		if got := string(r.redact([]byte(tc.in))); got != tc.want {
+			t.Errorf("redact(%q) = %q, want %q", tc.in, got, tc.want)
+		}
+	}
+}
+
+// TestBrokerPassesOnlyDeclaredHeaders checks that the sandbox gets
+// Content-Type and the headers its operation declares, nothing else, and
+// that an answer in a content encoding the broker cannot look into is
+// refused.
+func TestBrokerPassesOnlyDeclaredHeaders(t *testing.T) {
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Link", "<https://api.example/next?token="+url.QueryEscape(secret)+">; rel=next")
-		fmt.Fprintf(w, `{"query":%q,"path":%q,"php":"%s"}`, url.QueryEscape(secret), url.PathEscape(secret), strings.ReplaceAll(secret, "/", `\/`))
-		json.NewEncoder(w).Encode(map[string]string{"json": secret})
+		for k, v := range map[string]string{"Content-Type": "application/json", "Etag": `"v1"`, "Link": "<https://api.example/next>", "X-Internal-Trace": "abc",
+			"Set-Cookie": "s=1", "Date": "Mon, 01 Jan 2026 00:00:00 GMT"} {
+			w.Header().Set(k, v)
+		}
+		if r.URL.Path == "/brotli" {
+			w.Header().Set("Content-Encoding", "br")
+		}
+		w.Write([]byte(`{}`))
 	}))
 	defer up.Close()
 	b, err := New(Config{
-		Operations: []Operation{{Name: "echo", Method: "GET", URL: up.URL + "/echo", Credential: Credential{Env: "TOKEN"}}},
-		LookupEnv:  func(string) (string, bool) { return secret, true },
+		Operations: []Operation{
+			{Name: "get", Method: "GET", URL: up.URL + "/get", Credential: Credential{Env: "TOKEN"}, ResponseHeaders: []string{"etag", "Link"}},
+			{Name: "brotli", Method: "GET", URL: up.URL + "/brotli", Credential: Credential{Env: "TOKEN"}},
+		},
+		LookupEnv: func(string) (string, bool) { return "token-0123456789", true },
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	resp, body := do(t, b.Handler(Caller{Sandbox: "sbx-1", Tool: "t", Operations: []string{"echo"}}), "GET", "/v1/ops/echo", "")
-	if resp.StatusCode != 200 || strings.Count(body, redacted) < 4 {
-		t.Errorf("got %d %s, want every form of the secret redacted", resp.StatusCode, body)
+	h := b.Handler(Caller{Sandbox: "sbx-1", Tool: "t", Operations: []string{"get", "brotli"}})
+	resp, body := do(t, h, "GET", "/v1/ops/get", "")
+	if resp.StatusCode != 200 {
+		t.Fatalf("got %d %s, want 200", resp.StatusCode, body)
 	}
-	for _, f := range secretForms(secret) {
-		if strings.Contains(body, f) {
-			t.Errorf("the body holds the secret as %q: %s", f, body)
+	var got []string
+	for k := range resp.Header {
+		got = append(got, k)
+	}
+	slices.Sort(got)
+	if want := []string{"Content-Type", "Etag", "Link", "X-Stockade-Broker-Operation"}; !slices.Equal(got, want) {
+		t.Errorf("headers passed: got %q, want %q", got, want)
+	}
+	resp, body = do(t, h, "GET", "/v1/ops/brotli", "")
+	if resp.StatusCode != http.StatusBadGateway || !strings.Contains(body, "content encoding (br)") {
+		t.Errorf("an answer in brotli: got %d %s, want 502 naming the encoding", resp.StatusCode, body)
+	}
+}
+
+// jsonString is s as the inside of a JSON string, as encoding/json writes it.
+func jsonString(s string) string {
+	j, _ := json.Marshal(s)
+	return string(j[1 : len(j)-1])
+}
+
+// unicodeEscape writes every byte of the ASCII string s as a JSON \u escape.
+func unicodeEscape(s string) string {
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		fmt.Fprintf(&b, `\u%04x`, s[i])
+	}
+	return b.String()
+}
+
+// percentEscape percent-escapes every byte of s not in keep, in format
+// ("%%%02X" or "%%%02x").
+func percentEscape(s, keep, format string) string {
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if strings.IndexByte(keep, s[i]) >= 0 {
+			b.WriteByte(s[i])
+		} else {
+			fmt.Fprintf(&b, format, s[i])
 		}
 	}
-	if l := resp.Header.Get("Link"); l != "" {
-		t.Errorf("the Link header holding the secret passed: %s", l)
+	return b.String()
+}
+
+// unreserved are the bytes RFC 3986 never needs escaped.
+const unreserved = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~"
+
+// recoverable reports whether six consecutive bytes of secret can be read
+// back from text by undoing, independently of the redactor, the encodings
+// the broker promises to catch: JSON string escapes, percent-escapes,
+// base64 in either alphabet at any alignment, hex at either.
+func recoverable(text, secret string) bool {
+	texts := []string{text, jsonUnescape(text)}
+	for _, t := range slices.Clone(texts) {
+		if u, err := url.QueryUnescape(t); err == nil {
+			texts = append(texts, u)
+		}
+		if u, err := url.PathUnescape(t); err == nil {
+			texts = append(texts, u)
+		}
 	}
+	var decoded []string
+	for _, t := range texts {
+		decoded = append(decoded, t)
+		for _, run := range regexp.MustCompile(`[A-Za-z0-9+/=_-]{4,}`).FindAllString(t, -1) {
+			run = strings.TrimRight(run, "=")
+			for off := range 4 {
+				for _, enc := range []*base64.Encoding{base64.RawStdEncoding, base64.RawURLEncoding} {
+					r := run[min(off, len(run)):]
+					if d, err := enc.DecodeString(r[:len(r)/4*4]); err == nil {
+						decoded = append(decoded, string(d))
+					}
+				}
+			}
+		}
+		for _, run := range regexp.MustCompile(`[0-9A-Fa-f]{2,}`).FindAllString(t, -1) {
+			for off := range 2 {
+				r := run[min(off, len(run)):]
+				if d, err := hex.DecodeString(r[:len(r)/2*2]); err == nil {
+					decoded = append(decoded, string(d))
+				}
+			}
+		}
+	}
+	for _, d := range decoded {
+		for i := 0; i+6 <= len(secret); i++ {
+			if strings.Contains(d, secret[i:i+6]) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// jsonUnescape undoes the escapes of a JSON string in text, wherever
+// they are.
+func jsonUnescape(text string) string {
+	return regexp.MustCompile(`\\(u[0-9A-Fa-f]{4}|.)`).ReplaceAllStringFunc(text, func(m string) string {
+		if m[1] == 'u' {
+			n, _ := strconv.ParseUint(m[2:], 16, 32)
+			return string(rune(n))
+		}
+		return m[1:]
+	})
+}
+
+// BenchmarkRedact redacts an 8 MiB JSON answer that holds the secret once
+// and reports its throughput beside a plain search for the secret alone in
+// the same body (bytes.ReplaceAll), the floor of any redaction.
+func BenchmarkRedact(b *testing.B) {
+	const secret = "ghp_s3cr3t-from-env-0123456789"
+	var buf strings.Builder
+	for i := 0; buf.Len() < 8<<20; i++ {
+		fmt.Fprintf(&buf, `{"id":%d,"title":"issue %d: a bug in the parser","url":"https://api.example.com/repos/o/r/issues/%d%%3Fpage%%3D2"},`, i, i, i)
+	}
+	buf.WriteString(secret)
+	body := []byte(buf.String())
+	var red, plain time.Duration
+	b.SetBytes(int64(len(body)))
+	for b.Loop() {
+		t0 := time.Now()
+		if out := newRedactor(secret).redact(body); bytes.Contains(out, []byte(secret)) {
+			b.Fatal("the secret was not redacted")
+		}
+		t1 := time.Now()
+		_ = bytes.ReplaceAll(body, []byte(secret), []byte(redacted))
+		red, plain = red+t1.Sub(t0), plain+time.Since(t1)
+	}
+	mb := float64(len(body)) / (1 << 20) * float64(b.N)
+	b.ReportMetric(mb/red.Seconds(), "redact-MiB/s")
+	b.ReportMetric(mb/plain.Seconds(), "plain-MiB/s")
+	b.ReportMetric(red.Seconds()/plain.Seconds(), "redact/plain")
 }

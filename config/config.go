@@ -183,15 +183,17 @@ type Broker struct {
 //	      credential: {env: EXAMPLE_TOKEN}   # or {file: /etc/stockade/example-token}
 //	      header: Authorization
 //	      prefix: "Bearer "
+//	      response_headers: [Etag, Link, X-RateLimit-Remaining]
 type BrokerOperation struct {
-	Name       string           `yaml:"name"`
-	Method     string           `yaml:"method"`
-	URL        string           `yaml:"url"`
-	Params     []BrokerParam    `yaml:"params"`
-	JSONBody   bool             `yaml:"json_body"`
-	Credential BrokerCredential `yaml:"credential"`
-	Header     string           `yaml:"header"`
-	Prefix     string           `yaml:"prefix"`
+	Name            string           `yaml:"name"`
+	Method          string           `yaml:"method"`
+	URL             string           `yaml:"url"`
+	Params          []BrokerParam    `yaml:"params"`
+	JSONBody        bool             `yaml:"json_body"`
+	Credential      BrokerCredential `yaml:"credential"`
+	Header          string           `yaml:"header"`
+	Prefix          string           `yaml:"prefix"`
+	ResponseHeaders []string         `yaml:"response_headers"`
 }
 
 // BrokerParam is a parameter of a BrokerOperation (broker.Param).
@@ -232,7 +234,8 @@ func (c Config) BrokerOperations() []broker.Operation {
 	var ops []broker.Operation
 	for _, o := range c.Broker.Operations {
 		op := broker.Operation{Name: o.Name, Method: o.Method, URL: o.URL, JSONBody: o.JSONBody,
-			Credential: broker.Credential{Env: o.Credential.Env, File: o.Credential.File}, Header: o.Header, Prefix: o.Prefix}
+			Credential: broker.Credential{Env: o.Credential.Env, File: o.Credential.File}, Header: o.Header, Prefix: o.Prefix,
+			ResponseHeaders: o.ResponseHeaders}
 		for _, p := range o.Params {
 			op.Params = append(op.Params, broker.Param{Name: p.Name, Pattern: p.Pattern, Required: p.Required, MaxLen: p.MaxLength})
 		}

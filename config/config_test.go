@@ -49,6 +49,7 @@ func TestLoadFile(t *testing.T) {
       credential: {env: EXAMPLE_TOKEN}
       header: X-Api-Key
       prefix: "Token "
+      response_headers: [Etag, X-RateLimit-Remaining]
     - name: echo
       method: GET
       url: http://127.0.0.1:8080/echo
@@ -60,7 +61,8 @@ func TestLoadFile(t *testing.T) {
 					t.Fatalf("got %d operations, want 2", len(ops))
 				}
 				o := ops[0]
-				if o.Name != "issues.create" || o.Method != "POST" || !o.JSONBody || o.Credential.Env != "EXAMPLE_TOKEN" || o.Header != "X-Api-Key" || o.Prefix != "Token " {
+				if o.Name != "issues.create" || o.Method != "POST" || !o.JSONBody || o.Credential.Env != "EXAMPLE_TOKEN" || o.Header != "X-Api-Key" || o.Prefix != "Token " ||
+					strings.Join(o.ResponseHeaders, ",") != "Etag,X-RateLimit-Remaining" {
 					t.Errorf("got %+v", o)
 				}
 				if len(o.Params) != 2 || o.Params[0].Name != "repo" || o.Params[0].Pattern != "[a-z0-9-]+" || !o.Params[0].Required || o.Params[0].MaxLen != 64 || o.Params[1].Required {
