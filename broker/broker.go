@@ -131,7 +131,10 @@ type Config struct {
 	Client *http.Client
 	// OnAudit receives one Event per call; called concurrently.
 	OnAudit func(Event)
-	// Logger receives one line per refused or failed call; nil discards.
+	// Logger receives one line per refused call (Debug: OnAudit gets
+	// them all) or failed call (Warn, Error), the first clip.MaxLines of
+	// one Handler only, what the sandbox chose cut to a few hundred bytes;
+	// nil discards.
 	Logger *slog.Logger
 	// Timeout bounds one upstream call; zero means 30 s.
 	Timeout time.Duration
@@ -332,14 +335,15 @@ type Caller struct {
 func (b *Broker) Handler(c Caller) http.Handler {
 	c.Operations = slices.Clone(c.Operations)
 	inFlight := make(chan struct{}, b.cfg.MaxCallsInFlight)
+	lines := &clip.Lines{}
 	mux := http.NewServeMux()
 	mux.HandleFunc("/v1/ops/{name}", func(w http.ResponseWriter, r *http.Request) {
 		select {
 		case inFlight <- struct{}{}:
 			defer func() { <-inFlight }()
-			b.serve(w, r, c)
+			b.serve(w, r, c, lines)
 		default:
-			b.refuse(w, Event{Sandbox: c.Sandbox, Tool: c.Tool, Operation: r.PathValue("name"), Time: time.Now()}, http.StatusTooManyRequests,
+			b.refuse(w, lines, Event{Sandbox: c.Sandbox, Tool: c.Tool, Operation: r.PathValue("name"), Time: time.Now()}, http.StatusTooManyRequests,
 				fmt.Sprintf("%d broker calls of this sandbox are in flight, the most it may have; try again when one has answered", b.cfg.MaxCallsInFlight))
 		}
 	})
@@ -352,10 +356,10 @@ func (b *Broker) Handler(c Caller) http.Handler {
 // maxRequestBody bounds the parameters of one call.
 const maxRequestBody = 64 << 10
 
-func (b *Broker) serve(w http.ResponseWriter, r *http.Request, c Caller) {
+func (b *Broker) serve(w http.ResponseWriter, r *http.Request, c Caller, lines *clip.Lines) {
 	start := time.Now()
 	ev := Event{Sandbox: c.Sandbox, Tool: c.Tool, Operation: r.PathValue("name"), Time: start}
-	refuse := func(status int, reason string) { b.refuse(w, ev, status, reason) }
+	refuse := func(status int, reason string) { b.refuse(w, lines, ev, status, reason) }
 	params, perr := readParams(r)
 	if perr == nil {
 		ev.ParamsSHA256 = hashParams(params)
@@ -378,7 +382,9 @@ func (b *Broker) serve(w http.ResponseWriter, r *http.Request, c Caller) {
 	}
 	secret, err := b.secret(o.Credential)
 	if err != nil {
-		b.cfg.Logger.Error("broker credential unavailable", "operation", o.Name, "err", err)
+		if lines.Pass() {
+			b.cfg.Logger.Error("broker credential unavailable", "operation", o.Name, "err", err)
+		}
 		refuse(http.StatusServiceUnavailable, "the operation's credential is not available; ask the operator")
 		return
 	}
@@ -391,7 +397,9 @@ func (b *Broker) serve(w http.ResponseWriter, r *http.Request, c Caller) {
 	if err != nil {
 		// The error may quote the URL; it never holds the secret, which
 		// is only in a header, but say little anyway.
-		b.cfg.Logger.Warn("broker upstream call failed", "operation", o.Name, "err", err)
+		if lines.Pass() {
+			b.cfg.Logger.Warn("broker upstream call failed", "sandbox", c.Sandbox, "operation", o.Name, "err", clip.String(err.Error(), clip.Detail))
+		}
 		refuse(http.StatusBadGateway, "the upstream call failed")
 		return
 	}
@@ -441,9 +449,12 @@ var unpassable = map[string]bool{
 }
 
 // refuse audits ev as refused for reason and answers status.
-func (b *Broker) refuse(w http.ResponseWriter, ev Event, status int, reason string) {
+func (b *Broker) refuse(w http.ResponseWriter, lines *clip.Lines, ev Event, status int, reason string) {
 	ev.Reason, ev.Duration = reason, time.Since(ev.Time)
-	b.cfg.Logger.Info("broker call refused", "sandbox", ev.Sandbox, "tool", ev.Tool, "operation", ev.Operation, "reason", reason)
+	if lines.Pass() {
+		b.cfg.Logger.Debug("broker call refused", "sandbox", ev.Sandbox, "tool", ev.Tool,
+			"operation", clip.String(ev.Operation, clip.Name), "reason", clip.String(reason, clip.Reason))
+	}
 	b.audit(ev)
 	writeError(w, status, reason)
 }

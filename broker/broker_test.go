@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -24,6 +25,7 @@ import (
 	"time"
 
 	"github.com/stockade-sh/stockade/egress"
+	"github.com/stockade-sh/stockade/internal/clip"
 )
 
 const (
@@ -227,6 +229,37 @@ func TestBrokerRefuses(t *testing.T) {
 			t.Fatalf("got %d, want 403", resp.StatusCode)
 		}
 	})
+}
+
+// TestBrokerRefusalLinesBounded floods one sandbox's broker with calls it
+// refuses, each naming a parameter of 60,000 bytes: the log gets the
+// first clip.MaxLines refusals, each cut short (the service's log and the
+// audit trail count the rest).
+func TestBrokerRefusalLinesBounded(t *testing.T) {
+	up := upstream(t)
+	var logs bytes.Buffer
+	b, err := New(Config{
+		Operations: []Operation{{Name: "x", Method: "POST", URL: up.URL + "/", Credential: Credential{Env: "T"}}},
+		Logger:     slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := b.Handler(Caller{Sandbox: "sbx-1", Tool: "t", Operations: []string{"x"}})
+	body := fmt.Sprintf(`{%q: "v"}`, strings.Repeat("p", 60000))
+	for range clip.MaxLines + 50 {
+		if resp, _ := do(t, h, "POST", "/v1/ops/x", body); resp.StatusCode != http.StatusBadRequest {
+			t.Fatalf("got %d, want 400", resp.StatusCode)
+		}
+	}
+	lines := strings.Split(strings.TrimSuffix(logs.String(), "\n"), "\n")
+	longest := 0
+	for _, l := range lines {
+		longest = max(longest, len(l))
+	}
+	if len(lines) != clip.MaxLines || longest > 2048 {
+		t.Errorf("got %d log lines, the longest %d bytes; want %d of at most 2 KiB", len(lines), longest, clip.MaxLines)
+	}
 }
 
 func TestBrokerMissingCredential(t *testing.T) {

@@ -10,9 +10,12 @@ import (
 	"net"
 	"net/netip"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/net/dns/dnsmessage"
+
+	"github.com/stockade-sh/stockade/internal/clip"
 )
 
 // DNSConfig configures the DNS responder of one sandbox.
@@ -38,7 +41,9 @@ type DNSConfig struct {
 	// OnDecision receives one Decision per refused question (Protocol
 	// ProtoDNS). Called concurrently; should return quickly.
 	OnDecision func(Decision)
-	// Logger receives one line per refused question (Info); nil discards.
+	// Logger receives, at Debug, one line per refused question, the first
+	// clip.MaxLines only, and one line counting the others at Close; nil
+	// discards.
 	Logger *slog.Logger
 	// MaxTCPConns bounds concurrent TCP connections; zero means 16.
 	MaxTCPConns int
@@ -62,6 +67,9 @@ type DNS struct {
 
 	mu    sync.Mutex
 	conns map[net.Conn]struct{}
+
+	refusalLines clip.Lines
+	logged       atomic.Bool // the count of refusals not logged
 }
 
 // ServeDNS serves cfg on udp and tcp (either may be nil) until Close or
@@ -117,6 +125,9 @@ func (d *DNS) Close() error {
 	d.stop()
 	d.closeSockets()
 	d.wg.Wait()
+	if n := d.refusalLines.Suppressed(); n > 0 && d.logged.CompareAndSwap(false, true) {
+		d.cfg.Logger.Debug("egress DNS refusals not logged one by one", "sandbox", d.cfg.Sandbox, "tool", d.cfg.Tool, "count", n)
+	}
 	return nil
 }
 
@@ -274,7 +285,9 @@ func (d *DNS) refused(name string, t dnsmessage.Type, client string) {
 		Reason: ReasonNameNotAllowed, Detail: "NXDOMAIN for " + t.String(),
 		Sandbox: d.cfg.Sandbox, Tool: d.cfg.Tool, Protocol: ProtoDNS, Client: client, Name: name, Port: 53, Time: time.Now(),
 	}
-	d.cfg.Logger.Info("egress DNS refused", "sandbox", dec.Sandbox, "tool", dec.Tool, "client", client, "name", name, "type", t.String())
+	if d.refusalLines.Pass() {
+		d.cfg.Logger.Debug("egress DNS refused", "sandbox", dec.Sandbox, "tool", dec.Tool, "client", client, "name", clip.String(name, clip.Name), "type", t.String())
+	}
 	if f := d.cfg.OnDecision; f != nil {
 		f(dec)
 	}

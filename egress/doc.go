@@ -37,7 +37,8 @@
 //
 // Every refusal is a Decision with a stable Reason ("name not in
 // allowlist", "resolved to a private address", "no SNI", ...) handed to
-// Config.OnDecision, where the daemon writes its audit events, and logged.
+// Config.OnDecision, where the daemon writes its audit events and its log
+// lines, and logged at Debug (the first clip.MaxLines of a sandbox).
 // Allowed connections are reported when they end, with byte counts.
 //
 // # Bounds

@@ -15,6 +15,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/stockade-sh/stockade/internal/clip"
 )
 
 // BrokerName is the name under which code in a sandbox reaches the
@@ -36,8 +38,12 @@ type Config struct {
 	// connection's goroutine, concurrently for several connections, and
 	// should return quickly. The daemon writes audit events from it.
 	OnDecision func(Decision)
-	// Logger receives one line per refusal (Info) and per allowed
-	// connection (Debug); nil discards.
+	// Logger receives, at Debug, one line per allowed connection and per
+	// refusal, the first clip.MaxLines refusals of a Gate only, and one
+	// line counting the others when the Gate closes; what the sandbox
+	// chose (a name, a detail) is cut to a few hundred bytes. The daemon
+	// logs refusals with their execution at Info from OnDecision. Nil
+	// discards.
 	Logger *slog.Logger
 
 	// HeaderTimeout bounds reading the first request line and headers, the
@@ -184,6 +190,9 @@ type Gate struct {
 	conns  map[net.Conn]struct{}
 	closed bool
 	wg     sync.WaitGroup
+
+	// refusalLines bounds the refusal lines of the gate's sandbox.
+	refusalLines clip.Lines
 }
 
 // Start serves pol on ls until Close or until ctx is done. The Gate owns
@@ -231,6 +240,9 @@ func (g *Gate) Close() error {
 		l.Close()
 	}
 	g.wg.Wait()
+	if n := g.refusalLines.Suppressed(); n > 0 {
+		g.p.cfg.Logger.Debug("egress refusals not logged one by one", "sandbox", g.pol.Sandbox, "tool", g.pol.Tool, "count", n)
+	}
 	return nil
 }
 
@@ -297,15 +309,17 @@ func (g *Gate) report(d Decision) {
 	if d.Allowed && d.Reason == "" {
 		d.Reason = ReasonAllowed
 	}
-	log := g.p.cfg.Logger
-	attrs := []any{"sandbox", d.Sandbox, "tool", d.Tool, "protocol", d.Protocol, "client", d.Client, "name", d.Name, "port", d.Port}
-	if d.Addr.IsValid() {
-		attrs = append(attrs, "addr", d.Addr.String())
-	}
-	if d.Allowed {
-		log.Debug("egress allowed", append(attrs, "bytes_up", d.BytesUp, "bytes_down", d.BytesDown, "duration", d.Duration)...)
-	} else {
-		log.Info("egress refused", append(attrs, "reason", d.Reason, "detail", d.Detail)...)
+	if log := g.p.cfg.Logger; d.Allowed || g.refusalLines.Pass() {
+		attrs := []any{"sandbox", d.Sandbox, "tool", d.Tool, "protocol", d.Protocol, "client", d.Client,
+			"name", clip.String(d.Name, clip.Name), "port", d.Port}
+		if d.Addr.IsValid() {
+			attrs = append(attrs, "addr", d.Addr.String())
+		}
+		if d.Allowed {
+			log.Debug("egress allowed", append(attrs, "bytes_up", d.BytesUp, "bytes_down", d.BytesDown, "duration", d.Duration)...)
+		} else {
+			log.Debug("egress refused", append(attrs, "reason", d.Reason, "detail", clip.String(d.Detail, clip.Detail))...)
+		}
 	}
 	if f := g.p.cfg.OnDecision; f != nil {
 		f(d)

@@ -5,12 +5,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -27,6 +29,7 @@ import (
 	"github.com/stockade-sh/stockade/egress"
 	"github.com/stockade-sh/stockade/errdefs"
 	"github.com/stockade-sh/stockade/image"
+	"github.com/stockade-sh/stockade/internal/clip"
 	"github.com/stockade-sh/stockade/internal/netns"
 	"github.com/stockade-sh/stockade/internal/testenv"
 	"github.com/stockade-sh/stockade/sandbox"
@@ -287,7 +290,7 @@ func TestNetworkRequestsNeedApproval(t *testing.T) {
 				t.Fatalf("an egress.denied event carries %d bytes of data, want the name and detail cut", len(ev.Data))
 			}
 		}
-		if b := events(audit.BrokerDenied); len(b) != 1 || len(b[0].Reason) > 2*maxReasonInEvent || len(b[0].Data) > 2048 {
+		if b := events(audit.BrokerDenied); len(b) != 1 || len(b[0].Reason) > 2*clip.Reason || len(b[0].Data) > 2048 {
 			t.Errorf("broker.denied events: got %d (%+v), want one, cut", len(b), b)
 		}
 		sup := events(audit.RefusalsSuppressed)
@@ -319,6 +322,8 @@ type egressEnv struct {
 	eng      *Engine
 	nets     *netns.Manager
 	resolver *mapResolver
+	// logs holds what the proxy logs, as the daemon's log would (Info).
+	logs *syncBuffer
 
 	mu      sync.Mutex
 	refused []EgressDecision
@@ -336,7 +341,7 @@ func newEgressEnv(tb testing.TB, toolsYAML string, override, resolve map[string]
 	testenv.RequiresBinary(tb, "runsc")
 	testenv.Image(tb, "python")
 	guest := testenv.Guest(tb)
-	env := &egressEnv{resolver: &mapResolver{names: resolve}}
+	env := &egressEnv{resolver: &mapResolver{names: resolve}, logs: &syncBuffer{}}
 	nets, err := netns.NewManager(netns.Config{Prefix: egressTestPrefix, Range: egressTestRange})
 	if err != nil {
 		tb.Fatal(err)
@@ -360,6 +365,7 @@ func newEgressEnv(tb testing.TB, toolsYAML string, override, resolve map[string]
 		Resolver:     env.resolver,
 		TestOverride: egress.NewTestOverride(tb, override),
 		OnDecision:   func(d egress.Decision) { env.eng.EgressDecision(d) },
+		Logger:       slog.New(slog.NewTextHandler(env.logs, nil)),
 	})
 	if err != nil {
 		tb.Fatal(err)
@@ -579,6 +585,58 @@ func TestEgressOnBothTiers(t *testing.T) {
 			t.Errorf("got %s %s, want no network without Network", res.Stdout, res.Stderr)
 		}
 	})
+}
+
+// TestRefusalFloodInTheLog has one execution flood the proxy and its DNS
+// responder with refusals, some naming a 60,000-byte host, and reads the
+// log the daemon would write (the proxy's lines and the service's, at
+// Info): at most the refusals audited one by one and one line counting
+// the rest, none of them long.
+func TestRefusalFloodInTheLog(t *testing.T) {
+	env := newEgressEnv(t, pythonFetch("container", []string{"allowed.test"}, 8080), nil, nil, nil)
+	svc := NewService(env.eng, openSQLite(t), ServiceOptions{Logger: slog.New(slog.NewTextHandler(env.logs, nil))})
+	const exec = "ex_flood"
+	svc.startRun(exec, "ws_flood")
+	res := env.runFetch(t, "runc", exec, []byte(`
+import socket
+host = [l.split()[1] for l in open("/etc/resolv.conf") if l.startswith("nameserver")][0]
+for i in range(1000):
+    try:
+        socket.getaddrinfo("n%d.refused.test" % i, 80)
+    except OSError:
+        pass
+request = b"GET / HTTP/1.1\r\nHost: " + b"a" * 60000 + b".test\r\n\r\n"
+for i in range(200):
+    try:
+        with socket.create_connection((host, 8080), timeout=5) as s:
+            s.sendall(request)
+            s.recv(100)
+    except OSError:
+        pass
+print("flooded")
+`))
+	if res.Stdout != "flooded\n" {
+		t.Fatalf("got stdout %q, stderr %q", res.Stdout, res.Stderr)
+	}
+	svc.endRun(exec)
+	log := env.logs.String()
+	lines := strings.Split(strings.TrimSuffix(log, "\n"), "\n")
+	longest := 0
+	for _, l := range lines {
+		longest = max(longest, len(l))
+	}
+	m := regexp.MustCompile(`msg="refusals past the audited ones" execution=ex_flood count=(\d+)`).FindStringSubmatch(log)
+	t.Logf("%d log lines, %d bytes, the longest %d bytes", len(lines), len(log), longest)
+	if len(lines) > maxRefusalEvents+1 || longest > 2048 || m == nil {
+		t.Errorf("got %d log lines (the longest %d bytes) and the count line %q; want at most %d lines of at most 2 KiB, the last counting the rest",
+			len(lines), longest, m, maxRefusalEvents+1)
+	}
+	if m == nil {
+		return
+	}
+	if n, _ := strconv.Atoi(m[1]); n < 2000 {
+		t.Errorf("the count line counts %d refusals past the audited ones, want at least 2000 (1000 names, A and AAAA, and 200 requests)", n)
+	}
 }
 
 // TestRequestInFlightAtTheEnd checks that a request the proxy is still

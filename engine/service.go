@@ -18,6 +18,7 @@ import (
 	"github.com/stockade-sh/stockade/audit"
 	"github.com/stockade-sh/stockade/contract"
 	"github.com/stockade-sh/stockade/errdefs"
+	"github.com/stockade-sh/stockade/internal/clip"
 	"github.com/stockade-sh/stockade/internal/witness"
 	"github.com/stockade-sh/stockade/policy"
 	"github.com/stockade-sh/stockade/sandbox"
@@ -167,28 +168,6 @@ type runAudit struct {
 // and a place in the queue every sandbox's events share.
 const maxRefusalEvents = 100
 
-// Bounds of what a sandbox chooses in an event (a name, a path, an
-// operation), so that it cannot make one event large, or too large for the
-// store to take.
-const (
-	maxNameInEvent   = 256
-	maxDetailInEvent = 512
-	maxReasonInEvent = 1024
-)
-
-// clip cuts s to at most n bytes, at a character boundary, and says how
-// long it was.
-func clip(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	cut := n
-	for cut > 0 && !utf8.RuneStart(s[cut]) {
-		cut--
-	}
-	return s[:cut] + fmt.Sprintf("... (%d bytes)", len(s))
-}
-
 // runOf returns the workspace of the running execution exec, and whether
 // an event of it is to be audited: refusal says the event is a refusal,
 // which counts against maxRefusalEvents.
@@ -219,19 +198,23 @@ func (s *Service) egressDecision(d EgressDecision) {
 	if !audited {
 		if ws == "" {
 			s.log.Info("egress refused outside any running execution", "execution", exec, "sandbox", d.Sandbox,
-				"name", clip(d.Name, maxNameInEvent), "reason", d.Reason)
+				"name", clip.String(d.Name, clip.Name), "reason", d.Reason)
 		}
 		return
 	}
-	name, detail := clip(d.Name, maxNameInEvent), clip(d.Detail, maxDetailInEvent)
-	s.log.Info("egress refused", "execution", exec, "sandbox", d.Sandbox, "tool", d.Tool, "protocol", d.Protocol,
-		"name", name, "port", d.Port, "reason", d.Reason, "detail", detail)
+	name, detail := clip.String(d.Name, clip.Name), clip.String(d.Detail, clip.Detail)
 	data := map[string]any{"sandbox": d.Sandbox, "tool": d.Tool, "protocol": d.Protocol, "name": name, "port": d.Port, "detail": detail}
+	attrs := []any{"execution", exec, "sandbox", d.Sandbox, "tool", d.Tool, "protocol", d.Protocol, "client", d.Client,
+		"name", name, "port", d.Port, "reason", d.Reason, "detail", detail}
 	if d.Addr.IsValid() {
 		data["addr"] = d.Addr.String()
+		attrs = append(attrs, "addr", d.Addr.String())
 	}
+	// This is the daemon's one log line per refusal (the proxy's are
+	// Debug), bounded per execution as the audit events are.
+	s.log.Info("egress refused", attrs...)
 	ev := store.NewEvent{WorkspaceID: ws, Type: audit.EgressDenied, Code: audit.EgressDeniedCode, Actor: "system",
-		ExecutionID: exec, Reason: clip(d.Reason, maxReasonInEvent), Data: mustJSON(data)}
+		ExecutionID: exec, Reason: clip.String(d.Reason, clip.Reason), Data: mustJSON(data)}
 	s.queueAudit(ev)
 }
 
@@ -289,19 +272,19 @@ func (s *Service) brokerCall(b BrokerEvent) {
 	if !audited {
 		if ws == "" {
 			s.log.Info("broker call outside any running execution", "execution", exec, "sandbox", b.Sandbox,
-				"operation", clip(b.Operation, maxNameInEvent), "allowed", b.Allowed)
+				"operation", clip.String(b.Operation, clip.Name), "allowed", b.Allowed)
 		}
 		return
 	}
-	op := clip(b.Operation, maxNameInEvent)
+	op := clip.String(b.Operation, clip.Name)
 	s.log.Info("broker call", "execution", exec, "sandbox", b.Sandbox, "tool", b.Tool, "operation", op,
-		"allowed", b.Allowed, "status", b.Status, "reason", clip(b.Reason, maxReasonInEvent))
+		"allowed", b.Allowed, "status", b.Status, "reason", clip.String(b.Reason, clip.Reason))
 	typ, code, reason := audit.BrokerCall, audit.BrokerCallCode, fmt.Sprintf("operation %s answered %d", op, b.Status)
 	if !b.Allowed {
 		// The reason quotes what the sandbox sent (an operation, a
 		// parameter); unbounded, it would be too long for the store, and
 		// the refusal would go unaudited.
-		typ, code, reason = audit.BrokerDenied, audit.BrokerDeniedCode, clip(b.Reason, maxReasonInEvent)
+		typ, code, reason = audit.BrokerDenied, audit.BrokerDeniedCode, clip.String(b.Reason, clip.Reason)
 	}
 	ev := store.NewEvent{WorkspaceID: ws, Type: typ, Code: code, Actor: "system", ExecutionID: exec, Reason: reason,
 		Data: mustJSON(map[string]any{"sandbox": b.Sandbox, "tool": b.Tool, "operation": op, "params_sha256": b.ParamsSHA256, "status": b.Status})}

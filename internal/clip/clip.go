@@ -7,6 +7,7 @@ package clip
 
 import (
 	"fmt"
+	"sync/atomic"
 	"unicode/utf8"
 )
 
@@ -32,3 +33,19 @@ func String(s string, n int) string {
 	}
 	return s[:cut] + fmt.Sprintf("... (%d bytes)", len(s))
 }
+
+// MaxLines is how many refusal lines of one sandbox a component logs
+// before it only counts them: as many as the refusals audited one by one
+// (a sandbox makes refusals as fast as it opens connections).
+const MaxLines = 100
+
+// Lines passes the first MaxLines of a series of log lines and counts the
+// rest, so that a sandbox refused as fast as it can ask does not flood
+// the log. It is safe for concurrent use; the zero value is ready.
+type Lines struct{ n atomic.Int64 }
+
+// Pass counts one line and reports whether to log it.
+func (l *Lines) Pass() bool { return l.n.Add(1) <= MaxLines }
+
+// Suppressed returns how many lines Pass held back.
+func (l *Lines) Suppressed() int64 { return max(0, l.n.Load()-MaxLines) }
