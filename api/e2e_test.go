@@ -941,7 +941,8 @@ func TestMetrics(t *testing.T) {
 		// start.
 		t.Run("fresh daemon", func(t *testing.T) {
 			e := newEnv(t, b, envConfig{})
-			e.wantMetrics("of a fresh daemon", "stockade_invocations_total", "stockade_approvals_pending 0", "stockade_credits_charged_total 0")
+			e.wantMetrics("of a fresh daemon", "stockade_invocations_total", "stockade_approvals_pending 0", "stockade_credits_charged_total 0",
+				"stockade_audit_witness_refusals_total 0")
 		})
 
 		t.Run("after a run", func(t *testing.T) {

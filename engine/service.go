@@ -486,7 +486,7 @@ func (s *Service) witnessChains(ctx context.Context) {
 	refused, err := s.opts.Witness.RecordAll(ctx, s.st)
 	for _, r := range refused {
 		s.opts.Observer.WitnessRefused()
-		s.log.Error("audit chain not witnessed: it does not link to its witnessed head", "workspace", r.Witnessed.WorkspaceID,
+		s.log.Error("audit chain not witnessed", "workspace", r.Witnessed.WorkspaceID,
 			"witnessed_seq", r.Witnessed.Seq, "broken_seq", r.Broken.Seq, "err", r)
 	}
 	if err != nil {

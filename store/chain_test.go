@@ -1,6 +1,7 @@
 package store_test
 
 import (
+	"slices"
 	"testing"
 	"time"
 
@@ -111,21 +112,7 @@ func TestChainVerifier(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			es, h := tc.mod(chain(5))
-			v := store.NewChainVerifier("ws_1")
-			for _, e := range es {
-				if !v.Add(e) {
-					break
-				}
-			}
-			ok, broken := v.Finish(h)
-			switch {
-			case tc.wantSeq == 0 && (!ok || broken != nil):
-				t.Fatalf("got break %+v, want an intact chain", broken)
-			case tc.wantSeq != 0 && (ok || broken == nil):
-				t.Fatalf("got an intact chain, want a break at %d", tc.wantSeq)
-			case tc.wantSeq != 0 && broken.Seq != tc.wantSeq:
-				t.Fatalf("got break %+v, want one at seq %d", broken, tc.wantSeq)
-			}
+			verdict(t, store.NewChainVerifier("ws_1"), es, h, tc.wantSeq)
 		})
 	}
 }
@@ -183,35 +170,35 @@ func TestChainVerifierFrom(t *testing.T) {
 			es := chain(8)
 			from := head(es[:5])
 			es, h := tc.mod(es)
-			v := store.NewChainVerifierFrom(from)
 			// Fed as a store feeds it: the events from the witnessed seq on.
-			for _, e := range es {
-				if e.Seq >= from.Seq && !v.Add(e) {
-					break
-				}
-			}
-			ok, broken := v.Finish(h)
-			switch {
-			case tc.wantSeq == 0 && (!ok || broken != nil):
-				t.Fatalf("got break %+v, want an intact chain", broken)
-			case tc.wantSeq != 0 && (ok || broken == nil):
-				t.Fatalf("got an intact chain, want a break at %d", tc.wantSeq)
-			case tc.wantSeq != 0 && broken.Seq != tc.wantSeq:
-				t.Fatalf("got break %+v, want one at seq %d", broken, tc.wantSeq)
-			}
+			es = slices.DeleteFunc(es, func(e store.Event) bool { return e.Seq < from.Seq })
+			verdict(t, store.NewChainVerifierFrom(from), es, h, tc.wantSeq)
 		})
 	}
-	// Nothing witnessed yet: the whole chain is walked.
-	es := chain(3)
-	es[0].Reason = "edited"
-	v := store.NewChainVerifierFrom(store.ChainHead{WorkspaceID: "ws_1"})
+	t.Run("nothing witnessed yet: the whole chain is walked", func(t *testing.T) {
+		es := chain(3)
+		es[0].Reason = "edited"
+		verdict(t, store.NewChainVerifierFrom(store.ChainHead{WorkspaceID: "ws_1"}), es, head(es), 1)
+	})
+}
+
+// verdict feeds v the events es and fails t unless it finds the chain
+// intact against head (wantSeq 0) or broken at wantSeq.
+func verdict(t *testing.T, v *store.ChainVerifier, es []store.Event, head store.ChainHead, wantSeq int64) {
+	t.Helper()
 	for _, e := range es {
 		if !v.Add(e) {
 			break
 		}
 	}
-	if ok, broken := v.Finish(head(es)); ok || broken == nil || broken.Seq != 1 {
-		t.Fatalf("from nothing witnessed: got ok %v, break %+v; want a break at seq 1", ok, broken)
+	ok, broken := v.Finish(head)
+	switch {
+	case wantSeq == 0 && (!ok || broken != nil):
+		t.Fatalf("got break %+v, want an intact chain", broken)
+	case wantSeq != 0 && (ok || broken == nil):
+		t.Fatalf("got an intact chain, want a break at %d", wantSeq)
+	case wantSeq != 0 && broken.Seq != wantSeq:
+		t.Fatalf("got break %+v, want one at seq %d", broken, wantSeq)
 	}
 }
 

@@ -136,13 +136,8 @@ func TestAuditVerify(t *testing.T) {
 					// Every admin change witnesses its chain here.
 					wdir := t.TempDir()
 					t.Setenv("STOCKADE_AUDIT_WITNESS", wdir)
-					// Six events in "books": created, a key, four grants;
-					// two in "bystander".
-					id := strings.TrimSpace(mustCLI(t, "workspace", "create", "books", "--db", db.url))
-					mustCLI(t, "key", "create", "--workspace", "books", "--role", "agent", "--db", db.url)
-					for i := 1; i <= 4; i++ {
-						mustCLI(t, "credits", "grant", "books", fmt.Sprint(10*i), "--db", db.url)
-					}
+					id := makeBooks(t, db)
+					// Two events in "bystander".
 					mustCLI(t, "workspace", "create", "bystander", "--db", db.url)
 					mustCLI(t, "credits", "grant", "bystander", "5", "--db", db.url)
 					for _, q := range strings.Split(tc.tamper, "; ") {
@@ -207,6 +202,18 @@ func TestAuditVerify(t *testing.T) {
 			}
 		})
 	}
+}
+
+// makeBooks makes workspace "books" on db through the CLI, with six audit
+// events (created, a key, four grants), and returns its id.
+func makeBooks(t *testing.T, db auditDB) string {
+	t.Helper()
+	id := strings.TrimSpace(mustCLI(t, "workspace", "create", "books", "--db", db.url))
+	mustCLI(t, "key", "create", "--workspace", "books", "--role", "agent", "--db", db.url)
+	for i := 1; i <= 4; i++ {
+		mustCLI(t, "credits", "grant", "books", fmt.Sprint(10*i), "--db", db.url)
+	}
+	return id
 }
 
 // lineFor returns the line of out that starts with prefix.

@@ -132,13 +132,8 @@ func TestDaemonDoesNotWitnessARewrittenChain(t *testing.T) {
 			db := backend.open(t)
 			wdir := t.TempDir()
 			t.Setenv("STOCKADE_AUDIT_WITNESS", wdir)
-			// Six events in "books", each witnessed by the command that
-			// made it.
-			id := strings.TrimSpace(mustCLI(t, "workspace", "create", "books", "--db", db.url))
-			mustCLI(t, "key", "create", "--workspace", "books", "--role", "agent", "--db", db.url)
-			for i := 1; i <= 4; i++ {
-				mustCLI(t, "credits", "grant", "books", fmt.Sprint(i), "--db", db.url)
-			}
+			// Six events, each witnessed by the command that made it.
+			id := makeBooks(t, db)
 			witnessed, ok, err := witness.Dir(wdir).Read(id)
 			if err != nil || !ok || witnessed.Seq != 6 {
 				t.Fatalf("witness before the rewrite: got %+v (found %v, %v), want seq 6", witnessed, ok, err)
