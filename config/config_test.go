@@ -210,7 +210,7 @@ func TestLoadFileWrongForms(t *testing.T) {
 		{"nested element", "broker:\n  operations:\n    - name: a\n      params:\n        - {name: q, max_length: long}\n", `:5: broker.operations[0].params[0].max_length: want an integer, got "long"`},
 		{"mapping for the tools", "tools: {a: b}\n", `:1: tools: want the path of a tools file or directory, or a list of tools, got a mapping`},
 		{"unknown key", "lisen: x\n", `:1: unknown key "lisen" (did you mean listen?)`},
-		{"unknown nested key", "broker:\n  operations:\n    - {name: x, secret: y}\n", `:3: broker.operations[0]: unknown key "secret" (known: name, method, url, params, json_body, credential, header, prefix)`},
+		{"unknown nested key", "broker:\n  operations:\n    - {name: x, secret: y}\n", `:3: broker.operations[0]: unknown key "secret" (known: name, method, url, params, json_body, credential, header, prefix, response_headers)`},
 		{"old key", "runc_path: /usr/sbin/runc\n", `:1: unknown key "runc_path" (did you mean runc?)`},
 		{"repeated key", "listen: a\nlisten: b\n", `:2: key "listen" is given twice`},
 		{"not a mapping", "- listen\n", `:1: a configuration file is a mapping of keys such as listen: and data_dir:`},
