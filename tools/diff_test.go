@@ -80,7 +80,7 @@ func TestDiff(t *testing.T) {
 				slices.Reverse(t.Egress.Allow)
 				t.Limits.Timeout = t.EffectiveLimits().Timeout
 				t.Limits.Pids = 128
-				t.Filesystem.ScratchLifetime = LifetimeSession
+				t.Filesystem.ScratchLifetime = LifetimeInvocation
 				t.Source = "moved.yaml:1"
 			},
 		},

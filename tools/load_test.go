@@ -142,7 +142,7 @@ func TestLoadDecodesEveryField(t *testing.T) {
 		t.Errorf("got accept_risk %+v", sql.AcceptRisk)
 	}
 	web, _ := set.Get("web-summariser")
-	if web.Filesystem.ScratchLifetime != LifetimeSession || !web.AllowsRuntime("node") {
+	if web.Filesystem.ScratchLifetime != LifetimeInvocation || !web.AllowsRuntime("node") {
 		t.Errorf("got %+v", web)
 	}
 }

@@ -101,11 +101,7 @@ func filesystemLine(c canonicalRecord) string {
 	for _, m := range c.Filesystem.Mounts {
 		parts = append(parts, fmt.Sprintf("`%s` read-only at `%s`", m.Source, m.Target))
 	}
-	life := "destroyed with the sandbox after each invocation"
-	if c.Filesystem.ScratchLifetime == LifetimeSession {
-		life = "kept for the session, destroyed with its sandbox"
-	}
-	parts = append(parts, fmt.Sprintf("writable scratch `/tmp` %s, %s", sandbox.FormatSize(c.Filesystem.ScratchBytes), life))
+	parts = append(parts, fmt.Sprintf("writable scratch `/tmp` %s, destroyed with the sandbox after each invocation", sandbox.FormatSize(c.Filesystem.ScratchBytes)))
 	parts = append(parts, "root filesystem read-only")
 	return strings.Join(parts, "; ")
 }

@@ -23,8 +23,7 @@ func fetcher() Tool {
 		InputTrust: Untrusted,
 		Tier:       sandbox.TierGVisor,
 		Filesystem: Filesystem{
-			Mounts:          []sandbox.Mount{{Source: "/var/lib/stockade/data/wheels", Target: "/data/wheels"}},
-			ScratchLifetime: LifetimeSession,
+			Mounts: []sandbox.Mount{{Source: "/var/lib/stockade/data/wheels", Target: "/data/wheels"}},
 		},
 		Egress:      Egress{Allow: []string{"pypi.org", "*.pythonhosted.org"}, Ports: []int{443}},
 		Credentials: []string{"pypi.upload"},
@@ -109,7 +108,7 @@ func TestRecordContents(t *testing.T) {
 		{"every line", fetcher(), []string{
 			"runtimes: python",
 			"`/var/lib/stockade/data/wheels` read-only at `/data/wheels`",
-			"kept for the session",
+			"destroyed with the sandbox after each invocation",
 			"- **Egress allowlist:** `*.pythonhosted.org`, `pypi.org` on port 443, through the egress proxy",
 			"- **Credentials reachable:** broker operations `pypi.upload`",
 			"| wall clock | 2m per execution |",

@@ -51,14 +51,12 @@ const (
 // Lifetime says how long a tool's writable scratch (the /tmp tmpfs) lives.
 type Lifetime string
 
-const (
-	// LifetimeInvocation: the scratch is destroyed with the sandbox after
-	// each invocation. This is the zero value's meaning.
-	LifetimeInvocation Lifetime = "invocation"
-	// LifetimeSession: the scratch lives as long as the session's sandbox,
-	// which serves exactly one session and is then destroyed.
-	LifetimeSession Lifetime = "session"
-)
+// LifetimeInvocation is the only lifetime there is: the scratch is
+// destroyed with the sandbox after each invocation. It is the zero value's
+// meaning. "session" is refused (RuleScratch) until sessions exist: every
+// invocation runs in a fresh sandbox, so a record saying its scratch is kept
+// for a session would promise what does not happen.
+const LifetimeInvocation Lifetime = "invocation"
 
 // Tool is one code-executing tool and its isolation record. Values come from
 // Load (validated) or Default; a Tool built by hand must pass Validate before

@@ -218,9 +218,11 @@ func validateTool(t Tool, opts Options, root dataRoot) Problems {
 	}
 
 	switch t.Filesystem.ScratchLifetime {
-	case "", LifetimeInvocation, LifetimeSession:
+	case "", LifetimeInvocation:
+	case "session":
+		add(RuleScratch, "scratch lifetime session is not supported: there are no sessions yet, every invocation runs in a fresh sandbox whose /tmp is destroyed with it; write lifetime: invocation or leave it out")
 	default:
-		add(RuleScratch, "unknown scratch lifetime %q (known: invocation, session)", t.Filesystem.ScratchLifetime)
+		add(RuleScratch, "unknown scratch lifetime %q (known: invocation)", t.Filesystem.ScratchLifetime)
 	}
 
 	targets := map[string]bool{}
