@@ -233,7 +233,10 @@ type Request struct {
 	// Driver overrides the tool's tier with a driver by name. Only the
 	// operator (the CLI) sets it, never an invocation from the API.
 	Driver string
-	// Limits override the tool's limits and the defaults where set.
+	// Limits override the tool's limits and the defaults where set. The
+	// tool's limits are also the most an invocation (Validate, Run) may
+	// ask for: a field above its counterpart there is refused, as one above
+	// the engine's ceiling is.
 	Limits sandbox.Limits
 	// Network asks for egress to the tool's allowlist, through the egress
 	// proxy. The caller must have approved it (the service's approval
@@ -281,7 +284,23 @@ func (e *Engine) Validate(req Request) (tools.Tool, sandbox.Driver, image.Runtim
 	if err := checkInput(req); err != nil {
 		return tools.Tool{}, nil, image.Runtime{}, err
 	}
-	return e.resolve(req)
+	tool, drv, rt, err := e.resolve(req)
+	if err == nil {
+		err = checkRecordLimits(tool, req.Limits)
+	}
+	if err != nil {
+		return tools.Tool{}, nil, image.Runtime{}, err
+	}
+	return tool, drv, rt, nil
+}
+
+// checkRecordLimits refuses limits above the tool's record: the record
+// bounds every invocation of the tool.
+func checkRecordLimits(tool tools.Tool, l sandbox.Limits) error {
+	if err := l.Check(tool.Limits); err != nil {
+		return fmt.Errorf("tool %q's record bounds what an invocation may ask for: %w", tool.Name, err)
+	}
+	return nil
 }
 
 // checkInput checks the code and stdin of an invocation.
@@ -330,6 +349,10 @@ func (e *Engine) resolve(req Request) (tools.Tool, sandbox.Driver, image.Runtime
 	return tool, drv, rt, nil
 }
 
+// Limits returns the limits a sandbox of the tool gets when the request
+// sets none: the tool's record, then the engine's defaults.
+func (e *Engine) Limits(t tools.Tool) sandbox.Limits { return t.Limits.WithDefaults(e.defaults) }
+
 // Session is a sandbox created for one request's tool, with what it was
 // created from. The caller must Destroy it.
 type Session struct {
@@ -349,6 +372,9 @@ type Session struct {
 // NewSession creates the sandbox req's tool (or req.Driver) calls for, with
 // the record's mounts and limits, without running anything: the caller
 // Execs in it and must Destroy it. req.Code and req.Stdin are not used.
+// Unlike Validate and Run, it holds req.Limits to the engine's ceiling
+// only, not to the record's: the blast-radius audit gives its probe the
+// time and output it needs, whatever the record allows, and says so.
 func (e *Engine) NewSession(ctx context.Context, req Request) (*Session, error) {
 	tool, drv, rt, err := e.resolve(req)
 	if err != nil {
@@ -369,7 +395,7 @@ func (e *Engine) NewSession(ctx context.Context, req Request) (*Session, error) 
 	if err != nil {
 		return nil, fmt.Errorf("tool %q: %v: %w", tool.Name, err, errdefs.ErrFailedPrecondition)
 	}
-	limits := req.Limits.WithDefaults(tool.Limits).WithDefaults(e.defaults)
+	limits := req.Limits.WithDefaults(e.Limits(tool))
 	spec := sandbox.Spec{Image: img, Limits: limits, Mounts: append(mounts, req.ExtraMounts...), Labels: req.Labels}
 	var net *netns.Egress
 	if req.Network || len(tool.Credentials) > 0 {
@@ -397,7 +423,7 @@ func (e *Engine) NewSession(ctx context.Context, req Request) (*Session, error) 
 // error means the run could not happen (bad request, missing image or
 // runtime, driver failure).
 func (e *Engine) Run(ctx context.Context, req Request) (*Result, error) {
-	if err := checkInput(req); err != nil {
+	if _, _, _, err := e.Validate(req); err != nil {
 		return nil, err
 	}
 	sb, err := e.NewSession(ctx, req)

@@ -651,8 +651,10 @@ func (s *Service) Invoke(ctx context.Context, p Principal, req InvokeRequest, o 
 	// Shape errors (unknown runtime, empty or oversized code) are the
 	// caller's mistakes, not decisions, and are answered before the policy.
 	// A tool's record refusing the runtime is a decision (recorded below);
-	// other validation errors are the caller's mistakes.
-	tool, drv, _, verr := s.eng.Validate(Request{Runtime: req.Runtime, Tool: req.Tool, Code: []byte(req.Code), Stdin: []byte(req.Stdin)})
+	// other validation errors (a timeout above the tool's limit too) are the
+	// caller's mistakes.
+	tool, drv, _, verr := s.eng.Validate(Request{Runtime: req.Runtime, Tool: req.Tool, Code: []byte(req.Code), Stdin: []byte(req.Stdin),
+		Limits: sandbox.Limits{Timeout: timeout}})
 	if verr != nil && !errdefs.IsPermissionDenied(verr) {
 		return nil, verr
 	}
@@ -677,7 +679,7 @@ func (s *Service) Invoke(ctx context.Context, p Principal, req InvokeRequest, o 
 	}
 	d := policy.Decide(pol, policy.Request{Capability: contract.CodeExecute, Runtime: req.Runtime, Timeout: timeout, Network: network}, s.eng.Ceiling().Timeout)
 	if timeout == 0 {
-		timeout = min(s.eng.defaults.Timeout, d.MaxTimeout)
+		timeout = min(s.eng.Limits(tool).Timeout, d.MaxTimeout)
 	}
 	// The request is stored as it came, which a retry must match: the
 	// timeout the policy gives one that names none is the approval card's

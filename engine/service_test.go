@@ -35,8 +35,9 @@ type serviceEnv struct {
 }
 
 // newServiceEnv starts the service with o over st (a fresh SQLite store
-// when nil) and drv. pol is the workspace's policy.
-func newServiceEnv(t *testing.T, st store.Store, drv *fakeDriver, pol store.Policy, o ServiceOptions) *serviceEnv {
+// when nil) and drv, with an engine built with engOpts. pol is the
+// workspace's policy.
+func newServiceEnv(t *testing.T, st store.Store, drv *fakeDriver, pol store.Policy, o ServiceOptions, engOpts ...Option) *serviceEnv {
 	t.Helper()
 	ctx := t.Context()
 	if st == nil {
@@ -56,7 +57,7 @@ func newServiceEnv(t *testing.T, st store.Store, drv *fakeDriver, pol store.Poli
 	if err != nil {
 		t.Fatal(err)
 	}
-	eng, err := New(map[string]sandbox.Driver{drv.name: drv}, drv.name, fakeImages{}, sandbox.DefaultLimits(), sandbox.DefaultCeiling())
+	eng, err := New(map[string]sandbox.Driver{drv.name: drv}, drv.name, fakeImages{}, sandbox.DefaultLimits(), sandbox.DefaultCeiling(), engOpts...)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,0 +1,110 @@
+package engine
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stockade-sh/stockade/errdefs"
+	"github.com/stockade-sh/stockade/sandbox"
+	"github.com/stockade-sh/stockade/tools"
+)
+
+// boundedTool is a tool whose record limits its sandboxes to 10 s and
+// 256 MiB.
+func boundedTool(t *testing.T) Option {
+	t.Helper()
+	file := filepath.Join(t.TempDir(), "tools.yaml")
+	if err := os.WriteFile(file, []byte(`
+tools:
+  - name: report
+    input_trust: trusted
+    tier: gvisor
+    limits: {timeout: 10s, memory: 256MiB}
+`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	set, err := tools.Load(file, tools.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return WithTools(set, tools.Options{})
+}
+
+// TestRecordLimitsAreCeilings checks that a tool's record limits are the
+// most a request may ask for, not only defaults: a request above one is
+// refused naming the tool and the limit, and one that asks for nothing
+// gets the record's.
+func TestRecordLimitsAreCeilings(t *testing.T) {
+	drv := &fakeDriver{name: "gvisor", tier: sandbox.TierGVisor}
+	eng, err := New(map[string]sandbox.Driver{"gvisor": drv}, "gvisor", fakeImages{}, sandbox.DefaultLimits(), sandbox.DefaultCeiling(), boundedTool(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name    string
+		limits  sandbox.Limits
+		refusal string // in the error; empty when the request is allowed
+	}{
+		{"nothing asked", sandbox.Limits{}, ""},
+		{"at the record's limits", sandbox.Limits{Timeout: 10 * time.Second, Memory: 256 << 20}, ""},
+		{"below them", sandbox.Limits{Timeout: 5 * time.Second, Memory: 128 << 20}, ""},
+		{"more time", sandbox.Limits{Timeout: 20 * time.Second}, "timeout 20s is above the ceiling of 10s"},
+		{"more memory", sandbox.Limits{Memory: 1 << 30}, "memory 1024 MiB is above the ceiling of 256 MiB"},
+		{"a limit the record leaves to the server", sandbox.Limits{Pids: 512}, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, _, _, err := eng.Validate(Request{Runtime: "python", Tool: "report", Code: []byte("print(1)"), Limits: tt.limits})
+			if tt.refusal == "" {
+				if err != nil {
+					t.Fatalf("Validate: got %v, want it allowed", err)
+				}
+				return
+			}
+			if !errdefs.IsInvalidArgument(err) || !strings.Contains(err.Error(), `tool "report"`) || !strings.Contains(err.Error(), tt.refusal) {
+				t.Fatalf("Validate: got %v, want an invalid argument naming tool \"report\" and %q", err, tt.refusal)
+			}
+			if _, err := eng.Run(t.Context(), Request{Runtime: "python", Tool: "report", Code: []byte("print(1)"), Limits: tt.limits}); !errdefs.IsInvalidArgument(err) {
+				t.Errorf("Run: got %v, want the same refusal", err)
+			}
+		})
+	}
+	if _, err := eng.Run(t.Context(), Request{Runtime: "python", Tool: "report", Code: []byte("print(1)")}); err != nil {
+		t.Fatal(err)
+	}
+	got := drv.specs[len(drv.specs)-1].Limits
+	if got.Timeout != 10*time.Second || got.Memory != 256<<20 {
+		t.Errorf("sandbox limits of a request asking for nothing: got timeout %s memory %d, want the record's 10s and 256 MiB", got.Timeout, got.Memory)
+	}
+}
+
+// TestInvokeAboveRecordLimits checks the same through the capability
+// layer: a timeout_ms above the tool's limit is the caller's mistake
+// (400), refused before anything is admitted, and an invocation naming no
+// timeout runs with the record's, not the server's default.
+func TestInvokeAboveRecordLimits(t *testing.T) {
+	drv := &fakeDriver{name: "gvisor", tier: sandbox.TierGVisor}
+	env := newServiceEnv(t, nil, drv, noApprovalPolicy(), ServiceOptions{}, boundedTool(t))
+	_, err := env.svc.Invoke(t.Context(), env.agent, InvokeRequest{Runtime: "python", Code: "print(1)", Tool: "report", TimeoutMS: 20000}, InvokeOptions{})
+	if !errdefs.IsInvalidArgument(err) || !strings.Contains(err.Error(), `tool "report"`) || !strings.Contains(err.Error(), "10s") {
+		t.Fatalf("timeout_ms 20000: got %v, want an invalid argument naming the tool and its 10s", err)
+	}
+	if n := env.chainLength(t); n != 0 {
+		t.Errorf("audit events after the refusal: got %d, want none (nothing was decided)", n)
+	}
+	inv, err := env.svc.Invoke(t.Context(), env.agent, InvokeRequest{Runtime: "python", Code: "print(1)", Tool: "report"}, InvokeOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ex, err := env.svc.Wait(t.Context(), env.agent, inv.Execution.ID, 10*time.Second); err != nil || !ex.Status.Terminal() {
+		t.Fatalf("Wait: got %+v, %v", ex, err)
+	}
+	drv.mu.Lock()
+	defer drv.mu.Unlock()
+	if got := drv.specs[len(drv.specs)-1].Limits.Timeout; got != 10*time.Second {
+		t.Errorf("wall clock of an invocation naming none: got %s, want the record's 10s", got)
+	}
+}
