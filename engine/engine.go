@@ -258,7 +258,9 @@ type Request struct {
 	ExtraMounts []sandbox.Mount
 }
 
-// Result is a finished invocation, in the shape of the wire format.
+// Result is a finished invocation, in the shape of the wire format. Signal
+// is the signal that ended the program, 0 when none was observed (it
+// exited, or Stockade ended the run: see EndedBy).
 type Result struct {
 	Status          sandbox.Status `json:"status"`
 	ExitCode        int            `json:"exit_code"`
@@ -272,7 +274,17 @@ type Result struct {
 	PeakMemoryBytes int64          `json:"peak_memory_bytes"`
 	Driver          string         `json:"driver"`
 	Runtime         string         `json:"runtime"`
+	// EndedBy is set when Stockade itself ended the run before the
+	// program did (status killed): EndedByShutdown.
+	EndedBy string `json:"ended_by,omitempty"`
 }
+
+// The values of Result.EndedBy.
+const (
+	// EndedByShutdown: the daemon stopped while the code ran, and
+	// destroyed its sandbox.
+	EndedByShutdown = "daemon_shutdown"
+)
 
 // ProgramEnv is the whole environment of the code: a PATH into the image,
 // so that shell code can call its tools by name, and nothing else.

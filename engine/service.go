@@ -862,7 +862,10 @@ func (s *Service) run(e store.Execution, timeout time.Duration, t *ticket) {
 	out := outputChunks{keep: sandbox.DefaultLimits().OutputCap, publish: func(st sandbox.Stream, p []byte) {
 		s.hub.publish(e.ID, StreamEvent{Type: st.String(), Data: mustJSON(map[string]string{"data": string(p)})})
 	}}
-	var driver string // once the run has started
+	var (
+		driver  string // once the run has started
+		started time.Time
+	)
 	res, err := s.eng.Run(ctx, Request{
 		Runtime: req.Runtime, Tool: req.Tool, Code: []byte(req.Code), Stdin: []byte(req.Stdin), Network: network,
 		Limits: sandbox.Limits{Timeout: timeout},
@@ -873,7 +876,7 @@ func (s *Service) run(e store.Execution, timeout time.Duration, t *ticket) {
 			if _, err := s.st.StartExecution(ctx, e.ID, d); err != nil {
 				return err
 			}
-			driver = d
+			driver, started = d, time.Now()
 			s.hub.publish(e.ID, StreamEvent{Type: "started", Data: mustJSON(map[string]string{"execution_id": e.ID, "driver": d})})
 			return nil
 		},
@@ -883,10 +886,12 @@ func (s *Service) run(e store.Execution, timeout time.Duration, t *ticket) {
 	if err != nil && driver != "" && ctx.Err() != nil {
 		// The daemon stopped while the code ran: the run was killed after
 		// it launched, and is charged as any launched run, with the output
-		// it had made.
+		// it had made. No exit and no signal was observed: the sandbox was
+		// destroyed under the program, which EndedBy says.
 		stdout, stderr := out.kept[sandbox.Stdout], out.kept[sandbox.Stderr]
-		r := Result{Status: sandbox.StatusKilled, ExitCode: -1, Signal: 9, Stdout: string(stdout.data), Stderr: string(stderr.data),
-			StdoutTruncated: stdout.truncated, StderrTruncated: stderr.truncated, Driver: driver, Runtime: req.Runtime}
+		r := Result{Status: sandbox.StatusKilled, ExitCode: -1, Stdout: string(stdout.data), Stderr: string(stderr.data),
+			StdoutTruncated: stdout.truncated, StderrTruncated: stderr.truncated, DurationMS: time.Since(started).Milliseconds(),
+			Driver: driver, Runtime: req.Runtime, EndedBy: EndedByShutdown}
 		finish(store.Outcome{Status: store.StatusKilled, Driver: driver,
 			Result: mustJSON(struct {
 				Result

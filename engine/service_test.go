@@ -723,15 +723,18 @@ func TestCloseDuringARun(t *testing.T) {
 		t.Fatal(err)
 	}
 	var res struct {
-		Status string `json:"status"`
-		Stdout string `json:"stdout"`
-		Error  string `json:"error"`
+		Result
+		Error string `json:"error"`
 	}
 	if err := json.Unmarshal(ex.Result, &res); err != nil {
 		t.Fatal(err)
 	}
 	if ex.Status != store.StatusKilled || res.Stdout != "partial output" || !strings.Contains(res.Error, "daemon stopped") {
 		t.Errorf("execution: got %s with result %s, want killed with the output so far", ex.Status, ex.Result)
+	}
+	// Nobody saw a signal: the sandbox was destroyed under the program.
+	if res.Signal != 0 || res.EndedBy != EndedByShutdown {
+		t.Errorf("result: got signal %d ended_by %q, want no signal and ended_by %q", res.Signal, res.EndedBy, EndedByShutdown)
 	}
 	if c, err := env.st.GetCredits(ctx, env.ws.ID); err != nil || c.Available != 8 || c.Reserved != 0 {
 		t.Errorf("credits: got %+v, %v; want 8 available, none reserved (the launched run charged)", c, err)
