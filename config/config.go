@@ -138,7 +138,8 @@ type Config struct {
 	MaxQueue int `yaml:"max_queue"`
 	// ApprovalTTL is how long approval requests stay pending.
 	ApprovalTTL time.Duration `yaml:"approval_ttl"`
-	// CreditsPerInvocation is the flat price of an invocation.
+	// CreditsPerInvocation is the flat price of an invocation; zero means
+	// free. Left out of the file, it keeps the default (2).
 	CreditsPerInvocation int64 `yaml:"credits_per_invocation"`
 }
 

@@ -36,8 +36,9 @@ const (
 // ServiceOptions configure the capability layer. Zero fields take the
 // documented defaults.
 type ServiceOptions struct {
-	// CreditsPerInvocation is charged for each invocation that ran; default 2.
-	CreditsPerInvocation int64
+	// CreditsPerInvocation is charged for each invocation that ran; nil
+	// means 2, and zero means free (nothing is reserved or charged).
+	CreditsPerInvocation *int64
 	// ApprovalTTL is how long an approval request stays pending; default 10 min.
 	ApprovalTTL time.Duration
 	// MaxConcurrent bounds the sandboxes running at once; default 4.
@@ -77,6 +78,7 @@ type Service struct {
 	eng   *Engine
 	st    store.Store
 	opts  ServiceOptions
+	price int64 // *opts.CreditsPerInvocation
 	log   *slog.Logger
 	hub   *hub
 	slots *admission
@@ -113,8 +115,8 @@ type Service struct {
 // NewService returns the capability layer over eng and st. Call Start
 // before serving and Close when done.
 func NewService(eng *Engine, st store.Store, o ServiceOptions) *Service {
-	if o.CreditsPerInvocation == 0 {
-		o.CreditsPerInvocation = 2
+	if o.CreditsPerInvocation == nil {
+		o.CreditsPerInvocation = new(int64(2))
 	}
 	if o.ApprovalTTL == 0 {
 		o.ApprovalTTL = 10 * time.Minute
@@ -142,7 +144,7 @@ func NewService(eng *Engine, st store.Store, o ServiceOptions) *Service {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &Service{
-		eng: eng, st: st, opts: o, log: o.Logger, hub: newHub(),
+		eng: eng, st: st, opts: o, price: *o.CreditsPerInvocation, log: o.Logger, hub: newHub(),
 		slots: newAdmission(o.MaxConcurrent, o.MaxQueue), drift: newDrift(),
 		ctx: ctx, cancel: cancel,
 		egressEvents: make(chan store.NewEvent, 1024), runs: map[string]*runAudit{},
@@ -688,7 +690,7 @@ func (s *Service) Invoke(ctx context.Context, p Principal, req InvokeRequest, o 
 	ne := store.NewExecution{
 		ID: o.ExecutionID, WorkspaceID: p.WorkspaceID, KeyID: p.KeyID, Runtime: req.Runtime, Tool: tool.Name,
 		Request: mustJSON(req), InputSHA256: InputHash(req.Runtime, req.Code), IdempotencyKey: o.IdempotencyKey,
-		Credits: s.opts.CreditsPerInvocation,
+		Credits: s.price,
 	}
 	if o.IdempotencyKey != "" {
 		// A retry was decided with its first request: it must not be
@@ -775,7 +777,7 @@ func (s *Service) Invoke(ctx context.Context, p Principal, req InvokeRequest, o 
 	if err != nil {
 		ticket.release()
 		if errdefs.IsResourceExhausted(err) {
-			return deny("insufficient_credits", fmt.Sprintf("insufficient credits: an invocation costs %d", s.opts.CreditsPerInvocation), errdefs.ErrPaymentRequired)
+			return deny("insufficient_credits", fmt.Sprintf("insufficient credits: an invocation costs %d", s.price), errdefs.ErrPaymentRequired)
 		}
 		return nil, fmt.Errorf("admitting execution: %w", err)
 	}
@@ -841,7 +843,7 @@ func (s *Service) run(e store.Execution, timeout time.Duration, t *ticket) {
 			}
 			credits := int64(0)
 			if o.Status.Charged() && !fin.StartedAt.IsZero() {
-				credits = s.opts.CreditsPerInvocation
+				credits = s.price
 			}
 			s.opts.Observer.Invocation(o.Status, fin.Driver, ran, credits)
 		}
@@ -956,7 +958,7 @@ func (s *Service) finishExecution(ctx context.Context, o store.Outcome) (fin sto
 func (s *Service) finishedEvent(o store.Outcome) store.NewEvent {
 	data := map[string]any{"status": o.Status, "driver": o.Driver, "result_sha256": sha256Hex(o.Result), "credits": int64(0)}
 	if o.Status.Charged() {
-		data["credits"] = s.opts.CreditsPerInvocation
+		data["credits"] = s.price
 	}
 	if o.ExitCode != nil {
 		data["exit_code"] = *o.ExitCode

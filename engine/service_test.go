@@ -358,7 +358,7 @@ func TestApprovalExpiryIsAuditedWithIt(t *testing.T) {
 func TestChainFingerprintsTheRun(t *testing.T) {
 	ctx := t.Context()
 	drv := &fakeDriver{name: "gvisor", tier: sandbox.TierGVisor}
-	env := newServiceEnv(t, nil, drv, noApprovalPolicy(), ServiceOptions{CreditsPerInvocation: 3})
+	env := newServiceEnv(t, nil, drv, noApprovalPolicy(), ServiceOptions{CreditsPerInvocation: new(int64(3))})
 	req := InvokeRequest{Runtime: "python", Code: "print(1)", Stdin: "some input"}
 	inv, err := env.svc.Invoke(ctx, env.agent, req, InvokeOptions{})
 	if err != nil {

@@ -110,7 +110,7 @@ func serve(ctx context.Context, listen, db string, cfg config.Config) error {
 	defer st.Close()
 	metrics := api.NewMetrics()
 	svc := engine.NewService(eng, st, engine.ServiceOptions{
-		CreditsPerInvocation: cfg.CreditsPerInvocation, ApprovalTTL: cfg.ApprovalTTL,
+		CreditsPerInvocation: new(cfg.CreditsPerInvocation), ApprovalTTL: cfg.ApprovalTTL,
 		MaxConcurrent: cfg.MaxConcurrent, MaxQueue: cfg.MaxQueue, Observer: metrics, Logger: log,
 		Owner: owner(cfg.StateDir), Witness: witness.Dir(cmp.Or(cfg.AuditWitness, witness.Default(db))),
 	})

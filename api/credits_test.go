@@ -1,0 +1,27 @@
+package api_test
+
+import (
+	"net/http"
+	"testing"
+
+	"github.com/stockade-sh/stockade/engine"
+	"github.com/stockade-sh/stockade/store"
+)
+
+// TestFreeInvocations checks that a price of zero credits means free, not
+// the default price: a run leaves the balance as it was, reserves nothing
+// and charges nothing.
+func TestFreeInvocations(t *testing.T) {
+	forEachStore(t, func(t *testing.T, b backend) {
+		e := newEnv(t, b, envConfig{policy: noApproval, credits: 10, svc: engine.ServiceOptions{CreditsPerInvocation: new(int64(0))}})
+		v := e.invoke(engine.InvokeRequest{Runtime: "python", Code: "print(1)"}).want(t, http.StatusOK).execution(t)
+		if v.Status != string(store.StatusSucceeded) {
+			t.Fatalf("execution: got %s (%s), want succeeded", v.Status, v.Result)
+		}
+		e.wantCredits(10, 0)
+		if tc := e.toolCall(v.ID); tc.CreditsCharged != 0 {
+			t.Errorf("tool_calls row: got %d credits charged, want 0", tc.CreditsCharged)
+		}
+		wantLedger(t, e, map[store.LedgerKind]int{store.LedgerGrant: 1})
+	})
+}
