@@ -46,7 +46,7 @@ type Engine struct {
 	defaults      sandbox.Limits
 	ceiling       sandbox.Limits
 	tools         *tools.Set
-	toolOpts      tools.Options
+	mounts        *tools.MountChecker
 	egress        *egressHost // nil: no sandbox gets network
 	log           *slog.Logger
 
@@ -63,7 +63,7 @@ type Option func(*Engine)
 // WithTools makes the engine run invocations as the tools of set, whose
 // mounts are resolved with opts. Without it only the default tool exists.
 func WithTools(set *tools.Set, opts tools.Options) Option {
-	return func(e *Engine) { e.tools, e.toolOpts = set, opts }
+	return func(e *Engine) { e.tools, e.mounts = set, tools.NewMountChecker(opts) }
 }
 
 // WithLogger makes the engine log to l; without it, slog.Default().
@@ -87,11 +87,12 @@ func New(drivers map[string]sandbox.Driver, defaultDriver string, images Images,
 	}
 	if e.tools == nil {
 		// The default tool runs on the default driver's tier.
-		set, err := tools.Load("", tools.Options{DefaultTier: drv.Capabilities().Tier})
+		opts := tools.Options{DefaultTier: drv.Capabilities().Tier}
+		set, err := tools.Load("", opts)
 		if err != nil {
 			return nil, err
 		}
-		e.tools = set
+		e.tools, e.mounts = set, tools.NewMountChecker(opts)
 	}
 	if err := e.checkCredentials(); err != nil {
 		return nil, err
@@ -401,9 +402,10 @@ func (e *Engine) NewSession(ctx context.Context, req Request) (*Session, error) 
 	if err != nil {
 		return nil, err
 	}
-	// The record's mounts are resolved again now, so that a symlink
-	// swapped in since the tools were loaded is caught.
-	mounts, err := tools.ResolveMounts(tool, e.toolOpts)
+	// The record's mounts are resolved and checked again now, so that a
+	// symlink swapped in since the tools were loaded, or a socket or a
+	// credentials directory put below a mount, is caught.
+	mounts, err := e.mounts.Resolve(tool)
 	if err != nil {
 		return nil, fmt.Errorf("tool %q: %v: %w", tool.Name, err, errdefs.ErrFailedPrecondition)
 	}

@@ -6,7 +6,6 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 
 	"github.com/stockade-sh/stockade/sandbox"
@@ -57,36 +56,15 @@ func resolveDataRoot(dir string) dataRoot {
 	return dataRoot{clean: clean, resolved: resolved}
 }
 
-// ResolveMounts checks the tool's mounts again, now, and returns them with
-// each source replaced by its symlink-free path under the data root. The
-// engine binds exactly these, read-only, so that a symlink swapped in after
-// the tools were loaded cannot widen the tool's filesystem scope. Any problem
-// is returned as Problems.
+// ResolveMounts checks the tool's mounts again, now, the trees below them
+// included, and returns them with each source replaced by its symlink-free
+// path under the data root. The engine binds exactly these, read-only, so
+// that a symlink swapped in after the tools were loaded cannot widen the
+// tool's filesystem scope, nor a socket or credentials directory put below
+// a mount since be exposed. Any problem is returned as Problems. It walks
+// each tree whole; a MountChecker remembers them between runs.
 func ResolveMounts(t Tool, opts Options) ([]sandbox.Mount, error) {
-	if len(t.Filesystem.Mounts) == 0 {
-		return nil, nil
-	}
-	root := resolveDataRoot(opts.DataRoot)
-	if root.err != "" {
-		return nil, Problems{{Source: t.Source, Tool: t.Name, Rule: RuleDataRoot, Message: root.err}}
-	}
-	var ps Problems
-	ms := make([]sandbox.Mount, 0, len(t.Filesystem.Mounts))
-	for i, m := range t.Filesystem.Mounts {
-		resolved, mps := checkMount(m, root)
-		if len(mps) > 0 {
-			for _, p := range mps {
-				p.Source, p.Tool = t.mountSource(i), t.Name
-				ps = append(ps, p)
-			}
-			continue
-		}
-		ms = append(ms, sandbox.Mount{Source: resolved, Target: filepath.Clean(m.Target)})
-	}
-	if len(ps) > 0 {
-		return nil, ps
-	}
-	return ms, nil
+	return NewMountChecker(opts).Resolve(t)
 }
 
 // checkMount applies the mount rules to m and returns the resolved source,
@@ -160,40 +138,6 @@ func checkSource(m sandbox.Mount, root dataRoot) (string, *Problem) {
 		}
 	}
 	return resolved, nil
-}
-
-// maxTreeEntries bounds checkTree's walk of a mounted directory.
-const maxTreeEntries = 100000
-
-// checkTree walks the directory tree a mount source resolved to (src as the
-// record names it) and returns a problem for a unix socket or a credentials
-// directory anywhere below it: a read-only bind still lets the sandbox
-// connect to a socket and read every credential. It runs when records are
-// loaded, not at each run (the walk of a large tree takes a while), and
-// stops after maxTreeEntries entries.
-func checkTree(dir, src string) *Problem {
-	var found *Problem
-	n := 0
-	_ = filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
-		if err != nil || p == dir {
-			return nil // unreadable parts are the sandbox's problem too; the top was checked
-		}
-		if n++; n > maxTreeEntries {
-			return filepath.SkipAll
-		}
-		rel, _ := filepath.Rel(dir, p)
-		shown := filepath.Join(src, rel)
-		switch {
-		case d.Type()&fs.ModeSocket != 0:
-			found = &Problem{Rule: RuleMountSocket, Message: fmt.Sprintf("mount source %s contains the unix socket %s; sockets are never mounted", src, shown)}
-		case d.IsDir() && slices.ContainsFunc(credentialDirs, func(c string) bool { return strings.HasSuffix("/"+rel, "/"+c) }):
-			found = &Problem{Rule: RuleMountCredentials, Message: fmt.Sprintf("mount source %s contains %s; credentials are never mounted", src, shown)}
-		default:
-			return nil
-		}
-		return filepath.SkipAll
-	})
-	return found
 }
 
 // credentialDirs are directories that hold credentials wherever they are.

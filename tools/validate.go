@@ -83,6 +83,7 @@ const (
 	RuleMountSymlinkEscape     = "mount-symlink-escape"
 	RuleMountMissing           = "mount-source-missing"
 	RuleMountTarget            = "mount-target"
+	RuleMountTooLarge          = "mount-too-large"
 	RuleEgress                 = "egress"
 	RuleEgressUnsupported      = "egress-unsupported"
 	RuleCredentials            = "credentials"
