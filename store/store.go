@@ -194,8 +194,23 @@ type Executions interface {
 	// tool_invocations row and settles its open reservation: committed when
 	// o.Status.Charged() and the execution had started, released otherwise.
 	// An execution that already ended is ErrConflict, and so is one awaiting
-	// approval: it ends through DecideApproval or ExpireApprovals.
+	// approval: it ends through DecideApproval, ExpireApprovals or
+	// CancelExecution.
 	FinishExecution(ctx context.Context, o Outcome) (Execution, error)
+	// CancelExecution ends an execution that has not started, in one
+	// transaction (the transition ExecutionStatus.Cancel names): awaiting
+	// approval or queued, it becomes cancelled, its reservation is released
+	// (nothing is charged), its pending approval request is closed as
+	// cancelled, its tool_calls and tool_invocations rows are written, and
+	// the events c.Audit gives are appended. c.By must be the key that
+	// invoked or an active admin key of the workspace (ErrPermissionDenied
+	// otherwise). A running execution is ErrFailedPrecondition: only the
+	// engine that runs it can end it, by destroying its sandbox, and it
+	// records that end with FinishExecution (killed, charged as the
+	// launched run it was). One that already ended is ErrConflict and
+	// changes nothing; an unknown one, or one of another workspace, is
+	// ErrNotFound.
+	CancelExecution(ctx context.Context, c Cancellation) (Execution, error)
 	// GetExecution returns ErrNotFound for an unknown id or one of another
 	// workspace.
 	GetExecution(ctx context.Context, workspaceID, executionID string) (Execution, error)
@@ -477,13 +492,16 @@ const (
 	StatusDenied           ExecutionStatus = "denied"
 	StatusApprovalExpired  ExecutionStatus = "approval_expired"
 	StatusLaunchFailed     ExecutionStatus = "launch_failed"
+	// StatusCancelled: the key that invoked (or an admin) cancelled it
+	// before it started.
+	StatusCancelled ExecutionStatus = "cancelled"
 )
 
 // ExecutionStatuses lists every status.
 var ExecutionStatuses = []ExecutionStatus{
 	StatusQueued, StatusAwaitingApproval, StatusRunning, StatusSucceeded, StatusFailed,
 	StatusTimedOut, StatusOOMKilled, StatusKilled, StatusDenied, StatusApprovalExpired,
-	StatusLaunchFailed,
+	StatusLaunchFailed, StatusCancelled,
 }
 
 // Valid reports whether s is one of the statuses.
@@ -502,14 +520,30 @@ func (s ExecutionStatus) Terminal() bool {
 }
 
 // Charged reports whether an execution that started and ended in s is
-// charged: it ran in a sandbox, whatever its exit. Launch failures, denials
-// and expiries are never charged.
+// charged: it ran in a sandbox, whatever its exit. Launch failures, denials,
+// expiries and cancellations are never charged.
 func (s ExecutionStatus) Charged() bool {
 	switch s {
 	case StatusSucceeded, StatusFailed, StatusTimedOut, StatusOOMKilled, StatusKilled:
 		return true
 	}
 	return false
+}
+
+// Cancel is the transition of an execution in s that is cancelled: to is
+// the status it ends in and ok is false when it has already ended (a
+// cancel changes nothing then). Awaiting approval or queued, it ends
+// cancelled, uncharged, and the store makes it so (CancelExecution);
+// running, its sandbox is destroyed and it ends killed, charged as the
+// launched run it was, which the engine running it records.
+func (s ExecutionStatus) Cancel() (to ExecutionStatus, ok bool) {
+	switch s {
+	case StatusAwaitingApproval, StatusQueued:
+		return StatusCancelled, true
+	case StatusRunning:
+		return StatusKilled, true
+	}
+	return s, false
 }
 
 // NewExecution is the input of CreateExecution.
@@ -656,10 +690,13 @@ const (
 	ApprovalApproved ApprovalStatus = "approved"
 	ApprovalDenied   ApprovalStatus = "denied"
 	ApprovalExpired  ApprovalStatus = "expired"
+	// ApprovalCancelled: its execution was cancelled (CancelExecution)
+	// before anyone decided; Reason says by whom.
+	ApprovalCancelled ApprovalStatus = "cancelled"
 )
 
 // Approval is one approval request. DecidedBy and DecidedAt are empty while
-// pending and for expired requests.
+// pending and for expired and cancelled requests.
 type Approval struct {
 	ID          string
 	ExecutionID string
@@ -684,6 +721,24 @@ type Decision struct {
 	// Audit events are appended in the same transaction, with WorkspaceID and
 	// ExecutionID set to the execution's.
 	Audit []NewEvent
+}
+
+// Cancellation is the input of CancelExecution.
+type Cancellation struct {
+	WorkspaceID string
+	ExecutionID string
+	// By is the cancelling API key's id.
+	By string
+	// Reason is kept on the closed approval request; it may be empty.
+	Reason string
+	// Result is the execution's result document (JSON); it may be nil.
+	Result json.RawMessage
+	// Audit, when not nil, gives the events to append for the execution
+	// as it was when the cancel found it (awaiting approval or queued),
+	// in the same transaction, with WorkspaceID and ExecutionID set to the
+	// execution's. It runs inside that transaction, so it must be quick
+	// and must not use the Store.
+	Audit func(from Execution) []NewEvent
 }
 
 // NewEvent is the input of AppendEvent.

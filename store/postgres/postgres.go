@@ -77,7 +77,11 @@ var _ store.Store = (*Store)(nil)
 
 // Open connects to c.DSN and applies the embedded migrations. The caller
 // must Close the Store.
-func Open(ctx context.Context, c Config) (*Store, error) {
+func Open(ctx context.Context, c Config) (*Store, error) { return open(ctx, c, 0) }
+
+// open is Open applying the migrations up to version upTo only, or all of
+// them for 0: the upgrade test makes a database of an older schema with it.
+func open(ctx context.Context, c Config, upTo int) (*Store, error) {
 	if err := c.Validate(); err != nil {
 		return nil, err
 	}
@@ -103,7 +107,7 @@ func Open(ctx context.Context, c Config) (*Store, error) {
 	b := &backend{pool: pool}
 	ms, err := sqlstore.LoadMigrations(migrations, "migrations")
 	if err == nil {
-		err = sqlstore.Migrate(ctx, b, ms, migrationLock, now())
+		err = sqlstore.Migrate(ctx, b, sqlstore.UpTo(ms, upTo), migrationLock, nil, now())
 	}
 	if err != nil {
 		pool.Close()

@@ -230,3 +230,16 @@ func TestClaimLostAndTakenAgain(t *testing.T) {
 		t.Fatalf("Check once another daemon holds the claim: got %v, want a conflict", err)
 	}
 }
+
+// TestUpgrade opens a database made by the first schema with every
+// migration (storetest.Upgrade).
+func TestUpgrade(t *testing.T) {
+	dsn := freshSchema(t, testDSN(t))
+	storetest.Upgrade(t, func(t *testing.T) store.Store {
+		st, err := postgres.OpenAt(t.Context(), postgres.Config{DSN: dsn}, 1)
+		if err != nil {
+			t.Fatalf("OpenAt(1): %v", err)
+		}
+		return st // Upgrade closes it
+	}, func(t *testing.T) store.Store { return open(t, dsn) })
+}

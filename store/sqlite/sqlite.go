@@ -77,7 +77,11 @@ var _ store.Store = (*Store)(nil)
 
 // Open opens (creating if needed) the database at c.Path and applies the
 // embedded migrations. The caller must Close the Store.
-func Open(ctx context.Context, c Config) (*Store, error) {
+func Open(ctx context.Context, c Config) (*Store, error) { return open(ctx, c, 0) }
+
+// open is Open applying the migrations up to version upTo only, or all of
+// them for 0: the upgrade test makes a database of an older schema with it.
+func open(ctx context.Context, c Config, upTo int) (*Store, error) {
 	if err := c.Validate(); err != nil {
 		return nil, err
 	}
@@ -124,15 +128,49 @@ func Open(ctx context.Context, c Config) (*Store, error) {
 	reader.SetMaxIdleConns(c.Readers)
 
 	b := newBackend(c.Path, writer, reader)
-	ms, err := sqlstore.LoadMigrations(migrations, "migrations")
-	if err == nil {
-		err = sqlstore.Migrate(ctx, b, ms, "", now())
-	}
-	if err != nil {
+	if err := migrate(ctx, b, upTo, now()); err != nil {
 		b.Close()
 		return nil, fmt.Errorf("migrating sqlite database %s: %w", c.Path, classify(err))
 	}
 	return &Store{Store: sqlstore.New(b, now), writer: writer}, nil
+}
+
+// migrate applies the embedded migrations. A migration that changes a
+// table's constraints rebuilds the table, which SQLite allows only with
+// foreign keys off (PRAGMA foreign_keys is a no-op inside a transaction,
+// and dropping a table that others reference would otherwise fail): they
+// are turned off on the writer's one connection around the migration, and
+// every foreign key is checked before it commits.
+func migrate(ctx context.Context, b *backend, upTo int, now time.Time) error {
+	ms, err := sqlstore.LoadMigrations(migrations, "migrations")
+	if err != nil {
+		return err
+	}
+	if _, err := b.writer.ExecContext(ctx, "PRAGMA foreign_keys = OFF"); err != nil {
+		return fmt.Errorf("turning foreign keys off for the migration: %w", err)
+	}
+	err = sqlstore.Migrate(ctx, b, sqlstore.UpTo(ms, upTo), "", checkForeignKeys, now)
+	if _, ferr := b.writer.ExecContext(context.WithoutCancel(ctx), "PRAGMA foreign_keys = ON"); ferr != nil {
+		// The connection must not serve the store without them.
+		return errors.Join(err, fmt.Errorf("turning foreign keys on again: %w", ferr))
+	}
+	return err
+}
+
+// checkForeignKeys fails when any row references a row that is not there.
+func checkForeignKeys(ctx context.Context, q sqlstore.Querier) error {
+	var (
+		table, parent string
+		rowid, fk     int64
+	)
+	err := q.QueryRow(ctx, "PRAGMA foreign_key_check").Scan(&table, &rowid, &parent, &fk)
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		return nil
+	case err != nil:
+		return fmt.Errorf("checking foreign keys: %w", err)
+	}
+	return fmt.Errorf("a migration left row %d of %s referencing a missing row of %s: %w", rowid, table, parent, errdefs.ErrFailedPrecondition)
 }
 
 // UnsafeExec runs a statement on the writer connection, outside the store's

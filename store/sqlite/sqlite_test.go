@@ -168,3 +168,23 @@ func TestClaimDaemon(t *testing.T) {
 	}
 	storetest.ClaimDaemon(t, sts[0], sts[1])
 }
+
+// TestUpgrade opens a database made by the first schema with every
+// migration (storetest.Upgrade).
+func TestUpgrade(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "stockade.db")
+	storetest.Upgrade(t, func(t *testing.T) store.Store {
+		st, err := sqlite.OpenAt(t.Context(), sqlite.Config{Path: path}, 1)
+		if err != nil {
+			t.Fatalf("OpenAt(1): %v", err)
+		}
+		return st // Upgrade closes it
+	}, func(t *testing.T) store.Store {
+		st, err := sqlite.Open(t.Context(), sqlite.Config{Path: path})
+		if err != nil {
+			t.Fatalf("Open: %v", err)
+		}
+		t.Cleanup(func() { st.Close() })
+		return st
+	})
+}

@@ -53,12 +53,27 @@ func LoadMigrations(fsys fs.FS, dir string) ([]Migration, error) {
 	return ms, nil
 }
 
+// UpTo returns the migrations of ms up to version v, or ms for 0.
+func UpTo(ms []Migration, v int) []Migration {
+	if v == 0 {
+		return ms
+	}
+	var out []Migration
+	for _, m := range ms {
+		if m.Version <= v {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
 // Migrate applies the migrations not yet recorded in schema_migrations, in
 // one transaction. lock, when not empty, is run first in that transaction to
-// keep two processes from migrating at once. A database that records a
-// version this binary does not know was migrated by a newer Stockade and is
-// refused with ErrFailedPrecondition.
-func Migrate(ctx context.Context, b Backend, ms []Migration, lock string, now time.Time) error {
+// keep two processes from migrating at once; check, when not nil, runs last
+// in it once a migration was applied, and an error from it undoes them all.
+// A database that records a version this binary does not know was migrated
+// by a newer Stockade and is refused with ErrFailedPrecondition.
+func Migrate(ctx context.Context, b Backend, ms []Migration, lock string, check func(context.Context, Querier) error, now time.Time) error {
 	return b.InTx(ctx, func(q Querier) error {
 		if lock != "" {
 			if _, err := q.Exec(ctx, lock); err != nil {
@@ -88,6 +103,7 @@ func Migrate(ctx context.Context, b Backend, ms []Migration, lock string, now ti
 			return fmt.Errorf("the database is at schema version %d, newer than this binary's %d; upgrade Stockade: %w",
 				applied[len(applied)-1], known, errdefs.ErrFailedPrecondition)
 		}
+		applies := false
 		for _, m := range ms {
 			if done[m.Version] {
 				continue
@@ -99,6 +115,10 @@ func Migrate(ctx context.Context, b Backend, ms []Migration, lock string, now ti
 				m.Version, m.Name, now.UTC().Format(time.RFC3339Nano)); err != nil {
 				return fmt.Errorf("recording migration %s: %w", m.Name, err)
 			}
+			applies = true
+		}
+		if applies && check != nil {
+			return check(ctx, q)
 		}
 		return nil
 	})
