@@ -97,6 +97,7 @@ func (s *server) routes() []route {
 	rs := []route{
 		{"POST /v1/executions", s.auth(s.createExecution)},
 		{"GET /v1/executions/{id}", s.auth(s.getExecution)},
+		{"POST /v1/executions/{id}/cancel", s.auth(s.cancelExecution)},
 		{"GET /v1/approvals", s.auth(s.listApprovals)},
 		{"POST /v1/approvals/{id}/approve", s.auth(s.decide(true))},
 		{"POST /v1/approvals/{id}/deny", s.auth(s.decide(false))},
@@ -487,9 +488,9 @@ func (s *server) listApprovals(w http.ResponseWriter, r *http.Request, p engine.
 	if v := r.URL.Query().Get("status"); v != "" {
 		st := store.ApprovalStatus(v)
 		switch st {
-		case store.ApprovalPending, store.ApprovalApproved, store.ApprovalDenied, store.ApprovalExpired:
+		case store.ApprovalPending, store.ApprovalApproved, store.ApprovalDenied, store.ApprovalExpired, store.ApprovalCancelled:
 		default:
-			writeError(w, fmt.Errorf("status=%q: expected pending, approved, denied or expired: %w", v, errdefs.ErrInvalidArgument))
+			writeError(w, fmt.Errorf("status=%q: expected pending, approved, denied, expired or cancelled: %w", v, errdefs.ErrInvalidArgument))
 			return
 		}
 		f.Statuses = []store.ApprovalStatus{st}

@@ -24,6 +24,10 @@ const (
 	ExecutionFinishedCode  = "EXE001I"
 	ExecutionRecovered     = "execution.recovered"
 	ExecutionRecoveredCode = "EXE002W"
+	// ExecutionCancelled is an execution cancelled by the key that
+	// invoked it or an admin key; its data is ExecutionCancelledData.
+	ExecutionCancelled     = "execution.cancelled"
+	ExecutionCancelledCode = "EXE003I"
 
 	ToolRegistered         = "tool.registered"
 	ToolRegisteredCode     = "TOL001I"
@@ -58,3 +62,19 @@ const (
 	KeyRevoked           = "key.revoked"
 	KeyRevokedCode       = "ADM005I"
 )
+
+// ExecutionCancelledData is the data of an ExecutionCancelled event, in
+// the chain with the cancel it records (one transaction).
+type ExecutionCancelledData struct {
+	// From is the status the execution was cancelled in:
+	// awaiting_approval, queued or running.
+	From string `json:"from"`
+	// To is the status it ended in: cancelled, or killed for a running
+	// one, whose sandbox was destroyed.
+	To string `json:"to"`
+	// Credits is what the execution was charged: 0, or the price of an
+	// invocation for a running one (it launched).
+	Credits int64 `json:"credits"`
+	// ApprovalID is the approval request the cancel closed, if any.
+	ApprovalID string `json:"approval_id,omitempty"`
+}

@@ -276,7 +276,7 @@ type Result struct {
 	Driver          string         `json:"driver"`
 	Runtime         string         `json:"runtime"`
 	// EndedBy is set when Stockade itself ended the run before the
-	// program did (status killed): EndedByShutdown.
+	// program did (status killed): EndedByShutdown or EndedByCancel.
 	EndedBy string `json:"ended_by,omitempty"`
 }
 
@@ -285,6 +285,9 @@ const (
 	// EndedByShutdown: the daemon stopped while the code ran, and
 	// destroyed its sandbox.
 	EndedByShutdown = "daemon_shutdown"
+	// EndedByCancel: the execution was cancelled while the code ran, and
+	// its sandbox destroyed.
+	EndedByCancel = "cancel"
 )
 
 // ProgramEnv is the whole environment of the code: a PATH into the image,

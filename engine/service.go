@@ -104,6 +104,10 @@ type Service struct {
 	// broker's events.
 	runsMu sync.Mutex
 	runs   map[string]*runAudit
+	// live maps each dispatched execution, until its run has ended, to the
+	// cancel of its run's context, which Cancel calls with a cancellation.
+	liveMu sync.Mutex
+	live   map[string]context.CancelCauseFunc
 
 	// claim is the store's daemon claim, taken by Start.
 	claim store.DaemonClaim
@@ -147,7 +151,7 @@ func NewService(eng *Engine, st store.Store, o ServiceOptions) *Service {
 		eng: eng, st: st, opts: o, price: *o.CreditsPerInvocation, log: o.Logger, hub: newHub(),
 		slots: newAdmission(o.MaxConcurrent, o.MaxQueue), drift: newDrift(),
 		ctx: ctx, cancel: cancel,
-		egressEvents: make(chan store.NewEvent, 1024), runs: map[string]*runAudit{},
+		egressEvents: make(chan store.NewEvent, 1024), runs: map[string]*runAudit{}, live: map[string]context.CancelCauseFunc{},
 	}
 	eng.SetEgressObserver(s.egressDecision)
 	eng.SetBrokerObserver(s.brokerCall)
@@ -817,18 +821,28 @@ func (s *Service) dispatch(e store.Execution, timeout time.Duration, t *ticket) 
 		t.release()
 		return
 	}
+	ctx, cancel := context.WithCancelCause(s.ctx)
+	s.liveMu.Lock()
+	s.live[e.ID] = cancel
+	s.liveMu.Unlock()
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
 		defer t.release()
-		s.run(e, timeout, t)
+		defer func() {
+			s.liveMu.Lock()
+			delete(s.live, e.ID)
+			s.liveMu.Unlock()
+			cancel(nil)
+		}()
+		s.run(ctx, e, timeout, t)
 	}()
 }
 
 // run executes one admitted execution, with the timeout it was admitted
-// with, and records its outcome.
-func (s *Service) run(e store.Execution, timeout time.Duration, t *ticket) {
-	ctx := s.ctx
+// with, and records its outcome. ctx ends when the service closes or the
+// execution is cancelled (its cause is then a *cancellation).
+func (s *Service) run(ctx context.Context, e store.Execution, timeout time.Duration, t *ticket) {
 	finish := func(o store.Outcome) {
 		o.ExecutionID = e.ID
 		o.Audit = append(o.Audit, s.finishedEvent(o))
@@ -855,6 +869,10 @@ func (s *Service) run(e store.Execution, timeout time.Duration, t *ticket) {
 		return
 	}
 	if err := t.wait(ctx); err != nil {
+		if c := cancellationOf(ctx); c != nil {
+			s.endUnstarted(e, c)
+			return
+		}
 		finish(store.Outcome{Status: store.StatusLaunchFailed, Result: errorResult(err)})
 		return
 	}
@@ -885,21 +903,35 @@ func (s *Service) run(e store.Execution, timeout time.Duration, t *ticket) {
 		OnOutput: out.add,
 	})
 	out.flush()
+	c := cancellationOf(ctx)
 	if err != nil && driver != "" && ctx.Err() != nil {
-		// The daemon stopped while the code ran: the run was killed after
-		// it launched, and is charged as any launched run, with the output
-		// it had made. No exit and no signal was observed: the sandbox was
-		// destroyed under the program, which EndedBy says.
+		// The daemon stopped, or the execution was cancelled, while the
+		// code ran: the run was killed after it launched, and is charged as
+		// any launched run, with the output it had made. No exit and no
+		// signal was observed: the sandbox was destroyed under the program,
+		// which EndedBy says.
 		stdout, stderr := out.kept[sandbox.Stdout], out.kept[sandbox.Stderr]
 		r := Result{Status: sandbox.StatusKilled, ExitCode: -1, Stdout: string(stdout.data), Stderr: string(stderr.data),
 			StdoutTruncated: stdout.truncated, StderrTruncated: stderr.truncated, DurationMS: time.Since(started).Milliseconds(),
 			Driver: driver, Runtime: req.Runtime, EndedBy: EndedByShutdown}
-		finish(store.Outcome{Status: store.StatusKilled, Driver: driver,
-			Result: mustJSON(struct {
-				Result
-				Error string `json:"error"`
-			}{r, "killed: the daemon stopped during the run"}),
-			Stdout: stdout.data, Stderr: stderr.data, StdoutTruncated: stdout.truncated, StderrTruncated: stderr.truncated})
+		why := "killed: the daemon stopped during the run"
+		o := store.Outcome{Status: store.StatusKilled, Driver: driver,
+			Stdout: stdout.data, Stderr: stderr.data, StdoutTruncated: stdout.truncated, StderrTruncated: stderr.truncated}
+		if c != nil {
+			r.EndedBy, why = EndedByCancel, "killed: "+c.Error()
+			o.Audit = []store.NewEvent{s.cancelledEvent(c, store.StatusRunning, store.StatusKilled, s.price, "")}
+		}
+		o.Result = mustJSON(struct {
+			Result
+			Error string `json:"error"`
+		}{r, why})
+		finish(o)
+		return
+	}
+	if err != nil && driver == "" && (c != nil || errdefs.IsConflict(err)) {
+		// Cancelled before the code ran: CancelExecution ended it (its
+		// start was refused), or ends it now.
+		s.endUnstarted(e, c)
 		return
 	}
 	if err != nil {
@@ -918,6 +950,136 @@ func (s *Service) run(e store.Execution, timeout time.Duration, t *ticket) {
 		o.ExitCode = &exit
 	}
 	finish(o)
+}
+
+// cancellation is the cause of a run's context when its execution is
+// cancelled.
+type cancellation struct {
+	by     string // the cancelling key's id
+	reason string
+}
+
+func (c *cancellation) Error() string {
+	if c.reason == "" {
+		return "cancelled by key " + c.by
+	}
+	return fmt.Sprintf("cancelled by key %s: %s", c.by, c.reason)
+}
+
+// cancellationOf returns the cancellation that ended ctx, or nil.
+func cancellationOf(ctx context.Context) *cancellation {
+	var c *cancellation
+	if errors.As(context.Cause(ctx), &c) {
+		return c
+	}
+	return nil
+}
+
+// cancelledEvent is the audit event of a cancel of an execution in from,
+// which ends in to and is charged credits.
+func (s *Service) cancelledEvent(c *cancellation, from, to store.ExecutionStatus, credits int64, approvalID string) store.NewEvent {
+	return store.NewEvent{Type: audit.ExecutionCancelled, Code: audit.ExecutionCancelledCode, Actor: c.by, Reason: c.Error(),
+		Data: mustJSON(audit.ExecutionCancelledData{From: string(from), To: string(to), Credits: credits, ApprovalID: approvalID})}
+}
+
+// endUnstarted ends an execution whose run stopped before its code ran
+// because it was cancelled (c, or nil when its start found it ended).
+// CancelExecution has normally ended it already; if its start was recorded
+// meanwhile, it ends cancelled here, charged nothing, since no code ran.
+func (s *Service) endUnstarted(e store.Execution, c *cancellation) {
+	defer s.hub.finish(e.ID)
+	ctx := context.WithoutCancel(s.ctx)
+	cur, err := s.st.GetExecution(ctx, e.WorkspaceID, e.ID)
+	if err != nil || cur.Status.Terminal() || c == nil {
+		return
+	}
+	_, err = s.finishExecution(ctx, store.Outcome{ExecutionID: e.ID, Status: store.StatusCancelled, Result: errorResult(c),
+		Audit: []store.NewEvent{s.cancelledEvent(c, cur.Status, store.StatusCancelled, 0, "")}})
+	if err != nil && !errdefs.IsConflict(err) {
+		s.log.Error("recording a cancel", "execution", e.ID, "err", err)
+		return
+	}
+	s.opts.Observer.Invocation(store.StatusCancelled, "", 0, 0)
+}
+
+// cancelWait bounds how long Cancel waits for a running execution's
+// sandbox to be destroyed and its end recorded.
+const cancelWait = 30 * time.Second
+
+// Cancel cancels execution id of p's workspace, which only the key that
+// invoked it or an admin key of the workspace may (ErrPermissionDenied
+// otherwise), and returns it as it ended. Awaiting approval or queued, it
+// ends cancelled: its reservation is released, its approval request
+// closed, nothing charged. Running, its sandbox is destroyed and it ends
+// killed, charged as the launched run it was, with the output it had made;
+// Cancel waits for that (up to cancelWait). An execution that has already
+// ended is returned as it is, unchanged: cancelling is idempotent. The
+// cancel is audited (execution.cancelled) with the transition it caused.
+func (s *Service) Cancel(ctx context.Context, p Principal, id, reason string) (store.Execution, error) {
+	e, err := s.st.GetExecution(ctx, p.WorkspaceID, id)
+	if err != nil {
+		return e, err
+	}
+	if e.KeyID != p.KeyID && p.Role != store.RoleAdmin {
+		return store.Execution{}, fmt.Errorf("only the key that invoked an execution or an admin key may cancel it: %w", errdefs.ErrPermissionDenied)
+	}
+	c := &cancellation{by: p.KeyID, reason: reason}
+	to, live := e.Status.Cancel()
+	if !live {
+		return e, nil
+	}
+	if to == store.StatusCancelled {
+		var from store.ExecutionStatus // as the cancel found it
+		ex, err := s.st.CancelExecution(ctx, store.Cancellation{WorkspaceID: p.WorkspaceID, ExecutionID: id, By: p.KeyID,
+			Reason: reason, Result: errorResult(c), Audit: func(f store.Execution) []store.NewEvent {
+				from = f.Status
+				closes := "" // the approval request the cancel closes
+				if from == store.StatusAwaitingApproval {
+					closes = f.ApprovalID
+				}
+				return []store.NewEvent{s.cancelledEvent(c, from, store.StatusCancelled, 0, closes)}
+			}})
+		switch {
+		case err == nil:
+			// A queued execution's run stops waiting for its slot or
+			// launching: its start is refused now.
+			s.stopRun(id, c)
+			if from == store.StatusAwaitingApproval {
+				s.opts.Observer.ApprovalsPending(-1)
+			}
+			s.opts.Observer.Invocation(store.StatusCancelled, "", 0, 0)
+			s.hub.finish(id)
+			return ex, nil
+		case errdefs.IsConflict(err):
+			// It ended meanwhile (decided, expired, cancelled, run).
+			return s.st.GetExecution(ctx, p.WorkspaceID, id)
+		case !errdefs.IsFailedPrecondition(err):
+			return store.Execution{}, err
+		}
+		// It started meanwhile: it is killed as a running one.
+	}
+	if !s.stopRun(id, c) {
+		// Its run ended since it was read, or it runs on no run of this
+		// daemon (another daemon serving the same database, against the
+		// daemon claim).
+		if e, err = s.st.GetExecution(ctx, p.WorkspaceID, id); err != nil || e.Status.Terminal() {
+			return e, err
+		}
+		return store.Execution{}, fmt.Errorf("execution %s is running, but not on this daemon; retry: %w", id, errdefs.ErrUnavailable)
+	}
+	return s.Wait(ctx, p, id, cancelWait)
+}
+
+// stopRun cancels the run of a dispatched execution with c, and reports
+// whether it had one.
+func (s *Service) stopRun(id string, c *cancellation) bool {
+	s.liveMu.Lock()
+	cancel := s.live[id]
+	s.liveMu.Unlock()
+	if cancel != nil {
+		cancel(c)
+	}
+	return cancel != nil
 }
 
 // storeRetries are the pauses between attempts of a write that must not be
