@@ -14,7 +14,10 @@ import (
 
 // toolEvent is the data of tool.registered, tool.changed and tool.removed
 // events. They live in the unattributed chain (workspace ""): tools are
-// configuration of the whole daemon.
+// configuration of the whole daemon. A tool.changed event is also copied
+// into every workspace's chain (store.AppendBroadcast), since any workspace
+// may run the tool and its approvers must see the change, a review
+// required above all, among their workspace's events.
 type toolEvent struct {
 	Tool                string          `json:"tool"`
 	Fingerprint         string          `json:"fingerprint"`
@@ -23,6 +26,15 @@ type toolEvent struct {
 	Diff                []string        `json:"diff,omitempty"`
 	Growth              []string        `json:"growth,omitempty"`
 	ReviewRequired      bool            `json:"review_required,omitempty"`
+	// Source, in a workspace's copy, is the event of the unattributed
+	// chain it copies.
+	Source *eventRef `json:"source,omitempty"`
+}
+
+// eventRef names an event of another chain by its place and hash.
+type eventRef struct {
+	Seq  int64  `json:"seq"`
+	Hash string `json:"hash"`
 }
 
 // reviewEvent is the data of tool.review_approved, in a workspace's chain.
@@ -137,7 +149,17 @@ func (s *Service) recordTools(ctx context.Context) error {
 }
 
 func (s *Service) appendToolEvent(ctx context.Context, typ, code, reason string, ev toolEvent) error {
-	_, err := s.st.AppendEvent(ctx, store.NewEvent{Type: typ, Code: code, Actor: "system", Reason: reason, Data: mustJSON(ev)})
+	ne := store.NewEvent{Type: typ, Code: code, Actor: "system", Reason: reason, Data: mustJSON(ev)}
+	var err error
+	if typ == audit.ToolChanged {
+		_, err = s.st.AppendBroadcast(ctx, ne, func(orig store.Event) store.NewEvent {
+			c := ev
+			c.Source = &eventRef{Seq: orig.Seq, Hash: orig.Hash}
+			return store.NewEvent{Type: typ, Code: code, Actor: "system", Reason: reason, Data: mustJSON(c)}
+		})
+	} else {
+		_, err = s.st.AppendEvent(ctx, ne)
+	}
 	if err != nil {
 		return fmt.Errorf("auditing tool %q: %w", ev.Tool, err)
 	}

@@ -142,6 +142,28 @@ func TestToolDrift(t *testing.T) {
 	if !c.ReviewRequired || len(c.Growth) == 0 || !strings.Contains(strings.Join(c.Diff, "\n"), "evil.example.net") {
 		t.Errorf("change event: got %+v, want review_required with the added domain in the diff", c)
 	}
+	// Every workspace's approvers see the change among their events: a
+	// copy in each chain, naming the daemon's event it copies.
+	head, err := st.ChainHead(ctx, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ws := range []store.Workspace{reviewWS, flagWS} {
+		var copies []toolEvent
+		if err := eachEvent(ctx, st, ws.ID, []string{audit.ToolChanged}, func(e store.Event) bool {
+			var te toolEvent
+			if err := json.Unmarshal(e.Data, &te); err != nil {
+				t.Fatal(err)
+			}
+			copies = append(copies, te)
+			return true
+		}); err != nil {
+			t.Fatal(err)
+		}
+		if len(copies) != 1 || !copies[0].ReviewRequired || copies[0].Source == nil || copies[0].Source.Seq != head.Seq || copies[0].Source.Hash != head.Hash {
+			t.Errorf("tool.changed in workspace %s: got %+v, want one copy of the daemon's event %d", ws.Name, copies, head.Seq)
+		}
+	}
 	err = invoke(svc, strictAgent)
 	if !errdefs.IsPermissionDenied(err) || !strings.Contains(err.Error(), "re-approve") {
 		t.Errorf("require_review workspace, changed tool: got %v, want a denial asking for re-approval", err)

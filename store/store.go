@@ -275,6 +275,16 @@ type Audit interface {
 	// AppendEvent appends one event to e.WorkspaceID's chain and returns it
 	// with its Seq and hashes. A non-empty unknown workspace is ErrNotFound.
 	AppendEvent(ctx context.Context, e NewEvent) (Event, error)
+	// AppendBroadcast appends e to the unattributed chain and, in the same
+	// transaction, the event copyOf makes of it (as stored, with its Seq
+	// and hashes) to the chain of every workspace there is, and returns
+	// the unattributed one. It is for a change of the whole daemon that
+	// every workspace must act on (a tool's record changed: its approvers
+	// re-approve it), which each workspace then reads among its own
+	// events, while each chain still links only its own events.
+	// e.WorkspaceID must be empty (ErrInvalidArgument). copyOf runs inside
+	// the transaction, so it must be quick and must not use the Store.
+	AppendBroadcast(ctx context.Context, e NewEvent, copyOf func(Event) NewEvent) (Event, error)
 	// ListEvents pages through a workspace's events, newest (highest Seq)
 	// first.
 	ListEvents(ctx context.Context, workspaceID string, f EventFilter) (Page[Event], error)

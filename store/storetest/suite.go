@@ -72,6 +72,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"CancelWho", testCancelWho},
 		{"AuditAppendAndList", testAuditAppend},
 		{"AuditUnitOfWork", testAuditUnitOfWork},
+		{"AuditBroadcast", testAuditBroadcast},
 		{"AdminChangesAuditedWithThem", testAdminAudit},
 		{"AuditConcurrentAppendsDoNotFork", testAuditConcurrent},
 		{"AuditTamperUpdate", testTamperUpdate},

@@ -29,6 +29,47 @@ func (s *Store) AppendEvent(ctx context.Context, e store.NewEvent) (store.Event,
 	return out[0], nil
 }
 
+// AppendBroadcast implements store.Audit. The workspaces are read in the
+// transaction, in id order, and their chain heads locked in that order, so
+// that two broadcasts cannot deadlock.
+func (s *Store) AppendBroadcast(ctx context.Context, e store.NewEvent, copyOf func(store.Event) store.NewEvent) (store.Event, error) {
+	if e.WorkspaceID != "" {
+		return store.Event{}, fmt.Errorf("broadcasting a %s event: it belongs to the unattributed chain, not workspace %q: %w", e.Type, e.WorkspaceID, errdefs.ErrInvalidArgument)
+	}
+	if err := checkEvent(e); err != nil {
+		return store.Event{}, fmt.Errorf("broadcasting an audit event: %w", err)
+	}
+	var out store.Event
+	err := s.inTx(ctx, func(q Querier) error {
+		evs, err := s.appendEvents(ctx, q, "", e.ExecutionID, []store.NewEvent{e})
+		if err != nil {
+			return err
+		}
+		out = evs[0]
+		ids, err := queryAll(ctx, q, func(r Row) (string, error) {
+			var id string
+			return id, r.Scan(&id)
+		}, `SELECT id FROM workspaces ORDER BY id`)
+		if err != nil {
+			return err
+		}
+		for _, id := range ids {
+			c := copyOf(out)
+			if err := checkEvent(c); err != nil {
+				return err
+			}
+			if _, err := s.appendEvents(ctx, q, id, c.ExecutionID, []store.NewEvent{c}); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return store.Event{}, fmt.Errorf("broadcasting a %s event to every workspace: %w", e.Type, err)
+	}
+	return out, nil
+}
+
 // appendEvents links events into workspaceID's chain, overriding their
 // workspace and execution ids. It locks the chain head for the rest of the
 // transaction, which is what serialises appends per workspace: a concurrent
