@@ -28,23 +28,30 @@ import (
 )
 
 // daemon is the capability layer in this process, as `stockade serve` wires
-// it: services over one store, each behind the HTTP API on its own loopback
-// listener, and one workspace (approval none, credits granted) whose agent
-// key the benchmark invokes with.
+// it: services, each behind the HTTP API on its own loopback listener and
+// over a database of its own (a database serves one daemon at a time: the
+// store's daemon claim refuses a second service), each database holding one
+// workspace (approval none, credits granted) whose agent key the benchmark
+// invokes with.
 type daemon struct {
-	st     store.Store
-	key    string
-	client *http.Client
-	log    *slog.Logger
+	dbURL   string // a PostgreSQL server, or empty for SQLite in dir
+	dir     string
+	credits int64
+	client  *http.Client
+	log     *slog.Logger
 	// closers run in reverse order on close.
 	closers []func()
 }
 
-// openDaemon opens the store at dbURL (empty: SQLite in dir; postgres://:
-// a fresh schema of that database, dropped on close) and creates the
-// workspace with credits for the whole run.
-func openDaemon(ctx context.Context, dbURL, dir string, credits int64) (_ *daemon, err error) {
-	d := &daemon{
+// target is one service: its base URL and the agent key of its workspace.
+type target struct{ url, key string }
+
+// openDaemon returns a daemon whose services each get a database of dbURL
+// (empty: SQLite in dir; postgres://: a fresh schema of that database,
+// dropped on close) with credits for the whole run.
+func openDaemon(dbURL, dir string, credits int64) *daemon {
+	return &daemon{
+		dbURL: dbURL, dir: dir, credits: credits,
 		log: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
 		client: &http.Client{Transport: &http.Transport{
 			// Every client of the throughput runs keeps its connection.
@@ -52,40 +59,43 @@ func openDaemon(ctx context.Context, dbURL, dir string, credits int64) (_ *daemo
 			IdleConnTimeout:     time.Minute,
 		}},
 	}
-	defer func() {
-		if err != nil {
-			d.close()
+}
+
+// openStore opens the database of the service called name and creates its
+// workspace, returning the store and the agent key.
+func (d *daemon) openStore(ctx context.Context, name string) (store.Store, string, error) {
+	dbURL := "sqlite:" + filepath.Join(d.dir, name+".db")
+	if d.dbURL != "" {
+		var err error
+		if dbURL, err = d.freshSchema(ctx, d.dbURL); err != nil {
+			return nil, "", err
 		}
-	}()
-	if dbURL == "" {
-		dbURL = "sqlite:" + filepath.Join(dir, "stockade.db")
-	} else if dbURL, err = d.freshSchema(ctx, dbURL); err != nil {
-		return nil, err
 	}
-	if d.st, err = storeopen.Open(ctx, dbURL); err != nil {
-		return nil, fmt.Errorf("opening the store: %w", err)
-	}
-	d.closers = append(d.closers, func() { d.st.Close() })
-	ws, err := d.st.CreateWorkspace(ctx, "bench", nil)
+	st, err := storeopen.Open(ctx, dbURL)
 	if err != nil {
-		return nil, fmt.Errorf("creating the workspace: %w", err)
+		return nil, "", fmt.Errorf("opening the store: %w", err)
 	}
-	d.key = "sk_bench_" + rand.Text()
-	if _, err := d.st.CreateAPIKey(ctx, store.NewAPIKey{WorkspaceID: ws.ID, Role: store.RoleAgent, Hash: store.HashKey(d.key), Name: "bench"}); err != nil {
-		return nil, fmt.Errorf("creating the agent key: %w", err)
-	}
-	p, err := d.st.GetPolicy(ctx, ws.ID)
+	d.closers = append(d.closers, func() { st.Close() })
+	ws, err := st.CreateWorkspace(ctx, "bench", nil)
 	if err != nil {
-		return nil, fmt.Errorf("reading the policy: %w", err)
+		return nil, "", fmt.Errorf("creating the workspace: %w", err)
+	}
+	key := "sk_bench_" + rand.Text()
+	if _, err := st.CreateAPIKey(ctx, store.NewAPIKey{WorkspaceID: ws.ID, Role: store.RoleAgent, Hash: store.HashKey(key), Name: "bench"}); err != nil {
+		return nil, "", fmt.Errorf("creating the agent key: %w", err)
+	}
+	p, err := st.GetPolicy(ctx, ws.ID)
+	if err != nil {
+		return nil, "", fmt.Errorf("reading the policy: %w", err)
 	}
 	p.Approval = store.ApprovalNone
-	if _, err := d.st.SetPolicy(ctx, ws.ID, p, nil); err != nil {
-		return nil, fmt.Errorf("setting the policy: %w", err)
+	if _, err := st.SetPolicy(ctx, ws.ID, p, nil); err != nil {
+		return nil, "", fmt.Errorf("setting the policy: %w", err)
 	}
-	if _, err := d.st.GrantCredits(ctx, ws.ID, credits, "benchmark", nil); err != nil {
-		return nil, fmt.Errorf("granting credits: %w", err)
+	if _, err := st.GrantCredits(ctx, ws.ID, d.credits, "benchmark", nil); err != nil {
+		return nil, "", fmt.Errorf("granting credits: %w", err)
 	}
-	return d, nil
+	return st, key, nil
 }
 
 // freshSchema creates an empty schema in the PostgreSQL database at dsn,
@@ -123,19 +133,23 @@ func (d *daemon) freshSchema(ctx context.Context, dsn string) (string, error) {
 	return u.String(), nil
 }
 
-// serve starts a service over eng and the daemon's store, serves it on a
-// fresh loopback listener and returns the base URL.
-func (d *daemon) serve(ctx context.Context, eng *engine.Engine, o engine.ServiceOptions) (string, error) {
+// serve starts a service over eng and a database of its own, named after
+// o.Owner, serves it on a fresh loopback listener and returns it.
+func (d *daemon) serve(ctx context.Context, eng *engine.Engine, o engine.ServiceOptions) (target, error) {
+	st, key, err := d.openStore(ctx, o.Owner)
+	if err != nil {
+		return target{}, err
+	}
 	metrics := api.NewMetrics()
 	o.Observer, o.Logger = metrics, d.log
-	svc := engine.NewService(eng, d.st, o)
+	svc := engine.NewService(eng, st, o)
 	if err := svc.Start(ctx); err != nil {
-		return "", fmt.Errorf("starting the service: %w", err)
+		return target{}, fmt.Errorf("starting the service %s: %w", o.Owner, err)
 	}
 	d.closers = append(d.closers, svc.Close)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		return "", err
+		return target{}, err
 	}
 	srv := &http.Server{Handler: api.New(svc, api.Options{Metrics: metrics}), ReadHeaderTimeout: 10 * time.Second}
 	go func() {
@@ -148,17 +162,17 @@ func (d *daemon) serve(ctx context.Context, eng *engine.Engine, o engine.Service
 		defer cancel()
 		_ = srv.Shutdown(ctx)
 	})
-	return "http://" + ln.Addr().String(), nil
+	return target{url: "http://" + ln.Addr().String(), key: key}, nil
 }
 
-// invoke POSTs body to base's /v1/executions, synchronously, and checks
-// that the execution succeeded and printed want.
-func (d *daemon) invoke(ctx context.Context, base string, body []byte, want string) error {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, base+"/v1/executions", bytes.NewReader(body))
+// invoke POSTs body to t's /v1/executions, synchronously, and checks that
+// the execution succeeded and printed want.
+func (d *daemon) invoke(ctx context.Context, t target, body []byte, want string) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, t.url+"/v1/executions", bytes.NewReader(body))
 	if err != nil {
 		return err
 	}
-	req.Header.Set("Authorization", "Bearer "+d.key)
+	req.Header.Set("Authorization", "Bearer "+t.key)
 	req.Header.Set("Content-Type", "application/json")
 	resp, err := d.client.Do(req)
 	if err != nil {

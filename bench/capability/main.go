@@ -18,9 +18,10 @@
 //     refuse) and directly on the engine with as many workers, in
 //     alternating rounds.
 //
-// It needs root, runc and the runtime's image (`make setup`). The store is
-// SQLite in a temporary directory unless -db names a PostgreSQL database, in
-// which the benchmark works in a fresh schema that it drops at the end.
+// It needs root, runc and the runtime's image (`make setup`). Each service
+// (one per variant, as a database serves one daemon) has a store of its
+// own: SQLite in a temporary directory unless -db names a PostgreSQL
+// database, in which each works in a fresh schema dropped at the end.
 // Everything listens on 127.0.0.1 only, and the run stops by itself.
 //
 //	CGO_ENABLED=0 go run ./bench/capability
@@ -130,26 +131,23 @@ func run(ctx context.Context, o options) error {
 	}
 
 	calls := 2*(o.n+1) + 2*(o.fakeN+1) + len(o.concurrency)*o.rounds*o.invocations
-	d, err := openDaemon(ctx, o.db, tmp, int64(4*calls))
-	if err != nil {
-		return err
-	}
+	d := openDaemon(o.db, tmp, int64(4*calls))
 	defer d.close()
-	realURL, err := d.serve(ctx, realEng, engine.ServiceOptions{Owner: "bench-real"})
+	realSvc, err := d.serve(ctx, realEng, engine.ServiceOptions{Owner: "bench-real"})
 	if err != nil {
 		return err
 	}
-	fakeURL, err := d.serve(ctx, fakeEng, engine.ServiceOptions{Owner: "bench-fake"})
+	fakeSvc, err := d.serve(ctx, fakeEng, engine.ServiceOptions{Owner: "bench-fake"})
 	if err != nil {
 		return err
 	}
-	throughputURL := map[int]string{}
+	throughput := map[int]target{}
 	for _, c := range o.concurrency {
-		u, err := d.serve(ctx, realEng, engine.ServiceOptions{Owner: fmt.Sprintf("bench-c%d", c), MaxConcurrent: c, MaxQueue: 10 * o.invocations})
+		svc, err := d.serve(ctx, realEng, engine.ServiceOptions{Owner: fmt.Sprintf("bench-c%d", c), MaxConcurrent: c, MaxQueue: 10 * o.invocations})
 		if err != nil {
 			return err
 		}
-		throughputURL[c] = u
+		throughput[c] = svc
 	}
 
 	body, err := json.Marshal(engine.InvokeRequest{Runtime: o.runtime, Code: prog.code})
@@ -165,8 +163,8 @@ func run(ctx context.Context, o options) error {
 			return err
 		}
 	}
-	viaHTTP := func(base string) func() error {
-		return func() error { return d.invoke(ctx, base, body, prog.want) }
+	viaHTTP := func(t target) func() error {
+		return func() error { return d.invoke(ctx, t, body, prog.want) }
 	}
 	storeName := "SQLite"
 	if o.db != "" {
@@ -188,7 +186,7 @@ func run(ctx context.Context, o options) error {
 		}
 	}
 	a := &table.Variant{Name: "engine.Run in process", Run: outside(direct(realEng), &outDirect)}
-	b := &table.Variant{Name: "POST /v1/executions over HTTP", Run: outside(viaHTTP(realURL), &outHTTP)}
+	b := &table.Variant{Name: "POST /v1/executions over HTTP", Run: outside(viaHTTP(realSvc), &outHTTP)}
 	if err := table.Interleave(o.n, []*table.Variant{a, b}); err != nil {
 		return err
 	}
@@ -203,7 +201,7 @@ func run(ctx context.Context, o options) error {
 
 	// 2. Fake driver: the capability layer alone.
 	fa := &table.Variant{Name: "engine.Run in process, fake driver", Run: direct(fakeEng)}
-	fb := &table.Variant{Name: "POST /v1/executions over HTTP, fake driver", Run: viaHTTP(fakeURL)}
+	fb := &table.Variant{Name: "POST /v1/executions over HTTP, fake driver", Run: viaHTTP(fakeSvc)}
 	if err := table.Interleave(o.fakeN, []*table.Variant{fa, fb}); err != nil {
 		return err
 	}
@@ -219,7 +217,7 @@ func run(ctx context.Context, o options) error {
 	t = table.New("concurrency", "variant", "invocations/s", "latency median", "latency p95", "throughput vs engine.Run").Labels(2)
 	for _, c := range o.concurrency {
 		eng := &batch{name: "engine.Run in process", run: direct(realEng)}
-		srv := &batch{name: "POST /v1/executions over HTTP", run: viaHTTP(throughputURL[c])}
+		srv := &batch{name: "POST /v1/executions over HTTP", run: viaHTTP(throughput[c])}
 		for range o.rounds {
 			for _, bt := range []*batch{eng, srv} {
 				if err := bt.do(o.invocations, c); err != nil {
