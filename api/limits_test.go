@@ -45,3 +45,15 @@ tools:
 		}
 	})
 }
+
+// TestNoDriverOverHTTP checks what the README says of --driver: it is the
+// operator's override on the CLI, and an invocation over the API cannot
+// choose its driver.
+func TestNoDriverOverHTTP(t *testing.T) {
+	forEachStore(t, func(t *testing.T, b backend) {
+		e := newEnv(t, b, envConfig{credits: 10})
+		e.do("POST", "/v1/executions", e.agent, `{"runtime":"python","code":"print(1)","driver":"runc"}`).
+			wantError(t, http.StatusBadRequest, "invalid_argument", `unknown field "driver"`)
+		e.wantCredits(10, 0)
+	})
+}
