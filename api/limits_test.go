@@ -3,12 +3,9 @@ package api_test
 import (
 	"encoding/json"
 	"net/http"
-	"os"
-	"path/filepath"
 	"testing"
 
 	"github.com/stockade-sh/stockade/engine"
-	"github.com/stockade-sh/stockade/tools"
 )
 
 // TestRecordLimitsOverHTTP checks that a tool's record limits bound what
@@ -16,22 +13,15 @@ import (
 // naming the tool and its limit, and an invocation naming none is
 // approved and run with the record's (the approval card's timeout_ms).
 func TestRecordLimitsOverHTTP(t *testing.T) {
-	file := filepath.Join(t.TempDir(), "tools.yaml")
-	if err := os.WriteFile(file, []byte(`
+	set, opts := toolSet(t, `
 tools:
   - name: report
     input_trust: trusted
     tier: container
     limits: {timeout: 10s, memory: 256MiB}
-`), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	set, err := tools.Load(file, tools.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
+`)
 	forEachStore(t, func(t *testing.T, b backend) {
-		e := newEnv(t, b, envConfig{credits: 10, engine: []engine.Option{engine.WithTools(set, tools.Options{})}})
+		e := newEnv(t, b, envConfig{credits: 10, engine: []engine.Option{engine.WithTools(set, opts)}})
 		e.invoke(engine.InvokeRequest{Runtime: "python", Code: "print(1)", Tool: "report", TimeoutMS: 20000}).
 			wantError(t, http.StatusBadRequest, "invalid_argument", `tool "report"`, "above the ceiling of 10s")
 		e.wantCredits(10, 0)

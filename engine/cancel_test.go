@@ -145,15 +145,7 @@ func TestCancelRunning(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	env.waitRunning(t, inv.Execution.ID)
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-		if ex, _ := env.st.GetExecution(ctx, env.ws.ID, inv.Execution.ID); ex.Status == store.StatusRunning {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the execution never started")
-		}
-	}
+	env.waitStarted(t, inv.Execution.ID)
 	ex, err := env.svc.Cancel(ctx, env.agent, inv.Execution.ID, "taking too long")
 	if err != nil || ex.Status != store.StatusKilled {
 		t.Fatalf("Cancel: got %s, %v; want killed", ex.Status, err)

@@ -12,25 +12,31 @@ import (
 	"github.com/stockade-sh/stockade/tools"
 )
 
+// withToolsFile is the engine option of the tools a file holding yaml
+// defines, loaded with opts.
+func withToolsFile(t *testing.T, yaml string, opts tools.Options) Option {
+	t.Helper()
+	file := filepath.Join(t.TempDir(), "tools.yaml")
+	if err := os.WriteFile(file, []byte(yaml), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	set, err := tools.Load(file, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return WithTools(set, opts)
+}
+
 // boundedTool is a tool whose record limits its sandboxes to 10 s and
 // 256 MiB.
 func boundedTool(t *testing.T) Option {
-	t.Helper()
-	file := filepath.Join(t.TempDir(), "tools.yaml")
-	if err := os.WriteFile(file, []byte(`
+	return withToolsFile(t, `
 tools:
   - name: report
     input_trust: trusted
     tier: gvisor
     limits: {timeout: 10s, memory: 256MiB}
-`), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	set, err := tools.Load(file, tools.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return WithTools(set, tools.Options{})
+`, tools.Options{})
 }
 
 // TestRecordLimitsAreCeilings checks that a tool's record limits are the

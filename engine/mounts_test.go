@@ -20,8 +20,7 @@ func TestMountsCheckedBeforeEachRun(t *testing.T) {
 	if err := os.MkdirAll(filepath.Join(root, "sales", "q3"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	file := filepath.Join(t.TempDir(), "tools.yaml")
-	if err := os.WriteFile(file, []byte(`
+	report := withToolsFile(t, `
 tools:
   - name: report
     input_trust: trusted
@@ -29,16 +28,9 @@ tools:
     filesystem:
       mounts:
         - {source: `+filepath.Join(root, "sales")+`, target: /data/sales}
-`), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	opts := tools.Options{DataRoot: root}
-	set, err := tools.Load(file, opts)
-	if err != nil {
-		t.Fatal(err)
-	}
+`, tools.Options{DataRoot: root})
 	drv := &fakeDriver{name: "gvisor", tier: sandbox.TierGVisor}
-	eng, err := New(map[string]sandbox.Driver{"gvisor": drv}, "gvisor", fakeImages{}, sandbox.DefaultLimits(), sandbox.DefaultCeiling(), WithTools(set, opts))
+	eng, err := New(map[string]sandbox.Driver{"gvisor": drv}, "gvisor", fakeImages{}, sandbox.DefaultLimits(), sandbox.DefaultCeiling(), report)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -475,6 +475,20 @@ func TestCloseWritesLateAuditEvents(t *testing.T) {
 	}
 }
 
+// waitStarted waits until execution id's start is recorded: its code runs.
+func (e *serviceEnv) waitStarted(t *testing.T, id string) {
+	t.Helper()
+	e.waitRunning(t, id)
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		if ex, _ := e.st.GetExecution(t.Context(), e.ws.ID, id); !ex.StartedAt.IsZero() {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the execution never started")
+		}
+	}
+}
+
 // waitRunning waits until execution id runs, which is when the service
 // maps it to its workspace.
 func (e *serviceEnv) waitRunning(t *testing.T, id string) {
@@ -708,15 +722,7 @@ func TestCloseDuringARun(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	env.waitRunning(t, inv.Execution.ID)
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-		if ex, _ := env.st.GetExecution(ctx, env.ws.ID, inv.Execution.ID); !ex.StartedAt.IsZero() {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the execution never started")
-		}
-	}
+	env.waitStarted(t, inv.Execution.ID)
 	env.svc.Close()
 	ex, err := env.st.GetExecution(ctx, env.ws.ID, inv.Execution.ID)
 	if err != nil {
