@@ -235,8 +235,19 @@ func (c *advisoryClaim) Release() error {
 	if c.conn == nil {
 		return nil
 	}
-	// Closing the connection releases the lock.
-	err := c.conn.Close(context.Background())
+	// Closing the connection releases the lock too, but only once the
+	// server has ended its backend, some time after Close returns: a
+	// daemon restarted at once would find the claim still held. Unlocking
+	// first releases it before Release returns; on a connection that does
+	// not answer, closing it is all there is.
+	ctx, cancel := context.WithTimeout(context.Background(), claimCheckTimeout)
+	defer cancel()
+	var unlocked bool
+	err := c.conn.QueryRow(ctx, `SELECT pg_advisory_unlock(`+daemonLock+`)`).Scan(&unlocked)
+	if err == nil && !unlocked {
+		err = fmt.Errorf("releasing the database claim: the lock was not held: %w", errdefs.ErrFailedPrecondition)
+	}
+	err = errors.Join(err, c.conn.Close(ctx))
 	c.conn = nil
 	return err
 }

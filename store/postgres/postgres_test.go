@@ -243,3 +243,38 @@ func TestUpgrade(t *testing.T) {
 		return st // Upgrade closes it
 	}, func(t *testing.T) store.Store { return open(t, dsn) })
 }
+
+// TestClaimReleasedOnReturn checks that the claim's lock is gone when
+// Release returns, not some time after: a daemon restarted at once must
+// not find its own previous claim still held (the lock lived until the
+// server ended the closed connection's backend).
+func TestClaimReleasedOnReturn(t *testing.T) {
+	dsn := freshSchema(t, testDSN(t))
+	st := open(t, dsn)
+	conn, err := pgx.Connect(t.Context(), dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(t.Context())
+	for i := range 50 {
+		claim, err := st.ClaimDaemon(t.Context())
+		if err != nil {
+			t.Fatalf("claim %d: %v", i, err)
+		}
+		if err := claim.Release(); err != nil {
+			t.Fatal(err)
+		}
+		// The claim's key, a bigint, is split into classid and objid.
+		var held int
+		if err := conn.QueryRow(t.Context(), `SELECT count(*) FROM pg_locks l,
+			(SELECT hashtextextended('stockade.daemon:' || current_schema(), 0) AS k) s
+			WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1
+			AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
+			AND l.classid::bigint = (s.k >> 32) & 4294967295 AND l.objid::bigint = s.k & 4294967295`).Scan(&held); err != nil {
+			t.Fatal(err)
+		}
+		if held != 0 {
+			t.Fatalf("advisory locks held right after release %d: got %d, want 0", i, held)
+		}
+	}
+}
