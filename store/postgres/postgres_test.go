@@ -198,7 +198,9 @@ func TestClaimLostAndTakenAgain(t *testing.T) {
 	if _, err := b.ClaimDaemon(ctx); !errdefs.IsConflict(err) {
 		t.Fatalf("a second claim after a cancelled check: got %v, want a conflict", err)
 	}
-	// Only this schema's lock: other tests' claims are left alone.
+	// Only this schema's lock: other tests' claims are left alone. The
+	// termination waits (up to 5 s) for the backend to end, lock and all:
+	// without a timeout it only signals it.
 	terminate := func() {
 		t.Helper()
 		conn, err := pgx.Connect(ctx, schema)
@@ -207,7 +209,7 @@ func TestClaimLostAndTakenAgain(t *testing.T) {
 		}
 		defer conn.Close(ctx)
 		var n int
-		if err := conn.QueryRow(ctx, `SELECT count(pg_terminate_backend(l.pid)) FROM pg_locks l
+		if err := conn.QueryRow(ctx, `SELECT count(pg_terminate_backend(l.pid, 5000)) FROM pg_locks l
 			WHERE l.locktype = 'advisory' AND l.granted
 			AND ((l.classid::bigint << 32) | l.objid::bigint) = hashtextextended('stockade.daemon:' || current_schema(), 0)`).Scan(&n); err != nil || n != 1 {
 			t.Fatalf("terminating the claim's connection: %d ended, %v", n, err)
