@@ -58,7 +58,7 @@ func TestRecordLimitsAreCeilings(t *testing.T) {
 		{"at the record's limits", sandbox.Limits{Timeout: 10 * time.Second, Memory: 256 << 20}, ""},
 		{"below them", sandbox.Limits{Timeout: 5 * time.Second, Memory: 128 << 20}, ""},
 		{"more time", sandbox.Limits{Timeout: 20 * time.Second}, "timeout 20s is above the ceiling of 10s"},
-		{"more memory", sandbox.Limits{Memory: 1 << 30}, "memory 1024 MiB is above the ceiling of 256 MiB"},
+		{"more memory", sandbox.Limits{Memory: 1 << 30}, "memory 1GiB is above the ceiling of 256MiB"},
 		{"a limit the record leaves to the server", sandbox.Limits{Pids: 512}, ""},
 	}
 	for _, tt := range tests {

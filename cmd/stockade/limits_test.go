@@ -27,7 +27,7 @@ tools:
 		want string
 	}{
 		{"timeout", []string{"--timeout", "20s"}, "timeout 20s is above the ceiling of 10s"},
-		{"memory", []string{"--memory", "1GiB"}, "memory 1024 MiB is above the ceiling of 256 MiB"},
+		{"memory", []string{"--memory", "1GiB"}, "memory 1GiB is above the ceiling of 256MiB"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
