@@ -69,3 +69,84 @@ func (h *hub) finish(id string) {
 	}
 	delete(h.subs, id)
 }
+
+// Change says that an approval or an execution of a workspace changed: an
+// approval was requested, decided or expired, an execution started or
+// ended. It names the records, not their new state, which the watcher reads
+// from the store; a watcher that reads late sees a later state, never an
+// older one.
+type Change struct {
+	Kind        ChangeKind
+	WorkspaceID string
+	// ApprovalID is empty for an execution that needed no approval.
+	ApprovalID  string
+	ExecutionID string
+}
+
+// ChangeKind is what happened in a Change.
+type ChangeKind string
+
+// The kinds of change.
+const (
+	ApprovalRequested ChangeKind = "approval_requested"
+	ApprovalDecided   ChangeKind = "approval_decided"
+	ApprovalExpired   ChangeKind = "approval_expired"
+	ExecutionStarted  ChangeKind = "execution_started"
+	ExecutionFinished ChangeKind = "execution_finished"
+)
+
+// watcherBuffer bounds the changes queued for one watcher; one that falls
+// further behind is dropped (see Service.Watch).
+const watcherBuffer = 64
+
+// feed fans each workspace's changes out to its watchers.
+type feed struct {
+	mu       sync.Mutex
+	watchers map[string]map[chan Change]struct{}
+}
+
+func newFeed() *feed { return &feed{watchers: map[string]map[chan Change]struct{}{}} }
+
+func (f *feed) watch(ws string) chan Change {
+	ch := make(chan Change, watcherBuffer)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.watchers[ws] == nil {
+		f.watchers[ws] = map[chan Change]struct{}{}
+	}
+	f.watchers[ws][ch] = struct{}{}
+	return ch
+}
+
+// drop ends ch's watch, closing it, unless it has ended already.
+func (f *feed) drop(ws string, ch chan Change) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.dropLocked(ws, ch)
+}
+
+func (f *feed) dropLocked(ws string, ch chan Change) {
+	if _, ok := f.watchers[ws][ch]; !ok {
+		return
+	}
+	delete(f.watchers[ws], ch)
+	close(ch)
+	if len(f.watchers[ws]) == 0 {
+		delete(f.watchers, ws)
+	}
+}
+
+// publish delivers c to every watcher of its workspace without blocking; a
+// watcher whose buffer is full is dropped, so that it learns it missed
+// changes instead of missing them silently.
+func (f *feed) publish(c Change) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for ch := range f.watchers[c.WorkspaceID] {
+		select {
+		case ch <- c:
+		default:
+			f.dropLocked(c.WorkspaceID, ch)
+		}
+	}
+}

@@ -81,6 +81,7 @@ type Service struct {
 	price int64 // *opts.CreditsPerInvocation
 	log   *slog.Logger
 	hub   *hub
+	feed  *feed
 	slots *admission
 
 	drift drift
@@ -148,7 +149,7 @@ func NewService(eng *Engine, st store.Store, o ServiceOptions) *Service {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &Service{
-		eng: eng, st: st, opts: o, price: *o.CreditsPerInvocation, log: o.Logger, hub: newHub(),
+		eng: eng, st: st, opts: o, price: *o.CreditsPerInvocation, log: o.Logger, hub: newHub(), feed: newFeed(),
 		slots: newAdmission(o.MaxConcurrent, o.MaxQueue), drift: newDrift(),
 		ctx: ctx, cancel: cancel,
 		egressEvents: make(chan store.NewEvent, 1024), runs: map[string]*runAudit{}, live: map[string]context.CancelCauseFunc{},
@@ -513,6 +514,7 @@ func (s *Service) expireApprovals(ctx context.Context) {
 		s.opts.Observer.ApprovalsPending(-1)
 		s.opts.Observer.Invocation(store.StatusApprovalExpired, "", 0, 0)
 		s.hub.finish(a.ExecutionID)
+		s.feed.publish(Change{Kind: ApprovalExpired, WorkspaceID: a.WorkspaceID, ApprovalID: a.ID, ExecutionID: a.ExecutionID})
 	}
 }
 
@@ -791,6 +793,7 @@ func (s *Service) Invoke(ctx context.Context, p Principal, req InvokeRequest, o 
 		ticket.release()
 	case adm.Approval != nil:
 		s.opts.Observer.ApprovalsPending(1)
+		s.feed.publish(Change{Kind: ApprovalRequested, WorkspaceID: p.WorkspaceID, ApprovalID: adm.Approval.ID, ExecutionID: adm.Execution.ID})
 	default:
 		s.dispatch(adm.Execution, timeout, ticket)
 	}
@@ -862,6 +865,7 @@ func (s *Service) run(ctx context.Context, e store.Execution, timeout time.Durat
 			s.opts.Observer.Invocation(o.Status, fin.Driver, ran, credits)
 		}
 		s.hub.finish(e.ID)
+		s.feed.publish(Change{Kind: ExecutionFinished, WorkspaceID: e.WorkspaceID, ApprovalID: e.ApprovalID, ExecutionID: e.ID})
 	}
 	var req InvokeRequest
 	if err := json.Unmarshal(e.Request, &req); err != nil {
@@ -898,6 +902,7 @@ func (s *Service) run(ctx context.Context, e store.Execution, timeout time.Durat
 			}
 			driver, started = d, time.Now()
 			s.hub.publish(e.ID, StreamEvent{Type: "started", Data: mustJSON(map[string]string{"execution_id": e.ID, "driver": d})})
+			s.feed.publish(Change{Kind: ExecutionStarted, WorkspaceID: e.WorkspaceID, ApprovalID: e.ApprovalID, ExecutionID: e.ID})
 			return nil
 		},
 		OnOutput: out.add,
@@ -1171,6 +1176,16 @@ func (s *Service) Subscribe(id string) (<-chan StreamEvent, func()) {
 	return sub, func() { s.hub.unsubscribe(id, sub) }
 }
 
+// Watch follows the changes of workspace ws's approvals and executions
+// (see Change) from now on, for a page that shows them live. The channel is
+// closed by cancel, and also when the watcher fell more than a buffer
+// behind: it then missed changes, and should read the state it shows from
+// the store again and watch anew. Call cancel when done.
+func (s *Service) Watch(ws string) (<-chan Change, func()) {
+	ch := s.feed.watch(ws)
+	return ch, func() { s.feed.drop(ws, ch) }
+}
+
 // Decide records an approver's decision. Approving queues the execution to
 // run; denying ends it, uncharged. Agent keys get ErrPermissionDenied.
 func (s *Service) Decide(ctx context.Context, p Principal, approvalID string, approve bool, reason string) (store.Approval, store.Execution, error) {
@@ -1194,6 +1209,7 @@ func (s *Service) Decide(ctx context.Context, p Principal, approvalID string, ap
 		return a, e, err
 	}
 	s.opts.Observer.ApprovalsPending(-1)
+	s.feed.publish(Change{Kind: ApprovalDecided, WorkspaceID: p.WorkspaceID, ApprovalID: a.ID, ExecutionID: e.ID})
 	if approve {
 		s.dispatch(e, time.Duration(card.TimeoutMS)*time.Millisecond, nil)
 	} else {
