@@ -27,11 +27,9 @@ func Record(t Tool) string {
 	fmt.Fprintf(&b, "Capability `%s`, runtimes: %s. %s\n\n", c.Capability, runtimesLine(c.Runtimes), where)
 
 	b.WriteString("## Record\n\n")
-	fmt.Fprintf(&b, "- **Input trust:** %s\n", trustLine(t.InputTrust))
-	fmt.Fprintf(&b, "- **Runtime tier:** %s\n", tierLine(t.Tier))
-	fmt.Fprintf(&b, "- **Filesystem scope:** %s\n", filesystemLine(c))
-	fmt.Fprintf(&b, "- **Egress allowlist:** %s\n", egressLine(c))
-	fmt.Fprintf(&b, "- **Credentials reachable:** %s\n", credentialsLine(c))
+	for _, l := range RecordLines(t) {
+		fmt.Fprintf(&b, "- **%s:** %s\n", l.Label, l.Value)
+	}
 
 	b.WriteString("\n## Boundary\n\n")
 	fmt.Fprintf(&b, "%s: %s.\n", c.Tier, t.Tier.Boundary())
@@ -60,6 +58,28 @@ func Record(t Tool) string {
 	}
 	fmt.Fprintf(&b, "\n---\n\nRecord fingerprint: `%s`\n", Fingerprint(t))
 	return b.String()
+}
+
+// RecordLine is one of the five lines of a tool's decision record.
+type RecordLine struct {
+	Label string // "Input trust", "Runtime tier", ...
+	// Value is the line as Record renders it: names, paths and hosts are
+	// quoted in Markdown backticks.
+	Value string
+}
+
+// RecordLines returns the five lines of the tool's decision record, in
+// order: input trust, runtime tier, filesystem scope, egress allowlist,
+// credentials reachable.
+func RecordLines(t Tool) []RecordLine {
+	c := canonical(t)
+	return []RecordLine{
+		{"Input trust", trustLine(t.InputTrust)},
+		{"Runtime tier", tierLine(t.Tier)},
+		{"Filesystem scope", filesystemLine(c)},
+		{"Egress allowlist", egressLine(c)},
+		{"Credentials reachable", credentialsLine(c)},
+	}
 }
 
 func orUnknown(s string) string {
