@@ -57,6 +57,13 @@ func status(err error) (int, string) {
 	return http.StatusInternalServerError, "internal"
 }
 
+// HTTPStatus is the HTTP status of err's class, for the daemon's other
+// handlers (the console), which answer errors of the same classes.
+func HTTPStatus(err error) int {
+	code, _ := status(err)
+	return code
+}
+
 // retryAfterSeconds is sent with 429 and 503 answers.
 const retryAfterSeconds = "1"
 

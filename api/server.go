@@ -49,6 +49,8 @@ type Options struct {
 	// WriteTimeout bounds each write of an answer: a client that has not
 	// taken one this long after it began is cut off. Zero means 30 s.
 	WriteTimeout time.Duration
+	// UI, if set, serves every path under /ui/: the approval console.
+	UI http.Handler
 }
 
 // maxBody bounds a request body: 1 MiB of code and 1 MiB of stdin, JSON
@@ -80,6 +82,11 @@ func New(svc *engine.Service, o Options) http.Handler {
 	mux := http.NewServeMux()
 	for _, rt := range s.routes() {
 		mux.Handle(rt.pattern, rt.handler)
+	}
+	// The console is a handler of its own below /ui/, not an API route:
+	// it answers its own methods and paths.
+	if o.UI != nil {
+		mux.Handle("/ui/", o.UI)
 	}
 	mux.Handle("/", s.noRoute(mux))
 	return s.deadlines(mux)
