@@ -122,6 +122,10 @@ type Config struct {
 	// MaxConnections caps the API connections open at once; one accepted
 	// beyond it is closed at once, unread, and counted in /metrics.
 	MaxConnections int `yaml:"max_connections"`
+	// BehindTLS says that clients reach the daemon through a proxy that
+	// terminates TLS: the approval console then marks its cookies Secure.
+	// False marks them Secure only on requests that came over TLS.
+	BehindTLS bool `yaml:"behind_tls"`
 	// DB is the database URL: sqlite:PATH or postgres://...; empty means
 	// sqlite in DataDir.
 	DB string `yaml:"db"`

@@ -105,7 +105,7 @@ func (cv *cardView) Hidden() int {
 
 // Network describes what the request asks of the network.
 func (cv *cardView) Network() string {
-	if !cv.Card.NetworkRequested {
+	if cv.Card.Network != "allow" {
 		return "none (no network interface but loopback)"
 	}
 	ports := make([]string, len(cv.Card.EgressPorts))

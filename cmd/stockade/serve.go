@@ -20,6 +20,7 @@ import (
 
 	"github.com/stockade-sh/stockade/api"
 	"github.com/stockade-sh/stockade/config"
+	"github.com/stockade-sh/stockade/console"
 	"github.com/stockade-sh/stockade/engine"
 	"github.com/stockade-sh/stockade/internal/flock"
 	"github.com/stockade-sh/stockade/internal/netns"
@@ -80,6 +81,7 @@ func serveFlags() (*flag.FlagSet, *config.Config, func([]string) ([]string, erro
 	durationFlag(fs, &cfg.BodyTimeout, "body-timeout", cfg.BodyTimeout, "refuse a request whose body takes longer after its headers (not the wait for the answer)")
 	durationFlag(fs, &cfg.WriteTimeout, "write-timeout", cfg.WriteTimeout, "close an API connection whose client takes longer to take one write of an answer")
 	fs.IntVar(&cfg.MaxConnections, "max-connections", cfg.MaxConnections, "API connections open at once; more are closed as soon as accepted")
+	fs.BoolVar(&cfg.BehindTLS, "behind-tls", cfg.BehindTLS, "clients reach the daemon through a proxy that terminates TLS: the console's cookies are marked Secure")
 	return fs, cfg, load
 }
 
@@ -109,10 +111,11 @@ func serve(ctx context.Context, listen, db string, cfg config.Config) error {
 	}
 	defer st.Close()
 	metrics := api.NewMetrics()
+	wit := witness.Dir(cmp.Or(cfg.AuditWitness, witness.Default(db)))
 	svc := engine.NewService(eng, st, engine.ServiceOptions{
 		CreditsPerInvocation: new(cfg.CreditsPerInvocation), ApprovalTTL: cfg.ApprovalTTL,
 		MaxConcurrent: cfg.MaxConcurrent, MaxQueue: cfg.MaxQueue, Observer: metrics, Logger: log,
-		Owner: owner(cfg.StateDir), Witness: witness.Dir(cmp.Or(cfg.AuditWitness, witness.Default(db))),
+		Owner: owner(cfg.StateDir), Witness: wit,
 	})
 	if err := svc.Start(ctx); err != nil {
 		return err
@@ -130,8 +133,9 @@ func serve(ctx context.Context, listen, db string, cfg config.Config) error {
 	// No ReadTimeout or WriteTimeout: they would bound the whole exchange
 	// and cut long polls and event streams. The handler bounds the body
 	// and each write instead.
+	ui := console.New(svc, console.Options{Witness: wit, SecureCookies: cfg.BehindTLS, Logger: log})
 	srv := &http.Server{
-		Handler:     api.New(svc, api.Options{Metrics: metrics, BodyTimeout: cfg.BodyTimeout, WriteTimeout: cfg.WriteTimeout}),
+		Handler:     api.New(svc, api.Options{Metrics: metrics, UI: ui, BodyTimeout: cfg.BodyTimeout, WriteTimeout: cfg.WriteTimeout}),
 		IdleTimeout: cfg.IdleTimeout, ReadHeaderTimeout: cfg.HeaderTimeout,
 		BaseContext: func(net.Listener) context.Context { return reqCtx },
 	}
