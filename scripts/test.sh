@@ -29,6 +29,13 @@ if [ -x scripts/dockerd.sh ]; then
 	export STOCKADE_TEST_DOCKER_HOST
 fi
 
+# The console's browser tests drive Debian's chromium; with CI=true they
+# fail without it, so a fresh machine gets it here.
+if ! command -v chromium >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+	export DEBIAN_FRONTEND=noninteractive
+	apt-get install -y chromium >/dev/null 2>&1 || { apt-get update >/dev/null && apt-get install -y chromium >/dev/null; }
+fi
+
 # bench_smoke runs every benchmark once, one round, judging no figure, so
 # that a benchmark that no longer runs fails CI: each Benchmark function
 # with -benchtime=1x, and each command under bench/ with the least work its
