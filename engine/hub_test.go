@@ -85,6 +85,15 @@ func TestWatch(t *testing.T) {
 	env.svc.opts.Now = func() time.Time { return time.Now().Add(2 * time.Hour) }
 	env.svc.expireApprovals(ctx)
 	want("expired", Change{Kind: ApprovalExpired, ApprovalID: a, ExecutionID: ex})
+	env.svc.opts.Now = time.Now
+
+	cancelled := invoke()
+	a, ex = cancelled.Approval.ID, cancelled.Execution.ID
+	want("requested", Change{Kind: ApprovalRequested, ApprovalID: a, ExecutionID: ex})
+	if _, err := env.svc.Cancel(ctx, env.agent, ex, ""); err != nil {
+		t.Fatal(err)
+	}
+	want("cancelled", Change{Kind: ExecutionFinished, ApprovalID: a, ExecutionID: ex})
 
 	select {
 	case c := <-otherCh:

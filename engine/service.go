@@ -1054,6 +1054,7 @@ func (s *Service) Cancel(ctx context.Context, p Principal, id, reason string) (s
 			}
 			s.opts.Observer.Invocation(store.StatusCancelled, "", 0, 0)
 			s.hub.finish(id)
+			s.feed.publish(Change{Kind: ExecutionFinished, WorkspaceID: p.WorkspaceID, ApprovalID: ex.ApprovalID, ExecutionID: id})
 			return ex, nil
 		case errdefs.IsConflict(err):
 			// It ended meanwhile (decided, expired, cancelled, run).
