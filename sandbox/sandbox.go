@@ -168,7 +168,9 @@ type ExecRequest struct {
 	// Stdin is fed to the program, then closed. Nil means empty input.
 	Stdin []byte
 	// Timeout bounds this Exec's wall clock; zero means the sandbox's limit.
-	// On expiry the whole sandbox is killed and the output so far returned.
+	// On expiry the program and every process it started are killed and
+	// the output so far returned; the sandbox is killed too only when its
+	// guest does not end the program within a grace period.
 	Timeout time.Duration
 	// OnOutput, if set, receives each chunk of output as it arrives, up to
 	// the output cap. It is called from one goroutine at a time and must not
@@ -182,7 +184,7 @@ type Status string
 const (
 	StatusSucceeded Status = "succeeded"  // exit code 0
 	StatusFailed    Status = "failed"     // non-zero exit code
-	StatusTimedOut  Status = "timed_out"  // wall clock limit reached; sandbox killed
+	StatusTimedOut  Status = "timed_out"  // wall clock limit reached; the program's processes killed
 	StatusOOMKilled Status = "oom_killed" // memory limit reached
 	StatusKilled    Status = "killed"     // ended by a signal, or the sandbox died
 )
@@ -224,8 +226,10 @@ type Driver interface {
 type Sandbox interface {
 	ID() string
 	// Exec runs one program to completion. Calls are serialised: one Exec at
-	// a time per sandbox. A sandbox whose Exec timed out or died cannot Exec
-	// again (ErrFailedPrecondition).
+	// a time per sandbox. A timeout or a cancelled ctx ends the program and
+	// every process it started, not the sandbox, unless the sandbox does
+	// not comply within a grace period: then it is killed. A sandbox that
+	// was killed or died cannot Exec again (ErrFailedPrecondition).
 	Exec(ctx context.Context, req ExecRequest) (*Result, error)
 	// Destroy kills every process of the sandbox and removes all its state
 	// (runtime state, cgroups, bundle). It is idempotent: destroying a

@@ -1,215 +1,313 @@
 package main
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io/fs"
 	"os"
 	"path"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
 	"github.com/stockade-sh/stockade/guest"
 )
 
-// program is a started program: its pid (also its process group) and the
-// guest's ends of its stdio pipes.
-type program struct {
-	pid    int
-	stdin  *os.File // write end; fed then closed
-	stdout *os.File // read end
-	stderr *os.File // read end
+// execution is the exec that runs: its program (pid, also its process
+// group) and the guest's ends of its stdio pipes.
+type execution struct {
+	a   *agent
+	id  uint32
+	pid int
+
+	stdin  *os.File    // write end
+	stdinQ chan []byte // streamed stdin; a nil chunk closes it; nil if not streamed
+	ended  chan struct{}
+	status chan syscall.WaitStatus
+
+	cancelled atomic.Bool
+
+	mu    sync.Mutex
+	usage usage
 }
 
-// exec runs one request to completion and answers it with FrameStdout and
-// FrameStderr chunks, then exactly one FrameExit or FrameError. A frame from
-// the host while the program runs ends the guest (see hostEnded and
-// protocolError).
-func (a *agent) exec(req *guest.ExecRequest) {
-	before := childrenUsage()
-	p, err := a.start(req)
-	if err != nil {
-		a.sendJSON(guest.FrameError, guest.ErrorReport{Message: err.Error()})
+// drainGrace is how long an exec's output pumps may still read once its
+// processes are gone: a kernel could hold a pipe's write end (opened
+// through /proc), which must not hold the exec's end.
+const drainGrace = 250 * time.Millisecond
+
+// sweepTime bounds the rounds of killing an exec's processes.
+const sweepTime = 10 * time.Second
+
+// startExec starts the program of an ExecRequest and answers FrameStarted,
+// or FrameError when it cannot. Only one exec runs at a time.
+func (a *agent) startExec(f guest.Frame) {
+	var req guest.ExecRequest
+	if !a.decode(f, &req) {
 		return
 	}
-	a.pgid.Store(int64(p.pid))
-	defer a.pgid.Store(0)
-
-	go feed(p.stdin, req.Stdin)
-	var pumps sync.WaitGroup
-	pumps.Add(2)
-	go a.pump(&pumps, guest.FrameStdout, p.stdout, req.OutputCap)
-	go a.pump(&pumps, guest.FrameStderr, p.stderr, req.OutputCap)
-
-	done := make(chan guest.ExitReport, 1)
-	go func() {
-		ws, maxRSS := a.reap(p.pid)
-		a.drain(&pumps, p)
-		done <- report(ws, before, childrenUsage(), maxRSS)
-	}()
-
-	select {
-	case rep := <-done:
-		a.sendJSON(guest.FrameExit, rep)
-	case f := <-a.in:
-		// The host sends nothing while a program runs but the end of its
-		// stream. Kill the program, let the reaper finish, then exit.
-		a.killAll()
+	a.mu.Lock()
+	for a.sweeping != nil {
+		done := a.sweeping
+		a.mu.Unlock()
 		<-done
-		if f.err != nil {
-			a.hostEnded(f.err)
-		}
-		a.protocolError(fmt.Errorf("frame %q received while a program runs: %w", byte(f.t), guest.ErrProtocol))
+		a.mu.Lock()
 	}
+	if a.exec != nil {
+		a.mu.Unlock()
+		a.replyError(f.ID, guest.ErrorBusy, fmt.Sprintf("exec %d runs", a.exec.id))
+		return
+	}
+	e, fds, code, err := a.launch(f.ID, &req)
+	if err == nil {
+		a.exec = e
+	}
+	a.mu.Unlock()
+	if err != nil {
+		a.replyError(f.ID, code, err.Error())
+		return
+	}
+	a.sendJSON(guest.FrameStarted, f.ID, guest.Started{PID: e.pid})
+	switch {
+	case req.StdinStream:
+		go e.feedStream()
+	default:
+		go feed(e.stdin, req.Stdin)
+	}
+	pumps := []*pump{
+		a.newPump(fds.stdout, nil, e.forwarder(guest.FrameStdout, req.OutputCap)),
+		a.newPump(fds.stderr, nil, e.forwarder(guest.FrameStderr, req.OutputCap)),
+	}
+	go e.run(pumps)
 }
 
-// start validates req, writes its file and starts its program. An error is
-// reported to the host as FrameError; nothing is left running.
-func (a *agent) start(req *guest.ExecRequest) (*program, error) {
-	if err := guest.ValidatePath(req.File.Path); err != nil {
-		return nil, err
-	}
-	mode := req.File.Mode
-	if mode == 0 {
-		mode = 0o644
-	}
-	if mode&^0o777 != 0 {
-		return nil, fmt.Errorf("file mode %#o has bits outside 0777", req.File.Mode)
-	}
+type execFiles struct{ stdout, stderr *os.File }
+
+// launch validates req, writes its file and starts its program, with a.mu
+// held. On error nothing is left running; code is the ErrorReply's.
+func (a *agent) launch(id uint32, req *guest.ExecRequest) (*execution, execFiles, string, error) {
+	var none execFiles
 	if req.OutputCap <= 0 {
-		return nil, fmt.Errorf("output cap %d is not positive", req.OutputCap)
+		return nil, none, guest.ErrorInvalid, fmt.Errorf("output cap %d is not positive", req.OutputCap)
 	}
 	if len(req.Argv) == 0 {
-		return nil, errors.New("empty argv")
+		return nil, none, guest.ErrorInvalid, errors.New("empty argv")
 	}
-	argv := make([]string, len(req.Argv))
-	for i, s := range req.Argv {
-		argv[i] = strings.ReplaceAll(s, "{file}", req.File.Path)
+	if req.StdinStream && len(req.Stdin) > 0 {
+		return nil, none, guest.ErrorInvalid, errors.New("stdin given and streamed")
+	}
+	argv := req.Argv
+	cwd := req.Cwd
+	if req.File != nil {
+		if _, _, err := guest.ValidatePath(req.File.Path, false); err != nil {
+			return nil, none, guest.ErrorInvalid, err
+		}
+		if req.File.Mode&^0o777 != 0 {
+			return nil, none, guest.ErrorInvalid, fmt.Errorf("file mode %#o has bits outside 0777", req.File.Mode)
+		}
+		argv = make([]string, len(req.Argv))
+		for i, s := range req.Argv {
+			argv[i] = strings.ReplaceAll(s, "{file}", req.File.Path)
+		}
+		if cwd == "" {
+			cwd = path.Dir(req.File.Path)
+		}
+	}
+	if cwd == "" {
+		cwd = "/"
 	}
 	if !path.IsAbs(argv[0]) {
-		return nil, fmt.Errorf("program %q is not an absolute path", argv[0])
+		return nil, none, guest.ErrorInvalid, fmt.Errorf("program %q is not an absolute path", argv[0])
 	}
-	if err := writeFile(req.File.Path, req.File.Data, mode); err != nil {
-		return nil, err
+	if !path.IsAbs(cwd) {
+		return nil, none, guest.ErrorInvalid, fmt.Errorf("working directory %q is not an absolute path", cwd)
 	}
-
-	// Pipes are close-on-exec; ForkExec dups the child's ends onto 0, 1, 2.
-	var files []*os.File
-	closeAll := func() {
-		for _, f := range files {
-			f.Close()
+	if req.File != nil {
+		mode := req.File.Mode
+		if mode == 0 {
+			mode = 0o644
+		}
+		if code, err := writeWhole(req.File.Path, req.File.Data, mode); err != nil {
+			return nil, none, code, err
 		}
 	}
-	pipe := func() (r, w *os.File, err error) {
-		r, w, err = os.Pipe()
-		if err == nil {
-			files = append(files, r, w)
-		}
-		return r, w, err
-	}
-	inR, inW, err := pipe()
-	if err != nil {
-		return nil, fmt.Errorf("creating stdin pipe: %w", err)
-	}
-	outR, outW, err := pipe()
-	if err != nil {
-		closeAll()
-		return nil, fmt.Errorf("creating stdout pipe: %w", err)
-	}
-	errR, errW, err := pipe()
-	if err != nil {
-		closeAll()
-		return nil, fmt.Errorf("creating stderr pipe: %w", err)
-	}
 
+	p, err := newPipes(3)
+	if err != nil {
+		return nil, none, guest.ErrorIO, err
+	}
+	inR, inW := p[0][0], p[0][1]
+	outR, outW := p[1][0], p[1][1]
+	errR, errW := p[2][0], p[2][1]
 	env := req.Env
 	if env == nil {
 		// syscall.ForkExec treats nil as empty too; say it here, since
 		// os/exec would inherit the guest's environment.
 		env = []string{}
 	}
-	// syscall.ForkExec rather than os/exec: the guest is the one reaper of
-	// the sandbox (see reap) and must not race an exec.Cmd's Wait. Fd puts
-	// the child's ends in blocking mode, which is what a program expects.
-	pid, err := syscall.ForkExec(argv[0], argv, &syscall.ProcAttr{
-		Dir:   path.Dir(req.File.Path),
-		Env:   env,
-		Files: []uintptr{inR.Fd(), outW.Fd(), errW.Fd()},
-		Sys:   &syscall.SysProcAttr{Setpgid: true},
-	})
-	if err != nil {
-		closeAll()
-		return nil, fmt.Errorf("starting %s: %w", argv[0], err)
+	e := &execution{a: a, id: id, stdin: inW, ended: make(chan struct{}), status: make(chan syscall.WaitStatus, 1)}
+	if req.StdinStream {
+		e.stdinQ = make(chan []byte, guest.StdinWindow+1)
 	}
+	// syscall.ForkExec rather than os/exec: the guest is the one reaper of
+	// the sandbox (see reaper.go). Fd puts the child's ends in blocking
+	// mode, which is what a program expects.
+	pid, err := a.reaper.start(func() (int, error) {
+		return syscall.ForkExec(argv[0], argv, &syscall.ProcAttr{
+			Dir:   cwd,
+			Env:   env,
+			Files: []uintptr{inR.Fd(), outW.Fd(), errW.Fd()},
+			Sys:   &syscall.SysProcAttr{Setpgid: true},
+		})
+	}, false, func(ws syscall.WaitStatus, ru *syscall.Rusage) {
+		e.account(ru)
+		e.status <- ws
+	})
 	// The guest must not hold the child's ends: the pumps see EOF only when
 	// every write end is closed, and the feeder sees EPIPE only when every
 	// read end is.
 	inR.Close()
 	outW.Close()
 	errW.Close()
-	return &program{pid: pid, stdin: inW, stdout: outR, stderr: errR}, nil
+	if err != nil {
+		inW.Close()
+		outR.Close()
+		errR.Close()
+		return nil, none, guest.ErrorStart, fmt.Errorf("starting %s: %w", argv[0], err)
+	}
+	e.pid = pid
+	a.reaper.setStray(func(_ syscall.WaitStatus, ru *syscall.Rusage) { e.account(ru) })
+	return e, execFiles{stdout: outR, stderr: errR}, "", nil
 }
 
-// writeFile writes the delivered file at p, which ValidatePath accepted. The
-// sandbox's code ran earlier in the session with the guest's uid and may have
-// planted a symlink at p or on the way to it: every directory below /tmp or
-// /workspace must be a real directory, an old file at p is unlinked (never
-// opened), and the new one is created with O_EXCL|O_NOFOLLOW. No process runs
-// between execs, so nothing can swap a directory between check and use.
-func writeFile(p string, data []byte, mode uint32) error {
-	if err := mkdirs(path.Dir(p)); err != nil {
-		return err
+// newPipes makes n pipes, each [read end, write end], close-on-exec.
+func newPipes(n int) ([][2]*os.File, error) {
+	var out [][2]*os.File
+	for range n {
+		r, w, err := os.Pipe()
+		if err != nil {
+			for _, p := range out {
+				p[0].Close()
+				p[1].Close()
+			}
+			return nil, fmt.Errorf("creating pipe: %w", err)
+		}
+		out = append(out, [2]*os.File{r, w})
 	}
-	if err := syscall.Unlink(p); err != nil && err != syscall.ENOENT {
-		return fmt.Errorf("removing old %s: %w", p, err)
-	}
-	f, err := os.OpenFile(p, os.O_WRONLY|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW, fs.FileMode(mode))
-	if err != nil {
-		return fmt.Errorf("creating %s: %w", p, err)
-	}
-	_, err = f.Write(data)
-	if err == nil {
-		// The umask must not narrow the mode the host asked for.
-		err = f.Chmod(fs.FileMode(mode))
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		return fmt.Errorf("writing %s: %w", p, err)
-	}
-	return nil
+	return out, nil
 }
 
-// mkdirs creates dir and its parents below /tmp or /workspace (which must
-// exist), refusing any component that is a symlink or not a directory.
-func mkdirs(dir string) error {
-	root := "/tmp"
-	if !strings.HasPrefix(dir+"/", "/tmp/") {
-		root = "/workspace"
+func (e *execution) account(ru *syscall.Rusage) {
+	e.mu.Lock()
+	e.usage.add(ru)
+	e.mu.Unlock()
+}
+
+// run waits for the program's end, kills what it left (or what a cancel
+// left), drains its output and reports its exit.
+func (e *execution) run(pumps []*pump) {
+	ws := <-e.status
+	a := e.a
+	a.sweep(true, sweepTime)
+	a.reaper.setStray(nil)
+	close(e.ended)
+	e.stdin.Close()
+	drain(pumps, drainGrace)
+
+	e.mu.Lock()
+	u := e.usage
+	e.mu.Unlock()
+	rep := guest.ExitReport{
+		CPUUserUs:   u.utime.Microseconds(),
+		CPUSysUs:    u.stime.Microseconds(),
+		MaxRSSBytes: u.maxRSS * 1024,
+		Cancelled:   e.cancelled.Load(),
 	}
-	cur := root
-	for _, name := range strings.Split(strings.TrimPrefix(dir, root), "/") {
-		if name == "" {
+	if ws.Signaled() {
+		rep.ExitCode, rep.Signal = -1, int(ws.Signal())
+	} else {
+		// Without WUNTRACED the only other status is a normal exit.
+		rep.ExitCode = ws.ExitStatus()
+	}
+	a.mu.Lock()
+	a.exec = nil
+	a.mu.Unlock()
+	a.sendJSON(guest.FrameExit, e.id, rep)
+}
+
+// forwarder returns the pump callback that sends the exec's output as
+// frames of type t, up to limit bytes in all; past the limit it drops what
+// it is given, so that the program never blocks on a full pipe.
+func (e *execution) forwarder(t guest.FrameType, limit int64) func([]byte) {
+	var sent int64
+	return func(p []byte) {
+		if m := min(int64(len(p)), limit-sent); m > 0 {
+			e.a.send(t, e.id, p[:m])
+			sent += m
+		}
+	}
+}
+
+// signal sends sig to the exec's process group, or to its program when
+// that left the group.
+func (e *execution) signal(sig syscall.Signal) {
+	if syscall.Kill(-e.pid, sig) == syscall.ESRCH {
+		syscall.Kill(e.pid, sig)
+	}
+}
+
+// cancel kills the exec's program and its process group; run's sweep
+// kills the rest of its tree once the program is reaped.
+func (e *execution) cancel() {
+	e.cancelled.Store(true)
+	syscall.Kill(-e.pid, syscall.SIGKILL)
+	syscall.Kill(e.pid, syscall.SIGKILL)
+}
+
+// stdinData queues a chunk of streamed stdin, or its end (nil). It never
+// blocks the main goroutine: a host keeps at most guest.StdinWindow chunks
+// unacknowledged, and a chunk beyond that is dropped.
+func (e *execution) stdinData(p []byte) {
+	if e.stdinQ == nil {
+		return
+	}
+	select {
+	case e.stdinQ <- p:
+	default:
+		fmt.Fprintf(os.Stderr, "stockade-guest: exec %d: stdin chunk beyond the window dropped\n", e.id)
+	}
+}
+
+// feedStream writes streamed stdin to the program and acknowledges each
+// chunk. A program that exits without reading makes the writes fail with
+// EPIPE; the chunks are still acknowledged (and dropped).
+func (e *execution) feedStream() {
+	broken := false
+	for {
+		var p []byte
+		select {
+		case p = <-e.stdinQ:
+		case <-e.ended:
+			return
+		}
+		if p == nil {
+			e.stdin.Close()
+			broken = true
 			continue
 		}
-		cur += "/" + name
-		fi, err := os.Lstat(cur)
-		switch {
-		case errors.Is(err, fs.ErrNotExist):
-			if err := os.Mkdir(cur, 0o755); err != nil {
-				return fmt.Errorf("creating directory: %w", err)
+		if !broken {
+			if _, err := e.stdin.Write(p); err != nil {
+				broken = true
 			}
-		case err != nil:
-			return fmt.Errorf("checking directory: %w", err)
-		case !fi.IsDir():
-			return fmt.Errorf("%s is not a directory", cur)
+		}
+		select {
+		case <-e.ended:
+			return
+		default:
+			e.a.send(guest.FrameStdinAck, e.id, nil)
 		}
 	}
-	return nil
 }
 
 // feed writes data to the program's stdin and closes it. A program that
@@ -220,58 +318,4 @@ func feed(w *os.File, data []byte) {
 		w.Write(data)
 	}
 	w.Close()
-}
-
-// pump forwards r to the host as frames of type t, each at most
-// guest.MaxChunk bytes, up to limit bytes in all; past the limit it keeps
-// reading and drops what it reads, so the program never blocks on a full
-// pipe. It closes r at EOF.
-func (a *agent) pump(wg *sync.WaitGroup, t guest.FrameType, r *os.File, limit int64) {
-	defer wg.Done()
-	defer r.Close()
-	buf := make([]byte, guest.MaxChunk)
-	var sent int64
-	for {
-		n, err := r.Read(buf)
-		if m := min(int64(n), limit-sent); m > 0 {
-			a.send(t, buf[:m])
-			sent += m
-		}
-		if err != nil {
-			return
-		}
-	}
-}
-
-// drain waits for the pumps to reach EOF. As PID 1 this is certain once reap
-// returned: every process that could hold a pipe's write end is dead. Outside
-// a PID namespace (tests), a process that left the program's process group
-// may still hold one; after a grace period the read ends are closed, which
-// ends the pumps.
-func (a *agent) drain(pumps *sync.WaitGroup, p *program) {
-	done := make(chan struct{})
-	go func() {
-		pumps.Wait()
-		close(done)
-	}()
-	if a.init {
-		<-done
-		return
-	}
-	select {
-	case <-done:
-	case <-time.After(time.Second):
-		p.stdout.Close()
-		p.stderr.Close()
-		<-done
-	}
-}
-
-func mustJSON(v any) []byte {
-	b, err := json.Marshal(v)
-	if err != nil {
-		// Only the guest's own fixed types are marshalled.
-		panic(err)
-	}
-	return b
 }

@@ -7,7 +7,10 @@ package main
 // tests run as root the guest runs as nobody (65534), as in a sandbox.
 
 import (
+	"bufio"
 	"bytes"
+	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -50,19 +53,34 @@ func TestMain(m *testing.M) {
 
 const frameTimeout = 20 * time.Second
 
-type testFrame struct {
-	t   guest.FrameType
-	p   []byte
-	err error
+// lockedBuffer is the guest's stderr, written by os/exec's copier and read
+// by the test.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
 }
 
-// testGuest is a running guest driven by a test.
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// testGuest is a running guest driven by a test through guest.Client, or
+// raw when the test speaks the protocol itself.
 type testGuest struct {
 	t      *testing.T
 	cmd    *exec.Cmd
 	stdin  io.WriteCloser
-	frames chan testFrame
-	stderr bytes.Buffer
+	stdout *bufio.Reader
+	c      *guest.Client
+	stderr lockedBuffer
 
 	waitOnce sync.Once
 	waitErr  error
@@ -76,10 +94,32 @@ func inPIDNamespace(c *exec.Cmd) {
 	c.SysProcAttr.Cloneflags |= syscall.CLONE_NEWPID
 }
 
-// startGuest starts a guest and checks its greeting.
+// startGuest starts a guest and connects a client to it.
 func startGuest(t *testing.T, opts ...guestOption) *testGuest {
 	t.Helper()
-	g := &testGuest{t: t, frames: make(chan testFrame, 64)}
+	g := startRaw(t, opts...)
+	ctx, cancel := context.WithTimeout(t.Context(), frameTimeout)
+	defer cancel()
+	c, err := guest.Handshake(ctx, g.stdout, g.stdin)
+	if err != nil {
+		t.Fatalf("handshake: %v (guest stderr: %q)", err, g.stderr.String())
+	}
+	if c.Version() != guest.MaxVersion {
+		t.Fatalf("got version %d, want %d", c.Version(), guest.MaxVersion)
+	}
+	g.c = c
+	t.Cleanup(func() {
+		if st := c.Stats(); st != (guest.Stats{}) {
+			t.Errorf("the client dropped frames: %+v", st)
+		}
+	})
+	return g
+}
+
+// startRaw starts a guest without reading its hello.
+func startRaw(t *testing.T, opts ...guestOption) *testGuest {
+	t.Helper()
+	g := &testGuest{t: t}
 	g.cmd = exec.Command(guestBin)
 	// A marker the guest's programs must never see (TestEnvIsExact).
 	g.cmd.Env = []string{"STOCKADE_GUEST_TEST_LEAK=1"}
@@ -99,25 +139,17 @@ func startGuest(t *testing.T, opts ...guestOption) *testGuest {
 	if err != nil {
 		t.Fatal(err)
 	}
+	g.stdout = bufio.NewReader(stdout)
 	if err := g.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	go func() {
-		for {
-			ft, p, err := guest.ReadFrame(stdout, guest.MaxPayload)
-			g.frames <- testFrame{ft, p, err}
-			if err != nil {
-				return
-			}
-		}
-	}()
 	t.Cleanup(func() {
 		g.stdin.Close()
 		done := make(chan struct{})
 		go func() { g.wait(); close(done) }()
 		select {
 		case <-done:
-		case <-time.After(5 * time.Second):
+		case <-time.After(10 * time.Second):
 			g.cmd.Process.Kill()
 			<-done
 		}
@@ -127,18 +159,6 @@ func startGuest(t *testing.T, opts ...guestOption) *testGuest {
 			t.Errorf("guest stderr: %s", g.stderr.String())
 		}
 	})
-
-	f := g.next()
-	if f.t != guest.FrameReady {
-		t.Fatalf("first frame %q, want %q", f.t, guest.FrameReady)
-	}
-	var r guest.Ready
-	if err := guest.DecodeJSON(f.p, &r); err != nil {
-		t.Fatal(err)
-	}
-	if r.Version != guest.Version {
-		t.Fatalf("got version %d, want %d", r.Version, guest.Version)
-	}
 	return g
 }
 
@@ -160,78 +180,53 @@ func (g *testGuest) exitCode() int {
 	return g.cmd.ProcessState.ExitCode()
 }
 
-func (g *testGuest) next() testFrame {
-	g.t.Helper()
-	select {
-	case f := <-g.frames:
-		if f.err != nil {
-			g.t.Fatalf("reading frame: %v (guest stderr: %q)", f.err, g.stderr.String())
-		}
-		return f
-	case <-time.After(frameTimeout):
-		g.t.Fatal("no frame from guest")
-	}
-	panic("unreachable")
+func (g *testGuest) ctx() context.Context {
+	ctx, cancel := context.WithTimeout(g.t.Context(), frameTimeout)
+	g.t.Cleanup(cancel)
+	return ctx
 }
 
-func (g *testGuest) send(t guest.FrameType, v any) {
-	g.t.Helper()
-	if err := guest.WriteJSON(g.stdin, t, v); err != nil {
-		g.t.Fatal(err)
-	}
-}
-
+// result is the outcome of one exec: the host's view, or the guest's
+// refusal.
 type result struct {
 	stdout, stderr []byte
-	exit           *guest.ExitReport // nil if the guest answered FrameError
+	exit           *guest.ExitReport // nil if the guest refused the exec
 	errMsg         string
+	errCode        string
 }
 
-// collect reads the answer to one exec.
-func (g *testGuest) collect() result {
+func (g *testGuest) start(req guest.ExecRequest, opts guest.ExecOptions) *guest.Exec {
 	g.t.Helper()
-	var r result
-	for {
-		f := g.next()
-		switch f.t {
-		case guest.FrameStdout, guest.FrameStderr:
-			if len(f.p) == 0 || len(f.p) > guest.MaxChunk {
-				g.t.Fatalf("chunk of %d bytes, want 1..%d", len(f.p), guest.MaxChunk)
-			}
-			if f.t == guest.FrameStdout {
-				r.stdout = append(r.stdout, f.p...)
-			} else {
-				r.stderr = append(r.stderr, f.p...)
-			}
-		case guest.FrameExit:
-			r.exit = new(guest.ExitReport)
-			if err := guest.DecodeJSON(f.p, r.exit); err != nil {
-				g.t.Fatal(err)
-			}
-			if err := r.exit.Validate(); err != nil {
-				g.t.Fatalf("exit report %+v: %v", *r.exit, err)
-			}
-			return r
-		case guest.FrameError:
-			var e guest.ErrorReport
-			if err := guest.DecodeJSON(f.p, &e); err != nil {
-				g.t.Fatal(err)
-			}
-			if e.Message == "" {
-				g.t.Fatal("empty error message")
-			}
-			r.errMsg = e.Message
-			return r
-		default:
-			g.t.Fatalf("unexpected frame %q", f.t)
-		}
+	if opts.OutputCap == 0 {
+		opts.OutputCap = max(req.OutputCap, 0)
 	}
+	ex, err := g.c.Exec(g.ctx(), req, opts)
+	if err != nil {
+		g.t.Fatal(err)
+	}
+	return ex
+}
+
+func (g *testGuest) wait1(ex *guest.Exec) result {
+	g.t.Helper()
+	res, err := ex.Wait(g.ctx())
+	r := result{stdout: res.Stdout, stderr: res.Stderr, exit: res.Exit}
+	var gerr *guest.Error
+	switch {
+	case errors.As(err, &gerr):
+		if gerr.Message == "" {
+			g.t.Fatal("empty error message")
+		}
+		r.errMsg, r.errCode = gerr.Message, gerr.Code
+	case err != nil:
+		g.t.Fatalf("exec: %v (guest stderr: %q)", err, g.stderr.String())
+	}
+	return r
 }
 
 func (g *testGuest) exec(req guest.ExecRequest) result {
 	g.t.Helper()
-	g.send(guest.FrameExec, req)
-	return g.collect()
+	return g.wait1(g.start(req, guest.ExecOptions{}))
 }
 
 // mustExit runs req and fails unless the program ran to an exit report.
@@ -262,7 +257,7 @@ func workDir(t *testing.T) string {
 // shell is a request that runs script with /bin/sh from a file in dir.
 func shell(dir, script string) guest.ExecRequest {
 	return guest.ExecRequest{
-		File:      guest.FileSpec{Path: dir + "/main.sh", Data: []byte(script)},
+		File:      &guest.FileSpec{Path: dir + "/main.sh", Data: []byte(script)},
 		Argv:      []string{"/bin/sh", "{file}"},
 		OutputCap: 1 << 20,
 	}
@@ -311,7 +306,9 @@ func TestOutputCap(t *testing.T) {
 	g := startGuest(t)
 	req := shell(workDir(t), "head -c 5242880 /dev/zero; head -c 5242880 /dev/zero >&2; echo done")
 	req.OutputCap = limit
-	r := g.mustExit(req)
+	// The host keeps more than the guest's cap: what it gets is what the
+	// guest forwarded.
+	r := g.wait1(g.start(req, guest.ExecOptions{OutputCap: 2 * limit}))
 	if len(r.stdout) != limit || len(r.stderr) != limit {
 		t.Errorf("got %d stdout and %d stderr bytes, want %d each", len(r.stdout), len(r.stderr), limit)
 	}
@@ -328,7 +325,7 @@ func TestStdin(t *testing.T) {
 	dir := workDir(t)
 	in := bytes.Repeat([]byte("stdin\x00line\n"), 30_000) // larger than a pipe buffer
 	req := guest.ExecRequest{
-		File:      guest.FileSpec{Path: dir + "/unused"},
+		File:      &guest.FileSpec{Path: dir + "/unused"},
 		Argv:      []string{"/bin/cat"},
 		Stdin:     in,
 		OutputCap: 1 << 20,
@@ -358,7 +355,7 @@ func TestEnvIsExact(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			g := startGuest(t)
 			r := g.mustExit(guest.ExecRequest{
-				File:      guest.FileSpec{Path: workDir(t) + "/unused"},
+				File:      &guest.FileSpec{Path: workDir(t) + "/unused"},
 				Argv:      []string{"/usr/bin/env"},
 				Env:       tc.env,
 				OutputCap: 1 << 20,
@@ -404,7 +401,7 @@ func TestExecutableFile(t *testing.T) {
 	g := startGuest(t)
 	dir := workDir(t)
 	req := guest.ExecRequest{
-		File:      guest.FileSpec{Path: dir + "/run", Data: []byte("#!/bin/sh\necho \"$0\" \"$1\"\n"), Mode: 0o700},
+		File:      &guest.FileSpec{Path: dir + "/run", Data: []byte("#!/bin/sh\necho \"$0\" \"$1\"\n"), Mode: 0o700},
 		Argv:      []string{"{file}", "--in={file}"},
 		OutputCap: 1 << 20,
 	}
@@ -445,7 +442,7 @@ func TestPlantedSymlinks(t *testing.T) {
 	}
 
 	req.File.Path = dir + "/link/code.sh"
-	if r := g.exec(req); !strings.Contains(r.errMsg, "is not a directory") {
+	if r := g.exec(req); r.errCode != guest.ErrorSymlink {
 		t.Errorf("got error %q, want a refused symlinked directory", r.errMsg)
 	}
 	if _, err := os.Lstat(dir + "/real/code.sh"); err == nil {
@@ -466,7 +463,6 @@ func TestRefusedRequests(t *testing.T) {
 		{"path outside tmp", func(r *guest.ExecRequest) { r.File.Path = "/etc/passwd" }, "not under /tmp"},
 		{"relative path", func(r *guest.ExecRequest) { r.File.Path = "tmp/x" }, "not clean and absolute"},
 		{"unclean path", func(r *guest.ExecRequest) { r.File.Path = "/tmp/../etc/x" }, "not clean and absolute"},
-		{"empty argv", func(r *guest.ExecRequest) { r.Argv = nil }, "empty argv"},
 		{"relative program", func(r *guest.ExecRequest) { r.Argv = []string{"sh", "{file}"} }, "not an absolute path"},
 		{"zero output cap", func(r *guest.ExecRequest) { r.OutputCap = 0 }, "output cap"},
 		{"negative output cap", func(r *guest.ExecRequest) { r.OutputCap = -1 }, "output cap"},
@@ -475,7 +471,9 @@ func TestRefusedRequests(t *testing.T) {
 			"starting /nonexistent/python3: no such file or directory"},
 		{"not executable", func(r *guest.ExecRequest) { r.Argv = []string{"{file}"} }, "permission denied"},
 		{"nul in argv", func(r *guest.ExecRequest) { r.Argv = []string{"/bin/sh", "a\x00b"} }, "starting /bin/sh"},
-		{"existing directory", func(r *guest.ExecRequest) { r.File.Path = dir }, "removing old"},
+		{"existing directory", func(r *guest.ExecRequest) { r.File.Path = dir }, "writing " + dir},
+		{"cwd relative", func(r *guest.ExecRequest) { r.Cwd = "tmp" }, "not an absolute path"},
+		{"stdin given and streamed", func(r *guest.ExecRequest) { r.Stdin, r.StdinStream = []byte("x"), true }, "stdin given and streamed"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			req := shell(dir, "echo ran")
@@ -494,35 +492,79 @@ func TestRefusedRequests(t *testing.T) {
 	}
 }
 
-func header(t guest.FrameType, n uint32) []byte {
-	return []byte{byte(t), byte(n >> 24), byte(n >> 16), byte(n >> 8), byte(n)}
+// rawFrame is one v2 frame with a payload of any length.
+func rawFrame(t guest.FrameType, id uint32, p string) []byte {
+	return append(header(t, id, uint32(len(p))), p...)
 }
 
-func rawFrame(t guest.FrameType, p string) []byte {
-	return append(header(t, uint32(len(p))), p...)
+func header(t guest.FrameType, id, n uint32) []byte {
+	return binary.BigEndian.AppendUint32(binary.BigEndian.AppendUint32([]byte{byte(t)}, id), n)
 }
 
-// TestMalformedFrame checks that a malformed frame is answered with
-// FrameError and ends the guest with exit code 1.
+// rawAccept reads the guest's hello and answers it, leaving the stream to
+// the test.
+func (g *testGuest) rawAccept() {
+	g.t.Helper()
+	h, err := guest.ReadHello(g.stdout)
+	if err != nil {
+		g.t.Fatal(err)
+	}
+	if h.Min != guest.MinVersion || h.Max != guest.MaxVersion || h.Version != guest.MaxVersion {
+		g.t.Fatalf("got hello %+v, want versions %d..%d", h, guest.MinVersion, guest.MaxVersion)
+	}
+	if _, err := g.stdin.Write(guest.AppendAccept(nil, guest.MaxVersion)); err != nil {
+		g.t.Fatal(err)
+	}
+}
+
+func (g *testGuest) next() guest.Frame {
+	g.t.Helper()
+	got := make(chan guest.Frame, 1)
+	fail := make(chan error, 1)
+	go func() {
+		f, err := guest.ReadFrame(g.stdout, 0)
+		if err != nil {
+			fail <- err
+			return
+		}
+		got <- f
+	}()
+	select {
+	case f := <-got:
+		return f
+	case err := <-fail:
+		g.t.Fatalf("reading frame: %v (guest stderr: %q)", err, g.stderr.String())
+	case <-time.After(frameTimeout):
+		g.t.Fatal("no frame from guest")
+	}
+	panic("unreachable")
+}
+
+// TestMalformedFrame checks that a frame the guest cannot parse ends it
+// with a FrameError of id 0 and exit code 1, while a request it can parse
+// but not serve is answered with a FrameError and leaves it serving.
 func TestMalformedFrame(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
 		raw   []byte
-		close bool // close stdin after raw
+		close bool   // close stdin after raw
+		code  string // the error reply's code; "" for a fatal error
 	}{
-		{"bad json", rawFrame(guest.FrameExec, "{"), false},
-		{"json of the wrong shape", rawFrame(guest.FrameExec, "[]"), false},
-		{"unknown field", rawFrame(guest.FrameExec, `{"argv":["/bin/true"],"bogus":1}`), false},
-		{"empty payload", rawFrame(guest.FrameExec, ""), false},
-		{"frame for the host", rawFrame(guest.FrameStdout, "hi"), false},
-		{"unknown type", rawFrame('Q', ""), false},
-		{"oversize", header(guest.FrameExec, guest.MaxPayload+1), false},
-		{"huge length", header(guest.FrameExec, 0xffffffff), false},
-		{"truncated payload", append(header(guest.FrameExec, 10), "abc"...), true},
-		{"truncated header", []byte{byte(guest.FrameExec), 0}, true},
+		{"bad json", rawFrame(guest.FrameExec, 1, "{"), false, guest.ErrorInvalid},
+		{"json of the wrong shape", rawFrame(guest.FrameExec, 1, "[]"), false, guest.ErrorInvalid},
+		{"unknown field", rawFrame(guest.FrameExec, 1, `{"argv":["/bin/true"],"bogus":1}`), false, guest.ErrorInvalid},
+		{"empty payload", rawFrame(guest.FrameExec, 1, ""), false, guest.ErrorInvalid},
+		{"empty argv", rawFrame(guest.FrameExec, 1, `{"argv":[],"env":null,"output_cap":1}`), false, guest.ErrorInvalid},
+		{"frame for the host", rawFrame(guest.FrameStdout, 1, "hi"), false, guest.ErrorUnsupported},
+		{"unknown type", rawFrame('q', 1, ""), false, guest.ErrorUnsupported},
+		{"oversize", header(guest.FrameExec, 1, guest.MaxPayload+1), false, ""},
+		{"huge length", header(guest.FrameExec, 1, 0xffffffff), false, ""},
+		{"truncated payload", append(header(guest.FrameExec, 1, 10), "abc"...), true, ""},
+		{"truncated header", []byte{byte(guest.FrameExec), 0}, true, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			g := startGuest(t)
+			g := startRaw(t)
+			g.rawAccept()
 			if _, err := g.stdin.Write(tc.raw); err != nil {
 				t.Fatal(err)
 			}
@@ -530,12 +572,53 @@ func TestMalformedFrame(t *testing.T) {
 				g.stdin.Close()
 			}
 			f := g.next()
-			if f.t != guest.FrameError {
-				t.Fatalf("got frame %q, want %q", f.t, guest.FrameError)
+			var e guest.ErrorReply
+			if f.Type != guest.FrameError || guest.DecodeStrict(f.Payload, &e) != nil || e.Message == "" {
+				t.Fatalf("got frame %s %q, want an error reply", f.Type, f.Payload)
 			}
-			var e guest.ErrorReport
-			if err := guest.DecodeJSON(f.p, &e); err != nil || e.Message == "" {
-				t.Fatalf("bad error report %q: %v", f.p, err)
+			if tc.code == "" {
+				if f.ID != 0 || e.Code != guest.ErrorProtocol {
+					t.Errorf("got error %d %q, want id 0 and code %q", f.ID, e.Code, guest.ErrorProtocol)
+				}
+				if code := g.exitCode(); code != 1 {
+					t.Errorf("got exit code %d, want 1", code)
+				}
+				return
+			}
+			if f.ID != 1 || e.Code != tc.code {
+				t.Errorf("got error %d %q (%s), want id 1 and code %q", f.ID, e.Code, e.Message, tc.code)
+			}
+			// Still serving.
+			if _, err := g.stdin.Write(rawFrame(guest.FramePing, 2, "")); err != nil {
+				t.Fatal(err)
+			}
+			if f := g.next(); f.Type != guest.FrameResult || f.ID != 2 {
+				t.Errorf("got %s frame for %d after the error, want the pong of 2", f.Type, f.ID)
+			}
+		})
+	}
+}
+
+// TestHandshakeRefused checks that the guest ends on a first frame that is
+// not an Accept it can speak.
+func TestHandshakeRefused(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		raw  []byte
+	}{
+		{"version 1", guest.AppendAccept(nil, 1)},
+		{"version 3", guest.AppendAccept(nil, guest.MaxVersion+1)},
+		{"an exec first", []byte{'X', 0, 0, 0, 2, '{', '}'}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			g := startRaw(t)
+			if _, err := guest.ReadHello(g.stdout); err != nil {
+				t.Fatal(err)
+			}
+			g.stdin.Write(tc.raw)
+			f := g.next()
+			if f.Type != guest.FrameError || f.ID != 0 {
+				t.Errorf("got %s frame %d, want the fatal error", f.Type, f.ID)
 			}
 			if code := g.exitCode(); code != 1 {
 				t.Errorf("got exit code %d, want 1", code)
@@ -544,19 +627,21 @@ func TestMalformedFrame(t *testing.T) {
 	}
 }
 
-func TestFrameDuringExec(t *testing.T) {
+// TestExecWhileExecRuns checks that a second exec is refused as busy while
+// one runs, and that the first one is unharmed.
+func TestExecWhileExecRuns(t *testing.T) {
 	g := startGuest(t)
 	dir := workDir(t)
-	g.send(guest.FrameExec, shell(dir, "echo started; exec sleep 100"))
-	if f := g.next(); f.t != guest.FrameStdout {
-		t.Fatalf("got frame %q, want stdout", f.t)
+	started := make(chan struct{})
+	var once sync.Once
+	first := g.start(shell(dir, "echo started; exec sleep 100"), guest.ExecOptions{OnOutput: func(guest.Stream, []byte) { once.Do(func() { close(started) }) }})
+	<-started
+	if r := g.exec(shell(dir, "echo second")); r.errCode != guest.ErrorBusy {
+		t.Fatalf("second exec: got %+v, want busy", r)
 	}
-	g.send(guest.FrameExec, shell(dir, "echo second"))
-	if f := g.next(); f.t != guest.FrameError {
-		t.Fatalf("got frame %q, want %q", f.t, guest.FrameError)
-	}
-	if code := g.exitCode(); code != 1 {
-		t.Errorf("got exit code %d, want 1", code)
+	first.Cancel()
+	if r := g.wait1(first); r.exit == nil || !r.exit.Cancelled || r.exit.Signal != 9 {
+		t.Errorf("first exec: got %+v, want cancelled by SIGKILL", r.exit)
 	}
 }
 
@@ -566,19 +651,16 @@ func TestEOFExits(t *testing.T) {
 	if code := g.exitCode(); code != 0 {
 		t.Errorf("got exit code %d, want 0", code)
 	}
-	if g.stderr.Len() != 0 {
+	if g.stderr.String() != "" {
 		t.Errorf("got stderr %q, want none", g.stderr.String())
 	}
 }
 
 func TestEOFDuringExecKillsProgram(t *testing.T) {
 	g := startGuest(t)
-	g.send(guest.FrameExec, shell(workDir(t), "echo $$; exec sleep 100"))
-	f := g.next()
-	if f.t != guest.FrameStdout {
-		t.Fatalf("got frame %q, want stdout", f.t)
-	}
-	pid, err := strconv.Atoi(strings.TrimSpace(string(f.p)))
+	out := make(chan []byte, 1)
+	g.start(shell(workDir(t), "echo $$; exec sleep 100"), guest.ExecOptions{OnOutput: func(_ guest.Stream, p []byte) { out <- append([]byte(nil), p...) }})
+	pid, err := strconv.Atoi(strings.TrimSpace(string(<-out)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -691,7 +773,7 @@ echo $PPID`
 	if got := string(r.stdout); got != "clean\n" {
 		t.Errorf("second exec saw %q, want %q", got, "clean\n")
 	}
-	g.send(guest.FrameExec, shell(dir, "setsid sleep 1000 & exec sleep 1000"))
+	g.start(shell(dir, "setsid sleep 1000 & exec sleep 1000"), guest.ExecOptions{})
 	time.Sleep(100 * time.Millisecond)
 	g.stdin.Close()
 	if code := g.exitCode(); code != 0 {

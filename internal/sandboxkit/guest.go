@@ -23,6 +23,7 @@ import (
 	"io"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -63,41 +64,51 @@ type Guest struct {
 	// from the container's state). It may wait briefly.
 	DiedOfOOM func(ctx context.Context) bool
 
-	mu   sync.Mutex // serialises Exec
-	dead bool       // the guest can no longer run programs
+	mu     sync.Mutex                   // serialises Exec
+	dead   bool                         // the guest can no longer run programs
+	client atomic.Pointer[guest.Client] // set by AwaitReady
 }
 
-// AwaitReady waits at most timeout for the guest's greeting. It fails when
-// the guest sends anything else first, speaks another protocol version, or
-// its stream ends, and returns ctx's error when ctx ends first. After a
-// failure a goroutine still reads Frames until the stream ends: the caller
-// kills the sandbox (and StartError explains the failure).
+// AwaitReady waits at most timeout for the guest's hello and agrees on a
+// protocol version with it (see guest.NewClient). It fails when the guest
+// sends anything else first, speaks no version this host speaks, or its
+// stream ends, and returns ctx's error when ctx ends first. After a failure
+// a goroutine still reads Frames until the stream ends: the caller kills the
+// sandbox (and StartError explains the failure).
 func (g *Guest) AwaitReady(ctx context.Context, timeout time.Duration) error {
-	ready := make(chan error, 1)
+	type hello struct {
+		h   *guest.Hello
+		err error
+	}
+	ready := make(chan hello, 1)
 	go func() {
-		t, p, err := guest.ReadFrame(g.Frames, 4<<10)
-		if err == nil {
-			var r guest.Ready
-			switch {
-			case t != guest.FrameReady:
-				err = fmt.Errorf("first frame is %q, not ready: %w", t, guest.ErrProtocol)
-			case guest.DecodeJSON(p, &r) != nil || r.Version != guest.Version:
-				err = fmt.Errorf("guest speaks protocol version %d, want %d: %w", r.Version, guest.Version, guest.ErrProtocol)
-			}
-		}
-		ready <- err
+		h, err := guest.ReadHello(g.Frames)
+		ready <- hello{h, err}
 	}()
 	timer := time.NewTimer(timeout)
 	defer timer.Stop()
 	select {
-	case err := <-ready:
-		return err
+	case r := <-ready:
+		if r.err != nil {
+			return r.err
+		}
+		c, err := guest.NewClient(g.Frames, g.In, r.h)
+		if err != nil {
+			return err
+		}
+		g.client.Store(c)
+		return nil
 	case <-timer.C:
 		return fmt.Errorf("guest did not start within %s", timeout)
 	case <-ctx.Done():
 		return ctx.Err()
 	}
 }
+
+// Client is the guest's protocol client once AwaitReady succeeded, nil
+// before. It is for what the drivers' contract does not carry yet (files,
+// kernels); Exec is serialised with the Guest's own.
+func (g *Guest) Client() *guest.Client { return g.client.Load() }
 
 // StartError is Create's error for a guest that did not start (err, from
 // AwaitReady): ctx's cancellation or deadline as such, anything else as
@@ -126,20 +137,28 @@ func (g *Guest) MarkGone() {
 }
 
 // killGrace is how long Exec waits for the guest's stream to end once it
-// has killed the sandbox (tests shorten it).
-var killGrace = 30 * time.Second
+// has killed the sandbox, and cancelGrace how long a guest has to end an
+// exec it was asked to cancel before the sandbox is killed (tests shorten
+// both).
+var (
+	killGrace   = 30 * time.Second
+	cancelGrace = 5 * time.Second
+)
 
-// outcome is what the frame reader saw for one Exec.
+// outcome is what the guest said of one Exec.
 type outcome struct {
 	report *guest.ExitReport
-	failed *guest.ErrorReport
+	failed *guest.Error // the program could not be started
 	err    error
 }
 
 // Exec sends one program to the guest and collects its output and exit, as
 // sandbox.Sandbox's Exec. A program that fails, is killed, OOM-killed or
-// times out is a Result; after a timeout, a cancelled ctx or a guest that
-// died or broke the protocol, the sandbox is killed and the Guest is gone.
+// times out is a Result. After a timeout or a cancelled ctx the guest is
+// asked to cancel the exec (it kills the exec's processes): when it
+// reports the end within cancelGrace the sandbox serves the next Exec,
+// otherwise it is killed. After a guest that died or broke the protocol the
+// sandbox is killed. A killed sandbox's Guest is gone.
 func (g *Guest) Exec(ctx context.Context, req sandbox.ExecRequest) (*sandbox.Result, error) {
 	if err := checkExec(req); err != nil {
 		return nil, err
@@ -163,85 +182,10 @@ func (g *Guest) Exec(ctx context.Context, req sandbox.ExecRequest) (*sandbox.Res
 	start := time.Now()
 	timer := time.NewTimer(timeout)
 	defer timer.Stop()
-	// The request (up to a few MiB) is written under the timer and ctx: a
-	// guest that stops reading must not hold the host past them. Killing
-	// the sandbox closes its end of the pipe, which ends the write (and
-	// Destroy closing In would, were it still blocked).
-	sent := make(chan error, 1)
-	go func() {
-		sent <- guest.WriteJSON(g.In, guest.FrameExec, guest.ExecRequest{
-			File:      guest.FileSpec{Path: "/tmp/" + req.File.Name, Data: req.File.Data, Mode: mode},
-			Argv:      req.Argv,
-			Env:       req.Env,
-			Stdin:     req.Stdin,
-			OutputCap: g.Limits.OutputCap + 1, // see guest.ExecRequest.OutputCap
-		})
-	}()
 	res := &sandbox.Result{ExitCode: -1}
-	done := make(chan outcome, 1)
-	go func() {
-		r, failed, err := collect(g.Frames, g.Limits.OutputCap, res, req.OnOutput)
-		done <- outcome{report: r, failed: failed, err: err}
-	}()
-	// end kills the sandbox: the guest's stream then ends, and the
-	// collector returns with everything read so far. If the stream does
-	// not end (a kill that failed), res stays the collector's and only an
-	// error is returned; Destroy closes the stream.
-	end := func() (outcome, error) {
-		g.dead = true
-		g.Kill(ctx)
-		select {
-		case o := <-done:
-			return o, nil
-		case <-time.After(killGrace):
-			return outcome{}, fmt.Errorf("sandbox %s did not end within %s of being killed: %w", g.Sandbox, killGrace, errdefs.ErrUnavailable)
-		}
-	}
-	cancelled := func() (*sandbox.Result, error) {
-		if _, err := end(); err != nil {
-			return nil, err
-		}
-		return nil, fmt.Errorf("running in sandbox %s: %w", g.Sandbox, ctx.Err())
-	}
-	timedOut := func() (outcome, error) {
-		// The guest dies with the program, so its report of what the
-		// program used never comes: the sandbox's cgroup says it, read
-		// before the kill (after it the runtime may remove the cgroup).
-		// Under gVisor the cgroup also holds the Sentry, whose own CPU
-		// time and memory are counted with the program's.
-		res.CPUTime, res.PeakMemory = g.Cgroup.CPUUsage()-cpuBefore, g.Cgroup.Peak()
-		o, err := end()
-		if err == nil {
-			res.Status = sandbox.StatusTimedOut
-		}
-		return o, err
-	}
-	var o outcome
-	select {
-	case err := <-sent:
-		if err != nil {
-			if _, kerr := end(); kerr != nil {
-				return nil, kerr
-			}
-			return nil, fmt.Errorf("sending program to sandbox %s: %v: %w", g.Sandbox, err, errdefs.ErrUnavailable)
-		}
-		select {
-		case o = <-done:
-		case <-timer.C:
-			o, err = timedOut()
-		case <-ctx.Done():
-			return cancelled()
-		}
-		if err != nil {
-			return nil, err
-		}
-	case <-timer.C:
-		var err error
-		if o, err = timedOut(); err != nil {
-			return nil, err
-		}
-	case <-ctx.Done():
-		return cancelled()
+	o, err := g.run(ctx, timer.C, req, mode, res, cpuBefore)
+	if err != nil {
+		return nil, err
 	}
 	res.Duration = time.Since(start)
 	oomKilled := g.Cgroup.OOMKills() > oomBefore
@@ -283,6 +227,113 @@ func (g *Guest) Exec(ctx context.Context, req sandbox.ExecRequest) (*sandbox.Res
 		}
 	}
 	return res, nil
+}
+
+// run sends the program and waits for its end, the timer or ctx, filling
+// res with the output kept. On the timer or ctx it cancels the exec and
+// gives the guest cancelGrace to end it, then kills the sandbox. It returns
+// what the guest said (on the timer with res.Status set to timed out), or
+// an error when ctx ended or the sandbox could not be killed. cpuBefore is
+// the cgroup's CPU usage when the Exec began.
+func (g *Guest) run(ctx context.Context, timer <-chan time.Time, req sandbox.ExecRequest, mode uint32, res *sandbox.Result, cpuBefore time.Duration) (outcome, error) {
+	c := g.client.Load()
+	if c == nil {
+		return outcome{}, fmt.Errorf("sandbox %s: the guest is not ready: %w", g.Sandbox, errdefs.ErrFailedPrecondition)
+	}
+	var onOutput func(guest.Stream, []byte)
+	if req.OnOutput != nil {
+		onOutput = func(s guest.Stream, p []byte) {
+			st := sandbox.Stdout
+			if s == guest.Stderr {
+				st = sandbox.Stderr
+			}
+			req.OnOutput(st, p)
+		}
+	}
+	// The request (up to a few MiB) is queued, not written, here: a guest
+	// that stops reading cannot hold the host past the timer and ctx.
+	ex, err := c.Exec(ctx, guest.ExecRequest{
+		File:      &guest.FileSpec{Path: "/tmp/" + req.File.Name, Data: req.File.Data, Mode: mode},
+		Argv:      req.Argv,
+		Env:       req.Env,
+		Stdin:     req.Stdin,
+		OutputCap: g.Limits.OutputCap + 1, // see guest.ExecRequest.OutputCap
+	}, guest.ExecOptions{OutputCap: g.Limits.OutputCap, OnOutput: onOutput})
+	if err != nil {
+		return outcome{}, g.lost(ctx, err)
+	}
+	// end kills the sandbox: the guest's stream then ends, and with it the
+	// exec, with everything read so far. If the stream does not end (a
+	// kill that failed), only an error is returned; Destroy closes it.
+	end := func() error {
+		g.dead = true
+		g.Kill(ctx)
+		select {
+		case <-ex.Done():
+			return nil
+		case <-time.After(killGrace):
+			return fmt.Errorf("sandbox %s did not end within %s of being killed: %w", g.Sandbox, killGrace, errdefs.ErrUnavailable)
+		}
+	}
+	// stop cancels the exec and waits for the guest to end it.
+	stop := func() error {
+		if ex.Cancel() == nil {
+			select {
+			case <-ex.Done():
+				return nil
+			case <-time.After(cancelGrace):
+			}
+		}
+		return end()
+	}
+	timedOut := false
+	select {
+	case <-ex.Done():
+	case <-timer:
+		// What a timed-out program used is read from the sandbox's cgroup
+		// before it is stopped: the guest may not live to report it
+		// (after a kill the runtime may remove the cgroup). Under gVisor
+		// the cgroup also holds the Sentry, whose own CPU time and memory
+		// are counted with the program's.
+		res.CPUTime, res.PeakMemory = g.Cgroup.CPUUsage()-cpuBefore, g.Cgroup.Peak()
+		if err := stop(); err != nil {
+			return outcome{}, err
+		}
+		timedOut = true
+	case <-ctx.Done():
+		if err := stop(); err != nil {
+			return outcome{}, err
+		}
+		return outcome{}, fmt.Errorf("running in sandbox %s: %w", g.Sandbox, ctx.Err())
+	}
+	r, err := ex.Wait(context.WithoutCancel(ctx))
+	res.Stdout, res.Stderr = r.Stdout, r.Stderr
+	res.StdoutTruncated, res.StderrTruncated = r.StdoutTruncated, r.StderrTruncated
+	var o outcome
+	var gerr *guest.Error
+	switch {
+	case err == nil:
+		o.report = r.Exit
+	case errors.As(err, &gerr) && !timedOut:
+		o.failed = gerr
+	default:
+		o.err = err
+	}
+	if timedOut {
+		res.Status = sandbox.StatusTimedOut
+	}
+	return o, nil
+}
+
+// lost handles a request that could not be queued: ctx's end, or a guest
+// that is gone. The sandbox is killed.
+func (g *Guest) lost(ctx context.Context, err error) error {
+	g.dead = true
+	g.Kill(ctx)
+	if ctx.Err() != nil {
+		return fmt.Errorf("running in sandbox %s: %w", g.Sandbox, ctx.Err())
+	}
+	return fmt.Errorf("sending program to sandbox %s: %v: %w", g.Sandbox, err, errdefs.ErrUnavailable)
 }
 
 // exitStatus classifies a program the guest reported as ended. A signal is

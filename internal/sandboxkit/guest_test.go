@@ -19,10 +19,17 @@ import (
 	"github.com/stockade-sh/stockade/sandbox"
 )
 
+func TestMain(m *testing.M) {
+	// A fake guest that ignores a cancel is killed after the grace: keep
+	// the tests short.
+	cancelGrace = 200 * time.Millisecond
+	os.Exit(m.Run())
+}
+
 // fakeGuest is the guest's end of a Guest on in-memory pipes: it answers
-// each FrameExec by running answer on the frames it sends back. Kill ends
-// its stream, as killing a sandbox's PID 1 does. It is for unit tests of
-// the session; the drivers' conformance suites run the real guest.
+// each FrameExec by running answer with a writer of frames for that exec.
+// Kill ends its stream, as killing a sandbox's PID 1 does. It is for unit
+// tests of the session; the drivers' conformance suites run the real guest.
 type fakeGuest struct {
 	g      *Guest
 	out    *io.PipeWriter // guest -> host
@@ -30,26 +37,61 @@ type fakeGuest struct {
 	once   sync.Once
 }
 
-func newFakeGuest(t *testing.T, limits sandbox.Limits, answer func(w io.Writer, req guest.ExecRequest)) *fakeGuest {
+// frames writes the frames of one request.
+type frames struct {
+	w  io.Writer
+	id uint32
+}
+
+func (f frames) raw(t guest.FrameType, p []byte) { _ = guest.WriteFrame(f.w, t, f.id, p) }
+func (f frames) json(t guest.FrameType, v any)   { _ = guest.WriteJSON(f.w, t, f.id, v) }
+func (f frames) started()                        { f.json(guest.FrameStarted, guest.Started{PID: 2}) }
+func (f frames) exit(r guest.ExitReport)         { f.json(guest.FrameExit, r) }
+
+// hello writes the guest's greeting of this version.
+func hello(w io.Writer) {
+	_ = guest.WriteHello(w, guest.Hello{Version: guest.MaxVersion, Min: guest.MinVersion, Max: guest.MaxVersion})
+}
+
+// newFakeGuest starts a fake guest; onCancel, if given, is called for each
+// FrameCancel (a guest that ignores cancels has none).
+func newFakeGuest(t *testing.T, limits sandbox.Limits, answer func(f frames, req guest.ExecRequest), onCancel ...func(f frames)) *fakeGuest {
 	t.Helper()
 	inR, inW := io.Pipe()
 	outR, outW := io.Pipe()
 	f := &fakeGuest{out: outW, killed: make(chan struct{})}
 	f.g = &Guest{Sandbox: "sbx-test", Limits: limits, In: inW, Frames: bufio.NewReader(outR), Kill: f.kill}
 	go func() {
+		hello(outW)
+		br := bufio.NewReader(inR)
+		if _, err := guest.ReadAccept(br); err != nil {
+			outW.CloseWithError(err)
+			return
+		}
 		for {
-			typ, p, err := guest.ReadFrame(inR, 0)
+			fr, err := guest.ReadFrame(br, 0)
 			if err != nil {
 				return
 			}
+			if fr.Type == guest.FrameCancel {
+				for _, c := range onCancel {
+					c(frames{w: outW, id: fr.ID})
+				}
+			}
+			if fr.Type != guest.FrameExec {
+				continue
+			}
 			var req guest.ExecRequest
-			if typ != guest.FrameExec || guest.DecodeJSON(p, &req) != nil {
+			if guest.DecodeStrict(fr.Payload, &req) != nil {
 				outW.CloseWithError(errors.New("bad request"))
 				return
 			}
-			answer(outW, req)
+			answer(frames{w: outW, id: fr.ID}, req)
 		}
 	}()
+	if err := f.g.AwaitReady(t.Context(), 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
 	t.Cleanup(func() {
 		inW.Close()
 		f.kill(context.Background())
@@ -64,15 +106,13 @@ func (f *fakeGuest) kill(context.Context) {
 	})
 }
 
-func exit(w io.Writer, r guest.ExitReport) { _ = guest.WriteJSON(w, guest.FrameExit, r) }
-
 func TestGuestExec(t *testing.T) {
 	limits := sandbox.Limits{Memory: 64 << 20, Timeout: time.Minute, OutputCap: 4}
 	req := sandbox.ExecRequest{File: sandbox.File{Name: "main.sh"}, Argv: []string{"/bin/sh", "{file}"}}
 	tests := []struct {
 		name       string
 		req        sandbox.ExecRequest
-		answer     func(w io.Writer, req guest.ExecRequest)
+		answer     func(f frames, req guest.ExecRequest)
 		wantStatus sandbox.Status
 		wantExit   int
 		wantStdout string
@@ -83,52 +123,55 @@ func TestGuestExec(t *testing.T) {
 		{
 			name: "succeeded",
 			req:  req,
-			answer: func(w io.Writer, _ guest.ExecRequest) {
-				_ = guest.WriteFrame(w, guest.FrameStdout, []byte("hi\n"))
-				exit(w, guest.ExitReport{MaxRSSBytes: 1 << 20})
+			answer: func(f frames, _ guest.ExecRequest) {
+				f.started()
+				f.raw(guest.FrameStdout, []byte("hi\n"))
+				f.exit(guest.ExitReport{MaxRSSBytes: 1 << 20})
 			},
 			wantStatus: sandbox.StatusSucceeded, wantStdout: "hi\n",
 		},
 		{
 			name:       "failed",
 			req:        req,
-			answer:     func(w io.Writer, _ guest.ExecRequest) { exit(w, guest.ExitReport{ExitCode: 3}) },
+			answer:     func(f frames, _ guest.ExecRequest) { f.started(); f.exit(guest.ExitReport{ExitCode: 3}) },
 			wantStatus: sandbox.StatusFailed, wantExit: 3,
 		},
 		{
 			name:       "killed by a signal",
 			req:        req,
-			answer:     func(w io.Writer, _ guest.ExecRequest) { exit(w, guest.ExitReport{ExitCode: -1, Signal: 9}) },
+			answer:     func(f frames, _ guest.ExecRequest) { f.started(); f.exit(guest.ExitReport{ExitCode: -1, Signal: 9}) },
 			wantStatus: sandbox.StatusKilled, wantExit: -1,
 		},
 		{
 			name: "output over the cap",
 			req:  req,
-			answer: func(w io.Writer, _ guest.ExecRequest) {
-				_ = guest.WriteFrame(w, guest.FrameStdout, []byte("hello"))
-				exit(w, guest.ExitReport{})
+			answer: func(f frames, _ guest.ExecRequest) {
+				f.started()
+				f.raw(guest.FrameStdout, []byte("hello"))
+				f.exit(guest.ExitReport{})
 			},
 			wantStatus: sandbox.StatusSucceeded, wantStdout: "hell", wantTrunc: true,
 		},
 		{
 			name: "program not started",
 			req:  req,
-			answer: func(w io.Writer, _ guest.ExecRequest) {
-				_ = guest.WriteJSON(w, guest.FrameError, guest.ErrorReport{Message: "exec format error\nno such file"})
+			answer: func(f frames, _ guest.ExecRequest) {
+				f.json(guest.FrameError, guest.ErrorReply{Code: guest.ErrorStart, Message: "exec format error\nno such file"})
 			},
 			wantErr: errdefs.IsFailedPrecondition,
 		},
 		{
 			name:       "guest died",
 			req:        req,
-			answer:     func(w io.Writer, _ guest.ExecRequest) { w.(*io.PipeWriter).Close() },
+			answer:     func(f frames, _ guest.ExecRequest) { f.started(); f.w.(*io.PipeWriter).Close() },
 			wantStatus: sandbox.StatusKilled, wantExit: -1, wantGone: true,
 		},
 		{
 			name: "guest broke the protocol",
 			req:  req,
-			answer: func(w io.Writer, _ guest.ExecRequest) {
-				exit(w, guest.ExitReport{ExitCode: 300})
+			answer: func(f frames, _ guest.ExecRequest) {
+				f.started()
+				f.exit(guest.ExitReport{ExitCode: 300})
 			},
 			wantStatus: sandbox.StatusKilled, wantExit: -1, wantGone: true,
 		},
@@ -137,21 +180,22 @@ func TestGuestExec(t *testing.T) {
 			req: sandbox.ExecRequest{
 				File: req.File, Argv: req.Argv, Timeout: 50 * time.Millisecond,
 			},
-			answer: func(w io.Writer, _ guest.ExecRequest) {
-				_ = guest.WriteFrame(w, guest.FrameStdout, []byte("so"))
+			answer: func(f frames, _ guest.ExecRequest) {
+				f.started()
+				f.raw(guest.FrameStdout, []byte("so"))
 			},
 			wantStatus: sandbox.StatusTimedOut, wantExit: -1, wantStdout: "so", wantGone: true,
 		},
 		{
 			name:    "file name with a slash",
 			req:     sandbox.ExecRequest{File: sandbox.File{Name: "a/b"}, Argv: req.Argv},
-			answer:  func(io.Writer, guest.ExecRequest) {},
+			answer:  func(frames, guest.ExecRequest) {},
 			wantErr: errdefs.IsInvalidArgument,
 		},
 		{
 			name:    "relative argv[0]",
 			req:     sandbox.ExecRequest{File: req.File, Argv: []string{"sh"}},
-			answer:  func(io.Writer, guest.ExecRequest) {},
+			answer:  func(frames, guest.ExecRequest) {},
 			wantErr: errdefs.IsInvalidArgument,
 		},
 	}
@@ -194,9 +238,10 @@ func TestGuestExec(t *testing.T) {
 
 func TestGuestExecRequest(t *testing.T) {
 	got := make(chan guest.ExecRequest, 1)
-	f := newFakeGuest(t, sandbox.Limits{Timeout: time.Minute, OutputCap: 10}, func(w io.Writer, req guest.ExecRequest) {
+	f := newFakeGuest(t, sandbox.Limits{Timeout: time.Minute, OutputCap: 10}, func(f frames, req guest.ExecRequest) {
 		got <- req
-		exit(w, guest.ExitReport{})
+		f.started()
+		f.exit(guest.ExitReport{})
 	})
 	if _, err := f.g.Exec(t.Context(), sandbox.ExecRequest{File: sandbox.File{Name: "x.py", Data: []byte("1")}, Argv: []string{"/usr/bin/python3", "{file}"}}); err != nil {
 		t.Fatalf("Exec: %v", err)
@@ -207,16 +252,79 @@ func TestGuestExecRequest(t *testing.T) {
 	}
 }
 
+// TestGuestExecCancelled checks that a timeout or a cancelled ctx cancels
+// the exec: a guest that ends it within cancelGrace keeps its sandbox, one
+// that does not is killed.
 func TestGuestExecCancelled(t *testing.T) {
-	f := newFakeGuest(t, sandbox.Limits{Timeout: time.Minute}, func(io.Writer, guest.ExecRequest) {})
-	ctx, cancel := context.WithTimeout(t.Context(), 50*time.Millisecond)
-	defer cancel()
-	if _, err := f.g.Exec(ctx, sandbox.ExecRequest{File: sandbox.File{Name: "a"}, Argv: []string{"/a"}}); !errors.Is(err, context.DeadlineExceeded) {
-		t.Errorf("got %v, want the context's deadline", err)
+	a := sandbox.ExecRequest{File: sandbox.File{Name: "a"}, Argv: []string{"/a"}}
+	for _, tt := range []struct {
+		name     string
+		timeout  bool // the Exec's timeout, or else its ctx, ends it
+		complies bool
+	}{
+		{"ctx, guest complies", false, true},
+		{"ctx, guest ignores the cancel", false, false},
+		{"timeout, guest complies", true, true},
+		{"timeout, guest ignores the cancel", true, false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			second := false
+			answer := func(f frames, _ guest.ExecRequest) {
+				f.started()
+				if second {
+					f.exit(guest.ExitReport{})
+				}
+				second = true
+				f.raw(guest.FrameStdout, []byte("so"))
+			}
+			var cancels []func(frames)
+			if tt.complies {
+				cancels = append(cancels, func(f frames) { f.exit(guest.ExitReport{ExitCode: -1, Signal: 9, Cancelled: true}) })
+			}
+			f := newFakeGuest(t, sandbox.Limits{Timeout: time.Minute, OutputCap: 10}, answer, cancels...)
+			ctx, req := t.Context(), a
+			if tt.timeout {
+				req.Timeout = 50 * time.Millisecond
+			} else {
+				var cancel context.CancelFunc
+				ctx, cancel = context.WithTimeout(ctx, 50*time.Millisecond)
+				defer cancel()
+			}
+			res, err := f.g.Exec(ctx, req)
+			switch {
+			case tt.timeout && (err != nil || res.Status != sandbox.StatusTimedOut || string(res.Stdout) != "so"):
+				t.Errorf("got %+v, %v; want timed out with the output so far", res, err)
+			case !tt.timeout && !errors.Is(err, context.DeadlineExceeded):
+				t.Errorf("got %v, want the context's deadline", err)
+			}
+			res, err = f.g.Exec(t.Context(), a)
+			if tt.complies {
+				if err != nil || res.Status != sandbox.StatusSucceeded {
+					t.Errorf("next Exec: got %+v, %v; want it to run", res, err)
+				}
+				select {
+				case <-f.killed:
+					t.Error("the sandbox was killed")
+				default:
+				}
+				return
+			}
+			if !errdefs.IsFailedPrecondition(err) {
+				t.Errorf("next Exec: got %v, want ErrFailedPrecondition", err)
+			}
+		})
 	}
-	if _, err := f.g.Exec(t.Context(), sandbox.ExecRequest{File: sandbox.File{Name: "a"}, Argv: []string{"/a"}}); !errdefs.IsFailedPrecondition(err) {
-		t.Errorf("next Exec: got %v, want ErrFailedPrecondition", err)
+}
+
+// unreadGuest is a Guest whose guest said hello and then reads nothing.
+func unreadGuest(t *testing.T, limits sandbox.Limits, kill func(context.Context), in io.Writer, out *io.PipeReader, outW *io.PipeWriter) *Guest {
+	t.Helper()
+	go hello(outW)
+	g := &Guest{Sandbox: "sbx-test", Limits: limits, In: in, Frames: bufio.NewReader(out), Kill: kill}
+	if err := g.AwaitReady(t.Context(), 10*time.Second); err != nil {
+		t.Fatal(err)
 	}
+	return g
 }
 
 // TestGuestExecGuestNotReading checks that a guest that stops reading
@@ -230,7 +338,7 @@ func TestGuestExecGuestNotReading(t *testing.T) {
 			inR.CloseWithError(errors.New("killed"))
 			outW.Close()
 		}
-		g := &Guest{Sandbox: "sbx-test", Limits: sandbox.Limits{Timeout: time.Minute, OutputCap: 1 << 20}, In: inW, Frames: bufio.NewReader(outR), Kill: kill}
+		g := unreadGuest(t, sandbox.Limits{Timeout: time.Minute, OutputCap: 1 << 20}, kill, inW, outR, outW)
 		req := sandbox.ExecRequest{File: sandbox.File{Name: "a", Data: make([]byte, 200<<10)}, Argv: []string{"/a"}}
 		ctx := t.Context()
 		if cancel {
@@ -268,14 +376,14 @@ func TestGuestExecGuestNotReading(t *testing.T) {
 // when killing the sandbox does not end the guest's stream: with an error,
 // after killGrace.
 func TestGuestExecKillFails(t *testing.T) {
-	defer func(d time.Duration) { killGrace = d }(killGrace)
-	killGrace = 100 * time.Millisecond
+	defer func(k, c time.Duration) { killGrace, cancelGrace = k, c }(killGrace, cancelGrace)
+	killGrace, cancelGrace = 100*time.Millisecond, 100*time.Millisecond
 	_, inW := io.Pipe()
-	outR, _ := io.Pipe()
-	// What Destroy does: the writer and the collector then return.
+	outR, outW := io.Pipe()
+	// What Destroy does: the writer and the reader then return.
 	defer inW.Close()
 	defer outR.Close()
-	g := &Guest{Sandbox: "sbx-test", Limits: sandbox.Limits{Timeout: 50 * time.Millisecond, OutputCap: 1 << 20}, In: inW, Frames: bufio.NewReader(outR), Kill: func(context.Context) {}}
+	g := unreadGuest(t, sandbox.Limits{Timeout: 50 * time.Millisecond, OutputCap: 1 << 20}, func(context.Context) {}, inW, outR, outW)
 	got := make(chan error, 1)
 	go func() {
 		_, err := g.Exec(t.Context(), sandbox.ExecRequest{File: sandbox.File{Name: "a"}, Argv: []string{"/a"}})
@@ -319,9 +427,10 @@ func TestAwaitReady(t *testing.T) {
 		send    func(w io.Writer)
 		wantErr bool
 	}{
-		{"ready", func(w io.Writer) { _ = guest.WriteJSON(w, guest.FrameReady, guest.Ready{Version: guest.Version}) }, false},
-		{"other version", func(w io.Writer) { _ = guest.WriteJSON(w, guest.FrameReady, guest.Ready{Version: guest.Version + 1}) }, true},
-		{"other frame", func(w io.Writer) { _ = guest.WriteFrame(w, guest.FrameStdout, []byte("x")) }, true},
+		{"ready", hello, false},
+		{"a v1 guest", func(w io.Writer) { w.Write([]byte("H\x00\x00\x00\x0d{\"version\":1}")) }, true},
+		{"a newer guest", func(w io.Writer) { _ = guest.WriteHello(w, guest.Hello{Version: 9, Min: 9, Max: 9}) }, true},
+		{"other frame", func(w io.Writer) { _ = guest.WriteFrame(w, guest.FrameStdout, 0, []byte("x")) }, true},
 		{"stream ends", func(w io.Writer) { w.(*io.PipeWriter).Close() }, true},
 		{"silence", func(io.Writer) {}, true},
 	}
@@ -405,7 +514,7 @@ func TestGuestExecCgroupNumbers(t *testing.T) {
 			t.Run("timed out", func(t *testing.T) {
 				write(layout.cpu, layout.cpuText(started))
 				write(layout.events, fmt.Sprintf(layout.oomText, 0))
-				f := newFakeGuest(t, limits, func(w io.Writer, _ guest.ExecRequest) {
+				f := newFakeGuest(t, limits, func(fr frames, _ guest.ExecRequest) {
 					write(layout.cpu, layout.cpuText(started+400*time.Millisecond))
 					write(layout.peak, "50000000\n")
 				})
@@ -422,9 +531,9 @@ func TestGuestExecCgroupNumbers(t *testing.T) {
 			})
 			t.Run("OOM-killed sandbox", func(t *testing.T) {
 				write(layout.events, fmt.Sprintf(layout.oomText, 0))
-				f := newFakeGuest(t, limits, func(w io.Writer, _ guest.ExecRequest) {
+				f := newFakeGuest(t, limits, func(fr frames, _ guest.ExecRequest) {
 					write(layout.events, fmt.Sprintf(layout.oomText, 1))
-					w.(*io.PipeWriter).Close()
+					fr.w.(*io.PipeWriter).Close()
 				})
 				f.g.Cgroup = cg
 				res, err := f.g.Exec(t.Context(), req)
