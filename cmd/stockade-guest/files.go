@@ -19,12 +19,13 @@ import (
 // may plant a symlink at a path or on the way to it, and swap a directory
 // for a symlink while the guest walks. Every operation therefore walks
 // from a descriptor of the root, one component at a time, opening each
-// directory with O_NOFOLLOW|O_DIRECTORY, and acts on the last component
-// with a *at call on its parent's descriptor that does not follow a
-// symlink either (O_NOFOLLOW, AT_SYMLINK_NOFOLLOW, renameat and unlinkat,
-// which never follow the last component). A swap during the walk makes it
-// fail; it can never redirect it. openat2's RESOLVE_BENEATH would do the
-// same in one call, but gVisor answers it with EPERM.
+// directory with O_NOFOLLOW|O_DIRECTORY and checking that it opened what
+// the name is (see openVerified), and acts on the last component with a
+// *at call on its parent's descriptor that does not follow a symlink
+// either (O_NOFOLLOW, AT_SYMLINK_NOFOLLOW, renameat and unlinkat, which
+// never follow the last component). A swap during the walk makes it fail;
+// it can never redirect it. openat2's RESOLVE_BENEATH would do the same in
+// one call, but gVisor answers it with EPERM.
 
 // walk opens the directory below root named by names, each component a
 // directory that is no symlink; with create, missing components are made
@@ -57,8 +58,37 @@ func walk(root string, names []string, create bool) (int, string, error) {
 	return fd, "", nil
 }
 
+// openDir opens the directory name in dir, refusing a symlink.
 func openDir(dir int, name string) (int, error) {
-	return unix.Openat(dir, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	return openVerified(dir, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC)
+}
+
+// openVerified opens name in dir with flags (which hold O_NOFOLLOW), then
+// checks that what it opened is what name is now, a non-symlink: gVisor's
+// openat follows a symlink despite O_NOFOLLOW when O_DIRECTORY is set
+// (runsc of this repository's pinned version; Linux answers ELOOP). A
+// descriptor that passes refers to a file that was linked at name in dir
+// at the time of the check; a symlink swapped in or out meanwhile makes it
+// fail with ELOOP.
+func openVerified(dir int, name string, flags int) (int, error) {
+	fd, err := unix.Openat(dir, name, flags, 0)
+	if err != nil {
+		return -1, err
+	}
+	var opened, linked unix.Stat_t
+	if err := unix.Fstat(fd, &opened); err != nil {
+		unix.Close(fd)
+		return -1, err
+	}
+	if err := unix.Fstatat(dir, name, &linked, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+		unix.Close(fd)
+		return -1, err
+	}
+	if linked.Mode&unix.S_IFMT == unix.S_IFLNK || opened.Dev != linked.Dev || opened.Ino != linked.Ino {
+		unix.Close(fd)
+		return -1, unix.ELOOP
+	}
+	return fd, nil
 }
 
 // notDir explains why name in dir could not be opened as a directory.
@@ -298,7 +328,7 @@ func (a *agent) readFile(id uint32, req guest.ReadRequest) (any, string, error) 
 	}
 	// O_NONBLOCK: opening a FIFO must not wait for a writer (it is
 	// refused below).
-	fd, err := unix.Openat(dir, name, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
+	fd, err := openVerified(dir, name, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC)
 	unix.Close(dir)
 	if err != nil {
 		return nil, codeOf(err), fmt.Errorf("opening %s: %w", req.Path, err)

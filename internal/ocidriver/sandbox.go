@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/stockade-sh/stockade/errdefs"
+	"github.com/stockade-sh/stockade/guest"
 	"github.com/stockade-sh/stockade/internal/hostids"
 	"github.com/stockade-sh/stockade/internal/sandboxkit"
 	"github.com/stockade-sh/stockade/sandbox"
@@ -117,6 +118,11 @@ func (s *sbx) kill(ctx context.Context) {
 		_ = s.cmd.Process.Kill()
 	}
 }
+
+// GuestClient is the guest's protocol client, nil until the sandbox has
+// started. It serves what the sandbox contract does not carry yet (files,
+// kernels) until contract v2 does; the guest's tests use it.
+func (s *sbx) GuestClient() *guest.Client { return s.guest.Client() }
 
 // Exec sends one program to the guest and collects its output and exit.
 func (s *sbx) Exec(ctx context.Context, req sandbox.ExecRequest) (*sandbox.Result, error) {
