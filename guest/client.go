@@ -364,9 +364,34 @@ func decodeReply(p []byte, out any) error {
 	return nil
 }
 
-// unexpected is the error for a frame a request does not take.
+// unexpectedFrame is the error for a frame a request does not take.
 func unexpectedFrame(f Frame, op string) error {
 	return fmt.Errorf("unexpected %s frame for %s: %w", f.Type, op, ErrProtocol)
+}
+
+// answer handles a request's last frame: a FrameResult decoded into out
+// (nil: an empty object) or a FrameError as an *Error, sent on done.
+// Anything else breaks the protocol.
+func answer(f Frame, op string, out any, done chan<- error) (bool, error) {
+	switch f.Type {
+	case FrameResult:
+		if out == nil {
+			out = &struct{}{}
+		}
+		if err := decodeReply(f.Payload, out); err != nil {
+			return true, err
+		}
+		done <- nil
+	case FrameError:
+		err := replyError(op, f.Payload)
+		if errors.Is(err, ErrProtocol) {
+			return true, err
+		}
+		done <- err
+	default:
+		return true, unexpectedFrame(f, op)
+	}
+	return true, nil
 }
 
 // call sends one request and waits for its FrameResult, decoded into out
@@ -375,31 +400,8 @@ func unexpectedFrame(f Frame, op string) error {
 func (c *Client) call(ctx context.Context, t FrameType, req any, op string, out any) error {
 	done := make(chan error, 1)
 	id, err := c.register(&waiter{
-		handle: func(f Frame) (bool, error) {
-			switch f.Type {
-			case FrameResult:
-				var err error
-				if out != nil {
-					err = decodeReply(f.Payload, out)
-				} else {
-					err = DecodeLenient(f.Payload, &struct{}{})
-				}
-				if err != nil {
-					return true, err
-				}
-				done <- nil
-			case FrameError:
-				err := replyError(op, f.Payload)
-				if errors.Is(err, ErrProtocol) {
-					return true, err
-				}
-				done <- err
-			default:
-				return true, unexpectedFrame(f, op)
-			}
-			return true, nil
-		},
-		fail: func(err error) { done <- fmt.Errorf("%s: %w", op, err) },
+		handle: func(f Frame) (bool, error) { return answer(f, op, out, done) },
+		fail:   func(err error) { done <- fmt.Errorf("%s: %w", op, err) },
 	})
 	if err != nil {
 		return err

@@ -2,7 +2,6 @@ package guest
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 
@@ -40,25 +39,8 @@ func (c *Client) WriteFile(ctx context.Context, path string, mode uint32, r io.R
 	var res WriteResult
 	done := make(chan error, 1)
 	id, err := c.register(&waiter{
-		handle: func(f Frame) (bool, error) {
-			switch f.Type {
-			case FrameResult:
-				if err := decodeReply(f.Payload, &res); err != nil {
-					return true, err
-				}
-				done <- nil
-			case FrameError:
-				err := replyError(op, f.Payload)
-				if errors.Is(err, ErrProtocol) {
-					return true, err
-				}
-				done <- err
-			default:
-				return true, unexpectedFrame(f, op)
-			}
-			return true, nil
-		},
-		fail: func(err error) { done <- fmt.Errorf("%s: %w", op, err) },
+		handle: func(f Frame) (bool, error) { return answer(f, op, &res, done) },
+		fail:   func(err error) { done <- fmt.Errorf("%s: %w", op, err) },
 	})
 	if err != nil {
 		return 0, err
@@ -155,16 +137,9 @@ func (c *Client) ReadFile(ctx context.Context, path string, max int64) ([]byte, 
 					return true, fmt.Errorf("%s: %d bytes of a file of %d: %w", op, len(data), res.Size, ErrProtocol)
 				}
 				done <- nil
-			case FrameError:
-				err := replyError(op, f.Payload)
-				if errors.Is(err, ErrProtocol) {
-					return true, err
-				}
-				done <- err
-			default:
-				return true, unexpectedFrame(f, op)
+				return true, nil
 			}
-			return true, nil
+			return answer(f, op, nil, done)
 		},
 		fail: func(err error) { done <- fmt.Errorf("%s: %w", op, err) },
 	})
