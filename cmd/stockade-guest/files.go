@@ -1,12 +1,11 @@
 package main
 
 import (
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
 	"os"
+	"sync/atomic"
 	"syscall"
 
 	"golang.org/x/sys/unix"
@@ -140,6 +139,9 @@ func parent(p string, create bool) (int, string, string, error) {
 	return fd, names[len(names)-1], code, err
 }
 
+// tempSeq numbers the guest's temporary files.
+var tempSeq atomic.Uint64
+
 // fileWrite is a file being written: a temporary file in its directory,
 // renamed into place at the end.
 type fileWrite struct {
@@ -159,10 +161,17 @@ func createTemp(p string, mode uint32) (*fileWrite, string, error) {
 	if err != nil {
 		return nil, code, err
 	}
-	var rnd [8]byte
-	rand.Read(rnd[:])
-	tmp := ".stockade-write-" + hex.EncodeToString(rnd[:])
-	fd, err := unix.Openat(dir, tmp, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
+	// The name is the guest's own; code in the sandbox may have planted
+	// it (O_EXCL refuses that), and then the next is tried.
+	var fd int
+	var tmp string
+	for i := 0; ; i++ {
+		tmp = fmt.Sprintf(".stockade-write-%d-%d", tempSeq.Add(1), i)
+		fd, err = unix.Openat(dir, tmp, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
+		if !errors.Is(err, unix.EEXIST) || i == 16 {
+			break
+		}
+	}
 	if err != nil {
 		unix.Close(dir)
 		return nil, codeOf(err), fmt.Errorf("creating a file in the directory of %s: %w", p, err)
