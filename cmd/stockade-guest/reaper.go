@@ -30,7 +30,9 @@ import (
 // kernel wrapper, which makes it the subreaper of its own tree: its
 // processes never reparent to the guest, and so survive the sweeps. When
 // no kernel lives, kill(-1) is the one-call fast path (as PID 1 only: it
-// reaches every process of the namespace but the guest itself).
+// reaches every process of the namespace but the guest itself). A kernel
+// that clears its own subreaper flag loses only its own strays, which the
+// next sweep kills: the same tenant's processes, in the same sandbox.
 
 type reaper struct {
 	mu sync.Mutex
