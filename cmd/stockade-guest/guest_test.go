@@ -790,3 +790,30 @@ func requires(t *testing.T, what string) {
 	}
 	t.Skipf("requires %s", what)
 }
+
+// TestAcceptAgain checks that a host that re-attached (through a relay)
+// may accept again, in the v2 header with id 0: the same version is
+// taken silently, another is answered with an error, and the guest serves
+// on.
+func TestAcceptAgain(t *testing.T) {
+	g := startRaw(t)
+	g.rawAccept()
+	for _, v := range []int{guest.MaxVersion, guest.MaxVersion + 1} {
+		if _, err := g.stdin.Write(rawFrame(guest.FrameAccept, 0, fmt.Sprintf(`{"version":%d}`, v))); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := g.stdin.Write(rawFrame(guest.FramePing, uint32(v), "")); err != nil {
+			t.Fatal(err)
+		}
+		f := g.next()
+		if v != guest.MaxVersion {
+			if f.Type != guest.FrameError || f.ID != 0 {
+				t.Fatalf("accept of version %d: got %s frame %d, want an error", v, f.Type, f.ID)
+			}
+			f = g.next()
+		}
+		if f.Type != guest.FrameResult || f.ID != uint32(v) {
+			t.Errorf("after an accept of version %d: got %s frame %d, want the pong", v, f.Type, f.ID)
+		}
+	}
+}

@@ -425,14 +425,14 @@ func TestAwaitReady(t *testing.T) {
 	tests := []struct {
 		name    string
 		send    func(w io.Writer)
-		wantErr bool
+		wantErr string // in the error; "" for none
 	}{
-		{"ready", hello, false},
-		{"a v1 guest", func(w io.Writer) { w.Write([]byte("H\x00\x00\x00\x0d{\"version\":1}")) }, true},
-		{"a newer guest", func(w io.Writer) { _ = guest.WriteHello(w, guest.Hello{Version: 9, Min: 9, Max: 9}) }, true},
-		{"other frame", func(w io.Writer) { _ = guest.WriteFrame(w, guest.FrameStdout, 0, []byte("x")) }, true},
-		{"stream ends", func(w io.Writer) { w.(*io.PipeWriter).Close() }, true},
-		{"silence", func(io.Writer) {}, true},
+		{"ready", hello, ""},
+		{"a v1 guest", func(w io.Writer) { w.Write([]byte("H\x00\x00\x00\x0d{\"version\":1}")) }, "guest speaks protocol 1..1, this host 2..2; reinstall the guest (stockade setup)"},
+		{"a newer guest", func(w io.Writer) { _ = guest.WriteHello(w, guest.Hello{Version: 9, Min: 9, Max: 9}) }, "guest speaks protocol 9..9"},
+		{"other frame", func(w io.Writer) { _ = guest.WriteFrame(w, guest.FrameStdout, 0, []byte("x")) }, "not hello"},
+		{"stream ends", func(w io.Writer) { w.(*io.PipeWriter).Close() }, "EOF"},
+		{"silence", func(io.Writer) {}, "did not start within"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -440,8 +440,9 @@ func TestAwaitReady(t *testing.T) {
 			defer w.Close()
 			go tt.send(w)
 			g := &Guest{Frames: r}
-			if err := g.AwaitReady(t.Context(), 100*time.Millisecond); (err != nil) != tt.wantErr {
-				t.Errorf("got %v, want error %v", err, tt.wantErr)
+			err := g.AwaitReady(t.Context(), 100*time.Millisecond)
+			if (err == nil) != (tt.wantErr == "") || (err != nil && !strings.Contains(err.Error(), tt.wantErr)) {
+				t.Errorf("got %v, want an error saying %q", err, tt.wantErr)
 			}
 		})
 	}
