@@ -68,4 +68,11 @@ bench_smoke() {
 go test -count=1 -p 2 -timeout 25m "$@" ./...
 if [ $# -eq 0 ]; then
 	bench_smoke
+	# Every fuzz target (the decoders of untrusted bytes), a few seconds
+	# each; go test above ran their seed corpora.
+	for pkg in $(go list -f '{{if or .TestGoFiles .XTestGoFiles}}{{.ImportPath}}{{end}}' ./...); do
+		for target in $(go test -list '^Fuzz' "$pkg" | grep '^Fuzz'); do
+			go test -run '^$' -fuzz "^${target}\$" -fuzztime 5s "$pkg"
+		done
+	done
 fi
