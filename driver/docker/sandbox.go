@@ -53,7 +53,7 @@ func (d *Driver) newSbx(id, cid string, limits sandbox.Limits) *sbx {
 func (s *sbx) ID() string { return s.id }
 
 // start attaches to the created container, starts it and waits for the
-// guest's FrameReady. Attaching first means no byte of the guest's output
+// guest's hello. Attaching first means no byte of the guest's output
 // is missed.
 func (s *sbx) start(ctx context.Context) error {
 	att, err := s.d.cli.ContainerAttach(ctx, s.cid, client.ContainerAttachOptions{

@@ -57,7 +57,7 @@ func (d *Driver) newSbx(id string, limits sandbox.Limits) *sbx {
 
 func (s *sbx) ID() string { return s.id }
 
-// start launches the runtime and waits for the guest's FrameReady.
+// start launches the runtime and waits for the guest's hello.
 func (s *sbx) start(ctx context.Context) error {
 	inR, inW, err := os.Pipe()
 	if err != nil {
