@@ -50,7 +50,11 @@ func newPair(t *testing.T) (*Client, *fakeGuest, *recorder) {
 	t.Cleanup(func() {
 		guestW.Close()
 		guestR.Close()
-		<-c.Done()
+		select {
+		case <-c.Done():
+		case <-time.After(5 * time.Second):
+			t.Error("the client did not end with its streams")
+		}
 	})
 	return c, &fakeGuest{t: t, r: bufio.NewReader(guestR), w: guestW}, rec
 }
@@ -511,5 +515,36 @@ func TestClientKernel(t *testing.T) {
 	<-k.Done()
 	if x := k.Exit(); x == nil || x.ExitCode != 3 {
 		t.Errorf("got exit %+v, want exit code 3", x)
+	}
+}
+
+// TestClientOnOutputMayCallTheExec checks that OnOutput runs without the
+// exec's lock: it may ask for the output so far.
+func TestClientOnOutputMayCallTheExec(t *testing.T) {
+	c, g, _ := newPair(t)
+	cancelled, cancel := context.WithCancel(t.Context())
+	cancel()
+	var ex *Exec
+	seen := make(chan int, 1)
+	ex, err := c.Exec(t.Context(), ExecRequest{Argv: []string{"/a"}, OutputCap: 10}, ExecOptions{
+		OutputCap: 10,
+		OnOutput: func(Stream, []byte) {
+			res, _ := ex.Wait(cancelled)
+			seen <- len(res.Stdout)
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := g.expect(FrameExec)
+	g.send(FrameStarted, f.ID, `{"pid":2}`)
+	g.send(FrameStdout, f.ID, "abc")
+	select {
+	case n := <-seen:
+		if n != 3 {
+			t.Errorf("OnOutput saw %d bytes so far, want 3", n)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("OnOutput deadlocked calling Wait")
 	}
 }

@@ -25,8 +25,8 @@ type ExecOptions struct {
 	OutputCap int64
 	// OnOutput, if set, receives each chunk that is kept, as it arrives.
 	// It is called from the client's reader goroutine, one call at a time:
-	// it must not block for long nor call the Client, and must not retain
-	// p.
+	// it must not block for long (it holds up every request's frames) and
+	// must not retain p.
 	OnOutput func(s Stream, p []byte)
 }
 
@@ -109,8 +109,16 @@ func (e *Exec) ID() uint32 { return e.id }
 
 // handle takes one frame of the exec, on the client's reader goroutine.
 func (e *Exec) handle(f Frame) (bool, error) {
+	// OnOutput is called after the lock is released, so that it may call
+	// the Exec's methods.
+	var deliver func()
 	e.mu.Lock()
-	defer e.mu.Unlock()
+	defer func() {
+		e.mu.Unlock()
+		if deliver != nil {
+			deliver()
+		}
+	}()
 	switch f.Type {
 	case FrameStarted:
 		var s Started
@@ -140,7 +148,7 @@ func (e *Exec) handle(f Frame) (bool, error) {
 		if len(p) > 0 {
 			*buf = append(*buf, p...)
 			if e.opts.OnOutput != nil {
-				e.opts.OnOutput(s, p)
+				deliver = func() { e.opts.OnOutput(s, p) }
 			}
 		}
 	case FrameStdinAck:

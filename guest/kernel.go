@@ -219,8 +219,15 @@ func (k *Kernel) Run(ctx context.Context, code string, opts CellOptions) (*CellO
 	done := make(chan error, 1)
 	id, err := k.c.register(&waiter{
 		handle: func(f Frame) (bool, error) {
+			// The callbacks run after the lock is released.
+			var deliver func()
 			mu.Lock()
-			defer mu.Unlock()
+			defer func() {
+				mu.Unlock()
+				if deliver != nil {
+					deliver()
+				}
+			}()
 			switch f.Type {
 			case FrameStdout, FrameStderr:
 				if len(f.Payload) > MaxChunk {
@@ -238,7 +245,7 @@ func (k *Kernel) Run(ctx context.Context, code string, opts CellOptions) (*CellO
 				if len(p) > 0 {
 					*buf = append(*buf, p...)
 					if opts.OnOutput != nil {
-						opts.OnOutput(s, p)
+						deliver = func() { opts.OnOutput(s, p) }
 					}
 				}
 				return false, nil
@@ -253,7 +260,7 @@ func (k *Kernel) Run(ctx context.Context, code string, opts CellOptions) (*CellO
 				}
 				out.Displays = append(out.Displays, d)
 				if opts.OnDisplay != nil {
-					opts.OnDisplay(&d)
+					deliver = func() { opts.OnDisplay(&d) }
 				}
 				return false, nil
 			case FrameResult:
