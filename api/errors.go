@@ -4,7 +4,9 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
+	"strconv"
 	"strings"
+	"time"
 
 	"github.com/stockade-sh/stockade/errdefs"
 )
@@ -64,17 +66,25 @@ func HTTPStatus(err error) int {
 	return code
 }
 
-// retryAfterSeconds is sent with 429 and 503 answers.
-const retryAfterSeconds = "1"
+// retryAfter is sent with 429 and 503 answers.
+const retryAfter = time.Second
 
-func writeError(w http.ResponseWriter, err error) {
-	code, _ := status(err)
-	d := Describe(err)
+// answer is the error answer of err: its status, its body, and whether it
+// says when to retry (Retry-After). An internal error's sentence is the
+// operator's, not the client's.
+func answer(err error) (code int, d ErrorDetail, retry bool) {
+	code, _ = status(err)
+	d = Describe(err)
 	if code == http.StatusInternalServerError {
 		d.Message = "internal error"
 	}
-	if code == http.StatusTooManyRequests || code == http.StatusServiceUnavailable {
-		w.Header().Set("Retry-After", retryAfterSeconds)
+	return code, d, code == http.StatusTooManyRequests || code == http.StatusServiceUnavailable
+}
+
+func writeError(w http.ResponseWriter, err error) {
+	code, d, retry := answer(err)
+	if retry {
+		w.Header().Set("Retry-After", strconv.Itoa(int(retryAfter/time.Second)))
 	}
 	writeJSON(w, code, ErrorBody{Error: d})
 }

@@ -25,6 +25,7 @@ import (
 	"github.com/stockade-sh/stockade/errdefs"
 	"github.com/stockade-sh/stockade/policy"
 	"github.com/stockade-sh/stockade/sandbox"
+	"github.com/stockade-sh/stockade/mcp"
 	"github.com/stockade-sh/stockade/store"
 	"github.com/stockade-sh/stockade/tools"
 )
@@ -51,6 +52,9 @@ type Options struct {
 	WriteTimeout time.Duration
 	// UI, if set, serves every path under /ui/: the approval console.
 	UI http.Handler
+	// MCP configures the MCP tools of /mcp; a nil BaseURL is the URL each
+	// request reached the daemon by.
+	MCP mcp.Options
 }
 
 // maxBody bounds a request body: 1 MiB of code and 1 MiB of stdin, JSON
@@ -60,6 +64,8 @@ const maxBody = 8 << 20
 type server struct {
 	svc  *engine.Service
 	opts Options
+	// mcp serves /mcp; it holds the MCP sessions.
+	mcp http.Handler
 }
 
 // New returns the API handler. Every known path answers a method it has
@@ -79,6 +85,7 @@ func New(svc *engine.Service, o Options) http.Handler {
 		o.WriteTimeout = 30 * time.Second
 	}
 	s := &server{svc: svc, opts: o}
+	s.mcp = s.mcpHandler()
 	mux := http.NewServeMux()
 	for _, rt := range s.routes() {
 		mux.Handle(rt.pattern, rt.handler)
@@ -113,6 +120,9 @@ func (s *server) routes() []route {
 		{"GET /v1/workspace", s.auth(s.getWorkspace)},
 		{"GET /v1/tools", s.auth(s.listTools)},
 		{"POST /v1/tools/{name}/approve", s.auth(s.approveTool)},
+		{"POST /mcp", s.mcp},
+		{"GET /mcp", s.mcp},
+		{"DELETE /mcp", s.mcp},
 		{"GET /healthz", http.HandlerFunc(s.healthz)},
 		{"GET /openapi.json", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			w.Header().Set("Content-Type", "application/json")
@@ -313,79 +323,137 @@ func (s *server) createExecution(w http.ResponseWriter, r *http.Request, p engin
 }
 
 // streamExecution answers POST /v1/executions with Server-Sent Events:
-// approval_required (when a human must decide), started, stdout and stderr
-// chunks, then result — or denied when the approver said no.
+// the events of executionStream, with keep-alive comments while nothing
+// happens.
 func (s *server) streamExecution(w http.ResponseWriter, r *http.Request, p engine.Principal, req engine.InvokeRequest, opts engine.InvokeOptions) {
 	flusher, ok := w.(http.Flusher)
 	if !ok {
 		writeError(w, fmt.Errorf("streaming is not supported by this connection: %w", errdefs.ErrInvalidArgument))
 		return
 	}
-	// Subscribing before Invoke means not one event of the run is missed.
-	events, cancel := s.svc.Subscribe(opts.ExecutionID)
-	inv, err := s.svc.Invoke(r.Context(), p, req, opts)
+	es, err := s.openStream(r.Context(), p, req, opts)
 	if err != nil {
-		cancel()
 		writeError(w, err)
 		return
 	}
-	id := inv.Execution.ID
-	done := inv.Execution.Status.Terminal()
-	if id != opts.ExecutionID { // an idempotent replay of an earlier execution
-		cancel()
-		events, cancel = s.svc.Subscribe(id)
-		// It may have ended before the new subscription.
-		e, err := s.svc.Wait(r.Context(), p, id, 0)
-		if err != nil {
-			cancel()
-			writeError(w, err)
-			return
-		}
-		done = e.Status.Terminal()
-	}
-	defer cancel()
+	defer es.close()
 	w.Header().Set("Content-Type", "text/event-stream")
 	w.Header().Set("Cache-Control", "no-store")
 	w.Header().Set("X-Accel-Buffering", "no")
 	w.WriteHeader(http.StatusOK)
-	send := func(event string, data []byte) {
-		fmt.Fprintf(w, "event: %s\ndata: %s\n\n", event, data)
-		flusher.Flush()
-	}
-	if inv.Approval != nil && inv.Execution.Status == store.StatusAwaitingApproval {
-		send("approval_required", card(*inv.Approval))
-	}
 	keep := time.NewTicker(s.opts.KeepAlive)
 	defer keep.Stop()
-	for !done {
-		select {
-		case ev, ok := <-events:
-			if !ok {
-				done = true
-				break
-			}
-			send(ev.Type, ev.Data)
-		case <-keep.C:
+	for {
+		event, data, err := es.next(r.Context(), keep.C)
+		switch {
+		case err != nil:
+			return // the outcome was sent, or the client went away
+		case event == "":
 			fmt.Fprint(w, ": keep-alive\n\n")
-			flusher.Flush()
-		case <-r.Context().Done():
-			return
+		default:
+			fmt.Fprintf(w, "event: %s\ndata: %s\n\n", event, data)
+		}
+		flusher.Flush()
+	}
+}
+
+// executionStream is an execution's events as POST /v1/executions streams
+// them, for the event stream and the in-process MCP backend alike:
+// approval_required (when a human must decide), started, stdout and
+// stderr chunks, then result, or denied when the approver said no. Call
+// close when done; closing does not end the execution.
+type executionStream struct {
+	s        *server
+	p        engine.Principal
+	id       string
+	replayed bool
+	events   <-chan engine.StreamEvent
+	cancel   func()
+	// queued are events to send before the engine's.
+	queued []streamEvent
+	// done is set once the engine's events have ended: the outcome is
+	// next; over once it has been returned.
+	done, over bool
+}
+
+type streamEvent struct {
+	name string
+	data []byte
+}
+
+// openStream admits req and returns its events. An error is the
+// admission's (a policy that refuses, too few credits, at capacity).
+func (s *server) openStream(ctx context.Context, p engine.Principal, req engine.InvokeRequest, opts engine.InvokeOptions) (*executionStream, error) {
+	// Subscribing before Invoke means not one event of the run is missed.
+	events, cancel := s.svc.Subscribe(opts.ExecutionID)
+	inv, err := s.svc.Invoke(ctx, p, req, opts)
+	if err != nil {
+		cancel()
+		return nil, err
+	}
+	es := &executionStream{s: s, p: p, id: inv.Execution.ID, replayed: inv.Replayed, events: events, cancel: cancel,
+		done: inv.Execution.Status.Terminal()}
+	if es.id != opts.ExecutionID { // an idempotent replay of an earlier execution
+		cancel()
+		es.events, es.cancel = s.svc.Subscribe(es.id)
+		// It may have ended before the new subscription.
+		e, err := s.svc.Wait(ctx, p, es.id, 0)
+		if err != nil {
+			es.cancel()
+			return nil, err
+		}
+		es.done = e.Status.Terminal()
+	}
+	if inv.Approval != nil && inv.Execution.Status == store.StatusAwaitingApproval {
+		es.queued = append(es.queued, streamEvent{"approval_required", card(*inv.Approval)})
+	}
+	return es, nil
+}
+
+// next returns the next event's name and data, and io.EOF after the
+// outcome. It waits for the event until ctx ends; at each tick of tick
+// (which may be nil) it returns an empty name, a keep-alive.
+func (es *executionStream) next(ctx context.Context, tick <-chan time.Time) (string, []byte, error) {
+	if len(es.queued) > 0 {
+		ev := es.queued[0]
+		es.queued = es.queued[1:]
+		return ev.name, ev.data, nil
+	}
+	if es.over {
+		return "", nil, io.EOF
+	}
+	for !es.done {
+		select {
+		case ev, ok := <-es.events:
+			if !ok {
+				es.done = true
+				continue
+			}
+			return ev.Type, ev.Data, nil
+		case <-tick:
+			return "", nil, nil
+		case <-ctx.Done():
+			return "", nil, ctx.Err()
 		}
 	}
-	e, err := s.svc.Wait(context.WithoutCancel(r.Context()), p, id, 0)
+	es.over = true
+	e, err := es.s.svc.Wait(context.WithoutCancel(ctx), es.p, es.id, 0)
 	if err != nil {
 		b, _ := json.Marshal(ErrorBody{Error: ErrorDetail{Code: "internal", Message: "reading the execution's outcome failed"}})
-		send("error", b)
-		return
+		return "error", b, nil
 	}
 	v := viewOf(e)
-	v.Replayed = inv.Replayed
+	v.Replayed = es.replayed
 	b, _ := json.Marshal(v)
 	if e.Status == store.StatusDenied {
-		send("denied", b)
-		return
+		return "denied", b, nil
 	}
-	send("result", b)
+	return "result", b, nil
+}
+
+func (es *executionStream) close() error {
+	es.cancel()
+	return nil
 }
 
 func (s *server) getExecution(w http.ResponseWriter, r *http.Request, p engine.Principal) {
@@ -396,20 +464,30 @@ func (s *server) getExecution(w http.ResponseWriter, r *http.Request, p engine.P
 			writeError(w, fmt.Errorf("wait: %v: %w", err, errdefs.ErrInvalidArgument))
 			return
 		}
-		wait = min(d, s.opts.MaxWait)
+		wait = d
 	}
-	e, err := s.svc.Wait(r.Context(), p, r.PathValue("id"), wait)
+	v, err := s.execution(r.Context(), p, r.PathValue("id"), wait)
 	if err != nil {
 		writeError(w, err)
 		return
 	}
+	writeJSON(w, http.StatusOK, v)
+}
+
+// execution is GET /v1/executions/{id}?wait=: the execution once it has
+// ended or wait (at most MaxWait) has passed, with its approval card.
+func (s *server) execution(ctx context.Context, p engine.Principal, id string, wait time.Duration) (ExecutionView, error) {
+	e, err := s.svc.Wait(ctx, p, id, min(wait, s.opts.MaxWait))
+	if err != nil {
+		return ExecutionView{}, err
+	}
 	v := viewOf(e)
 	if e.ApprovalID != "" {
-		if a, err := s.svc.Store().GetApproval(r.Context(), p.WorkspaceID, e.ApprovalID); err == nil {
+		if a, err := s.svc.Store().GetApproval(ctx, p.WorkspaceID, e.ApprovalID); err == nil {
 			v.Approval = card(a)
 		}
 	}
-	writeJSON(w, http.StatusOK, v)
+	return v, nil
 }
 
 // DecisionRequest is the optional body of approve and deny.

@@ -145,6 +145,20 @@ type Config struct {
 	// CreditsPerInvocation is the flat price of an invocation; zero means
 	// free. Left out of the file, it keeps the default (2).
 	CreditsPerInvocation int64 `yaml:"credits_per_invocation"`
+	// MCP configures the tools of the daemon's /mcp endpoint.
+	MCP MCP `yaml:"mcp"`
+}
+
+// MCP configures the MCP tools; the mcp package checks the values (the
+// daemon refuses to start on a bad one).
+type MCP struct {
+	// ApprovalWait bounds a tool call's wait for an approver's decision
+	// when the MCP client cannot show the approval page; zero is 60 s.
+	ApprovalWait time.Duration `yaml:"approval_wait"`
+	// ApprovalURL is the page of an approval request, with "{id}" for its
+	// id, relative to the URL a client reached the daemon by unless
+	// absolute; empty is /ui/approvals/{id}, the approval console's.
+	ApprovalURL string `yaml:"approval_url"`
 }
 
 // ToolsList is a list of tools written in a configuration file.

@@ -26,6 +26,7 @@ import (
 	"github.com/stockade-sh/stockade/internal/netns"
 	"github.com/stockade-sh/stockade/internal/storeopen"
 	"github.com/stockade-sh/stockade/internal/witness"
+	"github.com/stockade-sh/stockade/mcp"
 	"github.com/stockade-sh/stockade/sandbox"
 )
 
@@ -81,12 +82,18 @@ func serveFlags() (*flag.FlagSet, *config.Config, func([]string) ([]string, erro
 	durationFlag(fs, &cfg.BodyTimeout, "body-timeout", cfg.BodyTimeout, "refuse a request whose body takes longer after its headers (not the wait for the answer)")
 	durationFlag(fs, &cfg.WriteTimeout, "write-timeout", cfg.WriteTimeout, "close an API connection whose client takes longer to take one write of an answer")
 	fs.IntVar(&cfg.MaxConnections, "max-connections", cfg.MaxConnections, "API connections open at once; more are closed as soon as accepted")
+	durationFlag(fs, &cfg.MCP.ApprovalWait, "mcp-approval-wait", cfg.MCP.ApprovalWait, "how long an MCP tool call waits for an approval when the client cannot show its page (default 60s)")
+	fs.StringVar(&cfg.MCP.ApprovalURL, "mcp-approval-url", cfg.MCP.ApprovalURL, "the page of approval {id} that MCP clients are shown, relative to the daemon's URL unless absolute (default /ui/approvals/{id})")
 	fs.BoolVar(&cfg.BehindTLS, "behind-tls", cfg.BehindTLS, "clients reach the daemon through a proxy that terminates TLS: the console's cookies are marked Secure")
 	return fs, cfg, load
 }
 
 func serve(ctx context.Context, listen, db string, cfg config.Config) error {
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
+	mcpOpts := mcp.Options{ApprovalWait: cfg.MCP.ApprovalWait, ApprovalURL: cfg.MCP.ApprovalURL, Version: version}
+	if err := mcpOpts.Validate(); err != nil {
+		return usageError{err}
+	}
 	release, err := claimHost(cfg)
 	if err != nil {
 		return err
@@ -135,7 +142,7 @@ func serve(ctx context.Context, listen, db string, cfg config.Config) error {
 	// and each write instead.
 	ui := console.New(svc, console.Options{Witness: wit, SecureCookies: cfg.BehindTLS, Logger: log})
 	srv := &http.Server{
-		Handler:     api.New(svc, api.Options{Metrics: metrics, UI: ui, BodyTimeout: cfg.BodyTimeout, WriteTimeout: cfg.WriteTimeout}),
+		Handler:     api.New(svc, api.Options{Metrics: metrics, UI: ui, BodyTimeout: cfg.BodyTimeout, WriteTimeout: cfg.WriteTimeout, MCP: mcpOpts}),
 		IdleTimeout: cfg.IdleTimeout, ReadHeaderTimeout: cfg.HeaderTimeout,
 		BaseContext: func(net.Listener) context.Context { return reqCtx },
 	}

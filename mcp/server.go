@@ -1,0 +1,156 @@
+// Package mcp is Stockade's Model Context Protocol server: the tools an
+// agent calls to run code behind Stockade's policy, approval, credits and
+// audit trail. One implementation serves both transports: the tools are
+// written against Backend, which the Go client satisfies (stockade mcp,
+// over stdio, talking to a daemon with an agent key) and the daemon
+// satisfies in process (its /mcp endpoint, streamable HTTP, with the agent
+// key as the bearer token).
+//
+//	c, _ := client.New("http://127.0.0.1:8700", key)
+//	s := mcp.New(c, mcp.Options{BaseURL: c.URL()})
+//	err := s.Run(ctx, &sdk.StdioTransport{})
+//
+// The tools are registered from one table, tools, each with what it needs
+// of the backend: run_code and wait_for_approval need Backend alone. Tools
+// that need more (the session tools: create_session, run_cell,
+// upload_file, download_file, list_files, close_session) go in the table
+// with a small interface of their own, found on the backend by type
+// assertion, so that a backend without sessions serves the one-shot tools
+// unchanged.
+package mcp
+
+import (
+	"context"
+	"fmt"
+	"net/url"
+	"strings"
+	"time"
+
+	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/stockade-sh/stockade/client"
+	"github.com/stockade-sh/stockade/errdefs"
+)
+
+// Backend is what the one-shot tools need of Stockade, acting as one API
+// key: the daemon's API through the Go client (*client.Client), or the
+// daemon's own handlers in process.
+type Backend interface {
+	// StreamExecution admits req and returns its events, as POST
+	// /v1/executions with Accept: text/event-stream.
+	StreamExecution(ctx context.Context, req client.ExecutionRequest) (*client.Stream, error)
+	// GetExecution returns execution id once it has ended or wait has
+	// passed, as GET /v1/executions/{id}?wait=.
+	GetExecution(ctx context.Context, id string, wait time.Duration) (*client.Execution, error)
+}
+
+var _ Backend = (*client.Client)(nil)
+
+// DefaultApprovalURL is where an approver decides on request {id}, relative
+// to the daemon's URL: the approval console's page of the request.
+const DefaultApprovalURL = "/ui/approvals/{id}"
+
+// DefaultApprovalWait bounds how long a tool call waits for an approver's
+// decision when the MCP client cannot show the approval page.
+const DefaultApprovalWait = 60 * time.Second
+
+// Options configure the server. Zero fields take the defaults noted.
+type Options struct {
+	// BaseURL is the daemon's URL, which a relative ApprovalURL is
+	// resolved against. Nil leaves a relative ApprovalURL relative, and
+	// then URL-mode elicitation (which needs an absolute URL) is not used.
+	BaseURL *url.URL
+	// ApprovalURL is the template of an approval request's page: "{id}" is
+	// replaced by the approval id. Empty is DefaultApprovalURL.
+	ApprovalURL string
+	// ApprovalWait bounds the wait for a decision when the client does not
+	// support elicitation (or declines to open the page): the tool then
+	// answers that approval is pending, and wait_for_approval waits again
+	// as long. Zero is DefaultApprovalWait.
+	ApprovalWait time.Duration
+	// Version is the server's version in the MCP handshake; empty is
+	// "devel".
+	Version string
+	// SchemaCache, if set, is shared by servers created for each session,
+	// so that the tools' schemas are inferred once.
+	SchemaCache *sdk.SchemaCache
+}
+
+// Validate checks the options' values.
+func (o Options) Validate() error {
+	if o.ApprovalWait < 0 {
+		return fmt.Errorf("the MCP approval wait must not be negative, got %s: %w", o.ApprovalWait, errdefs.ErrInvalidArgument)
+	}
+	if o.ApprovalURL != "" {
+		if !strings.Contains(o.ApprovalURL, "{id}") {
+			return fmt.Errorf("the MCP approval URL %q must contain {id}, the approval id: %w", o.ApprovalURL, errdefs.ErrInvalidArgument)
+		}
+		if _, err := url.Parse(strings.ReplaceAll(o.ApprovalURL, "{id}", "apr_x")); err != nil {
+			return fmt.Errorf("the MCP approval URL %q: %v: %w", o.ApprovalURL, err, errdefs.ErrInvalidArgument)
+		}
+	}
+	return nil
+}
+
+func (o Options) withDefaults() Options {
+	if o.ApprovalURL == "" {
+		o.ApprovalURL = DefaultApprovalURL
+	}
+	if o.ApprovalWait == 0 {
+		o.ApprovalWait = DefaultApprovalWait
+	}
+	if o.Version == "" {
+		o.Version = "devel"
+	}
+	return o
+}
+
+// approvalURL is the page of approval request id, absolute when the
+// template is or BaseURL is set.
+func (o Options) approvalURL(id string) string {
+	u := strings.ReplaceAll(o.ApprovalURL, "{id}", url.PathEscape(id))
+	ref, err := url.Parse(u)
+	if err != nil || ref.IsAbs() || o.BaseURL == nil {
+		return u
+	}
+	return o.BaseURL.ResolveReference(ref).String()
+}
+
+const instructions = `Stockade runs code in hardened, network-less sandboxes behind a workspace
+policy, human approval, credits and an audit trail. run_code runs one
+program (python, node or shell) in a fresh sandbox and returns its stdout,
+stderr and exit status; nothing persists between calls. When a human must
+approve a call first, the result may say that approval is pending: call
+wait_for_approval with its execution_id to keep waiting for the decision.`
+
+// tool is one entry of the tool table: add registers it on s when the
+// backend b has what it needs.
+type tool struct {
+	name string
+	add  func(s *sdk.Server, t *tools) bool
+}
+
+// toolTable lists the server's tools.
+var toolTable = []tool{
+	{"run_code", addRunCode},
+	{"wait_for_approval", addWaitForApproval},
+}
+
+// tools is the state the tool handlers share.
+type tools struct {
+	b    Backend
+	opts Options
+}
+
+// New returns an MCP server whose tools act through b. Serve it with
+// Server.Run (stdio) or an sdk.StreamableHTTPHandler.
+func New(b Backend, o Options) *sdk.Server {
+	o = o.withDefaults()
+	s := sdk.NewServer(&sdk.Implementation{Name: "stockade", Title: "Stockade", Version: o.Version},
+		&sdk.ServerOptions{Instructions: instructions, SchemaCache: o.SchemaCache})
+	t := &tools{b: b, opts: o}
+	for _, tl := range toolTable {
+		tl.add(s, t)
+	}
+	return s
+}
