@@ -22,6 +22,7 @@ func init() {
 
 const runSynopsis = `usage: stockade run --runtime python|node|shell [--driver runc|gvisor|docker] [--timeout 30s]
                     [--memory 512MiB] [--stdin FILE] [--json] (-c CODE | FILE | -)
+       stockade run --url URL [--key KEY] --runtime ... [--tool NAME] [--timeout 30s] [--stdin FILE] [--json] (-c CODE | FILE | -)
 
 Runs the code once in a fresh sandbox that is destroyed afterwards. The code
 is -c CODE, a FILE, or - for the code from the standard input. The program's
@@ -35,7 +36,16 @@ Exit status: the program's; 124 on timeout, 137 on an OOM kill, 128+N when
 killed by signal N; 2 for bad input; 125 when the code could not be run (a
 driver or runtime failure, a missing image); 130 when interrupted (SIGINT,
 SIGTERM, SIGHUP) and 141 when the reader of the output went away (the
-sandbox is destroyed first). --json exits the same.`
+sandbox is destroyed first). --json exits the same.
+
+With --url, the code runs on that daemon, through its policy, approval,
+credits and audit trail, with the key --key (STOCKADE_KEY): the output is
+streamed from the daemon, a required approval is waited for (exit 1 when
+it is denied or expires), and the flags that choose the sandbox (--driver,
+--memory, --tools and the host's paths) do not apply. A refusal of the
+daemon's (policy, an unknown key or runtime) exits 2; too few credits or
+a daemon at capacity or unreachable, 1. An interruption stops watching,
+not the run, which ends on the daemon.`
 
 // runOptions are the flags of `stockade run` beyond the configuration.
 type runOptions struct {
@@ -59,6 +69,8 @@ func runCmd(ctx context.Context, args []string) int {
 	fs.StringVar(&o.stdin, "stdin", "", "read the program's standard input from `FILE`; - is the CLI's standard input")
 	fs.BoolVar(&o.asJSON, "json", false, "print the result as a JSON object, and errors as {\"error\":{\"code\",\"message\"}}")
 	fs.StringVar(&o.code, "c", "", "code to run")
+	var remote remoteFlags
+	remote.register(fs, "run on the daemon at `URL` instead of in a local sandbox")
 	pos, err := load(args)
 	if err != nil {
 		return report(flagErr(fs, err), o.asJSON)
@@ -67,6 +79,12 @@ func runCmd(ctx context.Context, args []string) int {
 	req, err := runRequest(pos, o)
 	if err != nil {
 		return report(err, o.asJSON)
+	}
+	if remote.url != "" {
+		return runRemote(ctx, fs, remote, req, o.asJSON)
+	}
+	if isSet(fs, "key") {
+		return report(usagef("--key needs --url, the daemon to run on"), o.asJSON)
 	}
 	e, err := engine.Open(*cfg)
 	if err != nil {
@@ -93,11 +111,18 @@ func runCmd(ctx context.Context, args []string) int {
 	case err != nil:
 		return report(runErr(err), o.asJSON)
 	}
-	if o.asJSON {
+	return finishRun(res, o.asJSON)
+}
+
+// finishRun reports a run that produced a result, locally or on a daemon:
+// the result object with asJSON, else notes of what cut the run short on
+// stderr (the output was streamed already), and returns the exit status.
+func finishRun(res *engine.Result, asJSON bool) int {
+	if asJSON {
 		enc := json.NewEncoder(os.Stdout)
 		enc.SetIndent("", "  ")
 		if err := enc.Encode(res); err != nil {
-			return report(runError{fmt.Errorf("writing the result: %w", err)}, o.asJSON)
+			return report(runError{fmt.Errorf("writing the result: %w", err)}, asJSON)
 		}
 		return resultStatus(res)
 	}
