@@ -371,3 +371,51 @@ func TestAtCapacity(t *testing.T) {
 		})
 	}
 }
+
+// An MCP session over /mcp belongs to the key that started it: another
+// key's request of it is refused, and so is every request without a valid
+// key, before the MCP handler sees it.
+func TestHTTPSessionBoundToKey(t *testing.T) {
+	d := daemontest.Start(t, daemontest.Options{})
+	a, b := d.Workspace(t, daemontest.NoApproval, 10), d.Workspace(t, daemontest.NoApproval, 10)
+	post := func(key, session, body string) *http.Response {
+		t.Helper()
+		req, _ := http.NewRequestWithContext(t.Context(), "POST", d.URL+"/mcp", strings.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Accept", "application/json, text/event-stream")
+		if key != "" {
+			req.Header.Set("Authorization", "Bearer "+key)
+		}
+		if session != "" {
+			req.Header.Set("Mcp-Session-Id", session)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp
+	}
+	init := post(a.Agent, "", `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`)
+	session := init.Header.Get("Mcp-Session-Id")
+	if init.StatusCode != http.StatusOK || session == "" {
+		t.Fatalf("initialize: got %d, session %q; want 200 and a session", init.StatusCode, session)
+	}
+	list := `{"jsonrpc":"2.0","id":2,"method":"tools/list"}`
+	for _, tc := range []struct {
+		name string
+		key  string
+		want int
+	}{
+		{"its key", a.Agent, http.StatusOK},
+		{"another workspace's key", b.Agent, http.StatusForbidden},
+		{"no key", "", http.StatusUnauthorized},
+		{"a bad key", "sk_nope", http.StatusUnauthorized},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := post(tc.key, session, list).StatusCode; got != tc.want {
+				t.Errorf("got %d, want %d", got, tc.want)
+			}
+		})
+	}
+}
