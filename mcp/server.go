@@ -10,7 +10,7 @@
 //	s := mcp.New(c, mcp.Options{BaseURL: c.URL()})
 //	err := s.Run(ctx, &sdk.StdioTransport{})
 //
-// The tools are registered from one table, tools, each with what it needs
+// The tools are registered from one table, toolTable, each with what it needs
 // of the backend: run_code and wait_for_approval need Backend alone. Tools
 // that need more (the session tools: create_session, run_cell,
 // upload_file, download_file, list_files, close_session) go in the table

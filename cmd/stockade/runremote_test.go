@@ -1,11 +1,14 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
 	"encoding/json"
 	"errors"
+	"io"
 	"os/exec"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -67,6 +70,25 @@ func TestRunRemote(t *testing.T) {
 			}
 		})
 	}
+	t.Run("interrupted", func(t *testing.T) {
+		cmd := exec.Command(testenv.Build(t, "./cmd/stockade"), "run", "--url", d.URL, "--key", gated.Agent, "--runtime", "python", "-c", "print(1)")
+		stderr, err := cmd.StderrPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		r := bufio.NewReader(stderr)
+		if line := waitLine(t, r); !strings.Contains(line, "waiting for an approver") {
+			t.Fatalf("stderr: got %q, want the wait for approval", line)
+		}
+		cmd.Process.Signal(syscall.SIGINT)
+		rest, _ := io.ReadAll(r)
+		if status := exitOf(t, cmd); status != exitInterrupted || !strings.Contains(string(rest), "goes on on the daemon") {
+			t.Errorf("got status %d, stderr %q; want %d, saying the execution goes on", status, rest, exitInterrupted)
+		}
+	})
 	t.Run("json", func(t *testing.T) {
 		cmd := exec.Command(testenv.Build(t, "./cmd/stockade"), "run", "--url", d.URL, "--json", "--runtime", "shell", "-c", "echo 42; exit 4")
 		cmd.Env = append(cmd.Environ(), "STOCKADE_KEY="+open.Agent)
