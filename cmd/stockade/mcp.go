@@ -25,7 +25,7 @@ the approval id, relative to --url unless absolute.`
 func mcpCmd(ctx context.Context, args []string) int {
 	fs := newFlags("mcp", mcpSynopsis)
 	var r remoteFlags
-	r.register(fs, "the daemon's URL, e.g. http://127.0.0.1:8700")
+	r.register(fs, "the daemon's URL, default http://127.0.0.1:8700")
 	o := mcp.Options{Version: version}
 	fs.DurationVar(&o.ApprovalWait, "approval-wait", mcp.DefaultApprovalWait, "how long a call waits for an approval when the MCP client cannot show its page")
 	fs.StringVar(&o.ApprovalURL, "approval-url", mcp.DefaultApprovalURL, "the page of approval {id}, relative to --url unless absolute")

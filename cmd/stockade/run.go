@@ -17,7 +17,7 @@ import (
 )
 
 func init() {
-	commands["run"] = command{summary: "run code once in a fresh sandbox (no server)", run: runCmd}
+	commands["run"] = command{summary: "run code once in a fresh sandbox, here or on a daemon (--url)", run: runCmd}
 }
 
 const runSynopsis = `usage: stockade run --runtime python|node|shell [--driver runc|gvisor|docker] [--timeout 30s]
