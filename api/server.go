@@ -23,9 +23,9 @@ import (
 
 	"github.com/stockade-sh/stockade/engine"
 	"github.com/stockade-sh/stockade/errdefs"
+	"github.com/stockade-sh/stockade/mcp"
 	"github.com/stockade-sh/stockade/policy"
 	"github.com/stockade-sh/stockade/sandbox"
-	"github.com/stockade-sh/stockade/mcp"
 	"github.com/stockade-sh/stockade/store"
 	"github.com/stockade-sh/stockade/tools"
 )

@@ -5,8 +5,10 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stockade-sh/stockade/config"
 	"github.com/stockade-sh/stockade/driver/gvisor"
@@ -109,8 +111,16 @@ func TestCheckDrivers(t *testing.T) {
 // table lists each key with its flag, so that none of the three drifts.
 func TestServeFlagsMatchConfigKeys(t *testing.T) {
 	fileOnly := map[string]bool{"defaults": true, "ceiling": true, "broker": true} // structured: no flag can hold them
+	// A block of plain settings (mcp: {approval_wait, ...}) is keys of its
+	// own, mcp.approval_wait, each with the flag --mcp-approval-wait.
 	keys := map[string]bool{}
 	for _, k := range config.FileKeys() {
+		if sub := blockKeys(k); sub != nil && !fileOnly[k] {
+			for _, s := range sub {
+				keys[k+"."+s] = true
+			}
+			continue
+		}
 		keys[k] = true
 	}
 	fs, _, _ := serveFlags()
@@ -120,12 +130,12 @@ func TestServeFlagsMatchConfigKeys(t *testing.T) {
 		if f == "config" {
 			continue // the file itself
 		}
-		if k := strings.ReplaceAll(f, "-", "_"); !keys[k] {
+		if k := strings.ReplaceAll(f, "-", "_"); !keys[k] && !keys[blockKey(keys, f)] {
 			t.Errorf("serve flag --%s has no configuration key %s", f, k)
 		}
 	}
 	for k := range keys {
-		if f := strings.ReplaceAll(k, "_", "-"); !flags[f] && !fileOnly[k] {
+		if f := flagOf(k); !flags[f] && !fileOnly[k] {
 			t.Errorf("configuration key %s has no serve flag --%s", k, f)
 		}
 	}
@@ -133,7 +143,7 @@ func TestServeFlagsMatchConfigKeys(t *testing.T) {
 	table := readmeConfigTable(t)
 	for k := range keys {
 		row, ok := table[k]
-		want := "--" + strings.ReplaceAll(k, "_", "-")
+		want := "--" + flagOf(k)
 		if fileOnly[k] {
 			want = "—"
 		}
@@ -152,6 +162,65 @@ func TestServeFlagsMatchConfigKeys(t *testing.T) {
 	if table["—"] != "--config" {
 		t.Errorf("README's configuration table lacks the row of --config")
 	}
+}
+
+// flagOf is the serve flag of configuration key k: mcp.approval_wait is
+// --mcp-approval-wait.
+func flagOf(k string) string { return strings.NewReplacer("_", "-", ".", "-").Replace(k) }
+
+// blockKey is the key of keys whose flag is f, or "".
+func blockKey(keys map[string]bool, f string) string {
+	for k := range keys {
+		if flagOf(k) == f {
+			return k
+		}
+	}
+	return ""
+}
+
+// blockKeys lists the keys of the configuration's block k, dotted below
+// it ("clickhouse.url"), when k holds a struct of settings, and nil when
+// k is a plain setting.
+func blockKeys(k string) []string {
+	f, ok := yamlField(reflect.TypeFor[config.Config](), k)
+	if !ok {
+		return nil
+	}
+	return leaves(f.Type)
+}
+
+// yamlField is the field of struct t whose YAML key is k.
+func yamlField(t reflect.Type, k string) (reflect.StructField, bool) {
+	for i := range t.NumField() {
+		if f := t.Field(i); strings.Split(f.Tag.Get("yaml"), ",")[0] == k {
+			return f, true
+		}
+	}
+	return reflect.StructField{}, false
+}
+
+// leaves lists the dotted keys of the settings below struct t, or nil when
+// t is not a struct of settings.
+func leaves(t reflect.Type) []string {
+	if t.Kind() != reflect.Struct || t == reflect.TypeFor[time.Duration]() {
+		return nil
+	}
+	var out []string
+	for i := range t.NumField() {
+		f := t.Field(i)
+		tag := strings.Split(f.Tag.Get("yaml"), ",")[0]
+		if tag == "" || tag == "-" {
+			continue
+		}
+		if sub := leaves(f.Type); sub != nil {
+			for _, s := range sub {
+				out = append(out, tag+"."+s)
+			}
+			continue
+		}
+		out = append(out, tag)
+	}
+	return out
 }
 
 // readmeConfigTable returns the key and flag columns of the table in the
