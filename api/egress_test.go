@@ -115,7 +115,7 @@ tools:
 	if err := os.WriteFile(path, []byte(yaml), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	topts := tools.Options{EgressSupported: true, DefaultTier: sandbox.TierContainer}
+	topts := tools.Options{EgressSupported: true, Drivers: engine.DriverCapabilities(), DefaultTier: sandbox.TierContainer}
 	set, err := tools.Load(path, topts)
 	if err != nil {
 		t.Fatal(err)

@@ -39,6 +39,10 @@ import (
 // Sandboxes is what the audit needs of the engine.
 type Sandboxes interface {
 	Tools() *tools.Set
+	// Drivers are the drivers sessions come from, by name: what each
+	// declares (its tier, whether it shares the host kernel) is what the
+	// audit expects of its sandboxes.
+	Drivers() map[string]sandbox.Driver
 	NewSession(ctx context.Context, req engine.Request) (*engine.Session, error)
 }
 
@@ -183,7 +187,11 @@ func Run(ctx context.Context, eng Sandboxes, opts Options) (*Report, error) {
 	if err != nil {
 		return nil, fmt.Errorf("blast radius of tool %q: %w", tool.Name, err)
 	}
-	r := evaluate(first.Tool, o)
+	drv, ok := eng.Drivers()[first.Driver]
+	if !ok {
+		return nil, fmt.Errorf("blast radius of tool %q: the session's driver %q is not among the engine's: %w", tool.Name, first.Driver, errdefs.ErrFailedPrecondition)
+	}
+	r := evaluate(drv.Capabilities(), first.Tool, o)
 	r.Driver, r.Runtime, r.Time = first.Driver, first.Runtime.Name, start.Truncate(time.Second)
 	return r, nil
 }

@@ -183,7 +183,7 @@ func TestRecordMount(t *testing.T) {
 			if err := os.WriteFile(file, []byte(yaml), 0o644); err != nil {
 				t.Fatal(err)
 			}
-			opts := tools.Options{DataRoot: root, DefaultTier: d.tier}
+			opts := tools.Options{DataRoot: root, Drivers: engine.DriverCapabilities(), DefaultTier: d.tier}
 			set, err := tools.Load(file, opts)
 			if err != nil {
 				t.Fatal(err)

@@ -50,10 +50,11 @@ var (
 // ptyMajor is the major number of pseudo-terminal slaves (/dev/pts/N).
 const ptyMajor = 136
 
-// evaluate turns the observations into the report for tool t.
-func evaluate(t tools.Tool, o *observed) *Report {
+// evaluate turns the observations into the report for tool t, whose
+// sandbox a driver with capabilities caps made.
+func evaluate(caps sandbox.Capabilities, t tools.Tool, o *observed) *Report {
 	l := t.EffectiveLimits()
-	e := &evaluator{t: t, o: o, r: &o.reach, limits: l, shared: t.Tier == sandbox.TierContainer || t.Tier == sandbox.TierDocker}
+	e := &evaluator{t: t, o: o, r: &o.reach, limits: l, shared: caps.SharedKernel}
 	r := &Report{
 		Tool:              t.Name,
 		RecordFingerprint: tools.Fingerprint(t),
@@ -76,8 +77,8 @@ type evaluator struct {
 	o      *observed
 	r      *rawReach
 	limits sandbox.Limits
-	// shared is true on the tiers whose programs talk to the host kernel
-	// directly, where the seccomp filter is the boundary.
+	// shared is true when the driver declares that the program talks to
+	// the host kernel directly, where the seccomp filter is the boundary.
 	shared bool
 }
 

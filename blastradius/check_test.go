@@ -6,6 +6,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/stockade-sh/stockade/driver/docker"
+	"github.com/stockade-sh/stockade/driver/gvisor"
+	"github.com/stockade-sh/stockade/driver/runc"
 	"github.com/stockade-sh/stockade/sandbox"
 	"github.com/stockade-sh/stockade/tools"
 )
@@ -81,6 +84,13 @@ func cleanObserved(t *testing.T) *observed {
 }
 
 func containerTool() tools.Tool { return tools.DefaultFor(sandbox.TierContainer) }
+
+// tierCaps are what the drivers of each tier declare.
+var tierCaps = map[sandbox.Tier]sandbox.Capabilities{
+	sandbox.TierContainer: runc.Capabilities(),
+	sandbox.TierGVisor:    gvisor.Capabilities(),
+	sandbox.TierDocker:    docker.Capabilities(),
+}
 
 // egressTool is containerTool with an egress allowlist.
 func egressTool() tools.Tool {
@@ -220,7 +230,8 @@ func TestEvaluate(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			o := cleanObserved(t)
 			tt.widen(o)
-			r := evaluate(tt.tool(), o)
+			tool := tt.tool()
+			r := evaluate(tierCaps[tool.Tier], tool, o)
 			var got []string
 			for _, c := range r.Deviations {
 				got = append(got, c.Subject)
@@ -264,7 +275,7 @@ func TestEvaluateRecordMount(t *testing.T) {
 				m.MountPoint, m.Options = "/data/sales", tc.options
 				o.reach.Mounts = append(o.reach.Mounts, m)
 			}
-			r := evaluate(tool, o)
+			r := evaluate(tierCaps[tool.Tier], tool, o)
 			bad := slices.ContainsFunc(r.Deviations, func(c Check) bool { return c.Subject == "/data/sales" })
 			if bad == tc.ok || len(r.Deviations) != map[bool]int{true: 0, false: 1}[tc.ok] {
 				t.Errorf("got deviations %v, want %s", r.Deviations, map[bool]string{true: "none", false: "one about /data/sales"}[tc.ok])

@@ -7,7 +7,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stockade-sh/stockade/driver/gvisor"
 	"github.com/stockade-sh/stockade/errdefs"
+	"github.com/stockade-sh/stockade/sandbox"
 	"github.com/stockade-sh/stockade/tools"
 )
 
@@ -255,7 +257,8 @@ func TestLoadFileTools(t *testing.T) {
 	if err := c.LoadFile(p); err != nil {
 		t.Fatal(err)
 	}
-	set, err := c.LoadTools(tools.Options{})
+	gv := tools.Options{Drivers: map[string]sandbox.Capabilities{"gvisor": gvisor.Capabilities()}}
+	set, err := c.LoadTools(gv)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -276,7 +279,7 @@ func TestLoadFileTools(t *testing.T) {
 		t.Fatal(err)
 	}
 	c.SetTools("")
-	if set, err := c.LoadTools(tools.Options{}); err != nil || set.Len() != 1 {
+	if set, err := c.LoadTools(gv); err != nil || set.Len() != 1 {
 		t.Errorf("after SetTools(\"\"): got %v, %v, want the default tool alone", set, err)
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/stockade-sh/stockade/engine"
 	"github.com/stockade-sh/stockade/errdefs"
 	"github.com/stockade-sh/stockade/store"
+	"github.com/stockade-sh/stockade/tools"
 )
 
 // How much the pages show at once.
@@ -337,8 +338,9 @@ func (c *Console) workspaceData(ctx context.Context, v *visit) (*workspaceData, 
 	if err != nil {
 		return nil, err
 	}
+	opts := c.toolOptions()
 	for _, t := range ts {
-		tv := toolView{Name: t.Tool.Name, Fingerprint: t.Fingerprint, Record: recordLines(t.Tool), Boundary: t.Tool.Tier.Boundary(), ReviewRequired: t.ReviewRequired}
+		tv := toolView{Name: t.Tool.Name, Fingerprint: t.Fingerprint, Record: recordLines(t.Tool, opts), Boundary: tools.Boundary(t.Tool, opts), ReviewRequired: t.ReviewRequired}
 		if t.ReviewRequired {
 			if tv.Changes, err = c.toolChanges(ctx, t.Tool.Name); err != nil {
 				return nil, err

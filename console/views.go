@@ -48,9 +48,9 @@ type recordPart struct {
 	Code bool
 }
 
-func recordLines(t tools.Tool) []recordLine {
+func recordLines(t tools.Tool, opts tools.Options) []recordLine {
 	var out []recordLine
-	for _, l := range tools.RecordLines(t) {
+	for _, l := range tools.RecordLines(t, opts) {
 		rl := recordLine{Label: l.Label}
 		for i, s := range strings.Split(l.Value, "`") {
 			if s != "" {
@@ -127,7 +127,8 @@ func (c *Console) cardView(ctx context.Context, v *visit, a store.Approval) (*ca
 		cv.Stdin = &s
 	}
 	if t, err := c.svc.Engine().Tools().Get(cv.Card.Tool); err == nil {
-		cv.Record, cv.Boundary = recordLines(t), t.Tier.Boundary()
+		opts := c.toolOptions()
+		cv.Record, cv.Boundary = recordLines(t, opts), tools.Boundary(t, opts)
 		cv.ToolChanged = cv.Card.ToolFingerprint != "" && tools.Fingerprint(t) != cv.Card.ToolFingerprint
 	} else {
 		cv.ToolChanged = true
@@ -312,4 +313,10 @@ func notFoundIsGone(err error, what string) error {
 		return fmt.Errorf("there is no %s of that id in this workspace: %w", what, errdefs.ErrNotFound)
 	}
 	return err
+}
+
+// toolOptions are what the records of the engine's tools are read with:
+// the capabilities its drivers declare.
+func (c *Console) toolOptions() tools.Options {
+	return tools.Options{Drivers: tools.CapabilitiesOf(c.svc.Engine().Drivers())}
 }

@@ -179,7 +179,7 @@ tools:
 // egress refuses a tool whose credentials name an operation its broker
 // does not have, or any operation when it has no broker.
 func TestCredentialsNeedConfiguredOperations(t *testing.T) {
-	opts := tools.Options{EgressSupported: true}
+	opts := tools.Options{EgressSupported: true, Drivers: DriverCapabilities()}
 	set, err := tools.Load(writeTools(t, `
 tools:
   - name: brokered

@@ -24,7 +24,7 @@ func serviceWith(t *testing.T, st store.Store, toolsYAML string) *Service {
 	if err := os.WriteFile(path, []byte(toolsYAML), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	opts := tools.Options{EgressSupported: true}
+	opts := tools.Options{EgressSupported: true, Drivers: DriverCapabilities()}
 	set, err := tools.Load(path, opts)
 	if err != nil {
 		t.Fatal(err)

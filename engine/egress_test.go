@@ -147,7 +147,7 @@ func TestNetworkRequestsNeedApproval(t *testing.T) {
 	}
 	agent, approver := key(store.RoleAgent), key(store.RoleApprover)
 
-	opts := tools.Options{EgressSupported: true}
+	opts := tools.Options{EgressSupported: true, Drivers: DriverCapabilities()}
 	set, err := tools.Load(writeTools(t, fetchYAML("allowed.test")), opts)
 	if err != nil {
 		t.Fatal(err)
@@ -378,7 +378,7 @@ func newEgressEnv(tb testing.TB, toolsYAML string, override, resolve map[string]
 	if err != nil {
 		tb.Fatal(err)
 	}
-	opts := tools.Options{EgressSupported: true}
+	opts := tools.Options{EgressSupported: true, Drivers: DriverCapabilities()}
 	set, err := tools.Load(writeTools(tb, toolsYAML), opts)
 	if err != nil {
 		tb.Fatal(err)

@@ -163,13 +163,20 @@ func Open(cfg config.Config) (*Engine, error) {
 	// Records with egress or credentials load where egress works, and in
 	// the CLI's engines (config.Config.Serving); a daemon without egress
 	// refuses them at start.
-	topts := tools.Options{DataRoot: cfg.MountRoot(), Ceiling: cfg.Ceiling, DefaultTier: def.Capabilities().Tier, EgressSupported: len(opts) > 0 || !cfg.Serving}
+	topts := tools.Options{DataRoot: cfg.MountRoot(), Ceiling: cfg.Ceiling, Drivers: tools.CapabilitiesOf(drivers), DefaultTier: def.Capabilities().Tier, EgressSupported: len(opts) > 0 || !cfg.Serving}
 	set, err := cfg.LoadTools(topts)
 	if err != nil {
 		return nil, fmt.Errorf("loading tools: %w", err)
 	}
 	eng, err = New(drivers, cfg.Driver, image.Open(cfg.ImageDir()), cfg.Defaults, cfg.Ceiling, append(opts, WithTools(set, topts))...)
 	return eng, err
+}
+
+// DriverCapabilities are what the drivers Open builds declare, by name,
+// without building them: what `stockade tools` checks records against
+// (tools.Options.Drivers) when no engine runs.
+func DriverCapabilities() map[string]sandbox.Capabilities {
+	return map[string]sandbox.Capabilities{"runc": runc.Capabilities(), "gvisor": gvisor.Capabilities(), "docker": docker.Capabilities()}
 }
 
 // hostEgress returns the WithEgress option of cfg, or none when cfg does
@@ -351,7 +358,7 @@ func (e *Engine) resolve(req Request) (tools.Tool, sandbox.Driver, image.Runtime
 	}
 	name := req.Driver
 	if name == "" {
-		if name, ok = tools.DriverName(tool.Tier); !ok {
+		if name, _, ok = tools.DriverFor(tools.CapabilitiesOf(e.drivers), tool.Tier); !ok {
 			return fail(fmt.Errorf("tool %q runs on the %s tier, which this host cannot run: %w", tool.Name, tool.Tier, errdefs.ErrFailedPrecondition))
 		}
 	}

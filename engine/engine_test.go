@@ -57,7 +57,7 @@ tools:
 `), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	opts := tools.Options{DataRoot: dataRoot}
+	opts := tools.Options{DataRoot: dataRoot, Drivers: DriverCapabilities()}
 	set, err := tools.Load(cfg, opts)
 	if err != nil {
 		t.Fatal(err)

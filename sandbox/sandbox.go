@@ -19,7 +19,9 @@ import (
 	"time"
 )
 
-// Tier names an isolation boundary.
+// Tier names an isolation boundary. What a tier is (whether it shares the
+// host kernel, its boundary, its default CPU) its driver declares in its
+// Capabilities.
 type Tier string
 
 // The tiers Stockade knows. Which ones can run depends on the host.
@@ -30,20 +32,8 @@ const (
 	TierMicroVM   Tier = "microvm"   // hardware virtualisation
 )
 
-// Boundary describes in one line what separates code in the tier from the host.
-func (t Tier) Boundary() string {
-	switch t {
-	case TierContainer:
-		return "Linux namespaces, cgroups, seccomp filter, no capabilities (shared host kernel)"
-	case TierGVisor:
-		return "gVisor user-space kernel (Sentry) behind seccomp and namespaces; the host kernel is not reachable directly"
-	case TierDocker:
-		return "Linux namespaces, cgroups, seccomp filter, no capabilities, managed by dockerd (shared host kernel)"
-	case TierMicroVM:
-		return "hardware virtualisation (separate guest kernel)"
-	}
-	return "unknown tier"
-}
+// Tiers returns the tiers Stockade knows, in the order above.
+func Tiers() []Tier { return []Tier{TierContainer, TierGVisor, TierDocker, TierMicroVM} }
 
 // NetworkMode says what network a sandbox gets. The zero value is no network.
 type NetworkMode string
@@ -55,9 +45,22 @@ const (
 	NetworkEgress NetworkMode = "egress"
 )
 
-// Capabilities is what a driver can do, as data.
+// Capabilities is what a driver is and can do, as data: the one place a
+// tier's facts are declared, which the layers above read instead of
+// switching on tier names.
 type Capabilities struct {
-	Tier         Tier
+	Tier Tier
+	// SharedKernel is true when the sandboxed program's system calls reach
+	// the host kernel, so that namespaces, cgroups and the seccomp filter
+	// are the boundary and its processes are host processes; false when a
+	// kernel of the sandbox's own answers them (gVisor's Sentry).
+	SharedKernel bool
+	// Boundary says in one line what separates code in the sandbox from
+	// the host.
+	Boundary string
+	// DefaultCPU is the CPU share (cores) of a sandbox whose limits name
+	// none.
+	DefaultCPU   float64
 	NetworkModes []NetworkMode
 	// Sessions is true when Exec may be called more than once on one sandbox.
 	Sessions bool

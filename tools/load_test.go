@@ -59,7 +59,7 @@ func TestLintRefusesEachBadKind(t *testing.T) {
 	}
 	for _, f := range files {
 		t.Run(strings.TrimSuffix(filepath.Base(f), ".yaml"), func(t *testing.T) {
-			set, err := Load(f, Options{DataRoot: t.TempDir()})
+			set, err := Load(f, Options{Drivers: drivers, DataRoot: t.TempDir()})
 			if set != nil {
 				t.Errorf("got a set, want none")
 			}
@@ -104,7 +104,7 @@ func TestLoadGood(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.path, func(t *testing.T) {
-			set, err := Load(tt.path, Options{})
+			set, err := Load(tt.path, Options{Drivers: drivers})
 			if err != nil {
 				t.Fatalf("Load: %v", err)
 			}
@@ -116,7 +116,7 @@ func TestLoadGood(t *testing.T) {
 }
 
 func TestLoadDecodesEveryField(t *testing.T) {
-	set, err := Load("testdata/good/tools.yaml", Options{})
+	set, err := Load("testdata/good/tools.yaml", Options{Drivers: drivers})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -148,7 +148,7 @@ func TestLoadDecodesEveryField(t *testing.T) {
 }
 
 func TestLoadMissingPath(t *testing.T) {
-	_, err := Load(filepath.Join(t.TempDir(), "nope.yaml"), Options{})
+	_, err := Load(filepath.Join(t.TempDir(), "nope.yaml"), Options{Drivers: drivers})
 	var ps Problems
 	if errors.As(err, &ps) || !errdefs.IsNotFound(err) {
 		t.Errorf("got %v, want an ErrNotFound that is not Problems", err)
@@ -177,7 +177,7 @@ func TestUntrustedOnSharedKernel(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			tool := Tool{Name: "t", InputTrust: tt.trust, Tier: tt.tier, AcceptRisk: tt.risk}
-			got := hasRule(Validate([]Tool{tool}, Options{}), RuleUntrustedOnContainer)
+			got := hasRule(Validate([]Tool{tool}, Options{Drivers: drivers}), RuleUntrustedOnContainer)
 			if got != tt.want {
 				t.Errorf("got refused=%v, want %v", got, tt.want)
 			}
@@ -206,7 +206,7 @@ func TestLethalTrifecta(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			tool := Tool{Name: "t", InputTrust: tt.trust, Tier: sandbox.TierGVisor, Egress: tt.e, Credentials: tt.creds, AcceptRisk: tt.risk}
-			ps := Validate([]Tool{tool}, Options{EgressSupported: true})
+			ps := Validate([]Tool{tool}, Options{Drivers: drivers, EgressSupported: true})
 			if got := hasRule(ps, RuleLethalTrifecta); got != tt.want {
 				t.Errorf("got refused=%v, want %v (%v)", got, tt.want, ps)
 			}
@@ -215,7 +215,7 @@ func TestLethalTrifecta(t *testing.T) {
 			}
 			// Until the egress proxy exists, egress and credentials are
 			// refused as unsupported, and the trifecta is still reported.
-			ps = Validate([]Tool{tool}, Options{})
+			ps = Validate([]Tool{tool}, Options{Drivers: drivers})
 			if got := hasRule(ps, RuleLethalTrifecta); got != tt.want {
 				t.Errorf("without egress support: got refused=%v, want %v", got, tt.want)
 			}
@@ -232,16 +232,72 @@ func TestLethalTrifecta(t *testing.T) {
 func TestDefaultToolPassesValidation(t *testing.T) {
 	d := Default()
 	d.Name = "copy-of-default"
-	if ps := Validate([]Tool{d}, Options{}); len(ps) > 0 {
+	if ps := Validate([]Tool{d}, Options{Drivers: drivers}); len(ps) > 0 {
 		t.Errorf("got %v, want no problem", ps)
 	}
 }
 
-func TestTiersOption(t *testing.T) {
-	tool := Tool{Name: "t", InputTrust: Trusted, Tier: sandbox.TierContainer}
-	ps := Validate([]Tool{tool}, Options{Tiers: []sandbox.Tier{sandbox.TierGVisor}})
-	if !hasRule(ps, RuleTierUnavailable) || !strings.Contains(ps.Error(), "tier container is not available on this host (available: gvisor)") {
-		t.Errorf("got %v", ps)
+// TestDriversOption checks that a record's tier must be one of the
+// drivers', and that the tier rules read the tier's facts from what its
+// driver declares: change a declaration and the rule follows.
+func TestDriversOption(t *testing.T) {
+	untrusted := Tool{Name: "t", InputTrust: Untrusted, Tier: sandbox.TierContainer}
+	fetch := Tool{Name: "t", InputTrust: Trusted, Tier: sandbox.TierContainer, Egress: Egress{Allow: []string{"pypi.org"}, Ports: []int{443}}}
+	only := func(name string, edit func(*sandbox.Capabilities)) map[string]sandbox.Capabilities {
+		c := drivers[name]
+		if edit != nil {
+			edit(&c)
+		}
+		return map[string]sandbox.Capabilities{name: c}
+	}
+	tests := []struct {
+		name    string
+		tool    Tool
+		drivers map[string]sandbox.Capabilities
+		rule    string // the one problem; "" for none
+		message string
+	}{
+		{"no driver", untrusted, nil, RuleTierUnavailable, "tier container is not available on this host (available: none)"},
+		{"another tier's driver", untrusted, only("gvisor", nil), RuleTierUnavailable, "tier container is not available on this host (available: gvisor)"},
+		{"shared kernel", untrusted, only("runc", nil), RuleUntrustedOnContainer, "untrusted input on the container tier needs accept_risk"},
+		{"a kernel of its own", untrusted, only("runc", func(c *sandbox.Capabilities) { c.SharedKernel = false }), "", ""},
+		{"a driver with egress", fetch, only("runc", nil), "", ""},
+		{"a driver without egress", fetch, map[string]sandbox.Capabilities{"runc": func() sandbox.Capabilities {
+			c := drivers["runc"]
+			c.NetworkModes = []sandbox.NetworkMode{sandbox.NetworkNone}
+			return c
+		}(), "gvisor": drivers["gvisor"]}, RuleEgress, "the container tier gives a sandbox no network at all, so neither egress nor credentials; use tier gvisor"},
+		{"docker's declaration", Tool{Name: "t", InputTrust: Trusted, Tier: sandbox.TierDocker, Egress: fetch.Egress}, drivers, RuleEgress,
+			"the docker tier gives a sandbox no network at all, so neither egress nor credentials; use tier container or gvisor"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			ps := Validate([]Tool{tt.tool}, Options{Drivers: tt.drivers, EgressSupported: true})
+			switch {
+			case tt.rule == "" && len(ps) > 0:
+				t.Errorf("got %v, want no problem", ps)
+			case tt.rule != "" && (len(ps) != 1 || ps[0].Rule != tt.rule || !strings.Contains(ps[0].Message, tt.message)):
+				t.Errorf("got %v, want one problem of rule %s saying %q", ps, tt.rule, tt.message)
+			}
+		})
+	}
+}
+
+func TestDriverFor(t *testing.T) {
+	two := map[string]sandbox.Capabilities{"runc-b": drivers["runc"], "runc-a": drivers["runc"], "gvisor": drivers["gvisor"]}
+	for _, tt := range []struct {
+		tier sandbox.Tier
+		want string
+		ok   bool
+	}{
+		{sandbox.TierContainer, "runc-a", true}, // the first by name
+		{sandbox.TierGVisor, "gvisor", true},
+		{sandbox.TierDocker, "", false},
+	} {
+		name, c, ok := DriverFor(two, tt.tier)
+		if name != tt.want || ok != tt.ok || (ok && c.Tier != tt.tier) {
+			t.Errorf("DriverFor(%s): got %q (tier %s), %t; want %q, %t", tt.tier, name, c.Tier, ok, tt.want, tt.ok)
+		}
 	}
 }
 
@@ -276,7 +332,7 @@ func TestNameLengths(t *testing.T) {
 		if err := os.WriteFile(f, []byte(rec), 0o644); err != nil {
 			t.Fatal(err)
 		}
-		_, err := Load(f, Options{DataRoot: t.TempDir(), EgressSupported: true})
+		_, err := Load(f, Options{Drivers: drivers, DataRoot: t.TempDir(), EgressSupported: true})
 		return err
 	}
 	if err := load(strings.Repeat("n", 64), strings.Repeat("d", 63)); err != nil {
@@ -355,13 +411,13 @@ func TestLoadList(t *testing.T) {
 		t.Fatal(err)
 	}
 	list := doc.Content[0].Content[3]
-	_, err := LoadList("stockade.yaml", list, Options{})
+	_, err := LoadList("stockade.yaml", list, Options{Drivers: drivers})
 	var ps Problems
 	if !errors.As(err, &ps) || len(ps) != 1 || ps[0].Source != "stockade.yaml:9" || ps[0].Tool != "bad" {
 		t.Fatalf("got %v, want one problem of tool bad at stockade.yaml:9", err)
 	}
 	list.Content = list.Content[:1]
-	set, err := LoadList("stockade.yaml", list, Options{})
+	set, err := LoadList("stockade.yaml", list, Options{Drivers: drivers})
 	if err != nil {
 		t.Fatal(err)
 	}

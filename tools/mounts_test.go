@@ -127,7 +127,7 @@ func TestMountRules(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			opts := Options{DataRoot: root}
+			opts := Options{Drivers: drivers, DataRoot: root}
 			switch tt.dataRoot {
 			case "":
 			case "-":
@@ -180,7 +180,7 @@ func TestMountRules(t *testing.T) {
 // mounts for a run.
 func TestResolveMountsRechecks(t *testing.T) {
 	base, root := dataTree(t)
-	opts := Options{DataRoot: root}
+	opts := Options{Drivers: drivers, DataRoot: root}
 	tool := Tool{Name: "reader", InputTrust: Trusted, Tier: sandbox.TierGVisor,
 		Filesystem: Filesystem{Mounts: []sandbox.Mount{{Source: root + "/sales", Target: "/data/sales"}}}}
 	if ps := Validate([]Tool{tool}, opts); len(ps) > 0 {
@@ -214,7 +214,7 @@ func TestLoadWithMounts(t *testing.T) {
 	if err := os.WriteFile(file, []byte(yaml), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	set, err := Load(file, Options{DataRoot: root})
+	set, err := Load(file, Options{Drivers: drivers, DataRoot: root})
 	if err != nil {
 		t.Fatalf("Load: %v", err)
 	}
@@ -226,7 +226,7 @@ func TestLoadWithMounts(t *testing.T) {
 	if err := os.WriteFile(file, []byte(yaml), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	_, err = Load(file, Options{DataRoot: root})
+	_, err = Load(file, Options{Drivers: drivers, DataRoot: root})
 	want := file + `:8: tool "sales-report": rule mount-symlink-escape: mount source ` + root + "/link-out resolves through a symlink"
 	if err == nil || !strings.Contains(err.Error(), want) {
 		t.Errorf("got %v, want %q", err, want)
@@ -238,7 +238,7 @@ func TestDataRootRefused(t *testing.T) {
 		Filesystem: Filesystem{Mounts: []sandbox.Mount{{Source: "/etc", Target: "/data/etc"}}}}
 	for _, root := range []string{"/", "relative/data", "/proc"} {
 		t.Run(root, func(t *testing.T) {
-			ps := Validate([]Tool{tool}, Options{DataRoot: root})
+			ps := Validate([]Tool{tool}, Options{Drivers: drivers, DataRoot: root})
 			if !hasRule(ps, RuleDataRoot) {
 				t.Errorf("got %v, want rule %s", ps, RuleDataRoot)
 			}
@@ -246,7 +246,7 @@ func TestDataRootRefused(t *testing.T) {
 	}
 	// Without mounts the data root does not matter.
 	tool.Filesystem.Mounts = nil
-	if ps := Validate([]Tool{tool}, Options{DataRoot: "/"}); len(ps) > 0 {
+	if ps := Validate([]Tool{tool}, Options{Drivers: drivers, DataRoot: "/"}); len(ps) > 0 {
 		t.Errorf("got %v, want no problem", ps)
 	}
 }

@@ -14,9 +14,10 @@ import (
 )
 
 // Record renders the tool's decision record as Markdown: the five lines, the
-// tier's boundary, the effective limits, any accepted risk with who accepted
-// it and why, and the record's Fingerprint.
-func Record(t Tool) string {
+// tier's boundary as its driver among opts.Drivers declares it, the
+// effective limits, any accepted risk with who accepted it and why, and the
+// record's Fingerprint.
+func Record(t Tool, opts Options) string {
 	c := canonical(t)
 	var b strings.Builder
 	fmt.Fprintf(&b, "# Tool `%s`\n\n", c.Name)
@@ -27,12 +28,12 @@ func Record(t Tool) string {
 	fmt.Fprintf(&b, "Capability `%s`, runtimes: %s. %s\n\n", c.Capability, runtimesLine(c.Runtimes), where)
 
 	b.WriteString("## Record\n\n")
-	for _, l := range RecordLines(t) {
+	for _, l := range RecordLines(t, opts) {
 		fmt.Fprintf(&b, "- **%s:** %s\n", l.Label, l.Value)
 	}
 
 	b.WriteString("\n## Boundary\n\n")
-	fmt.Fprintf(&b, "%s: %s.\n", c.Tier, t.Tier.Boundary())
+	fmt.Fprintf(&b, "%s: %s.\n", c.Tier, Boundary(t, opts))
 
 	l := t.EffectiveLimits()
 	b.WriteString("\n## Effective limits\n\n")
@@ -50,7 +51,7 @@ func Record(t Tool) string {
 		b.WriteString("None.\n")
 	default:
 		fmt.Fprintf(&b, "Accepted by %s.\n\nReason: %s\n\n", orUnknown(strings.TrimSpace(t.AcceptRisk.By)), orUnknown(strings.TrimSpace(t.AcceptRisk.Reason)))
-		if rs := overrides(t); len(rs) > 0 {
+		if rs := overrides(t, opts); len(rs) > 0 {
 			fmt.Fprintf(&b, "Overrides: %s.\n", strings.Join(rs, ", "))
 		} else {
 			b.WriteString("Overrides: nothing; this record needs no accepted risk.\n")
@@ -71,15 +72,25 @@ type RecordLine struct {
 // RecordLines returns the five lines of the tool's decision record, in
 // order: input trust, runtime tier, filesystem scope, egress allowlist,
 // credentials reachable.
-func RecordLines(t Tool) []RecordLine {
+func RecordLines(t Tool, opts Options) []RecordLine {
 	c := canonical(t)
+	driver, _, runs := DriverFor(opts.Drivers, t.Tier)
 	return []RecordLine{
 		{"Input trust", trustLine(t.InputTrust)},
-		{"Runtime tier", tierLine(t.Tier)},
+		{"Runtime tier", tierLine(t.Tier, driver, runs)},
 		{"Filesystem scope", filesystemLine(c)},
 		{"Egress allowlist", egressLine(c)},
 		{"Credentials reachable", credentialsLine(c)},
 	}
+}
+
+// Boundary says what separates the code of t from the host, as the driver
+// of its tier among opts.Drivers declares it.
+func Boundary(t Tool, opts Options) string {
+	if _, caps, runs := DriverFor(opts.Drivers, t.Tier); runs {
+		return caps.Boundary
+	}
+	return "no driver of this host runs the tier"
 }
 
 func orUnknown(s string) string {
@@ -106,9 +117,9 @@ func trustLine(t Trust) string {
 	return orUnknown(string(t))
 }
 
-func tierLine(t sandbox.Tier) string {
-	if d, ok := DriverName(t); ok {
-		return fmt.Sprintf("%s (driver `%s`)", t, d)
+func tierLine(t sandbox.Tier, driver string, runs bool) string {
+	if runs {
+		return fmt.Sprintf("%s (driver `%s`)", t, driver)
 	}
 	return orUnknown(string(t))
 }

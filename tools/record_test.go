@@ -33,7 +33,7 @@ func fetcher() Tool {
 }
 
 func TestRecordGolden(t *testing.T) {
-	set, err := Load("testdata/good/tools.yaml", Options{})
+	set, err := Load("testdata/good/tools.yaml", Options{Drivers: drivers})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -50,7 +50,7 @@ func TestRecordGolden(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got := Record(tt.tool)
+			got := Record(tt.tool, Options{Drivers: drivers})
 			path := filepath.Join("testdata", "golden", tt.name+".md")
 			if *update {
 				if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
@@ -71,7 +71,7 @@ func TestRecordGolden(t *testing.T) {
 // The parts of a record an auditor relies on, checked one by one so that a
 // golden-file update cannot silently drop them.
 func TestRecordContents(t *testing.T) {
-	set, err := Load("testdata/good/tools.yaml", Options{})
+	set, err := Load("testdata/good/tools.yaml", Options{Drivers: drivers})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -89,7 +89,7 @@ func TestRecordContents(t *testing.T) {
 			"- **Filesystem scope:** no host data; writable scratch `/tmp` 64MiB, destroyed with the sandbox after each invocation; root filesystem read-only",
 			"- **Egress allowlist:** none",
 			"- **Credentials reachable:** none",
-			sandbox.TierGVisor.Boundary(),
+			drivers["gvisor"].Boundary,
 			"| wall clock | 30s per execution |",
 			"| memory | 512MiB, no swap |",
 			"| cpu | 1 vCPU |",
@@ -98,7 +98,7 @@ func TestRecordContents(t *testing.T) {
 		}},
 		{"container with accepted risk", sql, []string{
 			"- **Runtime tier:** container (driver `runc`)",
-			sandbox.TierContainer.Boundary(),
+			drivers["runc"].Boundary,
 			"| cpu | 0.5 vCPU |",
 			"Accepted by alice@example.com.",
 			"Reason: the reporting host has no other tenant",
@@ -118,7 +118,7 @@ func TestRecordContents(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got := Record(tt.tool)
+			got := Record(tt.tool, Options{Drivers: drivers})
 			for _, w := range tt.want {
 				if !strings.Contains(got, w) {
 					t.Errorf("record lacks %q; got:\n%s", w, got)

@@ -7,9 +7,11 @@
 //
 // The package is pure except for reading the configuration and looking at
 // mount sources (lstat and symlink resolution). It decides nothing at run
-// time: the engine enforces a record by choosing the driver its tier names
-// (DriverName), binding the mounts ResolveMounts returns read-only, and
-// applying EffectiveLimits.
+// time: the engine enforces a record by choosing the driver of its tier
+// (DriverFor), binding the mounts ResolveMounts returns read-only, and
+// applying EffectiveLimits. What a tier is (whether it shares the host
+// kernel, whether it can give egress, its boundary) it reads from the
+// drivers' declared capabilities (Options.Drivers), never from its name.
 //
 //	set, err := tools.Load("/etc/stockade/tools.d", tools.Options{DataRoot: "/var/lib/stockade/data"})
 //	if err != nil {
@@ -79,7 +81,7 @@ type Tool struct {
 
 	// InputTrust is required: the zero value is refused by Validate.
 	InputTrust Trust
-	// Tier picks the driver (see DriverName). Required.
+	// Tier picks the driver (see DriverFor). Required.
 	Tier sandbox.Tier
 	// Filesystem is the host data the tool reads and its scratch.
 	Filesystem Filesystem
@@ -185,22 +187,34 @@ func DefaultFor(tier sandbox.Tier) Tool {
 	return t
 }
 
-// DriverName returns the name of the driver that runs the tier (the engine's
-// driver key), and false for a tier no driver implements.
-func DriverName(t sandbox.Tier) (string, bool) {
-	switch t {
-	case sandbox.TierContainer:
-		return "runc", true
-	case sandbox.TierGVisor:
-		return "gvisor", true
-	case sandbox.TierDocker:
-		return "docker", true
+// DriverFor returns the name of the driver among drivers (by name, with
+// their declared capabilities) that runs tier t, and its capabilities;
+// false when none does. Of several, the first by name is chosen, so that
+// the choice is stable.
+func DriverFor(drivers map[string]sandbox.Capabilities, t sandbox.Tier) (string, sandbox.Capabilities, bool) {
+	for _, name := range slices.Sorted(maps.Keys(drivers)) {
+		if c := drivers[name]; c.Tier == t {
+			return name, c, true
+		}
 	}
-	return "", false
+	return "", sandbox.Capabilities{}, false
+}
+
+// CapabilitiesOf returns what each of drivers declares, by name: the
+// Options.Drivers of an engine's drivers.
+func CapabilitiesOf(drivers map[string]sandbox.Driver) map[string]sandbox.Capabilities {
+	out := make(map[string]sandbox.Capabilities, len(drivers))
+	for name, d := range drivers {
+		out[name] = d.Capabilities()
+	}
+	return out
 }
 
 // DefaultCPU is the CPU default of a tier (DESIGN.md §3): half a core where
-// the kernel is shared, one core for gVisor and microVMs.
+// the kernel is shared, one core for gVisor and microVMs. It restates what
+// each driver declares (sandbox.Capabilities.DefaultCPU), which a test
+// holds it to, because EffectiveLimits and so a record's Fingerprint take
+// it without a driver at hand.
 func DefaultCPU(t sandbox.Tier) float64 {
 	switch t {
 	case sandbox.TierContainer, sandbox.TierDocker:

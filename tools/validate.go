@@ -19,9 +19,13 @@ type Options struct {
 	// DataRoot is the only directory under which mount sources may lie,
 	// after symlinks are resolved. Empty means no mount is allowed.
 	DataRoot string
-	// Tiers are the tiers this host can run. Nil means container, gvisor
-	// and docker (microvm is never available on these hosts).
-	Tiers []sandbox.Tier
+	// Drivers are this host's drivers by name, with what each declares
+	// (sandbox.Driver.Capabilities; see CapabilitiesOf): a record's tier
+	// must be one of theirs, and the rules that depend on the tier
+	// (untrusted input on a shared kernel, egress) read its facts from
+	// them. Nil means no driver: every record is refused as
+	// tier-unavailable.
+	Drivers map[string]sandbox.Capabilities
 	// Runtimes are the runtimes known to Stockade. Nil means image.Names().
 	Runtimes []string
 	// Ceiling bounds each tool's limits; zero means sandbox.DefaultCeiling().
@@ -36,11 +40,19 @@ type Options struct {
 	DefaultTier sandbox.Tier
 }
 
+// tiers returns the tiers of the drivers, in the order of sandbox.Tiers.
 func (o Options) tiers() []sandbox.Tier {
-	if o.Tiers == nil {
-		return []sandbox.Tier{sandbox.TierContainer, sandbox.TierGVisor, sandbox.TierDocker}
-	}
-	return o.Tiers
+	return slices.DeleteFunc(sandbox.Tiers(), func(t sandbox.Tier) bool {
+		_, _, ok := DriverFor(o.Drivers, t)
+		return !ok
+	})
+}
+
+// caps returns the declared capabilities of the driver of tier t; false
+// when no driver runs it.
+func (o Options) caps(t sandbox.Tier) (sandbox.Capabilities, bool) {
+	_, c, ok := DriverFor(o.Drivers, t)
+	return c, ok
 }
 
 func (o Options) runtimes() []string {
@@ -203,15 +215,15 @@ func validateTool(t Tool, opts Options, root dataRoot) Problems {
 		add(RuleInputTrust, "unknown input_trust %q (known: untrusted, trusted)", t.InputTrust)
 	}
 
-	switch t.Tier {
-	case sandbox.TierContainer, sandbox.TierGVisor, sandbox.TierDocker, sandbox.TierMicroVM:
-		if avail := opts.tiers(); !slices.Contains(avail, t.Tier) {
-			add(RuleTierUnavailable, "tier %s is not available on this host (available: %s)", t.Tier, joinTiers(avail))
-		}
-	case "":
-		add(RuleTier, "tier is required: container, gvisor, docker or microvm")
+	switch known := sandbox.Tiers(); {
+	case t.Tier == "":
+		add(RuleTier, "tier is required: %s", joinOr(known))
+	case !slices.Contains(known, t.Tier):
+		add(RuleTier, "unknown tier %q (known: %s)", t.Tier, joinTiers(known))
 	default:
-		add(RuleTier, "unknown tier %q (known: container, gvisor, docker, microvm)", t.Tier)
+		if _, ok := opts.caps(t.Tier); !ok {
+			add(RuleTierUnavailable, "tier %s is not available on this host (available: %s)", t.Tier, orNone(joinTiers(opts.tiers())))
+		}
 	}
 
 	if err := t.Limits.Check(opts.ceiling()); err != nil {
@@ -269,7 +281,7 @@ func validateTool(t Tool, opts Options, root dataRoot) Problems {
 		add(RuleLethalTrifecta, "untrusted input, egress (%s) and reachable credentials (%s) together are the lethal trifecta; remove the egress or the credentials, or record accept_risk {by, reason}",
 			strings.Join(t.Egress.Allow, ", "), strings.Join(t.Credentials, ", "))
 	}
-	if untrustedOnSharedKernel(t) && !accepted {
+	if untrustedOnSharedKernel(t, opts) && !accepted {
 		add(RuleUntrustedOnContainer, "untrusted input on the %s tier needs accept_risk {by, reason}; use tier gvisor, or record who accepts the shared-kernel risk and why", t.Tier)
 	}
 	return ps
@@ -281,10 +293,16 @@ func validateEgress(t Tool, opts Options) Problems {
 		ps = append(ps, Problem{Source: t.Source, Tool: t.Name, Rule: rule, Message: fmt.Sprintf(format, a...)})
 	}
 	e := t.Egress
-	if t.Tier == sandbox.TierDocker && (!e.None() || len(t.Credentials) > 0) {
-		// The docker driver has no network mode but none: every run of
+	if c, ok := opts.caps(t.Tier); ok && !slices.Contains(c.NetworkModes, sandbox.NetworkEgress) && (!e.None() || len(t.Credentials) > 0) {
+		// The tier's driver has no network mode but none: every run of
 		// such a tool would fail.
-		add(RuleEgress, "the docker tier gives a sandbox no network at all, so neither egress nor credentials; use tier container or gvisor")
+		var with []sandbox.Tier
+		for _, tier := range opts.tiers() {
+			if c, _ := opts.caps(tier); slices.Contains(c.NetworkModes, sandbox.NetworkEgress) {
+				with = append(with, tier)
+			}
+		}
+		add(RuleEgress, "the %s tier gives a sandbox no network at all, so neither egress nor credentials; use tier %s", t.Tier, orNone(joinOr(with)))
 	}
 	if !e.None() {
 		if !opts.EgressSupported {
@@ -364,9 +382,10 @@ func trifecta(t Tool) bool {
 }
 
 // untrustedOnSharedKernel reports whether untrusted code would run on a tier
-// that shares the host kernel directly.
-func untrustedOnSharedKernel(t Tool) bool {
-	return t.InputTrust == Untrusted && (t.Tier == sandbox.TierContainer || t.Tier == sandbox.TierDocker)
+// whose driver declares that it shares the host kernel.
+func untrustedOnSharedKernel(t Tool, opts Options) bool {
+	c, ok := opts.caps(t.Tier)
+	return t.InputTrust == Untrusted && ok && c.SharedKernel
 }
 
 // riskAccepted reports whether the record carries a complete accept_risk.
@@ -375,12 +394,12 @@ func riskAccepted(t Tool) bool {
 }
 
 // overrides lists the rules the record's accept_risk overrides.
-func overrides(t Tool) []string {
+func overrides(t Tool, opts Options) []string {
 	var rs []string
 	if trifecta(t) {
 		rs = append(rs, RuleLethalTrifecta)
 	}
-	if untrustedOnSharedKernel(t) {
+	if untrustedOnSharedKernel(t, opts) {
 		rs = append(rs, RuleUntrustedOnContainer)
 	}
 	return rs
@@ -392,4 +411,19 @@ func joinTiers(ts []sandbox.Tier) string {
 		s[i] = string(t)
 	}
 	return strings.Join(s, ", ")
+}
+
+// joinOr joins tiers as "a", "a or b", "a, b or c".
+func joinOr(ts []sandbox.Tier) string {
+	if len(ts) < 2 {
+		return joinTiers(ts)
+	}
+	return joinTiers(ts[:len(ts)-1]) + " or " + string(ts[len(ts)-1])
+}
+
+func orNone(s string) string {
+	if s == "" {
+		return "none"
+	}
+	return s
 }

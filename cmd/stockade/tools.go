@@ -10,6 +10,7 @@ import (
 	"text/tabwriter"
 
 	"github.com/stockade-sh/stockade/config"
+	"github.com/stockade-sh/stockade/engine"
 	"github.com/stockade-sh/stockade/tools"
 )
 
@@ -65,12 +66,18 @@ func toolsFlags(name string) (*flag.FlagSet, *config.Config, func([]string) ([]s
 	return fs, cfg, load
 }
 
-// loadTools loads the configured tools as a daemon with egress does (the
-// default of `stockade serve` on a host with root and nftables). Problems
-// are printed, one per line, and give exit status 1; a path that cannot be
-// read is bad input (2).
+// toolOptions are the options a daemon with egress (the default of
+// `stockade serve` on a host with root and nftables) loads cfg's tools
+// with, its drivers among them.
+func toolOptions(cfg *config.Config) tools.Options {
+	return tools.Options{DataRoot: cfg.MountRoot(), Drivers: engine.DriverCapabilities(), EgressSupported: true}
+}
+
+// loadTools loads the configured tools as a daemon with egress does (see
+// toolOptions). Problems are printed, one per line, and give exit status
+// 1; a path that cannot be read is bad input (2).
 func loadTools(cfg *config.Config) (*tools.Set, int) {
-	set, err := cfg.LoadTools(tools.Options{DataRoot: cfg.MountRoot(), EgressSupported: true})
+	set, err := cfg.LoadTools(toolOptions(cfg))
 	var ps tools.Problems
 	if errors.As(err, &ps) {
 		for _, p := range ps {
@@ -125,7 +132,7 @@ func toolsRecord(args []string) int {
 		}
 		return fail(usageError{err})
 	}
-	fmt.Print(tools.Record(t))
+	fmt.Print(tools.Record(t, toolOptions(cfg)))
 	return 0
 }
 

@@ -126,9 +126,15 @@ func (d *Driver) Close() error { return d.cli.Close() }
 
 func (d *Driver) Name() string { return "docker" }
 
-func (d *Driver) Capabilities() sandbox.Capabilities {
+func (d *Driver) Capabilities() sandbox.Capabilities { return Capabilities() }
+
+// Capabilities are what the docker driver declares, without building one.
+func Capabilities() sandbox.Capabilities {
 	return sandbox.Capabilities{
 		Tier:         sandbox.TierDocker,
+		SharedKernel: true,
+		Boundary:     "Linux namespaces, cgroups, seccomp filter, no capabilities, managed by dockerd (shared host kernel)",
+		DefaultCPU:   DefaultCPU,
 		NetworkModes: []sandbox.NetworkMode{sandbox.NetworkNone},
 		Sessions:     true,
 	}

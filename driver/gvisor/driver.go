@@ -34,6 +34,13 @@ const DefaultCPU = 1
 
 // New returns the gVisor driver.
 func New(cfg Config) (*ocidriver.Driver, error) {
+	return ocidriver.New(config(cfg))
+}
+
+// Capabilities are what the gVisor driver declares, without building one.
+func Capabilities() sandbox.Capabilities { return config(Config{}).Capabilities() }
+
+func config(cfg Config) ocidriver.Config {
 	if cfg.Binary == "" {
 		cfg.Binary = "runsc"
 	}
@@ -43,10 +50,11 @@ func New(cfg Config) (*ocidriver.Driver, error) {
 	if cfg.Platform == "" {
 		cfg.Platform = "systrap"
 	}
-	return ocidriver.New(ocidriver.Config{
-		Name:   "gvisor",
-		Tier:   sandbox.TierGVisor,
-		Binary: cfg.Binary,
+	return ocidriver.Config{
+		Name:     "gvisor",
+		Tier:     sandbox.TierGVisor,
+		Boundary: "gVisor user-space kernel (Sentry) behind seccomp and namespaces; the host kernel is not reachable directly",
+		Binary:   cfg.Binary,
 		GlobalArgs: []string{
 			"--platform=" + cfg.Platform,
 			// Apply the OCI seccomp profile to the sandboxed program inside
@@ -72,5 +80,5 @@ func New(cfg Config) (*ocidriver.Driver, error) {
 		GuestPath:            cfg.GuestPath,
 		Defaults:             sandbox.Limits{CPU: DefaultCPU},
 		InstallHint:          "build it with `stockade setup` (CGO_ENABLED=0 go install gvisor.dev/gvisor/runsc@" + Version + ")",
-	})
+	}
 }

@@ -28,15 +28,23 @@ const DefaultCPU = 0.5
 
 // New returns the runc driver.
 func New(cfg Config) (*ocidriver.Driver, error) {
+	return ocidriver.New(config(cfg))
+}
+
+// Capabilities are what the runc driver declares, without building one.
+func Capabilities() sandbox.Capabilities { return config(Config{}).Capabilities() }
+
+func config(cfg Config) ocidriver.Config {
 	if cfg.Binary == "" {
 		cfg.Binary = "runc"
 	}
 	if cfg.StateDir == "" {
 		cfg.StateDir = "/run/stockade/runc"
 	}
-	return ocidriver.New(ocidriver.Config{
+	return ocidriver.Config{
 		Name:           "runc",
 		Tier:           sandbox.TierContainer,
+		Boundary:       "Linux namespaces, cgroups, seccomp filter, no capabilities (shared host kernel)",
 		Binary:         cfg.Binary,
 		StateDir:       cfg.StateDir,
 		GuestPath:      cfg.GuestPath,
@@ -50,5 +58,5 @@ func New(cfg Config) (*ocidriver.Driver, error) {
 		// where the tier supports it).
 		UserNamespace: true,
 		HostIDs:       cfg.HostIDs,
-	})
+	}
 }

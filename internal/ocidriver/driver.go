@@ -32,6 +32,9 @@ type Config struct {
 	// Name is the driver's configuration name ("runc", "gvisor").
 	Name string
 	Tier sandbox.Tier
+	// Boundary says in one line what separates code in the tier from the
+	// host (sandbox.Capabilities.Boundary).
+	Boundary string
 	// Binary is the runtime executable (path or name on PATH).
 	Binary string
 	// GlobalArgs go before the subcommand, after --root.
@@ -123,12 +126,22 @@ func New(cfg Config) (*Driver, error) {
 
 func (d *Driver) Name() string { return d.cfg.Name }
 
-func (d *Driver) Capabilities() sandbox.Capabilities {
+func (d *Driver) Capabilities() sandbox.Capabilities { return d.cfg.Capabilities() }
+
+// Capabilities are what a driver of c declares, without building one.
+func (c Config) Capabilities() sandbox.Capabilities {
+	modes := []sandbox.NetworkMode{sandbox.NetworkNone}
+	if c.NetworkArgs != nil {
+		modes = slices.Sorted(maps.Keys(c.NetworkArgs))
+	}
 	return sandbox.Capabilities{
-		Tier:          d.cfg.Tier,
-		NetworkModes:  slices.Sorted(maps.Keys(d.cfg.NetworkArgs)),
+		Tier:          c.Tier,
+		SharedKernel:  c.Kernel == oci.HostKernel,
+		Boundary:      c.Boundary,
+		DefaultCPU:    c.Defaults.CPU,
+		NetworkModes:  modes,
 		Sessions:      true,
-		UserNamespace: d.cfg.UserNamespace,
+		UserNamespace: c.UserNamespace,
 	}
 }
 

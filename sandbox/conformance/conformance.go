@@ -85,7 +85,7 @@ func Run(t *testing.T, h Harness) {
 		t.Fatal("conformance.Harness needs a Driver and a Leftovers function")
 	}
 	s := &suite{h: h, caps: h.Driver.Capabilities(), probe: probeGzip(t)}
-	t.Logf("driver %s, tier %s: %s", h.Driver.Name(), s.caps.Tier, s.caps.Tier.Boundary())
+	t.Logf("driver %s, tier %s: %s", h.Driver.Name(), s.caps.Tier, s.caps.Boundary)
 	for _, c := range []struct {
 		name string
 		fn   func(*suite, *testing.T)
@@ -119,15 +119,14 @@ type suite struct {
 	probe []byte // gzip-compressed
 }
 
-// sharedKernel reports whether the sandboxed program talks to the host
-// kernel directly. There the seccomp filter, read-only mounts and cgroups
-// are the boundary, and the program's processes are host processes; on
-// gVisor the program talks to the Sentry, whose processes the host sees
-// through Harness.Kernel, and which presents a few facts of the profile
-// otherwise (see Differences).
-func (s *suite) sharedKernel() bool {
-	return s.caps.Tier == sandbox.TierContainer || s.caps.Tier == sandbox.TierDocker
-}
+// sharedKernel reports whether the driver declares that the sandboxed
+// program talks to the host kernel directly. There the seccomp filter,
+// read-only mounts and cgroups are the boundary, and the program's
+// processes are host processes; otherwise (gVisor) the program talks to a
+// kernel of the sandbox's own, whose processes the host sees through
+// Harness.Kernel, and which presents a few facts of the profile otherwise
+// (see Differences).
+func (s *suite) sharedKernel() bool { return s.caps.SharedKernel }
 
 // ---------------------------------------------------------------------------
 // Building and delivering the probe.

@@ -1,0 +1,84 @@
+package engine
+
+import (
+	"maps"
+	"os"
+	"path/filepath"
+	"reflect"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/stockade-sh/stockade/config"
+	"github.com/stockade-sh/stockade/sandbox"
+	"github.com/stockade-sh/stockade/tools"
+)
+
+// tiersTable renders what drivers declare as the README's table of the
+// tiers.
+func tiersTable(drivers map[string]sandbox.Capabilities) string {
+	var b strings.Builder
+	b.WriteString("| tier | driver | boundary | kernel | CPU default | network |\n| --- | --- | --- | --- | --- | --- |\n")
+	for _, tier := range sandbox.Tiers() {
+		name, c, ok := tools.DriverFor(drivers, tier)
+		if !ok {
+			continue
+		}
+		kernel := "its own"
+		if c.SharedKernel {
+			kernel = "the host's"
+		}
+		var modes []string
+		for _, m := range c.NetworkModes {
+			modes = append(modes, map[sandbox.NetworkMode]string{sandbox.NetworkNone: "none", sandbox.NetworkEgress: "egress"}[m])
+		}
+		b.WriteString("| " + strings.Join([]string{string(tier), "`" + name + "`", c.Boundary, kernel, strconv.FormatFloat(c.DefaultCPU, 'g', -1, 64), strings.Join(modes, ", ")}, " | ") + " |\n")
+	}
+	return b.String()
+}
+
+// TestTiersInREADME checks that the README's table of the tiers is what
+// the drivers declare, and that it would notice a changed declaration.
+func TestTiersInREADME(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join("..", "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	holds := func(table string) bool {
+		i := strings.Index(string(b), "\n"+table)
+		return i >= 0 && strings.HasPrefix(string(b)[i+1+len(table):], "\n")
+	}
+	want := tiersTable(DriverCapabilities())
+	if !holds(want) {
+		t.Errorf("README.md does not hold the tiers' table as the drivers declare it:\n%s", want)
+	}
+	changed := DriverCapabilities()
+	c := changed["docker"]
+	c.NetworkModes = slices.Concat(c.NetworkModes, []sandbox.NetworkMode{sandbox.NetworkEgress})
+	changed["docker"] = c
+	if holds(tiersTable(changed)) {
+		t.Errorf("the README check passes a docker driver with egress, want it to fail")
+	}
+}
+
+// TestDriverCapabilities checks that DriverCapabilities declares what the
+// drivers Open builds declare, for every driver the configuration knows.
+func TestDriverCapabilities(t *testing.T) {
+	if got, want := slices.Sorted(maps.Keys(DriverCapabilities())), slices.Sorted(slices.Values(config.DriverNames)); !slices.Equal(got, want) {
+		t.Errorf("DriverCapabilities declares drivers %v, want the configuration's %v", got, want)
+	}
+	cfg := config.Default()
+	// No egress: Open then touches nothing on the host.
+	cfg.DataDir, cfg.StateDir, cfg.GuestPath, cfg.Egress = t.TempDir(), t.TempDir(), "/nonexistent/guest", false
+	e, err := Open(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := tools.CapabilitiesOf(e.Drivers())
+	for name, want := range DriverCapabilities() {
+		if !reflect.DeepEqual(got[name], want) {
+			t.Errorf("driver %s: Open's declares %+v, DriverCapabilities %+v", name, got[name], want)
+		}
+	}
+}
