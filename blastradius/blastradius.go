@@ -2,7 +2,7 @@
 // creates the tool's real sandbox through the engine, runs a probe in it
 // that tries what hostile code would try (DESIGN.md §7), and compares every
 // finding with the tool's isolation record and the security profile of
-// DESIGN.md §3. Anything the sandbox allows beyond the record is a
+// sandbox/profile. Anything the sandbox allows beyond the record is a
 // Deviation.
 //
 // The probe (sandbox/conformance/probe, subcommands reach, pidlimit and
@@ -33,6 +33,7 @@ import (
 	"github.com/stockade-sh/stockade/errdefs"
 	"github.com/stockade-sh/stockade/internal/probeexec"
 	"github.com/stockade-sh/stockade/sandbox"
+	"github.com/stockade-sh/stockade/sandbox/profile"
 	"github.com/stockade-sh/stockade/tools"
 )
 
@@ -191,7 +192,7 @@ func Run(ctx context.Context, eng Sandboxes, opts Options) (*Report, error) {
 	if !ok {
 		return nil, fmt.Errorf("blast radius of tool %q: the session's driver %q is not among the engine's: %w", tool.Name, first.Driver, errdefs.ErrFailedPrecondition)
 	}
-	r := evaluate(drv.Capabilities(), first.Tool, o)
+	r := evaluate(profile.Default(), drv.Capabilities(), first.Tool, o)
 	r.Driver, r.Runtime, r.Time = first.Driver, first.Runtime.Name, start.Truncate(time.Second)
 	return r, nil
 }

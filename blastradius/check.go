@@ -7,54 +7,21 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/stockade-sh/stockade/engine"
-	"github.com/stockade-sh/stockade/internal/oci"
 	"github.com/stockade-sh/stockade/sandbox"
+	"github.com/stockade-sh/stockade/sandbox/profile"
 	"github.com/stockade-sh/stockade/tools"
 )
 
 // This file compares what the probe found with the record: each check is
-// one rule of the record (or of the profile every record implies, DESIGN.md
-// §3), and a check that fails is a Deviation.
-
-// guestMount is where every driver mounts the guest agent.
-const guestMount = "/.stockade/guest"
-
-// sandboxUID is the user every sandbox runs as (nobody:nogroup).
-const sandboxUID = 65534
-
-// writableRoots are the only places a sandbox may write: the scratch
-// tmpfs, the session workspace and the IPC filesystems of /dev.
-var writableRoots = []string{"/tmp", "/workspace", "/dev/shm", "/dev/mqueue"}
-
-// dockerEtcFiles are the files dockerd bind-mounts into every container,
-// read-only, even without a network.
-var dockerEtcFiles = []string{"/etc/hostname", "/etc/hosts", "/etc/resolv.conf"}
-
-// requiredNamespaces are the namespaces of the profile (DESIGN.md §3):
-// each must differ from the host's. The user namespace (runc's sandboxes
-// have one) and the time namespace are reported only.
-var requiredNamespaces = []string{"cgroup", "ipc", "mnt", "net", "pid", "pid_for_children", "uts"}
-
-// The minimal /dev of every sandbox: names at its top level, and the
-// character devices (major, minor) that may exist.
-var (
-	devNames   = []string{"null", "zero", "full", "random", "urandom", "tty", "console", "ptmx", "pts", "shm", "mqueue", "fd", "stdin", "stdout", "stderr", "core"}
-	devNumbers = [][2]int{{1, 3}, {1, 5}, {1, 7}, {1, 8}, {1, 9}, {5, 0}, {5, 1}, {5, 2}}
-	// The Sentry registers emulated FUSE and TUN devices in every gVisor
-	// sandbox; they are its own, not the host's.
-	gvisorDevNames   = []string{"fuse", "net"}
-	gvisorDevNumbers = [][2]int{{10, 229}, {10, 200}}
-)
-
-// ptyMajor is the major number of pseudo-terminal slaves (/dev/pts/N).
-const ptyMajor = 136
+// one rule of the record, or of the security profile every record implies
+// (sandbox/profile, whose facts it reads and does not restate), and a check
+// that fails is a Deviation.
 
 // evaluate turns the observations into the report for tool t, whose
-// sandbox a driver with capabilities caps made.
-func evaluate(caps sandbox.Capabilities, t tools.Tool, o *observed) *Report {
+// sandbox a driver with capabilities caps made, against profile p.
+func evaluate(p profile.Profile, caps sandbox.Capabilities, t tools.Tool, o *observed) *Report {
 	l := t.EffectiveLimits()
-	e := &evaluator{t: t, o: o, r: &o.reach, limits: l, shared: caps.SharedKernel}
+	e := &evaluator{p: p, caps: caps, t: t, o: o, r: &o.reach, limits: l}
 	r := &Report{
 		Tool:              t.Name,
 		RecordFingerprint: tools.Fingerprint(t),
@@ -73,13 +40,20 @@ func evaluate(caps sandbox.Capabilities, t tools.Tool, o *observed) *Report {
 }
 
 type evaluator struct {
+	p profile.Profile
+	// caps are the declared capabilities of the driver that made the
+	// sandbox: where its program talks to the host kernel directly
+	// (SharedKernel), the seccomp filter is the boundary.
+	caps   sandbox.Capabilities
 	t      tools.Tool
 	o      *observed
 	r      *rawReach
 	limits sandbox.Limits
-	// shared is true when the driver declares that the program talks to
-	// the host kernel directly, where the seccomp filter is the boundary.
-	shared bool
+}
+
+// difference returns the profile's declared difference id of the tier.
+func (e *evaluator) difference(id string) (profile.Difference, bool) {
+	return e.p.Difference(e.caps.Tier, id)
 }
 
 // section starts a section; add appends checks to it.
@@ -103,7 +77,7 @@ func (e *evaluator) environment() Section {
 	b := newSection("environment", "Environment")
 	want := map[string]string{}
 	var wantNames []string
-	for _, kv := range engine.ProgramEnv() {
+	for _, kv := range e.p.Env {
 		k, v, _ := strings.Cut(kv, "=")
 		want[k] = v
 		wantNames = append(wantNames, k)
@@ -141,19 +115,22 @@ func (e *evaluator) environment() Section {
 	return b.s
 }
 
-const zeroCaps = "0000000000000000"
-
 func (e *evaluator) identity() Section {
 	b := newSection("identity", "Identity, capabilities and seccomp")
 	c := e.r.Caps
 	b.fact("uid %d euid %d gid %d egid %d, supplementary groups %s", c.UID, c.EUID, c.GID, c.EGID, orNone(joinInts(c.Groups)))
-	ids := []int{c.UID, c.EUID, c.GID, c.EGID}
-	okIDs := !slices.ContainsFunc(ids, func(v int) bool { return v != sandboxUID }) &&
-		!slices.ContainsFunc(c.Groups, func(g int) bool { return g != sandboxUID })
-	b.check("user", fmt.Sprintf("uid %d gid %d groups %s", c.UID, c.GID, orNone(joinInts(c.Groups))), "uid and gid 65534 (nobody:nogroup), no other group", okIDs)
+	uid, gid := int(e.p.User.UID), int(e.p.User.GID)
+	okIDs := c.UID == uid && c.EUID == uid && c.GID == gid && c.EGID == gid &&
+		!slices.ContainsFunc(c.Groups, func(g int) bool { return g != gid })
+	b.check("user", fmt.Sprintf("uid %d gid %d groups %s", c.UID, c.GID, orNone(joinInts(c.Groups))), fmt.Sprintf("uid %d and gid %d, no other group", uid, gid), okIDs)
 
 	// The five capability sets, as /proc/self/status and the system calls
 	// show them.
+	want, err := e.p.CapabilityMask()
+	if err != nil {
+		b.check("capabilities", err.Error(), "a profile of Linux capabilities", false)
+	}
+	_, noAmbient := e.difference("status-ambient")
 	sets := []string{}
 	nonZero := []string{}
 	for _, k := range []string{"CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb"} {
@@ -162,40 +139,44 @@ func (e *evaluator) identity() Section {
 			continue
 		}
 		sets = append(sets, k+" "+v)
-		if v != zeroCaps {
+		if v != want {
 			nonZero = append(nonZero, k+" "+v)
 		}
 	}
 	for name, v := range map[string]string{"capget effective": c.Capget.Effective, "capget permitted": c.Capget.Permitted, "capget inheritable": c.Capget.Inheritable} {
-		if c.Capget.Errno == 0 && v != zeroCaps {
+		if c.Capget.Errno == 0 && v != want {
 			nonZero = append(nonZero, name+" "+v)
 		}
 	}
 	for name, v := range map[string]rawValue{"bounding (prctl)": c.Bounding, "ambient (prctl)": c.Ambient} {
 		switch {
-		case v.Errno == 0 && string(v.Value) != `"`+zeroCaps+`"`:
+		case v.Errno == 0 && string(v.Value) != `"`+want+`"`:
 			nonZero = append(nonZero, name+" "+strings.Trim(string(v.Value), `"`))
-		case v.Errno != 0 && !(strings.HasPrefix(name, "ambient") && e.t.Tier == sandbox.TierGVisor):
-			// gVisor implements no ambient set: PR_CAP_AMBIENT is
-			// EINVAL there and the set is empty by construction.
+		case v.Errno != 0 && !(strings.HasPrefix(name, "ambient") && noAmbient):
+			// A tier without an ambient set (the declared difference)
+			// fails PR_CAP_AMBIENT; the set is empty by construction.
 			nonZero = append(nonZero, name+" unreadable ("+v.attempt.String()+")")
 		}
 	}
 	sort.Strings(nonZero)
 	b.fact("capabilities: %s", orNone(strings.Join(sets, ", ")))
-	observed := "all empty"
+	expected, observed := "all five sets empty", "all empty"
+	if len(e.p.Capabilities) > 0 {
+		expected, observed = "all five sets "+want, "all "+want
+	}
 	if len(nonZero) > 0 {
 		observed = strings.Join(nonZero, "; ")
 	}
-	b.check("capabilities", observed, "all five sets empty", len(nonZero) == 0)
+	b.check("capabilities", observed, expected, len(nonZero) == 0)
 
 	nnp := strings.TrimSpace(string(c.NoNewPrivs.Value))
+	wantNNP := map[bool]string{true: "1", false: "0"}[e.p.NoNewPrivs]
 	b.fact("no_new_privs %s", nnp)
-	b.check("no_new_privs", "no_new_privs "+nnp, "no_new_privs 1", c.NoNewPrivs.Errno == 0 && nnp == "1")
+	b.check("no_new_privs", "no_new_privs "+nnp, "no_new_privs "+wantNNP, c.NoNewPrivs.Errno == 0 && nnp == wantNNP)
 
 	mode := strings.TrimSpace(string(c.Seccomp.Value))
 	b.fact("seccomp mode %s (PR_GET_SECCOMP), %q in /proc/self/status", mode, c.Status["Seccomp"])
-	if e.shared {
+	if e.caps.SharedKernel {
 		b.check("seccomp", "mode "+mode, "mode 2 (filter) on a shared-kernel tier",
 			c.Seccomp.Errno == 0 && mode == "2" && c.Status["Seccomp"] == "2")
 	} else {
@@ -213,7 +194,7 @@ func (e *evaluator) namespaces() Section {
 		if ns.Errno != 0 {
 			sb = "not presented (" + ns.attempt.String() + ")"
 		}
-		required := slices.Contains(requiredNamespaces, ns.Name)
+		required := slices.ContainsFunc(e.p.Namespaces, func(n profile.Namespace) bool { return slices.Contains(n.Links, ns.Name) })
 		verdict := "own"
 		switch {
 		case ns.Errno == 0 && ns.Link == host:
@@ -229,7 +210,7 @@ func (e *evaluator) namespaces() Section {
 			continue
 		}
 		switch {
-		case ns.Errno != 0 && !e.shared:
+		case ns.Errno != 0 && !e.caps.SharedKernel:
 			// The user-space kernel does not present this namespace:
 			// the program cannot name, let alone join, the host's.
 			b.check(ns.Name, "not presented by the "+string(e.t.Tier)+" kernel", "a namespace of its own", true)
@@ -239,54 +220,53 @@ func (e *evaluator) namespaces() Section {
 			b.check(ns.Name, sb, "different from the host's "+host, host == "" || ns.Link != host)
 		}
 	}
-	if e.shared {
+	if e.caps.SharedKernel {
 		own := false
 		for _, ns := range e.r.Namespaces {
 			own = own || (ns.Name == "user" && ns.Errno == 0 && ns.Link != e.o.hostNS["user"])
 		}
 		if own {
-			b.fact("a user namespace of its own: uid 65534 inside is an unprivileged uid of this sandbox's on the host")
+			b.fact("a user namespace of its own: uid %d inside is an unprivileged uid of this sandbox's on the host", e.p.User.UID)
 		} else {
-			b.fact("no user namespace of its own: uid 65534 inside is the host's nobody")
+			b.fact("no user namespace of its own: uid %d inside is the host's", e.p.User.UID)
 		}
 	}
 	return b.s
 }
 
-// devMounts are the mounts of the minimal /dev, by mount point, with the
-// file system each must be ("" for any: gVisor calls its /dev "dev").
-var devMounts = map[string]string{"/dev": "", "/dev/pts": "devpts", "/dev/shm": "tmpfs", "/dev/mqueue": "mqueue"}
-
-// devNodes are the device nodes of the minimal /dev; in a user namespace
-// runc binds them from the host's devtmpfs.
-var devNodes = []string{"/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom", "/dev/tty"}
-
-// mountExpectation says why mount point p, of file system fstype with root
-// as the path mounted from it, may exist and whether it must be
-// read-only; ok is false for a mount the record does not account for.
-func (e *evaluator) mountExpectation(p, fstype, root string) (why string, readOnly, ok bool) {
+// mountExpectation says why mount point path, of file system fstype with
+// root as the path mounted from it, may exist and whether it must be
+// read-only; ok is false for a mount neither the record nor the profile
+// accounts for.
+func (e *evaluator) mountExpectation(path, fstype, root string) (why string, readOnly, ok bool) {
+	p := &e.p
 	for _, m := range e.t.Filesystem.Mounts {
-		if p == m.Target {
-			return "record mount of " + m.Source, true, true
+		if path == m.Target {
+			return "record mount of " + m.Source, slices.Contains(p.Data.Options, "ro"), true
 		}
 	}
+	if s, found := p.ScratchAt(path); found {
+		if s.SessionOnly {
+			return "session workspace", false, true
+		}
+		return "scratch", false, true
+	}
+	proc, hasProc := e.kernelMount("proc")
+	sys, hasSys := e.kernelMount("sysfs")
+	const dev = "/dev"
 	switch {
-	case p == tools.MountParent && len(e.t.Filesystem.Mounts) > 0:
+	case path == p.Data.Dir && len(e.t.Filesystem.Mounts) > 0:
 		// A small tmpfs, root's, that holds the mount points.
 		return "mount points of the record's mounts", false, true
-	case p == "/":
-		return "image root", true, true
-	case p == "/tmp":
-		return "scratch", false, true
-	case p == "/workspace":
-		return "session workspace", false, true
-	case p == guestMount:
-		return "guest agent", true, true
-	case p == "/proc":
-		return "proc", false, true
-	case slices.Contains(oci.ReadonlyPaths, p):
+	case path == "/":
+		return "image root", p.ReadOnlyRoot, true
+	case path == p.Guest.Path:
+		return "guest agent", slices.Contains(p.Guest.Options, "ro"), true
+	case hasProc && path == proc.Path:
+		return "proc", slices.Contains(proc.Options, "ro"), true
+	case slices.Contains(p.ReadOnlyPaths, path):
 		return "read-only part of proc", true, true
-	case under(p, "/proc") && slices.Contains(oci.MaskedPaths, p):
+	case hasProc && under(path, proc.Path) && slices.Contains(p.MaskedPaths, path):
 		// A mask is /dev/null bound over a file (from the host's devtmpfs,
 		// or the container's /dev tmpfs under Docker) or a read-only tmpfs
 		// over a directory; anything else there is not a mask.
@@ -296,19 +276,34 @@ func (e *evaluator) mountExpectation(p, fstype, root string) (why string, readOn
 		case fstype == "tmpfs" && root == "/":
 			return "masked part of proc (an empty tmpfs over it)", true, true
 		}
-	case under(p, "/sys"):
-		return "sysfs", true, true
-	case under(p, "/dev"):
-		if want, found := devMounts[p]; found && (want == "" || want == fstype) {
-			return "minimal /dev", false, true
+	case hasSys && under(path, sys.Path):
+		return "sysfs", slices.Contains(sys.Options, "ro"), true
+	case under(path, dev):
+		for _, m := range p.Mounts {
+			// Any file system for /dev itself: gVisor calls its own "dev".
+			if m.Path == path && (m.Path == dev || m.Type == fstype) {
+				return "minimal /dev", false, true
+			}
 		}
-		if slices.Contains(devNodes, p) && fstype == "devtmpfs" {
-			return "device node of the minimal /dev", false, true
+		for _, n := range p.Dev.HostNodes {
+			if path == dev+"/"+n && fstype == "devtmpfs" {
+				return "device node of the minimal /dev", false, true
+			}
 		}
-	case e.t.Tier == sandbox.TierDocker && slices.Contains(dockerEtcFiles, p):
+	}
+	if d, found := e.difference("docker-etc-files"); found && slices.ContainsFunc(d.Files, func(f profile.File) bool { return f.Path == path }) {
 		return "dockerd's fixed file", true, true
 	}
 	return "", false, false
+}
+
+// kernelMount returns the profile's mount of file system fstype.
+func (e *evaluator) kernelMount(fstype string) (profile.Mount, bool) {
+	i := slices.IndexFunc(e.p.Mounts, func(m profile.Mount) bool { return m.Type == fstype })
+	if i < 0 {
+		return profile.Mount{}, false
+	}
+	return e.p.Mounts[i], true
 }
 
 func (e *evaluator) mounts() Section {
@@ -339,7 +334,7 @@ func (e *evaluator) mounts() Section {
 		switch {
 		case !ok:
 			b.check(m.MountPoint, fmt.Sprintf("mounted (%s from %s, %s)", m.FSType, m.Source, m.Options),
-				"only the image root, /tmp, proc with its masked and read-only parts, the minimal /dev, /sys, the guest agent and the record's mounts (with "+tools.MountParent+" under them)", false)
+				"only the image root, "+strings.Join(e.scratch(), ", ")+", proc with its masked and read-only parts, the minimal /dev, /sys, the guest agent and the record's mounts (with "+e.p.Data.Dir+" under them)", false)
 		case ro && !isRO:
 			b.check(m.MountPoint, "mounted read-write ("+m.Options+")", why+", read-only", false)
 		case ro && (m.MountPoint == "/" || m.MountPoint == "/sys" || !under(m.MountPoint, "/sys")):
@@ -351,16 +346,27 @@ func (e *evaluator) mounts() Section {
 			b.check(m.Target, "not mounted", "the record's mount of "+m.Source, false)
 		}
 	}
-	if size, ok := tmpSize(e.r); ok {
-		b.check("/tmp size", sandbox.FormatSize(size), sandbox.FormatSize(e.limits.TmpSize)+" (the record's scratch)", size == e.limits.TmpSize)
+	for _, s := range e.p.Scratch {
+		if size, ok := tmpfsSize(e.r, s.Path); ok {
+			b.check(s.Path+" size", sandbox.FormatSize(size), sandbox.FormatSize(e.limits.TmpSize)+" (the record's scratch)", size == e.limits.TmpSize)
+		}
 	}
 	return b.s
 }
 
-// tmpSize reads the size of the /tmp tmpfs from its mount options.
-func tmpSize(r *rawReach) (int64, bool) {
+// scratch returns the paths of the profile's scratch mounts.
+func (e *evaluator) scratch() []string {
+	var out []string
+	for _, s := range e.p.Scratch {
+		out = append(out, s.Path)
+	}
+	return out
+}
+
+// tmpfsSize reads the size of the tmpfs at path from its mount options.
+func tmpfsSize(r *rawReach, path string) (int64, bool) {
 	for _, m := range r.Mounts {
-		if m.MountPoint != "/tmp" {
+		if m.MountPoint != path {
 			continue
 		}
 		for _, o := range strings.Split(m.SuperOptions, ",") {
@@ -404,6 +410,12 @@ func (e *evaluator) filesystem() Section {
 	if w.WritableCount > len(w.WritableDirs)+len(w.WritableFiles) {
 		b.fact("(%d writable paths in all; the lists stop at %d each)", w.WritableCount, len(w.WritableDirs))
 	}
+	writableRoots := e.scratch()
+	for _, m := range e.p.Mounts {
+		if m.Writable {
+			writableRoots = append(writableRoots, m.Path)
+		}
+	}
 	expected := "writable only under " + strings.Join(writableRoots, ", ")
 	outside := 0
 	for _, p := range slices.Concat(w.WritableDirs, w.WritableFiles) {
@@ -423,9 +435,12 @@ func (e *evaluator) filesystem() Section {
 
 func (e *evaluator) devices() Section {
 	b := newSection("devices", "Devices (/dev)")
-	names, numbers := devNames, devNumbers
-	if e.t.Tier == sandbox.TierGVisor {
-		names, numbers = slices.Concat(names, gvisorDevNames), slices.Concat(numbers, gvisorDevNumbers)
+	// The minimal /dev, with what the tier declares it adds (the Sentry's
+	// own emulated devices on gVisor).
+	dev := e.p.DevOn(e.caps.Tier)
+	var devNames []string
+	for _, d := range e.p.Dev.Devices {
+		devNames = append(devNames, d.Name)
 	}
 	var list []string
 	bad := 0
@@ -437,14 +452,14 @@ func (e *evaluator) devices() Section {
 		list = append(list, desc)
 		top, _, _ := strings.Cut(d.Name, "/")
 		switch {
-		case !slices.Contains(names, top):
+		case !slices.Contains(dev.Names, top):
 			b.check("/dev/"+d.Name, "exists ("+d.Type+")", "the minimal /dev", false)
 			bad++
 		case d.Type == "block":
 			b.check("/dev/"+d.Name, fmt.Sprintf("block device %d:%d", d.Major, d.Minor), "no block device", false)
 			bad++
-		case d.Type == "char" && d.Major != ptyMajor && !slices.Contains(numbers, [2]int{d.Major, d.Minor}):
-			b.check("/dev/"+d.Name, fmt.Sprintf("character device %d:%d", d.Major, d.Minor), "only null, zero, full, random, urandom, tty, console, ptmx and pty slaves", false)
+		case d.Type == "char" && !dev.Allows(d.Major, d.Minor):
+			b.check("/dev/"+d.Name, fmt.Sprintf("character device %d:%d", d.Major, d.Minor), "only "+strings.Join(devNames, ", ")+" and pty slaves", false)
 			bad++
 		}
 	}
@@ -465,15 +480,18 @@ func (e *evaluator) sockets() Section {
 	} else {
 		b.fact("/proc/net/unix: %s named (%s), %d unnamed", strconv.Itoa(len(u.Paths)), orNone(strings.Join(u.Paths, ", ")), u.Unnamed)
 	}
+	// The sandbox's own sockets live in its scratch.
+	roots := e.scratch()
+	where := "outside " + strings.Join(roots, ", ")
 	bad := 0
 	for _, p := range slices.Concat(fsSockets, u.Paths) {
-		if !under(p, "/tmp") {
-			b.check(p, "a unix socket is reachable", "no unix socket outside /tmp", false)
+		if !slices.ContainsFunc(roots, func(r string) bool { return under(p, r) }) {
+			b.check(p, "a unix socket is reachable", "no unix socket "+where, false)
 			bad++
 		}
 	}
 	if bad == 0 {
-		b.check("unix sockets", "none outside /tmp", "no unix socket outside /tmp", true)
+		b.check("unix sockets", "none "+where, "no unix socket "+where, true)
 	}
 	return b.s
 }
@@ -490,8 +508,9 @@ func (e *evaluator) network() Section {
 		b.fact("the record allows egress to %s on ports %s once an invocation's network is approved; this sandbox has none, and the proxy's allowlist is not audited here",
 			strings.Join(e.t.Egress.Allow, ", "), strings.Trim(strings.Join(strings.Fields(fmt.Sprint(e.t.Egress.Ports)), ", "), "[]"))
 	}
-	okIfaces := len(ifaces) > 0 && !slices.ContainsFunc(ifaces, func(s string) bool { return s != "lo" })
-	b.check("interfaces", orNone(strings.Join(ifaces, ", ")), "loopback only (egress none)", okIfaces)
+	want := e.p.Network.Interfaces
+	okIfaces := len(ifaces) > 0 && !slices.ContainsFunc(ifaces, func(s string) bool { return !slices.Contains(want, s) })
+	b.check("interfaces", orNone(strings.Join(ifaces, ", ")), "only "+strings.Join(want, ", ")+" (egress none)", okIfaces)
 	for _, a := range n.Addresses.Addrs {
 		if !strings.HasPrefix(a, "127.") && !strings.HasPrefix(a, "::1/") {
 			b.check("address "+a, "configured", "loopback addresses only", false)

@@ -10,6 +10,7 @@ import (
 	"github.com/stockade-sh/stockade/driver/gvisor"
 	"github.com/stockade-sh/stockade/driver/runc"
 	"github.com/stockade-sh/stockade/sandbox"
+	"github.com/stockade-sh/stockade/sandbox/profile"
 	"github.com/stockade-sh/stockade/tools"
 )
 
@@ -90,6 +91,28 @@ var tierCaps = map[sandbox.Tier]sandbox.Capabilities{
 	sandbox.TierContainer: runc.Capabilities(),
 	sandbox.TierGVisor:    gvisor.Capabilities(),
 	sandbox.TierDocker:    docker.Capabilities(),
+}
+
+// checkDeviations fails t unless r has no deviation (subject "") or
+// exactly one, about subject.
+func checkDeviations(t *testing.T, r *Report, subject string) {
+	t.Helper()
+	var got []string
+	for _, c := range r.Deviations {
+		got = append(got, c.Subject)
+	}
+	switch {
+	case subject == "" && len(got) > 0:
+		t.Errorf("got deviations %v, want none", r.Deviations)
+	case subject != "" && (len(got) != 1 || !strings.Contains(got[0], subject)):
+		t.Errorf("got deviations %v, want exactly one about %q", r.Deviations, subject)
+	}
+}
+
+// evaluateDefault evaluates o for tool t, audited on its tier's driver,
+// against Stockade's profile.
+func evaluateDefault(t tools.Tool, o *observed) *Report {
+	return evaluate(profile.Default(), tierCaps[t.Tier], t, o)
 }
 
 // egressTool is containerTool with an egress allowlist.
@@ -230,18 +253,8 @@ func TestEvaluate(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			o := cleanObserved(t)
 			tt.widen(o)
-			tool := tt.tool()
-			r := evaluate(tierCaps[tool.Tier], tool, o)
-			var got []string
-			for _, c := range r.Deviations {
-				got = append(got, c.Subject)
-			}
-			switch {
-			case tt.subject == "" && len(got) > 0:
-				t.Errorf("got deviations %v, want none", r.Deviations)
-			case tt.subject != "" && (len(got) != 1 || !strings.Contains(got[0], tt.subject)):
-				t.Errorf("got deviations %v, want exactly one about %q", r.Deviations, tt.subject)
-			}
+			r := evaluateDefault(tt.tool(), o)
+			checkDeviations(t, r, tt.subject)
 			text := r.Markdown()
 			want := "\ndeviations: " + map[bool]string{true: "0", false: "1"}[tt.subject == ""] + "\n"
 			if !strings.HasSuffix(text, want) {
@@ -275,11 +288,74 @@ func TestEvaluateRecordMount(t *testing.T) {
 				m.MountPoint, m.Options = "/data/sales", tc.options
 				o.reach.Mounts = append(o.reach.Mounts, m)
 			}
-			r := evaluate(tierCaps[tool.Tier], tool, o)
+			r := evaluateDefault(tool, o)
 			bad := slices.ContainsFunc(r.Deviations, func(c Check) bool { return c.Subject == "/data/sales" })
 			if bad == tc.ok || len(r.Deviations) != map[bool]int{true: 0, false: 1}[tc.ok] {
 				t.Errorf("got deviations %v, want %s", r.Deviations, map[bool]string{true: "none", false: "one about /data/sales"}[tc.ok])
 			}
+		})
+	}
+}
+
+// TestEvaluateFollowsProfile audits the clean sandbox's findings, widened
+// or not, against a copy of the profile with one entry changed: each
+// change moves the deviation it concerns, so the audit compares with the
+// table and not with facts of its own.
+func TestEvaluateFollowsProfile(t *testing.T) {
+	declare := func(id string, tier sandbox.Tier) func(*profile.Profile) {
+		return func(p *profile.Profile) {
+			for i := range p.Differences {
+				if p.Differences[i].ID == id {
+					p.Differences[i].Tier = tier
+				}
+			}
+		}
+	}
+	fuse := func(o *observed) {
+		d := o.reach.Dev[0] // null
+		d.Name, d.Major, d.Minor = "fuse", 10, 229
+		o.reach.Dev = append(o.reach.Dev, d)
+	}
+	rwSys := func(o *observed) { o.reach.Mounts[4].Options = "rw,nosuid,nodev,noexec,relatime" }
+	for _, tt := range []struct {
+		name    string
+		edit    func(*profile.Profile)
+		widen   func(*observed)
+		subject string // of the one deviation; "" for none
+	}{
+		{"another uid", func(p *profile.Profile) { p.User.UID = 1000 }, nil, "user"},
+		{"a capability", func(p *profile.Profile) { p.Capabilities = []string{"CAP_NET_BIND_SERVICE"} }, nil, "capabilities"},
+		{"no no_new_privs", func(p *profile.Profile) { p.NoNewPrivs = false }, nil, "no_new_privs"},
+		{"a variable", func(p *profile.Profile) { p.Env = append(p.Env, "LANG=C.UTF-8") }, nil, "LANG"},
+		{"another PATH", func(p *profile.Profile) { p.Env = []string{"PATH=/bin"} }, nil, "PATH"},
+		{"a time namespace", func(p *profile.Profile) {
+			p.Namespaces = append(p.Namespaces, profile.Namespace{Type: "time", Links: []string{"time"}})
+		}, nil, "time"},
+		{"the guest elsewhere", func(p *profile.Profile) { p.Guest.Path = "/.agent" }, nil, "/.stockade/guest"},
+		{"no read-only /proc/sys", func(p *profile.Profile) {
+			p.ReadOnlyPaths = slices.DeleteFunc(p.ReadOnlyPaths, func(s string) bool { return s == "/proc/sys" })
+		}, nil, "/proc/sys"},
+		{"a read-write /sys", nil, rwSys, "/sys"},
+		{"a read-write /sys in a profile with one", func(p *profile.Profile) { p.Mounts[5].Options = []string{"nosuid"} }, rwSys, ""},
+		{"no writable /dev/shm", func(p *profile.Profile) { p.Mounts[3].Writable = false }, nil, "/dev/shm"},
+		{"no null device", func(p *profile.Profile) { p.Dev.Devices = p.Dev.Devices[1:] }, nil, "/dev/null"},
+		{"another interface", func(p *profile.Profile) { p.Network.Interfaces = []string{"eth0"} }, nil, "interfaces"},
+		{"the Sentry's devices", nil, fuse, "/dev/fuse"},
+		{"the Sentry's devices declared for the tier", declare("dev-fuse-tun", sandbox.TierContainer), fuse, ""},
+		{"no ambient set", nil, func(o *observed) { o.reach.Caps.Ambient.Errno = 22 }, "capabilities"},
+		{"no ambient set declared for the tier", declare("status-ambient", sandbox.TierContainer), func(o *observed) { o.reach.Caps.Ambient.Errno = 22 }, ""},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			p := profile.Default()
+			if tt.edit != nil {
+				tt.edit(&p)
+			}
+			o := cleanObserved(t)
+			if tt.widen != nil {
+				tt.widen(o)
+			}
+			tool := containerTool()
+			checkDeviations(t, evaluate(p, tierCaps[tool.Tier], tool, o), tt.subject)
 		})
 	}
 }

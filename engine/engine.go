@@ -30,6 +30,7 @@ import (
 	"github.com/stockade-sh/stockade/internal/guestbin"
 	"github.com/stockade-sh/stockade/internal/netns"
 	"github.com/stockade-sh/stockade/sandbox"
+	"github.com/stockade-sh/stockade/sandbox/profile"
 	"github.com/stockade-sh/stockade/tools"
 )
 
@@ -297,9 +298,9 @@ const (
 	EndedByCancel = "cancel"
 )
 
-// ProgramEnv is the whole environment of the code: a PATH into the image,
-// so that shell code can call its tools by name, and nothing else.
-func ProgramEnv() []string { return []string{"PATH=/usr/local/bin:/usr/bin:/bin"} }
+// ProgramEnv is the whole environment of the code, the profile's
+// (profile.Profile.Env).
+func ProgramEnv() []string { return profile.Default().Env }
 
 // Validate checks a request without running anything, and returns the
 // tool, driver and runtime it would use.

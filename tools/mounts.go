@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/stockade-sh/stockade/sandbox"
+	"github.com/stockade-sh/stockade/sandbox/profile"
 )
 
 // dataRoot is Options.DataRoot, cleaned and resolved. A zero dataRoot (no
@@ -173,11 +174,11 @@ func denied(p string) (rule, why string) {
 	return "", ""
 }
 
-// MountParent is the directory every mount target lies under. The sandbox
-// gets a small tmpfs there, on which the runtime creates the mount points:
-// creating them in the image would change the shared, content-addressed
-// image on disk.
-const MountParent = "/data"
+// MountParent is the directory every mount target lies under: the
+// profile's (profile.Data). The sandbox gets a small tmpfs there, on which
+// the runtime creates the mount points: creating them in the image would
+// change the shared, content-addressed image on disk.
+const MountParent = profile.DataDir
 
 // checkTarget returns why target cannot be a mount target, or "".
 func checkTarget(target string) string {

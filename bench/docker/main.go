@@ -40,6 +40,7 @@ import (
 	"github.com/stockade-sh/stockade/internal/guestbin"
 	"github.com/stockade-sh/stockade/internal/oci"
 	"github.com/stockade-sh/stockade/sandbox"
+	"github.com/stockade-sh/stockade/sandbox/profile"
 )
 
 func main() {
@@ -94,16 +95,17 @@ func run(ctx context.Context, n int, bin, dockerCLI, host, dataDir string) error
 	if err != nil {
 		return err
 	}
-	profile, err := json.Marshal(sc)
+	filter, err := json.Marshal(sc)
 	if err != nil {
 		return err
 	}
 	seccompFile := filepath.Join(tmp, "seccomp.json")
-	if err := os.WriteFile(seccompFile, profile, 0o644); err != nil {
+	if err := os.WriteFile(seccompFile, filter, 0o644); err != nil {
 		return err
 	}
 	l := sandbox.DefaultLimits()
 	l.CPU = docker.DefaultCPU
+	user := profile.Default().User
 	dockerRun := []string{dockerCLI, "--host", host, "run", "--rm",
 		"--network=none", "--read-only",
 		"--tmpfs", "/tmp:rw,exec,nosuid,nodev,mode=1777,size=" + strconv.FormatInt(l.TmpSize, 10),
@@ -113,7 +115,7 @@ func run(ctx context.Context, n int, bin, dockerCLI, host, dataDir string) error
 		"--pids-limit", strconv.FormatInt(l.Pids, 10),
 		"--memory", strconv.FormatInt(l.Memory, 10), "--memory-swap", strconv.FormatInt(l.Memory, 10), "--memory-swappiness", "0",
 		"--cpus", strconv.FormatFloat(l.CPU, 'f', -1, 64),
-		"--user", fmt.Sprintf("%d:%d", oci.SandboxUID, oci.SandboxGID),
+		"--user", fmt.Sprintf("%d:%d", user.UID, user.GID),
 		"--ipc", "private", "--cgroupns", "private",
 		"--dns", "127.0.0.1", "--dns-search", ".",
 		"--ulimit", "nofile=1024:1024", "--ulimit", "core=0:0",

@@ -34,6 +34,7 @@ import (
 	"github.com/stockade-sh/stockade/internal/guestbin"
 	"github.com/stockade-sh/stockade/internal/oci"
 	"github.com/stockade-sh/stockade/sandbox"
+	"github.com/stockade-sh/stockade/sandbox/profile"
 )
 
 // variant is a timed variant and the one its median is compared with.
@@ -104,9 +105,9 @@ func run(n int, bin, dataDir string, parts bool) error {
 		{"raw-runsc", gvisor.DefaultCPU, py},
 		{"child-runsc", gvisor.DefaultCPU, child},
 		{"true-runc", runc.DefaultCPU, []string{"/bin/true"}},
-		{"guest-runc", runc.DefaultCPU, []string{oci.GuestPath}},
+		{"guest-runc", runc.DefaultCPU, []string{profile.GuestPath}},
 		{"true-runsc", gvisor.DefaultCPU, []string{"/bin/true"}},
-		{"guest-runsc", gvisor.DefaultCPU, []string{oci.GuestPath}},
+		{"guest-runsc", gvisor.DefaultCPU, []string{profile.GuestPath}},
 	} {
 		if bundles[b.name], err = rawBundle(b.name, b.cpu, b.args); err != nil {
 			return err

@@ -22,8 +22,8 @@ import (
 	"github.com/moby/moby/client"
 
 	"github.com/stockade-sh/stockade/errdefs"
-	"github.com/stockade-sh/stockade/internal/oci"
 	"github.com/stockade-sh/stockade/sandbox"
+	"github.com/stockade-sh/stockade/sandbox/profile"
 )
 
 // ImageRepo is the repository every imported runtime image is tagged in:
@@ -160,10 +160,10 @@ var tmpfsMountPoints = map[string]bool{"tmp": true, "workspace": true}
 // order, keeping types, modes, owners, symlink targets, hard links and
 // modification times (Python checks its bytecode caches against them), with
 // the tmpfs mount points made mode 1777, and with the guest binary at guestPath in place of the image's empty
-// oci.GuestPath file. Sockets are left out.
+// profile.GuestPath file. Sockets are left out.
 func writeTree(w io.Writer, rootfs, guestPath string) error {
 	tw := tar.NewWriter(w)
-	guestName := strings.TrimPrefix(oci.GuestPath, "/")
+	guestName := strings.TrimPrefix(profile.GuestPath, "/")
 	type inode struct{ dev, ino uint64 }
 	links := map[inode]string{}
 	sawGuest := false

@@ -47,6 +47,7 @@ import (
 	"github.com/stockade-sh/stockade/errdefs"
 	"github.com/stockade-sh/stockade/internal/hostids"
 	"github.com/stockade-sh/stockade/internal/oci"
+	"github.com/stockade-sh/stockade/sandbox/profile"
 )
 
 // RunDir is where named network namespaces are bind-mounted, as iproute2
@@ -132,9 +133,9 @@ type Options struct {
 	ProxyPorts []uint16
 	// UserNamespace makes the network namespace belong to a new user
 	// namespace that maps root to host ids of its own (Net.HostUIDBase,
-	// from Config.HostIDs) and the sandbox user (oci.SandboxUID,
-	// oci.SandboxGID) to the next, for a sandbox that runs in that user
-	// namespace (Net.UserNSPath): only there can it mount sysfs for the
+	// from Config.HostIDs) and the sandbox user (the profile's User) to
+	// the next, for a sandbox that runs in that user namespace
+	// (Net.UserNSPath): only there can it mount sysfs for the
 	// network namespace. Owning the namespace gives that user namespace
 	// nothing over the host's rules, which live in the host's network
 	// namespace. The ids stay taken until Remove has removed the user
@@ -592,6 +593,7 @@ func newNamedInUserNS(userPath, netPath string, base uint32) (err error) {
 		f.Close()
 		made = append(made, p)
 	}
+	user := profile.Default().User
 	idMap := func(id uint32) []syscall.SysProcIDMap {
 		var m []syscall.SysProcIDMap
 		for _, l := range oci.IDMappings(base, id) {
@@ -604,8 +606,8 @@ func newNamedInUserNS(userPath, netPath string, base uint32) (err error) {
 	holder.Env = []string{}
 	holder.SysProcAttr = &syscall.SysProcAttr{
 		Cloneflags:  syscall.CLONE_NEWUSER | syscall.CLONE_NEWNET,
-		UidMappings: idMap(oci.SandboxUID),
-		GidMappings: idMap(oci.SandboxGID),
+		UidMappings: idMap(user.UID),
+		GidMappings: idMap(user.GID),
 		// As in the user namespaces runc makes: setgroups stays allowed
 		// (for whoever holds CAP_SETGID there, which no sandbox process
 		// does).

@@ -11,6 +11,8 @@ import (
 	"testing"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
+
+	"github.com/stockade-sh/stockade/sandbox/profile"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files in testdata")
@@ -28,7 +30,7 @@ var goldenKernel = [2]uint64{6, 1}
 func TestSeccompPerArchitecture(t *testing.T) {
 	for _, goarch := range slices.Sorted(maps.Keys(nativeArch)) {
 		t.Run(goarch, func(t *testing.T) {
-			p, err := buildSeccomp(goarch, goldenKernel)
+			p, err := buildSeccomp(profile.Default().Seccomp, goarch, goldenKernel)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -57,7 +59,7 @@ func TestSeccompPerArchitecture(t *testing.T) {
 				}
 			}
 			var denied []string
-			for _, n := range deniedSyscalls {
+			for _, n := range profile.Default().Seccomp.Denied {
 				if _, ok := slices.BinarySearch(syscallNames[goarch], n); !ok {
 					continue
 				}
@@ -66,8 +68,8 @@ func TestSeccompPerArchitecture(t *testing.T) {
 					t.Errorf("denied system call %s is allowed", n)
 				}
 			}
-			if len(denied) < len(deniedSyscalls)-2 {
-				t.Errorf("%s has only %v of the denied system calls %v", goarch, denied, deniedSyscalls)
+			if len(denied) < len(profile.Default().Seccomp.Denied)-2 {
+				t.Errorf("%s has only %v of the denied system calls %v", goarch, denied, profile.Default().Seccomp.Denied)
 			}
 			if i := slices.IndexFunc(p.Syscalls, func(r specs.LinuxSyscall) bool { return slices.Contains(r.Names, "clone3") }); i < 0 || p.Syscalls[i].Action != specs.ActErrno {
 				t.Errorf("clone3 has no ENOSYS rule")
@@ -87,7 +89,7 @@ func TestSeccompArchitectureSpecifics(t *testing.T) {
 		{goarch: "arm64", allowed: []string{"openat", "newfstatat"}, none: []string{"open", "fork", "stat", "arch_prctl", "modify_ldt", "cacheflush", "socketcall"}},
 	} {
 		t.Run(tt.goarch, func(t *testing.T) {
-			p, err := buildSeccomp(tt.goarch, goldenKernel)
+			p, err := buildSeccomp(profile.Default().Seccomp, tt.goarch, goldenKernel)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -122,11 +124,11 @@ func TestSeccompHost(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want, _ := buildSeccomp(runtime.GOARCH, hostKernel())
+	want, _ := buildSeccomp(profile.Default().Seccomp, runtime.GOARCH, hostKernel())
 	if a, b := mustJSON(t, got), mustJSON(t, want); a != b {
 		t.Errorf("Seccomp differs from the profile for %s", runtime.GOARCH)
 	}
-	if _, err := buildSeccomp("riscv64", goldenKernel); err == nil {
+	if _, err := buildSeccomp(profile.Default().Seccomp, "riscv64", goldenKernel); err == nil {
 		t.Errorf("riscv64: got a profile, want an error")
 	}
 }

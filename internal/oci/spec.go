@@ -1,6 +1,7 @@
 // Package oci builds the OCI runtime bundle that runc and runsc run: one
-// config.json carrying Stockade's whole security profile (DESIGN.md §3). Both
-// drivers use it, so the profile is defined in exactly one place.
+// config.json carrying Stockade's whole security profile, which it reads
+// from sandbox/profile (where the profile is declared once, for every
+// tier), and the seccomp filter built from the profile's policy.
 //
 //	s, err := oci.Build(oci.Options{ID: id, Spec: spec, GuestPath: guest, CgroupsPath: "/stockade/" + id})
 //	err = oci.WriteBundle(dir, s)
@@ -19,18 +20,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/stockade-sh/stockade/sandbox"
-)
-
-// Fixed paths inside every sandbox.
-const (
-	// GuestPath is where the guest agent binary is bind-mounted read-only.
-	// Images carry an empty file there as the mount point.
-	GuestPath = "/.stockade/guest"
-	// DataDir is where read-only data mounts go; images carry it empty.
-	DataDir = "/data"
-	// SandboxUID and SandboxGID are nobody:nogroup.
-	SandboxUID = 65534
-	SandboxGID = 65534
+	"github.com/stockade-sh/stockade/sandbox/profile"
 )
 
 // LabelPrefix prefixes Spec.Labels in the bundle's annotations.
@@ -76,7 +66,7 @@ const (
 	// the profile itself. Two things differ: runsc turns every ERRNO rule
 	// into EPERM, and glibc falls back from clone3 to clone only on ENOSYS
 	// (on EPERM no thread could start), so clone3 gets a trace rule, which
-	// without a tracer answers ENOSYS (see traceClone3); and the
+	// without a tracer answers ENOSYS (see traceENOSYS); and the
 	// host pids cgroup also counts the Sentry's own threads, so the
 	// program's process limit is RLIMIT_NPROC inside the sandbox (the
 	// Sentry counts only the sandbox's tasks) with headroom on the host.
@@ -93,8 +83,19 @@ const sentryThreads = 256
 // cpuPeriod is the CFS period the CPU quota is expressed in.
 const cpuPeriod = 100000
 
-// Build returns the OCI runtime spec for a sandbox.
+// Build returns the OCI runtime spec for a sandbox with Stockade's
+// profile (profile.Default).
 func Build(o Options) (*specs.Spec, error) {
+	sc, err := Seccomp()
+	if err != nil {
+		return nil, err
+	}
+	return build(profile.Default(), sc, o)
+}
+
+// build returns the OCI runtime spec for a sandbox with profile p and the
+// seccomp filter sc, which is p's (see Seccomp).
+func build(p profile.Profile, sc *specs.LinuxSeccomp, o Options) (*specs.Spec, error) {
 	if o.Spec.Image.Rootfs == "" || !filepath.IsAbs(o.Spec.Image.Rootfs) {
 		return nil, fmt.Errorf("image rootfs %q is not an absolute path", o.Spec.Image.Rootfs)
 	}
@@ -115,13 +116,9 @@ func Build(o Options) (*specs.Spec, error) {
 	if o.UserNSPath != "" && (o.HostUIDBase == 0 || o.NetNSPath == "" || !filepath.IsAbs(o.UserNSPath)) {
 		return nil, fmt.Errorf("a user namespace to join (%q) needs an absolute path, its host uid base and the network namespace it owns", o.UserNSPath)
 	}
-	sc, err := Seccomp()
-	if err != nil {
-		return nil, err
-	}
-	rlimits := []specs.POSIXRlimit{
-		{Type: "RLIMIT_NOFILE", Hard: 1024, Soft: 1024},
-		{Type: "RLIMIT_CORE", Hard: 0, Soft: 0},
+	var rlimits []specs.POSIXRlimit
+	for _, r := range p.Rlimits {
+		rlimits = append(rlimits, specs.POSIXRlimit{Type: r.Type, Hard: r.Hard, Soft: r.Soft})
 	}
 	l := o.Limits
 	memory := l.Memory
@@ -130,7 +127,7 @@ func Build(o Options) (*specs.Spec, error) {
 	quota := int64(l.CPU * cpuPeriod)
 	period := uint64(cpuPeriod)
 	if o.Kernel == UserSpaceKernel {
-		traceClone3(sc)
+		traceENOSYS(sc)
 		refuseICMPSockets(sc)
 		rlimits = append(rlimits, specs.POSIXRlimit{Type: "RLIMIT_NPROC", Hard: uint64(l.Pids), Soft: uint64(l.Pids)})
 		pids = l.Pids + sentryThreads
@@ -141,40 +138,53 @@ func Build(o Options) (*specs.Spec, error) {
 		annotations[LabelPrefix+k] = v
 	}
 
-	mounts := []specs.Mount{
-		{Destination: "/proc", Type: "proc", Source: "proc", Options: []string{"nosuid", "noexec", "nodev"}},
-		{Destination: "/dev", Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "strictatime", "mode=755", "size=65536k"}},
-		{Destination: "/dev/pts", Type: "devpts", Source: "devpts", Options: []string{"nosuid", "noexec", "newinstance", "ptmxmode=0666", "mode=0620"}},
-		{Destination: "/dev/shm", Type: "tmpfs", Source: "shm", Options: []string{"nosuid", "noexec", "nodev", "mode=1777", "size=65536k"}},
-		{Destination: "/dev/mqueue", Type: "mqueue", Source: "mqueue", Options: []string{"nosuid", "noexec", "nodev"}},
-		{Destination: "/sys", Type: "sysfs", Source: "sysfs", Options: []string{"nosuid", "noexec", "nodev", "ro"}},
-		{Destination: "/tmp", Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "nodev", "mode=1777", "size=" + strconv.FormatInt(l.TmpSize, 10)}},
-		{Destination: GuestPath, Type: "bind", Source: o.GuestPath, Options: []string{"bind", "ro", "nosuid", "nodev"}},
+	var mounts []specs.Mount
+	for _, m := range p.Mounts {
+		mounts = append(mounts, specs.Mount{Destination: m.Path, Type: m.Type, Source: m.Source, Options: slices.Clone(m.Options)})
 	}
+	for _, t := range p.Scratch {
+		if t.SessionOnly {
+			continue // no one-shot sandbox has it
+		}
+		mounts = append(mounts, specs.Mount{Destination: t.Path, Type: "tmpfs", Source: "tmpfs", Options: append(slices.Clone(t.Options), "size="+strconv.FormatInt(l.TmpSize, 10))})
+	}
+	mounts = append(mounts, specs.Mount{Destination: p.Guest.Path, Type: "bind", Source: o.GuestPath, Options: slices.Clone(p.Guest.Options)})
 	if o.ResolvConf != "" {
-		mounts = append(mounts, specs.Mount{Destination: "/etc/resolv.conf", Type: "bind", Source: o.ResolvConf, Options: []string{"bind", "ro", "nosuid", "nodev", "noexec"}})
+		mounts = append(mounts, specs.Mount{Destination: p.ResolvConf.Path, Type: "bind", Source: o.ResolvConf, Options: slices.Clone(p.ResolvConf.Options)})
 	}
 	if len(o.Spec.Mounts) > 0 {
 		// The data mounts' mount points are made on this tmpfs: the runtime
 		// would otherwise create them in the shared image on disk. It is
-		// root's and 0755, so the sandbox user cannot write to it.
-		mounts = append(mounts, specs.Mount{Destination: DataDir, Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "nodev", "noexec", "mode=755", "size=64k"}})
+		// root's, so the sandbox user cannot write to it.
+		mounts = append(mounts, specs.Mount{Destination: p.Data.Dir, Type: "tmpfs", Source: "tmpfs", Options: slices.Clone(p.Data.ParentOptions)})
 	}
 	// Data mounts are plain binds, not rbinds: a mount below the source
 	// would not be made read-only with them (runc applies "ro" to the top
 	// mount only), so it is not carried into the sandbox at all.
 	for _, m := range o.Spec.Mounts {
-		if !filepath.IsAbs(m.Source) || !strings.HasPrefix(m.Target, DataDir+"/") || filepath.Clean(m.Target) != m.Target {
-			return nil, fmt.Errorf("mount %q -> %q: the source must be absolute and the target a clean path below %s", m.Source, m.Target, DataDir)
+		if !filepath.IsAbs(m.Source) || !strings.HasPrefix(m.Target, p.Data.Dir+"/") || filepath.Clean(m.Target) != m.Target {
+			return nil, fmt.Errorf("mount %q -> %q: the source must be absolute and the target a clean path below %s", m.Source, m.Target, p.Data.Dir)
 		}
-		mounts = append(mounts, specs.Mount{Destination: m.Target, Type: "bind", Source: m.Source, Options: []string{"bind", "ro", "nosuid", "nodev", "noexec"}})
+		mounts = append(mounts, specs.Mount{Destination: m.Target, Type: "bind", Source: m.Source, Options: slices.Clone(p.Data.Options)})
+	}
+
+	var namespaces []specs.LinuxNamespace
+	for _, n := range p.Namespaces {
+		ns := specs.LinuxNamespace{Type: specs.LinuxNamespaceType(n.Type)}
+		if ns.Type == specs.NetworkNamespace {
+			ns.Path = o.NetNSPath
+		}
+		namespaces = append(namespaces, ns)
+	}
+	if o.HostUIDBase != 0 {
+		namespaces = append(namespaces, specs.LinuxNamespace{Type: specs.UserNamespace, Path: o.UserNSPath})
 	}
 
 	s := &specs.Spec{
 		Version: specs.Version,
 		Process: &specs.Process{
-			User: specs.User{UID: SandboxUID, GID: SandboxGID},
-			Args: []string{GuestPath},
+			User: specs.User{UID: p.User.UID, GID: p.User.GID},
+			Args: []string{p.Guest.Path},
 			// The guest's own environment (the program's comes from the
 			// ExecRequest; nothing is inherited from the host). One P keeps the
 			// guest to a few threads, which starts faster, above all under gVisor
@@ -182,37 +192,31 @@ func Build(o Options) (*specs.Spec, error) {
 			Env: []string{"GOMAXPROCS=1"},
 			Cwd: "/",
 			Capabilities: &specs.LinuxCapabilities{
-				Bounding: []string{}, Effective: []string{}, Inheritable: []string{}, Permitted: []string{}, Ambient: []string{},
+				Bounding: slices.Clone(p.Capabilities), Effective: slices.Clone(p.Capabilities), Inheritable: slices.Clone(p.Capabilities),
+				Permitted: slices.Clone(p.Capabilities), Ambient: slices.Clone(p.Capabilities),
 			},
-			NoNewPrivileges: true,
+			NoNewPrivileges: p.NoNewPrivs,
 			Rlimits:         rlimits,
 		},
-		Root:        &specs.Root{Path: o.Spec.Image.Rootfs, Readonly: true},
-		Hostname:    "sandbox",
+		Root:        &specs.Root{Path: o.Spec.Image.Rootfs, Readonly: p.ReadOnlyRoot},
+		Hostname:    p.Hostname,
 		Mounts:      mounts,
 		Annotations: annotations,
 		Linux: &specs.Linux{
 			CgroupsPath: o.CgroupsPath,
-			Namespaces: []specs.LinuxNamespace{
-				{Type: specs.PIDNamespace}, {Type: specs.NetworkNamespace, Path: o.NetNSPath}, {Type: specs.IPCNamespace},
-				{Type: specs.UTSNamespace}, {Type: specs.MountNamespace}, {Type: specs.CgroupNamespace},
-			},
-			UIDMappings: IDMappings(o.HostUIDBase, SandboxUID),
-			GIDMappings: IDMappings(o.HostUIDBase, SandboxGID),
+			Namespaces:  namespaces,
+			UIDMappings: IDMappings(o.HostUIDBase, p.User.UID),
+			GIDMappings: IDMappings(o.HostUIDBase, p.User.GID),
 			Resources: &specs.LinuxResources{
 				Devices: []specs.LinuxDeviceCgroup{{Allow: false, Access: "rwm"}},
 				Memory:  &specs.LinuxMemory{Limit: &memory, Swap: &swap},
 				Pids:    &specs.LinuxPids{Limit: pids},
 				CPU:     &specs.LinuxCPU{Quota: &quota, Period: &period},
 			},
-			Seccomp: sc,
-			// runc's defaults (`runc spec`).
-			MaskedPaths:   slices.Clone(MaskedPaths),
-			ReadonlyPaths: slices.Clone(ReadonlyPaths),
+			Seccomp:       sc,
+			MaskedPaths:   slices.Clone(p.MaskedPaths),
+			ReadonlyPaths: slices.Clone(p.ReadOnlyPaths),
 		},
-	}
-	if o.HostUIDBase != 0 {
-		s.Linux.Namespaces = append(s.Linux.Namespaces, specs.LinuxNamespace{Type: specs.UserNamespace, Path: o.UserNSPath})
 	}
 	return s, nil
 }
@@ -259,17 +263,6 @@ func IDMappings(base uint32, id uint32) []specs.LinuxIDMapping {
 	}
 	return []specs.LinuxIDMapping{{ContainerID: 0, HostID: base, Size: 1}, {ContainerID: id, HostID: base + 1, Size: 1}}
 }
-
-// MaskedPaths are the paths of /proc and /sys that runc and Docker hide
-// (an empty file or directory mounted over them) by default.
-var MaskedPaths = []string{
-	"/proc/acpi", "/proc/asound", "/proc/kcore", "/proc/keys", "/proc/latency_stats",
-	"/proc/timer_list", "/proc/timer_stats", "/proc/sched_debug", "/sys/firmware", "/proc/scsi",
-}
-
-// ReadonlyPaths are the paths of /proc that runc and Docker make read-only
-// by default.
-var ReadonlyPaths = []string{"/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys", "/proc/sysrq-trigger"}
 
 // WriteBundle creates dir (mode 0700, it must not exist) and writes
 // config.json into it.

@@ -1,13 +1,13 @@
 package oci
 
 import (
-	"slices"
 	"testing"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
 
 	"github.com/stockade-sh/stockade/sandbox"
+	"github.com/stockade-sh/stockade/sandbox/profile"
 )
 
 func TestBuildNetwork(t *testing.T) {
@@ -89,7 +89,7 @@ func TestBuildUserNamespace(t *testing.T) {
 			if (user != nil) != tt.wantUser || (user != nil && user.Path != tt.userns) {
 				t.Fatalf("got user namespace %+v, want one %v with path %q", user, tt.wantUser, tt.userns)
 			}
-			want := IDMappings(tt.base, SandboxUID)
+			want := IDMappings(tt.base, profile.Default().User.UID)
 			if len(s.Linux.UIDMappings) != len(want) || (len(want) > 0 && (s.Linux.UIDMappings[0] != want[0] || s.Linux.UIDMappings[1] != want[1])) {
 				t.Errorf("got uid mappings %+v, want %+v", s.Linux.UIDMappings, want)
 			}
@@ -111,27 +111,7 @@ func namespace(s *specs.Spec, t specs.LinuxNamespaceType) *specs.LinuxNamespace 
 // the given domain and protocol, as seccomp does: a rule allows the call
 // when every one of its conditions holds.
 func allowsSocket(sc *specs.LinuxSeccomp, domain, protocol uint64) bool {
-	args := [6]uint64{domain, unix.SOCK_DGRAM, protocol}
-	for _, r := range sc.Syscalls {
-		if !slices.Contains(r.Names, "socket") || r.Action != specs.ActAllow {
-			continue
-		}
-		match := true
-		for _, a := range r.Args {
-			switch a.Op {
-			case specs.OpEqualTo:
-				match = match && args[a.Index] == a.Value
-			case specs.OpMaskedEqual:
-				match = match && args[a.Index]&a.Value == a.ValueTwo
-			default:
-				match = false
-			}
-		}
-		if match {
-			return true
-		}
-	}
-	return false
+	return allows(sc, "socket", domain, unix.SOCK_DGRAM, protocol)
 }
 
 func TestICMPSockets(t *testing.T) {

@@ -25,6 +25,7 @@ import (
 	"github.com/stockade-sh/stockade/internal/oci"
 	"github.com/stockade-sh/stockade/internal/sandboxkit"
 	"github.com/stockade-sh/stockade/sandbox"
+	"github.com/stockade-sh/stockade/sandbox/profile"
 )
 
 // Config configures one OCI-runtime driver.
@@ -252,12 +253,23 @@ func (d *Driver) selfTest(ctx context.Context) error {
 	if err := os.Chmod(root, 0o755); err != nil {
 		return fmt.Errorf("creating the self-test root: %w", err)
 	}
-	for _, dir := range []string{"proc", "dev", "sys", "tmp", filepath.Dir(oci.GuestPath[1:])} {
+	// An image holds the mount points of the profile's mounts.
+	p := profile.Default()
+	dirs := []string{filepath.Dir(p.Guest.Path)}
+	for _, m := range p.Mounts {
+		dirs = append(dirs, m.Path)
+	}
+	for _, s := range p.Scratch {
+		if !s.SessionOnly {
+			dirs = append(dirs, s.Path)
+		}
+	}
+	for _, dir := range dirs {
 		if err := os.MkdirAll(filepath.Join(root, dir), 0o755); err != nil {
 			return fmt.Errorf("creating the self-test root: %w", err)
 		}
 	}
-	if err := os.WriteFile(filepath.Join(root, oci.GuestPath), nil, 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(root, p.Guest.Path), nil, 0o644); err != nil {
 		return fmt.Errorf("creating the self-test root: %w", err)
 	}
 	id, err := sandboxkit.ID("")

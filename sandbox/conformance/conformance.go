@@ -1,5 +1,6 @@
 // Package conformance is the suite every sandbox.Driver must pass. It proves
-// the security profile of DESIGN.md §3 by attack: a probe program (./probe)
+// the security profile (sandbox/profile, whose facts it reads and does not
+// restate) by attack: a probe program (./probe)
 // is delivered into sandboxes like user code, tries what hostile code would
 // try and reports what it could see and do, and the suite asserts on those
 // reports from the host. A driver's test runs it:
@@ -39,6 +40,7 @@ import (
 
 	"github.com/stockade-sh/stockade/internal/probeexec"
 	"github.com/stockade-sh/stockade/sandbox"
+	"github.com/stockade-sh/stockade/sandbox/profile"
 )
 
 // Harness is what a driver's test gives the suite.
@@ -84,7 +86,7 @@ func Run(t *testing.T, h Harness) {
 	if h.Driver == nil || h.Leftovers == nil {
 		t.Fatal("conformance.Harness needs a Driver and a Leftovers function")
 	}
-	s := &suite{h: h, caps: h.Driver.Capabilities(), probe: probeGzip(t)}
+	s := &suite{h: h, caps: h.Driver.Capabilities(), p: profile.Default(), probe: probeGzip(t)}
 	t.Logf("driver %s, tier %s: %s", h.Driver.Name(), s.caps.Tier, s.caps.Boundary)
 	for _, c := range []struct {
 		name string
@@ -114,8 +116,10 @@ func Run(t *testing.T, h Harness) {
 }
 
 type suite struct {
-	h     Harness
-	caps  sandbox.Capabilities
+	h    Harness
+	caps sandbox.Capabilities
+	// p is the profile the suite asserts: Stockade's.
+	p     profile.Profile
 	probe []byte // gzip-compressed
 }
 
@@ -125,8 +129,30 @@ type suite struct {
 // processes are host processes; otherwise (gVisor) the program talks to a
 // kernel of the sandbox's own, whose processes the host sees through
 // Harness.Kernel, and which presents a few facts of the profile otherwise
-// (see Differences).
+// (profile.Profile.Differences).
 func (s *suite) sharedKernel() bool { return s.caps.SharedKernel }
+
+// difference returns the profile's declared difference id of the suite's
+// tier.
+func (s *suite) difference(id string) (profile.Difference, bool) {
+	return s.p.Difference(s.caps.Tier, id)
+}
+
+// expect asserts that the profile's fact holds (holds true), unless the tier
+// declares difference id: then it asserts the declared fact instead (holds
+// false), so that a difference that no longer holds is noticed. A check
+// consults the declared differences and nothing else: none skips or
+// relaxes an assertion for a tier on its own.
+func (s *suite) expect(t *testing.T, id string, holds bool, format string, args ...any) {
+	t.Helper()
+	d, declared := s.difference(id)
+	switch {
+	case !declared && !holds:
+		t.Errorf(format, args...)
+	case declared && holds:
+		t.Errorf("tier %s: the declared difference %q (%s) no longer holds: remove it from the profile's Differences (sandbox/profile)", d.Tier, d.ID, d.Fact)
+	}
+}
 
 // ---------------------------------------------------------------------------
 // Building and delivering the probe.
@@ -460,13 +486,17 @@ type capsReport struct {
 	Groups      []int       `json:"groups"`
 }
 
-const zeroCaps = "0000000000000000"
-
 func (s *suite) credentials(t *testing.T) {
 	b := s.start(t, sandbox.Limits{})
 	var r capsReport
 	b.report(t, &r, "caps")
 	t.Logf("caps report: status %v, seccomp %s, no_new_privs %s", r.Status, r.Seccomp.Value, r.NoNewPrivs.Value)
+	// wantCaps is every capability set of the profile; Stockade's are
+	// empty.
+	wantCaps, err := s.p.CapabilityMask()
+	if err != nil {
+		t.Fatal(err)
+	}
 
 	t.Run("Capabilities", func(t *testing.T) {
 		for _, k := range []string{"CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb"} {
@@ -476,8 +506,8 @@ func (s *suite) credentials(t *testing.T) {
 			} else if !ok {
 				t.Errorf("/proc/self/status has no %s line", k)
 			}
-			if ok && v != zeroCaps {
-				t.Errorf("/proc/self/status %s: got %s, want %s", k, v, zeroCaps)
+			if ok && v != wantCaps {
+				t.Errorf("/proc/self/status %s: got %s, want %s", k, v, wantCaps)
 			}
 		}
 		c := r.Capget
@@ -485,8 +515,8 @@ func (s *suite) credentials(t *testing.T) {
 			t.Errorf("capget: got %s, want success", c.errno)
 		}
 		for name, v := range map[string]string{"effective": c.Effective, "permitted": c.Permitted, "inheritable": c.Inheritable} {
-			if v != zeroCaps {
-				t.Errorf("capget %s: got %s, want %s", name, v, zeroCaps)
+			if v != wantCaps {
+				t.Errorf("capget %s: got %s, want %s", name, v, wantCaps)
 			}
 		}
 		for name, v := range map[string]valueReport{"bounding (PR_CAPBSET_READ)": r.Bounding, "ambient (PR_CAP_AMBIENT_IS_SET)": r.Ambient} {
@@ -498,8 +528,8 @@ func (s *suite) credentials(t *testing.T) {
 			}
 			if v.Errno != 0 {
 				t.Errorf("%s: got %s, want success", name, v.errno)
-			} else if string(v.Value) != `"`+zeroCaps+`"` {
-				t.Errorf("%s: got %s, want %s", name, v.Value, zeroCaps)
+			} else if string(v.Value) != `"`+wantCaps+`"` {
+				t.Errorf("%s: got %s, want %s", name, v.Value, wantCaps)
 			}
 		}
 		if r.CapsChecked < 32 {
@@ -508,13 +538,14 @@ func (s *suite) credentials(t *testing.T) {
 	})
 
 	t.Run("NoNewPrivs", func(t *testing.T) {
-		if r.NoNewPrivs.Errno != 0 || string(r.NoNewPrivs.Value) != "1" {
-			t.Errorf("PR_GET_NO_NEW_PRIVS: got %s (%s), want 1", r.NoNewPrivs.Value, r.NoNewPrivs.errno)
+		want := map[bool]string{true: "1", false: "0"}[s.p.NoNewPrivs]
+		if r.NoNewPrivs.Errno != 0 || string(r.NoNewPrivs.Value) != want {
+			t.Errorf("PR_GET_NO_NEW_PRIVS: got %s (%s), want %s", r.NoNewPrivs.Value, r.NoNewPrivs.errno, want)
 		}
 		v, ok := r.Status["NoNewPrivs"]
 		s.expect(t, "status-nonewprivs", ok, "/proc/self/status has no NoNewPrivs line")
-		if ok && v != "1" {
-			t.Errorf("/proc/self/status NoNewPrivs: got %q, want 1", v)
+		if ok && v != want {
+			t.Errorf("/proc/self/status NoNewPrivs: got %q, want %s", v, want)
 		}
 	})
 
@@ -531,14 +562,15 @@ func (s *suite) credentials(t *testing.T) {
 	})
 
 	t.Run("User", func(t *testing.T) {
-		for name, v := range map[string]int{"uid": r.UID, "euid": r.EUID, "gid": r.GID, "egid": r.EGID} {
-			if v != 65534 {
-				t.Errorf("%s: got %d, want 65534", name, v)
+		uid, gid := int(s.p.User.UID), int(s.p.User.GID)
+		for name, v := range map[string][2]int{"uid": {r.UID, uid}, "euid": {r.EUID, uid}, "gid": {r.GID, gid}, "egid": {r.EGID, gid}} {
+			if v[0] != v[1] {
+				t.Errorf("%s: got %d, want %d", name, v[0], v[1])
 			}
 		}
 		for _, g := range r.Groups {
-			if g != 65534 {
-				t.Errorf("supplementary groups: got %v, want none but 65534", r.Groups)
+			if g != gid {
+				t.Errorf("supplementary groups: got %v, want none but %d", r.Groups, gid)
 				break
 			}
 		}
@@ -635,14 +667,14 @@ func (s *suite) filesystem(t *testing.T) {
 			}
 		}
 		s.expect(t, "root-eacces", eacces == 0, "creating files in root's directories of the image: got EACCES %d times, want EROFS", eacces)
-		for _, p := range []string{"/.stockade/guest", "/etc/passwd", "/bin/busybox"} {
+		for _, p := range []string{s.p.Guest.Path, "/etc/passwd", "/bin/busybox"} {
 			if e := write(t, p); e.Errno == 0 {
 				t.Errorf("opening %s for writing: got success, want refused", p)
 			}
 		}
-		for _, p := range []string{"/", "/etc", "/usr/bin", "/.stockade/guest"} {
-			if ro, _, _, _ := statfs(t, p); !ro {
-				t.Errorf("statfs %s: got read-write, want read-only", p)
+		for p, want := range map[string]bool{"/": s.p.ReadOnlyRoot, "/etc": s.p.ReadOnlyRoot, "/usr/bin": s.p.ReadOnlyRoot, s.p.Guest.Path: slices.Contains(s.p.Guest.Options, "ro")} {
+			if ro, _, _, _ := statfs(t, p); ro != want {
+				t.Errorf("statfs %s: got read-only %t, want %t", p, ro, want)
 			}
 		}
 	})
@@ -659,11 +691,14 @@ func (s *suite) filesystem(t *testing.T) {
 		if f.Written > tmpSize || f.Written < tmpSize/2 {
 			t.Errorf("filling /tmp: wrote %d bytes, want between %d and %d (the cap)", f.Written, tmpSize/2, tmpSize)
 		}
+		tmp, _ := s.p.ScratchAt("/tmp")
 		_, nosuid, nodev, size := statfs(t, "/tmp")
-		if !nosuid {
-			t.Errorf("statfs /tmp: got nosuid=false, want nosuid")
+		if want := slices.Contains(tmp.Options, "nosuid"); nosuid != want {
+			t.Errorf("statfs /tmp: got nosuid=%t, want %t", nosuid, want)
 		}
-		s.expect(t, "tmp-nodev", nodev, "statfs /tmp: got nodev=false, want nodev")
+		if slices.Contains(tmp.Options, "nodev") {
+			s.expect(t, "tmp-nodev", nodev, "statfs /tmp: got nodev=false, want nodev")
+		}
 		// What nodev guards against, on every tier: a device node made
 		// there. A FIFO, which needs no privilege, shows that mknod
 		// reaches /tmp at all.
@@ -695,24 +730,21 @@ func (s *suite) filesystem(t *testing.T) {
 		for _, p := range ps.Writable {
 			t.Errorf("opening %s for writing: got success, want refused", p)
 		}
-		if ro, _, _, _ := statfs(t, "/sys"); !ro {
-			t.Errorf("statfs /sys: got read-write, want read-only")
+		for _, m := range s.p.Mounts {
+			if m.Path == "/sys" {
+				if ro, _, _, _ := statfs(t, "/sys"); ro != slices.Contains(m.Options, "ro") {
+					t.Errorf("statfs /sys: got read-only %t, want the profile's options %v", ro, m.Options)
+				}
+			}
 		}
-		ro, _, _, _ := statfs(t, "/proc/sys")
-		s.expect(t, "proc-sys-rw", ro, "statfs /proc/sys: got read-write, want read-only (readonlyPaths)")
+		if slices.Contains(s.p.ReadOnlyPaths, "/proc/sys") {
+			ro, _, _, _ := statfs(t, "/proc/sys")
+			s.expect(t, "proc-sys-rw", ro, "statfs /proc/sys: got read-write, want read-only (readonlyPaths)")
+		}
 	})
 
 	t.Run("DevMinimal", func(t *testing.T) {
-		allowed := map[string]bool{
-			"null": true, "zero": true, "full": true, "random": true, "urandom": true, "tty": true,
-			"console": true, "ptmx": true, "pts": true, "shm": true, "mqueue": true, "fd": true,
-			"stdin": true, "stdout": true, "stderr": true, "core": true,
-		}
-		devices := map[[2]int]bool{{1, 3}: true, {1, 5}: true, {1, 7}: true, {1, 8}: true, {1, 9}: true, {5, 0}: true, {5, 1}: true, {5, 2}: true}
-		if _, ok := s.difference("dev-fuse-tun"); ok {
-			allowed["fuse"], allowed["net"] = true, true
-			devices[[2]int{10, 229}], devices[[2]int{10, 200}] = true, true
-		}
+		dev := s.p.DevOn(s.caps.Tier)
 		present := map[string]bool{}
 		for _, d := range r.Dev {
 			present[d.Name] = true
@@ -720,18 +752,27 @@ func (s *suite) filesystem(t *testing.T) {
 		if !present["null"] || !present["zero"] {
 			t.Fatalf("the probe's listing of /dev has no null or zero: %+v", r.Dev)
 		}
-		s.expect(t, "dev-fuse-tun", !present["fuse"] && !present["net/tun"], "/dev has fuse or net/tun")
+		// The devices a tier declares it adds are absent elsewhere.
+		var added []string
+		for _, d := range s.p.Differences {
+			if d.ID == "dev-fuse-tun" {
+				for _, dev := range d.Devices {
+					added = append(added, dev.Name)
+				}
+			}
+		}
+		s.expect(t, "dev-fuse-tun", !slices.ContainsFunc(added, func(n string) bool { return present[n] }), "/dev has %s", strings.Join(added, " or "))
 		var names []string
 		for _, d := range r.Dev {
 			names = append(names, d.Name)
 			top, _, _ := strings.Cut(d.Name, "/")
-			if !allowed[top] {
+			if !slices.Contains(dev.Names, top) {
 				t.Errorf("/dev/%s (%s) exists, want a minimal /dev", d.Name, d.Type)
 			}
 			switch {
 			case d.Type == "block":
 				t.Errorf("/dev/%s is a block device (%d:%d)", d.Name, d.Major, d.Minor)
-			case d.Type == "char" && !devices[[2]int{d.Major, d.Minor}] && d.Major != 136: // 136: pty slaves
+			case d.Type == "char" && !dev.Allows(d.Major, d.Minor):
 				t.Errorf("/dev/%s is character device %d:%d, not one of the minimal set", d.Name, d.Major, d.Minor)
 			}
 		}
@@ -739,7 +780,6 @@ func (s *suite) filesystem(t *testing.T) {
 	})
 
 	t.Run("NoHostMounts", func(t *testing.T) {
-		under := func(p, dir string) bool { return p == dir || strings.HasPrefix(p, dir+"/") }
 		points := map[string]bool{}
 		for _, m := range r.Mounts {
 			points[m.MountPoint] = true
@@ -747,44 +787,50 @@ func (s *suite) filesystem(t *testing.T) {
 		if !points["/"] || !points["/tmp"] {
 			t.Fatalf("the probe's mount table has no / or /tmp: %+v", r.Mounts)
 		}
-		_, dockerFiles := s.difference("docker-etc-files")
 		for _, m := range r.Mounts {
-			p := m.MountPoint
-			if p == "/" || p == "/tmp" || p == "/workspace" || p == "/.stockade/guest" ||
-				under(p, "/proc") || under(p, "/dev") || under(p, "/sys") {
-				continue
+			if !allowedMount(s.p, s.caps.Tier, m.MountPoint, m.Options) {
+				t.Errorf("unexpected mount at %s (%s from %s, %s): only the image, the guest and the profile's mounts may be mounted", m.MountPoint, m.FSType, m.Source, m.Options)
 			}
-			if dockerFiles && dockerEtcFiles[p] != "" && hasOption(m.Options, "ro") {
-				continue
-			}
-			t.Errorf("unexpected mount at %s (%s from %s, %s): only the image, the guest and the profile's mounts may be mounted", p, m.FSType, m.Source, m.Options)
 		}
 	})
 
-	if _, ok := s.difference("docker-etc-files"); ok {
+	if d, ok := s.difference("docker-etc-files"); ok {
 		t.Run("DockerEtcFiles", func(t *testing.T) {
 			b := s.start(t, sandbox.Limits{})
-			for p, want := range dockerEtcFiles {
+			for _, f := range d.Files {
 				var rd struct {
 					errno
 					Content string `json:"content"`
 				}
-				decode(t, b.run(t, sandbox.ExecRequest{}, "readfile", p), &rd, "readfile")
-				if !strings.Contains(rd.Content, want) || strings.Contains(rd.Content, "search") {
-					t.Errorf("%s: got %q, want the driver's fixed contents (containing %q) and nothing of the host's", p, rd.Content, want)
+				decode(t, b.run(t, sandbox.ExecRequest{}, "readfile", f.Path), &rd, "readfile")
+				if !strings.Contains(rd.Content, f.Line) || strings.Contains(rd.Content, "search") {
+					t.Errorf("%s: got %q, want the driver's fixed contents (containing %q) and nothing of the host's", f.Path, rd.Content, f.Line)
 				}
 			}
 		})
 	}
 }
 
-// dockerEtcFiles are the files dockerd mounts into every container, with a
-// line of the contents the docker driver gives them.
-var dockerEtcFiles = map[string]string{
-	"/etc/resolv.conf": "nameserver 127.0.0.1",
-	"/etc/hostname":    "sandbox",
-	"/etc/hosts":       "127.0.0.1",
+// allowedMount reports whether profile p accounts for a mount at point,
+// mounted with options, on tier: the image's root, a scratch, the guest
+// agent, the kernel file systems and what is below them, and the files the
+// tier declares it mounts read-only. The suite's sandboxes have no data
+// mounts and no egress.
+func allowedMount(p profile.Profile, tier sandbox.Tier, point, options string) bool {
+	if _, ok := p.ScratchAt(point); ok || point == "/" || point == p.Guest.Path {
+		return true
+	}
+	for _, m := range p.Mounts {
+		if under(point, m.Path) {
+			return true
+		}
+	}
+	d, _ := p.Difference(tier, "docker-etc-files")
+	return hasOption(options, "ro") && slices.ContainsFunc(d.Files, func(f profile.File) bool { return f.Path == point })
 }
+
+// under reports whether p is dir or below it.
+func under(p, dir string) bool { return p == dir || strings.HasPrefix(p, dir+"/") }
 
 func hasOption(opts, o string) bool {
 	for _, v := range strings.Split(opts, ",") {
@@ -850,8 +896,8 @@ func (s *suite) network(t *testing.T) {
 		t.Errorf("the probe did not find lo (netlink %v: %s, /proc/net/dev %v); want it found both ways", r.Netlink.Names, r.Netlink.errno, r.ProcNetDev)
 	}
 	for n := range seen {
-		if n != "lo" {
-			t.Errorf("interface %s is visible (netlink %v, /proc/net/dev %v, /sys/class/net %v), want only lo", n, r.Netlink.Names, r.ProcNetDev, r.SysClassNet)
+		if !slices.Contains(s.p.Network.Interfaces, n) {
+			t.Errorf("interface %s is visible (netlink %v, /proc/net/dev %v, /sys/class/net %v), want only %s", n, r.Netlink.Names, r.ProcNetDev, r.SysClassNet, strings.Join(s.p.Network.Interfaces, ", "))
 		}
 	}
 	if !slices.ContainsFunc(r.Addresses.Addrs, func(a string) bool { return strings.HasPrefix(a, "127.0.0.1/") }) {
@@ -880,12 +926,17 @@ func (s *suite) network(t *testing.T) {
 	if r.UDPSocket.Errno != 0 || r.HighPort.Errno != 0 {
 		t.Errorf("socket(AF_INET, SOCK_DGRAM, 0): got %s; bind to 127.0.0.1:0: got %s; want success for both", r.UDPSocket, r.HighPort)
 	}
-	// ICMP sockets stay out of reach: on the host kernel its default
-	// net.ipv4.ping_group_range "1 0" (which Docker changes for its
-	// containers, and the docker driver restores) refuses them with
-	// EACCES; gVisor's netstack implements no such setting, and the
-	// profile's filter refuses them there (oci.UserSpaceKernel).
-	wantPing, why := syscall.EACCES, `net.ipv4.ping_group_range "1 0"`
+	// ICMP sockets stay out of reach: on the host kernel the profile's
+	// net.ipv4.ping_group_range, a range without the sandbox's group
+	// (which Docker changes for its containers, and the docker driver
+	// sets back), refuses them with EACCES; gVisor's netstack implements
+	// no such setting, and the profile's filter refuses them there
+	// (oci.UserSpaceKernel).
+	pingRange, _ := s.p.Network.Sysctl("net.ipv4.ping_group_range")
+	if !groupOutside(pingRange, s.p.User.GID) {
+		t.Fatalf("the profile's net.ipv4.ping_group_range %q admits the sandbox's group %d; the suite asserts refused ICMP sockets only", pingRange, s.p.User.GID)
+	}
+	wantPing, why := syscall.EACCES, "net.ipv4.ping_group_range "+strconv.Quote(pingRange)
 	if !s.sharedKernel() {
 		wantPing, why = syscall.EPERM, "the profile's filter"
 	}
@@ -898,12 +949,27 @@ func (s *suite) network(t *testing.T) {
 			t.Errorf("%s: got %s, want %s (%s)", name, e, unix.ErrnoName(wantPing), why)
 		}
 	}
-	// Ports below 1024 for privileged processes only: the host kernel's
-	// default net.ipv4.ip_unprivileged_port_start 1024.
-	s.expect(t, "low-ports", r.LowPort.Errno != 0, "bind to 127.0.0.1:80: got success, want EACCES (net.ipv4.ip_unprivileged_port_start 1024)")
-	if r.LowPort.Errno != 0 && !r.LowPort.is(syscall.EACCES) {
-		t.Errorf("bind to 127.0.0.1:80: got %s, want EACCES (net.ipv4.ip_unprivileged_port_start 1024)", r.LowPort)
+	// Ports below the profile's net.ipv4.ip_unprivileged_port_start for
+	// privileged processes only; the probe binds port 80.
+	start, _ := s.p.Network.Sysctl("net.ipv4.ip_unprivileged_port_start")
+	if n, err := strconv.Atoi(start); err != nil || n <= 80 {
+		t.Fatalf("the profile's net.ipv4.ip_unprivileged_port_start %q does not keep port 80 privileged; the suite asserts a refused bind only", start)
 	}
+	why = "net.ipv4.ip_unprivileged_port_start " + start
+	s.expect(t, "low-ports", r.LowPort.Errno != 0, "bind to 127.0.0.1:80: got success, want EACCES (%s)", why)
+	if r.LowPort.Errno != 0 && !r.LowPort.is(syscall.EACCES) {
+		t.Errorf("bind to 127.0.0.1:80: got %s, want EACCES (%s)", r.LowPort, why)
+	}
+}
+
+// groupOutside reports whether gid lies outside a net.ipv4.ping_group_range
+// value ("low high"; low above high is the empty range).
+func groupOutside(rng string, gid uint32) bool {
+	var lo, hi int64
+	if _, err := fmt.Sscanf(rng, "%d %d", &lo, &hi); err != nil {
+		return false
+	}
+	return int64(gid) < lo || int64(gid) > hi
 }
 
 // connectResult is the probe's report of one TCP connect.
@@ -1038,37 +1104,64 @@ func (r refusal) matches(e errno) bool {
 	return e.Errno >= 0 && e.Signal == int(r.signal) && (r.signal != 0 || e.is(r.errno))
 }
 
-// refusedSyscalls are the probe's attempts that the profile must refuse,
-// with how it refuses them on every tier. Without the profile, each
-// succeeds for an unprivileged process on a typical kernel (except those
-// also gated by capabilities: mount, setns, fsopen,
+// policyEntry is what of the profile's seccomp policy a probe attempt
+// tries; one field is set.
+type policyEntry struct {
+	syscall string // a system call the policy denies, or answers ENOSYS
+	family  string // a socket family, refused unless the policy allows it
+	ioctl   string // an ioctl request the policy may refuse
+	base    bool   // what the base profile refuses (clone's namespace flags)
+	foreign bool   // a system call of another architecture (amd64's x32)
+}
+
+// syscallAttempts are the probe's attempts at what the seccomp policy
+// refuses, each with the entry of the policy it tries. Without the
+// profile, each succeeds for an unprivileged process on a typical kernel
+// (except those also gated by capabilities: mount, setns, fsopen,
 // unshare(CLONE_NEWNS|CLONE_NEWNET), socket(AF_PACKET), bpf; there the
-// verdict below is what shows the filter refuses them).
+// filter's verdict is what shows the filter refuses them).
+var syscallAttempts = map[string]policyEntry{
+	"io_uring_setup": {syscall: "io_uring_setup"}, "userfaultfd": {syscall: "userfaultfd"},
+	"bpf": {syscall: "bpf"}, "perf_event_open": {syscall: "perf_event_open"},
+	"keyctl": {syscall: "keyctl"}, "add_key": {syscall: "add_key"}, "request_key": {syscall: "request_key"},
+	"ptrace_traceme": {syscall: "ptrace"}, "ptrace_seize_pid1": {syscall: "ptrace"}, "ptrace_seize_child": {syscall: "ptrace"},
+	"process_vm_readv": {syscall: "process_vm_readv"},
+	"unshare_newuser":  {syscall: "unshare"}, "unshare_newns": {syscall: "unshare"}, "unshare_newnet": {syscall: "unshare"},
+	"setns": {syscall: "setns"}, "mount": {syscall: "mount"}, "fsopen": {syscall: "fsopen"},
+	"clone3": {syscall: "clone3"}, "clone3_newuser": {syscall: "clone3"},
+	"clone_newuser": {base: true},
+	"socket_af_alg": {family: "AF_ALG"}, "socket_af_packet": {family: "AF_PACKET"}, "socket_af_vsock": {family: "AF_VSOCK"},
+	"ioctl_tiocsti": {ioctl: "TIOCSTI"}, "ioctl_tiocsti_high_bits": {ioctl: "TIOCSTI"},
+	"x32_getpid": {foreign: true},
+}
+
+// refusedSyscalls returns the probe's attempts that policy refuses, with
+// how it refuses them on every tier.
 //
 // Every errno rule answers EPERM, the profile's default action: under
-// gVisor too, which turns every errno rule into EPERM. clone3 must be
-// ENOSYS: glibc creates threads with clone3 and falls back to clone only on
-// ENOSYS (EPERM breaks pthread_create), and clone's flags are what the
-// profile can check. On the host kernel an errno rule says so; under
-// gVisor a trace rule with no tracer does (see oci.UserSpaceKernel).
-// The x32 ABI (amd64 only) is an architecture the profile leaves out, and
-// its filter kills the caller.
-func refusedSyscalls() map[string]refusal {
+// gVisor too, which turns every errno rule into EPERM. An ENOSYS entry
+// (clone3) must answer ENOSYS: glibc creates threads with clone3 and falls
+// back to clone only on ENOSYS (EPERM breaks pthread_create), and clone's
+// flags are what the profile can check. On the host kernel an errno rule
+// says so; under gVisor a trace rule with no tracer does (see
+// oci.UserSpaceKernel). The x32 ABI (amd64 only) is an architecture a
+// native-only policy leaves out, and its filter kills the caller.
+func refusedSyscalls(policy profile.Seccomp, goarch string) map[string]refusal {
 	eperm, enosys := refusal{errno: syscall.EPERM}, refusal{errno: syscall.ENOSYS}
-	m := map[string]refusal{"clone3": enosys, "clone3_newuser": enosys}
-	for _, name := range []string{
-		"io_uring_setup", "userfaultfd", "bpf", "perf_event_open",
-		"keyctl", "add_key", "request_key",
-		"ptrace_traceme", "ptrace_seize_pid1", "ptrace_seize_child", "process_vm_readv",
-		"unshare_newuser", "unshare_newns", "unshare_newnet", "clone_newuser", "setns",
-		"mount", "fsopen",
-		"socket_af_alg", "socket_af_packet", "socket_af_vsock",
-		"ioctl_tiocsti", "ioctl_tiocsti_high_bits",
-	} {
-		m[name] = eperm
-	}
-	if runtime.GOARCH == "amd64" {
-		m["x32_getpid"] = refusal{signal: syscall.SIGSYS}
+	m := map[string]refusal{}
+	for name, a := range syscallAttempts {
+		switch {
+		case a.syscall != "" && slices.ContainsFunc(policy.ENOSYS, func(r profile.Reasoned) bool { return r.Name == a.syscall }):
+			m[name] = enosys
+		case a.syscall != "" && slices.Contains(policy.Denied, a.syscall):
+			m[name] = eperm
+		case a.family != "" && !slices.ContainsFunc(policy.SocketFamilies, func(f profile.SocketFamily) bool { return f.Name == a.family }):
+			m[name] = eperm
+		case a.ioctl != "" && policy.RefusedIoctl.Name == a.ioctl, a.base:
+			m[name] = eperm
+		case a.foreign && policy.NativeOnly && goarch == "amd64":
+			m[name] = refusal{signal: syscall.SIGSYS}
+		}
 	}
 	return m
 }
@@ -1122,7 +1215,7 @@ func (s *suite) syscalls(t *testing.T) {
 			t.Errorf("the probe reported %d of the %d controls %v", seen, len(want), r.Controls)
 		}
 	})
-	for name, want := range refusedSyscalls() {
+	for name, want := range refusedSyscalls(s.p.Seccomp, runtime.GOARCH) {
 		if d, ok := s.difference("x32-abi"); ok && name == "x32_getpid" {
 			// See the declared difference.
 			want = refusal{errno: syscall.EPERM}
