@@ -13,9 +13,9 @@ import (
 	"github.com/stockade-sh/stockade/driver/gvisor"
 	"github.com/stockade-sh/stockade/driver/runc"
 	"github.com/stockade-sh/stockade/guest"
-	"github.com/stockade-sh/stockade/internal/oci"
 	"github.com/stockade-sh/stockade/internal/testenv"
 	"github.com/stockade-sh/stockade/sandbox"
+	"github.com/stockade-sh/stockade/sandbox/profile"
 )
 
 // guestClienter is the drivers' access to the guest's protocol client,
@@ -39,7 +39,7 @@ func sandboxEnv(d sandbox.Driver) newEnv {
 			}
 		})
 		c := sb.(guestClienter).GuestClient()
-		e := &env{c: c, dir: "/tmp/t", kernel: []string{oci.GuestPath, testKernelMode}}
+		e := &env{c: c, dir: "/tmp/t", kernel: []string{profile.GuestPath, testKernelMode}}
 		if err := c.Mkdir(ctx, e.dir, 0o755); err != nil {
 			t.Fatal(err)
 		}
