@@ -36,7 +36,7 @@ tools:
     input_trust: trusted
     tier: gvisor
     limits: {timeout: 10s, memory: 256MiB}
-`, tools.Options{})
+`, tools.Options{Drivers: DriverCapabilities()})
 }
 
 // TestRecordLimitsAreCeilings checks that a tool's record limits are the

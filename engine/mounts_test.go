@@ -28,7 +28,7 @@ tools:
     filesystem:
       mounts:
         - {source: `+filepath.Join(root, "sales")+`, target: /data/sales}
-`, tools.Options{DataRoot: root})
+`, tools.Options{DataRoot: root, Drivers: DriverCapabilities()})
 	drv := &fakeDriver{name: "gvisor", tier: sandbox.TierGVisor}
 	eng, err := New(map[string]sandbox.Driver{"gvisor": drv}, "gvisor", fakeImages{}, sandbox.DefaultLimits(), sandbox.DefaultCeiling(), report)
 	if err != nil {
