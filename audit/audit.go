@@ -1,80 +1,156 @@
-// Package audit names Stockade's audit events. Every event has a type (what
-// happened) and a stable code (for queries and alerts that must survive a
-// rename), as in Teleport's lib/events/codes.go. Events are stored in the
-// workspace's tamper-evident chain (store.Audit).
+// Package audit defines Stockade's audit events: one struct per event type,
+// with its type (what happened) and its stable code (for queries and alerts
+// that must survive a rename) as constants beside it, as in Teleport's
+// api/types/events and lib/events/codes.go. Every struct embeds Meta, what
+// every event has; the rest of its fields are its data, and the JSON of the
+// struct is what the workspace's tamper-evident chain (store.Audit) holds
+// and hashes, byte for byte.
+//
+// NewEvent is the only way from an event to the store's input, so that every
+// event in a chain is the encoding of its struct:
+//
+//	_, err := st.AppendEvent(ctx, audit.NewEvent(audit.ToolReviewApprovedEvent{
+//		Meta: audit.Meta{WorkspaceID: ws, Actor: keyID, Reason: reason},
+//		Tool: t.Name, Fingerprint: fp,
+//	}))
+//
+// The JSON of an event type never changes shape once written: a field may be
+// added only where omitempty keeps the events already written as they are.
+// Fields are in the order of their keys, as the maps they replace encoded
+// them.
 package audit
 
-// Event types and their codes.
-const (
-	InvokeAllowed     = "capability.invoke_allowed"
-	InvokeAllowedCode = "CAP001I"
-	InvokeDenied      = "capability.invoke_denied"
-	InvokeDeniedCode  = "CAP002W"
+import (
+	"encoding/json"
+	"fmt"
+	"time"
 
-	ApprovalRequested     = "approval.requested"
-	ApprovalRequestedCode = "APR001I"
-	ApprovalApproved      = "approval.approved"
-	ApprovalApprovedCode  = "APR002I"
-	ApprovalDenied        = "approval.denied"
-	ApprovalDeniedCode    = "APR003W"
-	ApprovalExpired       = "approval.expired"
-	ApprovalExpiredCode   = "APR004W"
-
-	ExecutionFinished      = "execution.finished"
-	ExecutionFinishedCode  = "EXE001I"
-	ExecutionRecovered     = "execution.recovered"
-	ExecutionRecoveredCode = "EXE002W"
-	// ExecutionCancelled is an execution cancelled by the key that
-	// invoked it or an admin key; its data is ExecutionCancelledData.
-	ExecutionCancelled     = "execution.cancelled"
-	ExecutionCancelledCode = "EXE003I"
-
-	ToolRegistered         = "tool.registered"
-	ToolRegisteredCode     = "TOL001I"
-	ToolChanged            = "tool.changed"
-	ToolChangedCode        = "TOL002W"
-	ToolRemoved            = "tool.removed"
-	ToolRemovedCode        = "TOL003I"
-	ToolReviewApproved     = "tool.review_approved"
-	ToolReviewApprovedCode = "TOL004I"
-
-	// EgressDenied is a connection or DNS question of a sandbox that the
-	// egress proxy refused; Reason is the proxy's stable reason.
-	EgressDenied     = "egress.denied"
-	EgressDeniedCode = "EGR001W"
-	// RefusalsSuppressed counts the refusals of an execution (egress
-	// proxy and broker) past the ones audited one by one.
-	RefusalsSuppressed     = "egress.refusals_suppressed"
-	RefusalsSuppressedCode = "EGR002W"
-	BrokerCall             = "broker.call"
-	BrokerCallCode         = "BRK001I"
-	BrokerDenied           = "broker.denied"
-	BrokerDeniedCode       = "BRK002W"
-
-	WorkspaceCreated     = "workspace.created"
-	WorkspaceCreatedCode = "ADM001I"
-	KeyCreated           = "key.created"
-	KeyCreatedCode       = "ADM002I"
-	CreditsGranted       = "credits.granted"
-	CreditsGrantedCode   = "ADM003I"
-	PolicyUpdated        = "policy.updated"
-	PolicyUpdatedCode    = "ADM004I"
-	KeyRevoked           = "key.revoked"
-	KeyRevokedCode       = "ADM005I"
+	"github.com/stockade-sh/stockade/errdefs"
+	"github.com/stockade-sh/stockade/store"
 )
 
-// ExecutionCancelledData is the data of an ExecutionCancelled event, in
-// the chain with the cancel it records (one transaction).
-type ExecutionCancelledData struct {
-	// From is the status the execution was cancelled in:
-	// awaiting_approval, queued or running.
-	From string `json:"from"`
-	// To is the status it ended in: cancelled, or killed for a running
-	// one, whose sandbox was destroyed.
-	To string `json:"to"`
-	// Credits is what the execution was charged: 0, or the price of an
-	// invocation for a running one (it launched).
-	Credits int64 `json:"credits"`
-	// ApprovalID is the approval request the cancel closed, if any.
-	ApprovalID string `json:"approval_id,omitempty"`
+// Meta is what every event has besides its data. It is stored in the
+// event's own columns, never in its data.
+type Meta struct {
+	// WorkspaceID names the chain; empty is the unattributed chain. The
+	// store sets it for the events it appends with a change of a
+	// workspace's records (an admission, a decision, a cancel, ...).
+	WorkspaceID string
+	// Actor is who caused the event: an API key id, "system" or "cli".
+	Actor string
+	// Reason says why, in words.
+	Reason string
+	// ExecutionID is the execution the event is about; the store sets it
+	// for the events of a change of an execution.
+	ExecutionID string
+	// Time is when it happened; zero means the store's clock.
+	Time time.Time
+}
+
+// Metadata returns m; every event has it through its embedded Meta.
+func (m Meta) Metadata() Meta { return m }
+
+func (m *Meta) setMetadata(v Meta) { *m = v }
+
+// Event is an audit event: one of this package's structs.
+type Event interface {
+	// Type is the event's name, e.g. "capability.invoke_denied".
+	Type() string
+	// Code is the event's stable code, e.g. "CAP002W".
+	Code() string
+	Metadata() Meta
+}
+
+// dataless is an event that has no data: it is stored without any (NULL),
+// as it always was.
+type dataless interface{ dataless() }
+
+// NewEvent returns the store's input for e: its type, code and metadata,
+// and as its data the JSON of e (its fields besides Meta). It panics if e
+// cannot be encoded, which only a json.RawMessage field holding invalid
+// JSON can cause: those hold what Stockade encoded itself.
+func NewEvent(e Event) store.NewEvent {
+	m := e.Metadata()
+	ne := store.NewEvent{WorkspaceID: m.WorkspaceID, Type: e.Type(), Code: e.Code(), Actor: m.Actor,
+		Reason: m.Reason, ExecutionID: m.ExecutionID, Time: m.Time}
+	if _, ok := e.(dataless); ok {
+		return ne
+	}
+	b, err := json.Marshal(e)
+	if err != nil {
+		panic(fmt.Sprintf("audit: encoding a %s event: %v", e.Type(), err))
+	}
+	ne.Data = b
+	return ne
+}
+
+// NewEvents returns the store's inputs for es, in order (see NewEvent).
+func NewEvents(es ...Event) []store.NewEvent {
+	out := make([]store.NewEvent, len(es))
+	for i, e := range es {
+		out[i] = NewEvent(e)
+	}
+	return out
+}
+
+// ErrUnknownType is returned by Decode for an event of a type this package
+// does not define (one written by a test, or by a later version). It is
+// of the class ErrInvalidArgument.
+var ErrUnknownType = fmt.Errorf("unknown audit event type: %w", errdefs.ErrInvalidArgument)
+
+// Decode returns the struct of a stored event, its Meta from e's columns
+// and its fields from e's data. An event of an unknown type is
+// ErrUnknownType; data that does not fit its type's struct is
+// ErrInvalidArgument too.
+func Decode(e store.Event) (Event, error) {
+	dec, ok := decoders[e.Type]
+	if !ok {
+		return nil, fmt.Errorf("decoding event %s of type %q: %w", e.ID, e.Type, ErrUnknownType)
+	}
+	ev, err := dec(e.Data, Meta{WorkspaceID: e.WorkspaceID, Actor: e.Actor, Reason: e.Reason, ExecutionID: e.ExecutionID, Time: e.Time})
+	if err != nil {
+		return nil, fmt.Errorf("decoding %s event %s: %v: %w", e.Type, e.ID, err, errdefs.ErrInvalidArgument)
+	}
+	return ev, nil
+}
+
+// decoders maps every event type to the decoder of its struct.
+var decoders = map[string]func(data []byte, m Meta) (Event, error){
+	InvokeAllowed:      decoder[InvokeAllowedEvent],
+	InvokeDenied:       decoder[InvokeDeniedEvent],
+	ApprovalRequested:  decoder[ApprovalRequestedEvent],
+	ApprovalApproved:   decoder[ApprovalApprovedEvent],
+	ApprovalDenied:     decoder[ApprovalDeniedEvent],
+	ApprovalExpired:    decoder[ApprovalExpiredEvent],
+	ExecutionFinished:  decoder[ExecutionFinishedEvent],
+	ExecutionRecovered: decoder[ExecutionRecoveredEvent],
+	ExecutionCancelled: decoder[ExecutionCancelledEvent],
+	ToolRegistered:     decoder[ToolRegisteredEvent],
+	ToolChanged:        decoder[ToolChangedEvent],
+	ToolRemoved:        decoder[ToolRemovedEvent],
+	ToolReviewApproved: decoder[ToolReviewApprovedEvent],
+	EgressDenied:       decoder[EgressDeniedEvent],
+	RefusalsSuppressed: decoder[RefusalsSuppressedEvent],
+	BrokerCall:         decoder[BrokerCallEvent],
+	BrokerDenied:       decoder[BrokerDeniedEvent],
+	WorkspaceCreated:   decoder[WorkspaceCreatedEvent],
+	KeyCreated:         decoder[KeyCreatedEvent],
+	KeyRevoked:         decoder[KeyRevokedEvent],
+	CreditsGranted:     decoder[CreditsGrantedEvent],
+	PolicyUpdated:      decoder[PolicyUpdatedEvent],
+}
+
+// decoder decodes the data of an event of struct T.
+func decoder[T Event, P interface {
+	*T
+	setMetadata(Meta)
+}](data []byte, m Meta) (Event, error) {
+	var v T
+	if len(data) > 0 {
+		if err := json.Unmarshal(data, &v); err != nil {
+			return nil, err
+		}
+	}
+	P(&v).setMetadata(m)
+	return v, nil
 }

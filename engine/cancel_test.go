@@ -35,7 +35,7 @@ func (e *serviceEnv) wantCredits(t *testing.T, available, reserved int64) {
 
 // cancelData returns the data of the execution's one execution.cancelled
 // event.
-func (e *serviceEnv) cancelData(t *testing.T, id string) audit.ExecutionCancelledData {
+func (e *serviceEnv) cancelData(t *testing.T, id string) audit.ExecutionCancelledEvent {
 	t.Helper()
 	var found []store.Event
 	for _, ev := range e.events(t, audit.ExecutionCancelled) {
@@ -46,7 +46,7 @@ func (e *serviceEnv) cancelData(t *testing.T, id string) audit.ExecutionCancelle
 	if len(found) != 1 {
 		t.Fatalf("execution.cancelled events of %s: got %d, want 1", id, len(found))
 	}
-	var d audit.ExecutionCancelledData
+	var d audit.ExecutionCancelledEvent
 	if err := json.Unmarshal(found[0].Data, &d); err != nil {
 		t.Fatal(err)
 	}
@@ -77,7 +77,7 @@ func TestCancelAwaitingApproval(t *testing.T) {
 	if a, err := env.st.GetApproval(ctx, env.ws.ID, inv.Approval.ID); err != nil || a.Status != store.ApprovalCancelled {
 		t.Errorf("approval: got %s, %v; want cancelled", a.Status, err)
 	}
-	if d := env.cancelData(t, ex.ID); d != (audit.ExecutionCancelledData{From: "awaiting_approval", To: "cancelled", ApprovalID: inv.Approval.ID}) {
+	if d := env.cancelData(t, ex.ID); d != (audit.ExecutionCancelledEvent{From: "awaiting_approval", To: "cancelled", ApprovalID: inv.Approval.ID}) {
 		t.Errorf("event data: got %+v", d)
 	}
 	obs.mu.Lock()
@@ -127,7 +127,7 @@ func TestCancelQueued(t *testing.T) {
 	if got, _ := env.st.GetExecution(ctx, env.ws.ID, queued.Execution.ID); got.Status != store.StatusCancelled {
 		t.Errorf("cancelled execution afterwards: got %s", got.Status)
 	}
-	if d := env.cancelData(t, queued.Execution.ID); d != (audit.ExecutionCancelledData{From: "queued", To: "cancelled"}) {
+	if d := env.cancelData(t, queued.Execution.ID); d != (audit.ExecutionCancelledEvent{From: "queued", To: "cancelled"}) {
 		t.Errorf("event data: got %+v", d)
 	}
 	env.wantCredits(t, 8, 0)
@@ -161,7 +161,7 @@ func TestCancelRunning(t *testing.T) {
 		t.Errorf("result: got %s, want ended_by cancel, no signal and the output so far", ex.Result)
 	}
 	env.wantCredits(t, 8, 0)
-	if d := env.cancelData(t, ex.ID); d != (audit.ExecutionCancelledData{From: "running", To: "killed", Credits: 2}) {
+	if d := env.cancelData(t, ex.ID); d != (audit.ExecutionCancelledEvent{From: "running", To: "killed", Credits: 2}) {
 		t.Errorf("event data: got %+v", d)
 	}
 	if got := len(env.events(t, audit.ExecutionFinished)); got != 1 {

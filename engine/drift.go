@@ -12,37 +12,6 @@ import (
 	"github.com/stockade-sh/stockade/tools"
 )
 
-// toolEvent is the data of tool.registered, tool.changed and tool.removed
-// events. They live in the unattributed chain (workspace ""): tools are
-// configuration of the whole daemon. A tool.changed event is also copied
-// into every workspace's chain (store.AppendBroadcast), since any workspace
-// may run the tool and its approvers must see the change, a review
-// required above all, among their workspace's events.
-type toolEvent struct {
-	Tool                string          `json:"tool"`
-	Fingerprint         string          `json:"fingerprint"`
-	PreviousFingerprint string          `json:"previous_fingerprint,omitempty"`
-	Record              json.RawMessage `json:"record,omitempty"`
-	Diff                []string        `json:"diff,omitempty"`
-	Growth              []string        `json:"growth,omitempty"`
-	ReviewRequired      bool            `json:"review_required,omitempty"`
-	// Source, in a workspace's copy, is the event of the unattributed
-	// chain it copies.
-	Source *eventRef `json:"source,omitempty"`
-}
-
-// eventRef names an event of another chain by its place and hash.
-type eventRef struct {
-	Seq  int64  `json:"seq"`
-	Hash string `json:"hash"`
-}
-
-// reviewEvent is the data of tool.review_approved, in a workspace's chain.
-type reviewEvent struct {
-	Tool        string `json:"tool"`
-	Fingerprint string `json:"fingerprint"`
-}
-
 // drift remembers which tools changed in a way that needs a human review,
 // and which workspaces re-approved them.
 type drift struct {
@@ -85,15 +54,16 @@ func eachEvent(ctx context.Context, st store.Audit, ws string, types []string, f
 // grew) or removed.
 func (s *Service) recordTools(ctx context.Context) error {
 	type last struct {
-		ev    toolEvent
-		typ   string
-		found bool
+		// ev is the event's data; a registration's and a removal's are
+		// a change's without the fields of a change.
+		ev  audit.ToolChangedEvent
+		typ string
 	}
 	seen := map[string]*last{}
 	err := eachEvent(ctx, s.st, "", []string{audit.ToolRegistered, audit.ToolChanged, audit.ToolRemoved}, func(e store.Event) bool {
-		var te toolEvent
+		var te audit.ToolChangedEvent
 		if json.Unmarshal(e.Data, &te) == nil && seen[te.Tool] == nil {
-			seen[te.Tool] = &last{ev: te, typ: e.Type, found: true}
+			seen[te.Tool] = &last{ev: te, typ: e.Type}
 		}
 		return true
 	})
@@ -107,7 +77,8 @@ func (s *Service) recordTools(ctx context.Context) error {
 		prev := seen[t.Name]
 		switch {
 		case prev == nil || prev.typ == audit.ToolRemoved:
-			err = s.appendToolEvent(ctx, audit.ToolRegistered, audit.ToolRegisteredCode, "tool record loaded for the first time", toolEvent{Tool: t.Name, Fingerprint: fp, Record: rec})
+			err = s.appendToolEvent(ctx, t.Name, audit.ToolRegisteredEvent{Meta: audit.Meta{Actor: "system", Reason: "tool record loaded for the first time"},
+				Tool: t.Name, Fingerprint: fp, Record: rec})
 		case prev.ev.Fingerprint != fp:
 			c, derr := tools.DiffStored(prev.ev.Record, t)
 			if derr != nil {
@@ -118,15 +89,15 @@ func (s *Service) recordTools(ctx context.Context) error {
 			if prev.typ == audit.ToolChanged && prev.ev.ReviewRequired {
 				c.ReviewRequired = true
 			}
-			ev := toolEvent{Tool: t.Name, Fingerprint: fp, PreviousFingerprint: prev.ev.Fingerprint, Record: rec, Growth: c.Growth, ReviewRequired: c.ReviewRequired}
+			ev := audit.ToolChangedEvent{Meta: audit.Meta{Actor: "system", Reason: "tool record changed"},
+				Tool: t.Name, Fingerprint: fp, PreviousFingerprint: prev.ev.Fingerprint, Record: rec, Growth: c.Growth, ReviewRequired: c.ReviewRequired}
 			for _, f := range c.Fields {
 				ev.Diff = append(ev.Diff, f.String())
 			}
-			reason := "tool record changed"
 			if c.ReviewRequired {
-				reason = "tool record changed and its reach grew: review required"
+				ev.Reason = "tool record changed and its reach grew: review required"
 			}
-			err = s.appendToolEvent(ctx, audit.ToolChanged, audit.ToolChangedCode, reason, ev)
+			err = s.appendToolEvent(ctx, t.Name, ev)
 			if c.ReviewRequired {
 				s.drift.pending[t.Name] = fp
 			}
@@ -140,7 +111,8 @@ func (s *Service) recordTools(ctx context.Context) error {
 	}
 	for name, prev := range seen {
 		if !current[name] && prev.typ != audit.ToolRemoved {
-			if err := s.appendToolEvent(ctx, audit.ToolRemoved, audit.ToolRemovedCode, "tool no longer configured", toolEvent{Tool: name, Fingerprint: prev.ev.Fingerprint}); err != nil {
+			if err := s.appendToolEvent(ctx, name, audit.ToolRemovedEvent{Meta: audit.Meta{Actor: "system", Reason: "tool no longer configured"},
+				Tool: name, Fingerprint: prev.ev.Fingerprint}); err != nil {
 				return err
 			}
 		}
@@ -148,20 +120,22 @@ func (s *Service) recordTools(ctx context.Context) error {
 	return nil
 }
 
-func (s *Service) appendToolEvent(ctx context.Context, typ, code, reason string, ev toolEvent) error {
-	ne := store.NewEvent{Type: typ, Code: code, Actor: "system", Reason: reason, Data: mustJSON(ev)}
+// appendToolEvent appends ev, an event of tool, to the unattributed chain.
+// A change is also copied into every workspace's chain (store.AppendBroadcast),
+// since any workspace may run the tool and its approvers must see the
+// change, a review required above all, among their workspace's events.
+func (s *Service) appendToolEvent(ctx context.Context, tool string, ev audit.Event) error {
 	var err error
-	if typ == audit.ToolChanged {
-		_, err = s.st.AppendBroadcast(ctx, ne, func(orig store.Event) store.NewEvent {
-			c := ev
-			c.Source = &eventRef{Seq: orig.Seq, Hash: orig.Hash}
-			return store.NewEvent{Type: typ, Code: code, Actor: "system", Reason: reason, Data: mustJSON(c)}
+	if c, ok := ev.(audit.ToolChangedEvent); ok {
+		_, err = s.st.AppendBroadcast(ctx, audit.NewEvent(c), func(orig store.Event) store.NewEvent {
+			c.Source = &audit.EventRef{Seq: orig.Seq, Hash: orig.Hash}
+			return audit.NewEvent(c)
 		})
 	} else {
-		_, err = s.st.AppendEvent(ctx, ne)
+		_, err = s.st.AppendEvent(ctx, audit.NewEvent(ev))
 	}
 	if err != nil {
-		return fmt.Errorf("auditing tool %q: %w", ev.Tool, err)
+		return fmt.Errorf("auditing tool %q: %w", tool, err)
 	}
 	return nil
 }
@@ -179,7 +153,7 @@ func (s *Service) reviewBlocks(ctx context.Context, ws, tool string) (string, er
 	if !loaded {
 		approved := map[string]string{}
 		err := eachEvent(ctx, s.st, ws, []string{audit.ToolReviewApproved}, func(e store.Event) bool {
-			var re reviewEvent
+			var re audit.ToolReviewApprovedEvent
 			if json.Unmarshal(e.Data, &re) == nil {
 				if _, ok := approved[re.Tool]; !ok {
 					approved[re.Tool] = re.Fingerprint
@@ -236,10 +210,9 @@ func (s *Service) ApproveTool(ctx context.Context, p Principal, name, reason str
 		return ToolStatus{}, err
 	}
 	fp := tools.Fingerprint(t)
-	if _, err := s.st.AppendEvent(ctx, store.NewEvent{
-		WorkspaceID: p.WorkspaceID, Type: audit.ToolReviewApproved, Code: audit.ToolReviewApprovedCode,
-		Actor: p.KeyID, Reason: reason, Data: mustJSON(reviewEvent{Tool: t.Name, Fingerprint: fp}),
-	}); err != nil {
+	if _, err := s.st.AppendEvent(ctx, audit.NewEvent(audit.ToolReviewApprovedEvent{
+		Meta: audit.Meta{WorkspaceID: p.WorkspaceID, Actor: p.KeyID, Reason: reason}, Tool: t.Name, Fingerprint: fp,
+	})); err != nil {
 		return ToolStatus{}, fmt.Errorf("recording tool approval: %w", err)
 	}
 	s.drift.mu.Lock()

@@ -88,10 +88,10 @@ func TestToolDrift(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	toolEvents := func(typ string) []toolEvent {
-		var out []toolEvent
+	toolEvents := func(typ string) []audit.ToolChangedEvent {
+		var out []audit.ToolChangedEvent
 		if err := eachEvent(ctx, st, "", []string{typ}, func(e store.Event) bool {
-			var te toolEvent
+			var te audit.ToolChangedEvent
 			if err := json.Unmarshal(e.Data, &te); err != nil {
 				t.Fatal(err)
 			}
@@ -149,9 +149,9 @@ func TestToolDrift(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, ws := range []store.Workspace{reviewWS, flagWS} {
-		var copies []toolEvent
+		var copies []audit.ToolChangedEvent
 		if err := eachEvent(ctx, st, ws.ID, []string{audit.ToolChanged}, func(e store.Event) bool {
-			var te toolEvent
+			var te audit.ToolChangedEvent
 			if err := json.Unmarshal(e.Data, &te); err != nil {
 				t.Fatal(err)
 			}

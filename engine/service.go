@@ -97,7 +97,7 @@ type Service struct {
 	// calls to auditEgress, which writes them until Close closes it once
 	// no run, and so no proxy or broker, is left (auditClosed, under
 	// auditMu, turns later events into log lines).
-	egressEvents chan store.NewEvent
+	egressEvents chan audit.Event
 	auditMu      sync.RWMutex
 	auditClosed  bool
 	auditWriter  sync.WaitGroup
@@ -152,7 +152,7 @@ func NewService(eng *Engine, st store.Store, o ServiceOptions) *Service {
 		eng: eng, st: st, opts: o, price: *o.CreditsPerInvocation, log: o.Logger, hub: newHub(), feed: newFeed(),
 		slots: newAdmission(o.MaxConcurrent, o.MaxQueue), drift: newDrift(),
 		ctx: ctx, cancel: cancel,
-		egressEvents: make(chan store.NewEvent, 1024), runs: map[string]*runAudit{}, live: map[string]context.CancelCauseFunc{},
+		egressEvents: make(chan audit.Event, 1024), runs: map[string]*runAudit{}, live: map[string]context.CancelCauseFunc{},
 	}
 	eng.SetEgressObserver(s.egressDecision)
 	eng.SetBrokerObserver(s.brokerCall)
@@ -209,19 +209,20 @@ func (s *Service) egressDecision(d EgressDecision) {
 		}
 		return
 	}
-	name, detail := clip.String(d.Name, clip.Name), clip.String(d.Detail, clip.Detail)
-	data := map[string]any{"sandbox": d.Sandbox, "tool": d.Tool, "protocol": d.Protocol, "name": name, "port": d.Port, "detail": detail}
+	ev := audit.EgressDeniedEvent{
+		Meta:    audit.Meta{WorkspaceID: ws, Actor: "system", ExecutionID: exec, Reason: clip.String(d.Reason, clip.Reason)},
+		Sandbox: d.Sandbox, Tool: d.Tool, Protocol: string(d.Protocol), Name: clip.String(d.Name, clip.Name), Port: d.Port,
+		Detail: clip.String(d.Detail, clip.Detail),
+	}
 	attrs := []any{"execution", exec, "sandbox", d.Sandbox, "tool", d.Tool, "protocol", d.Protocol, "client", d.Client,
-		"name", name, "port", d.Port, "reason", d.Reason, "detail", detail}
+		"name", ev.Name, "port", d.Port, "reason", d.Reason, "detail", ev.Detail}
 	if d.Addr.IsValid() {
-		data["addr"] = d.Addr.String()
-		attrs = append(attrs, "addr", d.Addr.String())
+		ev.Addr = d.Addr.String()
+		attrs = append(attrs, "addr", ev.Addr)
 	}
 	// This is the daemon's one log line per refusal (the proxy's are
 	// Debug), bounded per execution as the audit events are.
 	s.log.Info("egress refused", attrs...)
-	ev := store.NewEvent{WorkspaceID: ws, Type: audit.EgressDenied, Code: audit.EgressDeniedCode, Actor: "system",
-		ExecutionID: exec, Reason: clip.String(d.Reason, clip.Reason), Data: mustJSON(data)}
 	s.queueAudit(ev)
 }
 
@@ -246,10 +247,11 @@ func (s *Service) endRun(exec string) {
 	}
 	n := r.refusals - maxRefusalEvents
 	s.log.Info("refusals past the audited ones", "execution", exec, "count", n)
-	s.queueAudit(store.NewEvent{WorkspaceID: r.workspace, Type: audit.RefusalsSuppressed, Code: audit.RefusalsSuppressedCode,
-		Actor: "system", ExecutionID: exec,
-		Reason: fmt.Sprintf("%d more refusals of the egress proxy or the broker, past the first %d, counted but not audited one by one", n, maxRefusalEvents),
-		Data:   mustJSON(map[string]any{"suppressed": n, "audited": maxRefusalEvents})})
+	s.queueAudit(audit.RefusalsSuppressedEvent{
+		Meta: audit.Meta{WorkspaceID: r.workspace, Actor: "system", ExecutionID: exec,
+			Reason: fmt.Sprintf("%d more refusals of the egress proxy or the broker, past the first %d, counted but not audited one by one", n, maxRefusalEvents)},
+		Suppressed: n, Audited: maxRefusalEvents,
+	})
 }
 
 // queueAudit hands ev to the goroutine that writes the proxy's and the
@@ -259,11 +261,12 @@ func (s *Service) endRun(exec string) {
 // or calling the broker, which the proxy serves one goroutine each. The
 // writer runs until every run has ended, so the events of a run cut short
 // by Close are written too; after Close an event is only logged.
-func (s *Service) queueAudit(ev store.NewEvent) {
+func (s *Service) queueAudit(ev audit.Event) {
 	s.auditMu.RLock()
 	defer s.auditMu.RUnlock()
 	if s.auditClosed {
-		s.log.Warn("service closed; audit event logged only", "type", ev.Type, "execution", ev.ExecutionID, "reason", ev.Reason)
+		m := ev.Metadata()
+		s.log.Warn("service closed; audit event logged only", "type", ev.Type(), "execution", m.ExecutionID, "reason", m.Reason)
 		return
 	}
 	s.egressEvents <- ev
@@ -286,16 +289,19 @@ func (s *Service) brokerCall(b BrokerEvent) {
 	op := clip.String(b.Operation, clip.Name)
 	s.log.Info("broker call", "execution", exec, "sandbox", b.Sandbox, "tool", b.Tool, "operation", op,
 		"allowed", b.Allowed, "status", b.Status, "reason", clip.String(b.Reason, clip.Reason))
-	typ, code, reason := audit.BrokerCall, audit.BrokerCallCode, fmt.Sprintf("operation %s answered %d", op, b.Status)
+	call := audit.BrokerCallEvent{
+		Meta:      audit.Meta{WorkspaceID: ws, Actor: "system", ExecutionID: exec, Reason: fmt.Sprintf("operation %s answered %d", op, b.Status)},
+		Operation: op, ParamsSHA256: b.ParamsSHA256, Sandbox: b.Sandbox, Status: b.Status, Tool: b.Tool,
+	}
 	if !b.Allowed {
 		// The reason quotes what the sandbox sent (an operation, a
 		// parameter); unbounded, it would be too long for the store, and
 		// the refusal would go unaudited.
-		typ, code, reason = audit.BrokerDenied, audit.BrokerDeniedCode, clip.String(b.Reason, clip.Reason)
+		call.Reason = clip.String(b.Reason, clip.Reason)
+		s.queueAudit(audit.BrokerDeniedEvent(call))
+		return
 	}
-	ev := store.NewEvent{WorkspaceID: ws, Type: typ, Code: code, Actor: "system", ExecutionID: exec, Reason: reason,
-		Data: mustJSON(map[string]any{"sandbox": b.Sandbox, "tool": b.Tool, "operation": op, "params_sha256": b.ParamsSHA256, "status": b.Status})}
-	s.queueAudit(ev)
+	s.queueAudit(call)
 }
 
 // auditEgress writes the proxy's and the broker's events until Close
@@ -306,7 +312,8 @@ func (s *Service) auditEgress() {
 	// not busy, and until an event is written again each gets one attempt,
 	// or the queue every sandbox shares would crawl (and Close with it).
 	down := false
-	for ev := range s.egressEvents {
+	for e := range s.egressEvents {
+		ev := audit.NewEvent(e)
 		// A broker call is a use of the operator's credential: its event
 		// must not be lost to a store that is busy for a moment.
 		pauses := storeRetries
@@ -355,8 +362,8 @@ func (s *Service) Start(ctx context.Context) (err error) {
 	// Each recovery is audited in its own transaction: no crash can leave
 	// one unaudited.
 	recovered, err := s.st.RecoverInterrupted(ctx, result, func(store.Execution) []store.NewEvent {
-		return []store.NewEvent{{Type: audit.ExecutionRecovered, Code: audit.ExecutionRecoveredCode,
-			Actor: "system", Reason: "execution interrupted by a daemon stop; marked failed, credits released"}}
+		return audit.NewEvents(audit.ExecutionRecoveredEvent{
+			Meta: audit.Meta{Actor: "system", Reason: "execution interrupted by a daemon stop; marked failed, credits released"}})
 	})
 	if err != nil {
 		return fmt.Errorf("recovering interrupted executions: %w", err)
@@ -521,8 +528,8 @@ func (s *Service) expireApprovals(ctx context.Context) {
 // expiryEvents is the audit trail of one approval's expiry; the store sets
 // the workspace and execution ids.
 func expiryEvents(a store.Approval) []store.NewEvent {
-	return []store.NewEvent{{Type: audit.ApprovalExpired, Code: audit.ApprovalExpiredCode, Actor: "system",
-		Reason: "no decision before the approval expired", Data: mustJSON(map[string]string{"approval_id": a.ID})}}
+	return audit.NewEvents(audit.ApprovalExpiredEvent{
+		Meta: audit.Meta{Actor: "system", Reason: "no decision before the approval expired"}, ApprovalID: a.ID})
 }
 
 // Principal is an authenticated API key.
@@ -668,13 +675,12 @@ func (s *Service) Invoke(ctx context.Context, p Principal, req InvokeRequest, o 
 	}
 	// The decision's event fingerprints what was asked to run: a row
 	// changed later no longer matches its chain.
-	data := mustJSON(map[string]any{"capability": contract.CodeExecute.Name, "runtime": req.Runtime, "timeout_ms": req.TimeoutMS, "network": policy.NetworkWord(network),
-		"input_sha256": InputHash(req.Runtime, req.Code), "stdin_sha256": sha256Hex([]byte(req.Stdin))})
+	asked := audit.Invocation{Capability: contract.CodeExecute.Name, Runtime: req.Runtime, TimeoutMS: req.TimeoutMS, Network: policy.NetworkWord(network),
+		InputSHA256: InputHash(req.Runtime, req.Code), StdinSHA256: sha256Hex([]byte(req.Stdin))}
 	deny := func(code, reason string, class error) (*Invocation, error) {
-		if _, err := s.st.AppendEvent(ctx, store.NewEvent{
-			WorkspaceID: p.WorkspaceID, Type: audit.InvokeDenied, Code: audit.InvokeDeniedCode,
-			Actor: p.KeyID, Reason: reason, Data: mustJSON(map[string]any{"decision": code, "request": json.RawMessage(data)}),
-		}); err != nil {
+		if _, err := s.st.AppendEvent(ctx, audit.NewEvent(audit.InvokeDeniedEvent{
+			Meta: audit.Meta{WorkspaceID: p.WorkspaceID, Actor: p.KeyID, Reason: reason}, Decision: code, Request: asked,
+		})); err != nil {
 			return nil, fmt.Errorf("recording denial: %w", err)
 		}
 		return nil, fmt.Errorf("%s: %w", reason, class)
@@ -759,8 +765,8 @@ func (s *Service) Invoke(ctx context.Context, p Principal, req InvokeRequest, o 
 			return deny("server_at_capacity", fmt.Sprintf("the server is at capacity (%d running, %d queued); retry later", s.opts.MaxConcurrent, s.opts.MaxQueue), errdefs.ErrResourceExhausted)
 		}
 	}
-	ne.Audit = []store.NewEvent{{Type: audit.InvokeAllowed, Code: audit.InvokeAllowedCode, Actor: p.KeyID,
-		Reason: "allowed by workspace policy", Data: mustJSON(map[string]any{"approval_required": d.ApprovalRequired, "request": json.RawMessage(data)})}}
+	events := []audit.Event{audit.InvokeAllowedEvent{Meta: audit.Meta{Actor: p.KeyID, Reason: "allowed by workspace policy"},
+		ApprovalRequired: d.ApprovalRequired, Request: asked}}
 	if d.ApprovalRequired {
 		card := ApprovalCard{
 			Capability: contract.CodeExecute.Name, RiskLevel: string(contract.CodeExecute.Risk), Runtime: req.Runtime,
@@ -774,8 +780,9 @@ func (s *Service) Invoke(ctx context.Context, p Principal, req InvokeRequest, o 
 			why = "network access needs a human decision"
 		}
 		ne.Approval = &store.NewApproval{Card: mustJSON(card), ExpiresAt: card.ExpiresAt}
-		ne.Audit = append(ne.Audit, store.NewEvent{Type: audit.ApprovalRequested, Code: audit.ApprovalRequestedCode, Actor: p.KeyID, Reason: why})
+		events = append(events, audit.ApprovalRequestedEvent{Meta: audit.Meta{Actor: p.KeyID, Reason: why}})
 	}
+	ne.Audit = audit.NewEvents(events...)
 	adm, err := s.st.CreateExecution(ctx, ne)
 	if err != nil && errdefs.IsUnavailable(err) && ne.ID != "" {
 		adm, err = s.admittedAnyway(ctx, p.WorkspaceID, ne.ID, err)
@@ -848,7 +855,7 @@ func (s *Service) dispatch(e store.Execution, timeout time.Duration, t *ticket) 
 func (s *Service) run(ctx context.Context, e store.Execution, timeout time.Duration, t *ticket) {
 	finish := func(o store.Outcome) {
 		o.ExecutionID = e.ID
-		o.Audit = append(o.Audit, s.finishedEvent(o))
+		o.Audit = append(o.Audit, audit.NewEvent(s.finishedEvent(o)))
 		// Recording must happen even when the service is closing.
 		fin, err := s.finishExecution(context.WithoutCancel(ctx), o)
 		if err != nil {
@@ -924,7 +931,7 @@ func (s *Service) run(ctx context.Context, e store.Execution, timeout time.Durat
 			Stdout: stdout.data, Stderr: stderr.data, StdoutTruncated: stdout.truncated, StderrTruncated: stderr.truncated}
 		if c != nil {
 			r.EndedBy, why = EndedByCancel, "killed: "+c.Error()
-			o.Audit = []store.NewEvent{s.cancelledEvent(c, store.StatusRunning, store.StatusKilled, s.price, "")}
+			o.Audit = audit.NewEvents(cancelledEvent(c, store.StatusRunning, store.StatusKilled, s.price, ""))
 		}
 		o.Result = mustJSON(struct {
 			Result
@@ -982,9 +989,9 @@ func cancellationOf(ctx context.Context) *cancellation {
 
 // cancelledEvent is the audit event of a cancel of an execution in from,
 // which ends in to and is charged credits.
-func (s *Service) cancelledEvent(c *cancellation, from, to store.ExecutionStatus, credits int64, approvalID string) store.NewEvent {
-	return store.NewEvent{Type: audit.ExecutionCancelled, Code: audit.ExecutionCancelledCode, Actor: c.by, Reason: c.Error(),
-		Data: mustJSON(audit.ExecutionCancelledData{From: string(from), To: string(to), Credits: credits, ApprovalID: approvalID})}
+func cancelledEvent(c *cancellation, from, to store.ExecutionStatus, credits int64, approvalID string) audit.ExecutionCancelledEvent {
+	return audit.ExecutionCancelledEvent{Meta: audit.Meta{Actor: c.by, Reason: c.Error()},
+		From: from, To: to, Credits: credits, ApprovalID: approvalID}
 }
 
 // endUnstarted ends an execution whose run stopped before its code ran
@@ -999,7 +1006,7 @@ func (s *Service) endUnstarted(e store.Execution, c *cancellation) {
 		return
 	}
 	_, err = s.finishExecution(ctx, store.Outcome{ExecutionID: e.ID, Status: store.StatusCancelled, Result: errorResult(c),
-		Audit: []store.NewEvent{s.cancelledEvent(c, cur.Status, store.StatusCancelled, 0, "")}})
+		Audit: audit.NewEvents(cancelledEvent(c, cur.Status, store.StatusCancelled, 0, ""))})
 	if err != nil && !errdefs.IsConflict(err) {
 		s.log.Error("recording a cancel", "execution", e.ID, "err", err)
 		return
@@ -1042,7 +1049,7 @@ func (s *Service) Cancel(ctx context.Context, p Principal, id, reason string) (s
 				if from == store.StatusAwaitingApproval {
 					closes = f.ApprovalID
 				}
-				return []store.NewEvent{s.cancelledEvent(c, from, store.StatusCancelled, 0, closes)}
+				return audit.NewEvents(cancelledEvent(c, from, store.StatusCancelled, 0, closes))
 			}})
 		switch {
 		case err == nil:
@@ -1123,16 +1130,13 @@ func (s *Service) finishExecution(ctx context.Context, o store.Outcome) (fin sto
 // it: how it ended, what it was charged, and a fingerprint of the result
 // document (which holds the program's output), so that a result changed in
 // the database no longer matches the chain.
-func (s *Service) finishedEvent(o store.Outcome) store.NewEvent {
-	data := map[string]any{"status": o.Status, "driver": o.Driver, "result_sha256": sha256Hex(o.Result), "credits": int64(0)}
+func (s *Service) finishedEvent(o store.Outcome) audit.ExecutionFinishedEvent {
+	ev := audit.ExecutionFinishedEvent{Meta: audit.Meta{Actor: "system", Reason: "execution ended " + string(o.Status)},
+		Status: o.Status, Driver: o.Driver, ResultSHA256: sha256Hex(o.Result), ExitCode: o.ExitCode}
 	if o.Status.Charged() {
-		data["credits"] = s.price
+		ev.Credits = s.price
 	}
-	if o.ExitCode != nil {
-		data["exit_code"] = *o.ExitCode
-	}
-	return store.NewEvent{Type: audit.ExecutionFinished, Code: audit.ExecutionFinishedCode, Actor: "system",
-		Reason: "execution ended " + string(o.Status), Data: mustJSON(data)}
+	return ev
 }
 
 func sha256Hex(b []byte) string {
@@ -1193,10 +1197,11 @@ func (s *Service) Decide(ctx context.Context, p Principal, approvalID string, ap
 	if p.Role != store.RoleApprover && p.Role != store.RoleAdmin {
 		return store.Approval{}, store.Execution{}, fmt.Errorf("only approver or admin keys may decide approvals: %w", errdefs.ErrPermissionDenied)
 	}
-	typ, code := audit.ApprovalDenied, audit.ApprovalDeniedCode
+	meta := audit.Meta{Actor: p.KeyID, Reason: reason}
+	var decided audit.Event = audit.ApprovalDeniedEvent{Meta: meta, ApprovalID: approvalID}
 	var card ApprovalCard // what is approved: read before the decision is made
 	if approve {
-		typ, code = audit.ApprovalApproved, audit.ApprovalApprovedCode
+		decided = audit.ApprovalApprovedEvent{Meta: meta, ApprovalID: approvalID}
 		var err error
 		if card, err = s.checkStillAllowed(ctx, p, approvalID); err != nil {
 			return store.Approval{}, store.Execution{}, err
@@ -1204,7 +1209,7 @@ func (s *Service) Decide(ctx context.Context, p Principal, approvalID string, ap
 	}
 	a, e, err := s.st.DecideApproval(ctx, store.Decision{
 		WorkspaceID: p.WorkspaceID, ApprovalID: approvalID, Approve: approve, DecidedBy: p.KeyID, Reason: reason,
-		Audit: []store.NewEvent{{Type: typ, Code: code, Actor: p.KeyID, Reason: reason, Data: mustJSON(map[string]string{"approval_id": approvalID})}},
+		Audit: audit.NewEvents(decided),
 	})
 	if err != nil {
 		return a, e, err

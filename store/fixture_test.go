@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"maps"
 	"net/url"
@@ -20,6 +21,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/stockade-sh/stockade/audit"
 	"github.com/stockade-sh/stockade/internal/storeopen"
 	"github.com/stockade-sh/stockade/internal/testenv"
 	"github.com/stockade-sh/stockade/internal/witness"
@@ -45,7 +47,9 @@ type counts map[string][3]int64
 // head witnessed when it was written, and every table holds the rows the
 // README counts. The chains' hashes cover every event's data byte for
 // byte, so an event whose data today's code would encode differently no
-// longer verifies (subtest "re-encoded").
+// longer verifies (subtest "re-encoded"); every event decodes into its
+// struct in package audit, which encodes it back byte for byte (subtest
+// "typed").
 func TestFixture(t *testing.T) {
 	want := readmeCounts(t, filepath.Join(fixtureDir, "README.md"))
 	for _, b := range []struct {
@@ -69,6 +73,7 @@ func TestFixture(t *testing.T) {
 				storetest.CheckLedger(t, st, id)
 			}
 			t.Run("re-encoded", func(t *testing.T) { checkReencoded(t, st, ids[0]) })
+			t.Run("typed", func(t *testing.T) { checkTyped(t, st, ids) })
 		})
 	}
 }
@@ -372,5 +377,111 @@ func checkReencoded(t *testing.T, st store.Store, ws string) {
 	}
 	if ok, broken, err := st.VerifyChain(ctx, ws); !ok || err != nil {
 		t.Errorf("VerifyChain with the data restored: got ok %v, broken %+v, err %v; want ok", ok, broken, err)
+	}
+}
+
+// olderShapes are the event types whose data main has changed on purpose
+// since the fixture was written, each with the struct of the shape the
+// fixture holds: the invocation's network is a boolean, not "allow" or
+// "deny", in the request of the decisions, and the policy's is
+// "network_allowed", a boolean, in policy.updated. Every event of these
+// types in the fixture is of the older shape.
+var olderShapes = map[string]func() any{
+	audit.InvokeAllowed: func() any { return new(invokeAllowedV1) },
+	audit.InvokeDenied:  func() any { return new(invokeDeniedV1) },
+	audit.PolicyUpdated: func() any { return new(policyUpdatedV1) },
+}
+
+type invocationV1 struct {
+	Capability  string `json:"capability"`
+	InputSHA256 string `json:"input_sha256"`
+	Network     bool   `json:"network"`
+	Runtime     string `json:"runtime"`
+	StdinSHA256 string `json:"stdin_sha256"`
+	TimeoutMS   int64  `json:"timeout_ms"`
+}
+
+type invokeAllowedV1 struct {
+	ApprovalRequired bool         `json:"approval_required"`
+	Request          invocationV1 `json:"request"`
+}
+
+type invokeDeniedV1 struct {
+	Decision string       `json:"decision"`
+	Request  invocationV1 `json:"request"`
+}
+
+type policyV1 struct {
+	CodeExecution  bool     `json:"code_execution"`
+	Approval       string   `json:"approval"`
+	NetworkAllowed bool     `json:"network_allowed"`
+	MaxTimeoutMS   int64    `json:"max_timeout_ms"`
+	Runtimes       []string `json:"runtimes"`
+	ToolChanges    string   `json:"tool_changes"`
+}
+
+type policyUpdatedV1 struct {
+	After  policyV1 `json:"after"`
+	Before policyV1 `json:"before"`
+}
+
+// checkTyped decodes every event of the chains into its type's struct in
+// package audit and encodes it again, as the code that writes events
+// does (audit.NewEvent): type, code, metadata and data must come back byte
+// for byte, so that today's structs write what the version that wrote the
+// fixture wrote. The events of olderShapes are of a shape main changed
+// since: today's struct must not reproduce them (else the entry hides
+// nothing and must go), and the older shape's struct must.
+func checkTyped(t *testing.T, st store.Store, ids []string) {
+	ctx := t.Context()
+	checked, older := 0, map[string]int{}
+	for _, id := range ids {
+		for _, e := range all(t, func(p store.PageRequest) (store.Page[store.Event], error) {
+			return st.ListEvents(ctx, id, store.EventFilter{PageRequest: p})
+		}) {
+			checked++
+			ev, derr := audit.Decode(e)
+			if errors.Is(derr, audit.ErrUnknownType) {
+				t.Errorf("event %d of chain %q: type %s has no struct in package audit", e.Seq, id, e.Type)
+				continue
+			}
+			var again store.NewEvent
+			if derr == nil {
+				again = audit.NewEvent(ev)
+				if again.Type != e.Type || again.Code != e.Code || again.WorkspaceID != e.WorkspaceID || again.Actor != e.Actor ||
+					again.Reason != e.Reason || again.ExecutionID != e.ExecutionID || !again.Time.Equal(e.Time) {
+					t.Errorf("event %d of chain %q: encoded again as %+v, want the columns of %+v", e.Seq, id, again, e)
+				}
+			}
+			oldShape, ok := olderShapes[e.Type]
+			if !ok {
+				if derr != nil || !bytes.Equal(again.Data, e.Data) {
+					t.Errorf("%s event %d of chain %q: decoded (%v) and encoded again:\n got %s\nwant %s", e.Type, e.Seq, id, derr, again.Data, e.Data)
+				}
+				continue
+			}
+			older[e.Type]++
+			if derr == nil && bytes.Equal(again.Data, e.Data) {
+				t.Errorf("%s event %d of chain %q is of today's shape, not the older one olderShapes says: %s", e.Type, e.Seq, id, e.Data)
+			}
+			v := oldShape()
+			dec := json.NewDecoder(bytes.NewReader(e.Data))
+			dec.DisallowUnknownFields()
+			if err := dec.Decode(v); err != nil {
+				t.Errorf("%s event %d of chain %q: decoding its older shape: %v", e.Type, e.Seq, id, err)
+				continue
+			}
+			if b, err := json.Marshal(v); err != nil || !bytes.Equal(b, e.Data) {
+				t.Errorf("%s event %d of chain %q in its older shape, encoded again:\n got %s (%v)\nwant %s", e.Type, e.Seq, id, b, err, e.Data)
+			}
+		}
+	}
+	// The README's counts: 136 + 29 + 9 events; 15 + 6 decisions and 3
+	// policy changes of the older shape.
+	if checked != 174 {
+		t.Errorf("checked %d events, want the fixture's 174", checked)
+	}
+	if want := map[string]int{audit.InvokeAllowed: 15, audit.InvokeDenied: 6, audit.PolicyUpdated: 3}; !maps.Equal(older, want) {
+		t.Errorf("events of an older shape: got %v, want %v", older, want)
 	}
 }

@@ -11,7 +11,7 @@
 //	adm, err := st.CreateExecution(ctx, store.NewExecution{
 //		WorkspaceID: ws.ID, KeyID: key.ID, Runtime: "python", Tool: "code.execute",
 //		Request: req, InputSHA256: sum, IdempotencyKey: idem, Credits: 2,
-//		Audit: []store.NewEvent{{Type: "capability.invoke_allowed", Actor: key.ID}},
+//		Audit: audit.NewEvents(audit.InvokeAllowedEvent{Meta: audit.Meta{Actor: key.ID}, ...}),
 //	})
 //	if errdefs.IsResourceExhausted(err) { ... answer 402 ... }
 //	st.StartExecution(ctx, adm.Execution.ID, "runc")          // sandbox launched
@@ -751,13 +751,14 @@ type Cancellation struct {
 	Audit func(from Execution) []NewEvent
 }
 
-// NewEvent is the input of AppendEvent.
+// NewEvent is the input of AppendEvent. Outside the store's own tests it
+// comes from audit.NewEvent, which encodes an event's struct as its Data.
 type NewEvent struct {
 	// WorkspaceID names the chain; empty is the unattributed chain.
 	WorkspaceID string
 	// Type is the event's name, e.g. "capability.invoke_denied"; required.
 	Type string
-	// Code is the event's stable code, e.g. "CAP002".
+	// Code is the event's stable code, e.g. "CAP002W".
 	Code string
 	// Actor is who caused the event: an API key id, "system" or "cli".
 	Actor       string

@@ -59,7 +59,7 @@ func credits(ctx context.Context, dbo dbOptions, name string, n int64) int {
 	defer st.Close()
 	if n > 0 {
 		if _, err := st.GrantCredits(ctx, ws.ID, n, "granted from the CLI",
-			cliEvents(audit.CreditsGranted, audit.CreditsGrantedCode, "credits granted", map[string]int64{"amount": n})); err != nil {
+			audit.NewEvents(audit.CreditsGrantedEvent{Meta: cliMeta("credits granted"), Amount: n})); err != nil {
 			return fail(classify(err))
 		}
 		st.witnessChain(ctx, ws.ID)

@@ -3,11 +3,11 @@ package main
 import (
 	"cmp"
 	"context"
-	"encoding/json"
 	"flag"
 	"fmt"
 	"os"
 
+	"github.com/stockade-sh/stockade/audit"
 	"github.com/stockade-sh/stockade/config"
 	"github.com/stockade-sh/stockade/internal/storeopen"
 	"github.com/stockade-sh/stockade/internal/witness"
@@ -83,13 +83,7 @@ func (a *adminDB) witnessChain(ctx context.Context, workspaceID string) {
 	}
 }
 
-// cliEvents is the audit event of a change made from the CLI, for the store
-// to append in the change's own transaction (its workspace is the change's).
-func cliEvents(typ, code, reason string, data any) []store.NewEvent {
-	b, err := json.Marshal(data)
-	if err != nil {
-		// Only the commands' own maps of plain values are marshalled.
-		panic(err)
-	}
-	return []store.NewEvent{{Type: typ, Code: code, Actor: "cli", Reason: reason, Data: b}}
-}
+// cliMeta is the metadata of the audit event of a change made from the CLI,
+// which the store appends in the change's own transaction (its workspace is
+// the change's).
+func cliMeta(reason string) audit.Meta { return audit.Meta{Actor: "cli", Reason: reason} }

@@ -60,7 +60,7 @@ func keyCreate(ctx context.Context, args []string) int {
 	key := "sk_" + base64.RawURLEncoding.EncodeToString(b[:])
 	k, err := st.CreateAPIKey(ctx, store.NewAPIKey{WorkspaceID: ws.ID, Role: store.Role(*role), Hash: store.HashKey(key), Name: *name,
 		Audit: func(k store.APIKey) []store.NewEvent {
-			return cliEvents(audit.KeyCreated, audit.KeyCreatedCode, "API key created", map[string]string{"key_id": k.ID, "role": *role})
+			return audit.NewEvents(audit.KeyCreatedEvent{Meta: cliMeta("API key created"), KeyID: k.ID, Role: k.Role})
 		}})
 	if err != nil {
 		return fail(classify(err))
@@ -128,7 +128,7 @@ func keyRevoke(ctx context.Context, args []string) int {
 		return 0
 	}
 	if err := st.RevokeAPIKey(ctx, k.WorkspaceID, k.ID, func(k store.APIKey) []store.NewEvent {
-		return cliEvents(audit.KeyRevoked, audit.KeyRevokedCode, "API key revoked", map[string]string{"key_id": k.ID, "role": string(k.Role)})
+		return audit.NewEvents(audit.KeyRevokedEvent{Meta: cliMeta("API key revoked"), KeyID: k.ID, Role: k.Role})
 	}); err != nil {
 		return fail(classify(err))
 	}

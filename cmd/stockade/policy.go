@@ -71,13 +71,12 @@ func policyVerb(ctx context.Context, verb string, args []string) int {
 		return fail(err)
 	}
 	if verb == "set" {
-		before := api.PolicyViewOf(pol)
+		before := audit.PolicyOf(pol)
 		if err := applyPolicyFlags(fs, &pol, approval, network, maxTimeout, runtimes, codeExec, toolChanges); err != nil {
 			return fail(err)
 		}
 		if pol, err = st.SetPolicy(ctx, ws.ID, pol, func(after store.Policy) []store.NewEvent {
-			return cliEvents(audit.PolicyUpdated, audit.PolicyUpdatedCode, "workspace policy changed",
-				map[string]any{"before": before, "after": api.PolicyViewOf(after)})
+			return audit.NewEvents(audit.PolicyUpdatedEvent{Meta: cliMeta("workspace policy changed"), Before: before, After: audit.PolicyOf(after)})
 		}); err != nil {
 			return fail(classify(err))
 		}

@@ -35,7 +35,7 @@ func workspaceCreate(ctx context.Context, args []string) int {
 	}
 	defer st.Close()
 	ws, err := st.CreateWorkspace(ctx, pos[0], func(ws store.Workspace) []store.NewEvent {
-		return cliEvents(audit.WorkspaceCreated, audit.WorkspaceCreatedCode, "workspace created", map[string]string{"name": ws.Name})
+		return audit.NewEvents(audit.WorkspaceCreatedEvent{Meta: cliMeta("workspace created"), Name: ws.Name})
 	})
 	if err != nil {
 		return fail(classify(err))
