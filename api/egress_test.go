@@ -31,6 +31,7 @@ import (
 	"github.com/stockade-sh/stockade/engine"
 	"github.com/stockade-sh/stockade/internal/netns"
 	"github.com/stockade-sh/stockade/internal/testenv"
+	"github.com/stockade-sh/stockade/internal/wiring"
 	"github.com/stockade-sh/stockade/sandbox"
 	"github.com/stockade-sh/stockade/store"
 	"github.com/stockade-sh/stockade/tools"
@@ -115,19 +116,16 @@ tools:
 	if err := os.WriteFile(path, []byte(yaml), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	topts := tools.Options{EgressSupported: true, Drivers: engine.DriverCapabilities(), DefaultTier: sandbox.TierContainer}
+	topts := tools.Options{EgressSupported: true, Drivers: wiring.DriverCapabilities(), DefaultTier: sandbox.TierContainer}
 	set, err := tools.Load(path, topts)
 	if err != nil {
 		t.Fatal(err)
 	}
 
-	var eng *engine.Engine
-	proxy, err := egress.New(egress.Config{
+	host, err := engine.NewEgressHost(nets, egress.Config{
 		Resolver:     noResolver{},
 		TestOverride: egress.NewTestOverride(t, map[string][]netip.Addr{allowedName: {netip.MustParseAddr("127.0.0.1")}}),
-		// Decisions come only from sandboxes, which start after eng is set.
-		OnDecision: func(d egress.Decision) { eng.EgressDecision(d) },
-	})
+	}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -137,7 +135,7 @@ tools:
 			noApproval(p)
 			p.NetworkAllowed = true
 		},
-		engine: []engine.Option{engine.WithTools(set, topts), engine.WithEgress(nets, proxy, nil)},
+		engine: []engine.Option{engine.WithTools(set, topts), engine.WithEgress(host)},
 	}
 	if tier == sandbox.TierGVisor {
 		g, err := gvisor.New(gvisor.Config{StateDir: t.TempDir(), GuestPath: testenv.Guest(t)})
@@ -147,8 +145,7 @@ tools:
 		c.drivers = map[string]sandbox.Driver{"gvisor": g}
 	}
 	e := newEnv(t, b, c)
-	eng = e.svc.Engine()
-	return &egressEnv{env: e, eng: eng, nets: nets, port: port, hits: hits}
+	return &egressEnv{env: e, eng: e.svc.Engine(), nets: nets, port: port, hits: hits}
 }
 
 // fetchCode is the sandbox's program, as fetchCode % port. It reaches the

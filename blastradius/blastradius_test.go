@@ -13,6 +13,7 @@ import (
 	"github.com/stockade-sh/stockade/engine"
 	"github.com/stockade-sh/stockade/image"
 	"github.com/stockade-sh/stockade/internal/testenv"
+	"github.com/stockade-sh/stockade/internal/wiring"
 	"github.com/stockade-sh/stockade/sandbox"
 	"github.com/stockade-sh/stockade/sandbox/conformance"
 	"github.com/stockade-sh/stockade/tools"
@@ -183,7 +184,7 @@ func TestRecordMount(t *testing.T) {
 			if err := os.WriteFile(file, []byte(yaml), 0o644); err != nil {
 				t.Fatal(err)
 			}
-			opts := tools.Options{DataRoot: root, Drivers: engine.DriverCapabilities(), DefaultTier: d.tier}
+			opts := tools.Options{DataRoot: root, Drivers: wiring.DriverCapabilities(), DefaultTier: d.tier}
 			set, err := tools.Load(file, opts)
 			if err != nil {
 				t.Fatal(err)

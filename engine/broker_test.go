@@ -95,8 +95,7 @@ func TestBrokerOnBothTiers(t *testing.T) {
 		}
 		return "", false
 	}
-	var events []broker.Event
-	b, err := broker.New(broker.Config{
+	b := &broker.Config{
 		Operations: []broker.Operation{
 			{Name: "echo", Method: http.MethodGet, URL: up.URL + "/echo", Params: []broker.Param{{Name: "msg", Required: true}},
 				Credential: broker.Credential{Env: "ECHO_TOKEN"}, Prefix: "Bearer "},
@@ -104,14 +103,6 @@ func TestBrokerOnBothTiers(t *testing.T) {
 				Credential: broker.Credential{Env: "ECHO_TOKEN"}, Prefix: "Bearer "},
 		},
 		LookupEnv: lookupEnv,
-		OnAudit: func(ev broker.Event) {
-			mu.Lock()
-			events = append(events, ev)
-			mu.Unlock()
-		},
-	})
-	if err != nil {
-		t.Fatal(err)
 	}
 	env := newEgressEnv(t, `
 tools:
@@ -121,6 +112,12 @@ tools:
     runtimes: [python]
     credentials: [echo]
 `, nil, nil, b)
+	var events []BrokerEvent
+	env.eng.SetBrokerObserver(func(ev BrokerEvent) {
+		mu.Lock()
+		events = append(events, ev)
+		mu.Unlock()
+	})
 
 	for _, drv := range []string{"runc", "gvisor"} {
 		t.Run(drv, func(t *testing.T) {
@@ -195,46 +192,40 @@ tools:
 	if err != nil {
 		t.Fatal(err)
 	}
-	proxy, err := egress.New(egress.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := broker.New(broker.Config{Operations: []broker.Operation{{Name: "echo", Method: http.MethodGet, URL: "http://127.0.0.1:1/", Credential: broker.Credential{Env: "X"}}}})
-	if err != nil {
-		t.Fatal(err)
-	}
 	drv := &fakeDriver{name: "gvisor", tier: sandbox.TierGVisor}
+	newEngine := func(b *broker.Config) error {
+		host, err := NewEgressHost(nets, egress.Config{}, b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = New(map[string]sandbox.Driver{"gvisor": drv}, "gvisor", fakeImages{}, sandbox.DefaultLimits(), sandbox.DefaultCeiling(),
+			WithTools(set, opts), WithEgress(host))
+		return err
+	}
 	for _, tt := range []struct {
 		name string
-		b    *broker.Broker
+		b    *broker.Config
 		want string
 	}{
-		{"unknown operation", b, `broker operation "missing"`},
+		{"unknown operation", brokerOf("echo"), `broker operation "missing"`},
 		{"no broker", nil, `broker operation "echo"`},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			_, err := New(map[string]sandbox.Driver{"gvisor": drv}, "gvisor", fakeImages{}, sandbox.DefaultLimits(), sandbox.DefaultCeiling(),
-				WithTools(set, opts), WithEgress(nets, proxy, tt.b))
-			if !errdefs.IsInvalidArgument(err) || !strings.Contains(err.Error(), tt.want) {
+			if err := newEngine(tt.b); !errdefs.IsInvalidArgument(err) || !strings.Contains(err.Error(), tt.want) {
 				t.Errorf("got %v, want invalid argument naming %s", err, tt.want)
 			}
 		})
 	}
-	if _, err := New(map[string]sandbox.Driver{"gvisor": drv}, "gvisor", fakeImages{}, sandbox.DefaultLimits(), sandbox.DefaultCeiling(),
-		WithTools(set, opts), WithEgress(nets, proxy, mustBroker(t, "echo", "missing"))); err != nil {
+	if err := newEngine(brokerOf("echo", "missing")); err != nil {
 		t.Errorf("with both operations configured: %v", err)
 	}
 }
 
-func mustBroker(t *testing.T, names ...string) *broker.Broker {
-	t.Helper()
+// brokerOf configures a broker with the operations names.
+func brokerOf(names ...string) *broker.Config {
 	var ops []broker.Operation
 	for _, n := range names {
 		ops = append(ops, broker.Operation{Name: n, Method: http.MethodGet, URL: "http://127.0.0.1:1/", Credential: broker.Credential{Env: "X"}})
 	}
-	b, err := broker.New(broker.Config{Operations: ops})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return b
+	return &broker.Config{Operations: ops}
 }

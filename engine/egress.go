@@ -17,10 +17,16 @@ import (
 	"github.com/stockade-sh/stockade/tools"
 )
 
-// egressHost is what the engine needs to give a sandbox egress: the
-// sandbox networks, the proxy serving them and, optionally, the
-// credential broker.
-type egressHost struct {
+// EgressHost is what the engine needs to give sandboxes egress: the
+// sandbox networks, the egress proxy serving them and, optionally, the
+// credential broker. It is built before the engine (NewEgressHost), which
+// takes it with WithEgress, and it builds the proxy and the broker itself,
+// so that their decisions and calls reach it from the start; it passes
+// each on, with the labels of the sandbox concerned, to the observers set
+// on the engine once they exist (SetEgressObserver, SetBrokerObserver).
+// Until then they are dropped: only a sandbox makes them, and no sandbox
+// runs before the engine. It is safe for concurrent use.
+type EgressHost struct {
 	nets   *netns.Manager
 	proxy  *egress.Proxy
 	broker *broker.Broker // nil: tools with credentials cannot run
@@ -32,17 +38,42 @@ type egressHost struct {
 	brokerObserver atomic.Pointer[func(BrokerEvent)]
 }
 
-// WithEgress lets the engine give sandboxes egress: each sandbox with
-// network gets a namespace from nets served by proxy, whose Config.OnDecision
-// should call the engine's EgressDecision. b serves the broker operations
-// that tools list; nil means tools with credentials cannot run. Without
-// this option a request for network fails with ErrFailedPrecondition.
-func WithEgress(nets *netns.Manager, proxy *egress.Proxy, b *broker.Broker) Option {
-	return func(e *Engine) {
-		if nets != nil && proxy != nil {
-			e.egress = &egressHost{nets: nets, proxy: proxy, broker: b, live: map[string]map[string]string{}}
+// NewEgressHost returns the egress host over nets, with a proxy built from
+// pc and, unless bc is nil, a broker built from *bc: bc nil means tools
+// with credentials cannot run. pc.OnDecision and bc.OnAudit must be nil
+// (ErrInvalidArgument otherwise): the host receives the decisions and the
+// calls, and hands them to the engine's observers.
+func NewEgressHost(nets *netns.Manager, pc egress.Config, bc *broker.Config) (*EgressHost, error) {
+	if nets == nil {
+		return nil, fmt.Errorf("an egress host needs the sandbox networks' manager: %w", errdefs.ErrInvalidArgument)
+	}
+	if pc.OnDecision != nil || (bc != nil && bc.OnAudit != nil) {
+		return nil, fmt.Errorf("the egress host receives the proxy's decisions and the broker's calls itself; observe them with the engine's SetEgressObserver and SetBrokerObserver: %w", errdefs.ErrInvalidArgument)
+	}
+	h := &EgressHost{nets: nets, live: map[string]map[string]string{}}
+	pc.OnDecision = h.decided
+	proxy, err := egress.New(pc)
+	if err != nil {
+		return nil, fmt.Errorf("building the egress proxy: %w", err)
+	}
+	h.proxy = proxy
+	if bc != nil {
+		c := *bc
+		c.OnAudit = h.called
+		if h.broker, err = broker.New(c); err != nil {
+			return nil, fmt.Errorf("building the credential broker: %w", err)
 		}
 	}
+	return h, nil
+}
+
+// WithEgress lets the engine give sandboxes egress through h: each sandbox
+// with network gets a namespace from h's networks served by its proxy, and
+// a tool that lists broker operations reaches h's broker. Without this
+// option (or with h nil) a request for network fails with
+// ErrFailedPrecondition.
+func WithEgress(h *EgressHost) Option {
+	return func(e *Engine) { e.egress = h }
 }
 
 // EgressAvailable reports whether the engine can give sandboxes egress.
@@ -69,20 +100,14 @@ func (e *Engine) SetEgressObserver(f func(EgressDecision)) {
 	e.egress.observer.Store(&f)
 }
 
-// EgressDecision hands a proxy decision to the observer; it is what the
-// proxy's Config.OnDecision calls. It never blocks beyond the observer.
-func (e *Engine) EgressDecision(d egress.Decision) {
-	if e == nil || e.egress == nil {
-		return
-	}
-	f := e.egress.observer.Load()
+// decided hands a proxy decision to the observer; it is the proxy's
+// Config.OnDecision. It never blocks beyond the observer.
+func (h *EgressHost) decided(d egress.Decision) {
+	f := h.observer.Load()
 	if f == nil {
 		return
 	}
-	e.egress.mu.Lock()
-	labels := e.egress.live[d.Sandbox]
-	e.egress.mu.Unlock()
-	(*f)(EgressDecision{Decision: d, Labels: labels})
+	(*f)(EgressDecision{Decision: d, Labels: h.labels(d.Sandbox)})
 }
 
 // BrokerEvent is one call of the credential broker with the labels of the
@@ -95,25 +120,32 @@ type BrokerEvent struct {
 // SetBrokerObserver makes f receive every call of the broker, with the
 // sandbox's labels; the same rules as SetEgressObserver apply.
 func (e *Engine) SetBrokerObserver(f func(BrokerEvent)) {
-	if e.egress != nil && f != nil {
-		e.egress.brokerObserver.Store(&f)
-	}
-}
-
-// BrokerEvent hands a broker call to the observer; it is what the broker's
-// Config.OnAudit calls.
-func (e *Engine) BrokerEvent(ev broker.Event) {
-	if e == nil || e.egress == nil {
+	if e.egress == nil {
 		return
 	}
-	f := e.egress.brokerObserver.Load()
+	if f == nil {
+		e.egress.brokerObserver.Store(nil)
+		return
+	}
+	e.egress.brokerObserver.Store(&f)
+}
+
+// called hands a broker call to the observer; it is the broker's
+// Config.OnAudit.
+func (h *EgressHost) called(ev broker.Event) {
+	f := h.brokerObserver.Load()
 	if f == nil {
 		return
 	}
-	e.egress.mu.Lock()
-	labels := e.egress.live[ev.Sandbox]
-	e.egress.mu.Unlock()
-	(*f)(BrokerEvent{Event: ev, Labels: labels})
+	(*f)(BrokerEvent{Event: ev, Labels: h.labels(ev.Sandbox)})
+}
+
+// labels returns the labels of the sandbox with egress id, nil once it has
+// ended.
+func (h *EgressHost) labels(id string) map[string]string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.live[id]
 }
 
 // openEgress prepares the network of a sandbox of tool on drv: with

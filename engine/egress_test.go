@@ -23,7 +23,6 @@ import (
 
 	"github.com/stockade-sh/stockade/audit"
 	"github.com/stockade-sh/stockade/broker"
-	"github.com/stockade-sh/stockade/config"
 	"github.com/stockade-sh/stockade/driver/gvisor"
 	"github.com/stockade-sh/stockade/driver/runc"
 	"github.com/stockade-sh/stockade/egress"
@@ -156,7 +155,7 @@ func TestNetworkRequestsNeedApproval(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	proxy, err := egress.New(egress.Config{})
+	host, err := NewEgressHost(nets, egress.Config{}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -175,7 +174,7 @@ func TestNetworkRequestsNeedApproval(t *testing.T) {
 	}
 
 	t.Run("allowlisted tool needs approval", func(t *testing.T) {
-		svc := newSvc(t, WithEgress(nets, proxy, nil))
+		svc := newSvc(t, WithEgress(host))
 		inv, err := svc.Invoke(ctx, agent, InvokeRequest{Runtime: "python", Code: "print(1)", Tool: "fetch", Network: "allow"}, InvokeOptions{})
 		if err != nil {
 			t.Fatal(err)
@@ -205,7 +204,7 @@ func TestNetworkRequestsNeedApproval(t *testing.T) {
 		}
 	})
 	t.Run("without network no approval", func(t *testing.T) {
-		svc := newSvc(t, WithEgress(nets, proxy, nil))
+		svc := newSvc(t, WithEgress(host))
 		inv, err := svc.Invoke(ctx, agent, InvokeRequest{Runtime: "python", Code: "print(1)", Tool: "fetch"}, InvokeOptions{})
 		if err != nil {
 			t.Fatal(err)
@@ -218,7 +217,7 @@ func TestNetworkRequestsNeedApproval(t *testing.T) {
 		}
 	})
 	t.Run("refusals are audited", func(t *testing.T) {
-		svc := newSvc(t, WithEgress(nets, proxy, nil))
+		svc := newSvc(t, WithEgress(host))
 		const exec = "ex_refused"
 		svc.startRun(exec, ws.ID)
 		svc.egressDecision(EgressDecision{Decision: egress.Decision{Reason: egress.ReasonNameNotAllowed, Sandbox: "sbx-1", Tool: "fetch", Name: "evil.test", Port: 443},
@@ -233,7 +232,7 @@ func TestNetworkRequestsNeedApproval(t *testing.T) {
 		}
 	})
 	t.Run("broker calls are audited", func(t *testing.T) {
-		svc := newSvc(t, WithEgress(nets, proxy, nil))
+		svc := newSvc(t, WithEgress(host))
 		const exec = "ex_broker"
 		svc.startRun(exec, ws.ID)
 		labels := map[string]string{LabelExecution: exec}
@@ -255,7 +254,7 @@ func TestNetworkRequestsNeedApproval(t *testing.T) {
 		}
 	})
 	t.Run("refusals are bounded", func(t *testing.T) {
-		svc := newSvc(t, WithEgress(nets, proxy, nil))
+		svc := newSvc(t, WithEgress(host))
 		const exec = "ex_flood"
 		svc.startRun(exec, ws.ID)
 		huge := strings.Repeat("a", 60000) + ".test"
@@ -303,7 +302,7 @@ func TestNetworkRequestsNeedApproval(t *testing.T) {
 		o          []Option
 		want       string
 	}{
-		{"default tool denied", "", []Option{WithEgress(nets, proxy, nil)}, "has none"},
+		{"default tool denied", "", []Option{WithEgress(host)}, "has none"},
 		{"no egress on the host", "fetch", nil, "not available on this server"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
@@ -334,7 +333,7 @@ type egressEnv struct {
 // answers for other names (addresses it must refuse); b is the broker, or
 // nil. Its cleanup waits for the sandbox networks' removal and fails the
 // test if anything is left.
-func newEgressEnv(tb testing.TB, toolsYAML string, override, resolve map[string][]netip.Addr, b *broker.Broker) *egressEnv {
+func newEgressEnv(tb testing.TB, toolsYAML string, override, resolve map[string][]netip.Addr, b *broker.Config) *egressEnv {
 	tb.Helper()
 	testenv.RequiresRoot(tb)
 	testenv.RequiresBinary(tb, "runc")
@@ -361,12 +360,11 @@ func newEgressEnv(tb testing.TB, toolsYAML string, override, resolve map[string]
 			_, _ = nets.CleanupStale()
 		}
 	})
-	proxy, err := egress.New(egress.Config{
+	host, err := NewEgressHost(nets, egress.Config{
 		Resolver:     env.resolver,
 		TestOverride: egress.NewTestOverride(tb, override),
-		OnDecision:   func(d egress.Decision) { env.eng.EgressDecision(d) },
 		Logger:       slog.New(slog.NewTextHandler(env.logs, nil)),
-	})
+	}, b)
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -384,7 +382,7 @@ func newEgressEnv(tb testing.TB, toolsYAML string, override, resolve map[string]
 		tb.Fatal(err)
 	}
 	env.eng, err = New(map[string]sandbox.Driver{"runc": rc, "gvisor": gv}, "gvisor", image.Open(testenv.DataDir()),
-		sandbox.DefaultLimits(), sandbox.DefaultCeiling(), WithTools(set, opts), WithEgress(nets, proxy, b))
+		sandbox.DefaultLimits(), sandbox.DefaultCeiling(), WithTools(set, opts), WithEgress(host))
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -673,81 +671,39 @@ print("sent")
 	}
 }
 
-// TestOpenUsesEgressConfig checks that Open builds the sandbox networks
-// from the configured prefix and range: a network a crashed daemon left
-// with that prefix is gone once the engine is open.
-func TestOpenUsesEgressConfig(t *testing.T) {
-	testenv.RequiresRoot(t)
-	cfg := config.Default()
-	cfg.StateDir, cfg.GuestPath = t.TempDir(), testenv.Guest(t)
-	cfg.Egress = true
-	cfg.EgressPrefix, cfg.EgressRange = "stko", "10.213.208.0/24"
-	nc, err := cfg.NetnsConfig()
+// TestNewEgressHostOwnsTheCallbacks refuses a proxy or broker
+// configuration that already sends its decisions or calls elsewhere: the
+// host receives them, for the engine's observers, and another receiver
+// would go unnoticed.
+func TestNewEgressHostOwnsTheCallbacks(t *testing.T) {
+	nets, err := netns.NewManager(netns.Config{Prefix: egressTestPrefix, Range: egressTestRange})
 	if err != nil {
 		t.Fatal(err)
 	}
-	crashed, err := netns.NewManager(nc)
-	if err != nil {
-		t.Fatal(err)
+	for _, tt := range []struct {
+		name string
+		pc   egress.Config
+		bc   *broker.Config
+		ok   bool
+	}{
+		{"proxy and broker", egress.Config{}, &broker.Config{}, true},
+		{"proxy alone", egress.Config{}, nil, true},
+		{"proxy with OnDecision", egress.Config{OnDecision: func(egress.Decision) {}}, nil, false},
+		{"broker with OnAudit", egress.Config{}, &broker.Config{OnAudit: func(broker.Event) {}}, false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			h, err := NewEgressHost(nets, tt.pc, tt.bc)
+			switch {
+			case tt.ok && (err != nil || h == nil):
+				t.Errorf("got %v, want a host", err)
+			case tt.ok && (h.broker != nil) != (tt.bc != nil):
+				t.Errorf("broker: got %v, want one only when configured", h.broker)
+			case !tt.ok && !errdefs.IsInvalidArgument(err):
+				t.Errorf("got %v, want invalid argument", err)
+			}
+		})
 	}
-	if _, err := crashed.Create(t.Context(), netns.Options{ProxyPorts: []uint16{3128}}); err != nil {
-		t.Fatal(err)
-	}
-	left := crashed.Leftovers()
-	if len(left) == 0 {
-		t.Fatal("the network was not created")
-	}
-	defer crashed.CleanupStale()
-	e, err := Open(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !e.EgressAvailable() {
-		t.Error("egress is not available after Open")
-	}
-	if after := crashed.Leftovers(); len(after) > 0 {
-		t.Errorf("Open left %v (of %v) behind", after, left)
-	}
-}
-
-// TestOpenWithoutEgressLoadsEgressTools opens an engine that is not asked
-// for egress, as the CLI's are, over records with egress and credentials:
-// they load (other tools of the same directory stay usable), and running
-// the one that needs the broker is refused with what to do. A daemon
-// without egress refuses them at start.
-func TestOpenWithoutEgressLoadsEgressTools(t *testing.T) {
-	testenv.Image(t, "python")
-	dir := t.TempDir()
-	file := filepath.Join(dir, "tools.yaml")
-	if err := os.WriteFile(file, []byte(`tools:
-  - name: fetcher
-    input_trust: trusted
-    tier: gvisor
-    egress: {allow: [pypi.org], ports: [443]}
-  - name: caller
-    input_trust: trusted
-    tier: gvisor
-    credentials: [issues.create]
-`), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	cfg := config.Default()
-	cfg.StateDir, cfg.GuestPath, cfg.Tools, cfg.DataDir = t.TempDir(), testenv.Guest(t), file, testenv.DataDir()
-	e, err := Open(cfg)
-	if err != nil {
-		t.Fatalf("Open: %v", err)
-	}
-	for _, name := range []string{"fetcher", "caller", "code.execute"} {
-		if _, err := e.Tools().Get(name); err != nil {
-			t.Errorf("tool %s: %v", name, err)
-		}
-	}
-	_, err = e.NewSession(t.Context(), Request{Runtime: "python", Tool: "caller"})
-	if !errdefs.IsFailedPrecondition(err) || !strings.Contains(err.Error(), "only the daemon enables it") {
-		t.Errorf("a session of the tool that needs the broker: got %v, want a failed precondition saying what to do", err)
-	}
-	cfg.Serving = true // and cfg.Egress false: serve --egress=false
-	if _, err := Open(cfg); err == nil || !strings.Contains(err.Error(), "credentials-unsupported") || !strings.Contains(err.Error(), "egress-unsupported") {
-		t.Errorf("Open of a daemon without egress: got %v, want the egress and credentials records refused", err)
+	if _, err := NewEgressHost(nil, egress.Config{}, nil); !errdefs.IsInvalidArgument(err) {
+		t.Errorf("without networks: got %v, want invalid argument", err)
 	}
 }

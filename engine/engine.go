@@ -1,9 +1,11 @@
 // Package engine turns an invocation (runtime, code, limits) into a sandbox
 // run: it validates the request, resolves the runtime image, picks the
-// driver and runs Create, Exec, Destroy. It is the only package that wires
-// drivers to the layers above; those layers never see a driver.
+// driver from the tool's record and runs Create, Exec, Destroy. It sees the
+// drivers only through the sandbox.Driver contract: which drivers, images
+// and egress host exist is the caller's choice (internal/wiring builds them
+// from the configuration), and the layers above never see a driver.
 //
-//	e, err := engine.Open(cfg)
+//	e, err := engine.New(map[string]sandbox.Driver{"runc": rc}, "runc", images, sandbox.DefaultLimits(), sandbox.DefaultCeiling())
 //	res, err := e.Run(ctx, engine.Request{Runtime: "python", Code: []byte("print(1)")})
 package engine
 
@@ -13,21 +15,13 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
-	"os"
 	"slices"
 	"sort"
 	"strings"
 	"sync"
 
-	"github.com/stockade-sh/stockade/broker"
-	"github.com/stockade-sh/stockade/config"
-	"github.com/stockade-sh/stockade/driver/docker"
-	"github.com/stockade-sh/stockade/driver/gvisor"
-	"github.com/stockade-sh/stockade/driver/runc"
-	"github.com/stockade-sh/stockade/egress"
 	"github.com/stockade-sh/stockade/errdefs"
 	"github.com/stockade-sh/stockade/image"
-	"github.com/stockade-sh/stockade/internal/guestbin"
 	"github.com/stockade-sh/stockade/internal/netns"
 	"github.com/stockade-sh/stockade/sandbox"
 	"github.com/stockade-sh/stockade/sandbox/profile"
@@ -48,7 +42,7 @@ type Engine struct {
 	ceiling       sandbox.Limits
 	tools         *tools.Set
 	mounts        *tools.MountChecker
-	egress        *egressHost // nil: no sandbox gets network
+	egress        *EgressHost // nil: no sandbox gets network
 	log           *slog.Logger
 
 	// closing tracks the background removals of destroyed sessions'
@@ -121,106 +115,6 @@ func (e *Engine) checkCredentials() error {
 		return fmt.Errorf("%w: %w", err, errdefs.ErrInvalidArgument)
 	}
 	return nil
-}
-
-// Open builds the drivers and the image store of cfg and returns an engine
-// over them. It installs the embedded guest agent unless cfg.GuestPath is set.
-func Open(cfg config.Config) (*Engine, error) {
-	if err := cfg.Validate(); err != nil {
-		return nil, err
-	}
-	guestPath := cfg.GuestPath
-	if guestPath == "" {
-		p, err := guestbin.Install(cfg.BinDir())
-		if err != nil {
-			return nil, err
-		}
-		guestPath = p
-	}
-	rc, err := runc.New(runc.Config{Binary: cfg.RuncPath, StateDir: cfg.StateDir + "/runc", GuestPath: guestPath})
-	if err != nil {
-		return nil, err
-	}
-	gv, err := gvisor.New(gvisor.Config{Binary: cfg.RunscPath, StateDir: cfg.StateDir + "/gvisor", GuestPath: guestPath})
-	if err != nil {
-		return nil, err
-	}
-	// The docker driver connects lazily: an engine that is unreachable
-	// fails only its own Health and Create, never runc or gvisor.
-	dk, err := docker.New(docker.Config{Host: cfg.DockerHost, GuestPath: guestPath})
-	if err != nil {
-		return nil, err
-	}
-	drivers := map[string]sandbox.Driver{"runc": rc, "gvisor": gv, "docker": dk}
-	def, ok := drivers[cfg.Driver]
-	if !ok {
-		return nil, fmt.Errorf("default driver %q is not configured: %w", cfg.Driver, errdefs.ErrInvalidArgument)
-	}
-	var eng *Engine
-	opts, err := hostEgress(cfg, func(d egress.Decision) { eng.EgressDecision(d) }, func(ev broker.Event) { eng.BrokerEvent(ev) })
-	if err != nil {
-		return nil, err
-	}
-	// Records with egress or credentials load where egress works, and in
-	// the CLI's engines (config.Config.Serving); a daemon without egress
-	// refuses them at start.
-	topts := tools.Options{DataRoot: cfg.MountRoot(), Ceiling: cfg.Ceiling, Drivers: tools.CapabilitiesOf(drivers), DefaultTier: def.Capabilities().Tier, EgressSupported: len(opts) > 0 || !cfg.Serving}
-	set, err := cfg.LoadTools(topts)
-	if err != nil {
-		return nil, fmt.Errorf("loading tools: %w", err)
-	}
-	eng, err = New(drivers, cfg.Driver, image.Open(cfg.ImageDir()), cfg.Defaults, cfg.Ceiling, append(opts, WithTools(set, topts))...)
-	return eng, err
-}
-
-// DriverCapabilities are what the drivers Open builds declare, by name,
-// without building them: what `stockade tools` checks records against
-// (tools.Options.Drivers) when no engine runs.
-func DriverCapabilities() map[string]sandbox.Capabilities {
-	return map[string]sandbox.Capabilities{"runc": runc.Capabilities(), "gvisor": gvisor.Capabilities(), "docker": docker.Capabilities()}
-}
-
-// hostEgress returns the WithEgress option of cfg, or none when cfg does
-// not enable egress or the host cannot give it (not root, no nftables):
-// then tools with egress are refused when they are loaded. It removes the
-// sandbox networks a crashed daemon left. onDecision receives the proxy's
-// decisions, onBroker the broker's calls.
-func hostEgress(cfg config.Config, onDecision func(egress.Decision), onBroker func(broker.Event)) ([]Option, error) {
-	if !cfg.Egress {
-		return nil, nil
-	}
-	log := slog.Default()
-	if os.Geteuid() != 0 {
-		log.Warn("egress disabled: sandbox networks need root; tools with egress are refused")
-		return nil, nil
-	}
-	nc, err := cfg.NetnsConfig()
-	if err != nil {
-		return nil, err
-	}
-	nets, err := netns.NewManager(nc)
-	if err != nil {
-		return nil, err
-	}
-	removed, err := nets.CleanupStale()
-	if err != nil {
-		log.Warn("egress disabled: cleaning up sandbox networks failed (is nftables available?); tools with egress are refused", "err", err)
-		return nil, nil
-	}
-	if len(removed) > 0 {
-		log.Info("removed sandbox networks left by a previous daemon", "count", len(removed))
-	}
-	proxy, err := egress.New(egress.Config{OnDecision: onDecision, Logger: log.With("component", "egress")})
-	if err != nil {
-		return nil, err
-	}
-	// The broker exists even without operations, so that a tool listing
-	// one is refused by name when the engine is built.
-	b, err := broker.New(broker.Config{Operations: cfg.BrokerOperations(), LookupEnv: cfg.LookupEnv, OnAudit: onBroker, Logger: log.With("component", "broker")})
-	if err != nil {
-		return nil, err
-	}
-	return []Option{WithEgress(nets, proxy, b)}, nil
 }
 
 // Tools returns the tools the engine runs invocations as.

@@ -10,7 +10,7 @@ import (
 )
 
 // drivers are the drivers a daemon passes in Options.Drivers, with what
-// each declares (engine.DriverCapabilities, which tools cannot import).
+// each declares (wiring.DriverCapabilities, which tools cannot import).
 var drivers = map[string]sandbox.Capabilities{
 	"runc":   runc.Capabilities(),
 	"gvisor": gvisor.Capabilities(),

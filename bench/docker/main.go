@@ -39,6 +39,7 @@ import (
 	"github.com/stockade-sh/stockade/image"
 	"github.com/stockade-sh/stockade/internal/guestbin"
 	"github.com/stockade-sh/stockade/internal/oci"
+	"github.com/stockade-sh/stockade/internal/wiring"
 	"github.com/stockade-sh/stockade/sandbox"
 	"github.com/stockade-sh/stockade/sandbox/profile"
 )
@@ -124,7 +125,7 @@ func run(ctx context.Context, n int, bin, dockerCLI, host, dataDir string) error
 		"--entrypoint", "/usr/bin/python3", tag, "-c", "print(1)",
 	}
 
-	eng, err := engine.Open(cfg)
+	eng, err := wiring.Engine(cfg)
 	if err != nil {
 		return err
 	}

@@ -33,6 +33,7 @@ import (
 	"github.com/stockade-sh/stockade/image"
 	"github.com/stockade-sh/stockade/internal/guestbin"
 	"github.com/stockade-sh/stockade/internal/oci"
+	"github.com/stockade-sh/stockade/internal/wiring"
 	"github.com/stockade-sh/stockade/sandbox"
 	"github.com/stockade-sh/stockade/sandbox/profile"
 )
@@ -134,7 +135,7 @@ func run(n int, bin, dataDir string, parts bool) error {
 	if cfg.DataRoot, cfg.Tools, err = mountedTool(tmp); err != nil {
 		return err
 	}
-	eng, err := engine.Open(cfg)
+	eng, err := wiring.Engine(cfg)
 	if err != nil {
 		return err
 	}

@@ -8,9 +8,9 @@ import (
 	"slices"
 
 	"github.com/stockade-sh/stockade/blastradius"
-	"github.com/stockade-sh/stockade/engine"
 	"github.com/stockade-sh/stockade/errdefs"
 	"github.com/stockade-sh/stockade/internal/guestbin"
+	"github.com/stockade-sh/stockade/internal/wiring"
 	"github.com/stockade-sh/stockade/internal/witness"
 	"github.com/stockade-sh/stockade/store"
 )
@@ -68,7 +68,7 @@ func auditBlastRadius(ctx context.Context, args []string) int {
 	if err != nil {
 		return report(err, *asJSON)
 	}
-	e, err := engine.Open(*cfg)
+	e, err := wiring.Engine(*cfg)
 	if err != nil {
 		return report(classifyEngine(err), *asJSON)
 	}

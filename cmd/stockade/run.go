@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/stockade-sh/stockade/engine"
+	"github.com/stockade-sh/stockade/internal/wiring"
 	"github.com/stockade-sh/stockade/sandbox"
 )
 
@@ -86,7 +87,7 @@ func runCmd(ctx context.Context, args []string) int {
 	if isSet(fs, "key") {
 		return report(usagef("--key needs --url, the daemon to run on"), o.asJSON)
 	}
-	e, err := engine.Open(*cfg)
+	e, err := wiring.Engine(*cfg)
 	if err != nil {
 		return report(runErr(err), o.asJSON)
 	}

@@ -25,6 +25,7 @@ import (
 	"github.com/stockade-sh/stockade/internal/flock"
 	"github.com/stockade-sh/stockade/internal/netns"
 	"github.com/stockade-sh/stockade/internal/storeopen"
+	"github.com/stockade-sh/stockade/internal/wiring"
 	"github.com/stockade-sh/stockade/internal/witness"
 	"github.com/stockade-sh/stockade/mcp"
 	"github.com/stockade-sh/stockade/sandbox"
@@ -99,7 +100,7 @@ func serve(ctx context.Context, listen, db string, cfg config.Config) error {
 		return err
 	}
 	defer release()
-	eng, err := engine.Open(cfg)
+	eng, err := wiring.Engine(cfg)
 	if err != nil {
 		return classify(err)
 	}

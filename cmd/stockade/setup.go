@@ -6,9 +6,9 @@ import (
 	"os"
 	"strings"
 
-	"github.com/stockade-sh/stockade/engine"
 	"github.com/stockade-sh/stockade/internal/guestbin"
 	"github.com/stockade-sh/stockade/internal/hostsetup"
+	"github.com/stockade-sh/stockade/internal/wiring"
 )
 
 func init() {
@@ -53,7 +53,7 @@ func setupCmd(ctx context.Context, args []string) int {
 	}
 	// Opening the engine installs the embedded guest and validates the
 	// configuration, so a successful setup means `stockade run` can start.
-	if _, err := engine.Open(*cfg); err != nil {
+	if _, err := wiring.Engine(*cfg); err != nil {
 		return fail(err)
 	}
 	// Every build installs a guest of its own; the oldest go, with room

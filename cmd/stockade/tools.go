@@ -10,7 +10,7 @@ import (
 	"text/tabwriter"
 
 	"github.com/stockade-sh/stockade/config"
-	"github.com/stockade-sh/stockade/engine"
+	"github.com/stockade-sh/stockade/internal/wiring"
 	"github.com/stockade-sh/stockade/tools"
 )
 
@@ -70,7 +70,7 @@ func toolsFlags(name string) (*flag.FlagSet, *config.Config, func([]string) ([]s
 // `stockade serve` on a host with root and nftables) loads cfg's tools
 // with, its drivers among them.
 func toolOptions(cfg *config.Config) tools.Options {
-	return tools.Options{DataRoot: cfg.MountRoot(), Drivers: engine.DriverCapabilities(), EgressSupported: true}
+	return tools.Options{DataRoot: cfg.MountRoot(), Drivers: wiring.DriverCapabilities(), EgressSupported: true}
 }
 
 // loadTools loads the configured tools as a daemon with egress does (see

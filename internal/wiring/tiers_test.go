@@ -1,4 +1,4 @@
-package engine
+package wiring
 
 import (
 	"maps"
@@ -41,7 +41,7 @@ func tiersTable(drivers map[string]sandbox.Capabilities) string {
 // TestTiersInREADME checks that the README's table of the tiers is what
 // the drivers declare, and that it would notice a changed declaration.
 func TestTiersInREADME(t *testing.T) {
-	b, err := os.ReadFile(filepath.Join("..", "README.md"))
+	b, err := os.ReadFile(filepath.Join("..", "..", "README.md"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -63,7 +63,7 @@ func TestTiersInREADME(t *testing.T) {
 }
 
 // TestDriverCapabilities checks that DriverCapabilities declares what the
-// drivers Open builds declare, for every driver the configuration knows.
+// drivers Engine builds declare, for every driver the configuration knows.
 func TestDriverCapabilities(t *testing.T) {
 	if got, want := slices.Sorted(maps.Keys(DriverCapabilities())), slices.Sorted(slices.Values(config.DriverNames)); !slices.Equal(got, want) {
 		t.Errorf("DriverCapabilities declares drivers %v, want the configuration's %v", got, want)
@@ -71,14 +71,14 @@ func TestDriverCapabilities(t *testing.T) {
 	cfg := config.Default()
 	// No egress: Open then touches nothing on the host.
 	cfg.DataDir, cfg.StateDir, cfg.GuestPath, cfg.Egress = t.TempDir(), t.TempDir(), "/nonexistent/guest", false
-	e, err := Open(cfg)
+	e, err := Engine(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	got := tools.CapabilitiesOf(e.Drivers())
 	for name, want := range DriverCapabilities() {
 		if !reflect.DeepEqual(got[name], want) {
-			t.Errorf("driver %s: Open's declares %+v, DriverCapabilities %+v", name, got[name], want)
+			t.Errorf("driver %s: Engine's declares %+v, DriverCapabilities %+v", name, got[name], want)
 		}
 	}
 }

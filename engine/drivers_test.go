@@ -1,0 +1,15 @@
+package engine
+
+import (
+	"github.com/stockade-sh/stockade/driver/docker"
+	"github.com/stockade-sh/stockade/driver/gvisor"
+	"github.com/stockade-sh/stockade/driver/runc"
+	"github.com/stockade-sh/stockade/sandbox"
+)
+
+// DriverCapabilities are what the real drivers declare, for the tests'
+// tool records (tools.Options.Drivers). The engine itself knows drivers
+// only by the sandbox.Driver contract: internal/wiring names them.
+func DriverCapabilities() map[string]sandbox.Capabilities {
+	return map[string]sandbox.Capabilities{"runc": runc.Capabilities(), "gvisor": gvisor.Capabilities(), "docker": docker.Capabilities()}
+}
