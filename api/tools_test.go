@@ -14,6 +14,7 @@ import (
 	"github.com/stockade-sh/stockade/engine"
 	"github.com/stockade-sh/stockade/image"
 	"github.com/stockade-sh/stockade/internal/testenv"
+	"github.com/stockade-sh/stockade/internal/wiring"
 	"github.com/stockade-sh/stockade/sandbox"
 	"github.com/stockade-sh/stockade/tools"
 )
@@ -25,7 +26,7 @@ func toolSet(t *testing.T, yaml string) (*tools.Set, tools.Options) {
 	if err := os.WriteFile(file, []byte(yaml), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	opts := tools.Options{EgressSupported: true}
+	opts := tools.Options{EgressSupported: true, Drivers: wiring.DriverCapabilities()}
 	set, err := tools.Load(file, opts)
 	if err != nil {
 		t.Fatal(err)

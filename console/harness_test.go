@@ -25,6 +25,7 @@ import (
 	"github.com/stockade-sh/stockade/image"
 	"github.com/stockade-sh/stockade/internal/storeopen"
 	"github.com/stockade-sh/stockade/internal/testenv"
+	"github.com/stockade-sh/stockade/internal/wiring"
 	"github.com/stockade-sh/stockade/internal/witness"
 	"github.com/stockade-sh/stockade/sandbox"
 	"github.com/stockade-sh/stockade/store"
@@ -99,7 +100,7 @@ func newEnvWith(t *testing.T, o Options, c envConfig) *env {
 			if err := os.WriteFile(path, []byte(yaml), 0o644); err != nil {
 				t.Fatal(err)
 			}
-			to := tools.Options{EgressSupported: true, DefaultTier: sandbox.TierContainer}
+			to := tools.Options{EgressSupported: true, Drivers: wiring.DriverCapabilities(), DefaultTier: sandbox.TierContainer}
 			set, err := tools.Load(path, to)
 			if err != nil {
 				t.Fatalf("loading tools: %v", err)
