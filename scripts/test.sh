@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # `make test` (after `make setup`): starts the services the tests need —
-# a throwaway PostgreSQL and a private dockerd — installs what the browser
-# and MCP tests drive (chromium, nodejs and the npm clients), runs the whole
-# suite on them, then every benchmark and fuzz target once (see
-# bench_smoke), and stops the services again, whatever the outcome. With
-# arguments (go test flags, e.g. -run TestX) it runs the tests only.
+# a throwaway PostgreSQL, a throwaway ClickHouse and a private dockerd —
+# installs what the browser and MCP tests drive (chromium, nodejs and the
+# npm clients), runs the whole suite on them, then every benchmark and fuzz
+# target once (see bench_smoke), and stops the services again, whatever the
+# outcome. With arguments (go test flags, e.g. -run TestX) it runs the
+# tests only.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -13,8 +14,10 @@ work=$(mktemp -d /tmp/stockade-test.XXXXXX)
 chmod 755 "$work"
 pg="$work/pg"
 dockerdir="$work/docker"
+clickhouse="$work/clickhouse"
 cleanup() {
 	scripts/pgtest.sh stop "$pg" >/dev/null 2>&1 || true
+	scripts/clickhousetest.sh stop "$clickhouse" >/dev/null 2>&1 || true
 	scripts/dockerd.sh stop "$dockerdir" >/dev/null 2>&1 || true
 	rm -rf "$work" 2>/dev/null || true
 }
@@ -25,6 +28,9 @@ trap cleanup EXIT
 export PGTEST_PORT=${PGTEST_PORT:-$((20000 + RANDOM % 20000))}
 STOCKADE_TEST_POSTGRES=$(scripts/pgtest.sh start "$pg")
 export STOCKADE_TEST_POSTGRES
+# ClickHouse picks a free loopback port itself.
+STOCKADE_TEST_CLICKHOUSE=$(scripts/clickhousetest.sh start "$clickhouse")
+export STOCKADE_TEST_CLICKHOUSE
 if [ -x scripts/dockerd.sh ]; then
 	STOCKADE_TEST_DOCKER_HOST=$(scripts/dockerd.sh start "$dockerdir")
 	export STOCKADE_TEST_DOCKER_HOST
