@@ -44,6 +44,7 @@ type Store interface {
 	Executions
 	Approvals
 	Audit
+	AnalyticsOutbox
 
 	// ClaimDaemon takes the database's daemon claim, held until it is
 	// released or the process ends. A database is served by one daemon at
@@ -160,7 +161,8 @@ type Ledger interface {
 // Executions holds invocations of code.execute and their tool_calls and
 // tool_invocations rows. Each method that changes an execution changes its
 // tool_calls row, its reservation and (when it ends) writes its
-// tool_invocations row in the same transaction. StartExecution and
+// tool_invocations row, and with the outbox on enqueues that row
+// (AnalyticsOutbox), in the same transaction. StartExecution and
 // FinishExecution take the bare execution id: they serve the engine, which
 // holds ids it created, not ids a client sent.
 type Executions interface {
@@ -310,6 +312,51 @@ type Audit interface {
 	// hold; the head is then zero. err is reserved for failing to read the
 	// chain.
 	VerifyChainFrom(ctx context.Context, from ChainHead) (head ChainHead, firstBroken *BrokenLink, err error)
+}
+
+// AnalyticsOutbox holds the tool_invocations rows waiting to be shipped to
+// the analytics database. A store opened with its outbox on (the daemon's,
+// when analytics is configured) enqueues every tool_invocations row in the
+// transaction that writes it, so that a row is enqueued if and only if it
+// exists; a shipper reads the oldest, ships them and deletes them. Deleting
+// or trimming entries never touches the tool_invocations rows themselves.
+type AnalyticsOutbox interface {
+	// ListOutbox returns up to limit entries, oldest first (by EnqueuedAt,
+	// then invocation id). limit is clamped to (0, MaxOutboxBatch]; zero
+	// means DefaultOutboxBatch.
+	ListOutbox(ctx context.Context, limit int) ([]OutboxEntry, error)
+	// DeleteOutbox removes the entries of the given invocation ids, at most
+	// MaxOutboxBatch of them (ErrInvalidArgument beyond), and returns how
+	// many it removed; ids not enqueued are skipped.
+	DeleteOutbox(ctx context.Context, invocationIDs []string) (int64, error)
+	// TrimOutbox bounds the outbox: it removes every entry enqueued before
+	// before (the zero time bounds nothing), then the oldest entries beyond
+	// maxRows (zero or less bounds nothing), in one transaction, and returns
+	// how many it removed.
+	TrimOutbox(ctx context.Context, maxRows int64, before time.Time) (int64, error)
+	// OutboxStats counts the entries and returns the oldest one's EnqueuedAt
+	// (zero when the outbox is empty).
+	OutboxStats(ctx context.Context) (OutboxStats, error)
+}
+
+// The batch sizes of ListOutbox and DeleteOutbox.
+const (
+	DefaultOutboxBatch = 1000
+	MaxOutboxBatch     = 10000
+)
+
+// OutboxEntry is one enqueued tool_invocations row.
+type OutboxEntry struct {
+	Invocation ToolInvocation
+	// EnqueuedAt is the store's clock when the row was written.
+	EnqueuedAt time.Time
+}
+
+// OutboxStats describes the outbox: how many rows wait, and since when.
+type OutboxStats struct {
+	Rows int64
+	// Oldest is the EnqueuedAt of the oldest entry; zero when Rows is 0.
+	Oldest time.Time
 }
 
 // Workspace is a tenant.

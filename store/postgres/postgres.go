@@ -54,6 +54,10 @@ type Config struct {
 	// Now is the clock for the times the store sets itself; nil means
 	// time.Now.
 	Now func() time.Time
+	// AnalyticsOutbox enqueues every tool_invocations row in the analytics
+	// outbox (store.AnalyticsOutbox), for the daemon to ship; false (the
+	// admin commands, a daemon without analytics) enqueues none.
+	AnalyticsOutbox bool
 }
 
 // Validate reports a Config that Open cannot use.
@@ -113,7 +117,7 @@ func open(ctx context.Context, c Config, upTo int) (*Store, error) {
 		pool.Close()
 		return nil, fmt.Errorf("migrating postgres database: %w", classify(err))
 	}
-	return &Store{Store: sqlstore.New(b, now), pool: pool}, nil
+	return &Store{Store: sqlstore.New(b, sqlstore.Options{Now: now, AnalyticsOutbox: c.AnalyticsOutbox}), pool: pool}, nil
 }
 
 // UnsafeExec runs a statement outside the store's rules. It exists for the

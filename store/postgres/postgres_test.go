@@ -83,9 +83,10 @@ func withParam(t testing.TB, dsn, key, value string) string {
 	return u.String()
 }
 
+// open opens a store with its analytics outbox on, as the suite needs.
 func open(t *testing.T, dsn string) *postgres.Store {
 	t.Helper()
-	st, err := postgres.Open(t.Context(), postgres.Config{DSN: dsn, MaxConns: 16})
+	st, err := postgres.Open(t.Context(), postgres.Config{DSN: dsn, MaxConns: 16, AnalyticsOutbox: true})
 	if err != nil {
 		t.Fatalf("Open: %v", err)
 	}
@@ -98,6 +99,15 @@ func TestConformance(t *testing.T) {
 	storetest.Run(t, func(t *testing.T) store.Store {
 		return open(t, freshSchema(t, dsn))
 	})
+}
+
+func TestOutboxOff(t *testing.T) {
+	st, err := postgres.Open(t.Context(), postgres.Config{DSN: freshSchema(t, testDSN(t))})
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	defer st.Close()
+	storetest.CheckOutboxOff(t, st)
 }
 
 // TestConcurrentOpenMigratesOnce opens several stores on one empty schema at
@@ -151,14 +161,17 @@ func BenchmarkInvocation(b *testing.B) {
 		b.Skip(dsnEnv + " is not set")
 	}
 	for _, parallel := range []bool{false, true} {
-		b.Run(map[bool]string{false: "sequential", true: "parallel"}[parallel], func(b *testing.B) {
-			st, err := postgres.Open(b.Context(), postgres.Config{DSN: freshSchema(b, dsn), MaxConns: 16})
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer st.Close()
-			storetest.Bench(b, st, parallel)
-		})
+		for _, outbox := range []bool{false, true} {
+			name := map[bool]string{false: "sequential", true: "parallel"}[parallel] + map[bool]string{false: "", true: "/outbox"}[outbox]
+			b.Run(name, func(b *testing.B) {
+				st, err := postgres.Open(b.Context(), postgres.Config{DSN: freshSchema(b, dsn), MaxConns: 16, AnalyticsOutbox: outbox})
+				if err != nil {
+					b.Fatal(err)
+				}
+				defer st.Close()
+				storetest.Bench(b, st, parallel)
+			})
+		}
 	}
 }
 

@@ -51,6 +51,10 @@ type Config struct {
 	// Now is the clock for the times the store sets itself; nil means
 	// time.Now.
 	Now func() time.Time
+	// AnalyticsOutbox enqueues every tool_invocations row in the analytics
+	// outbox (store.AnalyticsOutbox), for the daemon to ship; false (the
+	// admin commands, a daemon without analytics) enqueues none.
+	AnalyticsOutbox bool
 }
 
 // Validate reports a Config that Open cannot use.
@@ -132,7 +136,7 @@ func open(ctx context.Context, c Config, upTo int) (*Store, error) {
 		b.Close()
 		return nil, fmt.Errorf("migrating sqlite database %s: %w", c.Path, classify(err))
 	}
-	return &Store{Store: sqlstore.New(b, now), writer: writer}, nil
+	return &Store{Store: sqlstore.New(b, sqlstore.Options{Now: now, AnalyticsOutbox: c.AnalyticsOutbox}), writer: writer}, nil
 }
 
 // migrate applies the embedded migrations. A migration that changes a

@@ -15,13 +15,22 @@ import (
 
 func TestConformance(t *testing.T) {
 	storetest.Run(t, func(t *testing.T) store.Store {
-		st, err := sqlite.Open(t.Context(), sqlite.Config{Path: filepath.Join(t.TempDir(), "stockade.db")})
+		st, err := sqlite.Open(t.Context(), sqlite.Config{Path: filepath.Join(t.TempDir(), "stockade.db"), AnalyticsOutbox: true})
 		if err != nil {
 			t.Fatalf("Open: %v", err)
 		}
 		t.Cleanup(func() { st.Close() })
 		return st
 	})
+}
+
+func TestOutboxOff(t *testing.T) {
+	st, err := sqlite.Open(t.Context(), sqlite.Config{Path: filepath.Join(t.TempDir(), "stockade.db")})
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	defer st.Close()
+	storetest.CheckOutboxOff(t, st)
 }
 
 // TestReopen checks that migrations are recorded once and that data survives
@@ -141,14 +150,17 @@ func TestConfigValidate(t *testing.T) {
 
 func BenchmarkInvocation(b *testing.B) {
 	for _, parallel := range []bool{false, true} {
-		b.Run(map[bool]string{false: "sequential", true: "parallel"}[parallel], func(b *testing.B) {
-			st, err := sqlite.Open(b.Context(), sqlite.Config{Path: filepath.Join(b.TempDir(), "bench.db")})
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer st.Close()
-			storetest.Bench(b, st, parallel)
-		})
+		for _, outbox := range []bool{false, true} {
+			name := map[bool]string{false: "sequential", true: "parallel"}[parallel] + map[bool]string{false: "", true: "/outbox"}[outbox]
+			b.Run(name, func(b *testing.B) {
+				st, err := sqlite.Open(b.Context(), sqlite.Config{Path: filepath.Join(b.TempDir(), "bench.db"), AnalyticsOutbox: outbox})
+				if err != nil {
+					b.Fatal(err)
+				}
+				defer st.Close()
+				storetest.Bench(b, st, parallel)
+			})
+		}
 	}
 }
 

@@ -12,8 +12,10 @@
 //		})
 //	}
 //
-// The store must also implement Tamperer, through which the suite edits rows
-// behind the store's back to prove that the audit chain catches it.
+// The store must have its analytics outbox on (store.AnalyticsOutbox);
+// CheckOutboxOff checks one with it off. The store must also implement
+// Tamperer, through which the suite edits rows behind the store's back to
+// prove that the audit chain catches it.
 package storetest
 
 import (
@@ -62,6 +64,10 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"ListExecutionsAndToolCalls", testListings},
 		{"InvalidTextLookups", testInvalidTextLookups},
 		{"RecoverInterrupted", testRecoverInterrupted},
+		{"OutboxEveryEnding", testOutboxEveryEnding},
+		{"OutboxSameTransaction", testOutboxSameTransaction},
+		{"OutboxBatches", testOutboxBatches},
+		{"OutboxTrim", testOutboxTrim},
 		{"ApprovalApprove", testApprovalApprove},
 		{"ApprovalDeny", testApprovalDeny},
 		{"ApprovalDeciders", testApprovalDeciders},

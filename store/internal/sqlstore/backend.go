@@ -84,20 +84,30 @@ type Dialect struct {
 
 // Store implements store.Store over a Backend.
 type Store struct {
-	b   Backend
-	d   Dialect
-	now func() time.Time
+	b      Backend
+	d      Dialect
+	now    func() time.Time
+	outbox bool
 }
 
 var _ store.Store = (*Store)(nil)
 
-// New returns a Store over b. now is the clock for times the caller does not
-// give; nil means time.Now. The Store owns b and closes it in Close.
-func New(b Backend, now func() time.Time) *Store {
-	if now == nil {
-		now = time.Now
+// Options configure New.
+type Options struct {
+	// Now is the clock for times the caller does not give; nil means
+	// time.Now.
+	Now func() time.Time
+	// AnalyticsOutbox enqueues every tool_invocations row in the analytics
+	// outbox (store.AnalyticsOutbox); false enqueues none.
+	AnalyticsOutbox bool
+}
+
+// New returns a Store over b. The Store owns b and closes it in Close.
+func New(b Backend, o Options) *Store {
+	if o.Now == nil {
+		o.Now = time.Now
 	}
-	return &Store{b: b, d: b.Dialect(), now: now}
+	return &Store{b: b, d: b.Dialect(), now: o.Now, outbox: o.AnalyticsOutbox}
 }
 
 // Close closes the backend.

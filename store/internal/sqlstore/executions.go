@@ -372,11 +372,14 @@ func (s *Store) endExecution(ctx context.Context, q Querier, ex store.Execution,
 	if !ex.StartedAt.IsZero() {
 		queued, ran = ex.StartedAt.Sub(ex.CreatedAt), at.Sub(ex.StartedAt)
 	}
-	_, err := q.Exec(ctx, `INSERT INTO tool_invocations (id, execution_id, workspace_id, tool, runtime, status, driver,
+	invID := newID("inv")
+	if _, err := q.Exec(ctx, `INSERT INTO tool_invocations (id, execution_id, workspace_id, tool, runtime, status, driver,
 		queued_us, ran_us, credits, created_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)`,
-		newID("inv"), ex.ID, ex.WorkspaceID, ex.Tool, ex.Runtime, string(ex.Status), ex.Driver,
-		max(queued, 0).Microseconds(), max(ran, 0).Microseconds(), credits, s.tm(at))
-	return ex, err
+		invID, ex.ID, ex.WorkspaceID, ex.Tool, ex.Runtime, string(ex.Status), ex.Driver,
+		max(queued, 0).Microseconds(), max(ran, 0).Microseconds(), credits, s.tm(at)); err != nil {
+		return ex, err
+	}
+	return ex, s.enqueueInvocation(ctx, q, invID)
 }
 
 // GetExecution implements store.Executions.
@@ -494,21 +497,25 @@ func (s *Store) ListToolCalls(ctx context.Context, workspaceID string, f store.T
 		func(t store.ToolCall) cursor { return timeCursor(t.CreatedAt, t.ID) })
 }
 
+const toolInvocationCols = `id, execution_id, workspace_id, tool, runtime, status, driver, queued_us, ran_us, credits, created_at`
+
 // ListToolInvocations implements store.Executions.
 func (s *Store) ListToolInvocations(ctx context.Context, workspaceID string, f store.ToolCallFilter) (store.Page[store.ToolInvocation], error) {
-	return listByTime(ctx, s, "tool_invocations", "id, execution_id, workspace_id, tool, runtime, status, driver, queued_us, ran_us, credits, created_at",
-		scanToolInvocation, workspaceID, f.Statuses, f.Since, f.Until, f.PageRequest,
+	return listByTime(ctx, s, "tool_invocations", toolInvocationCols,
+		func(r Row) (store.ToolInvocation, error) { return scanToolInvocation(r) }, workspaceID, f.Statuses, f.Since, f.Until, f.PageRequest,
 		func(t store.ToolInvocation) cursor { return timeCursor(t.CreatedAt, t.ID) })
 }
 
-func scanToolInvocation(r Row) (store.ToolInvocation, error) {
+// scanToolInvocation scans toolInvocationCols, then the columns after them
+// into extra.
+func scanToolInvocation(r Row, extra ...any) (store.ToolInvocation, error) {
 	var (
 		ti          store.ToolInvocation
 		status      string
 		queued, ran int64
 	)
-	err := r.Scan(&ti.ID, &ti.ExecutionID, &ti.WorkspaceID, &ti.Tool, &ti.Runtime, &status, &ti.Driver,
-		&queued, &ran, &ti.Credits, scanTime(&ti.CreatedAt))
+	err := r.Scan(append([]any{&ti.ID, &ti.ExecutionID, &ti.WorkspaceID, &ti.Tool, &ti.Runtime, &status, &ti.Driver,
+		&queued, &ran, &ti.Credits, scanTime(&ti.CreatedAt)}, extra...)...)
 	ti.Status = store.ExecutionStatus(status)
 	ti.Queued, ti.Ran = time.Duration(queued)*time.Microsecond, time.Duration(ran)*time.Microsecond
 	return ti, err
