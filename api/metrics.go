@@ -7,6 +7,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/stockade-sh/stockade/analytics"
 	"github.com/stockade-sh/stockade/engine"
 	"github.com/stockade-sh/stockade/store"
 )
@@ -21,9 +22,18 @@ type Metrics struct {
 	connsOpen    prometheus.Gauge
 	connsRefused prometheus.Counter
 	unwitnessed  prometheus.Counter
+
+	analyticsShipped  prometheus.Counter
+	analyticsDropped  prometheus.Counter
+	analyticsFailures *prometheus.CounterVec
+	analyticsBacklog  prometheus.Gauge
+	analyticsLag      prometheus.Gauge
 }
 
-var _ engine.Observer = (*Metrics)(nil)
+var (
+	_ engine.Observer    = (*Metrics)(nil)
+	_ analytics.Observer = (*Metrics)(nil)
+)
 
 // NewMetrics registers the metrics on a registry of their own.
 func NewMetrics() *Metrics {
@@ -52,6 +62,24 @@ func NewMetrics() *Metrics {
 			Name: "stockade_audit_witness_refusals_total",
 			Help: "Audit chain heads not witnessed because the chain does not link them to the head witnessed before (tampering or lost commits; run stockade audit verify).",
 		}),
+		analyticsShipped: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "stockade_analytics_rows_shipped_total", Help: "tool_invocations rows ClickHouse stored (a row sent again counts again).",
+		}),
+		analyticsDropped: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "stockade_analytics_rows_dropped_total", Help: "tool_invocations rows dropped from the analytics outbox past its bound (analytics.outbox max_rows, max_age); they never reach ClickHouse.",
+		}),
+		analyticsFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "stockade_analytics_ship_failures_total", Help: "Rounds of shipping to ClickHouse that failed, by reason; their rows wait in the outbox.",
+		}, []string{"reason"}),
+		analyticsBacklog: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "stockade_analytics_outbox_rows", Help: "tool_invocations rows waiting in the analytics outbox.",
+		}),
+		analyticsLag: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "stockade_analytics_outbox_lag_seconds", Help: "How long the oldest row waiting in the analytics outbox has waited; 0 when none waits.",
+		}),
+	}
+	for _, r := range analytics.Reasons {
+		m.analyticsFailures.WithLabelValues(r)
 	}
 	// Every final status has a series from the start, so that a fresh
 	// daemon's /metrics already names them (at zero).
@@ -61,6 +89,7 @@ func NewMetrics() *Metrics {
 		}
 	}
 	m.reg.MustRegister(m.invocations, m.duration, m.pending, m.credits, m.connsOpen, m.connsRefused, m.unwitnessed,
+		m.analyticsShipped, m.analyticsDropped, m.analyticsFailures, m.analyticsBacklog, m.analyticsLag,
 		prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
 	return m
 }
@@ -79,6 +108,21 @@ func (m *Metrics) ApprovalsPending(delta int) { m.pending.Add(float64(delta)) }
 
 // WitnessRefused implements engine.Observer.
 func (m *Metrics) WitnessRefused() { m.unwitnessed.Inc() }
+
+// AnalyticsShipped implements analytics.Observer.
+func (m *Metrics) AnalyticsShipped(rows int) { m.analyticsShipped.Add(float64(rows)) }
+
+// AnalyticsDropped implements analytics.Observer.
+func (m *Metrics) AnalyticsDropped(rows int64) { m.analyticsDropped.Add(float64(rows)) }
+
+// AnalyticsFailed implements analytics.Observer.
+func (m *Metrics) AnalyticsFailed(reason string) { m.analyticsFailures.WithLabelValues(reason).Inc() }
+
+// AnalyticsBacklog implements analytics.Observer.
+func (m *Metrics) AnalyticsBacklog(rows int64, lag time.Duration) {
+	m.analyticsBacklog.Set(float64(rows))
+	m.analyticsLag.Set(lag.Seconds())
+}
 
 // Handler serves the metrics in the Prometheus text format.
 func (m *Metrics) Handler() http.Handler { return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{}) }

@@ -20,11 +20,13 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/stockade-sh/stockade/analytics"
 	"github.com/stockade-sh/stockade/broker"
 	"github.com/stockade-sh/stockade/errdefs"
 	"github.com/stockade-sh/stockade/internal/netns"
 	"github.com/stockade-sh/stockade/internal/strictyaml"
 	"github.com/stockade-sh/stockade/sandbox"
+	"github.com/stockade-sh/stockade/store"
 	"github.com/stockade-sh/stockade/tools"
 )
 
@@ -147,6 +149,9 @@ type Config struct {
 	CreditsPerInvocation int64 `yaml:"credits_per_invocation"`
 	// MCP configures the tools of the daemon's /mcp endpoint.
 	MCP MCP `yaml:"mcp"`
+	// Analytics ships the tool_invocations rows to ClickHouse (the daemon
+	// only); an empty Analytics.ClickHouse.URL, the default, ships nothing.
+	Analytics Analytics `yaml:"analytics"`
 }
 
 // MCP configures the MCP tools; the mcp package checks the values (the
@@ -180,6 +185,52 @@ func (c Config) LoadTools(opts tools.Options) (*tools.Set, error) {
 		return tools.LoadList(c.ToolsList.File, c.ToolsList.Node, opts)
 	}
 	return tools.Load(c.Tools, opts)
+}
+
+// Analytics configures the shipping of tool_invocations rows through the
+// database's outbox to ClickHouse (package analytics):
+//
+//	analytics:
+//	  clickhouse: {url: http://127.0.0.1:8123, database: stockade, table: tool_invocations, timeout: 10s}
+//	  batch_size: 1000
+//	  interval: 1s
+//	  outbox: {max_rows: 1000000, max_age: 168h}
+type Analytics struct {
+	ClickHouse ClickHouse `yaml:"clickhouse"`
+	// BatchSize is the most rows sent at once, 1 to store.MaxOutboxBatch.
+	BatchSize int `yaml:"batch_size"`
+	// Interval is the pause between two rounds of shipping.
+	Interval time.Duration `yaml:"interval"`
+	Outbox   Outbox        `yaml:"outbox"`
+}
+
+// ClickHouse is the server the rows go to (analytics.ClickHouseConfig).
+type ClickHouse struct {
+	// URL is its HTTP interface, user information allowed
+	// (http://user:password@host:8123); empty ships nothing.
+	URL string `yaml:"url"`
+	// Database and Table are created if missing.
+	Database string `yaml:"database"`
+	Table    string `yaml:"table"`
+	// Timeout bounds each request.
+	Timeout time.Duration `yaml:"timeout"`
+}
+
+// Outbox bounds the rows waiting to be shipped: past MaxRows rows, or
+// MaxAge, the oldest are dropped (and counted): they never reach
+// ClickHouse.
+type Outbox struct {
+	MaxRows int64         `yaml:"max_rows"`
+	MaxAge  time.Duration `yaml:"max_age"`
+}
+
+// Enabled reports whether rows are shipped.
+func (a Analytics) Enabled() bool { return a.ClickHouse.URL != "" }
+
+// ClickHouseConfig returns the sink's configuration.
+func (a Analytics) ClickHouseConfig() analytics.ClickHouseConfig {
+	c := a.ClickHouse
+	return analytics.ClickHouseConfig{URL: c.URL, Database: c.Database, Table: c.Table, Timeout: c.Timeout}
 }
 
 // Broker is the credential broker's configuration.
@@ -283,6 +334,12 @@ func Default() Config {
 		MaxConcurrent:        2 * runtime.NumCPU(),
 		ApprovalTTL:          10 * time.Minute,
 		CreditsPerInvocation: 2,
+		Analytics: Analytics{
+			ClickHouse: ClickHouse{Database: "stockade", Table: "tool_invocations", Timeout: 10 * time.Second},
+			BatchSize:  analytics.DefaultBatchSize,
+			Interval:   analytics.DefaultInterval,
+			Outbox:     Outbox{MaxRows: analytics.DefaultMaxRows, MaxAge: analytics.DefaultMaxAge},
+		},
 	}
 }
 
@@ -466,9 +523,23 @@ func (c Config) Validate() error {
 	for _, d := range []struct {
 		key string
 		v   time.Duration
-	}{{"idle_timeout", c.IdleTimeout}, {"header_timeout", c.HeaderTimeout}, {"body_timeout", c.BodyTimeout}, {"write_timeout", c.WriteTimeout}} {
+	}{{"idle_timeout", c.IdleTimeout}, {"header_timeout", c.HeaderTimeout}, {"body_timeout", c.BodyTimeout}, {"write_timeout", c.WriteTimeout},
+		{"analytics.interval", c.Analytics.Interval}, {"analytics.clickhouse.timeout", c.Analytics.ClickHouse.Timeout},
+		{"analytics.outbox.max_age", c.Analytics.Outbox.MaxAge}} {
 		if d.v <= 0 {
 			return bad("%s must be positive, such as 30s", d.key)
+		}
+	}
+	switch a := c.Analytics; {
+	case a.BatchSize <= 0 || a.BatchSize > store.MaxOutboxBatch:
+		return bad("analytics.batch_size %d out of range: 1 to %d", a.BatchSize, store.MaxOutboxBatch)
+	case a.Outbox.MaxRows <= 0:
+		return bad("analytics.outbox.max_rows must be positive")
+	}
+	// The sink checks the URL and the names; building one contacts nothing.
+	if c.Analytics.Enabled() {
+		if _, err := analytics.NewClickHouse(c.Analytics.ClickHouseConfig()); err != nil {
+			return fmt.Errorf("config: analytics.clickhouse: %w", err)
 		}
 	}
 	if err := c.Defaults.Check(c.Ceiling); err != nil {

@@ -105,6 +105,21 @@ func TestLoadFile(t *testing.T) {
 				}
 			},
 		},
+		{
+			name: "analytics",
+			yaml: "analytics:\n  clickhouse: {url: 'http://u:p@127.0.0.1:8123', database: stats, timeout: 3s}\n  batch_size: 500\n  interval: 2s\n  outbox: {max_rows: 5000, max_age: 24h}\n",
+			check: func(t *testing.T, c Config) {
+				a := c.Analytics
+				if !a.Enabled() || a.ClickHouse.URL != "http://u:p@127.0.0.1:8123" || a.ClickHouse.Database != "stats" || a.ClickHouse.Table != "tool_invocations" ||
+					a.ClickHouse.Timeout != 3*time.Second || a.BatchSize != 500 || a.Interval != 2*time.Second || a.Outbox.MaxRows != 5000 || a.Outbox.MaxAge != 24*time.Hour {
+					t.Errorf("got %+v, want the file's values and the default table", a)
+				}
+				if err := c.Validate(); err != nil {
+					t.Errorf("Validate: %v", err)
+				}
+			},
+		},
+		{name: "analytics unknown key", yaml: "analytics:\n  clickhouse: {password: x}\n", wantErr: `unknown key "password"`},
 		{name: "empty file", yaml: "", check: func(t *testing.T, c Config) {
 			if c.Listen != Default().Listen {
 				t.Errorf("an empty file changed listen to %q", c.Listen)
@@ -154,6 +169,13 @@ func TestValidate(t *testing.T) {
 		func(c *Config) { c.EgressRange = "10.213.0.0/30" },
 		func(c *Config) { c.EgressRange = "fd00::/64" },
 		func(c *Config) { c.EgressPrefix = "Stockade" },
+		func(c *Config) { c.Analytics.ClickHouse.URL = "127.0.0.1:8123" },
+		func(c *Config) {
+			c.Analytics.ClickHouse.URL, c.Analytics.ClickHouse.Table = "http://127.0.0.1:8123", "t;x"
+		},
+		func(c *Config) { c.Analytics.BatchSize = 0 },
+		func(c *Config) { c.Analytics.BatchSize = 10001 },
+		func(c *Config) { c.Analytics.Outbox.MaxRows = 0 },
 	}
 	for i, mutate := range bad {
 		c := Default()
@@ -163,11 +185,14 @@ func TestValidate(t *testing.T) {
 		}
 	}
 	for key, mutate := range map[string]func(*Config){
-		"idle_timeout":    func(c *Config) { c.IdleTimeout = 0 },
-		"header_timeout":  func(c *Config) { c.HeaderTimeout = -time.Second },
-		"body_timeout":    func(c *Config) { c.BodyTimeout = 0 },
-		"write_timeout":   func(c *Config) { c.WriteTimeout = 0 },
-		"max_connections": func(c *Config) { c.MaxConnections = 0 },
+		"idle_timeout":                 func(c *Config) { c.IdleTimeout = 0 },
+		"header_timeout":               func(c *Config) { c.HeaderTimeout = -time.Second },
+		"body_timeout":                 func(c *Config) { c.BodyTimeout = 0 },
+		"write_timeout":                func(c *Config) { c.WriteTimeout = 0 },
+		"max_connections":              func(c *Config) { c.MaxConnections = 0 },
+		"analytics.interval":           func(c *Config) { c.Analytics.Interval = 0 },
+		"analytics.clickhouse.timeout": func(c *Config) { c.Analytics.ClickHouse.Timeout = 0 },
+		"analytics.outbox.max_age":     func(c *Config) { c.Analytics.Outbox.MaxAge = -time.Hour },
 	} {
 		c := Default()
 		mutate(&c)
@@ -180,6 +205,9 @@ func TestValidate(t *testing.T) {
 	}
 	if err := Default().Validate(); err != nil {
 		t.Errorf("the defaults: %v", err)
+	}
+	if Default().Analytics.Enabled() {
+		t.Errorf("analytics is on by default, want off")
 	}
 	c := Default()
 	c.EgressRange, c.EgressPrefix = "172.30.0.0/20", "stb"

@@ -28,7 +28,8 @@ const (
 // the defaults, the --config file (withConfigFile), the environment
 // (STOCKADE_DATA_DIR, STOCKADE_STATE_DIR, STOCKADE_DRIVER,
 // SANDBOX_DRIVER as an alias of STOCKADE_DRIVER, DOCKER_HOST,
-// STOCKADE_AUDIT_WITNESS) and the flags given.
+// STOCKADE_AUDIT_WITNESS, STOCKADE_ANALYTICS_CLICKHOUSE_URL) and the flags
+// given.
 // The environment is read here and nowhere else.
 func configFlags(fs *flag.FlagSet, opts ...configOption) (*config.Config, func(args []string) ([]string, error)) {
 	var o configOption
@@ -64,6 +65,7 @@ func configFlags(fs *flag.FlagSet, opts ...configOption) (*config.Config, func(a
 			{"STOCKADE_DATA_DIR", &cfg.DataDir}, {"STOCKADE_STATE_DIR", &cfg.StateDir},
 			{"SANDBOX_DRIVER", &cfg.Driver}, {"STOCKADE_DRIVER", &cfg.Driver},
 			{"DOCKER_HOST", &cfg.DockerHost}, {"STOCKADE_AUDIT_WITNESS", &cfg.AuditWitness},
+			{"STOCKADE_ANALYTICS_CLICKHOUSE_URL", &cfg.Analytics.ClickHouse.URL},
 		} {
 			if v := os.Getenv(e.name); v != "" {
 				*e.dst = v

@@ -18,6 +18,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/stockade-sh/stockade/analytics"
 	"github.com/stockade-sh/stockade/api"
 	"github.com/stockade-sh/stockade/config"
 	"github.com/stockade-sh/stockade/console"
@@ -29,6 +30,7 @@ import (
 	"github.com/stockade-sh/stockade/internal/witness"
 	"github.com/stockade-sh/stockade/mcp"
 	"github.com/stockade-sh/stockade/sandbox"
+	"github.com/stockade-sh/stockade/store"
 )
 
 func init() {
@@ -85,6 +87,7 @@ func serveFlags() (*flag.FlagSet, *config.Config, func([]string) ([]string, erro
 	fs.IntVar(&cfg.MaxConnections, "max-connections", cfg.MaxConnections, "API connections open at once; more are closed as soon as accepted")
 	durationFlag(fs, &cfg.MCP.ApprovalWait, "mcp-approval-wait", cfg.MCP.ApprovalWait, "how long an MCP tool call waits for an approval when the client cannot show its page (default 60s)")
 	fs.StringVar(&cfg.MCP.ApprovalURL, "mcp-approval-url", cfg.MCP.ApprovalURL, "the page of approval {id} that MCP clients are shown, relative to the daemon's URL unless absolute (default /ui/approvals/{id})")
+	analyticsFlags(fs, &cfg.Analytics)
 	fs.BoolVar(&cfg.BehindTLS, "behind-tls", cfg.BehindTLS, "clients reach the daemon through a proxy that terminates TLS: the console's cookies are marked Secure")
 	return fs, cfg, load
 }
@@ -113,7 +116,7 @@ func serve(ctx context.Context, listen, db string, cfg config.Config) error {
 	if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
 		return err
 	}
-	st, err := storeopen.Open(ctx, db)
+	st, err := storeopen.OpenWith(ctx, db, storeopen.Options{AnalyticsOutbox: cfg.Analytics.Enabled()})
 	if err != nil {
 		return classify(fmt.Errorf("opening database: %w", err))
 	}
@@ -129,6 +132,14 @@ func serve(ctx context.Context, listen, db string, cfg config.Config) error {
 		return err
 	}
 	defer svc.Close()
+	// The service holds the database's daemon claim from Start to Close:
+	// the shipper runs inside that span (deferred after Close, it stops
+	// before it).
+	stopShipping, err := shipAnalytics(ctx, st, cfg.Analytics, metrics, log)
+	if err != nil {
+		return err
+	}
+	defer stopShipping()
 	ln, err := net.Listen("tcp", listen)
 	if err != nil {
 		return usageError{fmt.Errorf("listening on %s: %w", listen, err)}
@@ -168,6 +179,50 @@ func serve(ctx context.Context, listen, db string, cfg config.Config) error {
 		_ = srv.Close()
 	}
 	return nil
+}
+
+// analyticsFlags registers the serve flags of a, over its values.
+func analyticsFlags(fs *flag.FlagSet, a *config.Analytics) {
+	fs.StringVar(&a.ClickHouse.URL, "analytics-clickhouse-url", a.ClickHouse.URL, "ship tool_invocations rows to this ClickHouse HTTP interface (env STOCKADE_ANALYTICS_CLICKHOUSE_URL; default none)")
+	fs.StringVar(&a.ClickHouse.Database, "analytics-clickhouse-database", a.ClickHouse.Database, "ClickHouse database of the rows, created if missing")
+	fs.StringVar(&a.ClickHouse.Table, "analytics-clickhouse-table", a.ClickHouse.Table, "ClickHouse table of the rows, created if missing")
+	durationFlag(fs, &a.ClickHouse.Timeout, "analytics-clickhouse-timeout", a.ClickHouse.Timeout, "bound of each request to ClickHouse")
+	fs.IntVar(&a.BatchSize, "analytics-batch-size", a.BatchSize, "rows sent to ClickHouse at once")
+	durationFlag(fs, &a.Interval, "analytics-interval", a.Interval, "pause between two rounds of shipping to ClickHouse")
+	fs.Int64Var(&a.Outbox.MaxRows, "analytics-outbox-max-rows", a.Outbox.MaxRows, "rows waiting for ClickHouse at most; past it the oldest are dropped")
+	durationFlag(fs, &a.Outbox.MaxAge, "analytics-outbox-max-age", a.Outbox.MaxAge, "how long a row waits for ClickHouse at most; past it it is dropped")
+}
+
+// shipAnalytics starts shipping the store's analytics outbox to ClickHouse
+// when a is enabled, until ctx ends or stop is called; stop then runs a
+// last round (bounded to a few seconds), so that a daemon that stops
+// leaves nothing behind that ClickHouse could take. Rows of executions
+// that end after it are shipped by the next daemon.
+func shipAnalytics(ctx context.Context, st store.Store, a config.Analytics, obs analytics.Observer, log *slog.Logger) (stop func(), err error) {
+	if !a.Enabled() {
+		return func() {}, nil
+	}
+	sink, err := analytics.NewClickHouse(a.ClickHouseConfig())
+	if err != nil {
+		return nil, usageError{err}
+	}
+	sh := analytics.NewShipper(st, sink, analytics.Options{BatchSize: a.BatchSize, Interval: a.Interval,
+		MaxRows: a.Outbox.MaxRows, MaxAge: a.Outbox.MaxAge, Observer: obs, Logger: log})
+	runCtx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		sh.Run(runCtx)
+	}()
+	log.Info("shipping tool_invocations rows to ClickHouse", "sink", sink.String(), "batch_size", a.BatchSize,
+		"interval", a.Interval.String(), "outbox_max_rows", a.Outbox.MaxRows, "outbox_max_age", a.Outbox.MaxAge.String())
+	return func() {
+		cancel()
+		<-done
+		last, cancelLast := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancelLast()
+		_ = sh.Ship(last)
+	}, nil
 }
 
 // selfTester is a driver that can prove it runs sandboxes by starting one

@@ -259,3 +259,58 @@ func readme(t *testing.T) string {
 	}
 	return string(b)
 }
+
+// TestAnalyticsSettings checks where the daemon's analytics settings come
+// from: the defaults (off), then the file, then the environment's URL,
+// then the flags.
+func TestAnalyticsSettings(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "stockade.yaml")
+	if err := os.WriteFile(file, []byte("analytics:\n  clickhouse: {url: 'http://file:8123', table: from_file}\n  outbox: {max_rows: 50}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name string
+		env  string
+		args []string
+		want func(a config.Analytics) string
+	}{
+		{"defaults", "", nil, func(a config.Analytics) string {
+			if a.Enabled() || a.ClickHouse.Database != "stockade" || a.Outbox.MaxRows != 1_000_000 {
+				return "want off, database stockade, max rows 1000000"
+			}
+			return ""
+		}},
+		{"file", "", []string{"--config", file}, func(a config.Analytics) string {
+			if a.ClickHouse.URL != "http://file:8123" || a.ClickHouse.Table != "from_file" || a.Outbox.MaxRows != 50 {
+				return "want the file's url, table and max rows"
+			}
+			return ""
+		}},
+		{"environment over the file", "http://env:8123", []string{"--config", file}, func(a config.Analytics) string {
+			if a.ClickHouse.URL != "http://env:8123" || a.ClickHouse.Table != "from_file" {
+				return "want the environment's url and the file's table"
+			}
+			return ""
+		}},
+		{"flags over both", "http://env:8123", []string{"--config", file, "--analytics-clickhouse-url", "http://flag:8123",
+			"--analytics-outbox-max-rows", "7", "--analytics-outbox-max-age", "1h", "--analytics-interval", "250ms", "--analytics-batch-size", "9",
+			"--analytics-clickhouse-database", "db", "--analytics-clickhouse-table", "t"}, func(a config.Analytics) string {
+			if a.ClickHouse.URL != "http://flag:8123" || a.Outbox.MaxRows != 7 || a.Outbox.MaxAge != time.Hour || a.Interval != 250*time.Millisecond ||
+				a.BatchSize != 9 || a.ClickHouse.Database != "db" || a.ClickHouse.Table != "t" {
+				return "want the flags' values"
+			}
+			return ""
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Setenv("STOCKADE_ANALYTICS_CLICKHOUSE_URL", tc.env)
+			_, cfg, load := serveFlags()
+			if _, err := load(tc.args); err != nil {
+				t.Fatal(err)
+			}
+			if msg := tc.want(cfg.Analytics); msg != "" {
+				t.Errorf("got %+v; %s", cfg.Analytics, msg)
+			}
+		})
+	}
+}
