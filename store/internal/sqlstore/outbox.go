@@ -76,10 +76,22 @@ func (s *Store) DeleteOutbox(ctx context.Context, invocationIDs []string) (int64
 	return n, nil
 }
 
-// TrimOutbox implements store.AnalyticsOutbox.
+// TrimOutbox implements store.AnalyticsOutbox. It looks first, outside any
+// transaction, and takes the write lock only when there is something to
+// drop: the shipper calls it every round, and SQLite's writer is the one
+// the invocations' transactions need.
 func (s *Store) TrimOutbox(ctx context.Context, maxRows int64, before time.Time) (int64, error) {
+	st, err := s.OutboxStats(ctx)
+	if err != nil {
+		return 0, err
+	}
+	tooMany := maxRows > 0 && st.Rows > maxRows
+	tooOld := !before.IsZero() && st.Rows > 0 && st.Oldest.Before(store.TruncateTime(before))
+	if !tooMany && !tooOld {
+		return 0, nil
+	}
 	var dropped int64
-	err := s.inTx(ctx, func(q Querier) error {
+	err = s.inTx(ctx, func(q Querier) error {
 		dropped = 0
 		if !before.IsZero() {
 			n, err := q.Exec(ctx, `DELETE FROM analytics_outbox WHERE enqueued_at < $1`, s.tm(before))
