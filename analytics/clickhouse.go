@@ -132,8 +132,9 @@ func (c *ClickHouse) Prepare(ctx context.Context) error {
 	return nil
 }
 
-// row is a tool_invocations row as the table's JSONEachRow input.
-type row struct {
+// Row is a tool_invocations row as the table holds it, in the JSONEachRow
+// form in which it is inserted and read back.
+type Row struct {
 	ID          string `json:"id"`
 	ExecutionID string `json:"execution_id"`
 	WorkspaceID string `json:"workspace_id"`
@@ -155,7 +156,7 @@ func (c *ClickHouse) Insert(ctx context.Context, rows []store.ToolInvocation) er
 	var body bytes.Buffer
 	enc := json.NewEncoder(&body)
 	for _, ti := range rows {
-		if err := enc.Encode(row{
+		if err := enc.Encode(Row{
 			ID: ti.ID, ExecutionID: ti.ExecutionID, WorkspaceID: ti.WorkspaceID, Tool: ti.Tool, Runtime: ti.Runtime,
 			Status: string(ti.Status), Driver: ti.Driver, QueuedUS: ti.Queued.Microseconds(), RanUS: ti.Ran.Microseconds(),
 			Credits: ti.Credits, EndedAt: ti.CreatedAt.UTC().Format(time.DateTime),

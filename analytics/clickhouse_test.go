@@ -3,8 +3,6 @@ package analytics_test
 import (
 	"errors"
 	"net"
-	"os"
-	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
@@ -14,31 +12,8 @@ import (
 	"github.com/stockade-sh/stockade/analytics"
 	"github.com/stockade-sh/stockade/analytics/clickhousetest"
 	"github.com/stockade-sh/stockade/errdefs"
-	"github.com/stockade-sh/stockade/internal/testenv"
 	"github.com/stockade-sh/stockade/store"
 )
-
-// chRow is a row of the ClickHouse table as SELECT * answers it.
-type chRow struct {
-	ID          string `json:"id"`
-	ExecutionID string `json:"execution_id"`
-	WorkspaceID string `json:"workspace_id"`
-	Tool        string `json:"tool"`
-	Runtime     string `json:"runtime"`
-	Status      string `json:"status"`
-	Driver      string `json:"driver"`
-	QueuedUS    int64  `json:"queued_us"`
-	RanUS       int64  `json:"ran_us"`
-	Credits     int64  `json:"credits"`
-	EndedAt     string `json:"ended_at"`
-}
-
-// want is the ClickHouse row of a tool_invocations row.
-func want(ti store.ToolInvocation) chRow {
-	return chRow{ID: ti.ID, ExecutionID: ti.ExecutionID, WorkspaceID: ti.WorkspaceID, Tool: ti.Tool, Runtime: ti.Runtime,
-		Status: string(ti.Status), Driver: ti.Driver, QueuedUS: ti.Queued.Microseconds(), RanUS: ti.Ran.Microseconds(),
-		Credits: ti.Credits, EndedAt: ti.CreatedAt.UTC().Format(time.DateTime)}
-}
 
 func newSink(t *testing.T, base, db string) *analytics.ClickHouse {
 	t.Helper()
@@ -80,18 +55,18 @@ func TestClickHouseRowsArrive(t *testing.T) {
 	if err := sh.Ship(ctx); err != nil {
 		t.Fatalf("Ship: %v", err)
 	}
-	var wantRows []chRow
+	var wantRows []analytics.Row
 	for _, ws := range []workspace{w, other} {
 		p, err := st.ListToolInvocations(ctx, ws.ws.ID, store.ToolCallFilter{PageRequest: store.PageRequest{Limit: 100}})
 		if err != nil {
 			t.Fatal(err)
 		}
 		for _, ti := range p.Items {
-			wantRows = append(wantRows, want(ti))
+			wantRows = append(wantRows, clickhousetest.RowOf(ti))
 		}
 	}
-	got := clickhousetest.Rows[chRow](t, base, "SELECT * FROM "+db+".tool_invocations FINAL ORDER BY id")
-	slices.SortFunc(wantRows, func(a, b chRow) int { return strings.Compare(a.ID, b.ID) })
+	got := clickhousetest.Rows[analytics.Row](t, base, "SELECT * FROM "+db+".tool_invocations FINAL ORDER BY id")
+	slices.SortFunc(wantRows, func(a, b analytics.Row) int { return strings.Compare(a.ID, b.ID) })
 	if !slices.Equal(got, wantRows) {
 		t.Errorf("ClickHouse rows:\ngot  %+v\nwant %+v", got, wantRows)
 	}
@@ -108,22 +83,6 @@ func TestClickHouseRowsArrive(t *testing.T) {
 	if left := outboxIDs(t, st); len(left) != 0 {
 		t.Errorf("outbox after shipping: got %v, want empty", left)
 	}
-}
-
-// readmeSQL returns the README's SQL blocks that contain marker.
-func readmeSQL(t *testing.T, marker string) string {
-	t.Helper()
-	b, err := os.ReadFile(filepath.Join(testenv.ModuleRoot(), "README.md"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, m := range regexp.MustCompile("(?s)```sql\n(.*?)```").FindAllStringSubmatch(string(b), -1) {
-		if strings.Contains(m[1], marker) {
-			return m[1]
-		}
-	}
-	t.Fatalf("README.md has no sql block containing %q", marker)
-	return ""
 }
 
 // TestClickHouseResendCountsOnce sends a batch twice, as a daemon killed
@@ -161,15 +120,12 @@ func TestClickHouseResendCountsOnce(t *testing.T) {
 	if n := clickhousetest.Count(t, base, "SELECT count() FROM "+table+" FINAL"); n != 3 {
 		t.Errorf("rows with FINAL: got %d, want 3", n)
 	}
-	type perDay struct {
-		WorkspaceID string `json:"workspace_id"`
-		Day         string `json:"day"`
-		Invocations int64  `json:"invocations"`
-		Credits     int64  `json:"credits"`
+	got := clickhousetest.Rows[clickhousetest.CreditsPerDay](t, base, clickhousetest.SampleQuery(t, db))
+	wantDays := []clickhousetest.CreditsPerDay{
+		{WorkspaceID: "ws_1", Day: "2026-03-01", Invocations: 1, Credits: 2},
+		{WorkspaceID: "ws_2", Day: "2026-03-01", Invocations: 1, Credits: 0},
+		{WorkspaceID: "ws_1", Day: "2026-03-02", Invocations: 1, Credits: 2},
 	}
-	q := strings.ReplaceAll(readmeSQL(t, "sum(credits)"), "stockade.tool_invocations", table)
-	got := clickhousetest.Rows[perDay](t, base, strings.TrimSpace(q))
-	wantDays := []perDay{{"ws_1", "2026-03-01", 1, 2}, {"ws_2", "2026-03-01", 1, 0}, {"ws_1", "2026-03-02", 1, 2}}
 	if !slices.Equal(got, wantDays) {
 		t.Errorf("the README's credits per workspace per day:\ngot  %+v\nwant %+v", got, wantDays)
 	}
@@ -188,7 +144,7 @@ func TestClickHouseSchemaInReadme(t *testing.T) {
 		return strings.Join(strings.Fields(strings.ReplaceAll(s, "`", "")), " ")
 	}
 	sink := newSink(t, "http://127.0.0.1:8123", "")
-	if got, want := norm(readmeSQL(t, "CREATE TABLE")), norm(sink.Schema()); got != want {
+	if got, want := norm(clickhousetest.ReadmeSQL(t, "CREATE TABLE")), norm(sink.Schema()); got != want {
 		t.Errorf("README schema:\n%s\nwant the sink's:\n%s", got, want)
 	}
 }

@@ -7,9 +7,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
-	"os"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -36,67 +34,68 @@ func analyticsArgs(url, db string, extra ...string) []string {
 		"--analytics-interval", "100ms"}, extra...)
 }
 
-// chInvocation is a row of the ClickHouse table.
-type chInvocation struct {
-	ID          string `json:"id"`
-	ExecutionID string `json:"execution_id"`
-	WorkspaceID string `json:"workspace_id"`
-	Tool        string `json:"tool"`
-	Runtime     string `json:"runtime"`
-	Status      string `json:"status"`
-	Driver      string `json:"driver"`
-	QueuedUS    int64  `json:"queued_us"`
-	RanUS       int64  `json:"ran_us"`
-	Credits     int64  `json:"credits"`
-	EndedAt     string `json:"ended_at"`
+// setUpAnalytics is setUpDaemon on a fresh database of b, with credits
+// more; it returns the database's URL too.
+func setUpAnalytics(t *testing.T, bin string, b backend, credits int) (key, db string, args []string) {
+	t.Helper()
+	dir := t.TempDir()
+	db = b.url(t)
+	key, args = setUpDaemon(t, bin, dir, db, filepath.Join(dir, "state"))
+	cli(t, bin, "credits", "grant", "crash", strconv.Itoa(credits), "--db", db)
+	return key, db, args
+}
+
+// readStore opens db, as the admin commands do, for fn.
+func readStore(t *testing.T, db string, fn func(st store.Store)) {
+	t.Helper()
+	st, err := storeopen.Open(t.Context(), db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	fn(st)
 }
 
 // storeInvocations reads the tool_invocations rows of workspace "crash" from
-// db directly, as ClickHouse rows, ordered by id.
-func storeInvocations(t *testing.T, db string) []chInvocation {
+// db directly, as ClickHouse rows, newest first.
+func storeInvocations(t *testing.T, db string) []analytics.Row {
 	t.Helper()
-	st, err := storeopen.Open(t.Context(), db)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
-	ws, err := st.GetWorkspaceByName(t.Context(), "crash")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out []chInvocation
-	req := store.PageRequest{Limit: store.MaxPageLimit}
-	for {
-		p, err := st.ListToolInvocations(t.Context(), ws.ID, store.ToolCallFilter{PageRequest: req})
+	var out []analytics.Row
+	readStore(t, db, func(st store.Store) {
+		ws, err := st.GetWorkspaceByName(t.Context(), "crash")
 		if err != nil {
 			t.Fatal(err)
 		}
-		for _, ti := range p.Items {
-			out = append(out, chInvocation{ID: ti.ID, ExecutionID: ti.ExecutionID, WorkspaceID: ti.WorkspaceID, Tool: ti.Tool,
-				Runtime: ti.Runtime, Status: string(ti.Status), Driver: ti.Driver, QueuedUS: ti.Queued.Microseconds(),
-				RanUS: ti.Ran.Microseconds(), Credits: ti.Credits, EndedAt: ti.CreatedAt.UTC().Format(time.DateTime)})
+		req := store.PageRequest{Limit: store.MaxPageLimit}
+		for {
+			p, err := st.ListToolInvocations(t.Context(), ws.ID, store.ToolCallFilter{PageRequest: req})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, ti := range p.Items {
+				out = append(out, clickhousetest.RowOf(ti))
+			}
+			if req.Cursor = p.Next; req.Cursor == "" {
+				return
+			}
 		}
-		if req.Cursor = p.Next; req.Cursor == "" {
-			break
-		}
-	}
-	slices.SortFunc(out, func(a, b chInvocation) int { return strings.Compare(a.ID, b.ID) })
+	})
 	return out
 }
 
+func byID(a, b analytics.Row) int { return strings.Compare(a.ID, b.ID) }
+
 // outboxRows counts db's analytics outbox directly.
-func outboxRows(t *testing.T, db string) int64 {
+func outboxRows(t *testing.T, db string) (n int64) {
 	t.Helper()
-	st, err := storeopen.Open(t.Context(), db)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
-	s, err := st.OutboxStats(t.Context())
-	if err != nil {
-		t.Fatal(err)
-	}
-	return s.Rows
+	readStore(t, db, func(st store.Store) {
+		s, err := st.OutboxStats(t.Context())
+		if err != nil {
+			t.Fatal(err)
+		}
+		n = s.Rows
+	})
+	return n
 }
 
 // waitOutboxEmpty polls db's analytics outbox until the daemon has shipped
@@ -158,32 +157,11 @@ func invoke(t *testing.T, base, key string, req engine.InvokeRequest, status sto
 	}
 }
 
-// creditsPerDay is a row of the README's sample query.
-type creditsPerDay struct {
-	WorkspaceID string `json:"workspace_id"`
-	Day         string `json:"day"`
-	Invocations int64  `json:"invocations"`
-	Credits     int64  `json:"credits"`
-}
-
 // readmeCredits runs the README's credits per workspace per day on db and
 // returns the invocations and credits it counts in all.
 func readmeCredits(t *testing.T, base, db string) (invocations, credits int64) {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join(testenv.ModuleRoot(), "README.md"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var q string
-	for _, m := range regexp.MustCompile("(?s)```sql\n(.*?)```").FindAllStringSubmatch(string(b), -1) {
-		if strings.Contains(m[1], "sum(credits)") {
-			q = strings.TrimSpace(strings.ReplaceAll(m[1], "stockade.tool_invocations", db+".tool_invocations"))
-		}
-	}
-	if q == "" {
-		t.Fatal("README.md has no sample query with sum(credits)")
-	}
-	for _, r := range clickhousetest.Rows[creditsPerDay](t, base, q) {
+	for _, r := range clickhousetest.Rows[clickhousetest.CreditsPerDay](t, base, clickhousetest.SampleQuery(t, db)) {
 		invocations += r.Invocations
 		credits += r.Credits
 	}
@@ -248,10 +226,7 @@ func TestAnalyticsCrashMidBatch(t *testing.T) {
 	base := clickhousetest.URL(t)
 	bin := testenv.Build(t, "./cmd/stockade")
 	forEachStore(t, func(t *testing.T, b backend) {
-		dir := t.TempDir()
-		dbURL := b.url(t)
-		key, args := setUpDaemon(t, bin, dir, dbURL, filepath.Join(dir, "state"))
-		cli(t, bin, "credits", "grant", "crash", "100", "--db", dbURL)
+		key, dbURL, args := setUpAnalytics(t, bin, b, 100)
 		chDB := clickhousetest.Database(t, base)
 		table := chDB + ".tool_invocations"
 		// The table exists before the daemon starts (which uses it as it
@@ -317,8 +292,8 @@ func TestAnalyticsCrashMidBatch(t *testing.T) {
 		if !resent {
 			t.Errorf("ClickHouse stored %d inserts, want the same batch twice", len(p.inserts))
 		}
-		want := storeInvocations(t, dbURL)
-		got := clickhousetest.Rows[chInvocation](t, base, "SELECT * FROM "+table+" FINAL ORDER BY id")
+		want := slices.SortedFunc(slices.Values(storeInvocations(t, dbURL)), byID)
+		got := clickhousetest.Rows[analytics.Row](t, base, "SELECT * FROM "+table+" FINAL ORDER BY id")
 		if len(want) != 5 || !slices.Equal(got, want) {
 			t.Errorf("ClickHouse rows (FINAL):\ngot  %+v\nwant the store's %+v", got, want)
 		}
@@ -349,10 +324,7 @@ func TestAnalyticsClickHouseRestart(t *testing.T) {
 	bin := testenv.Build(t, "./cmd/stockade")
 	forEachStore(t, func(t *testing.T, b backend) {
 		ch := clickhousetest.Start(t)
-		dir := t.TempDir()
-		dbURL := b.url(t)
-		key, args := setUpDaemon(t, bin, dir, dbURL, filepath.Join(dir, "state"))
-		cli(t, bin, "credits", "grant", "crash", "200", "--db", dbURL)
+		key, dbURL, args := setUpAnalytics(t, bin, b, 200)
 		d := startDaemon(t, bin, append(args, analyticsArgs(ch.URL, "stockade")...)...)
 		for i := range 100 {
 			switch i {
@@ -379,10 +351,10 @@ func TestAnalyticsClickHouseRestart(t *testing.T) {
 			t.Errorf("the README's query: got %d invocations and %d credits, want 100 and 200", inv, credits)
 		}
 		var ids, want []string
-		for _, r := range clickhousetest.Rows[chInvocation](t, ch.URL, "SELECT * FROM stockade.tool_invocations FINAL ORDER BY id") {
+		for _, r := range clickhousetest.Rows[analytics.Row](t, ch.URL, "SELECT * FROM stockade.tool_invocations FINAL ORDER BY id") {
 			ids = append(ids, r.ID)
 		}
-		for _, r := range storeInvocations(t, dbURL) {
+		for _, r := range slices.SortedFunc(slices.Values(storeInvocations(t, dbURL)), byID) {
 			want = append(want, r.ID)
 		}
 		if !slices.Equal(ids, want) {
@@ -406,10 +378,7 @@ func TestAnalyticsOutboxBound(t *testing.T) {
 	base := clickhousetest.URL(t)
 	bin := testenv.Build(t, "./cmd/stockade")
 	forEachStore(t, func(t *testing.T, b backend) {
-		dir := t.TempDir()
-		dbURL := b.url(t)
-		key, args := setUpDaemon(t, bin, dir, dbURL, filepath.Join(dir, "state"))
-		cli(t, bin, "credits", "grant", "crash", "100", "--db", dbURL)
+		key, dbURL, args := setUpAnalytics(t, bin, b, 100)
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
 			t.Fatal(err)
@@ -433,41 +402,12 @@ func TestAnalyticsOutboxBound(t *testing.T) {
 
 		d = startDaemon(t, bin, append(slices.Clone(args), analyticsArgs(base, chDB, bound...)...)...)
 		waitOutboxEmpty(t, dbURL)
-		got := clickhousetest.Rows[chInvocation](t, base, "SELECT * FROM "+chDB+".tool_invocations FINAL")
-		var gotExecs []string
-		for _, r := range got {
-			gotExecs = append(gotExecs, r.ExecutionID)
-		}
-		slices.Sort(gotExecs)
-		newest := slices.Sorted(slices.Values(newestExecutions(t, dbURL, 20)))
-		if rows := storeInvocations(t, dbURL); len(rows) != 30 || !slices.Equal(gotExecs, newest) {
-			t.Errorf("got %d rows in the store and, in ClickHouse, those of executions %v; want 30, and the newest 20 %v",
-				len(rows), gotExecs, newest)
+		// The store keeps all 30 rows; ClickHouse gets the newest 20.
+		rows := storeInvocations(t, dbURL)
+		got := clickhousetest.Rows[analytics.Row](t, base, "SELECT * FROM "+chDB+".tool_invocations FINAL ORDER BY id")
+		if len(rows) != 30 || !slices.Equal(got, slices.SortedFunc(slices.Values(rows[:20]), byID)) {
+			t.Errorf("got %d rows in the store and in ClickHouse %+v; want 30, and the newest 20 %+v", len(rows), got, rows[:min(len(rows), 20)])
 		}
 		d.stop()
 	})
-}
-
-// newestExecutions returns the ids of workspace "crash"'s n newest
-// executions.
-func newestExecutions(t *testing.T, db string, n int) []string {
-	t.Helper()
-	st, err := storeopen.Open(t.Context(), db)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
-	ws, err := st.GetWorkspaceByName(t.Context(), "crash")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p, err := st.ListExecutions(t.Context(), ws.ID, store.ExecutionFilter{PageRequest: store.PageRequest{Limit: n}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var ids []string
-	for _, e := range p.Items {
-		ids = append(ids, e.ID)
-	}
-	return ids
 }

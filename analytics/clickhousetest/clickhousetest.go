@@ -20,11 +20,15 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/stockade-sh/stockade/analytics"
 	"github.com/stockade-sh/stockade/internal/testenv"
+	"github.com/stockade-sh/stockade/store"
 )
 
 // Env names the shared test server's URL; scripts/clickhousetest.sh starts
@@ -104,6 +108,48 @@ func Exec(t testing.TB, base, q string) {
 		t.Fatalf("ClickHouse %q: %v", q, err)
 	}
 }
+
+// RowOf is the row a tool_invocations row must arrive as, built apart
+// from the sink's own encoding.
+func RowOf(ti store.ToolInvocation) analytics.Row {
+	return analytics.Row{ID: ti.ID, ExecutionID: ti.ExecutionID, WorkspaceID: ti.WorkspaceID, Tool: ti.Tool, Runtime: ti.Runtime,
+		Status: string(ti.Status), Driver: ti.Driver, QueuedUS: ti.Queued.Microseconds(), RanUS: ti.Ran.Microseconds(),
+		Credits: ti.Credits, EndedAt: ti.CreatedAt.UTC().Format(time.DateTime)}
+}
+
+// CreditsPerDay is a row of the README's sample query.
+type CreditsPerDay struct {
+	WorkspaceID string `json:"workspace_id"`
+	Day         string `json:"day"`
+	Invocations int64  `json:"invocations"`
+	Credits     int64  `json:"credits"`
+}
+
+// SampleQuery returns the README's credits per workspace per day, on the
+// table of database db instead of stockade's.
+func SampleQuery(t testing.TB, db string) string {
+	t.Helper()
+	return strings.ReplaceAll(ReadmeSQL(t, "sum(credits)"), "stockade.tool_invocations", db+".tool_invocations")
+}
+
+// ReadmeSQL returns the first SQL block of the README that contains
+// marker, trimmed.
+func ReadmeSQL(t testing.TB, marker string) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(testenv.ModuleRoot(), "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range sqlBlock.FindAllStringSubmatch(string(b), -1) {
+		if strings.Contains(m[1], marker) {
+			return strings.TrimSpace(m[1])
+		}
+	}
+	t.Fatalf("README.md has no sql block containing %q", marker)
+	return ""
+}
+
+var sqlBlock = regexp.MustCompile("(?s)```sql\n(.*?)```")
 
 // Rows runs a SELECT on the server at base and decodes each row of its
 // answer (FORMAT JSONEachRow, 64-bit integers as numbers) into a T.
