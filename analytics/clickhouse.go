@@ -49,12 +49,20 @@ type ClickHouseConfig struct {
 	// HTTP basic authentication. Required.
 	URL string
 	// Database and Table name the table the rows go to, created if
-	// missing. Empty means "stockade" and "tool_invocations".
+	// missing. Empty means DefaultDatabase and DefaultTable.
 	Database string
 	Table    string
-	// Timeout bounds each request to the server; zero means 10 s.
+	// Timeout bounds each request to the server; zero means
+	// DefaultTimeout.
 	Timeout time.Duration
 }
+
+// The defaults of ClickHouseConfig.
+const (
+	DefaultDatabase = "stockade"
+	DefaultTable    = "tool_invocations"
+	DefaultTimeout  = 10 * time.Second
+)
 
 var identifier = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,63}$`)
 
@@ -68,10 +76,10 @@ func NewClickHouse(c ClickHouseConfig) (*ClickHouse, error) {
 			redactURL(c.URL), errdefs.ErrInvalidArgument)
 	}
 	if c.Database == "" {
-		c.Database = "stockade"
+		c.Database = DefaultDatabase
 	}
 	if c.Table == "" {
-		c.Table = "tool_invocations"
+		c.Table = DefaultTable
 	}
 	for _, n := range []struct{ what, v string }{{"database", c.Database}, {"table", c.Table}} {
 		if !identifier.MatchString(n.v) {
@@ -80,7 +88,7 @@ func NewClickHouse(c ClickHouseConfig) (*ClickHouse, error) {
 		}
 	}
 	if c.Timeout <= 0 {
-		c.Timeout = 10 * time.Second
+		c.Timeout = DefaultTimeout
 	}
 	ch := &ClickHouse{user: u.User, database: c.Database, table: c.Table, client: &http.Client{Timeout: c.Timeout}}
 	u.User = nil

@@ -335,7 +335,7 @@ func Default() Config {
 		ApprovalTTL:          10 * time.Minute,
 		CreditsPerInvocation: 2,
 		Analytics: Analytics{
-			ClickHouse: ClickHouse{Database: "stockade", Table: "tool_invocations", Timeout: 10 * time.Second},
+			ClickHouse: ClickHouse{Database: analytics.DefaultDatabase, Table: analytics.DefaultTable, Timeout: analytics.DefaultTimeout},
 			BatchSize:  analytics.DefaultBatchSize,
 			Interval:   analytics.DefaultInterval,
 			Outbox:     Outbox{MaxRows: analytics.DefaultMaxRows, MaxAge: analytics.DefaultMaxAge},
