@@ -245,6 +245,7 @@ var readmeChecks = map[string]func(out string) error{
 	`curl -s http://127.0.0.1:8700/v1/workspace -H "Authorization: Bearer $AGENT"`: jsonFields(map[string]any{
 		"credits.available": 98.0, "credits.reserved": 0.0,
 	}),
+	"wait $RUN && cat /tmp/stockade-run.out":                matches(`^42\n$`),
 	"stockade tools lint tools.yaml":                        matches(`^ok: 1 tool\n$`),
 	"stockade tools record sales-report --tools tools.yaml": matches("(?m)^# Tool `sales-report`$"),
 	"stockade tools list --tools tools.yaml":                matches(`(?m)^sales-report +trusted +container `),
