@@ -75,7 +75,6 @@ func config(cfg Config) ocidriver.Config {
 		},
 		Kernel:               oci.UserSpaceKernel,
 		PrivateRootForMounts: true,
-		MemoryHeadroom:       64 << 20,
 		StateDir:             cfg.StateDir,
 		GuestPath:            cfg.GuestPath,
 		Defaults:             sandbox.Limits{CPU: DefaultCPU},

@@ -56,11 +56,6 @@ type Config struct {
 	// where the cgroup holds exactly the sandbox's processes); otherwise the
 	// guest's maximum resident set size is used.
 	PeakFromCgroup bool
-	// MemoryHeadroom is added to the host cgroup's memory limit for the
-	// runtime's own use: gVisor's Sentry and its per-process host helpers
-	// are charged to the sandbox's cgroup, while the program sees (and is
-	// told by the Sentry) the limit alone.
-	MemoryHeadroom int64
 	// PrivateRootForMounts gives each sandbox with data mounts an overlay
 	// of the image as its root, for runtimes that create mount points in
 	// the root they are given (runsc); see mountPrivateRoot.
@@ -383,7 +378,7 @@ func (d *Driver) Create(ctx context.Context, spec sandbox.Spec) (_ sandbox.Sandb
 	if err := oci.WriteConfig(bundle, s); err != nil {
 		return nil, err
 	}
-	if err := sb.cg.prepare(limits.Memory + d.cfg.MemoryHeadroom); err != nil {
+	if err := sb.cg.prepare(limits.Memory); err != nil {
 		return nil, err
 	}
 	if err := sb.start(ctx); err != nil {
