@@ -43,6 +43,7 @@ type Store interface {
 	Ledger
 	Executions
 	Approvals
+	Journal
 	Audit
 	AnalyticsOutbox
 
@@ -230,6 +231,10 @@ type Executions interface {
 	// awaiting approval are left alone: their approval requests stay valid
 	// across a restart.
 	RecoverInterrupted(ctx context.Context, result json.RawMessage, audit func(Execution) []NewEvent) ([]Execution, error)
+	// ListLiveExecutions returns every queued or running execution of
+	// every workspace, oldest first: what a daemon that starts finds
+	// interrupted by the one before it.
+	ListLiveExecutions(ctx context.Context) ([]Execution, error)
 
 	// GetToolCall returns the tool_calls row of an execution, or ErrNotFound.
 	GetToolCall(ctx context.Context, workspaceID, executionID string) (ToolCall, error)
@@ -267,6 +272,49 @@ type Approvals interface {
 	// and must not use the Store. It returns the approvals it expired, also
 	// alongside an error that stopped it part way.
 	ExpireApprovals(ctx context.Context, now time.Time, audit func(Approval) []NewEvent) ([]Approval, error)
+	// ListDueApprovals returns every pending approval of every workspace
+	// whose ExpiresAt is not after now, the earliest expiry first.
+	ListDueApprovals(ctx context.Context, now time.Time) ([]Approval, error)
+}
+
+// Journal applies the transitions of executions, each in one transaction:
+// the capability layer decides a Step (package capability), the journal
+// writes it whole or not at all. It keeps only the integrity of what it
+// writes: the compare-and-set on the execution's status, the balance
+// check of a reservation, the approval request's being pending when a
+// step changes it, and the records a step must leave consistent (a
+// tool_calls row that mirrors the execution, a reservation settled when
+// the execution ends, a tool_invocations row for every execution that
+// ended). Who may do what, and what it costs, is not its business.
+type Journal interface {
+	// Admit creates an execution and applies its first step s in one
+	// transaction: the execution in s.To (queued, or awaiting_approval
+	// with the approval request s.Approval creates), its tool_calls row,
+	// the reservation s.Credits makes (LedgerReserve, or none) and the
+	// events s.Audit. s.From is not read; s.At, when set, is the
+	// execution's creation time.
+	//
+	// A short balance is ErrResourceExhausted and leaves nothing behind.
+	// When e.IdempotencyKey names an execution the workspace already has,
+	// nothing is written and the existing execution comes back with
+	// Replayed set; if its InputSHA256 or Request differs, the retry is
+	// ErrConflict. A step that is not an admission is ErrInvalidArgument.
+	Admit(ctx context.Context, e NewExecution, s Step) (Admission, error)
+	// Apply applies s to execution id in one transaction, provided the
+	// execution is still in s.From: otherwise it is ErrConflict and
+	// nothing is written, so that of two concurrent transitions of one
+	// execution exactly one applies. An unknown execution is ErrNotFound.
+	// It moves the execution to s.To, mirrors that on its tool_calls row
+	// (with the start, or the end and s.Output), settles its open
+	// reservation as s.Credits says (LedgerCommit or LedgerRelease),
+	// changes its approval request as s.Approval says (the request must
+	// be pending: ErrConflict otherwise), writes s.Invocation as its
+	// tool_invocations row (and enqueues it, with the outbox on) when s.To
+	// is terminal, and appends s.Audit. A step that would leave a record
+	// inconsistent (an end without its tool_invocations row or with its
+	// reservation still open, a start without a driver, a reservation or
+	// an approval request that is not there) is ErrInvalidArgument.
+	Apply(ctx context.Context, id string, s Step) (Execution, error)
 }
 
 // Audit is the tamper-evident security event log. Each workspace has its own
@@ -665,10 +713,12 @@ type Execution struct {
 	// ReservationID and ApprovalID are empty when there is none.
 	ReservationID string
 	ApprovalID    string
-	Driver        string
-	CreatedAt     time.Time
-	StartedAt     time.Time
-	FinishedAt    time.Time
+	// Credits is the amount of its reservation, 0 when it has none.
+	Credits    int64
+	Driver     string
+	CreatedAt  time.Time
+	StartedAt  time.Time
+	FinishedAt time.Time
 }
 
 // PreviewLimit is the most bytes of each output stream a tool_calls row
@@ -696,6 +746,84 @@ type Outcome struct {
 	// Audit events are appended in the same transaction, with WorkspaceID and
 	// ExecutionID set to the execution's.
 	Audit []NewEvent
+}
+
+// Step is one transition of an execution, as Journal.Admit and
+// Journal.Apply write it. Its fields say what the transition changes;
+// zero fields change nothing.
+type Step struct {
+	// From is the status the execution must be in for the step to apply
+	// (Apply's compare-and-set); Admit does not read it.
+	From ExecutionStatus
+	// To is the status the execution moves to; it differs from From.
+	To ExecutionStatus
+	// At is when the step happened: the execution's creation, start or
+	// end, the decision on its approval request. Zero means the store's
+	// clock.
+	At time.Time
+	// Credits is the step's movement of credits.
+	Credits CreditMove
+	// Approval is the step's change of the execution's approval request.
+	Approval ApprovalChange
+	// Driver is the driver the execution starts on (required when To is
+	// running), or ended on (when To is terminal; empty keeps the one
+	// recorded at the start).
+	Driver string
+	// Result is the result document of an execution that ends (JSON); it
+	// may be nil.
+	Result json.RawMessage
+	// Output is what the tool_calls row keeps of a run that ended.
+	Output Output
+	// Invocation is the tool_invocations row of an execution that ends,
+	// set exactly when To is terminal. Its Status must be To and its
+	// Credits what the step charges (the reservation's amount when it
+	// commits it, else 0); the store sets its ID, ExecutionID,
+	// WorkspaceID and CreatedAt (At).
+	Invocation *ToolInvocation
+	// Audit events are appended in the same transaction, with WorkspaceID
+	// and ExecutionID set to the execution's.
+	Audit []NewEvent
+}
+
+// CreditMove is a step's movement of credits. Its zero value moves none.
+type CreditMove struct {
+	// Kind is LedgerReserve (Admit only: Amount > 0 becomes the
+	// execution's reservation), LedgerCommit or LedgerRelease (Apply
+	// only: the execution's open reservation is charged or returned), or
+	// empty for none.
+	Kind LedgerKind
+	// Amount is what LedgerReserve holds; a settlement moves the
+	// reservation's own amount and ignores it.
+	Amount int64
+}
+
+// ApprovalChange is a step's change of its execution's approval request.
+// Its zero value changes none.
+type ApprovalChange struct {
+	// To is ApprovalPending (Admit only: the request is created), or
+	// ApprovalApproved, ApprovalDenied, ApprovalExpired or
+	// ApprovalCancelled (Apply only: the pending request is closed so),
+	// or empty for none.
+	To ApprovalStatus
+	// Card and ExpiresAt describe a request created; both are required.
+	Card      json.RawMessage
+	ExpiresAt time.Time
+	// DecidedBy is the deciding key of an approved or denied request;
+	// the step's At is its DecidedAt.
+	DecidedBy string
+	// Reason is kept on the closed request.
+	Reason string
+}
+
+// Output is what a tool_calls row keeps of a run that ended.
+type Output struct {
+	// ExitCode is nil when no process exit was observed.
+	ExitCode *int
+	// Stdout and Stderr are previews; bytes past PreviewLimit are dropped.
+	Stdout, Stderr []byte
+	// StdoutTruncated and StderrTruncated say the producer already cut the
+	// stream; the store also sets them when it truncates a preview.
+	StdoutTruncated, StderrTruncated bool
 }
 
 // ToolCall is the audit row of one invocation, created with the execution
@@ -751,6 +879,15 @@ const (
 	// before anyone decided; Reason says by whom.
 	ApprovalCancelled ApprovalStatus = "cancelled"
 )
+
+// Valid reports whether s is one of the approval states.
+func (s ApprovalStatus) Valid() bool {
+	switch s {
+	case ApprovalPending, ApprovalApproved, ApprovalDenied, ApprovalExpired, ApprovalCancelled:
+		return true
+	}
+	return false
+}
 
 // Approval is one approval request. DecidedBy and DecidedAt are empty while
 // pending and for expired and cancelled requests.

@@ -98,10 +98,11 @@ func TestTwoProcesses(t *testing.T) {
 	)
 	for i := range 40 {
 		wg.Go(func() {
-			_, err := sts[i%2].CreateExecution(ctx, store.NewExecution{WorkspaceID: ws.ID, KeyID: key.ID, Runtime: "python",
-				Tool: "code.execute", Request: []byte(fmt.Sprintf(`{"i":%d}`, i)), Credits: 1,
-				InputSHA256: "0000000000000000000000000000000000000000000000000000000000000000",
-				Audit:       []store.NewEvent{{Type: "capability.invoke_allowed"}}})
+			_, err := sts[i%2].Admit(ctx, store.NewExecution{WorkspaceID: ws.ID, KeyID: key.ID, Runtime: "python",
+				Tool: "code.execute", Request: []byte(fmt.Sprintf(`{"i":%d}`, i)),
+				InputSHA256: "0000000000000000000000000000000000000000000000000000000000000000"},
+				store.Step{To: store.StatusQueued, Credits: store.CreditMove{Kind: store.LedgerReserve, Amount: 1},
+					Audit: []store.NewEvent{{Type: "capability.invoke_allowed"}}})
 			mu.Lock()
 			defer mu.Unlock()
 			switch {

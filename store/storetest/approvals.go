@@ -11,9 +11,7 @@ import (
 // awaiting admits an execution that waits for approval, reserving 2 credits.
 func awaiting(t *testing.T, st store.Store, f fixture, code string, expires time.Time) store.Admission {
 	t.Helper()
-	e := f.newExec(code, 2)
-	e.Approval = &store.NewApproval{Card: []byte(`{"code":"` + code + `","risk":"high"}`), ExpiresAt: expires}
-	adm := mustCreate(t, st, e)
+	adm := mustAdmit(t, st, f.newExec(code), waiting(2, `{"code":"`+code+`","risk":"high"}`, expires))
 	if adm.Approval == nil || adm.Execution.Status != store.StatusAwaitingApproval || adm.Execution.ApprovalID != adm.Approval.ID {
 		t.Fatalf("admission with approval: got %+v", adm)
 	}
@@ -35,26 +33,19 @@ func testApprovalApprove(t *testing.T, st store.Store) {
 	if tc.Status != store.StatusAwaitingApproval {
 		t.Fatalf("tool call while awaiting approval: got %s", tc.Status)
 	}
-	_, err := st.StartExecution(ctx, adm.Execution.ID, "runc")
-	wantClass(t, "StartExecution before approval", err, errdefs.ErrConflict)
-	_, err = st.FinishExecution(ctx, store.Outcome{ExecutionID: adm.Execution.ID, Status: store.StatusKilled})
-	wantClass(t, "FinishExecution before approval", err, errdefs.ErrConflict)
 
-	dec, ex, err := st.DecideApproval(ctx, store.Decision{WorkspaceID: f.ws.ID, ApprovalID: a.ID, Approve: true,
-		DecidedBy: f.approver.ID, Reason: "looks fine",
-		Audit: []store.NewEvent{{Type: "approval.approved", Actor: f.approver.ID}}})
-	if err != nil {
-		t.Fatalf("DecideApproval: %v", err)
-	}
-	if dec.Status != store.ApprovalApproved || dec.DecidedBy != f.approver.ID || dec.DecidedAt.IsZero() || dec.Reason != "looks fine" {
-		t.Fatalf("decided approval: got %+v", dec)
-	}
+	step := decision(adm.Execution, true, f.approver.ID, "looks fine", store.NewEvent{Type: "approval.approved", Actor: f.approver.ID})
+	step.At = store.TruncateTime(time.Now())
+	ex := mustApply(t, st, adm.Execution, step)
 	if ex.Status != store.StatusQueued {
 		t.Fatalf("execution after approval: got %s, want queued", ex.Status)
 	}
 	if got := must[store.Approval](t, "GetApproval")(st.GetApproval(ctx, f.ws.ID, a.ID)); got.Status != store.ApprovalApproved ||
-		got.DecidedBy != f.approver.ID || !got.DecidedAt.Equal(dec.DecidedAt) {
-		t.Fatalf("stored decision: got %+v", got)
+		got.DecidedBy != f.approver.ID || !got.DecidedAt.Equal(step.At) || got.Reason != "looks fine" {
+		t.Fatalf("stored decision: got %+v, want approved by %s at %v", got, f.approver.ID, step.At)
+	}
+	if tc := must[store.ToolCall](t, "GetToolCall")(st.GetToolCall(ctx, f.ws.ID, ex.ID)); tc.Status != store.StatusQueued {
+		t.Fatalf("tool call after approval: got %s, want queued", tc.Status)
 	}
 	ev := must[store.Page[store.Event]](t, "ListEvents")(st.ListEvents(ctx, f.ws.ID, store.EventFilter{ExecutionID: adm.Execution.ID}))
 	if len(ev.Items) != 1 || ev.Items[0].Type != "approval.approved" {
@@ -62,14 +53,15 @@ func testApprovalApprove(t *testing.T, st store.Store) {
 	}
 	wantCredits(t, st, f.ws.ID, 8, 2)
 
-	must[store.Execution](t, "StartExecution")(st.StartExecution(ctx, ex.ID, "runc"))
-	must[store.Execution](t, "FinishExecution")(st.FinishExecution(ctx, store.Outcome{ExecutionID: ex.ID, Status: store.StatusSucceeded}))
+	run(t, st, ex, "runc", store.StatusSucceeded, true)
 	wantCredits(t, st, f.ws.ID, 8, 0)
 
-	_, _, err = st.DecideApproval(ctx, store.Decision{WorkspaceID: f.ws.ID, ApprovalID: a.ID, Approve: false, DecidedBy: f.adm.ID})
+	// The request is closed: deciding it again is refused, whatever the
+	// step says the execution is.
+	_, err := st.Apply(ctx, ex.ID, decision(adm.Execution, false, f.adm.ID, ""))
 	wantClass(t, "deciding twice", err, errdefs.ErrConflict)
-	_, _, err = st.DecideApproval(ctx, store.Decision{WorkspaceID: f.ws.ID, ApprovalID: "apr_nope", Approve: true, DecidedBy: f.adm.ID})
-	wantClass(t, "deciding an unknown approval", err, errdefs.ErrNotFound)
+	_, err = st.Apply(ctx, "ex_nope", decision(adm.Execution, true, f.adm.ID, ""))
+	wantClass(t, "deciding the request of an unknown execution", err, errdefs.ErrNotFound)
 }
 
 func testApprovalDeny(t *testing.T, st store.Store) {
@@ -78,13 +70,10 @@ func testApprovalDeny(t *testing.T, st store.Store) {
 	mustGrant(t, st, f.ws.ID, 10)
 	adm := awaiting(t, st, f, "rm -rf /", nowPlus(600))
 	wantCredits(t, st, f.ws.ID, 8, 2)
-	dec, ex, err := st.DecideApproval(ctx, store.Decision{WorkspaceID: f.ws.ID, ApprovalID: adm.Approval.ID,
-		DecidedBy: f.adm.ID, Reason: "no"})
-	if err != nil {
-		t.Fatalf("DecideApproval: %v", err)
-	}
-	if dec.Status != store.ApprovalDenied || ex.Status != store.StatusDenied || ex.FinishedAt.IsZero() {
-		t.Fatalf("denial: got approval %s, execution %s", dec.Status, ex.Status)
+	ex := mustApply(t, st, adm.Execution, decision(adm.Execution, false, f.adm.ID, "no"))
+	dec := must[store.Approval](t, "GetApproval")(st.GetApproval(ctx, f.ws.ID, adm.Approval.ID))
+	if dec.Status != store.ApprovalDenied || dec.DecidedBy != f.adm.ID || dec.Reason != "no" || ex.Status != store.StatusDenied || ex.FinishedAt.IsZero() {
+		t.Fatalf("denial: got approval %+v, execution %s", dec, ex.Status)
 	}
 	wantCredits(t, st, f.ws.ID, 10, 0)
 	tc := must[store.ToolCall](t, "GetToolCall")(st.GetToolCall(ctx, f.ws.ID, ex.ID))
@@ -95,74 +84,96 @@ func testApprovalDeny(t *testing.T, st store.Store) {
 	if len(inv.Items) != 1 || inv.Items[0].Status != store.StatusDenied {
 		t.Fatalf("tool invocations after a denial: got %+v", inv.Items)
 	}
-	_, _, err = st.DecideApproval(ctx, store.Decision{WorkspaceID: f.ws.ID, ApprovalID: adm.Approval.ID, Approve: true, DecidedBy: f.adm.ID})
+	_, err := st.Apply(ctx, ex.ID, decision(adm.Execution, true, f.adm.ID, ""))
 	wantClass(t, "approving a denied request", err, errdefs.ErrConflict)
 }
 
-func testApprovalDeciders(t *testing.T, st store.Store) {
+// testApprovalDecider records the decider of a request as the key it is:
+// a key the database does not hold is refused. Which keys may decide is
+// the capability layer's rule; that the decider is a key is the store's
+// integrity.
+func testApprovalDecider(t *testing.T, st store.Store) {
 	ctx := t.Context()
 	f := newFixture(t, st, "deciders")
 	other := newFixture(t, st, "deciders-other")
 	mustGrant(t, st, f.ws.ID, 10)
 	adm := awaiting(t, st, f, "print(2)", nowPlus(600))
-	revoked := must[store.APIKey](t, "CreateAPIKey")(st.CreateAPIKey(ctx, store.NewAPIKey{WorkspaceID: f.ws.ID,
-		Role: store.RoleApprover, Hash: store.HashKey("revoked approver")}))
-	if err := st.RevokeAPIKey(ctx, f.ws.ID, revoked.ID, nil); err != nil {
-		t.Fatal(err)
-	}
-	for _, tc := range []struct {
-		name, ws, key string
-		class         error
-	}{
-		{"agent key", f.ws.ID, f.agent.ID, errdefs.ErrPermissionDenied},
-		{"another workspace's approver", f.ws.ID, other.approver.ID, errdefs.ErrPermissionDenied},
-		{"revoked approver", f.ws.ID, revoked.ID, errdefs.ErrPermissionDenied},
-		{"unknown key", f.ws.ID, "key_nope", errdefs.ErrPermissionDenied},
-		{"approval of another workspace", other.ws.ID, other.approver.ID, errdefs.ErrNotFound},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			_, _, err := st.DecideApproval(ctx, store.Decision{WorkspaceID: tc.ws, ApprovalID: adm.Approval.ID,
-				Approve: true, DecidedBy: tc.key})
-			wantClass(t, "DecideApproval", err, tc.class)
-		})
+	_, err := st.Apply(ctx, adm.Execution.ID, decision(adm.Execution, true, "key_nope", ""))
+	if err == nil {
+		t.Fatal("a decision by a key the database does not hold was recorded")
 	}
 	if a := must[store.Approval](t, "GetApproval")(st.GetApproval(ctx, f.ws.ID, adm.Approval.ID)); a.Status != store.ApprovalPending {
-		t.Fatalf("a refused decider changed the approval to %s", a.Status)
+		t.Fatalf("a refused decision changed the approval to %s", a.Status)
 	}
-	_, err := st.GetApproval(ctx, other.ws.ID, adm.Approval.ID)
+	_, err = st.GetApproval(ctx, other.ws.ID, adm.Approval.ID)
 	wantClass(t, "GetApproval from another workspace", err, errdefs.ErrNotFound)
+	wantCredits(t, st, f.ws.ID, 8, 2)
 }
 
-// expiredEvents is the audit argument of ExpireApprovals in the suite: one
-// event per expired approval, naming it.
+// expiredEvents is the audit trail of one expiry in the suite: one event
+// naming the request.
 func expiredEvents(a store.Approval) []store.NewEvent {
 	return []store.NewEvent{{Type: "approval.expired", Code: "APR004W", Actor: "system",
 		Reason: "no decision before the approval expired", Data: []byte(`{"approval_id":"` + a.ID + `"}`)}}
 }
 
+// expireDue expires every request due at now, as the capability layer's
+// expiry loop does, and returns those it expired.
+func expireDue(t *testing.T, st store.Store, now time.Time) []store.Approval {
+	t.Helper()
+	ctx := t.Context()
+	due := must[[]store.Approval](t, "ListDueApprovals")(st.ListDueApprovals(ctx, now))
+	var expired []store.Approval
+	for _, a := range due {
+		ex := must[store.Execution](t, "GetExecution")(st.GetExecution(ctx, a.WorkspaceID, a.ExecutionID))
+		if ex.Status != store.StatusAwaitingApproval {
+			continue
+		}
+		_, err := st.Apply(ctx, ex.ID, expiry(ex, expiredEvents(a)...))
+		if errdefs.IsConflict(err) {
+			continue // decided, cancelled or expired meanwhile
+		}
+		if err != nil {
+			t.Fatalf("expiring approval %s: %v", a.ID, err)
+		}
+		expired = append(expired, a)
+	}
+	return expired
+}
+
 func testApprovalExpiry(t *testing.T, st store.Store) {
 	ctx := t.Context()
 	f := newFixture(t, st, "expiry")
+	other := newFixture(t, st, "expiry-other")
 	mustGrant(t, st, f.ws.ID, 10)
+	mustGrant(t, st, other.ws.ID, 10)
 	lapsed := awaiting(t, st, f, "late", time.Now().Add(-time.Second))
 	fresh := awaiting(t, st, f, "fresh", nowPlus(3600))
+	elsewhere := awaiting(t, st, other, "elsewhere", time.Now().Add(-2*time.Second))
 	wantCredits(t, st, f.ws.ID, 6, 4)
 
-	_, _, err := st.DecideApproval(ctx, store.Decision{WorkspaceID: f.ws.ID, ApprovalID: lapsed.Approval.ID, Approve: true, DecidedBy: f.approver.ID})
-	wantClass(t, "approving after the expiry", err, errdefs.ErrConflict)
+	due := must[[]store.Approval](t, "ListDueApprovals")(st.ListDueApprovals(ctx, time.Now()))
+	if got := ids(due, func(a store.Approval) string { return a.ID }); got != ids([]store.Admission{elsewhere, lapsed},
+		func(a store.Admission) string { return a.Approval.ID }) {
+		t.Fatalf("ListDueApprovals: got %v, want the two lapsed ones, earliest first", got)
+	}
 
 	// An event the store refuses rolls the expiry back with it: the two are
 	// one transaction.
-	_, err = st.ExpireApprovals(ctx, time.Now(), func(store.Approval) []store.NewEvent { return []store.NewEvent{{Type: ""}} })
-	wantClass(t, "ExpireApprovals with an invalid event", err, errdefs.ErrInvalidArgument)
+	_, err := st.Apply(ctx, lapsed.Execution.ID, expiry(lapsed.Execution, store.NewEvent{Type: ""}))
+	wantClass(t, "an expiry with an invalid event", err, errdefs.ErrInvalidArgument)
 	if a := must[store.Approval](t, "GetApproval")(st.GetApproval(ctx, f.ws.ID, lapsed.Approval.ID)); a.Status != store.ApprovalPending {
 		t.Fatalf("approval after a failed expiry: got %s, want pending", a.Status)
 	}
 	wantCredits(t, st, f.ws.ID, 6, 4)
 
-	got := must[[]store.Approval](t, "ExpireApprovals")(st.ExpireApprovals(ctx, time.Now(), expiredEvents))
-	if len(got) != 1 || got[0].ID != lapsed.Approval.ID || got[0].Status != store.ApprovalExpired || got[0].DecidedBy != "" {
-		t.Fatalf("ExpireApprovals: got %+v, want only %s, expired", got, lapsed.Approval.ID)
+	got := expireDue(t, st, time.Now())
+	if len(got) != 2 {
+		t.Fatalf("expired: got %+v, want the two lapsed ones", got)
+	}
+	if a := must[store.Approval](t, "GetApproval")(st.GetApproval(ctx, f.ws.ID, lapsed.Approval.ID)); a.Status != store.ApprovalExpired ||
+		a.DecidedBy != "" || !a.DecidedAt.IsZero() {
+		t.Fatalf("expired approval: got %+v", a)
 	}
 	ex := must[store.Execution](t, "GetExecution")(st.GetExecution(ctx, f.ws.ID, lapsed.Execution.ID))
 	if ex.Status != store.StatusApprovalExpired {
@@ -170,30 +181,18 @@ func testApprovalExpiry(t *testing.T, st store.Store) {
 	}
 	wantCredits(t, st, f.ws.ID, 8, 2)
 	wantExpiredEvent(t, st, f.ws.ID, lapsed)
-	if again := must[[]store.Approval](t, "ExpireApprovals")(st.ExpireApprovals(ctx, time.Now(), expiredEvents)); len(again) != 0 {
-		t.Fatalf("second ExpireApprovals: got %d, want none", len(again))
+	wantExpiredEvent(t, st, other.ws.ID, elsewhere)
+	if again := expireDue(t, st, time.Now()); len(again) != 0 {
+		t.Fatalf("second expiry pass: got %d, want none", len(again))
 	}
 	wantExpiredEvent(t, st, f.ws.ID, lapsed)
 
-	// Expiry at an explicit time: the fresh request lapses exactly at its
-	// ExpiresAt.
-	got = must[[]store.Approval](t, "ExpireApprovals")(st.ExpireApprovals(ctx, fresh.Approval.ExpiresAt, expiredEvents))
-	if len(got) != 1 || got[0].ID != fresh.Approval.ID {
-		t.Fatalf("ExpireApprovals at ExpiresAt: got %+v", got)
+	// Due exactly at its ExpiresAt.
+	if got := expireDue(t, st, fresh.Approval.ExpiresAt); len(got) != 1 || got[0].ID != fresh.Approval.ID {
+		t.Fatalf("expiring at ExpiresAt: got %+v", got)
 	}
 	wantCredits(t, st, f.ws.ID, 10, 0)
 	wantExpiredEvent(t, st, f.ws.ID, fresh)
-	wantIntact(t, st, f.ws.ID)
-
-	// A nil audit expires without events.
-	quiet := awaiting(t, st, f, "quiet", time.Now().Add(-time.Second))
-	if got := must[[]store.Approval](t, "ExpireApprovals")(st.ExpireApprovals(ctx, time.Now(), nil)); len(got) != 1 || got[0].ID != quiet.Approval.ID {
-		t.Fatalf("ExpireApprovals without audit: got %+v, want %s", got, quiet.Approval.ID)
-	}
-	ev := must[store.Page[store.Event]](t, "ListEvents")(st.ListEvents(ctx, f.ws.ID, store.EventFilter{ExecutionID: quiet.Execution.ID}))
-	if len(ev.Items) != 0 {
-		t.Fatalf("events of an expiry without audit: got %+v, want none", ev.Items)
-	}
 	wantIntact(t, st, f.ws.ID)
 }
 
@@ -221,10 +220,7 @@ func testListApprovals(t *testing.T, st store.Store) {
 	for i := range 7 {
 		adm := awaiting(t, st, f, string(rune('a'+i)), nowPlus(600))
 		if i%3 == 0 {
-			if _, _, err := st.DecideApproval(ctx, store.Decision{WorkspaceID: f.ws.ID, ApprovalID: adm.Approval.ID,
-				Approve: i%2 == 0, DecidedBy: f.approver.ID}); err != nil {
-				t.Fatal(err)
-			}
+			mustApply(t, st, adm.Execution, decision(adm.Execution, i%2 == 0, f.approver.ID, ""))
 			decided = append(decided, adm.Approval.ID)
 		} else {
 			pending = append(pending, adm.Approval.ID)

@@ -145,12 +145,10 @@ func testAuditUnitOfWork(t *testing.T, st store.Store) {
 	ctx := t.Context()
 	f := newFixture(t, st, "uow")
 	mustGrant(t, st, f.ws.ID, 10)
-	e := f.newExec("print(1)", 2)
-	e.Audit = []store.NewEvent{{Type: "capability.invoke_allowed", Code: "CAP001", Actor: f.agent.ID, ExecutionID: "ignored"}}
-	adm := mustCreate(t, st, e)
-	must[store.Execution](t, "StartExecution")(st.StartExecution(ctx, adm.Execution.ID, "runc"))
-	must[store.Execution](t, "FinishExecution")(st.FinishExecution(ctx, store.Outcome{ExecutionID: adm.Execution.ID,
-		Status: store.StatusSucceeded, Audit: []store.NewEvent{{Type: "execution.finished", Actor: "system"}}}))
+	adm := mustAdmit(t, st, f.newExec("print(1)"), admission(2,
+		store.NewEvent{Type: "capability.invoke_allowed", Code: "CAP001", Actor: f.agent.ID, ExecutionID: "ignored"}))
+	ran := mustApply(t, st, adm.Execution, start("runc"))
+	mustApply(t, st, ran, ending(ran, store.StatusSucceeded, true, store.NewEvent{Type: "execution.finished", Actor: "system"}))
 	p := must[store.Page[store.Event]](t, "ListEvents")(st.ListEvents(ctx, f.ws.ID, store.EventFilter{ExecutionID: adm.Execution.ID}))
 	if len(p.Items) != 2 || p.Items[1].Type != "capability.invoke_allowed" || p.Items[0].Type != "execution.finished" {
 		t.Fatalf("events of the execution: got %+v", p.Items)
@@ -160,10 +158,9 @@ func testAuditUnitOfWork(t *testing.T, st store.Store) {
 			t.Fatalf("event %d: got workspace %q execution %q", ev.Seq, ev.WorkspaceID, ev.ExecutionID)
 		}
 	}
-	// A finish that fails writes no event.
-	_, err := st.FinishExecution(ctx, store.Outcome{ExecutionID: adm.Execution.ID, Status: store.StatusFailed,
-		Audit: []store.NewEvent{{Type: "execution.finished"}}})
-	wantClass(t, "FinishExecution twice", err, errdefs.ErrConflict)
+	// A step that fails writes no event.
+	_, err := st.Apply(ctx, ran.ID, ending(ran, store.StatusFailed, false, store.NewEvent{Type: "execution.finished"}))
+	wantClass(t, "ending twice", err, errdefs.ErrConflict)
 	if h := must[store.ChainHead](t, "ChainHead")(st.ChainHead(ctx, f.ws.ID)); h.Seq != 2 {
 		t.Fatalf("chain after a failed finish: got seq %d, want 2", h.Seq)
 	}
@@ -197,9 +194,8 @@ func testAuditConcurrent(t *testing.T, st store.Store) {
 					ws = b.ws.ID
 				}
 				if w%2 == 1 && ws == a.ws.ID {
-					e := a.newExec(fmt.Sprintf("w%d i%d", w, i), 1)
-					e.Audit = []store.NewEvent{{Type: "capability.invoke_allowed"}, {Type: "approval.not_required"}}
-					if _, err := st.CreateExecution(ctx, e); err != nil {
+					if _, err := st.Admit(ctx, a.newExec(fmt.Sprintf("w%d i%d", w, i)), admission(1,
+						store.NewEvent{Type: "capability.invoke_allowed"}, store.NewEvent{Type: "approval.not_required"})); err != nil {
 						fail(err)
 					}
 					continue

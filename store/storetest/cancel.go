@@ -7,29 +7,23 @@ import (
 	"github.com/stockade-sh/stockade/store"
 )
 
-// cancelEvents is the audit argument of CancelExecution in the suite: one
-// event naming the status the execution was cancelled in.
-func cancelEvents(by string) func(store.Execution) []store.NewEvent {
-	return func(from store.Execution) []store.NewEvent {
-		return []store.NewEvent{{Type: "execution.cancelled", Code: "EXE003I", Actor: by, Reason: "from " + string(from.Status)}}
-	}
+// cancelled is the audit trail of a cancel in the suite: one event naming
+// the status the execution was cancelled in.
+func cancelled(by string, from store.Execution) store.NewEvent {
+	return store.NewEvent{Type: "execution.cancelled", Code: "EXE003I", Actor: by, Reason: "from " + string(from.Status)}
 }
 
 // testCancelPending cancels an execution awaiting approval: it ends
 // cancelled, its approval request is closed, its reservation released,
-// its rows written and its event appended, all at once; a second cancel
-// and a decision after it change nothing.
+// its rows written and its event appended, all at once; a second cancel,
+// a decision and an expiry after it change nothing.
 func testCancelPending(t *testing.T, st store.Store) {
 	ctx := t.Context()
 	f := newFixture(t, st, "cancel-pending")
 	mustGrant(t, st, f.ws.ID, 10)
 	adm := awaiting(t, st, f, "print(1)", nowPlus(600))
 	wantCredits(t, st, f.ws.ID, 8, 2)
-	ex, err := st.CancelExecution(ctx, store.Cancellation{WorkspaceID: f.ws.ID, ExecutionID: adm.Execution.ID, By: f.agent.ID,
-		Reason: "no longer needed", Result: []byte(`{"error":"cancelled"}`), Audit: cancelEvents(f.agent.ID)})
-	if err != nil {
-		t.Fatalf("CancelExecution: %v", err)
-	}
+	ex := mustApply(t, st, adm.Execution, cancel(adm.Execution, "no longer needed", cancelled(f.agent.ID, adm.Execution)))
 	if ex.Status != store.StatusCancelled || ex.FinishedAt.IsZero() || string(ex.Result) != `{"error":"cancelled"}` {
 		t.Fatalf("cancelled execution: got %+v", ex)
 	}
@@ -56,12 +50,12 @@ func testCancelPending(t *testing.T, st store.Store) {
 		t.Fatalf("pending approvals after the cancel: got %+v", pending.Items)
 	}
 
-	_, err = st.CancelExecution(ctx, store.Cancellation{WorkspaceID: f.ws.ID, ExecutionID: ex.ID, By: f.agent.ID})
+	_, err := st.Apply(ctx, ex.ID, cancel(adm.Execution, "again"))
 	wantClass(t, "cancelling twice", err, errdefs.ErrConflict)
-	_, _, err = st.DecideApproval(ctx, store.Decision{WorkspaceID: f.ws.ID, ApprovalID: a.ID, Approve: true, DecidedBy: f.approver.ID})
+	_, err = st.Apply(ctx, ex.ID, decision(adm.Execution, true, f.approver.ID, ""))
 	wantClass(t, "approving after the cancel", err, errdefs.ErrConflict)
-	if _, err := st.ExpireApprovals(ctx, nowPlus(3600), nil); err != nil {
-		t.Fatal(err)
+	if due := expireDue(t, st, nowPlus(3600)); len(due) != 0 {
+		t.Fatalf("an expiry pass after the cancel expired %+v", due)
 	}
 	if got := must[store.Approval](t, "GetApproval")(st.GetApproval(ctx, f.ws.ID, a.ID)); got.Status != store.ApprovalCancelled {
 		t.Fatalf("approval after an expiry pass: got %s, want it still cancelled", got.Status)
@@ -72,86 +66,32 @@ func testCancelPending(t *testing.T, st store.Store) {
 	}
 }
 
-// testCancelQueued cancels queued executions (one approved first) and
-// refuses to cancel running and ended ones: a running execution ends
-// through FinishExecution, by the daemon that runs it.
+// testCancelQueued cancels queued executions (one approved first): an
+// approved request stays approved, and what was cancelled can no longer
+// start or end otherwise.
 func testCancelQueued(t *testing.T, st store.Store) {
 	ctx := t.Context()
 	f := newFixture(t, st, "cancel-queued")
 	mustGrant(t, st, f.ws.ID, 10)
-	queued := mustCreate(t, st, f.newExec("print(1)", 2))
+	queued := f.admit(t, st, "print(1)", 2)
 	approved := awaiting(t, st, f, "print(2)", nowPlus(600))
-	if _, _, err := st.DecideApproval(ctx, store.Decision{WorkspaceID: f.ws.ID, ApprovalID: approved.Approval.ID, Approve: true,
-		DecidedBy: f.approver.ID}); err != nil {
-		t.Fatal(err)
-	}
-	running := mustCreate(t, st, f.newExec("print(3)", 2))
-	must[store.Execution](t, "StartExecution")(st.StartExecution(ctx, running.Execution.ID, "runc"))
-	wantCredits(t, st, f.ws.ID, 4, 6)
+	ready := mustApply(t, st, approved.Execution, decision(approved.Execution, true, f.approver.ID, ""))
+	wantCredits(t, st, f.ws.ID, 6, 4)
 
-	for _, adm := range []store.Admission{queued, approved} {
-		ex, err := st.CancelExecution(ctx, store.Cancellation{WorkspaceID: f.ws.ID, ExecutionID: adm.Execution.ID, By: f.agent.ID,
-			Audit: cancelEvents(f.agent.ID)})
-		if err != nil || ex.Status != store.StatusCancelled {
-			t.Fatalf("cancelling a queued execution: got %+v, %v", ex, err)
+	for _, ex := range []store.Execution{queued.Execution, ready} {
+		got := mustApply(t, st, ex, cancel(ex, "", cancelled(f.agent.ID, ex)))
+		if got.Status != store.StatusCancelled {
+			t.Fatalf("cancelling a queued execution: got %+v", got)
 		}
 	}
 	if a := must[store.Approval](t, "GetApproval")(st.GetApproval(ctx, f.ws.ID, approved.Approval.ID)); a.Status != store.ApprovalApproved {
 		t.Fatalf("the decided approval of a cancelled execution: got %s, want it still approved", a.Status)
 	}
-	wantCredits(t, st, f.ws.ID, 8, 2)
-	_, err := st.StartExecution(ctx, queued.Execution.ID, "runc")
-	wantClass(t, "starting a cancelled execution", err, errdefs.ErrConflict)
-	_, err = st.FinishExecution(ctx, store.Outcome{ExecutionID: queued.Execution.ID, Status: store.StatusLaunchFailed})
-	wantClass(t, "finishing a cancelled execution", err, errdefs.ErrConflict)
-
-	_, err = st.CancelExecution(ctx, store.Cancellation{WorkspaceID: f.ws.ID, ExecutionID: running.Execution.ID, By: f.agent.ID})
-	wantClass(t, "cancelling a running execution", err, errdefs.ErrFailedPrecondition)
-	must[store.Execution](t, "FinishExecution")(st.FinishExecution(ctx, store.Outcome{ExecutionID: running.Execution.ID, Status: store.StatusKilled}))
-	wantCredits(t, st, f.ws.ID, 8, 0)
-	_, err = st.CancelExecution(ctx, store.Cancellation{WorkspaceID: f.ws.ID, ExecutionID: running.Execution.ID, By: f.agent.ID})
-	wantClass(t, "cancelling an ended execution", err, errdefs.ErrConflict)
-}
-
-// testCancelWho checks who may cancel: the key that invoked, or an admin
-// key of the workspace; nobody else, and nobody of another workspace.
-func testCancelWho(t *testing.T, st store.Store) {
-	ctx := t.Context()
-	f := newFixture(t, st, "cancel-who")
-	other := newFixture(t, st, "cancel-who-other")
-	mustGrant(t, st, f.ws.ID, 10)
-	second := must[store.APIKey](t, "CreateAPIKey")(st.CreateAPIKey(ctx, store.NewAPIKey{WorkspaceID: f.ws.ID,
-		Role: store.RoleAgent, Hash: store.HashKey("second agent")}))
-	revokedAdmin := must[store.APIKey](t, "CreateAPIKey")(st.CreateAPIKey(ctx, store.NewAPIKey{WorkspaceID: f.ws.ID,
-		Role: store.RoleAdmin, Hash: store.HashKey("revoked admin")}))
-	if err := st.RevokeAPIKey(ctx, f.ws.ID, revokedAdmin.ID, nil); err != nil {
-		t.Fatal(err)
-	}
-	adm := awaiting(t, st, f, "print(1)", nowPlus(600))
-	for _, tc := range []struct {
-		name, ws, key string
-		class         error
-	}{
-		{"another agent", f.ws.ID, second.ID, errdefs.ErrPermissionDenied},
-		{"an approver", f.ws.ID, f.approver.ID, errdefs.ErrPermissionDenied},
-		{"a revoked admin", f.ws.ID, revokedAdmin.ID, errdefs.ErrPermissionDenied},
-		{"another workspace's admin", f.ws.ID, other.adm.ID, errdefs.ErrPermissionDenied},
-		{"an unknown key", f.ws.ID, "key_nope", errdefs.ErrPermissionDenied},
-		{"from another workspace", other.ws.ID, other.adm.ID, errdefs.ErrNotFound},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			_, err := st.CancelExecution(ctx, store.Cancellation{WorkspaceID: tc.ws, ExecutionID: adm.Execution.ID, By: tc.key})
-			wantClass(t, "CancelExecution", err, tc.class)
-		})
-	}
-	if ex := must[store.Execution](t, "GetExecution")(st.GetExecution(ctx, f.ws.ID, adm.Execution.ID)); ex.Status != store.StatusAwaitingApproval {
-		t.Fatalf("a refused canceller changed the execution to %s", ex.Status)
-	}
-	wantCredits(t, st, f.ws.ID, 8, 2)
-	if ex, err := st.CancelExecution(ctx, store.Cancellation{WorkspaceID: f.ws.ID, ExecutionID: adm.Execution.ID, By: f.adm.ID}); err != nil || ex.Status != store.StatusCancelled {
-		t.Fatalf("an admin's cancel: got %+v, %v", ex, err)
-	}
 	wantCredits(t, st, f.ws.ID, 10, 0)
+	_, err := st.Apply(ctx, queued.Execution.ID, start("runc"))
+	wantClass(t, "starting a cancelled execution", err, errdefs.ErrConflict)
+	_, err = st.Apply(ctx, queued.Execution.ID, ending(queued.Execution, store.StatusLaunchFailed, false))
+	wantClass(t, "ending a cancelled execution", err, errdefs.ErrConflict)
 }
 
 // Upgrade checks a database made by an older schema against the current
@@ -165,10 +105,10 @@ func Upgrade(t *testing.T, old, current func(t *testing.T) store.Store) {
 	f := newFixture(t, st, "upgrade")
 	mustGrant(t, st, f.ws.ID, 10)
 	pending := awaiting(t, st, f, "print(1)", nowPlus(600))
-	done := mustCreate(t, st, f.newExec("print(2)", 2))
-	must[store.Execution](t, "StartExecution")(st.StartExecution(ctx, done.Execution.ID, "runc"))
-	must[store.Execution](t, "FinishExecution")(st.FinishExecution(ctx, store.Outcome{ExecutionID: done.Execution.ID,
-		Status: store.StatusSucceeded, ExitCode: ptr(0), Stdout: []byte("2\n")}))
+	done := mustApply(t, st, f.admit(t, st, "print(2)", 2).Execution, start("runc"))
+	end := ending(done, store.StatusSucceeded, true)
+	end.Output = store.Output{ExitCode: ptr(0), Stdout: []byte("2\n")}
+	mustApply(t, st, done, end)
 	must[store.Event](t, "AppendEvent")(st.AppendEvent(ctx, store.NewEvent{WorkspaceID: f.ws.ID, Type: "test.before_upgrade"}))
 	if err := st.Close(); err != nil {
 		t.Fatal(err)
@@ -176,17 +116,18 @@ func Upgrade(t *testing.T, old, current func(t *testing.T) store.Store) {
 
 	st = current(t)
 	wantCredits(t, st, f.ws.ID, 6, 2)
-	if ex := must[store.Execution](t, "GetExecution")(st.GetExecution(ctx, f.ws.ID, done.Execution.ID)); ex.Status != store.StatusSucceeded ||
+	if ex := must[store.Execution](t, "GetExecution")(st.GetExecution(ctx, f.ws.ID, done.ID)); ex.Status != store.StatusSucceeded ||
 		ex.Driver != "runc" || ex.StartedAt.IsZero() {
 		t.Fatalf("a finished execution after the upgrade: got %+v", ex)
 	}
-	if tc := must[store.ToolCall](t, "GetToolCall")(st.GetToolCall(ctx, f.ws.ID, done.Execution.ID)); string(tc.StdoutPreview) != "2\n" || tc.CreditsCharged != 2 {
+	if tc := must[store.ToolCall](t, "GetToolCall")(st.GetToolCall(ctx, f.ws.ID, done.ID)); string(tc.StdoutPreview) != "2\n" || tc.CreditsCharged != 2 {
 		t.Fatalf("its tool call after the upgrade: got %+v", tc)
 	}
 	if ok, broken, err := st.VerifyChain(ctx, f.ws.ID); !ok || err != nil {
 		t.Fatalf("the chain after the upgrade: ok %v, broken %+v, err %v", ok, broken, err)
 	}
-	ex, err := st.CancelExecution(ctx, store.Cancellation{WorkspaceID: f.ws.ID, ExecutionID: pending.Execution.ID, By: f.agent.ID})
+	prior := must[store.Execution](t, "GetExecution")(st.GetExecution(ctx, f.ws.ID, pending.Execution.ID))
+	ex, err := st.Apply(ctx, prior.ID, cancel(prior, ""))
 	if err != nil || ex.Status != store.StatusCancelled {
 		t.Fatalf("cancelling an execution of the old schema: got %+v, %v", ex, err)
 	}

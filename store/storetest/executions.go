@@ -23,15 +23,15 @@ func testIdempotency(t *testing.T, st store.Store) {
 	mustGrant(t, st, f.ws.ID, 10)
 	mustGrant(t, st, other.ws.ID, 10)
 
-	e := f.newExec("print('once')", 2)
+	e := f.newExec("print('once')")
 	e.IdempotencyKey = "req-1"
 	_, err := st.ReplayExecution(ctx, e)
 	wantClass(t, "ReplayExecution before the first request", err, errdefs.ErrNotFound)
-	first := mustCreate(t, st, e)
+	first := mustAdmit(t, st, e, admission(2))
 	if first.Replayed {
-		t.Fatal("first CreateExecution reported Replayed")
+		t.Fatal("first Admit reported Replayed")
 	}
-	again := mustCreate(t, st, e)
+	again := mustAdmit(t, st, e, admission(2))
 	if !again.Replayed || again.Execution.ID != first.Execution.ID || again.Reservation == nil ||
 		again.Reservation.ID != first.Reservation.ID {
 		t.Fatalf("retry: got %+v, want a replay of %s with its reservation", again, first.Execution.ID)
@@ -40,10 +40,11 @@ func testIdempotency(t *testing.T, st store.Store) {
 	wantReplay(t, st, e, first)
 
 	// A finished execution replays with its final state.
-	must[store.Execution](t, "StartExecution")(st.StartExecution(ctx, first.Execution.ID, "runc"))
-	must[store.Execution](t, "FinishExecution")(st.FinishExecution(ctx, store.Outcome{ExecutionID: first.Execution.ID,
-		Status: store.StatusSucceeded, Result: []byte(`{"exit_code":0}`)}))
-	again = mustCreate(t, st, e)
+	ran := mustApply(t, st, first.Execution, start("runc"))
+	end := ending(ran, store.StatusSucceeded, true)
+	end.Result = []byte(`{"exit_code":0}`)
+	mustApply(t, st, ran, end)
+	again = mustAdmit(t, st, e, admission(2))
 	if !again.Replayed || again.Execution.Status != store.StatusSucceeded || string(again.Execution.Result) != `{"exit_code":0}` {
 		t.Fatalf("retry after the end: got %+v", again.Execution)
 	}
@@ -52,9 +53,9 @@ func testIdempotency(t *testing.T, st store.Store) {
 		t.Fatalf("ReplayExecution after the end: got %s with a %s reservation", r.Execution.Status, r.Reservation.Status)
 	}
 
-	changed := f.newExec("print('other code')", 2)
+	changed := f.newExec("print('other code')")
 	changed.IdempotencyKey = "req-1"
-	_, err = st.CreateExecution(ctx, changed)
+	_, err = st.Admit(ctx, changed, admission(2))
 	wantClass(t, "the same key for a different request", err, errdefs.ErrConflict)
 	_, err = st.ReplayExecution(ctx, changed)
 	wantClass(t, "ReplayExecution of a different request", err, errdefs.ErrConflict)
@@ -75,28 +76,24 @@ func testIdempotency(t *testing.T, st store.Store) {
 	wantClass(t, "ReplayExecution with a NUL in the key", err, errdefs.ErrInvalidArgument)
 
 	// A request awaiting approval replays with its approval.
-	ae := f.newExec("print('approve me')", 2)
+	ae := f.newExec("print('approve me')")
 	ae.IdempotencyKey = "req-approval"
-	ae.Approval = &store.NewApproval{Card: []byte(`{"risk":"high"}`), ExpiresAt: nowPlus(600)}
-	waiting := mustCreate(t, st, ae)
-	if r := wantReplay(t, st, ae, waiting); r.Approval == nil || r.Approval.ID != waiting.Approval.ID ||
+	pending := mustAdmit(t, st, ae, waiting(2, `{"risk":"high"}`, nowPlus(600)))
+	if r := wantReplay(t, st, ae, pending); r.Approval == nil || r.Approval.ID != pending.Approval.ID ||
 		r.Approval.Status != store.ApprovalPending || r.Execution.Status != store.StatusAwaitingApproval {
 		t.Fatalf("ReplayExecution awaiting approval: got %+v", r)
 	}
-	if _, _, err := st.DecideApproval(ctx, store.Decision{WorkspaceID: f.ws.ID, ApprovalID: waiting.Approval.ID,
-		DecidedBy: f.approver.ID, Reason: "no"}); err != nil {
-		t.Fatalf("DecideApproval: %v", err)
-	}
+	mustApply(t, st, pending.Execution, decision(pending.Execution, false, f.approver.ID, "no"))
 	wantCredits(t, st, f.ws.ID, 8, 0)
 
 	// Keys are scoped to the workspace, and no key means no deduplication.
-	oe := other.newExec("print('once')", 2)
+	oe := other.newExec("print('once')")
 	oe.IdempotencyKey = "req-1"
-	if adm := mustCreate(t, st, oe); adm.Replayed {
+	if adm := mustAdmit(t, st, oe, admission(2)); adm.Replayed {
 		t.Fatal("another workspace's idempotency key replayed")
 	}
-	plain := f.newExec("print('once')", 2)
-	a, b := mustCreate(t, st, plain), mustCreate(t, st, plain)
+	plain := f.newExec("print('once')")
+	a, b := mustAdmit(t, st, plain, admission(2)), mustAdmit(t, st, plain, admission(2))
 	if a.Execution.ID == b.Execution.ID || a.Replayed || b.Replayed {
 		t.Fatal("executions without an idempotency key were deduplicated")
 	}
@@ -134,9 +131,8 @@ func testConcurrentIdempotency(t *testing.T, st store.Store) {
 	ctx := t.Context()
 	f := newFixture(t, st, "idem-race")
 	mustGrant(t, st, f.ws.ID, 100)
-	e := f.newExec("print('race')", 2)
+	e := f.newExec("print('race')")
 	e.IdempotencyKey = "race"
-	e.Audit = []store.NewEvent{{Type: "capability.invoke_allowed"}}
 	var (
 		wg     sync.WaitGroup
 		mu     sync.Mutex
@@ -146,7 +142,7 @@ func testConcurrentIdempotency(t *testing.T, st store.Store) {
 	)
 	for range 10 {
 		wg.Go(func() {
-			adm, err := st.CreateExecution(ctx, e)
+			adm, err := st.Admit(ctx, e, admission(2, store.NewEvent{Type: "capability.invoke_allowed"}))
 			mu.Lock()
 			defer mu.Unlock()
 			if err != nil {
@@ -178,47 +174,52 @@ func testExecutionLifecycle(t *testing.T, st store.Store) {
 	other := newFixture(t, st, "life-other")
 	mustGrant(t, st, f.ws.ID, 10)
 
-	e := f.newExec("print('hi')", 2)
+	e := f.newExec("print('hi')")
 	e.ID = "ex_chosen_by_caller"
-	adm := mustCreate(t, st, e)
+	created := store.TruncateTime(time.Now().Add(-time.Minute))
+	first := admission(2)
+	first.At = created
+	adm := mustAdmit(t, st, e, first)
 	ex := adm.Execution
-	if ex.ID != e.ID || ex.Status != store.StatusQueued || ex.CreatedAt.IsZero() || !ex.StartedAt.IsZero() ||
-		ex.KeyID != f.agent.ID || ex.Tool != "code.execute" || !bytes.Equal(ex.Request, e.Request) {
+	if ex.ID != e.ID || ex.Status != store.StatusQueued || !ex.CreatedAt.Equal(created) || !ex.StartedAt.IsZero() ||
+		ex.KeyID != f.agent.ID || ex.Tool != "code.execute" || !bytes.Equal(ex.Request, e.Request) || ex.Credits != 2 {
 		t.Fatalf("admitted execution: got %+v", ex)
 	}
 	got := must[store.Execution](t, "GetExecution")(st.GetExecution(ctx, f.ws.ID, ex.ID))
 	if got.ID != ex.ID || got.Status != ex.Status || !got.CreatedAt.Equal(ex.CreatedAt) || got.InputSHA256 != e.InputSHA256 ||
-		got.ReservationID != adm.Reservation.ID || !bytes.Equal(got.Request, e.Request) {
+		got.ReservationID != adm.Reservation.ID || !bytes.Equal(got.Request, e.Request) || got.Credits != 2 {
 		t.Fatalf("GetExecution: got %+v, want %+v", got, ex)
 	}
 	_, err := st.GetExecution(ctx, other.ws.ID, ex.ID)
 	wantClass(t, "GetExecution from another workspace", err, errdefs.ErrNotFound)
 	_, err = st.GetToolCall(ctx, other.ws.ID, ex.ID)
 	wantClass(t, "GetToolCall from another workspace", err, errdefs.ErrNotFound)
-	_, err = st.CreateExecution(ctx, e)
-	wantClass(t, "CreateExecution with a taken id", err, errdefs.ErrConflict)
+	_, err = st.Admit(ctx, e, admission(2))
+	wantClass(t, "Admit with a taken id", err, errdefs.ErrConflict)
 
 	tc := must[store.ToolCall](t, "GetToolCall")(st.GetToolCall(ctx, f.ws.ID, ex.ID))
 	if tc.Status != store.StatusQueued || tc.InputSHA256 != e.InputSHA256 || tc.ExitCode != nil || tc.CreditsCharged != 0 {
 		t.Fatalf("tool call of a queued execution: got %+v", tc)
 	}
 
-	run := must[store.Execution](t, "StartExecution")(st.StartExecution(ctx, ex.ID, "gvisor"))
-	if run.Status != store.StatusRunning || run.StartedAt.IsZero() || run.Driver != "gvisor" {
-		t.Fatalf("StartExecution: got %+v", run)
+	started := store.TruncateTime(time.Now())
+	begin := start("gvisor")
+	begin.At = started
+	running := mustApply(t, st, ex, begin)
+	if running.Status != store.StatusRunning || !running.StartedAt.Equal(started) || running.Driver != "gvisor" {
+		t.Fatalf("start: got %+v", running)
 	}
-	_, err = st.StartExecution(ctx, ex.ID, "gvisor")
-	wantClass(t, "StartExecution twice", err, errdefs.ErrConflict)
+	_, err = st.Apply(ctx, ex.ID, start("gvisor"))
+	wantClass(t, "starting twice", err, errdefs.ErrConflict)
 	wantCredits(t, st, f.ws.ID, 8, 2) // still reserved while running
 
 	stdout := bytes.Repeat([]byte("o"), store.PreviewLimit+100)
 	stderr := []byte("warn\x00\xff binary is fine")
-	fin := must[store.Execution](t, "FinishExecution")(st.FinishExecution(ctx, store.Outcome{
-		ExecutionID: ex.ID, Status: store.StatusSucceeded, Result: []byte(`{"exit_code": 0}`),
-		ExitCode: ptr(0), Stdout: stdout, Stderr: stderr, StderrTruncated: true,
-	}))
-	if fin.Status != store.StatusSucceeded || fin.FinishedAt.IsZero() || string(fin.Result) != `{"exit_code": 0}` {
-		t.Fatalf("FinishExecution: got %+v", fin)
+	end := ending(running, store.StatusSucceeded, true)
+	end.Result, end.Output = []byte(`{"exit_code": 0}`), store.Output{ExitCode: ptr(0), Stdout: stdout, Stderr: stderr, StderrTruncated: true}
+	fin := mustApply(t, st, running, end)
+	if fin.Status != store.StatusSucceeded || !fin.FinishedAt.Equal(end.At) || string(fin.Result) != `{"exit_code": 0}` || fin.Driver != "gvisor" {
+		t.Fatalf("end: got %+v", fin)
 	}
 	wantCredits(t, st, f.ws.ID, 8, 0)
 	tc = must[store.ToolCall](t, "GetToolCall")(st.GetToolCall(ctx, f.ws.ID, ex.ID))
@@ -229,34 +230,31 @@ func testExecutionLifecycle(t *testing.T, st store.Store) {
 		t.Fatalf("stdout preview: got %d bytes (truncated %v), want %d, truncated", len(tc.StdoutPreview), tc.StdoutTruncated, store.PreviewLimit)
 	case !bytes.Equal(tc.StderrPreview, stderr) || !tc.StderrTruncated:
 		t.Fatalf("stderr preview: got %q (truncated %v), want %q, truncated", tc.StderrPreview, tc.StderrTruncated, stderr)
-	case tc.StartedAt.IsZero() || tc.FinishedAt.IsZero() || tc.FinishedAt.Before(tc.StartedAt):
-		t.Fatalf("tool call timings: created %v started %v finished %v", tc.CreatedAt, tc.StartedAt, tc.FinishedAt)
+	case !tc.StartedAt.Equal(started) || !tc.FinishedAt.Equal(end.At):
+		t.Fatalf("tool call timings: created %v started %v finished %v, want started %v finished %v", tc.CreatedAt, tc.StartedAt, tc.FinishedAt, started, end.At)
 	}
 	inv := must[store.Page[store.ToolInvocation]](t, "ListToolInvocations")(st.ListToolInvocations(ctx, f.ws.ID, store.ToolCallFilter{}))
-	if len(inv.Items) != 1 || inv.Items[0].ExecutionID != ex.ID || inv.Items[0].Credits != 2 ||
-		inv.Items[0].Status != store.StatusSucceeded || inv.Items[0].Driver != "gvisor" || inv.Items[0].Ran < 0 {
-		t.Fatalf("tool invocations: got %+v", inv.Items)
+	if len(inv.Items) != 1 || inv.Items[0].ExecutionID != ex.ID || inv.Items[0].Credits != 2 || inv.Items[0].Status != store.StatusSucceeded ||
+		inv.Items[0].Driver != "gvisor" || inv.Items[0].Queued != end.Invocation.Queued || inv.Items[0].Ran != end.Invocation.Ran ||
+		!inv.Items[0].CreatedAt.Equal(end.At) {
+		t.Fatalf("tool invocations: got %+v, want the step's %+v", inv.Items, end.Invocation)
 	}
 
-	_, err = st.FinishExecution(ctx, store.Outcome{ExecutionID: ex.ID, Status: store.StatusFailed})
-	wantClass(t, "FinishExecution twice", err, errdefs.ErrConflict)
-	_, err = st.StartExecution(ctx, ex.ID, "runc")
-	wantClass(t, "StartExecution after the end", err, errdefs.ErrConflict)
-	_, err = st.FinishExecution(ctx, store.Outcome{ExecutionID: "ex_nope", Status: store.StatusFailed})
-	wantClass(t, "FinishExecution of an unknown execution", err, errdefs.ErrNotFound)
-	_, err = st.StartExecution(ctx, "ex_nope", "runc")
-	wantClass(t, "StartExecution of an unknown execution", err, errdefs.ErrNotFound)
+	_, err = st.Apply(ctx, ex.ID, ending(running, store.StatusFailed, false))
+	wantClass(t, "ending twice", err, errdefs.ErrConflict)
+	_, err = st.Apply(ctx, "ex_nope", ending(running, store.StatusFailed, false))
+	wantClass(t, "ending an unknown execution", err, errdefs.ErrNotFound)
+	_, err = st.Apply(ctx, "ex_nope", start("runc"))
+	wantClass(t, "starting an unknown execution", err, errdefs.ErrNotFound)
 	wantCredits(t, st, f.ws.ID, 8, 0)
 
-	// Every charged status of a started execution is charged; the engine
-	// reports the exit, the store charges the run.
+	// Every ending that commits charges the reservation, whatever its
+	// status: what is charged is the capability layer's decision.
 	for _, status := range []store.ExecutionStatus{store.StatusFailed, store.StatusTimedOut, store.StatusOOMKilled, store.StatusKilled} {
 		t.Run(string(status), func(t *testing.T) {
 			before := must[store.Credits](t, "GetCredits")(st.GetCredits(ctx, f.ws.ID))
-			a := mustCreate(t, st, f.newExec("loop "+string(status), 1))
-			must[store.Execution](t, "StartExecution")(st.StartExecution(ctx, a.Execution.ID, "runc"))
-			must[store.Execution](t, "FinishExecution")(st.FinishExecution(ctx, store.Outcome{ExecutionID: a.Execution.ID,
-				Status: status, ExitCode: ptr(137)}))
+			a := f.admit(t, st, "loop "+string(status), 1)
+			run(t, st, a.Execution, "runc", status, true)
 			wantCredits(t, st, f.ws.ID, before.Available-1, 0)
 		})
 	}
@@ -277,70 +275,183 @@ func testLaunchFailed(t *testing.T, st store.Store) {
 		{"killed before start", false, store.StatusKilled},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			a := mustCreate(t, st, f.newExec(tc.name, 2))
+			ex := f.admit(t, st, tc.name, 2).Execution
 			if tc.started {
-				must[store.Execution](t, "StartExecution")(st.StartExecution(ctx, a.Execution.ID, "runc"))
+				ex = mustApply(t, st, ex, start("runc"))
 			}
-			must[store.Execution](t, "FinishExecution")(st.FinishExecution(ctx, store.Outcome{ExecutionID: a.Execution.ID,
-				Status: tc.status, Result: []byte(`{"error":"image missing"}`)}))
+			end := ending(ex, tc.status, false)
+			end.Result = []byte(`{"error":"image missing"}`)
+			mustApply(t, st, ex, end)
 			wantCredits(t, st, f.ws.ID, 4, 0)
-			tcall := must[store.ToolCall](t, "GetToolCall")(st.GetToolCall(ctx, f.ws.ID, a.Execution.ID))
+			tcall := must[store.ToolCall](t, "GetToolCall")(st.GetToolCall(ctx, f.ws.ID, ex.ID))
 			if tcall.CreditsCharged != 0 || tcall.Status != tc.status {
 				t.Fatalf("tool call: got status %s credits %d, want %s and 0", tcall.Status, tcall.CreditsCharged, tc.status)
 			}
 			r := must[store.Page[store.LedgerEntry]](t, "ListLedger")(st.ListLedger(ctx, f.ws.ID, store.PageRequest{Limit: 1}))
-			if r.Items[0].Kind != store.LedgerRelease || r.Items[0].ExecutionID != a.Execution.ID {
+			if r.Items[0].Kind != store.LedgerRelease || r.Items[0].ExecutionID != ex.ID {
 				t.Fatalf("last ledger entry: got %+v, want the release", r.Items[0])
 			}
 		})
 	}
 }
 
-func testExecutionValidation(t *testing.T, st store.Store) {
+// testCompareAndSet applies steps whose from-status the execution has left:
+// each is ErrConflict and changes nothing, neither the execution nor its
+// tool_calls row, reservation, approval request or chain.
+func testCompareAndSet(t *testing.T, st store.Store) {
+	ctx := t.Context()
+	f := newFixture(t, st, "cas")
+	mustGrant(t, st, f.ws.ID, 10)
+	queued := f.admit(t, st, "queued", 2).Execution
+	pending := mustAdmit(t, st, f.newExec("pending"), waiting(2, `{}`, nowPlus(600))).Execution
+	ended := f.admit(t, st, "ended", 2).Execution
+	ended = run(t, st, ended, "runc", store.StatusSucceeded, true)
+	approved := mustAdmit(t, st, f.newExec("approved"), waiting(2, `{}`, nowPlus(600))).Execution
+	approved = mustApply(t, st, approved, decision(approved, true, f.approver.ID, "fine"))
+	for _, tc := range []struct {
+		name string
+		ex   store.Execution
+		step store.Step
+	}{
+		{"starting one awaiting approval", pending, store.Step{From: store.StatusQueued, To: store.StatusRunning, Driver: "runc"}},
+		{"ending one awaiting approval as if running", pending, ending(store.Execution{Status: store.StatusRunning, ReservationID: pending.ReservationID,
+			Credits: 2, Tool: pending.Tool, Runtime: pending.Runtime}, store.StatusKilled, true)},
+		{"deciding an approved one again", approved, decision(store.Execution{Status: store.StatusAwaitingApproval}, false, f.approver.ID, "")},
+		{"ending a queued one as if running", queued, ending(store.Execution{Status: store.StatusRunning, ReservationID: queued.ReservationID,
+			Credits: 2, Tool: queued.Tool, Runtime: queued.Runtime}, store.StatusSucceeded, true)},
+		{"starting an ended one", ended, start("runc")},
+		{"cancelling an ended one", ended, cancel(store.Execution{Status: store.StatusQueued, ReservationID: ended.ReservationID}, "late")},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			head := must[store.ChainHead](t, "ChainHead")(st.ChainHead(ctx, f.ws.ID))
+			credits := must[store.Credits](t, "GetCredits")(st.GetCredits(ctx, f.ws.ID))
+			before := must[store.ToolCall](t, "GetToolCall")(st.GetToolCall(ctx, f.ws.ID, tc.ex.ID))
+			tc.step.Audit = []store.NewEvent{{Type: "test.refused"}}
+			_, err := st.Apply(ctx, tc.ex.ID, tc.step)
+			wantClass(t, "Apply", err, errdefs.ErrConflict)
+			if ex := must[store.Execution](t, "GetExecution")(st.GetExecution(ctx, f.ws.ID, tc.ex.ID)); ex.Status != tc.ex.Status {
+				t.Errorf("execution after a refused step: got %s, want %s", ex.Status, tc.ex.Status)
+			}
+			if after := must[store.ToolCall](t, "GetToolCall")(st.GetToolCall(ctx, f.ws.ID, tc.ex.ID)); after.Status != before.Status ||
+				after.CreditsCharged != before.CreditsCharged || !after.FinishedAt.Equal(before.FinishedAt) {
+				t.Errorf("tool call after a refused step: got %+v, want %+v", after, before)
+			}
+			if h := must[store.ChainHead](t, "ChainHead")(st.ChainHead(ctx, f.ws.ID)); h != head {
+				t.Errorf("a refused step moved the chain from %+v to %+v", head, h)
+			}
+			if c := must[store.Credits](t, "GetCredits")(st.GetCredits(ctx, f.ws.ID)); c != credits {
+				t.Errorf("a refused step changed the credits from %+v to %+v", credits, c)
+			}
+		})
+	}
+	if a := must[store.Approval](t, "GetApproval")(st.GetApproval(ctx, f.ws.ID, pending.ApprovalID)); a.Status != store.ApprovalPending {
+		t.Errorf("approval after refused steps: got %s, want pending", a.Status)
+	}
+	if p := must[store.Page[store.ToolInvocation]](t, "ListToolInvocations")(st.ListToolInvocations(ctx, f.ws.ID, store.ToolCallFilter{})); len(p.Items) != 1 {
+		t.Errorf("tool_invocations rows after refused steps: got %d, want the one ended", len(p.Items))
+	}
+}
+
+func testAdmissionValidation(t *testing.T, st store.Store) {
 	ctx := t.Context()
 	f := newFixture(t, st, "valid")
 	other := newFixture(t, st, "valid-other")
-	for _, tc := range []struct {
-		name   string
-		mod    func(e *store.NewExecution)
-		class  error
-		finish *store.Outcome
-	}{
-		{name: "no workspace", mod: func(e *store.NewExecution) { e.WorkspaceID = "" }, class: errdefs.ErrInvalidArgument},
-		{name: "no runtime", mod: func(e *store.NewExecution) { e.Runtime = "" }, class: errdefs.ErrInvalidArgument},
-		{name: "no request", mod: func(e *store.NewExecution) { e.Request = nil }, class: errdefs.ErrInvalidArgument},
-		{name: "bad request JSON", mod: func(e *store.NewExecution) { e.Request = []byte(`{"a":`) }, class: errdefs.ErrInvalidArgument},
-		{name: "bad input hash", mod: func(e *store.NewExecution) { e.InputSHA256 = "ABC" }, class: errdefs.ErrInvalidArgument},
-		{name: "negative credits", mod: func(e *store.NewExecution) { e.Credits = -1 }, class: errdefs.ErrInvalidArgument},
-		{name: "another workspace's key", mod: func(e *store.NewExecution) { e.KeyID = other.agent.ID }, class: errdefs.ErrInvalidArgument},
-		{name: "unknown key", mod: func(e *store.NewExecution) { e.KeyID = "key_nope" }, class: errdefs.ErrInvalidArgument},
-		{name: "approval without expiry", mod: func(e *store.NewExecution) { e.Approval = &store.NewApproval{Card: []byte(`{}`)} },
-			class: errdefs.ErrInvalidArgument},
-		{name: "event without type", mod: func(e *store.NewExecution) { e.Audit = []store.NewEvent{{Actor: "x"}} },
-			class: errdefs.ErrInvalidArgument},
-		{name: "event with bad data", mod: func(e *store.NewExecution) { e.Audit = []store.NewEvent{{Type: "x", Data: []byte("{")}} },
-			class: errdefs.ErrInvalidArgument},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			e := f.newExec("x", 0)
-			tc.mod(&e)
-			_, err := st.CreateExecution(ctx, e)
-			wantClass(t, "CreateExecution", err, tc.class)
-		})
-	}
-	a := mustCreate(t, st, f.newExec("x", 0))
+	mustGrant(t, st, f.ws.ID, 10)
 	for _, tc := range []struct {
 		name string
-		o    store.Outcome
+		mod  func(e *store.NewExecution, s *store.Step)
 	}{
-		{"live status", store.Outcome{ExecutionID: a.Execution.ID, Status: store.StatusRunning}},
-		{"unknown status", store.Outcome{ExecutionID: a.Execution.ID, Status: "exploded"}},
-		{"bad result JSON", store.Outcome{ExecutionID: a.Execution.ID, Status: store.StatusFailed, Result: []byte("nope")}},
+		{"no workspace", func(e *store.NewExecution, _ *store.Step) { e.WorkspaceID = "" }},
+		{"no runtime", func(e *store.NewExecution, _ *store.Step) { e.Runtime = "" }},
+		{"no request", func(e *store.NewExecution, _ *store.Step) { e.Request = nil }},
+		{"bad request JSON", func(e *store.NewExecution, _ *store.Step) { e.Request = []byte(`{"a":`) }},
+		{"bad input hash", func(e *store.NewExecution, _ *store.Step) { e.InputSHA256 = "ABC" }},
+		{"another workspace's key", func(e *store.NewExecution, _ *store.Step) { e.KeyID = other.agent.ID }},
+		{"unknown key", func(e *store.NewExecution, _ *store.Step) { e.KeyID = "key_nope" }},
+		{"negative credits", func(_ *store.NewExecution, s *store.Step) { s.Credits.Amount = -1 }},
+		{"an amount without a movement", func(_ *store.NewExecution, s *store.Step) { s.Credits = store.CreditMove{Amount: 2} }},
+		{"a commit", func(_ *store.NewExecution, s *store.Step) { s.Credits.Kind = store.LedgerCommit }},
+		{"running at once", func(_ *store.NewExecution, s *store.Step) { s.To, s.Driver = store.StatusRunning, "runc" }},
+		{"ended at once", func(_ *store.NewExecution, s *store.Step) {
+			s.To, s.Invocation = store.StatusLaunchFailed, &store.ToolInvocation{Status: store.StatusLaunchFailed}
+		}},
+		{"awaiting approval without a request", func(_ *store.NewExecution, s *store.Step) { s.To = store.StatusAwaitingApproval }},
+		{"a request to a queued execution", func(_ *store.NewExecution, s *store.Step) {
+			s.Approval = store.ApprovalChange{To: store.ApprovalPending, Card: []byte(`{}`), ExpiresAt: nowPlus(60)}
+		}},
+		{"approval without expiry", func(_ *store.NewExecution, s *store.Step) {
+			*s = waiting(0, `{}`, time.Time{})
+		}},
+		{"approval without card", func(_ *store.NewExecution, s *store.Step) { *s = waiting(0, ``, nowPlus(60)) }},
+		{"a driver", func(_ *store.NewExecution, s *store.Step) { s.Driver = "runc" }},
+		{"a result", func(_ *store.NewExecution, s *store.Step) { s.Result = []byte(`{}`) }},
+		{"event without type", func(_ *store.NewExecution, s *store.Step) { s.Audit = []store.NewEvent{{Actor: "x"}} }},
+		{"event with bad data", func(_ *store.NewExecution, s *store.Step) { s.Audit = []store.NewEvent{{Type: "x", Data: []byte("{")}} }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := st.FinishExecution(ctx, tc.o)
-			wantClass(t, "FinishExecution", err, errdefs.ErrInvalidArgument)
+			e, s := f.newExec("x"), admission(2)
+			tc.mod(&e, &s)
+			_, err := st.Admit(ctx, e, s)
+			wantClass(t, "Admit", err, errdefs.ErrInvalidArgument)
 		})
+	}
+	if p := must[store.Page[store.Execution]](t, "ListExecutions")(st.ListExecutions(ctx, f.ws.ID, store.ExecutionFilter{})); len(p.Items) != 0 {
+		t.Fatalf("executions after refused admissions: got %d, want none", len(p.Items))
+	}
+	wantCredits(t, st, f.ws.ID, 10, 0)
+}
+
+// testStepValidation refuses steps that would leave the records
+// inconsistent; each writes nothing.
+func testStepValidation(t *testing.T, st store.Store) {
+	ctx := t.Context()
+	f := newFixture(t, st, "steps")
+	mustGrant(t, st, f.ws.ID, 10)
+	queued := f.admit(t, st, "queued", 2).Execution
+	free := f.admit(t, st, "free", 0).Execution
+	pending := mustAdmit(t, st, f.newExec("pending"), waiting(2, `{}`, nowPlus(600))).Execution
+	running := mustApply(t, st, f.admit(t, st, "running", 2).Execution, start("runc"))
+	for _, tc := range []struct {
+		name string
+		ex   store.Execution
+		mod  func(s *store.Step)
+		base store.Step
+	}{
+		{"a start without a driver", queued, func(s *store.Step) { s.Driver = "" }, start("runc")},
+		{"a step to itself", queued, func(s *store.Step) { s.To = store.StatusQueued }, start("runc")},
+		{"a step from an end", queued, func(s *store.Step) { s.From = store.StatusSucceeded }, start("runc")},
+		{"an unknown status", queued, func(s *store.Step) { s.To = "exploded" }, start("runc")},
+		{"a start that settles", queued, func(s *store.Step) { s.Credits.Kind = store.LedgerCommit }, start("runc")},
+		{"a start with a result", queued, func(s *store.Step) { s.Result = []byte(`{}`) }, start("runc")},
+		{"a reservation", queued, func(s *store.Step) { s.Credits = store.CreditMove{Kind: store.LedgerReserve, Amount: 1} }, start("runc")},
+		{"an end without its row", running, func(s *store.Step) { s.Invocation = nil }, ending(running, store.StatusSucceeded, true)},
+		{"a row of another status", running, func(s *store.Step) { s.Invocation.Status = store.StatusFailed }, ending(running, store.StatusSucceeded, true)},
+		{"a row that misstates the charge", running, func(s *store.Step) { s.Invocation.Credits = 0 }, ending(running, store.StatusSucceeded, true)},
+		{"a row that charges a release", running, func(s *store.Step) { s.Invocation.Credits = 2 }, ending(running, store.StatusFailed, false)},
+		{"a negative duration", running, func(s *store.Step) { s.Invocation.Ran = -time.Second }, ending(running, store.StatusFailed, false)},
+		{"an end with its reservation open", running, func(s *store.Step) { s.Credits = store.CreditMove{} }, ending(running, store.StatusFailed, false)},
+		{"a commit without a reservation", free, func(s *store.Step) { s.Credits.Kind = store.LedgerCommit }, ending(free, store.StatusLaunchFailed, false)},
+		{"a row on a live status", queued, func(s *store.Step) { s.Invocation = &store.ToolInvocation{Status: store.StatusRunning} }, start("runc")},
+		{"a decision without its decider", pending, func(s *store.Step) { s.Approval.DecidedBy = "" }, decision(pending, true, f.approver.ID, "")},
+		{"an expiry with a decider", pending, func(s *store.Step) { s.Approval.DecidedBy = f.approver.ID }, expiry(pending)},
+		{"a request created late", pending, func(s *store.Step) { s.Approval.To = store.ApprovalPending }, decision(pending, true, f.approver.ID, "")},
+		{"closing a request that is not there", queued, func(*store.Step) {}, decision(store.Execution{ID: queued.ID, Status: store.StatusQueued,
+			ReservationID: queued.ReservationID, Credits: 2}, false, f.approver.ID, "")},
+		{"an invalid event", running, func(s *store.Step) { s.Audit = []store.NewEvent{{Type: ""}} }, ending(running, store.StatusFailed, false)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := tc.base
+			tc.mod(&s)
+			_, err := st.Apply(ctx, tc.ex.ID, s)
+			wantClass(t, "Apply", err, errdefs.ErrInvalidArgument)
+			if ex := must[store.Execution](t, "GetExecution")(st.GetExecution(ctx, f.ws.ID, tc.ex.ID)); ex.Status != tc.ex.Status {
+				t.Errorf("execution after a refused step: got %s, want %s", ex.Status, tc.ex.Status)
+			}
+		})
+	}
+	wantCredits(t, st, f.ws.ID, 4, 6)
+	if h := must[store.ChainHead](t, "ChainHead")(st.ChainHead(ctx, f.ws.ID)); h.Seq != 0 {
+		t.Errorf("events after refused steps: got %d, want none", h.Seq)
 	}
 }
 
@@ -348,18 +459,13 @@ func testListings(t *testing.T, st store.Store) {
 	ctx := t.Context()
 	f := newFixture(t, st, "lists")
 	other := newFixture(t, st, "lists-other")
-	mustCreate(t, st, other.newExec("not mine", 0))
+	other.admit(t, st, "not mine", 0)
 	statuses := []store.ExecutionStatus{store.StatusSucceeded, store.StatusFailed, store.StatusLaunchFailed}
 	var made []store.Execution
 	for i := range 11 {
-		a := mustCreate(t, st, f.newExec(fmt.Sprint("job ", i), 0))
+		a := f.admit(t, st, fmt.Sprint("job ", i), 0)
 		if i%4 != 3 { // every fourth stays queued
-			if _, err := st.StartExecution(ctx, a.Execution.ID, "runc"); err != nil {
-				t.Fatal(err)
-			}
-			if _, err := st.FinishExecution(ctx, store.Outcome{ExecutionID: a.Execution.ID, Status: statuses[i%3]}); err != nil {
-				t.Fatal(err)
-			}
+			run(t, st, a.Execution, "runc", statuses[i%3], false)
 		}
 		made = append(made, must[store.Execution](t, "GetExecution")(st.GetExecution(ctx, f.ws.ID, a.Execution.ID)))
 	}
@@ -449,62 +555,60 @@ func testListings(t *testing.T, st store.Store) {
 	}
 }
 
-func testRecoverInterrupted(t *testing.T, st store.Store) {
+// testLiveExecutions lists what a daemon that starts finds live, and ends
+// it as recovery does, one step each: an event the store refuses rolls the
+// step back with it, and a second pass finds nothing.
+func testLiveExecutions(t *testing.T, st store.Store) {
 	ctx := t.Context()
 	f := newFixture(t, st, "recover")
+	other := newFixture(t, st, "recover-other")
 	mustGrant(t, st, f.ws.ID, 20)
-	queued := mustCreate(t, st, f.newExec("queued", 2))
-	running := mustCreate(t, st, f.newExec("running", 2))
-	must[store.Execution](t, "StartExecution")(st.StartExecution(ctx, running.Execution.ID, "runc"))
-	waiting := f.newExec("waiting", 2)
-	waiting.Approval = &store.NewApproval{Card: []byte(`{}`), ExpiresAt: nowPlus(600)}
-	awaiting := mustCreate(t, st, waiting)
-	done := mustCreate(t, st, f.newExec("done", 2))
-	must[store.Execution](t, "StartExecution")(st.StartExecution(ctx, done.Execution.ID, "runc"))
-	must[store.Execution](t, "FinishExecution")(st.FinishExecution(ctx, store.Outcome{ExecutionID: done.Execution.ID, Status: store.StatusSucceeded}))
+	queued := f.admit(t, st, "queued", 2)
+	running := f.admit(t, st, "running", 2)
+	mustApply(t, st, running.Execution, start("runc"))
+	awaiting := mustAdmit(t, st, f.newExec("waiting"), waiting(2, `{}`, nowPlus(600)))
+	done := f.admit(t, st, "done", 2)
+	run(t, st, done.Execution, "runc", store.StatusSucceeded, true)
+	elsewhere := other.admit(t, st, "elsewhere", 0)
 	wantCredits(t, st, f.ws.ID, 12, 6)
 
-	result := json.RawMessage(`{"error":"interrupted by a daemon restart"}`)
-	// An event the store refuses rolls the recovery back with it: the two
-	// are one transaction.
-	_, err := st.RecoverInterrupted(ctx, result, func(store.Execution) []store.NewEvent { return []store.NewEvent{{Type: ""}} })
-	wantClass(t, "RecoverInterrupted with an invalid event", err, errdefs.ErrInvalidArgument)
-	wantCredits(t, st, f.ws.ID, 12, 6)
-	got := must[[]store.Execution](t, "RecoverInterrupted")(st.RecoverInterrupted(ctx, result, func(store.Execution) []store.NewEvent {
-		return []store.NewEvent{{Type: "execution.recovered", Code: "EXE002W", Actor: "system"}}
-	}))
-	gotIDs := []string{}
-	for _, e := range got {
-		gotIDs = append(gotIDs, e.ID)
-		if e.Status != store.StatusFailed || string(e.Result) != string(result) || e.FinishedAt.IsZero() {
-			t.Fatalf("recovered execution: got %+v", e)
-		}
+	live := must[[]store.Execution](t, "ListLiveExecutions")(st.ListLiveExecutions(ctx))
+	wantIDs := []string{queued.Execution.ID, running.Execution.ID, elsewhere.Execution.ID}
+	if got := ids(live, func(e store.Execution) string { return e.ID }); got != fmt.Sprint(wantIDs) {
+		t.Fatalf("ListLiveExecutions: got %v, want %v, oldest first", got, wantIDs)
 	}
-	slices.Sort(gotIDs)
-	wantIDs := []string{queued.Execution.ID, running.Execution.ID}
-	slices.Sort(wantIDs)
-	if !slices.Equal(gotIDs, wantIDs) {
-		t.Fatalf("RecoverInterrupted: got %v, want %v", gotIDs, wantIDs)
+	result := json.RawMessage(`{"error":"interrupted by a daemon restart"}`)
+	recovery := func(ex store.Execution, events ...store.NewEvent) store.Step {
+		s := ending(ex, store.StatusFailed, false, events...)
+		s.Result = result
+		return s
+	}
+	_, err := st.Apply(ctx, live[0].ID, recovery(live[0], store.NewEvent{Type: ""}))
+	wantClass(t, "a recovery with an invalid event", err, errdefs.ErrInvalidArgument)
+	wantCredits(t, st, f.ws.ID, 12, 6)
+	for _, ex := range live {
+		got := mustApply(t, st, ex, recovery(ex, store.NewEvent{Type: "execution.recovered", Code: "EXE002W", Actor: "system"}))
+		if got.Status != store.StatusFailed || string(got.Result) != string(result) || got.FinishedAt.IsZero() {
+			t.Fatalf("recovered execution: got %+v", got)
+		}
 	}
 	// Nothing is charged for an execution that produced no result; the one
 	// awaiting approval keeps its reservation.
 	wantCredits(t, st, f.ws.ID, 16, 2)
-	for _, id := range wantIDs {
+	for _, id := range wantIDs[:2] {
 		tc := must[store.ToolCall](t, "GetToolCall")(st.GetToolCall(ctx, f.ws.ID, id))
 		if tc.Status != store.StatusFailed || tc.CreditsCharged != 0 {
 			t.Fatalf("tool call of a recovered execution: got status %s credits %d", tc.Status, tc.CreditsCharged)
 		}
-	}
-	if e := must[store.Execution](t, "GetExecution")(st.GetExecution(ctx, f.ws.ID, awaiting.Execution.ID)); e.Status != store.StatusAwaitingApproval {
-		t.Fatalf("an execution awaiting approval was recovered: %s", e.Status)
-	}
-	for _, id := range wantIDs {
 		p := must[store.Page[store.Event]](t, "ListEvents")(st.ListEvents(ctx, f.ws.ID, store.EventFilter{ExecutionID: id, Types: []string{"execution.recovered"}}))
 		if len(p.Items) != 1 {
 			t.Fatalf("execution.recovered events of %s: got %d, want 1", id, len(p.Items))
 		}
 	}
-	if again := must[[]store.Execution](t, "RecoverInterrupted")(st.RecoverInterrupted(ctx, nil, nil)); len(again) != 0 {
-		t.Fatalf("second RecoverInterrupted: got %d executions, want none", len(again))
+	if e := must[store.Execution](t, "GetExecution")(st.GetExecution(ctx, f.ws.ID, awaiting.Execution.ID)); e.Status != store.StatusAwaitingApproval {
+		t.Fatalf("an execution awaiting approval was recovered: %s", e.Status)
+	}
+	if again := must[[]store.Execution](t, "ListLiveExecutions")(st.ListLiveExecutions(ctx)); len(again) != 0 {
+		t.Fatalf("ListLiveExecutions after the recovery: got %d executions, want none", len(again))
 	}
 }

@@ -41,88 +41,62 @@ func testGrant(t *testing.T, st store.Store) {
 	wantCredits(t, st, f.ws.ID, 15, 0)
 }
 
+// testReserveCommitRelease moves credits through admissions and ends: a
+// reservation taken with the admission, committed or released exactly
+// once by the step that ends the execution.
 func testReserveCommitRelease(t *testing.T, st store.Store) {
 	ctx := t.Context()
 	f := newFixture(t, st, "ledger")
-	other := newFixture(t, st, "other")
 	mustGrant(t, st, f.ws.ID, 10)
 
-	a := mustCreate(t, st, f.newExec("print(1)", 2))
+	a := f.admit(t, st, "print(1)", 2)
 	if a.Reservation == nil || a.Reservation.Amount != 2 || a.Reservation.Status != store.ReservationOpen ||
-		a.Execution.ReservationID != a.Reservation.ID {
-		t.Fatalf("CreateExecution reservation: got %+v (execution's %q)", a.Reservation, a.Execution.ReservationID)
+		a.Execution.ReservationID != a.Reservation.ID || a.Execution.Credits != 2 {
+		t.Fatalf("Admit reservation: got %+v (execution's %q, %d)", a.Reservation, a.Execution.ReservationID, a.Execution.Credits)
 	}
 	wantCredits(t, st, f.ws.ID, 8, 2)
-
-	r := must[store.Reservation](t, "Commit")(st.Commit(ctx, a.Reservation.ID))
-	if r.Status != store.ReservationCommitted || r.SettledAt.IsZero() {
-		t.Fatalf("Commit: got %+v", r)
-	}
+	run(t, st, a.Execution, "runc", store.StatusSucceeded, true)
 	wantCredits(t, st, f.ws.ID, 8, 0)
 	tc := must[store.ToolCall](t, "GetToolCall")(st.GetToolCall(ctx, f.ws.ID, a.Execution.ID))
 	if tc.CreditsCharged != 2 {
-		t.Fatalf("tool call credits after Commit: got %d, want 2", tc.CreditsCharged)
+		t.Fatalf("tool call credits after the commit: got %d, want 2", tc.CreditsCharged)
 	}
 
-	b := mustCreate(t, st, f.newExec("print(2)", 3))
+	b := f.admit(t, st, "print(2)", 3)
 	wantCredits(t, st, f.ws.ID, 5, 3)
-	r = must[store.Reservation](t, "Release")(st.Release(ctx, b.Reservation.ID))
-	if r.Status != store.ReservationReleased {
-		t.Fatalf("Release: got %+v", r)
-	}
+	mustApply(t, st, b.Execution, ending(b.Execution, store.StatusLaunchFailed, false))
 	wantCredits(t, st, f.ws.ID, 8, 0)
 
-	// A reservation taken separately from the admission.
-	c := mustCreate(t, st, f.newExec("print(3)", 0))
-	if c.Reservation != nil || c.Execution.ReservationID != "" {
-		t.Fatalf("CreateExecution with no credits reserved %+v", c.Reservation)
+	// An admission that reserves nothing has no reservation to settle.
+	c := f.admit(t, st, "print(3)", 0)
+	if c.Reservation != nil || c.Execution.ReservationID != "" || c.Execution.Credits != 0 {
+		t.Fatalf("Admit with no credits reserved %+v", c.Reservation)
 	}
-	rc := must[store.Reservation](t, "Reserve")(st.Reserve(ctx, f.ws.ID, c.Execution.ID, 4))
-	wantCredits(t, st, f.ws.ID, 4, 4)
-	got := must[store.Execution](t, "GetExecution")(st.GetExecution(ctx, f.ws.ID, c.Execution.ID))
-	if got.ReservationID != rc.ID {
-		t.Fatalf("execution's reservation: got %q, want %q", got.ReservationID, rc.ID)
-	}
+	mustApply(t, st, c.Execution, ending(c.Execution, store.StatusLaunchFailed, false))
+	wantCredits(t, st, f.ws.ID, 8, 0)
 
-	for _, tc := range []struct {
-		name  string
-		err   error
-		class error
-	}{
-		{"double commit", second(st.Commit(ctx, a.Reservation.ID)), errdefs.ErrConflict},
-		{"release after commit", second(st.Release(ctx, a.Reservation.ID)), errdefs.ErrConflict},
-		{"double release", second(st.Release(ctx, b.Reservation.ID)), errdefs.ErrConflict},
-		{"commit after release", second(st.Commit(ctx, b.Reservation.ID)), errdefs.ErrConflict},
-		{"commit unknown", second(st.Commit(ctx, "res_nope")), errdefs.ErrNotFound},
-		{"release unknown", second(st.Release(ctx, "res_nope")), errdefs.ErrNotFound},
-		{"second reservation", second(st.Reserve(ctx, f.ws.ID, c.Execution.ID, 1)), errdefs.ErrConflict},
-		{"reserve unknown execution", second(st.Reserve(ctx, f.ws.ID, "ex_nope", 1)), errdefs.ErrNotFound},
-		{"reserve another workspace's execution", second(st.Reserve(ctx, other.ws.ID, c.Execution.ID, 1)), errdefs.ErrNotFound},
-		{"reserve zero", second(st.Reserve(ctx, f.ws.ID, c.Execution.ID, 0)), errdefs.ErrInvalidArgument},
-	} {
-		t.Run(tc.name, func(t *testing.T) { wantClass(t, tc.name, tc.err, tc.class) })
+	p := must[store.Page[store.LedgerEntry]](t, "ListLedger")(st.ListLedger(ctx, f.ws.ID, store.PageRequest{}))
+	var kinds []store.LedgerKind
+	for _, e := range p.Items {
+		kinds = append(kinds, e.Kind)
 	}
-	wantCredits(t, st, f.ws.ID, 4, 4)
-
-	// A finished execution takes no new reservation.
-	d := mustCreate(t, st, f.newExec("print(4)", 0))
-	must[store.Execution](t, "FinishExecution")(st.FinishExecution(ctx, store.Outcome{ExecutionID: d.Execution.ID, Status: store.StatusLaunchFailed}))
-	_, err := st.Reserve(ctx, f.ws.ID, d.Execution.ID, 1)
-	wantClass(t, "Reserve on a finished execution", err, errdefs.ErrConflict)
+	want := []store.LedgerKind{store.LedgerRelease, store.LedgerReserve, store.LedgerCommit, store.LedgerReserve, store.LedgerGrant}
+	if fmt.Sprint(kinds) != fmt.Sprint(want) {
+		t.Fatalf("ledger, newest first: got %v, want %v", kinds, want)
+	}
 }
 
 func testReserveShortBalance(t *testing.T, st store.Store) {
 	ctx := t.Context()
 	f := newFixture(t, st, "short")
 	mustGrant(t, st, f.ws.ID, 3)
-	mustCreate(t, st, f.newExec("a", 2))
+	f.admit(t, st, "a", 2)
 
-	e := f.newExec("b", 2)
+	e := f.newExec("b")
 	e.IdempotencyKey = "retry-me"
-	e.Approval = &store.NewApproval{Card: []byte(`{}`), ExpiresAt: nowPlus(60)}
-	e.Audit = []store.NewEvent{{Type: "capability.invoke_allowed", Actor: f.agent.ID}}
-	_, err := st.CreateExecution(ctx, e)
-	wantClass(t, "CreateExecution on a short balance", err, errdefs.ErrResourceExhausted)
+	step := waiting(2, `{}`, nowPlus(60), store.NewEvent{Type: "capability.invoke_allowed", Actor: f.agent.ID})
+	_, err := st.Admit(ctx, e, step)
+	wantClass(t, "Admit on a short balance", err, errdefs.ErrResourceExhausted)
 	wantCredits(t, st, f.ws.ID, 1, 2)
 
 	// Nothing of the refused admission remains: no execution, tool call,
@@ -140,21 +114,19 @@ func testReserveShortBalance(t *testing.T, st store.Store) {
 		t.Fatalf("chain head after a refused admission: got seq %d, want 0", h.Seq)
 	}
 	mustGrant(t, st, f.ws.ID, 1)
-	adm := mustCreate(t, st, e)
+	adm := mustAdmit(t, st, e, step)
 	if adm.Replayed {
 		t.Fatalf("the retry after a refusal was taken for a replay")
 	}
 	wantCredits(t, st, f.ws.ID, 0, 4)
-
-	// The standalone Reserve is refused likewise.
-	c := mustCreate(t, st, f.newExec("c", 0))
-	_, err = st.Reserve(ctx, f.ws.ID, c.Execution.ID, 1)
-	wantClass(t, "Reserve on an empty balance", err, errdefs.ErrResourceExhausted)
+	_, err = st.Admit(ctx, f.newExec("c"), admission(1))
+	wantClass(t, "Admit on an empty balance", err, errdefs.ErrResourceExhausted)
 	wantCredits(t, st, f.ws.ID, 0, 4)
 }
 
-// testConcurrentReservations runs 50 goroutines that each reserve and then
-// commit or release, and checks that the balance comes out exact.
+// testConcurrentReservations runs 50 goroutines that each admit with a
+// reservation and then end, committing or releasing it, and checks that the
+// balance comes out exact.
 func testConcurrentReservations(t *testing.T, st store.Store) {
 	ctx := t.Context()
 	f := newFixture(t, st, "concurrent")
@@ -164,10 +136,6 @@ func testConcurrentReservations(t *testing.T, st store.Store) {
 		granted = 70 // less than workers*cost: some reservations must fail
 	)
 	mustGrant(t, st, f.ws.ID, granted)
-	execs := make([]string, workers)
-	for i := range execs {
-		execs[i] = mustCreate(t, st, f.newExec(fmt.Sprint("job ", i), 0)).Execution.ID
-	}
 	var (
 		wg                          sync.WaitGroup
 		mu                          sync.Mutex
@@ -178,15 +146,15 @@ func testConcurrentReservations(t *testing.T, st store.Store) {
 		wg.Go(func() {
 			commit := i%2 == 0
 			err := func() error {
-				r, err := st.Reserve(ctx, f.ws.ID, execs[i], cost)
+				adm, err := st.Admit(ctx, f.newExec(fmt.Sprint("job ", i)), admission(cost))
 				if err != nil {
 					return err
 				}
-				if commit {
-					_, err = st.Commit(ctx, r.ID)
-				} else {
-					_, err = st.Release(ctx, r.ID)
+				to := store.StatusSucceeded
+				if !commit {
+					to = store.StatusLaunchFailed
 				}
+				_, err = st.Apply(ctx, adm.Execution.ID, ending(adm.Execution, to, commit))
 				return err
 			}()
 			mu.Lock()
@@ -216,8 +184,8 @@ func testConcurrentReservations(t *testing.T, st store.Store) {
 	wantCredits(t, st, f.ws.ID, granted-cost*int64(committed), 0)
 }
 
-// testConcurrentAdmissions runs 50 concurrent CreateExecution calls against a
-// balance that covers 30 of them.
+// testConcurrentAdmissions runs 50 concurrent admissions against a balance
+// that covers 30 of them.
 func testConcurrentAdmissions(t *testing.T, st store.Store) {
 	ctx := t.Context()
 	f := newFixture(t, st, "admissions")
@@ -231,9 +199,8 @@ func testConcurrentAdmissions(t *testing.T, st store.Store) {
 	)
 	for i := range workers {
 		wg.Go(func() {
-			e := f.newExec(fmt.Sprint("job ", i), cost)
-			e.Audit = []store.NewEvent{{Type: "capability.invoke_allowed", Actor: f.agent.ID}}
-			_, err := st.CreateExecution(ctx, e)
+			_, err := st.Admit(ctx, f.newExec(fmt.Sprint("job ", i)),
+				admission(cost, store.NewEvent{Type: "capability.invoke_allowed", Actor: f.agent.ID}))
 			mu.Lock()
 			defer mu.Unlock()
 			switch {
@@ -268,11 +235,15 @@ func testConcurrentAdmissions(t *testing.T, st store.Store) {
 	}
 }
 
-func testConcurrentDoubleCommit(t *testing.T, st store.Store) {
+// testConcurrentSteps applies ten steps from the same status to one
+// execution at once, half of them committing its reservation and half
+// releasing it: the compare-and-set lets exactly one apply, the others are
+// ErrConflict, and the reservation is settled once.
+func testConcurrentSteps(t *testing.T, st store.Store) {
 	ctx := t.Context()
 	f := newFixture(t, st, "double")
 	mustGrant(t, st, f.ws.ID, 5)
-	adm := mustCreate(t, st, f.newExec("x", 5))
+	ex := mustApply(t, st, f.admit(t, st, "x", 5).Execution, start("runc"))
 	var (
 		wg        sync.WaitGroup
 		mu        sync.Mutex
@@ -281,12 +252,11 @@ func testConcurrentDoubleCommit(t *testing.T, st store.Store) {
 	)
 	for i := range 10 {
 		wg.Go(func() {
-			var err error
-			if i%2 == 0 {
-				_, err = st.Commit(ctx, adm.Reservation.ID)
-			} else {
-				_, err = st.Release(ctx, adm.Reservation.ID)
+			s := ending(ex, store.StatusSucceeded, true, store.NewEvent{Type: "execution.finished"})
+			if i%2 == 1 {
+				s = ending(ex, store.StatusLaunchFailed, false, store.NewEvent{Type: "execution.finished"})
 			}
+			_, err := st.Apply(ctx, ex.ID, s)
 			mu.Lock()
 			defer mu.Unlock()
 			switch {
@@ -304,11 +274,17 @@ func testConcurrentDoubleCommit(t *testing.T, st store.Store) {
 		t.Error(err)
 	}
 	if ok != 1 || confl != 9 {
-		t.Fatalf("10 concurrent settlements: got %d successes and %d conflicts, want 1 and 9", ok, confl)
+		t.Fatalf("10 concurrent steps: got %d applied and %d conflicts, want 1 and 9", ok, confl)
 	}
 	c := must[store.Credits](t, "GetCredits")(st.GetCredits(ctx, f.ws.ID))
 	if c.Reserved != 0 || (c.Available != 0 && c.Available != 5) {
 		t.Fatalf("credits after one settlement: got %+v", c)
 	}
 	CheckLedger(t, st, f.ws.ID)
+	if h := must[store.ChainHead](t, "ChainHead")(st.ChainHead(ctx, f.ws.ID)); h.Seq != 1 {
+		t.Fatalf("events after 10 concurrent steps: got %d, want the one that applied", h.Seq)
+	}
+	if p := must[store.Page[store.ToolInvocation]](t, "ListToolInvocations")(st.ListToolInvocations(ctx, f.ws.ID, store.ToolCallFilter{})); len(p.Items) != 1 {
+		t.Fatalf("tool_invocations rows after 10 concurrent steps: got %d, want 1", len(p.Items))
+	}
 }

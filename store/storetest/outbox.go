@@ -17,45 +17,37 @@ func testOutboxEveryEnding(t *testing.T, st store.Store) {
 	f := newFixture(t, st, "outbox")
 	mustGrant(t, st, f.ws.ID, 100)
 
-	ran := mustCreate(t, st, f.newExec("ran", 2))
-	must[store.Execution](t, "StartExecution")(st.StartExecution(ctx, ran.Execution.ID, "runc"))
-	must[store.Execution](t, "FinishExecution")(st.FinishExecution(ctx, store.Outcome{ExecutionID: ran.Execution.ID,
-		Status: store.StatusSucceeded, ExitCode: ptr(0)}))
-	launch := mustCreate(t, st, f.newExec("launch", 2))
-	must[store.Execution](t, "FinishExecution")(st.FinishExecution(ctx, store.Outcome{ExecutionID: launch.Execution.ID,
-		Status: store.StatusLaunchFailed}))
+	ran := run(t, st, f.admit(t, st, "ran", 2).Execution, "runc", store.StatusSucceeded, true)
+	launch := f.admit(t, st, "launch", 2).Execution
+	mustApply(t, st, launch, ending(launch, store.StatusLaunchFailed, false))
 	denied := awaiting(t, st, f, "denied", nowPlus(600))
-	if _, _, err := st.DecideApproval(ctx, store.Decision{WorkspaceID: f.ws.ID, ApprovalID: denied.Approval.ID,
-		DecidedBy: f.approver.ID}); err != nil {
-		t.Fatalf("DecideApproval: %v", err)
-	}
+	mustApply(t, st, denied.Execution, decision(denied.Execution, false, f.approver.ID, ""))
 	lapsed := awaiting(t, st, f, "lapsed", time.Now().Add(-time.Second))
-	must[[]store.Approval](t, "ExpireApprovals")(st.ExpireApprovals(ctx, time.Now(), nil))
-	interrupted := mustCreate(t, st, f.newExec("interrupted", 2))
-	must[store.Execution](t, "StartExecution")(st.StartExecution(ctx, interrupted.Execution.ID, "runc"))
-	queued := mustCreate(t, st, f.newExec("queued", 2))
+	expireDue(t, st, time.Now())
+	interrupted := mustApply(t, st, f.admit(t, st, "interrupted", 2).Execution, start("runc"))
+	queued := f.admit(t, st, "queued", 2).Execution
 	// An execution awaiting approval has no row yet, and so no entry.
-	waiting := awaiting(t, st, f, "waiting", nowPlus(600))
+	pending := awaiting(t, st, f, "waiting", nowPlus(600))
 
-	// A recovery that its events roll back rolls its entry back too.
-	_, err := st.RecoverInterrupted(ctx, nil, func(store.Execution) []store.NewEvent { return []store.NewEvent{{Type: ""}} })
-	wantClass(t, "RecoverInterrupted with an invalid event", err, errdefs.ErrInvalidArgument)
+	// An ending that its events roll back rolls its entry back too.
+	_, err := st.Apply(ctx, interrupted.ID, ending(interrupted, store.StatusFailed, false, store.NewEvent{Type: ""}))
+	wantClass(t, "an ending with an invalid event", err, errdefs.ErrInvalidArgument)
 	if got := outboxIDs(t, st); len(got) != 4 {
-		t.Fatalf("entries after a failed recovery: got %d, want the 4 of the executions that ended", len(got))
+		t.Fatalf("entries after a failed ending: got %d, want the 4 of the executions that ended", len(got))
 	}
-	must[[]store.Execution](t, "RecoverInterrupted")(st.RecoverInterrupted(ctx, nil, nil))
+	mustApply(t, st, interrupted, ending(interrupted, store.StatusFailed, false))
+	mustApply(t, st, queued, cancel(queued, ""))
 	// A refused ending enqueues nothing, and neither does an admission.
-	_, err = st.FinishExecution(ctx, store.Outcome{ExecutionID: ran.Execution.ID, Status: store.StatusFailed})
-	wantClass(t, "FinishExecution of an ended execution", err, errdefs.ErrConflict)
-	live := mustCreate(t, st, f.newExec("live", 2))
+	_, err = st.Apply(ctx, ran.ID, ending(interrupted, store.StatusFailed, false))
+	wantClass(t, "ending an ended execution", err, errdefs.ErrConflict)
+	live := f.admit(t, st, "live", 2)
 
 	rows := allPages(t, store.MaxPageLimit, func(ti store.ToolInvocation) string { return ti.ID },
 		func(p store.PageRequest) (store.Page[store.ToolInvocation], error) {
 			return st.ListToolInvocations(ctx, f.ws.ID, store.ToolCallFilter{PageRequest: p})
 		})
 	entries := must[[]store.OutboxEntry](t, "ListOutbox")(st.ListOutbox(ctx, 0))
-	wantExecs := []string{ran.Execution.ID, launch.Execution.ID, denied.Execution.ID, lapsed.Execution.ID,
-		interrupted.Execution.ID, queued.Execution.ID}
+	wantExecs := []string{ran.ID, launch.ID, denied.Execution.ID, lapsed.Execution.ID, interrupted.ID, queued.ID}
 	if len(rows) != len(wantExecs) || len(entries) != len(rows) {
 		t.Fatalf("got %d tool_invocations rows and %d outbox entries, want %d of each", len(rows), len(entries), len(wantExecs))
 	}
@@ -76,10 +68,10 @@ func testOutboxEveryEnding(t *testing.T, st store.Store) {
 	if !sameSet(gotExecs, wantExecs) {
 		t.Errorf("executions enqueued: got %v, want %v", gotExecs, wantExecs)
 	}
-	if slices.Contains(gotExecs, waiting.Execution.ID) || slices.Contains(gotExecs, live.Execution.ID) {
+	if slices.Contains(gotExecs, pending.Execution.ID) || slices.Contains(gotExecs, live.Execution.ID) {
 		t.Errorf("a live execution was enqueued")
 	}
-	if e := entries[0]; e.Invocation.ExecutionID != ran.Execution.ID || e.Invocation.Status != store.StatusSucceeded ||
+	if e := entries[0]; e.Invocation.ExecutionID != ran.ID || e.Invocation.Status != store.StatusSucceeded ||
 		e.Invocation.Credits != 2 || e.Invocation.Driver != "runc" || e.Invocation.Runtime != "python" || e.Invocation.Tool != "code.execute" {
 		t.Errorf("the first entry: got %+v, want the succeeded run on runc, charged 2", e.Invocation)
 	}
@@ -95,13 +87,12 @@ func testOutboxSameTransaction(t *testing.T, st store.Store) {
 	ctx := t.Context()
 	f := newFixture(t, st, "outbox-tx")
 	mustGrant(t, st, f.ws.ID, 10)
-	a := mustCreate(t, st, f.newExec("print(1)", 2))
-	must[store.Execution](t, "StartExecution")(st.StartExecution(ctx, a.Execution.ID, "runc"))
+	ex := mustApply(t, st, f.admit(t, st, "print(1)", 2).Execution, start("runc"))
 	tamper(t, st, "DROP TABLE analytics_outbox")
-	if _, err := st.FinishExecution(ctx, store.Outcome{ExecutionID: a.Execution.ID, Status: store.StatusSucceeded}); err == nil {
-		t.Fatal("FinishExecution without an outbox table succeeded; the entry is not written with the row")
+	if _, err := st.Apply(ctx, ex.ID, ending(ex, store.StatusSucceeded, true)); err == nil {
+		t.Fatal("an ending without an outbox table succeeded; the entry is not written with the row")
 	}
-	if ex := must[store.Execution](t, "GetExecution")(st.GetExecution(ctx, f.ws.ID, a.Execution.ID)); ex.Status != store.StatusRunning {
+	if ex := must[store.Execution](t, "GetExecution")(st.GetExecution(ctx, f.ws.ID, ex.ID)); ex.Status != store.StatusRunning {
 		t.Errorf("execution after the failed ending: got %s, want still running", ex.Status)
 	}
 	if p := must[store.Page[store.ToolInvocation]](t, "ListToolInvocations")(st.ListToolInvocations(ctx, f.ws.ID, store.ToolCallFilter{})); len(p.Items) != 0 {
@@ -198,9 +189,8 @@ func endN(t *testing.T, st store.Store, f fixture, n int) []string {
 	ctx := t.Context()
 	var ids []string
 	for i := range n {
-		a := mustCreate(t, st, f.newExec("end", 0))
-		must[store.Execution](t, "FinishExecution")(st.FinishExecution(ctx, store.Outcome{ExecutionID: a.Execution.ID,
-			Status: store.StatusLaunchFailed}))
+		a := f.admit(t, st, "end", 0)
+		mustApply(t, st, a.Execution, ending(a.Execution, store.StatusLaunchFailed, false))
 		p := must[store.Page[store.ToolInvocation]](t, "ListToolInvocations")(st.ListToolInvocations(ctx, f.ws.ID,
 			store.ToolCallFilter{PageRequest: store.PageRequest{Limit: 1}}))
 		if len(p.Items) != 1 || p.Items[0].ExecutionID != a.Execution.ID {

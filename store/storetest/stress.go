@@ -56,8 +56,8 @@ func watch(t *testing.T, stall time.Duration, what string, done *atomic.Int64, f
 }
 
 // testConcurrentMixed runs every kind of transaction at once on one
-// workspace: admissions with and without approval, starts and finishes,
-// decisions racing with expiry, explicit reservations, audit appends, and
+// workspace: admissions with and without approval, starts and ends,
+// decisions racing with expiry, cancels, audit appends, and
 // the reads the engine interleaves with them (lists, snapshots). It fails on
 // a deadlock (with a goroutine dump), on any error other than the conflicts
 // the races make legitimate, and on a ledger, chain or state left
@@ -77,7 +77,7 @@ func testConcurrentMixed(t *testing.T, st store.Store) {
 
 	var (
 		mu      sync.Mutex
-		pending []string // approval ids not yet decided by a worker
+		pending []store.Execution // awaiting approval, not yet decided by a worker
 		errs    []error
 	)
 	fail := func(op string, err error) {
@@ -87,20 +87,21 @@ func testConcurrentMixed(t *testing.T, st store.Store) {
 			errs = append(errs, fmt.Errorf("%s: %w", op, err))
 		}
 	}
-	audit := func(typ string) []store.NewEvent { return []store.NewEvent{{Type: typ, Actor: f.agent.ID}} }
-	finish := func(id string, status store.ExecutionStatus) {
-		_, err := st.FinishExecution(ctx, store.Outcome{ExecutionID: id, Status: status, ExitCode: ptr(0),
-			Stdout: []byte("ok\n"), Audit: audit("execution.finished")})
-		if err != nil {
-			fail("FinishExecution", err)
+	audit := func(typ string) store.NewEvent { return store.NewEvent{Type: typ, Actor: f.agent.ID} }
+	finish := func(ex store.Execution, status store.ExecutionStatus, charge bool) {
+		end := ending(ex, status, charge, audit("execution.finished"))
+		end.Output = store.Output{ExitCode: ptr(0), Stdout: []byte("ok\n")}
+		if _, err := st.Apply(ctx, ex.ID, end); err != nil {
+			fail("ending", err)
 		}
 	}
-	run := func(id string) {
-		if _, err := st.StartExecution(ctx, id, "runc"); err != nil {
-			fail("StartExecution", err)
+	run := func(ex store.Execution) {
+		ex, err := st.Apply(ctx, ex.ID, start("runc"))
+		if err != nil {
+			fail("starting", err)
 			return
 		}
-		finish(id, store.StatusSucceeded)
+		finish(ex, store.StatusSucceeded, true)
 	}
 	step := func(rng *rand.Rand, i int) {
 		switch rng.IntN(12) {
@@ -109,71 +110,72 @@ func testConcurrentMixed(t *testing.T, st store.Store) {
 			if rng.IntN(2) == 0 {
 				expires = nowPlus(600)
 			}
-			e := f.newExec(fmt.Sprint("approve ", i), 2)
-			e.Approval = &store.NewApproval{Card: []byte(`{"risk":"high"}`), ExpiresAt: expires}
-			e.Audit = audit("approval.requested")
-			adm, err := st.CreateExecution(ctx, e)
+			adm, err := st.Admit(ctx, f.newExec(fmt.Sprint("approve ", i)), waiting(2, `{"risk":"high"}`, expires, audit("approval.requested")))
 			if err != nil {
-				fail("CreateExecution with approval", err)
+				fail("admitting with approval", err)
 				return
 			}
 			mu.Lock()
-			pending = append(pending, adm.Approval.ID)
+			pending = append(pending, adm.Execution)
 			mu.Unlock()
 		case 2: // a decision, possibly racing with expiry
 			mu.Lock()
-			var id string
+			var ex store.Execution
 			if n := len(pending); n > 0 {
-				id, pending = pending[n-1], pending[:n-1]
+				ex, pending = pending[n-1], pending[:n-1]
 			}
 			mu.Unlock()
-			if id == "" {
+			if ex.ID == "" {
 				return
 			}
 			approve := rng.IntN(2) == 0
-			_, ex, err := st.DecideApproval(ctx, store.Decision{WorkspaceID: f.ws.ID, ApprovalID: id, Approve: approve,
-				DecidedBy: f.approver.ID, Reason: "stress", Audit: audit("approval.decided")})
+			ex, err := st.Apply(ctx, ex.ID, decision(ex, approve, f.approver.ID, "stress", audit("approval.decided")))
 			switch {
 			case errdefs.IsConflict(err): // expired first
 			case err != nil:
-				fail("DecideApproval", err)
+				fail("deciding", err)
 			case approve:
-				run(ex.ID)
+				run(ex)
 			}
 		case 3:
-			if _, err := st.ExpireApprovals(ctx, time.Now(), expiredEvents); err != nil {
-				fail("ExpireApprovals", err)
+			due, err := st.ListDueApprovals(ctx, time.Now())
+			if err != nil {
+				fail("ListDueApprovals", err)
+				return
+			}
+			for _, a := range due {
+				ex, err := st.GetExecution(ctx, a.WorkspaceID, a.ExecutionID)
+				if err != nil {
+					fail("GetExecution", err)
+					return
+				}
+				if ex.Status != store.StatusAwaitingApproval {
+					continue // decided or expired since it was listed
+				}
+				if _, err := st.Apply(ctx, ex.ID, expiry(ex, expiredEvents(a)...)); err != nil && !errdefs.IsConflict(err) {
+					fail("expiring", err)
+				}
 			}
 		case 4, 5: // an admission that runs
-			adm, err := st.CreateExecution(ctx, f.newExec(fmt.Sprint("run ", i), 2))
+			adm, err := st.Admit(ctx, f.newExec(fmt.Sprint("run ", i)), admission(2, audit("capability.invoke_allowed")))
 			if err != nil {
-				fail("CreateExecution", err)
+				fail("admitting", err)
 				return
 			}
 			if rng.IntN(4) == 0 {
-				finish(adm.Execution.ID, store.StatusLaunchFailed)
+				finish(adm.Execution, store.StatusLaunchFailed, false)
 				return
 			}
-			run(adm.Execution.ID)
-		case 6: // an explicit reservation, settled before the execution ends
-			adm, err := st.CreateExecution(ctx, f.newExec(fmt.Sprint("reserve ", i), 0))
+			run(adm.Execution)
+		case 6: // an admission that is cancelled before it runs
+			adm, err := st.Admit(ctx, f.newExec(fmt.Sprint("cancel ", i)), admission(3))
 			if err != nil {
-				fail("CreateExecution without credits", err)
+				fail("admitting", err)
 				return
 			}
-			r, err := st.Reserve(ctx, f.ws.ID, adm.Execution.ID, 3)
-			if err != nil {
-				fail("Reserve", err)
-				return
+			if _, err := st.Apply(ctx, adm.Execution.ID, cancel(adm.Execution, "stress", audit("execution.cancelled"))); err != nil {
+				fail("cancelling", err)
 			}
-			settle := st.Commit
-			if rng.IntN(2) == 0 {
-				settle = st.Release
-			}
-			if _, err := settle(ctx, r.ID); err != nil {
-				fail("Commit/Release", err)
-			}
-			finish(adm.Execution.ID, store.StatusSucceeded)
 		case 7:
 			if _, err := st.AppendEvent(ctx, store.NewEvent{WorkspaceID: f.ws.ID, Type: "stress.note", Actor: f.adm.ID}); err != nil {
 				fail("AppendEvent", err)
@@ -231,9 +233,7 @@ func testConcurrentMixed(t *testing.T, st store.Store) {
 
 	// Everything left waiting expires; then nothing may be live, nothing
 	// reserved, and the ledger and the chain must add up.
-	if _, err := st.ExpireApprovals(ctx, time.Now().Add(time.Hour), expiredEvents); err != nil {
-		t.Fatalf("ExpireApprovals: %v", err)
-	}
+	expireDue(t, st, time.Now().Add(time.Hour))
 	live := allPages(t, store.MaxPageLimit, func(e store.Execution) string { return e.ID }, func(p store.PageRequest) (store.Page[store.Execution], error) {
 		return st.ListExecutions(ctx, f.ws.ID, store.ExecutionFilter{PageRequest: p,
 			Statuses: []store.ExecutionStatus{store.StatusQueued, store.StatusRunning, store.StatusAwaitingApproval}})

@@ -15,125 +15,20 @@ import (
 
 func joinWhere(where []string) string { return strings.Join(where, " AND ") }
 
-func checkNewExecution(e store.NewExecution) error {
-	for _, f := range []struct{ name, v string }{
-		{"workspace id", e.WorkspaceID}, {"key id", e.KeyID}, {"runtime", e.Runtime}, {"tool", e.Tool},
-	} {
-		if err := checkRequired(f.name, f.v, maxText); err != nil {
-			return err
-		}
-	}
-	if err := checkText("execution id", e.ID, maxText); err != nil {
-		return err
-	}
-	if err := checkText("idempotency key", e.IdempotencyKey, maxText); err != nil {
-		return err
-	}
-	if len(e.Request) == 0 {
-		return fmt.Errorf("request is required: %w", errdefs.ErrInvalidArgument)
-	}
-	if err := checkJSON("request", e.Request); err != nil {
-		return err
-	}
-	if err := checkSHA256Hex("input sha256", e.InputSHA256); err != nil {
-		return err
-	}
+// CreateExecution implements store.Executions, as the admission its
+// fields describe.
+func (s *Store) CreateExecution(ctx context.Context, e store.NewExecution) (store.Admission, error) {
 	if e.Credits < 0 || e.Credits > maxBalance {
-		return fmt.Errorf("credits %d out of range: %w", e.Credits, errdefs.ErrInvalidArgument)
+		return store.Admission{}, fmt.Errorf("creating execution: credits %d out of range: %w", e.Credits, errdefs.ErrInvalidArgument)
+	}
+	st := store.Step{To: store.StatusQueued, Audit: e.Audit}
+	if e.Credits > 0 {
+		st.Credits = store.CreditMove{Kind: store.LedgerReserve, Amount: e.Credits}
 	}
 	if a := e.Approval; a != nil {
-		if len(a.Card) == 0 {
-			return fmt.Errorf("approval card is required: %w", errdefs.ErrInvalidArgument)
-		}
-		if err := checkJSON("approval card", a.Card); err != nil {
-			return err
-		}
-		if a.ExpiresAt.IsZero() {
-			return fmt.Errorf("approval expiry is required: %w", errdefs.ErrInvalidArgument)
-		}
+		st.To, st.Approval = store.StatusAwaitingApproval, store.ApprovalChange{To: store.ApprovalPending, Card: a.Card, ExpiresAt: a.ExpiresAt}
 	}
-	return checkEvents(e.Audit)
-}
-
-// CreateExecution implements store.Executions.
-func (s *Store) CreateExecution(ctx context.Context, e store.NewExecution) (store.Admission, error) {
-	if err := checkNewExecution(e); err != nil {
-		return store.Admission{}, fmt.Errorf("creating execution: %w", err)
-	}
-	var adm store.Admission
-	err := s.inTx(ctx, func(q Querier) error {
-		adm = store.Admission{}
-		var keyWS string
-		if err := q.QueryRow(ctx, `SELECT workspace_id FROM api_keys WHERE id = $1`, e.KeyID).Scan(&keyWS); err != nil || keyWS != e.WorkspaceID {
-			if err != nil && notFound(err) != errdefs.ErrNotFound {
-				return err
-			}
-			return fmt.Errorf("key %q does not belong to workspace %q: %w", e.KeyID, e.WorkspaceID, errdefs.ErrInvalidArgument)
-		}
-		now := s.clock()
-		ex := store.Execution{
-			ID: e.ID, WorkspaceID: e.WorkspaceID, KeyID: e.KeyID, Status: store.StatusQueued,
-			Runtime: e.Runtime, Tool: e.Tool, Request: e.Request, IdempotencyKey: e.IdempotencyKey,
-			InputSHA256: e.InputSHA256, CreatedAt: now,
-		}
-		if ex.ID == "" {
-			ex.ID = newID("ex")
-		}
-		if e.Credits > 0 {
-			ex.ReservationID = newID("res")
-		}
-		if e.Approval != nil {
-			ex.Status = store.StatusAwaitingApproval
-			ex.ApprovalID = newID("apr")
-		}
-		// ON CONFLICT on the idempotency key waits for a concurrent insert of
-		// the same key to commit, then writes nothing: the retry is answered
-		// with the first execution below instead of failing.
-		n, err := q.Exec(ctx, `INSERT INTO executions (id, workspace_id, key_id, status, runtime, tool, request,
-			idempotency_key, input_sha256, reservation_id, approval_id, driver, created_at)
-			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, '', $12)
-			ON CONFLICT (workspace_id, idempotency_key) DO NOTHING`,
-			ex.ID, ex.WorkspaceID, ex.KeyID, string(ex.Status), ex.Runtime, ex.Tool, string(ex.Request),
-			nstr(ex.IdempotencyKey), ex.InputSHA256, nstr(ex.ReservationID), nstr(ex.ApprovalID), s.tm(now))
-		if err != nil {
-			return err
-		}
-		if n == 0 {
-			return s.replay(ctx, q, e, &adm)
-		}
-		if e.Credits > 0 {
-			r, err := s.reserve(ctx, q, ex.WorkspaceID, ex.ID, ex.ReservationID, e.Credits)
-			if err != nil {
-				return err
-			}
-			adm.Reservation = &r
-		}
-		if _, err := q.Exec(ctx, `INSERT INTO tool_calls (id, execution_id, workspace_id, tool, runtime, input_sha256,
-			status, stdout_preview, stderr_preview, stdout_truncated, stderr_truncated, driver, credits_charged, created_at)
-			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, '', 0, $12)`,
-			newID("tc"), ex.ID, ex.WorkspaceID, ex.Tool, ex.Runtime, ex.InputSHA256, string(ex.Status),
-			[]byte{}, []byte{}, false, false, s.tm(now)); err != nil {
-			return err
-		}
-		if e.Approval != nil {
-			a := store.Approval{ID: ex.ApprovalID, ExecutionID: ex.ID, WorkspaceID: ex.WorkspaceID,
-				Status: store.ApprovalPending, Card: e.Approval.Card, RequestedAt: now,
-				ExpiresAt: store.TruncateTime(e.Approval.ExpiresAt)}
-			if _, err := q.Exec(ctx, `INSERT INTO approval_requests (id, execution_id, workspace_id, status, card,
-				requested_at, expires_at, reason) VALUES ($1, $2, $3, $4, $5, $6, $7, '')`,
-				a.ID, a.ExecutionID, a.WorkspaceID, string(a.Status), string(a.Card), s.tm(a.RequestedAt), s.tm(a.ExpiresAt)); err != nil {
-				return err
-			}
-			adm.Approval = &a
-		}
-		adm.Execution = ex
-		_, err = s.appendEvents(ctx, q, ex.WorkspaceID, ex.ID, e.Audit)
-		return err
-	})
-	if err != nil {
-		return store.Admission{}, fmt.Errorf("creating execution in workspace %q: %w", e.WorkspaceID, err)
-	}
-	return adm, nil
+	return s.Admit(ctx, e, st)
 }
 
 // sameJSON reports whether two JSON documents hold the same value; the
@@ -196,8 +91,11 @@ func (s *Store) replay(ctx context.Context, q Querier, e store.NewExecution, adm
 	return nil
 }
 
+// executionCols are an execution's columns, and the amount of its
+// reservation.
 const executionCols = `id, workspace_id, key_id, status, runtime, tool, request, result, idempotency_key,
-	input_sha256, reservation_id, approval_id, driver, created_at, started_at, finished_at`
+	input_sha256, reservation_id, approval_id, driver, created_at, started_at, finished_at,
+	COALESCE((SELECT r.amount FROM reservations r WHERE r.id = executions.reservation_id), 0)`
 
 func scanExecution(r Row) (store.Execution, error) {
 	var (
@@ -206,7 +104,7 @@ func scanExecution(r Row) (store.Execution, error) {
 	)
 	err := r.Scan(&ex.ID, &ex.WorkspaceID, &ex.KeyID, &status, &ex.Runtime, &ex.Tool, scanJSON(&ex.Request),
 		scanJSON(&ex.Result), scanStr(&ex.IdempotencyKey), &ex.InputSHA256, scanStr(&ex.ReservationID),
-		scanStr(&ex.ApprovalID), &ex.Driver, scanTime(&ex.CreatedAt), scanTime(&ex.StartedAt), scanTime(&ex.FinishedAt))
+		scanStr(&ex.ApprovalID), &ex.Driver, scanTime(&ex.CreatedAt), scanTime(&ex.StartedAt), scanTime(&ex.FinishedAt), &ex.Credits)
 	ex.Status = store.ExecutionStatus(status)
 	return ex, err
 }
