@@ -3,12 +3,12 @@ package api
 import (
 	"net/http"
 
-	"github.com/stockade-sh/stockade/engine"
+	"github.com/stockade-sh/stockade/capability"
 )
 
 // cancelExecution answers POST /v1/executions/{id}/cancel with the
-// execution as the cancel left it (see engine.Service.Cancel).
-func (s *server) cancelExecution(w http.ResponseWriter, r *http.Request, p engine.Principal) {
+// execution as the cancel left it (see capability.Service.Cancel).
+func (s *server) cancelExecution(w http.ResponseWriter, r *http.Request, p capability.Principal) {
 	var body DecisionRequest
 	if r.ContentLength != 0 {
 		if err := s.decodeBody(w, r, &body); err != nil {

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/stockade-sh/stockade/api"
+	"github.com/stockade-sh/stockade/capability"
 	"github.com/stockade-sh/stockade/engine"
 	"github.com/stockade-sh/stockade/store"
 )
@@ -19,7 +20,7 @@ func TestCancel(t *testing.T) {
 	forEachStore(t, func(t *testing.T, b backend) {
 		t.Run("awaiting approval", func(t *testing.T) {
 			e := newEnv(t, b, envConfig{credits: 10})
-			v := e.awaitApproval(engine.InvokeRequest{Runtime: "python", Code: "print(1)"})
+			v := e.awaitApproval(capability.InvokeRequest{Runtime: "python", Code: "print(1)"})
 			e.wantCredits(8, 2)
 			got := e.do("POST", "/v1/executions/"+v.ID+"/cancel", e.agent, map[string]string{"reason": "not needed"}).want(t, http.StatusOK).execution(t)
 			if got.Status != string(store.StatusCancelled) || got.FinishedAt == nil || got.StartedAt != nil {
@@ -52,7 +53,7 @@ func TestCancel(t *testing.T) {
 			e := newEnv(t, b, envConfig{credits: 10, policy: noApproval})
 			done := make(chan reply, 1)
 			go func() {
-				done <- do(t, e.url, "POST", "/v1/executions", e.agent, engine.InvokeRequest{Runtime: "python",
+				done <- do(t, e.url, "POST", "/v1/executions", e.agent, capability.InvokeRequest{Runtime: "python",
 					Code: "import time\nprint('started', flush=True)\ntime.sleep(60)", TimeoutMS: 30000})
 			}()
 			var id string
@@ -94,7 +95,7 @@ func TestCancel(t *testing.T) {
 			if _, err := e.st.CreateAPIKey(t.Context(), store.NewAPIKey{WorkspaceID: e.ws.ID, Role: store.RoleAgent, Hash: store.HashKey(other)}); err != nil {
 				t.Fatal(err)
 			}
-			v := e.awaitApproval(engine.InvokeRequest{Runtime: "python", Code: "print(1)"})
+			v := e.awaitApproval(capability.InvokeRequest{Runtime: "python", Code: "print(1)"})
 			for _, key := range []string{other, e.approver} {
 				e.do("POST", "/v1/executions/"+v.ID+"/cancel", key, nil).wantError(t, http.StatusForbidden, "permission_denied", "key that invoked")
 			}
@@ -106,7 +107,7 @@ func TestCancel(t *testing.T) {
 			}
 			e.wantCredits(10, 0)
 			// One that ended otherwise is answered as it ended.
-			e2 := e.awaitApproval(engine.InvokeRequest{Runtime: "python", Code: "print(2)"})
+			e2 := e.awaitApproval(capability.InvokeRequest{Runtime: "python", Code: "print(2)"})
 			e.deny(t, e2, "no")
 			if got := e.do("POST", "/v1/executions/"+e2.ID+"/cancel", e.agent, nil).want(t, http.StatusOK).execution(t); got.Status != string(store.StatusDenied) {
 				t.Errorf("cancelling a denied execution: got %q, want it still denied", got.Status)

@@ -19,7 +19,7 @@ import (
 	"time"
 
 	"github.com/stockade-sh/stockade/api"
-	"github.com/stockade-sh/stockade/engine"
+	"github.com/stockade-sh/stockade/capability"
 	"github.com/stockade-sh/stockade/internal/testenv"
 	"github.com/stockade-sh/stockade/store"
 )
@@ -119,8 +119,8 @@ const getOpenAPI = "GET /openapi.json HTTP/1.1\r\nHost: stockade\r\n\r\n"
 // most max connections.
 func serveAPI(t *testing.T, o api.Options, idle time.Duration, max int) (addr, agent string) {
 	t.Helper()
-	svc, agent := newBareService(t)
-	ts := httptest.NewUnstartedServer(api.New(svc, o))
+	svc, st, agent := newBareService(t)
+	ts := httptest.NewUnstartedServer(api.New(svc, st, o))
 	ts.Listener = api.LimitListener(ts.Listener, max, o.Metrics)
 	ts.Config.IdleTimeout = idle
 	ts.Start()
@@ -171,7 +171,7 @@ func TestAnswersWithoutTheBody(t *testing.T) {
 func TestBoundsSpareTheWait(t *testing.T) {
 	const bound = 500 * time.Millisecond
 	e := newEnv(t, backends[0], envConfig{credits: 10, policy: noApproval, api: api.Options{BodyTimeout: bound, WriteTimeout: bound}})
-	req := engine.InvokeRequest{Runtime: "shell", Code: "sleep 2; echo done"}
+	req := capability.InvokeRequest{Runtime: "shell", Code: "sleep 2; echo done"}
 	s := postStream(t, e.url, e.agent, req)
 	started := s.next(30 * time.Second)
 	var st struct {

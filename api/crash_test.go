@@ -19,7 +19,7 @@ import (
 	"time"
 
 	"github.com/stockade-sh/stockade/api"
-	"github.com/stockade-sh/stockade/engine"
+	"github.com/stockade-sh/stockade/capability"
 	"github.com/stockade-sh/stockade/internal/sandboxkit"
 	"github.com/stockade-sh/stockade/internal/testenv"
 	"github.com/stockade-sh/stockade/store"
@@ -169,7 +169,7 @@ func setUpDaemon(t *testing.T, bin, dir, db, state string) (key string, args []s
 // its stream and execution id once its output shows it running.
 func startSleeper(t *testing.T, base, key string) (*stream, string) {
 	t.Helper()
-	s := postStream(t, base, key, engine.InvokeRequest{Runtime: "python", Code: "import time\nprint('sleeping', flush=True)\ntime.sleep(30)\n"})
+	s := postStream(t, base, key, capability.InvokeRequest{Runtime: "python", Code: "import time\nprint('sleeping', flush=True)\ntime.sleep(30)\n"})
 	started := s.next(60 * time.Second)
 	if started.name != "started" {
 		t.Fatalf("first event: got %q (%s), want started", started.name, started.data)
@@ -317,7 +317,7 @@ func TestCrashRecovery(t *testing.T) {
 		}
 
 		// The restarted daemon works and charges as usual.
-		after := do(t, d.url, "POST", "/v1/executions", key, engine.InvokeRequest{Runtime: "shell", Code: "echo alive"}).want(t, http.StatusOK).execution(t)
+		after := do(t, d.url, "POST", "/v1/executions", key, capability.InvokeRequest{Runtime: "shell", Code: "echo alive"}).want(t, http.StatusOK).execution(t)
 		if after.Status != string(store.StatusSucceeded) {
 			t.Errorf("a run after the restart: got %q, want succeeded", after.Status)
 		}

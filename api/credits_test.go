@@ -4,7 +4,7 @@ import (
 	"net/http"
 	"testing"
 
-	"github.com/stockade-sh/stockade/engine"
+	"github.com/stockade-sh/stockade/capability"
 	"github.com/stockade-sh/stockade/store"
 )
 
@@ -13,8 +13,8 @@ import (
 // and charges nothing.
 func TestFreeInvocations(t *testing.T) {
 	forEachStore(t, func(t *testing.T, b backend) {
-		e := newEnv(t, b, envConfig{policy: noApproval, credits: 10, svc: engine.ServiceOptions{CreditsPerInvocation: new(int64(0))}})
-		v := e.invoke(engine.InvokeRequest{Runtime: "python", Code: "print(1)"}).want(t, http.StatusOK).execution(t)
+		e := newEnv(t, b, envConfig{policy: noApproval, credits: 10, svc: capability.ServiceOptions{CreditsPerInvocation: new(int64(0))}})
+		v := e.invoke(capability.InvokeRequest{Runtime: "python", Code: "print(1)"}).want(t, http.StatusOK).execution(t)
 		if v.Status != string(store.StatusSucceeded) {
 			t.Fatalf("execution: got %s (%s), want succeeded", v.Status, v.Result)
 		}

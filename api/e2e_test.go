@@ -24,7 +24,7 @@ import (
 	"time"
 
 	"github.com/stockade-sh/stockade/api"
-	"github.com/stockade-sh/stockade/engine"
+	"github.com/stockade-sh/stockade/capability"
 	"github.com/stockade-sh/stockade/sandbox"
 	"github.com/stockade-sh/stockade/store"
 	"github.com/stockade-sh/stockade/store/storetest"
@@ -34,7 +34,7 @@ func TestAllowedRunChargesTwoCredits(t *testing.T) {
 	forEachStore(t, func(t *testing.T, b backend) {
 		e := newEnv(t, b, envConfig{policy: noApproval, credits: 10})
 		code := `print("hello from the sandbox")`
-		v := e.invoke(engine.InvokeRequest{Runtime: "python", Code: code}).want(t, http.StatusOK).execution(t)
+		v := e.invoke(capability.InvokeRequest{Runtime: "python", Code: code}).want(t, http.StatusOK).execution(t)
 		if v.Status != string(store.StatusSucceeded) || v.Driver != "runc" || v.StartedAt == nil || v.FinishedAt == nil {
 			t.Fatalf("execution: got status %q driver %q started %v finished %v, want succeeded on runc", v.Status, v.Driver, v.StartedAt, v.FinishedAt)
 		}
@@ -51,7 +51,7 @@ func TestAllowedRunChargesTwoCredits(t *testing.T) {
 		tc := calls[0]
 		if tc.ExecutionID != v.ID || tc.CreditsCharged != 2 || tc.Status != string(store.StatusSucceeded) ||
 			tc.ExitCode == nil || *tc.ExitCode != 0 || tc.StdoutPreview != "hello from the sandbox\n" ||
-			tc.InputSHA256 != engine.InputHash("python", code) || tc.Driver != "runc" || tc.Tool != "code.execute" {
+			tc.InputSHA256 != capability.InputHash("python", code) || tc.Driver != "runc" || tc.Tool != "code.execute" {
 			t.Errorf("tool_calls row: got %+v", tc)
 		}
 		inv, err := e.st.ListToolInvocations(t.Context(), e.ws.ID, store.ToolCallFilter{})
@@ -79,20 +79,20 @@ func TestDenials(t *testing.T) {
 	tests := []struct {
 		name     string
 		policy   func(*store.Policy)
-		req      engine.InvokeRequest
+		req      capability.InvokeRequest
 		decision string // the event's data.decision
 		reason   string // in the 403 message and the event's reason
 	}{
 		{"code execution disabled", func(p *store.Policy) { p.CodeExecution = false },
-			engine.InvokeRequest{Runtime: "python", Code: "print(1)"}, "code_execution_disabled", "code execution is disabled"},
+			capability.InvokeRequest{Runtime: "python", Code: "print(1)"}, "code_execution_disabled", "code execution is disabled"},
 		{"runtime not allowed", func(p *store.Policy) { p.Runtimes = []string{"shell"} },
-			engine.InvokeRequest{Runtime: "python", Code: "print(1)"}, "runtime_not_allowed", `runtime "python" is not allowed`},
+			capability.InvokeRequest{Runtime: "python", Code: "print(1)"}, "runtime_not_allowed", `runtime "python" is not allowed`},
 		{"network not permissible", func(p *store.Policy) { p.NetworkAllowed = false },
-			engine.InvokeRequest{Runtime: "python", Code: "print(1)", Network: "allow"}, "network_not_permitted", "network access is not permitted"},
+			capability.InvokeRequest{Runtime: "python", Code: "print(1)", Network: "allow"}, "network_not_permitted", "network access is not permitted"},
 		{"network permitted but no egress allowlist", func(p *store.Policy) { p.NetworkAllowed = true },
-			engine.InvokeRequest{Runtime: "python", Code: "print(1)", Network: "allow"}, "network_not_permitted", "egress allowlist"},
+			capability.InvokeRequest{Runtime: "python", Code: "print(1)", Network: "allow"}, "network_not_permitted", "egress allowlist"},
 		{"timeout above workspace max", func(p *store.Policy) { p.MaxTimeout = 5 * time.Second },
-			engine.InvokeRequest{Runtime: "python", Code: "print(1)", TimeoutMS: 10_000}, "timeout_above_max", "above the workspace maximum of 5s"},
+			capability.InvokeRequest{Runtime: "python", Code: "print(1)", TimeoutMS: 10_000}, "timeout_above_max", "above the workspace maximum of 5s"},
 	}
 	forEachStore(t, func(t *testing.T, b backend) {
 		for _, tt := range tests {
@@ -127,7 +127,7 @@ func TestDenials(t *testing.T) {
 var approvalCardKeys = []string{"approval_id", "execution_id", "code", "runtime", "risk_level", "network", "timeout_ms", "expires_at"}
 
 // wantCard checks an approval card against the request it describes.
-func wantCard(t *testing.T, raw json.RawMessage, req engine.InvokeRequest, approvalID, execID string) engine.ApprovalCard {
+func wantCard(t *testing.T, raw json.RawMessage, req capability.InvokeRequest, approvalID, execID string) capability.ApprovalCard {
 	t.Helper()
 	var keys map[string]any
 	if err := json.Unmarshal(raw, &keys); err != nil {
@@ -138,7 +138,7 @@ func wantCard(t *testing.T, raw json.RawMessage, req engine.InvokeRequest, appro
 			t.Errorf("approval card %s has no %q", raw, k)
 		}
 	}
-	var c engine.ApprovalCard
+	var c capability.ApprovalCard
 	if err := json.Unmarshal(raw, &c); err != nil {
 		t.Fatal(err)
 	}
@@ -170,7 +170,7 @@ func (e *env) deny(t *testing.T, v api.ExecutionView, reason string) {
 	}
 }
 
-func (e *env) awaitApproval(req engine.InvokeRequest) api.ExecutionView {
+func (e *env) awaitApproval(req capability.InvokeRequest) api.ExecutionView {
 	t := e.t
 	t.Helper()
 	r := e.invoke(req).want(t, http.StatusAccepted)
@@ -195,7 +195,7 @@ func TestApprovalPaths(t *testing.T) {
 	forEachStore(t, func(t *testing.T, b backend) {
 		t.Run("approve", func(t *testing.T) {
 			e := newEnv(t, b, envConfig{credits: 10})
-			req := engine.InvokeRequest{Runtime: "python", Code: `print("approved run")`, TimeoutMS: 5000}
+			req := capability.InvokeRequest{Runtime: "python", Code: `print("approved run")`, TimeoutMS: 5000}
 			v := e.awaitApproval(req)
 			e.wantCredits(8, 2)
 
@@ -231,7 +231,7 @@ func TestApprovalPaths(t *testing.T) {
 
 		t.Run("deny", func(t *testing.T) {
 			e := newEnv(t, b, envConfig{credits: 10})
-			v := e.awaitApproval(engine.InvokeRequest{Runtime: "shell", Code: "rm -rf /"})
+			v := e.awaitApproval(capability.InvokeRequest{Runtime: "shell", Code: "rm -rf /"})
 			e.wantCredits(8, 2)
 			e.deny(t, v, "no")
 			e.wantCredits(10, 0)
@@ -245,8 +245,8 @@ func TestApprovalPaths(t *testing.T) {
 		})
 
 		t.Run("expiry", func(t *testing.T) {
-			e := newEnv(t, b, envConfig{credits: 10, svc: engine.ServiceOptions{ApprovalTTL: time.Second}})
-			v := e.awaitApproval(engine.InvokeRequest{Runtime: "python", Code: "print(1)"})
+			e := newEnv(t, b, envConfig{credits: 10, svc: capability.ServiceOptions{ApprovalTTL: time.Second}})
+			v := e.awaitApproval(capability.InvokeRequest{Runtime: "python", Code: "print(1)"})
 			start := time.Now()
 			got := e.wait(v.ID, 15*time.Second)
 			if got.Status != string(store.StatusApprovalExpired) {
@@ -298,7 +298,7 @@ func TestServerSentEvents(t *testing.T) {
 	forEachStore(t, func(t *testing.T, b backend) {
 		t.Run("approve", func(t *testing.T) {
 			e := newEnv(t, b, envConfig{credits: 10})
-			req := engine.InvokeRequest{Runtime: "python", Code: `print("streamed")`}
+			req := capability.InvokeRequest{Runtime: "python", Code: `print("streamed")`}
 			s := postStream(t, e.url, e.agent, req)
 			first := s.next(30 * time.Second)
 			if first.name != "approval_required" {
@@ -341,7 +341,7 @@ func TestServerSentEvents(t *testing.T) {
 
 		t.Run("deny", func(t *testing.T) {
 			e := newEnv(t, b, envConfig{credits: 10})
-			req := engine.InvokeRequest{Runtime: "shell", Code: "echo never"}
+			req := capability.InvokeRequest{Runtime: "shell", Code: "echo never"}
 			s := postStream(t, e.url, e.agent, req)
 			first := s.next(30 * time.Second)
 			if first.name != "approval_required" {
@@ -373,7 +373,7 @@ func TestRoles(t *testing.T) {
 		e := newEnv(t, b, envConfig{credits: 10})
 
 		// An approver key cannot invoke: a denial, recorded, uncharged.
-		e.do("POST", "/v1/executions", e.approver, engine.InvokeRequest{Runtime: "python", Code: "print(1)"}).
+		e.do("POST", "/v1/executions", e.approver, capability.InvokeRequest{Runtime: "python", Code: "print(1)"}).
 			wantError(t, http.StatusForbidden, "permission_denied", "approver keys cannot invoke")
 		denied := e.events("capability.invoke_denied", "")
 		if len(denied) != 1 || decisionOf(t, denied[0]) != "role_cannot_invoke" {
@@ -385,7 +385,7 @@ func TestRoles(t *testing.T) {
 		e.wantCredits(10, 0)
 
 		// An agent key cannot decide.
-		v := e.awaitApproval(engine.InvokeRequest{Runtime: "python", Code: `print("by admin")`})
+		v := e.awaitApproval(capability.InvokeRequest{Runtime: "python", Code: `print("by admin")`})
 		for _, verb := range []string{"approve", "deny"} {
 			e.do("POST", "/v1/approvals/"+v.ApprovalID+"/"+verb, e.agent, nil).wantError(t, http.StatusForbidden, "permission_denied")
 		}
@@ -402,7 +402,7 @@ func TestRoles(t *testing.T) {
 		e.wantCredits(8, 0)
 
 		// No key decides its own invocation, not even an admin's.
-		r := e.do("POST", "/v1/executions", e.admin, engine.InvokeRequest{Runtime: "python", Code: `print("self")`}).want(t, http.StatusAccepted)
+		r := e.do("POST", "/v1/executions", e.admin, capability.InvokeRequest{Runtime: "python", Code: `print("self")`}).want(t, http.StatusAccepted)
 		self := r.execution(t)
 		e.do("POST", "/v1/approvals/"+self.ApprovalID+"/approve", e.admin, nil).wantError(t, http.StatusForbidden, "permission_denied", "own approval")
 		e.do("POST", "/v1/approvals/"+self.ApprovalID+"/deny", e.approver, nil).want(t, http.StatusOK)
@@ -421,7 +421,7 @@ func TestRoles(t *testing.T) {
 			}
 		}
 		e.do("GET", "/v1/executions/"+v.ID, otherKeys[store.RoleAgent], nil).wantError(t, http.StatusNotFound, "not_found")
-		v2 := e.awaitApproval(engine.InvokeRequest{Runtime: "python", Code: "print(2)"})
+		v2 := e.awaitApproval(capability.InvokeRequest{Runtime: "python", Code: "print(2)"})
 		e.do("POST", "/v1/approvals/"+v2.ApprovalID+"/approve", otherKeys[store.RoleApprover], nil).wantError(t, http.StatusNotFound, "not_found")
 		if calls := list[api.ToolCallView](t, e.url, otherKeys[store.RoleAgent], "/v1/tool-calls", ""); len(calls) != 0 {
 			t.Errorf("another workspace's tool calls: got %d, want 0", len(calls))
@@ -455,7 +455,7 @@ func TestBadAuth(t *testing.T) {
 				for _, r := range []struct{ method, path string }{{"POST", "/v1/executions"}, {"GET", "/v1/workspace"}, {"GET", "/v1/audit/events"}} {
 					var body any
 					if r.method == "POST" {
-						body = engine.InvokeRequest{Runtime: "python", Code: "print(1)"}
+						body = capability.InvokeRequest{Runtime: "python", Code: "print(1)"}
 					}
 					got := e.do(r.method, r.path, "", body, tt.hdr...)
 					var msg []string
@@ -477,7 +477,7 @@ func TestBadAuth(t *testing.T) {
 }
 
 func TestBadInput(t *testing.T) {
-	huge, err := json.Marshal(engine.InvokeRequest{Runtime: "python", Code: "#" + strings.Repeat("x", sandbox.MaxCodeSize)})
+	huge, err := json.Marshal(capability.InvokeRequest{Runtime: "python", Code: "#" + strings.Repeat("x", sandbox.MaxCodeSize)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -562,7 +562,7 @@ func TestFailedLaunchChargesNothing(t *testing.T) {
 	forEachStore(t, func(t *testing.T, b backend) {
 		// An empty image store: every runtime's image is missing.
 		e := newEnv(t, b, envConfig{credits: 10, policy: noApproval, images: t.TempDir()})
-		v := e.invoke(engine.InvokeRequest{Runtime: "python", Code: "print(1)"}).want(t, http.StatusOK).execution(t)
+		v := e.invoke(capability.InvokeRequest{Runtime: "python", Code: "print(1)"}).want(t, http.StatusOK).execution(t)
 		if v.Status != string(store.StatusLaunchFailed) || v.StartedAt != nil {
 			t.Fatalf("execution: got status %q started %v, want launch_failed, never started", v.Status, v.StartedAt)
 		}
@@ -583,7 +583,7 @@ func TestShortBalance(t *testing.T) {
 		for _, credits := range []int64{0, 1} {
 			t.Run(fmt.Sprintf("%d credits", credits), func(t *testing.T) {
 				e := newEnv(t, b, envConfig{credits: credits, policy: noApproval})
-				e.invoke(engine.InvokeRequest{Runtime: "python", Code: "print(1)"}).
+				e.invoke(capability.InvokeRequest{Runtime: "python", Code: "print(1)"}).
 					wantError(t, http.StatusPaymentRequired, "insufficient_credits", "insufficient credits", "costs 2")
 				denied := e.events("capability.invoke_denied", "")
 				if len(denied) != 1 || decisionOf(t, denied[0]) != "insufficient_credits" || !strings.Contains(denied[0].Reason, "insufficient credits") {
@@ -604,7 +604,7 @@ func TestShortBalance(t *testing.T) {
 func TestIdempotentRetry(t *testing.T) {
 	forEachStore(t, func(t *testing.T, b backend) {
 		e := newEnv(t, b, envConfig{credits: 10, policy: noApproval})
-		req := engine.InvokeRequest{Runtime: "shell", Code: "echo once"}
+		req := capability.InvokeRequest{Runtime: "shell", Code: "echo once"}
 		first := e.invoke(req, "Idempotency-Key", "retry-1").want(t, http.StatusOK).execution(t)
 		again := e.invoke(req, "Idempotency-Key", "retry-1").want(t, http.StatusOK).execution(t)
 		if again.ID != first.ID || !again.Replayed || first.Replayed {
@@ -623,7 +623,7 @@ func TestIdempotentRetry(t *testing.T) {
 
 		// The same key on a different request is a client's mistake, not a
 		// retry: it must not silently return the first result.
-		reuse := func(t *testing.T, diff engine.InvokeRequest) {
+		reuse := func(t *testing.T, diff capability.InvokeRequest) {
 			t.Helper()
 			r := e.invoke(diff, "Idempotency-Key", "retry-1")
 			if r.code != http.StatusConflict {
@@ -632,12 +632,12 @@ func TestIdempotentRetry(t *testing.T) {
 			}
 			r.wantError(t, http.StatusConflict, "conflict", "retry-1")
 		}
-		reuse(t, engine.InvokeRequest{Runtime: "shell", Code: "echo different"})
-		reuse(t, engine.InvokeRequest{Runtime: "python", Code: "echo once"})
+		reuse(t, capability.InvokeRequest{Runtime: "shell", Code: "echo different"})
+		reuse(t, capability.InvokeRequest{Runtime: "python", Code: "echo once"})
 		e.wantCredits(8, 0)
 		t.Run("reuse with different stdin or timeout", func(t *testing.T) {
-			reuse(t, engine.InvokeRequest{Runtime: "shell", Code: "echo once", Stdin: "other input"})
-			reuse(t, engine.InvokeRequest{Runtime: "shell", Code: "echo once", TimeoutMS: 1000})
+			reuse(t, capability.InvokeRequest{Runtime: "shell", Code: "echo once", Stdin: "other input"})
+			reuse(t, capability.InvokeRequest{Runtime: "shell", Code: "echo once", TimeoutMS: 1000})
 			e.wantCredits(8, 0)
 		})
 
@@ -671,7 +671,7 @@ func TestIdempotentRetry(t *testing.T) {
 func TestIdempotentRetryAwaitingApproval(t *testing.T) {
 	forEachStore(t, func(t *testing.T, b backend) {
 		e := newEnv(t, b, envConfig{credits: 10})
-		req := engine.InvokeRequest{Runtime: "shell", Code: "echo once"}
+		req := capability.InvokeRequest{Runtime: "shell", Code: "echo once"}
 		first := e.invoke(req, "Idempotency-Key", "wait-1").want(t, http.StatusAccepted).execution(t)
 		again := e.invoke(req, "Idempotency-Key", "wait-1").want(t, http.StatusAccepted).execution(t)
 		if again.ID != first.ID || again.ApprovalID != first.ApprovalID || !again.Replayed {
@@ -700,7 +700,7 @@ type answer struct {
 
 // invokeConcurrently POSTs n executions at once with key and the header
 // name/value pairs hdr, and returns the answers in no particular order.
-func invokeConcurrently(base, key string, n int, req engine.InvokeRequest, hdr ...string) []answer {
+func invokeConcurrently(base, key string, n int, req capability.InvokeRequest, hdr ...string) []answer {
 	body, _ := json.Marshal(req)
 	out := make([]answer, n)
 	var start, done sync.WaitGroup
@@ -828,10 +828,10 @@ func checkConcurrentRun(t *testing.T, e *env, answers []answer, granted int64, r
 
 func TestConcurrentInvocations(t *testing.T) {
 	const n = 50
-	req := engine.InvokeRequest{Runtime: "shell", Code: "echo hi"}
+	req := capability.InvokeRequest{Runtime: "shell", Code: "echo hi"}
 	forEachStore(t, func(t *testing.T, b backend) {
 		t.Run("balance for 30 of 50", func(t *testing.T) {
-			e := newEnv(t, b, envConfig{credits: 60, policy: noApproval, svc: engine.ServiceOptions{MaxConcurrent: 4, MaxQueue: 100}})
+			e := newEnv(t, b, envConfig{credits: 60, policy: noApproval, svc: capability.ServiceOptions{MaxConcurrent: 4, MaxQueue: 100}})
 			answers := invokeConcurrently(e.url, e.agent, n, req)
 			launched := checkConcurrentRun(t, e, answers, 60, http.StatusPaymentRequired, "insufficient_credits")
 			if launched != 30 {
@@ -839,7 +839,7 @@ func TestConcurrentInvocations(t *testing.T) {
 			}
 		})
 		t.Run("small queue", func(t *testing.T) {
-			e := newEnv(t, b, envConfig{credits: 1000, policy: noApproval, svc: engine.ServiceOptions{MaxConcurrent: 2, MaxQueue: 2}})
+			e := newEnv(t, b, envConfig{credits: 1000, policy: noApproval, svc: capability.ServiceOptions{MaxConcurrent: 2, MaxQueue: 2}})
 			answers := invokeConcurrently(e.url, e.agent, n, req)
 			launched := checkConcurrentRun(t, e, answers, 1000, http.StatusTooManyRequests, "server_at_capacity")
 			if launched == n || launched == 0 {
@@ -854,8 +854,8 @@ func TestAdmissionControl(t *testing.T) {
 	// 2 x MaxConcurrent), so the smallest configuration is one slot and a
 	// queue of one: a running execution, a queued one, then 429.
 	forEachStore(t, func(t *testing.T, b backend) {
-		e := newEnv(t, b, envConfig{credits: 10, policy: noApproval, svc: engine.ServiceOptions{MaxConcurrent: 1, MaxQueue: 1}})
-		longReq := engine.InvokeRequest{Runtime: "shell", Code: "sleep 3; echo hi"}
+		e := newEnv(t, b, envConfig{credits: 10, policy: noApproval, svc: capability.ServiceOptions{MaxConcurrent: 1, MaxQueue: 1}})
+		longReq := capability.InvokeRequest{Runtime: "shell", Code: "sleep 3; echo hi"}
 		long := make(chan answer, 1)
 		go func() {
 			long <- invokeConcurrently(e.url, e.agent, 1, longReq, "Idempotency-Key", "long-1")[0]
@@ -863,11 +863,11 @@ func TestAdmissionControl(t *testing.T) {
 		e.waitToolCalls("status=running", 1)
 		queued := make(chan answer, 1)
 		go func() {
-			queued <- invokeConcurrently(e.url, e.agent, 1, engine.InvokeRequest{Runtime: "shell", Code: "echo hi"})[0]
+			queued <- invokeConcurrently(e.url, e.agent, 1, capability.InvokeRequest{Runtime: "shell", Code: "echo hi"})[0]
 		}()
 		e.waitToolCalls("status=queued", 1)
 
-		r := e.invoke(engine.InvokeRequest{Runtime: "shell", Code: "echo refused"})
+		r := e.invoke(capability.InvokeRequest{Runtime: "shell", Code: "echo refused"})
 		r.wantError(t, http.StatusTooManyRequests, "resource_exhausted", "capacity")
 		if s, err := strconv.Atoi(r.header.Get("Retry-After")); err != nil || s < 1 {
 			t.Errorf("Retry-After: got %q, want a number of seconds", r.header.Get("Retry-After"))
@@ -947,7 +947,7 @@ func TestMetrics(t *testing.T) {
 
 		t.Run("after a run", func(t *testing.T) {
 			e := newEnv(t, b, envConfig{credits: 10, policy: noApproval})
-			e.invoke(engine.InvokeRequest{Runtime: "shell", Code: "echo hi"}).want(t, http.StatusOK)
+			e.invoke(capability.InvokeRequest{Runtime: "shell", Code: "echo hi"}).want(t, http.StatusOK)
 			e.wantMetrics("after one run", "stockade_invocations_total", `stockade_invocations_total{status="succeeded"} 1`,
 				"stockade_approvals_pending 0", "stockade_credits_charged_total 2",
 				`stockade_execution_duration_seconds_count{driver="runc"} 1`)
@@ -956,7 +956,7 @@ func TestMetrics(t *testing.T) {
 		t.Run("pending approvals", func(t *testing.T) {
 			e := newEnv(t, b, envConfig{credits: 10})
 			e.wantMetrics("at start", "stockade_approvals_pending 0")
-			v := e.awaitApproval(engine.InvokeRequest{Runtime: "shell", Code: "echo hi"})
+			v := e.awaitApproval(capability.InvokeRequest{Runtime: "shell", Code: "echo hi"})
 			e.wantMetrics("while an approval is pending", "stockade_approvals_pending 1")
 			e.do("POST", "/v1/approvals/"+v.ApprovalID+"/approve", e.approver, nil).want(t, http.StatusOK)
 			if got := e.wait(v.ID, 30*time.Second); got.Status != string(store.StatusSucceeded) {
@@ -971,10 +971,10 @@ func TestMetrics(t *testing.T) {
 		// stockade_invocations_total counts finished invocations by final
 		// status.
 		t.Run("denied and expired executions are counted", func(t *testing.T) {
-			e := newEnv(t, b, envConfig{credits: 10, svc: engine.ServiceOptions{ApprovalTTL: time.Second}})
-			denied := e.awaitApproval(engine.InvokeRequest{Runtime: "shell", Code: "echo no"})
+			e := newEnv(t, b, envConfig{credits: 10, svc: capability.ServiceOptions{ApprovalTTL: time.Second}})
+			denied := e.awaitApproval(capability.InvokeRequest{Runtime: "shell", Code: "echo no"})
 			e.do("POST", "/v1/approvals/"+denied.ApprovalID+"/deny", e.approver, nil).want(t, http.StatusOK)
-			expired := e.awaitApproval(engine.InvokeRequest{Runtime: "shell", Code: "echo late"})
+			expired := e.awaitApproval(capability.InvokeRequest{Runtime: "shell", Code: "echo late"})
 			if got := e.wait(expired.ID, 15*time.Second); got.Status != string(store.StatusApprovalExpired) {
 				t.Fatalf("after the TTL: got %q, want approval_expired", got.Status)
 			}
@@ -998,8 +998,8 @@ func grepLines(s, substr string) string {
 // approval card as the engine sends it.
 func TestOpenAPIDocument(t *testing.T) {
 	// The document needs no sandbox.
-	svc, _ := newBareService(t)
-	srv := httptest.NewServer(api.New(svc, api.Options{Metrics: api.NewMetrics()}))
+	svc, st, _ := newBareService(t)
+	srv := httptest.NewServer(api.New(svc, st, api.Options{Metrics: api.NewMetrics()}))
 	defer srv.Close()
 
 	r := do(t, srv.URL, "GET", "/openapi.json", "", nil).want(t, http.StatusOK)
@@ -1014,7 +1014,7 @@ func TestOpenAPIDocument(t *testing.T) {
 	}
 	r.decode(t, &doc)
 	// The approval card as documented: every field an approver receives.
-	card := reflect.TypeFor[engine.ApprovalCard]()
+	card := reflect.TypeFor[capability.ApprovalCard]()
 	for i := range card.NumField() {
 		name, _, _ := strings.Cut(card.Field(i).Tag.Get("json"), ",")
 		if _, ok := doc.Components.Schemas["ApprovalCard"].Properties[name]; !ok {
@@ -1035,7 +1035,7 @@ func TestToolCallsAndAuditListing(t *testing.T) {
 		e := newEnv(t, b, envConfig{credits: 20, policy: noApproval})
 		var ids []string
 		for _, code := range []string{"echo one", "echo two", "exit 3", "echo four"} {
-			v := e.invoke(engine.InvokeRequest{Runtime: "shell", Code: code}).want(t, http.StatusOK).execution(t)
+			v := e.invoke(capability.InvokeRequest{Runtime: "shell", Code: code}).want(t, http.StatusOK).execution(t)
 			ids = append(ids, v.ID)
 		}
 		all := e.toolCalls("")

@@ -26,6 +26,7 @@ import (
 	"time"
 
 	"github.com/stockade-sh/stockade/api"
+	"github.com/stockade-sh/stockade/capability"
 	"github.com/stockade-sh/stockade/driver/gvisor"
 	"github.com/stockade-sh/stockade/egress"
 	"github.com/stockade-sh/stockade/engine"
@@ -60,7 +61,7 @@ func (noResolver) LookupNetIP(context.Context, string, string) ([]netip.Addr, er
 // "fetch" allowed to reach an HTTP upstream on loopback.
 type egressEnv struct {
 	*env
-	eng  *engine.Engine
+	eng  capability.Runner
 	nets *netns.Manager
 	// port is the upstream's port, the one port of fetch's allowlist;
 	// hits counts the requests the upstream answered.
@@ -145,7 +146,7 @@ tools:
 		c.drivers = map[string]sandbox.Driver{"gvisor": g}
 	}
 	e := newEnv(t, b, c)
-	return &egressEnv{env: e, eng: e.svc.Engine(), nets: nets, port: port, hits: hits}
+	return &egressEnv{env: e, eng: e.svc.Runner(), nets: nets, port: port, hits: hits}
 }
 
 // fetchCode is the sandbox's program, as fetchCode % port. It reaches the
@@ -168,15 +169,15 @@ attempt("direct-ip", "http://%%s:%%d/x" %% (host, port))
 `
 
 // fetchRequest is the agent's request: fetch's program with network.
-func (e *egressEnv) fetchRequest() engine.InvokeRequest {
-	return engine.InvokeRequest{Runtime: "python", Tool: "fetch", Network: "allow", Code: fmt.Sprintf(fetchCode, e.port)}
+func (e *egressEnv) fetchRequest() capability.InvokeRequest {
+	return capability.InvokeRequest{Runtime: "python", Tool: "fetch", Network: "allow", Code: fmt.Sprintf(fetchCode, e.port)}
 }
 
 // wantFetchCard checks that an approval card shows the approver where the
 // sandbox may go: fetch's allowlist and port.
 func (e *egressEnv) wantFetchCard(raw json.RawMessage) {
 	e.t.Helper()
-	var c engine.ApprovalCard
+	var c capability.ApprovalCard
 	if err := json.Unmarshal(raw, &c); err != nil {
 		e.t.Fatalf("approval card %s: %v", raw, err)
 	}

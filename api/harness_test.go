@@ -23,6 +23,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/stockade-sh/stockade/api"
+	"github.com/stockade-sh/stockade/capability"
 	"github.com/stockade-sh/stockade/driver/runc"
 	"github.com/stockade-sh/stockade/engine"
 	"github.com/stockade-sh/stockade/image"
@@ -115,7 +116,7 @@ func requireSandboxes(t *testing.T) {
 // defaults noted.
 type envConfig struct {
 	// svc configures the service; zero is the service's defaults.
-	svc engine.ServiceOptions
+	svc capability.ServiceOptions
 	// policy edits the workspace's default policy; nil keeps it.
 	policy func(*store.Policy)
 	// credits is granted to the workspace; zero grants nothing.
@@ -138,7 +139,7 @@ type envConfig struct {
 type env struct {
 	t   *testing.T
 	st  store.Store
-	svc *engine.Service
+	svc *capability.Service
 	url string
 	ws  store.Workspace
 	// agent, approver and admin are API keys of the workspace.
@@ -175,14 +176,14 @@ func newEnv(t *testing.T, b backend, c envConfig) *env {
 	metrics := api.NewMetrics()
 	opts := c.svc
 	opts.Observer = metrics
-	e.svc = engine.NewService(eng, st, opts)
+	e.svc = capability.NewService(eng, st, opts)
 	if err := e.svc.Start(ctx); err != nil {
 		t.Fatalf("Service.Start: %v", err)
 	}
 	t.Cleanup(e.svc.Close)
 	ao := c.api
 	ao.Metrics = metrics
-	srv := httptest.NewServer(api.New(e.svc, ao))
+	srv := httptest.NewServer(api.New(e.svc, st, ao))
 	t.Cleanup(srv.Close)
 	e.url = srv.URL
 
@@ -219,7 +220,7 @@ func newEnv(t *testing.T, b backend, c envConfig) *env {
 // newBareService returns a service over an empty SQLite store and a runc
 // driver whose guest does not exist, with workspace "bare" and its agent
 // key: enough for what the API answers without running code, on any host.
-func newBareService(t *testing.T) (svc *engine.Service, agent string) {
+func newBareService(t *testing.T) (svc *capability.Service, st store.Store, agent string) {
 	t.Helper()
 	st, err := storeopen.Open(t.Context(), "sqlite:"+filepath.Join(t.TempDir(), "stockade.db"))
 	if err != nil {
@@ -242,7 +243,7 @@ func newBareService(t *testing.T) (svc *engine.Service, agent string) {
 	if _, err := st.CreateAPIKey(t.Context(), store.NewAPIKey{WorkspaceID: ws.ID, Role: store.RoleAgent, Hash: store.HashKey(agent), Name: "agent"}); err != nil {
 		t.Fatal(err)
 	}
-	return engine.NewService(eng, st, engine.ServiceOptions{}), agent
+	return capability.NewService(eng, st, capability.ServiceOptions{}), st, agent
 }
 
 // noApproval is a policy edit: invocations run without a human.
@@ -361,7 +362,7 @@ func (r reply) wantError(t *testing.T, status int, code string, msg ...string) s
 }
 
 // invoke POSTs an execution with the agent key.
-func (e *env) invoke(req engine.InvokeRequest, hdr ...string) reply {
+func (e *env) invoke(req capability.InvokeRequest, hdr ...string) reply {
 	e.t.Helper()
 	return e.do("POST", "/v1/executions", e.agent, req, hdr...)
 }
@@ -508,13 +509,13 @@ type stream struct {
 // postStream POSTs an execution asking for Server-Sent Events and returns
 // the open stream; a non-200 answer fails the test. The stream is closed
 // when the test ends.
-func postStream(t *testing.T, base, key string, req engine.InvokeRequest) *stream {
+func postStream(t *testing.T, base, key string, req capability.InvokeRequest) *stream {
 	t.Helper()
 	return postStreamWith(t, base, key, req)
 }
 
 // postStreamWith is postStream with extra headers, as name, value pairs.
-func postStreamWith(t *testing.T, base, key string, req engine.InvokeRequest, hdr ...string) *stream {
+func postStreamWith(t *testing.T, base, key string, req capability.InvokeRequest, hdr ...string) *stream {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*requestTimeout)
 	hr, err := http.NewRequestWithContext(ctx, "POST", base+"/v1/executions", encodeBody(t, req))

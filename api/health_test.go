@@ -7,8 +7,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/stockade-sh/stockade/capability"
 	"github.com/stockade-sh/stockade/driver/gvisor"
-	"github.com/stockade-sh/stockade/engine"
 	"github.com/stockade-sh/stockade/internal/testenv"
 	"github.com/stockade-sh/stockade/sandbox"
 	"github.com/stockade-sh/stockade/store"
@@ -50,7 +50,7 @@ func TestBrokenDriverIsUnavailable(t *testing.T) {
 			}
 			r := e.do("GET", "/healthz", "", nil)
 			r.decode(t, &health)
-			req := engine.InvokeRequest{Runtime: "python", Code: "print(6*7)"}
+			req := capability.InvokeRequest{Runtime: "python", Code: "print(6*7)"}
 			if tt.why == "" {
 				r.want(t, http.StatusOK)
 				if health.Drivers["gvisor"] != "ok" {

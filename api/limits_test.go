@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"testing"
 
+	"github.com/stockade-sh/stockade/capability"
 	"github.com/stockade-sh/stockade/engine"
 )
 
@@ -22,11 +23,11 @@ tools:
 `)
 	forEachStore(t, func(t *testing.T, b backend) {
 		e := newEnv(t, b, envConfig{credits: 10, engine: []engine.Option{engine.WithTools(set, opts)}})
-		e.invoke(engine.InvokeRequest{Runtime: "python", Code: "print(1)", Tool: "report", TimeoutMS: 20000}).
+		e.invoke(capability.InvokeRequest{Runtime: "python", Code: "print(1)", Tool: "report", TimeoutMS: 20000}).
 			wantError(t, http.StatusBadRequest, "invalid_argument", `tool "report"`, "above the ceiling of 10s")
 		e.wantCredits(10, 0)
-		v := e.invoke(engine.InvokeRequest{Runtime: "python", Code: "print(1)", Tool: "report"}).want(t, http.StatusAccepted).execution(t)
-		var card engine.ApprovalCard
+		v := e.invoke(capability.InvokeRequest{Runtime: "python", Code: "print(1)", Tool: "report"}).want(t, http.StatusAccepted).execution(t)
+		var card capability.ApprovalCard
 		if err := json.Unmarshal(v.Approval, &card); err != nil {
 			t.Fatal(err)
 		}

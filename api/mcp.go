@@ -11,8 +11,8 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/auth"
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/stockade-sh/stockade/capability"
 	"github.com/stockade-sh/stockade/client"
-	"github.com/stockade-sh/stockade/engine"
 	"github.com/stockade-sh/stockade/mcp"
 )
 
@@ -30,7 +30,7 @@ const mcpSessionTimeout = 30 * time.Minute
 func (s *server) mcpHandler() http.Handler {
 	cache := sdk.NewSchemaCache()
 	h := sdk.NewStreamableHTTPHandler(func(r *http.Request) *sdk.Server {
-		p, ok := r.Context().Value(principalKey{}).(engine.Principal)
+		p, ok := r.Context().Value(principalKey{}).(capability.Principal)
 		if !ok {
 			return nil // not authenticated: auth answered already
 		}
@@ -44,13 +44,13 @@ func (s *server) mcpHandler() http.Handler {
 	// The SDK reads the principal's key id from the token info: a request
 	// of a session that another key started is refused (403).
 	bind := auth.RequireBearerToken(func(_ context.Context, _ string, r *http.Request) (*auth.TokenInfo, error) {
-		p, ok := r.Context().Value(principalKey{}).(engine.Principal)
+		p, ok := r.Context().Value(principalKey{}).(capability.Principal)
 		if !ok {
 			return nil, auth.ErrInvalidToken
 		}
 		return &auth.TokenInfo{UserID: p.KeyID}, nil
 	}, &auth.RequireBearerTokenOptions{AllowMissingExpiration: true})(h)
-	return s.auth(func(w http.ResponseWriter, r *http.Request, p engine.Principal) {
+	return s.auth(func(w http.ResponseWriter, r *http.Request, p capability.Principal) {
 		bind.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), principalKey{}, p)))
 	})
 }
@@ -71,14 +71,14 @@ func origin(r *http.Request) *url.URL {
 // stockade mcp answer alike.
 type localBackend struct {
 	s *server
-	p engine.Principal
+	p capability.Principal
 }
 
 var _ mcp.Backend = localBackend{}
 
 func (b localBackend) StreamExecution(ctx context.Context, req client.ExecutionRequest) (*client.Stream, error) {
-	ir := engine.InvokeRequest{Runtime: req.Runtime, Code: req.Code, TimeoutMS: req.TimeoutMS, Network: req.Network, Stdin: req.Stdin, Tool: req.Tool}
-	es, err := b.s.openStream(ctx, b.p, ir, engine.InvokeOptions{IdempotencyKey: req.IdempotencyKey, ExecutionID: engine.NewExecutionID()})
+	ir := capability.InvokeRequest{Runtime: req.Runtime, Code: req.Code, TimeoutMS: req.TimeoutMS, Network: req.Network, Stdin: req.Stdin, Tool: req.Tool}
+	es, err := b.s.openStream(ctx, b.p, ir, capability.InvokeOptions{IdempotencyKey: req.IdempotencyKey, ExecutionID: capability.NewExecutionID()})
 	if err != nil {
 		return nil, clientError(err)
 	}

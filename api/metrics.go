@@ -8,11 +8,11 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/stockade-sh/stockade/analytics"
-	"github.com/stockade-sh/stockade/engine"
+	"github.com/stockade-sh/stockade/capability"
 	"github.com/stockade-sh/stockade/store"
 )
 
-// Metrics are Stockade's Prometheus metrics. It implements engine.Observer.
+// Metrics are Stockade's Prometheus metrics. It implements capability.Observer.
 type Metrics struct {
 	reg          *prometheus.Registry
 	invocations  *prometheus.CounterVec
@@ -31,8 +31,8 @@ type Metrics struct {
 }
 
 var (
-	_ engine.Observer    = (*Metrics)(nil)
-	_ analytics.Observer = (*Metrics)(nil)
+	_ capability.Observer = (*Metrics)(nil)
+	_ analytics.Observer  = (*Metrics)(nil)
 )
 
 // NewMetrics registers the metrics on a registry of their own.
@@ -94,7 +94,7 @@ func NewMetrics() *Metrics {
 	return m
 }
 
-// Invocation implements engine.Observer.
+// Invocation implements capability.Observer.
 func (m *Metrics) Invocation(status store.ExecutionStatus, driver string, ran time.Duration, credits int64) {
 	m.invocations.WithLabelValues(string(status)).Inc()
 	if ran > 0 {
@@ -103,10 +103,10 @@ func (m *Metrics) Invocation(status store.ExecutionStatus, driver string, ran ti
 	m.credits.Add(float64(credits))
 }
 
-// ApprovalsPending implements engine.Observer.
+// ApprovalsPending implements capability.Observer.
 func (m *Metrics) ApprovalsPending(delta int) { m.pending.Add(float64(delta)) }
 
-// WitnessRefused implements engine.Observer.
+// WitnessRefused implements capability.Observer.
 func (m *Metrics) WitnessRefused() { m.unwitnessed.Inc() }
 
 // AnalyticsShipped implements analytics.Observer.

@@ -15,7 +15,7 @@ import (
 // server's own, so that a new route cannot be left out.
 func TestWrongMethod(t *testing.T) {
 	// No handler of a route runs, so the handler needs no service.
-	h := New(nil, Options{Metrics: NewMetrics()})
+	h := New(nil, nil, Options{Metrics: NewMetrics()})
 	allowed := map[string][]string{} // path -> its methods
 	for _, rt := range (&server{opts: Options{Metrics: NewMetrics()}}).routes() {
 		method, path, _ := strings.Cut(rt.pattern, " ")

@@ -1,9 +1,9 @@
 // Package api is Stockade's HTTP API: REST with JSON bodies, Server-Sent
 // Events for executions that wait for approval or stream output, Prometheus
 // metrics and the OpenAPI document. Handlers decode and encode; every
-// decision is the engine's.
+// decision is the capability layer's.
 //
-//	h := api.New(svc, api.Options{Metrics: api.NewMetrics()})
+//	h := api.New(svc, st, api.Options{Metrics: api.NewMetrics()})
 //	http.ListenAndServe("127.0.0.1:8700", h)
 package api
 
@@ -21,7 +21,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/stockade-sh/stockade/engine"
+	"github.com/stockade-sh/stockade/capability"
 	"github.com/stockade-sh/stockade/errdefs"
 	"github.com/stockade-sh/stockade/mcp"
 	"github.com/stockade-sh/stockade/policy"
@@ -61,17 +61,30 @@ type Options struct {
 // escaped, with room to spare.
 const maxBody = 8 << 20
 
+// Store is what the API reads from the store itself: every change goes
+// through the capability layer.
+type Store interface {
+	GetApproval(ctx context.Context, workspaceID, approvalID string) (store.Approval, error)
+	ListApprovals(ctx context.Context, workspaceID string, f store.ApprovalFilter) (store.Page[store.Approval], error)
+	ListEvents(ctx context.Context, workspaceID string, f store.EventFilter) (store.Page[store.Event], error)
+	ListToolCalls(ctx context.Context, workspaceID string, f store.ToolCallFilter) (store.Page[store.ToolCall], error)
+	GetWorkspace(ctx context.Context, id string) (store.Workspace, error)
+	GetPolicy(ctx context.Context, workspaceID string) (store.Policy, error)
+	GetCredits(ctx context.Context, workspaceID string) (store.Credits, error)
+}
+
 type server struct {
-	svc  *engine.Service
+	svc  *capability.Service
+	st   Store
 	opts Options
 	// mcp serves /mcp; it holds the MCP sessions.
 	mcp http.Handler
 }
 
-// New returns the API handler. Every known path answers a method it has
-// no route for with 405 and Allow, an unknown path with 404, both in the
-// JSON error shape.
-func New(svc *engine.Service, o Options) http.Handler {
+// New returns the API handler over svc, reading st for what it lists.
+// Every known path answers a method it has no route for with 405 and
+// Allow, an unknown path with 404, both in the JSON error shape.
+func New(svc *capability.Service, st Store, o Options) http.Handler {
 	if o.MaxWait == 0 {
 		o.MaxWait = 10 * time.Minute
 	}
@@ -84,7 +97,7 @@ func New(svc *engine.Service, o Options) http.Handler {
 	if o.WriteTimeout == 0 {
 		o.WriteTimeout = 30 * time.Second
 	}
-	s := &server{svc: svc, opts: o}
+	s := &server{svc: svc, st: st, opts: o}
 	s.mcp = s.mcpHandler()
 	mux := http.NewServeMux()
 	for _, rt := range s.routes() {
@@ -169,7 +182,7 @@ func (s *server) noRoute(mux *http.ServeMux) http.Handler {
 type principalKey struct{}
 
 // auth authenticates the bearer key and passes the principal on.
-func (s *server) auth(next func(http.ResponseWriter, *http.Request, engine.Principal)) http.HandlerFunc {
+func (s *server) auth(next func(http.ResponseWriter, *http.Request, capability.Principal)) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		// The scheme is case-insensitive (RFC 7235).
 		key := r.Header.Get("Authorization")
@@ -280,7 +293,7 @@ func approvalView(a store.Approval) ApprovalView {
 
 // card returns the approval card with its ids filled in.
 func card(a store.Approval) json.RawMessage {
-	var c engine.ApprovalCard
+	var c capability.ApprovalCard
 	if err := json.Unmarshal(a.Card, &c); err != nil {
 		return a.Card
 	}
@@ -289,13 +302,13 @@ func card(a store.Approval) json.RawMessage {
 	return b
 }
 
-func (s *server) createExecution(w http.ResponseWriter, r *http.Request, p engine.Principal) {
-	var req engine.InvokeRequest
+func (s *server) createExecution(w http.ResponseWriter, r *http.Request, p capability.Principal) {
+	var req capability.InvokeRequest
 	if err := s.decodeBody(w, r, &req); err != nil {
 		writeError(w, err)
 		return
 	}
-	opts := engine.InvokeOptions{IdempotencyKey: r.Header.Get("Idempotency-Key"), ExecutionID: engine.NewExecutionID()}
+	opts := capability.InvokeOptions{IdempotencyKey: r.Header.Get("Idempotency-Key"), ExecutionID: capability.NewExecutionID()}
 	if strings.Contains(r.Header.Get("Accept"), "text/event-stream") {
 		s.streamExecution(w, r, p, req, opts)
 		return
@@ -325,7 +338,7 @@ func (s *server) createExecution(w http.ResponseWriter, r *http.Request, p engin
 // streamExecution answers POST /v1/executions with Server-Sent Events:
 // the events of executionStream, with keep-alive comments while nothing
 // happens.
-func (s *server) streamExecution(w http.ResponseWriter, r *http.Request, p engine.Principal, req engine.InvokeRequest, opts engine.InvokeOptions) {
+func (s *server) streamExecution(w http.ResponseWriter, r *http.Request, p capability.Principal, req capability.InvokeRequest, opts capability.InvokeOptions) {
 	flusher, ok := w.(http.Flusher)
 	if !ok {
 		writeError(w, fmt.Errorf("streaming is not supported by this connection: %w", errdefs.ErrInvalidArgument))
@@ -364,10 +377,10 @@ func (s *server) streamExecution(w http.ResponseWriter, r *http.Request, p engin
 // close when done; closing does not end the execution.
 type executionStream struct {
 	s        *server
-	p        engine.Principal
+	p        capability.Principal
 	id       string
 	replayed bool
-	events   <-chan engine.StreamEvent
+	events   <-chan capability.StreamEvent
 	cancel   func()
 	// queued are events to send before the engine's.
 	queued []streamEvent
@@ -383,7 +396,7 @@ type streamEvent struct {
 
 // openStream admits req and returns its events. An error is the
 // admission's (a policy that refuses, too few credits, at capacity).
-func (s *server) openStream(ctx context.Context, p engine.Principal, req engine.InvokeRequest, opts engine.InvokeOptions) (*executionStream, error) {
+func (s *server) openStream(ctx context.Context, p capability.Principal, req capability.InvokeRequest, opts capability.InvokeOptions) (*executionStream, error) {
 	// Subscribing before Invoke means not one event of the run is missed.
 	events, cancel := s.svc.Subscribe(opts.ExecutionID)
 	inv, err := s.svc.Invoke(ctx, p, req, opts)
@@ -456,7 +469,7 @@ func (es *executionStream) close() error {
 	return nil
 }
 
-func (s *server) getExecution(w http.ResponseWriter, r *http.Request, p engine.Principal) {
+func (s *server) getExecution(w http.ResponseWriter, r *http.Request, p capability.Principal) {
 	var wait time.Duration
 	if v := r.URL.Query().Get("wait"); v != "" {
 		d, err := sandbox.ParseDuration(v)
@@ -476,14 +489,14 @@ func (s *server) getExecution(w http.ResponseWriter, r *http.Request, p engine.P
 
 // execution is GET /v1/executions/{id}?wait=: the execution once it has
 // ended or wait (at most MaxWait) has passed, with its approval card.
-func (s *server) execution(ctx context.Context, p engine.Principal, id string, wait time.Duration) (ExecutionView, error) {
+func (s *server) execution(ctx context.Context, p capability.Principal, id string, wait time.Duration) (ExecutionView, error) {
 	e, err := s.svc.Wait(ctx, p, id, min(wait, s.opts.MaxWait))
 	if err != nil {
 		return ExecutionView{}, err
 	}
 	v := viewOf(e)
 	if e.ApprovalID != "" {
-		if a, err := s.svc.Store().GetApproval(ctx, p.WorkspaceID, e.ApprovalID); err == nil {
+		if a, err := s.st.GetApproval(ctx, p.WorkspaceID, e.ApprovalID); err == nil {
 			v.Approval = card(a)
 		}
 	}
@@ -495,8 +508,8 @@ type DecisionRequest struct {
 	Reason string `json:"reason"`
 }
 
-func (s *server) decide(approve bool) func(http.ResponseWriter, *http.Request, engine.Principal) {
-	return func(w http.ResponseWriter, r *http.Request, p engine.Principal) {
+func (s *server) decide(approve bool) func(http.ResponseWriter, *http.Request, capability.Principal) {
+	return func(w http.ResponseWriter, r *http.Request, p capability.Principal) {
 		var body DecisionRequest
 		if r.ContentLength != 0 {
 			if err := s.decodeBody(w, r, &body); err != nil {
@@ -563,7 +576,7 @@ type listResponse[T any] struct {
 	Next  string `json:"next_cursor,omitempty"`
 }
 
-func (s *server) listApprovals(w http.ResponseWriter, r *http.Request, p engine.Principal) {
+func (s *server) listApprovals(w http.ResponseWriter, r *http.Request, p capability.Principal) {
 	pr, err := pageOf(r)
 	if err != nil {
 		writeError(w, err)
@@ -580,7 +593,7 @@ func (s *server) listApprovals(w http.ResponseWriter, r *http.Request, p engine.
 		}
 		f.Statuses = []store.ApprovalStatus{st}
 	}
-	page, err := s.svc.Store().ListApprovals(r.Context(), p.WorkspaceID, f)
+	page, err := s.st.ListApprovals(r.Context(), p.WorkspaceID, f)
 	if err != nil {
 		writeError(w, err)
 		return
@@ -630,7 +643,7 @@ func listParam(r *http.Request, name string) ([]string, error) {
 	return out, nil
 }
 
-func (s *server) listEvents(w http.ResponseWriter, r *http.Request, p engine.Principal) {
+func (s *server) listEvents(w http.ResponseWriter, r *http.Request, p capability.Principal) {
 	pr, since, until, err := pageInTime(r)
 	if err != nil {
 		writeError(w, err)
@@ -641,7 +654,7 @@ func (s *server) listEvents(w http.ResponseWriter, r *http.Request, p engine.Pri
 		writeError(w, err)
 		return
 	}
-	page, err := s.svc.Store().ListEvents(r.Context(), p.WorkspaceID, f)
+	page, err := s.st.ListEvents(r.Context(), p.WorkspaceID, f)
 	if err != nil {
 		writeError(w, err)
 		return
@@ -674,7 +687,7 @@ type ToolCallView struct {
 	FinishedAt      *time.Time `json:"finished_at,omitempty"`
 }
 
-func (s *server) listToolCalls(w http.ResponseWriter, r *http.Request, p engine.Principal) {
+func (s *server) listToolCalls(w http.ResponseWriter, r *http.Request, p capability.Principal) {
 	pr, since, until, err := pageInTime(r)
 	if err != nil {
 		writeError(w, err)
@@ -693,7 +706,7 @@ func (s *server) listToolCalls(w http.ResponseWriter, r *http.Request, p engine.
 		}
 		f.Statuses = append(f.Statuses, store.ExecutionStatus(st))
 	}
-	page, err := s.svc.Store().ListToolCalls(r.Context(), p.WorkspaceID, f)
+	page, err := s.st.ListToolCalls(r.Context(), p.WorkspaceID, f)
 	if err != nil {
 		writeError(w, err)
 		return
@@ -743,8 +756,8 @@ func PolicyViewOf(p store.Policy) PolicyView {
 		MaxTimeoutMS: p.MaxTimeout.Milliseconds(), Runtimes: p.Runtimes, ToolChanges: string(p.ToolChanges)}
 }
 
-func (s *server) getWorkspace(w http.ResponseWriter, r *http.Request, p engine.Principal) {
-	st := s.svc.Store()
+func (s *server) getWorkspace(w http.ResponseWriter, r *http.Request, p capability.Principal) {
+	st := s.st
 	ws, err := st.GetWorkspace(r.Context(), p.WorkspaceID)
 	if err != nil {
 		writeError(w, err)
@@ -771,7 +784,7 @@ func (s *server) healthz(w http.ResponseWriter, r *http.Request) {
 	for name, err := range s.svc.Health(r.Context()) {
 		if err != nil {
 			drivers[name] = sentence(err.Error())
-			if name == s.svc.Engine().DefaultDriver() {
+			if name == s.svc.Runner().DefaultDriver() {
 				healthy = false
 			}
 		} else {
@@ -782,7 +795,7 @@ func (s *server) healthz(w http.ResponseWriter, r *http.Request) {
 	if !healthy {
 		code, statusText = http.StatusServiceUnavailable, "degraded"
 	}
-	writeJSON(w, code, map[string]any{"status": statusText, "default_driver": s.svc.Engine().DefaultDriver(), "drivers": drivers})
+	writeJSON(w, code, map[string]any{"status": statusText, "default_driver": s.svc.Runner().DefaultDriver(), "drivers": drivers})
 }
 
 // ToolView is a tool and its isolation record on the wire.
@@ -793,11 +806,11 @@ type ToolView struct {
 	ReviewRequired bool            `json:"review_required"`
 }
 
-func toolView(ts engine.ToolStatus) ToolView {
+func toolView(ts capability.ToolStatus) ToolView {
 	return ToolView{Name: ts.Tool.Name, Fingerprint: ts.Fingerprint, Record: tools.Canonical(ts.Tool), ReviewRequired: ts.ReviewRequired}
 }
 
-func (s *server) listTools(w http.ResponseWriter, r *http.Request, p engine.Principal) {
+func (s *server) listTools(w http.ResponseWriter, r *http.Request, p capability.Principal) {
 	ts, err := s.svc.Tools(r.Context(), p)
 	if err != nil {
 		writeError(w, err)
@@ -810,7 +823,7 @@ func (s *server) listTools(w http.ResponseWriter, r *http.Request, p engine.Prin
 	writeJSON(w, http.StatusOK, out)
 }
 
-func (s *server) approveTool(w http.ResponseWriter, r *http.Request, p engine.Principal) {
+func (s *server) approveTool(w http.ResponseWriter, r *http.Request, p capability.Principal) {
 	var body DecisionRequest
 	if r.ContentLength != 0 {
 		if err := s.decodeBody(w, r, &body); err != nil {

@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/stockade-sh/stockade/api"
+	"github.com/stockade-sh/stockade/capability"
 	"github.com/stockade-sh/stockade/driver/runc"
 	"github.com/stockade-sh/stockade/engine"
 	"github.com/stockade-sh/stockade/image"
@@ -63,12 +64,12 @@ func TestToolChangeSeenByApprovers(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		svc := engine.NewService(eng, e.st, engine.ServiceOptions{})
+		svc := capability.NewService(eng, e.st, capability.ServiceOptions{})
 		if err := svc.Start(t.Context()); err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(svc.Close)
-		srv := httptest.NewServer(api.New(svc, api.Options{}))
+		srv := httptest.NewServer(api.New(svc, e.st, api.Options{}))
 		t.Cleanup(srv.Close)
 
 		changed := list[api.EventView](t, srv.URL, e.approver, "/v1/audit/events", "type=tool.changed")

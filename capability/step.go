@@ -164,7 +164,8 @@ type Next struct {
 	Pending int
 }
 
-// ChangeKind is what happened in a Change.
+// ChangeKind is what happened in a Change, which a Step names for the
+// service to publish.
 type ChangeKind string
 
 // The kinds of change.

@@ -11,8 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stockade-sh/stockade/capability"
 	"github.com/stockade-sh/stockade/client"
-	"github.com/stockade-sh/stockade/engine"
 	"github.com/stockade-sh/stockade/errdefs"
 	"github.com/stockade-sh/stockade/internal/daemontest"
 	"github.com/stockade-sh/stockade/store"
@@ -228,7 +228,7 @@ func TestApprovals(t *testing.T) {
 // API's message and Retry-After. The last case holds the daemon's only
 // slot.
 func TestErrors(t *testing.T) {
-	d := daemontest.Start(t, daemontest.Options{Service: engine.ServiceOptions{MaxConcurrent: 1, MaxQueue: -1}})
+	d := daemontest.Start(t, daemontest.Options{Service: capability.ServiceOptions{MaxConcurrent: 1, MaxQueue: -1}})
 	ws := d.Workspace(t, daemontest.NoApproval, 100)
 	broke := d.Workspace(t, daemontest.NoApproval, 0)
 	pythonOnly := d.Workspace(t, func(p *store.Policy) { p.Approval = store.ApprovalNone; p.Runtimes = []string{"python"} }, 100)

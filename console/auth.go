@@ -52,7 +52,7 @@ func (c *Console) check(ctx context.Context, sess *session) (store.APIKey, error
 	if !c.sessions.live(sess) {
 		return store.APIKey{}, errSignedOut("Your session ended; sign in again.")
 	}
-	k, err := c.svc.Store().GetAPIKey(ctx, sess.p.KeyID)
+	k, err := c.st.GetAPIKey(ctx, sess.p.KeyID)
 	switch {
 	case errdefs.IsNotFound(err):
 	case err != nil:

@@ -18,7 +18,7 @@ import (
 	"github.com/chromedp/cdproto/network"
 	"github.com/chromedp/chromedp"
 
-	"github.com/stockade-sh/stockade/engine"
+	"github.com/stockade-sh/stockade/capability"
 	"github.com/stockade-sh/stockade/internal/testenv"
 	"github.com/stockade-sh/stockade/store"
 )
@@ -234,7 +234,7 @@ func TestBrowser(t *testing.T) {
 
 	t.Run("approve", func(t *testing.T) {
 		code := "total = sum(range(7))\nprint(6 * 7)  # the answer\n"
-		exec, approval := e.ask(engine.InvokeRequest{Runtime: "python", Code: code})
+		exec, approval := e.ask(capability.InvokeRequest{Runtime: "python", Code: code})
 		b.do(chromedp.WaitVisible(chromedp.CSS(card(approval))))
 		stayed("the request appeared")
 		if got := run(b, chromedp.TextContent(chromedp.CSS(card(approval)+" pre.code code"))); got != code {
@@ -280,7 +280,7 @@ func TestBrowser(t *testing.T) {
 	})
 
 	t.Run("deny", func(t *testing.T) {
-		exec, approval := e.ask(engine.InvokeRequest{Runtime: "shell", Code: "rm -rf /tmp/*"})
+		exec, approval := e.ask(capability.InvokeRequest{Runtime: "shell", Code: "rm -rf /tmp/*"})
 		b.do(chromedp.WaitVisible(chromedp.CSS(card(approval))),
 			chromedp.SendKeys(chromedp.ID("reason-"+approval), "not on my watch"),
 			chromedp.Click(chromedp.CSS(card(approval)+" button.deny")),
@@ -295,7 +295,7 @@ func TestBrowser(t *testing.T) {
 	})
 
 	t.Run("decided elsewhere", func(t *testing.T) {
-		exec, approval := e.ask(engine.InvokeRequest{Runtime: "shell", Code: "echo elsewhere"})
+		exec, approval := e.ask(capability.InvokeRequest{Runtime: "shell", Code: "echo elsewhere"})
 		b.do(chromedp.WaitVisible(chromedp.CSS(card(approval))))
 		if code, body := e.do("POST", "/v1/approvals/"+approval+"/approve", e.admin, map[string]string{"reason": "by curl"}); code != http.StatusOK {
 			t.Fatalf("approving through the API: got %d %s", code, body)
@@ -309,7 +309,7 @@ func TestBrowser(t *testing.T) {
 	})
 
 	t.Run("expires", func(t *testing.T) {
-		_, approval := e.ask(engine.InvokeRequest{Runtime: "python", Code: "print('too late')"})
+		_, approval := e.ask(capability.InvokeRequest{Runtime: "python", Code: "print('too late')"})
 		b.do(chromedp.WaitVisible(chromedp.CSS(card(approval))))
 		e.clock.advance(time.Hour) // past the 10 minutes of an approval
 		b.do(chromedp.WaitVisible(chromedp.CSS(card(approval) + `[data-status="expired"]`)))
@@ -321,7 +321,7 @@ func TestBrowser(t *testing.T) {
 		code := "</script><script>window.pwned = 1</script><img src=x onerror=\"window.pwned = 2\">\n" +
 			"{{.}} {{template \"head\" .}} <b>bold</b> &amp;\n" +
 			"access = 'user\u202e \u2066# admin\u2069 \u2066'\n" + long + "\n"
-		_, approval := e.ask(engine.InvokeRequest{Runtime: "python", Code: code, Stdin: "</pre><script>window.pwned = 3</script>"})
+		_, approval := e.ask(capability.InvokeRequest{Runtime: "python", Code: code, Stdin: "</pre><script>window.pwned = 3</script>"})
 		b.do(chromedp.WaitVisible(chromedp.CSS(card(approval))))
 		if got := eval[string](b, `String(window.pwned)`); got != "undefined" {
 			t.Errorf("window.pwned: got %s, want undefined (the code ran)", got)
@@ -351,7 +351,7 @@ func TestBrowser(t *testing.T) {
 	})
 
 	t.Run("csrf", func(t *testing.T) {
-		_, approval := e.ask(engine.InvokeRequest{Runtime: "shell", Code: "echo csrf"})
+		_, approval := e.ask(capability.InvokeRequest{Runtime: "shell", Code: "echo csrf"})
 		b.do(chromedp.WaitVisible(chromedp.CSS(card(approval))))
 		// The session's cookie goes along; the token does not.
 		status := eval[int](b, `fetch('/ui/approvals/`+approval+`/approve', {method: 'POST', headers: {'Content-Type': 'application/x-www-form-urlencoded'}, body: 'reason=forged'}).then(r => r.status)`)

@@ -7,17 +7,18 @@
 // and tools, and the audit trail.
 //
 // The console is a view over the capability layer in the daemon's
-// process: it reads through the store's query methods and acts only
-// through engine.Service (Decide, ApproveTool), which applies the same
+// process: it reads through the store's query methods (Store) and acts only
+// through capability.Service (Decide, ApproveTool), which applies the same
 // rules as the HTTP API; nothing here decides anything. Templates, the
 // style sheet and the script are embedded; no page loads anything from
 // another host.
 //
-//	mux.Handle("/ui/", console.New(svc, console.Options{Witness: dir}))
+//	mux.Handle("/ui/", console.New(svc, st, console.Options{Witness: dir}))
 package console
 
 import (
 	"bytes"
+	"context"
 	"crypto/sha256"
 	"embed"
 	"encoding/hex"
@@ -31,8 +32,9 @@ import (
 	"time"
 
 	"github.com/stockade-sh/stockade/api"
-	"github.com/stockade-sh/stockade/engine"
+	"github.com/stockade-sh/stockade/capability"
 	"github.com/stockade-sh/stockade/internal/witness"
+	"github.com/stockade-sh/stockade/store"
 )
 
 //go:embed templates/*.html
@@ -61,9 +63,28 @@ type Options struct {
 	Now func() time.Time
 }
 
+// Store is what the console reads from the store itself: every change
+// goes through the capability layer.
+type Store interface {
+	GetAPIKey(ctx context.Context, keyID string) (store.APIKey, error)
+	GetWorkspace(ctx context.Context, id string) (store.Workspace, error)
+	GetPolicy(ctx context.Context, workspaceID string) (store.Policy, error)
+	GetCredits(ctx context.Context, workspaceID string) (store.Credits, error)
+	ListLedger(ctx context.Context, workspaceID string, p store.PageRequest) (store.Page[store.LedgerEntry], error)
+	GetExecution(ctx context.Context, workspaceID, executionID string) (store.Execution, error)
+	GetToolCall(ctx context.Context, workspaceID, executionID string) (store.ToolCall, error)
+	ListToolCalls(ctx context.Context, workspaceID string, f store.ToolCallFilter) (store.Page[store.ToolCall], error)
+	GetApproval(ctx context.Context, workspaceID, approvalID string) (store.Approval, error)
+	ListApprovals(ctx context.Context, workspaceID string, f store.ApprovalFilter) (store.Page[store.Approval], error)
+	ListEvents(ctx context.Context, workspaceID string, f store.EventFilter) (store.Page[store.Event], error)
+	ChainHead(ctx context.Context, workspaceID string) (store.ChainHead, error)
+	VerifyChain(ctx context.Context, workspaceID string, witnessed ...store.ChainHead) (bool, *store.BrokenLink, error)
+}
+
 // Console is the console's HTTP handler. It is safe for concurrent use.
 type Console struct {
-	svc      *engine.Service
+	svc      *capability.Service
+	st       Store
 	opts     Options
 	log      *slog.Logger
 	pages    *template.Template
@@ -84,8 +105,9 @@ var (
 // maxLimitedAddrs bounds the addresses the sign-in limiter remembers.
 const maxLimitedAddrs = 4096
 
-// New returns the console's handler, to be mounted at /ui/.
-func New(svc *engine.Service, o Options) *Console {
+// New returns the console's handler over svc, reading st for what it
+// shows, to be mounted at /ui/.
+func New(svc *capability.Service, st Store, o Options) *Console {
 	if o.SessionTTL <= 0 {
 		o.SessionTTL = 8 * time.Hour
 	}
@@ -103,7 +125,7 @@ func New(svc *engine.Service, o Options) *Console {
 		panic(err) // the embedded tree is fixed
 	}
 	c := &Console{
-		svc: svc, opts: o, log: o.Logger, static: static, versions: map[string]string{},
+		svc: svc, st: st, opts: o, log: o.Logger, static: static, versions: map[string]string{},
 		sessions: newSessions(o.SessionTTL, o.Now),
 		signins:  newLimiter(signinPerAddr, signinGlobal, maxLimitedAddrs),
 	}

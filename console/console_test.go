@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/stockade-sh/stockade/engine"
+	"github.com/stockade-sh/stockade/capability"
 	"github.com/stockade-sh/stockade/store"
 )
 
@@ -26,7 +26,7 @@ var inline = regexp.MustCompile(`(?i)<script(?:\s[^>]*)?>[^<]|<script>|\son[a-z]
 // or style, and never the key.
 func TestPages(t *testing.T) {
 	e := newEnv(t, Options{})
-	exec, approval := e.ask(engine.InvokeRequest{Runtime: "python", Code: "print(6*7)", Stdin: "some input"})
+	exec, approval := e.ask(capability.InvokeRequest{Runtime: "python", Code: "print(6*7)", Stdin: "some input"})
 	c := e.newClient()
 	c.signedIn(e.approver)
 	for _, path := range []string{
@@ -148,7 +148,7 @@ func TestDecisionsGoThroughTheService(t *testing.T) {
 	admin.signedIn(e.admin)
 	fragment := http.Header{"X-Stockade-Fragment": {"1"}}
 
-	code, b := e.do("POST", "/v1/executions", e.admin, engine.InvokeRequest{Runtime: "shell", Code: "echo mine"})
+	code, b := e.do("POST", "/v1/executions", e.admin, capability.InvokeRequest{Runtime: "shell", Code: "echo mine"})
 	if code != http.StatusAccepted {
 		t.Fatalf("admin invoking: got %d %s", code, b)
 	}
@@ -158,7 +158,7 @@ func TestDecisionsGoThroughTheService(t *testing.T) {
 		t.Errorf("approving its own request: got %d, want 403 with the card still pending and why\n%s", resp.StatusCode, body)
 	}
 
-	_, other := e.ask(engine.InvokeRequest{Runtime: "shell", Code: "echo policy"})
+	_, other := e.ask(capability.InvokeRequest{Runtime: "shell", Code: "echo policy"})
 	approver := e.newClient()
 	approver.signedIn(e.approver)
 	for _, tc := range []struct {
@@ -196,7 +196,7 @@ func TestDecisionsGoThroughTheService(t *testing.T) {
 		t.Errorf("denying it: got %d, want the denied card with the reason\n%s", resp.StatusCode, body)
 	}
 	// Without the script the form answers with a redirect back.
-	_, third := e.ask(engine.InvokeRequest{Runtime: "python", Code: "print(3)"})
+	_, third := e.ask(capability.InvokeRequest{Runtime: "python", Code: "print(3)"})
 	resp, _ = approver.request("POST", "/ui/approvals/"+third+"/deny", url.Values{"csrf": {approver.csrf}}, nil)
 	if resp.StatusCode != http.StatusSeeOther || resp.Header.Get("Location") != "/ui/approvals#card-"+third {
 		t.Errorf("denying by a plain form: got %d to %q, want 303 to the card", resp.StatusCode, resp.Header.Get("Location"))
@@ -234,7 +234,7 @@ func TestSignInRateLimit(t *testing.T) {
 func TestExecutionsPaged(t *testing.T) {
 	e := newEnv(t, Options{})
 	for i := range pageSize + 3 {
-		e.ask(engine.InvokeRequest{Runtime: "python", Code: fmt.Sprintf("print(%d)", i)})
+		e.ask(capability.InvokeRequest{Runtime: "python", Code: fmt.Sprintf("print(%d)", i)})
 	}
 	c := e.newClient()
 	c.signedIn(e.approver)
@@ -274,7 +274,7 @@ func TestAuditPage(t *testing.T) {
 	})
 	t.Run("broken", func(t *testing.T) {
 		e := newEnv(t, Options{})
-		e.ask(engine.InvokeRequest{Runtime: "python", Code: "print(1)"})
+		e.ask(capability.InvokeRequest{Runtime: "python", Code: "print(1)"})
 		c := e.newClient()
 		c.signedIn(e.approver)
 		_, page := c.request("GET", "/ui/audit", nil, nil)
@@ -344,7 +344,7 @@ func TestToolReview(t *testing.T) {
 func TestPageWeight(t *testing.T) {
 	const budget = 48 << 10
 	e := newEnv(t, Options{})
-	e.ask(engine.InvokeRequest{Runtime: "python", Code: "import json\nprint(json.dumps({'answer': 6 * 7}))\n"})
+	e.ask(capability.InvokeRequest{Runtime: "python", Code: "import json\nprint(json.dumps({'answer': 6 * 7}))\n"})
 	c := e.newClient()
 	c.signedIn(e.approver)
 	total := 0

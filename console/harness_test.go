@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/stockade-sh/stockade/api"
+	"github.com/stockade-sh/stockade/capability"
 	"github.com/stockade-sh/stockade/driver/runc"
 	"github.com/stockade-sh/stockade/engine"
 	"github.com/stockade-sh/stockade/image"
@@ -39,7 +40,7 @@ import (
 type env struct {
 	t       *testing.T
 	st      store.Store
-	svc     *engine.Service
+	svc     *capability.Service
 	console *Console
 	srv     *httptest.Server
 	url     string
@@ -114,7 +115,7 @@ func newEnvWith(t *testing.T, o Options, c envConfig) *env {
 		return eng
 	}
 	if c.toolsBefore != "" {
-		before := engine.NewService(newEngine(c.toolsBefore), st, engine.ServiceOptions{})
+		before := capability.NewService(newEngine(c.toolsBefore), st, capability.ServiceOptions{})
 		if err := before.Start(ctx); err != nil {
 			t.Fatalf("starting the daemon before: %v", err)
 		}
@@ -122,7 +123,7 @@ func newEnvWith(t *testing.T, o Options, c envConfig) *env {
 	}
 	e := &env{t: t, st: st, clock: &clock{}}
 	wit := witness.Dir(witness.Default(db))
-	e.svc = engine.NewService(newEngine(c.tools), st, engine.ServiceOptions{Witness: wit, Now: e.clock.now})
+	e.svc = capability.NewService(newEngine(c.tools), st, capability.ServiceOptions{Witness: wit, Now: e.clock.now})
 	if err := e.svc.Start(ctx); err != nil {
 		t.Fatalf("Service.Start: %v", err)
 	}
@@ -133,8 +134,8 @@ func newEnvWith(t *testing.T, o Options, c envConfig) *env {
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
-	e.console = New(e.svc, o)
-	e.srv = httptest.NewServer(api.New(e.svc, api.Options{UI: e.console}))
+	e.console = New(e.svc, st, o)
+	e.srv = httptest.NewServer(api.New(e.svc, st, api.Options{UI: e.console}))
 	t.Cleanup(e.srv.Close)
 	e.url = e.srv.URL
 
@@ -185,7 +186,7 @@ func (e *env) do(method, path, key string, body any) (int, []byte) {
 
 // ask has the agent ask, through the API, to run code; it returns the
 // execution's and the approval request's ids.
-func (e *env) ask(req engine.InvokeRequest) (exec, approval string) {
+func (e *env) ask(req capability.InvokeRequest) (exec, approval string) {
 	e.t.Helper()
 	code, b := e.do("POST", "/v1/executions", e.agent, req)
 	var v api.ExecutionView

@@ -10,7 +10,7 @@ import (
 	"strings"
 
 	"github.com/stockade-sh/stockade/audit"
-	"github.com/stockade-sh/stockade/engine"
+	"github.com/stockade-sh/stockade/capability"
 	"github.com/stockade-sh/stockade/errdefs"
 	"github.com/stockade-sh/stockade/store"
 	"github.com/stockade-sh/stockade/tools"
@@ -35,7 +35,7 @@ type approvalsData struct {
 }
 
 func (c *Console) approvals(ctx context.Context, v *visit, statuses []store.ApprovalStatus, n int) ([]*cardView, bool, error) {
-	pg, err := c.svc.Store().ListApprovals(ctx, v.key.WorkspaceID, store.ApprovalFilter{PageRequest: store.PageRequest{Limit: n}, Statuses: statuses})
+	pg, err := c.st.ListApprovals(ctx, v.key.WorkspaceID, store.ApprovalFilter{PageRequest: store.PageRequest{Limit: n}, Statuses: statuses})
 	if err != nil {
 		return nil, false, fmt.Errorf("listing approvals: %w", err)
 	}
@@ -81,7 +81,7 @@ func (c *Console) pendingFragment(w http.ResponseWriter, r *http.Request, v *vis
 }
 
 func (c *Console) card(ctx context.Context, v *visit, id string) (*cardView, error) {
-	a, err := c.svc.Store().GetApproval(ctx, v.key.WorkspaceID, id)
+	a, err := c.st.GetApproval(ctx, v.key.WorkspaceID, id)
 	if err != nil {
 		return nil, notFoundIsGone(err, "approval request")
 	}
@@ -160,7 +160,7 @@ func (c *Console) executionsData(r *http.Request, v *visit) (*executionsData, er
 		}
 		f.Statuses = []store.ExecutionStatus{store.ExecutionStatus(d.Status)}
 	}
-	pg, err := c.svc.Store().ListToolCalls(r.Context(), v.key.WorkspaceID, f)
+	pg, err := c.st.ListToolCalls(r.Context(), v.key.WorkspaceID, f)
 	if err != nil {
 		return nil, fmt.Errorf("listing executions: %w", err)
 	}
@@ -193,7 +193,7 @@ func (c *Console) executionsFragment(w http.ResponseWriter, r *http.Request, v *
 // its trail.
 type executionData struct {
 	Exec    *execView
-	Request engine.InvokeRequest
+	Request capability.InvokeRequest
 	Code    Code
 	Stdin   *Code
 	Result  *resultView
@@ -213,7 +213,7 @@ func (c *Console) eventView(ctx context.Context, v *visit, e store.Event) eventV
 
 func (c *Console) executionPage(w http.ResponseWriter, r *http.Request, v *visit) {
 	ctx := r.Context()
-	st := c.svc.Store()
+	st := c.st
 	e, err := st.GetExecution(ctx, v.key.WorkspaceID, r.PathValue("id"))
 	if err != nil {
 		c.failure(w, r, "rendering an execution", notFoundIsGone(err, "execution"))
@@ -288,7 +288,7 @@ func (c *Console) toolChanges(ctx context.Context, name string) ([]toolChange, e
 	var out []toolChange
 	f := store.EventFilter{Types: []string{audit.ToolChanged}, PageRequest: store.PageRequest{Limit: store.MaxPageLimit}}
 	for range toolChangesIn {
-		pg, err := c.svc.Store().ListEvents(ctx, "", f)
+		pg, err := c.st.ListEvents(ctx, "", f)
 		if err != nil {
 			return nil, fmt.Errorf("reading tool changes: %w", err)
 		}
@@ -316,7 +316,7 @@ func (c *Console) toolChanges(ctx context.Context, name string) ([]toolChange, e
 }
 
 func (c *Console) workspaceData(ctx context.Context, v *visit) (*workspaceData, error) {
-	st := c.svc.Store()
+	st := c.st
 	ws := v.key.WorkspaceID
 	d := &workspaceData{CSRF: v.sess.csrf}
 	var err error
@@ -409,7 +409,7 @@ func (c *Console) verify(ctx context.Context, ws string) (chainVerdict, error) {
 		heads = append(heads, w)
 		v.Witnessed = &w
 	}
-	st := c.svc.Store()
+	st := c.st
 	if v.OK, v.Broken, err = st.VerifyChain(ctx, ws, heads...); err != nil {
 		return v, fmt.Errorf("verifying the audit chain: %w", err)
 	}
@@ -428,7 +428,7 @@ func (c *Console) auditPage(w http.ResponseWriter, r *http.Request, v *visit) {
 		c.failure(w, r, "verifying the audit chain", err)
 		return
 	}
-	pg, err := c.svc.Store().ListEvents(ctx, v.key.WorkspaceID, store.EventFilter{PageRequest: store.PageRequest{Limit: eventsShown, Cursor: cursor}})
+	pg, err := c.st.ListEvents(ctx, v.key.WorkspaceID, store.EventFilter{PageRequest: store.PageRequest{Limit: eventsShown, Cursor: cursor}})
 	if err != nil {
 		c.failure(w, r, "listing audit events", err)
 		return

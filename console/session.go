@@ -8,7 +8,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/stockade-sh/stockade/engine"
+	"github.com/stockade-sh/stockade/capability"
 )
 
 // Sign-ins live in memory, in a bounded table, and end with the daemon:
@@ -30,7 +30,7 @@ const (
 type session struct {
 	key     [sha256.Size]byte // SHA-256 of the cookie's token
 	csrf    string
-	p       engine.Principal
+	p       capability.Principal
 	created time.Time
 	expires time.Time
 }
@@ -56,7 +56,7 @@ func randomToken() string {
 }
 
 // create starts a session for p and returns the token its cookie holds.
-func (s *sessions) create(p engine.Principal) (string, *session) {
+func (s *sessions) create(p capability.Principal) (string, *session) {
 	token := randomToken()
 	now := s.now()
 	sess := &session{key: sha256.Sum256([]byte(token)), csrf: randomToken(), p: p, created: now, expires: now.Add(s.ttl)}

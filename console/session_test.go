@@ -5,13 +5,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/stockade-sh/stockade/engine"
+	"github.com/stockade-sh/stockade/capability"
 )
 
 func TestSessions(t *testing.T) {
 	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	s := newSessions(time.Hour, func() time.Time { return now })
-	p := engine.Principal{KeyID: "key_a", WorkspaceID: "ws", Role: "approver"}
+	p := capability.Principal{KeyID: "key_a", WorkspaceID: "ws", Role: "approver"}
 
 	t.Run("lookup and expiry", func(t *testing.T) {
 		token, sess := s.create(p)
@@ -41,7 +41,7 @@ func TestSessions(t *testing.T) {
 	})
 	t.Run("the table is bounded", func(t *testing.T) {
 		for i := range maxSessions + 10 {
-			s.create(engine.Principal{KeyID: fmt.Sprintf("key_%d", i)})
+			s.create(capability.Principal{KeyID: fmt.Sprintf("key_%d", i)})
 		}
 		if n := s.len(); n > maxSessions {
 			t.Errorf("sessions held: got %d, want at most %d", n, maxSessions)
@@ -50,7 +50,7 @@ func TestSessions(t *testing.T) {
 	t.Run("revoking a key ends its sessions", func(t *testing.T) {
 		a, _ := s.create(p)
 		b, _ := s.create(p)
-		other, _ := s.create(engine.Principal{KeyID: "key_b"})
+		other, _ := s.create(capability.Principal{KeyID: "key_b"})
 		s.endKey("key_a")
 		if s.get(a) != nil || s.get(b) != nil {
 			t.Error("a session of the revoked key is still live")

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/stockade-sh/stockade/capability"
 	"github.com/stockade-sh/stockade/engine"
 	"github.com/stockade-sh/stockade/errdefs"
 	"github.com/stockade-sh/stockade/store"
@@ -25,7 +26,7 @@ func (c *Console) keyLabel(ctx context.Context, v *visit, id string) string {
 		return l
 	}
 	l := id
-	if k, err := c.svc.Store().GetAPIKey(ctx, id); err == nil && k.WorkspaceID == v.key.WorkspaceID {
+	if k, err := c.st.GetAPIKey(ctx, id); err == nil && k.WorkspaceID == v.key.WorkspaceID {
 		if k.Name != "" {
 			l = fmt.Sprintf("%s (%s, %s)", k.Name, k.Role, id)
 		} else {
@@ -66,7 +67,7 @@ func recordLines(t tools.Tool, opts tools.Options) []recordLine {
 type cardView struct {
 	ID, ExecutionID string
 	Status          store.ApprovalStatus
-	Card            engine.ApprovalCard
+	Card            capability.ApprovalCard
 	Code            Code
 	Stdin           *Code
 	// Record is the tool's five lines now; ToolChanged says the record
@@ -126,7 +127,7 @@ func (c *Console) cardView(ctx context.Context, v *visit, a store.Approval) (*ca
 		s := Highlight("", cv.Card.Stdin)
 		cv.Stdin = &s
 	}
-	if t, err := c.svc.Engine().Tools().Get(cv.Card.Tool); err == nil {
+	if t, err := c.svc.Runner().Tools().Get(cv.Card.Tool); err == nil {
 		opts := c.toolOptions()
 		cv.Record, cv.Boundary = recordLines(t, opts), tools.Boundary(t, opts)
 		cv.ToolChanged = cv.Card.ToolFingerprint != "" && tools.Fingerprint(t) != cv.Card.ToolFingerprint
@@ -233,7 +234,7 @@ func execViewOf(tc store.ToolCall) *execView {
 }
 
 func (c *Console) execView(ctx context.Context, v *visit, id string) (*execView, error) {
-	tc, err := c.svc.Store().GetToolCall(ctx, v.key.WorkspaceID, id)
+	tc, err := c.st.GetToolCall(ctx, v.key.WorkspaceID, id)
 	if err != nil {
 		return nil, fmt.Errorf("reading execution %s: %w", id, err)
 	}
@@ -318,5 +319,5 @@ func notFoundIsGone(err error, what string) error {
 // toolOptions are what the records of the engine's tools are read with:
 // the capabilities its drivers declare.
 func (c *Console) toolOptions() tools.Options {
-	return tools.Options{Drivers: tools.CapabilitiesOf(c.svc.Engine().Drivers())}
+	return tools.Options{Drivers: tools.CapabilitiesOf(c.svc.Runner().Drivers())}
 }

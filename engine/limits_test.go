@@ -86,31 +86,3 @@ func TestRecordLimitsAreCeilings(t *testing.T) {
 		t.Errorf("sandbox limits of a request asking for nothing: got timeout %s memory %d, want the record's 10s and 256 MiB", got.Timeout, got.Memory)
 	}
 }
-
-// TestInvokeAboveRecordLimits checks the same through the capability
-// layer: a timeout_ms above the tool's limit is the caller's mistake
-// (400), refused before anything is admitted, and an invocation naming no
-// timeout runs with the record's, not the server's default.
-func TestInvokeAboveRecordLimits(t *testing.T) {
-	drv := &fakeDriver{name: "gvisor", tier: sandbox.TierGVisor}
-	env := newServiceEnv(t, nil, drv, noApprovalPolicy(), ServiceOptions{}, boundedTool(t))
-	_, err := env.svc.Invoke(t.Context(), env.agent, InvokeRequest{Runtime: "python", Code: "print(1)", Tool: "report", TimeoutMS: 20000}, InvokeOptions{})
-	if !errdefs.IsInvalidArgument(err) || !strings.Contains(err.Error(), `tool "report"`) || !strings.Contains(err.Error(), "10s") {
-		t.Fatalf("timeout_ms 20000: got %v, want an invalid argument naming the tool and its 10s", err)
-	}
-	if n := env.chainLength(t); n != 0 {
-		t.Errorf("audit events after the refusal: got %d, want none (nothing was decided)", n)
-	}
-	inv, err := env.svc.Invoke(t.Context(), env.agent, InvokeRequest{Runtime: "python", Code: "print(1)", Tool: "report"}, InvokeOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if ex, err := env.svc.Wait(t.Context(), env.agent, inv.Execution.ID, 10*time.Second); err != nil || !ex.Status.Terminal() {
-		t.Fatalf("Wait: got %+v, %v", ex, err)
-	}
-	drv.mu.Lock()
-	defer drv.mu.Unlock()
-	if got := drv.specs[len(drv.specs)-1].Limits.Timeout; got != 10*time.Second {
-		t.Errorf("wall clock of an invocation naming none: got %s, want the record's 10s", got)
-	}
-}

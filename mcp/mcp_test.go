@@ -14,8 +14,8 @@ import (
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/stockade-sh/stockade/api"
+	"github.com/stockade-sh/stockade/capability"
 	"github.com/stockade-sh/stockade/client"
-	"github.com/stockade-sh/stockade/engine"
 	"github.com/stockade-sh/stockade/internal/daemontest"
 	"github.com/stockade-sh/stockade/internal/testenv"
 	"github.com/stockade-sh/stockade/mcp"
@@ -27,14 +27,14 @@ type transport struct {
 	name string
 	// daemon starts the daemon the tools talk to, with the MCP options o
 	// where the transport takes them from the daemon (/mcp).
-	daemon func(t *testing.T, svc engine.ServiceOptions, o mcp.Options) *daemontest.Daemon
+	daemon func(t *testing.T, svc capability.ServiceOptions, o mcp.Options) *daemontest.Daemon
 	// connect connects the Go SDK's client with options co to the tools
 	// acting with key, with the MCP options o where the transport takes
 	// them from the client's side.
 	connect func(t *testing.T, d *daemontest.Daemon, key string, o mcp.Options, co *sdk.ClientOptions) *sdk.ClientSession
 }
 
-func plainDaemon(t *testing.T, svc engine.ServiceOptions, _ mcp.Options) *daemontest.Daemon {
+func plainDaemon(t *testing.T, svc capability.ServiceOptions, _ mcp.Options) *daemontest.Daemon {
 	return daemontest.Start(t, daemontest.Options{Service: svc})
 }
 
@@ -60,7 +60,7 @@ var transports = []transport{
 		}
 		return connect(t, &sdk.CommandTransport{Command: exec.Command(testenv.Build(t, "./cmd/stockade"), args...)}, co)
 	}},
-	{"http", func(t *testing.T, svc engine.ServiceOptions, o mcp.Options) *daemontest.Daemon {
+	{"http", func(t *testing.T, svc capability.ServiceOptions, o mcp.Options) *daemontest.Daemon {
 		return daemontest.Start(t, daemontest.Options{Service: svc, API: api.Options{MCP: o}})
 	}, func(t *testing.T, d *daemontest.Daemon, key string, _ mcp.Options, co *sdk.ClientOptions) *sdk.ClientSession {
 		hc := &http.Client{Transport: bearer{key: key}}
@@ -188,7 +188,7 @@ func decide(t *testing.T, c *client.Client, id string, approve bool) {
 func TestTools(t *testing.T) {
 	for _, tr := range transports {
 		t.Run(tr.name, func(t *testing.T) {
-			d := tr.daemon(t, engine.ServiceOptions{}, mcp.Options{ApprovalWait: time.Second})
+			d := tr.daemon(t, capability.ServiceOptions{}, mcp.Options{ApprovalWait: time.Second})
 			open := d.Workspace(t, daemontest.NoApproval, 100)
 			gated := d.Workspace(t, nil, 100)
 			broke := d.Workspace(t, daemontest.NoApproval, 0)
@@ -336,7 +336,7 @@ func TestApprovalWait(t *testing.T) {
 	for _, tr := range transports {
 		t.Run(tr.name, func(t *testing.T) {
 			o := mcp.Options{ApprovalWait: 2 * time.Minute}
-			d := tr.daemon(t, engine.ServiceOptions{ApprovalTTL: 3 * time.Second}, o)
+			d := tr.daemon(t, capability.ServiceOptions{ApprovalTTL: 3 * time.Second}, o)
 			ws := d.Workspace(t, nil, 100)
 			cs := tr.connect(t, d, ws.Agent, o, nil)
 			t.Run("approved", func(t *testing.T) {
@@ -353,7 +353,7 @@ func TestApprovalWait(t *testing.T) {
 func TestAtCapacity(t *testing.T) {
 	for _, tr := range transports {
 		t.Run(tr.name, func(t *testing.T) {
-			d := tr.daemon(t, engine.ServiceOptions{MaxConcurrent: 1, MaxQueue: -1}, mcp.Options{})
+			d := tr.daemon(t, capability.ServiceOptions{MaxConcurrent: 1, MaxQueue: -1}, mcp.Options{})
 			ws := d.Workspace(t, daemontest.NoApproval, 100)
 			c, _ := client.New(d.URL, ws.Agent)
 			s, err := c.StreamExecution(t.Context(), client.ExecutionRequest{Runtime: "shell", Code: "sleep 30"})

@@ -22,6 +22,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/stockade-sh/stockade/api"
+	"github.com/stockade-sh/stockade/capability"
 	"github.com/stockade-sh/stockade/engine"
 	"github.com/stockade-sh/stockade/internal/storeopen"
 	"github.com/stockade-sh/stockade/store"
@@ -135,14 +136,14 @@ func (d *daemon) freshSchema(ctx context.Context, dsn string) (string, error) {
 
 // serve starts a service over eng and a database of its own, named after
 // o.Owner, serves it on a fresh loopback listener and returns it.
-func (d *daemon) serve(ctx context.Context, eng *engine.Engine, o engine.ServiceOptions) (target, error) {
+func (d *daemon) serve(ctx context.Context, eng *engine.Engine, o capability.ServiceOptions) (target, error) {
 	st, key, err := d.openStore(ctx, o.Owner)
 	if err != nil {
 		return target{}, err
 	}
 	metrics := api.NewMetrics()
 	o.Observer, o.Logger = metrics, d.log
-	svc := engine.NewService(eng, st, o)
+	svc := capability.NewService(eng, st, o)
 	if err := svc.Start(ctx); err != nil {
 		return target{}, fmt.Errorf("starting the service %s: %w", o.Owner, err)
 	}
@@ -151,7 +152,7 @@ func (d *daemon) serve(ctx context.Context, eng *engine.Engine, o engine.Service
 	if err != nil {
 		return target{}, err
 	}
-	srv := &http.Server{Handler: api.New(svc, api.Options{Metrics: metrics}), ReadHeaderTimeout: 10 * time.Second}
+	srv := &http.Server{Handler: api.New(svc, st, api.Options{Metrics: metrics}), ReadHeaderTimeout: 10 * time.Second}
 	go func() {
 		if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
 			d.log.Error("serving", "err", err)

@@ -42,6 +42,7 @@ import (
 	"time"
 
 	"github.com/stockade-sh/stockade/bench/internal/table"
+	"github.com/stockade-sh/stockade/capability"
 	"github.com/stockade-sh/stockade/config"
 	"github.com/stockade-sh/stockade/driver/runc"
 	"github.com/stockade-sh/stockade/engine"
@@ -133,24 +134,24 @@ func run(ctx context.Context, o options) error {
 	calls := 2*(o.n+1) + 2*(o.fakeN+1) + len(o.concurrency)*o.rounds*o.invocations
 	d := openDaemon(o.db, tmp, int64(4*calls))
 	defer d.close()
-	realSvc, err := d.serve(ctx, realEng, engine.ServiceOptions{Owner: "bench-real"})
+	realSvc, err := d.serve(ctx, realEng, capability.ServiceOptions{Owner: "bench-real"})
 	if err != nil {
 		return err
 	}
-	fakeSvc, err := d.serve(ctx, fakeEng, engine.ServiceOptions{Owner: "bench-fake"})
+	fakeSvc, err := d.serve(ctx, fakeEng, capability.ServiceOptions{Owner: "bench-fake"})
 	if err != nil {
 		return err
 	}
 	throughput := map[int]target{}
 	for _, c := range o.concurrency {
-		svc, err := d.serve(ctx, realEng, engine.ServiceOptions{Owner: fmt.Sprintf("bench-c%d", c), MaxConcurrent: c, MaxQueue: 10 * o.invocations})
+		svc, err := d.serve(ctx, realEng, capability.ServiceOptions{Owner: fmt.Sprintf("bench-c%d", c), MaxConcurrent: c, MaxQueue: 10 * o.invocations})
 		if err != nil {
 			return err
 		}
 		throughput[c] = svc
 	}
 
-	body, err := json.Marshal(engine.InvokeRequest{Runtime: o.runtime, Code: prog.code})
+	body, err := json.Marshal(capability.InvokeRequest{Runtime: o.runtime, Code: prog.code})
 	if err != nil {
 		return err
 	}

@@ -20,6 +20,7 @@ import (
 
 	"github.com/stockade-sh/stockade/analytics"
 	"github.com/stockade-sh/stockade/api"
+	"github.com/stockade-sh/stockade/capability"
 	"github.com/stockade-sh/stockade/config"
 	"github.com/stockade-sh/stockade/console"
 	"github.com/stockade-sh/stockade/engine"
@@ -123,7 +124,7 @@ func serve(ctx context.Context, listen, db string, cfg config.Config) error {
 	defer st.Close()
 	metrics := api.NewMetrics()
 	wit := witness.Dir(cmp.Or(cfg.AuditWitness, witness.Default(db)))
-	svc := engine.NewService(eng, st, engine.ServiceOptions{
+	svc := capability.NewService(eng, st, capability.ServiceOptions{
 		CreditsPerInvocation: new(cfg.CreditsPerInvocation), ApprovalTTL: cfg.ApprovalTTL,
 		MaxConcurrent: cfg.MaxConcurrent, MaxQueue: cfg.MaxQueue, Observer: metrics, Logger: log,
 		Owner: owner(cfg.StateDir), Witness: wit,
@@ -152,9 +153,9 @@ func serve(ctx context.Context, listen, db string, cfg config.Config) error {
 	// No ReadTimeout or WriteTimeout: they would bound the whole exchange
 	// and cut long polls and event streams. The handler bounds the body
 	// and each write instead.
-	ui := console.New(svc, console.Options{Witness: wit, SecureCookies: cfg.BehindTLS, Logger: log})
+	ui := console.New(svc, st, console.Options{Witness: wit, SecureCookies: cfg.BehindTLS, Logger: log})
 	srv := &http.Server{
-		Handler:     api.New(svc, api.Options{Metrics: metrics, UI: ui, BodyTimeout: cfg.BodyTimeout, WriteTimeout: cfg.WriteTimeout, MCP: mcpOpts}),
+		Handler:     api.New(svc, st, api.Options{Metrics: metrics, UI: ui, BodyTimeout: cfg.BodyTimeout, WriteTimeout: cfg.WriteTimeout, MCP: mcpOpts}),
 		IdleTimeout: cfg.IdleTimeout, ReadHeaderTimeout: cfg.HeaderTimeout,
 		BaseContext: func(net.Listener) context.Context { return reqCtx },
 	}

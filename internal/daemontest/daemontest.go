@@ -17,6 +17,7 @@ import (
 	"testing"
 
 	"github.com/stockade-sh/stockade/api"
+	"github.com/stockade-sh/stockade/capability"
 	"github.com/stockade-sh/stockade/driver/runc"
 	"github.com/stockade-sh/stockade/engine"
 	"github.com/stockade-sh/stockade/image"
@@ -28,7 +29,7 @@ import (
 
 // Options configure a daemon; zero fields are the daemon's defaults.
 type Options struct {
-	Service engine.ServiceOptions
+	Service capability.ServiceOptions
 	API     api.Options
 	// MaxConnections caps the listener's connections; zero is 1024, as
 	// stockade serve.
@@ -38,7 +39,7 @@ type Options struct {
 // Daemon is a daemon serving on URL until the test ends.
 type Daemon struct {
 	URL     string
-	Service *engine.Service
+	Service *capability.Service
 	Store   store.Store
 	Metrics *api.Metrics
 }
@@ -75,7 +76,7 @@ func Start(t testing.TB, o Options) *Daemon {
 	metrics := api.NewMetrics()
 	so := o.Service
 	so.Observer = metrics
-	svc := engine.NewService(eng, st, so)
+	svc := capability.NewService(eng, st, so)
 	if err := svc.Start(t.Context()); err != nil {
 		t.Fatalf("Service.Start: %v", err)
 	}
@@ -89,7 +90,7 @@ func Start(t testing.TB, o Options) *Daemon {
 	if o.MaxConnections == 0 {
 		o.MaxConnections = 1024
 	}
-	srv := &http.Server{Handler: api.New(svc, ao)}
+	srv := &http.Server{Handler: api.New(svc, st, ao)}
 	go srv.Serve(api.LimitListener(ln, o.MaxConnections, metrics))
 	// Closing (not shutting down) ends long polls and streams at once;
 	// it runs before the service closes (cleanups run last first).

@@ -5,7 +5,7 @@
 // sandbox.Driver contract. The CLI's commands and the benchmarks use it:
 //
 //	eng, err := wiring.Engine(cfg)
-//	svc := engine.NewService(eng, st, opts) // the store comes from internal/storeopen
+//	svc := capability.NewService(eng, st, opts) // the store comes from internal/storeopen
 package wiring
 
 import (

@@ -1,4 +1,4 @@
-package engine
+package capability
 
 import (
 	"bytes"
@@ -18,11 +18,13 @@ import (
 	"github.com/stockade-sh/stockade/audit"
 	"github.com/stockade-sh/stockade/broker"
 	"github.com/stockade-sh/stockade/egress"
+	"github.com/stockade-sh/stockade/engine"
 	"github.com/stockade-sh/stockade/errdefs"
 	"github.com/stockade-sh/stockade/internal/witness"
 	"github.com/stockade-sh/stockade/sandbox"
 	"github.com/stockade-sh/stockade/store"
 	"github.com/stockade-sh/stockade/store/sqlite"
+	"github.com/stockade-sh/stockade/tools"
 )
 
 // serviceEnv is a service over a fresh SQLite store and a fake driver, with
@@ -37,7 +39,7 @@ type serviceEnv struct {
 // newServiceEnv starts the service with o over st (a fresh SQLite store
 // when nil) and drv, with an engine built with engOpts. pol is the
 // workspace's policy.
-func newServiceEnv(t *testing.T, st store.Store, drv *fakeDriver, pol store.Policy, o ServiceOptions, engOpts ...Option) *serviceEnv {
+func newServiceEnv(t *testing.T, st store.Store, drv *fakeDriver, pol store.Policy, o ServiceOptions, engOpts ...engine.Option) *serviceEnv {
 	t.Helper()
 	ctx := t.Context()
 	if st == nil {
@@ -57,7 +59,7 @@ func newServiceEnv(t *testing.T, st store.Store, drv *fakeDriver, pol store.Poli
 	if err != nil {
 		t.Fatal(err)
 	}
-	eng, err := New(map[string]sandbox.Driver{drv.name: drv}, drv.name, fakeImages{}, sandbox.DefaultLimits(), sandbox.DefaultCeiling(), engOpts...)
+	eng, err := engine.New(map[string]sandbox.Driver{drv.name: drv}, drv.name, fakeImages{}, sandbox.DefaultLimits(), sandbox.DefaultCeiling(), engOpts...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -227,24 +229,25 @@ func (s *failingAppends) AppendEvent(ctx context.Context, e store.NewEvent) (sto
 	return s.Store.AppendEvent(ctx, e)
 }
 
-// flakyFinish fails FinishExecution the first n times, as a busy store.
-type flakyFinish struct {
+// flakyEnds fails the first n steps that end an execution, as a busy
+// store.
+type flakyEnds struct {
 	store.Store
 	n atomic.Int32
 }
 
-func (s *flakyFinish) FinishExecution(ctx context.Context, o store.Outcome) (store.Execution, error) {
-	if s.n.Add(-1) >= 0 {
+func (s *flakyEnds) Apply(ctx context.Context, id string, st store.Step) (store.Execution, error) {
+	if st.To.Terminal() && s.n.Add(-1) >= 0 {
 		return store.Execution{}, fmt.Errorf("database is locked: %w", errdefs.ErrUnavailable)
 	}
-	return s.Store.FinishExecution(ctx, o)
+	return s.Store.Apply(ctx, id, st)
 }
 
 // TestFinishRetries checks that a transient store error while recording an
 // outcome does not leave the execution running with its credits reserved.
 func TestFinishRetries(t *testing.T) {
 	ctx := t.Context()
-	st := &flakyFinish{Store: openSQLite(t)}
+	st := &flakyEnds{Store: openSQLite(t)}
 	st.n.Store(2)
 	drv := &fakeDriver{name: "gvisor", tier: sandbox.TierGVisor}
 	env := newServiceEnv(t, st, drv, noApprovalPolicy(), ServiceOptions{})
@@ -463,10 +466,10 @@ func TestCloseWritesLateAuditEvents(t *testing.T) {
 	}()
 	// Close has cancelled the run; its sandbox is being destroyed.
 	<-env.svc.ctx.Done()
-	labels := map[string]string{LabelExecution: inv.Execution.ID}
+	labels := map[string]string{engine.LabelExecution: inv.Execution.ID}
 	const n = 50
 	for i := range n {
-		env.svc.brokerCall(BrokerEvent{Event: broker.Event{Operation: "op", Allowed: true, Status: 200, ParamsSHA256: fmt.Sprint(i)}, Labels: labels})
+		env.svc.brokerCall(engine.BrokerEvent{Event: broker.Event{Operation: "op", Allowed: true, Status: 200, ParamsSHA256: fmt.Sprint(i)}, Labels: labels})
 	}
 	close(destroy)
 	<-closed
@@ -519,11 +522,11 @@ func TestAuditQueueDropsNothing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	labels := map[string]string{LabelExecution: inv.Execution.ID}
+	labels := map[string]string{engine.LabelExecution: inv.Execution.ID}
 	env.waitRunning(t, inv.Execution.ID)
 	const n = 3 * 1024
 	for i := range n {
-		env.svc.brokerCall(BrokerEvent{Event: broker.Event{Operation: "op", Allowed: true, Status: 200, ParamsSHA256: fmt.Sprint(i)}, Labels: labels})
+		env.svc.brokerCall(engine.BrokerEvent{Event: broker.Event{Operation: "op", Allowed: true, Status: 200, ParamsSHA256: fmt.Sprint(i)}, Labels: labels})
 	}
 	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(50 * time.Millisecond) {
 		got := len(env.events(t, audit.BrokerCall))
@@ -620,8 +623,8 @@ func TestBrokerEventRetries(t *testing.T) {
 	st.n.Store(2)
 	const exec = "ex_busy"
 	env.svc.startRun(exec, env.ws.ID)
-	env.svc.brokerCall(BrokerEvent{Event: broker.Event{Sandbox: "sbx-1", Tool: "t", Operation: "issues.create", Allowed: true, Status: 201},
-		Labels: map[string]string{LabelExecution: exec}})
+	env.svc.brokerCall(engine.BrokerEvent{Event: broker.Event{Sandbox: "sbx-1", Tool: "t", Operation: "issues.create", Allowed: true, Status: 201},
+		Labels: map[string]string{engine.LabelExecution: exec}})
 	env.svc.endRun(exec)
 	env.svc.Close()
 	if got := env.events(t, audit.BrokerCall); len(got) != 1 || got[0].ExecutionID != exec {
@@ -729,7 +732,7 @@ func TestCloseDuringARun(t *testing.T) {
 		t.Fatal(err)
 	}
 	var res struct {
-		Result
+		engine.Result
 		Error string `json:"error"`
 	}
 	if err := json.Unmarshal(ex.Result, &res); err != nil {
@@ -739,8 +742,8 @@ func TestCloseDuringARun(t *testing.T) {
 		t.Errorf("execution: got %s with result %s, want killed with the output so far", ex.Status, ex.Result)
 	}
 	// Nobody saw a signal: the sandbox was destroyed under the program.
-	if res.Signal != 0 || res.EndedBy != EndedByShutdown {
-		t.Errorf("result: got signal %d ended_by %q, want no signal and ended_by %q", res.Signal, res.EndedBy, EndedByShutdown)
+	if res.Signal != 0 || res.EndedBy != engine.EndedByShutdown {
+		t.Errorf("result: got signal %d ended_by %q, want no signal and ended_by %q", res.Signal, res.EndedBy, engine.EndedByShutdown)
 	}
 	if c, err := env.st.GetCredits(ctx, env.ws.ID); err != nil || c.Available != 8 || c.Reserved != 0 {
 		t.Errorf("credits: got %+v, %v; want 8 available, none reserved (the launched run charged)", c, err)
@@ -760,8 +763,8 @@ func TestAuditWriterWithTheStoreDown(t *testing.T) {
 	const exec = "ex_down"
 	env.svc.startRun(exec, env.ws.ID)
 	for range 3 {
-		env.svc.egressDecision(EgressDecision{Decision: egress.Decision{Reason: egress.ReasonNameNotAllowed, Sandbox: "sbx-1", Name: "evil.test", Port: 443},
-			Labels: map[string]string{LabelExecution: exec}})
+		env.svc.egressDecision(engine.EgressDecision{Decision: egress.Decision{Reason: egress.ReasonNameNotAllowed, Sandbox: "sbx-1", Name: "evil.test", Port: 443},
+			Labels: map[string]string{engine.LabelExecution: exec}})
 	}
 	env.svc.endRun(exec)
 	env.svc.Close()
@@ -770,12 +773,12 @@ func TestAuditWriterWithTheStoreDown(t *testing.T) {
 	}
 }
 
-// lostCommit is a store whose CreateExecution commits and then fails as a
+// lostCommit is a store whose Admit commits and then fails as a
 // connection cut after COMMIT does: the answer is lost, not the commit.
 type lostCommit struct{ store.Store }
 
-func (s lostCommit) CreateExecution(ctx context.Context, e store.NewExecution) (store.Admission, error) {
-	if _, err := s.Store.CreateExecution(ctx, e); err != nil {
+func (s lostCommit) Admit(ctx context.Context, e store.NewExecution, st store.Step) (store.Admission, error) {
+	if _, err := s.Store.Admit(ctx, e, st); err != nil {
 		return store.Admission{}, err
 	}
 	return store.Admission{}, fmt.Errorf("connection reset by peer: %w", errdefs.ErrUnavailable)
@@ -841,5 +844,51 @@ func TestApprovalCardReadsTheOldNetworkField(t *testing.T) {
 		if err := json.Unmarshal([]byte(raw), &c); err != nil || c.Network != want || c.Runtime != "python" {
 			t.Errorf("%s: got %+v, %v; want network %s", raw, c, err, want)
 		}
+	}
+}
+
+// boundedTool is a tool whose record limits its sandboxes to 10 s and
+// 256 MiB.
+func boundedTool(t *testing.T) engine.Option {
+	t.Helper()
+	opts := tools.Options{Drivers: DriverCapabilities()}
+	set, err := tools.Load(writeTools(t, `
+tools:
+  - name: report
+    input_trust: trusted
+    tier: gvisor
+    limits: {timeout: 10s, memory: 256MiB}
+`), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return engine.WithTools(set, opts)
+}
+
+// TestInvokeAboveRecordLimits checks the same through the capability
+// layer: a timeout_ms above the tool's limit is the caller's mistake
+// (400), refused before anything is admitted, and an invocation naming no
+// timeout runs with the record's, not the server's default.
+func TestInvokeAboveRecordLimits(t *testing.T) {
+	drv := &fakeDriver{name: "gvisor", tier: sandbox.TierGVisor}
+	env := newServiceEnv(t, nil, drv, noApprovalPolicy(), ServiceOptions{}, boundedTool(t))
+	_, err := env.svc.Invoke(t.Context(), env.agent, InvokeRequest{Runtime: "python", Code: "print(1)", Tool: "report", TimeoutMS: 20000}, InvokeOptions{})
+	if !errdefs.IsInvalidArgument(err) || !strings.Contains(err.Error(), `tool "report"`) || !strings.Contains(err.Error(), "10s") {
+		t.Fatalf("timeout_ms 20000: got %v, want an invalid argument naming the tool and its 10s", err)
+	}
+	if n := env.chainLength(t); n != 0 {
+		t.Errorf("audit events after the refusal: got %d, want none (nothing was decided)", n)
+	}
+	inv, err := env.svc.Invoke(t.Context(), env.agent, InvokeRequest{Runtime: "python", Code: "print(1)", Tool: "report"}, InvokeOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ex, err := env.svc.Wait(t.Context(), env.agent, inv.Execution.ID, 10*time.Second); err != nil || !ex.Status.Terminal() {
+		t.Fatalf("Wait: got %+v, %v", ex, err)
+	}
+	drv.mu.Lock()
+	defer drv.mu.Unlock()
+	if got := drv.specs[len(drv.specs)-1].Limits.Timeout; got != 10*time.Second {
+		t.Errorf("wall clock of an invocation naming none: got %s, want the record's 10s", got)
 	}
 }

@@ -1,4 +1,4 @@
-package engine
+package capability
 
 import (
 	"context"
@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/stockade-sh/stockade/audit"
+	"github.com/stockade-sh/stockade/engine"
 	"github.com/stockade-sh/stockade/errdefs"
 	"github.com/stockade-sh/stockade/sandbox"
 	"github.com/stockade-sh/stockade/store"
@@ -30,7 +31,7 @@ func serviceWith(t *testing.T, st store.Store, toolsYAML string) *Service {
 		t.Fatal(err)
 	}
 	drivers := map[string]sandbox.Driver{"gvisor": &fakeDriver{name: "gvisor", tier: sandbox.TierGVisor}}
-	eng, err := New(drivers, "gvisor", fakeImages{}, sandbox.DefaultLimits(), sandbox.DefaultCeiling(), WithTools(set, opts))
+	eng, err := engine.New(drivers, "gvisor", fakeImages{}, sandbox.DefaultLimits(), sandbox.DefaultCeiling(), engine.WithTools(set, opts))
 	if err != nil {
 		t.Fatal(err)
 	}

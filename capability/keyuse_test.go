@@ -1,12 +1,14 @@
-package engine
+package capability
 
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/stockade-sh/stockade/engine"
 	"github.com/stockade-sh/stockade/sandbox"
 	"github.com/stockade-sh/stockade/store"
 )
@@ -98,7 +100,7 @@ func BenchmarkAuthenticate(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	eng, err := New(map[string]sandbox.Driver{"gvisor": &fakeDriver{name: "gvisor", tier: sandbox.TierGVisor}}, "gvisor", fakeImages{}, sandbox.DefaultLimits(), sandbox.DefaultCeiling())
+	eng, err := engine.New(map[string]sandbox.Driver{"gvisor": &fakeDriver{name: "gvisor", tier: sandbox.TierGVisor}}, "gvisor", fakeImages{}, sandbox.DefaultLimits(), sandbox.DefaultCeiling())
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -160,4 +162,13 @@ func BenchmarkAuthenticate(b *testing.B) {
 		out += fmt.Sprintf("  %-36s %8.1f µs  %5.2fx\n", v.name, float64(m)/float64(time.Microsecond), float64(m)/float64(base))
 	}
 	b.Log(out)
+}
+
+func median(ds []time.Duration) time.Duration {
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	if len(s) == 0 {
+		return 0
+	}
+	return s[len(s)/2]
 }

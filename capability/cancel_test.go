@@ -1,4 +1,4 @@
-package engine
+package capability
 
 import (
 	"encoding/json"
@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/stockade-sh/stockade/audit"
+	"github.com/stockade-sh/stockade/engine"
 	"github.com/stockade-sh/stockade/errdefs"
 	"github.com/stockade-sh/stockade/sandbox"
 	"github.com/stockade-sh/stockade/store"
@@ -151,13 +152,13 @@ func TestCancelRunning(t *testing.T) {
 		t.Fatalf("Cancel: got %s, %v; want killed", ex.Status, err)
 	}
 	var res struct {
-		Result
+		engine.Result
 		Error string `json:"error"`
 	}
 	if err := json.Unmarshal(ex.Result, &res); err != nil {
 		t.Fatal(err)
 	}
-	if res.EndedBy != EndedByCancel || res.Signal != 0 || res.Stdout != "partial output" || res.Error == "" {
+	if res.EndedBy != engine.EndedByCancel || res.Signal != 0 || res.Stdout != "partial output" || res.Error == "" {
 		t.Errorf("result: got %s, want ended_by cancel, no signal and the output so far", ex.Result)
 	}
 	env.wantCredits(t, 8, 0)

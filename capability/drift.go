@@ -1,4 +1,4 @@
-package engine
+package capability
 
 import (
 	"context"
@@ -29,7 +29,7 @@ func newDrift() drift {
 
 // eachEvent pages through a chain's events of the given types, newest first,
 // until fn returns false.
-func eachEvent(ctx context.Context, st store.Audit, ws string, types []string, fn func(store.Event) bool) error {
+func eachEvent(ctx context.Context, st Queries, ws string, types []string, fn func(store.Event) bool) error {
 	f := store.EventFilter{PageRequest: store.PageRequest{Limit: store.MaxPageLimit}, Types: types}
 	for {
 		page, err := st.ListEvents(ctx, ws, f)
@@ -71,7 +71,7 @@ func (s *Service) recordTools(ctx context.Context) error {
 		return err
 	}
 	current := map[string]bool{}
-	for _, t := range s.eng.Tools().Tools() {
+	for _, t := range s.runner.Tools().Tools() {
 		current[t.Name] = true
 		fp, rec := tools.Fingerprint(t), tools.Canonical(t)
 		prev := seen[t.Name]
@@ -189,7 +189,7 @@ type ToolStatus struct {
 // Tools lists the tools with their review state for p's workspace.
 func (s *Service) Tools(ctx context.Context, p Principal) ([]ToolStatus, error) {
 	var out []ToolStatus
-	for _, t := range s.eng.Tools().Tools() {
+	for _, t := range s.runner.Tools().Tools() {
 		why, err := s.reviewBlocks(ctx, p.WorkspaceID, t.Name)
 		if err != nil {
 			return nil, err
@@ -205,7 +205,7 @@ func (s *Service) ApproveTool(ctx context.Context, p Principal, name, reason str
 	if p.Role != store.RoleApprover && p.Role != store.RoleAdmin {
 		return ToolStatus{}, fmt.Errorf("only approver or admin keys may approve tools: %w", errdefs.ErrPermissionDenied)
 	}
-	t, err := s.eng.Tools().Get(name)
+	t, err := s.runner.Tools().Get(name)
 	if err != nil {
 		return ToolStatus{}, err
 	}

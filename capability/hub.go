@@ -1,4 +1,4 @@
-package engine
+package capability
 
 import (
 	"encoding/json"
@@ -82,18 +82,6 @@ type Change struct {
 	ApprovalID  string
 	ExecutionID string
 }
-
-// ChangeKind is what happened in a Change.
-type ChangeKind string
-
-// The kinds of change.
-const (
-	ApprovalRequested ChangeKind = "approval_requested"
-	ApprovalDecided   ChangeKind = "approval_decided"
-	ApprovalExpired   ChangeKind = "approval_expired"
-	ExecutionStarted  ChangeKind = "execution_started"
-	ExecutionFinished ChangeKind = "execution_finished"
-)
 
 // watcherBuffer bounds the changes queued for one watcher; one that falls
 // further behind is dropped (see Service.Watch).

@@ -1,0 +1,184 @@
+package capability
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/stockade-sh/stockade/audit"
+	"github.com/stockade-sh/stockade/engine"
+	"github.com/stockade-sh/stockade/errdefs"
+	"github.com/stockade-sh/stockade/internal/clip"
+)
+
+// runAudit is what the service knows of a running execution for the
+// events of its sandbox.
+type runAudit struct {
+	workspace string
+	// refusals counts the execution's refusals (egress proxy and broker);
+	// past maxRefusalEvents they are only counted.
+	refusals int
+}
+
+// maxRefusalEvents is how many refusals of one execution are audited one
+// by one; the rest are counted and audited in one RefusalsSuppressed event
+// when the execution ends. A sandbox makes refusals as fast as it opens
+// connections, and each would otherwise be a row of the append-only chain
+// and a place in the queue every sandbox's events share.
+const maxRefusalEvents = 100
+
+// runOf returns the workspace of the running execution exec, and whether
+// an event of it is to be audited: refusal says the event is a refusal,
+// which counts against maxRefusalEvents.
+func (s *Service) runOf(exec string, refusal bool) (workspace string, audited bool) {
+	s.runsMu.Lock()
+	defer s.runsMu.Unlock()
+	r := s.runs[exec]
+	if r == nil {
+		return "", false
+	}
+	if refusal {
+		r.refusals++
+		if r.refusals > maxRefusalEvents {
+			return r.workspace, false
+		}
+	}
+	return r.workspace, true
+}
+
+// egressDecision turns a refusal of the egress proxy into an audit event
+// of the execution whose sandbox it concerns.
+func (s *Service) egressDecision(d engine.EgressDecision) {
+	if d.Allowed {
+		return
+	}
+	exec := d.Labels[engine.LabelExecution]
+	ws, audited := s.runOf(exec, true)
+	if !audited {
+		if ws == "" {
+			s.log.Info("egress refused outside any running execution", "execution", exec, "sandbox", d.Sandbox,
+				"name", clip.String(d.Name, clip.Name), "reason", d.Reason)
+		}
+		return
+	}
+	ev := audit.EgressDeniedEvent{
+		Meta:    audit.Meta{WorkspaceID: ws, Actor: "system", ExecutionID: exec, Reason: clip.String(d.Reason, clip.Reason)},
+		Sandbox: d.Sandbox, Tool: d.Tool, Protocol: string(d.Protocol), Name: clip.String(d.Name, clip.Name), Port: d.Port,
+		Detail: clip.String(d.Detail, clip.Detail),
+	}
+	attrs := []any{"execution", exec, "sandbox", d.Sandbox, "tool", d.Tool, "protocol", d.Protocol, "client", d.Client,
+		"name", ev.Name, "port", d.Port, "reason", d.Reason, "detail", ev.Detail}
+	if d.Addr.IsValid() {
+		ev.Addr = d.Addr.String()
+		attrs = append(attrs, "addr", ev.Addr)
+	}
+	// This is the daemon's one log line per refusal (the proxy's are
+	// Debug), bounded per execution as the audit events are.
+	s.log.Info("egress refused", attrs...)
+	s.queueAudit(ev)
+}
+
+// startRun records exec, of workspace ws, as running: the events of its
+// sandbox are audited from now on.
+func (s *Service) startRun(exec, ws string) {
+	s.runsMu.Lock()
+	s.runs[exec] = &runAudit{workspace: ws}
+	s.runsMu.Unlock()
+}
+
+// endRun forgets the running execution exec and audits the refusals of it
+// that were only counted. Every event of its sandbox has been decided by
+// then (Session.Destroy stops its proxy and broker before Run returns).
+func (s *Service) endRun(exec string) {
+	s.runsMu.Lock()
+	r := s.runs[exec]
+	delete(s.runs, exec)
+	s.runsMu.Unlock()
+	if r == nil || r.refusals <= maxRefusalEvents {
+		return
+	}
+	n := r.refusals - maxRefusalEvents
+	s.log.Info("refusals past the audited ones", "execution", exec, "count", n)
+	s.queueAudit(audit.RefusalsSuppressedEvent{
+		Meta: audit.Meta{WorkspaceID: r.workspace, Actor: "system", ExecutionID: exec,
+			Reason: fmt.Sprintf("%d more refusals of the egress proxy or the broker, past the first %d, counted but not audited one by one", n, maxRefusalEvents)},
+		Suppressed: n, Audited: maxRefusalEvents,
+	})
+}
+
+// queueAudit hands ev to the goroutine that writes the proxy's and the
+// broker's events. When the queue is full it waits: dropping would let a
+// sandbox flood refusals to hide a later broker call from the audit trail,
+// and waiting slows down only the connections of sandboxes being refused
+// or calling the broker, which the proxy serves one goroutine each. The
+// writer runs until every run has ended, so the events of a run cut short
+// by Close are written too; after Close an event is only logged.
+func (s *Service) queueAudit(ev audit.Event) {
+	s.auditMu.RLock()
+	defer s.auditMu.RUnlock()
+	if s.auditClosed {
+		m := ev.Metadata()
+		s.log.Warn("service closed; audit event logged only", "type", ev.Type(), "execution", m.ExecutionID, "reason", m.Reason)
+		return
+	}
+	s.egressEvents <- ev
+}
+
+// brokerCall turns a call of the credential broker into an audit event of
+// the execution that made it: the operation, the hash of its parameters
+// (never the parameters or the secret), and the upstream status or the
+// reason of the refusal.
+func (s *Service) brokerCall(b engine.BrokerEvent) {
+	exec := b.Labels[engine.LabelExecution]
+	ws, audited := s.runOf(exec, !b.Allowed)
+	if !audited {
+		if ws == "" {
+			s.log.Info("broker call outside any running execution", "execution", exec, "sandbox", b.Sandbox,
+				"operation", clip.String(b.Operation, clip.Name), "allowed", b.Allowed)
+		}
+		return
+	}
+	op := clip.String(b.Operation, clip.Name)
+	s.log.Info("broker call", "execution", exec, "sandbox", b.Sandbox, "tool", b.Tool, "operation", op,
+		"allowed", b.Allowed, "status", b.Status, "reason", clip.String(b.Reason, clip.Reason))
+	call := audit.BrokerCallEvent{
+		Meta:      audit.Meta{WorkspaceID: ws, Actor: "system", ExecutionID: exec, Reason: fmt.Sprintf("operation %s answered %d", op, b.Status)},
+		Operation: op, ParamsSHA256: b.ParamsSHA256, Sandbox: b.Sandbox, Status: b.Status, Tool: b.Tool,
+	}
+	if !b.Allowed {
+		// The reason quotes what the sandbox sent (an operation, a
+		// parameter); unbounded, it would be too long for the store, and
+		// the refusal would go unaudited.
+		call.Reason = clip.String(b.Reason, clip.Reason)
+		s.queueAudit(audit.BrokerDeniedEvent(call))
+		return
+	}
+	s.queueAudit(call)
+}
+
+// auditEgress writes the proxy's and the broker's events until Close
+// closes their queue.
+func (s *Service) auditEgress() {
+	defer s.auditWriter.Done()
+	// down is set once an event failed every attempt: the store is down,
+	// not busy, and until an event is written again each gets one attempt,
+	// or the queue every sandbox shares would crawl (and Close with it).
+	down := false
+	for e := range s.egressEvents {
+		ev := audit.NewEvent(e)
+		// A broker call is a use of the operator's credential: its event
+		// must not be lost to a store that is busy for a moment.
+		pauses := storeRetries
+		if down {
+			pauses = nil
+		}
+		err := s.retryStore("auditing egress or broker event", []any{"type", ev.Type, "execution", ev.ExecutionID}, pauses, func() error {
+			_, err := s.st.AppendEvent(context.WithoutCancel(s.ctx), ev)
+			return err
+		})
+		// A refusal (an invalid event, say) is the store answering.
+		down = err != nil && !errdefs.IsConflict(err) && !errdefs.IsInvalidArgument(err) && !errdefs.IsNotFound(err)
+		if err != nil {
+			s.log.Error("auditing egress or broker event", "type", ev.Type, "execution", ev.ExecutionID, "err", err)
+		}
+	}
+}

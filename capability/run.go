@@ -1,0 +1,340 @@
+package capability
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+	"unicode/utf8"
+
+	"github.com/stockade-sh/stockade/engine"
+	"github.com/stockade-sh/stockade/errdefs"
+	"github.com/stockade-sh/stockade/policy"
+	"github.com/stockade-sh/stockade/sandbox"
+	"github.com/stockade-sh/stockade/store"
+)
+
+// dispatch runs an admitted execution in the background. t is its
+// admission ticket; nil takes one that waits for a slot.
+func (s *Service) dispatch(e store.Execution, timeout time.Duration, t *ticket) {
+	if t == nil {
+		t = s.slots.enqueue()
+	}
+	// After Close nothing starts: the execution stays queued and the next
+	// start of the daemon ends it failed, uncharged.
+	s.closeMu.Lock()
+	defer s.closeMu.Unlock()
+	if s.closed {
+		t.release()
+		return
+	}
+	ctx, cancel := context.WithCancelCause(s.ctx)
+	s.liveMu.Lock()
+	s.live[e.ID] = cancel
+	s.liveMu.Unlock()
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		defer t.release()
+		defer func() {
+			s.liveMu.Lock()
+			delete(s.live, e.ID)
+			s.liveMu.Unlock()
+			cancel(nil)
+		}()
+		s.run(ctx, e, timeout, t)
+	}()
+}
+
+// run executes one admitted execution, with the timeout it was admitted
+// with, and records its outcome. ctx ends when the service closes or the
+// execution is cancelled (its cause is then a *Cancellation).
+func (s *Service) run(ctx context.Context, e store.Execution, timeout time.Duration, t *ticket) {
+	g := GrantOf(e, nil)
+	end := func(in Input) {
+		// Recording must happen even when the service is closing.
+		s.end(context.WithoutCancel(ctx), g, in)
+	}
+	var req InvokeRequest
+	if err := json.Unmarshal(e.Request, &req); err != nil {
+		end(LaunchFailed{Err: fmt.Errorf("decoding stored request: %w", err), At: s.opts.Now()})
+		return
+	}
+	if err := t.wait(ctx); err != nil {
+		if c := cancellationOf(ctx); c != nil {
+			s.endUnstarted(e, c)
+			return
+		}
+		end(LaunchFailed{Err: err, At: s.opts.Now()})
+		return
+	}
+	network, _ := policy.ParseNetwork(req.Network) // checked by Invoke
+	s.startRun(e.ID, e.WorkspaceID)
+	defer s.endRun(e.ID)
+	out := outputChunks{keep: sandbox.DefaultLimits().OutputCap, publish: func(st sandbox.Stream, p []byte) {
+		s.hub.publish(e.ID, StreamEvent{Type: st.String(), Data: mustJSON(map[string]string{"data": string(p)})})
+	}}
+	var (
+		driver  string // once the run has started
+		started time.Time
+	)
+	res, err := s.runner.Run(ctx, engine.Request{
+		Runtime: req.Runtime, Tool: req.Tool, Code: []byte(req.Code), Stdin: []byte(req.Stdin), Network: network,
+		Limits: sandbox.Limits{Timeout: timeout},
+		Labels: map[string]string{engine.LabelOwner: s.opts.Owner, engine.LabelExecution: e.ID},
+		// Code runs only once its start is recorded: an execution whose
+		// start is not in the store would end uncharged.
+		OnStart: func(d string) error {
+			step, err := Transition(g, Start{Driver: d, At: s.opts.Now()})
+			if err != nil {
+				return err
+			}
+			ex, err := s.st.Apply(ctx, e.ID, *step.Write)
+			if err != nil {
+				return err
+			}
+			g, driver, started = GrantOf(ex, nil), d, time.Now()
+			s.hub.publish(e.ID, StreamEvent{Type: "started", Data: mustJSON(map[string]string{"execution_id": e.ID, "driver": d})})
+			s.notify(step, ex)
+			return nil
+		},
+		OnOutput: out.add,
+	})
+	out.flush()
+	c := cancellationOf(ctx)
+	at := s.opts.Now()
+	if err != nil && driver != "" && ctx.Err() != nil {
+		// The daemon stopped, or the execution was cancelled, while the
+		// code ran: the run was killed after it launched, and is charged as
+		// any launched run, with the output it had made. No exit and no
+		// signal was observed: the sandbox was destroyed under the program,
+		// which EndedBy says.
+		stdout, stderr := out.kept[sandbox.Stdout], out.kept[sandbox.Stderr]
+		r := engine.Result{Status: sandbox.StatusKilled, ExitCode: -1, Stdout: string(stdout.data), Stderr: string(stderr.data),
+			StdoutTruncated: stdout.truncated, StderrTruncated: stderr.truncated, DurationMS: time.Since(started).Milliseconds(),
+			Driver: driver, Runtime: req.Runtime, EndedBy: engine.EndedByShutdown}
+		why := "killed: the daemon stopped during the run"
+		if c != nil {
+			r.EndedBy, why = engine.EndedByCancel, "killed: "+c.Error()
+		}
+		end(Finish{Status: store.StatusKilled, Driver: driver, Cancel: c, At: at,
+			Output: store.Output{Stdout: stdout.data, Stderr: stderr.data, StdoutTruncated: stdout.truncated, StderrTruncated: stderr.truncated},
+			Result: mustJSON(struct {
+				engine.Result
+				Error string `json:"error"`
+			}{r, why})})
+		return
+	}
+	if err != nil && driver == "" && (c != nil || errdefs.IsConflict(err)) {
+		// Cancelled before the code ran: the cancel ended it (its start was
+		// refused), or it ends now.
+		s.endUnstarted(e, c)
+		return
+	}
+	if err != nil {
+		// The sandbox did not launch or could not run the code: nothing is
+		// charged (the reservation is released).
+		end(LaunchFailed{Err: err, At: at})
+		return
+	}
+	o := store.Output{Stdout: []byte(res.Stdout), Stderr: []byte(res.Stderr),
+		StdoutTruncated: res.StdoutTruncated, StderrTruncated: res.StderrTruncated}
+	if exit := res.ExitCode; exit >= 0 {
+		o.ExitCode = &exit
+	}
+	end(Finish{Status: store.ExecutionStatus(res.Status), Result: mustJSON(res), Output: o, Driver: res.Driver, At: at})
+}
+
+// end records the end of g's run that in says, trying again after a
+// transient store error: a run whose end is not recorded stays "running"
+// with its credits reserved until the next start, which then ends it
+// uncharged although it ran.
+func (s *Service) end(ctx context.Context, g Grant, in Input) {
+	for reread := false; ; reread = true {
+		step, err := Transition(g, in)
+		if err == nil {
+			var ex store.Execution
+			err = s.retryStore("recording execution outcome", []any{"execution", g.ID}, storeRetries, func() error {
+				ex, err = s.st.Apply(ctx, g.ID, *step.Write)
+				return err
+			})
+			if err == nil {
+				s.notify(step, ex)
+				return
+			}
+		}
+		if !reread && errdefs.IsConflict(err) {
+			// The execution moved on since it was read here, as a start
+			// whose answer was lost does: read it again.
+			if cur, gerr := s.st.GetExecution(ctx, g.WorkspaceID, g.ID); gerr == nil && !cur.Status.Terminal() {
+				g = GrantOf(cur, nil)
+				continue
+			}
+		}
+		s.log.Error("recording execution outcome", "execution", g.ID, "err", err)
+		s.hub.finish(g.ID)
+		s.feed.publish(Change{Kind: ExecutionFinished, WorkspaceID: g.WorkspaceID, ApprovalID: g.ApprovalID, ExecutionID: g.ID})
+		return
+	}
+}
+
+// notify does what a step applied to ex tells the service to, besides
+// dispatching and stopping a run: tell the observer, the watchers of the
+// workspace and the execution's waiters.
+func (s *Service) notify(step Step, ex store.Execution) {
+	if step.Next.Pending != 0 {
+		s.opts.Observer.ApprovalsPending(step.Next.Pending)
+	}
+	if step.Next.Ended {
+		if inv := step.Write.Invocation; inv != nil {
+			s.opts.Observer.Invocation(inv.Status, inv.Driver, inv.Ran, inv.Credits)
+		}
+		s.hub.finish(ex.ID)
+	}
+	if step.Next.Change != "" {
+		s.feed.publish(Change{Kind: step.Next.Change, WorkspaceID: ex.WorkspaceID, ApprovalID: ex.ApprovalID, ExecutionID: ex.ID})
+	}
+}
+
+// cancellationOf returns the cancellation that ended ctx, or nil.
+func cancellationOf(ctx context.Context) *Cancellation {
+	var c *Cancellation
+	if errors.As(context.Cause(ctx), &c) {
+		return c
+	}
+	return nil
+}
+
+// endUnstarted ends an execution whose run stopped before its code ran
+// because it was cancelled (c, or nil when its start found it ended).
+// The cancel has normally ended it already; if its start was recorded
+// meanwhile, it ends cancelled here, charged nothing, since no code ran.
+func (s *Service) endUnstarted(e store.Execution, c *Cancellation) {
+	defer s.hub.finish(e.ID)
+	ctx := context.WithoutCancel(s.ctx)
+	cur, err := s.st.GetExecution(ctx, e.WorkspaceID, e.ID)
+	if err != nil || cur.Status.Terminal() || c == nil {
+		return
+	}
+	step, err := Transition(GrantOf(cur, nil), Finish{Status: store.StatusCancelled, Cancel: c, At: s.opts.Now()})
+	if err == nil {
+		var ex store.Execution
+		if ex, err = s.st.Apply(ctx, e.ID, *step.Write); err == nil {
+			s.notify(step, ex)
+			return
+		}
+	}
+	if !errdefs.IsConflict(err) {
+		s.log.Error("recording a cancel", "execution", e.ID, "err", err)
+	}
+}
+
+// stopRun cancels the run of a dispatched execution with c, and reports
+// whether it had one.
+func (s *Service) stopRun(id string, c *Cancellation) bool {
+	s.liveMu.Lock()
+	cancel := s.live[id]
+	s.liveMu.Unlock()
+	if cancel != nil {
+		cancel(c)
+	}
+	return cancel != nil
+}
+
+// storeRetries are the pauses between attempts of a write that must not be
+// lost to a transient store error.
+var storeRetries = []time.Duration{100 * time.Millisecond, 500 * time.Millisecond, 2 * time.Second, 5 * time.Second}
+
+// retryStore runs write, and again after each of pauses after an error
+// that may be transient (SQLite busy past its timeout while the CLI
+// writes, a PostgreSQL failover). A refusal (a conflict, an invalid or
+// unknown record) is final. what and attrs describe the write in the log.
+func (s *Service) retryStore(what string, attrs []any, pauses []time.Duration, write func() error) error {
+	for i := 0; ; i++ {
+		err := write()
+		if err == nil || errdefs.IsConflict(err) || errdefs.IsInvalidArgument(err) || errdefs.IsNotFound(err) || i == len(pauses) {
+			return err
+		}
+		s.log.Warn(what+" failed; trying again", append(attrs, "err", err)...)
+		time.Sleep(pauses[i])
+	}
+}
+
+// outputChunks passes a run's output on in chunks that end on a character
+// boundary: a character split between two reads of the sandbox's output
+// would otherwise reach an event stream's JSON as two U+FFFD. The
+// incomplete end of a chunk waits for the next chunk of its stream, or for
+// flush.
+type outputChunks struct {
+	publish func(sandbox.Stream, []byte)
+	// keep is how much of each stream kept holds.
+	keep int64
+
+	mu      sync.Mutex
+	pending map[sandbox.Stream][]byte
+	kept    map[sandbox.Stream]keptOutput
+}
+
+// keptOutput is the start of a stream, as published.
+type keptOutput struct {
+	data      []byte
+	truncated bool
+}
+
+func (o *outputChunks) add(st sandbox.Stream, p []byte) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.pending == nil {
+		o.pending = map[sandbox.Stream][]byte{}
+	}
+	b := append(o.pending[st], p...)
+	n := len(b)
+	// The last character starts at most 3 bytes from the end.
+	for i := len(b) - 1; i >= 0 && i >= len(b)-3; i-- {
+		if utf8.RuneStart(b[i]) {
+			if !utf8.FullRune(b[i:]) {
+				n = i
+			}
+			break
+		}
+	}
+	o.pending[st] = append([]byte(nil), b[n:]...)
+	if n > 0 {
+		o.emit(st, b[:n])
+	}
+}
+
+// emit publishes p and keeps what fits. Called with mu held.
+func (o *outputChunks) emit(st sandbox.Stream, p []byte) {
+	if o.kept == nil {
+		o.kept = map[sandbox.Stream]keptOutput{}
+	}
+	k := o.kept[st]
+	room := max(o.keep-int64(len(k.data)), 0)
+	k.data = append(k.data, p[:min(int64(len(p)), room)]...)
+	k.truncated = k.truncated || int64(len(p)) > room
+	o.kept[st] = k
+	o.publish(st, p)
+}
+
+// flush passes on what is left: bytes that never became a character.
+func (o *outputChunks) flush() {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	for st, b := range o.pending {
+		if len(b) > 0 {
+			o.emit(st, b)
+		}
+	}
+	o.pending = nil
+}
+
+func mustJSON(v any) json.RawMessage {
+	b, err := json.Marshal(v)
+	if err != nil {
+		panic(errors.New("capability: encoding a value of a fixed shape failed: " + err.Error()))
+	}
+	return b
+}
