@@ -14,7 +14,9 @@ import (
 	"time"
 
 	"github.com/stockade-sh/stockade/analytics"
+	"github.com/stockade-sh/stockade/capability"
 	"github.com/stockade-sh/stockade/errdefs"
+	"github.com/stockade-sh/stockade/policy"
 	"github.com/stockade-sh/stockade/store"
 	"github.com/stockade-sh/stockade/store/sqlite"
 )
@@ -59,18 +61,40 @@ func newWorkspace(t *testing.T, st store.Store, name string) workspace {
 	return w
 }
 
-func (w workspace) create(t *testing.T, code string, approval bool) store.Admission {
+// create admits an execution of code, charged 2, awaiting approval when
+// approval is set, as the capability layer does.
+func (w workspace) create(t *testing.T, code string, approval bool) capability.Grant {
 	t.Helper()
-	e := store.NewExecution{WorkspaceID: w.ws.ID, KeyID: w.agent.ID, Runtime: "python", Tool: "code.execute",
-		Request: []byte(`{}`), InputSHA256: strings.Repeat("a", 64), Credits: 2}
-	if approval {
-		e.Approval = &store.NewApproval{Card: []byte(`{}`), ExpiresAt: time.Now().Add(time.Hour)}
-	}
-	adm, err := w.st.CreateExecution(t.Context(), e)
+	now := time.Now()
+	step, err := capability.Transition(capability.Grant{Kind: capability.OneShot}, capability.Admit{
+		By:     capability.Principal{KeyID: w.agent.ID, WorkspaceID: w.ws.ID, Role: store.RoleAgent},
+		Policy: policy.Decision{Allowed: true, ApprovalRequired: approval}, Price: 2,
+		Card: []byte(`{}`), ExpiresAt: now.Add(time.Hour), At: now,
+	})
 	if err != nil {
-		t.Fatalf("CreateExecution: %v", err)
+		t.Fatalf("Transition: %v", err)
 	}
-	return adm
+	adm, err := w.st.Admit(t.Context(), store.NewExecution{WorkspaceID: w.ws.ID, KeyID: w.agent.ID, Runtime: "python",
+		Tool: "code.execute", Request: []byte(`{}`), InputSHA256: strings.Repeat("a", 64)}, *step.Write)
+	if err != nil {
+		t.Fatalf("Admit: %v", err)
+	}
+	return capability.GrantOf(adm.Execution, adm.Approval)
+}
+
+// apply moves g by in, as the capability layer does, and returns it as it
+// is after.
+func (w workspace) apply(t *testing.T, g capability.Grant, in capability.Input) capability.Grant {
+	t.Helper()
+	step, err := capability.Transition(g, in)
+	if err != nil {
+		t.Fatalf("Transition: %v", err)
+	}
+	ex, err := w.st.Apply(t.Context(), g.ID, *step.Write)
+	if err != nil {
+		t.Fatalf("Apply: %v", err)
+	}
+	return capability.GrantOf(ex, nil)
 }
 
 // run ends n executions that ran on runc, succeeded and were charged 2,
@@ -78,17 +102,11 @@ func (w workspace) create(t *testing.T, code string, approval bool) store.Admiss
 // that order.
 func (w workspace) run(t *testing.T, n int) []string {
 	t.Helper()
-	ctx := t.Context()
 	var ids []string
 	for range n {
-		adm := w.create(t, "print(1)", false)
-		if _, err := w.st.StartExecution(ctx, adm.Execution.ID, "runc"); err != nil {
-			t.Fatal(err)
-		}
-		zero := 0
-		if _, err := w.st.FinishExecution(ctx, store.Outcome{ExecutionID: adm.Execution.ID, Status: store.StatusSucceeded, ExitCode: &zero}); err != nil {
-			t.Fatal(err)
-		}
+		g := w.create(t, "print(1)", false)
+		g = w.apply(t, g, capability.Start{Driver: "runc", At: time.Now()})
+		w.apply(t, g, capability.Finish{Status: store.StatusSucceeded, Output: store.Output{ExitCode: new(0)}, At: time.Now()})
 		ids = append(ids, w.newest(t).ID)
 		time.Sleep(time.Millisecond) // the next one is enqueued later
 	}

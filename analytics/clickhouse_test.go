@@ -11,6 +11,7 @@ import (
 
 	"github.com/stockade-sh/stockade/analytics"
 	"github.com/stockade-sh/stockade/analytics/clickhousetest"
+	"github.com/stockade-sh/stockade/capability"
 	"github.com/stockade-sh/stockade/errdefs"
 	"github.com/stockade-sh/stockade/store"
 )
@@ -33,21 +34,11 @@ func TestClickHouseRowsArrive(t *testing.T) {
 	ctx := t.Context()
 	w := newWorkspace(t, st, "fields")
 	w.run(t, 2)
-	launch := w.create(t, "launch", false)
-	if _, err := st.FinishExecution(ctx, store.Outcome{ExecutionID: launch.Execution.ID, Status: store.StatusLaunchFailed}); err != nil {
-		t.Fatal(err)
-	}
-	timedOut := w.create(t, "timeout", false)
-	if _, err := st.StartExecution(ctx, timedOut.Execution.ID, "gvisor"); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := st.FinishExecution(ctx, store.Outcome{ExecutionID: timedOut.Execution.ID, Status: store.StatusTimedOut}); err != nil {
-		t.Fatal(err)
-	}
-	denied := w.create(t, "deny me", true)
-	if _, _, err := st.DecideApproval(ctx, store.Decision{WorkspaceID: w.ws.ID, ApprovalID: denied.Approval.ID, DecidedBy: w.approver.ID}); err != nil {
-		t.Fatal(err)
-	}
+	w.apply(t, w.create(t, "launch", false), capability.LaunchFailed{At: time.Now()})
+	timedOut := w.apply(t, w.create(t, "timeout", false), capability.Start{Driver: "gvisor", At: time.Now()})
+	w.apply(t, timedOut, capability.Finish{Status: store.StatusTimedOut, At: time.Now()})
+	approver := capability.Principal{KeyID: w.approver.ID, WorkspaceID: w.ws.ID, Role: store.RoleApprover}
+	w.apply(t, w.create(t, "deny me", true), capability.Deny{By: approver, At: time.Now()})
 	other := newWorkspace(t, st, "other")
 	other.run(t, 1)
 

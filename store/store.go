@@ -5,17 +5,18 @@
 // implementations live in store/sqlite (embedded, the default) and
 // store/postgres, and both pass the one suite in store/storetest.
 //
-// The methods that change several tables do so in one transaction, so the
-// engine never needs a transaction of its own:
+// The capability layer (package capability) decides each transition of an
+// execution and the Journal applies it in one transaction, so that nothing
+// above the store needs a transaction of its own:
 //
-//	adm, err := st.CreateExecution(ctx, store.NewExecution{
-//		WorkspaceID: ws.ID, KeyID: key.ID, Runtime: "python", Tool: "code.execute",
-//		Request: req, InputSHA256: sum, IdempotencyKey: idem, Credits: 2,
-//		Audit: audit.NewEvents(audit.InvokeAllowedEvent{Meta: audit.Meta{Actor: key.ID}, ...}),
-//	})
+//	adm, err := st.Admit(ctx, store.NewExecution{WorkspaceID: ws.ID, KeyID: key.ID,
+//		Runtime: "python", Tool: "code.execute", Request: req, InputSHA256: sum}, step)
 //	if errdefs.IsResourceExhausted(err) { ... answer 402 ... }
-//	st.StartExecution(ctx, adm.Execution.ID, "runc")          // sandbox launched
-//	st.FinishExecution(ctx, store.Outcome{ExecutionID: ..., Status: store.StatusSucceeded, ...})
+//	ex, err := st.Apply(ctx, adm.Execution.ID, next) // ErrConflict: another step won
+//
+// Consumers declare the few methods they use where they use them; Store
+// is the contract every implementation fulfils, which the suite in
+// store/storetest checks.
 //
 // Every error a Store returns wraps one of the classes in errdefs. Stored
 // times are UTC with microsecond precision: a time handed to a Store comes
@@ -32,10 +33,11 @@ import (
 	"time"
 )
 
-// Store is the whole persistence layer. Implementations are safe for
-// concurrent use by many goroutines and, where the backend allows, many
-// processes (the daemon and the admin CLI share one database). Consumers
-// should depend on the smallest of the interfaces below that they need.
+// Store is the whole persistence layer, as an implementation provides it.
+// Implementations are safe for concurrent use by many goroutines and,
+// where the backend allows, many processes (the daemon and the admin CLI
+// share one database). No consumer takes it whole: each declares the
+// methods it uses.
 type Store interface {
 	Workspaces
 	Keys
@@ -129,10 +131,12 @@ type Policies interface {
 	SetPolicy(ctx context.Context, workspaceID string, p Policy, audit func(Policy) []NewEvent) (Policy, error)
 }
 
-// Ledger is the credit account of each workspace. A reservation moves credits
-// from Available to Reserved; committing it charges them for good, releasing
-// it returns them to Available. Available and Reserved can never go negative,
-// and every movement is a LedgerEntry, so that at all times
+// Ledger is the credit account of each workspace. A reservation (taken by
+// Journal.Admit) moves credits from Available to Reserved; committing it
+// charges them for good, releasing it returns them to Available (both done
+// by the Journal.Apply that ends the execution). Available and Reserved can
+// never go negative, and every movement is a LedgerEntry, so that at all
+// times
 //
 //	sum(grant) - sum(commit) == Available + Reserved.
 type Ledger interface {
@@ -142,95 +146,28 @@ type Ledger interface {
 	GrantCredits(ctx context.Context, workspaceID string, amount int64, note string, audit []NewEvent) (Credits, error)
 	// GetCredits returns ErrNotFound for an unknown workspace.
 	GetCredits(ctx context.Context, workspaceID string) (Credits, error)
-	// Reserve holds amount (> 0) credits for an execution that has none yet.
-	// A short balance is ErrResourceExhausted and changes nothing; an
-	// execution that already has a reservation, or has finished, is
-	// ErrConflict; an unknown execution is ErrNotFound.
-	Reserve(ctx context.Context, workspaceID, executionID string, amount int64) (Reservation, error)
-	// Commit charges an open reservation and records the charge on the
-	// execution's tool_calls row. A reservation is settled exactly once:
-	// committing or releasing a settled reservation is ErrConflict and
-	// changes nothing. An unknown reservation is ErrNotFound.
-	Commit(ctx context.Context, reservationID string) (Reservation, error)
-	// Release returns an open reservation's credits to Available, with the
-	// same exactly-once rule as Commit.
-	Release(ctx context.Context, reservationID string) (Reservation, error)
 	// ListLedger pages through a workspace's ledger, newest first.
 	ListLedger(ctx context.Context, workspaceID string, p PageRequest) (Page[LedgerEntry], error)
 }
 
-// Executions holds invocations of code.execute and their tool_calls and
-// tool_invocations rows. Each method that changes an execution changes its
-// tool_calls row, its reservation and (when it ends) writes its
-// tool_invocations row, and with the outbox on enqueues that row
-// (AnalyticsOutbox), in the same transaction. StartExecution and
-// FinishExecution take the bare execution id: they serve the engine, which
-// holds ids it created, not ids a client sent.
+// Executions reads invocations of code.execute and their tool_calls and
+// tool_invocations rows, which the Journal writes.
 type Executions interface {
-	// CreateExecution admits an invocation in one transaction: it creates the
-	// execution (status queued, or awaiting_approval when e.Approval is set),
-	// reserves e.Credits (when > 0), creates the tool_calls row and the
-	// approval request, and appends e.Audit to the workspace's chain.
-	//
-	// A short balance is ErrResourceExhausted and leaves nothing behind. When
-	// e.IdempotencyKey names an execution the workspace already has, nothing
-	// is written and the existing execution comes back with Replayed set; if
-	// its InputSHA256 differs, the retry is ErrConflict.
-	CreateExecution(ctx context.Context, e NewExecution) (Admission, error)
 	// ReplayExecution answers a retried request without admitting anything:
 	// when e.IdempotencyKey names an execution the workspace already has, it
-	// returns what CreateExecution would for the retry (the execution with
-	// its reservation and approval, Replayed set), or ErrConflict if its
+	// returns what Admit would for the retry (the execution with its
+	// reservation and approval, Replayed set), or ErrConflict if its
 	// InputSHA256 or Request differs. It writes nothing and reads only e's
 	// WorkspaceID, IdempotencyKey, InputSHA256 and Request; an empty or
 	// unknown key is ErrNotFound. A caller checks it before deciding
-	// anything, so that a retry is never decided twice; CreateExecution
-	// still replays a retry that races with its first request.
+	// anything, so that a retry is never decided twice; Admit still replays
+	// a retry that races with its first request.
 	ReplayExecution(ctx context.Context, e NewExecution) (Admission, error)
-	// StartExecution records that the sandbox launched: queued becomes
-	// running, with StartedAt and the driver's name. Any other status is
-	// ErrConflict. The reservation stays open until FinishExecution, so that
-	// an execution a crash interrupts is never charged.
-	StartExecution(ctx context.Context, executionID, driver string) (Execution, error)
-	// FinishExecution moves a queued or running execution to o.Status (a
-	// terminal status), completes its tool_calls row, writes its
-	// tool_invocations row and settles its open reservation: committed when
-	// o.Status.Charged() and the execution had started, released otherwise.
-	// An execution that already ended is ErrConflict, and so is one awaiting
-	// approval: it ends through DecideApproval, ExpireApprovals or
-	// CancelExecution.
-	FinishExecution(ctx context.Context, o Outcome) (Execution, error)
-	// CancelExecution ends an execution that has not started, in one
-	// transaction (the transition ExecutionStatus.Cancel names): awaiting
-	// approval or queued, it becomes cancelled, its reservation is released
-	// (nothing is charged), its pending approval request is closed as
-	// cancelled, its tool_calls and tool_invocations rows are written, and
-	// the events c.Audit gives are appended. c.By must be the key that
-	// invoked or an active admin key of the workspace (ErrPermissionDenied
-	// otherwise). A running execution is ErrFailedPrecondition: only the
-	// engine that runs it can end it, by destroying its sandbox, and it
-	// records that end with FinishExecution (killed, charged as the
-	// launched run it was). One that already ended is ErrConflict and
-	// changes nothing; an unknown one, or one of another workspace, is
-	// ErrNotFound.
-	CancelExecution(ctx context.Context, c Cancellation) (Execution, error)
 	// GetExecution returns ErrNotFound for an unknown id or one of another
 	// workspace.
 	GetExecution(ctx context.Context, workspaceID, executionID string) (Execution, error)
 	// ListExecutions pages through a workspace's executions, newest first.
 	ListExecutions(ctx context.Context, workspaceID string, f ExecutionFilter) (Page[Execution], error)
-	// RecoverInterrupted is for daemon start, before any execution is
-	// admitted: it marks every queued or running execution of every
-	// workspace failed, with result (which may be nil), releases their open
-	// reservations (an execution that produced no result is never charged)
-	// and writes their tool_invocations rows, one execution per transaction.
-	// audit, when not nil, gives the events to append for each execution
-	// ended, in its transaction (with its workspace and id), so that no
-	// crash can leave a recovery unaudited. It returns the executions it
-	// ended, so that the caller can destroy their sandboxes. Executions
-	// awaiting approval are left alone: their approval requests stay valid
-	// across a restart.
-	RecoverInterrupted(ctx context.Context, result json.RawMessage, audit func(Execution) []NewEvent) ([]Execution, error)
 	// ListLiveExecutions returns every queued or running execution of
 	// every workspace, oldest first: what a daemon that starts finds
 	// interrupted by the one before it.
@@ -245,33 +182,13 @@ type Executions interface {
 	ListToolInvocations(ctx context.Context, workspaceID string, f ToolCallFilter) (Page[ToolInvocation], error)
 }
 
-// Approvals holds approval requests. They are created by CreateExecution.
+// Approvals reads approval requests, which the Journal creates and closes.
 type Approvals interface {
 	// GetApproval returns ErrNotFound for an unknown id or one of another
 	// workspace.
 	GetApproval(ctx context.Context, workspaceID, approvalID string) (Approval, error)
 	// ListApprovals pages through a workspace's approvals, newest first.
 	ListApprovals(ctx context.Context, workspaceID string, f ApprovalFilter) (Page[Approval], error)
-	// DecideApproval records a decision in one transaction. Approving moves
-	// the execution from awaiting_approval to queued; denying ends it denied
-	// and releases its reservation. d.Audit is appended to the chain.
-	//
-	// The decider must be an active approver or admin key of the same
-	// workspace, and not the key that invoked (ErrPermissionDenied
-	// otherwise: an agent's own credentials can never approve). A request
-	// that is no longer pending, or whose ExpiresAt has passed, is
-	// ErrConflict and changes nothing.
-	DecideApproval(ctx context.Context, d Decision) (Approval, Execution, error)
-	// ExpireApprovals ends every pending approval of every workspace whose
-	// ExpiresAt is not after now: the approval becomes expired, its
-	// execution approval_expired, its reservation released. Each approval
-	// expires in a transaction of its own, which also appends the events
-	// that audit returns for it (nil, or a nil audit, appends none) to its
-	// workspace's chain, with WorkspaceID and ExecutionID set to the
-	// approval's; audit runs inside that transaction, so it must be quick
-	// and must not use the Store. It returns the approvals it expired, also
-	// alongside an error that stopped it part way.
-	ExpireApprovals(ctx context.Context, now time.Time, audit func(Approval) []NewEvent) ([]Approval, error)
 	// ListDueApprovals returns every pending approval of every workspace
 	// whose ExpiresAt is not after now, the earliest expiry first.
 	ListDueApprovals(ctx context.Context, now time.Time) ([]Approval, error)
@@ -624,34 +541,7 @@ func (s ExecutionStatus) Terminal() bool {
 	return s.Valid() && s != StatusQueued && s != StatusAwaitingApproval && s != StatusRunning
 }
 
-// Charged reports whether an execution that started and ended in s is
-// charged: it ran in a sandbox, whatever its exit. Launch failures, denials,
-// expiries and cancellations are never charged.
-func (s ExecutionStatus) Charged() bool {
-	switch s {
-	case StatusSucceeded, StatusFailed, StatusTimedOut, StatusOOMKilled, StatusKilled:
-		return true
-	}
-	return false
-}
-
-// Cancel is the transition of an execution in s that is cancelled: to is
-// the status it ends in and ok is false when it has already ended (a
-// cancel changes nothing then). Awaiting approval or queued, it ends
-// cancelled, uncharged, and the store makes it so (CancelExecution);
-// running, its sandbox is destroyed and it ends killed, charged as the
-// launched run it was, which the engine running it records.
-func (s ExecutionStatus) Cancel() (to ExecutionStatus, ok bool) {
-	switch s {
-	case StatusAwaitingApproval, StatusQueued:
-		return StatusCancelled, true
-	case StatusRunning:
-		return StatusKilled, true
-	}
-	return s, false
-}
-
-// NewExecution is the input of CreateExecution.
+// NewExecution is the record of an execution that Journal.Admit creates.
 type NewExecution struct {
 	// ID is the execution's id; empty lets the store choose one.
 	ID          string
@@ -667,26 +557,9 @@ type NewExecution struct {
 	// IdempotencyKey makes a retried request return the first execution;
 	// empty means none. Unique per workspace.
 	IdempotencyKey string
-	// Credits is the amount to reserve; zero reserves nothing.
-	Credits int64
-	// Approval, when set, creates a pending approval request and the
-	// execution starts awaiting_approval.
-	Approval *NewApproval
-	// Audit events are appended to the workspace's chain in the same
-	// transaction, with WorkspaceID and ExecutionID set to the execution's.
-	Audit []NewEvent
 }
 
-// NewApproval describes the approval request an execution waits for.
-type NewApproval struct {
-	// Card is what the approver is shown (JSON): code, runtime, risk,
-	// network and timeout requested.
-	Card json.RawMessage
-	// ExpiresAt is when the request lapses; it must be set.
-	ExpiresAt time.Time
-}
-
-// Admission is the result of CreateExecution.
+// Admission is the result of Journal.Admit.
 type Admission struct {
 	Execution Execution
 	// Reservation is nil when no credits were reserved.
@@ -724,29 +597,6 @@ type Execution struct {
 // PreviewLimit is the most bytes of each output stream a tool_calls row
 // keeps; the store truncates longer previews and sets the truncation flag.
 const PreviewLimit = 4096
-
-// Outcome is the input of FinishExecution.
-type Outcome struct {
-	ExecutionID string
-	// Status must be terminal.
-	Status ExecutionStatus
-	// Result is the result document (JSON); it may be nil.
-	Result json.RawMessage
-	// ExitCode is nil when no process exit was observed.
-	ExitCode *int
-	// Stdout and Stderr are previews; bytes past PreviewLimit are dropped.
-	Stdout, Stderr []byte
-	// StdoutTruncated and StderrTruncated say the producer already cut the
-	// stream; the store also sets them when it truncates a preview.
-	StdoutTruncated, StderrTruncated bool
-	// Driver overrides the driver recorded by StartExecution when not empty.
-	Driver string
-	// FinishedAt defaults to the store's clock.
-	FinishedAt time.Time
-	// Audit events are appended in the same transaction, with WorkspaceID and
-	// ExecutionID set to the execution's.
-	Audit []NewEvent
-}
 
 // Step is one transition of an execution, as Journal.Admit and
 // Journal.Apply write it. Its fields say what the transition changes;
@@ -875,8 +725,8 @@ const (
 	ApprovalApproved ApprovalStatus = "approved"
 	ApprovalDenied   ApprovalStatus = "denied"
 	ApprovalExpired  ApprovalStatus = "expired"
-	// ApprovalCancelled: its execution was cancelled (CancelExecution)
-	// before anyone decided; Reason says by whom.
+	// ApprovalCancelled: its execution was cancelled before anyone
+	// decided; Reason is the cancel's.
 	ApprovalCancelled ApprovalStatus = "cancelled"
 )
 
@@ -902,37 +752,6 @@ type Approval struct {
 	DecidedBy   string
 	DecidedAt   time.Time
 	Reason      string
-}
-
-// Decision is the input of DecideApproval.
-type Decision struct {
-	WorkspaceID string
-	ApprovalID  string
-	Approve     bool
-	// DecidedBy is the deciding API key's id.
-	DecidedBy string
-	Reason    string
-	// Audit events are appended in the same transaction, with WorkspaceID and
-	// ExecutionID set to the execution's.
-	Audit []NewEvent
-}
-
-// Cancellation is the input of CancelExecution.
-type Cancellation struct {
-	WorkspaceID string
-	ExecutionID string
-	// By is the cancelling API key's id.
-	By string
-	// Reason is kept on the closed approval request; it may be empty.
-	Reason string
-	// Result is the execution's result document (JSON); it may be nil.
-	Result json.RawMessage
-	// Audit, when not nil, gives the events to append for the execution
-	// as it was when the cancel found it (awaiting approval or queued),
-	// in the same transaction, with WorkspaceID and ExecutionID set to the
-	// execution's. It runs inside that transaction, so it must be quick
-	// and must not use the Store.
-	Audit func(from Execution) []NewEvent
 }
 
 // NewEvent is the input of AppendEvent. Outside the store's own tests it

@@ -58,7 +58,7 @@ func watch(t *testing.T, stall time.Duration, what string, done *atomic.Int64, f
 // testConcurrentMixed runs every kind of transaction at once on one
 // workspace: admissions with and without approval, starts and ends,
 // decisions racing with expiry, cancels, audit appends, and
-// the reads the engine interleaves with them (lists, snapshots). It fails on
+// the reads the service interleaves with them (lists, snapshots). It fails on
 // a deadlock (with a goroutine dump), on any error other than the conflicts
 // the races make legitimate, and on a ledger, chain or state left
 // inconsistent.

@@ -15,22 +15,6 @@ import (
 
 func joinWhere(where []string) string { return strings.Join(where, " AND ") }
 
-// CreateExecution implements store.Executions, as the admission its
-// fields describe.
-func (s *Store) CreateExecution(ctx context.Context, e store.NewExecution) (store.Admission, error) {
-	if e.Credits < 0 || e.Credits > maxBalance {
-		return store.Admission{}, fmt.Errorf("creating execution: credits %d out of range: %w", e.Credits, errdefs.ErrInvalidArgument)
-	}
-	st := store.Step{To: store.StatusQueued, Audit: e.Audit}
-	if e.Credits > 0 {
-		st.Credits = store.CreditMove{Kind: store.LedgerReserve, Amount: e.Credits}
-	}
-	if a := e.Approval; a != nil {
-		st.To, st.Approval = store.StatusAwaitingApproval, store.ApprovalChange{To: store.ApprovalPending, Card: a.Card, ExpiresAt: a.ExpiresAt}
-	}
-	return s.Admit(ctx, e, st)
-}
-
 // sameJSON reports whether two JSON documents hold the same value; the
 // stored form may differ in spacing and key order (PostgreSQL's jsonb).
 func sameJSON(a, b []byte) bool {
@@ -61,7 +45,7 @@ func (s *Store) ReplayExecution(ctx context.Context, e store.NewExecution) (stor
 	return adm, nil
 }
 
-// replay answers a retried CreateExecution with the execution its
+// replay answers a retried admission with the execution its
 // idempotency key already names.
 func (s *Store) replay(ctx context.Context, q Querier, e store.NewExecution, adm *store.Admission) error {
 	ex, err := scanExecution(q.QueryRow(ctx, `SELECT `+executionCols+` FROM executions
@@ -109,104 +93,6 @@ func scanExecution(r Row) (store.Execution, error) {
 	return ex, err
 }
 
-// lockExecution reads an execution and locks its row for the transaction.
-func (s *Store) lockExecution(ctx context.Context, q Querier, id string) (store.Execution, error) {
-	ex, err := scanExecution(q.QueryRow(ctx, `SELECT `+executionCols+` FROM executions WHERE id = $1`+s.d.ForUpdate, id))
-	if err != nil {
-		return ex, fmt.Errorf("execution %q: %w", id, notFound(err))
-	}
-	return ex, nil
-}
-
-// StartExecution implements store.Executions.
-func (s *Store) StartExecution(ctx context.Context, executionID, driver string) (store.Execution, error) {
-	if err := checkText("driver", driver, maxText); err != nil {
-		return store.Execution{}, fmt.Errorf("starting execution %q: %w", executionID, err)
-	}
-	var ex store.Execution
-	err := s.inTx(ctx, func(q Querier) (err error) {
-		ex, err = s.lockExecution(ctx, q, executionID)
-		if err != nil {
-			return err
-		}
-		if ex.Status != store.StatusQueued {
-			return fmt.Errorf("execution is %s, not queued: %w", ex.Status, errdefs.ErrConflict)
-		}
-		ex.Status, ex.StartedAt, ex.Driver = store.StatusRunning, s.clock(), driver
-		if _, err := q.Exec(ctx, `UPDATE executions SET status = $2, started_at = $3, driver = $4 WHERE id = $1`,
-			ex.ID, string(ex.Status), s.tm(ex.StartedAt), ex.Driver); err != nil {
-			return err
-		}
-		_, err = q.Exec(ctx, `UPDATE tool_calls SET status = $2, started_at = $3, driver = $4 WHERE execution_id = $1`,
-			ex.ID, string(ex.Status), s.tm(ex.StartedAt), ex.Driver)
-		return err
-	})
-	if err != nil {
-		return store.Execution{}, fmt.Errorf("starting execution %q: %w", executionID, err)
-	}
-	return ex, nil
-}
-
-// FinishExecution implements store.Executions.
-func (s *Store) FinishExecution(ctx context.Context, o store.Outcome) (store.Execution, error) {
-	if !o.Status.Terminal() {
-		return store.Execution{}, fmt.Errorf("finishing execution %q: %q is not a terminal status: %w",
-			o.ExecutionID, o.Status, errdefs.ErrInvalidArgument)
-	}
-	if err := checkJSON("result", o.Result); err != nil {
-		return store.Execution{}, fmt.Errorf("finishing execution %q: %w", o.ExecutionID, err)
-	}
-	if err := checkText("driver", o.Driver, maxText); err != nil {
-		return store.Execution{}, fmt.Errorf("finishing execution %q: %w", o.ExecutionID, err)
-	}
-	if err := checkEvents(o.Audit); err != nil {
-		return store.Execution{}, fmt.Errorf("finishing execution %q: %w", o.ExecutionID, err)
-	}
-	var ex store.Execution
-	err := s.inTx(ctx, func(q Querier) (err error) {
-		ex, err = s.lockExecution(ctx, q, o.ExecutionID)
-		if err != nil {
-			return err
-		}
-		switch ex.Status {
-		case store.StatusQueued, store.StatusRunning:
-		case store.StatusAwaitingApproval:
-			return fmt.Errorf("execution is awaiting approval; it ends through DecideApproval or ExpireApprovals: %w", errdefs.ErrConflict)
-		default:
-			return fmt.Errorf("execution already ended %s: %w", ex.Status, errdefs.ErrConflict)
-		}
-		ex, err = s.endExecution(ctx, q, ex, ending{
-			status: o.Status, result: o.Result, exitCode: o.ExitCode,
-			stdout: o.Stdout, stderr: o.Stderr, stdoutTrunc: o.StdoutTruncated, stderrTrunc: o.StderrTruncated,
-			driver: o.Driver, at: o.FinishedAt,
-		})
-		if err != nil {
-			return err
-		}
-		_, err = s.appendEvents(ctx, q, ex.WorkspaceID, ex.ID, o.Audit)
-		return err
-	})
-	if err != nil {
-		return store.Execution{}, fmt.Errorf("finishing execution %q: %w", o.ExecutionID, err)
-	}
-	return ex, nil
-}
-
-// ending is how an execution ends.
-type ending struct {
-	status         store.ExecutionStatus
-	result         json.RawMessage
-	exitCode       *int
-	stdout, stderr []byte
-	stdoutTrunc    bool
-	stderrTrunc    bool
-	driver         string
-	at             time.Time
-	// noResult releases the reservation whatever the status: an execution
-	// that produced no result is never charged.
-	noResult bool
-}
-
 func preview(b []byte, trunc bool) ([]byte, bool) {
 	if len(b) > store.PreviewLimit {
 		return b[:store.PreviewLimit], true
@@ -215,69 +101,6 @@ func preview(b []byte, trunc bool) ([]byte, bool) {
 		b = []byte{}
 	}
 	return b, trunc
-}
-
-// endExecution moves a live, locked execution to a terminal status: it
-// settles the open reservation (committed only when the execution started
-// and the status is charged), completes the tool_calls row and writes the
-// tool_invocations row. The caller holds the execution's row lock.
-func (s *Store) endExecution(ctx context.Context, q Querier, ex store.Execution, en ending) (store.Execution, error) {
-	at := store.TruncateTime(en.at)
-	if at.IsZero() {
-		at = s.clock()
-	}
-	started := ex.Status == store.StatusRunning
-	var credits int64
-	if ex.ReservationID != "" {
-		r, err := scanReservation(q.QueryRow(ctx, `SELECT `+reservationCols+` FROM reservations WHERE id = $1`+s.d.ForUpdate,
-			ex.ReservationID))
-		if err != nil {
-			return ex, fmt.Errorf("reservation %q: %w", ex.ReservationID, notFound(err))
-		}
-		if r.Status == store.ReservationOpen {
-			to := store.ReservationReleased
-			if started && en.status.Charged() && !en.noResult {
-				to = store.ReservationCommitted
-			}
-			if r, err = s.settle(ctx, q, r.ID, to); err != nil {
-				return ex, err
-			}
-		}
-		if r.Status == store.ReservationCommitted {
-			credits = r.Amount
-		}
-	}
-	ex.Status, ex.FinishedAt = en.status, at
-	if len(en.result) > 0 {
-		ex.Result = en.result
-	}
-	if en.driver != "" {
-		ex.Driver = en.driver
-	}
-	if _, err := q.Exec(ctx, `UPDATE executions SET status = $2, result = $3, finished_at = $4, driver = $5 WHERE id = $1`,
-		ex.ID, string(ex.Status), njson(ex.Result), s.tm(at), ex.Driver); err != nil {
-		return ex, err
-	}
-	stdout, stdoutTrunc := preview(en.stdout, en.stdoutTrunc)
-	stderr, stderrTrunc := preview(en.stderr, en.stderrTrunc)
-	if _, err := q.Exec(ctx, `UPDATE tool_calls SET status = $2, exit_code = $3, stdout_preview = $4, stderr_preview = $5,
-		stdout_truncated = $6, stderr_truncated = $7, driver = $8, credits_charged = $9, finished_at = $10
-		WHERE execution_id = $1`,
-		ex.ID, string(ex.Status), nint(en.exitCode), stdout, stderr, stdoutTrunc, stderrTrunc, ex.Driver, credits, s.tm(at)); err != nil {
-		return ex, err
-	}
-	queued, ran := at.Sub(ex.CreatedAt), time.Duration(0)
-	if !ex.StartedAt.IsZero() {
-		queued, ran = ex.StartedAt.Sub(ex.CreatedAt), at.Sub(ex.StartedAt)
-	}
-	invID := newID("inv")
-	if _, err := q.Exec(ctx, `INSERT INTO tool_invocations (id, execution_id, workspace_id, tool, runtime, status, driver,
-		queued_us, ran_us, credits, created_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)`,
-		invID, ex.ID, ex.WorkspaceID, ex.Tool, ex.Runtime, string(ex.Status), ex.Driver,
-		max(queued, 0).Microseconds(), max(ran, 0).Microseconds(), credits, s.tm(at)); err != nil {
-		return ex, err
-	}
-	return ex, s.enqueueInvocation(ctx, q, invID)
 }
 
 // GetExecution implements store.Executions.
@@ -315,53 +138,6 @@ func listByTime[T any](ctx context.Context, s *Store, table, cols string, scan f
 		return store.Page[T]{}, fmt.Errorf("listing %s of workspace %q: %w", table, workspaceID, s.classify(err))
 	}
 	return finishPage(items, n, key), nil
-}
-
-// RecoverInterrupted implements store.Executions. Each execution is ended in
-// its own transaction, taking row locks in the same order as
-// FinishExecution, so that recovery cannot deadlock with a live writer.
-func (s *Store) RecoverInterrupted(ctx context.Context, result json.RawMessage, audit func(store.Execution) []store.NewEvent) ([]store.Execution, error) {
-	if err := checkJSON("result", result); err != nil {
-		return nil, fmt.Errorf("recovering interrupted executions: %w", err)
-	}
-	ids, err := queryAll(ctx, s.b.Reader(), func(r Row) (string, error) {
-		var id string
-		return id, r.Scan(&id)
-	}, `SELECT id FROM executions WHERE status IN ('queued', 'running') ORDER BY created_at, id`)
-	if err != nil {
-		return nil, fmt.Errorf("listing interrupted executions: %w", s.classify(err))
-	}
-	var ended []store.Execution
-	for _, id := range ids {
-		var ex store.Execution
-		err := s.inTx(ctx, func(q Querier) (err error) {
-			ex, err = s.lockExecution(ctx, q, id)
-			if err != nil {
-				return err
-			}
-			if ex.Status != store.StatusQueued && ex.Status != store.StatusRunning {
-				ex = store.Execution{}
-				return nil
-			}
-			ex, err = s.endExecution(ctx, q, ex, ending{status: store.StatusFailed, result: result, noResult: true})
-			if err != nil || audit == nil {
-				return err
-			}
-			es := audit(ex)
-			if err := checkEvents(es); err != nil {
-				return err
-			}
-			_, err = s.appendEvents(ctx, q, ex.WorkspaceID, ex.ID, es)
-			return err
-		})
-		if err != nil {
-			return ended, fmt.Errorf("recovering execution %q: %w", id, err)
-		}
-		if ex.ID != "" {
-			ended = append(ended, ex)
-		}
-	}
-	return ended, nil
 }
 
 const toolCallCols = `id, execution_id, workspace_id, tool, runtime, input_sha256, status, exit_code, stdout_preview,

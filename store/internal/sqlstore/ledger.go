@@ -64,38 +64,6 @@ func (s *Store) writeLedger(ctx context.Context, q Querier, e store.LedgerEntry)
 	return err
 }
 
-// Reserve implements store.Ledger.
-func (s *Store) Reserve(ctx context.Context, workspaceID, executionID string, amount int64) (store.Reservation, error) {
-	if amount <= 0 || amount > maxBalance {
-		return store.Reservation{}, fmt.Errorf("reserving %d credits: amount must be positive: %w", amount, errdefs.ErrInvalidArgument)
-	}
-	var r store.Reservation
-	err := s.inTx(ctx, func(q Querier) error {
-		ex, err := s.lockExecution(ctx, q, executionID)
-		if err != nil {
-			return err
-		}
-		switch {
-		case ex.WorkspaceID != workspaceID:
-			return fmt.Errorf("execution %q: %w", executionID, errdefs.ErrNotFound)
-		case ex.Status.Terminal():
-			return fmt.Errorf("execution %q already ended %s: %w", executionID, ex.Status, errdefs.ErrConflict)
-		case ex.ReservationID != "":
-			return fmt.Errorf("execution %q already has reservation %s: %w", executionID, ex.ReservationID, errdefs.ErrConflict)
-		}
-		r, err = s.reserve(ctx, q, workspaceID, executionID, newID("res"), amount)
-		if err != nil {
-			return err
-		}
-		_, err = q.Exec(ctx, `UPDATE executions SET reservation_id = $1 WHERE id = $2`, r.ID, executionID)
-		return err
-	})
-	if err != nil {
-		return store.Reservation{}, fmt.Errorf("reserving %d credits for execution %q: %w", amount, executionID, err)
-	}
-	return r, nil
-}
-
 // reserve moves amount from Available to Reserved and records the
 // reservation. The conditional UPDATE is what keeps balances exact under
 // concurrency: PostgreSQL re-checks "available >= amount" after waiting for
@@ -124,32 +92,6 @@ func (s *Store) reserve(ctx context.Context, q Querier, workspaceID, executionID
 	}
 	return r, s.writeLedger(ctx, q, store.LedgerEntry{WorkspaceID: workspaceID, Kind: store.LedgerReserve, Amount: amount,
 		ReservationID: r.ID, ExecutionID: executionID})
-}
-
-// Commit implements store.Ledger.
-func (s *Store) Commit(ctx context.Context, reservationID string) (store.Reservation, error) {
-	var r store.Reservation
-	err := s.inTx(ctx, func(q Querier) (err error) {
-		r, err = s.settle(ctx, q, reservationID, store.ReservationCommitted)
-		return err
-	})
-	if err != nil {
-		return store.Reservation{}, fmt.Errorf("committing reservation %q: %w", reservationID, err)
-	}
-	return r, nil
-}
-
-// Release implements store.Ledger.
-func (s *Store) Release(ctx context.Context, reservationID string) (store.Reservation, error) {
-	var r store.Reservation
-	err := s.inTx(ctx, func(q Querier) (err error) {
-		r, err = s.settle(ctx, q, reservationID, store.ReservationReleased)
-		return err
-	})
-	if err != nil {
-		return store.Reservation{}, fmt.Errorf("releasing reservation %q: %w", reservationID, err)
-	}
-	return r, nil
 }
 
 const reservationCols = `id, workspace_id, execution_id, amount, status, created_at, settled_at`
