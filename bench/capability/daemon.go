@@ -62,9 +62,20 @@ func openDaemon(dbURL, dir string, credits int64) *daemon {
 	}
 }
 
+// benchStore is what a benchmarked daemon needs of its store: the
+// service's and the API's, and the setup of its workspace.
+type benchStore interface {
+	capability.Store
+	api.Store
+	CreateWorkspace(ctx context.Context, name string, audit func(store.Workspace) []store.NewEvent) (store.Workspace, error)
+	CreateAPIKey(ctx context.Context, k store.NewAPIKey) (store.APIKey, error)
+	SetPolicy(ctx context.Context, workspaceID string, p store.Policy, audit func(store.Policy) []store.NewEvent) (store.Policy, error)
+	GrantCredits(ctx context.Context, workspaceID string, amount int64, note string, audit []store.NewEvent) (store.Credits, error)
+}
+
 // openStore opens the database of the service called name and creates its
 // workspace, returning the store and the agent key.
-func (d *daemon) openStore(ctx context.Context, name string) (store.Store, string, error) {
+func (d *daemon) openStore(ctx context.Context, name string) (benchStore, string, error) {
 	dbURL := "sqlite:" + filepath.Join(d.dir, name+".db")
 	if d.dbURL != "" {
 		var err error

@@ -152,7 +152,7 @@ func auditVerify(ctx context.Context, args []string) int {
 	}
 	broken := 0
 	for _, c := range chains {
-		line, ok, err := verifyChain(ctx, st.Store, st.witness, c.id)
+		line, ok, err := verifyChain(ctx, st, st.witness, c.id)
 		if err != nil {
 			return fail(fmt.Errorf("verifying the chain of %s: %w", c.label, err))
 		}
@@ -170,7 +170,7 @@ func auditVerify(ctx context.Context, args []string) int {
 
 // verifyChain verifies one chain, against the head witness holds of it if
 // any, and describes the verdict in one line.
-func verifyChain(ctx context.Context, st store.Store, witness witness.Dir, workspaceID string) (string, bool, error) {
+func verifyChain(ctx context.Context, st chainVerifier, witness witness.Dir, workspaceID string) (string, bool, error) {
 	w, witnessed, err := witness.Read(workspaceID)
 	if err != nil {
 		return "", false, err

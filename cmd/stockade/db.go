@@ -47,7 +47,7 @@ func openDB(ctx context.Context, o dbOptions) (*adminDB, error) {
 		return nil, classify(err)
 	}
 	w := cmp.Or(*o.witness, os.Getenv("STOCKADE_AUDIT_WITNESS"), witness.Default(db))
-	return &adminDB{Store: st, witness: witness.Dir(w)}, nil
+	return &adminDB{adminStore: st, witness: witness.Dir(w)}, nil
 }
 
 // openWorkspace opens the database the flags name and finds the workspace
@@ -66,10 +66,38 @@ func openWorkspace(ctx context.Context, o dbOptions, name string) (*adminDB, sto
 	return st, ws, nil
 }
 
+// adminStore is what the admin commands do on the database: its
+// workspaces, keys, policies and credits, each change audited in its own
+// transaction, and the audit chains' verification.
+type adminStore interface {
+	CreateWorkspace(ctx context.Context, name string, audit func(store.Workspace) []store.NewEvent) (store.Workspace, error)
+	GetWorkspaceByName(ctx context.Context, name string) (store.Workspace, error)
+	CreateAPIKey(ctx context.Context, k store.NewAPIKey) (store.APIKey, error)
+	GetAPIKey(ctx context.Context, keyID string) (store.APIKey, error)
+	ListAPIKeys(ctx context.Context, workspaceID string) ([]store.APIKey, error)
+	RevokeAPIKey(ctx context.Context, workspaceID, keyID string, audit func(store.APIKey) []store.NewEvent) error
+	GetPolicy(ctx context.Context, workspaceID string) (store.Policy, error)
+	SetPolicy(ctx context.Context, workspaceID string, p store.Policy, audit func(store.Policy) []store.NewEvent) (store.Policy, error)
+	GrantCredits(ctx context.Context, workspaceID string, amount int64, note string, audit []store.NewEvent) (store.Credits, error)
+	GetCredits(ctx context.Context, workspaceID string) (store.Credits, error)
+	// chainVerifier and witness.Chains (ListWorkspaces, VerifyChainFrom)
+	// read the audit chains.
+	chainVerifier
+	witness.Chains
+	Close() error
+}
+
+// chainVerifier is what audit verify reads of a chain.
+type chainVerifier interface {
+	GetWorkspace(ctx context.Context, id string) (store.Workspace, error)
+	ChainHead(ctx context.Context, workspaceID string) (store.ChainHead, error)
+	VerifyChain(ctx context.Context, workspaceID string, witnessed ...store.ChainHead) (bool, *store.BrokenLink, error)
+}
+
 // adminDB is a database opened by an admin command, with the directory
 // that witnesses its audit chains.
 type adminDB struct {
-	store.Store
+	adminStore
 	witness witness.Dir
 }
 
@@ -78,7 +106,7 @@ type adminDB struct {
 // and a chain that does not link to its witnessed head, only warn: the
 // change is made.
 func (a *adminDB) witnessChain(ctx context.Context, workspaceID string) {
-	if err := a.witness.Record(ctx, a.Store, workspaceID); err != nil {
+	if err := a.witness.Record(ctx, a.adminStore, workspaceID); err != nil {
 		fmt.Fprintf(os.Stderr, "stockade: warning: %v\n", err)
 	}
 }

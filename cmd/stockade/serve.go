@@ -31,7 +31,6 @@ import (
 	"github.com/stockade-sh/stockade/internal/witness"
 	"github.com/stockade-sh/stockade/mcp"
 	"github.com/stockade-sh/stockade/sandbox"
-	"github.com/stockade-sh/stockade/store"
 )
 
 func init() {
@@ -199,7 +198,7 @@ func analyticsFlags(fs *flag.FlagSet, a *config.Analytics) {
 // last round (bounded to a few seconds), so that a daemon that stops
 // leaves nothing behind that ClickHouse could take. Rows of executions
 // that end after it are shipped by the next daemon.
-func shipAnalytics(ctx context.Context, st store.Store, a config.Analytics, obs analytics.Observer, log *slog.Logger) (stop func(), err error) {
+func shipAnalytics(ctx context.Context, st analytics.Outbox, a config.Analytics, obs analytics.Observer, log *slog.Logger) (stop func(), err error) {
 	if !a.Enabled() {
 		return func() {}, nil
 	}

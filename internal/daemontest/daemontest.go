@@ -10,6 +10,7 @@
 package daemontest
 
 import (
+	"context"
 	"crypto/rand"
 	"net"
 	"net/http"
@@ -40,8 +41,17 @@ type Options struct {
 type Daemon struct {
 	URL     string
 	Service *capability.Service
-	Store   store.Store
 	Metrics *api.Metrics
+	st      setup
+}
+
+// setup is what Workspace writes to the daemon's store.
+type setup interface {
+	CreateWorkspace(ctx context.Context, name string, audit func(store.Workspace) []store.NewEvent) (store.Workspace, error)
+	CreateAPIKey(ctx context.Context, k store.NewAPIKey) (store.APIKey, error)
+	GetPolicy(ctx context.Context, workspaceID string) (store.Policy, error)
+	SetPolicy(ctx context.Context, workspaceID string, p store.Policy, audit func(store.Policy) []store.NewEvent) (store.Policy, error)
+	GrantCredits(ctx context.Context, workspaceID string, amount int64, note string, audit []store.NewEvent) (store.Credits, error)
 }
 
 // Requires gates t on what real runc sandboxes need: root, runc and the
@@ -95,7 +105,7 @@ func Start(t testing.TB, o Options) *Daemon {
 	// Closing (not shutting down) ends long polls and streams at once;
 	// it runs before the service closes (cleanups run last first).
 	t.Cleanup(func() { srv.Close() })
-	return &Daemon{URL: "http://" + ln.Addr().String(), Service: svc, Store: st, Metrics: metrics}
+	return &Daemon{URL: "http://" + ln.Addr().String(), Service: svc, Metrics: metrics, st: st}
 }
 
 // Workspace is a workspace of the daemon and a key of each role.
@@ -112,7 +122,7 @@ func NoApproval(p *store.Policy) { p.Approval = store.ApprovalNone }
 func (d *Daemon) Workspace(t testing.TB, policy func(*store.Policy), credits int64) Workspace {
 	t.Helper()
 	ctx := t.Context()
-	ws, err := d.Store.CreateWorkspace(ctx, "ws-"+rand.Text()[:8], nil)
+	ws, err := d.st.CreateWorkspace(ctx, "ws-"+rand.Text()[:8], nil)
 	if err != nil {
 		t.Fatalf("CreateWorkspace: %v", err)
 	}
@@ -122,22 +132,22 @@ func (d *Daemon) Workspace(t testing.TB, policy func(*store.Policy), credits int
 		dst  *string
 	}{{store.RoleAgent, &w.Agent}, {store.RoleApprover, &w.Approver}, {store.RoleAdmin, &w.Admin}} {
 		*k.dst = "sk_test_" + string(k.role) + "_" + rand.Text()
-		if _, err := d.Store.CreateAPIKey(ctx, store.NewAPIKey{WorkspaceID: ws.ID, Role: k.role, Hash: store.HashKey(*k.dst), Name: string(k.role)}); err != nil {
+		if _, err := d.st.CreateAPIKey(ctx, store.NewAPIKey{WorkspaceID: ws.ID, Role: k.role, Hash: store.HashKey(*k.dst), Name: string(k.role)}); err != nil {
 			t.Fatalf("CreateAPIKey(%s): %v", k.role, err)
 		}
 	}
 	if policy != nil {
-		p, err := d.Store.GetPolicy(ctx, ws.ID)
+		p, err := d.st.GetPolicy(ctx, ws.ID)
 		if err != nil {
 			t.Fatalf("GetPolicy: %v", err)
 		}
 		policy(&p)
-		if _, err := d.Store.SetPolicy(ctx, ws.ID, p, nil); err != nil {
+		if _, err := d.st.SetPolicy(ctx, ws.ID, p, nil); err != nil {
 			t.Fatalf("SetPolicy: %v", err)
 		}
 	}
 	if credits > 0 {
-		if _, err := d.Store.GrantCredits(ctx, ws.ID, credits, "test grant", nil); err != nil {
+		if _, err := d.st.GrantCredits(ctx, ws.ID, credits, "test grant", nil); err != nil {
 			t.Fatalf("GrantCredits: %v", err)
 		}
 	}
