@@ -34,12 +34,12 @@ func newStore(t *testing.T) *sqlite.Store {
 
 // workspace is a workspace with an agent and an approver key and credits.
 type workspace struct {
-	st              store.Store
+	st              *sqlite.Store
 	ws              store.Workspace
 	agent, approver store.APIKey
 }
 
-func newWorkspace(t *testing.T, st store.Store, name string) workspace {
+func newWorkspace(t *testing.T, st *sqlite.Store, name string) workspace {
 	t.Helper()
 	ctx := t.Context()
 	ws, err := st.CreateWorkspace(ctx, name, nil)

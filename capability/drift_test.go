@@ -19,7 +19,7 @@ import (
 // serviceWith starts a service over st whose tools come from the YAML text.
 // Egress is enabled in the tool options: the review gate is about records,
 // not traffic.
-func serviceWith(t *testing.T, st store.Store, toolsYAML string) *Service {
+func serviceWith(t *testing.T, st testStore, toolsYAML string) *Service {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "tools.yaml")
 	if err := os.WriteFile(path, []byte(toolsYAML), 0o644); err != nil {

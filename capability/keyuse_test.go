@@ -16,7 +16,7 @@ import (
 // countingUses is a store that counts RecordKeyUses calls and can refuse
 // them.
 type countingUses struct {
-	store.Store
+	testStore
 	mu     sync.Mutex
 	calls  int
 	refuse bool
@@ -30,7 +30,7 @@ func (c *countingUses) RecordKeyUses(ctx context.Context, uses map[string]time.T
 	if refuse {
 		return fmt.Errorf("database is locked")
 	}
-	return c.Store.RecordKeyUses(ctx, uses)
+	return c.testStore.RecordKeyUses(ctx, uses)
 }
 
 // TestKeyLastUse checks that authenticating records the key's last use in
@@ -39,7 +39,7 @@ func (c *countingUses) RecordKeyUses(ctx context.Context, uses map[string]time.T
 // written at the next flush.
 func TestKeyLastUse(t *testing.T) {
 	ctx := t.Context()
-	st := &countingUses{Store: openSQLite(t)}
+	st := &countingUses{testStore: openSQLite(t)}
 	now := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 	clock := func() time.Time { return now }
 	env := newServiceEnv(t, st, &fakeDriver{name: "gvisor", tier: sandbox.TierGVisor}, noApprovalPolicy(), ServiceOptions{Now: clock})

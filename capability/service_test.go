@@ -30,7 +30,7 @@ import (
 // serviceEnv is a service over a fresh SQLite store and a fake driver, with
 // one workspace holding 10 credits and an agent key.
 type serviceEnv struct {
-	st    store.Store
+	st    testStore
 	svc   *Service
 	ws    store.Workspace
 	agent Principal
@@ -39,7 +39,7 @@ type serviceEnv struct {
 // newServiceEnv starts the service with o over st (a fresh SQLite store
 // when nil) and drv, with an engine built with engOpts. pol is the
 // workspace's policy.
-func newServiceEnv(t *testing.T, st store.Store, drv *fakeDriver, pol store.Policy, o ServiceOptions, engOpts ...engine.Option) *serviceEnv {
+func newServiceEnv(t *testing.T, st testStore, drv *fakeDriver, pol store.Policy, o ServiceOptions, engOpts ...engine.Option) *serviceEnv {
 	t.Helper()
 	ctx := t.Context()
 	if st == nil {
@@ -96,7 +96,7 @@ func (e *serviceEnv) chainLength(t *testing.T) int64 {
 
 // openSQLite opens a fresh SQLite store, closed when the test ends (after
 // the clean-ups registered later, such as a service's Close).
-func openSQLite(t testing.TB) store.Store {
+func openSQLite(t testing.TB) testStore {
 	t.Helper()
 	db, err := sqlite.Open(t.Context(), sqlite.Config{Path: filepath.Join(t.TempDir(), "db.sqlite")})
 	if err != nil {
@@ -215,7 +215,7 @@ func TestIdempotentRetryIsNotDecidedAgain(t *testing.T) {
 // the calls that failed. The daemon dying after a transaction committed
 // and before a separate audit write looks the same to the audit trail.
 type failingAppends struct {
-	store.Store
+	testStore
 	fail     atomic.Bool
 	n        atomic.Int32
 	failures atomic.Int32
@@ -226,13 +226,13 @@ func (s *failingAppends) AppendEvent(ctx context.Context, e store.NewEvent) (sto
 		s.failures.Add(1)
 		return store.Event{}, fmt.Errorf("the store is unreachable: %w", errdefs.ErrUnavailable)
 	}
-	return s.Store.AppendEvent(ctx, e)
+	return s.testStore.AppendEvent(ctx, e)
 }
 
 // flakyEnds fails the first n steps that end an execution, as a busy
 // store.
 type flakyEnds struct {
-	store.Store
+	testStore
 	n atomic.Int32
 }
 
@@ -240,14 +240,14 @@ func (s *flakyEnds) Apply(ctx context.Context, id string, st store.Step) (store.
 	if st.To.Terminal() && s.n.Add(-1) >= 0 {
 		return store.Execution{}, fmt.Errorf("database is locked: %w", errdefs.ErrUnavailable)
 	}
-	return s.Store.Apply(ctx, id, st)
+	return s.testStore.Apply(ctx, id, st)
 }
 
 // TestFinishRetries checks that a transient store error while recording an
 // outcome does not leave the execution running with its credits reserved.
 func TestFinishRetries(t *testing.T) {
 	ctx := t.Context()
-	st := &flakyEnds{Store: openSQLite(t)}
+	st := &flakyEnds{testStore: openSQLite(t)}
 	st.n.Store(2)
 	drv := &fakeDriver{name: "gvisor", tier: sandbox.TierGVisor}
 	env := newServiceEnv(t, st, drv, noApprovalPolicy(), ServiceOptions{})
@@ -311,7 +311,7 @@ func (o *countingObserver) ApprovalsPending(delta int) {
 // even when no separate audit write could be made after the expiry.
 func TestApprovalExpiryIsAuditedWithIt(t *testing.T) {
 	ctx := t.Context()
-	st := &failingAppends{Store: openSQLite(t)}
+	st := &failingAppends{testStore: openSQLite(t)}
 	obs := &countingObserver{}
 	drv := &fakeDriver{name: "gvisor", tier: sandbox.TierGVisor}
 	env := newServiceEnv(t, st, drv, store.DefaultPolicy(), ServiceOptions{ApprovalTTL: time.Millisecond, Observer: obs})
@@ -541,7 +541,7 @@ func TestAuditQueueDropsNothing(t *testing.T) {
 
 // unreachableKeys is a store whose key lookups fail as PostgreSQL's do when
 // it is down: the error names the server, the user and the database.
-type unreachableKeys struct{ store.Store }
+type unreachableKeys struct{ testStore }
 
 func (unreachableKeys) LookupAPIKey(context.Context, store.KeyHash) (store.APIKey, error) {
 	return store.APIKey{}, fmt.Errorf("failed to connect to `user=stockade database=prod`: host=db.internal:5432: %w", errdefs.ErrUnavailable)
@@ -618,7 +618,7 @@ func TestOutputChunksKeepCharacters(t *testing.T) {
 // TestBrokerEventRetries checks that the event of a broker call (a use of
 // the operator's credential) survives a store busy for a moment.
 func TestBrokerEventRetries(t *testing.T) {
-	st := &failingAppends{Store: openSQLite(t)}
+	st := &failingAppends{testStore: openSQLite(t)}
 	env := newServiceEnv(t, st, &fakeDriver{name: "gvisor", tier: sandbox.TierGVisor}, noApprovalPolicy(), ServiceOptions{})
 	st.n.Store(2)
 	const exec = "ex_busy"
@@ -757,7 +757,7 @@ func TestAuditWriterWithTheStoreDown(t *testing.T) {
 	saved := storeRetries
 	storeRetries = []time.Duration{time.Millisecond, time.Millisecond, time.Millisecond, time.Millisecond}
 	defer func() { storeRetries = saved }()
-	st := &failingAppends{Store: openSQLite(t)}
+	st := &failingAppends{testStore: openSQLite(t)}
 	env := newServiceEnv(t, st, &fakeDriver{name: "gvisor", tier: sandbox.TierGVisor}, noApprovalPolicy(), ServiceOptions{})
 	st.fail.Store(true)
 	const exec = "ex_down"
@@ -775,10 +775,10 @@ func TestAuditWriterWithTheStoreDown(t *testing.T) {
 
 // lostCommit is a store whose Admit commits and then fails as a
 // connection cut after COMMIT does: the answer is lost, not the commit.
-type lostCommit struct{ store.Store }
+type lostCommit struct{ testStore }
 
 func (s lostCommit) Admit(ctx context.Context, e store.NewExecution, st store.Step) (store.Admission, error) {
-	if _, err := s.Store.Admit(ctx, e, st); err != nil {
+	if _, err := s.testStore.Admit(ctx, e, st); err != nil {
 		return store.Admission{}, err
 	}
 	return store.Admission{}, fmt.Errorf("connection reset by peer: %w", errdefs.ErrUnavailable)
@@ -891,4 +891,19 @@ func TestInvokeAboveRecordLimits(t *testing.T) {
 	if got := drv.specs[len(drv.specs)-1].Limits.Timeout; got != 10*time.Second {
 		t.Errorf("wall clock of an invocation naming none: got %s, want the record's 10s", got)
 	}
+}
+
+// testStore is what the tests need of a store: the service's, and the
+// set-up and reads of their workspaces.
+type testStore interface {
+	Store
+	CreateWorkspace(ctx context.Context, name string, audit func(store.Workspace) []store.NewEvent) (store.Workspace, error)
+	CreateAPIKey(ctx context.Context, k store.NewAPIKey) (store.APIKey, error)
+	SetPolicy(ctx context.Context, workspaceID string, p store.Policy, audit func(store.Policy) []store.NewEvent) (store.Policy, error)
+	GrantCredits(ctx context.Context, workspaceID string, amount int64, note string, audit []store.NewEvent) (store.Credits, error)
+	GetCredits(ctx context.Context, workspaceID string) (store.Credits, error)
+	ChainHead(ctx context.Context, workspaceID string) (store.ChainHead, error)
+	GetAPIKey(ctx context.Context, keyID string) (store.APIKey, error)
+	VerifyChain(ctx context.Context, workspaceID string, witnessed ...store.ChainHead) (bool, *store.BrokenLink, error)
+	ListExecutions(ctx context.Context, workspaceID string, f store.ExecutionFilter) (store.Page[store.Execution], error)
 }

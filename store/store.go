@@ -37,7 +37,8 @@ import (
 // Implementations are safe for concurrent use by many goroutines and,
 // where the backend allows, many processes (the daemon and the admin CLI
 // share one database). No consumer takes it whole: each declares the
-// methods it uses.
+// methods it uses; only what opens a store (internal/storeopen, and the
+// tests' harnesses that wire a daemon as `stockade serve` does) holds it.
 type Store interface {
 	Workspaces
 	Keys
