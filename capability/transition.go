@@ -36,15 +36,15 @@ var interruptedResult = errorResult(errors.New("interrupted: the daemon stopped 
 //     killed; every other end releases the reservation;
 //   - every transition that writes says what it audits (Step.Events).
 func Transition(g Grant, in Input) (Step, error) {
+	if in == nil {
+		return Step{}, fmt.Errorf("a transition needs an input: %w", errdefs.ErrInvalidArgument)
+	}
 	switch g.Kind {
 	case OneShot:
 	case Session:
 		return Step{}, fmt.Errorf("cannot %s a session grant: sessions are not supported yet: %w", in.verb(), errdefs.ErrFailedPrecondition)
 	default:
 		return Step{}, fmt.Errorf("cannot %s a grant of kind %q: %w", in.verb(), g.Kind, errdefs.ErrInvalidArgument)
-	}
-	if in == nil {
-		return Step{}, fmt.Errorf("a transition needs an input: %w", errdefs.ErrInvalidArgument)
 	}
 	if g.State == "" {
 		g.State = Requested

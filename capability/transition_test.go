@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -151,11 +152,34 @@ func TestTransitions(t *testing.T) {
 				g := grantIn(state)
 				g.Kind = Session
 				_, err := Transition(g, in.in)
-				if !errdefs.IsFailedPrecondition(err) {
-					t.Fatalf("got %v, want a refusal (failed precondition) until sessions exist", err)
+				if !errdefs.IsFailedPrecondition(err) || !strings.Contains(err.Error(), "sessions are not supported yet") {
+					t.Fatalf("got %v, want a refusal (failed precondition) saying sessions are not supported yet", err)
 				}
 			})
 		}
+	}
+}
+
+// TestMalformedTransitions checks that a transition without an input, or
+// of a grant of no known kind, is refused as invalid, whatever the state.
+func TestMalformedTransitions(t *testing.T) {
+	for _, state := range []State{Requested, AwaitingApproval, Approved, Running, Settled} {
+		t.Run(string(state), func(t *testing.T) {
+			for _, kind := range []Kind{OneShot, Session, "", "pool"} {
+				g := grantIn(state)
+				g.Kind = kind
+				if _, err := Transition(g, nil); !errdefs.IsInvalidArgument(err) {
+					t.Errorf("kind %q, no input: got %v, want invalid argument", kind, err)
+				}
+			}
+			for _, kind := range []Kind{"", "pool"} {
+				g := grantIn(state)
+				g.Kind = kind
+				if _, err := Transition(g, Start{Driver: "runc", At: at}); !errdefs.IsInvalidArgument(err) {
+					t.Errorf("kind %q: got %v, want invalid argument", kind, err)
+				}
+			}
+		})
 	}
 }
 
