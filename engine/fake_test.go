@@ -8,8 +8,8 @@ import (
 )
 
 // fakeDriver is a sandbox.Driver that runs nothing: each Exec succeeds at
-// once with the code as its output. It unit-tests the capability layer; the
-// drivers themselves are proven by sandbox/conformance.
+// once with the code as its output. It unit-tests the engine; the drivers
+// themselves are proven by sandbox/conformance.
 type fakeDriver struct {
 	name string
 	tier sandbox.Tier
