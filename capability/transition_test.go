@@ -552,3 +552,26 @@ func TestStatesOfStatuses(t *testing.T) {
 		t.Errorf("StateOf(bogus) = %s, want requested (unknown)", StateOf("bogus"))
 	}
 }
+
+// BenchmarkOneShotTransitions measures the pure part of a one-shot call's
+// capability layer: the three transitions of a grant admitted without
+// approval (admit, start, finish), their steps and encoded audit events.
+// The store's transactions, which apply them, are bench/capability's.
+func BenchmarkOneShotTransitions(b *testing.B) {
+	admit := admitInput()
+	admit.Policy = allowed(false)
+	finish := Finish{Status: store.StatusSucceeded, Result: json.RawMessage(`{"exit_code":0,"stdout":"hi\n"}`),
+		Output: store.Output{ExitCode: new(0), Stdout: []byte("hi\n")}, Driver: "runc", At: at}
+	for b.Loop() {
+		s, err := Transition(grantIn(Requested), admit)
+		if err != nil || s.To != Approved {
+			b.Fatalf("admit: got %+v, %v", s, err)
+		}
+		if s, err = Transition(grantIn(Approved), Start{Driver: "runc", At: at}); err != nil {
+			b.Fatal(err)
+		}
+		if s, err = Transition(grantIn(Running), finish); err != nil || len(s.Write.Audit) != 1 {
+			b.Fatalf("finish: got %+v, %v", s, err)
+		}
+	}
+}
