@@ -54,8 +54,10 @@ var debootstrapEnv = []string{
 }
 
 // Build makes sure the image of the runtime name exists and returns its
-// manifest. If a valid image exists and opts.Force is false, Build returns
-// at once (it only reads two files). Otherwise it runs debootstrap into a
+// manifest. If a valid image built from the runtime's current definition
+// exists (see Current) and opts.Force is false, Build returns at once (it
+// only reads two files); an image of an older definition (a package added
+// to the runtime, say) is rebuilt. Otherwise it runs debootstrap into a
 // temporary directory, hardens the tree, hashes it and publishes it with
 // renames: first the image directory, then the ref. If Build fails or ctx is
 // cancelled, it removes everything it created and leaves the ref as it was.
@@ -79,7 +81,7 @@ func (s *Store) Build(ctx context.Context, name string, opts BuildOptions) (Mani
 		return Manifest{}, err
 	}
 	if !opts.Force {
-		if m, _, err := s.load(name); err == nil {
+		if m, err := s.Current(name); err == nil {
 			return m, nil
 		}
 	}
@@ -90,7 +92,7 @@ func (s *Store) Build(ctx context.Context, name string, opts BuildOptions) (Mani
 	defer unlock()
 	if !opts.Force {
 		// Another process may have built it while we waited for the lock.
-		if m, _, err := s.load(name); err == nil {
+		if m, err := s.Current(name); err == nil {
 			return m, nil
 		}
 	}
@@ -167,6 +169,7 @@ func (s *Store) build(ctx context.Context, rt Runtime, opts BuildOptions) (_ Man
 		Mirror:       opts.Mirror,
 		Packages:     pkgs,
 		Interpreter:  rt.Interpreter,
+		Definition:   rt.definition(),
 		SizeBytes:    sum.size,
 	}
 	data, err := json.MarshalIndent(m, "", "  ")
@@ -180,7 +183,16 @@ func (s *Store) build(ctx context.Context, rt Runtime, opts BuildOptions) (_ Man
 		// This very tree is already in the store. Keep it, since sandboxes
 		// may run from it, but only if its content still matches its name.
 		if old, err := treeDigest(ctx, filepath.Join(s.imageDir(sum.hex), "rootfs")); err == nil && old.hex == sum.hex {
-			return existing, s.writeRef(rt.Name, existing.Digest)
+			if existing.Definition == m.Definition {
+				return existing, s.writeRef(rt.Name, existing.Digest)
+			}
+			// The tree of an older definition is today's too: its
+			// manifest now records today's definition, or every Build
+			// would build it again.
+			if err := writeFileAtomic(s.imageDir(sum.hex), "manifest.json", append(data, '\n'), 0o644); err != nil {
+				return Manifest{}, fmt.Errorf("writing manifest: %w", classify(err))
+			}
+			return m, s.writeRef(rt.Name, m.Digest)
 		}
 	}
 	if err := s.publish(ctx, tmp, sum.hex); err != nil {

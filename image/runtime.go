@@ -22,9 +22,11 @@ type Runtime struct {
 
 // Runtimes are the runtimes Stockade ships, by name.
 var Runtimes = map[string]Runtime{
+	// matplotlib draws the figures of the python kernel's cells (Agg: no
+	// display, no GUI toolkit).
 	"python": {
 		Name:        "python",
-		Packages:    []string{"python3", "python3-numpy", "python3-pandas", "python3-requests"},
+		Packages:    []string{"python3", "python3-numpy", "python3-pandas", "python3-requests", "python3-matplotlib"},
 		Interpreter: []string{"/usr/bin/python3", "{file}"},
 		FileName:    "main.py",
 		Strip: []string{

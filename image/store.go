@@ -59,6 +59,11 @@ type Manifest struct {
 	// Packages maps every installed Debian package to its version.
 	Packages    map[string]string `json:"packages"`
 	Interpreter []string          `json:"interpreter"`
+	// Definition is the digest of what the image was built from (the
+	// suite, the runtime's packages, interpreter and strip patterns, the
+	// common hardening); empty in images built before it was recorded.
+	// Build rebuilds an image whose definition is not the runtime's.
+	Definition string `json:"definition,omitempty"`
 	// SizeBytes is the apparent size of the regular files of the tree,
 	// hard links counted once.
 	SizeBytes int64 `json:"size_bytes"`
@@ -109,6 +114,22 @@ func (s *Store) imageDir(hex string) string { return filepath.Join(s.blobsDir(),
 func (s *Store) Resolve(name string) (sandbox.Image, error) {
 	_, img, err := s.load(name)
 	return img, err
+}
+
+// Current returns the manifest of the image of the runtime name if it is
+// valid (as Resolve checks) and built from the runtime's current
+// definition: its packages, interpreter, strip patterns and hardening.
+// An image built from an older definition is an ErrFailedPrecondition
+// that says what changed; Build without Force rebuilds it.
+func (s *Store) Current(name string) (Manifest, error) {
+	m, _, err := s.load(name)
+	if err != nil {
+		return Manifest{}, err
+	}
+	if why := outdated(m, Runtimes[name]); why != "" {
+		return Manifest{}, fmt.Errorf("image %q is out of date (%s); rebuild it with \"stockade image build %s\" (or \"stockade setup\"): %w", name, why, name, errdefs.ErrFailedPrecondition)
+	}
+	return m, nil
 }
 
 // List returns the manifests of the runtimes that have an image, in build

@@ -617,7 +617,7 @@ func TestManifest(t *testing.T) {
 	if err := json.Unmarshal(data, &raw); err != nil {
 		t.Fatal(err)
 	}
-	for _, k := range []string{"name", "digest", "digest_format", "created", "suite", "mirror", "packages", "interpreter", "size_bytes"} {
+	for _, k := range []string{"name", "digest", "digest_format", "created", "suite", "mirror", "packages", "interpreter", "definition", "size_bytes"} {
 		if _, ok := raw[k]; !ok {
 			t.Errorf("manifest has no %q", k)
 		}
@@ -849,5 +849,73 @@ func TestBuildShellDebootstrap(t *testing.T) {
 	}
 	if again, err := s.Build(t.Context(), "shell", BuildOptions{}); err != nil || again.Digest != m.Digest || calls != 0 {
 		t.Errorf("second Build = %s, %v after %d bootstraps; want %s without bootstrapping", again.Digest, err, calls, m.Digest)
+	}
+}
+
+// TestBuildRebuildsOutdated checks that Build without Force rebuilds an
+// image built from another definition of its runtime, and only then.
+func TestBuildRebuildsOutdated(t *testing.T) {
+	dirOf := func(s *fakeStore, m Manifest) string { return s.imageDir(strings.TrimPrefix(m.Digest, "sha256:")) }
+	tests := []struct {
+		name string
+		// change makes the built image outdated, or not; it returns the
+		// bootstraps the next Build must run.
+		change      func(t *testing.T, s *fakeStore, m Manifest) int32
+		wantPackage string // a package the rebuilt manifest must list
+	}{
+		{"a package added to the runtime", func(t *testing.T, s *fakeStore, m Manifest) int32 {
+			rt := Runtimes["python"]
+			changed := rt
+			changed.Packages = append(slices.Clone(rt.Packages), "python3-extra")
+			Runtimes["python"] = changed
+			t.Cleanup(func() { Runtimes["python"] = rt })
+			return 1
+		}, "python3-extra"},
+		{"a strip pattern added", func(t *testing.T, s *fakeStore, m Manifest) int32 {
+			rt := Runtimes["python"]
+			changed := rt
+			changed.Strip = append(slices.Clone(rt.Strip), "usr/bin/python3-extra-tool")
+			Runtimes["python"] = changed
+			t.Cleanup(func() { Runtimes["python"] = rt })
+			return 1
+		}, ""},
+		{"a manifest of an older build without a definition, lacking a package", func(t *testing.T, s *fakeStore, m Manifest) int32 {
+			editManifest(t, dirOf(s, m), func(m *Manifest) {
+				m.Definition = ""
+				delete(m.Packages, "python3-matplotlib")
+			})
+			return 1
+		}, "python3-matplotlib"},
+		{"a manifest of an older build without a definition, with every package", func(t *testing.T, s *fakeStore, m Manifest) int32 {
+			editManifest(t, dirOf(s, m), func(m *Manifest) { m.Definition = "" })
+			return 0
+		}, ""},
+		{"nothing changed", func(t *testing.T, s *fakeStore, m Manifest) int32 { return 0 }, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s := newFakeStore(t)
+			first := s.mustBuild(t, "python", BuildOptions{})
+			want := 1 + tt.change(t, s, first)
+			if _, err := s.Current("python"); (want > 1) != errdefs.IsFailedPrecondition(err) {
+				t.Errorf("Current = %v, want ErrFailedPrecondition: %v", err, want > 1)
+			}
+			m := s.mustBuild(t, "python", BuildOptions{})
+			if n := s.calls.Load(); n != want {
+				t.Fatalf("got %d bootstraps, want %d", n, want)
+			}
+			if _, ok := m.Packages[tt.wantPackage]; tt.wantPackage != "" && !ok {
+				t.Errorf("rebuilt manifest has no package %s: %v", tt.wantPackage, m.Packages)
+			}
+			// The rebuilt image is current: the next Build does nothing,
+			// also when the rebuild found the same tree already stored.
+			if _, err := s.Current("python"); err != nil {
+				t.Errorf("Current after the build: %v", err)
+			}
+			s.mustBuild(t, "python", BuildOptions{})
+			if n := s.calls.Load(); n != want {
+				t.Errorf("got %d bootstraps after another build, want %d", n, want)
+			}
+		})
 	}
 }

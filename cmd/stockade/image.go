@@ -113,7 +113,7 @@ func imageBuild(ctx context.Context, args []string) error {
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
-		if _, err := s.Resolve(name); err != nil || *force {
+		if _, err := s.Current(name); err != nil || *force {
 			fmt.Fprintf(os.Stderr, "%s: building with debootstrap (%s, minutes)...\n", name, image.Suite)
 		}
 		start := time.Now()
