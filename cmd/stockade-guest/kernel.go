@@ -87,6 +87,8 @@ type kernel struct {
 	pid   int
 	wire  *os.File // requests, the guest's end of fd 3
 	pumps []*pump
+	// events is closed when the kernel's events end (fd 4 is closed).
+	events chan struct{}
 
 	mu       sync.Mutex
 	ready    bool
@@ -157,7 +159,7 @@ func (a *agent) launchKernel(id uint32, req *guest.KernelRequest) (string, error
 	if env == nil {
 		env = []string{}
 	}
-	k := &kernel{a: a, id: id, wire: reqW}
+	k := &kernel{a: a, id: id, wire: reqW, events: make(chan struct{})}
 
 	a.mu.Lock()
 	if len(a.kernels) >= guest.MaxKernels {
@@ -230,6 +232,7 @@ func (k *kernel) forwarder(s int) func([]byte) {
 
 // readEvents reads the kernel's events until fd 4 ends.
 func (k *kernel) readEvents(r *os.File) {
+	defer close(k.events)
 	defer r.Close()
 	br := bufio.NewReaderSize(r, 64<<10)
 	for {
@@ -377,9 +380,11 @@ func (k *kernel) stop() {
 	syscall.Kill(k.pid, syscall.SIGKILL)
 }
 
-// exited is the reaper's callback for the kernel process: the cell that
-// runs fails, the host learns of the end, and the kernel's strays (its
-// orphans, now the guest's) are swept.
+// exited is the reaper's callback for the kernel process: the kernel
+// takes no more cells; once the events it wrote before its end are read
+// (a result of the cell it ran last, say: a shell kernel's cell may end
+// the shell), the cell that still runs fails, the host learns of the end,
+// and the kernel's strays (its orphans, now the guest's) are swept.
 func (k *kernel) exited(ws syscall.WaitStatus, _ *syscall.Rusage) {
 	a := k.a
 	a.mu.Lock()
@@ -387,10 +392,25 @@ func (k *kernel) exited(ws syscall.WaitStatus, _ *syscall.Rusage) {
 	a.mu.Unlock()
 	k.mu.Lock()
 	k.dead = true
+	k.mu.Unlock()
+	k.wire.Close()
+	// Not in the reaper's goroutine: the wait must not hold the reaping
+	// of other processes.
+	go k.ended(ws)
+}
+
+// ended reports the end of the kernel once its events are read, or after
+// drainGrace if a process it left holds fd 4 open.
+func (k *kernel) ended(ws syscall.WaitStatus) {
+	a := k.a
+	select {
+	case <-k.events:
+	case <-time.After(drainGrace):
+	}
+	k.mu.Lock()
 	c, ready, early := k.cell, k.ready, k.early
 	k.cell = nil
 	k.mu.Unlock()
-	k.wire.Close()
 
 	x := guest.KernelExit{ExitCode: ws.ExitStatus()}
 	if ws.Signaled() {
@@ -412,12 +432,10 @@ func (k *kernel) exited(ws syscall.WaitStatus, _ *syscall.Rusage) {
 	} else {
 		a.sendJSON(guest.FrameKernelExit, k.id, x)
 	}
-	go func() {
-		a.sweepStrays()
-		// The kernel's orphans are dead: its pipes have no writer left,
-		// unless a process of another kernel opened them.
-		drain(k.pumps, drainGrace)
-	}()
+	a.sweepStrays()
+	// The kernel's orphans are dead: its pipes have no writer left,
+	// unless a process of another kernel opened them.
+	drain(k.pumps, drainGrace)
 }
 
 // sweepStrays kills the guest's children that belong to no kernel, unless

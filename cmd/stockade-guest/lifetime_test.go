@@ -59,6 +59,7 @@ func runChecks(t *testing.T, newEnv newEnv) {
 		{"KernelState", checkKernelState},
 		{"KernelInterrupt", checkKernelInterrupt},
 		{"KernelExit", checkKernelExit},
+		{"KernelExitAfterResult", checkKernelExitAfterResult},
 		{"KernelStop", checkKernelStop},
 	} {
 		t.Run(c.name, func(t *testing.T) { c.fn(t, newEnv(t)) })
@@ -545,6 +546,31 @@ func checkKernelExit(t *testing.T, e *env) {
 	}
 	if p, err := e.c.Ping(e.ctx(t)); err != nil || len(p.Kernels) != 0 {
 		t.Errorf("ping: %+v, %v; want no kernel", p, err)
+	}
+}
+
+// checkKernelExitAfterResult: a kernel that sends its cell's result and
+// then exits answers the cell with that result and its output, not with
+// its end. (Its output makes the guest flush the pumps before the result:
+// the time in which the end would overtake it.)
+func checkKernelExitAfterResult(t *testing.T, e *env) {
+	for i := range 5 {
+		k := e.startKernel(t)
+		out, err := k.Run(e.ctx(t), "eprint x\nprint bye\nresult-exit 3", guest.CellOptions{OutputCap: 10})
+		if err != nil {
+			t.Fatalf("run %d: got %v, want the cell's result", i, err)
+		}
+		if out.Result.Status != guest.CellOK || string(out.Stdout) != "bye\n" || string(out.Stderr) != "x\n" {
+			t.Fatalf("run %d: got %s, stdout %q, stderr %q; want ok, \"bye\\n\", \"x\\n\"", i, out.Result.Status, out.Stdout, out.Stderr)
+		}
+		select {
+		case <-k.Done():
+		case <-time.After(time.Minute):
+			t.Fatal("no kernel exit reported")
+		}
+		if x := k.Exit(); x == nil || x.ExitCode != 3 {
+			t.Errorf("run %d: got exit %+v, want exit code 3", i, x)
+		}
 	}
 }
 

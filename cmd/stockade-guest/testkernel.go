@@ -28,6 +28,8 @@ import (
 //	sleep SECONDS  sleep; SIGINT interrupts it (the cell fails with KeyboardInterrupt)
 //	fail TEXT      end the cell with an error
 //	exit CODE      end the kernel
+//	result-exit CODE  send the cell's result, then end the kernel (as a
+//	               shell kernel's cell `exit` does)
 //
 // It is the one mode of the binary that uses os/signal (for SIGINT): the
 // guest itself must not, see signals.go.
@@ -111,6 +113,10 @@ func testKernel() {
 				break lines
 			case "exit":
 				code, _ := strconv.Atoi(arg)
+				os.Exit(code)
+			case "result-exit":
+				code, _ := strconv.Atoi(arg)
+				emit(res)
 				os.Exit(code)
 			default:
 				res = failed(req.Cell, "SyntaxError", "unknown command "+cmd)
