@@ -8,6 +8,12 @@ import (
 	"syscall"
 )
 
+// ShellKernel is the argument that makes the guest binary the shell
+// kernel: `/.stockade/guest stockade-kernel-shell SHELL...`, started as a
+// kernel, keeps one SHELL (e.g. /bin/sh) whose working directory,
+// variables and functions carry over from cell to cell.
+const ShellKernel = "stockade-kernel-shell"
+
 // Kernel is a long-lived interpreter process owned by the guest, named by
 // the id of the request that started it. Its processes stay between cells
 // and execs until Stop. Its methods are safe for concurrent use.

@@ -271,6 +271,9 @@ type CellResult struct {
 	Status string       `json:"status"`
 	Error  *CellFailure `json:"error,omitempty"`
 	Value  *Display     `json:"value,omitempty"`
+	// ExitCode is the exit status of the cell's last command, for kernels
+	// whose cells have one (the shell's); nil for the others.
+	ExitCode *int `json:"exit_code,omitempty"`
 }
 
 // CellFailure is the exception a cell raised.
@@ -293,6 +296,9 @@ func (r *CellResult) Validate() error {
 		}
 	default:
 		return fmt.Errorf("cell status %.32q unknown: %w", r.Status, ErrProtocol)
+	}
+	if r.ExitCode != nil && (*r.ExitCode < 0 || *r.ExitCode > 255) {
+		return fmt.Errorf("cell exit code %d out of range: %w", *r.ExitCode, ErrProtocol)
 	}
 	if e := r.Error; e != nil && (len(e.Name) > maxFailureText || len(e.Value) > maxFailureText || len(e.Traceback) > maxFailureText) {
 		return fmt.Errorf("cell exception longer than %d bytes: %w", maxFailureText, ErrProtocol)

@@ -212,6 +212,9 @@ func TestRepliesValidate(t *testing.T) {
 		{"cell status unknown", &CellResult{Status: "maybe"}, false},
 		{"cell traceback too long", &CellResult{Status: CellError, Error: &CellFailure{Traceback: strings.Repeat("x", maxFailureText+1)}}, false},
 		{"cell bad value", &CellResult{Status: CellOK, Value: &Display{MimeType: "x"}}, false},
+		{"cell exit code", &CellResult{Status: CellError, Error: &CellFailure{Name: "ExitStatus"}, ExitCode: ptr(255)}, true},
+		{"cell exit code negative", &CellResult{Status: CellOK, ExitCode: ptr(-1)}, false},
+		{"cell exit code out of range", &CellResult{Status: CellOK, ExitCode: ptr(256)}, false},
 		{"kernel exit", &KernelExit{ExitCode: 0}, true},
 		{"kernel exit signal", &KernelExit{ExitCode: -1, Signal: 9}, true},
 		{"kernel exit out of range", &KernelExit{ExitCode: 300}, false},
@@ -351,3 +354,5 @@ func TestHelloRoundTrip(t *testing.T) {
 		t.Errorf("accept of version 1: got %v, want ErrProtocol", err)
 	}
 }
+
+func ptr[T any](v T) *T { return &v }

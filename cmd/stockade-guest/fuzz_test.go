@@ -120,7 +120,7 @@ func FuzzKernelWire(f *testing.F) {
 					t.Fatal(err)
 				}
 			}
-			res := guest.CellResult{Status: ev.Status, Error: ev.Error, Value: ev.Value}
+			res := guest.CellResult{Status: ev.Status, Error: ev.Error, Value: ev.Value, ExitCode: ev.ExitCode}
 			if res.Validate() == nil {
 				b, _ := json.Marshal(res)
 				var back guest.CellResult

@@ -32,14 +32,16 @@ import (
 //     {"type":"cell","cell":N,"code":...,"stdin":...} it may send
 //     {"type":"display","cell":N,"mime_type":...,"data":<base64>} and then
 //     sends one {"type":"result","cell":N,"status":"ok"|"error",
-//     "error":{"name","value","traceback"},"value":{"mime_type","data"}};
+//     "error":{"name","value","traceback"},"value":{"mime_type","data"},
+//     "exit_code":N} (exit_code for kernels whose cells have one);
 //   - on a result the guest first forwards what is already in the output
 //     pipes, so that output written before the result belongs to the cell;
 //   - SIGINT interrupts the running cell (the kernel decides what that
 //     means; the test kernel ends the cell with a KeyboardInterrupt error).
 //
-// The test kernel (testkernel.go) speaks it; the python, node and shell
-// kernels of issue 15 will too.
+// The test kernel (testkernel.go) and the shell kernel (shellkernel.go),
+// modes of this binary, speak it; so do the python and node kernels of
+// package kernel.
 
 // kernelWrapper is argv[0] of the kernel wrapper mode.
 const kernelWrapper = "stockade-kernel-wrapper"
@@ -65,6 +67,7 @@ type wireEvent struct {
 	Status   string             `json:"status,omitempty"`
 	Error    *guest.CellFailure `json:"error,omitempty"`
 	Value    *guest.Display     `json:"value,omitempty"`
+	ExitCode *int               `json:"exit_code,omitempty"`
 }
 
 // wrapKernel is the kernel wrapper: it makes itself a subreaper, a flag
@@ -310,7 +313,7 @@ func (k *kernel) event(ev *wireEvent) {
 		}
 		k.cell = nil
 		k.mu.Unlock()
-		res := guest.CellResult{Status: ev.Status, Error: ev.Error, Value: ev.Value}
+		res := guest.CellResult{Status: ev.Status, Error: ev.Error, Value: ev.Value, ExitCode: ev.ExitCode}
 		if err := res.Validate(); err != nil {
 			k.a.replyError(c.id, guest.ErrorInvalid, fmt.Sprintf("the kernel's result: %v", err))
 			return

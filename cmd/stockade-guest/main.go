@@ -12,9 +12,10 @@
 // everything and exit 0; a frame it cannot parse (its framing, not its
 // JSON) makes it report a FrameError with id 0 and exit 1.
 //
-// The same binary has two more modes, chosen by its arguments: the kernel
-// wrapper (argv[0] kernelWrapper, see kernel.go) and the test kernel
-// (argv[1] testKernelMode, see testkernel.go).
+// The same binary has more modes, chosen by its arguments: the kernel
+// wrapper (argv[0] kernelWrapper, see kernel.go), the shell kernel (argv[1]
+// guest.ShellKernel, see shellkernel.go) and the test kernel (argv[1]
+// testKernelMode, see testkernel.go).
 //
 // It must be built static, and is small when stripped:
 //
@@ -42,6 +43,8 @@ func main() {
 		wrapKernel()
 	case len(os.Args) > 1 && os.Args[1] == testKernelMode:
 		testKernel()
+	case len(os.Args) > 1 && os.Args[1] == guest.ShellKernel:
+		shellKernel()
 	case len(os.Args) > 1 && os.Args[1] == testDaemonMode:
 		testDaemon()
 	}
