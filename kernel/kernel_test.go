@@ -283,6 +283,17 @@ func TestNode(t *testing.T) {
 				{name: "syntax error", code: "let = ;", err: "SyntaxError", exitCode: -1, check: wantTraceback([]string{"cell-"}, []string{"node:inspector"})},
 				{name: "interrupt", code: "console.log('spinning'); while (true) {}", interrupt: true, err: "KeyboardInterrupt", stdout: "spinning\n", exitCode: -1},
 				{name: "output after an interrupt", code: "console.log('after'); n", value: "1", stdout: "after\n", exitCode: -1},
+				// An interrupt that ends a write of the cell's output half
+				// way must not hold back the output of the next cells.
+				{name: "output after interrupts of writes", code: "console.log('after'); n", value: "1", stdout: "after\n", exitCode: -1,
+					before: func(t *testing.T, _ *guest.Client) {
+						for range 20 {
+							out := runCell(t, k, "while (true) { console.log('spinning') }", "", true)
+							if r := out.Result; r.Error == nil || r.Error.Name != "KeyboardInterrupt" {
+								t.Fatalf("got %+v, want a KeyboardInterrupt", r)
+							}
+						}
+					}},
 				// The cell prints once it waits (see node.js on an interrupt
 				// as the synchronous part ends).
 				{name: "interrupt of an await", code: "await new Promise(r => setTimeout(r, 0)); console.log('waiting'); await new Promise(() => {})",
