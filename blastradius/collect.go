@@ -111,7 +111,7 @@ func collect(ctx context.Context, open opener, env []string, rec sandbox.Limits)
 	run := func(timeout time.Duration, args ...string) (*sandbox.Result, error) {
 		ctx, cancel := context.WithTimeout(ctx, timeout+time.Minute)
 		defer cancel()
-		res, err := sb.Exec(ctx, probeexec.Request(sandbox.ExecRequest{Env: env, Timeout: timeout}, args...))
+		res, err := sandbox.Run(ctx, sb, probeexec.Request(sandbox.ExecRequest{Env: env, Timeout: timeout}, args...))
 		if err != nil {
 			return nil, fmt.Errorf("running the probe (%s): %w", args[0], err)
 		}

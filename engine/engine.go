@@ -358,7 +358,7 @@ func (e *Engine) Run(ctx context.Context, req Request) (*Result, error) {
 			return nil, fmt.Errorf("recording the start: %w", err)
 		}
 	}
-	res, err := sb.Exec(ctx, sandbox.ExecRequest{
+	res, err := sandbox.Run(ctx, sb, sandbox.ExecRequest{
 		File:     sandbox.File{Name: sb.Runtime.FileName, Data: req.Code},
 		Argv:     sb.Runtime.Interpreter,
 		Env:      ProgramEnv(),

@@ -2,7 +2,9 @@ package engine
 
 import (
 	"context"
+	"io"
 	"sync"
+	"syscall"
 
 	"github.com/stockade-sh/stockade/sandbox"
 )
@@ -51,7 +53,16 @@ type fakeSandbox struct {
 
 func (fakeSandbox) ID() string { return "fake" }
 
-func (s fakeSandbox) Exec(ctx context.Context, req sandbox.ExecRequest) (*sandbox.Result, error) {
+func (s fakeSandbox) Start(ctx context.Context, req sandbox.ExecRequest) (sandbox.Exec, error) {
+	ex := &fakeExec{done: make(chan struct{})}
+	go func() {
+		ex.res, ex.err = s.run(ctx, req)
+		close(ex.done)
+	}()
+	return ex, nil
+}
+
+func (s fakeSandbox) run(ctx context.Context, req sandbox.ExecRequest) (*sandbox.Result, error) {
 	if s.echo && req.OnOutput != nil {
 		req.OnOutput(sandbox.Stdout, req.File.Data)
 	}
@@ -64,6 +75,26 @@ func (s fakeSandbox) Exec(ctx context.Context, req sandbox.ExecRequest) (*sandbo
 	}
 	return &sandbox.Result{Status: sandbox.StatusSucceeded, Stdout: req.File.Data}, nil
 }
+
+// fakeExec is a fakeSandbox's program: it ends when run returns.
+type fakeExec struct {
+	done chan struct{}
+	res  *sandbox.Result
+	err  error
+}
+
+func (e *fakeExec) Wait(ctx context.Context) (*sandbox.Result, error) {
+	select {
+	case <-e.done:
+		return e.res, e.err
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+func (*fakeExec) Signal(syscall.Signal) error { return nil }
+func (*fakeExec) Cancel() error               { return nil }
+func (*fakeExec) Stdin() io.WriteCloser       { return nil }
 
 func (s fakeSandbox) Destroy(context.Context) error {
 	if s.holdDestroy != nil {

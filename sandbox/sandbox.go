@@ -8,14 +8,24 @@
 //	sb, err := drv.Create(ctx, sandbox.Spec{Image: img})
 //	if err != nil { ... }
 //	defer sb.Destroy(context.WithoutCancel(ctx))
-//	res, err := sb.Exec(ctx, sandbox.ExecRequest{File: f, Argv: argv})
+//	res, err := sandbox.Run(ctx, sb, sandbox.ExecRequest{File: f, Argv: argv})
+//
+// Run is Start and Wait in one call; Start returns the Exec's handle, to
+// signal or cancel the program or stream its stdin while it runs.
 //
 // A process that fails (non-zero exit, signal, OOM kill, timeout) is reported
 // in the Result; an error means the driver could not do its job.
+//
+// What a driver can do beyond that it says twice, and the two agree (the
+// conformance suite checks it): as flags of its Capabilities, and as the
+// small interfaces of abilities.go that its driver or sandbox values
+// implement, found by type assertion.
 package sandbox
 
 import (
 	"context"
+	"io"
+	"syscall"
 	"time"
 )
 
@@ -170,10 +180,13 @@ type ExecRequest struct {
 	Env []string
 	// Stdin is fed to the program, then closed. Nil means empty input.
 	Stdin []byte
-	// Timeout bounds this Exec's wall clock; zero means the sandbox's limit.
-	// On expiry the program and every process it started are killed and
-	// the output so far returned; the sandbox is killed too only when its
-	// guest does not end the program within a grace period.
+	// StdinStream makes the program's stdin the Exec's Stdin writer
+	// instead; Stdin must then be nil.
+	StdinStream bool
+	// Timeout bounds this Exec's wall clock from Start; zero means the
+	// sandbox's limit. On expiry the program and every process it started
+	// are killed and the output so far returned; the sandbox is killed too
+	// only when its guest does not end the program within a grace period.
 	Timeout time.Duration
 	// OnOutput, if set, receives each chunk of output as it arrives, up to
 	// the output cap. It is called from one goroutine at a time and must not
@@ -228,17 +241,56 @@ type Driver interface {
 // destroyed.
 type Sandbox interface {
 	ID() string
-	// Exec runs one program to completion. Calls are serialised: one Exec at
-	// a time per sandbox. A timeout or a cancelled ctx ends the program and
-	// every process it started, not the sandbox, unless the sandbox does
-	// not comply within a grace period: then it is killed. A sandbox that
-	// was killed or died cannot Exec again (ErrFailedPrecondition).
-	Exec(ctx context.Context, req ExecRequest) (*Result, error)
+	// Start starts one program and returns its handle without waiting for
+	// its end. One Exec runs at a time per sandbox: Start while another
+	// has not ended fails with ErrConflict. ctx bounds the program, as
+	// exec.CommandContext's does: when it ends (or req.Timeout passes),
+	// the program and every process it started are ended, not the
+	// sandbox, unless the sandbox does not comply within a grace period:
+	// then it is killed. A sandbox that was killed or died cannot Start
+	// again (ErrFailedPrecondition).
+	Start(ctx context.Context, req ExecRequest) (Exec, error)
 	// Destroy kills every process of the sandbox and removes all its state
 	// (runtime state, cgroups, bundle). It is idempotent: destroying a
 	// sandbox that is already gone succeeds. An error names what is left;
 	// calling Destroy again tries again.
 	Destroy(ctx context.Context) error
+}
+
+// Exec is one program started in a sandbox. Its methods are safe for
+// concurrent use.
+type Exec interface {
+	// Wait waits for the program's end and returns its Result; every call
+	// returns the same. When the ctx given to Start ended first, the
+	// program was ended and Wait returns an error wrapping that ctx's
+	// error. When Wait's own ctx ends first, it returns that ctx's error
+	// and the program goes on.
+	Wait(ctx context.Context) (*Result, error)
+	// Signal sends sig to the program's process group. A program that has
+	// ended is no error.
+	Signal(sig syscall.Signal) error
+	// Cancel ends the program and every process it started, as a timeout
+	// does, and leaves the sandbox serving: Wait then returns the Result
+	// (StatusKilled, unless the program ended first). A guest that does
+	// not comply within a grace period is killed with the sandbox.
+	Cancel() error
+	// Stdin is the program's standard input when the request set
+	// StdinStream, nil otherwise. Writes block while the program does not
+	// read; Close ends the input. Writes after the program ended fail.
+	Stdin() io.WriteCloser
+}
+
+// Run starts req in sb and waits for its end: the one-call form of Start
+// and Wait. ctx bounds the program (see Sandbox.Start); when it ends, Run
+// returns once the program is gone.
+func Run(ctx context.Context, sb Sandbox, req ExecRequest) (*Result, error) {
+	ex, err := sb.Start(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	// The program ends with ctx, within the driver's grace periods; Run
+	// waits for that rather than leave its clean-up running.
+	return ex.Wait(context.WithoutCancel(ctx))
 }
 
 // HealthChecker is implemented by drivers that can tell whether their

@@ -2,7 +2,10 @@ package main
 
 import (
 	"context"
+	"io"
+	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/stockade-sh/stockade/sandbox"
@@ -32,19 +35,27 @@ type fakeSandbox struct{ out []byte }
 
 func (fakeSandbox) ID() string { return "fake" }
 
-func (s fakeSandbox) Exec(_ context.Context, req sandbox.ExecRequest) (*sandbox.Result, error) {
+func (s fakeSandbox) Start(_ context.Context, req sandbox.ExecRequest) (sandbox.Exec, error) {
 	// The capability layer streams output to subscribers; feed it as a
 	// real driver would.
 	if req.OnOutput != nil {
 		req.OnOutput(sandbox.Stdout, s.out)
 	}
-	return &sandbox.Result{Status: sandbox.StatusSucceeded, Stdout: s.out}, nil
+	return doneExec{&sandbox.Result{Status: sandbox.StatusSucceeded, Stdout: s.out}}, nil
 }
+
+// doneExec is a program that has ended with res.
+type doneExec struct{ res *sandbox.Result }
+
+func (e doneExec) Wait(context.Context) (*sandbox.Result, error) { return e.res, nil }
+func (doneExec) Signal(syscall.Signal) error                     { return nil }
+func (doneExec) Cancel() error                                   { return nil }
+func (doneExec) Stdin() io.WriteCloser                           { return nil }
 
 func (fakeSandbox) Destroy(context.Context) error { return nil }
 
 // timedDriver wraps a driver and adds up the time spent in its calls
-// (Create, and the sandbox's Exec and Destroy), so that the rest of an
+// (Create, and the sandbox's Exec, from Start to its end, and Destroy), so that the rest of an
 // invocation's time can be told apart from the sandbox's. The sum is only
 // meaningful while one invocation runs at a time.
 type timedDriver struct {
@@ -93,9 +104,31 @@ type timedSandbox struct {
 	d *timedDriver
 }
 
-func (s *timedSandbox) Exec(ctx context.Context, req sandbox.ExecRequest) (*sandbox.Result, error) {
-	defer s.d.since(time.Now())
-	return s.Sandbox.Exec(ctx, req)
+func (s *timedSandbox) Start(ctx context.Context, req sandbox.ExecRequest) (sandbox.Exec, error) {
+	start := time.Now()
+	ex, err := s.Sandbox.Start(ctx, req)
+	if err != nil {
+		s.d.since(start)
+		return nil, err
+	}
+	return &timedExec{Exec: ex, d: s.d, start: start}, nil
+}
+
+// timedExec counts the time from Start to the first Wait that returns the
+// program's end.
+type timedExec struct {
+	sandbox.Exec
+	d     *timedDriver
+	start time.Time
+	once  sync.Once
+}
+
+func (e *timedExec) Wait(ctx context.Context) (*sandbox.Result, error) {
+	res, err := e.Exec.Wait(ctx)
+	if ctx.Err() == nil {
+		e.once.Do(func() { e.d.since(e.start) })
+	}
+	return res, err
 }
 
 func (s *timedSandbox) Destroy(ctx context.Context) error {

@@ -30,7 +30,7 @@ func BenchmarkOneShot(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		res, err := sb.Exec(ctx, sandbox.ExecRequest{
+		res, err := sandbox.Run(ctx, sb, sandbox.ExecRequest{
 			File: sandbox.File{Name: "main.py", Data: []byte("print(1)")},
 			Argv: []string{"/usr/bin/python3", "{file}"},
 		})

@@ -130,7 +130,7 @@ func TestSessionAndPython(t *testing.T) {
 		}
 	}()
 	for i, code := range []string{"print(6*7)", "import sys; print('err', file=sys.stderr); sys.exit(4)"} {
-		res, err := sb.Exec(ctx, sandbox.ExecRequest{
+		res, err := sandbox.Run(ctx, sb, sandbox.ExecRequest{
 			File: sandbox.File{Name: "main.py", Data: []byte(code)},
 			Argv: []string{"/usr/bin/python3", "{file}"},
 		})
@@ -214,7 +214,7 @@ func TestDataMount(t *testing.T) {
 		t.Fatalf("Create: %v", err)
 	}
 	defer sb.Destroy(context.WithoutCancel(ctx))
-	res, err := sb.Exec(ctx, sandbox.ExecRequest{
+	res, err := sandbox.Run(ctx, sb, sandbox.ExecRequest{
 		File: sandbox.File{Name: "main.sh", Data: []byte("/bin/busybox cat /data/data.txt; /bin/busybox touch /data/new 2>/dev/null && echo writable || echo read-only; " +
 			"/bin/busybox touch /data/sub/new 2>/dev/null && echo sub writable || echo sub read-only")},
 		Argv: []string{"/bin/busybox", "sh", "{file}"},
@@ -243,7 +243,7 @@ func TestTimedOutRunIsMeasured(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer sb.Destroy(t.Context())
-	res, err := sb.Exec(t.Context(), sandbox.ExecRequest{File: sandbox.File{Name: "main.sh", Data: []byte("while :; do :; done")},
+	res, err := sandbox.Run(t.Context(), sb, sandbox.ExecRequest{File: sandbox.File{Name: "main.sh", Data: []byte("while :; do :; done")},
 		Argv: []string{"/bin/busybox", "sh", "{file}"}, Timeout: 2 * time.Second})
 	if err != nil {
 		t.Fatal(err)

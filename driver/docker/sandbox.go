@@ -104,11 +104,11 @@ func (s *sbx) kill(ctx context.Context) {
 	_, _ = s.d.cli.ContainerKill(ctx, s.cid, client.ContainerKillOptions{Signal: "KILL"})
 }
 
-// Exec sends one program to the guest and collects its output and exit.
-// Killing the container ends the attach stream, which ends an Exec in
+// Start sends one program to the guest; its handle collects its output and
+// exit. Killing the container ends the attach stream, which ends an Exec in
 // flight with everything read so far.
-func (s *sbx) Exec(ctx context.Context, req sandbox.ExecRequest) (*sandbox.Result, error) {
-	return s.guest.Exec(ctx, req)
+func (s *sbx) Start(ctx context.Context, req sandbox.ExecRequest) (sandbox.Exec, error) {
+	return s.guest.Start(ctx, req)
 }
 
 // diedOfOOM waits (briefly) for the container to stop and reports whether

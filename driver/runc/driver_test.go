@@ -93,7 +93,7 @@ func TestUserNamespace(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer sb.Destroy(ctx)
-		res, err := sb.Exec(ctx, sandbox.ExecRequest{File: sandbox.File{Name: "main.sh", Data: []byte("id -u; cat /proc/self/uid_map /proc/self/gid_map")},
+		res, err := sandbox.Run(ctx, sb, sandbox.ExecRequest{File: sandbox.File{Name: "main.sh", Data: []byte("id -u; cat /proc/self/uid_map /proc/self/gid_map")},
 			Argv: []string{"/bin/busybox", "sh", "{file}"}, Env: []string{"PATH=/bin"}, Timeout: 10 * time.Second})
 		if err != nil || res.ExitCode != 0 {
 			t.Fatalf("exec: %v %+v", err, res)

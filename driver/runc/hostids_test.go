@@ -57,7 +57,7 @@ func crashingProcess(v string) {
 // hostUIDOf is the host uid that root of sb's user namespace is mapped to,
 // as the sandbox sees it; 0 when it cannot be read.
 func hostUIDOf(sb sandbox.Sandbox) uint32 {
-	res, err := sb.Exec(context0(), sandbox.ExecRequest{File: sandbox.File{Name: "main.sh", Data: []byte("cat /proc/self/uid_map")},
+	res, err := sandbox.Run(context0(), sb, sandbox.ExecRequest{File: sandbox.File{Name: "main.sh", Data: []byte("cat /proc/self/uid_map")},
 		Argv: []string{"/bin/busybox", "sh", "{file}"}, Env: []string{"PATH=/bin"}, Timeout: 10 * time.Second})
 	if err != nil || res.ExitCode != 0 {
 		return 0

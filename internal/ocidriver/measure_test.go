@@ -30,7 +30,7 @@ func pythonSandbox(t *testing.T, build func(testing.TB, string, string) (*ocidri
 // python runs code with the python image's interpreter in sb.
 func python(t *testing.T, sb sandbox.Sandbox, code string, timeout time.Duration) *sandbox.Result {
 	t.Helper()
-	res, err := sb.Exec(t.Context(), sandbox.ExecRequest{File: sandbox.File{Name: "main.py", Data: []byte(code)},
+	res, err := sandbox.Run(t.Context(), sb, sandbox.ExecRequest{File: sandbox.File{Name: "main.py", Data: []byte(code)},
 		Argv: []string{"/usr/bin/python3", "{file}"}, Timeout: timeout})
 	if err != nil {
 		t.Fatalf("Exec: %v", err)

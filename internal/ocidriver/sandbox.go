@@ -124,9 +124,10 @@ func (s *sbx) kill(ctx context.Context) {
 // kernels) until contract v2 does; the guest's tests use it.
 func (s *sbx) GuestClient() *guest.Client { return s.guest.Client() }
 
-// Exec sends one program to the guest and collects its output and exit.
-func (s *sbx) Exec(ctx context.Context, req sandbox.ExecRequest) (*sandbox.Result, error) {
-	return s.guest.Exec(ctx, req)
+// Start sends one program to the guest; its handle collects its output and
+// exit.
+func (s *sbx) Start(ctx context.Context, req sandbox.ExecRequest) (sandbox.Exec, error) {
+	return s.guest.Start(ctx, req)
 }
 
 // Destroy ends the sandbox and removes its runtime state, cgroups and

@@ -12,7 +12,7 @@
 //	gz, err := probeexec.Compress(bin)
 //	u, _ := probeexec.UnpackerFor("shell")
 //	if err := probeexec.Install(ctx, sb, gz, u); err != nil { ... }
-//	res, err := sb.Exec(ctx, probeexec.Request(sandbox.ExecRequest{}, "caps"))
+//	res, err := sandbox.Run(ctx, sb, probeexec.Request(sandbox.ExecRequest{}, "caps"))
 //	var report map[string]any
 //	err = probeexec.Decode(res, &report)
 package probeexec
@@ -106,7 +106,7 @@ func Runtimes() []string {
 // that later Execs made with Request run the probe directly. sb's driver
 // must support sessions.
 func Install(ctx context.Context, sb sandbox.Sandbox, gz []byte, u Unpacker) error {
-	res, err := sb.Exec(ctx, sandbox.ExecRequest{
+	res, err := sandbox.Run(ctx, sb, sandbox.ExecRequest{
 		File: sandbox.File{Name: "probe.gz", Data: gz},
 		Argv: u.Argv,
 	})

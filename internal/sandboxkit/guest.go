@@ -2,18 +2,18 @@
 // run the Stockade guest agent as PID 1, whatever starts them (an OCI
 // runtime CLI in internal/ocidriver, a Docker Engine in driver/docker): the
 // host's end of the guest protocol (the greeting, one Exec at a time and how
-// its result is classified), the sandbox's memory cgroup counters, sandbox
-// IDs, and the host traces a driver's Leftovers looks for.
+// its result is classified), the sandbox's memory cgroup counters, and the
+// host traces a driver's Leftovers looks for.
 //
 // A driver fills a Guest once it holds the guest's stdin and stdout, waits
-// for the greeting, and then forwards its sandbox's Exec to the Guest:
+// for the greeting, and then forwards its sandbox's Start to the Guest:
 //
 //	s.guest = sandboxkit.Guest{Sandbox: id, Limits: limits, In: stdin, Frames: bufio.NewReader(stdout), Kill: s.kill}
 //	if err := s.guest.AwaitReady(ctx, 30*time.Second); err != nil {
 //		s.guest.MarkGone()
 //		return sandboxkit.StartError("runc", err, stderr.String())
 //	}
-//	res, err := s.guest.Exec(ctx, req)
+//	ex, err := s.guest.Start(ctx, req)
 package sandboxkit
 
 import (
@@ -33,8 +33,8 @@ import (
 )
 
 // Guest is the host's end of one guest agent. The driver sets the exported
-// fields before the first AwaitReady or Exec and does not change them
-// afterwards. Guest is safe for concurrent use (Exec calls are serialised)
+// fields before the first AwaitReady or Start and does not change them
+// afterwards. Guest is safe for concurrent use (one Exec runs at a time)
 // and must not be copied after first use.
 type Guest struct {
 	// Sandbox is the sandbox's ID, for errors.
@@ -64,9 +64,10 @@ type Guest struct {
 	// from the container's state). It may wait briefly.
 	DiedOfOOM func(ctx context.Context) bool
 
-	mu     sync.Mutex                   // serialises Exec
-	dead   bool                         // the guest can no longer run programs
-	client atomic.Pointer[guest.Client] // set by AwaitReady
+	mu      sync.Mutex                   // guards dead and running
+	dead    bool                         // the guest can no longer run programs
+	running *execHandle                  // the Exec that has not ended, nil if none
+	client  atomic.Pointer[guest.Client] // set by AwaitReady
 }
 
 // AwaitReady waits at most timeout for the guest's hello and agrees on a
@@ -127,16 +128,20 @@ func StartError(runtime string, err error, stderr string) error {
 }
 
 // MarkGone records that the guest can no longer run programs: every later
-// Exec fails with ErrFailedPrecondition. It waits for an Exec in flight to
+// Start fails with ErrFailedPrecondition. It waits for an Exec in flight to
 // return, so that none of that Exec's clean-up (a kill) outlives the
 // caller; the caller must first end the guest's stream so that it returns.
 func (g *Guest) MarkGone() {
 	g.mu.Lock()
 	g.dead = true
+	h := g.running
 	g.mu.Unlock()
+	if h != nil {
+		<-h.done
+	}
 }
 
-// killGrace is how long Exec waits for the guest's stream to end once it
+// killGrace is how long an Exec waits for the guest's stream to end once it
 // has killed the sandbox, and cancelGrace how long a guest has to end an
 // exec it was asked to cancel before the sandbox is killed (tests shorten
 // both).
@@ -152,14 +157,14 @@ type outcome struct {
 	err    error
 }
 
-// Exec sends one program to the guest and collects its output and exit, as
-// sandbox.Sandbox's Exec. A program that fails, is killed, OOM-killed or
-// times out is a Result. After a timeout or a cancelled ctx the guest is
-// asked to cancel the exec (it kills the exec's processes): when it
-// reports the end within cancelGrace the sandbox serves the next Exec,
+// Start sends one program to the guest and returns its handle, as
+// sandbox.Sandbox's Start. A program that fails, is killed, OOM-killed or
+// times out is a Result. After a timeout, a cancelled ctx or Cancel the
+// guest is asked to cancel the exec (it kills the exec's processes): when
+// it reports the end within cancelGrace the sandbox serves the next Exec,
 // otherwise it is killed. After a guest that died or broke the protocol the
 // sandbox is killed. A killed sandbox's Guest is gone.
-func (g *Guest) Exec(ctx context.Context, req sandbox.ExecRequest) (*sandbox.Result, error) {
+func (g *Guest) Start(ctx context.Context, req sandbox.ExecRequest) (sandbox.Exec, error) {
 	if err := checkExec(req); err != nil {
 		return nil, err
 	}
@@ -167,6 +172,13 @@ func (g *Guest) Exec(ctx context.Context, req sandbox.ExecRequest) (*sandbox.Res
 	defer g.mu.Unlock()
 	if g.dead {
 		return nil, fmt.Errorf("sandbox %s is no longer running: %w", g.Sandbox, errdefs.ErrFailedPrecondition)
+	}
+	if g.running != nil {
+		return nil, fmt.Errorf("sandbox %s runs another program; one runs at a time: %w", g.Sandbox, errdefs.ErrConflict)
+	}
+	c := g.client.Load()
+	if c == nil {
+		return nil, fmt.Errorf("sandbox %s: the guest is not ready: %w", g.Sandbox, errdefs.ErrFailedPrecondition)
 	}
 	// The sandbox's limit is also the ceiling of one Exec's.
 	timeout := req.Timeout
@@ -177,18 +189,116 @@ func (g *Guest) Exec(ctx context.Context, req sandbox.ExecRequest) (*sandbox.Res
 	if mode == 0 {
 		mode = 0o644
 	}
-	oomBefore, cpuBefore := g.Cgroup.OOMKills(), g.Cgroup.CPUUsage()
+	h := &execHandle{g: g, req: req, cancel: make(chan struct{}), done: make(chan struct{})}
+	h.oomBefore, h.cpuBefore = g.Cgroup.OOMKills(), g.Cgroup.CPUUsage()
 	g.Cgroup.ResetPeak()
-	start := time.Now()
-	timer := time.NewTimer(timeout)
-	defer timer.Stop()
-	res := &sandbox.Result{ExitCode: -1}
-	o, err := g.run(ctx, timer.C, req, mode, res, cpuBefore)
-	if err != nil {
-		return nil, err
+	h.start = time.Now()
+	var onOutput func(guest.Stream, []byte)
+	if req.OnOutput != nil {
+		onOutput = func(s guest.Stream, p []byte) {
+			st := sandbox.Stdout
+			if s == guest.Stderr {
+				st = sandbox.Stderr
+			}
+			req.OnOutput(st, p)
+		}
 	}
-	res.Duration = time.Since(start)
-	oomKilled := g.Cgroup.OOMKills() > oomBefore
+	// The request (up to a few MiB) is queued, not written, here: a guest
+	// that stops reading cannot hold the host past the timer and ctx.
+	ex, err := c.Exec(ctx, guest.ExecRequest{
+		File:        &guest.FileSpec{Path: "/tmp/" + req.File.Name, Data: req.File.Data, Mode: mode},
+		Argv:        req.Argv,
+		Env:         req.Env,
+		Stdin:       req.Stdin,
+		StdinStream: req.StdinStream,
+		OutputCap:   g.Limits.OutputCap + 1, // see guest.ExecRequest.OutputCap
+	}, guest.ExecOptions{OutputCap: g.Limits.OutputCap, OnOutput: onOutput})
+	if err != nil {
+		return nil, g.lost(ctx, err)
+	}
+	h.ex = ex
+	g.running = h
+	go h.supervise(ctx, time.NewTimer(timeout))
+	return h, nil
+}
+
+// execHandle is one Exec of a Guest: supervise follows it to its end and
+// leaves the outcome for Wait.
+type execHandle struct {
+	g   *Guest
+	req sandbox.ExecRequest
+	ex  *guest.Exec
+
+	start      time.Time
+	oomBefore  int64
+	cpuBefore  time.Duration
+	cancelOnce sync.Once
+	cancel     chan struct{} // closed by Cancel
+	done       chan struct{} // closed once res and err are set
+	res        *sandbox.Result
+	err        error
+}
+
+func (h *execHandle) Wait(ctx context.Context) (*sandbox.Result, error) {
+	select {
+	case <-h.done:
+		return h.res, h.err
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+func (h *execHandle) Signal(sig syscall.Signal) error {
+	select {
+	case <-h.done:
+		return nil
+	default:
+	}
+	if err := h.ex.Signal(sig); err != nil && !errors.Is(err, guest.ErrClosed) {
+		return err
+	}
+	return nil
+}
+
+func (h *execHandle) Cancel() error {
+	h.cancelOnce.Do(func() { close(h.cancel) })
+	return nil
+}
+
+func (h *execHandle) Stdin() io.WriteCloser {
+	if w := h.ex.Stdin(); w != nil {
+		return w
+	}
+	return nil
+}
+
+// supervise waits for the exec's end, its timer, its ctx or Cancel, and
+// records its outcome. It runs once per Exec, in a goroutine of its own.
+func (h *execHandle) supervise(ctx context.Context, timer *time.Timer) {
+	defer timer.Stop()
+	g := h.g
+	res := &sandbox.Result{ExitCode: -1}
+	o, err := h.run(ctx, timer.C, res)
+	if err == nil {
+		err = h.classify(ctx, o, res)
+	}
+	if err != nil {
+		res = nil
+	}
+	g.mu.Lock()
+	g.running = nil
+	g.mu.Unlock()
+	h.res, h.err = res, err
+	close(h.done)
+}
+
+// classify turns what the guest said into res, the program's Result, or
+// into Start's error for a program that could not be started. It kills the
+// sandbox where the guest can no longer be trusted with another Exec.
+func (h *execHandle) classify(ctx context.Context, o outcome, res *sandbox.Result) error {
+	g := h.g
+	res.Duration = time.Since(h.start)
+	oomKilled := g.Cgroup.OOMKills() > h.oomBefore
 
 	// The guest's numbers are bounded by what the sandbox could have
 	// used: its CPU share over the wall clock, with slack for rounding.
@@ -196,16 +306,16 @@ func (g *Guest) Exec(ctx context.Context, req sandbox.ExecRequest) (*sandbox.Res
 	switch {
 	case res.Status == sandbox.StatusTimedOut:
 		res.CPUTime = min(max(res.CPUTime, 0), maxCPU)
-		return res, nil
+		return nil
 	case o.failed != nil:
 		// Nothing ran; the sandbox is not trusted with another Exec.
-		g.dead = true
+		g.markDead()
 		g.Kill(ctx)
-		return nil, fmt.Errorf("starting %s in sandbox: %s: %w", req.Argv[0], OneLine(o.failed.Message), errdefs.ErrFailedPrecondition)
+		return fmt.Errorf("starting %s in sandbox: %s: %w", h.req.Argv[0], OneLine(o.failed.Message), errdefs.ErrFailedPrecondition)
 	case o.err != nil:
 		// The guest died or broke the protocol: nothing it says is
 		// trusted any more, and the sandbox cannot be reused.
-		g.dead = true
+		g.markDead()
 		g.Kill(ctx)
 		res.Status = sandbox.StatusKilled
 		if oomKilled || (g.DiedOfOOM != nil && g.DiedOfOOM(ctx)) {
@@ -226,47 +336,28 @@ func (g *Guest) Exec(ctx context.Context, req sandbox.ExecRequest) (*sandbox.Res
 			res.PeakMemory = p
 		}
 	}
-	return res, nil
+	return nil
 }
 
-// run sends the program and waits for its end, the timer or ctx, filling
-// res with the output kept. On the timer or ctx it cancels the exec and
-// gives the guest cancelGrace to end it, then kills the sandbox. It returns
-// what the guest said (on the timer with res.Status set to timed out), or
-// an error when ctx ended or the sandbox could not be killed. cpuBefore is
-// the cgroup's CPU usage when the Exec began.
-func (g *Guest) run(ctx context.Context, timer <-chan time.Time, req sandbox.ExecRequest, mode uint32, res *sandbox.Result, cpuBefore time.Duration) (outcome, error) {
-	c := g.client.Load()
-	if c == nil {
-		return outcome{}, fmt.Errorf("sandbox %s: the guest is not ready: %w", g.Sandbox, errdefs.ErrFailedPrecondition)
-	}
-	var onOutput func(guest.Stream, []byte)
-	if req.OnOutput != nil {
-		onOutput = func(s guest.Stream, p []byte) {
-			st := sandbox.Stdout
-			if s == guest.Stderr {
-				st = sandbox.Stderr
-			}
-			req.OnOutput(st, p)
-		}
-	}
-	// The request (up to a few MiB) is queued, not written, here: a guest
-	// that stops reading cannot hold the host past the timer and ctx.
-	ex, err := c.Exec(ctx, guest.ExecRequest{
-		File:      &guest.FileSpec{Path: "/tmp/" + req.File.Name, Data: req.File.Data, Mode: mode},
-		Argv:      req.Argv,
-		Env:       req.Env,
-		Stdin:     req.Stdin,
-		OutputCap: g.Limits.OutputCap + 1, // see guest.ExecRequest.OutputCap
-	}, guest.ExecOptions{OutputCap: g.Limits.OutputCap, OnOutput: onOutput})
-	if err != nil {
-		return outcome{}, g.lost(ctx, err)
-	}
+// markDead records that the guest can serve no more Execs.
+func (g *Guest) markDead() {
+	g.mu.Lock()
+	g.dead = true
+	g.mu.Unlock()
+}
+
+// run waits for the exec's end, the timer, ctx or Cancel, filling res
+// with the output kept. On the timer, ctx or Cancel it cancels the exec
+// and gives the guest cancelGrace to end it, then kills the sandbox. It
+// returns what the guest said (on the timer with res.Status set to timed
+// out), or an error when ctx ended or the sandbox could not be killed.
+func (h *execHandle) run(ctx context.Context, timer <-chan time.Time, res *sandbox.Result) (outcome, error) {
+	g, ex := h.g, h.ex
 	// end kills the sandbox: the guest's stream then ends, and with it the
 	// exec, with everything read so far. If the stream does not end (a
 	// kill that failed), only an error is returned; Destroy closes it.
 	end := func() error {
-		g.dead = true
+		g.markDead()
 		g.Kill(ctx)
 		select {
 		case <-ex.Done():
@@ -295,11 +386,15 @@ func (g *Guest) run(ctx context.Context, timer <-chan time.Time, req sandbox.Exe
 		// (after a kill the runtime may remove the cgroup). Under gVisor
 		// the cgroup also holds the Sentry, whose own CPU time and memory
 		// are counted with the program's.
-		res.CPUTime, res.PeakMemory = g.Cgroup.CPUUsage()-cpuBefore, g.Cgroup.Peak()
+		res.CPUTime, res.PeakMemory = g.Cgroup.CPUUsage()-h.cpuBefore, g.Cgroup.Peak()
 		if err := stop(); err != nil {
 			return outcome{}, err
 		}
 		timedOut = true
+	case <-h.cancel:
+		if err := stop(); err != nil {
+			return outcome{}, err
+		}
 	case <-ctx.Done():
 		if err := stop(); err != nil {
 			return outcome{}, err
@@ -326,7 +421,7 @@ func (g *Guest) run(ctx context.Context, timer <-chan time.Time, req sandbox.Exe
 }
 
 // lost handles a request that could not be queued: ctx's end, or a guest
-// that is gone. The sandbox is killed.
+// that is gone. The sandbox is killed. g.mu is held.
 func (g *Guest) lost(ctx context.Context, err error) error {
 	g.dead = true
 	g.Kill(ctx)
@@ -361,6 +456,8 @@ func checkExec(req sandbox.ExecRequest) error {
 		return fmt.Errorf("code is %d bytes, more than the limit of %d: %w", len(req.File.Data), sandbox.MaxCodeSize, errdefs.ErrInvalidArgument)
 	case len(req.Stdin) > sandbox.MaxCodeSize:
 		return fmt.Errorf("stdin is %d bytes, more than the limit of %d: %w", len(req.Stdin), sandbox.MaxCodeSize, errdefs.ErrInvalidArgument)
+	case req.StdinStream && req.Stdin != nil:
+		return fmt.Errorf("stdin is both given and streamed: %w", errdefs.ErrInvalidArgument)
 	case len(req.Argv) == 0 || !strings.HasPrefix(req.Argv[0], "/"):
 		return fmt.Errorf("argv must start with an absolute path: %w", errdefs.ErrInvalidArgument)
 	}

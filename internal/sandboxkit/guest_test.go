@@ -202,7 +202,7 @@ func TestGuestExec(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			f := newFakeGuest(t, limits, tt.answer)
-			res, err := f.g.Exec(t.Context(), tt.req)
+			res, err := execOn(t.Context(), f.g, tt.req)
 			if tt.wantErr != nil {
 				if !tt.wantErr(err) {
 					t.Fatalf("got error %v, want its class", err)
@@ -228,7 +228,7 @@ func TestGuestExec(t *testing.T) {
 					t.Errorf("the sandbox was not killed")
 				}
 			}
-			_, err = f.g.Exec(t.Context(), req)
+			_, err = execOn(t.Context(), f.g, req)
 			if gone := errdefs.IsFailedPrecondition(err); gone != tt.wantGone {
 				t.Errorf("next Exec: got %v, want gone %v", err, tt.wantGone)
 			}
@@ -243,7 +243,7 @@ func TestGuestExecRequest(t *testing.T) {
 		f.started()
 		f.exit(guest.ExitReport{})
 	})
-	if _, err := f.g.Exec(t.Context(), sandbox.ExecRequest{File: sandbox.File{Name: "x.py", Data: []byte("1")}, Argv: []string{"/usr/bin/python3", "{file}"}}); err != nil {
+	if _, err := execOn(t.Context(), f.g, sandbox.ExecRequest{File: sandbox.File{Name: "x.py", Data: []byte("1")}, Argv: []string{"/usr/bin/python3", "{file}"}}); err != nil {
 		t.Fatalf("Exec: %v", err)
 	}
 	r := <-got
@@ -252,20 +252,22 @@ func TestGuestExecRequest(t *testing.T) {
 	}
 }
 
-// TestGuestExecCancelled checks that a timeout or a cancelled ctx cancels
-// the exec: a guest that ends it within cancelGrace keeps its sandbox, one
-// that does not is killed.
+// TestGuestExecCancelled checks that a timeout, a cancelled ctx or Cancel
+// cancels the exec: a guest that ends it within cancelGrace keeps its
+// sandbox, one that does not is killed.
 func TestGuestExecCancelled(t *testing.T) {
 	a := sandbox.ExecRequest{File: sandbox.File{Name: "a"}, Argv: []string{"/a"}}
 	for _, tt := range []struct {
 		name     string
-		timeout  bool // the Exec's timeout, or else its ctx, ends it
+		end      string // what ends the exec: "timeout", "ctx" or "cancel"
 		complies bool
 	}{
-		{"ctx, guest complies", false, true},
-		{"ctx, guest ignores the cancel", false, false},
-		{"timeout, guest complies", true, true},
-		{"timeout, guest ignores the cancel", true, false},
+		{"ctx, guest complies", "ctx", true},
+		{"ctx, guest ignores the cancel", "ctx", false},
+		{"timeout, guest complies", "timeout", true},
+		{"timeout, guest ignores the cancel", "timeout", false},
+		{"Cancel, guest complies", "cancel", true},
+		{"Cancel, guest ignores the cancel", "cancel", false},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			second := false
@@ -283,21 +285,39 @@ func TestGuestExecCancelled(t *testing.T) {
 			}
 			f := newFakeGuest(t, sandbox.Limits{Timeout: time.Minute, OutputCap: 10}, answer, cancels...)
 			ctx, req := t.Context(), a
-			if tt.timeout {
+			switch tt.end {
+			case "timeout":
 				req.Timeout = 50 * time.Millisecond
-			} else {
+			case "ctx":
 				var cancel context.CancelFunc
 				ctx, cancel = context.WithTimeout(ctx, 50*time.Millisecond)
 				defer cancel()
 			}
-			res, err := f.g.Exec(ctx, req)
-			switch {
-			case tt.timeout && (err != nil || res.Status != sandbox.StatusTimedOut || string(res.Stdout) != "so"):
-				t.Errorf("got %+v, %v; want timed out with the output so far", res, err)
-			case !tt.timeout && !errors.Is(err, context.DeadlineExceeded):
-				t.Errorf("got %v, want the context's deadline", err)
+			ex, err := f.g.Start(ctx, req)
+			if err != nil {
+				t.Fatal(err)
 			}
-			res, err = f.g.Exec(t.Context(), a)
+			if tt.end == "cancel" {
+				if _, err := f.g.Start(t.Context(), a); !errdefs.IsConflict(err) {
+					t.Errorf("Start while an exec runs: got %v, want ErrConflict", err)
+				}
+				if err := ex.Cancel(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			res, err := ex.Wait(t.Context())
+			switch {
+			case tt.end == "timeout" && (err != nil || res.Status != sandbox.StatusTimedOut || string(res.Stdout) != "so"):
+				t.Errorf("got %+v, %v; want timed out with the output so far", res, err)
+			case tt.end == "ctx" && !errors.Is(err, context.DeadlineExceeded):
+				t.Errorf("got %v, want the context's deadline", err)
+			case tt.end == "cancel" && (err != nil || res.Status != sandbox.StatusKilled || string(res.Stdout) != "so"):
+				t.Errorf("got %+v, %v; want killed with the output so far", res, err)
+			}
+			if again, err2 := ex.Wait(t.Context()); again != res || err2 != err {
+				t.Errorf("a second Wait: got %v, %v; want the first's %v, %v", again, err2, res, err)
+			}
+			res, err = execOn(t.Context(), f.g, a)
 			if tt.complies {
 				if err != nil || res.Status != sandbox.StatusSucceeded {
 					t.Errorf("next Exec: got %+v, %v; want it to run", res, err)
@@ -355,7 +375,7 @@ func TestGuestExecGuestNotReading(t *testing.T) {
 		}
 		got := make(chan ret, 1)
 		go func() {
-			res, err := g.Exec(ctx, req)
+			res, err := execOn(ctx, g, req)
 			got <- ret{res, err}
 		}()
 		select {
@@ -386,7 +406,7 @@ func TestGuestExecKillFails(t *testing.T) {
 	g := unreadGuest(t, sandbox.Limits{Timeout: 50 * time.Millisecond, OutputCap: 1 << 20}, func(context.Context) {}, inW, outR, outW)
 	got := make(chan error, 1)
 	go func() {
-		_, err := g.Exec(t.Context(), sandbox.ExecRequest{File: sandbox.File{Name: "a"}, Argv: []string{"/a"}})
+		_, err := execOn(t.Context(), g, sandbox.ExecRequest{File: sandbox.File{Name: "a"}, Argv: []string{"/a"}})
 		got <- err
 	}()
 	select {
@@ -522,7 +542,7 @@ func TestGuestExecCgroupNumbers(t *testing.T) {
 				f.g.Cgroup = cg
 				r := req
 				r.Timeout = 100 * time.Millisecond
-				res, err := f.g.Exec(t.Context(), r)
+				res, err := execOn(t.Context(), f.g, r)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -537,7 +557,7 @@ func TestGuestExecCgroupNumbers(t *testing.T) {
 					fr.w.(*io.PipeWriter).Close()
 				})
 				f.g.Cgroup = cg
-				res, err := f.g.Exec(t.Context(), req)
+				res, err := execOn(t.Context(), f.g, req)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -547,4 +567,13 @@ func TestGuestExecCgroupNumbers(t *testing.T) {
 			})
 		})
 	}
+}
+
+// execOn runs req on g to its end, as sandbox.Run does on a sandbox.
+func execOn(ctx context.Context, g *Guest, req sandbox.ExecRequest) (*sandbox.Result, error) {
+	ex, err := g.Start(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	return ex.Wait(context.WithoutCancel(ctx))
 }

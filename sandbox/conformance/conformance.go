@@ -286,7 +286,7 @@ func (b *box) exec(ctx context.Context, req sandbox.ExecRequest, args ...string)
 	}
 	ctx, cancel := context.WithTimeout(ctx, limit+time.Minute)
 	defer cancel()
-	return b.sb.Exec(ctx, b.request(req, args...))
+	return sandbox.Run(ctx, b.sb, b.request(req, args...))
 }
 
 // run runs the probe with args and fails t if the driver returns an error.

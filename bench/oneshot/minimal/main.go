@@ -42,7 +42,7 @@ func run(guest, rootfs string) ([]byte, error) {
 		return nil, err
 	}
 	py := image.Runtimes["python"]
-	res, err := sb.Exec(ctx, sandbox.ExecRequest{
+	res, err := sandbox.Run(ctx, sb, sandbox.ExecRequest{
 		File:    sandbox.File{Name: py.FileName, Data: []byte("print(1)")},
 		Argv:    py.Interpreter,
 		Env:     []string{"PATH=/usr/bin:/bin"},
