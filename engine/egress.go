@@ -12,7 +12,6 @@ import (
 	"github.com/stockade-sh/stockade/egress"
 	"github.com/stockade-sh/stockade/errdefs"
 	"github.com/stockade-sh/stockade/internal/netns"
-	"github.com/stockade-sh/stockade/internal/sandboxkit"
 	"github.com/stockade-sh/stockade/sandbox"
 	"github.com/stockade-sh/stockade/tools"
 )
@@ -160,10 +159,7 @@ func (e *Engine) openEgress(ctx context.Context, tool tools.Tool, drv sandbox.Dr
 	if !slices.Contains(drv.Capabilities().NetworkModes, sandbox.NetworkEgress) {
 		return "", nil, fmt.Errorf("the %s driver cannot give a sandbox egress; run tool %q on the container or gvisor tier: %w", drv.Name(), tool.Name, errdefs.ErrFailedPrecondition)
 	}
-	id, err := sandboxkit.ID("")
-	if err != nil {
-		return "", nil, err
-	}
+	id := sandbox.NewID()
 	pol := egress.Policy{Sandbox: id, Tool: tool.Name}
 	if network {
 		if tool.Egress.None() {

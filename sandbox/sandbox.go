@@ -72,10 +72,27 @@ type Capabilities struct {
 	// none.
 	DefaultCPU   float64
 	NetworkModes []NetworkMode
-	// Sessions is true when Exec may be called more than once on one sandbox.
+	// Sessions is true when Start may be called more than once on one
+	// sandbox.
 	Sessions bool
-	// Snapshots is true when the driver implements Snapshotter.
-	Snapshots bool
+	// The abilities (abilities.go): each flag is true exactly when the
+	// driver implements the interface named beside it, or, for Files and
+	// Kernels, when every sandbox it creates does.
+	Health    bool // HealthChecker
+	Reap      bool // Reaper
+	Leftovers bool // Leftovers
+	Files     bool // Files, on each sandbox
+	Kernels   bool // Kernels, on each sandbox
+	Bind      bool // Binder
+	Reattach  bool // Reattacher
+	Snapshots bool // Snapshotter
+	// BindEgress is true when Bind can give an unbound sandbox its egress
+	// network (Binding.Egress); false when only CreateUnbound can.
+	BindEgress bool
+	// Lacks says, for each of the flags above (and BindEgress) that is
+	// false, why the driver cannot do it, keyed by the flag's name
+	// ("Snapshots"): the reason an operator reads where a tier refuses.
+	Lacks map[string]string
 	// UserNamespace is true when every sandbox has a user namespace of its
 	// own, with host ids no other live sandbox has (see FirstHostID). A
 	// network prepared for
@@ -113,6 +130,12 @@ type Spec struct {
 	// Labels are kept with the sandbox's runtime state so that orphans can
 	// be found after a crash. Nil means none.
 	Labels map[string]string
+	// Detached makes the sandbox independent of the process that created
+	// it: it goes on running when that process exits, and a Reattacher
+	// finds it again. False is the one-shot route, where the sandbox dies
+	// with its creator. A driver without Capabilities.Reattach refuses it
+	// (ErrInvalidArgument).
+	Detached bool
 }
 
 // EgressNet is the host-prepared network a NetworkEgress sandbox joins:
@@ -291,18 +314,4 @@ func Run(ctx context.Context, sb Sandbox, req ExecRequest) (*Result, error) {
 	// The program ends with ctx, within the driver's grace periods; Run
 	// waits for that rather than leave its clean-up running.
 	return ex.Wait(context.WithoutCancel(ctx))
-}
-
-// HealthChecker is implemented by drivers that can tell whether their
-// backend is usable right now.
-type HealthChecker interface {
-	Health(ctx context.Context) error
-}
-
-// Reaper is implemented by drivers that can find and destroy sandboxes left
-// behind by a crashed process (labelled by Spec.Labels).
-type Reaper interface {
-	// Reap destroys every sandbox of this driver whose labels contain all of
-	// match, and returns their IDs.
-	Reap(ctx context.Context, match map[string]string) ([]string, error)
 }

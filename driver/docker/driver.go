@@ -86,7 +86,11 @@ var (
 	_ sandbox.Driver        = (*Driver)(nil)
 	_ sandbox.HealthChecker = (*Driver)(nil)
 	_ sandbox.Reaper        = (*Driver)(nil)
+	_ sandbox.Leftovers     = (*Driver)(nil)
 )
+
+// notYet is the reason of the abilities this driver does not implement yet.
+const notYet = "not implemented by this driver yet"
 
 // New returns a docker driver for cfg. It does not contact the engine.
 func New(cfg Config) (*Driver, error) {
@@ -137,6 +141,12 @@ func Capabilities() sandbox.Capabilities {
 		DefaultCPU:   DefaultCPU,
 		NetworkModes: []sandbox.NetworkMode{sandbox.NetworkNone},
 		Sessions:     true,
+		Health:       true,
+		Reap:         true,
+		Leftovers:    true,
+		Lacks: map[string]string{
+			"Files": notYet, "Kernels": notYet, "Bind": notYet, "BindEgress": notYet, "Reattach": notYet, "Snapshots": notYet,
+		},
 	}
 }
 
@@ -198,7 +208,7 @@ func (d *Driver) engineError(doing string, err error) error {
 // creates the container, attaches to its stdio, starts it and waits for the
 // guest's greeting.
 func (d *Driver) Create(ctx context.Context, spec sandbox.Spec) (_ sandbox.Sandbox, err error) {
-	id, err := sandboxkit.ID(spec.ID)
+	id, err := sandbox.ResolveID(spec.ID)
 	if err != nil {
 		return nil, err
 	}

@@ -40,7 +40,7 @@ func engine(t testing.TB) *docker.Driver {
 func TestConformance(t *testing.T) {
 	d := engine(t)
 	img := testenv.Image(t, "shell")
-	conformance.Run(t, conformance.Harness{Driver: d, Image: img, Leftovers: d.Leftovers})
+	conformance.Run(t, conformance.Harness{Driver: d, Image: img})
 }
 
 func TestReap(t *testing.T) {

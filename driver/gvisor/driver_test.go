@@ -40,7 +40,7 @@ func newDriverIn(t *testing.T) (*ocidriver.Driver, string) {
 func TestConformance(t *testing.T) {
 	d, dir := newDriverIn(t)
 	conformance.Run(t, conformance.Harness{
-		Driver: d, Image: testenv.Image(t, "shell"), Leftovers: d.Leftovers,
+		Driver: d, Image: testenv.Image(t, "shell"),
 		Kernel: func(ctx context.Context, id string) (conformance.SandboxKernel, error) {
 			return sentry(ctx, filepath.Join(dir, "state"), id)
 		},

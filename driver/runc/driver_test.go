@@ -30,7 +30,7 @@ func newDriver(t *testing.T) *ocidriver.Driver {
 
 func TestConformance(t *testing.T) {
 	d := newDriver(t)
-	conformance.Run(t, conformance.Harness{Driver: d, Image: testenv.Image(t, "shell"), Leftovers: d.Leftovers})
+	conformance.Run(t, conformance.Harness{Driver: d, Image: testenv.Image(t, "shell")})
 }
 
 // TestDestroyRetries keeps a sandbox's cgroup busy with a host process: the

@@ -98,7 +98,11 @@ var (
 	_ sandbox.Driver        = (*Driver)(nil)
 	_ sandbox.HealthChecker = (*Driver)(nil)
 	_ sandbox.Reaper        = (*Driver)(nil)
+	_ sandbox.Leftovers     = (*Driver)(nil)
 )
+
+// notYet is the reason of the abilities this driver does not implement yet.
+const notYet = "not implemented by this driver yet"
 
 // New returns a driver for cfg. It does not check that the runtime is
 // installed; Health does, and Create fails clearly if it is not.
@@ -138,6 +142,12 @@ func (c Config) Capabilities() sandbox.Capabilities {
 		NetworkModes:  modes,
 		Sessions:      true,
 		UserNamespace: c.UserNamespace,
+		Health:        true,
+		Reap:          true,
+		Leftovers:     true,
+		Lacks: map[string]string{
+			"Files": notYet, "Kernels": notYet, "Bind": notYet, "BindEgress": notYet, "Reattach": notYet, "Snapshots": notYet,
+		},
 	}
 }
 
@@ -267,11 +277,7 @@ func (d *Driver) selfTest(ctx context.Context) error {
 	if err := os.WriteFile(filepath.Join(root, p.Guest.Path), nil, 0o644); err != nil {
 		return fmt.Errorf("creating the self-test root: %w", err)
 	}
-	id, err := sandboxkit.ID("")
-	if err != nil {
-		return err
-	}
-	sb, err := d.Create(ctx, sandbox.Spec{ID: selfTestPrefix + id, Image: sandbox.Image{Rootfs: root}})
+	sb, err := d.Create(ctx, sandbox.Spec{ID: selfTestPrefix + sandbox.NewID(), Image: sandbox.Image{Rootfs: root}})
 	if err != nil {
 		return err
 	}
@@ -300,7 +306,7 @@ var runtimeEnv = []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bi
 // Create starts a sandbox: it writes the bundle, starts `<runtime> run` with
 // the guest as PID 1 and waits for the guest's greeting.
 func (d *Driver) Create(ctx context.Context, spec sandbox.Spec) (_ sandbox.Sandbox, err error) {
-	id, err := sandboxkit.ID(spec.ID)
+	id, err := sandbox.ResolveID(spec.ID)
 	if err != nil {
 		return nil, err
 	}

@@ -8,7 +8,7 @@
 //	func TestConformance(t *testing.T) {
 //		d, err := runc.New(...)
 //		...
-//		conformance.Run(t, conformance.Harness{Driver: d, Image: img, Leftovers: d.Leftovers})
+//		conformance.Run(t, conformance.Harness{Driver: d, Image: img})
 //	}
 //
 // The suite needs the `go` command (it builds the probe) and an image with
@@ -49,10 +49,6 @@ type Harness struct {
 	// Image is the `shell` runtime image (Debian minbase with busybox). The
 	// probe is static, but it is unpacked with the image's /bin/busybox.
 	Image sandbox.Image
-	// Leftovers reports anything a destroyed sandbox left on the host
-	// (processes, cgroups, runtime state, bundle directories) for the given
-	// sandbox ID; empty means clean. Provided by the driver's test.
-	Leftovers func(id string) []string
 	// Kernel reads the kernel of a running sandbox, for tiers whose
 	// sandboxed processes are not host processes (gVisor's are tasks of
 	// the Sentry): the suite needs it there to see them from the host
@@ -81,17 +77,23 @@ const (
 
 // Run runs every check against h.Driver, each as a subtest with sandboxes
 // of its own. Every sandbox is destroyed (also when a check fails) and then
-// h.Leftovers must report nothing for it.
+// the driver's Leftovers (sandbox.Leftovers, which the suite needs) must
+// report nothing for it.
 func Run(t *testing.T, h Harness) {
-	if h.Driver == nil || h.Leftovers == nil {
-		t.Fatal("conformance.Harness needs a Driver and a Leftovers function")
+	if h.Driver == nil {
+		t.Fatal("conformance.Harness needs a Driver")
 	}
-	s := &suite{h: h, caps: h.Driver.Capabilities(), p: profile.Default(), probe: probeGzip(t)}
+	lo, ok := h.Driver.(sandbox.Leftovers)
+	if !ok {
+		t.Fatalf("driver %s does not implement sandbox.Leftovers, which the suite checks after every Destroy", h.Driver.Name())
+	}
+	s := &suite{h: h, caps: h.Driver.Capabilities(), p: profile.Default(), probe: probeGzip(t), leftovers: lo.Leftovers}
 	t.Logf("driver %s, tier %s: %s", h.Driver.Name(), s.caps.Tier, s.caps.Boundary)
 	for _, c := range []struct {
 		name string
 		fn   func(*suite, *testing.T)
 	}{
+		{"Abilities", (*suite).abilities},
 		{"ExitCode", (*suite).exitCode},
 		{"Stdin", (*suite).stdin},
 		{"Environment", (*suite).environment},
@@ -116,8 +118,9 @@ func Run(t *testing.T, h Harness) {
 }
 
 type suite struct {
-	h    Harness
-	caps sandbox.Capabilities
+	h         Harness
+	caps      sandbox.Capabilities
+	leftovers func(id string) []string
 	// p is the profile the suite asserts: Stockade's.
 	p     profile.Profile
 	probe []byte // gzip-compressed
@@ -330,7 +333,7 @@ func (b *box) destroy(t *testing.T) {
 	if err := b.sb.Destroy(ctx); err != nil {
 		t.Errorf("Destroy(%s): %v", id, err)
 	}
-	if left := b.s.h.Leftovers(id); len(left) > 0 {
+	if left := b.s.leftovers(id); len(left) > 0 {
 		t.Errorf("after Destroy, sandbox %s left on the host: %s", id, strings.Join(left, "; "))
 	}
 }
