@@ -423,6 +423,9 @@ func (k *kernel) ended(ws syscall.WaitStatus) {
 	if x.Signal != 0 {
 		how = fmt.Sprintf("signal %d", x.Signal)
 	}
+	// The host learns of the end once the kernel's strays are swept, so
+	// that a host that stopped the kernel finds its tree gone.
+	a.sweepStrays()
 	if c != nil {
 		a.replyError(c.id, guest.ErrorKernelGone, fmt.Sprintf("kernel %d ended (%s) during the cell", k.id, how))
 	}
@@ -435,7 +438,6 @@ func (k *kernel) ended(ws syscall.WaitStatus) {
 	} else {
 		a.sendJSON(guest.FrameKernelExit, k.id, x)
 	}
-	a.sweepStrays()
 	// The kernel's orphans are dead: its pipes have no writer left,
 	// unless a process of another kernel opened them.
 	drain(k.pumps, drainGrace)
