@@ -149,7 +149,7 @@ type Cell struct {
 }
 
 // MaxDisplays bounds the displays a CellResult keeps.
-const MaxDisplays = 64
+const MaxDisplays = 16
 
 // Display is a rich output of a cell (an image, HTML, ...) or its value.
 type Display struct {

@@ -144,8 +144,10 @@ func Capabilities() sandbox.Capabilities {
 		Health:       true,
 		Reap:         true,
 		Leftovers:    true,
+		Files:        true,
+		Kernels:      true,
 		Lacks: map[string]string{
-			"Files": notYet, "Kernels": notYet, "Bind": notYet, "BindEgress": notYet, "Reattach": notYet, "Snapshots": notYet,
+			"Bind": notYet, "BindEgress": notYet, "Reattach": notYet, "Snapshots": notYet,
 		},
 	}
 }

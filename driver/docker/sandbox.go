@@ -27,18 +27,26 @@ type sbx struct {
 	stderr    *sandboxkit.BoundedBuffer
 	demuxDone chan struct{} // closed when the attach stream has ended
 
-	guest sandboxkit.Guest // over the attach stream
+	// Guest is the host's end of the guest, over the attach stream: it
+	// serves the sandbox's Start, files and kernels. Killing the container
+	// ends the stream, which ends an Exec in flight with everything read
+	// so far.
+	sandboxkit.Guest
 
 	destroyed sandboxkit.UntilDone
 }
 
-var _ sandbox.Sandbox = (*sbx)(nil)
+var (
+	_ sandbox.Sandbox = (*sbx)(nil)
+	_ sandbox.Files   = (*sbx)(nil)
+	_ sandbox.Kernels = (*sbx)(nil)
+)
 
 // newSbx returns sandbox id, the created container cid, before it is
 // started.
 func (d *Driver) newSbx(id, cid string, limits sandbox.Limits) *sbx {
 	s := &sbx{d: d, id: id, cid: cid}
-	s.guest = sandboxkit.Guest{
+	s.Guest = sandboxkit.Guest{
 		Sandbox: id,
 		Limits:  limits,
 		// The cgroup is known once the container runs (see start); the
@@ -65,7 +73,7 @@ func (s *sbx) start(ctx context.Context) error {
 	s.att = &att.HijackedResponse
 	pr, pw := io.Pipe()
 	s.stdout = pr
-	s.guest.In, s.guest.Frames = s.att.Conn, bufio.NewReaderSize(pr, 64<<10)
+	s.Guest.In, s.Guest.Frames = s.att.Conn, bufio.NewReaderSize(pr, 64<<10)
 	s.stderr = &sandboxkit.BoundedBuffer{Max: 16 << 10}
 	s.demuxDone = make(chan struct{})
 	go func() {
@@ -80,18 +88,18 @@ func (s *sbx) start(ctx context.Context) error {
 		pw.CloseWithError(err)
 	}()
 	if _, err := s.d.cli.ContainerStart(ctx, s.cid, client.ContainerStartOptions{}); err != nil {
-		s.guest.MarkGone()
+		s.Guest.MarkGone()
 		return s.d.engineError("starting the container in", err)
 	}
-	if err := s.guest.AwaitReady(ctx, s.d.cfg.ReadyTimeout); err != nil {
-		s.guest.MarkGone()
+	if err := s.Guest.AwaitReady(ctx, s.d.cfg.ReadyTimeout); err != nil {
+		s.Guest.MarkGone()
 		return sandboxkit.StartError("docker", err, s.stderr.String())
 	}
 	// The guest runs, so the container has a PID 1 whose cgroup tells
 	// where the memory numbers are, when the engine is on this host.
 	if info, err := s.d.cli.ContainerInspect(ctx, s.cid, client.ContainerInspectOptions{}); err == nil && info.Container.State != nil {
-		s.guest.Cgroup = cgroupOf(info.Container.State.Pid, s.cid)
-		s.d.recent.setCgroup(s.id, s.guest.Cgroup)
+		s.Guest.Cgroup = cgroupOf(info.Container.State.Pid, s.cid)
+		s.d.recent.setCgroup(s.id, s.Guest.Cgroup)
 	}
 	return nil
 }
@@ -102,13 +110,6 @@ func (s *sbx) kill(ctx context.Context) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
 	_, _ = s.d.cli.ContainerKill(ctx, s.cid, client.ContainerKillOptions{Signal: "KILL"})
-}
-
-// Start sends one program to the guest; its handle collects its output and
-// exit. Killing the container ends the attach stream, which ends an Exec in
-// flight with everything read so far.
-func (s *sbx) Start(ctx context.Context, req sandbox.ExecRequest) (sandbox.Exec, error) {
-	return s.guest.Start(ctx, req)
 }
 
 // diedOfOOM waits (briefly) for the container to stop and reports whether
@@ -148,7 +149,7 @@ func (s *sbx) destroy(ctx context.Context) error {
 		// An Exec in flight sees the stream end and returns soon; waiting
 		// for it means none of its clean-up (a kill, an inspect) outlives
 		// Destroy.
-		s.guest.MarkGone()
+		s.Guest.MarkGone()
 	}
 	return err
 }

@@ -145,8 +145,10 @@ func (c Config) Capabilities() sandbox.Capabilities {
 		Health:        true,
 		Reap:          true,
 		Leftovers:     true,
+		Files:         true,
+		Kernels:       true,
 		Lacks: map[string]string{
-			"Files": notYet, "Kernels": notYet, "Bind": notYet, "BindEgress": notYet, "Reattach": notYet, "Snapshots": notYet,
+			"Bind": notYet, "BindEgress": notYet, "Reattach": notYet, "Snapshots": notYet,
 		},
 	}
 }

@@ -31,7 +31,9 @@ type sbx struct {
 	stderr *sandboxkit.BoundedBuffer
 	exited chan struct{} // closed when the runtime process has exited
 
-	guest sandboxkit.Guest // over stdin and stdout
+	// Guest is the host's end of the guest, over stdin and stdout: it
+	// serves the sandbox's Start, files and kernels.
+	sandboxkit.Guest
 
 	destroyed sandboxkit.UntilDone
 
@@ -40,12 +42,16 @@ type sbx struct {
 	ids *hostids.Lease
 }
 
-var _ sandbox.Sandbox = (*sbx)(nil)
+var (
+	_ sandbox.Sandbox = (*sbx)(nil)
+	_ sandbox.Files   = (*sbx)(nil)
+	_ sandbox.Kernels = (*sbx)(nil)
+)
 
 // newSbx returns sandbox id, with limits, before it is started.
 func (d *Driver) newSbx(id string, limits sandbox.Limits) *sbx {
 	s := &sbx{d: d, id: id, cg: d.cgroupOf(id)}
-	s.guest = sandboxkit.Guest{
+	s.Guest = sandboxkit.Guest{
 		Sandbox:        id,
 		Limits:         limits,
 		Cgroup:         s.cg.Cgroup,
@@ -70,7 +76,7 @@ func (s *sbx) start(ctx context.Context) error {
 		return fmt.Errorf("creating pipe: %w", err)
 	}
 	s.stdin, s.stdout = inW, outR
-	s.guest.In, s.guest.Frames = inW, bufio.NewReaderSize(outR, 64<<10)
+	s.Guest.In, s.Guest.Frames = inW, bufio.NewReaderSize(outR, 64<<10)
 	s.stderr = &sandboxkit.BoundedBuffer{Max: 16 << 10}
 	// The runtime process must outlive ctx (which only bounds Create), so
 	// it is not started with it; Destroy ends it.
@@ -98,8 +104,8 @@ func (s *sbx) start(ctx context.Context) error {
 		close(s.exited)
 	}()
 
-	if err := s.guest.AwaitReady(ctx, s.d.cfg.ReadyTimeout); err != nil {
-		s.guest.MarkGone()
+	if err := s.Guest.AwaitReady(ctx, s.d.cfg.ReadyTimeout); err != nil {
+		s.Guest.MarkGone()
 		s.kill(ctx)
 		<-s.exited
 		return sandboxkit.StartError(s.d.cfg.Name, err, s.stderr.String())
@@ -120,15 +126,9 @@ func (s *sbx) kill(ctx context.Context) {
 }
 
 // GuestClient is the guest's protocol client, nil until the sandbox has
-// started. It serves what the sandbox contract does not carry yet (files,
-// kernels) until contract v2 does; the guest's tests use it.
-func (s *sbx) GuestClient() *guest.Client { return s.guest.Client() }
-
-// Start sends one program to the guest; its handle collects its output and
-// exit.
-func (s *sbx) Start(ctx context.Context, req sandbox.ExecRequest) (sandbox.Exec, error) {
-	return s.guest.Start(ctx, req)
-}
+// started: the guest's own tests drive the guest with it, below the
+// contract.
+func (s *sbx) GuestClient() *guest.Client { return s.Guest.Client() }
 
 // Destroy ends the sandbox and removes its runtime state, cgroups and
 // bundle. It is idempotent, safe to call on a sandbox that never started,
@@ -158,7 +158,7 @@ func (s *sbx) destroy(ctx context.Context) error {
 		// An Exec in flight sees the guest gone and returns soon; waiting
 		// for it means none of its clean-up (a runtime kill) outlives
 		// Destroy.
-		s.guest.MarkGone()
+		s.Guest.MarkGone()
 	}
 	var errs []error
 	// The runtime removes its state when its run ends normally; after a

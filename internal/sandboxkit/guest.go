@@ -64,9 +64,10 @@ type Guest struct {
 	// from the container's state). It may wait briefly.
 	DiedOfOOM func(ctx context.Context) bool
 
-	mu      sync.Mutex                   // guards dead and running
+	mu      sync.Mutex                   // guards dead, running and kernels
 	dead    bool                         // the guest can no longer run programs
 	running *execHandle                  // the Exec that has not ended, nil if none
+	kernels map[uint32]*kernel           // the handles of the kernels, by id
 	client  atomic.Pointer[guest.Client] // set by AwaitReady
 }
 
@@ -107,8 +108,7 @@ func (g *Guest) AwaitReady(ctx context.Context, timeout time.Duration) error {
 }
 
 // Client is the guest's protocol client once AwaitReady succeeded, nil
-// before. It is for what the drivers' contract does not carry yet (files,
-// kernels); Exec is serialised with the Guest's own.
+// before: for the guest's own tests, which drive it below the contract.
 func (g *Guest) Client() *guest.Client { return g.client.Load() }
 
 // StartError is Create's error for a guest that did not start (err, from
@@ -195,13 +195,7 @@ func (g *Guest) Start(ctx context.Context, req sandbox.ExecRequest) (sandbox.Exe
 	h.start = time.Now()
 	var onOutput func(guest.Stream, []byte)
 	if req.OnOutput != nil {
-		onOutput = func(s guest.Stream, p []byte) {
-			st := sandbox.Stdout
-			if s == guest.Stderr {
-				st = sandbox.Stderr
-			}
-			req.OnOutput(st, p)
-		}
+		onOutput = func(s guest.Stream, p []byte) { req.OnOutput(stream(s), p) }
 	}
 	// The request (up to a few MiB) is queued, not written, here: a guest
 	// that stops reading cannot hold the host past the timer and ctx.

@@ -1,0 +1,135 @@
+package sandboxkit
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/stockade-sh/stockade/errdefs"
+	"github.com/stockade-sh/stockade/guest"
+	"github.com/stockade-sh/stockade/sandbox"
+)
+
+// The Guest's kernels implement sandbox.Kernels over the guest protocol:
+// the guest owns each kernel's processes (they stay between Execs until
+// the kernel stops), and a kernel is named by the id of the request that
+// started it.
+
+var _ sandbox.Kernels = (*Guest)(nil)
+
+func (g *Guest) StartKernel(ctx context.Context, spec sandbox.KernelSpec) (sandbox.Kernel, error) {
+	if len(spec.Argv) == 0 || !strings.HasPrefix(spec.Argv[0], "/") {
+		return nil, fmt.Errorf("a kernel's argv must start with an absolute path: %w", errdefs.ErrInvalidArgument)
+	}
+	c, err := g.live()
+	if err != nil {
+		return nil, err
+	}
+	k, err := c.StartKernel(ctx, guest.KernelRequest{Argv: spec.Argv, Env: spec.Env, Cwd: spec.Cwd})
+	if err != nil {
+		return nil, g.connErr(err)
+	}
+	return g.kernel(k), nil
+}
+
+// kernel returns the one handle of k.
+func (g *Guest) kernel(k *guest.Kernel) *kernel {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if h := g.kernels[k.ID()]; h != nil {
+		return h
+	}
+	if g.kernels == nil {
+		g.kernels = map[uint32]*kernel{}
+	}
+	h := &kernel{g: g, k: k}
+	g.kernels[k.ID()] = h
+	return h
+}
+
+// ListKernels asks the guest which kernels live and returns their handles,
+// in the order they were started.
+func (g *Guest) ListKernels(ctx context.Context) ([]sandbox.Kernel, error) {
+	c, err := g.live()
+	if err != nil {
+		return nil, err
+	}
+	p, err := c.Ping(ctx)
+	if err != nil {
+		return nil, g.connErr(err)
+	}
+	ids := slices.Clone(p.Kernels)
+	slices.Sort(ids)
+	var out []sandbox.Kernel
+	for _, id := range ids {
+		g.mu.Lock()
+		h := g.kernels[id]
+		g.mu.Unlock()
+		if h != nil {
+			out = append(out, h)
+		}
+	}
+	return out, nil
+}
+
+// kernel is one kernel's handle.
+type kernel struct {
+	g *Guest
+	k *guest.Kernel
+}
+
+func (k *kernel) ID() string { return strconv.FormatUint(uint64(k.k.ID()), 10) }
+
+func (k *kernel) Done() <-chan struct{} { return k.k.Done() }
+
+func (k *kernel) Interrupt() error { return k.g.connErr(k.k.Interrupt()) }
+
+func (k *kernel) Stop(ctx context.Context) error { return k.g.connErr(k.k.Stop(ctx)) }
+
+func (k *kernel) Run(ctx context.Context, cell sandbox.Cell) (*sandbox.CellResult, error) {
+	if _, err := k.g.live(); err != nil {
+		return nil, err
+	}
+	opts := guest.CellOptions{Stdin: cell.Stdin, OutputCap: k.g.Limits.OutputCap, MaxDisplays: sandbox.MaxDisplays}
+	if cell.OnOutput != nil {
+		opts.OnOutput = func(s guest.Stream, p []byte) { cell.OnOutput(stream(s), p) }
+	}
+	if cell.OnDisplay != nil {
+		opts.OnDisplay = func(d *guest.Display) { cell.OnDisplay(sandbox.Display{MimeType: d.MimeType, Data: d.Data}) }
+	}
+	start := time.Now()
+	out, err := k.k.Run(ctx, cell.Code, opts)
+	if err != nil {
+		return nil, k.g.connErr(err)
+	}
+	res := &sandbox.CellResult{
+		Status:          sandbox.CellStatus(out.Result.Status),
+		Stdout:          out.Stdout,
+		Stderr:          out.Stderr,
+		StdoutTruncated: out.StdoutTruncated,
+		StderrTruncated: out.StderrTruncated,
+		DisplaysDropped: out.DisplaysDropped,
+		Duration:        time.Since(start),
+	}
+	if e := out.Result.Error; e != nil {
+		res.Error = &sandbox.CellError{Name: e.Name, Value: e.Value, Traceback: e.Traceback}
+	}
+	if v := out.Result.Value; v != nil {
+		res.Value = &sandbox.Display{MimeType: v.MimeType, Data: v.Data}
+	}
+	for _, d := range out.Displays {
+		res.Displays = append(res.Displays, sandbox.Display{MimeType: d.MimeType, Data: d.Data})
+	}
+	return res, nil
+}
+
+// stream converts a guest stream.
+func stream(s guest.Stream) sandbox.Stream {
+	if s == guest.Stderr {
+		return sandbox.Stderr
+	}
+	return sandbox.Stdout
+}
