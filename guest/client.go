@@ -218,6 +218,25 @@ func (c *Client) end(err error) {
 	}
 }
 
+// ReserveIDs makes the client's request ids start above last. A client
+// that re-attaches to a guest through a relay (package supervisor)
+// reserves the ids the earlier clients used, whose requests may still be
+// in flight in the guest (an exec, a cell, a kernel's id): a new request
+// under one of them would be taken for the old one. It never lowers the
+// next id.
+func (c *Client) ReserveIDs(last uint32) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.nextID = max(c.nextID, last)
+}
+
+// LastID is the highest request id the client has used, or reserved.
+func (c *Client) LastID() uint32 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.nextID
+}
+
 // register adds a waiter under a new id: non-zero, and not in use (ids
 // wrap after 2^32 requests).
 func (c *Client) register(w *waiter) (uint32, error) {

@@ -548,3 +548,64 @@ func TestClientOnOutputMayCallTheExec(t *testing.T) {
 		t.Fatal("OnOutput deadlocked calling Wait")
 	}
 }
+
+// TestClientReattach checks what a client that re-attaches to a guest
+// through a relay needs: its ids start above the reserved ones, and it
+// adopts a kernel that an earlier client started, whose cells it runs and
+// whose end it hears.
+func TestClientReattach(t *testing.T) {
+	c, g, _ := newPair(t)
+	c.ReserveIDs(10)
+	c.ReserveIDs(3) // never lowers
+	if got := c.LastID(); got != 10 {
+		t.Fatalf("LastID after reserving 10: got %d, want 10", got)
+	}
+	for _, tt := range []struct {
+		name string
+		id   uint32
+	}{{"id 0", 0}, {"above the reserved ids", 11}} {
+		if _, err := c.AdoptKernel(tt.id); !errdefs.IsInvalidArgument(err) {
+			t.Errorf("adopting %s: got %v, want ErrInvalidArgument", tt.name, err)
+		}
+	}
+	k, err := c.AdoptKernel(4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.AdoptKernel(4); !errdefs.IsInvalidArgument(err) {
+		t.Errorf("adopting kernel 4 twice: got %v, want ErrInvalidArgument", err)
+	}
+	type run struct {
+		out *CellOutput
+		err error
+	}
+	rc := make(chan run, 1)
+	go func() {
+		out, err := k.Run(t.Context(), "get a", CellOptions{OutputCap: 4})
+		rc <- run{out, err}
+	}()
+	cf := g.expect(FrameCell)
+	var req CellRequest
+	if err := DecodeStrict(cf.Payload, &req); err != nil || req.Kernel != 4 || cf.ID != 11 {
+		t.Fatalf("got cell %+v with id %d, %v; want one for kernel 4 with id 11", req, cf.ID, err)
+	}
+	// A frame of an old client's request is dropped, not taken for ours.
+	g.send(FrameStdout, 7, "old")
+	g.send(FrameStdout, cf.ID, "1\n")
+	g.send(FrameResult, cf.ID, `{"status":"ok"}`)
+	if r := <-rc; r.err != nil || string(r.out.Stdout) != "1\n" {
+		t.Fatalf("got %+v, %v; want the cell's output", r.out, r.err)
+	}
+	g.send(FrameKernelExit, 4, `{"exit_code":-1,"signal":9}`)
+	select {
+	case <-k.Done():
+	case <-time.After(5 * time.Second):
+		t.Fatal("the adopted kernel's exit was not heard")
+	}
+	if x := k.Exit(); x == nil || x.Signal != 9 {
+		t.Errorf("got exit %+v, want signal 9", x)
+	}
+	if s := c.Stats(); s.UnknownIDs != 1 {
+		t.Errorf("got %d frames of unknown ids, want the old client's one", s.UnknownIDs)
+	}
+}

@@ -111,6 +111,44 @@ func (c *Client) StartKernel(ctx context.Context, req KernelRequest) (*Kernel, e
 	}
 }
 
+// AdoptKernel returns a handle of kernel id, which another client of the
+// same guest started and the guest still runs (Pong.Kernels): a client
+// that re-attached to the guest adopts its kernels. The id must not be one
+// this client may use for its own requests (see ReserveIDs), nor be
+// adopted twice. PID is 0 for an adopted kernel.
+func (c *Client) AdoptKernel(id uint32) (*Kernel, error) {
+	if id == 0 {
+		return nil, invalid("adopting kernel 0")
+	}
+	k := &Kernel{c: c, id: id, done: make(chan struct{})}
+	op := fmt.Sprintf("kernel %d", id)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	switch {
+	case c.err != nil:
+		return nil, c.err
+	case id > c.nextID:
+		return nil, invalid("adopting kernel %d: above the reserved ids (%d)", id, c.nextID)
+	case c.waiters[id] != nil:
+		return nil, invalid("adopting kernel %d: the id is in use", id)
+	}
+	c.waiters[id] = &waiter{
+		handle: func(f Frame) (bool, error) {
+			if f.Type != FrameKernelExit {
+				return true, unexpectedFrame(f, op)
+			}
+			var x KernelExit
+			if err := decodeReply(f.Payload, &x); err != nil {
+				return true, err
+			}
+			k.gone(&x, nil)
+			return true, nil
+		},
+		fail: func(err error) { k.gone(nil, fmt.Errorf("%s: %w", op, err)) },
+	}
+	return k, nil
+}
+
 func (k *Kernel) gone(x *KernelExit, err error) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
@@ -126,7 +164,7 @@ func (k *Kernel) gone(x *KernelExit, err error) {
 // ID is the kernel's id.
 func (k *Kernel) ID() uint32 { return k.id }
 
-// PID is the kernel process's pid in the sandbox.
+// PID is the kernel process's pid in the sandbox; 0 for an adopted kernel.
 func (k *Kernel) PID() int { return k.pid }
 
 // Done is closed when the kernel has ended (or the connection has).

@@ -29,6 +29,16 @@
 // know, so that a newer guest may add either. The guest decodes host
 // requests strictly: within one version the host knows every field.
 //
+// # Re-attaching
+//
+// A guest may outlive its host's connection when a relay in between owns
+// its stdio (package supervisor): the relay replays the guest's hello to
+// each new client and passes that client's Accept on in the v2 header (id
+// 0), which the guest takes again. The new client reserves the ids the
+// earlier ones used (Client.ReserveIDs), asks for the guest's state
+// (Client.Ping) and adopts its kernels (Client.AdoptKernel); frames for
+// the earlier clients' requests are dropped as ids it does not know.
+//
 // # Trust
 //
 // The guest is inside the attacker's box. Everything the host reads is
