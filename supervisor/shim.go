@@ -1,0 +1,406 @@
+package supervisor
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/stockade-sh/stockade/guest"
+)
+
+// readyFD is the descriptor on which Launch waits for the shim: the shim
+// writes "ok" once it serves, or why it cannot, and closes it.
+const readyFD = 3
+
+// clientWriteTimeout bounds a write to a client: a client that reads
+// nothing for this long is dropped, so that the guest never waits on it.
+var clientWriteTimeout = 30 * time.Second
+
+// maxLog bounds shim.log.
+const maxLog = 64 << 10
+
+// Main is `stockade shim DIR`: it serves the sandbox whose record is in
+// DIR until its runtime exits, and returns the process's exit status.
+// When ctx ends (the shim is sent SIGTERM) it kills the runtime first.
+func Main(ctx context.Context, args []string) int {
+	ready := os.NewFile(readyFD, "ready")
+	fail := func(err error) int {
+		if ready != nil {
+			fmt.Fprintf(ready, "%v\n", err)
+			ready.Close()
+		}
+		fmt.Fprintf(os.Stderr, "stockade shim: %v\n", err)
+		return 1
+	}
+	if len(args) != 1 || !filepath.IsAbs(args[0]) {
+		return fail(errors.New("usage: stockade shim DIR (an absolute path; started by a driver, not by hand)"))
+	}
+	if err := Serve(ctx, args[0], ready); err != nil {
+		return fail(err)
+	}
+	return 0
+}
+
+// Serve runs the shim of dir: it reads and checks the record, starts the
+// runtime, reports on ready (which may be nil) and relays until the
+// runtime exits.
+func Serve(ctx context.Context, dir string, ready *os.File) error {
+	key, err := os.ReadFile(filepath.Join(filepath.Dir(dir), KeyFile))
+	if err != nil {
+		return fmt.Errorf("reading the shims' key: %w", err)
+	}
+	m, err := ReadMeta(dir, key)
+	if err != nil {
+		return err
+	}
+	if len(m.Argv) == 0 {
+		return fmt.Errorf("shim %s: the record names no runtime command", dir)
+	}
+	logf, err := os.OpenFile(filepath.Join(dir, LogFile), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+	if err != nil {
+		return fmt.Errorf("opening the shim's log: %w", err)
+	}
+	defer logf.Close()
+	logw := &boundedFile{f: logf, left: maxLog}
+	s := &shim{dir: dir, id: m.ID, log: slog.New(slog.NewTextHandler(logw, nil)), lastID: m.LastID, restored: m.Hello != nil}
+	if m.Hello != nil {
+		if s.hello, err = helloFrame(*m.Hello); err != nil {
+			return err
+		}
+		s.accepted = true
+	}
+	if err := os.WriteFile(filepath.Join(dir, PIDFile), []byte(strconv.Itoa(os.Getpid())), 0o600); err != nil {
+		return fmt.Errorf("writing the shim's pid: %w", err)
+	}
+	sock := filepath.Join(dir, SocketFile)
+	_ = os.Remove(sock)
+	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: sock, Net: "unix"})
+	if err != nil {
+		return fmt.Errorf("listening on %s: %w", sock, err)
+	}
+	defer ln.Close()
+	if err := os.Chmod(sock, 0o600); err != nil {
+		return fmt.Errorf("making %s root-only: %w", sock, err)
+	}
+
+	inR, inW, err := os.Pipe()
+	if err != nil {
+		return err
+	}
+	outR, outW, err := os.Pipe()
+	if err != nil {
+		return err
+	}
+	cmd := exec.Command(m.Argv[0], m.Argv[1:]...)
+	cmd.Env = m.Env
+	if cmd.Env == nil {
+		cmd.Env = []string{}
+	}
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = inR, outW, logw
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("starting %s: %w", m.Argv[0], err)
+	}
+	inR.Close()
+	outW.Close()
+	s.stdin = inW
+	s.runtime = cmd.Process
+	s.log.Info("runtime started", "pid", cmd.Process.Pid, "argv", m.Argv)
+	if ready != nil {
+		fmt.Fprintln(ready, "ok")
+		ready.Close()
+	}
+
+	exited := make(chan struct{})
+	go func() {
+		<-ctx.Done()
+		select {
+		case <-exited:
+		default:
+			s.log.Info("stopping: killing the runtime")
+			_ = s.runtime.Kill()
+		}
+	}()
+	go s.relayGuest(bufio.NewReaderSize(outR, 64<<10))
+	go s.accept(ln)
+	werr := cmd.Wait()
+	close(exited)
+	x := Exit{ExitCode: cmd.ProcessState.ExitCode(), At: time.Now().UTC()}
+	if ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+		x.ExitCode, x.Signal = -1, int(ws.Signal())
+	}
+	s.log.Info("runtime exited", "exit_code", x.ExitCode, "signal", x.Signal, "err", werr)
+	b, _ := json.Marshal(x)
+	if err := os.WriteFile(filepath.Join(dir, ExitFile), b, 0o600); err != nil {
+		s.log.Error("recording the exit", "err", err)
+	}
+	s.drop(nil)
+	return nil
+}
+
+// shim is one shim's relay state.
+type shim struct {
+	dir, id  string
+	log      *slog.Logger
+	restored bool
+	runtime  *os.Process
+
+	// mu guards client, hello, clients and lastID. A client is published
+	// (and the hello decided for it) under mu, while its write lock is
+	// held, so that its status and hello precede every guest frame.
+	mu      sync.Mutex
+	client  *client
+	hello   []byte // the guest's greeting as replayed, nil until it came
+	clients int
+	lastID  uint32
+
+	// stdinMu serialises the frames into the guest's stdin and guards
+	// accepted and stdinClosed.
+	stdinMu     sync.Mutex
+	stdin       *os.File
+	accepted    bool // the guest has had its first Accept
+	stdinClosed bool
+}
+
+// client is one connection.
+type client struct {
+	conn *net.UnixConn
+	wmu  sync.Mutex // one frame at a time, in order
+}
+
+// write writes p whole within clientWriteTimeout; wmu is held.
+func (c *client) write(p []byte) error {
+	_ = c.conn.SetWriteDeadline(time.Now().Add(clientWriteTimeout))
+	_, err := c.conn.Write(p)
+	return err
+}
+
+// accept serves connections until the listener is closed. A connection
+// from another user than the shim's is refused.
+func (s *shim) accept(ln *net.UnixListener) {
+	for {
+		conn, err := ln.AcceptUnix()
+		if err != nil {
+			return
+		}
+		if uid, err := peerUID(conn); err != nil || uid != os.Geteuid() {
+			s.log.Warn("refused a connection of another user", "uid", uid, "err", err)
+			conn.Close()
+			continue
+		}
+		s.attach(&client{conn: conn})
+	}
+}
+
+// attach makes c the client, replacing the one before: it sends the
+// status and the hello, then serves c's frames.
+func (s *shim) attach(c *client) {
+	c.wmu.Lock()
+	s.mu.Lock()
+	old := s.client
+	s.client = c
+	st := Status{ID: s.id, PID: os.Getpid(), LastID: s.lastID, Greeted: s.hello != nil, Restored: s.restored, Clients: s.clients}
+	hello := s.hello
+	s.clients++
+	s.mu.Unlock()
+	if old != nil {
+		// Closing the old connection ends its reader, and a write to it
+		// that blocked.
+		old.conn.Close()
+	}
+	p, _ := json.Marshal(st)
+	frame, _ := guest.AppendFrame(nil, FrameStatus, 0, p)
+	err := c.write(append(frame, hello...))
+	c.wmu.Unlock()
+	s.log.Info("client attached", "clients_before", st.Clients, "last_id", st.LastID)
+	if err != nil {
+		s.drop(c)
+		return
+	}
+	go s.serveClient(c)
+}
+
+// drop closes c if it is still the client (nil: whoever is).
+func (s *shim) drop(c *client) {
+	s.mu.Lock()
+	if c == nil {
+		c = s.client
+	}
+	if c != nil && s.client == c {
+		s.client = nil
+	}
+	s.mu.Unlock()
+	if c != nil {
+		c.conn.Close()
+	}
+}
+
+// serveClient passes c's frames on to the guest until c ends or is
+// replaced.
+func (s *shim) serveClient(c *client) {
+	defer s.drop(c)
+	r := bufio.NewReaderSize(c.conn, 64<<10)
+	accepted := false
+	for {
+		f, err := readClient(r, accepted)
+		if err != nil {
+			if !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) {
+				s.log.Info("client dropped", "err", err)
+			}
+			return
+		}
+		switch {
+		case f.control == FrameCloseStdin:
+			s.closeStdin()
+		case f.control == FrameKill:
+			s.log.Info("killing the runtime, as the client asks")
+			_ = s.runtime.Kill()
+		case f.accept != 0:
+			accepted = true
+			if !s.toGuest(c, f.id, func(first bool) []byte { return acceptFrame(f.accept, first) }) {
+				return
+			}
+		default:
+			if !s.toGuest(c, f.id, func(bool) []byte { return f.frame }) {
+				return
+			}
+		}
+	}
+}
+
+// toGuest writes one frame into the guest's stdin, if c is still the
+// client; frame gets whether the guest has had no Accept yet. It returns
+// false when c should stop.
+func (s *shim) toGuest(c *client, id uint32, frame func(first bool) []byte) bool {
+	s.stdinMu.Lock()
+	defer s.stdinMu.Unlock()
+	// The check and the record of the id are one step under mu, as a
+	// client's attach is: a frame that passes is counted in every later
+	// client's status, and one of a client replaced meanwhile is dropped.
+	s.mu.Lock()
+	ok := s.client == c && !s.stdinClosed
+	if ok {
+		s.lastID = max(s.lastID, id)
+	}
+	s.mu.Unlock()
+	if !ok {
+		return false
+	}
+	if _, err := s.stdin.Write(frame(!s.accepted)); err != nil {
+		s.log.Info("writing to the guest", "err", err)
+		return false
+	}
+	s.accepted = true
+	return true
+}
+
+// closeStdin closes the guest's stdin, once.
+func (s *shim) closeStdin() {
+	s.stdinMu.Lock()
+	defer s.stdinMu.Unlock()
+	if !s.stdinClosed {
+		s.stdinClosed = true
+		s.stdin.Close()
+		s.log.Info("closed the guest's stdin, as the client asks")
+	}
+}
+
+// relayGuest reads the guest's frames until its stream ends and passes
+// each to the client, if there is one; otherwise it drops them.
+func (s *shim) relayGuest(r *bufio.Reader) {
+	s.mu.Lock()
+	greeted := s.hello != nil
+	s.mu.Unlock()
+	if !greeted {
+		_, hello, err := readHello(r)
+		if err != nil {
+			s.log.Warn("the guest did not greet", "err", err)
+			s.drainGuest(r)
+			return
+		}
+		s.mu.Lock()
+		s.hello = hello
+		c := s.client
+		s.mu.Unlock()
+		if c != nil {
+			s.send(c, hello)
+		}
+	}
+	for {
+		frame, err := readGuest(r)
+		if err != nil {
+			// At EOF the runtime is ending: the client's connection ends
+			// once its exit is recorded.
+			if !errors.Is(err, io.EOF) {
+				s.log.Warn("the guest's stream broke", "err", err)
+				s.drainGuest(r)
+			}
+			return
+		}
+		if frame == nil {
+			continue
+		}
+		s.mu.Lock()
+		c := s.client
+		s.mu.Unlock()
+		if c != nil {
+			s.send(c, frame)
+		}
+	}
+}
+
+// send writes one frame to c; a client that cannot take it is dropped.
+func (s *shim) send(c *client, frame []byte) {
+	c.wmu.Lock()
+	err := c.write(frame)
+	c.wmu.Unlock()
+	if err != nil {
+		s.log.Info("client dropped: writing", "err", err)
+		s.drop(c)
+	}
+}
+
+// drainGuest reads what the guest still writes after its stream broke the
+// protocol, so that it never blocks; nothing of it is passed on.
+func (s *shim) drainGuest(r *bufio.Reader) {
+	s.drop(nil)
+	_, _ = io.Copy(io.Discard, r)
+}
+
+// peerUID is the uid of the process at the other end of conn.
+func peerUID(conn *net.UnixConn) (int, error) {
+	cred, err := peerCred(conn)
+	if err != nil {
+		return -1, err
+	}
+	return int(cred.Uid), nil
+}
+
+// boundedFile writes at most left bytes to f, then drops the rest while
+// reporting every write as complete. It is safe for concurrent use.
+type boundedFile struct {
+	mu   sync.Mutex
+	f    *os.File
+	left int
+}
+
+func (b *boundedFile) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.left > 0 {
+		n, _ := b.f.Write(p[:min(len(p), b.left)])
+		b.left -= n
+	}
+	return len(p), nil
+}

@@ -1,0 +1,316 @@
+// Package supervisor keeps a sandbox alive when the process that created it
+// goes away. A shim (`stockade shim DIR`, one small detached process per
+// sandbox, as containerd's shim) starts the OCI runtime with the guest's
+// stdio as its own pipes and serves the guest channel on a unix socket in
+// DIR, so that a daemon that restarts, or a gVisor sandbox that is
+// restored, is reached again through the same socket.
+//
+// The shim relays whole frames of the guest protocol (package guest) both
+// ways, one client at a time: a new connection replaces the old one. It
+// keeps the guest's hello and replays it to each client, passes each
+// client's Accept on (in the v2 header after the first), drains the
+// guest's frames while no client is attached (so the guest never blocks),
+// and records the highest request id any client used, which the next
+// client reserves (guest.Client.ReserveIDs). A client that dies in the
+// middle of a frame never desynchronises the guest: only whole frames are
+// passed on. A few control frames are the shim's own and are never passed
+// on (Controls). When the runtime exits, the shim records how (exit.json)
+// and exits too.
+//
+// A shim's directory, root-only (0700), holds:
+//
+//	meta.json  what the creator wrote before starting the shim (Meta), with a MAC
+//	shim.sock  the guest channel (0600)
+//	pid        the shim's pid
+//	exit.json  how the runtime ended (Exit), once it has
+//	shim.log   the runtime's stderr and the shim's own lines, bounded
+//
+// The directories of a driver's shims share a parent that holds the key
+// of the MACs (LoadKey): a record the key's holder did not write is not
+// its own.
+//
+//	key, err := supervisor.LoadKey(root)
+//	err = supervisor.WriteMeta(dir, key, supervisor.Meta{ID: id, Argv: runtimeArgv, ...})
+//	err = supervisor.Launch(ctx, []string{exe, "shim"}, dir)
+//	conn, err := supervisor.Dial(ctx, dir)
+//	c, err := guest.Handshake(ctx, conn, conn)
+//	c.ReserveIDs(conn.Status().LastID)
+package supervisor
+
+import (
+	"crypto/hmac"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/stockade-sh/stockade/errdefs"
+	"github.com/stockade-sh/stockade/guest"
+	"github.com/stockade-sh/stockade/sandbox"
+)
+
+// The names in a shim's directory, and of the key in their parent.
+const (
+	MetaFile   = "meta.json"
+	SocketFile = "shim.sock"
+	PIDFile    = "pid"
+	ExitFile   = "exit.json"
+	LogFile    = "shim.log"
+	KeyFile    = "key"
+)
+
+// Meta is what a shim's creator records in its directory before it starts
+// it: what the shim runs, and what the creator needs to know the sandbox
+// again later. Everything is covered by the MAC.
+type Meta struct {
+	// ID is the sandbox's ID, the directory's name.
+	ID string `json:"id"`
+	// Driver is the driver's name, Bundle the bundle directory.
+	Driver string `json:"driver"`
+	Bundle string `json:"bundle,omitempty"`
+	// Labels are the sandbox's labels (sandbox.Spec.Labels, and a
+	// binding's); Unbound is true until a Binder binds it.
+	Labels  map[string]string `json:"labels,omitempty"`
+	Unbound bool              `json:"unbound,omitempty"`
+	Created time.Time         `json:"created"`
+	// Argv is the runtime's command (`runc run ...`, `runsc restore ...`)
+	// and Env its whole environment.
+	Argv []string `json:"argv"`
+	Env  []string `json:"env"`
+	// Hello, when set, is the greeting of a guest that greeted before:
+	// the sandbox is restored from a checkpoint, its guest is past its
+	// handshake, the shim replays Hello and passes every Accept on in the
+	// v2 header. LastID is then the highest id used before the checkpoint.
+	Hello  *guest.Hello `json:"hello,omitempty"`
+	LastID uint32       `json:"last_id,omitempty"`
+	// MAC authenticates the rest (see WriteMeta).
+	MAC string `json:"mac"`
+}
+
+// Exit is how a shim's runtime ended.
+type Exit struct {
+	ExitCode int       `json:"exit_code"` // -1 when a signal ended it
+	Signal   int       `json:"signal,omitempty"`
+	At       time.Time `json:"at"`
+}
+
+// Status is what a shim says to each client before anything else, in a
+// FrameStatus.
+type Status struct {
+	// ID is the sandbox's, PID the shim's.
+	ID  string `json:"id"`
+	PID int    `json:"pid"`
+	// LastID is the highest request id a client has sent to the guest
+	// (or the checkpoint's): the new client reserves it.
+	LastID uint32 `json:"last_id"`
+	// Greeted is true when the guest's hello follows at once; otherwise
+	// it follows when the guest sends it.
+	Greeted bool `json:"greeted"`
+	// Restored is true for a sandbox restored from a checkpoint.
+	Restored bool `json:"restored,omitempty"`
+	// Clients counts the clients attached before this one.
+	Clients int `json:"clients"`
+}
+
+// The frame types of the shim itself, in the v2 header with id 0. None is a
+// guest frame type (a guest frame of one of them is dropped, never passed
+// on).
+const (
+	// FrameStatus (shim -> client) carries a Status, first on every
+	// connection.
+	FrameStatus guest.FrameType = 's'
+	// FrameCloseStdin (client -> shim) closes the guest's stdin: the guest
+	// then kills every process of the sandbox and exits, and the runtime
+	// with it.
+	FrameCloseStdin guest.FrameType = 'c'
+	// FrameKill (client -> shim) kills the runtime's process; the shim
+	// then records the exit and exits.
+	FrameKill guest.FrameType = 'k'
+)
+
+// Controls are the frame types the shim answers itself.
+var Controls = map[guest.FrameType]string{
+	FrameStatus:     "status",
+	FrameCloseStdin: "close the guest's stdin",
+	FrameKill:       "kill the runtime",
+}
+
+// maxMeta bounds a meta.json; maxStatus a FrameStatus.
+const (
+	maxMeta   = 1 << 20
+	maxStatus = 4 << 10
+)
+
+// LoadKey returns the key of the MACs of the shims under root, creating
+// root (0700) and the key (0600, random) when they do not exist.
+func LoadKey(root string) ([]byte, error) {
+	if err := os.MkdirAll(root, 0o700); err != nil {
+		return nil, fmt.Errorf("creating the shims' directory: %w", err)
+	}
+	p := filepath.Join(root, KeyFile)
+	key, err := os.ReadFile(p)
+	if err == nil && len(key) == 32 {
+		return key, nil
+	}
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("reading the shims' key: %w", err)
+	}
+	if err == nil {
+		return nil, fmt.Errorf("the shims' key %s is %d bytes, not 32; remove it to make a new one (the shims it signed are then destroyed as not ours): %w", p, len(key), errdefs.ErrFailedPrecondition)
+	}
+	key = make([]byte, 32)
+	if _, err := rand.Read(key); err != nil {
+		return nil, err
+	}
+	// Create-exclusive: of two processes making the key at once, one
+	// wins and the other reads its key.
+	f, err := os.OpenFile(p, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if errors.Is(err, os.ErrExist) {
+		return LoadKey(root)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("creating the shims' key: %w", err)
+	}
+	if _, err := f.Write(key); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("writing the shims' key: %w", err)
+	}
+	if err := f.Close(); err != nil {
+		return nil, fmt.Errorf("writing the shims' key: %w", err)
+	}
+	return key, nil
+}
+
+// mac is the MAC of m without its MAC field.
+func (m Meta) mac(key []byte) (string, error) {
+	m.MAC = ""
+	b, err := json.Marshal(m)
+	if err != nil {
+		return "", err
+	}
+	h := hmac.New(sha256.New, key)
+	h.Write(b)
+	return hex.EncodeToString(h.Sum(nil)), nil
+}
+
+// WriteMeta writes m, with its MAC under key, to dir's meta.json (0600),
+// creating dir (0700) if needed; it replaces an earlier record whole.
+func WriteMeta(dir string, key []byte, m Meta) error {
+	if err := sandbox.CheckID(m.ID); err != nil {
+		return err
+	}
+	if filepath.Base(dir) != m.ID {
+		return fmt.Errorf("shim directory %s is not named after sandbox %s: %w", dir, m.ID, errdefs.ErrInvalidArgument)
+	}
+	mac, err := m.mac(key)
+	if err != nil {
+		return err
+	}
+	m.MAC = mac
+	b, err := json.MarshalIndent(m, "", "  ")
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return fmt.Errorf("creating the shim's directory: %w", err)
+	}
+	tmp := filepath.Join(dir, MetaFile+".tmp")
+	if err := os.WriteFile(tmp, b, 0o600); err != nil {
+		return fmt.Errorf("writing the shim's record: %w", err)
+	}
+	if err := os.Rename(tmp, filepath.Join(dir, MetaFile)); err != nil {
+		return fmt.Errorf("writing the shim's record: %w", err)
+	}
+	return nil
+}
+
+// ErrNotOurs is wrapped by ReadMeta's error for a record that the key's
+// holder did not write, or that does not belong to its directory.
+var ErrNotOurs = errors.New("the shim's record was not written by this key's holder")
+
+// ReadMeta reads dir's meta.json and checks its MAC under key and that it
+// names the directory's sandbox; a record that fails either is ErrNotOurs.
+func ReadMeta(dir string, key []byte) (Meta, error) {
+	b, err := readBounded(filepath.Join(dir, MetaFile), maxMeta)
+	if err != nil {
+		return Meta{}, fmt.Errorf("reading the shim's record: %w", err)
+	}
+	var m Meta
+	if err := json.Unmarshal(b, &m); err != nil {
+		return Meta{}, fmt.Errorf("decoding the shim's record %s: %v: %w", dir, err, ErrNotOurs)
+	}
+	want, err := m.mac(key)
+	if err != nil {
+		return Meta{}, err
+	}
+	if !hmac.Equal([]byte(m.MAC), []byte(want)) {
+		return Meta{}, fmt.Errorf("shim %s: %w", dir, ErrNotOurs)
+	}
+	if m.ID != filepath.Base(dir) || sandbox.CheckID(m.ID) != nil {
+		return Meta{}, fmt.Errorf("shim %s names sandbox %q: %w", dir, m.ID, ErrNotOurs)
+	}
+	return m, nil
+}
+
+// ReadExit reads how dir's runtime ended; ok is false while it has not.
+func ReadExit(dir string) (x Exit, ok bool) {
+	b, err := readBounded(filepath.Join(dir, ExitFile), maxStatus)
+	if err != nil || json.Unmarshal(b, &x) != nil {
+		return Exit{}, false
+	}
+	return x, true
+}
+
+// Log returns the end of dir's shim.log: what the runtime said before it
+// failed.
+func Log(dir string) string {
+	b, err := os.ReadFile(filepath.Join(dir, LogFile))
+	if err != nil {
+		return ""
+	}
+	if len(b) > 4<<10 {
+		b = b[len(b)-4<<10:]
+	}
+	return string(b)
+}
+
+// List returns the names of the shim directories under root (every entry
+// that is a directory); a root that does not exist has none.
+func List(root string) ([]string, error) {
+	entries, err := os.ReadDir(root)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("listing shims: %w", err)
+	}
+	var out []string
+	for _, e := range entries {
+		if e.IsDir() {
+			out = append(out, e.Name())
+		}
+	}
+	return out, nil
+}
+
+func readBounded(p string, max int64) ([]byte, error) {
+	f, err := os.Open(p)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, max+1))
+	if err != nil {
+		return nil, err
+	}
+	if int64(len(b)) > max {
+		return nil, fmt.Errorf("%s is longer than %d bytes: %w", p, max, errdefs.ErrTooLarge)
+	}
+	return b, nil
+}
