@@ -230,6 +230,17 @@ func (c *Client) ReserveIDs(last uint32) {
 	c.nextID = max(c.nextID, last)
 }
 
+// CancelID asks the guest to cancel request id, which may be another
+// client's: a client that re-attached cancels the exec an earlier one
+// left running (Pong.Exec), whose host is gone. The request's frames are
+// dropped here; for an exec, the guest is free for another once it ends.
+func (c *Client) CancelID(id uint32) error {
+	if id == 0 {
+		return invalid("cancelling request 0")
+	}
+	return c.post(FrameCancel, id, nil)
+}
+
 // LastID is the highest request id the client has used, or reserved.
 func (c *Client) LastID() uint32 {
 	c.mu.Lock()

@@ -79,6 +79,9 @@ type Meta struct {
 	Labels  map[string]string `json:"labels,omitempty"`
 	Unbound bool              `json:"unbound,omitempty"`
 	Created time.Time         `json:"created"`
+	// Data is the driver's own record of the sandbox (its limits, its
+	// network), opaque here.
+	Data json.RawMessage `json:"data,omitempty"`
 	// Argv is the runtime's command (`runc run ...`, `runsc restore ...`)
 	// and Env its whole environment.
 	Argv []string `json:"argv"`

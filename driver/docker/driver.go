@@ -89,8 +89,8 @@ var (
 	_ sandbox.Leftovers     = (*Driver)(nil)
 )
 
-// notYet is the reason of the abilities this driver does not implement yet.
-const notYet = "not implemented by this driver yet"
+// noReattach is why the docker tier has no detached sandboxes.
+const noReattach = "the guest channel is an attach stream through dockerd, which passes bytes, not frames: a daemon that stops in the middle of a frame leaves half of it in the guest's stdin, and a new attach cannot tell where the next frame starts"
 
 // New returns a docker driver for cfg. It does not contact the engine.
 func New(cfg Config) (*Driver, error) {
@@ -147,7 +147,10 @@ func Capabilities() sandbox.Capabilities {
 		Files:        true,
 		Kernels:      true,
 		Lacks: map[string]string{
-			"Bind": notYet, "BindEgress": notYet, "Reattach": notYet, "Snapshots": notYet,
+			"Bind":       "a container's labels are fixed when it is created, so the engine could not keep a binding's labels for Reap",
+			"BindEgress": "the docker tier has no egress at all",
+			"Reattach":   noReattach,
+			"Snapshots":  "docker checkpoints through CRIU, which cannot dump any process on this host's kernel, and a restored container's guest would need a re-attach, which the attach stream cannot give (see Reattach)",
 		},
 	}
 }
@@ -213,6 +216,9 @@ func (d *Driver) Create(ctx context.Context, spec sandbox.Spec) (_ sandbox.Sandb
 	id, err := sandbox.ResolveID(spec.ID)
 	if err != nil {
 		return nil, err
+	}
+	if spec.Detached {
+		return nil, fmt.Errorf("the docker driver cannot detach a sandbox: %s: %w", noReattach, errdefs.ErrInvalidArgument)
 	}
 	limits := spec.Limits.WithDefaults(d.cfg.Defaults)
 	if err := limits.Check(sandbox.Limits{}); err != nil {

@@ -24,6 +24,10 @@ type Config struct {
 	StateDir string
 	// GuestPath is the host path of the stockade-guest binary. Required.
 	GuestPath string
+	// Shim is the command that supervises a detached sandbox: `stockade
+	// shim`, to which the shim's directory is appended. Nil refuses
+	// detached sandboxes.
+	Shim []string
 	// Platform is runsc's platform; empty means systrap (kvm does not work
 	// on nested hosts such as ours).
 	Platform string
@@ -77,7 +81,9 @@ func config(cfg Config) ocidriver.Config {
 		PrivateRootForMounts: true,
 		StateDir:             cfg.StateDir,
 		GuestPath:            cfg.GuestPath,
+		Shim:                 cfg.Shim,
 		Defaults:             sandbox.Limits{CPU: DefaultCPU},
+		Lacks:                map[string]string{"Snapshots": "not implemented by this driver yet"},
 		InstallHint:          "build it with `stockade setup` (CGO_ENABLED=0 go install gvisor.dev/gvisor/runsc@" + Version + ")",
 	}
 }

@@ -30,17 +30,25 @@ func newDriverIn(t *testing.T) (*ocidriver.Driver, string) {
 	testenv.RequiresRoot(t)
 	testenv.RequiresBinary(t, "runsc")
 	dir := t.TempDir()
-	d, err := gvisor.New(gvisor.Config{StateDir: dir, GuestPath: testenv.Guest(t)})
+	return driverOver(t, dir), dir
+}
+
+// driverOver returns a driver over the state directory dir, with a shim
+// for detached sandboxes.
+func driverOver(t *testing.T, dir string) *ocidriver.Driver {
+	t.Helper()
+	d, err := gvisor.New(gvisor.Config{StateDir: dir, GuestPath: testenv.Guest(t), Shim: testenv.Shim(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return d, dir
+	return d
 }
 
 func TestConformance(t *testing.T) {
 	d, dir := newDriverIn(t)
 	conformance.Run(t, conformance.Harness{
 		Driver: d, Image: testenv.Image(t, "shell"),
+		Restart: func() sandbox.Driver { return driverOver(t, dir) },
 		Kernel: func(ctx context.Context, id string) (conformance.SandboxKernel, error) {
 			return sentry(ctx, filepath.Join(dir, "state"), id)
 		},

@@ -19,9 +19,16 @@ import (
 
 func newDriver(t *testing.T) *ocidriver.Driver {
 	t.Helper()
+	return newDriverIn(t, t.TempDir())
+}
+
+// newDriverIn returns a driver over the state directory dir, with a shim
+// for detached sandboxes.
+func newDriverIn(t *testing.T, dir string) *ocidriver.Driver {
+	t.Helper()
 	testenv.RequiresRoot(t)
 	testenv.RequiresBinary(t, "runc")
-	d, err := runc.New(runc.Config{StateDir: t.TempDir(), GuestPath: testenv.Guest(t)})
+	d, err := runc.New(runc.Config{StateDir: dir, GuestPath: testenv.Guest(t), Shim: testenv.Shim(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -29,8 +36,12 @@ func newDriver(t *testing.T) *ocidriver.Driver {
 }
 
 func TestConformance(t *testing.T) {
-	d := newDriver(t)
-	conformance.Run(t, conformance.Harness{Driver: d, Image: testenv.Image(t, "shell")})
+	dir := t.TempDir()
+	conformance.Run(t, conformance.Harness{
+		Driver:  newDriverIn(t, dir),
+		Image:   testenv.Image(t, "shell"),
+		Restart: func() sandbox.Driver { return newDriverIn(t, dir) },
+	})
 }
 
 // TestDestroyRetries keeps a sandbox's cgroup busy with a host process: the

@@ -75,6 +75,14 @@ type Config struct {
 	// HostIDs hands out the user namespaces' host ids; nil means
 	// hostids.Default(), which every process on the host shares.
 	HostIDs *hostids.Allocator
+	// Shim is the command that supervises a detached sandbox (Spec.Detached):
+	// `stockade shim`, to which the shim's directory is appended (see
+	// package supervisor). Nil refuses detached sandboxes; Reattach works
+	// without it.
+	Shim []string
+	// Lacks says why the driver lacks the abilities it lacks
+	// (sandbox.Capabilities.Lacks), beyond those no OCI driver has.
+	Lacks map[string]string
 }
 
 // CgroupParent is the cgroup under which every sandbox's cgroup lives.
@@ -92,6 +100,11 @@ type Driver struct {
 	selfTestErr error      // the last self-test's failure; nil when it passed or none ran
 
 	adoptOnce sync.Once // adoptBundles, before the first allocation
+
+	// attached are the sandboxes a Reattach returned that are not
+	// destroyed yet, which Reap leaves alone.
+	attachedMu sync.Mutex
+	attached   map[string]bool
 }
 
 var (
@@ -99,6 +112,7 @@ var (
 	_ sandbox.HealthChecker = (*Driver)(nil)
 	_ sandbox.Reaper        = (*Driver)(nil)
 	_ sandbox.Leftovers     = (*Driver)(nil)
+	_ sandbox.Reattacher    = (*Driver)(nil)
 )
 
 // notYet is the reason of the abilities this driver does not implement yet.
@@ -134,6 +148,8 @@ func (c Config) Capabilities() sandbox.Capabilities {
 	if c.NetworkArgs != nil {
 		modes = slices.Sorted(maps.Keys(c.NetworkArgs))
 	}
+	lacks := map[string]string{"Bind": notYet, "BindEgress": notYet}
+	maps.Copy(lacks, c.Lacks)
 	return sandbox.Capabilities{
 		Tier:          c.Tier,
 		SharedKernel:  c.Kernel == oci.HostKernel,
@@ -147,9 +163,8 @@ func (c Config) Capabilities() sandbox.Capabilities {
 		Leftovers:     true,
 		Files:         true,
 		Kernels:       true,
-		Lacks: map[string]string{
-			"Bind": notYet, "BindEgress": notYet, "Reattach": notYet, "Snapshots": notYet,
-		},
+		Reattach:      true,
+		Lacks:         lacks,
 	}
 }
 
@@ -294,12 +309,17 @@ func (d *Driver) missingBinary(err error) error {
 // network mode mode. Its environment is fixed: nothing of the caller's
 // environment reaches the runtime.
 func (d *Driver) runtimeCmd(ctx context.Context, mode sandbox.NetworkMode, args ...string) *exec.Cmd {
-	full := append([]string{"--root", d.stateRoot()}, d.cfg.GlobalArgs...)
-	full = append(full, d.cfg.NetworkArgs[mode]...)
-	full = append(full, args...)
-	cmd := exec.CommandContext(ctx, d.cfg.Binary, full...)
+	cmd := exec.CommandContext(ctx, d.cfg.Binary, d.runtimeArgs(mode, args...)...)
 	cmd.Env = runtimeEnv
 	return cmd
+}
+
+// runtimeArgs are the runtime's arguments for a subcommand (args) of a
+// sandbox of network mode mode.
+func (d *Driver) runtimeArgs(mode sandbox.NetworkMode, args ...string) []string {
+	full := append([]string{"--root", d.stateRoot()}, d.cfg.GlobalArgs...)
+	full = append(full, d.cfg.NetworkArgs[mode]...)
+	return append(full, args...)
 }
 
 // runtimeEnv is the runtime's whole environment.
@@ -312,8 +332,12 @@ func (d *Driver) Create(ctx context.Context, spec sandbox.Spec) (_ sandbox.Sandb
 	if err != nil {
 		return nil, err
 	}
-	if _, lerr := exec.LookPath(d.cfg.Binary); lerr != nil {
+	binary, lerr := exec.LookPath(d.cfg.Binary)
+	if lerr != nil {
 		return nil, d.missingBinary(lerr)
+	}
+	if spec.Detached && len(d.cfg.Shim) == 0 {
+		return nil, fmt.Errorf("the %s driver has no shim to supervise a detached sandbox (ocidriver.Config.Shim; the daemon runs `stockade shim`): %w", d.cfg.Name, errdefs.ErrFailedPrecondition)
 	}
 	if _, ok := d.cfg.NetworkArgs[spec.Network]; !ok {
 		return nil, fmt.Errorf("the %s driver does not support network mode %q: %w", d.cfg.Name, spec.Network, errdefs.ErrInvalidArgument)
@@ -337,6 +361,9 @@ func (d *Driver) Create(ctx context.Context, spec sandbox.Spec) (_ sandbox.Sandb
 	}
 	sb := d.newSbx(id, limits)
 	sb.network = spec.Network
+	if spec.Detached {
+		sb.shim = &shimState{binary: binary, labels: spec.Labels}
+	}
 	defer func() {
 		if err != nil {
 			_ = sb.Destroy(context.WithoutCancel(ctx))
@@ -403,6 +430,10 @@ func (d *Driver) Leftovers(id string) []string {
 		out = append(out, d.bundleDir(id))
 	}
 	out = append(out, d.cgroupOf(id).Dirs()...)
+	if _, err := os.Stat(d.shimDir(id)); err == nil {
+		out = append(out, d.shimDir(id))
+	}
+	// The runtime's processes, and a shim's, name the sandbox's ID.
 	out = append(out, sandboxkit.ProcessesMentioning(id)...)
 	return out
 }
@@ -422,7 +453,10 @@ func (d *Driver) Reap(ctx context.Context, match map[string]string) ([]string, e
 	var reaped []string
 	for _, e := range entries {
 		id := e.Name()
-		if !strings.HasPrefix(id, selfTestPrefix) && !hasLabels(readBundle(d.bundleDir(id)).Annotations, match) {
+		if d.isAttached(id) {
+			continue
+		}
+		if !strings.HasPrefix(id, selfTestPrefix) && !hasLabels(d.labelsOf(id), match) {
 			continue
 		}
 		sb := d.newSbx(id, sandbox.Limits{})
@@ -434,15 +468,30 @@ func (d *Driver) Reap(ctx context.Context, match map[string]string) ([]string, e
 	return reaped, nil
 }
 
-// hasLabels reports whether a bundle's annotations carry every label of
-// match.
-func hasLabels(annotations, match map[string]string) bool {
+// hasLabels reports whether labels carry every label of match.
+func hasLabels(labels, match map[string]string) bool {
 	for k, v := range match {
-		if annotations[oci.LabelPrefix+k] != v {
+		if labels[k] != v {
 			return false
 		}
 	}
 	return true
+}
+
+// labelsOf returns the labels of sandbox id: its shim's record's, when it
+// is detached and the record is this driver's, else its bundle's
+// annotations.
+func (d *Driver) labelsOf(id string) map[string]string {
+	if m, err := d.readShimMeta(id); err == nil {
+		return m.Labels
+	}
+	labels := map[string]string{}
+	for k, v := range readBundle(d.bundleDir(id)).Annotations {
+		if name, ok := strings.CutPrefix(k, oci.LabelPrefix); ok {
+			labels[name] = v
+		}
+	}
+	return labels
 }
 
 // bundleConfig is what the driver reads back from a bundle's config.json.

@@ -40,6 +40,10 @@ type sbx struct {
 	// ids are the host ids of the sandbox's own user namespace, when this
 	// process allocated them; a reaped sandbox's are found in its bundle.
 	ids *hostids.Lease
+
+	// shim is set for a detached sandbox, which a shim serves (see
+	// detached.go); cmd, stdin and stdout are then nil.
+	shim *shimState
 }
 
 var (
@@ -65,6 +69,9 @@ func (s *sbx) ID() string { return s.id }
 
 // start launches the runtime and waits for the guest's hello.
 func (s *sbx) start(ctx context.Context) error {
+	if s.shim != nil {
+		return s.startShim(ctx)
+	}
 	inR, inW, err := os.Pipe()
 	if err != nil {
 		return fmt.Errorf("creating pipe: %w", err)
@@ -118,10 +125,15 @@ func (s *sbx) start(ctx context.Context) error {
 func (s *sbx) kill(ctx context.Context) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
-	if err := s.d.runtimeCmd(ctx, s.network, "kill", s.id, "KILL").Run(); err != nil && s.cmd != nil && s.cmd.Process != nil {
+	if err := s.d.runtimeCmd(ctx, s.network, "kill", s.id, "KILL").Run(); err != nil {
 		// The container may not exist (yet or any more); killing the
 		// runtime process makes sure nothing waits on it.
-		_ = s.cmd.Process.Kill()
+		switch {
+		case s.cmd != nil && s.cmd.Process != nil:
+			_ = s.cmd.Process.Kill()
+		case s.shim != nil && s.shim.conn != nil:
+			_ = s.shim.conn.Kill()
+		}
 	}
 }
 
@@ -160,6 +172,14 @@ func (s *sbx) destroy(ctx context.Context) error {
 		// Destroy.
 		s.Guest.MarkGone()
 	}
+	// A detached sandbox's shim, also one this process never connected to
+	// (Reap, Reattach), is ended first: it would restart nothing, but its
+	// runtime holds the container.
+	shimDir := s.d.shimDir(s.id)
+	if _, err := os.Stat(shimDir); err == nil {
+		s.stopShim(ctx)
+		s.Guest.MarkGone()
+	}
 	var errs []error
 	// The runtime removes its state when its run ends normally; after a
 	// kill it is left, and only the runtime knows how to remove it.
@@ -195,5 +215,9 @@ func (s *sbx) destroy(ctx context.Context) error {
 	} else if adopted != 0 {
 		errs = append(errs, s.d.cfg.HostIDs.Forget(adopted, bundle))
 	}
+	if err := os.RemoveAll(shimDir); err != nil {
+		errs = append(errs, fmt.Errorf("removing the shim's directory: %w", err))
+	}
+	s.d.setAttached(s.id, false)
 	return errors.Join(errs...)
 }

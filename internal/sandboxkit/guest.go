@@ -58,6 +58,10 @@ type Guest struct {
 	// Kill ends the sandbox's PID 1, and with it every process of the
 	// sandbox and the guest's stream, without waiting. Required.
 	Kill func(ctx context.Context)
+	// ReservedIDs are the request ids earlier clients of the guest used
+	// (a guest reached again through its supervisor): this Guest's ids
+	// start above them (see guest.Client.ReserveIDs).
+	ReservedIDs uint32
 	// DiedOfOOM, if set, is asked when the guest's stream ended without an
 	// exit report and the cgroup counted no OOM kill: it reports whether
 	// the sandbox was OOM-killed all the same (a remote engine knows it
@@ -98,6 +102,7 @@ func (g *Guest) AwaitReady(ctx context.Context, timeout time.Duration) error {
 		if err != nil {
 			return err
 		}
+		c.ReserveIDs(g.ReservedIDs)
 		g.client.Store(c)
 		return nil
 	case <-timer.C:

@@ -51,7 +51,8 @@ func (g *Guest) kernel(k *guest.Kernel) *kernel {
 }
 
 // ListKernels asks the guest which kernels live and returns their handles,
-// in the order they were started.
+// in the order they were started; a kernel an earlier client of the guest
+// started is adopted (see ReservedIDs).
 func (g *Guest) ListKernels(ctx context.Context) ([]sandbox.Kernel, error) {
 	c, err := g.live()
 	if err != nil {
@@ -68,11 +69,45 @@ func (g *Guest) ListKernels(ctx context.Context) ([]sandbox.Kernel, error) {
 		g.mu.Lock()
 		h := g.kernels[id]
 		g.mu.Unlock()
-		if h != nil {
-			out = append(out, h)
+		if h == nil {
+			k, err := c.AdoptKernel(id)
+			if err != nil {
+				return nil, fmt.Errorf("adopting kernel %d of sandbox %s: %w", id, g.Sandbox, g.connErr(err))
+			}
+			h = g.kernel(k)
 		}
+		out = append(out, h)
 	}
 	return out, nil
+}
+
+// Resume makes a Guest reached again (see ReservedIDs) ready to serve: it
+// asks the guest for its state and cancels the exec an earlier client left
+// running, whose results nobody would read, and waits for it to end. It
+// returns the guest's kernels.
+func (g *Guest) Resume(ctx context.Context) ([]sandbox.Kernel, error) {
+	c, err := g.live()
+	if err != nil {
+		return nil, err
+	}
+	for {
+		p, err := c.Ping(ctx)
+		if err != nil {
+			return nil, g.connErr(err)
+		}
+		if p.Exec == 0 {
+			break
+		}
+		if err := c.CancelID(p.Exec); err != nil {
+			return nil, g.connErr(err)
+		}
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("waiting for an earlier client's exec in sandbox %s to end: %w", g.Sandbox, ctx.Err())
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	return g.ListKernels(ctx)
 }
 
 // kernel is one kernel's handle.

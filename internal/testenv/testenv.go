@@ -110,6 +110,10 @@ func Build(t testing.TB, pkg string) string {
 // Guest builds the guest agent and returns its path.
 func Guest(t testing.TB) string { return Build(t, "./cmd/stockade-guest") }
 
+// Shim builds the stockade binary and returns the command that runs a
+// detached sandbox's supervisor (the drivers' Shim).
+func Shim(t testing.TB) []string { return []string{Build(t, "./cmd/stockade"), "shim"} }
+
 // build compiles a package of this module statically.
 func build(out, pkg string) error {
 	cmd := exec.Command("go", "build", "-trimpath", "-o", out, pkg)

@@ -76,11 +76,18 @@ func Drivers(cfg config.Config) (map[string]sandbox.Driver, error) {
 		}
 		guestPath = p
 	}
-	rc, err := runc.New(runc.Config{Binary: cfg.RuncPath, StateDir: cfg.StateDir + "/runc", GuestPath: guestPath})
+	// Detached sandboxes are supervised by this very binary's `stockade
+	// shim`.
+	exe, err := os.Executable()
+	if err != nil {
+		return nil, fmt.Errorf("finding this executable, the shim of detached sandboxes: %w", err)
+	}
+	shim := []string{exe, "shim"}
+	rc, err := runc.New(runc.Config{Binary: cfg.RuncPath, StateDir: cfg.StateDir + "/runc", GuestPath: guestPath, Shim: shim})
 	if err != nil {
 		return nil, err
 	}
-	gv, err := gvisor.New(gvisor.Config{Binary: cfg.RunscPath, StateDir: cfg.StateDir + "/gvisor", GuestPath: guestPath})
+	gv, err := gvisor.New(gvisor.Config{Binary: cfg.RunscPath, StateDir: cfg.StateDir + "/gvisor", GuestPath: guestPath, Shim: shim})
 	if err != nil {
 		return nil, err
 	}

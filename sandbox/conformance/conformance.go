@@ -55,6 +55,11 @@ type Harness struct {
 	// (see daemon). Nil on the shared-kernel tiers, whose processes the
 	// suite finds on the host itself.
 	Kernel func(ctx context.Context, id string) (SandboxKernel, error)
+	// Restart returns a new driver value over the same state as Driver,
+	// as a restarted daemon builds one: the suite re-attaches Driver's
+	// detached sandboxes with it. Required when the driver declares
+	// Reattach.
+	Restart func() sandbox.Driver
 }
 
 // SandboxKernel is the kernel of a sandbox that has one of its own, as the
@@ -101,6 +106,7 @@ func Run(t *testing.T, h Harness) {
 		{"Execs", (*suite).execs},
 		{"Kernels", (*suite).kernels},
 		{"Files", (*suite).files},
+		{"Reattach", (*suite).reattach},
 		{"Credentials", (*suite).credentials},
 		{"Filesystem", (*suite).filesystem},
 		{"Network", (*suite).network},

@@ -1,0 +1,247 @@
+package ocidriver
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/stockade-sh/stockade/errdefs"
+	"github.com/stockade-sh/stockade/internal/sandboxkit"
+	"github.com/stockade-sh/stockade/sandbox"
+	"github.com/stockade-sh/stockade/supervisor"
+)
+
+// A detached sandbox (sandbox.Spec.Detached) is run by a shim (package
+// supervisor) instead of this process: the shim starts `<runtime> run` with
+// the guest's stdio as its own pipes and serves the guest on a socket in
+// StateDir/shims/<id>, so the sandbox outlives this process and Reattach
+// reaches it again. The shim's record carries what Reattach needs to serve
+// it (shimRecord) and the sandbox's labels; its MAC, under the key in
+// StateDir/shims, is how this driver knows the record is its own.
+
+// shimState is what a detached sandbox holds of its shim.
+type shimState struct {
+	binary string            // the runtime, as the shim runs it
+	labels map[string]string // recorded for Reap and Reattach
+	conn   *supervisor.Conn  // nil until connected
+}
+
+// shimRecord is the driver's own part of a shim's record.
+type shimRecord struct {
+	Limits  sandbox.Limits      `json:"limits"`
+	Network sandbox.NetworkMode `json:"network,omitempty"`
+}
+
+func (d *Driver) shimRoot() string         { return filepath.Join(d.cfg.StateDir, "shims") }
+func (d *Driver) shimDir(id string) string { return filepath.Join(d.shimRoot(), id) }
+
+// readShimMeta reads sandbox id's shim record, checked as this driver's.
+func (d *Driver) readShimMeta(id string) (supervisor.Meta, error) {
+	dir := d.shimDir(id)
+	if _, err := os.Stat(dir); err != nil {
+		return supervisor.Meta{}, err
+	}
+	key, err := supervisor.LoadKey(d.shimRoot())
+	if err != nil {
+		return supervisor.Meta{}, err
+	}
+	m, err := supervisor.ReadMeta(dir, key)
+	if err != nil {
+		return supervisor.Meta{}, err
+	}
+	if m.Driver != d.cfg.Name || m.Bundle != d.bundleDir(id) {
+		return supervisor.Meta{}, fmt.Errorf("shim %s is of driver %q and bundle %s: %w", id, m.Driver, m.Bundle, supervisor.ErrNotOurs)
+	}
+	return m, nil
+}
+
+// startShim records the sandbox for its shim, starts the shim and waits for
+// the guest's hello through it.
+func (s *sbx) startShim(ctx context.Context) error {
+	d := s.d
+	key, err := supervisor.LoadKey(d.shimRoot())
+	if err != nil {
+		return err
+	}
+	data, err := json.Marshal(shimRecord{Limits: s.Guest.Limits, Network: s.network})
+	if err != nil {
+		return err
+	}
+	dir := d.shimDir(s.id)
+	m := supervisor.Meta{
+		ID: s.id, Driver: d.cfg.Name, Bundle: d.bundleDir(s.id), Labels: s.shim.labels,
+		Created: time.Now().UTC(), Data: data,
+		Argv: append([]string{s.shim.binary}, d.runtimeArgs(s.network, "run", "--bundle", d.bundleDir(s.id), s.id)...),
+		Env:  runtimeEnv,
+	}
+	if err := supervisor.WriteMeta(dir, key, m); err != nil {
+		return err
+	}
+	if err := supervisor.Launch(ctx, d.cfg.Shim, dir); err != nil {
+		return err
+	}
+	return s.connect(ctx)
+}
+
+// connect dials the sandbox's shim and waits for the guest's hello, which
+// the shim sends when the guest does or replays.
+func (s *sbx) connect(ctx context.Context) error {
+	dir := s.d.shimDir(s.id)
+	conn, err := supervisor.Dial(ctx, dir)
+	if err != nil {
+		return err
+	}
+	s.shim.conn = conn
+	s.Guest.In, s.Guest.Frames = conn, conn
+	s.Guest.ReservedIDs = conn.Status().LastID
+	if err := s.Guest.AwaitReady(ctx, s.d.cfg.ReadyTimeout); err != nil {
+		return sandboxkit.StartError(s.d.cfg.Name, err, supervisor.Log(dir))
+	}
+	return nil
+}
+
+// stopShim ends a detached sandbox's runtime and shim: through the shim
+// when connected (the guest's stdin closes, the guest kills everything and
+// exits, and the runtime and shim with it), else, or when that does not
+// end it, by killing the runtime and then the shim.
+func (s *sbx) stopShim(ctx context.Context) {
+	dir := s.d.shimDir(s.id)
+	gone := func(within time.Duration) bool {
+		for deadline := time.Now().Add(within); ; time.Sleep(10 * time.Millisecond) {
+			if _, running := supervisor.Running(dir); !running {
+				return true
+			}
+			if time.Now().After(deadline) {
+				return false
+			}
+		}
+	}
+	var conn *supervisor.Conn
+	if s.shim != nil {
+		conn = s.shim.conn
+	}
+	if _, running := supervisor.Running(dir); running {
+		if conn == nil || conn.CloseGuestStdin() != nil || !gone(2*time.Second) {
+			s.kill(ctx)
+			if !gone(10 * time.Second) {
+				kctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+				_ = supervisor.KillShim(kctx, dir)
+				cancel()
+			}
+		}
+	}
+	if conn != nil {
+		conn.Close()
+	}
+}
+
+// Reattach reaches every detached sandbox of this driver again: each whose
+// record is this driver's (its MAC under the shims' key, its driver, its
+// bundle), whose labels carry match, whose shim runs and answers for it
+// (the socket's peer is the shim the record's directory names) and whose
+// guest greets and answers a ping is returned, connected, with its
+// kernels; every other one is destroyed. An exec a dead client left
+// running is cancelled.
+func (d *Driver) Reattach(ctx context.Context, match map[string]string) ([]sandbox.Sandbox, error) {
+	ids, err := supervisor.List(d.shimRoot())
+	if err != nil || len(ids) == 0 {
+		return nil, err
+	}
+	key, err := supervisor.LoadKey(d.shimRoot())
+	if err != nil {
+		return nil, err
+	}
+	d.adoptOnce.Do(d.adoptBundles)
+	var out []sandbox.Sandbox
+	var errs []error
+	for _, id := range ids {
+		sb, err := d.reattach(ctx, id, key, match)
+		if err == nil {
+			out = append(out, sb)
+			continue
+		}
+		if err := d.destroyUnproven(ctx, id); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return out, errors.Join(errs...)
+}
+
+// reattach proves sandbox id this driver's and connects to it.
+func (d *Driver) reattach(ctx context.Context, id string, key []byte, match map[string]string) (_ *sbx, err error) {
+	if err := sandbox.CheckID(id); err != nil {
+		return nil, err
+	}
+	dir := d.shimDir(id)
+	m, err := supervisor.ReadMeta(dir, key)
+	if err != nil {
+		return nil, err
+	}
+	var rec shimRecord
+	switch {
+	case m.Driver != d.cfg.Name || m.Bundle != d.bundleDir(id) || len(m.Argv) == 0:
+		return nil, fmt.Errorf("shim %s is of driver %q and bundle %s: %w", id, m.Driver, m.Bundle, supervisor.ErrNotOurs)
+	case !hasLabels(m.Labels, match):
+		return nil, fmt.Errorf("sandbox %s has labels %v, not %v: %w", id, m.Labels, match, supervisor.ErrNotOurs)
+	case json.Unmarshal(m.Data, &rec) != nil || rec.Limits.Check(sandbox.Limits{}) != nil:
+		return nil, fmt.Errorf("shim %s: the driver's record does not decode: %w", id, supervisor.ErrNotOurs)
+	}
+	if _, ok := d.cfg.NetworkArgs[rec.Network]; !ok {
+		return nil, fmt.Errorf("shim %s: network mode %q: %w", id, rec.Network, supervisor.ErrNotOurs)
+	}
+	if _, running := supervisor.Running(dir); !running {
+		return nil, fmt.Errorf("the shim of sandbox %s is gone: %w", id, errdefs.ErrNotFound)
+	}
+	s := d.newSbx(id, rec.Limits)
+	s.network = rec.Network
+	s.shim = &shimState{binary: m.Argv[0], labels: m.Labels}
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	defer func() {
+		if err != nil && s.shim.conn != nil {
+			s.Guest.MarkGone()
+			s.shim.conn.Close()
+		}
+	}()
+	if err := s.connect(ctx); err != nil {
+		return nil, err
+	}
+	if _, err := s.Guest.Resume(ctx); err != nil {
+		return nil, err
+	}
+	d.setAttached(id, true)
+	return s, nil
+}
+
+// destroyUnproven destroys what a shim directory that Reattach could not
+// prove is left of: the sandbox of its name, or, when the name is no
+// sandbox ID, the directory alone.
+func (d *Driver) destroyUnproven(ctx context.Context, id string) error {
+	if sandbox.CheckID(id) != nil {
+		return os.RemoveAll(filepath.Join(d.shimRoot(), id))
+	}
+	return d.newSbx(id, sandbox.Limits{}).Destroy(ctx)
+}
+
+func (d *Driver) setAttached(id string, on bool) {
+	d.attachedMu.Lock()
+	defer d.attachedMu.Unlock()
+	if on {
+		if d.attached == nil {
+			d.attached = map[string]bool{}
+		}
+		d.attached[id] = true
+	} else {
+		delete(d.attached, id)
+	}
+}
+
+func (d *Driver) isAttached(id string) bool {
+	d.attachedMu.Lock()
+	defer d.attachedMu.Unlock()
+	return d.attached[id]
+}
