@@ -41,6 +41,7 @@ type Guest struct {
 	Sandbox string
 	// Limits are the sandbox's limits, defaults applied: Exec takes the
 	// default timeout, the output cap and the memory limit from them.
+	// Only Retune changes them after the first AwaitReady.
 	Limits sandbox.Limits
 	// In carries frames to the guest (the guest's stdin).
 	In io.Writer
@@ -115,6 +116,34 @@ func (g *Guest) AwaitReady(ctx context.Context, timeout time.Duration) error {
 // Client is the guest's protocol client once AwaitReady succeeded, nil
 // before: for the guest's own tests, which drive it below the contract.
 func (g *Guest) Client() *guest.Client { return g.client.Load() }
+
+// Retune replaces the guest's limits with l once apply, which changes what
+// enforces them on the host (the cgroup), has succeeded: a binding
+// tightens an unbound sandbox's limits. No Exec starts meanwhile, and
+// while one runs Retune fails (ErrFailedPrecondition) without calling
+// apply.
+func (g *Guest) Retune(l sandbox.Limits, apply func() error) error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	switch {
+	case g.dead:
+		return fmt.Errorf("sandbox %s is no longer running: %w", g.Sandbox, errdefs.ErrFailedPrecondition)
+	case g.running != nil:
+		return fmt.Errorf("sandbox %s runs a program; its limits change only between programs: %w", g.Sandbox, errdefs.ErrFailedPrecondition)
+	}
+	if err := apply(); err != nil {
+		return err
+	}
+	g.Limits = l
+	return nil
+}
+
+// limits returns the guest's limits.
+func (g *Guest) limits() sandbox.Limits {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.Limits
+}
 
 // StartError is Create's error for a guest that did not start (err, from
 // AwaitReady): ctx's cancellation or deadline as such, anything else as

@@ -128,7 +128,7 @@ func (k *kernel) Run(ctx context.Context, cell sandbox.Cell) (*sandbox.CellResul
 	if _, err := k.g.live(); err != nil {
 		return nil, err
 	}
-	opts := guest.CellOptions{Stdin: cell.Stdin, OutputCap: k.g.Limits.OutputCap, MaxDisplays: sandbox.MaxDisplays}
+	opts := guest.CellOptions{Stdin: cell.Stdin, OutputCap: k.g.limits().OutputCap, MaxDisplays: sandbox.MaxDisplays}
 	if cell.OnOutput != nil {
 		opts.OnOutput = func(s guest.Stream, p []byte) { cell.OnOutput(stream(s), p) }
 	}
