@@ -83,7 +83,12 @@ func config(cfg Config) ocidriver.Config {
 		GuestPath:            cfg.GuestPath,
 		Shim:                 cfg.Shim,
 		Defaults:             sandbox.Limits{CPU: DefaultCPU},
-		Lacks:                map[string]string{"Snapshots": "not implemented by this driver yet"},
-		InstallHint:          "build it with `stockade setup` (CGO_ENABLED=0 go install gvisor.dev/gvisor/runsc@" + Version + ")",
+		Lacks: map[string]string{
+			"Snapshots": "not implemented by this driver yet",
+			// runsc --network=sandbox hands the namespace's interfaces to
+			// the Sentry's netstack once, when the sandbox starts.
+			"BindEgress": "gVisor's netstack takes the network namespace's interfaces when the sandbox starts and never sees one added later: egress is given at create only",
+		},
+		InstallHint: "build it with `stockade setup` (CGO_ENABLED=0 go install gvisor.dev/gvisor/runsc@" + Version + ")",
 	}
 }

@@ -80,8 +80,8 @@ const (
 // threads.
 const sentryThreads = 256
 
-// cpuPeriod is the CFS period the CPU quota is expressed in.
-const cpuPeriod = 100000
+// CPUPeriod is the CFS period (µs) the CPU quota is expressed in.
+const CPUPeriod = 100000
 
 // Build returns the OCI runtime spec for a sandbox with Stockade's
 // profile (profile.Default).
@@ -124,8 +124,8 @@ func build(p profile.Profile, sc *specs.LinuxSeccomp, o Options) (*specs.Spec, e
 	memory := l.Memory
 	swap := l.Memory // memory+swap equal to memory: no swap
 	pids := l.Pids
-	quota := int64(l.CPU * cpuPeriod)
-	period := uint64(cpuPeriod)
+	quota := int64(l.CPU * CPUPeriod)
+	period := uint64(CPUPeriod)
 	if o.Kernel == UserSpaceKernel {
 		traceENOSYS(sc)
 		refuseICMPSockets(sc)

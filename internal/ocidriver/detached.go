@@ -25,9 +25,8 @@ import (
 
 // shimState is what a detached sandbox holds of its shim.
 type shimState struct {
-	binary string            // the runtime, as the shim runs it
-	labels map[string]string // recorded for Reap and Reattach
-	conn   *supervisor.Conn  // nil until connected
+	binary string           // the runtime, as the shim runs it
+	conn   *supervisor.Conn // nil until connected
 }
 
 // shimRecord is the driver's own part of a shim's record.
@@ -67,24 +66,30 @@ func (s *sbx) startShim(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	data, err := json.Marshal(shimRecord{Limits: s.Guest.Limits, Network: s.network})
-	if err != nil {
-		return err
-	}
-	dir := d.shimDir(s.id)
 	m := supervisor.Meta{
-		ID: s.id, Driver: d.cfg.Name, Bundle: d.bundleDir(s.id), Labels: s.shim.labels,
-		Created: time.Now().UTC(), Data: data,
-		Argv: append([]string{s.shim.binary}, d.runtimeArgs(s.network, "run", "--bundle", d.bundleDir(s.id), s.id)...),
-		Env:  runtimeEnv,
+		ID: s.id, Driver: d.cfg.Name, Bundle: d.bundleDir(s.id),
+		Created: time.Now().UTC(),
+		Argv:    append([]string{s.shim.binary}, d.runtimeArgs(s.network, "run", "--bundle", d.bundleDir(s.id), s.id)...),
+		Env:     runtimeEnv,
 	}
-	if err := supervisor.WriteMeta(dir, key, m); err != nil {
+	if err := s.writeMeta(key, m, s.labels, s.unbound, s.Guest.Limits); err != nil {
 		return err
 	}
-	if err := supervisor.Launch(ctx, d.cfg.Shim, dir); err != nil {
+	if err := supervisor.Launch(ctx, d.cfg.Shim, d.shimDir(s.id)); err != nil {
 		return err
 	}
 	return s.connect(ctx)
+}
+
+// writeMeta writes m, with the sandbox's labels, binding state, limits and
+// network, as its shim's record.
+func (s *sbx) writeMeta(key []byte, m supervisor.Meta, labels map[string]string, unbound bool, limits sandbox.Limits) error {
+	data, err := json.Marshal(shimRecord{Limits: limits, Network: s.network})
+	if err != nil {
+		return err
+	}
+	m.Labels, m.Unbound, m.Data = labels, unbound, data
+	return supervisor.WriteMeta(s.d.shimDir(s.id), key, m)
 }
 
 // connect dials the sandbox's shim and waits for the guest's hello, which
@@ -197,8 +202,8 @@ func (d *Driver) reattach(ctx context.Context, id string, key []byte, match map[
 		return nil, fmt.Errorf("the shim of sandbox %s is gone: %w", id, errdefs.ErrNotFound)
 	}
 	s := d.newSbx(id, rec.Limits)
-	s.network = rec.Network
-	s.shim = &shimState{binary: m.Argv[0], labels: m.Labels}
+	s.network, s.labels, s.unbound = rec.Network, m.Labels, m.Unbound
+	s.shim = &shimState{binary: m.Argv[0]}
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	defer func() {

@@ -115,8 +115,8 @@ var (
 	_ sandbox.Reattacher    = (*Driver)(nil)
 )
 
-// notYet is the reason of the abilities this driver does not implement yet.
-const notYet = "not implemented by this driver yet"
+// noBindEgress is why an OCI sandbox gets its network at create only.
+const noBindEgress = "a sandbox's network namespace is joined when its runtime starts it; internal/netns prepares egress only as a namespace for a sandbox to join, not inside a running one"
 
 // New returns a driver for cfg. It does not check that the runtime is
 // installed; Health does, and Create fails clearly if it is not.
@@ -148,7 +148,7 @@ func (c Config) Capabilities() sandbox.Capabilities {
 	if c.NetworkArgs != nil {
 		modes = slices.Sorted(maps.Keys(c.NetworkArgs))
 	}
-	lacks := map[string]string{"Bind": notYet, "BindEgress": notYet}
+	lacks := map[string]string{"BindEgress": noBindEgress}
 	maps.Copy(lacks, c.Lacks)
 	return sandbox.Capabilities{
 		Tier:          c.Tier,
@@ -164,6 +164,7 @@ func (c Config) Capabilities() sandbox.Capabilities {
 		Files:         true,
 		Kernels:       true,
 		Reattach:      true,
+		Bind:          true,
 		Lacks:         lacks,
 	}
 }
@@ -327,7 +328,12 @@ var runtimeEnv = []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bi
 
 // Create starts a sandbox: it writes the bundle, starts `<runtime> run` with
 // the guest as PID 1 and waits for the guest's greeting.
-func (d *Driver) Create(ctx context.Context, spec sandbox.Spec) (_ sandbox.Sandbox, err error) {
+func (d *Driver) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Sandbox, error) {
+	return d.create(ctx, spec, false)
+}
+
+// create is Create, of a sandbox that Bind binds later when unbound.
+func (d *Driver) create(ctx context.Context, spec sandbox.Spec, unbound bool) (_ sandbox.Sandbox, err error) {
 	id, err := sandbox.ResolveID(spec.ID)
 	if err != nil {
 		return nil, err
@@ -360,9 +366,9 @@ func (d *Driver) Create(ctx context.Context, spec sandbox.Spec) (_ sandbox.Sandb
 		return nil, fmt.Errorf("creating bundle directory: %w", err)
 	}
 	sb := d.newSbx(id, limits)
-	sb.network = spec.Network
+	sb.network, sb.labels, sb.unbound = spec.Network, maps.Clone(spec.Labels), unbound
 	if spec.Detached {
-		sb.shim = &shimState{binary: binary, labels: spec.Labels}
+		sb.shim = &shimState{binary: binary}
 	}
 	defer func() {
 		if err != nil {
@@ -480,7 +486,7 @@ func hasLabels(labels, match map[string]string) bool {
 
 // labelsOf returns the labels of sandbox id: its shim's record's, when it
 // is detached and the record is this driver's, else its bundle's
-// annotations.
+// annotations and its binding's.
 func (d *Driver) labelsOf(id string) map[string]string {
 	if m, err := d.readShimMeta(id); err == nil {
 		return m.Labels
@@ -491,6 +497,7 @@ func (d *Driver) labelsOf(id string) map[string]string {
 			labels[name] = v
 		}
 	}
+	maps.Copy(labels, readBinding(d.bundleDir(id)))
 	return labels
 }
 

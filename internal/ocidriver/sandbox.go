@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/stockade-sh/stockade/errdefs"
@@ -44,6 +45,11 @@ type sbx struct {
 	// shim is set for a detached sandbox, which a shim serves (see
 	// detached.go); cmd, stdin and stdout are then nil.
 	shim *shimState
+
+	// bindMu guards labels and unbound, which Bind changes (bind.go).
+	bindMu  sync.Mutex
+	labels  map[string]string
+	unbound bool
 }
 
 var (

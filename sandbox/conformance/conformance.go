@@ -107,6 +107,7 @@ func Run(t *testing.T, h Harness) {
 		{"Kernels", (*suite).kernels},
 		{"Files", (*suite).files},
 		{"Reattach", (*suite).reattach},
+		{"Bind", (*suite).bind},
 		{"Credentials", (*suite).credentials},
 		{"Filesystem", (*suite).filesystem},
 		{"Network", (*suite).network},
