@@ -1,12 +1,18 @@
 package ocidriver_test
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
+	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -15,6 +21,7 @@ import (
 	"github.com/stockade-sh/stockade/internal/ocidriver"
 	"github.com/stockade-sh/stockade/internal/testenv"
 	"github.com/stockade-sh/stockade/sandbox"
+	"github.com/stockade-sh/stockade/sandbox/profile"
 	"github.com/stockade-sh/stockade/supervisor"
 )
 
@@ -141,4 +148,205 @@ func mustKey(t *testing.T, root string) []byte {
 		t.Fatal(err)
 	}
 	return key
+}
+
+// The environment of a daemon process that TestReattachAfterKill starts:
+// the test binary itself, re-executed.
+const (
+	daemonEnv      = "STOCKADE_TEST_REATTACH_DAEMON" // the driver's name
+	daemonStateEnv = "STOCKADE_TEST_REATTACH_STATE"
+	daemonGuestEnv = "STOCKADE_TEST_REATTACH_GUEST"
+	daemonShimEnv  = "STOCKADE_TEST_REATTACH_SHIM"
+	daemonOwnerEnv = "STOCKADE_TEST_REATTACH_OWNER"
+)
+
+// daemonSandboxes is what the daemon process reports once its sandboxes
+// are ready, on a line of its own after daemonReady.
+type daemonSandboxes struct {
+	Mine, Theirs, Dead string
+}
+
+const daemonReady = "REATTACH-DAEMON-READY "
+
+// TestReattachAfterKill kills a daemon-like process with SIGKILL while its
+// detached sandbox has a kernel holding a value and a program running:
+// another process's driver re-attaches the sandbox, the kernel still holds
+// the value, the dead daemon's program is cancelled and the next one runs;
+// the dead daemon's other sandboxes, one of another owner and one whose
+// shim is gone (its socket dead), are destroyed with nothing left (runtime
+// state, cgroups, bundle, shim directory).
+func TestReattachAfterKill(t *testing.T) {
+	if name := os.Getenv(daemonEnv); name != "" {
+		runDaemon(t, name)
+		return
+	}
+	testenv.RequiresRoot(t)
+	for _, drv := range detachedDrivers {
+		t.Run(drv.name, func(t *testing.T) {
+			testenv.RequiresBinary(t, drv.runtime)
+			state := t.TempDir()
+			owner := map[string]string{"owner": "daemon-" + drv.name + "-" + strconv.Itoa(os.Getpid())}
+			ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
+			defer cancel()
+
+			daemon := exec.Command(os.Args[0], "-test.run=^TestReattachAfterKill$", "-test.v")
+			daemon.Env = append(os.Environ(), daemonEnv+"="+drv.name, daemonStateEnv+"="+state,
+				daemonGuestEnv+"="+testenv.Guest(t), daemonShimEnv+"="+testenv.Shim(t)[0],
+				daemonOwnerEnv+"="+owner["owner"])
+			out, err := daemon.StdoutPipe()
+			if err != nil {
+				t.Fatal(err)
+			}
+			var stderr strings.Builder
+			daemon.Stderr = &stderr
+			if err := daemon.Start(); err != nil {
+				t.Fatal(err)
+			}
+			killed := false
+			defer func() {
+				if !killed {
+					_ = daemon.Process.Kill()
+					_ = daemon.Wait()
+				}
+			}()
+			ready := make(chan daemonSandboxes, 1)
+			var lines strings.Builder
+			go func() {
+				sc := bufio.NewScanner(out)
+				for sc.Scan() {
+					if rest, ok := strings.CutPrefix(sc.Text(), daemonReady); ok {
+						var ids daemonSandboxes
+						if json.Unmarshal([]byte(rest), &ids) == nil {
+							ready <- ids
+						}
+						continue
+					}
+					lines.WriteString(sc.Text() + "\n")
+				}
+				close(ready)
+			}()
+			var ids daemonSandboxes
+			select {
+			case v, ok := <-ready:
+				if !ok {
+					_ = daemon.Wait()
+					killed = true
+					t.Fatalf("the daemon process ended before its sandboxes were ready:\n%s%s", lines.String(), stderr.String())
+				}
+				ids = v
+				t.Logf("daemon %d: sandboxes %+v", daemon.Process.Pid, ids)
+			case <-ctx.Done():
+				t.Fatalf("the daemon process did not get its sandboxes ready: %v", ctx.Err())
+			}
+
+			restarted, err := drv.build(t, state)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _, _ = restarted.Reap(context.Background(), nil) })
+			if err := daemon.Process.Signal(syscall.SIGKILL); err != nil {
+				t.Fatal(err)
+			}
+			_ = daemon.Wait()
+			killed = true
+			if err := supervisor.KillShim(ctx, filepath.Join(state, "shims", ids.Dead)); err != nil {
+				t.Fatal(err)
+			}
+
+			got, err := restarted.Reattach(ctx, owner)
+			if err != nil {
+				t.Fatalf("Reattach: %v", err)
+			}
+			if len(got) != 1 || got[0].ID() != ids.Mine {
+				for _, sb := range got {
+					_ = sb.Destroy(context.WithoutCancel(ctx))
+				}
+				t.Fatalf("Reattach returned %d sandboxes, want only %s", len(got), ids.Mine)
+			}
+			sb := got[0]
+			defer func() {
+				if err := sb.Destroy(context.WithoutCancel(ctx)); err != nil {
+					t.Error(err)
+				}
+				if left := restarted.Leftovers(ids.Mine); len(left) > 0 {
+					t.Errorf("after Destroy, %s left: %s", ids.Mine, strings.Join(left, "; "))
+				}
+			}()
+			for name, id := range map[string]string{"another owner's": ids.Theirs, "the dead shim's": ids.Dead} {
+				if left := restarted.Leftovers(id); len(left) > 0 {
+					t.Errorf("%s sandbox %s, which Reattach should have destroyed, left: %s", name, id, strings.Join(left, "; "))
+				}
+			}
+
+			kernels, err := sb.(sandbox.Kernels).ListKernels(ctx)
+			if err != nil || len(kernels) != 1 {
+				t.Fatalf("the re-attached sandbox's kernels: got %v, %v; want the dead daemon's one", kernels, err)
+			}
+			res, err := kernels[0].Run(ctx, sandbox.Cell{Code: "get kept"})
+			if err != nil || string(res.Stdout) != owner["owner"]+"\n" {
+				t.Errorf("the kernel's value after the re-attach: got %+v, %v; want %q", res, err, owner["owner"])
+			}
+			// The dead daemon's program (sleep 1000) was cancelled: the
+			// next one runs.
+			run, err := sandbox.Run(ctx, sb, shScript("echo after"))
+			if err != nil || string(run.Stdout) != "after\n" {
+				t.Errorf("a program after the re-attach: got %+v, %v; want it to print after", run, err)
+			}
+		})
+	}
+}
+
+// shScript is an ExecRequest that runs script with /bin/sh.
+func shScript(script string) sandbox.ExecRequest {
+	return sandbox.ExecRequest{File: sandbox.File{Name: "main.sh", Data: []byte(script)}, Argv: []string{"/bin/sh", "{file}"}}
+}
+
+// runDaemon is the daemon process of TestReattachAfterKill: it creates
+// its detached sandboxes, starts a kernel holding a value and a program
+// that runs on, reports the sandboxes' IDs and waits to be killed (at most
+// five minutes).
+func runDaemon(t *testing.T, name string) {
+	state, guestPath, shim := os.Getenv(daemonStateEnv), os.Getenv(daemonGuestEnv), []string{os.Getenv(daemonShimEnv), "shim"}
+	var d *ocidriver.Driver
+	var err error
+	switch name {
+	case "runc":
+		d, err = runc.New(runc.Config{StateDir: state, GuestPath: guestPath, Shim: shim})
+	case "gvisor":
+		d, err = gvisor.New(gvisor.Config{StateDir: state, GuestPath: guestPath, Shim: shim})
+	default:
+		t.Fatalf("no driver %q", name)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	img := testenv.Image(t, "shell")
+	owner := os.Getenv(daemonOwnerEnv)
+	create := func(owner string) sandbox.Sandbox {
+		sb, err := d.Create(ctx, sandbox.Spec{Image: img, Detached: true, Labels: map[string]string{"owner": owner}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return sb
+	}
+	mine, theirs, dead := create(owner), create("someone else"), create(owner)
+	k, err := mine.(sandbox.Kernels).StartKernel(ctx, sandbox.KernelSpec{Argv: []string{profile.GuestPath, "stockade-kernel-test"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res, err := k.Run(ctx, sandbox.Cell{Code: "set kept " + owner}); err != nil || res.Status != sandbox.CellOK {
+		t.Fatalf("set: %+v, %v", res, err)
+	}
+	started := make(chan struct{})
+	req := shScript("echo started; sleep 1000")
+	var once sync.Once
+	req.OnOutput = func(sandbox.Stream, []byte) { once.Do(func() { close(started) }) }
+	if _, err := mine.Start(ctx, req); err != nil {
+		t.Fatal(err)
+	}
+	<-started
+	b, _ := json.Marshal(daemonSandboxes{Mine: mine.ID(), Theirs: theirs.ID(), Dead: dead.ID()})
+	fmt.Printf("%s%s\n", daemonReady, b)
+	time.Sleep(5 * time.Minute)
 }
