@@ -69,8 +69,10 @@ type Guest struct {
 	// from the container's state). It may wait briefly.
 	DiedOfOOM func(ctx context.Context) bool
 
-	mu      sync.Mutex                   // guards dead, running and kernels
+	mu      sync.Mutex                   // guards dead, frozen, cells, running and kernels
 	dead    bool                         // the guest can no longer run programs
+	frozen  bool                         // dead because of Freeze, until Thaw
+	cells   int                          // the cells that run
 	running *execHandle                  // the Exec that has not ended, nil if none
 	kernels map[uint32]*kernel           // the handles of the kernels, by id
 	client  atomic.Pointer[guest.Client] // set by AwaitReady
@@ -138,6 +140,52 @@ func (g *Guest) Retune(l sandbox.Limits, apply func() error) error {
 	return nil
 }
 
+// Freeze makes the guest refuse everything from now on (as MarkGone does)
+// when nothing runs in it, for a checkpoint of the sandbox: an Exec or a
+// cell that runs is ErrFailedPrecondition, and nothing changes. It
+// returns the guest's hello and the highest request id used so far, which
+// a client of the restored guest needs (supervisor.Meta). Thaw undoes it
+// when the checkpoint fails.
+func (g *Guest) Freeze() (guest.Hello, uint32, error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	c := g.client.Load()
+	switch {
+	case g.dead || c == nil:
+		return guest.Hello{}, 0, fmt.Errorf("sandbox %s is no longer running: %w", g.Sandbox, errdefs.ErrFailedPrecondition)
+	case g.running != nil || g.cells > 0:
+		return guest.Hello{}, 0, fmt.Errorf("sandbox %s runs a program or a cell; it is saved only when idle: %w", g.Sandbox, errdefs.ErrFailedPrecondition)
+	}
+	g.dead, g.frozen = true, true
+	return c.Hello(), c.LastID(), nil
+}
+
+// Thaw undoes a Freeze: the guest serves again.
+func (g *Guest) Thaw() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.frozen {
+		g.dead, g.frozen = false, false
+	}
+}
+
+// beginCell counts a cell that starts, unless the guest is gone or frozen.
+func (g *Guest) beginCell() error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.dead {
+		return fmt.Errorf("sandbox %s is no longer running: %w", g.Sandbox, errdefs.ErrFailedPrecondition)
+	}
+	g.cells++
+	return nil
+}
+
+func (g *Guest) endCell() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.cells--
+}
+
 // limits returns the guest's limits.
 func (g *Guest) limits() sandbox.Limits {
 	g.mu.Lock()
@@ -167,7 +215,7 @@ func StartError(runtime string, err error, stderr string) error {
 // caller; the caller must first end the guest's stream so that it returns.
 func (g *Guest) MarkGone() {
 	g.mu.Lock()
-	g.dead = true
+	g.dead, g.frozen = true, false
 	h := g.running
 	g.mu.Unlock()
 	if h != nil {
@@ -370,7 +418,7 @@ func (h *execHandle) classify(ctx context.Context, o outcome, res *sandbox.Resul
 // markDead records that the guest can serve no more Execs.
 func (g *Guest) markDead() {
 	g.mu.Lock()
-	g.dead = true
+	g.dead, g.frozen = true, false
 	g.mu.Unlock()
 }
 

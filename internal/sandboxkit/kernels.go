@@ -125,9 +125,10 @@ func (k *kernel) Interrupt() error { return k.g.connErr(k.k.Interrupt()) }
 func (k *kernel) Stop(ctx context.Context) error { return k.g.connErr(k.k.Stop(ctx)) }
 
 func (k *kernel) Run(ctx context.Context, cell sandbox.Cell) (*sandbox.CellResult, error) {
-	if _, err := k.g.live(); err != nil {
+	if err := k.g.beginCell(); err != nil {
 		return nil, err
 	}
+	defer k.g.endCell()
 	opts := guest.CellOptions{Stdin: cell.Stdin, OutputCap: k.g.limits().OutputCap, MaxDisplays: sandbox.MaxDisplays}
 	if cell.OnOutput != nil {
 		opts.OnOutput = func(s guest.Stream, p []byte) { cell.OnOutput(stream(s), p) }
