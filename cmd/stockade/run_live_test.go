@@ -16,7 +16,6 @@ import (
 
 	"github.com/stockade-sh/stockade/driver/gvisor"
 	"github.com/stockade-sh/stockade/driver/runc"
-	"github.com/stockade-sh/stockade/internal/ocidriver"
 	"github.com/stockade-sh/stockade/internal/testenv"
 )
 
@@ -102,7 +101,7 @@ func sandboxIDs(t *testing.T, state, driver string) []string {
 func leftovers(t *testing.T, state, driver, id string) []string {
 	t.Helper()
 	var (
-		d   *ocidriver.Driver
+		d   interface{ Leftovers(string) []string }
 		err error
 	)
 	if driver == "runc" {

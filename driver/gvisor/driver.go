@@ -36,9 +36,10 @@ type Config struct {
 // DefaultCPU is the CPU share of a gvisor-tier sandbox.
 const DefaultCPU = 1
 
-// New returns the gVisor driver.
-func New(cfg Config) (*ocidriver.Driver, error) {
-	return ocidriver.New(config(cfg))
+// New returns the gVisor driver, which saves and restores sandboxes with
+// runsc checkpoint and restore (ocidriver.Snapshotting).
+func New(cfg Config) (*ocidriver.Snapshotting, error) {
+	return ocidriver.NewSnapshotting(config(cfg))
 }
 
 // Capabilities are what the gVisor driver declares, without building one.
@@ -78,13 +79,13 @@ func config(cfg Config) ocidriver.Config {
 			sandbox.NetworkEgress: {"--network=sandbox"},
 		},
 		Kernel:               oci.UserSpaceKernel,
+		Snapshots:            true,
 		PrivateRootForMounts: true,
 		StateDir:             cfg.StateDir,
 		GuestPath:            cfg.GuestPath,
 		Shim:                 cfg.Shim,
 		Defaults:             sandbox.Limits{CPU: DefaultCPU},
 		Lacks: map[string]string{
-			"Snapshots": "not implemented by this driver yet",
 			// runsc --network=sandbox hands the namespace's interfaces to
 			// the Sentry's netstack once, when the sandbox starts.
 			"BindEgress": "gVisor's netstack takes the network namespace's interfaces when the sandbox starts and never sees one added later: egress is given at create only",

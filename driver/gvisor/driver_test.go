@@ -19,13 +19,13 @@ import (
 	"github.com/stockade-sh/stockade/sandbox/conformance"
 )
 
-func newDriver(t *testing.T) *ocidriver.Driver {
+func newDriver(t *testing.T) *ocidriver.Snapshotting {
 	d, _ := newDriverIn(t)
 	return d
 }
 
 // newDriverIn returns the driver and its state directory.
-func newDriverIn(t *testing.T) (*ocidriver.Driver, string) {
+func newDriverIn(t *testing.T) (*ocidriver.Snapshotting, string) {
 	t.Helper()
 	testenv.RequiresRoot(t)
 	testenv.RequiresBinary(t, "runsc")
@@ -35,7 +35,7 @@ func newDriverIn(t *testing.T) (*ocidriver.Driver, string) {
 
 // driverOver returns a driver over the state directory dir, with a shim
 // for detached sandboxes.
-func driverOver(t *testing.T, dir string) *ocidriver.Driver {
+func driverOver(t *testing.T, dir string) *ocidriver.Snapshotting {
 	t.Helper()
 	d, err := gvisor.New(gvisor.Config{StateDir: dir, GuestPath: testenv.Guest(t), Shim: testenv.Shim(t)})
 	if err != nil {

@@ -64,10 +64,12 @@ func config(cfg Config) ocidriver.Config {
 		UserNamespace: true,
 		HostIDs:       cfg.HostIDs,
 		Lacks: map[string]string{
-			// Measured on the hosts Stockade is tested on (kernel 6.18):
-			// `criu check` fails filling the vdso symbol table, so not even
-			// a plain process can be dumped, before the profile (a user
-			// namespace, seccomp, a read-only root) is tried at all.
+			// Measured on the hosts Stockade is tested on (CRIU 3.17.1,
+			// Debian's, on kernel 6.18): `criu check` fails filling the
+			// vdso symbol table, and `criu dump` of a plain process fails
+			// the same way, so runc checkpoint cannot work before the
+			// profile (a user namespace, seccomp, a read-only root) is
+			// tried at all. Hence no Snapshotter on this tier.
 			"Snapshots": "runc checkpoints through CRIU, which cannot dump any process on this host's kernel (criu check: kerndat_vdso_fill_symtable failed); it is untested with the profile",
 		},
 	}

@@ -80,6 +80,10 @@ type Config struct {
 	// package supervisor). Nil refuses detached sandboxes; Reattach works
 	// without it.
 	Shim []string
+	// Snapshots is set for a runtime that saves and restores a running
+	// sandbox (runsc checkpoint and restore): the driver is then built
+	// with NewSnapshotting, not New, and is a sandbox.Snapshotter.
+	Snapshots bool
 	// Lacks says why the driver lacks the abilities it lacks
 	// (sandbox.Capabilities.Lacks), beyond those no OCI driver has.
 	Lacks map[string]string
@@ -121,6 +125,13 @@ const noBindEgress = "a sandbox's network namespace is joined when its runtime s
 // New returns a driver for cfg. It does not check that the runtime is
 // installed; Health does, and Create fails clearly if it is not.
 func New(cfg Config) (*Driver, error) {
+	if cfg.Snapshots {
+		return nil, fmt.Errorf("ocidriver: a Config with Snapshots is built with NewSnapshotting: %w", errdefs.ErrInvalidArgument)
+	}
+	return newDriver(cfg)
+}
+
+func newDriver(cfg Config) (*Driver, error) {
 	if cfg.Name == "" || cfg.Binary == "" || cfg.StateDir == "" || cfg.GuestPath == "" {
 		return nil, fmt.Errorf("ocidriver: Name, Binary, StateDir and GuestPath are required: %w", errdefs.ErrInvalidArgument)
 	}
@@ -165,6 +176,7 @@ func (c Config) Capabilities() sandbox.Capabilities {
 		Kernels:       true,
 		Reattach:      true,
 		Bind:          true,
+		Snapshots:     c.Snapshots,
 		Lacks:         lacks,
 	}
 }

@@ -27,7 +27,11 @@ var drivers = []struct {
 		return runc.New(runc.Config{Binary: binary, StateDir: t.TempDir(), GuestPath: guest})
 	}},
 	{"gvisor", "runsc", func(t testing.TB, binary, guest string) (*ocidriver.Driver, error) {
-		return gvisor.New(gvisor.Config{Binary: binary, StateDir: t.TempDir(), GuestPath: guest})
+		d, err := gvisor.New(gvisor.Config{Binary: binary, StateDir: t.TempDir(), GuestPath: guest})
+		if err != nil {
+			return nil, err
+		}
+		return d.Driver, nil
 	}},
 }
 

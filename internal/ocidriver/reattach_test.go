@@ -34,7 +34,11 @@ var detachedDrivers = []struct {
 		return runc.New(runc.Config{StateDir: state, GuestPath: testenv.Guest(t), Shim: testenv.Shim(t)})
 	}},
 	{"gvisor", "runsc", func(t testing.TB, state string) (*ocidriver.Driver, error) {
-		return gvisor.New(gvisor.Config{StateDir: state, GuestPath: testenv.Guest(t), Shim: testenv.Shim(t)})
+		d, err := gvisor.New(gvisor.Config{StateDir: state, GuestPath: testenv.Guest(t), Shim: testenv.Shim(t)})
+		if err != nil {
+			return nil, err
+		}
+		return d.Driver, nil
 	}},
 }
 
@@ -313,7 +317,10 @@ func runDaemon(t *testing.T, name string) {
 	case "runc":
 		d, err = runc.New(runc.Config{StateDir: state, GuestPath: guestPath, Shim: shim})
 	case "gvisor":
-		d, err = gvisor.New(gvisor.Config{StateDir: state, GuestPath: guestPath, Shim: shim})
+		var g *ocidriver.Snapshotting
+		if g, err = gvisor.New(gvisor.Config{StateDir: state, GuestPath: guestPath, Shim: shim}); err == nil {
+			d = g.Driver
+		}
 	default:
 		t.Fatalf("no driver %q", name)
 	}

@@ -108,6 +108,7 @@ func Run(t *testing.T, h Harness) {
 		{"Files", (*suite).files},
 		{"Reattach", (*suite).reattach},
 		{"Bind", (*suite).bind},
+		{"Snapshot", (*suite).snapshot},
 		{"Credentials", (*suite).credentials},
 		{"Filesystem", (*suite).filesystem},
 		{"Network", (*suite).network},

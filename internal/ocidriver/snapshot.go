@@ -1,0 +1,253 @@
+package ocidriver
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"time"
+
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+
+	"github.com/stockade-sh/stockade/errdefs"
+	"github.com/stockade-sh/stockade/guest"
+	"github.com/stockade-sh/stockade/internal/oci"
+	"github.com/stockade-sh/stockade/internal/sandboxkit"
+	"github.com/stockade-sh/stockade/sandbox"
+	"github.com/stockade-sh/stockade/supervisor"
+)
+
+// Snapshotting is a Driver whose runtime saves a running sandbox and
+// starts it again (runsc checkpoint and restore): gVisor's. runc's
+// checkpoints go through CRIU, which cannot dump a process on the hosts
+// Stockade is tested on, so the runc driver is a plain Driver and declares
+// Snapshots false (driver/runc).
+//
+// A checkpoint directory holds what Restore trusts as its own: it is
+// created root-only (0700), as the runtime writes the sandbox's memory
+// into it with the files readable by anyone (0644).
+//
+//	dir/sandbox.json  the sandbox's record (snapshotRecord)
+//	dir/config.json   its bundle's OCI spec
+//	dir/image/        the runtime's image of its processes and memory
+type Snapshotting struct {
+	*Driver
+}
+
+var _ sandbox.Snapshotter = (*Snapshotting)(nil)
+
+// NewSnapshotting returns a driver for cfg, whose Snapshots must be set.
+func NewSnapshotting(cfg Config) (*Snapshotting, error) {
+	if !cfg.Snapshots {
+		return nil, fmt.Errorf("ocidriver: NewSnapshotting needs Config.Snapshots: %w", errdefs.ErrInvalidArgument)
+	}
+	d, err := newDriver(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return &Snapshotting{d}, nil
+}
+
+// snapshotRecord is what a checkpoint directory says of the sandbox it
+// saved.
+type snapshotRecord struct {
+	// From is the saved sandbox's ID, Driver its driver's name.
+	From    string              `json:"from"`
+	Driver  string              `json:"driver"`
+	Labels  map[string]string   `json:"labels,omitempty"`
+	Limits  sandbox.Limits      `json:"limits"`
+	Network sandbox.NetworkMode `json:"network,omitempty"`
+	// Hello is the saved guest's greeting and LastID the highest request
+	// id used before the checkpoint: the restored guest is past its
+	// handshake (supervisor.Meta.Hello).
+	Hello  guest.Hello `json:"hello"`
+	LastID uint32      `json:"last_id"`
+	Saved  time.Time   `json:"saved"`
+}
+
+const (
+	snapshotRecordFile = "sandbox.json"
+	snapshotImageDir   = "image"
+)
+
+// Checkpoint saves sb, an idle sandbox of this driver without data mounts
+// or egress, into dir and destroys it. On failure sb serves on, unless
+// the runtime ended it, and dir is removed.
+func (d *Snapshotting) Checkpoint(ctx context.Context, sb sandbox.Sandbox, dir string) (err error) {
+	s, ok := sb.(*sbx)
+	switch {
+	case !ok || s.d != d.Driver:
+		return fmt.Errorf("checkpointing a sandbox the %s driver did not create: %w", d.cfg.Name, errdefs.ErrInvalidArgument)
+	case !filepath.IsAbs(dir):
+		return fmt.Errorf("checkpointing sandbox %s: the directory %q is not absolute: %w", s.id, dir, errdefs.ErrInvalidArgument)
+	case s.network != sandbox.NetworkNone:
+		// The restored sandbox would need the prepared network namespace
+		// the saved one joined, which ends with it.
+		return fmt.Errorf("checkpointing sandbox %s: a sandbox with a network (%s) is not saved: %w", s.id, s.network, errdefs.ErrFailedPrecondition)
+	}
+	bundle := d.bundleDir(s.id)
+	config, err := os.ReadFile(filepath.Join(bundle, "config.json"))
+	if err != nil {
+		return fmt.Errorf("checkpointing sandbox %s: reading its bundle: %w", s.id, err)
+	}
+	var spec specs.Spec
+	if err := json.Unmarshal(config, &spec); err != nil {
+		return fmt.Errorf("checkpointing sandbox %s: decoding its bundle: %w", s.id, err)
+	}
+	if spec.Root == nil || strings.HasPrefix(spec.Root.Path, bundle+"/") {
+		// Its root is an overlay of the bundle's, with data mounts below
+		// it, which the restored sandbox would not have.
+		return fmt.Errorf("checkpointing sandbox %s: a sandbox with data mounts is not saved: %w", s.id, errdefs.ErrFailedPrecondition)
+	}
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		if errors.Is(err, os.ErrExist) {
+			return fmt.Errorf("checkpointing sandbox %s: %s exists already: %w", s.id, dir, errdefs.ErrConflict)
+		}
+		return fmt.Errorf("checkpointing sandbox %s: creating its directory: %w", s.id, err)
+	}
+	hello, lastID, err := s.Guest.Freeze()
+	if err != nil {
+		os.Remove(dir)
+		return err
+	}
+	defer func() {
+		if err != nil {
+			s.Guest.Thaw()
+			os.RemoveAll(dir)
+		}
+	}()
+	s.bindMu.Lock()
+	rec := snapshotRecord{
+		From: s.id, Driver: d.cfg.Name, Labels: maps.Clone(s.labels), Limits: s.Guest.Limits,
+		Network: s.network, Hello: hello, LastID: lastID, Saved: time.Now().UTC(),
+	}
+	s.bindMu.Unlock()
+	b, err := json.Marshal(rec)
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(dir, snapshotRecordFile), b, 0o600); err != nil {
+		return fmt.Errorf("checkpointing sandbox %s: %w", s.id, err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "config.json"), config, 0o600); err != nil {
+		return fmt.Errorf("checkpointing sandbox %s: %w", s.id, err)
+	}
+	image := filepath.Join(dir, snapshotImageDir)
+	if err := os.Mkdir(image, 0o700); err != nil {
+		return fmt.Errorf("checkpointing sandbox %s: %w", s.id, err)
+	}
+	// The runtime saves the sandbox and then ends it; its run (the
+	// daemon's child or the shim's) ends with it.
+	out, err := d.runtimeCmd(ctx, s.network, "checkpoint", "--image-path", image, s.id).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("checkpointing sandbox %s: %v: %s: %w", s.id, err, sandboxkit.OneLine(string(out)), errdefs.ErrUnavailable)
+	}
+	if err := s.Destroy(ctx); err != nil {
+		return fmt.Errorf("checkpointing sandbox %s: saved, then destroying it: %w", s.id, err)
+	}
+	return nil
+}
+
+// Restore starts a detached sandbox from what Checkpoint saved in dir,
+// with a new ID, through a shim in restore mode (supervisor.Meta.Hello):
+// the guest goes on where it was saved, with its kernels.
+func (d *Snapshotting) Restore(ctx context.Context, dir string, labels map[string]string) (_ sandbox.Sandbox, err error) {
+	if len(d.cfg.Shim) == 0 {
+		return nil, fmt.Errorf("the %s driver has no shim to supervise a restored sandbox (ocidriver.Config.Shim): %w", d.cfg.Name, errdefs.ErrFailedPrecondition)
+	}
+	var rec snapshotRecord
+	b, err := os.ReadFile(filepath.Join(dir, snapshotRecordFile))
+	if err == nil {
+		err = json.Unmarshal(b, &rec)
+	}
+	switch {
+	case err != nil:
+		return nil, fmt.Errorf("restoring from %s: reading its record: %v: %w", dir, err, errdefs.ErrInvalidArgument)
+	case rec.Driver != d.cfg.Name:
+		return nil, fmt.Errorf("restoring from %s: it holds a sandbox of driver %q, not %q: %w", dir, rec.Driver, d.cfg.Name, errdefs.ErrInvalidArgument)
+	case rec.Limits.Check(sandbox.Limits{}) != nil || rec.Network != sandbox.NetworkNone:
+		return nil, fmt.Errorf("restoring from %s: its record does not hold: %w", dir, errdefs.ErrInvalidArgument)
+	}
+	var spec specs.Spec
+	b, err = os.ReadFile(filepath.Join(dir, "config.json"))
+	if err == nil {
+		err = json.Unmarshal(b, &spec)
+	}
+	if err != nil || spec.Linux == nil {
+		return nil, fmt.Errorf("restoring from %s: reading its OCI spec: %v: %w", dir, err, errdefs.ErrInvalidArgument)
+	}
+	binary, lerr := exec.LookPath(d.cfg.Binary)
+	if lerr != nil {
+		return nil, d.missingBinary(lerr)
+	}
+
+	id := sandbox.NewID()
+	all := maps.Clone(rec.Labels)
+	if all == nil {
+		all = map[string]string{}
+	}
+	maps.Copy(all, labels)
+	if err := os.MkdirAll(filepath.Join(d.cfg.StateDir, "bundles"), 0o700); err != nil {
+		return nil, fmt.Errorf("creating state directory: %w", err)
+	}
+	bundle := d.bundleDir(id)
+	if err := os.Mkdir(bundle, 0o700); err != nil {
+		return nil, fmt.Errorf("creating bundle directory: %w", err)
+	}
+	s := d.newSbx(id, rec.Limits)
+	s.network, s.labels = rec.Network, all
+	s.shim = &shimState{binary: binary}
+	defer func() {
+		if err != nil {
+			_ = s.Destroy(context.WithoutCancel(ctx))
+		}
+	}()
+	// The same spec, as the new sandbox's: its cgroup and its labels.
+	spec.Linux.CgroupsPath = s.cg.Path
+	for k := range spec.Annotations {
+		if strings.HasPrefix(k, oci.LabelPrefix) {
+			delete(spec.Annotations, k)
+		}
+	}
+	if spec.Annotations == nil {
+		spec.Annotations = map[string]string{}
+	}
+	for k, v := range all {
+		spec.Annotations[oci.LabelPrefix+k] = v
+	}
+	if err := oci.WriteConfig(bundle, &spec); err != nil {
+		return nil, err
+	}
+	if err := s.cg.prepare(rec.Limits.Memory); err != nil {
+		return nil, err
+	}
+	key, err := supervisor.LoadKey(d.shimRoot())
+	if err != nil {
+		return nil, err
+	}
+	hello := rec.Hello
+	m := supervisor.Meta{
+		ID: id, Driver: d.cfg.Name, Bundle: bundle, Created: time.Now().UTC(),
+		Argv:  append([]string{binary}, d.runtimeArgs(s.network, "restore", "--image-path", filepath.Join(dir, snapshotImageDir), "--bundle", bundle, id)...),
+		Env:   runtimeEnv,
+		Hello: &hello, LastID: rec.LastID,
+	}
+	if err := s.writeMeta(key, m, all, false, rec.Limits); err != nil {
+		return nil, err
+	}
+	if err := supervisor.Launch(ctx, d.cfg.Shim, d.shimDir(id)); err != nil {
+		return nil, err
+	}
+	if err := s.connect(ctx); err != nil {
+		return nil, err
+	}
+	if _, err := s.Guest.Resume(ctx); err != nil {
+		return nil, fmt.Errorf("restoring sandbox %s from %s: %w", id, dir, err)
+	}
+	return s, nil
+}

@@ -1,0 +1,113 @@
+package ocidriver_test
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/stockade-sh/stockade/driver/gvisor"
+	"github.com/stockade-sh/stockade/errdefs"
+	"github.com/stockade-sh/stockade/internal/ocidriver"
+	"github.com/stockade-sh/stockade/internal/testenv"
+	"github.com/stockade-sh/stockade/sandbox"
+	"github.com/stockade-sh/stockade/sandbox/profile"
+)
+
+func TestNewSnapshotsNeedsItsConstructor(t *testing.T) {
+	cfg := ocidriver.Config{Name: "x", Binary: "runsc", StateDir: t.TempDir(), GuestPath: "/guest"}
+	if _, err := ocidriver.NewSnapshotting(cfg); !errdefs.IsInvalidArgument(err) {
+		t.Errorf("NewSnapshotting without Config.Snapshots: got %v, want ErrInvalidArgument", err)
+	}
+	cfg.Snapshots = true
+	if _, err := ocidriver.New(cfg); !errdefs.IsInvalidArgument(err) {
+		t.Errorf("New with Config.Snapshots: got %v, want ErrInvalidArgument", err)
+	}
+	if d, err := ocidriver.NewSnapshotting(cfg); err != nil || !d.Capabilities().Snapshots {
+		t.Errorf("NewSnapshotting: got %v, %v; want a driver declaring Snapshots", d, err)
+	}
+}
+
+// TestSnapshotRefusalsAndReattach checks what Checkpoint and Restore
+// refuse, and that a restored sandbox is detached like any other: a new
+// driver value re-attaches it with its kernel.
+func TestSnapshotRefusalsAndReattach(t *testing.T) {
+	testenv.RequiresRoot(t)
+	testenv.RequiresBinary(t, "runsc")
+	state := t.TempDir()
+	build := func() *ocidriver.Snapshotting {
+		d, err := gvisor.New(gvisor.Config{StateDir: state, GuestPath: testenv.Guest(t), Shim: testenv.Shim(t)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+	d := build()
+	t.Cleanup(func() { _, _ = d.Reap(context.Background(), nil) })
+	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
+	defer cancel()
+	img := testenv.Image(t, "shell")
+	sb, err := d.Create(ctx, sandbox.Spec{Image: img, Labels: map[string]string{"owner": "snapshot-test"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, err := build().Create(ctx, sandbox.Spec{Image: img})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Destroy(context.WithoutCancel(ctx))
+
+	base := t.TempDir()
+	exists := filepath.Join(base, "exists")
+	if err := os.Mkdir(exists, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct {
+		name string
+		sb   sandbox.Sandbox
+		dir  string
+		want func(error) bool
+	}{
+		{"a relative directory", sb, "relative", errdefs.IsInvalidArgument},
+		{"a directory that exists", sb, exists, errdefs.IsConflict},
+		{"another driver value's sandbox", other, filepath.Join(base, "other"), errdefs.IsInvalidArgument},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			if err := d.Checkpoint(ctx, tt.sb, tt.dir); !tt.want(err) {
+				t.Errorf("got %v, want refused", err)
+			}
+		})
+	}
+	if _, err := d.Restore(ctx, exists, nil); !errdefs.IsInvalidArgument(err) {
+		t.Errorf("Restore from a directory without a checkpoint: got %v, want ErrInvalidArgument", err)
+	}
+
+	k, err := sb.(sandbox.Kernels).StartKernel(ctx, sandbox.KernelSpec{Argv: []string{profile.GuestPath, "stockade-kernel-test"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := k.Run(ctx, sandbox.Cell{Code: "set kept 1"}); err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Join(base, "saved")
+	if err := d.Checkpoint(ctx, sb, dir); err != nil {
+		t.Fatal(err)
+	}
+	restored, err := d.Restore(ctx, dir, map[string]string{"restored": "yes"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := build().Reattach(ctx, map[string]string{"owner": "snapshot-test", "restored": "yes"})
+	if err != nil || len(got) != 1 || got[0].ID() != restored.ID() {
+		t.Fatalf("Reattach of the restored sandbox: got %v, %v; want %s", got, err, restored.ID())
+	}
+	defer got[0].Destroy(context.WithoutCancel(ctx))
+	kernels, err := got[0].(sandbox.Kernels).ListKernels(ctx)
+	if err != nil || len(kernels) != 1 {
+		t.Fatalf("the re-attached restored sandbox's kernels: got %v, %v", kernels, err)
+	}
+	if res, err := kernels[0].Run(ctx, sandbox.Cell{Code: "get kept"}); err != nil || string(res.Stdout) != "1\n" {
+		t.Errorf("the kernel: got %+v, %v; want 1", res, err)
+	}
+}
