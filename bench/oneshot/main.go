@@ -5,9 +5,11 @@
 // against a raw `runc run` / `runsc run` of an equivalent bundle (same
 // profile, python started directly as PID 1), the same with python started
 // as a child of PID 1 (what any design with an agent in the sandbox costs),
-// and the bare interpreter in a chroot; and the engine's one-shot run of a
-// tool with a data mount of 10,000 files, whose tree is checked for sockets
-// and credentials directories before each run. -parts adds the runtimes with
+// and the bare interpreter in a chroot; the drivers' one-shot run with the
+// sandbox direct (the daemon owns the runtime's stdio) and detached
+// (through a shim, package supervisor): what the supervisor costs; and the
+// engine's one-shot run of a tool with a data mount of 10,000 files, whose
+// tree is checked for sockets and credentials directories before each run. -parts adds the runtimes with
 // /bin/true and with the guest agent alone as PID 1 (the runtime's own cost
 // and what starting the guest adds to it), and ./bench/oneshot/minimal, the
 // least a Go CLI can be for the same run (what any CLI in Go costs).
@@ -140,16 +142,37 @@ func run(n int, bin, dataDir string, parts bool) error {
 		return err
 	}
 	inProcess := func(driver string) func() error { return inProcessAs(eng, "", driver) }
+	// The drivers alone, each sandbox direct (the daemon owns the
+	// runtime's stdio, the one-shot route) or detached (a shim owns it and
+	// serves the guest on a socket: what a long-lived sandbox costs).
+	exe, err := filepath.Abs(bin)
+	if err != nil {
+		return err
+	}
+	shim := []string{exe, "shim"}
+	rc, err := runc.New(runc.Config{StateDir: filepath.Join(tmp, "drv-runc"), GuestPath: guest, Shim: shim})
+	if err != nil {
+		return err
+	}
+	gv, err := gvisor.New(gvisor.Config{StateDir: filepath.Join(tmp, "drv-gvisor"), GuestPath: guest, Shim: shim})
+	if err != nil {
+		return err
+	}
+	viaDriver := func(d sandbox.Driver, detached bool) func() error { return driverOneShot(d, img, detached) }
 	v := func(name, base string, run func() error) variant {
 		return variant{Variant: &table.Variant{Name: name, Run: run}, base: base}
 	}
 	vs := []variant{
 		v("engine one-shot, runc (daemon)", "runc run (raw bundle)", inProcess("runc")),
 		v("engine one-shot, runc, a 10,000-file mount (vs the row above)", "engine one-shot, runc (daemon)", inProcessAs(eng, mountedToolName, "")),
+		v("driver one-shot, runc, direct", "runc run (raw bundle)", viaDriver(rc, false)),
+		v("driver one-shot, runc, through the shim (vs the row above)", "driver one-shot, runc, direct", viaDriver(rc, true)),
 		v("stockade run --driver runc", "runc run (raw bundle)", cli(bin, "run", "--driver", "runc", "--runtime", "python", "-c", "print(1)")),
 		v("runc run (raw bundle)", "", runcCmd("raw-runc")),
 		v("runc run (raw, python as a child)", "runc run (raw bundle)", runcCmd("child-runc")),
 		v("engine one-shot, gvisor (daemon)", "runsc run (raw bundle)", inProcess("gvisor")),
+		v("driver one-shot, gvisor, direct", "runsc run (raw bundle)", viaDriver(gv, false)),
+		v("driver one-shot, gvisor, through the shim (vs the row above)", "driver one-shot, gvisor, direct", viaDriver(gv, true)),
 		v("stockade run --driver gvisor", "runsc run (raw bundle)", cli(bin, "run", "--driver", "gvisor", "--runtime", "python", "-c", "print(1)")),
 		v("runsc run (raw bundle)", "", runscCmd("raw-runsc")),
 		v("runsc run (raw, python as a child)", "runsc run (raw bundle)", runscCmd("child-runsc")),
@@ -203,6 +226,29 @@ func inProcessAs(eng *engine.Engine, tool, driver string) func() error {
 		res, err := eng.Run(context.Background(), engine.Request{Runtime: "python", Tool: tool, Driver: driver, Code: []byte("print(1)")})
 		if err == nil && res.Stdout != "1\n" {
 			err = fmt.Errorf("unexpected result %+v", res)
+		}
+		return err
+	}
+}
+
+// driverOneShot runs python print(1) in a new sandbox of d, detached
+// (through a shim) or not, and destroys it.
+func driverOneShot(d sandbox.Driver, img sandbox.Image, detached bool) func() error {
+	return func() error {
+		ctx := context.Background()
+		sb, err := d.Create(ctx, sandbox.Spec{Image: img, Detached: detached})
+		if err != nil {
+			return err
+		}
+		res, err := sandbox.Run(ctx, sb, sandbox.ExecRequest{
+			File: sandbox.File{Name: "main.py", Data: []byte("print(1)")},
+			Argv: []string{"/usr/bin/python3", "{file}"},
+		})
+		if err == nil && string(res.Stdout) != "1\n" {
+			err = fmt.Errorf("unexpected result %+v", res)
+		}
+		if derr := sb.Destroy(ctx); err == nil {
+			err = derr
 		}
 		return err
 	}
