@@ -18,6 +18,7 @@ import (
 
 	"github.com/stockade-sh/stockade/driver/gvisor"
 	"github.com/stockade-sh/stockade/driver/runc"
+	"github.com/stockade-sh/stockade/errdefs"
 	"github.com/stockade-sh/stockade/internal/ocidriver"
 	"github.com/stockade-sh/stockade/internal/testenv"
 	"github.com/stockade-sh/stockade/sandbox"
@@ -356,4 +357,49 @@ func runDaemon(t *testing.T, name string) {
 	b, _ := json.Marshal(daemonSandboxes{Mine: mine.ID(), Theirs: theirs.ID(), Dead: dead.ID()})
 	fmt.Printf("%s%s\n", daemonReady, b)
 	time.Sleep(5 * time.Minute)
+}
+
+// TestBindDetached checks that a detached sandbox's binding is recorded
+// in its shim's record: a new driver value re-attaches it by the
+// binding's labels, and it stays bound (a second Bind is refused) and
+// tightened (the bound output cap holds).
+func TestBindDetached(t *testing.T) {
+	testenv.RequiresRoot(t)
+	for _, drv := range detachedDrivers {
+		t.Run(drv.name, func(t *testing.T) {
+			testenv.RequiresBinary(t, drv.runtime)
+			state := t.TempDir()
+			d, err := drv.build(t, state)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _, _ = d.Reap(context.Background(), nil) })
+			ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
+			defer cancel()
+			sb, err := d.CreateUnbound(ctx, sandbox.Spec{Image: testenv.Image(t, "shell"), Detached: true, Labels: map[string]string{"pool": "p"}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			execution := map[string]string{"execution": "e-" + drv.name}
+			if err := d.Bind(ctx, sb, sandbox.Binding{Labels: execution, Limits: sandbox.Limits{OutputCap: 10}}); err != nil {
+				t.Fatal(err)
+			}
+			restarted, err := drv.build(t, state)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := restarted.Reattach(ctx, map[string]string{"pool": "p", "execution": "e-" + drv.name})
+			if err != nil || len(got) != 1 || got[0].ID() != sb.ID() {
+				t.Fatalf("Reattach by the binding's labels: got %v, %v; want %s", got, err, sb.ID())
+			}
+			defer got[0].Destroy(context.WithoutCancel(ctx))
+			if err := restarted.Bind(ctx, got[0], sandbox.Binding{Labels: map[string]string{"again": "1"}}); !errdefs.IsFailedPrecondition(err) {
+				t.Errorf("binding the re-attached bound sandbox: got %v, want ErrFailedPrecondition", err)
+			}
+			res, err := sandbox.Run(ctx, got[0], shScript("echo 0123456789abcdef"))
+			if err != nil || len(res.Stdout) != 10 || !res.StdoutTruncated {
+				t.Errorf("the bound output cap of 10 after the re-attach: got %+v, %v", res, err)
+			}
+		})
+	}
 }
