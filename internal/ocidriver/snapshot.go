@@ -76,8 +76,9 @@ const (
 )
 
 // Checkpoint saves sb, an idle sandbox of this driver without data mounts
-// or egress, into dir and destroys it. On failure sb serves on, unless
-// the runtime ended it, and dir is removed.
+// or egress, into dir and destroys it. When saving fails, sb serves on
+// (unless the runtime ended it) and dir is removed; when only the
+// destruction fails, dir holds the checkpoint.
 func (d *Snapshotting) Checkpoint(ctx context.Context, sb sandbox.Sandbox, dir string) (err error) {
 	s, ok := sb.(*sbx)
 	switch {
@@ -115,8 +116,9 @@ func (d *Snapshotting) Checkpoint(ctx context.Context, sb sandbox.Sandbox, dir s
 		os.Remove(dir)
 		return err
 	}
+	saved := false
 	defer func() {
-		if err != nil {
+		if err != nil && !saved {
 			s.Guest.Thaw()
 			os.RemoveAll(dir)
 		}
@@ -147,8 +149,11 @@ func (d *Snapshotting) Checkpoint(ctx context.Context, sb sandbox.Sandbox, dir s
 	if err != nil {
 		return fmt.Errorf("checkpointing sandbox %s: %v: %s: %w", s.id, err, sandboxkit.OneLine(string(out)), errdefs.ErrUnavailable)
 	}
+	// What is saved stays when the clean-up fails: Restore can use it,
+	// and a later Destroy finishes the clean-up.
+	saved = true
 	if err := s.Destroy(ctx); err != nil {
-		return fmt.Errorf("checkpointing sandbox %s: saved, then destroying it: %w", s.id, err)
+		return fmt.Errorf("checkpointing sandbox %s: saved in %s, then destroying it: %w", s.id, dir, err)
 	}
 	return nil
 }
