@@ -105,6 +105,17 @@ func (d *Snapshotting) Checkpoint(ctx context.Context, sb sandbox.Sandbox, dir s
 		// it, which the restored sandbox would not have.
 		return fmt.Errorf("checkpointing sandbox %s: a sandbox with data mounts is not saved: %w", s.id, errdefs.ErrFailedPrecondition)
 	}
+	// The saved guest must be past its handshake: a client sends its
+	// Accept with its first request, and the shim of the restored guest
+	// passes every Accept in the v2 header (supervisor.Meta.Hello). A
+	// ping, answered, proves the Accept arrived.
+	c := s.Guest.Client()
+	if c == nil {
+		return fmt.Errorf("checkpointing sandbox %s: its guest is not ready: %w", s.id, errdefs.ErrFailedPrecondition)
+	}
+	if _, err := c.Ping(ctx); err != nil {
+		return fmt.Errorf("checkpointing sandbox %s: pinging its guest: %w", s.id, err)
+	}
 	if err := os.Mkdir(dir, 0o700); err != nil {
 		if errors.Is(err, os.ErrExist) {
 			return fmt.Errorf("checkpointing sandbox %s: %s exists already: %w", s.id, dir, errdefs.ErrConflict)

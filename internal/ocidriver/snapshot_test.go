@@ -3,7 +3,10 @@ package ocidriver_test
 import (
 	"context"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -109,5 +112,66 @@ func TestSnapshotRefusalsAndReattach(t *testing.T) {
 	}
 	if res, err := kernels[0].Run(ctx, sandbox.Cell{Code: "get kept"}); err != nil || string(res.Stdout) != "1\n" {
 		t.Errorf("the kernel: got %+v, %v; want 1", res, err)
+	}
+}
+
+// TestCheckpointKeptWhenCleanupFails keeps the saved sandbox's cgroup busy
+// with a host process: Checkpoint saves it and then fails to remove the
+// cgroup, and says so; the checkpoint stays and restores, and a later
+// Destroy finishes the clean-up.
+func TestCheckpointKeptWhenCleanupFails(t *testing.T) {
+	testenv.RequiresRoot(t)
+	testenv.RequiresBinary(t, "runsc")
+	d, err := gvisor.New(gvisor.Config{StateDir: t.TempDir(), GuestPath: testenv.Guest(t), Shim: testenv.Shim(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _, _ = d.Reap(context.Background(), nil) })
+	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
+	defer cancel()
+	sb, err := d.Create(ctx, sandbox.Spec{Image: testenv.Image(t, "shell")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cg string
+	for _, p := range d.Leftovers(sb.ID()) {
+		if strings.HasPrefix(p, "/sys/fs/cgroup/") {
+			cg = p
+			break
+		}
+	}
+	if cg == "" {
+		t.Fatalf("no cgroup among %v", d.Leftovers(sb.ID()))
+	}
+	squatter := exec.Command("sleep", "120")
+	if err := squatter.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		_ = squatter.Process.Kill()
+		_ = squatter.Wait()
+	}()
+	if err := os.WriteFile(filepath.Join(cg, "cgroup.procs"), []byte(strconv.Itoa(squatter.Process.Pid)), 0); err != nil {
+		t.Fatal(err)
+	}
+
+	dir := filepath.Join(t.TempDir(), "saved")
+	if err := d.Checkpoint(ctx, sb, dir); err == nil || !strings.Contains(err.Error(), "removing cgroup") {
+		t.Fatalf("Checkpoint with a busy cgroup: got %v, want the clean-up's error", err)
+	}
+	restored, err := d.Restore(ctx, dir, nil)
+	if err != nil {
+		t.Fatalf("Restore from the checkpoint kept after the failed clean-up: %v", err)
+	}
+	if err := restored.Destroy(ctx); err != nil {
+		t.Error(err)
+	}
+	_ = squatter.Process.Kill()
+	_ = squatter.Wait()
+	if err := sb.Destroy(ctx); err != nil {
+		t.Errorf("Destroy after the cgroup is free: %v", err)
+	}
+	if left := d.Leftovers(sb.ID()); len(left) > 0 {
+		t.Errorf("after Destroy, %s left: %s", sb.ID(), strings.Join(left, "; "))
 	}
 }
