@@ -34,7 +34,8 @@ func TestNewSnapshotsNeedsItsConstructor(t *testing.T) {
 
 // TestSnapshotRefusalsAndReattach checks what Checkpoint and Restore
 // refuse, and that a restored sandbox is detached like any other: a new
-// driver value re-attaches it with its kernel.
+// driver value re-attaches it with its kernel, and it is saved and
+// restored again.
 func TestSnapshotRefusalsAndReattach(t *testing.T) {
 	testenv.RequiresRoot(t)
 	testenv.RequiresBinary(t, "runsc")
@@ -101,7 +102,8 @@ func TestSnapshotRefusalsAndReattach(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got, err := build().Reattach(ctx, map[string]string{"owner": "snapshot-test", "restored": "yes"})
+	d2 := build()
+	got, err := d2.Reattach(ctx, map[string]string{"owner": "snapshot-test", "restored": "yes"})
 	if err != nil || len(got) != 1 || got[0].ID() != restored.ID() {
 		t.Fatalf("Reattach of the restored sandbox: got %v, %v; want %s", got, err, restored.ID())
 	}
@@ -112,6 +114,28 @@ func TestSnapshotRefusalsAndReattach(t *testing.T) {
 	}
 	if res, err := kernels[0].Run(ctx, sandbox.Cell{Code: "get kept"}); err != nil || string(res.Stdout) != "1\n" {
 		t.Errorf("the kernel: got %+v, %v; want 1", res, err)
+	}
+	if _, err := kernels[0].Run(ctx, sandbox.Cell{Code: "set kept 2"}); err != nil {
+		t.Fatal(err)
+	}
+
+	// A restored sandbox, detached and re-attached, is saved and restored
+	// again, its kernel's latest value with it.
+	again := filepath.Join(base, "again")
+	if err := d2.Checkpoint(ctx, got[0], again); err != nil {
+		t.Fatalf("Checkpoint of the restored sandbox: %v", err)
+	}
+	third, err := d2.Restore(ctx, again, nil)
+	if err != nil {
+		t.Fatalf("Restore of the restored sandbox: %v", err)
+	}
+	defer third.Destroy(context.WithoutCancel(ctx))
+	kernels, err = third.(sandbox.Kernels).ListKernels(ctx)
+	if err != nil || len(kernels) != 1 {
+		t.Fatalf("the twice restored sandbox's kernels: got %v, %v", kernels, err)
+	}
+	if res, err := kernels[0].Run(ctx, sandbox.Cell{Code: "get kept"}); err != nil || string(res.Stdout) != "2\n" {
+		t.Errorf("the twice restored kernel: got %+v, %v; want 2", res, err)
 	}
 }
 
