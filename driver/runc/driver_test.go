@@ -2,9 +2,6 @@ package runc_test
 
 import (
 	"context"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -54,32 +51,11 @@ func TestDestroyRetries(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var dir string
-	for _, p := range d.Leftovers(sb.ID()) {
-		if strings.HasPrefix(p, "/sys/fs/cgroup/") {
-			dir = p
-			break
-		}
-	}
-	if dir == "" {
-		t.Fatalf("no cgroup among %v", d.Leftovers(sb.ID()))
-	}
-	squatter := exec.Command("sleep", "60")
-	if err := squatter.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		squatter.Process.Kill()
-		squatter.Wait()
-	}()
-	if err := os.WriteFile(filepath.Join(dir, "cgroup.procs"), []byte(strconv.Itoa(squatter.Process.Pid)), 0); err != nil {
-		t.Fatal(err)
-	}
+	dir, release := testenv.OccupyCgroup(t, d.Leftovers(sb.ID()))
 	if err := sb.Destroy(ctx); err == nil || !strings.Contains(err.Error(), "removing cgroup "+dir) {
 		t.Fatalf("Destroy with a busy cgroup: got %v, want an error naming %s", err, dir)
 	}
-	squatter.Process.Kill()
-	squatter.Wait()
+	release()
 	if err := sb.Destroy(ctx); err != nil {
 		t.Fatalf("second Destroy: %v", err)
 	}

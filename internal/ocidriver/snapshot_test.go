@@ -3,9 +3,7 @@ package ocidriver_test
 import (
 	"context"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -157,27 +155,7 @@ func TestCheckpointKeptWhenCleanupFails(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var cg string
-	for _, p := range d.Leftovers(sb.ID()) {
-		if strings.HasPrefix(p, "/sys/fs/cgroup/") {
-			cg = p
-			break
-		}
-	}
-	if cg == "" {
-		t.Fatalf("no cgroup among %v", d.Leftovers(sb.ID()))
-	}
-	squatter := exec.Command("sleep", "120")
-	if err := squatter.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		_ = squatter.Process.Kill()
-		_ = squatter.Wait()
-	}()
-	if err := os.WriteFile(filepath.Join(cg, "cgroup.procs"), []byte(strconv.Itoa(squatter.Process.Pid)), 0); err != nil {
-		t.Fatal(err)
-	}
+	_, release := testenv.OccupyCgroup(t, d.Leftovers(sb.ID()))
 
 	dir := filepath.Join(t.TempDir(), "saved")
 	if err := d.Checkpoint(ctx, sb, dir); err == nil || !strings.Contains(err.Error(), "removing cgroup") {
@@ -190,8 +168,7 @@ func TestCheckpointKeptWhenCleanupFails(t *testing.T) {
 	if err := restored.Destroy(ctx); err != nil {
 		t.Error(err)
 	}
-	_ = squatter.Process.Kill()
-	_ = squatter.Wait()
+	release()
 	if err := sb.Destroy(ctx); err != nil {
 		t.Errorf("Destroy after the cgroup is free: %v", err)
 	}

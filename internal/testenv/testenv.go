@@ -12,6 +12,8 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strconv"
+	"strings"
 	"sync"
 	"testing"
 
@@ -136,4 +138,38 @@ func (e *buildError) Error() string { return "go build " + e.pkg + ": " + e.err.
 func ModuleRoot() string {
 	_, file, _, _ := runtime.Caller(0)
 	return filepath.Join(filepath.Dir(file), "..", "..")
+}
+
+// OccupyCgroup keeps the first cgroup directory among paths (a driver's
+// Leftovers of a sandbox) busy with a host process, so that removing it
+// fails, and returns that directory and the release, which ends the
+// process (idempotent; also registered as t's cleanup).
+func OccupyCgroup(t testing.TB, paths []string) (dir string, release func()) {
+	t.Helper()
+	for _, p := range paths {
+		if strings.HasPrefix(p, "/sys/fs/cgroup/") {
+			dir = p
+			break
+		}
+	}
+	if dir == "" {
+		t.Fatalf("no cgroup among %v", paths)
+	}
+	squatter := exec.Command("sleep", "120")
+	if err := squatter.Start(); err != nil {
+		t.Fatal(err)
+	}
+	var once sync.Once
+	release = func() {
+		once.Do(func() {
+			_ = squatter.Process.Kill()
+			_ = squatter.Wait()
+		})
+	}
+	t.Cleanup(release)
+	if err := os.WriteFile(filepath.Join(dir, "cgroup.procs"), []byte(strconv.Itoa(squatter.Process.Pid)), 0); err != nil {
+		release()
+		t.Fatal(err)
+	}
+	return dir, release
 }
