@@ -13,8 +13,8 @@ import (
 	"github.com/stockade-sh/stockade/sandbox"
 )
 
-// snapshot checks a Snapshotter: a sandbox that runs a program is not
-// saved (and its directory is not left); an idle one is saved into a
+// snapshot checks a Snapshotter: a sandbox that runs a program or a cell
+// is not saved (and its directory is not left); an idle one is saved into a
 // root-only directory and is gone; the sandbox restored from it has a new
 // ID, the saved labels and the new ones, its kernel with the value it
 // held, its /tmp, and serves programs.
@@ -50,6 +50,20 @@ func (s *suite) snapshot(t *testing.T) {
 	_ = busy.Cancel()
 	if _, err := busy.Wait(ctx); err != nil {
 		t.Fatal(err)
+	}
+	// Nor while a cell runs.
+	cellStarted := make(chan string, 1)
+	cellDone := make(chan error, 1)
+	go func() {
+		_, err := k.Run(ctx, sandbox.Cell{Code: "print started\nsleep 2", OnOutput: linesOf(cellStarted)})
+		cellDone <- err
+	}()
+	await(t, cellStarted)
+	if err := snap.Checkpoint(ctx, b.sb, refused); !errdefs.IsFailedPrecondition(err) {
+		t.Errorf("Checkpoint while a cell runs: got %v, want ErrFailedPrecondition", err)
+	}
+	if err := <-cellDone; err != nil {
+		t.Errorf("the cell during the refused Checkpoint: %v", err)
 	}
 
 	dir := filepath.Join(t.TempDir(), "saved")
