@@ -115,8 +115,18 @@ func (s *sbx) connect(ctx context.Context) error {
 // end it, by killing the runtime and then the shim.
 func (s *sbx) stopShim(ctx context.Context) {
 	dir := s.d.shimDir(s.id)
+	// gone waits for the shim to exit. The connection ends as it exits,
+	// which the guest's client sees first; the process itself is polled
+	// (it is no child of this one), finely, as it is gone soon after.
 	gone := func(within time.Duration) bool {
-		for deadline := time.Now().Add(within); ; time.Sleep(10 * time.Millisecond) {
+		deadline := time.Now().Add(within)
+		if c := s.Guest.Client(); c != nil {
+			select {
+			case <-c.Done():
+			case <-time.After(within):
+			}
+		}
+		for ; ; time.Sleep(time.Millisecond) {
 			if _, running := supervisor.Running(dir); !running {
 				return true
 			}
