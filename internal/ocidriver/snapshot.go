@@ -43,8 +43,13 @@ var _ sandbox.Snapshotter = (*Snapshotting)(nil)
 
 // NewSnapshotting returns a driver for cfg, whose Snapshots must be set.
 func NewSnapshotting(cfg Config) (*Snapshotting, error) {
-	if !cfg.Snapshots {
+	switch {
+	case !cfg.Snapshots:
 		return nil, fmt.Errorf("ocidriver: NewSnapshotting needs Config.Snapshots: %w", errdefs.ErrInvalidArgument)
+	case cfg.UserNamespace:
+		// Restore reuses the saved spec, whose id mappings are the saved
+		// sandbox's lease of host ids, which ends with it.
+		return nil, fmt.Errorf("ocidriver: a Snapshotting driver gives no user namespaces: %w", errdefs.ErrInvalidArgument)
 	}
 	d, err := newDriver(cfg)
 	if err != nil {

@@ -28,6 +28,10 @@ func TestNewSnapshotsNeedsItsConstructor(t *testing.T) {
 	if d, err := ocidriver.NewSnapshotting(cfg); err != nil || !d.Capabilities().Snapshots {
 		t.Errorf("NewSnapshotting: got %v, %v; want a driver declaring Snapshots", d, err)
 	}
+	cfg.UserNamespace = true
+	if _, err := ocidriver.NewSnapshotting(cfg); !errdefs.IsInvalidArgument(err) {
+		t.Errorf("NewSnapshotting with user namespaces: got %v, want ErrInvalidArgument", err)
+	}
 }
 
 // TestSnapshotRefusalsAndReattach checks what Checkpoint and Restore
