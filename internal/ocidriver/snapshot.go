@@ -67,6 +67,9 @@ type snapshotRecord struct {
 	Labels  map[string]string   `json:"labels,omitempty"`
 	Limits  sandbox.Limits      `json:"limits"`
 	Network sandbox.NetworkMode `json:"network,omitempty"`
+	// Unbound is true for a sandbox CreateUnbound made and Bind has not
+	// bound: the restored one is unbound too (a warm pool's image).
+	Unbound bool `json:"unbound,omitempty"`
 	// Hello is the saved guest's greeting and LastID the highest request
 	// id used before the checkpoint: the restored guest is past its
 	// handshake (supervisor.Meta.Hello).
@@ -142,7 +145,7 @@ func (d *Snapshotting) Checkpoint(ctx context.Context, sb sandbox.Sandbox, dir s
 	s.bindMu.Lock()
 	rec := snapshotRecord{
 		From: s.id, Driver: d.cfg.Name, Labels: maps.Clone(s.labels), Limits: s.Guest.Limits,
-		Network: s.network, Hello: hello, LastID: lastID, Saved: time.Now().UTC(),
+		Network: s.network, Unbound: s.unbound, Hello: hello, LastID: lastID, Saved: time.Now().UTC(),
 	}
 	s.bindMu.Unlock()
 	b, err := json.Marshal(rec)
@@ -176,7 +179,8 @@ func (d *Snapshotting) Checkpoint(ctx context.Context, sb sandbox.Sandbox, dir s
 
 // Restore starts a detached sandbox from what Checkpoint saved in dir,
 // with a new ID, through a shim in restore mode (supervisor.Meta.Hello):
-// the guest goes on where it was saved, with its kernels.
+// the guest goes on where it was saved, with its kernels. A sandbox saved
+// unbound is restored unbound: Bind binds it.
 func (d *Snapshotting) Restore(ctx context.Context, dir string, labels map[string]string) (_ sandbox.Sandbox, err error) {
 	if len(d.cfg.Shim) == 0 {
 		return nil, fmt.Errorf("the %s driver has no shim to supervise a restored sandbox (ocidriver.Config.Shim): %w", d.cfg.Name, errdefs.ErrFailedPrecondition)
@@ -221,7 +225,7 @@ func (d *Snapshotting) Restore(ctx context.Context, dir string, labels map[strin
 		return nil, fmt.Errorf("creating bundle directory: %w", err)
 	}
 	s := d.newSbx(id, rec.Limits)
-	s.network, s.labels = rec.Network, all
+	s.network, s.labels, s.unbound = rec.Network, all, rec.Unbound
 	s.shim = &shimState{binary: binary}
 	defer func() {
 		if err != nil {
@@ -258,7 +262,7 @@ func (d *Snapshotting) Restore(ctx context.Context, dir string, labels map[strin
 		Env:   runtimeEnv,
 		Hello: &hello, LastID: rec.LastID,
 	}
-	if err := s.writeMeta(key, m, all, false, rec.Limits); err != nil {
+	if err := s.writeMeta(key, m, all, rec.Unbound, rec.Limits); err != nil {
 		return nil, err
 	}
 	if err := supervisor.Launch(ctx, d.cfg.Shim, d.shimDir(id)); err != nil {

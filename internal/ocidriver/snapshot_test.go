@@ -180,3 +180,40 @@ func TestCheckpointKeptWhenCleanupFails(t *testing.T) {
 		t.Errorf("after Destroy, %s left: %s", sb.ID(), strings.Join(left, "; "))
 	}
 }
+
+// TestRestoreUnbound checks that a sandbox saved unbound (a warm pool's
+// image) is restored unbound: Bind binds it once, its limits tightening.
+func TestRestoreUnbound(t *testing.T) {
+	testenv.RequiresRoot(t)
+	testenv.RequiresBinary(t, "runsc")
+	d, err := gvisor.New(gvisor.Config{StateDir: t.TempDir(), GuestPath: testenv.Guest(t), Shim: testenv.Shim(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _, _ = d.Reap(context.Background(), nil) })
+	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
+	defer cancel()
+	sb, err := d.CreateUnbound(ctx, sandbox.Spec{Image: testenv.Image(t, "shell"), Labels: map[string]string{"pool": "warm"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Join(t.TempDir(), "warm")
+	if err := d.Checkpoint(ctx, sb, dir); err != nil {
+		t.Fatal(err)
+	}
+	restored, err := d.Restore(ctx, dir, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer restored.Destroy(context.WithoutCancel(ctx))
+	if err := d.Bind(ctx, restored, sandbox.Binding{Labels: map[string]string{"execution": "e"}, Limits: sandbox.Limits{OutputCap: 10}}); err != nil {
+		t.Fatalf("binding the sandbox restored unbound: %v", err)
+	}
+	if err := d.Bind(ctx, restored, sandbox.Binding{}); !errdefs.IsFailedPrecondition(err) {
+		t.Errorf("binding it twice: got %v, want ErrFailedPrecondition", err)
+	}
+	res, err := sandbox.Run(ctx, restored, shScript("echo 0123456789abcdef"))
+	if err != nil || len(res.Stdout) != 10 || !res.StdoutTruncated {
+		t.Errorf("the bound output cap of 10: got %+v, %v", res, err)
+	}
+}
