@@ -368,7 +368,15 @@ func TestNotOurs(t *testing.T) {
 
 	// A socket served by this process, not by the shim the pid file names.
 	live := launch(t, root, key, guestMeta(t, "impostor"))
-	if err := os.WriteFile(filepath.Join(live, PIDFile), []byte("1"), 0o600); err != nil {
+	pidFile := filepath.Join(live, PIDFile)
+	pid, err := os.ReadFile(pidFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The pid file names the shim again before launch's clean-up, which
+	// finds the shim to kill by it.
+	t.Cleanup(func() { _ = os.WriteFile(pidFile, pid, 0o600) })
+	if err := os.WriteFile(pidFile, []byte("1"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := Dial(ctxOf(t), live); !errors.Is(err, ErrNotOurs) {
