@@ -84,10 +84,16 @@ func run(n int, bin, dataDir string, parts bool) error {
 		l := sandbox.DefaultLimits()
 		l.CPU = cpu
 		o := oci.Options{ID: name, Spec: sandbox.Spec{Image: img}, Limits: l, GuestPath: guest, CgroupsPath: "/stockade-bench/" + name}
-		if strings.HasSuffix(name, "-runc") {
+		switch {
+		case strings.HasSuffix(name, "-runc"):
 			// runc's sandboxes have a user namespace; host ids just
 			// below the range the driver draws from.
 			o.HostUIDBase = sandbox.FirstHostID - 2
+		case strings.HasSuffix(name, "-runsc"):
+			// gVisor's sandboxes have the user-space kernel's profile:
+			// its seccomp filter (which the Sentry compiles at every
+			// start), RLIMIT_NPROC and the pids headroom.
+			o.Kernel = oci.UserSpaceKernel
 		}
 		s, err := oci.Build(o)
 		if err != nil {
