@@ -102,31 +102,54 @@ func TestBuildFollowsProfile(t *testing.T) {
 }
 
 // allows reports whether sc allows a call of name with the given
-// arguments, as seccomp evaluates its rules (every condition of a rule
-// must hold).
+// arguments, as libseccomp evaluates its rules: an allow rule every
+// condition of which holds allows the call, whatever the other rules say.
 func allows(sc *specs.LinuxSeccomp, name string, args ...uint64) bool {
-	var a [6]uint64
-	copy(a[:], args)
 	for _, r := range sc.Syscalls {
-		if !slices.Contains(r.Names, name) || r.Action != specs.ActAllow {
-			continue
-		}
-		match := true
-		for _, c := range r.Args {
-			switch c.Op {
-			case specs.OpEqualTo:
-				match = match && a[c.Index] == c.Value
-			case specs.OpMaskedEqual:
-				match = match && a[c.Index]&c.Value == c.ValueTwo
-			default:
-				match = false
-			}
-		}
-		if match {
+		if r.Action == specs.ActAllow && matches(r, name, args) {
 			return true
 		}
 	}
 	return false
+}
+
+// allowsInSentry reports whether sc allows a call of name with the given
+// arguments, as gVisor's Sentry evaluates the filter runsc builds from it
+// (runsc/specutils/seccomp): the first rule every condition of which holds
+// decides; a call no rule matches gets the default action, which refuses.
+func allowsInSentry(sc *specs.LinuxSeccomp, name string, args ...uint64) bool {
+	for _, r := range sc.Syscalls {
+		if matches(r, name, args) {
+			return r.Action == specs.ActAllow
+		}
+	}
+	return sc.DefaultAction == specs.ActAllow
+}
+
+// matches reports whether rule r applies to a call of name with the given
+// arguments: every condition of r holds (the filters here never put two
+// conditions on one argument, which runsc would OR).
+func matches(r specs.LinuxSyscall, name string, args []uint64) bool {
+	if !slices.Contains(r.Names, name) {
+		return false
+	}
+	var a [6]uint64
+	copy(a[:], args)
+	for _, c := range r.Args {
+		switch c.Op {
+		case specs.OpEqualTo:
+			if a[c.Index] != c.Value {
+				return false
+			}
+		case specs.OpMaskedEqual:
+			if a[c.Index]&c.Value != c.ValueTwo {
+				return false
+			}
+		default:
+			return false
+		}
+	}
+	return true
 }
 
 // TestSeccompFollowsProfile changes one entry of a copy of the profile's

@@ -221,38 +221,41 @@ func build(p profile.Profile, sc *specs.LinuxSeccomp, o Options) (*specs.Spec, e
 	return s, nil
 }
 
-// icmpProtocols are the ICMP protocol of each IP socket family.
-var icmpProtocols = map[uint64]uint64{unix.AF_INET: unix.IPPROTO_ICMP, unix.AF_INET6: unix.IPPROTO_ICMPV6}
+// icmpFamilies are the IP socket families, each with its ICMP protocol.
+var icmpFamilies = []struct{ family, protocol uint64 }{
+	{unix.AF_INET, unix.IPPROTO_ICMP},
+	{unix.AF_INET6, unix.IPPROTO_ICMPV6},
+}
 
-// refuseICMPSockets narrows the allow rule of socket(2) for each IP family
-// to protocols other than the family's ICMP, so that ICMP datagram
-// sockets get the default action. Like the ioctl rules (see buildSeccomp),
-// it compares the low 32 bits, which are what the kernel reads: an allow
-// rule per bit, "the protocol differs from ICMP in this bit", ANDed with
-// the family.
+// refuseICMPSockets puts, before every other rule, one refusal of socket(2)
+// per IP family for the family's ICMP protocol. Like the ioctl rules (see
+// buildSeccomp) it compares the low 32 bits of the protocol, which are what
+// the kernel reads, so a protocol with garbage in the high bits is refused
+// too.
+//
+// The refusal holds because the filter is for the user-space kernel only:
+// runsc builds it with gVisor's own seccomp package, which keeps the rules'
+// order and lets the first rule that matches a call decide it
+// (seccomp.Program.RuleSets), where libseccomp would let the unconditional
+// allow of the family win. Narrowing the allow rules instead, which either
+// evaluation honours, takes an allow rule per bit of the protocol, 64 in
+// all, and the Sentry compiles the filter at every start: those 64 rules
+// cost a gVisor sandbox 30-65 ms (BENCHMARKS.md).
 func refuseICMPSockets(sc *specs.LinuxSeccomp) {
-	var out []specs.LinuxSyscall
-	for _, r := range sc.Syscalls {
-		proto, ok := uint64(0), false
-		if len(r.Names) == 1 && r.Names[0] == "socket" && r.Action == specs.ActAllow && len(r.Args) == 1 && r.Args[0].Index == 0 && r.Args[0].Op == specs.OpEqualTo {
-			proto, ok = icmpProtocols[r.Args[0].Value]
-		}
-		if !ok {
-			out = append(out, r)
-			continue
-		}
-		for bit := uint64(1); bit <= 1<<31; bit <<= 1 {
-			out = append(out, specs.LinuxSyscall{
-				Names:  []string{"socket"},
-				Action: specs.ActAllow,
-				Args: []specs.LinuxSeccompArg{
-					r.Args[0],
-					{Index: 2, Value: bit, ValueTwo: ^proto & bit, Op: specs.OpMaskedEqual},
-				},
-			})
-		}
+	eperm := uint(unix.EPERM)
+	rules := make([]specs.LinuxSyscall, 0, len(icmpFamilies)+len(sc.Syscalls))
+	for _, f := range icmpFamilies {
+		rules = append(rules, specs.LinuxSyscall{
+			Names:    []string{"socket"},
+			Action:   specs.ActErrno,
+			ErrnoRet: &eperm,
+			Args: []specs.LinuxSeccompArg{
+				{Index: 0, Value: f.family, Op: specs.OpEqualTo},
+				{Index: 2, Value: 0xffffffff, ValueTwo: f.protocol, Op: specs.OpMaskedEqual},
+			},
+		})
 	}
-	sc.Syscalls = out
+	sc.Syscalls = append(rules, sc.Syscalls...)
 }
 
 // IDMappings maps root and id inside a user namespace to base and base+1
