@@ -47,6 +47,7 @@ type Store interface {
 	Executions
 	Approvals
 	Journal
+	Sessions
 	Audit
 	AnalyticsOutbox
 
@@ -388,6 +389,10 @@ type ApprovalMode string
 const (
 	ApprovalRequired ApprovalMode = "required"
 	ApprovalNone     ApprovalMode = "none"
+	// ApprovalPerSession asks for an approval of a session's first cell,
+	// which then covers its later cells; a one-shot execution waits for
+	// one as under ApprovalRequired.
+	ApprovalPerSession ApprovalMode = "per_session"
 )
 
 // ToolChangeMode says what a change of a tool's isolation record does.
@@ -410,7 +415,8 @@ type Policy struct {
 	// CodeExecution allows code.execute at all; false refuses every
 	// invocation.
 	CodeExecution bool
-	// Approval is ApprovalRequired (also the meaning of "") or ApprovalNone.
+	// Approval is ApprovalRequired (also the meaning of ""), ApprovalNone
+	// or ApprovalPerSession.
 	Approval ApprovalMode
 	// NetworkAllowed makes "network: allow" permissible; false denies it.
 	NetworkAllowed bool
@@ -424,6 +430,9 @@ type Policy struct {
 	// ToolChanges is ToolChangesFlag (also the meaning of "") or
 	// ToolChangesRequireReview.
 	ToolChanges ToolChangeMode
+	// MaxSessions bounds the workspace's live sessions; zero leaves the
+	// server's bound in force. It never raises it.
+	MaxSessions int
 	// UpdatedAt is set by the store.
 	UpdatedAt time.Time
 }
@@ -558,6 +567,11 @@ type NewExecution struct {
 	// IdempotencyKey makes a retried request return the first execution;
 	// empty means none. Unique per workspace.
 	IdempotencyKey string
+	// SessionID makes the execution a cell of that session of the
+	// workspace, which must be active (ErrFailedPrecondition) and have no
+	// other cell awaiting approval, queued or running (ErrConflict); the
+	// store numbers it (Execution.Cell).
+	SessionID string
 }
 
 // Admission is the result of Journal.Admit.
@@ -588,7 +602,11 @@ type Execution struct {
 	ReservationID string
 	ApprovalID    string
 	// Credits is the amount of its reservation, 0 when it has none.
-	Credits    int64
+	Credits int64
+	// SessionID is the session of a cell, and Cell its number in the
+	// session from 1; empty and 0 for a one-shot execution.
+	SessionID  string
+	Cell       int
 	Driver     string
 	CreatedAt  time.Time
 	StartedAt  time.Time
@@ -634,6 +652,10 @@ type Step struct {
 	// Audit events are appended in the same transaction, with WorkspaceID
 	// and ExecutionID set to the execution's.
 	Audit []NewEvent
+	// CoverSession makes the approval this step approves cover the rest of
+	// the cells of the execution's session (ApprovalPerSession): the
+	// session records it and the deciding key.
+	CoverSession bool
 }
 
 // CreditMove is a step's movement of credits. Its zero value moves none.

@@ -250,10 +250,10 @@ func TestClaimLostAndTakenAgain(t *testing.T) {
 // migration (storetest.Upgrade).
 func TestUpgrade(t *testing.T) {
 	dsn := freshSchema(t, testDSN(t))
-	storetest.Upgrade(t, func(t *testing.T) store.Store {
-		st, err := postgres.OpenAt(t.Context(), postgres.Config{DSN: dsn}, 1)
+	storetest.Upgrade(t, "TIMESTAMPTZ '2025-12-01 00:00:00+00'", func(t *testing.T) store.Store {
+		st, err := postgres.OpenAt(t.Context(), postgres.Config{DSN: dsn}, 4)
 		if err != nil {
-			t.Fatalf("OpenAt(1): %v", err)
+			t.Fatalf("OpenAt(4): %v", err)
 		}
 		return st // Upgrade closes it
 	}, func(t *testing.T) store.Store { return open(t, dsn) })

@@ -186,10 +186,10 @@ func TestClaimDaemon(t *testing.T) {
 // migration (storetest.Upgrade).
 func TestUpgrade(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "stockade.db")
-	storetest.Upgrade(t, func(t *testing.T) store.Store {
-		st, err := sqlite.OpenAt(t.Context(), sqlite.Config{Path: path}, 1)
+	storetest.Upgrade(t, "1764547200000000", func(t *testing.T) store.Store {
+		st, err := sqlite.OpenAt(t.Context(), sqlite.Config{Path: path}, 4)
 		if err != nil {
-			t.Fatalf("OpenAt(1): %v", err)
+			t.Fatalf("OpenAt(4): %v", err)
 		}
 		return st // Upgrade closes it
 	}, func(t *testing.T) store.Store {

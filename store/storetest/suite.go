@@ -90,6 +90,12 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"AuditTamperInsert", testTamperInsert},
 		{"AuditTamperAppendPastHead", testTamperAppendPastHead},
 		{"AuditVerifyFromWitness", testVerifyChainFrom},
+		{"SessionLifecycle", testSessionLifecycle},
+		{"SessionScoping", testSessionScoping},
+		{"SessionQuota", testSessionQuota},
+		{"SessionIdempotency", testSessionIdempotency},
+		{"SessionApprovalCover", testSessionApprovalCover},
+		{"SessionValidation", testSessionValidation},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			tc.fn(t, open(t))

@@ -79,7 +79,7 @@ func (s *Store) replay(ctx context.Context, q Querier, e store.NewExecution, adm
 // reservation.
 const executionCols = `id, workspace_id, key_id, status, runtime, tool, request, result, idempotency_key,
 	input_sha256, reservation_id, approval_id, driver, created_at, started_at, finished_at,
-	COALESCE((SELECT r.amount FROM reservations r WHERE r.id = executions.reservation_id), 0)`
+	COALESCE((SELECT r.amount FROM reservations r WHERE r.id = executions.reservation_id), 0), session_id, COALESCE(cell, 0)`
 
 func scanExecution(r Row) (store.Execution, error) {
 	var (
@@ -88,7 +88,8 @@ func scanExecution(r Row) (store.Execution, error) {
 	)
 	err := r.Scan(&ex.ID, &ex.WorkspaceID, &ex.KeyID, &status, &ex.Runtime, &ex.Tool, scanJSON(&ex.Request),
 		scanJSON(&ex.Result), scanStr(&ex.IdempotencyKey), &ex.InputSHA256, scanStr(&ex.ReservationID),
-		scanStr(&ex.ApprovalID), &ex.Driver, scanTime(&ex.CreatedAt), scanTime(&ex.StartedAt), scanTime(&ex.FinishedAt), &ex.Credits)
+		scanStr(&ex.ApprovalID), &ex.Driver, scanTime(&ex.CreatedAt), scanTime(&ex.StartedAt), scanTime(&ex.FinishedAt), &ex.Credits,
+		scanStr(&ex.SessionID), &ex.Cell)
 	ex.Status = store.ExecutionStatus(status)
 	return ex, err
 }

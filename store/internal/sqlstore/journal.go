@@ -24,6 +24,9 @@ func checkRecord(e store.NewExecution) error {
 	if err := checkText("idempotency key", e.IdempotencyKey, maxText); err != nil {
 		return err
 	}
+	if err := checkText("session id", e.SessionID, maxText); err != nil {
+		return err
+	}
 	if len(e.Request) == 0 {
 		return fmt.Errorf("request is required: %w", errdefs.ErrInvalidArgument)
 	}
@@ -82,6 +85,8 @@ func checkAdmission(s store.Step) error {
 		return fmt.Errorf("credits %d without a movement: %w", s.Credits.Amount, errdefs.ErrInvalidArgument)
 	case s.Driver != "" || len(s.Result) > 0 || s.Output.ExitCode != nil || len(s.Output.Stdout) > 0 || len(s.Output.Stderr) > 0:
 		return fmt.Errorf("an admission has no driver, result or output yet: %w", errdefs.ErrInvalidArgument)
+	case s.CoverSession:
+		return fmt.Errorf("an admission decides no approval, so covers no session: %w", errdefs.ErrInvalidArgument)
 	}
 	if waits {
 		if len(s.Approval.Card) == 0 {
@@ -113,6 +118,8 @@ func checkTransition(s store.Step) error {
 		return fmt.Errorf("a step to %s settles no reservation: it is settled when the execution ends: %w", s.To, errdefs.ErrInvalidArgument)
 	case s.Approval.To == store.ApprovalPending:
 		return fmt.Errorf("an approval request is created with its execution: %w", errdefs.ErrInvalidArgument)
+	case s.CoverSession && s.Approval.To != store.ApprovalApproved:
+		return fmt.Errorf("a step that covers a session approves its approval request: %w", errdefs.ErrInvalidArgument)
 	case s.Approval.To != "" && !s.Approval.To.Valid():
 		return fmt.Errorf("approval change to %q: not a status: %w", s.Approval.To, errdefs.ErrInvalidArgument)
 	case (s.Approval.To == store.ApprovalApproved || s.Approval.To == store.ApprovalDenied) != (s.Approval.DecidedBy != ""):
@@ -157,15 +164,22 @@ func (s *Store) Admit(ctx context.Context, e store.NewExecution, st store.Step) 
 		if st.Approval.To == store.ApprovalPending {
 			ex.ApprovalID = newID("apr")
 		}
+		if e.SessionID != "" {
+			replayed, err := s.admitCell(ctx, q, e, &ex, now, &adm)
+			if err != nil || replayed {
+				return err
+			}
+		}
 		// ON CONFLICT on the idempotency key waits for a concurrent insert of
 		// the same key to commit, then writes nothing: the retry is answered
 		// with the first execution below instead of failing.
 		n, err := q.Exec(ctx, `INSERT INTO executions (id, workspace_id, key_id, status, runtime, tool, request,
-			idempotency_key, input_sha256, reservation_id, approval_id, driver, created_at)
-			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, '', $12)
+			idempotency_key, input_sha256, reservation_id, approval_id, driver, created_at, session_id, cell)
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, '', $12, $13, $14)
 			ON CONFLICT (workspace_id, idempotency_key) DO NOTHING`,
 			ex.ID, ex.WorkspaceID, ex.KeyID, string(ex.Status), ex.Runtime, ex.Tool, string(ex.Request),
-			nstr(ex.IdempotencyKey), ex.InputSHA256, nstr(ex.ReservationID), nstr(ex.ApprovalID), s.tm(now))
+			nstr(ex.IdempotencyKey), ex.InputSHA256, nstr(ex.ReservationID), nstr(ex.ApprovalID), s.tm(now),
+			nstr(ex.SessionID), ncell(ex.Cell))
 		if err != nil {
 			return err
 		}
@@ -261,6 +275,9 @@ func (s *Store) Apply(ctx context.Context, id string, st store.Step) (store.Exec
 		}
 		charged, err := s.settleFor(ctx, q, ex, st)
 		if err != nil {
+			return err
+		}
+		if err := s.touchSession(ctx, q, ex, st, at); err != nil {
 			return err
 		}
 		if err := s.recordCall(ctx, q, ex, st, charged); err != nil {

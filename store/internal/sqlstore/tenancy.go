@@ -223,7 +223,7 @@ func normalisePolicy(p store.Policy) (store.Policy, error) {
 	switch p.Approval {
 	case "":
 		p.Approval = store.ApprovalRequired
-	case store.ApprovalRequired, store.ApprovalNone:
+	case store.ApprovalRequired, store.ApprovalNone, store.ApprovalPerSession:
 	default:
 		return p, fmt.Errorf("unknown approval mode %q: %w", p.Approval, errdefs.ErrInvalidArgument)
 	}
@@ -236,6 +236,9 @@ func normalisePolicy(p store.Policy) (store.Policy, error) {
 	}
 	if p.MaxTimeout < 0 {
 		return p, fmt.Errorf("negative max timeout %v: %w", p.MaxTimeout, errdefs.ErrInvalidArgument)
+	}
+	if p.MaxSessions < 0 || p.MaxSessions > maxSessions {
+		return p, fmt.Errorf("max sessions %d: must be in [0, %d]: %w", p.MaxSessions, maxSessions, errdefs.ErrInvalidArgument)
 	}
 	p.MaxTimeout = p.MaxTimeout.Truncate(time.Millisecond)
 	rts := make([]string, 0, len(p.Runtimes))
@@ -259,14 +262,14 @@ func (s *Store) writePolicy(ctx context.Context, q Querier, workspaceID string, 
 		return fmt.Errorf("encoding runtimes: %w", err)
 	}
 	a := []any{workspaceID, p.CodeExecution, string(p.Approval), p.NetworkAllowed, p.MaxTimeout.Milliseconds(),
-		string(rts), string(p.ToolChanges), s.tm(at)}
+		string(rts), string(p.ToolChanges), s.tm(at), p.MaxSessions}
 	if insert {
 		_, err = q.Exec(ctx, `INSERT INTO workspace_policies (workspace_id, code_execution, approval, network_allowed,
-			max_timeout_ms, runtimes, tool_changes, updated_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)`, a...)
+			max_timeout_ms, runtimes, tool_changes, updated_at, max_sessions) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)`, a...)
 		return err
 	}
 	n, err := q.Exec(ctx, `UPDATE workspace_policies SET code_execution = $2, approval = $3, network_allowed = $4,
-		max_timeout_ms = $5, runtimes = $6, tool_changes = $7, updated_at = $8 WHERE workspace_id = $1`, a...)
+		max_timeout_ms = $5, runtimes = $6, tool_changes = $7, updated_at = $8, max_sessions = $9 WHERE workspace_id = $1`, a...)
 	if err == nil && n == 0 {
 		err = fmt.Errorf("workspace %q: %w", workspaceID, errdefs.ErrNotFound)
 	}
@@ -283,8 +286,8 @@ func (s *Store) GetPolicy(ctx context.Context, workspaceID string) (store.Policy
 		maxMS    int64
 	)
 	err := s.b.Reader().QueryRow(ctx, `SELECT code_execution, approval, network_allowed, max_timeout_ms, runtimes,
-		tool_changes, updated_at FROM workspace_policies WHERE workspace_id = $1`, workspaceID).
-		Scan(&p.CodeExecution, &approval, &p.NetworkAllowed, &maxMS, &rts, &changes, scanTime(&p.UpdatedAt))
+		tool_changes, updated_at, max_sessions FROM workspace_policies WHERE workspace_id = $1`, workspaceID).
+		Scan(&p.CodeExecution, &approval, &p.NetworkAllowed, &maxMS, &rts, &changes, scanTime(&p.UpdatedAt), &p.MaxSessions)
 	if err != nil {
 		return store.Policy{}, fmt.Errorf("getting policy of workspace %q: %w", workspaceID, s.classify(notFound(err)))
 	}

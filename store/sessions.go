@@ -1,0 +1,159 @@
+package store
+
+import (
+	"context"
+	"time"
+)
+
+// Sessions are the records of stateful sessions: a session is a grant of
+// many runs in one sandbox, and each of its cells is an execution (with
+// Execution.SessionID and Cell set) that the Journal admits and applies as
+// any other. The journal keeps a session's integrity: a cell is admitted
+// only into an active session, one cell at a time, numbered in order; a
+// session ends once.
+type Sessions interface {
+	// OpenSession records a session that starts active, with the events
+	// s.Audit, in one transaction. A workspace that already has s.MaxLive
+	// active sessions (when MaxLive > 0) is ErrResourceExhausted and
+	// nothing is written. When s.IdempotencyKey names a session of the
+	// workspace, nothing is written and that session comes back with
+	// replayed set; if its RequestSHA256 differs, it is ErrConflict.
+	OpenSession(ctx context.Context, s NewSession) (sess Session, replayed bool, err error)
+	// EndSession ends active session id for the reason e says, with its
+	// events, in one transaction. A session that has ended already is
+	// ErrConflict and nothing is written; an unknown one ErrNotFound.
+	EndSession(ctx context.Context, id string, e SessionEnd) (Session, error)
+	// GetSession returns session id of the workspace.
+	GetSession(ctx context.Context, workspaceID, id string) (Session, error)
+	// ReplaySession returns the session of the workspace that
+	// idempotency key key created: ErrNotFound when there is none.
+	ReplaySession(ctx context.Context, workspaceID, key string) (Session, error)
+	// ListSessions lists the workspace's sessions, newest first.
+	ListSessions(ctx context.Context, workspaceID string, f SessionFilter) (Page[Session], error)
+	// ListActiveSessions returns every active session of every
+	// workspace, oldest first: what a restarted daemon re-adopts and the
+	// lifetime sweep reads.
+	ListActiveSessions(ctx context.Context) ([]Session, error)
+	// CountActiveSessions is the number of active sessions of the
+	// workspace.
+	CountActiveSessions(ctx context.Context, workspaceID string) (int, error)
+}
+
+// SessionState is where a session is.
+type SessionState string
+
+// The session states.
+const (
+	SessionActive SessionState = "active"
+	SessionEnded  SessionState = "ended"
+)
+
+// SessionEndReason says why a session ended.
+type SessionEndReason string
+
+// The reasons a session ends.
+const (
+	// EndClosed: its key (or an admin) closed it.
+	EndClosed SessionEndReason = "closed"
+	// EndIdle: no cell ran for its idle timeout.
+	EndIdle SessionEndReason = "idle_timeout"
+	// EndTTL: its hard lifetime ran out.
+	EndTTL SessionEndReason = "ttl"
+	// EndInterrupted: a restarted daemon found no live sandbox for it.
+	EndInterrupted SessionEndReason = "interrupted"
+	// EndFailed: its sandbox or kernel was lost and could not be started
+	// again.
+	EndFailed SessionEndReason = "failed"
+)
+
+// Valid reports whether r is one of the reasons.
+func (r SessionEndReason) Valid() bool {
+	switch r {
+	case EndClosed, EndIdle, EndTTL, EndInterrupted, EndFailed:
+		return true
+	}
+	return false
+}
+
+// NewSession is the record OpenSession creates.
+type NewSession struct {
+	// ID is the session's id (the capability layer chooses it, so that the
+	// sandbox's labels can name it); required.
+	ID          string
+	WorkspaceID string
+	// KeyID is the key that opened it; it must belong to the workspace.
+	KeyID     string
+	Tool      string
+	Runtime   string
+	Driver    string
+	SandboxID string
+	Network   bool
+	// Approval is the workspace's approval mode when it opened, which its
+	// cells are admitted under.
+	Approval ApprovalMode
+	// IdleTimeout ends it when no cell ran for so long (> 0).
+	IdleTimeout time.Duration
+	// ExpiresAt ends it whatever it does; after At.
+	ExpiresAt time.Time
+	// WorkspaceBytes is the size of its /workspace.
+	WorkspaceBytes int64
+	// IdempotencyKey makes a retried creation return the first session;
+	// RequestSHA256 fingerprints the request it was made for.
+	IdempotencyKey string
+	RequestSHA256  string
+	// MaxLive bounds the workspace's active sessions, this one counted;
+	// zero does not bound them.
+	MaxLive int
+	// At is its creation time; zero means the store's clock.
+	At time.Time
+	// Audit events are appended with it (its session.created).
+	Audit []NewEvent
+}
+
+// SessionEnd is how EndSession ends a session.
+type SessionEnd struct {
+	Reason SessionEndReason
+	// At is when; zero means the store's clock.
+	At    time.Time
+	Audit []NewEvent
+}
+
+// Session is a session's record. Times not reached yet are zero.
+type Session struct {
+	ID          string
+	WorkspaceID string
+	KeyID       string
+	Tool        string
+	Runtime     string
+	Driver      string
+	SandboxID   string
+	Network     bool
+	State       SessionState
+	// EndReason and EndedAt are set once it ended.
+	EndReason SessionEndReason
+	EndedAt   time.Time
+	// Approval is the approval mode its cells are admitted under.
+	Approval ApprovalMode
+	// ApprovalID is the approval that covers its cells under
+	// ApprovalPerSession, and ApprovedBy the key that decided it; empty
+	// until its first cell is approved.
+	ApprovalID     string
+	ApprovedBy     string
+	IdleTimeout    time.Duration
+	CreatedAt      time.Time
+	ExpiresAt      time.Time
+	LastActiveAt   time.Time
+	Cells          int
+	WorkspaceBytes int64
+	IdempotencyKey string
+	RequestSHA256  string
+}
+
+// IdleExpiresAt is when the session ends unless a cell runs before.
+func (s Session) IdleExpiresAt() time.Time { return s.LastActiveAt.Add(s.IdleTimeout) }
+
+// SessionFilter selects sessions. Zero fields do not filter.
+type SessionFilter struct {
+	PageRequest
+	States []SessionState
+}
