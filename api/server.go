@@ -744,7 +744,10 @@ type PolicyView struct {
 	CodeExecution bool   `json:"code_execution"`
 	Approval      string `json:"approval"`
 	// Network is "allow" or "deny": whether invocations may ask for it.
-	Network      string   `json:"network"`
+	Network string `json:"network"`
+	// MaxSessions bounds the workspace's live sessions; 0 is the server's
+	// bound.
+	MaxSessions  int      `json:"max_sessions"`
 	MaxTimeoutMS int64    `json:"max_timeout_ms"`
 	Runtimes     []string `json:"runtimes"`
 	ToolChanges  string   `json:"tool_changes"`
@@ -753,7 +756,7 @@ type PolicyView struct {
 // PolicyViewOf returns the wire form of a policy.
 func PolicyViewOf(p store.Policy) PolicyView {
 	return PolicyView{CodeExecution: p.CodeExecution, Approval: string(p.Approval), Network: policy.NetworkWord(p.NetworkAllowed),
-		MaxTimeoutMS: p.MaxTimeout.Milliseconds(), Runtimes: p.Runtimes, ToolChanges: string(p.ToolChanges)}
+		MaxSessions: p.MaxSessions, MaxTimeoutMS: p.MaxTimeout.Milliseconds(), Runtimes: p.Runtimes, ToolChanges: string(p.ToolChanges)}
 }
 
 func (s *server) getWorkspace(w http.ResponseWriter, r *http.Request, p capability.Principal) {

@@ -78,7 +78,10 @@ type Policy struct {
 	CodeExecution bool   `json:"code_execution"`
 	Approval      string `json:"approval"`
 	// Network is "allow" or "deny": whether invocations may ask for it.
-	Network      string   `json:"network"`
+	Network string `json:"network"`
+	// MaxSessions is the bound of live sessions; 0 (omitted) is the
+	// server's.
+	MaxSessions  int      `json:"max_sessions,omitempty"`
 	MaxTimeoutMS int64    `json:"max_timeout_ms"`
 	Runtimes     []string `json:"runtimes"`
 	ToolChanges  string   `json:"tool_changes"`
@@ -87,5 +90,5 @@ type Policy struct {
 // PolicyOf returns p as the chain records it.
 func PolicyOf(p store.Policy) Policy {
 	return Policy{CodeExecution: p.CodeExecution, Approval: string(p.Approval), Network: policy.NetworkWord(p.NetworkAllowed),
-		MaxTimeoutMS: p.MaxTimeout.Milliseconds(), Runtimes: p.Runtimes, ToolChanges: string(p.ToolChanges)}
+		MaxSessions: p.MaxSessions, MaxTimeoutMS: p.MaxTimeout.Milliseconds(), Runtimes: p.Runtimes, ToolChanges: string(p.ToolChanges)}
 }

@@ -71,7 +71,11 @@ func TestEventsEncodeAsBefore(t *testing.T) {
 	record := json.RawMessage(`{"name":"fetch","egress":{"allow":["a.test"]},"note":"x \u003e y"}`)
 	exit0, exit3 := 0, 3
 	pol := audit.Policy{CodeExecution: true, Approval: "required", Network: "deny", MaxTimeoutMS: 30000, Runtimes: []string{"python", "shell"}, ToolChanges: "flag"}
-	oldPol := oldPolicyView(pol)
+	oldView := func(p audit.Policy) oldPolicyView {
+		return oldPolicyView{CodeExecution: p.CodeExecution, Approval: p.Approval, Network: p.Network, MaxTimeoutMS: p.MaxTimeoutMS,
+			Runtimes: p.Runtimes, ToolChanges: p.ToolChanges}
+	}
+	oldPol := oldView(pol)
 	noRuntimes := pol
 	noRuntimes.Runtimes = nil
 	for _, tc := range []struct {
@@ -143,7 +147,7 @@ func TestEventsEncodeAsBefore(t *testing.T) {
 		{"key revoked", audit.KeyRevokedEvent{KeyID: "key_1", Role: store.RoleAdmin}, map[string]string{"key_id": "key_1", "role": "admin"}},
 		{"credits granted", audit.CreditsGrantedEvent{Amount: 100}, map[string]int64{"amount": 100}},
 		{"policy updated", audit.PolicyUpdatedEvent{Before: pol, After: noRuntimes},
-			map[string]any{"before": oldPol, "after": oldPolicyView(noRuntimes)}},
+			map[string]any{"before": oldPol, "after": oldView(noRuntimes)}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got := audit.NewEvent(tc.ev).Data
@@ -183,6 +187,10 @@ var allEvents = []audit.Event{
 	audit.KeyRevokedEvent{KeyID: "key_1", Role: store.RoleApprover},
 	audit.CreditsGrantedEvent{Amount: 5},
 	audit.PolicyUpdatedEvent{After: audit.Policy{Network: "allow", Runtimes: []string{"python"}}, Before: audit.Policy{Network: "deny"}},
+	audit.SessionCreatedEvent{Approval: store.ApprovalPerSession, Driver: "runc", ExpiresAt: "2026-12-01T11:00:00Z", IdleTimeoutMS: 600000,
+		Network: "deny", Runtime: "python", SandboxID: "sb", SessionID: "ses_1", Tool: "code.execute", WorkspaceBytes: 1 << 28},
+	audit.SessionEndedEvent{Cells: 3, EndReason: store.EndIdle, SessionID: "ses_1"},
+	audit.SessionFileTransferredEvent{Direction: audit.TransferIn, Path: "/workspace/a.csv", SessionID: "ses_1", SHA256: sha, Size: 10},
 }
 
 // TestCodes checks that every event type has one code, that no two share
@@ -196,6 +204,7 @@ func TestCodes(t *testing.T) {
 		"tool.registered": "TOL001I", "tool.changed": "TOL002W", "tool.removed": "TOL003I", "tool.review_approved": "TOL004I",
 		"egress.denied": "EGR001W", "egress.refusals_suppressed": "EGR002W", "broker.call": "BRK001I", "broker.denied": "BRK002W",
 		"workspace.created": "ADM001I", "key.created": "ADM002I", "credits.granted": "ADM003I", "policy.updated": "ADM004I", "key.revoked": "ADM005I",
+		"session.created": "SES001I", "session.ended": "SES002I", "session.file_transferred": "SES003I",
 	}
 	got := map[string]string{}
 	codes := map[string]string{}

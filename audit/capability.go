@@ -30,8 +30,15 @@ type Invocation struct {
 // one).
 type InvokeAllowedEvent struct {
 	Meta             `json:"-"`
-	ApprovalRequired bool       `json:"approval_required"`
-	Request          Invocation `json:"request"`
+	ApprovalRequired bool `json:"approval_required"`
+	// Cell is the number of a session's cell in its session; 0 for a
+	// one-shot execution.
+	Cell int `json:"cell,omitempty"`
+	// CoveredBy is the approval that covers a cell of a per_session
+	// session: it needs no approval of its own.
+	CoveredBy string     `json:"covered_by,omitempty"`
+	Request   Invocation `json:"request"`
+	SessionID string     `json:"session_id,omitempty"`
 }
 
 func (InvokeAllowedEvent) Type() string { return InvokeAllowed }

@@ -17,8 +17,8 @@
 //	ex, err := journal.Apply(ctx, g.ID, *step.Write)
 //	if errdefs.IsConflict(err) { ... another transition won ... }
 //
-// A one-shot execution is a grant with one run; a session (a later
-// release) will be a grant with many.
+// A one-shot execution is a grant with one run; a session is a grant with
+// many (see session.go).
 package capability
 
 import (
@@ -35,8 +35,8 @@ type Kind string
 const (
 	// OneShot allows one run: a stored execution.
 	OneShot Kind = "one_shot"
-	// Session allows many runs in one sandbox. Its transitions are refused
-	// until sessions exist.
+	// Session allows many runs in one sandbox: the grant of one of its
+	// cells, or of the session itself (its opening and end).
 	Session Kind = "session"
 )
 
@@ -90,9 +90,11 @@ type Grant struct {
 	// when it needed none.
 	ApprovalID      string
 	ApprovalExpires time.Time
-	// Run is the grant's run: a one-shot grant's only one. A session's
-	// runs will each be a row of their own.
+	// Run is the grant's run: a one-shot grant's only one, or one cell of
+	// a session.
 	Run Run
+	// Session is the session of a grant of kind Session; nil otherwise.
+	Session *SessionOf
 }
 
 // Run is one invocation under a grant.

@@ -10,7 +10,8 @@ import (
 )
 
 // Input is what moves a grant: one of Admit, Approve, Deny, Expire, Cancel,
-// Start, LaunchFailed, Finish and Interrupt.
+// Start, LaunchFailed, Finish and Interrupt, and for a session itself
+// OpenSession and EndSession.
 type Input interface {
 	// verb names the input in refusals: "cannot <verb> a running grant".
 	verb() string
@@ -147,6 +148,11 @@ type Step struct {
 	// its errdefs class.
 	Refusal error
 	Next    Next
+	// Open and End are the session record a session's opening creates
+	// (Sessions.OpenSession) and its end writes (Sessions.EndSession),
+	// with the step's events encoded; nil for every other step.
+	Open *store.NewSession
+	End  *store.SessionEnd
 }
 
 // Next is what the service does once a step is applied.

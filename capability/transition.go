@@ -42,7 +42,13 @@ func Transition(g Grant, in Input) (Step, error) {
 	switch g.Kind {
 	case OneShot:
 	case Session:
-		return Step{}, fmt.Errorf("cannot %s a session grant: sessions are not supported yet: %w", in.verb(), errdefs.ErrFailedPrecondition)
+		if g.Session == nil {
+			return Step{}, fmt.Errorf("cannot %s a session grant without its session: %w", in.verb(), errdefs.ErrInvalidArgument)
+		}
+		switch in.(type) {
+		case OpenSession, EndSession:
+			return sessionTransition(g, in)
+		}
 	default:
 		return Step{}, fmt.Errorf("cannot %s a grant of kind %q: %w", in.verb(), g.Kind, errdefs.ErrInvalidArgument)
 	}
@@ -100,7 +106,51 @@ func admit(g Grant, in Admit) (Step, error) {
 	if err := needTime(in, in.At); err != nil {
 		return Step{}, err
 	}
-	approval := in.Policy.ApprovalRequired || in.Network
+	approval, coveredBy := in.Policy.ApprovalRequired || in.Network, ""
+	if g.Kind == Session {
+		if g.Session.State != store.SessionActive {
+			return Step{}, expiredError(g.Session)
+		}
+		approval, coveredBy = cellApproval(g, in)
+	}
+	if r := refusalOf(in); r != nil {
+		return denial(in, r), nil
+	}
+	if in.Price < 0 {
+		return Step{}, fmt.Errorf("admit: price %d: %w", in.Price, errdefs.ErrInvalidArgument)
+	}
+	w := &store.Step{To: store.StatusQueued, At: in.At}
+	if in.Price > 0 {
+		w.Credits = store.CreditMove{Kind: store.LedgerReserve, Amount: in.Price}
+	}
+	allowedEv := audit.InvokeAllowedEvent{Meta: audit.Meta{Actor: in.By.KeyID, Reason: "allowed by workspace policy"},
+		ApprovalRequired: approval, Request: in.Asked, CoveredBy: coveredBy}
+	if g.Kind == Session {
+		allowedEv.SessionID, allowedEv.Cell = g.Session.ID, g.Session.Cells+1
+		if coveredBy != "" {
+			allowedEv.Reason = "covered by the approval of the session's first cell (" + coveredBy + ")"
+		}
+	}
+	events := []audit.Event{allowedEv}
+	s := Step{From: Requested, To: Approved, Next: Next{Dispatch: true}}
+	if approval {
+		if len(in.Card) == 0 || in.ExpiresAt.IsZero() {
+			return Step{}, fmt.Errorf("admit: a request that needs approval needs its card and expiry: %w", errdefs.ErrInvalidArgument)
+		}
+		why := "high-risk capability needs a human decision"
+		if in.Network {
+			why = "network access needs a human decision"
+		}
+		w.To, w.Approval = store.StatusAwaitingApproval, store.ApprovalChange{To: store.ApprovalPending, Card: in.Card, ExpiresAt: in.ExpiresAt}
+		events = append(events, audit.ApprovalRequestedEvent{Meta: audit.Meta{Actor: in.By.KeyID, Reason: why}})
+		s.To, s.Next = AwaitingApproval, Next{Change: ApprovalRequested, Pending: 1}
+	}
+	return withEvents(s, w, events), nil
+}
+
+// refusalOf returns the first of the checks of an admission that refuses
+// it, in order, or nil.
+func refusalOf(in Admit) *Refusal {
 	var r *Refusal
 	switch {
 	case in.ToolRefusal != "":
@@ -118,35 +168,16 @@ func admit(g Grant, in Admit) (Step, error) {
 	case in.Refusal != nil:
 		r = in.Refusal
 	}
-	if r != nil {
-		ev := audit.InvokeDeniedEvent{Meta: audit.Meta{WorkspaceID: in.By.WorkspaceID, Actor: in.By.KeyID, Reason: r.Reason},
-			Decision: r.Code, Request: in.Asked}
-		return Step{From: Requested, To: Settled, Status: store.StatusDenied, Events: []audit.Event{ev},
-			Refusal: fmt.Errorf("%s: %w", r.Reason, r.Class)}, nil
-	}
-	if in.Price < 0 {
-		return Step{}, fmt.Errorf("admit: price %d: %w", in.Price, errdefs.ErrInvalidArgument)
-	}
-	w := &store.Step{To: store.StatusQueued, At: in.At}
-	if in.Price > 0 {
-		w.Credits = store.CreditMove{Kind: store.LedgerReserve, Amount: in.Price}
-	}
-	events := []audit.Event{audit.InvokeAllowedEvent{Meta: audit.Meta{Actor: in.By.KeyID, Reason: "allowed by workspace policy"},
-		ApprovalRequired: approval, Request: in.Asked}}
-	s := Step{From: Requested, To: Approved, Next: Next{Dispatch: true}}
-	if approval {
-		if len(in.Card) == 0 || in.ExpiresAt.IsZero() {
-			return Step{}, fmt.Errorf("admit: a request that needs approval needs its card and expiry: %w", errdefs.ErrInvalidArgument)
-		}
-		why := "high-risk capability needs a human decision"
-		if in.Network {
-			why = "network access needs a human decision"
-		}
-		w.To, w.Approval = store.StatusAwaitingApproval, store.ApprovalChange{To: store.ApprovalPending, Card: in.Card, ExpiresAt: in.ExpiresAt}
-		events = append(events, audit.ApprovalRequestedEvent{Meta: audit.Meta{Actor: in.By.KeyID, Reason: why}})
-		s.To, s.Next = AwaitingApproval, Next{Change: ApprovalRequested, Pending: 1}
-	}
-	return withEvents(s, w, events), nil
+	return r
+}
+
+// denial is the step that denies the request in for r: an event of no
+// grant.
+func denial(in Admit, r *Refusal) Step {
+	ev := audit.InvokeDeniedEvent{Meta: audit.Meta{WorkspaceID: in.By.WorkspaceID, Actor: in.By.KeyID, Reason: r.Reason},
+		Decision: r.Code, Request: in.Asked}
+	return Step{From: Requested, To: Settled, Status: store.StatusDenied, Events: []audit.Event{ev},
+		Refusal: fmt.Errorf("%s: %w", r.Reason, r.Class)}
 }
 
 // mayDecide refuses a key that may not decide approvals at all.
@@ -189,7 +220,7 @@ func decide(g Grant, by Principal, reason, stale string, at time.Time, approve b
 	if approve {
 		change.To = store.ApprovalApproved
 		next.Dispatch = true
-		w := &store.Step{From: g.Status, To: store.StatusQueued, At: at, Approval: change}
+		w := &store.Step{From: g.Status, To: store.StatusQueued, At: at, Approval: change, CoverSession: coversSession(g)}
 		return withEvents(Step{From: g.State, To: Approved, Next: next},
 			w, []audit.Event{audit.ApprovalApprovedEvent{Meta: meta, ApprovalID: g.ApprovalID}}), nil
 	}

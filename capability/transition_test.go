@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strings"
 	"testing"
 	"time"
 
@@ -94,8 +93,7 @@ func settledAs(status store.ExecutionStatus, credits store.LedgerKind, approval 
 }
 
 // TestTransitions tables every input in every state of a one-shot grant,
-// the refused pairs with their error class, and every input on a session
-// grant, all refused until sessions exist.
+// the refused pairs with their error class, and of a session's cell.
 func TestTransitions(t *testing.T) {
 	fp, conflict := refused(errdefs.ErrFailedPrecondition), refused(errdefs.ErrConflict)
 	want := map[State]map[string]outcome{
@@ -146,15 +144,12 @@ func TestTransitions(t *testing.T) {
 			})
 		}
 	}
+	// A cell of an active session moves as a one-shot grant does (its
+	// session's own inputs are tabled in TestSessionTransitions).
 	for _, state := range []State{Requested, AwaitingApproval, Approved, Running, Settled} {
 		for _, in := range inputs {
-			t.Run("session/"+string(state)+"/"+in.name, func(t *testing.T) {
-				g := grantIn(state)
-				g.Kind = Session
-				_, err := Transition(g, in.in)
-				if !errdefs.IsFailedPrecondition(err) || !strings.Contains(err.Error(), "sessions are not supported yet") {
-					t.Fatalf("got %v, want a refusal (failed precondition) saying sessions are not supported yet", err)
-				}
+			t.Run("cell/"+string(state)+"/"+in.name, func(t *testing.T) {
+				check(t, cellIn(state, activeSession(store.ApprovalRequired)), in.in, want[state][in.name])
 			})
 		}
 	}

@@ -29,8 +29,8 @@ func policyCmd(ctx context.Context, args []string) int {
 
 const (
 	policyShowUsage = "usage: stockade policy show NAME [--db URL]"
-	policySetUsage  = `usage: stockade policy set NAME [--approval=required|none] [--network=allow|deny]
-                          [--max-timeout=DURATION] [--runtimes=python,node,shell]
+	policySetUsage  = `usage: stockade policy set NAME [--approval=required|per_session|none] [--network=allow|deny]
+                          [--max-timeout=DURATION] [--runtimes=python,node,shell] [--max-sessions=N]
                           [--code-execution=enabled|disabled] [--tool-changes=flag|require_review]
 
 Flags may come before or after NAME. Only the fields whose flags are given
@@ -44,9 +44,11 @@ func policyVerb(ctx context.Context, verb string, args []string) int {
 	var (
 		approval, network, runtimes, codeExec, toolChanges string
 		maxTimeout                                         time.Duration
+		maxSessions                                        int
 	)
 	if verb == "set" {
-		fs.StringVar(&approval, "approval", "", "required or none")
+		fs.StringVar(&approval, "approval", "", "required, per_session (a session's first cell is approved, which covers its later cells) or none")
+		fs.IntVar(&maxSessions, "max-sessions", 0, "most live sessions of the workspace (0: the server's bound, which this never raises)")
 		fs.StringVar(&network, "network", "", "allow or deny invocations' network requests (allowed and denied are the same words)")
 		durationFlag(fs, &maxTimeout, "max-timeout", 0, "maximum wall clock per invocation, e.g. 30s or 2m (lowers the server's ceiling)")
 		fs.StringVar(&runtimes, "runtimes", "", "comma-separated allowed runtimes")
@@ -72,7 +74,7 @@ func policyVerb(ctx context.Context, verb string, args []string) int {
 	}
 	if verb == "set" {
 		before := audit.PolicyOf(pol)
-		if err := applyPolicyFlags(fs, &pol, approval, network, maxTimeout, runtimes, codeExec, toolChanges); err != nil {
+		if err := applyPolicyFlags(fs, &pol, approval, network, maxTimeout, runtimes, codeExec, toolChanges, maxSessions); err != nil {
 			return fail(err)
 		}
 		if pol, err = st.SetPolicy(ctx, ws.ID, pol, func(after store.Policy) []store.NewEvent {
@@ -91,7 +93,7 @@ func policyVerb(ctx context.Context, verb string, args []string) int {
 }
 
 // applyPolicyFlags changes the fields of p whose flags were given.
-func applyPolicyFlags(fs *flag.FlagSet, p *store.Policy, approval, network string, maxTimeout time.Duration, runtimes, codeExec, toolChanges string) error {
+func applyPolicyFlags(fs *flag.FlagSet, p *store.Policy, approval, network string, maxTimeout time.Duration, runtimes, codeExec, toolChanges string, maxSessions int) error {
 	var err error
 	fs.Visit(func(f *flag.Flag) {
 		if err != nil {
@@ -100,11 +102,16 @@ func applyPolicyFlags(fs *flag.FlagSet, p *store.Policy, approval, network strin
 		switch f.Name {
 		case "approval":
 			switch approval {
-			case "required", "none":
+			case "required", "none", "per_session":
 				p.Approval = store.ApprovalMode(approval)
 			default:
-				err = usagef("--approval must be required or none, got %q", approval)
+				err = usagef("--approval must be required, per_session or none, got %q", approval)
 			}
+		case "max-sessions":
+			if maxSessions < 0 {
+				err = usagef("--max-sessions must be 0 or more, got %d", maxSessions)
+			}
+			p.MaxSessions = maxSessions
 		case "network":
 			allow, perr := policy.ParseNetwork(network)
 			if perr != nil || network == "" {

@@ -59,3 +59,31 @@ func TestPolicyNetworkWords(t *testing.T) {
 		})
 	}
 }
+
+// TestPolicySessions checks `policy set --approval=per_session` and
+// --max-sessions, and their refusals.
+func TestPolicySessions(t *testing.T) {
+	dir := t.TempDir()
+	if code, _, stderr := runCLI(t, nil, "workspace", "create", "demo", "--data-dir", dir); code != 0 {
+		t.Fatalf("workspace create: exit %d: %s", code, stderr)
+	}
+	code, stdout, stderr := runCLI(t, nil, "policy", "set", "demo", "--data-dir", dir, "--approval=per_session", "--max-sessions=3")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	var view map[string]any
+	if err := json.Unmarshal([]byte(stdout), &view); err != nil {
+		t.Fatalf("policy view %q: %v", stdout, err)
+	}
+	if view["approval"] != "per_session" || view["max_sessions"] != float64(3) {
+		t.Errorf("got approval %v, max_sessions %v; want per_session and 3 (view %s)", view["approval"], view["max_sessions"], stdout)
+	}
+	for _, bad := range []string{"--approval=sometimes", "--max-sessions=-1"} {
+		t.Run(bad, func(t *testing.T) {
+			code, stdout, stderr := runCLI(t, nil, "policy", "set", "demo", "--data-dir", dir, bad)
+			if code != 2 || stdout != "" {
+				t.Errorf("got exit %d, stdout %q, stderr %q; want exit 2", code, stdout, stderr)
+			}
+		})
+	}
+}

@@ -1,0 +1,188 @@
+package capability
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/stockade-sh/stockade/audit"
+	"github.com/stockade-sh/stockade/errdefs"
+	"github.com/stockade-sh/stockade/policy"
+	"github.com/stockade-sh/stockade/store"
+)
+
+// A session is a grant of many runs in one sandbox. Its record opens with
+// OpenSession and closes with EndSession; each of its cells is a run with
+// a grant of kind Session of its own (GrantOfCell), which Transition moves
+// as a one-shot grant, but for three rules:
+//   - a cell is admitted only into an active session (ErrFailedPrecondition:
+//     the session has expired);
+//   - approval follows the session's approval mode: required asks for every
+//     cell, per_session for the first one, whose approval then covers the
+//     session's later cells (their decision event names it: covered_by),
+//     none for no cell; a session with network needs a human for its first
+//     cell at least, as per_session;
+//   - the service runs a cell in the session's sandbox, not a new one.
+
+// SessionOf is what a cell's transitions read of its session.
+type SessionOf struct {
+	ID    string
+	State store.SessionState
+	// EndReason and EndedAt say how an ended session ended.
+	EndReason store.SessionEndReason
+	EndedAt   time.Time
+	// Approval is the session's approval mode, Network whether it has
+	// egress, and CoveredBy the approval that covers its cells (empty
+	// until one does).
+	Approval  store.ApprovalMode
+	Network   bool
+	CoveredBy string
+	// Cells is how many cells it has had.
+	Cells int
+}
+
+// sessionOf returns what a cell's transitions read of ss.
+func sessionOf(ss store.Session) *SessionOf {
+	return &SessionOf{ID: ss.ID, State: ss.State, EndReason: ss.EndReason, EndedAt: ss.EndedAt, Approval: ss.Approval,
+		Network: ss.Network, CoveredBy: ss.ApprovalID, Cells: ss.Cells}
+}
+
+// GrantOfCell returns the grant of cell e of session ss (see GrantOf).
+func GrantOfCell(e store.Execution, a *store.Approval, ss store.Session) Grant {
+	g := GrantOf(e, a)
+	g.Kind, g.Session = Session, sessionOf(ss)
+	return g
+}
+
+// OpenSession opens a session: the rules decide it on the facts of Admit
+// (the tool's record, the key's role, the policy, a review, network), and
+// it is refused (a denial of no grant) or opened as Record says.
+type OpenSession struct {
+	Admit Admit
+	// Record is the session to open; its Audit is the step's.
+	Record store.NewSession
+}
+
+// EndSession ends an active session for Reason: By closes it (the key
+// that opened it or an admin key of its workspace: EndClosed), or the
+// system ends it (By is zero) for any other reason.
+type EndSession struct {
+	By     Principal
+	Reason store.SessionEndReason
+	Cells  int
+	At     time.Time
+}
+
+func (OpenSession) verb() string { return "open" }
+func (EndSession) verb() string  { return "end" }
+
+// sessionTransition moves a session itself: its opening and its end.
+func sessionTransition(g Grant, in Input) (Step, error) {
+	switch in := in.(type) {
+	case OpenSession:
+		return openSession(g, in)
+	case EndSession:
+		return endSession(g, in)
+	}
+	return Step{}, fmt.Errorf("cannot %s a session: a session opens and ends; its cells are runs: %w", in.verb(), errdefs.ErrFailedPrecondition)
+}
+
+func openSession(g Grant, in OpenSession) (Step, error) {
+	if g.Session != nil && g.Session.State != "" {
+		return Step{}, fmt.Errorf("cannot open session %s: it is %s: %w", g.Session.ID, g.Session.State, errdefs.ErrFailedPrecondition)
+	}
+	if err := needTime(in, in.Admit.At); err != nil {
+		return Step{}, err
+	}
+	if r := refusalOf(in.Admit); r != nil {
+		return denial(in.Admit, r), nil
+	}
+	n := in.Record
+	switch {
+	case n.ID == "" || n.IdleTimeout <= 0 || !n.ExpiresAt.After(in.Admit.At):
+		return Step{}, fmt.Errorf("open: a session needs its id, an idle timeout and an expiry after its opening: %w", errdefs.ErrInvalidArgument)
+	case n.WorkspaceID != in.Admit.By.WorkspaceID || n.KeyID != in.Admit.By.KeyID:
+		return Step{}, fmt.Errorf("open: a session is its opening key's, in its workspace: %w", errdefs.ErrInvalidArgument)
+	}
+	ev := audit.SessionCreatedEvent{Meta: audit.Meta{Actor: in.Admit.By.KeyID, Reason: "allowed by workspace policy"},
+		Approval: n.Approval, Driver: n.Driver, ExpiresAt: n.ExpiresAt.UTC().Format(time.RFC3339Nano), IdleTimeoutMS: n.IdleTimeout.Milliseconds(),
+		Network: policy.NetworkWord(n.Network), Runtime: n.Runtime, SandboxID: n.SandboxID, SessionID: n.ID, Tool: n.Tool,
+		WorkspaceBytes: n.WorkspaceBytes}
+	n.At = in.Admit.At
+	n.Audit = audit.NewEvents(ev)
+	return Step{From: Requested, To: Approved, Events: []audit.Event{ev}, Open: &n}, nil
+}
+
+func endSession(g Grant, in EndSession) (Step, error) {
+	s := g.Session
+	if s == nil || s.State == "" {
+		return Step{}, fmt.Errorf("cannot end a session that never opened: %w", errdefs.ErrFailedPrecondition)
+	}
+	if err := needTime(in, in.At); err != nil {
+		return Step{}, err
+	}
+	switch {
+	case !in.Reason.Valid():
+		return Step{}, fmt.Errorf("end: reason %q: %w", in.Reason, errdefs.ErrInvalidArgument)
+	case in.Reason == store.EndClosed && (in.By.WorkspaceID != g.WorkspaceID || (in.By.KeyID != g.KeyID && in.By.Role != store.RoleAdmin)):
+		return Step{}, fmt.Errorf("only the key that opened a session or an admin key may close it: %w", errdefs.ErrPermissionDenied)
+	case in.Reason != store.EndClosed && in.By != (Principal{}):
+		return Step{}, fmt.Errorf("a key closes a session (reason closed); the system ends it for %s: %w", in.Reason, errdefs.ErrInvalidArgument)
+	case s.State != store.SessionActive:
+		return Step{}, expiredError(s)
+	}
+	actor := in.By.KeyID
+	if actor == "" {
+		actor = "system"
+	}
+	ev := audit.SessionEndedEvent{Meta: audit.Meta{Actor: actor, Reason: "session ended: " + string(in.Reason)},
+		Cells: in.Cells, EndReason: in.Reason, SessionID: s.ID}
+	return Step{From: Approved, To: Settled, Events: []audit.Event{ev},
+		End: &store.SessionEnd{Reason: in.Reason, At: in.At, Audit: audit.NewEvents(ev)}}, nil
+}
+
+// expiredError is the refusal of what an ended session cannot do: of
+// class ErrFailedPrecondition, answered 410 session_expired with when and
+// why.
+func expiredError(s *SessionOf) error {
+	return &SessionExpiredError{SessionID: s.ID, EndedAt: s.EndedAt, Reason: s.EndReason}
+}
+
+// SessionExpiredError says a session has ended; it is of class
+// ErrFailedPrecondition.
+type SessionExpiredError struct {
+	SessionID string
+	EndedAt   time.Time
+	Reason    store.SessionEndReason
+}
+
+func (e *SessionExpiredError) Error() string {
+	return fmt.Sprintf("session %s ended (%s) at %s", e.SessionID, e.Reason, e.EndedAt.UTC().Format(time.RFC3339))
+}
+
+func (e *SessionExpiredError) Unwrap() error { return errdefs.ErrFailedPrecondition }
+
+// cellApproval says whether cell g, admitted with in, waits for a human,
+// and which approval covers it instead when none is needed because of
+// one.
+func cellApproval(g Grant, in Admit) (wait bool, coveredBy string) {
+	s := g.Session
+	switch {
+	case s.Approval == store.ApprovalRequired && in.Policy.ApprovalRequired:
+		return true, ""
+	case s.Approval == store.ApprovalPerSession && in.Policy.ApprovalRequired, in.Network || s.Network:
+		if s.CoveredBy != "" {
+			return false, s.CoveredBy
+		}
+		return true, ""
+	}
+	return false, ""
+}
+
+// coversSession says whether approving cell g makes its approval cover the
+// session's later cells.
+func coversSession(g Grant) bool {
+	if g.Kind != Session || g.Session.CoveredBy != "" {
+		return false
+	}
+	return g.Session.Approval == store.ApprovalPerSession || (g.Session.Approval == store.ApprovalNone && g.Session.Network)
+}
