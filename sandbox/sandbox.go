@@ -136,6 +136,11 @@ type Spec struct {
 	// with its creator. A driver without Capabilities.Reattach refuses it
 	// (ErrInvalidArgument).
 	Detached bool
+	// Workspace is the size in bytes of the sandbox's /workspace, a tmpfs
+	// of its own (nosuid, nodev, writable by the sandbox user) that lives
+	// as long as the sandbox: a session's files. Zero means no /workspace,
+	// as every one-shot sandbox.
+	Workspace int64
 }
 
 // EgressNet is the host-prepared network a NetworkEgress sandbox joins:

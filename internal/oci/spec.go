@@ -142,11 +142,18 @@ func build(p profile.Profile, sc *specs.LinuxSeccomp, o Options) (*specs.Spec, e
 	for _, m := range p.Mounts {
 		mounts = append(mounts, specs.Mount{Destination: m.Path, Type: m.Type, Source: m.Source, Options: slices.Clone(m.Options)})
 	}
+	if o.Spec.Workspace < 0 {
+		return nil, fmt.Errorf("workspace size %d is negative", o.Spec.Workspace)
+	}
 	for _, t := range p.Scratch {
+		size := l.TmpSize
 		if t.SessionOnly {
-			continue // no one-shot sandbox has it
+			if o.Spec.Workspace == 0 {
+				continue // no one-shot sandbox has it
+			}
+			size = o.Spec.Workspace
 		}
-		mounts = append(mounts, specs.Mount{Destination: t.Path, Type: "tmpfs", Source: "tmpfs", Options: append(slices.Clone(t.Options), "size="+strconv.FormatInt(l.TmpSize, 10))})
+		mounts = append(mounts, specs.Mount{Destination: t.Path, Type: "tmpfs", Source: "tmpfs", Options: append(slices.Clone(t.Options), "size="+strconv.FormatInt(size, 10))})
 	}
 	mounts = append(mounts, specs.Mount{Destination: p.Guest.Path, Type: "bind", Source: o.GuestPath, Options: slices.Clone(p.Guest.Options)})
 	if o.ResolvConf != "" {
