@@ -7,3 +7,12 @@ const (
 	LabelOwner     = "stockade.owner"
 	LabelExecution = "stockade.execution"
 )
+
+// LabelSession names the session whose sandbox it is, and LabelWorkspace
+// and LabelTool its workspace and tool: a session's sandbox carries them
+// besides LabelOwner.
+const (
+	LabelSession   = "stockade.session"
+	LabelWorkspace = "stockade.workspace"
+	LabelTool      = "stockade.tool"
+)
