@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/stockade-sh/stockade/capability"
 	"github.com/stockade-sh/stockade/errdefs"
 )
 
@@ -20,6 +21,10 @@ type ErrorBody struct {
 type ErrorDetail struct {
 	Code    string `json:"code"`
 	Message string `json:"message"`
+	// EndedAt and EndReason say when and why a session ended, with the
+	// code session_expired.
+	EndedAt   *time.Time `json:"ended_at,omitempty"`
+	EndReason string     `json:"end_reason,omitempty"`
 }
 
 // The API's own error classes: only HTTP has methods and request bodies
@@ -32,6 +37,21 @@ var (
 // status maps an error class to its HTTP status and stable code. It is the
 // only place where error classes meet HTTP.
 func status(err error) (int, string) {
+	var (
+		expired *capability.SessionExpiredError
+		busy    *capability.SessionBusyError
+		quota   *capability.QuotaError
+	)
+	switch {
+	case errors.As(err, &expired):
+		return http.StatusGone, "session_expired"
+	case errors.As(err, &busy):
+		return http.StatusConflict, "session_busy"
+	case errors.As(err, &quota):
+		return http.StatusTooManyRequests, "session_quota"
+	case errors.Is(err, capability.ErrInvalidPath):
+		return http.StatusBadRequest, "invalid_path"
+	}
 	switch {
 	case errors.Is(err, errMethodNotAllowed):
 		return http.StatusMethodNotAllowed, "method_not_allowed"
@@ -84,7 +104,12 @@ func answer(err error) (code int, d ErrorDetail, retry bool) {
 func writeError(w http.ResponseWriter, err error) {
 	code, d, retry := answer(err)
 	if retry {
-		w.Header().Set("Retry-After", strconv.Itoa(int(retryAfter/time.Second)))
+		after := retryAfter
+		var quota *capability.QuotaError
+		if errors.As(err, &quota) {
+			after = quota.RetryAfter
+		}
+		w.Header().Set("Retry-After", strconv.Itoa(int((after+time.Second-1)/time.Second)))
 	}
 	writeJSON(w, code, ErrorBody{Error: d})
 }
@@ -94,7 +119,13 @@ func writeError(w http.ResponseWriter, err error) {
 // sentence of an internal error, which only the operator sees there.
 func Describe(err error) ErrorDetail {
 	_, name := status(err)
-	return ErrorDetail{Code: name, Message: sentence(err.Error())}
+	d := ErrorDetail{Code: name, Message: sentence(err.Error())}
+	var expired *capability.SessionExpiredError
+	if errors.As(err, &expired) {
+		at := expired.EndedAt.UTC()
+		d.EndedAt, d.EndReason = &at, string(expired.Reason)
+	}
+	return d
 }
 
 // classes are the error classes whose texts wrapping appends.

@@ -131,6 +131,9 @@ type envConfig struct {
 	engine  []engine.Option
 	// defaultDriver is the engine's default driver; empty is runc.
 	defaultDriver string
+	// sessions gives the runc driver the shim of detached sandboxes, which
+	// sessions need.
+	sessions bool
 }
 
 // env is a daemon in the test process: a store, the real runc driver, the
@@ -159,7 +162,11 @@ func newEnv(t *testing.T, b backend, c envConfig) *env {
 	t.Cleanup(func() { st.Close() })
 
 	e := &env{t: t, st: st, runcState: t.TempDir()}
-	d, err := runc.New(runc.Config{StateDir: e.runcState, GuestPath: testenv.Guest(t)})
+	rcfg := runc.Config{StateDir: e.runcState, GuestPath: testenv.Guest(t)}
+	if c.sessions {
+		rcfg.Shim = testenv.Shim(t)
+	}
+	d, err := runc.New(rcfg)
 	if err != nil {
 		t.Fatalf("runc.New: %v", err)
 	}
@@ -517,8 +524,15 @@ func postStream(t *testing.T, base, key string, req capability.InvokeRequest) *s
 // postStreamWith is postStream with extra headers, as name, value pairs.
 func postStreamWith(t *testing.T, base, key string, req capability.InvokeRequest, hdr ...string) *stream {
 	t.Helper()
+	return postStreamTo(t, base, "/v1/executions", key, req, hdr...)
+}
+
+// postStreamTo POSTs body to path asking for Server-Sent Events (see
+// postStream).
+func postStreamTo(t *testing.T, base, path, key string, body any, hdr ...string) *stream {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*requestTimeout)
-	hr, err := http.NewRequestWithContext(ctx, "POST", base+"/v1/executions", encodeBody(t, req))
+	hr, err := http.NewRequestWithContext(ctx, "POST", base+path, encodeBody(t, body))
 	if err != nil {
 		cancel()
 		t.Fatal(err)
@@ -532,7 +546,7 @@ func postStreamWith(t *testing.T, base, key string, req capability.InvokeRequest
 	resp, err := http.DefaultClient.Do(hr)
 	if err != nil {
 		cancel()
-		t.Fatalf("POST /v1/executions (SSE): %v", err)
+		t.Fatalf("POST %s (SSE): %v", path, err)
 	}
 	s := &stream{t: t, resp: resp, events: make(chan sseEvent, 64), cancel: cancel}
 	t.Cleanup(s.close)

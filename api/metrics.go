@@ -28,6 +28,8 @@ type Metrics struct {
 	analyticsFailures *prometheus.CounterVec
 	analyticsBacklog  prometheus.Gauge
 	analyticsLag      prometheus.Gauge
+
+	sessions sessionMetrics
 }
 
 var (
@@ -91,6 +93,7 @@ func NewMetrics() *Metrics {
 	m.reg.MustRegister(m.invocations, m.duration, m.pending, m.credits, m.connsOpen, m.connsRefused, m.unwitnessed,
 		m.analyticsShipped, m.analyticsDropped, m.analyticsFailures, m.analyticsBacklog, m.analyticsLag,
 		prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
+	m.sessions = newSessionMetrics(m.reg)
 	return m
 }
 

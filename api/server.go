@@ -68,6 +68,7 @@ type Store interface {
 	ListApprovals(ctx context.Context, workspaceID string, f store.ApprovalFilter) (store.Page[store.Approval], error)
 	ListEvents(ctx context.Context, workspaceID string, f store.EventFilter) (store.Page[store.Event], error)
 	ListToolCalls(ctx context.Context, workspaceID string, f store.ToolCallFilter) (store.Page[store.ToolCall], error)
+	GetToolCall(ctx context.Context, workspaceID, executionID string) (store.ToolCall, error)
 	GetWorkspace(ctx context.Context, id string) (store.Workspace, error)
 	GetPolicy(ctx context.Context, workspaceID string) (store.Policy, error)
 	GetCredits(ctx context.Context, workspaceID string) (store.Credits, error)
@@ -133,6 +134,15 @@ func (s *server) routes() []route {
 		{"GET /v1/workspace", s.auth(s.getWorkspace)},
 		{"GET /v1/tools", s.auth(s.listTools)},
 		{"POST /v1/tools/{name}/approve", s.auth(s.approveTool)},
+		{"POST /v1/sessions", s.auth(s.createSession)},
+		{"GET /v1/sessions", s.auth(s.listSessions)},
+		{"GET /v1/sessions/{id}", s.auth(s.getSession)},
+		{"DELETE /v1/sessions/{id}", s.auth(s.deleteSession)},
+		{"POST /v1/sessions/{id}/exec", s.auth(s.execCell)},
+		{"POST /v1/sessions/{id}/interrupt", s.auth(s.interruptCell)},
+		{"PUT /v1/sessions/{id}/files", s.auth(s.putFile)},
+		{"GET /v1/sessions/{id}/files", s.auth(s.getFiles)},
+		{"DELETE /v1/sessions/{id}/files", s.auth(s.deleteFile)},
 		{"POST /mcp", s.mcp},
 		{"GET /mcp", s.mcp},
 		{"DELETE /mcp", s.mcp},
@@ -350,24 +360,7 @@ func (s *server) streamExecution(w http.ResponseWriter, r *http.Request, p capab
 		return
 	}
 	defer es.close()
-	w.Header().Set("Content-Type", "text/event-stream")
-	w.Header().Set("Cache-Control", "no-store")
-	w.Header().Set("X-Accel-Buffering", "no")
-	w.WriteHeader(http.StatusOK)
-	keep := time.NewTicker(s.opts.KeepAlive)
-	defer keep.Stop()
-	for {
-		event, data, err := es.next(r.Context(), keep.C)
-		switch {
-		case err != nil:
-			return // the outcome was sent, or the client went away
-		case event == "":
-			fmt.Fprint(w, ": keep-alive\n\n")
-		default:
-			fmt.Fprintf(w, "event: %s\ndata: %s\n\n", event, data)
-		}
-		flusher.Flush()
-	}
+	s.writeStream(w, r, flusher, es)
 }
 
 // executionStream is an execution's events as POST /v1/executions streams
@@ -387,6 +380,9 @@ type executionStream struct {
 	// done is set once the engine's events have ended: the outcome is
 	// next; over once it has been returned.
 	done, over bool
+	// result, when set, is the result event's data for the execution as
+	// it ended (a session's cell); otherwise its ExecutionView.
+	result func(ctx context.Context, e store.Execution) any
 }
 
 type streamEvent struct {
@@ -397,16 +393,22 @@ type streamEvent struct {
 // openStream admits req and returns its events. An error is the
 // admission's (a policy that refuses, too few credits, at capacity).
 func (s *server) openStream(ctx context.Context, p capability.Principal, req capability.InvokeRequest, opts capability.InvokeOptions) (*executionStream, error) {
-	// Subscribing before Invoke means not one event of the run is missed.
-	events, cancel := s.svc.Subscribe(opts.ExecutionID)
-	inv, err := s.svc.Invoke(ctx, p, req, opts)
+	return s.openAdmitted(ctx, p, opts.ExecutionID, func() (*capability.Invocation, error) { return s.svc.Invoke(ctx, p, req, opts) })
+}
+
+// openAdmitted returns the events of the execution admit admits, whose
+// id is id (see capability.InvokeOptions.ExecutionID).
+func (s *server) openAdmitted(ctx context.Context, p capability.Principal, id string, admit func() (*capability.Invocation, error)) (*executionStream, error) {
+	// Subscribing before admitting means not one event of the run is missed.
+	events, cancel := s.svc.Subscribe(id)
+	inv, err := admit()
 	if err != nil {
 		cancel()
 		return nil, err
 	}
 	es := &executionStream{s: s, p: p, id: inv.Execution.ID, replayed: inv.Replayed, events: events, cancel: cancel,
 		done: inv.Execution.Status.Terminal()}
-	if es.id != opts.ExecutionID { // an idempotent replay of an earlier execution
+	if es.id != id { // an idempotent replay of an earlier execution
 		cancel()
 		es.events, es.cancel = s.svc.Subscribe(es.id)
 		// It may have ended before the new subscription.
@@ -458,6 +460,9 @@ func (es *executionStream) next(ctx context.Context, tick <-chan time.Time) (str
 	v := viewOf(e)
 	v.Replayed = es.replayed
 	b, _ := json.Marshal(v)
+	if es.result != nil && e.Status != store.StatusDenied {
+		b, _ = json.Marshal(es.result(ctx, e))
+	}
 	if e.Status == store.StatusDenied {
 		return "denied", b, nil
 	}

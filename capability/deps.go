@@ -42,6 +42,11 @@ type Runner interface {
 	SetBrokerObserver(f func(engine.BrokerEvent))
 	// Wait waits for the runs' background clean-ups.
 	Wait() error
+	// CheckSession, OpenSession and ReattachSessions are the sessions'
+	// (see engine.LiveSession).
+	CheckSession(engine.SessionSpec) (tools.Tool, sandbox.Driver, image.Runtime, error)
+	OpenSession(context.Context, engine.SessionSpec) (*engine.LiveSession, error)
+	ReattachSessions(ctx context.Context, match map[string]string, runtimeOf func(sandboxID string) (string, bool)) ([]*engine.LiveSession, error)
 }
 
 var _ Runner = (*engine.Engine)(nil)
@@ -78,6 +83,7 @@ type Queries interface {
 type Store interface {
 	Journal
 	Queries
+	SessionStore
 	// RecordKeyUses writes the API keys' last uses, in batches.
 	RecordKeyUses(ctx context.Context, uses map[string]time.Time) error
 	// ClaimDaemon takes the database's daemon claim for the service's

@@ -47,6 +47,8 @@ type ServiceOptions struct {
 	Witness witness.Dir
 	// Observer receives metrics; nil means none.
 	Observer Observer
+	// Sessions bound the sessions.
+	Sessions SessionOptions
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
 	// Now defaults to time.Now.
@@ -108,6 +110,9 @@ type Service struct {
 
 	// keyUses are the API keys' uses not yet written to the store.
 	keyUses keyUses
+
+	// sessions are the sessions this daemon serves.
+	sessions liveSessions
 }
 
 // NewService returns the capability layer over r and st. Call Start
@@ -140,6 +145,7 @@ func NewService(r Runner, st Store, o ServiceOptions) *Service {
 	if o.Observer == nil {
 		o.Observer = nopObserver{}
 	}
+	o.Sessions.fill()
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &Service{
 		runner: r, st: st, opts: o, price: *o.CreditsPerInvocation, log: o.Logger, hub: newHub(), feed: newFeed(),
@@ -161,6 +167,9 @@ func (nopObserver) WitnessRefused()                                             
 // Runner returns the runner the service runs on.
 func (s *Service) Runner() Runner { return s.runner }
 
+// Options returns the service's options, with their defaults filled in.
+func (s *Service) Options() ServiceOptions { return s.opts }
+
 // Start claims the store for this daemon (ErrConflict while another daemon
 // holds it; Close releases it), recovers from a previous daemon's crash and
 // starts the approval expiry loop. Executions left queued or running end
@@ -181,6 +190,11 @@ func (s *Service) Start(ctx context.Context) (err error) {
 	recovered, err := s.recover(ctx)
 	if err != nil {
 		return fmt.Errorf("recovering interrupted executions: %w", err)
+	}
+	// Sessions are re-attached before the orphans are reaped: Reap spares
+	// the sandboxes Reattach returned.
+	if err := s.adoptSessions(ctx); err != nil {
+		return err
 	}
 	for name, d := range s.runner.Drivers() {
 		r, ok := d.(sandbox.Reaper)
@@ -313,6 +327,7 @@ func (s *Service) expireLoop() {
 			return
 		case <-t.C:
 			s.expireApprovals(s.ctx)
+			s.sweepSessions(s.ctx)
 			s.flushKeyUses(s.ctx)
 			if tick%witnessEvery == 0 {
 				s.witnessChains(s.ctx)
@@ -453,10 +468,15 @@ type ApprovalCard struct {
 	EgressPorts []int    `json:"egress_ports,omitempty"`
 	// ToolFingerprint identifies the tool's record as the approver sees
 	// it; approving is refused once the record has changed.
-	ToolFingerprint string    `json:"tool_fingerprint,omitempty"`
-	TimeoutMS       int64     `json:"timeout_ms"`
-	RequestedBy     string    `json:"requested_by"`
-	ExpiresAt       time.Time `json:"expires_at"`
+	ToolFingerprint string `json:"tool_fingerprint,omitempty"`
+	// SessionID and Cell name a session's cell; CoversSession says that
+	// approving it approves the session's later cells too (per_session).
+	SessionID     string    `json:"session_id,omitempty"`
+	Cell          int       `json:"cell,omitempty"`
+	CoversSession bool      `json:"covers_session,omitempty"`
+	TimeoutMS     int64     `json:"timeout_ms"`
+	RequestedBy   string    `json:"requested_by"`
+	ExpiresAt     time.Time `json:"expires_at"`
 }
 
 // UnmarshalJSON reads a card, also one stored before the card named
@@ -792,7 +812,17 @@ func (s *Service) Decide(ctx context.Context, p Principal, approvalID string, ap
 	if err != nil {
 		return a, e, err
 	}
-	step, err := Transition(GrantOf(e, &a), in)
+	g := GrantOf(e, &a)
+	if e.SessionID != "" {
+		// A cell: its session's mode says whether approving it covers the
+		// session's later cells.
+		ss, err := s.st.GetSession(ctx, p.WorkspaceID, e.SessionID)
+		if err != nil {
+			return a, e, err
+		}
+		g = GrantOfCell(e, &a, ss)
+	}
+	step, err := Transition(g, in)
 	if err != nil {
 		return store.Approval{}, store.Execution{}, err
 	}
@@ -804,7 +834,7 @@ func (s *Service) Decide(ctx context.Context, p Principal, approvalID string, ap
 	}
 	s.notify(step, e)
 	if step.Next.Dispatch {
-		s.dispatch(e, time.Duration(card.TimeoutMS)*time.Millisecond, nil)
+		s.dispatchApproved(ctx, e, time.Duration(card.TimeoutMS)*time.Millisecond)
 	}
 	return a, e, nil
 }

@@ -419,10 +419,10 @@ func fill(out *CellResult, r *sandbox.CellResult) {
 	out.StdoutTruncated, out.StderrTruncated = r.StdoutTruncated, r.StderrTruncated
 	out.Outputs = []CellOutput{}
 	for _, d := range r.Displays {
-		out.Outputs = append(out.Outputs, outputOf(d))
+		out.Outputs = append(out.Outputs, OutputOf(d))
 	}
 	if r.Value != nil {
-		out.Outputs = append(out.Outputs, outputOf(*r.Value))
+		out.Outputs = append(out.Outputs, OutputOf(*r.Value))
 	}
 	out.OutputsDropped = r.DisplaysDropped
 	if e := r.Error; e != nil {
@@ -430,7 +430,8 @@ func fill(out *CellResult, r *sandbox.CellResult) {
 	}
 }
 
-func outputOf(d sandbox.Display) CellOutput {
+// OutputOf is display d as a cell's output.
+func OutputOf(d sandbox.Display) CellOutput {
 	if strings.HasPrefix(d.MimeType, "text/") && utf8.Valid(d.Data) {
 		return CellOutput{MimeType: d.MimeType, Data: string(d.Data)}
 	}

@@ -1,0 +1,842 @@
+package capability
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/stockade-sh/stockade/audit"
+	"github.com/stockade-sh/stockade/contract"
+	"github.com/stockade-sh/stockade/engine"
+	"github.com/stockade-sh/stockade/errdefs"
+	"github.com/stockade-sh/stockade/policy"
+	"github.com/stockade-sh/stockade/sandbox"
+	"github.com/stockade-sh/stockade/store"
+	"github.com/stockade-sh/stockade/tools"
+)
+
+// SessionOptions bound the server's sessions (the configuration's
+// `sessions:`). Zero fields take the documented defaults.
+type SessionOptions struct {
+	// IdleTimeout ends a session no cell ran in for so long; default 10 min.
+	// MaxIdleTimeout is the most a session may ask for; default 1 h.
+	IdleTimeout, MaxIdleTimeout time.Duration
+	// TTL is a session's hard lifetime; default 1 h. MaxTTL is the most a
+	// session may ask for; default 24 h.
+	TTL, MaxTTL time.Duration
+	// MaxPerWorkspace bounds a workspace's live sessions; default 4. A
+	// workspace policy's MaxSessions may lower it, never raise it.
+	MaxPerWorkspace int
+	// WorkspaceSize is the size of a session's /workspace; default 256 MiB.
+	WorkspaceSize int64
+	// MaxFileSize bounds one file moved in or out; default 64 MiB.
+	MaxFileSize int64
+}
+
+func (o *SessionOptions) fill() {
+	def := func(d *time.Duration, v time.Duration) {
+		if *d <= 0 {
+			*d = v
+		}
+	}
+	def(&o.IdleTimeout, 10*time.Minute)
+	def(&o.MaxIdleTimeout, max(time.Hour, o.IdleTimeout))
+	def(&o.TTL, time.Hour)
+	def(&o.MaxTTL, max(24*time.Hour, o.TTL))
+	if o.MaxPerWorkspace <= 0 {
+		o.MaxPerWorkspace = 4
+	}
+	if o.WorkspaceSize <= 0 {
+		o.WorkspaceSize = 256 << 20
+	}
+	if o.MaxFileSize <= 0 {
+		o.MaxFileSize = 64 << 20
+	}
+}
+
+// SessionStore is what the service needs of the store for sessions.
+type SessionStore interface {
+	OpenSession(ctx context.Context, s store.NewSession) (store.Session, bool, error)
+	EndSession(ctx context.Context, id string, e store.SessionEnd) (store.Session, error)
+	GetSession(ctx context.Context, workspaceID, id string) (store.Session, error)
+	ReplaySession(ctx context.Context, workspaceID, key string) (store.Session, error)
+	ListSessions(ctx context.Context, workspaceID string, f store.SessionFilter) (store.Page[store.Session], error)
+	ListActiveSessions(ctx context.Context) ([]store.Session, error)
+	CountActiveSessions(ctx context.Context, workspaceID string) (int, error)
+}
+
+// SessionObserver, when the service's Observer implements it, is told
+// about sessions, for metrics.
+type SessionObserver interface {
+	SessionsLive(delta int)
+	SessionCell(status store.ExecutionStatus)
+	SessionEnded(reason store.SessionEndReason)
+}
+
+// The errors of sessions that the API answers with codes of their own.
+var (
+	// ErrInvalidPath is a file path of a session that is not below
+	// /workspace, or has "..", or NUL (400 invalid_path).
+	ErrInvalidPath = errors.New("invalid path")
+)
+
+// SessionBusyError is a cell asked for while another cell of the session
+// has not ended (409 session_busy); it is of class ErrConflict.
+type SessionBusyError struct{ SessionID string }
+
+func (e *SessionBusyError) Error() string {
+	return fmt.Sprintf("session %s is running a cell; wait for it to end or interrupt it", e.SessionID)
+}
+func (e *SessionBusyError) Unwrap() error { return errdefs.ErrConflict }
+
+// QuotaError is a session refused because its workspace has as many live
+// sessions as it may (429 session_quota, with Retry-After); it is of class
+// ErrResourceExhausted.
+type QuotaError struct {
+	Max int
+	// RetryAfter is when the first of the workspace's sessions is due to
+	// end by itself.
+	RetryAfter time.Duration
+}
+
+func (e *QuotaError) Error() string {
+	return fmt.Sprintf("the workspace has %d live sessions, its most; close one (DELETE /v1/sessions/{id}) or retry later", e.Max)
+}
+func (e *QuotaError) Unwrap() error { return errdefs.ErrResourceExhausted }
+
+// liveSessions are the sessions whose sandboxes this daemon serves, by
+// session id.
+type liveSessions struct {
+	mu   sync.Mutex
+	byID map[string]*liveSession
+}
+
+type liveSession struct {
+	*engine.LiveSession
+	// cells counts the cells running (0 or 1), for the idle sweep.
+	mu    sync.Mutex
+	cells int
+}
+
+func (l *liveSessions) get(id string) *liveSession {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.byID[id]
+}
+
+func (l *liveSessions) put(id string, s *engine.LiveSession) *liveSession {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.byID == nil {
+		l.byID = map[string]*liveSession{}
+	}
+	ls := &liveSession{LiveSession: s}
+	l.byID[id] = ls
+	return ls
+}
+
+func (l *liveSessions) take(id string) *liveSession {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	s := l.byID[id]
+	delete(l.byID, id)
+	return s
+}
+
+func (ls *liveSession) running() bool {
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	return ls.cells > 0
+}
+
+func (ls *liveSession) track(d int) {
+	ls.mu.Lock()
+	ls.cells += d
+	ls.mu.Unlock()
+}
+
+// CreateSessionRequest is the body of POST /v1/sessions.
+type CreateSessionRequest struct {
+	Runtime string `json:"runtime"`
+	// Tool names the tool the session runs as; empty means the default
+	// tool.
+	Tool string `json:"tool,omitempty"`
+	// IdleTimeoutMS and TTLMS ask for other lifetimes than the server's
+	// defaults, within its ceilings; zero takes the defaults.
+	IdleTimeoutMS int64 `json:"idle_timeout_ms,omitempty"`
+	TTLMS         int64 `json:"ttl_ms,omitempty"`
+	// Network is "deny" (the default) or "allow".
+	Network string `json:"network,omitempty"`
+}
+
+// CreateSessionOptions are the parts of a creation that are not its body.
+type CreateSessionOptions struct {
+	// IdempotencyKey makes a retried creation return the first session.
+	IdempotencyKey string
+}
+
+// Created is the outcome of CreateSession.
+type Created struct {
+	Session store.Session
+	// Replayed is set when an Idempotency-Key matched an earlier
+	// creation.
+	Replayed bool
+}
+
+// NewSessionID returns a fresh session id.
+func NewSessionID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	return "ses_" + hex.EncodeToString(b[:])
+}
+
+func durationOf(name string, ms int64, def, ceiling time.Duration) (time.Duration, error) {
+	switch {
+	case ms == 0:
+		return def, nil
+	case ms < 0 || ms > math.MaxInt64/int64(time.Millisecond):
+		return 0, fmt.Errorf("%s %d is out of range: %w", name, ms, errdefs.ErrInvalidArgument)
+	}
+	d := time.Duration(ms) * time.Millisecond
+	if d > ceiling {
+		return 0, fmt.Errorf("%s %d is above this server's ceiling of %d: %w", name, ms, ceiling.Milliseconds(), errdefs.ErrInvalidArgument)
+	}
+	return d, nil
+}
+
+// CreateSession opens a session for p: a decision of the workspace policy
+// like an invocation's (recorded as session.created, or as
+// capability.invoke_denied when refused), the workspace's bound of live
+// sessions (QuotaError), then its sandbox and kernel. Nothing is left
+// behind when it fails. A session costs nothing; its cells are charged as
+// invocations.
+func (s *Service) CreateSession(ctx context.Context, p Principal, req CreateSessionRequest, o CreateSessionOptions) (*Created, error) {
+	so := s.opts.Sessions
+	network, err := policy.ParseNetwork(req.Network)
+	if err != nil {
+		return nil, err
+	}
+	if network {
+		// A sandbox's egress network and proxy are the daemon's, and would
+		// not survive its restart as the session does.
+		return nil, fmt.Errorf("network \"allow\" is not available for sessions yet; use a one-shot execution: %w", errdefs.ErrInvalidArgument)
+	}
+	idle, err := durationOf("idle_timeout_ms", req.IdleTimeoutMS, so.IdleTimeout, so.MaxIdleTimeout)
+	if err != nil {
+		return nil, err
+	}
+	ttl, err := durationOf("ttl_ms", req.TTLMS, so.TTL, so.MaxTTL)
+	if err != nil {
+		return nil, err
+	}
+	reqSum := sha256Hex(mustJSON(req))
+	if o.IdempotencyKey != "" {
+		ss, err := s.st.ReplaySession(ctx, p.WorkspaceID, o.IdempotencyKey)
+		if err == nil {
+			if ss.RequestSHA256 != reqSum {
+				return nil, fmt.Errorf("idempotency key %q was used for a different request (session %s): %w", o.IdempotencyKey, ss.ID, errdefs.ErrConflict)
+			}
+			return &Created{Session: ss, Replayed: true}, nil
+		}
+		if !errdefs.IsNotFound(err) {
+			return nil, fmt.Errorf("looking up the idempotency key: %w", err)
+		}
+	}
+	spec := engine.SessionSpec{Runtime: req.Runtime, Tool: req.Tool, Workspace: so.WorkspaceSize}
+	tool, drv, _, verr := s.runner.CheckSession(spec)
+	if verr != nil && !errdefs.IsPermissionDenied(verr) {
+		return nil, verr
+	}
+	pol, err := s.st.GetPolicy(ctx, p.WorkspaceID)
+	if err != nil {
+		return nil, fmt.Errorf("loading workspace policy: %w", err)
+	}
+	d := policy.Decide(pol, policy.Request{Capability: contract.CodeExecute, Runtime: req.Runtime, Network: network}, s.runner.Ceiling().Timeout)
+	now := s.opts.Now()
+	id := NewSessionID()
+	in := OpenSession{
+		Admit: Admit{By: p, Policy: d, Network: network, Tool: tool.Name, ToolEgress: !tool.Egress.None(), EgressAvailable: s.runner.EgressAvailable(), At: now,
+			Asked: audit.Invocation{Capability: contract.CodeExecute.Name, Runtime: req.Runtime, Network: policy.NetworkWord(network)}},
+		Record: store.NewSession{ID: id, WorkspaceID: p.WorkspaceID, KeyID: p.KeyID, Tool: tool.Name, Runtime: req.Runtime,
+			Network: network, Approval: pol.Approval, IdleTimeout: idle, ExpiresAt: now.Add(ttl), WorkspaceBytes: so.WorkspaceSize,
+			IdempotencyKey: o.IdempotencyKey, RequestSHA256: reqSum, MaxLive: s.maxSessions(pol)},
+	}
+	if verr != nil {
+		in.Admit.ToolRefusal = strings.TrimSuffix(verr.Error(), ": "+errdefs.ErrPermissionDenied.Error())
+	}
+	if pol.ToolChanges == store.ToolChangesRequireReview {
+		if in.Admit.ReviewPending, err = s.reviewBlocks(ctx, p.WorkspaceID, tool.Name); err != nil {
+			return nil, err
+		}
+	}
+	// The decision first, before anything is created: a refusal leaves
+	// only its event.
+	in.Record.Driver, in.Record.SandboxID = "pending", "pending"
+	step, err := Transition(Grant{Kind: Session, Session: &SessionOf{ID: id}}, in)
+	if err != nil {
+		return nil, err
+	}
+	if step.Open == nil {
+		_, err := s.deny(ctx, step)
+		return nil, err
+	}
+	if n, err := s.st.CountActiveSessions(ctx, p.WorkspaceID); err != nil {
+		return nil, err
+	} else if n >= in.Record.MaxLive {
+		return nil, s.refuseQuota(ctx, in, in.Record.MaxLive)
+	}
+	if hc, ok := drv.(sandbox.HealthChecker); ok {
+		if err := hc.Health(ctx); err != nil {
+			in.Admit.Refusal = &Refusal{Code: "driver_unavailable", Reason: fmt.Sprintf("the %s sandbox driver is unavailable; retry later", drv.Name()), Class: errdefs.ErrUnavailable}
+			step, _ := Transition(Grant{Kind: Session, Session: &SessionOf{ID: id}}, in)
+			_, err := s.deny(ctx, step)
+			return nil, err
+		}
+	}
+	spec.Labels = map[string]string{engine.LabelOwner: s.opts.Owner, engine.LabelSession: id, engine.LabelWorkspace: p.WorkspaceID, engine.LabelTool: tool.Name}
+	live, err := s.runner.OpenSession(ctx, spec)
+	if err != nil {
+		return nil, fmt.Errorf("opening the session's sandbox: %w", err)
+	}
+	in.Record.Driver, in.Record.SandboxID = live.Driver, live.SandboxID()
+	if step, err = Transition(Grant{Kind: Session, Session: &SessionOf{ID: id}}, in); err == nil && step.Open == nil {
+		err = fmt.Errorf("the session's decision changed while its sandbox was made")
+	}
+	var (
+		ss       store.Session
+		replayed bool
+	)
+	if err == nil {
+		ss, replayed, err = s.st.OpenSession(ctx, *step.Open)
+	}
+	if err != nil || replayed {
+		_ = live.Close(context.WithoutCancel(ctx))
+		switch {
+		case replayed:
+			return &Created{Session: ss, Replayed: true}, nil
+		case errdefs.IsResourceExhausted(err):
+			return nil, s.refuseQuota(ctx, in, in.Record.MaxLive)
+		}
+		return nil, fmt.Errorf("recording the session: %w", err)
+	}
+	s.sessions.put(ss.ID, live)
+	s.sessionObserver().SessionsLive(1)
+	return &Created{Session: ss}, nil
+}
+
+// maxSessions is the bound of the live sessions of a workspace under pol.
+func (s *Service) maxSessions(pol store.Policy) int {
+	if pol.MaxSessions > 0 {
+		return min(pol.MaxSessions, s.opts.Sessions.MaxPerWorkspace)
+	}
+	return s.opts.Sessions.MaxPerWorkspace
+}
+
+// refuseQuota records the refusal of a session over the workspace's
+// bound and answers with a QuotaError saying when to retry.
+func (s *Service) refuseQuota(ctx context.Context, in OpenSession, most int) error {
+	in.Admit.Refusal = &Refusal{Code: "session_quota", Reason: fmt.Sprintf("the workspace has %d live sessions, its most", most), Class: errdefs.ErrResourceExhausted}
+	step, err := Transition(Grant{Kind: Session, Session: &SessionOf{ID: in.Record.ID}}, in)
+	if err != nil {
+		return err
+	}
+	if _, err := s.deny(ctx, step); err != nil && !errdefs.IsResourceExhausted(err) {
+		return err
+	}
+	retry := time.Minute
+	page, err := s.st.ListSessions(ctx, in.Record.WorkspaceID, store.SessionFilter{States: []store.SessionState{store.SessionActive},
+		PageRequest: store.PageRequest{Limit: store.MaxPageLimit}})
+	if err == nil {
+		now := s.opts.Now()
+		for _, ss := range page.Items {
+			retry = min(retry, ss.ExpiresAt.Sub(now), ss.IdleExpiresAt().Sub(now))
+		}
+	}
+	return &QuotaError{Max: most, RetryAfter: max(retry, time.Second)}
+}
+
+func (s *Service) sessionObserver() SessionObserver {
+	if o, ok := s.opts.Observer.(SessionObserver); ok {
+		return o
+	}
+	return nopSessionObserver{}
+}
+
+type nopSessionObserver struct{}
+
+func (nopSessionObserver) SessionsLive(int)                    {}
+func (nopSessionObserver) SessionCell(store.ExecutionStatus)   {}
+func (nopSessionObserver) SessionEnded(store.SessionEndReason) {}
+
+// GetSession returns session id of p's workspace: another workspace's
+// is ErrNotFound.
+func (s *Service) GetSession(ctx context.Context, p Principal, id string) (store.Session, error) {
+	return s.st.GetSession(ctx, p.WorkspaceID, id)
+}
+
+// ListSessions lists the sessions of p's workspace, newest first.
+func (s *Service) ListSessions(ctx context.Context, p Principal, f store.SessionFilter) (store.Page[store.Session], error) {
+	return s.st.ListSessions(ctx, p.WorkspaceID, f)
+}
+
+// usable returns session id of p's workspace and its sandbox, for an
+// operation of p's on it: only the key that opened it or an admin key of
+// the workspace may (ErrPermissionDenied), an ended one is a
+// SessionExpiredError.
+func (s *Service) usable(ctx context.Context, p Principal, id string) (store.Session, *liveSession, error) {
+	ss, err := s.st.GetSession(ctx, p.WorkspaceID, id)
+	if err != nil {
+		return ss, nil, err
+	}
+	if p.KeyID != ss.KeyID && p.Role != store.RoleAdmin {
+		return ss, nil, fmt.Errorf("only the key that opened session %s or an admin key may use it: %w", id, errdefs.ErrPermissionDenied)
+	}
+	if ss.State != store.SessionActive {
+		return ss, nil, expiredError(sessionOf(ss))
+	}
+	live := s.sessions.get(id)
+	if live == nil {
+		return ss, nil, fmt.Errorf("session %s is active but its sandbox is not served by this daemon; retry: %w", id, errdefs.ErrUnavailable)
+	}
+	return ss, live, nil
+}
+
+// CloseSession ends session id for p (reason closed) and destroys its
+// sandbox; only the key that opened it or an admin key may. An ended
+// session is a SessionExpiredError.
+func (s *Service) CloseSession(ctx context.Context, p Principal, id string) (store.Session, error) {
+	ss, err := s.st.GetSession(ctx, p.WorkspaceID, id)
+	if err != nil {
+		return ss, err
+	}
+	return s.endSession(ctx, ss, p, store.EndClosed)
+}
+
+// endSession ends ss for reason, as by (the zero Principal: the system),
+// and destroys its sandbox. A cell that runs is ended by the sandbox's
+// destruction.
+func (s *Service) endSession(ctx context.Context, ss store.Session, by Principal, reason store.SessionEndReason) (store.Session, error) {
+	g := Grant{ID: ss.ID, Kind: Session, WorkspaceID: ss.WorkspaceID, KeyID: ss.KeyID, Session: sessionOf(ss)}
+	step, err := Transition(g, EndSession{By: by, Reason: reason, Cells: ss.Cells, At: s.opts.Now()})
+	if err != nil {
+		return store.Session{}, err
+	}
+	ended, err := s.st.EndSession(ctx, ss.ID, *step.End)
+	if errdefs.IsConflict(err) {
+		// Another end won: answer as for an ended session.
+		if cur, gerr := s.st.GetSession(ctx, ss.WorkspaceID, ss.ID); gerr == nil {
+			return store.Session{}, expiredError(sessionOf(cur))
+		}
+	}
+	if err != nil {
+		return store.Session{}, err
+	}
+	if live := s.sessions.take(ss.ID); live != nil {
+		if err := live.Close(context.WithoutCancel(ctx)); err != nil {
+			s.log.Error("destroying a session's sandbox", "session", ss.ID, "sandbox", ss.SandboxID, "err", err)
+		}
+		s.sessionObserver().SessionsLive(-1)
+	}
+	s.sessionObserver().SessionEnded(reason)
+	return ended, nil
+}
+
+// CellRequest is the body of POST /v1/sessions/{id}/exec.
+type CellRequest struct {
+	Code  string `json:"code"`
+	Stdin string `json:"stdin,omitempty"`
+	// TimeoutMS bounds the cell; zero means the tool's limit (within the
+	// policy's).
+	TimeoutMS int64 `json:"timeout_ms,omitempty"`
+}
+
+// cellRecord is a cell's stored request (the execution's request).
+type cellRecord struct {
+	SessionID string `json:"session_id"`
+	CellRequest
+}
+
+// ExecCell admits a cell of session id, which runs in the session's
+// kernel in the background: a decision of the workspace policy, credits
+// reserved and charged as any invocation's, the approval the session's
+// mode asks for (see session.go), its tool_calls row and audit events.
+// Use Wait or Subscribe for the outcome, whose result is the cell's
+// (engine.CellResult). A cell while another of the session has not ended
+// is a SessionBusyError; a retry of an admitted cell (the same
+// IdempotencyKey and body) returns the first.
+func (s *Service) ExecCell(ctx context.Context, p Principal, id string, req CellRequest, o InvokeOptions) (*Invocation, error) {
+	ss, live, err := s.usable(ctx, p, id)
+	if err != nil {
+		return nil, err
+	}
+	if req.TimeoutMS < 0 || req.TimeoutMS > math.MaxInt64/int64(time.Millisecond) {
+		return nil, fmt.Errorf("timeout_ms %d is out of range: %w", req.TimeoutMS, errdefs.ErrInvalidArgument)
+	}
+	timeout := time.Duration(req.TimeoutMS) * time.Millisecond
+	tool, _, _, verr := s.runner.Validate(engine.Request{Runtime: ss.Runtime, Tool: ss.Tool, Driver: ss.Driver, Code: []byte(req.Code),
+		Stdin: []byte(req.Stdin), Limits: sandbox.Limits{Timeout: timeout}})
+	if verr != nil && !errdefs.IsPermissionDenied(verr) {
+		return nil, verr
+	}
+	pol, err := s.st.GetPolicy(ctx, p.WorkspaceID)
+	if err != nil {
+		return nil, fmt.Errorf("loading workspace policy: %w", err)
+	}
+	d := policy.Decide(pol, policy.Request{Capability: contract.CodeExecute, Runtime: ss.Runtime, Timeout: timeout, Network: ss.Network}, s.runner.Ceiling().Timeout)
+	if timeout == 0 {
+		timeout = min(s.runner.Limits(tool).Timeout, d.MaxTimeout)
+	}
+	ne := store.NewExecution{ID: o.ExecutionID, WorkspaceID: p.WorkspaceID, KeyID: p.KeyID, Runtime: ss.Runtime, Tool: ss.Tool,
+		Request: mustJSON(cellRecord{SessionID: ss.ID, CellRequest: req}), InputSHA256: InputHash(ss.Runtime, req.Code),
+		IdempotencyKey: o.IdempotencyKey, SessionID: ss.ID}
+	if o.IdempotencyKey != "" {
+		adm, err := s.st.ReplayExecution(ctx, ne)
+		if err == nil {
+			return &Invocation{Execution: adm.Execution, Approval: adm.Approval, Replayed: true}, nil
+		}
+		if !errdefs.IsNotFound(err) {
+			return nil, fmt.Errorf("looking up the idempotency key: %w", err)
+		}
+	}
+	g := Grant{Kind: Session, Session: sessionOf(ss)}
+	in := Admit{By: p, Policy: d, Network: ss.Network, Tool: ss.Tool, Price: s.price, At: s.opts.Now(),
+		Asked: audit.Invocation{Capability: contract.CodeExecute.Name, Runtime: ss.Runtime, TimeoutMS: req.TimeoutMS,
+			Network: policy.NetworkWord(ss.Network), InputSHA256: ne.InputSHA256, StdinSHA256: sha256Hex([]byte(req.Stdin))}}
+	if verr != nil {
+		in.ToolRefusal = strings.TrimSuffix(verr.Error(), ": "+errdefs.ErrPermissionDenied.Error())
+	}
+	if wait, _ := cellApproval(g, in); wait {
+		t, _ := s.runner.Tools().Get(ss.Tool)
+		card := ApprovalCard{
+			Capability: contract.CodeExecute.Name, RiskLevel: string(contract.CodeExecute.Risk), Runtime: ss.Runtime,
+			Code: req.Code, Stdin: req.Stdin, Network: policy.NetworkWord(ss.Network), TimeoutMS: timeout.Milliseconds(), RequestedBy: p.KeyID,
+			ExpiresAt: in.At.Add(s.opts.ApprovalTTL).UTC().Truncate(time.Microsecond), Tool: ss.Tool, ToolFingerprint: tools.Fingerprint(t),
+			SessionID: ss.ID, Cell: ss.Cells + 1, CoversSession: coversSession(g),
+		}
+		in.Card, in.ExpiresAt = mustJSON(card), card.ExpiresAt
+	}
+	step, err := Transition(g, in)
+	if err != nil {
+		return nil, err
+	}
+	if step.Write == nil {
+		return s.deny(ctx, step)
+	}
+	adm, err := s.st.Admit(ctx, ne, *step.Write)
+	if err != nil {
+		switch {
+		case errdefs.IsResourceExhausted(err):
+			return s.refuse(ctx, in, "insufficient_credits", fmt.Sprintf("insufficient credits: a cell costs %d", s.price), errdefs.ErrPaymentRequired)
+		case errdefs.IsConflict(err):
+			return nil, &SessionBusyError{SessionID: ss.ID}
+		case errdefs.IsFailedPrecondition(err):
+			if cur, gerr := s.st.GetSession(ctx, p.WorkspaceID, ss.ID); gerr == nil {
+				return nil, expiredError(sessionOf(cur))
+			}
+		}
+		return nil, fmt.Errorf("admitting a cell: %w", err)
+	}
+	inv := &Invocation{Execution: adm.Execution, Approval: adm.Approval, Replayed: adm.Replayed}
+	switch {
+	case adm.Replayed:
+	case step.Next.Dispatch:
+		s.dispatchCell(adm.Execution, live, timeout)
+	default:
+		s.notify(step, adm.Execution)
+	}
+	return inv, nil
+}
+
+// dispatchCell runs an admitted cell in the background, in live.
+func (s *Service) dispatchCell(e store.Execution, live *liveSession, timeout time.Duration) {
+	s.closeMu.Lock()
+	defer s.closeMu.Unlock()
+	if s.closed {
+		return // the next start of the daemon ends it failed, uncharged
+	}
+	ctx, cancel := context.WithCancelCause(s.ctx)
+	s.liveMu.Lock()
+	s.live[e.ID] = cancel
+	s.liveMu.Unlock()
+	live.track(1)
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		defer func() {
+			live.track(-1)
+			s.liveMu.Lock()
+			delete(s.live, e.ID)
+			s.liveMu.Unlock()
+			cancel(nil)
+		}()
+		s.runCell(ctx, e, live, timeout)
+	}()
+}
+
+// runCell runs cell e in live's kernel and records its outcome.
+func (s *Service) runCell(ctx context.Context, e store.Execution, live *liveSession, timeout time.Duration) {
+	g := GrantOf(e, nil)
+	end := func(in Input) { s.end(context.WithoutCancel(ctx), g, in) }
+	var req cellRecord
+	if err := json.Unmarshal(e.Request, &req); err != nil {
+		end(LaunchFailed{Err: fmt.Errorf("decoding stored cell: %w", err), At: s.opts.Now()})
+		return
+	}
+	step, err := Transition(g, Start{Driver: live.Driver, At: s.opts.Now()})
+	if err != nil {
+		s.endUnstarted(e, cancellationOf(ctx))
+		return
+	}
+	ex, err := s.st.Apply(ctx, e.ID, *step.Write)
+	if err != nil {
+		// Cancelled before it started, or the store failed.
+		if c := cancellationOf(ctx); c != nil || errdefs.IsConflict(err) {
+			s.endUnstarted(e, c)
+			return
+		}
+		end(LaunchFailed{Err: err, At: s.opts.Now()})
+		return
+	}
+	g = GrantOf(ex, nil)
+	s.hub.publish(e.ID, StreamEvent{Type: "started", Data: mustJSON(map[string]any{"execution_id": e.ID, "driver": live.Driver, "session_id": req.SessionID, "cell": e.Cell})})
+	s.notify(step, ex)
+	out := outputChunks{keep: sandbox.DefaultLimits().OutputCap, publish: func(st sandbox.Stream, p []byte) {
+		s.hub.publish(e.ID, StreamEvent{Type: st.String(), Data: mustJSON(map[string]string{"data": string(p)})})
+	}}
+	res, err := live.Cell(ctx, engine.CellRequest{Code: req.Code, Stdin: req.Stdin, Timeout: timeout, OnOutput: out.add,
+		OnDisplay: func(d sandbox.Display) {
+			s.hub.publish(e.ID, StreamEvent{Type: "output", Data: mustJSON(engine.OutputOf(d))})
+		}})
+	out.flush()
+	at := s.opts.Now()
+	if err != nil {
+		// The sandbox could not run the cell: the session has lost it.
+		end(LaunchFailed{Err: err, At: at})
+		if ss, gerr := s.st.GetSession(context.WithoutCancel(ctx), e.WorkspaceID, req.SessionID); gerr == nil && ss.State == store.SessionActive {
+			if _, err := s.endSession(context.WithoutCancel(ctx), ss, Principal{}, store.EndFailed); err != nil {
+				s.log.Error("ending a session whose sandbox is lost", "session", ss.ID, "err", err)
+			}
+		}
+		return
+	}
+	status := store.ExecutionStatus(res.Status)
+	s.sessionObserver().SessionCell(status)
+	end(Finish{Status: status, Driver: live.Driver, Cancel: cancellationOf(ctx), At: at,
+		Result: mustJSON(CellResultDoc{ExecutionID: e.ID, SessionID: req.SessionID, Cell: e.Cell, CellResult: *res}),
+		Output: store.Output{Stdout: []byte(res.Stdout), Stderr: []byte(res.Stderr), StdoutTruncated: res.StdoutTruncated, StderrTruncated: res.StderrTruncated}})
+}
+
+// CellResultDoc is a cell's result document: its execution's result.
+type CellResultDoc struct {
+	ExecutionID string `json:"execution_id"`
+	SessionID   string `json:"session_id"`
+	Cell        int    `json:"cell"`
+	engine.CellResult
+}
+
+// InterruptCell interrupts the running cell of session id (SIGINT to its
+// kernel) and reports whether one ran.
+func (s *Service) InterruptCell(ctx context.Context, p Principal, id string) (bool, error) {
+	_, live, err := s.usable(ctx, p, id)
+	if err != nil {
+		return false, err
+	}
+	return live.Interrupt()
+}
+
+// FileInfo is a file moved into or out of a session.
+type FileInfo struct {
+	Path   string `json:"path"`
+	Size   int64  `json:"size"`
+	SHA256 string `json:"sha256"`
+}
+
+// filePath checks a path of the files API.
+func filePath(p string) (string, error) {
+	clean, err := engine.WorkspacePath(p)
+	if err != nil {
+		return "", fmt.Errorf("%w: %w", ErrInvalidPath, err)
+	}
+	return clean, nil
+}
+
+// auditTransfer appends a transfer's event to the session's workspace's
+// chain.
+func (s *Service) auditTransfer(ctx context.Context, p Principal, ss store.Session, dir string, f FileInfo) error {
+	_, err := s.st.AppendEvent(ctx, audit.NewEvent(audit.SessionFileTransferredEvent{
+		Meta:      audit.Meta{WorkspaceID: ss.WorkspaceID, Actor: p.KeyID, Reason: "file " + dir + " through the files API"},
+		Direction: dir, Path: f.Path, SessionID: ss.ID, SHA256: f.SHA256, Size: f.Size}))
+	if err != nil {
+		return fmt.Errorf("auditing a file transfer: %w", err)
+	}
+	return nil
+}
+
+// PutFile writes what r yields, at most the server's MaxFileSize
+// (ErrTooLarge, leaving no file), to path in session id's /workspace, and
+// audits the transfer (session.file_transferred, in). Transfers are not
+// charged.
+func (s *Service) PutFile(ctx context.Context, p Principal, id, path string, r io.Reader) (FileInfo, error) {
+	clean, err := filePath(path)
+	if err != nil {
+		return FileInfo{}, err
+	}
+	ss, live, err := s.usable(ctx, p, id)
+	if err != nil {
+		return FileInfo{}, err
+	}
+	n, sum, err := live.WriteFile(ctx, clean, r, s.opts.Sessions.MaxFileSize)
+	if err != nil {
+		return FileInfo{}, err
+	}
+	f := FileInfo{Path: clean, Size: n, SHA256: sum}
+	return f, s.auditTransfer(ctx, p, ss, audit.TransferIn, f)
+}
+
+// GetFile reads the regular file at path in session id's /workspace, at
+// most MaxFileSize bytes, and audits the transfer (out). A directory is
+// ErrInvalidArgument.
+func (s *Service) GetFile(ctx context.Context, p Principal, id, path string) ([]byte, FileInfo, error) {
+	clean, err := filePath(path)
+	if err != nil {
+		return nil, FileInfo{}, err
+	}
+	ss, live, err := s.usable(ctx, p, id)
+	if err != nil {
+		return nil, FileInfo{}, err
+	}
+	if info, err := live.Stat(ctx, clean); err != nil {
+		return nil, FileInfo{}, err
+	} else if info.Type != sandbox.TypeFile {
+		return nil, FileInfo{}, fmt.Errorf("%s is a %s, not a file; list a directory with ?dir=: %w", clean, info.Type, errdefs.ErrInvalidArgument)
+	}
+	b, _, err := live.ReadFile(ctx, clean, s.opts.Sessions.MaxFileSize)
+	if err != nil {
+		return nil, FileInfo{}, err
+	}
+	f := FileInfo{Path: clean, Size: int64(len(b)), SHA256: sha256Hex(b)}
+	return b, f, s.auditTransfer(ctx, p, ss, audit.TransferOut, f)
+}
+
+// ListFiles lists the directory at path in session id's /workspace.
+func (s *Service) ListFiles(ctx context.Context, p Principal, id, path string) ([]sandbox.FileInfo, bool, error) {
+	clean, err := filePath(path)
+	if err != nil {
+		return nil, false, err
+	}
+	_, live, err := s.usable(ctx, p, id)
+	if err != nil {
+		return nil, false, err
+	}
+	return live.ListDir(ctx, clean)
+}
+
+// RemoveFile removes the file, symlink or empty directory at path in
+// session id's /workspace, audited (removed).
+func (s *Service) RemoveFile(ctx context.Context, p Principal, id, path string) error {
+	clean, err := filePath(path)
+	if err != nil {
+		return err
+	}
+	ss, live, err := s.usable(ctx, p, id)
+	if err != nil {
+		return err
+	}
+	if err := live.Remove(ctx, clean); err != nil {
+		return err
+	}
+	return s.auditTransfer(ctx, p, ss, audit.TransferRemoved, FileInfo{Path: clean})
+}
+
+// adoptSessions serves again, at the daemon's start, the sessions a
+// previous daemon left active: each whose sandbox its driver re-attaches
+// (with its kernel) is served; each other ends interrupted; a sandbox no
+// active session names is destroyed (by the drivers' Reattach).
+func (s *Service) adoptSessions(ctx context.Context) error {
+	active, err := s.st.ListActiveSessions(ctx)
+	if err != nil {
+		return fmt.Errorf("listing active sessions: %w", err)
+	}
+	bySandbox := map[string]store.Session{}
+	for _, ss := range active {
+		bySandbox[ss.SandboxID] = ss
+	}
+	lives, err := s.runner.ReattachSessions(ctx, map[string]string{engine.LabelOwner: s.opts.Owner}, func(id string) (string, bool) {
+		ss, ok := bySandbox[id]
+		return ss.Runtime, ok
+	})
+	if err != nil {
+		s.log.Warn("re-attaching session sandboxes", "err", err)
+	}
+	adopted := map[string]bool{}
+	for _, l := range lives {
+		ss := bySandbox[l.SandboxID()]
+		s.sessions.put(ss.ID, l)
+		adopted[ss.ID] = true
+	}
+	s.sessionObserver().SessionsLive(len(lives))
+	for _, ss := range active {
+		if adopted[ss.ID] {
+			continue
+		}
+		if _, err := s.endSession(ctx, ss, Principal{}, store.EndInterrupted); err != nil && !errdefs.IsFailedPrecondition(err) {
+			return fmt.Errorf("ending session %s, whose sandbox is gone: %w", ss.ID, err)
+		}
+	}
+	if len(active) > 0 {
+		s.log.Info("sessions after a restart", "served", len(lives), "interrupted", len(active)-len(lives))
+	}
+	return nil
+}
+
+// sweepSessions ends the sessions past their hard lifetime (ttl), and
+// those no cell ran in for their idle timeout (idle_timeout; a session
+// whose cell runs is not idle).
+func (s *Service) sweepSessions(ctx context.Context) {
+	active, err := s.st.ListActiveSessions(ctx)
+	if err != nil {
+		if ctx.Err() == nil {
+			s.log.Error("sweeping sessions", "err", err)
+		}
+		return
+	}
+	now := s.opts.Now()
+	for _, ss := range active {
+		var reason store.SessionEndReason
+		switch live := s.sessions.get(ss.ID); {
+		case !now.Before(ss.ExpiresAt):
+			reason = store.EndTTL
+		case !now.Before(ss.IdleExpiresAt()) && (live == nil || !live.running()):
+			reason = store.EndIdle
+		default:
+			continue
+		}
+		if _, err := s.endSession(ctx, ss, Principal{}, reason); err != nil && !errdefs.IsFailedPrecondition(err) && ctx.Err() == nil {
+			s.log.Error("ending a session", "session", ss.ID, "reason", reason, "err", err)
+		}
+	}
+}
+
+// dispatchApproved runs execution e, just approved, for timeout: a cell in
+// its session's sandbox, any other in a sandbox of its own. A cell whose
+// session's sandbox this daemon does not serve ends launch_failed.
+func (s *Service) dispatchApproved(ctx context.Context, e store.Execution, timeout time.Duration) {
+	if e.SessionID == "" {
+		s.dispatch(e, timeout, nil)
+		return
+	}
+	live := s.sessions.get(e.SessionID)
+	if live == nil {
+		s.end(context.WithoutCancel(ctx), GrantOf(e, nil), LaunchFailed{Err: fmt.Errorf("session %s has no sandbox on this daemon", e.SessionID), At: s.opts.Now()})
+		return
+	}
+	s.dispatchCell(e, live, timeout)
+}
