@@ -152,6 +152,65 @@ type Config struct {
 	// Analytics ships the tool_invocations rows to ClickHouse (the daemon
 	// only); an empty Analytics.ClickHouse.URL, the default, ships nothing.
 	Analytics Analytics `yaml:"analytics"`
+	// Sessions bounds the stateful sessions (the daemon only).
+	Sessions Sessions `yaml:"sessions"`
+}
+
+// Sessions bounds the stateful sessions:
+//
+//	sessions: {idle_timeout: 10m, ttl: 1h, max_per_workspace: 4, workspace_size: 256MiB, max_file_size: 64MiB}
+type Sessions struct {
+	// IdleTimeout ends a session no cell ran in for so long, and TTL any
+	// session after so long; a session may ask for others, up to
+	// MaxIdleTimeout and MaxTTL.
+	IdleTimeout    time.Duration `yaml:"idle_timeout"`
+	MaxIdleTimeout time.Duration `yaml:"max_idle_timeout"`
+	TTL            time.Duration `yaml:"ttl"`
+	MaxTTL         time.Duration `yaml:"max_ttl"`
+	// MaxPerWorkspace bounds a workspace's live sessions; a workspace
+	// policy's max_sessions may lower it.
+	MaxPerWorkspace int `yaml:"max_per_workspace"`
+	// WorkspaceSize is the size of a session's /workspace (a tmpfs, which
+	// counts against the session's memory); at most MaxWorkspaceSize.
+	WorkspaceSize    ByteSize `yaml:"workspace_size"`
+	MaxWorkspaceSize ByteSize `yaml:"max_workspace_size"`
+	// MaxFileSize bounds one file moved in or out of a session.
+	MaxFileSize ByteSize `yaml:"max_file_size"`
+	// CreditsPerSessionHour would charge a session's time besides its
+	// cells; only 0 (free) is supported.
+	CreditsPerSessionHour int64 `yaml:"credits_per_session_hour"`
+}
+
+// ByteSize is a size in bytes, written in the file and on the command
+// line as sandbox.ParseSize reads it (256MiB, 1g).
+type ByteSize int64
+
+func (s *ByteSize) UnmarshalYAML(n *yaml.Node) error {
+	var v size
+	if err := v.UnmarshalYAML(n); err != nil {
+		return err
+	}
+	*s = ByteSize(v)
+	return nil
+}
+
+func (*ByteSize) YAMLForm() string { return (*size)(nil).YAMLForm() }
+
+// Set implements flag.Value.
+func (s *ByteSize) Set(v string) error {
+	n, err := sandbox.ParseSize(v)
+	if err != nil {
+		return err
+	}
+	*s = ByteSize(n)
+	return nil
+}
+
+func (s *ByteSize) String() string {
+	if s == nil {
+		return "0"
+	}
+	return sandbox.FormatSize(int64(*s))
 }
 
 // MCP configures the MCP tools; the mcp package checks the values (the
@@ -340,6 +399,8 @@ func Default() Config {
 			Interval:   analytics.DefaultInterval,
 			Outbox:     Outbox{MaxRows: analytics.DefaultMaxRows, MaxAge: analytics.DefaultMaxAge},
 		},
+		Sessions: Sessions{IdleTimeout: 10 * time.Minute, MaxIdleTimeout: time.Hour, TTL: time.Hour, MaxTTL: 24 * time.Hour,
+			MaxPerWorkspace: 4, WorkspaceSize: 256 << 20, MaxWorkspaceSize: 1 << 30, MaxFileSize: 64 << 20},
 	}
 }
 
@@ -525,7 +586,8 @@ func (c Config) Validate() error {
 		v   time.Duration
 	}{{"idle_timeout", c.IdleTimeout}, {"header_timeout", c.HeaderTimeout}, {"body_timeout", c.BodyTimeout}, {"write_timeout", c.WriteTimeout},
 		{"analytics.interval", c.Analytics.Interval}, {"analytics.clickhouse.timeout", c.Analytics.ClickHouse.Timeout},
-		{"analytics.outbox.max_age", c.Analytics.Outbox.MaxAge}} {
+		{"analytics.outbox.max_age", c.Analytics.Outbox.MaxAge}, {"sessions.idle_timeout", c.Sessions.IdleTimeout},
+		{"sessions.max_idle_timeout", c.Sessions.MaxIdleTimeout}, {"sessions.ttl", c.Sessions.TTL}, {"sessions.max_ttl", c.Sessions.MaxTTL}} {
 		if d.v <= 0 {
 			return bad("%s must be positive, such as 30s", d.key)
 		}
@@ -535,6 +597,20 @@ func (c Config) Validate() error {
 		return bad("analytics.batch_size %d out of range: 1 to %d", a.BatchSize, store.MaxOutboxBatch)
 	case a.Outbox.MaxRows <= 0:
 		return bad("analytics.outbox.max_rows must be positive")
+	}
+	switch ss := c.Sessions; {
+	case ss.IdleTimeout > ss.MaxIdleTimeout:
+		return bad("sessions.idle_timeout %s is above sessions.max_idle_timeout %s", sandbox.FormatDuration(ss.IdleTimeout), sandbox.FormatDuration(ss.MaxIdleTimeout))
+	case ss.TTL > ss.MaxTTL:
+		return bad("sessions.ttl %s is above sessions.max_ttl %s", sandbox.FormatDuration(ss.TTL), sandbox.FormatDuration(ss.MaxTTL))
+	case ss.MaxPerWorkspace <= 0:
+		return bad("sessions.max_per_workspace must be positive")
+	case ss.WorkspaceSize <= 0 || ss.WorkspaceSize > ss.MaxWorkspaceSize:
+		return bad("sessions.workspace_size %s must be positive and at most sessions.max_workspace_size %s", ss.WorkspaceSize.String(), ss.MaxWorkspaceSize.String())
+	case ss.MaxFileSize <= 0:
+		return bad("sessions.max_file_size must be positive")
+	case ss.CreditsPerSessionHour != 0:
+		return bad("sessions.credits_per_session_hour: only 0 is supported: a session's cells are charged, its time is not")
 	}
 	// The sink checks the URL and the names; building one contacts nothing.
 	if c.Analytics.Enabled() {

@@ -88,6 +88,7 @@ func serveFlags() (*flag.FlagSet, *config.Config, func([]string) ([]string, erro
 	durationFlag(fs, &cfg.MCP.ApprovalWait, "mcp-approval-wait", cfg.MCP.ApprovalWait, "how long an MCP tool call waits for an approval when the client cannot show its page (default 60s)")
 	fs.StringVar(&cfg.MCP.ApprovalURL, "mcp-approval-url", cfg.MCP.ApprovalURL, "the page of approval {id} that MCP clients are shown, relative to the daemon's URL unless absolute (default /ui/approvals/{id})")
 	analyticsFlags(fs, &cfg.Analytics)
+	sessionFlags(fs, &cfg.Sessions)
 	fs.BoolVar(&cfg.BehindTLS, "behind-tls", cfg.BehindTLS, "clients reach the daemon through a proxy that terminates TLS: the console's cookies are marked Secure")
 	return fs, cfg, load
 }
@@ -126,7 +127,7 @@ func serve(ctx context.Context, listen, db string, cfg config.Config) error {
 	svc := capability.NewService(eng, st, capability.ServiceOptions{
 		CreditsPerInvocation: new(cfg.CreditsPerInvocation), ApprovalTTL: cfg.ApprovalTTL,
 		MaxConcurrent: cfg.MaxConcurrent, MaxQueue: cfg.MaxQueue, Observer: metrics, Logger: log,
-		Owner: owner(cfg.StateDir), Witness: wit,
+		Owner: owner(cfg.StateDir), Witness: wit, Sessions: sessionOptions(cfg.Sessions),
 	})
 	if err := svc.Start(ctx); err != nil {
 		return err
@@ -315,4 +316,23 @@ func redact(db string) string {
 func owner(stateDir string) string {
 	sum := sha256.Sum256([]byte(filepath.Clean(stateDir)))
 	return "stockade-" + hex.EncodeToString(sum[:6])
+}
+
+// sessionFlags registers the serve flags of s, over its values.
+func sessionFlags(fs *flag.FlagSet, s *config.Sessions) {
+	durationFlag(fs, &s.IdleTimeout, "sessions-idle-timeout", s.IdleTimeout, "a session no cell ran in for so long ends (idle_timeout)")
+	durationFlag(fs, &s.MaxIdleTimeout, "sessions-max-idle-timeout", s.MaxIdleTimeout, "the most idle_timeout_ms a session may ask for")
+	durationFlag(fs, &s.TTL, "sessions-ttl", s.TTL, "a session ends so long after it opened (ttl)")
+	durationFlag(fs, &s.MaxTTL, "sessions-max-ttl", s.MaxTTL, "the most ttl_ms a session may ask for")
+	fs.IntVar(&s.MaxPerWorkspace, "sessions-max-per-workspace", s.MaxPerWorkspace, "live sessions of a workspace at most (a workspace policy's max_sessions may lower it)")
+	fs.Var(&s.WorkspaceSize, "sessions-workspace-size", "size of a session's /workspace tmpfs, e.g. 256MiB")
+	fs.Var(&s.MaxWorkspaceSize, "sessions-max-workspace-size", "ceiling of sessions.workspace_size")
+	fs.Var(&s.MaxFileSize, "sessions-max-file-size", "largest file moved into or out of a session, e.g. 64MiB")
+	fs.Int64Var(&s.CreditsPerSessionHour, "sessions-credits-per-session-hour", s.CreditsPerSessionHour, "credits charged per hour of a session besides its cells (only 0 is supported)")
+}
+
+// sessionOptions are the service's bounds of sessions from s.
+func sessionOptions(s config.Sessions) capability.SessionOptions {
+	return capability.SessionOptions{IdleTimeout: s.IdleTimeout, MaxIdleTimeout: s.MaxIdleTimeout, TTL: s.TTL, MaxTTL: s.MaxTTL,
+		MaxPerWorkspace: s.MaxPerWorkspace, WorkspaceSize: int64(s.WorkspaceSize), MaxFileSize: int64(s.MaxFileSize)}
 }
