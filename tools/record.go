@@ -132,7 +132,11 @@ func filesystemLine(c canonicalRecord) string {
 	for _, m := range c.Filesystem.Mounts {
 		parts = append(parts, fmt.Sprintf("`%s` read-only at `%s`", m.Source, m.Target))
 	}
-	parts = append(parts, fmt.Sprintf("writable scratch `/tmp` %s, destroyed with the sandbox after each invocation", sandbox.FormatSize(c.Filesystem.ScratchBytes)))
+	if c.Filesystem.ScratchLifetime == LifetimeSession {
+		parts = append(parts, fmt.Sprintf("writable scratch `/tmp` %s, and a session's `/workspace`, kept across a session's cells and destroyed with its sandbox when the session ends (a one-shot invocation's after it)", sandbox.FormatSize(c.Filesystem.ScratchBytes)))
+	} else {
+		parts = append(parts, fmt.Sprintf("writable scratch `/tmp` %s, destroyed with the sandbox after each invocation", sandbox.FormatSize(c.Filesystem.ScratchBytes)))
+	}
 	parts = append(parts, "root filesystem read-only")
 	return strings.Join(parts, "; ")
 }

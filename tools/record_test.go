@@ -152,3 +152,35 @@ func TestFingerprint(t *testing.T) {
 		t.Errorf("different records have the same fingerprint")
 	}
 }
+
+// TestSessionLifetime checks that a record may say its scratch lives as
+// long as a session (refused before sessions existed), that its record
+// says so, and that the lifetime is part of the fingerprint (a change of
+// it is a change of the record).
+func TestSessionLifetime(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "tools.yaml")
+	if err := os.WriteFile(path, []byte("tools:\n  - name: notebook\n    input_trust: untrusted\n    tier: gvisor\n    filesystem:\n      scratch: {lifetime: session}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	set, err := Load(path, Options{Drivers: drivers})
+	if err != nil {
+		t.Fatalf("Load: %v", err)
+	}
+	nb, err := set.Get("notebook")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if nb.Filesystem.ScratchLifetime != LifetimeSession {
+		t.Fatalf("lifetime: got %q, want session", nb.Filesystem.ScratchLifetime)
+	}
+	rec := Record(nb, Options{Drivers: drivers})
+	if !strings.Contains(rec, "and a session's `/workspace`, kept across a session's cells and destroyed with its sandbox when the session ends") {
+		t.Errorf("record does not say what lives as long as a session:\n%s", rec)
+	}
+	other := nb
+	other.Filesystem.ScratchLifetime = LifetimeInvocation
+	if Fingerprint(nb) == Fingerprint(other) {
+		t.Error("the lifetime is not part of the fingerprint")
+	}
+}

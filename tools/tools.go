@@ -53,12 +53,17 @@ const (
 // Lifetime says how long a tool's writable scratch (the /tmp tmpfs) lives.
 type Lifetime string
 
-// LifetimeInvocation is the only lifetime there is: the scratch is
-// destroyed with the sandbox after each invocation. It is the zero value's
-// meaning. "session" is refused (RuleScratch) until sessions exist: every
-// invocation runs in a fresh sandbox, so a record saying its scratch is kept
-// for a session would promise what does not happen.
-const LifetimeInvocation Lifetime = "invocation"
+// The lifetimes of a tool's scratch.
+const (
+	// LifetimeInvocation: the scratch is destroyed with the sandbox after
+	// each invocation. It is the zero value's meaning.
+	LifetimeInvocation Lifetime = "invocation"
+	// LifetimeSession: the tool is meant for sessions, whose /tmp and
+	// /workspace live as long as the session (across its cells) and are
+	// destroyed with its sandbox when it ends; its one-shot invocations'
+	// scratch still dies with each of them.
+	LifetimeSession Lifetime = "session"
+)
 
 // Tool is one code-executing tool and its isolation record. Values come from
 // Load (validated) or Default; a Tool built by hand must pass Validate before

@@ -231,11 +231,9 @@ func validateTool(t Tool, opts Options, root dataRoot) Problems {
 	}
 
 	switch t.Filesystem.ScratchLifetime {
-	case "", LifetimeInvocation:
-	case "session":
-		add(RuleScratch, "scratch lifetime session is not supported: there are no sessions yet, every invocation runs in a fresh sandbox whose /tmp is destroyed with it; write lifetime: invocation or leave it out")
+	case "", LifetimeInvocation, LifetimeSession:
 	default:
-		add(RuleScratch, "unknown scratch lifetime %q (known: invocation)", t.Filesystem.ScratchLifetime)
+		add(RuleScratch, "unknown scratch lifetime %q (known: invocation, session)", t.Filesystem.ScratchLifetime)
 	}
 
 	targets := map[string]bool{}
