@@ -169,13 +169,13 @@ func (s *server) cellView(ctx context.Context, p capability.Principal, e store.E
 	// The error is the exception the cell raised, or, for a cell that
 	// could not run, the sentence of the result document.
 	var raised capabilityCellError
-	var sentence string
+	var msg string
 	switch {
 	case len(doc.Error) == 0 || string(doc.Error) == "null":
 	case json.Unmarshal(doc.Error, &raised) == nil:
 		v.Error = &raised
-	case json.Unmarshal(doc.Error, &sentence) == nil:
-		v.Error = &capabilityCellError{Name: "StockadeError", Value: sentence}
+	case json.Unmarshal(doc.Error, &msg) == nil:
+		v.Error = &capabilityCellError{Name: "StockadeError", Value: sentence(msg)}
 	}
 	if tc, err := s.st.GetToolCall(ctx, p.WorkspaceID, e.ID); err == nil {
 		v.Credits = tc.CreditsCharged

@@ -539,3 +539,47 @@ func TestOpenAPISessions(t *testing.T) {
 		}
 	}
 }
+
+// TestSessionLifetimes checks that the daemon ends a session no cell ran
+// in for its idle timeout (idle_timeout), one past its hard lifetime
+// whatever it does (ttl), each with its sandbox destroyed and its
+// session.ended event, and that a cell keeps a session from idling out.
+func TestSessionLifetimes(t *testing.T) {
+	e := newEnv(t, backends[0], envConfig{sessions: true, policy: noApproval, credits: 100})
+	idle := e.openSession(e.agent, capability.CreateSessionRequest{Runtime: "shell", IdleTimeoutMS: 1500})
+	ttl := e.openSession(e.agent, capability.CreateSessionRequest{Runtime: "shell", TTLMS: 4000})
+	busy := e.openSession(e.agent, capability.CreateSessionRequest{Runtime: "shell", IdleTimeoutMS: 1500})
+	// A cell that runs past the idle timeout: the session is not idle.
+	st := postStreamTo(t, e.url, "/v1/sessions/"+busy.ID+"/exec", e.agent, capability.CellRequest{Code: "sleep 3"})
+	ended := func(id string) api.SessionView {
+		var v api.SessionView
+		e.do("GET", "/v1/sessions/"+id, e.agent, nil).want(t, http.StatusOK).decode(t, &v)
+		return v
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for ended(idle.ID).State != "ended" || ended(ttl.ID).State != "ended" {
+		if time.Now().After(deadline) {
+			t.Fatalf("after 20 s: idle %+v, ttl %+v; want both ended", ended(idle.ID), ended(ttl.ID))
+		}
+		// Cells keep the ttl session busy: it ends anyway.
+		e.cell(e.agent, ttl.ID, "print alive")
+		time.Sleep(200 * time.Millisecond)
+	}
+	if v := ended(idle.ID); v.EndReason != "idle_timeout" {
+		t.Errorf("the idle session: got %+v, want ended idle_timeout", v)
+	}
+	if v := ended(ttl.ID); v.EndReason != "ttl" {
+		t.Errorf("the ttl session: got %+v, want ended ttl", v)
+	}
+	// Had the sweep found the busy session idle, its sandbox would have
+	// been destroyed under the cell.
+	evs := st.rest(30 * time.Second)
+	var res api.CellView
+	if len(evs) == 0 || json.Unmarshal([]byte(evs[len(evs)-1].data), &res) != nil || res.Status != "succeeded" {
+		t.Errorf("the cell that ran past its session's idle timeout: got %+v, want succeeded", evs)
+	}
+	e.do("POST", "/v1/sessions/"+idle.ID+"/exec", e.agent, capability.CellRequest{Code: "get x"}).want(t, http.StatusGone)
+	if n := len(dirEntries(t, filepath.Join(e.runcState, "bundles"))); n > 1 {
+		t.Errorf("sandboxes: got %d, want at most the busy session's", n)
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -259,6 +260,90 @@ func TestSessionReattach(t *testing.T) {
 			}
 			if _, err := s.Cell(ctx, CellRequest{Code: "get y"}); err == nil || errors.Is(err, errdefs.ErrConflict) {
 				t.Fatalf("after Close: got %v, want the sandbox gone", err)
+			}
+		})
+	}
+}
+
+// TestSessionIsolation runs two sessions at once on runc and gVisor and
+// checks, from each, that nothing of the other is there: its kernel's
+// state, its processes (a daemon its kernel left running), its /tmp and
+// /workspace, its abstract unix sockets (bound while the other looks).
+func TestSessionIsolation(t *testing.T) {
+	testenv.Image(t, "python")
+	for name, e := range sessionEngines(t) {
+		t.Run(name, func(t *testing.T) {
+			ctx := t.Context()
+			open := func() *LiveSession {
+				s, err := e.OpenSession(ctx, SessionSpec{Runtime: "python", Driver: name, Workspace: 8 << 20,
+					Labels: map[string]string{LabelOwner: "engine-test"}})
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { s.Close(context.Background()) })
+				return s
+			}
+			a, b := open(), open()
+			if r := cell(t, a, "set secret a-only\nspawn-daemon", 0); !strings.HasPrefix(r.Stdout, "daemon ") {
+				t.Fatalf("spawning a daemon in a: got %q", r.Stdout)
+			}
+			sh(t, a, "echo a > /tmp/a-marker && echo a > /workspace/a-marker")
+			const procs = `for f in /proc/[0-9]*/cmdline; do tr '\0' ' ' < $f; echo; done | grep -c "stockade-test-daemo[n]" || true`
+			if got := strings.TrimSpace(sh(t, a, procs)); got == "0" {
+				t.Fatalf("a's own daemon is not seen in a (%q): the check cannot see processes", got)
+			}
+			// a binds an abstract socket and holds it while b looks.
+			bind := `import socket, sys, time
+s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+s.bind("\0stockade-isolation")
+s.listen(1)
+print("bound", flush=True)
+time.sleep(20)
+`
+			bound := make(chan struct{})
+			var once sync.Once
+			ex, err := a.sb.Start(ctx, sandbox.ExecRequest{File: sandbox.File{Name: "bind.py", Data: []byte(bind)}, Argv: []string{"/usr/bin/python3", "/tmp/bind.py"},
+				Env: ProgramEnv(), Timeout: 30 * time.Second, OnOutput: func(_ sandbox.Stream, p []byte) {
+					if strings.Contains(string(p), "bound") {
+						once.Do(func() { close(bound) })
+					}
+				}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer ex.Cancel()
+			select {
+			case <-bound:
+			case <-time.After(20 * time.Second):
+				t.Fatal("a's socket was not bound within 20 s")
+			}
+			look := `import socket
+c = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+try:
+    c.connect("\0stockade-isolation")
+    print("CONNECTED")
+except OSError as e:
+    print("refused", e.errno)
+s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+s.bind("\0stockade-isolation")
+print("bound too")
+`
+			res, err := sandbox.Run(ctx, b.sb, sandbox.ExecRequest{File: sandbox.File{Name: "look.py", Data: []byte(look)}, Argv: []string{"/usr/bin/python3", "/tmp/look.py"},
+				Env: ProgramEnv(), Timeout: 20 * time.Second})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if out := string(res.Stdout) + string(res.Stderr); !strings.Contains(out, "refused") || !strings.Contains(out, "bound too") {
+				t.Errorf("b and a's abstract socket: got %q, want it unreachable and the name free", out)
+			}
+			if got := strings.TrimSpace(sh(t, b, procs)); got != "0" {
+				t.Errorf("b sees %s of a's daemons, want none", got)
+			}
+			if got := sh(t, b, "ls /tmp/a-marker /workspace/a-marker 2>&1; ls /workspace"); strings.Count(got, "No such file") != 2 {
+				t.Errorf("b's /tmp and /workspace: got %q, want neither of a's files", got)
+			}
+			if r := cell(t, b, "get secret", 0); r.Stdout != "\n" {
+				t.Errorf("b's kernel: got %q of a's state, want nothing", r.Stdout)
 			}
 		})
 	}
