@@ -278,9 +278,9 @@ func (s *Service) CreateSession(ctx context.Context, p Principal, req CreateSess
 		}
 	}
 	// The decision first, before anything is created: a refusal leaves
-	// only its event.
-	in.Record.Driver, in.Record.SandboxID = "pending", "pending"
-	step, err := Transition(Grant{Kind: Session, Session: &SessionOf{ID: id}}, in)
+	// only its event. (The record's driver and sandbox are filled in once
+	// the sandbox exists, and the opening decided again with them.)
+	step, err := Transition(openingGrant(id), in)
 	if err != nil {
 		return nil, err
 	}
@@ -295,10 +295,9 @@ func (s *Service) CreateSession(ctx context.Context, p Principal, req CreateSess
 	}
 	if hc, ok := drv.(sandbox.HealthChecker); ok {
 		if err := hc.Health(ctx); err != nil {
-			in.Admit.Refusal = &Refusal{Code: "driver_unavailable", Reason: fmt.Sprintf("the %s sandbox driver is unavailable; retry later", drv.Name()), Class: errdefs.ErrUnavailable}
-			step, _ := Transition(Grant{Kind: Session, Session: &SessionOf{ID: id}}, in)
-			_, err := s.deny(ctx, step)
-			return nil, err
+			s.log.Warn("driver unavailable", "driver", drv.Name(), "err", err)
+			return nil, s.denyOpening(ctx, in, &Refusal{Code: "driver_unavailable",
+				Reason: fmt.Sprintf("the %s sandbox driver is unavailable; retry later", drv.Name()), Class: errdefs.ErrUnavailable})
 		}
 	}
 	spec.Labels = map[string]string{engine.LabelOwner: s.opts.Owner, engine.LabelSession: id, engine.LabelWorkspace: p.WorkspaceID, engine.LabelTool: tool.Name}
@@ -307,7 +306,7 @@ func (s *Service) CreateSession(ctx context.Context, p Principal, req CreateSess
 		return nil, fmt.Errorf("opening the session's sandbox: %w", err)
 	}
 	in.Record.Driver, in.Record.SandboxID = live.Driver, live.SandboxID()
-	if step, err = Transition(Grant{Kind: Session, Session: &SessionOf{ID: id}}, in); err == nil && step.Open == nil {
+	if step, err = Transition(openingGrant(id), in); err == nil && step.Open == nil {
 		err = fmt.Errorf("the session's decision changed while its sandbox was made")
 	}
 	var (
@@ -343,12 +342,8 @@ func (s *Service) maxSessions(pol store.Policy) int {
 // refuseQuota records the refusal of a session over the workspace's
 // bound and answers with a QuotaError saying when to retry.
 func (s *Service) refuseQuota(ctx context.Context, in OpenSession, most int) error {
-	in.Admit.Refusal = &Refusal{Code: "session_quota", Reason: fmt.Sprintf("the workspace has %d live sessions, its most", most), Class: errdefs.ErrResourceExhausted}
-	step, err := Transition(Grant{Kind: Session, Session: &SessionOf{ID: in.Record.ID}}, in)
-	if err != nil {
-		return err
-	}
-	if _, err := s.deny(ctx, step); err != nil && !errdefs.IsResourceExhausted(err) {
+	err := s.denyOpening(ctx, in, &Refusal{Code: "session_quota", Reason: fmt.Sprintf("the workspace has %d live sessions, its most", most), Class: errdefs.ErrResourceExhausted})
+	if !errdefs.IsResourceExhausted(err) {
 		return err
 	}
 	retry := time.Minute
@@ -361,6 +356,21 @@ func (s *Service) refuseQuota(ctx context.Context, in OpenSession, most int) err
 		}
 	}
 	return &QuotaError{Max: most, RetryAfter: max(retry, time.Second)}
+}
+
+// openingGrant is the grant of session id before it opened.
+func openingGrant(id string) Grant { return Grant{Kind: Session, Session: &SessionOf{ID: id}} }
+
+// denyOpening records the refusal r of opening in, which the rules
+// allowed, and returns the refusal's answer.
+func (s *Service) denyOpening(ctx context.Context, in OpenSession, r *Refusal) error {
+	in.Admit.Refusal = r
+	step, err := Transition(openingGrant(in.Record.ID), in)
+	if err != nil {
+		return err
+	}
+	_, err = s.deny(ctx, step)
+	return err
 }
 
 func (s *Service) sessionObserver() SessionObserver {
