@@ -328,6 +328,17 @@ func (s *server) createExecution(w http.ResponseWriter, r *http.Request, p capab
 		writeError(w, err)
 		return
 	}
+	s.answerAdmission(w, r, p, inv, func(e store.Execution) (int, any) {
+		v := viewOf(e)
+		v.Replayed = inv.Replayed
+		return http.StatusOK, v
+	})
+}
+
+// answerAdmission answers a POST that admitted inv: 202 with its execution
+// and approval card while it waits for a decision; otherwise, once it has
+// ended or MaxWait has passed, the status and body outcome gives for it.
+func (s *server) answerAdmission(w http.ResponseWriter, r *http.Request, p capability.Principal, inv *capability.Invocation, outcome func(store.Execution) (int, any)) {
 	if inv.Approval != nil && inv.Execution.Status == store.StatusAwaitingApproval {
 		v := viewOf(inv.Execution)
 		v.Approval, v.Replayed = card(*inv.Approval), inv.Replayed
@@ -340,9 +351,8 @@ func (s *server) createExecution(w http.ResponseWriter, r *http.Request, p capab
 		writeError(w, err)
 		return
 	}
-	v := viewOf(e)
-	v.Replayed = inv.Replayed
-	writeJSON(w, http.StatusOK, v)
+	code, v := outcome(e)
+	writeJSON(w, code, v)
 }
 
 // streamExecution answers POST /v1/executions with Server-Sent Events:

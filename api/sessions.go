@@ -217,25 +217,16 @@ func (s *server) execCell(w http.ResponseWriter, r *http.Request, p capability.P
 		writeError(w, err)
 		return
 	}
-	if inv.Approval != nil && inv.Execution.Status == store.StatusAwaitingApproval {
-		v := viewOf(inv.Execution)
-		v.Approval, v.Replayed = card(*inv.Approval), inv.Replayed
-		w.Header().Set("Location", "/v1/executions/"+v.ID)
-		writeJSON(w, http.StatusAccepted, v)
-		return
-	}
-	e, err := s.svc.Wait(r.Context(), p, inv.Execution.ID, s.opts.MaxWait)
-	if err != nil {
-		writeError(w, err)
-		return
-	}
-	if !e.Status.Terminal() {
-		writeJSON(w, http.StatusAccepted, viewOf(e))
-		return
-	}
-	v := s.cellView(r.Context(), p, e)
-	v.Replayed = inv.Replayed
-	writeJSON(w, http.StatusOK, v)
+	s.answerAdmission(w, r, p, inv, func(e store.Execution) (int, any) {
+		if !e.Status.Terminal() {
+			// Still running after MaxWait: follow it with GET
+			// /v1/executions/{id}?wait=.
+			return http.StatusAccepted, viewOf(e)
+		}
+		v := s.cellView(r.Context(), p, e)
+		v.Replayed = inv.Replayed
+		return http.StatusOK, v
+	})
 }
 
 // writeStream writes es as Server-Sent Events until its outcome, with

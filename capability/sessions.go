@@ -468,9 +468,12 @@ type CellRequest struct {
 	TimeoutMS int64 `json:"timeout_ms,omitempty"`
 }
 
-// cellRecord is a cell's stored request (the execution's request).
+// cellRecord is a cell's stored request (the execution's request): the
+// cell and its session's runtime, in the shape of an InvokeRequest's
+// fields where they mean the same (the console shows it as one).
 type cellRecord struct {
 	SessionID string `json:"session_id"`
+	Runtime   string `json:"runtime"`
 	CellRequest
 }
 
@@ -505,7 +508,7 @@ func (s *Service) ExecCell(ctx context.Context, p Principal, id string, req Cell
 		timeout = min(s.runner.Limits(tool).Timeout, d.MaxTimeout)
 	}
 	ne := store.NewExecution{ID: o.ExecutionID, WorkspaceID: p.WorkspaceID, KeyID: p.KeyID, Runtime: ss.Runtime, Tool: ss.Tool,
-		Request: mustJSON(cellRecord{SessionID: ss.ID, CellRequest: req}), InputSHA256: InputHash(ss.Runtime, req.Code),
+		Request: mustJSON(cellRecord{SessionID: ss.ID, Runtime: ss.Runtime, CellRequest: req}), InputSHA256: InputHash(ss.Runtime, req.Code),
 		IdempotencyKey: o.IdempotencyKey, SessionID: ss.ID}
 	if o.IdempotencyKey != "" {
 		adm, err := s.st.ReplayExecution(ctx, ne)

@@ -298,24 +298,12 @@ func (e *Engine) NewSession(ctx context.Context, req Request) (*Session, error) 
 	if err != nil {
 		return nil, err
 	}
-	if hc, ok := drv.(sandbox.HealthChecker); ok {
-		if err := hc.Health(ctx); err != nil {
-			return nil, err
-		}
-	}
-	img, err := e.images.Resolve(rt.Name)
+	spec, err := e.specFor(ctx, tool, drv, rt, req.Limits)
 	if err != nil {
 		return nil, err
 	}
-	// The record's mounts are resolved and checked again now, so that a
-	// symlink swapped in since the tools were loaded, or a socket or a
-	// credentials directory put below a mount, is caught.
-	mounts, err := e.mounts.Resolve(tool)
-	if err != nil {
-		return nil, fmt.Errorf("tool %q: %v: %w", tool.Name, err, errdefs.ErrFailedPrecondition)
-	}
-	limits := req.Limits.WithDefaults(e.Limits(tool))
-	spec := sandbox.Spec{Image: img, Limits: limits, Mounts: append(mounts, req.ExtraMounts...), Labels: req.Labels}
+	limits := spec.Limits
+	spec.Mounts, spec.Labels = append(spec.Mounts, req.ExtraMounts...), req.Labels
 	var net *netns.Egress
 	if req.Network || len(tool.Credentials) > 0 {
 		// Without network a tool that lists broker operations still
@@ -335,6 +323,28 @@ func (e *Engine) NewSession(ctx context.Context, req Request) (*Session, error) 
 		return nil, fmt.Errorf("creating %s sandbox: %w", drv.Name(), err)
 	}
 	return &Session{Sandbox: sb, Tool: tool, Runtime: rt, Driver: drv.Name(), Limits: limits, Network: req.Network, eng: e, net: net}, nil
+}
+
+// specFor is the spec of a sandbox of tool on drv for runtime rt, with
+// limits over the tool's: the driver must be healthy, the image there,
+// and the record's mounts are resolved and checked again now, so that a
+// symlink swapped in since the tools were loaded, or a socket or a
+// credentials directory put below a mount, is caught.
+func (e *Engine) specFor(ctx context.Context, tool tools.Tool, drv sandbox.Driver, rt image.Runtime, limits sandbox.Limits) (sandbox.Spec, error) {
+	if hc, ok := drv.(sandbox.HealthChecker); ok {
+		if err := hc.Health(ctx); err != nil {
+			return sandbox.Spec{}, err
+		}
+	}
+	img, err := e.images.Resolve(rt.Name)
+	if err != nil {
+		return sandbox.Spec{}, err
+	}
+	mounts, err := e.mounts.Resolve(tool)
+	if err != nil {
+		return sandbox.Spec{}, fmt.Errorf("tool %q: %v: %w", tool.Name, err, errdefs.ErrFailedPrecondition)
+	}
+	return sandbox.Spec{Image: img, Limits: limits.WithDefaults(e.Limits(tool)), Mounts: mounts}, nil
 }
 
 // Run validates req, runs it in a fresh sandbox that is destroyed

@@ -115,21 +115,13 @@ func (e *Engine) OpenSession(ctx context.Context, spec SessionSpec) (_ *LiveSess
 	if err != nil {
 		return nil, err
 	}
-	if hc, ok := drv.(sandbox.HealthChecker); ok {
-		if err := hc.Health(ctx); err != nil {
-			return nil, err
-		}
-	}
-	img, err := e.images.Resolve(rt.Name)
+	sspec, err := e.specFor(ctx, tool, drv, rt, spec.Limits)
 	if err != nil {
 		return nil, err
 	}
-	mounts, err := e.mounts.Resolve(tool)
-	if err != nil {
-		return nil, fmt.Errorf("tool %q: %v: %w", tool.Name, err, errdefs.ErrFailedPrecondition)
-	}
-	limits := spec.Limits.WithDefaults(e.Limits(tool))
-	sb, err := drv.Create(ctx, sandbox.Spec{Image: img, Limits: limits, Mounts: mounts, Labels: spec.Labels, Detached: true, Workspace: spec.Workspace})
+	limits := sspec.Limits
+	sspec.Labels, sspec.Detached, sspec.Workspace = spec.Labels, true, spec.Workspace
+	sb, err := drv.Create(ctx, sspec)
 	if err != nil {
 		return nil, fmt.Errorf("creating %s sandbox for a session: %w", drv.Name(), err)
 	}

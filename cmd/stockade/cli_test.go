@@ -72,7 +72,7 @@ func TestAdminCommands(t *testing.T) {
 		{"credits not a number", []string{"credits", "grant", "demo", "many"}, `stockade: credits grant: N must be a positive whole number, got "many"`},
 		{"unknown workspace", []string{"policy", "show", "nope"}, `stockade: getting workspace named "nope"`},
 		{"unknown flag", []string{"policy", "set", "demo", "--approvals=none"}, "stockade: policy set: flag provided but not defined: -approvals (stockade policy set --help lists the flags)"},
-		{"bad flag value", []string{"policy", "set", "demo", "--approval=maybe"}, `stockade: --approval must be required or none, got "maybe"`},
+		{"bad flag value", []string{"policy", "set", "demo", "--approval=maybe"}, `stockade: --approval must be required, per_session or none, got "maybe"`},
 		{"no name", []string{"policy", "show"}, "stockade: policy show takes one workspace NAME, got 0 arguments (stockade policy show --help)"},
 		{"unknown verb", []string{"workspace", "delete", "demo"}, `stockade: unknown workspace verb "delete" (want create, list; stockade workspace --help)`},
 		{"unknown command", []string{"wrkspace"}, `stockade: unknown command "wrkspace" (stockade --help lists them)`},
