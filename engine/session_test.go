@@ -58,6 +58,12 @@ func openTestSession(t *testing.T, e *Engine, driver string, kernel []string) *L
 		if err := s.Close(context.Background()); err != nil {
 			t.Errorf("Close: %v", err)
 		}
+		// A session is destroyed at its end: nothing of its sandbox stays.
+		if l, ok := e.Drivers()[driver].(sandbox.Leftovers); ok {
+			if left := l.Leftovers(s.SandboxID()); len(left) > 0 {
+				t.Errorf("after Close, sandbox %s left %v", s.SandboxID(), left)
+			}
+		}
 	})
 	return s
 }
