@@ -16,6 +16,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -132,8 +133,10 @@ type envConfig struct {
 	// defaultDriver is the engine's default driver; empty is runc.
 	defaultDriver string
 	// sessions gives the runc driver the shim of detached sandboxes, which
-	// sessions need.
+	// sessions need; their cells run in the guest's test kernel
+	// (engine.WithTestKernel) unless kernels asks for the runtimes' own.
 	sessions bool
+	kernels  bool
 }
 
 // env is a daemon in the test process: a store, the real runc driver, the
@@ -176,7 +179,11 @@ func newEnv(t *testing.T, b backend, c envConfig) *env {
 	}
 	drivers := map[string]sandbox.Driver{"runc": d}
 	maps.Copy(drivers, c.drivers)
-	eng, err := engine.New(drivers, cmp.Or(c.defaultDriver, "runc"), image.Open(images), sandbox.DefaultLimits(), sandbox.DefaultCeiling(), c.engine...)
+	engOpts := c.engine
+	if c.sessions && !c.kernels {
+		engOpts = append(slices.Clip(engOpts), engine.WithTestKernel())
+	}
+	eng, err := engine.New(drivers, cmp.Or(c.defaultDriver, "runc"), image.Open(images), sandbox.DefaultLimits(), sandbox.DefaultCeiling(), engOpts...)
 	if err != nil {
 		t.Fatalf("engine.New: %v", err)
 	}

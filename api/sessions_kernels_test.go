@@ -7,28 +7,15 @@ import (
 	"image/png"
 	"net/http"
 	"path/filepath"
-	"slices"
 	"strings"
 	"testing"
 
 	"github.com/stockade-sh/stockade/api"
 	"github.com/stockade-sh/stockade/capability"
 	"github.com/stockade-sh/stockade/driver/gvisor"
-	"github.com/stockade-sh/stockade/engine"
-	"github.com/stockade-sh/stockade/image"
 	"github.com/stockade-sh/stockade/internal/testenv"
 	"github.com/stockade-sh/stockade/sandbox"
 )
-
-// The tests below need the real kernels (python, node, shell) of package
-// kernel: they skip while engine.KernelArgv still runs the guest's test
-// kernel for every runtime.
-func requireKernels(t *testing.T) {
-	t.Helper()
-	if slices.Contains(engine.KernelArgv(image.Runtimes["python"]), "stockade-kernel-test") {
-		t.Skip("engine.KernelArgv runs the guest's test kernel: the python, node and shell kernels (package kernel) are not wired in yet")
-	}
-}
 
 // salesCSV is a CSV of n rows: region (north, south, east, west in turn)
 // and total (the row's number modulo 100).
@@ -47,15 +34,16 @@ func salesCSV(n int) []byte {
 // DataFrame, cell 2 aggregates it and returns the value; between (after
 // cell 2) restart is called; cell 3 plots it and returns a PNG of the
 // expected size; cell 4 writes a file that is downloaded and compared.
-func dataFrameFlow(t *testing.T, base, key string, restart func()) {
+// restart returns the daemon's URL after it.
+func dataFrameFlow(t *testing.T, base, key string, restart func() string) {
 	t.Helper()
 	var ss api.SessionView
 	do(t, base, "POST", "/v1/sessions", key, capability.CreateSessionRequest{Runtime: "python"}).want(t, http.StatusCreated).decode(t, &ss)
-	defer do(t, base, "DELETE", "/v1/sessions/"+ss.ID, key, nil)
+	defer func() { do(t, base, "DELETE", "/v1/sessions/"+ss.ID, key, nil) }()
 	cellAt := func(code string) api.CellView {
 		t.Helper()
 		var v api.CellView
-		do(t, base, "POST", "/v1/sessions/"+ss.ID+"/exec", key, capability.CellRequest{Code: code, TimeoutMS: 60_000}).want(t, http.StatusOK).decode(t, &v)
+		do(t, base, "POST", "/v1/sessions/"+ss.ID+"/exec", key, capability.CellRequest{Code: code, TimeoutMS: 30_000}).want(t, http.StatusOK).decode(t, &v)
 		if v.Status != "succeeded" {
 			t.Fatalf("cell %q: got %+v", code, v)
 		}
@@ -76,7 +64,7 @@ func dataFrameFlow(t *testing.T, base, key string, restart func()) {
 	if len(v.Outputs) != 1 || v.Outputs[0].MimeType != "text/plain" || v.Outputs[0].Data != fmt.Sprint(want) {
 		t.Fatalf("cell 2: got %+v, want the value %d", v.Outputs, want)
 	}
-	restart()
+	base = restart()
 	v = cellAt("import matplotlib.pyplot as plt\nfig = plt.figure(figsize=(4, 3), dpi=100)\ndf.groupby('region').total.sum().plot.bar()")
 	var img []byte
 	for _, o := range v.Outputs {
@@ -104,18 +92,16 @@ func dataFrameFlow(t *testing.T, base, key string, restart func()) {
 // killed with SIGKILL between cells 2 and 3 (the DataFrame survives), and
 // through a daemon in the test on gVisor.
 func TestSessionDataFrame(t *testing.T) {
-	requireKernels(t)
 	requireSandboxes(t)
-	t.Run("runc, kill -9 between cells 2 and 3", func(t *testing.T) {
+	t.Run("runc kill-9", func(t *testing.T) {
 		bin := testenv.Build(t, "./cmd/stockade")
 		dir := t.TempDir()
 		key, args := setUpDaemon(t, bin, dir, backends[0].url(t), filepath.Join(dir, "state"))
 		d := startDaemon(t, bin, args...)
-		base := d.url
-		dataFrameFlow(t, base, key, func() {
+		dataFrameFlow(t, d.url, key, func() string {
 			d.kill()
 			d = startDaemon(t, bin, args...)
-			base = d.url
+			return d.url
 		})
 		d.stop()
 	})
@@ -125,9 +111,9 @@ func TestSessionDataFrame(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		e := newEnv(t, backends[0], envConfig{sessions: true, policy: noApproval, credits: 100,
+		e := newEnv(t, backends[0], envConfig{sessions: true, kernels: true, policy: noApproval, credits: 100,
 			drivers: map[string]sandbox.Driver{"gvisor": gv}, defaultDriver: "gvisor"})
-		dataFrameFlow(t, e.url, e.agent, func() {})
+		dataFrameFlow(t, e.url, e.agent, func() string { return e.url })
 	})
 }
 
@@ -135,8 +121,7 @@ func TestSessionDataFrame(t *testing.T) {
 // their state across cells: a variable of node's persistent context, and
 // shell's working directory and variables.
 func TestSessionNodeAndShellState(t *testing.T) {
-	requireKernels(t)
-	e := newEnv(t, backends[0], envConfig{sessions: true, policy: noApproval, credits: 100})
+	e := newEnv(t, backends[0], envConfig{sessions: true, kernels: true, policy: noApproval, credits: 100})
 	for _, tc := range []struct{ runtime, set, get, want string }{
 		{"node", "let x = 41", "x + 1", "42"},
 		{"shell", "cd /tmp && export V=7", "echo $V $(pwd)", "7 /tmp\n"},

@@ -22,10 +22,10 @@ import (
 	"github.com/stockade-sh/stockade/supervisor"
 )
 
-// The sessions' cells run in the guest's test kernel (engine.KernelArgv)
-// until package kernel gives the python, node and shell kernels: `set K
-// V`, `get K` (its value, text/plain), `print T`, `display M T`, `sleep S`,
-// `fail T`.
+// The sessions of the harness's daemons run the guest's test kernel
+// (engine.WithTestKernel): `set K V`, `get K` (its value, text/plain),
+// `print T`, `display M T`, `sleep S`, `fail T`; a `stockade serve` runs
+// the runtimes' own (package kernel), as sessions_kernels_test.go does.
 
 func (e *env) openSession(key string, req capability.CreateSessionRequest) api.SessionView {
 	e.t.Helper()
@@ -467,7 +467,7 @@ func TestSessionSurvivesDaemonKill(t *testing.T) {
 	var kept, lost api.SessionView
 	do(t, d.url, "POST", "/v1/sessions", key, capability.CreateSessionRequest{Runtime: "shell"}).want(t, http.StatusCreated).decode(t, &kept)
 	do(t, d.url, "POST", "/v1/sessions", key, capability.CreateSessionRequest{Runtime: "shell"}).want(t, http.StatusCreated).decode(t, &lost)
-	do(t, d.url, "POST", "/v1/sessions/"+kept.ID+"/exec", key, capability.CellRequest{Code: "set df a-dataframe"}).want(t, http.StatusOK)
+	do(t, d.url, "POST", "/v1/sessions/"+kept.ID+"/exec", key, capability.CellRequest{Code: "df=a-dataframe"}).want(t, http.StatusOK)
 	do(t, d.url, "PUT", "/v1/sessions/"+kept.ID+"/files?path=out.csv", key, []byte("x,y\n")).want(t, http.StatusCreated)
 	d.kill()
 	// The second session's sandbox dies with its shim while no daemon
@@ -478,7 +478,7 @@ func TestSessionSurvivesDaemonKill(t *testing.T) {
 	}
 	d = startDaemon(t, bin, args...)
 	var c api.CellView
-	do(t, d.url, "POST", "/v1/sessions/"+kept.ID+"/exec", key, capability.CellRequest{Code: "get df"}).want(t, http.StatusOK).decode(t, &c)
+	do(t, d.url, "POST", "/v1/sessions/"+kept.ID+"/exec", key, capability.CellRequest{Code: "echo $df"}).want(t, http.StatusOK).decode(t, &c)
 	if c.Stdout != "a-dataframe\n" || c.Cell != 2 {
 		t.Fatalf("after the kill: got %+v, want the kernel's state (a-dataframe) in cell 2", c)
 	}

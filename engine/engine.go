@@ -44,6 +44,9 @@ type Engine struct {
 	mounts        *tools.MountChecker
 	egress        *EgressHost // nil: no sandbox gets network
 	log           *slog.Logger
+	// testKernel makes sessions run the guest's test kernel
+	// (WithTestKernel).
+	testKernel bool
 
 	// closing tracks the background removals of destroyed sessions'
 	// networks; closeErrs collects their failures for Wait.

@@ -17,6 +17,7 @@ import (
 
 	"github.com/stockade-sh/stockade/errdefs"
 	"github.com/stockade-sh/stockade/image"
+	"github.com/stockade-sh/stockade/kernel"
 	"github.com/stockade-sh/stockade/sandbox"
 	"github.com/stockade-sh/stockade/sandbox/profile"
 	"github.com/stockade-sh/stockade/tools"
@@ -34,13 +35,22 @@ const WorkspaceDir = "/workspace"
 // may take to stop before its kernel is restarted.
 const InterruptGrace = 2 * time.Second
 
-// KernelArgv returns the argv of the kernel a session of runtime rt runs.
-// It is the one place that maps a runtime to its kernel: until package
-// kernel gives the python, node and shell kernels, every runtime runs the
-// guest's test kernel (cmd/stockade-guest/testkernel.go), which speaks
-// the same kernel wire.
-func KernelArgv(rt image.Runtime) []string {
-	return []string{profile.GuestPath, "stockade-kernel-test"}
+// kernelSpec is the kernel a session of runtime rt runs, in its
+// /workspace: package kernel's for the runtime, or the guest's test
+// kernel for an engine made WithTestKernel.
+func (e *Engine) kernelSpec(rt image.Runtime) (sandbox.KernelSpec, error) {
+	if e.testKernel {
+		return sandbox.KernelSpec{Argv: []string{profile.GuestPath, "stockade-kernel-test"}, Env: ProgramEnv(), Cwd: WorkspaceDir}, nil
+	}
+	return kernel.Spec(rt.Name, kernel.Options{Cwd: WorkspaceDir, Env: ProgramEnv()})
+}
+
+// WithTestKernel makes every session run the guest's test kernel
+// (cmd/stockade-guest/testkernel.go: `set K V`, `get K`, `print T`,
+// `display M T`, `sleep S`, `fail T`) instead of its runtime's: for the
+// tests of the layers above, whose cells then behave exactly as they say.
+func WithTestKernel() Option {
+	return func(e *Engine) { e.testKernel = true }
 }
 
 // SessionSpec describes a session's sandbox.
@@ -58,7 +68,7 @@ type SessionSpec struct {
 	Limits sandbox.Limits
 	// Labels are the sandbox's (LabelOwner, LabelSession, ...).
 	Labels map[string]string
-	// Kernel replaces the runtime's kernel (KernelArgv). It exists only so
+	// Kernel replaces the runtime's kernel (kernelSpec). It exists only so
 	// that tests can run kernels that misbehave; the API cannot set it.
 	Kernel []string
 }
@@ -130,7 +140,11 @@ func (e *Engine) OpenSession(ctx context.Context, spec SessionSpec) (_ *LiveSess
 			_ = sb.Destroy(context.WithoutCancel(ctx))
 		}
 	}()
-	s, err := newLiveSession(sb, drv.Name(), rt, limits)
+	ks, err := e.kernelSpec(rt)
+	if err != nil {
+		return nil, err
+	}
+	s, err := newLiveSession(sb, drv.Name(), rt, limits, ks)
 	if err != nil {
 		return nil, err
 	}
@@ -143,14 +157,14 @@ func (e *Engine) OpenSession(ctx context.Context, spec SessionSpec) (_ *LiveSess
 	return s, nil
 }
 
-func newLiveSession(sb sandbox.Sandbox, driver string, rt image.Runtime, limits sandbox.Limits) (*LiveSession, error) {
+func newLiveSession(sb sandbox.Sandbox, driver string, rt image.Runtime, limits sandbox.Limits, ks sandbox.KernelSpec) (*LiveSession, error) {
 	files, fok := sb.(sandbox.Files)
 	kernels, kok := sb.(sandbox.Kernels)
 	if !fok || !kok {
 		return nil, fmt.Errorf("the %s sandbox %s has no files or kernels: %w", driver, sb.ID(), errdefs.ErrFailedPrecondition)
 	}
 	return &LiveSession{sb: sb, files: files, kernels: kernels, Driver: driver, Runtime: rt, Limits: limits,
-		spec: sandbox.KernelSpec{Argv: KernelArgv(rt), Env: ProgramEnv(), Cwd: WorkspaceDir}}, nil
+		spec: ks}, nil
 }
 
 // ReattachSessions finds the live session sandboxes of every driver that
@@ -197,7 +211,11 @@ func (e *Engine) adopt(ctx context.Context, sb sandbox.Sandbox, driver string, r
 	if !ok {
 		return nil, fmt.Errorf("unknown runtime %q", name)
 	}
-	s, err := newLiveSession(sb, driver, rt, sandbox.Limits{})
+	spec, err := e.kernelSpec(rt)
+	if err != nil {
+		return nil, err
+	}
+	s, err := newLiveSession(sb, driver, rt, sandbox.Limits{}, spec)
 	if err != nil {
 		return nil, err
 	}

@@ -18,7 +18,8 @@ import (
 )
 
 // sessionEngines returns an engine over one real driver that can keep
-// sessions, for each of runc and gVisor.
+// sessions, for each of runc and gVisor; their cells speak the guest's
+// test kernel (WithTestKernel).
 func sessionEngines(t *testing.T) map[string]*Engine {
 	t.Helper()
 	testenv.RequiresRoot(t)
@@ -38,7 +39,7 @@ func sessionEngines(t *testing.T) map[string]*Engine {
 		if err != nil {
 			t.Fatal(err)
 		}
-		e, err := New(map[string]sandbox.Driver{name: d}, name, image.Open(testenv.DataDir()), sandbox.DefaultLimits(), sandbox.DefaultCeiling())
+		e, err := New(map[string]sandbox.Driver{name: d}, name, image.Open(testenv.DataDir()), sandbox.DefaultLimits(), sandbox.DefaultCeiling(), WithTestKernel())
 		if err != nil {
 			t.Fatal(err)
 		}

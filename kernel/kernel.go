@@ -36,6 +36,7 @@ import (
 	"github.com/stockade-sh/stockade/errdefs"
 	"github.com/stockade-sh/stockade/guest"
 	"github.com/stockade-sh/stockade/image"
+	"github.com/stockade-sh/stockade/sandbox"
 	"github.com/stockade-sh/stockade/sandbox/profile"
 )
 
@@ -103,6 +104,16 @@ func Request(name string, opts Options) (guest.KernelRequest, error) {
 		cwd = "/tmp"
 	}
 	return guest.KernelRequest{Argv: argv, Env: env, Cwd: cwd}, nil
+}
+
+// Spec is Request as the sandbox contract's KernelSpec, for
+// sandbox.Kernels.StartKernel.
+func Spec(name string, opts Options) (sandbox.KernelSpec, error) {
+	r, err := Request(name, opts)
+	if err != nil {
+		return sandbox.KernelSpec{}, err
+	}
+	return sandbox.KernelSpec{Argv: r.Argv, Env: r.Env, Cwd: r.Cwd}, nil
 }
 
 // Start starts the kernel name through the guest client c and waits until
