@@ -249,10 +249,12 @@ func (s *server) decodeBody(w http.ResponseWriter, r *http.Request, v any) error
 
 // ExecutionView is an execution on the wire.
 type ExecutionView struct {
-	ID         string          `json:"id"`
-	Status     string          `json:"status"`
-	Runtime    string          `json:"runtime"`
-	Tool       string          `json:"tool"`
+	ID      string `json:"id"`
+	Status  string `json:"status"`
+	Runtime string `json:"runtime"`
+	Tool    string `json:"tool"`
+	// SessionID is the session of an execution that is a session's cell.
+	SessionID  string          `json:"session_id,omitempty"`
 	ApprovalID string          `json:"approval_id,omitempty"`
 	Approval   json.RawMessage `json:"approval,omitempty"`
 	Driver     string          `json:"driver,omitempty"`
@@ -267,7 +269,7 @@ type ExecutionView struct {
 
 func viewOf(e store.Execution) ExecutionView {
 	v := ExecutionView{
-		ID: e.ID, Status: string(e.Status), Runtime: e.Runtime, Tool: e.Tool, ApprovalID: e.ApprovalID,
+		ID: e.ID, Status: string(e.Status), Runtime: e.Runtime, Tool: e.Tool, SessionID: e.SessionID, ApprovalID: e.ApprovalID,
 		Driver: e.Driver, CreatedAt: e.CreatedAt, Result: e.Result,
 	}
 	if !e.StartedAt.IsZero() {

@@ -26,6 +26,10 @@ type Error struct {
 	// RetryAfter is how long the server asked the client to wait before
 	// trying again (429 and 503 answers); zero when it did not say.
 	RetryAfter time.Duration
+	// EndedAt and EndReason say when and why a session ended
+	// (session_expired).
+	EndedAt   *time.Time
+	EndReason string
 }
 
 func (e *Error) Error() string {
@@ -55,6 +59,13 @@ var classes = map[string]error{
 	// came too late is worth sending again.
 	"method_not_allowed": errdefs.ErrInvalidArgument,
 	"request_timeout":    errdefs.ErrUnavailable,
+	// Sessions: an ended one, one that runs another cell, a workspace with
+	// as many live sessions as it may have, a file path outside
+	// /workspace.
+	"session_expired": errdefs.ErrFailedPrecondition,
+	"session_busy":    errdefs.ErrConflict,
+	"session_quota":   errdefs.ErrResourceExhausted,
+	"invalid_path":    errdefs.ErrInvalidArgument,
 }
 
 // classOf is the error class of an answer: its code's, else its status's
@@ -98,12 +109,14 @@ func errorOf(status int, header http.Header, body []byte) *Error {
 	e := &Error{Status: status, RetryAfter: retryAfter(header.Get("Retry-After"))}
 	var b struct {
 		Error struct {
-			Code    string `json:"code"`
-			Message string `json:"message"`
+			Code      string     `json:"code"`
+			Message   string     `json:"message"`
+			EndedAt   *time.Time `json:"ended_at"`
+			EndReason string     `json:"end_reason"`
 		} `json:"error"`
 	}
 	if err := json.Unmarshal(body, &b); err == nil && b.Error.Code != "" {
-		e.Code, e.Message = b.Error.Code, b.Error.Message
+		e.Code, e.Message, e.EndedAt, e.EndReason = b.Error.Code, b.Error.Message, b.Error.EndedAt, b.Error.EndReason
 		return e
 	}
 	e.Code = http.StatusText(status)

@@ -96,6 +96,8 @@ func ParseEvent(name string, data []byte) (Event, error) {
 type Stream struct {
 	next  func() (name string, data []byte, err error)
 	close func() error
+	// parse decodes an event: ParseEvent, or a cell stream's.
+	parse func(name string, data []byte) (Event, error)
 	ended bool
 }
 
@@ -104,7 +106,7 @@ type Stream struct {
 // last; close releases what next reads from. It serves transports other
 // than HTTP (an in-process server) with the same events as the API.
 func NewStream(next func() (name string, data []byte, err error), close func() error) *Stream {
-	return &Stream{next: next, close: close}
+	return &Stream{next: next, close: close, parse: ParseEvent}
 }
 
 // Next returns the next event. After *Ended it returns io.EOF; a stream
@@ -121,12 +123,12 @@ func (s *Stream) Next() (Event, error) {
 	if err != nil {
 		return nil, err
 	}
-	ev, err := ParseEvent(name, data)
+	ev, err := s.parse(name, data)
 	if err != nil {
 		return nil, err
 	}
 	switch ev.(type) {
-	case *Ended, *StreamError:
+	case *Ended, *CellEnded, *StreamError:
 		s.ended = true
 	}
 	return ev, nil
@@ -145,26 +147,14 @@ func (c *Client) StreamExecution(ctx context.Context, req ExecutionRequest) (*St
 	if err != nil {
 		return nil, err
 	}
-	hreq.Header.Set("Accept", "text/event-stream")
 	if req.IdempotencyKey != "" {
 		hreq.Header.Set("Idempotency-Key", req.IdempotencyKey)
 	}
-	resp, err := c.send(hreq)
+	st, err := c.openStream(ctx, hreq)
 	if err != nil {
 		return nil, fmt.Errorf("creating an execution: %w", err)
 	}
-	if ct := resp.Header.Get("Content-Type"); ct != "text/event-stream" {
-		resp.Body.Close()
-		return nil, fmt.Errorf("creating an execution: the daemon answered %q, not an event stream", ct)
-	}
-	r := &sseReader{r: bufio.NewReaderSize(resp.Body, 64<<10)}
-	return NewStream(func() (string, []byte, error) {
-		name, data, err := r.next()
-		if err != nil && ctx.Err() != nil {
-			return "", nil, ctx.Err()
-		}
-		return name, data, err
-	}, resp.Body.Close), nil
+	return st, nil
 }
 
 // sseReader reads Server-Sent Events: "event:" and "data:" lines up to a

@@ -52,11 +52,13 @@ type ExecutionRequest struct {
 
 // Execution is an execution as the API shows it.
 type Execution struct {
-	ID         string          `json:"id"`
-	Status     ExecutionStatus `json:"status"`
-	Runtime    string          `json:"runtime"`
-	Tool       string          `json:"tool"`
-	ApprovalID string          `json:"approval_id,omitempty"`
+	ID      string          `json:"id"`
+	Status  ExecutionStatus `json:"status"`
+	Runtime string          `json:"runtime"`
+	Tool    string          `json:"tool"`
+	// SessionID is set for a session's cell (WaitCell reads its outcome).
+	SessionID  string `json:"session_id,omitempty"`
+	ApprovalID string `json:"approval_id,omitempty"`
 	// Approval is the card an approver is shown, when the execution needed
 	// one.
 	Approval   *ApprovalCard `json:"approval,omitempty"`

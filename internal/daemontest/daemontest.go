@@ -74,7 +74,7 @@ func Start(t testing.TB, o Options) *Daemon {
 		t.Fatalf("opening the store: %v", err)
 	}
 	t.Cleanup(func() { st.Close() })
-	d, err := runc.New(runc.Config{StateDir: t.TempDir(), GuestPath: testenv.Guest(t)})
+	d, err := runc.New(runc.Config{StateDir: t.TempDir(), GuestPath: testenv.Guest(t), Shim: testenv.Shim(t)})
 	if err != nil {
 		t.Fatalf("runc.New: %v", err)
 	}

@@ -2,6 +2,8 @@ package sqlstore
 
 import (
 	"context"
+	"database/sql"
+	"errors"
 	"fmt"
 	"time"
 
@@ -226,8 +228,12 @@ func (s *Store) touchSession(ctx context.Context, q Querier, ex store.Execution,
 // GetSession implements store.Sessions.
 func (s *Store) GetSession(ctx context.Context, workspaceID, id string) (store.Session, error) {
 	ss, err := scanSession(lookupRow(ctx, s.b.Reader(), id, `SELECT `+sessionCols+` FROM sessions WHERE id = $1 AND workspace_id = $2`, id, workspaceID))
+	if errors.Is(err, sql.ErrNoRows) {
+		// Another workspace's session is not found either.
+		return store.Session{}, fmt.Errorf("session %q not found in the workspace: %w", id, errdefs.ErrNotFound)
+	}
 	if err != nil {
-		return store.Session{}, fmt.Errorf("getting session %q: %w", id, s.classify(notFound(err)))
+		return store.Session{}, fmt.Errorf("getting session %q: %w", id, s.classify(err))
 	}
 	return ss, nil
 }
