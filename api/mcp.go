@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"net/url"
 	"time"
@@ -13,7 +14,9 @@ import (
 
 	"github.com/stockade-sh/stockade/capability"
 	"github.com/stockade-sh/stockade/client"
+	"github.com/stockade-sh/stockade/errdefs"
 	"github.com/stockade-sh/stockade/mcp"
+	"github.com/stockade-sh/stockade/store"
 )
 
 // mcpSessionTimeout closes an MCP session that has had no request for
@@ -105,9 +108,104 @@ func (b localBackend) GetExecution(ctx context.Context, id string, wait time.Dur
 // clientError is err as the Go client reads the API's answer of it.
 func clientError(err error) error {
 	code, d, retry := answer(err)
-	e := &client.Error{Status: code, Code: d.Code, Message: d.Message}
+	e := &client.Error{Status: code, Code: d.Code, Message: d.Message, EndedAt: d.EndedAt, EndReason: d.EndReason}
 	if retry {
 		e.RetryAfter = retryAfter
 	}
 	return e
+}
+
+var _ mcp.SessionBackend = localBackend{}
+
+// viaJSON decodes v, a value of the API, into out, a value of the Go
+// client, as a client of the API would read it.
+func viaJSON(v, out any) error {
+	raw, err := json.Marshal(v)
+	if err != nil {
+		return fmt.Errorf("encoding the answer: %w", err)
+	}
+	if err := json.Unmarshal(raw, out); err != nil {
+		return fmt.Errorf("decoding the answer: %w", err)
+	}
+	return nil
+}
+
+func (b localBackend) CreateSession(ctx context.Context, req client.SessionRequest) (*client.Session, error) {
+	c, err := b.s.svc.CreateSession(ctx, b.p, capability.CreateSessionRequest{Runtime: req.Runtime, Tool: req.Tool,
+		IdleTimeoutMS: req.IdleTimeoutMS, TTLMS: req.TTLMS, Network: req.Network}, capability.CreateSessionOptions{IdempotencyKey: req.IdempotencyKey})
+	if err != nil {
+		return nil, clientError(err)
+	}
+	var ss client.Session
+	return &ss, viaJSON(b.s.sessionView(c.Session), &ss)
+}
+
+func (b localBackend) CloseSession(ctx context.Context, id string) (*client.Session, error) {
+	st, err := b.s.svc.CloseSession(ctx, b.p, id)
+	if err != nil {
+		return nil, clientError(err)
+	}
+	var ss client.Session
+	return &ss, viaJSON(b.s.sessionView(st), &ss)
+}
+
+func (b localBackend) StreamCell(ctx context.Context, id string, req client.CellRequest) (*client.Stream, error) {
+	opts := capability.InvokeOptions{IdempotencyKey: req.IdempotencyKey, ExecutionID: capability.NewExecutionID()}
+	cr := capability.CellRequest{Code: req.Code, Stdin: req.Stdin, TimeoutMS: req.TimeoutMS}
+	es, err := b.s.openAdmitted(ctx, b.p, opts.ExecutionID, func() (*capability.Invocation, error) { return b.s.svc.ExecCell(ctx, b.p, id, cr, opts) })
+	if err != nil {
+		return nil, clientError(err)
+	}
+	es.result = func(ctx context.Context, e store.Execution) any { return b.s.cellView(ctx, b.p, e) }
+	return client.NewCellStream(func() (string, []byte, error) { return es.next(ctx, nil) }, es.close), nil
+}
+
+func (b localBackend) WaitCell(ctx context.Context, executionID string, wait time.Duration) (*client.Cell, error) {
+	v, err := b.s.execution(ctx, b.p, executionID, wait)
+	if err != nil {
+		return nil, clientError(err)
+	}
+	raw, err := json.Marshal(v)
+	if err != nil {
+		return nil, fmt.Errorf("encoding execution %s: %w", executionID, err)
+	}
+	return client.CellOfExecution(raw)
+}
+
+func (b localBackend) PutFile(ctx context.Context, id, path string, r io.Reader, size int64) (*client.FileInfo, error) {
+	if most := b.s.svc.Options().Sessions.MaxFileSize; size > most {
+		return nil, clientError(fmt.Errorf("the file is %d bytes, more than this server's limit of %d (sessions.max_file_size): %w", size, most, errdefs.ErrTooLarge))
+	}
+	f, err := b.s.svc.PutFile(ctx, b.p, id, path, r)
+	if err != nil {
+		return nil, clientError(err)
+	}
+	return &client.FileInfo{Path: f.Path, Size: f.Size, SHA256: f.SHA256}, nil
+}
+
+func (b localBackend) GetFile(ctx context.Context, id, path string, w io.Writer, max int64) (*client.FileInfo, error) {
+	data, f, err := b.s.svc.GetFile(ctx, b.p, id, path)
+	if err != nil {
+		return nil, clientError(err)
+	}
+	if int64(len(data)) > max {
+		return nil, fmt.Errorf("reading %s in session %s: the file is %d bytes, more than %d: %w", path, id, len(data), max, errdefs.ErrTooLarge)
+	}
+	if _, err := w.Write(data); err != nil {
+		return nil, err
+	}
+	return &client.FileInfo{Path: path, Size: int64(len(data)), SHA256: f.SHA256}, nil
+}
+
+func (b localBackend) ListFiles(ctx context.Context, id, dir string) ([]client.FileEntry, bool, error) {
+	entries, truncated, err := b.s.svc.ListFiles(ctx, b.p, id, dir)
+	if err != nil {
+		return nil, false, clientError(err)
+	}
+	out := make([]client.FileEntry, 0, len(entries))
+	for _, e := range entries {
+		fe := fileEntry(e)
+		out = append(out, client.FileEntry{Name: fe.Name, Type: fe.Type, Size: fe.Size, Mode: fe.Mode, MTime: fe.MTime})
+	}
+	return out, truncated, nil
 }

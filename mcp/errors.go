@@ -29,7 +29,12 @@ func failure(err error) error {
 	case errdefs.IsInvalidArgument(err), errdefs.IsTooLarge(err):
 		return fmt.Errorf("invalid request: %s", msg)
 	case errdefs.IsNotFound(err):
-		return fmt.Errorf("%s; check the execution_id", msg)
+		return fmt.Errorf("%s; check the execution_id or session_id", msg)
+	case errdefs.IsFailedPrecondition(err):
+		// An ended session: its state is gone.
+		return fmt.Errorf("%s; its state is gone: open another with create_session", msg)
+	case errdefs.IsConflict(err):
+		return fmt.Errorf("%s; one cell runs at a time in a session: wait for it (wait_for_cell) and try again", msg)
 	}
 	return fmt.Errorf("Stockade could not do this: %s", msg)
 }

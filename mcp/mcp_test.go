@@ -2,6 +2,7 @@ package mcp_test
 
 import (
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"net/http"
 	"os/exec"
@@ -212,7 +213,9 @@ func TestTools(t *testing.T) {
 						}
 					}
 				}
-				if want := []string{"run_code", "wait_for_approval"}; !slices.Equal(names, want) {
+				slices.Sort(names)
+				want := []string{"close_session", "create_session", "download_file", "list_files", "run_cell", "run_code", "upload_file", "wait_for_approval", "wait_for_cell"}
+				if !slices.Equal(names, want) {
 					t.Errorf("tools: got %v, want %v", names, want)
 				}
 			})
@@ -416,6 +419,85 @@ func TestHTTPSessionBoundToKey(t *testing.T) {
 			if got := post(tc.key, session, list).StatusCode; got != tc.want {
 				t.Errorf("got %d, want %d", got, tc.want)
 			}
+		})
+	}
+}
+
+// cellOutput decodes a run_cell result's structured content.
+func cellOutput(t *testing.T, res *sdk.CallToolResult) mcp.CellOutput {
+	t.Helper()
+	var out mcp.CellOutput
+	b, err := json.Marshal(res.StructuredContent)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(b, &out); err != nil {
+		t.Fatalf("decoding %s: %v", b, err)
+	}
+	return out
+}
+
+// TestSessionTools drives a session through the session tools over each
+// transport: state kept between cells, an exception as a result, files in
+// and out, a closed session refused in words an agent can act on.
+func TestSessionTools(t *testing.T) {
+	for _, tr := range transports {
+		t.Run(tr.name, func(t *testing.T) {
+			d := tr.daemon(t, capability.ServiceOptions{}, mcp.Options{ApprovalWait: time.Second})
+			ws := d.Workspace(t, daemontest.NoApproval, 100)
+			cs := tr.connect(t, d, ws.Agent, mcp.Options{ApprovalWait: time.Second}, nil)
+
+			res := call(t, cs, "create_session", map[string]any{"language": "python"}, nil)
+			if res.IsError {
+				t.Fatalf("create_session: got a tool error %q", text(res))
+			}
+			var ss mcp.SessionOutput
+			b, _ := json.Marshal(res.StructuredContent)
+			if err := json.Unmarshal(b, &ss); err != nil || ss.SessionID == "" || ss.State != "active" {
+				t.Fatalf("create_session: got %s (%v), want an active session's id", b, err)
+			}
+			cell := func(code string) *sdk.CallToolResult {
+				return call(t, cs, "run_cell", map[string]any{"session_id": ss.SessionID, "code": code}, nil)
+			}
+			if res := cell("x = 6*7\nprint('set')"); res.IsError || text(res) == "" || !strings.HasPrefix(text(res), "set\n") {
+				t.Fatalf("first cell: got %q (error %v), want its stdout set", text(res), res.IsError)
+			}
+			res = cell("x")
+			if out := cellOutput(t, res); res.IsError || out.Status != client.StatusSucceeded || !strings.Contains(text(res), "42") {
+				t.Errorf("second cell: got %q, %+v; want the value 42 of x, set by the first", text(res), out)
+			}
+			res = cell("1/0")
+			if out := cellOutput(t, res); res.IsError || out.Status != client.StatusFailed || out.ErrorName != "ZeroDivisionError" || !strings.Contains(text(res), "Traceback") {
+				t.Errorf("a cell that raises: got %q, %+v; want a result (not a tool error) with ZeroDivisionError and its traceback", text(res), out)
+			}
+
+			res = call(t, cs, "upload_file", map[string]any{"session_id": ss.SessionID, "path": "data.csv", "content": "a,b\n1,2\n3,4\n"}, nil)
+			if res.IsError {
+				t.Fatalf("upload_file: got a tool error %q", text(res))
+			}
+			if res := cell("open('/workspace/data.csv').read().count('\\n')"); !strings.Contains(text(res), "3") {
+				t.Errorf("a cell reading the uploaded file: got %q, want 3 lines", text(res))
+			}
+			cell("open('/workspace/out.bin', 'wb').write(bytes(range(256)))")
+			res = call(t, cs, "list_files", map[string]any{"session_id": ss.SessionID}, nil)
+			if res.IsError || !strings.Contains(text(res), "data.csv") || !strings.Contains(text(res), "out.bin") {
+				t.Errorf("list_files: got %q, want data.csv and out.bin", text(res))
+			}
+			res = call(t, cs, "download_file", map[string]any{"session_id": ss.SessionID, "path": "out.bin"}, nil)
+			var f mcp.FileOutput
+			b, _ = json.Marshal(res.StructuredContent)
+			_ = json.Unmarshal(b, &f)
+			if data, err := base64.StdEncoding.DecodeString(f.Content); res.IsError || err != nil || f.Encoding != "base64" || len(data) != 256 || data[255] != 255 {
+				t.Errorf("download_file of a binary file: got %s (error %v), want its 256 bytes in base64", b, res.IsError)
+			}
+			res = call(t, cs, "download_file", map[string]any{"session_id": ss.SessionID, "path": "../etc/passwd"}, nil)
+			wantError(t, res, "invalid request")
+
+			res = call(t, cs, "close_session", map[string]any{"session_id": ss.SessionID}, nil)
+			if res.IsError {
+				t.Fatalf("close_session: got a tool error %q", text(res))
+			}
+			wantError(t, cell("x"), "ended")
 		})
 	}
 }

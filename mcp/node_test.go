@@ -1,7 +1,10 @@
 package mcp_test
 
 import (
+	"bytes"
+	"encoding/base64"
 	"encoding/json"
+	"image/png"
 	"net/http/httptest"
 	"net/http/httputil"
 	"net/url"
@@ -125,5 +128,76 @@ func TestConformance(t *testing.T) {
 				t.Logf("%s: %s %s %s", scenario, c.ID, c.Status, c.ErrorMessage)
 			}
 		}
+	}
+}
+
+// TestNodeClientSessions opens a session with the TypeScript SDK's client
+// over both transports, runs two cells that share state, and gets the
+// second's figure back as a PNG image.
+func TestNodeClientSessions(t *testing.T) {
+	node := testenv.RequiresBinary(t, "node")
+	requireNodeModules(t)
+	d := daemontest.Start(t, daemontest.Options{})
+	ws := d.Workspace(t, daemontest.NoApproval, 100)
+	for _, tc := range []struct {
+		name string
+		args []string
+	}{
+		{"http", []string{"http", d.URL + "/mcp", ws.Agent}},
+		{"stdio", []string{"stdio", testenv.Build(t, "./cmd/stockade"), "mcp", "--url", d.URL, "--key", ws.Agent}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cmd := exec.CommandContext(t.Context(), node, append([]string{"cells.mjs"}, tc.args...)...)
+			cmd.Dir = nodeDir
+			cmd.Stderr = os.Stderr
+			out, err := cmd.Output()
+			if err != nil {
+				t.Fatalf("node cells.mjs: %v (stdout %q)", err, out)
+			}
+			type view struct {
+				IsError bool     `json:"isError"`
+				Text    []string `json:"text"`
+				Images  []struct {
+					MimeType string `json:"mimeType"`
+					Data     string `json:"data"`
+				} `json:"images"`
+				Structured map[string]any `json:"structured"`
+			}
+			var got struct{ Created, First, Second, Closed view }
+			if err := json.Unmarshal(out, &got); err != nil {
+				t.Fatalf("decoding %q: %v", out, err)
+			}
+			for name, v := range map[string]view{"create_session": got.Created, "first cell": got.First, "second cell": got.Second, "close_session": got.Closed} {
+				if v.IsError {
+					t.Fatalf("%s: got a tool error %q", name, v.Text)
+				}
+			}
+			if !slices.Contains(got.Second.Text, "42") {
+				t.Errorf("second cell: got text %q, want the value 42 of x, set by the first", got.Second.Text)
+			}
+			if len(got.Second.Images) != 1 || got.Second.Images[0].MimeType != "image/png" {
+				t.Fatalf("second cell: got images %+v, want one image/png", got.Second.Images)
+			}
+			checkPNG(t, got.Second.Images[0].Data, 200, 150)
+			if got.Closed.Structured["state"] != "ended" {
+				t.Errorf("close_session: got %v, want state ended", got.Closed.Structured)
+			}
+		})
+	}
+}
+
+// checkPNG decodes b64 as a PNG of w x h pixels.
+func checkPNG(t *testing.T, b64 string, w, h int) {
+	t.Helper()
+	b, err := base64.StdEncoding.DecodeString(b64)
+	if err != nil {
+		t.Fatalf("the figure is not base64: %v", err)
+	}
+	img, err := png.Decode(bytes.NewReader(b))
+	if err != nil {
+		t.Fatalf("the figure is not a PNG: %v", err)
+	}
+	if got := img.Bounds().Size(); got.X != w || got.Y != h {
+		t.Errorf("the figure: got %dx%d pixels, want %dx%d", got.X, got.Y, w, h)
 	}
 }

@@ -14,9 +14,9 @@
 // of the backend: run_code and wait_for_approval need Backend alone. Tools
 // that need more (the session tools: create_session, run_cell,
 // upload_file, download_file, list_files, close_session) go in the table
-// with a small interface of their own, found on the backend by type
-// assertion, so that a backend without sessions serves the one-shot tools
-// unchanged.
+// with a small interface of their own (SessionBackend, and the
+// wait_for_cell tool), found on the backend by type assertion, so that a
+// backend without sessions serves the one-shot tools unchanged.
 package mcp
 
 import (
@@ -121,7 +121,11 @@ policy, human approval, credits and an audit trail. run_code runs one
 program (python, node or shell) in a fresh sandbox and returns its stdout,
 stderr and exit status; nothing persists between calls. When a human must
 approve a call first, the result may say that approval is pending: call
-wait_for_approval with its execution_id to keep waiting for the decision.`
+wait_for_approval with its execution_id to keep waiting for the decision.
+create_session opens a session whose kernel keeps variables, imports and
+files from one run_cell to the next (figures come back as images); move
+files with upload_file, download_file and list_files, and end it with
+close_session.`
 
 // tool is one entry of the tool table: add registers it on s when the
 // backend b has what it needs.
@@ -134,6 +138,7 @@ type tool struct {
 var toolTable = []tool{
 	{"run_code", addRunCode},
 	{"wait_for_approval", addWaitForApproval},
+	{"create_session, run_cell, wait_for_cell, upload_file, download_file, list_files, close_session", addSessionTools},
 }
 
 // tools is the state the tool handlers share.
