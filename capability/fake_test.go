@@ -23,6 +23,8 @@ type fakeDriver struct {
 	holdDestroy chan struct{}
 	// down, when not nil, is what Health answers.
 	down error
+	// createErr, when not nil, is what Create answers.
+	createErr error
 	// echo makes each Exec pass the code on as output (OnOutput) before
 	// it holds.
 	echo bool
@@ -43,6 +45,9 @@ func (d *fakeDriver) Create(ctx context.Context, spec sandbox.Spec) (sandbox.San
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.specs = append(d.specs, spec)
+	if d.createErr != nil {
+		return nil, d.createErr
+	}
 	return fakeSandbox{hold: d.hold, holdDestroy: d.holdDestroy, echo: d.echo}, nil
 }
 

@@ -89,11 +89,11 @@ func (s *Service) run(ctx context.Context, e store.Execution, timeout time.Durat
 		OnStart: func(d string) error {
 			step, err := Transition(g, Start{Driver: d, At: s.opts.Now()})
 			if err != nil {
-				return err
+				return &startRefused{err}
 			}
 			ex, err := s.st.Apply(ctx, e.ID, *step.Write)
 			if err != nil {
-				return err
+				return &startRefused{err}
 			}
 			g, driver, started = GrantOf(ex, nil), d, time.Now()
 			s.hub.publish(e.ID, StreamEvent{Type: "started", Data: mustJSON(map[string]string{"execution_id": e.ID, "driver": d})})
@@ -127,7 +127,8 @@ func (s *Service) run(ctx context.Context, e store.Execution, timeout time.Durat
 			}{r, why})})
 		return
 	}
-	if err != nil && driver == "" && (c != nil || errdefs.IsConflict(err)) {
+	var refused *startRefused
+	if err != nil && driver == "" && (c != nil || errors.As(err, &refused)) {
 		// Cancelled before the code ran: the cancel ended it (its start was
 		// refused), or it ends now.
 		s.endUnstarted(e, c)
@@ -206,6 +207,14 @@ func cancellationOf(ctx context.Context) *Cancellation {
 	}
 	return nil
 }
+
+// startRefused is OnStart's refusal to record a start (a cancel, or
+// another transition, won): the code did not run. It is told apart from
+// a runner's own errors of any class, a driver's conflict included.
+type startRefused struct{ err error }
+
+func (e *startRefused) Error() string { return "recording the start: " + e.err.Error() }
+func (e *startRefused) Unwrap() error { return e.err }
 
 // endUnstarted ends an execution whose run stopped before its code ran
 // because it was cancelled (c, or nil when its start found it ended).

@@ -750,6 +750,30 @@ func TestCloseDuringARun(t *testing.T) {
 	}
 }
 
+// TestConflictBeforeTheStart checks that a runner's conflict before the
+// code started (a driver whose engine reports a name conflict) ends the
+// execution as a failed launch, its credits released, rather than being
+// taken for a refused start and left queued with its credits reserved.
+func TestConflictBeforeTheStart(t *testing.T) {
+	ctx := t.Context()
+	drv := &fakeDriver{name: "gvisor", tier: sandbox.TierGVisor, createErr: fmt.Errorf("container name in use: %w", errdefs.ErrConflict)}
+	env := newServiceEnv(t, nil, drv, noApprovalPolicy(), ServiceOptions{})
+	inv, err := env.svc.Invoke(ctx, env.agent, InvokeRequest{Runtime: "python", Code: "print(1)"}, InvokeOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ex, err := env.svc.Wait(ctx, env.agent, inv.Execution.ID, 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ex.Status != store.StatusLaunchFailed {
+		t.Errorf("execution: got %s, want %s", ex.Status, store.StatusLaunchFailed)
+	}
+	if c, err := env.st.GetCredits(ctx, env.ws.ID); err != nil || c.Available != 10 || c.Reserved != 0 {
+		t.Errorf("credits: got %+v, %v; want 10 available, none reserved", c, err)
+	}
+}
+
 // TestAuditWriterWithTheStoreDown checks that while the store is down only
 // the first event is tried again: the queue every sandbox shares keeps
 // moving, and Close does not wait out every event's retries.
