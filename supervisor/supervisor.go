@@ -40,8 +40,6 @@ package supervisor
 import (
 	"crypto/hmac"
 	"crypto/rand"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -197,9 +195,7 @@ func (m Meta) mac(key []byte) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	h := hmac.New(sha256.New, key)
-	h.Write(b)
-	return hex.EncodeToString(h.Sum(nil)), nil
+	return MAC(key, b), nil
 }
 
 // WriteMeta writes m, with its MAC under key, to dir's meta.json (0600),

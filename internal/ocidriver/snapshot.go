@@ -2,14 +2,19 @@ package ocidriver
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"io/fs"
 	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"time"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
@@ -28,12 +33,17 @@ import (
 // Stockade is tested on, so the runc driver is a plain Driver and declares
 // Snapshots false (driver/runc).
 //
-// A checkpoint directory holds what Restore trusts as its own: it is
-// created root-only (0700), as the runtime writes the sandbox's memory
-// into it with the files readable by anyone (0644).
+// A checkpoint directory is created root-only (0700), as the runtime
+// writes the sandbox's memory into it with the files readable by anyone
+// (0644). Restore trusts nothing in it that the driver did not write: it
+// refuses a directory that is a symbolic link, another user's, or open to
+// other users, and a record whose MAC under the shims' key
+// (supervisor.LoadKey) does not hold, the MAC covering a digest of the
+// image; and it builds the restored sandbox's OCI spec afresh from the
+// record (its image, limits and labels) with the current profile, so that
+// no spec, hook or mount comes from the directory.
 //
-//	dir/sandbox.json  the sandbox's record (snapshotRecord)
-//	dir/config.json   its bundle's OCI spec
+//	dir/sandbox.json  the sandbox's record (snapshotRecord), with its MAC
 //	dir/image/        the runtime's image of its processes and memory
 type Snapshotting struct {
 	*Driver
@@ -47,8 +57,8 @@ func NewSnapshotting(cfg Config) (*Snapshotting, error) {
 	case !cfg.Snapshots:
 		return nil, fmt.Errorf("ocidriver: NewSnapshotting needs Config.Snapshots: %w", errdefs.ErrInvalidArgument)
 	case cfg.UserNamespace:
-		// Restore reuses the saved spec, whose id mappings are the saved
-		// sandbox's lease of host ids, which ends with it.
+		// The restored sandbox's processes would keep the ids of the
+		// saved sandbox's lease of host ids, which ends with it.
 		return nil, fmt.Errorf("ocidriver: a Snapshotting driver gives no user namespaces: %w", errdefs.ErrInvalidArgument)
 	}
 	d, err := newDriver(cfg)
@@ -76,6 +86,76 @@ type snapshotRecord struct {
 	Hello  guest.Hello `json:"hello"`
 	LastID uint32      `json:"last_id"`
 	Saved  time.Time   `json:"saved"`
+	// Image is the saved sandbox's root filesystem, and ImageDigest the
+	// digest of the runtime's image (imageDigest).
+	Image       sandbox.Image `json:"image"`
+	ImageDigest string        `json:"image_digest"`
+	// MAC authenticates the rest under the shims' key.
+	MAC string `json:"mac"`
+}
+
+// maxSnapshotRecord bounds a sandbox.json.
+const maxSnapshotRecord = 1 << 20
+
+// seal sets r's MAC under key and returns r encoded.
+func (r snapshotRecord) seal(key []byte) ([]byte, error) {
+	r.MAC = ""
+	b, err := json.Marshal(r)
+	if err != nil {
+		return nil, err
+	}
+	r.MAC = supervisor.MAC(key, b)
+	return json.Marshal(r)
+}
+
+// verify reports whether r's MAC holds under key.
+func (r snapshotRecord) verify(key []byte) bool {
+	mac := r.MAC
+	r.MAC = ""
+	b, err := json.Marshal(r)
+	return err == nil && supervisor.CheckMAC(key, b, mac)
+}
+
+// imageDigest is the SHA-256 of the tree under dir: each entry's path,
+// type and size, and each regular file's content, in lexical order. A
+// symbolic link or any other kind of file is refused, as is a file not
+// owned by this process's user.
+func imageDigest(dir string) (string, error) {
+	h := sha256.New()
+	err := filepath.WalkDir(dir, func(p string, e fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(dir, p)
+		fi, err := e.Info()
+		if err != nil {
+			return err
+		}
+		st, ok := fi.Sys().(*syscall.Stat_t)
+		switch {
+		case !ok || int(st.Uid) != os.Geteuid():
+			return fmt.Errorf("%s is not owned by uid %d: %w", p, os.Geteuid(), errdefs.ErrFailedPrecondition)
+		case e.IsDir():
+			fmt.Fprintf(h, "d %q\n", rel)
+			return nil
+		case !e.Type().IsRegular():
+			return fmt.Errorf("%s is not a regular file or directory: %w", p, errdefs.ErrFailedPrecondition)
+		}
+		f, err := os.OpenFile(p, os.O_RDONLY|syscall.O_NOFOLLOW, 0)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		fmt.Fprintf(h, "f %q %d\n", rel, fi.Size())
+		if n, err := io.Copy(h, f); err != nil || n != fi.Size() {
+			return fmt.Errorf("reading %s: %d of %d bytes: %v: %w", p, n, fi.Size(), err, errdefs.ErrFailedPrecondition)
+		}
+		return nil
+	})
+	if err != nil {
+		return "", fmt.Errorf("digesting the checkpoint's image: %w", err)
+	}
+	return "sha256:" + hex.EncodeToString(h.Sum(nil)), nil
 }
 
 const (
@@ -142,22 +222,17 @@ func (d *Snapshotting) Checkpoint(ctx context.Context, sb sandbox.Sandbox, dir s
 			os.RemoveAll(dir)
 		}
 	}()
+	key, err := supervisor.LoadKey(d.shimRoot())
+	if err != nil {
+		return err
+	}
 	s.bindMu.Lock()
 	rec := snapshotRecord{
 		From: s.id, Driver: d.cfg.Name, Labels: maps.Clone(s.labels), Limits: s.Guest.Limits,
 		Network: s.network, Unbound: s.unbound, Hello: hello, LastID: lastID, Saved: time.Now().UTC(),
+		Image: sandbox.Image{Rootfs: spec.Root.Path},
 	}
 	s.bindMu.Unlock()
-	b, err := json.Marshal(rec)
-	if err != nil {
-		return err
-	}
-	if err := os.WriteFile(filepath.Join(dir, snapshotRecordFile), b, 0o600); err != nil {
-		return fmt.Errorf("checkpointing sandbox %s: %w", s.id, err)
-	}
-	if err := os.WriteFile(filepath.Join(dir, "config.json"), config, 0o600); err != nil {
-		return fmt.Errorf("checkpointing sandbox %s: %w", s.id, err)
-	}
 	image := filepath.Join(dir, snapshotImageDir)
 	if err := os.Mkdir(image, 0o700); err != nil {
 		return fmt.Errorf("checkpointing sandbox %s: %w", s.id, err)
@@ -167,6 +242,16 @@ func (d *Snapshotting) Checkpoint(ctx context.Context, sb sandbox.Sandbox, dir s
 	out, err := d.runtimeCmd(ctx, s.network, "checkpoint", "--image-path", image, s.id).CombinedOutput()
 	if err != nil {
 		return fmt.Errorf("checkpointing sandbox %s: %v: %s: %w", s.id, err, sandboxkit.OneLine(string(out)), errdefs.ErrUnavailable)
+	}
+	if rec.ImageDigest, err = imageDigest(image); err != nil {
+		return fmt.Errorf("checkpointing sandbox %s: %w", s.id, err)
+	}
+	b, err := rec.seal(key)
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(dir, snapshotRecordFile), b, 0o600); err != nil {
+		return fmt.Errorf("checkpointing sandbox %s: %w", s.id, err)
 	}
 	// What is saved stays when the clean-up fails: Restore can use it,
 	// and a later Destroy finishes the clean-up.
@@ -185,26 +270,9 @@ func (d *Snapshotting) Restore(ctx context.Context, dir string, labels map[strin
 	if len(d.cfg.Shim) == 0 {
 		return nil, fmt.Errorf("the %s driver has no shim to supervise a restored sandbox (ocidriver.Config.Shim): %w", d.cfg.Name, errdefs.ErrFailedPrecondition)
 	}
-	var rec snapshotRecord
-	b, err := os.ReadFile(filepath.Join(dir, snapshotRecordFile))
-	if err == nil {
-		err = json.Unmarshal(b, &rec)
-	}
-	switch {
-	case err != nil:
-		return nil, fmt.Errorf("restoring from %s: reading its record: %v: %w", dir, err, errdefs.ErrInvalidArgument)
-	case rec.Driver != d.cfg.Name:
-		return nil, fmt.Errorf("restoring from %s: it holds a sandbox of driver %q, not %q: %w", dir, rec.Driver, d.cfg.Name, errdefs.ErrInvalidArgument)
-	case rec.Limits.Check(sandbox.Limits{}) != nil || rec.Network != sandbox.NetworkNone:
-		return nil, fmt.Errorf("restoring from %s: its record does not hold: %w", dir, errdefs.ErrInvalidArgument)
-	}
-	var spec specs.Spec
-	b, err = os.ReadFile(filepath.Join(dir, "config.json"))
-	if err == nil {
-		err = json.Unmarshal(b, &spec)
-	}
-	if err != nil || spec.Linux == nil {
-		return nil, fmt.Errorf("restoring from %s: reading its OCI spec: %v: %w", dir, err, errdefs.ErrInvalidArgument)
+	rec, err := d.readSnapshot(dir)
+	if err != nil {
+		return nil, err
 	}
 	binary, lerr := exec.LookPath(d.cfg.Binary)
 	if lerr != nil {
@@ -232,20 +300,17 @@ func (d *Snapshotting) Restore(ctx context.Context, dir string, labels map[strin
 			_ = s.Destroy(context.WithoutCancel(ctx))
 		}
 	}()
-	// The same spec, as the new sandbox's: its cgroup and its labels.
-	spec.Linux.CgroupsPath = s.cg.Path
-	for k := range spec.Annotations {
-		if strings.HasPrefix(k, oci.LabelPrefix) {
-			delete(spec.Annotations, k)
-		}
+	// The spec is built afresh, as Create builds it: a checkpoint holds
+	// no spec, and the saved sandbox had neither data mounts nor network
+	// nor user namespace (Checkpoint and NewSnapshotting refuse them).
+	spec, err := oci.Build(oci.Options{
+		ID: id, Spec: sandbox.Spec{Image: rec.Image, Labels: all, Network: rec.Network}, Limits: rec.Limits,
+		GuestPath: d.cfg.GuestPath, CgroupsPath: s.cg.Path, Kernel: d.cfg.Kernel,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("restoring from %s: building OCI spec: %v: %w", dir, err, errdefs.ErrInvalidArgument)
 	}
-	if spec.Annotations == nil {
-		spec.Annotations = map[string]string{}
-	}
-	for k, v := range all {
-		spec.Annotations[oci.LabelPrefix+k] = v
-	}
-	if err := oci.WriteConfig(bundle, &spec); err != nil {
+	if err := oci.WriteConfig(bundle, spec); err != nil {
 		return nil, err
 	}
 	if err := s.cg.prepare(rec.Limits.Memory); err != nil {
@@ -275,4 +340,60 @@ func (d *Snapshotting) Restore(ctx context.Context, dir string, labels map[strin
 		return nil, fmt.Errorf("restoring sandbox %s from %s: %w", id, dir, err)
 	}
 	return s, nil
+}
+
+// readSnapshot reads and checks the record of the checkpoint in dir: dir
+// must be private to this process's user (supervisor.CheckPrivate), the
+// record's MAC must hold under the shims' key, and the image must be the
+// one the record's digest names.
+func (d *Snapshotting) readSnapshot(dir string) (snapshotRecord, error) {
+	var rec snapshotRecord
+	if !filepath.IsAbs(dir) {
+		return rec, fmt.Errorf("restoring from %q: the directory is not absolute: %w", dir, errdefs.ErrInvalidArgument)
+	}
+	if _, err := supervisor.CheckPrivate(dir, true); err != nil {
+		return rec, fmt.Errorf("restoring from %s: %w", dir, err)
+	}
+	key, err := supervisor.LoadKey(d.shimRoot())
+	if err != nil {
+		return rec, err
+	}
+	b, err := supervisor.ReadPrivate(filepath.Join(dir, snapshotRecordFile), maxSnapshotRecord)
+	if err == nil {
+		err = json.Unmarshal(b, &rec)
+	}
+	switch {
+	case err != nil:
+		return rec, fmt.Errorf("restoring from %s: reading its record: %v: %w", dir, err, errdefs.ErrInvalidArgument)
+	case !rec.verify(key):
+		return rec, fmt.Errorf("restoring from %s: its record was not written by this driver's key holder: %w", dir, errdefs.ErrInvalidArgument)
+	case rec.Driver != d.cfg.Name:
+		return rec, fmt.Errorf("restoring from %s: it holds a sandbox of driver %q, not %q: %w", dir, rec.Driver, d.cfg.Name, errdefs.ErrInvalidArgument)
+	case rec.Limits.Check(sandbox.Limits{}) != nil || rec.Network != sandbox.NetworkNone:
+		return rec, fmt.Errorf("restoring from %s: its record does not hold: %w", dir, errdefs.ErrInvalidArgument)
+	}
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return rec, fmt.Errorf("restoring from %s: %w", dir, err)
+	}
+	for _, e := range entries {
+		if e.Name() != snapshotRecordFile && e.Name() != snapshotImageDir {
+			// Nothing else is read, but a directory that holds more than
+			// Checkpoint wrote (an OCI spec of an older release, or of
+			// someone else) is not taken for a checkpoint.
+			return rec, fmt.Errorf("restoring from %s: it holds %s, which Checkpoint does not write: %w", dir, e.Name(), errdefs.ErrInvalidArgument)
+		}
+	}
+	image := filepath.Join(dir, snapshotImageDir)
+	if _, err := supervisor.CheckPrivate(image, true); err != nil {
+		return rec, fmt.Errorf("restoring from %s: %w", dir, err)
+	}
+	digest, err := imageDigest(image)
+	if err != nil {
+		return rec, fmt.Errorf("restoring from %s: %w", dir, err)
+	}
+	if digest != rec.ImageDigest {
+		return rec, fmt.Errorf("restoring from %s: its image is not the one saved (%s, recorded %s): %w", dir, digest, rec.ImageDigest, errdefs.ErrInvalidArgument)
+	}
+	return rec, nil
 }

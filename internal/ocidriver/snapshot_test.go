@@ -2,7 +2,9 @@ package ocidriver_test
 
 import (
 	"context"
+	"encoding/json"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -216,4 +218,173 @@ func TestRestoreUnbound(t *testing.T) {
 	if err != nil || len(res.Stdout) != 10 || !res.StdoutTruncated {
 		t.Errorf("the bound output cap of 10: got %+v, %v", res, err)
 	}
+}
+
+// TestRestoreRefusesAnUntrustedCheckpoint copies a real checkpoint and
+// changes one thing in each copy: Restore refuses each, and starts
+// nothing (no bundle, no shim, no hook of a spec planted in the copy).
+// The untouched checkpoint then restores.
+func TestRestoreRefusesAnUntrustedCheckpoint(t *testing.T) {
+	testenv.RequiresRoot(t)
+	testenv.RequiresBinary(t, "runsc")
+	state := t.TempDir()
+	d, err := gvisor.New(gvisor.Config{StateDir: state, GuestPath: testenv.Guest(t), Shim: testenv.Shim(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _, _ = d.Reap(context.Background(), nil) })
+	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
+	defer cancel()
+	sb, err := d.Create(ctx, sandbox.Spec{Image: testenv.Image(t, "shell")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := t.TempDir()
+	saved := filepath.Join(base, "saved")
+	if err := d.Checkpoint(ctx, sb, saved); err != nil {
+		t.Fatal(err)
+	}
+	marker := filepath.Join(base, "hook-ran")
+	copyOf := func(t *testing.T, name string) string {
+		dst := filepath.Join(base, name)
+		if out, err := exec.Command("cp", "-a", saved, dst).CombinedOutput(); err != nil {
+			t.Fatalf("copying the checkpoint: %v: %s", err, out)
+		}
+		return dst
+	}
+	editRecord := func(t *testing.T, dir string, edit func(map[string]any)) {
+		p := filepath.Join(dir, "sandbox.json")
+		b, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var rec map[string]any
+		if err := json.Unmarshal(b, &rec); err != nil {
+			t.Fatal(err)
+		}
+		edit(rec)
+		if b, err = json.Marshal(rec); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A spec whose prestart hook, run on the host, leaves the marker; and
+	// with a mount of the host's /etc.
+	spec := map[string]any{
+		"ociVersion": "1.0.2",
+		"process":    map[string]any{"args": []string{profile.GuestPath}, "cwd": "/"},
+		"root":       map[string]any{"path": testenv.Image(t, "shell").Rootfs, "readonly": true},
+		"mounts":     []map[string]any{{"destination": "/hostetc", "type": "bind", "source": "/etc", "options": []string{"rbind", "rw"}}},
+		"hooks":      map[string]any{"prestart": []map[string]any{{"path": "/bin/sh", "args": []string{"sh", "-c", "touch " + marker}}}},
+		"linux":      map[string]any{"namespaces": []map[string]any{{"type": "mount"}}},
+	}
+	for _, tt := range []struct {
+		name   string
+		tamper func(t *testing.T) string
+	}{
+		{"a record with raised limits", func(t *testing.T) string {
+			dir := copyOf(t, "limits")
+			editRecord(t, dir, func(rec map[string]any) {
+				rec["limits"].(map[string]any)["memory"] = float64(8 << 30)
+			})
+			return dir
+		}},
+		{"a record naming another root", func(t *testing.T) string {
+			dir := copyOf(t, "root")
+			editRecord(t, dir, func(rec map[string]any) { rec["image"] = map[string]any{"Rootfs": "/"} })
+			return dir
+		}},
+		{"a changed image", func(t *testing.T) string {
+			dir := copyOf(t, "image")
+			entries, err := os.ReadDir(filepath.Join(dir, "image"))
+			if err != nil || len(entries) == 0 {
+				t.Fatalf("the image: got %v, %v", entries, err)
+			}
+			f, err := os.OpenFile(filepath.Join(dir, "image", entries[0].Name()), os.O_WRONLY|os.O_APPEND, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer f.Close()
+			if _, err := f.Write([]byte{0}); err != nil {
+				t.Fatal(err)
+			}
+			return dir
+		}},
+		{"a planted config.json with a hook and a mount", func(t *testing.T) string {
+			dir := copyOf(t, "config")
+			b, _ := json.Marshal(spec)
+			if err := os.WriteFile(filepath.Join(dir, "config.json"), b, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			return dir
+		}},
+		{"a directory of mode 0755", func(t *testing.T) string {
+			dir := copyOf(t, "open")
+			if err := os.Chmod(dir, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			return dir
+		}},
+		{"a directory owned by nobody", func(t *testing.T) string {
+			dir := copyOf(t, "foreign")
+			if err := os.Chown(dir, 65534, 65534); err != nil {
+				t.Fatal(err)
+			}
+			return dir
+		}},
+		{"a record owned by nobody", func(t *testing.T) string {
+			dir := copyOf(t, "foreign-record")
+			if err := os.Chown(filepath.Join(dir, "sandbox.json"), 65534, 65534); err != nil {
+				t.Fatal(err)
+			}
+			return dir
+		}},
+		{"a symbolic link to a checkpoint", func(t *testing.T) string {
+			dir := filepath.Join(base, "link")
+			if err := os.Symlink(copyOf(t, "target"), dir); err != nil {
+				t.Fatal(err)
+			}
+			return dir
+		}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			dir := tt.tamper(t)
+			before := leftEntries(t, state)
+			restored, err := d.Restore(ctx, dir, nil)
+			if err == nil {
+				restored.Destroy(context.WithoutCancel(ctx))
+				t.Fatalf("Restore: got a sandbox, want refused")
+			}
+			if after := leftEntries(t, state); after != before {
+				t.Errorf("after the refusal, the state holds %s, want %s as before", after, before)
+			}
+			if _, err := os.Stat(marker); err == nil {
+				t.Errorf("the planted spec's hook ran on the host")
+			}
+		})
+	}
+	restored, err := d.Restore(ctx, saved, nil)
+	if err != nil {
+		t.Fatalf("Restore of the untouched checkpoint: %v", err)
+	}
+	if err := restored.Destroy(ctx); err != nil {
+		t.Error(err)
+	}
+}
+
+// leftEntries names the bundles and shim directories under state.
+func leftEntries(t *testing.T, state string) string {
+	t.Helper()
+	var names []string
+	for _, sub := range []string{"bundles", "shims"} {
+		entries, _ := os.ReadDir(filepath.Join(state, sub))
+		for _, e := range entries {
+			if e.IsDir() {
+				names = append(names, sub+"/"+e.Name())
+			}
+		}
+	}
+	return "[" + strings.Join(names, " ") + "]"
 }
