@@ -4,6 +4,7 @@ import (
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -54,6 +55,9 @@ func checkPrivateInfo(p string, fi os.FileInfo, dir bool) error {
 // symbolic link, and checks the file it opened as CheckPrivate does.
 func OpenPrivate(p string) (*os.File, error) {
 	f, err := os.OpenFile(p, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
+	if errors.Is(err, syscall.ELOOP) {
+		return nil, fmt.Errorf("%s is a symbolic link, not a regular file: %w", p, errdefs.ErrFailedPrecondition)
+	}
 	if err != nil {
 		return nil, err
 	}

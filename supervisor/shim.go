@@ -57,9 +57,9 @@ func Main(ctx context.Context, args []string) int {
 // runtime, reports on ready (which may be nil) and relays until the
 // runtime exits.
 func Serve(ctx context.Context, dir string, ready *os.File) error {
-	key, err := os.ReadFile(filepath.Join(filepath.Dir(dir), KeyFile))
+	key, err := readKey(filepath.Dir(dir))
 	if err != nil {
-		return fmt.Errorf("reading the shims' key: %w", err)
+		return err
 	}
 	m, err := ReadMeta(dir, key)
 	if err != nil {

@@ -27,7 +27,9 @@
 //
 // The directories of a driver's shims share a parent that holds the key
 // of the MACs (LoadKey): a record the key's holder did not write is not
-// its own.
+// its own. The parent, the key, each shim's directory and its record must
+// be the user's of the process that reads them, closed to others and no
+// symbolic links (CheckPrivate), or they are refused.
 //
 //	key, err := supervisor.LoadKey(root)
 //	err = supervisor.WriteMeta(dir, key, supervisor.Meta{ID: id, Argv: runtimeArgv, ...})
@@ -46,6 +48,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"syscall"
 	"time"
 
 	"github.com/stockade-sh/stockade/errdefs"
@@ -149,21 +152,18 @@ const (
 )
 
 // LoadKey returns the key of the MACs of the shims under root, creating
-// root (0700) and the key (0600, random) when they do not exist.
+// root (0700) and the key (0600, random) when they do not exist. Root and
+// the key must be this process's user's, closed to others and not
+// symbolic links (CheckPrivate): whoever made either first could forge
+// the records whose commands the shims run.
 func LoadKey(root string) ([]byte, error) {
 	if err := os.MkdirAll(root, 0o700); err != nil {
 		return nil, fmt.Errorf("creating the shims' directory: %w", err)
 	}
 	p := filepath.Join(root, KeyFile)
-	key, err := os.ReadFile(p)
-	if err == nil && len(key) == 32 {
-		return key, nil
-	}
-	if err != nil && !errors.Is(err, os.ErrNotExist) {
-		return nil, fmt.Errorf("reading the shims' key: %w", err)
-	}
-	if err == nil {
-		return nil, fmt.Errorf("the shims' key %s is %d bytes, not 32; remove it to make a new one (the shims it signed are then destroyed as not ours): %w", p, len(key), errdefs.ErrFailedPrecondition)
+	key, err := readKey(root)
+	if err == nil || !errors.Is(err, os.ErrNotExist) {
+		return key, err
 	}
 	key = make([]byte, 32)
 	if _, err := rand.Read(key); err != nil {
@@ -171,9 +171,9 @@ func LoadKey(root string) ([]byte, error) {
 	}
 	// Create-exclusive: of two processes making the key at once, one
 	// wins and the other reads its key.
-	f, err := os.OpenFile(p, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	f, err := os.OpenFile(p, os.O_WRONLY|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW, 0o600)
 	if errors.Is(err, os.ErrExist) {
-		return LoadKey(root)
+		return readKey(root)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("creating the shims' key: %w", err)
@@ -184,6 +184,25 @@ func LoadKey(root string) ([]byte, error) {
 	}
 	if err := f.Close(); err != nil {
 		return nil, fmt.Errorf("writing the shims' key: %w", err)
+	}
+	return key, nil
+}
+
+// readKey reads the key of the shims under root, which must exist: root
+// and the key are checked as LoadKey says.
+func readKey(root string) ([]byte, error) {
+	if _, err := CheckPrivate(root, true); err != nil {
+		return nil, fmt.Errorf("checking the shims' directory: %w", err)
+	}
+	p := filepath.Join(root, KeyFile)
+	key, err := ReadPrivate(p, 64)
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		return nil, err
+	case err != nil:
+		return nil, fmt.Errorf("reading the shims' key: %w", err)
+	case len(key) != 32:
+		return nil, fmt.Errorf("the shims' key %s is %d bytes, not 32; remove it to make a new one (the shims it signed are then destroyed as not ours): %w", p, len(key), errdefs.ErrFailedPrecondition)
 	}
 	return key, nil
 }
@@ -219,6 +238,9 @@ func WriteMeta(dir string, key []byte, m Meta) error {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return fmt.Errorf("creating the shim's directory: %w", err)
 	}
+	if _, err := CheckPrivate(dir, true); err != nil {
+		return fmt.Errorf("checking the shim's directory: %w", err)
+	}
 	tmp := filepath.Join(dir, MetaFile+".tmp")
 	if err := os.WriteFile(tmp, b, 0o600); err != nil {
 		return fmt.Errorf("writing the shim's record: %w", err)
@@ -234,9 +256,20 @@ func WriteMeta(dir string, key []byte, m Meta) error {
 var ErrNotOurs = errors.New("the shim's record was not written by this key's holder")
 
 // ReadMeta reads dir's meta.json and checks its MAC under key and that it
-// names the directory's sandbox; a record that fails either is ErrNotOurs.
+// names the directory's sandbox; a record that fails either is ErrNotOurs,
+// as is one in a directory, or a record file, that is not this process's
+// user's alone (CheckPrivate).
 func ReadMeta(dir string, key []byte) (Meta, error) {
-	b, err := readBounded(filepath.Join(dir, MetaFile), maxMeta)
+	if _, err := CheckPrivate(dir, true); err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return Meta{}, fmt.Errorf("reading the shim's record: %w", err)
+		}
+		return Meta{}, fmt.Errorf("shim %s: %w: %w", dir, err, ErrNotOurs)
+	}
+	b, err := ReadPrivate(filepath.Join(dir, MetaFile), maxMeta)
+	if errdefs.IsFailedPrecondition(err) {
+		return Meta{}, fmt.Errorf("shim %s: %w: %w", dir, err, ErrNotOurs)
+	}
 	if err != nil {
 		return Meta{}, fmt.Errorf("reading the shim's record: %w", err)
 	}

@@ -426,3 +426,80 @@ func TestShimNeedsAbsoluteDir(t *testing.T) {
 		t.Errorf("got %q, %v; want a refusal", out, err)
 	}
 }
+
+// TestPrivateState checks that a shims' root, key, shim directory or
+// record that another user made, could change, or reaches through a
+// symbolic link is refused by LoadKey, ReadMeta, WriteMeta and the shim
+// itself (Serve, through Launch).
+func TestPrivateState(t *testing.T) {
+	testenv.RequiresRoot(t)
+	const nobody = 65534
+	// setup returns a good root with a key and one shim's record.
+	setup := func(t *testing.T) (root, dir string, key []byte) {
+		root, key = testRoot(t)
+		dir = filepath.Join(root, "sbx")
+		if err := WriteMeta(dir, key, guestMeta(t, "sbx")); err != nil {
+			t.Fatal(err)
+		}
+		return root, dir, key
+	}
+	chmod := func(mode os.FileMode) func(string) error { return func(p string) error { return os.Chmod(p, mode) } }
+	chown := func(p string) error { return os.Lchown(p, nobody, nobody) }
+	// symlink moves p aside and links p to it.
+	symlink := func(p string) error {
+		if err := os.Rename(p, p+".real"); err != nil {
+			return err
+		}
+		return os.Symlink(p+".real", p)
+	}
+	for _, tt := range []struct {
+		name   string
+		target func(root, dir string) string
+		change func(string) error
+		check  string // "key": LoadKey; "meta": ReadMeta and WriteMeta; "shim": Launch
+	}{
+		{"a root of mode 0777", func(root, _ string) string { return root }, chmod(0o777), "key"},
+		{"a root owned by nobody", func(root, _ string) string { return root }, chown, "key"},
+		{"a root that is a symbolic link", func(root, _ string) string { return root }, symlink, "key"},
+		{"a key of mode 0666", func(root, _ string) string { return filepath.Join(root, KeyFile) }, chmod(0o666), "key"},
+		{"a key owned by nobody", func(root, _ string) string { return filepath.Join(root, KeyFile) }, chown, "key"},
+		{"a key that is a symbolic link", func(root, _ string) string { return filepath.Join(root, KeyFile) }, symlink, "key"},
+		{"a shim directory of mode 0755", func(_, dir string) string { return dir }, chmod(0o755), "meta"},
+		{"a shim directory owned by nobody", func(_, dir string) string { return dir }, chown, "meta"},
+		{"a shim directory that is a symbolic link", func(_, dir string) string { return dir }, symlink, "meta"},
+		{"a record owned by nobody", func(_, dir string) string { return filepath.Join(dir, MetaFile) }, chown, "meta"},
+		{"a record of mode 0644", func(_, dir string) string { return filepath.Join(dir, MetaFile) }, chmod(0o644), "meta"},
+		{"a shim under a root of mode 0777", func(root, _ string) string { return root }, chmod(0o777), "shim"},
+		{"a shim with a key owned by nobody", func(root, _ string) string { return filepath.Join(root, KeyFile) }, chown, "shim"},
+		{"a shim of a directory of mode 0755", func(_, dir string) string { return dir }, chmod(0o755), "shim"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			root, dir, key := setup(t)
+			if err := tt.change(tt.target(root, dir)); err != nil {
+				t.Fatal(err)
+			}
+			switch tt.check {
+			case "key":
+				if k, err := LoadKey(root); !errdefs.IsFailedPrecondition(err) {
+					t.Errorf("LoadKey: got %x, %v; want ErrFailedPrecondition", k, err)
+				}
+			case "meta":
+				if m, err := ReadMeta(dir, key); !errors.Is(err, ErrNotOurs) {
+					t.Errorf("ReadMeta: got %+v, %v; want ErrNotOurs", m, err)
+				}
+				if err := WriteMeta(dir, key, guestMeta(t, "sbx")); err == nil && !strings.Contains(tt.name, "record") {
+					t.Errorf("WriteMeta: got nil, want refused")
+				}
+			case "shim":
+				err := Launch(ctxOf(t), shimCommand(t), dir)
+				if err == nil {
+					_ = KillShim(context.Background(), dir)
+					t.Fatalf("Launch: got a shim, want refused")
+				}
+				if _, running := Running(dir); running {
+					t.Errorf("a shim runs after the refusal")
+				}
+			}
+		})
+	}
+}
