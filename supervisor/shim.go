@@ -35,7 +35,7 @@ const maxLog = 64 << 10
 // DIR until its runtime exits, and returns the process's exit status.
 // When ctx ends (the shim is sent SIGTERM) it kills the runtime first.
 func Main(ctx context.Context, args []string) int {
-	ready := os.NewFile(readyFD, "ready")
+	ready := readyPipe()
 	fail := func(err error) int {
 		if ready != nil {
 			fmt.Fprintf(ready, "%v\n", err)
@@ -51,6 +51,21 @@ func Main(ctx context.Context, args []string) int {
 		return fail(err)
 	}
 	return 0
+}
+
+// readyPipe returns the pipe Launch passes as readyFD, or nil when that
+// descriptor is not a pipe (the shim run by hand, whose fd 3 may be open
+// on anything, which the shim then neither writes nor closes). The
+// descriptor is marked close-on-exec first of all, so that the runtime
+// and its processes never inherit it: a process holding it would keep
+// Launch from seeing the shim's end.
+func readyPipe() *os.File {
+	syscall.CloseOnExec(readyFD)
+	var st syscall.Stat_t
+	if err := syscall.Fstat(readyFD, &st); err != nil || st.Mode&syscall.S_IFMT != syscall.S_IFIFO {
+		return nil
+	}
+	return os.NewFile(readyFD, "ready")
 }
 
 // Serve runs the shim of dir: it reads and checks the record, starts the

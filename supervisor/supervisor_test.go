@@ -503,3 +503,50 @@ func TestPrivateState(t *testing.T) {
 		})
 	}
 }
+
+// TestReadyPipe checks that the runtime does not inherit the shim's ready
+// pipe, and that a shim run by hand with fd 3 open on something that is
+// not a pipe neither writes to it nor closes it.
+func TestReadyPipe(t *testing.T) {
+	t.Run("the runtime does not inherit it", func(t *testing.T) {
+		root, key := testRoot(t)
+		out := filepath.Join(t.TempDir(), "fd3")
+		m := Meta{ID: "ready", Driver: "test", Created: time.Now().UTC(), Argv: []string{"/bin/sh", "-c",
+			`if [ -e /proc/$$/fd/3 ]; then echo inherited > ` + out + `; else echo closed > ` + out + `; fi; exec /bin/sleep 30`}}
+		launch(t, root, key, m)
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			b, err := os.ReadFile(out)
+			if err == nil && len(b) > 0 {
+				if got := strings.TrimSpace(string(b)); got != "closed" {
+					t.Errorf("the runtime's fd 3: got %s, want closed", got)
+				}
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("the runtime wrote nothing to %s", out)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	})
+	t.Run("a shim run by hand leaves another fd 3 alone", func(t *testing.T) {
+		f, err := os.Create(filepath.Join(t.TempDir(), "unrelated"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		exe, _ := os.Executable()
+		cmd := exec.Command(exe, shimMode, "relative")
+		cmd.ExtraFiles = []*os.File{f}
+		if out, err := cmd.CombinedOutput(); err == nil || !strings.Contains(string(out), "absolute") {
+			t.Fatalf("got %q, %v; want a refusal", out, err)
+		}
+		fi, err := f.Stat()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if fi.Size() != 0 {
+			t.Errorf("the file on fd 3: got %d bytes, want it untouched", fi.Size())
+		}
+	})
+}
