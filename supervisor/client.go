@@ -201,7 +201,9 @@ func peerCred(conn *net.UnixConn) (*unix.Ucred, error) {
 }
 
 // Running reports whether dir's shim process still runs: its pid file
-// names a live process whose command line names dir.
+// names a live process whose command line's last argument is dir (as
+// Launch starts it), exactly: a pid reused by the shim of another
+// directory, whose name dir's may begin, is not dir's.
 func Running(dir string) (pid int, ok bool) {
 	b, err := readBounded(filepath.Join(dir, PIDFile), 32)
 	if err != nil {
@@ -212,7 +214,8 @@ func Running(dir string) (pid int, ok bool) {
 		return 0, false
 	}
 	cmdline, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "cmdline"))
-	if err != nil || !strings.Contains(string(cmdline), dir) {
+	args := strings.Split(strings.TrimSuffix(string(cmdline), "\x00"), "\x00")
+	if err != nil || args[len(args)-1] != dir {
 		return pid, false
 	}
 	return pid, true

@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -549,4 +550,32 @@ func TestReadyPipe(t *testing.T) {
 			t.Errorf("the file on fd 3: got %d bytes, want it untouched", fi.Size())
 		}
 	})
+}
+
+// TestRunningMatchesTheWholeDir checks that a pid file naming the shim of
+// another directory, whose name begins with this one's, is not this
+// directory's shim: KillShim leaves that shim alone.
+func TestRunningMatchesTheWholeDir(t *testing.T) {
+	root, key := testRoot(t)
+	other := launch(t, root, key, guestMeta(t, "sbx-abc"))
+	pid, ok := Running(other)
+	if !ok {
+		t.Fatalf("the shim of %s: got not running, want running", other)
+	}
+	dir := filepath.Join(root, "sbx-ab")
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, PIDFile), []byte(strconv.Itoa(pid)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := Running(dir); ok {
+		t.Errorf("Running(%s) with the pid of %s's shim: got true, want false", dir, other)
+	}
+	if err := KillShim(ctxOf(t), dir); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := Running(other); !ok {
+		t.Errorf("after KillShim(%s), the shim of %s: got gone, want running", dir, other)
+	}
 }
