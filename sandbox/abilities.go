@@ -225,8 +225,10 @@ type Reattacher interface {
 	// returns those that are alive and that it can prove are its own
 	// (records it wrote, whose labels contain all of match, and whose
 	// supervisor answers for the sandbox they name), connected again with
-	// their kernels; every other one it destroys. The caller must Destroy
-	// what it returns.
+	// their kernels. It destroys those it proves are not its own or are
+	// dead; one whose supervisor lives but does not answer, or that it
+	// had not reached when ctx ended, it keeps and names in the error. The
+	// caller must Destroy what it returns.
 	Reattach(ctx context.Context, match map[string]string) ([]Sandbox, error)
 }
 

@@ -159,8 +159,13 @@ func (s *sbx) stopShim(ctx context.Context) {
 // bundle), whose labels carry match, whose shim runs and answers for it
 // (the socket's peer is the shim the record's directory names) and whose
 // guest greets and answers a ping is returned, connected, with its
-// kernels; every other one is destroyed. An exec a dead client left
-// running is cancelled.
+// kernels. One proven not ours (ErrNotOurs: a record it did not write, of
+// another driver or bundle, without match's labels, or a socket its shim
+// does not serve) or dead (its shim is gone) is destroyed. One whose shim
+// runs but does not answer in time is kept and named in the error: it
+// may be slow, not lost, and a later Reattach tries it again. When ctx
+// ends, Reattach stops and keeps the sandboxes it has not proven. An
+// exec a dead client left running is cancelled.
 func (d *Driver) Reattach(ctx context.Context, match map[string]string) ([]sandbox.Sandbox, error) {
 	ids, err := supervisor.List(d.shimRoot())
 	if err != nil || len(ids) == 0 {
@@ -179,6 +184,14 @@ func (d *Driver) Reattach(ctx context.Context, match map[string]string) ([]sandb
 			out = append(out, sb)
 			continue
 		}
+		if ctx.Err() != nil {
+			errs = append(errs, fmt.Errorf("reattaching sandbox %s: %w; it and the sandboxes after it are kept", id, ctx.Err()))
+			break
+		}
+		if _, running := supervisor.Running(d.shimDir(id)); running && !errors.Is(err, supervisor.ErrNotOurs) {
+			errs = append(errs, fmt.Errorf("keeping sandbox %s, whose shim runs but did not answer (a later Reattach tries it again): %w", id, err))
+			continue
+		}
 		if err := d.destroyUnproven(ctx, id); err != nil {
 			errs = append(errs, err)
 		}
@@ -186,10 +199,14 @@ func (d *Driver) Reattach(ctx context.Context, match map[string]string) ([]sandb
 	return out, errors.Join(errs...)
 }
 
+// reattachTimeout bounds the handshake and ping of one sandbox that
+// Reattach tries.
+var reattachTimeout = 30 * time.Second
+
 // reattach proves sandbox id this driver's and connects to it.
 func (d *Driver) reattach(ctx context.Context, id string, key []byte, match map[string]string) (_ *sbx, err error) {
 	if err := sandbox.CheckID(id); err != nil {
-		return nil, err
+		return nil, fmt.Errorf("%w: %w", err, supervisor.ErrNotOurs)
 	}
 	dir := d.shimDir(id)
 	m, err := supervisor.ReadMeta(dir, key)
@@ -214,7 +231,7 @@ func (d *Driver) reattach(ctx context.Context, id string, key []byte, match map[
 	s := d.newSbx(id, rec.Limits)
 	s.network, s.labels, s.unbound = rec.Network, m.Labels, m.Unbound
 	s.shim = &shimState{binary: m.Argv[0]}
-	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	ctx, cancel := context.WithTimeout(ctx, reattachTimeout)
 	defer cancel()
 	defer func() {
 		if err != nil && s.shim.conn != nil {

@@ -403,3 +403,93 @@ func TestBindDetached(t *testing.T) {
 		})
 	}
 }
+
+// TestReattachKeepsWhatItCannotDisprove checks that Reattach destroys no
+// sandbox of its own only because it could not reach it: with a
+// cancelled ctx it keeps every one, and a sandbox whose shim lives but
+// does not answer (stopped) is kept and named in the error while the
+// others are re-attached; once the shim answers again, a later Reattach
+// returns it.
+func TestReattachKeepsWhatItCannotDisprove(t *testing.T) {
+	testenv.RequiresRoot(t)
+	testenv.RequiresBinary(t, "runc")
+	drv := detachedDrivers[0]
+	state := t.TempDir()
+	d, err := drv.build(t, state)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _, _ = d.Reap(context.Background(), nil) })
+	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
+	defer cancel()
+	mine := map[string]string{"owner": "me"}
+	var ids []string
+	for range 2 {
+		sb, err := d.Create(ctx, sandbox.Spec{Image: testenv.Image(t, "shell"), Detached: true, Labels: mine})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, sb.ID())
+	}
+	slices.Sort(ids)
+	alive := func(t *testing.T, id string) {
+		t.Helper()
+		if _, running := supervisor.Running(filepath.Join(state, "shims", id)); !running {
+			t.Errorf("sandbox %s: its shim is gone, want it kept", id)
+		}
+	}
+
+	t.Run("a cancelled ctx", func(t *testing.T) {
+		restarted, err := drv.build(t, state)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cctx, ccancel := context.WithCancel(ctx)
+		ccancel()
+		got, err := restarted.Reattach(cctx, mine)
+		if err == nil || len(got) != 0 {
+			t.Errorf("Reattach: got %v, %v; want nothing and the ctx's error", got, err)
+		}
+		for _, id := range ids {
+			alive(t, id)
+		}
+	})
+
+	t.Run("a shim that does not answer", func(t *testing.T) {
+		ocidriver.SetReattachTimeout(t, 2*time.Second)
+		stuck := ids[0]
+		pid, running := supervisor.Running(filepath.Join(state, "shims", stuck))
+		if !running {
+			t.Fatalf("the shim of %s is not running", stuck)
+		}
+		if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+			t.Fatal(err)
+		}
+		restarted, err := drv.build(t, state)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := restarted.Reattach(ctx, mine)
+		_ = syscall.Kill(pid, syscall.SIGCONT)
+		if err == nil || !strings.Contains(err.Error(), stuck) {
+			t.Errorf("Reattach's error: got %v, want one naming %s", err, stuck)
+		}
+		if len(got) != 1 || got[0].ID() != ids[1] {
+			t.Fatalf("Reattach: got %v, want only %s", got, ids[1])
+		}
+		alive(t, stuck)
+		again, err := drv.build(t, state)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err = again.Reattach(ctx, mine)
+		if err != nil || len(got) != 2 {
+			t.Fatalf("Reattach once the shim answers: got %v, %v; want both", got, err)
+		}
+		for _, sb := range got {
+			if err := sb.Destroy(ctx); err != nil {
+				t.Error(err)
+			}
+		}
+	})
+}
