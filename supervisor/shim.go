@@ -31,6 +31,10 @@ var clientWriteTimeout = 30 * time.Second
 // maxLog bounds shim.log.
 const maxLog = 64 << 10
 
+// runtimeWaitDelay is how long the shim still copies the runtime's stderr
+// after the runtime exited.
+const runtimeWaitDelay = time.Second
+
 // Main is `stockade shim DIR`: it serves the sandbox whose record is in
 // DIR until its runtime exits, and returns the process's exit status.
 // When ctx ends (the shim is sent SIGTERM) it kills the runtime first.
@@ -124,6 +128,11 @@ func Serve(ctx context.Context, dir string, ready *os.File) error {
 		cmd.Env = []string{}
 	}
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = inR, outW, logw
+	// The runtime's stderr is copied into the bounded log through a pipe
+	// that any process it started may hold open after it exits: Wait
+	// stops copying runtimeWaitDelay after the exit, so that the exit is
+	// recorded and the shim ends.
+	cmd.WaitDelay = runtimeWaitDelay
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("starting %s: %w", m.Argv[0], err)
 	}

@@ -579,3 +579,35 @@ func TestRunningMatchesTheWholeDir(t *testing.T) {
 		t.Errorf("after KillShim(%s), the shim of %s: got gone, want running", dir, other)
 	}
 }
+
+// TestExitWithStderrHeld checks that the shim records its runtime's exit
+// while a process the runtime left holds the runtime's stderr.
+func TestExitWithStderrHeld(t *testing.T) {
+	root, key := testRoot(t)
+	bg := filepath.Join(t.TempDir(), "bg")
+	m := Meta{ID: "held", Driver: "test", Created: time.Now().UTC(), Argv: []string{"/bin/sh", "-c",
+		`/bin/sleep 60 & echo $! > ` + bg + `; exec /bin/sleep 1`}}
+	dir := launch(t, root, key, m)
+	t.Cleanup(func() {
+		if b, err := os.ReadFile(bg); err == nil {
+			if pid, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil {
+				_ = syscall.Kill(pid, syscall.SIGKILL)
+			}
+		}
+	})
+	// The runtime exits after 1 s; the process holding its stderr lives
+	// for 60.
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		if x, ok := ReadExit(dir); ok {
+			if x.ExitCode != 0 {
+				t.Errorf("the runtime's exit: got %+v, want code 0", x)
+			}
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no %s 15 s after a runtime that exits after 1 s", ExitFile)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
