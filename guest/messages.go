@@ -318,12 +318,15 @@ type KernelExit struct {
 // Validate checks a KernelExit read from an untrusted guest.
 func (k *KernelExit) Validate() error { return validateStatus(k.ExitCode, k.Signal) }
 
-// Pong answers a ping: the guest's version, its live kernels and the id of
-// the exec that runs (0 if none).
+// Pong answers a ping: the guest's version, its live kernels, the id of
+// the exec that runs (0 if none) and the ids of the cells that run (a
+// client reached again cancels those an earlier client left, which
+// FrameCancel of the cell's id interrupts).
 type Pong struct {
 	Version int      `json:"version"`
 	Kernels []uint32 `json:"kernels"`
 	Exec    uint32   `json:"exec"`
+	Cells   []uint32 `json:"cells,omitempty"`
 }
 
 // Validate checks a Pong read from an untrusted guest.
@@ -334,6 +337,14 @@ func (p *Pong) Validate() error {
 	for _, id := range p.Kernels {
 		if id == 0 {
 			return fmt.Errorf("pong with kernel id 0: %w", ErrProtocol)
+		}
+	}
+	if len(p.Cells) > len(p.Kernels) {
+		return fmt.Errorf("pong with %d cells for %d kernels: %w", len(p.Cells), len(p.Kernels), ErrProtocol)
+	}
+	for _, id := range p.Cells {
+		if id == 0 {
+			return fmt.Errorf("pong with cell id 0: %w", ErrProtocol)
 		}
 	}
 	return nil

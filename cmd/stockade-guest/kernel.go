@@ -109,12 +109,6 @@ type cellRun struct {
 	sent  [2]int64 // stdout, stderr
 }
 
-func (k *kernel) isReady() bool {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	return k.ready && !k.dead
-}
-
 // startKernel starts a kernel; FrameStarted follows once it is ready, or
 // FrameError when it ends first.
 func (a *agent) startKernel(f guest.Frame) {

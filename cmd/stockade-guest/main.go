@@ -266,9 +266,14 @@ func (a *agent) pong(id uint32) {
 		p.Exec = a.exec.id
 	}
 	for kid, k := range a.kernels {
-		if k.isReady() {
+		k.mu.Lock()
+		if k.ready && !k.dead {
 			p.Kernels = append(p.Kernels, kid)
+			if k.cell != nil {
+				p.Cells = append(p.Cells, k.cell.id)
+			}
 		}
+		k.mu.Unlock()
 	}
 	a.mu.Unlock()
 	a.sendJSON(guest.FrameResult, id, p)

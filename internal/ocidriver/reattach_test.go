@@ -493,3 +493,61 @@ func TestReattachKeepsWhatItCannotDisprove(t *testing.T) {
 		}
 	})
 }
+
+// TestReattachInterruptsAnOrphanedCell leaves a cell running in a detached
+// sandbox's kernel when its client goes (another driver value re-attaches
+// the sandbox, which replaces the connection): Reattach interrupts the
+// cell, and the adopted kernel runs the next one.
+func TestReattachInterruptsAnOrphanedCell(t *testing.T) {
+	testenv.RequiresRoot(t)
+	testenv.RequiresBinary(t, "runc")
+	drv := detachedDrivers[0]
+	state := t.TempDir()
+	d, err := drv.build(t, state)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _, _ = d.Reap(context.Background(), nil) })
+	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
+	defer cancel()
+	mine := map[string]string{"owner": "me"}
+	sb, err := d.Create(ctx, sandbox.Spec{Image: testenv.Image(t, "shell"), Detached: true, Labels: mine})
+	if err != nil {
+		t.Fatal(err)
+	}
+	k, err := sb.(sandbox.Kernels).StartKernel(ctx, sandbox.KernelSpec{Argv: []string{profile.GuestPath, "stockade-kernel-test"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := k.Run(ctx, sandbox.Cell{Code: "set kept 1"}); err != nil {
+		t.Fatal(err)
+	}
+	started := make(chan struct{})
+	var once sync.Once
+	go func() {
+		_, _ = k.Run(ctx, sandbox.Cell{Code: "print started\nsleep 1000", OnOutput: func(sandbox.Stream, []byte) {
+			once.Do(func() { close(started) })
+		}})
+	}()
+	select {
+	case <-started:
+	case <-ctx.Done():
+		t.Fatal("the cell did not start")
+	}
+	restarted, err := drv.build(t, state)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := restarted.Reattach(ctx, mine)
+	if err != nil || len(got) != 1 {
+		t.Fatalf("Reattach: got %v, %v; want the sandbox", got, err)
+	}
+	defer got[0].Destroy(context.WithoutCancel(ctx))
+	kernels, err := got[0].(sandbox.Kernels).ListKernels(ctx)
+	if err != nil || len(kernels) != 1 {
+		t.Fatalf("the re-attached sandbox's kernels: got %v, %v; want one", kernels, err)
+	}
+	if res, err := kernels[0].Run(ctx, sandbox.Cell{Code: "get kept"}); err != nil || string(res.Stdout) != "1\n" {
+		t.Errorf("a cell of the adopted kernel: got %+v, %v; want 1", res, err)
+	}
+}

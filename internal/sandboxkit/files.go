@@ -22,17 +22,25 @@ import (
 
 var _ sandbox.Files = (*Guest)(nil)
 
-// live returns the guest's client, or ErrFailedPrecondition when the guest
-// is gone or not ready.
-func (g *Guest) live() (*guest.Client, error) {
+// begin returns the guest's client for one request (a file operation, a
+// kernel's start or listing), counted until end is called, or
+// ErrFailedPrecondition when the guest is gone, frozen or not ready:
+// Freeze refuses while a request is counted.
+func (g *Guest) begin() (c *guest.Client, end func(), err error) {
 	g.mu.Lock()
-	dead := g.dead
-	g.mu.Unlock()
-	c := g.client.Load()
-	if dead || c == nil {
-		return nil, fmt.Errorf("sandbox %s is no longer running: %w", g.Sandbox, errdefs.ErrFailedPrecondition)
+	defer g.mu.Unlock()
+	c = g.client.Load()
+	if g.dead || c == nil {
+		return nil, nil, fmt.Errorf("sandbox %s is no longer running: %w", g.Sandbox, errdefs.ErrFailedPrecondition)
 	}
-	return c, nil
+	g.ops++
+	return c, g.endOp, nil
+}
+
+func (g *Guest) endOp() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.ops--
 }
 
 // connErr gives an error of the guest client an errdefs class: a
@@ -45,10 +53,11 @@ func (g *Guest) connErr(err error) error {
 }
 
 func (g *Guest) WriteFile(ctx context.Context, p string, mode fs.FileMode, r io.Reader, max int64) (int64, error) {
-	c, err := g.live()
+	c, end, err := g.begin()
 	if err != nil {
 		return 0, err
 	}
+	defer end()
 	if mode&^fs.ModePerm != 0 {
 		return 0, fmt.Errorf("writing %s: mode %v has bits beside the permissions: %w", p, mode, errdefs.ErrInvalidArgument)
 	}
@@ -57,10 +66,11 @@ func (g *Guest) WriteFile(ctx context.Context, p string, mode fs.FileMode, r io.
 }
 
 func (g *Guest) ReadFile(ctx context.Context, p string, max int64) ([]byte, sandbox.FileInfo, error) {
-	c, err := g.live()
+	c, end, err := g.begin()
 	if err != nil {
 		return nil, sandbox.FileInfo{}, err
 	}
+	defer end()
 	data, res, err := c.ReadFile(ctx, p, max)
 	if err != nil {
 		return nil, sandbox.FileInfo{}, g.connErr(err)
@@ -69,10 +79,11 @@ func (g *Guest) ReadFile(ctx context.Context, p string, max int64) ([]byte, sand
 }
 
 func (g *Guest) ListDir(ctx context.Context, p string) ([]sandbox.FileInfo, bool, error) {
-	c, err := g.live()
+	c, end, err := g.begin()
 	if err != nil {
 		return nil, false, err
 	}
+	defer end()
 	res, err := c.ListDir(ctx, p)
 	if err != nil {
 		return nil, false, g.connErr(err)
@@ -85,10 +96,11 @@ func (g *Guest) ListDir(ctx context.Context, p string) ([]sandbox.FileInfo, bool
 }
 
 func (g *Guest) Stat(ctx context.Context, p string) (sandbox.FileInfo, error) {
-	c, err := g.live()
+	c, end, err := g.begin()
 	if err != nil {
 		return sandbox.FileInfo{}, err
 	}
+	defer end()
 	e, err := c.Stat(ctx, p)
 	if err != nil {
 		return sandbox.FileInfo{}, g.connErr(err)
@@ -97,18 +109,20 @@ func (g *Guest) Stat(ctx context.Context, p string) (sandbox.FileInfo, error) {
 }
 
 func (g *Guest) Remove(ctx context.Context, p string) error {
-	c, err := g.live()
+	c, end, err := g.begin()
 	if err != nil {
 		return err
 	}
+	defer end()
 	return g.connErr(c.Remove(ctx, p))
 }
 
 func (g *Guest) Mkdir(ctx context.Context, p string, mode fs.FileMode) error {
-	c, err := g.live()
+	c, end, err := g.begin()
 	if err != nil {
 		return err
 	}
+	defer end()
 	if mode&^fs.ModePerm != 0 {
 		return fmt.Errorf("creating directory %s: mode %v has bits beside the permissions: %w", p, mode, errdefs.ErrInvalidArgument)
 	}

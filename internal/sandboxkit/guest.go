@@ -69,10 +69,11 @@ type Guest struct {
 	// from the container's state). It may wait briefly.
 	DiedOfOOM func(ctx context.Context) bool
 
-	mu      sync.Mutex                   // guards dead, frozen, cells, running and kernels
+	mu      sync.Mutex                   // guards dead, frozen, cells, ops, running and kernels
 	dead    bool                         // the guest can no longer run programs
 	frozen  bool                         // dead because of Freeze, until Thaw
 	cells   int                          // the cells that run
+	ops     int                          // the other requests in flight (begin)
 	running *execHandle                  // the Exec that has not ended, nil if none
 	kernels map[uint32]*kernel           // the handles of the kernels, by id
 	client  atomic.Pointer[guest.Client] // set by AwaitReady
@@ -141,8 +142,10 @@ func (g *Guest) Retune(l sandbox.Limits, apply func() error) error {
 }
 
 // Freeze makes the guest refuse everything from now on (as MarkGone does)
-// when nothing runs in it, for a checkpoint of the sandbox: an Exec or a
-// cell that runs is ErrFailedPrecondition, and nothing changes. It
+// when nothing runs in it, for a checkpoint of the sandbox: an Exec, a
+// cell, a file operation or a kernel's start or listing in flight is
+// ErrFailedPrecondition, and nothing changes (a file half written would
+// be saved so). It
 // returns the guest's hello and the highest request id used so far, which
 // a client of the restored guest needs (supervisor.Meta). Thaw undoes it
 // when the checkpoint fails.
@@ -153,8 +156,8 @@ func (g *Guest) Freeze() (guest.Hello, uint32, error) {
 	switch {
 	case g.dead || c == nil:
 		return guest.Hello{}, 0, fmt.Errorf("sandbox %s is no longer running: %w", g.Sandbox, errdefs.ErrFailedPrecondition)
-	case g.running != nil || g.cells > 0:
-		return guest.Hello{}, 0, fmt.Errorf("sandbox %s runs a program or a cell; it is saved only when idle: %w", g.Sandbox, errdefs.ErrFailedPrecondition)
+	case g.running != nil || g.cells > 0 || g.ops > 0:
+		return guest.Hello{}, 0, fmt.Errorf("sandbox %s runs a program, a cell or a file operation; it is saved only when idle: %w", g.Sandbox, errdefs.ErrFailedPrecondition)
 	}
 	g.dead, g.frozen = true, true
 	return c.Hello(), c.LastID(), nil

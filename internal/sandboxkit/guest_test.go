@@ -577,3 +577,42 @@ func execOn(ctx context.Context, g *Guest, req sandbox.ExecRequest) (*sandbox.Re
 	}
 	return ex.Wait(context.WithoutCancel(ctx))
 }
+
+// startedReader closes started at its first Read, and blocks it until
+// release is closed: the file operation reading it is in flight meanwhile.
+type startedReader struct {
+	started, release chan struct{}
+	once             sync.Once
+}
+
+func (r *startedReader) Read([]byte) (int, error) {
+	r.once.Do(func() { close(r.started) })
+	<-r.release
+	return 0, errors.New("the reader fails")
+}
+
+// TestFreezeRefusesAFileOperationInFlight checks that Freeze refuses a
+// guest while a WriteFile is in flight, and freezes it once it returned.
+func TestFreezeRefusesAFileOperationInFlight(t *testing.T) {
+	f := newFakeGuest(t, sandbox.Limits{Timeout: time.Minute}, func(frames, guest.ExecRequest) {})
+	r := &startedReader{started: make(chan struct{}), release: make(chan struct{})}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_, _ = f.g.WriteFile(t.Context(), "/tmp/half", 0o644, r, 1<<20)
+	}()
+	<-r.started
+	if _, _, err := f.g.Freeze(); !errdefs.IsFailedPrecondition(err) {
+		t.Errorf("Freeze with a WriteFile in flight: got %v, want ErrFailedPrecondition", err)
+		f.g.Thaw()
+	}
+	close(r.release)
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("WriteFile did not return after its reader failed")
+	}
+	if _, _, err := f.g.Freeze(); err != nil {
+		t.Errorf("Freeze once WriteFile returned: got %v, want nil", err)
+	}
+}

@@ -24,10 +24,11 @@ func (g *Guest) StartKernel(ctx context.Context, spec sandbox.KernelSpec) (sandb
 	if len(spec.Argv) == 0 || !strings.HasPrefix(spec.Argv[0], "/") {
 		return nil, fmt.Errorf("a kernel's argv must start with an absolute path: %w", errdefs.ErrInvalidArgument)
 	}
-	c, err := g.live()
+	c, end, err := g.begin()
 	if err != nil {
 		return nil, err
 	}
+	defer end()
 	k, err := c.StartKernel(ctx, guest.KernelRequest{Argv: spec.Argv, Env: spec.Env, Cwd: spec.Cwd})
 	if err != nil {
 		return nil, g.connErr(err)
@@ -54,10 +55,11 @@ func (g *Guest) kernel(k *guest.Kernel) *kernel {
 // in the order they were started; a kernel an earlier client of the guest
 // started is adopted (see ReservedIDs).
 func (g *Guest) ListKernels(ctx context.Context) ([]sandbox.Kernel, error) {
-	c, err := g.live()
+	c, end, err := g.begin()
 	if err != nil {
 		return nil, err
 	}
+	defer end()
 	p, err := c.Ping(ctx)
 	if err != nil {
 		return nil, g.connErr(err)
@@ -82,28 +84,51 @@ func (g *Guest) ListKernels(ctx context.Context) ([]sandbox.Kernel, error) {
 }
 
 // Resume makes a Guest reached again (see ReservedIDs) ready to serve: it
-// asks the guest for its state and cancels the exec an earlier client left
-// running, whose results nobody would read, and waits for it to end. It
-// returns the guest's kernels.
+// asks the guest for its state and cancels the exec and interrupts the
+// cells an earlier client left running, whose results nobody would read.
+// It waits for the exec to end, and at most cancelGrace for the cells (a
+// kernel that does not end its cell stays busy: Stop it). It returns the
+// guest's kernels.
 func (g *Guest) Resume(ctx context.Context) ([]sandbox.Kernel, error) {
-	c, err := g.live()
+	c, end, err := g.begin()
 	if err != nil {
 		return nil, err
 	}
+	defer end()
+	interrupted := map[uint32]bool{}
+	var cellsDeadline time.Time
 	for {
 		p, err := c.Ping(ctx)
 		if err != nil {
 			return nil, g.connErr(err)
 		}
-		if p.Exec == 0 {
+		cells := 0
+		for _, id := range p.Cells {
+			if cellsDeadline.IsZero() || time.Now().Before(cellsDeadline) {
+				cells++
+			}
+			if interrupted[id] {
+				continue
+			}
+			interrupted[id] = true
+			if cellsDeadline.IsZero() {
+				cellsDeadline = time.Now().Add(cancelGrace)
+			}
+			if err := c.CancelID(id); err != nil {
+				return nil, g.connErr(err)
+			}
+		}
+		if p.Exec == 0 && cells == 0 {
 			break
 		}
-		if err := c.CancelID(p.Exec); err != nil {
-			return nil, g.connErr(err)
+		if p.Exec != 0 {
+			if err := c.CancelID(p.Exec); err != nil {
+				return nil, g.connErr(err)
+			}
 		}
 		select {
 		case <-ctx.Done():
-			return nil, fmt.Errorf("waiting for an earlier client's exec in sandbox %s to end: %w", g.Sandbox, ctx.Err())
+			return nil, fmt.Errorf("waiting for an earlier client's exec or cells in sandbox %s to end: %w", g.Sandbox, ctx.Err())
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
