@@ -310,6 +310,9 @@ func TestShell(t *testing.T) {
 	cells := []cell{
 		{name: "cd and a variable", code: "cd /tmp; X=5", exitCode: 0},
 		{name: "they carry over", code: "pwd; echo $X", stdout: "/tmp\n5\n", exitCode: 0},
+		// The kernel's prompt once named the cell by this variable.
+		{name: "a cell sets the kernel's old variable", code: "__stockade_n=99; echo one", stdout: "one\n", exitCode: 0},
+		{name: "the next cell runs", code: "echo two", stdout: "two\n", exitCode: 0},
 		{name: "a function carries over", code: "greet() { echo \"hi $1\"; }", exitCode: 0},
 		{name: "exit status", code: "greet you\nfalse", stdout: "hi you\n", err: "ExitStatus", exitCode: 1},
 		{name: "exit status of the last command", code: "false; true", exitCode: 0},

@@ -3,6 +3,8 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -10,6 +12,7 @@ import (
 	"os"
 	"os/signal"
 	"path"
+	"strconv"
 	"strings"
 	"syscall"
 
@@ -34,13 +37,19 @@ import (
 //     with its stdin, its stdout and stderr the kernel's (which the guest
 //     pumps as the cell's output);
 //   - the shell's own stderr is a pipe to the kernel on which it writes
-//     its prompt, PS1 (read-only): "@stockade N S" with the cell's number
-//     and the exit status of its last command, once the command line has
-//     ended, however it ended; the result carries that status (ExitCode),
-//     with an error status when it is not 0;
+//     its prompt, PS1 (read-only): "@stockade TOKEN S", TOKEN random per
+//     kernel and S the exit status of the last command, once a command
+//     line has ended, however it ended. A cell's command line first writes
+//     "@stockade TOKEN start N" there, N the cell's number, before any of
+//     the cell runs; one cell runs at a time, so the first prompt after
+//     the start is the cell's end, whatever the cell set (no variable of
+//     the shell's says which cell ran). The result carries that status
+//     (ExitCode), with an error status when it is not 0;
 //   - SIGINT to the kernel, during a cell, goes to the shell's process
-//     group: the cell's programs end, and so does its command line, with
-//     status 130 (KeyboardInterrupt). Between cells it is dropped.
+//     group once the cell's command line started (before, it would end the
+//     wait for a line, not the cell): the cell's programs end, and so does
+//     its command line, with status 130 (KeyboardInterrupt). Between cells
+//     it is dropped.
 //
 // A cell that ends the shell (exit) ends the kernel too, after its result:
 // the host then sees the kernel exit and starts another. The kernel is the
@@ -65,6 +74,7 @@ func shellKernel() {
 // shellState is the shell kernel's shell.
 type shellState struct {
 	pid      int
+	tag      string   // the prompt's beginning: shellPromptTag and the token
 	dir      string   // the cell's files; the kernel's own
 	check    string   // the syntax check's command, quoted
 	commands *os.File // the shell's stdin
@@ -73,16 +83,15 @@ type shellState struct {
 	intr     chan os.Signal
 }
 
-// shellPrompt is one prompt of the shell: the number of the cell whose
-// command line ended, and its status.
+// shellPrompt is one line of the kernel's on the shell's stderr: the start
+// of cell's command line (start), or a prompt, with the status of the
+// command line that ended.
 type shellPrompt struct {
+	start        bool
 	cell, status int
 }
 
-// shellInit sets the shell's prompt and says when it is done (cell 0).
-const shellInit = "PS1='" + shellPromptTag + "${__stockade_n:-0} $?\n'; PS2=; readonly PS1; __stockade_n=0\n"
-
-// shellPromptTag begins the kernel's prompt.
+// shellPromptTag begins the kernel's prompt, before the token.
 const shellPromptTag = "@stockade "
 
 func startShell(shell []string) (*shellState, error) {
@@ -105,7 +114,12 @@ func startShell(shell []string) (*shellState, error) {
 	for i, a := range shell {
 		quoted[i] = shellQuote(a)
 	}
+	token := make([]byte, 16)
+	if _, err := rand.Read(token); err != nil {
+		return nil, err
+	}
 	k := &shellState{
+		tag:      shellPromptTag + hex.EncodeToString(token) + " ",
 		dir:      dir,
 		check:    strings.Join(quoted, " ") + " -n",
 		commands: cmdW,
@@ -133,11 +147,12 @@ func startShell(shell []string) (*shellState, error) {
 	}
 	go k.reap(chld)
 	go k.readPrompts(prR)
-	if _, err := io.WriteString(cmdW, shellInit); err != nil {
+	// The first prompt with the token says the shell took its prompt.
+	if _, err := io.WriteString(cmdW, "PS1='"+k.tag+"$?\n'; PS2=; readonly PS1\n"); err != nil {
 		return nil, fmt.Errorf("starting %s: %w", shell[0], err)
 	}
 	for pr := range k.prompts {
-		if pr.cell == 0 {
+		if !pr.start {
 			return k, nil
 		}
 	}
@@ -159,12 +174,19 @@ func (k *shellState) readPrompts(r *os.File) {
 		}
 		// The shell's first prompt, its default PS1, and what it writes
 		// without a newline come before a prompt on its line.
-		var pr shellPrompt
-		i := bytes.LastIndex(line, []byte(shellPromptTag))
+		i := bytes.LastIndex(line, []byte(k.tag))
 		if i < 0 {
 			continue
 		}
-		if _, err := fmt.Sscanf(string(line[i:]), shellPromptTag+"%d %d", &pr.cell, &pr.status); err == nil {
+		var pr shellPrompt
+		rest := string(line[i+len(k.tag):])
+		if n, ok := strings.CutPrefix(rest, "start "); ok {
+			pr.start = true
+			pr.cell, err = strconv.Atoi(n)
+		} else {
+			pr.status, err = strconv.Atoi(rest)
+		}
+		if err == nil {
 			k.prompts <- pr
 		}
 	}
@@ -237,19 +259,21 @@ func (k *shellState) run(req *wireRequest) (res wireEvent, exited bool) {
 		fail("OSError", fmt.Sprintf("writing the cell for the shell: %v", err))
 		return res, false
 	}
-	line := fmt.Sprintf("__stockade_n=%d; if %s %s </dev/null 2>%s 3>&- 4>&-; then . %s <%s 1>&3 2>&4 3>&- 4>&-; fi\n",
-		req.Cell, k.check, shellQuote(cell), shellQuote(syntax), shellQuote(cell), shellQuote(stdin))
+	line := fmt.Sprintf("echo %s >&2; if %s %s </dev/null 2>%s 3>&- 4>&-; then . %s <%s 1>&3 2>&4 3>&- 4>&-; fi\n",
+		shellQuote(fmt.Sprintf("%sstart %d", k.tag, req.Cell)), k.check, shellQuote(cell), shellQuote(syntax), shellQuote(cell), shellQuote(stdin))
 	prompts := k.prompts
 	if _, err := io.WriteString(k.commands, line); err != nil {
 		// The shell is ending: its exit answers the cell.
 		prompts = nil
 	}
-	interrupted := false
+	interrupted, started := false, false
 	for {
 		select {
 		case <-k.intr:
 			interrupted = true
-			syscall.Kill(-k.pid, syscall.SIGINT)
+			if started {
+				syscall.Kill(-k.pid, syscall.SIGINT)
+			}
 		case ws := <-k.exited:
 			code := ws.ExitStatus()
 			if ws.Signaled() {
@@ -266,8 +290,14 @@ func (k *shellState) run(req *wireRequest) (res wireEvent, exited bool) {
 				// The shell is ending: its exit follows.
 				prompts = nil
 				continue
-			case pr.cell != req.Cell || pr.status < 0 || pr.status > 255:
-				// An earlier cell's, or not the kernel's.
+			case pr.start:
+				started = started || pr.cell == req.Cell
+				if started && interrupted {
+					syscall.Kill(-k.pid, syscall.SIGINT)
+				}
+				continue
+			case !started || pr.status < 0 || pr.status > 255:
+				// Not this cell's end.
 				continue
 			}
 			code := pr.status
