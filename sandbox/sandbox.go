@@ -133,8 +133,9 @@ type Spec struct {
 	// Detached makes the sandbox independent of the process that created
 	// it: it goes on running when that process exits, and a Reattacher
 	// finds it again. False is the one-shot route, where the sandbox dies
-	// with its creator. A driver without Capabilities.Reattach refuses it
-	// (ErrInvalidArgument).
+	// with its creator. A driver without Capabilities.Reattach, or one
+	// built without a supervisor for it, refuses it (ErrInvalidArgument, as
+	// any field of a Spec the driver cannot serve).
 	Detached bool
 	// Workspace is the size in bytes of the sandbox's /workspace, a tmpfs
 	// of its own (nosuid, nodev, writable by the sandbox user) that lives

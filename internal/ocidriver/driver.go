@@ -355,7 +355,8 @@ func (d *Driver) create(ctx context.Context, spec sandbox.Spec, unbound bool) (_
 		return nil, d.missingBinary(lerr)
 	}
 	if spec.Detached && len(d.cfg.Shim) == 0 {
-		return nil, fmt.Errorf("the %s driver has no shim to supervise a detached sandbox (ocidriver.Config.Shim; the daemon runs `stockade shim`): %w", d.cfg.Name, errdefs.ErrFailedPrecondition)
+		// As any Spec field the driver cannot serve (sandbox.Spec.Detached).
+		return nil, fmt.Errorf("the %s driver has no shim to supervise a detached sandbox (ocidriver.Config.Shim; the daemon runs `stockade shim`): %w", d.cfg.Name, errdefs.ErrInvalidArgument)
 	}
 	if _, ok := d.cfg.NetworkArgs[spec.Network]; !ok {
 		return nil, fmt.Errorf("the %s driver does not support network mode %q: %w", d.cfg.Name, spec.Network, errdefs.ErrInvalidArgument)

@@ -551,3 +551,22 @@ func TestReattachInterruptsAnOrphanedCell(t *testing.T) {
 		t.Errorf("a cell of the adopted kernel: got %+v, %v; want 1", res, err)
 	}
 }
+
+// TestDetachedNeedsAShim checks the refusal of a detached sandbox by a
+// driver built without a shim: ErrInvalidArgument, as sandbox.Spec.Detached
+// says, and nothing is created.
+func TestDetachedNeedsAShim(t *testing.T) {
+	testenv.RequiresBinary(t, "runc")
+	state := t.TempDir()
+	d, err := runc.New(runc.Config{StateDir: state, GuestPath: "/nonexistent/guest"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sb, err := d.Create(t.Context(), sandbox.Spec{Image: sandbox.Image{Rootfs: "/nonexistent"}, Detached: true})
+	if !errdefs.IsInvalidArgument(err) {
+		if sb != nil {
+			_ = sb.Destroy(context.WithoutCancel(t.Context()))
+		}
+		t.Errorf("Create of a detached sandbox without a shim: got %v, want ErrInvalidArgument", err)
+	}
+}
