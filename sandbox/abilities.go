@@ -237,12 +237,14 @@ type Reattacher interface {
 type Snapshotter interface {
 	// Checkpoint saves sb, with its processes, memory and kernels, into
 	// dir (created, readable by root only; it must not exist), and ends
-	// sb as Destroy does. sb must be idle: an Exec or a cell that runs is
-	// ErrFailedPrecondition.
+	// sb as Destroy does. sb must be idle: an Exec, a cell or a file
+	// operation in flight is ErrFailedPrecondition.
 	Checkpoint(ctx context.Context, sb Sandbox, dir string) error
 	// Restore starts a detached sandbox, with a new ID, from what
 	// Checkpoint saved in dir, carrying the saved sandbox's labels and
 	// then those of labels. Its kernels are there (Kernels.ListKernels).
-	// The caller must Destroy it; dir stays until the caller removes it.
+	// It refuses a dir it cannot prove holds what this driver saved (see
+	// the driver's doc), and starts nothing then. The caller must Destroy
+	// it; dir stays until the caller removes it.
 	Restore(ctx context.Context, dir string, labels map[string]string) (Sandbox, error)
 }
