@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"syscall"
 
@@ -80,14 +79,7 @@ func ReadPrivate(p string, max int64) ([]byte, error) {
 		return nil, err
 	}
 	defer f.Close()
-	b, err := io.ReadAll(io.LimitReader(f, max+1))
-	if err != nil {
-		return nil, err
-	}
-	if int64(len(b)) > max {
-		return nil, fmt.Errorf("%s is longer than %d bytes: %w", p, max, errdefs.ErrTooLarge)
-	}
-	return b, nil
+	return readAtMost(f, max)
 }
 
 // MAC returns the hex HMAC-SHA256 of data under key (the shims' key,

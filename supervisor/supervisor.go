@@ -337,12 +337,17 @@ func readBounded(p string, max int64) ([]byte, error) {
 		return nil, err
 	}
 	defer f.Close()
+	return readAtMost(f, max)
+}
+
+// readAtMost reads f whole, if it holds at most max bytes.
+func readAtMost(f *os.File, max int64) ([]byte, error) {
 	b, err := io.ReadAll(io.LimitReader(f, max+1))
 	if err != nil {
 		return nil, err
 	}
 	if int64(len(b)) > max {
-		return nil, fmt.Errorf("%s is longer than %d bytes: %w", p, max, errdefs.ErrTooLarge)
+		return nil, fmt.Errorf("%s is longer than %d bytes: %w", f.Name(), max, errdefs.ErrTooLarge)
 	}
 	return b, nil
 }

@@ -26,11 +26,14 @@ import (
 	"github.com/stockade-sh/stockade/supervisor"
 )
 
-// detachedDrivers build each OCI driver with a shim over a state directory.
-var detachedDrivers = []struct {
+// detachedDriver builds an OCI driver with a shim over a state directory.
+type detachedDriver struct {
 	name, runtime string
 	build         func(t testing.TB, state string) (*ocidriver.Driver, error)
-}{
+}
+
+// detachedDrivers are runc's and gVisor's.
+var detachedDrivers = []detachedDriver{
 	{"runc", "runc", func(t testing.TB, state string) (*ocidriver.Driver, error) {
 		return runc.New(runc.Config{StateDir: state, GuestPath: testenv.Guest(t), Shim: testenv.Shim(t)})
 	}},
@@ -404,6 +407,23 @@ func TestBindDetached(t *testing.T) {
 	}
 }
 
+// detachedRunc is a runc driver with a shim over a new state directory,
+// reaped when the test ends, and a context for the test.
+func detachedRunc(t *testing.T) (drv detachedDriver, state string, d *ocidriver.Driver, ctx context.Context) {
+	t.Helper()
+	testenv.RequiresRoot(t)
+	testenv.RequiresBinary(t, "runc")
+	drv, state = detachedDrivers[0], t.TempDir()
+	d, err := drv.build(t, state)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _, _ = d.Reap(context.Background(), nil) })
+	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
+	t.Cleanup(cancel)
+	return drv, state, d, ctx
+}
+
 // TestReattachKeepsWhatItCannotDisprove checks that Reattach destroys no
 // sandbox of its own only because it could not reach it: with a
 // cancelled ctx it keeps every one, and a sandbox whose shim lives but
@@ -411,17 +431,7 @@ func TestBindDetached(t *testing.T) {
 // others are re-attached; once the shim answers again, a later Reattach
 // returns it.
 func TestReattachKeepsWhatItCannotDisprove(t *testing.T) {
-	testenv.RequiresRoot(t)
-	testenv.RequiresBinary(t, "runc")
-	drv := detachedDrivers[0]
-	state := t.TempDir()
-	d, err := drv.build(t, state)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _, _ = d.Reap(context.Background(), nil) })
-	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
-	defer cancel()
+	drv, state, d, ctx := detachedRunc(t)
 	mine := map[string]string{"owner": "me"}
 	var ids []string
 	for range 2 {
@@ -499,17 +509,7 @@ func TestReattachKeepsWhatItCannotDisprove(t *testing.T) {
 // the sandbox, which replaces the connection): Reattach interrupts the
 // cell, and the adopted kernel runs the next one.
 func TestReattachInterruptsAnOrphanedCell(t *testing.T) {
-	testenv.RequiresRoot(t)
-	testenv.RequiresBinary(t, "runc")
-	drv := detachedDrivers[0]
-	state := t.TempDir()
-	d, err := drv.build(t, state)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _, _ = d.Reap(context.Background(), nil) })
-	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
-	defer cancel()
+	drv, state, d, ctx := detachedRunc(t)
 	mine := map[string]string{"owner": "me"}
 	sb, err := d.Create(ctx, sandbox.Spec{Image: testenv.Image(t, "shell"), Detached: true, Labels: mine})
 	if err != nil {
