@@ -27,6 +27,10 @@ type Variant struct {
 	Name string
 	// Run is one timed run; an error ends the benchmark.
 	Run func() error
+	// Runs is how many times Interleave runs it in each round, one after
+	// the other (zero means once): a variant much cheaper than the others
+	// gets more samples without more rounds of the expensive ones.
+	Runs int
 	// Samples are the durations of the timed runs, in order.
 	Samples []time.Duration
 }
@@ -35,7 +39,7 @@ type Variant struct {
 func (v *Variant) Pct(p int) time.Duration { return Pct(v.Samples, p) }
 
 // Interleave runs every variant once untimed (a warm-up: images imported,
-// caches filled), then n rounds in which each variant runs once, and
+// caches filled), then n rounds in which each variant runs Runs times, and
 // appends the duration of each run to its Samples. Each round starts one
 // variant further down the list than the last, so that no variant always
 // runs in the wake of the same other one (the kernel still tearing down its
@@ -44,12 +48,18 @@ func Interleave(n int, vs []*Variant) error {
 	for i := -1; i < n; i++ {
 		for j := range vs {
 			v := vs[(max(i, 0)+j)%len(vs)]
-			start := time.Now()
-			if err := v.Run(); err != nil {
-				return fmt.Errorf("%s: %w", v.Name, err)
+			runs := max(v.Runs, 1)
+			if i < 0 {
+				runs = 1
 			}
-			if d := time.Since(start); i >= 0 {
-				v.Samples = append(v.Samples, d)
+			for range runs {
+				start := time.Now()
+				if err := v.Run(); err != nil {
+					return fmt.Errorf("%s: %w", v.Name, err)
+				}
+				if d := time.Since(start); i >= 0 {
+					v.Samples = append(v.Samples, d)
+				}
 			}
 		}
 	}
@@ -96,12 +106,18 @@ func MS(d time.Duration) string {
 	return fmt.Sprintf("%.1f ms", ms)
 }
 
-// Ratio formats a / b as "1.23x"; empty when b is zero.
+// Ratio formats a / b as "1.23x", with three decimals below 0.1x ("0.004x")
+// so that a small ratio is not rounded away from the target it is held to;
+// empty when b is zero.
 func Ratio(a, b time.Duration) string {
 	if b == 0 {
 		return ""
 	}
-	return fmt.Sprintf("%.2fx", float64(a)/float64(b))
+	r := float64(a) / float64(b)
+	if r < 0.1 {
+		return fmt.Sprintf("%.3fx", r)
+	}
+	return fmt.Sprintf("%.2fx", r)
 }
 
 // Table is a Markdown table whose leading label columns (by default the
