@@ -22,6 +22,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/stockade-sh/stockade/bench/internal/python"
 	"github.com/stockade-sh/stockade/bench/internal/table"
 	"github.com/stockade-sh/stockade/config"
 	"github.com/stockade-sh/stockade/driver/gvisor"
@@ -33,15 +34,6 @@ import (
 	"github.com/stockade-sh/stockade/internal/wiring"
 	"github.com/stockade-sh/stockade/kernel"
 	"github.com/stockade-sh/stockade/sandbox"
-)
-
-const (
-	printCode = "print(1)"
-	// pandasCell uses pandas, which an earlier cell of the kernel
-	// imported; pandasOneShot is the same as one program.
-	pandasImport  = "import pandas as pd"
-	pandasCell    = "print(int(pd.DataFrame({'a': [1, 2, 3]})['a'].sum()))"
-	pandasOneShot = pandasImport + "\n" + pandasCell
 )
 
 func main() {
@@ -126,24 +118,24 @@ func run(n int, dataDir string) error {
 		if err != nil {
 			return fmt.Errorf("starting the python kernel on %s: %w", t.name, err)
 		}
-		if _, err := cell(k, pandasImport, ""); err != nil {
+		if _, err := cell(k, python.PandasImport, ""); err != nil {
 			return fmt.Errorf("importing pandas in the %s kernel: %w", t.name, err)
 		}
 		oneShot := "one-shot print(1), " + t.name
 		oneShotPandas := "one-shot importing pandas, " + t.name
 		add(row{v: &table.Variant{Name: "kernel cell print(1), " + t.name, Run: func() error {
-			_, err := cell(k, printCode, "1\n")
+			_, err := cell(k, python.Print, python.PrintOut)
 			return err
 		}}, vsOneShot: oneShot, vsBare: bareName})
-		add(row{v: &table.Variant{Name: oneShot, Run: oneShotRun(eng, t.name, printCode, "1\n")}, vsBare: bareName})
+		add(row{v: &table.Variant{Name: oneShot, Run: oneShotRun(eng, t.name, python.Print, python.PrintOut)}, vsBare: bareName})
 		add(row{v: &table.Variant{Name: "kernel cell using pandas, " + t.name, Run: func() error {
-			_, err := cell(k, pandasCell, "6\n")
+			_, err := cell(k, python.PandasCell, python.PandasOut)
 			return err
 		}}, vsOneShot: oneShotPandas, vsBare: barePandasName})
-		add(row{v: &table.Variant{Name: oneShotPandas, Run: oneShotRun(eng, t.name, pandasOneShot, "6\n")}, vsBare: barePandasName})
+		add(row{v: &table.Variant{Name: oneShotPandas, Run: oneShotRun(eng, t.name, python.PandasOneShot, python.PandasOut)}, vsBare: barePandasName})
 	}
-	add(row{v: &table.Variant{Name: bareName, Run: table.Command("1\n", nil, "chroot", img.Rootfs, "/usr/bin/python3", "-c", printCode)}})
-	add(row{v: &table.Variant{Name: barePandasName, Run: table.Command("6\n", nil, "chroot", img.Rootfs, "/usr/bin/python3", "-c", pandasOneShot)}})
+	add(row{v: &table.Variant{Name: bareName, Run: python.Bare(img.Rootfs, python.Print, python.PrintOut)}})
+	add(row{v: &table.Variant{Name: barePandasName, Run: python.Bare(img.Rootfs, python.PandasOneShot, python.PandasOut)}})
 
 	timed := make([]*table.Variant, len(rows))
 	for i, r := range rows {
@@ -154,16 +146,11 @@ func run(n int, dataDir string) error {
 	}
 	fmt.Printf("python kernel cells vs one-shot runs, %d runs each, interleaved\n\n", n)
 	t := table.New("variant", "median", "p95", "median vs one-shot", "median vs bare")
-	// Three decimals below 0.1x: the pandas cell's target is 0.05x.
 	ratio := func(v *table.Variant, base string) string {
-		b := variants[base]
-		switch {
-		case b == nil || b.Pct(50) == 0:
-			return ""
-		case v.Pct(50) < b.Pct(50)/10:
-			return fmt.Sprintf("%.3fx", float64(v.Pct(50))/float64(b.Pct(50)))
+		if b := variants[base]; b != nil {
+			return table.Ratio(v.Pct(50), b.Pct(50))
 		}
-		return table.Ratio(v.Pct(50), b.Pct(50))
+		return ""
 	}
 	for _, r := range rows {
 		t.Row(r.v.Name, table.MS(r.v.Pct(50)), table.MS(r.v.Pct(95)), ratio(r.v, r.vsOneShot), ratio(r.v, r.vsBare))
