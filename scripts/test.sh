@@ -62,6 +62,7 @@ bench_smoke() {
 			go run ./bench/capability "${small[@]}" -db "$STOCKADE_TEST_POSTGRES"
 			;;
 		bench/kernel) go run ./bench/kernel -n 1 ;;
+		bench/sessions) go run ./bench/sessions -n 1 -oneshot-n 1 ;;
 		bench/docker) go run ./bench/docker -n 1 -stockade "$bin" -docker-host "${STOCKADE_TEST_DOCKER_HOST:?a dockerd for bench/docker}" ;;
 		*)
 			echo "bench smoke: no smoke run for $pkg; add one to scripts/test.sh" >&2
