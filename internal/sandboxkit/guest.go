@@ -122,17 +122,19 @@ func (g *Guest) Client() *guest.Client { return g.client.Load() }
 
 // Retune replaces the guest's limits with l once apply, which changes what
 // enforces them on the host (the cgroup), has succeeded: a binding
-// tightens an unbound sandbox's limits. No Exec starts meanwhile, and
-// while one runs Retune fails (ErrFailedPrecondition) without calling
-// apply.
+// tightens an unbound sandbox's limits. No Exec starts meanwhile. While one
+// runs (a warm pool's interpreter, waiting for its program), only the
+// limits the host enforces (memory, CPU, pids) may change: the running
+// Exec keeps the timeout and output cap it started with, and a change of
+// those fails (ErrFailedPrecondition) without calling apply.
 func (g *Guest) Retune(l sandbox.Limits, apply func() error) error {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	switch {
 	case g.dead:
 		return fmt.Errorf("sandbox %s is no longer running: %w", g.Sandbox, errdefs.ErrFailedPrecondition)
-	case g.running != nil:
-		return fmt.Errorf("sandbox %s runs a program; its limits change only between programs: %w", g.Sandbox, errdefs.ErrFailedPrecondition)
+	case g.running != nil && (l.Timeout != g.Limits.Timeout || l.OutputCap != g.Limits.OutputCap):
+		return fmt.Errorf("sandbox %s runs a program; its timeout and output cap change only between programs: %w", g.Sandbox, errdefs.ErrFailedPrecondition)
 	}
 	if err := apply(); err != nil {
 		return err
