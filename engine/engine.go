@@ -19,6 +19,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/stockade-sh/stockade/errdefs"
 	"github.com/stockade-sh/stockade/image"
@@ -53,6 +54,15 @@ type Engine struct {
 	closing   sync.WaitGroup
 	closeMu   sync.Mutex
 	closeErrs []error
+
+	// The warm pools (pool.go) and the memory of the sandboxes
+	// (memory.go); running counts the runs going on.
+	poolOpts PoolOptions
+	poolObs  PoolObserver
+	poolsMu  sync.Mutex
+	pools    []*pool
+	mem      memory
+	running  atomic.Int64
 }
 
 // Option configures New.
@@ -351,13 +361,26 @@ func (e *Engine) specFor(ctx context.Context, tool tools.Tool, drv sandbox.Drive
 }
 
 // Run validates req, runs it in a fresh sandbox that is destroyed
-// afterwards, and returns the result. A program that fails is a Result; an
+// afterwards (one of a warm pool when a pool serves req: see pool.go), and
+// returns the result. A program that fails is a Result; an
 // error means the run could not happen (bad request, missing image or
 // runtime, driver failure).
 func (e *Engine) Run(ctx context.Context, req Request) (*Result, error) {
-	if _, _, _, err := e.Validate(req); err != nil {
+	tool, _, _, err := e.Validate(req)
+	if err != nil {
 		return nil, err
 	}
+	e.running.Add(1)
+	defer e.running.Add(-1)
+	limits := req.Limits.WithDefaults(e.Limits(tool))
+	if p, w := e.acquire(ctx, req, tool, limits); w != nil {
+		return e.runWarm(ctx, req, p, w, limits)
+	}
+	release, err := e.mem.reserve(limits.Memory)
+	if err != nil {
+		return nil, err
+	}
+	defer release()
 	sb, err := e.NewSession(ctx, req)
 	if err != nil {
 		return nil, err
@@ -382,6 +405,11 @@ func (e *Engine) Run(ctx context.Context, req Request) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
+	return resultOf(res, sb.Driver, sb.Runtime.Name), nil
+}
+
+// resultOf is the Result of a program's sandbox.Result.
+func resultOf(res *sandbox.Result, driver, runtime string) *Result {
 	return &Result{
 		Status:          res.Status,
 		ExitCode:        res.ExitCode,
@@ -393,9 +421,9 @@ func (e *Engine) Run(ctx context.Context, req Request) (*Result, error) {
 		DurationMS:      res.Duration.Milliseconds(),
 		CPUMS:           res.CPUTime.Milliseconds(),
 		PeakMemoryBytes: res.PeakMemory,
-		Driver:          sb.Driver,
-		Runtime:         sb.Runtime.Name,
-	}, nil
+		Driver:          driver,
+		Runtime:         runtime,
+	}
 }
 
 func runtimeNames() []string {

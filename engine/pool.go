@@ -1,0 +1,484 @@
+package engine
+
+import (
+	"context"
+	_ "embed"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/stockade-sh/stockade/errdefs"
+	"github.com/stockade-sh/stockade/image"
+	"github.com/stockade-sh/stockade/sandbox"
+	"github.com/stockade-sh/stockade/tools"
+)
+
+// A warm pool holds sandboxes of one (tool, runtime), created unbound
+// (sandbox.Binder) before anyone asks for them, each with its interpreter
+// already started: for python, numpy and pandas imported. A one-shot run
+// that the pool can serve takes one, binds it to its workspace and
+// execution (Bind, once), runs its code in it, and destroys it: a pool
+// sandbox serves exactly one run and is never returned. The pool refills in
+// the background.
+//
+// How the started interpreter runs the code: it is the run's program
+// itself. The pool starts, in each sandbox, the Exec a cold run would start
+// (the same environment, the same /tmp/main.py, the same guest Exec with its
+// output caps, OOM and signal reporting), except that its argv is
+// pool.py, which imports numpy and pandas and then reads the program from
+// its streamed stdin and runs it as __main__. The alternatives cost more or
+// differ more: a kernel cell reports an exception as a value and has no
+// exit code, signal or OOM of its own, and a fork server needs a process in
+// the sandbox to carry the run's stdio to it (a Go program's start alone
+// costs 10-20 ms under gVisor). What differs from a cold run: the program's
+// sys.modules hold numpy and pandas, its memory and CPU use count the
+// imports, and the run's timeout and duration are kept by the engine from
+// the moment the code is sent (the Exec started when the pool filled).
+
+//go:embed pool.py
+var poolPython string
+
+// poolPrograms are the argv of a pool's started interpreter, by runtime:
+// only python's has one.
+var poolPrograms = map[string][]string{
+	"python": {"/usr/bin/python3", "-c", poolPython},
+}
+
+// LabelPool marks a pool's sandboxes with their pool's name (tool/runtime).
+const LabelPool = "stockade.pool"
+
+// PoolSpec configures one pool: Size sandboxes of Tool (empty: the default
+// tool) with Runtime; a Size of 0 disables it.
+type PoolSpec struct {
+	Tool    string
+	Runtime string
+	Size    int
+}
+
+// PoolOptions configures an engine's pools.
+type PoolOptions struct {
+	Pools []PoolSpec
+	// MaxAge is how long a pool sandbox waits at most; an older one is
+	// replaced. Zero means 10 minutes.
+	MaxAge time.Duration
+	// MaxConcurrent bounds the sandboxes that run programs while a pool
+	// refills: a refill waits while that many runs are going (the
+	// service's max_concurrent). Zero means no bound.
+	MaxConcurrent int
+	// Labels are given to every pool sandbox at create (the daemon's
+	// owner label, so that a restarted daemon reaps them).
+	Labels map[string]string
+}
+
+// PoolObserver is told what the pools do (the daemon's /metrics).
+// Its methods must be safe for concurrent use and not block.
+type PoolObserver interface {
+	// PoolSize reports the sandboxes of pool ready now.
+	PoolSize(pool string, n int)
+	// PoolHit counts a run served from pool, PoolMiss one of the pool's
+	// tool and runtime that it could not serve (cold instead).
+	PoolHit(pool string)
+	PoolMiss(pool string)
+	// PoolRefill reports how long one sandbox of pool took to create.
+	PoolRefill(pool string, d time.Duration)
+}
+
+// WithPools makes the engine keep warm pools (see StartPools).
+func WithPools(o PoolOptions) Option { return func(e *Engine) { e.poolOpts = o } }
+
+// SetPoolObserver makes the pools report to o. Call it before StartPools.
+func (e *Engine) SetPoolObserver(o PoolObserver) { e.poolObs = o }
+
+// StartPools checks the configured pools and starts filling them in the
+// background until ctx ends or stop is called; stop destroys every pool
+// sandbox not taken and returns once they are gone. A pool whose tool,
+// runtime or driver cannot pool (no started interpreter for the runtime, a
+// driver without Binder, a tool with mounts or credentials) is an error.
+func (e *Engine) StartPools(ctx context.Context) (stop func(), err error) {
+	ctx, cancel := context.WithCancel(ctx)
+	var pools []*pool
+	for _, s := range e.poolOpts.Pools {
+		if s.Size <= 0 {
+			continue
+		}
+		p, err := e.newPool(s)
+		if err != nil {
+			cancel()
+			return nil, err
+		}
+		pools = append(pools, p)
+	}
+	var wg sync.WaitGroup
+	for _, p := range pools {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			p.fill(ctx)
+		}()
+	}
+	e.poolsMu.Lock()
+	e.pools = pools
+	e.poolsMu.Unlock()
+	return func() {
+		cancel()
+		wg.Wait()
+		e.poolsMu.Lock()
+		e.pools = nil
+		e.poolsMu.Unlock()
+		for _, p := range pools {
+			p.drain()
+		}
+	}, nil
+}
+
+func (e *Engine) newPool(s PoolSpec) (*pool, error) {
+	bad := func(format string, a ...any) error {
+		return fmt.Errorf("pool of tool %q, runtime %q: %s: %w", s.Tool, s.Runtime, fmt.Sprintf(format, a...), errdefs.ErrInvalidArgument)
+	}
+	argv, ok := poolPrograms[s.Runtime]
+	if !ok {
+		return nil, bad("only python has a pool interpreter")
+	}
+	tool, drv, rt, err := e.resolve(Request{Tool: s.Tool, Runtime: s.Runtime})
+	if err != nil {
+		return nil, bad("%v", err)
+	}
+	b, ok := drv.(sandbox.Binder)
+	if !ok {
+		return nil, bad("the %s driver cannot create unbound sandboxes: %s", drv.Name(), drv.Capabilities().Lacks["Bind"])
+	}
+	if len(tool.Filesystem.Mounts) > 0 || len(tool.Credentials) > 0 {
+		return nil, bad("its tool mounts data or reaches the broker; a pool sandbox holds nothing of anyone's")
+	}
+	base := e.Limits(tool)
+	maxAge := e.poolOpts.MaxAge
+	if maxAge <= 0 {
+		maxAge = 10 * time.Minute
+	}
+	// The sandbox's own timeout covers its wait in the pool and the
+	// longest run; the engine keeps the run's (runWarm).
+	created := base
+	created.Timeout = maxAge + e.ceiling.Timeout + time.Minute
+	name := tool.Name + "/" + rt.Name
+	labels := map[string]string{LabelPool: name}
+	for k, v := range e.poolOpts.Labels {
+		labels[k] = v
+	}
+	return &pool{e: e, name: name, size: s.Size, tool: tool, drv: drv, binder: b, rt: rt, argv: argv,
+		base: base, created: created, maxAge: maxAge, labels: labels, wake: make(chan struct{}, 1)}, nil
+}
+
+// pool is one warm pool.
+type pool struct {
+	e       *Engine
+	name    string
+	size    int
+	tool    tools.Tool
+	drv     sandbox.Driver
+	binder  sandbox.Binder
+	rt      image.Runtime
+	argv    []string
+	base    sandbox.Limits // a run's limits, from the tool and the defaults
+	created sandbox.Limits // the sandboxes' limits (base, a longer timeout)
+	maxAge  time.Duration
+	labels  map[string]string
+	wake    chan struct{} // a sandbox was taken
+
+	mu    sync.Mutex
+	ready []*warm // oldest first
+}
+
+// warm is one pool sandbox, its interpreter waiting.
+type warm struct {
+	sb      sandbox.Sandbox
+	ex      sandbox.Exec
+	born    time.Time
+	release func() // its memory
+	// out is the output callback of the run that took it.
+	out atomic.Pointer[func(sandbox.Stream, []byte)]
+}
+
+func (w *warm) destroy(ctx context.Context) {
+	_ = w.sb.Destroy(context.WithoutCancel(ctx))
+	w.release()
+}
+
+// fill keeps the pool at its size until ctx ends: it replaces sandboxes
+// past the maximum age, and creates one at a time while runs leave room
+// (max concurrent) and the memory budget has room for it.
+func (p *pool) fill(ctx context.Context) {
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	for {
+		p.retire(ctx)
+		for p.wanted() && ctx.Err() == nil {
+			if !p.grow(ctx) {
+				break
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-p.wake:
+		case <-tick.C:
+		}
+	}
+}
+
+// wanted says whether the pool should create a sandbox now.
+func (p *pool) wanted() bool {
+	p.mu.Lock()
+	n := len(p.ready)
+	p.mu.Unlock()
+	p.e.observeSize(p.name, n)
+	mc := p.e.poolOpts.MaxConcurrent
+	return n < p.size && (mc <= 0 || int(p.e.running.Load()) < mc)
+}
+
+// retire destroys the sandboxes past the maximum age.
+func (p *pool) retire(ctx context.Context) {
+	p.mu.Lock()
+	var old []*warm
+	for len(p.ready) > 0 && time.Since(p.ready[0].born) > p.maxAge {
+		old, p.ready = append(old, p.ready[0]), p.ready[1:]
+	}
+	p.mu.Unlock()
+	for _, w := range old {
+		w.destroy(ctx)
+	}
+}
+
+// grow creates one sandbox and adds it; false when it could not (memory,
+// or a failure, which is logged).
+func (p *pool) grow(ctx context.Context) bool {
+	release, err := p.e.mem.reserve(p.created.Memory)
+	if err != nil {
+		return false
+	}
+	start := time.Now()
+	w, err := p.create(ctx)
+	if err != nil {
+		release()
+		if ctx.Err() == nil {
+			p.e.log.Warn("filling pool", "pool", p.name, "err", err)
+		}
+		return false
+	}
+	w.release = release
+	if o := p.e.poolObs; o != nil {
+		o.PoolRefill(p.name, time.Since(start))
+	}
+	p.mu.Lock()
+	p.ready = append(p.ready, w)
+	p.mu.Unlock()
+	return true
+}
+
+// create creates an unbound sandbox and starts its interpreter.
+func (p *pool) create(ctx context.Context) (*warm, error) {
+	img, err := p.e.images.Resolve(p.rt.Name)
+	if err != nil {
+		return nil, err
+	}
+	sb, err := p.binder.CreateUnbound(ctx, sandbox.Spec{Image: img, Limits: p.created, Labels: p.labels})
+	if err != nil {
+		return nil, fmt.Errorf("creating %s sandbox: %w", p.drv.Name(), err)
+	}
+	w := &warm{sb: sb, born: time.Now()}
+	// The Exec lives as long as the sandbox: its ctx is the pool's, and a
+	// run ends it through Cancel (runWarm).
+	ex, err := sb.Start(context.WithoutCancel(ctx), sandbox.ExecRequest{
+		File:        sandbox.File{Name: p.rt.FileName},
+		Argv:        p.argv,
+		Env:         ProgramEnv(),
+		StdinStream: true,
+		OnOutput: func(s sandbox.Stream, b []byte) {
+			if f := w.out.Load(); f != nil && *f != nil {
+				(*f)(s, b)
+			}
+		},
+	})
+	if err != nil {
+		_ = sb.Destroy(context.WithoutCancel(ctx))
+		return nil, fmt.Errorf("starting the pool's interpreter: %w", err)
+	}
+	w.ex = ex
+	return w, nil
+}
+
+// drain destroys the sandboxes not taken.
+func (p *pool) drain() {
+	p.mu.Lock()
+	ready := p.ready
+	p.ready = nil
+	p.mu.Unlock()
+	for _, w := range ready {
+		w.destroy(context.Background())
+	}
+	p.e.observeSize(p.name, 0)
+}
+
+// serves says whether the pool's sandboxes can run req with limits, its
+// effective limits: the same tool, runtime and driver, no network or
+// mounts, and limits the pool's sandboxes can take by a Bind (tighter
+// memory and CPU) or by the engine (a shorter timeout).
+func (p *pool) serves(req Request, tool tools.Tool, limits sandbox.Limits) bool {
+	switch {
+	case tool.Name != p.tool.Name || req.Runtime != p.rt.Name:
+		return false
+	case req.Driver != "" && req.Driver != p.drv.Name():
+		return false
+	case req.Network || len(req.ExtraMounts) > 0:
+		return false
+	}
+	return limits.Check(p.base) == nil && limits.OutputCap == p.base.OutputCap &&
+		limits.TmpSize == p.base.TmpSize && limits.Pids == p.base.Pids
+}
+
+// take removes a sandbox whose interpreter still waits, or returns nil.
+func (p *pool) take() *warm {
+	for {
+		p.mu.Lock()
+		if len(p.ready) == 0 {
+			p.mu.Unlock()
+			return nil
+		}
+		w := p.ready[len(p.ready)-1]
+		p.ready = p.ready[:len(p.ready)-1]
+		n := len(p.ready)
+		p.mu.Unlock()
+		p.e.observeSize(p.name, n)
+		select {
+		case p.wake <- struct{}{}:
+		default:
+		}
+		if time.Since(w.born) <= p.maxAge && !ended(w.ex) {
+			return w
+		}
+		w.destroy(context.Background())
+	}
+}
+
+// ended says whether ex has ended (an interpreter that died waiting).
+func ended(ex sandbox.Exec) bool {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	_, err := ex.Wait(ctx)
+	return !errors.Is(err, context.Canceled)
+}
+
+// acquire takes a bound sandbox of a pool for req, or returns nil: no pool
+// of req's tool and runtime, one that cannot serve it, an empty one, or a
+// Bind that failed (logged; that sandbox is destroyed).
+func (e *Engine) acquire(ctx context.Context, req Request, tool tools.Tool, limits sandbox.Limits) (*pool, *warm) {
+	e.poolsMu.Lock()
+	pools := e.pools
+	e.poolsMu.Unlock()
+	for _, p := range pools {
+		if p.tool.Name != tool.Name || p.rt.Name != req.Runtime {
+			continue
+		}
+		var w *warm
+		if p.serves(req, tool, limits) {
+			w = p.take()
+		}
+		if w == nil {
+			if e.poolObs != nil {
+				e.poolObs.PoolMiss(p.name)
+			}
+			return nil, nil
+		}
+		labels := map[string]string{}
+		for k, v := range req.Labels {
+			if _, ok := p.labels[k]; !ok {
+				labels[k] = v
+			} else if p.labels[k] != v {
+				// The pool's own labels stay; the run's must agree.
+				w.destroy(ctx)
+				return nil, nil
+			}
+		}
+		b := sandbox.Binding{Labels: labels, Limits: sandbox.Limits{Memory: limits.Memory, CPU: limits.CPU}}
+		if err := p.binder.Bind(ctx, w.sb, b); err != nil {
+			e.log.Warn("binding a pool sandbox", "pool", p.name, "sandbox", w.sb.ID(), "err", err)
+			w.destroy(ctx)
+			return nil, nil
+		}
+		if e.poolObs != nil {
+			e.poolObs.PoolHit(p.name)
+		}
+		return p, w
+	}
+	return nil, nil
+}
+
+// runWarm runs req in w, which acquire bound to it, as Run runs it in a
+// fresh sandbox, and destroys w.
+func (e *Engine) runWarm(ctx context.Context, req Request, p *pool, w *warm, limits sandbox.Limits) (*Result, error) {
+	defer w.destroy(ctx)
+	if req.OnStart != nil {
+		if err := req.OnStart(p.drv.Name()); err != nil {
+			return nil, fmt.Errorf("recording the start: %w", err)
+		}
+	}
+	w.out.Store(&req.OnOutput)
+	start := time.Now()
+	go feed(w.ex, p.rt.FileName, req.Code, req.Stdin)
+	waited := make(chan struct{})
+	var (
+		res *sandbox.Result
+		err error
+	)
+	go func() {
+		res, err = w.ex.Wait(context.Background())
+		close(waited)
+	}()
+	timer := time.NewTimer(limits.Timeout)
+	defer timer.Stop()
+	timedOut := false
+	select {
+	case <-waited:
+	case <-timer.C:
+		timedOut = true
+		_ = w.ex.Cancel()
+		<-waited
+	case <-ctx.Done():
+		_ = w.ex.Cancel()
+		<-waited
+		return nil, fmt.Errorf("running in sandbox %s: %w", w.sb.ID(), ctx.Err())
+	}
+	if err != nil {
+		return nil, err
+	}
+	r := resultOf(res, p.drv.Name(), p.rt.Name)
+	r.DurationMS = time.Since(start).Milliseconds()
+	if timedOut && res.Status == sandbox.StatusKilled {
+		// As a cold run's timeout (the guest's timer) reports it.
+		r.Status, r.ExitCode, r.Signal = sandbox.StatusTimedOut, -1, 0
+	}
+	return r, nil
+}
+
+// feed sends the program to a pool interpreter (pool.py's stdin): the
+// header, the code, then the program's stdin, and closes it. A program
+// that ends before reading all of its stdin makes the writes fail, as a
+// cold run's feeding of its stdin does.
+func feed(ex sandbox.Exec, name string, code, stdin []byte) {
+	in := ex.Stdin()
+	h, _ := json.Marshal(map[string]any{"path": "/tmp/" + name, "argv": []string{"/tmp/" + name}, "size": len(code)})
+	msg := append(append([]byte(strconv.Itoa(len(h))+"\n"), h...), code...)
+	if _, err := in.Write(msg); err == nil && len(stdin) > 0 {
+		_, _ = in.Write(stdin)
+	}
+	_ = in.Close()
+}
+
+func (e *Engine) observeSize(pool string, n int) {
+	if e.poolObs != nil {
+		e.poolObs.PoolSize(pool, n)
+	}
+}

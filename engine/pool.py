@@ -1,0 +1,111 @@
+# The interpreter of a warm pool's python sandbox (engine/pool.go): started
+# as `python3 -c SOURCE` when the pool fills, it imports numpy and pandas and
+# then waits on its stdin for one program, which it runs as a cold
+# `python3 /tmp/main.py` would: as __main__, with __file__, sys.argv and
+# sys.path[0] of the file, the file itself written where the cold run's is,
+# the rest of stdin as the program's stdin, and the exit status Python gives
+# an uncaught exception, a SystemExit or a normal end. It runs once and the
+# sandbox is destroyed after it.
+#
+# Stdin carries: a decimal header length and a newline; the header, JSON
+# {"path", "argv", "size"}; size bytes of code; then the program's stdin.
+# Everything is read with os.read, so that nothing of the program's stdin is
+# buffered by this loader: sys.stdin (not read here) and any child process
+# see all of it.
+
+import atexit
+import builtins
+import importlib.machinery
+import json
+import os
+import signal
+import sys
+import warnings
+
+with warnings.catch_warnings():
+    # Nothing may be written before the program runs: its output is all the
+    # run's.
+    warnings.simplefilter("ignore")
+    import numpy  # noqa: F401
+    import pandas  # noqa: F401
+
+
+def _read(n):
+    buf = bytearray()
+    while len(buf) < n:
+        chunk = os.read(0, n - len(buf))
+        if not chunk:
+            os._exit(125)
+        buf += chunk
+    return bytes(buf)
+
+
+def _header():
+    digits = bytearray()
+    while True:
+        c = _read(1)
+        if c == b"\n":
+            break
+        digits += c
+        if len(digits) > 8:
+            os._exit(125)
+    return json.loads(_read(int(digits)))
+
+
+_h = _header()
+_path = _h["path"]
+_code = _read(_h["size"])
+# The guest created the file (empty) when the exec started, with the cold
+# run's owner and mode: write the program into it.
+with open(_path, "wb") as f:
+    f.write(_code)
+
+sys.argv = list(_h["argv"])
+sys.orig_argv = ["/usr/bin/python3"] + sys.argv
+sys.path[0] = os.path.dirname(_path)
+_main = type(sys)("__main__")
+_main.__dict__.update(
+    {
+        "__file__": _path,
+        "__cached__": None,
+        "__loader__": importlib.machinery.SourceFileLoader("__main__", _path),
+        "__annotations__": {},
+        "__builtins__": builtins,
+    }
+)
+sys.modules["__main__"] = _main
+del _h, f
+
+
+def _run(code, path, g):
+    try:
+        c = compile(code, path, "exec")
+    except SyntaxError as e:
+        # A cold run prints a syntax error without a traceback.
+        sys.excepthook(type(e), e.with_traceback(None), None)
+        return 1
+    try:
+        exec(c, g)
+    except SystemExit:
+        # Python ends it as it ends it in a cold run.
+        raise
+    except KeyboardInterrupt as e:
+        # A cold run prints it, runs the exit functions and ends by SIGINT.
+        tb = e.__traceback__.tb_next
+        sys.excepthook(type(e), e.with_traceback(tb), tb)
+        atexit._run_exitfuncs()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGINT)
+        return 1
+    except BaseException as e:
+        # The traceback starts at the program's frame, without this
+        # loader's, as a cold run's does.
+        tb = e.__traceback__.tb_next
+        sys.excepthook(type(e), e.with_traceback(tb), tb)
+        return 1
+    return 0
+
+
+sys.exit(_run(_code, _path, _main.__dict__) or None)
