@@ -137,6 +137,9 @@ type envConfig struct {
 	// (engine.WithTestKernel) unless kernels asks for the runtimes' own.
 	sessions bool
 	kernels  bool
+	// startPools starts the engine's pools (engine.WithPools among
+	// engine) once the service has started, reporting to its metrics.
+	startPools bool
 }
 
 // env is a daemon in the test process: a store, the real runc driver, the
@@ -195,6 +198,14 @@ func newEnv(t *testing.T, b backend, c envConfig) *env {
 		t.Fatalf("Service.Start: %v", err)
 	}
 	t.Cleanup(e.svc.Close)
+	if c.startPools {
+		eng.SetPoolObserver(metrics)
+		stop, err := eng.StartPools(ctx, map[string]string{engine.LabelOwner: cmp.Or(opts.Owner, "stockade")})
+		if err != nil {
+			t.Fatalf("StartPools: %v", err)
+		}
+		t.Cleanup(stop)
+	}
 	ao := c.api
 	ao.Metrics = metrics
 	srv := httptest.NewServer(api.New(e.svc, st, ao))

@@ -30,6 +30,7 @@ type Metrics struct {
 	analyticsLag      prometheus.Gauge
 
 	sessions sessionMetrics
+	pools    poolMetrics
 }
 
 var (
@@ -79,6 +80,7 @@ func NewMetrics() *Metrics {
 		analyticsLag: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "stockade_analytics_outbox_lag_seconds", Help: "How long the oldest row waiting in the analytics outbox has waited; 0 when none waits.",
 		}),
+		pools: newPoolMetrics(),
 	}
 	for _, r := range analytics.Reasons {
 		m.analyticsFailures.WithLabelValues(r)
@@ -94,6 +96,7 @@ func NewMetrics() *Metrics {
 		m.analyticsShipped, m.analyticsDropped, m.analyticsFailures, m.analyticsBacklog, m.analyticsLag,
 		prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
 	m.sessions = newSessionMetrics(m.reg)
+	m.reg.MustRegister(m.pools.collectors()...)
 	return m
 }
 

@@ -628,6 +628,12 @@ func (s *Service) Invoke(ctx context.Context, p Principal, req InvokeRequest, o 
 				return s.refuse(ctx, in, "driver_unavailable", fmt.Sprintf("the %s sandbox driver is unavailable; retry later", drv.Name()), errdefs.ErrUnavailable)
 			}
 		}
+		// Before the host runs out of memory, rather than let its OOM
+		// killer choose.
+		if err := s.room(engine.Request{Runtime: req.Runtime, Tool: req.Tool, Limits: sandbox.Limits{Timeout: timeout}}); err != nil {
+			s.log.Warn("memory budget taken", "err", err)
+			return s.refuse(ctx, in, "memory_exhausted", "the server's sandboxes hold all the memory it may give them (memory_budget); retry later", errdefs.ErrResourceExhausted)
+		}
 		if t = s.slots.reserve(); t == nil {
 			return s.refuse(ctx, in, "server_at_capacity", fmt.Sprintf("the server is at capacity (%d running, %d queued); retry later", s.opts.MaxConcurrent, s.opts.MaxQueue), errdefs.ErrResourceExhausted)
 		}

@@ -142,6 +142,20 @@ type Config struct {
 	// MaxQueue bounds invocations waiting for a slot; zero means
 	// 2 x MaxConcurrent, negative means no queue.
 	MaxQueue int `yaml:"max_queue"`
+	// Pools are the daemon's warm pools of one-shot executions (engine's
+	// pools): per tool and runtime, sandboxes created ahead with their
+	// interpreter started. In the file, `pools:` replaces the whole list;
+	// a size of 0 disables a pool, an empty list all of them.
+	Pools []Pool `yaml:"pools"`
+	// PoolMaxAge is how long a pool sandbox waits at most before it is
+	// replaced.
+	PoolMaxAge time.Duration `yaml:"pool_max_age"`
+	// MemoryBudget bounds the memory limits of the daemon's live and
+	// pooled sandboxes together: past it invocations are refused (429)
+	// and pools do not refill. In the file `memory_budget:` takes a size;
+	// 0 means no bound. The default is three quarters of the host's
+	// memory.
+	MemoryBudget int64 `yaml:"-"`
 	// ApprovalTTL is how long approval requests stay pending.
 	ApprovalTTL time.Duration `yaml:"approval_ttl"`
 	// CreditsPerInvocation is the flat price of an invocation; zero means
@@ -223,6 +237,35 @@ type MCP struct {
 	// id, relative to the URL a client reached the daemon by unless
 	// absolute; empty is /ui/approvals/{id}, the approval console's.
 	ApprovalURL string `yaml:"approval_url"`
+}
+
+// Pool is one warm pool: Size sandboxes of Tool with Runtime.
+type Pool struct {
+	Tool    string `yaml:"tool"`
+	Runtime string `yaml:"runtime"`
+	Size    int    `yaml:"size"`
+}
+
+// MaxPoolSize bounds one pool's size.
+const MaxPoolSize = 64
+
+// DefaultPools are the pools of the default configuration: a small python
+// pool of the default tool, on its tier.
+func DefaultPools() []Pool { return []Pool{{Tool: tools.DefaultName, Runtime: "python", Size: 2}} }
+
+// hostMemory is the host's memory in bytes (MemTotal), 0 when unknown.
+func hostMemory() int64 {
+	b, err := os.ReadFile("/proc/meminfo")
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		var kb int64
+		if _, err := fmt.Sscanf(line, "MemTotal: %d kB", &kb); err == nil {
+			return kb << 10
+		}
+	}
+	return 0
 }
 
 // ToolsList is a list of tools written in a configuration file.
@@ -393,6 +436,9 @@ func Default() Config {
 		MaxConcurrent:        2 * runtime.NumCPU(),
 		ApprovalTTL:          10 * time.Minute,
 		CreditsPerInvocation: 2,
+		Pools:                DefaultPools(),
+		PoolMaxAge:           10 * time.Minute,
+		MemoryBudget:         hostMemory() / 4 * 3,
 		Analytics: Analytics{
 			ClickHouse: ClickHouse{Database: analytics.DefaultDatabase, Table: analytics.DefaultTable, Timeout: analytics.DefaultTimeout},
 			BatchSize:  analytics.DefaultBatchSize,
@@ -484,10 +530,11 @@ func kindWord(n *yaml.Node) string {
 // fileForm is the YAML form of a configuration file: Config's keys, with
 // the limits and the tools in their file forms.
 type fileForm struct {
-	*Config  `yaml:",inline"`
-	Defaults limitsFile `yaml:"defaults"`
-	Ceiling  limitsFile `yaml:"ceiling"`
-	Tools    toolsFile  `yaml:"tools"`
+	*Config      `yaml:",inline"`
+	Defaults     limitsFile `yaml:"defaults"`
+	Ceiling      limitsFile `yaml:"ceiling"`
+	Tools        toolsFile  `yaml:"tools"`
+	MemoryBudget *size      `yaml:"memory_budget"`
 }
 
 // FileKeys returns the top-level keys of a configuration file.
@@ -528,6 +575,9 @@ func (c *Config) LoadFile(path string) error {
 	}
 	file.Defaults.apply(&c.Defaults)
 	file.Ceiling.apply(&c.Ceiling)
+	if file.MemoryBudget != nil {
+		c.MemoryBudget = int64(*file.MemoryBudget)
+	}
 	switch {
 	case file.Tools.list != nil:
 		c.Tools, c.ToolsList = "", &ToolsList{File: path, Node: file.Tools.list}
@@ -580,6 +630,10 @@ func (c Config) Validate() error {
 		return bad("credits_per_invocation must not be negative")
 	case c.MaxConnections <= 0:
 		return bad("max_connections must be positive")
+	case c.PoolMaxAge <= 0:
+		return bad("pool_max_age must be positive, such as 10m")
+	case c.MemoryBudget < 0:
+		return bad("memory_budget must not be negative (0: no bound)")
 	}
 	for _, d := range []struct {
 		key string
@@ -618,6 +672,9 @@ func (c Config) Validate() error {
 			return fmt.Errorf("config: analytics.clickhouse: %w", err)
 		}
 	}
+	if err := c.checkPools(); err != nil {
+		return bad("%v", err)
+	}
 	if err := c.Defaults.Check(c.Ceiling); err != nil {
 		return bad("defaults above the ceiling: %v", err)
 	}
@@ -638,6 +695,28 @@ func (c Config) Validate() error {
 		if _, err := broker.New(broker.Config{Operations: c.BrokerOperations()}); err != nil {
 			return fmt.Errorf("config: %w", err)
 		}
+	}
+	return nil
+}
+
+// checkPools checks the pools' shape; the engine checks, when the daemon
+// starts, that each pool's tool and runtime can be pooled.
+func (c Config) checkPools() error {
+	seen := map[[2]string]bool{}
+	for i, p := range c.Pools {
+		tool := p.Tool
+		if tool == "" {
+			tool = tools.DefaultName
+		}
+		switch {
+		case p.Runtime == "":
+			return fmt.Errorf("pools[%d]: runtime is missing (pools: [{tool: %s, runtime: python, size: 2}])", i, tools.DefaultName)
+		case p.Size < 0 || p.Size > MaxPoolSize:
+			return fmt.Errorf("pools[%d]: size %d out of range: 0 (disabled) to %d", i, p.Size, MaxPoolSize)
+		case seen[[2]string{tool, p.Runtime}]:
+			return fmt.Errorf("pools[%d]: tool %q with runtime %q has a pool already", i, tool, p.Runtime)
+		}
+		seen[[2]string{tool, p.Runtime}] = true
 	}
 	return nil
 }

@@ -3,6 +3,7 @@ package config
 import (
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -34,6 +35,28 @@ func TestLoadFile(t *testing.T) {
 				}
 				if err := c.Validate(); err != nil {
 					t.Errorf("Validate: %v", err)
+				}
+			},
+		},
+		{
+			name: "pools and the memory budget",
+			yaml: "pools:\n  - {tool: code.execute, runtime: python, size: 3}\n  - {runtime: node, size: 0}\nmemory_budget: 6GiB\npool_max_age: 2m\n",
+			check: func(t *testing.T, c Config) {
+				want := []Pool{{Tool: "code.execute", Runtime: "python", Size: 3}, {Runtime: "node"}}
+				if !slices.Equal(c.Pools, want) || c.MemoryBudget != 6<<30 || c.PoolMaxAge != 2*time.Minute {
+					t.Errorf("got pools %+v, budget %d, max age %s; want %+v, 6 GiB, 2m", c.Pools, c.MemoryBudget, c.PoolMaxAge, want)
+				}
+				if err := c.Validate(); err != nil {
+					t.Errorf("Validate: %v", err)
+				}
+			},
+		},
+		{
+			name: "no pools",
+			yaml: "pools: []\n",
+			check: func(t *testing.T, c Config) {
+				if len(c.Pools) != 0 {
+					t.Errorf("got pools %+v, want none", c.Pools)
 				}
 			},
 		},
@@ -176,6 +199,14 @@ func TestValidate(t *testing.T) {
 		func(c *Config) { c.Analytics.BatchSize = 0 },
 		func(c *Config) { c.Analytics.BatchSize = 10001 },
 		func(c *Config) { c.Analytics.Outbox.MaxRows = 0 },
+		func(c *Config) { c.Pools = []Pool{{Size: 2}} },
+		func(c *Config) { c.Pools = []Pool{{Runtime: "python", Size: -1}} },
+		func(c *Config) { c.Pools = []Pool{{Runtime: "python", Size: MaxPoolSize + 1}} },
+		func(c *Config) {
+			c.Pools = []Pool{{Runtime: "python", Size: 1}, {Tool: "code.execute", Runtime: "python", Size: 2}}
+		},
+		func(c *Config) { c.PoolMaxAge = 0 },
+		func(c *Config) { c.MemoryBudget = -1 },
 	}
 	for i, mutate := range bad {
 		c := Default()
@@ -239,6 +270,9 @@ func TestLoadFileWrongForms(t *testing.T) {
 		{"scalar for a list", "broker: {operations: x}\n", `:1: broker.operations: want a list of mappings, got "x"`},
 		{"nested element", "broker:\n  operations:\n    - name: a\n      params:\n        - {name: q, max_length: long}\n", `:5: broker.operations[0].params[0].max_length: want an integer, got "long"`},
 		{"mapping for the tools", "tools: {a: b}\n", `:1: tools: want the path of a tools file or directory, or a list of tools, got a mapping`},
+		{"unknown pool key", "pools:\n  - {runtime: python, count: 2}\n", `:2: pools[0]: unknown key "count" (known: tool, runtime, size)`},
+		{"word for a pool size", "pools: [{runtime: python, size: many}]\n", `:1: pools[0].size: want an integer, got "many"`},
+		{"word for the memory budget", "memory_budget: half\n", `:1: memory_budget: invalid size "half"`},
 		{"unknown key", "lisen: x\n", `:1: unknown key "lisen" (did you mean listen?)`},
 		{"unknown nested key", "broker:\n  operations:\n    - {name: x, secret: y}\n", `:3: broker.operations[0]: unknown key "secret" (known: name, method, url, params, json_body, credential, header, prefix, response_headers)`},
 		{"old key", "runc_path: /usr/sbin/runc\n", `:1: unknown key "runc_path" (did you mean runc?)`},

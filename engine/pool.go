@@ -48,6 +48,9 @@ var poolPrograms = map[string][]string{
 	"python": {"/usr/bin/python3", "-c", poolPython},
 }
 
+// errNoBinder is a pool's driver that cannot bind.
+var errNoBinder = errors.New("no pool on this tier")
+
 // LabelPool marks a pool's sandboxes with their pool's name (tool/runtime).
 const LabelPool = "stockade.pool"
 
@@ -69,9 +72,6 @@ type PoolOptions struct {
 	// refills: a refill waits while that many runs are going (the
 	// service's max_concurrent). Zero means no bound.
 	MaxConcurrent int
-	// Labels are given to every pool sandbox at create (the daemon's
-	// owner label, so that a restarted daemon reaps them).
-	Labels map[string]string
 }
 
 // PoolObserver is told what the pools do (the daemon's /metrics).
@@ -94,18 +94,26 @@ func WithPools(o PoolOptions) Option { return func(e *Engine) { e.poolOpts = o }
 func (e *Engine) SetPoolObserver(o PoolObserver) { e.poolObs = o }
 
 // StartPools checks the configured pools and starts filling them in the
-// background until ctx ends or stop is called; stop destroys every pool
-// sandbox not taken and returns once they are gone. A pool whose tool,
-// runtime or driver cannot pool (no started interpreter for the runtime, a
-// driver without Binder, a tool with mounts or credentials) is an error.
-func (e *Engine) StartPools(ctx context.Context) (stop func(), err error) {
+// background, with sandboxes carrying labels (the daemon's owner label, so
+// that a restarted daemon reaps them), until ctx ends or stop is called; stop destroys every pool
+// sandbox not taken and returns once they are gone. A pool whose tool or
+// runtime cannot pool (no started interpreter for the runtime, a tool with
+// mounts or credentials) is an error; one on a driver without Binder
+// (docker) is logged and left out.
+func (e *Engine) StartPools(ctx context.Context, labels map[string]string) (stop func(), err error) {
 	ctx, cancel := context.WithCancel(ctx)
 	var pools []*pool
 	for _, s := range e.poolOpts.Pools {
 		if s.Size <= 0 {
 			continue
 		}
-		p, err := e.newPool(s)
+		p, err := e.newPool(s, labels)
+		if errors.Is(err, errNoBinder) {
+			// The default pool on a tier that cannot pool (docker):
+			// its runs are all cold.
+			e.log.Warn("not pooling", "err", err)
+			continue
+		}
 		if err != nil {
 			cancel()
 			return nil, err
@@ -135,7 +143,7 @@ func (e *Engine) StartPools(ctx context.Context) (stop func(), err error) {
 	}, nil
 }
 
-func (e *Engine) newPool(s PoolSpec) (*pool, error) {
+func (e *Engine) newPool(s PoolSpec, owner map[string]string) (*pool, error) {
 	bad := func(format string, a ...any) error {
 		return fmt.Errorf("pool of tool %q, runtime %q: %s: %w", s.Tool, s.Runtime, fmt.Sprintf(format, a...), errdefs.ErrInvalidArgument)
 	}
@@ -149,7 +157,8 @@ func (e *Engine) newPool(s PoolSpec) (*pool, error) {
 	}
 	b, ok := drv.(sandbox.Binder)
 	if !ok {
-		return nil, bad("the %s driver cannot create unbound sandboxes: %s", drv.Name(), drv.Capabilities().Lacks["Bind"])
+		return nil, fmt.Errorf("pool of tool %q, runtime %q: the %s driver cannot create unbound sandboxes: %s: %w",
+			s.Tool, s.Runtime, drv.Name(), drv.Capabilities().Lacks["Bind"], errNoBinder)
 	}
 	if len(tool.Filesystem.Mounts) > 0 || len(tool.Credentials) > 0 {
 		return nil, bad("its tool mounts data or reaches the broker; a pool sandbox holds nothing of anyone's")
@@ -165,7 +174,7 @@ func (e *Engine) newPool(s PoolSpec) (*pool, error) {
 	created.Timeout = maxAge + e.ceiling.Timeout + time.Minute
 	name := tool.Name + "/" + rt.Name
 	labels := map[string]string{LabelPool: name}
-	for k, v := range e.poolOpts.Labels {
+	for k, v := range owner {
 		labels[k] = v
 	}
 	return &pool{e: e, name: name, size: s.Size, tool: tool, drv: drv, binder: b, rt: rt, argv: argv,
@@ -213,18 +222,35 @@ func (w *warm) destroy(ctx context.Context) {
 func (p *pool) fill(ctx context.Context) {
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
+	// After a failure to create (a missing image, a driver down) the pool
+	// waits, doubling up to a minute, rather than log every second.
+	var backoff time.Duration
 	for {
 		p.retire(ctx)
 		for p.wanted() && ctx.Err() == nil {
-			if !p.grow(ctx) {
+			failed, ok := p.grow(ctx)
+			switch {
+			case failed:
+				backoff = min(max(2*backoff, time.Second), time.Minute)
+			case ok:
+				backoff = 0
+			}
+			if !ok {
 				break
 			}
+		}
+		wait := tick.C
+		if backoff > 0 {
+			wait = time.After(backoff)
 		}
 		select {
 		case <-ctx.Done():
 			return
 		case <-p.wake:
-		case <-tick.C:
+			if backoff > 0 {
+				continue
+			}
+		case <-wait:
 		}
 	}
 }
@@ -252,12 +278,12 @@ func (p *pool) retire(ctx context.Context) {
 	}
 }
 
-// grow creates one sandbox and adds it; false when it could not (memory,
-// or a failure, which is logged).
-func (p *pool) grow(ctx context.Context) bool {
+// grow creates one sandbox and adds it (ok); failed says it could not
+// because creating failed (logged), rather than for want of memory.
+func (p *pool) grow(ctx context.Context) (failed, ok bool) {
 	release, err := p.e.mem.reserve(p.created.Memory)
 	if err != nil {
-		return false
+		return false, false
 	}
 	start := time.Now()
 	w, err := p.create(ctx)
@@ -266,7 +292,7 @@ func (p *pool) grow(ctx context.Context) bool {
 		if ctx.Err() == nil {
 			p.e.log.Warn("filling pool", "pool", p.name, "err", err)
 		}
-		return false
+		return true, false
 	}
 	w.release = release
 	if o := p.e.poolObs; o != nil {
@@ -275,7 +301,7 @@ func (p *pool) grow(ctx context.Context) bool {
 	p.mu.Lock()
 	p.ready = append(p.ready, w)
 	p.mu.Unlock()
-	return true
+	return false, true
 }
 
 // create creates an unbound sandbox and starts its interpreter.
@@ -399,6 +425,10 @@ func (e *Engine) acquire(ctx context.Context, req Request, tool tools.Tool, limi
 			} else if p.labels[k] != v {
 				// The pool's own labels stay; the run's must agree.
 				w.destroy(ctx)
+				e.log.Warn("a run's labels disagree with its pool's", "pool", p.name, "label", k)
+				if e.poolObs != nil {
+					e.poolObs.PoolMiss(p.name)
+				}
 				return nil, nil
 			}
 		}
@@ -406,6 +436,9 @@ func (e *Engine) acquire(ctx context.Context, req Request, tool tools.Tool, limi
 		if err := p.binder.Bind(ctx, w.sb, b); err != nil {
 			e.log.Warn("binding a pool sandbox", "pool", p.name, "sandbox", w.sb.ID(), "err", err)
 			w.destroy(ctx)
+			if e.poolObs != nil {
+				e.poolObs.PoolMiss(p.name)
+			}
 			return nil, nil
 		}
 		if e.poolObs != nil {

@@ -58,14 +58,14 @@ func realDrivers(t *testing.T) map[string]sandbox.Driver {
 // driver, and a python pool of size on it when size > 0.
 func pooledEngine(t *testing.T, drivers map[string]sandbox.Driver, driver string, size int, opts ...Option) (*Engine, *poolCounts) {
 	t.Helper()
-	opts = append(opts, WithPools(PoolOptions{Pools: []PoolSpec{{Runtime: "python", Size: size}}, Labels: map[string]string{LabelOwner: "pool-test"}}))
+	opts = append(opts, WithPools(PoolOptions{Pools: []PoolSpec{{Runtime: "python", Size: size}}}))
 	e, err := New(drivers, driver, image.Open(testenv.DataDir()), sandbox.DefaultLimits(), sandbox.DefaultCeiling(), opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
 	counts := &poolCounts{}
 	e.SetPoolObserver(counts)
-	stop, err := e.StartPools(context.Background())
+	stop, err := e.StartPools(context.Background(), map[string]string{LabelOwner: "pool-test"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -320,7 +320,7 @@ func TestPoolReplacesOldSandboxes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	stop, err := e.StartPools(context.Background())
+	stop, err := e.StartPools(context.Background(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}

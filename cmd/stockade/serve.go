@@ -62,7 +62,7 @@ func serveCmd(ctx context.Context, args []string) int {
 
 // serveFlags returns the daemon's flags. Every flag sets the configuration
 // key of its name (--max-queue sets max_queue), and every key but the
-// structured ones (defaults, ceiling, broker) has its flag; the README's
+// structured ones (defaults, ceiling, broker, pools) has its flag; the README's
 // configuration table lists them all (TestServeFlagsMatchConfigKeys).
 func serveFlags() (*flag.FlagSet, *config.Config, func([]string) ([]string, error)) {
 	fs := newFlags("serve", serveSynopsis)
@@ -78,6 +78,8 @@ func serveFlags() (*flag.FlagSet, *config.Config, func([]string) ([]string, erro
 	fs.StringVar(&cfg.EgressPrefix, "egress-prefix", cfg.EgressPrefix, "name prefix of the sandbox networks' host objects, 2-6 lower-case letters (default stk)")
 	fs.IntVar(&cfg.MaxConcurrent, "max-concurrent", cfg.MaxConcurrent, "sandboxes running at once")
 	fs.IntVar(&cfg.MaxQueue, "max-queue", cfg.MaxQueue, "invocations waiting for a slot (default 2 x max-concurrent; negative: no queue)")
+	durationFlag(fs, &cfg.PoolMaxAge, "pool-max-age", cfg.PoolMaxAge, "how long a warm pool sandbox waits before it is replaced")
+	fs.Var((*sizeValue)(&cfg.MemoryBudget), "memory-budget", "memory limits of the live and pooled sandboxes together; past it invocations are refused (0: no bound; default 3/4 of the host's memory)")
 	durationFlag(fs, &cfg.ApprovalTTL, "approval-ttl", cfg.ApprovalTTL, "how long approval requests stay pending")
 	fs.Int64Var(&cfg.CreditsPerInvocation, "credits-per-invocation", cfg.CreditsPerInvocation, "the flat price of an invocation")
 	durationFlag(fs, &cfg.IdleTimeout, "idle-timeout", cfg.IdleTimeout, "close an API connection idle this long between requests")
@@ -133,6 +135,15 @@ func serve(ctx context.Context, listen, db string, cfg config.Config) error {
 		return err
 	}
 	defer svc.Close()
+	// The pools fill once the service has reaped what a crashed daemon
+	// left (Start), and their sandboxes carry its owner label, so that the
+	// next daemon reaps them in turn.
+	eng.SetPoolObserver(metrics)
+	stopPools, err := eng.StartPools(ctx, map[string]string{engine.LabelOwner: owner(cfg.StateDir)})
+	if err != nil {
+		return classify(err)
+	}
+	defer stopPools()
 	// The service holds the database's daemon claim from Start to Close:
 	// the shipper runs inside that span (deferred after Close, it stops
 	// before it).
@@ -335,4 +346,23 @@ func sessionFlags(fs *flag.FlagSet, s *config.Sessions) {
 func sessionOptions(s config.Sessions) capability.SessionOptions {
 	return capability.SessionOptions{IdleTimeout: s.IdleTimeout, MaxIdleTimeout: s.MaxIdleTimeout, TTL: s.TTL, MaxTTL: s.MaxTTL,
 		MaxPerWorkspace: s.MaxPerWorkspace, WorkspaceSize: int64(s.WorkspaceSize), MaxFileSize: int64(s.MaxFileSize)}
+}
+
+// sizeValue is a flag holding a size (sandbox.ParseSize).
+type sizeValue int64
+
+func (v *sizeValue) String() string {
+	if v == nil || *v == 0 {
+		return ""
+	}
+	return sandbox.FormatSize(int64(*v))
+}
+
+func (v *sizeValue) Set(s string) error {
+	n, err := sandbox.ParseSize(s)
+	if err != nil {
+		return err
+	}
+	*v = sizeValue(n)
+	return nil
 }

@@ -110,7 +110,7 @@ func TestCheckDrivers(t *testing.T) {
 // but the structured ones has its flag, and the README's configuration
 // table lists each key with its flag, so that none of the three drifts.
 func TestServeFlagsMatchConfigKeys(t *testing.T) {
-	fileOnly := map[string]bool{"defaults": true, "ceiling": true, "broker": true} // structured: no flag can hold them
+	fileOnly := map[string]bool{"defaults": true, "ceiling": true, "broker": true, "pools": true} // structured: no flag can hold them
 	// A block of plain settings (mcp: {approval_wait, ...}) is keys of its
 	// own, mcp.approval_wait, each with the flag --mcp-approval-wait.
 	keys := map[string]bool{}

@@ -54,8 +54,21 @@ func Engine(cfg config.Config) (*engine.Engine, error) {
 	if err != nil {
 		return nil, fmt.Errorf("loading tools: %w", err)
 	}
-	return engine.New(drivers, cfg.Driver, image.Open(cfg.ImageDir()), cfg.Defaults, cfg.Ceiling,
-		engine.WithTools(set, topts), engine.WithEgress(host))
+	opts := []engine.Option{engine.WithTools(set, topts), engine.WithEgress(host), engine.WithMemoryBudget(cfg.MemoryBudget)}
+	if cfg.Serving {
+		// Only the daemon keeps warm pools (Engine.StartPools).
+		opts = append(opts, engine.WithPools(poolOptions(cfg)))
+	}
+	return engine.New(drivers, cfg.Driver, image.Open(cfg.ImageDir()), cfg.Defaults, cfg.Ceiling, opts...)
+}
+
+// poolOptions are the engine's pools of cfg.
+func poolOptions(cfg config.Config) engine.PoolOptions {
+	o := engine.PoolOptions{MaxAge: cfg.PoolMaxAge, MaxConcurrent: cfg.MaxConcurrent}
+	for _, p := range cfg.Pools {
+		o.Pools = append(o.Pools, engine.PoolSpec{Tool: p.Tool, Runtime: p.Runtime, Size: p.Size})
+	}
+	return o
 }
 
 // DriverCapabilities are what the drivers Engine builds declare, by name,
