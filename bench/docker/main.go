@@ -25,23 +25,15 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"flag"
 	"fmt"
 	"os"
-	"path/filepath"
-	"strconv"
 
+	"github.com/stockade-sh/stockade/bench/internal/dockerrun"
 	"github.com/stockade-sh/stockade/bench/internal/table"
 	"github.com/stockade-sh/stockade/config"
-	"github.com/stockade-sh/stockade/driver/docker"
 	"github.com/stockade-sh/stockade/engine"
-	"github.com/stockade-sh/stockade/image"
-	"github.com/stockade-sh/stockade/internal/guestbin"
-	"github.com/stockade-sh/stockade/internal/oci"
 	"github.com/stockade-sh/stockade/internal/wiring"
-	"github.com/stockade-sh/stockade/sandbox"
-	"github.com/stockade-sh/stockade/sandbox/profile"
 )
 
 func main() {
@@ -64,66 +56,11 @@ func main() {
 func run(ctx context.Context, n int, bin, dockerCLI, host, dataDir string) error {
 	cfg := config.Default()
 	cfg.DataDir, cfg.DockerHost = dataDir, host
-	img, err := image.Open(cfg.ImageDir()).Resolve("python")
+	dockerRun, cleanup, err := dockerrun.Argv(ctx, dockerCLI, host, dataDir, "-c", "print(1)")
 	if err != nil {
 		return err
 	}
-	tmp, err := os.MkdirTemp("", "stockade-bench-docker-")
-	if err != nil {
-		return err
-	}
-	defer os.RemoveAll(tmp)
-
-	// The image `docker run` starts is the one the driver imports, tagged
-	// by its digest and the guest's.
-	guest, err := guestbin.Install(cfg.BinDir())
-	if err != nil {
-		return err
-	}
-	dk, err := docker.New(docker.Config{Host: host, GuestPath: guest})
-	if err != nil {
-		return err
-	}
-	defer dk.Close()
-	if err := dk.Health(ctx); err != nil {
-		return err
-	}
-	tag, err := dk.ImportImage(ctx, img)
-	if err != nil {
-		return err
-	}
-	sc, err := oci.Seccomp()
-	if err != nil {
-		return err
-	}
-	filter, err := json.Marshal(sc)
-	if err != nil {
-		return err
-	}
-	seccompFile := filepath.Join(tmp, "seccomp.json")
-	if err := os.WriteFile(seccompFile, filter, 0o644); err != nil {
-		return err
-	}
-	l := sandbox.DefaultLimits()
-	l.CPU = docker.DefaultCPU
-	user := profile.Default().User
-	dockerRun := []string{dockerCLI, "--host", host, "run", "--rm",
-		"--network=none", "--read-only",
-		"--tmpfs", "/tmp:rw,exec,nosuid,nodev,mode=1777,size=" + strconv.FormatInt(l.TmpSize, 10),
-		"--cap-drop=ALL",
-		"--security-opt", "no-new-privileges",
-		"--security-opt", "seccomp=" + seccompFile,
-		"--pids-limit", strconv.FormatInt(l.Pids, 10),
-		"--memory", strconv.FormatInt(l.Memory, 10), "--memory-swap", strconv.FormatInt(l.Memory, 10), "--memory-swappiness", "0",
-		"--cpus", strconv.FormatFloat(l.CPU, 'f', -1, 64),
-		"--user", fmt.Sprintf("%d:%d", user.UID, user.GID),
-		"--ipc", "private", "--cgroupns", "private",
-		"--dns", "127.0.0.1", "--dns-search", ".",
-		"--ulimit", "nofile=1024:1024", "--ulimit", "core=0:0",
-		"--log-driver", "none",
-		"--hostname", "sandbox", "--workdir", "/",
-		"--entrypoint", "/usr/bin/python3", tag, "-c", "print(1)",
-	}
+	defer cleanup()
 
 	eng, err := wiring.Engine(cfg)
 	if err != nil {
