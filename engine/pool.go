@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -207,12 +208,17 @@ type warm struct {
 	ex      sandbox.Exec
 	born    time.Time
 	release func() // its memory
+	log     *slog.Logger
 	// out is the output callback of the run that took it.
 	out atomic.Pointer[func(sandbox.Stream, []byte)]
 }
 
+// destroy destroys the sandbox and frees its memory; a failure is logged
+// (the next daemon's Reap finds what is left by the sandbox's labels).
 func (w *warm) destroy(ctx context.Context) {
-	_ = w.sb.Destroy(context.WithoutCancel(ctx))
+	if err := w.sb.Destroy(context.WithoutCancel(ctx)); err != nil {
+		w.log.Error("destroying a pool sandbox", "sandbox", w.sb.ID(), "err", err)
+	}
 	w.release()
 }
 
@@ -314,7 +320,7 @@ func (p *pool) create(ctx context.Context) (*warm, error) {
 	if err != nil {
 		return nil, fmt.Errorf("creating %s sandbox: %w", p.drv.Name(), err)
 	}
-	w := &warm{sb: sb, born: time.Now()}
+	w := &warm{sb: sb, born: time.Now(), log: p.e.log}
 	// The Exec lives as long as the sandbox: its ctx is the pool's, and a
 	// run ends it through Cancel (runWarm).
 	ex, err := sb.Start(context.WithoutCancel(ctx), sandbox.ExecRequest{
@@ -450,9 +456,12 @@ func (e *Engine) acquire(ctx context.Context, req Request, tool tools.Tool, limi
 }
 
 // runWarm runs req in w, which acquire bound to it, as Run runs it in a
-// fresh sandbox, and destroys w.
+// fresh sandbox, and destroys w. The program has ended when it returns
+// (the guest killed what it left), and no one else can take w: its
+// destruction (15-25 ms) goes on in the background, as an egress
+// network's removal does, and Wait waits for it.
 func (e *Engine) runWarm(ctx context.Context, req Request, p *pool, w *warm, limits sandbox.Limits) (*Result, error) {
-	defer w.destroy(ctx)
+	defer e.closing.Go(func() { w.destroy(ctx) })
 	if req.OnStart != nil {
 		if err := req.OnStart(p.drv.Name()); err != nil {
 			return nil, fmt.Errorf("recording the start: %w", err)
