@@ -616,3 +616,36 @@ func TestFreezeRefusesAFileOperationInFlight(t *testing.T) {
 		t.Errorf("Freeze once WriteFile returned: got %v, want nil", err)
 	}
 }
+
+// TestRetuneWhileRunning checks that a Retune while an Exec runs may
+// change the limits the host enforces and not those the Exec started with.
+func TestRetuneWhileRunning(t *testing.T) {
+	base := sandbox.Limits{Memory: 512 << 20, CPU: 1, Pids: 128, Timeout: time.Minute, OutputCap: 10}
+	for _, tt := range []struct {
+		name   string
+		change func(*sandbox.Limits)
+		ok     bool
+	}{
+		{"memory", func(l *sandbox.Limits) { l.Memory = 256 << 20 }, true},
+		{"cpu and pids", func(l *sandbox.Limits) { l.CPU, l.Pids = 0.5, 64 }, true},
+		{"timeout", func(l *sandbox.Limits) { l.Timeout = time.Second }, false},
+		{"output cap", func(l *sandbox.Limits) { l.OutputCap = 5 }, false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			f := newFakeGuest(t, base, func(f frames, _ guest.ExecRequest) { f.started() })
+			if _, err := f.g.Start(t.Context(), sandbox.ExecRequest{File: sandbox.File{Name: "a"}, Argv: []string{"/a"}}); err != nil {
+				t.Fatal(err)
+			}
+			next := base
+			tt.change(&next)
+			applied := false
+			err := f.g.Retune(next, func() error { applied = true; return nil })
+			if tt.ok && (err != nil || !applied || f.g.limits() != next) {
+				t.Errorf("got %v, applied %v, limits %+v; want %+v applied", err, applied, f.g.limits(), next)
+			}
+			if !tt.ok && (!errdefs.IsFailedPrecondition(err) || applied || f.g.limits() != base) {
+				t.Errorf("got %v, applied %v, limits %+v; want ErrFailedPrecondition, nothing applied", err, applied, f.g.limits())
+			}
+		})
+	}
+}
