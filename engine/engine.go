@@ -1,6 +1,8 @@
 // Package engine turns an invocation (runtime, code, limits) into a sandbox
 // run: it validates the request, resolves the runtime image, picks the
-// driver from the tool's record and runs Create, Exec, Destroy. It sees the
+// driver from the tool's record and runs Create, Exec, Destroy, or takes a
+// sandbox of a warm pool whose interpreter waits already (pool.go; the
+// daemon's, StartPools) and accounts the sandboxes' memory (memory.go). It sees the
 // drivers only through the sandbox.Driver contract: which drivers, images
 // and egress host exist is the caller's choice (internal/wiring builds them
 // from the configuration), and the layers above never see a driver.

@@ -96,8 +96,9 @@ func (e *Engine) SetPoolObserver(o PoolObserver) { e.poolObs = o }
 
 // StartPools checks the configured pools and starts filling them in the
 // background, with sandboxes carrying labels (the daemon's owner label, so
-// that a restarted daemon reaps them), until ctx ends or stop is called; stop destroys every pool
-// sandbox not taken and returns once they are gone. A pool whose tool or
+// that a restarted daemon reaps them), until ctx ends or stop is called;
+// stop destroys every pool sandbox not taken and returns once they are
+// gone. A pool whose tool or
 // runtime cannot pool (no started interpreter for the runtime, a tool with
 // mounts or credentials) is an error; one on a driver without Binder
 // (docker) is logged and left out.
