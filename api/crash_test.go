@@ -156,9 +156,10 @@ func setUpDaemon(t *testing.T, bin, dir, db, state string) (key string, args []s
 	cli(t, bin, "credits", "grant", "crash", "10", "--db", db)
 	cli(t, bin, "policy", "set", "crash", "--approval=none", "--db", db)
 	// The docker driver points nowhere, so that this daemon's start-up
-	// reap never touches containers of another Stockade on the host.
+	// reap never touches containers of another Stockade on the host. No
+	// warm pool: the tests count the sandboxes of executions.
 	cfg := filepath.Join(dir, "stockade.yaml")
-	if err := os.WriteFile(cfg, []byte("driver: runc\ndocker_host: unix://"+filepath.Join(dir, "no-docker.sock")+"\n"), 0o644); err != nil {
+	if err := os.WriteFile(cfg, []byte("driver: runc\npools: []\ndocker_host: unix://"+filepath.Join(dir, "no-docker.sock")+"\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	return key, []string{"--config", cfg, "--db", db, "--state-dir", state, "--guest", testenv.Guest(t),
@@ -328,4 +329,40 @@ func TestCrashRecovery(t *testing.T) {
 		s.close()
 		d.stop()
 	})
+}
+
+// TestCrashReapsPools kills a daemon with SIGKILL while its warm pool (the
+// default one) holds sandboxes, and checks that the restarted daemon
+// destroys them: they carry its owner label.
+func TestCrashReapsPools(t *testing.T) {
+	requireSandboxes(t)
+	bin := testenv.Build(t, "./cmd/stockade")
+	dir := t.TempDir()
+	state := filepath.Join(dir, "state")
+	_, args := setUpDaemon(t, bin, dir, "sqlite:"+filepath.Join(dir, "stockade.db"), state)
+	pooled := filepath.Join(dir, "pooled.yaml")
+	if err := os.WriteFile(pooled, []byte("driver: runc\npools: [{runtime: python, size: 2}]\ndocker_host: unix://"+filepath.Join(dir, "no-docker.sock")+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	d := startDaemon(t, bin, append(slices.Clone(args), "--config", pooled)...)
+	bundles := filepath.Join(state, "runc", "bundles")
+	deadline := time.Now().Add(60 * time.Second)
+	for len(dirEntries(t, bundles)) < 2 {
+		if time.Now().After(deadline) {
+			t.Fatalf("the pool's sandboxes: got %v after 60s, want 2", dirEntries(t, bundles))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	ids := dirEntries(t, bundles)
+	d.kill()
+	d = startDaemon(t, bin, args...) // without pools
+	for _, id := range ids {
+		if exists(filepath.Join(bundles, id)) || len(sandboxkit.ProcessesMentioning(id)) > 0 {
+			t.Errorf("pool sandbox %s of the killed daemon is left after the restart", id)
+		}
+	}
+	if out, err := exec.Command("runc", "--root", filepath.Join(state, "runc", "state"), "list", "-q").CombinedOutput(); err != nil || strings.TrimSpace(string(out)) != "" {
+		t.Errorf("runc list: got %q (err %v), want nothing", out, err)
+	}
+	d.stop()
 }
