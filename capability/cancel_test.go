@@ -8,6 +8,7 @@ import (
 	"github.com/stockade-sh/stockade/audit"
 	"github.com/stockade-sh/stockade/engine"
 	"github.com/stockade-sh/stockade/errdefs"
+	"github.com/stockade-sh/stockade/internal/sandboxfake"
 	"github.com/stockade-sh/stockade/sandbox"
 	"github.com/stockade-sh/stockade/store"
 )
@@ -64,7 +65,7 @@ func (e *serviceEnv) cancelData(t *testing.T, id string) audit.ExecutionCancelle
 func TestCancelAwaitingApproval(t *testing.T) {
 	ctx := t.Context()
 	obs := &countingObserver{}
-	env := newServiceEnv(t, nil, &fakeDriver{name: "gvisor", tier: sandbox.TierGVisor}, store.DefaultPolicy(), ServiceOptions{Observer: obs})
+	env := newServiceEnv(t, nil, &sandboxfake.Driver{ID: "gvisor", Tier: sandbox.TierGVisor}, store.DefaultPolicy(), ServiceOptions{Observer: obs})
 	inv, err := env.svc.Invoke(ctx, env.agent, InvokeRequest{Runtime: "python", Code: "print(1)"}, InvokeOptions{})
 	if err != nil || inv.Approval == nil {
 		t.Fatalf("got %+v, %v; want a pending approval", inv, err)
@@ -98,7 +99,7 @@ func TestCancelAwaitingApproval(t *testing.T) {
 func TestCancelQueued(t *testing.T) {
 	ctx := t.Context()
 	hold := make(chan struct{})
-	drv := &fakeDriver{name: "gvisor", tier: sandbox.TierGVisor, hold: hold}
+	drv := &sandboxfake.Driver{ID: "gvisor", Tier: sandbox.TierGVisor, Hold: hold}
 	env := newServiceEnv(t, nil, drv, noApprovalPolicy(), ServiceOptions{MaxConcurrent: 1})
 	first, err := env.svc.Invoke(ctx, env.agent, InvokeRequest{Runtime: "python", Code: "first"}, InvokeOptions{})
 	if err != nil {
@@ -120,9 +121,7 @@ func TestCancelQueued(t *testing.T) {
 		t.Fatalf("first execution: got %s, %v", got.Status, err)
 	}
 	env.svc.Close() // every run has ended
-	drv.mu.Lock()
-	defer drv.mu.Unlock()
-	if n := len(drv.specs); n != 1 {
+	if n := len(drv.Specs()); n != 1 {
 		t.Errorf("sandboxes created: got %d, want 1 (none for the cancelled execution)", n)
 	}
 	if got, _ := env.st.GetExecution(ctx, env.ws.ID, queued.Execution.ID); got.Status != store.StatusCancelled {
@@ -141,7 +140,7 @@ func TestCancelRunning(t *testing.T) {
 	ctx := t.Context()
 	hold := make(chan struct{})
 	defer close(hold)
-	env := newServiceEnv(t, nil, &fakeDriver{name: "gvisor", tier: sandbox.TierGVisor, hold: hold, echo: true}, noApprovalPolicy(), ServiceOptions{})
+	env := newServiceEnv(t, nil, &sandboxfake.Driver{ID: "gvisor", Tier: sandbox.TierGVisor, Hold: hold, Echo: true}, noApprovalPolicy(), ServiceOptions{})
 	inv, err := env.svc.Invoke(ctx, env.agent, InvokeRequest{Runtime: "python", Code: "partial output"}, InvokeOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -174,7 +173,7 @@ func TestCancelRunning(t *testing.T) {
 // it or an admin key of the workspace, no one else.
 func TestCancelWho(t *testing.T) {
 	ctx := t.Context()
-	env := newServiceEnv(t, nil, &fakeDriver{name: "gvisor", tier: sandbox.TierGVisor}, store.DefaultPolicy(), ServiceOptions{})
+	env := newServiceEnv(t, nil, &sandboxfake.Driver{ID: "gvisor", Tier: sandbox.TierGVisor}, store.DefaultPolicy(), ServiceOptions{})
 	inv, err := env.svc.Invoke(ctx, env.agent, InvokeRequest{Runtime: "python", Code: "print(1)"}, InvokeOptions{})
 	if err != nil {
 		t.Fatal(err)

@@ -11,6 +11,7 @@ import (
 	"github.com/stockade-sh/stockade/audit"
 	"github.com/stockade-sh/stockade/engine"
 	"github.com/stockade-sh/stockade/errdefs"
+	"github.com/stockade-sh/stockade/internal/sandboxfake"
 	"github.com/stockade-sh/stockade/sandbox"
 	"github.com/stockade-sh/stockade/store"
 	"github.com/stockade-sh/stockade/tools"
@@ -30,8 +31,8 @@ func serviceWith(t *testing.T, st testStore, toolsYAML string) *Service {
 	if err != nil {
 		t.Fatal(err)
 	}
-	drivers := map[string]sandbox.Driver{"gvisor": &fakeDriver{name: "gvisor", tier: sandbox.TierGVisor}}
-	eng, err := engine.New(drivers, "gvisor", fakeImages{}, sandbox.DefaultLimits(), sandbox.DefaultCeiling(), engine.WithTools(set, opts))
+	drivers := map[string]sandbox.Driver{"gvisor": &sandboxfake.Driver{ID: "gvisor", Tier: sandbox.TierGVisor}}
+	eng, err := engine.New(drivers, "gvisor", sandboxfake.Images{}, sandbox.DefaultLimits(), sandbox.DefaultCeiling(), engine.WithTools(set, opts))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -24,6 +24,7 @@ import (
 	"github.com/stockade-sh/stockade/image"
 	"github.com/stockade-sh/stockade/internal/clip"
 	"github.com/stockade-sh/stockade/internal/netns"
+	"github.com/stockade-sh/stockade/internal/sandboxfake"
 	"github.com/stockade-sh/stockade/internal/testenv"
 	"github.com/stockade-sh/stockade/sandbox"
 	"github.com/stockade-sh/stockade/store"
@@ -160,9 +161,9 @@ func TestNetworkRequestsNeedApproval(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	drv := &fakeDriver{name: "gvisor", tier: sandbox.TierGVisor}
+	drv := &sandboxfake.Driver{ID: "gvisor", Tier: sandbox.TierGVisor}
 	newSvc := func(t *testing.T, o ...engine.Option) *Service {
-		eng, err := engine.New(map[string]sandbox.Driver{"gvisor": drv}, "gvisor", fakeImages{}, sandbox.DefaultLimits(), sandbox.DefaultCeiling(), append(o, engine.WithTools(set, opts))...)
+		eng, err := engine.New(map[string]sandbox.Driver{"gvisor": drv}, "gvisor", sandboxfake.Images{}, sandbox.DefaultLimits(), sandbox.DefaultCeiling(), append(o, engine.WithTools(set, opts))...)
 		if err != nil {
 			t.Fatal(err)
 		}

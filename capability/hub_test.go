@@ -4,6 +4,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stockade-sh/stockade/internal/sandboxfake"
 	"github.com/stockade-sh/stockade/sandbox"
 	"github.com/stockade-sh/stockade/store"
 )
@@ -28,7 +29,7 @@ func next(t *testing.T, ch <-chan Change) Change {
 // finished, in order, and that another workspace's watcher hears nothing.
 func TestWatch(t *testing.T) {
 	ctx := t.Context()
-	drv := &fakeDriver{name: "gvisor", tier: sandbox.TierGVisor}
+	drv := &sandboxfake.Driver{ID: "gvisor", Tier: sandbox.TierGVisor}
 	env := newServiceEnv(t, nil, drv, store.DefaultPolicy(), ServiceOptions{ApprovalTTL: time.Hour})
 	k, err := env.st.CreateAPIKey(ctx, store.NewAPIKey{WorkspaceID: env.ws.ID, Role: store.RoleApprover, Hash: store.HashKey("approver")})
 	if err != nil {

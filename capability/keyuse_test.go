@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/stockade-sh/stockade/engine"
+	"github.com/stockade-sh/stockade/internal/sandboxfake"
 	"github.com/stockade-sh/stockade/sandbox"
 	"github.com/stockade-sh/stockade/store"
 )
@@ -42,7 +43,7 @@ func TestKeyLastUse(t *testing.T) {
 	st := &countingUses{testStore: openSQLite(t)}
 	now := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 	clock := func() time.Time { return now }
-	env := newServiceEnv(t, st, &fakeDriver{name: "gvisor", tier: sandbox.TierGVisor}, noApprovalPolicy(), ServiceOptions{Now: clock})
+	env := newServiceEnv(t, st, &sandboxfake.Driver{ID: "gvisor", Tier: sandbox.TierGVisor}, noApprovalPolicy(), ServiceOptions{Now: clock})
 	lastUse := func() time.Time {
 		t.Helper()
 		k, err := st.GetAPIKey(ctx, env.agent.KeyID)
@@ -100,7 +101,7 @@ func BenchmarkAuthenticate(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	eng, err := engine.New(map[string]sandbox.Driver{"gvisor": &fakeDriver{name: "gvisor", tier: sandbox.TierGVisor}}, "gvisor", fakeImages{}, sandbox.DefaultLimits(), sandbox.DefaultCeiling())
+	eng, err := engine.New(map[string]sandbox.Driver{"gvisor": &sandboxfake.Driver{ID: "gvisor", Tier: sandbox.TierGVisor}}, "gvisor", sandboxfake.Images{}, sandbox.DefaultLimits(), sandbox.DefaultCeiling())
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -20,6 +20,7 @@ import (
 	"github.com/stockade-sh/stockade/egress"
 	"github.com/stockade-sh/stockade/engine"
 	"github.com/stockade-sh/stockade/errdefs"
+	"github.com/stockade-sh/stockade/internal/sandboxfake"
 	"github.com/stockade-sh/stockade/internal/witness"
 	"github.com/stockade-sh/stockade/sandbox"
 	"github.com/stockade-sh/stockade/store"
@@ -39,7 +40,7 @@ type serviceEnv struct {
 // newServiceEnv starts the service with o over st (a fresh SQLite store
 // when nil) and drv, with an engine built with engOpts. pol is the
 // workspace's policy.
-func newServiceEnv(t *testing.T, st testStore, drv *fakeDriver, pol store.Policy, o ServiceOptions, engOpts ...engine.Option) *serviceEnv {
+func newServiceEnv(t *testing.T, st testStore, drv *sandboxfake.Driver, pol store.Policy, o ServiceOptions, engOpts ...engine.Option) *serviceEnv {
 	t.Helper()
 	ctx := t.Context()
 	if st == nil {
@@ -59,7 +60,7 @@ func newServiceEnv(t *testing.T, st testStore, drv *fakeDriver, pol store.Policy
 	if err != nil {
 		t.Fatal(err)
 	}
-	eng, err := engine.New(map[string]sandbox.Driver{drv.name: drv}, drv.name, fakeImages{}, sandbox.DefaultLimits(), sandbox.DefaultCeiling(), engOpts...)
+	eng, err := engine.New(map[string]sandbox.Driver{drv.ID: drv}, drv.ID, sandboxfake.Images{}, sandbox.DefaultLimits(), sandbox.DefaultCeiling(), engOpts...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -120,7 +121,7 @@ func noApprovalPolicy() store.Policy {
 func TestIdempotentRetryIsNotDecidedAgain(t *testing.T) {
 	ctx := t.Context()
 	hold := make(chan struct{})
-	drv := &fakeDriver{name: "gvisor", tier: sandbox.TierGVisor, hold: hold}
+	drv := &sandboxfake.Driver{ID: "gvisor", Tier: sandbox.TierGVisor, Hold: hold}
 	// One slot and no queue: the first execution, held running, fills the
 	// server.
 	env := newServiceEnv(t, nil, drv, noApprovalPolicy(), ServiceOptions{MaxConcurrent: 1, MaxQueue: -1})
@@ -249,7 +250,7 @@ func TestFinishRetries(t *testing.T) {
 	ctx := t.Context()
 	st := &flakyEnds{testStore: openSQLite(t)}
 	st.n.Store(2)
-	drv := &fakeDriver{name: "gvisor", tier: sandbox.TierGVisor}
+	drv := &sandboxfake.Driver{ID: "gvisor", Tier: sandbox.TierGVisor}
 	env := newServiceEnv(t, st, drv, noApprovalPolicy(), ServiceOptions{})
 	inv, err := env.svc.Invoke(ctx, env.agent, InvokeRequest{Runtime: "python", Code: "print(1)"}, InvokeOptions{})
 	if err != nil {
@@ -313,7 +314,7 @@ func TestApprovalExpiryIsAuditedWithIt(t *testing.T) {
 	ctx := t.Context()
 	st := &failingAppends{testStore: openSQLite(t)}
 	obs := &countingObserver{}
-	drv := &fakeDriver{name: "gvisor", tier: sandbox.TierGVisor}
+	drv := &sandboxfake.Driver{ID: "gvisor", Tier: sandbox.TierGVisor}
 	env := newServiceEnv(t, st, drv, store.DefaultPolicy(), ServiceOptions{ApprovalTTL: time.Millisecond, Observer: obs})
 	inv, err := env.svc.Invoke(ctx, env.agent, InvokeRequest{Runtime: "python", Code: "print(1)"}, InvokeOptions{})
 	if err != nil {
@@ -360,7 +361,7 @@ func TestApprovalExpiryIsAuditedWithIt(t *testing.T) {
 // charged and a fingerprint of the stored result.
 func TestChainFingerprintsTheRun(t *testing.T) {
 	ctx := t.Context()
-	drv := &fakeDriver{name: "gvisor", tier: sandbox.TierGVisor}
+	drv := &sandboxfake.Driver{ID: "gvisor", Tier: sandbox.TierGVisor}
 	env := newServiceEnv(t, nil, drv, noApprovalPolicy(), ServiceOptions{CreditsPerInvocation: new(int64(3))})
 	req := InvokeRequest{Runtime: "python", Code: "print(1)", Stdin: "some input"}
 	inv, err := env.svc.Invoke(ctx, env.agent, req, InvokeOptions{})
@@ -405,7 +406,7 @@ func TestChainFingerprintsTheRun(t *testing.T) {
 // TestApprovalCardShowsStdin checks that an approver sees what the program
 // will read, not only its code.
 func TestApprovalCardShowsStdin(t *testing.T) {
-	drv := &fakeDriver{name: "gvisor", tier: sandbox.TierGVisor}
+	drv := &sandboxfake.Driver{ID: "gvisor", Tier: sandbox.TierGVisor}
 	env := newServiceEnv(t, nil, drv, store.DefaultPolicy(), ServiceOptions{})
 	inv, err := env.svc.Invoke(t.Context(), env.agent, InvokeRequest{Runtime: "python", Code: "exec(input())", Stdin: "print('hidden')"}, InvokeOptions{})
 	if err != nil {
@@ -422,7 +423,7 @@ func TestApprovalCardShowsStdin(t *testing.T) {
 // still be denied.
 func TestApprovalUnderTheCurrentPolicy(t *testing.T) {
 	ctx := t.Context()
-	drv := &fakeDriver{name: "gvisor", tier: sandbox.TierGVisor}
+	drv := &sandboxfake.Driver{ID: "gvisor", Tier: sandbox.TierGVisor}
 	env := newServiceEnv(t, nil, drv, store.DefaultPolicy(), ServiceOptions{})
 	k, err := env.st.CreateAPIKey(ctx, store.NewAPIKey{WorkspaceID: env.ws.ID, Role: store.RoleApprover, Hash: store.HashKey("approver")})
 	if err != nil {
@@ -451,7 +452,7 @@ func TestApprovalUnderTheCurrentPolicy(t *testing.T) {
 // decisions of requests still in flight are), reach the audit trail.
 func TestCloseWritesLateAuditEvents(t *testing.T) {
 	hold, destroy := make(chan struct{}), make(chan struct{})
-	drv := &fakeDriver{name: "gvisor", tier: sandbox.TierGVisor, hold: hold, holdDestroy: destroy}
+	drv := &sandboxfake.Driver{ID: "gvisor", Tier: sandbox.TierGVisor, Hold: hold, HoldDestroy: destroy}
 	env := newServiceEnv(t, nil, drv, noApprovalPolicy(), ServiceOptions{})
 	defer close(hold)
 	inv, err := env.svc.Invoke(t.Context(), env.agent, InvokeRequest{Runtime: "python", Code: "print(1)"}, InvokeOptions{})
@@ -515,7 +516,7 @@ func (e *serviceEnv) waitRunning(t *testing.T, id string) {
 // otherwise flood refusals to hide a broker call.
 func TestAuditQueueDropsNothing(t *testing.T) {
 	hold := make(chan struct{})
-	drv := &fakeDriver{name: "gvisor", tier: sandbox.TierGVisor, hold: hold}
+	drv := &sandboxfake.Driver{ID: "gvisor", Tier: sandbox.TierGVisor, Hold: hold}
 	env := newServiceEnv(t, nil, drv, noApprovalPolicy(), ServiceOptions{})
 	defer close(hold)
 	inv, err := env.svc.Invoke(t.Context(), env.agent, InvokeRequest{Runtime: "python", Code: "print(1)"}, InvokeOptions{})
@@ -551,7 +552,7 @@ func (unreachableKeys) LookupAPIKey(context.Context, store.KeyHash) (store.APIKe
 // checked answers "unavailable" without a word of the database's error:
 // anyone may send a key.
 func TestAuthenticateHidesTheDatabase(t *testing.T) {
-	env := newServiceEnv(t, unreachableKeys{openSQLite(t)}, &fakeDriver{name: "gvisor", tier: sandbox.TierGVisor}, noApprovalPolicy(), ServiceOptions{})
+	env := newServiceEnv(t, unreachableKeys{openSQLite(t)}, &sandboxfake.Driver{ID: "gvisor", Tier: sandbox.TierGVisor}, noApprovalPolicy(), ServiceOptions{})
 	_, err := env.svc.Authenticate(t.Context(), "any-key")
 	if !errdefs.IsUnavailable(err) {
 		t.Fatalf("got %v, want unavailable", err)
@@ -568,7 +569,7 @@ func TestAuthenticateHidesTheDatabase(t *testing.T) {
 // refusal and reserving nothing, rather than admitted to fail its launch.
 func TestDriverUnavailable(t *testing.T) {
 	ctx := t.Context()
-	drv := &fakeDriver{name: "gvisor", tier: sandbox.TierGVisor, down: fmt.Errorf("runsc not found at /usr/local/bin/runsc: %w", errdefs.ErrUnavailable)}
+	drv := &sandboxfake.Driver{ID: "gvisor", Tier: sandbox.TierGVisor, Down: fmt.Errorf("runsc not found at /usr/local/bin/runsc: %w", errdefs.ErrUnavailable)}
 	env := newServiceEnv(t, nil, drv, noApprovalPolicy(), ServiceOptions{})
 	before := env.chainLength(t)
 	_, err := env.svc.Invoke(ctx, env.agent, InvokeRequest{Runtime: "python", Code: "print(1)"}, InvokeOptions{})
@@ -619,7 +620,7 @@ func TestOutputChunksKeepCharacters(t *testing.T) {
 // the operator's credential) survives a store busy for a moment.
 func TestBrokerEventRetries(t *testing.T) {
 	st := &failingAppends{testStore: openSQLite(t)}
-	env := newServiceEnv(t, st, &fakeDriver{name: "gvisor", tier: sandbox.TierGVisor}, noApprovalPolicy(), ServiceOptions{})
+	env := newServiceEnv(t, st, &sandboxfake.Driver{ID: "gvisor", Tier: sandbox.TierGVisor}, noApprovalPolicy(), ServiceOptions{})
 	st.n.Store(2)
 	const exec = "ex_busy"
 	env.svc.startRun(exec, env.ws.ID)
@@ -637,7 +638,7 @@ func TestBrokerEventRetries(t *testing.T) {
 func TestServiceWitnessesChains(t *testing.T) {
 	ctx := t.Context()
 	dir := witness.Dir(t.TempDir())
-	env := newServiceEnv(t, nil, &fakeDriver{name: "gvisor", tier: sandbox.TierGVisor}, noApprovalPolicy(), ServiceOptions{Witness: dir})
+	env := newServiceEnv(t, nil, &sandboxfake.Driver{ID: "gvisor", Tier: sandbox.TierGVisor}, noApprovalPolicy(), ServiceOptions{Witness: dir})
 	inv, err := env.svc.Invoke(ctx, env.agent, InvokeRequest{Runtime: "python", Code: "print(1)"}, InvokeOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -668,7 +669,7 @@ func TestServiceRefusesToWitnessARewrittenChain(t *testing.T) {
 	dir := witness.Dir(t.TempDir())
 	obs := &countingObserver{}
 	var logs syncBuffer
-	env := newServiceEnv(t, nil, &fakeDriver{name: "gvisor", tier: sandbox.TierGVisor}, noApprovalPolicy(),
+	env := newServiceEnv(t, nil, &sandboxfake.Driver{ID: "gvisor", Tier: sandbox.TierGVisor}, noApprovalPolicy(),
 		ServiceOptions{Witness: dir, Observer: obs, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	for i := range 3 {
 		if _, err := env.st.AppendEvent(ctx, store.NewEvent{WorkspaceID: env.ws.ID, Type: "test.event", Reason: fmt.Sprint(i)}); err != nil {
@@ -720,7 +721,7 @@ func TestCloseDuringARun(t *testing.T) {
 	ctx := t.Context()
 	hold := make(chan struct{})
 	defer close(hold)
-	env := newServiceEnv(t, nil, &fakeDriver{name: "gvisor", tier: sandbox.TierGVisor, hold: hold, echo: true}, noApprovalPolicy(), ServiceOptions{})
+	env := newServiceEnv(t, nil, &sandboxfake.Driver{ID: "gvisor", Tier: sandbox.TierGVisor, Hold: hold, Echo: true}, noApprovalPolicy(), ServiceOptions{})
 	inv, err := env.svc.Invoke(ctx, env.agent, InvokeRequest{Runtime: "python", Code: "partial output"}, InvokeOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -756,7 +757,7 @@ func TestCloseDuringARun(t *testing.T) {
 // taken for a refused start and left queued with its credits reserved.
 func TestConflictBeforeTheStart(t *testing.T) {
 	ctx := t.Context()
-	drv := &fakeDriver{name: "gvisor", tier: sandbox.TierGVisor, createErr: fmt.Errorf("container name in use: %w", errdefs.ErrConflict)}
+	drv := &sandboxfake.Driver{ID: "gvisor", Tier: sandbox.TierGVisor, CreateErr: fmt.Errorf("container name in use: %w", errdefs.ErrConflict)}
 	env := newServiceEnv(t, nil, drv, noApprovalPolicy(), ServiceOptions{})
 	inv, err := env.svc.Invoke(ctx, env.agent, InvokeRequest{Runtime: "python", Code: "print(1)"}, InvokeOptions{})
 	if err != nil {
@@ -782,7 +783,7 @@ func TestAuditWriterWithTheStoreDown(t *testing.T) {
 	storeRetries = []time.Duration{time.Millisecond, time.Millisecond, time.Millisecond, time.Millisecond}
 	defer func() { storeRetries = saved }()
 	st := &failingAppends{testStore: openSQLite(t)}
-	env := newServiceEnv(t, st, &fakeDriver{name: "gvisor", tier: sandbox.TierGVisor}, noApprovalPolicy(), ServiceOptions{})
+	env := newServiceEnv(t, st, &sandboxfake.Driver{ID: "gvisor", Tier: sandbox.TierGVisor}, noApprovalPolicy(), ServiceOptions{})
 	st.fail.Store(true)
 	const exec = "ex_down"
 	env.svc.startRun(exec, env.ws.ID)
@@ -813,7 +814,7 @@ func (s lostCommit) Admit(ctx context.Context, e store.NewExecution, st store.St
 // queued with its credits reserved until the next start.
 func TestAdmissionWhoseAnswerWasLost(t *testing.T) {
 	ctx := t.Context()
-	env := newServiceEnv(t, lostCommit{openSQLite(t)}, &fakeDriver{name: "gvisor", tier: sandbox.TierGVisor}, noApprovalPolicy(), ServiceOptions{})
+	env := newServiceEnv(t, lostCommit{openSQLite(t)}, &sandboxfake.Driver{ID: "gvisor", Tier: sandbox.TierGVisor}, noApprovalPolicy(), ServiceOptions{})
 	inv, err := env.svc.Invoke(ctx, env.agent, InvokeRequest{Runtime: "python", Code: "print(1)"}, InvokeOptions{ExecutionID: NewExecutionID()})
 	if err != nil {
 		t.Fatalf("Invoke: %v, want the admitted execution", err)
@@ -831,7 +832,7 @@ func TestAdmissionWhoseAnswerWasLost(t *testing.T) {
 // for network under a policy that denies it is refused, one without is
 // admitted and its approval card shows "deny".
 func TestNetworkWords(t *testing.T) {
-	drv := &fakeDriver{name: "gvisor", tier: sandbox.TierGVisor}
+	drv := &sandboxfake.Driver{ID: "gvisor", Tier: sandbox.TierGVisor}
 	env := newServiceEnv(t, nil, drv, store.DefaultPolicy(), ServiceOptions{}) // approval required, network denied
 	for _, tt := range []struct {
 		network string
@@ -894,7 +895,7 @@ tools:
 // (400), refused before anything is admitted, and an invocation naming no
 // timeout runs with the record's, not the server's default.
 func TestInvokeAboveRecordLimits(t *testing.T) {
-	drv := &fakeDriver{name: "gvisor", tier: sandbox.TierGVisor}
+	drv := &sandboxfake.Driver{ID: "gvisor", Tier: sandbox.TierGVisor}
 	env := newServiceEnv(t, nil, drv, noApprovalPolicy(), ServiceOptions{}, boundedTool(t))
 	_, err := env.svc.Invoke(t.Context(), env.agent, InvokeRequest{Runtime: "python", Code: "print(1)", Tool: "report", TimeoutMS: 20000}, InvokeOptions{})
 	if !errdefs.IsInvalidArgument(err) || !strings.Contains(err.Error(), `tool "report"`) || !strings.Contains(err.Error(), "10s") {
@@ -910,9 +911,7 @@ func TestInvokeAboveRecordLimits(t *testing.T) {
 	if ex, err := env.svc.Wait(t.Context(), env.agent, inv.Execution.ID, 10*time.Second); err != nil || !ex.Status.Terminal() {
 		t.Fatalf("Wait: got %+v, %v", ex, err)
 	}
-	drv.mu.Lock()
-	defer drv.mu.Unlock()
-	if got := drv.specs[len(drv.specs)-1].Limits.Timeout; got != 10*time.Second {
+	if got := drv.Specs()[len(drv.Specs())-1].Limits.Timeout; got != 10*time.Second {
 		t.Errorf("wall clock of an invocation naming none: got %s, want the record's 10s", got)
 	}
 }

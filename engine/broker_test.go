@@ -16,6 +16,7 @@ import (
 	"github.com/stockade-sh/stockade/egress"
 	"github.com/stockade-sh/stockade/errdefs"
 	"github.com/stockade-sh/stockade/internal/netns"
+	"github.com/stockade-sh/stockade/internal/sandboxfake"
 	"github.com/stockade-sh/stockade/sandbox"
 	"github.com/stockade-sh/stockade/tools"
 )
@@ -192,13 +193,13 @@ tools:
 	if err != nil {
 		t.Fatal(err)
 	}
-	drv := &fakeDriver{name: "gvisor", tier: sandbox.TierGVisor}
+	drv := &sandboxfake.Driver{ID: "gvisor", Tier: sandbox.TierGVisor}
 	newEngine := func(b *broker.Config) error {
 		host, err := NewEgressHost(nets, egress.Config{}, b)
 		if err != nil {
 			t.Fatal(err)
 		}
-		_, err = New(map[string]sandbox.Driver{"gvisor": drv}, "gvisor", fakeImages{}, sandbox.DefaultLimits(), sandbox.DefaultCeiling(),
+		_, err = New(map[string]sandbox.Driver{"gvisor": drv}, "gvisor", sandboxfake.Images{}, sandbox.DefaultLimits(), sandbox.DefaultCeiling(),
 			WithTools(set, opts), WithEgress(host))
 		return err
 	}

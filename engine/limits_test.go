@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/stockade-sh/stockade/errdefs"
+	"github.com/stockade-sh/stockade/internal/sandboxfake"
 	"github.com/stockade-sh/stockade/sandbox"
 	"github.com/stockade-sh/stockade/tools"
 )
@@ -44,8 +45,8 @@ tools:
 // refused naming the tool and the limit, and one that asks for nothing
 // gets the record's.
 func TestRecordLimitsAreCeilings(t *testing.T) {
-	drv := &fakeDriver{name: "gvisor", tier: sandbox.TierGVisor}
-	eng, err := New(map[string]sandbox.Driver{"gvisor": drv}, "gvisor", fakeImages{}, sandbox.DefaultLimits(), sandbox.DefaultCeiling(), boundedTool(t))
+	drv := &sandboxfake.Driver{ID: "gvisor", Tier: sandbox.TierGVisor}
+	eng, err := New(map[string]sandbox.Driver{"gvisor": drv}, "gvisor", sandboxfake.Images{}, sandbox.DefaultLimits(), sandbox.DefaultCeiling(), boundedTool(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -81,7 +82,7 @@ func TestRecordLimitsAreCeilings(t *testing.T) {
 	if _, err := eng.Run(t.Context(), Request{Runtime: "python", Tool: "report", Code: []byte("print(1)")}); err != nil {
 		t.Fatal(err)
 	}
-	got := drv.specs[len(drv.specs)-1].Limits
+	got := drv.Specs()[len(drv.Specs())-1].Limits
 	if got.Timeout != 10*time.Second || got.Memory != 256<<20 {
 		t.Errorf("sandbox limits of a request asking for nothing: got timeout %s memory %d, want the record's 10s and 256 MiB", got.Timeout, got.Memory)
 	}

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/stockade-sh/stockade/errdefs"
+	"github.com/stockade-sh/stockade/internal/sandboxfake"
 	"github.com/stockade-sh/stockade/sandbox"
 	"github.com/stockade-sh/stockade/tools"
 )
@@ -29,8 +30,8 @@ tools:
       mounts:
         - {source: `+filepath.Join(root, "sales")+`, target: /data/sales}
 `, tools.Options{DataRoot: root, Drivers: DriverCapabilities()})
-	drv := &fakeDriver{name: "gvisor", tier: sandbox.TierGVisor}
-	eng, err := New(map[string]sandbox.Driver{"gvisor": drv}, "gvisor", fakeImages{}, sandbox.DefaultLimits(), sandbox.DefaultCeiling(), report)
+	drv := &sandboxfake.Driver{ID: "gvisor", Tier: sandbox.TierGVisor}
+	eng, err := New(map[string]sandbox.Driver{"gvisor": drv}, "gvisor", sandboxfake.Images{}, sandbox.DefaultLimits(), sandbox.DefaultCeiling(), report)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -51,7 +52,7 @@ tools:
 	if !errdefs.IsFailedPrecondition(err) || !strings.Contains(err.Error(), "rule "+tools.RuleMountSocket) || !strings.Contains(err.Error(), "db.sock") {
 		t.Fatalf("run after a socket appeared below the mount: got %v, want a failed precondition naming the socket", err)
 	}
-	if n := len(drv.specs); n != 1 {
+	if n := len(drv.Specs()); n != 1 {
 		t.Errorf("sandboxes created: got %d, want 1 (none for the refused run)", n)
 	}
 }

@@ -1,4 +1,8 @@
-package capability
+// Package sandboxfake is a sandbox.Driver that runs nothing, for the unit
+// tests of the layers above the drivers (engine, capability): each Exec
+// succeeds at once with the code as its output. The drivers themselves are
+// proven by sandbox/conformance.
+package sandboxfake
 
 import (
 	"context"
@@ -9,46 +13,53 @@ import (
 	"github.com/stockade-sh/stockade/sandbox"
 )
 
-// fakeDriver is a sandbox.Driver that runs nothing: each Exec succeeds at
-// once with the code as its output. It unit-tests the capability layer over the real
-// engine; the drivers themselves are proven by sandbox/conformance.
-type fakeDriver struct {
-	name string
-	tier sandbox.Tier
-	// hold, when not nil, makes each Exec wait until it is closed (or its
+// Driver is a sandbox.Driver that runs nothing. Its zero value with an ID
+// and a Tier is a driver whose sandboxes succeed at once.
+type Driver struct {
+	// ID is the driver's name.
+	ID   string
+	Tier sandbox.Tier
+	// Hold, when not nil, makes each Exec wait until it is closed (or its
 	// context ends), so that a test can keep executions running.
-	hold chan struct{}
-	// holdDestroy, when not nil, makes each Destroy wait until it is
+	Hold chan struct{}
+	// HoldDestroy, when not nil, makes each Destroy wait until it is
 	// closed, so that a test can act while a sandbox is being destroyed.
-	holdDestroy chan struct{}
-	// down, when not nil, is what Health answers.
-	down error
-	// createErr, when not nil, is what Create answers.
-	createErr error
-	// echo makes each Exec pass the code on as output (OnOutput) before
+	HoldDestroy chan struct{}
+	// Down, when not nil, is what Health answers.
+	Down error
+	// CreateErr, when not nil, is what Create answers.
+	CreateErr error
+	// Echo makes each Exec pass the code on as output (OnOutput) before
 	// it holds.
-	echo bool
+	Echo bool
 
 	mu    sync.Mutex
 	specs []sandbox.Spec
 }
 
-func (d *fakeDriver) Name() string { return d.name }
+func (d *Driver) Name() string { return d.ID }
 
-func (d *fakeDriver) Capabilities() sandbox.Capabilities {
-	return sandbox.Capabilities{Tier: d.tier, Sessions: true}
+func (d *Driver) Capabilities() sandbox.Capabilities {
+	return sandbox.Capabilities{Tier: d.Tier, Sessions: true}
 }
 
-func (d *fakeDriver) Health(context.Context) error { return d.down }
+func (d *Driver) Health(context.Context) error { return d.Down }
 
-func (d *fakeDriver) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Sandbox, error) {
+func (d *Driver) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Sandbox, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.specs = append(d.specs, spec)
-	if d.createErr != nil {
-		return nil, d.createErr
+	if d.CreateErr != nil {
+		return nil, d.CreateErr
 	}
-	return fakeSandbox{hold: d.hold, holdDestroy: d.holdDestroy, echo: d.echo}, nil
+	return fakeSandbox{hold: d.Hold, holdDestroy: d.HoldDestroy, echo: d.Echo}, nil
+}
+
+// Specs returns the specs of the sandboxes Create was asked for, in order.
+func (d *Driver) Specs() []sandbox.Spec {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return append([]sandbox.Spec(nil), d.specs...)
 }
 
 type fakeSandbox struct {
@@ -108,9 +119,9 @@ func (s fakeSandbox) Destroy(context.Context) error {
 	return nil
 }
 
-// fakeImages resolves every runtime to a placeholder image.
-type fakeImages struct{}
+// Images resolves every runtime to a placeholder image.
+type Images struct{}
 
-func (fakeImages) Resolve(name string) (sandbox.Image, error) {
+func (Images) Resolve(name string) (sandbox.Image, error) {
 	return sandbox.Image{Name: name, Rootfs: "/nonexistent"}, nil
 }
