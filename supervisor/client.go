@@ -93,14 +93,39 @@ type Conn struct {
 	status Status
 }
 
+// maxSocketName is the longest path a unix socket address holds
+// (sockaddr_un's sun_path, with its NUL).
+const maxSocketName = 107
+
+// socketName returns a name of dir's socket that fits a socket address:
+// its path, or, for a longer one (a deep state directory), the path
+// through a descriptor of dir, /proc/self/fd/N/shim.sock, which holds
+// while release has not been called.
+func socketName(dir string) (name string, release func(), err error) {
+	p := filepath.Join(dir, SocketFile)
+	if len(p) <= maxSocketName {
+		return p, func() {}, nil
+	}
+	fd, err := unix.Open(dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return "", nil, fmt.Errorf("opening %s: %w", dir, err)
+	}
+	return fmt.Sprintf("/proc/self/fd/%d/%s", fd, SocketFile), func() { unix.Close(fd) }, nil
+}
+
 // Dial connects to the shim of dir, replacing its client if it has one.
 // It checks that the peer is the shim that dir's pid file names and runs
 // as this process's user, and reads the shim's Status; the guest's frames
 // follow, the hello first (see Status.Greeted). ctx bounds the dial and
 // the status.
 func Dial(ctx context.Context, dir string) (*Conn, error) {
+	sock, release, err := socketName(dir)
+	if err != nil {
+		return nil, fmt.Errorf("connecting to the shim of %s: %w", filepath.Base(dir), err)
+	}
 	var d net.Dialer
-	c, err := d.DialContext(ctx, "unix", filepath.Join(dir, SocketFile))
+	c, err := d.DialContext(ctx, "unix", sock)
+	release()
 	if err != nil {
 		return nil, fmt.Errorf("connecting to the shim of %s: %v: %w", filepath.Base(dir), err, errdefs.ErrUnavailable)
 	}

@@ -105,7 +105,14 @@ func Serve(ctx context.Context, dir string, ready *os.File) error {
 	}
 	sock := filepath.Join(dir, SocketFile)
 	_ = os.Remove(sock)
-	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: sock, Net: "unix"})
+	name, release, err := socketName(dir)
+	if err != nil {
+		return err
+	}
+	// The listener removes its socket by name when it closes: the name
+	// must hold until then.
+	defer release()
+	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: name, Net: "unix"})
 	if err != nil {
 		return fmt.Errorf("listening on %s: %w", sock, err)
 	}

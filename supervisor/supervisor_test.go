@@ -267,6 +267,24 @@ func TestControls(t *testing.T) {
 	}
 }
 
+// TestLongDirectory checks that a shim whose directory is too deep for a
+// unix socket address (a long state directory) is served and reached.
+func TestLongDirectory(t *testing.T) {
+	root := filepath.Join(t.TempDir(), strings.Repeat("d", 100), "shims")
+	key, err := LoadKey(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := launch(t, root, key, guestMeta(t, "long"))
+	if n := len(filepath.Join(dir, SocketFile)); n <= maxSocketName {
+		t.Fatalf("the socket's path is %d bytes: the test needs one longer than %d", n, maxSocketName)
+	}
+	_, c := attach(t, dir)
+	if _, err := c.Ping(ctxOf(t)); err != nil {
+		t.Fatalf("ping through a shim of a long directory: %v", err)
+	}
+}
+
 // TestShimKilled checks that a shim killed with SIGKILL takes its guest
 // with it: the guest's stdin closes and it exits.
 func TestShimKilled(t *testing.T) {
