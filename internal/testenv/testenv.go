@@ -78,8 +78,9 @@ var (
 // Build compiles a main package of this module statically, once per test
 // binary, and returns the executable's path. The executables live in one
 // directory under the system's temporary directory, replaced (by rename,
-// so a running copy is never disturbed) by every test binary that builds
-// them, so test runs leave one copy of each behind, not one per run. The
+// so a running copy is never disturbed) by a test binary that builds a
+// different one, so test runs leave one copy of each behind, not one per
+// run. The
 // directory is named after the module's checkout, so that test runs of two
 // checkouts (worktrees) never run each other's executables.
 func Build(t testing.TB, pkg string) string {
@@ -102,11 +103,27 @@ func Build(t testing.TB, pkg string) string {
 	if err := os.Chmod(tmp, 0o555); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.Rename(tmp, out); err != nil {
+	// An identical executable stays: renaming over it would unlink the
+	// file that another test binary's sandbox may be bind-mounting at that
+	// moment (runc then fails with ENOENT).
+	if same(tmp, out) {
+		_ = os.Remove(tmp)
+	} else if err := os.Rename(tmp, out); err != nil {
 		t.Fatal(err)
 	}
 	built[pkg] = out
 	return out
+}
+
+// same reports whether the files a and b have the same contents.
+func same(a, b string) bool {
+	sum := func(p string) ([32]byte, bool) {
+		data, err := os.ReadFile(p)
+		return sha256.Sum256(data), err == nil
+	}
+	x, okA := sum(a)
+	y, okB := sum(b)
+	return okA && okB && x == y
 }
 
 // Guest builds the guest agent and returns its path.
