@@ -245,7 +245,7 @@ func (d *Driver) reattach(ctx context.Context, id string, key []byte, match map[
 	if _, err := s.Guest.Resume(ctx); err != nil {
 		return nil, err
 	}
-	d.setAttached(id, true)
+	d.spare(id, true)
 	return s, nil
 }
 
@@ -259,21 +259,27 @@ func (d *Driver) destroyUnproven(ctx context.Context, id string) error {
 	return d.newSbx(id, sandbox.Limits{}).Destroy(ctx)
 }
 
-func (d *Driver) setAttached(id string, on bool) {
-	d.attachedMu.Lock()
-	defer d.attachedMu.Unlock()
-	if on {
-		if d.attached == nil {
-			d.attached = map[string]bool{}
-		}
-		d.attached[id] = true
-	} else {
-		delete(d.attached, id)
+// spare adds sandbox id to the spared ones, or removes it; adding reports
+// false when it is spared already.
+func (d *Driver) spare(id string, on bool) bool {
+	d.sparedMu.Lock()
+	defer d.sparedMu.Unlock()
+	if !on {
+		delete(d.spared, id)
+		return true
 	}
+	if d.spared[id] {
+		return false
+	}
+	if d.spared == nil {
+		d.spared = map[string]bool{}
+	}
+	d.spared[id] = true
+	return true
 }
 
-func (d *Driver) isAttached(id string) bool {
-	d.attachedMu.Lock()
-	defer d.attachedMu.Unlock()
-	return d.attached[id]
+func (d *Driver) isSpared(id string) bool {
+	d.sparedMu.Lock()
+	defer d.sparedMu.Unlock()
+	return d.spared[id]
 }

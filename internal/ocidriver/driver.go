@@ -46,7 +46,7 @@ type Config struct {
 	// NetworkNone only, with no arguments.
 	NetworkArgs map[sandbox.NetworkMode][]string
 	// StateDir holds the runtime's state (StateDir/state) and the bundles
-	// (StateDir/bundles). It is created if missing.
+	// (StateDir/bundles), of this process only. It is created if missing.
 	StateDir string
 	// GuestPath is the host path of the stockade-guest binary.
 	GuestPath string
@@ -105,10 +105,10 @@ type Driver struct {
 
 	adoptOnce sync.Once // adoptBundles, before the first allocation
 
-	// attached are the sandboxes a Reattach returned that are not
-	// destroyed yet, which Reap leaves alone.
-	attachedMu sync.Mutex
-	attached   map[string]bool
+	// spared are the sandboxes Reap leaves alone: those this driver is
+	// creating, and those a Reattach returned that are not destroyed yet.
+	sparedMu sync.Mutex
+	spared   map[string]bool
 }
 
 var (
@@ -371,6 +371,12 @@ func (d *Driver) create(ctx context.Context, spec sandbox.Spec, unbound bool) (_
 	if err := os.MkdirAll(filepath.Join(d.cfg.StateDir, "bundles"), 0o700); err != nil {
 		return nil, fmt.Errorf("creating state directory: %w", err)
 	}
+	// Until its bundle records its labels, Reap tells the sandbox from what
+	// a crashed create left only by this.
+	if !d.spare(id, true) {
+		return nil, fmt.Errorf("sandbox %q already exists: %w", id, errdefs.ErrConflict)
+	}
+	defer d.spare(id, false)
 	bundle := d.bundleDir(id)
 	if err := os.Mkdir(bundle, 0o700); err != nil {
 		if errors.Is(err, os.ErrExist) {
@@ -378,6 +384,7 @@ func (d *Driver) create(ctx context.Context, spec sandbox.Spec, unbound bool) (_
 		}
 		return nil, fmt.Errorf("creating bundle directory: %w", err)
 	}
+	bundleMade(id)
 	sb := d.newSbx(id, limits)
 	sb.network, sb.labels, sb.unbound = spec.Network, maps.Clone(spec.Labels), unbound
 	if spec.Detached {
@@ -441,6 +448,10 @@ func (d *Driver) create(ctx context.Context, spec sandbox.Spec, unbound bool) (_
 	return sb, nil
 }
 
+// bundleMade is called as a create has made the bundle's directory (tests
+// reap there).
+var bundleMade = func(id string) {}
+
 // Leftovers lists anything of sandbox id that is still on the host: runtime
 // state, bundle, cgroups, runtime processes. Empty means clean.
 func (d *Driver) Leftovers(id string) []string {
@@ -458,8 +469,12 @@ func (d *Driver) Leftovers(id string) []string {
 }
 
 // Reap destroys every sandbox whose bundle carries all labels of match,
-// whether or not its runtime process is still alive, and every self-test
-// sandbox left behind.
+// whether or not its runtime process is still alive, every self-test
+// sandbox left behind, and every bundle that records nothing (a create
+// that crashed before it wrote the bundle's config, so before it started
+// anything). A state directory is one process's (Config.StateDir), so a
+// bundle without a record that this driver is not creating is such a
+// leftover.
 func (d *Driver) Reap(ctx context.Context, match map[string]string) ([]string, error) {
 	entries, err := os.ReadDir(filepath.Join(d.cfg.StateDir, "bundles"))
 	if errors.Is(err, os.ErrNotExist) {
@@ -472,10 +487,10 @@ func (d *Driver) Reap(ctx context.Context, match map[string]string) ([]string, e
 	var reaped []string
 	for _, e := range entries {
 		id := e.Name()
-		if d.isAttached(id) {
+		if d.isSpared(id) {
 			continue
 		}
-		if !strings.HasPrefix(id, selfTestPrefix) && !hasLabels(d.labelsOf(id), match) {
+		if !strings.HasPrefix(id, selfTestPrefix) && d.recorded(id) && !hasLabels(d.labelsOf(id), match) {
 			continue
 		}
 		sb := d.newSbx(id, sandbox.Limits{})
@@ -512,6 +527,16 @@ func (d *Driver) labelsOf(id string) map[string]string {
 	}
 	maps.Copy(labels, readBinding(d.bundleDir(id)))
 	return labels
+}
+
+// recorded reports whether sandbox id's bundle records it: a config that
+// reads, or a shim's record.
+func (d *Driver) recorded(id string) bool {
+	if _, err := d.readShimMeta(id); err == nil {
+		return true
+	}
+	b, err := os.ReadFile(filepath.Join(d.bundleDir(id), "config.json"))
+	return err == nil && json.Valid(b)
 }
 
 // bundleConfig is what the driver reads back from a bundle's config.json.

@@ -9,3 +9,11 @@ func SetReattachTimeout(t interface{ Cleanup(func()) }, d time.Duration) {
 	reattachTimeout = d
 	t.Cleanup(func() { reattachTimeout = old })
 }
+
+// OnBundleMade calls f as a create has made its sandbox's bundle
+// directory, before it writes anything into it, until the test ends.
+func OnBundleMade(t interface{ Cleanup(func()) }, f func(id string)) {
+	old := bundleMade
+	bundleMade = f
+	t.Cleanup(func() { bundleMade = old })
+}

@@ -224,6 +224,6 @@ func (s *sbx) destroy(ctx context.Context) error {
 	if err := os.RemoveAll(shimDir); err != nil {
 		errs = append(errs, fmt.Errorf("removing the shim's directory: %w", err))
 	}
-	s.d.setAttached(s.id, false)
+	s.d.spare(s.id, false)
 	return errors.Join(errs...)
 }

@@ -1,0 +1,83 @@
+package ocidriver_test
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/stockade-sh/stockade/driver/runc"
+	"github.com/stockade-sh/stockade/internal/ocidriver"
+	"github.com/stockade-sh/stockade/internal/testenv"
+	"github.com/stockade-sh/stockade/sandbox"
+)
+
+// TestReapCrashedCreates checks that Reap destroys the bundles a create
+// left when its process died before it wrote the bundle's config (one with
+// no config, one whose config was cut short), whatever labels Reap matches,
+// and leaves alone a sandbox of other labels and one whose create is under
+// way at that moment.
+func TestReapCrashedCreates(t *testing.T) {
+	testenv.RequiresRoot(t)
+	testenv.RequiresBinary(t, "runc")
+	state := t.TempDir()
+	d, err := runc.New(runc.Config{StateDir: state, GuestPath: testenv.Guest(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	t.Cleanup(func() { _, _ = d.Reap(context.Background(), nil) })
+	img := testenv.Image(t, "shell")
+	mine := map[string]string{"owner": "me"}
+
+	other, err := d.Create(ctx, sandbox.Spec{Image: img, Labels: map[string]string{"owner": "someone else"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Destroy(context.Background())
+	bundles := filepath.Join(state, "bundles")
+	empty, torn := sandbox.NewID(), sandbox.NewID()
+	for _, id := range []string{empty, torn} {
+		if err := os.Mkdir(filepath.Join(bundles, id), 0o700); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(bundles, torn, "config.json"), []byte(`{"ociVersion": "1.`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+
+	// A create under way has made its bundle's directory and written
+	// nothing into it yet when Reap runs.
+	var during []string
+	ocidriver.OnBundleMade(t, func(id string) {
+		reaped, err := d.Reap(ctx, mine)
+		if err != nil {
+			t.Errorf("Reap during a create: %v", err)
+		}
+		during = reaped
+	})
+	sb, err := d.Create(ctx, sandbox.Spec{Image: img, Labels: map[string]string{"owner": "someone else"}})
+	if err != nil {
+		t.Fatalf("the create Reap ran during: %v", err)
+	}
+	defer sb.Destroy(context.Background())
+	slices.Sort(during)
+	want := []string{empty, torn}
+	slices.Sort(want)
+	if !slices.Equal(during, want) {
+		t.Errorf("Reap during a create: got %v, want the crashed creates' bundles %v", during, want)
+	}
+	for _, id := range want {
+		if left := d.Leftovers(id); len(left) > 0 {
+			t.Errorf("crashed create %s: left %v", id, left)
+		}
+	}
+	for _, s := range []sandbox.Sandbox{other, sb} {
+		if res, err := sandbox.Run(ctx, s, sandbox.ExecRequest{File: sandbox.File{Name: "ok.sh", Data: []byte("exit 0")}, Argv: []string{"/bin/sh", "{file}"}}); err != nil || res.ExitCode != 0 {
+			t.Errorf("sandbox %s after Reap: got %+v, %v; want it alive", s.ID(), res, err)
+		}
+	}
+}
