@@ -152,6 +152,21 @@ func testApprovalExpiry(t *testing.T, st store.Store) {
 	elsewhere := awaiting(t, st, other, "elsewhere", time.Now().Add(-2*time.Second))
 	wantCredits(t, st, f.ws.ID, 6, 4)
 
+	// A decision after the request lapsed is refused, though no expiry
+	// closed it yet; so is one dated at its ExpiresAt.
+	_, err := st.Apply(ctx, lapsed.Execution.ID, decision(lapsed.Execution, true, f.approver.ID, "late"))
+	wantClass(t, "approving a lapsed request", err, errdefs.ErrConflict)
+	late := decision(fresh.Execution, false, f.approver.ID, "at the end")
+	late.At = fresh.Approval.ExpiresAt
+	_, err = st.Apply(ctx, fresh.Execution.ID, late)
+	wantClass(t, "denying a request at its ExpiresAt", err, errdefs.ErrConflict)
+	for _, adm := range []store.Admission{lapsed, fresh} {
+		if a := must[store.Approval](t, "GetApproval")(st.GetApproval(ctx, f.ws.ID, adm.Approval.ID)); a.Status != store.ApprovalPending {
+			t.Fatalf("approval after a late decision: got %s, want pending", a.Status)
+		}
+	}
+	wantCredits(t, st, f.ws.ID, 6, 4)
+
 	due := must[[]store.Approval](t, "ListDueApprovals")(st.ListDueApprovals(ctx, time.Now()))
 	if got := ids(due, func(a store.Approval) string { return a.ID }); got != ids([]store.Admission{elsewhere, lapsed},
 		func(a store.Admission) string { return a.Approval.ID }) {
@@ -160,7 +175,7 @@ func testApprovalExpiry(t *testing.T, st store.Store) {
 
 	// An event the store refuses rolls the expiry back with it: the two are
 	// one transaction.
-	_, err := st.Apply(ctx, lapsed.Execution.ID, expiry(lapsed.Execution, store.NewEvent{Type: ""}))
+	_, err = st.Apply(ctx, lapsed.Execution.ID, expiry(lapsed.Execution, store.NewEvent{Type: ""}))
 	wantClass(t, "an expiry with an invalid event", err, errdefs.ErrInvalidArgument)
 	if a := must[store.Approval](t, "GetApproval")(st.GetApproval(ctx, f.ws.ID, lapsed.Approval.ID)); a.Status != store.ApprovalPending {
 		t.Fatalf("approval after a failed expiry: got %s, want pending", a.Status)

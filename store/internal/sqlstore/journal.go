@@ -311,7 +311,13 @@ func (s *Store) closeApproval(ctx context.Context, q Querier, id string, st stor
 	}
 	var decidedAt time.Time
 	if st.Approval.DecidedBy != "" {
+		// The capability layer refuses a late decision too; this holds
+		// under the request's lock, against a decision that raced the
+		// expiry.
 		decidedAt = s.at(st.At)
+		if !decidedAt.Before(a.ExpiresAt) {
+			return fmt.Errorf("approval %s expired at %s, before the decision: %w", a.ID, a.ExpiresAt.Format(time.RFC3339), errdefs.ErrConflict)
+		}
 	}
 	_, err = q.Exec(ctx, `UPDATE approval_requests SET status = $2, decided_by = $3, decided_at = $4, reason = $5
 		WHERE id = $1 AND status = 'pending'`,
