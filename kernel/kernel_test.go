@@ -45,7 +45,11 @@ func runCells(t *testing.T, g *guest.Client, k *guest.Kernel, cells []cell) {
 			if c.before != nil {
 				c.before(t, g)
 			}
-			out := runCell(t, k, c.code, c.stdin, c.interrupt)
+			var stalled func()
+			if c.interrupt {
+				stalled = func() { logSignalState(t, g, k) }
+			}
+			out := runCell(t, k, c.code, c.stdin, c.interrupt, stalled)
 			r := out.Result
 			if c.err == "" && r.Status != guest.CellOK {
 				t.Fatalf("got status %s, error %+v, stderr %q; want ok", r.Status, r.Error, out.Stderr)
@@ -72,8 +76,10 @@ func runCells(t *testing.T, g *guest.Client, k *guest.Kernel, cells []cell) {
 	}
 }
 
-// runCell runs code and fails t unless the cell ends with a result.
-func runCell(t testing.TB, k *guest.Kernel, code, stdin string, interrupt bool) *guest.CellOutput {
+// runCell runs code and fails t unless the cell ends with a result. With
+// interrupt, stalled (if set) runs when the cell has not ended 10 s after
+// the interrupt.
+func runCell(t testing.TB, k *guest.Kernel, code, stdin string, interrupt bool, stalled func()) *guest.CellOutput {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -85,6 +91,10 @@ func runCell(t testing.TB, k *guest.Kernel, code, stdin string, interrupt bool) 
 				if err := k.Interrupt(); err != nil {
 					t.Errorf("Interrupt: %v", err)
 				}
+				if stalled != nil {
+					timer := time.AfterFunc(10*time.Second, stalled)
+					context.AfterFunc(ctx, func() { timer.Stop() })
+				}
 			})
 		}
 	}
@@ -93,6 +103,27 @@ func runCell(t testing.TB, k *guest.Kernel, code, stdin string, interrupt bool) 
 		t.Fatalf("Run: %v", err)
 	}
 	return out
+}
+
+// logSignalState logs the signal state of the kernel's threads (pending,
+// blocked and caught signals, where each waits) when an interrupted cell
+// has not ended: an interrupt was once lost (a python cell's time.sleep
+// ran on), and this is what would tell why.
+func logSignalState(t testing.TB, g *guest.Client, k *guest.Kernel) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	script := fmt.Sprintf(`for d in /proc/%d/task/*; do grep -E '^(Name|State|Sig|ShdPnd)' $d/status; echo "wchan $(cat $d/wchan) syscall $(cat $d/syscall)"; done`, k.PID())
+	ex, err := g.Exec(ctx, guest.ExecRequest{Argv: []string{"/bin/sh", "-c", script}, OutputCap: 64 << 10}, guest.ExecOptions{OutputCap: 64 << 10})
+	if err != nil {
+		t.Logf("the interrupted cell runs on 10 s after its interrupt; reading its threads: %v", err)
+		return
+	}
+	res, err := ex.Wait(ctx)
+	if err != nil {
+		t.Logf("the interrupted cell runs on 10 s after its interrupt; reading its threads: %v", err)
+		return
+	}
+	t.Logf("the interrupted cell runs on 10 s after its interrupt; the threads of kernel pid %d:\n%s%s", k.PID(), res.Stdout, res.Stderr)
 }
 
 func valueOf(t testing.TB, r *guest.CellResult) string {
@@ -288,7 +319,7 @@ func TestNode(t *testing.T) {
 				{name: "output after interrupts of writes", code: "console.log('after'); n", value: "1", stdout: "after\n", exitCode: -1,
 					before: func(t *testing.T, _ *guest.Client) {
 						for range 20 {
-							out := runCell(t, k, "while (true) { console.log('spinning') }", "", true)
+							out := runCell(t, k, "while (true) { console.log('spinning') }", "", true, nil)
 							if r := out.Result; r.Error == nil || r.Error.Name != "KeyboardInterrupt" {
 								t.Fatalf("got %+v, want a KeyboardInterrupt", r)
 							}
