@@ -168,6 +168,21 @@ func (c *Client) GetExecution(ctx context.Context, id string, wait time.Duration
 	return &ex, nil
 }
 
+// CancelExecution ends execution id, with an optional reason: one
+// awaiting approval or queued never runs, a running one is killed. An
+// execution that has ended already is returned as it is.
+func (c *Client) CancelExecution(ctx context.Context, id, reason string) (*Execution, error) {
+	var body any
+	if reason != "" {
+		body = map[string]string{"reason": reason}
+	}
+	var ex Execution
+	if _, err := c.do(ctx, http.MethodPost, "/v1/executions/"+url.PathEscape(id)+"/cancel", nil, body, &ex); err != nil {
+		return nil, fmt.Errorf("cancelling execution %s: %w", id, err)
+	}
+	return &ex, nil
+}
+
 // ApprovalFilter selects approval requests; zero lists all, newest first,
 // one default page.
 type ApprovalFilter struct {

@@ -21,6 +21,7 @@ const (
 	StatusDenied           ExecutionStatus = "denied"
 	StatusApprovalExpired  ExecutionStatus = "approval_expired"
 	StatusLaunchFailed     ExecutionStatus = "launch_failed"
+	StatusCancelled        ExecutionStatus = "cancelled"
 )
 
 // Final reports whether s is a final status: the execution has ended.

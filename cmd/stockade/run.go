@@ -45,8 +45,8 @@ streamed from the daemon, a required approval is waited for (exit 1 when
 it is denied or expires), and the flags that choose the sandbox (--driver,
 --memory, --tools and the host's paths) do not apply. A refusal of the
 daemon's (policy, an unknown key or runtime) exits 2; too few credits or
-a daemon at capacity or unreachable, 1. An interruption stops watching,
-not the run, which ends on the daemon.`
+a daemon at capacity or unreachable, 1. An interruption (or a reader of the
+output that goes away) cancels the execution on the daemon.`
 
 // runOptions are the flags of `stockade run` beyond the configuration.
 type runOptions struct {

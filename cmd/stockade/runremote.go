@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+	"time"
 
 	"github.com/stockade-sh/stockade/client"
 	"github.com/stockade-sh/stockade/engine"
@@ -45,7 +46,7 @@ func runRemote(ctx context.Context, fs *flag.FlagSet, r remoteFlags, req engine.
 		ev, err := s.Next()
 		if err != nil {
 			if ctx.Err() != nil && id != "" {
-				err = fmt.Errorf("%w; execution %s goes on on the daemon", err, id)
+				err = cancelRemote(ctx, c, id, err)
 			}
 			return report(remoteErr(ctx, err), asJSON)
 		}
@@ -65,7 +66,7 @@ func runRemote(ctx context.Context, fs *flag.FlagSet, r remoteFlags, req engine.
 				w = os.Stderr
 			}
 			if _, err := io.WriteString(w, e.Data); err != nil {
-				fmt.Fprintf(os.Stderr, "stockade: writing the program's %s: %v; execution %s goes on on the daemon\n", e.Stream, err, id)
+				fmt.Fprintf(os.Stderr, "stockade: writing the program's %s: %v\n", e.Stream, cancelRemote(ctx, c, id, err))
 				return exitOutputClosed
 			}
 		case *client.StreamError:
@@ -74,6 +75,19 @@ func runRemote(ctx context.Context, fs *flag.FlagSet, r remoteFlags, req engine.
 			return finishRemote(&e.Execution, asJSON)
 		}
 	}
+}
+
+// cancelRemote cancels execution id on the daemon, as a local run's
+// sandbox is destroyed when the CLI is interrupted or its output goes
+// away, and returns why (err) with what became of the execution.
+func cancelRemote(ctx context.Context, c *client.Client, id string, why error) error {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	ex, err := c.CancelExecution(ctx, id, "stockade run was interrupted")
+	if err != nil {
+		return fmt.Errorf("%w; cancelling execution %s: %v: it may go on on the daemon", why, id, err)
+	}
+	return fmt.Errorf("%w; cancelled execution %s, which is %s on the daemon", why, id, ex.Status)
 }
 
 // finishRemote reports an ended execution: its result as a local run's,

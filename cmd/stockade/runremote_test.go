@@ -70,25 +70,57 @@ func TestRunRemote(t *testing.T) {
 			}
 		})
 	}
-	t.Run("interrupted", func(t *testing.T) {
-		cmd := exec.Command(testenv.Build(t, "./cmd/stockade"), "run", "--url", d.URL, "--key", gated.Agent, "--runtime", "python", "-c", "print(1)")
-		stderr, err := cmd.StderrPipe()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		r := bufio.NewReader(stderr)
-		if line := waitLine(t, r); !strings.Contains(line, "waiting for an approver") {
-			t.Fatalf("stderr: got %q, want the wait for approval", line)
-		}
-		cmd.Process.Signal(syscall.SIGINT)
-		rest, _ := io.ReadAll(r)
-		if status := exitOf(t, cmd); status != exitInterrupted || !strings.Contains(string(rest), "goes on on the daemon") {
-			t.Errorf("got status %d, stderr %q; want %d, saying the execution goes on", status, rest, exitInterrupted)
-		}
-	})
+	// An interruption cancels the execution on the daemon, whether it
+	// waits for its approval or runs.
+	for _, tc := range []struct {
+		name, key, code string
+		stdout          bool // the line to wait for is the program's
+		line            string
+		want            client.ExecutionStatus
+	}{
+		{"interrupted awaiting approval", gated.Agent, "print(1)", false, "waiting for an approver", client.StatusCancelled},
+		{"interrupted running", open.Agent, "import time\nprint('started', flush=True)\ntime.sleep(60)", true, "started", client.StatusKilled},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cmd := exec.Command(testenv.Build(t, "./cmd/stockade"), "run", "--url", d.URL, "--key", tc.key, "--runtime", "python", "-c", tc.code)
+			var errBuf bytes.Buffer
+			var watched io.Reader
+			var err error
+			if tc.stdout {
+				watched, err = cmd.StdoutPipe()
+				cmd.Stderr = &errBuf
+			} else {
+				watched, err = cmd.StderrPipe()
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			r := bufio.NewReader(watched)
+			if line := waitLine(t, r); !strings.Contains(line, tc.line) {
+				t.Fatalf("got %q, want a line with %q", line, tc.line)
+			}
+			cmd.Process.Signal(syscall.SIGINT)
+			rest, _ := io.ReadAll(r)
+			status := exitOf(t, cmd)
+			stderr := errBuf.String() + string(rest)
+			_, after, ok := strings.Cut(stderr, "cancelled execution ")
+			id, _, _ := strings.Cut(after, ",")
+			if status != exitInterrupted || !ok {
+				t.Fatalf("got status %d, stderr %q; want %d, saying the execution was cancelled", status, stderr, exitInterrupted)
+			}
+			c, err := client.New(d.URL, tc.key)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ex, err := c.GetExecution(t.Context(), id, 30*time.Second)
+			if err != nil || ex.Status != tc.want {
+				t.Errorf("execution %s on the daemon: got %+v, %v; want it %s", id, ex, err, tc.want)
+			}
+		})
+	}
 	t.Run("json", func(t *testing.T) {
 		cmd := exec.Command(testenv.Build(t, "./cmd/stockade"), "run", "--url", d.URL, "--json", "--runtime", "shell", "-c", "echo 42; exit 4")
 		cmd.Env = append(cmd.Environ(), "STOCKADE_KEY="+open.Agent)
