@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"sync"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/auth"
@@ -42,7 +43,11 @@ func (s *server) mcpHandler() http.Handler {
 		if o.BaseURL == nil {
 			o.BaseURL = origin(r)
 		}
-		return mcp.New(localBackend{s: s, p: p}, o)
+		srv := mcp.New(localBackend{s: s, p: p}, o)
+		if started, ok := r.Context().Value(mcpStartKey{}).(**sdk.Server); ok {
+			*started = srv
+		}
+		return srv
 	}, &sdk.StreamableHTTPOptions{SessionTimeout: mcpSessionTimeout, MaxRequestBodyBytes: maxBody})
 	// The SDK reads the principal's key id from the token info: a request
 	// of a session that another key started is refused (403).
@@ -53,9 +58,74 @@ func (s *server) mcpHandler() http.Handler {
 		}
 		return &auth.TokenInfo{UserID: p.KeyID}, nil
 	}, &auth.RequireBearerTokenOptions{AllowMissingExpiration: true})(h)
+	live := &mcpSessions{max: s.opts.MCPSessionsPerKey, open: map[string]int{}}
+	if live.max == 0 {
+		live.max = 16
+	}
 	return s.auth(func(w http.ResponseWriter, r *http.Request, p capability.Principal) {
-		bind.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), principalKey{}, p)))
+		r = r.WithContext(context.WithValue(r.Context(), principalKey{}, p))
+		if r.Method != http.MethodPost || r.Header.Get("Mcp-Session-Id") != "" {
+			bind.ServeHTTP(w, r)
+			return
+		}
+		// A POST without a session's id starts a session.
+		if !live.acquire(p.KeyID) {
+			writeError(w, fmt.Errorf("this key has %d MCP sessions open, the most it may (mcp.max_sessions_per_key); end one (DELETE /mcp with its Mcp-Session-Id) or let one stay idle for %s: %w",
+				live.max, mcpSessionTimeout, errdefs.ErrResourceExhausted))
+			return
+		}
+		var started *sdk.Server
+		bind.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), mcpStartKey{}, &started)))
+		live.hold(p.KeyID, started)
 	})
+}
+
+// mcpSessions counts the MCP sessions each key has open, which live in
+// the daemon's memory until they end (DELETE /mcp, mcpSessionTimeout, the
+// daemon's shutdown): the SDK's handler bounds none.
+type mcpSessions struct {
+	max  int
+	mu   sync.Mutex
+	open map[string]int // by key id, the sessions open or starting
+}
+
+// mcpStartKey carries, to the SDK's getServer, where to put the server it
+// makes for the session a request starts.
+type mcpStartKey struct{}
+
+// acquire counts a session that key starts, unless it has max open.
+func (m *mcpSessions) acquire(key string) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.open[key] >= m.max {
+		return false
+	}
+	m.open[key]++
+	return true
+}
+
+func (m *mcpSessions) release(key string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.open[key]--; m.open[key] <= 0 {
+		delete(m.open, key)
+	}
+}
+
+// hold keeps key's session counted until the session that server (one
+// server per session, see mcpHandler) serves has ended; a request that
+// started none releases it at once.
+func (m *mcpSessions) hold(key string, server *sdk.Server) {
+	if server != nil {
+		for ss := range server.Sessions() {
+			go func() {
+				_ = ss.Wait()
+				m.release(key)
+			}()
+			return
+		}
+	}
+	m.release(key)
 }
 
 // origin is the daemon's URL as the request reached it, which the

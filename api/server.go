@@ -55,6 +55,9 @@ type Options struct {
 	// MCP configures the MCP tools of /mcp; a nil BaseURL is the URL each
 	// request reached the daemon by.
 	MCP mcp.Options
+	// MCPSessionsPerKey bounds the MCP sessions one key keeps open on
+	// /mcp; zero means 16. A negative one is an error.
+	MCPSessionsPerKey int
 }
 
 // maxBody bounds a request body: 1 MiB of code and 1 MiB of stdin, JSON

@@ -237,6 +237,9 @@ type MCP struct {
 	// id, relative to the URL a client reached the daemon by unless
 	// absolute; empty is /ui/approvals/{id}, the approval console's.
 	ApprovalURL string `yaml:"approval_url"`
+	// MaxSessionsPerKey bounds the MCP sessions of /mcp that one key keeps
+	// open at once; zero is 16.
+	MaxSessionsPerKey int `yaml:"max_sessions_per_key"`
 }
 
 // Pool is one warm pool: Size sandboxes of Tool with Runtime.

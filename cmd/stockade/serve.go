@@ -88,6 +88,7 @@ func serveFlags() (*flag.FlagSet, *config.Config, func([]string) ([]string, erro
 	durationFlag(fs, &cfg.WriteTimeout, "write-timeout", cfg.WriteTimeout, "close an API connection whose client takes longer to take one write of an answer")
 	fs.IntVar(&cfg.MaxConnections, "max-connections", cfg.MaxConnections, "API connections open at once; more are closed as soon as accepted")
 	durationFlag(fs, &cfg.MCP.ApprovalWait, "mcp-approval-wait", cfg.MCP.ApprovalWait, "how long an MCP tool call waits for an approval when the client cannot show its page (default 60s)")
+	fs.IntVar(&cfg.MCP.MaxSessionsPerKey, "mcp-max-sessions-per-key", cfg.MCP.MaxSessionsPerKey, "the MCP sessions of /mcp one key keeps open at once (default 16)")
 	fs.StringVar(&cfg.MCP.ApprovalURL, "mcp-approval-url", cfg.MCP.ApprovalURL, "the page of approval {id} that MCP clients are shown, relative to the daemon's URL unless absolute (default /ui/approvals/{id})")
 	analyticsFlags(fs, &cfg.Analytics)
 	sessionFlags(fs, &cfg.Sessions)
@@ -100,6 +101,9 @@ func serve(ctx context.Context, listen, db string, cfg config.Config) error {
 	mcpOpts := mcp.Options{ApprovalWait: cfg.MCP.ApprovalWait, ApprovalURL: cfg.MCP.ApprovalURL, Version: version}
 	if err := mcpOpts.Validate(); err != nil {
 		return usageError{err}
+	}
+	if cfg.MCP.MaxSessionsPerKey < 0 {
+		return usagef("mcp.max_sessions_per_key must not be negative, got %d", cfg.MCP.MaxSessionsPerKey)
 	}
 	release, err := claimHost(cfg)
 	if err != nil {
@@ -166,7 +170,8 @@ func serve(ctx context.Context, listen, db string, cfg config.Config) error {
 	// and each write instead.
 	ui := console.New(svc, st, console.Options{Witness: wit, SecureCookies: cfg.BehindTLS, Logger: log})
 	srv := &http.Server{
-		Handler:     api.New(svc, st, api.Options{Metrics: metrics, UI: ui, BodyTimeout: cfg.BodyTimeout, WriteTimeout: cfg.WriteTimeout, MCP: mcpOpts}),
+		Handler: api.New(svc, st, api.Options{Metrics: metrics, UI: ui, BodyTimeout: cfg.BodyTimeout, WriteTimeout: cfg.WriteTimeout, MCP: mcpOpts,
+			MCPSessionsPerKey: cfg.MCP.MaxSessionsPerKey}),
 		IdleTimeout: cfg.IdleTimeout, ReadHeaderTimeout: cfg.HeaderTimeout,
 		BaseContext: func(net.Listener) context.Context { return reqCtx },
 	}
