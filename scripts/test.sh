@@ -63,6 +63,7 @@ bench_smoke() {
 			;;
 		bench/kernel) go run ./bench/kernel -n 1 ;;
 		bench/sessions) go run ./bench/sessions -n 1 -oneshot-n 1 ;;
+		bench/scaling) go run ./bench/scaling -sizes 1 -rounds 1 -snapshots 1 ;;
 		bench/pool) go run ./bench/pool -n 1 -settle 1s -docker-host "${STOCKADE_TEST_DOCKER_HOST:?a dockerd for bench/pool}" ;;
 		bench/docker) go run ./bench/docker -n 1 -stockade "$bin" -docker-host "${STOCKADE_TEST_DOCKER_HOST:?a dockerd for bench/docker}" ;;
 		*)
