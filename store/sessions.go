@@ -19,10 +19,22 @@ type Sessions interface {
 	// workspace, nothing is written and that session comes back with
 	// replayed set; if its RequestSHA256 differs, it is ErrConflict.
 	OpenSession(ctx context.Context, s NewSession) (sess Session, replayed bool, err error)
-	// EndSession ends active session id for the reason e says, with its
-	// events, in one transaction. A session that has ended already is
-	// ErrConflict and nothing is written; an unknown one ErrNotFound.
+	// EndSession ends active or paused session id for the reason e says,
+	// with its events, in one transaction. A session that has ended
+	// already is ErrConflict and nothing is written; an unknown one
+	// ErrNotFound.
 	EndSession(ctx context.Context, id string, e SessionEnd) (Session, error)
+	// PauseSession records that active session id is paused: its sandbox
+	// was saved to a checkpoint of p.CheckpointBytes and is gone. A
+	// session that is not active, or has a cell that has not ended
+	// (awaiting approval, queued or running), is ErrConflict and nothing
+	// is written; an unknown one ErrNotFound.
+	PauseSession(ctx context.Context, id string, p SessionPause) (Session, error)
+	// ResumeSession records that paused session id is active again, in
+	// sandbox r.SandboxID, its idle timeout counted from r.At and its
+	// checkpoint gone (CheckpointBytes 0). A session that is not paused
+	// is ErrConflict and nothing is written; an unknown one ErrNotFound.
+	ResumeSession(ctx context.Context, id string, r SessionResume) (Session, error)
 	// GetSession returns session id of the workspace.
 	GetSession(ctx context.Context, workspaceID, id string) (Session, error)
 	// ReplaySession returns the session of the workspace that
@@ -34,9 +46,17 @@ type Sessions interface {
 	// workspace, oldest first: what a restarted daemon re-adopts and the
 	// lifetime sweep reads.
 	ListActiveSessions(ctx context.Context) ([]Session, error)
-	// CountActiveSessions is the number of active sessions of the
-	// workspace.
+	// ListPausedSessions returns every paused session of every
+	// workspace, oldest first: what the lifetime sweep ends at their TTL,
+	// and whose checkpoints a restarted daemon keeps.
+	ListPausedSessions(ctx context.Context) ([]Session, error)
+	// CountActiveSessions is the number of live sessions of the
+	// workspace: active or paused (a paused session holds its place, so
+	// that it can always resume).
 	CountActiveSessions(ctx context.Context, workspaceID string) (int, error)
+	// CheckpointBytes is the disk the workspace's paused sessions'
+	// checkpoints take, in bytes, and how many paused sessions it has.
+	CheckpointBytes(ctx context.Context, workspaceID string) (bytes int64, paused int, err error)
 }
 
 // SessionState is where a session is.
@@ -45,6 +65,9 @@ type SessionState string
 // The session states.
 const (
 	SessionActive SessionState = "active"
+	// SessionPaused: its sandbox is saved to a checkpoint and gone until
+	// it resumes.
+	SessionPaused SessionState = "paused"
 	SessionEnded  SessionState = "ended"
 )
 
@@ -118,6 +141,24 @@ type SessionEnd struct {
 	Audit []NewEvent
 }
 
+// SessionPause is how PauseSession pauses a session.
+type SessionPause struct {
+	// CheckpointBytes is the size of its checkpoint on disk (>= 0).
+	CheckpointBytes int64
+	// At is when; zero means the store's clock.
+	At    time.Time
+	Audit []NewEvent
+}
+
+// SessionResume is how ResumeSession resumes a session.
+type SessionResume struct {
+	// SandboxID is the restored sandbox's (required).
+	SandboxID string
+	// At is when; zero means the store's clock.
+	At    time.Time
+	Audit []NewEvent
+}
+
 // Session is a session's record. Times not reached yet are zero.
 type Session struct {
 	ID          string
@@ -147,6 +188,10 @@ type Session struct {
 	WorkspaceBytes int64
 	IdempotencyKey string
 	RequestSHA256  string
+	// PausedAt is when it was paused and CheckpointBytes the size of its
+	// checkpoint; zero unless it is paused.
+	PausedAt        time.Time
+	CheckpointBytes int64
 }
 
 // IdleExpiresAt is when the session ends unless a cell runs before.

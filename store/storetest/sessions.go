@@ -331,3 +331,102 @@ func Upgrade(t *testing.T, at string, old, current func(t *testing.T) store.Stor
 		t.Fatal("a cell of a missing session was accepted: foreign keys are off after the upgrade")
 	}
 }
+
+func testSessionPause(t *testing.T, st store.Store) {
+	ctx := t.Context()
+	f := newFixture(t, st, "pause")
+	mustGrant(t, st, f.ws.ID, 100)
+	ss := mustOpen(t, st, f.newSession("ses_p"))
+	ev := func(typ string) []store.NewEvent {
+		return []store.NewEvent{{Type: typ, Code: "SES00XI", Actor: "system"}}
+	}
+
+	// A cell that has not ended keeps the session from pausing.
+	adm := mustAdmit(t, st, f.cellOf(ss.ID, "x = 1"), admission(2))
+	if _, err := st.PauseSession(ctx, ss.ID, store.SessionPause{CheckpointBytes: 1, Audit: ev("session.paused")}); !errdefs.IsConflict(err) {
+		t.Fatalf("pausing with a queued cell: got %v, want ErrConflict", err)
+	}
+	run(t, st, adm.Execution, "gvisor", store.StatusSucceeded, true)
+
+	at := time.Now().Add(time.Second).UTC().Truncate(time.Millisecond)
+	paused, err := st.PauseSession(ctx, ss.ID, store.SessionPause{CheckpointBytes: 5 << 20, At: at, Audit: ev("session.paused")})
+	if err != nil || paused.State != store.SessionPaused || paused.CheckpointBytes != 5<<20 || !paused.PausedAt.Equal(at) {
+		t.Fatalf("PauseSession: got %+v, %v; want paused at %s with 5 MiB", paused, err, at)
+	}
+	if got, err := st.GetSession(ctx, f.ws.ID, ss.ID); err != nil || got.State != store.SessionPaused || got.CheckpointBytes != 5<<20 {
+		t.Fatalf("GetSession of the paused session: got %+v, %v", got, err)
+	}
+	if _, err := st.PauseSession(ctx, ss.ID, store.SessionPause{Audit: ev("session.paused")}); !errdefs.IsConflict(err) {
+		t.Fatalf("pausing a paused session: got %v, want ErrConflict", err)
+	}
+	if _, err := st.Admit(ctx, f.cellOf(ss.ID, "paused"), admission(2)); !errdefs.IsFailedPrecondition(err) {
+		t.Fatalf("a cell of a paused session: got %v, want ErrFailedPrecondition", err)
+	}
+	// A paused session holds its place: it is live, counted against the
+	// workspace's bound, not active.
+	if n, err := st.CountActiveSessions(ctx, f.ws.ID); err != nil || n != 1 {
+		t.Fatalf("CountActiveSessions with a paused session: got %d, %v; want 1", n, err)
+	}
+	over := f.newSession("ses_over")
+	over.MaxLive = 1
+	if _, _, err := st.OpenSession(ctx, over); !errdefs.IsResourceExhausted(err) {
+		t.Fatalf("opening past the bound with a paused session: got %v, want ErrResourceExhausted", err)
+	}
+	if a, err := st.ListActiveSessions(ctx); err != nil || containsSession(a, ss.ID) {
+		t.Fatalf("ListActiveSessions: got %d, %v; want no paused session", len(a), err)
+	}
+	if p, err := st.ListPausedSessions(ctx); err != nil || !containsSession(p, ss.ID) {
+		t.Fatalf("ListPausedSessions: got %d, %v; want the paused session", len(p), err)
+	}
+	if b, n, err := st.CheckpointBytes(ctx, f.ws.ID); err != nil || b != 5<<20 || n != 1 {
+		t.Fatalf("CheckpointBytes: got %d, %d, %v; want 5 MiB in 1", b, n, err)
+	}
+
+	if _, err := st.ResumeSession(ctx, ss.ID, store.SessionResume{}); !errdefs.IsInvalidArgument(err) {
+		t.Fatalf("resuming without a sandbox: got %v, want ErrInvalidArgument", err)
+	}
+	later := at.Add(time.Minute)
+	resumed, err := st.ResumeSession(ctx, ss.ID, store.SessionResume{SandboxID: "sb-restored", At: later, Audit: ev("session.resumed")})
+	if err != nil || resumed.State != store.SessionActive || resumed.SandboxID != "sb-restored" || resumed.CheckpointBytes != 0 ||
+		!resumed.PausedAt.IsZero() || !resumed.LastActiveAt.Equal(later) {
+		t.Fatalf("ResumeSession: got %+v, %v; want active in sb-restored, no checkpoint, last active at %s", resumed, err, later)
+	}
+	if _, err := st.ResumeSession(ctx, ss.ID, store.SessionResume{SandboxID: "sb-again"}); !errdefs.IsConflict(err) {
+		t.Fatalf("resuming an active session: got %v, want ErrConflict", err)
+	}
+	if b, n, err := st.CheckpointBytes(ctx, f.ws.ID); err != nil || b != 0 || n != 0 {
+		t.Fatalf("CheckpointBytes after the resume: got %d, %d, %v; want none", b, n, err)
+	}
+	mustAdmit(t, st, f.cellOf(ss.ID, "x = 2"), admission(2))
+
+	// A paused session ends; its checkpoint is no longer counted.
+	other := mustOpen(t, st, f.newSession("ses_p2"))
+	if _, err := st.PauseSession(ctx, other.ID, store.SessionPause{CheckpointBytes: 7, Audit: ev("session.paused")}); err != nil {
+		t.Fatal(err)
+	}
+	ended, err := st.EndSession(ctx, other.ID, store.SessionEnd{Reason: store.EndTTL, Audit: ev("session.ended")})
+	if err != nil || ended.State != store.SessionEnded || ended.EndReason != store.EndTTL || ended.CheckpointBytes != 0 {
+		t.Fatalf("ending a paused session: got %+v, %v", ended, err)
+	}
+	if _, err := st.ResumeSession(ctx, other.ID, store.SessionResume{SandboxID: "sb-late"}); !errdefs.IsConflict(err) {
+		t.Fatalf("resuming an ended session: got %v, want ErrConflict", err)
+	}
+	if _, err := st.PauseSession(ctx, "ses_unknown", store.SessionPause{}); !errdefs.IsNotFound(err) {
+		t.Fatalf("pausing an unknown session: got %v, want ErrNotFound", err)
+	}
+	if b, _, err := st.CheckpointBytes(ctx, f.ws.ID); err != nil || b != 0 {
+		t.Fatalf("CheckpointBytes after the end: got %d, %v; want 0", b, err)
+	}
+	if ok, _, err := st.VerifyChain(ctx, f.ws.ID); !ok || err != nil {
+		t.Fatalf("VerifyChain: got %v, %v", ok, err)
+	}
+}
+
+func containsSession(ss []store.Session, id string) bool {
+	for _, s := range ss {
+		if s.ID == id {
+			return true
+		}
+	}
+	return false
+}

@@ -96,6 +96,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"SessionIdempotency", testSessionIdempotency},
 		{"SessionApprovalCover", testSessionApprovalCover},
 		{"SessionValidation", testSessionValidation},
+		{"SessionPause", testSessionPause},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			tc.fn(t, open(t))

@@ -16,7 +16,7 @@ const maxSessions = 1 << 20
 
 const sessionCols = `id, workspace_id, key_id, tool, runtime, driver, sandbox_id, network, state, end_reason,
 	approval, approval_id, approved_by, idle_timeout_ms, workspace_bytes, cells, idempotency_key, request_sha256,
-	created_at, expires_at, last_active_at, ended_at`
+	created_at, expires_at, last_active_at, ended_at, paused_at, checkpoint_bytes`
 
 func scanSession(r Row) (store.Session, error) {
 	var (
@@ -27,7 +27,7 @@ func scanSession(r Row) (store.Session, error) {
 	err := r.Scan(&ss.ID, &ss.WorkspaceID, &ss.KeyID, &ss.Tool, &ss.Runtime, &ss.Driver, &ss.SandboxID, &ss.Network,
 		&state, scanStr(&reason), &approval, scanStr(&ss.ApprovalID), scanStr(&ss.ApprovedBy), &idleMS, &ss.WorkspaceBytes,
 		&ss.Cells, scanStr(&ss.IdempotencyKey), &ss.RequestSHA256, scanTime(&ss.CreatedAt), scanTime(&ss.ExpiresAt),
-		scanTime(&ss.LastActiveAt), scanTime(&ss.EndedAt))
+		scanTime(&ss.LastActiveAt), scanTime(&ss.EndedAt), scanTime(&ss.PausedAt), &ss.CheckpointBytes)
 	ss.State, ss.EndReason, ss.Approval = store.SessionState(state), store.SessionEndReason(reason), store.ApprovalMode(approval)
 	ss.IdleTimeout = time.Duration(idleMS) * time.Millisecond
 	return ss, err
@@ -102,7 +102,7 @@ func (s *Store) OpenSession(ctx context.Context, n store.NewSession) (store.Sess
 				return err
 			}
 			var live int
-			if err := q.QueryRow(ctx, `SELECT COUNT(*) FROM sessions WHERE workspace_id = $1 AND state = 'active'`, n.WorkspaceID).Scan(&live); err != nil {
+			if err := q.QueryRow(ctx, `SELECT COUNT(*) FROM sessions WHERE workspace_id = $1 AND state <> 'ended'`, n.WorkspaceID).Scan(&live); err != nil {
 				return err
 			}
 			if live >= n.MaxLive {
@@ -146,12 +146,12 @@ func (s *Store) EndSession(ctx context.Context, id string, e store.SessionEnd) (
 		if ss, err = scanSession(lookupRow(ctx, q, id, `SELECT `+sessionCols+` FROM sessions WHERE id = $1`+s.d.ForUpdate, id)); err != nil {
 			return notFound(err)
 		}
-		if ss.State != store.SessionActive {
+		if ss.State == store.SessionEnded {
 			return fmt.Errorf("session ended (%s) at %s: %w", ss.EndReason, ss.EndedAt.Format(time.RFC3339), errdefs.ErrConflict)
 		}
-		ss.State, ss.EndReason, ss.EndedAt = store.SessionEnded, e.Reason, s.at(e.At)
-		n, err := q.Exec(ctx, `UPDATE sessions SET state = 'ended', end_reason = $2, ended_at = $3 WHERE id = $1 AND state = 'active'`,
-			id, string(ss.EndReason), s.tm(ss.EndedAt))
+		ss.State, ss.EndReason, ss.EndedAt, ss.PausedAt, ss.CheckpointBytes = store.SessionEnded, e.Reason, s.at(e.At), time.Time{}, 0
+		n, err := q.Exec(ctx, `UPDATE sessions SET state = 'ended', end_reason = $2, ended_at = $3, paused_at = NULL, checkpoint_bytes = 0
+			WHERE id = $1 AND state <> 'ended'`, id, string(ss.EndReason), s.tm(ss.EndedAt))
 		if err != nil {
 			return err
 		}
@@ -165,6 +165,86 @@ func (s *Store) EndSession(ctx context.Context, id string, e store.SessionEnd) (
 		return store.Session{}, fmt.Errorf("ending session %q: %w", id, err)
 	}
 	return ss, nil
+}
+
+// PauseSession implements store.Sessions.
+func (s *Store) PauseSession(ctx context.Context, id string, p store.SessionPause) (store.Session, error) {
+	if p.CheckpointBytes < 0 {
+		return store.Session{}, fmt.Errorf("pausing session %q: checkpoint bytes %d: %w", id, p.CheckpointBytes, errdefs.ErrInvalidArgument)
+	}
+	if err := checkEvents(p.Audit); err != nil {
+		return store.Session{}, fmt.Errorf("pausing session %q: %w", id, err)
+	}
+	var ss store.Session
+	err := s.inTx(ctx, func(q Querier) (err error) {
+		if ss, err = scanSession(lookupRow(ctx, q, id, `SELECT `+sessionCols+` FROM sessions WHERE id = $1`+s.d.ForUpdate, id)); err != nil {
+			return notFound(err)
+		}
+		if ss.State != store.SessionActive {
+			return fmt.Errorf("session is %s: %w", ss.State, errdefs.ErrConflict)
+		}
+		if busy, err := s.pendingCell(ctx, q, id); err != nil {
+			return err
+		} else if busy != "" {
+			return fmt.Errorf("session is busy: cell execution %s has not ended: %w", busy, errdefs.ErrConflict)
+		}
+		ss.State, ss.PausedAt, ss.CheckpointBytes = store.SessionPaused, s.at(p.At), p.CheckpointBytes
+		if _, err := q.Exec(ctx, `UPDATE sessions SET state = 'paused', paused_at = $2, checkpoint_bytes = $3 WHERE id = $1`,
+			id, s.tm(ss.PausedAt), ss.CheckpointBytes); err != nil {
+			return err
+		}
+		_, err = s.appendEvents(ctx, q, ss.WorkspaceID, "", p.Audit)
+		return err
+	})
+	if err != nil {
+		return store.Session{}, fmt.Errorf("pausing session %q: %w", id, err)
+	}
+	return ss, nil
+}
+
+// ResumeSession implements store.Sessions.
+func (s *Store) ResumeSession(ctx context.Context, id string, r store.SessionResume) (store.Session, error) {
+	if err := checkRequired("sandbox id", r.SandboxID, maxText); err != nil {
+		return store.Session{}, fmt.Errorf("resuming session %q: %w", id, err)
+	}
+	if err := checkEvents(r.Audit); err != nil {
+		return store.Session{}, fmt.Errorf("resuming session %q: %w", id, err)
+	}
+	var ss store.Session
+	err := s.inTx(ctx, func(q Querier) (err error) {
+		if ss, err = scanSession(lookupRow(ctx, q, id, `SELECT `+sessionCols+` FROM sessions WHERE id = $1`+s.d.ForUpdate, id)); err != nil {
+			return notFound(err)
+		}
+		if ss.State != store.SessionPaused {
+			return fmt.Errorf("session is %s: %w", ss.State, errdefs.ErrConflict)
+		}
+		at := s.at(r.At)
+		ss.State, ss.SandboxID, ss.PausedAt, ss.CheckpointBytes = store.SessionActive, r.SandboxID, time.Time{}, 0
+		if at.After(ss.LastActiveAt) {
+			ss.LastActiveAt = at
+		}
+		if _, err := q.Exec(ctx, `UPDATE sessions SET state = 'active', sandbox_id = $2, paused_at = NULL, checkpoint_bytes = 0,
+			last_active_at = $3 WHERE id = $1`, id, ss.SandboxID, s.tm(ss.LastActiveAt)); err != nil {
+			return err
+		}
+		_, err = s.appendEvents(ctx, q, ss.WorkspaceID, "", r.Audit)
+		return err
+	})
+	if err != nil {
+		return store.Session{}, fmt.Errorf("resuming session %q: %w", id, err)
+	}
+	return ss, nil
+}
+
+// pendingCell returns the id of session id's cell that has not ended, or
+// "" when it has none.
+func (s *Store) pendingCell(ctx context.Context, q Querier, id string) (string, error) {
+	var busy string
+	err := q.QueryRow(ctx, `SELECT id FROM executions WHERE session_id = $1 AND status IN ('awaiting_approval', 'queued', 'running')`, id).Scan(&busy)
+	if notFound(err) == errdefs.ErrNotFound {
+		return "", nil
+	}
+	return busy, err
 }
 
 // admitCell makes ex, whose record e names a session, that session's next
@@ -189,16 +269,16 @@ func (s *Store) admitCell(ctx context.Context, q Querier, e store.NewExecution, 
 			return false, err
 		}
 	}
-	if ss.State != store.SessionActive {
+	switch ss.State {
+	case store.SessionPaused:
+		return false, fmt.Errorf("session %s is paused; resume it: %w", ss.ID, errdefs.ErrFailedPrecondition)
+	case store.SessionEnded:
 		return false, fmt.Errorf("session %s ended (%s) at %s: %w", ss.ID, ss.EndReason, ss.EndedAt.Format(time.RFC3339), errdefs.ErrFailedPrecondition)
 	}
-	var busy string
-	err = q.QueryRow(ctx, `SELECT id FROM executions WHERE session_id = $1 AND status IN ('awaiting_approval', 'queued', 'running')`, ss.ID).Scan(&busy)
-	if err == nil {
-		return false, fmt.Errorf("session %s is busy: cell execution %s has not ended: %w", ss.ID, busy, errdefs.ErrConflict)
-	}
-	if notFound(err) != errdefs.ErrNotFound {
+	if busy, err := s.pendingCell(ctx, q, ss.ID); err != nil {
 		return false, err
+	} else if busy != "" {
+		return false, fmt.Errorf("session %s is busy: cell execution %s has not ended: %w", ss.ID, busy, errdefs.ErrConflict)
 	}
 	ex.SessionID, ex.Cell = ss.ID, ss.Cells+1
 	_, err = q.Exec(ctx, `UPDATE sessions SET cells = $2, last_active_at = $3 WHERE id = $1`, ss.ID, ex.Cell, s.tm(now))
@@ -278,10 +358,32 @@ func (s *Store) ListActiveSessions(ctx context.Context) ([]store.Session, error)
 	return out, nil
 }
 
+// ListPausedSessions implements store.Sessions.
+func (s *Store) ListPausedSessions(ctx context.Context) ([]store.Session, error) {
+	out, err := queryAll(ctx, s.b.Reader(), scanSession, `SELECT `+sessionCols+` FROM sessions WHERE state = 'paused' ORDER BY created_at, id`)
+	if err != nil {
+		return nil, fmt.Errorf("listing paused sessions: %w", s.classify(err))
+	}
+	return out, nil
+}
+
+// CheckpointBytes implements store.Sessions.
+func (s *Store) CheckpointBytes(ctx context.Context, workspaceID string) (int64, int, error) {
+	var (
+		bytes int64
+		n     int
+	)
+	if err := s.b.Reader().QueryRow(ctx, `SELECT CAST(COALESCE(SUM(checkpoint_bytes), 0) AS BIGINT), COUNT(*) FROM sessions WHERE workspace_id = $1 AND state = 'paused'`,
+		workspaceID).Scan(&bytes, &n); err != nil {
+		return 0, 0, fmt.Errorf("summing the checkpoints of workspace %q: %w", workspaceID, s.classify(err))
+	}
+	return bytes, n, nil
+}
+
 // CountActiveSessions implements store.Sessions.
 func (s *Store) CountActiveSessions(ctx context.Context, workspaceID string) (int, error) {
 	var n int
-	if err := s.b.Reader().QueryRow(ctx, `SELECT COUNT(*) FROM sessions WHERE workspace_id = $1 AND state = 'active'`, workspaceID).Scan(&n); err != nil {
+	if err := s.b.Reader().QueryRow(ctx, `SELECT COUNT(*) FROM sessions WHERE workspace_id = $1 AND state <> 'ended'`, workspaceID).Scan(&n); err != nil {
 		return 0, fmt.Errorf("counting the active sessions of workspace %q: %w", workspaceID, s.classify(err))
 	}
 	return n, nil
