@@ -141,6 +141,8 @@ var decoders = map[string]func(data []byte, m Meta) (Event, error){
 	SessionCreated:         decoder[SessionCreatedEvent],
 	SessionEnded:           decoder[SessionEndedEvent],
 	SessionFileTransferred: decoder[SessionFileTransferredEvent],
+	SessionPaused:          decoder[SessionPausedEvent],
+	SessionResumed:         decoder[SessionResumedEvent],
 }
 
 // decoder decodes the data of an event of struct T.

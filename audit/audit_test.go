@@ -164,6 +164,8 @@ func TestEventsEncodeAsBefore(t *testing.T) {
 
 // allEvents holds one event of every type, with data in every field.
 var allEvents = []audit.Event{
+	audit.SessionPausedEvent{CheckpointBytes: 1, SandboxID: "sb_1", SessionID: "ses_1"},
+	audit.SessionResumedEvent{PausedMS: 1, SandboxID: "sb_2", SessionID: "ses_1"},
 	audit.InvokeAllowedEvent{ApprovalRequired: true, Request: audit.Invocation{Capability: "code.execute", Network: "allow", Runtime: "python", TimeoutMS: 1}},
 	audit.InvokeDeniedEvent{Decision: "role_cannot_invoke", Request: audit.Invocation{Runtime: "node"}},
 	audit.ApprovalRequestedEvent{},
@@ -205,6 +207,7 @@ func TestCodes(t *testing.T) {
 		"egress.denied": "EGR001W", "egress.refusals_suppressed": "EGR002W", "broker.call": "BRK001I", "broker.denied": "BRK002W",
 		"workspace.created": "ADM001I", "key.created": "ADM002I", "credits.granted": "ADM003I", "policy.updated": "ADM004I", "key.revoked": "ADM005I",
 		"session.created": "SES001I", "session.ended": "SES002I", "session.file_transferred": "SES003I",
+		"session.paused": "SES004I", "session.resumed": "SES005I",
 	}
 	got := map[string]string{}
 	codes := map[string]string{}

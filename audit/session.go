@@ -11,6 +11,10 @@ const (
 	SessionEndedCode           = "SES002I"
 	SessionFileTransferred     = "session.file_transferred"
 	SessionFileTransferredCode = "SES003I"
+	SessionPaused              = "session.paused"
+	SessionPausedCode          = "SES004I"
+	SessionResumed             = "session.resumed"
+	SessionResumedCode         = "SES005I"
 )
 
 // SessionCreatedEvent is a session opened, written with its record.
@@ -68,3 +72,29 @@ type SessionFileTransferredEvent struct {
 
 func (SessionFileTransferredEvent) Type() string { return SessionFileTransferred }
 func (SessionFileTransferredEvent) Code() string { return SessionFileTransferredCode }
+
+// SessionPausedEvent is a session paused, written with its state: its
+// sandbox was saved to a checkpoint of CheckpointBytes on disk and ended.
+// Actor is the key that paused it, or "system" for pause_after_idle.
+type SessionPausedEvent struct {
+	Meta            `json:"-"`
+	CheckpointBytes int64  `json:"checkpoint_bytes"`
+	SandboxID       string `json:"sandbox_id"`
+	SessionID       string `json:"session_id"`
+}
+
+func (SessionPausedEvent) Type() string { return SessionPaused }
+func (SessionPausedEvent) Code() string { return SessionPausedCode }
+
+// SessionResumedEvent is a paused session served again, from its
+// checkpoint, in a new sandbox (SandboxID); its checkpoint is deleted.
+// PausedMS is how long it was paused.
+type SessionResumedEvent struct {
+	Meta      `json:"-"`
+	PausedMS  int64  `json:"paused_ms"`
+	SandboxID string `json:"sandbox_id"`
+	SessionID string `json:"session_id"`
+}
+
+func (SessionResumedEvent) Type() string { return SessionResumed }
+func (SessionResumedEvent) Code() string { return SessionResumedCode }

@@ -111,8 +111,10 @@ type Service struct {
 	// keyUses are the API keys' uses not yet written to the store.
 	keyUses keyUses
 
-	// sessions are the sessions this daemon serves.
+	// sessions are the sessions this daemon serves, and trans their
+	// transitions' locks (pause.go).
 	sessions liveSessions
+	trans    transitions
 }
 
 // NewService returns the capability layer over r and st. Call Start

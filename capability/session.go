@@ -38,12 +38,14 @@ type SessionOf struct {
 	CoveredBy string
 	// Cells is how many cells it has had.
 	Cells int
+	// PausedAt is when a paused session was paused.
+	PausedAt time.Time
 }
 
 // sessionOf returns what a cell's transitions read of ss.
 func sessionOf(ss store.Session) *SessionOf {
 	return &SessionOf{ID: ss.ID, State: ss.State, EndReason: ss.EndReason, EndedAt: ss.EndedAt, Approval: ss.Approval,
-		Network: ss.Network, CoveredBy: ss.ApprovalID, Cells: ss.Cells}
+		Network: ss.Network, CoveredBy: ss.ApprovalID, Cells: ss.Cells, PausedAt: ss.PausedAt}
 }
 
 // GrantOfCell returns the grant of cell e of session ss (see GrantOf).
@@ -72,8 +74,29 @@ type EndSession struct {
 	At     time.Time
 }
 
-func (OpenSession) verb() string { return "open" }
-func (EndSession) verb() string  { return "end" }
+// PauseSession pauses an active session whose sandbox was saved, to a
+// checkpoint of CheckpointBytes: By is the key that opened it or an admin
+// key of its workspace, or zero for the system (pause_after_idle).
+type PauseSession struct {
+	By              Principal
+	SandboxID       string
+	CheckpointBytes int64
+	At              time.Time
+}
+
+// ResumeSession resumes a paused session, restored in sandbox SandboxID:
+// By as for PauseSession; the system resumes none by itself, but a cell
+// or a file operation of By's resumes it (the service's usable).
+type ResumeSession struct {
+	By        Principal
+	SandboxID string
+	At        time.Time
+}
+
+func (OpenSession) verb() string   { return "open" }
+func (EndSession) verb() string    { return "end" }
+func (PauseSession) verb() string  { return "pause" }
+func (ResumeSession) verb() string { return "resume" }
 
 // sessionTransition moves a session itself: its opening and its end.
 func sessionTransition(g Grant, in Input) (Step, error) {
@@ -82,8 +105,12 @@ func sessionTransition(g Grant, in Input) (Step, error) {
 		return openSession(g, in)
 	case EndSession:
 		return endSession(g, in)
+	case PauseSession:
+		return pauseSession(g, in)
+	case ResumeSession:
+		return resumeSession(g, in)
 	}
-	return Step{}, fmt.Errorf("cannot %s a session: a session opens and ends; its cells are runs: %w", in.verb(), errdefs.ErrFailedPrecondition)
+	return Step{}, fmt.Errorf("cannot %s a session: a session opens, pauses, resumes and ends; its cells are runs: %w", in.verb(), errdefs.ErrFailedPrecondition)
 }
 
 func openSession(g Grant, in OpenSession) (Step, error) {
@@ -127,17 +154,82 @@ func endSession(g Grant, in EndSession) (Step, error) {
 		return Step{}, fmt.Errorf("only the key that opened a session or an admin key may close it: %w", errdefs.ErrPermissionDenied)
 	case in.Reason != store.EndClosed && in.By != (Principal{}):
 		return Step{}, fmt.Errorf("a key closes a session (reason closed); the system ends it for %s: %w", in.Reason, errdefs.ErrInvalidArgument)
-	case s.State != store.SessionActive:
+	case s.State == store.SessionEnded:
 		return Step{}, expiredError(s)
 	}
-	actor := in.By.KeyID
-	if actor == "" {
-		actor = "system"
-	}
-	ev := audit.SessionEndedEvent{Meta: audit.Meta{Actor: actor, Reason: "session ended: " + string(in.Reason)},
+	ev := audit.SessionEndedEvent{Meta: audit.Meta{Actor: actorOf(in.By), Reason: "session ended: " + string(in.Reason)},
 		Cells: in.Cells, EndReason: in.Reason, SessionID: s.ID}
 	return Step{From: Approved, To: Settled, Events: []audit.Event{ev},
 		End: &store.SessionEnd{Reason: in.Reason, At: in.At, Audit: audit.NewEvents(ev)}}, nil
+}
+
+// actorOf names the actor of a session's transition by p: its key, or
+// the system.
+func actorOf(p Principal) string {
+	if p.KeyID == "" {
+		return "system"
+	}
+	return p.KeyID
+}
+
+// mayTransition checks that p may move session grant g itself: the key
+// that opened it or an admin key of its workspace, or the system (the
+// zero Principal).
+func mayTransition(g Grant, p Principal, verb string) error {
+	if p == (Principal{}) || p.WorkspaceID == g.WorkspaceID && (p.KeyID == g.KeyID || p.Role == store.RoleAdmin) {
+		return nil
+	}
+	return fmt.Errorf("only the key that opened a session or an admin key may %s it: %w", verb, errdefs.ErrPermissionDenied)
+}
+
+func pauseSession(g Grant, in PauseSession) (Step, error) {
+	s := g.Session
+	if s == nil || s.State == "" {
+		return Step{}, fmt.Errorf("cannot pause a session that never opened: %w", errdefs.ErrFailedPrecondition)
+	}
+	if err := needTime(in, in.At); err != nil {
+		return Step{}, err
+	}
+	if err := mayTransition(g, in.By, "pause"); err != nil {
+		return Step{}, err
+	}
+	switch {
+	case s.State == store.SessionEnded:
+		return Step{}, expiredError(s)
+	case s.State != store.SessionActive:
+		return Step{}, fmt.Errorf("session %s is %s, not active: %w", s.ID, s.State, errdefs.ErrFailedPrecondition)
+	case in.CheckpointBytes < 0 || in.SandboxID == "":
+		return Step{}, fmt.Errorf("pause: a pause names the saved sandbox and its checkpoint's size: %w", errdefs.ErrInvalidArgument)
+	}
+	ev := audit.SessionPausedEvent{Meta: audit.Meta{Actor: actorOf(in.By), Reason: "session paused"},
+		CheckpointBytes: in.CheckpointBytes, SandboxID: in.SandboxID, SessionID: s.ID}
+	return Step{From: Approved, To: Approved, Events: []audit.Event{ev},
+		Pause: &store.SessionPause{CheckpointBytes: in.CheckpointBytes, At: in.At, Audit: audit.NewEvents(ev)}}, nil
+}
+
+func resumeSession(g Grant, in ResumeSession) (Step, error) {
+	s := g.Session
+	if s == nil || s.State == "" {
+		return Step{}, fmt.Errorf("cannot resume a session that never opened: %w", errdefs.ErrFailedPrecondition)
+	}
+	if err := needTime(in, in.At); err != nil {
+		return Step{}, err
+	}
+	if err := mayTransition(g, in.By, "resume"); err != nil {
+		return Step{}, err
+	}
+	switch {
+	case s.State == store.SessionEnded:
+		return Step{}, expiredError(s)
+	case s.State != store.SessionPaused:
+		return Step{}, fmt.Errorf("session %s is %s, not paused: %w", s.ID, s.State, errdefs.ErrFailedPrecondition)
+	case in.SandboxID == "":
+		return Step{}, fmt.Errorf("resume: a resume names the restored sandbox: %w", errdefs.ErrInvalidArgument)
+	}
+	ev := audit.SessionResumedEvent{Meta: audit.Meta{Actor: actorOf(in.By), Reason: "session resumed"},
+		PausedMS: max(in.At.Sub(s.PausedAt).Milliseconds(), 0), SandboxID: in.SandboxID, SessionID: s.ID}
+	return Step{From: Approved, To: Approved, Events: []audit.Event{ev},
+		Resume: &store.SessionResume{SandboxID: in.SandboxID, At: in.At, Audit: audit.NewEvents(ev)}}, nil
 }
 
 // expiredError is the refusal of what an ended session cannot do: of

@@ -19,6 +19,10 @@ func endedSession() *SessionOf {
 	return &SessionOf{ID: "ses_1", State: store.SessionEnded, EndReason: store.EndIdle, EndedAt: t0, Approval: store.ApprovalNone}
 }
 
+func pausedSession() *SessionOf {
+	return &SessionOf{ID: "ses_1", State: store.SessionPaused, PausedAt: t0, Approval: store.ApprovalNone, Cells: 2}
+}
+
 // cellIn is a cell of session s in state.
 func cellIn(state State, s *SessionOf) Grant {
 	g := grantIn(state)
@@ -79,6 +83,22 @@ func TestSessionTransitions(t *testing.T) {
 		{"end an ended one", endedSession(), EndSession{Reason: store.EndTTL, At: at}, errdefs.ErrFailedPrecondition, "", false, nil},
 		{"end one never opened", never, EndSession{Reason: store.EndTTL, At: at}, errdefs.ErrFailedPrecondition, "", false, nil},
 		{"admit into an ended one", endedSession(), admitInput(), errdefs.ErrFailedPrecondition, "", false, nil},
+		{"admit into a paused one", pausedSession(), admitInput(), errdefs.ErrFailedPrecondition, "", false, nil},
+		{"pause by its key", activeSession(store.ApprovalNone), PauseSession{By: agent, SandboxID: "sb_1", CheckpointBytes: 1, At: at}, nil, audit.SessionPaused, false, nil},
+		{"pause by the system", activeSession(store.ApprovalNone), PauseSession{SandboxID: "sb_1", At: at}, nil, audit.SessionPaused, false, nil},
+		{"pause by an admin", activeSession(store.ApprovalNone), PauseSession{By: admin, SandboxID: "sb_1", At: at}, nil, audit.SessionPaused, false, nil},
+		{"pause by another agent", activeSession(store.ApprovalNone), PauseSession{By: agent2, SandboxID: "sb_1", At: at}, errdefs.ErrPermissionDenied, "", false, nil},
+		{"pause by another workspace", activeSession(store.ApprovalNone), PauseSession{By: outside, SandboxID: "sb_1", At: at}, errdefs.ErrPermissionDenied, "", false, nil},
+		{"pause a paused one", pausedSession(), PauseSession{By: agent, SandboxID: "sb_1", At: at}, errdefs.ErrFailedPrecondition, "", false, nil},
+		{"pause an ended one", endedSession(), PauseSession{By: agent, SandboxID: "sb_1", At: at}, errdefs.ErrFailedPrecondition, "", false, nil},
+		{"pause, negative size", activeSession(store.ApprovalNone), PauseSession{By: agent, SandboxID: "sb_1", CheckpointBytes: -1, At: at}, errdefs.ErrInvalidArgument, "", false, nil},
+		{"pause, no time", activeSession(store.ApprovalNone), PauseSession{By: agent, SandboxID: "sb_1"}, errdefs.ErrInvalidArgument, "", false, nil},
+		{"resume by its key", pausedSession(), ResumeSession{By: agent, SandboxID: "sb_2", At: at}, nil, audit.SessionResumed, false, nil},
+		{"resume by another agent", pausedSession(), ResumeSession{By: agent2, SandboxID: "sb_2", At: at}, errdefs.ErrPermissionDenied, "", false, nil},
+		{"resume an active one", activeSession(store.ApprovalNone), ResumeSession{By: agent, SandboxID: "sb_2", At: at}, errdefs.ErrFailedPrecondition, "", false, nil},
+		{"resume an ended one", endedSession(), ResumeSession{By: agent, SandboxID: "sb_2", At: at}, errdefs.ErrFailedPrecondition, "", false, nil},
+		{"resume, no sandbox", pausedSession(), ResumeSession{By: agent, At: at}, errdefs.ErrInvalidArgument, "", false, nil},
+		{"end a paused one", pausedSession(), EndSession{Reason: store.EndTTL, At: at}, nil, audit.SessionEnded, false, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			g := cellIn(Requested, tc.session)
@@ -100,6 +120,12 @@ func TestSessionTransitions(t *testing.T) {
 			}
 			if tc.open && (len(s.Open.Audit) != 1 || s.Open.Audit[0].Code != audit.SessionCreatedCode || !s.Open.At.Equal(t0)) {
 				t.Fatalf("opening: got %+v, want its event encoded and its time", s.Open)
+			}
+			if _, ok := tc.in.(PauseSession); ok && (s.Pause == nil || len(s.Pause.Audit) != 1) {
+				t.Fatalf("pause: got %+v, want the session's pause with its event", s.Pause)
+			}
+			if _, ok := tc.in.(ResumeSession); ok && (s.Resume == nil || len(s.Resume.Audit) != 1 || s.Resume.SandboxID != "sb_2") {
+				t.Fatalf("resume: got %+v, want the session's resume in sb_2 with its event", s.Resume)
 			}
 			if _, ok := tc.in.(EndSession); ok && (s.End == nil || len(s.End.Audit) != 1) {
 				t.Fatalf("end: got %+v, want the session's end with its event", s.End)

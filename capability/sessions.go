@@ -39,6 +39,14 @@ type SessionOptions struct {
 	WorkspaceSize int64
 	// MaxFileSize bounds one file moved in or out; default 64 MiB.
 	MaxFileSize int64
+	// CheckpointDir holds the checkpoints of paused sessions, one
+	// directory each, root-only; empty means sessions cannot pause.
+	CheckpointDir string
+	// PauseAfterIdle, when positive, pauses a session no cell ran in for
+	// so long instead of ending it at its idle timeout, if its driver can
+	// save it; a paused session ends at its TTL. Zero (the default) never
+	// pauses one by itself.
+	PauseAfterIdle time.Duration
 }
 
 func (o *SessionOptions) fill() {
@@ -71,6 +79,10 @@ type SessionStore interface {
 	ListSessions(ctx context.Context, workspaceID string, f store.SessionFilter) (store.Page[store.Session], error)
 	ListActiveSessions(ctx context.Context) ([]store.Session, error)
 	CountActiveSessions(ctx context.Context, workspaceID string) (int, error)
+	PauseSession(ctx context.Context, id string, p store.SessionPause) (store.Session, error)
+	ResumeSession(ctx context.Context, id string, r store.SessionResume) (store.Session, error)
+	PendingCell(ctx context.Context, sessionID string) (string, error)
+	ListPausedSessions(ctx context.Context) ([]store.Session, error)
 }
 
 // SessionObserver, when the service's Observer implements it, is told
@@ -401,22 +413,40 @@ func (s *Service) ListSessions(ctx context.Context, p Principal, f store.Session
 // operation of p's on it: only the key that opened it or an admin key of
 // the workspace may (ErrPermissionDenied), an ended one is a
 // SessionExpiredError.
-func (s *Service) usable(ctx context.Context, p Principal, id string) (store.Session, *liveSession, error) {
-	ss, err := s.st.GetSession(ctx, p.WorkspaceID, id)
-	if err != nil {
-		return ss, nil, err
+//
+// A paused session is resumed first (see pause.go). What it returns
+// holds the session's lock shared until the caller calls done, so that
+// no pause saves the sandbox under the operation; done is nil on error.
+func (s *Service) usable(ctx context.Context, p Principal, id string) (_ store.Session, _ *liveSession, done func(), err error) {
+	for {
+		unlock := s.trans.lock(id, false)
+		ss, err := s.st.GetSession(ctx, p.WorkspaceID, id)
+		if err != nil {
+			unlock()
+			return ss, nil, nil, err
+		}
+		if p.KeyID != ss.KeyID && p.Role != store.RoleAdmin {
+			unlock()
+			return ss, nil, nil, fmt.Errorf("only the key that opened session %s or an admin key may use it: %w", id, errdefs.ErrPermissionDenied)
+		}
+		switch ss.State {
+		case store.SessionPaused:
+			unlock()
+			if _, err := s.ResumeSession(ctx, p, id); err != nil {
+				return ss, nil, nil, err
+			}
+			continue
+		case store.SessionEnded:
+			unlock()
+			return ss, nil, nil, expiredError(sessionOf(ss))
+		}
+		live := s.sessions.get(id)
+		if live == nil {
+			unlock()
+			return ss, nil, nil, fmt.Errorf("session %s is active but its sandbox is not served by this daemon; retry: %w", id, errdefs.ErrUnavailable)
+		}
+		return ss, live, unlock, nil
 	}
-	if p.KeyID != ss.KeyID && p.Role != store.RoleAdmin {
-		return ss, nil, fmt.Errorf("only the key that opened session %s or an admin key may use it: %w", id, errdefs.ErrPermissionDenied)
-	}
-	if ss.State != store.SessionActive {
-		return ss, nil, expiredError(sessionOf(ss))
-	}
-	live := s.sessions.get(id)
-	if live == nil {
-		return ss, nil, fmt.Errorf("session %s is active but its sandbox is not served by this daemon; retry: %w", id, errdefs.ErrUnavailable)
-	}
-	return ss, live, nil
 }
 
 // CloseSession ends session id for p (reason closed) and destroys its
@@ -434,6 +464,14 @@ func (s *Service) CloseSession(ctx context.Context, p Principal, id string) (sto
 // and destroys its sandbox. A cell that runs is ended by the sandbox's
 // destruction.
 func (s *Service) endSession(ctx context.Context, ss store.Session, by Principal, reason store.SessionEndReason) (store.Session, error) {
+	unlock := s.trans.lock(ss.ID, true)
+	defer unlock()
+	return s.endLocked(ctx, ss, by, reason)
+}
+
+// endLocked is endSession with the session's lock held; it removes the
+// checkpoint of a paused session too.
+func (s *Service) endLocked(ctx context.Context, ss store.Session, by Principal, reason store.SessionEndReason) (store.Session, error) {
 	g := Grant{ID: ss.ID, Kind: Session, WorkspaceID: ss.WorkspaceID, KeyID: ss.KeyID, Session: sessionOf(ss)}
 	step, err := Transition(g, EndSession{By: by, Reason: reason, Cells: ss.Cells, At: s.opts.Now()})
 	if err != nil {
@@ -455,6 +493,7 @@ func (s *Service) endSession(ctx context.Context, ss store.Session, by Principal
 		}
 		s.sessionObserver().SessionsLive(-1)
 	}
+	s.removeCheckpoint(ss.ID)
 	s.sessionObserver().SessionEnded(reason)
 	return ended, nil
 }
@@ -486,10 +525,11 @@ type cellRecord struct {
 // is a SessionBusyError; a retry of an admitted cell (the same
 // IdempotencyKey and body) returns the first.
 func (s *Service) ExecCell(ctx context.Context, p Principal, id string, req CellRequest, o InvokeOptions) (*Invocation, error) {
-	ss, live, err := s.usable(ctx, p, id)
+	ss, live, done, err := s.usable(ctx, p, id)
 	if err != nil {
 		return nil, err
 	}
+	defer done()
 	if req.TimeoutMS < 0 || req.TimeoutMS > math.MaxInt64/int64(time.Millisecond) {
 		return nil, fmt.Errorf("timeout_ms %d is out of range: %w", req.TimeoutMS, errdefs.ErrInvalidArgument)
 	}
@@ -657,11 +697,18 @@ type CellResultDoc struct {
 
 // InterruptCell interrupts the running cell of session id (SIGINT to its
 // kernel) and reports whether one ran.
+//
+// A paused session runs no cell: it is not resumed, and the answer is
+// false.
 func (s *Service) InterruptCell(ctx context.Context, p Principal, id string) (bool, error) {
-	_, live, err := s.usable(ctx, p, id)
+	if ss, err := s.st.GetSession(ctx, p.WorkspaceID, id); err == nil && ss.State == store.SessionPaused {
+		return false, mayTransition(Grant{WorkspaceID: ss.WorkspaceID, KeyID: ss.KeyID}, p, "interrupt")
+	}
+	_, live, done, err := s.usable(ctx, p, id)
 	if err != nil {
 		return false, err
 	}
+	defer done()
 	return live.Interrupt()
 }
 
@@ -702,10 +749,11 @@ func (s *Service) PutFile(ctx context.Context, p Principal, id, path string, r i
 	if err != nil {
 		return FileInfo{}, err
 	}
-	ss, live, err := s.usable(ctx, p, id)
+	ss, live, done, err := s.usable(ctx, p, id)
 	if err != nil {
 		return FileInfo{}, err
 	}
+	defer done()
 	n, sum, err := live.WriteFile(ctx, clean, r, s.opts.Sessions.MaxFileSize)
 	if err != nil {
 		return FileInfo{}, err
@@ -722,10 +770,11 @@ func (s *Service) GetFile(ctx context.Context, p Principal, id, path string) ([]
 	if err != nil {
 		return nil, FileInfo{}, err
 	}
-	ss, live, err := s.usable(ctx, p, id)
+	ss, live, done, err := s.usable(ctx, p, id)
 	if err != nil {
 		return nil, FileInfo{}, err
 	}
+	defer done()
 	if info, err := live.Stat(ctx, clean); err != nil {
 		return nil, FileInfo{}, err
 	} else if info.Type != sandbox.TypeFile {
@@ -745,10 +794,11 @@ func (s *Service) ListFiles(ctx context.Context, p Principal, id, path string) (
 	if err != nil {
 		return nil, false, err
 	}
-	_, live, err := s.usable(ctx, p, id)
+	_, live, done, err := s.usable(ctx, p, id)
 	if err != nil {
 		return nil, false, err
 	}
+	defer done()
 	return live.ListDir(ctx, clean)
 }
 
@@ -759,10 +809,11 @@ func (s *Service) RemoveFile(ctx context.Context, p Principal, id, path string) 
 	if err != nil {
 		return err
 	}
-	ss, live, err := s.usable(ctx, p, id)
+	ss, live, done, err := s.usable(ctx, p, id)
 	if err != nil {
 		return err
 	}
+	defer done()
 	if err := live.Remove(ctx, clean); err != nil {
 		return err
 	}
@@ -807,14 +858,20 @@ func (s *Service) adoptSessions(ctx context.Context) error {
 	if len(active) > 0 {
 		s.log.Info("sessions after a restart", "served", len(lives), "interrupted", len(active)-len(lives))
 	}
-	return nil
+	return s.sweepCheckpoints(ctx)
 }
 
-// sweepSessions ends the sessions past their hard lifetime (ttl), and
-// those no cell ran in for their idle timeout (idle_timeout; a session
-// whose cell runs is not idle).
+// sweepSessions ends the sessions past their hard lifetime (ttl), paused
+// or not, and those no cell ran in for their idle timeout (idle_timeout;
+// a session whose cell runs is not idle, a paused one neither). With
+// PauseAfterIdle, a session that can pause is paused after so long idle
+// instead (sweepPause).
 func (s *Service) sweepSessions(ctx context.Context) {
 	active, err := s.st.ListActiveSessions(ctx)
+	var paused []store.Session
+	if err == nil {
+		paused, err = s.st.ListPausedSessions(ctx)
+	}
 	if err != nil {
 		if ctx.Err() == nil {
 			s.log.Error("sweeping sessions", "err", err)
@@ -822,18 +879,48 @@ func (s *Service) sweepSessions(ctx context.Context) {
 		return
 	}
 	now := s.opts.Now()
-	for _, ss := range active {
+	for _, ss := range append(active, paused...) {
 		var reason store.SessionEndReason
 		switch live := s.sessions.get(ss.ID); {
 		case !now.Before(ss.ExpiresAt):
 			reason = store.EndTTL
-		case !now.Before(ss.IdleExpiresAt()) && (live == nil || !live.running()):
+		case ss.State == store.SessionPaused || live != nil && live.running():
+			continue
+		case s.pausesWhenIdle(ss):
+			if !now.Before(ss.LastActiveAt.Add(s.opts.Sessions.PauseAfterIdle)) {
+				s.sweepPause(ctx, ss)
+			}
+			continue
+		case !now.Before(ss.IdleExpiresAt()):
 			reason = store.EndIdle
 		default:
 			continue
 		}
 		if _, err := s.endSession(ctx, ss, Principal{}, reason); err != nil && !errdefs.IsFailedPrecondition(err) && ctx.Err() == nil {
 			s.log.Error("ending a session", "session", ss.ID, "reason", reason, "err", err)
+		}
+	}
+}
+
+// pausesWhenIdle says whether active session ss is paused when idle
+// (PauseAfterIdle) rather than ended.
+func (s *Service) pausesWhenIdle(ss store.Session) bool {
+	return s.opts.Sessions.PauseAfterIdle > 0 && s.opts.Sessions.CheckpointDir != "" && s.runner.CanPause(ss.Driver) == nil
+}
+
+// sweepPause pauses ss, idle for PauseAfterIdle, as the system, unless a
+// cell came meanwhile.
+func (s *Service) sweepPause(ctx context.Context, ss store.Session) {
+	unlock := s.trans.lock(ss.ID, true)
+	defer unlock()
+	cur, err := s.st.GetSession(ctx, ss.WorkspaceID, ss.ID)
+	if err != nil || cur.State != store.SessionActive || !cur.LastActiveAt.Equal(ss.LastActiveAt) {
+		return
+	}
+	if _, err := s.pauseLocked(ctx, cur, Principal{}); err != nil && ctx.Err() == nil {
+		var busy *SessionBusyError
+		if !errors.As(err, &busy) {
+			s.log.Error("pausing an idle session", "session", ss.ID, "err", err)
 		}
 	}
 }

@@ -153,6 +153,10 @@ type Step struct {
 	// with the step's events encoded; nil for every other step.
 	Open *store.NewSession
 	End  *store.SessionEnd
+	// Pause and Resume are what a session's pause writes
+	// (Sessions.PauseSession) and its resume (Sessions.ResumeSession).
+	Pause  *store.SessionPause
+	Resume *store.SessionResume
 }
 
 // Next is what the service does once a step is applied.

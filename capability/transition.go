@@ -46,7 +46,7 @@ func Transition(g Grant, in Input) (Step, error) {
 			return Step{}, fmt.Errorf("cannot %s a session grant without its session: %w", in.verb(), errdefs.ErrInvalidArgument)
 		}
 		switch in.(type) {
-		case OpenSession, EndSession:
+		case OpenSession, EndSession, PauseSession, ResumeSession:
 			return sessionTransition(g, in)
 		}
 	default:
@@ -108,7 +108,10 @@ func admit(g Grant, in Admit) (Step, error) {
 	}
 	approval, coveredBy := in.Policy.ApprovalRequired || in.Network, ""
 	if g.Kind == Session {
-		if g.Session.State != store.SessionActive {
+		switch g.Session.State {
+		case store.SessionPaused:
+			return Step{}, fmt.Errorf("session %s is paused; resume it: %w", g.Session.ID, errdefs.ErrFailedPrecondition)
+		case store.SessionEnded:
 			return Step{}, expiredError(g.Session)
 		}
 		approval, coveredBy = cellApproval(g, in)

@@ -207,6 +207,19 @@ func (e *Engine) adopt(ctx context.Context, sb sandbox.Sandbox, driver string, r
 	if !ok {
 		return nil, errors.New("no active session has it")
 	}
+	s, err := e.liveOf(sb, driver, name)
+	if err != nil {
+		return nil, err
+	}
+	if found, err := s.takeKernel(ctx); err != nil || found {
+		return s, err
+	}
+	return s, s.startKernel(ctx)
+}
+
+// liveOf is the session of runtime name that sandbox sb, which has
+// processes already, serves.
+func (e *Engine) liveOf(sb sandbox.Sandbox, driver, name string) (*LiveSession, error) {
 	rt, ok := image.Runtimes[name]
 	if !ok {
 		return nil, fmt.Errorf("unknown runtime %q", name)
@@ -215,22 +228,24 @@ func (e *Engine) adopt(ctx context.Context, sb sandbox.Sandbox, driver string, r
 	if err != nil {
 		return nil, err
 	}
-	s, err := newLiveSession(sb, driver, rt, sandbox.Limits{}, spec)
-	if err != nil {
-		return nil, err
-	}
+	return newLiveSession(sb, driver, rt, sandbox.Limits{}, spec)
+}
+
+// takeKernel makes the first live kernel of the sandbox the session's,
+// stops any other (a session has one), and reports whether there was
+// one.
+func (s *LiveSession) takeKernel(ctx context.Context) (bool, error) {
 	ks, err := s.kernels.ListKernels(ctx)
-	if err != nil {
-		return nil, err
+	if err != nil || len(ks) == 0 {
+		return false, err
 	}
-	if len(ks) > 0 {
-		s.kernel = ks[0]
-		for _, k := range ks[1:] {
-			_ = k.Stop(ctx) // a session has one kernel
-		}
-		return s, nil
+	s.mu.Lock()
+	s.kernel = ks[0]
+	s.mu.Unlock()
+	for _, k := range ks[1:] {
+		_ = k.Stop(ctx)
 	}
-	return s, s.startKernel(ctx)
+	return true, nil
 }
 
 func (s *LiveSession) startKernel(ctx context.Context) error {

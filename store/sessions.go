@@ -46,6 +46,9 @@ type Sessions interface {
 	// workspace, oldest first: what a restarted daemon re-adopts and the
 	// lifetime sweep reads.
 	ListActiveSessions(ctx context.Context) ([]Session, error)
+	// PendingCell returns the id of the session's cell that has not ended
+	// (awaiting approval, queued or running), or "" when it has none.
+	PendingCell(ctx context.Context, sessionID string) (string, error)
 	// ListPausedSessions returns every paused session of every
 	// workspace, oldest first: what the lifetime sweep ends at their TTL,
 	// and whose checkpoints a restarted daemon keeps.

@@ -236,6 +236,15 @@ func (s *Store) ResumeSession(ctx context.Context, id string, r store.SessionRes
 	return ss, nil
 }
 
+// PendingCell implements store.Sessions.
+func (s *Store) PendingCell(ctx context.Context, sessionID string) (string, error) {
+	id, err := s.pendingCell(ctx, s.b.Reader(), sessionID)
+	if err != nil {
+		return "", fmt.Errorf("looking up the pending cell of session %q: %w", sessionID, s.classify(err))
+	}
+	return id, nil
+}
+
 // pendingCell returns the id of session id's cell that has not ended, or
 // "" when it has none.
 func (s *Store) pendingCell(ctx context.Context, q Querier, id string) (string, error) {

@@ -1,0 +1,256 @@
+package capability
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sync"
+
+	"github.com/stockade-sh/stockade/engine"
+	"github.com/stockade-sh/stockade/errdefs"
+	"github.com/stockade-sh/stockade/store"
+)
+
+// A session pauses to a checkpoint under SessionOptions.CheckpointDir
+// (one directory per session, named by its id, root-only) and resumes
+// from it in a new sandbox. Pause and resume are transitions of the
+// session (PauseSession, ResumeSession: audited, by the key that opened
+// it, an admin key, or the system for pause_after_idle); a cell or a file
+// operation on a paused session resumes it first, transparently, so that
+// an agent need not know its session slept; an interrupt finds no cell
+// running and resumes nothing. The checkpoint is deleted once the resume
+// is recorded, and when the session ends, paused or not.
+//
+// A session's transitions (pause, resume, end) hold its lock
+// (transitions.lock); its operations (admitting a cell, a file operation)
+// hold it shared, so that a pause never saves a sandbox under an
+// operation and a cell is either tracked as running before a pause looks
+// or admitted after the session is active again.
+
+// transitions are the sessions' locks, by session id.
+type transitions struct {
+	mu sync.Mutex
+	m  map[string]*transition
+}
+
+type transition struct {
+	sync.RWMutex
+	users int
+}
+
+// lock locks session id's transitions, exclusively or shared, and returns
+// the unlock.
+func (t *transitions) lock(id string, exclusive bool) (unlock func()) {
+	t.mu.Lock()
+	if t.m == nil {
+		t.m = map[string]*transition{}
+	}
+	l := t.m[id]
+	if l == nil {
+		l = &transition{}
+		t.m[id] = l
+	}
+	l.users++
+	t.mu.Unlock()
+	if exclusive {
+		l.Lock()
+	} else {
+		l.RLock()
+	}
+	return func() {
+		if exclusive {
+			l.Unlock()
+		} else {
+			l.RUnlock()
+		}
+		t.mu.Lock()
+		if l.users--; l.users == 0 {
+			delete(t.m, id)
+		}
+		t.mu.Unlock()
+	}
+}
+
+// checkpointDir is where session id's checkpoint is kept.
+func (s *Service) checkpointDir(id string) string {
+	return filepath.Join(s.opts.Sessions.CheckpointDir, id)
+}
+
+// PauseSession pauses session id for p: its sandbox is saved, with its
+// kernel and /workspace, to a checkpoint on disk, and ended. Pausing a
+// paused session answers it as it is. A session whose driver cannot save
+// a sandbox (runc), or with a cell that has not ended, is refused
+// (ErrFailedPrecondition with the driver's reason; SessionBusyError).
+func (s *Service) PauseSession(ctx context.Context, p Principal, id string) (store.Session, error) {
+	unlock := s.trans.lock(id, true)
+	defer unlock()
+	ss, err := s.st.GetSession(ctx, p.WorkspaceID, id)
+	if err != nil {
+		return ss, err
+	}
+	return s.pauseLocked(ctx, ss, p)
+}
+
+func (s *Service) pauseLocked(ctx context.Context, ss store.Session, by Principal) (store.Session, error) {
+	g := Grant{ID: ss.ID, Kind: Session, WorkspaceID: ss.WorkspaceID, KeyID: ss.KeyID, Session: sessionOf(ss)}
+	if ss.State == store.SessionPaused {
+		return ss, mayTransition(g, by, "pause")
+	}
+	// The rules are asked first, with the facts known before the sandbox
+	// is saved, so that a refused pause saves nothing.
+	if _, err := Transition(g, PauseSession{By: by, SandboxID: ss.SandboxID, At: s.opts.Now()}); err != nil {
+		return store.Session{}, err
+	}
+	if s.opts.Sessions.CheckpointDir == "" {
+		return store.Session{}, fmt.Errorf("this server keeps no checkpoints, so sessions cannot pause: %w", errdefs.ErrFailedPrecondition)
+	}
+	if err := s.runner.CanPause(ss.Driver); err != nil {
+		return store.Session{}, err
+	}
+	live := s.sessions.get(ss.ID)
+	if live == nil {
+		return store.Session{}, fmt.Errorf("session %s is active but its sandbox is not served by this daemon; retry: %w", ss.ID, errdefs.ErrUnavailable)
+	}
+	if live.running() {
+		return store.Session{}, &SessionBusyError{SessionID: ss.ID}
+	}
+	if cell, err := s.st.PendingCell(ctx, ss.ID); err != nil {
+		return store.Session{}, err
+	} else if cell != "" {
+		// A cell awaiting its approval would find no sandbox.
+		return store.Session{}, &SessionBusyError{SessionID: ss.ID}
+	}
+	if err := os.MkdirAll(s.opts.Sessions.CheckpointDir, 0o700); err != nil {
+		return store.Session{}, fmt.Errorf("creating the checkpoint directory: %w", err)
+	}
+	dir := s.checkpointDir(ss.ID)
+	// What a crash left of an earlier pause of this active session is
+	// not its checkpoint.
+	if err := os.RemoveAll(dir); err != nil {
+		return store.Session{}, fmt.Errorf("removing a stale checkpoint of session %s: %w", ss.ID, err)
+	}
+	n, err := s.runner.PauseSession(ctx, live.LiveSession, dir)
+	if err != nil {
+		if errdefs.IsConflict(err) {
+			return store.Session{}, &SessionBusyError{SessionID: ss.ID}
+		}
+		return store.Session{}, err
+	}
+	s.sessions.take(ss.ID)
+	s.sessionObserver().SessionsLive(-1)
+	step, err := Transition(g, PauseSession{By: by, SandboxID: ss.SandboxID, CheckpointBytes: n, At: s.opts.Now()})
+	if err == nil {
+		var paused store.Session
+		if paused, err = s.st.PauseSession(ctx, ss.ID, *step.Pause); err == nil {
+			return paused, nil
+		}
+	}
+	// The sandbox is saved and gone, but the pause is not recorded (no
+	// cell could start meanwhile: the session's lock is held). The session
+	// cannot be served again: it ends failed, and its checkpoint with it.
+	s.log.Error("recording a session's pause", "session", ss.ID, "err", err)
+	if _, eerr := s.endLocked(context.WithoutCancel(ctx), ss, Principal{}, store.EndFailed); eerr != nil {
+		s.log.Error("ending a session whose pause was not recorded", "session", ss.ID, "err", eerr)
+	}
+	return store.Session{}, fmt.Errorf("recording the pause of session %s, which has ended: %w", ss.ID, err)
+}
+
+// ResumeSession resumes paused session id for p, from its checkpoint, in a
+// new sandbox whose kernel has the state it had. Resuming an active
+// session answers it as it is. A checkpoint the driver cannot prove its
+// own, or that is gone, cannot be resumed: the session ends failed and the
+// answer says so (ErrFailedPrecondition); any other failure leaves it
+// paused, for a retry.
+func (s *Service) ResumeSession(ctx context.Context, p Principal, id string) (store.Session, error) {
+	unlock := s.trans.lock(id, true)
+	defer unlock()
+	ss, err := s.st.GetSession(ctx, p.WorkspaceID, id)
+	if err != nil {
+		return ss, err
+	}
+	return s.resumeLocked(ctx, ss, p)
+}
+
+func (s *Service) resumeLocked(ctx context.Context, ss store.Session, by Principal) (store.Session, error) {
+	g := Grant{ID: ss.ID, Kind: Session, WorkspaceID: ss.WorkspaceID, KeyID: ss.KeyID, Session: sessionOf(ss)}
+	if ss.State == store.SessionActive {
+		return ss, mayTransition(g, by, "resume")
+	}
+	if _, err := Transition(g, ResumeSession{By: by, SandboxID: ss.SandboxID, At: s.opts.Now()}); err != nil {
+		return store.Session{}, err
+	}
+	dir := s.checkpointDir(ss.ID)
+	labels := map[string]string{engine.LabelOwner: s.opts.Owner, engine.LabelSession: ss.ID}
+	live, err := s.runner.ResumeSession(ctx, ss.Driver, ss.Runtime, dir, labels)
+	if err != nil {
+		if !errdefs.IsInvalidArgument(err) && !errdefs.IsFailedPrecondition(err) && !errors.Is(err, fs.ErrNotExist) {
+			return store.Session{}, err // the runtime may do better on a retry
+		}
+		s.log.Error("a paused session's checkpoint cannot be restored", "session", ss.ID, "err", err)
+		if _, eerr := s.endLocked(context.WithoutCancel(ctx), ss, Principal{}, store.EndFailed); eerr != nil {
+			return store.Session{}, fmt.Errorf("ending session %s, whose checkpoint cannot be restored: %w", ss.ID, eerr)
+		}
+		return store.Session{}, fmt.Errorf("session %s cannot resume: its checkpoint was refused (%v); it has ended (failed): %w",
+			ss.ID, err, errdefs.ErrFailedPrecondition)
+	}
+	step, err := Transition(g, ResumeSession{By: by, SandboxID: live.SandboxID(), At: s.opts.Now()})
+	var resumed store.Session
+	if err == nil {
+		resumed, err = s.st.ResumeSession(ctx, ss.ID, *step.Resume)
+	}
+	if err != nil {
+		// Not recorded: the session stays paused, its checkpoint kept.
+		_ = live.Close(context.WithoutCancel(ctx))
+		return store.Session{}, fmt.Errorf("recording the resume of session %s: %w", ss.ID, err)
+	}
+	s.sessions.put(ss.ID, live)
+	s.sessionObserver().SessionsLive(1)
+	if err := os.RemoveAll(dir); err != nil {
+		s.log.Error("removing a resumed session's checkpoint", "session", ss.ID, "err", err)
+	}
+	return resumed, nil
+}
+
+// removeCheckpoint removes session id's checkpoint, if it has one.
+func (s *Service) removeCheckpoint(id string) {
+	if s.opts.Sessions.CheckpointDir == "" {
+		return
+	}
+	if err := os.RemoveAll(s.checkpointDir(id)); err != nil {
+		s.log.Error("removing an ended session's checkpoint", "session", id, "err", err)
+	}
+}
+
+// sweepCheckpoints removes, at the daemon's start, the checkpoints of
+// sessions that are not paused: those a crash left between saving a
+// sandbox and recording the pause, or between recording an end or a
+// resume and removing the checkpoint.
+func (s *Service) sweepCheckpoints(ctx context.Context) error {
+	if s.opts.Sessions.CheckpointDir == "" {
+		return nil
+	}
+	entries, err := os.ReadDir(s.opts.Sessions.CheckpointDir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("listing checkpoints: %w", err)
+	}
+	paused, err := s.st.ListPausedSessions(ctx)
+	if err != nil {
+		return fmt.Errorf("listing paused sessions: %w", err)
+	}
+	keep := map[string]bool{}
+	for _, ss := range paused {
+		keep[ss.ID] = true
+	}
+	for _, e := range entries {
+		if !keep[e.Name()] {
+			s.removeCheckpoint(e.Name())
+		}
+	}
+	return nil
+}

@@ -1,0 +1,128 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+	"io/fs"
+	"path/filepath"
+	"syscall"
+
+	"github.com/stockade-sh/stockade/errdefs"
+	"github.com/stockade-sh/stockade/sandbox"
+)
+
+// A paused session is a checkpoint on disk instead of a sandbox: its
+// driver's Snapshotter saves the sandbox, with its kernel's memory and
+// /workspace (a tmpfs, part of the sandbox's memory), and ends it;
+// resuming restores a new sandbox from the checkpoint and adopts its
+// kernel as ReattachSessions adopts a re-attached sandbox's.
+
+// CanPause says whether the sessions of the named driver can pause: nil,
+// or ErrFailedPrecondition with the driver's reason
+// (Capabilities.Lacks["Snapshots"]).
+func (e *Engine) CanPause(driver string) error {
+	_, err := e.snapshotter(driver)
+	return err
+}
+
+func (e *Engine) snapshotter(driver string) (sandbox.Snapshotter, error) {
+	d, ok := e.drivers[driver]
+	if !ok {
+		return nil, fmt.Errorf("driver %q is not configured on this server: %w", driver, errdefs.ErrFailedPrecondition)
+	}
+	s, ok := d.(sandbox.Snapshotter)
+	if !ok || !d.Capabilities().Snapshots {
+		why := d.Capabilities().Lacks["Snapshots"]
+		if why == "" {
+			why = "it cannot save a running sandbox"
+		}
+		return nil, fmt.Errorf("sessions on the %s driver cannot pause: %s: %w", driver, why, errdefs.ErrFailedPrecondition)
+	}
+	return s, nil
+}
+
+// PauseSession saves s's sandbox into dir, which must not exist (the
+// driver creates it, root-only), ends the sandbox, and returns the
+// checkpoint's size on disk. s must be idle: a cell that runs is
+// ErrConflict. Once it returns nil, s has no sandbox: its cells fail and
+// Close is a no-op; ResumeSession serves the session again. When saving
+// fails, dir is gone and s serves on, unless its sandbox was lost too.
+func (e *Engine) PauseSession(ctx context.Context, s *LiveSession, dir string) (int64, error) {
+	snap, err := e.snapshotter(s.Driver)
+	if err != nil {
+		return 0, err
+	}
+	if !s.cellMu.TryLock() {
+		return 0, fmt.Errorf("session sandbox %s is running a cell: %w", s.sb.ID(), errdefs.ErrConflict)
+	}
+	defer s.cellMu.Unlock()
+	if err := snap.Checkpoint(ctx, s.sb, dir); err != nil {
+		return 0, fmt.Errorf("pausing session sandbox %s: %w", s.sb.ID(), err)
+	}
+	s.mu.Lock()
+	s.kernel = nil
+	s.mu.Unlock()
+	n, err := DiskUsage(dir)
+	if err != nil {
+		return 0, fmt.Errorf("measuring the checkpoint of session sandbox %s: %w", s.sb.ID(), err)
+	}
+	return n, nil
+}
+
+// ResumeSession starts a session of runtime on driver again from the
+// checkpoint PauseSession saved in dir, in a new detached sandbox with
+// the saved labels and then labels, and adopts the kernel it had. A
+// checkpoint the driver cannot prove its own is refused
+// (sandbox.Snapshotter.Restore) and nothing is started; so is one whose
+// kernel did not come back, since its state would be lost. dir stays:
+// the caller removes it once the resume is recorded. The caller must
+// Close what it returns or keep it.
+func (e *Engine) ResumeSession(ctx context.Context, driver, runtime, dir string, labels map[string]string) (_ *LiveSession, err error) {
+	snap, err := e.snapshotter(driver)
+	if err != nil {
+		return nil, err
+	}
+	sb, err := snap.Restore(ctx, dir, labels)
+	if err != nil {
+		return nil, fmt.Errorf("resuming a %s session: %w", driver, err)
+	}
+	defer func() {
+		if err != nil {
+			_ = sb.Destroy(context.WithoutCancel(ctx))
+		}
+	}()
+	s, err := e.liveOf(sb, driver, runtime)
+	if err != nil {
+		return nil, err
+	}
+	found, err := s.takeKernel(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if !found {
+		return nil, fmt.Errorf("resuming session sandbox %s: its kernel did not come back from the checkpoint: %w", sb.ID(), errdefs.ErrFailedPrecondition)
+	}
+	return s, nil
+}
+
+// DiskUsage is the disk the files under dir take, in bytes (their
+// allocated blocks, as du counts them).
+func DiskUsage(dir string) (int64, error) {
+	var n int64
+	err := filepath.WalkDir(dir, func(_ string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		fi, err := d.Info()
+		if err != nil {
+			return err
+		}
+		if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+			n += st.Blocks * 512
+		} else {
+			n += fi.Size()
+		}
+		return nil
+	})
+	return n, err
+}
