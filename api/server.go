@@ -75,6 +75,7 @@ type Store interface {
 	GetWorkspace(ctx context.Context, id string) (store.Workspace, error)
 	GetPolicy(ctx context.Context, workspaceID string) (store.Policy, error)
 	GetCredits(ctx context.Context, workspaceID string) (store.Credits, error)
+	CheckpointBytes(ctx context.Context, workspaceID string) (bytes int64, paused int, err error)
 }
 
 type server struct {
@@ -143,6 +144,8 @@ func (s *server) routes() []route {
 		{"DELETE /v1/sessions/{id}", s.auth(s.deleteSession)},
 		{"POST /v1/sessions/{id}/exec", s.auth(s.execCell)},
 		{"POST /v1/sessions/{id}/interrupt", s.auth(s.interruptCell)},
+		{"POST /v1/sessions/{id}/pause", s.auth(s.pauseSession)},
+		{"POST /v1/sessions/{id}/resume", s.auth(s.resumeSession)},
 		{"PUT /v1/sessions/{id}/files", s.auth(s.putFile)},
 		{"GET /v1/sessions/{id}/files", s.auth(s.getFiles)},
 		{"DELETE /v1/sessions/{id}/files", s.auth(s.deleteFile)},
@@ -757,6 +760,12 @@ type WorkspaceView struct {
 		Available int64 `json:"available"`
 		Reserved  int64 `json:"reserved"`
 	} `json:"credits"`
+	// Sessions is its usage of sessions: its paused sessions and the disk
+	// their checkpoints take.
+	Sessions struct {
+		Paused          int   `json:"paused"`
+		CheckpointBytes int64 `json:"checkpoint_bytes"`
+	} `json:"sessions"`
 }
 
 // PolicyView is a workspace policy on the wire.
@@ -798,6 +807,10 @@ func (s *server) getWorkspace(w http.ResponseWriter, r *http.Request, p capabili
 	}
 	v := WorkspaceView{ID: ws.ID, Name: ws.Name, Policy: PolicyViewOf(pol)}
 	v.Credits.Available, v.Credits.Reserved = cr.Available, cr.Reserved
+	if v.Sessions.CheckpointBytes, v.Sessions.Paused, err = st.CheckpointBytes(r.Context(), p.WorkspaceID); err != nil {
+		writeError(w, err)
+		return
+	}
 	writeJSON(w, http.StatusOK, v)
 }
 

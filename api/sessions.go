@@ -23,17 +23,20 @@ type SessionView struct {
 	Tool    string `json:"tool"`
 	Tier    string `json:"tier"`
 	Driver  string `json:"driver"`
-	// State is active or ended; EndReason (closed, idle_timeout, ttl,
-	// interrupted, failed) and EndedAt are set once it ended.
-	State         string     `json:"state"`
-	Network       string     `json:"network"`
-	CreatedAt     time.Time  `json:"created_at"`
-	ExpiresAt     time.Time  `json:"expires_at"`
-	IdleExpiresAt time.Time  `json:"idle_expires_at"`
-	IdleTimeoutMS int64      `json:"idle_timeout_ms"`
-	EndedAt       *time.Time `json:"ended_at,omitempty"`
-	EndReason     string     `json:"end_reason,omitempty"`
-	Cells         int        `json:"cells"`
+	// State is active, paused or ended; EndReason (closed, idle_timeout,
+	// ttl, interrupted, failed) and EndedAt are set once it ended, PausedAt
+	// and CheckpointBytes while it is paused.
+	State           string     `json:"state"`
+	Network         string     `json:"network"`
+	CreatedAt       time.Time  `json:"created_at"`
+	ExpiresAt       time.Time  `json:"expires_at"`
+	IdleExpiresAt   time.Time  `json:"idle_expires_at"`
+	IdleTimeoutMS   int64      `json:"idle_timeout_ms"`
+	EndedAt         *time.Time `json:"ended_at,omitempty"`
+	EndReason       string     `json:"end_reason,omitempty"`
+	PausedAt        *time.Time `json:"paused_at,omitempty"`
+	CheckpointBytes int64      `json:"checkpoint_bytes,omitempty"`
+	Cells           int        `json:"cells"`
 	// Approval is the approval mode its cells are admitted under, and
 	// ApprovalID the approval that covers them (per_session).
 	Approval       string `json:"approval"`
@@ -52,6 +55,9 @@ func (s *server) sessionView(ss store.Session) SessionView {
 	}
 	if !ss.EndedAt.IsZero() {
 		v.EndedAt = &ss.EndedAt
+	}
+	if !ss.PausedAt.IsZero() {
+		v.PausedAt, v.CheckpointBytes = &ss.PausedAt, ss.CheckpointBytes
 	}
 	return v
 }
@@ -86,10 +92,10 @@ func (s *server) listSessions(w http.ResponseWriter, r *http.Request, p capabili
 	f := store.SessionFilter{PageRequest: pr}
 	switch v := r.URL.Query().Get("state"); v {
 	case "":
-	case string(store.SessionActive), string(store.SessionEnded):
+	case string(store.SessionActive), string(store.SessionPaused), string(store.SessionEnded):
 		f.States = []store.SessionState{store.SessionState(v)}
 	default:
-		writeError(w, fmt.Errorf("state=%q: expected active or ended: %w", v, errdefs.ErrInvalidArgument))
+		writeError(w, fmt.Errorf("state=%q: expected active, paused or ended: %w", v, errdefs.ErrInvalidArgument))
 		return
 	}
 	page, err := s.svc.ListSessions(r.Context(), p, f)
@@ -259,6 +265,26 @@ func (s *server) interruptCell(w http.ResponseWriter, r *http.Request, p capabil
 		return
 	}
 	writeJSON(w, http.StatusOK, map[string]bool{"interrupted": ok})
+}
+
+// pauseSession and resumeSession answer the session after the transition
+// (or as it is, when it was there already).
+func (s *server) pauseSession(w http.ResponseWriter, r *http.Request, p capability.Principal) {
+	ss, err := s.svc.PauseSession(r.Context(), p, r.PathValue("id"))
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, s.sessionView(ss))
+}
+
+func (s *server) resumeSession(w http.ResponseWriter, r *http.Request, p capability.Principal) {
+	ss, err := s.svc.ResumeSession(r.Context(), p, r.PathValue("id"))
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, s.sessionView(ss))
 }
 
 // FileEntry is one entry of a listing of a session's files.

@@ -190,6 +190,11 @@ type Sessions struct {
 	MaxWorkspaceSize ByteSize `yaml:"max_workspace_size"`
 	// MaxFileSize bounds one file moved in or out of a session.
 	MaxFileSize ByteSize `yaml:"max_file_size"`
+	// PauseAfterIdle, when set, pauses a session no cell ran in for so
+	// long instead of ending it at its idle timeout, where its driver can
+	// save a sandbox (gvisor; not runc): its checkpoint goes to
+	// CheckpointDir and it ends at its ttl. Zero (the default) is off.
+	PauseAfterIdle time.Duration `yaml:"pause_after_idle"`
 	// CreditsPerSessionHour would charge a session's time besides its
 	// cells; only 0 (free) is supported.
 	CreditsPerSessionHour int64 `yaml:"credits_per_session_hour"`
@@ -610,6 +615,11 @@ func (c Config) MountRoot() string {
 // BinDir is where Stockade installs the binaries it manages (the guest).
 func (c Config) BinDir() string { return filepath.Join(c.DataDir, "bin") }
 
+// CheckpointDir holds the checkpoints of paused sessions, on disk below
+// DataDir (the state directory may be a tmpfs, and a checkpoint
+// outlives a reboot of the daemon).
+func (c Config) CheckpointDir() string { return filepath.Join(c.DataDir, "checkpoints") }
+
 // Validate checks the configuration and returns the first problem as an
 // ErrInvalidArgument.
 func (c Config) Validate() error {
@@ -666,6 +676,8 @@ func (c Config) Validate() error {
 		return bad("sessions.workspace_size %s must be positive and at most sessions.max_workspace_size %s", ss.WorkspaceSize.String(), ss.MaxWorkspaceSize.String())
 	case ss.MaxFileSize <= 0:
 		return bad("sessions.max_file_size must be positive")
+	case ss.PauseAfterIdle < 0:
+		return bad("sessions.pause_after_idle %s must not be negative", sandbox.FormatDuration(ss.PauseAfterIdle))
 	case ss.CreditsPerSessionHour != 0:
 		return bad("sessions.credits_per_session_hour: only 0 is supported: a session's cells are charged, its time is not")
 	}

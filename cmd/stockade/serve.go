@@ -133,7 +133,7 @@ func serve(ctx context.Context, listen, db string, cfg config.Config) error {
 	svc := capability.NewService(eng, st, capability.ServiceOptions{
 		CreditsPerInvocation: new(cfg.CreditsPerInvocation), ApprovalTTL: cfg.ApprovalTTL,
 		MaxConcurrent: cfg.MaxConcurrent, MaxQueue: cfg.MaxQueue, Observer: metrics, Logger: log,
-		Owner: owner(cfg.StateDir), Witness: wit, Sessions: sessionOptions(cfg.Sessions),
+		Owner: owner(cfg.StateDir), Witness: wit, Sessions: sessionOptions(cfg.Sessions, cfg.CheckpointDir()),
 	})
 	if err := svc.Start(ctx); err != nil {
 		return err
@@ -344,13 +344,15 @@ func sessionFlags(fs *flag.FlagSet, s *config.Sessions) {
 	fs.Var(&s.WorkspaceSize, "sessions-workspace-size", "size of a session's /workspace tmpfs, e.g. 256MiB")
 	fs.Var(&s.MaxWorkspaceSize, "sessions-max-workspace-size", "ceiling of sessions.workspace_size")
 	fs.Var(&s.MaxFileSize, "sessions-max-file-size", "largest file moved into or out of a session, e.g. 64MiB")
+	durationFlag(fs, &s.PauseAfterIdle, "sessions-pause-after-idle", s.PauseAfterIdle, "pause a session no cell ran in for so long instead of ending it (gvisor; 0: off)")
 	fs.Int64Var(&s.CreditsPerSessionHour, "sessions-credits-per-session-hour", s.CreditsPerSessionHour, "credits charged per hour of a session besides its cells (only 0 is supported)")
 }
 
 // sessionOptions are the service's bounds of sessions from s.
-func sessionOptions(s config.Sessions) capability.SessionOptions {
+func sessionOptions(s config.Sessions, checkpoints string) capability.SessionOptions {
 	return capability.SessionOptions{IdleTimeout: s.IdleTimeout, MaxIdleTimeout: s.MaxIdleTimeout, TTL: s.TTL, MaxTTL: s.MaxTTL,
-		MaxPerWorkspace: s.MaxPerWorkspace, WorkspaceSize: int64(s.WorkspaceSize), MaxFileSize: int64(s.MaxFileSize)}
+		MaxPerWorkspace: s.MaxPerWorkspace, WorkspaceSize: int64(s.WorkspaceSize), MaxFileSize: int64(s.MaxFileSize),
+		CheckpointDir: checkpoints, PauseAfterIdle: s.PauseAfterIdle}
 }
 
 // sizeValue is a flag holding a size (sandbox.ParseSize).
