@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -24,6 +25,7 @@ import (
 	"github.com/stockade-sh/stockade/internal/oci"
 	"github.com/stockade-sh/stockade/internal/sandboxkit"
 	"github.com/stockade-sh/stockade/sandbox"
+	"github.com/stockade-sh/stockade/sandbox/profile"
 	"github.com/stockade-sh/stockade/supervisor"
 )
 
@@ -90,6 +92,10 @@ type snapshotRecord struct {
 	// digest of the runtime's image (imageDigest).
 	Image       sandbox.Image `json:"image"`
 	ImageDigest string        `json:"image_digest"`
+	// Workspace is the size of the saved sandbox's /workspace (a session's;
+	// zero for none): the restored sandbox must mount what the saved one
+	// had, or the runtime cannot restore it.
+	Workspace int64 `json:"workspace,omitempty"`
 	// MAC authenticates the rest under the shims' key.
 	MAC string `json:"mac"`
 }
@@ -230,7 +236,7 @@ func (d *Snapshotting) Checkpoint(ctx context.Context, sb sandbox.Sandbox, dir s
 	rec := snapshotRecord{
 		From: s.id, Driver: d.cfg.Name, Labels: maps.Clone(s.labels), Limits: s.Guest.Limits,
 		Network: s.network, Unbound: s.unbound, Hello: hello, LastID: lastID, Saved: time.Now().UTC(),
-		Image: sandbox.Image{Rootfs: spec.Root.Path},
+		Image: sandbox.Image{Rootfs: spec.Root.Path}, Workspace: workspaceOf(spec),
 	}
 	s.bindMu.Unlock()
 	image := filepath.Join(dir, snapshotImageDir)
@@ -304,7 +310,7 @@ func (d *Snapshotting) Restore(ctx context.Context, dir string, labels map[strin
 	// no spec, and the saved sandbox had neither data mounts nor network
 	// nor user namespace (Checkpoint and NewSnapshotting refuse them).
 	spec, err := oci.Build(oci.Options{
-		ID: id, Spec: sandbox.Spec{Image: rec.Image, Labels: all, Network: rec.Network}, Limits: rec.Limits,
+		ID: id, Spec: sandbox.Spec{Image: rec.Image, Labels: all, Network: rec.Network, Workspace: rec.Workspace}, Limits: rec.Limits,
 		GuestPath: d.cfg.GuestPath, CgroupsPath: s.cg.Path, Kernel: d.cfg.Kernel,
 	})
 	if err != nil {
@@ -342,6 +348,28 @@ func (d *Snapshotting) Restore(ctx context.Context, dir string, labels map[strin
 	return s, nil
 }
 
+// workspaceOf is the size of the session-only scratch tmpfs (/workspace)
+// that spec mounts, or 0 when it has none.
+func workspaceOf(spec specs.Spec) int64 {
+	for _, sc := range profile.Default().Scratch {
+		if !sc.SessionOnly {
+			continue
+		}
+		for _, m := range spec.Mounts {
+			if m.Destination != sc.Path {
+				continue
+			}
+			for _, o := range m.Options {
+				if v, ok := strings.CutPrefix(o, "size="); ok {
+					n, _ := strconv.ParseInt(v, 10, 64)
+					return n
+				}
+			}
+		}
+	}
+	return 0
+}
+
 // readSnapshot reads and checks the record of the checkpoint in dir: dir
 // must be private to this process's user (supervisor.CheckPrivate), the
 // record's MAC must hold under the shims' key, and the image must be the
@@ -369,7 +397,7 @@ func (d *Snapshotting) readSnapshot(dir string) (snapshotRecord, error) {
 		return rec, fmt.Errorf("restoring from %s: its record was not written by this driver's key holder: %w", dir, errdefs.ErrInvalidArgument)
 	case rec.Driver != d.cfg.Name:
 		return rec, fmt.Errorf("restoring from %s: it holds a sandbox of driver %q, not %q: %w", dir, rec.Driver, d.cfg.Name, errdefs.ErrInvalidArgument)
-	case rec.Limits.Check(sandbox.Limits{}) != nil || rec.Network != sandbox.NetworkNone:
+	case rec.Limits.Check(sandbox.Limits{}) != nil || rec.Network != sandbox.NetworkNone || rec.Workspace < 0:
 		return rec, fmt.Errorf("restoring from %s: its record does not hold: %w", dir, errdefs.ErrInvalidArgument)
 	}
 	entries, err := os.ReadDir(dir)

@@ -388,3 +388,53 @@ func leftEntries(t *testing.T, state string) string {
 	}
 	return "[" + strings.Join(names, " ") + "]"
 }
+
+// TestRestoreKeepsWorkspace saves a session's sandbox, detached with a
+// /workspace of its own, and restores it: the restored sandbox mounts
+// the same /workspace (the runtime refuses a restore whose mounts
+// differ), with the file written before, and its kernel keeps its value.
+func TestRestoreKeepsWorkspace(t *testing.T) {
+	testenv.RequiresRoot(t)
+	testenv.RequiresBinary(t, "runsc")
+	d, err := gvisor.New(gvisor.Config{StateDir: t.TempDir(), GuestPath: testenv.Guest(t), Shim: testenv.Shim(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _, _ = d.Reap(context.Background(), nil) })
+	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
+	defer cancel()
+	sb, err := d.Create(ctx, sandbox.Spec{Image: testenv.Image(t, "shell"), Detached: true, Workspace: 16 << 20, Limits: sandbox.DefaultLimits()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sb.(sandbox.Files).WriteFile(ctx, "/workspace/kept.txt", 0, strings.NewReader("kept"), 16); err != nil {
+		t.Fatal(err)
+	}
+	k, err := sb.(sandbox.Kernels).StartKernel(ctx, sandbox.KernelSpec{Argv: []string{profile.GuestPath, "stockade-kernel-test"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := k.Run(ctx, sandbox.Cell{Code: "set kept 1"}); err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Join(t.TempDir(), "saved")
+	if err := d.Checkpoint(ctx, sb, dir); err != nil {
+		t.Fatal(err)
+	}
+	restored, err := d.Restore(ctx, dir, nil)
+	if err != nil {
+		t.Fatalf("Restore of a sandbox with a /workspace: %v", err)
+	}
+	defer restored.Destroy(context.WithoutCancel(ctx))
+	b, _, err := restored.(sandbox.Files).ReadFile(ctx, "/workspace/kept.txt", 16)
+	if err != nil || string(b) != "kept" {
+		t.Errorf("the restored /workspace: got %q, %v; want kept", b, err)
+	}
+	kernels, err := restored.(sandbox.Kernels).ListKernels(ctx)
+	if err != nil || len(kernels) != 1 {
+		t.Fatalf("the restored kernels: got %v, %v", kernels, err)
+	}
+	if res, err := kernels[0].Run(ctx, sandbox.Cell{Code: "get kept"}); err != nil || string(res.Stdout) != "1\n" {
+		t.Errorf("the restored kernel: got %+v, %v; want 1", res, err)
+	}
+}
