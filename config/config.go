@@ -195,6 +195,9 @@ type Sessions struct {
 	// save a sandbox (gvisor; not runc): its checkpoint goes to
 	// CheckpointDir and it ends at its ttl. Zero (the default) is off.
 	PauseAfterIdle time.Duration `yaml:"pause_after_idle"`
+	// CheckpointDir holds the checkpoints of paused sessions; empty means
+	// DataDir/checkpoints (see Config.CheckpointDir).
+	CheckpointDir string `yaml:"checkpoint_dir"`
 	// CreditsPerSessionHour would charge a session's time besides its
 	// cells; only 0 (free) is supported.
 	CreditsPerSessionHour int64 `yaml:"credits_per_session_hour"`
@@ -615,10 +618,16 @@ func (c Config) MountRoot() string {
 // BinDir is where Stockade installs the binaries it manages (the guest).
 func (c Config) BinDir() string { return filepath.Join(c.DataDir, "bin") }
 
-// CheckpointDir holds the checkpoints of paused sessions, on disk below
-// DataDir (the state directory may be a tmpfs, and a checkpoint
-// outlives a reboot of the daemon).
-func (c Config) CheckpointDir() string { return filepath.Join(c.DataDir, "checkpoints") }
+// CheckpointDir holds the checkpoints of paused sessions:
+// sessions.checkpoint_dir, by default on disk below DataDir (the state
+// directory may be a tmpfs, and a checkpoint outlives a reboot of the
+// daemon).
+func (c Config) CheckpointDir() string {
+	if c.Sessions.CheckpointDir != "" {
+		return c.Sessions.CheckpointDir
+	}
+	return filepath.Join(c.DataDir, "checkpoints")
+}
 
 // Validate checks the configuration and returns the first problem as an
 // ErrInvalidArgument.
@@ -676,6 +685,8 @@ func (c Config) Validate() error {
 		return bad("sessions.workspace_size %s must be positive and at most sessions.max_workspace_size %s", ss.WorkspaceSize.String(), ss.MaxWorkspaceSize.String())
 	case ss.MaxFileSize <= 0:
 		return bad("sessions.max_file_size must be positive")
+	case ss.CheckpointDir != "" && !filepath.IsAbs(ss.CheckpointDir):
+		return bad("sessions.checkpoint_dir %q must be an absolute path", ss.CheckpointDir)
 	case ss.PauseAfterIdle < 0:
 		return bad("sessions.pause_after_idle %s must not be negative", sandbox.FormatDuration(ss.PauseAfterIdle))
 	case ss.CreditsPerSessionHour != 0:
