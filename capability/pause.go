@@ -104,11 +104,11 @@ func (s *Service) pauseLocked(ctx context.Context, ss store.Session, by Principa
 	if _, err := Transition(g, PauseSession{By: by, SandboxID: ss.SandboxID, At: s.opts.Now()}); err != nil {
 		return store.Session{}, err
 	}
-	if s.opts.Sessions.CheckpointDir == "" {
-		return store.Session{}, fmt.Errorf("this server keeps no checkpoints, so sessions cannot pause: %w", errdefs.ErrFailedPrecondition)
-	}
 	if err := s.runner.CanPause(ss.Driver); err != nil {
 		return store.Session{}, err
+	}
+	if s.opts.Sessions.CheckpointDir == "" {
+		return store.Session{}, fmt.Errorf("this server keeps no checkpoints, so sessions cannot pause: %w", errdefs.ErrFailedPrecondition)
 	}
 	live := s.sessions.get(ss.ID)
 	if live == nil {

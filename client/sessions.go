@@ -38,17 +38,20 @@ type Session struct {
 	Tool    string `json:"tool"`
 	Tier    string `json:"tier"`
 	Driver  string `json:"driver"`
-	// State is "active" or "ended"; EndedAt and EndReason (closed,
-	// idle_timeout, ttl, interrupted, failed) are set once it ended.
-	State         string     `json:"state"`
-	Network       string     `json:"network"`
-	CreatedAt     time.Time  `json:"created_at"`
-	ExpiresAt     time.Time  `json:"expires_at"`
-	IdleExpiresAt time.Time  `json:"idle_expires_at"`
-	IdleTimeoutMS int64      `json:"idle_timeout_ms"`
-	EndedAt       *time.Time `json:"ended_at,omitempty"`
-	EndReason     string     `json:"end_reason,omitempty"`
-	Cells         int        `json:"cells"`
+	// State is "active", "paused" or "ended"; EndedAt and EndReason
+	// (closed, idle_timeout, ttl, interrupted, failed) are set once it
+	// ended, PausedAt and CheckpointBytes while it is paused.
+	State           string     `json:"state"`
+	Network         string     `json:"network"`
+	CreatedAt       time.Time  `json:"created_at"`
+	ExpiresAt       time.Time  `json:"expires_at"`
+	IdleExpiresAt   time.Time  `json:"idle_expires_at"`
+	IdleTimeoutMS   int64      `json:"idle_timeout_ms"`
+	EndedAt         *time.Time `json:"ended_at,omitempty"`
+	EndReason       string     `json:"end_reason,omitempty"`
+	PausedAt        *time.Time `json:"paused_at,omitempty"`
+	CheckpointBytes int64      `json:"checkpoint_bytes,omitempty"`
+	Cells           int        `json:"cells"`
 	// Approval is the approval mode the session's cells are admitted
 	// under; ApprovalID the approval that covers them (per_session).
 	Approval       string `json:"approval"`
@@ -187,6 +190,31 @@ func (c *Client) CloseSession(ctx context.Context, id string) (*Session, error) 
 	var s Session
 	if _, err := c.do(ctx, http.MethodDelete, sessionPath(id), nil, nil, &s); err != nil {
 		return nil, fmt.Errorf("closing session %s: %w", id, err)
+	}
+	return &s, nil
+}
+
+// PauseSession pauses session id: its sandbox is saved, with its kernel
+// and /workspace, to a checkpoint on the daemon's disk and ended; it
+// returns the paused session (a paused one as it is). A session whose
+// driver cannot pause (runc) answers an error of class
+// ErrFailedPrecondition or ErrConflict (409) with the reason. A cell or
+// a file operation on a paused session resumes it.
+func (c *Client) PauseSession(ctx context.Context, id string) (*Session, error) {
+	var s Session
+	if _, err := c.do(ctx, http.MethodPost, sessionPath(id, "pause"), nil, nil, &s); err != nil {
+		return nil, fmt.Errorf("pausing session %s: %w", id, err)
+	}
+	return &s, nil
+}
+
+// ResumeSession resumes paused session id from its checkpoint, in a new
+// sandbox with its kernel's state; it returns the active session (an
+// active one as it is).
+func (c *Client) ResumeSession(ctx context.Context, id string) (*Session, error) {
+	var s Session
+	if _, err := c.do(ctx, http.MethodPost, sessionPath(id, "resume"), nil, nil, &s); err != nil {
+		return nil, fmt.Errorf("resuming session %s: %w", id, err)
 	}
 	return &s, nil
 }

@@ -188,6 +188,12 @@ type Workspace struct {
 		Available int64 `json:"available"`
 		Reserved  int64 `json:"reserved"`
 	} `json:"credits"`
+	// Sessions is the workspace's usage of sessions: its paused ones and
+	// the disk their checkpoints take.
+	Sessions struct {
+		Paused          int   `json:"paused"`
+		CheckpointBytes int64 `json:"checkpoint_bytes"`
+	} `json:"sessions"`
 }
 
 // Policy is a workspace's policy.

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/stockade-sh/stockade/client"
+	"github.com/stockade-sh/stockade/sandbox"
 )
 
 func init() {
@@ -32,6 +33,8 @@ func sessionCmd(ctx context.Context, args []string) int {
 		"ls":     {"list a directory of a session's /workspace", sessionLs},
 		"rm":     {"remove a file of a session's /workspace", sessionRm},
 		"list":   {"list the workspace's sessions", sessionList},
+		"pause":  {"save a session's sandbox to a checkpoint and end it until it resumes", sessionPause},
+		"resume": {"start a paused session again from its checkpoint", sessionResume},
 		"delete": {"end a session and destroy its sandbox", sessionDelete},
 	}, args)
 }
@@ -436,5 +439,40 @@ func sessionDelete(ctx context.Context, args []string) int {
 		return reportErr(printJSON(s))
 	}
 	fmt.Fprintf(os.Stderr, "session %s ended after %d cell(s)\n", s.ID, s.Cells)
+	return 0
+}
+
+func sessionPause(ctx context.Context, args []string) int {
+	return sessionTransition(ctx, args, "pause", "usage: stockade session pause ID [--url URL] [--key KEY] [--json]\n\n"+
+		"Saves the session's sandbox, with its kernel's state and /workspace, to a checkpoint on the daemon's disk and ends it.\n"+
+		"Its next cell or file operation resumes it; so does stockade session resume. Sessions on runc cannot pause.",
+		(*client.Client).PauseSession)
+}
+
+func sessionResume(ctx context.Context, args []string) int {
+	return sessionTransition(ctx, args, "resume", "usage: stockade session resume ID [--url URL] [--key KEY] [--json]\n\n"+
+		"Starts a paused session again from its checkpoint, with its kernel's state and /workspace.",
+		(*client.Client).ResumeSession)
+}
+
+// sessionTransition runs verb (pause or resume) on the session its
+// arguments name and says where the session is after it.
+func sessionTransition(ctx context.Context, args []string, verb, synopsis string, do func(*client.Client, context.Context, string) (*client.Session, error)) int {
+	c, pos, asJSON, err := sessionVerbFlags(verb, synopsis, args, 1, 1, nil)
+	if err != nil {
+		return report(err, asJSON)
+	}
+	s, err := do(c, ctx, pos[0])
+	if err != nil {
+		return report(remoteErr(ctx, err), asJSON)
+	}
+	if asJSON {
+		return reportErr(printJSON(s))
+	}
+	if s.State == "paused" {
+		fmt.Fprintf(os.Stderr, "session %s paused (checkpoint %s)\n", s.ID, sandbox.FormatSize(s.CheckpointBytes))
+	} else {
+		fmt.Fprintf(os.Stderr, "session %s %s\n", s.ID, s.State)
+	}
 	return 0
 }

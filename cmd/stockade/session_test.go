@@ -60,6 +60,8 @@ func TestSessionCommands(t *testing.T) {
 		{"a path outside", "", []string{"get", id, "/etc/passwd", "-"}, 2, "", []string{"/workspace"}},
 		{"no code", "", []string{"exec", id}, 2, "", []string{"no code"}},
 		{"an unknown session", "", []string{"exec", "ses_nope", "--code", "1"}, 2, "", []string{"not found"}},
+		{"pause on runc", "", []string{"pause", id}, 1, "", []string{"cannot pause", "CRIU"}},
+		{"resume an active one", "", []string{"resume", id}, 0, "", []string{"session " + id + " active"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			status, stdout, stderr := run(t, tc.stdin, tc.args...)

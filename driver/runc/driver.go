@@ -70,7 +70,7 @@ func config(cfg Config) ocidriver.Config {
 			// the same way, so runc checkpoint cannot work before the
 			// profile (a user namespace, seccomp, a read-only root) is
 			// tried at all. Hence no Snapshotter on this tier.
-			"Snapshots": "runc checkpoints through CRIU, which cannot dump any process on this host's kernel (criu check: kerndat_vdso_fill_symtable failed); it is untested with the profile",
+			"Snapshots": "runc checkpoints through CRIU, and CRIU (3.17) cannot dump any process on this host's kernel: criu check fails on the vdso (kerndat_vdso_fill_symtable) before any part of the profile (user namespace, seccomp, read-only root) matters",
 		},
 	}
 }
