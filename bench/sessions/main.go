@@ -9,7 +9,9 @@
 // The sessions run their runtime's kernel (package kernel), as the daemon's
 // do. It prints the table and whether the issue's targets are met: a cell's
 // round trip p50 at most 5 ms on runc and 10 ms on gVisor, the pandas cell
-// at most 0.05x the one-shot that imports pandas.
+// at most 0.05x the one-shot that imports pandas. On gVisor it then
+// pauses and resumes a session holding a 100 MiB DataFrame against a cold
+// session rebuilding it (pause.go), and prints the checkpoints' sizes.
 //
 // It needs root, runc, runsc and the images (`make setup`); it builds the
 // stockade binary for the shim of the sessions' sandboxes, installs the
@@ -57,8 +59,9 @@ func main() {
 	oneshotN := flag.Int("oneshot-n", 20, "rounds: each runs every one-shot and the bare interpreter once and n/oneshot-n cells of each kind")
 	dataDir := flag.String("data-dir", config.Default().DataDir, "image store")
 	stateDir := flag.String("state-dir", "/run", "parent of the temporary state directory (a tmpfs, as in production)")
+	pauseN := flag.Int("pause-n", 10, "rounds of pause/resume against a cold rebuild (at most n)")
 	flag.Parse()
-	if err := run(*n, *oneshotN, *dataDir, *stateDir); err != nil {
+	if err := run(*n, *oneshotN, min(*pauseN, *n), *dataDir, *stateDir); err != nil {
 		fmt.Fprintln(os.Stderr, "bench/sessions:", err)
 		os.Exit(1)
 	}
@@ -79,7 +82,7 @@ type row struct {
 	oneShot, bare *table.Variant
 }
 
-func run(n, oneshotN int, dataDir, stateDir string) error {
+func run(n, oneshotN, pauseN int, dataDir, stateDir string) error {
 	ctx := context.Background()
 	images := image.Open(dataDir)
 	img, err := images.Resolve("python")
@@ -123,13 +126,19 @@ func run(n, oneshotN int, dataDir, stateDir string) error {
 		driver                          string
 		cell, cellPandas, oneShotPandas *table.Variant
 	}
-	var checks []targets
+	var (
+		checks   []targets
+		gvClient client
+	)
 	for _, d := range []sandbox.Driver{rc, gv} {
 		c, stop, err := serve(ctx, d, images, tmp, int64(4*(2*n+2*oneshotN)+100))
 		if err != nil {
 			return fmt.Errorf("%s: %w", d.Name(), err)
 		}
 		defer stop()
+		if d == sandbox.Driver(gv) {
+			gvClient = c
+		}
 		id, err := c.session()
 		if err != nil {
 			return fmt.Errorf("%s: %w", d.Name(), err)
@@ -182,7 +191,7 @@ func run(n, oneshotN int, dataDir, stateDir string) error {
 		p50, base := c.cellPandas.Pct(50), c.oneShotPandas.Pct(50)
 		fmt.Printf("- %s: the pandas cell %s the one-shot, at most %.2fx: %s\n", c.driver, table.Ratio(p50, base), pandasTarget, met(float64(p50) <= pandasTarget*float64(base)))
 	}
-	return nil
+	return pauseBench(gvClient, pauseN)
 }
 
 func met(ok bool) string {
@@ -228,7 +237,8 @@ func serve(ctx context.Context, d sandbox.Driver, images engine.Images, tmp stri
 		return fail(err)
 	}
 	svc := capability.NewService(eng, st, capability.ServiceOptions{Owner: "bench-sessions-" + d.Name(),
-		Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))})
+		Sessions: capability.SessionOptions{CheckpointDir: filepath.Join(tmp, "checkpoints-"+d.Name())},
+		Logger:   slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))})
 	if err := svc.Start(ctx); err != nil {
 		return fail(err)
 	}
