@@ -359,12 +359,15 @@ func (s *Service) refuseQuota(ctx context.Context, in OpenSession, most int) err
 		return err
 	}
 	retry := time.Minute
-	page, err := s.st.ListSessions(ctx, in.Record.WorkspaceID, store.SessionFilter{States: []store.SessionState{store.SessionActive},
+	page, err := s.st.ListSessions(ctx, in.Record.WorkspaceID, store.SessionFilter{States: []store.SessionState{store.SessionActive, store.SessionPaused},
 		PageRequest: store.PageRequest{Limit: store.MaxPageLimit}})
 	if err == nil {
 		now := s.opts.Now()
 		for _, ss := range page.Items {
-			retry = min(retry, ss.ExpiresAt.Sub(now), ss.IdleExpiresAt().Sub(now))
+			retry = min(retry, ss.ExpiresAt.Sub(now))
+			if ss.State == store.SessionActive {
+				retry = min(retry, ss.IdleExpiresAt().Sub(now)) // a paused one does not idle out
+			}
 		}
 	}
 	return &QuotaError{Max: most, RetryAfter: max(retry, time.Second)}
@@ -414,10 +417,11 @@ func (s *Service) ListSessions(ctx context.Context, p Principal, f store.Session
 // the workspace may (ErrPermissionDenied), an ended one is a
 // SessionExpiredError.
 //
-// A paused session is resumed first (see pause.go). What it returns
-// holds the session's lock shared until the caller calls done, so that
-// no pause saves the sandbox under the operation; done is nil on error.
-func (s *Service) usable(ctx context.Context, p Principal, id string) (_ store.Session, _ *liveSession, done func(), err error) {
+// A paused session is resumed first (see pause.go). The func it returns
+// (nil on error) releases the session's lock, which it holds shared
+// until the caller calls it, so that no pause saves the sandbox under the
+// operation.
+func (s *Service) usable(ctx context.Context, p Principal, id string) (store.Session, *liveSession, func(), error) {
 	for {
 		unlock := s.trans.lock(id, false)
 		ss, err := s.st.GetSession(ctx, p.WorkspaceID, id)
