@@ -48,7 +48,6 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"syscall"
 	"time"
 
 	"github.com/stockade-sh/stockade/errdefs"
@@ -169,21 +168,26 @@ func LoadKey(root string) ([]byte, error) {
 	if _, err := rand.Read(key); err != nil {
 		return nil, err
 	}
-	// Create-exclusive: of two processes making the key at once, one
-	// wins and the other reads its key.
-	f, err := os.OpenFile(p, os.O_WRONLY|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW, 0o600)
-	if errors.Is(err, os.ErrExist) {
-		return readKey(root)
-	}
+	// The key is written whole to a file of its own, then linked into
+	// place, which fails when a key is there: of two callers making the
+	// key at once, one wins and the other reads its key, never a key half
+	// written.
+	f, err := os.CreateTemp(root, ".key-*")
 	if err != nil {
 		return nil, fmt.Errorf("creating the shims' key: %w", err)
 	}
+	defer os.Remove(f.Name())
 	if _, err := f.Write(key); err != nil {
 		f.Close()
 		return nil, fmt.Errorf("writing the shims' key: %w", err)
 	}
 	if err := f.Close(); err != nil {
 		return nil, fmt.Errorf("writing the shims' key: %w", err)
+	}
+	if err := os.Link(f.Name(), p); errors.Is(err, os.ErrExist) {
+		return readKey(root)
+	} else if err != nil {
+		return nil, fmt.Errorf("creating the shims' key: %w", err)
 	}
 	return key, nil
 }

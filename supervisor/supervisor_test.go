@@ -15,6 +15,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -433,6 +434,31 @@ func TestLoadKey(t *testing.T) {
 		fi, err := os.Stat(p)
 		if err != nil || fi.Mode().Perm()&0o077 != 0 {
 			t.Errorf("%s: got mode %v, %v; want root-only", p, fi.Mode(), err)
+		}
+	}
+}
+
+// TestLoadKeyConcurrently makes the key from several goroutines at once,
+// as a daemon's pool refill and its first session do: each must get the
+// same whole key, none a key half written.
+func TestLoadKeyConcurrently(t *testing.T) {
+	for round := range 50 {
+		root := filepath.Join(t.TempDir(), "shims")
+		keys := make([][]byte, 8)
+		errs := make([]error, len(keys))
+		var wg sync.WaitGroup
+		for i := range keys {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				keys[i], errs[i] = LoadKey(root)
+			}()
+		}
+		wg.Wait()
+		for i := range keys {
+			if errs[i] != nil || len(keys[i]) != 32 || string(keys[i]) != string(keys[0]) {
+				t.Fatalf("round %d, caller %d: got key %x, %v; want the 32 bytes of caller 0, %x", round, i, keys[i], errs[i], keys[0])
+			}
 		}
 	}
 }
