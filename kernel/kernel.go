@@ -66,6 +66,12 @@ type Options struct {
 	// Env is the kernel's whole environment; nil means the profile's
 	// (profile.Default().Env). Nothing of the host's is ever added.
 	Env []string
+	// Preimport names modules the python kernel imports before it is
+	// ready, as a warm pool's kernel does (numpy, pandas): they are in
+	// sys.modules when the first cell runs, and nowhere else (not in the
+	// cells' namespace, sys.argv or the environment). Nil means none; only
+	// the python kernel takes it (ErrInvalidArgument otherwise).
+	Preimport []string
 }
 
 // Request returns the request that starts the kernel name in an image of
@@ -81,13 +87,17 @@ func Request(name string, opts Options) (guest.KernelRequest, error) {
 	}
 	var argv []string
 	switch {
+	case len(opts.Preimport) > 0 && name != Python:
+		return guest.KernelRequest{}, fmt.Errorf("only the python kernel imports modules before it is ready, not the %s kernel: %w", name, errdefs.ErrInvalidArgument)
 	case name == Shell && img == Shell:
 		// busybox's sh: the image's /bin/sh is dash.
 		argv = []string{profile.GuestPath, guest.ShellKernel, rt.Interpreter[0], "sh"}
 	case name == Shell:
 		argv = []string{profile.GuestPath, guest.ShellKernel, "/bin/sh"}
 	case name == Python && img == Python:
-		argv = []string{rt.Interpreter[0], "-c", pythonSource}
+		// The modules to import follow the source: they are the kernel's
+		// arguments (python.py drops them).
+		argv = append([]string{rt.Interpreter[0], "-c", pythonSource}, opts.Preimport...)
 	case name == Node && img == Node:
 		argv = []string{rt.Interpreter[0], "-e", nodeSource}
 	case name == Python || name == Node:

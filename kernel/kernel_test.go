@@ -419,6 +419,24 @@ func TestRequest(t *testing.T) {
 	}
 }
 
+// TestRequestPreimport checks that the python kernel takes the modules
+// to import as its arguments, after its source, and that the other
+// kernels refuse them.
+func TestRequestPreimport(t *testing.T) {
+	req, err := kernel.Request(kernel.Python, kernel.Options{Preimport: []string{"numpy", "pandas"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := len(req.Argv); n != 5 || req.Argv[1] != "-c" || req.Argv[3] != "numpy" || req.Argv[4] != "pandas" {
+		t.Errorf("got argv %q (without the source), want python3 -c SOURCE numpy pandas", append(req.Argv[:2:2], req.Argv[min(3, n):]...))
+	}
+	for _, name := range []string{kernel.Node, kernel.Shell} {
+		if _, err := kernel.Request(name, kernel.Options{Preimport: []string{"os"}}); !errors.Is(err, errdefs.ErrInvalidArgument) {
+			t.Errorf("%s kernel with Preimport: got %v, want ErrInvalidArgument", name, err)
+		}
+	}
+}
+
 func fmtCode(p *int) string {
 	if p == nil {
 		return "none"

@@ -211,6 +211,27 @@ def _cell_result(req, namespace):
     return result
 
 
+def _preimport():
+    """Imports the modules named in the kernel's arguments (a warm pool's
+    kernel, package kernel's Options.Preimport) and drops the arguments, so
+    that the cells see a fresh kernel's sys.argv and sys.orig_argv, and
+    the modules in sys.modules only: not as names of their namespace. The
+    imports' warnings are silenced, as nothing may be written before the
+    first cell: its output is all the cell's."""
+    names = sys.argv[1:]
+    if not names:
+        return
+    del sys.orig_argv[len(sys.orig_argv) - len(names) :]
+    del sys.argv[1:]
+    import importlib
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for name in names:
+            importlib.import_module(name)
+
+
 def main():
     # Cells run in a module of their own named __main__, as a script's
     # code does (pickle, dataclasses and doctest look it up there).
@@ -229,4 +250,5 @@ def main():
             _emit(_cell_result(req, namespace))
 
 
+_preimport()
 main()
