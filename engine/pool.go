@@ -14,6 +14,7 @@ import (
 
 	"github.com/stockade-sh/stockade/errdefs"
 	"github.com/stockade-sh/stockade/image"
+	"github.com/stockade-sh/stockade/kernel"
 	"github.com/stockade-sh/stockade/sandbox"
 	"github.com/stockade-sh/stockade/tools"
 )
@@ -39,6 +40,26 @@ import (
 // sys.modules hold numpy and pandas, its memory and CPU use count the
 // imports, and the run's timeout and duration are kept by the engine from
 // the moment the code is sent (the Exec started when the pool filled).
+//
+// New sessions have pools of their own kind, filled from the same `pools:`
+// entry (PoolSpec.Sessions beside Size): a session's sandbox differs from a
+// one-shot's in what a one-shot must not have and a session must. It is
+// detached (it outlives the daemon, which re-attaches it after a restart),
+// it has a /workspace of the session's size, and its interpreter is a
+// kernel, not one program. One kind serving both would give every pooled
+// one-shot a /workspace and a supervisor, or hold two interpreters with
+// numpy and pandas in each sandbox; and the two are sized by different
+// loads. So a session pool sandbox is created unbound and detached, with
+// the daemon's session /workspace size (PoolOptions.SessionWorkspace) and
+// its python kernel started, numpy and pandas imported out of the cells'
+// namespace (kernel.Options.Preimport), and ready. OpenSession takes one
+// when the session's tool, runtime, driver, limits and /workspace size
+// are the pool's, binds it once (the session's labels, its limits) and
+// keeps it as the session's sandbox, which is then served, ended and
+// re-attached as a cold one is. A kernel restarted in it (after a timeout
+// or an OOM kill) is a cold kernel. Both kinds share the memory budget and
+// max_concurrent; a session's sandbox leaves the budget when it is taken,
+// as the engine does not account sessions' memory (cold ones neither).
 
 //go:embed pool.py
 var poolPython string
@@ -49,18 +70,27 @@ var poolPrograms = map[string][]string{
 	"python": {"/usr/bin/python3", "-c", poolPython},
 }
 
+// poolModules are what a session pool's kernel imports before it is
+// ready, by runtime: the modules pool.py imports.
+var poolModules = map[string][]string{
+	"python": {"numpy", "pandas"},
+}
+
 // errNoBinder is a pool's driver that cannot bind.
 var errNoBinder = errors.New("no pool on this tier")
 
-// LabelPool marks a pool's sandboxes with their pool's name (tool/runtime).
+// LabelPool marks a pool's sandboxes with their pool's name
+// (tool/runtime, and /session for a session pool).
 const LabelPool = "stockade.pool"
 
 // PoolSpec configures one pool: Size sandboxes of Tool (empty: the default
-// tool) with Runtime; a Size of 0 disables it.
+// tool) with Runtime for one-shot runs, and Sessions for new sessions; 0
+// disables either.
 type PoolSpec struct {
-	Tool    string
-	Runtime string
-	Size    int
+	Tool     string
+	Runtime  string
+	Size     int
+	Sessions int
 }
 
 // PoolOptions configures an engine's pools.
@@ -73,6 +103,11 @@ type PoolOptions struct {
 	// refills: a refill waits while that many runs are going (the
 	// service's max_concurrent). Zero means no bound.
 	MaxConcurrent int
+	// SessionWorkspace is the /workspace size of the session pools'
+	// sandboxes, the size the daemon gives every session; a session of
+	// another size opens cold. It must be positive when a pool has
+	// Sessions.
+	SessionWorkspace int64
 }
 
 // PoolObserver is told what the pools do (the daemon's /metrics).
@@ -80,8 +115,8 @@ type PoolOptions struct {
 type PoolObserver interface {
 	// PoolSize reports the sandboxes of pool ready now.
 	PoolSize(pool string, n int)
-	// PoolHit counts a run served from pool, PoolMiss one of the pool's
-	// tool and runtime that it could not serve (cold instead).
+	// PoolHit counts a run or session served from pool, PoolMiss one of
+	// the pool's tool and runtime that it could not serve (cold instead).
 	PoolHit(pool string)
 	PoolMiss(pool string)
 	// PoolRefill reports how long one sandbox of pool took to create.
@@ -101,26 +136,29 @@ func (e *Engine) SetPoolObserver(o PoolObserver) { e.poolObs = o }
 // gone. A pool whose tool or
 // runtime cannot pool (no started interpreter for the runtime, a tool with
 // mounts or credentials) is an error; one on a driver without Binder
-// (docker) is logged and left out.
+// (docker), or a session pool on one that cannot keep sessions, is logged
+// and left out.
 func (e *Engine) StartPools(ctx context.Context, labels map[string]string) (stop func(), err error) {
 	ctx, cancel := context.WithCancel(ctx)
 	var pools []*pool
 	for _, s := range e.poolOpts.Pools {
-		if s.Size <= 0 {
-			continue
+		for _, session := range []bool{false, true} {
+			if (session && s.Sessions <= 0) || (!session && s.Size <= 0) {
+				continue
+			}
+			p, err := e.newPool(s, labels, session)
+			if errors.Is(err, errNoBinder) {
+				// The default pool on a tier that cannot pool (docker):
+				// its runs are all cold.
+				e.log.Warn("not pooling", "err", err)
+				continue
+			}
+			if err != nil {
+				cancel()
+				return nil, err
+			}
+			pools = append(pools, p)
 		}
-		p, err := e.newPool(s, labels)
-		if errors.Is(err, errNoBinder) {
-			// The default pool on a tier that cannot pool (docker):
-			// its runs are all cold.
-			e.log.Warn("not pooling", "err", err)
-			continue
-		}
-		if err != nil {
-			cancel()
-			return nil, err
-		}
-		pools = append(pools, p)
 	}
 	var wg sync.WaitGroup
 	for _, p := range pools {
@@ -145,7 +183,8 @@ func (e *Engine) StartPools(ctx context.Context, labels map[string]string) (stop
 	}, nil
 }
 
-func (e *Engine) newPool(s PoolSpec, owner map[string]string) (*pool, error) {
+// newPool is the pool of s for one-shot runs, or for sessions.
+func (e *Engine) newPool(s PoolSpec, owner map[string]string, session bool) (*pool, error) {
 	bad := func(format string, a ...any) error {
 		return fmt.Errorf("pool of tool %q, runtime %q: %s: %w", s.Tool, s.Runtime, fmt.Sprintf(format, a...), errdefs.ErrInvalidArgument)
 	}
@@ -165,22 +204,50 @@ func (e *Engine) newPool(s PoolSpec, owner map[string]string) (*pool, error) {
 	if len(tool.Filesystem.Mounts) > 0 || len(tool.Credentials) > 0 {
 		return nil, bad("its tool mounts data or reaches the broker; a pool sandbox holds nothing of anyone's")
 	}
-	base := e.Limits(tool)
 	maxAge := e.poolOpts.MaxAge
 	if maxAge <= 0 {
 		maxAge = 10 * time.Minute
 	}
-	// The sandbox's own timeout covers its wait in the pool and the
-	// longest run; the engine keeps the run's (runWarm).
-	created := base
-	created.Timeout = maxAge + e.ceiling.Timeout + time.Minute
-	name := tool.Name + "/" + rt.Name
-	labels := map[string]string{LabelPool: name}
-	for k, v := range owner {
-		labels[k] = v
+	p := &pool{e: e, name: tool.Name + "/" + rt.Name, size: s.Size, tool: tool, drv: drv, binder: b, rt: rt,
+		base: e.Limits(tool), maxAge: maxAge, wake: make(chan struct{}, 1)}
+	p.created = p.base
+	if session {
+		if err := e.sessionKind(p, s); err != nil {
+			return nil, err
+		}
+	} else {
+		// The sandbox's own timeout covers its wait in the pool and the
+		// longest run; the engine keeps the run's (runWarm).
+		p.argv, p.created.Timeout = argv, maxAge+e.ceiling.Timeout+time.Minute
 	}
-	return &pool{e: e, name: name, size: s.Size, tool: tool, drv: drv, binder: b, rt: rt, argv: argv,
-		base: base, created: created, maxAge: maxAge, labels: labels, wake: make(chan struct{}, 1)}, nil
+	p.labels = map[string]string{LabelPool: p.name}
+	for k, v := range owner {
+		p.labels[k] = v
+	}
+	return p, nil
+}
+
+// sessionKind makes p, of s, a session pool: its sandboxes have the limits
+// of a cold session's (the tool's) and the daemon's session /workspace,
+// and their kernels import poolModules.
+func (e *Engine) sessionKind(p *pool, s PoolSpec) error {
+	if c := p.drv.Capabilities(); !c.Reattach || !c.Kernels || !c.Files {
+		return fmt.Errorf("session pool of tool %q, runtime %q: the %s driver cannot keep sessions: %w",
+			s.Tool, s.Runtime, p.drv.Name(), errNoBinder)
+	}
+	if e.poolOpts.SessionWorkspace <= 0 {
+		return fmt.Errorf("session pool of tool %q, runtime %q: the sessions' /workspace size is not set: %w", s.Tool, s.Runtime, errdefs.ErrInvalidArgument)
+	}
+	ks, err := e.kernelSpec(p.rt)
+	if err == nil && !e.testKernel {
+		ks, err = kernel.Spec(p.rt.Name, kernel.Options{Cwd: WorkspaceDir, Env: ProgramEnv(), Preimport: poolModules[p.rt.Name]})
+	}
+	if err != nil {
+		return err
+	}
+	p.name += "/session"
+	p.size, p.session, p.workspace, p.kernel = s.Sessions, true, e.poolOpts.SessionWorkspace, ks
+	return nil
 }
 
 // pool is one warm pool.
@@ -199,14 +266,22 @@ type pool struct {
 	labels  map[string]string
 	wake    chan struct{} // a sandbox was taken
 
+	// session is true for a session pool: its sandboxes are detached,
+	// have a /workspace of workspace bytes and run kernel (not argv).
+	session   bool
+	workspace int64
+	kernel    sandbox.KernelSpec
+
 	mu    sync.Mutex
 	ready []*warm // oldest first
 }
 
-// warm is one pool sandbox, its interpreter waiting.
+// warm is one pool sandbox, its interpreter waiting: the Exec of a
+// one-shot pool's, the kernel of a session pool's.
 type warm struct {
 	sb      sandbox.Sandbox
 	ex      sandbox.Exec
+	k       sandbox.Kernel
 	born    time.Time
 	release func() // its memory
 	log     *slog.Logger
@@ -317,11 +392,20 @@ func (p *pool) create(ctx context.Context) (*warm, error) {
 	if err != nil {
 		return nil, err
 	}
-	sb, err := p.binder.CreateUnbound(ctx, sandbox.Spec{Image: img, Limits: p.created, Labels: p.labels})
+	sb, err := p.binder.CreateUnbound(ctx, sandbox.Spec{Image: img, Limits: p.created, Labels: p.labels,
+		Detached: p.session, Workspace: p.workspace})
 	if err != nil {
 		return nil, fmt.Errorf("creating %s sandbox: %w", p.drv.Name(), err)
 	}
 	w := &warm{sb: sb, born: time.Now(), log: p.e.log}
+	if p.session {
+		// newSessionPool checked that the driver's sandboxes have kernels.
+		if w.k, err = sb.(sandbox.Kernels).StartKernel(ctx, p.kernel); err != nil {
+			_ = sb.Destroy(context.WithoutCancel(ctx))
+			return nil, fmt.Errorf("starting the pool's %s kernel: %w", p.rt.Name, err)
+		}
+		return w, nil
+	}
 	// The Exec lives as long as the sandbox: its ctx is the pool's, and a
 	// run ends it through Cancel (runWarm).
 	ex, err := sb.Start(context.WithoutCancel(ctx), sandbox.ExecRequest{
@@ -356,20 +440,35 @@ func (p *pool) drain() {
 }
 
 // serves says whether the pool's sandboxes can run req with limits, its
-// effective limits: the same tool, runtime and driver, no network or
-// mounts, and limits the pool's sandboxes can take by a Bind (tighter
-// memory and CPU) or by the engine (a shorter timeout).
+// effective limits: a one-shot pool of the same tool, runtime and driver,
+// no network or mounts, and limits the pool's sandboxes can take (fits).
 func (p *pool) serves(req Request, tool tools.Tool, limits sandbox.Limits) bool {
 	switch {
-	case tool.Name != p.tool.Name || req.Runtime != p.rt.Name:
+	case p.session || tool.Name != p.tool.Name || req.Runtime != p.rt.Name:
 		return false
 	case req.Driver != "" && req.Driver != p.drv.Name():
 		return false
 	case req.Network || len(req.ExtraMounts) > 0:
 		return false
 	}
+	return p.fits(limits)
+}
+
+// fits says whether a pool sandbox can take limits: by a Bind (tighter
+// memory and CPU, and for a session's a shorter timeout) or by the engine
+// (a one-shot's shorter timeout); its output cap, /tmp size and pids stay.
+func (p *pool) fits(limits sandbox.Limits) bool {
 	return limits.Check(p.base) == nil && limits.OutputCap == p.base.OutputCap &&
 		limits.TmpSize == p.base.TmpSize && limits.Pids == p.base.Pids
+}
+
+// servesSession says whether the pool's sandboxes can be the sandbox of
+// a session of spec on drv with limits, its effective limits: a session
+// pool of the same tool, runtime and driver, /workspace size and limits
+// it fits, and the runtime's own kernel.
+func (p *pool) servesSession(spec SessionSpec, drv sandbox.Driver, limits sandbox.Limits) bool {
+	return p.session && drv.Name() == p.drv.Name() && spec.Workspace == p.workspace &&
+		spec.Kernel == nil && p.fits(limits)
 }
 
 // take removes a sandbox whose interpreter still waits, or returns nil.
@@ -389,18 +488,26 @@ func (p *pool) take() *warm {
 		case p.wake <- struct{}{}:
 		default:
 		}
-		if time.Since(w.born) <= p.maxAge && !ended(w.ex) {
+		if time.Since(w.born) <= p.maxAge && !w.ended() {
 			return w
 		}
 		w.destroy(context.Background())
 	}
 }
 
-// ended says whether ex has ended (an interpreter that died waiting).
-func ended(ex sandbox.Exec) bool {
+// ended says whether w's interpreter has ended (it died waiting).
+func (w *warm) ended() bool {
+	if w.k != nil {
+		select {
+		case <-w.k.Done():
+			return true
+		default:
+			return false
+		}
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	_, err := ex.Wait(ctx)
+	_, err := w.ex.Wait(ctx)
 	return !errors.Is(err, context.Canceled)
 }
 
@@ -412,48 +519,97 @@ func (e *Engine) acquire(ctx context.Context, req Request, tool tools.Tool, limi
 	pools := e.pools
 	e.poolsMu.Unlock()
 	for _, p := range pools {
-		if p.tool.Name != tool.Name || p.rt.Name != req.Runtime {
+		if p.session || p.tool.Name != tool.Name || p.rt.Name != req.Runtime {
 			continue
 		}
 		var w *warm
 		if p.serves(req, tool, limits) {
 			w = p.take()
 		}
-		if w == nil {
-			if e.poolObs != nil {
-				e.poolObs.PoolMiss(p.name)
-			}
+		if w == nil || !p.bind(ctx, w, req.Labels, sandbox.Limits{Memory: limits.Memory, CPU: limits.CPU}) {
+			p.counted(false)
 			return nil, nil
 		}
-		labels := map[string]string{}
-		for k, v := range req.Labels {
-			if _, ok := p.labels[k]; !ok {
-				labels[k] = v
-			} else if p.labels[k] != v {
-				// The pool's own labels stay; the run's must agree.
-				w.destroy(ctx)
-				e.log.Warn("a run's labels disagree with its pool's", "pool", p.name, "label", k)
-				if e.poolObs != nil {
-					e.poolObs.PoolMiss(p.name)
-				}
-				return nil, nil
-			}
-		}
-		b := sandbox.Binding{Labels: labels, Limits: sandbox.Limits{Memory: limits.Memory, CPU: limits.CPU}}
-		if err := p.binder.Bind(ctx, w.sb, b); err != nil {
-			e.log.Warn("binding a pool sandbox", "pool", p.name, "sandbox", w.sb.ID(), "err", err)
-			w.destroy(ctx)
-			if e.poolObs != nil {
-				e.poolObs.PoolMiss(p.name)
-			}
-			return nil, nil
-		}
-		if e.poolObs != nil {
-			e.poolObs.PoolHit(p.name)
-		}
+		p.counted(true)
 		return p, w
 	}
 	return nil, nil
+}
+
+// acquireSession takes a session pool's sandbox for a session of spec,
+// which CheckSession resolved to tool, drv and rt, binds it and returns it
+// as the session's, its kernel ready; or returns nil, for a cold
+// OpenSession, as acquire does.
+func (e *Engine) acquireSession(ctx context.Context, spec SessionSpec, tool tools.Tool, drv sandbox.Driver, rt image.Runtime) *LiveSession {
+	e.poolsMu.Lock()
+	pools := e.pools
+	e.poolsMu.Unlock()
+	limits := spec.Limits.WithDefaults(e.Limits(tool))
+	for _, p := range pools {
+		if !p.session || p.tool.Name != tool.Name || p.rt.Name != rt.Name {
+			continue
+		}
+		var w *warm
+		if p.servesSession(spec, drv, limits) {
+			w = p.take()
+		}
+		if w == nil || !p.bind(ctx, w, spec.Labels, sandbox.Limits{Memory: limits.Memory, CPU: limits.CPU, Timeout: limits.Timeout}) {
+			p.counted(false)
+			return nil
+		}
+		// The sandbox is the session's now, as a cold one would be: out of
+		// the budget (see the package's pool doc), and a kernel restarted
+		// in it is a cold kernel.
+		w.release()
+		ks, err := e.kernelSpec(rt)
+		var s *LiveSession
+		if err == nil {
+			s, err = newLiveSession(w.sb, p.drv.Name(), rt, limits, ks)
+		}
+		if err != nil {
+			e.log.Warn("serving a session from a pool sandbox", "pool", p.name, "sandbox", w.sb.ID(), "err", err)
+			w.destroy(ctx)
+			p.counted(false)
+			return nil
+		}
+		s.kernel = w.k
+		p.counted(true)
+		return s
+	}
+	return nil
+}
+
+// bind binds w, which take returned, to labels (the pool's own stay, and
+// labels must agree with them) and limits, and says whether it did; a
+// sandbox it cannot bind is destroyed (logged).
+func (p *pool) bind(ctx context.Context, w *warm, labels map[string]string, limits sandbox.Limits) bool {
+	added := map[string]string{}
+	for k, v := range labels {
+		if _, ok := p.labels[k]; !ok {
+			added[k] = v
+		} else if p.labels[k] != v {
+			w.destroy(ctx)
+			p.e.log.Warn("labels disagree with the pool's", "pool", p.name, "label", k)
+			return false
+		}
+	}
+	if err := p.binder.Bind(ctx, w.sb, sandbox.Binding{Labels: added, Limits: limits}); err != nil {
+		p.e.log.Warn("binding a pool sandbox", "pool", p.name, "sandbox", w.sb.ID(), "err", err)
+		w.destroy(ctx)
+		return false
+	}
+	return true
+}
+
+// counted reports a hit or a miss of p.
+func (p *pool) counted(hit bool) {
+	switch o := p.e.poolObs; {
+	case o == nil:
+	case hit:
+		o.PoolHit(p.name)
+	default:
+		o.PoolMiss(p.name)
+	}
 }
 
 // runWarm runs req in w, which acquire bound to it, as Run runs it in a

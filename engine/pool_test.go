@@ -181,6 +181,22 @@ func (s seen) clip() seen {
 	return s
 }
 
+// lookAround is the end of the bleed tests' python programs that look for
+// what an earlier acquirer left: it prints the processes besides the guest
+// and itself, then binds the abstract socket the earlier one bound.
+const lookAround = `procs = []
+for pid in os.listdir('/proc'):
+    if pid.isdigit() and int(pid) not in (1, os.getpid()):
+        try:
+            procs.append(open('/proc/%s/cmdline' % pid, 'rb').read().replace(b'\0', b' ').decode())
+        except OSError:
+            pass
+print('procs', procs)
+s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+s.bind('\0stockade-bleed')
+print('socket free')
+`
+
 // TestPoolNoBleed runs successive programs from one pool, on runc and
 // gVisor: what the first one leaves (files, processes, environment,
 // interpreter globals, monkeypatched modules, an abstract socket) the
@@ -207,18 +223,7 @@ print('workspace', os.path.isdir('/workspace') and sorted(os.listdir('/workspace
 print('env', 'TENANT' in os.environ)
 print('builtins', hasattr(builtins, 'SECRET'))
 print('json', json.dumps({'a': 1}))
-procs = []
-for pid in os.listdir('/proc'):
-    if pid.isdigit() and int(pid) not in (1, os.getpid()):
-        try:
-            procs.append(open('/proc/%s/cmdline' % pid, 'rb').read().replace(b'\0', b' ').decode())
-        except OSError:
-            pass
-print('procs', procs)
-s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-s.bind('\0stockade-bleed')
-print('socket free')
-`
+` + lookAround
 	const clean = "tmp ['main.py']\nworkspace []\nenv False\nbuiltins False\njson {\"a\": 1}\nprocs []\nsocket free\n"
 	for _, driver := range []string{"runc", "gvisor"} {
 		t.Run(driver, func(t *testing.T) {
