@@ -23,35 +23,22 @@
 package main
 
 import (
-	"bytes"
 	"context"
-	"crypto/rand"
-	"encoding/json"
 	"flag"
 	"fmt"
-	"io"
-	"log/slog"
-	"net"
-	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"strings"
 	"time"
 
-	"github.com/stockade-sh/stockade/api"
+	"github.com/stockade-sh/stockade/bench/internal/daemon"
 	"github.com/stockade-sh/stockade/bench/internal/python"
 	"github.com/stockade-sh/stockade/bench/internal/table"
-	"github.com/stockade-sh/stockade/capability"
 	"github.com/stockade-sh/stockade/config"
 	"github.com/stockade-sh/stockade/driver/gvisor"
 	"github.com/stockade-sh/stockade/driver/runc"
 	"github.com/stockade-sh/stockade/engine"
 	"github.com/stockade-sh/stockade/image"
-	"github.com/stockade-sh/stockade/internal/guestbin"
-	"github.com/stockade-sh/stockade/internal/storeopen"
 	"github.com/stockade-sh/stockade/sandbox"
-	"github.com/stockade-sh/stockade/store"
 )
 
 func main() {
@@ -94,11 +81,7 @@ func run(n, oneshotN, pauseN int, dataDir, stateDir string) error {
 		return err
 	}
 	defer os.RemoveAll(tmp)
-	bin := filepath.Join(tmp, "stockade")
-	if out, err := exec.Command("go", "build", "-o", bin, "./cmd/stockade").CombinedOutput(); err != nil {
-		return fmt.Errorf("building the shim (run from the module root): %v\n%s", err, out)
-	}
-	guest, err := guestbin.Install(filepath.Join(tmp, "bin"))
+	shim, guest, err := daemon.Binaries(tmp)
 	if err != nil {
 		return err
 	}
@@ -107,7 +90,6 @@ func run(n, oneshotN, pauseN int, dataDir, stateDir string) error {
 		return err
 	}
 	defer os.RemoveAll(state)
-	shim := []string{bin, "shim"}
 	rc, err := runc.New(runc.Config{StateDir: filepath.Join(state, "runc"), GuestPath: guest, Shim: shim})
 	if err != nil {
 		return err
@@ -128,7 +110,7 @@ func run(n, oneshotN, pauseN int, dataDir, stateDir string) error {
 	}
 	var (
 		checks   []targets
-		gvClient client
+		gvClient daemon.Client
 	)
 	for _, d := range []sandbox.Driver{rc, gv} {
 		c, stop, err := serve(ctx, d, images, tmp, int64(4*(2*n+2*oneshotN)+100))
@@ -139,21 +121,21 @@ func run(n, oneshotN, pauseN int, dataDir, stateDir string) error {
 		if d == sandbox.Driver(gv) {
 			gvClient = c
 		}
-		id, err := c.session()
+		id, err := c.Session()
 		if err != nil {
 			return fmt.Errorf("%s: %w", d.Name(), err)
 		}
-		defer c.do(http.MethodDelete, "/v1/sessions/"+id, nil, http.StatusOK, nil)
-		if err := c.cell(id, python.PandasImport, ""); err != nil {
+		defer c.EndSession(id)
+		if err := c.Cell(id, python.PandasImport, ""); err != nil {
 			return fmt.Errorf("%s: importing pandas in the session: %w", d.Name(), err)
 		}
-		oneShot := &table.Variant{Name: "one-shot `print(1)`", Run: c.oneShot(python.Print, python.PrintOut)}
-		oneShotPandas := &table.Variant{Name: "one-shot importing pandas", Run: c.oneShot(python.PandasOneShot, python.PandasOut)}
+		oneShot := &table.Variant{Name: "one-shot `print(1)`", Run: c.OneShot(python.Print, python.PrintOut)}
+		oneShotPandas := &table.Variant{Name: "one-shot importing pandas", Run: c.OneShot(python.PandasOneShot, python.PandasOut)}
 		cell := &table.Variant{Name: "cell `print(1)` in a live session", Runs: per, Run: func() error {
-			return c.cell(id, python.Print, python.PrintOut)
+			return c.Cell(id, python.Print, python.PrintOut)
 		}}
 		cellPandas := &table.Variant{Name: "cell using pandas (imported by an earlier cell)", Runs: per, Run: func() error {
-			return c.cell(id, python.PandasCell, python.PandasOut)
+			return c.Cell(id, python.PandasCell, python.PandasOut)
 		}}
 		checks = append(checks, targets{d.Name(), cell, cellPandas, oneShotPandas})
 		rows = append(rows,
@@ -201,139 +183,11 @@ func met(ok bool) string {
 	return "NOT met"
 }
 
-// serve starts a daemon on d alone, with a workspace whose policy needs no
-// approval and which has credits for the run, and returns its agent
-// client and a function that stops it.
-func serve(ctx context.Context, d sandbox.Driver, images engine.Images, tmp string, credits int64) (client, func(), error) {
+// serve starts a daemon on d alone (daemon.Serve).
+func serve(ctx context.Context, d sandbox.Driver, images engine.Images, tmp string, credits int64) (daemon.Client, func(), error) {
 	eng, err := engine.New(map[string]sandbox.Driver{d.Name(): d}, d.Name(), images, sandbox.DefaultLimits(), sandbox.DefaultCeiling())
 	if err != nil {
-		return client{}, nil, err
+		return daemon.Client{}, nil, err
 	}
-	st, err := storeopen.Open(ctx, "sqlite:"+filepath.Join(tmp, d.Name()+".db"))
-	if err != nil {
-		return client{}, nil, err
-	}
-	fail := func(err error) (client, func(), error) {
-		st.Close()
-		return client{}, nil, err
-	}
-	ws, err := st.CreateWorkspace(ctx, "bench", nil)
-	if err != nil {
-		return fail(err)
-	}
-	key := "sk_bench_" + rand.Text()
-	if _, err := st.CreateAPIKey(ctx, store.NewAPIKey{WorkspaceID: ws.ID, Role: store.RoleAgent, Hash: store.HashKey(key), Name: "bench"}); err != nil {
-		return fail(err)
-	}
-	p, err := st.GetPolicy(ctx, ws.ID)
-	if err != nil {
-		return fail(err)
-	}
-	p.Approval = store.ApprovalNone
-	if _, err := st.SetPolicy(ctx, ws.ID, p, nil); err != nil {
-		return fail(err)
-	}
-	if _, err := st.GrantCredits(ctx, ws.ID, credits, "benchmark", nil); err != nil {
-		return fail(err)
-	}
-	svc := capability.NewService(eng, st, capability.ServiceOptions{Owner: "bench-sessions-" + d.Name(),
-		Sessions: capability.SessionOptions{CheckpointDir: filepath.Join(tmp, "checkpoints-"+d.Name())},
-		Logger:   slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))})
-	if err := svc.Start(ctx); err != nil {
-		return fail(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		svc.Close()
-		return fail(err)
-	}
-	srv := &http.Server{Handler: api.New(svc, st, api.Options{}), ReadHeaderTimeout: 10 * time.Second}
-	go srv.Serve(ln)
-	stop := func() {
-		srv.Close()
-		svc.Close()
-		eng.Wait()
-		st.Close()
-	}
-	return client{base: "http://" + ln.Addr().String(), key: key, http: &http.Client{}}, stop, nil
-}
-
-// session creates a python session and returns its id.
-func (c client) session() (string, error) {
-	var ses api.SessionView
-	err := c.post("/v1/sessions", capability.CreateSessionRequest{Runtime: "python"}, http.StatusCreated, &ses)
-	return ses.ID, err
-}
-
-// cell runs code as a cell of session id and checks that it succeeds
-// with stdout want (not checked when want is empty).
-func (c client) cell(id, code, want string) error {
-	var v api.CellView
-	if err := c.post("/v1/sessions/"+id+"/exec", capability.CellRequest{Code: code}, http.StatusOK, &v); err != nil {
-		return err
-	}
-	if v.Status != "succeeded" || want != "" && v.Stdout != want {
-		return fmt.Errorf("cell %q: got %+v", code, v)
-	}
-	return nil
-}
-
-// oneShot returns a Run of the one-shot python run of code, which must
-// print want.
-func (c client) oneShot(code, want string) func() error {
-	return func() error {
-		var v api.ExecutionView
-		if err := c.post("/v1/executions", capability.InvokeRequest{Runtime: "python", Code: code}, http.StatusOK, &v); err != nil {
-			return err
-		}
-		var res struct {
-			Stdout string `json:"stdout"`
-		}
-		if v.Status != "succeeded" || json.Unmarshal(v.Result, &res) != nil || res.Stdout != want {
-			return fmt.Errorf("one-shot %q: got %s %s", code, v.Status, v.Result)
-		}
-		return nil
-	}
-}
-
-// client calls the daemon with the agent key.
-type client struct {
-	base, key string
-	http      *http.Client
-}
-
-func (c client) post(path string, body any, want int, out any) error {
-	return c.do(http.MethodPost, path, body, want, out)
-}
-
-func (c client) do(method, path string, body any, want int, out any) error {
-	var r io.Reader
-	if body != nil {
-		b, err := json.Marshal(body)
-		if err != nil {
-			return err
-		}
-		r = bytes.NewReader(b)
-	}
-	req, err := http.NewRequest(method, c.base+path, r)
-	if err != nil {
-		return err
-	}
-	req.Header.Set("Authorization", "Bearer "+c.key)
-	resp, err := c.http.Do(req)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return err
-	}
-	if resp.StatusCode != want {
-		return fmt.Errorf("%s %s: %s: %s", method, path, resp.Status, strings.TrimSpace(string(b)))
-	}
-	if out != nil {
-		return json.Unmarshal(b, out)
-	}
-	return nil
+	return daemon.Serve(ctx, eng, filepath.Join(tmp, d.Name()+".db"), "bench-sessions-"+d.Name(), credits)
 }

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/stockade-sh/stockade/api"
+	"github.com/stockade-sh/stockade/bench/internal/daemon"
 	"github.com/stockade-sh/stockade/bench/internal/table"
 	"github.com/stockade-sh/stockade/sandbox"
 )
@@ -31,22 +32,22 @@ const (
 // a pause/resume cycle of the session holding the frame against a cold
 // rebuild of it, prints their table, the target, and the checkpoints'
 // sizes of an idle python session and of the frame's.
-func pauseBench(c client, rounds int) error {
-	idle, err := c.session()
+func pauseBench(c daemon.Client, rounds int) error {
+	idle, err := c.Session()
 	if err != nil {
 		return err
 	}
-	defer c.do(http.MethodDelete, "/v1/sessions/"+idle, nil, http.StatusOK, nil)
+	defer c.Do(http.MethodDelete, "/v1/sessions/"+idle, nil, http.StatusOK, nil)
 	var idleView api.SessionView
-	if err := c.post("/v1/sessions/"+idle+"/pause", nil, http.StatusOK, &idleView); err != nil {
+	if err := c.Post("/v1/sessions/"+idle+"/pause", nil, http.StatusOK, &idleView); err != nil {
 		return fmt.Errorf("pausing an idle session: %w", err)
 	}
-	held, err := c.session()
+	held, err := c.Session()
 	if err != nil {
 		return err
 	}
-	defer c.do(http.MethodDelete, "/v1/sessions/"+held, nil, http.StatusOK, nil)
-	if err := c.cell(held, frameCode, frameOut); err != nil {
+	defer c.Do(http.MethodDelete, "/v1/sessions/"+held, nil, http.StatusOK, nil)
+	if err := c.Cell(held, frameCode, frameOut); err != nil {
 		return fmt.Errorf("building the frame: %w", err)
 	}
 
@@ -66,7 +67,7 @@ func pauseBench(c client, rounds int) error {
 	cycle := &table.Variant{Name: "cycle", Run: func() error {
 		var v api.SessionView
 		start := time.Now()
-		if err := c.post("/v1/sessions/"+held+"/pause", nil, http.StatusOK, &v); err != nil {
+		if err := c.Post("/v1/sessions/"+held+"/pause", nil, http.StatusOK, &v); err != nil {
 			return err
 		}
 		paused := time.Since(start)
@@ -75,10 +76,10 @@ func pauseBench(c client, rounds int) error {
 		}
 		frameBytes = v.CheckpointBytes
 		start = time.Now()
-		if err := c.post("/v1/sessions/"+held+"/resume", nil, http.StatusOK, nil); err != nil {
+		if err := c.Post("/v1/sessions/"+held+"/resume", nil, http.StatusOK, nil); err != nil {
 			return err
 		}
-		if err := c.cell(held, frameUse, frameUseOut); err != nil {
+		if err := c.Cell(held, frameUse, frameUseOut); err != nil {
 			return err
 		}
 		resumed := time.Since(start)
@@ -90,13 +91,13 @@ func pauseBench(c client, rounds int) error {
 	}}
 	cold := &table.Variant{Name: "cold", Run: func() error {
 		start := time.Now()
-		id, err := c.session()
+		id, err := c.Session()
 		if err != nil {
 			return err
 		}
-		err = c.cell(id, frameCode, frameOut)
+		err = c.Cell(id, frameCode, frameOut)
 		d := time.Since(start)
-		if derr := c.do(http.MethodDelete, "/v1/sessions/"+id, nil, http.StatusOK, nil); err == nil {
+		if derr := c.Do(http.MethodDelete, "/v1/sessions/"+id, nil, http.StatusOK, nil); err == nil {
 			err = derr
 		}
 		record(rebuild, &coldWarm, d)

@@ -1,0 +1,188 @@
+// Package daemon runs the capability layer and the HTTP API over an
+// engine in the benchmark's process, as `stockade serve` does, with one
+// workspace whose policy needs no approval, and calls it as its agent: so
+// that the benchmarks time what a client of the daemon sees.
+//
+//	c, stop, err := daemon.Serve(ctx, eng, "/tmp/bench.db", "bench-x", 1000)
+//	defer stop()
+//	id, err := c.Session()
+package daemon
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/stockade-sh/stockade/api"
+	"github.com/stockade-sh/stockade/capability"
+	"github.com/stockade-sh/stockade/engine"
+	"github.com/stockade-sh/stockade/internal/guestbin"
+	"github.com/stockade-sh/stockade/internal/storeopen"
+	"github.com/stockade-sh/stockade/store"
+)
+
+// Binaries builds the stockade binary into dir, for the shim of the
+// drivers' detached sandboxes (sessions), and installs the guest there;
+// it returns the drivers' Shim and GuestPath. It runs `go build`, from
+// the module's root.
+func Binaries(dir string) (shim []string, guest string, err error) {
+	bin := filepath.Join(dir, "stockade")
+	if out, err := exec.Command("go", "build", "-o", bin, "./cmd/stockade").CombinedOutput(); err != nil {
+		return nil, "", fmt.Errorf("building the shim (run from the module root): %v\n%s", err, out)
+	}
+	guest, err = guestbin.Install(filepath.Join(dir, "bin"))
+	return []string{bin, "shim"}, guest, err
+}
+
+// Serve starts a daemon over eng with its SQLite store at db (and its
+// paused sessions' checkpoints beside it), its sandboxes labelled with owner, and a workspace with credits, and
+// returns its agent client and a function that stops it (and waits for
+// eng). It listens on 127.0.0.1 only.
+func Serve(ctx context.Context, eng *engine.Engine, db, owner string, credits int64) (Client, func(), error) {
+	st, err := storeopen.Open(ctx, "sqlite:"+db)
+	if err != nil {
+		return Client{}, nil, err
+	}
+	fail := func(err error) (Client, func(), error) {
+		st.Close()
+		return Client{}, nil, err
+	}
+	ws, err := st.CreateWorkspace(ctx, "bench", nil)
+	if err != nil {
+		return fail(err)
+	}
+	key := "sk_bench_" + rand.Text()
+	if _, err := st.CreateAPIKey(ctx, store.NewAPIKey{WorkspaceID: ws.ID, Role: store.RoleAgent, Hash: store.HashKey(key), Name: "bench"}); err != nil {
+		return fail(err)
+	}
+	p, err := st.GetPolicy(ctx, ws.ID)
+	if err != nil {
+		return fail(err)
+	}
+	p.Approval = store.ApprovalNone
+	if _, err := st.SetPolicy(ctx, ws.ID, p, nil); err != nil {
+		return fail(err)
+	}
+	if _, err := st.GrantCredits(ctx, ws.ID, credits, "benchmark", nil); err != nil {
+		return fail(err)
+	}
+	svc := capability.NewService(eng, st, capability.ServiceOptions{Owner: owner,
+		Sessions: capability.SessionOptions{CheckpointDir: strings.TrimSuffix(db, filepath.Ext(db)) + "-checkpoints"},
+		Logger:   slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))})
+	if err := svc.Start(ctx); err != nil {
+		return fail(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		svc.Close()
+		return fail(err)
+	}
+	srv := &http.Server{Handler: api.New(svc, st, api.Options{}), ReadHeaderTimeout: 10 * time.Second}
+	go srv.Serve(ln)
+	stop := func() {
+		srv.Close()
+		svc.Close()
+		eng.Wait()
+		st.Close()
+	}
+	return Client{base: "http://" + ln.Addr().String(), key: key, http: &http.Client{}}, stop, nil
+}
+
+// Client calls the daemon with the agent key.
+type Client struct {
+	base, key string
+	http      *http.Client
+}
+
+// Session creates a python session and returns its id.
+func (c Client) Session() (string, error) {
+	var ses api.SessionView
+	err := c.Post("/v1/sessions", capability.CreateSessionRequest{Runtime: "python"}, http.StatusCreated, &ses)
+	return ses.ID, err
+}
+
+// EndSession ends session id.
+func (c Client) EndSession(id string) error {
+	return c.Do(http.MethodDelete, "/v1/sessions/"+id, nil, http.StatusOK, nil)
+}
+
+// Cell runs code as a cell of session id and checks that it succeeds
+// with stdout want (not checked when want is empty).
+func (c Client) Cell(id, code, want string) error {
+	var v api.CellView
+	if err := c.Post("/v1/sessions/"+id+"/exec", capability.CellRequest{Code: code}, http.StatusOK, &v); err != nil {
+		return err
+	}
+	if v.Status != "succeeded" || want != "" && v.Stdout != want {
+		return fmt.Errorf("cell %q: got %+v", code, v)
+	}
+	return nil
+}
+
+// OneShot returns a Run of the one-shot python run of code, which must
+// print want.
+func (c Client) OneShot(code, want string) func() error {
+	return func() error {
+		var v api.ExecutionView
+		if err := c.Post("/v1/executions", capability.InvokeRequest{Runtime: "python", Code: code}, http.StatusOK, &v); err != nil {
+			return err
+		}
+		var res struct {
+			Stdout string `json:"stdout"`
+		}
+		if v.Status != "succeeded" || json.Unmarshal(v.Result, &res) != nil || res.Stdout != want {
+			return fmt.Errorf("one-shot %q: got %s %s", code, v.Status, v.Result)
+		}
+		return nil
+	}
+}
+
+// Post is Do with POST.
+func (c Client) Post(path string, body any, want int, out any) error {
+	return c.Do(http.MethodPost, path, body, want, out)
+}
+
+// Do sends body as JSON (none when nil) and decodes the answer, which
+// must have status want, into out (when not nil).
+func (c Client) Do(method, path string, body any, want int, out any) error {
+	var r io.Reader
+	if body != nil {
+		b, err := json.Marshal(body)
+		if err != nil {
+			return err
+		}
+		r = bytes.NewReader(b)
+	}
+	req, err := http.NewRequest(method, c.base+path, r)
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Authorization", "Bearer "+c.key)
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return err
+	}
+	if resp.StatusCode != want {
+		return fmt.Errorf("%s %s: %s: %s", method, path, resp.Status, strings.TrimSpace(string(b)))
+	}
+	if out != nil {
+		return json.Unmarshal(b, out)
+	}
+	return nil
+}
