@@ -17,6 +17,11 @@
 // bare interpreter's anonymous resident set with numpy and pandas
 // imported.
 //
+// Last, it times a new python session and its first cell using pandas
+// through a daemon over HTTP with approval none (bench/internal/daemon),
+// from a session pool (numpy and pandas imported in its kernel already)
+// and cold, on runc and gVisor (sessions.go).
+//
 //	go run ./bench/pool [-n 30] [-settle 3s] [-docker-host unix:///tmp/sbd/docker.sock]
 package main
 
@@ -199,7 +204,10 @@ func run(ctx context.Context, n int, settle time.Duration, host, dataDir string)
 		tb.Row(row...)
 	}
 	tb.Print(os.Stdout)
-	return idleMemory(tiers, img, settle)
+	if err := idleMemory(tiers, img, settle); err != nil {
+		return err
+	}
+	return sessions(ctx, n, settle, dataDir)
 }
 
 // idleMemory prints the memory of each tier's idle pool sandbox beside the
