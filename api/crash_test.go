@@ -366,3 +366,80 @@ func TestCrashReapsPools(t *testing.T) {
 	}
 	d.stop()
 }
+
+// TestCrashReattachesPooledSession opens a python session from a `stockade
+// serve`'s session pool, kills the daemon with SIGKILL between two cells,
+// and checks that the restarted daemon (without pools) re-attaches the
+// session with its kernel's value and its file, as a cold session's, and
+// destroys the pool's unbound sandbox that the killed daemon had refilled:
+// it carries the owner label.
+func TestCrashReattachesPooledSession(t *testing.T) {
+	requireSandboxes(t)
+	bin := testenv.Build(t, "./cmd/stockade")
+	dir := t.TempDir()
+	state := filepath.Join(dir, "state")
+	key, args := setUpDaemon(t, bin, dir, "sqlite:"+filepath.Join(dir, "stockade.db"), state)
+	pooled := filepath.Join(dir, "pooled.yaml")
+	if err := os.WriteFile(pooled, []byte("driver: runc\npools: [{runtime: python, size: 0, sessions: 1}]\ndocker_host: unix://"+filepath.Join(dir, "no-docker.sock")+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	d := startDaemon(t, bin, append(slices.Clone(args), "--config", pooled)...)
+	const ready = `stockade_pool_sandboxes{pool="code.execute/python/session"}`
+	waitFor := func(series string, want float64) {
+		t.Helper()
+		deadline := time.Now().Add(60 * time.Second)
+		for metricValue(t, d.url, series) != want {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: got %v after 60s, want %v", series, metricValue(t, d.url, series), want)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	waitFor(ready, 1)
+	var ss struct {
+		ID string `json:"id"`
+	}
+	do(t, d.url, "POST", "/v1/sessions", key, capability.CreateSessionRequest{Runtime: "python"}).want(t, http.StatusCreated).decode(t, &ss)
+	value := func(code string) string {
+		t.Helper()
+		var c struct {
+			Status  string `json:"status"`
+			Outputs []struct {
+				Data string `json:"data"`
+			} `json:"outputs"`
+		}
+		do(t, d.url, "POST", "/v1/sessions/"+ss.ID+"/exec", key, capability.CellRequest{Code: code}).want(t, http.StatusOK).decode(t, &c)
+		if c.Status != "succeeded" || len(c.Outputs) != 1 {
+			t.Fatalf("cell %q: got %+v, want one value", code, c)
+		}
+		return c.Outputs[0].Data
+	}
+	if got := value("import sys\nx = 41\n'pandas' in sys.modules"); got != "True" {
+		t.Fatalf("the first cell: got %s, want pandas imported already (a pooled session)", got)
+	}
+	if got := metricValue(t, d.url, `stockade_pool_hits_total{pool="code.execute/python/session"}`); got != 1 {
+		t.Errorf("pool hits: got %v, want 1", got)
+	}
+	do(t, d.url, "PUT", "/v1/sessions/"+ss.ID+"/files?path=kept.txt", key, []byte("kept")).want(t, http.StatusCreated)
+	waitFor(ready, 1) // the refill: an unbound sandbox beside the session's
+	bundles := filepath.Join(state, "runc", "bundles")
+	if got := dirEntries(t, bundles); len(got) != 2 {
+		t.Fatalf("sandboxes: got %v, want the session's and the pool's", got)
+	}
+	d.kill()
+	d = startDaemon(t, bin, args...) // without pools
+	if got := value("x + 1"); got != "42" {
+		t.Errorf("after the kill: got %s, want the kernel's state (42)", got)
+	}
+	if got := do(t, d.url, "GET", "/v1/sessions/"+ss.ID+"/files?path=kept.txt", key, nil).want(t, http.StatusOK); string(got.body) != "kept" {
+		t.Errorf("the workspace after the kill: got %q", got.body)
+	}
+	if got := dirEntries(t, bundles); len(got) != 1 {
+		t.Errorf("sandboxes after the restart: got %v, want the session's only (the pool's reaped)", got)
+	}
+	do(t, d.url, "DELETE", "/v1/sessions/"+ss.ID, key, nil).want(t, http.StatusOK)
+	d.stop()
+	if got := dirEntries(t, bundles); len(got) != 0 {
+		t.Errorf("bundles left: %v", got)
+	}
+}

@@ -10,7 +10,8 @@ import (
 
 var _ engine.PoolObserver = (*Metrics)(nil)
 
-// poolMetrics are the warm pools' series, by pool (tool/runtime).
+// poolMetrics are the warm pools' series, by pool (tool/runtime, and
+// tool/runtime/session for a session pool).
 type poolMetrics struct {
 	size   *prometheus.GaugeVec
 	hits   *prometheus.CounterVec
@@ -21,16 +22,16 @@ type poolMetrics struct {
 func newPoolMetrics() poolMetrics {
 	return poolMetrics{
 		size: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "stockade_pool_sandboxes", Help: "Sandboxes of a warm pool ready to serve, by pool (tool/runtime).",
+			Name: "stockade_pool_sandboxes", Help: "Sandboxes of a warm pool ready to serve, by pool (tool/runtime; tool/runtime/session for new sessions).",
 		}, []string{"pool"}),
 		hits: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "stockade_pool_hits_total", Help: "One-shot executions served by a warm pool's sandbox.",
+			Name: "stockade_pool_hits_total", Help: "One-shot executions, or new sessions, served by a warm pool's sandbox.",
 		}, []string{"pool"}),
 		misses: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "stockade_pool_misses_total", Help: "One-shot executions of a pool's tool and runtime that ran cold: the pool was empty, or could not serve the request (its limits, network).",
+			Name: "stockade_pool_misses_total", Help: "One-shot executions, or new sessions, of a pool's tool and runtime that ran cold: the pool was empty, or could not serve the request (its limits, network, workspace size).",
 		}, []string{"pool"}),
 		refill: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name: "stockade_pool_refill_seconds", Help: "Time to create one warm pool sandbox and start its interpreter.",
+			Name: "stockade_pool_refill_seconds", Help: "Time to create one warm pool sandbox and start its interpreter or kernel.",
 			Buckets: []float64{.025, .05, .1, .25, .5, 1, 2.5, 5, 10},
 		}, []string{"pool"}),
 	}

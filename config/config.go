@@ -142,10 +142,11 @@ type Config struct {
 	// MaxQueue bounds invocations waiting for a slot; zero means
 	// 2 x MaxConcurrent, negative means no queue.
 	MaxQueue int `yaml:"max_queue"`
-	// Pools are the daemon's warm pools of one-shot executions (engine's
-	// pools): per tool and runtime, sandboxes created ahead with their
-	// interpreter started. In the file, `pools:` replaces the whole list;
-	// a size of 0 disables a pool, an empty list all of them.
+	// Pools are the daemon's warm pools (engine's pools): per tool and
+	// runtime, sandboxes created ahead with their interpreter started, for
+	// one-shot executions (size) and for new sessions (sessions). In the
+	// file, `pools:` replaces the whole list; a size or sessions of 0
+	// disables that kind, an empty list all of them.
 	Pools []Pool `yaml:"pools"`
 	// PoolMaxAge is how long a pool sandbox waits at most before it is
 	// replaced.
@@ -250,19 +251,27 @@ type MCP struct {
 	MaxSessionsPerKey int `yaml:"max_sessions_per_key"`
 }
 
-// Pool is one warm pool: Size sandboxes of Tool with Runtime.
+// Pool is one warm pool: Size sandboxes of Tool with Runtime for one-shot
+// executions, and Sessions sandboxes for new sessions (detached, with a
+// /workspace of sessions.workspace_size and the runtime's kernel started).
+// Omitted, Sessions is 0: a session pool sandbox costs a supervisor
+// process and a kernel besides the interpreter, so it is asked for.
 type Pool struct {
-	Tool    string `yaml:"tool"`
-	Runtime string `yaml:"runtime"`
-	Size    int    `yaml:"size"`
+	Tool     string `yaml:"tool"`
+	Runtime  string `yaml:"runtime"`
+	Size     int    `yaml:"size"`
+	Sessions int    `yaml:"sessions"`
 }
 
 // MaxPoolSize bounds one pool's size.
 const MaxPoolSize = 64
 
 // DefaultPools are the pools of the default configuration: a small python
-// pool of the default tool, on its tier.
-func DefaultPools() []Pool { return []Pool{{Tool: tools.DefaultName, Runtime: "python", Size: 2}} }
+// pool of the default tool, on its tier: two sandboxes for one-shot
+// executions and one for a new session.
+func DefaultPools() []Pool {
+	return []Pool{{Tool: tools.DefaultName, Runtime: "python", Size: 2, Sessions: 1}}
+}
 
 // hostMemory is the host's memory in bytes (MemTotal), 0 when unknown.
 func hostMemory() int64 {
@@ -736,9 +745,11 @@ func (c Config) checkPools() error {
 		}
 		switch {
 		case p.Runtime == "":
-			return fmt.Errorf("pools[%d]: runtime is missing (pools: [{tool: %s, runtime: python, size: 2}])", i, tools.DefaultName)
+			return fmt.Errorf("pools[%d]: runtime is missing (pools: [{tool: %s, runtime: python, size: 2, sessions: 1}])", i, tools.DefaultName)
 		case p.Size < 0 || p.Size > MaxPoolSize:
 			return fmt.Errorf("pools[%d]: size %d out of range: 0 (disabled) to %d", i, p.Size, MaxPoolSize)
+		case p.Sessions < 0 || p.Sessions > MaxPoolSize:
+			return fmt.Errorf("pools[%d]: sessions %d out of range: 0 (disabled) to %d", i, p.Sessions, MaxPoolSize)
 		case seen[[2]string{tool, p.Runtime}]:
 			return fmt.Errorf("pools[%d]: tool %q with runtime %q has a pool already", i, tool, p.Runtime)
 		}

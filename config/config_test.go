@@ -40,9 +40,9 @@ func TestLoadFile(t *testing.T) {
 		},
 		{
 			name: "pools and the memory budget",
-			yaml: "pools:\n  - {tool: code.execute, runtime: python, size: 3}\n  - {runtime: node, size: 0}\nmemory_budget: 6GiB\npool_max_age: 2m\n",
+			yaml: "pools:\n  - {tool: code.execute, runtime: python, size: 3, sessions: 2}\n  - {runtime: node, size: 0}\nmemory_budget: 6GiB\npool_max_age: 2m\n",
 			check: func(t *testing.T, c Config) {
-				want := []Pool{{Tool: "code.execute", Runtime: "python", Size: 3}, {Runtime: "node"}}
+				want := []Pool{{Tool: "code.execute", Runtime: "python", Size: 3, Sessions: 2}, {Runtime: "node"}}
 				if !slices.Equal(c.Pools, want) || c.MemoryBudget != 6<<30 || c.PoolMaxAge != 2*time.Minute {
 					t.Errorf("got pools %+v, budget %d, max age %s; want %+v, 6 GiB, 2m", c.Pools, c.MemoryBudget, c.PoolMaxAge, want)
 				}
@@ -202,6 +202,8 @@ func TestValidate(t *testing.T) {
 		func(c *Config) { c.Pools = []Pool{{Size: 2}} },
 		func(c *Config) { c.Pools = []Pool{{Runtime: "python", Size: -1}} },
 		func(c *Config) { c.Pools = []Pool{{Runtime: "python", Size: MaxPoolSize + 1}} },
+		func(c *Config) { c.Pools = []Pool{{Runtime: "python", Sessions: -1}} },
+		func(c *Config) { c.Pools = []Pool{{Runtime: "python", Sessions: MaxPoolSize + 1}} },
 		func(c *Config) {
 			c.Pools = []Pool{{Runtime: "python", Size: 1}, {Tool: "code.execute", Runtime: "python", Size: 2}}
 		},
@@ -270,7 +272,7 @@ func TestLoadFileWrongForms(t *testing.T) {
 		{"scalar for a list", "broker: {operations: x}\n", `:1: broker.operations: want a list of mappings, got "x"`},
 		{"nested element", "broker:\n  operations:\n    - name: a\n      params:\n        - {name: q, max_length: long}\n", `:5: broker.operations[0].params[0].max_length: want an integer, got "long"`},
 		{"mapping for the tools", "tools: {a: b}\n", `:1: tools: want the path of a tools file or directory, or a list of tools, got a mapping`},
-		{"unknown pool key", "pools:\n  - {runtime: python, count: 2}\n", `:2: pools[0]: unknown key "count" (known: tool, runtime, size)`},
+		{"unknown pool key", "pools:\n  - {runtime: python, count: 2}\n", `:2: pools[0]: unknown key "count" (known: tool, runtime, size, sessions)`},
 		{"word for a pool size", "pools: [{runtime: python, size: many}]\n", `:1: pools[0].size: want an integer, got "many"`},
 		{"word for the memory budget", "memory_budget: half\n", `:1: memory_budget: invalid size "half"`},
 		{"unknown key", "lisen: x\n", `:1: unknown key "lisen" (did you mean listen?)`},

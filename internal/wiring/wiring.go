@@ -64,9 +64,9 @@ func Engine(cfg config.Config) (*engine.Engine, error) {
 
 // poolOptions are the engine's pools of cfg.
 func poolOptions(cfg config.Config) engine.PoolOptions {
-	o := engine.PoolOptions{MaxAge: cfg.PoolMaxAge, MaxConcurrent: cfg.MaxConcurrent}
+	o := engine.PoolOptions{MaxAge: cfg.PoolMaxAge, MaxConcurrent: cfg.MaxConcurrent, SessionWorkspace: int64(cfg.Sessions.WorkspaceSize)}
 	for _, p := range cfg.Pools {
-		o.Pools = append(o.Pools, engine.PoolSpec{Tool: p.Tool, Runtime: p.Runtime, Size: p.Size})
+		o.Pools = append(o.Pools, engine.PoolSpec{Tool: p.Tool, Runtime: p.Runtime, Size: p.Size, Sessions: p.Sessions})
 	}
 	return o
 }
