@@ -256,6 +256,30 @@ func TestSessionApproval(t *testing.T) {
 	})
 }
 
+// TestSessionEndCancelsPendingCell ends a session whose cell awaits its
+// approval: the cell is cancelled with its request, its credits released,
+// and approving it afterwards is refused.
+func TestSessionEndCancelsPendingCell(t *testing.T) {
+	e := newEnv(t, backends[0], envConfig{sessions: true, credits: 20, policy: func(p *store.Policy) { p.Approval = store.ApprovalRequired }})
+	ss := e.openSession(e.agent, capability.CreateSessionRequest{Runtime: "shell"})
+	v := e.do("POST", "/v1/sessions/"+ss.ID+"/exec", e.agent, capability.CellRequest{Code: "set x 1"}).want(t, http.StatusAccepted).execution(t)
+	if v.Status != "awaiting_approval" {
+		t.Fatalf("a cell that needs approval: got %+v", v)
+	}
+	e.wantCredits(18, 2)
+	e.do("DELETE", "/v1/sessions/"+ss.ID, e.agent, nil).want(t, http.StatusOK)
+	if got := e.wait(v.ID, 10*time.Second); got.Status != "cancelled" {
+		t.Errorf("the pending cell after its session ended: got %s, want cancelled", got.Status)
+	}
+	for _, a := range list[api.ApprovalView](t, e.url, e.approver, "/v1/approvals", "") {
+		if a.ID == v.ApprovalID && a.Status != "cancelled" {
+			t.Errorf("its approval request: got %s, want cancelled", a.Status)
+		}
+	}
+	e.do("POST", "/v1/approvals/"+v.ApprovalID+"/approve", e.approver, nil).want(t, http.StatusConflict)
+	e.wantCredits(20, 0)
+}
+
 // TestSessionBadInput tables the refusals of the session endpoints, each
 // in the JSON error shape, leaving nothing behind: an unknown session
 // 404, another workspace's key 404 on every session path, a busy session

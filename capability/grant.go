@@ -131,16 +131,21 @@ type Principal struct {
 // Cancellation is a cancel: who asked, and why. It is the cause of the
 // context of a run it stops.
 type Cancellation struct {
-	// By is the cancelling key's id.
+	// By is the cancelling key's id; empty is the daemon's own cancel
+	// (the cell of a session that ended).
 	By     string
 	Reason string
 }
 
 func (c *Cancellation) Error() string {
-	if c.Reason == "" {
-		return "cancelled by key " + c.By
+	by := "key " + c.By
+	if c.By == "" {
+		by = "the daemon"
 	}
-	return fmt.Sprintf("cancelled by key %s: %s", c.By, c.Reason)
+	if c.Reason == "" {
+		return "cancelled by " + by
+	}
+	return fmt.Sprintf("cancelled by %s: %s", by, c.Reason)
 }
 
 // Refusal is a refusal of a request the rules allowed, met while the

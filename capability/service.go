@@ -708,11 +708,17 @@ const cancelWait = 30 * time.Second
 // ended is returned as it is, unchanged: cancelling is idempotent. The
 // cancel is audited (execution.cancelled) with the transition it caused.
 func (s *Service) Cancel(ctx context.Context, p Principal, id, reason string) (store.Execution, error) {
+	return s.cancelAs(ctx, p, p.WorkspaceID, id, reason)
+}
+
+// cancelAs is Cancel of execution id of workspace ws by p, which is the zero
+// Principal for the daemon's own.
+func (s *Service) cancelAs(ctx context.Context, p Principal, ws, id, reason string) (store.Execution, error) {
 	// An execution only moves forward, through at most three states: a
 	// cancel that loses a race to another transition looks again.
 	var stop *Cancellation
 	for tries := 0; stop == nil; tries++ {
-		e, err := s.st.GetExecution(ctx, p.WorkspaceID, id)
+		e, err := s.st.GetExecution(ctx, ws, id)
 		if err != nil {
 			return e, err
 		}
@@ -744,13 +750,13 @@ func (s *Service) Cancel(ctx context.Context, p Principal, id, reason string) (s
 		// Its run ended since it was read, or it runs on no run of this
 		// daemon (another daemon serving the same database, against the
 		// daemon claim).
-		e, err := s.st.GetExecution(ctx, p.WorkspaceID, id)
+		e, err := s.st.GetExecution(ctx, ws, id)
 		if err != nil || e.Status.Terminal() {
 			return e, err
 		}
 		return store.Execution{}, fmt.Errorf("execution %s is running, but not on this daemon; retry: %w", id, errdefs.ErrUnavailable)
 	}
-	return s.Wait(ctx, p, id, cancelWait)
+	return s.Wait(ctx, Principal{WorkspaceID: ws}, id, cancelWait)
 }
 
 // Wait returns the execution once it has ended, or after d, whichever comes

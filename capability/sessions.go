@@ -467,6 +467,23 @@ func (s *Service) CloseSession(ctx context.Context, p Principal, id string) (sto
 // endSession ends ss for reason, as by (the zero Principal: the system),
 // and destroys its sandbox. A cell that runs is ended by the sandbox's
 // destruction.
+// cancelWaitingCell cancels the cell of ended session ss that waits for
+// its approval or its turn, which would otherwise wait on (an approval
+// that could still be granted, credits reserved) for a session that is
+// gone. A running cell is ended by its sandbox's destruction.
+func (s *Service) cancelWaitingCell(ctx context.Context, ss store.Session, reason store.SessionEndReason) {
+	id, err := s.st.PendingCell(ctx, ss.ID)
+	if err == nil && id != "" {
+		var e store.Execution
+		if e, err = s.st.GetExecution(ctx, ss.WorkspaceID, id); err == nil && e.Status != store.StatusRunning {
+			_, err = s.cancelAs(ctx, Principal{}, ss.WorkspaceID, id, fmt.Sprintf("its session %s ended (%s)", ss.ID, reason))
+		}
+	}
+	if err != nil {
+		s.log.Error("cancelling the waiting cell of an ended session", "session", ss.ID, "execution", id, "err", err)
+	}
+}
+
 func (s *Service) endSession(ctx context.Context, ss store.Session, by Principal, reason store.SessionEndReason) (store.Session, error) {
 	unlock := s.trans.lock(ss.ID, true)
 	defer unlock()
@@ -497,6 +514,7 @@ func (s *Service) endLocked(ctx context.Context, ss store.Session, by Principal,
 		}
 		s.sessionObserver().SessionsLive(-1)
 	}
+	s.cancelWaitingCell(context.WithoutCancel(ctx), ss, reason)
 	s.removeCheckpoint(ss.ID)
 	s.sessionObserver().SessionEnded(reason)
 	return ended, nil

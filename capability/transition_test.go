@@ -284,7 +284,8 @@ func TestWhoMayDecide(t *testing.T) {
 }
 
 // TestWhoMayCancel tables the keys that may cancel: the key that asked,
-// or an admin key of its workspace.
+// or an admin key of its workspace; and the daemon itself (the zero
+// Principal: the waiting cell of a session that ended).
 func TestWhoMayCancel(t *testing.T) {
 	for _, tc := range []struct {
 		name string
@@ -296,6 +297,7 @@ func TestWhoMayCancel(t *testing.T) {
 		{"another agent", agent2, false},
 		{"an approver", apprv, false},
 		{"another workspace's admin", outside, false},
+		{"the daemon", Principal{}, true},
 	} {
 		for _, state := range []State{AwaitingApproval, Approved, Running, Settled} {
 			t.Run(tc.name+"/"+string(state), func(t *testing.T) {
