@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"slices"
 	"sync"
 	"time"
 
@@ -58,7 +59,7 @@ func (s *server) mcpHandler() http.Handler {
 		}
 		return &auth.TokenInfo{UserID: p.KeyID}, nil
 	}, &auth.RequireBearerTokenOptions{AllowMissingExpiration: true})(h)
-	live := &mcpSessions{max: s.opts.MCPSessionsPerKey, open: map[string]int{}}
+	live := &mcpSessions{max: s.opts.MCPSessionsPerKey, starting: map[string]int{}, open: map[string][]*sdk.ServerSession{}}
 	if live.max == 0 {
 		live.max = 16
 	}
@@ -70,8 +71,8 @@ func (s *server) mcpHandler() http.Handler {
 		}
 		// A POST without a session's id starts a session.
 		if !live.acquire(p.KeyID) {
-			writeError(w, fmt.Errorf("this key has %d MCP sessions open, the most it may (mcp.max_sessions_per_key); end one (DELETE /mcp with its Mcp-Session-Id) or let one stay idle for %s: %w",
-				live.max, mcpSessionTimeout, errdefs.ErrResourceExhausted))
+			writeError(w, fmt.Errorf("this key is starting %d MCP sessions at once, the most it may keep (mcp.max_sessions_per_key); retry: %w",
+				live.max, errdefs.ErrResourceExhausted))
 			return
 		}
 		var started *sdk.Server
@@ -80,52 +81,75 @@ func (s *server) mcpHandler() http.Handler {
 	})
 }
 
-// mcpSessions counts the MCP sessions each key has open, which live in
+// mcpSessions bounds the MCP sessions each key keeps open, which live in
 // the daemon's memory until they end (DELETE /mcp, mcpSessionTimeout, the
-// daemon's shutdown): the SDK's handler bounds none.
+// daemon's shutdown) and which the SDK's handler does not bound. A key at
+// its bound that starts one more ends its oldest: clients that start
+// sessions and never end them (the MCP conformance suite does, one per
+// scenario) keep working, and the client of the ended one starts anew, as
+// after a timeout.
 type mcpSessions struct {
-	max  int
-	mu   sync.Mutex
-	open map[string]int // by key id, the sessions open or starting
+	max      int
+	mu       sync.Mutex
+	starting map[string]int                  // by key id
+	open     map[string][]*sdk.ServerSession // by key id, oldest first
 }
 
 // mcpStartKey carries, to the SDK's getServer, where to put the server it
 // makes for the session a request starts.
 type mcpStartKey struct{}
 
-// acquire counts a session that key starts, unless it has max open.
+// acquire makes room for a session that key starts, ending its oldest open
+// one when it has max; it reports false when all of those are starting.
 func (m *mcpSessions) acquire(key string) bool {
 	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.open[key] >= m.max {
-		return false
+	var oldest *sdk.ServerSession
+	if m.starting[key]+len(m.open[key]) >= m.max {
+		if len(m.open[key]) == 0 {
+			m.mu.Unlock()
+			return false
+		}
+		oldest = m.open[key][0]
+		m.open[key] = m.open[key][1:]
 	}
-	m.open[key]++
+	m.starting[key]++
+	m.mu.Unlock()
+	if oldest != nil {
+		_ = oldest.Close()
+	}
 	return true
 }
 
-func (m *mcpSessions) release(key string) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.open[key]--; m.open[key] <= 0 {
-		delete(m.open, key)
-	}
-}
-
-// hold keeps key's session counted until the session that server (one
-// server per session, see mcpHandler) serves has ended; a request that
-// started none releases it at once.
+// hold counts key's starting session as open while the session that
+// server (one server per session, see mcpHandler) serves lives; a request
+// that started none counts no more.
 func (m *mcpSessions) hold(key string, server *sdk.Server) {
+	var ss *sdk.ServerSession
 	if server != nil {
-		for ss := range server.Sessions() {
-			go func() {
-				_ = ss.Wait()
-				m.release(key)
-			}()
-			return
+		for s := range server.Sessions() {
+			ss = s
+			break
 		}
 	}
-	m.release(key)
+	m.mu.Lock()
+	if m.starting[key]--; m.starting[key] <= 0 {
+		delete(m.starting, key)
+	}
+	if ss != nil {
+		m.open[key] = append(m.open[key], ss)
+	}
+	m.mu.Unlock()
+	if ss == nil {
+		return
+	}
+	go func() {
+		_ = ss.Wait()
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		if m.open[key] = slices.DeleteFunc(m.open[key], func(o *sdk.ServerSession) bool { return o == ss }); len(m.open[key]) == 0 {
+			delete(m.open, key)
+		}
+	}()
 }
 
 // origin is the daemon's URL as the request reached it, which the

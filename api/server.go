@@ -56,7 +56,7 @@ type Options struct {
 	// request reached the daemon by.
 	MCP mcp.Options
 	// MCPSessionsPerKey bounds the MCP sessions one key keeps open on
-	// /mcp; zero means 16. A negative one is an error.
+	// /mcp (one more ends the key's oldest); zero means 16.
 	MCPSessionsPerKey int
 }
 

@@ -247,7 +247,7 @@ type MCP struct {
 	// absolute; empty is /ui/approvals/{id}, the approval console's.
 	ApprovalURL string `yaml:"approval_url"`
 	// MaxSessionsPerKey bounds the MCP sessions of /mcp that one key keeps
-	// open at once; zero is 16.
+	// open at once (one more ends the key's oldest); zero is 16.
 	MaxSessionsPerKey int `yaml:"max_sessions_per_key"`
 }
 
