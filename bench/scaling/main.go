@@ -47,13 +47,12 @@ import (
 	"sync"
 	"time"
 
+	"github.com/stockade-sh/stockade/bench/internal/daemon"
 	"github.com/stockade-sh/stockade/bench/internal/python"
 	"github.com/stockade-sh/stockade/bench/internal/table"
 	"github.com/stockade-sh/stockade/config"
-	"github.com/stockade-sh/stockade/driver/gvisor"
-	"github.com/stockade-sh/stockade/driver/runc"
+	"github.com/stockade-sh/stockade/engine"
 	"github.com/stockade-sh/stockade/image"
-	"github.com/stockade-sh/stockade/internal/guestbin"
 	"github.com/stockade-sh/stockade/internal/ocidriver"
 	"github.com/stockade-sh/stockade/sandbox"
 )
@@ -108,8 +107,31 @@ const (
 // tier is one driver with its daemon.
 type tier struct {
 	d        sandbox.Driver
-	c        client
+	c        daemon.Client
 	stateDir string // the driver's own
+}
+
+// bounds is what the benchmark's daemon is configured to allow, beyond
+// the defaults, so that the largest size fits: the sessions of one
+// workspace, and the sandboxes' memory budget (counted by their memory
+// limits). They are printed with the tables.
+type bounds struct {
+	sessions int
+	budget   int64
+}
+
+// serve starts a daemon on d alone (daemon.ServeWith) with no warm
+// pool, a session quota and a memory budget of b, its SQLite store in
+// dir, and the credits given. Sessions still open when it stops stay
+// running (as a daemon leaves them for its restart), so the caller ends
+// them first.
+func serve(ctx context.Context, d sandbox.Driver, images engine.Images, dir string, b bounds, credits int64) (daemon.Client, func(), error) {
+	eng, err := engine.New(map[string]sandbox.Driver{d.Name(): d}, d.Name(), images, sandbox.DefaultLimits(), sandbox.DefaultCeiling(),
+		engine.WithMemoryBudget(b.budget))
+	if err != nil {
+		return daemon.Client{}, nil, err
+	}
+	return daemon.ServeWith(ctx, eng, filepath.Join(dir, d.Name()+".db"), "bench-scaling-"+d.Name(), credits, daemon.Options{MaxSessions: b.sessions})
 }
 
 func run(sizes []int, rounds int, timeout time.Duration, imports, snaps int, snapWorkspace int64, dataDir, stateDir string) (err error) {
@@ -124,28 +146,13 @@ func run(sizes []int, rounds int, timeout time.Duration, imports, snaps int, sna
 		return err
 	}
 	defer os.RemoveAll(tmp)
-	bin := filepath.Join(tmp, "stockade")
-	if out, err := exec.Command("go", "build", "-o", bin, "./cmd/stockade").CombinedOutput(); err != nil {
-		return fmt.Errorf("building the shim (run from the module root): %v\n%s", err, out)
-	}
-	guest, err := guestbin.Install(filepath.Join(tmp, "bin"))
+	ds, remove, err := daemon.NewDrivers(tmp, stateDir)
 	if err != nil {
 		return err
 	}
-	state, err := os.MkdirTemp(stateDir, "stockade-bench-")
-	if err != nil {
-		return err
-	}
-	defer os.RemoveAll(state)
-	shim := []string{bin, "shim"}
-	rc, err := runc.New(runc.Config{StateDir: filepath.Join(state, "runc"), GuestPath: guest, Shim: shim})
-	if err != nil {
-		return err
-	}
-	gv, err := gvisor.New(gvisor.Config{StateDir: filepath.Join(state, "gvisor"), GuestPath: guest, Shim: shim})
-	if err != nil {
-		return err
-	}
+	defer remove()
+	rc, gv := ds.Runc, ds.Gvisor
+	state := ds.State
 	// At the end the daemons stop; whatever a failed run left, the
 	// drivers' own clean-up destroys (every sandbox in their state
 	// directories is the benchmark's); and the runtimes must list no
@@ -196,7 +203,7 @@ func run(sizes []int, rounds int, timeout time.Duration, imports, snaps int, sna
 		tiers = append(tiers, &tier{d: d, c: c, stateDir: filepath.Join(state, d.Name())})
 	}
 
-	p := plan{rounds: rounds, timeout: timeout, imports: imports, bin: bin, state: state, v2: v2, tiers: tiers}
+	p := plan{rounds: rounds, timeout: timeout, imports: imports, bin: ds.Shim[0], state: state, v2: v2, tiers: tiers}
 	var results []*result
 	for _, n := range sizes {
 		for _, t := range tiers {
@@ -297,7 +304,7 @@ func (t *tier) measure(ctx context.Context, n int, p plan) *result {
 			if ids[i] == "" {
 				return nil
 			}
-			return t.c.end(end, ids[i])
+			return t.c.WithContext(end).EndSession(ids[i])
 		})
 		if errEnd != nil {
 			errEnd = fmt.Errorf("ending the sessions: %w", errEnd)
@@ -306,9 +313,10 @@ func (t *tier) measure(ctx context.Context, n int, p plan) *result {
 		}
 		r.err = errors.Join(r.err, errEnd)
 	}()
+	c := t.c.WithContext(ctx)
 	start := time.Now()
 	if r.err = each(n, 0, &r.open, func(i int) (err error) {
-		ids[i], err = t.c.session(ctx)
+		ids[i], err = c.Session()
 		return err
 	}); r.err != nil {
 		r.err = fmt.Errorf("opening: %w", r.err)
@@ -316,18 +324,18 @@ func (t *tier) measure(ctx context.Context, n int, p plan) *result {
 	}
 	r.opened = time.Since(start)
 	start = time.Now()
-	if r.err = each(n, p.imports, nil, func(i int) error { return t.c.cell(ctx, ids[i], setup, "") }); r.err != nil {
+	if r.err = each(n, p.imports, nil, func(i int) error { return c.Cell(ids[i], setup, "") }); r.err != nil {
 		r.err = fmt.Errorf("importing pandas: %w", r.err)
 		return r
 	}
 	r.imported = time.Since(start)
 	for round := 1; round <= p.rounds; round++ {
 		want := fmt.Sprintf("%d\n", round)
-		if r.err = each(n, 0, &r.counter, func(i int) error { return t.c.cell(ctx, ids[i], counter, want) }); r.err != nil {
+		if r.err = each(n, 0, &r.counter, func(i int) error { return c.Cell(ids[i], counter, want) }); r.err != nil {
 			r.err = fmt.Errorf("round %d: %w", round, r.err)
 			return r
 		}
-		if r.err = each(n, 0, &r.pandas, func(i int) error { return t.c.cell(ctx, ids[i], python.PandasCell, python.PandasOut) }); r.err != nil {
+		if r.err = each(n, 0, &r.pandas, func(i int) error { return c.Cell(ids[i], python.PandasCell, python.PandasOut) }); r.err != nil {
 			r.err = fmt.Errorf("round %d, pandas: %w", round, r.err)
 			return r
 		}

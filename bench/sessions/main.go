@@ -34,8 +34,6 @@ import (
 	"github.com/stockade-sh/stockade/bench/internal/python"
 	"github.com/stockade-sh/stockade/bench/internal/table"
 	"github.com/stockade-sh/stockade/config"
-	"github.com/stockade-sh/stockade/driver/gvisor"
-	"github.com/stockade-sh/stockade/driver/runc"
 	"github.com/stockade-sh/stockade/engine"
 	"github.com/stockade-sh/stockade/image"
 	"github.com/stockade-sh/stockade/sandbox"
@@ -81,23 +79,12 @@ func run(n, oneshotN, pauseN int, dataDir, stateDir string) error {
 		return err
 	}
 	defer os.RemoveAll(tmp)
-	shim, guest, err := daemon.Binaries(tmp)
+	ds, remove, err := daemon.NewDrivers(tmp, stateDir)
 	if err != nil {
 		return err
 	}
-	state, err := os.MkdirTemp(stateDir, "stockade-bench-")
-	if err != nil {
-		return err
-	}
-	defer os.RemoveAll(state)
-	rc, err := runc.New(runc.Config{StateDir: filepath.Join(state, "runc"), GuestPath: guest, Shim: shim})
-	if err != nil {
-		return err
-	}
-	gv, err := gvisor.New(gvisor.Config{StateDir: filepath.Join(state, "gvisor"), GuestPath: guest, Shim: shim})
-	if err != nil {
-		return err
-	}
+	defer remove()
+	rc, gv := ds.Runc, ds.Gvisor
 
 	per := max(n/oneshotN, 1)
 	bare := &table.Variant{Name: "bare `print(1)`", Run: python.Bare(img.Rootfs, python.Print, python.PrintOut)}

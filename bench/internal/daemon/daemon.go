@@ -26,8 +26,11 @@ import (
 
 	"github.com/stockade-sh/stockade/api"
 	"github.com/stockade-sh/stockade/capability"
+	"github.com/stockade-sh/stockade/driver/gvisor"
+	"github.com/stockade-sh/stockade/driver/runc"
 	"github.com/stockade-sh/stockade/engine"
 	"github.com/stockade-sh/stockade/internal/guestbin"
+	"github.com/stockade-sh/stockade/internal/ocidriver"
 	"github.com/stockade-sh/stockade/internal/storeopen"
 	"github.com/stockade-sh/stockade/store"
 )
@@ -45,11 +48,64 @@ func Binaries(dir string) (shim []string, guest string, err error) {
 	return []string{bin, "shim"}, guest, err
 }
 
+// Drivers are a benchmark's runc and gVisor drivers, with the shim and
+// the guest of Binaries, over state directories of their own.
+type Drivers struct {
+	Runc   *ocidriver.Driver
+	Gvisor *ocidriver.Snapshotting
+	// Shim is the drivers' shim command, the stockade binary first.
+	Shim []string
+	// State holds the drivers' state directories, State/runc and
+	// State/gvisor.
+	State string
+}
+
+// NewDrivers builds the binaries into dir (Binaries) and opens the
+// drivers over a new temporary directory under stateDir; remove removes
+// that directory, once the drivers' sandboxes are gone.
+func NewDrivers(dir, stateDir string) (ds Drivers, remove func(), err error) {
+	shim, guest, err := Binaries(dir)
+	if err != nil {
+		return Drivers{}, nil, err
+	}
+	state, err := os.MkdirTemp(stateDir, "stockade-bench-")
+	if err != nil {
+		return Drivers{}, nil, err
+	}
+	ds = Drivers{Shim: shim, State: state}
+	if ds.Runc, err = runc.New(runc.Config{StateDir: filepath.Join(state, "runc"), GuestPath: guest, Shim: shim}); err == nil {
+		ds.Gvisor, err = gvisor.New(gvisor.Config{StateDir: filepath.Join(state, "gvisor"), GuestPath: guest, Shim: shim})
+	}
+	if err != nil {
+		os.RemoveAll(state)
+		return Drivers{}, nil, err
+	}
+	return ds, func() { os.RemoveAll(state) }, nil
+}
+
 // Serve starts a daemon over eng with its SQLite store at db (and its
-// paused sessions' checkpoints beside it), its sandboxes labelled with owner, and a workspace with credits, and
-// returns its agent client and a function that stops it (and waits for
-// eng). It listens on 127.0.0.1 only.
+// paused sessions' checkpoints beside it), its sandboxes labelled with
+// owner, and a workspace with credits, and returns its agent client and
+// a function that stops it (and waits for eng). It listens on 127.0.0.1
+// only. It is ServeWith with no Options.
 func Serve(ctx context.Context, eng *engine.Engine, db, owner string, credits int64) (Client, func(), error) {
+	return ServeWith(ctx, eng, db, owner, credits, Options{})
+}
+
+// Options are what a benchmark's daemon allows beyond the capability
+// layer's defaults. The engine's own bounds, such as its memory budget
+// (engine.WithMemoryBudget), are set where eng is made.
+type Options struct {
+	// MaxSessions is the workspace's session quota
+	// (capability.SessionOptions.MaxPerWorkspace); 0 keeps its default.
+	// When set, the client keeps up to twice as many idle connections,
+	// so that sessions running cells at once each keep theirs between
+	// cells instead of dialling again.
+	MaxSessions int
+}
+
+// ServeWith is Serve with the bounds of opts.
+func ServeWith(ctx context.Context, eng *engine.Engine, db, owner string, credits int64, opts Options) (Client, func(), error) {
 	st, err := storeopen.Open(ctx, "sqlite:"+db)
 	if err != nil {
 		return Client{}, nil, err
@@ -77,9 +133,9 @@ func Serve(ctx context.Context, eng *engine.Engine, db, owner string, credits in
 	if _, err := st.GrantCredits(ctx, ws.ID, credits, "benchmark", nil); err != nil {
 		return fail(err)
 	}
-	svc := capability.NewService(eng, st, capability.ServiceOptions{Owner: owner,
-		Sessions: capability.SessionOptions{CheckpointDir: strings.TrimSuffix(db, filepath.Ext(db)) + "-checkpoints"},
-		Logger:   slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))})
+	sessions := capability.SessionOptions{MaxPerWorkspace: opts.MaxSessions, CheckpointDir: strings.TrimSuffix(db, filepath.Ext(db)) + "-checkpoints"}
+	svc := capability.NewService(eng, st, capability.ServiceOptions{Owner: owner, Sessions: sessions,
+		Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))})
 	if err := svc.Start(ctx); err != nil {
 		return fail(err)
 	}
@@ -96,13 +152,26 @@ func Serve(ctx context.Context, eng *engine.Engine, db, owner string, credits in
 		eng.Wait()
 		st.Close()
 	}
-	return Client{base: "http://" + ln.Addr().String(), key: key, http: &http.Client{}}, stop, nil
+	hc := &http.Client{}
+	if opts.MaxSessions > 0 {
+		hc.Transport = &http.Transport{MaxIdleConnsPerHost: 2 * opts.MaxSessions, IdleConnTimeout: time.Minute}
+	}
+	return Client{ctx: context.Background(), base: "http://" + ln.Addr().String(), key: key, http: hc}, stop, nil
 }
 
-// Client calls the daemon with the agent key.
+// Client calls the daemon with the agent key. Its requests are bound to
+// its context (none for Serve's client; see WithContext).
 type Client struct {
+	ctx       context.Context
 	base, key string
 	http      *http.Client
+}
+
+// WithContext returns a copy of c whose requests are bound to ctx: they
+// fail once it is done.
+func (c Client) WithContext(ctx context.Context) Client {
+	c.ctx = ctx
+	return c
 }
 
 // Session creates a python session and returns its id.
@@ -125,7 +194,7 @@ func (c Client) Cell(id, code, want string) error {
 		return err
 	}
 	if v.Status != "succeeded" || want != "" && v.Stdout != want {
-		return fmt.Errorf("cell %q: got %+v", code, v)
+		return fmt.Errorf("cell %q: got status %s, stdout %q, stderr %q; want succeeded, %q", code, v.Status, v.Stdout, v.Stderr, want)
 	}
 	return nil
 }
@@ -164,7 +233,7 @@ func (c Client) Do(method, path string, body any, want int, out any) error {
 		}
 		r = bytes.NewReader(b)
 	}
-	req, err := http.NewRequest(method, c.base+path, r)
+	req, err := http.NewRequestWithContext(c.ctx, method, c.base+path, r)
 	if err != nil {
 		return err
 	}
