@@ -174,8 +174,8 @@ func run(ctx context.Context, n int, settle time.Duration, host, dataDir string)
 	}
 	// As table.Interleave, with an untimed wait before a pooled sample.
 	for i := -1; i < n; i++ {
-		for j := range vs {
-			v := vs[(max(i, 0)+j)%len(vs)]
+		for _, j := range table.Order(i, len(vs)) {
+			v := vs[j]
 			if v.before != nil {
 				if err := v.before(); err != nil {
 					return err

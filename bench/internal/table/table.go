@@ -15,6 +15,7 @@ import (
 	"bytes"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"os/exec"
 	"slices"
 	"strings"
@@ -40,14 +41,15 @@ func (v *Variant) Pct(p int) time.Duration { return Pct(v.Samples, p) }
 
 // Interleave runs every variant once untimed (a warm-up: images imported,
 // caches filled), then n rounds in which each variant runs Runs times, and
-// appends the duration of each run to its Samples. Each round starts one
-// variant further down the list than the last, so that no variant always
-// runs in the wake of the same other one (the kernel still tearing down its
-// sandbox, say).
+// appends the duration of each run to its Samples. Each round runs the
+// variants in an order of its own (Order), so that no variant always runs
+// in the wake of the same other one: the kernel still tearing down a
+// gVisor sandbox, say, slows whatever comes next, and a fixed or merely
+// rotated order would charge that to one variant only.
 func Interleave(n int, vs []*Variant) error {
 	for i := -1; i < n; i++ {
-		for j := range vs {
-			v := vs[(max(i, 0)+j)%len(vs)]
+		for _, j := range Order(i, len(vs)) {
+			v := vs[j]
 			runs := max(v.Runs, 1)
 			if i < 0 {
 				runs = 1
@@ -64,6 +66,23 @@ func Interleave(n int, vs []*Variant) error {
 		}
 	}
 	return nil
+}
+
+// Order is the order in which round i of an interleaved run runs its n
+// variants: the list's own for the warm-up (i < 0), else a permutation
+// drawn from a generator seeded with i, so that a rerun repeats it and,
+// over the rounds, each variant follows each other one about equally
+// often.
+func Order(i, n int) []int {
+	order := make([]int, n)
+	for j := range order {
+		order[j] = j
+	}
+	if i >= 0 {
+		r := rand.New(rand.NewPCG(uint64(i), 0x5700cade))
+		r.Shuffle(n, func(a, b int) { order[a], order[b] = order[b], order[a] })
+	}
+	return order
 }
 
 // Command returns a Run that executes argv with env added to this process's

@@ -1,6 +1,8 @@
 package table
 
 import (
+	"fmt"
+	"slices"
 	"testing"
 	"time"
 )
@@ -17,8 +19,14 @@ func TestInterleaveRuns(t *testing.T) {
 	if err := Interleave(2, []*Variant{a, b}); err != nil {
 		t.Fatal(err)
 	}
-	// One warm-up run each, then two rounds, the second starting at b.
-	want := "a b a b b b b b b a "
+	// One warm-up run each in the list's order, then each round in its
+	// own order, b three times in a row.
+	want := "a b "
+	for i := range 2 {
+		for _, j := range Order(i, 2) {
+			want += []string{"a ", "b b b "}[j]
+		}
+	}
 	got := ""
 	for _, s := range order {
 		got += s + " "
@@ -33,6 +41,37 @@ func TestInterleaveRuns(t *testing.T) {
 		if len(c.v.Samples) != c.want {
 			t.Errorf("%s: got %d samples, want %d", c.v.Name, len(c.v.Samples), c.want)
 		}
+	}
+}
+
+// TestOrderSpreadsPredecessors checks that, over the rounds of a run, each
+// variant runs right after each other one: with a fixed or a rotated order
+// a variant would always follow the same one and pay for its aftermath.
+func TestOrderSpreadsPredecessors(t *testing.T) {
+	for _, n := range []int{3, 6, 20} {
+		t.Run(fmt.Sprint(n), func(t *testing.T) {
+			after := make([]map[int]bool, n)
+			for j := range after {
+				after[j] = map[int]bool{}
+			}
+			for i := range 30 * n {
+				o := Order(i, n)
+				if got := slices.Sorted(slices.Values(o)); !slices.Equal(got, Order(-1, n)) {
+					t.Fatalf("round %d: got order %v, not a permutation of 0..%d", i, o, n-1)
+				}
+				for k := 1; k < len(o); k++ {
+					after[o[k]][o[k-1]] = true
+				}
+			}
+			for j, m := range after {
+				if len(m) != n-1 {
+					t.Errorf("variant %d: ran right after %d of the %d others, want all", j, len(m), n-1)
+				}
+			}
+			if !slices.Equal(Order(7, n), Order(7, n)) {
+				t.Errorf("round 7: two calls gave different orders")
+			}
+		})
 	}
 }
 
