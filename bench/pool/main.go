@@ -3,9 +3,13 @@
 // same profile, interleaved in one run so that machine noise hits every
 // variant alike, on runc and gVisor:
 //
-//   - the engine's one-shot run in process (what the daemon does per
-//     invocation, without HTTP and the capability layer), from a pool of
-//     the default tool (numpy and pandas imported already) and cold;
+//   - POST /v1/executions over HTTP on loopback, through the whole
+//     capability layer with approval none and SQLite (package
+//     bench/internal/daemon), from a pool of the default tool (numpy and
+//     pandas imported already) and cold: the issue's figures;
+//   - the engine's one-shot run in process, pooled and cold (what the
+//     daemon does per invocation, without HTTP and the capability layer):
+//     the difference is the layer's cost;
 //   - `chroot ROOTFS python3 -c 'print(1)'`, the bare interpreter;
 //   - `docker run` of python under the docker driver's profile
 //     (bench/internal/dockerrun), when a Docker Engine is given.
@@ -38,7 +42,9 @@ import (
 	"sync"
 	"time"
 
+	"github.com/stockade-sh/stockade/bench/internal/daemon"
 	"github.com/stockade-sh/stockade/bench/internal/dockerrun"
+	"github.com/stockade-sh/stockade/bench/internal/python"
 	"github.com/stockade-sh/stockade/bench/internal/table"
 	"github.com/stockade-sh/stockade/config"
 	"github.com/stockade-sh/stockade/engine"
@@ -64,14 +70,15 @@ func main() {
 // readiness follows one pool through engine.PoolObserver: how many
 // sandboxes are ready, and when the last one was created.
 type readiness struct {
-	mu    sync.Mutex
-	ready int
-	last  time.Time
+	mu     sync.Mutex
+	ready  int
+	last   time.Time
+	misses int
 }
 
 func (r *readiness) PoolSize(_ string, n int) { r.mu.Lock(); r.ready = n; r.mu.Unlock() }
 func (r *readiness) PoolHit(string)           {}
-func (r *readiness) PoolMiss(string)          {}
+func (r *readiness) PoolMiss(string)          { r.mu.Lock(); r.misses++; r.mu.Unlock() }
 func (r *readiness) PoolRefill(string, time.Duration) {
 	r.mu.Lock()
 	r.last = time.Now()
@@ -98,8 +105,28 @@ func (r *readiness) wait(size int, settle time.Duration) error {
 type tier struct {
 	driver      string
 	cold, ready *engine.Engine
-	state       *readiness
-	stateDir    string
+	// The daemons serving the two engines over HTTP.
+	coldHTTP, readyHTTP daemon.Client
+	state               *readiness
+	stateDir            string
+}
+
+// pooled is run, which must have been served by the tier's pool: a
+// pooled sample that ran cold would be timed as pooled.
+func (t *tier) pooled(run func() error) func() error {
+	return func() error {
+		t.state.mu.Lock()
+		before := t.state.misses
+		t.state.mu.Unlock()
+		err := run()
+		t.state.mu.Lock()
+		missed := t.state.misses > before
+		t.state.mu.Unlock()
+		if err == nil && missed {
+			err = fmt.Errorf("the %s pool missed (it had a settled sandbox)", t.driver)
+		}
+		return err
+	}
 }
 
 func run(ctx context.Context, n int, settle time.Duration, host, dataDir string) error {
@@ -111,6 +138,7 @@ func run(ctx context.Context, n int, settle time.Duration, host, dataDir string)
 	var tiers []*tier
 	for _, d := range []string{"runc", "gvisor"} {
 		t := &tier{driver: d, state: &readiness{}}
+		var stopD func()
 		cfg := config.Default()
 		cfg.DataDir, cfg.Driver = dataDir, d
 		cfg.StateDir, err = os.MkdirTemp("", "stockade-bench-pool-")
@@ -132,7 +160,20 @@ func run(ctx context.Context, n int, settle time.Duration, host, dataDir string)
 			return err
 		}
 		t.ready.SetPoolObserver(t.state)
-		stop, err := t.ready.StartPools(ctx, map[string]string{engine.LabelOwner: "bench-pool"})
+		// The daemons' services start before the pool: a service reaps
+		// the sandboxes of its owner when it starts, and a pool's
+		// sandboxes carry the owner of the daemon whose runs take them.
+		owner := "bench-pool-" + d
+		credits := int64(10 * (n + 5))
+		if t.readyHTTP, stopD, err = daemon.Serve(ctx, t.ready, filepath.Join(cfg.StateDir, "ready.db"), owner, credits); err != nil {
+			return err
+		}
+		defer stopD()
+		if t.coldHTTP, stopD, err = daemon.Serve(ctx, t.cold, filepath.Join(cfg.StateDir, "cold.db"), owner+"-cold", credits); err != nil {
+			return err
+		}
+		defer stopD()
+		stop, err := t.ready.StartPools(ctx, map[string]string{engine.LabelOwner: owner})
 		if err != nil {
 			return err
 		}
@@ -164,9 +205,12 @@ func run(ctx context.Context, n int, settle time.Duration, host, dataDir string)
 	}
 	var vs []timed
 	for _, t := range tiers {
+		settled := func() error { return t.state.wait(size, settle) }
 		vs = append(vs,
-			timed{&table.Variant{Name: "pooled one-shot, " + t.driver, Run: oneShot(t.ready)}, func() error { return t.state.wait(size, settle) }},
-			timed{&table.Variant{Name: "cold one-shot, " + t.driver, Run: oneShot(t.cold)}, nil})
+			timed{&table.Variant{Name: "pooled one-shot over HTTP, " + t.driver, Run: t.pooled(t.readyHTTP.OneShot(python.Print, python.PrintOut))}, settled},
+			timed{&table.Variant{Name: "cold one-shot over HTTP, " + t.driver, Run: t.coldHTTP.OneShot(python.Print, python.PrintOut)}, nil},
+			timed{&table.Variant{Name: "pooled one-shot in process, " + t.driver, Run: t.pooled(oneShot(t.ready))}, settled},
+			timed{&table.Variant{Name: "cold one-shot in process, " + t.driver, Run: oneShot(t.cold)}, nil})
 	}
 	vs = append(vs, timed{bare, nil})
 	if dockerRun != nil {
