@@ -274,7 +274,21 @@ type pool struct {
 
 	mu    sync.Mutex
 	ready []*warm // oldest first
+	// taken are the sandboxes runs took and have not given back
+	// (destroyed) yet, with when each was taken (see wanted).
+	taken map[*warm]time.Time
 }
+
+// refillDelay is how long at most a pool waits for a run that took one of
+// its sandboxes before it creates the replacement: on a host of few cores
+// creating one (the runtime, then python importing numpy and pandas,
+// about 0.3 s of CPU under runc and more under gVisor) competes for the
+// CPU with the run that took it, which a run of a few milliseconds feels
+// most. So a pool replaces a sandbox once its run has ended and the
+// sandbox is destroyed, or, for a longer run, once refillDelay has
+// passed since it was taken, whichever comes first. A session pool's
+// sandbox is the session's once taken: the pool replaces it at once.
+const refillDelay = time.Second
 
 // warm is one pool sandbox, its interpreter waiting: the Exec of a
 // one-shot pool's, the kernel of a session pool's.
@@ -337,14 +351,47 @@ func (p *pool) fill(ctx context.Context) {
 	}
 }
 
-// wanted says whether the pool should create a sandbox now.
+// wanted says whether the pool should create a sandbox now: it holds
+// fewer than its size, counting those taken less than refillDelay ago
+// whose runs go on.
 func (p *pool) wanted() bool {
 	p.mu.Lock()
-	n := len(p.ready)
+	n, waiting := len(p.ready), 0
+	for _, at := range p.taken {
+		if time.Since(at) < refillDelay {
+			waiting++
+		}
+	}
 	p.mu.Unlock()
 	p.e.observeSize(p.name, n)
 	mc := p.e.poolOpts.MaxConcurrent
-	return n < p.size && (mc <= 0 || int(p.e.running.Load()) < mc)
+	return n+waiting < p.size && (mc <= 0 || int(p.e.running.Load()) < mc)
+}
+
+// giveBack destroys w, which take returned, and lets the pool replace it.
+func (p *pool) giveBack(ctx context.Context, w *warm) {
+	w.destroy(ctx)
+	p.mu.Lock()
+	delete(p.taken, w)
+	p.mu.Unlock()
+	p.wakeFill()
+}
+
+// handOver lets the pool replace w, which take returned and which is no
+// longer the pool's to destroy (a session's sandbox now).
+func (p *pool) handOver(w *warm) {
+	p.mu.Lock()
+	delete(p.taken, w)
+	p.mu.Unlock()
+	p.wakeFill()
+}
+
+// wakeFill makes the filling loop look at the pool now.
+func (p *pool) wakeFill() {
+	select {
+	case p.wake <- struct{}{}:
+	default:
+	}
 }
 
 // retire destroys the sandboxes past the maximum age.
@@ -472,6 +519,7 @@ func (p *pool) servesSession(spec SessionSpec, drv sandbox.Driver, limits sandbo
 }
 
 // take removes a sandbox whose interpreter still waits, or returns nil.
+// The caller must give it back (giveBack) once its run has ended.
 func (p *pool) take() *warm {
 	for {
 		p.mu.Lock()
@@ -482,16 +530,16 @@ func (p *pool) take() *warm {
 		w := p.ready[len(p.ready)-1]
 		p.ready = p.ready[:len(p.ready)-1]
 		n := len(p.ready)
+		if p.taken == nil {
+			p.taken = map[*warm]time.Time{}
+		}
+		p.taken[w] = time.Now()
 		p.mu.Unlock()
 		p.e.observeSize(p.name, n)
-		select {
-		case p.wake <- struct{}{}:
-		default:
-		}
 		if time.Since(w.born) <= p.maxAge && !w.ended() {
 			return w
 		}
-		w.destroy(context.Background())
+		p.giveBack(context.Background(), w)
 	}
 }
 
@@ -558,9 +606,10 @@ func (e *Engine) acquireSession(ctx context.Context, spec SessionSpec, tool tool
 			return nil
 		}
 		// The sandbox is the session's now, as a cold one would be: out of
-		// the budget (see the package's pool doc), and a kernel restarted
-		// in it is a cold kernel.
+		// the budget (see the package's pool doc) and the pool's count, and
+		// a kernel restarted in it is a cold kernel.
 		w.release()
+		p.handOver(w)
 		ks, err := e.kernelSpec(rt)
 		var s *LiveSession
 		if err == nil {
@@ -588,14 +637,14 @@ func (p *pool) bind(ctx context.Context, w *warm, labels map[string]string, limi
 		if _, ok := p.labels[k]; !ok {
 			added[k] = v
 		} else if p.labels[k] != v {
-			w.destroy(ctx)
+			p.giveBack(ctx, w)
 			p.e.log.Warn("labels disagree with the pool's", "pool", p.name, "label", k)
 			return false
 		}
 	}
 	if err := p.binder.Bind(ctx, w.sb, sandbox.Binding{Labels: added, Limits: limits}); err != nil {
 		p.e.log.Warn("binding a pool sandbox", "pool", p.name, "sandbox", w.sb.ID(), "err", err)
-		w.destroy(ctx)
+		p.giveBack(ctx, w)
 		return false
 	}
 	return true
@@ -615,10 +664,11 @@ func (p *pool) counted(hit bool) {
 // runWarm runs req in w, which acquire bound to it, as Run runs it in a
 // fresh sandbox, and destroys w. The program has ended when it returns
 // (the guest killed what it left), and no one else can take w: its
-// destruction (15-25 ms) goes on in the background, as an egress
-// network's removal does, and Wait waits for it.
+// destruction (15-25 ms), and then the pool's refill, go on in the
+// background, as an egress network's removal does, and Wait waits for
+// the destruction.
 func (e *Engine) runWarm(ctx context.Context, req Request, p *pool, w *warm, limits sandbox.Limits) (*Result, error) {
-	defer e.closing.Go(func() { w.destroy(ctx) })
+	defer e.closing.Go(func() { p.giveBack(ctx, w) })
 	if req.OnStart != nil {
 		if err := req.OnStart(p.drv.Name()); err != nil {
 			return nil, fmt.Errorf("recording the start: %w", err)

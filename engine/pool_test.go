@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -393,5 +394,56 @@ func TestMemoryBudget(t *testing.T) {
 	}
 	if err := e.Room(hold); err != nil {
 		t.Errorf("Room after the run ended: %v", err)
+	}
+}
+
+// TestPoolRefillsAfterTheRun checks that a pool replaces a sandbox once
+// the run that took it has ended, not while it runs (where creating the
+// replacement would take CPU from the run), and then does.
+func TestPoolRefillsAfterTheRun(t *testing.T) {
+	drivers := realDrivers(t)
+	for _, driver := range []string{"runc", "gvisor"} {
+		t.Run(driver, func(t *testing.T) {
+			e, counts := pooledEngine(t, drivers, driver, 1)
+			waitReady(t, e, 1)
+			refills := func() int {
+				counts.mu.Lock()
+				defer counts.mu.Unlock()
+				return counts.refill
+			}
+			before := refills()
+			// The run lasts half of refillDelay: its sandbox's
+			// replacement waits for its end.
+			code := fmt.Sprintf("import time\ntime.sleep(%g)\nprint('done')", (refillDelay / 2).Seconds())
+			done := make(chan struct{})
+			during := make(chan int, 1)
+			go func() {
+				most := 0
+				for {
+					select {
+					case <-done:
+						during <- most
+						return
+					case <-time.After(5 * time.Millisecond):
+						most = max(most, refills()-before)
+					}
+				}
+			}()
+			res, err := e.Run(context.Background(), Request{Runtime: "python", Code: []byte(code)})
+			close(done)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if hits, _ := counts.get(); res.Stdout != "done\n" || hits != 1 {
+				t.Fatalf("got stdout %q and %d hits, want a pooled run that printed done", res.Stdout, hits)
+			}
+			if n := <-during; n != 0 {
+				t.Errorf("got %d sandboxes created while the run went on, want none", n)
+			}
+			waitReady(t, e, 1)
+			if n := refills() - before; n != 1 {
+				t.Errorf("got %d sandboxes created after the run, want 1", n)
+			}
+		})
 	}
 }
