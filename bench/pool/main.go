@@ -14,9 +14,10 @@
 //   - `docker run` of python under the docker driver's profile
 //     (bench/internal/dockerrun), when a Docker Engine is given.
 //
-// A pooled sample is timed once the pool has a sandbox whose interpreter
-// has had -settle to import numpy and pandas (the wait is not timed): it
-// measures a pool that keeps up. It then prints the idle memory of a pool
+// Every sample is timed once each tier's pool has a sandbox whose
+// interpreter has had -settle to import numpy and pandas (the wait is not
+// timed): a pooled sample measures a pool that keeps up, and no sample
+// shares the CPU with a pool's refill. It then prints the idle memory of a pool
 // sandbox (its memory cgroup; under gVisor with the Sentry) beyond the
 // bare interpreter's anonymous resident set with numpy and pandas
 // imported.
@@ -199,29 +200,27 @@ func run(ctx context.Context, n int, settle time.Duration, host, dataDir string)
 		defer cleanup()
 		dockerRun = &table.Variant{Name: "docker run (same profile, CLI)", Run: table.Command("1\n", []string{"DOCKER_HOST=" + host}, argv...)}
 	}
-	type timed struct {
-		*table.Variant
-		before func() error // untimed, before each sample
-	}
-	var vs []timed
+	var vs []*table.Variant
 	for _, t := range tiers {
-		settled := func() error { return t.state.wait(size, settle) }
 		vs = append(vs,
-			timed{&table.Variant{Name: "pooled one-shot over HTTP, " + t.driver, Run: t.pooled(t.readyHTTP.OneShot(python.Print, python.PrintOut))}, settled},
-			timed{&table.Variant{Name: "cold one-shot over HTTP, " + t.driver, Run: t.coldHTTP.OneShot(python.Print, python.PrintOut)}, nil},
-			timed{&table.Variant{Name: "pooled one-shot in process, " + t.driver, Run: t.pooled(oneShot(t.ready))}, settled},
-			timed{&table.Variant{Name: "cold one-shot in process, " + t.driver, Run: oneShot(t.cold)}, nil})
+			&table.Variant{Name: "pooled one-shot over HTTP, " + t.driver, Run: t.pooled(t.readyHTTP.OneShot(python.Print, python.PrintOut))},
+			&table.Variant{Name: "cold one-shot over HTTP, " + t.driver, Run: t.coldHTTP.OneShot(python.Print, python.PrintOut)},
+			&table.Variant{Name: "pooled one-shot in process, " + t.driver, Run: t.pooled(oneShot(t.ready))},
+			&table.Variant{Name: "cold one-shot in process, " + t.driver, Run: oneShot(t.cold)})
 	}
-	vs = append(vs, timed{bare, nil})
+	vs = append(vs, bare)
 	if dockerRun != nil {
-		vs = append(vs, timed{dockerRun, nil})
+		vs = append(vs, dockerRun)
 	}
-	// As table.Interleave, with an untimed wait before a pooled sample.
+	// As table.Interleave, with an untimed wait before each sample until
+	// every tier's pool is full and settled: a pool refilling (the
+	// runtime, python importing numpy and pandas) takes CPU from whatever
+	// runs beside it, whichever tier or variant that is.
 	for i := -1; i < n; i++ {
 		for _, j := range table.Order(i, len(vs)) {
 			v := vs[j]
-			if v.before != nil {
-				if err := v.before(); err != nil {
+			for _, t := range tiers {
+				if err := t.state.wait(size, settle); err != nil {
 					return err
 				}
 			}
@@ -234,7 +233,7 @@ func run(ctx context.Context, n int, settle time.Duration, host, dataDir string)
 			}
 		}
 	}
-	fmt.Printf("one-shot python print(1), %d runs each, interleaved; a pooled run is timed once its pool sandbox has settled %s\n\n", n, settle)
+	fmt.Printf("one-shot python print(1), %d runs each, interleaved; each run is timed once every pool is full and its sandbox has settled %s\n\n", n, settle)
 	head := []string{"variant", "p50", "p95", "p50 vs bare"}
 	if dockerRun != nil {
 		head = append(head, "p50 vs docker run")
