@@ -9,9 +9,11 @@ import (
 )
 
 // WithMemoryBudget bounds the memory of the engine's sandboxes, live and
-// pooled, counted by their limits: a run whose sandbox would take the total
-// past budget is refused (ErrResourceExhausted), and a pool does not
-// refill past it. Zero or less means no bound.
+// pooled, counted by their limits: a run or a new or resumed session whose
+// sandbox would take the total past budget is refused
+// (ErrResourceExhausted), and a pool does not refill past it. A session
+// counts from its opening (or resume) to its Close (or pause); one taken
+// from a pool keeps the pool sandbox's count. Zero or less means no bound.
 func WithMemoryBudget(budget int64) Option { return func(e *Engine) { e.mem.budget = budget } }
 
 // memory accounts the memory limits of the engine's sandboxes.
@@ -29,6 +31,20 @@ func (m *memory) reserve(n int64) (release func(), err error) {
 	if m.budget > 0 && m.used+n > m.budget {
 		return nil, m.full(n)
 	}
+	return m.countLocked(n), nil
+}
+
+// hold counts n bytes until release is called (once), whatever the budget:
+// the memory of a sandbox that exists already (a session re-attached
+// after a restart).
+func (m *memory) hold(n int64) (release func()) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.countLocked(n)
+}
+
+// countLocked counts n bytes until the returned release; m.mu is held.
+func (m *memory) countLocked(n int64) func() {
 	m.used += n
 	var once sync.Once
 	return func() {
@@ -37,7 +53,7 @@ func (m *memory) reserve(n int64) (release func(), err error) {
 			m.used -= n
 			m.mu.Unlock()
 		})
-	}, nil
+	}
 }
 
 // room says whether n bytes would fit now; m.mu is not held.

@@ -62,6 +62,7 @@ func (e *Engine) PauseSession(ctx context.Context, s *LiveSession, dir string) (
 	s.mu.Lock()
 	s.kernel = nil
 	s.mu.Unlock()
+	s.releaseMemory()
 	n, err := DiskUsage(dir)
 	if err != nil {
 		return 0, fmt.Errorf("measuring the checkpoint of session sandbox %s: %w", s.sb.ID(), err)
@@ -82,13 +83,19 @@ func (e *Engine) ResumeSession(ctx context.Context, driver, runtime, dir string,
 	if err != nil {
 		return nil, err
 	}
+	release, err := e.mem.reserve(e.sessionMemory(runtime))
+	if err != nil {
+		return nil, err
+	}
 	sb, err := snap.Restore(ctx, dir, labels)
 	if err != nil {
+		release()
 		return nil, fmt.Errorf("resuming a %s session: %w", driver, err)
 	}
 	defer func() {
 		if err != nil {
 			_ = sb.Destroy(context.WithoutCancel(ctx))
+			release()
 		}
 	}()
 	s, err := e.liveOf(sb, driver, runtime)
@@ -102,6 +109,7 @@ func (e *Engine) ResumeSession(ctx context.Context, driver, runtime, dir string,
 	if !found {
 		return nil, fmt.Errorf("resuming session sandbox %s: its kernel did not come back from the checkpoint: %w", sb.ID(), errdefs.ErrFailedPrecondition)
 	}
+	s.mem = release
 	return s, nil
 }
 

@@ -58,8 +58,8 @@ import (
 // keeps it as the session's sandbox, which is then served, ended and
 // re-attached as a cold one is. A kernel restarted in it (after a timeout
 // or an OOM kill) is a cold kernel. Both kinds share the memory budget and
-// max_concurrent; a session's sandbox leaves the budget when it is taken,
-// as the engine does not account sessions' memory (cold ones neither).
+// max_concurrent; a session's sandbox stays in the budget, as the
+// session's, until the session is closed or paused.
 
 //go:embed pool.py
 var poolPython string
@@ -606,9 +606,8 @@ func (e *Engine) acquireSession(ctx context.Context, spec SessionSpec, tool tool
 			return nil
 		}
 		// The sandbox is the session's now, as a cold one would be: out of
-		// the budget (see the package's pool doc) and the pool's count, and
-		// a kernel restarted in it is a cold kernel.
-		w.release()
+		// the pool's count, in the budget as the session's, and a kernel
+		// restarted in it is a cold kernel.
 		p.handOver(w)
 		ks, err := e.kernelSpec(rt)
 		var s *LiveSession
@@ -621,7 +620,7 @@ func (e *Engine) acquireSession(ctx context.Context, spec SessionSpec, tool tool
 			p.counted(false)
 			return nil
 		}
-		s.kernel = w.k
+		s.kernel, s.mem = w.k, w.release
 		p.counted(true)
 		return s
 	}

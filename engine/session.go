@@ -88,8 +88,20 @@ type LiveSession struct {
 	Limits  sandbox.Limits
 
 	cellMu sync.Mutex // held by the running cell
-	mu     sync.Mutex // guards kernel
+	mu     sync.Mutex // guards kernel and mem
 	kernel sandbox.Kernel
+	mem    func() // releases the sandbox's memory from the budget; nil once done
+}
+
+// releaseMemory takes the session's sandbox out of the memory budget.
+func (s *LiveSession) releaseMemory() {
+	s.mu.Lock()
+	release := s.mem
+	s.mem = nil
+	s.mu.Unlock()
+	if release != nil {
+		release()
+	}
 }
 
 // SandboxID is the session's sandbox's ID.
@@ -135,13 +147,19 @@ func (e *Engine) OpenSession(ctx context.Context, spec SessionSpec) (_ *LiveSess
 	}
 	limits := sspec.Limits
 	sspec.Labels, sspec.Detached, sspec.Workspace = spec.Labels, true, spec.Workspace
+	release, err := e.mem.reserve(limits.Memory)
+	if err != nil {
+		return nil, err
+	}
 	sb, err := drv.Create(ctx, sspec)
 	if err != nil {
+		release()
 		return nil, fmt.Errorf("creating %s sandbox for a session: %w", drv.Name(), err)
 	}
 	defer func() {
 		if err != nil {
 			_ = sb.Destroy(context.WithoutCancel(ctx))
+			release()
 		}
 	}()
 	ks, err := e.kernelSpec(rt)
@@ -158,6 +176,7 @@ func (e *Engine) OpenSession(ctx context.Context, spec SessionSpec) (_ *LiveSess
 	if err := s.startKernel(ctx); err != nil {
 		return nil, err
 	}
+	s.mem = release
 	return s, nil
 }
 
@@ -215,10 +234,26 @@ func (e *Engine) adopt(ctx context.Context, sb sandbox.Sandbox, driver string, r
 	if err != nil {
 		return nil, err
 	}
-	if found, err := s.takeKernel(ctx); err != nil || found {
-		return s, err
+	found, err := s.takeKernel(ctx)
+	if err == nil && !found {
+		err = s.startKernel(ctx)
 	}
-	return s, s.startKernel(ctx)
+	if err != nil {
+		return nil, err
+	}
+	s.mem = e.mem.hold(e.sessionMemory(name))
+	return s, nil
+}
+
+// sessionMemory is the memory limit a session of runtime counts in the
+// budget when it is served again (re-attached, resumed): its tool's is
+// not recorded with the sandbox, so the runtime's default tool's.
+func (e *Engine) sessionMemory(runtime string) int64 {
+	tool, _, _, err := e.resolve(Request{Runtime: runtime})
+	if err != nil {
+		return e.defaults.Memory
+	}
+	return e.Limits(tool).Memory
 }
 
 // liveOf is the session of runtime name that sandbox sb, which has
@@ -574,5 +609,7 @@ func (s *LiveSession) Remove(ctx context.Context, p string) error {
 // Close ends the session: its kernel and sandbox are destroyed.
 // Closing twice is success.
 func (s *LiveSession) Close(ctx context.Context) error {
-	return s.sb.Destroy(context.WithoutCancel(ctx))
+	err := s.sb.Destroy(context.WithoutCancel(ctx))
+	s.releaseMemory()
+	return err
 }

@@ -1,0 +1,80 @@
+package engine
+
+import (
+	"context"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stockade-sh/stockade/driver/gvisor"
+	"github.com/stockade-sh/stockade/errdefs"
+	"github.com/stockade-sh/stockade/image"
+	"github.com/stockade-sh/stockade/internal/testenv"
+	"github.com/stockade-sh/stockade/sandbox"
+)
+
+// TestSessionMemoryBudget checks that sessions count in the memory
+// budget from their opening to their end or pause, on gVisor (which can
+// pause): with room for one session's sandbox, a second session, a
+// one-shot run and the resume of a paused session are refused while one
+// lives, and served once it is paused or closed.
+func TestSessionMemoryBudget(t *testing.T) {
+	testenv.RequiresRoot(t)
+	testenv.RequiresBinary(t, "runsc")
+	d, err := gvisor.New(gvisor.Config{StateDir: t.TempDir(), GuestPath: testenv.Guest(t), Shim: testenv.Shim(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mem := sandbox.DefaultLimits().Memory
+	e, err := New(map[string]sandbox.Driver{"gvisor": d}, "gvisor", image.Open(testenv.DataDir()), sandbox.DefaultLimits(), sandbox.DefaultCeiling(),
+		WithTestKernel(), WithMemoryBudget(mem+mem/2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := t.Context()
+	open := func() (*LiveSession, error) {
+		return e.OpenSession(ctx, SessionSpec{Runtime: "shell", Workspace: 8 << 20, Labels: map[string]string{LabelOwner: "engine-test"}})
+	}
+	full := func(what string, err error) {
+		t.Helper()
+		if !errdefs.IsResourceExhausted(err) || !strings.Contains(err.Error(), "memory_budget") {
+			t.Errorf("%s with the budget taken: got %v, want ErrResourceExhausted naming memory_budget", what, err)
+		}
+	}
+	first, err := open()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer first.Close(context.Background())
+	if s, err := open(); err == nil {
+		s.Close(context.Background())
+		t.Fatal("a second session with room for one: opened")
+	} else {
+		full("a second session", err)
+	}
+	full("Room for a one-shot run", e.Room(Request{Runtime: "shell", Code: []byte("true")}))
+
+	// Paused, the first holds no memory: a second opens, and the first's
+	// resume waits for room.
+	dir := filepath.Join(t.TempDir(), "checkpoint")
+	if _, err := e.PauseSession(ctx, first, dir); err != nil {
+		t.Fatal(err)
+	}
+	second, err := open()
+	if err != nil {
+		t.Fatalf("a session once the other is paused: %v", err)
+	}
+	_, err = e.ResumeSession(ctx, "gvisor", "shell", dir, nil)
+	full("a resume", err)
+	if err := second.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	resumed, err := e.ResumeSession(ctx, "gvisor", "shell", dir, nil)
+	if err != nil {
+		t.Fatalf("a resume once the other session is closed: %v", err)
+	}
+	defer resumed.Close(context.Background())
+	if err := e.Room(Request{Runtime: "shell", Code: []byte("true")}); err == nil {
+		t.Error("Room with the resumed session live: got room, want none")
+	}
+}
