@@ -2,12 +2,15 @@ package capability
 
 import (
 	"context"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
+	"time"
 
 	"github.com/stockade-sh/stockade/engine"
 	"github.com/stockade-sh/stockade/errdefs"
@@ -132,6 +135,11 @@ func (s *Service) pauseLocked(ctx context.Context, ss store.Session, by Principa
 	if err := os.RemoveAll(dir); err != nil {
 		return store.Session{}, fmt.Errorf("removing a stale checkpoint of session %s: %w", ss.ID, err)
 	}
+	// Once started, a pause is carried through and recorded whatever
+	// becomes of its caller (a client gone, the daemon stopping): a
+	// checkpoint cut short or saved but unrecorded would end the session.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), pauseTimeout)
+	defer cancel()
 	n, err := s.runner.PauseSession(ctx, live.LiveSession, dir)
 	if err != nil {
 		if errdefs.IsConflict(err) {
@@ -224,10 +232,15 @@ func (s *Service) removeCheckpoint(id string) {
 	}
 }
 
+// pauseTimeout bounds a pause, from the checkpoint to its record.
+const pauseTimeout = 5 * time.Minute
+
 // sweepCheckpoints removes, at the daemon's start, the checkpoints of
 // sessions that are not paused: those a crash left between saving a
 // sandbox and recording the pause, or between recording an end or a
-// resume and removing the checkpoint.
+// resume and removing the checkpoint. Only entries named as a session's
+// checkpoint are: whatever else the directory holds (it is the
+// operator's choice, sessions.checkpoint_dir) is not the daemon's.
 func (s *Service) sweepCheckpoints(ctx context.Context) error {
 	if s.opts.Sessions.CheckpointDir == "" {
 		return nil
@@ -248,9 +261,19 @@ func (s *Service) sweepCheckpoints(ctx context.Context) error {
 		keep[ss.ID] = true
 	}
 	for _, e := range entries {
-		if !keep[e.Name()] {
+		if e.IsDir() && isSessionID(e.Name()) && !keep[e.Name()] {
 			s.removeCheckpoint(e.Name())
 		}
 	}
 	return nil
+}
+
+// isSessionID reports whether name has the form NewSessionID gives.
+func isSessionID(name string) bool {
+	h, ok := strings.CutPrefix(name, "ses_")
+	if !ok || len(h) != 32 {
+		return false
+	}
+	_, err := hex.DecodeString(h)
+	return err == nil
 }
