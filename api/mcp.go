@@ -76,8 +76,8 @@ func (s *server) mcpHandler() http.Handler {
 			return
 		}
 		var started *sdk.Server
+		defer func() { live.hold(p.KeyID, started) }()
 		bind.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), mcpStartKey{}, &started)))
-		live.hold(p.KeyID, started)
 	})
 }
 
@@ -99,30 +99,22 @@ type mcpSessions struct {
 // makes for the session a request starts.
 type mcpStartKey struct{}
 
-// acquire makes room for a session that key starts, ending its oldest open
-// one when it has max; it reports false when all of those are starting.
+// acquire counts a session that key starts; it reports false when key
+// has max starting already.
 func (m *mcpSessions) acquire(key string) bool {
 	m.mu.Lock()
-	var oldest *sdk.ServerSession
-	if m.starting[key]+len(m.open[key]) >= m.max {
-		if len(m.open[key]) == 0 {
-			m.mu.Unlock()
-			return false
-		}
-		oldest = m.open[key][0]
-		m.open[key] = m.open[key][1:]
+	defer m.mu.Unlock()
+	if m.starting[key] >= m.max {
+		return false
 	}
 	m.starting[key]++
-	m.mu.Unlock()
-	if oldest != nil {
-		_ = oldest.Close()
-	}
 	return true
 }
 
 // hold counts key's starting session as open while the session that
-// server (one server per session, see mcpHandler) serves lives; a request
-// that started none counts no more.
+// server (one server per session, see mcpHandler) serves lives, ending
+// the key's oldest when that makes more than max; a request that started
+// none counts no more, and ends none.
 func (m *mcpSessions) hold(key string, server *sdk.Server) {
 	var ss *sdk.ServerSession
 	if server != nil {
@@ -135,10 +127,17 @@ func (m *mcpSessions) hold(key string, server *sdk.Server) {
 	if m.starting[key]--; m.starting[key] <= 0 {
 		delete(m.starting, key)
 	}
+	var oldest *sdk.ServerSession
 	if ss != nil {
 		m.open[key] = append(m.open[key], ss)
+		if len(m.open[key]) > m.max {
+			oldest, m.open[key] = m.open[key][0], m.open[key][1:]
+		}
 	}
 	m.mu.Unlock()
+	if oldest != nil {
+		_ = oldest.Close()
+	}
 	if ss == nil {
 		return
 	}

@@ -525,6 +525,21 @@ func TestHTTPSessionsPerKey(t *testing.T) {
 	}
 	first, second := dial(one.Agent), dial(one.Agent)
 	elsewhere := dial(other.Agent)
+	// A request that starts no session (the SDK refuses its media type)
+	// ends none.
+	req, err := http.NewRequestWithContext(t.Context(), "POST", d.URL+"/mcp", strings.NewReader("{}"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "text/plain")
+	if resp, err := (&http.Client{Transport: bearer{key: one.Agent}}).Do(req); err != nil || resp.StatusCode != http.StatusUnsupportedMediaType {
+		t.Fatalf("a POST of text/plain: got %v, %v; want 415", resp, err)
+	} else {
+		resp.Body.Close()
+	}
+	if err := works(first); err != nil {
+		t.Fatalf("the oldest session after a request that started none: %v", err)
+	}
 	third := dial(one.Agent)
 	if err := works(first); err == nil {
 		t.Errorf("the oldest session of a key past its bound: still served, want it ended")
