@@ -289,7 +289,14 @@ func WriteConfig(dir string, s *specs.Spec) error {
 	if err != nil {
 		return fmt.Errorf("encoding OCI spec: %w", err)
 	}
-	if err := os.WriteFile(filepath.Join(dir, "config.json"), b, 0o600); err != nil {
+	// Written whole or not at all (a temporary file renamed into place):
+	// a bundle whose config reads is one a runtime may have started
+	// (ocidriver's Reap).
+	tmp := filepath.Join(dir, ".config.json.tmp")
+	if err := os.WriteFile(tmp, b, 0o600); err != nil {
+		return fmt.Errorf("writing bundle config: %w", err)
+	}
+	if err := os.Rename(tmp, filepath.Join(dir, "config.json")); err != nil {
 		return fmt.Errorf("writing bundle config: %w", err)
 	}
 	return nil

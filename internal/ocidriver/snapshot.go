@@ -294,6 +294,11 @@ func (d *Snapshotting) Restore(ctx context.Context, dir string, labels map[strin
 	if err := os.MkdirAll(filepath.Join(d.cfg.StateDir, "bundles"), 0o700); err != nil {
 		return nil, fmt.Errorf("creating state directory: %w", err)
 	}
+	// Spared from Reap until its bundle records it, as a create is.
+	if !d.spare(id, true) {
+		return nil, fmt.Errorf("sandbox %q already exists: %w", id, errdefs.ErrConflict)
+	}
+	defer d.spare(id, false)
 	bundle := d.bundleDir(id)
 	if err := os.Mkdir(bundle, 0o700); err != nil {
 		return nil, fmt.Errorf("creating bundle directory: %w", err)
