@@ -194,8 +194,12 @@ func (s *Service) resumeLocked(ctx context.Context, ss store.Session, by Princip
 	labels := map[string]string{engine.LabelOwner: s.opts.Owner, engine.LabelSession: ss.ID}
 	live, err := s.runner.ResumeSession(ctx, ss.Driver, ss.Runtime, dir, labels)
 	if err != nil {
-		if !errdefs.IsInvalidArgument(err) && !errdefs.IsFailedPrecondition(err) && !errors.Is(err, fs.ErrNotExist) {
-			return store.Session{}, err // the runtime may do better on a retry
+		// Only a checkpoint refused (not proven the daemon's: invalid),
+		// gone, or restored without its kernel ends the session; any other
+		// failure (a sandbox that died starting, a guest not ready) keeps
+		// it paused, its checkpoint kept, for a retry.
+		if !errdefs.IsInvalidArgument(err) && !errors.Is(err, fs.ErrNotExist) && !errors.Is(err, engine.ErrKernelLost) {
+			return store.Session{}, err
 		}
 		s.log.Error("a paused session's checkpoint cannot be restored", "session", ss.ID, "err", err)
 		if _, eerr := s.endLocked(context.WithoutCancel(ctx), ss, Principal{}, store.EndFailed); eerr != nil {

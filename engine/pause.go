@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io/fs"
 	"path/filepath"
@@ -107,11 +108,16 @@ func (e *Engine) ResumeSession(ctx context.Context, driver, runtime, dir string,
 		return nil, err
 	}
 	if !found {
-		return nil, fmt.Errorf("resuming session sandbox %s: its kernel did not come back from the checkpoint: %w", sb.ID(), errdefs.ErrFailedPrecondition)
+		return nil, fmt.Errorf("resuming session sandbox %s: %w: %w", sb.ID(), ErrKernelLost, errdefs.ErrFailedPrecondition)
 	}
 	s.mem = release
 	return s, nil
 }
+
+// ErrKernelLost is a resume whose sandbox came back without the kernel it
+// was saved with: the session's state is gone, unlike a resume that a
+// retry may bring.
+var ErrKernelLost = errors.New("its kernel did not come back from the checkpoint")
 
 // DiskUsage is the disk the files under dir take, in bytes (their
 // allocated blocks, as du counts them).
