@@ -69,6 +69,9 @@ func (c *Client) Exec(ctx context.Context, req ExecRequest, opts ExecOptions) (*
 	if opts.OutputCap < 0 {
 		return nil, invalid("exec: negative output cap")
 	}
+	if req.ExitNotice && !c.hello.Has(FeatureExitNotice) {
+		req.ExitNotice = false
+	}
 	e := &Exec{c: c, opts: opts, done: make(chan struct{})}
 	if req.StdinStream {
 		e.credits = make(chan struct{}, StdinWindow)

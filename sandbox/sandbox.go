@@ -212,6 +212,10 @@ type ExecRequest struct {
 	// StdinStream makes the program's stdin the Exec's Stdin writer
 	// instead; Stdin must then be nil.
 	StdinStream bool
+	// ExitNotice lets the program report its end before it is torn down:
+	// see guest.ExecRequest.ExitNotice. A driver whose guest cannot do it
+	// runs the Exec as if it were not set.
+	ExitNotice bool
 	// Timeout bounds this Exec's wall clock from Start; zero means the
 	// sandbox's limit. On expiry the program and every process it started
 	// are killed and the output so far returned; the sandbox is killed too

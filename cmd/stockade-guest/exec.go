@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"os"
@@ -25,6 +26,10 @@ type execution struct {
 	stdinQ chan []byte // streamed stdin; a nil chunk closes it; nil if not streamed
 	ended  chan struct{}
 	status chan syscall.WaitStatus
+	// notice receives the status of the program's exit notice
+	// (guest.ExecRequest.ExitNotice); nil if it was not asked for.
+	notice     chan int
+	noticeFile *os.File
 
 	cancelled atomic.Bool
 
@@ -39,6 +44,10 @@ const drainGrace = 250 * time.Millisecond
 
 // sweepTime bounds the rounds of killing an exec's processes.
 const sweepTime = 10 * time.Second
+
+// noticeStopTime bounds the wait for a sandbox's processes to stop after
+// an exit notice; past it they are killed and reaped before the report.
+const noticeStopTime = 100 * time.Millisecond
 
 // startExec starts the program of an ExecRequest and answers FrameStarted,
 // or FrameError when it cannot. Only one exec runs at a time.
@@ -75,14 +84,24 @@ func (a *agent) startExec(f guest.Frame) {
 	default:
 		go feed(e.stdin, req.Stdin)
 	}
+	// After an exit notice the pipes keep their writers (stopped, not
+	// gone): the pumps are flushed instead of drained to their end.
+	var flushes [2]chan chan struct{}
+	if fds.notice != nil {
+		flushes = [2]chan chan struct{}{make(chan chan struct{}, 1), make(chan chan struct{}, 1)}
+		e.noticeFile = fds.notice
+		go e.readNotice(fds.notice)
+	}
 	pumps := []*pump{
-		a.newPump(fds.stdout, nil, e.forwarder(guest.FrameStdout, req.OutputCap)),
-		a.newPump(fds.stderr, nil, e.forwarder(guest.FrameStderr, req.OutputCap)),
+		a.newPump(fds.stdout, flushes[0], e.forwarder(guest.FrameStdout, req.OutputCap)),
+		a.newPump(fds.stderr, flushes[1], e.forwarder(guest.FrameStderr, req.OutputCap)),
 	}
 	go e.run(pumps)
 }
 
-type execFiles struct{ stdout, stderr *os.File }
+// execFiles are the guest's ends of an exec's pipes; notice is nil
+// without an exit notice.
+type execFiles struct{ stdout, stderr, notice *os.File }
 
 // launch validates req, writes its file and starts its program, with a.mu
 // held. On error nothing is left running; code is the ErrorReply's.
@@ -133,13 +152,23 @@ func (a *agent) launch(id uint32, req *guest.ExecRequest) (*execution, execFiles
 		}
 	}
 
-	p, err := newPipes(3)
+	n := 3
+	if req.ExitNotice {
+		n = 4
+	}
+	p, err := newPipes(n)
 	if err != nil {
 		return nil, none, guest.ErrorIO, err
 	}
 	inR, inW := p[0][0], p[0][1]
 	outR, outW := p[1][0], p[1][1]
 	errR, errW := p[2][0], p[2][1]
+	files := []uintptr{inR.Fd(), outW.Fd(), errW.Fd()}
+	var noticeR *os.File
+	if req.ExitNotice {
+		noticeR = p[3][0]
+		files = append(files, p[3][1].Fd())
+	}
 	env := req.Env
 	if env == nil {
 		// syscall.ForkExec treats nil as empty too; say it here, since
@@ -150,6 +179,9 @@ func (a *agent) launch(id uint32, req *guest.ExecRequest) (*execution, execFiles
 	if req.StdinStream {
 		e.stdinQ = make(chan []byte, guest.StdinWindow+1)
 	}
+	if req.ExitNotice {
+		e.notice = make(chan int, 1)
+	}
 	// syscall.ForkExec rather than os/exec: the guest is the one reaper of
 	// the sandbox (see reaper.go). Fd puts the child's ends in blocking
 	// mode, which is what a program expects.
@@ -157,7 +189,7 @@ func (a *agent) launch(id uint32, req *guest.ExecRequest) (*execution, execFiles
 		return syscall.ForkExec(argv[0], argv, &syscall.ProcAttr{
 			Dir:   cwd,
 			Env:   env,
-			Files: []uintptr{inR.Fd(), outW.Fd(), errW.Fd()},
+			Files: files,
 			Sys:   &syscall.SysProcAttr{Setpgid: true},
 		})
 	}, false, func(ws syscall.WaitStatus, ru *syscall.Rusage) {
@@ -170,15 +202,21 @@ func (a *agent) launch(id uint32, req *guest.ExecRequest) (*execution, execFiles
 	inR.Close()
 	outW.Close()
 	errW.Close()
+	if noticeR != nil {
+		p[3][1].Close()
+	}
 	if err != nil {
 		inW.Close()
 		outR.Close()
 		errR.Close()
+		if noticeR != nil {
+			noticeR.Close()
+		}
 		return nil, none, guest.ErrorStart, fmt.Errorf("starting %s: %w", argv[0], err)
 	}
 	e.pid = pid
 	a.reaper.setStray(func(_ syscall.WaitStatus, ru *syscall.Rusage) { e.account(ru) })
-	return e, execFiles{stdout: outR, stderr: errR}, "", nil
+	return e, execFiles{stdout: outR, stderr: errR, notice: noticeR}, "", nil
 }
 
 // newPipes makes n pipes, each [read end, write end], close-on-exec.
@@ -204,29 +242,40 @@ func (e *execution) account(ru *syscall.Rusage) {
 	e.mu.Unlock()
 }
 
-// run waits for the program's end, kills what it left (or what a cancel
-// left), drains its output and reports its exit.
+// run waits for the program's end (or its exit notice), kills what it
+// left (or what a cancel left), drains its output and reports its exit.
 func (e *execution) run(pumps []*pump) {
-	ws := <-e.status
 	a := e.a
+	var ws syscall.WaitStatus
+	notice := -1
+	select {
+	case ws = <-e.status:
+	case notice = <-e.notice:
+		if a.stopAll(noticeStopTime) {
+			e.reportStopped(pumps, notice)
+			return
+		}
+	}
 	a.sweep(true, sweepTime)
 	a.reaper.setStray(nil)
 	close(e.ended)
 	e.stdin.Close()
+	if e.noticeFile != nil {
+		// A process of a kernel could hold the write end (see drainGrace).
+		e.noticeFile.Close()
+	}
 	drain(pumps, drainGrace)
 
 	e.mu.Lock()
 	u := e.usage
 	e.mu.Unlock()
-	rep := guest.ExitReport{
-		CPUUserUs:   u.utime.Microseconds(),
-		CPUSysUs:    u.stime.Microseconds(),
-		MaxRSSBytes: u.maxRSS * 1024,
-		Cancelled:   e.cancelled.Load(),
-	}
-	if ws.Signaled() {
+	rep := u.report(e.cancelled.Load())
+	switch {
+	case notice >= 0:
+		rep.ExitCode = notice
+	case ws.Signaled():
 		rep.ExitCode, rep.Signal = -1, int(ws.Signal())
-	} else {
+	default:
 		// Without WUNTRACED the only other status is a normal exit.
 		rep.ExitCode = ws.ExitStatus()
 	}
@@ -234,6 +283,75 @@ func (e *execution) run(pumps []*pump) {
 	a.exec = nil
 	a.mu.Unlock()
 	a.sendJSON(guest.FrameExit, e.id, rep)
+}
+
+// reportStopped reports an exit given notice of, once stopAll stopped
+// every process: what their pipes hold is all the output there will be.
+// Their usage is the program's figures in /proc (it is not reaped yet)
+// and the strays' reaped so far. They are killed and reaped after the
+// report, and no exec or kernel starts until they are.
+func (e *execution) reportStopped(pumps []*pump, status int) {
+	a := e.a
+	flushPumps(pumps, drainGrace)
+	drain(pumps, 0)
+	close(e.ended)
+	e.stdin.Close()
+	e.mu.Lock()
+	u := e.usage
+	e.mu.Unlock()
+	u.addProc(e.pid)
+	rep := u.report(e.cancelled.Load())
+	rep.ExitCode = status
+	done := make(chan struct{})
+	a.mu.Lock()
+	a.exec = nil
+	a.sweeping = done
+	a.mu.Unlock()
+	a.sendJSON(guest.FrameExit, e.id, rep)
+
+	a.sweep(true, sweepTime)
+	a.reaper.setStray(nil)
+	a.mu.Lock()
+	a.sweeping = nil
+	a.mu.Unlock()
+	close(done)
+}
+
+// readNotice reads the program's exit notice from f (see
+// guest.ExecRequest.ExitNotice) and passes its status to run. A notice
+// that is not a decimal status of 0-255 and a newline is ignored: the
+// exec then ends when its program does.
+func (e *execution) readNotice(f *os.File) {
+	defer f.Close()
+	var buf [4]byte
+	n := 0
+	for n < len(buf) {
+		m, err := f.Read(buf[n:])
+		n += m
+		if status, ok := parseNotice(buf[:n]); ok {
+			e.notice <- status
+			return
+		}
+		if err != nil || bytes.IndexByte(buf[:n], '\n') >= 0 {
+			return
+		}
+	}
+}
+
+// parseNotice parses an exit notice: one to three decimal digits, a status
+// of at most 255, and a newline.
+func parseNotice(b []byte) (int, bool) {
+	if len(b) < 2 || len(b) > 4 || b[len(b)-1] != '\n' {
+		return 0, false
+	}
+	status := 0
+	for _, c := range b[:len(b)-1] {
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		status = status*10 + int(c-'0')
+	}
+	return status, status <= 255
 }
 
 // forwarder returns the pump callback that sends the exec's output as

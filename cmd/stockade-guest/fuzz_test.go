@@ -11,6 +11,7 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/json"
+	"strconv"
 	"testing"
 
 	"github.com/stockade-sh/stockade/guest"
@@ -128,6 +129,49 @@ func FuzzKernelWire(f *testing.F) {
 					t.Fatalf("a valid result %s does not decode again", b)
 				}
 			}
+		}
+	})
+}
+
+func TestParseNotice(t *testing.T) {
+	for _, c := range []struct {
+		in   string
+		want int
+		ok   bool
+	}{
+		{"0\n", 0, true},
+		{"7\n", 7, true},
+		{"255\n", 255, true},
+		{"007\n", 7, true},
+		{"256\n", 0, false},
+		{"\n", 0, false},
+		{"7", 0, false},
+		{"-1\n", 0, false},
+		{" 7\n", 0, false},
+		{"7\n\n", 0, false},
+		{"1000\n", 0, false},
+	} {
+		got, ok := parseNotice([]byte(c.in))
+		if ok != c.ok || (ok && got != c.want) {
+			t.Errorf("parseNotice(%q) = %d, %v; want %d, %v", c.in, got, ok, c.want, c.ok)
+		}
+	}
+}
+
+// FuzzParseNotice feeds parseNotice what a program may write on its notice
+// descriptor: it accepts exactly one to three digits and a newline, of a
+// status up to 255, and gives that status.
+func FuzzParseNotice(f *testing.F) {
+	for _, s := range []string{"0\n", "255\n", "256\n", "x\n", "", "7"} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		got, ok := parseNotice(b)
+		digits, nl := bytes.CutSuffix(b, []byte("\n"))
+		n, err := strconv.Atoi(string(digits))
+		want := nl && len(digits) >= 1 && len(digits) <= 3 && err == nil && digits[0] != '-' && digits[0] != '+' && n <= 255
+		if ok != want || (ok && got != n) {
+			t.Errorf("parseNotice(%q) = %d, %v; want %v (%d)", b, got, ok, want, n)
 		}
 	})
 }

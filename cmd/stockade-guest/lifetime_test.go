@@ -48,6 +48,7 @@ func runChecks(t *testing.T, newEnv newEnv) {
 		{"SeveralExecs", checkSeveralExecs},
 		{"CancelThenNext", checkCancelThenNext},
 		{"Signal", checkSignal},
+		{"ExitNotice", checkExitNotice},
 		{"DaemonDiesKernelStays", checkDaemonDiesKernelStays},
 		{"OrphansReaped", checkOrphansReaped},
 		{"OutputCap", checkOutputCap},
@@ -75,14 +76,19 @@ func (e *env) ctx(t *testing.T) context.Context {
 // start starts script with /bin/sh from a file in e.dir.
 func (e *env) start(t *testing.T, script string, opts guest.ExecOptions) *guest.Exec {
 	t.Helper()
+	return e.startWith(t, guest.ExecRequest{}, script, opts)
+}
+
+// startWith starts script as start does, with the options of req.
+func (e *env) startWith(t *testing.T, req guest.ExecRequest, script string, opts guest.ExecOptions) *guest.Exec {
+	t.Helper()
 	if opts.OutputCap == 0 {
 		opts.OutputCap = 1 << 20
 	}
-	ex, err := e.c.Exec(e.ctx(t), guest.ExecRequest{
-		File:      &guest.FileSpec{Path: e.dir + "/main.sh", Data: []byte(script)},
-		Argv:      []string{"/bin/sh", "{file}"},
-		OutputCap: opts.OutputCap + 1,
-	}, opts)
+	req.File = &guest.FileSpec{Path: e.dir + "/main.sh", Data: []byte(script)}
+	req.Argv = []string{"/bin/sh", "{file}"}
+	req.OutputCap = opts.OutputCap + 1
+	ex, err := e.c.Exec(e.ctx(t), req, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -181,6 +187,43 @@ func checkSignal(t *testing.T, e *env) {
 	}
 	if res.Exit.ExitCode != 7 || !strings.Contains(string(res.Stdout), "got TERM") || res.Exit.Cancelled {
 		t.Errorf("got %+v and %q, want exit 7 from the trap", res.Exit, res.Stdout)
+	}
+}
+
+// checkExitNotice runs programs that give notice of their end on
+// descriptor 3 (guest.ExecRequest.ExitNotice). One that gives notice and
+// stops itself is reported with the notice's status and its whole output;
+// a notice that is not a status is ignored; without ExitNotice there is no
+// descriptor 3. (That nothing runs after the report is checked on every
+// tier by the conformance suite's Execs/ExitNotice.)
+func checkExitNotice(t *testing.T, e *env) {
+	for _, c := range []struct {
+		name, script   string
+		notice         bool
+		code           int
+		stdout, stderr string
+	}{
+		{"StopsItself", "echo out; echo err >&2; echo 7 >&3; kill -STOP $$; echo not reached", true, 7, "out\n", "err\n"},
+		{"Zero", "echo 0 >&3; kill -STOP $$; exit 9", true, 0, "", ""},
+		{"NotAStatus", "echo x >&3; exit 3", true, 3, "", ""},
+		{"Above255", "echo 256 >&3; exit 4", true, 4, "", ""},
+		{"ExitsAfter", "echo 5 >&3; exit 5", true, 5, "", ""},
+		{"NotAsked", "{ echo 7 >&3; } 2>/dev/null || echo no descriptor 3", false, 0, "no descriptor 3\n", ""},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			res, err := e.startWith(t, guest.ExecRequest{ExitNotice: c.notice}, c.script, guest.ExecOptions{}).Wait(e.ctx(t))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res.Exit.ExitCode != c.code || res.Exit.Signal != 0 || string(res.Stdout) != c.stdout || string(res.Stderr) != c.stderr {
+				t.Errorf("got exit %d signal %d, stdout %q, stderr %q; want exit %d, %q, %q",
+					res.Exit.ExitCode, res.Exit.Signal, res.Stdout, res.Stderr, c.code, c.stdout, c.stderr)
+			}
+			// The exec's processes are gone before the next exec runs.
+			if got := e.sh(t, "echo next"); got != "next\n" {
+				t.Errorf("next exec: got %q", got)
+			}
+		})
 	}
 }
 

@@ -78,7 +78,7 @@ func main() {
 }
 
 // features are the optional abilities this guest announces in its hello.
-var features = []string{"exec", "files", "kernels"}
+var features = []string{"exec", "files", "kernels", guest.FeatureExitNotice}
 
 const prSetChildSubreaper = 36 // PR_SET_CHILD_SUBREAPER
 

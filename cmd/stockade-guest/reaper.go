@@ -7,6 +7,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/stockade-sh/stockade/guest"
 )
 
 // The guest is the only reaper of the sandbox. As PID 1 it inherits every
@@ -176,6 +178,69 @@ func (a *agent) sweep(keepKernels bool, within time.Duration) {
 	}
 }
 
+// stopAll stops every process of the sandbox but the guest, as PID 1
+// through kill(-1, SIGSTOP), and waits until /proc shows each of them
+// stopped or dead, at most within. It holds a.mu, so that no program or
+// kernel starts meanwhile, and stops nothing where a kernel runs (its
+// processes must go on) or the guest is not PID 1 (kill(-1) would reach
+// beyond the sandbox). It returns whether every process is stopped; a
+// process stopped stays so until it is killed or continued, which only
+// the guest then does.
+func (a *agent) stopAll(within time.Duration) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	r := &a.reaper
+	r.mu.Lock()
+	kernels := len(r.kernels)
+	r.mu.Unlock()
+	if !a.init || kernels > 0 || !procIsOurs() {
+		return false
+	}
+	deadline := time.Now().Add(within)
+	for {
+		// Again each round: a process forked as the last round's signal
+		// went out missed it.
+		syscall.Kill(-1, syscall.SIGSTOP)
+		if allStopped(a.self) {
+			return true
+		}
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(100 * time.Microsecond)
+	}
+}
+
+// allStopped says whether /proc shows every process but self stopped, a
+// zombie or gone.
+func allStopped(self int) bool {
+	d, err := os.Open("/proc")
+	if err != nil {
+		return false
+	}
+	defer d.Close()
+	names, err := d.Readdirnames(-1)
+	if err != nil {
+		return false
+	}
+	for _, n := range names {
+		if n[0] < '0' || n[0] > '9' || n == strconv.Itoa(self) {
+			continue
+		}
+		b, err := os.ReadFile("/proc/" + n + "/stat")
+		if err != nil {
+			continue // gone
+		}
+		switch f := statFields(b); {
+		case len(f) < 1 || len(f[0]) != 1:
+			return false
+		case !bytes.ContainsAny(f[0], "TtZX"):
+			return false
+		}
+	}
+	return true
+}
+
 type child struct {
 	pid    int
 	zombie bool
@@ -226,16 +291,23 @@ func procStat(pid string) (ppid int, state byte, ok bool) {
 	if err != nil {
 		return 0, 0, false
 	}
-	i := bytes.LastIndexByte(b, ')')
-	if i < 0 || i+2 >= len(b) {
-		return 0, 0, false
-	}
-	f := bytes.Fields(b[i+2:])
+	f := statFields(b)
 	if len(f) < 2 || len(f[0]) != 1 {
 		return 0, 0, false
 	}
 	ppid, err = strconv.Atoi(string(f[1]))
 	return ppid, f[0][0], err == nil
+}
+
+// statFields splits /proc/<pid>/stat after the command name, which may
+// contain any byte but ends with the last ')': its state first, then its
+// parent pid, and so on (proc(5) field 3 onwards).
+func statFields(b []byte) [][]byte {
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 || i+2 >= len(b) {
+		return nil
+	}
+	return bytes.Fields(b[i+2:])
 }
 
 // usage accumulates the resource usage of the processes reaped for one
@@ -250,6 +322,65 @@ func (u *usage) add(ru *syscall.Rusage) {
 	u.utime += timeval(ru.Utime)
 	u.stime += timeval(ru.Stime)
 	u.maxRSS = max(u.maxRSS, ru.Maxrss)
+}
+
+// clockTick is USER_HZ, the unit of /proc/<pid>/stat's times: 100 on every
+// Linux ABI the guest is built for, and under gVisor.
+const clockTick = 10 * time.Millisecond
+
+// addProc adds the usage of a live (stopped) process from /proc, where
+// getrusage's figures are not to be had before it is reaped: its own and
+// its waited-for children's times (proc(5) fields 14-17, in clock ticks)
+// and its peak resident set (VmHWM; the current one, VmRSS, where /proc
+// has no peak, as under gVisor).
+func (u *usage) addProc(pid int) {
+	p := "/proc/" + strconv.Itoa(pid)
+	if b, err := os.ReadFile(p + "/stat"); err == nil {
+		if f := statFields(b); len(f) >= 15 {
+			var ticks [4]time.Duration
+			for i := range ticks {
+				n, _ := strconv.ParseInt(string(f[11+i]), 10, 64)
+				ticks[i] = time.Duration(max(n, 0)) * clockTick
+			}
+			u.utime += ticks[0] + ticks[2]
+			u.stime += ticks[1] + ticks[3]
+		}
+	}
+	b, err := os.ReadFile(p + "/status")
+	if err != nil {
+		return
+	}
+	var hwm, rss int64
+	for line := range bytes.Lines(b) {
+		k, v, ok := bytes.Cut(line, []byte(":"))
+		if !ok {
+			continue
+		}
+		kb, err := strconv.ParseInt(string(bytes.TrimSuffix(bytes.TrimSpace(v), []byte(" kB"))), 10, 64)
+		if err != nil {
+			continue
+		}
+		switch string(k) {
+		case "VmHWM":
+			hwm = kb
+		case "VmRSS":
+			rss = kb
+		}
+	}
+	if hwm == 0 {
+		hwm = rss
+	}
+	u.maxRSS = max(u.maxRSS, hwm)
+}
+
+// report is the ExitReport of u, without the exit status.
+func (u usage) report(cancelled bool) guest.ExitReport {
+	return guest.ExitReport{
+		CPUUserUs:   u.utime.Microseconds(),
+		CPUSysUs:    u.stime.Microseconds(),
+		MaxRSSBytes: u.maxRSS * 1024,
+		Cancelled:   cancelled,
+	}
 }
 
 func timeval(tv syscall.Timeval) time.Duration {

@@ -292,6 +292,7 @@ func (g *Guest) Start(ctx context.Context, req sandbox.ExecRequest) (sandbox.Exe
 		Env:         req.Env,
 		Stdin:       req.Stdin,
 		StdinStream: req.StdinStream,
+		ExitNotice:  req.ExitNotice,
 		OutputCap:   g.Limits.OutputCap + 1, // see guest.ExecRequest.OutputCap
 	}, guest.ExecOptions{OutputCap: g.Limits.OutputCap, OnOutput: onOutput})
 	if err != nil {

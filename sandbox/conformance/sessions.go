@@ -82,7 +82,9 @@ func await(t *testing.T, lines <-chan string) string {
 
 // execs checks the Exec handle on a sandbox that serves several: Cancel
 // ends one program and the next one runs, a second Start while one runs is
-// refused, Signal reaches the program, and streamed stdin reaches it whole.
+// refused, Signal reaches the program, an exit notice is reported before
+// the program's processes are reaped but after they stopped, and streamed
+// stdin reaches it whole.
 func (s *suite) execs(t *testing.T) {
 	if !s.caps.Sessions {
 		t.Logf("driver %s does not report sessions: one Exec per sandbox", s.h.Driver.Name())
@@ -139,6 +141,37 @@ func (s *suite) execs(t *testing.T) {
 		if res.ExitCode != 7 || !strings.Contains(string(res.Stdout), "got TERM") {
 			t.Errorf("got exit %d and %q, want exit 7 from the trap", res.ExitCode, res.Stdout)
 		}
+	})
+
+	t.Run("ExitNotice", func(t *testing.T) {
+		// A child counts as fast as it can, each count to a file and then
+		// to stdout (ignoring SIGPIPE, so that the end of its stdout does
+		// not end it), while the program gives notice of its end and stops
+		// itself. The guest reports before it reaps them: had the child
+		// run on after its last output, the file would be ahead of it.
+		req := sh(`(trap '' PIPE; i=0; while :; do i=$((i+1)); echo $i >>/tmp/notice-count; echo $i; done) &
+sleep 0.1; echo 7 >&3; kill -STOP $$; echo not reached`)
+		req.ExitNotice = true
+		res, err := sandbox.Run(ctx, b.sb, req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := strings.Fields(string(res.Stdout))
+		if res.ExitCode != 7 || res.StdoutTruncated || len(out) == 0 || out[len(out)-1] == "reached" {
+			t.Fatalf("got %s exit %d, %d lines (truncated %v), want exit 7 and the child's counts", res.Status, res.ExitCode, len(out), res.StdoutTruncated)
+		}
+		last, err := strconv.Atoi(out[len(out)-1])
+		if err != nil {
+			t.Fatalf("last line %q is not a count", out[len(out)-1])
+		}
+		after, err := strconv.Atoi(strings.TrimSpace(b.sh(t, "tail -n 1 /tmp/notice-count")))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if after > last+1 {
+			t.Errorf("the child counted to %d, its output to the report ends at %d: it ran after the report", after, last)
+		}
+		t.Logf("counted to %d before the report", last)
 	})
 
 	t.Run("StreamedStdin", func(t *testing.T) {
