@@ -46,12 +46,12 @@ type Runner interface {
 	// (see engine.LiveSession).
 	CheckSession(engine.SessionSpec) (tools.Tool, sandbox.Driver, image.Runtime, error)
 	OpenSession(context.Context, engine.SessionSpec) (*engine.LiveSession, error)
-	ReattachSessions(ctx context.Context, match map[string]string, runtimeOf func(sandboxID string) (string, bool)) ([]*engine.LiveSession, error)
+	ReattachSessions(ctx context.Context, match map[string]string, specOf func(sandboxID string) (engine.SessionSpec, bool)) ([]*engine.LiveSession, error)
 	// CanPause, PauseSession and ResumeSession pause sessions to
 	// checkpoints and resume them (see engine/pause.go).
 	CanPause(driver string) error
 	PauseSession(ctx context.Context, s *engine.LiveSession, dir string) (int64, error)
-	ResumeSession(ctx context.Context, driver, runtime, dir string, labels map[string]string) (*engine.LiveSession, error)
+	ResumeSession(ctx context.Context, spec engine.SessionSpec, dir string) (*engine.LiveSession, error)
 }
 
 var _ Runner = (*engine.Engine)(nil)

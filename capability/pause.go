@@ -192,7 +192,7 @@ func (s *Service) resumeLocked(ctx context.Context, ss store.Session, by Princip
 	}
 	dir := s.checkpointDir(ss.ID)
 	labels := map[string]string{engine.LabelOwner: s.opts.Owner, engine.LabelSession: ss.ID}
-	live, err := s.runner.ResumeSession(ctx, ss.Driver, ss.Runtime, dir, labels)
+	live, err := s.runner.ResumeSession(ctx, engine.SessionSpec{Driver: ss.Driver, Runtime: ss.Runtime, Tool: ss.Tool, Labels: labels}, dir)
 	if err != nil {
 		// Only a checkpoint refused (not proven the daemon's: invalid),
 		// gone, or restored without its kernel ends the session; any other

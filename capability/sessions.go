@@ -855,9 +855,9 @@ func (s *Service) adoptSessions(ctx context.Context) error {
 	for _, ss := range active {
 		bySandbox[ss.SandboxID] = ss
 	}
-	lives, err := s.runner.ReattachSessions(ctx, map[string]string{engine.LabelOwner: s.opts.Owner}, func(id string) (string, bool) {
+	lives, err := s.runner.ReattachSessions(ctx, map[string]string{engine.LabelOwner: s.opts.Owner}, func(id string) (engine.SessionSpec, bool) {
 		ss, ok := bySandbox[id]
-		return ss.Runtime, ok
+		return engine.SessionSpec{Runtime: ss.Runtime, Tool: ss.Tool}, ok
 	})
 	if err != nil {
 		s.log.Warn("re-attaching session sandboxes", "err", err)

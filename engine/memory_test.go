@@ -11,6 +11,7 @@ import (
 	"github.com/stockade-sh/stockade/image"
 	"github.com/stockade-sh/stockade/internal/testenv"
 	"github.com/stockade-sh/stockade/sandbox"
+	"github.com/stockade-sh/stockade/tools"
 )
 
 // TestSessionMemoryBudget checks that sessions count in the memory
@@ -64,17 +65,67 @@ func TestSessionMemoryBudget(t *testing.T) {
 	if err != nil {
 		t.Fatalf("a session once the other is paused: %v", err)
 	}
-	_, err = e.ResumeSession(ctx, "gvisor", "shell", dir, nil)
+	_, err = e.ResumeSession(ctx, SessionSpec{Driver: "gvisor", Runtime: "shell"}, dir)
 	full("a resume", err)
 	if err := second.Close(ctx); err != nil {
 		t.Fatal(err)
 	}
-	resumed, err := e.ResumeSession(ctx, "gvisor", "shell", dir, nil)
+	resumed, err := e.ResumeSession(ctx, SessionSpec{Driver: "gvisor", Runtime: "shell"}, dir)
 	if err != nil {
 		t.Fatalf("a resume once the other session is closed: %v", err)
 	}
 	defer resumed.Close(context.Background())
 	if err := e.Room(Request{Runtime: "shell", Code: []byte("true")}); err == nil {
 		t.Error("Room with the resumed session live: got room, want none")
+	}
+}
+
+// TestResumedSessionCountsItsTool checks that a resumed session counts in
+// the memory budget at its own tool's memory limit, as its opening did,
+// not at the default tool's: with a budget of 1.25 GiB, a session of a
+// 1 GiB tool leaves no room for a 512 MiB one-shot, before its pause and
+// after its resume.
+func TestResumedSessionCountsItsTool(t *testing.T) {
+	testenv.RequiresRoot(t)
+	testenv.RequiresBinary(t, "runsc")
+	d, err := gvisor.New(gvisor.Config{StateDir: t.TempDir(), GuestPath: testenv.Guest(t), Shim: testenv.Shim(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const big = 1 << 30
+	e, err := New(map[string]sandbox.Driver{"gvisor": d}, "gvisor", image.Open(testenv.DataDir()), sandbox.DefaultLimits(), sandbox.DefaultCeiling(),
+		WithTestKernel(), WithMemoryBudget(big+big/4), withToolsFile(t, `
+tools:
+  - name: big
+    input_trust: trusted
+    tier: gvisor
+    limits: {memory: 1GiB}
+`, tools.Options{Drivers: DriverCapabilities()}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := t.Context()
+	oneShot := Request{Runtime: "shell", Code: []byte("true")}
+	s, err := e.OpenSession(ctx, SessionSpec{Runtime: "shell", Tool: "big", Workspace: 8 << 20, Labels: map[string]string{LabelOwner: "engine-test"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Room(oneShot); !errdefs.IsResourceExhausted(err) {
+		t.Fatalf("Room beside the open session: got %v, want ErrResourceExhausted", err)
+	}
+	dir := filepath.Join(t.TempDir(), "checkpoint")
+	if _, err := e.PauseSession(ctx, s, dir); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Room(oneShot); err != nil {
+		t.Fatalf("Room with the session paused: %v", err)
+	}
+	resumed, err := e.ResumeSession(ctx, SessionSpec{Driver: "gvisor", Runtime: "shell", Tool: "big"}, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resumed.Close(context.Background())
+	if err := e.Room(oneShot); !errdefs.IsResourceExhausted(err) {
+		t.Errorf("Room beside the resumed session: got %v, want ErrResourceExhausted (it counts its tool's 1 GiB)", err)
 	}
 }

@@ -71,27 +71,28 @@ func (e *Engine) PauseSession(ctx context.Context, s *LiveSession, dir string) (
 	return n, nil
 }
 
-// ResumeSession starts a session of runtime on driver again from the
-// checkpoint PauseSession saved in dir, in a new detached sandbox with
-// the saved labels and then labels, and adopts the kernel it had. A
+// ResumeSession starts the session spec (its Driver, Runtime and Tool, as
+// recorded) again from the checkpoint PauseSession saved in dir, in a new
+// detached sandbox with the saved labels and then spec.Labels, and adopts
+// the kernel it had; it counts in the memory budget at its tool's limit. A
 // checkpoint the driver cannot prove its own is refused
 // (sandbox.Snapshotter.Restore) and nothing is started; so is one whose
 // kernel did not come back, since its state would be lost. dir stays:
 // the caller removes it once the resume is recorded. The caller must
 // Close what it returns or keep it.
-func (e *Engine) ResumeSession(ctx context.Context, driver, runtime, dir string, labels map[string]string) (_ *LiveSession, err error) {
-	snap, err := e.snapshotter(driver)
+func (e *Engine) ResumeSession(ctx context.Context, spec SessionSpec, dir string) (_ *LiveSession, err error) {
+	snap, err := e.snapshotter(spec.Driver)
 	if err != nil {
 		return nil, err
 	}
-	release, err := e.mem.reserve(e.sessionMemory(runtime))
+	release, err := e.mem.reserve(e.sessionMemory(spec))
 	if err != nil {
 		return nil, err
 	}
-	sb, err := snap.Restore(ctx, dir, labels)
+	sb, err := snap.Restore(ctx, dir, spec.Labels)
 	if err != nil {
 		release()
-		return nil, fmt.Errorf("resuming a %s session: %w", driver, err)
+		return nil, fmt.Errorf("resuming a %s session: %w", spec.Driver, err)
 	}
 	defer func() {
 		if err != nil {
@@ -99,7 +100,7 @@ func (e *Engine) ResumeSession(ctx context.Context, driver, runtime, dir string,
 			release()
 		}
 	}()
-	s, err := e.liveOf(sb, driver, runtime)
+	s, err := e.liveOf(sb, spec.Driver, spec.Runtime)
 	if err != nil {
 		return nil, err
 	}

@@ -272,8 +272,8 @@ func TestPoolSessionReattach(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			got, err := restarted.ReattachSessions(t.Context(), map[string]string{LabelOwner: poolOwner}, func(id string) (string, bool) {
-				return "python", id == s.SandboxID()
+			got, err := restarted.ReattachSessions(t.Context(), map[string]string{LabelOwner: poolOwner}, func(id string) (SessionSpec, bool) {
+				return SessionSpec{Runtime: "python"}, id == s.SandboxID()
 			})
 			if err != nil || len(got) != 1 || got[0].SandboxID() != s.SandboxID() {
 				t.Fatalf("ReattachSessions: got %d sessions, %v; want the pooled one, %s", len(got), err, s.SandboxID())

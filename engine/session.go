@@ -194,10 +194,10 @@ func newLiveSession(sb sandbox.Sandbox, driver string, rt image.Runtime, limits 
 // can re-attach, whose labels contain match (the daemon's owner label),
 // each with its kernel (a kernel that died meanwhile is started again,
 // empty); the drivers destroy the sandboxes they cannot prove their own.
-// runtimeOf names each sandbox's runtime (by its ID), from the session's
-// record; a sandbox it does not know is destroyed. The caller must Close
-// what it returns or keep it.
-func (e *Engine) ReattachSessions(ctx context.Context, match map[string]string, runtimeOf func(sandboxID string) (string, bool)) ([]*LiveSession, error) {
+// specOf gives each sandbox's session (by the sandbox's ID) from its
+// record: its runtime and tool (Runtime, Tool); a sandbox it does not know
+// is destroyed. The caller must Close what it returns or keep it.
+func (e *Engine) ReattachSessions(ctx context.Context, match map[string]string, specOf func(sandboxID string) (SessionSpec, bool)) ([]*LiveSession, error) {
 	var (
 		out  []*LiveSession
 		errs []error
@@ -213,7 +213,7 @@ func (e *Engine) ReattachSessions(ctx context.Context, match map[string]string, 
 			continue
 		}
 		for _, sb := range sbs {
-			s, err := e.adopt(ctx, sb, name, runtimeOf)
+			s, err := e.adopt(ctx, sb, name, specOf)
 			if err != nil {
 				e.log.Warn("destroying a session sandbox that cannot be served again", "driver", name, "sandbox", sb.ID(), "err", err)
 				_ = sb.Destroy(context.WithoutCancel(ctx))
@@ -225,12 +225,12 @@ func (e *Engine) ReattachSessions(ctx context.Context, match map[string]string, 
 	return out, errors.Join(errs...)
 }
 
-func (e *Engine) adopt(ctx context.Context, sb sandbox.Sandbox, driver string, runtimeOf func(string) (string, bool)) (*LiveSession, error) {
-	name, ok := runtimeOf(sb.ID())
+func (e *Engine) adopt(ctx context.Context, sb sandbox.Sandbox, driver string, specOf func(string) (SessionSpec, bool)) (*LiveSession, error) {
+	spec, ok := specOf(sb.ID())
 	if !ok {
 		return nil, errors.New("no active session has it")
 	}
-	s, err := e.liveOf(sb, driver, name)
+	s, err := e.liveOf(sb, driver, spec.Runtime)
 	if err != nil {
 		return nil, err
 	}
@@ -241,15 +241,16 @@ func (e *Engine) adopt(ctx context.Context, sb sandbox.Sandbox, driver string, r
 	if err != nil {
 		return nil, err
 	}
-	s.mem = e.mem.hold(e.sessionMemory(name))
+	s.mem = e.mem.hold(e.sessionMemory(spec))
 	return s, nil
 }
 
-// sessionMemory is the memory limit a session of runtime counts in the
-// budget when it is served again (re-attached, resumed): its tool's is
-// not recorded with the sandbox, so the runtime's default tool's.
-func (e *Engine) sessionMemory(runtime string) int64 {
-	tool, _, _, err := e.resolve(Request{Runtime: runtime})
+// sessionMemory is the memory limit a session counts in the budget when
+// it is served again (re-attached, resumed): its tool's for its runtime,
+// as OpenSession counted it (a session has no limits of its own beyond
+// its tool's), or the defaults' for a tool no longer configured.
+func (e *Engine) sessionMemory(spec SessionSpec) int64 {
+	tool, _, _, err := e.resolve(Request{Runtime: spec.Runtime, Tool: spec.Tool, Driver: spec.Driver})
 	if err != nil {
 		return e.defaults.Memory
 	}

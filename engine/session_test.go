@@ -249,9 +249,9 @@ func TestSessionReattach(t *testing.T) {
 			stray := openTestSession(t, e, name, nil)
 			cell(t, s, "set y kept", 0)
 			known := map[string]string{s.SandboxID(): "shell"}
-			got, err := e.ReattachSessions(ctx, map[string]string{LabelOwner: "engine-test"}, func(id string) (string, bool) {
+			got, err := e.ReattachSessions(ctx, map[string]string{LabelOwner: "engine-test"}, func(id string) (SessionSpec, bool) {
 				rt, ok := known[id]
-				return rt, ok
+				return SessionSpec{Runtime: rt}, ok
 			})
 			if err != nil || len(got) != 1 || got[0].SandboxID() != s.SandboxID() {
 				t.Fatalf("ReattachSessions: got %d sessions, %v; want the one of %s", len(got), err, s.SandboxID())
