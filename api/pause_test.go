@@ -226,6 +226,29 @@ func TestSessionPauseLifetimes(t *testing.T) {
 	}
 }
 
+// TestSessionIdlePauseFails checks that a session whose pause after idle
+// fails (here its checkpoint directory cannot be made) ends once its idle
+// timeout has passed too, as it would without pause_after_idle, rather
+// than keeping its sandbox to its TTL.
+func TestSessionIdlePauseFails(t *testing.T) {
+	e, _ := gvisorSessions(t, func(o *capability.ServiceOptions) {
+		o.Sessions.PauseAfterIdle = time.Second
+		o.Sessions.CheckpointDir = "/proc/stockade-test/checkpoints"
+	})
+	ss := e.openSession(e.agent, capability.CreateSessionRequest{Runtime: "python", IdleTimeoutMS: 2000})
+	e.cell(e.agent, ss.ID, "set k idle")
+	deadline := time.Now().Add(30 * time.Second)
+	for e.session(ss.ID).State != "ended" {
+		if time.Now().After(deadline) {
+			t.Fatalf("after 30 s: the session is %+v, want ended idle", e.session(ss.ID))
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if v := e.session(ss.ID); v.EndReason != "idle_timeout" || v.EndedAt == nil || v.EndedAt.Before(ss.CreatedAt.Add(2*time.Second)) {
+		t.Errorf("got %+v, want ended idle after its idle timeout", v)
+	}
+}
+
 // TestSessionPauseRunc checks that a runc session cannot pause: 409 with
 // the driver's reason, and the session serves on.
 func TestSessionPauseRunc(t *testing.T) {

@@ -909,10 +909,16 @@ func (s *Service) sweepSessions(ctx context.Context) {
 		case ss.State == store.SessionPaused || live != nil && live.running():
 			continue
 		case s.pausesWhenIdle(ss):
-			if !now.Before(ss.LastActiveAt.Add(s.opts.Sessions.PauseAfterIdle)) {
-				s.sweepPause(ctx, ss)
+			if now.Before(ss.LastActiveAt.Add(s.opts.Sessions.PauseAfterIdle)) {
+				continue
 			}
-			continue
+			if err := s.sweepPause(ctx, ss); err == nil || now.Before(ss.IdleExpiresAt()) {
+				continue
+			}
+			// A pause that keeps failing must not keep the sandbox until
+			// the TTL: past its idle timeout too, the session ends as it
+			// would without pause_after_idle.
+			reason = store.EndIdle
 		case !now.Before(ss.IdleExpiresAt()):
 			reason = store.EndIdle
 		default:
@@ -931,20 +937,22 @@ func (s *Service) pausesWhenIdle(ss store.Session) bool {
 }
 
 // sweepPause pauses ss, idle for PauseAfterIdle, as the system, unless a
-// cell came meanwhile.
-func (s *Service) sweepPause(ctx context.Context, ss store.Session) {
+// cell came meanwhile. It returns why the pause failed; nil also when the
+// session was busy, changed or gone.
+func (s *Service) sweepPause(ctx context.Context, ss store.Session) error {
 	unlock := s.trans.lock(ss.ID, true)
 	defer unlock()
 	cur, err := s.st.GetSession(ctx, ss.WorkspaceID, ss.ID)
 	if err != nil || cur.State != store.SessionActive || !cur.LastActiveAt.Equal(ss.LastActiveAt) {
-		return
+		return nil
 	}
-	if _, err := s.pauseLocked(ctx, cur, Principal{}); err != nil && ctx.Err() == nil {
-		var busy *SessionBusyError
-		if !errors.As(err, &busy) {
-			s.log.Error("pausing an idle session", "session", ss.ID, "err", err)
-		}
+	_, err = s.pauseLocked(ctx, cur, Principal{})
+	var busy *SessionBusyError
+	if err == nil || ctx.Err() != nil || errors.As(err, &busy) {
+		return nil
 	}
+	s.log.Error("pausing an idle session", "session", ss.ID, "err", err)
+	return err
 }
 
 // dispatchApproved runs execution e, just approved, for timeout: a cell in
