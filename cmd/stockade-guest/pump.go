@@ -114,10 +114,11 @@ func (p *pump) readAvailable(buf []byte) bool {
 }
 
 // flushPumps waits until the pumps forwarded what their pipes hold, at
-// most within.
+// most within. The pumps flush at the same time.
 func flushPumps(pumps []*pump, within time.Duration) {
 	timeout := time.After(within)
-	for _, p := range pumps {
+	acks := make([]chan struct{}, len(pumps))
+	for i, p := range pumps {
 		ack := make(chan struct{})
 		select {
 		case p.flushes <- ack:
@@ -126,8 +127,14 @@ func flushPumps(pumps []*pump, within time.Duration) {
 		}
 		// The request is queued before the deadline is set: see flush.
 		p.f.SetReadDeadline(time.Unix(1, 0))
+		acks[i] = ack
+	}
+	for i, p := range pumps {
+		if acks[i] == nil {
+			continue
+		}
 		select {
-		case <-ack:
+		case <-acks[i]:
 		case <-p.done:
 		case <-timeout:
 			return

@@ -197,44 +197,46 @@ func (a *agent) stopAll(within time.Duration) bool {
 		return false
 	}
 	deadline := time.Now().Add(within)
-	for {
-		// Again each round: a process forked as the last round's signal
-		// went out missed it.
-		syscall.Kill(-1, syscall.SIGSTOP)
-		if allStopped(a.self) {
-			return true
-		}
+	// A program that gave notice has usually stopped itself already: look
+	// first. Then signal again each round: a process forked as the last
+	// round's signal went out missed it.
+	for round := 0; !allStopped(a.self); round++ {
 		if time.Now().After(deadline) {
 			return false
 		}
-		time.Sleep(100 * time.Microsecond)
+		syscall.Kill(-1, syscall.SIGSTOP)
+		// A signalled process stops as soon as it runs, unless it is in
+		// an uninterruptible sleep: give it the CPU for a moment, in this
+		// thread (a time.Sleep of microseconds can wake a millisecond
+		// late: the runtime's poller sleeps in whole milliseconds), then
+		// less often.
+		if round < 20 {
+			ts := syscall.Timespec{Nsec: 20_000}
+			syscall.Nanosleep(&ts, nil)
+		} else {
+			time.Sleep(time.Millisecond)
+		}
 	}
+	return true
 }
 
 // allStopped says whether /proc shows every process but self stopped, a
 // zombie or gone.
 func allStopped(self int) bool {
-	d, err := os.Open("/proc")
+	names, err := procNames()
 	if err != nil {
 		return false
 	}
-	defer d.Close()
-	names, err := d.Readdirnames(-1)
-	if err != nil {
-		return false
-	}
+	var buf [512]byte
 	for _, n := range names {
 		if n[0] < '0' || n[0] > '9' || n == strconv.Itoa(self) {
 			continue
 		}
-		b, err := os.ReadFile("/proc/" + n + "/stat")
+		b, err := readProc("/proc/"+n+"/stat", buf[:])
 		if err != nil {
 			continue // gone
 		}
-		switch f := statFields(b); {
-		case len(f) < 1 || len(f[0]) != 1:
-			return false
-		case !bytes.ContainsAny(f[0], "TtZX"):
+		if f := statFields(b); len(f) == 0 || len(f[0]) != 1 || !bytes.ContainsAny(f[0], "TtZX") {
 			return false
 		}
 	}
@@ -260,12 +262,7 @@ func children(pid int) []child {
 	if !procIsOurs() {
 		return nil
 	}
-	d, err := os.Open("/proc")
-	if err != nil {
-		return nil
-	}
-	defer d.Close()
-	names, _ := d.Readdirnames(-1)
+	names, _ := procNames()
 	var out []child
 	for _, n := range names {
 		if n[0] < '0' || n[0] > '9' {
@@ -287,7 +284,8 @@ func children(pid int) []child {
 // /proc/<pid>/stat. The command name may contain any byte but ends with the
 // last ')'.
 func procStat(pid string) (ppid int, state byte, ok bool) {
-	b, err := os.ReadFile("/proc/" + pid + "/stat")
+	var buf [512]byte
+	b, err := readProc("/proc/"+pid+"/stat", buf[:])
 	if err != nil {
 		return 0, 0, false
 	}
@@ -297,6 +295,47 @@ func procStat(pid string) (ppid int, state byte, ok bool) {
 	}
 	ppid, err = strconv.Atoi(string(f[1]))
 	return ppid, f[0][0], err == nil
+}
+
+// readProc reads a file of /proc whole into buf (grown if need be). It
+// opens and reads it with plain system calls: the guest reads /proc in the
+// loops of a sweep and after an exit notice, where os.ReadFile would also
+// try (and fail) to add each file to the runtime's poller, several system
+// calls more each time.
+func readProc(path string, buf []byte) ([]byte, error) {
+	fd, err := syscall.Open(path, syscall.O_RDONLY|syscall.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer syscall.Close(fd)
+	n := 0
+	for {
+		if n == len(buf) {
+			buf = append(buf, make([]byte, max(len(buf), 512))...)
+		}
+		m, err := syscall.Read(fd, buf[n:])
+		switch {
+		case err == syscall.EINTR:
+			continue
+		case err != nil:
+			return nil, err
+		case m == 0:
+			return buf[:n], nil
+		}
+		n += m
+	}
+}
+
+// procNames lists /proc, opened as readProc opens its files (os.NewFile
+// leaves a blocking descriptor out of the poller).
+func procNames() ([]string, error) {
+	fd, err := syscall.Open("/proc", syscall.O_RDONLY|syscall.O_DIRECTORY|syscall.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, err
+	}
+	d := os.NewFile(uintptr(fd), "/proc")
+	defer d.Close()
+	return d.Readdirnames(-1)
 }
 
 // statFields splits /proc/<pid>/stat after the command name, which may
@@ -335,7 +374,8 @@ const clockTick = 10 * time.Millisecond
 // has no peak, as under gVisor).
 func (u *usage) addProc(pid int) {
 	p := "/proc/" + strconv.Itoa(pid)
-	if b, err := os.ReadFile(p + "/stat"); err == nil {
+	buf := make([]byte, 4096)
+	if b, err := readProc(p+"/stat", buf); err == nil {
 		if f := statFields(b); len(f) >= 15 {
 			var ticks [4]time.Duration
 			for i := range ticks {
@@ -346,7 +386,7 @@ func (u *usage) addProc(pid int) {
 			u.stime += ticks[1] + ticks[3]
 		}
 	}
-	b, err := os.ReadFile(p + "/status")
+	b, err := readProc(p+"/status", buf)
 	if err != nil {
 		return
 	}
