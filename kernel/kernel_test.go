@@ -106,13 +106,17 @@ func runCell(t testing.TB, k *guest.Kernel, code, stdin string, interrupt bool, 
 }
 
 // logSignalState logs the signal state of the kernel's threads (pending,
-// blocked and caught signals, where each waits) when an interrupted cell
-// has not ended: an interrupt was once lost (a python cell's time.sleep
-// ran on), and this is what would tell why.
+// blocked and caught signals, where each waits) and every process of the
+// sandbox (its stat, with its state and parent, and its command line) when
+// an interrupted cell has not ended: an interrupt was once lost (a python
+// cell's time.sleep ran on; a shell cell's sleep), and this is what would
+// tell why. gVisor's /proc shows no signal masks.
 func logSignalState(t testing.TB, g *guest.Client, k *guest.Kernel) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	script := fmt.Sprintf(`for d in /proc/%d/task/*; do grep -E '^(Name|State|Sig|ShdPnd)' $d/status; echo "wchan $(cat $d/wchan) syscall $(cat $d/syscall)"; done`, k.PID())
+	script := fmt.Sprintf(`for d in /proc/%d/task/*; do grep -E '^(Name|State|Sig|ShdPnd)' $d/status; echo "wchan $(cat $d/wchan) syscall $(cat $d/syscall)"; done 2>&1
+echo "every process (stat; cmdline):"
+for p in /proc/[0-9]*; do echo "$(cat $p/stat); $(tr '\0' ' ' <$p/cmdline)"; done 2>&1`, k.PID())
 	ex, err := g.Exec(ctx, guest.ExecRequest{Argv: []string{"/bin/sh", "-c", script}, OutputCap: 64 << 10}, guest.ExecOptions{OutputCap: 64 << 10})
 	if err != nil {
 		t.Logf("the interrupted cell runs on 10 s after its interrupt; reading its threads: %v", err)

@@ -107,6 +107,9 @@ type cellRun struct {
 	n     int
 	limit int64
 	sent  [2]int64 // stdout, stderr
+	// interrupted is set (under the kernel's mu) once the cell was
+	// interrupted: interruptAgain repeats it while the cell runs.
+	interrupted bool
 }
 
 // startKernel starts a kernel; FrameStarted follows once it is ready, or
@@ -364,8 +367,52 @@ func (a *agent) interruptCell(id uint32) {
 		running := k.cell != nil && k.cell.id == id
 		k.mu.Unlock()
 		if running {
-			k.signal(syscall.SIGINT)
+			k.interrupt()
 		}
+	}
+}
+
+// interrupt sends SIGINT to the kernel and, when a cell runs, repeats it
+// while that cell runs on (interruptAgain).
+func (k *kernel) interrupt() {
+	k.mu.Lock()
+	c := k.cell
+	first := c != nil && !c.interrupted
+	if first {
+		c.interrupted = true
+	}
+	k.mu.Unlock()
+	k.signal(syscall.SIGINT)
+	if first {
+		go k.interruptAgain(c)
+	}
+}
+
+// interruptAgainAfter is how long an interrupted cell may run on before
+// its interrupt is repeated; each repeat waits twice as long, up to
+// interruptAgainMax.
+const (
+	interruptAgainAfter = 250 * time.Millisecond
+	interruptAgainMax   = 8 * time.Second
+)
+
+// interruptAgain repeats the interrupt of cell c while c runs, as a user
+// would: an interrupt can be lost to races no kernel closes (a SIGINT
+// that reaches python just before a sleep's system call, where no check of
+// its flag follows; one that reaches a shell's child between its fork and
+// its exec, taken by the shell's handler there and gone with the exec).
+// The kernels take a SIGINT between cells as nothing. It ends with the
+// cell (its result, or the kernel's end: a timeout restarts the kernel).
+func (k *kernel) interruptAgain(c *cellRun) {
+	for d := interruptAgainAfter; ; d = min(2*d, interruptAgainMax) {
+		time.Sleep(d)
+		k.mu.Lock()
+		running := k.cell == c && !k.dead
+		k.mu.Unlock()
+		if !running {
+			return
+		}
+		k.signal(syscall.SIGINT)
 	}
 }
 

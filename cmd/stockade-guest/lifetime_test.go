@@ -59,6 +59,7 @@ func runChecks(t *testing.T, newEnv newEnv) {
 		{"SymlinkRace", checkSymlinkRace},
 		{"KernelState", checkKernelState},
 		{"KernelInterrupt", checkKernelInterrupt},
+		{"KernelInterruptLost", checkKernelInterruptLost},
 		{"KernelExit", checkKernelExit},
 		{"KernelExitAfterResult", checkKernelExitAfterResult},
 		{"KernelStop", checkKernelStop},
@@ -566,6 +567,39 @@ func checkKernelInterrupt(t *testing.T, e *env) {
 	}
 	if got := cell(t, e, k, "get x").Stdout; string(got) != "kept\n" {
 		t.Errorf("after the interrupt: %q, want the state kept", got)
+	}
+}
+
+// checkKernelInterruptLost interrupts a cell once, after it printed, in a
+// kernel that loses the first two interrupts (as a race can lose one): the
+// guest repeats the interrupt while the cell runs, and the cell ends.
+func checkKernelInterruptLost(t *testing.T, e *env) {
+	k := e.startKernel(t)
+	lines := make(chan string, 1)
+	opts := startedOn(lines)
+	opts.OutputCap = 100
+	done := make(chan *guest.CellOutput, 1)
+	go func() {
+		out, err := k.Run(e.ctx(t), "lose-interrupts 2\nprint sleeping\nsleep 100", guest.CellOptions{OutputCap: opts.OutputCap, OnOutput: opts.OnOutput})
+		if err != nil {
+			t.Errorf("Run: %v", err)
+		}
+		done <- out
+	}()
+	recv(t, lines)
+	if err := k.Interrupt(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case out := <-done:
+		if out == nil || out.Result.Status != guest.CellError || out.Result.Error.Name != "KeyboardInterrupt" {
+			t.Fatalf("got %+v, want a KeyboardInterrupt", out)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the cell runs on 30 s after one interrupt whose first two signals were lost")
+	}
+	if got := cell(t, e, k, "print next").Stdout; string(got) != "next\n" {
+		t.Errorf("the next cell: got %q, want next", got)
 	}
 }
 

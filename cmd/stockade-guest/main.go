@@ -233,10 +233,12 @@ func (a *agent) control(f guest.Frame) {
 			e.cancel()
 		}
 	case k != nil:
-		switch f.Type {
-		case guest.FrameSignal:
+		switch {
+		case f.Type == guest.FrameSignal && sig == syscall.SIGINT:
+			k.interrupt()
+		case f.Type == guest.FrameSignal:
 			k.signal(sig)
-		case guest.FrameCancel:
+		case f.Type == guest.FrameCancel:
 			k.stop()
 		}
 	case f.Type == guest.FrameCancel:

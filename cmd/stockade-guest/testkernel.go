@@ -26,6 +26,7 @@ import (
 //	display M TEXT a display of MIME type M with TEXT as its data
 //	spawn-daemon   start a double-forked daemon (setsid) and print "daemon PID"
 //	sleep SECONDS  sleep; SIGINT interrupts it (the cell fails with KeyboardInterrupt)
+//	lose-interrupts N  the next N SIGINTs are lost, as a race can lose one
 //	fail TEXT      end the cell with an error
 //	exit CODE      end the kernel
 //	result-exit CODE  send the cell's result, then end the kernel (as a
@@ -61,6 +62,7 @@ func testKernel() {
 	}
 	emit(wireEvent{Type: "ready"})
 	vars := map[string]string{}
+	lose := 0
 	sc := bufio.NewScanner(wire)
 	sc.Buffer(make([]byte, 64<<10), maxWireLine)
 	for sc.Scan() {
@@ -100,13 +102,24 @@ func testKernel() {
 					break lines
 				}
 				fmt.Printf("daemon %d\n", pid)
+			case "lose-interrupts":
+				lose, _ = strconv.Atoi(arg)
 			case "sleep":
 				d, _ := strconv.ParseFloat(arg, 64)
-				select {
-				case <-time.After(time.Duration(d * float64(time.Second))):
-				case <-intr:
-					res = failed(req.Cell, "KeyboardInterrupt", "")
-					break lines
+				wake := time.After(time.Duration(d * float64(time.Second)))
+			sleep:
+				for {
+					select {
+					case <-wake:
+						break sleep
+					case <-intr:
+						if lose > 0 {
+							lose--
+							continue
+						}
+						res = failed(req.Cell, "KeyboardInterrupt", "")
+						break lines
+					}
 				}
 			case "fail":
 				res = failed(req.Cell, "TestError", arg)
