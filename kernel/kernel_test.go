@@ -278,6 +278,8 @@ func TestPython(t *testing.T) {
 					check: wantTraceback([]string{`File "<cell-`, "KeyboardInterrupt"}, append(noKernelFrames, "_on_sigint"))},
 				{name: "interrupt of a sleep", code: "import time\nprint('sleeping')\ntime.sleep(60)", interrupt: true, err: "KeyboardInterrupt", stdout: "sleeping\n", exitCode: -1},
 				{name: "the kernel stays usable", code: "x", value: "1", exitCode: -1},
+				{name: "the wire's modules replaced", code: "import json, binascii\njson.dumps = json.loads = binascii.b2a_base64 = None\nx", value: "1", exitCode: -1},
+				{name: "the kernel still answers", code: "x + 1", value: "2", exitCode: -1},
 				{name: "stdin", code: "import sys\nsys.stdin.read().upper()", stdin: "hello", value: "'HELLO'", exitCode: -1},
 				{name: "stdin by input", code: "input() + '!'", stdin: "bob\nalice\n", value: "'bob!'", exitCode: -1},
 				{name: "no stdin", code: "sys.stdin.read()", value: "''", exitCode: -1},

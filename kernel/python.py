@@ -15,16 +15,19 @@
 # and is ignored between cells.
 
 import ast
-import binascii
 import importlib.machinery
 import io
-import json
 import linecache
 import os
 import signal
 import sys
 import traceback
 import types
+
+# The wire's encoders, bound here: a cell that replaces json.dumps or
+# binascii.b2a_base64 in its modules must not cut the kernel off.
+from binascii import b2a_base64 as _b2a_base64
+from json import dumps as _dumps, loads as _loads
 
 # The guest's bounds: the data of one display or value (guest.MaxDisplay),
 # and each text of an exception (below the guest's 64 KiB).
@@ -55,7 +58,7 @@ _deferred = False
 
 def _emit(event):
     global _emitting, _deferred
-    line = json.dumps(event).encode() + b"\n"
+    line = _dumps(event).encode() + b"\n"
     _emitting = True
     try:
         _events.write(line)
@@ -86,7 +89,7 @@ def _clip(text, limit, keep_end=False):
 
 
 def _b64(data):
-    return binascii.b2a_base64(data, newline=False).decode("ascii")
+    return _b2a_base64(data, newline=False).decode("ascii")
 
 
 def _show(*args, **kwargs):
@@ -243,7 +246,7 @@ def main():
     _emit({"type": "ready"})
     for line in _requests:
         try:
-            req = json.loads(line)
+            req = _loads(line)
         except ValueError:
             continue
         if req.get("type") == "cell":
