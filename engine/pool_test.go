@@ -406,6 +406,11 @@ func TestPoolRefillsAfterTheRun(t *testing.T) {
 		t.Run(driver, func(t *testing.T) {
 			e, counts := pooledEngine(t, drivers, driver, 1)
 			waitReady(t, e, 1)
+			// A pool sandbox is ready once created, its interpreter still
+			// importing numpy and pandas (about a second under gVisor),
+			// which a run that takes it waits for: let it settle, so that
+			// the run lasts what its code does.
+			time.Sleep(3 * time.Second)
 			refills := func() int {
 				counts.mu.Lock()
 				defer counts.mu.Unlock()
