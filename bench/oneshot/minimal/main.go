@@ -37,7 +37,7 @@ func run(guest, rootfs string) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	sb, err := d.Create(ctx, sandbox.Spec{Image: sandbox.Image{Name: "python", Rootfs: rootfs}})
+	sb, err := d.Create(ctx, sandbox.Spec{Image: sandbox.Image{Name: "python", Rootfs: rootfs}, OneShot: true})
 	if err != nil {
 		return nil, err
 	}
