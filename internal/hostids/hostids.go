@@ -156,7 +156,11 @@ func (l *Lease) Release() error {
 	}
 	// Removed while locked: a process that opened the file before the
 	// removal finds, once it gets the lock, that the path no longer
-	// names its file, and tries again.
+	// names its file, and tries again. Emptied first: on ext4 the last
+	// close of a removed file that still holds the data written to it
+	// takes 0.15-0.3 ms, of an empty one a few microseconds, and Release
+	// is on the path of every sandbox's Destroy.
+	_ = l.f.Truncate(0)
 	err := os.Remove(l.path)
 	if errors.Is(err, os.ErrNotExist) {
 		err = nil
