@@ -286,7 +286,10 @@ func WriteBundle(dir string, s *specs.Spec) error {
 
 // WriteConfig writes config.json into the bundle directory dir.
 func WriteConfig(dir string, s *specs.Spec) error {
-	b, err := json.MarshalIndent(s, "", "  ")
+	// Compact: indenting the filter's few hundred rules took 0.13 ms of
+	// every Create, for a file that only programs parse (the runtime, the
+	// driver's reads of labels and host ids).
+	b, err := json.Marshal(s)
 	if err != nil {
 		return fmt.Errorf("encoding OCI spec: %w", err)
 	}
