@@ -16,9 +16,11 @@
 # Descriptor 3, where the guest gives one (its exit notice, see
 # guest.ExecRequest.ExitNotice), is moved out of the program's way at once
 # (to a close-on-exec descriptor, so that 3 is the program's first open as
-# in a cold run): at the end the status is written there and this process
-# stops itself, and the guest reports the run without waiting for the
-# kernel to tear down numpy's and pandas' memory.
+# in a cold run), and closed in the children the program forks: at the
+# end, in this process only and if the descriptor is still the notice's,
+# the status is written there and this process stops itself, and the
+# guest reports the run without waiting for the kernel to tear down
+# numpy's and pandas' memory.
 
 import atexit
 import builtins
@@ -32,8 +34,24 @@ import warnings
 try:
     _notice = os.dup(3)
     os.close(3)
+    _notice_id = os.fstat(_notice)
 except OSError:
     _notice = None
+_pid = os.getpid()
+
+
+def _drop_notice():
+    # A child the program forks is not the run: it must not give its end.
+    global _notice
+    if _notice is not None:
+        try:
+            os.close(_notice)
+        except OSError:
+            pass
+        _notice = None
+
+
+os.register_at_fork(after_in_child=_drop_notice)
 
 with warnings.catch_warnings():
     # Nothing may be written before the program runs: its output is all the
@@ -144,10 +162,14 @@ try:
     sys.stderr.flush()
 except BaseException:
     sys.exit(_status)
-if _notice is not None:
+if _notice is not None and os.getpid() == _pid:
     try:
-        os.write(_notice, b"%d\n" % (_status & 0xFF))
-        os.kill(os.getpid(), signal.SIGSTOP)
+        # Only to the notice's pipe: a program that closed its descriptors
+        # may have opened another file under the same number.
+        st = os.fstat(_notice)
+        if (st.st_dev, st.st_ino) == (_notice_id.st_dev, _notice_id.st_ino):
+            os.write(_notice, b"%d\n" % (_status & 0xFF))
+            os.kill(os.getpid(), signal.SIGSTOP)
     except OSError:
         pass
 os._exit(_status & 0xFF)

@@ -118,6 +118,8 @@ func TestPoolRunsAsColdRuns(t *testing.T) {
 		{name: "unflushed output", code: "import sys\nsys.stdout.write('no newline')\nsys.stderr.write('err')"},
 		{name: "closed stdout", code: "import os\nprint('x')\nos.close(1)"},
 		{name: "keyboard interrupt", code: "import atexit\natexit.register(print, 'atexit')\nraise KeyboardInterrupt"},
+		{name: "a forked child ends", code: "import os, sys\nif os.fork() == 0:\n    sys.exit(0)\nos.wait()\nprint('parent')\nsys.exit(3)"},
+		{name: "descriptors closed and reopened", code: "import os\nos.closerange(3, 1024)\nf = open('/tmp/a', 'w')\ng = open('/tmp/b', 'w')\nprint(f.fileno(), g.fileno())"},
 		{name: "stdin", code: "import sys\nprint(sys.stdin.read().upper())", stdin: "hello\nworld\n"},
 		{name: "stdin of a child", code: "import subprocess\nsubprocess.run(['/bin/cat'])", stdin: "through fd 0\n"},
 		{name: "argv and file", code: "import os, sys\nprint(sys.argv, __file__, __name__, sys.path[0], os.getcwd(), sys.orig_argv)\nprint(open(__file__).read() == open(sys.argv[0]).read(), oct(os.stat(__file__).st_mode), os.stat(__file__).st_uid)"},
