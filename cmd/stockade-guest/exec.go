@@ -288,9 +288,11 @@ func (e *execution) run(pumps []*pump) {
 
 // reportStopped reports an exit given notice of, once stopAll stopped
 // every process: what their pipes hold is all the output there will be.
-// Their usage is the program's figures in /proc (it is not reaped yet)
-// and the strays' reaped so far. They are killed and reaped after the
-// report, and no exec or kernel starts until they are.
+// Their usage is the program's figures in /proc (it is not reaped yet:
+// its own and its waited-for children's) and the strays' reaped so far,
+// not that of children still alive. They are killed and reaped after the
+// report, and no exec starts until they are (a kernel may: it runs beside
+// stopped processes of the same tenant until the sweep ends them).
 func (e *execution) reportStopped(pumps []*pump, status int) {
 	a := e.a
 	flushPumps(pumps, drainGrace)

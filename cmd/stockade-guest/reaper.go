@@ -179,13 +179,16 @@ func (a *agent) sweep(keepKernels bool, within time.Duration) {
 }
 
 // stopAll stops every process of the sandbox but the guest, as PID 1
-// through kill(-1, SIGSTOP), and waits until /proc shows each of them
-// stopped or dead, at most within. It holds a.mu, so that no program or
-// kernel starts meanwhile, and stops nothing where a kernel runs (its
-// processes must go on) or the guest is not PID 1 (kill(-1) would reach
-// beyond the sandbox). It returns whether every process is stopped; a
-// process stopped stays so until it is killed or continued, which only
-// the guest then does.
+// through kill(-1, SIGSTOP), and waits until /proc shows every thread of
+// each stopped or dead in two scans in a row, at most within. It holds
+// a.mu, so that no program or kernel starts meanwhile, and stops nothing
+// where a kernel runs (its processes must go on) or the guest is not
+// PID 1 (kill(-1) would reach beyond the sandbox). A scan is not one
+// instant: a process read as stopped could be continued (SIGCONT) by one
+// read later, before that one stopped; the second scan, with no signal
+// sent between, would find it running. A stopped process runs again only
+// when continued, which no stopped process can do. It returns whether
+// every process is stopped.
 func (a *agent) stopAll(within time.Duration) bool {
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -197,14 +200,16 @@ func (a *agent) stopAll(within time.Duration) bool {
 		return false
 	}
 	deadline := time.Now().Add(within)
-	// A program that gave notice has usually stopped itself already: look
-	// first. Then signal again each round: a process forked as the last
-	// round's signal went out missed it.
-	for round := 0; !allStopped(a.self); round++ {
+	for round := 0; ; round++ {
+		// Again each round: a process forked as the last round's signal
+		// went out missed it.
+		syscall.Kill(-1, syscall.SIGSTOP)
+		if allStopped(a.self) && allStopped(a.self) {
+			return true
+		}
 		if time.Now().After(deadline) {
 			return false
 		}
-		syscall.Kill(-1, syscall.SIGSTOP)
 		// A signalled process stops as soon as it runs, unless it is in
 		// an uninterruptible sleep: give it the CPU for a moment, in this
 		// thread (a time.Sleep of microseconds can wake a millisecond
@@ -217,11 +222,11 @@ func (a *agent) stopAll(within time.Duration) bool {
 			time.Sleep(time.Millisecond)
 		}
 	}
-	return true
 }
 
-// allStopped says whether /proc shows every process but self stopped, a
-// zombie or gone.
+// allStopped says whether /proc shows every thread of every process but
+// self stopped or dead. Each thread: a process whose main thread has
+// exited shows a zombie in /proc/<pid>/stat while its other threads run.
 func allStopped(self int) bool {
 	names, err := procNames()
 	if err != nil {
@@ -232,12 +237,18 @@ func allStopped(self int) bool {
 		if n[0] < '0' || n[0] > '9' || n == strconv.Itoa(self) {
 			continue
 		}
-		b, err := readProc("/proc/"+n+"/stat", buf[:])
+		tasks, err := dirNames("/proc/" + n + "/task")
 		if err != nil {
 			continue // gone
 		}
-		if f := statFields(b); len(f) == 0 || len(f[0]) != 1 || !bytes.ContainsAny(f[0], "TtZX") {
-			return false
+		for _, tid := range tasks {
+			b, err := readProc("/proc/"+n+"/task/"+tid+"/stat", buf[:])
+			if err != nil {
+				continue // gone
+			}
+			if f := statFields(b); len(f) == 0 || len(f[0]) != 1 || !bytes.ContainsAny(f[0], "TtZX") {
+				return false
+			}
 		}
 	}
 	return true
@@ -326,14 +337,17 @@ func readProc(path string, buf []byte) ([]byte, error) {
 	}
 }
 
-// procNames lists /proc, opened as readProc opens its files (os.NewFile
-// leaves a blocking descriptor out of the poller).
-func procNames() ([]string, error) {
-	fd, err := syscall.Open("/proc", syscall.O_RDONLY|syscall.O_DIRECTORY|syscall.O_CLOEXEC, 0)
+// procNames lists /proc.
+func procNames() ([]string, error) { return dirNames("/proc") }
+
+// dirNames lists a directory of /proc, opened as readProc opens its files
+// (os.NewFile leaves a blocking descriptor out of the poller).
+func dirNames(path string) ([]string, error) {
+	fd, err := syscall.Open(path, syscall.O_RDONLY|syscall.O_DIRECTORY|syscall.O_CLOEXEC, 0)
 	if err != nil {
 		return nil, err
 	}
-	d := os.NewFile(uintptr(fd), "/proc")
+	d := os.NewFile(uintptr(fd), path)
 	defer d.Close()
 	return d.Readdirnames(-1)
 }
