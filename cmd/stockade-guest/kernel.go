@@ -108,8 +108,9 @@ type cellRun struct {
 	limit int64
 	sent  [2]int64 // stdout, stderr
 	// interrupted is set (under the kernel's mu) once the cell was
-	// interrupted: interruptAgain repeats it while the cell runs.
-	interrupted bool
+	// interrupted: interruptAgain repeats it while the cell runs; ended
+	// once the kernel sent its result, which stops the repeats.
+	interrupted, ended bool
 }
 
 // startKernel starts a kernel; FrameStarted follows once it is ready, or
@@ -301,6 +302,9 @@ func (k *kernel) event(ev *wireEvent) {
 			k.a.sendJSON(guest.FrameDisplay, c.id, d)
 		}
 	case "result":
+		k.mu.Lock()
+		c.ended = true
+		k.mu.Unlock()
 		// What the kernel wrote before its result belongs to the cell.
 		flushPumps(k.pumps, time.Second)
 		k.mu.Lock()
@@ -389,10 +393,11 @@ func (k *kernel) interrupt() {
 }
 
 // interruptAgainAfter is how long an interrupted cell may run on before
-// its interrupt is repeated; each repeat waits twice as long, up to
-// interruptAgainMax.
+// its interrupt is repeated (time for a cell's own handling of an
+// interrupt, an except or a trap, to finish); each repeat waits twice as
+// long, up to interruptAgainMax.
 const (
-	interruptAgainAfter = 250 * time.Millisecond
+	interruptAgainAfter = time.Second
 	interruptAgainMax   = 8 * time.Second
 )
 
@@ -406,13 +411,17 @@ const (
 func (k *kernel) interruptAgain(c *cellRun) {
 	for d := interruptAgainAfter; ; d = min(2*d, interruptAgainMax) {
 		time.Sleep(d)
+		// Signalled under the lock: the check and the signal are one
+		// step, so that it cannot reach the next cell.
 		k.mu.Lock()
-		running := k.cell == c && !k.dead
+		running := k.cell == c && !c.ended && !k.dead
+		if running {
+			k.signal(syscall.SIGINT)
+		}
 		k.mu.Unlock()
 		if !running {
 			return
 		}
-		k.signal(syscall.SIGINT)
 	}
 }
 
