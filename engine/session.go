@@ -230,6 +230,7 @@ func (e *Engine) adopt(ctx context.Context, sb sandbox.Sandbox, driver string, s
 	if !ok {
 		return nil, errors.New("no active session has it")
 	}
+	spec.Driver = driver
 	s, err := e.liveOf(sb, driver, spec.Runtime)
 	if err != nil {
 		return nil, err
