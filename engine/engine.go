@@ -309,12 +309,6 @@ type Session struct {
 // only, not to the record's: the blast-radius audit gives its probe the
 // time and output it needs, whatever the record allows, and says so.
 func (e *Engine) NewSession(ctx context.Context, req Request) (*Session, error) {
-	return e.newSession(ctx, req, false)
-}
-
-// newSession is NewSession, of a sandbox.Spec.OneShot sandbox when
-// oneShot: one that ends by itself after its one Exec.
-func (e *Engine) newSession(ctx context.Context, req Request, oneShot bool) (*Session, error) {
 	tool, drv, rt, err := e.resolve(req)
 	if err != nil {
 		return nil, err
@@ -324,7 +318,7 @@ func (e *Engine) newSession(ctx context.Context, req Request, oneShot bool) (*Se
 		return nil, err
 	}
 	limits := spec.Limits
-	spec.Mounts, spec.Labels, spec.OneShot = append(spec.Mounts, req.ExtraMounts...), req.Labels, oneShot
+	spec.Mounts, spec.Labels = append(spec.Mounts, req.ExtraMounts...), req.Labels
 	var net *netns.Egress
 	if req.Network || len(tool.Credentials) > 0 {
 		// Without network a tool that lists broker operations still
@@ -389,7 +383,7 @@ func (e *Engine) Run(ctx context.Context, req Request) (*Result, error) {
 		return nil, err
 	}
 	defer release()
-	sb, err := e.newSession(ctx, req, true)
+	sb, err := e.NewSession(ctx, req)
 	if err != nil {
 		return nil, err
 	}

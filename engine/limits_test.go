@@ -87,39 +87,3 @@ func TestRecordLimitsAreCeilings(t *testing.T) {
 		t.Errorf("sandbox limits of a request asking for nothing: got timeout %s memory %d, want the record's 10s and 256 MiB", got.Timeout, got.Memory)
 	}
 }
-
-// TestRunSandboxesAreOneShot checks that Run asks for a one-shot sandbox
-// (sandbox.Spec.OneShot), which ends by itself after its one Exec, and
-// NewSession, whose caller Execs as often as it needs, for one that is
-// not.
-func TestRunSandboxesAreOneShot(t *testing.T) {
-	drv := &sandboxfake.Driver{ID: "gvisor", Tier: sandbox.TierGVisor}
-	eng, err := New(map[string]sandbox.Driver{"gvisor": drv}, "gvisor", sandboxfake.Images{}, sandbox.DefaultLimits(), sandbox.DefaultCeiling(), boundedTool(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	req := Request{Runtime: "python", Tool: "report", Code: []byte("print(1)")}
-	for _, tt := range []struct {
-		name string
-		run  func() error
-		want bool
-	}{
-		{"Run", func() error { _, err := eng.Run(t.Context(), req); return err }, true},
-		{"NewSession", func() error {
-			s, err := eng.NewSession(t.Context(), req)
-			if err == nil {
-				err = s.Destroy(t.Context())
-			}
-			return err
-		}, false},
-	} {
-		t.Run(tt.name, func(t *testing.T) {
-			if err := tt.run(); err != nil {
-				t.Fatal(err)
-			}
-			if got := drv.Specs()[len(drv.Specs())-1].OneShot; got != tt.want {
-				t.Errorf("got Spec.OneShot %t, want %t", got, tt.want)
-			}
-		})
-	}
-}

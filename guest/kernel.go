@@ -14,20 +14,6 @@ import (
 // variables and functions carry over from cell to cell.
 const ShellKernel = "stockade-kernel-shell"
 
-// OneShot is the argument that makes the guest binary serve one exec (the
-// agent of a sandbox.Spec.OneShot sandbox): once it has reported that
-// exec's exit, it kills everything and exits 0, as when its stdin ends.
-const OneShot = "stockade-one-shot"
-
-// AgentArgs are the guest binary's arguments after its path when it is a
-// sandbox's agent: OneShot for a one-shot sandbox, else none.
-func AgentArgs(oneShot bool) []string {
-	if oneShot {
-		return []string{OneShot}
-	}
-	return []string{}
-}
-
 // Kernel is a long-lived interpreter process owned by the guest, named by
 // the id of the request that started it. Its processes stay between cells
 // and execs until Stop. Its methods are safe for concurrent use.

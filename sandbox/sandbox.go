@@ -137,13 +137,6 @@ type Spec struct {
 	// built without a supervisor for it, refuses it (ErrInvalidArgument, as
 	// any field of a Spec the driver cannot serve).
 	Detached bool
-	// OneShot makes the sandbox serve one Exec: once that Exec has ended
-	// the sandbox ends by itself (its guest kills everything and exits, and
-	// the runtime removes the container), so that Destroy, still required,
-	// finds little left to do. Files and kernels serve until then; a Start
-	// after that Exec, and anything else, fails with ErrFailedPrecondition.
-	// False is a sandbox that serves Execs until Destroy.
-	OneShot bool
 	// Workspace is the size in bytes of the sandbox's /workspace, a tmpfs
 	// of its own (nosuid, nodev, writable by the sandbox user) that lives
 	// as long as the sandbox: a session's files. Zero means no /workspace,

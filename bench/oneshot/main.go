@@ -242,7 +242,7 @@ func inProcessAs(eng *engine.Engine, tool, driver string) func() error {
 func driverOneShot(d sandbox.Driver, img sandbox.Image, detached bool) func() error {
 	return func() error {
 		ctx := context.Background()
-		sb, err := d.Create(ctx, sandbox.Spec{Image: img, Detached: detached, OneShot: true})
+		sb, err := d.Create(ctx, sandbox.Spec{Image: img, Detached: detached})
 		if err != nil {
 			return err
 		}

@@ -283,7 +283,6 @@ func (e *execution) run(pumps []*pump) {
 	a.exec = nil
 	a.mu.Unlock()
 	a.sendJSON(guest.FrameExit, e.id, rep)
-	a.execReported()
 }
 
 // reportStopped reports an exit given notice of, once stopAll stopped
@@ -311,7 +310,6 @@ func (e *execution) reportStopped(pumps []*pump, status int) {
 	a.sweeping = done
 	a.mu.Unlock()
 	a.sendJSON(guest.FrameExit, e.id, rep)
-	a.execReported()
 
 	a.sweep(true, sweepTime)
 	a.reaper.setStray(nil)

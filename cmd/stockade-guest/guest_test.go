@@ -263,37 +263,6 @@ func shell(dir, script string) guest.ExecRequest {
 	}
 }
 
-// TestOneShotGuest checks that a guest started with guest.OneShot exits 0
-// once it has reported its first exec, with its stdin still open, and that
-// one started without it serves a second exec.
-func TestOneShotGuest(t *testing.T) {
-	for _, tt := range []struct {
-		name    string
-		oneShot bool
-	}{{"one-shot", true}, {"serving", false}} {
-		t.Run(tt.name, func(t *testing.T) {
-			var opts []guestOption
-			if tt.oneShot {
-				opts = append(opts, func(c *exec.Cmd) { c.Args = append(c.Args, guest.OneShot) })
-			}
-			g := startGuest(t, opts...)
-			dir := workDir(t)
-			if r := g.mustExit(shell(dir, "echo once")); string(r.stdout) != "once\n" {
-				t.Fatalf("got stdout %q, want %q", r.stdout, "once\n")
-			}
-			if !tt.oneShot {
-				if r := g.mustExit(shell(dir, "echo twice")); string(r.stdout) != "twice\n" {
-					t.Fatalf("second exec: got stdout %q, want %q", r.stdout, "twice\n")
-				}
-				return
-			}
-			if code := g.exitCode(); code != 0 {
-				t.Errorf("got exit code %d, want 0 (guest stderr: %q)", code, g.stderr.String())
-			}
-		})
-	}
-}
-
 func TestExitCodeAndStreams(t *testing.T) {
 	g := startGuest(t)
 	dir := workDir(t)

@@ -9,10 +9,8 @@
 // (long-lived interpreters, see kernel.go) and pings. It is the only reaper
 // of the sandbox: when an exec ends, every process of the sandbox that no
 // kernel owns is killed (see reaper.go). Closing its stdin makes it kill
-// everything and exit 0, and so does the report of its first exec when its
-// argument is guest.OneShot (a one-shot sandbox's guest); a frame it cannot
-// parse (its framing, not its JSON) makes it report a FrameError with id 0
-// and exit 1.
+// everything and exit 0; a frame it cannot parse (its framing, not its
+// JSON) makes it report a FrameError with id 0 and exit 1.
 //
 // The same binary has more modes, chosen by its arguments: the kernel
 // wrapper (argv[0] kernelWrapper, see kernel.go), the shell kernel (argv[1]
@@ -66,7 +64,6 @@ func main() {
 		fatalf("%v", err)
 	}
 	a := newAgent(out, os.Getpid() == 1)
-	a.oneShot = len(os.Args) > 1 && os.Args[1] == guest.OneShot
 	if !a.init {
 		// Outside a PID namespace (tests, a workstation) the guest makes
 		// itself the reaper of its programs' orphans, as PID 1 is.
@@ -129,9 +126,6 @@ type agent struct {
 	// is in every sandbox. Only then may it kill(-1): see sweep.
 	init bool
 	self int
-	// oneShot is set for the guest of a one-shot sandbox (guest.OneShot):
-	// it exits once its first exec is reported (execReported).
-	oneShot bool
 
 	reaper reaper
 
@@ -319,22 +313,6 @@ func (a *agent) shutdown() {
 	}
 	a.killEverything()
 	a.sweep(false, 5*time.Second)
-}
-
-// execReported is called once an exec's exit has been reported. A
-// one-shot guest then kills everything, waits for it to be reaped and
-// exits 0, without waiting for its stdin to end: the host has what it
-// needs, and the runtime removes the sandbox meanwhile. The temporary
-// files of unfinished writes are left where they are (only the main
-// goroutine touches them), in a sandbox that is ending.
-func (a *agent) execReported() {
-	if !a.oneShot {
-		return
-	}
-	a.ending.Store(true)
-	a.killEverything()
-	a.sweep(false, 5*time.Second)
-	os.Exit(0)
 }
 
 // killEverything sends SIGKILL to every process of the sandbox but the

@@ -260,7 +260,6 @@ func (d *Driver) Create(ctx context.Context, spec sandbox.Spec) (_ sandbox.Sandb
 		return nil, d.engineError("creating a container in", err)
 	}
 	sb := d.newSbx(id, created.ID, limits)
-	sb.Guest.OneShot = spec.OneShot
 	d.recent.add(id, created.ID)
 	defer func() {
 		if err != nil {

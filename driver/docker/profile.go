@@ -12,7 +12,6 @@ import (
 	"github.com/moby/moby/api/types/mount"
 
 	"github.com/stockade-sh/stockade/errdefs"
-	"github.com/stockade-sh/stockade/guest"
 	"github.com/stockade-sh/stockade/sandbox"
 	"github.com/stockade-sh/stockade/sandbox/profile"
 )
@@ -109,7 +108,7 @@ func buildConfig(p profile.Profile, seccomp, id string, spec sandbox.Spec, l san
 	cc := &container.Config{
 		Image:      tag,
 		Entrypoint: []string{p.Guest.Path},
-		Cmd:        guest.AgentArgs(spec.OneShot),
+		Cmd:        []string{},
 		User:       strconv.FormatUint(uint64(p.User.UID), 10) + ":" + strconv.FormatUint(uint64(p.User.GID), 10),
 		// The guest's own environment; the program's comes from the
 		// ExecRequest. Docker adds PATH and HOSTNAME to it, nothing else.

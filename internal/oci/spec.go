@@ -19,7 +19,6 @@ import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
 
-	"github.com/stockade-sh/stockade/guest"
 	"github.com/stockade-sh/stockade/sandbox"
 	"github.com/stockade-sh/stockade/sandbox/profile"
 )
@@ -192,7 +191,7 @@ func build(p profile.Profile, sc *specs.LinuxSeccomp, o Options) (*specs.Spec, e
 		Version: specs.Version,
 		Process: &specs.Process{
 			User: specs.User{UID: p.User.UID, GID: p.User.GID},
-			Args: append([]string{p.Guest.Path}, guest.AgentArgs(o.Spec.OneShot)...),
+			Args: []string{p.Guest.Path},
 			// The guest's own environment (the program's comes from the
 			// ExecRequest; nothing is inherited from the host). One P keeps the
 			// guest to a few threads, which starts faster, above all under gVisor

@@ -387,7 +387,6 @@ func (d *Driver) create(ctx context.Context, spec sandbox.Spec, unbound bool) (_
 	bundleMade(id)
 	sb := d.newSbx(id, limits)
 	sb.network, sb.labels, sb.unbound = spec.Network, maps.Clone(spec.Labels), unbound
-	sb.Guest.OneShot = spec.OneShot
 	if spec.Detached {
 		sb.shim = &shimState{binary: binary}
 	}

@@ -63,10 +63,6 @@ type Guest struct {
 	// (a guest reached again through its supervisor): this Guest's ids
 	// start above them (see guest.Client.ReserveIDs).
 	ReservedIDs uint32
-	// OneShot is set for a sandbox.Spec.OneShot sandbox, whose guest
-	// (started with guest.OneShot) exits once its first Exec has ended:
-	// the Guest is gone from then on.
-	OneShot bool
 	// DiedOfOOM, if set, is asked when the guest's stream ended without an
 	// exit report and the cgroup counted no OOM kill: it reports whether
 	// the sandbox was OOM-killed all the same (a remote engine knows it
@@ -373,10 +369,6 @@ func (h *execHandle) supervise(ctx context.Context, timer *time.Timer) {
 	}
 	g.mu.Lock()
 	g.running = nil
-	if g.OneShot {
-		// The guest ends itself after its one exec.
-		g.dead, g.frozen = true, false
-	}
 	g.mu.Unlock()
 	h.res, h.err = res, err
 	close(h.done)

@@ -38,7 +38,6 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/stockade-sh/stockade/errdefs"
 	"github.com/stockade-sh/stockade/internal/probeexec"
 	"github.com/stockade-sh/stockade/sandbox"
 	"github.com/stockade-sh/stockade/sandbox/profile"
@@ -105,7 +104,6 @@ func Run(t *testing.T, h Harness) {
 		{"Environment", (*suite).environment},
 		{"Sessions", (*suite).sessions},
 		{"Execs", (*suite).execs},
-		{"OneShot", (*suite).oneShot},
 		{"Kernels", (*suite).kernels},
 		{"Files", (*suite).files},
 		{"Reattach", (*suite).reattach},
@@ -1558,32 +1556,6 @@ func (s *suite) daemon(t *testing.T) {
 		}
 		s.daemonGone(t, d, pidfd)
 	})
-}
-
-// oneShot checks that a one-shot sandbox (sandbox.Spec.OneShot) runs its
-// one Exec, refuses a second as no longer possible, and leaves nothing
-// once destroyed.
-func (s *suite) oneShot(t *testing.T) {
-	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
-	defer cancel()
-	sb, err := s.h.Driver.Create(ctx, sandbox.Spec{
-		Image:   s.h.Image,
-		Labels:  map[string]string{"stockade.test": "conformance"},
-		OneShot: true,
-	})
-	if err != nil {
-		t.Fatalf("Create: %v", err)
-	}
-	b := &box{s: s, sb: sb}
-	t.Cleanup(func() { b.destroy(t) })
-	req := sandbox.ExecRequest{File: sandbox.File{Name: "main.sh", Data: []byte("echo once")}, Argv: []string{"/bin/sh", "{file}"}}
-	res, err := sandbox.Run(ctx, sb, req)
-	if err != nil || res.Status != sandbox.StatusSucceeded || string(res.Stdout) != "once\n" {
-		t.Fatalf("the one Exec: got %+v, %v; want it to succeed printing once", res, err)
-	}
-	if _, err := sb.Start(ctx, req); !errdefs.IsFailedPrecondition(err) {
-		t.Errorf("a second Start: got %v, want ErrFailedPrecondition", err)
-	}
 }
 
 func (s *suite) outputFlood(t *testing.T) {

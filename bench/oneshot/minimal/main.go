@@ -37,7 +37,7 @@ func run(guest, rootfs string) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	sb, err := d.Create(ctx, sandbox.Spec{Image: sandbox.Image{Name: "python", Rootfs: rootfs}, OneShot: true})
+	sb, err := d.Create(ctx, sandbox.Spec{Image: sandbox.Image{Name: "python", Rootfs: rootfs}})
 	if err != nil {
 		return nil, err
 	}
