@@ -138,7 +138,10 @@ func FuzzClient(f *testing.F) {
 	f.Add(join(frame(FrameStarted, 4, `{"pid":9}`), frame(FrameKernelExit, 4, `{"exit_code":0}`), frame('q', 9, "x"), frame(FrameResult, 5, `{"version":2,"kernels":[4],"exec":1}`)))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		const outCap, readMax = 8, 16
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		// Below the fuzzing worker's own 10 s limit on one input, so that
+		// a client that hangs is reported as such, with its input, rather
+		// than as a worker that hung.
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		pr, pw := io.Pipe()
 		go func() {
@@ -176,7 +179,7 @@ func FuzzClient(f *testing.F) {
 		}
 		// Wait until the four requests are written (the exec and the
 		// accept went in the first write).
-		for deadline := time.After(5 * time.Second); ; {
+		for deadline := time.After(3 * time.Second); ; {
 			w.mu.Lock()
 			n := w.writes
 			w.mu.Unlock()
