@@ -10,6 +10,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"debug/buildinfo"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -17,6 +18,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -818,5 +820,24 @@ func TestAcceptAgain(t *testing.T) {
 		if f.Type != guest.FrameResult || f.ID != uint32(v) {
 			t.Errorf("after an accept of version %d: got %s frame %d, want the pong", v, f.Type, f.ID)
 		}
+	}
+}
+
+// TestMappingsNotNamed checks that the guest is built not to name its
+// anonymous mappings (main.go's go:debug line): a system call per mapping
+// at every start, which the host kernel here ignores but gVisor serves.
+func TestMappingsNotNamed(t *testing.T) {
+	info, err := buildinfo.ReadFile(guestBin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var godebug string
+	for _, s := range info.Settings {
+		if s.Key == "DefaultGODEBUG" {
+			godebug = s.Value
+		}
+	}
+	if !slices.Contains(strings.Split(godebug, ","), "decoratemappings=0") {
+		t.Errorf("got DefaultGODEBUG %q, want it to hold decoratemappings=0", godebug)
 	}
 }
