@@ -213,13 +213,15 @@ func run(n int, bin, dataDir string, parts bool) error {
 		return err
 	}
 	fmt.Printf("one-shot python print(1), %d runs each, interleaved\n\n", n)
-	t := table.New("variant", "median", "p95", "median vs raw runtime")
+	// The interval is the ratio's 95% bootstrap interval over this run's
+	// samples (table.RatioInterval): how far the noise could move it.
+	t := table.New("variant", "median", "p95", "median vs raw runtime", "95% interval")
 	for _, v := range vs {
-		ratio := ""
+		ratio, interval := "", ""
 		if b := byName[v.base]; b != nil {
-			ratio = table.Ratio(v.Pct(50), b.Pct(50))
+			ratio, interval = table.Ratio(v.Pct(50), b.Pct(50)), table.RatioInterval(v.Samples, b.Samples, 50)
 		}
-		t.Row(v.Name, table.MS(v.Pct(50)), table.MS(v.Pct(95)), ratio)
+		t.Row(v.Name, table.MS(v.Pct(50)), table.MS(v.Pct(95)), ratio, interval)
 	}
 	t.Print(os.Stdout)
 	return nil

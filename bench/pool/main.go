@@ -234,15 +234,24 @@ func run(ctx context.Context, n int, settle time.Duration, host, dataDir string)
 		}
 	}
 	fmt.Printf("one-shot python print(1), %d runs each, interleaved; each run is timed once every pool is full and its sandbox has settled %s\n\n", n, settle)
-	head := []string{"variant", "p50", "p95", "p50 vs bare"}
+	// Each ratio's 95% bootstrap interval over this run's samples
+	// (table.RatioInterval) says how far the noise could move it.
+	head := []string{"variant", "p50", "p95", "p50 vs bare", "95% interval"}
 	if dockerRun != nil {
-		head = append(head, "p50 vs docker run")
+		head = append(head, "p50 vs docker run", "95% interval")
 	}
 	tb := table.New(head...)
+	// interval is none for a variant against itself, whose ratio is 1.
+	interval := func(v, base *table.Variant) string {
+		if v == base {
+			return ""
+		}
+		return table.RatioInterval(v.Samples, base.Samples, 50)
+	}
 	for _, v := range vs {
-		row := []string{v.Name, table.MS(v.Pct(50)), table.MS(v.Pct(95)), table.Ratio(v.Pct(50), bare.Pct(50))}
+		row := []string{v.Name, table.MS(v.Pct(50)), table.MS(v.Pct(95)), table.Ratio(v.Pct(50), bare.Pct(50)), interval(v, bare)}
 		if dockerRun != nil {
-			row = append(row, table.Ratio(v.Pct(50), dockerRun.Pct(50)))
+			row = append(row, table.Ratio(v.Pct(50), dockerRun.Pct(50)), interval(v, dockerRun))
 		}
 		tb.Row(row...)
 	}

@@ -132,11 +132,51 @@ func Ratio(a, b time.Duration) string {
 	if b == 0 {
 		return ""
 	}
-	r := float64(a) / float64(b)
+	return times(float64(a)/float64(b)) + "x"
+}
+
+// times formats a ratio as Ratio does, without the "x".
+func times(r float64) string {
 	if r < 0.1 {
-		return fmt.Sprintf("%.3fx", r)
+		return fmt.Sprintf("%.3f", r)
 	}
-	return fmt.Sprintf("%.2fx", r)
+	return fmt.Sprintf("%.2f", r)
+}
+
+// RatioInterval is a 95% interval of the ratio of a's p-th percentile to
+// b's, by the bootstrap: 2,000 times, each variant's samples are drawn
+// again with replacement (the same number of them) and the ratio of the
+// drawn percentiles taken; the interval runs from the 2.5th to the 97.5th
+// percentile of those ratios. It says how far the one ratio a run prints
+// could move with the noise its own samples show, so that a target that
+// lies inside it is read as neither met nor missed with confidence. The
+// generator is seeded, so that a run's samples always give the same
+// interval. Empty when either has no samples.
+func RatioInterval(a, b []time.Duration, p int) string {
+	if len(a) == 0 || len(b) == 0 {
+		return ""
+	}
+	const draws = 2000
+	r := rand.New(rand.NewPCG(1, 0x5700cade))
+	draw := func(ds []time.Duration, into []time.Duration) time.Duration {
+		for i := range into {
+			into[i] = ds[r.IntN(len(ds))]
+		}
+		return Pct(into, p)
+	}
+	da, db := make([]time.Duration, len(a)), make([]time.Duration, len(b))
+	ratios := make([]float64, 0, draws)
+	for range draws {
+		if d := draw(b, db); d > 0 {
+			ratios = append(ratios, float64(draw(a, da))/float64(d))
+		}
+	}
+	if len(ratios) == 0 {
+		return ""
+	}
+	slices.Sort(ratios)
+	at := func(q float64) float64 { return ratios[int(q*float64(len(ratios)-1))] }
+	return times(at(0.025)) + "-" + times(at(0.975)) + "x"
 }
 
 // Table is a Markdown table whose leading label columns (by default the

@@ -93,3 +93,47 @@ func TestRatio(t *testing.T) {
 		})
 	}
 }
+
+// TestRatioInterval checks the bootstrap interval: a point when the
+// samples do not vary, around the ratio of the medians when they do, and
+// narrower with more samples of the same spread.
+func TestRatioInterval(t *testing.T) {
+	same := func(d time.Duration, n int) []time.Duration {
+		ds := make([]time.Duration, n)
+		for i := range ds {
+			ds[i] = d
+		}
+		return ds
+	}
+	if got := RatioInterval(same(3, 10), same(2, 10), 50); got != "1.50-1.50x" {
+		t.Errorf("constant samples: got %q, want 1.50-1.50x", got)
+	}
+	if got := RatioInterval(nil, same(2, 10), 50); got != "" {
+		t.Errorf("no samples: got %q, want empty", got)
+	}
+	// a spreads evenly over 100..139 ms, b is 100 ms: the interval holds
+	// the ratio of the medians and lies within the samples' 1.00-1.39x.
+	spread := func(n int) []time.Duration {
+		ds := make([]time.Duration, n)
+		for i := range ds {
+			ds[i] = time.Duration(100+40*i/n) * time.Millisecond
+		}
+		return ds
+	}
+	width := func(n int) float64 {
+		a, b := spread(n), same(100*time.Millisecond, n)
+		got := RatioInterval(a, b, 50)
+		var lo, hi float64
+		if _, err := fmt.Sscanf(got, "%f-%fx", &lo, &hi); err != nil {
+			t.Fatalf("n=%d: got %q: %v", n, got, err)
+		}
+		point := float64(Pct(a, 50)) / float64(Pct(b, 50))
+		if lo > point || hi < point || lo < 1.0 || hi > 1.4 {
+			t.Errorf("n=%d: got interval %q, want one around %.3fx within 1.00-1.39x", n, got, point)
+		}
+		return hi - lo
+	}
+	if w20, w200 := width(20), width(200); w200 >= w20 {
+		t.Errorf("interval width %.3f with 200 samples, not under %.3f with 20", w200, w20)
+	}
+}
