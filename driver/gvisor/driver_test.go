@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -82,8 +83,20 @@ func sentry(ctx context.Context, root, id string) (conformance.SandboxKernel, er
 
 // TestDestroyAfterRuntimeKilled kills `runsc run` with SIGKILL, as Destroy's
 // last resort does: runsc's state files stay behind (its sandbox and gofer
-// die with it), and Destroy must have runsc remove them.
+// die with it), and Destroy must have runsc remove them. Killed while it
+// wrote its .state file (runsc writes it in place), runsc leaves one that
+// no longer reads, on which `runsc delete` fails: the "mid-write" case
+// truncates the file after the kill, as such a kill leaves it, and Destroy
+// must still leave nothing behind.
 func TestDestroyAfterRuntimeKilled(t *testing.T) {
+	for _, midWrite := range []bool{false, true} {
+		t.Run(map[bool]string{false: "idle", true: "mid-write"}[midWrite], func(t *testing.T) {
+			destroyAfterRuntimeKilled(t, midWrite)
+		})
+	}
+}
+
+func destroyAfterRuntimeKilled(t *testing.T, midWrite bool) {
 	d := newDriver(t)
 	ctx := context.Background()
 	sb, err := d.Create(ctx, sandbox.Spec{Image: testenv.Image(t, "shell")})
@@ -103,6 +116,20 @@ func TestDestroyAfterRuntimeKilled(t *testing.T) {
 	}
 	if err := syscall.Kill(run, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
+	}
+	if midWrite {
+		states := 0
+		for _, f := range d.Leftovers(sb.ID()) {
+			if strings.HasSuffix(f, ".state") {
+				if err := os.Truncate(f, 0); err != nil {
+					t.Fatal(err)
+				}
+				states++
+			}
+		}
+		if states == 0 {
+			t.Fatalf("no runsc .state file among %v", d.Leftovers(sb.ID()))
+		}
 	}
 	if err := sb.Destroy(ctx); err != nil {
 		t.Fatalf("Destroy: %v", err)

@@ -197,6 +197,46 @@ func (d *Driver) runtimeState(id string) []string {
 	return out
 }
 
+// removeUnreadableState removes the runtime's state of sandbox id when
+// the runtime cannot: runsc writes its .state file in place, so a runsc
+// killed while it wrote one (Destroy's last resort, the OOM killer) leaves
+// a file that no longer reads as JSON, on which every `runsc delete`
+// fails, and the sandbox could never be destroyed nor reaped. Only such a
+// file, and only once no process names the sandbox any more (the
+// runtime's sandbox and gofer die with it, by their parent-death signal,
+// shortly after), lets the state go: the runtime then has nothing left to
+// end. It reports whether it removed the state.
+func (d *Driver) removeUnreadableState(ctx context.Context, id string) bool {
+	unreadable := func() bool {
+		for _, f := range d.runtimeState(id) {
+			if b, err := os.ReadFile(f); strings.HasSuffix(f, ".state") && err == nil && !json.Valid(b) {
+				return true
+			}
+		}
+		return false
+	}
+	if !unreadable() {
+		return false
+	}
+	for deadline := time.Now().Add(5 * time.Second); len(sandboxkit.ProcessesMentioning(id)) > 0; {
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return false
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	// Still unreadable once nothing runs: not a runsc that was writing it
+	// when it was read above.
+	if !unreadable() {
+		return false
+	}
+	for _, f := range d.runtimeState(id) {
+		if err := os.RemoveAll(f); err != nil {
+			return false
+		}
+	}
+	return true
+}
+
 func (d *Driver) cgroupOf(id string) cgroup {
 	return cgroup{sandboxkit.Cgroup{V2: d.v2, Path: CgroupParent + "/" + id}}
 }

@@ -193,7 +193,8 @@ func (s *sbx) destroy(ctx context.Context) error {
 		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 		out, err := s.d.runtimeCmd(dctx, s.network, "delete", "--force", s.id).CombinedOutput()
 		cancel()
-		if err != nil && !strings.Contains(string(out), "not exist") && !strings.Contains(string(out), "not found") {
+		if err != nil && !strings.Contains(string(out), "not exist") && !strings.Contains(string(out), "not found") &&
+			!s.d.removeUnreadableState(ctx, s.id) {
 			errs = append(errs, fmt.Errorf("deleting container %s: %v: %s", s.id, err, sandboxkit.OneLine(string(out))))
 		}
 	}
