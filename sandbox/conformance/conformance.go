@@ -114,6 +114,7 @@ func Run(t *testing.T, h Harness) {
 		{"Network", (*suite).network},
 		{"HostEnvironment", (*suite).hostEnvironment},
 		{"HostPIDs", (*suite).hostPIDs},
+		{"Descriptors", (*suite).descriptors},
 		{"GuestSignals", (*suite).guestSignals},
 		{"Syscalls", (*suite).syscalls},
 		{"ForkBomb", (*suite).forkBomb},
@@ -1556,6 +1557,37 @@ func (s *suite) daemon(t *testing.T) {
 		}
 		s.daemonGone(t, d, pidfd)
 	})
+}
+
+// descriptors checks that a program holds its stdin, stdout and stderr and
+// no other descriptor of the host's: none of the guest's channel (which
+// runc's sandboxes pass to the guest as 3 and 4, see guest.ChannelEnv), of
+// the runtime or of the daemon. The files the probe's own runtime opens
+// (Go keeps its cgroup's CPU quota files open) are told by their target.
+func (s *suite) descriptors(t *testing.T) {
+	b := s.start(t, sandbox.Limits{})
+	var r struct {
+		FDs []struct {
+			FD     int    `json:"fd"`
+			Target string `json:"target"`
+		} `json:"fds"`
+	}
+	b.report(t, &r, "fds")
+	got := map[int]string{}
+	for _, f := range r.FDs {
+		got[f.FD] = f.Target
+	}
+	for fd := range 3 {
+		if _, ok := got[fd]; !ok {
+			t.Fatalf("the probe lists no descriptor %d (it lists %+v): the listing cannot see the program's stdio", fd, r.FDs)
+		}
+	}
+	for fd, target := range got {
+		if fd > 2 && !strings.HasPrefix(target, "/sys/fs/cgroup/") {
+			t.Errorf("the program holds descriptor %d (%s); want its stdio only", fd, target)
+		}
+	}
+	t.Logf("descriptors: %v", got)
 }
 
 func (s *suite) outputFlood(t *testing.T) {

@@ -41,6 +41,8 @@
 //	pidlimit MAX [PACE_US]  the sandbox's tasks, then fork sleeping children
 //	                     until refused (PACE_US apart, default 0), with
 //	                     "forked N" on stderr after each
+//	fds                  the open descriptors and what each is, but the
+//	                     one the listing reads
 //	killparent           send the parent (the guest) every signal but
 //	                     SIGKILL, SIGSTOP and the synchronous faults
 package main
@@ -106,6 +108,8 @@ func main() {
 		daemonMid(arg(args, 0, "MARKER"))
 	case "findproc":
 		emit(obj{{"pids", findProcs(arg(args, 0, "MARKER"))}})
+	case "fds":
+		emit(obj{{"fds", openFDs()}})
 	case "flood":
 		stream := "stdout"
 		if len(args) > 1 {
@@ -933,6 +937,34 @@ func findProcs(marker string) []int {
 	}
 	sort.Ints(pids)
 	return pids
+}
+
+// openFDs lists the process's open descriptors with their /proc links,
+// leaving out the one it reads the list through.
+func openFDs() []obj {
+	dir, err := unix.Open("/proc/self/fd", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		fail("opening /proc/self/fd: " + err.Error())
+	}
+	f := os.NewFile(uintptr(dir), "/proc/self/fd")
+	names, err := f.Readdirnames(-1)
+	if err != nil {
+		fail("listing /proc/self/fd: " + err.Error())
+	}
+	fds := []obj{}
+	for _, n := range names {
+		fd, err := strconv.Atoi(n)
+		if err != nil || fd == dir {
+			continue
+		}
+		link, err := os.Readlink("/proc/self/fd/" + n)
+		if err != nil {
+			link = "unreadable: " + err.Error()
+		}
+		fds = append(fds, obj{{"fd", fd}, {"target", link}})
+	}
+	f.Close()
+	return fds
 }
 
 func daemonMid(marker string) {
