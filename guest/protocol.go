@@ -1,6 +1,17 @@
 // Package guest is protocol v2, spoken between the host and stockade-guest,
 // the agent that runs as PID 1 inside every sandbox, over the sandbox's
-// stdin (host to guest) and stdout (guest to host); Client is the host's end.
+// stdin (host to guest) and stdout (guest to host), or over descriptors 3
+// and 4 (see ChannelEnv); Client is the host's end.
+//
+// # Channel
+//
+// By default the frames are the guest's stdin and stdout. A runtime that
+// copies a container's stdio through pipes of its own (runc run, unless
+// detached) would put its copy loop between the host and the guest on
+// every frame, and keep a thread of its own busy; for it the host passes
+// the two pipes as the guest's descriptors ChannelIn and ChannelOut and
+// sets ChannelEnv to ChannelFDs in the guest's environment. The guest's
+// stdio then carries nothing but its diagnostics.
 //
 // # Handshake
 //
@@ -57,6 +68,18 @@ import (
 	"io"
 	"path"
 	"strings"
+)
+
+// ChannelEnv names the variable of the guest's environment that says where
+// its frames go: unset, on its stdin and stdout; ChannelFDs, on the
+// descriptors ChannelIn (host to guest) and ChannelOut (guest to host),
+// which the runtime passes on from the host. See the package's Channel.
+const (
+	ChannelEnv = "STOCKADE_GUEST_CHANNEL"
+	ChannelFDs = "fds"
+
+	ChannelIn  = 3
+	ChannelOut = 4
 )
 
 // The versions this package speaks, for both ends: a guest announces

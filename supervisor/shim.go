@@ -134,7 +134,13 @@ func Serve(ctx context.Context, dir string, ready *os.File) error {
 	if cmd.Env == nil {
 		cmd.Env = []string{}
 	}
-	cmd.Stdin, cmd.Stdout, cmd.Stderr = inR, outW, logw
+	if m.ChannelFDs {
+		cmd.ExtraFiles = []*os.File{inR, outW}
+		cmd.Stdout = logw
+	} else {
+		cmd.Stdin, cmd.Stdout = inR, outW
+	}
+	cmd.Stderr = logw
 	// The runtime's stderr is copied into the bounded log through a pipe
 	// that any process it started may hold open after it exits: Wait
 	// stops copying runtimeWaitDelay after the exit, so that the exit is

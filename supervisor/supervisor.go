@@ -86,6 +86,11 @@ type Meta struct {
 	// and Env its whole environment.
 	Argv []string `json:"argv"`
 	Env  []string `json:"env"`
+	// ChannelFDs passes the guest's channel to the runtime as its
+	// descriptors 3 (to the guest) and 4 (from the guest), which Argv
+	// passes on (runc run --preserve-fds 2), rather than as its stdin and
+	// stdout; its stdout then goes to the log.
+	ChannelFDs bool `json:"channel_fds,omitempty"`
 	// Hello, when set, is the greeting of a guest that greeted before:
 	// the sandbox is restored from a checkpoint, its guest is past its
 	// handshake, the shim replays Hello and passes every Accept on in the

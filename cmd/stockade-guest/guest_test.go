@@ -841,3 +841,70 @@ func TestMappingsNotNamed(t *testing.T) {
 		t.Errorf("got DefaultGODEBUG %q, want it to hold decoratemappings=0", godebug)
 	}
 }
+
+// TestChannelFDs runs the guest with its channel on descriptors 3 and 4
+// (guest.ChannelEnv), as runc's sandboxes do: it speaks the protocol
+// there, writes nothing to its stdout, exits when that channel ends, and
+// its programs do not inherit the channel. The program lists what its
+// descriptors are, so the check sees the pipes it does have (its stdio).
+func TestChannelFDs(t *testing.T) {
+	inR, inW, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	outR, outW, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer outR.Close()
+	var channel []string
+	for _, f := range []*os.File{inR, outW} {
+		fi, err := f.Stat()
+		if err != nil {
+			t.Fatal(err)
+		}
+		channel = append(channel, fmt.Sprintf("pipe:[%d]", fi.Sys().(*syscall.Stat_t).Ino))
+	}
+	g := startRaw(t, func(c *exec.Cmd) {
+		c.Env = append(c.Env, guest.ChannelEnv+"="+guest.ChannelFDs)
+		c.ExtraFiles = []*os.File{inR, outW}
+	})
+	inR.Close()
+	outW.Close()
+	stdout := g.stdout
+	g.stdin = inW
+	c, err := guest.Handshake(g.ctx(), bufio.NewReader(outR), inW)
+	if err != nil {
+		t.Fatalf("handshake on descriptors 3 and 4: %v (guest stderr: %q)", err, g.stderr.String())
+	}
+	g.c = c
+	r := g.mustExit(guest.ExecRequest{Argv: []string{"/bin/sh", "-c", `for f in /proc/$$/fd/*; do readlink "$f"; done`}, OutputCap: 1 << 20})
+	links := strings.Fields(string(r.stdout))
+	if !slices.ContainsFunc(links, func(l string) bool { return strings.HasPrefix(l, "pipe:[") }) {
+		t.Fatalf("the program's descriptors %q show no pipe: the listing cannot see its stdio", links)
+	}
+	for _, p := range channel {
+		if slices.Contains(links, p) {
+			t.Errorf("the program holds the guest's channel %s (its descriptors: %q)", p, links)
+		}
+	}
+	inW.Close()
+	if b, err := io.ReadAll(stdout); err != nil || len(b) != 0 {
+		t.Errorf("the guest wrote %q (%v) to its stdout, want nothing", b, err)
+	}
+	if code := g.exitCode(); code != 0 {
+		t.Errorf("got exit code %d after the channel ended, want 0 (stderr %q)", code, g.stderr.String())
+	}
+}
+
+// TestChannelFDsMissing starts the guest told to use descriptors 3 and 4
+// without them: it fails at once, saying why.
+func TestChannelFDsMissing(t *testing.T) {
+	g := startRaw(t, func(c *exec.Cmd) { c.Env = append(c.Env, guest.ChannelEnv+"="+guest.ChannelFDs) })
+	if code := g.exitCode(); code != 1 {
+		t.Errorf("got exit code %d, want 1", code)
+	}
+	if !strings.Contains(g.stderr.String(), "channel descriptor 3") {
+		t.Errorf("got stderr %q, want it to name descriptor 3", g.stderr.String())
+	}
+}

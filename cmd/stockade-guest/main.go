@@ -5,8 +5,10 @@
 
 // Command stockade-guest is the agent that runs as PID 1 inside every
 // Stockade sandbox. It speaks protocol v2 of package guest on its stdin
-// (frames from the host) and stdout (frames to the host); its stderr is a
-// diagnostic log that stays silent except for one line on a fatal error.
+// (frames from the host) and stdout (frames to the host), or on
+// descriptors 3 and 4 when its environment says so (guest.ChannelEnv); its
+// stderr is a diagnostic log that stays silent except for one line on a
+// fatal error.
 //
 // It serves one exec at a time (the program in its own process group, its
 // output streamed back up to the request's cap, stdin fed or streamed,
@@ -38,6 +40,8 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/stockade-sh/stockade/guest"
 )
@@ -88,7 +92,8 @@ var features = []string{"exec", "files", "kernels", guest.FeatureExitNotice}
 const prSetChildSubreaper = 36 // PR_SET_CHILD_SUBREAPER
 
 // stdio returns the guest's ends of the frame streams: stdin, and a
-// duplicate of stdout.
+// duplicate of stdout; or, when guest.ChannelEnv says so, the descriptors
+// guest.ChannelIn and guest.ChannelOut, which no program inherits.
 //
 // Every blocked read of a blocking descriptor holds a thread of its own,
 // which takes 1-2 ms to start under gVisor; stdin is made non-blocking so
@@ -99,16 +104,31 @@ const prSetChildSubreaper = 36 // PR_SET_CHILD_SUBREAPER
 // descriptor a host that went away is a write error like any other, which
 // kills everything before the guest exits.
 func stdio() (in, out *os.File, err error) {
-	if err := syscall.SetNonblock(0, true); err != nil {
-		return nil, nil, fmt.Errorf("setting stdin non-blocking: %w", err)
-	}
-	in = os.NewFile(0, "stdin")
-	// A descriptor the poller does not take has no deadlines; it must
-	// block then, or reads would fail with EAGAIN.
-	if in.SetReadDeadline(time.Time{}) != nil {
-		if err := syscall.SetNonblock(0, false); err != nil {
-			return nil, nil, fmt.Errorf("setting stdin blocking: %w", err)
+	if os.Getenv(guest.ChannelEnv) == guest.ChannelFDs {
+		for _, fd := range []int{guest.ChannelIn, guest.ChannelOut} {
+			// Without the host's descriptors these numbers may be
+			// anything the runtime opened (Go keeps its cgroup's CPU
+			// quota files open): only a pipe or a socket is a channel.
+			var st unix.Stat_t
+			if err := unix.Fstat(fd, &st); err != nil {
+				return nil, nil, fmt.Errorf("channel descriptor %d: %w", fd, err)
+			}
+			if t := st.Mode & unix.S_IFMT; t != unix.S_IFIFO && t != unix.S_IFSOCK {
+				return nil, nil, fmt.Errorf("channel descriptor %d is not a pipe or a socket (mode %#o)", fd, st.Mode)
+			}
+			// Programs get the descriptors they are given only (see
+			// launch): any other must be close-on-exec.
+			if _, err := unix.FcntlInt(uintptr(fd), unix.F_SETFD, unix.FD_CLOEXEC); err != nil {
+				return nil, nil, fmt.Errorf("channel descriptor %d: %w", fd, err)
+			}
 		}
+		if in, err = pollable(guest.ChannelIn, "channel-in"); err != nil {
+			return nil, nil, err
+		}
+		return in, os.NewFile(guest.ChannelOut, "channel-out"), nil
+	}
+	if in, err = pollable(0, "stdin"); err != nil {
+		return nil, nil, err
 	}
 	fd, err := syscall.Dup(1)
 	if err != nil {
@@ -116,6 +136,23 @@ func stdio() (in, out *os.File, err error) {
 	}
 	syscall.CloseOnExec(fd)
 	return in, os.NewFile(uintptr(fd), "frames"), nil
+}
+
+// pollable returns descriptor fd as a file whose reads the runtime's
+// poller waits for, where it can (a pipe; not a file).
+func pollable(fd int, name string) (*os.File, error) {
+	if err := syscall.SetNonblock(fd, true); err != nil {
+		return nil, fmt.Errorf("setting %s non-blocking: %w", name, err)
+	}
+	f := os.NewFile(uintptr(fd), name)
+	// A descriptor the poller does not take has no deadlines; it must
+	// block then, or reads would fail with EAGAIN.
+	if f.SetReadDeadline(time.Time{}) != nil {
+		if err := syscall.SetNonblock(fd, false); err != nil {
+			return nil, fmt.Errorf("setting %s blocking: %w", name, err)
+		}
+	}
+	return f, nil
 }
 
 // agent is the guest's state. The main goroutine reads the host's frames

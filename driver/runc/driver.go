@@ -55,6 +55,9 @@ func config(cfg Config) ocidriver.Config {
 		Shim:           cfg.Shim,
 		Defaults:       sandbox.Limits{CPU: DefaultCPU},
 		PeakFromCgroup: true,
+		// `runc run` copies the container's stdio through pipes of its
+		// own: the guest's frames go around that copy loop.
+		ChannelFDs: true,
 		// runc needs no flag for either mode: the bundle's network
 		// namespace (fresh, or the prepared one by path) decides.
 		NetworkArgs: map[sandbox.NetworkMode][]string{sandbox.NetworkNone: nil, sandbox.NetworkEgress: nil},

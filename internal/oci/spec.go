@@ -19,6 +19,7 @@ import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
 
+	"github.com/stockade-sh/stockade/guest"
 	"github.com/stockade-sh/stockade/sandbox"
 	"github.com/stockade-sh/stockade/sandbox/profile"
 )
@@ -53,6 +54,18 @@ type Options struct {
 	// that mapping for the sandbox to join instead of a new one: the one
 	// that owns NetNSPath.
 	UserNSPath string
+	// ChannelFDs tells the guest that its frames go over descriptors 3
+	// and 4, which the runtime passes on (guest.ChannelEnv), not its stdio.
+	ChannelFDs bool
+}
+
+// guestEnv is the guest's own environment.
+func guestEnv(channelFDs bool) []string {
+	env := []string{"GOMAXPROCS=1"}
+	if channelFDs {
+		env = append(env, guest.ChannelEnv+"="+guest.ChannelFDs)
+	}
+	return env
 }
 
 // Kernel is what the sandboxed program's system calls reach.
@@ -196,7 +209,7 @@ func build(p profile.Profile, sc *specs.LinuxSeccomp, o Options) (*specs.Spec, e
 			// ExecRequest; nothing is inherited from the host). One P keeps the
 			// guest to a few threads, which starts faster, above all under gVisor
 			// where every thread and system call costs more.
-			Env: []string{"GOMAXPROCS=1"},
+			Env: guestEnv(o.ChannelFDs),
 			Cwd: "/",
 			Capabilities: &specs.LinuxCapabilities{
 				Bounding: slices.Clone(p.Capabilities), Effective: slices.Clone(p.Capabilities), Inheritable: slices.Clone(p.Capabilities),

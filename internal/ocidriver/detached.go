@@ -68,9 +68,10 @@ func (s *sbx) startShim(ctx context.Context) error {
 	}
 	m := supervisor.Meta{
 		ID: s.id, Driver: d.cfg.Name, Bundle: d.bundleDir(s.id),
-		Created: time.Now().UTC(),
-		Argv:    append([]string{s.shim.binary}, d.runtimeArgs(s.network, "run", "--bundle", d.bundleDir(s.id), s.id)...),
-		Env:     runtimeEnv,
+		Created:    time.Now().UTC(),
+		Argv:       append([]string{s.shim.binary}, d.runtimeArgs(s.network, d.runArgs(s.id)...)...),
+		Env:        runtimeEnv,
+		ChannelFDs: d.cfg.ChannelFDs,
 	}
 	if err := s.writeMeta(key, m, s.labels, s.unbound, s.Guest.Limits); err != nil {
 		return err

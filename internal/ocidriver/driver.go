@@ -63,6 +63,11 @@ type Config struct {
 	// Kernel says whether sandboxed code reaches the host kernel (runc) or
 	// a user-space kernel (gVisor); the bundle differs slightly.
 	Kernel oci.Kernel
+	// ChannelFDs is set for a runtime that copies the container's stdio
+	// through pipes of its own (runc run): the guest's frames then go over
+	// descriptors 3 and 4, passed on with --preserve-fds 2, so that no
+	// frame waits on the runtime's copy loop (see package guest, Channel).
+	ChannelFDs bool
 	// InstallHint is appended to errors about a missing runtime binary.
 	InstallHint string
 	// ReadyTimeout bounds how long Create waits for the guest's greeting;
@@ -375,6 +380,17 @@ func (d *Driver) runtimeArgs(mode sandbox.NetworkMode, args ...string) []string 
 	return append(full, args...)
 }
 
+// runArgs are the runtime's arguments that run sandbox id, its guest's
+// channel passed on as descriptors 3 and 4 after stdio when ChannelFDs is
+// set.
+func (d *Driver) runArgs(id string) []string {
+	args := []string{"run", "--bundle", d.bundleDir(id)}
+	if d.cfg.ChannelFDs {
+		args = append(args, "--preserve-fds", "2")
+	}
+	return append(args, id)
+}
+
 // runtimeEnv is the runtime's whole environment.
 var runtimeEnv = []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
 
@@ -444,7 +460,7 @@ func (d *Driver) create(ctx context.Context, spec sandbox.Spec, unbound bool) (_
 	}
 	o := oci.Options{
 		ID: id, Spec: spec, Limits: limits, GuestPath: d.cfg.GuestPath,
-		CgroupsPath: d.cgroupOf(id).Path, Kernel: d.cfg.Kernel,
+		CgroupsPath: d.cgroupOf(id).Path, Kernel: d.cfg.Kernel, ChannelFDs: d.cfg.ChannelFDs,
 	}
 	switch {
 	case !d.cfg.UserNamespace:

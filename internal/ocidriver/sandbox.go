@@ -19,7 +19,8 @@ import (
 )
 
 // sbx is one sandbox: a `<runtime> run` process whose container's PID 1 is
-// the guest, reached through the runtime's stdin and stdout.
+// the guest, reached through the runtime's stdin and stdout, or two pipes
+// it passes on (Config.ChannelFDs).
 type sbx struct {
 	d       *Driver
 	id      string
@@ -93,8 +94,16 @@ func (s *sbx) start(ctx context.Context) error {
 	s.stderr = &sandboxkit.BoundedBuffer{Max: 16 << 10}
 	// The runtime process must outlive ctx (which only bounds Create), so
 	// it is not started with it; Destroy ends it.
-	s.cmd = s.d.runtimeCmd(context.WithoutCancel(ctx), s.network, "run", "--bundle", s.d.bundleDir(s.id), s.id)
-	s.cmd.Stdin, s.cmd.Stdout, s.cmd.Stderr = inR, outW, s.stderr
+	s.cmd = s.d.runtimeCmd(context.WithoutCancel(ctx), s.network, s.d.runArgs(s.id)...)
+	if s.d.cfg.ChannelFDs {
+		// The runtime's stdio is the guest's, which carries only its
+		// diagnostics.
+		s.cmd.ExtraFiles = []*os.File{inR, outW}
+		s.cmd.Stdout = s.stderr
+	} else {
+		s.cmd.Stdin, s.cmd.Stdout = inR, outW
+	}
+	s.cmd.Stderr = s.stderr
 	// The runtime's stderr is copied through a pipe that the container's
 	// processes inherit; if killing the runtime did not end them, Wait
 	// must not wait for that pipe forever.
