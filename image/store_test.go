@@ -299,6 +299,12 @@ func TestResolve(t *testing.T) {
 			var m Manifest
 			if !tt.noBuild {
 				m = s.mustBuild(t, tt.runtime, BuildOptions{})
+				// Resolved once before the damage, as a daemon resolves
+				// an image before every sandbox: what it remembers of
+				// the image must not hide the damage.
+				if _, err := s.Resolve(tt.runtime); err != nil {
+					t.Fatalf("Resolve before the damage: %v", err)
+				}
 			}
 			if tt.damage != nil {
 				tt.damage(t, s, s.imageDir(strings.TrimPrefix(m.Digest, "sha256:")))
