@@ -314,7 +314,9 @@ func (c *Client) writeLoop() {
 // enqueue queues buf for the writer and returns a channel that receives
 // the write's error. It blocks while the queue is full, until ctx ends or
 // the connection does. A frame is written whole or not at all: when ctx
-// ends after enqueue returned, the write still happens.
+// ends after enqueue returned, the write still happens. A frame queued as
+// the connection ends may never be written, nor its channel answered (the
+// writer has stopped): wait for it with written.
 func (c *Client) enqueue(ctx context.Context, buf []byte) (<-chan error, error) {
 	done := make(chan error, 1)
 	select {
@@ -338,9 +340,23 @@ func (c *Client) send(ctx context.Context, t FrameType, id uint32, payload []byt
 	if err != nil {
 		return err
 	}
+	return c.written(ctx, done)
+}
+
+// written waits for the write whose channel enqueue returned (done) and
+// returns its error; or the connection's, once it has ended (a write
+// queued as it ended is never answered); or ctx's.
+func (c *Client) written(ctx context.Context, done <-chan error) error {
 	select {
 	case err := <-done:
 		return err
+	case <-c.done:
+		select {
+		case err := <-done:
+			return err
+		default:
+			return c.Err()
+		}
 	case <-ctx.Done():
 		return ctx.Err()
 	}

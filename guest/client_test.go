@@ -609,3 +609,25 @@ func TestClientReattach(t *testing.T) {
 		t.Errorf("got %d frames of unknown ids, want the old client's one", s.UnknownIDs)
 	}
 }
+
+// TestClientSendAfterEnd sends frames once the connection has ended and
+// its writer has stopped: each send must fail with ErrClosed at once. The
+// queue has room, so enqueue may queue the frame where no writer will
+// take it (its select between the queue and the connection's end is a
+// coin toss); a send that waited for that write hung until its ctx
+// ended (found by FuzzClient, once in about 1,500 runs of one input).
+func TestClientSendAfterEnd(t *testing.T) {
+	c, g, _ := newPair(t)
+	g.w.Close()
+	<-c.Done()
+	// The writer drains the queue once after the end, then returns.
+	time.Sleep(50 * time.Millisecond)
+	for i := range 64 {
+		ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+		err := c.send(ctx, FramePing, uint32(100+i), nil)
+		cancel()
+		if !errors.Is(err, ErrClosed) {
+			t.Fatalf("send %d after the end: got %v, want ErrClosed at once", i, err)
+		}
+	}
+}

@@ -100,7 +100,7 @@ func (c *Client) Exec(ctx context.Context, req ExecRequest, opts ExecOptions) (*
 		return nil, err
 	}
 	go func() {
-		if err := <-written; err != nil {
+		if err := c.written(context.Background(), written); err != nil {
 			e.finish(err)
 		}
 	}()
