@@ -28,13 +28,14 @@ type sbx struct {
 	network sandbox.NetworkMode
 
 	cmd    *exec.Cmd
-	stdin  *os.File // host -> guest frames
-	stdout *os.File // guest -> host frames
+	stdin  *os.File // host -> guest frames (the guest's stdin or descriptor 3)
+	stdout *os.File // guest -> host frames (the guest's stdout or descriptor 4)
 	stderr *sandboxkit.BoundedBuffer
 	exited chan struct{} // closed when the runtime process has exited
 
-	// Guest is the host's end of the guest, over stdin and stdout: it
-	// serves the sandbox's Start, files and kernels.
+	// Guest is the host's end of the guest, over stdin and stdout (the
+	// channel's two pipes): it serves the sandbox's Start, files and
+	// kernels.
 	sandboxkit.Guest
 
 	destroyed sandboxkit.UntilDone
@@ -142,10 +143,13 @@ func (s *sbx) kill(ctx context.Context) {
 	defer cancel()
 	if err := s.d.runtimeCmd(ctx, s.network, "kill", s.id, "KILL").Run(); err != nil {
 		// The container may not exist (yet or any more); killing the
-		// runtime process makes sure nothing waits on it.
+		// runtime process makes sure nothing waits on it. A guest that
+		// holds its channel itself (Config.ChannelFDs) outlives its
+		// runtime: the end of its input makes it end everything.
 		switch {
 		case s.cmd != nil && s.cmd.Process != nil:
 			_ = s.cmd.Process.Kill()
+			_ = s.stdin.Close()
 		case s.shim != nil && s.shim.conn != nil:
 			_ = s.shim.conn.Kill()
 		}
@@ -166,7 +170,7 @@ func (s *sbx) Destroy(ctx context.Context) error {
 
 func (s *sbx) destroy(ctx context.Context) error {
 	if s.cmd != nil {
-		// EOF on its stdin makes the guest kill everything and exit, and
+		// The end of its input makes the guest kill everything and exit, and
 		// the runtime then removes the container by itself. That is the
 		// fast path; the kill below is for a guest that does not comply.
 		s.stdin.Close()

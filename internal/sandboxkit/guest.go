@@ -5,7 +5,8 @@
 // its result is classified), the sandbox's memory cgroup counters, and the
 // host traces a driver's Leftovers looks for.
 //
-// A driver fills a Guest once it holds the guest's stdin and stdout, waits
+// A driver fills a Guest once it holds the guest's channel (its stdin and
+// stdout, or the two pipes a runtime passes on: package guest, Channel), waits
 // for the greeting, and then forwards its sandbox's Start to the Guest:
 //
 //	s.guest = sandboxkit.Guest{Sandbox: id, Limits: limits, In: stdin, Frames: bufio.NewReader(stdout), Kill: s.kill}
@@ -43,9 +44,10 @@ type Guest struct {
 	// default timeout, the output cap and the memory limit from them.
 	// Only Retune changes them after the first AwaitReady.
 	Limits sandbox.Limits
-	// In carries frames to the guest (the guest's stdin).
+	// In carries frames to the guest (the guest's stdin, or descriptor 3).
 	In io.Writer
-	// Frames carries the guest's frames back (the guest's stdout). It
+	// Frames carries the guest's frames back (the guest's stdout, or
+	// descriptor 4). It
 	// should be buffered: frames are read a header at a time.
 	Frames io.Reader
 	// Cgroup is the sandbox's cgroup on this host. The zero Cgroup (not
@@ -57,7 +59,9 @@ type Guest struct {
 	// gVisor, whose Sentry is in it too).
 	PeakFromCgroup bool
 	// Kill ends the sandbox's PID 1, and with it every process of the
-	// sandbox and the guest's stream, without waiting. Required.
+	// sandbox and the guest's stream, without waiting: where the guest
+	// holds its channel itself, also when only its runtime could be
+	// killed. Required.
 	Kill func(ctx context.Context)
 	// ReservedIDs are the request ids earlier clients of the guest used
 	// (a guest reached again through its supervisor): this Guest's ids
