@@ -925,3 +925,27 @@ func TestBuildRebuildsOutdated(t *testing.T) {
 		})
 	}
 }
+
+// TestManifestCopies checks that a caller changing the manifest it got
+// changes nothing of what the store remembers (the store decodes a
+// manifest once and hands out copies).
+func TestManifestCopies(t *testing.T) {
+	s := newFakeStore(t)
+	s.mustBuild(t, "python", BuildOptions{})
+	first, err := s.Current("python")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(first.Packages) == 0 || len(first.Interpreter) == 0 {
+		t.Fatalf("the manifest has no packages or interpreter to change: %+v", first)
+	}
+	first.Packages["changed-by-a-caller"] = "1"
+	first.Interpreter[0] = "/changed"
+	again, err := s.Current("python")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := again.Packages["changed-by-a-caller"]; ok || again.Interpreter[0] == "/changed" {
+		t.Errorf("a caller's change to its manifest reached the next caller: %+v", again)
+	}
+}

@@ -1,11 +1,13 @@
 package oci
 
 import (
+	"slices"
 	"testing"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
 
+	"github.com/stockade-sh/stockade/guest"
 	"github.com/stockade-sh/stockade/sandbox"
 	"github.com/stockade-sh/stockade/sandbox/profile"
 )
@@ -154,5 +156,25 @@ func TestICMPSockets(t *testing.T) {
 	// bit of the protocol (64 rules, 30-65 ms a gVisor sandbox).
 	if got, want := len(userSpace.Syscalls), len(host.Syscalls)+len(icmpFamilies); got != want {
 		t.Errorf("rules of the user-space kernel's filter: got %d, want %d (the host kernel's %d and one per IP family)", got, want, len(host.Syscalls))
+	}
+}
+
+// TestBuildGuestChannel checks that the guest's environment tells it to
+// take its channel from descriptors 3 and 4 exactly when the runtime
+// passes them on (Options.ChannelFDs).
+func TestBuildGuestChannel(t *testing.T) {
+	for _, fds := range []bool{false, true} {
+		s, err := Build(Options{ID: "x", Spec: sandbox.Spec{Image: sandbox.Image{Rootfs: "/images/python"}}, Limits: sandbox.DefaultLimits(),
+			GuestPath: "/guest", CgroupsPath: "/stockade/x", ChannelFDs: fds})
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := []string{"GOMAXPROCS=1"}
+		if fds {
+			want = append(want, guest.ChannelEnv+"="+guest.ChannelFDs)
+		}
+		if !slices.Equal(s.Process.Env, want) {
+			t.Errorf("ChannelFDs %v: the guest's environment is %q, want %q", fds, s.Process.Env, want)
+		}
 	}
 }
