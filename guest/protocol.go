@@ -6,8 +6,8 @@
 // # Channel
 //
 // By default the frames are the guest's stdin and stdout. A runtime that
-// copies a container's stdio through pipes of its own (runc run, unless
-// detached) would put its copy loop between the host and the guest on
+// copies a container's stdio through pipes of its own (runc run without
+// runc's --detach) would put its copy loop between the host and the guest on
 // every frame, and keep a thread of its own busy; for it the host passes
 // the two pipes as the guest's descriptors ChannelIn and ChannelOut and
 // sets ChannelEnv to ChannelFDs in the guest's environment. The guest's

@@ -182,7 +182,8 @@ func (c *Conn) control(t guest.FrameType) error {
 	return err
 }
 
-// CloseGuestStdin asks the shim to close the guest's stdin: the guest
+// CloseGuestStdin asks the shim to close the guest's input (its stdin, or
+// descriptor 3 under Meta.ChannelFDs): the guest
 // kills every process of the sandbox and exits, the runtime ends, and the
 // shim with it (the connection then ends).
 func (c *Conn) CloseGuestStdin() error { return c.control(FrameCloseStdin) }
@@ -248,8 +249,8 @@ func Running(dir string) (pid int, ok bool) {
 
 // KillShim ends dir's shim process by its pid, if it still runs (Running), and
 // waits at most until ctx ends for it to be gone. The sandbox's runtime is
-// the caller's to end: the runtime's stdin closes with the shim, which
-// ends the guest.
+// the caller's to end: the guest's input closes with the shim, which ends
+// the guest.
 func KillShim(ctx context.Context, dir string) error {
 	pid, ok := Running(dir)
 	if !ok {

@@ -202,7 +202,7 @@ type shim struct {
 	clients int
 	lastID  uint32
 
-	// stdinMu serialises the frames into the guest's stdin and guards
+	// stdinMu serialises the frames into the guest's input and guards
 	// accepted and stdinClosed.
 	stdinMu     sync.Mutex
 	stdin       *os.File
@@ -316,7 +316,7 @@ func (s *shim) serveClient(c *client) {
 	}
 }
 
-// toGuest writes one frame into the guest's stdin, if c is still the
+// toGuest writes one frame into the guest's input, if c is still the
 // client; frame gets whether the guest has had no Accept yet. It returns
 // false when c should stop.
 func (s *shim) toGuest(c *client, id uint32, frame func(first bool) []byte) bool {
@@ -342,7 +342,7 @@ func (s *shim) toGuest(c *client, id uint32, frame func(first bool) []byte) bool
 	return true
 }
 
-// closeStdin closes the guest's stdin, once.
+// closeStdin closes the guest's input, once.
 func (s *shim) closeStdin() {
 	s.stdinMu.Lock()
 	defer s.stdinMu.Unlock()

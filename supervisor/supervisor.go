@@ -1,7 +1,8 @@
 // Package supervisor keeps a sandbox alive when the process that created it
 // goes away. A shim (`stockade shim DIR`, one small detached process per
 // sandbox, as containerd's shim) starts the OCI runtime with the guest's
-// stdio as its own pipes and serves the guest channel on a unix socket in
+// channel as its own pipes (the runtime's stdio, or descriptors 3 and 4 it
+// passes on: Meta.ChannelFDs) and serves that channel on a unix socket in
 // DIR, so that a daemon that restarts, or a gVisor sandbox that is
 // restored, is reached again through the same socket.
 //
@@ -133,7 +134,8 @@ const (
 	// FrameStatus (shim -> client) carries a Status, first on every
 	// connection.
 	FrameStatus guest.FrameType = 's'
-	// FrameCloseStdin (client -> shim) closes the guest's stdin: the guest
+	// FrameCloseStdin (client -> shim) closes the guest's input (its stdin,
+	// or descriptor 3 under Meta.ChannelFDs): the guest
 	// then kills every process of the sandbox and exits, and the runtime
 	// with it.
 	FrameCloseStdin guest.FrameType = 'c'
@@ -145,7 +147,7 @@ const (
 // Controls are the frame types the shim answers itself.
 var Controls = map[guest.FrameType]string{
 	FrameStatus:     "status",
-	FrameCloseStdin: "close the guest's stdin",
+	FrameCloseStdin: "close the guest's input",
 	FrameKill:       "kill the runtime",
 }
 

@@ -6,7 +6,7 @@
 // profile, python started directly as PID 1), the same with python started
 // as a child of PID 1 (what any design with an agent in the sandbox costs),
 // and the bare interpreter in a chroot; the drivers' one-shot run with the
-// sandbox direct (the daemon owns the runtime's stdio) and detached
+// sandbox direct (the daemon owns the guest's channel) and detached
 // (through a shim, package supervisor): what the supervisor costs; and the
 // engine's one-shot run of a tool with a data mount of 10,000 files, whose
 // tree is checked for sockets and credentials directories before each run. -parts adds the runtimes with
@@ -149,7 +149,7 @@ func run(n int, bin, dataDir string, parts bool) error {
 	}
 	inProcess := func(driver string) func() error { return inProcessAs(eng, "", driver) }
 	// The drivers alone, each sandbox direct (the daemon owns the
-	// runtime's stdio, the one-shot route) or detached (a shim owns it and
+	// guest's channel, the one-shot route) or detached (a shim owns it and
 	// serves the guest on a socket: what a long-lived sandbox costs).
 	exe, err := filepath.Abs(bin)
 	if err != nil {

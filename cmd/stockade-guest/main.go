@@ -15,8 +15,9 @@
 // signal and cancel), file operations below /tmp and /workspace, kernels
 // (long-lived interpreters, see kernel.go) and pings. It is the only reaper
 // of the sandbox: when an exec ends, every process of the sandbox that no
-// kernel owns is killed (see reaper.go). Closing its stdin makes it kill
-// everything and exit 0; a frame it cannot parse (its framing, not its
+// kernel owns is killed (see reaper.go). The end of its input (stdin, or
+// descriptor 3) makes it kill everything and exit 0; a frame it cannot
+// parse (its framing, not its
 // JSON) makes it report a FrameError with id 0 and exit 1.
 //
 // The same binary has more modes, chosen by its arguments: the kernel
@@ -58,8 +59,9 @@ func main() {
 		testDaemon()
 	}
 	// Code in the sandbox runs as the guest's uid. A dumpable guest would let
-	// it open /proc/1/fd/1 and forge frames to the host, or /proc/1/fd/0 and
-	// steal the host's frames; a non-dumpable process's /proc entries belong
+	// it open /proc/1/fd/1 (or 4) and forge frames to the host, or
+	// /proc/1/fd/0 (or 3) and steal the host's frames; a non-dumpable
+	// process's /proc entries belong
 	// to root and cannot be ptraced. Fail closed if the kernel refuses.
 	if _, _, errno := syscall.RawSyscall(syscall.SYS_PRCTL, syscall.PR_SET_DUMPABLE, 0, 0); errno != 0 {
 		fatalf("setting PR_SET_DUMPABLE to 0: %v", errno)

@@ -17,7 +17,8 @@ import (
 
 // A detached sandbox (sandbox.Spec.Detached) is run by a shim (package
 // supervisor) instead of this process: the shim starts `<runtime> run` with
-// the guest's stdio as its own pipes and serves the guest on a socket in
+// the guest's channel as its own pipes (Config.ChannelFDs says which
+// descriptors) and serves the guest on a socket in
 // StateDir/shims/<id>, so the sandbox outlives this process and Reattach
 // reaches it again. The shim's record carries what Reattach needs to serve
 // it (shimRecord) and the sandbox's labels; its MAC, under the key in
