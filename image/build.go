@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/stockade-sh/stockade/errdefs"
+	"github.com/stockade-sh/stockade/internal/fsmode"
 )
 
 const (
@@ -119,7 +120,7 @@ func (s *Store) build(ctx context.Context, rt Runtime, opts BuildOptions) (_ Man
 	}()
 	// The image directory is made of tmp by a rename; sandboxes in a user
 	// namespace must be able to traverse it.
-	if err := os.Chmod(tmp, 0o755); err != nil {
+	if err := os.Chmod(tmp, fsmode.Traverse); err != nil {
 		return Manifest{}, fmt.Errorf("creating build directory: %w", classify(err))
 	}
 	rootfs := filepath.Join(tmp, "rootfs")
@@ -176,7 +177,7 @@ func (s *Store) build(ctx context.Context, rt Runtime, opts BuildOptions) (_ Man
 	if err != nil {
 		return Manifest{}, fmt.Errorf("encoding manifest: %w", err)
 	}
-	if err := writeFileSync(filepath.Join(tmp, "manifest.json"), append(data, '\n'), 0o644); err != nil {
+	if err := writeFileSync(filepath.Join(tmp, "manifest.json"), append(data, '\n'), fsmode.File); err != nil {
 		return Manifest{}, fmt.Errorf("writing manifest: %w", classify(err))
 	}
 	if existing, err := s.checkImage(sum.hex, rt); err == nil {
@@ -189,7 +190,7 @@ func (s *Store) build(ctx context.Context, rt Runtime, opts BuildOptions) (_ Man
 			// The tree of an older definition is today's too: its
 			// manifest now records today's definition, or every Build
 			// would build it again.
-			if err := writeFileAtomic(s.imageDir(sum.hex), "manifest.json", append(data, '\n'), 0o644); err != nil {
+			if err := writeFileAtomic(s.imageDir(sum.hex), "manifest.json", append(data, '\n'), fsmode.File); err != nil {
 				return Manifest{}, fmt.Errorf("writing manifest: %w", classify(err))
 			}
 			return m, s.writeRef(rt.Name, m.Digest)
@@ -243,7 +244,7 @@ func (s *Store) publish(ctx context.Context, tmp, hex string) error {
 
 // writeRef points the ref of name at digest.
 func (s *Store) writeRef(name, digest string) error {
-	if err := writeFileAtomic(s.refsDir(), name, []byte(digest+"\n"), 0o644); err != nil {
+	if err := writeFileAtomic(s.refsDir(), name, []byte(digest+"\n"), fsmode.File); err != nil {
 		return fmt.Errorf("writing ref of image %q: %w", name, classify(err))
 	}
 	return nil
@@ -296,7 +297,7 @@ func (s *Store) debootstrap(ctx context.Context, rootfs string, rt Runtime, opts
 	if _, err := os.Stat(s.debootstrapPath); err != nil {
 		return fmt.Errorf("debootstrap not found at %s; install it with \"apt-get install debootstrap\": %w", s.debootstrapPath, errdefs.ErrFailedPrecondition)
 	}
-	if err := os.MkdirAll(s.cacheDir(), 0o755); err != nil {
+	if err := os.MkdirAll(s.cacheDir(), fsmode.Dir); err != nil {
 		return fmt.Errorf("creating package cache: %w", classify(err))
 	}
 	cmd := exec.CommandContext(ctx, s.debootstrapPath,

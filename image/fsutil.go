@@ -10,6 +10,7 @@ import (
 
 	"github.com/stockade-sh/stockade/errdefs"
 	"github.com/stockade-sh/stockade/internal/flock"
+	"github.com/stockade-sh/stockade/internal/fsmode"
 )
 
 // lockPoll is how often a waiting Build retries the store's lock.
@@ -35,12 +36,17 @@ func (s *Store) lock(ctx context.Context) (unlock func(), err error) {
 // tryLock takes the store's exclusive lock, or fails with ErrUnavailable if
 // another operation holds it.
 func (s *Store) tryLock() (unlock func(), err error) {
-	for _, d := range []string{s.imagesDir(), s.refsDir(), s.blobsDir()} {
-		if err := os.MkdirAll(d, 0o755); err != nil {
+	// The images' trees are reached through the store's directories from
+	// the sandboxes' user namespaces (fsmode.Exceptions).
+	for _, d := range []string{s.imagesDir(), s.blobsDir()} {
+		if err := os.MkdirAll(d, fsmode.Traverse); err != nil {
 			return nil, fmt.Errorf("creating image store: %w", classify(err))
 		}
 	}
-	if err := os.MkdirAll(s.tmpDir(), 0o700); err != nil {
+	if err := os.MkdirAll(s.refsDir(), fsmode.Dir); err != nil {
+		return nil, fmt.Errorf("creating image store: %w", classify(err))
+	}
+	if err := os.MkdirAll(s.tmpDir(), fsmode.Dir); err != nil {
 		return nil, fmt.Errorf("creating image store: %w", classify(err))
 	}
 	name := filepath.Join(s.imagesDir(), "lock")

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/stockade-sh/stockade/errdefs"
+	"github.com/stockade-sh/stockade/internal/fsmode"
 )
 
 // writeTree writes files under dir: a name ending in "/" is a directory,
@@ -947,5 +948,51 @@ func TestManifestCopies(t *testing.T) {
 	}
 	if _, ok := again.Packages["changed-by-a-caller"]; ok || again.Interpreter[0] == "/changed" {
 		t.Errorf("a caller's change to its manifest reached the next caller: %+v", again)
+	}
+}
+
+// TestBuildModes builds an image and finds every path of the store private
+// to root but what sandboxes reach (fsmode.Exceptions): the image's tree
+// and the directories on its way.
+func TestBuildModes(t *testing.T) {
+	f := newFakeStore(t)
+	m := f.mustBuild(t, "python", BuildOptions{})
+	// The store's root and cache are the data directory's, which set-up
+	// makes.
+	if err := os.Chmod(f.root, fsmode.Traverse); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(f.cacheDir(), fsmode.Dir); err != nil {
+		t.Fatal(err)
+	}
+	l := fsmode.Layout{DataDir: f.root}
+	if bad := fsmode.Check(l); len(bad) != 0 {
+		t.Errorf("after a build: got %q, want every path as fsmode says", bad)
+	}
+	hex := strings.TrimPrefix(m.Digest, "sha256:")
+	for _, c := range []struct {
+		path string
+		want fs.FileMode
+	}{
+		{"images", fsmode.Traverse},
+		{"images/sha256/" + hex, fsmode.Traverse},
+		{"images/sha256/" + hex + "/manifest.json", fsmode.File},
+		{"images/refs", fsmode.Dir},
+		{"images/refs/python", fsmode.File},
+		{"images/tmp", fsmode.Dir},
+	} {
+		if fi, err := os.Stat(filepath.Join(f.root, c.path)); err != nil || fi.Mode().Perm() != c.want {
+			t.Errorf("%s: got %v, %v; want mode %#o", c.path, fi.Mode(), err, c.want)
+		}
+	}
+	// The check sees a manifest open to others.
+	if err := os.Chmod(filepath.Join(f.imageDir(hex), "manifest.json"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if bad := fsmode.Check(l); len(bad) != 1 || !strings.Contains(bad[0], "manifest.json") {
+		t.Errorf("with the manifest 0644: got %q, want it alone", bad)
+	}
+	if _, err := f.Resolve("python"); err != nil {
+		t.Errorf("Resolve after the build: %v", err)
 	}
 }

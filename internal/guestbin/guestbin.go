@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/stockade-sh/stockade/errdefs"
+	"github.com/stockade-sh/stockade/internal/fsmode"
 )
 
 //go:embed all:payload
@@ -78,7 +79,9 @@ func Install(dir string) (string, error) {
 	if h := sha256.Sum256(b); hex.EncodeToString(h[:8]) != sum {
 		return "", fmt.Errorf("the embedded guest agent does not match its recorded hash; rebuild with `make build`: %w", errdefs.ErrFailedPrecondition)
 	}
-	if err := os.Mkdir(dir, 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
+	// Sandboxes bind-mount the agent from their own user namespaces
+	// (fsmode.Exceptions).
+	if err := os.Mkdir(dir, fsmode.Traverse); err != nil && !errors.Is(err, fs.ErrExist) {
 		if errors.Is(err, fs.ErrNotExist) {
 			data := filepath.Dir(dir)
 			return "", fmt.Errorf("the data directory %s does not exist; create it with `stockade setup --data-dir %s`, or name another with --data-dir: %w", data, data, errdefs.ErrInvalidArgument)

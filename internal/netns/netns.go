@@ -45,6 +45,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/stockade-sh/stockade/errdefs"
+	"github.com/stockade-sh/stockade/internal/fsmode"
 	"github.com/stockade-sh/stockade/internal/hostids"
 	"github.com/stockade-sh/stockade/internal/oci"
 	"github.com/stockade-sh/stockade/sandbox/profile"
@@ -507,7 +508,13 @@ func ensureShared(dir string) error {
 	if shared[dir] {
 		return nil
 	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	// RunDir is iproute2's, which makes it 0755; UserRunDir is
+	// Stockade's, root-only as its state directory.
+	mode := fsmode.Dir
+	if dir == RunDir {
+		mode = 0o755
+	}
+	if err := os.MkdirAll(dir, mode); err != nil {
 		return err
 	}
 	err := unix.Mount("", dir, "none", unix.MS_SHARED|unix.MS_REC, "")

@@ -22,6 +22,7 @@ import (
 
 	"github.com/stockade-sh/stockade/errdefs"
 	"github.com/stockade-sh/stockade/guest"
+	"github.com/stockade-sh/stockade/internal/fsmode"
 	"github.com/stockade-sh/stockade/internal/oci"
 	"github.com/stockade-sh/stockade/internal/sandboxkit"
 	"github.com/stockade-sh/stockade/sandbox"
@@ -35,9 +36,9 @@ import (
 // Stockade is tested on, so the runc driver is a plain Driver and declares
 // Snapshots false (driver/runc).
 //
-// A checkpoint directory is created root-only (0700), as the runtime
-// writes the sandbox's memory into it with the files readable by anyone
-// (0644). Restore trusts nothing in it that the driver did not write: it
+// A checkpoint directory is created root-only (0700), and the files the
+// runtime writes the sandbox's memory to, readable by anyone (0644), are
+// made root-only too (fsmode.PrivateTree). Restore trusts nothing in it that the driver did not write: it
 // refuses a directory that is a symbolic link, another user's, or open to
 // other users, and a record whose MAC under the shims' key
 // (supervisor.LoadKey) does not hold, the MAC covering a digest of the
@@ -248,6 +249,11 @@ func (d *Snapshotting) Checkpoint(ctx context.Context, sb sandbox.Sandbox, dir s
 	out, err := d.runtimeCmd(ctx, s.network, "checkpoint", "--image-path", image, s.id).CombinedOutput()
 	if err != nil {
 		return fmt.Errorf("checkpointing sandbox %s: %v: %s: %w", s.id, err, sandboxkit.OneLine(string(out)), errdefs.ErrUnavailable)
+	}
+	// The runtime writes the memory's files readable by anyone; the
+	// directory is root-only, and so is every file below it.
+	if err := fsmode.PrivateTree(image); err != nil {
+		return fmt.Errorf("checkpointing sandbox %s: %w", s.id, err)
 	}
 	if rec.ImageDigest, err = imageDigest(image); err != nil {
 		return fmt.Errorf("checkpointing sandbox %s: %w", s.id, err)

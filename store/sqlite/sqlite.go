@@ -32,6 +32,7 @@ import (
 
 	"github.com/stockade-sh/stockade/errdefs"
 	"github.com/stockade-sh/stockade/internal/flock"
+	"github.com/stockade-sh/stockade/internal/fsmode"
 	"github.com/stockade-sh/stockade/store"
 	"github.com/stockade-sh/stockade/store/internal/sqlstore"
 )
@@ -98,6 +99,11 @@ func open(ctx context.Context, c Config, upTo int) (*Store, error) {
 	now := c.Now
 	if now == nil {
 		now = time.Now
+	}
+	// SQLite makes the -wal and -shm with the database's mode: the
+	// database is made private before SQLite first opens it.
+	if err := fsmode.PrivateFile(c.Path, c.Path+"-wal", c.Path+"-shm", c.Path+"-journal"); err != nil {
+		return nil, fmt.Errorf("opening sqlite database %s: %w", c.Path, classify(err))
 	}
 	q := url.Values{}
 	q.Set("_busy_timeout", strconv.FormatInt(c.BusyTimeout.Milliseconds(), 10))
