@@ -20,7 +20,10 @@ if curl -sf "http://$addr/healthz" >/dev/null 2>&1; then
 	echo "stockade is already serving on $addr"
 	exit 0
 fi
-mkdir -p "$(dirname "$pidfile")"
+# The log and the pid file are root's only (the log names workspaces and
+# executions; the daemon makes an older log private too). Only they: the
+# daemon keeps the caller's umask, as it makes files that sandboxes read.
+(umask 077 && mkdir -p "$(dirname "$pidfile")" && : >>"$log" && : >"$pidfile")
 nohup stockade serve --listen "$addr" >>"$log" 2>&1 &
 echo $! >"$pidfile"
 for _ in $(seq 1 50); do

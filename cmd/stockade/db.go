@@ -9,6 +9,7 @@ import (
 
 	"github.com/stockade-sh/stockade/audit"
 	"github.com/stockade-sh/stockade/config"
+	"github.com/stockade-sh/stockade/internal/fsmode"
 	"github.com/stockade-sh/stockade/internal/storeopen"
 	"github.com/stockade-sh/stockade/internal/witness"
 	"github.com/stockade-sh/stockade/store"
@@ -36,9 +37,16 @@ func openDB(ctx context.Context, o dbOptions) (*adminDB, error) {
 	if db == "" {
 		db = os.Getenv("STOCKADE_DB")
 	}
+	w := cmp.Or(*o.witness, os.Getenv("STOCKADE_AUDIT_WITNESS"))
 	if db == "" {
-		if err := os.MkdirAll(dataDir, 0o755); err != nil {
+		if err := os.MkdirAll(dataDir, fsmode.Traverse); err != nil {
 			return nil, err
+		}
+		// The command opens the data directory: what an older install
+		// left open is made private (a failure only warns: the database
+		// itself is made private as it opens).
+		if err := fsmode.Fix(fsmode.Layout{DataDir: dataDir, Private: []string{w}}); err != nil {
+			fmt.Fprintf(os.Stderr, "stockade: warning: making the data directory private: %v\n", err)
 		}
 		db = storeopen.DefaultURL(dataDir)
 	}
@@ -46,7 +54,7 @@ func openDB(ctx context.Context, o dbOptions) (*adminDB, error) {
 	if err != nil {
 		return nil, classify(err)
 	}
-	w := cmp.Or(*o.witness, os.Getenv("STOCKADE_AUDIT_WITNESS"), witness.Default(db))
+	w = cmp.Or(w, witness.Default(db))
 	return &adminDB{adminStore: st, witness: witness.Dir(w)}, nil
 }
 

@@ -25,6 +25,7 @@ import (
 	"github.com/stockade-sh/stockade/console"
 	"github.com/stockade-sh/stockade/engine"
 	"github.com/stockade-sh/stockade/internal/flock"
+	"github.com/stockade-sh/stockade/internal/fsmode"
 	"github.com/stockade-sh/stockade/internal/netns"
 	"github.com/stockade-sh/stockade/internal/storeopen"
 	"github.com/stockade-sh/stockade/internal/wiring"
@@ -120,7 +121,11 @@ func serve(ctx context.Context, listen, db string, cfg config.Config) error {
 	if db == "" {
 		db = storeopen.DefaultURL(cfg.DataDir)
 	}
-	if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
+	if err := os.MkdirAll(cfg.DataDir, fsmode.Traverse); err != nil {
+		return err
+	}
+	wit := witness.Dir(cmp.Or(cfg.AuditWitness, witness.Default(db)))
+	if err := fixModes(cfg, string(wit)); err != nil {
 		return err
 	}
 	st, err := storeopen.OpenWith(ctx, db, storeopen.Options{AnalyticsOutbox: cfg.Analytics.Enabled()})
@@ -129,7 +134,6 @@ func serve(ctx context.Context, listen, db string, cfg config.Config) error {
 	}
 	defer st.Close()
 	metrics := api.NewMetrics()
-	wit := witness.Dir(cmp.Or(cfg.AuditWitness, witness.Default(db)))
 	svc := capability.NewService(eng, st, capability.ServiceOptions{
 		CreditsPerInvocation: new(cfg.CreditsPerInvocation), ApprovalTTL: cfg.ApprovalTTL,
 		MaxConcurrent: cfg.MaxConcurrent, MaxQueue: cfg.MaxQueue, Observer: metrics, Logger: log,

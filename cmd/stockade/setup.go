@@ -6,6 +6,7 @@ import (
 	"os"
 	"strings"
 
+	"github.com/stockade-sh/stockade/internal/fsmode"
 	"github.com/stockade-sh/stockade/internal/guestbin"
 	"github.com/stockade-sh/stockade/internal/hostsetup"
 	"github.com/stockade-sh/stockade/internal/wiring"
@@ -45,11 +46,16 @@ func setupCmd(ctx context.Context, args []string) int {
 	}
 	// Set-up creates the data directory, which the engine does not (so
 	// that a mistyped --data-dir fails instead of growing a tree), and the
-	// data root below it, from which tools mount their data.
+	// data root below it, from which tools mount their data; sandboxes
+	// pass through both (fsmode.Exceptions). It makes what an older
+	// install left open private.
 	for _, dir := range []string{cfg.DataDir, cfg.MountRoot()} {
-		if err := os.MkdirAll(dir, 0o755); err != nil {
+		if err := os.MkdirAll(dir, fsmode.Traverse); err != nil {
 			return fail(fmt.Errorf("creating %s: %w", dir, err))
 		}
+	}
+	if err := fsmode.Fix(layout(*cfg, "")); err != nil {
+		return fail(err)
 	}
 	// Opening the engine installs the embedded guest and validates the
 	// configuration, so a successful setup means `stockade run` can start.
