@@ -42,9 +42,17 @@ var listenLog = regexp.MustCompile(`msg="stockade serving" listen=(\S+)`)
 // the test failed.
 func startDaemon(t *testing.T, bin string, args ...string) *daemon {
 	t.Helper()
-	d := &daemon{t: t, done: make(chan struct{})}
-	d.cmd = exec.Command(bin, append([]string{"serve"}, args...)...)
-	d.cmd.Env = append(os.Environ(), "STOCKADE_DRIVER=runc")
+	cmd := exec.Command(bin, append([]string{"serve"}, args...)...)
+	cmd.Env = append(os.Environ(), "STOCKADE_DRIVER=runc")
+	return startProcess(t, cmd)
+}
+
+// startProcess starts cmd, a daemon that logs "stockade serving" with its
+// listen address on stderr as stockade serve does, and waits until it
+// answers /healthz, as startDaemon.
+func startProcess(t *testing.T, cmd *exec.Cmd) *daemon {
+	t.Helper()
+	d := &daemon{t: t, cmd: cmd, done: make(chan struct{})}
 	stderr, err := d.cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)
