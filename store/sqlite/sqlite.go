@@ -10,12 +10,16 @@
 // process; every write transaction begins IMMEDIATE, so that another process
 // on the same file (the admin CLI next to the daemon) waits up to
 // Config.BusyTimeout for the write lock instead of failing halfway. Reads use
-// a separate pool and see the last committed state. synchronous=NORMAL: a
-// committed transaction survives a crash of the process, but the last ones
-// may be lost on power failure.
+// a separate pool and see the last committed state. synchronous=FULL: the
+// write-ahead log is flushed to disk at every commit, so a committed
+// transaction (a ledger movement, an audit event) survives a crash of the
+// process and a power failure alike; NORMAL, which would lose the last
+// ones at a power failure, is only for measuring what FULL costs
+// (Config.Synchronous, BENCHMARKS.md).
 package sqlite
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"embed"
@@ -56,7 +60,19 @@ type Config struct {
 	// outbox (store.AnalyticsOutbox), for the daemon to ship; false (the
 	// admin commands, a daemon without analytics) enqueues none.
 	AnalyticsOutbox bool
+	// Synchronous is SQLite's synchronous setting, SyncFull or
+	// SyncNormal; empty means SyncFull, under which a committed
+	// transaction survives a power failure. SyncNormal may lose the last
+	// commits at a power failure: bench/capability measures the two side
+	// by side, and nothing else should set it.
+	Synchronous string
 }
+
+// The synchronous settings of Config.Synchronous.
+const (
+	SyncFull   = "FULL"
+	SyncNormal = "NORMAL"
+)
 
 // Validate reports a Config that Open cannot use.
 func (c Config) Validate() error {
@@ -66,6 +82,8 @@ func (c Config) Validate() error {
 	case c.Path == ":memory:" || strings.HasPrefix(c.Path, "file:") || strings.ContainsAny(c.Path, "?#"):
 		return fmt.Errorf("sqlite path %q must be a plain file name, not a URI or :memory: (the writer and readers must share one file): %w",
 			c.Path, errdefs.ErrInvalidArgument)
+	case c.Synchronous != "" && c.Synchronous != SyncFull && c.Synchronous != SyncNormal:
+		return fmt.Errorf("sqlite synchronous %q: use %s or %s: %w", c.Synchronous, SyncFull, SyncNormal, errdefs.ErrInvalidArgument)
 	case c.BusyTimeout < 0 || c.Readers < 0:
 		return fmt.Errorf("negative sqlite busy timeout or readers: %w", errdefs.ErrInvalidArgument)
 	}
@@ -109,7 +127,7 @@ func open(ctx context.Context, c Config, upTo int) (*Store, error) {
 	q.Set("_busy_timeout", strconv.FormatInt(c.BusyTimeout.Milliseconds(), 10))
 	q.Set("_foreign_keys", "1")
 	q.Set("_journal_mode", "WAL")
-	q.Set("_synchronous", "NORMAL")
+	q.Set("_synchronous", cmp.Or(c.Synchronous, SyncFull))
 	q.Set("_txlock", "immediate")
 	writer, err := sql.Open("sqlite", c.Path+"?"+q.Encode())
 	if err != nil {

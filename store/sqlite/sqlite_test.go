@@ -2,6 +2,7 @@ package sqlite_test
 
 import (
 	"fmt"
+	"os"
 	"path/filepath"
 	"sync"
 	"testing"
@@ -140,10 +141,43 @@ func TestConfigValidate(t *testing.T) {
 		{"memory", sqlite.Config{Path: ":memory:"}, false},
 		{"uri", sqlite.Config{Path: "file:x.db?mode=ro"}, false},
 		{"negative timeout", sqlite.Config{Path: "x.db", BusyTimeout: -1}, false},
+		{"synchronous NORMAL", sqlite.Config{Path: "x.db", Synchronous: sqlite.SyncNormal}, true},
+		{"synchronous OFF", sqlite.Config{Path: "x.db", Synchronous: "OFF"}, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if err := tc.c.Validate(); (err == nil) != tc.ok {
 				t.Fatalf("Validate: got %v, want ok %v", err, tc.ok)
+			}
+		})
+	}
+}
+
+// TestSynchronous checks that a store flushes every commit (FULL) unless
+// the benchmark asks for NORMAL, and that its database, -wal and -shm are
+// its owner's only.
+func TestSynchronous(t *testing.T) {
+	for _, c := range []struct {
+		name, setting string
+		want          int
+	}{
+		{"zero", "", 2},
+		{"full", sqlite.SyncFull, 2},
+		{"normal", sqlite.SyncNormal, 1},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "stockade.db")
+			st, err := sqlite.Open(t.Context(), sqlite.Config{Path: path, Synchronous: c.setting})
+			if err != nil {
+				t.Fatalf("Open: %v", err)
+			}
+			defer st.Close()
+			if got, err := st.SynchronousSetting(t.Context()); err != nil || got != c.want {
+				t.Errorf("PRAGMA synchronous: got %d, %v; want %d", got, err, c.want)
+			}
+			for _, p := range []string{path, path + "-wal", path + "-shm"} {
+				if fi, err := os.Stat(p); err != nil || fi.Mode().Perm() != 0o600 {
+					t.Errorf("%s: got %v, %v; want mode 0600", filepath.Base(p), fi.Mode(), err)
+				}
 			}
 		})
 	}
