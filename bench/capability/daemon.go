@@ -26,6 +26,7 @@ import (
 	"github.com/stockade-sh/stockade/engine"
 	"github.com/stockade-sh/stockade/internal/storeopen"
 	"github.com/stockade-sh/stockade/store"
+	"github.com/stockade-sh/stockade/store/sqlite"
 )
 
 // daemon is the capability layer in this process, as `stockade serve` wires
@@ -71,19 +72,27 @@ type benchStore interface {
 	CreateAPIKey(ctx context.Context, k store.NewAPIKey) (store.APIKey, error)
 	SetPolicy(ctx context.Context, workspaceID string, p store.Policy, audit func(store.Policy) []store.NewEvent) (store.Policy, error)
 	GrantCredits(ctx context.Context, workspaceID string, amount int64, note string, audit []store.NewEvent) (store.Credits, error)
+	Close() error
 }
 
 // openStore opens the database of the service called name and creates its
 // workspace, returning the store and the agent key.
-func (d *daemon) openStore(ctx context.Context, name string) (benchStore, string, error) {
-	dbURL := "sqlite:" + filepath.Join(d.dir, name+".db")
+// A SQLite database runs with the synchronous setting sync (sqlite.SyncFull
+// or sqlite.SyncNormal).
+func (d *daemon) openStore(ctx context.Context, name, sync string) (benchStore, string, error) {
+	var (
+		st  benchStore
+		err error
+	)
 	if d.dbURL != "" {
-		var err error
+		var dbURL string
 		if dbURL, err = d.freshSchema(ctx, d.dbURL); err != nil {
 			return nil, "", err
 		}
+		st, err = storeopen.Open(ctx, dbURL)
+	} else {
+		st, err = sqlite.Open(ctx, sqlite.Config{Path: filepath.Join(d.dir, name+".db"), Synchronous: sync})
 	}
-	st, err := storeopen.Open(ctx, dbURL)
 	if err != nil {
 		return nil, "", fmt.Errorf("opening the store: %w", err)
 	}
@@ -146,9 +155,10 @@ func (d *daemon) freshSchema(ctx context.Context, dsn string) (string, error) {
 }
 
 // serve starts a service over eng and a database of its own, named after
-// o.Owner, serves it on a fresh loopback listener and returns it.
-func (d *daemon) serve(ctx context.Context, eng *engine.Engine, o capability.ServiceOptions) (target, error) {
-	st, key, err := d.openStore(ctx, o.Owner)
+// o.Owner (SQLite's with the synchronous setting sync), serves it on a
+// fresh loopback listener and returns it.
+func (d *daemon) serve(ctx context.Context, eng *engine.Engine, o capability.ServiceOptions, sync string) (target, error) {
+	st, key, err := d.openStore(ctx, o.Owner, sync)
 	if err != nil {
 		return target{}, err
 	}

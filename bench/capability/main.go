@@ -27,6 +27,11 @@
 //	CGO_ENABLED=0 go run ./bench/capability
 //	CGO_ENABLED=0 go run ./bench/capability -db "$(scripts/pgtest.sh)"
 //	CGO_ENABLED=0 go run ./bench/capability -runtime python -n 50 -fake-n 500 -concurrency 4,8 -invocations 60 -rounds 5
+//	CGO_ENABLED=0 go run ./bench/capability -sqlite-sync full,normal
+//
+// -sqlite-sync full,normal runs every variant through HTTP once per
+// SQLite synchronous setting, side by side (FULL, the store's, flushes
+// every commit; NORMAL may lose the last ones at a power failure).
 package main
 
 import (
@@ -49,6 +54,7 @@ import (
 	"github.com/stockade-sh/stockade/image"
 	"github.com/stockade-sh/stockade/internal/guestbin"
 	"github.com/stockade-sh/stockade/sandbox"
+	"github.com/stockade-sh/stockade/store/sqlite"
 )
 
 // options are the command line.
@@ -57,6 +63,9 @@ type options struct {
 	concurrency                   []int
 	runtime, dataDir, stateDir    string
 	db                            string
+	// syncs are the SQLite synchronous settings the HTTP variants run
+	// with, each over databases of its own.
+	syncs []string
 }
 
 // programs are the code each runtime runs and what it prints.
@@ -76,7 +85,21 @@ func main() {
 	flag.StringVar(&o.dataDir, "data-dir", config.Default().DataDir, "image store and guest agent directory")
 	flag.StringVar(&o.stateDir, "state-dir", "/run", "parent of the temporary runc state directory (a tmpfs, as in production)")
 	flag.StringVar(&o.db, "db", "", "PostgreSQL URL (postgres://...) to benchmark on instead of SQLite in a temporary directory")
+	syncs := flag.String("sqlite-sync", "full", "comma-separated SQLite synchronous settings to run the HTTP variants with, side by side: full, normal")
 	flag.Parse()
+	for _, s := range strings.Split(*syncs, ",") {
+		switch s = strings.ToUpper(strings.TrimSpace(s)); s {
+		case sqlite.SyncFull, sqlite.SyncNormal:
+			o.syncs = append(o.syncs, s)
+		default:
+			fmt.Fprintf(os.Stderr, "capability: -sqlite-sync: %q is neither full nor normal\n", s)
+			os.Exit(2)
+		}
+	}
+	if o.db != "" && len(o.syncs) > 1 {
+		fmt.Fprintln(os.Stderr, "capability: -sqlite-sync compares SQLite settings; it takes one value with -db")
+		os.Exit(2)
+	}
 	for _, f := range strings.Split(*conc, ",") {
 		c, err := strconv.Atoi(strings.TrimSpace(f))
 		if err != nil || c <= 0 {
@@ -134,21 +157,28 @@ func run(ctx context.Context, o options) error {
 	calls := 2*(o.n+1) + 2*(o.fakeN+1) + len(o.concurrency)*o.rounds*o.invocations
 	d := openDaemon(o.db, tmp, int64(4*calls))
 	defer d.close()
-	realSvc, err := d.serve(ctx, realEng, capability.ServiceOptions{Owner: "bench-real"})
-	if err != nil {
-		return err
-	}
-	fakeSvc, err := d.serve(ctx, fakeEng, capability.ServiceOptions{Owner: "bench-fake"})
-	if err != nil {
-		return err
-	}
-	throughput := map[int]target{}
-	for _, c := range o.concurrency {
-		svc, err := d.serve(ctx, realEng, capability.ServiceOptions{Owner: fmt.Sprintf("bench-c%d", c), MaxConcurrent: c, MaxQueue: 10 * o.invocations})
-		if err != nil {
+	// One set of services per synchronous setting, each over databases of
+	// its own.
+	realSvc, fakeSvc := map[string]target{}, map[string]target{}
+	throughput := map[int]map[string]target{}
+	for _, sync := range o.syncs {
+		owner := func(name string) string { return "bench-" + name + "-" + strings.ToLower(sync) }
+		if realSvc[sync], err = d.serve(ctx, realEng, capability.ServiceOptions{Owner: owner("real")}, sync); err != nil {
 			return err
 		}
-		throughput[c] = svc
+		if fakeSvc[sync], err = d.serve(ctx, fakeEng, capability.ServiceOptions{Owner: owner("fake")}, sync); err != nil {
+			return err
+		}
+		for _, c := range o.concurrency {
+			svc, err := d.serve(ctx, realEng, capability.ServiceOptions{Owner: owner(fmt.Sprintf("c%d", c)), MaxConcurrent: c, MaxQueue: 10 * o.invocations}, sync)
+			if err != nil {
+				return err
+			}
+			if throughput[c] == nil {
+				throughput[c] = map[string]target{}
+			}
+			throughput[c][sync] = svc
+		}
 	}
 
 	body, err := json.Marshal(capability.InvokeRequest{Runtime: o.runtime, Code: prog.code})
@@ -167,14 +197,21 @@ func run(ctx context.Context, o options) error {
 	viaHTTP := func(t target) func() error {
 		return func() error { return d.invoke(ctx, t, body, prog.want) }
 	}
-	storeName := "SQLite"
+	// httpName names the HTTP variant of a synchronous setting; the
+	// setting shows when the run compares several.
+	httpName := func(name, sync string) string {
+		if len(o.syncs) > 1 {
+			return name + ", synchronous=" + sync
+		}
+		return name
+	}
+	storeName := "SQLite (synchronous=" + strings.Join(o.syncs, ", ") + ")"
 	if o.db != "" {
 		storeName = "PostgreSQL"
 	}
 	fmt.Printf("capability layer overhead: %s %q, store %s, one run\n\n", o.runtime, prog.code, storeName)
 
 	// 1. Real driver, one call at a time.
-	var outDirect, outHTTP []time.Duration
 	outside := func(run func() error, dst *[]time.Duration) func() error {
 		return func() error {
 			timed.take()
@@ -186,49 +223,68 @@ func run(ctx context.Context, o options) error {
 			return nil
 		}
 	}
-	a := &table.Variant{Name: "engine.Run in process", Run: outside(direct(realEng), &outDirect)}
-	b := &table.Variant{Name: "POST /v1/executions over HTTP", Run: outside(viaHTTP(realSvc), &outHTTP)}
-	if err := table.Interleave(o.n, []*table.Variant{a, b}); err != nil {
+	outs := make([][]time.Duration, 1+len(o.syncs))
+	variants := []*table.Variant{{Name: "engine.Run in process", Run: outside(direct(realEng), &outs[0])}}
+	for i, sync := range o.syncs {
+		variants = append(variants, &table.Variant{Name: httpName("POST /v1/executions over HTTP", sync), Run: outside(viaHTTP(realSvc[sync]), &outs[i+1])})
+	}
+	if err := table.Interleave(o.n, variants); err != nil {
 		return err
 	}
-	outDirect, outHTTP = outDirect[1:], outHTTP[1:] // drop the warm-up round
+	for i := range outs {
+		outs[i] = outs[i][1:] // drop the warm-up round
+	}
+	a := variants[0]
 	fmt.Printf("1. real runc driver, one call at a time, %d runs each, interleaved\n\n", o.n)
 	t := table.New("variant", "median", "p95", "median vs engine.Run", "outside the driver, median", "outside the driver, p95")
-	t.Row(a.Name, table.MS(a.Pct(50)), table.MS(a.Pct(95)), "1.00x", table.MS(table.Pct(outDirect, 50)), table.MS(table.Pct(outDirect, 95)))
-	t.Row(b.Name, table.MS(b.Pct(50)), table.MS(b.Pct(95)), table.Ratio(b.Pct(50), a.Pct(50)), table.MS(table.Pct(outHTTP, 50)), table.MS(table.Pct(outHTTP, 95)))
-	t.Row("overhead per call (HTTP - engine)", table.MS(b.Pct(50)-a.Pct(50)), table.MS(b.Pct(95)-a.Pct(95)), "",
-		table.MS(table.Pct(outHTTP, 50)-table.Pct(outDirect, 50)), table.MS(table.Pct(outHTTP, 95)-table.Pct(outDirect, 95)))
+	t.Row(a.Name, table.MS(a.Pct(50)), table.MS(a.Pct(95)), "1.00x", table.MS(table.Pct(outs[0], 50)), table.MS(table.Pct(outs[0], 95)))
+	for i, b := range variants[1:] {
+		t.Row(b.Name, table.MS(b.Pct(50)), table.MS(b.Pct(95)), table.Ratio(b.Pct(50), a.Pct(50)), table.MS(table.Pct(outs[i+1], 50)), table.MS(table.Pct(outs[i+1], 95)))
+	}
+	for i, b := range variants[1:] {
+		t.Row(httpName("overhead per call (HTTP - engine)", o.syncs[i]), table.MS(b.Pct(50)-a.Pct(50)), table.MS(b.Pct(95)-a.Pct(95)), "",
+			table.MS(table.Pct(outs[i+1], 50)-table.Pct(outs[0], 50)), table.MS(table.Pct(outs[i+1], 95)-table.Pct(outs[0], 95)))
+	}
 	t.Print(os.Stdout)
 
 	// 2. Fake driver: the capability layer alone.
 	fa := &table.Variant{Name: "engine.Run in process, fake driver", Run: direct(fakeEng)}
-	fb := &table.Variant{Name: "POST /v1/executions over HTTP, fake driver", Run: viaHTTP(fakeSvc)}
-	if err := table.Interleave(o.fakeN, []*table.Variant{fa, fb}); err != nil {
+	fakes := []*table.Variant{fa}
+	for _, sync := range o.syncs {
+		fakes = append(fakes, &table.Variant{Name: httpName("POST /v1/executions over HTTP, fake driver", sync), Run: viaHTTP(fakeSvc[sync])})
+	}
+	if err := table.Interleave(o.fakeN, fakes); err != nil {
 		return err
 	}
 	fmt.Printf("\n2. fake driver (sandboxes answer at once): the capability layer in isolation, %d runs each, interleaved\n\n", o.fakeN)
-	t = table.New("variant", "median", "p95")
-	t.Row(fa.Name, table.MS(fa.Pct(50)), table.MS(fa.Pct(95)))
-	t.Row(fb.Name, table.MS(fb.Pct(50)), table.MS(fb.Pct(95)))
-	t.Row("capability layer per call (HTTP - engine)", table.MS(fb.Pct(50)-fa.Pct(50)), table.MS(fb.Pct(95)-fa.Pct(95)))
+	t = table.New("variant", "median", "p95", "median vs the first HTTP variant")
+	t.Row(fa.Name, table.MS(fa.Pct(50)), table.MS(fa.Pct(95)), "")
+	for _, fb := range fakes[1:] {
+		t.Row(fb.Name, table.MS(fb.Pct(50)), table.MS(fb.Pct(95)), table.Ratio(fb.Pct(50), fakes[1].Pct(50)))
+	}
+	for i, fb := range fakes[1:] {
+		t.Row(httpName("capability layer per call (HTTP - engine)", o.syncs[i]), table.MS(fb.Pct(50)-fa.Pct(50)), table.MS(fb.Pct(95)-fa.Pct(95)), "")
+	}
 	t.Print(os.Stdout)
 
 	// 3. Sustained throughput, real driver.
 	fmt.Printf("\n3. sustained throughput, real runc driver, %d invocations per round, %d rounds of each variant, alternating\n\n", o.invocations, o.rounds)
 	t = table.New("concurrency", "variant", "invocations/s", "latency median", "latency p95", "throughput vs engine.Run").Labels(2)
 	for _, c := range o.concurrency {
-		eng := &batch{name: "engine.Run in process", run: direct(realEng)}
-		srv := &batch{name: "POST /v1/executions over HTTP", run: viaHTTP(throughput[c])}
+		batches := []*batch{{name: "engine.Run in process", run: direct(realEng)}}
+		for _, sync := range o.syncs {
+			batches = append(batches, &batch{name: httpName("POST /v1/executions over HTTP", sync), run: viaHTTP(throughput[c][sync])})
+		}
 		for range o.rounds {
-			for _, bt := range []*batch{eng, srv} {
+			for _, bt := range batches {
 				if err := bt.do(o.invocations, c); err != nil {
 					return err
 				}
 			}
 		}
-		for _, bt := range []*batch{eng, srv} {
+		for _, bt := range batches {
 			t.Row(strconv.Itoa(c), bt.name, fmt.Sprintf("%.1f", bt.rate()), table.MS(table.Pct(bt.lat, 50)), table.MS(table.Pct(bt.lat, 95)),
-				fmt.Sprintf("%.2fx", bt.rate()/eng.rate()))
+				fmt.Sprintf("%.2fx", bt.rate()/batches[0].rate()))
 		}
 	}
 	t.Print(os.Stdout)
