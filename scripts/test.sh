@@ -58,7 +58,7 @@ bench_smoke() {
 		bench/oneshot/minimal) ;; # built and timed by bench/oneshot -parts
 		bench/capability)
 			local small=(-n 1 -fake-n 1 -invocations 1 -rounds 1 -concurrency 1)
-			go run ./bench/capability "${small[@]}"
+			go run ./bench/capability "${small[@]}" -sqlite-sync full,normal
 			go run ./bench/capability "${small[@]}" -db "$STOCKADE_TEST_POSTGRES"
 			;;
 		bench/kernel) go run ./bench/kernel -n 1 ;;

@@ -64,7 +64,9 @@ type Exception struct {
 type Root int
 
 const (
+	// DataDir is Layout.DataDir.
 	DataDir Root = iota
+	// StateDir is Layout.StateDir.
 	StateDir
 	// other is a Layout's Private directories, which have no exceptions.
 	other Root = -1
@@ -110,9 +112,9 @@ type Layout struct {
 // Fix walks l's directories and gives every path the mode the rule says,
 // for an install made before the rule: it never follows a symbolic link,
 // and leaves what is missing and what is on a read-only file system (an
-// image store mounted read-only, which no one can change). It reports every path it could not fix; the
-// caller decides whether that stops it (a daemon must not serve over a
-// database others may read).
+// image store mounted read-only, which no one can change). It reports
+// every path it could not fix; the caller decides whether that stops it
+// (a daemon must not serve over a database others may read).
 func Fix(l Layout) error {
 	var errs []error
 	l.walk(func(p string, fi fs.FileInfo, want fs.FileMode) {
