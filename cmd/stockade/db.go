@@ -42,12 +42,7 @@ func openDB(ctx context.Context, o dbOptions) (*adminDB, error) {
 		if err := os.MkdirAll(dataDir, fsmode.Traverse); err != nil {
 			return nil, err
 		}
-		// The command opens the data directory: what an older install
-		// left open is made private (a failure only warns: the database
-		// itself is made private as it opens).
-		if err := fsmode.Fix(fsmode.Layout{DataDir: dataDir, Private: []string{w}}); err != nil {
-			fmt.Fprintf(os.Stderr, "stockade: warning: making the data directory private: %v\n", err)
-		}
+		fixDataDir(dataDir, w)
 		db = storeopen.DefaultURL(dataDir)
 	}
 	st, err := storeopen.Open(ctx, db)

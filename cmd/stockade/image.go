@@ -66,6 +66,13 @@ func runImage(ctx context.Context, args []string) int {
 // --data-dir flag every subcommand takes; its default is the environment's
 // STOCKADE_DATA_DIR or the configuration's default. Its --help prints the
 // image commands' usage.
+// openImages opens the image store of the data directory root, once what
+// an older install left open in it is made private.
+func openImages(root string) *image.Store {
+	fixDataDir(root)
+	return image.Open(root)
+}
+
 func imageFlags(name string) (*flag.FlagSet, *string) {
 	fs := newFlags("image "+name, imageUsage)
 	root := fs.String("data-dir", defaultDataDir(), "data directory `DIR` holding the image store (env STOCKADE_DATA_DIR)")
@@ -103,7 +110,7 @@ func imageBuild(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	s := image.Open(*root)
+	s := openImages(*root)
 	opts := image.BuildOptions{Force: *force, Mirror: *mirror, Progress: progressPrinter(os.Stderr, 5*time.Second)}
 	if *verbose {
 		opts.Log = os.Stderr
@@ -142,7 +149,7 @@ func imageList(args []string) error {
 	if len(pos) > 0 {
 		return usagef("image list takes no arguments")
 	}
-	list, lerr := image.Open(*root).List()
+	list, lerr := openImages(*root).List()
 	if *asJSON {
 		if list == nil {
 			list = []image.Manifest{}
@@ -174,7 +181,7 @@ func imageVerify(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	s := image.Open(*root)
+	s := openImages(*root)
 	failed := 0
 	for _, name := range names {
 		start := time.Now()
@@ -204,7 +211,7 @@ func imagePrune(args []string) error {
 	if len(pos) > 0 {
 		return usagef("image prune takes no arguments")
 	}
-	pruned, err := image.Open(*root).Prune()
+	pruned, err := openImages(*root).Prune()
 	for _, d := range pruned {
 		fmt.Printf("removed %s\n", d)
 	}

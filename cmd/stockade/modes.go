@@ -25,6 +25,17 @@ func fixModes(cfg config.Config, wit string) error {
 	return privateLog(os.Stderr)
 }
 
+// fixDataDir makes what an older install left open in the data directory
+// dataDir, and in the directories private, private, for a command that
+// opens it without the daemon's whole configuration (the admin and image
+// commands). A failure only warns: what the command creates is private
+// anyway, and the database is made private as it opens.
+func fixDataDir(dataDir string, private ...string) {
+	if err := fsmode.Fix(fsmode.Layout{DataDir: dataDir, Private: private}); err != nil {
+		fmt.Fprintf(os.Stderr, "stockade: warning: making the data directory private: %v\n", err)
+	}
+}
+
 // privateLog makes f, where the daemon logs, readable by its owner only
 // when it is a regular file of this process's user (scripts/up.sh appends
 // to /var/log/stockade.log): the log names workspaces, executions and the
