@@ -110,8 +110,8 @@ func readable(t *testing.T, l fsmode.Layout) []string {
 }
 
 // TestModes sets up a data directory as `make setup` does, runs a one-shot
-// on each tier from the CLI, and a daemon that serves a one-shot, a
-// session and its pause, and checks after each that no path of the data
+// on each tier from the CLI, and a daemon (under umask 077) that serves a
+// one-shot, a session and its pause, and checks after each that no path of the data
 // and state directories is open to other users beyond fsmode's
 // exceptions; then that uid 65534 can neither open the database nor list
 // keys with the CLI.
@@ -148,7 +148,14 @@ func TestModes(t *testing.T) {
 	if err := os.WriteFile(cfg, []byte("driver: gvisor\npools: []\ndocker_host: unix://"+filepath.Join(filepath.Dir(cfg), "no-docker.sock")+"\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	d := startDaemon(t, bin, "--config", cfg, "--driver", "gvisor", "--data-dir", data, "--state-dir", state, "--listen", "127.0.0.1:0", "--egress=false")
+	// The daemon runs under umask 077, as an operator may start it:
+	// what sandboxes read it must make readable itself.
+	serve := func() *daemon {
+		t.Helper()
+		return startProcess(t, exec.Command("/bin/sh", "-c", `umask 077 && exec "$0" serve "$@"`, bin,
+			"--config", cfg, "--driver", "gvisor", "--data-dir", data, "--state-dir", state, "--listen", "127.0.0.1:0", "--egress=false"))
+	}
+	d := serve()
 	if ex := do(t, d.url, "POST", "/v1/executions", key, capability.InvokeRequest{Runtime: "shell", Code: "echo hi"}).want(t, http.StatusOK).execution(t); ex.Status != string(store.StatusSucceeded) {
 		t.Errorf("a one-shot through the daemon: got %q, want succeeded", ex.Status)
 	}
@@ -186,7 +193,7 @@ func TestModes(t *testing.T) {
 		t.Errorf("with the database 0644: got %q and %q, want it alone in each", bad, open)
 	}
 	d.stop()
-	d = startDaemon(t, bin, "--config", cfg, "--driver", "gvisor", "--data-dir", data, "--state-dir", state, "--listen", "127.0.0.1:0", "--egress=false")
+	d = serve()
 	check("after a restart over a database left 0644")
 	defer d.stop()
 

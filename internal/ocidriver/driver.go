@@ -11,6 +11,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"maps"
 	"os"
 	"os/exec"
@@ -352,6 +353,20 @@ func (d *Driver) selfTest(ctx context.Context) error {
 	if err := os.WriteFile(filepath.Join(root, p.Guest.Path), nil, 0o644); err != nil {
 		return fmt.Errorf("creating the self-test root: %w", err)
 	}
+	// The sandbox's own user reads the root: its modes are set whatever
+	// the daemon's umask took off them.
+	err = filepath.WalkDir(root, func(p string, e fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if e.IsDir() {
+			return os.Chmod(p, 0o755)
+		}
+		return os.Chmod(p, 0o644)
+	})
+	if err != nil {
+		return fmt.Errorf("creating the self-test root: %w", err)
+	}
 	sb, err := d.Create(ctx, sandbox.Spec{ID: selfTestPrefix + sandbox.NewID(), Image: sandbox.Image{Rootfs: root}})
 	if err != nil {
 		return err
@@ -485,6 +500,10 @@ func (d *Driver) create(ctx context.Context, spec sandbox.Spec, unbound bool) (_
 		o.NetNSPath = spec.Egress.NetNSPath
 		o.ResolvConf = filepath.Join(bundle, "resolv.conf")
 		if err := os.WriteFile(o.ResolvConf, spec.Egress.ResolvConf, 0o644); err != nil {
+			return nil, fmt.Errorf("writing resolv.conf: %w", err)
+		}
+		// The sandbox's own user reads it, whatever the daemon's umask.
+		if err := os.Chmod(o.ResolvConf, 0o644); err != nil {
 			return nil, fmt.Errorf("writing resolv.conf: %w", err)
 		}
 	}

@@ -23,7 +23,12 @@ func mountPrivateRoot(bundle, image string) (string, error) {
 	}
 	upper, work, root := filepath.Join(bundle, "upper"), filepath.Join(bundle, "work"), filepath.Join(bundle, "rootfs")
 	for _, d := range []string{upper, work, root} {
+		// Chmod too: the sandbox's own user reads the overlay's root,
+		// whatever the daemon's umask.
 		if err := os.Mkdir(d, 0o755); err != nil {
+			return "", fmt.Errorf("creating private root: %w", err)
+		}
+		if err := os.Chmod(d, 0o755); err != nil {
 			return "", fmt.Errorf("creating private root: %w", err)
 		}
 	}
