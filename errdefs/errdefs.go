@@ -7,7 +7,10 @@
 //	if errdefs.IsNotFound(err) { ... }
 package errdefs
 
-import "errors"
+import (
+	"errors"
+	"fmt"
+)
 
 // The error classes.
 var (
@@ -33,3 +36,96 @@ func IsUnauthenticated(err error) bool    { return errors.Is(err, ErrUnauthentic
 func IsConflict(err error) bool           { return errors.Is(err, ErrConflict) }
 func IsTooLarge(err error) bool           { return errors.Is(err, ErrTooLarge) }
 func IsPaymentRequired(err error) bool    { return errors.Is(err, ErrPaymentRequired) }
+
+// classes are the error classes, the only errors that Publicf lets a
+// public message wrap besides other public errors.
+var classes = []error{ErrInvalidArgument, ErrNotFound, ErrPermissionDenied, ErrFailedPrecondition,
+	ErrResourceExhausted, ErrUnavailable, ErrUnauthenticated, ErrConflict, ErrTooLarge, ErrPaymentRequired}
+
+// public is an error whose message a client may read.
+type public struct{ err error }
+
+func (e *public) Error() string { return e.err.Error() }
+func (e *public) Unwrap() error { return e.err }
+func (e *public) Public() bool  { return true }
+
+// Publicer is an error that says whether its message is fit for a client
+// (as Publicf's contract says): an error type whose messages are so for
+// some of its values implements it.
+type Publicer interface {
+	error
+	Public() bool
+}
+
+// Publicf is fmt.Errorf for an error whose message a client may read: the
+// API answers it as it is, where it answers any other error with its
+// class's fixed sentence. The message names only what the client sent or
+// owns (ids, fields, limits, its own policy's reasons) and says what to
+// do; never a host path, an address, a user, a database's or a driver's
+// words:
+//
+//	return errdefs.Publicf("execution %q not found: %w", id, errdefs.ErrNotFound)
+//
+// Its error arguments may be error classes and public errors only. Any
+// other error among them (a store's, the operating system's) makes the
+// result an ordinary error, whose message the API hides: a mistake hides
+// a message rather than leaking one.
+func Publicf(format string, args ...any) error {
+	err := fmt.Errorf(format, args...)
+	for _, a := range args {
+		if e, ok := a.(error); ok && !isClass(e) && !isPublic(e) {
+			return err
+		}
+	}
+	return &public{err}
+}
+
+// Public marks err, whose message its maker vouches for as Publicf's
+// contract says, as one a client may read. It is for error types whose
+// Error method builds such a message from their fields.
+func Public(err error) error {
+	if err == nil {
+		return nil
+	}
+	return &public{err}
+}
+
+// PublicMessage returns the message of the outermost error in err's chain
+// that a client may read (made by Publicf or Public, or a Publicer that
+// says so), and false when there is none: then err's message is the
+// operator's, not the client's.
+func PublicMessage(err error) (string, bool) {
+	for err != nil {
+		if p, ok := err.(Publicer); ok && p.Public() {
+			return p.Error(), true
+		}
+		switch u := err.(type) {
+		case interface{ Unwrap() error }:
+			err = u.Unwrap()
+		case interface{ Unwrap() []error }:
+			for _, e := range u.Unwrap() {
+				if msg, ok := PublicMessage(e); ok {
+					return msg, true
+				}
+			}
+			return "", false
+		default:
+			return "", false
+		}
+	}
+	return "", false
+}
+
+func isClass(err error) bool {
+	for _, c := range classes {
+		if err == c {
+			return true
+		}
+	}
+	return false
+}
+
+func isPublic(err error) bool {
+	p, ok := err.(Publicer)
+	return ok && p.Public()
+}
