@@ -12,13 +12,13 @@ func (s *server) cancelExecution(w http.ResponseWriter, r *http.Request, p capab
 	var body DecisionRequest
 	if r.ContentLength != 0 {
 		if err := s.decodeBody(w, r, &body); err != nil {
-			writeError(w, err)
+			s.writeError(w, r, err)
 			return
 		}
 	}
 	e, err := s.svc.Cancel(r.Context(), p, r.PathValue("id"), body.Reason)
 	if err != nil {
-		writeError(w, err)
+		s.writeError(w, r, err)
 		return
 	}
 	writeJSON(w, http.StatusOK, viewOf(e))

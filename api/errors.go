@@ -1,8 +1,10 @@
 package api
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
+	"log/slog"
 	"net/http"
 	"strconv"
 	"strings"
@@ -28,55 +30,71 @@ type ErrorDetail struct {
 }
 
 // The API's own error classes: only HTTP has methods and request bodies
-// that arrive late. They are mapped in status beside errdefs' classes.
+// that arrive late. They are mapped in classes beside errdefs' classes.
 var (
-	errMethodNotAllowed = errors.New("method not allowed")
-	errRequestTimeout   = errors.New("request timeout")
+	errMethodNotAllowed = errdefs.Public(errors.New("method not allowed"))
+	errRequestTimeout   = errdefs.Public(errors.New("request timeout"))
 )
 
-// status maps an error class to its HTTP status and stable code. It is the
-// only place where error classes meet HTTP.
+// class is one error class as clients see it: its status, its stable code
+// and the sentence that stands for any message of it a client may not
+// read (errdefs.PublicMessage).
+type class struct {
+	is       func(error) bool
+	status   int
+	code     string
+	sentence string
+}
+
+// classes are the error classes in the order they are matched: the
+// specific ones (a session's) before the errdefs classes they belong to.
+// It is the only place where error classes meet HTTP; MCP and the console
+// answer through it too.
+var classes = []class{
+	{asType[*capability.SessionExpiredError], http.StatusGone, "session_expired", "the session has ended"},
+	{asType[*capability.SessionBusyError], http.StatusConflict, "session_busy", "the session is running a cell; wait for it to end or interrupt it"},
+	{asType[*capability.QuotaError], http.StatusTooManyRequests, "session_quota", "the workspace has as many live sessions as it may; close one or retry later"},
+	{isErr(capability.ErrInvalidPath), http.StatusBadRequest, "invalid_path", "the path is not a path below /tmp or /workspace"},
+	{isErr(errMethodNotAllowed), http.StatusMethodNotAllowed, "method_not_allowed", "method not allowed"},
+	{isErr(errRequestTimeout), http.StatusRequestTimeout, "request_timeout", "the request body did not arrive in time"},
+	{errdefs.IsInvalidArgument, http.StatusBadRequest, "invalid_argument", "the request is not valid"},
+	{errdefs.IsUnauthenticated, http.StatusUnauthorized, "unauthenticated", "the API key is missing, invalid or revoked"},
+	{errdefs.IsPaymentRequired, http.StatusPaymentRequired, "insufficient_credits", "the workspace has too few credits"},
+	{errdefs.IsPermissionDenied, http.StatusForbidden, "permission_denied", "this key may not do this"},
+	{errdefs.IsNotFound, http.StatusNotFound, "not_found", "not found"},
+	{errdefs.IsConflict, http.StatusConflict, "conflict", "the request conflicts with the current state"},
+	{errdefs.IsFailedPrecondition, http.StatusConflict, "conflict", "the request cannot be done in the current state"},
+	{errdefs.IsTooLarge, http.StatusRequestEntityTooLarge, "too_large", "the request is too large"},
+	{errdefs.IsResourceExhausted, http.StatusTooManyRequests, "resource_exhausted", "the server is at capacity; retry later"},
+	{errdefs.IsUnavailable, http.StatusServiceUnavailable, "unavailable", "the service is unavailable; retry later"},
+}
+
+// internal is the class of an error of none of the classes.
+var internal = class{status: http.StatusInternalServerError, code: "internal", sentence: "internal error"}
+
+func asType[T error](err error) bool {
+	var t T
+	return errors.As(err, &t)
+}
+
+func isErr(target error) func(error) bool {
+	return func(err error) bool { return errors.Is(err, target) }
+}
+
+// classOf is err's class.
+func classOf(err error) class {
+	for _, c := range classes {
+		if c.is(err) {
+			return c
+		}
+	}
+	return internal
+}
+
+// status maps an error class to its HTTP status and stable code.
 func status(err error) (int, string) {
-	var (
-		expired *capability.SessionExpiredError
-		busy    *capability.SessionBusyError
-		quota   *capability.QuotaError
-	)
-	switch {
-	case errors.As(err, &expired):
-		return http.StatusGone, "session_expired"
-	case errors.As(err, &busy):
-		return http.StatusConflict, "session_busy"
-	case errors.As(err, &quota):
-		return http.StatusTooManyRequests, "session_quota"
-	case errors.Is(err, capability.ErrInvalidPath):
-		return http.StatusBadRequest, "invalid_path"
-	}
-	switch {
-	case errors.Is(err, errMethodNotAllowed):
-		return http.StatusMethodNotAllowed, "method_not_allowed"
-	case errors.Is(err, errRequestTimeout):
-		return http.StatusRequestTimeout, "request_timeout"
-	case errdefs.IsInvalidArgument(err):
-		return http.StatusBadRequest, "invalid_argument"
-	case errdefs.IsUnauthenticated(err):
-		return http.StatusUnauthorized, "unauthenticated"
-	case errdefs.IsPaymentRequired(err):
-		return http.StatusPaymentRequired, "insufficient_credits"
-	case errdefs.IsPermissionDenied(err):
-		return http.StatusForbidden, "permission_denied"
-	case errdefs.IsNotFound(err):
-		return http.StatusNotFound, "not_found"
-	case errdefs.IsConflict(err), errdefs.IsFailedPrecondition(err):
-		return http.StatusConflict, "conflict"
-	case errdefs.IsTooLarge(err):
-		return http.StatusRequestEntityTooLarge, "too_large"
-	case errdefs.IsResourceExhausted(err):
-		return http.StatusTooManyRequests, "resource_exhausted"
-	case errdefs.IsUnavailable(err):
-		return http.StatusServiceUnavailable, "unavailable"
-	}
-	return http.StatusInternalServerError, "internal"
+	c := classOf(err)
+	return c.status, c.code
 }
 
 // HTTPStatus is the HTTP status of err's class, for the daemon's other
@@ -89,20 +107,50 @@ func HTTPStatus(err error) int {
 // retryAfter is sent with 429 and 503 answers.
 const retryAfter = time.Second
 
-// answer is the error answer of err: its status, its body, and whether it
-// says when to retry (Retry-After). An internal error's sentence is the
-// operator's, not the client's.
-func answer(err error) (code int, d ErrorDetail, retry bool) {
-	code, _ = status(err)
-	d = Describe(err)
-	if code == http.StatusInternalServerError {
-		d.Message = "internal error"
+// Public is what a client may read of err: its status and its detail,
+// whose message is err's public message (errdefs.Publicf) or else its
+// class's fixed sentence. An internal error always has the fixed
+// sentence. hidden says that err said more than the client reads: its
+// cause is the operator's, to be logged (Report).
+func Public(err error) (code int, d ErrorDetail, hidden bool) {
+	c := classOf(err)
+	d = ErrorDetail{Code: c.code, Message: c.sentence}
+	if msg, ok := errdefs.PublicMessage(err); ok && c.status != http.StatusInternalServerError {
+		d.Message = sentence(msg)
 	}
+	var expired *capability.SessionExpiredError
+	if errors.As(err, &expired) {
+		at := expired.EndedAt.UTC()
+		d.EndedAt, d.EndReason = &at, string(expired.Reason)
+	}
+	return c.status, d, d.Message != sentence(err.Error())
+}
+
+// Report is Public, and it logs err with its cause and the request's id
+// (RequestID) when the answer is a 5xx or hides err's message, so that
+// what a client reads as "internal error" can be found in the log.
+func Report(ctx context.Context, log *slog.Logger, err error) (code int, d ErrorDetail) {
+	code, d, hidden := Public(err)
+	if code >= 500 || hidden {
+		level := slog.LevelWarn
+		if code >= 500 {
+			level = slog.LevelError
+		}
+		log.LogAttrs(ctx, level, "request failed", slog.String("request_id", RequestID(ctx)),
+			slog.Int("status", code), slog.String("code", d.Code), slog.String("err", err.Error()))
+	}
+	return code, d
+}
+
+// answer is the error answer of err: its status, its body, and whether it
+// says when to retry (Retry-After). It logs what Report logs.
+func (s *server) answer(ctx context.Context, err error) (code int, d ErrorDetail, retry bool) {
+	code, d = Report(ctx, s.log, err)
 	return code, d, code == http.StatusTooManyRequests || code == http.StatusServiceUnavailable
 }
 
-func writeError(w http.ResponseWriter, err error) {
-	code, d, retry := answer(err)
+func (s *server) writeError(w http.ResponseWriter, r *http.Request, err error) {
+	code, d, retry := s.answer(r.Context(), err)
 	if retry {
 		after := retryAfter
 		var quota *capability.QuotaError
@@ -114,9 +162,9 @@ func writeError(w http.ResponseWriter, err error) {
 	writeJSON(w, code, ErrorBody{Error: d})
 }
 
-// Describe is err's stable code and its sentence for people. The CLI
-// prints errors in this form too; unlike an API answer it keeps the
-// sentence of an internal error, which only the operator sees there.
+// Describe is err's stable code and its whole sentence, for the operator:
+// the CLI prints errors in this form, where only the operator reads them.
+// A client's answer is Public's.
 func Describe(err error) ErrorDetail {
 	_, name := status(err)
 	d := ErrorDetail{Code: name, Message: sentence(err.Error())}
@@ -128,8 +176,8 @@ func Describe(err error) ErrorDetail {
 	return d
 }
 
-// classes are the error classes whose texts wrapping appends.
-var classes = []error{errdefs.ErrInvalidArgument, errdefs.ErrNotFound, errdefs.ErrPermissionDenied,
+// classTexts are the error classes' texts that wrapping appends.
+var classTexts = []error{errdefs.ErrInvalidArgument, errdefs.ErrNotFound, errdefs.ErrPermissionDenied,
 	errdefs.ErrFailedPrecondition, errdefs.ErrResourceExhausted, errdefs.ErrUnavailable, errdefs.ErrUnauthenticated,
 	errdefs.ErrConflict, errdefs.ErrTooLarge, errdefs.ErrPaymentRequired, errMethodNotAllowed, errRequestTimeout}
 
@@ -140,7 +188,7 @@ var classes = []error{errdefs.ErrInvalidArgument, errdefs.ErrNotFound, errdefs.E
 func sentence(msg string) string {
 	for {
 		trimmed := msg
-		for _, c := range classes {
+		for _, c := range classTexts {
 			trimmed = strings.TrimSuffix(trimmed, ": "+c.Error())
 		}
 		if trimmed == msg {

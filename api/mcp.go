@@ -71,7 +71,7 @@ func (s *server) mcpHandler() http.Handler {
 		}
 		// A POST without a session's id starts a session.
 		if !live.acquire(p.KeyID) {
-			writeError(w, fmt.Errorf("this key is starting %d MCP sessions at once, the most it may keep (mcp.max_sessions_per_key); retry: %w",
+			s.writeError(w, r, errdefs.Publicf("this key is starting %d MCP sessions at once, the most it may keep (mcp.max_sessions_per_key); retry: %w",
 				live.max, errdefs.ErrResourceExhausted))
 			return
 		}
@@ -176,7 +176,7 @@ func (b localBackend) StreamExecution(ctx context.Context, req client.ExecutionR
 	ir := capability.InvokeRequest{Runtime: req.Runtime, Code: req.Code, TimeoutMS: req.TimeoutMS, Network: req.Network, Stdin: req.Stdin, Tool: req.Tool}
 	es, err := b.s.openStream(ctx, b.p, ir, capability.InvokeOptions{IdempotencyKey: req.IdempotencyKey, ExecutionID: capability.NewExecutionID()})
 	if err != nil {
-		return nil, clientError(err)
+		return nil, b.s.clientError(ctx, err)
 	}
 	return client.NewStream(func() (string, []byte, error) { return es.next(ctx, nil) }, es.close), nil
 }
@@ -184,23 +184,24 @@ func (b localBackend) StreamExecution(ctx context.Context, req client.ExecutionR
 func (b localBackend) GetExecution(ctx context.Context, id string, wait time.Duration) (*client.Execution, error) {
 	v, err := b.s.execution(ctx, b.p, id, wait)
 	if err != nil {
-		return nil, clientError(err)
+		return nil, b.s.clientError(ctx, err)
 	}
 	// Through JSON, the execution is exactly what the API would answer.
 	raw, err := json.Marshal(v)
 	if err != nil {
-		return nil, fmt.Errorf("encoding execution %s: %w", id, err)
+		return nil, b.s.clientError(ctx, fmt.Errorf("encoding execution %s: %w", id, err))
 	}
 	var ex client.Execution
 	if err := json.Unmarshal(raw, &ex); err != nil {
-		return nil, fmt.Errorf("decoding execution %s: %w", id, err)
+		return nil, b.s.clientError(ctx, fmt.Errorf("decoding execution %s: %w", id, err))
 	}
 	return &ex, nil
 }
 
-// clientError is err as the Go client reads the API's answer of it.
-func clientError(err error) error {
-	code, d, retry := answer(err)
+// clientError is err as the Go client reads the API's answer of it,
+// logged as writeError logs it.
+func (s *server) clientError(ctx context.Context, err error) error {
+	code, d, retry := s.answer(ctx, err)
 	e := &client.Error{Status: code, Code: d.Code, Message: d.Message, EndedAt: d.EndedAt, EndReason: d.EndReason}
 	if retry {
 		e.RetryAfter = retryAfter
@@ -227,7 +228,7 @@ func (b localBackend) CreateSession(ctx context.Context, req client.SessionReque
 	c, err := b.s.svc.CreateSession(ctx, b.p, capability.CreateSessionRequest{Runtime: req.Runtime, Tool: req.Tool,
 		IdleTimeoutMS: req.IdleTimeoutMS, TTLMS: req.TTLMS, Network: req.Network}, capability.CreateSessionOptions{IdempotencyKey: req.IdempotencyKey})
 	if err != nil {
-		return nil, clientError(err)
+		return nil, b.s.clientError(ctx, err)
 	}
 	var ss client.Session
 	return &ss, viaJSON(b.s.sessionView(c.Session), &ss)
@@ -236,7 +237,7 @@ func (b localBackend) CreateSession(ctx context.Context, req client.SessionReque
 func (b localBackend) CloseSession(ctx context.Context, id string) (*client.Session, error) {
 	st, err := b.s.svc.CloseSession(ctx, b.p, id)
 	if err != nil {
-		return nil, clientError(err)
+		return nil, b.s.clientError(ctx, err)
 	}
 	var ss client.Session
 	return &ss, viaJSON(b.s.sessionView(st), &ss)
@@ -247,7 +248,7 @@ func (b localBackend) StreamCell(ctx context.Context, id string, req client.Cell
 	cr := capability.CellRequest{Code: req.Code, Stdin: req.Stdin, TimeoutMS: req.TimeoutMS}
 	es, err := b.s.openAdmitted(ctx, b.p, opts.ExecutionID, func() (*capability.Invocation, error) { return b.s.svc.ExecCell(ctx, b.p, id, cr, opts) })
 	if err != nil {
-		return nil, clientError(err)
+		return nil, b.s.clientError(ctx, err)
 	}
 	es.result = func(ctx context.Context, e store.Execution) any { return b.s.cellView(ctx, b.p, e) }
 	return client.NewCellStream(func() (string, []byte, error) { return es.next(ctx, nil) }, es.close), nil
@@ -256,22 +257,26 @@ func (b localBackend) StreamCell(ctx context.Context, id string, req client.Cell
 func (b localBackend) WaitCell(ctx context.Context, executionID string, wait time.Duration) (*client.Cell, error) {
 	v, err := b.s.execution(ctx, b.p, executionID, wait)
 	if err != nil {
-		return nil, clientError(err)
+		return nil, b.s.clientError(ctx, err)
 	}
 	raw, err := json.Marshal(v)
 	if err != nil {
-		return nil, fmt.Errorf("encoding execution %s: %w", executionID, err)
+		return nil, b.s.clientError(ctx, fmt.Errorf("encoding execution %s: %w", executionID, err))
 	}
-	return client.CellOfExecution(raw)
+	c, err := client.CellOfExecution(raw)
+	if err != nil {
+		return nil, b.s.clientError(ctx, err)
+	}
+	return c, nil
 }
 
 func (b localBackend) PutFile(ctx context.Context, id, path string, r io.Reader, size int64) (*client.FileInfo, error) {
 	if most := b.s.svc.Options().Sessions.MaxFileSize; size > most {
-		return nil, clientError(fmt.Errorf("the file is %d bytes, more than this server's limit of %d (sessions.max_file_size): %w", size, most, errdefs.ErrTooLarge))
+		return nil, b.s.clientError(ctx, errdefs.Publicf("the file is %d bytes, more than this server's limit of %d (sessions.max_file_size): %w", size, most, errdefs.ErrTooLarge))
 	}
 	f, err := b.s.svc.PutFile(ctx, b.p, id, path, r)
 	if err != nil {
-		return nil, clientError(err)
+		return nil, b.s.clientError(ctx, err)
 	}
 	return &client.FileInfo{Path: f.Path, Size: f.Size, SHA256: f.SHA256}, nil
 }
@@ -279,13 +284,13 @@ func (b localBackend) PutFile(ctx context.Context, id, path string, r io.Reader,
 func (b localBackend) GetFile(ctx context.Context, id, path string, w io.Writer, max int64) (*client.FileInfo, error) {
 	data, f, err := b.s.svc.GetFile(ctx, b.p, id, path)
 	if err != nil {
-		return nil, clientError(err)
+		return nil, b.s.clientError(ctx, err)
 	}
 	if int64(len(data)) > max {
-		return nil, fmt.Errorf("reading %s in session %s: the file is %d bytes, more than %d: %w", path, id, len(data), max, errdefs.ErrTooLarge)
+		return nil, b.s.clientError(ctx, errdefs.Publicf("reading %s in session %s: the file is %d bytes, more than %d: %w", path, id, len(data), max, errdefs.ErrTooLarge))
 	}
 	if _, err := w.Write(data); err != nil {
-		return nil, err
+		return nil, b.s.clientError(ctx, err)
 	}
 	return &client.FileInfo{Path: path, Size: int64(len(data)), SHA256: f.SHA256}, nil
 }
@@ -293,7 +298,7 @@ func (b localBackend) GetFile(ctx context.Context, id, path string, w io.Writer,
 func (b localBackend) ListFiles(ctx context.Context, id, dir string) ([]client.FileEntry, bool, error) {
 	entries, truncated, err := b.s.svc.ListFiles(ctx, b.p, id, dir)
 	if err != nil {
-		return nil, false, clientError(err)
+		return nil, false, b.s.clientError(ctx, err)
 	}
 	out := make([]client.FileEntry, 0, len(entries))
 	for _, e := range entries {

@@ -12,8 +12,8 @@ import (
 	_ "embed"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"os"
 	"slices"
@@ -58,6 +58,10 @@ type Options struct {
 	// MCPSessionsPerKey bounds the MCP sessions one key keeps open on
 	// /mcp (one more ends the key's oldest); zero means 16.
 	MCPSessionsPerKey int
+	// Logger receives a line for every answer that is a 5xx or hides an
+	// error's message, with its cause and the request's id; nil is
+	// slog.Default().
+	Logger *slog.Logger
 }
 
 // maxBody bounds a request body: 1 MiB of code and 1 MiB of stdin, JSON
@@ -82,6 +86,7 @@ type server struct {
 	svc  *capability.Service
 	st   Store
 	opts Options
+	log  *slog.Logger
 	// mcp serves /mcp; it holds the MCP sessions.
 	mcp http.Handler
 }
@@ -102,7 +107,10 @@ func New(svc *capability.Service, st Store, o Options) http.Handler {
 	if o.WriteTimeout == 0 {
 		o.WriteTimeout = 30 * time.Second
 	}
-	s := &server{svc: svc, st: st, opts: o}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	s := &server{svc: svc, st: st, opts: o, log: o.Logger}
 	s.mcp = s.mcpHandler()
 	mux := http.NewServeMux()
 	for _, rt := range s.routes() {
@@ -114,7 +122,7 @@ func New(svc *capability.Service, st Store, o Options) http.Handler {
 		mux.Handle("/ui/", o.UI)
 	}
 	mux.Handle("/", s.noRoute(mux))
-	return s.deadlines(mux)
+	return withRequestID(s.deadlines(mux))
 }
 
 // route is one endpoint: an http.ServeMux pattern, "METHOD /path", and its
@@ -186,11 +194,11 @@ func (s *server) noRoute(mux *http.ServeMux) http.Handler {
 			}
 		}
 		if len(allow) == 0 {
-			writeError(w, fmt.Errorf("no route for %s %s (see /openapi.json): %w", r.Method, r.URL.Path, errdefs.ErrNotFound))
+			s.writeError(w, r, errdefs.Publicf("no route for %s %s (see /openapi.json): %w", r.Method, r.URL.Path, errdefs.ErrNotFound))
 			return
 		}
 		w.Header().Set("Allow", strings.Join(allow, ", "))
-		writeError(w, fmt.Errorf("%s is not a method of %s, which takes %s (see /openapi.json): %w",
+		s.writeError(w, r, errdefs.Publicf("%s is not a method of %s, which takes %s (see /openapi.json): %w",
 			r.Method, r.URL.Path, strings.Join(allow, ", "), errMethodNotAllowed))
 	})
 }
@@ -213,7 +221,7 @@ func (s *server) auth(next func(http.ResponseWriter, *http.Request, capability.P
 			// body it announced is not waited for.
 			s.closeWithoutBody(w, r)
 			w.Header().Set("WWW-Authenticate", `Bearer realm="stockade"`)
-			writeError(w, err)
+			s.writeError(w, r, err)
 			return
 		}
 		next(w, r, p)
@@ -235,22 +243,22 @@ func (s *server) decodeBody(w http.ResponseWriter, r *http.Request, v any) error
 	if errors.Is(err, os.ErrDeadlineExceeded) {
 		// The connection's reading is over: there is nothing to wait for.
 		w.Header().Set("Connection", "close")
-		return fmt.Errorf("the request body did not arrive within %s of its headers: %w", s.opts.BodyTimeout, errRequestTimeout)
+		return errdefs.Publicf("the request body did not arrive within %s of its headers: %w", s.opts.BodyTimeout, errRequestTimeout)
 	}
 	s.closeWithoutBody(w, r)
 	var typeErr *json.UnmarshalTypeError
 	var maxErr *http.MaxBytesError
 	switch {
 	case errors.As(err, &maxErr):
-		return fmt.Errorf("request body is larger than %d bytes: %w", maxBody, errdefs.ErrTooLarge)
+		return errdefs.Publicf("request body is larger than %d bytes: %w", maxBody, errdefs.ErrTooLarge)
 	case errors.As(err, &typeErr):
-		return fmt.Errorf("field %q: expected %s, got JSON %s: %w", typeErr.Field, typeErr.Type, typeErr.Value, errdefs.ErrInvalidArgument)
+		return errdefs.Publicf("field %q: expected %s, got JSON %s: %w", typeErr.Field, typeErr.Type, typeErr.Value, errdefs.ErrInvalidArgument)
 	case errors.Is(err, io.EOF):
-		return fmt.Errorf("request body is empty; expected a JSON object: %w", errdefs.ErrInvalidArgument)
+		return errdefs.Publicf("request body is empty; expected a JSON object: %w", errdefs.ErrInvalidArgument)
 	case strings.HasPrefix(err.Error(), "json: unknown field "):
-		return fmt.Errorf("unknown field %s: %w", strings.TrimPrefix(err.Error(), "json: unknown field "), errdefs.ErrInvalidArgument)
+		return errdefs.Publicf("unknown field %s: %w", strings.TrimPrefix(err.Error(), "json: unknown field "), errdefs.ErrInvalidArgument)
 	}
-	return fmt.Errorf("malformed JSON body: %v: %w", err, errdefs.ErrInvalidArgument)
+	return errdefs.Publicf("malformed JSON body: %s: %w", err.Error(), errdefs.ErrInvalidArgument)
 }
 
 // ExecutionView is an execution on the wire.
@@ -323,7 +331,7 @@ func card(a store.Approval) json.RawMessage {
 func (s *server) createExecution(w http.ResponseWriter, r *http.Request, p capability.Principal) {
 	var req capability.InvokeRequest
 	if err := s.decodeBody(w, r, &req); err != nil {
-		writeError(w, err)
+		s.writeError(w, r, err)
 		return
 	}
 	opts := capability.InvokeOptions{IdempotencyKey: r.Header.Get("Idempotency-Key"), ExecutionID: capability.NewExecutionID()}
@@ -333,7 +341,7 @@ func (s *server) createExecution(w http.ResponseWriter, r *http.Request, p capab
 	}
 	inv, err := s.svc.Invoke(r.Context(), p, req, opts)
 	if err != nil {
-		writeError(w, err)
+		s.writeError(w, r, err)
 		return
 	}
 	s.answerAdmission(w, r, p, inv, func(e store.Execution) (int, any) {
@@ -356,7 +364,7 @@ func (s *server) answerAdmission(w http.ResponseWriter, r *http.Request, p capab
 	}
 	e, err := s.svc.Wait(r.Context(), p, inv.Execution.ID, s.opts.MaxWait)
 	if err != nil {
-		writeError(w, err)
+		s.writeError(w, r, err)
 		return
 	}
 	code, v := outcome(e)
@@ -369,12 +377,12 @@ func (s *server) answerAdmission(w http.ResponseWriter, r *http.Request, p capab
 func (s *server) streamExecution(w http.ResponseWriter, r *http.Request, p capability.Principal, req capability.InvokeRequest, opts capability.InvokeOptions) {
 	flusher, ok := w.(http.Flusher)
 	if !ok {
-		writeError(w, fmt.Errorf("streaming is not supported by this connection: %w", errdefs.ErrInvalidArgument))
+		s.writeError(w, r, errdefs.Publicf("streaming is not supported by this connection: %w", errdefs.ErrInvalidArgument))
 		return
 	}
 	es, err := s.openStream(r.Context(), p, req, opts)
 	if err != nil {
-		writeError(w, err)
+		s.writeError(w, r, err)
 		return
 	}
 	defer es.close()
@@ -497,14 +505,14 @@ func (s *server) getExecution(w http.ResponseWriter, r *http.Request, p capabili
 	if v := r.URL.Query().Get("wait"); v != "" {
 		d, err := sandbox.ParseDuration(v)
 		if err != nil {
-			writeError(w, fmt.Errorf("wait: %v: %w", err, errdefs.ErrInvalidArgument))
+			s.writeError(w, r, errdefs.Publicf("wait: %s: %w", err.Error(), errdefs.ErrInvalidArgument))
 			return
 		}
 		wait = d
 	}
 	v, err := s.execution(r.Context(), p, r.PathValue("id"), wait)
 	if err != nil {
-		writeError(w, err)
+		s.writeError(w, r, err)
 		return
 	}
 	writeJSON(w, http.StatusOK, v)
@@ -536,13 +544,13 @@ func (s *server) decide(approve bool) func(http.ResponseWriter, *http.Request, c
 		var body DecisionRequest
 		if r.ContentLength != 0 {
 			if err := s.decodeBody(w, r, &body); err != nil {
-				writeError(w, err)
+				s.writeError(w, r, err)
 				return
 			}
 		}
 		a, e, err := s.svc.Decide(r.Context(), p, r.PathValue("id"), approve, body.Reason)
 		if err != nil {
-			writeError(w, err)
+			s.writeError(w, r, err)
 			return
 		}
 		writeJSON(w, http.StatusOK, struct {
@@ -559,7 +567,7 @@ func pageOf(r *http.Request) (store.PageRequest, error) {
 	if v := q.Get("limit"); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || n <= 0 || n > store.MaxPageLimit {
-			return pr, fmt.Errorf("limit=%q: expected 1 to %d: %w", v, store.MaxPageLimit, errdefs.ErrInvalidArgument)
+			return pr, errdefs.Publicf("limit=%q: expected 1 to %d: %w", v, store.MaxPageLimit, errdefs.ErrInvalidArgument)
 		}
 		pr.Limit = n
 	}
@@ -575,7 +583,7 @@ func timeRange(r *http.Request) (since, until time.Time, err error) {
 		if v := r.URL.Query().Get(f.name); v != "" {
 			t, perr := time.Parse(time.RFC3339Nano, v)
 			if perr != nil {
-				return since, until, fmt.Errorf("%s=%q: expected an RFC 3339 time: %w", f.name, v, errdefs.ErrInvalidArgument)
+				return since, until, errdefs.Publicf("%s=%q: expected an RFC 3339 time: %w", f.name, v, errdefs.ErrInvalidArgument)
 			}
 			*f.dst = t
 		}
@@ -602,7 +610,7 @@ type listResponse[T any] struct {
 func (s *server) listApprovals(w http.ResponseWriter, r *http.Request, p capability.Principal) {
 	pr, err := pageOf(r)
 	if err != nil {
-		writeError(w, err)
+		s.writeError(w, r, err)
 		return
 	}
 	f := store.ApprovalFilter{PageRequest: pr}
@@ -611,14 +619,14 @@ func (s *server) listApprovals(w http.ResponseWriter, r *http.Request, p capabil
 		switch st {
 		case store.ApprovalPending, store.ApprovalApproved, store.ApprovalDenied, store.ApprovalExpired, store.ApprovalCancelled:
 		default:
-			writeError(w, fmt.Errorf("status=%q: expected pending, approved, denied, expired or cancelled: %w", v, errdefs.ErrInvalidArgument))
+			s.writeError(w, r, errdefs.Publicf("status=%q: expected pending, approved, denied, expired or cancelled: %w", v, errdefs.ErrInvalidArgument))
 			return
 		}
 		f.Statuses = []store.ApprovalStatus{st}
 	}
 	page, err := s.st.ListApprovals(r.Context(), p.WorkspaceID, f)
 	if err != nil {
-		writeError(w, err)
+		s.writeError(w, r, err)
 		return
 	}
 	out := listResponse[ApprovalView]{Items: []ApprovalView{}, Next: page.Next}
@@ -660,7 +668,7 @@ func listParam(r *http.Request, name string) ([]string, error) {
 			out = append(out, x)
 		}
 		if len(out) > maxListValues {
-			return nil, fmt.Errorf("%s: at most %d values: %w", name, maxListValues, errdefs.ErrInvalidArgument)
+			return nil, errdefs.Publicf("%s: at most %d values: %w", name, maxListValues, errdefs.ErrInvalidArgument)
 		}
 	}
 	return out, nil
@@ -669,17 +677,17 @@ func listParam(r *http.Request, name string) ([]string, error) {
 func (s *server) listEvents(w http.ResponseWriter, r *http.Request, p capability.Principal) {
 	pr, since, until, err := pageInTime(r)
 	if err != nil {
-		writeError(w, err)
+		s.writeError(w, r, err)
 		return
 	}
 	f := store.EventFilter{PageRequest: pr, Since: since, Until: until, ExecutionID: r.URL.Query().Get("execution_id")}
 	if f.Types, err = listParam(r, "type"); err != nil {
-		writeError(w, err)
+		s.writeError(w, r, err)
 		return
 	}
 	page, err := s.st.ListEvents(r.Context(), p.WorkspaceID, f)
 	if err != nil {
-		writeError(w, err)
+		s.writeError(w, r, err)
 		return
 	}
 	out := listResponse[EventView]{Items: []EventView{}, Next: page.Next}
@@ -713,25 +721,25 @@ type ToolCallView struct {
 func (s *server) listToolCalls(w http.ResponseWriter, r *http.Request, p capability.Principal) {
 	pr, since, until, err := pageInTime(r)
 	if err != nil {
-		writeError(w, err)
+		s.writeError(w, r, err)
 		return
 	}
 	f := store.ToolCallFilter{PageRequest: pr, Since: since, Until: until}
 	statuses, err := listParam(r, "status")
 	if err != nil {
-		writeError(w, err)
+		s.writeError(w, r, err)
 		return
 	}
 	for _, st := range statuses {
 		if !store.ExecutionStatus(st).Valid() {
-			writeError(w, fmt.Errorf("status: unknown status %q: %w", st, errdefs.ErrInvalidArgument))
+			s.writeError(w, r, errdefs.Publicf("status: unknown status %q: %w", st, errdefs.ErrInvalidArgument))
 			return
 		}
 		f.Statuses = append(f.Statuses, store.ExecutionStatus(st))
 	}
 	page, err := s.st.ListToolCalls(r.Context(), p.WorkspaceID, f)
 	if err != nil {
-		writeError(w, err)
+		s.writeError(w, r, err)
 		return
 	}
 	out := listResponse[ToolCallView]{Items: []ToolCallView{}, Next: page.Next}
@@ -792,23 +800,23 @@ func (s *server) getWorkspace(w http.ResponseWriter, r *http.Request, p capabili
 	st := s.st
 	ws, err := st.GetWorkspace(r.Context(), p.WorkspaceID)
 	if err != nil {
-		writeError(w, err)
+		s.writeError(w, r, err)
 		return
 	}
 	pol, err := st.GetPolicy(r.Context(), p.WorkspaceID)
 	if err != nil {
-		writeError(w, err)
+		s.writeError(w, r, err)
 		return
 	}
 	cr, err := st.GetCredits(r.Context(), p.WorkspaceID)
 	if err != nil {
-		writeError(w, err)
+		s.writeError(w, r, err)
 		return
 	}
 	v := WorkspaceView{ID: ws.ID, Name: ws.Name, Policy: PolicyViewOf(pol)}
 	v.Credits.Available, v.Credits.Reserved = cr.Available, cr.Reserved
 	if v.Sessions.CheckpointBytes, v.Sessions.Paused, err = st.CheckpointBytes(r.Context(), p.WorkspaceID); err != nil {
-		writeError(w, err)
+		s.writeError(w, r, err)
 		return
 	}
 	writeJSON(w, http.StatusOK, v)
@@ -849,7 +857,7 @@ func toolView(ts capability.ToolStatus) ToolView {
 func (s *server) listTools(w http.ResponseWriter, r *http.Request, p capability.Principal) {
 	ts, err := s.svc.Tools(r.Context(), p)
 	if err != nil {
-		writeError(w, err)
+		s.writeError(w, r, err)
 		return
 	}
 	out := listResponse[ToolView]{Items: []ToolView{}}
@@ -863,13 +871,13 @@ func (s *server) approveTool(w http.ResponseWriter, r *http.Request, p capabilit
 	var body DecisionRequest
 	if r.ContentLength != 0 {
 		if err := s.decodeBody(w, r, &body); err != nil {
-			writeError(w, err)
+			s.writeError(w, r, err)
 			return
 		}
 	}
 	ts, err := s.svc.ApproveTool(r.Context(), p, r.PathValue("name"), body.Reason)
 	if err != nil {
-		writeError(w, err)
+		s.writeError(w, r, err)
 		return
 	}
 	writeJSON(w, http.StatusOK, toolView(ts))

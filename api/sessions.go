@@ -65,12 +65,12 @@ func (s *server) sessionView(ss store.Session) SessionView {
 func (s *server) createSession(w http.ResponseWriter, r *http.Request, p capability.Principal) {
 	var req capability.CreateSessionRequest
 	if err := s.decodeBody(w, r, &req); err != nil {
-		writeError(w, err)
+		s.writeError(w, r, err)
 		return
 	}
 	c, err := s.svc.CreateSession(r.Context(), p, req, capability.CreateSessionOptions{IdempotencyKey: r.Header.Get("Idempotency-Key")})
 	if err != nil {
-		writeError(w, err)
+		s.writeError(w, r, err)
 		return
 	}
 	v := s.sessionView(c.Session)
@@ -86,7 +86,7 @@ func (s *server) createSession(w http.ResponseWriter, r *http.Request, p capabil
 func (s *server) listSessions(w http.ResponseWriter, r *http.Request, p capability.Principal) {
 	pr, err := pageOf(r)
 	if err != nil {
-		writeError(w, err)
+		s.writeError(w, r, err)
 		return
 	}
 	f := store.SessionFilter{PageRequest: pr}
@@ -95,12 +95,12 @@ func (s *server) listSessions(w http.ResponseWriter, r *http.Request, p capabili
 	case string(store.SessionActive), string(store.SessionPaused), string(store.SessionEnded):
 		f.States = []store.SessionState{store.SessionState(v)}
 	default:
-		writeError(w, fmt.Errorf("state=%q: expected active, paused or ended: %w", v, errdefs.ErrInvalidArgument))
+		s.writeError(w, r, errdefs.Publicf("state=%q: expected active, paused or ended: %w", v, errdefs.ErrInvalidArgument))
 		return
 	}
 	page, err := s.svc.ListSessions(r.Context(), p, f)
 	if err != nil {
-		writeError(w, err)
+		s.writeError(w, r, err)
 		return
 	}
 	out := listResponse[SessionView]{Items: []SessionView{}, Next: page.Next}
@@ -113,7 +113,7 @@ func (s *server) listSessions(w http.ResponseWriter, r *http.Request, p capabili
 func (s *server) getSession(w http.ResponseWriter, r *http.Request, p capability.Principal) {
 	ss, err := s.svc.GetSession(r.Context(), p, r.PathValue("id"))
 	if err != nil {
-		writeError(w, err)
+		s.writeError(w, r, err)
 		return
 	}
 	writeJSON(w, http.StatusOK, s.sessionView(ss))
@@ -122,7 +122,7 @@ func (s *server) getSession(w http.ResponseWriter, r *http.Request, p capability
 func (s *server) deleteSession(w http.ResponseWriter, r *http.Request, p capability.Principal) {
 	ss, err := s.svc.CloseSession(r.Context(), p, r.PathValue("id"))
 	if err != nil {
-		writeError(w, err)
+		s.writeError(w, r, err)
 		return
 	}
 	writeJSON(w, http.StatusOK, s.sessionView(ss))
@@ -192,7 +192,7 @@ func (s *server) cellView(ctx context.Context, p capability.Principal, e store.E
 func (s *server) execCell(w http.ResponseWriter, r *http.Request, p capability.Principal) {
 	var req capability.CellRequest
 	if err := s.decodeBody(w, r, &req); err != nil {
-		writeError(w, err)
+		s.writeError(w, r, err)
 		return
 	}
 	id := r.PathValue("id")
@@ -201,12 +201,12 @@ func (s *server) execCell(w http.ResponseWriter, r *http.Request, p capability.P
 	if strings.Contains(r.Header.Get("Accept"), "text/event-stream") {
 		flusher, ok := w.(http.Flusher)
 		if !ok {
-			writeError(w, fmt.Errorf("streaming is not supported by this connection: %w", errdefs.ErrInvalidArgument))
+			s.writeError(w, r, errdefs.Publicf("streaming is not supported by this connection: %w", errdefs.ErrInvalidArgument))
 			return
 		}
 		es, err := s.openAdmitted(r.Context(), p, opts.ExecutionID, admit)
 		if err != nil {
-			writeError(w, err)
+			s.writeError(w, r, err)
 			return
 		}
 		es.result = func(ctx context.Context, e store.Execution) any {
@@ -220,7 +220,7 @@ func (s *server) execCell(w http.ResponseWriter, r *http.Request, p capability.P
 	}
 	inv, err := admit()
 	if err != nil {
-		writeError(w, err)
+		s.writeError(w, r, err)
 		return
 	}
 	s.answerAdmission(w, r, p, inv, func(e store.Execution) (int, any) {
@@ -261,7 +261,7 @@ func (s *server) writeStream(w http.ResponseWriter, r *http.Request, flusher htt
 func (s *server) interruptCell(w http.ResponseWriter, r *http.Request, p capability.Principal) {
 	ok, err := s.svc.InterruptCell(r.Context(), p, r.PathValue("id"))
 	if err != nil {
-		writeError(w, err)
+		s.writeError(w, r, err)
 		return
 	}
 	writeJSON(w, http.StatusOK, map[string]bool{"interrupted": ok})
@@ -272,7 +272,7 @@ func (s *server) interruptCell(w http.ResponseWriter, r *http.Request, p capabil
 func (s *server) pauseSession(w http.ResponseWriter, r *http.Request, p capability.Principal) {
 	ss, err := s.svc.PauseSession(r.Context(), p, r.PathValue("id"))
 	if err != nil {
-		writeError(w, err)
+		s.writeError(w, r, err)
 		return
 	}
 	writeJSON(w, http.StatusOK, s.sessionView(ss))
@@ -281,7 +281,7 @@ func (s *server) pauseSession(w http.ResponseWriter, r *http.Request, p capabili
 func (s *server) resumeSession(w http.ResponseWriter, r *http.Request, p capability.Principal) {
 	ss, err := s.svc.ResumeSession(r.Context(), p, r.PathValue("id"))
 	if err != nil {
-		writeError(w, err)
+		s.writeError(w, r, err)
 		return
 	}
 	writeJSON(w, http.StatusOK, s.sessionView(ss))
@@ -302,18 +302,18 @@ func (s *server) putFile(w http.ResponseWriter, r *http.Request, p capability.Pr
 	q := r.URL.Query()
 	if !q.Has("path") {
 		s.closeWithoutBody(w, r)
-		writeError(w, fmt.Errorf("?path= names the file to write: %w", capability.ErrInvalidPath))
+		s.writeError(w, r, errdefs.Publicf("?path= names the file to write: %w", capability.ErrInvalidPath))
 		return
 	}
 	if most := s.svc.Options().Sessions.MaxFileSize; r.ContentLength > most {
 		s.closeWithoutBody(w, r)
-		writeError(w, fmt.Errorf("the file is %d bytes, more than this server's limit of %d (sessions.max_file_size): %w", r.ContentLength, most, errdefs.ErrTooLarge))
+		s.writeError(w, r, errdefs.Publicf("the file is %d bytes, more than this server's limit of %d (sessions.max_file_size): %w", r.ContentLength, most, errdefs.ErrTooLarge))
 		return
 	}
 	f, err := s.svc.PutFile(r.Context(), p, r.PathValue("id"), q.Get("path"), r.Body)
 	if err != nil {
 		s.closeWithoutBody(w, r)
-		writeError(w, err)
+		s.writeError(w, r, err)
 		return
 	}
 	writeJSON(w, http.StatusCreated, f)
@@ -323,11 +323,11 @@ func (s *server) getFiles(w http.ResponseWriter, r *http.Request, p capability.P
 	q := r.URL.Query()
 	switch {
 	case q.Has("path") == q.Has("dir"):
-		writeError(w, fmt.Errorf("give ?path= to download a file or ?dir= to list a directory, one of them: %w", capability.ErrInvalidPath))
+		s.writeError(w, r, errdefs.Publicf("give ?path= to download a file or ?dir= to list a directory, one of them: %w", capability.ErrInvalidPath))
 	case q.Has("dir"):
 		entries, truncated, err := s.svc.ListFiles(r.Context(), p, r.PathValue("id"), q.Get("dir"))
 		if err != nil {
-			writeError(w, err)
+			s.writeError(w, r, err)
 			return
 		}
 		out := struct {
@@ -341,7 +341,7 @@ func (s *server) getFiles(w http.ResponseWriter, r *http.Request, p capability.P
 	default:
 		b, f, err := s.svc.GetFile(r.Context(), p, r.PathValue("id"), q.Get("path"))
 		if err != nil {
-			writeError(w, err)
+			s.writeError(w, r, err)
 			return
 		}
 		w.Header().Set("Content-Type", "application/octet-stream")
@@ -359,11 +359,11 @@ func fileEntry(e sandbox.FileInfo) FileEntry {
 func (s *server) deleteFile(w http.ResponseWriter, r *http.Request, p capability.Principal) {
 	q := r.URL.Query()
 	if !q.Has("path") {
-		writeError(w, fmt.Errorf("?path= names the file to remove: %w", capability.ErrInvalidPath))
+		s.writeError(w, r, errdefs.Publicf("?path= names the file to remove: %w", capability.ErrInvalidPath))
 		return
 	}
 	if err := s.svc.RemoveFile(r.Context(), p, r.PathValue("id"), q.Get("path")); err != nil {
-		writeError(w, err)
+		s.writeError(w, r, err)
 		return
 	}
 	w.WriteHeader(http.StatusNoContent)

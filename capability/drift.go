@@ -203,7 +203,7 @@ func (s *Service) Tools(ctx context.Context, p Principal) ([]ToolStatus, error) 
 // is now. Only approver and admin keys may.
 func (s *Service) ApproveTool(ctx context.Context, p Principal, name, reason string) (ToolStatus, error) {
 	if p.Role != store.RoleApprover && p.Role != store.RoleAdmin {
-		return ToolStatus{}, fmt.Errorf("only approver or admin keys may approve tools: %w", errdefs.ErrPermissionDenied)
+		return ToolStatus{}, errdefs.Publicf("only approver or admin keys may approve tools: %w", errdefs.ErrPermissionDenied)
 	}
 	t, err := s.runner.Tools().Get(name)
 	if err != nil {

@@ -111,20 +111,20 @@ func (s *Service) pauseLocked(ctx context.Context, ss store.Session, by Principa
 		return store.Session{}, err
 	}
 	if s.opts.Sessions.CheckpointDir == "" {
-		return store.Session{}, fmt.Errorf("this server keeps no checkpoints, so sessions cannot pause: %w", errdefs.ErrFailedPrecondition)
+		return store.Session{}, errdefs.Publicf("this server keeps no checkpoints, so sessions cannot pause: %w", errdefs.ErrFailedPrecondition)
 	}
 	live := s.sessions.get(ss.ID)
 	if live == nil {
-		return store.Session{}, fmt.Errorf("session %s is active but its sandbox is not served by this daemon; retry: %w", ss.ID, errdefs.ErrUnavailable)
+		return store.Session{}, errdefs.Publicf("session %s is active but its sandbox is not served by this daemon; retry: %w", ss.ID, errdefs.ErrUnavailable)
 	}
 	if live.running() {
-		return store.Session{}, &SessionBusyError{SessionID: ss.ID}
+		return store.Session{}, errdefs.Public(&SessionBusyError{SessionID: ss.ID})
 	}
 	if cell, err := s.st.PendingCell(ctx, ss.ID); err != nil {
 		return store.Session{}, err
 	} else if cell != "" {
 		// A cell awaiting its approval would find no sandbox.
-		return store.Session{}, &SessionBusyError{SessionID: ss.ID}
+		return store.Session{}, errdefs.Public(&SessionBusyError{SessionID: ss.ID})
 	}
 	if err := os.MkdirAll(s.opts.Sessions.CheckpointDir, 0o700); err != nil {
 		return store.Session{}, fmt.Errorf("creating the checkpoint directory: %w", err)
@@ -143,7 +143,7 @@ func (s *Service) pauseLocked(ctx context.Context, ss store.Session, by Principa
 	n, err := s.runner.PauseSession(ctx, live.LiveSession, dir)
 	if err != nil {
 		if errdefs.IsConflict(err) {
-			return store.Session{}, &SessionBusyError{SessionID: ss.ID}
+			return store.Session{}, errdefs.Public(&SessionBusyError{SessionID: ss.ID})
 		}
 		return store.Session{}, err
 	}
@@ -205,8 +205,8 @@ func (s *Service) resumeLocked(ctx context.Context, ss store.Session, by Princip
 		if _, eerr := s.endLocked(context.WithoutCancel(ctx), ss, Principal{}, store.EndFailed); eerr != nil {
 			return store.Session{}, fmt.Errorf("ending session %s, whose checkpoint cannot be restored: %w", ss.ID, eerr)
 		}
-		return store.Session{}, fmt.Errorf("session %s cannot resume: its checkpoint was refused (%v); it has ended (failed): %w",
-			ss.ID, err, errdefs.ErrFailedPrecondition)
+		return store.Session{}, errdefs.Publicf("session %s cannot resume: its checkpoint was refused; it has ended (failed): %w",
+			ss.ID, errdefs.ErrFailedPrecondition)
 	}
 	step, err := Transition(g, ResumeSession{By: by, SandboxID: live.SandboxID(), At: s.opts.Now()})
 	var resumed store.Session

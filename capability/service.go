@@ -6,7 +6,6 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"log/slog"
 	"math"
@@ -417,20 +416,18 @@ func (s *Service) expire(ctx context.Context, a store.Approval, now time.Time) e
 // ErrUnauthenticated.
 func (s *Service) Authenticate(ctx context.Context, key string) (Principal, error) {
 	if key == "" {
-		return Principal{}, fmt.Errorf("missing API key (send Authorization: Bearer KEY): %w", errdefs.ErrUnauthenticated)
+		return Principal{}, errdefs.Publicf("missing API key (send Authorization: Bearer KEY): %w", errdefs.ErrUnauthenticated)
 	}
 	k, err := s.st.LookupAPIKey(ctx, store.HashKey(key))
 	if errdefs.IsNotFound(err) {
-		return Principal{}, fmt.Errorf("invalid or revoked API key: %w", errdefs.ErrUnauthenticated)
+		return Principal{}, errdefs.Publicf("invalid or revoked API key: %w", errdefs.ErrUnauthenticated)
 	}
 	if err != nil {
 		// Anyone may send a key: the answer says nothing of the database
-		// (a connection error names its host, user and database).
-		s.log.Error("looking up an API key", "err", err)
-		if errdefs.IsUnavailable(err) {
-			return Principal{}, fmt.Errorf("the API key could not be checked; retry later: %w", errdefs.ErrUnavailable)
-		}
-		return Principal{}, errors.New("the API key could not be checked")
+		// (a connection error names its host, user and database). The
+		// message is not public: the API answers its class's sentence and
+		// logs it.
+		return Principal{}, fmt.Errorf("looking up an API key: %w", err)
 	}
 	s.keyUses.note(k.ID, s.opts.Now())
 	return Principal{KeyID: k.ID, WorkspaceID: k.WorkspaceID, Role: k.Role}, nil
@@ -539,7 +536,7 @@ func (s *Service) Invoke(ctx context.Context, p Principal, req InvokeRequest, o 
 		return nil, err
 	}
 	if req.TimeoutMS < 0 || req.TimeoutMS > math.MaxInt64/int64(time.Millisecond) {
-		return nil, fmt.Errorf("timeout_ms %d is out of range: %w", req.TimeoutMS, errdefs.ErrInvalidArgument)
+		return nil, errdefs.Publicf("timeout_ms %d is out of range: %w", req.TimeoutMS, errdefs.ErrInvalidArgument)
 	}
 	timeout := time.Duration(req.TimeoutMS) * time.Millisecond
 	// Shape errors (unknown runtime, empty or oversized code) are the
@@ -754,7 +751,7 @@ func (s *Service) cancelAs(ctx context.Context, p Principal, ws, id, reason stri
 		if err != nil || e.Status.Terminal() {
 			return e, err
 		}
-		return store.Execution{}, fmt.Errorf("execution %s is running, but not on this daemon; retry: %w", id, errdefs.ErrUnavailable)
+		return store.Execution{}, errdefs.Publicf("execution %s is running, but not on this daemon; retry: %w", id, errdefs.ErrUnavailable)
 	}
 	return s.Wait(ctx, Principal{WorkspaceID: ws}, id, cancelWait)
 }

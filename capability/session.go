@@ -110,12 +110,12 @@ func sessionTransition(g Grant, in Input) (Step, error) {
 	case ResumeSession:
 		return resumeSession(g, in)
 	}
-	return Step{}, fmt.Errorf("cannot %s a session: a session opens, pauses, resumes and ends; its cells are runs: %w", in.verb(), errdefs.ErrFailedPrecondition)
+	return Step{}, errdefs.Publicf("cannot %s a session: a session opens, pauses, resumes and ends; its cells are runs: %w", in.verb(), errdefs.ErrFailedPrecondition)
 }
 
 func openSession(g Grant, in OpenSession) (Step, error) {
 	if g.Session != nil && g.Session.State != "" {
-		return Step{}, fmt.Errorf("cannot open session %s: it is %s: %w", g.Session.ID, g.Session.State, errdefs.ErrFailedPrecondition)
+		return Step{}, errdefs.Publicf("cannot open session %s: it is %s: %w", g.Session.ID, g.Session.State, errdefs.ErrFailedPrecondition)
 	}
 	if err := needTime(in, in.Admit.At); err != nil {
 		return Step{}, err
@@ -126,9 +126,9 @@ func openSession(g Grant, in OpenSession) (Step, error) {
 	n := in.Record
 	switch {
 	case n.ID == "" || n.IdleTimeout <= 0 || !n.ExpiresAt.After(in.Admit.At):
-		return Step{}, fmt.Errorf("open: a session needs its id, an idle timeout and an expiry after its opening: %w", errdefs.ErrInvalidArgument)
+		return Step{}, errdefs.Publicf("open: a session needs its id, an idle timeout and an expiry after its opening: %w", errdefs.ErrInvalidArgument)
 	case n.WorkspaceID != in.Admit.By.WorkspaceID || n.KeyID != in.Admit.By.KeyID:
-		return Step{}, fmt.Errorf("open: a session is its opening key's, in its workspace: %w", errdefs.ErrInvalidArgument)
+		return Step{}, errdefs.Publicf("open: a session is its opening key's, in its workspace: %w", errdefs.ErrInvalidArgument)
 	}
 	ev := audit.SessionCreatedEvent{Meta: audit.Meta{Actor: in.Admit.By.KeyID, Reason: "allowed by workspace policy"},
 		Approval: n.Approval, Driver: n.Driver, ExpiresAt: n.ExpiresAt.UTC().Format(time.RFC3339Nano), IdleTimeoutMS: n.IdleTimeout.Milliseconds(),
@@ -142,18 +142,18 @@ func openSession(g Grant, in OpenSession) (Step, error) {
 func endSession(g Grant, in EndSession) (Step, error) {
 	s := g.Session
 	if s == nil || s.State == "" {
-		return Step{}, fmt.Errorf("cannot end a session that never opened: %w", errdefs.ErrFailedPrecondition)
+		return Step{}, errdefs.Publicf("cannot end a session that never opened: %w", errdefs.ErrFailedPrecondition)
 	}
 	if err := needTime(in, in.At); err != nil {
 		return Step{}, err
 	}
 	switch {
 	case !in.Reason.Valid():
-		return Step{}, fmt.Errorf("end: reason %q: %w", in.Reason, errdefs.ErrInvalidArgument)
+		return Step{}, errdefs.Publicf("end: reason %q: %w", in.Reason, errdefs.ErrInvalidArgument)
 	case in.Reason == store.EndClosed && (in.By.WorkspaceID != g.WorkspaceID || (in.By.KeyID != g.KeyID && in.By.Role != store.RoleAdmin)):
-		return Step{}, fmt.Errorf("only the key that opened a session or an admin key may close it: %w", errdefs.ErrPermissionDenied)
+		return Step{}, errdefs.Publicf("only the key that opened a session or an admin key may close it: %w", errdefs.ErrPermissionDenied)
 	case in.Reason != store.EndClosed && in.By != (Principal{}):
-		return Step{}, fmt.Errorf("a key closes a session (reason closed); the system ends it for %s: %w", in.Reason, errdefs.ErrInvalidArgument)
+		return Step{}, errdefs.Publicf("a key closes a session (reason closed); the system ends it for %s: %w", in.Reason, errdefs.ErrInvalidArgument)
 	case s.State == store.SessionEnded:
 		return Step{}, expiredError(s)
 	}
@@ -179,13 +179,13 @@ func mayTransition(g Grant, p Principal, verb string) error {
 	if p == (Principal{}) || p.WorkspaceID == g.WorkspaceID && (p.KeyID == g.KeyID || p.Role == store.RoleAdmin) {
 		return nil
 	}
-	return fmt.Errorf("only the key that opened a session or an admin key may %s it: %w", verb, errdefs.ErrPermissionDenied)
+	return errdefs.Publicf("only the key that opened a session or an admin key may %s it: %w", verb, errdefs.ErrPermissionDenied)
 }
 
 func pauseSession(g Grant, in PauseSession) (Step, error) {
 	s := g.Session
 	if s == nil || s.State == "" {
-		return Step{}, fmt.Errorf("cannot pause a session that never opened: %w", errdefs.ErrFailedPrecondition)
+		return Step{}, errdefs.Publicf("cannot pause a session that never opened: %w", errdefs.ErrFailedPrecondition)
 	}
 	if err := needTime(in, in.At); err != nil {
 		return Step{}, err
@@ -197,9 +197,9 @@ func pauseSession(g Grant, in PauseSession) (Step, error) {
 	case s.State == store.SessionEnded:
 		return Step{}, expiredError(s)
 	case s.State != store.SessionActive:
-		return Step{}, fmt.Errorf("session %s is %s, not active: %w", s.ID, s.State, errdefs.ErrFailedPrecondition)
+		return Step{}, errdefs.Publicf("session %s is %s, not active: %w", s.ID, s.State, errdefs.ErrFailedPrecondition)
 	case in.CheckpointBytes < 0 || in.SandboxID == "":
-		return Step{}, fmt.Errorf("pause: a pause names the saved sandbox and its checkpoint's size: %w", errdefs.ErrInvalidArgument)
+		return Step{}, errdefs.Publicf("pause: a pause names the saved sandbox and its checkpoint's size: %w", errdefs.ErrInvalidArgument)
 	}
 	ev := audit.SessionPausedEvent{Meta: audit.Meta{Actor: actorOf(in.By), Reason: "session paused"},
 		CheckpointBytes: in.CheckpointBytes, SandboxID: in.SandboxID, SessionID: s.ID}
@@ -210,7 +210,7 @@ func pauseSession(g Grant, in PauseSession) (Step, error) {
 func resumeSession(g Grant, in ResumeSession) (Step, error) {
 	s := g.Session
 	if s == nil || s.State == "" {
-		return Step{}, fmt.Errorf("cannot resume a session that never opened: %w", errdefs.ErrFailedPrecondition)
+		return Step{}, errdefs.Publicf("cannot resume a session that never opened: %w", errdefs.ErrFailedPrecondition)
 	}
 	if err := needTime(in, in.At); err != nil {
 		return Step{}, err
@@ -222,9 +222,9 @@ func resumeSession(g Grant, in ResumeSession) (Step, error) {
 	case s.State == store.SessionEnded:
 		return Step{}, expiredError(s)
 	case s.State != store.SessionPaused:
-		return Step{}, fmt.Errorf("session %s is %s, not paused: %w", s.ID, s.State, errdefs.ErrFailedPrecondition)
+		return Step{}, errdefs.Publicf("session %s is %s, not paused: %w", s.ID, s.State, errdefs.ErrFailedPrecondition)
 	case in.SandboxID == "":
-		return Step{}, fmt.Errorf("resume: a resume names the restored sandbox: %w", errdefs.ErrInvalidArgument)
+		return Step{}, errdefs.Publicf("resume: a resume names the restored sandbox: %w", errdefs.ErrInvalidArgument)
 	}
 	ev := audit.SessionResumedEvent{Meta: audit.Meta{Actor: actorOf(in.By), Reason: "session resumed"},
 		PausedMS: max(in.At.Sub(s.PausedAt).Milliseconds(), 0), SandboxID: in.SandboxID, SessionID: s.ID}
@@ -236,7 +236,7 @@ func resumeSession(g Grant, in ResumeSession) (Step, error) {
 // class ErrFailedPrecondition, answered 410 session_expired with when and
 // why.
 func expiredError(s *SessionOf) error {
-	return &SessionExpiredError{SessionID: s.ID, EndedAt: s.EndedAt, Reason: s.EndReason}
+	return errdefs.Public(&SessionExpiredError{SessionID: s.ID, EndedAt: s.EndedAt, Reason: s.EndReason})
 }
 
 // SessionExpiredError says a session has ended; it is of class

@@ -97,7 +97,7 @@ type SessionObserver interface {
 var (
 	// ErrInvalidPath is a file path of a session that is not below
 	// /workspace, or has "..", or NUL (400 invalid_path).
-	ErrInvalidPath = errors.New("invalid path")
+	ErrInvalidPath = errdefs.Public(errors.New("invalid path"))
 )
 
 // SessionBusyError is a cell asked for while another cell of the session
@@ -215,11 +215,11 @@ func durationOf(name string, ms int64, def, ceiling time.Duration) (time.Duratio
 	case ms == 0:
 		return def, nil
 	case ms < 0 || ms > math.MaxInt64/int64(time.Millisecond):
-		return 0, fmt.Errorf("%s %d is out of range: %w", name, ms, errdefs.ErrInvalidArgument)
+		return 0, errdefs.Publicf("%s %d is out of range: %w", name, ms, errdefs.ErrInvalidArgument)
 	}
 	d := time.Duration(ms) * time.Millisecond
 	if d > ceiling {
-		return 0, fmt.Errorf("%s %d is above this server's ceiling of %d: %w", name, ms, ceiling.Milliseconds(), errdefs.ErrInvalidArgument)
+		return 0, errdefs.Publicf("%s %d is above this server's ceiling of %d: %w", name, ms, ceiling.Milliseconds(), errdefs.ErrInvalidArgument)
 	}
 	return d, nil
 }
@@ -239,7 +239,7 @@ func (s *Service) CreateSession(ctx context.Context, p Principal, req CreateSess
 	if network {
 		// A sandbox's egress network and proxy are the daemon's, and would
 		// not survive its restart as the session does.
-		return nil, fmt.Errorf("network \"allow\" is not available for sessions yet; use a one-shot execution: %w", errdefs.ErrInvalidArgument)
+		return nil, errdefs.Publicf("network \"allow\" is not available for sessions yet; use a one-shot execution: %w", errdefs.ErrInvalidArgument)
 	}
 	idle, err := durationOf("idle_timeout_ms", req.IdleTimeoutMS, so.IdleTimeout, so.MaxIdleTimeout)
 	if err != nil {
@@ -254,7 +254,7 @@ func (s *Service) CreateSession(ctx context.Context, p Principal, req CreateSess
 		ss, err := s.st.ReplaySession(ctx, p.WorkspaceID, o.IdempotencyKey)
 		if err == nil {
 			if ss.RequestSHA256 != reqSum {
-				return nil, fmt.Errorf("idempotency key %q was used for a different request (session %s): %w", o.IdempotencyKey, ss.ID, errdefs.ErrConflict)
+				return nil, errdefs.Publicf("idempotency key %q was used for a different request (session %s): %w", o.IdempotencyKey, ss.ID, errdefs.ErrConflict)
 			}
 			return &Created{Session: ss, Replayed: true}, nil
 		}
@@ -370,7 +370,7 @@ func (s *Service) refuseQuota(ctx context.Context, in OpenSession, most int) err
 			}
 		}
 	}
-	return &QuotaError{Max: most, RetryAfter: max(retry, time.Second)}
+	return errdefs.Public(&QuotaError{Max: most, RetryAfter: max(retry, time.Second)})
 }
 
 // openingGrant is the grant of session id before it opened.
@@ -431,7 +431,7 @@ func (s *Service) usable(ctx context.Context, p Principal, id string) (store.Ses
 		}
 		if p.KeyID != ss.KeyID && p.Role != store.RoleAdmin {
 			unlock()
-			return ss, nil, nil, fmt.Errorf("only the key that opened session %s or an admin key may use it: %w", id, errdefs.ErrPermissionDenied)
+			return ss, nil, nil, errdefs.Publicf("only the key that opened session %s or an admin key may use it: %w", id, errdefs.ErrPermissionDenied)
 		}
 		switch ss.State {
 		case store.SessionPaused:
@@ -447,7 +447,7 @@ func (s *Service) usable(ctx context.Context, p Principal, id string) (store.Ses
 		live := s.sessions.get(id)
 		if live == nil {
 			unlock()
-			return ss, nil, nil, fmt.Errorf("session %s is active but its sandbox is not served by this daemon; retry: %w", id, errdefs.ErrUnavailable)
+			return ss, nil, nil, errdefs.Publicf("session %s is active but its sandbox is not served by this daemon; retry: %w", id, errdefs.ErrUnavailable)
 		}
 		return ss, live, unlock, nil
 	}
@@ -553,7 +553,7 @@ func (s *Service) ExecCell(ctx context.Context, p Principal, id string, req Cell
 	}
 	defer done()
 	if req.TimeoutMS < 0 || req.TimeoutMS > math.MaxInt64/int64(time.Millisecond) {
-		return nil, fmt.Errorf("timeout_ms %d is out of range: %w", req.TimeoutMS, errdefs.ErrInvalidArgument)
+		return nil, errdefs.Publicf("timeout_ms %d is out of range: %w", req.TimeoutMS, errdefs.ErrInvalidArgument)
 	}
 	timeout := time.Duration(req.TimeoutMS) * time.Millisecond
 	tool, _, _, verr := s.runner.Validate(engine.Request{Runtime: ss.Runtime, Tool: ss.Tool, Driver: ss.Driver, Code: []byte(req.Code),
@@ -611,7 +611,7 @@ func (s *Service) ExecCell(ctx context.Context, p Principal, id string, req Cell
 		case errdefs.IsResourceExhausted(err):
 			return s.refuse(ctx, in, "insufficient_credits", fmt.Sprintf("insufficient credits: a cell costs %d", s.price), errdefs.ErrPaymentRequired)
 		case errdefs.IsConflict(err):
-			return nil, &SessionBusyError{SessionID: ss.ID}
+			return nil, errdefs.Public(&SessionBusyError{SessionID: ss.ID})
 		case errdefs.IsFailedPrecondition(err):
 			if cur, gerr := s.st.GetSession(ctx, p.WorkspaceID, ss.ID); gerr == nil {
 				return nil, expiredError(sessionOf(cur))
@@ -745,7 +745,7 @@ type FileInfo struct {
 func filePath(p string) (string, error) {
 	clean, err := engine.WorkspacePath(p)
 	if err != nil {
-		return "", fmt.Errorf("%w: %w", ErrInvalidPath, err)
+		return "", errdefs.Publicf("%w: %w", ErrInvalidPath, err)
 	}
 	return clean, nil
 }
@@ -800,7 +800,7 @@ func (s *Service) GetFile(ctx context.Context, p Principal, id, path string) ([]
 	if info, err := live.Stat(ctx, clean); err != nil {
 		return nil, FileInfo{}, err
 	} else if info.Type != sandbox.TypeFile {
-		return nil, FileInfo{}, fmt.Errorf("%s is a %s, not a file; list a directory with ?dir=: %w", clean, info.Type, errdefs.ErrInvalidArgument)
+		return nil, FileInfo{}, errdefs.Publicf("%s is a %s, not a file; list a directory with ?dir=: %w", clean, info.Type, errdefs.ErrInvalidArgument)
 	}
 	b, _, err := live.ReadFile(ctx, clean, s.opts.Sessions.MaxFileSize)
 	if err != nil {

@@ -37,26 +37,26 @@ var interruptedResult = errorResult(errors.New("interrupted: the daemon stopped 
 //   - every transition that writes says what it audits (Step.Events).
 func Transition(g Grant, in Input) (Step, error) {
 	if in == nil {
-		return Step{}, fmt.Errorf("a transition needs an input: %w", errdefs.ErrInvalidArgument)
+		return Step{}, errdefs.Publicf("a transition needs an input: %w", errdefs.ErrInvalidArgument)
 	}
 	switch g.Kind {
 	case OneShot:
 	case Session:
 		if g.Session == nil {
-			return Step{}, fmt.Errorf("cannot %s a session grant without its session: %w", in.verb(), errdefs.ErrInvalidArgument)
+			return Step{}, errdefs.Publicf("cannot %s a session grant without its session: %w", in.verb(), errdefs.ErrInvalidArgument)
 		}
 		switch in.(type) {
 		case OpenSession, EndSession, PauseSession, ResumeSession:
 			return sessionTransition(g, in)
 		}
 	default:
-		return Step{}, fmt.Errorf("cannot %s a grant of kind %q: %w", in.verb(), g.Kind, errdefs.ErrInvalidArgument)
+		return Step{}, errdefs.Publicf("cannot %s a grant of kind %q: %w", in.verb(), g.Kind, errdefs.ErrInvalidArgument)
 	}
 	if g.State == "" {
 		g.State = Requested
 	}
 	if _, admit := in.(Admit); g.State == Requested && !admit {
-		return Step{}, fmt.Errorf("cannot %s a grant that was never admitted: %w", in.verb(), errdefs.ErrFailedPrecondition)
+		return Step{}, errdefs.Publicf("cannot %s a grant that was never admitted: %w", in.verb(), errdefs.ErrFailedPrecondition)
 	}
 	switch in := in.(type) {
 	case Admit:
@@ -78,7 +78,7 @@ func Transition(g Grant, in Input) (Step, error) {
 	case Interrupt:
 		return interrupt(g, in)
 	}
-	return Step{}, fmt.Errorf("unknown input %T: %w", in, errdefs.ErrInvalidArgument)
+	return Step{}, errdefs.Publicf("unknown input %T: %w", in, errdefs.ErrInvalidArgument)
 }
 
 func refuse(g Grant, in Input, class error) (Step, error) {
@@ -86,12 +86,12 @@ func refuse(g Grant, in Input, class error) (Step, error) {
 	if g.State == Settled {
 		what = "ended (" + string(g.Status) + ")"
 	}
-	return Step{}, fmt.Errorf("cannot %s execution %s: it is %s: %w", in.verb(), g.ID, what, class)
+	return Step{}, errdefs.Publicf("cannot %s execution %s: it is %s: %w", in.verb(), g.ID, what, class)
 }
 
 func needTime(in Input, at time.Time) error {
 	if at.IsZero() {
-		return fmt.Errorf("%s: the input has no time: %w", in.verb(), errdefs.ErrInvalidArgument)
+		return errdefs.Publicf("%s: the input has no time: %w", in.verb(), errdefs.ErrInvalidArgument)
 	}
 	return nil
 }
@@ -110,7 +110,7 @@ func admit(g Grant, in Admit) (Step, error) {
 	if g.Kind == Session {
 		switch g.Session.State {
 		case store.SessionPaused:
-			return Step{}, fmt.Errorf("session %s is paused; resume it: %w", g.Session.ID, errdefs.ErrFailedPrecondition)
+			return Step{}, errdefs.Publicf("session %s is paused; resume it: %w", g.Session.ID, errdefs.ErrFailedPrecondition)
 		case store.SessionEnded:
 			return Step{}, expiredError(g.Session)
 		}
@@ -120,7 +120,7 @@ func admit(g Grant, in Admit) (Step, error) {
 		return denial(in, r), nil
 	}
 	if in.Price < 0 {
-		return Step{}, fmt.Errorf("admit: price %d: %w", in.Price, errdefs.ErrInvalidArgument)
+		return Step{}, errdefs.Publicf("admit: price %d: %w", in.Price, errdefs.ErrInvalidArgument)
 	}
 	w := &store.Step{To: store.StatusQueued, At: in.At}
 	if in.Price > 0 {
@@ -138,7 +138,7 @@ func admit(g Grant, in Admit) (Step, error) {
 	s := Step{From: Requested, To: Approved, Next: Next{Dispatch: true}}
 	if approval {
 		if len(in.Card) == 0 || in.ExpiresAt.IsZero() {
-			return Step{}, fmt.Errorf("admit: a request that needs approval needs its card and expiry: %w", errdefs.ErrInvalidArgument)
+			return Step{}, errdefs.Publicf("admit: a request that needs approval needs its card and expiry: %w", errdefs.ErrInvalidArgument)
 		}
 		why := "high-risk capability needs a human decision"
 		if in.Network {
@@ -180,13 +180,13 @@ func denial(in Admit, r *Refusal) Step {
 	ev := audit.InvokeDeniedEvent{Meta: audit.Meta{WorkspaceID: in.By.WorkspaceID, Actor: in.By.KeyID, Reason: r.Reason},
 		Decision: r.Code, Request: in.Asked}
 	return Step{From: Requested, To: Settled, Status: store.StatusDenied, Events: []audit.Event{ev},
-		Refusal: fmt.Errorf("%s: %w", r.Reason, r.Class)}
+		Refusal: errdefs.Publicf("%s: %w", r.Reason, r.Class)}
 }
 
 // mayDecide refuses a key that may not decide approvals at all.
 func mayDecide(p Principal) error {
 	if p.Role != store.RoleApprover && p.Role != store.RoleAdmin {
-		return fmt.Errorf("only approver or admin keys may decide approvals: %w", errdefs.ErrPermissionDenied)
+		return errdefs.Publicf("only approver or admin keys may decide approvals: %w", errdefs.ErrPermissionDenied)
 	}
 	return nil
 }
@@ -205,17 +205,17 @@ func decide(g Grant, by Principal, reason, stale string, at time.Time, approve b
 	}
 	switch {
 	case approve && stale != "":
-		return Step{}, fmt.Errorf("%s: %w", stale, errdefs.ErrConflict)
+		return Step{}, errdefs.Publicf("%s: %w", stale, errdefs.ErrConflict)
 	case by.WorkspaceID != g.WorkspaceID:
-		return Step{}, fmt.Errorf("key %s is not a key of the workspace of execution %s: %w", by.KeyID, g.ID, errdefs.ErrPermissionDenied)
+		return Step{}, errdefs.Publicf("key %s is not a key of the workspace of execution %s: %w", by.KeyID, g.ID, errdefs.ErrPermissionDenied)
 	case g.State != AwaitingApproval:
 		return refuse(g, in, errdefs.ErrConflict)
 	case g.ApprovalExpires.IsZero():
-		return Step{}, fmt.Errorf("%s execution %s: its approval request's expiry is unknown: %w", in.verb(), g.ID, errdefs.ErrInvalidArgument)
+		return Step{}, errdefs.Publicf("%s execution %s: its approval request's expiry is unknown: %w", in.verb(), g.ID, errdefs.ErrInvalidArgument)
 	case !at.Before(g.ApprovalExpires):
-		return Step{}, fmt.Errorf("approval expired at %s: %w", g.ApprovalExpires.Format(time.RFC3339), errdefs.ErrConflict)
+		return Step{}, errdefs.Publicf("approval expired at %s: %w", g.ApprovalExpires.Format(time.RFC3339), errdefs.ErrConflict)
 	case by.KeyID == g.KeyID:
-		return Step{}, fmt.Errorf("the key that invoked cannot decide its own approval: %w", errdefs.ErrPermissionDenied)
+		return Step{}, errdefs.Publicf("the key that invoked cannot decide its own approval: %w", errdefs.ErrPermissionDenied)
 	}
 	meta := audit.Meta{Actor: by.KeyID, Reason: reason}
 	change := store.ApprovalChange{DecidedBy: by.KeyID, Reason: reason}
@@ -243,9 +243,9 @@ func expire(g Grant, in Expire) (Step, error) {
 	case g.State != AwaitingApproval:
 		return refuse(g, in, errdefs.ErrConflict)
 	case g.ApprovalExpires.IsZero():
-		return Step{}, fmt.Errorf("expire execution %s: its approval request's expiry is unknown: %w", g.ID, errdefs.ErrInvalidArgument)
+		return Step{}, errdefs.Publicf("expire execution %s: its approval request's expiry is unknown: %w", g.ID, errdefs.ErrInvalidArgument)
 	case in.At.Before(g.ApprovalExpires):
-		return Step{}, fmt.Errorf("the approval request of execution %s is due at %s, not before: %w",
+		return Step{}, errdefs.Publicf("the approval request of execution %s is due at %s, not before: %w",
 			g.ID, g.ApprovalExpires.Format(time.RFC3339Nano), errdefs.ErrFailedPrecondition)
 	}
 	w := settle(g, store.StatusApprovalExpired, in.At, "", false)
@@ -259,7 +259,7 @@ func expire(g Grant, in Expire) (Step, error) {
 // that has (the run's end records it), and leaves an ended one alone.
 func cancel(g Grant, in Cancel) (Step, error) {
 	if in.By != (Principal{}) && (in.By.WorkspaceID != g.WorkspaceID || (in.By.KeyID != g.KeyID && in.By.Role != store.RoleAdmin)) {
-		return Step{}, fmt.Errorf("only the key that invoked an execution or an admin key may cancel it: %w", errdefs.ErrPermissionDenied)
+		return Step{}, errdefs.Publicf("only the key that invoked an execution or an admin key may cancel it: %w", errdefs.ErrPermissionDenied)
 	}
 	c := &Cancellation{By: in.By.KeyID, Reason: in.Reason}
 	switch g.State {
@@ -291,7 +291,7 @@ func start(g Grant, in Start) (Step, error) {
 		return Step{}, err
 	}
 	if in.Driver == "" {
-		return Step{}, fmt.Errorf("start: no driver: %w", errdefs.ErrInvalidArgument)
+		return Step{}, errdefs.Publicf("start: no driver: %w", errdefs.ErrInvalidArgument)
 	}
 	w := &store.Step{From: g.Status, To: store.StatusRunning, At: in.At, Driver: in.Driver}
 	return withEvents(Step{From: Approved, To: Running, Next: Next{Change: ExecutionStarted}}, w, nil), nil
@@ -329,7 +329,7 @@ func finish(g Grant, in Finish) (Step, error) {
 		// Stopped by a cancel before its code ran (its start may be
 		// recorded): nothing is charged.
 		if in.Cancel == nil {
-			return Step{}, fmt.Errorf("finish: a run ends cancelled only by a cancel: %w", errdefs.ErrInvalidArgument)
+			return Step{}, errdefs.Publicf("finish: a run ends cancelled only by a cancel: %w", errdefs.ErrInvalidArgument)
 		}
 		if g.State != Approved && g.State != Running {
 			return refuse(g, in, errdefs.ErrConflict)
@@ -341,7 +341,7 @@ func finish(g Grant, in Finish) (Step, error) {
 		return withEvents(Step{From: g.State, To: Settled, Next: next}, w, []audit.Event{ev}), nil
 	}
 	if !runEnds[in.Status] {
-		return Step{}, fmt.Errorf("finish: %q is not how a run ends: %w", in.Status, errdefs.ErrInvalidArgument)
+		return Step{}, errdefs.Publicf("finish: %q is not how a run ends: %w", in.Status, errdefs.ErrInvalidArgument)
 	}
 	if g.State != Running {
 		return refuse(g, in, errdefs.ErrConflict)

@@ -30,13 +30,22 @@ type Error struct {
 	// (session_expired).
 	EndedAt   *time.Time
 	EndReason string
+	// RequestID is the answer's X-Request-Id: the daemon's log line of an
+	// error it did not explain (an internal one) carries it.
+	RequestID string
 }
 
+// Error is the API's sentence; a server's error (5xx) names its request
+// id too, which finds its cause in the daemon's log.
 func (e *Error) Error() string {
-	if e.RetryAfter > 0 {
-		return fmt.Sprintf("%s (retry after %s)", e.Message, e.RetryAfter)
+	msg := e.Message
+	if e.Status >= 500 && e.RequestID != "" {
+		msg += " (request " + e.RequestID + ")"
 	}
-	return e.Message
+	if e.RetryAfter > 0 {
+		return fmt.Sprintf("%s (retry after %s)", msg, e.RetryAfter)
+	}
+	return msg
 }
 
 // Unwrap returns the error class of the code.
@@ -106,7 +115,7 @@ const maxErrorBody = 64 << 10
 // {"error":{"code","message"}} when the body is that, else the status and
 // the start of the body. header gives Retry-After.
 func errorOf(status int, header http.Header, body []byte) *Error {
-	e := &Error{Status: status, RetryAfter: retryAfter(header.Get("Retry-After"))}
+	e := &Error{Status: status, RetryAfter: retryAfter(header.Get("Retry-After")), RequestID: header.Get("X-Request-Id")}
 	var b struct {
 		Error struct {
 			Code      string     `json:"code"`

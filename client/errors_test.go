@@ -73,3 +73,28 @@ func TestErrorRetryAfterInMessage(t *testing.T) {
 		t.Errorf("Error(): got %q, want %q", got, want)
 	}
 }
+
+// TestErrorRequestID checks that a server's error names the request id
+// that its log line carries, and that a client's error does not.
+func TestErrorRequestID(t *testing.T) {
+	for _, tc := range []struct {
+		status int
+		want   string
+	}{
+		{500, "internal error (request r-1)"},
+		{503, "internal error (request r-1) (retry after 1s)"},
+		{404, "internal error"},
+	} {
+		h := http.Header{"X-Request-Id": {"r-1"}}
+		if tc.status == 503 {
+			h.Set("Retry-After", "1")
+		}
+		err := errorOf(tc.status, h, []byte(`{"error":{"code":"x","message":"internal error"}}`))
+		if err.RequestID != "r-1" {
+			t.Errorf("%d: RequestID: got %q, want r-1", tc.status, err.RequestID)
+		}
+		if got := err.Error(); got != tc.want {
+			t.Errorf("%d: Error(): got %q, want %q", tc.status, got, tc.want)
+		}
+	}
+}

@@ -172,7 +172,7 @@ func (c *Console) signIn(w http.ResponseWriter, r *http.Request) {
 	}
 	p, err := c.svc.Authenticate(r.Context(), strings.TrimSpace(r.PostForm.Get("key")))
 	if err != nil {
-		code, msg := describe(err)
+		code, msg := c.describe(r, "signing in", err)
 		if errdefs.IsUnauthenticated(err) {
 			msg = "That key is not valid, or was revoked."
 		}

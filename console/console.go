@@ -251,24 +251,31 @@ func (c *Console) errorPage(w http.ResponseWriter, r *http.Request, code int, ms
 	c.render(w, code, "error.html", &page{Title: http.StatusText(code), Flash: msg, c: c})
 }
 
-// failure answers err, which a store or service call returned: its class
-// picks the status, and the message is shown unless it is an internal
-// error, whose details are only logged.
+// failure answers err, which a store or service call returned, while
+// doing what: its class picks the status, and the message is the one the
+// API would answer (api.Public).
 func (c *Console) failure(w http.ResponseWriter, r *http.Request, what string, err error) {
-	code, msg := describe(err)
-	if code == http.StatusInternalServerError {
-		c.log.Error(what, "err", err)
-	}
+	code, msg := c.describe(r, what, err)
 	c.errorPage(w, r, code, msg)
 }
 
-// describe is the status and the message a person sees for err.
-func describe(err error) (int, string) {
-	code := api.HTTPStatus(err)
+// describe is the status and the message a person sees for err, met
+// while doing what. It logs err as the API does (api.Report): a 5xx or a
+// message hidden, with its cause and the request's id, which an internal
+// error's message names.
+func (c *Console) describe(r *http.Request, what string, err error) (int, string) {
+	code, d := api.Report(r.Context(), c.log.With("doing", what), err)
 	if code == http.StatusInternalServerError || errors.Is(err, errInternal) {
-		return http.StatusInternalServerError, "Something went wrong on the server; the log has the details."
+		if code != http.StatusInternalServerError {
+			c.log.Error(what, "request_id", api.RequestID(r.Context()), "err", err)
+		}
+		msg := "Something went wrong on the server; the log has the details."
+		if id := api.RequestID(r.Context()); id != "" {
+			msg = "Something went wrong on the server; the log has the details (request " + id + ")."
+		}
+		return http.StatusInternalServerError, msg
 	}
-	msg := []rune(api.Describe(err).Message)
+	msg := []rune(d.Message)
 	if len(msg) == 0 {
 		return code, http.StatusText(code) + "."
 	}

@@ -117,10 +117,7 @@ func (c *Console) decide(approve bool) func(http.ResponseWriter, *http.Request, 
 		_, _, derr := c.svc.Decide(ctx, v.sess.p, id, approve, strings.TrimSpace(r.PostForm.Get("reason")))
 		code, flash := http.StatusOK, ""
 		if derr != nil {
-			code, flash = describe(derr)
-			if code == http.StatusInternalServerError {
-				c.log.Error("deciding an approval", "approval", id, "err", derr)
-			}
+			code, flash = c.describe(r, "deciding approval "+id, derr)
 		}
 		if !wantsFragment(r) {
 			if derr != nil {

@@ -311,7 +311,7 @@ func (c *Console) funcs() template.FuncMap {
 // page's not-found answer.
 func notFoundIsGone(err error, what string) error {
 	if errdefs.IsNotFound(err) {
-		return fmt.Errorf("there is no %s of that id in this workspace: %w", what, errdefs.ErrNotFound)
+		return errdefs.Publicf("there is no %s of that id in this workspace: %w", what, errdefs.ErrNotFound)
 	}
 	return err
 }

@@ -44,10 +44,10 @@ type EgressHost struct {
 // calls, and hands them to the engine's observers.
 func NewEgressHost(nets *netns.Manager, pc egress.Config, bc *broker.Config) (*EgressHost, error) {
 	if nets == nil {
-		return nil, fmt.Errorf("an egress host needs the sandbox networks' manager: %w", errdefs.ErrInvalidArgument)
+		return nil, errdefs.Publicf("an egress host needs the sandbox networks' manager: %w", errdefs.ErrInvalidArgument)
 	}
 	if pc.OnDecision != nil || (bc != nil && bc.OnAudit != nil) {
-		return nil, fmt.Errorf("the egress host receives the proxy's decisions and the broker's calls itself; observe them with the engine's SetEgressObserver and SetBrokerObserver: %w", errdefs.ErrInvalidArgument)
+		return nil, errdefs.Publicf("the egress host receives the proxy's decisions and the broker's calls itself; observe them with the engine's SetEgressObserver and SetBrokerObserver: %w", errdefs.ErrInvalidArgument)
 	}
 	h := &EgressHost{nets: nets, live: map[string]map[string]string{}}
 	pc.OnDecision = h.decided
@@ -154,22 +154,22 @@ func (h *EgressHost) labels(id string) map[string]string {
 func (e *Engine) openEgress(ctx context.Context, tool tools.Tool, drv sandbox.Driver, network bool, labels map[string]string) (string, *netns.Egress, error) {
 	h := e.egress
 	if h == nil {
-		return "", nil, fmt.Errorf("tool %q needs network, but egress is not available on this host (it needs root and nftables, and only the daemon enables it): %w", tool.Name, errdefs.ErrFailedPrecondition)
+		return "", nil, errdefs.Publicf("tool %q needs network, but egress is not available on this host (it needs root and nftables, and only the daemon enables it): %w", tool.Name, errdefs.ErrFailedPrecondition)
 	}
 	if !slices.Contains(drv.Capabilities().NetworkModes, sandbox.NetworkEgress) {
-		return "", nil, fmt.Errorf("the %s driver cannot give a sandbox egress; run tool %q on the container or gvisor tier: %w", drv.Name(), tool.Name, errdefs.ErrFailedPrecondition)
+		return "", nil, errdefs.Publicf("the %s driver cannot give a sandbox egress; run tool %q on the container or gvisor tier: %w", drv.Name(), tool.Name, errdefs.ErrFailedPrecondition)
 	}
 	id := sandbox.NewID()
 	pol := egress.Policy{Sandbox: id, Tool: tool.Name}
 	if network {
 		if tool.Egress.None() {
-			return "", nil, fmt.Errorf("network access needs a tool whose record has an egress allowlist; tool %q has none: %w", tool.Name, errdefs.ErrPermissionDenied)
+			return "", nil, errdefs.Publicf("network access needs a tool whose record has an egress allowlist; tool %q has none: %w", tool.Name, errdefs.ErrPermissionDenied)
 		}
 		pol.Allow, pol.Ports = tool.Egress.Allow, tool.Egress.Ports
 	}
 	if len(tool.Credentials) > 0 {
 		if h.broker == nil {
-			return "", nil, fmt.Errorf("tool %q lists broker operations, but no credential broker is configured: %w", tool.Name, errdefs.ErrFailedPrecondition)
+			return "", nil, errdefs.Publicf("tool %q lists broker operations, but no credential broker is configured: %w", tool.Name, errdefs.ErrFailedPrecondition)
 		}
 		pol.Broker = h.broker.Handler(broker.Caller{Sandbox: id, Tool: tool.Name, Operations: tool.Credentials})
 	}

@@ -86,7 +86,7 @@ func WithLogger(l *slog.Logger) Option {
 func New(drivers map[string]sandbox.Driver, defaultDriver string, images Images, defaults, ceiling sandbox.Limits, opts ...Option) (*Engine, error) {
 	drv, ok := drivers[defaultDriver]
 	if !ok {
-		return nil, fmt.Errorf("default driver %q is not configured: %w", defaultDriver, errdefs.ErrInvalidArgument)
+		return nil, errdefs.Publicf("default driver %q is not configured: %w", defaultDriver, errdefs.ErrInvalidArgument)
 	}
 	e := &Engine{drivers: drivers, defaultDriver: defaultDriver, images: images, defaults: defaults, ceiling: ceiling}
 	for _, o := range opts {
@@ -231,7 +231,7 @@ func (e *Engine) Validate(req Request) (tools.Tool, sandbox.Driver, image.Runtim
 // bounds every invocation of the tool.
 func checkRecordLimits(tool tools.Tool, l sandbox.Limits) error {
 	if err := l.Check(tool.Limits); err != nil {
-		return fmt.Errorf("tool %q's record bounds what an invocation may ask for: %w", tool.Name, err)
+		return errdefs.Publicf("tool %q's record bounds what an invocation may ask for: %w", tool.Name, err)
 	}
 	return nil
 }
@@ -240,11 +240,11 @@ func checkRecordLimits(tool tools.Tool, l sandbox.Limits) error {
 func checkInput(req Request) error {
 	switch {
 	case len(req.Code) == 0:
-		return fmt.Errorf("code is empty: %w", errdefs.ErrInvalidArgument)
+		return errdefs.Publicf("code is empty: %w", errdefs.ErrInvalidArgument)
 	case len(req.Code) > sandbox.MaxCodeSize:
-		return fmt.Errorf("code is %d bytes, more than the limit of 1 MiB: %w", len(req.Code), errdefs.ErrTooLarge)
+		return errdefs.Publicf("code is %d bytes, more than the limit of 1 MiB: %w", len(req.Code), errdefs.ErrTooLarge)
 	case len(req.Stdin) > sandbox.MaxCodeSize:
-		return fmt.Errorf("stdin is %d bytes, more than the limit of 1 MiB: %w", len(req.Stdin), errdefs.ErrTooLarge)
+		return errdefs.Publicf("stdin is %d bytes, more than the limit of 1 MiB: %w", len(req.Stdin), errdefs.ErrTooLarge)
 	}
 	return nil
 }
@@ -257,24 +257,24 @@ func (e *Engine) resolve(req Request) (tools.Tool, sandbox.Driver, image.Runtime
 	}
 	rt, ok := image.Runtimes[req.Runtime]
 	if !ok {
-		return fail(fmt.Errorf("unknown runtime %q (known: %s): %w", req.Runtime, strings.Join(runtimeNames(), ", "), errdefs.ErrInvalidArgument))
+		return fail(errdefs.Publicf("unknown runtime %q (known: %s): %w", req.Runtime, strings.Join(runtimeNames(), ", "), errdefs.ErrInvalidArgument))
 	}
 	tool, err := e.tools.Get(req.Tool)
 	if err != nil {
-		return fail(fmt.Errorf("%v: %w", err, errdefs.ErrInvalidArgument))
+		return fail(errdefs.Publicf("%v: %w", err, errdefs.ErrInvalidArgument))
 	}
 	if !tool.AllowsRuntime(rt.Name) {
-		return fail(fmt.Errorf("tool %q does not allow runtime %q (allowed: %s): %w", tool.Name, rt.Name, strings.Join(tool.Runtimes, ", "), errdefs.ErrPermissionDenied))
+		return fail(errdefs.Publicf("tool %q does not allow runtime %q (allowed: %s): %w", tool.Name, rt.Name, strings.Join(tool.Runtimes, ", "), errdefs.ErrPermissionDenied))
 	}
 	name := req.Driver
 	if name == "" {
 		if name, _, ok = tools.DriverFor(tools.CapabilitiesOf(e.drivers), tool.Tier); !ok {
-			return fail(fmt.Errorf("tool %q runs on the %s tier, which this host cannot run: %w", tool.Name, tool.Tier, errdefs.ErrFailedPrecondition))
+			return fail(errdefs.Publicf("tool %q runs on the %s tier, which this host cannot run: %w", tool.Name, tool.Tier, errdefs.ErrFailedPrecondition))
 		}
 	}
 	drv, ok := e.drivers[name]
 	if !ok {
-		return fail(fmt.Errorf("unknown driver %q (known: %s): %w", name, strings.Join(slices.Sorted(maps.Keys(e.drivers)), ", "), errdefs.ErrInvalidArgument))
+		return fail(errdefs.Publicf("unknown driver %q (known: %s): %w", name, strings.Join(slices.Sorted(maps.Keys(e.drivers)), ", "), errdefs.ErrInvalidArgument))
 	}
 	if err := req.Limits.Check(e.ceiling); err != nil {
 		return fail(err)

@@ -1,7 +1,6 @@
 package engine
 
 import (
-	"fmt"
 	"sync"
 
 	"github.com/stockade-sh/stockade/errdefs"
@@ -68,7 +67,7 @@ func (m *memory) room(n int64) error {
 
 // full is the refusal of n bytes; m.mu is held.
 func (m *memory) full(n int64) error {
-	return fmt.Errorf("the sandboxes' memory budget (memory_budget %s) has %s left, less than the %s a sandbox needs; retry later: %w",
+	return errdefs.Publicf("the sandboxes' memory budget (memory_budget %s) has %s left, less than the %s a sandbox needs; retry later: %w",
 		sandbox.FormatSize(m.budget), sandbox.FormatSize(max(m.budget-m.used, 0)), sandbox.FormatSize(n), errdefs.ErrResourceExhausted)
 }
 

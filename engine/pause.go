@@ -29,7 +29,7 @@ func (e *Engine) CanPause(driver string) error {
 func (e *Engine) snapshotter(driver string) (sandbox.Snapshotter, error) {
 	d, ok := e.drivers[driver]
 	if !ok {
-		return nil, fmt.Errorf("driver %q is not configured on this server: %w", driver, errdefs.ErrFailedPrecondition)
+		return nil, errdefs.Publicf("driver %q is not configured on this server: %w", driver, errdefs.ErrFailedPrecondition)
 	}
 	s, ok := d.(sandbox.Snapshotter)
 	if !ok || !d.Capabilities().Snapshots {
@@ -37,7 +37,7 @@ func (e *Engine) snapshotter(driver string) (sandbox.Snapshotter, error) {
 		if why == "" {
 			why = "it cannot save a running sandbox"
 		}
-		return nil, fmt.Errorf("sessions on the %s driver cannot pause: %s: %w", driver, why, errdefs.ErrFailedPrecondition)
+		return nil, errdefs.Publicf("sessions on the %s driver cannot pause: %s: %w", driver, why, errdefs.ErrFailedPrecondition)
 	}
 	return s, nil
 }
@@ -54,7 +54,7 @@ func (e *Engine) PauseSession(ctx context.Context, s *LiveSession, dir string) (
 		return 0, err
 	}
 	if !s.cellMu.TryLock() {
-		return 0, fmt.Errorf("session sandbox %s is running a cell: %w", s.sb.ID(), errdefs.ErrConflict)
+		return 0, errdefs.Publicf("session sandbox %s is running a cell: %w", s.sb.ID(), errdefs.ErrConflict)
 	}
 	defer s.cellMu.Unlock()
 	if err := snap.Checkpoint(ctx, s.sb, dir); err != nil {
@@ -109,7 +109,7 @@ func (e *Engine) ResumeSession(ctx context.Context, spec SessionSpec, dir string
 		return nil, err
 	}
 	if !found {
-		return nil, fmt.Errorf("resuming session sandbox %s: %w: %w", sb.ID(), ErrKernelLost, errdefs.ErrFailedPrecondition)
+		return nil, errdefs.Publicf("resuming session sandbox %s: %w: %w", sb.ID(), ErrKernelLost, errdefs.ErrFailedPrecondition)
 	}
 	s.mem = release
 	return s, nil

@@ -121,11 +121,11 @@ func (e *Engine) CheckSession(spec SessionSpec) (tools.Tool, sandbox.Driver, ima
 	c := drv.Capabilities()
 	if !c.Reattach || !c.Kernels || !c.Files {
 		why := c.Lacks["Reattach"] + c.Lacks["Kernels"] + c.Lacks["Files"]
-		return tools.Tool{}, nil, image.Runtime{}, fmt.Errorf("the %s driver cannot keep sessions (%s); use a tool on the container or gvisor tier: %w",
+		return tools.Tool{}, nil, image.Runtime{}, errdefs.Publicf("the %s driver cannot keep sessions (%s); use a tool on the container or gvisor tier: %w",
 			drv.Name(), strings.TrimSpace(why), errdefs.ErrFailedPrecondition)
 	}
 	if spec.Workspace <= 0 {
-		return tools.Tool{}, nil, image.Runtime{}, fmt.Errorf("a session's workspace size must be positive, got %d: %w", spec.Workspace, errdefs.ErrInvalidArgument)
+		return tools.Tool{}, nil, image.Runtime{}, errdefs.Publicf("a session's workspace size must be positive, got %d: %w", spec.Workspace, errdefs.ErrInvalidArgument)
 	}
 	return tool, drv, rt, nil
 }
@@ -184,7 +184,7 @@ func newLiveSession(sb sandbox.Sandbox, driver string, rt image.Runtime, limits 
 	files, fok := sb.(sandbox.Files)
 	kernels, kok := sb.(sandbox.Kernels)
 	if !fok || !kok {
-		return nil, fmt.Errorf("the %s sandbox %s has no files or kernels: %w", driver, sb.ID(), errdefs.ErrFailedPrecondition)
+		return nil, errdefs.Publicf("the %s sandbox %s has no files or kernels: %w", driver, sb.ID(), errdefs.ErrFailedPrecondition)
 	}
 	return &LiveSession{sb: sb, files: files, kernels: kernels, Driver: driver, Runtime: rt, Limits: limits,
 		spec: ks}, nil
@@ -365,7 +365,7 @@ type exiter interface {
 // the cell at all: it is gone.
 func (s *LiveSession) Cell(ctx context.Context, req CellRequest) (*CellResult, error) {
 	if !s.cellMu.TryLock() {
-		return nil, fmt.Errorf("session sandbox %s is running a cell: %w", s.sb.ID(), errdefs.ErrConflict)
+		return nil, errdefs.Publicf("session sandbox %s is running a cell: %w", s.sb.ID(), errdefs.ErrConflict)
 	}
 	defer s.cellMu.Unlock()
 	timeout := req.Timeout
@@ -377,7 +377,7 @@ func (s *LiveSession) Cell(ctx context.Context, req CellRequest) (*CellResult, e
 	}
 	k := s.currentKernel()
 	if k == nil {
-		return nil, fmt.Errorf("session sandbox %s has no kernel: %w", s.sb.ID(), errdefs.ErrFailedPrecondition)
+		return nil, errdefs.Publicf("session sandbox %s has no kernel: %w", s.sb.ID(), errdefs.ErrFailedPrecondition)
 	}
 	type ran struct {
 		res *sandbox.CellResult
@@ -525,13 +525,13 @@ func (s *LiveSession) Interrupt() (bool, error) {
 func WorkspacePath(p string) (string, error) {
 	switch {
 	case p == "":
-		return "", fmt.Errorf("a path is required: %w", errdefs.ErrInvalidArgument)
+		return "", errdefs.Publicf("a path is required: %w", errdefs.ErrInvalidArgument)
 	case strings.ContainsRune(p, 0):
-		return "", fmt.Errorf("path %q has a NUL byte: %w", p, errdefs.ErrInvalidArgument)
+		return "", errdefs.Publicf("path %q has a NUL byte: %w", p, errdefs.ErrInvalidArgument)
 	}
 	for _, c := range strings.Split(p, "/") {
 		if c == ".." {
-			return "", fmt.Errorf("path %q has a \"..\" component: %w", p, errdefs.ErrInvalidArgument)
+			return "", errdefs.Publicf("path %q has a \"..\" component: %w", p, errdefs.ErrInvalidArgument)
 		}
 	}
 	if !strings.HasPrefix(p, "/") {
@@ -539,7 +539,7 @@ func WorkspacePath(p string) (string, error) {
 	}
 	p = path.Clean(p)
 	if p != WorkspaceDir && !strings.HasPrefix(p, WorkspaceDir+"/") {
-		return "", fmt.Errorf("path %q is outside %s: %w", p, WorkspaceDir, errdefs.ErrInvalidArgument)
+		return "", errdefs.Publicf("path %q is outside %s: %w", p, WorkspaceDir, errdefs.ErrInvalidArgument)
 	}
 	return p, nil
 }
@@ -572,7 +572,7 @@ func (s *LiveSession) ReadFile(ctx context.Context, p string, max int64) ([]byte
 		return nil, info, err
 	}
 	if info.Size > int64(len(b)) {
-		return nil, info, fmt.Errorf("%s is %d bytes, more than the limit of %d: %w", p, info.Size, max, errdefs.ErrTooLarge)
+		return nil, info, errdefs.Publicf("%s is %d bytes, more than the limit of %d: %w", p, info.Size, max, errdefs.ErrTooLarge)
 	}
 	return b, info, nil
 }
@@ -603,7 +603,7 @@ func (s *LiveSession) Remove(ctx context.Context, p string) error {
 		return err
 	}
 	if p == WorkspaceDir {
-		return fmt.Errorf("%s itself cannot be removed: %w", WorkspaceDir, errdefs.ErrInvalidArgument)
+		return errdefs.Publicf("%s itself cannot be removed: %w", WorkspaceDir, errdefs.ErrInvalidArgument)
 	}
 	return s.files.Remove(ctx, p)
 }

@@ -429,6 +429,18 @@ func (e *Error) Error() string {
 	return fmt.Sprintf("%s: %s (%s)", e.Op, e.Message, e.Code)
 }
 
+// Public says that the message of a refused file operation is fit for the
+// client: it is about the client's own sandbox (a path below /workspace
+// not found, a directory not empty), in the guest's words.
+func (e *Error) Public() bool {
+	switch e.Code {
+	case ErrorNotFound, ErrorInvalid, ErrorNotDir, ErrorSymlink, ErrorNotRegular, ErrorIsDir,
+		ErrorExists, ErrorNotEmpty, ErrorTooLarge, ErrorDenied:
+		return true
+	}
+	return false
+}
+
 // Unwrap returns the errdefs class of the code.
 func (e *Error) Unwrap() error {
 	switch e.Code {

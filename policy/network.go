@@ -1,8 +1,6 @@
 package policy
 
 import (
-	"fmt"
-
 	"github.com/stockade-sh/stockade/errdefs"
 )
 
@@ -25,7 +23,7 @@ func ParseNetwork(v string) (allow bool, err error) {
 	case "", NetworkDeny, "denied":
 		return false, nil
 	}
-	return false, fmt.Errorf(`network must be "allow" or "deny", got %q: %w`, v, errdefs.ErrInvalidArgument)
+	return false, errdefs.Publicf(`network must be "allow" or "deny", got %q: %w`, v, errdefs.ErrInvalidArgument)
 }
 
 // NetworkWord is the word for allow: NetworkAllow or NetworkDeny.

@@ -78,7 +78,7 @@ func (l Limits) WithDefaults(d Limits) Limits {
 // defaults); zero fields of ceiling mean "no ceiling".
 func (l Limits) Check(ceiling Limits) error {
 	bad := func(format string, a ...any) error {
-		return fmt.Errorf("%s: %w", fmt.Sprintf(format, a...), errdefs.ErrInvalidArgument)
+		return errdefs.Publicf("%s: %w", fmt.Sprintf(format, a...), errdefs.ErrInvalidArgument)
 	}
 	switch {
 	case l.Memory < 0 || (l.Memory > 0 && l.Memory < MinMemory):

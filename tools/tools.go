@@ -275,7 +275,7 @@ func (s *Set) Get(name string) (Tool, error) {
 			return t.clone(), nil
 		}
 	}
-	return Tool{}, fmt.Errorf("unknown tool %q (known: %s): %w", name, strings.Join(s.Names(), ", "), errdefs.ErrNotFound)
+	return Tool{}, errdefs.Publicf("unknown tool %q (known: %s): %w", name, strings.Join(s.Names(), ", "), errdefs.ErrNotFound)
 }
 
 // Names returns the names of the tools, the default tool first, then sorted.

@@ -20,6 +20,8 @@ import (
 	"embed"
 	"errors"
 	"fmt"
+	"io"
+	"net"
 	"sync"
 	"time"
 
@@ -291,8 +293,14 @@ func classify(err error) error {
 		}
 		return err
 	}
-	var ce *pgconn.ConnectError
-	if errors.As(err, &ce) || pgconn.Timeout(err) {
+	var (
+		ce *pgconn.ConnectError
+		ne net.Error
+	)
+	// A connection refused, timed out, or cut in the middle of a query
+	// (the server stopped): the database is unavailable, not broken.
+	if errors.As(err, &ce) || pgconn.Timeout(err) || errors.As(err, &ne) ||
+		errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) || errors.Is(err, net.ErrClosed) {
 		return fmt.Errorf("%w: %w", errdefs.ErrUnavailable, err)
 	}
 	return err

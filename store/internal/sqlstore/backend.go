@@ -281,12 +281,12 @@ func (c cursor) String() string {
 func parseCursor(s string) (cursor, error) {
 	b, err := base64.RawURLEncoding.DecodeString(s)
 	if err != nil {
-		return cursor{}, fmt.Errorf("decoding page cursor: %w", errdefs.ErrInvalidArgument)
+		return cursor{}, errdefs.Publicf("decoding page cursor: %w", errdefs.ErrInvalidArgument)
 	}
 	k, id, ok := strings.Cut(string(b), ".")
 	n, err := strconv.ParseInt(k, 10, 64)
 	if !ok || err != nil || checkText("cursor", id, maxText) != nil {
-		return cursor{}, fmt.Errorf("decoding page cursor: %w", errdefs.ErrInvalidArgument)
+		return cursor{}, errdefs.Publicf("decoding page cursor: %w", errdefs.ErrInvalidArgument)
 	}
 	return cursor{key: n, id: id}, nil
 }

@@ -29,7 +29,7 @@ func sameJSON(a, b []byte) bool {
 // that the execution, its reservation and its approval agree.
 func (s *Store) ReplayExecution(ctx context.Context, e store.NewExecution) (store.Admission, error) {
 	if e.IdempotencyKey == "" {
-		return store.Admission{}, fmt.Errorf("replaying an execution: no idempotency key: %w", errdefs.ErrNotFound)
+		return store.Admission{}, errdefs.Publicf("replaying an execution: no idempotency key: %w", errdefs.ErrNotFound)
 	}
 	if err := checkText("idempotency key", e.IdempotencyKey, maxText); err != nil {
 		return store.Admission{}, fmt.Errorf("replaying an execution: %w", err)
@@ -54,7 +54,7 @@ func (s *Store) replay(ctx context.Context, q Querier, e store.NewExecution, adm
 		return fmt.Errorf("reading the execution of idempotency key %q: %w", e.IdempotencyKey, notFound(err))
 	}
 	if ex.InputSHA256 != e.InputSHA256 || !sameJSON(ex.Request, e.Request) {
-		return fmt.Errorf("idempotency key %q was used for a different request (execution %s): %w",
+		return errdefs.Publicf("idempotency key %q was used for a different request (execution %s): %w",
 			e.IdempotencyKey, ex.ID, errdefs.ErrConflict)
 	}
 	adm.Execution, adm.Replayed = ex, true

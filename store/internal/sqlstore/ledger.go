@@ -16,7 +16,7 @@ const maxBalance = int64(1) << 60
 // GrantCredits implements store.Ledger.
 func (s *Store) GrantCredits(ctx context.Context, workspaceID string, amount int64, note string, audit []store.NewEvent) (store.Credits, error) {
 	if amount <= 0 || amount > maxBalance {
-		return store.Credits{}, fmt.Errorf("granting %d credits: amount must be in (0, %d]: %w", amount, maxBalance, errdefs.ErrInvalidArgument)
+		return store.Credits{}, errdefs.Publicf("granting %d credits: amount must be in (0, %d]: %w", amount, maxBalance, errdefs.ErrInvalidArgument)
 	}
 	if err := checkText("note", note, maxReason); err != nil {
 		return store.Credits{}, fmt.Errorf("granting credits: %w", err)
@@ -31,7 +31,7 @@ func (s *Store) GrantCredits(ctx context.Context, workspaceID string, amount int
 				return err
 			}
 			if notFound(err) == errdefs.ErrNotFound {
-				return fmt.Errorf("balance would exceed %d: %w", maxBalance, errdefs.ErrInvalidArgument)
+				return errdefs.Publicf("balance would exceed %d: %w", maxBalance, errdefs.ErrInvalidArgument)
 			}
 			return err
 		}
@@ -81,7 +81,7 @@ func (s *Store) reserve(ctx context.Context, q Querier, workspaceID, executionID
 			workspaceID).Scan(&c.Available, &c.Reserved); err != nil {
 			return store.Reservation{}, fmt.Errorf("workspace %q: %w", workspaceID, notFound(err))
 		}
-		return store.Reservation{}, fmt.Errorf("insufficient credits: %d needed, %d available: %w",
+		return store.Reservation{}, errdefs.Publicf("insufficient credits: %d needed, %d available: %w",
 			amount, c.Available, errdefs.ErrResourceExhausted)
 	}
 	r := store.Reservation{ID: id, WorkspaceID: workspaceID, ExecutionID: executionID, Amount: amount,
@@ -129,7 +129,7 @@ func (s *Store) settle(ctx context.Context, q Querier, id string, to store.Reser
 		if err != nil {
 			return cur, err
 		}
-		return cur, fmt.Errorf("reservation %q is already %s: %w", id, cur.Status, errdefs.ErrConflict)
+		return cur, errdefs.Publicf("reservation %q is already %s: %w", id, cur.Status, errdefs.ErrConflict)
 	}
 	kind := store.LedgerCommit
 	if to == store.ReservationCommitted {

@@ -51,13 +51,13 @@ func checkNewSession(n store.NewSession) error {
 	}
 	switch {
 	case n.Approval != store.ApprovalRequired && n.Approval != store.ApprovalNone && n.Approval != store.ApprovalPerSession:
-		return fmt.Errorf("approval mode %q: %w", n.Approval, errdefs.ErrInvalidArgument)
+		return errdefs.Publicf("approval mode %q: %w", n.Approval, errdefs.ErrInvalidArgument)
 	case n.IdleTimeout < time.Millisecond:
-		return fmt.Errorf("idle timeout %v: must be at least 1ms: %w", n.IdleTimeout, errdefs.ErrInvalidArgument)
+		return errdefs.Publicf("idle timeout %v: must be at least 1ms: %w", n.IdleTimeout, errdefs.ErrInvalidArgument)
 	case n.ExpiresAt.IsZero():
-		return fmt.Errorf("a session needs its expiry: %w", errdefs.ErrInvalidArgument)
+		return errdefs.Publicf("a session needs its expiry: %w", errdefs.ErrInvalidArgument)
 	case n.WorkspaceBytes < 0 || n.MaxLive < 0:
-		return fmt.Errorf("negative workspace size or session bound: %w", errdefs.ErrInvalidArgument)
+		return errdefs.Publicf("negative workspace size or session bound: %w", errdefs.ErrInvalidArgument)
 	}
 	return checkEvents(n.Audit)
 }
@@ -78,14 +78,14 @@ func (s *Store) OpenSession(ctx context.Context, n store.NewSession) (store.Sess
 			if err != nil && notFound(err) != errdefs.ErrNotFound {
 				return err
 			}
-			return fmt.Errorf("key %q does not belong to workspace %q: %w", n.KeyID, n.WorkspaceID, errdefs.ErrInvalidArgument)
+			return errdefs.Publicf("key %q does not belong to workspace %q: %w", n.KeyID, n.WorkspaceID, errdefs.ErrInvalidArgument)
 		}
 		if n.IdempotencyKey != "" {
 			prev, err := scanSession(q.QueryRow(ctx, `SELECT `+sessionCols+` FROM sessions WHERE workspace_id = $1 AND idempotency_key = $2`,
 				n.WorkspaceID, n.IdempotencyKey))
 			if err == nil {
 				if prev.RequestSHA256 != n.RequestSHA256 {
-					return fmt.Errorf("idempotency key %q was used for a different request (session %s): %w", n.IdempotencyKey, prev.ID, errdefs.ErrConflict)
+					return errdefs.Publicf("idempotency key %q was used for a different request (session %s): %w", n.IdempotencyKey, prev.ID, errdefs.ErrConflict)
 				}
 				ss, replayed = prev, true
 				return nil
@@ -106,7 +106,7 @@ func (s *Store) OpenSession(ctx context.Context, n store.NewSession) (store.Sess
 				return err
 			}
 			if live >= n.MaxLive {
-				return fmt.Errorf("workspace %q has %d live sessions, its most: %w", n.WorkspaceID, live, errdefs.ErrResourceExhausted)
+				return errdefs.Publicf("workspace %q has %d live sessions, its most: %w", n.WorkspaceID, live, errdefs.ErrResourceExhausted)
 			}
 		}
 		now := s.at(n.At)
@@ -136,7 +136,7 @@ func (s *Store) OpenSession(ctx context.Context, n store.NewSession) (store.Sess
 // EndSession implements store.Sessions.
 func (s *Store) EndSession(ctx context.Context, id string, e store.SessionEnd) (store.Session, error) {
 	if !e.Reason.Valid() {
-		return store.Session{}, fmt.Errorf("ending session %q: reason %q: %w", id, e.Reason, errdefs.ErrInvalidArgument)
+		return store.Session{}, errdefs.Publicf("ending session %q: reason %q: %w", id, e.Reason, errdefs.ErrInvalidArgument)
 	}
 	if err := checkEvents(e.Audit); err != nil {
 		return store.Session{}, fmt.Errorf("ending session %q: %w", id, err)
@@ -147,7 +147,7 @@ func (s *Store) EndSession(ctx context.Context, id string, e store.SessionEnd) (
 			return notFound(err)
 		}
 		if ss.State == store.SessionEnded {
-			return fmt.Errorf("session ended (%s) at %s: %w", ss.EndReason, ss.EndedAt.Format(time.RFC3339), errdefs.ErrConflict)
+			return errdefs.Publicf("session ended (%s) at %s: %w", ss.EndReason, ss.EndedAt.Format(time.RFC3339), errdefs.ErrConflict)
 		}
 		ss.State, ss.EndReason, ss.EndedAt, ss.PausedAt, ss.CheckpointBytes = store.SessionEnded, e.Reason, s.at(e.At), time.Time{}, 0
 		n, err := q.Exec(ctx, `UPDATE sessions SET state = 'ended', end_reason = $2, ended_at = $3, paused_at = NULL, checkpoint_bytes = 0
@@ -156,7 +156,7 @@ func (s *Store) EndSession(ctx context.Context, id string, e store.SessionEnd) (
 			return err
 		}
 		if n != 1 {
-			return fmt.Errorf("session ended meanwhile: %w", errdefs.ErrConflict)
+			return errdefs.Publicf("session ended meanwhile: %w", errdefs.ErrConflict)
 		}
 		_, err = s.appendEvents(ctx, q, ss.WorkspaceID, "", e.Audit)
 		return err
@@ -170,7 +170,7 @@ func (s *Store) EndSession(ctx context.Context, id string, e store.SessionEnd) (
 // PauseSession implements store.Sessions.
 func (s *Store) PauseSession(ctx context.Context, id string, p store.SessionPause) (store.Session, error) {
 	if p.CheckpointBytes < 0 {
-		return store.Session{}, fmt.Errorf("pausing session %q: checkpoint bytes %d: %w", id, p.CheckpointBytes, errdefs.ErrInvalidArgument)
+		return store.Session{}, errdefs.Publicf("pausing session %q: checkpoint bytes %d: %w", id, p.CheckpointBytes, errdefs.ErrInvalidArgument)
 	}
 	if err := checkEvents(p.Audit); err != nil {
 		return store.Session{}, fmt.Errorf("pausing session %q: %w", id, err)
@@ -181,12 +181,12 @@ func (s *Store) PauseSession(ctx context.Context, id string, p store.SessionPaus
 			return notFound(err)
 		}
 		if ss.State != store.SessionActive {
-			return fmt.Errorf("session is %s: %w", ss.State, errdefs.ErrConflict)
+			return errdefs.Publicf("session is %s: %w", ss.State, errdefs.ErrConflict)
 		}
 		if busy, err := s.pendingCell(ctx, q, id); err != nil {
 			return err
 		} else if busy != "" {
-			return fmt.Errorf("session is busy: cell execution %s has not ended: %w", busy, errdefs.ErrConflict)
+			return errdefs.Publicf("session is busy: cell execution %s has not ended: %w", busy, errdefs.ErrConflict)
 		}
 		ss.State, ss.PausedAt, ss.CheckpointBytes = store.SessionPaused, s.at(p.At), p.CheckpointBytes
 		if _, err := q.Exec(ctx, `UPDATE sessions SET state = 'paused', paused_at = $2, checkpoint_bytes = $3 WHERE id = $1`,
@@ -216,7 +216,7 @@ func (s *Store) ResumeSession(ctx context.Context, id string, r store.SessionRes
 			return notFound(err)
 		}
 		if ss.State != store.SessionPaused {
-			return fmt.Errorf("session is %s: %w", ss.State, errdefs.ErrConflict)
+			return errdefs.Publicf("session is %s: %w", ss.State, errdefs.ErrConflict)
 		}
 		at := s.at(r.At)
 		ss.State, ss.SandboxID, ss.PausedAt, ss.CheckpointBytes = store.SessionActive, r.SandboxID, time.Time{}, 0
@@ -264,7 +264,7 @@ func (s *Store) admitCell(ctx context.Context, q Querier, e store.NewExecution, 
 	ss, err := scanSession(lookupRow(ctx, q, e.SessionID, `SELECT `+sessionCols+` FROM sessions WHERE id = $1`+s.d.ForUpdate, e.SessionID))
 	if err != nil || ss.WorkspaceID != e.WorkspaceID {
 		if err == nil || notFound(err) == errdefs.ErrNotFound {
-			return false, fmt.Errorf("session %q: %w", e.SessionID, errdefs.ErrNotFound)
+			return false, errdefs.Publicf("session %q: %w", e.SessionID, errdefs.ErrNotFound)
 		}
 		return false, err
 	}
@@ -280,14 +280,14 @@ func (s *Store) admitCell(ctx context.Context, q Querier, e store.NewExecution, 
 	}
 	switch ss.State {
 	case store.SessionPaused:
-		return false, fmt.Errorf("session %s is paused; resume it: %w", ss.ID, errdefs.ErrFailedPrecondition)
+		return false, errdefs.Publicf("session %s is paused; resume it: %w", ss.ID, errdefs.ErrFailedPrecondition)
 	case store.SessionEnded:
-		return false, fmt.Errorf("session %s ended (%s) at %s: %w", ss.ID, ss.EndReason, ss.EndedAt.Format(time.RFC3339), errdefs.ErrFailedPrecondition)
+		return false, errdefs.Publicf("session %s ended (%s) at %s: %w", ss.ID, ss.EndReason, ss.EndedAt.Format(time.RFC3339), errdefs.ErrFailedPrecondition)
 	}
 	if busy, err := s.pendingCell(ctx, q, ss.ID); err != nil {
 		return false, err
 	} else if busy != "" {
-		return false, fmt.Errorf("session %s is busy: cell execution %s has not ended: %w", ss.ID, busy, errdefs.ErrConflict)
+		return false, errdefs.Publicf("session %s is busy: cell execution %s has not ended: %w", ss.ID, busy, errdefs.ErrConflict)
 	}
 	ex.SessionID, ex.Cell = ss.ID, ss.Cells+1
 	_, err = q.Exec(ctx, `UPDATE sessions SET cells = $2, last_active_at = $3 WHERE id = $1`, ss.ID, ex.Cell, s.tm(now))
@@ -299,7 +299,7 @@ func (s *Store) admitCell(ctx context.Context, q Querier, e store.NewExecution, 
 func (s *Store) touchSession(ctx context.Context, q Querier, ex store.Execution, st store.Step, at time.Time) error {
 	if ex.SessionID == "" {
 		if st.CoverSession {
-			return fmt.Errorf("execution %s is no cell of a session to cover: %w", ex.ID, errdefs.ErrInvalidArgument)
+			return errdefs.Publicf("execution %s is no cell of a session to cover: %w", ex.ID, errdefs.ErrInvalidArgument)
 		}
 		return nil
 	}
@@ -319,7 +319,7 @@ func (s *Store) GetSession(ctx context.Context, workspaceID, id string) (store.S
 	ss, err := scanSession(lookupRow(ctx, s.b.Reader(), id, `SELECT `+sessionCols+` FROM sessions WHERE id = $1 AND workspace_id = $2`, id, workspaceID))
 	if errors.Is(err, sql.ErrNoRows) {
 		// Another workspace's session is not found either.
-		return store.Session{}, fmt.Errorf("session %q not found in the workspace: %w", id, errdefs.ErrNotFound)
+		return store.Session{}, errdefs.Publicf("session %q not found in the workspace: %w", id, errdefs.ErrNotFound)
 	}
 	if err != nil {
 		return store.Session{}, fmt.Errorf("getting session %q: %w", id, s.classify(err))
@@ -330,7 +330,7 @@ func (s *Store) GetSession(ctx context.Context, workspaceID, id string) (store.S
 // ReplaySession implements store.Sessions.
 func (s *Store) ReplaySession(ctx context.Context, workspaceID, key string) (store.Session, error) {
 	if key == "" {
-		return store.Session{}, fmt.Errorf("replaying a session: no idempotency key: %w", errdefs.ErrNotFound)
+		return store.Session{}, errdefs.Publicf("replaying a session: no idempotency key: %w", errdefs.ErrNotFound)
 	}
 	ss, err := scanSession(lookupRow(ctx, s.b.Reader(), key, `SELECT `+sessionCols+` FROM sessions WHERE workspace_id = $1 AND idempotency_key = $2`,
 		workspaceID, key))

@@ -41,7 +41,7 @@ func (s *Store) CreateWorkspace(ctx context.Context, name string, audit func(sto
 	if errdefs.IsConflict(err) {
 		// The name is the only unique value of the row the caller chose;
 		// the database's own words name a constraint.
-		return store.Workspace{}, fmt.Errorf("workspace %q already exists: %w", name, errdefs.ErrConflict)
+		return store.Workspace{}, errdefs.Publicf("workspace %q already exists: %w", name, errdefs.ErrConflict)
 	}
 	if err != nil {
 		return store.Workspace{}, fmt.Errorf("creating workspace %q: %w", name, err)
@@ -96,10 +96,10 @@ func requireWorkspace(ctx context.Context, q Querier, id string) error {
 // CreateAPIKey implements store.Keys.
 func (s *Store) CreateAPIKey(ctx context.Context, k store.NewAPIKey) (store.APIKey, error) {
 	if !k.Role.Valid() {
-		return store.APIKey{}, fmt.Errorf("creating API key: unknown role %q: %w", k.Role, errdefs.ErrInvalidArgument)
+		return store.APIKey{}, errdefs.Publicf("creating API key: unknown role %q: %w", k.Role, errdefs.ErrInvalidArgument)
 	}
 	if k.Hash == (store.KeyHash{}) {
-		return store.APIKey{}, fmt.Errorf("creating API key: hash is required: %w", errdefs.ErrInvalidArgument)
+		return store.APIKey{}, errdefs.Publicf("creating API key: hash is required: %w", errdefs.ErrInvalidArgument)
 	}
 	if err := checkText("key name", k.Name, maxText); err != nil {
 		return store.APIKey{}, fmt.Errorf("creating API key: %w", err)
@@ -117,7 +117,7 @@ func (s *Store) CreateAPIKey(ctx context.Context, k store.NewAPIKey) (store.APIK
 		return s.appendAudit(ctx, q, key.WorkspaceID, k.Audit(key))
 	})
 	if errdefs.IsConflict(err) {
-		return store.APIKey{}, fmt.Errorf("creating %s key in workspace %q: a key with this hash exists already: %w", k.Role, k.WorkspaceID, errdefs.ErrConflict)
+		return store.APIKey{}, errdefs.Publicf("creating %s key in workspace %q: a key with this hash exists already: %w", k.Role, k.WorkspaceID, errdefs.ErrConflict)
 	}
 	if err != nil {
 		return store.APIKey{}, fmt.Errorf("creating %s key in workspace %q: %w", k.Role, k.WorkspaceID, err)
@@ -138,7 +138,7 @@ func scanKey(r Row) (store.APIKey, error) {
 	k.Role = store.Role(role)
 	b, err := hex.DecodeString(hsh)
 	if err != nil || len(b) != len(k.Hash) {
-		return k, fmt.Errorf("decoding hash of key %s: %w", k.ID, errdefs.ErrFailedPrecondition)
+		return k, errdefs.Publicf("decoding hash of key %s: %w", k.ID, errdefs.ErrFailedPrecondition)
 	}
 	copy(k.Hash[:], b)
 	return k, nil
@@ -225,20 +225,20 @@ func normalisePolicy(p store.Policy) (store.Policy, error) {
 		p.Approval = store.ApprovalRequired
 	case store.ApprovalRequired, store.ApprovalNone, store.ApprovalPerSession:
 	default:
-		return p, fmt.Errorf("unknown approval mode %q: %w", p.Approval, errdefs.ErrInvalidArgument)
+		return p, errdefs.Publicf("unknown approval mode %q: %w", p.Approval, errdefs.ErrInvalidArgument)
 	}
 	switch p.ToolChanges {
 	case "":
 		p.ToolChanges = store.ToolChangesFlag
 	case store.ToolChangesFlag, store.ToolChangesRequireReview:
 	default:
-		return p, fmt.Errorf("unknown tool change mode %q: %w", p.ToolChanges, errdefs.ErrInvalidArgument)
+		return p, errdefs.Publicf("unknown tool change mode %q: %w", p.ToolChanges, errdefs.ErrInvalidArgument)
 	}
 	if p.MaxTimeout < 0 {
-		return p, fmt.Errorf("negative max timeout %v: %w", p.MaxTimeout, errdefs.ErrInvalidArgument)
+		return p, errdefs.Publicf("negative max timeout %v: %w", p.MaxTimeout, errdefs.ErrInvalidArgument)
 	}
 	if p.MaxSessions < 0 || p.MaxSessions > maxSessions {
-		return p, fmt.Errorf("max sessions %d: must be in [0, %d]: %w", p.MaxSessions, maxSessions, errdefs.ErrInvalidArgument)
+		return p, errdefs.Publicf("max sessions %d: must be in [0, %d]: %w", p.MaxSessions, maxSessions, errdefs.ErrInvalidArgument)
 	}
 	p.MaxTimeout = p.MaxTimeout.Truncate(time.Millisecond)
 	rts := make([]string, 0, len(p.Runtimes))
@@ -271,7 +271,7 @@ func (s *Store) writePolicy(ctx context.Context, q Querier, workspaceID string, 
 	n, err := q.Exec(ctx, `UPDATE workspace_policies SET code_execution = $2, approval = $3, network_allowed = $4,
 		max_timeout_ms = $5, runtimes = $6, tool_changes = $7, updated_at = $8, max_sessions = $9 WHERE workspace_id = $1`, a...)
 	if err == nil && n == 0 {
-		err = fmt.Errorf("workspace %q: %w", workspaceID, errdefs.ErrNotFound)
+		err = errdefs.Publicf("workspace %q: %w", workspaceID, errdefs.ErrNotFound)
 	}
 	return err
 }

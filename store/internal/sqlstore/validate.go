@@ -4,7 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
-	"fmt"
 	"strings"
 	"unicode/utf8"
 
@@ -22,10 +21,10 @@ const maxReason = 4096
 // not at all: invalid UTF-8 and NUL bytes (PostgreSQL's text rejects both).
 func checkText(field, v string, max int) error {
 	if len(v) > max {
-		return fmt.Errorf("%s is longer than %d bytes: %w", field, max, errdefs.ErrInvalidArgument)
+		return errdefs.Publicf("%s is longer than %d bytes: %w", field, max, errdefs.ErrInvalidArgument)
 	}
 	if !utf8.ValidString(v) || strings.ContainsRune(v, 0) {
-		return fmt.Errorf("%s is not valid UTF-8 text: %w", field, errdefs.ErrInvalidArgument)
+		return errdefs.Publicf("%s is not valid UTF-8 text: %w", field, errdefs.ErrInvalidArgument)
 	}
 	return nil
 }
@@ -48,7 +47,7 @@ func (noRow) Scan(...any) error { return sql.ErrNoRows }
 
 func checkRequired(field, v string, max int) error {
 	if strings.TrimSpace(v) == "" {
-		return fmt.Errorf("%s is required: %w", field, errdefs.ErrInvalidArgument)
+		return errdefs.Publicf("%s is required: %w", field, errdefs.ErrInvalidArgument)
 	}
 	return checkText(field, v, max)
 }
@@ -59,18 +58,18 @@ func checkJSON(field string, v json.RawMessage) error {
 		return nil
 	}
 	if !utf8.Valid(v) || !json.Valid(v) {
-		return fmt.Errorf("%s is not valid JSON: %w", field, errdefs.ErrInvalidArgument)
+		return errdefs.Publicf("%s is not valid JSON: %w", field, errdefs.ErrInvalidArgument)
 	}
 	return nil
 }
 
 func checkSHA256Hex(field, v string) error {
 	if len(v) != 64 {
-		return fmt.Errorf("%s must be 64 lower-case hex digits: %w", field, errdefs.ErrInvalidArgument)
+		return errdefs.Publicf("%s must be 64 lower-case hex digits: %w", field, errdefs.ErrInvalidArgument)
 	}
 	for _, c := range v {
 		if (c < '0' || c > '9') && (c < 'a' || c > 'f') {
-			return fmt.Errorf("%s must be 64 lower-case hex digits: %w", field, errdefs.ErrInvalidArgument)
+			return errdefs.Publicf("%s must be 64 lower-case hex digits: %w", field, errdefs.ErrInvalidArgument)
 		}
 	}
 	return nil
