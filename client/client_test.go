@@ -242,7 +242,7 @@ func TestErrors(t *testing.T) {
 		msg   string
 	}{
 		{"a bad key", "sk_nope", func(c *client.Client) error { _, err := c.Workspace(ctx(t)); return err }, errdefs.IsUnauthenticated, "unauthenticated", "invalid or revoked API key"},
-		{"an unknown execution", ws.Agent, func(c *client.Client) error { _, err := c.GetExecution(ctx(t), "ex_nope", 0); return err }, errdefs.IsNotFound, "not_found", "ex_nope"},
+		{"an unknown execution", ws.Agent, func(c *client.Client) error { _, err := c.GetExecution(ctx(t), "ex_nope", 0); return err }, errdefs.IsNotFound, "not_found", `execution "ex_nope" not found`},
 		{"an unknown runtime", ws.Agent, func(c *client.Client) error {
 			_, err := c.CreateExecution(ctx(t), client.ExecutionRequest{Runtime: "ruby", Code: "puts 1"})
 			return err

@@ -70,13 +70,13 @@ func TestAdminCommands(t *testing.T) {
 		{"duplicate workspace", []string{"workspace", "create", "demo"}, `stockade: workspace "demo" already exists`},
 		{"negative credits", []string{"credits", "grant", "demo", "-5"}, `stockade: credits grant: N must be a positive whole number, got "-5"`},
 		{"credits not a number", []string{"credits", "grant", "demo", "many"}, `stockade: credits grant: N must be a positive whole number, got "many"`},
-		{"unknown workspace", []string{"policy", "show", "nope"}, `stockade: getting workspace named "nope"`},
+		{"unknown workspace", []string{"policy", "show", "nope"}, `stockade: workspace named "nope" not found`},
 		{"unknown flag", []string{"policy", "set", "demo", "--approvals=none"}, "stockade: policy set: flag provided but not defined: -approvals (stockade policy set --help lists the flags)"},
 		{"bad flag value", []string{"policy", "set", "demo", "--approval=maybe"}, `stockade: --approval must be required, per_session or none, got "maybe"`},
 		{"no name", []string{"policy", "show"}, "stockade: policy show takes one workspace NAME, got 0 arguments (stockade policy show --help)"},
 		{"unknown verb", []string{"workspace", "delete", "demo"}, `stockade: unknown workspace verb "delete" (want create, list; stockade workspace --help)`},
 		{"unknown command", []string{"wrkspace"}, `stockade: unknown command "wrkspace" (stockade --help lists them)`},
-		{"unknown key", []string{"key", "revoke", "key_nope"}, `stockade: key "key_nope"`},
+		{"unknown key", []string{"key", "revoke", "key_nope"}, `stockade: key "key_nope" not found`},
 		{"key without role", []string{"key", "create", "--workspace", "demo"}, `stockade: key create: --role must be agent, approver or admin, got ""`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -25,7 +25,7 @@ func (s *Store) GetApproval(ctx context.Context, workspaceID, approvalID string)
 	a, err := scanApproval(lookupRow(ctx, s.b.Reader(), approvalID, `SELECT `+approvalCols+` FROM approval_requests
 		WHERE id = $1 AND workspace_id = $2`, approvalID, workspaceID))
 	if err != nil {
-		return store.Approval{}, fmt.Errorf("getting approval %q: %w", approvalID, s.classify(notFound(err)))
+		return store.Approval{}, s.missing(err, "approval", approvalID)
 	}
 	return a, nil
 }

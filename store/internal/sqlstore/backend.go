@@ -361,3 +361,17 @@ func notFound(err error) error {
 	}
 	return err
 }
+
+// missing is the error of a lookup of one row of kind (execution, key)
+// by id that err answered: `execution "ex_1" not found`, which a client
+// may read (it names only what the client asked for), when no row
+// matched; else the database's error, classified, which it may not.
+func (s *Store) missing(err error, kind, id string) error {
+	if notFound(err) == errdefs.ErrNotFound {
+		if len(id) > 80 {
+			id = id[:80] + "..."
+		}
+		return errdefs.Publicf("%s %q not found: %w", kind, id, errdefs.ErrNotFound)
+	}
+	return fmt.Errorf("getting %s %q: %w", kind, id, s.classify(err))
+}

@@ -109,7 +109,7 @@ func (s *Store) GetExecution(ctx context.Context, workspaceID, executionID strin
 	ex, err := scanExecution(lookupRow(ctx, s.b.Reader(), executionID, `SELECT `+executionCols+` FROM executions
 		WHERE id = $1 AND workspace_id = $2`, executionID, workspaceID))
 	if err != nil {
-		return store.Execution{}, fmt.Errorf("getting execution %q: %w", executionID, s.classify(notFound(err)))
+		return store.Execution{}, s.missing(err, "execution", executionID)
 	}
 	return ex, nil
 }
@@ -161,7 +161,7 @@ func (s *Store) GetToolCall(ctx context.Context, workspaceID, executionID string
 	tc, err := scanToolCall(lookupRow(ctx, s.b.Reader(), executionID, `SELECT `+toolCallCols+` FROM tool_calls
 		WHERE execution_id = $1 AND workspace_id = $2`, executionID, workspaceID))
 	if err != nil {
-		return store.ToolCall{}, fmt.Errorf("getting tool call of execution %q: %w", executionID, s.classify(notFound(err)))
+		return store.ToolCall{}, s.missing(err, "tool call of execution", executionID)
 	}
 	return tc, nil
 }

@@ -52,7 +52,7 @@ func (s *Store) GetCredits(ctx context.Context, workspaceID string) (store.Credi
 	err := s.b.Reader().QueryRow(ctx, `SELECT available, reserved FROM credit_accounts WHERE workspace_id = $1`,
 		workspaceID).Scan(&c.Available, &c.Reserved)
 	if err != nil {
-		return store.Credits{}, fmt.Errorf("getting credits of workspace %q: %w", workspaceID, s.classify(notFound(err)))
+		return store.Credits{}, s.missing(err, "credits of workspace", workspaceID)
 	}
 	return c, nil
 }

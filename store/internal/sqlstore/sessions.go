@@ -264,7 +264,7 @@ func (s *Store) admitCell(ctx context.Context, q Querier, e store.NewExecution, 
 	ss, err := scanSession(lookupRow(ctx, q, e.SessionID, `SELECT `+sessionCols+` FROM sessions WHERE id = $1`+s.d.ForUpdate, e.SessionID))
 	if err != nil || ss.WorkspaceID != e.WorkspaceID {
 		if err == nil || notFound(err) == errdefs.ErrNotFound {
-			return false, errdefs.Publicf("session %q: %w", e.SessionID, errdefs.ErrNotFound)
+			return false, errdefs.Publicf("session %q not found: %w", e.SessionID, errdefs.ErrNotFound)
 		}
 		return false, err
 	}

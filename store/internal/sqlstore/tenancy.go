@@ -61,7 +61,7 @@ func scanWorkspace(r Row) (store.Workspace, error) {
 func (s *Store) GetWorkspace(ctx context.Context, id string) (store.Workspace, error) {
 	w, err := scanWorkspace(lookupRow(ctx, s.b.Reader(), id, `SELECT `+workspaceCols+` FROM workspaces WHERE id = $1`, id))
 	if err != nil {
-		return store.Workspace{}, fmt.Errorf("getting workspace %q: %w", id, s.classify(notFound(err)))
+		return store.Workspace{}, s.missing(err, "workspace", id)
 	}
 	return w, nil
 }
@@ -70,7 +70,7 @@ func (s *Store) GetWorkspace(ctx context.Context, id string) (store.Workspace, e
 func (s *Store) GetWorkspaceByName(ctx context.Context, name string) (store.Workspace, error) {
 	w, err := scanWorkspace(lookupRow(ctx, s.b.Reader(), name, `SELECT `+workspaceCols+` FROM workspaces WHERE name = $1`, name))
 	if err != nil {
-		return store.Workspace{}, fmt.Errorf("getting workspace named %q: %w", name, s.classify(notFound(err)))
+		return store.Workspace{}, s.missing(err, "workspace named", name)
 	}
 	return w, nil
 }
@@ -88,7 +88,10 @@ func (s *Store) ListWorkspaces(ctx context.Context) ([]store.Workspace, error) {
 func requireWorkspace(ctx context.Context, q Querier, id string) error {
 	var one int
 	if err := q.QueryRow(ctx, `SELECT 1 FROM workspaces WHERE id = $1`, id).Scan(&one); err != nil {
-		return fmt.Errorf("workspace %q: %w", id, notFound(err))
+		if notFound(err) == errdefs.ErrNotFound {
+			return errdefs.Publicf("workspace %q not found: %w", id, errdefs.ErrNotFound)
+		}
+		return fmt.Errorf("workspace %q: %w", id, err)
 	}
 	return nil
 }
@@ -158,7 +161,7 @@ func (s *Store) LookupAPIKey(ctx context.Context, hash store.KeyHash) (store.API
 func (s *Store) GetAPIKey(ctx context.Context, keyID string) (store.APIKey, error) {
 	k, err := scanKey(lookupRow(ctx, s.b.Reader(), keyID, `SELECT `+keyCols+` FROM api_keys WHERE id = $1`, keyID))
 	if err != nil {
-		return store.APIKey{}, fmt.Errorf("key %q: %w", keyID, s.classify(notFound(err)))
+		return store.APIKey{}, s.missing(err, "key", keyID)
 	}
 	return k, nil
 }
@@ -271,7 +274,7 @@ func (s *Store) writePolicy(ctx context.Context, q Querier, workspaceID string, 
 	n, err := q.Exec(ctx, `UPDATE workspace_policies SET code_execution = $2, approval = $3, network_allowed = $4,
 		max_timeout_ms = $5, runtimes = $6, tool_changes = $7, updated_at = $8, max_sessions = $9 WHERE workspace_id = $1`, a...)
 	if err == nil && n == 0 {
-		err = errdefs.Publicf("workspace %q: %w", workspaceID, errdefs.ErrNotFound)
+		err = errdefs.Publicf("workspace %q not found: %w", workspaceID, errdefs.ErrNotFound)
 	}
 	return err
 }
@@ -289,7 +292,7 @@ func (s *Store) GetPolicy(ctx context.Context, workspaceID string) (store.Policy
 		tool_changes, updated_at, max_sessions FROM workspace_policies WHERE workspace_id = $1`, workspaceID).
 		Scan(&p.CodeExecution, &approval, &p.NetworkAllowed, &maxMS, &rts, &changes, scanTime(&p.UpdatedAt), &p.MaxSessions)
 	if err != nil {
-		return store.Policy{}, fmt.Errorf("getting policy of workspace %q: %w", workspaceID, s.classify(notFound(err)))
+		return store.Policy{}, s.missing(err, "policy of workspace", workspaceID)
 	}
 	p.Approval = store.ApprovalMode(approval)
 	p.ToolChanges = store.ToolChangeMode(changes)
