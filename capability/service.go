@@ -567,12 +567,14 @@ func (s *Service) Invoke(ctx context.Context, p Principal, req InvokeRequest, o 
 		ID: o.ExecutionID, WorkspaceID: p.WorkspaceID, KeyID: p.KeyID, Runtime: req.Runtime, Tool: tool.Name,
 		Request: mustJSON(req), InputSHA256: InputHash(req.Runtime, req.Code), IdempotencyKey: o.IdempotencyKey,
 	}
-	if o.IdempotencyKey != "" {
+	if o.IdempotencyKey != "" && mayInvoke(p) {
 		// A retry was decided with its first request: it must not be
 		// refused now (for capacity, or a policy changed since) nor write
 		// a second decision event. The same key on another body is a
 		// conflict. Admit below still catches a retry that races with its
-		// first request.
+		// first request. Idempotency keys are the API key's own (the
+		// store's scope), and a key whose role may not invoke is refused
+		// below before any replay.
 		adm, err := s.st.ReplayExecution(ctx, ne)
 		if err == nil {
 			return &Invocation{Execution: adm.Execution, Approval: adm.Approval, Replayed: true}, nil

@@ -211,6 +211,68 @@ func TestIdempotentRetryIsNotDecidedAgain(t *testing.T) {
 	}
 }
 
+// TestIdempotencyKeyIsTheAPIKeys checks that an idempotency key is the
+// API key's own: another key of the workspace that sends the agent's key
+// and body is not answered with the agent's execution. An approver's is
+// refused for its role, as any request of it is (a denial recorded); an
+// admin's is a request of its own, and its retry replays that one.
+func TestIdempotencyKeyIsTheAPIKeys(t *testing.T) {
+	ctx := t.Context()
+	st := &countingReplays{testStore: openSQLite(t)}
+	env := newServiceEnv(t, st, &sandboxfake.Driver{ID: "gvisor", Tier: sandbox.TierGVisor}, noApprovalPolicy(), ServiceOptions{})
+	req := InvokeRequest{Runtime: "python", Code: "print(1)"}
+	idem := InvokeOptions{IdempotencyKey: "retry-1"}
+	first, err := env.svc.Invoke(ctx, env.agent, req, idem)
+	if err != nil {
+		t.Fatalf("the agent's invocation: %v", err)
+	}
+	principal := func(role store.Role) Principal {
+		k, err := env.st.CreateAPIKey(ctx, store.NewAPIKey{WorkspaceID: env.ws.ID, Role: role, Hash: store.HashKey("svc " + string(role))})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return Principal{KeyID: k.ID, WorkspaceID: env.ws.ID, Role: role}
+	}
+
+	t.Run("approver", func(t *testing.T) {
+		before := len(env.events(t, audit.InvokeDenied))
+		lookups := st.replays.Load()
+		inv, err := env.svc.Invoke(ctx, principal(store.RoleApprover), req, idem)
+		if !errdefs.IsPermissionDenied(err) || inv != nil {
+			t.Fatalf("got %+v, %v; want permission denied, not the agent's execution", inv, err)
+		}
+		// The role is checked before any replay is looked up.
+		if got := st.replays.Load() - lookups; got != 0 {
+			t.Errorf("replays looked up for the approver: got %d, want 0", got)
+		}
+		if got := len(env.events(t, audit.InvokeDenied)); got != before+1 {
+			t.Errorf("invoke_denied events: got %d, want %d (the approver's refusal recorded)", got, before+1)
+		}
+	})
+	t.Run("admin", func(t *testing.T) {
+		admin := principal(store.RoleAdmin)
+		inv, err := env.svc.Invoke(ctx, admin, req, idem)
+		if err != nil || inv.Replayed || inv.Execution.ID == first.Execution.ID || inv.Execution.KeyID != admin.KeyID {
+			t.Fatalf("got %+v, %v; want a new execution of the admin key", inv, err)
+		}
+		again, err := env.svc.Invoke(ctx, admin, req, idem)
+		if err != nil || !again.Replayed || again.Execution.ID != inv.Execution.ID {
+			t.Fatalf("the admin's retry: got %+v, %v; want its own execution %s replayed", again, err, inv.Execution.ID)
+		}
+	})
+}
+
+// countingReplays is a store that counts the replays looked up.
+type countingReplays struct {
+	testStore
+	replays atomic.Int32
+}
+
+func (s *countingReplays) ReplayExecution(ctx context.Context, e store.NewExecution) (store.Admission, error) {
+	s.replays.Add(1)
+	return s.testStore.ReplayExecution(ctx, e)
+}
+
 // failingAppends is a store whose AppendEvent fails, as a store that is
 // down or busy: while fail is set, and the next n times. failures counts
 // the calls that failed. The daemon dying after a transaction committed

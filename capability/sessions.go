@@ -75,7 +75,7 @@ type SessionStore interface {
 	OpenSession(ctx context.Context, s store.NewSession) (store.Session, bool, error)
 	EndSession(ctx context.Context, id string, e store.SessionEnd) (store.Session, error)
 	GetSession(ctx context.Context, workspaceID, id string) (store.Session, error)
-	ReplaySession(ctx context.Context, workspaceID, key string) (store.Session, error)
+	ReplaySession(ctx context.Context, keyID, key string) (store.Session, error)
 	ListSessions(ctx context.Context, workspaceID string, f store.SessionFilter) (store.Page[store.Session], error)
 	ListActiveSessions(ctx context.Context) ([]store.Session, error)
 	CountActiveSessions(ctx context.Context, workspaceID string) (int, error)
@@ -250,8 +250,8 @@ func (s *Service) CreateSession(ctx context.Context, p Principal, req CreateSess
 		return nil, err
 	}
 	reqSum := sha256Hex(mustJSON(req))
-	if o.IdempotencyKey != "" {
-		ss, err := s.st.ReplaySession(ctx, p.WorkspaceID, o.IdempotencyKey)
+	if o.IdempotencyKey != "" && mayInvoke(p) {
+		ss, err := s.st.ReplaySession(ctx, p.KeyID, o.IdempotencyKey)
 		if err == nil {
 			if ss.RequestSHA256 != reqSum {
 				return nil, errdefs.Publicf("idempotency key %q was used for a different request (session %s): %w", o.IdempotencyKey, ss.ID, errdefs.ErrConflict)
@@ -572,7 +572,7 @@ func (s *Service) ExecCell(ctx context.Context, p Principal, id string, req Cell
 	ne := store.NewExecution{ID: o.ExecutionID, WorkspaceID: p.WorkspaceID, KeyID: p.KeyID, Runtime: ss.Runtime, Tool: ss.Tool,
 		Request: mustJSON(cellRecord{SessionID: ss.ID, Runtime: ss.Runtime, CellRequest: req}), InputSHA256: InputHash(ss.Runtime, req.Code),
 		IdempotencyKey: o.IdempotencyKey, SessionID: ss.ID}
-	if o.IdempotencyKey != "" {
+	if o.IdempotencyKey != "" && mayInvoke(p) {
 		adm, err := s.st.ReplayExecution(ctx, ne)
 		if err == nil {
 			return &Invocation{Execution: adm.Execution, Approval: adm.Approval, Replayed: true}, nil

@@ -151,6 +151,10 @@ func admit(g Grant, in Admit) (Step, error) {
 	return withEvents(s, w, events), nil
 }
 
+// mayInvoke says whether p's role may invoke capabilities: an approver's
+// may not, so that no key approves what it asked for.
+func mayInvoke(p Principal) bool { return p.Role != store.RoleApprover }
+
 // refusalOf returns the first of the checks of an admission that refuses
 // it, in order, or nil.
 func refusalOf(in Admit) *Refusal {
@@ -158,7 +162,7 @@ func refusalOf(in Admit) *Refusal {
 	switch {
 	case in.ToolRefusal != "":
 		r = &Refusal{"tool_runtime_not_allowed", in.ToolRefusal, errdefs.ErrPermissionDenied}
-	case in.By.Role == store.RoleApprover:
+	case !mayInvoke(in.By):
 		r = &Refusal{"role_cannot_invoke", "approver keys cannot invoke capabilities", errdefs.ErrPermissionDenied}
 	case !in.Policy.Allowed:
 		r = &Refusal{in.Policy.Code, in.Policy.Reason, errdefs.ErrPermissionDenied}

@@ -37,9 +37,10 @@ type Sessions interface {
 	ResumeSession(ctx context.Context, id string, r SessionResume) (Session, error)
 	// GetSession returns session id of the workspace.
 	GetSession(ctx context.Context, workspaceID, id string) (Session, error)
-	// ReplaySession returns the session of the workspace that
-	// idempotency key key created: ErrNotFound when there is none.
-	ReplaySession(ctx context.Context, workspaceID, key string) (Session, error)
+	// ReplaySession returns the session that API key keyID created with
+	// idempotency key key: ErrNotFound when there is none. Idempotency
+	// keys are the API key's own: another key's sessions are never found.
+	ReplaySession(ctx context.Context, keyID, key string) (Session, error)
 	// ListSessions lists the workspace's sessions, newest first.
 	ListSessions(ctx context.Context, workspaceID string, f SessionFilter) (Page[Session], error)
 	// ListActiveSessions returns every active session of every

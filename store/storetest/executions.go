@@ -86,18 +86,31 @@ func testIdempotency(t *testing.T, st store.Store) {
 	mustApply(t, st, pending.Execution, decision(pending.Execution, false, f.approver.ID, "no"))
 	wantCredits(t, st, f.ws.ID, 8, 0)
 
-	// Keys are scoped to the workspace, and no key means no deduplication.
+	// Keys are scoped to the API key that sent them, and no key means
+	// no deduplication.
 	oe := other.newExec("print('once')")
 	oe.IdempotencyKey = "req-1"
 	if adm := mustAdmit(t, st, oe, admission(2)); adm.Replayed {
 		t.Fatal("another workspace's idempotency key replayed")
 	}
+	// The admin key of the workspace reusing the agent's key and body
+	// starts a request of its own.
+	ae2 := e
+	ae2.KeyID = f.adm.ID
+	_, err = st.ReplayExecution(ctx, ae2)
+	wantClass(t, "ReplayExecution of another key's idempotency key", err, errdefs.ErrNotFound)
+	byAdmin := mustAdmit(t, st, ae2, admission(2))
+	if byAdmin.Replayed || byAdmin.Execution.KeyID != f.adm.ID || byAdmin.Execution.ID == first.Execution.ID {
+		t.Fatalf("another key's idempotency key: got %+v, want a new execution of the admin key", byAdmin)
+	}
+	wantCredits(t, st, f.ws.ID, 6, 2)
+	wantReplay(t, st, ae2, byAdmin)
 	plain := f.newExec("print('once')")
 	a, b := mustAdmit(t, st, plain, admission(2)), mustAdmit(t, st, plain, admission(2))
 	if a.Execution.ID == b.Execution.ID || a.Replayed || b.Replayed {
 		t.Fatal("executions without an idempotency key were deduplicated")
 	}
-	wantCredits(t, st, f.ws.ID, 4, 4)
+	wantCredits(t, st, f.ws.ID, 2, 6)
 }
 
 // wantReplay checks that ReplayExecution answers e with the execution of

@@ -186,8 +186,18 @@ func testSessionIdempotency(t *testing.T, st store.Store) {
 	if err != nil || !replayed || got.ID != first.ID {
 		t.Fatalf("a retry: got %s replayed %v, %v; want %s replayed", got.ID, replayed, err, first.ID)
 	}
-	if r, err := st.ReplaySession(ctx, f.ws.ID, "k1"); err != nil || r.ID != first.ID {
+	if r, err := st.ReplaySession(ctx, f.agent.ID, "k1"); err != nil || r.ID != first.ID {
 		t.Fatalf("ReplaySession: got %s, %v", r.ID, err)
+	}
+	// Idempotency keys are the API key's: the admin key of the workspace
+	// reusing k1 (and the body) opens a session of its own.
+	if _, err := st.ReplaySession(ctx, f.adm.ID, "k1"); !errdefs.IsNotFound(err) {
+		t.Fatalf("ReplaySession of another key: got %v, want ErrNotFound", err)
+	}
+	byAdmin := n
+	byAdmin.ID, byAdmin.KeyID = "ses_admin", f.adm.ID
+	if got, replayed, err := st.OpenSession(ctx, byAdmin); err != nil || replayed || got.ID != "ses_admin" {
+		t.Fatalf("another key's idempotency key: got %s replayed %v, %v; want ses_admin opened", got.ID, replayed, err)
 	}
 	other := retry
 	other.RequestSHA256 = inputHash("session", "other")

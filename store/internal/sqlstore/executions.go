@@ -49,7 +49,7 @@ func (s *Store) ReplayExecution(ctx context.Context, e store.NewExecution) (stor
 // idempotency key already names.
 func (s *Store) replay(ctx context.Context, q Querier, e store.NewExecution, adm *store.Admission) error {
 	ex, err := scanExecution(q.QueryRow(ctx, `SELECT `+executionCols+` FROM executions
-		WHERE workspace_id = $1 AND idempotency_key = $2`, e.WorkspaceID, e.IdempotencyKey))
+		WHERE key_id = $1 AND idempotency_key = $2`, e.KeyID, e.IdempotencyKey))
 	if err != nil {
 		return fmt.Errorf("reading the execution of idempotency key %q: %w", e.IdempotencyKey, notFound(err))
 	}

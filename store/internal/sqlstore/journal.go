@@ -176,7 +176,7 @@ func (s *Store) Admit(ctx context.Context, e store.NewExecution, st store.Step) 
 		n, err := q.Exec(ctx, `INSERT INTO executions (id, workspace_id, key_id, status, runtime, tool, request,
 			idempotency_key, input_sha256, reservation_id, approval_id, driver, created_at, session_id, cell)
 			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, '', $12, $13, $14)
-			ON CONFLICT (workspace_id, idempotency_key) DO NOTHING`,
+			ON CONFLICT (key_id, idempotency_key) DO NOTHING`,
 			ex.ID, ex.WorkspaceID, ex.KeyID, string(ex.Status), ex.Runtime, ex.Tool, string(ex.Request),
 			nstr(ex.IdempotencyKey), ex.InputSHA256, nstr(ex.ReservationID), nstr(ex.ApprovalID), s.tm(now),
 			nstr(ex.SessionID), ncell(ex.Cell))

@@ -81,8 +81,8 @@ func (s *Store) OpenSession(ctx context.Context, n store.NewSession) (store.Sess
 			return errdefs.Publicf("key %q does not belong to workspace %q: %w", n.KeyID, n.WorkspaceID, errdefs.ErrInvalidArgument)
 		}
 		if n.IdempotencyKey != "" {
-			prev, err := scanSession(q.QueryRow(ctx, `SELECT `+sessionCols+` FROM sessions WHERE workspace_id = $1 AND idempotency_key = $2`,
-				n.WorkspaceID, n.IdempotencyKey))
+			prev, err := scanSession(q.QueryRow(ctx, `SELECT `+sessionCols+` FROM sessions WHERE key_id = $1 AND idempotency_key = $2`,
+				n.KeyID, n.IdempotencyKey))
 			if err == nil {
 				if prev.RequestSHA256 != n.RequestSHA256 {
 					return errdefs.Publicf("idempotency key %q was used for a different request (session %s): %w", n.IdempotencyKey, prev.ID, errdefs.ErrConflict)
@@ -270,7 +270,7 @@ func (s *Store) admitCell(ctx context.Context, q Querier, e store.NewExecution, 
 	}
 	if e.IdempotencyKey != "" {
 		var prev string
-		err := q.QueryRow(ctx, `SELECT id FROM executions WHERE workspace_id = $1 AND idempotency_key = $2`, e.WorkspaceID, e.IdempotencyKey).Scan(&prev)
+		err := q.QueryRow(ctx, `SELECT id FROM executions WHERE key_id = $1 AND idempotency_key = $2`, e.KeyID, e.IdempotencyKey).Scan(&prev)
 		if err == nil {
 			return true, s.replay(ctx, q, e, adm)
 		}
@@ -328,12 +328,12 @@ func (s *Store) GetSession(ctx context.Context, workspaceID, id string) (store.S
 }
 
 // ReplaySession implements store.Sessions.
-func (s *Store) ReplaySession(ctx context.Context, workspaceID, key string) (store.Session, error) {
+func (s *Store) ReplaySession(ctx context.Context, keyID, key string) (store.Session, error) {
 	if key == "" {
 		return store.Session{}, errdefs.Publicf("replaying a session: no idempotency key: %w", errdefs.ErrNotFound)
 	}
-	ss, err := scanSession(lookupRow(ctx, s.b.Reader(), key, `SELECT `+sessionCols+` FROM sessions WHERE workspace_id = $1 AND idempotency_key = $2`,
-		workspaceID, key))
+	ss, err := scanSession(lookupRow(ctx, s.b.Reader(), key, `SELECT `+sessionCols+` FROM sessions WHERE key_id = $1 AND idempotency_key = $2`,
+		keyID, key))
 	if err != nil {
 		return store.Session{}, fmt.Errorf("replaying the session of idempotency key %q: %w", key, s.classify(notFound(err)))
 	}
