@@ -95,21 +95,22 @@ type Result struct {
 
 // ApprovalCard is what an approver is shown of a request.
 type ApprovalCard struct {
-	ApprovalID       string    `json:"approval_id"`
-	ExecutionID      string    `json:"execution_id"`
-	Capability       string    `json:"capability"`
-	RiskLevel        string    `json:"risk_level"`
-	Runtime          string    `json:"runtime"`
-	Code             string    `json:"code"`
-	Stdin            string    `json:"stdin,omitempty"`
-	NetworkRequested bool      `json:"network_requested"`
-	Tool             string    `json:"tool,omitempty"`
-	EgressAllow      []string  `json:"egress_allow,omitempty"`
-	EgressPorts      []int     `json:"egress_ports,omitempty"`
-	ToolFingerprint  string    `json:"tool_fingerprint,omitempty"`
-	TimeoutMS        int64     `json:"timeout_ms"`
-	RequestedBy      string    `json:"requested_by"`
-	ExpiresAt        time.Time `json:"expires_at"`
+	ApprovalID  string `json:"approval_id"`
+	ExecutionID string `json:"execution_id"`
+	Capability  string `json:"capability"`
+	RiskLevel   string `json:"risk_level"`
+	Runtime     string `json:"runtime"`
+	Code        string `json:"code"`
+	Stdin       string `json:"stdin,omitempty"`
+	// Network is what the request asked for: "allow" or "deny".
+	Network         string    `json:"network"`
+	Tool            string    `json:"tool,omitempty"`
+	EgressAllow     []string  `json:"egress_allow,omitempty"`
+	EgressPorts     []int     `json:"egress_ports,omitempty"`
+	ToolFingerprint string    `json:"tool_fingerprint,omitempty"`
+	TimeoutMS       int64     `json:"timeout_ms"`
+	RequestedBy     string    `json:"requested_by"`
+	ExpiresAt       time.Time `json:"expires_at"`
 }
 
 // ApprovalStatus is where an approval request is.
