@@ -12,6 +12,7 @@ import (
 	_ "embed"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -480,7 +481,10 @@ func (es *executionStream) next(ctx context.Context, tick <-chan time.Time) (str
 	es.over = true
 	e, err := es.s.svc.Wait(context.WithoutCancel(ctx), es.p, es.id, 0)
 	if err != nil {
-		b, _ := json.Marshal(ErrorBody{Error: ErrorDetail{Code: "internal", Message: "reading the execution's outcome failed"}})
+		// The stream's answer is the error's, as writeError's would be,
+		// and its cause is logged with the request's id.
+		_, d := Report(ctx, es.s.log, fmt.Errorf("reading the outcome of execution %s: %w", es.id, err))
+		b, _ := json.Marshal(ErrorBody{Error: d})
 		return "error", b, nil
 	}
 	v := viewOf(e)
