@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -165,6 +166,43 @@ func TestSessionPauseResume(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(checkpoints, bad.ID)); !os.IsNotExist(err) {
 		t.Errorf("the refused checkpoint: got %v, want it gone", err)
+	}
+}
+
+// TestSessionCheckpointSwap copies one paused session's checkpoint over
+// another's, as root could: the checkpoint is bound to the session and
+// workspace it was saved for (its signed labels), so the second session's
+// resume is refused (409, saying why, naming no host path) and it ends
+// failed, while the first still resumes with its own state.
+func TestSessionCheckpointSwap(t *testing.T) {
+	e, checkpoints := gvisorSessions(t, nil)
+	a := e.openSession(e.agent, capability.CreateSessionRequest{Runtime: "python"})
+	b := e.openSession(e.agent, capability.CreateSessionRequest{Runtime: "python"})
+	e.cell(e.agent, a.ID, "set k value-of-a")
+	e.cell(e.agent, b.ID, "set k value-of-b")
+	for _, id := range []string{a.ID, b.ID} {
+		e.do("POST", "/v1/sessions/"+id+"/pause", e.agent, nil).want(t, http.StatusOK)
+	}
+	aDir, bDir := filepath.Join(checkpoints, a.ID), filepath.Join(checkpoints, b.ID)
+	if err := os.RemoveAll(bDir); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command("cp", "-a", aDir, bDir).CombinedOutput(); err != nil {
+		t.Fatalf("copying A's checkpoint over B's: %v: %s", err, out)
+	}
+	msg := e.do("POST", "/v1/sessions/"+b.ID+"/resume", e.agent, nil).wantError(t, http.StatusConflict, "conflict")
+	if !strings.Contains(msg, "cannot resume") || !strings.Contains(msg, "another session") {
+		t.Errorf("the swapped checkpoint's resume: got %q, want it to say it was saved for another session", msg)
+	}
+	if strings.Contains(msg, checkpoints) || strings.Contains(msg, "/") {
+		t.Errorf("the swapped checkpoint's resume: got %q, want no host path", msg)
+	}
+	if v := e.session(b.ID); v.State != "ended" || v.EndReason != "failed" {
+		t.Errorf("session B after the refused resume: got %+v, want ended failed", v)
+	}
+	e.do("POST", "/v1/sessions/"+a.ID+"/resume", e.agent, nil).want(t, http.StatusOK)
+	if got := e.value(a.ID); got != "value-of-a" {
+		t.Errorf("session A's kernel after the swap was refused: got %q, want value-of-a", got)
 	}
 }
 

@@ -14,6 +14,7 @@ import (
 
 	"github.com/stockade-sh/stockade/engine"
 	"github.com/stockade-sh/stockade/errdefs"
+	"github.com/stockade-sh/stockade/sandbox"
 	"github.com/stockade-sh/stockade/store"
 )
 
@@ -191,22 +192,39 @@ func (s *Service) resumeLocked(ctx context.Context, ss store.Session, by Princip
 		return store.Session{}, err
 	}
 	dir := s.checkpointDir(ss.ID)
-	labels := map[string]string{engine.LabelOwner: s.opts.Owner, engine.LabelSession: ss.ID}
+	// The session's and its workspace's labels bind the checkpoint, under
+	// its MAC: another session's checkpoint copied in its place is
+	// refused (sandbox.ErrForeignCheckpoint), not resumed with the other
+	// session's variables and files.
+	labels := map[string]string{engine.LabelOwner: s.opts.Owner, engine.LabelSession: ss.ID, engine.LabelWorkspace: ss.WorkspaceID}
 	live, err := s.runner.ResumeSession(ctx, engine.SessionSpec{Driver: ss.Driver, Runtime: ss.Runtime, Tool: ss.Tool, Labels: labels}, dir)
 	if err != nil {
-		// Only a checkpoint refused (not proven the daemon's: invalid),
-		// gone, or restored without its kernel ends the session; any other
-		// failure (a sandbox that died starting, a guest not ready) keeps
-		// it paused, its checkpoint kept, for a retry.
-		if !errdefs.IsInvalidArgument(err) && !errors.Is(err, fs.ErrNotExist) && !errors.Is(err, engine.ErrKernelLost) {
+		// Only a checkpoint refused (not proven the daemon's: invalid;
+		// saved for another session), gone, or restored without its
+		// kernel ends the session; any other failure (a sandbox that died
+		// starting, a guest not ready) keeps it paused, its checkpoint
+		// kept, for a retry.
+		var why string
+		switch {
+		case errors.Is(err, sandbox.ErrForeignCheckpoint):
+			why = "its checkpoint was saved for another session"
+		case errors.Is(err, fs.ErrNotExist):
+			why = "its checkpoint is gone"
+		case errors.Is(err, engine.ErrKernelLost):
+			why = "its kernel did not come back from its checkpoint"
+		case errdefs.IsInvalidArgument(err):
+			why = "its checkpoint was refused: this daemon cannot prove it its own"
+		default:
 			return store.Session{}, err
 		}
 		s.log.Error("a paused session's checkpoint cannot be restored", "session", ss.ID, "err", err)
 		if _, eerr := s.endLocked(context.WithoutCancel(ctx), ss, Principal{}, store.EndFailed); eerr != nil {
 			return store.Session{}, fmt.Errorf("ending session %s, whose checkpoint cannot be restored: %w", ss.ID, eerr)
 		}
-		return store.Session{}, errdefs.Publicf("session %s cannot resume: its checkpoint was refused; it has ended (failed): %w",
-			ss.ID, errdefs.ErrFailedPrecondition)
+		// The cause (with the checkpoint's path) is logged above; the
+		// answer names none.
+		return store.Session{}, errdefs.Publicf("session %s cannot resume: %s; it has ended (failed): %w",
+			ss.ID, why, errdefs.ErrFailedPrecondition)
 	}
 	step, err := Transition(g, ResumeSession{By: by, SandboxID: live.SandboxID(), At: s.opts.Now()})
 	var resumed store.Session

@@ -73,7 +73,9 @@ func (e *Engine) PauseSession(ctx context.Context, s *LiveSession, dir string) (
 
 // ResumeSession starts the session spec (its Driver, Runtime and Tool, as
 // recorded) again from the checkpoint PauseSession saved in dir, in a new
-// detached sandbox with the saved labels and then spec.Labels, and adopts
+// detached sandbox with the saved labels and then spec.Labels (a label
+// the checkpoint was saved with another value of, such as another
+// session's LabelSession, is sandbox.ErrForeignCheckpoint), and adopts
 // the kernel it had; it counts in the memory budget at its tool's limit. A
 // checkpoint the driver cannot prove its own is refused
 // (sandbox.Snapshotter.Restore) and nothing is started; so is one whose

@@ -2,6 +2,7 @@ package sandbox
 
 import (
 	"context"
+	"errors"
 	"io"
 	"io/fs"
 	"time"
@@ -244,7 +245,15 @@ type Snapshotter interface {
 	// Checkpoint saved in dir, carrying the saved sandbox's labels and
 	// then those of labels. Its kernels are there (Kernels.ListKernels).
 	// It refuses a dir it cannot prove holds what this driver saved (see
-	// the driver's doc), and starts nothing then. The caller must Destroy
-	// it; dir stays until the caller removes it.
+	// the driver's doc), and starts nothing then. The saved labels bind
+	// the checkpoint: a label of labels that the saved sandbox had with
+	// another value (a checkpoint of one session restored as another's)
+	// is ErrForeignCheckpoint, of class ErrFailedPrecondition, and starts
+	// nothing either. The caller must Destroy it; dir stays until the
+	// caller removes it.
 	Restore(ctx context.Context, dir string, labels map[string]string) (Sandbox, error)
 }
+
+// ErrForeignCheckpoint is a checkpoint restored for another sandbox than
+// the one it was saved for (Snapshotter.Restore).
+var ErrForeignCheckpoint = errors.New("the checkpoint belongs to another sandbox")

@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -277,13 +278,17 @@ func (d *Snapshotting) Checkpoint(ctx context.Context, sb sandbox.Sandbox, dir s
 // Restore starts a detached sandbox from what Checkpoint saved in dir,
 // with a new ID, through a shim in restore mode (supervisor.Meta.Hello):
 // the guest goes on where it was saved, with its kernels. A sandbox saved
-// unbound is restored unbound: Bind binds it.
+// unbound is restored unbound: Bind binds it. A label of labels that the
+// saved sandbox had with another value is refused (checkBinding).
 func (d *Snapshotting) Restore(ctx context.Context, dir string, labels map[string]string) (_ sandbox.Sandbox, err error) {
 	if len(d.cfg.Shim) == 0 {
 		return nil, fmt.Errorf("the %s driver has no shim to supervise a restored sandbox (ocidriver.Config.Shim): %w", d.cfg.Name, errdefs.ErrFailedPrecondition)
 	}
 	rec, err := d.readSnapshot(dir)
 	if err != nil {
+		return nil, err
+	}
+	if err := checkBinding(rec.Labels, labels); err != nil {
 		return nil, err
 	}
 	binary, lerr := exec.LookPath(d.cfg.Binary)
@@ -357,6 +362,21 @@ func (d *Snapshotting) Restore(ctx context.Context, dir string, labels map[strin
 		return nil, fmt.Errorf("restoring sandbox %s from %s: %w", id, dir, err)
 	}
 	return s, nil
+}
+
+// checkBinding refuses to restore a sandbox saved with labels saved for
+// one that labels describe otherwise: a label both name must have one
+// value. The saved labels are under the record's MAC, so a session's
+// checkpoint (its session and workspace labels) copied over another's is
+// refused, not restored with the first session's state. The error names
+// no path: it may reach the session's owner.
+func checkBinding(saved, labels map[string]string) error {
+	for _, k := range slices.Sorted(maps.Keys(labels)) {
+		if v, ok := saved[k]; ok && v != labels[k] {
+			return fmt.Errorf("the checkpoint was saved for %s %q, not %q: %w: %w", k, v, labels[k], sandbox.ErrForeignCheckpoint, errdefs.ErrFailedPrecondition)
+		}
+	}
+	return nil
 }
 
 // workspaceOf is the size of the session-only scratch tmpfs (/workspace)
