@@ -203,8 +203,11 @@ const (
 	// destroyed its sandbox.
 	EndedByShutdown = "daemon_shutdown"
 	// EndedByCancel: the execution was cancelled while the code ran, and
-	// its sandbox destroyed.
+	// its sandbox destroyed (a cell: interrupted).
 	EndedByCancel = "cancel"
+	// EndedBySessionEnd: a cell's session ended (closed, or past its
+	// TTL) while the cell ran, and its sandbox was destroyed.
+	EndedBySessionEnd = "session_ended"
 )
 
 // ProgramEnv is the whole environment of the code, the profile's

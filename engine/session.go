@@ -333,10 +333,12 @@ type CellError struct {
 }
 
 // CellResult is a cell's end, in the shape of the wire format. Status is
-// succeeded (the cell ran to its end), failed (it raised: Error), timed_out
-// or oom_killed; KernelRestarted says its kernel was restarted, and its
+// succeeded (the cell ran to its end), failed (it raised: Error), timed_out,
+// oom_killed (the sandbox's memory cgroup counted an OOM kill of its
+// kernel) or killed (its kernel died of another signal, or its ctx ended:
+// see EndedBy); KernelRestarted says its kernel was restarted, and its
 // state lost, because the cell did not stop when interrupted or the
-// kernel died.
+// kernel died. A cell whose kernel died keeps the output it printed.
 type CellResult struct {
 	Status          sandbox.Status `json:"status"`
 	Stdout          string         `json:"stdout"`
@@ -350,19 +352,28 @@ type CellResult struct {
 	DurationMS      int64          `json:"duration_ms"`
 	Driver          string         `json:"driver"`
 	Runtime         string         `json:"runtime"`
+	// EndedBy is set when Stockade itself ended the cell before its code
+	// did (status killed): EndedByCancel, EndedBySessionEnd or
+	// EndedByShutdown. The caller sets it; Cell knows only that its ctx
+	// ended.
+	EndedBy string `json:"ended_by,omitempty"`
 }
 
-// exiter is a kernel that says how it ended (internal/sandboxkit's).
+// exiter is a kernel that says how it ended, and whether the sandbox's
+// memory cgroup counted an OOM kill in its last cell
+// (internal/sandboxkit's).
 type exiter interface {
 	Exit() (code, signal int, ok bool)
+	OOMKilled() bool
 }
 
 // Cell runs one cell in the session's kernel. A cell that runs past its
 // timeout, or whose ctx ends, is interrupted (SIGINT); if it has not
 // stopped InterruptGrace later, the kernel is restarted (the session
 // stays, its state is lost). A kernel that dies in the cell (an OOM kill)
-// is restarted too. An error means the session's sandbox could not run
-// the cell at all: it is gone.
+// is restarted too. An error means the session's sandbox is gone: a
+// *SandboxLostError when the host knows how the cell ended (an OOM kill
+// of the whole sandbox), any other when it could not run the cell.
 func (s *LiveSession) Cell(ctx context.Context, req CellRequest) (*CellResult, error) {
 	if !s.cellMu.TryLock() {
 		return nil, errdefs.Publicf("session sandbox %s is running a cell: %w", s.sb.ID(), errdefs.ErrConflict)
@@ -387,8 +398,15 @@ func (s *LiveSession) Cell(ctx context.Context, req CellRequest) (*CellResult, e
 	done := make(chan ran, 1)
 	kctx, stop := context.WithCancel(context.WithoutCancel(ctx))
 	defer stop()
+	// What the cell printed is kept here too: a kernel that dies in the
+	// cell returns nothing of it.
+	capOut := s.Limits.OutputCap
+	if capOut <= 0 {
+		capOut = sandbox.DefaultLimits().OutputCap
+	}
+	kept := &keptOutput{max: capOut, next: req.OnOutput}
 	go func() {
-		r, err := k.Run(kctx, sandbox.Cell{Code: req.Code, Stdin: req.Stdin, OnOutput: req.OnOutput, OnDisplay: req.OnDisplay})
+		r, err := k.Run(kctx, sandbox.Cell{Code: req.Code, Stdin: req.Stdin, OnOutput: kept.add, OnDisplay: req.OnDisplay})
 		done <- ran{r, err}
 	}()
 	timer := time.NewTimer(timeout)
@@ -416,6 +434,7 @@ func (s *LiveSession) Cell(ctx context.Context, req CellRequest) (*CellResult, e
 	}
 	out.DurationMS = time.Since(start).Milliseconds()
 	if r.err != nil {
+		kept.fill(out)
 		if err := s.restartAfter(ctx, k, r.err, out); err != nil {
 			return nil, err
 		}
@@ -447,8 +466,9 @@ func (s *LiveSession) restartAfter(ctx context.Context, k sandbox.Kernel, cause 
 	case <-k.Done():
 	case <-wait.C:
 		if cause != errKernelStuck {
-			// The kernel lives: the guest connection failed.
-			return fmt.Errorf("running a cell in session sandbox %s: %w", s.sb.ID(), cause)
+			// The kernel lives, or the guest connection failed with the
+			// whole sandbox.
+			return s.lost(k, out, fmt.Errorf("running a cell in session sandbox %s: %w", s.sb.ID(), cause))
 		}
 		stopCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		err := k.Stop(stopCtx)
@@ -461,22 +481,98 @@ func (s *LiveSession) restartAfter(ctx context.Context, k sandbox.Kernel, cause 
 		out.Status = sandbox.StatusFailed
 		out.Error = &CellError{Name: "KernelDied", Value: "the kernel exited during the cell"}
 		if x, ok := k.(exiter); ok {
-			if code, sig, ok := x.Exit(); ok {
+			code, sig, exited := x.Exit()
+			if exited {
 				out.Error.Value = fmt.Sprintf("the kernel exited during the cell (exit code %d, signal %d)", code, sig)
-				if syscall.Signal(sig) == syscall.SIGKILL {
-					// No Stop asked for it: the memory cgroup's OOM killer
-					// is what SIGKILLs a process in the sandbox.
-					out.Status, out.Error = sandbox.StatusOOMKilled, &CellError{Name: "MemoryError",
-						Value: "the kernel was killed for using more memory than the session's limit"}
-				}
+			}
+			switch {
+			case x.OOMKilled():
+				// The kernel's evidence, not the signal: a cell may
+				// SIGKILL its own kernel.
+				oomKilled(out)
+			case exited && sig != 0:
+				out.Status = sandbox.StatusKilled
+				out.Error.Name = "KernelKilled"
+				out.Error.Value = fmt.Sprintf("the kernel was killed by signal %d (%s) during the cell", sig, syscall.Signal(sig))
 			}
 		}
 	}
 	if err := s.startKernel(ctx); err != nil {
-		return err
+		return s.lost(k, out, err)
 	}
 	out.KernelRestarted = true
 	return nil
+}
+
+// oomKilled makes out the end of a cell whose kernel the OOM killer
+// ended.
+func oomKilled(out *CellResult) {
+	out.Status, out.Error = sandbox.StatusOOMKilled, &CellError{Name: "MemoryError",
+		Value: "the kernel was killed for using more memory than the session's limit"}
+}
+
+// lost is the error of a cell whose session's sandbox is gone (err):
+// a *SandboxLostError with out completed when the sandbox's memory
+// cgroup counted an OOM kill during the cell (under gVisor the host's OOM
+// killer ends the Sentry, the whole sandbox), err as it is otherwise.
+func (s *LiveSession) lost(k sandbox.Kernel, out *CellResult, err error) error {
+	x, ok := k.(exiter)
+	if !ok || !x.OOMKilled() {
+		return err
+	}
+	if out.Status == "" || out.Status == sandbox.StatusFailed {
+		oomKilled(out)
+	}
+	return &SandboxLostError{Result: out, Err: err}
+}
+
+// SandboxLostError is Cell's error when the cell ran and its session's
+// sandbox is gone with it, and the host knows how the cell ended: Result,
+// with the output the cell printed.
+type SandboxLostError struct {
+	Result *CellResult
+	Err    error
+}
+
+func (e *SandboxLostError) Error() string {
+	return fmt.Sprintf("the cell ended %s and its session's sandbox is gone: %v", e.Result.Status, e.Err)
+}
+
+func (e *SandboxLostError) Unwrap() error { return e.Err }
+
+// keptOutput keeps the start of a cell's output, up to max bytes a
+// stream, and passes every chunk on to next. It is called one chunk at a
+// time (sandbox.Cell.OnOutput).
+type keptOutput struct {
+	max    int64
+	next   func(sandbox.Stream, []byte)
+	mu     sync.Mutex
+	stdout []byte
+	stderr []byte
+	trunc  [2]bool
+}
+
+func (o *keptOutput) add(st sandbox.Stream, p []byte) {
+	o.mu.Lock()
+	b, i := &o.stdout, 0
+	if st == sandbox.Stderr {
+		b, i = &o.stderr, 1
+	}
+	room := max(o.max-int64(len(*b)), 0)
+	*b = append(*b, p[:min(int64(len(p)), room)]...)
+	o.trunc[i] = o.trunc[i] || int64(len(p)) > room
+	o.mu.Unlock()
+	if o.next != nil {
+		o.next(st, p)
+	}
+}
+
+// fill sets out's output to what was kept.
+func (o *keptOutput) fill(out *CellResult) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	out.Stdout, out.Stderr = string(o.stdout), string(o.stderr)
+	out.StdoutTruncated, out.StderrTruncated = o.trunc[0], o.trunc[1]
 }
 
 // fill copies what the kernel returned of a cell into out.

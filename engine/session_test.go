@@ -155,23 +155,54 @@ func TestSessionKernelRestarts(t *testing.T) {
 				t.Fatalf("got %+v, want failed, KernelDied with exit code 3, kernel restarted", r)
 			}
 		})
+		// A kernel that SIGKILLs itself was not OOM-killed: no cgroup
+		// counted it. What it printed first is kept.
+		t.Run(name+"/kills-itself", func(t *testing.T) {
+			s := openTestSession(t, e, name, selfKill)
+			r := cell(t, s, "anything", 5*time.Second)
+			if r.Status != sandbox.StatusKilled || !r.KernelRestarted || r.Error == nil || r.Error.Name != "KernelKilled" || !strings.Contains(r.Error.Value, "signal 9") {
+				t.Fatalf("got %+v, want killed, KernelKilled by signal 9, kernel restarted", r)
+			}
+			if r.Stdout != "going\n" {
+				t.Errorf("the output before the kill: got %q, want %q", r.Stdout, "going\n")
+			}
+		})
 	}
 }
 
-// TestSessionOOMRestartsKernel checks, on runc, that a kernel the memory
-// cgroup kills in a cell ends it oom_killed with its kernel restarted.
+// selfKill is a test kernel whose first cell prints a line and SIGKILLs
+// the kernel itself.
+var selfKill = []string{"/bin/sh", "-c", `echo '{"type":"ready"}' >&4; read -r l <&3; echo going; sleep 0.5; kill -9 $$`}
+
+// TestSessionOOMRestartsKernel checks that a kernel the memory cgroup
+// kills in a cell ends it oom_killed, with what it printed first: on runc
+// the kernel is restarted; on gVisor the host's OOM killer ends the
+// Sentry, the whole sandbox, and Cell says so (SandboxLostError) with the
+// cell's end.
 func TestSessionOOMRestartsKernel(t *testing.T) {
-	e := sessionEngines(t)["runc"]
-	hog := []string{"/bin/sh", "-c", `echo '{"type":"ready"}' >&4; read -r l <&3; exec awk 'BEGIN { s = "x"; while (1) s = s s }'`}
-	s, err := e.OpenSession(t.Context(), SessionSpec{Runtime: "shell", Driver: "runc", Workspace: 1 << 20, Kernel: hog,
-		Limits: sandbox.Limits{Memory: 64 << 20}, Labels: map[string]string{LabelOwner: "engine-test"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close(context.Background())
-	r := cell(t, s, "anything", 20*time.Second)
-	if r.Status != sandbox.StatusOOMKilled || !r.KernelRestarted {
-		t.Fatalf("got %+v, want oom_killed with the kernel restarted", r)
+	hog := []string{"/bin/sh", "-c", `echo '{"type":"ready"}' >&4; read -r l <&3; echo hogging; sleep 0.5; exec awk 'BEGIN { s = "x"; while (1) s = s s }'`}
+	for name, e := range sessionEngines(t) {
+		t.Run(name, func(t *testing.T) {
+			s, err := e.OpenSession(t.Context(), SessionSpec{Runtime: "shell", Driver: name, Workspace: 1 << 20, Kernel: hog,
+				Limits: sandbox.Limits{Memory: 64 << 20}, Labels: map[string]string{LabelOwner: "engine-test"}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer s.Close(context.Background())
+			r, err := s.Cell(t.Context(), CellRequest{Code: "anything", Timeout: 20 * time.Second})
+			var lost *SandboxLostError
+			switch {
+			case name == "gvisor" && errors.As(err, &lost):
+				r = lost.Result
+			case err != nil:
+				t.Fatalf("Cell: %v", err)
+			case !r.KernelRestarted:
+				t.Errorf("got %+v, want the kernel restarted", r)
+			}
+			if r.Status != sandbox.StatusOOMKilled || r.Error == nil || r.Error.Name != "MemoryError" || r.Stdout != "hogging\n" {
+				t.Fatalf("got %+v, want oom_killed, MemoryError, with stdout hogging", r)
+			}
+		})
 	}
 }
 

@@ -400,7 +400,11 @@ func (h *execHandle) classify(ctx context.Context, o outcome, res *sandbox.Resul
 		return fmt.Errorf("starting %s in sandbox: %s: %w", h.req.Argv[0], OneLine(o.failed.Message), errdefs.ErrFailedPrecondition)
 	case o.err != nil:
 		// The guest died or broke the protocol: nothing it says is
-		// trusted any more, and the sandbox cannot be reused.
+		// trusted any more, and the sandbox cannot be reused. What the
+		// sandbox used is read from its cgroup before it is killed, as
+		// for a timeout: under gVisor an OOM kill ends the Sentry, and
+		// the guest with it, before it can report.
+		res.CPUTime, res.PeakMemory = min(max(g.Cgroup.CPUUsage()-h.cpuBefore, 0), maxCPU), g.Cgroup.Peak()
 		g.markDead()
 		g.Kill(ctx)
 		res.Status = sandbox.StatusKilled

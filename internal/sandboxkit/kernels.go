@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/stockade-sh/stockade/errdefs"
@@ -139,6 +140,9 @@ func (g *Guest) Resume(ctx context.Context) ([]sandbox.Kernel, error) {
 type kernel struct {
 	g *Guest
 	k *guest.Kernel
+	// oomBefore is the cgroup's OOM kill count when the last cell
+	// started (OOMKilled).
+	oomBefore atomic.Int64
 }
 
 func (k *kernel) ID() string { return strconv.FormatUint(uint64(k.k.ID()), 10) }
@@ -161,6 +165,7 @@ func (k *kernel) Run(ctx context.Context, cell sandbox.Cell) (*sandbox.CellResul
 	if cell.OnDisplay != nil {
 		opts.OnDisplay = func(d *guest.Display) { cell.OnDisplay(sandbox.Display{MimeType: d.MimeType, Data: d.Data}) }
 	}
+	k.oomBefore.Store(k.g.Cgroup.OOMKills())
 	start := time.Now()
 	out, err := k.k.Run(ctx, cell.Code, opts)
 	if err != nil {
