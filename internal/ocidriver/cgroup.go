@@ -1,6 +1,7 @@
 package ocidriver
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"os"
@@ -56,6 +57,17 @@ func (c cgroup) prepare(memory int64) error {
 		if err := os.WriteFile(filepath.Join(dir, "memory.swap.max"), []byte("0"), 0); err != nil && !errors.Is(err, os.ErrNotExist) {
 			return fmt.Errorf("setting memory.swap.max: %w", err)
 		}
+		return nil
+	}
+	// On v1 the CPU time is counted in a hierarchy of its own, which runsc
+	// would remove with a Sentry the kernel OOM-killed, before the run's
+	// CPU time is read: made here, it outlives the sandbox too. Only a
+	// cpuacct hierarchy without the cpu controller: a cpu directory made
+	// here would keep runsc from setting the sandbox's CPU quota.
+	if cpu := c.CPUDir(); accountingOnly(filepath.Join(cmp.Or(c.Root, sandboxkit.CgroupRoot), "cpuacct")) {
+		if err := os.MkdirAll(cpu, 0o755); err != nil {
+			return fmt.Errorf("creating cgroup %s: %w", cpu, err)
+		}
 	}
 	return nil
 }
@@ -77,4 +89,16 @@ func (c cgroup) remove() error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// accountingOnly reports whether the v1 hierarchy at dir (the cpuacct
+// mount) is a directory of its own that does not carry the cpu
+// controller (not "cpu,cpuacct", which hosts often mount together).
+func accountingOnly(dir string) bool {
+	fi, err := os.Lstat(dir)
+	if err != nil || !fi.IsDir() {
+		return false
+	}
+	_, err = os.Stat(filepath.Join(dir, "cpu.cfs_quota_us"))
+	return errors.Is(err, os.ErrNotExist)
 }

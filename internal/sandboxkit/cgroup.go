@@ -66,6 +66,19 @@ func (c Cgroup) Peak() int64 {
 	return n
 }
 
+// CPUDir is the directory of the cgroup's CPU accounting (the cpuacct
+// controller on v1, the unified directory on v2), or "" for the zero
+// Cgroup.
+func (c Cgroup) CPUDir() string {
+	switch {
+	case c.Path == "":
+		return ""
+	case c.V2:
+		return c.MemoryDir()
+	}
+	return filepath.Join(c.root(), "cpuacct", c.Path)
+}
+
 // CPUUsage is the CPU time the cgroup's processes have used since it was
 // created: cpuacct.usage on v1, cpu.stat's usage_usec on v2.
 func (c Cgroup) CPUUsage() time.Duration {
@@ -73,7 +86,7 @@ func (c Cgroup) CPUUsage() time.Duration {
 		return 0
 	}
 	if !c.V2 {
-		b, _ := os.ReadFile(filepath.Join(c.root(), "cpuacct", c.Path, "cpuacct.usage"))
+		b, _ := os.ReadFile(filepath.Join(c.CPUDir(), "cpuacct.usage"))
 		n, _ := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
 		return time.Duration(n)
 	}
