@@ -144,6 +144,7 @@ type CellView struct {
 	Error           *capabilityCellError `json:"error,omitempty"`
 	KernelRestarted bool                 `json:"kernel_restarted"`
 	DurationMS      int64                `json:"duration_ms"`
+	EndedBy         string               `json:"ended_by,omitempty"`
 	Credits         int64                `json:"credits"`
 	Replayed        bool                 `json:"replayed,omitempty"`
 }
@@ -168,7 +169,7 @@ func (s *server) cellView(ctx context.Context, p capability.Principal, e store.E
 	_ = json.Unmarshal(e.Result, &doc)
 	v := CellView{ExecutionID: e.ID, SessionID: e.SessionID, Cell: e.Cell, Status: string(e.Status), Stdout: doc.Stdout, Stderr: doc.Stderr,
 		StdoutTruncated: doc.StdoutTruncated, StderrTruncated: doc.StderrTruncated, Outputs: []cellOutput{}, OutputsDropped: doc.OutputsDropped,
-		KernelRestarted: doc.KernelRestarted, DurationMS: doc.DurationMS}
+		KernelRestarted: doc.KernelRestarted, DurationMS: doc.DurationMS, EndedBy: doc.EndedBy}
 	for _, o := range doc.Outputs {
 		v.Outputs = append(v.Outputs, cellOutput(o))
 	}

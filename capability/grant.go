@@ -135,6 +135,9 @@ type Cancellation struct {
 	// (the cell of a session that ended).
 	By     string
 	Reason string
+	// EndedBy is the ended_by of a run the cancel cuts short:
+	// engine.EndedByCancel when empty.
+	EndedBy string
 }
 
 func (c *Cancellation) Error() string {

@@ -114,10 +114,10 @@ func (s *Service) run(ctx context.Context, e store.Execution, timeout time.Durat
 		stdout, stderr := out.kept[sandbox.Stdout], out.kept[sandbox.Stderr]
 		r := engine.Result{Status: sandbox.StatusKilled, ExitCode: -1, Stdout: string(stdout.data), Stderr: string(stderr.data),
 			StdoutTruncated: stdout.truncated, StderrTruncated: stderr.truncated, DurationMS: time.Since(started).Milliseconds(),
-			Driver: driver, Runtime: req.Runtime, EndedBy: engine.EndedByShutdown}
+			Driver: driver, Runtime: req.Runtime, EndedBy: endedBy(ctx)}
 		why := "killed: the daemon stopped during the run"
 		if c != nil {
-			r.EndedBy, why = engine.EndedByCancel, "killed: "+c.Error()
+			why = "killed: " + c.Error()
 		}
 		end(Finish{Status: store.StatusKilled, Driver: driver, Cancel: c, At: at,
 			Output: store.Output{Stdout: stdout.data, Stderr: stderr.data, StdoutTruncated: stdout.truncated, StderrTruncated: stderr.truncated},
@@ -197,6 +197,19 @@ func (s *Service) notify(step Step, ex store.Execution) {
 	if step.Next.Change != "" {
 		s.feed.publish(Change{Kind: step.Next.Change, WorkspaceID: ex.WorkspaceID, ApprovalID: ex.ApprovalID, ExecutionID: ex.ID})
 	}
+}
+
+// endedBy is the ended_by of a run whose ctx ended: the cancel's (see
+// Cancellation.EndedBy), or the daemon's shutdown when no cancel ended it.
+func endedBy(ctx context.Context) string {
+	c := cancellationOf(ctx)
+	switch {
+	case c == nil:
+		return engine.EndedByShutdown
+	case c.EndedBy == "":
+		return engine.EndedByCancel
+	}
+	return c.EndedBy
 }
 
 // cancellationOf returns the cancellation that ended ctx, or nil.

@@ -133,9 +133,10 @@ type liveSessions struct {
 
 type liveSession struct {
 	*engine.LiveSession
-	// cells counts the cells running (0 or 1), for the idle sweep.
-	mu    sync.Mutex
-	cells int
+	// cell is the execution of the cell running, "" when none: for the
+	// idle sweep, and for the session's end, which stops it.
+	mu   sync.Mutex
+	cell string
 }
 
 func (l *liveSessions) get(id string) *liveSession {
@@ -163,15 +164,19 @@ func (l *liveSessions) take(id string) *liveSession {
 	return s
 }
 
-func (ls *liveSession) running() bool {
+func (ls *liveSession) running() bool { return ls.runningCell() != "" }
+
+// runningCell is the execution of the cell running, "" when none.
+func (ls *liveSession) runningCell() string {
 	ls.mu.Lock()
 	defer ls.mu.Unlock()
-	return ls.cells > 0
+	return ls.cell
 }
 
-func (ls *liveSession) track(d int) {
+// track records that cell execution id runs ("" once it has ended).
+func (ls *liveSession) track(id string) {
 	ls.mu.Lock()
-	ls.cells += d
+	ls.cell = id
 	ls.mu.Unlock()
 }
 
@@ -464,9 +469,6 @@ func (s *Service) CloseSession(ctx context.Context, p Principal, id string) (sto
 	return s.endSession(ctx, ss, p, store.EndClosed)
 }
 
-// endSession ends ss for reason, as by (the zero Principal: the system),
-// and destroys its sandbox. A cell that runs is ended by the sandbox's
-// destruction.
 // cancelWaitingCell cancels the cell of ended session ss that waits for
 // its approval or its turn, which would otherwise wait on (an approval
 // that could still be granted, credits reserved) for a session that is
@@ -484,6 +486,10 @@ func (s *Service) cancelWaitingCell(ctx context.Context, ss store.Session, reaso
 	}
 }
 
+// endSession ends ss for reason, as by (the zero Principal: the system),
+// and destroys its sandbox. A cell that runs is cut short with it: it
+// ends killed (ended_by session_ended), charged as launched, with the
+// output it had made.
 func (s *Service) endSession(ctx context.Context, ss store.Session, by Principal, reason store.SessionEndReason) (store.Session, error) {
 	unlock := s.trans.lock(ss.ID, true)
 	defer unlock()
@@ -509,6 +515,11 @@ func (s *Service) endLocked(ctx context.Context, ss store.Session, by Principal,
 		return store.Session{}, err
 	}
 	if live := s.sessions.take(ss.ID); live != nil {
+		if cell := live.runningCell(); cell != "" {
+			// The cell that runs is cut short with its sandbox: it ends
+			// killed, charged as launched, with the output it had made.
+			s.stopRun(cell, &Cancellation{Reason: fmt.Sprintf("its session %s ended (%s)", ss.ID, reason), EndedBy: engine.EndedBySessionEnd})
+		}
 		if err := live.Close(context.WithoutCancel(ctx)); err != nil {
 			s.log.Error("destroying a session's sandbox", "session", ss.ID, "sandbox", ss.SandboxID, "err", err)
 		}
@@ -641,12 +652,12 @@ func (s *Service) dispatchCell(e store.Execution, live *liveSession, timeout tim
 	s.liveMu.Lock()
 	s.live[e.ID] = cancel
 	s.liveMu.Unlock()
-	live.track(1)
+	live.track(e.ID)
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
 		defer func() {
-			live.track(-1)
+			live.track("")
 			s.liveMu.Lock()
 			delete(s.live, e.ID)
 			s.liveMu.Unlock()
@@ -692,21 +703,57 @@ func (s *Service) runCell(ctx context.Context, e store.Execution, live *liveSess
 		}})
 	out.flush()
 	at := s.opts.Now()
-	if err != nil {
+	cut, c := ctx.Err() != nil, cancellationOf(ctx)
+	lost := err != nil
+	var ended *engine.SandboxLostError
+	switch {
+	case errors.As(err, &ended):
+		// It ran, and the host knows how it ended (an OOM kill of the
+		// whole sandbox): charged as any cell that ran.
+		s.log.Warn("a cell's session lost its sandbox", "execution", e.ID, "status", ended.Result.Status, "err", err)
+		res = ended.Result
+	case err != nil && !cut:
 		// The sandbox could not run the cell: the session has lost it.
 		end(LaunchFailed{Err: err, At: at})
-		if ss, gerr := s.st.GetSession(context.WithoutCancel(ctx), e.WorkspaceID, req.SessionID); gerr == nil && ss.State == store.SessionActive {
-			if _, err := s.endSession(context.WithoutCancel(ctx), ss, Principal{}, store.EndFailed); err != nil {
-				s.log.Error("ending a session whose sandbox is lost", "session", ss.ID, "err", err)
-			}
-		}
+		s.endLost(ctx, e.WorkspaceID, req.SessionID)
 		return
+	case err != nil:
+		// Cut short after it launched (a cancel, its session's end, the
+		// daemon's shutdown) and its sandbox lost or destroyed under it:
+		// it ends killed as below, with the output it had made.
+		s.log.Info("a cell cut short lost its sandbox", "execution", e.ID, "ended_by", endedBy(ctx), "err", err)
+		stdout, stderr := out.kept[sandbox.Stdout], out.kept[sandbox.Stderr]
+		res = &engine.CellResult{Status: sandbox.StatusKilled, Stdout: string(stdout.data), Stderr: string(stderr.data),
+			StdoutTruncated: stdout.truncated, StderrTruncated: stderr.truncated, Outputs: []engine.CellOutput{},
+			DurationMS: max(at.Sub(ex.StartedAt), 0).Milliseconds(), Driver: live.Driver, Runtime: live.Runtime.Name}
+	}
+	if cut && res.Status == sandbox.StatusKilled {
+		// Stockade ended it: charged as any launched run, as a one-shot
+		// run cut short is.
+		res.EndedBy = endedBy(ctx)
 	}
 	status := store.ExecutionStatus(res.Status)
 	s.sessionObserver().SessionCell(status)
-	end(Finish{Status: status, Driver: live.Driver, Cancel: cancellationOf(ctx), At: at,
+	end(Finish{Status: status, Driver: live.Driver, Cancel: c, At: at,
 		Result: mustJSON(CellResultDoc{ExecutionID: e.ID, SessionID: req.SessionID, Cell: e.Cell, CellResult: *res}),
 		Output: store.Output{Stdout: []byte(res.Stdout), Stderr: []byte(res.Stderr), StdoutTruncated: res.StdoutTruncated, StderrTruncated: res.StderrTruncated}})
+	if lost && (c != nil || !cut) {
+		// The sandbox is gone (a session's end has ended the session
+		// already); a shutdown leaves the session to the next start of
+		// the daemon, which re-attaches its sandbox or ends it.
+		s.endLost(ctx, e.WorkspaceID, req.SessionID)
+	}
+}
+
+// endLost ends session id, whose sandbox is lost, failed, if it is still
+// active.
+func (s *Service) endLost(ctx context.Context, workspaceID, id string) {
+	ctx = context.WithoutCancel(ctx)
+	if ss, err := s.st.GetSession(ctx, workspaceID, id); err == nil && ss.State == store.SessionActive {
+		if _, err := s.endSession(ctx, ss, Principal{}, store.EndFailed); err != nil {
+			s.log.Error("ending a session whose sandbox is lost", "session", ss.ID, "err", err)
+		}
+	}
 }
 
 // CellResultDoc is a cell's result document: its execution's result.

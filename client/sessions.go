@@ -94,8 +94,11 @@ type Cell struct {
 	// an interrupt did not end, or an OOM kill): its state is gone.
 	KernelRestarted bool  `json:"kernel_restarted"`
 	DurationMS      int64 `json:"duration_ms"`
-	Credits         int64 `json:"credits"`
-	Replayed        bool  `json:"replayed,omitempty"`
+	// EndedBy is set when Stockade ended the cell before its code did
+	// (status killed): cancel, session_ended or daemon_shutdown.
+	EndedBy  string `json:"ended_by,omitempty"`
+	Credits  int64  `json:"credits"`
+	Replayed bool   `json:"replayed,omitempty"`
 	// ApprovalID is the approval request a cell awaiting approval waits
 	// for; it is not part of the daemon's cell answer.
 	ApprovalID string `json:"-"`

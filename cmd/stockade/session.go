@@ -134,7 +134,9 @@ expression is printed on stdout; a figure (image/png) is written to --out
 DIR as cell-N-K.png (named on stderr; without --out, figures are counted,
 not written). A cell that raised prints its traceback on stderr and exits
 1; a cell that timed out exits 124 (the kernel restarted if an interrupt did
-not stop it). A cell that needs approval waits for an approver's decision.`
+not stop it); a cell killed (out of memory, its kernel killed, or ended by
+a cancel, its session's end or the daemon's shutdown) exits 137. A cell
+that needs approval waits for an approver's decision.`
 
 func sessionExec(ctx context.Context, args []string) int {
 	var code, stdinFile, out string
@@ -268,6 +270,9 @@ func finishCell(cell *client.Cell, out string, asJSON bool) int {
 		if cell.KernelRestarted {
 			fmt.Fprintln(os.Stderr, "stockade: the kernel was restarted: the session's state is gone")
 		}
+		if cell.EndedBy != "" {
+			fmt.Fprintf(os.Stderr, "stockade: killed: ended by %s\n", strings.ReplaceAll(cell.EndedBy, "_", " "))
+		}
 	}
 	switch cell.Status {
 	case client.StatusSucceeded:
@@ -276,7 +281,9 @@ func finishCell(cell *client.Cell, out string, asJSON bool) int {
 		return 1
 	case client.StatusTimedOut:
 		return 124
-	case client.StatusOOMKilled:
+	case client.StatusOOMKilled, client.StatusKilled:
+		// 128+SIGKILL, as a shell reports a killed program: the kernel
+		// was killed, or Stockade ended the cell (ended_by).
 		return 137
 	}
 	return exitRunFailure

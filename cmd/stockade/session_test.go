@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
 	"image/png"
 	"os"
@@ -56,6 +57,9 @@ func TestSessionCommands(t *testing.T) {
 		{"raised", "", []string{"exec", id, "--code", "1/0"}, 1, "", []string{"ZeroDivisionError"}},
 		{"put", "a,b\n1,2\n", []string{"put", id, "-", "data.csv"}, 0, "", []string{"wrote /workspace/data.csv (8 bytes"}},
 		{"read it", "", []string{"exec", id, "--code", "len(open('/workspace/data.csv').read())"}, 0, "8\n", nil},
+		// A kernel that kills itself is killed (128+9), not out of memory.
+		{"kills its kernel", "", []string{"exec", id, "--code", "import os, signal\nprint('bye', flush=True)\nos.kill(os.getpid(), signal.SIGKILL)"}, 137, "bye\n",
+			[]string{"KernelKilled", "signal 9", "kernel was restarted"}},
 		{"ls", "", []string{"ls", id}, 0, "data.csv", nil},
 		{"a path outside", "", []string{"get", id, "/etc/passwd", "-"}, 2, "", []string{"/workspace"}},
 		{"no code", "", []string{"exec", id}, 2, "", []string{"no code"}},
@@ -92,6 +96,31 @@ func TestSessionCommands(t *testing.T) {
 	}
 	if status, stdout, _ := run(t, "", "list", "--state", "active"); status != 0 || !strings.Contains(stdout, id) {
 		t.Errorf("session list: got status %d, stdout %q; want %s listed", status, stdout, id)
+	}
+	// A session deleted while its cell runs ends the cell killed, with
+	// its output, and exec exits 137 saying why.
+	_, out, _ = run(t, "", "create", "--runtime", "python")
+	other := strings.TrimSpace(out)
+	cell := exec.Command(bin, "session", "exec", other, "--code", "import time\nprint('started', flush=True)\ntime.sleep(60)")
+	cell.Env = append(os.Environ(), "STOCKADE_URL="+d.URL, "STOCKADE_KEY="+ws.Agent)
+	pipe, err := cell.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cellErr bytes.Buffer
+	cell.Stderr = &cellErr
+	if err := cell.Start(); err != nil {
+		t.Fatal(err)
+	}
+	line, err := bufio.NewReader(pipe).ReadString('\n')
+	if line != "started\n" {
+		t.Fatalf("the running cell's output: got %q, %v; want started", line, err)
+	}
+	if status, _, stderr := run(t, "", "delete", other); status != 0 {
+		t.Errorf("session delete during a cell: got status %d, stderr %q", status, stderr)
+	}
+	if status := exitOf(t, cell); status != 137 || !strings.Contains(cellErr.String(), "ended by session ended") {
+		t.Errorf("the cell of the deleted session: got status %d, stderr %q; want 137, ended by session ended", status, cellErr.String())
 	}
 	if status, _, stderr := run(t, "", "delete", id); status != 0 || !strings.Contains(stderr, "ended") {
 		t.Errorf("session delete: got status %d, stderr %q", status, stderr)
