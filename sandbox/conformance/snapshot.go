@@ -2,6 +2,7 @@ package conformance
 
 import (
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"slices"
@@ -15,7 +16,8 @@ import (
 
 // snapshot checks a Snapshotter: a sandbox that runs a program or a cell
 // is not saved (and its directory is not left); an idle one is saved into a
-// root-only directory and is gone; the sandbox restored from it has a new
+// root-only directory and is gone; it is not restored with a saved label
+// changed; the sandbox restored from it has a new
 // ID, the saved labels and the new ones, its kernel with the value it
 // held, its /tmp, and serves programs.
 func (s *suite) snapshot(t *testing.T) {
@@ -82,6 +84,14 @@ func (s *suite) snapshot(t *testing.T) {
 		t.Errorf("Start on the saved sandbox: got %v, want ErrFailedPrecondition", err)
 	}
 
+	// The saved labels bind the checkpoint: restored as another's (a
+	// label it was saved with, another value), it is refused.
+	if sb, err := snap.Restore(ctx, dir, map[string]string{"stockade.test": "another"}); !errors.Is(err, sandbox.ErrForeignCheckpoint) || !errdefs.IsFailedPrecondition(err) {
+		if sb != nil {
+			_ = sb.Destroy(context.WithoutCancel(ctx))
+		}
+		t.Errorf("Restore with a label the checkpoint was saved with another value of: got %v, want ErrForeignCheckpoint, ErrFailedPrecondition", err)
+	}
 	tag := map[string]string{"restored": randHex(4)}
 	start = time.Now()
 	sb, err := snap.Restore(ctx, dir, tag)
