@@ -53,7 +53,8 @@ func shutDown(_ *testing.T, e *env, _, _ string) { e.svc.Close() }
 // runc and gVisor, through the API over real sandboxes and the runtimes'
 // own kernels, and checks each ending: its status and ended_by, the
 // output it printed before (kept), the CPU time and peak memory where the
-// kernel has them (a one-shot run's; a cell reports none), and the charge
+// kernel has them (a one-shot run's, from the guest's report or the
+// sandbox's cgroup; a cell reports none), and the charge
 // (a launched run is charged whatever its end). A cell's session ends as
 // its ending says.
 //
@@ -98,13 +99,14 @@ func TestEndings(t *testing.T) {
 		{name: "timeout", tier: "runc", code: sleepCode, timeoutMS: 2000, status: "timed_out", figures: true},
 		{name: "timeout", tier: "gvisor", code: sleepCode, timeoutMS: 2000, status: "timed_out", figures: true},
 		{name: "timeout", tier: "runc", cell: true, code: sleepCode, timeoutMS: 2000, status: "timed_out", session: "active"},
-		{name: "cancel", tier: "runc", code: sleepCode, cut: cancelIt, status: "killed", endedBy: engine.EndedByCancel},
+		{name: "cancel", tier: "runc", code: sleepCode, cut: cancelIt, status: "killed", endedBy: engine.EndedByCancel, figures: true},
+		{name: "cancel", tier: "gvisor", code: sleepCode, cut: cancelIt, status: "killed", endedBy: engine.EndedByCancel, figures: true},
 		{name: "cancel", tier: "gvisor", cell: true, code: sleepCode, cut: cancelIt, status: "killed", endedBy: engine.EndedByCancel, session: "active"},
 		{name: "session deleted", tier: "runc", cell: true, code: sleepCode, cut: deleteSession, status: "killed", endedBy: engine.EndedBySessionEnd, session: "ended", reason: "closed"},
 		{name: "session deleted", tier: "gvisor", cell: true, code: sleepCode, cut: deleteSession, status: "killed", endedBy: engine.EndedBySessionEnd, session: "ended", reason: "closed"},
 		// The sweep ends the session at its TTL, at most a second late.
 		{name: "TTL", tier: "runc", cell: true, code: sleepCode, ttlMS: 6000, status: "killed", endedBy: engine.EndedBySessionEnd, session: "ended", reason: "ttl"},
-		{name: "daemon shutdown", tier: "runc", code: sleepCode, cut: shutDown, status: "killed", endedBy: engine.EndedByShutdown},
+		{name: "daemon shutdown", tier: "runc", code: sleepCode, cut: shutDown, status: "killed", endedBy: engine.EndedByShutdown, figures: true},
 		{name: "daemon shutdown", tier: "runc", cell: true, code: sleepCode, cut: shutDown, status: "killed", endedBy: engine.EndedByShutdown, session: "active"},
 	}
 	for _, tt := range tests {

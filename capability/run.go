@@ -115,6 +115,10 @@ func (s *Service) run(ctx context.Context, e store.Execution, timeout time.Durat
 		r := engine.Result{Status: sandbox.StatusKilled, ExitCode: -1, Stdout: string(stdout.data), Stderr: string(stderr.data),
 			StdoutTruncated: stdout.truncated, StderrTruncated: stderr.truncated, DurationMS: time.Since(started).Milliseconds(),
 			Driver: driver, Runtime: req.Runtime, EndedBy: endedBy(ctx)}
+		if cs := (*sandbox.CutShortError)(nil); errors.As(err, &cs) && cs.Result != nil {
+			// What it used until then, where the sandbox's cgroup says.
+			r.CPUMS, r.PeakMemoryBytes = cs.Result.CPUTime.Milliseconds(), cs.Result.PeakMemory
+		}
 		why := "killed: the daemon stopped during the run"
 		if c != nil {
 			why = "killed: " + c.Error()

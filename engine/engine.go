@@ -369,7 +369,9 @@ func (e *Engine) specFor(ctx context.Context, tool tools.Tool, drv sandbox.Drive
 // afterwards (one of a warm pool when a pool serves req: see pool.go), and
 // returns the result. A program that fails is a Result; an
 // error means the run could not happen (bad request, missing image or
-// runtime, driver failure).
+// runtime, driver failure) or ctx ended while it ran: then a
+// *sandbox.CutShortError, when the driver kept what the program had
+// printed and used.
 func (e *Engine) Run(ctx context.Context, req Request) (*Result, error) {
 	tool, _, _, err := e.Validate(req)
 	if err != nil {

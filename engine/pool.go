@@ -704,7 +704,13 @@ func (e *Engine) runWarm(ctx context.Context, req Request, p *pool, w *warm, lim
 	case <-ctx.Done():
 		_ = w.ex.Cancel()
 		<-waited
-		return nil, fmt.Errorf("running in sandbox %s: %w", w.sb.ID(), ctx.Err())
+		cut := fmt.Errorf("running in sandbox %s: %w", w.sb.ID(), ctx.Err())
+		if err != nil {
+			return nil, cut
+		}
+		// What it printed and used, as a cold run cut short reports it.
+		res.Status, res.Duration = sandbox.StatusKilled, time.Since(start)
+		return nil, &sandbox.CutShortError{Result: res, Err: cut}
 	}
 	if err != nil {
 		return nil, err

@@ -259,6 +259,18 @@ type Result struct {
 	PeakMemory int64
 }
 
+// CutShortError is Exec.Wait's error for a program ended because its
+// Start's ctx ended while it ran: Result is what it had printed and used
+// by then (StatusKilled; its CPU time and peak memory from the sandbox's
+// cgroup, as for a timeout), and Err wraps the ctx's error.
+type CutShortError struct {
+	Result *Result
+	Err    error
+}
+
+func (e *CutShortError) Error() string { return e.Err.Error() }
+func (e *CutShortError) Unwrap() error { return e.Err }
+
 // Driver creates sandboxes of one tier. Implementations are safe for
 // concurrent use.
 type Driver interface {
@@ -296,8 +308,9 @@ type Exec interface {
 	// Wait waits for the program's end and returns its Result; every call
 	// returns the same. When the ctx given to Start ended first, the
 	// program was ended and Wait returns an error wrapping that ctx's
-	// error. When Wait's own ctx ends first, it returns that ctx's error
-	// and the program goes on.
+	// error (a *CutShortError where the driver kept what the program
+	// printed and used by then). When Wait's own ctx ends first, it
+	// returns that ctx's error and the program goes on.
 	Wait(ctx context.Context) (*Result, error)
 	// Signal sends sig to the program's process group. A program that has
 	// ended is no error.

@@ -467,16 +467,19 @@ func (h *execHandle) run(ctx context.Context, timer <-chan time.Time, res *sandb
 		}
 		return end()
 	}
-	timedOut := false
+	// What a program cut short by its timer or ctx used is read from the
+	// sandbox's cgroup before it is stopped: the guest may not live to
+	// report it (after a kill the runtime may remove the cgroup). Under
+	// gVisor the cgroup also holds the Sentry, whose own CPU time and
+	// memory are counted with the program's.
+	measure := func() {
+		res.CPUTime, res.PeakMemory = g.Cgroup.CPUUsage()-h.cpuBefore, g.Cgroup.Peak()
+	}
+	timedOut, cut := false, false
 	select {
 	case <-ex.Done():
 	case <-timer:
-		// What a timed-out program used is read from the sandbox's cgroup
-		// before it is stopped: the guest may not live to report it
-		// (after a kill the runtime may remove the cgroup). Under gVisor
-		// the cgroup also holds the Sentry, whose own CPU time and memory
-		// are counted with the program's.
-		res.CPUTime, res.PeakMemory = g.Cgroup.CPUUsage()-h.cpuBefore, g.Cgroup.Peak()
+		measure()
 		if err := stop(); err != nil {
 			return outcome{}, err
 		}
@@ -486,14 +489,20 @@ func (h *execHandle) run(ctx context.Context, timer <-chan time.Time, res *sandb
 			return outcome{}, err
 		}
 	case <-ctx.Done():
+		measure()
 		if err := stop(); err != nil {
 			return outcome{}, err
 		}
-		return outcome{}, fmt.Errorf("running in sandbox %s: %w", g.Sandbox, ctx.Err())
+		cut = true
 	}
 	r, err := ex.Wait(context.WithoutCancel(ctx))
 	res.Stdout, res.Stderr = r.Stdout, r.Stderr
 	res.StdoutTruncated, res.StderrTruncated = r.StdoutTruncated, r.StderrTruncated
+	if cut {
+		res.Status, res.Duration = sandbox.StatusKilled, time.Since(h.start)
+		res.CPUTime = min(max(res.CPUTime, 0), time.Duration(float64(res.Duration)*max(g.Limits.CPU, 1))+time.Second)
+		return outcome{}, &sandbox.CutShortError{Result: res, Err: fmt.Errorf("running in sandbox %s: %w", g.Sandbox, ctx.Err())}
+	}
 	var o outcome
 	var gerr *guest.Error
 	switch {
