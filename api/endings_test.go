@@ -104,10 +104,14 @@ func TestEndings(t *testing.T) {
 		{name: "cancel", tier: "gvisor", cell: true, code: sleepCode, cut: cancelIt, status: "killed", endedBy: engine.EndedByCancel, session: "active"},
 		{name: "session deleted", tier: "runc", cell: true, code: sleepCode, cut: deleteSession, status: "killed", endedBy: engine.EndedBySessionEnd, session: "ended", reason: "closed"},
 		{name: "session deleted", tier: "gvisor", cell: true, code: sleepCode, cut: deleteSession, status: "killed", endedBy: engine.EndedBySessionEnd, session: "ended", reason: "closed"},
-		// The sweep ends the session at its TTL, at most a second late.
+		// The sweep ends the session at its TTL, at most a second late; the
+		// TTL leaves room for the session and its kernel to start first.
 		{name: "TTL", tier: "runc", cell: true, code: sleepCode, ttlMS: 6000, status: "killed", endedBy: engine.EndedBySessionEnd, session: "ended", reason: "ttl"},
+		{name: "TTL", tier: "gvisor", cell: true, code: sleepCode, ttlMS: 10000, status: "killed", endedBy: engine.EndedBySessionEnd, session: "ended", reason: "ttl"},
 		{name: "daemon shutdown", tier: "runc", code: sleepCode, cut: shutDown, status: "killed", endedBy: engine.EndedByShutdown, figures: true},
 		{name: "daemon shutdown", tier: "runc", cell: true, code: sleepCode, cut: shutDown, status: "killed", endedBy: engine.EndedByShutdown, session: "active"},
+		{name: "daemon shutdown", tier: "gvisor", code: sleepCode, cut: shutDown, status: "killed", endedBy: engine.EndedByShutdown, figures: true},
+		{name: "daemon shutdown", tier: "gvisor", cell: true, code: sleepCode, cut: shutDown, status: "killed", endedBy: engine.EndedByShutdown, session: "active"},
 	}
 	for _, tt := range tests {
 		kind := "one-shot"
