@@ -3,6 +3,7 @@ package supervisor
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -190,6 +191,23 @@ func (c *Conn) CloseGuestStdin() error { return c.control(FrameCloseStdin) }
 
 // Kill asks the shim to kill the runtime's process and exit.
 func (c *Conn) Kill() error { return c.control(FrameKill) }
+
+// EndAt asks the shim to end the sandbox by itself at t (Meta.Deadline),
+// instead of its deadline before; the zero t never comes. The shim keeps
+// t in memory only: the caller records it in the shim's record too
+// (WriteMeta), for the readers of the record.
+func (c *Conn) EndAt(t time.Time) error {
+	p, err := json.Marshal(Deadline{At: t.UTC()})
+	if err != nil {
+		return err
+	}
+	b, err := guest.AppendFrame(nil, FrameDeadline, 0, p)
+	if err != nil {
+		return err
+	}
+	_, err = c.Write(b)
+	return err
+}
 
 // Close closes the connection; the shim and its sandbox go on.
 func (c *Conn) Close() error { return c.conn.Close() }

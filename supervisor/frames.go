@@ -21,8 +21,10 @@ import (
 type clientFrame struct {
 	// accept is the version of a client's Accept, 0 for other frames.
 	accept int
-	// control is the type of one of the shim's own frames, 0 otherwise.
-	control guest.FrameType
+	// control is the type of one of the shim's own frames, 0 otherwise;
+	// deadline is a FrameDeadline's.
+	control  guest.FrameType
+	deadline Deadline
 	// frame is a whole v2 frame for the guest (a request, or a control
 	// frame of one), nil otherwise; id is its request id.
 	frame []byte
@@ -51,8 +53,18 @@ func readClient(r *bufio.Reader, accepted bool) (clientFrame, error) {
 		return clientFrame{}, err
 	}
 	if _, ok := Controls[f.Type]; ok {
-		if f.Type == FrameStatus || f.ID != 0 || len(f.Payload) != 0 {
-			return clientFrame{}, fmt.Errorf("malformed %s control frame from the client: %w", Controls[f.Type], guest.ErrProtocol)
+		malformed := fmt.Errorf("malformed %s control frame from the client: %w", Controls[f.Type], guest.ErrProtocol)
+		switch {
+		case f.Type == FrameStatus || f.ID != 0:
+			return clientFrame{}, malformed
+		case f.Type == FrameDeadline:
+			var d Deadline
+			if len(f.Payload) > maxStatus || guest.DecodeLenient(f.Payload, &d) != nil {
+				return clientFrame{}, malformed
+			}
+			return clientFrame{control: f.Type, deadline: d}, nil
+		case len(f.Payload) != 0:
+			return clientFrame{}, malformed
 		}
 		return clientFrame{control: f.Type}, nil
 	}

@@ -35,6 +35,18 @@ const maxLog = 64 << 10
 // after the runtime exited.
 const runtimeWaitDelay = time.Second
 
+// watchEvery is how often the shim checks its deadline and whether a
+// client could still reach it (watch).
+const watchEvery = time.Second
+
+// endGrace is how long the shim, ending its sandbox by itself, waits for
+// each step to end the runtime before it takes the next (end).
+const endGrace = 5 * time.Second
+
+// runtimeCmdTimeout bounds each of the runtime's commands the shim runs
+// (Meta.KillArgv, Meta.DeleteArgv).
+const runtimeCmdTimeout = 30 * time.Second
+
 // Main is `stockade shim DIR`: it serves the sandbox whose record is in
 // DIR until its runtime exits, and returns the process's exit status.
 // When ctx ends (the shim is sent SIGTERM) it kills the runtime first.
@@ -93,7 +105,8 @@ func Serve(ctx context.Context, dir string, ready *os.File) error {
 	}
 	defer logf.Close()
 	logw := &boundedFile{f: logf, left: maxLog}
-	s := &shim{dir: dir, id: m.ID, log: slog.New(slog.NewTextHandler(logw, nil)), lastID: m.LastID, restored: m.Hello != nil}
+	s := &shim{dir: dir, id: m.ID, meta: m, log: slog.New(slog.NewTextHandler(logw, nil)), lastID: m.LastID, restored: m.Hello != nil,
+		deadline: m.Deadline}
 	if m.Hello != nil {
 		if s.hello, err = helloFrame(*m.Hello); err != nil {
 			return err
@@ -119,6 +132,9 @@ func Serve(ctx context.Context, dir string, ready *os.File) error {
 	defer ln.Close()
 	if err := os.Chmod(sock, 0o600); err != nil {
 		return fmt.Errorf("making %s root-only: %w", sock, err)
+	}
+	if s.sock, err = os.Stat(sock); err != nil {
+		return fmt.Errorf("checking %s: %w", sock, err)
 	}
 
 	inR, inW, err := os.Pipe()
@@ -171,13 +187,23 @@ func Serve(ctx context.Context, dir string, ready *os.File) error {
 	}()
 	go s.relayGuest(bufio.NewReaderSize(outR, 64<<10))
 	go s.accept(ln)
+	go s.watch(exited)
 	werr := cmd.Wait()
 	close(exited)
 	x := Exit{ExitCode: cmd.ProcessState.ExitCode(), At: time.Now().UTC()}
 	if ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
 		x.ExitCode, x.Signal = -1, int(ws.Signal())
 	}
-	s.log.Info("runtime exited", "exit_code", x.ExitCode, "signal", x.Signal, "err", werr)
+	s.mu.Lock()
+	x.Ended = s.ended
+	s.mu.Unlock()
+	s.log.Info("runtime exited", "exit_code", x.ExitCode, "signal", x.Signal, "ended", x.Ended, "err", werr)
+	if x.Ended != "" {
+		// What the runtime keeps of a sandbox it was made to end (a
+		// killed runc's container) goes as the driver's Destroy removes
+		// it; one that ended by itself removed it already.
+		s.runRuntime("delete", s.meta.DeleteArgv)
+	}
 	b, _ := json.Marshal(x)
 	if err := os.WriteFile(filepath.Join(dir, ExitFile), b, 0o600); err != nil {
 		s.log.Error("recording the exit", "err", err)
@@ -189,18 +215,23 @@ func Serve(ctx context.Context, dir string, ready *os.File) error {
 // shim is one shim's relay state.
 type shim struct {
 	dir, id  string
+	meta     Meta
 	log      *slog.Logger
 	restored bool
 	runtime  *os.Process
+	sock     os.FileInfo // the socket as it was made: watch compares
 
-	// mu guards client, hello, clients and lastID. A client is published
-	// (and the hello decided for it) under mu, while its write lock is
-	// held, so that its status and hello precede every guest frame.
-	mu      sync.Mutex
-	client  *client
-	hello   []byte // the guest's greeting as replayed, nil until it came
-	clients int
-	lastID  uint32
+	// mu guards client, hello, clients, lastID, deadline and ended. A
+	// client is published (and the hello decided for it) under mu, while
+	// its write lock is held, so that its status and hello precede every
+	// guest frame.
+	mu       sync.Mutex
+	client   *client
+	hello    []byte // the guest's greeting as replayed, nil until it came
+	clients  int
+	lastID   uint32
+	deadline time.Time // zero: none
+	ended    string    // why end ended the sandbox; "" while it has not
 
 	// stdinMu serialises the frames into the guest's input and guards
 	// accepted and stdinClosed.
@@ -247,7 +278,8 @@ func (s *shim) attach(c *client) {
 	s.mu.Lock()
 	old := s.client
 	s.client = c
-	st := Status{ID: s.id, PID: os.Getpid(), LastID: s.lastID, Greeted: s.hello != nil, Restored: s.restored, Clients: s.clients}
+	st := Status{ID: s.id, PID: os.Getpid(), LastID: s.lastID, Greeted: s.hello != nil, Restored: s.restored, Clients: s.clients,
+		Deadline: s.deadline}
 	hello := s.hello
 	s.clients++
 	s.mu.Unlock()
@@ -303,6 +335,11 @@ func (s *shim) serveClient(c *client) {
 		case f.control == FrameKill:
 			s.log.Info("killing the runtime, as the client asks")
 			_ = s.runtime.Kill()
+		case f.control == FrameDeadline:
+			s.mu.Lock()
+			s.deadline = f.deadline.At
+			s.mu.Unlock()
+			s.log.Info("deadline moved, as the client asks", "deadline", f.deadline.At)
 		case f.accept != 0:
 			accepted = true
 			if !s.toGuest(c, f.id, func(first bool) []byte { return acceptFrame(f.accept, first) }) {
@@ -351,6 +388,98 @@ func (s *shim) closeStdin() {
 		s.stdin.Close()
 		s.log.Info("closed the guest's stdin, as the client asks")
 	}
+}
+
+// watch ends the sandbox (end) once its deadline has passed, or once no
+// client is attached and none could attach any more: the socket at the
+// directory's path is not the one the shim serves (the directory, or the
+// state directory above it, was deleted, moved or made again), so that no
+// restarted daemon could ever reach the sandbox. A client attached still
+// reaches it: its creator runs, and ends it. watch returns when exited is
+// closed.
+func (s *shim) watch(exited <-chan struct{}) {
+	t := time.NewTicker(watchEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-exited:
+			return
+		case <-t.C:
+		}
+		s.mu.Lock()
+		deadline, attached := s.deadline, s.client != nil
+		s.mu.Unlock()
+		switch {
+		case !deadline.IsZero() && !time.Now().Before(deadline):
+			s.end(EndedDeadline, exited)
+			return
+		case !attached && !s.reachable():
+			s.end(EndedUnreachable, exited)
+			return
+		}
+	}
+}
+
+// reachable reports whether a client dialing the shim's directory would
+// reach this shim: the socket there is the one it listens on.
+func (s *shim) reachable() bool {
+	fi, err := os.Lstat(filepath.Join(s.dir, SocketFile))
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return true // not known to be gone
+	}
+	return err == nil && os.SameFile(fi, s.sock)
+}
+
+// end ends the sandbox by itself, for why (Exit.Ended), as the driver's
+// Destroy would: it closes the guest's input (the guest kills every
+// process of the sandbox and exits, and the runtime with it); a runtime
+// still running endGrace later is made to kill the sandbox's processes
+// (Meta.KillArgv), and one running endGrace after that is killed. The
+// runtime's state goes once it has exited (Serve). It returns once the
+// runtime has exited or was killed.
+func (s *shim) end(why string, exited <-chan struct{}) {
+	s.mu.Lock()
+	s.ended = why
+	deadline := s.deadline
+	s.mu.Unlock()
+	s.log.Warn("ending the sandbox by itself", "why", why, "deadline", deadline)
+	s.drop(nil)
+	s.closeStdin()
+	gone := func() bool {
+		select {
+		case <-exited:
+			return true
+		case <-time.After(endGrace):
+			return false
+		}
+	}
+	if gone() {
+		return
+	}
+	s.runRuntime("kill", s.meta.KillArgv)
+	if gone() {
+		return
+	}
+	s.log.Warn("the runtime outlived the end of its sandbox: killing it")
+	_ = s.runtime.Kill()
+}
+
+// runRuntime runs one of the runtime's commands of the record (Meta.KillArgv,
+// Meta.DeleteArgv), named what in the log, bounded by runtimeCmdTimeout;
+// nil runs nothing.
+func (s *shim) runRuntime(what string, argv []string) {
+	if len(argv) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), runtimeCmdTimeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
+	cmd.Env = s.meta.Env
+	if cmd.Env == nil {
+		cmd.Env = []string{}
+	}
+	out, err := cmd.CombinedOutput()
+	s.log.Info("ran the runtime's "+what, "argv", argv, "err", err, "output", string(out[:min(len(out), 1<<10)]))
 }
 
 // relayGuest reads the guest's frames until its stream ends and passes

@@ -18,6 +18,12 @@
 // on (Controls). When the runtime exits, the shim records how (exit.json)
 // and exits too.
 //
+// A sandbox does not outlive its purpose when its creator never comes
+// back: the shim ends it by itself (see Serve) at its deadline
+// (Meta.Deadline, moved by Conn.EndAt), and when no client is attached
+// and none could attach any more, its directory or socket gone from its
+// path (the state directory deleted or moved).
+//
 // A shim's directory, root-only (0700), holds:
 //
 //	meta.json  what the creator wrote before starting the shim (Meta), with a MAC
@@ -98,6 +104,19 @@ type Meta struct {
 	// v2 header. LastID is then the highest id used before the checkpoint.
 	Hello  *guest.Hello `json:"hello,omitempty"`
 	LastID uint32       `json:"last_id,omitempty"`
+	// Deadline, when not zero, is when the shim ends the sandbox by
+	// itself, whether or not a client is attached: a sandbox whose
+	// creator stopped for good does not run on. A client moves it while
+	// the shim runs (Conn.EndAt). The zero Deadline never comes.
+	Deadline time.Time `json:"deadline,omitzero"`
+	// KillArgv, when set, is the runtime's command that kills every
+	// process of the sandbox (`runc kill ID KILL`), and DeleteArgv the one
+	// that removes the runtime's state of it (`runc delete --force ID`):
+	// what the shim runs, with Env, when it ends the sandbox by itself and
+	// the guest does not end at the close of its input, as the driver's
+	// Destroy would. Nil runs nothing (the runtime's process is killed).
+	KillArgv   []string `json:"kill_argv,omitempty"`
+	DeleteArgv []string `json:"delete_argv,omitempty"`
 	// MAC authenticates the rest (see WriteMeta).
 	MAC string `json:"mac"`
 }
@@ -107,7 +126,19 @@ type Exit struct {
 	ExitCode int       `json:"exit_code"` // -1 when a signal ended it
 	Signal   int       `json:"signal,omitempty"`
 	At       time.Time `json:"at"`
+	// Ended says why the shim ended the sandbox by itself (EndedDeadline,
+	// EndedUnreachable); empty when the runtime ended otherwise.
+	Ended string `json:"ended,omitempty"`
 }
+
+// Why a shim ended its sandbox by itself (Exit.Ended).
+const (
+	// EndedDeadline: its deadline passed (Meta.Deadline, Conn.EndAt).
+	EndedDeadline = "deadline"
+	// EndedUnreachable: no client was attached and none could attach, the
+	// shim's socket gone from its directory's path.
+	EndedUnreachable = "unreachable"
+)
 
 // Status is what a shim says to each client before anything else, in a
 // FrameStatus.
@@ -125,6 +156,9 @@ type Status struct {
 	Restored bool `json:"restored,omitempty"`
 	// Clients counts the clients attached before this one.
 	Clients int `json:"clients"`
+	// Deadline is when the shim ends the sandbox by itself (Meta.Deadline,
+	// or the last Conn.EndAt); zero for never.
+	Deadline time.Time `json:"deadline,omitzero"`
 }
 
 // The frame types of the shim itself, in the v2 header with id 0. None is a
@@ -142,6 +176,9 @@ const (
 	// FrameKill (client -> shim) kills the runtime's process; the shim
 	// then records the exit and exits.
 	FrameKill guest.FrameType = 'k'
+	// FrameDeadline (client -> shim) moves the sandbox's deadline
+	// (Meta.Deadline): its payload is a Deadline.
+	FrameDeadline guest.FrameType = 'd'
 )
 
 // Controls are the frame types the shim answers itself.
@@ -149,6 +186,13 @@ var Controls = map[guest.FrameType]string{
 	FrameStatus:     "status",
 	FrameCloseStdin: "close the guest's input",
 	FrameKill:       "kill the runtime",
+	FrameDeadline:   "move the deadline",
+}
+
+// Deadline is a FrameDeadline's payload.
+type Deadline struct {
+	// At is the new deadline; zero for never.
+	At time.Time `json:"at,omitzero"`
 }
 
 // maxMeta bounds a meta.json; maxStatus a FrameStatus.
