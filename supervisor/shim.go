@@ -331,7 +331,7 @@ func (s *shim) serveClient(c *client) {
 		}
 		switch {
 		case f.control == FrameCloseStdin:
-			s.closeStdin()
+			s.closeStdin("as the client asks")
 		case f.control == FrameKill:
 			s.log.Info("killing the runtime, as the client asks")
 			_ = s.runtime.Kill()
@@ -379,14 +379,14 @@ func (s *shim) toGuest(c *client, id uint32, frame func(first bool) []byte) bool
 	return true
 }
 
-// closeStdin closes the guest's input, once.
-func (s *shim) closeStdin() {
+// closeStdin closes the guest's input, once; why is logged.
+func (s *shim) closeStdin(why string) {
 	s.stdinMu.Lock()
 	defer s.stdinMu.Unlock()
 	if !s.stdinClosed {
 		s.stdinClosed = true
 		s.stdin.Close()
-		s.log.Info("closed the guest's stdin, as the client asks")
+		s.log.Info("closed the guest's stdin, " + why)
 	}
 }
 
@@ -444,7 +444,7 @@ func (s *shim) end(why string, exited <-chan struct{}) {
 	s.mu.Unlock()
 	s.log.Warn("ending the sandbox by itself", "why", why, "deadline", deadline)
 	s.drop(nil)
-	s.closeStdin()
+	s.closeStdin("to end the sandbox")
 	gone := func() bool {
 		select {
 		case <-exited:
