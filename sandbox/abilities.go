@@ -233,6 +233,16 @@ type Reattacher interface {
 	Reattach(ctx context.Context, match map[string]string) ([]Sandbox, error)
 }
 
+// Deadliner is implemented by the detached sandboxes of a Reattacher:
+// each ends itself at its deadline (Spec.Deadline), as Destroy would end
+// it, when no process has destroyed it before.
+type Deadliner interface {
+	// SetDeadline moves the sandbox's deadline to t; the zero t never
+	// comes. It holds across a restart of the sandbox's creator and a
+	// Reattach. A sandbox that is not detached is ErrFailedPrecondition.
+	SetDeadline(ctx context.Context, t time.Time) error
+}
+
 // Snapshotter is implemented by drivers that can save a running sandbox
 // and start it again from what they saved (Capabilities.Snapshots).
 type Snapshotter interface {

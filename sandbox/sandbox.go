@@ -137,6 +137,12 @@ type Spec struct {
 	// built without a supervisor for it, refuses it (ErrInvalidArgument, as
 	// any field of a Spec the driver cannot serve).
 	Detached bool
+	// Deadline, for a detached sandbox, is when it ends itself, whether or
+	// not any process still serves it: a sandbox whose creator stopped
+	// for good does not run on (Deadliner moves it). The zero Deadline
+	// never comes; a sandbox that is not detached ends with its creator
+	// and ignores it.
+	Deadline time.Time
 	// Workspace is the size in bytes of the sandbox's /workspace, a tmpfs
 	// of its own (nosuid, nodev, writable by the sandbox user) that lives
 	// as long as the sandbox: a session's files. Zero means no /workspace,

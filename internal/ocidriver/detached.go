@@ -28,6 +28,47 @@ import (
 type shimState struct {
 	binary string           // the runtime, as the shim runs it
 	conn   *supervisor.Conn // nil until connected
+	// deadline is the sandbox's when it starts (sandbox.Spec.Deadline);
+	// SetDeadline moves it in the shim and its record.
+	deadline time.Time
+}
+
+var _ sandbox.Deadliner = (*sbx)(nil)
+
+// endArgv gives m the runtime's commands that end the sandbox, which its
+// shim runs when it ends the sandbox by itself (supervisor.Meta.KillArgv,
+// DeleteArgv), as Destroy runs them.
+func (s *sbx) endArgv(m *supervisor.Meta, binary string) {
+	m.KillArgv = append([]string{binary}, s.d.runtimeArgs(s.network, "kill", s.id, "KILL")...)
+	m.DeleteArgv = append([]string{binary}, s.d.runtimeArgs(s.network, "delete", "--force", s.id)...)
+}
+
+// SetDeadline moves the deadline at which the sandbox's shim ends it by
+// itself (sandbox.Deadliner): in the shim, and in its record, which a
+// restarted daemon reads.
+func (s *sbx) SetDeadline(ctx context.Context, t time.Time) error {
+	if s.shim == nil || s.shim.conn == nil {
+		return fmt.Errorf("sandbox %s is not detached: it ends with its creator and has no deadline: %w", s.id, errdefs.ErrFailedPrecondition)
+	}
+	// The record is rewritten whole: Bind must not write it meanwhile.
+	s.bindMu.Lock()
+	defer s.bindMu.Unlock()
+	key, err := supervisor.LoadKey(s.d.shimRoot())
+	if err != nil {
+		return err
+	}
+	m, err := s.d.readShimMeta(s.id)
+	if err != nil {
+		return fmt.Errorf("moving the deadline of sandbox %s: %w", s.id, err)
+	}
+	m.Deadline = t.UTC()
+	if err := supervisor.WriteMeta(s.d.shimDir(s.id), key, m); err != nil {
+		return fmt.Errorf("moving the deadline of sandbox %s: %w", s.id, err)
+	}
+	if err := s.shim.conn.EndAt(t); err != nil {
+		return fmt.Errorf("moving the deadline of sandbox %s: %v: %w", s.id, err, errdefs.ErrUnavailable)
+	}
+	return nil
 }
 
 // shimRecord is the driver's own part of a shim's record.
@@ -73,7 +114,9 @@ func (s *sbx) startShim(ctx context.Context) error {
 		Argv:       append([]string{s.shim.binary}, d.runtimeArgs(s.network, d.runArgs(s.id)...)...),
 		Env:        runtimeEnv,
 		ChannelFDs: d.cfg.ChannelFDs,
+		Deadline:   s.shim.deadline,
 	}
+	s.endArgv(&m, s.shim.binary)
 	if err := s.writeMeta(key, m, s.labels, s.unbound, s.Guest.Limits); err != nil {
 		return err
 	}
@@ -232,7 +275,7 @@ func (d *Driver) reattach(ctx context.Context, id string, key []byte, match map[
 	}
 	s := d.newSbx(id, rec.Limits)
 	s.network, s.labels, s.unbound = rec.Network, m.Labels, m.Unbound
-	s.shim = &shimState{binary: m.Argv[0]}
+	s.shim = &shimState{binary: m.Argv[0], deadline: m.Deadline}
 	ctx, cancel := context.WithTimeout(ctx, reattachTimeout)
 	defer cancel()
 	defer func() {

@@ -459,7 +459,7 @@ func (d *Driver) create(ctx context.Context, spec sandbox.Spec, unbound bool) (_
 	sb := d.newSbx(id, limits)
 	sb.network, sb.labels, sb.unbound = spec.Network, maps.Clone(spec.Labels), unbound
 	if spec.Detached {
-		sb.shim = &shimState{binary: binary}
+		sb.shim = &shimState{binary: binary, deadline: spec.Deadline.UTC()}
 	}
 	defer func() {
 		if err != nil {

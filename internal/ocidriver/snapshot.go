@@ -349,6 +349,7 @@ func (d *Snapshotting) Restore(ctx context.Context, dir string, labels map[strin
 		Env:   runtimeEnv,
 		Hello: &hello, LastID: rec.LastID,
 	}
+	s.endArgv(&m, binary)
 	if err := s.writeMeta(key, m, all, rec.Unbound, rec.Limits); err != nil {
 		return nil, err
 	}
