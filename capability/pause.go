@@ -197,7 +197,8 @@ func (s *Service) resumeLocked(ctx context.Context, ss store.Session, by Princip
 	// refused (sandbox.ErrForeignCheckpoint), not resumed with the other
 	// session's variables and files.
 	labels := map[string]string{engine.LabelOwner: s.opts.Owner, engine.LabelSession: ss.ID, engine.LabelWorkspace: ss.WorkspaceID}
-	live, err := s.runner.ResumeSession(ctx, engine.SessionSpec{Driver: ss.Driver, Runtime: ss.Runtime, Tool: ss.Tool, Labels: labels}, dir)
+	live, err := s.runner.ResumeSession(ctx, engine.SessionSpec{Driver: ss.Driver, Runtime: ss.Runtime, Tool: ss.Tool, Labels: labels,
+		Deadline: sandboxDeadline(ss.ExpiresAt)}, dir)
 	if err != nil {
 		// Only a checkpoint refused (not proven the daemon's: invalid;
 		// saved for another session), gone, or restored without its

@@ -279,6 +279,7 @@ func (s *Service) CreateSession(ctx context.Context, p Principal, req CreateSess
 	d := policy.Decide(pol, policy.Request{Capability: contract.CodeExecute, Runtime: req.Runtime, Network: network}, s.runner.Ceiling().Timeout)
 	now := s.opts.Now()
 	id := NewSessionID()
+	spec.Deadline = sandboxDeadline(now.Add(ttl))
 	in := OpenSession{
 		Admit: Admit{By: p, Policy: d, Network: network, Tool: tool.Name, ToolEgress: !tool.Egress.None(), EgressAvailable: s.runner.EgressAvailable(), At: now,
 			Asked: audit.Invocation{Capability: contract.CodeExecute.Name, Runtime: req.Runtime, Network: policy.NetworkWord(network)}},
@@ -347,6 +348,17 @@ func (s *Service) CreateSession(ctx context.Context, p Principal, req CreateSess
 	s.sessionObserver().SessionsLive(1)
 	return &Created{Session: ss}, nil
 }
+
+// SandboxGrace is how long after a session's hard end (its TTL) its
+// sandbox ends itself (engine.SessionSpec.Deadline) when no daemon has
+// ended the session: a daemon that runs ends it at its TTL, audited
+// (sweepSessions), well within the grace; the sandbox's own end is for a
+// daemon stopped for good, whose sandboxes would otherwise run on.
+const SandboxGrace = 10 * time.Second
+
+// sandboxDeadline is the deadline of the sandbox of a session that ends at
+// expires.
+func sandboxDeadline(expires time.Time) time.Time { return expires.Add(SandboxGrace) }
 
 // maxSessions is the bound of the live sessions of a workspace under pol.
 func (s *Service) maxSessions(pol store.Policy) int {
@@ -904,7 +916,7 @@ func (s *Service) adoptSessions(ctx context.Context) error {
 	}
 	lives, err := s.runner.ReattachSessions(ctx, map[string]string{engine.LabelOwner: s.opts.Owner}, func(id string) (engine.SessionSpec, bool) {
 		ss, ok := bySandbox[id]
-		return engine.SessionSpec{Runtime: ss.Runtime, Tool: ss.Tool}, ok
+		return engine.SessionSpec{Runtime: ss.Runtime, Tool: ss.Tool, Deadline: sandboxDeadline(ss.ExpiresAt)}, ok
 	})
 	if err != nil {
 		s.log.Warn("re-attaching session sandboxes", "err", err)

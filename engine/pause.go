@@ -102,6 +102,9 @@ func (e *Engine) ResumeSession(ctx context.Context, spec SessionSpec, dir string
 			release()
 		}
 	}()
+	if err := setDeadline(ctx, sb, spec.Deadline); err != nil {
+		return nil, err
+	}
 	s, err := e.liveOf(sb, spec.Driver, spec.Runtime)
 	if err != nil {
 		return nil, err

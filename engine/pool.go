@@ -617,6 +617,9 @@ func (e *Engine) acquireSession(ctx context.Context, spec SessionSpec, tool tool
 		// restarted in it is a cold kernel.
 		p.handOver(w)
 		ks, err := e.kernelSpec(rt)
+		if err == nil {
+			err = setDeadline(ctx, w.sb, spec.Deadline)
+		}
 		var s *LiveSession
 		if err == nil {
 			s, err = newLiveSession(w.sb, p.drv.Name(), rt, limits, ks)

@@ -71,6 +71,11 @@ type SessionSpec struct {
 	// Kernel replaces the runtime's kernel (kernelSpec). It exists only so
 	// that tests can run kernels that misbehave; the API cannot set it.
 	Kernel []string
+	// Deadline is when the session's sandbox ends itself if no daemon has
+	// ended it before (sandbox.Spec.Deadline, where the driver's sandbox
+	// can: sandbox.Deadliner): the caller passes the session's hard end.
+	// Zero: never.
+	Deadline time.Time
 }
 
 // LiveSession is a session's sandbox and its kernel. Its methods are safe
@@ -146,7 +151,7 @@ func (e *Engine) OpenSession(ctx context.Context, spec SessionSpec) (_ *LiveSess
 		return nil, err
 	}
 	limits := sspec.Limits
-	sspec.Labels, sspec.Detached, sspec.Workspace = spec.Labels, true, spec.Workspace
+	sspec.Labels, sspec.Detached, sspec.Workspace, sspec.Deadline = spec.Labels, true, spec.Workspace, spec.Deadline
 	release, err := e.mem.reserve(limits.Memory)
 	if err != nil {
 		return nil, err
@@ -235,6 +240,11 @@ func (e *Engine) adopt(ctx context.Context, sb sandbox.Sandbox, driver string, s
 	if err != nil {
 		return nil, err
 	}
+	// A sandbox made before sandboxes had deadlines gets its session's; one
+	// that cannot take it is served still, as it was before.
+	if err := setDeadline(ctx, sb, spec.Deadline); err != nil {
+		e.log.Warn("moving a re-attached session sandbox's deadline", "driver", driver, "sandbox", sb.ID(), "err", err)
+	}
 	found, err := s.takeKernel(ctx)
 	if err == nil && !found {
 		err = s.startKernel(ctx)
@@ -244,6 +254,16 @@ func (e *Engine) adopt(ctx context.Context, sb sandbox.Sandbox, driver string, s
 	}
 	s.mem = e.mem.hold(e.sessionMemory(spec))
 	return s, nil
+}
+
+// setDeadline moves the deadline of session sandbox sb to t, where its
+// driver's sandboxes have one (sandbox.Deadliner); the zero t leaves it.
+func setDeadline(ctx context.Context, sb sandbox.Sandbox, t time.Time) error {
+	d, ok := sb.(sandbox.Deadliner)
+	if !ok || t.IsZero() {
+		return nil
+	}
+	return d.SetDeadline(ctx, t)
 }
 
 // sessionMemory is the memory limit a session counts in the budget when
