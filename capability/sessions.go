@@ -942,6 +942,36 @@ func (s *Service) adoptSessions(ctx context.Context) error {
 	return s.sweepCheckpoints(ctx)
 }
 
+// EndSessions ends every session of the daemon, active or paused, as the
+// system (reason interrupted), for a daemon stopped for good (`stockade
+// serve --shutdown=end`): each as a session ends when deleted, audited,
+// its sandbox destroyed and its running cell ended by that, its waiting
+// cell cancelled and its checkpoint removed. It returns how many it
+// ended; a session that ended meanwhile is not counted. The caller calls
+// it before Close, with no requests coming in any more.
+func (s *Service) EndSessions(ctx context.Context) (int, error) {
+	active, err := s.st.ListActiveSessions(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("listing the sessions to end: %w", err)
+	}
+	paused, err := s.st.ListPausedSessions(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("listing the sessions to end: %w", err)
+	}
+	n := 0
+	var errs []error
+	for _, ss := range append(active, paused...) {
+		_, err := s.endSession(ctx, ss, Principal{}, store.EndInterrupted)
+		switch {
+		case err == nil:
+			n++
+		case !errdefs.IsFailedPrecondition(err):
+			errs = append(errs, fmt.Errorf("ending session %s: %w", ss.ID, err))
+		}
+	}
+	return n, errors.Join(errs...)
+}
+
 // sweepSessions ends the sessions past their hard lifetime (ttl), paused
 // or not, and those no cell ran in for their idle timeout (idle_timeout;
 // a session whose cell runs is not idle, a paused one neither). With

@@ -202,7 +202,20 @@ type Sessions struct {
 	// CreditsPerSessionHour would charge a session's time besides its
 	// cells; only 0 (free) is supported.
 	CreditsPerSessionHour int64 `yaml:"credits_per_session_hour"`
+	// OnShutdown is what the daemon does with its sessions when it stops
+	// on SIGTERM or SIGINT: OnShutdownKeep (the default) leaves their
+	// sandboxes running for the next start to serve again, each ending by
+	// itself shortly after its ttl if no daemon comes back;
+	// OnShutdownEnd ends them all first, audited, as deleting each would.
+	// SIGUSR2 stops the daemon as OnShutdownEnd does, whatever this says.
+	OnShutdown string `yaml:"on_shutdown"`
 }
+
+// The values of Sessions.OnShutdown.
+const (
+	OnShutdownKeep = "keep"
+	OnShutdownEnd  = "end"
+)
 
 // ByteSize is a size in bytes, written in the file and on the command
 // line as sandbox.ParseSize reads it (256MiB, 1g).
@@ -466,7 +479,7 @@ func Default() Config {
 			Outbox:     Outbox{MaxRows: analytics.DefaultMaxRows, MaxAge: analytics.DefaultMaxAge},
 		},
 		Sessions: Sessions{IdleTimeout: 10 * time.Minute, MaxIdleTimeout: time.Hour, TTL: time.Hour, MaxTTL: 24 * time.Hour,
-			MaxPerWorkspace: 4, WorkspaceSize: 256 << 20, MaxWorkspaceSize: 1 << 30, MaxFileSize: 64 << 20},
+			MaxPerWorkspace: 4, WorkspaceSize: 256 << 20, MaxWorkspaceSize: 1 << 30, MaxFileSize: 64 << 20, OnShutdown: OnShutdownKeep},
 	}
 }
 
@@ -700,6 +713,8 @@ func (c Config) Validate() error {
 		return bad("sessions.pause_after_idle %s must not be negative", sandbox.FormatDuration(ss.PauseAfterIdle))
 	case ss.CreditsPerSessionHour != 0:
 		return bad("sessions.credits_per_session_hour: only 0 is supported: a session's cells are charged, its time is not")
+	case ss.OnShutdown != OnShutdownKeep && ss.OnShutdown != OnShutdownEnd:
+		return bad("sessions.on_shutdown %q: want %s or %s", ss.OnShutdown, OnShutdownKeep, OnShutdownEnd)
 	}
 	// The sink checks the URL and the names; building one contacts nothing.
 	if c.Analytics.Enabled() {

@@ -14,8 +14,10 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"os/signal"
 	"path/filepath"
 	"slices"
+	"syscall"
 	"time"
 
 	"github.com/stockade-sh/stockade/analytics"
@@ -40,7 +42,16 @@ func init() {
 
 const serveSynopsis = `usage: stockade serve [--config FILE] [--listen 127.0.0.1:8700] [--db URL] [--egress=false]
 
-Runs the daemon: the HTTP API on --listen, over the database --db.`
+Runs the daemon: the HTTP API on --listen, over the database --db.
+
+Stopping it: SIGTERM or SIGINT stops the daemon and, with
+--sessions-on-shutdown=keep (the default), keeps its sessions' sandboxes
+running, for the next start on the same state directory and database to
+serve them again; a session no daemon serves any more ends by itself
+shortly after its ttl. With --sessions-on-shutdown=end, or on SIGUSR2
+whatever that says, the daemon ends every session first (reason
+interrupted, audited; a running cell is killed), for a daemon stopped
+for good.`
 
 func serveCmd(ctx context.Context, args []string) int {
 	fs, cfg, load := serveFlags()
@@ -179,15 +190,33 @@ func serve(ctx context.Context, listen, db string, cfg config.Config) error {
 		IdleTimeout: cfg.IdleTimeout, ReadHeaderTimeout: cfg.HeaderTimeout,
 		BaseContext: func(net.Listener) context.Context { return reqCtx },
 	}
+	// SIGUSR2 stops the daemon for good: its sessions end first.
+	forGood := make(chan os.Signal, 1)
+	signal.Notify(forGood, syscall.SIGUSR2)
+	defer signal.Stop(forGood)
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(api.LimitListener(ln, cfg.MaxConnections, metrics)) }()
 	log.Info("stockade serving", "listen", ln.Addr().String(), "db", redact(db), "default_driver", eng.DefaultDriver())
+	endSessions := cfg.Sessions.OnShutdown == config.OnShutdownEnd
 	select {
 	case err := <-errc:
 		return err
 	case <-ctx.Done():
+	case <-forGood:
+		endSessions = true
 	}
-	log.Info("shutting down")
+	sessions := config.OnShutdownKeep
+	if endSessions {
+		sessions = config.OnShutdownEnd
+	}
+	log.Info("shutting down", "sessions", sessions)
+	// Deferred, the sessions end once the API has stopped taking requests
+	// (below) and before the service closes (deferred before).
+	defer func() {
+		if endSessions {
+			endAllSessions(ctx, svc, log)
+		}
+	}()
 	endRequests()
 	shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()
@@ -200,6 +229,24 @@ func serve(ctx context.Context, listen, db string, cfg config.Config) error {
 		_ = srv.Close()
 	}
 	return nil
+}
+
+// endSessionsTimeout bounds the ending of a stopping daemon's sessions; a
+// session it has not ended by then ends by itself after its ttl.
+const endSessionsTimeout = 2 * time.Minute
+
+// endAllSessions ends every session of svc, for a daemon stopped for good
+// (sessions.on_shutdown: end, or SIGUSR2), once no request comes in any
+// more and before the service closes.
+func endAllSessions(ctx context.Context, svc *capability.Service, log *slog.Logger) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), endSessionsTimeout)
+	defer cancel()
+	n, err := svc.EndSessions(ctx)
+	if err != nil {
+		log.Error("ending the sessions at shutdown; those left end by themselves after their ttl", "ended", n, "err", err)
+		return
+	}
+	log.Info("ended the sessions at shutdown", "ended", n)
 }
 
 // analyticsFlags registers the serve flags of a, over its values.
@@ -348,6 +395,7 @@ func sessionFlags(fs *flag.FlagSet, s *config.Sessions) {
 	fs.Var(&s.WorkspaceSize, "sessions-workspace-size", "size of a session's /workspace tmpfs, e.g. 256MiB")
 	fs.Var(&s.MaxWorkspaceSize, "sessions-max-workspace-size", "ceiling of sessions.workspace_size")
 	fs.Var(&s.MaxFileSize, "sessions-max-file-size", "largest file moved into or out of a session, e.g. 64MiB")
+	fs.StringVar(&s.OnShutdown, "sessions-on-shutdown", s.OnShutdown, "keep: a stopped daemon leaves its sessions running for the next start (each ends by itself after its ttl); end: it ends them first (SIGUSR2 ends them whatever this says)")
 	durationFlag(fs, &s.PauseAfterIdle, "sessions-pause-after-idle", s.PauseAfterIdle, "pause a session no cell ran in for so long instead of ending it (gvisor; 0: off)")
 	fs.StringVar(&s.CheckpointDir, "sessions-checkpoint-dir", s.CheckpointDir, "directory of paused sessions' checkpoints (default DATA_DIR/checkpoints)")
 	fs.Int64Var(&s.CreditsPerSessionHour, "sessions-credits-per-session-hour", s.CreditsPerSessionHour, "credits charged per hour of a session besides its cells (only 0 is supported)")
