@@ -1,0 +1,264 @@
+package api_test
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stockade-sh/stockade/api"
+	"github.com/stockade-sh/stockade/capability"
+	"github.com/stockade-sh/stockade/internal/storeopen"
+	"github.com/stockade-sh/stockade/internal/testenv"
+	"github.com/stockade-sh/stockade/store"
+	"github.com/stockade-sh/stockade/supervisor"
+)
+
+// The tests of a daemon that stops and never comes back: its sessions'
+// sandboxes must not run on without it.
+
+// sandboxRuntime is what the host holds of one sandbox of a daemon's
+// driver, under the daemon's state directory.
+type sandboxRuntime struct {
+	state, driver, id string
+}
+
+// shimDir is the sandbox's shim's directory.
+func (r sandboxRuntime) shimDir() string { return filepath.Join(r.state, r.driver, "shims", r.id) }
+
+// live says what of the sandbox runs or is kept by its runtime: its shim,
+// and the runtime's state of its container (runc's directory, runsc's
+// files); nothing when it is gone.
+func (r sandboxRuntime) live(t *testing.T) []string {
+	t.Helper()
+	var out []string
+	if pid, ok := supervisor.Running(r.shimDir()); ok {
+		out = append(out, "shim pid "+strconv.Itoa(pid))
+	}
+	for _, pattern := range []string{r.id, r.id + "_sandbox:*", "runsc-" + r.id + ".sock"} {
+		m, err := filepath.Glob(filepath.Join(r.state, r.driver, "state", pattern))
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, m...)
+	}
+	return out
+}
+
+// signal sends sig to the daemon and waits, at most 60 s, for it to exit,
+// which it must do with status 0.
+func (d *daemon) signal(sig syscall.Signal) {
+	d.t.Helper()
+	_ = d.cmd.Process.Signal(sig)
+	select {
+	case <-d.done:
+		if code := d.cmd.ProcessState.ExitCode(); code != 0 {
+			d.t.Errorf("stockade serve exited with %d after %v", code, sig)
+		}
+	case <-time.After(60 * time.Second):
+		d.t.Errorf("stockade serve did not stop within 60 s of %v", sig)
+		d.kill()
+	}
+}
+
+// openSession opens a session of key's workspace on d with a TTL of ttl,
+// runs a cell in it and returns it.
+func openSession(t *testing.T, d *daemon, key string, ttl time.Duration) api.SessionView {
+	t.Helper()
+	var ss api.SessionView
+	do(t, d.url, "POST", "/v1/sessions", key, capability.CreateSessionRequest{Runtime: "python", TTLMS: ttl.Milliseconds()}).
+		want(t, http.StatusCreated).decode(t, &ss)
+	var c struct {
+		Status string `json:"status"`
+	}
+	do(t, d.url, "POST", "/v1/sessions/"+ss.ID+"/exec", key, capability.CellRequest{Code: "x = 41\nx + 1"}).want(t, http.StatusOK).decode(t, &c)
+	if c.Status != "succeeded" {
+		t.Fatalf("the first cell: got %q, want succeeded", c.Status)
+	}
+	return ss
+}
+
+// sandboxOf returns session ss's sandbox, read from the daemon's
+// database (the API does not show sandbox ids).
+func sandboxOf(t *testing.T, db, state string, ss api.SessionView) sandboxRuntime {
+	t.Helper()
+	st, err := storeopen.Open(t.Context(), db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	got, err := st.GetSession(t.Context(), workspaceOf(t, st), ss.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sandboxRuntime{state: state, driver: got.Driver, id: got.SandboxID}
+}
+
+// workspaceOf is the id of workspace "crash" (setUpDaemon's).
+func workspaceOf(t *testing.T, st store.Store) string {
+	t.Helper()
+	wss, err := st.ListWorkspaces(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ws := range wss {
+		if ws.Name == "crash" {
+			return ws.ID
+		}
+	}
+	t.Fatal("no workspace crash")
+	return ""
+}
+
+// TestStoppedDaemonsSandboxEndsAtTTL stops a daemon that holds a live
+// session, the default way (SIGTERM keeps sessions for the next start),
+// and never starts it again: the session's sandbox, kept running after
+// the stop, is gone once the session's TTL has passed (and the grace in
+// which a daemon that runs would have ended it), on runc and on gVisor.
+func TestStoppedDaemonsSandboxEndsAtTTL(t *testing.T) {
+	requireSandboxes(t)
+	bin := testenv.Build(t, "./cmd/stockade")
+	for _, driver := range []string{"runc", "gvisor"} {
+		t.Run(driver, func(t *testing.T) {
+			if driver == "gvisor" {
+				testenv.RequiresBinary(t, "runsc")
+			}
+			dir := t.TempDir()
+			state, db := filepath.Join(dir, "state"), "sqlite:"+filepath.Join(dir, "stockade.db")
+			key, args := setUpDaemon(t, bin, dir, db, state)
+			cfg := filepath.Join(dir, driver+".yaml")
+			if err := os.WriteFile(cfg, []byte("driver: "+driver+"\npools: []\ndocker_host: unix://"+filepath.Join(dir, "no-docker.sock")+"\n"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			d := startDaemon(t, bin, append(slices.Clone(args), "--config", cfg, "--driver", driver)...)
+			const ttl = 5 * time.Second
+			ss := openSession(t, d, key, ttl)
+			if ss.Driver != driver {
+				t.Fatalf("the session runs on %q, want %q", ss.Driver, driver)
+			}
+			d.signal(syscall.SIGTERM)
+			sb := sandboxOf(t, db, state, ss)
+			t.Cleanup(func() {
+				// Whatever is left is ended, as a daemon would at its start.
+				_ = supervisor.KillShim(context.Background(), sb.shimDir())
+			})
+			// The stop keeps the sandbox, as a restart needs it.
+			if live := sb.live(t); len(live) < 2 && time.Now().Before(ss.ExpiresAt) {
+				t.Fatalf("after the stop, before the TTL: got %v, want the shim and the runtime's state", live)
+			}
+			end := ss.ExpiresAt.Add(capability.SandboxGrace)
+			for bound := end.Add(60 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+				live := sb.live(t)
+				if len(live) == 0 {
+					break
+				}
+				if time.Now().After(bound) {
+					t.Fatalf("60 s after the session's TTL and grace (%v): still %v; the shim's log:\n%s", end, live, supervisor.Log(sb.shimDir()))
+				}
+			}
+			x, ok := supervisor.ReadExit(sb.shimDir())
+			if !ok || x.Ended != supervisor.EndedDeadline || x.At.Before(end) {
+				t.Errorf("the shim's exit: got %+v (recorded %v), want ended %q after %v", x, ok, supervisor.EndedDeadline, end)
+			}
+		})
+	}
+}
+
+// TestServeEndsSessionsForGood stops a daemon for good, by SIGTERM with
+// --sessions-on-shutdown=end and by SIGUSR2, while a cell of its session
+// runs: before it exits, the session ends (interrupted, audited as the
+// system's), its cell ends, and its sandbox is gone.
+func TestServeEndsSessionsForGood(t *testing.T) {
+	requireSandboxes(t)
+	bin := testenv.Build(t, "./cmd/stockade")
+	for _, tt := range []struct {
+		name  string
+		flags []string
+		sig   syscall.Signal
+	}{
+		{"SIGTERM with on_shutdown end", []string{"--sessions-on-shutdown=end"}, syscall.SIGTERM},
+		{"SIGUSR2", nil, syscall.SIGUSR2},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			dir := t.TempDir()
+			state, db := filepath.Join(dir, "state"), "sqlite:"+filepath.Join(dir, "stockade.db")
+			key, args := setUpDaemon(t, bin, dir, db, state)
+			d := startDaemon(t, bin, append(args, tt.flags...)...)
+			ss := openSession(t, d, key, time.Hour)
+			sb := sandboxOf(t, db, state, ss)
+			s := postStreamTo(t, d.url, "/v1/sessions/"+ss.ID+"/exec", key,
+				capability.CellRequest{Code: "import time\nprint('running', flush=True)\ntime.sleep(120)\n"})
+			var cellID string
+			for ev := s.next(60 * time.Second); ; ev = s.next(60 * time.Second) {
+				if ev.name == "started" {
+					var st struct {
+						ExecutionID string `json:"execution_id"`
+					}
+					if err := json.Unmarshal([]byte(ev.data), &st); err != nil {
+						t.Fatalf("started event %s: %v", ev.data, err)
+					}
+					cellID = st.ExecutionID
+				}
+				if ev.name == "stdout" && strings.Contains(ev.data, "running") {
+					break
+				}
+				if ev.name == "" || ev.name == "result" || ev.name == "error" {
+					t.Fatalf("the cell's stream: got %q %s before its output", ev.name, ev.data)
+				}
+			}
+			if cellID == "" {
+				t.Fatal("the cell's stream named no execution")
+			}
+			if live := sb.live(t); len(live) < 2 {
+				t.Fatalf("while the cell runs: got %v, want the shim and the runtime's state", live)
+			}
+			d.signal(tt.sig)
+			if !strings.Contains(d.log(), `msg="ended the sessions at shutdown" ended=1`) {
+				t.Errorf("the daemon's log says nothing of ending one session:\n%s", d.log())
+			}
+			// Nothing of the sandbox is left once the daemon has exited.
+			if live := sb.live(t); len(live) > 0 {
+				t.Errorf("after the daemon exited: still %v", live)
+			}
+			if left := dirEntries(t, filepath.Join(state, "runc", "bundles")); len(left) > 0 {
+				t.Errorf("bundles left: %v", left)
+			}
+
+			st, err := storeopen.Open(t.Context(), db)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer st.Close()
+			ws := workspaceOf(t, st)
+			got, err := st.GetSession(t.Context(), ws, ss.ID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got.State != store.SessionEnded || got.EndReason != store.EndInterrupted {
+				t.Errorf("the session: got %s (%s), want ended interrupted", got.State, got.EndReason)
+			}
+			cell, err := st.GetExecution(t.Context(), ws, cellID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !cell.Status.Terminal() {
+				t.Errorf("the running cell: got status %s, want it ended", cell.Status)
+			}
+			t.Logf("the cell running at the shutdown ended %s", cell.Status)
+			evs, err := st.ListEvents(t.Context(), ws, store.EventFilter{Types: []string{"session.ended"}, PageRequest: store.PageRequest{Limit: 10}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(evs.Items) != 1 || evs.Items[0].Actor != "system" || !strings.Contains(string(evs.Items[0].Data), `"end_reason":"interrupted"`) {
+				t.Errorf("session.ended events: got %+v, want one by the system, interrupted", evs.Items)
+			}
+		})
+	}
+}
