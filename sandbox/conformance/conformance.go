@@ -108,6 +108,7 @@ func Run(t *testing.T, h Harness) {
 		{"Kernels", (*suite).kernels},
 		{"Files", (*suite).files},
 		{"Reattach", (*suite).reattach},
+		{"Deadline", (*suite).deadline},
 		{"Bind", (*suite).bind},
 		{"Snapshot", (*suite).snapshot},
 		{"Credentials", (*suite).credentials},

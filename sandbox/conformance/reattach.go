@@ -104,3 +104,79 @@ func (s *suite) detached(t *testing.T, ctx context.Context, labels map[string]st
 	})
 	return b
 }
+
+// deadline checks that a detached sandbox ends by itself at its deadline
+// (sandbox.Spec.Deadline, moved by sandbox.Deadliner) while its creator
+// does nothing: a program that runs in it then ends, and it starts no
+// other. A deadline moved later keeps it. A driver without Reattach has
+// no detached sandboxes (see reattach).
+func (s *suite) deadline(t *testing.T) {
+	if !s.caps.Reattach {
+		t.Logf("driver %s keeps no sandbox beyond its creator: %s", s.h.Driver.Name(), s.caps.Lacks["Reattach"])
+		return
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
+	defer cancel()
+	create := func(deadline time.Time) (*box, sandbox.Deadliner) {
+		t.Helper()
+		sb, err := s.h.Driver.Create(ctx, sandbox.Spec{Image: s.h.Image, Detached: true, Deadline: deadline,
+			Labels: map[string]string{"stockade.test": "deadline"}})
+		if err != nil {
+			t.Fatalf("Create detached: %v", err)
+		}
+		b := &box{s: s, sb: sb}
+		t.Cleanup(func() { b.destroy(t) })
+		dl, ok := sb.(sandbox.Deadliner)
+		if !ok {
+			t.Fatalf("the detached sandbox of a driver with Reattach does not implement sandbox.Deadliner")
+		}
+		return b, dl
+	}
+	// A sandbox's deadline leaves room for its creation, under load.
+	kept, dl := create(time.Now().Add(time.Hour))
+	for _, d := range []time.Duration{2 * time.Second, time.Hour} {
+		if err := dl.SetDeadline(ctx, time.Now().Add(d)); err != nil {
+			t.Fatalf("SetDeadline: %v", err)
+		}
+	}
+	moved, dl := create(time.Now().Add(time.Hour))
+	movedTo := time.Now().Add(5 * time.Second)
+	if err := dl.SetDeadline(ctx, movedTo); err != nil {
+		t.Fatalf("SetDeadline: %v", err)
+	}
+	createdWith := time.Now().Add(10 * time.Second)
+	ends, _ := create(createdWith)
+	cases := []struct {
+		name     string
+		b        *box
+		deadline time.Time
+		ex       sandbox.Exec
+	}{{name: "moved to a deadline", b: moved, deadline: movedTo}, {name: "created with a deadline", b: ends, deadline: createdWith}}
+	for i, c := range cases {
+		ex, err := c.b.sb.Start(ctx, sh("sleep 600"))
+		if err != nil {
+			t.Fatalf("%s: before the deadline: %v", c.name, err)
+		}
+		cases[i].ex = ex
+	}
+	for _, c := range cases {
+		wctx, wcancel := context.WithTimeout(ctx, time.Until(c.deadline)+time.Minute)
+		res, err := c.ex.Wait(wctx)
+		late := wctx.Err() != nil
+		wcancel()
+		switch {
+		case late:
+			t.Fatalf("%s: a program in the sandbox still runs a minute past its deadline", c.name)
+		case time.Now().Before(c.deadline):
+			t.Errorf("%s: the program ended before the deadline (%+v, %v)", c.name, res, err)
+		case err == nil && res.Status != sandbox.StatusKilled:
+			t.Errorf("%s: the program ended %s, not by the end of its sandbox", c.name, res.Status)
+		}
+		if _, err := c.b.sb.Start(ctx, sh("true")); err == nil {
+			t.Errorf("%s: the sandbox started a program after its deadline", c.name)
+		}
+	}
+	if got := kept.sh(t, "echo kept"); got != "kept\n" {
+		t.Errorf("a sandbox whose deadline was moved later, past its first one: got %q", got)
+	}
+}
