@@ -445,8 +445,16 @@ func (p *pool) create(ctx context.Context) (*warm, error) {
 	if err != nil {
 		return nil, err
 	}
-	sb, err := p.binder.CreateUnbound(ctx, sandbox.Spec{Image: img, Limits: p.created, Labels: p.labels,
-		Detached: p.session, Workspace: p.workspace})
+	spec := sandbox.Spec{Image: img, Limits: p.created, Labels: p.labels, Detached: p.session, Workspace: p.workspace}
+	if p.session {
+		// A session pool's sandbox outlives the daemon (detached): one
+		// that a daemon killed left behind ends by itself a minute after
+		// the pool would have retired it; a session it is bound to moves
+		// its deadline to the session's (acquireSession), within that
+		// minute, as take never hands out one older than maxAge.
+		spec.Deadline = time.Now().Add(p.maxAge + time.Minute)
+	}
+	sb, err := p.binder.CreateUnbound(ctx, spec)
 	if err != nil {
 		return nil, fmt.Errorf("creating %s sandbox: %w", p.drv.Name(), err)
 	}
@@ -617,8 +625,9 @@ func (e *Engine) acquireSession(ctx context.Context, spec SessionSpec, tool tool
 		// restarted in it is a cold kernel.
 		p.handOver(w)
 		ks, err := e.kernelSpec(rt)
-		if err == nil {
-			err = setDeadline(ctx, w.sb, spec.Deadline)
+		if d, ok := w.sb.(sandbox.Deadliner); ok && err == nil {
+			// The pool's deadline goes, also for a session without one.
+			err = d.SetDeadline(ctx, spec.Deadline)
 		}
 		var s *LiveSession
 		if err == nil {
