@@ -86,7 +86,8 @@ const (
 	EndIdle SessionEndReason = "idle_timeout"
 	// EndTTL: its hard lifetime ran out.
 	EndTTL SessionEndReason = "ttl"
-	// EndInterrupted: a restarted daemon found no live sandbox for it.
+	// EndInterrupted: its daemon did not keep it: a restarted daemon found
+	// no live sandbox for it, or a daemon stopped for good ended it.
 	EndInterrupted SessionEndReason = "interrupted"
 	// EndFailed: its sandbox or kernel was lost and could not be started
 	// again.
