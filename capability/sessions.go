@@ -944,11 +944,12 @@ func (s *Service) adoptSessions(ctx context.Context) error {
 
 // EndSessions ends every session of the daemon, active or paused, as the
 // system (reason interrupted), for a daemon stopped for good (`stockade
-// serve --shutdown=end`): each as a session ends when deleted, audited,
-// its sandbox destroyed and its running cell ended by that, its waiting
-// cell cancelled and its checkpoint removed. It returns how many it
-// ended; a session that ended meanwhile is not counted. The caller calls
-// it before Close, with no requests coming in any more.
+// serve --sessions-on-shutdown=end`, or SIGUSR2): each as a session ends
+// when deleted, audited, its sandbox destroyed and its running cell ended
+// by that, its waiting cell cancelled and its checkpoint removed. It
+// returns how many it ended; a session that ended meanwhile is not
+// counted. The caller calls it before Close, with no requests coming in
+// any more.
 func (s *Service) EndSessions(ctx context.Context) (int, error) {
 	active, err := s.st.ListActiveSessions(ctx)
 	if err != nil {

@@ -203,7 +203,7 @@ type Sessions struct {
 	// cells; only 0 (free) is supported.
 	CreditsPerSessionHour int64 `yaml:"credits_per_session_hour"`
 	// OnShutdown is what the daemon does with its sessions when it stops
-	// on SIGTERM or SIGINT: OnShutdownKeep (the default) leaves their
+	// on SIGTERM, SIGINT or SIGHUP: OnShutdownKeep (the default) leaves their
 	// sandboxes running for the next start to serve again, each ending by
 	// itself shortly after its ttl if no daemon comes back;
 	// OnShutdownEnd ends them all first, audited, as deleting each would.

@@ -44,7 +44,7 @@ const serveSynopsis = `usage: stockade serve [--config FILE] [--listen 127.0.0.1
 
 Runs the daemon: the HTTP API on --listen, over the database --db.
 
-Stopping it: SIGTERM or SIGINT stops the daemon and, with
+Stopping it: SIGTERM, SIGINT or SIGHUP stops the daemon and, with
 --sessions-on-shutdown=keep (the default), keeps its sessions' sandboxes
 running, for the next start on the same state directory and database to
 serve them again; a session no daemon serves any more ends by itself
