@@ -187,7 +187,7 @@ func Serve(ctx context.Context, dir string, ready *os.File) error {
 	}()
 	go s.relayGuest(bufio.NewReaderSize(outR, 64<<10))
 	go s.accept(ln)
-	go s.watch(exited)
+	go s.watch(ctx, exited)
 	werr := cmd.Wait()
 	close(exited)
 	x := Exit{ExitCode: cmd.ProcessState.ExitCode(), At: time.Now().UTC()}
@@ -202,7 +202,7 @@ func Serve(ctx context.Context, dir string, ready *os.File) error {
 		// What the runtime keeps of a sandbox it was made to end (a
 		// killed runc's container) goes as the driver's Destroy removes
 		// it; one that ended by itself removed it already.
-		s.runRuntime("delete", s.meta.DeleteArgv)
+		s.runRuntime(ctx, "delete", s.meta.DeleteArgv)
 	}
 	b, _ := json.Marshal(x)
 	if err := os.WriteFile(filepath.Join(dir, ExitFile), b, 0o600); err != nil {
@@ -397,7 +397,7 @@ func (s *shim) closeStdin(why string) {
 // restarted daemon could ever reach the sandbox. A client attached still
 // reaches it: its creator runs, and ends it. watch returns when exited is
 // closed.
-func (s *shim) watch(exited <-chan struct{}) {
+func (s *shim) watch(ctx context.Context, exited <-chan struct{}) {
 	t := time.NewTicker(watchEvery)
 	defer t.Stop()
 	for {
@@ -411,10 +411,10 @@ func (s *shim) watch(exited <-chan struct{}) {
 		s.mu.Unlock()
 		switch {
 		case !deadline.IsZero() && !time.Now().Before(deadline):
-			s.end(EndedDeadline, exited)
+			s.end(ctx, EndedDeadline, exited)
 			return
 		case !attached && !s.reachable():
-			s.end(EndedUnreachable, exited)
+			s.end(ctx, EndedUnreachable, exited)
 			return
 		}
 	}
@@ -437,7 +437,7 @@ func (s *shim) reachable() bool {
 // (Meta.KillArgv), and one running endGrace after that is killed. The
 // runtime's state goes once it has exited (Serve). It returns once the
 // runtime has exited or was killed.
-func (s *shim) end(why string, exited <-chan struct{}) {
+func (s *shim) end(ctx context.Context, why string, exited <-chan struct{}) {
 	s.mu.Lock()
 	s.ended = why
 	deadline := s.deadline
@@ -456,7 +456,7 @@ func (s *shim) end(why string, exited <-chan struct{}) {
 	if gone() {
 		return
 	}
-	s.runRuntime("kill", s.meta.KillArgv)
+	s.runRuntime(ctx, "kill", s.meta.KillArgv)
 	if gone() {
 		return
 	}
@@ -465,13 +465,14 @@ func (s *shim) end(why string, exited <-chan struct{}) {
 }
 
 // runRuntime runs one of the runtime's commands of the record (Meta.KillArgv,
-// Meta.DeleteArgv), named what in the log, bounded by runtimeCmdTimeout;
+// Meta.DeleteArgv), named what in the log, bounded by runtimeCmdTimeout
+// (also when ctx has ended: the shim stopping still ends its sandbox);
 // nil runs nothing.
-func (s *shim) runRuntime(what string, argv []string) {
+func (s *shim) runRuntime(ctx context.Context, what string, argv []string) {
 	if len(argv) == 0 {
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), runtimeCmdTimeout)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), runtimeCmdTimeout)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
 	cmd.Env = s.meta.Env
