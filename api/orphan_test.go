@@ -262,3 +262,93 @@ func TestServeEndsSessionsForGood(t *testing.T) {
 		})
 	}
 }
+
+// TestMovedStateEndsSandbox stops a daemon that holds a live session,
+// keeping its sessions, and moves its state directory away, as an
+// operator retiring it might: no daemon could reach the session's
+// sandbox any more, so its shim ends it at once, long before its TTL:
+// the shim, the runtime and the container's processes are gone.
+func TestMovedStateEndsSandbox(t *testing.T) {
+	requireSandboxes(t)
+	bin := testenv.Build(t, "./cmd/stockade")
+	dir := t.TempDir()
+	state, db := filepath.Join(dir, "state"), "sqlite:"+filepath.Join(dir, "stockade.db")
+	key, args := setUpDaemon(t, bin, dir, db, state)
+	d := startDaemon(t, bin, args...)
+	ss := openSession(t, d, key, time.Hour)
+	d.signal(syscall.SIGTERM)
+	sb := sandboxOf(t, db, state, ss)
+	shim, ok := supervisor.Running(sb.shimDir())
+	if !ok {
+		t.Fatalf("after the stop: the session's shim does not run; its log:\n%s", supervisor.Log(sb.shimDir()))
+	}
+	procs := processTree(t, shim)
+	// The shim, the runtime, and the container's init (the guest) at least.
+	if len(procs) < 3 {
+		t.Fatalf("the shim's processes: got %v, want the runtime and the container under it", procs)
+	}
+	t.Cleanup(func() {
+		// What is left is ended through its shim, whose command line names
+		// its directory where it was.
+		if err := os.Rename(state+".moved", state); err == nil {
+			_ = supervisor.KillShim(context.Background(), sb.shimDir())
+		}
+	})
+	if err := os.Rename(state, state+".moved"); err != nil {
+		t.Fatal(err)
+	}
+	for bound := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		var alive []int
+		for _, pid := range procs {
+			if processAlive(pid) {
+				alive = append(alive, pid)
+			}
+		}
+		if len(alive) == 0 {
+			break
+		}
+		if time.Now().After(bound) {
+			t.Fatalf("30 s after the state directory moved: processes %v of the sandbox's %v still run; the shim's log:\n%s",
+				alive, procs, supervisor.Log(filepath.Join(state+".moved", sb.driver, "shims", sb.id)))
+		}
+	}
+}
+
+// processTree returns pid and every process descended from it.
+func processTree(t *testing.T, pid int) []int {
+	t.Helper()
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	children := map[int][]int{}
+	for _, e := range entries {
+		p, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+		if err != nil {
+			continue
+		}
+		// pid (comm) state ppid ...: comm may hold spaces and parentheses.
+		f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+1:]))
+		if len(f) < 2 {
+			continue
+		}
+		if ppid, err := strconv.Atoi(f[1]); err == nil {
+			children[ppid] = append(children[ppid], p)
+		}
+	}
+	out := []int{pid}
+	for i := 0; i < len(out); i++ {
+		out = append(out, children[out[i]]...)
+	}
+	return out
+}
+
+// processAlive reports whether pid runs (a zombie does not).
+func processAlive(pid int) bool {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	return err == nil && !strings.Contains(string(b), ") Z ")
+}
