@@ -110,6 +110,12 @@ func serveFlags() (*flag.FlagSet, *config.Config, func([]string) ([]string, erro
 
 func serve(ctx context.Context, listen, db string, cfg config.Config) error {
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
+	// SIGUSR2 stops the daemon for good: its sessions end first. It is
+	// caught from the start: one sent while the daemon starts (whose
+	// default action would kill it) stops it so once it serves.
+	forGood := make(chan os.Signal, 1)
+	signal.Notify(forGood, syscall.SIGUSR2)
+	defer signal.Stop(forGood)
 	mcpOpts := mcp.Options{ApprovalWait: cfg.MCP.ApprovalWait, ApprovalURL: cfg.MCP.ApprovalURL, Version: version}
 	if err := mcpOpts.Validate(); err != nil {
 		return usageError{err}
@@ -190,10 +196,6 @@ func serve(ctx context.Context, listen, db string, cfg config.Config) error {
 		IdleTimeout: cfg.IdleTimeout, ReadHeaderTimeout: cfg.HeaderTimeout,
 		BaseContext: func(net.Listener) context.Context { return reqCtx },
 	}
-	// SIGUSR2 stops the daemon for good: its sessions end first.
-	forGood := make(chan os.Signal, 1)
-	signal.Notify(forGood, syscall.SIGUSR2)
-	defer signal.Stop(forGood)
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(api.LimitListener(ln, cfg.MaxConnections, metrics)) }()
 	log.Info("stockade serving", "listen", ln.Addr().String(), "db", redact(db), "default_driver", eng.DefaultDriver())
