@@ -16,12 +16,16 @@ import (
 )
 
 // dbOptions are the flags that name an admin command's database.
-type dbOptions struct{ db, dataDir, witness *string }
+type dbOptions struct {
+	fs                   *flag.FlagSet
+	db, dataDir, witness *string
+}
 
 // dbFlags registers --db, --data-dir and --audit-witness for the admin
 // commands, which work on the database directly (the daemon need not run).
 func dbFlags(fs *flag.FlagSet) dbOptions {
 	return dbOptions{
+		fs:      fs,
 		dataDir: fs.String("data-dir", config.Default().DataDir, "data directory holding the default database (env STOCKADE_DATA_DIR)"),
 		db:      fs.String("db", "", "database URL: sqlite:PATH or postgres://... (default sqlite in the data directory; env STOCKADE_DB)"),
 		witness: fs.String("audit-witness", "", "directory witnessing the audit chains' heads, as the daemon's audit_witness (env STOCKADE_AUDIT_WITNESS; default next to a SQLite file, none for PostgreSQL)"),
@@ -30,14 +34,10 @@ func dbFlags(fs *flag.FlagSet) dbOptions {
 
 // openDB opens the database the flags name. The caller must Close it.
 func openDB(ctx context.Context, o dbOptions) (*adminDB, error) {
-	db, dataDir := *o.db, *o.dataDir
-	if v := os.Getenv("STOCKADE_DATA_DIR"); v != "" && dataDir == config.Default().DataDir {
-		dataDir = v
-	}
-	if db == "" {
-		db = os.Getenv("STOCKADE_DB")
-	}
-	w := cmp.Or(*o.witness, os.Getenv("STOCKADE_AUDIT_WITNESS"))
+	db, dataDir, w := *o.db, *o.dataDir, *o.witness
+	flagOrEnv(o.fs, "data-dir", "STOCKADE_DATA_DIR", &dataDir)
+	flagOrEnv(o.fs, "db", "STOCKADE_DB", &db)
+	flagOrEnv(o.fs, "audit-witness", "STOCKADE_AUDIT_WITNESS", &w)
 	if db == "" {
 		if err := os.MkdirAll(dataDir, fsmode.Traverse); err != nil {
 			return nil, err

@@ -30,7 +30,8 @@ const (
 // SANDBOX_DRIVER as an alias of STOCKADE_DRIVER, DOCKER_HOST,
 // STOCKADE_AUDIT_WITNESS, STOCKADE_ANALYTICS_CLICKHOUSE_URL) and the flags
 // given.
-// The environment is read here and nowhere else.
+// The environment is read here, in flagOrEnv and defaultDataDir, and
+// nowhere else below cmd/.
 func configFlags(fs *flag.FlagSet, opts ...configOption) (*config.Config, func(args []string) ([]string, error)) {
 	var o configOption
 	for _, x := range opts {
@@ -82,13 +83,28 @@ func configFlags(fs *flag.FlagSet, opts ...configOption) (*config.Config, func(a
 	return &cfg, load
 }
 
-// defaultDataDir is the data directory of commands that take only
-// --data-dir: STOCKADE_DATA_DIR, else the configuration's default.
+// defaultDataDir is the default of --data-dir for commands that take only
+// it: STOCKADE_DATA_DIR, else the configuration's default. A --data-dir
+// given wins, as flagOrEnv has it.
 func defaultDataDir() string {
 	if v := os.Getenv("STOCKADE_DATA_DIR"); v != "" {
 		return v
 	}
 	return config.Default().DataDir
+}
+
+// flagOrEnv sets *dst to the environment variable env when flag name was
+// not given on the command line of fs and env is set and not empty: a flag
+// given wins over the environment, even when it is given its default. It
+// is how the commands outside configFlags read the variables their help
+// names (env X).
+func flagOrEnv(fs *flag.FlagSet, name, env string, dst *string) {
+	if isSet(fs, name) {
+		return
+	}
+	if v := os.Getenv(env); v != "" {
+		*dst = v
+	}
 }
 
 // toolsFlag registers --tools FILE|DIR on fs: the tools file or directory,

@@ -36,7 +36,7 @@ func mcpCmd(ctx context.Context, args []string) int {
 	if len(pos) > 0 {
 		return fail(usagef("mcp takes no arguments"))
 	}
-	r.fromEnv()
+	r.fromEnv(fs)
 	if r.url == "" {
 		r.url = "http://127.0.0.1:8700"
 	}

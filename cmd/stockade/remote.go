@@ -2,7 +2,6 @@ package main
 
 import (
 	"flag"
-	"os"
 
 	"github.com/stockade-sh/stockade/client"
 )
@@ -11,6 +10,9 @@ import (
 // and --key, which default to STOCKADE_URL and STOCKADE_KEY.
 type remoteFlags struct {
 	url, key string
+	// urlFrom names where url came from, for messages: "--url" or
+	// "STOCKADE_URL"; empty while url is.
+	urlFrom string
 }
 
 // register adds --url and --key to fs; urlHelp says what --url does.
@@ -19,13 +21,19 @@ func (r *remoteFlags) register(fs *flag.FlagSet, urlHelp string) {
 	fs.StringVar(&r.key, "key", "", "API key of a workspace, an agent key to run code (env STOCKADE_KEY)")
 }
 
-// fromEnv fills what the flags left empty from the environment.
-func (r *remoteFlags) fromEnv() {
-	if r.url == "" {
-		r.url = os.Getenv("STOCKADE_URL")
+// fromEnv fills what the flags of fs left out from the environment: a flag
+// given on the command line wins, even empty (--url "" is no daemon
+// whatever STOCKADE_URL says). Every command that takes --url and --key
+// calls it once its flags are parsed, and before it looks at r.url.
+func (r *remoteFlags) fromEnv(fs *flag.FlagSet) {
+	r.urlFrom = "--url"
+	if !isSet(fs, "url") {
+		r.urlFrom = "STOCKADE_URL"
 	}
-	if r.key == "" {
-		r.key = os.Getenv("STOCKADE_KEY")
+	flagOrEnv(fs, "url", "STOCKADE_URL", &r.url)
+	flagOrEnv(fs, "key", "STOCKADE_KEY", &r.key)
+	if r.url == "" {
+		r.urlFrom = ""
 	}
 }
 

@@ -39,14 +39,16 @@ driver or runtime failure, a missing image); 130 when interrupted (SIGINT,
 SIGTERM, SIGHUP) and 141 when the reader of the output went away (the
 sandbox is destroyed first). --json exits the same.
 
-With --url, the code runs on that daemon, through its policy, approval,
-credits and audit trail, with the key --key (STOCKADE_KEY): the output is
-streamed from the daemon, a required approval is waited for (exit 1 when
-it is denied or expires), and the flags that choose the sandbox (--driver,
---memory, --tools and the host's paths) do not apply. A refusal of the
-daemon's (policy, an unknown key or runtime) exits 2; too few credits or
-a daemon at capacity or unreachable, 1. An interruption (or a reader of the
-output that goes away) cancels the execution on the daemon.`
+With --url, or STOCKADE_URL when --url is not given, the code runs on that
+daemon, through its policy, approval, credits and audit trail, with the key
+--key (STOCKADE_KEY): the output is streamed from the daemon, a required
+approval is waited for (exit 1 when it is denied or expires), and the flags
+that choose the sandbox (--driver, --memory, --tools and the host's paths)
+are refused (exit 2) rather than ignored. --url "" runs here whatever
+STOCKADE_URL says. A refusal of the daemon's (policy, an unknown key or
+runtime) exits 2; too few credits or a daemon at capacity or unreachable, 1.
+An interruption (or a reader of the output that goes away) cancels the
+execution on the daemon.`
 
 // runOptions are the flags of `stockade run` beyond the configuration.
 type runOptions struct {
@@ -81,11 +83,12 @@ func runCmd(ctx context.Context, args []string) int {
 	if err != nil {
 		return report(err, o.asJSON)
 	}
+	remote.fromEnv(fs)
 	if remote.url != "" {
 		return runRemote(ctx, fs, remote, req, o.asJSON)
 	}
 	if isSet(fs, "key") {
-		return report(usagef("--key needs --url, the daemon to run on"), o.asJSON)
+		return report(usagef("--key needs a daemon to run on: give --url URL or set STOCKADE_URL"), o.asJSON)
 	}
 	e, err := wiring.Engine(*cfg)
 	if err != nil {

@@ -21,15 +21,17 @@ import (
 // tool records choose it with --url.
 var localOnly = []string{"driver", "memory", "tools", "data-dir", "state-dir", "runc", "runsc", "guest", "docker-host"}
 
-// runRemote runs req on the daemon of r through the client, streaming its
-// output, and exits as a local run would where that applies.
+// runRemote runs req on the daemon of r (whose fromEnv has run) through
+// the client, streaming its output, and exits as a local run would where
+// that applies. A flag that chooses the local sandbox is refused, whether
+// the daemon came from --url or STOCKADE_URL: the caller would otherwise
+// believe it applied.
 func runRemote(ctx context.Context, fs *flag.FlagSet, r remoteFlags, req engine.Request, asJSON bool) int {
 	for _, name := range localOnly {
 		if isSet(fs, name) {
-			return report(usagef("--%s does not apply with --url: the daemon's tool records choose the sandbox", name), asJSON)
+			return report(usagef("--%s does not apply with %s (the daemon at %s): the daemon's tool records choose the sandbox; give --url \"\" to run here instead", name, r.urlFrom, r.url), asJSON)
 		}
 	}
-	r.fromEnv()
 	c, err := r.client()
 	if err != nil {
 		return report(err, asJSON)

@@ -61,7 +61,7 @@ func sessionVerbFlags(name, synopsis string, args []string, min, max int, add fu
 	if len(pos) < min || len(pos) > max {
 		return nil, nil, *asJSON, usagef("session %s: got %d arguments, want %s (stockade session %s --help)", name, len(pos), argCount(min, max), name)
 	}
-	r.fromEnv()
+	r.fromEnv(fs)
 	if r.url == "" {
 		return nil, nil, *asJSON, usagef("no daemon: give --url URL or set STOCKADE_URL (sessions live on a daemon, stockade serve)")
 	}
