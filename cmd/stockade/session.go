@@ -26,16 +26,17 @@ func init() {
 
 func sessionCmd(ctx context.Context, args []string) int {
 	return dispatch(ctx, "session", map[string]verb{
-		"create": {"open a session; prints its id on stdout", sessionCreate},
-		"exec":   {"run a cell in a session, streaming its output", sessionExec},
-		"put":    {"copy a local file into a session's /workspace", sessionPut},
-		"get":    {"copy a file of a session's /workspace to a local file or stdout", sessionGet},
-		"ls":     {"list a directory of a session's /workspace", sessionLs},
-		"rm":     {"remove a file of a session's /workspace", sessionRm},
-		"list":   {"list the workspace's sessions", sessionList},
-		"pause":  {"save a session's sandbox to a checkpoint and end it until it resumes", sessionPause},
-		"resume": {"start a paused session again from its checkpoint", sessionResume},
-		"delete": {"end a session and destroy its sandbox", sessionDelete},
+		"create":    {"open a session; prints its id on stdout", sessionCreate},
+		"exec":      {"run a cell in a session, streaming its output", sessionExec},
+		"put":       {"copy a local file into a session's /workspace", sessionPut},
+		"get":       {"copy a file of a session's /workspace to a local file or stdout", sessionGet},
+		"ls":        {"list a directory of a session's /workspace", sessionLs},
+		"rm":        {"remove a file of a session's /workspace", sessionRm},
+		"list":      {"list the workspace's sessions", sessionList},
+		"pause":     {"save a session's sandbox to a checkpoint and end it until it resumes", sessionPause},
+		"resume":    {"start a paused session again from its checkpoint", sessionResume},
+		"interrupt": {"interrupt the cell a session runs (SIGINT to its kernel)", sessionInterrupt},
+		"delete":    {"end a session and destroy its sandbox", sessionDelete},
 	}, args)
 }
 
@@ -136,7 +137,12 @@ not written). A cell that raised prints its traceback on stderr and exits
 1; a cell that timed out exits 124 (the kernel restarted if an interrupt did
 not stop it); a cell killed (out of memory, its kernel killed, or ended by
 a cancel, its session's end or the daemon's shutdown) exits 137. A cell
-that needs approval waits for an approver's decision.`
+that needs approval waits for an approver's decision.
+
+An interruption of the CLI (SIGINT, SIGTERM, SIGHUP) interrupts the cell on
+the daemon (a cell waiting for its approval is cancelled) before the CLI
+exits 130, so that nothing goes on running that was stopped here; so does
+a reader of the output that goes away (exit 141).`
 
 func sessionExec(ctx context.Context, args []string) int {
 	var code, stdinFile, out string
@@ -188,15 +194,21 @@ func sessionExec(ctx context.Context, args []string) int {
 		return report(remoteErr(ctx, err), asJSON)
 	}
 	defer s.Close()
+	pending := "" // the cell's execution while it waits for its approval
 	for {
 		ev, err := s.Next()
 		if err != nil {
+			if ctx.Err() != nil {
+				err = stopCell(ctx, c, id, pending, err)
+			}
 			return report(remoteErr(ctx, err), asJSON)
 		}
 		switch e := ev.(type) {
 		case *client.ApprovalRequired:
+			pending = e.Card.ExecutionID
 			fmt.Fprintf(os.Stderr, "stockade: waiting for an approver to decide on %s (expires %s)\n", e.Card.ApprovalID, e.Card.ExpiresAt.Local().Format("15:04:05"))
 		case *client.Output:
+			pending = ""
 			if asJSON {
 				continue
 			}
@@ -205,6 +217,7 @@ func sessionExec(ctx context.Context, args []string) int {
 				w = os.Stderr
 			}
 			if _, err := io.WriteString(w, e.Data); err != nil {
+				fmt.Fprintf(os.Stderr, "stockade: writing the cell's %s: %v\n", e.Stream, stopCell(ctx, c, id, pending, err))
 				return exitOutputClosed
 			}
 		case *client.StreamError:
@@ -215,6 +228,59 @@ func sessionExec(ctx context.Context, args []string) int {
 			return finishCell(&e.Cell, out, asJSON)
 		}
 	}
+}
+
+// stopCell stops the cell of session id that the CLI was interrupted
+// during: it cancels execution pending, the cell waiting for its approval,
+// or else interrupts the cell the session runs (SIGINT to its kernel, as a
+// notebook's interrupt). It returns why (err) with what became of the
+// cell.
+func stopCell(ctx context.Context, c *client.Client, id, pending string, why error) error {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	if pending != "" {
+		ex, err := c.CancelExecution(ctx, pending, "stockade session exec was interrupted")
+		if err != nil {
+			return fmt.Errorf("%w; cancelling cell %s of session %s: %v: it may run once approved", why, pending, id, err)
+		}
+		return fmt.Errorf("%w; cancelled cell %s of session %s, which is %s", why, pending, id, ex.Status)
+	}
+	ok, err := c.InterruptCell(ctx, id)
+	switch {
+	case err != nil:
+		return fmt.Errorf("%w; %v: the cell may go on in the session", why, err)
+	case !ok:
+		return fmt.Errorf("%w; session %s runs no cell now", why, id)
+	}
+	return fmt.Errorf("%w; interrupted the cell session %s ran", why, id)
+}
+
+const sessionInterruptUsage = `usage: stockade session interrupt ID [--url URL] [--key KEY] [--json]
+
+Interrupts the cell session ID runs: SIGINT to its kernel, as a notebook's
+interrupt, so that Python raises KeyboardInterrupt in the cell (its
+session exec then ends with the traceback, exit 1). The session and its
+state are kept. Prints whether a cell ran; --json prints
+{"interrupted": true|false}. A paused session is not resumed for it.`
+
+func sessionInterrupt(ctx context.Context, args []string) int {
+	c, pos, asJSON, err := sessionVerbFlags("interrupt", sessionInterruptUsage, args, 1, 1, nil)
+	if err != nil {
+		return report(err, asJSON)
+	}
+	ok, err := c.InterruptCell(ctx, pos[0])
+	if err != nil {
+		return report(remoteErr(ctx, err), asJSON)
+	}
+	if asJSON {
+		return reportErr(printJSON(map[string]bool{"interrupted": ok}))
+	}
+	if ok {
+		fmt.Fprintf(os.Stderr, "session %s: interrupted its cell\n", pos[0])
+	} else {
+		fmt.Fprintf(os.Stderr, "session %s: no cell was running\n", pos[0])
+	}
+	return 0
 }
 
 // finishCell reports a cell's outcome: its value and figures, its error,

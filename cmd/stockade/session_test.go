@@ -4,10 +4,12 @@ import (
 	"bufio"
 	"bytes"
 	"image/png"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/stockade-sh/stockade/internal/daemontest"
@@ -66,6 +68,7 @@ func TestSessionCommands(t *testing.T) {
 		{"an unknown session", "", []string{"exec", "ses_nope", "--code", "1"}, 2, "", []string{"not found"}},
 		{"pause on runc", "", []string{"pause", id}, 1, "", []string{"cannot pause", "CRIU"}},
 		{"resume an active one", "", []string{"resume", id}, 0, "", []string{"session " + id + " active"}},
+		{"interrupt with no cell", "", []string{"interrupt", id}, 0, "", []string{"no cell was running"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			status, stdout, stderr := run(t, tc.stdin, tc.args...)
@@ -76,6 +79,49 @@ func TestSessionCommands(t *testing.T) {
 				if !strings.Contains(stderr, s) {
 					t.Errorf("stderr: got %q, want it to contain %q", stderr, s)
 				}
+			}
+		})
+	}
+	// An interrupted exec interrupts its cell on the daemon, and session
+	// interrupt does from elsewhere: the next cell runs at once (not 409
+	// session_busy) in the same kernel, whose state is kept.
+	for _, tc := range []struct {
+		name   string
+		stop   func(t *testing.T, cmd *exec.Cmd)
+		status int
+		stderr string
+	}{
+		{"SIGINT on exec", func(t *testing.T, cmd *exec.Cmd) { _ = cmd.Process.Signal(syscall.SIGINT) }, exitInterrupted, "interrupted the cell session " + id + " ran"},
+		{"SIGTERM on exec", func(t *testing.T, cmd *exec.Cmd) { _ = cmd.Process.Signal(syscall.SIGTERM) }, exitInterrupted, "interrupted the cell session " + id + " ran"},
+		{"session interrupt", func(t *testing.T, cmd *exec.Cmd) {
+			if status, _, stderr := run(t, "", "interrupt", id); status != 0 || !strings.Contains(stderr, "interrupted its cell") {
+				t.Errorf("session interrupt: got status %d, stderr %q; want 0, interrupted", status, stderr)
+			}
+		}, 1, "KeyboardInterrupt"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cmd := exec.Command(bin, "session", "exec", id, "--code", "import time\nprint('sleeping', flush=True)\ntime.sleep(25)")
+			cmd.Env = append(os.Environ(), "STOCKADE_URL="+d.URL, "STOCKADE_KEY="+ws.Agent)
+			var errBuf bytes.Buffer
+			cmd.Stderr = &errBuf
+			stdout, err := cmd.StdoutPipe()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			r := bufio.NewReader(stdout)
+			if line := waitLine(t, r); line != "sleeping\n" {
+				t.Fatalf("got %q, want the cell's first line", line)
+			}
+			tc.stop(t, cmd)
+			_, _ = io.ReadAll(r)
+			if status := exitOf(t, cmd); status != tc.status || !strings.Contains(errBuf.String(), tc.stderr) {
+				t.Errorf("got status %d, stderr %q; want %d and %q", status, errBuf.String(), tc.status, tc.stderr)
+			}
+			if status, stdout, stderr := run(t, "", "exec", id, "--code", "x"); status != 0 || stdout != "42\n" {
+				t.Errorf("the next cell: got status %d, stdout %q, stderr %q; want 0, 42: the cell stopped and the kernel kept", status, stdout, stderr)
 			}
 		})
 	}
