@@ -159,3 +159,44 @@ func New(b Backend, o Options) *sdk.Server {
 	}
 	return s
 }
+
+// ToolSummary is one tool as a listing for people shows it.
+type ToolSummary struct {
+	Name string
+	// Summary is the tool's title, else the first sentence of its
+	// description.
+	Summary string
+}
+
+// Tools lists the tools New serves over b, in the order a client lists
+// them, each with its title (or the first sentence of its description).
+// It asks a server
+// built as New builds it, in memory, so that a list printed elsewhere
+// (stockade mcp --help) cannot drift from the tools served. b is not
+// called.
+func Tools(ctx context.Context, b Backend) ([]ToolSummary, error) {
+	st, ct := sdk.NewInMemoryTransports()
+	ss, err := New(b, Options{}).Connect(ctx, st, nil)
+	if err != nil {
+		return nil, fmt.Errorf("listing the MCP tools: %w", err)
+	}
+	defer ss.Close()
+	cs, err := sdk.NewClient(&sdk.Implementation{Name: "stockade-tools", Version: "1"}, nil).Connect(ctx, ct, nil)
+	if err != nil {
+		return nil, fmt.Errorf("listing the MCP tools: %w", err)
+	}
+	defer cs.Close()
+	res, err := cs.ListTools(ctx, nil)
+	if err != nil {
+		return nil, fmt.Errorf("listing the MCP tools: %w", err)
+	}
+	out := make([]ToolSummary, 0, len(res.Tools))
+	for _, t := range res.Tools {
+		sum := t.Title
+		if sum == "" {
+			sum, _, _ = strings.Cut(t.Description, ". ")
+		}
+		out = append(out, ToolSummary{Name: t.Name, Summary: sum})
+	}
+	return out, nil
+}
