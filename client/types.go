@@ -90,7 +90,11 @@ type Result struct {
 	PeakMemoryBytes int64           `json:"peak_memory_bytes"`
 	Driver          string          `json:"driver,omitempty"`
 	Runtime         string          `json:"runtime,omitempty"`
-	Error           string          `json:"error,omitempty"`
+	// Network is what the sandbox could reach: "none" (a name lookup
+	// fails), "broker" (only the credential broker) or "allowlist" (the
+	// tool's egress allowlist). Empty where no sandbox ran.
+	Network string `json:"network,omitempty"`
+	Error   string `json:"error,omitempty"`
 }
 
 // ApprovalCard is what an approver is shown of a request.

@@ -195,6 +195,35 @@ type Result struct {
 	// EndedBy is set when Stockade itself ended the run before the
 	// program did (status killed): EndedByShutdown or EndedByCancel.
 	EndedBy string `json:"ended_by,omitempty"`
+	// Network is what the sandbox could reach: NetworkNone,
+	// NetworkBroker or NetworkAllowlist. Empty in results recorded
+	// before it existed, and where no sandbox ran.
+	Network string `json:"network,omitempty"`
+}
+
+// The values of Result.Network, so that a program's failure to resolve a
+// name ("Temporary failure in name resolution") is explained in its
+// result.
+const (
+	// NetworkNone: no network at all; every name lookup fails.
+	NetworkNone = "none"
+	// NetworkBroker: only the credential broker of the tool's record.
+	NetworkBroker = "broker"
+	// NetworkAllowlist: the tool's egress allowlist, through the egress
+	// proxy.
+	NetworkAllowlist = "allowlist"
+)
+
+// networkOf is the Result.Network of a sandbox given egress (the tool's
+// allowlist) or, without it, a broker for the tool's credentials.
+func networkOf(egress, credentials bool) string {
+	switch {
+	case egress:
+		return NetworkAllowlist
+	case credentials:
+		return NetworkBroker
+	}
+	return NetworkNone
 }
 
 // The values of Result.EndedBy.
@@ -412,7 +441,9 @@ func (e *Engine) Run(ctx context.Context, req Request) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	return resultOf(res, sb.Driver, sb.Runtime.Name), nil
+	r := resultOf(res, sb.Driver, sb.Runtime.Name)
+	r.Network = networkOf(sb.Network, len(sb.Tool.Credentials) > 0)
+	return r, nil
 }
 
 // resultOf is the Result of a program's sandbox.Result.

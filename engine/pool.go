@@ -729,6 +729,7 @@ func (e *Engine) runWarm(ctx context.Context, req Request, p *pool, w *warm, lim
 	}
 	r := resultOf(res, p.drv.Name(), p.rt.Name)
 	r.DurationMS = time.Since(start).Milliseconds()
+	r.Network = networkOf(false, len(p.tool.Credentials) > 0) // pools serve no request for egress
 	if timedOut && res.Status == sandbox.StatusKilled {
 		// As a cold run's timeout (the guest's timer) reports it.
 		r.Status, r.ExitCode, r.Signal = sandbox.StatusTimedOut, -1, 0

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -9,6 +10,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
@@ -48,7 +50,14 @@ are refused (exit 2) rather than ignored. --url "" runs here whatever
 STOCKADE_URL says. A refusal of the daemon's (policy, an unknown key or
 runtime) exits 2; too few credits or a daemon at capacity or unreachable, 1.
 An interruption (or a reader of the output that goes away) cancels the
-execution on the daemon.`
+execution on the daemon.
+
+The sandbox of a run has no network: a name lookup in it fails
+("Temporary failure in name resolution"), and when the program's stderr
+shows such a failure the CLI says on stderr that the run had none. --json
+says what the run could reach in "network": "none", "broker" (only the
+credential broker of the tool's record) or "allowlist" (the tool's egress
+allowlist, which an API request with "network": true asks for).`
 
 // runOptions are the flags of `stockade run` beyond the configuration.
 type runOptions struct {
@@ -138,6 +147,9 @@ func finishRun(res *engine.Result, asJSON bool) int {
 			fmt.Fprintf(os.Stderr, "stockade: %s truncated at the output cap\n", t.stream)
 		}
 	}
+	if res.Network != engine.NetworkAllowlist && lookupFailed(res.Stderr) {
+		fmt.Fprintf(os.Stderr, "stockade: this run had no network (network %q): its sandbox cannot resolve names\n", cmp.Or(res.Network, engine.NetworkNone))
+	}
 	switch res.Status {
 	case sandbox.StatusTimedOut:
 		fmt.Fprintf(os.Stderr, "stockade: timed out after %dms\n", res.DurationMS)
@@ -147,6 +159,18 @@ func finishRun(res *engine.Result, asJSON bool) int {
 		fmt.Fprintf(os.Stderr, "stockade: killed by signal %d\n", res.Signal)
 	}
 	return resultStatus(res)
+}
+
+// lookupFailed reports whether stderr shows a failed name lookup, in the
+// words of glibc, musl, Node, curl or wget.
+func lookupFailed(stderr string) bool {
+	for _, s := range []string{"Temporary failure in name resolution", "Name or service not known", "EAI_AGAIN", "ENOTFOUND",
+		"Could not resolve host", "unable to resolve host address", "bad address"} {
+		if strings.Contains(stderr, s) {
+			return true
+		}
+	}
+	return false
 }
 
 // resultStatus is the exit status of a run that produced a result: the

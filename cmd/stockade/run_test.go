@@ -160,7 +160,7 @@ func TestRunPrograms(t *testing.T) {
 				if err := json.Unmarshal([]byte(stdout), &res); err != nil {
 					t.Fatalf("decoding %q: %v", stdout, err)
 				}
-				want := map[string]any{"status": "failed", "exit_code": 4.0, "stdout": "out\n", "stderr": "err\n", "driver": driver, "runtime": "python", "stdout_truncated": false}
+				want := map[string]any{"status": "failed", "exit_code": 4.0, "stdout": "out\n", "stderr": "err\n", "driver": driver, "runtime": "python", "stdout_truncated": false, "network": "none"}
 				for k, v := range want {
 					if res[k] != v {
 						t.Errorf("%s: got %v, want %v", k, res[k], v)
@@ -170,6 +170,12 @@ func TestRunPrograms(t *testing.T) {
 					if _, ok := res[k]; !ok {
 						t.Errorf("field %s missing from %s", k, stdout)
 					}
+				}
+			})
+			t.Run("no network", func(t *testing.T) {
+				code, _, stderr := stockade(t, state, nil, "run", "--driver", driver, "--runtime", "python", "-c", "import socket; socket.getaddrinfo('example.com', 443)")
+				if want := "stockade: this run had no network (network \"none\")"; code != 1 || !strings.Contains(stderr, want) {
+					t.Errorf("got exit %d, stderr %q; want 1 and %q", code, stderr, want)
 				}
 			})
 			if left := listTree(t, state); len(left) > 0 {
