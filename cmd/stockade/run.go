@@ -8,6 +8,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"os/signal"
 	"strings"
@@ -101,7 +102,7 @@ func runCmd(ctx context.Context, args []string) int {
 	}
 	e, err := wiring.Engine(*cfg)
 	if err != nil {
-		return report(runErr(err), o.asJSON)
+		return report(runErr(rootHint(err)), o.asJSON)
 	}
 	// A reader of stdout that goes away (`stockade run ... | head -1`)
 	// ends the run: without this the write would kill the process with
@@ -122,9 +123,20 @@ func runCmd(ctx context.Context, args []string) int {
 		err = fmt.Errorf("%v; the sandbox was destroyed: %w", context.Cause(ctx), context.Canceled)
 		return report(err, o.asJSON)
 	case err != nil:
-		return report(runErr(err), o.asJSON)
+		return report(runErr(rootHint(err)), o.asJSON)
 	}
 	return finishRun(res, o.asJSON)
+}
+
+// rootHint adds to err, when it is a permission error of a user other than
+// root, what to do about it: a local run's sandboxes, their state and
+// images need root. The hint follows the system's words ("permission
+// denied"), which stay.
+func rootHint(err error) error {
+	if os.Geteuid() == 0 || !errors.Is(err, fs.ErrPermission) {
+		return err
+	}
+	return fmt.Errorf("%w; running sandboxes here needs root: run stockade run as root (sudo), or on a daemon with --url", err)
 }
 
 // finishRun reports a run that produced a result, locally or on a daemon:

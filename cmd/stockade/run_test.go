@@ -3,10 +3,12 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/stockade-sh/stockade/internal/testenv"
@@ -182,5 +184,61 @@ func TestRunPrograms(t *testing.T) {
 				t.Errorf("left behind in the state directory: %v", left)
 			}
 		})
+	}
+}
+
+// TestRunNotRoot checks that a local run by a user other than root that
+// meets a permission error keeps the system's words and says what to do:
+// run as root, or on a daemon.
+func TestRunNotRoot(t *testing.T) {
+	testenv.RequiresRoot(t) // to run the CLI as another user
+	// The binary, in a directory the other user may enter.
+	bin, err := os.MkdirTemp("", "stockade-notroot-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(bin) })
+	if err := os.Chmod(bin, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(testenv.Build(t, "./cmd/stockade"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(bin, "stockade"), b, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	rootOnly := filepath.Join(t.TempDir(), "root-only")
+	if err := os.Mkdir(rootOnly, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name string
+		args []string
+	}{
+		{"a state directory it cannot make", []string{"--state-dir", filepath.Join(rootOnly, "state"), "--driver", "gvisor"}},
+		{"a data directory it cannot read", []string{"--data-dir", filepath.Join(rootOnly, "data"), "--state-dir", filepath.Join(rootOnly, "state")}},
+	} {
+		for _, asJSON := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s json=%t", tc.name, asJSON), func(t *testing.T) {
+				args := append([]string{"run", "--runtime", "python", "-c", "print(1)"}, tc.args...)
+				if asJSON {
+					args = append(args, "--json")
+				}
+				cmd := exec.Command(filepath.Join(bin, "stockade"), args...)
+				cmd.Dir = "/"
+				cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+				var out, errb bytes.Buffer
+				cmd.Stdout, cmd.Stderr = &out, &errb
+				if err := cmd.Run(); cmd.ProcessState == nil {
+					t.Fatal(err)
+				}
+				msg := out.String() + errb.String()
+				if code := cmd.ProcessState.ExitCode(); code != exitRunFailure || !strings.Contains(msg, "permission denied") ||
+					!strings.Contains(msg, "needs root: run stockade run as root") {
+					t.Errorf("got exit %d, %q; want %d, permission denied and the hint to run as root", code, msg, exitRunFailure)
+				}
+			})
+		}
 	}
 }
