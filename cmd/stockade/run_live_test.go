@@ -192,6 +192,43 @@ func TestRunInterrupted(t *testing.T) {
 	}
 }
 
+// TestRunKilled SIGKILLs a real `stockade run` whose program runs, which
+// cannot destroy its sandbox, and checks that the next run in the same
+// state directory removes what it left (bundle, runtime state, cgroups,
+// processes) before its own, and leaves nothing itself.
+func TestRunKilled(t *testing.T) {
+	testenv.RequiresRoot(t)
+	for _, drv := range liveDrivers {
+		t.Run(drv.name, func(t *testing.T) {
+			testenv.RequiresBinary(t, drv.binary)
+			cmd, out, state := startRun(t, drv.name, "--runtime", "python", "-c", "import time\nprint('ready', flush=True)\ntime.sleep(120)")
+			if l := waitLine(t, out); l != "ready\n" {
+				t.Fatalf("got %q, want ready", l)
+			}
+			ids := sandboxIDs(t, state, drv.name)
+			if len(ids) != 1 {
+				t.Fatalf("sandboxes in the state directory: got %v, want one", ids)
+			}
+			if err := cmd.Process.Kill(); err != nil {
+				t.Fatal(err)
+			}
+			_ = cmd.Wait()
+			if left := leftovers(t, state, drv.name, ids[0]); len(left) == 0 {
+				t.Fatal("the killed run left nothing: the check cannot see what the next run should remove")
+			}
+			if code, stdout, stderr := stockade(t, state, nil, "run", "--driver", drv.name, "--runtime", "shell", "-c", "echo next"); code != 0 || stdout != "next\n" {
+				t.Fatalf("the next run: got exit %d, stdout %q, stderr %q", code, stdout, stderr)
+			}
+			if left := leftovers(t, state, drv.name, ids[0]); len(left) > 0 {
+				t.Errorf("left behind by the killed run after the next one: %v", left)
+			}
+			if left := listTree(t, state); len(left) > 0 {
+				t.Errorf("left behind in the state directory: %v", left)
+			}
+		})
+	}
+}
+
 // TestRunOutputClosed checks that a reader of the output that goes away
 // (`stockade run ... | head -1`) ends the run with 141, and the sandbox
 // with it, rather than the CLI dying of SIGPIPE with the sandbox left.

@@ -153,6 +153,17 @@ func TestHostIDsAfterCrash(t *testing.T) {
 	if err := os.Remove(filepath.Join(idDir, line[:len(line)-1])); err != nil {
 		t.Fatal(err)
 	}
+	// So is the record of its creator, by which the new driver's first
+	// create would destroy it at once (as it does a killed `stockade
+	// run`'s): the bundle stays until Reap, as one of a sandbox whose
+	// creator cannot be judged does.
+	bundles, err := filepath.Glob(filepath.Join(state, "bundles", "*", "creator"))
+	if err != nil || len(bundles) != 1 {
+		t.Fatalf("the dead process's creator record: got %v, %v; want one", bundles, err)
+	}
+	if err := os.Remove(bundles[0]); err != nil {
+		t.Fatal(err)
+	}
 
 	d, err := runc.New(runc.Config{StateDir: state, GuestPath: testenv.Guest(t), HostIDs: &hostids.Allocator{Dir: idDir, First: testFirst, Slots: 2}})
 	if err != nil {

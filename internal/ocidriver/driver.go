@@ -110,6 +110,7 @@ type Driver struct {
 	selfTestErr error      // the last self-test's failure; nil when it passed or none ran
 
 	adoptOnce sync.Once // adoptBundles, before the first allocation
+	orphans   sync.Once // reapOrphans, at the first create
 
 	// spared are the sandboxes Reap leaves alone: those this driver is
 	// creating, and those a Reattach returned that are not destroyed yet.
@@ -442,6 +443,11 @@ func (d *Driver) create(ctx context.Context, spec sandbox.Spec, unbound bool) (_
 	if err := os.MkdirAll(filepath.Join(d.cfg.StateDir, "bundles"), 0o700); err != nil {
 		return nil, fmt.Errorf("creating state directory: %w", err)
 	}
+	// A process's first create removes what killed processes left in the
+	// state directory (a SIGKILLed `stockade run`'s sandbox), so that
+	// the next run cleans up after the last. A failure leaves them to the
+	// next process; it does not stop this create.
+	d.orphans.Do(func() { _, _ = d.reapOrphans(ctx) })
 	// Until its bundle records its labels, Reap tells the sandbox from what
 	// a crashed create left only by this.
 	if !d.spare(id, true) {
@@ -466,6 +472,13 @@ func (d *Driver) create(ctx context.Context, spec sandbox.Spec, unbound bool) (_
 			_ = sb.Destroy(context.WithoutCancel(ctx))
 		}
 	}()
+	if !spec.Detached {
+		// Its creator's end is its end: reapOrphans finds it by this
+		// once this process is gone.
+		if err := writeCreator(bundle); err != nil {
+			return nil, err
+		}
+	}
 	if d.cfg.PrivateRootForMounts && len(spec.Mounts) > 0 {
 		root, err := mountPrivateRoot(bundle, spec.Image.Rootfs)
 		if err != nil {
