@@ -74,3 +74,42 @@ func (e *env) waitMetric(line string) {
 		time.Sleep(50 * time.Millisecond)
 	}
 }
+
+// TestMemoryBudgetConcurrent checks that invocations admitted at once
+// reserve their memory as they are admitted: with room for two sandboxes,
+// of six at once two run and four are refused up front with 429 and
+// Retry-After, none admitted to fail later, and the memory is all free
+// again once the two have ended.
+func TestMemoryBudgetConcurrent(t *testing.T) {
+	forEachStore(t, func(t *testing.T, b backend) {
+		mem := sandbox.DefaultLimits().Memory
+		e := newEnv(t, b, envConfig{credits: 40, policy: noApproval, svc: capability.ServiceOptions{MaxConcurrent: 8},
+			engine: []engine.Option{engine.WithMemoryBudget(2 * mem)}})
+		req := capability.InvokeRequest{Runtime: "shell", Code: "sleep 2; echo done"}
+		ran, refused := 0, 0
+		for _, a := range invokeConcurrently(e.url, e.agent, 6, req) {
+			var ex struct {
+				Status string `json:"status"`
+			}
+			switch {
+			case a.err != nil:
+				t.Fatal(a.err)
+			case a.code == http.StatusOK && json.Unmarshal(a.body, &ex) == nil && ex.Status == "succeeded":
+				ran++
+			case a.code == http.StatusTooManyRequests && strings.Contains(string(a.body), "memory_budget") && a.retryAfter != "":
+				refused++
+			default:
+				t.Errorf("got %d %s (Retry-After %q), want 200 succeeded or 429 memory_budget", a.code, a.body, a.retryAfter)
+			}
+		}
+		if ran != 2 || refused != 4 {
+			t.Errorf("got %d run and %d refused, want 2 and 4", ran, refused)
+		}
+		// All of the budget is free again: two fit at once.
+		for _, a := range invokeConcurrently(e.url, e.agent, 2, capability.InvokeRequest{Runtime: "shell", Code: "echo again"}) {
+			if a.err != nil || a.code != http.StatusOK {
+				t.Errorf("after the burst: got %d %v %s, want 200", a.code, a.err, a.body)
+			}
+		}
+	})
+}

@@ -3,6 +3,8 @@ package capability
 import (
 	"context"
 	"sync"
+
+	"github.com/stockade-sh/stockade/engine"
 )
 
 // admission bounds the sandboxes running at once (slots) and the
@@ -27,6 +29,10 @@ type ticket struct {
 	a    *admission
 	once sync.Once
 	held bool
+	// mem is the memory reserved for the execution at its admission
+	// (nil: none); the run hands it to the runner, release gives it back
+	// if the runner has not.
+	mem *engine.Reservation
 }
 
 // reserve returns a ticket, or nil when the running and queued invocations
@@ -65,11 +71,13 @@ func (t *ticket) wait(ctx context.Context) error {
 	}
 }
 
-// release gives back the slot and the place. It is idempotent and nil-safe.
+// release gives back the slot, the place and the memory. It is
+// idempotent and nil-safe.
 func (t *ticket) release() {
 	if t == nil {
 		return
 	}
+	t.mem.Release()
 	t.once.Do(func() {
 		if t.held {
 			<-t.a.slots

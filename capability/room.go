@@ -4,18 +4,22 @@ import (
 	"github.com/stockade-sh/stockade/engine"
 )
 
-// roomer is implemented by runners that account the memory of their
-// sandboxes, live and pooled (*engine.Engine): Room is
-// ErrResourceExhausted when req's sandbox would not fit now.
-type roomer interface {
-	Room(engine.Request) error
+// reserver is implemented by runners that account the memory of their
+// sandboxes, live and pooled (*engine.Engine): Reserve holds what req's
+// sandbox will need, or is ErrResourceExhausted when it does not fit now.
+type reserver interface {
+	Reserve(engine.Request) (*engine.Reservation, error)
 }
 
-// room asks the runner whether req has room now; a runner without
-// accounting always has.
-func (s *Service) room(req engine.Request) error {
-	if r, ok := s.runner.(roomer); ok {
-		return r.Room(req)
+// reserveMemory holds req's memory from its admission to its run's end,
+// so that invocations admitted at once cannot all pass a check that only
+// some of them fit, to end launch_failed later. A runner without
+// accounting holds nothing (nil). The reservation travels on the
+// execution's ticket (ticket.mem): the run hands it to the runner, and
+// every path that does not run releases it with the ticket.
+func (s *Service) reserveMemory(req engine.Request) (*engine.Reservation, error) {
+	if r, ok := s.runner.(reserver); ok {
+		return r.Reserve(req)
 	}
-	return nil
+	return nil, nil
 }

@@ -84,6 +84,9 @@ func (s *Service) run(ctx context.Context, e store.Execution, timeout time.Durat
 		Runtime: req.Runtime, Tool: req.Tool, Code: []byte(req.Code), Stdin: []byte(req.Stdin), Network: network,
 		Limits: sandbox.Limits{Timeout: timeout},
 		Labels: map[string]string{engine.LabelOwner: s.opts.Owner, engine.LabelExecution: e.ID},
+		// The memory reserved at admission, nil for an execution that
+		// waited for its approval (the runner takes the budget then).
+		Reservation: t.mem,
 		// Code runs only once its start is recorded: an execution whose
 		// start is not in the store would end uncharged.
 		OnStart: func(d string) error {

@@ -631,13 +631,16 @@ func (s *Service) Invoke(ctx context.Context, p Principal, req InvokeRequest, o 
 		}
 		// Before the host runs out of memory, rather than let its OOM
 		// killer choose.
-		if err := s.room(engine.Request{Runtime: req.Runtime, Tool: req.Tool, Limits: sandbox.Limits{Timeout: timeout}}); err != nil {
+		mem, err := s.reserveMemory(engine.Request{Runtime: req.Runtime, Tool: req.Tool, Network: network, Limits: sandbox.Limits{Timeout: timeout}})
+		if err != nil {
 			s.log.Warn("memory budget taken", "err", err)
 			return s.refuse(ctx, in, "memory_exhausted", "the server's sandboxes hold all the memory it may give them (memory_budget); retry later", errdefs.ErrResourceExhausted)
 		}
 		if t = s.slots.reserve(); t == nil {
+			mem.Release()
 			return s.refuse(ctx, in, "server_at_capacity", fmt.Sprintf("the server is at capacity (%d running, %d queued); retry later", s.opts.MaxConcurrent, s.opts.MaxQueue), errdefs.ErrResourceExhausted)
 		}
+		t.mem = mem
 	}
 	adm, err := s.st.Admit(ctx, ne, *step.Write)
 	if err != nil && errdefs.IsUnavailable(err) && ne.ID != "" {

@@ -164,6 +164,10 @@ type Request struct {
 	Stdin   []byte
 	// Labels are attached to the sandbox to find it after a crash.
 	Labels map[string]string
+	// Reservation is the memory Reserve held for this run at its
+	// admission; Run uses it rather than take the budget again, and
+	// releases it. Nil: Run takes the budget when the sandbox is made.
+	Reservation *Reservation
 	// OnOutput receives output as it is produced; see sandbox.ExecRequest.
 	OnOutput func(sandbox.Stream, []byte)
 	// OnStart, if set, is called once the sandbox has launched, before the
@@ -402,6 +406,7 @@ func (e *Engine) specFor(ctx context.Context, tool tools.Tool, drv sandbox.Drive
 // *sandbox.CutShortError, when the driver kept what the program had
 // printed and used.
 func (e *Engine) Run(ctx context.Context, req Request) (*Result, error) {
+	defer req.Reservation.Release()
 	tool, _, _, err := e.Validate(req)
 	if err != nil {
 		return nil, err
@@ -410,9 +415,11 @@ func (e *Engine) Run(ctx context.Context, req Request) (*Result, error) {
 	defer e.running.Add(-1)
 	limits := req.Limits.WithDefaults(e.Limits(tool))
 	if p, w := e.acquire(ctx, req, tool, limits); w != nil {
+		// The pool sandbox counts in the budget already.
+		req.Reservation.Release()
 		return e.runWarm(ctx, req, p, w, limits)
 	}
-	release, err := e.mem.reserve(limits.Memory)
+	release, err := e.takeMemory(req.Reservation, limits.Memory)
 	if err != nil {
 		return nil, err
 	}

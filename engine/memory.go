@@ -74,13 +74,61 @@ func (m *memory) full(n int64) error {
 // Room says whether req could run now within the memory budget: a pool
 // sandbox that would serve it is counted already; otherwise its sandbox's
 // memory limit must fit. It is ErrResourceExhausted when not, and the
-// request's own mistakes are Validate's, not Room's (nil here).
+// request's own mistakes are Validate's, not Room's (nil here). It holds
+// nothing: an admission that must not be overtaken uses Reserve.
 func (e *Engine) Room(req Request) error {
-	tool, _, _, err := e.resolve(req)
-	if err != nil {
+	limits, pooled, ok := e.memoryOf(req)
+	if !ok || pooled {
 		return nil
 	}
-	limits := req.Limits.WithDefaults(e.Limits(tool))
+	return e.mem.room(limits.Memory)
+}
+
+// Reservation is memory of the budget held for a run from its admission
+// to its end (Reserve). Nil holds nothing. Safe for concurrent use.
+type Reservation struct {
+	n       int64
+	release func() // nil: nothing held
+}
+
+// Release gives the memory back. It is idempotent and nil-safe; Run
+// releases the reservation it is given, whatever becomes of the run.
+func (r *Reservation) Release() {
+	if r != nil && r.release != nil {
+		r.release()
+	}
+}
+
+// Reserve holds in the memory budget what req's run will need, so that
+// admissions at once cannot all pass a check that only some of them fit:
+// ErrResourceExhausted when the budget has no room now. The caller gives
+// the reservation to Run (Request.Reservation), which uses it rather than
+// take the budget again, or releases it when the run does not happen.
+// When a pool sandbox that would serve req is ready, that sandbox counts
+// already and nothing is held (should another run take it first, Run
+// takes the budget as it would without a reservation). The request's own
+// mistakes are Validate's, not Reserve's: nil, nil for them.
+func (e *Engine) Reserve(req Request) (*Reservation, error) {
+	limits, pooled, ok := e.memoryOf(req)
+	if !ok || pooled {
+		return nil, nil
+	}
+	release, err := e.mem.reserve(limits.Memory)
+	if err != nil {
+		return nil, err
+	}
+	return &Reservation{n: limits.Memory, release: release}, nil
+}
+
+// memoryOf returns the limits of req's sandbox and whether a pool
+// sandbox that would serve it is ready now; ok is false when req does
+// not resolve.
+func (e *Engine) memoryOf(req Request) (limits sandbox.Limits, pooled, ok bool) {
+	tool, _, _, err := e.resolve(req)
+	if err != nil {
+		return limits, false, false
+	}
+	limits = req.Limits.WithDefaults(e.Limits(tool))
 	e.poolsMu.Lock()
 	pools := e.pools
 	e.poolsMu.Unlock()
@@ -90,9 +138,20 @@ func (e *Engine) Room(req Request) error {
 			n := len(p.ready)
 			p.mu.Unlock()
 			if n > 0 {
-				return nil
+				return limits, true, true
 			}
 		}
 	}
-	return e.mem.room(limits.Memory)
+	return limits, false, true
+}
+
+// takeMemory returns the memory of a cold run of n bytes: r's reservation when
+// it holds that much (Run then owns it), else n bytes taken from the
+// budget now, r's being released first.
+func (e *Engine) takeMemory(r *Reservation, n int64) (release func(), err error) {
+	if r != nil && r.release != nil && r.n >= n {
+		return r.release, nil
+	}
+	r.Release()
+	return e.mem.reserve(n)
 }

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/stockade-sh/stockade/driver/gvisor"
+	"github.com/stockade-sh/stockade/driver/runc"
 	"github.com/stockade-sh/stockade/errdefs"
 	"github.com/stockade-sh/stockade/image"
 	"github.com/stockade-sh/stockade/internal/testenv"
@@ -127,5 +128,70 @@ tools:
 	defer resumed.Close(context.Background())
 	if err := e.Room(oneShot); !errdefs.IsResourceExhausted(err) {
 		t.Errorf("Room beside the resumed session: got %v, want ErrResourceExhausted (it counts its tool's 1 GiB)", err)
+	}
+}
+
+// TestReserve checks that a reservation holds its memory from Reserve to
+// the end of the Run it is given, and is that run's memory: with room for
+// one sandbox, a second Reserve is refused while one is held, a Run given
+// the reservation runs (it does not take the budget twice), and every
+// path gives the memory back: the run's end, a Release without a run, a
+// Run of a request that does not validate.
+func TestReserve(t *testing.T) {
+	testenv.RequiresRoot(t)
+	testenv.RequiresBinary(t, "runc")
+	d, err := runc.New(runc.Config{StateDir: t.TempDir(), GuestPath: testenv.Guest(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mem := sandbox.DefaultLimits().Memory
+	e, err := New(map[string]sandbox.Driver{"runc": d}, "runc", image.Open(testenv.DataDir()), sandbox.DefaultLimits(), sandbox.DefaultCeiling(),
+		WithMemoryBudget(mem+mem/2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := Request{Runtime: "shell", Code: []byte("echo ran")}
+	held := func(t *testing.T) {
+		t.Helper()
+		if r, err := e.Reserve(req); !errdefs.IsResourceExhausted(err) {
+			r.Release()
+			t.Fatalf("a second Reserve with room for one: got %v, want ErrResourceExhausted", err)
+		}
+	}
+	free := func(t *testing.T) {
+		t.Helper()
+		if err := e.Room(req); err != nil {
+			t.Fatalf("after the reservation's end: %v, want the budget free", err)
+		}
+	}
+	for _, tc := range []struct {
+		name string
+		use  func(t *testing.T, r *Reservation)
+	}{
+		{"run", func(t *testing.T, r *Reservation) {
+			run := req
+			run.Reservation = r
+			res, err := e.Run(t.Context(), run)
+			if err != nil || res.Stdout != "ran\n" {
+				t.Fatalf("Run with the reservation: got %+v, %v; want it to run", res, err)
+			}
+		}},
+		{"released", func(t *testing.T, r *Reservation) { r.Release(); r.Release() }},
+		{"a run that does not validate", func(t *testing.T, r *Reservation) {
+			bad := Request{Runtime: "cobol", Code: []byte("x"), Reservation: r}
+			if _, err := e.Run(t.Context(), bad); err == nil {
+				t.Fatal("Run of an unknown runtime: no error")
+			}
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r, err := e.Reserve(req)
+			if err != nil || r == nil {
+				t.Fatalf("Reserve: got %v, %v; want memory held", r, err)
+			}
+			held(t)
+			tc.use(t, r)
+			free(t)
+		})
 	}
 }
