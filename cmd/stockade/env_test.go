@@ -56,6 +56,7 @@ func TestEnvironment(t *testing.T) {
 		{"workspace list by STOCKADE_DB", []string{"STOCKADE_DB=" + db}, []string{"workspace", "list"}, 0, "", "fromenvdb"},
 		{"--db wins over STOCKADE_DB", []string{"STOCKADE_DB=sqlite:/nonexistent/dir/x.db"}, []string{"workspace", "list", "--db", db}, 0, "", "fromenvdb"},
 		{"workspace create by STOCKADE_DATA_DIR", []string{"STOCKADE_DATA_DIR=" + dataDir}, []string{"workspace", "create", "indatadir"}, 0, "", ""},
+		{"image verify by STOCKADE_DATA_DIR", []string{"STOCKADE_DATA_DIR=" + dir}, []string{"image", "verify"}, 1, "", `image "python" is not built`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			mu.Lock()
