@@ -121,6 +121,31 @@ func TestRunRemote(t *testing.T) {
 			}
 		})
 	}
+	// STOCKADE_URL is --url: the run is the daemon's, one more tool call
+	// of the workspace.
+	t.Run("STOCKADE_URL", func(t *testing.T) {
+		c, err := client.New(d.URL, open.Agent)
+		if err != nil {
+			t.Fatal(err)
+		}
+		succeeded := func() int {
+			calls, err := c.ListToolCalls(t.Context(), client.ToolCallFilter{Statuses: []client.ExecutionStatus{client.StatusSucceeded}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return len(calls.Items)
+		}
+		before := succeeded()
+		cmd := exec.Command(testenv.Build(t, "./cmd/stockade"), "run", "--runtime", "python", "-c", "print(6*7)")
+		cmd.Env = append(cmd.Environ(), "STOCKADE_URL="+d.URL, "STOCKADE_KEY="+open.Agent)
+		out, err := cmd.Output()
+		if err != nil || string(out) != "42\n" {
+			t.Fatalf("got %q, %v; want 42", out, err)
+		}
+		if after := succeeded(); after != before+1 {
+			t.Errorf("the workspace's succeeded tool calls: got %d, want %d: the run was not the daemon's", after, before+1)
+		}
+	})
 	t.Run("json", func(t *testing.T) {
 		cmd := exec.Command(testenv.Build(t, "./cmd/stockade"), "run", "--url", d.URL, "--json", "--runtime", "shell", "-c", "echo 42; exit 4")
 		cmd.Env = append(cmd.Environ(), "STOCKADE_KEY="+open.Agent)
