@@ -194,21 +194,23 @@ func sessionExec(ctx context.Context, args []string) int {
 		return report(remoteErr(ctx, err), asJSON)
 	}
 	defer s.Close()
-	pending := "" // the cell's execution while it waits for its approval
+	var cell runningCell
 	for {
 		ev, err := s.Next()
 		if err != nil {
 			if ctx.Err() != nil {
-				err = stopCell(ctx, c, id, pending, err)
+				err = cell.stop(ctx, c, id, err)
 			}
 			return report(remoteErr(ctx, err), asJSON)
 		}
 		switch e := ev.(type) {
 		case *client.ApprovalRequired:
-			pending = e.Card.ExecutionID
+			cell = runningCell{execution: e.Card.ExecutionID, pending: true}
 			fmt.Fprintf(os.Stderr, "stockade: waiting for an approver to decide on %s (expires %s)\n", e.Card.ApprovalID, e.Card.ExpiresAt.Local().Format("15:04:05"))
+		case *client.Started:
+			cell = runningCell{execution: e.ExecutionID}
 		case *client.Output:
-			pending = ""
+			cell.pending = false
 			if asJSON {
 				continue
 			}
@@ -217,7 +219,7 @@ func sessionExec(ctx context.Context, args []string) int {
 				w = os.Stderr
 			}
 			if _, err := io.WriteString(w, e.Data); err != nil {
-				fmt.Fprintf(os.Stderr, "stockade: writing the cell's %s: %v\n", e.Stream, stopCell(ctx, c, id, pending, err))
+				fmt.Fprintf(os.Stderr, "stockade: writing the cell's %s: %v\n", e.Stream, cell.stop(ctx, c, id, err))
 				return exitOutputClosed
 			}
 		case *client.StreamError:
@@ -230,20 +232,29 @@ func sessionExec(ctx context.Context, args []string) int {
 	}
 }
 
-// stopCell stops the cell of session id that the CLI was interrupted
-// during: it cancels execution pending, the cell waiting for its approval,
-// or else interrupts the cell the session runs (SIGINT to its kernel, as a
-// notebook's interrupt). It returns why (err) with what became of the
+// runningCell is what session exec knows of its cell: its execution,
+// once the daemon has said it (approval required, started), and whether
+// it waits for its approval.
+type runningCell struct {
+	execution string
+	pending   bool
+}
+
+// stop stops the cell of session id that the CLI was interrupted during:
+// it cancels the cell while it waits for its approval, or else interrupts
+// the cell the session runs (SIGINT to its kernel, as a notebook's
+// interrupt) and waits a little for it to end, so that the session takes
+// the next cell at once. It returns why (err) with what became of the
 // cell.
-func stopCell(ctx context.Context, c *client.Client, id, pending string, why error) error {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+func (r runningCell) stop(ctx context.Context, c *client.Client, id string, why error) error {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 15*time.Second)
 	defer cancel()
-	if pending != "" {
-		ex, err := c.CancelExecution(ctx, pending, "stockade session exec was interrupted")
+	if r.pending {
+		ex, err := c.CancelExecution(ctx, r.execution, "stockade session exec was interrupted")
 		if err != nil {
-			return fmt.Errorf("%w; cancelling cell %s of session %s: %v: it may run once approved", why, pending, id, err)
+			return fmt.Errorf("%w; cancelling cell %s of session %s: %v: it may run once approved", why, r.execution, id, err)
 		}
-		return fmt.Errorf("%w; cancelled cell %s of session %s, which is %s", why, pending, id, ex.Status)
+		return fmt.Errorf("%w; cancelled cell %s of session %s, which is %s", why, r.execution, id, ex.Status)
 	}
 	ok, err := c.InterruptCell(ctx, id)
 	switch {
@@ -251,8 +262,16 @@ func stopCell(ctx context.Context, c *client.Client, id, pending string, why err
 		return fmt.Errorf("%w; %v: the cell may go on in the session", why, err)
 	case !ok:
 		return fmt.Errorf("%w; session %s runs no cell now", why, id)
+	case r.execution == "":
+		return fmt.Errorf("%w; interrupted the cell session %s ran", why, id)
 	}
-	return fmt.Errorf("%w; interrupted the cell session %s ran", why, id)
+	// The kernel ends the cell as it handles the interrupt (or the
+	// daemon restarts it when it does not, within seconds).
+	cell, err := c.WaitCell(ctx, r.execution, 10*time.Second)
+	if err != nil || !cell.Status.Final() {
+		return fmt.Errorf("%w; interrupted the cell session %s ran, which had not ended when the CLI stopped waiting", why, id)
+	}
+	return fmt.Errorf("%w; interrupted the cell session %s ran, which ended %s", why, id, cell.Status)
 }
 
 const sessionInterruptUsage = `usage: stockade session interrupt ID [--url URL] [--key KEY] [--json]
