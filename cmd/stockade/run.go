@@ -1,7 +1,6 @@
 package main
 
 import (
-	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -159,8 +158,14 @@ func finishRun(res *engine.Result, asJSON bool) int {
 			fmt.Fprintf(os.Stderr, "stockade: %s truncated at the output cap\n", t.stream)
 		}
 	}
-	if res.Network != engine.NetworkAllowlist && lookupFailed(res.Stderr) {
-		fmt.Fprintf(os.Stderr, "stockade: this run had no network (network %q): its sandbox cannot resolve names\n", cmp.Or(res.Network, engine.NetworkNone))
+	if lookupFailed(res.Stderr) {
+		// An older daemon's result does not say (Network empty).
+		switch res.Network {
+		case engine.NetworkNone:
+			fmt.Fprintln(os.Stderr, `stockade: this run had no network (network "none"): its sandbox cannot resolve names`)
+		case engine.NetworkBroker:
+			fmt.Fprintln(os.Stderr, `stockade: this run reached only its tool's credential broker (network "broker"): its sandbox cannot resolve other names`)
+		}
 	}
 	switch res.Status {
 	case sandbox.StatusTimedOut:
@@ -177,7 +182,7 @@ func finishRun(res *engine.Result, asJSON bool) int {
 // words of glibc, musl, Node, curl or wget.
 func lookupFailed(stderr string) bool {
 	for _, s := range []string{"Temporary failure in name resolution", "Name or service not known", "EAI_AGAIN", "ENOTFOUND",
-		"Could not resolve host", "unable to resolve host address", "bad address"} {
+		"Could not resolve host", "unable to resolve host address", "wget: bad address"} {
 		if strings.Contains(stderr, s) {
 			return true
 		}
