@@ -75,11 +75,13 @@ func startTime(pid int) (uint64, error) {
 }
 
 // writeCreator records this process as the creator of the sandbox of
-// bundle. The record appears whole or not at all.
+// bundle. The record appears whole or not at all. A process that cannot
+// tell who it is (no /proc) records nothing: its sandboxes are left to
+// Reap, as before there were records.
 func writeCreator(bundle string) error {
 	me, err := self()
 	if err != nil {
-		return fmt.Errorf("recording the sandbox's creator: %w", err)
+		return nil
 	}
 	tmp := filepath.Join(bundle, creatorFile+".tmp")
 	if err := os.WriteFile(tmp, []byte(me.String()), 0o600); err != nil {
