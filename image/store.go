@@ -331,10 +331,12 @@ func corrupted(name, why string) error {
 }
 
 // classify wraps an I/O error in its error class: ErrPermissionDenied when
-// the store is not accessible to this user, ErrFailedPrecondition otherwise.
+// the store is not accessible to this user (still fs.ErrPermission too, so
+// that a caller can tell the host's permissions from a refusal of
+// Stockade's), ErrFailedPrecondition otherwise.
 func classify(err error) error {
 	if errors.Is(err, fs.ErrPermission) {
-		return fmt.Errorf("%v (run as root): %w", err, errdefs.ErrPermissionDenied)
+		return fmt.Errorf("%w (run as root): %w", err, errdefs.ErrPermissionDenied)
 	}
 	return fmt.Errorf("%v: %w", err, errdefs.ErrFailedPrecondition)
 }

@@ -132,7 +132,7 @@ func runCmd(ctx context.Context, args []string) int {
 // images need root. The hint follows the system's words ("permission
 // denied"), which stay.
 func rootHint(err error) error {
-	if os.Geteuid() == 0 || !errors.Is(err, fs.ErrPermission) {
+	if os.Geteuid() == 0 || !errors.Is(err, fs.ErrPermission) || strings.Contains(err.Error(), "as root") {
 		return err
 	}
 	return fmt.Errorf("%w; running sandboxes here needs root: run stockade run as root (sudo), or on a daemon with --url", err)
@@ -206,8 +206,13 @@ func resultStatus(res *engine.Result) int {
 }
 
 // runErr classifies an error of opening the engine or running: bad input
-// stays bad input (2), anything else means the code could not be run (125).
+// stays bad input (2), anything else means the code could not be run (125),
+// a permission of the host's included (ErrPermissionDenied is also a
+// policy's refusal, which is bad input).
 func runErr(err error) error {
+	if errors.Is(err, fs.ErrPermission) {
+		return runError{err}
+	}
 	err = classifyEngine(err)
 	if errors.As(err, new(usageError)) {
 		return err

@@ -216,7 +216,7 @@ func TestRunNotRoot(t *testing.T) {
 		name string
 		args []string
 	}{
-		{"a state directory it cannot make", []string{"--state-dir", filepath.Join(rootOnly, "state"), "--driver", "gvisor"}},
+		{"root-only images or a state directory it cannot make", []string{"--state-dir", filepath.Join(rootOnly, "state"), "--driver", "gvisor"}},
 		{"a data directory it cannot read", []string{"--data-dir", filepath.Join(rootOnly, "data"), "--state-dir", filepath.Join(rootOnly, "state")}},
 	} {
 		for _, asJSON := range []bool{false, true} {
@@ -235,7 +235,7 @@ func TestRunNotRoot(t *testing.T) {
 				}
 				msg := out.String() + errb.String()
 				if code := cmd.ProcessState.ExitCode(); code != exitRunFailure || !strings.Contains(msg, "permission denied") ||
-					!strings.Contains(msg, "needs root: run stockade run as root") {
+					!strings.Contains(msg, "as root") {
 					t.Errorf("got exit %d, %q; want %d, permission denied and the hint to run as root", code, msg, exitRunFailure)
 				}
 			})
