@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -86,13 +87,33 @@ func Launch(ctx context.Context, command []string, dir string) error {
 
 // Conn is a client's connection to a shim: the guest channel (Read and
 // Write, for a guest.Client) and the shim's control frames. Writes are
-// serialised, each whole. Closing it leaves the sandbox running.
+// serialised, each whole. Reads are one reader's: the first to read (the
+// guest.Client, or Wait when nothing else has read) owns the read side.
+// Closing it leaves the sandbox running.
 type Conn struct {
 	conn   *net.UnixConn
 	r      *bufio.Reader
 	wmu    sync.Mutex
 	status Status
+
+	// reader is who owns the read side: readerNone until the first Read
+	// or Wait claims it.
+	reader atomic.Int32
+	// ended is closed when a read has returned an error: the connection
+	// ended (or was closed) as its reader saw it.
+	ended   chan struct{}
+	endOnce sync.Once
 }
+
+// Owners of a Conn's read side.
+const (
+	readerNone int32 = iota
+	readerRead
+	readerWait
+)
+
+// errReadByWait is what Read returns once Wait drains the connection.
+var errReadByWait = errors.New("the shim connection is drained by Wait")
 
 // maxSocketName is the longest path a unix socket address holds
 // (sockaddr_un's sun_path, with its NUL).
@@ -160,14 +181,30 @@ func Dial(ctx context.Context, dir string) (*Conn, error) {
 	if f.Type != FrameStatus || guest.DecodeLenient(f.Payload, &st) != nil || st.ID != filepath.Base(dir) || st.PID != pid {
 		return fail(fmt.Errorf("the shim of %s answered %s %.100q, not its status: %w", filepath.Base(dir), f.Type, f.Payload, ErrNotOurs))
 	}
-	return &Conn{conn: conn, r: r, status: st}, nil
+	return &Conn{conn: conn, r: r, status: st, ended: make(chan struct{})}, nil
 }
 
 // Status is what the shim said when the connection began.
 func (c *Conn) Status() Status { return c.status }
 
-// Read reads the guest's frames.
-func (c *Conn) Read(p []byte) (int, error) { return c.r.Read(p) }
+// Read reads the guest's frames. It fails once Wait has become the
+// connection's reader.
+func (c *Conn) Read(p []byte) (int, error) {
+	if c.reader.Load() != readerRead && !c.reader.CompareAndSwap(readerNone, readerRead) {
+		return 0, errReadByWait
+	}
+	return c.read(p)
+}
+
+// read reads from the connection for its reader, and marks the connection
+// ended when the read fails.
+func (c *Conn) read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	if err != nil {
+		c.endOnce.Do(func() { close(c.ended) })
+	}
+	return n, err
+}
 
 // Write writes frames for the guest; one call carries whole frames.
 func (c *Conn) Write(p []byte) (int, error) {
@@ -213,15 +250,22 @@ func (c *Conn) EndAt(t time.Time) error {
 func (c *Conn) Close() error { return c.conn.Close() }
 
 // Wait waits until the shim closes the connection (it exits when its
-// runtime has), at most until ctx ends.
+// runtime has), at most until ctx ends. The connection's reader sees the
+// end: a guest.Client reading it goes on receiving its frames; when
+// nothing has read the connection, Wait reads and discards them itself.
 func (c *Conn) Wait(ctx context.Context) error {
-	done := make(chan struct{})
-	go func() {
-		_, _ = io.Copy(io.Discard, c.r)
-		close(done)
-	}()
+	if c.reader.CompareAndSwap(readerNone, readerWait) {
+		go func() {
+			buf := make([]byte, 32<<10)
+			for {
+				if _, err := c.read(buf); err != nil {
+					return
+				}
+			}
+		}()
+	}
 	select {
-	case <-done:
+	case <-c.ended:
 		return nil
 	case <-ctx.Done():
 		return ctx.Err()

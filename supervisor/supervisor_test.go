@@ -227,16 +227,20 @@ func TestReattach(t *testing.T) {
 
 // TestControls checks the shim's own frames: closing the guest's stdin
 // ends the guest, its runtime, and the shim, which records the exit;
-// killing the runtime does the same with the runtime's signal.
+// killing the runtime does the same with the runtime's signal. Wait sees
+// the end whether a guest client reads the connection (which then sees
+// the end too) or nothing does.
 func TestControls(t *testing.T) {
 	for _, tt := range []struct {
 		name       string
 		send       func(*Conn) error
+		noClient   bool
 		wantCode   int
 		wantSignal int
 	}{
-		{"close stdin", (*Conn).CloseGuestStdin, 0, 0},
-		{"kill", (*Conn).Kill, -1, int(syscall.SIGKILL)},
+		{"close stdin", (*Conn).CloseGuestStdin, false, 0, 0},
+		{"kill", (*Conn).Kill, false, -1, int(syscall.SIGKILL)},
+		{"kill without a client", (*Conn).Kill, true, -1, int(syscall.SIGKILL)},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			root, key := testRoot(t)
@@ -245,15 +249,33 @@ func TestControls(t *testing.T) {
 			if _, err := c.Ping(ctxOf(t)); err != nil {
 				t.Fatal(err)
 			}
+			if tt.noClient {
+				// A connection that nothing reads, once the guest has
+				// greeted (a guest ended before its hello is a broken one).
+				conn.Close()
+				var err error
+				if conn, err = Dial(ctxOf(t), dir); err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { conn.Close() })
+				c = nil
+			}
 			if err := tt.send(conn); err != nil {
 				t.Fatal(err)
 			}
 			if err := conn.Wait(ctxOf(t)); err != nil {
 				t.Fatalf("the shim did not end: %v", err)
 			}
+			if c != nil {
+				select {
+				case <-c.Done():
+				case <-time.After(10 * time.Second):
+					t.Fatal("the guest client reading the connection did not see it end")
+				}
+			}
 			x, ok := ReadExit(dir)
 			if !ok || x.ExitCode != tt.wantCode || x.Signal != tt.wantSignal {
-				t.Errorf("got exit %+v (recorded %v), want code %d signal %d", x, ok, tt.wantCode, tt.wantSignal)
+				t.Errorf("got exit %+v (recorded %v), want code %d signal %d; the shim's log:\n%s", x, ok, tt.wantCode, tt.wantSignal, Log(dir))
 			}
 			for i := 0; ; i++ {
 				if _, running := Running(dir); !running {
