@@ -1,6 +1,7 @@
 package capability
 
 import (
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -30,7 +31,11 @@ func next(t *testing.T, ch <-chan Change) Change {
 func TestWatch(t *testing.T) {
 	ctx := t.Context()
 	drv := &sandboxfake.Driver{ID: "gvisor", Tier: sandbox.TierGVisor}
-	env := newServiceEnv(t, nil, drv, store.DefaultPolicy(), ServiceOptions{ApprovalTTL: time.Hour})
+	// The service's clock, moved on to expire an approval. An atomic, as
+	// the service's own goroutines read the clock while the test moves it.
+	var ahead atomic.Int64
+	clock := func() time.Time { return time.Now().Add(time.Duration(ahead.Load())) }
+	env := newServiceEnv(t, nil, drv, store.DefaultPolicy(), ServiceOptions{ApprovalTTL: time.Hour, Now: clock})
 	k, err := env.st.CreateAPIKey(ctx, store.NewAPIKey{WorkspaceID: env.ws.ID, Role: store.RoleApprover, Hash: store.HashKey("approver")})
 	if err != nil {
 		t.Fatal(err)
@@ -83,10 +88,10 @@ func TestWatch(t *testing.T) {
 	expiring := invoke()
 	a, ex = expiring.Approval.ID, expiring.Execution.ID
 	want("requested", Change{Kind: ApprovalRequested, ApprovalID: a, ExecutionID: ex})
-	env.svc.opts.Now = func() time.Time { return time.Now().Add(2 * time.Hour) }
+	ahead.Store(int64(2 * time.Hour))
 	env.svc.expireApprovals(ctx)
 	want("expired", Change{Kind: ApprovalExpired, ApprovalID: a, ExecutionID: ex})
-	env.svc.opts.Now = time.Now
+	ahead.Store(0)
 
 	cancelled := invoke()
 	a, ex = cancelled.Approval.ID, cancelled.Execution.ID
