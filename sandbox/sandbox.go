@@ -258,9 +258,12 @@ type Result struct {
 	// CPUTime is the user + system time of the program and its children,
 	// and PeakMemory their peak memory in bytes, as the guest reports them
 	// (or the sandbox's cgroup, where it holds only the sandbox's
-	// processes). A run that timed out has no report: both come from the
-	// sandbox's cgroup, under gVisor including the Sentry's own use, and
-	// are zero where the cgroup is not on this host (a remote engine).
+	// processes). Under gVisor CPUTime is the sandbox's cgroup's over the
+	// Exec, the Sentry's own use included: the Sentry's count of its
+	// tasks' time runs on while the host throttles them. A run that timed
+	// out has no report: both come from the sandbox's cgroup, under gVisor
+	// including the Sentry's own use, and are zero where the cgroup is not
+	// on this host (a remote engine).
 	CPUTime    time.Duration
 	PeakMemory int64
 }

@@ -85,6 +85,10 @@ func config(cfg Config) ocidriver.Config {
 		GuestPath:            cfg.GuestPath,
 		Shim:                 cfg.Shim,
 		Defaults:             sandbox.Limits{CPU: DefaultCPU},
+		// The Sentry counts a task's time in the program as CPU time
+		// while the host throttles it at the quota: the host's count is
+		// the one the cap holds to.
+		CPUFromCgroup: true,
 		Lacks: map[string]string{
 			// runsc --network=sandbox hands the namespace's interfaces to
 			// the Sentry's netstack once, when the sandbox starts.

@@ -57,6 +57,11 @@ type Config struct {
 	// where the cgroup holds exactly the sandbox's processes); otherwise the
 	// guest's maximum resident set size is used.
 	PeakFromCgroup bool
+	// CPUFromCgroup takes an Exec's CPU time from the host cgroup (true
+	// for runsc, whose Sentry's own count of a task's CPU time runs on
+	// while the host throttles it; see sandboxkit.Guest.CPUFromCgroup);
+	// otherwise the guest's count of its children's is used.
+	CPUFromCgroup bool
 	// PrivateRootForMounts gives each sandbox with data mounts an overlay
 	// of the image as its root, for runtimes that create mount points in
 	// the root they are given (runsc); see mountPrivateRoot.

@@ -68,6 +68,7 @@ func (d *Driver) newSbx(id string, limits sandbox.Limits) *sbx {
 		Limits:         limits,
 		Cgroup:         s.cg.Cgroup,
 		PeakFromCgroup: d.cfg.PeakFromCgroup,
+		CPUFromCgroup:  d.cfg.CPUFromCgroup,
 		Kill:           s.kill,
 	}
 	return s

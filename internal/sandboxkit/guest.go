@@ -58,6 +58,18 @@ type Guest struct {
 	// when the cgroup holds exactly the sandbox's processes (not under
 	// gVisor, whose Sentry is in it too).
 	PeakFromCgroup bool
+	// CPUFromCgroup makes Exec report the cgroup's CPU time over the Exec,
+	// when it has one, rather than the guest's count of its children's.
+	// Set it where the guest's count is not the host's: gVisor's Sentry
+	// counts a task's time in the program as running while the host has
+	// it throttled at the cgroup's quota, so the guest sees more CPU time
+	// than the quota let the sandbox use (1.2-1.3 CPUs of a 1-CPU cap with
+	// four busy processes). The cgroup holds what the host ran and capped
+	// for the sandbox: the program, and under gVisor the Sentry and gofer
+	// serving it. An Exec that asks for an exit notice (a pool's, which
+	// waits for its code long after it starts) keeps the guest's count:
+	// the cgroup's since the Exec's start would hold the wait.
+	CPUFromCgroup bool
 	// Kill ends the sandbox's PID 1, and with it every process of the
 	// sandbox and the guest's stream, without waiting: where the guest
 	// holds its channel itself, also when only its runtime could be
@@ -424,6 +436,12 @@ func (h *execHandle) classify(ctx context.Context, o outcome, res *sandbox.Resul
 	if g.PeakFromCgroup {
 		if p := g.Cgroup.Peak(); p > 0 {
 			res.PeakMemory = p
+		}
+	}
+	if g.CPUFromCgroup && !h.req.ExitNotice {
+		// A cgroup already gone (the runtime removed it) reads zero.
+		if now := g.Cgroup.CPUUsage(); now > 0 && now >= h.cpuBefore {
+			res.CPUTime = now - h.cpuBefore
 		}
 	}
 	return nil

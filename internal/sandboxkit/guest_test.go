@@ -493,7 +493,8 @@ func TestStartError(t *testing.T) {
 // TestGuestExecCgroupNumbers checks the numbers a run takes from its
 // cgroup, on a v1 and a v2 tree of the test's own: a timed-out run, whose
 // guest never reports, gets the CPU time used since the Exec began and the
-// peak memory; a sandbox OOM-killed whole reports the kill's SIGKILL.
+// peak memory; under CPUFromCgroup so does a run that ended; a sandbox
+// OOM-killed whole reports the kill's SIGKILL.
 func TestGuestExecCgroupNumbers(t *testing.T) {
 	const path = "/stockade/sbx-test"
 	for _, layout := range []struct {
@@ -550,6 +551,40 @@ func TestGuestExecCgroupNumbers(t *testing.T) {
 					t.Errorf("got %s with CPU %s and peak %d, want timed_out with 400ms and 50000000", res.Status, res.CPUTime, res.PeakMemory)
 				}
 			})
+			// A guest counts 700 ms for its program while the cgroup counts
+			// 500 ms over the Exec (gVisor's Sentry counts a throttled
+			// task as running): CPUFromCgroup takes the host's count, but
+			// for a pool's Exec (ExitNotice), whose cgroup count since its
+			// start would hold the wait for its code.
+			for _, tt := range []struct {
+				name                   string
+				fromCgroup, exitNotice bool
+				want                   time.Duration
+			}{
+				{"CPU time from the guest", false, false, 700 * time.Millisecond},
+				{"CPU time from the cgroup", true, false, 500 * time.Millisecond},
+				{"CPU time of a pool's exec", true, true, 700 * time.Millisecond},
+			} {
+				t.Run(tt.name, func(t *testing.T) {
+					write(layout.cpu, layout.cpuText(started))
+					write(layout.events, fmt.Sprintf(layout.oomText, 0))
+					f := newFakeGuest(t, limits, func(fr frames, _ guest.ExecRequest) {
+						write(layout.cpu, layout.cpuText(started+500*time.Millisecond))
+						fr.started()
+						fr.exit(guest.ExitReport{CPUUserUs: 600_000, CPUSysUs: 100_000})
+					})
+					f.g.Cgroup, f.g.CPUFromCgroup = cg, tt.fromCgroup
+					r := req
+					r.ExitNotice = tt.exitNotice
+					res, err := execOn(t.Context(), f.g, r)
+					if err != nil {
+						t.Fatal(err)
+					}
+					if res.Status != sandbox.StatusSucceeded || res.CPUTime != tt.want {
+						t.Errorf("got %s with CPU %s, want succeeded with %s", res.Status, res.CPUTime, tt.want)
+					}
+				})
+			}
 			t.Run("OOM-killed sandbox", func(t *testing.T) {
 				write(layout.events, fmt.Sprintf(layout.oomText, 0))
 				f := newFakeGuest(t, limits, func(fr frames, _ guest.ExecRequest) {
