@@ -122,6 +122,7 @@ func Run(t *testing.T, h Harness) {
 		{"ForkBomb", (*suite).forkBomb},
 		{"OOM", (*suite).oom},
 		{"Timeout", (*suite).timeout},
+		{"CPUCap", (*suite).cpuCap},
 		{"Daemon", (*suite).daemon},
 		{"OutputFlood", (*suite).outputFlood},
 		{"ConcurrentIsolation", (*suite).concurrentIsolation},

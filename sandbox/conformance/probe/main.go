@@ -22,6 +22,10 @@
 //	forkbomb [MAX [HOLD_MS]]  fork until refused, hold, kill the children
 //	alloc MIB            allocate and touch MIB mebibytes
 //	spin | sleep SECONDS [TAG]  print "started", then busy-loop or sleep
+//	busy N SECONDS MARKER  start N processes busy-looping for SECONDS
+//	                     (MARKER in their argv), print "started", wait
+//	                     for them, then print the wall time and their CPU
+//	                     time as the sandbox's kernel counts it
 //	daemon MARKER [HOLD] double-fork a setsid daemon sleeping 300 s with
 //	                     MARKER in its argv, print its pid and the pids
 //	                     findproc sees, then exit 0 (or print "started"
@@ -97,6 +101,12 @@ func main() {
 		}
 	case "sleep":
 		sleep(args)
+	case "busy":
+		emit(busy(atoi(arg(args, 0, "N")), atoi(arg(args, 1, "SECONDS")), arg(args, 2, "MARKER")))
+	case "busy-one":
+		end := time.Now().Add(time.Duration(atoi(arg(args, 0, "SECONDS"))) * time.Second)
+		for time.Now().Before(end) {
+		}
 	case "daemon":
 		emit(daemon(arg(args, 0, "MARKER")))
 		if len(args) > 1 {
@@ -916,6 +926,41 @@ func daemon(marker string) obj {
 		{"seen", findProcs(marker)},
 		{"errno", 0}, {"err", ""},
 	}
+}
+
+// busy starts n processes that busy-loop for seconds, each with marker
+// in its argv, and waits for them. It reports the wall time from their
+// start to the last one's end and the CPU time (user and system) the
+// sandbox's kernel counted for them.
+func busy(n, seconds int, marker string) obj {
+	null, err := os.OpenFile("/dev/null", os.O_RDWR, 0)
+	if err != nil {
+		fail("opening /dev/null: " + err.Error())
+	}
+	start := time.Now()
+	var pids []int
+	for range n {
+		pid, err := syscall.ForkExec("/proc/self/exe", []string{"probe", "busy-one", strconv.Itoa(seconds), marker}, &syscall.ProcAttr{
+			Files: []uintptr{null.Fd(), null.Fd(), null.Fd()},
+		})
+		if err != nil {
+			fail("starting a busy process: " + err.Error())
+		}
+		pids = append(pids, pid)
+	}
+	writeAll(1, []byte("started\n"))
+	for _, pid := range pids {
+		if _, err := reap(pid); err != nil {
+			fail("waiting for a busy process: " + err.Error())
+		}
+	}
+	wall := time.Since(start)
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_CHILDREN, &ru); err != nil {
+		fail("getrusage: " + err.Error())
+	}
+	cpu := time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	return obj{{"processes", len(pids)}, {"wall_ms", wall.Milliseconds()}, {"cpu_ms", cpu.Milliseconds()}}
 }
 
 // findProcs lists the processes other than this one whose command line has
