@@ -94,6 +94,9 @@ type Result struct {
 	// fails), "broker" (only the credential broker) or "allowlist" (the
 	// tool's egress allowlist). Empty where no sandbox ran.
 	Network string `json:"network,omitempty"`
+	// EndedBy is set when Stockade ended the run before its program did
+	// (status killed): "cancel", "daemon_shutdown" or "session_ended".
+	EndedBy string `json:"ended_by,omitempty"`
 	Error   string `json:"error,omitempty"`
 }
 

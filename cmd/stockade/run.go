@@ -173,7 +173,11 @@ func finishRun(res *engine.Result, asJSON bool) int {
 	case sandbox.StatusOOMKilled:
 		fmt.Fprintln(os.Stderr, "stockade: killed: out of memory")
 	case sandbox.StatusKilled:
-		fmt.Fprintf(os.Stderr, "stockade: killed by signal %d\n", res.Signal)
+		if res.EndedBy != "" {
+			fmt.Fprintf(os.Stderr, "stockade: killed: ended by %s\n", strings.ReplaceAll(res.EndedBy, "_", " "))
+		} else {
+			fmt.Fprintf(os.Stderr, "stockade: killed by signal %d\n", res.Signal)
+		}
 	}
 	return resultStatus(res)
 }
@@ -192,7 +196,8 @@ func lookupFailed(stderr string) bool {
 
 // resultStatus is the exit status of a run that produced a result: the
 // program's exit code, 124 on timeout (as timeout(1)), 137 on an OOM kill
-// and 128+N for a program killed by signal N (as a shell reports them).
+// and 128+N for a program killed by signal N (as a shell reports them); a
+// run Stockade ended (a cancel, the daemon's shutdown) is 137.
 func resultStatus(res *engine.Result) int {
 	switch res.Status {
 	case sandbox.StatusSucceeded, sandbox.StatusFailed:
@@ -200,6 +205,11 @@ func resultStatus(res *engine.Result) int {
 	case sandbox.StatusTimedOut:
 		return 124
 	case sandbox.StatusOOMKilled:
+		return 137
+	}
+	if res.Signal == 0 {
+		// Stockade ended the run (EndedBy), which kills its sandbox:
+		// 128+SIGKILL, as session exec reports a killed cell.
 		return 137
 	}
 	return 128 + res.Signal

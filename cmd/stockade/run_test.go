@@ -11,7 +11,9 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/stockade-sh/stockade/engine"
 	"github.com/stockade-sh/stockade/internal/testenv"
+	"github.com/stockade-sh/stockade/sandbox"
 )
 
 // stockade runs the CLI binary with a private state directory and the test
@@ -240,5 +242,28 @@ func TestRunNotRoot(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// TestResultStatus tables run's exit status per ending: a run Stockade
+// ended (no signal of the program's own) is 137, not 128.
+func TestResultStatus(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		res  engine.Result
+		want int
+	}{
+		{"succeeded", engine.Result{Status: sandbox.StatusSucceeded}, 0},
+		{"failed", engine.Result{Status: sandbox.StatusFailed, ExitCode: 3}, 3},
+		{"timed out", engine.Result{Status: sandbox.StatusTimedOut, Signal: 9}, 124},
+		{"oom", engine.Result{Status: sandbox.StatusOOMKilled, Signal: 9}, 137},
+		{"signal", engine.Result{Status: sandbox.StatusKilled, Signal: 15}, 143},
+		{"ended by a cancel", engine.Result{Status: sandbox.StatusKilled, EndedBy: engine.EndedByCancel}, 137},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := resultStatus(&tc.res); got != tc.want {
+				t.Errorf("got %d, want %d", got, tc.want)
+			}
+		})
 	}
 }
