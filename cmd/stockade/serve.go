@@ -111,8 +111,10 @@ func serveFlags() (*flag.FlagSet, *config.Config, func([]string) ([]string, erro
 func serve(ctx context.Context, listen, db string, cfg config.Config) error {
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
 	// SIGUSR2 stops the daemon for good: its sessions end first. It is
-	// caught from the start: one sent while the daemon starts (whose
-	// default action would kill it) stops it so once it serves.
+	// caught before the daemon opens its store or any sandbox: one sent
+	// while the daemon starts (whose default action would kill it) stops
+	// it so once it serves. (One sent while the flags are parsed, before
+	// any session can exist, still kills it.)
 	forGood := make(chan os.Signal, 1)
 	signal.Notify(forGood, syscall.SIGUSR2)
 	defer signal.Stop(forGood)
@@ -192,7 +194,7 @@ func serve(ctx context.Context, listen, db string, cfg config.Config) error {
 	ui := console.New(svc, st, console.Options{Witness: wit, SecureCookies: cfg.BehindTLS, Logger: log})
 	srv := &http.Server{
 		Handler: api.New(svc, st, api.Options{Metrics: metrics, UI: ui, BodyTimeout: cfg.BodyTimeout, WriteTimeout: cfg.WriteTimeout, MCP: mcpOpts,
-			MCPSessionsPerKey: cfg.MCP.MaxSessionsPerKey}),
+			MCPSessionsPerKey: cfg.MCP.MaxSessionsPerKey, Logger: log}),
 		IdleTimeout: cfg.IdleTimeout, ReadHeaderTimeout: cfg.HeaderTimeout,
 		BaseContext: func(net.Listener) context.Context { return reqCtx },
 	}
