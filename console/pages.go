@@ -153,7 +153,7 @@ func (c *Console) executionsData(r *http.Request, v *visit) (*executionsData, er
 	f := store.ToolCallFilter{PageRequest: store.PageRequest{Limit: pageSize, Cursor: q.Get("cursor")}}
 	if d.Status != "" {
 		if !store.ExecutionStatus(d.Status).Valid() {
-			return nil, fmt.Errorf("unknown status %q: %w", d.Status, errdefs.ErrInvalidArgument)
+			return nil, errdefs.Publicf("unknown status %q: %w", d.Status, errdefs.ErrInvalidArgument)
 		}
 		f.Statuses = []store.ExecutionStatus{store.ExecutionStatus(d.Status)}
 	}

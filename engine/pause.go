@@ -123,7 +123,7 @@ func (e *Engine) ResumeSession(ctx context.Context, spec SessionSpec, dir string
 // ErrKernelLost is a resume whose sandbox came back without the kernel it
 // was saved with: the session's state is gone, unlike a resume that a
 // retry may bring.
-var ErrKernelLost = errors.New("its kernel did not come back from the checkpoint")
+var ErrKernelLost = errdefs.Public(errors.New("its kernel did not come back from the checkpoint"))
 
 // DiskUsage is the disk the files under dir take, in bytes (their
 // allocated blocks, as du counts them).

@@ -248,7 +248,7 @@ func (s *Store) Apply(ctx context.Context, id string, st store.Step) (store.Exec
 			return notFound(err)
 		}
 		if ex.Status != st.From {
-			return fmt.Errorf("execution is %s, not %s: %w", ex.Status, st.From, errdefs.ErrConflict)
+			return errdefs.Publicf("execution %s is %s, not %s: %w", ex.ID, ex.Status, st.From, errdefs.ErrConflict)
 		}
 		at := s.at(st.At)
 		ex.Status = st.To
@@ -271,7 +271,7 @@ func (s *Store) Apply(ctx context.Context, id string, st store.Step) (store.Exec
 			return err
 		}
 		if n != 1 {
-			return fmt.Errorf("execution moved on from %s meanwhile: %w", st.From, errdefs.ErrConflict)
+			return errdefs.Publicf("execution %s moved on from %s meanwhile: %w", ex.ID, st.From, errdefs.ErrConflict)
 		}
 		charged, err := s.settleFor(ctx, q, ex, st)
 		if err != nil {
@@ -307,7 +307,7 @@ func (s *Store) closeApproval(ctx context.Context, q Querier, id string, st stor
 		return fmt.Errorf("approval %q: %w", approvalID, notFound(err))
 	}
 	if a.Status != store.ApprovalPending {
-		return fmt.Errorf("approval %s is already %s: %w", a.ID, a.Status, errdefs.ErrConflict)
+		return errdefs.Publicf("approval %s is already %s: %w", a.ID, a.Status, errdefs.ErrConflict)
 	}
 	var decidedAt time.Time
 	if st.Approval.DecidedBy != "" {
@@ -316,7 +316,7 @@ func (s *Store) closeApproval(ctx context.Context, q Querier, id string, st stor
 		// expiry.
 		decidedAt = s.at(st.At)
 		if !decidedAt.Before(a.ExpiresAt) {
-			return fmt.Errorf("approval %s expired at %s, before the decision: %w", a.ID, a.ExpiresAt.Format(time.RFC3339), errdefs.ErrConflict)
+			return errdefs.Publicf("approval %s expired at %s, before the decision: %w", a.ID, a.ExpiresAt.Format(time.RFC3339), errdefs.ErrConflict)
 		}
 	}
 	_, err = q.Exec(ctx, `UPDATE approval_requests SET status = $2, decided_by = $3, decided_at = $4, reason = $5
