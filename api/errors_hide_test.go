@@ -134,9 +134,10 @@ func (s *syncBuffer) String() string {
 // cuttable is a TCP relay to a PostgreSQL server: cut ends its every
 // connection and refuses new ones, as a server that stopped would.
 type cuttable struct {
-	ln    net.Listener
-	mu    sync.Mutex
-	conns []net.Conn
+	ln     net.Listener
+	mu     sync.Mutex
+	conns  []net.Conn
+	closed bool // cut: a connection accepted just before is closed too
 }
 
 func relay(t *testing.T, to string) *cuttable {
@@ -158,6 +159,12 @@ func relay(t *testing.T, to string) *cuttable {
 				continue
 			}
 			c.mu.Lock()
+			if c.closed {
+				c.mu.Unlock()
+				in.Close()
+				out.Close()
+				continue
+			}
 			c.conns = append(c.conns, in, out)
 			c.mu.Unlock()
 			go func() { _, _ = io.Copy(out, in); out.Close() }()
@@ -172,6 +179,7 @@ func (c *cuttable) cut() {
 	c.ln.Close()
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.closed = true
 	for _, conn := range c.conns {
 		conn.Close()
 	}
