@@ -419,6 +419,11 @@ func (h *execHandle) classify(ctx context.Context, o outcome, res *sandbox.Resul
 		res.CPUTime, res.PeakMemory = min(max(g.Cgroup.CPUUsage()-h.cpuBefore, 0), maxCPU), g.Cgroup.Peak()
 		g.markDead()
 		g.Kill(ctx)
+		// The OOM killer counts its kill after it sends SIGKILL, so a
+		// guest that died of it may be seen gone before the count is:
+		// it is read again once the sandbox is killed (a count of a
+		// cgroup already removed reads 0, never a kill that was not).
+		oomKilled = oomKilled || g.Cgroup.OOMKills() > h.oomBefore
 		res.Status = sandbox.StatusKilled
 		if oomKilled || (g.DiedOfOOM != nil && g.DiedOfOOM(ctx)) {
 			// The kernel's OOM killer ended the sandbox's processes,
