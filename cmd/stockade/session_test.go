@@ -62,6 +62,8 @@ func TestSessionCommands(t *testing.T) {
 		// A kernel that kills itself is killed (128+9), not out of memory.
 		{"kills its kernel", "", []string{"exec", id, "--code", "import os, signal\nprint('bye', flush=True)\nos.kill(os.getpid(), signal.SIGKILL)"}, 137, "bye\n",
 			[]string{"KernelKilled", "signal 9", "kernel was restarted"}},
+		// The restarted kernel lost x, which the interrupt cases below read.
+		{"set again", "", []string{"exec", id, "--code", "x = 6*7\nprint('set')"}, 0, "set\n", nil},
 		{"ls", "", []string{"ls", id}, 0, "data.csv", nil},
 		{"a path outside", "", []string{"get", id, "/etc/passwd", "-"}, 2, "", []string{"/workspace"}},
 		{"no code", "", []string{"exec", id}, 2, "", []string{"no code"}},
