@@ -585,8 +585,11 @@ func TestSessionLifetimes(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatalf("after 20 s: idle %+v, ttl %+v; want both ended", ended(idle.ID), ended(ttl.ID))
 		}
-		// Cells keep the ttl session busy: it ends anyway.
-		e.cell(e.agent, ttl.ID, "print alive")
+		// Cells keep the ttl session busy: it ends anyway. A cell sent
+		// as it ends is refused as ended (410), not run.
+		if r := e.do("POST", "/v1/sessions/"+ttl.ID+"/exec", e.agent, capability.CellRequest{Code: "print alive"}); r.code != http.StatusOK && r.code != http.StatusGone {
+			t.Fatalf("a cell of the ttl session: got %d (%s), want 200, or 410 once it ended", r.code, r.body)
+		}
 		time.Sleep(200 * time.Millisecond)
 	}
 	if v := ended(idle.ID); v.EndReason != "idle_timeout" {
