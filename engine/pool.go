@@ -42,7 +42,9 @@ import (
 // sandbox is stopped, without waiting the 7-15 ms the kernel takes to tear
 // down an interpreter with numpy and pandas. What differs from a cold run:
 // the program's sys.modules hold numpy and pandas, its memory and CPU use
-// count the imports (the CPU time in clock ticks, read from /proc), it has
+// count the imports (the CPU time in clock ticks, read from /proc; on
+// gVisor it is the cgroup's from the code's first write to the
+// interpreter's stdin, without them: sandboxkit.Guest.CPUFromCgroup), it has
 // one more descriptor open (the notice's, close-on-exec), and the run's
 // timeout and duration are kept by the engine from the moment the code is
 // sent (the Exec started when the pool filled).

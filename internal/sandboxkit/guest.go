@@ -66,9 +66,11 @@ type Guest struct {
 	// than the quota let the sandbox use (1.2-1.3 CPUs of a 1-CPU cap with
 	// four busy processes). The cgroup holds what the host ran and capped
 	// for the sandbox: the program, and under gVisor the Sentry and gofer
-	// serving it. An Exec that asks for an exit notice (a pool's, which
-	// waits for its code long after it starts) keeps the guest's count:
-	// the cgroup's since the Exec's start would hold the wait.
+	// serving it. An Exec that asks for an exit notice and streams its
+	// stdin is a pool's: its program waits for its code there, long after
+	// the Exec starts, and runs once the code comes, so its cgroup count
+	// starts at the first write to its stdin, not at its start (which
+	// would add the wait and the pool's imports).
 	CPUFromCgroup bool
 	// Kill ends the sandbox's PID 1, and with it every process of the
 	// sandbox and the guest's stream, without waiting: where the guest
@@ -293,7 +295,8 @@ func (g *Guest) Start(ctx context.Context, req sandbox.ExecRequest) (sandbox.Exe
 		mode = 0o644
 	}
 	h := &execHandle{g: g, req: req, cancel: make(chan struct{}), done: make(chan struct{})}
-	h.oomBefore, h.cpuBefore = g.Cgroup.OOMKills(), g.Cgroup.CPUUsage()
+	h.oomBefore = g.Cgroup.OOMKills()
+	h.cpuBefore.Store(int64(g.Cgroup.CPUUsage()))
 	g.Cgroup.ResetPeak()
 	h.start = time.Now()
 	var onOutput func(guest.Stream, []byte)
@@ -315,6 +318,12 @@ func (g *Guest) Start(ctx context.Context, req sandbox.ExecRequest) (sandbox.Exe
 		return nil, g.lost(ctx, err)
 	}
 	h.ex = ex
+	if w := ex.Stdin(); w != nil {
+		h.stdin = w
+		if req.ExitNotice {
+			h.stdin = &codeStdin{WriteCloser: w, h: h}
+		}
+	}
 	g.running = h
 	go h.supervise(ctx, time.NewTimer(timeout))
 	return h, nil
@@ -327,9 +336,13 @@ type execHandle struct {
 	req sandbox.ExecRequest
 	ex  *guest.Exec
 
-	start      time.Time
-	oomBefore  int64
-	cpuBefore  time.Duration
+	stdin io.WriteCloser // nil without StdinStream
+
+	start     time.Time
+	oomBefore int64
+	// cpuBefore is the cgroup's CPU time, in nanoseconds, when the program
+	// began: at Start, or for a pool's Exec when its code came (codeStdin).
+	cpuBefore  atomic.Int64
 	cancelOnce sync.Once
 	cancel     chan struct{} // closed by Cancel
 	done       chan struct{} // closed once res and err are set
@@ -363,11 +376,21 @@ func (h *execHandle) Cancel() error {
 	return nil
 }
 
-func (h *execHandle) Stdin() io.WriteCloser {
-	if w := h.ex.Stdin(); w != nil {
-		return w
-	}
-	return nil
+func (h *execHandle) Stdin() io.WriteCloser { return h.stdin }
+
+// codeStdin is the stdin of an Exec that asks for an exit notice: a warm
+// pool's interpreter, started ahead, which waits there for the program it
+// is to run. The program begins with the first write, so the cgroup's CPU
+// time of the Exec is counted from then (see Guest.CPUFromCgroup).
+type codeStdin struct {
+	io.WriteCloser
+	h    *execHandle
+	once sync.Once
+}
+
+func (s *codeStdin) Write(p []byte) (int, error) {
+	s.once.Do(func() { s.h.cpuBefore.Store(int64(s.h.g.Cgroup.CPUUsage())) })
+	return s.WriteCloser.Write(p)
 }
 
 // supervise waits for the exec's end, its timer, its ctx or Cancel, and
@@ -416,7 +439,7 @@ func (h *execHandle) classify(ctx context.Context, o outcome, res *sandbox.Resul
 		// sandbox used is read from its cgroup before it is killed, as
 		// for a timeout: under gVisor an OOM kill ends the Sentry, and
 		// the guest with it, before it can report.
-		res.CPUTime, res.PeakMemory = min(max(g.Cgroup.CPUUsage()-h.cpuBefore, 0), maxCPU), g.Cgroup.Peak()
+		res.CPUTime, res.PeakMemory = min(max(g.Cgroup.CPUUsage()-h.cpuUsedBefore(), 0), maxCPU), g.Cgroup.Peak()
 		g.markDead()
 		g.Kill(ctx)
 		// The OOM killer counts its kill after it sends SIGKILL, so a
@@ -443,14 +466,17 @@ func (h *execHandle) classify(ctx context.Context, o outcome, res *sandbox.Resul
 			res.PeakMemory = p
 		}
 	}
-	if g.CPUFromCgroup && !h.req.ExitNotice {
+	if g.CPUFromCgroup {
 		// A cgroup already gone (the runtime removed it) reads zero.
-		if now := g.Cgroup.CPUUsage(); now > 0 && now >= h.cpuBefore {
-			res.CPUTime = now - h.cpuBefore
+		if now, before := g.Cgroup.CPUUsage(), h.cpuUsedBefore(); now > 0 && now >= before {
+			res.CPUTime = now - before
 		}
 	}
 	return nil
 }
+
+// cpuUsedBefore is the cgroup's CPU time when the program began.
+func (h *execHandle) cpuUsedBefore() time.Duration { return time.Duration(h.cpuBefore.Load()) }
 
 // markDead records that the guest can serve no more Execs.
 func (g *Guest) markDead() {
@@ -496,7 +522,7 @@ func (h *execHandle) run(ctx context.Context, timer <-chan time.Time, res *sandb
 	// gVisor the cgroup also holds the Sentry, whose own CPU time and
 	// memory are counted with the program's.
 	measure := func() {
-		res.CPUTime, res.PeakMemory = g.Cgroup.CPUUsage()-h.cpuBefore, g.Cgroup.Peak()
+		res.CPUTime, res.PeakMemory = g.Cgroup.CPUUsage()-h.cpuUsedBefore(), g.Cgroup.Peak()
 	}
 	timedOut, cut := false, false
 	select {

@@ -35,6 +35,9 @@ type fakeGuest struct {
 	out    *io.PipeWriter // guest -> host
 	killed chan struct{}
 	once   sync.Once
+	// onStdin, if set before the first Start, is called for each
+	// FrameStdin with its payload.
+	onStdin func(f frames, p []byte)
 }
 
 // frames writes the frames of one request.
@@ -77,6 +80,9 @@ func newFakeGuest(t *testing.T, limits sandbox.Limits, answer func(f frames, req
 				for _, c := range onCancel {
 					c(frames{w: outW, id: fr.ID})
 				}
+			}
+			if fr.Type == guest.FrameStdin && f.onStdin != nil {
+				f.onStdin(frames{w: outW, id: fr.ID}, fr.Payload)
 			}
 			if fr.Type != guest.FrameExec {
 				continue
@@ -493,7 +499,8 @@ func TestStartError(t *testing.T) {
 // TestGuestExecCgroupNumbers checks the numbers a run takes from its
 // cgroup, on a v1 and a v2 tree of the test's own: a timed-out run, whose
 // guest never reports, gets the CPU time used since the Exec began and the
-// peak memory; under CPUFromCgroup so does a run that ended; a sandbox
+// peak memory; under CPUFromCgroup so does a run that ended, and a pool's
+// run from the moment its code is written to its stdin; a sandbox
 // OOM-killed whole reports the kill's SIGKILL.
 func TestGuestExecCgroupNumbers(t *testing.T) {
 	const path = "/stockade/sbx-test"
@@ -553,17 +560,14 @@ func TestGuestExecCgroupNumbers(t *testing.T) {
 			})
 			// A guest counts 700 ms for its program while the cgroup counts
 			// 500 ms over the Exec (gVisor's Sentry counts a throttled
-			// task as running): CPUFromCgroup takes the host's count, but
-			// for a pool's Exec (ExitNotice), whose cgroup count since its
-			// start would hold the wait for its code.
+			// task as running): CPUFromCgroup takes the host's count.
 			for _, tt := range []struct {
-				name                   string
-				fromCgroup, exitNotice bool
-				want                   time.Duration
+				name       string
+				fromCgroup bool
+				want       time.Duration
 			}{
-				{"CPU time from the guest", false, false, 700 * time.Millisecond},
-				{"CPU time from the cgroup", true, false, 500 * time.Millisecond},
-				{"CPU time of a pool's exec", true, true, 700 * time.Millisecond},
+				{"CPU time from the guest", false, 700 * time.Millisecond},
+				{"CPU time from the cgroup", true, 500 * time.Millisecond},
 			} {
 				t.Run(tt.name, func(t *testing.T) {
 					write(layout.cpu, layout.cpuText(started))
@@ -574,9 +578,58 @@ func TestGuestExecCgroupNumbers(t *testing.T) {
 						fr.exit(guest.ExitReport{CPUUserUs: 600_000, CPUSysUs: 100_000})
 					})
 					f.g.Cgroup, f.g.CPUFromCgroup = cg, tt.fromCgroup
+					res, err := execOn(t.Context(), f.g, req)
+					if err != nil {
+						t.Fatal(err)
+					}
+					if res.Status != sandbox.StatusSucceeded || res.CPUTime != tt.want {
+						t.Errorf("got %s with CPU %s, want succeeded with %s", res.Status, res.CPUTime, tt.want)
+					}
+				})
+			}
+			// A pool's Exec (an exit notice, its code streamed to its
+			// stdin) uses 300 ms of the cgroup's CPU time waiting for its
+			// code (the interpreter's start and imports), then 500 ms
+			// running it, for which the guest counts 900 ms: under
+			// CPUFromCgroup the run's CPU time is the 500 ms counted from
+			// the code's first write, without the wait; otherwise the
+			// guest's count.
+			for _, tt := range []struct {
+				name       string
+				fromCgroup bool
+				want       time.Duration
+			}{
+				{"pooled CPU time from the guest", false, 900 * time.Millisecond},
+				{"pooled CPU time from the cgroup", true, 500 * time.Millisecond},
+			} {
+				t.Run(tt.name, func(t *testing.T) {
+					write(layout.cpu, layout.cpuText(started))
+					write(layout.events, fmt.Sprintf(layout.oomText, 0))
+					waiting := make(chan struct{})
+					f := newFakeGuest(t, limits, func(fr frames, _ guest.ExecRequest) {
+						write(layout.cpu, layout.cpuText(started+300*time.Millisecond))
+						fr.started()
+						close(waiting)
+					})
+					var once sync.Once
+					f.onStdin = func(fr frames, _ []byte) {
+						once.Do(func() {
+							write(layout.cpu, layout.cpuText(started+800*time.Millisecond))
+							fr.exit(guest.ExitReport{CPUUserUs: 800_000, CPUSysUs: 100_000})
+						})
+					}
+					f.g.Cgroup, f.g.CPUFromCgroup = cg, tt.fromCgroup
 					r := req
-					r.ExitNotice = tt.exitNotice
-					res, err := execOn(t.Context(), f.g, r)
+					r.ExitNotice, r.StdinStream = true, true
+					ex, err := f.g.Start(t.Context(), r)
+					if err != nil {
+						t.Fatal(err)
+					}
+					<-waiting
+					if _, err := ex.Stdin().Write([]byte("print(1)\n")); err != nil {
+						t.Fatal(err)
+					}
+					res, err := ex.Wait(t.Context())
 					if err != nil {
 						t.Fatal(err)
 					}
