@@ -3,6 +3,8 @@ package engine
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -12,6 +14,8 @@ import (
 	"github.com/stockade-sh/stockade/driver/runc"
 	"github.com/stockade-sh/stockade/errdefs"
 	"github.com/stockade-sh/stockade/image"
+	"github.com/stockade-sh/stockade/internal/ocidriver"
+	"github.com/stockade-sh/stockade/internal/sandboxkit"
 	"github.com/stockade-sh/stockade/internal/testenv"
 	"github.com/stockade-sh/stockade/sandbox"
 )
@@ -452,5 +456,63 @@ func TestPoolRefillsAfterTheRun(t *testing.T) {
 				t.Errorf("got %d sandboxes created after the run, want 1", n)
 			}
 		})
+	}
+}
+
+// TestPoolCPUCap runs four processes busy for 4 s in a gVisor pool
+// sandbox (its CPU limit is 1) and checks the run's cpu_ms against the
+// cap and against the sandbox cgroup's count, read from the host from
+// just before the run to the busy processes' end. Inside gVisor the
+// Sentry counts a throttled task as running, so a count taken there
+// exceeds the cap; a pooled run's must be the host's, from its code's
+// delivery (not the interpreter's start, long before).
+func TestPoolCPUCap(t *testing.T) {
+	const (
+		busy  = "import os, time\npids = []\nfor _ in range(4):\n    pid = os.fork()\n    if pid == 0:\n        end = time.monotonic() + 4\n        while time.monotonic() < end:\n            pass\n        os._exit(0)\n    pids.append(pid)\nfor pid in pids:\n    os.waitpid(pid, 0)\nprint('done', flush=True)\n"
+		slack = 1.05 // CFS hands the quota out in slices
+		// agree is how far cpu_ms may be from the host's count: the
+		// count ends at "done", before the interpreter's exit.
+		agree      = 0.10
+		agreeFloor = 250 * time.Millisecond
+	)
+	drivers := realDrivers(t)
+	e, counts := pooledEngine(t, drivers, "gvisor", 1)
+	waitReady(t, e, 1)
+	p := e.pools[0]
+	p.mu.Lock()
+	id := p.ready[0].sb.ID()
+	p.mu.Unlock()
+	_, err := os.Stat(filepath.Join(sandboxkit.CgroupRoot, "cgroup.controllers"))
+	cg := sandboxkit.Cgroup{V2: err == nil, Path: ocidriver.CgroupParent + "/" + id}
+	before := cg.CPUUsage()
+	if before == 0 {
+		t.Fatalf("the pool sandbox's cgroup %s counts no CPU time", cg.CPUDir())
+	}
+	var host time.Duration
+	var out []byte
+	res, err := e.Run(context.Background(), Request{
+		Runtime: "python", Code: []byte(busy),
+		OnOutput: func(s sandbox.Stream, b []byte) {
+			if out = append(out, b...); s == sandbox.Stdout && strings.Contains(string(out), "done\n") && host == 0 {
+				host = cg.CPUUsage() - before
+			}
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if hits, _ := counts.get(); hits != 1 {
+		t.Fatalf("got %d pool hits, want 1: the run was not pooled", hits)
+	}
+	if res.Status != sandbox.StatusSucceeded || host <= 0 {
+		t.Fatalf("got %s with output %q and a host count of %s, want succeeded with \"done\"", res.Status, out, host)
+	}
+	cpu, dur := time.Duration(res.CPUMS)*time.Millisecond, time.Duration(res.DurationMS)*time.Millisecond
+	t.Logf("cpu_ms %d, duration_ms %d, the host counted %s", res.CPUMS, res.DurationMS, host)
+	if limit := time.Duration(float64(dur) * slack); cpu > limit {
+		t.Errorf("got cpu_ms %d over %d ms (%.3f CPUs), want at most %s", res.CPUMS, res.DurationMS, float64(cpu)/float64(dur), limit)
+	}
+	if d := max(cpu-host, host-cpu); d > max(time.Duration(float64(host)*agree), agreeFloor) {
+		t.Errorf("got cpu_ms %d, want the %s the host counted", res.CPUMS, host)
 	}
 }
