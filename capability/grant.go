@@ -140,6 +140,14 @@ type Cancellation struct {
 	EndedBy string
 }
 
+// actor is the audit actor of the cancel: the key, or the system.
+func (c *Cancellation) actor() string {
+	if c.By == "" {
+		return "system"
+	}
+	return c.By
+}
+
 func (c *Cancellation) Error() string {
 	by := "key " + c.By
 	if c.By == "" {

@@ -276,7 +276,7 @@ func cancel(g Grant, in Cancel) (Step, error) {
 		return Step{}, err
 	}
 	next := Next{Stop: c, Change: ExecutionFinished, Ended: true}
-	ev := audit.ExecutionCancelledEvent{Meta: audit.Meta{Actor: c.By, Reason: c.Error()}, From: g.Status, To: store.StatusCancelled}
+	ev := audit.ExecutionCancelledEvent{Meta: audit.Meta{Actor: c.actor(), Reason: c.Error()}, From: g.Status, To: store.StatusCancelled}
 	w := settle(g, store.StatusCancelled, in.At, "", false)
 	w.Result = errorResult(c)
 	if g.State == AwaitingApproval {
@@ -340,7 +340,7 @@ func finish(g Grant, in Finish) (Step, error) {
 		}
 		w := settle(g, store.StatusCancelled, in.At, "", false)
 		w.Result = errorResult(in.Cancel)
-		ev := audit.ExecutionCancelledEvent{Meta: audit.Meta{Actor: in.Cancel.By, Reason: in.Cancel.Error()},
+		ev := audit.ExecutionCancelledEvent{Meta: audit.Meta{Actor: in.Cancel.actor(), Reason: in.Cancel.Error()},
 			From: g.Status, To: store.StatusCancelled}
 		return withEvents(Step{From: g.State, To: Settled, Next: next}, w, []audit.Event{ev}), nil
 	}
@@ -354,8 +354,10 @@ func finish(g Grant, in Finish) (Step, error) {
 	w := settle(g, in.Status, in.At, in.Driver, true)
 	w.Result, w.Output = in.Result, in.Output
 	var events []audit.Event
-	if in.Cancel != nil {
-		events = append(events, audit.ExecutionCancelledEvent{Meta: audit.Meta{Actor: in.Cancel.By, Reason: in.Cancel.Error()},
+	if in.Cancel != nil && in.Cancel.By != "" {
+		// A key's cancel. The daemon's own (its session's end, a
+		// shutdown) is no one's cancel: the result's ended_by says it.
+		events = append(events, audit.ExecutionCancelledEvent{Meta: audit.Meta{Actor: in.Cancel.actor(), Reason: in.Cancel.Error()},
 			From: g.Status, To: in.Status, Credits: w.Invocation.Credits})
 	}
 	events = append(events, finishedEvent(in.Status, in.Driver, in.Result, in.Output.ExitCode, w.Invocation.Credits))

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/stockade-sh/stockade/audit"
+	"github.com/stockade-sh/stockade/engine"
 	"github.com/stockade-sh/stockade/errdefs"
 	"github.com/stockade-sh/stockade/policy"
 	"github.com/stockade-sh/stockade/store"
@@ -492,6 +493,9 @@ func TestSettledRows(t *testing.T) {
 // the result's fingerprint.
 func TestAudited(t *testing.T) {
 	c := &Cancellation{By: admin.KeyID, Reason: "stop"}
+	// The daemon's own cancels: a session's end, a shutdown for good.
+	ended := &Cancellation{Reason: "its session ses_1 ended (closed)", EndedBy: engine.EndedBySessionEnd}
+	shutdown := &Cancellation{Reason: "its session ses_1 ended (interrupted)", EndedBy: engine.EndedByShutdown}
 	result := json.RawMessage(`{"stdout":"1\n"}`)
 	for _, tc := range []struct {
 		name  string
@@ -514,6 +518,19 @@ func TestAudited(t *testing.T) {
 				audit.ExecutionCancelledEvent{Meta: audit.Meta{Actor: admin.KeyID, Reason: c.Error()}, From: store.StatusRunning, To: store.StatusKilled, Credits: 2},
 				finishedEvent(store.StatusKilled, "runc", result, nil, 2),
 			}},
+		// A session's end or a shutdown is no one's cancel: the finished
+		// event alone, the result saying ended_by.
+		{"killed by its session's end", Running, Finish{Status: store.StatusKilled, Result: result, Driver: "runc", Cancel: ended, At: at},
+			[]audit.Event{finishedEvent(store.StatusKilled, "runc", result, nil, 2)}},
+		{"killed by a shutdown for good", Running, Finish{Status: store.StatusKilled, Result: result, Driver: "runc", Cancel: shutdown, At: at},
+			[]audit.Event{finishedEvent(store.StatusKilled, "runc", result, nil, 2)}},
+		// A waiting cell of an ended session is cancelled by the system.
+		{"cancel queued by the system", Approved, Cancel{Reason: "its session ses_1 ended (ttl)", At: at},
+			[]audit.Event{audit.ExecutionCancelledEvent{Meta: audit.Meta{Actor: "system", Reason: "cancelled by the daemon: its session ses_1 ended (ttl)"},
+				From: store.StatusQueued, To: store.StatusCancelled}}},
+		{"cancelled before its start by its session's end", Approved, Finish{Status: store.StatusCancelled, Cancel: ended, At: at},
+			[]audit.Event{audit.ExecutionCancelledEvent{Meta: audit.Meta{Actor: "system", Reason: ended.Error()},
+				From: store.StatusQueued, To: store.StatusCancelled}}},
 		{"interrupt", Running, Interrupt{At: at},
 			[]audit.Event{audit.ExecutionRecoveredEvent{Meta: audit.Meta{Actor: "system",
 				Reason: "execution interrupted by a daemon stop; marked failed, credits released"}}}},
