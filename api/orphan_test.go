@@ -15,6 +15,7 @@ import (
 
 	"github.com/stockade-sh/stockade/api"
 	"github.com/stockade-sh/stockade/capability"
+	"github.com/stockade-sh/stockade/engine"
 	"github.com/stockade-sh/stockade/internal/storeopen"
 	"github.com/stockade-sh/stockade/internal/testenv"
 	"github.com/stockade-sh/stockade/store"
@@ -174,7 +175,9 @@ func TestStoppedDaemonsSandboxEndsAtTTL(t *testing.T) {
 // TestServeEndsSessionsForGood stops a daemon for good, by SIGTERM with
 // --sessions-on-shutdown=end and by SIGUSR2, while a cell of its session
 // runs: before it exits, the session ends (interrupted, audited as the
-// system's), its cell ends, and its sandbox is gone.
+// system's), its cell ends killed by the daemon's shutdown (ended_by
+// daemon_shutdown), charged as launched, with its output, and its
+// sandbox is gone.
 func TestServeEndsSessionsForGood(t *testing.T) {
 	requireSandboxes(t)
 	bin := testenv.Build(t, "./cmd/stockade")
@@ -248,10 +251,31 @@ func TestServeEndsSessionsForGood(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if !cell.Status.Terminal() {
-				t.Errorf("the running cell: got status %s, want it ended", cell.Status)
+			// The daemon's shutdown cut it short: killed, ended_by
+			// daemon_shutdown, charged as launched, its output kept.
+			var res struct {
+				EndedBy string `json:"ended_by"`
+				Stdout  string `json:"stdout"`
 			}
-			t.Logf("the cell running at the shutdown ended %s", cell.Status)
+			if err := json.Unmarshal(cell.Result, &res); err != nil {
+				t.Fatalf("the cell's result %s: %v", cell.Result, err)
+			}
+			if cell.Status != store.StatusKilled || res.EndedBy != engine.EndedByShutdown {
+				t.Errorf("the running cell: got %s, ended_by %q, want killed, %q (result %s)", cell.Status, res.EndedBy, engine.EndedByShutdown, cell.Result)
+			}
+			if !strings.Contains(res.Stdout, "running") {
+				t.Errorf("the cell's stdout: got %q, want the output printed before the shutdown (running)", res.Stdout)
+			}
+			if tc, err := st.GetToolCall(t.Context(), ws, cellID); err != nil || tc.Status != store.StatusKilled || tc.CreditsCharged != 2 {
+				t.Errorf("the cell's tool_calls row: got %s charged %d (%v), want killed charged 2", tc.Status, tc.CreditsCharged, err)
+			}
+			cancels, err := st.ListEvents(t.Context(), ws, store.EventFilter{Types: []string{"execution.cancelled"}, PageRequest: store.PageRequest{Limit: 10}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(cancels.Items) != 0 {
+				t.Errorf("execution.cancelled events: got %+v, want none (no one cancelled)", cancels.Items)
+			}
 			evs, err := st.ListEvents(t.Context(), ws, store.EventFilter{Types: []string{"session.ended"}, PageRequest: store.PageRequest{Limit: 10}})
 			if err != nil {
 				t.Fatal(err)

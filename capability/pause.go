@@ -161,7 +161,7 @@ func (s *Service) pauseLocked(ctx context.Context, ss store.Session, by Principa
 	// cell could start meanwhile: the session's lock is held). The session
 	// cannot be served again: it ends failed, and its checkpoint with it.
 	s.log.Error("recording a session's pause", "session", ss.ID, "err", err)
-	if _, eerr := s.endLocked(context.WithoutCancel(ctx), ss, Principal{}, store.EndFailed); eerr != nil {
+	if _, eerr := s.endLocked(context.WithoutCancel(ctx), ss, Principal{}, store.EndFailed, engine.EndedBySessionEnd); eerr != nil {
 		s.log.Error("ending a session whose pause was not recorded", "session", ss.ID, "err", eerr)
 	}
 	return store.Session{}, fmt.Errorf("recording the pause of session %s, which has ended: %w", ss.ID, err)
@@ -219,7 +219,7 @@ func (s *Service) resumeLocked(ctx context.Context, ss store.Session, by Princip
 			return store.Session{}, err
 		}
 		s.log.Error("a paused session's checkpoint cannot be restored", "session", ss.ID, "err", err)
-		if _, eerr := s.endLocked(context.WithoutCancel(ctx), ss, Principal{}, store.EndFailed); eerr != nil {
+		if _, eerr := s.endLocked(context.WithoutCancel(ctx), ss, Principal{}, store.EndFailed, engine.EndedBySessionEnd); eerr != nil {
 			return store.Session{}, fmt.Errorf("ending session %s, whose checkpoint cannot be restored: %w", ss.ID, eerr)
 		}
 		// The cause (with the checkpoint's path) is logged above; the

@@ -478,7 +478,7 @@ func (s *Service) CloseSession(ctx context.Context, p Principal, id string) (sto
 	if err != nil {
 		return ss, err
 	}
-	return s.endSession(ctx, ss, p, store.EndClosed)
+	return s.endSession(ctx, ss, p, store.EndClosed, engine.EndedBySessionEnd)
 }
 
 // cancelWaitingCell cancels the cell of ended session ss that waits for
@@ -500,17 +500,18 @@ func (s *Service) cancelWaitingCell(ctx context.Context, ss store.Session, reaso
 
 // endSession ends ss for reason, as by (the zero Principal: the system),
 // and destroys its sandbox. A cell that runs is cut short with it: it
-// ends killed (ended_by session_ended), charged as launched, with the
-// output it had made.
-func (s *Service) endSession(ctx context.Context, ss store.Session, by Principal, reason store.SessionEndReason) (store.Session, error) {
+// ends killed with ended_by cut (engine.EndedBySessionEnd, or
+// engine.EndedByShutdown when the daemon's shutdown ends the session),
+// charged as launched, with the output it had made.
+func (s *Service) endSession(ctx context.Context, ss store.Session, by Principal, reason store.SessionEndReason, cut string) (store.Session, error) {
 	unlock := s.trans.lock(ss.ID, true)
 	defer unlock()
-	return s.endLocked(ctx, ss, by, reason)
+	return s.endLocked(ctx, ss, by, reason, cut)
 }
 
 // endLocked is endSession with the session's lock held; it removes the
 // checkpoint of a paused session too.
-func (s *Service) endLocked(ctx context.Context, ss store.Session, by Principal, reason store.SessionEndReason) (store.Session, error) {
+func (s *Service) endLocked(ctx context.Context, ss store.Session, by Principal, reason store.SessionEndReason, cut string) (store.Session, error) {
 	g := Grant{ID: ss.ID, Kind: Session, WorkspaceID: ss.WorkspaceID, KeyID: ss.KeyID, Session: sessionOf(ss)}
 	step, err := Transition(g, EndSession{By: by, Reason: reason, Cells: ss.Cells, At: s.opts.Now()})
 	if err != nil {
@@ -530,7 +531,7 @@ func (s *Service) endLocked(ctx context.Context, ss store.Session, by Principal,
 		if cell := live.runningCell(); cell != "" {
 			// The cell that runs is cut short with its sandbox: it ends
 			// killed, charged as launched, with the output it had made.
-			s.stopRun(cell, &Cancellation{Reason: fmt.Sprintf("its session %s ended (%s)", ss.ID, reason), EndedBy: engine.EndedBySessionEnd})
+			s.stopRun(cell, &Cancellation{Reason: fmt.Sprintf("its session %s ended (%s)", ss.ID, reason), EndedBy: cut})
 		}
 		if err := live.Close(context.WithoutCancel(ctx)); err != nil {
 			s.log.Error("destroying a session's sandbox", "session", ss.ID, "sandbox", ss.SandboxID, "err", err)
@@ -762,7 +763,7 @@ func (s *Service) runCell(ctx context.Context, e store.Execution, live *liveSess
 func (s *Service) endLost(ctx context.Context, workspaceID, id string) {
 	ctx = context.WithoutCancel(ctx)
 	if ss, err := s.st.GetSession(ctx, workspaceID, id); err == nil && ss.State == store.SessionActive {
-		if _, err := s.endSession(ctx, ss, Principal{}, store.EndFailed); err != nil {
+		if _, err := s.endSession(ctx, ss, Principal{}, store.EndFailed, engine.EndedBySessionEnd); err != nil {
 			s.log.Error("ending a session whose sandbox is lost", "session", ss.ID, "err", err)
 		}
 	}
@@ -932,7 +933,7 @@ func (s *Service) adoptSessions(ctx context.Context) error {
 		if adopted[ss.ID] {
 			continue
 		}
-		if _, err := s.endSession(ctx, ss, Principal{}, store.EndInterrupted); err != nil && !errdefs.IsFailedPrecondition(err) {
+		if _, err := s.endSession(ctx, ss, Principal{}, store.EndInterrupted, engine.EndedBySessionEnd); err != nil && !errdefs.IsFailedPrecondition(err) {
 			return fmt.Errorf("ending session %s, whose sandbox is gone: %w", ss.ID, err)
 		}
 	}
@@ -946,7 +947,8 @@ func (s *Service) adoptSessions(ctx context.Context) error {
 // system (reason interrupted), for a daemon stopped for good (`stockade
 // serve --sessions-on-shutdown=end`, or SIGUSR2): each as a session ends
 // when deleted, audited, its sandbox destroyed and its running cell ended
-// by that, its waiting cell cancelled and its checkpoint removed. It
+// by that (killed, ended_by daemon_shutdown, charged as launched, with
+// its output), its waiting cell cancelled and its checkpoint removed. It
 // returns how many it ended; a session that ended meanwhile is not
 // counted. The caller calls it before Close, with no requests coming in
 // any more.
@@ -962,7 +964,7 @@ func (s *Service) EndSessions(ctx context.Context) (int, error) {
 	n := 0
 	var errs []error
 	for _, ss := range append(active, paused...) {
-		_, err := s.endSession(ctx, ss, Principal{}, store.EndInterrupted)
+		_, err := s.endSession(ctx, ss, Principal{}, store.EndInterrupted, engine.EndedByShutdown)
 		switch {
 		case err == nil:
 			n++
@@ -1014,7 +1016,7 @@ func (s *Service) sweepSessions(ctx context.Context) {
 		default:
 			continue
 		}
-		if _, err := s.endSession(ctx, ss, Principal{}, reason); err != nil && !errdefs.IsFailedPrecondition(err) && ctx.Err() == nil {
+		if _, err := s.endSession(ctx, ss, Principal{}, reason, engine.EndedBySessionEnd); err != nil && !errdefs.IsFailedPrecondition(err) && ctx.Err() == nil {
 			s.log.Error("ending a session", "session", ss.ID, "reason", reason, "err", err)
 		}
 	}
