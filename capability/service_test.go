@@ -993,4 +993,5 @@ type testStore interface {
 	GetAPIKey(ctx context.Context, keyID string) (store.APIKey, error)
 	VerifyChain(ctx context.Context, workspaceID string, witnessed ...store.ChainHead) (bool, *store.BrokenLink, error)
 	ListExecutions(ctx context.Context, workspaceID string, f store.ExecutionFilter) (store.Page[store.Execution], error)
+	GetToolCall(ctx context.Context, workspaceID, executionID string) (store.ToolCall, error)
 }

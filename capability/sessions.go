@@ -719,52 +719,69 @@ func (s *Service) runCell(ctx context.Context, e store.Execution, live *liveSess
 	cut, c := ctx.Err() != nil, cancellationOf(ctx)
 	lost := err != nil
 	var ended *engine.SandboxLostError
+	known := errors.As(err, &ended)
+	// expired: the sandbox ended itself at its deadline, past the
+	// session's TTL, before the daemon ended the session (a slow sweep).
+	expired := lost && !known && !cut && s.pastTTL(ctx, e.WorkspaceID, req.SessionID, at)
 	switch {
-	case errors.As(err, &ended):
+	case known:
 		// It ran, and the host knows how it ended (an OOM kill of the
 		// whole sandbox): charged as any cell that ran.
 		s.log.Warn("a cell's session lost its sandbox", "execution", e.ID, "status", ended.Result.Status, "err", err)
 		res = ended.Result
-	case err != nil && !cut:
+	case err != nil && !cut && !expired:
 		// The sandbox could not run the cell: the session has lost it.
 		end(LaunchFailed{Err: err, At: at})
-		s.endLost(ctx, e.WorkspaceID, req.SessionID)
+		s.endLost(ctx, e.WorkspaceID, req.SessionID, store.EndFailed)
 		return
 	case err != nil:
 		// Cut short after it launched (a cancel, its session's end, the
-		// daemon's shutdown) and its sandbox lost or destroyed under it:
-		// it ends killed as below, with the output it had made.
-		s.log.Info("a cell cut short lost its sandbox", "execution", e.ID, "ended_by", endedBy(ctx), "err", err)
+		// daemon's shutdown, its sandbox's own end past the session's
+		// TTL) and its sandbox lost or destroyed under it: it ends killed
+		// as below, with the output it had made.
+		s.log.Info("a cell cut short lost its sandbox", "execution", e.ID, "cancel", c, "expired", expired, "err", err)
 		stdout, stderr := out.kept[sandbox.Stdout], out.kept[sandbox.Stderr]
 		res = &engine.CellResult{Status: sandbox.StatusKilled, Stdout: string(stdout.data), Stderr: string(stderr.data),
 			StdoutTruncated: stdout.truncated, StderrTruncated: stderr.truncated, Outputs: []engine.CellOutput{},
 			DurationMS: max(at.Sub(ex.StartedAt), 0).Milliseconds(), Driver: live.Driver, Runtime: live.Runtime.Name}
 	}
-	if cut && res.Status == sandbox.StatusKilled {
+	switch {
+	case cut && res.Status == sandbox.StatusKilled:
 		// Stockade ended it: charged as any launched run, as a one-shot
 		// run cut short is.
 		res.EndedBy = endedBy(ctx)
+	case expired:
+		// Its session's TTL ended it: the session ends ttl first, as the
+		// sweep would have ended it.
+		res.EndedBy = engine.EndedBySessionEnd
+		s.endLost(ctx, e.WorkspaceID, req.SessionID, store.EndTTL)
 	}
 	status := store.ExecutionStatus(res.Status)
 	s.sessionObserver().SessionCell(status)
 	end(Finish{Status: status, Driver: live.Driver, Cancel: c, At: at,
 		Result: mustJSON(CellResultDoc{ExecutionID: e.ID, SessionID: req.SessionID, Cell: e.Cell, CellResult: *res}),
 		Output: store.Output{Stdout: []byte(res.Stdout), Stderr: []byte(res.Stderr), StdoutTruncated: res.StdoutTruncated, StderrTruncated: res.StderrTruncated}})
-	if lost && (c != nil || !cut) {
+	if lost && !expired && (c != nil || !cut) {
 		// The sandbox is gone (a session's end has ended the session
 		// already); a shutdown leaves the session to the next start of
 		// the daemon, which re-attaches its sandbox or ends it.
-		s.endLost(ctx, e.WorkspaceID, req.SessionID)
+		s.endLost(ctx, e.WorkspaceID, req.SessionID, store.EndFailed)
 	}
 }
 
-// endLost ends session id, whose sandbox is lost, failed, if it is still
-// active.
-func (s *Service) endLost(ctx context.Context, workspaceID, id string) {
+// pastTTL says whether session id is past its TTL at at.
+func (s *Service) pastTTL(ctx context.Context, workspaceID, id string, at time.Time) bool {
+	ss, err := s.st.GetSession(context.WithoutCancel(ctx), workspaceID, id)
+	return err == nil && !at.Before(ss.ExpiresAt)
+}
+
+// endLost ends session id, whose sandbox is lost, for reason (failed, or
+// ttl when its sandbox ended itself past the TTL), if it is still active.
+func (s *Service) endLost(ctx context.Context, workspaceID, id string, reason store.SessionEndReason) {
 	ctx = context.WithoutCancel(ctx)
 	if ss, err := s.st.GetSession(ctx, workspaceID, id); err == nil && ss.State == store.SessionActive {
-		if _, err := s.endSession(ctx, ss, Principal{}, store.EndFailed, engine.EndedBySessionEnd); err != nil {
-			s.log.Error("ending a session whose sandbox is lost", "session", ss.ID, "err", err)
+		if _, err := s.endSession(ctx, ss, Principal{}, reason, engine.EndedBySessionEnd); err != nil {
+			s.log.Error("ending a session whose sandbox is lost", "session", ss.ID, "reason", reason, "err", err)
 		}
 	}
 }
@@ -993,11 +1010,20 @@ func (s *Service) sweepSessions(ctx context.Context) {
 		return
 	}
 	now := s.opts.Now()
+	// The sessions past their TTL end first: an idle pause may take long
+	// (pauseTimeout), and a session's sandbox ends itself SandboxGrace
+	// after its TTL, cutting its cell short unrecorded by the daemon.
+	var rest []store.Session
 	for _, ss := range append(active, paused...) {
+		if now.Before(ss.ExpiresAt) {
+			rest = append(rest, ss)
+			continue
+		}
+		s.sweepEnd(ctx, ss, store.EndTTL)
+	}
+	for _, ss := range rest {
 		var reason store.SessionEndReason
 		switch live := s.sessions.get(ss.ID); {
-		case !now.Before(ss.ExpiresAt):
-			reason = store.EndTTL
 		case ss.State == store.SessionPaused || live != nil && live.running():
 			continue
 		case s.pausesWhenIdle(ss):
@@ -1016,9 +1042,14 @@ func (s *Service) sweepSessions(ctx context.Context) {
 		default:
 			continue
 		}
-		if _, err := s.endSession(ctx, ss, Principal{}, reason, engine.EndedBySessionEnd); err != nil && !errdefs.IsFailedPrecondition(err) && ctx.Err() == nil {
-			s.log.Error("ending a session", "session", ss.ID, "reason", reason, "err", err)
-		}
+		s.sweepEnd(ctx, ss, reason)
+	}
+}
+
+// sweepEnd ends ss for reason, as the system.
+func (s *Service) sweepEnd(ctx context.Context, ss store.Session, reason store.SessionEndReason) {
+	if _, err := s.endSession(ctx, ss, Principal{}, reason, engine.EndedBySessionEnd); err != nil && !errdefs.IsFailedPrecondition(err) && ctx.Err() == nil {
+		s.log.Error("ending a session", "session", ss.ID, "reason", reason, "err", err)
 	}
 }
 

@@ -6,10 +6,13 @@ package sandboxfake
 
 import (
 	"context"
+	"fmt"
 	"io"
+	"io/fs"
 	"sync"
 	"syscall"
 
+	"github.com/stockade-sh/stockade/errdefs"
 	"github.com/stockade-sh/stockade/sandbox"
 )
 
@@ -32,6 +35,15 @@ type Driver struct {
 	// Echo makes each Exec pass the code on as output (OnOutput) before
 	// it holds.
 	Echo bool
+	// Sessions makes its sandboxes keep sessions: they have Files (that
+	// keep nothing) and Kernels, and the driver says it can re-attach
+	// (though it finds nothing to). A kernel runs a cell as Exec runs
+	// code (Echo, Hold); an interrupt ends the cell raising.
+	Sessions bool
+	// Lose, when not nil, is closed to end every session sandbox by
+	// itself, as its shim does at its deadline: the kernel of a running
+	// cell dies, and no kernel starts any more.
+	Lose chan struct{}
 
 	mu    sync.Mutex
 	specs []sandbox.Spec
@@ -40,7 +52,11 @@ type Driver struct {
 func (d *Driver) Name() string { return d.ID }
 
 func (d *Driver) Capabilities() sandbox.Capabilities {
-	return sandbox.Capabilities{Tier: d.Tier, Sessions: true}
+	c := sandbox.Capabilities{Tier: d.Tier, Sessions: true}
+	if d.Sessions {
+		c.Reattach, c.Files, c.Kernels = true, true, true
+	}
+	return c
 }
 
 func (d *Driver) Health(context.Context) error { return d.Down }
@@ -52,7 +68,11 @@ func (d *Driver) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Sandbox
 	if d.CreateErr != nil {
 		return nil, d.CreateErr
 	}
-	return fakeSandbox{hold: d.Hold, holdDestroy: d.HoldDestroy, echo: d.Echo}, nil
+	sb := fakeSandbox{hold: d.Hold, holdDestroy: d.HoldDestroy, echo: d.Echo}
+	if d.Sessions {
+		return sessionSandbox{fakeSandbox: sb, lose: d.Lose}, nil
+	}
+	return sb, nil
 }
 
 // Specs returns the specs of the sandboxes Create was asked for, in order.
@@ -125,3 +145,111 @@ type Images struct{}
 func (Images) Resolve(name string) (sandbox.Image, error) {
 	return sandbox.Image{Name: name, Rootfs: "/nonexistent"}, nil
 }
+
+// sessionSandbox is a fakeSandbox that keeps sessions (Driver.Sessions).
+type sessionSandbox struct {
+	fakeSandbox
+	lose chan struct{}
+}
+
+var (
+	_ sandbox.Files   = sessionSandbox{}
+	_ sandbox.Kernels = sessionSandbox{}
+	_ sandbox.Kernel  = (*fakeKernel)(nil)
+)
+
+// lost says whether the sandbox has ended by itself (Driver.Lose).
+func (s sessionSandbox) lost() bool {
+	select {
+	case <-s.lose:
+		return true
+	default:
+		return false
+	}
+}
+
+func (s sessionSandbox) WriteFile(_ context.Context, _ string, _ fs.FileMode, r io.Reader, _ int64) (int64, error) {
+	return io.Copy(io.Discard, r)
+}
+
+func (sessionSandbox) ReadFile(context.Context, string, int64) ([]byte, sandbox.FileInfo, error) {
+	return nil, sandbox.FileInfo{}, errdefs.ErrNotFound
+}
+
+func (sessionSandbox) ListDir(context.Context, string) ([]sandbox.FileInfo, bool, error) {
+	return nil, false, nil
+}
+
+func (sessionSandbox) Stat(context.Context, string) (sandbox.FileInfo, error) {
+	return sandbox.FileInfo{}, errdefs.ErrNotFound
+}
+
+func (sessionSandbox) Remove(context.Context, string) error { return nil }
+
+func (sessionSandbox) Mkdir(context.Context, string, fs.FileMode) error { return nil }
+
+func (s sessionSandbox) StartKernel(context.Context, sandbox.KernelSpec) (sandbox.Kernel, error) {
+	if s.lost() {
+		return nil, fmt.Errorf("the fake sandbox is gone: %w", errdefs.ErrFailedPrecondition)
+	}
+	return &fakeKernel{sb: s, done: make(chan struct{}), interrupt: make(chan struct{}, 1)}, nil
+}
+
+func (sessionSandbox) ListKernels(context.Context) ([]sandbox.Kernel, error) { return nil, nil }
+
+// closed is a closed channel: a Hold that holds nothing.
+var closed = func() chan struct{} {
+	c := make(chan struct{})
+	close(c)
+	return c
+}()
+
+// fakeKernel is a sessionSandbox's kernel.
+type fakeKernel struct {
+	sb        sessionSandbox
+	done      chan struct{}
+	interrupt chan struct{}
+	stop      sync.Once
+}
+
+func (*fakeKernel) ID() string { return "fake-kernel" }
+
+func (k *fakeKernel) Run(ctx context.Context, c sandbox.Cell) (*sandbox.CellResult, error) {
+	if k.sb.echo && c.OnOutput != nil {
+		c.OnOutput(sandbox.Stdout, []byte(c.Code))
+	}
+	hold := k.sb.hold
+	if hold == nil {
+		hold = closed
+	}
+	select {
+	case <-hold:
+	case <-k.interrupt:
+		return &sandbox.CellResult{Status: sandbox.CellRaised, Error: &sandbox.CellError{Name: "KeyboardInterrupt"}}, nil
+	case <-k.sb.lose:
+		k.end()
+		return nil, fmt.Errorf("the fake kernel died with its sandbox: %w", errdefs.ErrFailedPrecondition)
+	case <-k.done:
+		return nil, fmt.Errorf("the fake kernel was stopped: %w", errdefs.ErrFailedPrecondition)
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	return &sandbox.CellResult{Status: sandbox.CellOK, Stdout: []byte(c.Code)}, nil
+}
+
+func (k *fakeKernel) Interrupt() error {
+	select {
+	case k.interrupt <- struct{}{}:
+	default:
+	}
+	return nil
+}
+
+func (k *fakeKernel) end() { k.stop.Do(func() { close(k.done) }) }
+
+func (k *fakeKernel) Stop(context.Context) error {
+	k.end()
+	return nil
+}
+
+func (k *fakeKernel) Done() <-chan struct{} { return k.done }

@@ -1,0 +1,139 @@
+package capability
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stockade-sh/stockade/engine"
+	"github.com/stockade-sh/stockade/internal/sandboxfake"
+	"github.com/stockade-sh/stockade/sandbox"
+	"github.com/stockade-sh/stockade/store"
+)
+
+// testClock is a clock a test sets (ServiceOptions.Now).
+type testClock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func (c *testClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *testClock) set(t time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = t
+}
+
+// stalledSweep is a store whose ListActiveSessions, once stall is
+// called, waits until the test ends: a sweep that does not come, as in a
+// store outage or behind a long idle pause.
+type stalledSweep struct {
+	testStore
+	mu      sync.Mutex
+	stalled chan struct{}
+}
+
+func (s *stalledSweep) stall(t *testing.T) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.stalled = make(chan struct{})
+	t.Cleanup(func() { close(s.stalled) })
+}
+
+func (s *stalledSweep) ListActiveSessions(ctx context.Context) ([]store.Session, error) {
+	s.mu.Lock()
+	stalled := s.stalled
+	s.mu.Unlock()
+	if stalled != nil {
+		<-stalled
+	}
+	return s.testStore.ListActiveSessions(ctx)
+}
+
+// waitStatus waits, at most 10 s, until execution id is in status.
+func (e *serviceEnv) waitStatus(t *testing.T, id string, status store.ExecutionStatus) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		ex, err := e.st.GetExecution(t.Context(), e.ws.ID, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ex.Status == status {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("execution %s: got %s, want %s", id, ex.Status, status)
+		}
+	}
+}
+
+// TestSandboxEndsItselfAtTTL runs a cell in a session whose sandbox ends
+// itself at its deadline (its TTL and SandboxGrace) before the daemon's
+// sweep has ended the session: the cell ends as the sweep would have
+// ended it (killed, ended_by session_ended, charged, its output kept),
+// and the session ends ttl, not launch_failed and failed.
+func TestSandboxEndsItselfAtTTL(t *testing.T) {
+	ctx := t.Context()
+	clock := &testClock{now: time.Now()}
+	st := &stalledSweep{testStore: openSQLite(t)}
+	drv := &sandboxfake.Driver{ID: "gvisor", Tier: sandbox.TierGVisor, Sessions: true, Echo: true,
+		Hold: make(chan struct{}), Lose: make(chan struct{})}
+	env := newServiceEnv(t, st, drv, noApprovalPolicy(), ServiceOptions{Now: clock.Now})
+	created, err := env.svc.CreateSession(ctx, env.agent, CreateSessionRequest{Runtime: "python"}, CreateSessionOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ss := created.Session
+	inv, err := env.svc.ExecCell(ctx, env.agent, ss.ID, CellRequest{Code: "print('started')"}, InvokeOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := inv.Execution.ID
+	env.waitStatus(t, id, store.StatusRunning)
+	st.stall(t)
+	clock.set(ss.ExpiresAt.Add(SandboxGrace))
+	close(drv.Lose)
+
+	got, err := env.svc.Wait(ctx, env.agent, id, 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Status != store.StatusKilled {
+		t.Fatalf("the cell: got %s, want killed (result %s)", got.Status, got.Result)
+	}
+	var res CellResultDoc
+	if err := json.Unmarshal(got.Result, &res); err != nil {
+		t.Fatalf("the result %s: %v", got.Result, err)
+	}
+	if res.EndedBy != engine.EndedBySessionEnd {
+		t.Errorf("the cell's ended_by: got %q, want %q", res.EndedBy, engine.EndedBySessionEnd)
+	}
+	if !strings.Contains(res.Stdout, "started") {
+		t.Errorf("the cell's stdout: got %q, want its output so far", res.Stdout)
+	}
+	tc, err := env.st.GetToolCall(ctx, env.ws.ID, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tc.CreditsCharged != env.svc.price || env.svc.price == 0 {
+		t.Errorf("the cell's charge: got %d, want %d (a launched cell's)", tc.CreditsCharged, env.svc.price)
+	}
+	after, err := env.st.GetSession(ctx, env.ws.ID, ss.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if after.State != store.SessionEnded || after.EndReason != store.EndTTL {
+		t.Errorf("the session: got %s (%s), want ended ttl", after.State, after.EndReason)
+	}
+	if n := len(env.events(t, "execution.cancelled")); n != 0 {
+		t.Errorf("execution.cancelled events: got %d, want none", n)
+	}
+}
