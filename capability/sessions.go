@@ -921,8 +921,10 @@ func (s *Service) RemoveFile(ctx context.Context, p Principal, id, path string) 
 
 // adoptSessions serves again, at the daemon's start, the sessions a
 // previous daemon left active: each whose sandbox its driver re-attaches
-// (with its kernel) is served; each other ends interrupted; a sandbox no
-// active session names is destroyed (by the drivers' Reattach).
+// (with its kernel) is served; each other ends interrupted, or ttl when
+// its TTL has passed (its sandbox ended itself then: SandboxGrace); a
+// sandbox no active session names is destroyed (by the drivers'
+// Reattach).
 func (s *Service) adoptSessions(ctx context.Context) error {
 	active, err := s.st.ListActiveSessions(ctx)
 	if err != nil {
@@ -946,16 +948,24 @@ func (s *Service) adoptSessions(ctx context.Context) error {
 		adopted[ss.ID] = true
 	}
 	s.sessionObserver().SessionsLive(len(lives))
+	now, ended := s.opts.Now(), map[store.SessionEndReason]int{}
 	for _, ss := range active {
 		if adopted[ss.ID] {
 			continue
 		}
-		if _, err := s.endSession(ctx, ss, Principal{}, store.EndInterrupted, engine.EndedBySessionEnd); err != nil && !errdefs.IsFailedPrecondition(err) {
+		// Past its TTL, its sandbox ended itself there (or would have):
+		// the session ends as the daemon would have ended it.
+		reason := store.EndInterrupted
+		if !now.Before(ss.ExpiresAt) {
+			reason = store.EndTTL
+		}
+		if _, err := s.endSession(ctx, ss, Principal{}, reason, engine.EndedBySessionEnd); err != nil && !errdefs.IsFailedPrecondition(err) {
 			return fmt.Errorf("ending session %s, whose sandbox is gone: %w", ss.ID, err)
 		}
+		ended[reason]++
 	}
 	if len(active) > 0 {
-		s.log.Info("sessions after a restart", "served", len(lives), "interrupted", len(active)-len(lives))
+		s.log.Info("sessions after a restart", "served", len(lives), "interrupted", ended[store.EndInterrupted], "ttl", ended[store.EndTTL])
 	}
 	return s.sweepCheckpoints(ctx)
 }

@@ -137,3 +137,54 @@ func TestSandboxEndsItselfAtTTL(t *testing.T) {
 		t.Errorf("execution.cancelled events: got %d, want none", n)
 	}
 }
+
+// TestAdoptEndsLostSessions starts a daemon on sessions a previous one
+// kept, whose sandboxes are gone (the fake driver re-attaches none): a
+// session past its TTL ends ttl (its sandbox ended itself there), one
+// before it interrupted.
+func TestAdoptEndsLostSessions(t *testing.T) {
+	ctx := t.Context()
+	t0 := time.Now()
+	clock := &testClock{now: t0}
+	drv := &sandboxfake.Driver{ID: "gvisor", Tier: sandbox.TierGVisor, Sessions: true}
+	env := newServiceEnv(t, nil, drv, noApprovalPolicy(), ServiceOptions{Now: clock.Now})
+	tests := []struct {
+		name string
+		ttl  time.Duration
+		want store.SessionEndReason
+	}{
+		{"past its TTL", time.Minute, store.EndTTL},
+		{"before its TTL", 2 * time.Hour, store.EndInterrupted},
+	}
+	ids := make([]string, len(tests))
+	for i, tt := range tests {
+		created, err := env.svc.CreateSession(ctx, env.agent, CreateSessionRequest{Runtime: "python", TTLMS: tt.ttl.Milliseconds()}, CreateSessionOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids[i] = created.Session.ID
+	}
+	env.svc.Close() // keeps its sessions, as a daemon's stop does by default
+
+	clock.set(t0.Add(time.Hour))
+	eng, err := engine.New(map[string]sandbox.Driver{drv.ID: drv}, drv.ID, sandboxfake.Images{}, sandbox.DefaultLimits(), sandbox.DefaultCeiling())
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc := NewService(eng, env.st, ServiceOptions{Now: clock.Now})
+	if err := svc.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(svc.Close)
+	for i, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := env.st.GetSession(ctx, env.ws.ID, ids[i])
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got.State != store.SessionEnded || got.EndReason != tt.want {
+				t.Errorf("the session: got %s (%s), want ended %s", got.State, got.EndReason, tt.want)
+			}
+		})
+	}
+}
