@@ -49,6 +49,15 @@ func deleteSession(t *testing.T, e *env, _, sessionID string) {
 
 func shutDown(_ *testing.T, e *env, _, _ string) { e.svc.Close() }
 
+// shutDownForGood stops the daemon as `stockade serve` stopped for good
+// does: its sessions end first.
+func shutDownForGood(t *testing.T, e *env, _, _ string) {
+	if _, err := e.svc.EndSessions(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	e.svc.Close()
+}
+
 // TestEndings ends runs in every way a run ends, one-shot and cell, on
 // runc and gVisor, through the API over real sandboxes and the runtimes'
 // own kernels, and checks each ending: its status and ended_by, the
@@ -112,6 +121,8 @@ func TestEndings(t *testing.T) {
 		{name: "daemon shutdown", tier: "runc", cell: true, code: sleepCode, cut: shutDown, status: "killed", endedBy: engine.EndedByShutdown, session: "active"},
 		{name: "daemon shutdown", tier: "gvisor", code: sleepCode, cut: shutDown, status: "killed", endedBy: engine.EndedByShutdown, figures: true},
 		{name: "daemon shutdown", tier: "gvisor", cell: true, code: sleepCode, cut: shutDown, status: "killed", endedBy: engine.EndedByShutdown, session: "active"},
+		{name: "daemon shutdown for good", tier: "runc", cell: true, code: sleepCode, cut: shutDownForGood, status: "killed", endedBy: engine.EndedByShutdown, session: "ended", reason: "interrupted"},
+		{name: "daemon shutdown for good", tier: "gvisor", cell: true, code: sleepCode, cut: shutDownForGood, status: "killed", endedBy: engine.EndedByShutdown, session: "ended", reason: "interrupted"},
 	}
 	for _, tt := range tests {
 		kind := "one-shot"
