@@ -3,12 +3,14 @@ package capability
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/stockade-sh/stockade/engine"
+	"github.com/stockade-sh/stockade/errdefs"
 	"github.com/stockade-sh/stockade/internal/sandboxfake"
 	"github.com/stockade-sh/stockade/sandbox"
 	"github.com/stockade-sh/stockade/store"
@@ -186,5 +188,87 @@ func TestAdoptEndsLostSessions(t *testing.T) {
 				t.Errorf("the session: got %s (%s), want ended %s", got.State, got.EndReason, tt.want)
 			}
 		})
+	}
+}
+
+// heldPause is a session driver whose sandboxes pause (Snapshots), each
+// Checkpoint waiting until release is closed and then failing; started
+// is closed when the first Checkpoint starts.
+type heldPause struct {
+	*sandboxfake.Driver
+	once             sync.Once
+	started, release chan struct{}
+}
+
+func (d *heldPause) Capabilities() sandbox.Capabilities {
+	c := d.Driver.Capabilities()
+	c.Snapshots = true
+	return c
+}
+
+func (d *heldPause) Checkpoint(context.Context, sandbox.Sandbox, string) error {
+	d.once.Do(func() { close(d.started) })
+	<-d.release
+	return errors.New("the held checkpoint was released")
+}
+
+func (d *heldPause) Restore(context.Context, string, map[string]string) (sandbox.Sandbox, error) {
+	return nil, errdefs.ErrFailedPrecondition
+}
+
+// TestSweepEndsTTLBeforePausing sweeps an idle session that pauses
+// (pause_after_idle), whose pause takes long, listed before a session
+// past its TTL: the TTL's end does not wait for the pause, since a
+// session's sandbox ends itself SandboxGrace after its TTL.
+func TestSweepEndsTTLBeforePausing(t *testing.T) {
+	ctx := t.Context()
+	t0 := time.Now()
+	clock := &testClock{now: t0}
+	drv := &heldPause{Driver: &sandboxfake.Driver{ID: "gvisor", Tier: sandbox.TierGVisor, Sessions: true},
+		started: make(chan struct{}), release: make(chan struct{})}
+	env := newServiceEnv(t, nil, drv.Driver, noApprovalPolicy(), ServiceOptions{Now: clock.Now})
+	env.svc.Close() // the same store, served by a daemon whose driver pauses
+
+	eng, err := engine.New(map[string]sandbox.Driver{drv.ID: drv}, drv.ID, sandboxfake.Images{}, sandbox.DefaultLimits(), sandbox.DefaultCeiling())
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc := NewService(eng, env.st, ServiceOptions{Now: clock.Now,
+		Sessions: SessionOptions{PauseAfterIdle: time.Minute, CheckpointDir: t.TempDir()}})
+	if err := svc.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(svc.Close)
+	t.Cleanup(func() { close(drv.release) }) // before Close, which waits for the sweep
+	idle, err := svc.CreateSession(ctx, env.agent, CreateSessionRequest{Runtime: "python"}, CreateSessionOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	clock.set(t0.Add(time.Second)) // listed after the idle one
+	expiring, err := svc.CreateSession(ctx, env.agent, CreateSessionRequest{Runtime: "python", TTLMS: time.Minute.Milliseconds()}, CreateSessionOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	clock.set(t0.Add(5 * time.Minute))
+	select {
+	case <-drv.started:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no sweep paused the idle session within 10 s")
+	}
+	for _, tc := range []struct {
+		name  string
+		id    string
+		state store.SessionState
+	}{
+		{"the session past its TTL", expiring.Session.ID, store.SessionEnded},
+		{"the session pausing", idle.Session.ID, store.SessionActive},
+	} {
+		got, err := env.st.GetSession(ctx, env.ws.ID, tc.id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.State != tc.state {
+			t.Errorf("%s, while the pause runs: got %s (%s), want %s", tc.name, got.State, got.EndReason, tc.state)
+		}
 	}
 }
