@@ -353,7 +353,10 @@ func (s *Service) CreateSession(ctx context.Context, p Principal, req CreateSess
 // sandbox ends itself (engine.SessionSpec.Deadline) when no daemon has
 // ended the session: a daemon that runs ends it at its TTL, audited
 // (sweepSessions), well within the grace; the sandbox's own end is for a
-// daemon stopped for good, whose sandboxes would otherwise run on.
+// daemon stopped for good, whose sandboxes would otherwise run on. A
+// sweep later than the grace finds the sandbox gone: its running cell
+// and its session end as the sweep would have ended them (runCell), and
+// a daemon that starts later ends the session ttl (adoptSessions).
 const SandboxGrace = 10 * time.Second
 
 // sandboxDeadline is the deadline of the sandbox of a session that ends at
