@@ -146,8 +146,10 @@ func (ExecutionRecoveredEvent) Code() string { return ExecutionRecoveredCode }
 func (ExecutionRecoveredEvent) dataless()    {}
 
 // ExecutionCancelledEvent is an execution cancelled by the key that invoked
-// it or an admin key, in the chain with the cancel it records (one
-// transaction).
+// it or an admin key, or by the daemon (actor "system": a cell still
+// waiting when its session ended), in the chain with the cancel it
+// records (one transaction). A running cell the daemon cut short is no
+// cancel: its finished event's ended_by says why it ended.
 type ExecutionCancelledEvent struct {
 	Meta `json:"-"`
 	// From is the status the execution was cancelled in:
