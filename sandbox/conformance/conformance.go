@@ -1377,15 +1377,10 @@ type daemonReport struct {
 type heldDaemon struct {
 	marker string
 	report daemonReport
-	done   chan heldOutcome // the Exec's outcome, once
+	done   <-chan execOutcome // the Exec's outcome, once
 	// kernel is the tier's kernel of the sandbox, on tiers with a
 	// Harness.Kernel, read while the daemon runs.
 	kernel SandboxKernel
-}
-
-type heldOutcome struct {
-	res *sandbox.Result
-	err error
 }
 
 // holdDaemon starts the probe's daemon in b with an Exec that stays
@@ -1395,38 +1390,11 @@ type heldOutcome struct {
 // sandbox's kernel otherwise).
 func (s *suite) holdDaemon(t *testing.T, b *box, hold time.Duration) *heldDaemon {
 	t.Helper()
-	d := &heldDaemon{marker: "stockade-daemon-" + randHex(8), done: make(chan heldOutcome, 1)}
-	var mu sync.Mutex
+	d := &heldDaemon{marker: "stockade-daemon-" + randHex(8)}
 	var out []byte
-	started := make(chan struct{})
-	var once sync.Once
-	go func() {
-		res, err := b.exec(t.Context(), sandbox.ExecRequest{
-			Timeout: hold + time.Minute,
-			OnOutput: func(st sandbox.Stream, p []byte) {
-				mu.Lock()
-				defer mu.Unlock()
-				if st == sandbox.Stdout {
-					out = append(out, p...)
-					if bytes.Contains(out, []byte("started\n")) {
-						once.Do(func() { close(started) })
-					}
-				}
-			},
-		}, "daemon", d.marker, strconv.Itoa(int(hold/time.Second)))
-		d.done <- heldOutcome{res, err}
-	}()
-	select {
-	case <-started:
-	case o := <-d.done:
-		t.Fatalf("the probe ended before starting its daemon: %+v, %v", o.res, o.err)
-	case <-time.After(time.Minute):
-		t.Fatal("the probe did not start its daemon within a minute")
-	}
-	mu.Lock()
+	out, d.done = b.startBackground(t, hold+time.Minute, "the daemon", "daemon", d.marker, strconv.Itoa(int(hold/time.Second)))
 	line, _, _ := bytes.Cut(out, []byte("\n"))
 	err := json.Unmarshal(line, &d.report)
-	mu.Unlock()
 	if err != nil {
 		t.Fatalf("decoding the daemon report %q: %v", line, err)
 	}
@@ -1458,14 +1426,14 @@ func (s *suite) holdDaemon(t *testing.T, b *box, hold time.Duration) *heldDaemon
 }
 
 // wait waits for the Exec that started the daemon to end.
-func (d *heldDaemon) wait(t *testing.T) heldOutcome {
+func (d *heldDaemon) wait(t *testing.T) execOutcome {
 	t.Helper()
 	select {
 	case o := <-d.done:
 		return o
 	case <-time.After(2 * time.Minute):
 		t.Fatal("the Exec holding the daemon did not end within 2 minutes")
-		return heldOutcome{}
+		return execOutcome{}
 	}
 }
 
@@ -1632,38 +1600,7 @@ func (s *suite) concurrentIsolation(t *testing.T) {
 	b := s.start(t, sandbox.Limits{})
 
 	// A writes /tmp/<marker> and sleeps; B looks while A runs.
-	var mu sync.Mutex
-	var outA []byte
-	started := make(chan struct{})
-	var once sync.Once
-	type outcome struct {
-		res *sandbox.Result
-		err error
-	}
-	doneA := make(chan outcome, 1)
-	go func() {
-		res, err := a.exec(t.Context(), sandbox.ExecRequest{
-			Timeout: time.Minute,
-			OnOutput: func(st sandbox.Stream, p []byte) {
-				mu.Lock()
-				defer mu.Unlock()
-				if st == sandbox.Stdout {
-					outA = append(outA, p...)
-					if bytes.Contains(outA, []byte("started\n")) {
-						once.Do(func() { close(started) })
-					}
-				}
-			},
-		}, "mark", "/tmp/"+marker, "5")
-		doneA <- outcome{res, err}
-	}()
-	select {
-	case <-started:
-	case o := <-doneA:
-		t.Fatalf("sandbox A ended before it started: %+v, %v", o.res, o.err)
-	case <-time.After(time.Minute):
-		t.Fatal("sandbox A did not start within a minute")
-	}
+	_, doneA := a.startBackground(t, time.Minute, "sandbox A", "mark", "/tmp/"+marker, "5")
 
 	var r struct {
 		Self  int        `json:"self"`

@@ -9,7 +9,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -47,15 +46,6 @@ func (s *suite) cpuCap(t *testing.T) {
 	b := s.start(t, sandbox.Limits{})
 	marker := "stockade-busy-" + randHex(8)
 
-	type outcome struct {
-		res *sandbox.Result
-		err error
-	}
-	done := make(chan outcome, 1)
-	started := make(chan struct{})
-	var once sync.Once
-	var mu sync.Mutex
-	var out []byte
 	// The host's count starts before the Exec where the sandbox's cgroup
 	// can be found then (through its kernel's host process); on a shared
 	// kernel it is found through the busy processes, once they run, and
@@ -66,29 +56,7 @@ func (s *suite) cpuCap(t *testing.T) {
 		usage = s.sandboxCPU(t, b, "")
 		begun = usage()
 	}
-	go func() {
-		res, err := b.exec(t.Context(), sandbox.ExecRequest{
-			Timeout: busyFor + time.Minute,
-			OnOutput: func(st sandbox.Stream, p []byte) {
-				mu.Lock()
-				defer mu.Unlock()
-				if st == sandbox.Stdout {
-					out = append(out, p...)
-					if bytes.Contains(out, []byte("started\n")) {
-						once.Do(func() { close(started) })
-					}
-				}
-			},
-		}, "busy", strconv.Itoa(procs), strconv.Itoa(int(busyFor/time.Second)), marker)
-		done <- outcome{res, err}
-	}()
-	select {
-	case <-started:
-	case o := <-done:
-		t.Fatalf("the probe ended before its busy processes started: %+v, %v", o.res, o.err)
-	case <-time.After(time.Minute):
-		t.Fatal("the probe's busy processes did not start within a minute")
-	}
+	_, done := b.startBackground(t, busyFor+time.Minute, "the busy processes", "busy", strconv.Itoa(procs), strconv.Itoa(int(busyFor/time.Second)), marker)
 	if usage == nil {
 		usage = s.sandboxCPU(t, b, marker)
 		begun = usage()
@@ -104,7 +72,7 @@ func (s *suite) cpuCap(t *testing.T) {
 			procs, host, t1.Sub(t0).Round(time.Millisecond), slack*limit, slack, limit)
 	}
 
-	var o outcome
+	var o execOutcome
 	select {
 	case o = <-done:
 	case <-time.After(busyFor + 2*time.Minute):
