@@ -113,24 +113,6 @@ func TestRequestID(t *testing.T) {
 	}
 }
 
-// syncBuffer is a log's destination, read while the server writes.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // cuttable is a TCP relay to a PostgreSQL server: cut ends its every
 // connection and refuses new ones, as a server that stopped would.
 type cuttable struct {
@@ -199,7 +181,7 @@ func TestPostgresOutage(t *testing.T) {
 	}
 	r := relay(t, u.Host)
 	u.Host = r.ln.Addr().String()
-	var logs syncBuffer
+	var logs testenv.Buffer
 	c := envConfig{sessions: true, policy: noApproval, credits: 100}
 	c.api.Logger = slog.New(slog.NewTextHandler(&logs, nil))
 	e := newEnv(t, backend{"postgres via a relay", func(*testing.T) string { return u.String() }}, c)
@@ -293,7 +275,7 @@ func TestRefusedCheckpointNamesNoPath(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		var logs syncBuffer
+		var logs testenv.Buffer
 		c := envConfig{sessions: true, policy: noApproval, credits: 100, drivers: map[string]sandbox.Driver{"gvisor": gv}, defaultDriver: "gvisor"}
 		c.svc.Sessions.CheckpointDir = checkpoints
 		c.api.Logger = slog.New(slog.NewTextHandler(&logs, nil))

@@ -77,7 +77,7 @@ func (noResolver) LookupNetIP(context.Context, string, string) ([]netip.Addr, er
 // sandbox networks, over the tools of toolsYAML, and the buffer its egress
 // proxy logs to (at Info, as the daemon's log). Its cleanup waits for the
 // networks' removal and fails the test if anything is left.
-func newEgressEngine(t *testing.T, toolsYAML string) (*engine.Engine, *syncBuffer) {
+func newEgressEngine(t *testing.T, toolsYAML string) (*engine.Engine, *testenv.Buffer) {
 	t.Helper()
 	testenv.RequiresRoot(t)
 	testenv.RequiresBinary(t, "runc")
@@ -89,7 +89,7 @@ func newEgressEngine(t *testing.T, toolsYAML string) (*engine.Engine, *syncBuffe
 	if _, err := nets.CleanupStale(); err != nil {
 		t.Fatal(err)
 	}
-	logs := &syncBuffer{}
+	logs := &testenv.Buffer{}
 	host, err := engine.NewEgressHost(nets, egress.Config{Resolver: noResolver{}, Logger: slog.New(slog.NewTextHandler(logs, nil))}, nil)
 	if err != nil {
 		t.Fatal(err)

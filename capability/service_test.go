@@ -1,7 +1,6 @@
 package capability
 
 import (
-	"bytes"
 	"cmp"
 	"context"
 	"encoding/json"
@@ -21,6 +20,7 @@ import (
 	"github.com/stockade-sh/stockade/engine"
 	"github.com/stockade-sh/stockade/errdefs"
 	"github.com/stockade-sh/stockade/internal/sandboxfake"
+	"github.com/stockade-sh/stockade/internal/testenv"
 	"github.com/stockade-sh/stockade/internal/witness"
 	"github.com/stockade-sh/stockade/sandbox"
 	"github.com/stockade-sh/stockade/store"
@@ -321,24 +321,6 @@ func TestFinishRetries(t *testing.T) {
 	if ex, err := env.svc.Wait(ctx, env.agent, inv.Execution.ID, 20*time.Second); err != nil || ex.Status != store.StatusSucceeded {
 		t.Fatalf("execution: got %s, %v; want succeeded after two failed attempts to record it", ex.Status, err)
 	}
-}
-
-// syncBuffer is a buffer for a logger's concurrent writes.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // countingObserver records the observer calls of approvals and witnesses.
@@ -732,7 +714,7 @@ func TestServiceRefusesToWitnessARewrittenChain(t *testing.T) {
 	ctx := t.Context()
 	dir := witness.Dir(t.TempDir())
 	obs := &countingObserver{}
-	var logs syncBuffer
+	var logs testenv.Buffer
 	env := newServiceEnv(t, nil, &sandboxfake.Driver{ID: "gvisor", Tier: sandbox.TierGVisor}, noApprovalPolicy(),
 		ServiceOptions{Witness: dir, Observer: obs, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	for i := range 3 {

@@ -1,7 +1,6 @@
 package engine
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -114,24 +113,6 @@ func (env *egressEnv) runFetch(t *testing.T, drv, exec string, code []byte) *Res
 	return res
 }
 
-// syncBuffer is a buffer for a logger's concurrent writes.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // egressEnv is an engine with runc and gvisor and real sandbox networks,
 // whose proxy reaches loopback upstreams through a test override.
 type egressEnv struct {
@@ -139,7 +120,7 @@ type egressEnv struct {
 	nets     *netns.Manager
 	resolver *mapResolver
 	// logs holds what the proxy logs, as the daemon's log would (Info).
-	logs *syncBuffer
+	logs *testenv.Buffer
 
 	mu      sync.Mutex
 	refused []EgressDecision
@@ -157,7 +138,7 @@ func newEgressEnv(tb testing.TB, toolsYAML string, override, resolve map[string]
 	testenv.RequiresBinary(tb, "runsc")
 	testenv.Image(tb, "python")
 	guest := testenv.Guest(tb)
-	env := &egressEnv{resolver: &mapResolver{names: resolve}, logs: &syncBuffer{}}
+	env := &egressEnv{resolver: &mapResolver{names: resolve}, logs: &testenv.Buffer{}}
 	nets, err := netns.NewManager(netns.Config{Prefix: egressTestPrefix, Range: egressTestRange})
 	if err != nil {
 		tb.Fatal(err)
