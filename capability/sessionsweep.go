@@ -1,0 +1,180 @@
+package capability
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/stockade-sh/stockade/engine"
+	"github.com/stockade-sh/stockade/errdefs"
+	"github.com/stockade-sh/stockade/store"
+)
+
+// adoptSessions serves again, at the daemon's start, the sessions a
+// previous daemon left active: each whose sandbox its driver re-attaches
+// (with its kernel) is served; each other ends interrupted, or ttl when
+// its TTL has passed (its sandbox ended itself then: SandboxGrace); a
+// sandbox no active session names is destroyed (by the drivers'
+// Reattach).
+func (s *Service) adoptSessions(ctx context.Context) error {
+	active, err := s.st.ListActiveSessions(ctx)
+	if err != nil {
+		return fmt.Errorf("listing active sessions: %w", err)
+	}
+	bySandbox := map[string]store.Session{}
+	for _, ss := range active {
+		bySandbox[ss.SandboxID] = ss
+	}
+	lives, err := s.runner.ReattachSessions(ctx, map[string]string{engine.LabelOwner: s.opts.Owner}, func(id string) (engine.SessionSpec, bool) {
+		ss, ok := bySandbox[id]
+		return engine.SessionSpec{Runtime: ss.Runtime, Tool: ss.Tool, Deadline: sandboxDeadline(ss.ExpiresAt)}, ok
+	})
+	if err != nil {
+		s.log.Warn("re-attaching session sandboxes", "err", err)
+	}
+	adopted := map[string]bool{}
+	for _, l := range lives {
+		ss := bySandbox[l.SandboxID()]
+		s.sessions.put(ss.ID, l)
+		adopted[ss.ID] = true
+	}
+	s.sessionObserver().SessionsLive(len(lives))
+	now, ended := s.opts.Now(), map[store.SessionEndReason]int{}
+	for _, ss := range active {
+		if adopted[ss.ID] {
+			continue
+		}
+		// Past its TTL, its sandbox ended itself there (or would have):
+		// the session ends as the daemon would have ended it.
+		reason := store.EndInterrupted
+		if !now.Before(ss.ExpiresAt) {
+			reason = store.EndTTL
+		}
+		if _, err := s.endSession(ctx, ss, Principal{}, reason, engine.EndedBySessionEnd); err != nil && !errdefs.IsFailedPrecondition(err) {
+			return fmt.Errorf("ending session %s, whose sandbox is gone: %w", ss.ID, err)
+		}
+		ended[reason]++
+	}
+	if len(active) > 0 {
+		s.log.Info("sessions after a restart", "served", len(lives), "interrupted", ended[store.EndInterrupted], "ttl", ended[store.EndTTL])
+	}
+	return s.sweepCheckpoints(ctx)
+}
+
+// EndSessions ends every session of the daemon, active or paused, as the
+// system (reason interrupted), for a daemon stopped for good (`stockade
+// serve --sessions-on-shutdown=end`, or SIGUSR2): each as a session ends
+// when deleted, audited, its sandbox destroyed and its running cell ended
+// by that (killed, ended_by daemon_shutdown, charged as launched, with
+// its output), its waiting cell cancelled and its checkpoint removed. It
+// returns how many it ended; a session that ended meanwhile is not
+// counted. The caller calls it before Close, with no requests coming in
+// any more.
+func (s *Service) EndSessions(ctx context.Context) (int, error) {
+	active, err := s.st.ListActiveSessions(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("listing the sessions to end: %w", err)
+	}
+	paused, err := s.st.ListPausedSessions(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("listing the sessions to end: %w", err)
+	}
+	n := 0
+	var errs []error
+	for _, ss := range append(active, paused...) {
+		_, err := s.endSession(ctx, ss, Principal{}, store.EndInterrupted, engine.EndedByShutdown)
+		switch {
+		case err == nil:
+			n++
+		case !errdefs.IsFailedPrecondition(err):
+			errs = append(errs, fmt.Errorf("ending session %s: %w", ss.ID, err))
+		}
+	}
+	return n, errors.Join(errs...)
+}
+
+// sweepSessions ends the sessions past their hard lifetime (ttl), paused
+// or not, and those no cell ran in for their idle timeout (idle_timeout;
+// a session whose cell runs is not idle, a paused one neither). With
+// PauseAfterIdle, a session that can pause is paused after so long idle
+// instead (sweepPause).
+func (s *Service) sweepSessions(ctx context.Context) {
+	active, err := s.st.ListActiveSessions(ctx)
+	var paused []store.Session
+	if err == nil {
+		paused, err = s.st.ListPausedSessions(ctx)
+	}
+	if err != nil {
+		if ctx.Err() == nil {
+			s.log.Error("sweeping sessions", "err", err)
+		}
+		return
+	}
+	now := s.opts.Now()
+	// The sessions past their TTL end first: an idle pause may take long
+	// (pauseTimeout), and a session's sandbox ends itself SandboxGrace
+	// after its TTL, cutting its cell short unrecorded by the daemon.
+	var rest []store.Session
+	for _, ss := range append(active, paused...) {
+		if now.Before(ss.ExpiresAt) {
+			rest = append(rest, ss)
+			continue
+		}
+		s.sweepEnd(ctx, ss, store.EndTTL)
+	}
+	for _, ss := range rest {
+		var reason store.SessionEndReason
+		switch live := s.sessions.get(ss.ID); {
+		case ss.State == store.SessionPaused || live != nil && live.running():
+			continue
+		case s.pausesWhenIdle(ss):
+			if now.Before(ss.LastActiveAt.Add(s.opts.Sessions.PauseAfterIdle)) {
+				continue
+			}
+			if err := s.sweepPause(ctx, ss); err == nil || now.Before(ss.IdleExpiresAt()) {
+				continue
+			}
+			// A pause that keeps failing must not keep the sandbox until
+			// the TTL: past its idle timeout too, the session ends as it
+			// would without pause_after_idle.
+			reason = store.EndIdle
+		case !now.Before(ss.IdleExpiresAt()):
+			reason = store.EndIdle
+		default:
+			continue
+		}
+		s.sweepEnd(ctx, ss, reason)
+	}
+}
+
+// sweepEnd ends ss for reason, as the system.
+func (s *Service) sweepEnd(ctx context.Context, ss store.Session, reason store.SessionEndReason) {
+	if _, err := s.endSession(ctx, ss, Principal{}, reason, engine.EndedBySessionEnd); err != nil && !errdefs.IsFailedPrecondition(err) && ctx.Err() == nil {
+		s.log.Error("ending a session", "session", ss.ID, "reason", reason, "err", err)
+	}
+}
+
+// pausesWhenIdle says whether active session ss is paused when idle
+// (PauseAfterIdle) rather than ended.
+func (s *Service) pausesWhenIdle(ss store.Session) bool {
+	return s.opts.Sessions.PauseAfterIdle > 0 && s.opts.Sessions.CheckpointDir != "" && s.runner.CanPause(ss.Driver) == nil
+}
+
+// sweepPause pauses ss, idle for PauseAfterIdle, as the system, unless a
+// cell came meanwhile. It returns why the pause failed; nil also when the
+// session was busy, changed or gone.
+func (s *Service) sweepPause(ctx context.Context, ss store.Session) error {
+	unlock := s.trans.lock(ss.ID, true)
+	defer unlock()
+	cur, err := s.st.GetSession(ctx, ss.WorkspaceID, ss.ID)
+	if err != nil || cur.State != store.SessionActive || !cur.LastActiveAt.Equal(ss.LastActiveAt) {
+		return nil
+	}
+	_, err = s.pauseLocked(ctx, cur, Principal{})
+	var busy *SessionBusyError
+	if err == nil || ctx.Err() != nil || errors.As(err, &busy) {
+		return nil
+	}
+	s.log.Error("pausing an idle session", "session", ss.ID, "err", err)
+	return err
+}
