@@ -1,17 +1,13 @@
 package main
 
 import (
-	"bytes"
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
-
-	"github.com/stockade-sh/stockade/internal/testenv"
 )
 
 // TestEnvironment checks that each variable a command's help names (env
@@ -80,27 +76,4 @@ func TestEnvironment(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(dataDir, "stockade.db")); err != nil {
 		t.Errorf("STOCKADE_DATA_DIR: %v, want the database made there", err)
 	}
-}
-
-// runWithEnv runs the CLI with the test's environment, less every
-// STOCKADE_ variable, plus env.
-func runWithEnv(t *testing.T, env []string, args ...string) (int, string, string) {
-	t.Helper()
-	cmd := exec.Command(testenv.Build(t, "./cmd/stockade"), args...)
-	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "STOCKADE_") {
-			cmd.Env = append(cmd.Env, kv)
-		}
-	}
-	cmd.Env = append(cmd.Env, env...)
-	var out, errb bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &errb
-	err := cmd.Run()
-	code := 0
-	if ee, ok := err.(*exec.ExitError); ok {
-		code = ee.ExitCode()
-	} else if err != nil {
-		t.Fatal(err)
-	}
-	return code, out.String(), errb.String()
 }

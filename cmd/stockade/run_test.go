@@ -27,8 +27,30 @@ func stockade(t *testing.T, stateDir string, stdin []byte, args ...string) (int,
 // runCLI runs the CLI binary with args as given.
 func runCLI(t *testing.T, stdin []byte, args ...string) (int, string, string) {
 	t.Helper()
+	return runCLIEnv(t, stdin, nil, args...)
+}
+
+// runWithEnv runs the CLI with the test's environment, less every
+// STOCKADE_ variable, plus env.
+func runWithEnv(t *testing.T, env []string, args ...string) (int, string, string) {
+	t.Helper()
+	return runCLIEnv(t, nil, append([]string{}, env...), args...)
+}
+
+// runCLIEnv runs the CLI binary with args and stdin; env, when not nil,
+// replaces the test's STOCKADE_ variables (nil: the test's environment).
+func runCLIEnv(t *testing.T, stdin []byte, env []string, args ...string) (int, string, string) {
+	t.Helper()
 	cmd := exec.Command(testenv.Build(t, "./cmd/stockade"), args...)
 	cmd.Stdin = bytes.NewReader(stdin)
+	if env != nil {
+		for _, kv := range os.Environ() {
+			if !strings.HasPrefix(kv, "STOCKADE_") {
+				cmd.Env = append(cmd.Env, kv)
+			}
+		}
+		cmd.Env = append(cmd.Env, env...)
+	}
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	err := cmd.Run()
