@@ -177,7 +177,12 @@ func TestEndings(t *testing.T) {
 				t.Errorf("tool_calls row: got %s charged %d, want %s charged %d", tc.Status, tc.CreditsCharged, tt.status, price)
 			}
 			if tt.cell {
+				// A session whose sandbox the cell lost is ended just after
+				// the cell is answered: it is looked at for a few seconds.
 				got := e.session(ses.ID)
+				for end := time.Now().Add(5 * time.Second); got.State != tt.session && time.Now().Before(end); got = e.session(ses.ID) {
+					time.Sleep(50 * time.Millisecond)
+				}
 				if got.State != tt.session || got.EndReason != tt.reason {
 					t.Errorf("the session after: got %s (%s), want %s (%s)", got.State, got.EndReason, tt.session, tt.reason)
 				}
