@@ -1,0 +1,275 @@
+package conformance
+
+import (
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/stockade-sh/stockade/sandbox"
+	"github.com/stockade-sh/stockade/sandbox/profile"
+)
+
+// The checks of the sandbox's filesystem: a read-only root, a size-capped
+// /tmp, read-only /proc and /sys, a minimal /dev and no mount of the host's.
+
+type fsReport struct {
+	Writes []struct {
+		errno
+		Path string `json:"path"`
+		Op   string `json:"op"`
+	} `json:"writes"`
+	Statfs []struct {
+		errno
+		Path   string `json:"path"`
+		RO     bool   `json:"ro"`
+		NoSUID bool   `json:"nosuid"`
+		NoDev  bool   `json:"nodev"`
+		Size   int64  `json:"size"`
+		Flags  int64  `json:"flags"`
+	} `json:"statfs"`
+	ProcSys struct {
+		Tried    int            `json:"tried"`
+		Writable []string       `json:"writable"`
+		Errnos   map[string]int `json:"errnos"`
+	} `json:"proc_sys"`
+	TmpFill struct {
+		errno
+		Written int64 `json:"written"`
+	} `json:"tmp_fill"`
+	Dev []struct {
+		errno
+		Name  string `json:"name"`
+		Type  string `json:"type"`
+		Major int    `json:"major"`
+		Minor int    `json:"minor"`
+	} `json:"dev"`
+	Mounts []struct {
+		MountPoint string `json:"mount_point"`
+		FSType     string `json:"fstype"`
+		Source     string `json:"source"`
+		Options    string `json:"options"`
+	} `json:"mounts"`
+}
+
+func (s *suite) filesystem(t *testing.T) {
+	b := s.start(t, sandbox.Limits{TmpSize: tmpSize})
+	var r fsReport
+	b.report(t, &r, "fs")
+	write := func(t *testing.T, path string) errno {
+		t.Helper()
+		for _, w := range r.Writes {
+			if w.Path == path {
+				return w.errno
+			}
+		}
+		t.Fatalf("the probe did not report a write to %s", path)
+		return errno{}
+	}
+	statfs := func(t *testing.T, path string) (ro, nosuid, nodev bool, size int64) {
+		t.Helper()
+		for _, st := range r.Statfs {
+			if st.Path == path {
+				if st.Errno != 0 {
+					t.Fatalf("statfs %s: %s", path, st.errno)
+				}
+				return st.RO, st.NoSUID, st.NoDev, st.Size
+			}
+		}
+		t.Fatalf("the probe did not report statfs of %s", path)
+		return
+	}
+
+	t.Run("RootReadOnly", func(t *testing.T) {
+		_, permissionsFirst := s.difference("root-eacces")
+		eacces := 0
+		for _, p := range []string{
+			"/.stockade-probe", "/etc/.stockade-probe", "/usr/bin/.stockade-probe", "/.stockade/.stockade-probe",
+			"/var/tmp/.stockade-probe", "/.stockade-probe-dir", "/usr/.stockade-probe-dir",
+		} {
+			// A read-only mount answers EROFS before file permissions
+			// are checked; anything else means only the image's file
+			// modes stand in the way.
+			e := write(t, p)
+			if e.is(syscall.EACCES) && permissionsFirst && p != "/var/tmp/.stockade-probe" {
+				eacces++
+				continue
+			}
+			if !e.is(syscall.EROFS) {
+				t.Errorf("creating %s: got %s, want EROFS", p, e)
+			}
+		}
+		s.expect(t, "root-eacces", eacces == 0, "creating files in root's directories of the image: got EACCES %d times, want EROFS", eacces)
+		for _, p := range []string{s.p.Guest.Path, "/etc/passwd", "/bin/busybox"} {
+			if e := write(t, p); e.Errno == 0 {
+				t.Errorf("opening %s for writing: got success, want refused", p)
+			}
+		}
+		for p, want := range map[string]bool{"/": s.p.ReadOnlyRoot, "/etc": s.p.ReadOnlyRoot, "/usr/bin": s.p.ReadOnlyRoot, s.p.Guest.Path: slices.Contains(s.p.Guest.Options, "ro")} {
+			if ro, _, _, _ := statfs(t, p); ro != want {
+				t.Errorf("statfs %s: got read-only %t, want %t", p, ro, want)
+			}
+		}
+	})
+
+	t.Run("Tmp", func(t *testing.T) {
+		if e := write(t, "/tmp/.stockade-probe"); e.Errno != 0 {
+			t.Errorf("creating a file in /tmp: got %s, want success", e)
+		}
+		f := r.TmpFill
+		t.Logf("filling /tmp (cap %d bytes) wrote %d bytes, then %s", tmpSize, f.Written, f.errno)
+		if !f.is(syscall.ENOSPC) {
+			t.Errorf("filling /tmp: got %s, want ENOSPC", f.errno)
+		}
+		if f.Written > tmpSize || f.Written < tmpSize/2 {
+			t.Errorf("filling /tmp: wrote %d bytes, want between %d and %d (the cap)", f.Written, tmpSize/2, tmpSize)
+		}
+		tmp, _ := s.p.ScratchAt("/tmp")
+		_, nosuid, nodev, size := statfs(t, "/tmp")
+		if want := slices.Contains(tmp.Options, "nosuid"); nosuid != want {
+			t.Errorf("statfs /tmp: got nosuid=%t, want %t", nosuid, want)
+		}
+		if slices.Contains(tmp.Options, "nodev") {
+			s.expect(t, "tmp-nodev", nodev, "statfs /tmp: got nodev=false, want nodev")
+		}
+		// What nodev guards against, on every tier: a device node made
+		// there. A FIFO, which needs no privilege, shows that mknod
+		// reaches /tmp at all.
+		if e := write(t, "/tmp/.stockade-probe-fifo"); e.Errno != 0 {
+			t.Errorf("mknod of a FIFO in /tmp: got %s, want success", e)
+		}
+		if e := write(t, "/tmp/.stockade-probe-dev"); !e.is(syscall.EPERM) {
+			t.Errorf("mknod of character device 1:3 in /tmp: got %s, want EPERM (no CAP_MKNOD)", e)
+		}
+		if size > tmpSize {
+			t.Errorf("statfs /tmp: got size %d, want at most %d", size, tmpSize)
+		}
+	})
+
+	t.Run("ProcAndSysReadOnly", func(t *testing.T) {
+		if e := write(t, "/proc/self/comm"); e.Errno != 0 {
+			t.Errorf("opening /proc/self/comm (the process's own) for writing: got %s, want success", e)
+		}
+		for _, p := range []string{"/proc/sysrq-trigger", "/sys/kernel/mm/transparent_hugepage/enabled", "/sys/kernel/uevent_helper"} {
+			if e := write(t, p); e.Errno == 0 {
+				t.Errorf("opening %s for writing: got success, want refused", p)
+			}
+		}
+		ps := r.ProcSys
+		t.Logf("opened %d files below /proc/sys for writing: refused %v", ps.Tried, ps.Errnos)
+		if ps.Tried < 20 {
+			t.Errorf("the probe tried %d files below /proc/sys, want the whole tree (at least 20)", ps.Tried)
+		}
+		for _, p := range ps.Writable {
+			t.Errorf("opening %s for writing: got success, want refused", p)
+		}
+		for _, m := range s.p.Mounts {
+			if m.Path == "/sys" {
+				if ro, _, _, _ := statfs(t, "/sys"); ro != slices.Contains(m.Options, "ro") {
+					t.Errorf("statfs /sys: got read-only %t, want the profile's options %v", ro, m.Options)
+				}
+			}
+		}
+		if slices.Contains(s.p.ReadOnlyPaths, "/proc/sys") {
+			ro, _, _, _ := statfs(t, "/proc/sys")
+			s.expect(t, "proc-sys-rw", ro, "statfs /proc/sys: got read-write, want read-only (readonlyPaths)")
+		}
+	})
+
+	t.Run("DevMinimal", func(t *testing.T) {
+		dev := s.p.DevOn(s.caps.Tier)
+		present := map[string]bool{}
+		for _, d := range r.Dev {
+			present[d.Name] = true
+		}
+		if !present["null"] || !present["zero"] {
+			t.Fatalf("the probe's listing of /dev has no null or zero: %+v", r.Dev)
+		}
+		// The devices a tier declares it adds are absent elsewhere.
+		var added []string
+		for _, d := range s.p.Differences {
+			if d.ID == "dev-fuse-tun" {
+				for _, dev := range d.Devices {
+					added = append(added, dev.Name)
+				}
+			}
+		}
+		s.expect(t, "dev-fuse-tun", !slices.ContainsFunc(added, func(n string) bool { return present[n] }), "/dev has %s", strings.Join(added, " or "))
+		var names []string
+		for _, d := range r.Dev {
+			names = append(names, d.Name)
+			top, _, _ := strings.Cut(d.Name, "/")
+			if !slices.Contains(dev.Names, top) {
+				t.Errorf("/dev/%s (%s) exists, want a minimal /dev", d.Name, d.Type)
+			}
+			switch {
+			case d.Type == "block":
+				t.Errorf("/dev/%s is a block device (%d:%d)", d.Name, d.Major, d.Minor)
+			case d.Type == "char" && !dev.Allows(d.Major, d.Minor):
+				t.Errorf("/dev/%s is character device %d:%d, not one of the minimal set", d.Name, d.Major, d.Minor)
+			}
+		}
+		t.Logf("/dev: %s", strings.Join(names, " "))
+	})
+
+	t.Run("NoHostMounts", func(t *testing.T) {
+		points := map[string]bool{}
+		for _, m := range r.Mounts {
+			points[m.MountPoint] = true
+		}
+		if !points["/"] || !points["/tmp"] {
+			t.Fatalf("the probe's mount table has no / or /tmp: %+v", r.Mounts)
+		}
+		for _, m := range r.Mounts {
+			if !allowedMount(s.p, s.caps.Tier, m.MountPoint, m.Options) {
+				t.Errorf("unexpected mount at %s (%s from %s, %s): only the image, the guest and the profile's mounts may be mounted", m.MountPoint, m.FSType, m.Source, m.Options)
+			}
+		}
+	})
+
+	if d, ok := s.difference("docker-etc-files"); ok {
+		t.Run("DockerEtcFiles", func(t *testing.T) {
+			b := s.start(t, sandbox.Limits{})
+			for _, f := range d.Files {
+				var rd struct {
+					errno
+					Content string `json:"content"`
+				}
+				decode(t, b.run(t, sandbox.ExecRequest{}, "readfile", f.Path), &rd, "readfile")
+				if !strings.Contains(rd.Content, f.Line) || strings.Contains(rd.Content, "search") {
+					t.Errorf("%s: got %q, want the driver's fixed contents (containing %q) and nothing of the host's", f.Path, rd.Content, f.Line)
+				}
+			}
+		})
+	}
+}
+
+// allowedMount reports whether profile p accounts for a mount at point,
+// mounted with options, on tier: the image's root, a scratch, the guest
+// agent, the kernel file systems and what is below them, and the files the
+// tier declares it mounts read-only. The suite's sandboxes have no data
+// mounts and no egress.
+func allowedMount(p profile.Profile, tier sandbox.Tier, point, options string) bool {
+	if _, ok := p.ScratchAt(point); ok || point == "/" || point == p.Guest.Path {
+		return true
+	}
+	for _, m := range p.Mounts {
+		if under(point, m.Path) {
+			return true
+		}
+	}
+	d, _ := p.Difference(tier, "docker-etc-files")
+	return hasOption(options, "ro") && slices.ContainsFunc(d.Files, func(f profile.File) bool { return f.Path == point })
+}
+
+// under reports whether p is dir or below it.
+func under(p, dir string) bool { return p == dir || strings.HasPrefix(p, dir+"/") }
+
+func hasOption(opts, o string) bool {
+	for _, v := range strings.Split(opts, ",") {
+		if v == o {
+			return true
+		}
+	}
+	return false
+}
