@@ -186,7 +186,7 @@ func (e *Engine) StartPools(ctx context.Context, labels map[string]string) (stop
 		e.pools = nil
 		e.poolsMu.Unlock()
 		for _, p := range pools {
-			p.drain()
+			p.drain(ctx)
 		}
 	}, nil
 }
@@ -491,14 +491,15 @@ func (p *pool) create(ctx context.Context) (*warm, error) {
 	return w, nil
 }
 
-// drain destroys the sandboxes not taken.
-func (p *pool) drain() {
+// drain destroys the sandboxes not taken. ctx may have ended: the
+// sandboxes are destroyed regardless (warm.destroy).
+func (p *pool) drain(ctx context.Context) {
 	p.mu.Lock()
 	ready := p.ready
 	p.ready = nil
 	p.mu.Unlock()
 	for _, w := range ready {
-		w.destroy(context.Background())
+		w.destroy(ctx)
 	}
 	p.e.observeSize(p.name, 0)
 }
@@ -536,8 +537,10 @@ func (p *pool) servesSession(spec SessionSpec, drv sandbox.Driver, limits sandbo
 }
 
 // take removes a sandbox whose interpreter still waits, or returns nil.
-// The caller must give it back (giveBack) once its run has ended.
-func (p *pool) take() *warm {
+// The caller must give it back (giveBack) once its run has ended. A
+// sandbox too old or whose interpreter ended is destroyed on the way,
+// under ctx.
+func (p *pool) take(ctx context.Context) *warm {
 	for {
 		p.mu.Lock()
 		if len(p.ready) == 0 {
@@ -556,7 +559,7 @@ func (p *pool) take() *warm {
 		if time.Since(w.born) <= p.maxAge && !w.ended() {
 			return w
 		}
-		p.giveBack(context.Background(), w)
+		p.giveBack(ctx, w)
 	}
 }
 
@@ -570,6 +573,8 @@ func (w *warm) ended() bool {
 			return false
 		}
 	}
+	// A context already cancelled makes Wait a poll: it returns at once
+	// unless the exec has ended. It is nobody's ctx to derive from.
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	_, err := w.ex.Wait(ctx)
@@ -589,7 +594,7 @@ func (e *Engine) acquire(ctx context.Context, req Request, tool tools.Tool, limi
 		}
 		var w *warm
 		if p.serves(req, tool, limits) {
-			w = p.take()
+			w = p.take(ctx)
 		}
 		if w == nil || !p.bind(ctx, w, req.Labels, sandbox.Limits{Memory: limits.Memory, CPU: limits.CPU}) {
 			p.counted(false)
@@ -616,7 +621,7 @@ func (e *Engine) acquireSession(ctx context.Context, spec SessionSpec, tool tool
 		}
 		var w *warm
 		if p.servesSession(spec, drv, limits) {
-			w = p.take()
+			w = p.take(ctx)
 		}
 		if w == nil || !p.bind(ctx, w, spec.Labels, sandbox.Limits{Memory: limits.Memory, CPU: limits.CPU, Timeout: limits.Timeout}) {
 			p.counted(false)
@@ -702,8 +707,10 @@ func (e *Engine) runWarm(ctx context.Context, req Request, p *pool, w *warm, lim
 		res *sandbox.Result
 		err error
 	)
+	// The wait does not end with ctx: the select below cancels the exec
+	// and then reads its result, which a cut-short run reports.
 	go func() {
-		res, err = w.ex.Wait(context.Background())
+		res, err = w.ex.Wait(context.WithoutCancel(ctx))
 		close(waited)
 	}()
 	timer := time.NewTimer(limits.Timeout)

@@ -99,8 +99,11 @@ func (c *Client) Exec(ctx context.Context, req ExecRequest, opts ExecOptions) (*
 		c.forget(id)
 		return nil, err
 	}
+	// The frame is written after Exec returns: waiting for it does not end
+	// with ctx (the connection's end ends it), so that a caller's cancel
+	// after the start does not fail the exec.
 	go func() {
-		if err := c.written(context.Background(), written); err != nil {
+		if err := c.written(context.WithoutCancel(ctx), written); err != nil {
 			e.finish(err)
 		}
 	}()
