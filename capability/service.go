@@ -147,6 +147,8 @@ func NewService(r Runner, st Store, o ServiceOptions) *Service {
 		o.Observer = nopObserver{}
 	}
 	o.Sessions.fill()
+	// The service's own context, the parent of its loops and runs: it lives
+	// until Close cancels it, not as long as any caller's.
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &Service{
 		runner: r, st: st, opts: o, price: *o.CreditsPerInvocation, log: o.Logger, hub: newHub(), feed: newFeed(),
@@ -303,6 +305,9 @@ func (s *Service) Close() {
 	}
 	s.auditMu.Unlock()
 	s.auditWriter.Wait()
+	// Close takes no ctx, and the service's own is cancelled above: the
+	// last writes of this daemon (key uses, the chains' witness) run
+	// without a bound until Close takes one.
 	s.flushKeyUses(context.Background())
 	if s.claim != nil {
 		// The last events of this daemon are witnessed too.

@@ -1,7 +1,8 @@
 // Package docker is the `docker` tier: sandboxes are containers of a Docker
-// Engine, driven through its API (github.com/moby/moby/client), with the same
-// security profile as the container tier (DESIGN.md §3) and the same guest
-// agent as PID 1, reached over the container's attached stdin and stdout.
+// Engine, driven through its API (github.com/moby/moby/client), with the
+// same security profile as the container tier (docs/design.md §3) and the
+// same guest agent as PID 1, reached over the container's attached stdin and
+// stdout.
 //
 // The runtime image is imported into the engine from the image store on first
 // use, with the guest agent inside it, so a sandbox has no host bind mount.
@@ -275,7 +276,8 @@ func (d *Driver) Create(ctx context.Context, spec sandbox.Spec) (_ sandbox.Sandb
 // Leftovers lists anything of sandbox id that is still there: containers
 // labelled with it, and, for sandboxes this driver created, the container's
 // cgroups and processes on this host. Empty means clean. It is meant for
-// tests and bounds itself to 10 s.
+// tests and bounds itself to 10 s: sandbox.Leftovers takes no ctx, so the
+// bound starts from context.Background.
 func (d *Driver) Leftovers(id string) []string {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()

@@ -245,7 +245,9 @@ func (c *advisoryClaim) Release() error {
 	// server has ended its backend, some time after Close returns: a
 	// daemon restarted at once would find the claim still held. Unlocking
 	// first releases it before Release returns; on a connection that does
-	// not answer, closing it is all there is.
+	// not answer, closing it is all there is. store.Claim's Release takes
+	// no ctx (the service's Close, which has none, calls it), so the bound
+	// starts from context.Background.
 	ctx, cancel := context.WithTimeout(context.Background(), claimCheckTimeout)
 	defer cancel()
 	var unlocked bool
