@@ -1,7 +1,7 @@
 // Package blastradius audits what code running as a tool could reach: it
 // creates the tool's real sandbox through the engine, runs a probe in it
-// that tries what hostile code would try (DESIGN.md §7), and compares every
-// finding with the tool's isolation record and the security profile of
+// that tries what hostile code would try (docs/design.md §8), and compares
+// every finding with the tool's isolation record and the security profile of
 // sandbox/profile. Anything the sandbox allows beyond the record is a
 // Deviation.
 //

@@ -1,8 +1,8 @@
-// Package broker is Stockade's credential broker (DESIGN.md §6): code in a
-// sandbox never holds a secret; it asks the broker, outside the sandbox, to
-// perform one of a few named operations that the operator configured, and
-// the broker makes the upstream call with the secret and hands back the
-// answer without it.
+// Package broker is Stockade's credential broker (docs/design.md §7): code
+// in a sandbox never holds a secret; it asks the broker, outside the
+// sandbox, to perform one of a few named operations that the operator
+// configured, and the broker makes the upstream call with the secret and
+// hands back the answer without it.
 //
 // An operation is a method, an upstream URL template, the parameters the
 // caller may fill (each validated) and a reference to the credential: an

@@ -1,5 +1,5 @@
-// Package egress is the host side of a sandbox's network (DESIGN.md §6):
-// an egress proxy that lets a sandbox reach the names its tool's record
+// Package egress is the host side of a sandbox's network (docs/design.md
+// §7): an egress proxy that lets a sandbox reach the names its tool's record
 // allows and nothing else, and a DNS responder that answers only those
 // names. Together with internal/netns (the sandbox's namespace, veth and
 // host rules) and package broker (credentials), it is the only way out of a

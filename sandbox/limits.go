@@ -25,8 +25,9 @@ const (
 	MaxCodeSize = 1 << 20
 )
 
-// DefaultLimits are the limits of DESIGN.md §3. CPU is left zero: each
-// driver fills in its own default.
+// DefaultLimits are the default limits of the security profile
+// (docs/design.md §3). CPU is left zero: each driver fills in its own
+// default.
 func DefaultLimits() Limits {
 	return Limits{
 		Memory:    512 << 20,

@@ -1,9 +1,9 @@
 // Package tools holds Stockade's code-executing tools and their isolation
-// records (DESIGN.md §7): who may influence a tool's code (input trust), the
-// tier it runs on, the host data it can read, where it may connect and which
-// broker operations it may call. Tools are configuration, loaded from a YAML
-// file or a directory of *.yaml files; the built-in default tool
-// "code.execute" exists without any file.
+// records (docs/design.md §8): who may influence a tool's code (input
+// trust), the tier it runs on, the host data it can read, where it may
+// connect and which broker operations it may call. Tools are configuration,
+// loaded from a YAML file or a directory of *.yaml files; the built-in
+// default tool "code.execute" exists without any file.
 //
 // The package is pure except for reading the configuration and looking at
 // mount sources (lstat and symlink resolution). It decides nothing at run
@@ -215,11 +215,11 @@ func CapabilitiesOf(drivers map[string]sandbox.Driver) map[string]sandbox.Capabi
 	return out
 }
 
-// DefaultCPU is the CPU default of a tier (DESIGN.md §3): half a core where
-// the kernel is shared, one core for gVisor and microVMs. It restates what
-// each driver declares (sandbox.Capabilities.DefaultCPU), which a test
-// holds it to, because EffectiveLimits and so a record's Fingerprint take
-// it without a driver at hand.
+// DefaultCPU is the CPU default of a tier (docs/design.md §3): half a core
+// where the kernel is shared, one core for gVisor and microVMs. It restates
+// what each driver declares (sandbox.Capabilities.DefaultCPU), which a test
+// holds it to, because EffectiveLimits and so a record's Fingerprint take it
+// without a driver at hand.
 func DefaultCPU(t sandbox.Tier) float64 {
 	switch t {
 	case sandbox.TierContainer, sandbox.TierDocker:

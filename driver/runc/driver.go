@@ -62,8 +62,8 @@ func config(cfg Config) ocidriver.Config {
 		// namespace (fresh, or the prepared one by path) decides.
 		NetworkArgs: map[sandbox.NetworkMode][]string{sandbox.NetworkNone: nil, sandbox.NetworkEgress: nil},
 		InstallHint: "install it with `stockade setup` (Debian package runc)",
-		// runc makes a user namespace for each sandbox (DESIGN §3: one
-		// where the tier supports it).
+		// runc makes a user namespace for each sandbox (docs/design.md §3:
+		// one where the tier supports it).
 		UserNamespace: true,
 		HostIDs:       cfg.HostIDs,
 		Lacks: map[string]string{

@@ -1,11 +1,11 @@
 // Package netns prepares the network of a sandbox that is allowed egress
-// (DESIGN.md §6): a network namespace of its own, a veth pair joining it to
-// the host with a /30 from a range the project owns, and host-side
+// (docs/design.md §7): a network namespace of its own, a veth pair joining
+// it to the host with a /30 from a range the project owns, and host-side
 // nftables rules that drop every packet from the sandbox except TCP to the
-// egress proxy's ports and DNS (UDP and TCP 53) on the host end of the
-// veth. Everything else, other TCP ports, other UDP (QUIC included), ICMP,
-// IPv6, anything routed beyond the host, is dropped at the host, whatever
-// the sandbox does inside its namespace.
+// egress proxy's ports and DNS (UDP and TCP 53) on the host end of the veth.
+// Everything else, other TCP ports, other UDP (QUIC included), ICMP, IPv6,
+// anything routed beyond the host, is dropped at the host, whatever the
+// sandbox does inside its namespace.
 //
 // The namespace is bind-mounted at /run/netns/NAME, as `ip netns add` does,
 // so that runc and runsc can join it by path (an OCI network namespace

@@ -1,7 +1,7 @@
 // Package profile declares, once, the security profile every Stockade
-// sandbox gets on every tier (DESIGN.md §3), and the known ways in which a
-// tier presents it otherwise (Profile.Differences). It is data only; every
-// consumer reads it and none restates it:
+// sandbox gets on every tier (docs/design.md §3), and the known ways in
+// which a tier presents it otherwise (Profile.Differences). It is data only;
+// every consumer reads it and none restates it:
 //
 //   - internal/oci builds runc's and runsc's config.json from it, and the
 //     seccomp filter from its Seccomp policy;
