@@ -15,6 +15,12 @@
 //	t, err := set.Get("analytics")
 package templates
 
+import (
+	"maps"
+	"slices"
+	"strings"
+)
+
 // Template is one declared environment. Values come from Load (validated);
 // a Template built by hand must pass Validate before it is built.
 type Template struct {
@@ -67,6 +73,23 @@ type Template struct {
 	// Source is where the template was defined ("templates.yaml:3"). It
 	// is not part of the declaration.
 	Source string
+
+	// Where Parse found the template, so that problems name the line of
+	// the value at fault: the file, the key path of the template in it
+	// ("templates[2]") and the line of each key path below it.
+	file, path string
+	lines      map[string]int
+}
+
+// Clone returns t with its own copies of every slice and map, so that a
+// caller cannot change a Set through a Template it got from it.
+func (t Template) Clone() Template {
+	t.DebianPackages = slices.Clone(t.DebianPackages)
+	t.NPMPackages = slices.Clone(t.NPMPackages)
+	t.PythonWheels = slices.Clone(t.PythonWheels)
+	t.Files = slices.Clone(t.Files)
+	t.Env = maps.Clone(t.Env)
+	return t
 }
 
 // Wheel is one python wheel of a template.
@@ -90,3 +113,16 @@ type File struct {
 	// /workspace, /proc, /sys, /dev or /run.
 	Target string
 }
+
+// String renders the wheel as a change lists it: "FILE sha256:HEX" or
+// "PROJECT==VERSION sha256:HEX".
+func (w Wheel) String() string {
+	name := w.File
+	if name == "" {
+		name = w.Name
+	}
+	return name + " sha256:" + strings.ToLower(w.SHA256)
+}
+
+// String renders the file as a change lists it: "SOURCE -> TARGET".
+func (f File) String() string { return f.Source + " -> " + f.Target }
