@@ -5,12 +5,14 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/stockade-sh/stockade/sandbox"
+	"github.com/stockade-sh/stockade/templates"
 )
 
 // FieldChange is one changed field of a record, rendered for people.
@@ -55,6 +57,10 @@ type Change struct {
 	// OldFingerprint and NewFingerprint are the records' fingerprints;
 	// empty for an absent side.
 	OldFingerprint, NewFingerprint string
+	// Template is the change of the tool's template declaration (from or
+	// to none, the zero Template); nil when it did not change. Added
+	// packages, wheels or files are growth (Fields template.*).
+	Template *templates.Change
 }
 
 // Changed reports whether the records differ.
@@ -99,7 +105,24 @@ func Diff(old, new Tool) Change {
 	}
 	c.Fields, c.Growth = diffRecords(&o, &n)
 	c.ReviewRequired = len(c.Growth) > 0
+	c.Template = templateChange(&o, &n)
 	return c
+}
+
+// templateChange returns the change of the template declarations of two
+// canonical records, or nil.
+func templateChange(o, n *canonicalRecord) *templates.Change {
+	var od, nd templates.Template
+	if o != nil && o.decl != nil {
+		od = *o.decl
+	}
+	if n != nil && n.decl != nil {
+		nd = *n.decl
+	}
+	if c := templates.Diff(od, nd); !c.Empty() {
+		return &c
+	}
+	return nil
 }
 
 // DiffStored diffs a record stored earlier as Canonical bytes (in the
@@ -109,11 +132,15 @@ func DiffStored(old []byte, t Tool) (Change, error) {
 	if err := json.Unmarshal(old, &o); err != nil {
 		return Change{}, fmt.Errorf("decoding stored record of tool %q: %w", t.Name, err)
 	}
+	if err := o.bindDecl(); err != nil {
+		return Change{}, fmt.Errorf("decoding stored record of tool %q: %w", t.Name, err)
+	}
 	n := canonical(t)
 	sum := sha256.Sum256(old)
 	c := Change{Tool: t.Name, OldFingerprint: "sha256:" + hex.EncodeToString(sum[:]), NewFingerprint: Fingerprint(t)}
 	c.Fields, c.Growth = diffRecords(&o, &n)
 	c.ReviewRequired = len(c.Growth) > 0
+	c.Template = templateChange(&o, &n)
 	return c, nil
 }
 
@@ -137,11 +164,13 @@ func DiffSets(old, new *Set) []Change {
 			c := Change{Tool: name, Added: true, NewFingerprint: Fingerprint(nt)}
 			c.Fields, c.Growth = diffRecords(nil, &n)
 			c.ReviewRequired = len(c.Growth) > 0
+			c.Template = templateChange(nil, &n)
 			cs = append(cs, c)
 		case nerr != nil:
 			o := canonical(ot)
 			c := Change{Tool: name, Removed: true, OldFingerprint: Fingerprint(ot)}
 			c.Fields, _ = diffRecords(&o, nil)
+			c.Template = templateChange(&o, nil)
 			cs = append(cs, c)
 		default:
 			if c := Diff(ot, nt); c.Changed() {
@@ -190,6 +219,94 @@ var recordFields = []recordField{
 		}
 		return fmt.Sprintf("by %s: %s", orUnknown(c.AcceptRisk.By), orUnknown(c.AcceptRisk.Reason))
 	}},
+
+	// The template: its name, then its declaration field by field. Added
+	// packages, wheels and files are growth: code and data the tool's
+	// sandboxes did not hold (templates.Change.Grows).
+	{name: "template", render: func(c *canonicalRecord) string {
+		if c.Template == nil {
+			return "none"
+		}
+		return c.Template.Name
+	}},
+	{name: "template.base", render: declString(func(d *templates.Template) string { return d.Base })},
+	{name: "template.debian_packages", render: declList(func(d *templates.Template) []string { return d.DebianPackages }),
+		list: declItems(func(d *templates.Template) []string { return d.DebianPackages }), growth: true},
+	{name: "template.npm_packages", render: declList(func(d *templates.Template) []string { return d.NPMPackages }),
+		list: declItems(func(d *templates.Template) []string { return d.NPMPackages }), growth: true},
+	{name: "template.npm_scripts", render: declString(func(d *templates.Template) string { return strconv.FormatBool(d.NPMScripts) })},
+	{name: "template.python_wheels", render: declList(wheelStrings), list: declItems(wheelStrings), growth: true},
+	{name: "template.files", render: declList(fileStrings), list: declItems(fileStrings), growth: true},
+	{name: "template.env", render: declList(func(d *templates.Template) []string {
+		var kv []string
+		for _, k := range slices.Sorted(maps.Keys(d.Env)) {
+			kv = append(kv, k+"="+d.Env[k])
+		}
+		return kv
+	})},
+	{name: "template.workdir", render: declString(func(d *templates.Template) string { return orDefault(d.Workdir) })},
+	{name: "template.start", render: declString(func(d *templates.Template) string { return codeDigest(d.Start) })},
+	{name: "template.ready", render: declString(func(d *templates.Template) string { return codeDigest(d.Ready) })},
+	{name: "template.golden", render: declString(func(d *templates.Template) string { return strconv.FormatBool(d.Golden) })},
+}
+
+// declString renders a scalar of a record's template declaration, "none"
+// without one.
+func declString(f func(*templates.Template) string) func(*canonicalRecord) string {
+	return func(c *canonicalRecord) string {
+		if c.decl == nil {
+			return "none"
+		}
+		return f(c.decl)
+	}
+}
+
+// declItems returns a list of a record's template declaration.
+func declItems(f func(*templates.Template) []string) func(*canonicalRecord) []string {
+	return func(c *canonicalRecord) []string {
+		if c.decl == nil {
+			return nil
+		}
+		return f(c.decl)
+	}
+}
+
+func declList(f func(*templates.Template) []string) func(*canonicalRecord) string {
+	items := declItems(f)
+	return func(c *canonicalRecord) string { return listOr(items(c), "none") }
+}
+
+func wheelStrings(d *templates.Template) []string {
+	s := make([]string, len(d.PythonWheels))
+	for i, w := range d.PythonWheels {
+		s[i] = w.String()
+	}
+	return s
+}
+
+func fileStrings(d *templates.Template) []string {
+	s := make([]string, len(d.Files))
+	for i, f := range d.Files {
+		s[i] = f.String()
+	}
+	return s
+}
+
+func orDefault(s string) string {
+	if s == "" {
+		return "default"
+	}
+	return s
+}
+
+// codeDigest names start or ready code by its size and digest: the code
+// itself may be long.
+func codeDigest(s string) string {
+	if s == "" {
+		return "none"
+	}
+	sum := sha256.Sum256([]byte(s))
+	return fmt.Sprintf("%d bytes, sha256:%s", len(s), hex.EncodeToString(sum[:6]))
 }
 
 // diffRecords compares two canonical records; nil is an absent tool. It

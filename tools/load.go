@@ -44,6 +44,7 @@ import (
 //	      scratch: {size: 32MiB, lifetime: invocation}
 //	    egress: none
 //	    credentials: none
+//	    template: analytics      # optional: a template of opts.Templates
 func Load(path string, opts Options) (*Set, error) {
 	if path == "" {
 		return newSet(nil, DefaultFor(opts.DefaultTier)), nil
@@ -81,6 +82,14 @@ func LoadList(file string, list *yaml.Node, opts Options) (*Set, error) {
 // finish validates the tools parsed with their problems, and returns them
 // with the default tool, or all the problems.
 func finish(ts []Tool, ps Problems, opts Options) (*Set, error) {
+	for i, t := range ts {
+		if t.Template == "" {
+			continue
+		}
+		if tmpl, err := opts.Templates.Get(t.Template); err == nil {
+			ts[i].template = &tmpl
+		}
+	}
 	ps = append(ps, Validate(ts, opts)...)
 	if len(ps) > 0 {
 		sortProblems(ps)
@@ -327,6 +336,7 @@ type toolYAML struct {
 	Egress      egressYAML      `yaml:"egress"`
 	Credentials credentialsYAML `yaml:"credentials"`
 	AcceptRisk  *acceptRiskYAML `yaml:"accept_risk"`
+	Template    string          `yaml:"template"`
 }
 
 type limitsYAML struct {
@@ -439,6 +449,7 @@ func (y toolYAML) tool(src string, at func(int) string) (Tool, Problems) {
 		Runtimes:   y.Runtimes,
 		InputTrust: Trust(y.InputTrust),
 		Tier:       sandbox.Tier(y.Tier),
+		Template:   y.Template,
 		Source:     src,
 	}
 

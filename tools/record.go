@@ -5,12 +5,14 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"slices"
 	"sort"
 	"strconv"
 	"strings"
 
 	"github.com/stockade-sh/stockade/sandbox"
+	"github.com/stockade-sh/stockade/templates"
 )
 
 // Record renders the tool's decision record as Markdown: the five lines, the
@@ -30,6 +32,11 @@ func Record(t Tool, opts Options) string {
 	b.WriteString("## Record\n\n")
 	for _, l := range RecordLines(t, opts) {
 		fmt.Fprintf(&b, "- **%s:** %s\n", l.Label, l.Value)
+	}
+
+	if c.Template != nil {
+		b.WriteString("\n## Template\n\n")
+		b.WriteString(templateLine(c) + "\n")
 	}
 
 	b.WriteString("\n## Boundary\n\n")
@@ -132,6 +139,11 @@ func filesystemLine(c canonicalRecord) string {
 	for _, m := range c.Filesystem.Mounts {
 		parts = append(parts, fmt.Sprintf("`%s` read-only at `%s`", m.Source, m.Target))
 	}
+	if c.decl != nil {
+		for _, f := range c.decl.Files {
+			parts = append(parts, fmt.Sprintf("`%s` copied read-only into the image at `%s` (template `%s`)", f.Source, f.Target, c.decl.Name))
+		}
+	}
 	if c.Filesystem.ScratchLifetime == LifetimeSession {
 		parts = append(parts, fmt.Sprintf("writable scratch `/tmp` %s, and a session's `/workspace`, kept across a session's cells and destroyed with its sandbox when the session ends (a one-shot invocation's after it)", sandbox.FormatSize(c.Filesystem.ScratchBytes)))
 	} else {
@@ -185,6 +197,35 @@ type canonicalRecord struct {
 	Credentials []string            `json:"credentials"`
 	Limits      canonicalLimits     `json:"limits"`
 	AcceptRisk  *AcceptRisk         `json:"accept_risk"`
+	// Template is absent when the tool names none, so that the records
+	// (and fingerprints) of tools without one are what they were before
+	// templates existed.
+	Template *canonicalTemplateRef `json:"template,omitempty"`
+
+	// decl is Template's declaration decoded, in its canonical form;
+	// nil when there is none.
+	decl *templates.Template
+}
+
+// canonicalTemplateRef is the template of a record: its name and its
+// declaration (templates.Canonical), so that a change of the declaration is
+// a change of every record naming it.
+type canonicalTemplateRef struct {
+	Name        string          `json:"name"`
+	Declaration json.RawMessage `json:"declaration,omitempty"`
+}
+
+// bindDecl decodes the declaration of c's template into c.decl.
+func (c *canonicalRecord) bindDecl() error {
+	if c.Template == nil || len(c.Template.Declaration) == 0 {
+		return nil
+	}
+	d, err := templates.FromCanonical(c.Template.Declaration)
+	if err != nil {
+		return err
+	}
+	c.decl = &d
+	return nil
 }
 
 type canonicalFilesystem struct {
@@ -254,6 +295,13 @@ func canonical(t Tool) canonicalRecord {
 	if t.AcceptRisk != nil {
 		c.AcceptRisk = &AcceptRisk{By: strings.TrimSpace(t.AcceptRisk.By), Reason: strings.TrimSpace(t.AcceptRisk.Reason)}
 	}
+	if t.Template != "" {
+		c.Template = &canonicalTemplateRef{Name: t.Template}
+		if t.template != nil {
+			c.Template.Declaration = templates.Canonical(*t.template)
+			_ = c.bindDecl() // its own canonical form: cannot fail
+		}
+	}
 	return c
 }
 
@@ -279,4 +327,46 @@ func Canonical(t Tool) []byte {
 func Fingerprint(t Tool) string {
 	sum := sha256.Sum256(Canonical(t))
 	return "sha256:" + hex.EncodeToString(sum[:])
+}
+
+// templateLine renders the template of a record for Record: what it adds
+// to its base and the declaration's key.
+func templateLine(c canonicalRecord) string {
+	d := c.decl
+	if d == nil {
+		return fmt.Sprintf("`%s` (its declaration is not known here).", c.Template.Name)
+	}
+	code := func(s, what string) string {
+		if s == "" {
+			return "no " + what
+		}
+		return fmt.Sprintf("%s of %d bytes", what, len(s))
+	}
+	ready := "no ready check"
+	if d.Ready != "" {
+		ready = fmt.Sprintf("a ready check of %d bytes", len(d.Ready))
+	}
+	workdir := "the runtime's"
+	if d.Workdir != "" {
+		workdir = "`" + d.Workdir + "`"
+	}
+	golden := "starts cold"
+	if d.Golden {
+		golden = "restores a golden checkpoint where the tier can save one"
+	}
+	wheels := make([]string, len(d.PythonWheels))
+	for i, w := range d.PythonWheels {
+		wheels[i] = w.String()
+	}
+	return fmt.Sprintf("`%s`, on %s: Debian packages %s; npm packages %s (install scripts %s); python wheels %s; environment %s; working directory %s; %s and %s; %s. Declaration `%s`.",
+		d.Name, d.Base, listOr(quoteAll(d.DebianPackages), "none"), listOr(quoteAll(d.NPMPackages), "none"), onOff(d.NPMScripts),
+		listOr(quoteAll(wheels), "none"), listOr(quoteAll(slices.Sorted(maps.Keys(d.Env))), "none"), workdir,
+		code(d.Start, "start code"), ready, golden, templates.Key(*d))
+}
+
+func onOff(b bool) string {
+	if b {
+		return "on"
+	}
+	return "off"
 }

@@ -30,6 +30,7 @@ import (
 
 	"github.com/stockade-sh/stockade/errdefs"
 	"github.com/stockade-sh/stockade/sandbox"
+	"github.com/stockade-sh/stockade/templates"
 )
 
 // DefaultName is the name of the built-in default tool. An invocation that
@@ -102,9 +103,20 @@ type Tool struct {
 	// Nil means no risk is accepted.
 	AcceptRisk *AcceptRisk
 
+	// Template names the template (package templates) whose image the
+	// tool's sandboxes run instead of the bare runtime's; empty means
+	// none. The record carries the template's declaration (see
+	// TemplateDeclaration), so that a change of the declaration is a
+	// change of the record.
+	Template string
+
 	// Source is where the tool was defined ("tools.yaml:12", or "built-in").
 	// It is not part of the record.
 	Source string
+	// template is the declaration of Template that Load bound the tool
+	// to (Options.Templates); nil when the tool has no template or was
+	// built by hand.
+	template *templates.Template
 	// mountAt is where each mount was defined, when Parse knows; problems
 	// with a mount name its line rather than the tool's.
 	mountAt []string
@@ -119,10 +131,35 @@ func (t Tool) clone() Tool {
 	t.Egress.Ports = slices.Clone(t.Egress.Ports)
 	t.Credentials = slices.Clone(t.Credentials)
 	t.mountAt = slices.Clone(t.mountAt)
+	if t.template != nil {
+		d := t.template.Clone()
+		t.template = &d
+	}
 	if t.AcceptRisk != nil {
 		r := *t.AcceptRisk
 		t.AcceptRisk = &r
 	}
+	return t
+}
+
+// TemplateDeclaration returns the declaration of the tool's template as
+// Load bound it; false when the tool has no template, or was built by hand
+// and not bound (see BindTemplate).
+func (t Tool) TemplateDeclaration() (templates.Template, bool) {
+	if t.template == nil {
+		return templates.Template{}, false
+	}
+	return t.template.Clone(), true
+}
+
+// BindTemplate returns t bound to tmpl, the declaration of the template
+// it names, as Load binds the tools it loads: the record then carries
+// the declaration. Validate still checks the binding against
+// Options.Templates.
+func BindTemplate(t Tool, tmpl templates.Template) Tool {
+	t = t.clone()
+	d := tmpl.Clone()
+	t.Template, t.template = tmpl.Name, &d
 	return t
 }
 

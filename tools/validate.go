@@ -11,6 +11,7 @@ import (
 	"github.com/stockade-sh/stockade/errdefs"
 	"github.com/stockade-sh/stockade/image"
 	"github.com/stockade-sh/stockade/sandbox"
+	"github.com/stockade-sh/stockade/templates"
 )
 
 // Options are the host facts that validation checks records against. The
@@ -38,6 +39,9 @@ type Options struct {
 	// DefaultTier is the tier of the server's default driver, which the
 	// built-in default tool runs on; empty means gvisor. See DefaultFor.
 	DefaultTier sandbox.Tier
+	// Templates are the templates a tool may name (Tool.Template). Nil
+	// means none: every tool naming one is refused.
+	Templates *templates.Set
 }
 
 // tiers returns the tiers of the drivers, in the order of sandbox.Tiers.
@@ -103,6 +107,10 @@ const (
 	RuleLethalTrifecta         = "lethal-trifecta"
 	RuleUntrustedOnContainer   = "untrusted-on-container"
 	RuleAcceptRisk             = "accept-risk"
+	RuleTemplate               = "template"
+	RuleTemplateRuntime        = "template-runtime"
+	RuleTemplateFiles          = "template-files"
+	RuleTemplateEnvSecret      = "template-env-secret"
 )
 
 // Problem is one reason a tool configuration is refused.
@@ -255,6 +263,7 @@ func validateTool(t Tool, opts Options, root dataRoot) Problems {
 	}
 
 	ps = append(ps, validateEgress(t, opts)...)
+	ps = append(ps, validateTemplate(t, opts)...)
 
 	// The rules a record can only break as a whole. An incomplete
 	// accept_risk overrides nothing.
