@@ -68,8 +68,19 @@ type Config struct {
 	// ToolsList is the list of tools of a configuration file that lists
 	// them itself (`tools: [...]`); nil means none. SetTools replaces it.
 	ToolsList *ToolsList `yaml:"-"`
-	// DataRoot is the only directory tools may mount data from; empty
-	// means DataDir/data.
+	// Templates is a YAML file or a directory of them declaring templates
+	// (package templates), which tools name; empty means none, unless
+	// TemplatesList is set. In the file, `templates:` takes such a path
+	// (relative to the file's directory) or the list itself, as `tools:`.
+	Templates string `yaml:"-"`
+	// TemplatesList is the list of templates of a configuration file that
+	// lists them itself; nil means none. SetTemplates replaces it.
+	TemplatesList *TemplatesList `yaml:"-"`
+	// TemplateSources are where template builds fetch packages and wheels
+	// from; see TemplateSources and Sources for the defaults.
+	TemplateSources TemplateSources `yaml:"template_sources"`
+	// DataRoot is the only directory tools may mount data from, and
+	// templates copy files from; empty means DataDir/data.
 	DataRoot string `yaml:"data_root"`
 	// Egress lets sandboxes of tools with an egress allowlist reach it
 	// through the host's egress proxy (needs root and nftables; otherwise
@@ -470,6 +481,7 @@ func Default() Config {
 		ApprovalTTL:          10 * time.Minute,
 		CreditsPerInvocation: 2,
 		Pools:                DefaultPools(),
+		TemplateSources:      DefaultTemplateSources(),
 		PoolMaxAge:           10 * time.Minute,
 		MemoryBudget:         hostMemory() / 4 * 3,
 		Analytics: Analytics{
@@ -531,28 +543,6 @@ func (s *size) UnmarshalYAML(n *yaml.Node) error {
 
 func (*size) YAMLForm() string { return "a size such as 512MiB, 1GiB or 64m" }
 
-// toolsFile is the tools: key: a path or the list of tools itself.
-type toolsFile struct {
-	path string
-	list *yaml.Node
-}
-
-func (t *toolsFile) UnmarshalYAML(n *yaml.Node) error {
-	switch n.Kind {
-	case yaml.ScalarNode:
-		t.path = n.Value
-	case yaml.SequenceNode:
-		t.list = n
-	default:
-		return fmt.Errorf("want %s, got a %s", t.YAMLForm(), kindWord(n))
-	}
-	return nil
-}
-
-func (*toolsFile) YAMLForm() string {
-	return "the path of a tools file or directory, or a list of tools"
-}
-
 func kindWord(n *yaml.Node) string {
 	if n.Kind == yaml.SequenceNode {
 		return "list"
@@ -566,7 +556,8 @@ type fileForm struct {
 	*Config      `yaml:",inline"`
 	Defaults     limitsFile `yaml:"defaults"`
 	Ceiling      limitsFile `yaml:"ceiling"`
-	Tools        toolsFile  `yaml:"tools"`
+	Tools        pathOrList `yaml:"tools"`
+	Templates    pathOrList `yaml:"templates"`
 	MemoryBudget *size      `yaml:"memory_budget"`
 }
 
@@ -594,7 +585,9 @@ func (c *Config) LoadFile(path string) error {
 		}
 		return fmt.Errorf("config %s: %s: %w", where, msg, errdefs.ErrInvalidArgument)
 	}
-	file := fileForm{Config: c}
+	file := fileForm{Config: c,
+		Tools:     pathOrList{form: "the path of a tools file or directory, or a list of tools"},
+		Templates: pathOrList{form: "the path of a templates file or directory, or a list of templates"}}
 	if ps := strictyaml.Decode(&doc, &file); len(ps) > 0 {
 		errs := make([]error, len(ps))
 		for i, p := range ps {
@@ -615,11 +608,13 @@ func (c *Config) LoadFile(path string) error {
 	case file.Tools.list != nil:
 		c.Tools, c.ToolsList = "", &ToolsList{File: path, Node: file.Tools.list}
 	case file.Tools.path != "":
-		p := file.Tools.path
-		if !filepath.IsAbs(p) {
-			p = filepath.Join(filepath.Dir(path), p)
-		}
-		c.SetTools(p)
+		c.SetTools(relativeTo(path, file.Tools.path))
+	}
+	switch {
+	case file.Templates.list != nil:
+		c.Templates, c.TemplatesList = "", &TemplatesList{File: path, Node: file.Templates.list}
+	case file.Templates.path != "":
+		c.SetTemplates(relativeTo(path, file.Templates.path))
 	}
 	return nil
 }
@@ -723,6 +718,9 @@ func (c Config) Validate() error {
 		}
 	}
 	if err := c.checkPools(); err != nil {
+		return bad("%v", err)
+	}
+	if err := c.checkTemplateSources(); err != nil {
 		return bad("%v", err)
 	}
 	if err := c.Defaults.Check(c.Ceiling); err != nil {
