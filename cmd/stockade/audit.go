@@ -54,6 +54,7 @@ func auditBlastRadius(ctx context.Context, args []string) int {
 	tool := fs.String("tool", "", "tool to audit, e.g. code.execute (required)")
 	runtime := fs.String("runtime", "", "runtime image to probe from (default: the first of shell, python, node the tool allows)")
 	fs.StringVar(&cfg.Tools, "tools", cfg.Tools, "tools file or directory (default: only the built-in code.execute)")
+	fs.StringVar(&cfg.Templates, "templates", cfg.Templates, "templates file or directory, declaring the templates tools name")
 	asJSON := fs.Bool("json", false, "print the whole report as JSON")
 	pos, err := load(args)
 	switch {

@@ -113,6 +113,24 @@ func toolsFlag(fs *flag.FlagSet, cfg *config.Config) {
 	fs.Var(toolsValue{cfg}, "tools", "tools `FILE|DIR`: a YAML file, or a directory of them, defining tools and their isolation records (default: the configuration's, else only the built-in code.execute)")
 }
 
+// templatesFlag registers --templates FILE|DIR on fs: the templates file
+// or directory, which replaces templates a configuration file names or
+// lists.
+func templatesFlag(fs *flag.FlagSet, cfg *config.Config) {
+	fs.Var(templatesValue{cfg}, "templates", "templates `FILE|DIR`: a YAML file, or a directory of them, declaring the templates tools name (default: the configuration's, else none)")
+}
+
+type templatesValue struct{ cfg *config.Config }
+
+func (v templatesValue) String() string {
+	if v.cfg == nil {
+		return ""
+	}
+	return v.cfg.Templates
+}
+
+func (v templatesValue) Set(s string) error { v.cfg.SetTemplates(s); return nil }
+
 type toolsValue struct{ cfg *config.Config }
 
 func (v toolsValue) String() string {

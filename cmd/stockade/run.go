@@ -76,6 +76,7 @@ func runCmd(ctx context.Context, args []string) int {
 	fs.StringVar(&o.driver, "driver", "", "driver: runc, gvisor or docker (default: the tool's tier; the default tool runs on the configured default driver, gvisor)")
 	fs.StringVar(&o.tool, "tool", "", "tool to run as (default: the built-in code.execute)")
 	fs.StringVar(&cfg.Tools, "tools", cfg.Tools, "tools file or directory")
+	fs.StringVar(&cfg.Templates, "templates", cfg.Templates, "templates file or directory, declaring the templates tools name")
 	durationFlag(fs, &o.timeout, "timeout", 0, "wall clock limit, e.g. 30s or 2m (default 30s)")
 	fs.StringVar(&o.memory, "memory", "", "memory limit, e.g. 512MiB (default 512MiB)")
 	fs.StringVar(&o.stdin, "stdin", "", "read the program's standard input from `FILE`; - is the CLI's standard input")

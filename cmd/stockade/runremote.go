@@ -19,7 +19,7 @@ import (
 
 // localOnly are run's flags that choose the local sandbox; the daemon's
 // tool records choose it with --url.
-var localOnly = []string{"driver", "memory", "tools", "data-dir", "state-dir", "runc", "runsc", "guest", "docker-host"}
+var localOnly = []string{"driver", "memory", "tools", "templates", "data-dir", "state-dir", "runc", "runsc", "guest", "docker-host"}
 
 // runRemote runs req on the daemon of r (whose fromEnv has run) through
 // the client, streaming its output, and exits as a local run would where

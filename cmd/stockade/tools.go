@@ -11,6 +11,7 @@ import (
 
 	"github.com/stockade-sh/stockade/config"
 	"github.com/stockade-sh/stockade/internal/wiring"
+	"github.com/stockade-sh/stockade/templates"
 	"github.com/stockade-sh/stockade/tools"
 )
 
@@ -62,6 +63,7 @@ func toolsFlags(name string) (*flag.FlagSet, *config.Config, func([]string) ([]s
 	fs := newFlags("tools "+name, toolsUsage)
 	cfg, load := configFlags(fs, withConfigFile, withoutSandboxFlags)
 	toolsFlag(fs, cfg)
+	templatesFlag(fs, cfg)
 	fs.StringVar(&cfg.DataRoot, "data-root", cfg.DataRoot, "the directory under which every mount source must lie (default DATA_DIR/data)")
 	return fs, cfg, load
 }
@@ -77,7 +79,21 @@ func toolOptions(cfg *config.Config) tools.Options {
 // toolOptions). Problems are printed, one per line, and give exit status
 // 1; a path that cannot be read is bad input (2).
 func loadTools(cfg *config.Config) (*tools.Set, int) {
-	set, err := cfg.LoadTools(toolOptions(cfg))
+	tmpls, err := cfg.LoadTemplates()
+	var tps templates.Problems
+	if errors.As(err, &tps) {
+		for _, p := range tps {
+			fmt.Fprintln(os.Stderr, p)
+		}
+		fmt.Fprintf(os.Stderr, "stockade: templates refused: %s\n", plural(len(tps), "problem"))
+		return nil, 1
+	}
+	if err != nil {
+		return nil, fail(usageError{err})
+	}
+	opts := toolOptions(cfg)
+	opts.Templates = tmpls
+	set, err := cfg.LoadTools(opts)
 	var ps tools.Problems
 	if errors.As(err, &ps) {
 		for _, p := range ps {

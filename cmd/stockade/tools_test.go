@@ -67,3 +67,51 @@ func TestToolsFlagEverywhere(t *testing.T) {
 		t.Errorf("a missing --config file: got exit %d, stderr %q; want exit 2 and one line", code, stderr)
 	}
 }
+
+// TestToolsWithTemplates checks that the tools commands load the templates
+// tools name, from --templates or the configuration (inline or a path),
+// and refuse a tool naming an unknown one.
+func TestToolsWithTemplates(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(dir, "data"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	const tmpl = "templates:\n  - name: analytics\n    base: python\n    debian_packages: [python3-bs4]\n"
+	const tool = "tools:\n  - name: analyst\n    runtimes: [python]\n    input_trust: untrusted\n    tier: gvisor\n    template: analytics\n"
+	write := func(name, body string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	toolsFile, tmplFile := write("tools.yaml", tool), write("templates.yaml", tmpl)
+	inline := write("inline.yaml", "data_dir: "+dir+"\n"+tool+tmpl)
+	byPath := write("bypath.yaml", "data_dir: "+dir+"\ntools: tools.yaml\ntemplates: templates.yaml\n")
+	dataDir := []string{"--data-dir", dir}
+	for _, tt := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"record --templates", append([]string{"tools", "record", "analyst", "--tools", toolsFile, "--templates", tmplFile}, dataDir...), "## Template\n\n`analytics`, on python: Debian packages [`python3-bs4`]"},
+		{"lint inline config", []string{"tools", "lint", "--config", inline}, "ok: 1 tool"},
+		{"lint config paths", []string{"tools", "lint", "--config", byPath}, "ok: 1 tool"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			code, stdout, stderr := runCLI(t, nil, tt.args...)
+			if code != 0 || !strings.Contains(stdout, tt.want) {
+				t.Errorf("got exit %d, stdout %q, stderr %q; want exit 0 and %q", code, stdout, stderr, tt.want)
+			}
+		})
+	}
+	code, _, stderr := runCLI(t, nil, append([]string{"tools", "lint", toolsFile}, dataDir...)...)
+	if code != 1 || !strings.Contains(stderr, `rule template: unknown template "analytics": no template is configured`) {
+		t.Errorf("lint without templates: got exit %d, stderr %q; want exit 1 naming the unknown template", code, stderr)
+	}
+	bad := write("bad.yaml", "templates:\n  - name: analytics\n    base: ruby\n")
+	code, _, stderr = runCLI(t, nil, append([]string{"tools", "lint", toolsFile, "--templates", bad}, dataDir...)...)
+	if code != 1 || !strings.Contains(stderr, bad+`:3: template "analytics": templates[0].base: unknown base "ruby"`) {
+		t.Errorf("lint with a bad template: got exit %d, stderr %q; want exit 1 naming its line", code, stderr)
+	}
+}

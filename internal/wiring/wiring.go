@@ -29,7 +29,8 @@ import (
 )
 
 // Engine validates cfg and returns an engine over its drivers (Drivers),
-// its image store, its egress host (EgressHost) and its tools.
+// its image store, its egress host (EgressHost) and its tools, which may
+// name the configured templates.
 func Engine(cfg config.Config) (*engine.Engine, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -49,7 +50,14 @@ func Engine(cfg config.Config) (*engine.Engine, error) {
 	// Records with egress or credentials load where egress works, and in
 	// the CLI's engines (config.Config.Serving); a daemon without egress
 	// refuses them at start.
-	topts := tools.Options{DataRoot: cfg.MountRoot(), Ceiling: cfg.Ceiling, Drivers: tools.CapabilitiesOf(drivers), DefaultTier: def.Capabilities().Tier, EgressSupported: host != nil || !cfg.Serving}
+	// Tools name templates: the templates load first, and the tools'
+	// records carry their declarations.
+	tmpls, err := cfg.LoadTemplates()
+	if err != nil {
+		return nil, fmt.Errorf("loading templates: %w", err)
+	}
+	topts := tools.Options{DataRoot: cfg.MountRoot(), Ceiling: cfg.Ceiling, Drivers: tools.CapabilitiesOf(drivers), DefaultTier: def.Capabilities().Tier,
+		EgressSupported: host != nil || !cfg.Serving, Templates: tmpls}
 	set, err := cfg.LoadTools(topts)
 	if err != nil {
 		return nil, fmt.Errorf("loading tools: %w", err)
