@@ -47,9 +47,37 @@ type ToolChangedEvent struct {
 	// after such a change not reviewed yet): workspaces that require
 	// review refuse the tool until an approver re-approves it.
 	ReviewRequired bool `json:"review_required,omitempty"`
+	// Template is the change of the declaration of the tool's template
+	// (package templates), when it changed; Diff and Growth list it too,
+	// as template.* fields. Nil when the template did not change.
+	Template *TemplateChange `json:"template,omitempty"`
 	// Source, in a workspace's copy, is the event of the unattributed
 	// chain it copies.
 	Source *EventRef `json:"source,omitempty"`
+}
+
+// TemplateChange is what changed in a tool's template declaration
+// (templates.Change): entries added and removed, as they are written (a
+// wheel with its SHA-256, a file as "source -> target"), and the names of
+// the other fields that changed.
+type TemplateChange struct {
+	// Name is the template's name now; PreviousName its name before when
+	// the tool changed templates. Empty for none.
+	Name         string `json:"name,omitempty"`
+	PreviousName string `json:"previous_name,omitempty"`
+
+	DebianAdded   []string `json:"debian_added,omitempty"`
+	DebianRemoved []string `json:"debian_removed,omitempty"`
+	NPMAdded      []string `json:"npm_added,omitempty"`
+	NPMRemoved    []string `json:"npm_removed,omitempty"`
+	WheelsAdded   []string `json:"wheels_added,omitempty"`
+	WheelsRemoved []string `json:"wheels_removed,omitempty"`
+	FilesAdded    []string `json:"files_added,omitempty"`
+	FilesRemoved  []string `json:"files_removed,omitempty"`
+	Other         []string `json:"other,omitempty"`
+	// Grows says that packages, wheels or files were added: the change
+	// requires review.
+	Grows bool `json:"grows,omitempty"`
 }
 
 func (ToolChangedEvent) Type() string { return ToolChanged }

@@ -51,7 +51,7 @@ func eachEvent(ctx context.Context, st Queries, ws string, types []string, fn fu
 // recordTools compares the loaded tools with the records the audit trail
 // saw last, and writes an event for each tool registered, changed (with the
 // diff, flagged review_required when an egress allowlist or credential list
-// grew) or removed.
+// grew, or its template gained packages, wheels or files) or removed.
 func (s *Service) recordTools(ctx context.Context) error {
 	type last struct {
 		// ev is the event's data; a registration's and a removal's are
@@ -94,6 +94,7 @@ func (s *Service) recordTools(ctx context.Context) error {
 			for _, f := range c.Fields {
 				ev.Diff = append(ev.Diff, f.String())
 			}
+			ev.Template = templateChange(c, prev.ev.Record, t)
 			if c.ReviewRequired {
 				ev.Reason = "tool record changed and its reach grew: review required"
 			}
@@ -118,6 +119,29 @@ func (s *Service) recordTools(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// templateChange is the audit form of the change of a tool's template
+// declaration, or nil when it did not change. old is the record the
+// audit trail saw last.
+func templateChange(c tools.Change, old []byte, t tools.Tool) *audit.TemplateChange {
+	if c.Template == nil {
+		return nil
+	}
+	tc := c.Template
+	ac := &audit.TemplateChange{Name: t.Template,
+		DebianAdded: tc.DebianAdded, DebianRemoved: tc.DebianRemoved, NPMAdded: tc.NPMAdded, NPMRemoved: tc.NPMRemoved,
+		WheelsAdded: tc.WheelsAdded, WheelsRemoved: tc.WheelsRemoved, FilesAdded: tc.FilesAdded, FilesRemoved: tc.FilesRemoved,
+		Other: tc.Other, Grows: tc.Grows()}
+	var rec struct {
+		Template *struct {
+			Name string `json:"name"`
+		} `json:"template"`
+	}
+	if json.Unmarshal(old, &rec) == nil && rec.Template != nil && rec.Template.Name != t.Template {
+		ac.PreviousName = rec.Template.Name
+	}
+	return ac
 }
 
 // appendToolEvent appends ev, an event of tool, to the unattributed chain.
