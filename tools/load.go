@@ -47,7 +47,7 @@ import (
 //	    template: analytics      # optional: a template of opts.Templates
 func Load(path string, opts Options) (*Set, error) {
 	if path == "" {
-		return newSet(nil, DefaultFor(opts.DefaultTier)), nil
+		return finish(nil, nil, opts)
 	}
 	files, err := configFiles(path)
 	if err != nil {
@@ -95,7 +95,9 @@ func finish(ts []Tool, ps Problems, opts Options) (*Set, error) {
 		sortProblems(ps)
 		return nil, ps
 	}
-	return newSet(ts, DefaultFor(opts.DefaultTier)), nil
+	s := newSet(ts, DefaultFor(opts.DefaultTier))
+	s.templates = opts.Templates
+	return s, nil
 }
 
 // configFiles returns path itself, or the *.yaml files of the directory

@@ -63,6 +63,9 @@ func TestToolTemplateBinding(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if set.Templates() != tmpls {
+		t.Error("the Set does not return the templates it was loaded with")
+	}
 	d, ok := a.TemplateDeclaration()
 	if a.Template != "analytics" || !ok || d.Base != "python" || !slices.Equal(d.DebianPackages, []string{"python3-bs4"}) {
 		t.Fatalf("analyst: template %q, declaration %+v (%v)", a.Template, d, ok)

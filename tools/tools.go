@@ -3,7 +3,9 @@
 // trust), the tier it runs on, the host data it can read, where it may
 // connect and which broker operations it may call. Tools are configuration,
 // loaded from a YAML file or a directory of *.yaml files; the built-in
-// default tool "code.execute" exists without any file.
+// default tool "code.execute" exists without any file. A tool may name a
+// template (package templates) whose image its sandboxes run; its record
+// then carries the template's declaration (Options.Templates, LintTemplate).
 //
 // The package is pure except for reading the configuration and looking at
 // mount sources (lstat and symlink resolution). It decides nothing at run
@@ -288,6 +290,8 @@ func (t Tool) AllowsRuntime(runtime string) bool {
 type Set struct {
 	byName map[string]Tool
 	def    Tool
+	// templates are the templates the tools were loaded with.
+	templates *templates.Set
 }
 
 func newSet(ts []Tool, def Tool) *Set {
@@ -338,6 +342,16 @@ func (s *Set) Tools() []Tool {
 		ts = append(ts, t)
 	}
 	return ts
+}
+
+// Templates returns the templates the tools were loaded with
+// (Options.Templates), so that whoever serves the tools serves the very
+// declarations their records carry; nil when none were.
+func (s *Set) Templates() *templates.Set {
+	if s == nil {
+		return nil
+	}
+	return s.templates
 }
 
 // Len is the number of tools, the default tool included.
