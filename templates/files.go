@@ -79,13 +79,64 @@ func checkFileSource(src string, root dataRoot) string {
 	case !fi.IsDir() && !fi.Mode().IsRegular():
 		return fmt.Sprintf("%s is neither a regular file nor a directory", src)
 	case fi.IsDir():
-		for _, name := range credentialDirs {
-			if _, err := os.Lstat(filepath.Join(resolved, name)); err == nil {
-				return fmt.Sprintf("%s contains %s; credentials are never copied", src, name)
-			}
-		}
+		return checkTree(src, resolved, root)
 	}
 	return ""
+}
+
+// maxTreeEntries bounds the entries below a directory source: past it the
+// source is refused, since what the check has not seen it cannot vouch
+// for. A variable so that tests can lower it.
+var maxTreeEntries = 100000
+
+// checkTree walks the directory resolved (the source src, its symlinks
+// resolved) without following symlinks, and returns why it cannot be
+// copied, or "": it holds a credentials directory, a socket, a device or
+// a pipe, or a symlink that resolves outside the data root (a copy that
+// followed it would take host files the record never named).
+func checkTree(src, resolved string, root dataRoot) string {
+	var why string
+	n := 0
+	err := filepath.WalkDir(resolved, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			why = fmt.Sprintf("%s cannot be read: %v", src, unwrapPathError(err))
+			return filepath.SkipAll
+		}
+		if n++; n > maxTreeEntries {
+			why = fmt.Sprintf("%s holds more than %d entries", src, maxTreeEntries)
+			return filepath.SkipAll
+		}
+		rel, _ := filepath.Rel(resolved, p)
+		shown := filepath.Join(src, rel)
+		switch t := d.Type(); {
+		case d.IsDir():
+			if p != resolved && credentialDir(p) != "" {
+				why = fmt.Sprintf("%s contains %s; credentials are never copied", src, rel)
+				return filepath.SkipAll
+			}
+		case t&fs.ModeSymlink != 0:
+			target, err := filepath.EvalSymlinks(p)
+			switch {
+			case err != nil:
+				why = fmt.Sprintf("%s holds the symlink %s, which cannot be resolved", src, shown)
+			case !within(target, root.resolved):
+				why = fmt.Sprintf("%s holds the symlink %s to %s, outside the data root %s", src, shown, target, root.clean)
+			case credentialDir(target) != "":
+				why = fmt.Sprintf("%s holds the symlink %s into a credentials directory", src, shown)
+			default:
+				return nil
+			}
+			return filepath.SkipAll
+		case !t.IsRegular():
+			why = fmt.Sprintf("%s holds %s, which is neither a regular file, a directory nor a symlink", src, shown)
+			return filepath.SkipAll
+		}
+		return nil
+	})
+	if err != nil && why == "" {
+		why = fmt.Sprintf("%s cannot be read: %v", src, unwrapPathError(err))
+	}
+	return why
 }
 
 // credentialDir returns the credentials directory p is or lies in, or "".

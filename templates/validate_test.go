@@ -33,6 +33,19 @@ func testRoot(t *testing.T) string {
 	if err := os.Symlink(filepath.Join(dir, "outside.json"), filepath.Join(root, "escape")); err != nil {
 		t.Fatal(err)
 	}
+	// deep/keys/.ssh: credentials below the top of a directory source;
+	// tree/out: a symlink out of the root inside one, tree/in one within.
+	for _, d := range []string{filepath.Join(root, "deep", "keys", ".ssh"), filepath.Join(root, "tree")} {
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Symlink(filepath.Join(dir, "outside.json"), filepath.Join(root, "tree", "out")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(filepath.Join(root, "m.json"), filepath.Join(root, "models", "in")); err != nil {
+		t.Fatal(err)
+	}
 	return root
 }
 
@@ -209,6 +222,8 @@ func TestProblems(t *testing.T) {
 		{"file missing", py("    files: [{source: \"{{ROOT}}/nope\", target: /opt/m.json}]"), "templates[0].files[0].source", "does not exist", 4, false, "tpl"},
 		{"file symlink escape", py("    files: [{source: \"{{ROOT}}/escape\", target: /opt/m.json}]"), "templates[0].files[0].source", "resolves through a symlink to", 4, false, "tpl"},
 		{"file credentials", py("    files: [{source: \"{{ROOT}}/keys\", target: /opt/keys}]"), "templates[0].files[0].source", "contains .ssh; credentials are never copied", 4, false, "tpl"},
+		{"file deep credentials", py("    files: [{source: \"{{ROOT}}/deep\", target: /opt/deep}]"), "templates[0].files[0].source", "contains keys/.ssh; credentials are never copied", 4, false, "tpl"},
+		{"file symlink out of a tree", py("    files: [{source: \"{{ROOT}}/tree\", target: /opt/tree}]"), "templates[0].files[0].source", "tree holds the symlink {{ROOT}}/tree/out to", 4, false, "tpl"},
 		{"file in credentials", py("    files: [{source: \"{{ROOT}}/keys/.ssh\", target: /opt/keys}]"), "templates[0].files[0].source", "inside a .ssh directory", 4, false, "tpl"},
 		{"file source missing", py("    files:", "      - target: /opt/m.json"), "templates[0].files[0].source", "the source is required", 5, false, "tpl"},
 		{"file no data root", py("    files: [{source: /srv/m.json, target: /opt/m.json}]"), "templates[0].files", "no data root is configured", 4, true, "tpl"},
@@ -256,7 +271,7 @@ func TestProblems(t *testing.T) {
 				t.Fatalf("got %v, want Problems", err)
 			}
 			for _, p := range ps {
-				if p.Field != tc.field || !strings.Contains(p.Message, tc.frag) {
+				if p.Field != tc.field || !strings.Contains(p.Message, strings.ReplaceAll(tc.frag, "{{ROOT}}", root)) {
 					continue
 				}
 				wantSource := path
