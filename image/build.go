@@ -263,14 +263,16 @@ func (s *Store) cleanTmp() error {
 			return fmt.Errorf("removing a stale build: %w", classify(err))
 		}
 	}
-	refs, err := os.ReadDir(s.refsDir())
-	if err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return fmt.Errorf("listing %s: %w", s.refsDir(), classify(err))
-	}
-	for _, e := range refs {
-		if strings.HasPrefix(e.Name(), ".") {
-			if err := os.Remove(filepath.Join(s.refsDir(), e.Name())); err != nil && !errors.Is(err, fs.ErrNotExist) {
-				return fmt.Errorf("removing a stale ref: %w", classify(err))
+	for _, dir := range []string{s.refsDir(), s.templateRefsDir()} {
+		refs, err := os.ReadDir(dir)
+		if err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("listing %s: %w", dir, classify(err))
+		}
+		for _, e := range refs {
+			if strings.HasPrefix(e.Name(), ".") {
+				if err := os.Remove(filepath.Join(dir, e.Name())); err != nil && !errors.Is(err, fs.ErrNotExist) {
+					return fmt.Errorf("removing a stale ref: %w", classify(err))
+				}
 			}
 		}
 	}
@@ -341,6 +343,9 @@ func (w *tailWriter) Write(p []byte) (int, error) {
 	}
 	return len(p), nil
 }
+
+// String returns what the writer keeps.
+func (w *tailWriter) String() string { return string(w.buf) }
 
 // lastLines returns the last n non-empty lines written, joined by " | ".
 func (w *tailWriter) lastLines(n int) string {

@@ -123,6 +123,17 @@ func (r *progress) stage(name string) {
 	r.emit()
 }
 
+// packages records that the stage has done n of total packages.
+func (r *progress) packages(n, total int) {
+	if r.f == nil {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.p.Packages, r.p.Total = n, total
+	r.emit()
+}
+
 // size records the tree's size.
 func (r *progress) size(n int64) {
 	if r.f == nil {

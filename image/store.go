@@ -71,6 +71,9 @@ type Manifest struct {
 	// SizeBytes is the apparent size of the regular files of the tree,
 	// hard links counted once.
 	SizeBytes int64 `json:"size_bytes"`
+	// Template is set in the image of a template (BuildTemplate): Name is
+	// then the template's, and Interpreter its base runtime's.
+	Template *TemplateManifest `json:"template,omitempty"`
 }
 
 // Store is a content-addressed store of runtime images under one root
@@ -83,6 +86,9 @@ type Store struct {
 	bootstrap func(ctx context.Context, rootfs string, rt Runtime, opts BuildOptions) error
 	// debootstrapPath is the debootstrap program the default bootstrap runs.
 	debootstrapPath string
+	// aptPath is the apt-get that resolves and downloads templates'
+	// Debian packages.
+	aptPath string
 
 	// manifests are the manifests decoded so far, by path, each with the
 	// bytes it was decoded from: Resolve runs before every sandbox, and
@@ -124,6 +130,7 @@ func (s *Store) readManifestFile(path string) (Manifest, error) {
 	// Each caller gets a Manifest of its own.
 	m := d.m
 	m.Packages, m.Interpreter = maps.Clone(m.Packages), slices.Clone(m.Interpreter)
+	m.Template = m.Template.clone()
 	return m, nil
 }
 
@@ -133,7 +140,7 @@ func Open(root string) *Store {
 	if abs, err := filepath.Abs(root); err == nil {
 		root = abs
 	}
-	s := &Store{root: root, debootstrapPath: "/usr/sbin/debootstrap"}
+	s := &Store{root: root, debootstrapPath: "/usr/sbin/debootstrap", aptPath: "/usr/bin/apt-get"}
 	s.bootstrap = s.debootstrap
 	return s
 }
@@ -234,9 +241,10 @@ func (s *Store) Remove(name string) error {
 }
 
 // Prune deletes every image no ref points to (the images replaced by forced
-// rebuilds) and returns their digests. The caller must make sure no sandbox
-// runs from them. Prune fails with ErrUnavailable while another operation
-// holds the store's lock.
+// rebuilds and by later builds of a template) and returns their digests,
+// and the cached Debian layers no template's current build was made on.
+// The caller must make sure no sandbox runs from them. Prune fails with
+// ErrUnavailable while another operation holds the store's lock.
 func (s *Store) Prune() ([]string, error) {
 	unlock, err := s.tryLock()
 	if err != nil {
@@ -245,6 +253,13 @@ func (s *Store) Prune() ([]string, error) {
 	defer unlock()
 	used, err := s.usedDigests()
 	if err != nil {
+		return nil, err
+	}
+	_, layers, err := s.usedTemplates()
+	if err != nil {
+		return nil, err
+	}
+	if err := s.removeLayers(layers); err != nil {
 		return nil, err
 	}
 	ents, err := os.ReadDir(s.blobsDir())
@@ -288,9 +303,13 @@ func (s *Store) discard(dir string) error {
 	return nil
 }
 
-// usedDigests returns the hex digests the refs point to.
+// usedDigests returns the hex digests the refs point to, the templates'
+// included.
 func (s *Store) usedDigests() (map[string]bool, error) {
-	used := make(map[string]bool)
+	used, _, err := s.usedTemplates()
+	if err != nil {
+		return nil, err
+	}
 	for _, name := range runtimeNames {
 		d, err := s.readRef(name)
 		if errors.Is(err, fs.ErrNotExist) {

@@ -81,6 +81,8 @@ var Exceptions = []Exception{
 	{DataDir, "images/sha256/*", Traverse, false, "on the way to the image's tree"},
 	{DataDir, "images/tmp", Dir, true, "builds in progress: their trees become images (Traverse, and their own modes) when published"},
 	{DataDir, "images/sha256/*/rootfs", 0, true, "the image's tree: a public Debian root filesystem, which the sandbox's own user reads; its modes are part of its digest"},
+	{DataDir, "cache/layers/*/rootfs", 0, true, "a template build's cached Debian layer: a copy of an image's tree with packages installed, whose modes become the template image's"},
+	{DataDir, "cache/apt", Dir, true, "apt's index lists of the Debian mirror for template builds (public data), kept in apt's own modes"},
 	{DataDir, "bin", Traverse, false, "on the way to the guest agent"},
 	{DataDir, "bin/.guest-*", 0, false, "a guest agent being installed (0600, then 0555 as it is renamed)"},
 	{DataDir, "bin/stockade-guest-*", 0o555, false, "the guest agent, executed in every sandbox; it is the one embedded in the stockade binary"},
