@@ -167,8 +167,8 @@ func (s *Store) BuildTemplate(ctx context.Context, t templates.Template, opts Te
 		return Manifest{}, err
 	}
 	b := &templateBuild{s: s, t: t, rt: rt, opts: opts, mirror: opts.Sources.Mirror, prog: newProgress(opts.Progress, t.Name)}
-	if m, err := b.cached(); err == nil {
-		return m, nil
+	if m, hit, err := b.cached(); err != nil || hit {
+		return m, err
 	}
 	unlock, err := s.lock(ctx)
 	if err != nil {
@@ -176,8 +176,8 @@ func (s *Store) BuildTemplate(ctx context.Context, t templates.Template, opts Te
 	}
 	defer unlock()
 	// Another build may have made it while this one waited for the lock.
-	if m, err := b.cached(); err == nil {
-		return m, nil
+	if m, hit, err := b.cached(); err != nil || hit {
+		return m, err
 	}
 	if err := s.cleanTmp(); err != nil {
 		return Manifest{}, err
@@ -189,31 +189,31 @@ func (s *Store) BuildTemplate(ctx context.Context, t templates.Template, opts Te
 	return m, nil
 }
 
-// cached returns the current image of the template if it was built from
-// the build's key and Pull is off; it computes the key (b.key) on the way.
-func (b *templateBuild) cached() (Manifest, error) {
+// cached reports whether the current image of the template was built
+// from the build's key, with Pull off, and returns it if so. On the way
+// it reads the base image (b.base) and computes the key (b.key); an
+// error is one of those steps'.
+func (b *templateBuild) cached() (m Manifest, hit bool, err error) {
 	base, _, err := b.s.load(b.t.Base)
 	if errdefs.IsNotFound(err) {
-		return Manifest{}, errdefs.Publicf("template %q: its base image %q is not built; build the %s image first (stockade image build %s): %w", b.t.Name, b.t.Base, b.t.Base, b.t.Base, errdefs.ErrFailedPrecondition)
+		return Manifest{}, false, errdefs.Publicf("template %q: its base image %q is not built; build the %s image first (stockade image build %s): %w", b.t.Name, b.t.Base, b.t.Base, b.t.Base, errdefs.ErrFailedPrecondition)
 	}
 	if err != nil {
-		return Manifest{}, err
+		return Manifest{}, false, err
 	}
 	if b.key, err = b.computeKey(base); err != nil {
-		return Manifest{}, err
+		return Manifest{}, false, err
 	}
 	b.base = base
 	if b.opts.Pull {
-		return Manifest{}, errors.New("pull")
+		return Manifest{}, false, nil
 	}
-	m, _, err := b.s.loadTemplate(b.t.Name)
-	if err != nil {
-		return Manifest{}, err
+	// A current build that cannot be loaded is rebuilt.
+	m, _, err = b.s.loadTemplate(b.t.Name)
+	if err != nil || m.Template.Key != b.key {
+		return Manifest{}, false, nil
 	}
-	if m.Template.Key != b.key {
-		return Manifest{}, errors.New("changed")
-	}
-	return m, nil
+	return m, true, nil
 }
 
 // ResolveTemplate returns the current image of the template name, ready to

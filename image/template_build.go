@@ -161,7 +161,7 @@ func (b *templateBuild) build(ctx context.Context) (_ Manifest, err error) {
 		if rerr := removeTree(tmp); rerr != nil && err == nil {
 			err = fmt.Errorf("cleaning up build directory: %w", classify(rerr))
 		}
-		if err != nil && errors.Is(err, syscall.ENOSPC) {
+		if err != nil && !errdefs.IsResourceExhausted(err) && isNoSpaceErr(err) {
 			err = noSpace(s)
 		}
 	}()
@@ -403,6 +403,12 @@ func copyTree(ctx context.Context, src, dst string) error {
 
 // errNoSpace is a copy that filled the disk; build turns it into noSpace.
 var errNoSpace = fmt.Errorf("copying the tree: %w", syscall.ENOSPC)
+
+// isNoSpaceErr reports whether err is, or tells of, a full disk (the
+// errors of the store's helpers keep the message, not the errno).
+func isNoSpaceErr(err error) bool {
+	return errors.Is(err, syscall.ENOSPC) || strings.Contains(strings.ToLower(err.Error()), "no space left on device")
+}
 
 // lineWriter calls f with every complete line written to it.
 type lineWriter struct {

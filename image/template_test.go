@@ -1,0 +1,540 @@
+package image
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stockade-sh/stockade/errdefs"
+	"github.com/stockade-sh/stockade/templates"
+)
+
+// installedStore is the store `make setup` fills, whose images the
+// template tests build on (read only).
+func installedStore() string {
+	if d := os.Getenv("STOCKADE_DATA_DIR"); d != "" {
+		return d
+	}
+	return DefaultRoot
+}
+
+// requireTemplateBuild skips the test unless template builds can run here
+// (with CI=true it fails instead): root, runsc, apt-get and the installed
+// image of base.
+func requireTemplateBuild(t *testing.T, base string) {
+	t.Helper()
+	var reason string
+	if os.Geteuid() != 0 {
+		reason = "template builds need root"
+	} else if _, err := exec.LookPath("runsc"); err != nil {
+		reason = "runsc is not on PATH (stockade setup)"
+	} else if _, err := os.Stat("/usr/bin/apt-get"); err != nil {
+		reason = "apt-get is not installed"
+	} else if _, err := Open(installedStore()).Resolve(base); err != nil {
+		reason = fmt.Sprintf("the %s image is not built (stockade setup): %v", base, err)
+	}
+	if reason == "" {
+		return
+	}
+	if os.Getenv("CI") == "true" {
+		t.Fatalf("cannot build a template: %s", reason)
+	}
+	t.Skipf("skipping: %s", reason)
+}
+
+// templateStore returns a store in a temporary directory whose image of
+// base is the installed one, linked (never written), and a data directory
+// for the templates' files.
+func templateStore(t *testing.T, base string) (*Store, string) {
+	t.Helper()
+	installed := Open(installedStore())
+	img, err := installed.Resolve(base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := Open(t.TempDir())
+	hex := strings.TrimPrefix(img.Digest, "sha256:")
+	for _, d := range []string{s.blobsDir(), s.refsDir()} {
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Symlink(installed.imageDir(hex), s.imageDir(hex)); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.writeRef(base, img.Digest); err != nil {
+		t.Fatal(err)
+	}
+	return s, t.TempDir()
+}
+
+// stages records the stages a build reports, in order.
+type stages struct {
+	mu   sync.Mutex
+	list []string
+	on   func(Progress)
+	logf func(string, ...any)
+}
+
+func (r *stages) progress(p Progress) {
+	r.mu.Lock()
+	if len(r.list) == 0 || r.list[len(r.list)-1] != p.Stage {
+		r.list = append(r.list, p.Stage)
+		if r.logf != nil {
+			r.logf("%v: %s", p.Elapsed.Round(time.Millisecond), p.Stage)
+		}
+	}
+	on := r.on
+	r.mu.Unlock()
+	if on != nil {
+		on(p)
+	}
+}
+
+func (r *stages) get() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.list)
+}
+
+// assertClean checks that no build left anything in the store's tmp
+// directory or a build sandbox's state.
+func assertClean(t *testing.T, s *Store, stateDir string) {
+	t.Helper()
+	for _, d := range []string{s.tmpDir(), stateDir} {
+		if ents, _ := os.ReadDir(d); len(ents) != 0 {
+			t.Errorf("%s holds %d entries after the build, want none (%s)", d, len(ents), ents[0].Name())
+		}
+	}
+	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+	for _, p := range procs {
+		if b, err := os.ReadFile(p); err == nil && strings.Contains(string(b), stateDir) {
+			t.Errorf("a process of a build sandbox is left: %s: %q", p, strings.ReplaceAll(string(b), "\x00", " "))
+		}
+	}
+}
+
+// TestBuildTemplateShell builds shell templates with Debian packages from
+// the mirror (installed in runsc build sandboxes), files, env and start
+// checks, then rebuilds, breaks, grows and cancels them.
+func TestBuildTemplateShell(t *testing.T) {
+	if testing.Short() {
+		t.Skip("skipping real template builds in -short mode")
+	}
+	requireTemplateBuild(t, "shell")
+	s, data := templateStore(t, "shell")
+	stateDir := t.TempDir()
+	writeTree(t, data, map[string]string{
+		"model.json":   `{"answer": 42}`,
+		"conf/a.txt":   "a",
+		"conf/sub/b.x": "b",
+	})
+	tpl := templates.Template{
+		Name:           "tools",
+		Base:           "shell",
+		DebianPackages: []string{"jq"},
+		Files: []templates.File{
+			{Source: filepath.Join(data, "model.json"), Target: "/opt/tools/model.json"},
+			{Source: filepath.Join(data, "conf"), Target: "/etc/tools"},
+		},
+		Env:     map[string]string{"GREETING": "hi"},
+		Workdir: "/opt/tools",
+		Start:   `test "$GREETING" = hi && test "$(pwd)" = /opt/tools && jq -e '.answer == 42' model.json`,
+		Ready:   `test -r /etc/tools/sub/b.x && ! touch /opt/tools/x 2>/dev/null`,
+	}
+	var log strings.Builder
+	var logMu sync.Mutex
+	opts := func(st *stages) TemplateOptions {
+		return TemplateOptions{StateDir: stateDir, Progress: st.progress,
+			Log: writerFunc(func(p []byte) { logMu.Lock(); log.Write(p); logMu.Unlock() })}
+	}
+
+	var first Manifest
+	t.Run("build", func(t *testing.T) {
+		st := &stages{logf: t.Logf}
+		m, err := s.BuildTemplate(t.Context(), tpl, opts(st))
+		if err != nil {
+			t.Fatalf("BuildTemplate: %v\n%s", err, log.String())
+		}
+		first = m
+		for _, want := range []string{"resolving", "downloading", "installing", "files", "hardening", "checking", "hashing"} {
+			if !slices.Contains(st.get(), want) {
+				t.Errorf("stages %v lack %s", st.get(), want)
+			}
+		}
+		if m.Template == nil || m.Template.Name != "tools" || m.Template.Base != "shell" || m.Template.Key == "" || m.Template.Layer == "" {
+			t.Fatalf("manifest's template = %+v", m.Template)
+		}
+		if v := m.Packages["jq"]; v == "" {
+			t.Errorf("the SBOM lacks jq: %v", m.Packages)
+		}
+		if _, ok := m.Packages["busybox"]; !ok {
+			t.Errorf("the SBOM lacks the base's busybox")
+		}
+		for _, p := range []string{"jq", "libjq1"} {
+			if !slices.Contains(m.Template.DebianAdded, p) {
+				t.Errorf("DebianAdded = %v, lacks %s", m.Template.DebianAdded, p)
+			}
+		}
+		if slices.Contains(m.Template.DebianAdded, "busybox") {
+			t.Errorf("DebianAdded = %v holds a package of the base", m.Template.DebianAdded)
+		}
+		targets := map[string]string{}
+		for _, f := range m.Template.Files {
+			targets[f.Target] = f.SHA256
+		}
+		if len(targets) != 3 || targets["/opt/tools/model.json"] == "" || targets["/etc/tools/sub/b.x"] == "" {
+			t.Errorf("files = %v, want model.json, a.txt and sub/b.x", m.Template.Files)
+		}
+		img, rm, err := s.ResolveTemplate("tools")
+		if err != nil || img.Digest != m.Digest || rm.Template.Env["GREETING"] != "hi" || img.Name != "tools" {
+			t.Fatalf("ResolveTemplate = %+v, %+v, %v", img, rm.Template, err)
+		}
+		for _, c := range []struct {
+			path string
+			mode os.FileMode
+		}{{"opt/tools/model.json", 0o444}, {"etc/tools/sub", os.ModeDir | 0o555}, {"etc/tools/sub/b.x", 0o444}} {
+			fi, err := os.Lstat(filepath.Join(img.Rootfs, c.path))
+			if err != nil || fi.Mode() != c.mode || fi.Sys().(*syscall.Stat_t).Uid != 0 {
+				t.Errorf("%s: %v, %v; want mode %v owned by root", c.path, fi.Mode(), err, c.mode)
+			}
+		}
+		out, err := exec.CommandContext(t.Context(), "chroot", "--userspec=65534:65534", img.Rootfs,
+			"/usr/bin/jq", "-r", ".answer", "/opt/tools/model.json").CombinedOutput()
+		if err != nil || string(out) != "42\n" {
+			t.Errorf("jq in the image: %q, %v", out, err)
+		}
+		if ms, err := s.Templates(); err != nil || len(ms) != 1 || ms[0].Digest != m.Digest {
+			t.Errorf("Templates = %v, %v", ms, err)
+		}
+		if err := s.Verify(t.Context(), "shell"); err != nil {
+			t.Errorf("the base image changed: %v", err)
+		}
+		assertClean(t, s, stateDir)
+	})
+	if first.Digest == "" {
+		t.FailNow()
+	}
+
+	t.Run("cache hit", func(t *testing.T) {
+		// Neither apt nor runsc can run: a build that does any work fails.
+		apt := s.aptPath
+		s.aptPath = "/nonexistent/apt-get"
+		defer func() { s.aptPath = apt }()
+		st := &stages{}
+		o := opts(st)
+		o.RunscPath = "/nonexistent/runsc"
+		m, err := s.BuildTemplate(t.Context(), tpl, o)
+		if err != nil || m.Digest != first.Digest {
+			t.Fatalf("second build = %s, %v; want %s", m.Digest, err, first.Digest)
+		}
+		if got := st.get(); len(got) != 0 {
+			t.Errorf("a cache hit reported stages %v", got)
+		}
+		// The check can see work: the same build with Pull resolves again.
+		o.Pull = true
+		if _, err := s.BuildTemplate(t.Context(), tpl, o); err == nil || !strings.Contains(err.Error(), "apt-get not found") {
+			t.Errorf("a pulled build without apt-get = %v, want it to fail for apt-get", err)
+		}
+		assertClean(t, s, stateDir)
+	})
+
+	t.Run("unknown package", func(t *testing.T) {
+		bad := tpl
+		bad.DebianPackages = []string{"jq", "stockade-no-such-package"}
+		_, err := s.BuildTemplate(t.Context(), bad, opts(&stages{}))
+		want := `debian_packages: package "stockade-no-such-package" does not exist in trixie`
+		if msg, ok := errdefs.PublicMessage(err); !ok || !strings.Contains(msg, want) || !errdefs.IsInvalidArgument(err) {
+			t.Errorf("got %v (public %q), want a public ErrInvalidArgument with %q", err, msg, want)
+		}
+		if img, _, err := s.ResolveTemplate("tools"); err != nil || img.Digest != first.Digest {
+			t.Errorf("after a failed build the template is %s, %v; want %s", img.Digest, err, first.Digest)
+		}
+		assertClean(t, s, stateDir)
+	})
+
+	t.Run("failing start and ready", func(t *testing.T) {
+		for _, c := range []struct{ start, ready, want string }{
+			{"echo starting; exit 7", "", "start: "},
+			{"true", "echo not ready >&2; false", "ready: "},
+		} {
+			bad := tpl
+			bad.Name, bad.DebianPackages, bad.Start, bad.Ready = "broken", nil, c.start, c.ready
+			_, err := s.BuildTemplate(t.Context(), bad, opts(&stages{}))
+			msg, ok := errdefs.PublicMessage(err)
+			if !ok || !strings.HasPrefix(msg, c.want) || !errdefs.IsInvalidArgument(err) {
+				t.Errorf("start %q, ready %q: got %v, want a public error starting %q", c.start, c.ready, err, c.want)
+			}
+			if c.ready != "" && !strings.Contains(msg, "not ready") {
+				t.Errorf("the ready error %q lacks its output", msg)
+			}
+		}
+		if _, _, err := s.ResolveTemplate("broken"); !errdefs.IsNotFound(err) {
+			t.Errorf("a template whose builds failed resolves: %v", err)
+		}
+		assertClean(t, s, stateDir)
+	})
+
+	var grown Manifest
+	t.Run("package added", func(t *testing.T) {
+		more := tpl
+		more.DebianPackages = []string{"jq", "tree"}
+		m, err := s.BuildTemplate(t.Context(), more, opts(&stages{logf: t.Logf}))
+		if err != nil {
+			t.Fatalf("BuildTemplate: %v", err)
+		}
+		grown = m
+		if m.Digest == first.Digest || m.Template.Key == first.Template.Key || m.Template.Layer == first.Template.Layer {
+			t.Errorf("adding a package kept digest %s, key or layer", m.Digest)
+		}
+		if m.Packages["tree"] == "" || !slices.Contains(m.Template.DebianAdded, "tree") {
+			t.Errorf("tree missing from %v", m.Template.DebianAdded)
+		}
+	})
+
+	t.Run("cancelled while apt runs", func(t *testing.T) {
+		ctx, cancel := context.WithCancel(t.Context())
+		defer cancel()
+		// Cancelled half a second into the install, while the build
+		// sandbox runs apt-get.
+		var once sync.Once
+		st := &stages{on: func(p Progress) {
+			if p.Stage == "installing" {
+				once.Do(func() { time.AfterFunc(500*time.Millisecond, cancel) })
+			}
+		}}
+		more := tpl
+		more.DebianPackages = []string{"jq", "tree", "less"}
+		_, err := s.BuildTemplate(ctx, more, opts(st))
+		if !errors.Is(err, context.Canceled) {
+			t.Errorf("got %v, want context.Canceled", err)
+		}
+		if img, _, err := s.ResolveTemplate("tools"); err != nil || img.Digest != grown.Digest {
+			t.Errorf("after a cancelled build the template is %s, %v; want %s", img.Digest, err, grown.Digest)
+		}
+		base, _ := s.Resolve("shell")
+		if !slices.Contains(st.get(), "installing") {
+			t.Errorf("the build ended before installing: %v", st.get())
+		}
+		if _, err := os.Stat(filepath.Join(s.layersDir(), layerKey(base.Digest, more.DebianPackages, DefaultMirror))); err == nil {
+			t.Errorf("the cancelled build left a layer")
+		}
+		assertClean(t, s, stateDir)
+	})
+
+	t.Run("prune", func(t *testing.T) {
+		pruned, err := s.Prune()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Contains(pruned, first.Digest) || slices.Contains(pruned, grown.Digest) {
+			t.Errorf("Prune removed %v; want the first build %s and not the current %s", pruned, first.Digest, grown.Digest)
+		}
+		layers, _ := os.ReadDir(s.layersDir())
+		if len(layers) != 1 || layers[0].Name() != grown.Template.Layer {
+			t.Errorf("layers after Prune = %v, want only %s", layers, grown.Template.Layer)
+		}
+		if _, _, err := s.ResolveTemplate("tools"); err != nil {
+			t.Errorf("ResolveTemplate after Prune: %v", err)
+		}
+		if _, err := s.Resolve("shell"); err != nil {
+			t.Errorf("Resolve(shell) after Prune: %v", err)
+		}
+	})
+}
+
+// writerFunc is an io.Writer calling f.
+type writerFunc func([]byte)
+
+func (f writerFunc) Write(p []byte) (int, error) { f(p); return len(p), nil }
+
+func TestAptError(t *testing.T) {
+	tests := []struct {
+		out, want string
+		class     error
+	}{
+		{"Reading package lists...\nE: Unable to locate package nope\n", `debian_packages: package "nope" does not exist in trixie`, errdefs.ErrInvalidArgument},
+		{"E: Version '9.9' for 'jq' was not found\n", `debian_packages: version "9.9" of package "jq" does not exist in trixie`, errdefs.ErrInvalidArgument},
+		{"The following packages have unmet dependencies:\n a : Depends: b (>= 2) but 1 is to be installed\nE: Unable to correct problems, you have held broken packages.\n",
+			"debian_packages: the packages conflict (a Depends b (>= 2) but 1 is to be installed)", errdefs.ErrInvalidArgument},
+		{"E: Package 'x' has no installation candidate\n", `debian_packages: package "x" has no installable version in trixie`, errdefs.ErrInvalidArgument},
+		{"E: Failed to fetch http://deb.debian.org/x  Could not resolve\n", "fetching from the Debian mirror", errdefs.ErrUnavailable},
+		{"Reading package lists...\nDone\n", "", nil},
+	}
+	for _, tt := range tests {
+		err := aptError(tt.out)
+		if tt.want == "" {
+			if err != nil {
+				t.Errorf("aptError(%q) = %v, want nil", tt.out, err)
+			}
+			continue
+		}
+		if err == nil || !strings.Contains(err.Error(), tt.want) || !errors.Is(err, tt.class) {
+			t.Errorf("aptError(%q) = %v, want %q (%v)", tt.out, err, tt.want, tt.class)
+		}
+	}
+}
+
+// FuzzAptError feeds apt-get output (which carries the mirror's package
+// names) to the parser.
+func FuzzAptError(f *testing.F) {
+	f.Add("E: Unable to locate package x\n")
+	f.Add(" a : Depends: b\nE: Unable to correct problems\n")
+	f.Add("'http://x/a_1_amd64.deb' a_1_amd64.deb 12 SHA256:00\n")
+	f.Fuzz(func(t *testing.T, out string) {
+		_ = aptError(out)
+		n, size := countURIs(out)
+		if n < 0 || (n == 0 && size != 0) {
+			t.Errorf("countURIs = %d, %d", n, size)
+		}
+	})
+}
+
+func TestTemplateRuntimeStripsEveryManager(t *testing.T) {
+	rt := templateRuntime(Runtimes["shell"])
+	for _, p := range []string{"usr/bin/pip3*", "usr/bin/npm", "usr/bin/corepack"} {
+		if !slices.Contains(rt.Strip, p) {
+			t.Errorf("a shell template's strip list lacks %s: %v", p, rt.Strip)
+		}
+	}
+	if len(Runtimes["shell"].Strip) != 0 {
+		t.Errorf("templateRuntime changed the shell runtime")
+	}
+}
+
+func TestCheckTree(t *testing.T) {
+	tests := []struct {
+		name  string
+		files map[string]string
+		want  string
+	}{
+		{"clean", map[string]string{"usr/bin/jq": "x", "root/.profile": "x"}, ""},
+		{"pip", map[string]string{"usr/local/bin/pip3.13": "x"}, "package manager at /usr/local/bin/pip3.13"},
+		{"npx", map[string]string{"bin/npx": "x"}, "package manager at /bin/npx"},
+		{"ssh", map[string]string{"root/.ssh/id_rsa": "x"}, "credentials at /root/.ssh"},
+		{"aws", map[string]string{"home/u/.aws/credentials": "x"}, "credentials at /home/u/.aws"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			dir := t.TempDir()
+			writeTree(t, dir, tt.files)
+			err := checkTree(dir)
+			if (tt.want == "") != (err == nil) || (err != nil && !strings.Contains(err.Error(), tt.want)) {
+				t.Errorf("checkTree = %v, want %q", err, tt.want)
+			}
+		})
+	}
+	t.Run("setuid", func(t *testing.T) {
+		dir := t.TempDir()
+		writeTree(t, dir, map[string]string{"usr/bin/su": "x"})
+		if err := os.Chmod(filepath.Join(dir, "usr/bin/su"), os.ModeSetuid|0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := checkTree(dir); err == nil || !strings.Contains(err.Error(), "setuid") {
+			t.Errorf("checkTree = %v, want a setuid error", err)
+		}
+	})
+}
+
+// TestBuildTemplateConcurrent starts two builds of one template at once:
+// the store's lock serialises them, and the second finds the first's
+// image.
+func TestBuildTemplateConcurrent(t *testing.T) {
+	requireTemplateBuild(t, "shell")
+	s, data := templateStore(t, "shell")
+	writeTree(t, data, map[string]string{"f": "x"})
+	tpl := templates.Template{Name: "twice", Base: "shell", Files: []templates.File{{Source: filepath.Join(data, "f"), Target: "/opt/f"}}, Start: "test -r /opt/f"}
+	st := &stages{}
+	var wg sync.WaitGroup
+	digests := make([]string, 2)
+	for i := range digests {
+		wg.Go(func() {
+			m, err := s.BuildTemplate(t.Context(), tpl, TemplateOptions{StateDir: t.TempDir(), Progress: st.progress})
+			if err != nil {
+				t.Errorf("build %d: %v", i, err)
+			}
+			digests[i] = m.Digest
+		})
+	}
+	wg.Wait()
+	if digests[0] == "" || digests[0] != digests[1] {
+		t.Errorf("the builds made %q", digests)
+	}
+	hashed := 0
+	for _, s := range st.get() {
+		if s == "hashing" {
+			hashed++
+		}
+	}
+	if hashed != 1 {
+		t.Errorf("stages %v: %d builds hashed a tree, want 1", st.get(), hashed)
+	}
+}
+
+// TestBuildTemplateOutOfDisk builds a template in a store on a file
+// system too small for the base image's tree.
+func TestBuildTemplateOutOfDisk(t *testing.T) {
+	requireTemplateBuild(t, "shell")
+	root := t.TempDir()
+	if err := syscall.Mount("tmpfs", root, "tmpfs", 0, "size=24m"); err != nil {
+		t.Skipf("skipping: cannot mount a small tmpfs: %v", err)
+	}
+	t.Cleanup(func() { syscall.Unmount(root, syscall.MNT_DETACH) })
+	installed := Open(installedStore())
+	img, err := installed.Resolve("shell")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := Open(root)
+	if err := os.MkdirAll(s.blobsDir(), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	hex := strings.TrimPrefix(img.Digest, "sha256:")
+	if err := os.Symlink(installed.imageDir(hex), s.imageDir(hex)); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(s.refsDir(), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.writeRef("shell", img.Digest); err != nil {
+		t.Fatal(err)
+	}
+	tpl := templates.Template{Name: "big", Base: "shell", Start: "true"}
+	_, err = s.BuildTemplate(t.Context(), tpl, TemplateOptions{StateDir: t.TempDir()})
+	msg, _ := errdefs.PublicMessage(err)
+	if !errdefs.IsResourceExhausted(err) || !strings.Contains(msg, "out of disk space") {
+		t.Errorf("got %v (public %q), want ErrResourceExhausted saying the disk is full", err, msg)
+	}
+	if ents, _ := os.ReadDir(s.tmpDir()); len(ents) != 0 {
+		t.Errorf("the failed build left %d entries in %s", len(ents), s.tmpDir())
+	}
+	if _, _, err := s.ResolveTemplate("big"); !errdefs.IsNotFound(err) {
+		t.Errorf("ResolveTemplate after a failed build: %v, want ErrNotFound", err)
+	}
+}
+
+// TestBuildTemplateWithoutBase asks for a template whose base image was
+// never built.
+func TestBuildTemplateWithoutBase(t *testing.T) {
+	s := Open(t.TempDir())
+	_, err := s.BuildTemplate(t.Context(), templates.Template{Name: "analytics", Base: "python"}, TemplateOptions{})
+	msg, ok := errdefs.PublicMessage(err)
+	if !ok || !strings.Contains(msg, "build the python image first") || !errdefs.IsFailedPrecondition(err) {
+		t.Errorf("got %v, want a public ErrFailedPrecondition saying to build the python image first", err)
+	}
+	if _, _, err := s.ResolveTemplate("analytics"); !errdefs.IsNotFound(err) {
+		t.Errorf("ResolveTemplate = %v, want ErrNotFound", err)
+	}
+	if _, err := s.BuildTemplate(t.Context(), templates.Template{Name: "python", Base: "python"}, TemplateOptions{}); !errdefs.IsInvalidArgument(err) {
+		t.Errorf("a template named after a runtime: %v, want ErrInvalidArgument", err)
+	}
+}
