@@ -114,7 +114,7 @@ for status, name, src in ((3, "<start>", sys.argv[1]), (4, "<ready>", sys.argv[2
 		return []string{"/usr/bin/python3", "-c", code, start, ready}
 	case "node":
 		const code = `for (const [status, src] of [[3, process.argv[1]], [4, process.argv[2]]]) {
-  try { (0, eval)(src) } catch (e) { console.error(e && e.stack || String(e)); process.exit(status) }
+  try { (0, eval)(src) } catch (e) { console.error(e instanceof Error ? e.name + ": " + e.message : String(e)); process.exit(status) }
 }`
 		return []string{"/usr/bin/node", "-e", code, start, ready}
 	}

@@ -538,3 +538,47 @@ func TestBuildTemplateWithoutBase(t *testing.T) {
 		t.Errorf("a template named after a runtime: %v, want ErrInvalidArgument", err)
 	}
 }
+
+// TestBuildTemplateInterpreters builds a python template with a Debian
+// python library and a node template, whose start and ready run with the
+// base's interpreter in the build sandbox.
+func TestBuildTemplateInterpreters(t *testing.T) {
+	if testing.Short() {
+		t.Skip("skipping real template builds in -short mode")
+	}
+	tests := []struct {
+		tpl  templates.Template
+		bad  string // a Ready that fails
+		want string // in its error
+	}{
+		{templates.Template{Name: "py", Base: "python", DebianPackages: []string{"python3-six"},
+			Env: map[string]string{"MODE": "test"}, Start: "import os, six, numpy\nmode = os.environ['MODE']", Ready: "assert six.PY3 and mode == 'test'"},
+			"assert mode == 'prod', 'wrong mode'", "AssertionError: wrong mode"},
+		{templates.Template{Name: "js", Base: "node", Start: "globalThis.os = require('os')", Ready: "if (os.platform() !== 'linux') throw new Error('not linux')"},
+			"if (os.platform() === 'linux') throw new Error('linux after all')", "Error: linux after all"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.tpl.Base, func(t *testing.T) {
+			requireTemplateBuild(t, tt.tpl.Base)
+			s, _ := templateStore(t, tt.tpl.Base)
+			m, err := s.BuildTemplate(t.Context(), tt.tpl, TemplateOptions{StateDir: t.TempDir()})
+			if err != nil {
+				t.Fatalf("BuildTemplate: %v", err)
+			}
+			for _, p := range tt.tpl.DebianPackages {
+				if m.Packages[p] == "" || !slices.Contains(m.Template.DebianAdded, p) {
+					t.Errorf("%s missing from the SBOM %v", p, m.Template.DebianAdded)
+				}
+			}
+			bad := tt.tpl
+			bad.Ready = tt.bad
+			_, err = s.BuildTemplate(t.Context(), bad, TemplateOptions{StateDir: t.TempDir()})
+			if msg, _ := errdefs.PublicMessage(err); !strings.HasPrefix(msg, "ready: ") || !strings.Contains(msg, tt.want) {
+				t.Errorf("a failing ready: %v, want a public error naming ready with %q", err, tt.want)
+			}
+			if img, _, err := s.ResolveTemplate(tt.tpl.Name); err != nil || img.Digest != m.Digest {
+				t.Errorf("after the failed build: %s, %v; want %s", img.Digest, err, m.Digest)
+			}
+		})
+	}
+}
