@@ -1,7 +1,12 @@
 package image
 
 import (
+	"archive/zip"
+	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"os"
@@ -580,5 +585,89 @@ func TestBuildTemplateInterpreters(t *testing.T) {
 				t.Errorf("after the failed build: %s, %v; want %s", img.Digest, err, m.Digest)
 			}
 		})
+	}
+}
+
+// makeWheel writes a pure-python wheel of the module stockadedemo to dir
+// and returns its file name and hex SHA-256.
+func makeWheel(t *testing.T, dir string) (string, string) {
+	t.Helper()
+	const file = "stockadedemo-1.0-py3-none-any.whl"
+	files := []struct{ name, body string }{
+		{"stockadedemo/__init__.py", "ANSWER = 42\n"},
+		{"stockadedemo-1.0.dist-info/METADATA", "Metadata-Version: 2.1\nName: stockadedemo\nVersion: 1.0\n"},
+		{"stockadedemo-1.0.dist-info/WHEEL", "Wheel-Version: 1.0\nGenerator: hand\nRoot-Is-Purelib: true\nTag: py3-none-any\n"},
+	}
+	var rec strings.Builder
+	for _, f := range files {
+		sum := sha256.Sum256([]byte(f.body))
+		fmt.Fprintf(&rec, "%s,sha256=%s,%d\n", f.name, base64.RawURLEncoding.EncodeToString(sum[:]), len(f.body))
+	}
+	rec.WriteString("stockadedemo-1.0.dist-info/RECORD,,\n")
+	files = append(files, struct{ name, body string }{"stockadedemo-1.0.dist-info/RECORD", rec.String()})
+	var buf bytes.Buffer
+	zw := zip.NewWriter(&buf)
+	for _, f := range files {
+		w, err := zw.Create(f.name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		w.Write([]byte(f.body))
+	}
+	if err := zw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, file), buf.Bytes(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	sum := sha256.Sum256(buf.Bytes())
+	return file, hex.EncodeToString(sum[:])
+}
+
+// TestBuildTemplateWheel builds a python template with a wheel from the
+// operator's wheelhouse, which its start imports, and refuses a wheel
+// whose hash is not the declared one.
+func TestBuildTemplateWheel(t *testing.T) {
+	if testing.Short() {
+		t.Skip("skipping real template builds in -short mode")
+	}
+	requireTemplateBuild(t, "python")
+	s, wheelhouse := templateStore(t, "python")
+	file, sum := makeWheel(t, wheelhouse)
+	tpl := templates.Template{Name: "analytics", Base: "python",
+		PythonWheels: []templates.Wheel{{File: file, SHA256: sum}},
+		Start:        "import stockadedemo", Ready: "assert stockadedemo.ANSWER == 42"}
+	st := &stages{}
+	opts := TemplateOptions{StateDir: t.TempDir(), Sources: TemplateSources{Wheelhouse: wheelhouse}, Progress: st.progress}
+	m, err := s.BuildTemplate(t.Context(), tpl, opts)
+	if err != nil {
+		t.Fatalf("BuildTemplate: %v", err)
+	}
+	if !slices.Contains(st.get(), "wheels") {
+		t.Errorf("stages %v lack wheels", st.get())
+	}
+	if len(m.Template.Wheels) != 1 || m.Template.Wheels[0] != (TemplateWheel{Name: "stockadedemo", Version: "1.0", SHA256: sum}) {
+		t.Errorf("wheels = %+v", m.Template.Wheels)
+	}
+	img, _, err := s.ResolveTemplate("analytics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	py, err := pythonVersion(img.Rootfs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(img.Rootfs, "usr/local/lib", py, "dist-packages/stockadedemo/__init__.py")); err != nil {
+		t.Errorf("the wheel is not in dist-packages: %v", err)
+	}
+
+	bad := tpl
+	bad.PythonWheels = []templates.Wheel{{File: file, SHA256: strings.Repeat("0", 64)}}
+	_, err = s.BuildTemplate(t.Context(), bad, opts)
+	if msg, _ := errdefs.PublicMessage(err); !strings.HasPrefix(msg, "python_wheels: ") {
+		t.Errorf("a wheel with another hash: %v, want a public error naming python_wheels", err)
+	}
+	if now, _, err := s.ResolveTemplate("analytics"); err != nil || now.Digest != m.Digest {
+		t.Errorf("after the failed build: %s, %v; want %s", now.Digest, err, m.Digest)
 	}
 }
