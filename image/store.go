@@ -6,8 +6,11 @@
 //	<root>/images/sha256/<hex>/rootfs         the tree, read-only in sandboxes
 //	<root>/images/sha256/<hex>/manifest.json  what it is (Manifest)
 //	<root>/images/refs/<name>                 "sha256:<hex>" of the current image
+//	<root>/images/refs/templates/<name>       the same for a template (BuildTemplate)
 //	<root>/images/tmp/                        builds in progress
 //	<root>/cache/debs/                        debootstrap's package cache
+//	<root>/cache/layers/<hex>/                templates' Debian layers (debian.go)
+//	<root>/cache/apt/, cache/wheels/          apt's index lists, fetched wheels
 //
 // <hex> is the digest of the tree (see Manifest.Digest). Every change is a
 // rename, so a reader sees either the old image or the new one, and a build
