@@ -108,6 +108,9 @@ func (b *templateBuild) computeKey(base Manifest) (string, error) {
 func hashFiles(files []templates.File) ([]fileInput, error) {
 	out := []fileInput{}
 	for _, f := range files {
+		if err := checkTarget(f.Target); err != nil {
+			return nil, err
+		}
 		err := filepath.WalkDir(f.Source, func(p string, d fs.DirEntry, err error) error {
 			if err != nil {
 				return err
@@ -133,6 +136,26 @@ func hashFiles(files []templates.File) ([]fileInput, error) {
 		}
 	}
 	return out, nil
+}
+
+// forbiddenTargets are where no operator file may go: the sandbox's
+// mount points and scratch directories, and what the build writes.
+var forbiddenTargets = []string{"/tmp", "/workspace", "/proc", "/sys", "/dev", "/run", "/.stockade", "/data", "/etc/stockade"}
+
+// checkTarget refuses a file's target that is not an absolute path below
+// "/" outside forbiddenTargets. templates.Validate says so too; the build
+// does not rely on it.
+func checkTarget(target string) error {
+	clean := path.Clean(target)
+	if !path.IsAbs(target) || clean == "/" || clean != target {
+		return errdefs.Publicf("files: target %q is not a clean absolute path below /: %w", target, errdefs.ErrInvalidArgument)
+	}
+	for _, d := range forbiddenTargets {
+		if within(clean, d) {
+			return errdefs.Publicf("files: target %q is under %s, which the sandbox mounts over or the build writes: %w", target, d, errdefs.ErrInvalidArgument)
+		}
+	}
+	return nil
 }
 
 // fileSum is the hex SHA-256 of the file at p, which must not be a link.

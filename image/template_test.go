@@ -671,3 +671,14 @@ func TestBuildTemplateWheel(t *testing.T) {
 		t.Errorf("after the failed build: %s, %v; want %s", now.Digest, err, m.Digest)
 	}
 }
+
+func TestCheckTarget(t *testing.T) {
+	for target, ok := range map[string]bool{
+		"/opt/m.json": true, "/etc/tools": true, "/": false, "opt/x": false, "/opt/../etc": false,
+		"/tmp/x": false, "/workspace": false, "/proc/x": false, "/.stockade/guest": false, "/etc/stockade/template.json": false,
+	} {
+		if err := checkTarget(target); (err == nil) != ok || (err != nil && !strings.HasPrefix(err.Error(), "files: ")) {
+			t.Errorf("checkTarget(%q) = %v, want ok %v", target, err, ok)
+		}
+	}
+}
