@@ -136,9 +136,7 @@ func Resolve(ctx context.Context, registry string, specs []string) ([]Package, e
 		}
 	}
 	for len(r.queue) > 0 {
-		n := r.queue[0]
-		r.queue = r.queue[1:]
-		if err := r.dependencies(n); err != nil {
+		if err := r.dependencies(r.next()); err != nil {
 			return nil, err
 		}
 	}
@@ -206,6 +204,34 @@ func (r *resolver) fetch(name, spec, what string) (*packument, error) {
 		return nil, errdefs.Publicf("npm_packages: %q: %s: the npm registry answers a document of %q: %w", spec, what, d.Name, errdefs.ErrUnavailable)
 	}
 	return d, nil
+}
+
+// next takes the queued package to resolve the dependencies of: the
+// shallowest in the tree, then the first by path, as npm's arborist
+// does, so that the same packages win the top-level places as with npm.
+func (r *resolver) next() *node {
+	best := 0
+	for i, n := range r.queue[1:] {
+		if before(n.path, r.queue[best].path) {
+			best = i + 1
+		}
+	}
+	n := r.queue[best]
+	r.queue = append(r.queue[:best], r.queue[best+1:]...)
+	return n
+}
+
+// before orders tree paths by depth, then by name.
+func before(a, b string) bool {
+	da, db := strings.Count(a, "/node_modules/"), strings.Count(b, "/node_modules/")
+	if da != db {
+		return da < db
+	}
+	la, lb := strings.ToLower(a), strings.ToLower(b)
+	if la != lb {
+		return la < lb
+	}
+	return a < b
 }
 
 // levels are the node_modules directories node resolution searches from

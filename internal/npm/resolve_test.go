@@ -308,3 +308,51 @@ func TestInstallLinksAndScripts(t *testing.T) {
 		t.Errorf("node: %q", out)
 	}
 }
+
+// TestResolveScoped resolves and installs scoped packages, whose
+// documents are fetched as @scope%2fname and which unpack under
+// node_modules/@scope/.
+func TestResolveScoped(t *testing.T) {
+	reg := newRegistry(t,
+		fakePkg{name: "@acme/util", version: "1.2.0"},
+		fakePkg{name: "@acme/lib", version: "1.0.0", deps: map[string]string{"@acme/util": "^1.0.0"}, files: map[string]string{
+			"index.js": "module.exports = 'lib with ' + require('@acme/util');\n"}},
+	)
+	pkgs, err := npm.Resolve(context.Background(), reg.URL, []string{"@acme/lib@1.0.0"})
+	if err != nil {
+		t.Fatalf("Resolve: %v", err)
+	}
+	if got, want := layout(pkgs), "@acme/lib=1.0.0 @acme/util=1.2.0"; got != want {
+		t.Errorf("Resolve layout: got %s, want %s", got, want)
+	}
+	root := t.TempDir()
+	if err := npm.Install(context.Background(), pkgs, root, t.TempDir()); err != nil {
+		t.Fatalf("Install: %v", err)
+	}
+	if out := runNode(t, root, "console.log(require('@acme/lib'))"); out != "lib with @acme/util@1.2.0" {
+		t.Errorf("node: %q", out)
+	}
+}
+
+// TestResolveOrder checks that dependencies are resolved in npm's order
+// (shallowest packages first, then by path), whatever the order of the
+// template's list: it decides which version of a shared dependency is
+// hoisted. With jest and eslint the tree is npm 11's, package for
+// package.
+func TestResolveOrder(t *testing.T) {
+	reg := newRegistry(t,
+		fakePkg{name: "shared", version: "1.0.0"},
+		fakePkg{name: "shared", version: "2.0.0"},
+		fakePkg{name: "z", version: "1.0.0", deps: map[string]string{"shared": "^1.0.0"}},
+		fakePkg{name: "a", version: "1.0.0", deps: map[string]string{"shared": "^2.0.0"}},
+	)
+	for _, specs := range [][]string{{"z@1.0.0", "a@1.0.0"}, {"a@1.0.0", "z@1.0.0"}} {
+		pkgs, err := npm.Resolve(context.Background(), reg.URL, specs)
+		if err != nil {
+			t.Fatalf("Resolve(%v): %v", specs, err)
+		}
+		if got, want := layout(pkgs), "a=1.0.0 shared=2.0.0 z=1.0.0 z/node_modules/shared=1.0.0"; got != want {
+			t.Errorf("Resolve(%v) layout: got %s, want %s", specs, got, want)
+		}
+	}
+}
