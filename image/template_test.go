@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/stockade-sh/stockade/errdefs"
+	"github.com/stockade-sh/stockade/internal/fsmode"
 	"github.com/stockade-sh/stockade/templates"
 )
 
@@ -68,10 +69,11 @@ func templateStore(t *testing.T, base string) (*Store, string) {
 	}
 	s := Open(t.TempDir())
 	hex := strings.TrimPrefix(img.Digest, "sha256:")
-	for _, d := range []string{s.blobsDir(), s.refsDir()} {
-		if err := os.MkdirAll(d, 0o700); err != nil {
-			t.Fatal(err)
-		}
+	if err := os.MkdirAll(s.blobsDir(), fsmode.Traverse); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(s.refsDir(), fsmode.Dir); err != nil {
+		t.Fatal(err)
 	}
 	if err := os.Symlink(installed.imageDir(hex), s.imageDir(hex)); err != nil {
 		t.Fatal(err)
@@ -378,6 +380,12 @@ func TestBuildTemplateShell(t *testing.T) {
 		if _, err := s.Resolve("shell"); err != nil {
 			t.Errorf("Resolve(shell) after Prune: %v", err)
 		}
+		if err := os.Chmod(s.root, fsmode.Traverse); err != nil {
+			t.Fatal(err)
+		}
+		if bad := fsmode.Check(fsmode.Layout{DataDir: s.root}); len(bad) != 0 {
+			t.Errorf("after the builds: got %q, want every path as fsmode says", bad)
+		}
 	})
 }
 
@@ -506,6 +514,14 @@ func TestBuildTemplateConcurrent(t *testing.T) {
 	}
 	if hashed != 1 {
 		t.Errorf("stages %v: %d builds hashed a tree, want 1", st.get(), hashed)
+	}
+	// The store's paths have the modes fsmode says (the root is the data
+	// directory's, which set-up makes).
+	if err := os.Chmod(s.root, fsmode.Traverse); err != nil {
+		t.Fatal(err)
+	}
+	if bad := fsmode.Check(fsmode.Layout{DataDir: s.root}); len(bad) != 0 {
+		t.Errorf("after a template build: got %q, want every path as fsmode says", bad)
 	}
 }
 
