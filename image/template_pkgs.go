@@ -69,8 +69,3 @@ func pythonVersion(rootfs string) (string, error) {
 	}
 	return fmt.Sprintf("python3.%d", best), nil
 }
-
-// installNPM installs the template's npm packages into the tree.
-func (b *templateBuild) installNPM(ctx context.Context, rootfs string) ([]TemplateNPM, error) {
-	return nil, errdefs.Publicf("npm_packages: this build of stockade cannot install npm packages yet: %w", errdefs.ErrFailedPrecondition)
-}
