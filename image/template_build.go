@@ -76,7 +76,7 @@ func (b *templateBuild) computeKey(base Manifest) (string, error) {
 	}
 	h := sha256.New()
 	canon, _ := declaration(b.t)
-	fmt.Fprintf(h, "template %d harden %d\nbase %q\n", templateRevision, hardenRevision, base.Digest)
+	fmt.Fprintf(h, "template %d\nhardening %s\nbase %q\n", templateRevision, templateRuntime(b.rt).definition(), base.Digest)
 	binary.Write(h, binary.BigEndian, uint64(len(canon)))
 	h.Write(canon)
 	if len(b.t.DebianPackages) > 0 {
