@@ -18,6 +18,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -138,7 +139,13 @@ func (s *Store) debianLayer(ctx context.Context, b *templateBuild, baseDigest, b
 	}
 	b.prog.stage("installing")
 	if len(debs) > 0 {
-		if err := b.installDebs(ctx, rootfs, apt.archives, debs); err != nil {
+		measuring, stop := context.WithCancel(ctx)
+		var wg sync.WaitGroup
+		wg.Go(func() { b.prog.measure(measuring, rootfs) })
+		err := b.installDebs(ctx, rootfs, apt.archives, debs)
+		stop()
+		wg.Wait()
+		if err != nil {
 			return "", "", err
 		}
 	}

@@ -87,3 +87,25 @@ func TestNPMScriptsRunInSandbox(t *testing.T) {
 		t.Errorf("refuseScripts without npm_scripts = %v", err)
 	}
 }
+
+// FuzzPackageScripts reads a package.json as it comes from the registry.
+func FuzzPackageScripts(f *testing.F) {
+	f.Add([]byte(`{"scripts": {"postinstall": "node x.js", "test": "t"}}`))
+	f.Add([]byte(`{"scripts": {"install": 3}}`))
+	f.Add([]byte(`{"scripts": null}`))
+	dir := f.TempDir()
+	f.Fuzz(func(t *testing.T, data []byte) {
+		if err := os.WriteFile(filepath.Join(dir, "package.json"), data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		scripts, err := packageScripts(dir)
+		if err != nil {
+			return
+		}
+		for name := range scripts {
+			if !slices.Contains(installScripts, name) {
+				t.Errorf("packageScripts returned %q, not an install script", name)
+			}
+		}
+	})
+}

@@ -722,3 +722,17 @@ func TestCheckTarget(t *testing.T) {
 		}
 	}
 }
+
+func TestHashFilesRefusesLinks(t *testing.T) {
+	dir := t.TempDir()
+	writeTree(t, dir, map[string]string{"ok/a": "a", "linked/a": "a", "linked/passwd": "-> /etc/passwd", "top": "-> ok"})
+	if files, err := hashFiles([]templates.File{{Source: filepath.Join(dir, "ok"), Target: "/opt/ok"}}); err != nil || len(files) != 2 {
+		t.Errorf("hashFiles(ok) = %v, %v; want the directory and its file", files, err)
+	}
+	for _, src := range []string{"linked", "top"} {
+		_, err := hashFiles([]templates.File{{Source: filepath.Join(dir, src), Target: "/opt/x"}})
+		if msg, _ := errdefs.PublicMessage(err); !strings.HasPrefix(msg, "files: ") {
+			t.Errorf("hashFiles(%s) = %v, want a public error naming files", src, err)
+		}
+	}
+}
