@@ -66,7 +66,10 @@ type TemplateOptions struct {
 	// Progress, if set, is called as the build moves on (as Build's; the
 	// Progress's Runtime is the template's name). Stages: "resolving",
 	// "downloading", "installing" (Debian packages), "wheels", "npm",
-	// "files", "hardening", "checking", "hashing".
+	// "files", "hardening", "checking", "hashing". Bytes is what was
+	// downloaded while downloading, the tree's size after; Packages and
+	// Total count the stage's packages. A build answered from the cache
+	// reports nothing.
 	Progress func(Progress)
 }
 
