@@ -1,6 +1,7 @@
 package image
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -343,21 +344,64 @@ func (s *Store) usedTemplates() (digests, layers map[string]bool, err error) {
 // key.
 //
 // It stands in for templates.Canonical and templates.Key, which land with
-// the templates package's loader (branch tpl-decl): when they do, this
-// function returns theirs, so that Manifest.Template.Declaration equals
-// templates.Key(t).
+// the templates package's loader (branch tpl-decl), and encodes as they
+// do at the time of writing (field names and order, lists sorted and
+// compacted, empty lists and maps present, hashes lower-case): when they
+// land, its body becomes theirs, so that Manifest.Template.Declaration
+// always equals templates.Key(t).
 func declaration(t templates.Template) ([]byte, string) {
-	t.Source = ""
-	c := t
-	c.DebianPackages = sortedCopy(t.DebianPackages)
-	c.NPMPackages = sortedCopy(t.NPMPackages)
-	c.PythonWheels = slices.Clone(t.PythonWheels)
-	slices.SortFunc(c.PythonWheels, func(a, b templates.Wheel) int {
-		return strings.Compare(a.File+"\x00"+a.Name+"\x00"+a.SHA256, b.File+"\x00"+b.Name+"\x00"+b.SHA256)
+	type wheel struct {
+		File   string `json:"file,omitempty"`
+		Name   string `json:"name,omitempty"`
+		SHA256 string `json:"sha256"`
+	}
+	type file struct {
+		Source string `json:"source"`
+		Target string `json:"target"`
+	}
+	c := struct {
+		Name           string            `json:"name"`
+		Base           string            `json:"base"`
+		DebianPackages []string          `json:"debian_packages"`
+		NPMPackages    []string          `json:"npm_packages"`
+		NPMScripts     bool              `json:"npm_scripts"`
+		PythonWheels   []wheel           `json:"python_wheels"`
+		Files          []file            `json:"files"`
+		Env            map[string]string `json:"env"`
+		Workdir        string            `json:"workdir"`
+		Start          string            `json:"start"`
+		Ready          string            `json:"ready"`
+		Golden         bool              `json:"golden"`
+	}{
+		Name: t.Name, Base: t.Base,
+		DebianPackages: slices.Compact(sortedCopy(t.DebianPackages)),
+		NPMPackages:    slices.Compact(sortedCopy(t.NPMPackages)),
+		NPMScripts:     t.NPMScripts,
+		PythonWheels:   []wheel{}, Files: []file{}, Env: map[string]string{},
+		Workdir: t.Workdir, Start: t.Start, Ready: t.Ready, Golden: t.Golden,
+	}
+	if c.DebianPackages == nil {
+		c.DebianPackages = []string{}
+	}
+	if c.NPMPackages == nil {
+		c.NPMPackages = []string{}
+	}
+	for _, w := range t.PythonWheels {
+		c.PythonWheels = append(c.PythonWheels, wheel{File: w.File, Name: w.Name, SHA256: strings.ToLower(w.SHA256)})
+	}
+	slices.SortFunc(c.PythonWheels, func(a, b wheel) int {
+		return cmp.Or(cmp.Compare(a.File, b.File), cmp.Compare(a.Name, b.Name), cmp.Compare(a.SHA256, b.SHA256))
 	})
-	c.Files = slices.Clone(t.Files)
-	slices.SortFunc(c.Files, func(a, b templates.File) int { return strings.Compare(a.Target, b.Target) })
-	data, _ := json.Marshal(c) // maps are encoded sorted
+	c.PythonWheels = slices.Compact(c.PythonWheels)
+	for _, f := range t.Files {
+		c.Files = append(c.Files, file{Source: f.Source, Target: f.Target})
+	}
+	slices.SortFunc(c.Files, func(a, b file) int {
+		return cmp.Or(cmp.Compare(a.Target, b.Target), cmp.Compare(a.Source, b.Source))
+	})
+	c.Files = slices.Compact(c.Files)
+	maps.Copy(c.Env, t.Env)
+	data, _ := json.Marshal(c) // plain data: cannot fail; maps are encoded sorted
 	sum := sha256.Sum256(data)
 	return data, "sha256:" + hex.EncodeToString(sum[:])
 }
