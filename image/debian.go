@@ -250,8 +250,8 @@ func checkInstalled(rootfs string, packages []string) error {
 // aptRun is the host's apt-get set up for one layer.
 type aptRun struct {
 	path, dir, archives string
-	env           []string
-	b             *templateBuild
+	env                 []string
+	b                   *templateBuild
 	// line, if set, sees every line apt-get writes.
 	line func(string)
 }
@@ -278,25 +278,25 @@ func (s *Store) newAptRun(tmp, base string, b *templateBuild) (*aptRun, error) {
 		return nil, fmt.Errorf("writing apt sources: %w", classify(err))
 	}
 	conf := map[string]string{
-		"Dir::Etc::main":               "/dev/null",
-		"Dir::Etc::Parts":              filepath.Join(dir, "parts"),
-		"Dir::Etc::SourceList":         filepath.Join(dir, "sources.list"),
-		"Dir::Etc::SourceParts":        filepath.Join(dir, "parts"),
-		"Dir::Etc::Preferences":        "/dev/null",
-		"Dir::Etc::PreferencesParts":   filepath.Join(dir, "parts"),
-		"Dir::State":                   filepath.Join(dir, "state"),
-		"Dir::State::lists":            lists,
-		"Dir::State::status":           filepath.Join(base, "var/lib/dpkg/status"),
-		"Dir::Cache":                   filepath.Join(dir, "cache"),
-		"Dir::Log":                     filepath.Join(dir, "log"),
-		"Debug::NoLocking":             "1",
-		"APT::Architecture":            debianArch(),
-		"APT::Install-Recommends":      "false",
-		"APT::Install-Suggests":        "false",
-		"APT::Sandbox::User":           "root",
-		"Acquire::Languages":           "none",
-		"Acquire::Retries":             "2",
-		"Acquire::http::Timeout":       "30",
+		"Dir::Etc::main":             "/dev/null",
+		"Dir::Etc::Parts":            filepath.Join(dir, "parts"),
+		"Dir::Etc::SourceList":       filepath.Join(dir, "sources.list"),
+		"Dir::Etc::SourceParts":      filepath.Join(dir, "parts"),
+		"Dir::Etc::Preferences":      "/dev/null",
+		"Dir::Etc::PreferencesParts": filepath.Join(dir, "parts"),
+		"Dir::State":                 filepath.Join(dir, "state"),
+		"Dir::State::lists":          lists,
+		"Dir::State::status":         filepath.Join(base, "var/lib/dpkg/status"),
+		"Dir::Cache":                 filepath.Join(dir, "cache"),
+		"Dir::Log":                   filepath.Join(dir, "log"),
+		"Debug::NoLocking":           "1",
+		"APT::Architecture":          debianArch(),
+		"APT::Install-Recommends":    "false",
+		"APT::Install-Suggests":      "false",
+		"APT::Sandbox::User":         "root",
+		"Acquire::Languages":         "none",
+		"Acquire::Retries":           "2",
+		"Acquire::http::Timeout":     "30",
 		"Binary::apt-get::Acquire::AllowInsecureRepositories": "false",
 	}
 	var c strings.Builder
