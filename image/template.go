@@ -1,11 +1,7 @@
 package image
 
 import (
-	"cmp"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -158,7 +154,7 @@ func (s *Store) templateRefsDir() string { return filepath.Join(s.refsDir(), "te
 // ErrResourceExhausted; a mirror that cannot be reached ErrUnavailable.
 func (s *Store) BuildTemplate(ctx context.Context, t templates.Template, opts TemplateOptions) (Manifest, error) {
 	rt, ok := Runtimes[t.Base]
-	if !ok || !templateName.MatchString(t.Name) || Runtimes[t.Name].Name != "" {
+	if !ok || !templates.NamePattern.MatchString(t.Name) || Runtimes[t.Name].Name != "" {
 		return Manifest{}, errdefs.Publicf("template %q with base %q cannot be built: validate it first: %w", t.Name, t.Base, errdefs.ErrInvalidArgument)
 	}
 	if opts.Sources.Mirror == "" {
@@ -263,7 +259,7 @@ func (s *Store) templateNames() ([]string, error) {
 	}
 	var names []string
 	for _, e := range ents {
-		if templateName.MatchString(e.Name()) {
+		if templates.NamePattern.MatchString(e.Name()) {
 			names = append(names, e.Name())
 		}
 	}
@@ -272,7 +268,7 @@ func (s *Store) templateNames() ([]string, error) {
 
 // loadTemplate resolves the template name to its manifest and image.
 func (s *Store) loadTemplate(name string) (Manifest, sandbox.Image, error) {
-	if !templateName.MatchString(name) {
+	if !templates.NamePattern.MatchString(name) {
 		return Manifest{}, sandbox.Image{}, errdefs.Publicf("%q is not a template name: %w", name, errdefs.ErrInvalidArgument)
 	}
 	data, err := os.ReadFile(filepath.Join(s.templateRefsDir(), name))
@@ -338,72 +334,6 @@ func (s *Store) usedTemplates() (digests, layers map[string]bool, err error) {
 		}
 	}
 	return digests, layers, nil
-}
-
-// declaration returns the canonical encoding of t's declaration and its
-// key.
-//
-// It stands in for templates.Canonical and templates.Key, which land with
-// the templates package's loader (branch tpl-decl), and encodes as they
-// do at the time of writing (field names and order, lists sorted and
-// compacted, empty lists and maps present, hashes lower-case): when they
-// land, its body becomes theirs, so that Manifest.Template.Declaration
-// always equals templates.Key(t).
-func declaration(t templates.Template) ([]byte, string) {
-	type wheel struct {
-		File   string `json:"file,omitempty"`
-		Name   string `json:"name,omitempty"`
-		SHA256 string `json:"sha256"`
-	}
-	type file struct {
-		Source string `json:"source"`
-		Target string `json:"target"`
-	}
-	c := struct {
-		Name           string            `json:"name"`
-		Base           string            `json:"base"`
-		DebianPackages []string          `json:"debian_packages"`
-		NPMPackages    []string          `json:"npm_packages"`
-		NPMScripts     bool              `json:"npm_scripts"`
-		PythonWheels   []wheel           `json:"python_wheels"`
-		Files          []file            `json:"files"`
-		Env            map[string]string `json:"env"`
-		Workdir        string            `json:"workdir"`
-		Start          string            `json:"start"`
-		Ready          string            `json:"ready"`
-		Golden         bool              `json:"golden"`
-	}{
-		Name: t.Name, Base: t.Base,
-		DebianPackages: slices.Compact(sortedCopy(t.DebianPackages)),
-		NPMPackages:    slices.Compact(sortedCopy(t.NPMPackages)),
-		NPMScripts:     t.NPMScripts,
-		PythonWheels:   []wheel{}, Files: []file{}, Env: map[string]string{},
-		Workdir: t.Workdir, Start: t.Start, Ready: t.Ready, Golden: t.Golden,
-	}
-	if c.DebianPackages == nil {
-		c.DebianPackages = []string{}
-	}
-	if c.NPMPackages == nil {
-		c.NPMPackages = []string{}
-	}
-	for _, w := range t.PythonWheels {
-		c.PythonWheels = append(c.PythonWheels, wheel{File: w.File, Name: w.Name, SHA256: strings.ToLower(w.SHA256)})
-	}
-	slices.SortFunc(c.PythonWheels, func(a, b wheel) int {
-		return cmp.Or(cmp.Compare(a.File, b.File), cmp.Compare(a.Name, b.Name), cmp.Compare(a.SHA256, b.SHA256))
-	})
-	c.PythonWheels = slices.Compact(c.PythonWheels)
-	for _, f := range t.Files {
-		c.Files = append(c.Files, file{Source: f.Source, Target: f.Target})
-	}
-	slices.SortFunc(c.Files, func(a, b file) int {
-		return cmp.Or(cmp.Compare(a.Target, b.Target), cmp.Compare(a.Source, b.Source))
-	})
-	c.Files = slices.Compact(c.Files)
-	maps.Copy(c.Env, t.Env)
-	data, _ := json.Marshal(c) // plain data: cannot fail; maps are encoded sorted
-	sum := sha256.Sum256(data)
-	return data, "sha256:" + hex.EncodeToString(sum[:])
 }
 
 // sortedCopy returns a sorted copy of list.

@@ -14,7 +14,6 @@ import (
 	"os/exec"
 	"path"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"strings"
 	"syscall"
@@ -37,10 +36,6 @@ const (
 	// declarations of one, never share an image (and a manifest).
 	templateInfoPath = "etc/stockade/template.json"
 )
-
-// templateName is the pattern of a template's name (as the templates
-// package's).
-var templateName = regexp.MustCompile(`^[a-z][a-z0-9-]{0,39}$`)
 
 // templateBuild is one build of a template.
 type templateBuild struct {
@@ -75,7 +70,7 @@ func (b *templateBuild) computeKey(base Manifest) (string, error) {
 		b.files = files
 	}
 	h := sha256.New()
-	canon, _ := declaration(b.t)
+	canon := templates.Canonical(b.t)
 	fmt.Fprintf(h, "template %d\nhardening %s\nbase %q\n", templateRevision, templateRuntime(b.rt).definition(), base.Digest)
 	binary.Write(h, binary.BigEndian, uint64(len(canon)))
 	h.Write(canon)
@@ -204,7 +199,7 @@ func (b *templateBuild) build(ctx context.Context) (_ Manifest, err error) {
 	}
 	tm := &TemplateManifest{Name: b.t.Name, Base: b.t.Base, Key: b.key, Layer: layer,
 		Env: b.t.Env, Workdir: b.t.Workdir, Start: b.t.Start, Ready: b.t.Ready, Golden: b.t.Golden}
-	_, tm.Declaration = declaration(b.t)
+	tm.Declaration = templates.Key(b.t)
 	if len(b.t.PythonWheels) > 0 {
 		b.prog.stage("wheels")
 		if tm.Wheels, err = b.installWheels(ctx, rootfs); err != nil {

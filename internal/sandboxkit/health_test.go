@@ -1,4 +1,4 @@
-package sandboxkit
+package sandboxkit_test
 
 import (
 	"context"
@@ -12,13 +12,14 @@ import (
 	"time"
 
 	"github.com/stockade-sh/stockade/errdefs"
+	"github.com/stockade-sh/stockade/internal/sandboxkit"
 	"github.com/stockade-sh/stockade/internal/testenv"
 )
 
 func TestHealthCache(t *testing.T) {
 	var calls atomic.Int32
 	result := make(chan error, 10)
-	c := &HealthCache{TTL: 50 * time.Millisecond, Check: func(ctx context.Context) error {
+	c := &sandboxkit.HealthCache{TTL: 50 * time.Millisecond, Check: func(ctx context.Context) error {
 		calls.Add(1)
 		return <-result
 	}}
@@ -69,7 +70,7 @@ func TestHealthCache(t *testing.T) {
 
 func TestHealthCacheCallerGivesUp(t *testing.T) {
 	release := make(chan struct{})
-	c := &HealthCache{Check: func(ctx context.Context) error {
+	c := &sandboxkit.HealthCache{Check: func(ctx context.Context) error {
 		<-release
 		return nil
 	}}
@@ -103,7 +104,7 @@ func TestCheckGuest(t *testing.T) {
 		{"dynamically linked", "/bin/ls", "is dynamically linked"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			err := CheckGuest(tt.path)
+			err := sandboxkit.CheckGuest(tt.path)
 			if tt.want == "" {
 				if err != nil {
 					t.Errorf("got %v, want nil", err)
