@@ -50,6 +50,9 @@ type Engine struct {
 	// testKernel makes sessions run the guest's test kernel
 	// (WithTestKernel).
 	testKernel bool
+	// testTemplates binds tools to templates by the tools' names, for
+	// tests, until tools parses a record's `template:` (toolOf).
+	testTemplates map[string]string
 
 	// closing tracks the background removals of destroyed sessions'
 	// networks; closeErrs collects their failures for Wait.
@@ -291,11 +294,19 @@ func (e *Engine) resolve(req Request) (tools.Tool, sandbox.Driver, image.Runtime
 	fail := func(err error) (tools.Tool, sandbox.Driver, image.Runtime, error) {
 		return tools.Tool{}, nil, image.Runtime{}, err
 	}
-	rt, ok := image.Runtimes[req.Runtime]
+	runtime := req.Runtime
+	if t, err := e.toolOf(req.Tool); err == nil && t.Template != "" {
+		// The template's base is the runtime; the request may leave it
+		// out.
+		if runtime, err = e.templateRuntime(t, runtime); err != nil {
+			return fail(err)
+		}
+	}
+	rt, ok := image.Runtimes[runtime]
 	if !ok {
 		return fail(errdefs.Publicf("unknown runtime %q (known: %s): %w", req.Runtime, strings.Join(runtimeNames(), ", "), errdefs.ErrInvalidArgument))
 	}
-	tool, err := e.tools.Get(req.Tool)
+	tool, err := e.toolOf(req.Tool)
 	if err != nil {
 		return fail(errdefs.Publicf("%v: %w", err, errdefs.ErrInvalidArgument))
 	}
@@ -387,7 +398,7 @@ func (e *Engine) specFor(ctx context.Context, tool tools.Tool, drv sandbox.Drive
 			return sandbox.Spec{}, err
 		}
 	}
-	img, err := e.images.Resolve(rt.Name)
+	img, _, err := e.imageOf(tool, rt)
 	if err != nil {
 		return sandbox.Spec{}, err
 	}
@@ -407,7 +418,17 @@ func (e *Engine) specFor(ctx context.Context, tool tools.Tool, drv sandbox.Drive
 // printed and used.
 func (e *Engine) Run(ctx context.Context, req Request) (*Result, error) {
 	defer req.Reservation.Release()
-	tool, _, _, err := e.Validate(req)
+	tool, _, rt, err := e.Validate(req)
+	if err != nil {
+		return nil, err
+	}
+	// A template's tool may leave the runtime out: it is its base.
+	req.Runtime = rt.Name
+	_, tm, err := e.imageOf(tool, rt)
+	if err != nil {
+		return nil, err
+	}
+	loader, err := needsLoader(tm)
 	if err != nil {
 		return nil, err
 	}
@@ -437,14 +458,19 @@ func (e *Engine) Run(ctx context.Context, req Request) (*Result, error) {
 			return nil, fmt.Errorf("recording the start: %w", err)
 		}
 	}
-	res, err := sandbox.Run(ctx, sb, sandbox.ExecRequest{
-		File:     sandbox.File{Name: sb.Runtime.FileName, Data: req.Code},
-		Argv:     sb.Runtime.Interpreter,
-		Env:      ProgramEnv(),
-		Stdin:    req.Stdin,
-		Timeout:  sb.Limits.Timeout,
-		OnOutput: req.OnOutput,
-	})
+	var res *sandbox.Result
+	if loader {
+		res, err = e.runLoader(ctx, sb, req, tm)
+	} else {
+		res, err = sandbox.Run(ctx, sb, sandbox.ExecRequest{
+			File:     sandbox.File{Name: sb.Runtime.FileName, Data: req.Code},
+			Argv:     sb.Runtime.Interpreter,
+			Env:      templateEnv(tm),
+			Stdin:    req.Stdin,
+			Timeout:  sb.Limits.Timeout,
+			OnOutput: req.OnOutput,
+		})
+	}
 	if err != nil {
 		return nil, err
 	}

@@ -105,7 +105,7 @@ func (e *Engine) ResumeSession(ctx context.Context, spec SessionSpec, dir string
 	if err := setDeadline(ctx, sb, spec.Deadline); err != nil {
 		return nil, err
 	}
-	s, err := e.liveOf(sb, spec.Driver, spec.Runtime)
+	s, err := e.liveOf(sb, spec.Driver, spec)
 	if err != nil {
 		return nil, err
 	}

@@ -14,7 +14,6 @@ import (
 
 	"github.com/stockade-sh/stockade/errdefs"
 	"github.com/stockade-sh/stockade/image"
-	"github.com/stockade-sh/stockade/kernel"
 	"github.com/stockade-sh/stockade/sandbox"
 	"github.com/stockade-sh/stockade/tools"
 )
@@ -196,13 +195,21 @@ func (e *Engine) newPool(s PoolSpec, owner map[string]string, session bool) (*po
 	bad := func(format string, a ...any) error {
 		return fmt.Errorf("pool of tool %q, runtime %q: %s: %w", s.Tool, s.Runtime, fmt.Sprintf(format, a...), errdefs.ErrInvalidArgument)
 	}
-	argv, ok := poolPrograms[s.Runtime]
-	if !ok {
-		return nil, bad("only python has a pool interpreter")
-	}
 	tool, drv, rt, err := e.resolve(Request{Tool: s.Tool, Runtime: s.Runtime})
 	if err != nil {
 		return nil, bad("%v", err)
+	}
+	argv, ok := poolPrograms[rt.Name]
+	if !ok {
+		return nil, bad("only python has a pool interpreter")
+	}
+	_, tm, err := e.imageOf(tool, rt)
+	if err != nil {
+		return nil, bad("%v", err)
+	}
+	if tm != nil {
+		// A template's pool runs its Start and Ready as it fills.
+		argv = loaderArgv(tm, poolModules[rt.Name])
 	}
 	b, ok := drv.(sandbox.Binder)
 	if !ok {
@@ -217,7 +224,7 @@ func (e *Engine) newPool(s PoolSpec, owner map[string]string, session bool) (*po
 		maxAge = 10 * time.Minute
 	}
 	p := &pool{e: e, name: tool.Name + "/" + rt.Name, size: s.Size, tool: tool, drv: drv, binder: b, rt: rt,
-		base: e.Limits(tool), maxAge: maxAge, wake: make(chan struct{}, 1)}
+		base: e.Limits(tool), maxAge: maxAge, wake: make(chan struct{}, 1), env: templateEnv(tm)}
 	p.created = p.base
 	if session {
 		if err := e.sessionKind(p, s); err != nil {
@@ -246,15 +253,12 @@ func (e *Engine) sessionKind(p *pool, s PoolSpec) error {
 	if e.poolOpts.SessionWorkspace <= 0 {
 		return fmt.Errorf("session pool of tool %q, runtime %q: the sessions' /workspace size is not set: %w", s.Tool, s.Runtime, errdefs.ErrInvalidArgument)
 	}
-	ks, err := e.kernelSpec(p.rt)
-	if err == nil && !e.testKernel {
-		ks, err = kernel.Spec(p.rt.Name, kernel.Options{Cwd: WorkspaceDir, Env: ProgramEnv(), Preimport: poolModules[p.rt.Name]})
-	}
+	ks, pre, err := e.sessionKernel(p.tool, p.rt, poolModules[p.rt.Name])
 	if err != nil {
 		return err
 	}
 	p.name += "/session"
-	p.size, p.session, p.workspace, p.kernel = s.Sessions, true, e.poolOpts.SessionWorkspace, ks
+	p.size, p.session, p.workspace, p.kernel, p.prelude = s.Sessions, true, e.poolOpts.SessionWorkspace, ks, pre
 	return nil
 }
 
@@ -279,6 +283,11 @@ type pool struct {
 	session   bool
 	workspace int64
 	kernel    sandbox.KernelSpec
+	// env is its programs' environment (templateEnv); prelude what a
+	// session pool's kernel runs before it is ready (its template's
+	// Start and Ready).
+	env     []string
+	prelude *prelude
 
 	mu    sync.Mutex
 	ready []*warm // oldest first
@@ -443,7 +452,7 @@ func (p *pool) grow(ctx context.Context) (failed, ok bool) {
 
 // create creates an unbound sandbox and starts its interpreter.
 func (p *pool) create(ctx context.Context) (*warm, error) {
-	img, err := p.e.images.Resolve(p.rt.Name)
+	img, _, err := p.e.imageOf(p.tool, p.rt)
 	if err != nil {
 		return nil, err
 	}
@@ -467,6 +476,10 @@ func (p *pool) create(ctx context.Context) (*warm, error) {
 			_ = sb.Destroy(context.WithoutCancel(ctx))
 			return nil, fmt.Errorf("starting the pool's %s kernel: %w", p.rt.Name, err)
 		}
+		if err := p.prelude.run(ctx, w.k); err != nil {
+			_ = sb.Destroy(context.WithoutCancel(ctx))
+			return nil, err
+		}
 		return w, nil
 	}
 	// The Exec lives as long as the sandbox: its ctx is the pool's, and a
@@ -474,7 +487,7 @@ func (p *pool) create(ctx context.Context) (*warm, error) {
 	ex, err := sb.Start(context.WithoutCancel(ctx), sandbox.ExecRequest{
 		File:        sandbox.File{Name: p.rt.FileName},
 		Argv:        p.argv,
-		Env:         ProgramEnv(),
+		Env:         p.env,
 		StdinStream: true,
 		ExitNotice:  true,
 		OnOutput: func(s sandbox.Stream, b []byte) {
@@ -631,7 +644,7 @@ func (e *Engine) acquireSession(ctx context.Context, spec SessionSpec, tool tool
 		// the pool's count, in the budget as the session's, and a kernel
 		// restarted in it is a cold kernel.
 		p.handOver(w)
-		ks, err := e.kernelSpec(rt)
+		ks, pre, err := e.sessionKernel(tool, rt, nil)
 		if d, ok := w.sb.(sandbox.Deadliner); ok && err == nil {
 			// The pool's deadline goes, also for a session without one.
 			err = d.SetDeadline(ctx, spec.Deadline)
@@ -646,7 +659,7 @@ func (e *Engine) acquireSession(ctx context.Context, spec SessionSpec, tool tool
 			p.counted(false)
 			return nil
 		}
-		s.kernel, s.mem = w.k, w.release
+		s.kernel, s.mem, s.prelude = w.k, w.release, pre
 		p.counted(true)
 		return s
 	}

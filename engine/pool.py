@@ -5,7 +5,10 @@
 # sys.path[0] of the file, the file itself written where the cold run's is,
 # the rest of stdin as the program's stdin, and the exit status Python gives
 # an uncaught exception, a SystemExit or a normal end. It runs once and the
-# sandbox is destroyed after it.
+# sandbox is destroyed after it. With an argument (engine/template.go's
+# loaderConfig) it imports the modules that names instead, and runs a
+# template's Start and Ready first, in the program's namespace: a cold
+# one-shot of a template runs through it too.
 #
 # Stdin carries: a decimal header length and a newline; the header, JSON
 # {"path", "argv", "size"}; size bytes of code; then the program's stdin.
@@ -53,12 +56,62 @@ def _drop_notice():
 
 os.register_at_fork(after_in_child=_drop_notice)
 
-with warnings.catch_warnings():
-    # Nothing may be written before the program runs: its output is all the
-    # run's.
-    warnings.simplefilter("ignore")
-    import numpy  # noqa: F401
-    import pandas  # noqa: F401
+# The program's module, made now so that a template's Start fills the
+# namespace the program runs in.
+_main = type(sys)("__main__")
+_main.__dict__.update({"__annotations__": {}, "__builtins__": builtins})
+
+# argv[1], when given, is the engine's loaderConfig: the modules to import
+# (numpy and pandas without it), and a template's working directory, Start
+# and Ready, run before the program is read, their output discarded. A
+# Start or Ready that fails ends the loader with status 125 and a line on
+# stderr that starts "stockade: the template's " (engine/template.go).
+_cfg = json.loads(sys.argv[1]) if len(sys.argv) > 1 else {"preimport": ["numpy", "pandas"]}
+del sys.argv[1:]
+
+
+def _prepare(cfg):
+    with warnings.catch_warnings():
+        # Nothing may be written before the program runs: its output is
+        # all the run's.
+        warnings.simplefilter("ignore")
+        for m in cfg.get("preimport") or []:
+            __import__(m)
+    if cfg.get("workdir"):
+        os.chdir(cfg["workdir"])
+    if not cfg.get("start") and not cfg.get("ready"):
+        return
+    sys.modules["__main__"] = _main
+    saved = os.dup(1), os.dup(2)
+    null = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(null, 1)
+    os.dup2(null, 2)
+    os.close(null)
+    what, failed = None, None
+    try:
+        for what in ("start", "ready"):
+            if cfg.get(what):
+                exec(compile(cfg[what], "<template " + what + ">", "exec"), _main.__dict__)
+    except BaseException as e:
+        failed = "%s: %s" % (type(e).__name__, e)
+    finally:
+        try:
+            sys.stdout.flush()
+            sys.stderr.flush()
+        except BaseException:
+            pass
+        os.dup2(saved[0], 1)
+        os.dup2(saved[1], 2)
+        os.close(saved[0])
+        os.close(saved[1])
+    if failed is not None:
+        line = "stockade: the template's %s failed: %s\n" % (what, failed.replace("\n", " ")[:400])
+        os.write(2, line.encode("utf-8", "replace"))
+        os._exit(125)
+
+
+_prepare(_cfg)
+del _cfg
 
 
 def _read(n):
@@ -94,14 +147,11 @@ with open(_path, "wb") as f:
 sys.argv = list(_h["argv"])
 sys.orig_argv = ["/usr/bin/python3"] + sys.argv
 sys.path[0] = os.path.dirname(_path)
-_main = type(sys)("__main__")
 _main.__dict__.update(
     {
         "__file__": _path,
         "__cached__": None,
         "__loader__": importlib.machinery.SourceFileLoader("__main__", _path),
-        "__annotations__": {},
-        "__builtins__": builtins,
     }
 )
 sys.modules["__main__"] = _main

@@ -93,6 +93,9 @@ type LiveSession struct {
 	mu     sync.Mutex // guards kernel and mem
 	kernel sandbox.Kernel
 	mem    func() // releases the sandbox's memory from the budget; nil once done
+	// prelude is what every kernel started in the sandbox runs before
+	// the session's cells: its template's Start and Ready (template.go).
+	prelude *prelude
 }
 
 // releaseMemory takes the session's sandbox out of the memory budget.
@@ -164,7 +167,7 @@ func (e *Engine) OpenSession(ctx context.Context, spec SessionSpec) (_ *LiveSess
 			release()
 		}
 	}()
-	ks, err := e.kernelSpec(rt)
+	ks, pre, err := e.sessionKernel(tool, rt, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -172,6 +175,7 @@ func (e *Engine) OpenSession(ctx context.Context, spec SessionSpec) (_ *LiveSess
 	if err != nil {
 		return nil, err
 	}
+	s.prelude = pre
 	if spec.Kernel != nil {
 		s.spec.Argv = spec.Kernel
 	}
@@ -233,7 +237,7 @@ func (e *Engine) adopt(ctx context.Context, sb sandbox.Sandbox, driver string, s
 		return nil, errors.New("no active session has it")
 	}
 	spec.Driver = driver
-	s, err := e.liveOf(sb, driver, spec.Runtime)
+	s, err := e.liveOf(sb, driver, spec)
 	if err != nil {
 		return nil, err
 	}
@@ -275,18 +279,34 @@ func (e *Engine) sessionMemory(spec SessionSpec) int64 {
 	return e.Limits(tool).Memory
 }
 
-// liveOf is the session of runtime name that sandbox sb, which has
-// processes already, serves.
-func (e *Engine) liveOf(sb sandbox.Sandbox, driver, name string) (*LiveSession, error) {
+// liveOf is the session of spec (its Runtime and Tool) that sandbox sb,
+// which has processes already, serves. A kernel it starts is its tool's
+// (its template's, with Start), or the runtime's for a tool no longer
+// configured.
+func (e *Engine) liveOf(sb sandbox.Sandbox, driver string, spec SessionSpec) (*LiveSession, error) {
+	tool, err := e.toolOf(spec.Tool)
+	if err != nil {
+		tool = tools.Tool{}
+	}
+	name := spec.Runtime
+	if name == "" {
+		// A template's session may have been recorded without its base.
+		name, _ = e.templateRuntime(tool, name)
+	}
 	rt, ok := image.Runtimes[name]
 	if !ok {
-		return nil, fmt.Errorf("unknown runtime %q", name)
+		return nil, fmt.Errorf("unknown runtime %q", spec.Runtime)
 	}
-	spec, err := e.kernelSpec(rt)
+	ks, pre, err := e.sessionKernel(tool, rt, nil)
 	if err != nil {
 		return nil, err
 	}
-	return newLiveSession(sb, driver, rt, sandbox.Limits{}, spec)
+	s, err := newLiveSession(sb, driver, rt, sandbox.Limits{}, ks)
+	if err != nil {
+		return nil, err
+	}
+	s.prelude = pre
+	return s, nil
 }
 
 // takeKernel makes the first live kernel of the sandbox the session's,
@@ -310,6 +330,10 @@ func (s *LiveSession) startKernel(ctx context.Context) error {
 	k, err := s.kernels.StartKernel(ctx, s.spec)
 	if err != nil {
 		return fmt.Errorf("starting the %s kernel of sandbox %s: %w", s.Runtime.Name, s.sb.ID(), err)
+	}
+	if err := s.prelude.run(ctx, k); err != nil {
+		_ = k.Stop(context.WithoutCancel(ctx))
+		return err
 	}
 	s.mu.Lock()
 	s.kernel = k

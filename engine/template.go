@@ -1,0 +1,294 @@
+package engine
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+
+	"github.com/stockade-sh/stockade/errdefs"
+	"github.com/stockade-sh/stockade/image"
+	"github.com/stockade-sh/stockade/kernel"
+	"github.com/stockade-sh/stockade/sandbox"
+	"github.com/stockade-sh/stockade/tools"
+)
+
+// A tool whose record names a template (tools.Tool.Template) runs the
+// template's image, built by image.Store.BuildTemplate, with the
+// template's base as its only runtime: a request may name that runtime or
+// none. The template's Env is added to the profile's environment of every
+// program and kernel of its sandboxes; its Workdir is their working
+// directory (a session's kernel otherwise runs in /workspace, a one-shot
+// in /tmp); its Start, and then its Ready check, run before any code of a
+// caller, where that code will run:
+//
+//   - a session: in its kernel, as hidden cells whose output is no one's,
+//     once the kernel has started and again whenever the kernel is
+//     restarted (after a timeout or an OOM kill), so that every cell of
+//     the session finds what Start made; a Start or Ready that fails ends
+//     the session's creation with an error naming the template;
+//   - a session pool's sandbox: the same, before the pool holds it;
+//   - a one-shot (python only: other bases refuse a one-shot of a
+//     template with Start or Ready or Workdir): in the program's own
+//     process, before the program, by pool.py, the loader of the python
+//     one-shot pools, which runs Start and Ready with their output
+//     discarded, then reads the program from its stdin and runs it as
+//     __main__ in the namespace Start filled. A cold one-shot pays for
+//     Start within its own timeout; a one-shot pool's sandbox runs Start
+//     as it fills. A Start that fails ends the loader with startFailed
+//     before any of the caller's code is read: the run is an error, not a
+//     result of the caller's program.
+
+// TemplateImages resolves a template's image: its rootfs and the
+// manifest of its build (image.Store.ResolveTemplate). The engine's
+// Images implement it where templates can run; an engine over images that
+// do not refuses every tool that names a template.
+type TemplateImages interface {
+	ResolveTemplate(name string) (sandbox.Image, image.Manifest, error)
+}
+
+// startFailed is the exit status and the start of the stderr of pool.py
+// when a template's Start or Ready failed, before the program was read.
+const (
+	startFailedCode   = 125
+	startFailedPrefix = "stockade: the template's "
+)
+
+// toolOf is the tool of a request: name's in the engine's tools, with
+// the template a test bound it to (testTemplates) until tools parses
+// `template:` itself.
+func (e *Engine) toolOf(name string) (tools.Tool, error) {
+	t, err := e.tools.Get(name)
+	if err == nil && t.Template == "" {
+		t.Template = e.testTemplates[t.Name]
+	}
+	return t, err
+}
+
+// templateOf resolves tool's template: its image and what it runs at a
+// sandbox's start. A tool without one is (zero, nil, nil).
+func (e *Engine) templateOf(tool tools.Tool) (sandbox.Image, *image.TemplateManifest, error) {
+	if tool.Template == "" {
+		return sandbox.Image{}, nil, nil
+	}
+	ti, ok := e.images.(TemplateImages)
+	if !ok {
+		return sandbox.Image{}, nil, errdefs.Publicf("tool %q runs template %q, and this server's images hold no templates: %w", tool.Name, tool.Template, errdefs.ErrFailedPrecondition)
+	}
+	img, m, err := ti.ResolveTemplate(tool.Template)
+	if err != nil {
+		return sandbox.Image{}, nil, err
+	}
+	if m.Template == nil || m.Template.Name != tool.Template {
+		return sandbox.Image{}, nil, fmt.Errorf("the image of template %q is not a build of it: %w", tool.Template, errdefs.ErrFailedPrecondition)
+	}
+	if _, ok := image.Runtimes[m.Template.Base]; !ok {
+		return sandbox.Image{}, nil, fmt.Errorf("template %q has an unknown base %q: %w", tool.Template, m.Template.Base, errdefs.ErrFailedPrecondition)
+	}
+	return img, m.Template, nil
+}
+
+// templateRuntime is the runtime a request for runtime of tool runs: the
+// base of its template, which the request may name or leave empty, or
+// runtime for a tool without one.
+func (e *Engine) templateRuntime(tool tools.Tool, runtime string) (string, error) {
+	if tool.Template == "" {
+		return runtime, nil
+	}
+	_, m, err := e.templateOf(tool)
+	if err != nil {
+		return "", err
+	}
+	if runtime != "" && runtime != m.Base {
+		return "", errdefs.Publicf("tool %q runs template %q, whose runtime is %q, not %q: %w", tool.Name, m.Name, m.Base, runtime, errdefs.ErrInvalidArgument)
+	}
+	return m.Base, nil
+}
+
+// imageOf is the image a sandbox of tool with runtime rt runs: its
+// template's, or the runtime's. The manifest is nil without a template.
+func (e *Engine) imageOf(tool tools.Tool, rt image.Runtime) (sandbox.Image, *image.TemplateManifest, error) {
+	if tool.Template != "" {
+		return e.templateOf(tool)
+	}
+	img, err := e.images.Resolve(rt.Name)
+	return img, nil, err
+}
+
+// templateEnv is the environment of a program or kernel of template m:
+// the profile's, with m's variables added (replacing the profile's of the
+// same name), in the order of their names. Nil m is the profile's.
+func templateEnv(m *image.TemplateManifest) []string {
+	env := ProgramEnv()
+	if m == nil || len(m.Env) == 0 {
+		return env
+	}
+	out := make([]string, 0, len(env)+len(m.Env))
+	for _, kv := range env {
+		k, _, _ := strings.Cut(kv, "=")
+		if _, ok := m.Env[k]; !ok {
+			out = append(out, kv)
+		}
+	}
+	for _, k := range slices.Sorted(maps.Keys(m.Env)) {
+		out = append(out, k+"="+m.Env[k])
+	}
+	return out
+}
+
+// sessionKernel is the kernel of a session of tool with runtime rt, and
+// the hidden cells it runs before the session's first (and after each
+// restart): its template's Start and Ready. preimport are modules the
+// python kernel imports before it is ready (a session pool's).
+func (e *Engine) sessionKernel(tool tools.Tool, rt image.Runtime, preimport []string) (sandbox.KernelSpec, *prelude, error) {
+	_, m, err := e.imageOf(tool, rt)
+	if err != nil {
+		return sandbox.KernelSpec{}, nil, err
+	}
+	if e.testKernel {
+		ks, err := e.kernelSpec(rt)
+		return ks, newPrelude(m), err
+	}
+	opts := kernel.Options{Cwd: WorkspaceDir, Env: templateEnv(m), Preimport: preimport}
+	if m != nil && m.Workdir != "" {
+		opts.Cwd = m.Workdir
+	}
+	ks, err := kernel.Spec(rt.Name, opts)
+	return ks, newPrelude(m), err
+}
+
+// prelude is what a template's kernel runs before a caller's cells.
+type prelude struct {
+	template     string
+	start, ready string
+}
+
+func newPrelude(m *image.TemplateManifest) *prelude {
+	if m == nil || (m.Start == "" && m.Ready == "") {
+		return nil
+	}
+	return &prelude{template: m.Name, start: m.Start, ready: m.Ready}
+}
+
+// run runs the prelude's cells in k, their output discarded; a cell that
+// fails is ErrFailedPrecondition naming the template, with the cell's
+// error and the end of its stderr.
+func (p *prelude) run(ctx context.Context, k sandbox.Kernel) error {
+	if p == nil {
+		return nil
+	}
+	for _, c := range []struct{ name, code string }{{"start", p.start}, {"ready", p.ready}} {
+		if c.code == "" {
+			continue
+		}
+		var stderr bytes.Buffer
+		r, err := k.Run(ctx, sandbox.Cell{Code: c.code, OnOutput: func(s sandbox.Stream, b []byte) {
+			if s == sandbox.Stderr && stderr.Len() < 4096 {
+				stderr.Write(b)
+			}
+		}})
+		if err != nil {
+			return fmt.Errorf("running template %q's %s: %w", p.template, c.name, err)
+		}
+		if why := cellFailure(r, stderr.String()); why != "" {
+			return errdefs.Publicf("template %q's %s failed: %s: %w", p.template, c.name, why, errdefs.ErrFailedPrecondition)
+		}
+	}
+	return nil
+}
+
+// cellFailure says why a hidden cell failed, or "" when it succeeded.
+func cellFailure(r *sandbox.CellResult, stderr string) string {
+	switch {
+	case r.Status == sandbox.CellRaised && r.Error != nil:
+		return fmt.Sprintf("%s: %s", r.Error.Name, oneLine(r.Error.Value, 300))
+	case r.Status != sandbox.CellOK:
+		return fmt.Sprintf("status %s: %s", r.Status, oneLine(stderr, 300))
+	}
+	return ""
+}
+
+// oneLine is s on one line, at most n bytes of it.
+func oneLine(s string, n int) string {
+	s = strings.Join(strings.Fields(s), " ")
+	if len(s) > n {
+		s = s[:n] + "..."
+	}
+	return s
+}
+
+// loaderConfig is what pool.py runs before it reads the program: the
+// modules it imports, the template's working directory, Start and Ready.
+type loaderConfig struct {
+	Preimport []string `json:"preimport"`
+	Workdir   string   `json:"workdir,omitempty"`
+	Start     string   `json:"start,omitempty"`
+	Ready     string   `json:"ready,omitempty"`
+}
+
+// loaderArgv is the argv of pool.py for template m (nil: none) that
+// imports preimport first.
+func loaderArgv(m *image.TemplateManifest, preimport []string) []string {
+	c := loaderConfig{Preimport: preimport}
+	if c.Preimport == nil {
+		c.Preimport = []string{}
+	}
+	if m != nil {
+		c.Workdir, c.Start, c.Ready = m.Workdir, m.Start, m.Ready
+	}
+	b, _ := json.Marshal(c)
+	return []string{"/usr/bin/python3", "-c", poolPython, string(b)}
+}
+
+// needsLoader says whether a one-shot of template m must run through the
+// loader (Start, Ready or Workdir to apply), and refuses one that no
+// loader serves (a base other than python).
+func needsLoader(m *image.TemplateManifest) (bool, error) {
+	if m == nil || (m.Start == "" && m.Ready == "" && m.Workdir == "") {
+		return false, nil
+	}
+	if m.Base != "python" {
+		return false, errdefs.Publicf("template %q (base %s) has start, ready or workdir, which only sessions of it run; run it in a session: %w", m.Name, m.Base, errdefs.ErrFailedPrecondition)
+	}
+	return true, nil
+}
+
+// startFailure is the error of a loader's run that ended before the
+// program because the template's Start or Ready failed, or nil.
+func startFailure(template string, res *sandbox.Result) error {
+	if res.ExitCode != startFailedCode || !bytes.HasPrefix(res.Stderr, []byte(startFailedPrefix)) {
+		return nil
+	}
+	return errdefs.Publicf("template %q: %s: %w", template, oneLine(strings.TrimPrefix(string(res.Stderr), "stockade: "), 400), errdefs.ErrFailedPrecondition)
+}
+
+// runLoader runs req's program in sb, a fresh sandbox of template m,
+// through pool.py: Start and Ready first, then the program, as a one-shot
+// pool's sandbox runs it (runWarm) but within one Exec of the sandbox's
+// timeout. A Start or Ready that failed is an error.
+func (e *Engine) runLoader(ctx context.Context, sb *Session, req Request, m *image.TemplateManifest) (*sandbox.Result, error) {
+	ex, err := sb.Start(ctx, sandbox.ExecRequest{
+		File:        sandbox.File{Name: sb.Runtime.FileName},
+		Argv:        loaderArgv(m, nil),
+		Env:         templateEnv(m),
+		StdinStream: true,
+		ExitNotice:  true,
+		Timeout:     sb.Limits.Timeout,
+		OnOutput:    req.OnOutput,
+	})
+	if err != nil {
+		return nil, err
+	}
+	go feed(ex, sb.Runtime.FileName, req.Code, req.Stdin)
+	res, err := ex.Wait(context.WithoutCancel(ctx))
+	if err != nil {
+		return nil, err
+	}
+	if err := startFailure(m.Name, res); err != nil {
+		return nil, err
+	}
+	return res, nil
+}

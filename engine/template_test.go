@@ -1,0 +1,232 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stockade-sh/stockade/driver/runc"
+	"github.com/stockade-sh/stockade/errdefs"
+	"github.com/stockade-sh/stockade/image"
+	"github.com/stockade-sh/stockade/internal/testenv"
+	"github.com/stockade-sh/stockade/sandbox"
+	"github.com/stockade-sh/stockade/tools"
+)
+
+// templateImages are the installed runtime images, with templates dressed
+// from them: a template's image is its base's, its manifest says what a
+// build would (image.Store.ResolveTemplate).
+type templateImages struct {
+	*image.Store
+	templates map[string]image.TemplateManifest
+}
+
+func (f templateImages) ResolveTemplate(name string) (sandbox.Image, image.Manifest, error) {
+	m, ok := f.templates[name]
+	if !ok {
+		return sandbox.Image{}, image.Manifest{}, errdefs.Publicf("template %q is not built: %w", name, errdefs.ErrNotFound)
+	}
+	img, err := f.Resolve(m.Base)
+	if err != nil {
+		return sandbox.Image{}, image.Manifest{}, err
+	}
+	return img, image.Manifest{Name: m.Base, Digest: img.Digest, Template: &m}, nil
+}
+
+// testTemplates are the templates of these tests: analytics starts with a
+// variable and an import, and prints what must reach no caller; broken's
+// start raises.
+func testTemplates() templateImages {
+	return templateImages{Store: image.Open(testenv.DataDir()), templates: map[string]image.TemplateManifest{
+		"analytics": {Name: "analytics", Base: "python", Env: map[string]string{"TPL_GREETING": "hello"}, Workdir: "/usr",
+			Start: "import json; X = 41\nprint('started, which no caller sees')", Ready: "assert X == 41"},
+		"broken": {Name: "broken", Base: "python", Start: "raise ValueError('no model here')"},
+		"shelly": {Name: "shelly", Base: "shell", Env: map[string]string{"TPL_GREETING": "hi"}, Start: "X=41; echo started"},
+	}}
+}
+
+// withTemplate binds tool to template, as a record's `template:` does.
+func withTemplate(tool, template string) Option {
+	return func(e *Engine) {
+		if e.testTemplates == nil {
+			e.testTemplates = map[string]string{}
+		}
+		e.testTemplates[tool] = template
+	}
+}
+
+// templateTools are tools analytics, broken and shelly of the templates of
+// the same names, on tier.
+func templateTools(t *testing.T, tier string) []Option {
+	var b strings.Builder
+	b.WriteString("tools:\n")
+	for _, n := range []string{"analytics", "broken", "shelly"} {
+		fmt.Fprintf(&b, "  - name: %s\n    input_trust: trusted\n    tier: %s\n", n, tier)
+	}
+	return []Option{withToolsFile(t, b.String(), tools.Options{Drivers: DriverCapabilities()}),
+		withTemplate("analytics", "analytics"), withTemplate("broken", "broken"), withTemplate("shelly", "shelly")}
+}
+
+// runcTemplateEngine is an engine over runc with the templates' tools.
+func runcTemplateEngine(t *testing.T, opts ...Option) *Engine {
+	t.Helper()
+	testenv.RequiresRoot(t)
+	testenv.RequiresBinary(t, "runc")
+	d, err := runc.New(runc.Config{StateDir: t.TempDir(), GuestPath: testenv.Guest(t), Shim: testenv.Shim(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := New(map[string]sandbox.Driver{"runc": d}, "runc", testTemplates(), sandbox.DefaultLimits(), sandbox.DefaultCeiling(),
+		append(templateTools(t, "container"), opts...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return e
+}
+
+// seesTemplate is python code that prints what a template's Start and
+// Env and Workdir gave it; wantTemplate is what it prints.
+const (
+	seesTemplate = "import os\nprint(X + 1, json.dumps([1]), os.environ['TPL_GREETING'], os.getcwd())"
+	wantTemplate = "42 [1] hello /usr\n"
+)
+
+func openTemplate(t *testing.T, e *Engine, tool, runtime string) (*LiveSession, error) {
+	s, err := e.OpenSession(t.Context(), SessionSpec{Tool: tool, Runtime: runtime, Workspace: poolWorkspace,
+		Labels: map[string]string{LabelOwner: poolOwner, LabelSession: "ses_" + strings.ReplaceAll(t.Name(), "/", "_")}})
+	if err == nil {
+		t.Cleanup(func() { _ = s.Close(context.Background()) })
+	}
+	return s, err
+}
+
+// TestTemplateRuns runs a template's tool on runc: a session's first cell,
+// and a one-shot, see what Start made (X, json), the template's Env and
+// Workdir, and nothing Start printed; a request naming another runtime
+// than the template's base is refused naming both; a shell template's
+// session has its Start's variable.
+func TestTemplateRuns(t *testing.T) {
+	e := runcTemplateEngine(t)
+	t.Run("session", func(t *testing.T) {
+		s, err := openTemplate(t, e, "analytics", "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if s.Runtime.Name != "python" {
+			t.Errorf("got runtime %q, want the template's base, python", s.Runtime.Name)
+		}
+		r := pyCell(t, s, seesTemplate)
+		if r.Status != sandbox.StatusSucceeded || r.Stdout != wantTemplate || r.Stderr != "" {
+			t.Errorf("got %s, stdout %q, stderr %q, error %+v; want succeeded, %q", r.Status, r.Stdout, r.Stderr, r.Error, wantTemplate)
+		}
+		// A restarted kernel runs Start again.
+		if r := pyCell(t, s, "import os; os._exit(3)"); !r.KernelRestarted {
+			t.Fatalf("got %+v, want the kernel restarted", r)
+		}
+		if r := pyCell(t, s, seesTemplate); r.Stdout != wantTemplate {
+			t.Errorf("after a restart: got stdout %q, stderr %q; want %q", r.Stdout, r.Stderr, wantTemplate)
+		}
+	})
+	t.Run("one-shot", func(t *testing.T) {
+		res, err := e.Run(t.Context(), Request{Tool: "analytics", Code: []byte(seesTemplate + "\nimport sys; print(sys.argv, __name__)")})
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := wantTemplate + "['/tmp/main.py'] __main__\n"
+		if res.Status != sandbox.StatusSucceeded || res.Stdout != want || res.Stderr != "" {
+			t.Errorf("got %s, stdout %q, stderr %q; want succeeded, %q", res.Status, res.Stdout, res.Stderr, want)
+		}
+		if res.Runtime != "python" {
+			t.Errorf("got runtime %q, want python", res.Runtime)
+		}
+		res, err = e.Run(t.Context(), Request{Tool: "analytics", Runtime: "python", Code: []byte("import sys\nprint(sys.stdin.read())\nraise SystemExit(4)"), Stdin: []byte("in")})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.Status != sandbox.StatusFailed || res.ExitCode != 4 || res.Stdout != "in\n" {
+			t.Errorf("got %s exit %d stdout %q; want failed exit 4 stdout %q", res.Status, res.ExitCode, res.Stdout, "in\n")
+		}
+	})
+	t.Run("other runtime", func(t *testing.T) {
+		_, err := openTemplate(t, e, "analytics", "node")
+		if !errdefs.IsInvalidArgument(err) || !strings.Contains(err.Error(), `"python"`) || !strings.Contains(err.Error(), `"node"`) {
+			t.Errorf("a session of runtime node: got %v, want ErrInvalidArgument naming python and node", err)
+		}
+		_, err = e.Run(t.Context(), Request{Tool: "analytics", Runtime: "shell", Code: []byte("true")})
+		if !errdefs.IsInvalidArgument(err) || !strings.Contains(err.Error(), `"shell"`) {
+			t.Errorf("a one-shot of runtime shell: got %v, want ErrInvalidArgument naming shell", err)
+		}
+	})
+	t.Run("shell session", func(t *testing.T) {
+		s, err := openTemplate(t, e, "shelly", "shell")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r := pyCell(t, s, `echo "$((X + 1)) $TPL_GREETING $(pwd)"`); r.Stdout != "42 hi /workspace\n" {
+			t.Errorf("got stdout %q, stderr %q; want %q", r.Stdout, r.Stderr, "42 hi /workspace\n")
+		}
+	})
+}
+
+// TestTemplateStartFails checks that a template whose Start raises makes
+// neither a session nor a one-shot, with an error naming the template and
+// what was raised, and leaves no sandbox.
+func TestTemplateStartFails(t *testing.T) {
+	e := runcTemplateEngine(t)
+	check := func(what string, err error) {
+		t.Helper()
+		if !errdefs.IsFailedPrecondition(err) || !strings.Contains(err.Error(), `template "broken"`) ||
+			!strings.Contains(err.Error(), "start failed") || !strings.Contains(err.Error(), "ValueError: no model here") {
+			t.Errorf("%s: got %v, want ErrFailedPrecondition naming the template, its start and the ValueError", what, err)
+		}
+	}
+	_, err := openTemplate(t, e, "broken", "")
+	check("a session", err)
+	_, err = e.Run(t.Context(), Request{Tool: "broken", Code: []byte("print('never')")})
+	check("a one-shot", err)
+	e.mem.mu.Lock()
+	n := e.mem.used
+	e.mem.mu.Unlock()
+	if n != 0 {
+		t.Errorf("after the failures the budget counts %d bytes, want 0", n)
+	}
+}
+
+// TestTemplatePools checks that a template's pools, one-shot and session,
+// hand out sandboxes whose Start has run: a pooled run and a pooled
+// session's first cell see X, the Env and the Workdir.
+func TestTemplatePools(t *testing.T) {
+	e := runcTemplateEngine(t, WithPools(PoolOptions{Pools: []PoolSpec{{Tool: "analytics", Size: 1, Sessions: 1}}, SessionWorkspace: poolWorkspace}))
+	counts := &poolCounts{}
+	e.SetPoolObserver(counts)
+	stop, err := e.StartPools(context.Background(), map[string]string{LabelOwner: poolOwner})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(stop)
+	waitReady(t, e, 1)
+	// Let the one-shot pool's loader finish Start before the run.
+	time.Sleep(time.Second)
+	res, err := e.Run(t.Context(), Request{Tool: "analytics", Code: []byte(seesTemplate)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Stdout != wantTemplate || res.Stderr != "" {
+		t.Errorf("pooled one-shot: got stdout %q, stderr %q; want %q", res.Stdout, res.Stderr, wantTemplate)
+	}
+	if h, _ := counts.get(); h != 1 {
+		t.Fatalf("got %d pool hits, want 1: the run was not served by the pool", h)
+	}
+	s, err := openTemplate(t, e, "analytics", "python")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h, _ := counts.get(); h != 2 {
+		t.Fatalf("got %d pool hits, want 2: the session was not served by the pool", h)
+	}
+	if r := pyCell(t, s, seesTemplate+"\nimport sys; print('pandas' in sys.modules)"); r.Stdout != wantTemplate+"True\n" {
+		t.Errorf("pooled session: got stdout %q, stderr %q, error %+v; want %q", r.Stdout, r.Stderr, r.Error, wantTemplate+"True\n")
+	}
+}
