@@ -54,6 +54,15 @@ type Engine struct {
 	// tests, until tools parses a record's `template:` (toolOf).
 	testTemplates map[string]string
 
+	// golden configures golden checkpoints (golden.go); goldenMu makes
+	// one at a time.
+	golden   GoldenOptions
+	goldenMu sync.Mutex
+	// ownerLabels are the labels StartPools gave the pools' sandboxes
+	// (the daemon's owner label), guarded by poolsMu: a golden sandbox
+	// carries them when GoldenOptions.Labels is nil.
+	ownerLabels map[string]string
+
 	// closing tracks the background removals of destroyed sessions'
 	// networks; closeErrs collects their failures for Wait.
 	closing   sync.WaitGroup

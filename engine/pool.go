@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -147,6 +148,9 @@ func (e *Engine) SetPoolObserver(o PoolObserver) { e.poolObs = o }
 // and left out.
 func (e *Engine) StartPools(ctx context.Context, labels map[string]string) (stop func(), err error) {
 	ctx, cancel := context.WithCancel(ctx)
+	e.poolsMu.Lock()
+	e.ownerLabels = maps.Clone(labels)
+	e.poolsMu.Unlock()
 	var pools []*pool
 	for _, s := range e.poolOpts.Pools {
 		for _, session := range []bool{false, true} {

@@ -137,13 +137,18 @@ func (e *Engine) CheckSession(spec SessionSpec) (tools.Tool, sandbox.Driver, ima
 
 // OpenSession creates a session's detached sandbox and starts its
 // kernel, or takes a session pool's sandbox whose kernel is ready when
-// one serves spec (pool.go). Nothing is left behind on error.
+// one serves spec (pool.go), or restores its template's golden
+// checkpoint when it has one (golden.go). Nothing is left behind on
+// error.
 func (e *Engine) OpenSession(ctx context.Context, spec SessionSpec) (_ *LiveSession, err error) {
 	tool, drv, rt, err := e.CheckSession(spec)
 	if err != nil {
 		return nil, err
 	}
 	if s := e.acquireSession(ctx, spec, tool, drv, rt); s != nil {
+		return s, nil
+	}
+	if s := e.restoreGolden(ctx, spec, tool, drv); s != nil {
 		return s, nil
 	}
 	sspec, err := e.specFor(ctx, tool, drv, rt, spec.Limits)

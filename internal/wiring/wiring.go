@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"path/filepath"
 
 	"github.com/stockade-sh/stockade/broker"
 	"github.com/stockade-sh/stockade/config"
@@ -65,7 +66,8 @@ func Engine(cfg config.Config) (*engine.Engine, error) {
 	opts := []engine.Option{engine.WithTools(set, topts), engine.WithEgress(host), engine.WithMemoryBudget(cfg.MemoryBudget)}
 	if cfg.Serving {
 		// Only the daemon keeps warm pools (Engine.StartPools).
-		opts = append(opts, engine.WithPools(poolOptions(cfg)))
+		opts = append(opts, engine.WithPools(poolOptions(cfg)),
+			engine.WithGolden(engine.GoldenOptions{Dir: filepath.Join(cfg.DataDir, "golden"), Workspace: int64(cfg.Sessions.WorkspaceSize)}))
 	}
 	return engine.New(drivers, cfg.Driver, image.Open(cfg.ImageDir()), cfg.Defaults, cfg.Ceiling, opts...)
 }

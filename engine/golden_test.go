@@ -1,0 +1,212 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stockade-sh/stockade/driver/gvisor"
+	"github.com/stockade-sh/stockade/errdefs"
+	"github.com/stockade-sh/stockade/image"
+	"github.com/stockade-sh/stockade/internal/testenv"
+	"github.com/stockade-sh/stockade/sandbox"
+	"github.com/stockade-sh/stockade/tools"
+)
+
+// goldenStart imports pandas and sympy, seeds nothing itself, and keeps
+// BOOT, random bytes drawn once: every session restored from one
+// checkpoint has the same BOOT, and a session started cold another.
+const goldenStart = `import os, random, uuid, json
+import numpy, pandas, sympy
+BOOT = os.urandom(8).hex()
+open("/tmp/from-start", "w").write("start")
+print("started, which no caller sees")`
+
+// goldenEngine is an engine over gVisor whose tool gold runs template
+// gold (golden: true, goldenStart), keeping golden checkpoints in dir.
+func goldenEngine(t *testing.T, dir string, tm image.TemplateManifest) *Engine {
+	t.Helper()
+	testenv.RequiresRoot(t)
+	testenv.RequiresBinary(t, "runsc")
+	d, err := gvisor.New(gvisor.Config{StateDir: t.TempDir(), GuestPath: testenv.Guest(t), Shim: testenv.Shim(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	imgs := templateImages{Store: image.Open(testenv.DataDir()), templates: map[string]image.TemplateManifest{tm.Name: tm}}
+	e, err := New(map[string]sandbox.Driver{"gvisor": d}, "gvisor", imgs, sandbox.DefaultLimits(), sandbox.DefaultCeiling(),
+		withToolsFile(t, "tools:\n  - name: gold\n    input_trust: trusted\n    tier: gvisor\n", tools.Options{Drivers: DriverCapabilities()}),
+		withTemplate("gold", tm.Name),
+		WithGolden(GoldenOptions{Dir: dir, Workspace: poolWorkspace, Labels: map[string]string{LabelOwner: poolOwner}}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return e
+}
+
+func goldTemplate() image.TemplateManifest {
+	return image.TemplateManifest{Name: "gold", Base: "python", Golden: true, Env: map[string]string{"TPL_GREETING": "hello"},
+		Start: goldenStart, Ready: "assert sympy.sqrt(4) == 2"}
+}
+
+// TestGoldenSessions makes a golden checkpoint of a python template on
+// gVisor and restores it three times as three sessions: each answers a
+// cell with pandas and sympy that Start imported, without the output of
+// Start; each came from the checkpoint (the BOOT Start drew is the
+// checkpoint's in all three, where a cold session draws another); they
+// share nothing (a file in /workspace and /tmp, a variable), their
+// /workspace starts empty, and their random numbers (random, numpy,
+// os.urandom, uuid4) differ.
+func TestGoldenSessions(t *testing.T) {
+	dir := t.TempDir()
+	e := goldenEngine(t, dir, goldTemplate())
+	ctx := t.Context()
+	cold, err := openTemplate(t, e, "gold", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	coldBoot := pyCell(t, cold, "print(BOOT)").Stdout
+	_ = cold.Close(ctx)
+
+	if err := e.MakeGolden(ctx, "gold"); err != nil {
+		t.Fatalf("MakeGolden: %v", err)
+	}
+	n, err := e.GoldenBytes("gold")
+	if err != nil || n <= 0 {
+		t.Fatalf("GoldenBytes: %d, %v; want a size", n, err)
+	}
+	t.Logf("golden checkpoint: %d bytes", n)
+	if fi, err := os.Stat(filepath.Join(dir, "gold")); err != nil || fi.Mode().Perm() != 0o700 {
+		t.Errorf("the template's checkpoint directory: %v, %v; want mode 0700", fi.Mode(), err)
+	}
+	// Made once: a second call finds it.
+	if err := e.MakeGolden(ctx, "gold"); err != nil {
+		t.Fatalf("MakeGolden again: %v", err)
+	}
+	entries, _ := os.ReadDir(filepath.Join(dir, "gold"))
+	if len(entries) != 1 {
+		t.Errorf("got %d entries in the template's directory, want 1 checkpoint", len(entries))
+	}
+
+	var sessions []*LiveSession
+	ids := map[string]bool{}
+	for i := range 3 {
+		s, err := e.OpenSession(ctx, SessionSpec{Tool: "gold", Workspace: poolWorkspace,
+			Labels: map[string]string{LabelOwner: poolOwner, LabelSession: "ses_gold" + string(rune('a'+i))}})
+		if err != nil {
+			t.Fatalf("session %d: %v", i, err)
+		}
+		t.Cleanup(func() { _ = s.Close(context.Background()) })
+		sessions = append(sessions, s)
+		ids[s.SandboxID()] = true
+	}
+	if len(ids) != 3 {
+		t.Errorf("got sandbox IDs %v, want 3 of their own", ids)
+	}
+	randoms := map[string]string{}
+	for i, s := range sessions {
+		r := pyCell(t, s, `print(pandas.DataFrame({"a": [1, 2]}).a.sum(), sympy.sqrt(8), os.environ["TPL_GREETING"])`)
+		if r.Stdout != "3 2*sqrt(2) hello\n" || r.Stderr != "" {
+			t.Fatalf("session %d: got stdout %q, stderr %q, error %+v; want %q", i, r.Stdout, r.Stderr, r.Error, "3 2*sqrt(2) hello\n")
+		}
+		if r := pyCell(t, s, "print(BOOT)"); r.Stdout == coldBoot || (i > 0 && r.Stdout != pyCell(t, sessions[0], "print(BOOT)").Stdout) {
+			t.Errorf("session %d: BOOT %q (cold %q): not restored from the one checkpoint", i, r.Stdout, coldBoot)
+		}
+		if r := pyCell(t, s, `print(os.listdir("/workspace"), open("/tmp/from-start").read(), sorted(k for k in globals() if not k.startswith("_")))`); r.Stdout !=
+			"[] start ['BOOT', 'json', 'numpy', 'os', 'pandas', 'random', 'sympy', 'uuid']\n" {
+			t.Errorf("session %d: got %q, want an empty /workspace, Start's /tmp file and Start's names only", i, r.Stdout)
+		}
+		r = pyCell(t, s, `print(random.random(), numpy.random.rand(), os.urandom(8).hex(), uuid.uuid4())`)
+		for j, v := range strings.Fields(r.Stdout) {
+			if other, ok := randoms[v]; ok {
+				t.Errorf("session %d's random value %d, %s, is %s's too", i, j, v, other)
+			}
+			randoms[v] = "session " + string(rune('0'+i))
+		}
+		if len(strings.Fields(r.Stdout)) != 4 {
+			t.Fatalf("session %d: got %q, want four random values", i, r.Stdout)
+		}
+	}
+	// What one session does, another does not see.
+	a, b := sessions[0], sessions[1]
+	pyCell(t, a, `MINE = 1; open("/workspace/a.txt", "w").write("a"); open("/tmp/a.txt", "w").write("a")`)
+	if r := pyCell(t, a, `print(os.path.exists("/workspace/a.txt"), os.path.exists("/tmp/a.txt"), "MINE" in globals())`); r.Stdout != "True True True\n" {
+		t.Fatalf("the writing session: got %q, want its own file and variable", r.Stdout)
+	}
+	if r := pyCell(t, b, `print(os.path.exists("/workspace/a.txt"), os.path.exists("/tmp/a.txt"), "MINE" in globals())`); r.Stdout != "False False False\n" {
+		t.Errorf("another session of the same checkpoint: got %q, want none of the first's file and variable", r.Stdout)
+	}
+	// A session of tighter limits is restored too, and bound to them
+	// (the restore keeps the checkpoint's; Bind tightens them).
+	small, err := e.OpenSession(ctx, SessionSpec{Tool: "gold", Workspace: poolWorkspace, Limits: sandbox.Limits{Memory: 256 << 20},
+		Labels: map[string]string{LabelOwner: poolOwner, LabelSession: "ses_goldsmall"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = small.Close(context.Background()) })
+	if r := pyCell(t, small, "print(BOOT)"); r.Stdout != pyCell(t, a, "print(BOOT)").Stdout {
+		t.Fatalf("a session of 256 MiB: BOOT %q, not the checkpoint's: it started cold", r.Stdout)
+	}
+	const hog = `x = b"x" * (250 << 20); del x`
+	if r := pyCell(t, sessions[2], hog); r.Status != sandbox.StatusSucceeded {
+		t.Fatalf("250 MiB in a session of the tool's 512 MiB: got %+v, want it to succeed", r)
+	}
+	r, err := small.Cell(ctx, CellRequest{Code: hog, Timeout: time.Minute})
+	var lost *SandboxLostError
+	if errors.As(err, &lost) {
+		r, err = lost.Result, nil
+	}
+	if err != nil || r.Status != sandbox.StatusOOMKilled {
+		t.Errorf("250 MiB in a session of 256 MiB: got %+v, %v; want oom_killed", r, err)
+	}
+	// A kernel restarted in a restored session runs Start again.
+	if r := pyCell(t, b, "os._exit(1)"); !r.KernelRestarted {
+		t.Fatalf("got %+v, want the kernel restarted", r)
+	}
+	if r := pyCell(t, b, "print(sympy.sqrt(9))"); r.Stdout != "3\n" {
+		t.Errorf("after a restart: got %q, stderr %q; want 3", r.Stdout, r.Stderr)
+	}
+}
+
+// TestGoldenRefused checks the templates MakeGolden refuses: one whose
+// Start leaves files in /workspace (every restore would share them), one
+// that does not ask for a checkpoint; and that their sessions start cold.
+func TestGoldenRefused(t *testing.T) {
+	tm := goldTemplate()
+	tm.Start = `open("/workspace/model.bin", "w").write("m")`
+	tm.Ready = ""
+	e := goldenEngine(t, t.TempDir(), tm)
+	err := e.MakeGolden(t.Context(), "gold")
+	if !errdefs.IsFailedPrecondition(err) || !strings.Contains(err.Error(), "model.bin") {
+		t.Errorf("a start that writes to /workspace: got %v, want ErrFailedPrecondition naming model.bin", err)
+	}
+	if _, err := e.GoldenBytes("gold"); !errdefs.IsNotFound(err) {
+		t.Errorf("GoldenBytes after the refusal: got %v, want ErrNotFound", err)
+	}
+	tm = goldTemplate()
+	tm.Golden = false
+	e = goldenEngine(t, t.TempDir(), tm)
+	if err := e.MakeGolden(t.Context(), "gold"); !errdefs.IsFailedPrecondition(err) || !strings.Contains(err.Error(), "golden: true") {
+		t.Errorf("a template without golden: got %v, want ErrFailedPrecondition", err)
+	}
+}
+
+// TestGoldenContainerTier checks that on runc MakeGolden says the
+// template starts cold, and its sessions do.
+func TestGoldenContainerTier(t *testing.T) {
+	e := runcTemplateEngine(t, WithGolden(GoldenOptions{Dir: t.TempDir(), Workspace: poolWorkspace}))
+	err := e.MakeGolden(t.Context(), "analytics")
+	if !errdefs.IsFailedPrecondition(err) || !strings.Contains(err.Error(), "the container tier cannot restore a checkpoint: template analytics starts cold") {
+		t.Errorf("MakeGolden on runc: got %v, want ErrFailedPrecondition saying the template starts cold", err)
+	}
+	s, err := openTemplate(t, e, "analytics", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := pyCell(t, s, seesTemplate); r.Stdout != wantTemplate {
+		t.Errorf("a cold session: got %q, want %q", r.Stdout, wantTemplate)
+	}
+}
