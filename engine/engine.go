@@ -437,10 +437,7 @@ func (e *Engine) Run(ctx context.Context, req Request) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	loader, err := needsLoader(tm)
-	if err != nil {
-		return nil, err
-	}
+	loader := needsLoader(tm)
 	e.running.Add(1)
 	defer e.running.Add(-1)
 	limits := req.Limits.WithDefaults(e.Limits(tool))
@@ -468,17 +465,24 @@ func (e *Engine) Run(ctx context.Context, req Request) (*Result, error) {
 		}
 	}
 	var res *sandbox.Result
-	if loader {
+	if loader && sb.Runtime.Name == "python" {
 		res, err = e.runLoader(ctx, sb, req, tm)
 	} else {
+		argv := sb.Runtime.Interpreter
+		if loader {
+			argv = loaderInterpreter(tm, sb.Runtime)
+		}
 		res, err = sandbox.Run(ctx, sb, sandbox.ExecRequest{
 			File:     sandbox.File{Name: sb.Runtime.FileName, Data: req.Code},
-			Argv:     sb.Runtime.Interpreter,
+			Argv:     argv,
 			Env:      templateEnv(tm),
 			Stdin:    req.Stdin,
 			Timeout:  sb.Limits.Timeout,
 			OnOutput: req.OnOutput,
 		})
+		if err == nil && loader {
+			err = startFailure(tm.Name, res)
+		}
 	}
 	if err != nil {
 		return nil, err

@@ -3,6 +3,7 @@ package engine
 import (
 	"bytes"
 	"context"
+	_ "embed"
 	"encoding/json"
 	"fmt"
 	"maps"
@@ -31,16 +32,18 @@ import (
 //     the session finds what Start made; a Start or Ready that fails ends
 //     the session's creation with an error naming the template;
 //   - a session pool's sandbox: the same, before the pool holds it;
-//   - a one-shot (python only: other bases refuse a one-shot of a
-//     template with Start or Ready or Workdir): in the program's own
-//     process, before the program, by pool.py, the loader of the python
-//     one-shot pools, which runs Start and Ready with their output
-//     discarded, then reads the program from its stdin and runs it as
-//     __main__ in the namespace Start filled. A cold one-shot pays for
-//     Start within its own timeout; a one-shot pool's sandbox runs Start
-//     as it fills. A Start that fails ends the loader with startFailed
-//     before any of the caller's code is read: the run is an error, not a
-//     result of the caller's program.
+//   - a one-shot: in the program's own process, before the program, by a
+//     loader that runs Start and Ready with their output discarded and
+//     then the program where Start left its state. For python it is
+//     pool.py, the loader of the python one-shot pools, which reads the
+//     program from its stdin and runs it as __main__ in the namespace
+//     Start filled; for node template.js (Start as a script in the global
+//     scope, then the program as the main module); for shell template.sh
+//     (Start evaluated in the shell, then the program sourced). A cold
+//     one-shot pays for Start within its own timeout; a one-shot pool's
+//     sandbox runs Start as it fills. A Start that fails ends the loader
+//     with startFailedCode before any of the caller's code runs: the run
+//     is an error, not a result of the caller's program.
 
 // TemplateImages resolves a template's image: its rootfs and the
 // manifest of its build (image.Store.ResolveTemplate). The engine's
@@ -243,17 +246,34 @@ func loaderArgv(m *image.TemplateManifest, preimport []string) []string {
 	return []string{"/usr/bin/python3", "-c", poolPython, string(b)}
 }
 
-// needsLoader says whether a one-shot of template m must run through the
-// loader (Start, Ready or Workdir to apply), and refuses one that no
-// loader serves (a base other than python).
-func needsLoader(m *image.TemplateManifest) (bool, error) {
-	if m == nil || (m.Start == "" && m.Ready == "" && m.Workdir == "") {
-		return false, nil
+// needsLoader says whether a one-shot of template m must run through a
+// loader: it has Start, Ready or Workdir to apply.
+func needsLoader(m *image.TemplateManifest) bool {
+	return m != nil && (m.Start != "" || m.Ready != "" || m.Workdir != "")
+}
+
+var (
+	//go:embed template.js
+	nodeLoader string
+	//go:embed template.sh
+	shellLoader string
+)
+
+// loaderInterpreter is the argv of a one-shot of template m on runtime
+// rt, node or shell, through its loader; the program is in the file of
+// the Exec, its stdin the Exec's.
+func loaderInterpreter(m *image.TemplateManifest, rt image.Runtime) []string {
+	file := "/tmp/" + rt.FileName
+	if rt.Name == "node" {
+		b, _ := json.Marshal(loaderConfig{Workdir: m.Workdir, Start: m.Start, Ready: m.Ready})
+		return []string{rt.Interpreter[0], "-e", nodeLoader, string(b), file}
 	}
-	if m.Base != "python" {
-		return false, errdefs.Publicf("template %q (base %s) has start, ready or workdir, which only sessions of it run; run it in a session: %w", m.Name, m.Base, errdefs.ErrFailedPrecondition)
+	// busybox's sh (the shell image) or the image's /bin/sh.
+	sh := []string{"/bin/sh"}
+	if rt.Name == "shell" {
+		sh = rt.Interpreter[:2]
 	}
-	return true, nil
+	return append(sh, "-c", shellLoader, file, m.Workdir, m.Start, m.Ready)
 }
 
 // startFailure is the error of a loader's run that ended before the

@@ -44,6 +44,9 @@ func testTemplates() templateImages {
 			Start: "import json; X = 41\nprint('started, which no caller sees')", Ready: "assert X == 41"},
 		"broken": {Name: "broken", Base: "python", Start: "raise ValueError('no model here')"},
 		"shelly": {Name: "shelly", Base: "shell", Env: map[string]string{"TPL_GREETING": "hi"}, Start: "X=41; echo started"},
+		"nodey": {Name: "nodey", Base: "node", Env: map[string]string{"TPL_GREETING": "hey"}, Workdir: "/usr",
+			Start: "var X = 41; const Y = 1; console.log('started')", Ready: "if (X !== 41) throw new Error('no X')"},
+		"nodebroken": {Name: "nodebroken", Base: "node", Start: "throw new TypeError('no module here')"},
 	}}
 }
 
@@ -62,11 +65,13 @@ func withTemplate(tool, template string) Option {
 func templateTools(t *testing.T, tier string) []Option {
 	var b strings.Builder
 	b.WriteString("tools:\n")
-	for _, n := range []string{"analytics", "broken", "shelly"} {
+	names := []string{"analytics", "broken", "shelly", "nodey", "nodebroken"}
+	opts := []Option{}
+	for _, n := range names {
+		opts = append(opts, withTemplate(n, n))
 		fmt.Fprintf(&b, "  - name: %s\n    input_trust: trusted\n    tier: %s\n", n, tier)
 	}
-	return []Option{withToolsFile(t, b.String(), tools.Options{Drivers: DriverCapabilities()}),
-		withTemplate("analytics", "analytics"), withTemplate("broken", "broken"), withTemplate("shelly", "shelly")}
+	return append(opts, withToolsFile(t, b.String(), tools.Options{Drivers: DriverCapabilities()}))
 }
 
 // runcTemplateEngine is an engine over runc with the templates' tools.
@@ -159,6 +164,32 @@ func TestTemplateRuns(t *testing.T) {
 			t.Errorf("a one-shot of runtime shell: got %v, want ErrInvalidArgument naming shell", err)
 		}
 	})
+	t.Run("node and shell one-shots", func(t *testing.T) {
+		for _, c := range []struct{ tool, code, stdin, want string }{
+			{"nodey", "console.log(X + Y, process.env.TPL_GREETING, process.cwd(), process.argv.slice(1), require.main === module)", "",
+				"42 hey /usr [ '/tmp/main.js' ] true\n"},
+			{"shelly", `read l; echo "$((X + 1)) $TPL_GREETING $(pwd) $0 $l"`, "in\n", "42 hi /tmp /tmp/main.sh in\n"},
+		} {
+			res, err := e.Run(t.Context(), Request{Tool: c.tool, Code: []byte(c.code), Stdin: []byte(c.stdin)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res.Status != sandbox.StatusSucceeded || res.Stdout != c.want || res.Stderr != "" {
+				t.Errorf("%s: got %s, stdout %q, stderr %q; want succeeded, %q", c.tool, res.Status, res.Stdout, res.Stderr, c.want)
+			}
+		}
+		s, err := openTemplate(t, e, "nodey", "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r := pyCell(t, s, "console.log(X + Y, process.env.TPL_GREETING, process.cwd())"); r.Stdout != "42 hey /usr\n" {
+			t.Errorf("a node session: got stdout %q, stderr %q, error %+v; want %q", r.Stdout, r.Stderr, r.Error, "42 hey /usr\n")
+		}
+		res, err := e.Run(t.Context(), Request{Tool: "shelly", Code: []byte("exit 3")})
+		if err != nil || res.ExitCode != 3 {
+			t.Errorf("a shell one-shot's exit 3: got %+v, %v; want exit code 3", res, err)
+		}
+	})
 	t.Run("shell session", func(t *testing.T) {
 		s, err := openTemplate(t, e, "shelly", "shell")
 		if err != nil {
@@ -186,6 +217,10 @@ func TestTemplateStartFails(t *testing.T) {
 	check("a session", err)
 	_, err = e.Run(t.Context(), Request{Tool: "broken", Code: []byte("print('never')")})
 	check("a one-shot", err)
+	_, err = e.Run(t.Context(), Request{Tool: "nodebroken", Code: []byte("console.log('never')")})
+	if !errdefs.IsFailedPrecondition(err) || !strings.Contains(err.Error(), `template "nodebroken"`) || !strings.Contains(err.Error(), "TypeError: no module here") {
+		t.Errorf("a node one-shot: got %v, want ErrFailedPrecondition naming the template and the TypeError", err)
+	}
 	e.mem.mu.Lock()
 	n := e.mem.used
 	e.mem.mu.Unlock()
