@@ -3,12 +3,10 @@ package engine
 import (
 	"context"
 	_ "embed"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	"maps"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -668,117 +666,4 @@ func (e *Engine) acquireSession(ctx context.Context, spec SessionSpec, tool tool
 		return s
 	}
 	return nil
-}
-
-// bind binds w, which take returned, to labels (the pool's own stay, and
-// labels must agree with them) and limits, and says whether it did; a
-// sandbox it cannot bind is destroyed (logged).
-func (p *pool) bind(ctx context.Context, w *warm, labels map[string]string, limits sandbox.Limits) bool {
-	added := map[string]string{}
-	for k, v := range labels {
-		if _, ok := p.labels[k]; !ok {
-			added[k] = v
-		} else if p.labels[k] != v {
-			p.giveBack(ctx, w)
-			p.e.log.Warn("labels disagree with the pool's", "pool", p.name, "label", k)
-			return false
-		}
-	}
-	if err := p.binder.Bind(ctx, w.sb, sandbox.Binding{Labels: added, Limits: limits}); err != nil {
-		p.e.log.Warn("binding a pool sandbox", "pool", p.name, "sandbox", w.sb.ID(), "err", err)
-		p.giveBack(ctx, w)
-		return false
-	}
-	return true
-}
-
-// counted reports a hit or a miss of p.
-func (p *pool) counted(hit bool) {
-	switch o := p.e.poolObs; {
-	case o == nil:
-	case hit:
-		o.PoolHit(p.name)
-	default:
-		o.PoolMiss(p.name)
-	}
-}
-
-// runWarm runs req in w, which acquire bound to it, as Run runs it in a
-// fresh sandbox, and destroys w. The program has ended when it returns
-// (the guest stopped or killed what it left), and no one else can take w: its
-// destruction (15-25 ms), and then the pool's refill, go on in the
-// background, as an egress network's removal does, and Wait waits for
-// the destruction.
-func (e *Engine) runWarm(ctx context.Context, req Request, p *pool, w *warm, limits sandbox.Limits) (*Result, error) {
-	defer e.closing.Go(func() { p.giveBack(ctx, w) })
-	if req.OnStart != nil {
-		if err := req.OnStart(p.drv.Name()); err != nil {
-			return nil, fmt.Errorf("recording the start: %w", err)
-		}
-	}
-	w.out.Store(&req.OnOutput)
-	start := time.Now()
-	go feed(w.ex, p.rt.FileName, req.Code, req.Stdin)
-	waited := make(chan struct{})
-	var (
-		res *sandbox.Result
-		err error
-	)
-	// The wait does not end with ctx: the select below cancels the exec
-	// and then reads its result, which a cut-short run reports.
-	go func() {
-		res, err = w.ex.Wait(context.WithoutCancel(ctx))
-		close(waited)
-	}()
-	timer := time.NewTimer(limits.Timeout)
-	defer timer.Stop()
-	timedOut := false
-	select {
-	case <-waited:
-	case <-timer.C:
-		timedOut = true
-		_ = w.ex.Cancel()
-		<-waited
-	case <-ctx.Done():
-		_ = w.ex.Cancel()
-		<-waited
-		cut := fmt.Errorf("running in sandbox %s: %w", w.sb.ID(), ctx.Err())
-		if err != nil {
-			return nil, cut
-		}
-		// What it printed and used, as a cold run cut short reports it.
-		res.Status, res.Duration = sandbox.StatusKilled, time.Since(start)
-		return nil, &sandbox.CutShortError{Result: res, Err: cut}
-	}
-	if err != nil {
-		return nil, err
-	}
-	r := resultOf(res, p.drv.Name(), p.rt.Name)
-	r.DurationMS = time.Since(start).Milliseconds()
-	r.Network = networkOf(false, len(p.tool.Credentials) > 0) // pools serve no request for egress
-	if timedOut && res.Status == sandbox.StatusKilled {
-		// As a cold run's timeout (the guest's timer) reports it.
-		r.Status, r.ExitCode, r.Signal = sandbox.StatusTimedOut, -1, 0
-	}
-	return r, nil
-}
-
-// feed sends the program to a pool interpreter (pool.py's stdin): the
-// header, the code, then the program's stdin, and closes it. A program
-// that ends before reading all of its stdin makes the writes fail, as a
-// cold run's feeding of its stdin does.
-func feed(ex sandbox.Exec, name string, code, stdin []byte) {
-	in := ex.Stdin()
-	h, _ := json.Marshal(map[string]any{"path": "/tmp/" + name, "argv": []string{"/tmp/" + name}, "size": len(code)})
-	msg := append(append([]byte(strconv.Itoa(len(h))+"\n"), h...), code...)
-	if _, err := in.Write(msg); err == nil && len(stdin) > 0 {
-		_, _ = in.Write(stdin)
-	}
-	_ = in.Close()
-}
-
-func (e *Engine) observeSize(pool string, n int) {
-	if e.poolObs != nil {
-		e.poolObs.PoolSize(pool, n)
-	}
 }
