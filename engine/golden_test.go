@@ -130,6 +130,11 @@ func TestGoldenSessions(t *testing.T) {
 			t.Fatalf("session %d: got %q, want four random values", i, r.Stdout)
 		}
 	}
+	// What cannot change: the str hash seed, fixed at the interpreter's
+	// start, is the checkpoint's in every session.
+	if h0, h1 := pyCell(t, sessions[0], `print(hash("stockade"))`).Stdout, pyCell(t, sessions[1], `print(hash("stockade"))`).Stdout; h0 != h1 {
+		t.Errorf("hash of a str: %q and %q; golden.go says every restore shares the seed", h0, h1)
+	}
 	// What one session does, another does not see.
 	a, b := sessions[0], sessions[1]
 	pyCell(t, a, `MINE = 1; open("/workspace/a.txt", "w").write("a"); open("/tmp/a.txt", "w").write("a")`)
@@ -208,5 +213,37 @@ func TestGoldenContainerTier(t *testing.T) {
 	}
 	if r := pyCell(t, s, seesTemplate); r.Stdout != wantTemplate {
 		t.Errorf("a cold session: got %q, want %q", r.Stdout, wantTemplate)
+	}
+}
+
+// TestGoldenShell restores a shell template's golden checkpoint twice: both
+// sessions have what Start set (the same BOOT, drawn once), and $RANDOM,
+// which Start used (busybox seeds it at its first use) and the restore
+// reseeds, differs between them.
+func TestGoldenShell(t *testing.T) {
+	e := goldenEngine(t, t.TempDir(), image.TemplateManifest{Name: "gold", Base: "shell", Golden: true,
+		Start: "BOOT=$(od -An -N4 -tu4 /dev/urandom); X=41; R0=$RANDOM; echo started", Ready: "[ \"$X\" = 41 ]"})
+	if err := e.MakeGolden(t.Context(), "gold"); err != nil {
+		t.Fatal(err)
+	}
+	var boots, randoms []string
+	for i := range 2 {
+		s, err := e.OpenSession(t.Context(), SessionSpec{Tool: "gold", Workspace: poolWorkspace,
+			Labels: map[string]string{LabelOwner: poolOwner, LabelSession: "ses_shell" + string(rune('a'+i))}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = s.Close(context.Background()) })
+		if r := pyCell(t, s, `echo $((X + 1))`); r.Stdout != "42\n" {
+			t.Fatalf("session %d: got %q, stderr %q; want 42", i, r.Stdout, r.Stderr)
+		}
+		boots = append(boots, pyCell(t, s, `echo $BOOT`).Stdout)
+		randoms = append(randoms, pyCell(t, s, `echo $RANDOM $RANDOM $RANDOM`).Stdout)
+	}
+	if boots[0] != boots[1] || strings.TrimSpace(boots[0]) == "" {
+		t.Errorf("BOOT %q and %q: the sessions were not both restored from the checkpoint", boots[0], boots[1])
+	}
+	if randoms[0] == randoms[1] {
+		t.Errorf("$RANDOM gave %q in both sessions; want it reseeded", randoms[0])
 	}
 }
