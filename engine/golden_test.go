@@ -167,6 +167,20 @@ func TestGoldenSessions(t *testing.T) {
 	if err != nil || r.Status != sandbox.StatusOOMKilled {
 		t.Errorf("250 MiB in a session of 256 MiB: got %+v, %v; want oom_killed", r, err)
 	}
+	// A restored session pauses and resumes as any other.
+	cp := filepath.Join(t.TempDir(), "paused")
+	if _, err := e.PauseSession(ctx, a, cp); err != nil {
+		t.Fatalf("pausing a restored session: %v", err)
+	}
+	resumed, err := e.ResumeSession(ctx, SessionSpec{Driver: "gvisor", Tool: "gold", Runtime: "python",
+		Labels: map[string]string{LabelOwner: poolOwner, LabelSession: "ses_golda"}}, cp)
+	if err != nil {
+		t.Fatalf("resuming a restored session: %v", err)
+	}
+	t.Cleanup(func() { _ = resumed.Close(context.Background()) })
+	if r := pyCell(t, resumed, `print("MINE" in globals(), open("/workspace/a.txt").read(), sympy.sqrt(4))`); r.Stdout != "True a 2\n" {
+		t.Errorf("the resumed session: got %q, stderr %q; want its variable, its file and Start's imports", r.Stdout, r.Stderr)
+	}
 	// A kernel restarted in a restored session runs Start again.
 	if r := pyCell(t, b, "os._exit(1)"); !r.KernelRestarted {
 		t.Fatalf("got %+v, want the kernel restarted", r)
