@@ -82,8 +82,12 @@ var poolModules = map[string][]string{
 	"python": {"numpy", "pandas"},
 }
 
-// errNoBinder is a pool's driver that cannot bind.
-var errNoBinder = errors.New("no pool on this tier")
+// errNoBinder is a pool's driver that cannot bind; errNoTemplate a pool
+// of a tool whose template is not built (yet).
+var (
+	errNoBinder   = errors.New("no pool on this tier")
+	errNoTemplate = errors.New("no pool of a template not built")
+)
 
 // LabelPool marks a pool's sandboxes with their pool's name
 // (tool/runtime, and /session for a session pool).
@@ -156,9 +160,10 @@ func (e *Engine) StartPools(ctx context.Context, labels map[string]string) (stop
 				continue
 			}
 			p, err := e.newPool(s, labels, session)
-			if errors.Is(err, errNoBinder) {
+			if errors.Is(err, errNoBinder) || errors.Is(err, errNoTemplate) {
 				// The default pool on a tier that cannot pool (docker):
-				// its runs are all cold.
+				// its runs are all cold. So are a template's until it
+				// is built and the daemon restarted.
 				e.log.Warn("not pooling", "err", err)
 				continue
 			}
@@ -197,6 +202,11 @@ func (e *Engine) newPool(s PoolSpec, owner map[string]string, session bool) (*po
 	bad := func(format string, a ...any) error {
 		return fmt.Errorf("pool of tool %q, runtime %q: %s: %w", s.Tool, s.Runtime, fmt.Sprintf(format, a...), errdefs.ErrInvalidArgument)
 	}
+	if t, err := e.toolOf(s.Tool); err == nil && t.Template != "" {
+		if _, _, err := e.templateOf(t); errdefs.IsNotFound(err) {
+			return nil, fmt.Errorf("pool of tool %q: %v: %w", s.Tool, err, errNoTemplate)
+		}
+	}
 	tool, drv, rt, err := e.resolve(Request{Tool: s.Tool, Runtime: s.Runtime})
 	if err != nil {
 		return nil, bad("%v", err)
@@ -204,14 +214,6 @@ func (e *Engine) newPool(s PoolSpec, owner map[string]string, session bool) (*po
 	argv, ok := poolPrograms[rt.Name]
 	if !ok {
 		return nil, bad("only python has a pool interpreter")
-	}
-	_, tm, err := e.imageOf(tool, rt)
-	if err != nil {
-		return nil, bad("%v", err)
-	}
-	if tm != nil {
-		// A template's pool runs its Start and Ready as it fills.
-		argv = loaderArgv(tm, poolModules[rt.Name])
 	}
 	b, ok := drv.(sandbox.Binder)
 	if !ok {
@@ -226,7 +228,7 @@ func (e *Engine) newPool(s PoolSpec, owner map[string]string, session bool) (*po
 		maxAge = 10 * time.Minute
 	}
 	p := &pool{e: e, name: tool.Name + "/" + rt.Name, size: s.Size, tool: tool, drv: drv, binder: b, rt: rt,
-		base: e.Limits(tool), maxAge: maxAge, wake: make(chan struct{}, 1), env: templateEnv(tm)}
+		base: e.Limits(tool), maxAge: maxAge, wake: make(chan struct{}, 1)}
 	p.created = p.base
 	if session {
 		if err := e.sessionKind(p, s); err != nil {
@@ -255,12 +257,8 @@ func (e *Engine) sessionKind(p *pool, s PoolSpec) error {
 	if e.poolOpts.SessionWorkspace <= 0 {
 		return fmt.Errorf("session pool of tool %q, runtime %q: the sessions' /workspace size is not set: %w", s.Tool, s.Runtime, errdefs.ErrInvalidArgument)
 	}
-	ks, pre, err := e.sessionKernel(p.tool, p.rt, poolModules[p.rt.Name])
-	if err != nil {
-		return err
-	}
 	p.name += "/session"
-	p.size, p.session, p.workspace, p.kernel, p.prelude = s.Sessions, true, e.poolOpts.SessionWorkspace, ks, pre
+	p.size, p.session, p.workspace = s.Sessions, true, e.poolOpts.SessionWorkspace
 	return nil
 }
 
@@ -284,12 +282,6 @@ type pool struct {
 	// have a /workspace of workspace bytes and run kernel (not argv).
 	session   bool
 	workspace int64
-	kernel    sandbox.KernelSpec
-	// env is its programs' environment (templateEnv); prelude what a
-	// session pool's kernel runs before it is ready (its template's
-	// Start and Ready).
-	env     []string
-	prelude *prelude
 
 	mu    sync.Mutex
 	ready []*warm // oldest first
@@ -316,6 +308,7 @@ type warm struct {
 	ex      sandbox.Exec
 	k       sandbox.Kernel
 	born    time.Time
+	image   string // its image's digest
 	release func() // its memory
 	log     *slog.Logger
 	// out is the output callback of the run that took it.
@@ -452,11 +445,18 @@ func (p *pool) grow(ctx context.Context) (failed, ok bool) {
 	return false, true
 }
 
-// create creates an unbound sandbox and starts its interpreter.
+// create creates an unbound sandbox and starts its interpreter: for a
+// template's tool, of the template's current build, its Start and Ready
+// run in the interpreter (a one-shot pool's loader, pool.py, runs them
+// before it reads its program).
 func (p *pool) create(ctx context.Context) (*warm, error) {
-	img, _, err := p.e.imageOf(p.tool, p.rt)
+	img, tm, err := p.e.imageOf(p.tool, p.rt)
 	if err != nil {
 		return nil, err
+	}
+	argv := p.argv
+	if tm != nil {
+		argv = loaderArgv(tm, poolModules[p.rt.Name])
 	}
 	spec := sandbox.Spec{Image: img, Limits: p.created, Labels: p.labels, Detached: p.session, Workspace: p.workspace}
 	if p.session {
@@ -471,14 +471,18 @@ func (p *pool) create(ctx context.Context) (*warm, error) {
 	if err != nil {
 		return nil, fmt.Errorf("creating %s sandbox: %w", p.drv.Name(), err)
 	}
-	w := &warm{sb: sb, born: time.Now(), log: p.e.log}
+	w := &warm{sb: sb, born: time.Now(), image: img.Digest, log: p.e.log}
 	if p.session {
-		// newSessionPool checked that the driver's sandboxes have kernels.
-		if w.k, err = sb.(sandbox.Kernels).StartKernel(ctx, p.kernel); err != nil {
+		// sessionKind checked that the driver's sandboxes have kernels.
+		ks, pre, err := p.e.sessionKernel(p.tool, p.rt, poolModules[p.rt.Name])
+		if err == nil {
+			w.k, err = sb.(sandbox.Kernels).StartKernel(ctx, ks)
+		}
+		if err != nil {
 			_ = sb.Destroy(context.WithoutCancel(ctx))
 			return nil, fmt.Errorf("starting the pool's %s kernel: %w", p.rt.Name, err)
 		}
-		if err := p.prelude.run(ctx, w.k); err != nil {
+		if err := pre.run(ctx, w.k); err != nil {
 			_ = sb.Destroy(context.WithoutCancel(ctx))
 			return nil, err
 		}
@@ -488,8 +492,8 @@ func (p *pool) create(ctx context.Context) (*warm, error) {
 	// run ends it through Cancel (runWarm).
 	ex, err := sb.Start(context.WithoutCancel(ctx), sandbox.ExecRequest{
 		File:        sandbox.File{Name: p.rt.FileName},
-		Argv:        p.argv,
-		Env:         p.env,
+		Argv:        argv,
+		Env:         templateEnv(tm),
 		StdinStream: true,
 		ExitNotice:  true,
 		OnOutput: func(s sandbox.Stream, b []byte) {
@@ -571,11 +575,21 @@ func (p *pool) take(ctx context.Context) *warm {
 		p.taken[w] = time.Now()
 		p.mu.Unlock()
 		p.e.observeSize(p.name, n)
-		if time.Since(w.born) <= p.maxAge && !w.ended() {
+		if time.Since(w.born) <= p.maxAge && !w.ended() && p.current(w) {
 			return w
 		}
 		p.giveBack(ctx, w)
 	}
+}
+
+// current says whether w runs the image its tool runs now: a template
+// rebuilt since w was made has another.
+func (p *pool) current(w *warm) bool {
+	if p.tool.Template == "" {
+		return true
+	}
+	img, _, err := p.e.imageOf(p.tool, p.rt)
+	return err == nil && img.Digest == w.image
 }
 
 // ended says whether w's interpreter has ended (it died waiting).

@@ -65,6 +65,11 @@ func (e *Engine) runWarm(ctx context.Context, req Request, p *pool, w *warm, lim
 	if err != nil {
 		return nil, err
 	}
+	if p.tool.Template != "" {
+		if err := startFailure(p.tool.Template, res); err != nil {
+			return nil, err
+		}
+	}
 	r := resultOf(res, p.drv.Name(), p.rt.Name)
 	r.DurationMS = time.Since(start).Milliseconds()
 	r.Network = networkOf(false, len(p.tool.Credentials) > 0) // pools serve no request for egress

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -21,10 +22,36 @@ import (
 type templateImages struct {
 	*image.Store
 	templates map[string]image.TemplateManifest
+	// rebuilt, if set, holds builds that replace templates': the same
+	// tree under another digest.
+	rebuilt *rebuilds
+}
+
+// rebuilds are templates rebuilt since a test began.
+type rebuilds struct {
+	mu sync.Mutex
+	m  map[string]image.TemplateManifest
+}
+
+func (r *rebuilds) set(m image.TemplateManifest) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.m == nil {
+		r.m = map[string]image.TemplateManifest{}
+	}
+	r.m[m.Name] = m
 }
 
 func (f templateImages) ResolveTemplate(name string) (sandbox.Image, image.Manifest, error) {
 	m, ok := f.templates[name]
+	suffix := ""
+	if f.rebuilt != nil {
+		f.rebuilt.mu.Lock()
+		if r, found := f.rebuilt.m[name]; found {
+			m, suffix = r, "-rebuilt"
+		}
+		f.rebuilt.mu.Unlock()
+	}
 	if !ok {
 		return sandbox.Image{}, image.Manifest{}, errdefs.Publicf("template %q is not built: %w", name, errdefs.ErrNotFound)
 	}
@@ -32,6 +59,7 @@ func (f templateImages) ResolveTemplate(name string) (sandbox.Image, image.Manif
 	if err != nil {
 		return sandbox.Image{}, image.Manifest{}, err
 	}
+	img.Digest += suffix
 	return img, image.Manifest{Name: m.Base, Digest: img.Digest, Template: &m}, nil
 }
 
@@ -76,6 +104,10 @@ func templateTools(t *testing.T, tier string) []Option {
 
 // runcTemplateEngine is an engine over runc with the templates' tools.
 func runcTemplateEngine(t *testing.T, opts ...Option) *Engine {
+	return runcTemplateEngineOver(t, testTemplates(), opts...)
+}
+
+func runcTemplateEngineOver(t *testing.T, imgs templateImages, opts ...Option) *Engine {
 	t.Helper()
 	testenv.RequiresRoot(t)
 	testenv.RequiresBinary(t, "runc")
@@ -83,7 +115,7 @@ func runcTemplateEngine(t *testing.T, opts ...Option) *Engine {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e, err := New(map[string]sandbox.Driver{"runc": d}, "runc", testTemplates(), sandbox.DefaultLimits(), sandbox.DefaultCeiling(),
+	e, err := New(map[string]sandbox.Driver{"runc": d}, "runc", imgs, sandbox.DefaultLimits(), sandbox.DefaultCeiling(),
 		append(templateTools(t, "container"), opts...)...)
 	if err != nil {
 		t.Fatal(err)
@@ -263,5 +295,48 @@ func TestTemplatePools(t *testing.T) {
 	}
 	if r := pyCell(t, s, seesTemplate+"\nimport sys; print('pandas' in sys.modules)"); r.Stdout != wantTemplate+"True\n" {
 		t.Errorf("pooled session: got stdout %q, stderr %q, error %+v; want %q", r.Stdout, r.Stderr, r.Error, wantTemplate+"True\n")
+	}
+}
+
+// TestTemplatePoolRebuilt checks that a pool of a template rebuilt since
+// its sandboxes were made does not hand them out: the run after the
+// rebuild misses the pool and sees the new build's Start, and the pool
+// refills with the new build.
+func TestTemplatePoolRebuilt(t *testing.T) {
+	imgs := testTemplates()
+	imgs.rebuilt = &rebuilds{}
+	e := runcTemplateEngineOver(t, imgs, WithPools(PoolOptions{Pools: []PoolSpec{{Tool: "analytics", Size: 1}}}))
+	counts := &poolCounts{}
+	e.SetPoolObserver(counts)
+	stop, err := e.StartPools(context.Background(), map[string]string{LabelOwner: poolOwner})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(stop)
+	waitReady(t, e, 1)
+	m := imgs.templates["analytics"]
+	m.Start = "import json; X = 98"
+	m.Ready = ""
+	imgs.rebuilt.set(m)
+	run := func() string {
+		res, err := e.Run(t.Context(), Request{Tool: "analytics", Code: []byte(seesTemplate)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res.Stdout
+	}
+	if got, want := run(), "99 [1] hello /usr\n"; got != want {
+		t.Errorf("the run after the rebuild: got %q, want %q (the new build's start)", got, want)
+	}
+	if h, m := counts.get(); h != 0 || m != 1 {
+		t.Errorf("got %d hits, %d misses; want the old build's sandbox refused (0, 1)", h, m)
+	}
+	waitReady(t, e, 1)
+	time.Sleep(time.Second)
+	if got, want := run(), "99 [1] hello /usr\n"; got != want {
+		t.Errorf("the pooled run of the new build: got %q, want %q", got, want)
+	}
+	if h, _ := counts.get(); h != 1 {
+		t.Errorf("got %d hits, want the refilled pool to serve the run", h)
 	}
 }
