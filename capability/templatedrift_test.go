@@ -41,7 +41,7 @@ func serviceWithTemplates(t *testing.T, st testStore, toolsYAML, templatesYAML s
 		t.Fatal(err)
 	}
 	drivers := map[string]sandbox.Driver{"gvisor": &sandboxfake.Driver{ID: "gvisor", Tier: sandbox.TierGVisor}}
-	eng, err := engine.New(drivers, "gvisor", sandboxfake.Images{}, sandbox.DefaultLimits(), sandbox.DefaultCeiling(), engine.WithTools(set, opts))
+	eng, err := engine.New(drivers, "gvisor", sandboxfake.Images{Templates: tmpls}, sandbox.DefaultLimits(), sandbox.DefaultCeiling(), engine.WithTools(set, opts))
 	if err != nil {
 		t.Fatal(err)
 	}

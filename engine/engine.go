@@ -50,9 +50,6 @@ type Engine struct {
 	// testKernel makes sessions run the guest's test kernel
 	// (WithTestKernel).
 	testKernel bool
-	// testTemplates binds tools to templates by the tools' names, for
-	// tests, until tools parses a record's `template:` (toolOf).
-	testTemplates map[string]string
 
 	// golden configures golden checkpoints (golden.go); goldenMu makes
 	// one at a time.
@@ -304,7 +301,7 @@ func (e *Engine) resolve(req Request) (tools.Tool, sandbox.Driver, image.Runtime
 		return tools.Tool{}, nil, image.Runtime{}, err
 	}
 	runtime := req.Runtime
-	if t, err := e.toolOf(req.Tool); err == nil && t.Template != "" {
+	if t, err := e.tools.Get(req.Tool); err == nil && t.Template != "" {
 		// The template's base is the runtime; the request may leave it
 		// out.
 		if runtime, err = e.templateRuntime(t, runtime); err != nil {
@@ -315,7 +312,7 @@ func (e *Engine) resolve(req Request) (tools.Tool, sandbox.Driver, image.Runtime
 	if !ok {
 		return fail(errdefs.Publicf("unknown runtime %q (known: %s): %w", req.Runtime, strings.Join(runtimeNames(), ", "), errdefs.ErrInvalidArgument))
 	}
-	tool, err := e.toolOf(req.Tool)
+	tool, err := e.tools.Get(req.Tool)
 	if err != nil {
 		return fail(errdefs.Publicf("%v: %w", err, errdefs.ErrInvalidArgument))
 	}

@@ -140,7 +140,7 @@ func (e *Engine) goldenWorkspace() int64 {
 func (e *Engine) goldenOf(template string) (*golden, error) {
 	var tool *tools.Tool
 	for _, n := range e.tools.Names() {
-		t, err := e.toolOf(n)
+		t, err := e.tools.Get(n)
 		if err == nil && t.Template == template {
 			tool = &t
 			break

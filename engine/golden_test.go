@@ -14,7 +14,6 @@ import (
 	"github.com/stockade-sh/stockade/image"
 	"github.com/stockade-sh/stockade/internal/testenv"
 	"github.com/stockade-sh/stockade/sandbox"
-	"github.com/stockade-sh/stockade/tools"
 )
 
 // goldenStart imports pandas and sympy, seeds nothing itself, and keeps
@@ -38,8 +37,7 @@ func goldenEngine(t *testing.T, dir string, tm image.TemplateManifest) *Engine {
 	}
 	imgs := templateImages{Store: image.Open(testenv.DataDir()), templates: map[string]image.TemplateManifest{tm.Name: tm}}
 	e, err := New(map[string]sandbox.Driver{"gvisor": d}, "gvisor", imgs, sandbox.DefaultLimits(), sandbox.DefaultCeiling(),
-		withToolsFile(t, "tools:\n  - name: gold\n    input_trust: trusted\n    tier: gvisor\n", tools.Options{Drivers: DriverCapabilities()}),
-		withTemplate("gold", tm.Name),
+		boundTools(t, "gvisor", map[string]image.TemplateManifest{"gold": tm}),
 		WithGolden(GoldenOptions{Dir: dir, Workspace: poolWorkspace, Labels: map[string]string{LabelOwner: poolOwner}}))
 	if err != nil {
 		t.Fatal(err)

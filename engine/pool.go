@@ -202,7 +202,7 @@ func (e *Engine) newPool(s PoolSpec, owner map[string]string, session bool) (*po
 	bad := func(format string, a ...any) error {
 		return fmt.Errorf("pool of tool %q, runtime %q: %s: %w", s.Tool, s.Runtime, fmt.Sprintf(format, a...), errdefs.ErrInvalidArgument)
 	}
-	if t, err := e.toolOf(s.Tool); err == nil && t.Template != "" {
+	if t, err := e.tools.Get(s.Tool); err == nil && t.Template != "" {
 		if _, _, err := e.templateOf(t); errdefs.IsNotFound(err) {
 			return nil, fmt.Errorf("pool of tool %q: %v: %w", s.Tool, err, errNoTemplate)
 		}

@@ -289,7 +289,7 @@ func (e *Engine) sessionMemory(spec SessionSpec) int64 {
 // (its template's, with Start), or the runtime's for a tool no longer
 // configured.
 func (e *Engine) liveOf(sb sandbox.Sandbox, driver string, spec SessionSpec) (*LiveSession, error) {
-	tool, err := e.toolOf(spec.Tool)
+	tool, err := e.tools.Get(spec.Tool)
 	if err != nil {
 		tool = tools.Tool{}
 	}

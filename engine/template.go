@@ -60,17 +60,6 @@ const (
 	startFailedPrefix = "stockade: the template's "
 )
 
-// toolOf is the tool of a request: name's in the engine's tools, with
-// the template a test bound it to (testTemplates) until tools parses
-// `template:` itself.
-func (e *Engine) toolOf(name string) (tools.Tool, error) {
-	t, err := e.tools.Get(name)
-	if err == nil && t.Template == "" {
-		t.Template = e.testTemplates[t.Name]
-	}
-	return t, err
-}
-
 // templateOf resolves tool's template: its image and what it runs at a
 // sandbox's start. A tool without one is (zero, nil, nil).
 func (e *Engine) templateOf(tool tools.Tool) (sandbox.Image, *image.TemplateManifest, error) {

@@ -19,7 +19,6 @@ import (
 	"github.com/stockade-sh/stockade/internal/sandboxkit"
 	"github.com/stockade-sh/stockade/internal/testenv"
 	"github.com/stockade-sh/stockade/sandbox"
-	"github.com/stockade-sh/stockade/tools"
 )
 
 // benchTemplate starts as a data-science template would: pandas, numpy
@@ -45,15 +44,7 @@ func BenchmarkTemplateSession(b *testing.B) {
 	testenv.RequiresRoot(b)
 	testenv.RequiresBinary(b, "runsc")
 	ctx := context.Background()
-	opts := tools.Options{Drivers: DriverCapabilities()}
-	file := filepath.Join(b.TempDir(), "tools.yaml")
-	if err := os.WriteFile(file, []byte("tools:\n  - name: bench\n    input_trust: trusted\n    tier: gvisor\n"), 0o600); err != nil {
-		b.Fatal(err)
-	}
-	set, err := tools.Load(file, opts)
-	if err != nil {
-		b.Fatal(err)
-	}
+	bench := boundTools(b, "gvisor", map[string]image.TemplateManifest{"bench": benchTemplate})
 	imgs := templateImages{Store: image.Open(testenv.DataDir()), templates: map[string]image.TemplateManifest{"bench": benchTemplate}}
 	newEngine := func(o ...Option) *Engine {
 		d, err := gvisor.New(gvisor.Config{StateDir: b.TempDir(), GuestPath: testenv.Guest(b), Shim: testenv.Shim(b)})
@@ -61,7 +52,7 @@ func BenchmarkTemplateSession(b *testing.B) {
 			b.Fatal(err)
 		}
 		e, err := New(map[string]sandbox.Driver{"gvisor": d}, "gvisor", imgs, sandbox.DefaultLimits(), sandbox.DefaultCeiling(),
-			append([]Option{WithTools(set, opts), withTemplate("bench", "bench")}, o...)...)
+			append([]Option{bench}, o...)...)
 		if err != nil {
 			b.Fatal(err)
 		}

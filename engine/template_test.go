@@ -3,6 +3,10 @@ package engine
 import (
 	"context"
 	"fmt"
+	"maps"
+	"os"
+	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -13,7 +17,9 @@ import (
 	"github.com/stockade-sh/stockade/image"
 	"github.com/stockade-sh/stockade/internal/testenv"
 	"github.com/stockade-sh/stockade/sandbox"
+	"github.com/stockade-sh/stockade/templates"
 	"github.com/stockade-sh/stockade/tools"
+	"go.yaml.in/yaml/v3"
 )
 
 // templateImages are the installed runtime images, with templates dressed
@@ -78,28 +84,65 @@ func testTemplates() templateImages {
 	}}
 }
 
-// withTemplate binds tool to template, as a record's `template:` does.
-func withTemplate(tool, template string) Option {
-	return func(e *Engine) {
-		if e.testTemplates == nil {
-			e.testTemplates = map[string]string{}
-		}
-		e.testTemplates[tool] = template
-	}
-}
-
-// templateTools are tools analytics, broken and shelly of the templates of
-// the same names, on tier.
-func templateTools(t *testing.T, tier string) []Option {
+// boundTools loads tools on tier, one per entry of bound, each running
+// the template its entry names (tool name -> template), with those
+// templates declared as the manifests say: a record's `template:` binds
+// them, as in a configuration.
+func boundTools(tb testing.TB, tier string, bound map[string]image.TemplateManifest) Option {
+	tb.Helper()
+	var decls []map[string]any
 	var b strings.Builder
 	b.WriteString("tools:\n")
-	names := []string{"analytics", "broken", "shelly", "nodey", "nodebroken"}
-	opts := []Option{}
-	for _, n := range names {
-		opts = append(opts, withTemplate(n, n))
-		fmt.Fprintf(&b, "  - name: %s\n    input_trust: trusted\n    tier: %s\n", n, tier)
+	seen := map[string]bool{}
+	for _, tool := range slices.Sorted(maps.Keys(bound)) {
+		tm := bound[tool]
+		fmt.Fprintf(&b, "  - name: %s\n    input_trust: trusted\n    tier: %s\n    template: %s\n", tool, tier, tm.Name)
+		if seen[tm.Name] {
+			continue
+		}
+		seen[tm.Name] = true
+		d := map[string]any{"name": tm.Name, "base": tm.Base, "start": tm.Start, "ready": tm.Ready, "golden": tm.Golden}
+		if len(tm.Env) > 0 {
+			d["env"] = tm.Env
+		}
+		if tm.Workdir != "" {
+			d["workdir"] = tm.Workdir
+		}
+		decls = append(decls, d)
 	}
-	return append(opts, withToolsFile(t, b.String(), tools.Options{Drivers: DriverCapabilities()}))
+	data, err := yaml.Marshal(map[string]any{"templates": decls})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	dir := tb.TempDir()
+	file := filepath.Join(dir, "templates.yaml")
+	if err := os.WriteFile(file, data, 0o600); err != nil {
+		tb.Fatal(err)
+	}
+	set, err := templates.Load(file, templates.Options{DataRoot: dir})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	opts := tools.Options{Drivers: DriverCapabilities(), Templates: set}
+	file = filepath.Join(dir, "tools.yaml")
+	if err := os.WriteFile(file, []byte(b.String()), 0o600); err != nil {
+		tb.Fatal(err)
+	}
+	ts, err := tools.Load(file, opts)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return WithTools(ts, opts)
+}
+
+// templateTools are tools analytics, broken, shelly, nodey and
+// nodebroken, each of the template of the same name, on tier.
+func templateTools(t *testing.T, tier string) []Option {
+	bound := map[string]image.TemplateManifest{}
+	for name, tm := range testTemplates().templates {
+		bound[name] = tm
+	}
+	return []Option{boundTools(t, tier, bound)}
 }
 
 // runcTemplateEngine is an engine over runc with the templates' tools.

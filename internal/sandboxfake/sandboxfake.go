@@ -13,7 +13,9 @@ import (
 	"syscall"
 
 	"github.com/stockade-sh/stockade/errdefs"
+	"github.com/stockade-sh/stockade/image"
 	"github.com/stockade-sh/stockade/sandbox"
+	"github.com/stockade-sh/stockade/templates"
 )
 
 // Driver is a sandbox.Driver that runs nothing. Its zero value with an ID
@@ -139,11 +141,29 @@ func (s fakeSandbox) Destroy(context.Context) error {
 	return nil
 }
 
-// Images resolves every runtime to a placeholder image.
-type Images struct{}
+// Images resolves every runtime to a placeholder image, and each of
+// Templates to a placeholder build of its declaration. The nil Templates
+// has none.
+type Images struct {
+	Templates *templates.Set
+}
 
 func (Images) Resolve(name string) (sandbox.Image, error) {
 	return sandbox.Image{Name: name, Rootfs: "/nonexistent"}, nil
+}
+
+// ResolveTemplate returns a placeholder image of the template name, whose
+// manifest carries its declaration's base and start, as a build's does.
+func (i Images) ResolveTemplate(name string) (sandbox.Image, image.Manifest, error) {
+	t, err := i.Templates.Get(name)
+	if err != nil {
+		return sandbox.Image{}, image.Manifest{}, err
+	}
+	img := sandbox.Image{Name: name, Digest: templates.Key(t), Rootfs: "/nonexistent"}
+	return img, image.Manifest{Name: name, Digest: img.Digest, Template: &image.TemplateManifest{
+		Name: t.Name, Base: t.Base, Declaration: templates.Key(t),
+		Env: t.Env, Workdir: t.Workdir, Start: t.Start, Ready: t.Ready, Golden: t.Golden,
+	}}, nil
 }
 
 // sessionSandbox is a fakeSandbox that keeps sessions (Driver.Sessions).
