@@ -218,21 +218,49 @@ func allows(list []string, v string) bool {
 	return onlyExcl
 }
 
-// pick chooses a version in r: the "latest" dist-tag when it is in r
-// (npm's choice), else the highest version in r. A prerelease is only
-// chosen when r names one (as npm).
+// pick chooses a version in r as npm does: the "latest" dist-tag when it
+// is in r and not deprecated, else the highest version in r that is not
+// deprecated, else the highest in r. A prerelease is only chosen when r
+// names one. (npm also prefers versions whose engines allow the running
+// node; the image's node is not known here, so engines are not read.)
 func (p *packument) pick(r semverRange) (version, bool) {
 	if l, ok := p.DistTags["latest"]; ok {
 		if v, err := parseVersion(l); err == nil {
-			if _, known := p.raw[v.String()]; known && r.test(v) {
+			if _, known := p.raw[v.String()]; known && r.test(v) && !p.deprecated(v) {
 				return v, true
 			}
 		}
 	}
-	for _, v := range p.sorted {
-		if r.test(v) {
+	var first *version
+	for i, v := range p.sorted {
+		if !r.test(v) {
+			continue
+		}
+		if !p.deprecated(v) {
 			return v, true
 		}
+		if first == nil {
+			first = &p.sorted[i]
+		}
+	}
+	if first != nil {
+		return *first, true
 	}
 	return version{}, false
+}
+
+// deprecated reports whether a version carries a deprecation message.
+func (p *packument) deprecated(v version) bool {
+	var d struct {
+		Deprecated json.RawMessage `json:"deprecated"`
+	}
+	if json.Unmarshal(p.Versions[p.raw[v.String()]], &d) != nil {
+		return false
+	}
+	var msg string
+	if json.Unmarshal(d.Deprecated, &msg) == nil {
+		return msg != ""
+	}
+	var b bool
+	return json.Unmarshal(d.Deprecated, &b) == nil && b
 }

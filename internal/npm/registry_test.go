@@ -27,6 +27,7 @@ type fakePkg struct {
 	entries              []tarEntry        // raw entries, after the package's
 	badIntegrity         bool
 	pjName               string // package.json's name, if not name
+	deprecated           string
 }
 
 // tarEntry is a raw tarball entry.
@@ -161,7 +162,7 @@ func newRegistry(t *testing.T, pkgs ...fakePkg) *fakeRegistry {
 		doc["versions"].(map[string]any)[p.version] = map[string]any{
 			"name": p.name, "version": p.version,
 			"dependencies": deps, "optionalDependencies": p.optional, "peerDependencies": p.peer, "peerDependenciesMeta": meta,
-			"os": p.os, "hasInstallScript": p.hasInstallScript,
+			"os": p.os, "hasInstallScript": p.hasInstallScript, "deprecated": p.deprecated,
 			"dist": map[string]string{"tarball": reg.URL + "/tarballs/" + file, "integrity": "sha512-" + base64.StdEncoding.EncodeToString(sum[:])},
 		}
 		doc["dist-tags"].(map[string]string)["latest"] = p.version // the last one listed

@@ -109,8 +109,8 @@ console.log(a.c, a.d, b.c, require('c'), require('d'), require('x'));`)
 }
 
 // TestResolveChoice checks which version a range chooses: the latest tag
-// when it is in range, else the highest; prereleases only when named;
-// dist-tags as specs.
+// when it is in range, else the highest; deprecated versions only when
+// all in range are; prereleases only when named; dist-tags as specs.
 func TestResolveChoice(t *testing.T) {
 	reg := newRegistry(t,
 		fakePkg{name: "p", version: "1.0.0"},
@@ -125,12 +125,19 @@ func TestResolveChoice(t *testing.T) {
 		fakePkg{name: "top3", version: "1.0.0", deps: map[string]string{"r": "latest", "s": "^1.3.0-rc.0"}},
 		fakePkg{name: "r", version: "3.0.0"},
 		fakePkg{name: "s", version: "1.3.0-rc.2"},
+		// Deprecated versions are chosen last.
+		fakePkg{name: "top4", version: "1.0.0", deps: map[string]string{"u": "^1.0.0", "w": "*"}},
+		fakePkg{name: "u", version: "1.0.0"},
+		fakePkg{name: "u", version: "1.2.0", deprecated: "broken"},
+		fakePkg{name: "u", version: "1.1.0", deprecated: "broken"}, // latest
+		fakePkg{name: "w", version: "1.0.0", deprecated: "old"},
+		fakePkg{name: "w", version: "2.0.0", deprecated: "old"},
 	)
-	pkgs, err := npm.Resolve(context.Background(), reg.URL, []string{"top1@1.0.0", "top2@1.0.0", "top3@1.0.0"})
+	pkgs, err := npm.Resolve(context.Background(), reg.URL, []string{"top1@1.0.0", "top2@1.0.0", "top3@1.0.0", "top4@1.0.0"})
 	if err != nil {
 		t.Fatalf("Resolve: %v", err)
 	}
-	if got, want := layout(pkgs), "p=1.1.0 q=2.0.0 r=3.0.0 s=1.3.0-rc.2 top1=1.0.0 top2=1.0.0 top3=1.0.0"; got != want {
+	if got, want := layout(pkgs), "p=1.1.0 q=2.0.0 r=3.0.0 s=1.3.0-rc.2 top1=1.0.0 top2=1.0.0 top3=1.0.0 top4=1.0.0 u=1.0.0 w=2.0.0"; got != want {
 		t.Errorf("Resolve layout:\n got %s\nwant %s", got, want)
 	}
 }
