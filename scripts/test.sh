@@ -112,9 +112,10 @@ fi
 (cd mcp/testdata/node && npm ci --no-audit --no-fund --loglevel=error)
 
 # internal/wheel's tests build a real wheel with Debian's python3,
-# setuptools and wheel (/usr/bin/python3, not a pyenv shim).
-if ! /usr/bin/python3 -c 'import setuptools, wheel' >/dev/null 2>&1; then
-	apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3 python3-setuptools python3-wheel >/dev/null
+# setuptools and wheel (/usr/bin/python3, not a pyenv shim), and install
+# the pip wheel Debian ships.
+if ! /usr/bin/python3 -c 'import setuptools, wheel' >/dev/null 2>&1 || ! ls /usr/share/python-wheels/pip-*.whl >/dev/null 2>&1; then
+	apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3 python3-setuptools python3-wheel python3-pip-whl >/dev/null
 fi
 
 # -p 2: two packages at a time on two cores; the conformance suites fork-bomb

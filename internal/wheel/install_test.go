@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/stockade-sh/stockade/errdefs"
+	"github.com/stockade-sh/stockade/internal/testenv"
 	"github.com/stockade-sh/stockade/internal/wheel"
 )
 
@@ -247,5 +248,45 @@ func TestInstallLinkOut(t *testing.T) {
 	entries, _ := os.ReadDir(outside)
 	if len(entries) != 0 {
 		t.Errorf("Install wrote outside the tree: %v", entries)
+	}
+}
+
+// TestInstallDebianWheel installs the pip wheel Debian ships
+// (python3-pip-whl, which CI installs): hundreds of files, console
+// scripts, a wheel built by another tool than the tests'. Debian's python
+// then runs the pip3 command Install wrote.
+func TestInstallDebianWheel(t *testing.T) {
+	whls, _ := filepath.Glob("/usr/share/python-wheels/pip-*-py3-none-any.whl")
+	if len(whls) == 0 {
+		testenv.Missing(t, "Debian's pip wheel is not installed (apt-get install python3-pip-whl)")
+		return
+	}
+	root := newRoot(t)
+	inst, err := wheel.Install(whls[0], root, sitePackages)
+	if err != nil {
+		t.Fatalf("Install: %v", err)
+	}
+	if inst.Name != "pip" {
+		t.Errorf("Install = %+v, want pip", inst)
+	}
+	pip3 := filepath.Join(root, "usr/local/bin/pip3")
+	cmd := exec.Command(pip3, "--version")
+	cmd.Env = pythonEnv(t.TempDir(), "PYTHONPATH="+filepath.Join(root, sitePackages))
+	out, err := cmd.CombinedOutput()
+	if err != nil || !strings.HasPrefix(string(out), "pip "+inst.Version+" from "+filepath.Join(root, sitePackages, "pip")) {
+		t.Errorf("pip3 --version: %q, %v", out, err)
+	}
+	record, err := os.ReadFile(filepath.Join(root, sitePackages, "pip-"+inst.Version+".dist-info", "RECORD"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	files := 0
+	for p, mode := range tree(t, root) {
+		if mode.IsRegular() && strings.HasPrefix(p, "usr/local/") {
+			files++
+		}
+	}
+	if lines := strings.Count(string(record), "\n"); lines != files || files < 100 {
+		t.Errorf("RECORD has %d lines for %d files installed", lines, files)
 	}
 }
