@@ -1,6 +1,7 @@
 package wheel_test
 
 import (
+	"fmt"
 	"io/fs"
 	"os"
 	"os/exec"
@@ -288,5 +289,23 @@ func TestInstallDebianWheel(t *testing.T) {
 	}
 	if lines := strings.Count(string(record), "\n"); lines != files || files < 100 {
 		t.Errorf("RECORD has %d lines for %d files installed", lines, files)
+	}
+}
+
+// TestInstallTooManyEntries checks the bound on a wheel's entries, which
+// is enforced before anything is written.
+func TestInstallTooManyEntries(t *testing.T) {
+	entries := goodEntries()
+	for i := 0; i < 50001; i++ {
+		entries = append(entries, entry{name: fmt.Sprintf("tiny/m%d.py", i)})
+	}
+	p, _ := writeWheel(t, t.TempDir(), "tiny-1.0-py3-none-any.whl", entries)
+	root := newRoot(t)
+	_, err := wheel.Install(p, root, sitePackages)
+	if msg, _ := errdefs.PublicMessage(err); !strings.Contains(msg, "more than 50000 entries") {
+		t.Errorf("Install: %v; want too many entries", err)
+	}
+	if n := len(tree(t, root)); n != len(tree(t, newRoot(t))) {
+		t.Errorf("a refused wheel left files")
 	}
 }
