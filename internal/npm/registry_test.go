@@ -4,8 +4,10 @@ import (
 	"archive/tar"
 	"bytes"
 	"compress/gzip"
+	"crypto/sha1"
 	"crypto/sha512"
 	"encoding/base64"
+	"encoding/hex"
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
@@ -28,6 +30,7 @@ type fakePkg struct {
 	badIntegrity         bool
 	pjName               string // package.json's name, if not name
 	deprecated           string
+	sha1Only             bool // the registry gives a shasum and no integrity
 }
 
 // tarEntry is a raw tarball entry.
@@ -159,11 +162,16 @@ func newRegistry(t *testing.T, pkgs ...fakePkg) *fakeRegistry {
 		for n, r := range p.optional {
 			deps[n] = r // npm lists optional dependencies among dependencies too
 		}
+		dist := map[string]string{"tarball": reg.URL + "/tarballs/" + file, "integrity": "sha512-" + base64.StdEncoding.EncodeToString(sum[:])}
+		if p.sha1Only {
+			s1 := sha1.Sum(tgz)
+			dist = map[string]string{"tarball": dist["tarball"], "shasum": hex.EncodeToString(s1[:])}
+		}
 		doc["versions"].(map[string]any)[p.version] = map[string]any{
 			"name": p.name, "version": p.version,
 			"dependencies": deps, "optionalDependencies": p.optional, "peerDependencies": p.peer, "peerDependenciesMeta": meta,
 			"os": p.os, "hasInstallScript": p.hasInstallScript, "deprecated": p.deprecated,
-			"dist": map[string]string{"tarball": reg.URL + "/tarballs/" + file, "integrity": "sha512-" + base64.StdEncoding.EncodeToString(sum[:])},
+			"dist": dist,
 		}
 		doc["dist-tags"].(map[string]string)["latest"] = p.version // the last one listed
 	}

@@ -363,3 +363,26 @@ func TestResolveOrder(t *testing.T) {
 		}
 	}
 }
+
+// TestInstallSHA1 checks the fallback for the registry's oldest packages,
+// which have a sha1 shasum and no integrity: Resolve gives it as
+// "sha1-<base64>", and Install checks the tarball against it.
+func TestInstallSHA1(t *testing.T) {
+	reg := newRegistry(t, fakePkg{name: "old", version: "0.1.0", sha1Only: true})
+	pkgs, err := npm.Resolve(context.Background(), reg.URL, []string{"old@0.1.0"})
+	if err != nil {
+		t.Fatalf("Resolve: %v", err)
+	}
+	if len(pkgs) != 1 || !strings.HasPrefix(pkgs[0].Integrity, "sha1-") {
+		t.Fatalf("Resolve = %+v, want a sha1 integrity", pkgs)
+	}
+	if err := npm.Install(context.Background(), pkgs, t.TempDir(), t.TempDir()); err != nil {
+		t.Errorf("Install: %v", err)
+	}
+	bad := pkgs[0]
+	bad.Integrity = "sha1-" + strings.Repeat("A", 27) + "="
+	err = npm.Install(context.Background(), []npm.Package{bad}, t.TempDir(), t.TempDir())
+	if msg, _ := errdefs.PublicMessage(err); !strings.Contains(msg, "npm_packages: old@0.1.0: its tarball does not have the integrity") {
+		t.Errorf("Install with another sha1: %v", err)
+	}
+}
