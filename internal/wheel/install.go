@@ -149,7 +149,25 @@ func (in *installer) run() error {
 // plan checks every entry's name and type and maps it to its target
 // before anything is written.
 func (in *installer) plan() ([]plannedEntry, error) {
-	stem := in.fn.Dist + "-" + in.fn.Version
+	for _, f := range in.zr.File {
+		top, rest, _ := strings.Cut(f.Name, "/")
+		if !strings.HasSuffix(top, ".dist-info") || rest == "" {
+			continue
+		}
+		if in.distInfo != "" && in.distInfo != top {
+			return nil, errorf(in.file, "two .dist-info directories: %q and %q", in.distInfo, top)
+		}
+		in.distInfo = top
+	}
+	if in.distInfo == "" {
+		return nil, errorf(in.file, "no .dist-info directory")
+	}
+	stem := strings.TrimSuffix(in.distInfo, ".dist-info")
+	d, v, _ := strings.Cut(stem, "-")
+	if normalize(d) != normalize(in.fn.Dist) || !sameVersion(escapeVersion(v), escapeVersion(in.fn.Version)) {
+		return nil, errorf(in.file, "its metadata directory %q is not the file name's %q", in.distInfo, in.fn.Dist+"-"+in.fn.Version+".dist-info")
+	}
+	// The .data directory is named as the .dist-info one is.
 	dataStem := stem + ".data"
 	var plan []plannedEntry
 	seen := make(map[string]bool, len(in.zr.File))
@@ -176,30 +194,17 @@ func (in *installer) plan() ([]plannedEntry, error) {
 		if declared > maxUnpackedBytes {
 			return nil, errorf(in.file, "unpacks to more than %d MiB", maxUnpackedBytes>>20)
 		}
-		if strings.HasSuffix(elems[0], ".dist-info") && (len(elems) > 1 || dir) {
-			if in.distInfo != "" && in.distInfo != elems[0] {
-				return nil, errorf(in.file, "two .dist-info directories: %q and %q", in.distInfo, elems[0])
-			}
-			in.distInfo = elems[0]
-		}
 		rel, k, err := target(in.file, elems, in.sp, dataStem, dir)
 		if err != nil {
 			return nil, err
 		}
-		if in.distInfo == elems[0] && len(elems) == 2 {
+		if elems[0] == in.distInfo && len(elems) == 2 {
 			switch elems[1] {
 			case "RECORD", "RECORD.jws", "RECORD.p7s", "INSTALLER":
 				k = skipped // replaced by what Install writes
 			}
 		}
 		plan = append(plan, plannedEntry{f: f, name: name, rel: rel, kind: k, dir: dir})
-	}
-	if in.distInfo == "" {
-		return nil, errorf(in.file, "no .dist-info directory")
-	}
-	d, v, _ := strings.Cut(strings.TrimSuffix(in.distInfo, ".dist-info"), "-")
-	if normalize(d) != normalize(in.fn.Dist) || !sameVersion(escapeVersion(v), escapeVersion(in.fn.Version)) {
-		return nil, errorf(in.file, "its metadata directory %q is not the file name's %q", in.distInfo, stem+".dist-info")
 	}
 	return plan, nil
 }

@@ -224,6 +224,25 @@ func TestInstallGood(t *testing.T) {
 	}
 }
 
+// TestInstallNameSpelling installs a wheel whose file name spells the
+// project otherwise than its metadata directory does ("Tiny", "tiny"):
+// names compare normalized, and the .data directory is the metadata
+// directory's.
+func TestInstallNameSpelling(t *testing.T) {
+	p, _ := writeWheel(t, t.TempDir(), "Tiny-1.0-py3-none-any.whl", goodEntries())
+	root := newRoot(t)
+	inst, err := wheel.Install(p, root, sitePackages)
+	if err != nil {
+		t.Fatalf("Install: %v", err)
+	}
+	if inst.Name != "tiny" || inst.File != "Tiny-1.0-py3-none-any.whl" {
+		t.Errorf("Install = %+v", inst)
+	}
+	if _, err := os.Stat(filepath.Join(root, "usr/local/bin/tiny-run")); err != nil {
+		t.Errorf("the .data script was not installed: %v", err)
+	}
+}
+
 // tamperRecorded is goodEntries with one body changed and a RECORD that
 // agrees.
 func tamperRecorded(name, body string) []entry {
