@@ -163,6 +163,22 @@ func (p *packument) manifest(v version) (*manifest, error) {
 	return m, nil
 }
 
+// deps are the dependencies Resolve installs: dependencies and optional
+// dependencies, less the bundled ones.
+func (m *manifest) deps() map[string]string {
+	deps := make(map[string]string, len(m.Dependencies)+len(m.Optional))
+	for name, rng := range m.Dependencies {
+		deps[name] = rng
+	}
+	for name, rng := range m.Optional {
+		deps[name] = rng
+	}
+	for name := range m.Bundled {
+		delete(deps, name)
+	}
+	return deps
+}
+
 // stringMap decodes a map of strings; an absent or null one is empty,
 // and an empty array (which old manifests wrote for "none") too.
 func stringMap(b json.RawMessage) (map[string]string, error) {

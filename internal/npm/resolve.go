@@ -8,6 +8,7 @@ import (
 	"regexp"
 	"sort"
 	"strings"
+	"sync"
 
 	"github.com/stockade-sh/stockade/errdefs"
 )
@@ -16,6 +17,8 @@ import (
 const (
 	// maxPackages bounds the packages one template installs.
 	maxPackages = 2000
+	// fetchers bounds the registry documents fetched at once.
+	fetchers = 6
 	// maxDepth bounds how deep node_modules nest (a conflict nests a
 	// package under its dependent; cycles of conflicts could nest
 	// forever).
@@ -78,6 +81,22 @@ type resolver struct {
 	edges    []edge
 	queue    []*node
 	fetched  int
+
+	// Documents are fetched in the background as soon as a placed
+	// package names them (prefetch), a few at a time, so that the
+	// registry's latency overlaps; resolving stays in one goroutine,
+	// which alone reads and writes the maps.
+	inflight map[string]*docFetch
+	sem      chan struct{}
+	wg       sync.WaitGroup
+}
+
+// docFetch is a registry document being fetched in the background. Its
+// doc and err are set before done is closed.
+type docFetch struct {
+	done chan struct{}
+	doc  *packument
+	err  error
 }
 
 // Resolve reads the packages specs name ("name@1.2.3", exact versions)
@@ -112,10 +131,15 @@ func Resolve(ctx context.Context, registry string, specs []string) ([]Package, e
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		return nil, fmt.Errorf("npm registry %q is not an http(s) URL: %w", registry, errdefs.ErrInvalidArgument)
 	}
-	r := &resolver{ctx: ctx, registry: strings.TrimSuffix(registry, "/"), docs: map[string]*packument{}, docErrs: map[string]error{}, tree: map[string]*node{}}
+	ctx, cancel := context.WithCancel(ctx)
+	r := &resolver{ctx: ctx, registry: strings.TrimSuffix(registry, "/"), docs: map[string]*packument{}, docErrs: map[string]error{},
+		tree: map[string]*node{}, inflight: map[string]*docFetch{}, sem: make(chan struct{}, fetchers)}
+	defer r.wg.Wait() // after cancel: no fetch outlives Resolve
+	defer cancel()
 	seen := map[string]string{}
-	for _, spec := range specs {
-		name, ver, err := ParseSpec(spec)
+	names := make([]string, len(specs))
+	for i, spec := range specs {
+		name, _, err := ParseSpec(spec)
 		if err != nil {
 			return nil, err
 		}
@@ -123,6 +147,12 @@ func Resolve(ctx context.Context, registry string, specs []string) ([]Package, e
 			return nil, errdefs.Publicf("npm_packages: %q and %q name the same package: %w", prev, spec, errdefs.ErrInvalidArgument)
 		}
 		seen[name] = spec
+		names[i] = name
+		r.prefetch(name, spec, name)
+	}
+	for i, spec := range specs {
+		name := names[i]
+		_, ver, _ := ParseSpec(spec)
 		doc, err := r.doc(name, spec, name)
 		if err != nil {
 			return nil, err
@@ -156,8 +186,10 @@ func Resolve(ctx context.Context, registry string, specs []string) ([]Package, e
 	return out, nil
 }
 
-// doc fetches and caches a packument. what names the dependency for
-// errors.
+// doc returns a package's registry document, waiting for its fetch.
+// spec and what name the template's spec and the dependency for errors
+// (a document already being fetched keeps the names of the dependent
+// that asked first).
 func (r *resolver) doc(name, spec, what string) (*packument, error) {
 	if d, ok := r.docs[name]; ok {
 		return d, nil
@@ -165,21 +197,54 @@ func (r *resolver) doc(name, spec, what string) (*packument, error) {
 	if err, ok := r.docErrs[name]; ok {
 		return nil, err
 	}
-	d, err := r.fetch(name, spec, what)
-	if err != nil {
-		r.docErrs[name] = err
-		return nil, err
-	}
-	r.docs[name] = d
-	return d, nil
-}
-
-// fetch GETs a packument.
-func (r *resolver) fetch(name, spec, what string) (*packument, error) {
-	if r.fetched >= maxPackages {
+	r.prefetch(name, spec, what)
+	f, ok := r.inflight[name]
+	if !ok {
 		return nil, errdefs.Publicf("npm_packages: %q: more than %d packages: %w", spec, maxPackages, errdefs.ErrResourceExhausted)
 	}
+	<-f.done
+	delete(r.inflight, name)
+	if f.err != nil {
+		r.docErrs[name] = f.err
+		return nil, f.err
+	}
+	r.docs[name] = f.doc
+	return f.doc, nil
+}
+
+// prefetch starts fetching a package's document in the background, if
+// it is not fetched or being fetched, and at most maxPackages in all.
+func (r *resolver) prefetch(name, spec, what string) {
+	if _, ok := r.docs[name]; ok {
+		return
+	}
+	if _, ok := r.docErrs[name]; ok {
+		return
+	}
+	if _, ok := r.inflight[name]; ok || r.fetched >= maxPackages {
+		return
+	}
 	r.fetched++
+	f := &docFetch{done: make(chan struct{})}
+	r.inflight[name] = f
+	r.wg.Add(1)
+	go func() {
+		defer r.wg.Done()
+		defer close(f.done)
+		select {
+		case r.sem <- struct{}{}:
+		case <-r.ctx.Done():
+			f.err = r.ctx.Err()
+			return
+		}
+		defer func() { <-r.sem }()
+		f.doc, f.err = r.fetch(name, spec, what)
+	}()
+}
+
+// fetch GETs a packument. It runs in its own goroutine and touches none
+// of the resolver's maps.
+func (r *resolver) fetch(name, spec, what string) (*packument, error) {
 	req, err := http.NewRequestWithContext(r.ctx, http.MethodGet, r.registry+"/"+url.PathEscape(name), nil)
 	if err != nil {
 		return nil, fmt.Errorf("fetching %s from the npm registry: %w", name, err)
@@ -321,6 +386,11 @@ func (r *resolver) place(spec, from, name string, v version) (*node, error) {
 		r.tree[n.path] = n
 		r.edges = append(r.edges, edge{from, name, n.path})
 		r.queue = append(r.queue, n)
+		for dep, rng := range n.m.deps() {
+			if validName(dep) {
+				r.prefetch(dep, spec, fmt.Sprintf("%s@%s (needed by %s@%s)", dep, rng, n.name, n.v))
+			}
+		}
 		return n, nil
 	}
 	return nil, errdefs.Publicf("npm_packages: %q: %s@%s cannot be placed in node_modules without hiding another version of it: %w", spec, name, v, errdefs.ErrFailedPrecondition)
@@ -329,18 +399,10 @@ func (r *resolver) place(spec, from, name string, v version) (*node, error) {
 // dependencies resolves a placed package's dependencies and optional
 // dependencies, in name order.
 func (r *resolver) dependencies(n *node) error {
-	deps := map[string]string{}
-	for name, rng := range n.m.Dependencies {
-		deps[name] = rng
-	}
-	for name, rng := range n.m.Optional {
-		deps[name] = rng
-	}
+	deps := n.m.deps()
 	names := make([]string, 0, len(deps))
 	for name := range deps {
-		if !n.m.Bundled[name] {
-			names = append(names, name)
-		}
+		names = append(names, name)
 	}
 	sort.Strings(names)
 	for _, name := range names {
