@@ -20,6 +20,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"sync"
 
 	"github.com/stockade-sh/stockade/errdefs"
 	"github.com/stockade-sh/stockade/internal/fsmode"
@@ -38,8 +39,8 @@ const (
 )
 
 // Install downloads each package's tarball into cacheDir (keyed by its
-// integrity, and reused from there), checks it against Integrity before
-// reading it, and unpacks its package directory into
+// integrity, and reused from there; a few at a time), checks it against
+// Integrity before reading it, and then unpacks its package directory into
 // root/node_modules/<Path>. Parents are unpacked before the packages
 // nested under them; a package's directory must not exist yet.
 //
@@ -52,6 +53,15 @@ const (
 // has an install script or the package a binding.gyp. On error, the
 // package directories Install made are removed.
 func Install(ctx context.Context, pkgs []Package, root, cacheDir string) error {
+	for i := range pkgs {
+		if err := checkPath(&pkgs[i]); err != nil {
+			return err
+		}
+	}
+	tgzs, err := fetchAll(ctx, pkgs, cacheDir)
+	if err != nil {
+		return err
+	}
 	r, err := os.OpenRoot(root)
 	if err != nil {
 		return fmt.Errorf("opening the tree to install npm packages into: %w", err)
@@ -74,7 +84,7 @@ func Install(ctx context.Context, pkgs []Package, root, cacheDir string) error {
 			in.rollback()
 			return err
 		}
-		if err := in.install(ctx, &pkgs[i], cacheDir); err != nil {
+		if err := in.install(&pkgs[i], tgzs[i]); err != nil {
 			in.rollback()
 			return err
 		}
@@ -108,15 +118,9 @@ func checkPath(p *Package) error {
 	return nil
 }
 
-func (in *installer) install(ctx context.Context, p *Package, cacheDir string) error {
-	if err := checkPath(p); err != nil {
-		return err
-	}
+// install unpacks one package's verified tarball.
+func (in *installer) install(p *Package, tgz string) error {
 	what := p.Name + "@" + p.Version
-	tgz, err := fetchTarball(ctx, p, cacheDir)
-	if err != nil {
-		return err
-	}
 	dir := "node_modules/" + p.Path
 	if err := in.mkdirs(path.Dir(dir)); err != nil {
 		return err
@@ -250,6 +254,46 @@ func digest(integrity string) (hash.Hash, []byte, error) {
 		return nil, nil, errors.New("integrity has the wrong length")
 	}
 	return h, want, nil
+}
+
+// fetchAll fetches the packages' tarballs, a few at a time, and returns
+// their paths in the cache. The first error cancels the other fetches;
+// the one returned is the first package's, in the list's order.
+func fetchAll(ctx context.Context, pkgs []Package, cacheDir string) ([]string, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	paths := make([]string, len(pkgs))
+	errs := make([]error, len(pkgs))
+	sem := make(chan struct{}, fetchers)
+	var wg sync.WaitGroup
+	for i := range pkgs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			select {
+			case sem <- struct{}{}:
+			case <-ctx.Done():
+				errs[i] = ctx.Err()
+				return
+			}
+			defer func() { <-sem }()
+			if paths[i], errs[i] = fetchTarball(ctx, &pkgs[i], cacheDir); errs[i] != nil {
+				cancel()
+			}
+		}()
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil && !errors.Is(err, context.Canceled) {
+			return nil, err
+		}
+	}
+	for _, err := range errs {
+		if err != nil {
+			return nil, err
+		}
+	}
+	return paths, nil
 }
 
 // fetchTarball returns the path of p's tarball in cacheDir, downloading it
