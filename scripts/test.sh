@@ -92,6 +92,7 @@ race_packages=(
 	./capability/ ./supervisor/ ./guest/ ./engine/ ./api/ ./store/... ./client/ ./mcp/...
 	./audit/ ./broker/ ./egress/ ./kernel/ ./policy/ ./analytics/
 	./internal/sandboxkit/ ./internal/ocidriver/ ./internal/netns/ ./internal/witness/ ./internal/flock/
+	./internal/npm/
 )
 race() {
 	if ! command -v gcc >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
