@@ -115,7 +115,9 @@ type docFetch struct {
 //     is an error naming it, unless peerDependenciesMeta marks it
 //     optional and it is missing.
 //   - optionalDependencies are installed when they resolve and allow
-//     linux/x64/glibc, and skipped otherwise (as npm skips one that fails).
+//     linux/x64/glibc, and skipped otherwise (as npm skips one that
+//     fails); once one is placed, its own dependencies must resolve (npm
+//     would drop the whole optional subtree instead).
 //   - bundled dependencies come in their dependent's tarball.
 //   - devDependencies are not a dependency's to install.
 //
