@@ -61,7 +61,7 @@ func (noResolver) LookupNetIP(context.Context, string, string) ([]netip.Addr, er
 // "fetch" allowed to reach an HTTP upstream on loopback.
 type egressEnv struct {
 	*env
-	eng  capability.Runner
+	eng  *engine.Engine
 	nets *netns.Manager
 	// port is the upstream's port, the one port of fetch's allowlist;
 	// hits counts the requests the upstream answered.

@@ -4,57 +4,8 @@ import (
 	"context"
 	"time"
 
-	"github.com/stockade-sh/stockade/engine"
-	"github.com/stockade-sh/stockade/image"
-	"github.com/stockade-sh/stockade/sandbox"
 	"github.com/stockade-sh/stockade/store"
-	"github.com/stockade-sh/stockade/tools"
 )
-
-// Runner runs sandboxes for the service; *engine.Engine is the one
-// implementation. The service validates a request with it before
-// deciding, runs an admitted one (told of its start and output), and asks
-// it for its drivers' health, its tools and its limits.
-type Runner interface {
-	// Validate checks a request without running anything and returns the
-	// tool, driver and runtime it would use; an error of class
-	// ErrPermissionDenied is the tool's record refusing it.
-	Validate(engine.Request) (tools.Tool, sandbox.Driver, image.Runtime, error)
-	// Run runs a request in a fresh sandbox; its OnStart is called once
-	// the sandbox launched, before the code runs.
-	Run(context.Context, engine.Request) (*engine.Result, error)
-	// Drivers returns the drivers by name, for their health and for the
-	// orphans of a crashed daemon.
-	Drivers() map[string]sandbox.Driver
-	DefaultDriver() string
-	// Tools is the set of tools requests run as.
-	Tools() *tools.Set
-	// Limits is what a sandbox of a tool gets when the request asks for
-	// nothing; Ceiling is the most a request may ask for.
-	Limits(tools.Tool) sandbox.Limits
-	Ceiling() sandbox.Limits
-	// EgressAvailable says whether sandboxes can get egress at all.
-	EgressAvailable() bool
-	// SetEgressObserver and SetBrokerObserver hand the egress proxy's
-	// decisions and the broker's calls, with the labels of the sandbox
-	// concerned, to f.
-	SetEgressObserver(f func(engine.EgressDecision))
-	SetBrokerObserver(f func(engine.BrokerEvent))
-	// Wait waits for the runs' background clean-ups.
-	Wait() error
-	// CheckSession, OpenSession and ReattachSessions are the sessions'
-	// (see engine.LiveSession).
-	CheckSession(engine.SessionSpec) (tools.Tool, sandbox.Driver, image.Runtime, error)
-	OpenSession(context.Context, engine.SessionSpec) (*engine.LiveSession, error)
-	ReattachSessions(ctx context.Context, match map[string]string, specOf func(sandboxID string) (engine.SessionSpec, bool)) ([]*engine.LiveSession, error)
-	// CanPause, PauseSession and ResumeSession pause sessions to
-	// checkpoints and resume them (see engine/pause.go).
-	CanPause(driver string) error
-	PauseSession(ctx context.Context, s *engine.LiveSession, dir string) (int64, error)
-	ResumeSession(ctx context.Context, spec engine.SessionSpec, dir string) (*engine.LiveSession, error)
-}
-
-var _ Runner = (*engine.Engine)(nil)
 
 // Journal is how the service changes the store: each step of a grant in
 // one transaction (store.Journal), and the events of no grant.

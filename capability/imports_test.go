@@ -9,7 +9,7 @@ import (
 
 // TestImportsNoConcreteDriverOrStore checks that the capability layer knows
 // the store only by the small interfaces it declares (Journal, Queries)
-// and the engine only as its Runner: nothing it imports, directly or not,
+// and the engine only as the runner of its sandboxes: nothing it imports, directly or not,
 // is a store implementation, a driver, or the wiring that names them.
 func TestImportsNoConcreteDriverOrStore(t *testing.T) {
 	const module = "github.com/stockade-sh/stockade/"

@@ -65,11 +65,11 @@ type Observer interface {
 }
 
 // Service is the capability layer: authentication, the policy decision, the
-// approval gate, billing, the audit trail, and running through the Runner.
+// approval gate, billing, the audit trail, and running on the engine.
 // Each change of a grant is a Transition applied by the Journal. It is safe
 // for concurrent use.
 type Service struct {
-	runner Runner
+	runner *engine.Engine
 	st     Store
 	opts   ServiceOptions
 	price  int64 // *opts.CreditsPerInvocation
@@ -116,9 +116,9 @@ type Service struct {
 	trans    transitions
 }
 
-// NewService returns the capability layer over r and st. Call Start
+// NewService returns the capability layer over the engine r and st. Call Start
 // before serving and Close when done.
-func NewService(r Runner, st Store, o ServiceOptions) *Service {
+func NewService(r *engine.Engine, st Store, o ServiceOptions) *Service {
 	if o.CreditsPerInvocation == nil {
 		o.CreditsPerInvocation = new(int64(2))
 	}
@@ -167,8 +167,8 @@ func (nopObserver) Invocation(store.ExecutionStatus, string, time.Duration, int6
 func (nopObserver) ApprovalsPending(int)                                           {}
 func (nopObserver) WitnessRefused()                                                {}
 
-// Runner returns the runner the service runs on.
-func (s *Service) Runner() Runner { return s.runner }
+// Runner returns the engine the service runs on.
+func (s *Service) Runner() *engine.Engine { return s.runner }
 
 // Options returns the service's options, with their defaults filled in.
 func (s *Service) Options() ServiceOptions { return s.opts }
