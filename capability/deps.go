@@ -2,7 +2,6 @@ package capability
 
 import (
 	"context"
-	"time"
 
 	"github.com/stockade-sh/stockade/store"
 )
@@ -18,31 +17,17 @@ type Journal interface {
 	AppendBroadcast(ctx context.Context, e store.NewEvent, copyOf func(store.Event) store.NewEvent) (store.Event, error)
 }
 
-// Queries are what the service reads.
-type Queries interface {
-	ReplayExecution(ctx context.Context, e store.NewExecution) (store.Admission, error)
-	GetExecution(ctx context.Context, workspaceID, executionID string) (store.Execution, error)
-	ListLiveExecutions(ctx context.Context) ([]store.Execution, error)
-	GetApproval(ctx context.Context, workspaceID, approvalID string) (store.Approval, error)
-	ListApprovals(ctx context.Context, workspaceID string, f store.ApprovalFilter) (store.Page[store.Approval], error)
-	ListDueApprovals(ctx context.Context, now time.Time) ([]store.Approval, error)
-	GetPolicy(ctx context.Context, workspaceID string) (store.Policy, error)
-	LookupAPIKey(ctx context.Context, hash store.KeyHash) (store.APIKey, error)
-	ListEvents(ctx context.Context, workspaceID string, f store.EventFilter) (store.Page[store.Event], error)
-	// ListWorkspaces and VerifyChainFrom are the witness's
-	// (witness.Chains).
-	ListWorkspaces(ctx context.Context) ([]store.Workspace, error)
-	VerifyChainFrom(ctx context.Context, from store.ChainHead) (store.ChainHead, *store.BrokenLink, error)
-}
-
-// Store is what the service needs of the store.
+// Store is what the service needs of the store: the sum of what each of
+// its parts declares it needs, beside the part (keyStore, gateStore,
+// runStore, approvalStore, sessionStore, cellStore, toolStore,
+// daemonStore).
 type Store interface {
 	Journal
-	Queries
-	SessionStore
-	// RecordKeyUses writes the API keys' last uses, in batches.
-	RecordKeyUses(ctx context.Context, uses map[string]time.Time) error
-	// ClaimDaemon takes the database's daemon claim for the service's
-	// life.
-	ClaimDaemon(ctx context.Context) (store.DaemonClaim, error)
+	keyStore
+	gateStore
+	approvalStore
+	sessionStore
+	cellStore
+	toolStore
+	daemonStore
 }

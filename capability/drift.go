@@ -29,7 +29,7 @@ func newDrift() drift {
 
 // eachEvent pages through a chain's events of the given types, newest first,
 // until fn returns false.
-func eachEvent(ctx context.Context, st Queries, ws string, types []string, fn func(store.Event) bool) error {
+func eachEvent(ctx context.Context, st eventLister, ws string, types []string, fn func(store.Event) bool) error {
 	f := store.EventFilter{PageRequest: store.PageRequest{Limit: store.MaxPageLimit}, Types: types}
 	for {
 		page, err := st.ListEvents(ctx, ws, f)
@@ -52,7 +52,7 @@ func eachEvent(ctx context.Context, st Queries, ws string, types []string, fn fu
 // saw last, and writes an event for each tool registered, changed (with the
 // diff, flagged review_required when an egress allowlist or credential list
 // grew, or its template gained packages, wheels or files) or removed.
-func (s *Service) recordTools(ctx context.Context) error {
+func (s *toolRecords) recordTools(ctx context.Context) error {
 	type last struct {
 		// ev is the event's data; a registration's and a removal's are
 		// a change's without the fields of a change.
@@ -148,7 +148,7 @@ func templateChange(c tools.Change, old []byte, t tools.Tool) *audit.TemplateCha
 // A change is also copied into every workspace's chain (store.AppendBroadcast),
 // since any workspace may run the tool and its approvers must see the
 // change, a review required above all, among their workspace's events.
-func (s *Service) appendToolEvent(ctx context.Context, tool string, ev audit.Event) error {
+func (s *toolRecords) appendToolEvent(ctx context.Context, tool string, ev audit.Event) error {
 	var err error
 	if c, ok := ev.(audit.ToolChangedEvent); ok {
 		_, err = s.st.AppendBroadcast(ctx, audit.NewEvent(c), func(orig store.Event) store.NewEvent {
@@ -166,7 +166,7 @@ func (s *Service) appendToolEvent(ctx context.Context, tool string, ev audit.Eve
 
 // reviewBlocks reports why a tool may not run for a workspace whose policy
 // requires review of changed tools, or "" when it may.
-func (s *Service) reviewBlocks(ctx context.Context, ws, tool string) (string, error) {
+func (s *toolRecords) reviewBlocks(ctx context.Context, ws, tool string) (string, error) {
 	s.drift.mu.Lock()
 	fp, pending := s.drift.pending[tool]
 	loaded := s.drift.loaded[ws]
@@ -211,7 +211,7 @@ type ToolStatus struct {
 }
 
 // Tools lists the tools with their review state for p's workspace.
-func (s *Service) Tools(ctx context.Context, p Principal) ([]ToolStatus, error) {
+func (s *toolRecords) Tools(ctx context.Context, p Principal) ([]ToolStatus, error) {
 	var out []ToolStatus
 	for _, t := range s.runner.Tools().Tools() {
 		why, err := s.reviewBlocks(ctx, p.WorkspaceID, t.Name)
@@ -225,7 +225,7 @@ func (s *Service) Tools(ctx context.Context, p Principal) ([]ToolStatus, error) 
 
 // ApproveTool records that p's workspace re-approved a changed tool as it
 // is now. Only approver and admin keys may.
-func (s *Service) ApproveTool(ctx context.Context, p Principal, name, reason string) (ToolStatus, error) {
+func (s *toolRecords) ApproveTool(ctx context.Context, p Principal, name, reason string) (ToolStatus, error) {
 	if p.Role != store.RoleApprover && p.Role != store.RoleAdmin {
 		return ToolStatus{}, errdefs.Publicf("only approver or admin keys may approve tools: %w", errdefs.ErrPermissionDenied)
 	}

@@ -221,8 +221,8 @@ func TestNetworkRequestsNeedApproval(t *testing.T) {
 	t.Run("refusals are audited", func(t *testing.T) {
 		svc := newSvc(t, engine.WithEgress(host))
 		const exec = "ex_refused"
-		svc.startRun(exec, ws.ID)
-		svc.egressDecision(engine.EgressDecision{Decision: egress.Decision{Reason: egress.ReasonNameNotAllowed, Sandbox: "sbx-1", Tool: "fetch", Name: "evil.test", Port: 443},
+		svc.egress.startRun(exec, ws.ID)
+		svc.egress.egressDecision(engine.EgressDecision{Decision: egress.Decision{Reason: egress.ReasonNameNotAllowed, Sandbox: "sbx-1", Tool: "fetch", Name: "evil.test", Port: 443},
 			Labels: map[string]string{engine.LabelExecution: exec}})
 		svc.Close()
 		page, err := st.ListEvents(ctx, ws.ID, store.EventFilter{PageRequest: store.PageRequest{Limit: 10}, Types: []string{audit.EgressDenied}})
@@ -236,10 +236,10 @@ func TestNetworkRequestsNeedApproval(t *testing.T) {
 	t.Run("broker calls are audited", func(t *testing.T) {
 		svc := newSvc(t, engine.WithEgress(host))
 		const exec = "ex_broker"
-		svc.startRun(exec, ws.ID)
+		svc.egress.startRun(exec, ws.ID)
 		labels := map[string]string{engine.LabelExecution: exec}
-		svc.brokerCall(engine.BrokerEvent{Event: broker.Event{Sandbox: "sbx-2", Tool: "fetch", Operation: "echo", ParamsSHA256: "abc", Allowed: true, Status: 200}, Labels: labels})
-		svc.brokerCall(engine.BrokerEvent{Event: broker.Event{Sandbox: "sbx-2", Tool: "fetch", Operation: "other", Reason: "operation not in the tool's record"}, Labels: labels})
+		svc.egress.brokerCall(engine.BrokerEvent{Event: broker.Event{Sandbox: "sbx-2", Tool: "fetch", Operation: "echo", ParamsSHA256: "abc", Allowed: true, Status: 200}, Labels: labels})
+		svc.egress.brokerCall(engine.BrokerEvent{Event: broker.Event{Sandbox: "sbx-2", Tool: "fetch", Operation: "other", Reason: "operation not in the tool's record"}, Labels: labels})
 		svc.Close()
 		for _, want := range []struct{ typ, code, reason string }{
 			{audit.BrokerCall, audit.BrokerCallCode, "operation echo answered 200"},
@@ -258,22 +258,22 @@ func TestNetworkRequestsNeedApproval(t *testing.T) {
 	t.Run("refusals are bounded", func(t *testing.T) {
 		svc := newSvc(t, engine.WithEgress(host))
 		const exec = "ex_flood"
-		svc.startRun(exec, ws.ID)
+		svc.egress.startRun(exec, ws.ID)
 		huge := strings.Repeat("a", 60000) + ".test"
 		labels := map[string]string{engine.LabelExecution: exec}
 		for range maxRefusalEvents - 1 {
-			svc.egressDecision(engine.EgressDecision{Decision: egress.Decision{Reason: egress.ReasonNameNotAllowed, Sandbox: "sbx-3", Tool: "fetch", Name: huge, Port: 443, Detail: huge},
+			svc.egress.egressDecision(engine.EgressDecision{Decision: egress.Decision{Reason: egress.ReasonNameNotAllowed, Sandbox: "sbx-3", Tool: "fetch", Name: huge, Port: 443, Detail: huge},
 				Labels: labels})
 		}
 		// A refusal quoting what the sandbox sent, past the store's bound on
 		// a reason: it is audited, cut.
-		svc.brokerCall(engine.BrokerEvent{Event: broker.Event{Sandbox: "sbx-3", Tool: "fetch", Operation: huge,
+		svc.egress.brokerCall(engine.BrokerEvent{Event: broker.Event{Sandbox: "sbx-3", Tool: "fetch", Operation: huge,
 			Reason: fmt.Sprintf("operation %q is not in tool %q's credentials", huge, "fetch")}, Labels: labels})
 		for range 50 {
-			svc.egressDecision(engine.EgressDecision{Decision: egress.Decision{Reason: egress.ReasonNameNotAllowed, Sandbox: "sbx-3", Tool: "fetch", Name: huge, Port: 443},
+			svc.egress.egressDecision(engine.EgressDecision{Decision: egress.Decision{Reason: egress.ReasonNameNotAllowed, Sandbox: "sbx-3", Tool: "fetch", Name: huge, Port: 443},
 				Labels: labels})
 		}
-		svc.endRun(exec)
+		svc.egress.endRun(exec)
 		svc.Close()
 		events := func(typ string) []store.Event {
 			page, err := st.ListEvents(ctx, ws.ID, store.EventFilter{PageRequest: store.PageRequest{Limit: 500}, Types: []string{typ}, ExecutionID: exec})
@@ -326,7 +326,7 @@ func TestRefusalFloodInTheLog(t *testing.T) {
 	eng, logs := newEgressEngine(t, pythonFetch("container", []string{"allowed.test"}, 8080))
 	svc := NewService(eng, openSQLite(t), ServiceOptions{Logger: slog.New(slog.NewTextHandler(logs, nil))})
 	const exec = "ex_flood"
-	svc.startRun(exec, "ws_flood")
+	svc.egress.startRun(exec, "ws_flood")
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
 	res, err := eng.Run(ctx, engine.Request{Tool: "fetch", Driver: "runc", Runtime: "python", Network: true,
@@ -354,7 +354,7 @@ print("flooded")
 	if res.Stdout != "flooded\n" {
 		t.Fatalf("got stdout %q, stderr %q", res.Stdout, res.Stderr)
 	}
-	svc.endRun(exec)
+	svc.egress.endRun(exec)
 	log := logs.String()
 	lines := strings.Split(strings.TrimSuffix(log, "\n"), "\n")
 	longest := 0

@@ -3,12 +3,58 @@ package capability
 import (
 	"context"
 	"fmt"
+	"sync"
 
 	"github.com/stockade-sh/stockade/audit"
 	"github.com/stockade-sh/stockade/engine"
 	"github.com/stockade-sh/stockade/errdefs"
 	"github.com/stockade-sh/stockade/internal/clip"
+	"github.com/stockade-sh/stockade/store"
 )
+
+// egressAudit writes the audit events of the executions' sandboxes: the
+// egress proxy's refusals and the broker's calls, from the engine's
+// observers, through a queue of its own.
+type egressAudit struct {
+	*core
+	st eventAppender
+	// egressEvents carries the egress proxy's refusals and the broker's
+	// calls to auditEgress, which writes them until close closes it once
+	// no run, and so no proxy or broker, is left (auditClosed, under
+	// auditMu, turns later events into log lines).
+	egressEvents chan audit.Event
+	auditMu      sync.RWMutex
+	auditClosed  bool
+	auditWriter  sync.WaitGroup
+	// runs are the executions running now, by id, for the proxy's and the
+	// broker's events.
+	runsMu sync.Mutex
+	runs   map[string]*runAudit
+}
+
+// eventAppender appends an event of no grant: a denial, an egress
+// refusal, a broker call, a file transfer.
+type eventAppender interface {
+	AppendEvent(ctx context.Context, e store.NewEvent) (store.Event, error)
+}
+
+// start starts the writer of the queued events.
+func (s *egressAudit) start() {
+	s.auditWriter.Add(1)
+	go s.auditEgress()
+}
+
+// close closes the queue, once no run is left to add to it, and waits
+// until the writer has written what it holds.
+func (s *egressAudit) close() {
+	s.auditMu.Lock()
+	if !s.auditClosed {
+		s.auditClosed = true
+		close(s.egressEvents)
+	}
+	s.auditMu.Unlock()
+	s.auditWriter.Wait()
+}
 
 // runAudit is what the service knows of a running execution for the
 // events of its sandbox.
@@ -29,7 +75,7 @@ const maxRefusalEvents = 100
 // runOf returns the workspace of the running execution exec, and whether
 // an event of it is to be audited: refusal says the event is a refusal,
 // which counts against maxRefusalEvents.
-func (s *Service) runOf(exec string, refusal bool) (workspace string, audited bool) {
+func (s *egressAudit) runOf(exec string, refusal bool) (workspace string, audited bool) {
 	s.runsMu.Lock()
 	defer s.runsMu.Unlock()
 	r := s.runs[exec]
@@ -47,7 +93,7 @@ func (s *Service) runOf(exec string, refusal bool) (workspace string, audited bo
 
 // egressDecision turns a refusal of the egress proxy into an audit event
 // of the execution whose sandbox it concerns.
-func (s *Service) egressDecision(d engine.EgressDecision) {
+func (s *egressAudit) egressDecision(d engine.EgressDecision) {
 	if d.Allowed {
 		return
 	}
@@ -79,7 +125,7 @@ func (s *Service) egressDecision(d engine.EgressDecision) {
 
 // startRun records exec, of workspace ws, as running: the events of its
 // sandbox are audited from now on.
-func (s *Service) startRun(exec, ws string) {
+func (s *egressAudit) startRun(exec, ws string) {
 	s.runsMu.Lock()
 	s.runs[exec] = &runAudit{workspace: ws}
 	s.runsMu.Unlock()
@@ -88,7 +134,7 @@ func (s *Service) startRun(exec, ws string) {
 // endRun forgets the running execution exec and audits the refusals of it
 // that were only counted. Every event of its sandbox has been decided by
 // then (Session.Destroy stops its proxy and broker before Run returns).
-func (s *Service) endRun(exec string) {
+func (s *egressAudit) endRun(exec string) {
 	s.runsMu.Lock()
 	r := s.runs[exec]
 	delete(s.runs, exec)
@@ -112,7 +158,7 @@ func (s *Service) endRun(exec string) {
 // or calling the broker, which the proxy serves one goroutine each. The
 // writer runs until every run has ended, so the events of a run cut short
 // by Close are written too; after Close an event is only logged.
-func (s *Service) queueAudit(ev audit.Event) {
+func (s *egressAudit) queueAudit(ev audit.Event) {
 	s.auditMu.RLock()
 	defer s.auditMu.RUnlock()
 	if s.auditClosed {
@@ -127,7 +173,7 @@ func (s *Service) queueAudit(ev audit.Event) {
 // the execution that made it: the operation, the hash of its parameters
 // (never the parameters or the secret), and the upstream status or the
 // reason of the refusal.
-func (s *Service) brokerCall(b engine.BrokerEvent) {
+func (s *egressAudit) brokerCall(b engine.BrokerEvent) {
 	exec := b.Labels[engine.LabelExecution]
 	ws, audited := s.runOf(exec, !b.Allowed)
 	if !audited {
@@ -157,7 +203,7 @@ func (s *Service) brokerCall(b engine.BrokerEvent) {
 
 // auditEgress writes the proxy's and the broker's events until Close
 // closes their queue.
-func (s *Service) auditEgress() {
+func (s *egressAudit) auditEgress() {
 	defer s.auditWriter.Done()
 	// down is set once an event failed every attempt: the store is down,
 	// not busy, and until an event is written again each gets one attempt,
@@ -171,7 +217,7 @@ func (s *Service) auditEgress() {
 		if down {
 			pauses = nil
 		}
-		err := s.retryStore("auditing egress or broker event", []any{"type", ev.Type, "execution", ev.ExecutionID}, pauses, func() error {
+		err := retryStore(s.log, "auditing egress or broker event", []any{"type", ev.Type, "execution", ev.ExecutionID}, pauses, func() error {
 			_, err := s.st.AppendEvent(context.WithoutCancel(s.ctx), ev)
 			return err
 		})

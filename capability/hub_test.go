@@ -89,7 +89,7 @@ func TestWatch(t *testing.T) {
 	a, ex = expiring.Approval.ID, expiring.Execution.ID
 	want("requested", Change{Kind: ApprovalRequested, ApprovalID: a, ExecutionID: ex})
 	ahead.Store(int64(2 * time.Hour))
-	env.svc.expireApprovals(ctx)
+	env.svc.approvals.expireApprovals(ctx)
 	want("expired", Change{Kind: ApprovalExpired, ApprovalID: a, ExecutionID: ex})
 	ahead.Store(0)
 

@@ -65,7 +65,7 @@ func TestKeyLastUse(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	env.svc.flushKeyUses(ctx)
+	env.svc.keys.flushKeyUses(ctx)
 	st.mu.Lock()
 	st.refuse = false
 	st.mu.Unlock()

@@ -79,7 +79,7 @@ func (t *transitions) lock(id string, exclusive bool) (unlock func()) {
 }
 
 // checkpointDir is where session id's checkpoint is kept.
-func (s *Service) checkpointDir(id string) string {
+func (s *sessionHost) checkpointDir(id string) string {
 	return filepath.Join(s.opts.Sessions.CheckpointDir, id)
 }
 
@@ -88,7 +88,7 @@ func (s *Service) checkpointDir(id string) string {
 // paused session answers it as it is. A session whose driver cannot save
 // a sandbox (runc), or with a cell that has not ended, is refused
 // (ErrFailedPrecondition with the driver's reason; SessionBusyError).
-func (s *Service) PauseSession(ctx context.Context, p Principal, id string) (store.Session, error) {
+func (s *sessionHost) PauseSession(ctx context.Context, p Principal, id string) (store.Session, error) {
 	unlock := s.trans.lock(id, true)
 	defer unlock()
 	ss, err := s.st.GetSession(ctx, p.WorkspaceID, id)
@@ -98,7 +98,7 @@ func (s *Service) PauseSession(ctx context.Context, p Principal, id string) (sto
 	return s.pauseLocked(ctx, ss, p)
 }
 
-func (s *Service) pauseLocked(ctx context.Context, ss store.Session, by Principal) (store.Session, error) {
+func (s *sessionHost) pauseLocked(ctx context.Context, ss store.Session, by Principal) (store.Session, error) {
 	g := Grant{ID: ss.ID, Kind: Session, WorkspaceID: ss.WorkspaceID, KeyID: ss.KeyID, Session: sessionOf(ss)}
 	if ss.State == store.SessionPaused {
 		return ss, mayTransition(g, by, "pause")
@@ -173,7 +173,7 @@ func (s *Service) pauseLocked(ctx context.Context, ss store.Session, by Principa
 // own, or that is gone, cannot be resumed: the session ends failed and the
 // answer says so (ErrFailedPrecondition); any other failure leaves it
 // paused, for a retry.
-func (s *Service) ResumeSession(ctx context.Context, p Principal, id string) (store.Session, error) {
+func (s *sessionHost) ResumeSession(ctx context.Context, p Principal, id string) (store.Session, error) {
 	unlock := s.trans.lock(id, true)
 	defer unlock()
 	ss, err := s.st.GetSession(ctx, p.WorkspaceID, id)
@@ -183,7 +183,7 @@ func (s *Service) ResumeSession(ctx context.Context, p Principal, id string) (st
 	return s.resumeLocked(ctx, ss, p)
 }
 
-func (s *Service) resumeLocked(ctx context.Context, ss store.Session, by Principal) (store.Session, error) {
+func (s *sessionHost) resumeLocked(ctx context.Context, ss store.Session, by Principal) (store.Session, error) {
 	g := Grant{ID: ss.ID, Kind: Session, WorkspaceID: ss.WorkspaceID, KeyID: ss.KeyID, Session: sessionOf(ss)}
 	if ss.State == store.SessionActive {
 		return ss, mayTransition(g, by, "resume")
@@ -246,7 +246,7 @@ func (s *Service) resumeLocked(ctx context.Context, ss store.Session, by Princip
 }
 
 // removeCheckpoint removes session id's checkpoint, if it has one.
-func (s *Service) removeCheckpoint(id string) {
+func (s *sessionHost) removeCheckpoint(id string) {
 	if s.opts.Sessions.CheckpointDir == "" {
 		return
 	}
@@ -264,7 +264,7 @@ const pauseTimeout = 5 * time.Minute
 // resume and removing the checkpoint. Only entries named as a session's
 // checkpoint are: whatever else the directory holds (it is the
 // operator's choice, sessions.checkpoint_dir) is not the daemon's.
-func (s *Service) sweepCheckpoints(ctx context.Context) error {
+func (s *sessionHost) sweepCheckpoints(ctx context.Context) error {
 	if s.opts.Sessions.CheckpointDir == "" {
 		return nil
 	}

@@ -10,6 +10,6 @@ import (
 // for a request a ready pool sandbox serves. The reservation travels on the
 // execution's ticket (ticket.mem): the run hands it to the runner, and
 // every path that does not run releases it with the ticket.
-func (s *Service) reserveMemory(req engine.Request) (*engine.Reservation, error) {
+func (s *gate) reserveMemory(req engine.Request) (*engine.Reservation, error) {
 	return s.runner.Reserve(req)
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync"
 	"time"
 	"unicode/utf8"
@@ -16,42 +17,89 @@ import (
 	"github.com/stockade-sh/stockade/store"
 )
 
+// runs dispatches admitted executions, runs one-shots on the engine,
+// records how every run ends, cancels runs and wakes their waiters: the
+// executions' life once admitted.
+type runs struct {
+	*core
+	st runStore
+	// slots bounds the sandboxes running at once and the invocations
+	// queued for one.
+	slots  *admission
+	egress *egressAudit
+
+	closeMu sync.Mutex // orders spawn's wg.Add before close's wg.Wait
+	closed  bool
+	wg      sync.WaitGroup
+	// live maps each dispatched execution, until its run has ended, to the
+	// cancel of its run's context, which Cancel calls with a cancellation.
+	liveMu sync.Mutex
+	live   map[string]context.CancelCauseFunc
+}
+
+// runStore is what runs needs of the store.
+type runStore interface {
+	GetExecution(ctx context.Context, workspaceID, executionID string) (store.Execution, error)
+	Apply(ctx context.Context, id string, s store.Step) (store.Execution, error)
+}
+
 // dispatch runs an admitted execution in the background. t is its
 // admission ticket; nil takes one that waits for a slot.
-func (s *Service) dispatch(e store.Execution, timeout time.Duration, t *ticket) {
+func (s *runs) dispatch(e store.Execution, timeout time.Duration, t *ticket) {
 	if t == nil {
 		t = s.slots.enqueue()
 	}
 	// After Close nothing starts: the execution stays queued and the next
 	// start of the daemon ends it failed, uncharged.
+	if !s.spawn(e.ID, func(ctx context.Context) {
+		defer t.release()
+		s.run(ctx, e, timeout, t)
+	}) {
+		t.release()
+	}
+}
+
+// spawn calls run in the background with a context of its own, which ends
+// when the service closes or stopRun(id) cancels it, and reports true;
+// after close it runs nothing and reports false. close waits for it.
+func (s *runs) spawn(id string, run func(ctx context.Context)) bool {
 	s.closeMu.Lock()
 	defer s.closeMu.Unlock()
 	if s.closed {
-		t.release()
-		return
+		return false
 	}
 	ctx, cancel := context.WithCancelCause(s.ctx)
 	s.liveMu.Lock()
-	s.live[e.ID] = cancel
+	s.live[id] = cancel
 	s.liveMu.Unlock()
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
-		defer t.release()
 		defer func() {
 			s.liveMu.Lock()
-			delete(s.live, e.ID)
+			delete(s.live, id)
 			s.liveMu.Unlock()
 			cancel(nil)
 		}()
-		s.run(ctx, e, timeout, t)
+		run(ctx)
 	}()
+	return true
+}
+
+// close stops every run: nothing starts any more, the runs' contexts end,
+// and it waits until each has recorded its end.
+func (s *runs) close() {
+	s.closeMu.Lock()
+	s.closed = true
+	s.closeMu.Unlock()
+	s.cancel()
+	s.wg.Wait()
 }
 
 // run executes one admitted execution, with the timeout it was admitted
 // with, and records its outcome. ctx ends when the service closes or the
 // execution is cancelled (its cause is then a *Cancellation).
-func (s *Service) run(ctx context.Context, e store.Execution, timeout time.Duration, t *ticket) {
+func (s *runs) run(ctx context.Context, e store.Execution, timeout time.Duration, t *ticket) {
 	g := GrantOf(e, nil)
 	end := func(in Input) {
 		// Recording must happen even when the service is closing.
@@ -71,8 +119,8 @@ func (s *Service) run(ctx context.Context, e store.Execution, timeout time.Durat
 		return
 	}
 	network, _ := policy.ParseNetwork(req.Network) // checked by Invoke
-	s.startRun(e.ID, e.WorkspaceID)
-	defer s.endRun(e.ID)
+	s.egress.startRun(e.ID, e.WorkspaceID)
+	defer s.egress.endRun(e.ID)
 	out := outputChunks{keep: sandbox.DefaultLimits().OutputCap, publish: func(st sandbox.Stream, p []byte) {
 		s.hub.publish(e.ID, StreamEvent{Type: st.String(), Data: mustJSON(map[string]string{"data": string(p)})})
 	}}
@@ -159,12 +207,12 @@ func (s *Service) run(ctx context.Context, e store.Execution, timeout time.Durat
 // transient store error: a run whose end is not recorded stays "running"
 // with its credits reserved until the next start, which then ends it
 // uncharged although it ran.
-func (s *Service) end(ctx context.Context, g Grant, in Input) {
+func (s *runs) end(ctx context.Context, g Grant, in Input) {
 	for reread := false; ; reread = true {
 		step, err := Transition(g, in)
 		if err == nil {
 			var ex store.Execution
-			err = s.retryStore("recording execution outcome", []any{"execution", g.ID}, storeRetries, func() error {
+			err = retryStore(s.log, "recording execution outcome", []any{"execution", g.ID}, storeRetries, func() error {
 				ex, err = s.st.Apply(ctx, g.ID, *step.Write)
 				return err
 			})
@@ -191,7 +239,7 @@ func (s *Service) end(ctx context.Context, g Grant, in Input) {
 // notify does what a step applied to ex tells the service to, besides
 // dispatching and stopping a run: tell the observer, the watchers of the
 // workspace and the execution's waiters.
-func (s *Service) notify(step Step, ex store.Execution) {
+func (s *runs) notify(step Step, ex store.Execution) {
 	if step.Next.Pending != 0 {
 		s.opts.Observer.ApprovalsPending(step.Next.Pending)
 	}
@@ -240,7 +288,7 @@ func (e *startRefused) Unwrap() error { return e.err }
 // because it was cancelled (c, or nil when its start found it ended).
 // The cancel has normally ended it already; if its start was recorded
 // meanwhile, it ends cancelled here, charged nothing, since no code ran.
-func (s *Service) endUnstarted(e store.Execution, c *Cancellation) {
+func (s *runs) endUnstarted(e store.Execution, c *Cancellation) {
 	defer s.hub.finish(e.ID)
 	ctx := context.WithoutCancel(s.ctx)
 	cur, err := s.st.GetExecution(ctx, e.WorkspaceID, e.ID)
@@ -262,7 +310,7 @@ func (s *Service) endUnstarted(e store.Execution, c *Cancellation) {
 
 // stopRun cancels the run of a dispatched execution with c, and reports
 // whether it had one.
-func (s *Service) stopRun(id string, c *Cancellation) bool {
+func (s *runs) stopRun(id string, c *Cancellation) bool {
 	s.liveMu.Lock()
 	cancel := s.live[id]
 	s.liveMu.Unlock()
@@ -280,13 +328,13 @@ var storeRetries = []time.Duration{100 * time.Millisecond, 500 * time.Millisecon
 // that may be transient (SQLite busy past its timeout while the CLI
 // writes, a PostgreSQL failover). A refusal (a conflict, an invalid or
 // unknown record) is final. what and attrs describe the write in the log.
-func (s *Service) retryStore(what string, attrs []any, pauses []time.Duration, write func() error) error {
+func retryStore(log *slog.Logger, what string, attrs []any, pauses []time.Duration, write func() error) error {
 	for i := 0; ; i++ {
 		err := write()
 		if err == nil || errdefs.IsConflict(err) || errdefs.IsInvalidArgument(err) || errdefs.IsNotFound(err) || i == len(pauses) {
 			return err
 		}
-		s.log.Warn(what+" failed; trying again", append(attrs, "err", err)...)
+		log.Warn(what+" failed; trying again", append(attrs, "err", err)...)
 		time.Sleep(pauses[i])
 	}
 }
@@ -366,4 +414,112 @@ func mustJSON(v any) json.RawMessage {
 		panic(errors.New("capability: encoding a value of a fixed shape failed: " + err.Error()))
 	}
 	return b
+}
+
+// cancelWait bounds how long Cancel waits for a running execution's
+// sandbox to be destroyed and its end recorded.
+const cancelWait = 30 * time.Second
+
+// Cancel cancels execution id of p's workspace, which only the key that
+// invoked it or an admin key of the workspace may (ErrPermissionDenied
+// otherwise), and returns it as it ended. Awaiting approval or queued, it
+// ends cancelled: its reservation is released, its approval request
+// closed, nothing charged. Running, its sandbox is destroyed and it ends
+// killed, charged as the launched run it was, with the output it had made;
+// Cancel waits for that (up to cancelWait). An execution that has already
+// ended is returned as it is, unchanged: cancelling is idempotent. The
+// cancel is audited (execution.cancelled) with the transition it caused.
+func (s *runs) Cancel(ctx context.Context, p Principal, id, reason string) (store.Execution, error) {
+	return s.cancelAs(ctx, p, p.WorkspaceID, id, reason)
+}
+
+// cancelAs is Cancel of execution id of workspace ws by p, which is the zero
+// Principal for the daemon's own.
+func (s *runs) cancelAs(ctx context.Context, p Principal, ws, id, reason string) (store.Execution, error) {
+	// An execution only moves forward, through at most three states: a
+	// cancel that loses a race to another transition looks again.
+	var stop *Cancellation
+	for tries := 0; stop == nil; tries++ {
+		e, err := s.st.GetExecution(ctx, ws, id)
+		if err != nil {
+			return e, err
+		}
+		step, err := Transition(GrantOf(e, nil), Cancel{By: p, Reason: reason, At: s.opts.Now()})
+		if err != nil {
+			return store.Execution{}, err
+		}
+		if step.Next.Stop == nil {
+			return e, nil // it has ended: unchanged
+		}
+		if step.Write == nil {
+			stop = step.Next.Stop // running: its run ends it
+			continue
+		}
+		ex, err := s.st.Apply(ctx, id, *step.Write)
+		if errdefs.IsConflict(err) && tries < 3 {
+			continue
+		}
+		if err != nil {
+			return store.Execution{}, err
+		}
+		// A queued execution's run stops waiting for its slot or
+		// launching: its start is refused now.
+		s.stopRun(id, step.Next.Stop)
+		s.notify(step, ex)
+		return ex, nil
+	}
+	if !s.stopRun(id, stop) {
+		// Its run ended since it was read, or it runs on no run of this
+		// daemon (another daemon serving the same database, against the
+		// daemon claim).
+		e, err := s.st.GetExecution(ctx, ws, id)
+		if err != nil || e.Status.Terminal() {
+			return e, err
+		}
+		return store.Execution{}, errdefs.Publicf("execution %s is running, but not on this daemon; retry: %w", id, errdefs.ErrUnavailable)
+	}
+	return s.Wait(ctx, Principal{WorkspaceID: ws}, id, cancelWait)
+}
+
+// Wait returns the execution once it has ended, or after d, whichever comes
+// first (d <= 0 returns at once).
+func (s *runs) Wait(ctx context.Context, p Principal, id string, d time.Duration) (store.Execution, error) {
+	sub := s.hub.subscribe(id)
+	defer s.hub.unsubscribe(id, sub)
+	e, err := s.st.GetExecution(ctx, p.WorkspaceID, id)
+	if err != nil || e.Status.Terminal() || d <= 0 {
+		return e, err
+	}
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	for {
+		select {
+		case _, ok := <-sub:
+			if ok {
+				continue
+			}
+		case <-timer.C:
+		case <-ctx.Done():
+			return e, ctx.Err()
+		}
+		return s.st.GetExecution(ctx, p.WorkspaceID, id)
+	}
+}
+
+// Subscribe streams an execution's events (started, stdout, stderr) as they
+// happen. The channel is closed when the execution has ended (read it then
+// with Wait or the store); call cancel when done.
+func (s *runs) Subscribe(id string) (<-chan StreamEvent, func()) {
+	sub := s.hub.subscribe(id)
+	return sub, func() { s.hub.unsubscribe(id, sub) }
+}
+
+// Watch follows the changes of workspace ws's approvals and executions
+// (see Change) from now on, for a page that shows them live. The channel is
+// closed by cancel, and also when the watcher fell more than a buffer
+// behind: it then missed changes, and should read the state it shows from
+// the store again and watch anew. Call cancel when done.
+func (s *runs) Watch(ws string) (<-chan Change, func()) {
+	ch := s.feed.watch(ws)
+	return ch, func() { s.feed.drop(ws, ch) }
 }

@@ -514,7 +514,7 @@ func TestCloseWritesLateAuditEvents(t *testing.T) {
 	labels := map[string]string{engine.LabelExecution: inv.Execution.ID}
 	const n = 50
 	for i := range n {
-		env.svc.brokerCall(engine.BrokerEvent{Event: broker.Event{Operation: "op", Allowed: true, Status: 200, ParamsSHA256: fmt.Sprint(i)}, Labels: labels})
+		env.svc.egress.brokerCall(engine.BrokerEvent{Event: broker.Event{Operation: "op", Allowed: true, Status: 200, ParamsSHA256: fmt.Sprint(i)}, Labels: labels})
 	}
 	close(destroy)
 	<-closed
@@ -542,9 +542,9 @@ func (e *serviceEnv) waitStarted(t *testing.T, id string) {
 func (e *serviceEnv) waitRunning(t *testing.T, id string) {
 	t.Helper()
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-		e.svc.runsMu.Lock()
-		r := e.svc.runs[id]
-		e.svc.runsMu.Unlock()
+		e.svc.egress.runsMu.Lock()
+		r := e.svc.egress.runs[id]
+		e.svc.egress.runsMu.Unlock()
 		if r != nil {
 			return
 		}
@@ -571,7 +571,7 @@ func TestAuditQueueDropsNothing(t *testing.T) {
 	env.waitRunning(t, inv.Execution.ID)
 	const n = 3 * 1024
 	for i := range n {
-		env.svc.brokerCall(engine.BrokerEvent{Event: broker.Event{Operation: "op", Allowed: true, Status: 200, ParamsSHA256: fmt.Sprint(i)}, Labels: labels})
+		env.svc.egress.brokerCall(engine.BrokerEvent{Event: broker.Event{Operation: "op", Allowed: true, Status: 200, ParamsSHA256: fmt.Sprint(i)}, Labels: labels})
 	}
 	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(50 * time.Millisecond) {
 		got := len(env.events(t, audit.BrokerCall))
@@ -669,10 +669,10 @@ func TestBrokerEventRetries(t *testing.T) {
 	env := newServiceEnv(t, st, &sandboxfake.Driver{ID: "gvisor", Tier: sandbox.TierGVisor}, noApprovalPolicy(), ServiceOptions{})
 	st.n.Store(2)
 	const exec = "ex_busy"
-	env.svc.startRun(exec, env.ws.ID)
-	env.svc.brokerCall(engine.BrokerEvent{Event: broker.Event{Sandbox: "sbx-1", Tool: "t", Operation: "issues.create", Allowed: true, Status: 201},
+	env.svc.egress.startRun(exec, env.ws.ID)
+	env.svc.egress.brokerCall(engine.BrokerEvent{Event: broker.Event{Sandbox: "sbx-1", Tool: "t", Operation: "issues.create", Allowed: true, Status: 201},
 		Labels: map[string]string{engine.LabelExecution: exec}})
-	env.svc.endRun(exec)
+	env.svc.egress.endRun(exec)
 	env.svc.Close()
 	if got := env.events(t, audit.BrokerCall); len(got) != 1 || got[0].ExecutionID != exec {
 		t.Fatalf("broker.call events: got %+v, want one for %s after two failed attempts", got, exec)
@@ -722,7 +722,7 @@ func TestServiceRefusesToWitnessARewrittenChain(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	env.svc.witnessChains(ctx)
+	env.svc.daemon.witnessChains(ctx)
 	witnessed, ok, err := dir.Read(env.ws.ID)
 	if err != nil || !ok || witnessed.Seq < 2 {
 		t.Fatalf("witnessed head: got %+v (found %v, %v), want one past seq 1", witnessed, ok, err)
@@ -744,7 +744,7 @@ func TestServiceRefusesToWitnessARewrittenChain(t *testing.T) {
 		}
 	}
 	for tick := 1; tick <= 2; tick++ {
-		env.svc.witnessChains(ctx)
+		env.svc.daemon.witnessChains(ctx)
 		if got, _, _ := dir.Read(env.ws.ID); got != witnessed {
 			t.Fatalf("tick %d: witnessed head %+v, want the old %+v kept", tick, got, witnessed)
 		}
@@ -832,12 +832,12 @@ func TestAuditWriterWithTheStoreDown(t *testing.T) {
 	env := newServiceEnv(t, st, &sandboxfake.Driver{ID: "gvisor", Tier: sandbox.TierGVisor}, noApprovalPolicy(), ServiceOptions{})
 	st.fail.Store(true)
 	const exec = "ex_down"
-	env.svc.startRun(exec, env.ws.ID)
+	env.svc.egress.startRun(exec, env.ws.ID)
 	for range 3 {
-		env.svc.egressDecision(engine.EgressDecision{Decision: egress.Decision{Reason: egress.ReasonNameNotAllowed, Sandbox: "sbx-1", Name: "evil.test", Port: 443},
+		env.svc.egress.egressDecision(engine.EgressDecision{Decision: egress.Decision{Reason: egress.ReasonNameNotAllowed, Sandbox: "sbx-1", Name: "evil.test", Port: 443},
 			Labels: map[string]string{engine.LabelExecution: exec}})
 	}
-	env.svc.endRun(exec)
+	env.svc.egress.endRun(exec)
 	env.svc.Close()
 	if got, want := st.failures.Load(), int32(len(storeRetries)+1+2); got != want {
 		t.Errorf("AppendEvent attempts: got %d, want %d (every retry for the first event, one for each after)", got, want)

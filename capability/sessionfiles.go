@@ -12,6 +12,14 @@ import (
 	"github.com/stockade-sh/stockade/store"
 )
 
+// sessionFiles moves files into and out of sessions' /workspace, each
+// transfer audited.
+type sessionFiles struct {
+	*core
+	st   eventAppender
+	host *sessionHost
+}
+
 // FileInfo is a file moved into or out of a session.
 type FileInfo struct {
 	Path   string `json:"path"`
@@ -30,7 +38,7 @@ func filePath(p string) (string, error) {
 
 // auditTransfer appends a transfer's event to the session's workspace's
 // chain.
-func (s *Service) auditTransfer(ctx context.Context, p Principal, ss store.Session, dir string, f FileInfo) error {
+func (s *sessionFiles) auditTransfer(ctx context.Context, p Principal, ss store.Session, dir string, f FileInfo) error {
 	_, err := s.st.AppendEvent(ctx, audit.NewEvent(audit.SessionFileTransferredEvent{
 		Meta:      audit.Meta{WorkspaceID: ss.WorkspaceID, Actor: p.KeyID, Reason: "file " + dir + " through the files API"},
 		Direction: dir, Path: f.Path, SessionID: ss.ID, SHA256: f.SHA256, Size: f.Size}))
@@ -44,12 +52,12 @@ func (s *Service) auditTransfer(ctx context.Context, p Principal, ss store.Sessi
 // (ErrTooLarge, leaving no file), to path in session id's /workspace, and
 // audits the transfer (session.file_transferred, in). Transfers are not
 // charged.
-func (s *Service) PutFile(ctx context.Context, p Principal, id, path string, r io.Reader) (FileInfo, error) {
+func (s *sessionFiles) PutFile(ctx context.Context, p Principal, id, path string, r io.Reader) (FileInfo, error) {
 	clean, err := filePath(path)
 	if err != nil {
 		return FileInfo{}, err
 	}
-	ss, live, done, err := s.usable(ctx, p, id)
+	ss, live, done, err := s.host.usable(ctx, p, id)
 	if err != nil {
 		return FileInfo{}, err
 	}
@@ -65,12 +73,12 @@ func (s *Service) PutFile(ctx context.Context, p Principal, id, path string, r i
 // GetFile reads the regular file at path in session id's /workspace, at
 // most MaxFileSize bytes, and audits the transfer (out). A directory is
 // ErrInvalidArgument.
-func (s *Service) GetFile(ctx context.Context, p Principal, id, path string) ([]byte, FileInfo, error) {
+func (s *sessionFiles) GetFile(ctx context.Context, p Principal, id, path string) ([]byte, FileInfo, error) {
 	clean, err := filePath(path)
 	if err != nil {
 		return nil, FileInfo{}, err
 	}
-	ss, live, done, err := s.usable(ctx, p, id)
+	ss, live, done, err := s.host.usable(ctx, p, id)
 	if err != nil {
 		return nil, FileInfo{}, err
 	}
@@ -89,12 +97,12 @@ func (s *Service) GetFile(ctx context.Context, p Principal, id, path string) ([]
 }
 
 // ListFiles lists the directory at path in session id's /workspace.
-func (s *Service) ListFiles(ctx context.Context, p Principal, id, path string) ([]sandbox.FileInfo, bool, error) {
+func (s *sessionFiles) ListFiles(ctx context.Context, p Principal, id, path string) ([]sandbox.FileInfo, bool, error) {
 	clean, err := filePath(path)
 	if err != nil {
 		return nil, false, err
 	}
-	_, live, done, err := s.usable(ctx, p, id)
+	_, live, done, err := s.host.usable(ctx, p, id)
 	if err != nil {
 		return nil, false, err
 	}
@@ -104,12 +112,12 @@ func (s *Service) ListFiles(ctx context.Context, p Principal, id, path string) (
 
 // RemoveFile removes the file, symlink or empty directory at path in
 // session id's /workspace, audited (removed).
-func (s *Service) RemoveFile(ctx context.Context, p Principal, id, path string) error {
+func (s *sessionFiles) RemoveFile(ctx context.Context, p Principal, id, path string) error {
 	clean, err := filePath(path)
 	if err != nil {
 		return err
 	}
-	ss, live, done, err := s.usable(ctx, p, id)
+	ss, live, done, err := s.host.usable(ctx, p, id)
 	if err != nil {
 		return err
 	}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
@@ -19,8 +18,21 @@ import (
 	"github.com/stockade-sh/stockade/policy"
 	"github.com/stockade-sh/stockade/sandbox"
 	"github.com/stockade-sh/stockade/store"
-	"github.com/stockade-sh/stockade/tools"
 )
+
+// sessionHost keeps the sessions this daemon serves: it opens them, ends
+// them (closed, by the sweep, at shutdown), pauses and resumes them
+// (pause.go), sweeps them and adopts them at start (sessionsweep.go).
+type sessionHost struct {
+	*core
+	st sessionStore
+	// sessions are the sessions this daemon serves, and trans their
+	// transitions' locks (pause.go).
+	sessions liveSessions
+	trans    transitions
+	runs     *runs
+	gate     *gate
+}
 
 // SessionOptions bound the server's sessions (the configuration's
 // `sessions:`). Zero fields take the documented defaults.
@@ -69,8 +81,12 @@ func (o *SessionOptions) fill() {
 	}
 }
 
-// SessionStore is what the service needs of the store for sessions.
-type SessionStore interface {
+// sessionStore is what sessionHost needs of the store.
+type sessionStore interface {
+	// GetPolicy decides a session's opening.
+	GetPolicy(ctx context.Context, workspaceID string) (store.Policy, error)
+	// GetExecution reads the cell a session's end cancels.
+	GetExecution(ctx context.Context, workspaceID, executionID string) (store.Execution, error)
 	OpenSession(ctx context.Context, s store.NewSession) (store.Session, bool, error)
 	EndSession(ctx context.Context, id string, e store.SessionEnd) (store.Session, error)
 	GetSession(ctx context.Context, workspaceID, id string) (store.Session, error)
@@ -234,7 +250,7 @@ func durationOf(name string, ms int64, def, ceiling time.Duration) (time.Duratio
 // sessions (QuotaError), then its sandbox and kernel. Nothing is left
 // behind when it fails. A session costs nothing; its cells are charged as
 // invocations.
-func (s *Service) CreateSession(ctx context.Context, p Principal, req CreateSessionRequest, o CreateSessionOptions) (*Created, error) {
+func (s *sessionHost) CreateSession(ctx context.Context, p Principal, req CreateSessionRequest, o CreateSessionOptions) (*Created, error) {
 	so := s.opts.Sessions
 	network, err := policy.ParseNetwork(req.Network)
 	if err != nil {
@@ -290,7 +306,7 @@ func (s *Service) CreateSession(ctx context.Context, p Principal, req CreateSess
 		in.Admit.ToolRefusal = strings.TrimSuffix(verr.Error(), ": "+errdefs.ErrPermissionDenied.Error())
 	}
 	if pol.ToolChanges == store.ToolChangesRequireReview {
-		if in.Admit.ReviewPending, err = s.reviewBlocks(ctx, p.WorkspaceID, tool.Name); err != nil {
+		if in.Admit.ReviewPending, err = s.gate.tools.reviewBlocks(ctx, p.WorkspaceID, tool.Name); err != nil {
 			return nil, err
 		}
 	}
@@ -302,7 +318,7 @@ func (s *Service) CreateSession(ctx context.Context, p Principal, req CreateSess
 		return nil, err
 	}
 	if step.Open == nil {
-		_, err := s.deny(ctx, step)
+		_, err := s.gate.deny(ctx, step)
 		return nil, err
 	}
 	if n, err := s.st.CountActiveSessions(ctx, p.WorkspaceID); err != nil {
@@ -363,7 +379,7 @@ const SandboxGrace = 10 * time.Second
 func sandboxDeadline(expires time.Time) time.Time { return expires.Add(SandboxGrace) }
 
 // maxSessions is the bound of the live sessions of a workspace under pol.
-func (s *Service) maxSessions(pol store.Policy) int {
+func (s *sessionHost) maxSessions(pol store.Policy) int {
 	if pol.MaxSessions > 0 {
 		return min(pol.MaxSessions, s.opts.Sessions.MaxPerWorkspace)
 	}
@@ -372,7 +388,7 @@ func (s *Service) maxSessions(pol store.Policy) int {
 
 // refuseQuota records the refusal of a session over the workspace's
 // bound and answers with a QuotaError saying when to retry.
-func (s *Service) refuseQuota(ctx context.Context, in OpenSession, most int) error {
+func (s *sessionHost) refuseQuota(ctx context.Context, in OpenSession, most int) error {
 	err := s.denyOpening(ctx, in, &Refusal{Code: "session_quota", Reason: fmt.Sprintf("the workspace has %d live sessions, its most", most), Class: errdefs.ErrResourceExhausted})
 	if !errdefs.IsResourceExhausted(err) {
 		return err
@@ -397,17 +413,17 @@ func openingGrant(id string) Grant { return Grant{Kind: Session, Session: &Sessi
 
 // denyOpening records the refusal r of opening in, which the rules
 // allowed, and returns the refusal's answer.
-func (s *Service) denyOpening(ctx context.Context, in OpenSession, r *Refusal) error {
+func (s *sessionHost) denyOpening(ctx context.Context, in OpenSession, r *Refusal) error {
 	in.Admit.Refusal = r
 	step, err := Transition(openingGrant(in.Record.ID), in)
 	if err != nil {
 		return err
 	}
-	_, err = s.deny(ctx, step)
+	_, err = s.gate.deny(ctx, step)
 	return err
 }
 
-func (s *Service) sessionObserver() SessionObserver {
+func (s *sessionHost) sessionObserver() SessionObserver {
 	if o, ok := s.opts.Observer.(SessionObserver); ok {
 		return o
 	}
@@ -422,12 +438,12 @@ func (nopSessionObserver) SessionEnded(store.SessionEndReason) {}
 
 // GetSession returns session id of p's workspace: another workspace's
 // is ErrNotFound.
-func (s *Service) GetSession(ctx context.Context, p Principal, id string) (store.Session, error) {
+func (s *sessionHost) GetSession(ctx context.Context, p Principal, id string) (store.Session, error) {
 	return s.st.GetSession(ctx, p.WorkspaceID, id)
 }
 
 // ListSessions lists the sessions of p's workspace, newest first.
-func (s *Service) ListSessions(ctx context.Context, p Principal, f store.SessionFilter) (store.Page[store.Session], error) {
+func (s *sessionHost) ListSessions(ctx context.Context, p Principal, f store.SessionFilter) (store.Page[store.Session], error) {
 	return s.st.ListSessions(ctx, p.WorkspaceID, f)
 }
 
@@ -440,7 +456,7 @@ func (s *Service) ListSessions(ctx context.Context, p Principal, f store.Session
 // (nil on error) releases the session's lock, which it holds shared
 // until the caller calls it, so that no pause saves the sandbox under the
 // operation.
-func (s *Service) usable(ctx context.Context, p Principal, id string) (store.Session, *liveSession, func(), error) {
+func (s *sessionHost) usable(ctx context.Context, p Principal, id string) (store.Session, *liveSession, func(), error) {
 	for {
 		unlock := s.trans.lock(id, false)
 		ss, err := s.st.GetSession(ctx, p.WorkspaceID, id)
@@ -475,7 +491,7 @@ func (s *Service) usable(ctx context.Context, p Principal, id string) (store.Ses
 // CloseSession ends session id for p (reason closed) and destroys its
 // sandbox; only the key that opened it or an admin key may. An ended
 // session is a SessionExpiredError.
-func (s *Service) CloseSession(ctx context.Context, p Principal, id string) (store.Session, error) {
+func (s *sessionHost) CloseSession(ctx context.Context, p Principal, id string) (store.Session, error) {
 	ss, err := s.st.GetSession(ctx, p.WorkspaceID, id)
 	if err != nil {
 		return ss, err
@@ -487,12 +503,12 @@ func (s *Service) CloseSession(ctx context.Context, p Principal, id string) (sto
 // its approval or its turn, which would otherwise wait on (an approval
 // that could still be granted, credits reserved) for a session that is
 // gone. A running cell is ended by its sandbox's destruction.
-func (s *Service) cancelWaitingCell(ctx context.Context, ss store.Session, reason store.SessionEndReason) {
+func (s *sessionHost) cancelWaitingCell(ctx context.Context, ss store.Session, reason store.SessionEndReason) {
 	id, err := s.st.PendingCell(ctx, ss.ID)
 	if err == nil && id != "" {
 		var e store.Execution
 		if e, err = s.st.GetExecution(ctx, ss.WorkspaceID, id); err == nil && e.Status != store.StatusRunning {
-			_, err = s.cancelAs(ctx, Principal{}, ss.WorkspaceID, id, fmt.Sprintf("its session %s ended (%s)", ss.ID, reason))
+			_, err = s.runs.cancelAs(ctx, Principal{}, ss.WorkspaceID, id, fmt.Sprintf("its session %s ended (%s)", ss.ID, reason))
 		}
 	}
 	if err != nil {
@@ -505,7 +521,7 @@ func (s *Service) cancelWaitingCell(ctx context.Context, ss store.Session, reaso
 // ends killed with ended_by cut (engine.EndedBySessionEnd, or
 // engine.EndedByShutdown when the daemon's shutdown ends the session),
 // charged as launched, with the output it had made.
-func (s *Service) endSession(ctx context.Context, ss store.Session, by Principal, reason store.SessionEndReason, cut string) (store.Session, error) {
+func (s *sessionHost) endSession(ctx context.Context, ss store.Session, by Principal, reason store.SessionEndReason, cut string) (store.Session, error) {
 	unlock := s.trans.lock(ss.ID, true)
 	defer unlock()
 	return s.endLocked(ctx, ss, by, reason, cut)
@@ -513,7 +529,7 @@ func (s *Service) endSession(ctx context.Context, ss store.Session, by Principal
 
 // endLocked is endSession with the session's lock held; it removes the
 // checkpoint of a paused session too.
-func (s *Service) endLocked(ctx context.Context, ss store.Session, by Principal, reason store.SessionEndReason, cut string) (store.Session, error) {
+func (s *sessionHost) endLocked(ctx context.Context, ss store.Session, by Principal, reason store.SessionEndReason, cut string) (store.Session, error) {
 	g := Grant{ID: ss.ID, Kind: Session, WorkspaceID: ss.WorkspaceID, KeyID: ss.KeyID, Session: sessionOf(ss)}
 	step, err := Transition(g, EndSession{By: by, Reason: reason, Cells: ss.Cells, At: s.opts.Now()})
 	if err != nil {
@@ -533,7 +549,7 @@ func (s *Service) endLocked(ctx context.Context, ss store.Session, by Principal,
 		if cell := live.runningCell(); cell != "" {
 			// The cell that runs is cut short with its sandbox: it ends
 			// killed, charged as launched, with the output it had made.
-			s.stopRun(cell, &Cancellation{Reason: fmt.Sprintf("its session %s ended (%s)", ss.ID, reason), EndedBy: cut})
+			s.runs.stopRun(cell, &Cancellation{Reason: fmt.Sprintf("its session %s ended (%s)", ss.ID, reason), EndedBy: cut})
 		}
 		if err := live.Close(context.WithoutCancel(ctx)); err != nil {
 			s.log.Error("destroying a session's sandbox", "session", ss.ID, "sandbox", ss.SandboxID, "err", err)
@@ -544,287 +560,4 @@ func (s *Service) endLocked(ctx context.Context, ss store.Session, by Principal,
 	s.removeCheckpoint(ss.ID)
 	s.sessionObserver().SessionEnded(reason)
 	return ended, nil
-}
-
-// CellRequest is the body of POST /v1/sessions/{id}/exec.
-type CellRequest struct {
-	Code  string `json:"code"`
-	Stdin string `json:"stdin,omitempty"`
-	// TimeoutMS bounds the cell; zero means the tool's limit (within the
-	// policy's).
-	TimeoutMS int64 `json:"timeout_ms,omitempty"`
-}
-
-// cellRecord is a cell's stored request (the execution's request): the
-// cell and its session's runtime, in the shape of an InvokeRequest's
-// fields where they mean the same (the console shows it as one).
-type cellRecord struct {
-	SessionID string `json:"session_id"`
-	Runtime   string `json:"runtime"`
-	CellRequest
-}
-
-// ExecCell admits a cell of session id, which runs in the session's
-// kernel in the background: a decision of the workspace policy, credits
-// reserved and charged as any invocation's, the approval the session's
-// mode asks for (see session.go), its tool_calls row and audit events.
-// Use Wait or Subscribe for the outcome, whose result is the cell's
-// (engine.CellResult). A cell while another of the session has not ended
-// is a SessionBusyError; a retry of an admitted cell (the same
-// IdempotencyKey and body) returns the first.
-func (s *Service) ExecCell(ctx context.Context, p Principal, id string, req CellRequest, o InvokeOptions) (*Invocation, error) {
-	ss, live, done, err := s.usable(ctx, p, id)
-	if err != nil {
-		return nil, err
-	}
-	defer done()
-	if req.TimeoutMS < 0 || req.TimeoutMS > math.MaxInt64/int64(time.Millisecond) {
-		return nil, errdefs.Publicf("timeout_ms %d is out of range: %w", req.TimeoutMS, errdefs.ErrInvalidArgument)
-	}
-	timeout := time.Duration(req.TimeoutMS) * time.Millisecond
-	tool, _, _, verr := s.runner.Validate(engine.Request{Runtime: ss.Runtime, Tool: ss.Tool, Driver: ss.Driver, Code: []byte(req.Code),
-		Stdin: []byte(req.Stdin), Limits: sandbox.Limits{Timeout: timeout}})
-	if verr != nil && !errdefs.IsPermissionDenied(verr) {
-		return nil, verr
-	}
-	pol, err := s.st.GetPolicy(ctx, p.WorkspaceID)
-	if err != nil {
-		return nil, fmt.Errorf("loading workspace policy: %w", err)
-	}
-	d := policy.Decide(pol, policy.Request{Capability: contract.CodeExecute, Runtime: ss.Runtime, Timeout: timeout, Network: ss.Network}, s.runner.Ceiling().Timeout)
-	if timeout == 0 {
-		timeout = min(s.runner.Limits(tool).Timeout, d.MaxTimeout)
-	}
-	ne := store.NewExecution{ID: o.ExecutionID, WorkspaceID: p.WorkspaceID, KeyID: p.KeyID, Runtime: ss.Runtime, Tool: ss.Tool,
-		Request: mustJSON(cellRecord{SessionID: ss.ID, Runtime: ss.Runtime, CellRequest: req}), InputSHA256: InputHash(ss.Runtime, req.Code),
-		IdempotencyKey: o.IdempotencyKey, SessionID: ss.ID}
-	if o.IdempotencyKey != "" && mayInvoke(p) {
-		adm, err := s.st.ReplayExecution(ctx, ne)
-		if err == nil {
-			return &Invocation{Execution: adm.Execution, Approval: adm.Approval, Replayed: true}, nil
-		}
-		if !errdefs.IsNotFound(err) {
-			return nil, fmt.Errorf("looking up the idempotency key: %w", err)
-		}
-	}
-	g := Grant{Kind: Session, Session: sessionOf(ss)}
-	in := Admit{By: p, Policy: d, Network: ss.Network, Tool: ss.Tool, Price: s.price, At: s.opts.Now(),
-		Asked: audit.Invocation{Capability: contract.CodeExecute.Name, Runtime: ss.Runtime, TimeoutMS: req.TimeoutMS,
-			Network: policy.NetworkWord(ss.Network), InputSHA256: ne.InputSHA256, StdinSHA256: sha256Hex([]byte(req.Stdin))}}
-	if verr != nil {
-		in.ToolRefusal = strings.TrimSuffix(verr.Error(), ": "+errdefs.ErrPermissionDenied.Error())
-	}
-	if wait, _ := cellApproval(g, in); wait {
-		t, _ := s.runner.Tools().Get(ss.Tool)
-		card := ApprovalCard{
-			Capability: contract.CodeExecute.Name, RiskLevel: string(contract.CodeExecute.Risk), Runtime: ss.Runtime,
-			Code: req.Code, Stdin: req.Stdin, Network: policy.NetworkWord(ss.Network), TimeoutMS: timeout.Milliseconds(), RequestedBy: p.KeyID,
-			ExpiresAt: in.At.Add(s.opts.ApprovalTTL).UTC().Truncate(time.Microsecond), Tool: ss.Tool, ToolFingerprint: tools.Fingerprint(t),
-			SessionID: ss.ID, Cell: ss.Cells + 1, CoversSession: coversSession(g),
-		}
-		in.Card, in.ExpiresAt = mustJSON(card), card.ExpiresAt
-	}
-	step, err := Transition(g, in)
-	if err != nil {
-		return nil, err
-	}
-	if step.Write == nil {
-		return s.deny(ctx, step)
-	}
-	adm, err := s.st.Admit(ctx, ne, *step.Write)
-	if err != nil {
-		switch {
-		case errdefs.IsResourceExhausted(err):
-			return s.refuse(ctx, in, "insufficient_credits", fmt.Sprintf("insufficient credits: a cell costs %d", s.price), errdefs.ErrPaymentRequired)
-		case errdefs.IsConflict(err):
-			return nil, errdefs.Public(&SessionBusyError{SessionID: ss.ID})
-		case errdefs.IsFailedPrecondition(err):
-			if cur, gerr := s.st.GetSession(ctx, p.WorkspaceID, ss.ID); gerr == nil {
-				return nil, expiredError(sessionOf(cur))
-			}
-		}
-		return nil, fmt.Errorf("admitting a cell: %w", err)
-	}
-	inv := &Invocation{Execution: adm.Execution, Approval: adm.Approval, Replayed: adm.Replayed}
-	switch {
-	case adm.Replayed:
-	case step.Next.Dispatch:
-		s.dispatchCell(adm.Execution, live, timeout)
-	default:
-		s.notify(step, adm.Execution)
-	}
-	return inv, nil
-}
-
-// dispatchCell runs an admitted cell in the background, in live.
-func (s *Service) dispatchCell(e store.Execution, live *liveSession, timeout time.Duration) {
-	s.closeMu.Lock()
-	defer s.closeMu.Unlock()
-	if s.closed {
-		return // the next start of the daemon ends it failed, uncharged
-	}
-	ctx, cancel := context.WithCancelCause(s.ctx)
-	s.liveMu.Lock()
-	s.live[e.ID] = cancel
-	s.liveMu.Unlock()
-	live.track(e.ID)
-	s.wg.Add(1)
-	go func() {
-		defer s.wg.Done()
-		defer func() {
-			live.track("")
-			s.liveMu.Lock()
-			delete(s.live, e.ID)
-			s.liveMu.Unlock()
-			cancel(nil)
-		}()
-		s.runCell(ctx, e, live, timeout)
-	}()
-}
-
-// runCell runs cell e in live's kernel and records its outcome.
-func (s *Service) runCell(ctx context.Context, e store.Execution, live *liveSession, timeout time.Duration) {
-	g := GrantOf(e, nil)
-	end := func(in Input) { s.end(context.WithoutCancel(ctx), g, in) }
-	var req cellRecord
-	if err := json.Unmarshal(e.Request, &req); err != nil {
-		end(LaunchFailed{Err: fmt.Errorf("decoding stored cell: %w", err), At: s.opts.Now()})
-		return
-	}
-	step, err := Transition(g, Start{Driver: live.Driver, At: s.opts.Now()})
-	if err != nil {
-		s.endUnstarted(e, cancellationOf(ctx))
-		return
-	}
-	ex, err := s.st.Apply(ctx, e.ID, *step.Write)
-	if err != nil {
-		// Cancelled before it started, or the store failed.
-		if c := cancellationOf(ctx); c != nil || errdefs.IsConflict(err) {
-			s.endUnstarted(e, c)
-			return
-		}
-		end(LaunchFailed{Err: err, At: s.opts.Now()})
-		return
-	}
-	g = GrantOf(ex, nil)
-	s.hub.publish(e.ID, StreamEvent{Type: "started", Data: mustJSON(map[string]any{"execution_id": e.ID, "driver": live.Driver, "session_id": req.SessionID, "cell": e.Cell})})
-	s.notify(step, ex)
-	out := outputChunks{keep: sandbox.DefaultLimits().OutputCap, publish: func(st sandbox.Stream, p []byte) {
-		s.hub.publish(e.ID, StreamEvent{Type: st.String(), Data: mustJSON(map[string]string{"data": string(p)})})
-	}}
-	res, err := live.Cell(ctx, engine.CellRequest{Code: req.Code, Stdin: req.Stdin, Timeout: timeout, OnOutput: out.add,
-		OnDisplay: func(d sandbox.Display) {
-			s.hub.publish(e.ID, StreamEvent{Type: "output", Data: mustJSON(engine.OutputOf(d))})
-		}})
-	out.flush()
-	at := s.opts.Now()
-	cut, c := ctx.Err() != nil, cancellationOf(ctx)
-	lost := err != nil
-	var ended *engine.SandboxLostError
-	known := errors.As(err, &ended)
-	// expired: the sandbox ended itself at its deadline, past the
-	// session's TTL, before the daemon ended the session (a slow sweep).
-	expired := lost && !known && !cut && s.pastTTL(ctx, e.WorkspaceID, req.SessionID, at)
-	switch {
-	case known:
-		// It ran, and the host knows how it ended (an OOM kill of the
-		// whole sandbox): charged as any cell that ran.
-		s.log.Warn("a cell's session lost its sandbox", "execution", e.ID, "status", ended.Result.Status, "err", err)
-		res = ended.Result
-	case err != nil && !cut && !expired:
-		// The sandbox could not run the cell: the session has lost it.
-		end(LaunchFailed{Err: err, At: at})
-		s.endLost(ctx, e.WorkspaceID, req.SessionID, store.EndFailed)
-		return
-	case err != nil:
-		// Cut short after it launched (a cancel, its session's end, the
-		// daemon's shutdown, its sandbox's own end past the session's
-		// TTL) and its sandbox lost or destroyed under it: it ends killed
-		// as below, with the output it had made.
-		s.log.Info("a cell cut short lost its sandbox", "execution", e.ID, "cancel", c, "expired", expired, "err", err)
-		stdout, stderr := out.kept[sandbox.Stdout], out.kept[sandbox.Stderr]
-		res = &engine.CellResult{Status: sandbox.StatusKilled, Stdout: string(stdout.data), Stderr: string(stderr.data),
-			StdoutTruncated: stdout.truncated, StderrTruncated: stderr.truncated, Outputs: []engine.CellOutput{},
-			DurationMS: max(at.Sub(ex.StartedAt), 0).Milliseconds(), Driver: live.Driver, Runtime: live.Runtime.Name}
-	}
-	switch {
-	case cut && res.Status == sandbox.StatusKilled:
-		// Stockade ended it: charged as any launched run, as a one-shot
-		// run cut short is.
-		res.EndedBy = endedBy(ctx)
-	case expired:
-		// Its session's TTL ended it: the session ends ttl first, as the
-		// sweep would have ended it.
-		res.EndedBy = engine.EndedBySessionEnd
-		s.endLost(ctx, e.WorkspaceID, req.SessionID, store.EndTTL)
-	}
-	status := store.ExecutionStatus(res.Status)
-	s.sessionObserver().SessionCell(status)
-	end(Finish{Status: status, Driver: live.Driver, Cancel: c, At: at,
-		Result: mustJSON(CellResultDoc{ExecutionID: e.ID, SessionID: req.SessionID, Cell: e.Cell, CellResult: *res}),
-		Output: store.Output{Stdout: []byte(res.Stdout), Stderr: []byte(res.Stderr), StdoutTruncated: res.StdoutTruncated, StderrTruncated: res.StderrTruncated}})
-	if lost && !expired && (c != nil || !cut) {
-		// The sandbox is gone (a session's end has ended the session
-		// already); a shutdown leaves the session to the next start of
-		// the daemon, which re-attaches its sandbox or ends it.
-		s.endLost(ctx, e.WorkspaceID, req.SessionID, store.EndFailed)
-	}
-}
-
-// pastTTL says whether session id is past its TTL at at.
-func (s *Service) pastTTL(ctx context.Context, workspaceID, id string, at time.Time) bool {
-	ss, err := s.st.GetSession(context.WithoutCancel(ctx), workspaceID, id)
-	return err == nil && !at.Before(ss.ExpiresAt)
-}
-
-// endLost ends session id, whose sandbox is lost, for reason (failed, or
-// ttl when its sandbox ended itself past the TTL), if it is still active.
-func (s *Service) endLost(ctx context.Context, workspaceID, id string, reason store.SessionEndReason) {
-	ctx = context.WithoutCancel(ctx)
-	if ss, err := s.st.GetSession(ctx, workspaceID, id); err == nil && ss.State == store.SessionActive {
-		if _, err := s.endSession(ctx, ss, Principal{}, reason, engine.EndedBySessionEnd); err != nil {
-			s.log.Error("ending a session whose sandbox is lost", "session", ss.ID, "reason", reason, "err", err)
-		}
-	}
-}
-
-// CellResultDoc is a cell's result document: its execution's result.
-type CellResultDoc struct {
-	ExecutionID string `json:"execution_id"`
-	SessionID   string `json:"session_id"`
-	Cell        int    `json:"cell"`
-	engine.CellResult
-}
-
-// InterruptCell interrupts the running cell of session id (SIGINT to its
-// kernel) and reports whether one ran.
-//
-// A paused session runs no cell: it is not resumed, and the answer is
-// false.
-func (s *Service) InterruptCell(ctx context.Context, p Principal, id string) (bool, error) {
-	if ss, err := s.st.GetSession(ctx, p.WorkspaceID, id); err == nil && ss.State == store.SessionPaused {
-		return false, mayTransition(Grant{WorkspaceID: ss.WorkspaceID, KeyID: ss.KeyID}, p, "interrupt")
-	}
-	_, live, done, err := s.usable(ctx, p, id)
-	if err != nil {
-		return false, err
-	}
-	defer done()
-	return live.Interrupt()
-}
-
-// dispatchApproved runs execution e, just approved, for timeout: a cell in
-// its session's sandbox, any other in a sandbox of its own. A cell whose
-// session's sandbox this daemon does not serve ends launch_failed.
-func (s *Service) dispatchApproved(ctx context.Context, e store.Execution, timeout time.Duration) {
-	if e.SessionID == "" {
-		s.dispatch(e, timeout, nil)
-		return
-	}
-	live := s.sessions.get(e.SessionID)
-	if live == nil {
-		s.end(context.WithoutCancel(ctx), GrantOf(e, nil), LaunchFailed{Err: fmt.Errorf("session %s has no sandbox on this daemon", e.SessionID), At: s.opts.Now()})
-		return
-	}
-	s.dispatchCell(e, live, timeout)
 }

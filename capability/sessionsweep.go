@@ -16,7 +16,7 @@ import (
 // its TTL has passed (its sandbox ended itself then: SandboxGrace); a
 // sandbox no active session names is destroyed (by the drivers'
 // Reattach).
-func (s *Service) adoptSessions(ctx context.Context) error {
+func (s *sessionHost) adoptSessions(ctx context.Context) error {
 	active, err := s.st.ListActiveSessions(ctx)
 	if err != nil {
 		return fmt.Errorf("listing active sessions: %w", err)
@@ -70,7 +70,7 @@ func (s *Service) adoptSessions(ctx context.Context) error {
 // returns how many it ended; a session that ended meanwhile is not
 // counted. The caller calls it before Close, with no requests coming in
 // any more.
-func (s *Service) EndSessions(ctx context.Context) (int, error) {
+func (s *sessionHost) EndSessions(ctx context.Context) (int, error) {
 	active, err := s.st.ListActiveSessions(ctx)
 	if err != nil {
 		return 0, fmt.Errorf("listing the sessions to end: %w", err)
@@ -98,7 +98,7 @@ func (s *Service) EndSessions(ctx context.Context) (int, error) {
 // a session whose cell runs is not idle, a paused one neither). With
 // PauseAfterIdle, a session that can pause is paused after so long idle
 // instead (sweepPause).
-func (s *Service) sweepSessions(ctx context.Context) {
+func (s *sessionHost) sweepSessions(ctx context.Context) {
 	active, err := s.st.ListActiveSessions(ctx)
 	var paused []store.Session
 	if err == nil {
@@ -148,7 +148,7 @@ func (s *Service) sweepSessions(ctx context.Context) {
 }
 
 // sweepEnd ends ss for reason, as the system.
-func (s *Service) sweepEnd(ctx context.Context, ss store.Session, reason store.SessionEndReason) {
+func (s *sessionHost) sweepEnd(ctx context.Context, ss store.Session, reason store.SessionEndReason) {
 	if _, err := s.endSession(ctx, ss, Principal{}, reason, engine.EndedBySessionEnd); err != nil && !errdefs.IsFailedPrecondition(err) && ctx.Err() == nil {
 		s.log.Error("ending a session", "session", ss.ID, "reason", reason, "err", err)
 	}
@@ -156,14 +156,14 @@ func (s *Service) sweepEnd(ctx context.Context, ss store.Session, reason store.S
 
 // pausesWhenIdle says whether active session ss is paused when idle
 // (PauseAfterIdle) rather than ended.
-func (s *Service) pausesWhenIdle(ss store.Session) bool {
+func (s *sessionHost) pausesWhenIdle(ss store.Session) bool {
 	return s.opts.Sessions.PauseAfterIdle > 0 && s.opts.Sessions.CheckpointDir != "" && s.runner.CanPause(ss.Driver) == nil
 }
 
 // sweepPause pauses ss, idle for PauseAfterIdle, as the system, unless a
 // cell came meanwhile. It returns why the pause failed; nil also when the
 // session was busy, changed or gone.
-func (s *Service) sweepPause(ctx context.Context, ss store.Session) error {
+func (s *sessionHost) sweepPause(ctx context.Context, ss store.Session) error {
 	unlock := s.trans.lock(ss.ID, true)
 	defer unlock()
 	cur, err := s.st.GetSession(ctx, ss.WorkspaceID, ss.ID)

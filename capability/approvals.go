@@ -1,0 +1,236 @@
+package capability
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/stockade-sh/stockade/contract"
+	"github.com/stockade-sh/stockade/errdefs"
+	"github.com/stockade-sh/stockade/policy"
+	"github.com/stockade-sh/stockade/store"
+	"github.com/stockade-sh/stockade/tools"
+)
+
+// approvals decides the approval requests, expires those whose time is
+// up and counts those pending.
+type approvals struct {
+	*core
+	st    approvalStore
+	runs  *runs
+	cells *cells
+}
+
+// approvalStore is what approvals needs of the store.
+type approvalStore interface {
+	runStore
+	GetApproval(ctx context.Context, workspaceID, approvalID string) (store.Approval, error)
+	ListApprovals(ctx context.Context, workspaceID string, f store.ApprovalFilter) (store.Page[store.Approval], error)
+	ListDueApprovals(ctx context.Context, now time.Time) ([]store.Approval, error)
+	GetPolicy(ctx context.Context, workspaceID string) (store.Policy, error)
+	GetSession(ctx context.Context, workspaceID, id string) (store.Session, error)
+	ListWorkspaces(ctx context.Context) ([]store.Workspace, error)
+}
+
+// ApprovalCard is what an approver is shown.
+type ApprovalCard struct {
+	ApprovalID  string `json:"approval_id"`
+	ExecutionID string `json:"execution_id"`
+	Capability  string `json:"capability"`
+	RiskLevel   string `json:"risk_level"`
+	Runtime     string `json:"runtime"`
+	Code        string `json:"code"`
+	// Stdin is what the program reads on its standard input.
+	Stdin string `json:"stdin,omitempty"`
+	// Network is what the invocation asked for, in the request's words:
+	// "allow" or "deny".
+	Network string `json:"network"`
+	// Tool is the tool the code runs as; EgressAllow and EgressPorts its
+	// record's egress allowlist, which an approved network request may
+	// reach (empty without network).
+	Tool        string   `json:"tool,omitempty"`
+	EgressAllow []string `json:"egress_allow,omitempty"`
+	EgressPorts []int    `json:"egress_ports,omitempty"`
+	// ToolFingerprint identifies the tool's record as the approver sees
+	// it; approving is refused once the record has changed.
+	ToolFingerprint string `json:"tool_fingerprint,omitempty"`
+	// SessionID and Cell name a session's cell; CoversSession says that
+	// approving it approves the session's later cells too (per_session).
+	SessionID     string    `json:"session_id,omitempty"`
+	Cell          int       `json:"cell,omitempty"`
+	CoversSession bool      `json:"covers_session,omitempty"`
+	TimeoutMS     int64     `json:"timeout_ms"`
+	RequestedBy   string    `json:"requested_by"`
+	ExpiresAt     time.Time `json:"expires_at"`
+}
+
+// UnmarshalJSON reads a card, also one stored before the card named
+// network with the request's words ("network_requested": true).
+func (c *ApprovalCard) UnmarshalJSON(b []byte) error {
+	type plain ApprovalCard
+	var v struct {
+		plain
+		NetworkRequested *bool `json:"network_requested"`
+	}
+	if err := json.Unmarshal(b, &v); err != nil {
+		return err
+	}
+	*c = ApprovalCard(v.plain)
+	if c.Network == "" && v.NetworkRequested != nil {
+		c.Network = policy.NetworkWord(*v.NetworkRequested)
+	}
+	return nil
+}
+
+// Decide records an approver's decision. Approving queues the execution to
+// run; denying ends it, uncharged. Agent keys get ErrPermissionDenied.
+func (s *approvals) Decide(ctx context.Context, p Principal, approvalID string, approve bool, reason string) (store.Approval, store.Execution, error) {
+	// An agent key is refused before anything is read.
+	if err := mayDecide(p); err != nil {
+		return store.Approval{}, store.Execution{}, err
+	}
+	a, err := s.st.GetApproval(ctx, p.WorkspaceID, approvalID)
+	if err != nil {
+		return a, store.Execution{}, err
+	}
+	var in Input = Deny{By: p, Reason: reason, At: s.opts.Now()}
+	var card ApprovalCard // what is approved: read before the decision is made
+	if approve {
+		var stale string
+		if card, stale, err = s.stillAllowed(ctx, p, a); err != nil {
+			return store.Approval{}, store.Execution{}, err
+		}
+		in = Approve{By: p, Reason: reason, Stale: stale, At: s.opts.Now()}
+	}
+	e, err := s.st.GetExecution(ctx, p.WorkspaceID, a.ExecutionID)
+	if err != nil {
+		return a, e, err
+	}
+	g := GrantOf(e, &a)
+	if e.SessionID != "" {
+		// A cell: its session's mode says whether approving it covers the
+		// session's later cells.
+		ss, err := s.st.GetSession(ctx, p.WorkspaceID, e.SessionID)
+		if err != nil {
+			return a, e, err
+		}
+		g = GrantOfCell(e, &a, ss)
+	}
+	step, err := Transition(g, in)
+	if err != nil {
+		return store.Approval{}, store.Execution{}, err
+	}
+	if e, err = s.st.Apply(ctx, e.ID, *step.Write); err != nil {
+		return store.Approval{}, store.Execution{}, err
+	}
+	if a, err = s.st.GetApproval(ctx, p.WorkspaceID, approvalID); err != nil {
+		return a, e, err
+	}
+	s.runs.notify(step, e)
+	if step.Next.Dispatch {
+		s.cells.dispatchApproved(ctx, e, time.Duration(card.TimeoutMS)*time.Millisecond)
+	}
+	return a, e, nil
+}
+
+// stillAllowed returns approval a's card and, when it can no longer be
+// approved, why: the workspace's policy no longer allows the request (it
+// changed while the request waited), or the tool's record changed since
+// the card was made, so that the approver would approve what no longer
+// runs. Denying such a request stays possible.
+func (s *approvals) stillAllowed(ctx context.Context, p Principal, a store.Approval) (ApprovalCard, string, error) {
+	var card ApprovalCard
+	if err := json.Unmarshal(a.Card, &card); err != nil {
+		return card, "", fmt.Errorf("reading approval card: %w", err)
+	}
+	pol, err := s.st.GetPolicy(ctx, p.WorkspaceID)
+	if err != nil {
+		return card, "", fmt.Errorf("loading workspace policy: %w", err)
+	}
+	d := policy.Decide(pol, policy.Request{Capability: contract.CodeExecute, Runtime: card.Runtime,
+		Timeout: time.Duration(card.TimeoutMS) * time.Millisecond, Network: card.Network == policy.NetworkAllow}, s.runner.Ceiling().Timeout)
+	if !d.Allowed {
+		return card, fmt.Sprintf("the workspace policy no longer allows this request (%s); deny it", d.Reason), nil
+	}
+	if card.ToolFingerprint == "" {
+		return card, "", nil // a card from before fingerprints: nothing to compare
+	}
+	t, err := s.runner.Tools().Get(card.Tool)
+	if err != nil || tools.Fingerprint(t) != card.ToolFingerprint {
+		return card, fmt.Sprintf("tool %q changed since this request was made; deny it and invoke again", card.Tool), nil
+	}
+	return card, "", nil
+}
+
+// expireApprovals ends the approvals whose time is up, each with its
+// approval.expired event in the transaction that expires it, so that no
+// crash can leave an expiry unaudited.
+func (s *approvals) expireApprovals(ctx context.Context) {
+	now := s.opts.Now()
+	due, err := s.st.ListDueApprovals(ctx, now)
+	if err != nil {
+		if ctx.Err() == nil {
+			s.log.Error("expiring approvals", "err", err)
+		}
+		return
+	}
+	for _, a := range due {
+		err := s.expire(ctx, a, now)
+		if err != nil && ctx.Err() == nil {
+			s.log.Error("expiring approvals", "approval", a.ID, "err", err)
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+// expire ends the execution of approval a, due at now. One that was
+// decided or cancelled since it was listed is left alone.
+func (s *approvals) expire(ctx context.Context, a store.Approval, now time.Time) error {
+	e, err := s.st.GetExecution(ctx, a.WorkspaceID, a.ExecutionID)
+	if err != nil {
+		return err
+	}
+	step, err := Transition(GrantOf(e, &a), Expire{At: now})
+	if errdefs.IsConflict(err) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	ex, err := s.st.Apply(ctx, e.ID, *step.Write)
+	if errdefs.IsConflict(err) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	s.runs.notify(step, ex)
+	return nil
+}
+
+func (s *approvals) countPending(ctx context.Context) error {
+	wss, err := s.st.ListWorkspaces(ctx)
+	if err != nil {
+		return fmt.Errorf("listing workspaces: %w", err)
+	}
+	n := 0
+	for _, ws := range wss {
+		req := store.PageRequest{Limit: store.MaxPageLimit}
+		for {
+			page, err := s.st.ListApprovals(ctx, ws.ID, store.ApprovalFilter{PageRequest: req, Statuses: []store.ApprovalStatus{store.ApprovalPending}})
+			if err != nil {
+				return fmt.Errorf("counting pending approvals: %w", err)
+			}
+			n += len(page.Items)
+			if page.Next == "" {
+				break
+			}
+			req.Cursor = page.Next
+		}
+	}
+	s.opts.Observer.ApprovalsPending(n)
+	return nil
+}
