@@ -7,7 +7,6 @@ import (
 	"encoding/hex"
 	"fmt"
 	"math"
-	"strings"
 	"time"
 
 	"github.com/stockade-sh/stockade/audit"
@@ -95,151 +94,64 @@ func (s *gate) Invoke(ctx context.Context, p Principal, req InvokeRequest, o Inv
 		return nil, errdefs.Publicf("timeout_ms %d is out of range: %w", req.TimeoutMS, errdefs.ErrInvalidArgument)
 	}
 	timeout := time.Duration(req.TimeoutMS) * time.Millisecond
-	// Shape errors (unknown runtime, empty or oversized code) are the
-	// caller's mistakes, not decisions, and are answered before the policy.
-	// A tool's record refusing the runtime is a decision (recorded below);
-	// other validation errors (a timeout above the tool's limit too) are the
-	// caller's mistakes.
-	tool, drv, _, verr := s.runner.Validate(engine.Request{Runtime: req.Runtime, Tool: req.Tool, Code: []byte(req.Code), Stdin: []byte(req.Stdin),
-		Limits: sandbox.Limits{Timeout: timeout}})
-	if verr != nil && !errdefs.IsPermissionDenied(verr) {
-		return nil, verr
-	}
-	// The decision is computed here but acted on, and recorded, only once
-	// the request is known not to be a retry.
-	pol, err := s.st.GetPolicy(ctx, p.WorkspaceID)
-	if err != nil {
-		return nil, fmt.Errorf("loading workspace policy: %w", err)
-	}
-	d := policy.Decide(pol, policy.Request{Capability: contract.CodeExecute, Runtime: req.Runtime, Timeout: timeout, Network: network}, s.runner.Ceiling().Timeout)
-	if timeout == 0 {
-		timeout = min(s.runner.Limits(tool).Timeout, d.MaxTimeout)
-	}
 	// The request is stored as it came, which a retry must match: the
 	// timeout the policy gives one that names none is the approval card's
 	// and the run's, and would make a retry under a changed policy look
 	// like another request.
-	ne := store.NewExecution{
-		ID: o.ExecutionID, WorkspaceID: p.WorkspaceID, KeyID: p.KeyID, Runtime: req.Runtime, Tool: tool.Name,
-		Request: mustJSON(req), InputSHA256: InputHash(req.Runtime, req.Code), IdempotencyKey: o.IdempotencyKey,
+	rec := &runRecord{g: s, unit: "an invocation", recoverLost: true,
+		ne: store.NewExecution{ID: o.ExecutionID, WorkspaceID: p.WorkspaceID, KeyID: p.KeyID, Runtime: req.Runtime,
+			Request: mustJSON(req), InputSHA256: InputHash(req.Runtime, req.Code), IdempotencyKey: o.IdempotencyKey},
+		failed: func(_ context.Context, err error) error { return fmt.Errorf("admitting execution: %w", err) }}
+	c := &claim{by: p, grant: Grant{Kind: OneShot}, idempotencyKey: o.IdempotencyKey, egress: true, review: true, charged: true, record: rec,
+		ask: policy.Request{Capability: contract.CodeExecute, Runtime: req.Runtime, Timeout: timeout, Network: network},
+		asked: audit.Invocation{Capability: contract.CodeExecute.Name, Runtime: req.Runtime, TimeoutMS: req.TimeoutMS,
+			Network: policy.NetworkWord(network), InputSHA256: rec.ne.InputSHA256, StdinSHA256: sha256Hex([]byte(req.Stdin))},
+		card: func(in Admit) (bool, ApprovalCard) {
+			return in.Policy.ApprovalRequired || in.Network, ApprovalCard{Code: req.Code, Stdin: req.Stdin}
+		},
 	}
-	if o.IdempotencyKey != "" && mayInvoke(p) {
-		// A retry was decided with its first request: it must not be
-		// refused now (for capacity, or a policy changed since) nor write
-		// a second decision event. The same key on another body is a
-		// conflict. Admit below still catches a retry that races with its
-		// first request. Idempotency keys are the API key's own (the
-		// store's scope), and a key whose role may not invoke is refused
-		// below before any replay.
-		adm, err := s.st.ReplayExecution(ctx, ne)
-		if err == nil {
-			return &Invocation{Execution: adm.Execution, Approval: adm.Approval, Replayed: true}, nil
+	// Shape errors (unknown runtime, empty or oversized code) are the
+	// caller's mistakes, not decisions, and are answered before the policy.
+	// A tool's record refusing the runtime is a decision (recorded);
+	// other validation errors (a timeout above the tool's limit too) are the
+	// caller's mistakes.
+	c.check = func() (tools.Tool, sandbox.Driver, error) {
+		tool, drv, _, err := s.runner.Validate(engine.Request{Runtime: req.Runtime, Tool: req.Tool, Code: []byte(req.Code), Stdin: []byte(req.Stdin),
+			Limits: sandbox.Limits{Timeout: timeout}})
+		rec.ne.Tool = tool.Name
+		return tool, drv, err
+	}
+	c.room = func(ctx context.Context, step Step, in Admit) (*ticket, error) {
+		if step.To != Approved {
+			// A request waiting for approval meets the driver, and takes
+			// its place, when it is approved.
+			return nil, nil
 		}
-		if !errdefs.IsNotFound(err) {
-			return nil, fmt.Errorf("looking up the idempotency key: %w", err)
-		}
-	}
-
-	in := Admit{By: p, Policy: d, Network: network, Tool: tool.Name, ToolEgress: !tool.Egress.None(),
-		EgressAvailable: s.runner.EgressAvailable(), Price: s.price, At: s.opts.Now(),
-		// The decision's event fingerprints what was asked to run: a row
-		// changed later no longer matches its chain.
-		Asked: audit.Invocation{Capability: contract.CodeExecute.Name, Runtime: req.Runtime, TimeoutMS: req.TimeoutMS,
-			Network: policy.NetworkWord(network), InputSHA256: ne.InputSHA256, StdinSHA256: sha256Hex([]byte(req.Stdin))}}
-	if verr != nil {
-		in.ToolRefusal = strings.TrimSuffix(verr.Error(), ": "+errdefs.ErrPermissionDenied.Error())
-	}
-	if pol.ToolChanges == store.ToolChangesRequireReview {
-		if in.ReviewPending, err = s.tools.reviewBlocks(ctx, p.WorkspaceID, tool.Name); err != nil {
+		if err := s.healthy(ctx, c, in); err != nil {
 			return nil, err
-		}
-	}
-	if d.ApprovalRequired || network {
-		card := ApprovalCard{
-			Capability: contract.CodeExecute.Name, RiskLevel: string(contract.CodeExecute.Risk), Runtime: req.Runtime,
-			Code: req.Code, Stdin: req.Stdin, Network: policy.NetworkWord(network), TimeoutMS: timeout.Milliseconds(), RequestedBy: p.KeyID,
-			ExpiresAt: in.At.Add(s.opts.ApprovalTTL).UTC().Truncate(time.Microsecond), Tool: tool.Name,
-			ToolFingerprint: tools.Fingerprint(tool),
-		}
-		if network {
-			card.EgressAllow, card.EgressPorts = tool.Egress.Allow, tool.Egress.Ports
-		}
-		in.Card, in.ExpiresAt = mustJSON(card), card.ExpiresAt
-	}
-	step, err := Transition(Grant{Kind: OneShot}, in)
-	if err != nil {
-		return nil, err
-	}
-	if step.Write == nil {
-		return s.deny(ctx, step)
-	}
-	var t *ticket
-	if step.To == Approved {
-		// A driver that cannot run sandboxes now is a refusal (recorded,
-		// nothing reserved), not an execution that fails to launch. (A
-		// request waiting for approval meets the driver when it is
-		// approved.)
-		if hc, ok := drv.(sandbox.HealthChecker); ok {
-			if err := hc.Health(ctx); err != nil {
-				s.log.Warn("driver unavailable", "driver", drv.Name(), "err", err)
-				return s.refuse(ctx, in, "driver_unavailable", fmt.Sprintf("the %s sandbox driver is unavailable; retry later", drv.Name()), errdefs.ErrUnavailable)
-			}
 		}
 		// Before the host runs out of memory, rather than let its OOM
 		// killer choose.
-		mem, err := s.reserveMemory(engine.Request{Runtime: req.Runtime, Tool: req.Tool, Network: network, Limits: sandbox.Limits{Timeout: timeout}})
+		mem, err := s.reserveMemory(engine.Request{Runtime: req.Runtime, Tool: req.Tool, Network: network, Limits: sandbox.Limits{Timeout: c.timeout}})
 		if err != nil {
 			s.log.Warn("memory budget taken", "err", err)
-			return s.refuse(ctx, in, "memory_exhausted", "the server's sandboxes hold all the memory it may give them (memory_budget); retry later", errdefs.ErrResourceExhausted)
+			return nil, s.refuse(ctx, c, in, &Refusal{Code: "memory_exhausted",
+				Reason: "the server's sandboxes hold all the memory it may give them (memory_budget); retry later", Class: errdefs.ErrResourceExhausted})
 		}
-		if t = s.runs.slots.reserve(); t == nil {
+		t := s.runs.slots.reserve()
+		if t == nil {
 			mem.Release()
-			return s.refuse(ctx, in, "server_at_capacity", fmt.Sprintf("the server is at capacity (%d running, %d queued); retry later", s.opts.MaxConcurrent, s.opts.MaxQueue), errdefs.ErrResourceExhausted)
+			return nil, s.refuse(ctx, c, in, &Refusal{Code: "server_at_capacity",
+				Reason: fmt.Sprintf("the server is at capacity (%d running, %d queued); retry later", s.opts.MaxConcurrent, s.opts.MaxQueue), Class: errdefs.ErrResourceExhausted})
 		}
 		t.mem = mem
+		return t, nil
 	}
-	adm, err := s.st.Admit(ctx, ne, *step.Write)
-	if err != nil && errdefs.IsUnavailable(err) && ne.ID != "" {
-		adm, err = s.admittedAnyway(ctx, p.WorkspaceID, ne.ID, err)
-	}
-	if err != nil {
-		t.release()
-		if errdefs.IsResourceExhausted(err) {
-			return s.refuse(ctx, in, "insufficient_credits", fmt.Sprintf("insufficient credits: an invocation costs %d", s.price), errdefs.ErrPaymentRequired)
-		}
-		return nil, fmt.Errorf("admitting execution: %w", err)
-	}
-	inv := &Invocation{Execution: adm.Execution, Approval: adm.Approval, Replayed: adm.Replayed}
-	switch {
-	case adm.Replayed:
-		t.release()
-	case step.Next.Dispatch:
-		s.runs.dispatch(adm.Execution, timeout, t)
-	default:
-		s.runs.notify(step, adm.Execution)
-	}
-	return inv, nil
-}
-
-// refuse denies the request in, which the rules allowed, for a refusal
-// the service met carrying its admission out.
-func (s *gate) refuse(ctx context.Context, in Admit, code, reason string, class error) (*Invocation, error) {
-	in.Refusal = &Refusal{Code: code, Reason: reason, Class: class}
-	step, err := Transition(Grant{Kind: OneShot}, in)
-	if err != nil {
+	rec.dispatch = func(e store.Execution, t *ticket) { s.runs.dispatch(e, c.timeout, t) }
+	if err := s.admit(ctx, c); err != nil {
 		return nil, err
 	}
-	return s.deny(ctx, step)
-}
-
-// deny records the denial step and answers with its refusal.
-func (s *gate) deny(ctx context.Context, step Step) (*Invocation, error) {
-	for _, ev := range step.Events {
-		if _, err := s.st.AppendEvent(ctx, audit.NewEvent(ev)); err != nil {
-			return nil, fmt.Errorf("recording denial: %w", err)
-		}
-	}
-	return nil, step.Refusal
+	return rec.inv, nil
 }
 
 // admittedAnyway looks up execution id after its admission failed with

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"strings"
 	"time"
 
 	"github.com/stockade-sh/stockade/audit"
@@ -32,9 +31,6 @@ type cells struct {
 // cellStore is what cells needs of the store.
 type cellStore interface {
 	runStore
-	GetPolicy(ctx context.Context, workspaceID string) (store.Policy, error)
-	ReplayExecution(ctx context.Context, e store.NewExecution) (store.Admission, error)
-	Admit(ctx context.Context, e store.NewExecution, s store.Step) (store.Admission, error)
 	GetSession(ctx context.Context, workspaceID, id string) (store.Session, error)
 }
 
@@ -74,78 +70,46 @@ func (s *cells) ExecCell(ctx context.Context, p Principal, id string, req CellRe
 		return nil, errdefs.Publicf("timeout_ms %d is out of range: %w", req.TimeoutMS, errdefs.ErrInvalidArgument)
 	}
 	timeout := time.Duration(req.TimeoutMS) * time.Millisecond
-	tool, _, _, verr := s.runner.Validate(engine.Request{Runtime: ss.Runtime, Tool: ss.Tool, Driver: ss.Driver, Code: []byte(req.Code),
-		Stdin: []byte(req.Stdin), Limits: sandbox.Limits{Timeout: timeout}})
-	if verr != nil && !errdefs.IsPermissionDenied(verr) {
-		return nil, verr
-	}
-	pol, err := s.st.GetPolicy(ctx, p.WorkspaceID)
-	if err != nil {
-		return nil, fmt.Errorf("loading workspace policy: %w", err)
-	}
-	d := policy.Decide(pol, policy.Request{Capability: contract.CodeExecute, Runtime: ss.Runtime, Timeout: timeout, Network: ss.Network}, s.runner.Ceiling().Timeout)
-	if timeout == 0 {
-		timeout = min(s.runner.Limits(tool).Timeout, d.MaxTimeout)
-	}
-	ne := store.NewExecution{ID: o.ExecutionID, WorkspaceID: p.WorkspaceID, KeyID: p.KeyID, Runtime: ss.Runtime, Tool: ss.Tool,
-		Request: mustJSON(cellRecord{SessionID: ss.ID, Runtime: ss.Runtime, CellRequest: req}), InputSHA256: InputHash(ss.Runtime, req.Code),
-		IdempotencyKey: o.IdempotencyKey, SessionID: ss.ID}
-	if o.IdempotencyKey != "" && mayInvoke(p) {
-		adm, err := s.st.ReplayExecution(ctx, ne)
-		if err == nil {
-			return &Invocation{Execution: adm.Execution, Approval: adm.Approval, Replayed: true}, nil
-		}
-		if !errdefs.IsNotFound(err) {
-			return nil, fmt.Errorf("looking up the idempotency key: %w", err)
-		}
+	rec := &runRecord{g: s.gate, unit: "a cell",
+		ne: store.NewExecution{ID: o.ExecutionID, WorkspaceID: p.WorkspaceID, KeyID: p.KeyID, Runtime: ss.Runtime, Tool: ss.Tool,
+			Request: mustJSON(cellRecord{SessionID: ss.ID, Runtime: ss.Runtime, CellRequest: req}), InputSHA256: InputHash(ss.Runtime, req.Code),
+			IdempotencyKey: o.IdempotencyKey, SessionID: ss.ID},
+		failed: func(ctx context.Context, err error) error {
+			switch {
+			case errdefs.IsConflict(err):
+				return errdefs.Public(&SessionBusyError{SessionID: ss.ID})
+			case errdefs.IsFailedPrecondition(err):
+				if cur, gerr := s.st.GetSession(ctx, p.WorkspaceID, ss.ID); gerr == nil {
+					return expiredError(sessionOf(cur))
+				}
+			}
+			return fmt.Errorf("admitting a cell: %w", err)
+		},
 	}
 	g := Grant{Kind: Session, Session: sessionOf(ss)}
-	in := Admit{By: p, Policy: d, Network: ss.Network, Tool: ss.Tool, Price: s.price, At: s.opts.Now(),
-		Asked: audit.Invocation{Capability: contract.CodeExecute.Name, Runtime: ss.Runtime, TimeoutMS: req.TimeoutMS,
-			Network: policy.NetworkWord(ss.Network), InputSHA256: ne.InputSHA256, StdinSHA256: sha256Hex([]byte(req.Stdin))}}
-	if verr != nil {
-		in.ToolRefusal = strings.TrimSuffix(verr.Error(), ": "+errdefs.ErrPermissionDenied.Error())
+	// A cell's network is its session's, and its tool the session's:
+	// decided, and reviewed, when the session opened.
+	c := &claim{by: p, grant: g, idempotencyKey: o.IdempotencyKey, charged: true, record: rec,
+		ask: policy.Request{Capability: contract.CodeExecute, Runtime: ss.Runtime, Timeout: timeout, Network: ss.Network},
+		asked: audit.Invocation{Capability: contract.CodeExecute.Name, Runtime: ss.Runtime, TimeoutMS: req.TimeoutMS,
+			Network: policy.NetworkWord(ss.Network), InputSHA256: rec.ne.InputSHA256, StdinSHA256: sha256Hex([]byte(req.Stdin))},
+		check: func() (tools.Tool, sandbox.Driver, error) {
+			tool, drv, _, err := s.runner.Validate(engine.Request{Runtime: ss.Runtime, Tool: ss.Tool, Driver: ss.Driver, Code: []byte(req.Code),
+				Stdin: []byte(req.Stdin), Limits: sandbox.Limits{Timeout: timeout}})
+			return tool, drv, err
+		},
+		// The session's mode says which cells wait for a human (see
+		// session.go).
+		card: func(in Admit) (bool, ApprovalCard) {
+			wait, _ := cellApproval(g, in)
+			return wait, ApprovalCard{Code: req.Code, Stdin: req.Stdin, SessionID: ss.ID, Cell: ss.Cells + 1, CoversSession: coversSession(g)}
+		},
 	}
-	if wait, _ := cellApproval(g, in); wait {
-		t, _ := s.runner.Tools().Get(ss.Tool)
-		card := ApprovalCard{
-			Capability: contract.CodeExecute.Name, RiskLevel: string(contract.CodeExecute.Risk), Runtime: ss.Runtime,
-			Code: req.Code, Stdin: req.Stdin, Network: policy.NetworkWord(ss.Network), TimeoutMS: timeout.Milliseconds(), RequestedBy: p.KeyID,
-			ExpiresAt: in.At.Add(s.opts.ApprovalTTL).UTC().Truncate(time.Microsecond), Tool: ss.Tool, ToolFingerprint: tools.Fingerprint(t),
-			SessionID: ss.ID, Cell: ss.Cells + 1, CoversSession: coversSession(g),
-		}
-		in.Card, in.ExpiresAt = mustJSON(card), card.ExpiresAt
-	}
-	step, err := Transition(g, in)
-	if err != nil {
+	rec.dispatch = func(e store.Execution, _ *ticket) { s.dispatchCell(e, live, c.timeout) }
+	if err := s.gate.admit(ctx, c); err != nil {
 		return nil, err
 	}
-	if step.Write == nil {
-		return s.gate.deny(ctx, step)
-	}
-	adm, err := s.st.Admit(ctx, ne, *step.Write)
-	if err != nil {
-		switch {
-		case errdefs.IsResourceExhausted(err):
-			return s.gate.refuse(ctx, in, "insufficient_credits", fmt.Sprintf("insufficient credits: a cell costs %d", s.price), errdefs.ErrPaymentRequired)
-		case errdefs.IsConflict(err):
-			return nil, errdefs.Public(&SessionBusyError{SessionID: ss.ID})
-		case errdefs.IsFailedPrecondition(err):
-			if cur, gerr := s.st.GetSession(ctx, p.WorkspaceID, ss.ID); gerr == nil {
-				return nil, expiredError(sessionOf(cur))
-			}
-		}
-		return nil, fmt.Errorf("admitting a cell: %w", err)
-	}
-	inv := &Invocation{Execution: adm.Execution, Approval: adm.Approval, Replayed: adm.Replayed}
-	switch {
-	case adm.Replayed:
-	case step.Next.Dispatch:
-		s.dispatchCell(adm.Execution, live, timeout)
-	default:
-		s.runs.notify(step, adm.Execution)
-	}
-	return inv, nil
+	return rec.inv, nil
 }
 
 // dispatchCell runs an admitted cell in the background, in live.

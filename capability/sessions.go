@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"strings"
 	"sync"
 	"time"
 
@@ -18,6 +17,7 @@ import (
 	"github.com/stockade-sh/stockade/policy"
 	"github.com/stockade-sh/stockade/sandbox"
 	"github.com/stockade-sh/stockade/store"
+	"github.com/stockade-sh/stockade/tools"
 )
 
 // sessionHost keeps the sessions this daemon serves: it opens them, ends
@@ -83,8 +83,6 @@ func (o *SessionOptions) fill() {
 
 // sessionStore is what sessionHost needs of the store.
 type sessionStore interface {
-	// GetPolicy decides a session's opening.
-	GetPolicy(ctx context.Context, workspaceID string) (store.Policy, error)
 	// GetExecution reads the cell a session's end cancels.
 	GetExecution(ctx context.Context, workspaceID, executionID string) (store.Execution, error)
 	OpenSession(ctx context.Context, s store.NewSession) (store.Session, bool, error)
@@ -269,77 +267,84 @@ func (s *sessionHost) CreateSession(ctx context.Context, p Principal, req Create
 	if err != nil {
 		return nil, err
 	}
-	reqSum := sha256Hex(mustJSON(req))
-	if o.IdempotencyKey != "" && mayInvoke(p) {
-		ss, err := s.st.ReplaySession(ctx, p.KeyID, o.IdempotencyKey)
-		if err == nil {
-			if ss.RequestSHA256 != reqSum {
-				return nil, errdefs.Publicf("idempotency key %q was used for a different request (session %s): %w", o.IdempotencyKey, ss.ID, errdefs.ErrConflict)
-			}
-			return &Created{Session: ss, Replayed: true}, nil
-		}
-		if !errdefs.IsNotFound(err) {
-			return nil, fmt.Errorf("looking up the idempotency key: %w", err)
-		}
-	}
-	spec := engine.SessionSpec{Runtime: req.Runtime, Tool: req.Tool, Workspace: so.WorkspaceSize}
-	tool, drv, _, verr := s.runner.CheckSession(spec)
-	if verr != nil && !errdefs.IsPermissionDenied(verr) {
-		return nil, verr
-	}
-	pol, err := s.st.GetPolicy(ctx, p.WorkspaceID)
-	if err != nil {
-		return nil, fmt.Errorf("loading workspace policy: %w", err)
-	}
-	d := policy.Decide(pol, policy.Request{Capability: contract.CodeExecute, Runtime: req.Runtime, Network: network}, s.runner.Ceiling().Timeout)
-	now := s.opts.Now()
-	id := NewSessionID()
-	spec.Deadline = sandboxDeadline(now.Add(ttl))
-	in := OpenSession{
-		Admit: Admit{By: p, Policy: d, Network: network, Tool: tool.Name, ToolEgress: !tool.Egress.None(), EgressAvailable: s.runner.EgressAvailable(), At: now,
-			Asked: audit.Invocation{Capability: contract.CodeExecute.Name, Runtime: req.Runtime, Network: policy.NetworkWord(network)}},
-		Record: store.NewSession{ID: id, WorkspaceID: p.WorkspaceID, KeyID: p.KeyID, Tool: tool.Name, Runtime: req.Runtime,
-			Network: network, Approval: pol.Approval, IdleTimeout: idle, ExpiresAt: now.Add(ttl), WorkspaceBytes: so.WorkspaceSize,
-			IdempotencyKey: o.IdempotencyKey, RequestSHA256: reqSum, MaxLive: s.maxSessions(pol)},
-	}
-	if verr != nil {
-		in.Admit.ToolRefusal = strings.TrimSuffix(verr.Error(), ": "+errdefs.ErrPermissionDenied.Error())
-	}
-	if pol.ToolChanges == store.ToolChangesRequireReview {
-		if in.Admit.ReviewPending, err = s.gate.tools.reviewBlocks(ctx, p.WorkspaceID, tool.Name); err != nil {
-			return nil, err
-		}
-	}
+	rec := &opening{h: s, id: NewSessionID(), reqSum: sha256Hex(mustJSON(req)), idle: idle, ttl: ttl,
+		spec: engine.SessionSpec{Runtime: req.Runtime, Tool: req.Tool, Workspace: so.WorkspaceSize}}
 	// The decision first, before anything is created: a refusal leaves
 	// only its event. (The record's driver and sandbox are filled in once
 	// the sandbox exists, and the opening decided again with them.)
-	step, err := Transition(openingGrant(id), in)
-	if err != nil {
-		return nil, err
+	c := &claim{by: p, grant: openingGrant(rec.id), idempotencyKey: o.IdempotencyKey, replayFirst: true, egress: true, review: true, record: rec,
+		ask:   policy.Request{Capability: contract.CodeExecute, Runtime: req.Runtime, Network: network},
+		asked: audit.Invocation{Capability: contract.CodeExecute.Name, Runtime: req.Runtime, Network: policy.NetworkWord(network)},
+		check: func() (tools.Tool, sandbox.Driver, error) {
+			tool, drv, _, err := s.runner.CheckSession(rec.spec)
+			return tool, drv, err
+		},
 	}
-	if step.Open == nil {
-		_, err := s.gate.deny(ctx, step)
-		return nil, err
-	}
-	if n, err := s.st.CountActiveSessions(ctx, p.WorkspaceID); err != nil {
-		return nil, err
-	} else if n >= in.Record.MaxLive {
-		return nil, s.refuseQuota(ctx, in, in.Record.MaxLive)
-	}
-	if hc, ok := drv.(sandbox.HealthChecker); ok {
-		if err := hc.Health(ctx); err != nil {
-			s.log.Warn("driver unavailable", "driver", drv.Name(), "err", err)
-			return nil, s.denyOpening(ctx, in, &Refusal{Code: "driver_unavailable",
-				Reason: fmt.Sprintf("the %s sandbox driver is unavailable; retry later", drv.Name()), Class: errdefs.ErrUnavailable})
+	c.room = func(ctx context.Context, _ Step, in Admit) (*ticket, error) {
+		most := s.maxSessions(c.facts.pol)
+		if n, err := s.st.CountActiveSessions(ctx, p.WorkspaceID); err != nil {
+			return nil, err
+		} else if n >= most {
+			return nil, s.refuseQuota(ctx, c, in, most)
 		}
+		return nil, s.gate.healthy(ctx, c, in)
 	}
-	spec.Labels = map[string]string{engine.LabelOwner: s.opts.Owner, engine.LabelSession: id, engine.LabelWorkspace: p.WorkspaceID, engine.LabelTool: tool.Name}
+	if err := s.gate.admit(ctx, c); err != nil {
+		return nil, err
+	}
+	return rec.created, nil
+}
+
+// opening records a session's opening (see claim): once the rules
+// allowed it, its sandbox and kernel are made, then its record; nothing
+// is left behind when that fails.
+type opening struct {
+	h  *sessionHost
+	id string
+	// reqSum is the hash of the request, which a retry must match.
+	reqSum    string
+	idle, ttl time.Duration
+	spec      engine.SessionSpec
+
+	// created is the outcome.
+	created *Created
+}
+
+func (o *opening) replay(ctx context.Context, c *claim) (bool, error) {
+	ss, err := o.h.st.ReplaySession(ctx, c.by.KeyID, c.idempotencyKey)
+	if err == nil {
+		if ss.RequestSHA256 != o.reqSum {
+			return true, errdefs.Publicf("idempotency key %q was used for a different request (session %s): %w", c.idempotencyKey, ss.ID, errdefs.ErrConflict)
+		}
+		o.created = &Created{Session: ss, Replayed: true}
+		return true, nil
+	}
+	if !errdefs.IsNotFound(err) {
+		return false, fmt.Errorf("looking up the idempotency key: %w", err)
+	}
+	return false, nil
+}
+
+// input is the opening of the session that c asks for, decided in.
+func (o *opening) input(c *claim, in Admit) Input {
+	return OpenSession{Admit: in, Record: store.NewSession{ID: o.id, WorkspaceID: c.by.WorkspaceID, KeyID: c.by.KeyID, Tool: c.facts.tool.Name,
+		Runtime: c.ask.Runtime, Network: c.ask.Network, Approval: c.facts.pol.Approval, IdleTimeout: o.idle, ExpiresAt: in.At.Add(o.ttl),
+		WorkspaceBytes: o.h.opts.Sessions.WorkspaceSize, IdempotencyKey: c.idempotencyKey, RequestSHA256: o.reqSum, MaxLive: o.h.maxSessions(c.facts.pol)}}
+}
+
+// write makes the session's sandbox and records the session.
+func (o *opening) write(ctx context.Context, c *claim, step Step, in Admit, _ *ticket) error {
+	s := o.h
+	open := o.input(c, in).(OpenSession)
+	spec := o.spec
+	spec.Deadline = sandboxDeadline(open.Record.ExpiresAt)
+	spec.Labels = map[string]string{engine.LabelOwner: s.opts.Owner, engine.LabelSession: o.id, engine.LabelWorkspace: c.by.WorkspaceID, engine.LabelTool: open.Record.Tool}
 	live, err := s.runner.OpenSession(ctx, spec)
 	if err != nil {
-		return nil, fmt.Errorf("opening the session's sandbox: %w", err)
+		return fmt.Errorf("opening the session's sandbox: %w", err)
 	}
-	in.Record.Driver, in.Record.SandboxID = live.Driver, live.SandboxID()
-	if step, err = Transition(openingGrant(id), in); err == nil && step.Open == nil {
+	open.Record.Driver, open.Record.SandboxID = live.Driver, live.SandboxID()
+	if step, err = Transition(c.grant, open); err == nil && step.Open == nil {
 		err = fmt.Errorf("the session's decision changed while its sandbox was made")
 	}
 	var (
@@ -353,15 +358,17 @@ func (s *sessionHost) CreateSession(ctx context.Context, p Principal, req Create
 		_ = live.Close(context.WithoutCancel(ctx))
 		switch {
 		case replayed:
-			return &Created{Session: ss, Replayed: true}, nil
+			o.created = &Created{Session: ss, Replayed: true}
+			return nil
 		case errdefs.IsResourceExhausted(err):
-			return nil, s.refuseQuota(ctx, in, in.Record.MaxLive)
+			return s.refuseQuota(ctx, c, in, open.Record.MaxLive)
 		}
-		return nil, fmt.Errorf("recording the session: %w", err)
+		return fmt.Errorf("recording the session: %w", err)
 	}
 	s.sessions.put(ss.ID, live)
 	s.sessionObserver().SessionsLive(1)
-	return &Created{Session: ss}, nil
+	o.created = &Created{Session: ss}
+	return nil
 }
 
 // SandboxGrace is how long after a session's hard end (its TTL) its
@@ -388,13 +395,13 @@ func (s *sessionHost) maxSessions(pol store.Policy) int {
 
 // refuseQuota records the refusal of a session over the workspace's
 // bound and answers with a QuotaError saying when to retry.
-func (s *sessionHost) refuseQuota(ctx context.Context, in OpenSession, most int) error {
-	err := s.denyOpening(ctx, in, &Refusal{Code: "session_quota", Reason: fmt.Sprintf("the workspace has %d live sessions, its most", most), Class: errdefs.ErrResourceExhausted})
+func (s *sessionHost) refuseQuota(ctx context.Context, c *claim, in Admit, most int) error {
+	err := s.gate.refuse(ctx, c, in, &Refusal{Code: "session_quota", Reason: fmt.Sprintf("the workspace has %d live sessions, its most", most), Class: errdefs.ErrResourceExhausted})
 	if !errdefs.IsResourceExhausted(err) {
 		return err
 	}
 	retry := time.Minute
-	page, err := s.st.ListSessions(ctx, in.Record.WorkspaceID, store.SessionFilter{States: []store.SessionState{store.SessionActive, store.SessionPaused},
+	page, err := s.st.ListSessions(ctx, c.by.WorkspaceID, store.SessionFilter{States: []store.SessionState{store.SessionActive, store.SessionPaused},
 		PageRequest: store.PageRequest{Limit: store.MaxPageLimit}})
 	if err == nil {
 		now := s.opts.Now()
@@ -410,18 +417,6 @@ func (s *sessionHost) refuseQuota(ctx context.Context, in OpenSession, most int)
 
 // openingGrant is the grant of session id before it opened.
 func openingGrant(id string) Grant { return Grant{Kind: Session, Session: &SessionOf{ID: id}} }
-
-// denyOpening records the refusal r of opening in, which the rules
-// allowed, and returns the refusal's answer.
-func (s *sessionHost) denyOpening(ctx context.Context, in OpenSession, r *Refusal) error {
-	in.Admit.Refusal = r
-	step, err := Transition(openingGrant(in.Record.ID), in)
-	if err != nil {
-		return err
-	}
-	_, err = s.gate.deny(ctx, step)
-	return err
-}
 
 func (s *sessionHost) sessionObserver() SessionObserver {
 	if o, ok := s.opts.Observer.(SessionObserver); ok {
