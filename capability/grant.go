@@ -10,7 +10,7 @@
 // tool_calls and tool_invocations rows, the typed audit events, and what
 // the service must do next. A Journal applies the step in one
 // transaction; the Service does the rest (authentication, the policy
-// decision, dispatch to the Runner, waiters):
+// decision, dispatch to the engine, waiters):
 //
 //	step, err := capability.Transition(g, capability.Start{Driver: "runc", At: time.Now()})
 //	if err != nil { ... refused ... }

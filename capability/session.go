@@ -86,7 +86,7 @@ type PauseSession struct {
 
 // ResumeSession resumes a paused session, restored in sandbox SandboxID:
 // By as for PauseSession; the system resumes none by itself, but a cell
-// or a file operation of By's resumes it (the service's usable).
+// or a file operation of By's resumes it (sessionHost.usable).
 type ResumeSession struct {
 	By        Principal
 	SandboxID string
