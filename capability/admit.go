@@ -131,8 +131,14 @@ func (s *gate) Invoke(ctx context.Context, p Principal, req InvokeRequest, o Inv
 			return nil, err
 		}
 		// Before the host runs out of memory, rather than let its OOM
-		// killer choose.
-		mem, err := s.reserveMemory(engine.Request{Runtime: req.Runtime, Tool: req.Tool, Network: network, Limits: sandbox.Limits{Timeout: c.timeout}})
+		// killer choose. The memory is held from the admission to the
+		// run's end, so that invocations admitted at once cannot all pass
+		// a check that only some of them fit, to end launch_failed later;
+		// nothing (nil) for a request a ready pool sandbox serves. The
+		// reservation travels on the ticket (ticket.mem): the run hands it
+		// to the engine, and every path that does not run releases it with
+		// the ticket.
+		mem, err := s.runner.Reserve(engine.Request{Runtime: req.Runtime, Tool: req.Tool, Network: network, Limits: sandbox.Limits{Timeout: c.timeout}})
 		if err != nil {
 			s.log.Warn("memory budget taken", "err", err)
 			return nil, s.refuse(ctx, c, in, &Refusal{Code: "memory_exhausted",

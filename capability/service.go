@@ -80,7 +80,7 @@ type core struct {
 //
 //	keys       authentication, and the keys' last uses (keys.go)
 //	gate       admission: the one path of one-shots, cells and sessions
-//	           (admit.go, room.go, admission.go)
+//	           (claim.go, admit.go, admission.go)
 //	approvals  decisions and expiry of approval requests (approvals.go)
 //	runs       dispatch, the run of a one-shot, its end, cancel and waiters
 //	           (run.go)
