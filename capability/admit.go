@@ -118,7 +118,7 @@ func (s *gate) Invoke(ctx context.Context, p Principal, req InvokeRequest, o Inv
 	c.check = func() (tools.Tool, sandbox.Driver, error) {
 		tool, drv, _, err := s.runner.Validate(engine.Request{Runtime: req.Runtime, Tool: req.Tool, Code: []byte(req.Code), Stdin: []byte(req.Stdin),
 			Limits: sandbox.Limits{Timeout: timeout}})
-		rec.ne.Tool = tool.Name
+		rec.ne.Tool = tool.Name // the execution names the tool it runs as
 		return tool, drv, err
 	}
 	c.room = func(ctx context.Context, step Step, in Admit) (*ticket, error) {
