@@ -1,13 +1,9 @@
 package templates
 
 import (
-	"bytes"
-	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"os"
-	"path/filepath"
 	"regexp"
 	"sort"
 	"strconv"
@@ -105,7 +101,7 @@ func Load(path string, opts Options) (*Set, error) {
 	if path == "" {
 		return newSet(nil), nil
 	}
-	files, err := configFiles(path)
+	files, err := strictyaml.Files(path, "templates")
 	if err != nil {
 		return nil, err
 	}
@@ -148,49 +144,17 @@ func finish(ts []Template, ps Problems, opts Options) (*Set, error) {
 func readBounded(path string) ([]byte, error) {
 	f, err := os.Open(path)
 	if err != nil {
-		return nil, fmt.Errorf("reading templates file: %w", classifyFSError(err))
+		return nil, fmt.Errorf("reading templates file: %w", strictyaml.ClassifyFSError(err))
 	}
 	defer f.Close()
 	data, err := io.ReadAll(io.LimitReader(f, MaxFileSize+1))
 	if err != nil {
-		return nil, fmt.Errorf("reading templates file: %w", classifyFSError(err))
+		return nil, fmt.Errorf("reading templates file: %w", strictyaml.ClassifyFSError(err))
 	}
 	if len(data) > MaxFileSize {
 		return nil, fmt.Errorf("templates file %s is larger than %d bytes: %w", path, MaxFileSize, errdefs.ErrInvalidArgument)
 	}
 	return data, nil
-}
-
-// configFiles returns path itself, or the *.yaml files of the directory
-// path, sorted.
-func configFiles(path string) ([]string, error) {
-	fi, err := os.Stat(path)
-	if err != nil {
-		return nil, fmt.Errorf("reading templates: %w", classifyFSError(err))
-	}
-	if !fi.IsDir() {
-		return []string{path}, nil
-	}
-	entries, err := os.ReadDir(path)
-	if err != nil {
-		return nil, fmt.Errorf("reading templates directory: %w", classifyFSError(err))
-	}
-	var files []string
-	for _, e := range entries {
-		n := e.Name()
-		if strings.HasPrefix(n, ".") || !strings.HasSuffix(n, ".yaml") || e.IsDir() {
-			continue
-		}
-		files = append(files, filepath.Join(path, n))
-	}
-	return files, nil // os.ReadDir sorts by name
-}
-
-func classifyFSError(err error) error {
-	if errors.Is(err, fs.ErrNotExist) {
-		return fmt.Errorf("%w: %w", err, errdefs.ErrNotFound)
-	}
-	return fmt.Errorf("%w: %w", err, errdefs.ErrInvalidArgument)
 }
 
 // Parse decodes one templates file, named file in problems, and returns
@@ -199,50 +163,21 @@ func classifyFSError(err error) error {
 // problem names the key path and its line. Load runs Validate on the
 // result.
 func Parse(file string, data []byte) ([]Template, Problems) {
-	var doc yaml.Node
-	dec := yaml.NewDecoder(bytes.NewReader(data))
-	if err := dec.Decode(&doc); err != nil {
-		if errors.Is(err, io.EOF) {
-			return nil, nil // an empty file defines no template
-		}
-		line, msg := splitLine(strings.TrimPrefix(err.Error(), "yaml: "))
-		return nil, Problems{{Source: lineOf(file, line), Message: msg}}
+	top, line, msg := strictyaml.Document(data, "templates")
+	if msg != "" {
+		return nil, Problems{{Source: strictyaml.LineOf(file, line), Message: msg}}
 	}
-	var extra yaml.Node
-	if err := dec.Decode(&extra); !errors.Is(err, io.EOF) {
-		return nil, Problems{{Source: lineOf(file, extra.Line), Message: "a templates file holds one YAML document; split the others into their own files"}}
-	}
-	if len(doc.Content) == 0 {
+	if top == nil {
 		return nil, nil
 	}
-	return parseTop(file, doc.Content[0])
+	return parseTop(file, top)
 }
 
-func lineOf(file string, line int) string {
-	if line <= 0 {
-		return file
-	}
-	return file + ":" + strconv.Itoa(line)
-}
-
-var (
-	lineRE     = regexp.MustCompile(`^line (\d+): (.*)$`)
-	itemPathRE = regexp.MustCompile(`^templates\[(\d+)\]`)
-)
-
-// splitLine splits "line N: message" into N and message.
-func splitLine(s string) (int, string) {
-	m := lineRE.FindStringSubmatch(s)
-	if m == nil {
-		return 0, s
-	}
-	n, _ := strconv.Atoi(m[1])
-	return n, m[2]
-}
+var itemPathRE = regexp.MustCompile(`^templates\[(\d+)\]`)
 
 // parseTop decodes the top-level mapping of a templates file.
 func parseTop(file string, top *yaml.Node) ([]Template, Problems) {
-	at := func(line int) string { return lineOf(file, line) }
+	at := func(line int) string { return strictyaml.LineOf(file, line) }
 	if top.Kind != yaml.MappingNode {
 		return nil, Problems{{Source: at(top.Line),
 			Message: `a templates file is a mapping with one key, "templates:", holding a list of templates`}}

@@ -7,6 +7,8 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+
+	"github.com/stockade-sh/stockade/internal/strictyaml"
 )
 
 // NamePattern is what a template's name matches: a lower-case letter, then
@@ -105,7 +107,7 @@ func (v *validator) add(rel, format string, a ...any) {
 func (v *validator) source(rel string) string {
 	for rel != "" && v.t.lines != nil {
 		if l, ok := v.t.lines[rel]; ok {
-			return lineOf(v.t.file, l)
+			return strictyaml.LineOf(v.t.file, l)
 		}
 		i := strings.LastIndexAny(rel, ".[")
 		if i < 0 {

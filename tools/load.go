@@ -1,13 +1,8 @@
 package tools
 
 import (
-	"bytes"
-	"errors"
 	"fmt"
-	"io"
-	"io/fs"
 	"os"
-	"path/filepath"
 	"regexp"
 	"sort"
 	"strconv"
@@ -15,7 +10,6 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
-	"github.com/stockade-sh/stockade/errdefs"
 	"github.com/stockade-sh/stockade/internal/strictyaml"
 	"github.com/stockade-sh/stockade/sandbox"
 )
@@ -49,7 +43,7 @@ func Load(path string, opts Options) (*Set, error) {
 	if path == "" {
 		return finish(nil, nil, opts)
 	}
-	files, err := configFiles(path)
+	files, err := strictyaml.Files(path, "tools")
 	if err != nil {
 		return nil, err
 	}
@@ -60,7 +54,7 @@ func Load(path string, opts Options) (*Set, error) {
 	for _, f := range files {
 		data, err := os.ReadFile(f)
 		if err != nil {
-			return nil, fmt.Errorf("reading tools file: %w", classifyFSError(err))
+			return nil, fmt.Errorf("reading tools file: %w", strictyaml.ClassifyFSError(err))
 		}
 		fts, fps := Parse(f, data)
 		ts = append(ts, fts...)
@@ -100,68 +94,20 @@ func finish(ts []Tool, ps Problems, opts Options) (*Set, error) {
 	return s, nil
 }
 
-// configFiles returns path itself, or the *.yaml files of the directory
-// path, sorted.
-func configFiles(path string) ([]string, error) {
-	fi, err := os.Stat(path)
-	if err != nil {
-		return nil, fmt.Errorf("reading tools: %w", classifyFSError(err))
-	}
-	if !fi.IsDir() {
-		return []string{path}, nil
-	}
-	entries, err := os.ReadDir(path)
-	if err != nil {
-		return nil, fmt.Errorf("reading tools directory: %w", classifyFSError(err))
-	}
-	var files []string
-	for _, e := range entries {
-		n := e.Name()
-		if strings.HasPrefix(n, ".") || !strings.HasSuffix(n, ".yaml") || e.IsDir() {
-			continue
-		}
-		files = append(files, filepath.Join(path, n))
-	}
-	return files, nil // os.ReadDir sorts by name
-}
-
-func classifyFSError(err error) error {
-	if errors.Is(err, fs.ErrNotExist) {
-		return fmt.Errorf("%w: %w", err, errdefs.ErrNotFound)
-	}
-	return fmt.Errorf("%w: %w", err, errdefs.ErrInvalidArgument)
-}
-
 // Parse decodes one tools file, named file in problems, and returns its
 // tools, unvalidated, with the problems of the decoding itself: YAML syntax,
 // unknown fields, values of the wrong form, sizes and durations that do
 // not parse. Each problem names the key path and the form the key takes.
 // Load runs Validate on the result.
 func Parse(file string, data []byte) ([]Tool, Problems) {
-	var doc yaml.Node
-	dec := yaml.NewDecoder(bytes.NewReader(data))
-	if err := dec.Decode(&doc); err != nil {
-		if errors.Is(err, io.EOF) {
-			return nil, nil // an empty file defines no tool
-		}
-		line, msg := splitLine(strings.TrimPrefix(err.Error(), "yaml: "))
-		return nil, Problems{{Source: lineOf(file, line), Rule: RuleYAMLSyntax, Message: msg}}
+	top, line, msg := strictyaml.Document(data, "tools")
+	if msg != "" {
+		return nil, Problems{{Source: strictyaml.LineOf(file, line), Rule: RuleYAMLSyntax, Message: msg}}
 	}
-	var extra yaml.Node
-	if err := dec.Decode(&extra); !errors.Is(err, io.EOF) {
-		return nil, Problems{{Source: lineOf(file, extra.Line), Rule: RuleYAMLSyntax, Message: "a tools file holds one YAML document; split the others into their own files"}}
-	}
-	if len(doc.Content) == 0 {
+	if top == nil {
 		return nil, nil
 	}
-	return parseTop(file, doc.Content[0])
-}
-
-func lineOf(file string, line int) string {
-	if line <= 0 {
-		return file
-	}
-	return file + ":" + strconv.Itoa(line)
+	return parseTop(file, top)
 }
 
 // toolPathRE matches the start of a key path inside the nth tool.
@@ -169,7 +115,7 @@ var toolPathRE = regexp.MustCompile(`^tools\[\d+\]\.?`)
 
 // parseTop decodes the top-level mapping of a tools file.
 func parseTop(file string, top *yaml.Node) ([]Tool, Problems) {
-	at := func(line int) string { return lineOf(file, line) }
+	at := func(line int) string { return strictyaml.LineOf(file, line) }
 	if top.Kind != yaml.MappingNode {
 		return nil, Problems{{Source: at(top.Line), Rule: RuleYAMLType,
 			Message: `a tools file is a mapping with one key, "tools:", holding a list of tools`}}
@@ -278,18 +224,6 @@ func mapValue(n *yaml.Node, key string) *yaml.Node {
 		}
 	}
 	return nil
-}
-
-var lineRE = regexp.MustCompile(`^line (\d+): (.*)$`)
-
-// splitLine splits "line N: message" into N and message.
-func splitLine(s string) (int, string) {
-	m := lineRE.FindStringSubmatch(s)
-	if m == nil {
-		return 0, s
-	}
-	n, _ := strconv.Atoi(m[1])
-	return n, m[2]
 }
 
 // fieldHints explain the unknown fields people are likely to write.
