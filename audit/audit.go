@@ -143,6 +143,8 @@ var decoders = map[string]func(data []byte, m Meta) (Event, error){
 	SessionFileTransferred: decoder[SessionFileTransferredEvent],
 	SessionPaused:          decoder[SessionPausedEvent],
 	SessionResumed:         decoder[SessionResumedEvent],
+	TemplateBuilt:          decoder[TemplateBuiltEvent],
+	TemplateBuildFailed:    decoder[TemplateBuildFailedEvent],
 }
 
 // decoder decodes the data of an event of struct T.

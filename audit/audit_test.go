@@ -193,6 +193,11 @@ var allEvents = []audit.Event{
 		Network: "deny", Runtime: "python", SandboxID: "sb", SessionID: "ses_1", Tool: "code.execute", WorkspaceBytes: 1 << 28},
 	audit.SessionEndedEvent{Cells: 3, EndReason: store.EndIdle, SessionID: "ses_1"},
 	audit.SessionFileTransferredEvent{Direction: audit.TransferIn, Path: "/workspace/a.csv", SessionID: "ses_1", SHA256: sha, Size: 10},
+	audit.TemplateBuiltEvent{Template: "analytics", Digest: "sha256:2", PreviousDigest: "sha256:1", Key: "sha256:k", Declaration: "sha256:d",
+		CacheHit: true, Pull: true, SBOM: audit.TemplateSBOM{Debian: 3, Wheels: 1, NPM: 0, Files: 1}, Added: []string{"python3-yaml 6.0.2-1"},
+		Removed: []string{"python3-bs4 4.13.4-2"}, Golden: "made", Job: "tb_1"},
+	audit.TemplateBuildFailedEvent{Template: "analytics", Declaration: "sha256:d", Pull: true, Stage: "fetching", Error: "no such package",
+		Cancelled: true, Job: "tb_2"},
 }
 
 // TestCodes checks that every event type has one code, that no two share
@@ -208,6 +213,7 @@ func TestCodes(t *testing.T) {
 		"workspace.created": "ADM001I", "key.created": "ADM002I", "credits.granted": "ADM003I", "policy.updated": "ADM004I", "key.revoked": "ADM005I",
 		"session.created": "SES001I", "session.ended": "SES002I", "session.file_transferred": "SES003I",
 		"session.paused": "SES004I", "session.resumed": "SES005I",
+		"template.built": "TPL001I", "template.build_failed": "TPL002W",
 	}
 	got := map[string]string{}
 	codes := map[string]string{}
