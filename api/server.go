@@ -59,6 +59,8 @@ type Options struct {
 	// MCPSessionsPerKey bounds the MCP sessions one key keeps open on
 	// /mcp (one more ends the key's oldest); zero means 16.
 	MCPSessionsPerKey int
+	// Templates serves /v1/templates; nil is a daemon without templates.
+	Templates TemplateService
 	// Logger receives a line for every answer that is a 5xx or hides an
 	// error's message, with its cause and the request's id; nil is
 	// slog.Default().
@@ -167,6 +169,7 @@ func (s *server) routes() []route {
 			_, _ = w.Write(openapiDoc)
 		})},
 	}
+	rs = append(rs, s.templateRoutes()...)
 	if s.opts.Metrics != nil {
 		rs = append(rs, route{"GET /metrics", s.opts.Metrics.Handler()})
 	}

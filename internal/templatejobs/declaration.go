@@ -8,16 +8,18 @@ import (
 	"github.com/stockade-sh/stockade/templates"
 )
 
-// declaration is the template's canonical declaration and its digest.
+// Declaration is the template's canonical declaration (JSON) and its
+// digest (templates.Canonical and templates.Key).
 // TODO(tpl-decl): templates.Canonical and templates.Key once merged.
-func declaration(t templates.Template) (json.RawMessage, string) {
+func Declaration(t templates.Template) (json.RawMessage, string) {
 	t.Source = ""
 	b, _ := json.Marshal(t)
 	sum := sha256.Sum256(b)
 	return b, "sha256:" + hex.EncodeToString(sum[:])
 }
 
-func declarationKey(t templates.Template) string {
-	_, k := declaration(t)
+// DeclarationKey is the digest of the template's declaration.
+func DeclarationKey(t templates.Template) string {
+	_, k := Declaration(t)
 	return k
 }

@@ -225,7 +225,7 @@ type Status struct {
 // Stale reports whether the current build is not of the declaration (or
 // there is none).
 func (s Status) Stale() bool {
-	return s.Build == nil || s.Build.Declaration != declarationKey(s.Template)
+	return s.Build == nil || s.Build.Declaration != DeclarationKey(s.Template)
 }
 
 func (js *Jobs) status(t templates.Template) (Status, error) {
@@ -466,7 +466,7 @@ func (js *Jobs) audit(j Job, t templates.Template, prev *client.TemplateBuild) {
 		if hidden {
 			js.o.Logger.Error("template build failed", "template", t.Name, "job", j.ID, "err", j.Err)
 		}
-		ev = audit.TemplateBuildFailedEvent{Meta: meta, Template: t.Name, Declaration: declarationKey(t), Pull: j.Pull,
+		ev = audit.TemplateBuildFailedEvent{Meta: meta, Template: t.Name, Declaration: DeclarationKey(t), Pull: j.Pull,
 			Stage: j.Progress.Stage, Error: msg, Cancelled: j.State == client.BuildCancelled, Job: j.ID}
 	}
 	// The job has ended: its audit does not end with the request that

@@ -65,7 +65,7 @@ func (f *fakeBuilder) Build(ctx context.Context, t templates.Template, pull bool
 	if f.fail != nil {
 		return client.TemplateBuild{}, false, f.fail
 	}
-	b := client.TemplateBuild{Digest: fmt.Sprintf("sha256:%d", n), Key: "sha256:k", Declaration: declarationKey(t), Base: t.Base,
+	b := client.TemplateBuild{Digest: fmt.Sprintf("sha256:%d", n), Key: "sha256:k", Declaration: DeclarationKey(t), Base: t.Base,
 		SBOM: client.SBOM{Debian: slices.Clone(f.adds), Wheels: []client.WheelPackage{{Name: "w", Version: "1", SHA256: "ab"}}}}
 	f.current[t.Name] = &b
 	return b, false, nil
