@@ -197,9 +197,16 @@ func serve(ctx context.Context, listen, db string, cfg config.Config) error {
 	// and cut long polls and event streams. The handler bounds the body
 	// and each write instead.
 	ui := console.New(svc, st, console.Options{Witness: wit, SecureCookies: cfg.BehindTLS, Logger: log})
+	// Builds still running when the daemon stops are cancelled (deferred
+	// before the store closes); the previous builds serve on.
+	jobs, err := templateJobs(cfg, eng, st, log)
+	if err != nil {
+		return classify(err)
+	}
+	defer jobs.Close()
 	srv := &http.Server{
 		Handler: api.New(svc, st, api.Options{Metrics: metrics, UI: ui, BodyTimeout: cfg.BodyTimeout, WriteTimeout: cfg.WriteTimeout, MCP: mcpOpts,
-			MCPSessionsPerKey: cfg.MCP.MaxSessionsPerKey, Logger: log}),
+			MCPSessionsPerKey: cfg.MCP.MaxSessionsPerKey, Logger: log, Templates: jobs}),
 		IdleTimeout: cfg.IdleTimeout, ReadHeaderTimeout: cfg.HeaderTimeout,
 		BaseContext: func(net.Listener) context.Context { return reqCtx },
 	}

@@ -464,7 +464,7 @@ func (js *Jobs) audit(j Job, t templates.Template, prev *client.TemplateBuild) {
 		meta.Reason = "template build " + string(j.State)
 		msg, hidden := js.o.Describe(j.Err)
 		if hidden {
-			js.o.Logger.Error("template build failed", "template", t.Name, "job", j.ID, "err", j.Err)
+			js.o.Logger.Warn("template build failed", "template", t.Name, "job", j.ID, "err", j.Err)
 		}
 		ev = audit.TemplateBuildFailedEvent{Meta: meta, Template: t.Name, Declaration: DeclarationKey(t), Pull: j.Pull,
 			Stage: j.Progress.Stage, Error: msg, Cancelled: j.State == client.BuildCancelled, Job: j.ID}

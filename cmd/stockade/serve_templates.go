@@ -1,0 +1,30 @@
+package main
+
+import (
+	"log/slog"
+
+	"github.com/stockade-sh/stockade/api"
+	"github.com/stockade-sh/stockade/config"
+	"github.com/stockade-sh/stockade/image"
+	"github.com/stockade-sh/stockade/internal/templatejobs"
+)
+
+// templateJobs returns the daemon's build jobs of cfg's templates, which
+// build into cfg's image store from its template sources, audit into au
+// and make golden checkpoints with golden where it can (an engine whose
+// tier cannot restore one says so, and the template starts cold). The
+// templates are loaded as wiring.Engine loaded them for the tools.
+func templateJobs(cfg config.Config, golden any, au templatejobs.Auditor, log *slog.Logger) (*templatejobs.Jobs, error) {
+	set, err := cfg.LoadTemplates()
+	if err != nil {
+		return nil, err
+	}
+	o := templatejobs.Options{Templates: set, Audit: au, Logger: log,
+		Builder: templatejobs.StoreBuilder{Store: image.Open(cfg.ImageDir()), Options: image.TemplateOptions{
+			Sources: templateSources(&cfg), RunscPath: cfg.RunscPath, StateDir: cfg.StateDir + "/template-builds"}},
+		Describe: func(err error) (string, bool) { _, d, hidden := api.Public(err); return d.Message, hidden }}
+	if g, ok := golden.(templatejobs.GoldenMaker); ok {
+		o.Golden = g
+	}
+	return templatejobs.New(o), nil
+}
