@@ -14,17 +14,14 @@ import (
 // and make golden checkpoints with golden where it can (an engine whose
 // tier cannot restore one says so, and the template starts cold). The
 // templates are loaded as wiring.Engine loaded them for the tools.
-func templateJobs(cfg config.Config, golden any, au templatejobs.Auditor, log *slog.Logger) (*templatejobs.Jobs, error) {
+func templateJobs(cfg config.Config, golden templatejobs.GoldenMaker, au templatejobs.Auditor, log *slog.Logger) (*templatejobs.Jobs, error) {
 	set, err := cfg.LoadTemplates()
 	if err != nil {
 		return nil, err
 	}
-	o := templatejobs.Options{Templates: set, Audit: au, Logger: log,
+	o := templatejobs.Options{Templates: set, Audit: au, Logger: log, Golden: golden,
 		Builder: templatejobs.StoreBuilder{Store: image.Open(cfg.ImageDir()), Options: image.TemplateOptions{
 			Sources: templateSources(&cfg), RunscPath: cfg.RunscPath, StateDir: cfg.StateDir + "/template-builds"}},
 		Describe: func(err error) (string, bool) { _, d, hidden := api.Public(err); return d.Message, hidden }}
-	if g, ok := golden.(templatejobs.GoldenMaker); ok {
-		o.Golden = g
-	}
 	return templatejobs.New(o), nil
 }
