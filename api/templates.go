@@ -227,8 +227,8 @@ func (s *server) templateBuildEvents(w http.ResponseWriter, r *http.Request, p c
 				flusher.Flush()
 				return
 			}
-			if j.Seq == sent {
-				continue
+			if j.Seq == sent || j.Seq == 0 {
+				continue // no progress yet, or none since the last
 			}
 			sent = j.Seq
 			writeEvent(w, "progress", progressView(j))

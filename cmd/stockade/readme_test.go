@@ -245,11 +245,19 @@ var readmeChecks = map[string]func(out string) error{
 	`curl -s http://127.0.0.1:8700/v1/workspace -H "Authorization: Bearer $AGENT"`: jsonFields(map[string]any{
 		"credits.available": 98.0, "credits.reserved": 0.0,
 	}),
-	"wait $RUN && cat /tmp/stockade-run.out":                matches(`^42\n$`),
-	"stockade tools lint tools.yaml":                        matches(`^ok: 1 tool\n$`),
-	"stockade tools record sales-report --tools tools.yaml": matches("(?m)^# Tool `sales-report`$"),
-	"stockade tools list --tools tools.yaml":                matches(`(?m)^sales-report +trusted +container `),
-	"stockade audit verify":                                 matches(`(?m)^workspace demo \(ws_\w+\): ok `),
+	"wait $RUN && cat /tmp/stockade-run.out":                                 matches(`^42\n$`),
+	"stockade tools lint tools.yaml":                                         matches(`^ok: 1 tool\n$`),
+	"stockade tools record sales-report --tools tools.yaml":                  matches("(?m)^# Tool `sales-report`$"),
+	"stockade tools list --tools tools.yaml":                                 matches(`(?m)^sales-report +trusted +container `),
+	"stockade audit verify":                                                  matches(`(?m)^workspace demo \(ws_\w+\): ok `),
+	"stockade template lint --templates templates.yaml --tools analyst.yaml": matches(`^ok: 1 template\n$`),
+	"stockade template build analytics --templates templates.yaml": matches(
+		`(?s)analytics: hashing.*\nanalytics: sha256:[0-9a-f]{64}  [0-9.]+ MiB  \(built in [^)]+\)\nanalytics: 0 Debian packages, 0 wheels, 0 npm packages, 1 file\n`),
+	"stockade template show analytics --templates templates.yaml": matches(`(?m)^file +/opt/rates\.json +- +sha256:[0-9a-f]{64}$`),
+	`stockade run --templates templates.yaml --tools analyst.yaml --tool analyst --runtime python -c 'import os; print(open(os.environ["RATES"]).read().strip())'`: matches(`^\{"eur": 0\.92, "usd": 1\.0\}\n$`),
+	"stockade template list":            matches(`(?m)^analytics +python +current +sha256:`),
+	"stockade template build analytics": matches(`(?m)^analytics: sha256:[0-9a-f]{64} .*\(unchanged: a cache hit\)$`),
+	`stockade session exec "$SES" --code 'print(rates["eur"] * 100, sympy.sqrt(2).evalf(3))'`: matches(`^92\.0 1\.41\n$`),
 }
 
 // matches checks that the output matches a regular expression.
@@ -389,7 +397,8 @@ func sessionScript(steps []readmeStep) string {
 //   - 127.0.0.1:8700 is the namespace's own loopback, and nftables and
 //     sandbox networks are the namespace's;
 //   - /var/lib/stockade is a fresh directory with the host's images in it,
-//     read-only;
+//     under an overlay whose upper layer is the test's: the README's
+//     template builds write there, never into the host's images;
 //   - /run is a fresh tmpfs (the state directory /run/stockade, /run/netns,
 //     which the daemon cleans of stale sandbox networks, and the default
 //     Docker socket, which it would reap), but for /run/stockade/hostids,
@@ -408,7 +417,9 @@ func sessionScript(steps []readmeStep) string {
 const readmeNamespace = `set -euo pipefail
 work=$1 bin=$2 images=$3/images
 ip link set lo up
-mount --bind -o ro "$images" "$work/data/images"
+mkdir -p "$work/images-upper" "$work/images-work"
+chmod 0711 "$work/images-upper"
+mount -t overlay overlay -o "lowerdir=$images,upperdir=$work/images-upper,workdir=$work/images-work" "$work/data/images"
 mount --bind "$bin" "$work/bin/stockade"
 mkdir -p /run/stockade/hostids /var/lib/stockade
 mount --bind /run/stockade/hostids "$work/hostids"

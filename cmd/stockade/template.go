@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -277,8 +278,11 @@ func printTemplate(out io.Writer, t client.Template) {
 		if !ok || v == nil || v == "" || v == false {
 			continue
 		}
-		b, _ := json.Marshal(v)
-		fmt.Fprintf(out, "  %-16s %s\n", k+":", b)
+		var b strings.Builder
+		enc := json.NewEncoder(&b)
+		enc.SetEscapeHTML(false)
+		_ = enc.Encode(v)
+		fmt.Fprintf(out, "  %-16s %s\n", k+":", strings.TrimSuffix(b.String(), "\n"))
 	}
 	fmt.Fprintf(out, "declaration      %s\n", t.DeclarationKey)
 	if t.Build == nil {
@@ -329,8 +333,13 @@ func templateBuild(ctx context.Context, args []string) int {
 	if err != nil {
 		return report(usageError{err}, *f.asJSON)
 	}
-	opts := image.TemplateOptions{Sources: templateSources(f.cfg), Pull: *pull, RunscPath: f.cfg.RunscPath,
-		StateDir: f.cfg.StateDir, Progress: progressPrinter(os.Stderr, 5*time.Second)}
+	show := progressPrinter(os.Stderr, 5*time.Second)
+	opts := image.TemplateOptions{Sources: templateSources(f.cfg), Pull: *pull, RunscPath: f.cfg.RunscPath, StateDir: f.cfg.StateDir,
+		Progress: func(p image.Progress) {
+			if p.Stage != "" {
+				show(p)
+			}
+		}}
 	if *verbose {
 		opts.Log = os.Stderr
 	}
@@ -422,6 +431,9 @@ func templateBuildRemote(ctx context.Context, f *templateFlags, name string, pul
 			return finishBuild(ev.Job, time.Since(start), *f.asJSON)
 		}
 		p := ev.Progress
+		if p.Stage == "" {
+			continue
+		}
 		show(image.Progress{Runtime: name, Stage: p.Stage, Packages: p.Packages, Total: p.Total, Bytes: p.Bytes,
 			Elapsed: time.Duration(p.ElapsedMS) * time.Millisecond})
 	}
