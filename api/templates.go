@@ -62,6 +62,10 @@ func (s *server) templateView(ctx context.Context, st templatejobs.Status) clien
 		j := s.jobView(ctx, *st.Running)
 		v.Job = &j
 	}
+	if st.Last != nil {
+		j := s.jobView(ctx, *st.Last)
+		v.LastJob = &j
+	}
 	return v
 }
 

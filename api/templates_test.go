@@ -207,7 +207,8 @@ func TestTemplateBuilds(t *testing.T) {
 	}
 	digest := end.Job.Build.Digest
 	tpl, err := approver.Template(ctx, "analytics")
-	if err != nil || tpl.Stale || tpl.Build == nil || tpl.Build.Digest != digest || len(tpl.Build.SBOM.Debian) != 1 || tpl.Job != nil {
+	if err != nil || tpl.Stale || tpl.Build == nil || tpl.Build.Digest != digest || len(tpl.Build.SBOM.Debian) != 1 || tpl.Job != nil ||
+		tpl.LastJob == nil || tpl.LastJob.ID != job.ID {
 		t.Fatalf("the template after its build: got %+v, %v; want build %s with its SBOM, not stale", tpl, err, digest)
 	}
 	// A job that has ended answers its end at once.

@@ -33,8 +33,11 @@ type Template struct {
 	// Stale says the current build is of another declaration than the
 	// configured one (or there is none): build it to serve the new one.
 	Stale bool `json:"stale"`
-	// Job is the build job running for the template, if any.
-	Job *TemplateBuildJob `json:"job,omitempty"`
+	// Job is the build job running for the template, if any; LastJob the
+	// last one that ended, while the daemon keeps it: its outcome, and
+	// what became of the golden checkpoint.
+	Job     *TemplateBuildJob `json:"job,omitempty"`
+	LastJob *TemplateBuildJob `json:"last_job,omitempty"`
 }
 
 // TemplateBuild is one built image of a template, with its SBOM.

@@ -285,6 +285,23 @@ func printTemplate(out io.Writer, t client.Template) {
 		fmt.Fprintf(out, "  %-16s %s\n", k+":", strings.TrimSuffix(b.String(), "\n"))
 	}
 	fmt.Fprintf(out, "declaration      %s\n", t.DeclarationKey)
+	if t.Job != nil {
+		fmt.Fprintf(out, "building         job %s, %s\n", t.Job.ID, or(t.Job.Progress.Stage, "starting"))
+	}
+	if t.LastJob != nil {
+		fmt.Fprintf(out, "last build job   %s %s", t.LastJob.ID, t.LastJob.State)
+		if t.LastJob.Error != nil {
+			fmt.Fprintf(out, ": %s", t.LastJob.Error.Message)
+		}
+		fmt.Fprintln(out)
+	}
+	if t.Golden {
+		golden := "asked for: the daemon's builds make it where the tier can restore it"
+		if t.LastJob != nil && t.LastJob.Golden != "" {
+			golden = t.LastJob.Golden
+		}
+		fmt.Fprintf(out, "golden           %s\n", golden)
+	}
 	if t.Build == nil {
 		fmt.Fprintf(out, "build            none: stockade template build %s\n", t.Name)
 		return

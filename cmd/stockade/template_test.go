@@ -116,6 +116,11 @@ type cliBuilder struct {
 }
 
 func (b *cliBuilder) Build(ctx context.Context, t templates.Template, pull bool, progress func(image.Progress)) (client.TemplateBuild, bool, error) {
+	if t.Name == "slow" {
+		progress(image.Progress{Runtime: t.Name, Stage: "downloading", Packages: 1, Total: 9})
+		<-ctx.Done()
+		return client.TemplateBuild{}, false, ctx.Err()
+	}
 	for i, stage := range []string{"resolving", "downloading", "installing", "hashing"} {
 		progress(image.Progress{Runtime: t.Name, Stage: stage, Packages: i, Total: 3, Bytes: int64(i) << 20, Elapsed: time.Duration(i) * time.Second})
 		select {
@@ -181,6 +186,8 @@ func TestTemplateRemote(t *testing.T) {
   - name: broken
     base: python
     debian_packages: [python3-nope]
+  - name: slow
+    base: shell
 `)
 	set, err := templates.Load(file, templates.Options{})
 	if err != nil {
@@ -227,6 +234,31 @@ func TestTemplateRemote(t *testing.T) {
 	if code != exitFailure || !strings.Contains(errOut, `stockade: debian_packages: "python3-nope": no such package`) {
 		t.Errorf("a failed build: got exit %d, stdout %q, stderr %q", code, out, errOut)
 	}
+	if code, out, _ := runCLIEnv(t, nil, env, "template", "show", "broken"); code != 0 || !regexp.MustCompile(`(?m)^last build job +tb_\w+ failed: debian_packages: "python3-nope": no such package$`).MatchString(out) {
+		t.Errorf("show after a failed build: got exit %d, stdout %q; want the last job's failure", code, out)
+	}
+
+	// Ctrl-C cancels the daemon's job.
+	cmd := exec.Command(testenv.Build(t, "./cmd/stockade"), "template", "build", "slow")
+	cmd.Env = append(os.Environ(), env...)
+	var stderr syncBuffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(10 * time.Second); !strings.Contains(stderr.String(), "slow: downloading") && time.Now().Before(deadline); {
+		time.Sleep(20 * time.Millisecond)
+	}
+	_ = cmd.Process.Signal(os.Interrupt)
+	err = cmd.Wait()
+	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != exitInterrupted || !strings.Contains(stderr.String(), "cancelled; the previous build still serves") {
+		t.Errorf("Ctrl-C on a build: got %v, stderr %q; want exit 130 saying the job was cancelled", err, stderr.String())
+	}
+	st2, err := jobs.Template("slow")
+	if err != nil || st2.Running != nil || st2.Last == nil || st2.Last.State != client.BuildCancelled {
+		t.Errorf("the daemon's job after Ctrl-C: got %+v, %v; want it cancelled", st2.Last, err)
+	}
+
 	code, _, errOut = runCLIEnv(t, nil, []string{"STOCKADE_URL=" + srv.URL, "STOCKADE_KEY=" + agent}, "template", "build", "analytics")
 	if code != exitUsage || !strings.Contains(errOut, "only admin keys may build templates") {
 		t.Errorf("a build with an agent key: got exit %d, stderr %q", code, errOut)
@@ -310,6 +342,25 @@ func TestTemplateLocal(t *testing.T) {
 	if ents, _ := os.ReadDir(filepath.Join(dir, "tmp")); len(ents) != 0 {
 		t.Errorf("the interrupted build left %d entries in the store's tmp", len(ents))
 	}
+}
+
+// syncBuffer is a strings.Builder safe for a process's writes and the
+// test's reads at once.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }
 
 func mustRead(t *testing.T, path string) string {

@@ -144,6 +144,8 @@ type Jobs struct {
 	running map[string]*job
 	jobs    map[string]*job
 	ended   []string
+	// last maps a template to its job that ended last.
+	last map[string]*job
 }
 
 // job is one job and those watching it.
@@ -174,7 +176,7 @@ func New(o Options) *Jobs {
 		}
 	}
 	ctx, stop := context.WithCancelCause(context.Background())
-	return &Jobs{o: o, ctx: ctx, stop: stop, running: map[string]*job{}, jobs: map[string]*job{}}
+	return &Jobs{o: o, ctx: ctx, stop: stop, running: map[string]*job{}, jobs: map[string]*job{}, last: map[string]*job{}}
 }
 
 // Close cancels the running jobs and waits for them to end.
@@ -218,8 +220,10 @@ type Status struct {
 	Template templates.Template
 	// Build is the current build; nil when there is none.
 	Build *client.TemplateBuild
-	// Running is the job building it, if any.
-	Running *Job
+	// Running is the job building it, if any; Last is the last job of
+	// the template that ended, if the daemon keeps it (its outcome, its
+	// golden checkpoint).
+	Running, Last *Job
 }
 
 // Stale reports whether the current build is not of the declaration (or
@@ -235,11 +239,15 @@ func (js *Jobs) status(t templates.Template) (Status, error) {
 	}
 	st := Status{Template: t, Build: b}
 	js.mu.Lock()
-	j := js.running[t.Name]
+	j, last := js.running[t.Name], js.last[t.Name]
 	js.mu.Unlock()
 	if j != nil {
 		snap := j.snapshot()
 		st.Running = &snap
+	}
+	if last != nil {
+		snap := last.snapshot()
+		st.Last = &snap
 	}
 	return st, nil
 }
@@ -403,8 +411,12 @@ func (js *Jobs) run(ctx context.Context, j *job, t templates.Template) {
 	// this one ended: a request that follows starts a new one.
 	js.mu.Lock()
 	delete(js.running, t.Name)
+	js.last[t.Name] = j
 	js.ended = append(js.ended, final.ID)
 	for len(js.ended) > js.o.Keep {
+		if old := js.jobs[js.ended[0]]; old != nil && js.last[old.template] == old {
+			delete(js.last, old.template)
+		}
 		delete(js.jobs, js.ended[0])
 		js.ended = js.ended[1:]
 	}
