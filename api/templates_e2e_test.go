@@ -127,7 +127,7 @@ func (d *templateDaemon) close() {
 
 // startTemplateDaemon starts a daemon on st over the image store images
 // with the templates and tools files given.
-func startTemplateDaemon(t *testing.T, st store.Store, images, dataRoot, wheelhouse, templatesFile, toolsFile string) *templateDaemon {
+func startTemplateDaemon(t *testing.T, st store.Store, images, dataRoot, wheelhouse, templatesFile, toolsFile, goldenDir string) *templateDaemon {
 	t.Helper()
 	set, err := templates.Load(templatesFile, templates.Options{DataRoot: dataRoot})
 	if err != nil {
@@ -148,7 +148,7 @@ func startTemplateDaemon(t *testing.T, st store.Store, images, dataRoot, wheelho
 	}
 	imgs := image.Open(images)
 	eng, err := engine.New(map[string]sandbox.Driver{"runc": rc, "gvisor": gv}, "gvisor", imgs, sandbox.DefaultLimits(), sandbox.DefaultCeiling(),
-		engine.WithTools(ts, topts))
+		engine.WithTools(ts, topts), engine.WithGolden(engine.GoldenOptions{Dir: goldenDir, Workspace: 256 << 20}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -219,6 +219,10 @@ tools:
     input_trust: untrusted
     tier: gvisor
     template: web
+  - name: warm
+    input_trust: untrusted
+    tier: gvisor
+    template: warm
 `
 
 // TestTemplatesEndToEnd is the issue's first "done when": a template
@@ -259,12 +263,17 @@ func TestTemplatesEndToEnd(t *testing.T) {
   - name: web
     base: node
     npm_packages: [left-pad@1.3.0]
+  - name: warm
+    base: python
+    start: "import sympy; x = sympy.Symbol('x')"
+    golden: true
 `, debian, wheel, wheelSum, filepath.Join(dataRoot, "rates.json"))
 		if err := os.WriteFile(file, []byte(yaml), 0o644); err != nil {
 			t.Fatal(err)
 		}
 		return file
 	}
+	goldenDir := filepath.Join(work, "golden")
 	toolsFile := filepath.Join(work, "tools.yaml")
 	if err := os.WriteFile(toolsFile, []byte(e2eTools), 0o644); err != nil {
 		t.Fatal(err)
@@ -296,7 +305,7 @@ func TestTemplatesEndToEnd(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	d := startTemplateDaemon(t, st, images, dataRoot, wheelhouse, declare("python3-bs4, python3-yaml"), toolsFile)
+	d := startTemplateDaemon(t, st, images, dataRoot, wheelhouse, declare("python3-bs4, python3-yaml"), toolsFile, goldenDir)
 	defer func() { d.close() }()
 	adminC, err := client.New(d.url, admin)
 	if err != nil {
@@ -379,10 +388,25 @@ print(tinyutil.greet("analytics"), tinyutil.VERSION, yaml.safe_load("a: 1")["a"]
 		e.do("DELETE", "/v1/sessions/"+ws2.ID, agent, nil).want(t, http.StatusOK)
 	}
 
+	// A template that asks for a golden checkpoint gets one on gVisor, and
+	// a session of it restores it, Start's work done.
+	warmJob, stages := buildAndWait(t, adminC, "warm")
+	if warmJob.State != client.BuildDone || warmJob.Golden != "made" || !slices.Contains(stages, "golden") {
+		t.Errorf("building warm: got %+v (error %+v) after stages %q, want done with a golden checkpoint made", warmJob, warmJob.Error, stages)
+	}
+	if tpl, err := adminC.Template(t.Context(), "warm"); err != nil || !tpl.Golden || tpl.LastJob == nil || tpl.LastJob.Golden != "made" {
+		t.Errorf("the warm template: got %+v, %v; want its last job's golden checkpoint made", tpl, err)
+	}
+	ws3 := openTemplateSession(e, capability.CreateSessionRequest{Runtime: "python", Tool: "warm"})
+	if c := e.cell(agent, ws3.ID, "print(sympy.expand((x + 1)**2))"); c.Status != "succeeded" || strings.TrimSpace(c.Stdout) != "x**2 + 2*x + 1" {
+		t.Errorf("a cell of warm: got status %s, stdout %q, stderr %q", c.Status, c.Stdout, c.Stderr)
+	}
+	e.do("DELETE", "/v1/sessions/"+ws3.ID, agent, nil).want(t, http.StatusOK)
+
 	// The daemon restarts with a declaration that adds a package that does
 	// not exist: the build fails naming it, and the previous build serves.
 	d.close()
-	d = startTemplateDaemon(t, st, images, dataRoot, wheelhouse, declare("python3-bs4, python3-yaml, python3-no-such-package"), toolsFile)
+	d = startTemplateDaemon(t, st, images, dataRoot, wheelhouse, declare("python3-bs4, python3-yaml, python3-no-such-package"), toolsFile, goldenDir)
 	adminC, _ = client.New(d.url, admin)
 	failed, _ := buildAndWait(t, adminC, "analytics")
 	if failed.State != client.BuildFailed || failed.Error == nil || !strings.Contains(failed.Error.Message, "python3-no-such-package") {
@@ -396,7 +420,7 @@ print(tinyutil.greet("analytics"), tinyutil.VERSION, yaml.safe_load("a: 1")["a"]
 	// build audited with what it added, the change of the tools' records
 	// audited with the diff, and the tools refused until re-approved.
 	d.close()
-	d = startTemplateDaemon(t, st, images, dataRoot, wheelhouse, declare("python3-bs4, python3-yaml, python3-tabulate"), toolsFile)
+	d = startTemplateDaemon(t, st, images, dataRoot, wheelhouse, declare("python3-bs4, python3-yaml, python3-tabulate"), toolsFile, goldenDir)
 	adminC, _ = client.New(d.url, admin)
 	e.svc, e.url = d.svc, d.url
 	grown, _ := buildAndWait(t, adminC, "analytics")
