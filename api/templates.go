@@ -54,24 +54,25 @@ func (s *server) templates(p capability.Principal, build bool) (TemplateService,
 }
 
 // templateView is the wire form of a template and its builds.
-func (s *server) templateView(ctx context.Context, st templatejobs.Status) client.Template {
+func (s *server) templateView(st templatejobs.Status) client.Template {
 	decl, key := templatejobs.Declaration(st.Template)
 	v := client.Template{Name: st.Template.Name, Base: st.Template.Base, Declaration: decl, DeclarationKey: key,
 		Source: st.Template.Source, Golden: st.Template.Golden, Build: st.Build, Stale: st.Stale()}
 	if st.Running != nil {
-		j := s.jobView(ctx, *st.Running)
+		j := s.jobView(*st.Running)
 		v.Job = &j
 	}
 	if st.Last != nil {
-		j := s.jobView(ctx, *st.Last)
+		j := s.jobView(*st.Last)
 		v.LastJob = &j
 	}
 	return v
 }
 
 // jobView is the wire form of a build job. The error of a failed job is
-// answered as any error is (Public), its cause logged when hidden.
-func (s *server) jobView(ctx context.Context, j templatejobs.Job) client.TemplateBuildJob {
+// answered as any error is (Public); the job logged its cause when it
+// ended (templatejobs.Options.Describe), not at each answer.
+func (s *server) jobView(j templatejobs.Job) client.TemplateBuildJob {
 	v := client.TemplateBuildJob{ID: j.ID, Template: j.Template, State: j.State, Pull: j.Pull, By: j.By.KeyID, Created: j.Created,
 		Progress: progressView(j), Build: j.Build, CacheHit: j.CacheHit, Golden: j.Golden}
 	if !j.Ended.IsZero() {
@@ -83,7 +84,7 @@ func (s *server) jobView(ctx context.Context, j templatejobs.Job) client.Templat
 	case errors.As(j.Err, &c):
 		v.Error = &client.BuildError{Code: "cancelled", Message: c.Error()}
 	default:
-		_, d := Report(ctx, s.log, fmt.Errorf("template build %s: %w", j.ID, j.Err))
+		_, d, _ := Public(j.Err)
 		v.Error = &client.BuildError{Code: d.Code, Message: d.Message}
 	}
 	return v
@@ -111,7 +112,7 @@ func (s *server) listTemplates(w http.ResponseWriter, r *http.Request, p capabil
 	}
 	out := listResponse[client.Template]{Items: []client.Template{}}
 	for _, st := range list {
-		out.Items = append(out.Items, s.templateView(r.Context(), st))
+		out.Items = append(out.Items, s.templateView(st))
 	}
 	writeJSON(w, http.StatusOK, out)
 }
@@ -127,7 +128,7 @@ func (s *server) getTemplate(w http.ResponseWriter, r *http.Request, p capabilit
 		s.writeError(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, s.templateView(r.Context(), st))
+	writeJSON(w, http.StatusOK, s.templateView(st))
 }
 
 // buildTemplate starts a build: 202 with the job, running. While a build
@@ -151,7 +152,7 @@ func (s *server) buildTemplate(w http.ResponseWriter, r *http.Request, p capabil
 		s.writeError(w, r, err)
 		return
 	}
-	v := s.jobView(r.Context(), j)
+	v := s.jobView(j)
 	v.Joined = joined
 	w.Header().Set("Location", "/v1/templates/"+j.Template+"/builds/"+j.ID)
 	writeJSON(w, http.StatusAccepted, v)
@@ -168,7 +169,7 @@ func (s *server) getTemplateBuild(w http.ResponseWriter, r *http.Request, p capa
 		s.writeError(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, s.jobView(r.Context(), j))
+	writeJSON(w, http.StatusOK, s.jobView(j))
 }
 
 // cancelTemplateBuild cancels a running build and answers the job once it
@@ -187,7 +188,7 @@ func (s *server) cancelTemplateBuild(w http.ResponseWriter, r *http.Request, p c
 		s.writeError(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, s.jobView(r.Context(), j))
+	writeJSON(w, http.StatusOK, s.jobView(j))
 }
 
 // templateBuildEvents streams a build job as Server-Sent Events: a
@@ -227,7 +228,7 @@ func (s *server) templateBuildEvents(w http.ResponseWriter, r *http.Request, p c
 		case <-watch.C:
 			j := watch.Job()
 			if j.State.Final() {
-				writeEvent(w, string(j.State), s.jobView(r.Context(), j))
+				writeEvent(w, string(j.State), s.jobView(j))
 				flusher.Flush()
 				return
 			}
