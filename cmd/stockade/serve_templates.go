@@ -2,6 +2,7 @@ package main
 
 import (
 	"log/slog"
+	"path/filepath"
 
 	"github.com/stockade-sh/stockade/api"
 	"github.com/stockade-sh/stockade/config"
@@ -21,7 +22,7 @@ func templateJobs(cfg config.Config, golden templatejobs.GoldenMaker, au templat
 	}
 	o := templatejobs.Options{Templates: set, Audit: au, Logger: log, Golden: golden,
 		Builder: templatejobs.StoreBuilder{Store: image.Open(cfg.ImageDir()), Options: image.TemplateOptions{
-			Sources: templateSources(&cfg), RunscPath: cfg.RunscPath, StateDir: cfg.StateDir + "/template-builds"}},
+			Sources: templateSources(&cfg), RunscPath: cfg.RunscPath, StateDir: filepath.Join(cfg.StateDir, "template-builds")}},
 		Describe: func(err error) (string, bool) { _, d, hidden := api.Public(err); return d.Message, hidden }}
 	return templatejobs.New(o), nil
 }

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -351,7 +352,7 @@ func templateBuild(ctx context.Context, args []string) int {
 		return report(usageError{err}, *f.asJSON)
 	}
 	show := progressPrinter(os.Stderr, 5*time.Second)
-	opts := image.TemplateOptions{Sources: templateSources(f.cfg), Pull: *pull, RunscPath: f.cfg.RunscPath, StateDir: f.cfg.StateDir,
+	opts := image.TemplateOptions{Sources: templateSources(f.cfg), Pull: *pull, RunscPath: f.cfg.RunscPath, StateDir: filepath.Join(f.cfg.StateDir, "template-builds"),
 		Progress: func(p image.Progress) {
 			if p.Stage != "" {
 				show(p)
