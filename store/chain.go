@@ -8,6 +8,8 @@ import (
 	"hash"
 	"strconv"
 	"time"
+
+	"github.com/stockade-sh/stockade/model"
 )
 
 // chainDomain separates audit hashes from any other SHA-256 use, and names
@@ -27,7 +29,7 @@ const ChainTimeFormat = "2006-01-02T15:04:05.000000Z"
 //
 // Length prefixes make the encoding injective: no two different events
 // encode alike, whatever bytes their fields hold.
-func ChainHash(e Event) string {
+func ChainHash(e model.Event) string {
 	h := sha256.New()
 	h.Write([]byte(chainDomain))
 	for _, f := range []string{
@@ -71,8 +73,8 @@ type ChainVerifier struct {
 	workspace string
 	next      int64
 	prevHash  string
-	broken    *BrokenLink
-	witnessed *ChainHead
+	broken    *model.BrokenLink
+	witnessed *model.ChainHead
 	// resumed is set when the walk starts at the witnessed head rather
 	// than at seq 1 (NewChainVerifierFrom): the witnessed event's own
 	// link backwards is not checked.
@@ -94,7 +96,7 @@ func NewChainVerifier(workspaceID string) *ChainVerifier {
 // no longer holds the witnessed event. The events before from.Seq are
 // left to a full walk (NewChainVerifier). A from with Seq 0 (nothing
 // witnessed yet) walks the whole chain.
-func NewChainVerifierFrom(from ChainHead) *ChainVerifier {
+func NewChainVerifierFrom(from model.ChainHead) *ChainVerifier {
 	if from.Seq <= 0 {
 		return NewChainVerifier(from.WorkspaceID)
 	}
@@ -108,11 +110,11 @@ func NewChainVerifierFrom(from ChainHead) *ChainVerifier {
 // that event, unchanged. This catches what the chain alone cannot, an
 // attacker who removes its last events and rewinds its recorded head, or
 // rewrites it whole from some event on.
-func (v *ChainVerifier) Witnessed(h ChainHead) { v.witnessed = &h }
+func (v *ChainVerifier) Witnessed(h model.ChainHead) { v.witnessed = &h }
 
 // Add checks the next event of the chain. It returns false once the chain is
 // broken; later events are then ignored.
-func (v *ChainVerifier) Add(e Event) bool {
+func (v *ChainVerifier) Add(e model.Event) bool {
 	if v.broken != nil {
 		return false
 	}
@@ -139,7 +141,7 @@ func (v *ChainVerifier) Add(e Event) bool {
 
 // Finish compares the chain walked so far with its recorded head and returns
 // the verdict.
-func (v *ChainVerifier) Finish(head ChainHead) (bool, *BrokenLink) {
+func (v *ChainVerifier) Finish(head model.ChainHead) (bool, *model.BrokenLink) {
 	if v.broken != nil {
 		return false, v.broken
 	}
@@ -164,5 +166,5 @@ func (v *ChainVerifier) Finish(head ChainHead) (bool, *BrokenLink) {
 }
 
 func (v *ChainVerifier) fail(seq int64, id, reason string) {
-	v.broken = &BrokenLink{WorkspaceID: v.workspace, Seq: seq, EventID: id, Reason: reason}
+	v.broken = &model.BrokenLink{WorkspaceID: v.workspace, Seq: seq, EventID: id, Reason: reason}
 }

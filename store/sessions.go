@@ -3,14 +3,16 @@ package store
 import (
 	"context"
 	"time"
+
+	"github.com/stockade-sh/stockade/model"
 )
 
 // Sessions are the records of stateful sessions: a session is a grant of
 // many runs in one sandbox, and each of its cells is an execution (with
-// Execution.SessionID and Cell set) that the Journal admits and applies as
-// any other. The journal keeps a session's integrity: a cell is admitted
-// only into an active session, one cell at a time, numbered in order; a
-// session ends once.
+// model.Execution.SessionID and Cell set) that the Journal admits and
+// applies as any other. The journal keeps a session's integrity: a cell is
+// admitted only into an active session, one cell at a time, numbered in
+// order; a session ends once.
 type Sessions interface {
 	// OpenSession records a session that starts active, with the events
 	// s.Audit, in one transaction. A workspace that already has s.MaxLive
@@ -18,42 +20,42 @@ type Sessions interface {
 	// nothing is written. When s.IdempotencyKey names a session of the
 	// workspace, nothing is written and that session comes back with
 	// replayed set; if its RequestSHA256 differs, it is ErrConflict.
-	OpenSession(ctx context.Context, s NewSession) (sess Session, replayed bool, err error)
+	OpenSession(ctx context.Context, s NewSession) (sess model.Session, replayed bool, err error)
 	// EndSession ends active or paused session id for the reason e says,
 	// with its events, in one transaction. A session that has ended
 	// already is ErrConflict and nothing is written; an unknown one
 	// ErrNotFound.
-	EndSession(ctx context.Context, id string, e SessionEnd) (Session, error)
+	EndSession(ctx context.Context, id string, e SessionEnd) (model.Session, error)
 	// PauseSession records that active session id is paused: its sandbox
 	// was saved to a checkpoint of p.CheckpointBytes and is gone. A
 	// session that is not active, or has a cell that has not ended
 	// (awaiting approval, queued or running), is ErrConflict and nothing
 	// is written; an unknown one ErrNotFound.
-	PauseSession(ctx context.Context, id string, p SessionPause) (Session, error)
+	PauseSession(ctx context.Context, id string, p SessionPause) (model.Session, error)
 	// ResumeSession records that paused session id is active again, in
 	// sandbox r.SandboxID, its idle timeout counted from r.At and its
 	// checkpoint gone (CheckpointBytes 0). A session that is not paused
 	// is ErrConflict and nothing is written; an unknown one ErrNotFound.
-	ResumeSession(ctx context.Context, id string, r SessionResume) (Session, error)
+	ResumeSession(ctx context.Context, id string, r SessionResume) (model.Session, error)
 	// GetSession returns session id of the workspace.
-	GetSession(ctx context.Context, workspaceID, id string) (Session, error)
+	GetSession(ctx context.Context, workspaceID, id string) (model.Session, error)
 	// ReplaySession returns the session that API key keyID created with
 	// idempotency key key: ErrNotFound when there is none. Idempotency
 	// keys are the API key's own: another key's sessions are never found.
-	ReplaySession(ctx context.Context, keyID, key string) (Session, error)
+	ReplaySession(ctx context.Context, keyID, key string) (model.Session, error)
 	// ListSessions lists the workspace's sessions, newest first.
-	ListSessions(ctx context.Context, workspaceID string, f SessionFilter) (Page[Session], error)
+	ListSessions(ctx context.Context, workspaceID string, f SessionFilter) (Page[model.Session], error)
 	// ListActiveSessions returns every active session of every
 	// workspace, oldest first: what a restarted daemon re-adopts and the
 	// lifetime sweep reads.
-	ListActiveSessions(ctx context.Context) ([]Session, error)
+	ListActiveSessions(ctx context.Context) ([]model.Session, error)
 	// PendingCell returns the id of the session's cell that has not ended
 	// (awaiting approval, queued or running), or "" when it has none.
 	PendingCell(ctx context.Context, sessionID string) (string, error)
 	// ListPausedSessions returns every paused session of every
 	// workspace, oldest first: what the lifetime sweep ends at their TTL,
 	// and whose checkpoints a restarted daemon keeps.
-	ListPausedSessions(ctx context.Context) ([]Session, error)
+	ListPausedSessions(ctx context.Context) ([]model.Session, error)
 	// CountActiveSessions is the number of live sessions of the
 	// workspace: active or paused (a paused session holds its place, so
 	// that it can always resume).
@@ -61,46 +63,6 @@ type Sessions interface {
 	// CheckpointBytes is the disk the workspace's paused sessions'
 	// checkpoints take, in bytes, and how many paused sessions it has.
 	CheckpointBytes(ctx context.Context, workspaceID string) (bytes int64, paused int, err error)
-}
-
-// SessionState is where a session is.
-type SessionState string
-
-// The session states.
-const (
-	SessionActive SessionState = "active"
-	// SessionPaused: its sandbox is saved to a checkpoint and gone until
-	// it resumes.
-	SessionPaused SessionState = "paused"
-	SessionEnded  SessionState = "ended"
-)
-
-// SessionEndReason says why a session ended.
-type SessionEndReason string
-
-// The reasons a session ends.
-const (
-	// EndClosed: its key (or an admin) closed it.
-	EndClosed SessionEndReason = "closed"
-	// EndIdle: no cell ran for its idle timeout.
-	EndIdle SessionEndReason = "idle_timeout"
-	// EndTTL: its hard lifetime ran out.
-	EndTTL SessionEndReason = "ttl"
-	// EndInterrupted: its daemon did not keep it: a restarted daemon found
-	// no live sandbox for it, or a daemon stopped for good ended it.
-	EndInterrupted SessionEndReason = "interrupted"
-	// EndFailed: its sandbox or kernel was lost and could not be started
-	// again.
-	EndFailed SessionEndReason = "failed"
-)
-
-// Valid reports whether r is one of the reasons.
-func (r SessionEndReason) Valid() bool {
-	switch r {
-	case EndClosed, EndIdle, EndTTL, EndInterrupted, EndFailed:
-		return true
-	}
-	return false
 }
 
 // NewSession is the record OpenSession creates.
@@ -118,7 +80,7 @@ type NewSession struct {
 	Network   bool
 	// Approval is the workspace's approval mode when it opened, which its
 	// cells are admitted under.
-	Approval ApprovalMode
+	Approval model.ApprovalMode
 	// IdleTimeout ends it when no cell ran for so long (> 0).
 	IdleTimeout time.Duration
 	// ExpiresAt ends it whatever it does; after At.
@@ -135,15 +97,15 @@ type NewSession struct {
 	// At is its creation time; zero means the store's clock.
 	At time.Time
 	// Audit events are appended with it (its session.created).
-	Audit []NewEvent
+	Audit []model.NewEvent
 }
 
 // SessionEnd is how EndSession ends a session.
 type SessionEnd struct {
-	Reason SessionEndReason
+	Reason model.SessionEndReason
 	// At is when; zero means the store's clock.
 	At    time.Time
-	Audit []NewEvent
+	Audit []model.NewEvent
 }
 
 // SessionPause is how PauseSession pauses a session.
@@ -152,7 +114,7 @@ type SessionPause struct {
 	CheckpointBytes int64
 	// At is when; zero means the store's clock.
 	At    time.Time
-	Audit []NewEvent
+	Audit []model.NewEvent
 }
 
 // SessionResume is how ResumeSession resumes a session.
@@ -161,49 +123,11 @@ type SessionResume struct {
 	SandboxID string
 	// At is when; zero means the store's clock.
 	At    time.Time
-	Audit []NewEvent
+	Audit []model.NewEvent
 }
-
-// Session is a session's record. Times not reached yet are zero.
-type Session struct {
-	ID          string
-	WorkspaceID string
-	KeyID       string
-	Tool        string
-	Runtime     string
-	Driver      string
-	SandboxID   string
-	Network     bool
-	State       SessionState
-	// EndReason and EndedAt are set once it ended.
-	EndReason SessionEndReason
-	EndedAt   time.Time
-	// Approval is the approval mode its cells are admitted under.
-	Approval ApprovalMode
-	// ApprovalID is the approval that covers its cells under
-	// ApprovalPerSession, and ApprovedBy the key that decided it; empty
-	// until its first cell is approved.
-	ApprovalID     string
-	ApprovedBy     string
-	IdleTimeout    time.Duration
-	CreatedAt      time.Time
-	ExpiresAt      time.Time
-	LastActiveAt   time.Time
-	Cells          int
-	WorkspaceBytes int64
-	IdempotencyKey string
-	RequestSHA256  string
-	// PausedAt is when it was paused and CheckpointBytes the size of its
-	// checkpoint; zero unless it is paused.
-	PausedAt        time.Time
-	CheckpointBytes int64
-}
-
-// IdleExpiresAt is when the session ends unless a cell runs before.
-func (s Session) IdleExpiresAt() time.Time { return s.LastActiveAt.Add(s.IdleTimeout) }
 
 // SessionFilter selects sessions. Zero fields do not filter.
 type SessionFilter struct {
 	PageRequest
-	States []SessionState
+	States []model.SessionState
 }
