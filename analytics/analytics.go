@@ -27,6 +27,7 @@ import (
 	"time"
 
 	"github.com/stockade-sh/stockade/errdefs"
+	"github.com/stockade-sh/stockade/model"
 	"github.com/stockade-sh/stockade/store"
 )
 
@@ -45,7 +46,7 @@ type Sink interface {
 	// Insert stores rows, all or none. Rows it already has (the same
 	// invocation id) must not count twice. ErrNotFound means what Prepare
 	// creates is gone.
-	Insert(ctx context.Context, rows []store.ToolInvocation) error
+	Insert(ctx context.Context, rows []model.ToolInvocation) error
 }
 
 // Observer is told what the shipper does, for metrics.
@@ -217,7 +218,7 @@ func (s *Shipper) ship(ctx context.Context) (reason string, err error) {
 		if len(entries) == 0 {
 			return "", nil
 		}
-		rows := make([]store.ToolInvocation, len(entries))
+		rows := make([]model.ToolInvocation, len(entries))
 		ids := make([]string, len(entries))
 		for i, e := range entries {
 			rows[i], ids[i] = e.Invocation, e.Invocation.ID

@@ -16,6 +16,7 @@ import (
 	"github.com/stockade-sh/stockade/analytics"
 	"github.com/stockade-sh/stockade/capability"
 	"github.com/stockade-sh/stockade/errdefs"
+	"github.com/stockade-sh/stockade/model"
 	"github.com/stockade-sh/stockade/policy"
 	"github.com/stockade-sh/stockade/store"
 	"github.com/stockade-sh/stockade/store/sqlite"
@@ -35,8 +36,8 @@ func newStore(t *testing.T) *sqlite.Store {
 // workspace is a workspace with an agent and an approver key and credits.
 type workspace struct {
 	st              *sqlite.Store
-	ws              store.Workspace
-	agent, approver store.APIKey
+	ws              model.Workspace
+	agent, approver model.APIKey
 }
 
 func newWorkspace(t *testing.T, st *sqlite.Store, name string) workspace {
@@ -48,10 +49,10 @@ func newWorkspace(t *testing.T, st *sqlite.Store, name string) workspace {
 	}
 	w := workspace{st: st, ws: ws}
 	for _, k := range []struct {
-		role store.Role
-		dst  *store.APIKey
-	}{{store.RoleAgent, &w.agent}, {store.RoleApprover, &w.approver}} {
-		if *k.dst, err = st.CreateAPIKey(ctx, store.NewAPIKey{WorkspaceID: ws.ID, Role: k.role, Hash: store.HashKey(name + string(k.role))}); err != nil {
+		role model.Role
+		dst  *model.APIKey
+	}{{model.RoleAgent, &w.agent}, {model.RoleApprover, &w.approver}} {
+		if *k.dst, err = st.CreateAPIKey(ctx, store.NewAPIKey{WorkspaceID: ws.ID, Role: k.role, Hash: model.HashKey(name + string(k.role))}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -67,7 +68,7 @@ func (w workspace) create(t *testing.T, code string, approval bool) capability.G
 	t.Helper()
 	now := time.Now()
 	step, err := capability.Transition(capability.Grant{Kind: capability.OneShot}, capability.Admit{
-		By:     capability.Principal{KeyID: w.agent.ID, WorkspaceID: w.ws.ID, Role: store.RoleAgent},
+		By:     capability.Principal{KeyID: w.agent.ID, WorkspaceID: w.ws.ID, Role: model.RoleAgent},
 		Policy: policy.Decision{Allowed: true, ApprovalRequired: approval}, Price: 2,
 		Card: []byte(`{}`), ExpiresAt: now.Add(time.Hour), At: now,
 	})
@@ -106,7 +107,7 @@ func (w workspace) run(t *testing.T, n int) []string {
 	for range n {
 		g := w.create(t, "print(1)", false)
 		g = w.apply(t, g, capability.Start{Driver: "runc", At: time.Now()})
-		w.apply(t, g, capability.Finish{Status: store.StatusSucceeded, Output: store.Output{ExitCode: new(0)}, At: time.Now()})
+		w.apply(t, g, capability.Finish{Status: model.StatusSucceeded, Output: model.Output{ExitCode: new(0)}, At: time.Now()})
 		ids = append(ids, w.newest(t).ID)
 		time.Sleep(time.Millisecond) // the next one is enqueued later
 	}
@@ -114,7 +115,7 @@ func (w workspace) run(t *testing.T, n int) []string {
 }
 
 // newest returns the workspace's newest tool_invocations row.
-func (w workspace) newest(t *testing.T) store.ToolInvocation {
+func (w workspace) newest(t *testing.T) model.ToolInvocation {
 	t.Helper()
 	p, err := w.st.ListToolInvocations(t.Context(), w.ws.ID, store.ToolCallFilter{PageRequest: store.PageRequest{Limit: 1}})
 	if err != nil || len(p.Items) != 1 {
@@ -152,7 +153,7 @@ func (f *fakeSink) Prepare(context.Context) error {
 	return nil
 }
 
-func (f *fakeSink) Insert(_ context.Context, rows []store.ToolInvocation) error {
+func (f *fakeSink) Insert(_ context.Context, rows []model.ToolInvocation) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.err != nil {

@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/stockade-sh/stockade/errdefs"
-	"github.com/stockade-sh/stockade/store"
+	"github.com/stockade-sh/stockade/model"
 )
 
 // ClickHouse is a Sink on a ClickHouse server's HTTP interface: it inserts
@@ -160,7 +160,7 @@ type Row struct {
 
 // Insert implements Sink. The rows are sent in one request, which
 // ClickHouse inserts as one block: all or none of them.
-func (c *ClickHouse) Insert(ctx context.Context, rows []store.ToolInvocation) error {
+func (c *ClickHouse) Insert(ctx context.Context, rows []model.ToolInvocation) error {
 	var body bytes.Buffer
 	enc := json.NewEncoder(&body)
 	for _, ti := range rows {

@@ -13,6 +13,7 @@ import (
 	"github.com/stockade-sh/stockade/analytics/clickhousetest"
 	"github.com/stockade-sh/stockade/capability"
 	"github.com/stockade-sh/stockade/errdefs"
+	"github.com/stockade-sh/stockade/model"
 	"github.com/stockade-sh/stockade/store"
 )
 
@@ -36,8 +37,8 @@ func TestClickHouseRowsArrive(t *testing.T) {
 	w.run(t, 2)
 	w.apply(t, w.create(t, "launch", false), capability.LaunchFailed{At: time.Now()})
 	timedOut := w.apply(t, w.create(t, "timeout", false), capability.Start{Driver: "gvisor", At: time.Now()})
-	w.apply(t, timedOut, capability.Finish{Status: store.StatusTimedOut, At: time.Now()})
-	approver := capability.Principal{KeyID: w.approver.ID, WorkspaceID: w.ws.ID, Role: store.RoleApprover}
+	w.apply(t, timedOut, capability.Finish{Status: model.StatusTimedOut, At: time.Now()})
+	approver := capability.Principal{KeyID: w.approver.ID, WorkspaceID: w.ws.ID, Role: model.RoleApprover}
 	w.apply(t, w.create(t, "deny me", true), capability.Deny{By: approver, At: time.Now()})
 	other := newWorkspace(t, st, "other")
 	other.run(t, 1)
@@ -95,10 +96,10 @@ func TestClickHouseResendCountsOnce(t *testing.T) {
 	table := db + ".tool_invocations"
 	clickhousetest.Exec(t, base, "SYSTEM STOP MERGES "+table)
 	day1 := time.Date(2026, 3, 1, 23, 59, 59, 0, time.UTC)
-	rows := []store.ToolInvocation{
-		{ID: "inv_a", ExecutionID: "ex_a", WorkspaceID: "ws_1", Tool: "code.execute", Runtime: "python", Status: store.StatusSucceeded, Driver: "runc", Credits: 2, CreatedAt: day1},
-		{ID: "inv_b", ExecutionID: "ex_b", WorkspaceID: "ws_1", Tool: "code.execute", Runtime: "shell", Status: store.StatusFailed, Driver: "runc", Credits: 2, CreatedAt: day1.Add(2 * time.Second)},
-		{ID: "inv_c", ExecutionID: "ex_c", WorkspaceID: "ws_2", Tool: "code.execute", Runtime: "node", Status: store.StatusLaunchFailed, CreatedAt: day1},
+	rows := []model.ToolInvocation{
+		{ID: "inv_a", ExecutionID: "ex_a", WorkspaceID: "ws_1", Tool: "code.execute", Runtime: "python", Status: model.StatusSucceeded, Driver: "runc", Credits: 2, CreatedAt: day1},
+		{ID: "inv_b", ExecutionID: "ex_b", WorkspaceID: "ws_1", Tool: "code.execute", Runtime: "shell", Status: model.StatusFailed, Driver: "runc", Credits: 2, CreatedAt: day1.Add(2 * time.Second)},
+		{ID: "inv_c", ExecutionID: "ex_c", WorkspaceID: "ws_2", Tool: "code.execute", Runtime: "node", Status: model.StatusLaunchFailed, CreatedAt: day1},
 	}
 	for range 2 {
 		if err := sink.Insert(ctx, rows); err != nil {

@@ -20,6 +20,7 @@ import (
 	"github.com/stockade-sh/stockade/capability"
 	"github.com/stockade-sh/stockade/internal/storeopen"
 	"github.com/stockade-sh/stockade/internal/testenv"
+	"github.com/stockade-sh/stockade/model"
 	"github.com/stockade-sh/stockade/store"
 )
 
@@ -150,7 +151,7 @@ func waitMetric(t *testing.T, base, series string, ok func(float64) bool, what s
 func equals(want float64) func(float64) bool { return func(v float64) bool { return v == want } }
 
 // invoke runs code on the daemon and checks that it ends with status.
-func invoke(t *testing.T, base, key string, req capability.InvokeRequest, status store.ExecutionStatus) {
+func invoke(t *testing.T, base, key string, req capability.InvokeRequest, status model.ExecutionStatus) {
 	t.Helper()
 	if v := do(t, base, "POST", "/v1/executions", key, req).want(t, http.StatusOK).execution(t); v.Status != string(status) {
 		t.Fatalf("invocation %q: got %s (%s), want %s", req.Code, v.Status, v.Result, status)
@@ -247,13 +248,13 @@ func TestAnalyticsCrashMidBatch(t *testing.T) {
 		d := startDaemon(t, bin, args...)
 		for _, r := range []struct {
 			req    capability.InvokeRequest
-			status store.ExecutionStatus
+			status model.ExecutionStatus
 		}{
-			{capability.InvokeRequest{Runtime: "shell", Code: "echo one"}, store.StatusSucceeded},
-			{capability.InvokeRequest{Runtime: "shell", Code: "exit 3"}, store.StatusFailed},
-			{capability.InvokeRequest{Runtime: "python", Code: "print(6*7)"}, store.StatusSucceeded},
-			{capability.InvokeRequest{Runtime: "shell", Code: "sleep 5", TimeoutMS: 300}, store.StatusTimedOut},
-			{capability.InvokeRequest{Runtime: "shell", Code: "echo five"}, store.StatusSucceeded},
+			{capability.InvokeRequest{Runtime: "shell", Code: "echo one"}, model.StatusSucceeded},
+			{capability.InvokeRequest{Runtime: "shell", Code: "exit 3"}, model.StatusFailed},
+			{capability.InvokeRequest{Runtime: "python", Code: "print(6*7)"}, model.StatusSucceeded},
+			{capability.InvokeRequest{Runtime: "shell", Code: "sleep 5", TimeoutMS: 300}, model.StatusTimedOut},
+			{capability.InvokeRequest{Runtime: "shell", Code: "echo five"}, model.StatusSucceeded},
 		} {
 			invoke(t, d.url, key, r.req, r.status)
 		}
@@ -305,7 +306,7 @@ func TestAnalyticsCrashMidBatch(t *testing.T) {
 		}
 
 		// Merges, when they come, leave one row per invocation.
-		invoke(t, d.url, key, capability.InvokeRequest{Runtime: "shell", Code: "echo after"}, store.StatusSucceeded)
+		invoke(t, d.url, key, capability.InvokeRequest{Runtime: "shell", Code: "echo after"}, model.StatusSucceeded)
 		waitMetric(t, d.url, "stockade_analytics_rows_shipped_total", equals(6), "shipping after the restart")
 		clickhousetest.Exec(t, base, "SYSTEM START MERGES "+table)
 		clickhousetest.Exec(t, base, "OPTIMIZE TABLE "+table+" FINAL")
@@ -340,7 +341,7 @@ func TestAnalyticsClickHouseRestart(t *testing.T) {
 				}
 				ch.Restart()
 			}
-			invoke(t, d.url, key, capability.InvokeRequest{Runtime: "shell", Code: "echo " + strconv.Itoa(i)}, store.StatusSucceeded)
+			invoke(t, d.url, key, capability.InvokeRequest{Runtime: "shell", Code: "echo " + strconv.Itoa(i)}, model.StatusSucceeded)
 		}
 		waitOutboxEmpty(t, dbURL)
 		waitMetric(t, d.url, "stockade_analytics_outbox_rows", equals(0), "the backlog after ClickHouse is back")
@@ -389,7 +390,7 @@ func TestAnalyticsOutboxBound(t *testing.T) {
 		bound := []string{"--analytics-outbox-max-rows", "20"}
 		d := startDaemon(t, bin, append(slices.Clone(args), analyticsArgs(closed, chDB, bound...)...)...)
 		for i := range 30 {
-			invoke(t, d.url, key, capability.InvokeRequest{Runtime: "shell", Code: "echo " + strconv.Itoa(i)}, store.StatusSucceeded)
+			invoke(t, d.url, key, capability.InvokeRequest{Runtime: "shell", Code: "echo " + strconv.Itoa(i)}, model.StatusSucceeded)
 		}
 		waitMetric(t, d.url, "stockade_analytics_rows_dropped_total", equals(10), "rows dropped past max rows")
 		if v := metricValue(t, d.url, "stockade_analytics_outbox_rows"); v != 20 {

@@ -22,7 +22,7 @@ import (
 	"github.com/stockade-sh/stockade/capability"
 	"github.com/stockade-sh/stockade/internal/sandboxkit"
 	"github.com/stockade-sh/stockade/internal/testenv"
-	"github.com/stockade-sh/stockade/store"
+	"github.com/stockade-sh/stockade/model"
 )
 
 // daemon is a `stockade serve` process.
@@ -193,7 +193,7 @@ func startSleeper(t *testing.T, base, key string) (*stream, string) {
 	if ev := s.next(30 * time.Second); ev.name != "stdout" || !strings.Contains(ev.data, "sleeping") {
 		t.Fatalf("second event: got %q %s, want the program's stdout", ev.name, ev.data)
 	}
-	if v := do(t, base, "GET", "/v1/executions/"+st.ExecutionID, key, nil).want(t, http.StatusOK).execution(t); v.Status != string(store.StatusRunning) {
+	if v := do(t, base, "GET", "/v1/executions/"+st.ExecutionID, key, nil).want(t, http.StatusOK).execution(t); v.Status != string(model.StatusRunning) {
 		t.Fatalf("got status %q, want running", v.Status)
 	}
 	return s, st.ExecutionID
@@ -233,7 +233,7 @@ func TestOneDaemonPerDatabase(t *testing.T) {
 				t.Errorf("%s: a second daemon: got %v, stderr:\n%s\nwant a failure saying %q", c.name, err, stderr.String(), c.want)
 			}
 		}
-		if v := do(t, d.url, "GET", "/v1/executions/"+execID, key, nil).want(t, http.StatusOK).execution(t); v.Status != string(store.StatusRunning) {
+		if v := do(t, d.url, "GET", "/v1/executions/"+execID, key, nil).want(t, http.StatusOK).execution(t); v.Status != string(model.StatusRunning) {
 			t.Errorf("the first daemon's execution after the attempts: got %q (%s), want still running", v.Status, v.Result)
 		}
 		if bundles := dirEntries(t, filepath.Join(state, "runc", "bundles")); len(bundles) != 1 {
@@ -286,7 +286,7 @@ func TestCrashRecovery(t *testing.T) {
 
 		d = startDaemon(t, bin, args...)
 		v := do(t, d.url, "GET", "/v1/executions/"+execID, key, nil).want(t, http.StatusOK).execution(t)
-		if v.Status != string(store.StatusFailed) || !strings.Contains(string(v.Result), "interrupted") {
+		if v.Status != string(model.StatusFailed) || !strings.Contains(string(v.Result), "interrupted") {
 			t.Errorf("after the restart: got status %q result %s, want failed, interrupted", v.Status, v.Result)
 		}
 		var ws api.WorkspaceView
@@ -327,7 +327,7 @@ func TestCrashRecovery(t *testing.T) {
 
 		// The restarted daemon works and charges as usual.
 		after := do(t, d.url, "POST", "/v1/executions", key, capability.InvokeRequest{Runtime: "shell", Code: "echo alive"}).want(t, http.StatusOK).execution(t)
-		if after.Status != string(store.StatusSucceeded) {
+		if after.Status != string(model.StatusSucceeded) {
 			t.Errorf("a run after the restart: got %q, want succeeded", after.Status)
 		}
 		do(t, d.url, "GET", "/v1/workspace", key, nil).want(t, http.StatusOK).decode(t, &ws)

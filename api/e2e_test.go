@@ -25,6 +25,7 @@ import (
 
 	"github.com/stockade-sh/stockade/api"
 	"github.com/stockade-sh/stockade/capability"
+	"github.com/stockade-sh/stockade/model"
 	"github.com/stockade-sh/stockade/sandbox"
 	"github.com/stockade-sh/stockade/store"
 	"github.com/stockade-sh/stockade/store/storetest"
@@ -35,7 +36,7 @@ func TestAllowedRunChargesTwoCredits(t *testing.T) {
 		e := newEnv(t, b, envConfig{policy: noApproval, credits: 10})
 		code := `print("hello from the sandbox")`
 		v := e.invoke(capability.InvokeRequest{Runtime: "python", Code: code}).want(t, http.StatusOK).execution(t)
-		if v.Status != string(store.StatusSucceeded) || v.Driver != "runc" || v.StartedAt == nil || v.FinishedAt == nil {
+		if v.Status != string(model.StatusSucceeded) || v.Driver != "runc" || v.StartedAt == nil || v.FinishedAt == nil {
 			t.Fatalf("execution: got status %q driver %q started %v finished %v, want succeeded on runc", v.Status, v.Driver, v.StartedAt, v.FinishedAt)
 		}
 		res := result(t, v)
@@ -49,7 +50,7 @@ func TestAllowedRunChargesTwoCredits(t *testing.T) {
 			t.Fatalf("tool_calls rows: got %d, want 1", len(calls))
 		}
 		tc := calls[0]
-		if tc.ExecutionID != v.ID || tc.CreditsCharged != 2 || tc.Status != string(store.StatusSucceeded) ||
+		if tc.ExecutionID != v.ID || tc.CreditsCharged != 2 || tc.Status != string(model.StatusSucceeded) ||
 			tc.ExitCode == nil || *tc.ExitCode != 0 || tc.StdoutPreview != "hello from the sandbox\n" ||
 			tc.InputSHA256 != capability.InputHash("python", code) || tc.Driver != "runc" || tc.Tool != "code.execute" {
 			t.Errorf("tool_calls row: got %+v", tc)
@@ -78,26 +79,26 @@ func TestAllowedRunChargesTwoCredits(t *testing.T) {
 func TestDenials(t *testing.T) {
 	tests := []struct {
 		name     string
-		policy   func(*store.Policy)
+		policy   func(*model.Policy)
 		req      capability.InvokeRequest
 		decision string // the event's data.decision
 		reason   string // in the 403 message and the event's reason
 	}{
-		{"code execution disabled", func(p *store.Policy) { p.CodeExecution = false },
+		{"code execution disabled", func(p *model.Policy) { p.CodeExecution = false },
 			capability.InvokeRequest{Runtime: "python", Code: "print(1)"}, "code_execution_disabled", "code execution is disabled"},
-		{"runtime not allowed", func(p *store.Policy) { p.Runtimes = []string{"shell"} },
+		{"runtime not allowed", func(p *model.Policy) { p.Runtimes = []string{"shell"} },
 			capability.InvokeRequest{Runtime: "python", Code: "print(1)"}, "runtime_not_allowed", `runtime "python" is not allowed`},
-		{"network not permissible", func(p *store.Policy) { p.NetworkAllowed = false },
+		{"network not permissible", func(p *model.Policy) { p.NetworkAllowed = false },
 			capability.InvokeRequest{Runtime: "python", Code: "print(1)", Network: "allow"}, "network_not_permitted", "network access is not permitted"},
-		{"network permitted but no egress allowlist", func(p *store.Policy) { p.NetworkAllowed = true },
+		{"network permitted but no egress allowlist", func(p *model.Policy) { p.NetworkAllowed = true },
 			capability.InvokeRequest{Runtime: "python", Code: "print(1)", Network: "allow"}, "network_not_permitted", "egress allowlist"},
-		{"timeout above workspace max", func(p *store.Policy) { p.MaxTimeout = 5 * time.Second },
+		{"timeout above workspace max", func(p *model.Policy) { p.MaxTimeout = 5 * time.Second },
 			capability.InvokeRequest{Runtime: "python", Code: "print(1)", TimeoutMS: 10_000}, "timeout_above_max", "above the workspace maximum of 5s"},
 	}
 	forEachStore(t, func(t *testing.T, b backend) {
 		for _, tt := range tests {
 			t.Run(tt.name, func(t *testing.T) {
-				e := newEnv(t, b, envConfig{credits: 10, policy: func(p *store.Policy) {
+				e := newEnv(t, b, envConfig{credits: 10, policy: func(p *model.Policy) {
 					noApproval(p)
 					tt.policy(p)
 				}})
@@ -165,7 +166,7 @@ func (e *env) deny(t *testing.T, v api.ExecutionView, reason string) {
 	if d.Approval.Status != "denied" || d.Execution.Status != "denied" {
 		t.Errorf("deny answer: got approval %q execution %q, want denied and denied", d.Approval.Status, d.Execution.Status)
 	}
-	if got := e.wait(v.ID, 5*time.Second); got.Status != string(store.StatusDenied) || got.StartedAt != nil {
+	if got := e.wait(v.ID, 5*time.Second); got.Status != string(model.StatusDenied) || got.StartedAt != nil {
 		t.Errorf("after denial: got status %q started %v, want denied, never started", got.Status, got.StartedAt)
 	}
 }
@@ -175,7 +176,7 @@ func (e *env) awaitApproval(req capability.InvokeRequest) api.ExecutionView {
 	t.Helper()
 	r := e.invoke(req).want(t, http.StatusAccepted)
 	v := r.execution(t)
-	if v.Status != string(store.StatusAwaitingApproval) || v.ApprovalID == "" {
+	if v.Status != string(model.StatusAwaitingApproval) || v.ApprovalID == "" {
 		t.Fatalf("202 answer: got status %q approval %q, want awaiting_approval with an approval id", v.Status, v.ApprovalID)
 	}
 	if loc := r.header.Get("Location"); loc != "/v1/executions/"+v.ID {
@@ -214,7 +215,7 @@ func TestApprovalPaths(t *testing.T) {
 				t.Errorf("decided approval: got %+v", d.Approval)
 			}
 			got := e.wait(v.ID, 30*time.Second)
-			if got.Status != string(store.StatusSucceeded) || result(t, got).Stdout != "approved run\n" {
+			if got.Status != string(model.StatusSucceeded) || result(t, got).Stdout != "approved run\n" {
 				t.Fatalf("after approval: got status %q result %s, want succeeded", got.Status, got.Result)
 			}
 			e.wantCredits(8, 0)
@@ -238,7 +239,7 @@ func TestApprovalPaths(t *testing.T) {
 			if tc := e.toolCall(v.ID); tc.CreditsCharged != 0 || tc.Status != "denied" {
 				t.Errorf("tool_calls row: got %s with %d credits, want denied with 0", tc.Status, tc.CreditsCharged)
 			}
-			wantLedger(t, e, map[store.LedgerKind]int{store.LedgerGrant: 1, store.LedgerReserve: 1, store.LedgerRelease: 1})
+			wantLedger(t, e, map[model.LedgerKind]int{model.LedgerGrant: 1, model.LedgerReserve: 1, model.LedgerRelease: 1})
 			if got := len(e.events("approval.denied", v.ID)); got != 1 {
 				t.Errorf("approval.denied events: got %d, want 1", got)
 			}
@@ -249,7 +250,7 @@ func TestApprovalPaths(t *testing.T) {
 			v := e.awaitApproval(capability.InvokeRequest{Runtime: "python", Code: "print(1)"})
 			start := time.Now()
 			got := e.wait(v.ID, 15*time.Second)
-			if got.Status != string(store.StatusApprovalExpired) {
+			if got.Status != string(model.StatusApprovalExpired) {
 				t.Fatalf("after the TTL: got status %q, want approval_expired", got.Status)
 			}
 			if d := time.Since(start); d > 5*time.Second {
@@ -333,7 +334,7 @@ func TestServerSentEvents(t *testing.T) {
 			if err := json.Unmarshal([]byte(evs[len(evs)-1].data), &v); err != nil {
 				t.Fatal(err)
 			}
-			if v.ID != card.ExecutionID || v.Status != string(store.StatusSucceeded) || result(t, v).Stdout != "streamed\n" {
+			if v.ID != card.ExecutionID || v.Status != string(model.StatusSucceeded) || result(t, v).Stdout != "streamed\n" {
 				t.Errorf("result event: got id %q status %q result %s, want %s succeeded", v.ID, v.Status, v.Result, card.ExecutionID)
 			}
 			e.wantCredits(8, 0)
@@ -360,7 +361,7 @@ func TestServerSentEvents(t *testing.T) {
 			if err := json.Unmarshal([]byte(evs[0].data), &v); err != nil {
 				t.Fatal(err)
 			}
-			if v.ID != card.ExecutionID || v.Status != string(store.StatusDenied) {
+			if v.ID != card.ExecutionID || v.Status != string(model.StatusDenied) {
 				t.Errorf("denied event: got id %q status %q, want %s denied", v.ID, v.Status, card.ExecutionID)
 			}
 			e.wantCredits(10, 0)
@@ -396,7 +397,7 @@ func TestRoles(t *testing.T) {
 
 		// An admin key may decide.
 		e.do("POST", "/v1/approvals/"+v.ApprovalID+"/approve", e.admin, nil).want(t, http.StatusOK)
-		if got := e.wait(v.ID, 30*time.Second); got.Status != string(store.StatusSucceeded) {
+		if got := e.wait(v.ID, 30*time.Second); got.Status != string(model.StatusSucceeded) {
 			t.Errorf("after the admin's approval: got %q, want succeeded", got.Status)
 		}
 		e.wantCredits(8, 0)
@@ -413,17 +414,17 @@ func TestRoles(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		otherKeys := map[store.Role]string{}
-		for _, role := range []store.Role{store.RoleAgent, store.RoleApprover} {
+		otherKeys := map[model.Role]string{}
+		for _, role := range []model.Role{model.RoleAgent, model.RoleApprover} {
 			otherKeys[role] = "sk_test_other_" + string(role) + "_" + t.Name()
-			if _, err := e.st.CreateAPIKey(t.Context(), store.NewAPIKey{WorkspaceID: other.ID, Role: role, Hash: store.HashKey(otherKeys[role])}); err != nil {
+			if _, err := e.st.CreateAPIKey(t.Context(), store.NewAPIKey{WorkspaceID: other.ID, Role: role, Hash: model.HashKey(otherKeys[role])}); err != nil {
 				t.Fatal(err)
 			}
 		}
-		e.do("GET", "/v1/executions/"+v.ID, otherKeys[store.RoleAgent], nil).wantError(t, http.StatusNotFound, "not_found")
+		e.do("GET", "/v1/executions/"+v.ID, otherKeys[model.RoleAgent], nil).wantError(t, http.StatusNotFound, "not_found")
 		v2 := e.awaitApproval(capability.InvokeRequest{Runtime: "python", Code: "print(2)"})
-		e.do("POST", "/v1/approvals/"+v2.ApprovalID+"/approve", otherKeys[store.RoleApprover], nil).wantError(t, http.StatusNotFound, "not_found")
-		if calls := list[api.ToolCallView](t, e.url, otherKeys[store.RoleAgent], "/v1/tool-calls", ""); len(calls) != 0 {
+		e.do("POST", "/v1/approvals/"+v2.ApprovalID+"/approve", otherKeys[model.RoleApprover], nil).wantError(t, http.StatusNotFound, "not_found")
+		if calls := list[api.ToolCallView](t, e.url, otherKeys[model.RoleAgent], "/v1/tool-calls", ""); len(calls) != 0 {
 			t.Errorf("another workspace's tool calls: got %d, want 0", len(calls))
 		}
 	})
@@ -433,7 +434,7 @@ func TestBadAuth(t *testing.T) {
 	forEachStore(t, func(t *testing.T, b backend) {
 		e := newEnv(t, b, envConfig{credits: 10, policy: noApproval})
 		revoked := "sk_test_revoked_" + t.Name()
-		k, err := e.st.CreateAPIKey(t.Context(), store.NewAPIKey{WorkspaceID: e.ws.ID, Role: store.RoleAgent, Hash: store.HashKey(revoked)})
+		k, err := e.st.CreateAPIKey(t.Context(), store.NewAPIKey{WorkspaceID: e.ws.ID, Role: model.RoleAgent, Hash: model.HashKey(revoked)})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -541,17 +542,17 @@ func TestListFilterBounds(t *testing.T) {
 }
 
 // wantLedger checks how many ledger entries of each kind the workspace has.
-func wantLedger(t *testing.T, e *env, want map[store.LedgerKind]int) {
+func wantLedger(t *testing.T, e *env, want map[model.LedgerKind]int) {
 	t.Helper()
 	p, err := e.st.ListLedger(t.Context(), e.ws.ID, store.PageRequest{Limit: store.MaxPageLimit})
 	if err != nil {
 		t.Fatal(err)
 	}
-	got := map[store.LedgerKind]int{}
+	got := map[model.LedgerKind]int{}
 	for _, l := range p.Items {
 		got[l.Kind]++
 	}
-	for _, k := range []store.LedgerKind{store.LedgerGrant, store.LedgerReserve, store.LedgerCommit, store.LedgerRelease} {
+	for _, k := range []model.LedgerKind{model.LedgerGrant, model.LedgerReserve, model.LedgerCommit, model.LedgerRelease} {
 		if got[k] != want[k] {
 			t.Errorf("ledger %s entries: got %d, want %d (ledger %v)", k, got[k], want[k], got)
 		}
@@ -563,7 +564,7 @@ func TestFailedLaunchChargesNothing(t *testing.T) {
 		// An empty image store: every runtime's image is missing.
 		e := newEnv(t, b, envConfig{credits: 10, policy: noApproval, images: t.TempDir()})
 		v := e.invoke(capability.InvokeRequest{Runtime: "python", Code: "print(1)"}).want(t, http.StatusOK).execution(t)
-		if v.Status != string(store.StatusLaunchFailed) || v.StartedAt != nil {
+		if v.Status != string(model.StatusLaunchFailed) || v.StartedAt != nil {
 			t.Fatalf("execution: got status %q started %v, want launch_failed, never started", v.Status, v.StartedAt)
 		}
 		var res struct{ Error string }
@@ -574,7 +575,7 @@ func TestFailedLaunchChargesNothing(t *testing.T) {
 		if tc := e.toolCall(v.ID); tc.CreditsCharged != 0 || tc.Status != "launch_failed" {
 			t.Errorf("tool_calls row: got %s with %d credits, want launch_failed with 0", tc.Status, tc.CreditsCharged)
 		}
-		wantLedger(t, e, map[store.LedgerKind]int{store.LedgerGrant: 1, store.LedgerReserve: 1, store.LedgerRelease: 1})
+		wantLedger(t, e, map[model.LedgerKind]int{model.LedgerGrant: 1, model.LedgerReserve: 1, model.LedgerRelease: 1})
 	})
 }
 
@@ -610,7 +611,7 @@ func TestIdempotentRetry(t *testing.T) {
 		if again.ID != first.ID || !again.Replayed || first.Replayed {
 			t.Fatalf("retry: got id %q replayed %v (first %q replayed %v), want the first execution replayed", again.ID, again.Replayed, first.ID, first.Replayed)
 		}
-		if again.Status != string(store.StatusSucceeded) || result(t, again).Stdout != "once\n" {
+		if again.Status != string(model.StatusSucceeded) || result(t, again).Stdout != "once\n" {
 			t.Errorf("replayed result: got %q %s", again.Status, again.Result)
 		}
 		e.wantCredits(8, 0)
@@ -660,7 +661,7 @@ func TestIdempotentRetry(t *testing.T) {
 			if err := json.Unmarshal([]byte(evs[0].data), &v); err != nil {
 				t.Fatal(err)
 			}
-			if v.ID != first.ID || !v.Replayed || v.Status != string(store.StatusSucceeded) {
+			if v.ID != first.ID || !v.Replayed || v.Status != string(model.StatusSucceeded) {
 				t.Errorf("SSE replay: got id %q replayed %v status %q, want %s replayed, succeeded", v.ID, v.Replayed, v.Status, first.ID)
 			}
 			e.wantCredits(6, 0)
@@ -683,7 +684,7 @@ func TestIdempotentRetryAwaitingApproval(t *testing.T) {
 		}
 		e.wantCredits(8, 2)
 		e.do("POST", "/v1/approvals/"+first.ApprovalID+"/approve", e.approver, nil).want(t, http.StatusOK)
-		if got := e.wait(first.ID, 30*time.Second); got.Status != string(store.StatusSucceeded) {
+		if got := e.wait(first.ID, 30*time.Second); got.Status != string(model.StatusSucceeded) {
 			t.Fatalf("after approval: got %q, want succeeded", got.Status)
 		}
 		e.wantCredits(8, 0)
@@ -769,7 +770,7 @@ func checkConcurrentRun(t *testing.T, e *env, answers []answer, granted int64, r
 		if v.StartedAt != nil {
 			launched++
 		}
-		if v.Status != string(store.StatusSucceeded) || result(t, v).Stdout != "hi\n" {
+		if v.Status != string(model.StatusSucceeded) || result(t, v).Stdout != "hi\n" {
 			t.Errorf("execution %s: got status %q result %s, want succeeded with hi", v.ID, v.Status, v.Result)
 		}
 	}
@@ -959,7 +960,7 @@ func TestMetrics(t *testing.T) {
 			v := e.awaitApproval(capability.InvokeRequest{Runtime: "shell", Code: "echo hi"})
 			e.wantMetrics("while an approval is pending", "stockade_approvals_pending 1")
 			e.do("POST", "/v1/approvals/"+v.ApprovalID+"/approve", e.approver, nil).want(t, http.StatusOK)
-			if got := e.wait(v.ID, 30*time.Second); got.Status != string(store.StatusSucceeded) {
+			if got := e.wait(v.ID, 30*time.Second); got.Status != string(model.StatusSucceeded) {
 				t.Fatalf("after approval: got %q, want succeeded", got.Status)
 			}
 			e.wantMetrics("after the approved run", "stockade_approvals_pending 0",
@@ -975,7 +976,7 @@ func TestMetrics(t *testing.T) {
 			denied := e.awaitApproval(capability.InvokeRequest{Runtime: "shell", Code: "echo no"})
 			e.do("POST", "/v1/approvals/"+denied.ApprovalID+"/deny", e.approver, nil).want(t, http.StatusOK)
 			expired := e.awaitApproval(capability.InvokeRequest{Runtime: "shell", Code: "echo late"})
-			if got := e.wait(expired.ID, 15*time.Second); got.Status != string(store.StatusApprovalExpired) {
+			if got := e.wait(expired.ID, 15*time.Second); got.Status != string(model.StatusApprovalExpired) {
 				t.Fatalf("after the TTL: got %q, want approval_expired", got.Status)
 			}
 			e.wantMetrics("after a denial and an expiry", "stockade_approvals_pending 0",

@@ -33,8 +33,8 @@ import (
 	"github.com/stockade-sh/stockade/internal/netns"
 	"github.com/stockade-sh/stockade/internal/testenv"
 	"github.com/stockade-sh/stockade/internal/wiring"
+	"github.com/stockade-sh/stockade/model"
 	"github.com/stockade-sh/stockade/sandbox"
-	"github.com/stockade-sh/stockade/store"
 	"github.com/stockade-sh/stockade/tools"
 )
 
@@ -132,7 +132,7 @@ tools:
 	}
 	c := envConfig{
 		credits: 10,
-		policy: func(p *store.Policy) {
+		policy: func(p *model.Policy) {
 			noApproval(p)
 			p.NetworkAllowed = true
 		},
@@ -274,7 +274,7 @@ func TestEgressOverHTTP(t *testing.T) {
 				e.do("POST", "/v1/approvals/"+v.ApprovalID+"/approve", e.approver, map[string]string{"reason": "fetch may reach " + allowedName}).
 					want(t, http.StatusOK)
 				got := e.wait(v.ID, 50*time.Second) // under requestTimeout; the run itself is bounded at 30 s
-				if got.Status != string(store.StatusSucceeded) || got.Driver != driver {
+				if got.Status != string(model.StatusSucceeded) || got.Driver != driver {
 					t.Fatalf("after approval: got status %q on %q, result %s; want succeeded on %s", got.Status, got.Driver, got.Result, driver)
 				}
 				res := result(t, got)
@@ -335,7 +335,7 @@ func TestEgressNeedsApproval(t *testing.T) {
 		e := newEgressEnv(t, b, "runc")
 		v := e.awaitApproval(e.fetchRequest())
 		e.wantFetchCard(v.Approval)
-		if got := e.wait(v.ID, time.Second); got.Status != string(store.StatusAwaitingApproval) || got.StartedAt != nil {
+		if got := e.wait(v.ID, time.Second); got.Status != string(model.StatusAwaitingApproval) || got.StartedAt != nil {
 			t.Fatalf("while pending: got status %q started %v, want awaiting_approval, not started", got.Status, got.StartedAt)
 		}
 		if left := e.nets.Leftovers(); len(left) > 0 {

@@ -30,6 +30,7 @@ import (
 	"github.com/stockade-sh/stockade/image"
 	"github.com/stockade-sh/stockade/internal/storeopen"
 	"github.com/stockade-sh/stockade/internal/testenv"
+	"github.com/stockade-sh/stockade/model"
 	"github.com/stockade-sh/stockade/sandbox"
 	"github.com/stockade-sh/stockade/store"
 	"github.com/stockade-sh/stockade/store/storetest"
@@ -119,7 +120,7 @@ type envConfig struct {
 	// svc configures the service; zero is the service's defaults.
 	svc capability.ServiceOptions
 	// policy edits the workspace's default policy; nil keeps it.
-	policy func(*store.Policy)
+	policy func(*model.Policy)
 	// credits is granted to the workspace; zero grants nothing.
 	credits int64
 	// images is the image store root; empty is testenv.DataDir().
@@ -150,7 +151,7 @@ type env struct {
 	st  store.Store
 	svc *capability.Service
 	url string
-	ws  store.Workspace
+	ws  model.Workspace
 	// agent, approver and admin are API keys of the workspace.
 	agent, approver, admin string
 	// runcState is the runc driver's state directory.
@@ -216,11 +217,11 @@ func newEnv(t *testing.T, b backend, c envConfig) *env {
 		t.Fatalf("CreateWorkspace: %v", err)
 	}
 	for _, k := range []struct {
-		role store.Role
+		role model.Role
 		dst  *string
-	}{{store.RoleAgent, &e.agent}, {store.RoleApprover, &e.approver}, {store.RoleAdmin, &e.admin}} {
+	}{{model.RoleAgent, &e.agent}, {model.RoleApprover, &e.approver}, {model.RoleAdmin, &e.admin}} {
 		*k.dst = "sk_test_" + string(k.role) + "_" + rand.Text()
-		if _, err := st.CreateAPIKey(ctx, store.NewAPIKey{WorkspaceID: e.ws.ID, Role: k.role, Hash: store.HashKey(*k.dst), Name: string(k.role)}); err != nil {
+		if _, err := st.CreateAPIKey(ctx, store.NewAPIKey{WorkspaceID: e.ws.ID, Role: k.role, Hash: model.HashKey(*k.dst), Name: string(k.role)}); err != nil {
 			t.Fatalf("CreateAPIKey(%s): %v", k.role, err)
 		}
 	}
@@ -265,14 +266,14 @@ func newBareService(t *testing.T) (svc *capability.Service, st store.Store, agen
 		t.Fatal(err)
 	}
 	agent = "sk_test_bare_" + rand.Text()
-	if _, err := st.CreateAPIKey(t.Context(), store.NewAPIKey{WorkspaceID: ws.ID, Role: store.RoleAgent, Hash: store.HashKey(agent), Name: "agent"}); err != nil {
+	if _, err := st.CreateAPIKey(t.Context(), store.NewAPIKey{WorkspaceID: ws.ID, Role: model.RoleAgent, Hash: model.HashKey(agent), Name: "agent"}); err != nil {
 		t.Fatal(err)
 	}
 	return capability.NewService(eng, st, capability.ServiceOptions{}), st, agent
 }
 
 // noApproval is a policy edit: invocations run without a human.
-func noApproval(p *store.Policy) { p.Approval = store.ApprovalNone }
+func noApproval(p *model.Policy) { p.Approval = model.ApprovalNone }
 
 // reply is an HTTP answer, body read whole.
 type reply struct {

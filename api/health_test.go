@@ -10,8 +10,8 @@ import (
 	"github.com/stockade-sh/stockade/capability"
 	"github.com/stockade-sh/stockade/driver/gvisor"
 	"github.com/stockade-sh/stockade/internal/testenv"
+	"github.com/stockade-sh/stockade/model"
 	"github.com/stockade-sh/stockade/sandbox"
-	"github.com/stockade-sh/stockade/store"
 )
 
 // TestBrokenDriverIsUnavailable runs the default tool on gVisor with a
@@ -57,7 +57,7 @@ func TestBrokenDriverIsUnavailable(t *testing.T) {
 					t.Errorf("/healthz: got gvisor %q, want ok", health.Drivers["gvisor"])
 				}
 				v := e.invoke(req).want(t, http.StatusOK).execution(t)
-				if v.Status != string(store.StatusSucceeded) {
+				if v.Status != string(model.StatusSucceeded) {
 					t.Fatalf("execution: got %s (%s), want succeeded", v.Status, v.Result)
 				}
 				return

@@ -25,6 +25,7 @@ import (
 	"github.com/stockade-sh/stockade/internal/sandboxfake"
 	"github.com/stockade-sh/stockade/internal/storeopen"
 	"github.com/stockade-sh/stockade/internal/witness"
+	"github.com/stockade-sh/stockade/model"
 	"github.com/stockade-sh/stockade/sandbox"
 	"github.com/stockade-sh/stockade/store"
 )
@@ -133,14 +134,14 @@ func TestKillLoop(t *testing.T) {
 		t.Fatal(err)
 	}
 	key := "sk_test_agent_" + fmt.Sprint(rand.Int64())
-	if _, err := st.CreateAPIKey(t.Context(), store.NewAPIKey{WorkspaceID: ws.ID, Role: store.RoleAgent, Hash: store.HashKey(key), Name: "agent"}); err != nil {
+	if _, err := st.CreateAPIKey(t.Context(), store.NewAPIKey{WorkspaceID: ws.ID, Role: model.RoleAgent, Hash: model.HashKey(key), Name: "agent"}); err != nil {
 		t.Fatal(err)
 	}
 	p, err := st.GetPolicy(t.Context(), ws.ID)
 	if err != nil {
 		t.Fatal(err)
 	}
-	p.Approval = store.ApprovalNone
+	p.Approval = model.ApprovalNone
 	if _, err := st.SetPolicy(t.Context(), ws.ID, p, nil); err != nil {
 		t.Fatal(err)
 	}
@@ -213,9 +214,9 @@ func TestKillLoop(t *testing.T) {
 		}
 		for _, e := range page.Items {
 			switch e.Kind {
-			case store.LedgerGrant:
+			case model.LedgerGrant:
 				grants += e.Amount
-			case store.LedgerCommit:
+			case model.LedgerCommit:
 				commits += e.Amount
 			}
 		}
@@ -223,7 +224,7 @@ func TestKillLoop(t *testing.T) {
 			break
 		}
 	}
-	calls := map[string]store.ToolCall{}
+	calls := map[string]model.ToolCall{}
 	var charged int64
 	var failed int
 	for cursor := ""; ; {
@@ -235,9 +236,9 @@ func TestKillLoop(t *testing.T) {
 			calls[c.ExecutionID] = c
 			charged += c.CreditsCharged
 			switch c.Status {
-			case store.StatusQueued, store.StatusRunning, store.StatusAwaitingApproval:
+			case model.StatusQueued, model.StatusRunning, model.StatusAwaitingApproval:
 				t.Errorf("execution %s is still %s after the last restart", c.ExecutionID, c.Status)
-			case store.StatusFailed:
+			case model.StatusFailed:
 				failed++
 			}
 		}
@@ -260,11 +261,11 @@ func TestKillLoop(t *testing.T) {
 		t.Errorf("got %d executions answered succeeded and %d interrupted, want some of each", len(acked), failed)
 	}
 	for _, id := range acked {
-		if c, ok := calls[id]; !ok || c.Status != store.StatusSucceeded || c.CreditsCharged <= 0 {
+		if c, ok := calls[id]; !ok || c.Status != model.StatusSucceeded || c.CreditsCharged <= 0 {
 			t.Errorf("execution %s was answered succeeded: its row is %+v (found %v), want succeeded and charged", id, c, ok)
 		}
 	}
-	var heads []store.ChainHead
+	var heads []model.ChainHead
 	if h, ok, err := witness.Dir(filepath.Join(dir, "witness")).Read(ws.ID); err != nil {
 		t.Fatal(err)
 	} else if ok {
@@ -298,7 +299,7 @@ func invokeOnce(ctx context.Context, c *http.Client, base, key string, body []by
 		return ""
 	}
 	var v api.ExecutionView
-	if json.Unmarshal(b, &v) != nil || v.Status != string(store.StatusSucceeded) {
+	if json.Unmarshal(b, &v) != nil || v.Status != string(model.StatusSucceeded) {
 		return ""
 	}
 	return v.ID

@@ -18,7 +18,7 @@ import (
 	"github.com/stockade-sh/stockade/client"
 	"github.com/stockade-sh/stockade/errdefs"
 	"github.com/stockade-sh/stockade/mcp"
-	"github.com/stockade-sh/stockade/store"
+	"github.com/stockade-sh/stockade/model"
 )
 
 // mcpSessionTimeout closes an MCP session that has had no request for
@@ -250,7 +250,7 @@ func (b localBackend) StreamCell(ctx context.Context, id string, req client.Cell
 	if err != nil {
 		return nil, b.s.clientError(ctx, err)
 	}
-	es.result = func(ctx context.Context, e store.Execution) any { return b.s.cellView(ctx, b.p, e) }
+	es.result = func(ctx context.Context, e model.Execution) any { return b.s.cellView(ctx, b.p, e) }
 	return client.NewCellStream(func() (string, []byte, error) { return es.next(ctx, nil) }, es.close), nil
 }
 

@@ -9,7 +9,7 @@ import (
 
 	"github.com/stockade-sh/stockade/analytics"
 	"github.com/stockade-sh/stockade/capability"
-	"github.com/stockade-sh/stockade/store"
+	"github.com/stockade-sh/stockade/model"
 )
 
 // Metrics are Stockade's Prometheus metrics. It implements capability.Observer.
@@ -87,7 +87,7 @@ func NewMetrics() *Metrics {
 	}
 	// Every final status has a series from the start, so that a fresh
 	// daemon's /metrics already names them (at zero).
-	for _, st := range store.ExecutionStatuses {
+	for _, st := range model.ExecutionStatuses {
 		if st.Terminal() {
 			m.invocations.WithLabelValues(string(st))
 		}
@@ -101,7 +101,7 @@ func NewMetrics() *Metrics {
 }
 
 // Invocation implements capability.Observer.
-func (m *Metrics) Invocation(status store.ExecutionStatus, driver string, ran time.Duration, credits int64) {
+func (m *Metrics) Invocation(status model.ExecutionStatus, driver string, ran time.Duration, credits int64) {
 	m.invocations.WithLabelValues(string(status)).Inc()
 	if ran > 0 {
 		m.duration.WithLabelValues(driver).Observe(ran.Seconds())

@@ -4,7 +4,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/stockade-sh/stockade/capability"
-	"github.com/stockade-sh/stockade/store"
+	"github.com/stockade-sh/stockade/model"
 )
 
 var _ capability.SessionObserver = (*Metrics)(nil)
@@ -28,7 +28,7 @@ func newSessionMetrics(reg *prometheus.Registry) sessionMetrics {
 			Name: "stockade_sessions_ended_total", Help: "Sessions ended, by reason.",
 		}, []string{"reason"}),
 	}
-	for _, r := range []store.SessionEndReason{store.EndClosed, store.EndIdle, store.EndTTL, store.EndInterrupted, store.EndFailed} {
+	for _, r := range []model.SessionEndReason{model.EndClosed, model.EndIdle, model.EndTTL, model.EndInterrupted, model.EndFailed} {
 		m.ended.WithLabelValues(string(r))
 	}
 	reg.MustRegister(m.live, m.cells, m.ended)
@@ -39,11 +39,11 @@ func newSessionMetrics(reg *prometheus.Registry) sessionMetrics {
 func (m *Metrics) SessionsLive(delta int) { m.sessions.live.Add(float64(delta)) }
 
 // SessionCell implements capability.SessionObserver.
-func (m *Metrics) SessionCell(status store.ExecutionStatus) {
+func (m *Metrics) SessionCell(status model.ExecutionStatus) {
 	m.sessions.cells.WithLabelValues(string(status)).Inc()
 }
 
 // SessionEnded implements capability.SessionObserver.
-func (m *Metrics) SessionEnded(reason store.SessionEndReason) {
+func (m *Metrics) SessionEnded(reason model.SessionEndReason) {
 	m.sessions.ended.WithLabelValues(string(reason)).Inc()
 }

@@ -16,7 +16,7 @@ import (
 	"github.com/stockade-sh/stockade/capability"
 	"github.com/stockade-sh/stockade/internal/fsmode"
 	"github.com/stockade-sh/stockade/internal/testenv"
-	"github.com/stockade-sh/stockade/store"
+	"github.com/stockade-sh/stockade/model"
 )
 
 // nobody is the uid and gid of the sandboxes' own user, and of an
@@ -156,7 +156,7 @@ func TestModes(t *testing.T) {
 			"--config", cfg, "--driver", "gvisor", "--data-dir", data, "--state-dir", state, "--listen", "127.0.0.1:0", "--egress=false"))
 	}
 	d := serve()
-	if ex := do(t, d.url, "POST", "/v1/executions", key, capability.InvokeRequest{Runtime: "shell", Code: "echo hi"}).want(t, http.StatusOK).execution(t); ex.Status != string(store.StatusSucceeded) {
+	if ex := do(t, d.url, "POST", "/v1/executions", key, capability.InvokeRequest{Runtime: "shell", Code: "echo hi"}).want(t, http.StatusOK).execution(t); ex.Status != string(model.StatusSucceeded) {
 		t.Errorf("a one-shot through the daemon: got %q, want succeeded", ex.Status)
 	}
 	var ss api.SessionView

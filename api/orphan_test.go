@@ -18,6 +18,7 @@ import (
 	"github.com/stockade-sh/stockade/engine"
 	"github.com/stockade-sh/stockade/internal/storeopen"
 	"github.com/stockade-sh/stockade/internal/testenv"
+	"github.com/stockade-sh/stockade/model"
 	"github.com/stockade-sh/stockade/store"
 	"github.com/stockade-sh/stockade/supervisor"
 )
@@ -244,7 +245,7 @@ func TestServeEndsSessionsForGood(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if got.State != store.SessionEnded || got.EndReason != store.EndInterrupted {
+			if got.State != model.SessionEnded || got.EndReason != model.EndInterrupted {
 				t.Errorf("the session: got %s (%s), want ended interrupted", got.State, got.EndReason)
 			}
 			cell, err := st.GetExecution(t.Context(), ws, cellID)
@@ -260,13 +261,13 @@ func TestServeEndsSessionsForGood(t *testing.T) {
 			if err := json.Unmarshal(cell.Result, &res); err != nil {
 				t.Fatalf("the cell's result %s: %v", cell.Result, err)
 			}
-			if cell.Status != store.StatusKilled || res.EndedBy != engine.EndedByShutdown {
+			if cell.Status != model.StatusKilled || res.EndedBy != engine.EndedByShutdown {
 				t.Errorf("the running cell: got %s, ended_by %q, want killed, %q (result %s)", cell.Status, res.EndedBy, engine.EndedByShutdown, cell.Result)
 			}
 			if !strings.Contains(res.Stdout, "running") {
 				t.Errorf("the cell's stdout: got %q, want the output printed before the shutdown (running)", res.Stdout)
 			}
-			if tc, err := st.GetToolCall(t.Context(), ws, cellID); err != nil || tc.Status != store.StatusKilled || tc.CreditsCharged != 2 {
+			if tc, err := st.GetToolCall(t.Context(), ws, cellID); err != nil || tc.Status != model.StatusKilled || tc.CreditsCharged != 2 {
 				t.Errorf("the cell's tool_calls row: got %s charged %d (%v), want killed charged 2", tc.Status, tc.CreditsCharged, err)
 			}
 			cancels, err := st.ListEvents(t.Context(), ws, store.EventFilter{Types: []string{"execution.cancelled"}, PageRequest: store.PageRequest{Limit: 10}})

@@ -25,6 +25,7 @@ import (
 	"github.com/stockade-sh/stockade/capability"
 	"github.com/stockade-sh/stockade/errdefs"
 	"github.com/stockade-sh/stockade/mcp"
+	"github.com/stockade-sh/stockade/model"
 	"github.com/stockade-sh/stockade/policy"
 	"github.com/stockade-sh/stockade/sandbox"
 	"github.com/stockade-sh/stockade/store"
@@ -74,14 +75,14 @@ const maxBody = 8 << 20
 // Store is what the API reads from the store itself: every change goes
 // through the capability layer.
 type Store interface {
-	GetApproval(ctx context.Context, workspaceID, approvalID string) (store.Approval, error)
-	ListApprovals(ctx context.Context, workspaceID string, f store.ApprovalFilter) (store.Page[store.Approval], error)
-	ListEvents(ctx context.Context, workspaceID string, f store.EventFilter) (store.Page[store.Event], error)
-	ListToolCalls(ctx context.Context, workspaceID string, f store.ToolCallFilter) (store.Page[store.ToolCall], error)
-	GetToolCall(ctx context.Context, workspaceID, executionID string) (store.ToolCall, error)
-	GetWorkspace(ctx context.Context, id string) (store.Workspace, error)
-	GetPolicy(ctx context.Context, workspaceID string) (store.Policy, error)
-	GetCredits(ctx context.Context, workspaceID string) (store.Credits, error)
+	GetApproval(ctx context.Context, workspaceID, approvalID string) (model.Approval, error)
+	ListApprovals(ctx context.Context, workspaceID string, f store.ApprovalFilter) (store.Page[model.Approval], error)
+	ListEvents(ctx context.Context, workspaceID string, f store.EventFilter) (store.Page[model.Event], error)
+	ListToolCalls(ctx context.Context, workspaceID string, f store.ToolCallFilter) (store.Page[model.ToolCall], error)
+	GetToolCall(ctx context.Context, workspaceID, executionID string) (model.ToolCall, error)
+	GetWorkspace(ctx context.Context, id string) (model.Workspace, error)
+	GetPolicy(ctx context.Context, workspaceID string) (model.Policy, error)
+	GetCredits(ctx context.Context, workspaceID string) (model.Credits, error)
 	CheckpointBytes(ctx context.Context, workspaceID string) (bytes int64, paused int, err error)
 }
 
@@ -285,7 +286,7 @@ type ExecutionView struct {
 	Replayed bool            `json:"replayed,omitempty"`
 }
 
-func viewOf(e store.Execution) ExecutionView {
+func viewOf(e model.Execution) ExecutionView {
 	v := ExecutionView{
 		ID: e.ID, Status: string(e.Status), Runtime: e.Runtime, Tool: e.Tool, SessionID: e.SessionID, ApprovalID: e.ApprovalID,
 		Driver: e.Driver, CreatedAt: e.CreatedAt, Result: e.Result,
@@ -312,7 +313,7 @@ type ApprovalView struct {
 	Reason      string          `json:"reason,omitempty"`
 }
 
-func approvalView(a store.Approval) ApprovalView {
+func approvalView(a model.Approval) ApprovalView {
 	v := ApprovalView{ID: a.ID, ExecutionID: a.ExecutionID, Status: string(a.Status), Card: card(a),
 		RequestedAt: a.RequestedAt, ExpiresAt: a.ExpiresAt, DecidedBy: a.DecidedBy, Reason: a.Reason}
 	if !a.DecidedAt.IsZero() {
@@ -322,7 +323,7 @@ func approvalView(a store.Approval) ApprovalView {
 }
 
 // card returns the approval card with its ids filled in.
-func card(a store.Approval) json.RawMessage {
+func card(a model.Approval) json.RawMessage {
 	var c capability.ApprovalCard
 	if err := json.Unmarshal(a.Card, &c); err != nil {
 		return a.Card
@@ -348,7 +349,7 @@ func (s *server) createExecution(w http.ResponseWriter, r *http.Request, p capab
 		s.writeError(w, r, err)
 		return
 	}
-	s.answerAdmission(w, r, p, inv, func(e store.Execution) (int, any) {
+	s.answerAdmission(w, r, p, inv, func(e model.Execution) (int, any) {
 		v := viewOf(e)
 		v.Replayed = inv.Replayed
 		return http.StatusOK, v
@@ -358,8 +359,8 @@ func (s *server) createExecution(w http.ResponseWriter, r *http.Request, p capab
 // answerAdmission answers a POST that admitted inv: 202 with its execution
 // and approval card while it waits for a decision; otherwise, once it has
 // ended or MaxWait has passed, the status and body outcome gives for it.
-func (s *server) answerAdmission(w http.ResponseWriter, r *http.Request, p capability.Principal, inv *capability.Invocation, outcome func(store.Execution) (int, any)) {
-	if inv.Approval != nil && inv.Execution.Status == store.StatusAwaitingApproval {
+func (s *server) answerAdmission(w http.ResponseWriter, r *http.Request, p capability.Principal, inv *capability.Invocation, outcome func(model.Execution) (int, any)) {
+	if inv.Approval != nil && inv.Execution.Status == model.StatusAwaitingApproval {
 		v := viewOf(inv.Execution)
 		v.Approval, v.Replayed = card(*inv.Approval), inv.Replayed
 		w.Header().Set("Location", "/v1/executions/"+v.ID)
@@ -412,7 +413,7 @@ type executionStream struct {
 	done, over bool
 	// result, when set, is the result event's data for the execution as
 	// it ended (a session's cell); otherwise its ExecutionView.
-	result func(ctx context.Context, e store.Execution) any
+	result func(ctx context.Context, e model.Execution) any
 }
 
 type streamEvent struct {
@@ -449,7 +450,7 @@ func (s *server) openAdmitted(ctx context.Context, p capability.Principal, id st
 		}
 		es.done = e.Status.Terminal()
 	}
-	if inv.Approval != nil && inv.Execution.Status == store.StatusAwaitingApproval {
+	if inv.Approval != nil && inv.Execution.Status == model.StatusAwaitingApproval {
 		es.queued = append(es.queued, streamEvent{"approval_required", card(*inv.Approval)})
 	}
 	return es, nil
@@ -493,10 +494,10 @@ func (es *executionStream) next(ctx context.Context, tick <-chan time.Time) (str
 	v := viewOf(e)
 	v.Replayed = es.replayed
 	b, _ := json.Marshal(v)
-	if es.result != nil && e.Status != store.StatusDenied {
+	if es.result != nil && e.Status != model.StatusDenied {
 		b, _ = json.Marshal(es.result(ctx, e))
 	}
-	if e.Status == store.StatusDenied {
+	if e.Status == model.StatusDenied {
 		return "denied", b, nil
 	}
 	return "result", b, nil
@@ -622,14 +623,14 @@ func (s *server) listApprovals(w http.ResponseWriter, r *http.Request, p capabil
 	}
 	f := store.ApprovalFilter{PageRequest: pr}
 	if v := r.URL.Query().Get("status"); v != "" {
-		st := store.ApprovalStatus(v)
+		st := model.ApprovalStatus(v)
 		switch st {
-		case store.ApprovalPending, store.ApprovalApproved, store.ApprovalDenied, store.ApprovalExpired, store.ApprovalCancelled:
+		case model.ApprovalPending, model.ApprovalApproved, model.ApprovalDenied, model.ApprovalExpired, model.ApprovalCancelled:
 		default:
 			s.writeError(w, r, errdefs.Publicf("status=%q: expected pending, approved, denied, expired or cancelled: %w", v, errdefs.ErrInvalidArgument))
 			return
 		}
-		f.Statuses = []store.ApprovalStatus{st}
+		f.Statuses = []model.ApprovalStatus{st}
 	}
 	page, err := s.st.ListApprovals(r.Context(), p.WorkspaceID, f)
 	if err != nil {
@@ -738,11 +739,11 @@ func (s *server) listToolCalls(w http.ResponseWriter, r *http.Request, p capabil
 		return
 	}
 	for _, st := range statuses {
-		if !store.ExecutionStatus(st).Valid() {
+		if !model.ExecutionStatus(st).Valid() {
 			s.writeError(w, r, errdefs.Publicf("status: unknown status %q: %w", st, errdefs.ErrInvalidArgument))
 			return
 		}
-		f.Statuses = append(f.Statuses, store.ExecutionStatus(st))
+		f.Statuses = append(f.Statuses, model.ExecutionStatus(st))
 	}
 	page, err := s.st.ListToolCalls(r.Context(), p.WorkspaceID, f)
 	if err != nil {
@@ -798,7 +799,7 @@ type PolicyView struct {
 }
 
 // PolicyViewOf returns the wire form of a policy.
-func PolicyViewOf(p store.Policy) PolicyView {
+func PolicyViewOf(p model.Policy) PolicyView {
 	return PolicyView{CodeExecution: p.CodeExecution, Approval: string(p.Approval), Network: policy.NetworkWord(p.NetworkAllowed),
 		MaxSessions: p.MaxSessions, MaxTimeoutMS: p.MaxTimeout.Milliseconds(), Runtimes: p.Runtimes, ToolChanges: string(p.ToolChanges)}
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/stockade-sh/stockade/capability"
 	"github.com/stockade-sh/stockade/errdefs"
+	"github.com/stockade-sh/stockade/model"
 	"github.com/stockade-sh/stockade/policy"
 	"github.com/stockade-sh/stockade/sandbox"
 	"github.com/stockade-sh/stockade/store"
@@ -45,7 +46,7 @@ type SessionView struct {
 	Replayed       bool   `json:"replayed,omitempty"`
 }
 
-func (s *server) sessionView(ss store.Session) SessionView {
+func (s *server) sessionView(ss model.Session) SessionView {
 	v := SessionView{ID: ss.ID, Runtime: ss.Runtime, Tool: ss.Tool, Driver: ss.Driver, State: string(ss.State),
 		Network: policy.NetworkWord(ss.Network), CreatedAt: ss.CreatedAt, ExpiresAt: ss.ExpiresAt, IdleExpiresAt: ss.IdleExpiresAt(),
 		IdleTimeoutMS: ss.IdleTimeout.Milliseconds(), EndReason: string(ss.EndReason), Cells: ss.Cells, Approval: string(ss.Approval),
@@ -92,8 +93,8 @@ func (s *server) listSessions(w http.ResponseWriter, r *http.Request, p capabili
 	f := store.SessionFilter{PageRequest: pr}
 	switch v := r.URL.Query().Get("state"); v {
 	case "":
-	case string(store.SessionActive), string(store.SessionPaused), string(store.SessionEnded):
-		f.States = []store.SessionState{store.SessionState(v)}
+	case string(model.SessionActive), string(model.SessionPaused), string(model.SessionEnded):
+		f.States = []model.SessionState{model.SessionState(v)}
 	default:
 		s.writeError(w, r, errdefs.Publicf("state=%q: expected active, paused or ended: %w", v, errdefs.ErrInvalidArgument))
 		return
@@ -161,7 +162,7 @@ type capabilityCellError struct {
 }
 
 // cellView is the outcome of cell e, which has ended.
-func (s *server) cellView(ctx context.Context, p capability.Principal, e store.Execution) CellView {
+func (s *server) cellView(ctx context.Context, p capability.Principal, e model.Execution) CellView {
 	var doc struct {
 		capability.CellResultDoc
 		Error json.RawMessage `json:"error"`
@@ -210,7 +211,7 @@ func (s *server) execCell(w http.ResponseWriter, r *http.Request, p capability.P
 			s.writeError(w, r, err)
 			return
 		}
-		es.result = func(ctx context.Context, e store.Execution) any {
+		es.result = func(ctx context.Context, e model.Execution) any {
 			v := s.cellView(ctx, p, e)
 			v.Replayed = es.replayed
 			return v
@@ -224,7 +225,7 @@ func (s *server) execCell(w http.ResponseWriter, r *http.Request, p capability.P
 		s.writeError(w, r, err)
 		return
 	}
-	s.answerAdmission(w, r, p, inv, func(e store.Execution) (int, any) {
+	s.answerAdmission(w, r, p, inv, func(e model.Execution) (int, any) {
 		if !e.Status.Terminal() {
 			// Still running after MaxWait: follow it with GET
 			// /v1/executions/{id}?wait=.

@@ -17,6 +17,7 @@ import (
 	"github.com/stockade-sh/stockade/capability"
 	"github.com/stockade-sh/stockade/driver/gvisor"
 	"github.com/stockade-sh/stockade/internal/testenv"
+	"github.com/stockade-sh/stockade/model"
 	"github.com/stockade-sh/stockade/sandbox"
 	"github.com/stockade-sh/stockade/store"
 	"github.com/stockade-sh/stockade/supervisor"
@@ -189,9 +190,9 @@ func TestSessionCells(t *testing.T) {
 // (their decision event names it), and the session records it.
 func TestSessionApproval(t *testing.T) {
 	forEachStore(t, func(t *testing.T, b backend) {
-		for _, mode := range []store.ApprovalMode{store.ApprovalRequired, store.ApprovalPerSession} {
+		for _, mode := range []model.ApprovalMode{model.ApprovalRequired, model.ApprovalPerSession} {
 			t.Run(string(mode), func(t *testing.T) {
-				e := newEnv(t, b, envConfig{sessions: true, credits: 20, policy: func(p *store.Policy) { p.Approval = mode }})
+				e := newEnv(t, b, envConfig{sessions: true, credits: 20, policy: func(p *model.Policy) { p.Approval = mode }})
 				ss := e.openSession(e.agent, capability.CreateSessionRequest{Runtime: "shell"})
 				approve := func(code string) api.ExecutionView {
 					t.Helper()
@@ -200,8 +201,8 @@ func TestSessionApproval(t *testing.T) {
 						t.Fatalf("a cell that needs approval: got %+v", v)
 					}
 					var card capability.ApprovalCard
-					if err := json.Unmarshal(v.Approval, &card); err != nil || card.SessionID != ss.ID || card.CoversSession != (mode == store.ApprovalPerSession) {
-						t.Fatalf("its card: got %s, want the session, covering it: %v", v.Approval, mode == store.ApprovalPerSession)
+					if err := json.Unmarshal(v.Approval, &card); err != nil || card.SessionID != ss.ID || card.CoversSession != (mode == model.ApprovalPerSession) {
+						t.Fatalf("its card: got %s, want the session, covering it: %v", v.Approval, mode == model.ApprovalPerSession)
 					}
 					e.do("POST", "/v1/approvals/"+v.ApprovalID+"/approve", e.approver, nil).want(t, http.StatusOK)
 					if done := e.wait(v.ID, 30*time.Second); done.Status != "succeeded" {
@@ -211,7 +212,7 @@ func TestSessionApproval(t *testing.T) {
 				}
 				first := approve("set x 1")
 				var second string
-				if mode == store.ApprovalRequired {
+				if mode == model.ApprovalRequired {
 					second = approve("get x").ApprovalID
 				} else {
 					c := e.cell(e.agent, ss.ID, "get x")
@@ -229,11 +230,11 @@ func TestSessionApproval(t *testing.T) {
 					t.Errorf("the first cell's decision: got %+v, want approval required", firstEv)
 				}
 				switch mode {
-				case store.ApprovalRequired:
+				case model.ApprovalRequired:
 					if !latest.ApprovalRequired || latest.CoveredBy != "" || second == first.ApprovalID {
 						t.Errorf("the second cell's decision under required: got %+v, want its own approval", latest)
 					}
-				case store.ApprovalPerSession:
+				case model.ApprovalPerSession:
 					if latest.ApprovalRequired || latest.CoveredBy != first.ApprovalID {
 						t.Errorf("the second cell's decision under per_session: got %+v, want covered by %s", latest, first.ApprovalID)
 					}
@@ -243,7 +244,7 @@ func TestSessionApproval(t *testing.T) {
 						t.Errorf("the session's covering approval: got %q, want %q", got.ApprovalID, first.ApprovalID)
 					}
 				}
-				wantApprovals := map[store.ApprovalMode]int{store.ApprovalRequired: 2, store.ApprovalPerSession: 1}[mode]
+				wantApprovals := map[model.ApprovalMode]int{model.ApprovalRequired: 2, model.ApprovalPerSession: 1}[mode]
 				if got := list[api.ApprovalView](t, e.url, e.approver, "/v1/approvals", ""); len(got) != wantApprovals {
 					t.Errorf("approval rows: got %d, want %d", len(got), wantApprovals)
 				}
@@ -260,7 +261,7 @@ func TestSessionApproval(t *testing.T) {
 // approval: the cell is cancelled with its request, its credits released,
 // and approving it afterwards is refused.
 func TestSessionEndCancelsPendingCell(t *testing.T) {
-	e := newEnv(t, backends[0], envConfig{sessions: true, credits: 20, policy: func(p *store.Policy) { p.Approval = store.ApprovalRequired }})
+	e := newEnv(t, backends[0], envConfig{sessions: true, credits: 20, policy: func(p *model.Policy) { p.Approval = model.ApprovalRequired }})
 	ss := e.openSession(e.agent, capability.CreateSessionRequest{Runtime: "shell"})
 	v := e.do("POST", "/v1/sessions/"+ss.ID+"/exec", e.agent, capability.CellRequest{Code: "set x 1"}).want(t, http.StatusAccepted).execution(t)
 	if v.Status != "awaiting_approval" {
@@ -393,7 +394,7 @@ func TestSessionBadInput(t *testing.T) {
 		t.Errorf("sandboxes: got %d, want the 2 live sessions' (nothing left by the refusals)", n)
 	}
 	// A policy without code execution forbids sessions.
-	off := newWorkspace(t, e, "off", func(p *store.Policy) { p.CodeExecution = false }, 10)
+	off := newWorkspace(t, e, "off", func(p *model.Policy) { p.CodeExecution = false }, 10)
 	e.do("POST", "/v1/sessions", off, capability.CreateSessionRequest{Runtime: "shell"}).wantError(t, http.StatusForbidden, "permission_denied")
 	if n := len(e.events("capability.invoke_denied", "")); n != 1 {
 		t.Errorf("the quota's denial events: got %d, want 1", n)
@@ -402,7 +403,7 @@ func TestSessionBadInput(t *testing.T) {
 
 // newWorkspace creates another workspace of e's store with an agent key
 // (returned), policy edits and credits.
-func newWorkspace(t *testing.T, e *env, name string, policy func(*store.Policy), credits int64) string {
+func newWorkspace(t *testing.T, e *env, name string, policy func(*model.Policy), credits int64) string {
 	t.Helper()
 	ctx := t.Context()
 	ws, err := e.st.CreateWorkspace(ctx, name, nil)
@@ -410,7 +411,7 @@ func newWorkspace(t *testing.T, e *env, name string, policy func(*store.Policy),
 		t.Fatal(err)
 	}
 	key := "sk_test_" + name + "_" + strconv.FormatInt(time.Now().UnixNano(), 36)
-	if _, err := e.st.CreateAPIKey(ctx, store.NewAPIKey{WorkspaceID: ws.ID, Role: store.RoleAgent, Hash: store.HashKey(key), Name: "agent"}); err != nil {
+	if _, err := e.st.CreateAPIKey(ctx, store.NewAPIKey{WorkspaceID: ws.ID, Role: model.RoleAgent, Hash: model.HashKey(key), Name: "agent"}); err != nil {
 		t.Fatal(err)
 	}
 	p, err := e.st.GetPolicy(ctx, ws.ID)

@@ -12,7 +12,7 @@ import (
 	"github.com/stockade-sh/stockade/client"
 	"github.com/stockade-sh/stockade/errdefs"
 	"github.com/stockade-sh/stockade/internal/templatejobs"
-	"github.com/stockade-sh/stockade/store"
+	"github.com/stockade-sh/stockade/model"
 )
 
 // TemplateService is what the API serves templates and their builds from
@@ -43,9 +43,9 @@ func (s *server) templateRoutes() []route {
 // templates returns the service, or why templates cannot be served.
 func (s *server) templates(p capability.Principal, build bool) (TemplateService, error) {
 	switch {
-	case build && p.Role != store.RoleAdmin:
+	case build && p.Role != model.RoleAdmin:
 		return nil, errdefs.Publicf("only admin keys may build templates: %w", errdefs.ErrPermissionDenied)
-	case p.Role != store.RoleAdmin && p.Role != store.RoleApprover:
+	case p.Role != model.RoleAdmin && p.Role != model.RoleApprover:
 		return nil, errdefs.Publicf("only admin and approver keys may read templates: %w", errdefs.ErrPermissionDenied)
 	case s.opts.Templates == nil:
 		return nil, errdefs.Publicf("this daemon serves no templates: %w", errdefs.ErrNotFound)

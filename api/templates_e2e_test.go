@@ -29,6 +29,7 @@ import (
 	"github.com/stockade-sh/stockade/internal/templatejobs"
 	"github.com/stockade-sh/stockade/internal/testenv"
 	"github.com/stockade-sh/stockade/internal/wiring"
+	"github.com/stockade-sh/stockade/model"
 	"github.com/stockade-sh/stockade/sandbox"
 	"github.com/stockade-sh/stockade/store"
 	"github.com/stockade-sh/stockade/templates"
@@ -288,8 +289,8 @@ func TestTemplatesEndToEnd(t *testing.T) {
 		t.Fatal(err)
 	}
 	admin, agent, approver := "sk_test_admin_"+rand.Text(), "sk_test_agent_"+rand.Text(), "sk_test_approver_"+rand.Text()
-	for key, role := range map[string]store.Role{admin: store.RoleAdmin, agent: store.RoleAgent, approver: store.RoleApprover} {
-		if _, err := st.CreateAPIKey(t.Context(), store.NewAPIKey{WorkspaceID: ws.ID, Role: role, Hash: store.HashKey(key), Name: string(role)}); err != nil {
+	for key, role := range map[string]model.Role{admin: model.RoleAdmin, agent: model.RoleAgent, approver: model.RoleApprover} {
+		if _, err := st.CreateAPIKey(t.Context(), store.NewAPIKey{WorkspaceID: ws.ID, Role: role, Hash: model.HashKey(key), Name: string(role)}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -297,7 +298,7 @@ func TestTemplatesEndToEnd(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pol.Approval, pol.ToolChanges = store.ApprovalNone, store.ToolChangesRequireReview
+	pol.Approval, pol.ToolChanges = model.ApprovalNone, model.ToolChangesRequireReview
 	if _, err := st.SetPolicy(t.Context(), ws.ID, pol, nil); err != nil {
 		t.Fatal(err)
 	}

@@ -20,6 +20,7 @@ import (
 	"github.com/stockade-sh/stockade/image"
 	"github.com/stockade-sh/stockade/internal/storeopen"
 	"github.com/stockade-sh/stockade/internal/templatejobs"
+	"github.com/stockade-sh/stockade/model"
 	"github.com/stockade-sh/stockade/sandbox"
 	"github.com/stockade-sh/stockade/store"
 	"github.com/stockade-sh/stockade/templates"
@@ -80,7 +81,7 @@ func (g *gateBuilder) Current(name string) (*client.TemplateBuild, error) {
 type templatesEnv struct {
 	url                    string
 	st                     store.Store
-	ws                     store.Workspace
+	ws                     model.Workspace
 	agent, approver, admin string
 	gate                   chan error
 }
@@ -105,11 +106,11 @@ func newTemplatesEnv(t *testing.T, serve bool) *templatesEnv {
 		t.Fatal(err)
 	}
 	for _, k := range []struct {
-		role store.Role
+		role model.Role
 		dst  *string
-	}{{store.RoleAgent, &e.agent}, {store.RoleApprover, &e.approver}, {store.RoleAdmin, &e.admin}} {
+	}{{model.RoleAgent, &e.agent}, {model.RoleApprover, &e.approver}, {model.RoleAdmin, &e.admin}} {
 		*k.dst = "sk_test_" + string(k.role) + "_" + rand.Text()
-		if _, err := st.CreateAPIKey(t.Context(), store.NewAPIKey{WorkspaceID: e.ws.ID, Role: k.role, Hash: store.HashKey(*k.dst), Name: string(k.role)}); err != nil {
+		if _, err := st.CreateAPIKey(t.Context(), store.NewAPIKey{WorkspaceID: e.ws.ID, Role: k.role, Hash: model.HashKey(*k.dst), Name: string(k.role)}); err != nil {
 			t.Fatal(err)
 		}
 	}

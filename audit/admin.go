@@ -1,8 +1,8 @@
 package audit
 
 import (
+	"github.com/stockade-sh/stockade/model"
 	"github.com/stockade-sh/stockade/policy"
-	"github.com/stockade-sh/stockade/store"
 )
 
 // Changes made with the admin commands (actor "cli"), each written in the
@@ -33,7 +33,7 @@ func (WorkspaceCreatedEvent) Code() string { return WorkspaceCreatedCode }
 type KeyCreatedEvent struct {
 	Meta  `json:"-"`
 	KeyID string     `json:"key_id"`
-	Role  store.Role `json:"role"`
+	Role  model.Role `json:"role"`
 }
 
 func (KeyCreatedEvent) Type() string { return KeyCreated }
@@ -43,7 +43,7 @@ func (KeyCreatedEvent) Code() string { return KeyCreatedCode }
 type KeyRevokedEvent struct {
 	Meta  `json:"-"`
 	KeyID string     `json:"key_id"`
-	Role  store.Role `json:"role"`
+	Role  model.Role `json:"role"`
 }
 
 func (KeyRevokedEvent) Type() string { return KeyRevoked }
@@ -88,7 +88,7 @@ type Policy struct {
 }
 
 // PolicyOf returns p as the chain records it.
-func PolicyOf(p store.Policy) Policy {
+func PolicyOf(p model.Policy) Policy {
 	return Policy{CodeExecution: p.CodeExecution, Approval: string(p.Approval), Network: policy.NetworkWord(p.NetworkAllowed),
 		MaxSessions: p.MaxSessions, MaxTimeoutMS: p.MaxTimeout.Milliseconds(), Runtimes: p.Runtimes, ToolChanges: string(p.ToolChanges)}
 }

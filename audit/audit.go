@@ -26,7 +26,7 @@ import (
 	"time"
 
 	"github.com/stockade-sh/stockade/errdefs"
-	"github.com/stockade-sh/stockade/store"
+	"github.com/stockade-sh/stockade/model"
 )
 
 // Meta is what every event has besides its data. It is stored in the
@@ -69,9 +69,9 @@ type dataless interface{ dataless() }
 // and as its data the JSON of e (its fields besides Meta). It panics if e
 // cannot be encoded, which only a json.RawMessage field holding invalid
 // JSON can cause: those hold what Stockade encoded itself.
-func NewEvent(e Event) store.NewEvent {
+func NewEvent(e Event) model.NewEvent {
 	m := e.Metadata()
-	ne := store.NewEvent{WorkspaceID: m.WorkspaceID, Type: e.Type(), Code: e.Code(), Actor: m.Actor,
+	ne := model.NewEvent{WorkspaceID: m.WorkspaceID, Type: e.Type(), Code: e.Code(), Actor: m.Actor,
 		Reason: m.Reason, ExecutionID: m.ExecutionID, Time: m.Time}
 	if _, ok := e.(dataless); ok {
 		return ne
@@ -85,8 +85,8 @@ func NewEvent(e Event) store.NewEvent {
 }
 
 // NewEvents returns the store's inputs for es, in order (see NewEvent).
-func NewEvents(es ...Event) []store.NewEvent {
-	out := make([]store.NewEvent, len(es))
+func NewEvents(es ...Event) []model.NewEvent {
+	out := make([]model.NewEvent, len(es))
 	for i, e := range es {
 		out[i] = NewEvent(e)
 	}
@@ -102,7 +102,7 @@ var ErrUnknownType = fmt.Errorf("unknown audit event type: %w", errdefs.ErrInval
 // and its fields from e's data. An event of an unknown type is
 // ErrUnknownType; data that does not fit its type's struct is
 // ErrInvalidArgument too.
-func Decode(e store.Event) (Event, error) {
+func Decode(e model.Event) (Event, error) {
 	dec, ok := decoders[e.Type]
 	if !ok {
 		return nil, fmt.Errorf("decoding event %s of type %q: %w", e.ID, e.Type, ErrUnknownType)

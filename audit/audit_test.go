@@ -11,7 +11,7 @@ import (
 
 	"github.com/stockade-sh/stockade/audit"
 	"github.com/stockade-sh/stockade/errdefs"
-	"github.com/stockade-sh/stockade/store"
+	"github.com/stockade-sh/stockade/model"
 )
 
 // Values with characters the JSON encoder escapes, to show that the
@@ -93,21 +93,21 @@ func TestEventsEncodeAsBefore(t *testing.T) {
 		{"approval approved", audit.ApprovalApprovedEvent{ApprovalID: "apr_1"}, map[string]string{"approval_id": "apr_1"}},
 		{"approval denied", audit.ApprovalDeniedEvent{ApprovalID: "apr_1"}, map[string]string{"approval_id": "apr_1"}},
 		{"approval expired", audit.ApprovalExpiredEvent{ApprovalID: "apr_1"}, map[string]string{"approval_id": "apr_1"}},
-		{"execution finished with exit code", audit.ExecutionFinishedEvent{Status: store.StatusFailed, Driver: "runc", ResultSHA256: sha, Credits: 2, ExitCode: &exit3},
-			map[string]any{"status": store.StatusFailed, "driver": "runc", "result_sha256": sha, "credits": int64(2), "exit_code": 3}},
-		{"execution finished with exit code 0", audit.ExecutionFinishedEvent{Status: store.StatusSucceeded, Driver: "gvisor", ResultSHA256: sha, Credits: 2, ExitCode: &exit0},
-			map[string]any{"status": store.StatusSucceeded, "driver": "gvisor", "result_sha256": sha, "credits": int64(2), "exit_code": 0}},
-		{"execution finished without exit code", audit.ExecutionFinishedEvent{Status: store.StatusLaunchFailed, ResultSHA256: sha},
-			map[string]any{"status": store.StatusLaunchFailed, "driver": "", "result_sha256": sha, "credits": int64(0)}},
+		{"execution finished with exit code", audit.ExecutionFinishedEvent{Status: model.StatusFailed, Driver: "runc", ResultSHA256: sha, Credits: 2, ExitCode: &exit3},
+			map[string]any{"status": model.StatusFailed, "driver": "runc", "result_sha256": sha, "credits": int64(2), "exit_code": 3}},
+		{"execution finished with exit code 0", audit.ExecutionFinishedEvent{Status: model.StatusSucceeded, Driver: "gvisor", ResultSHA256: sha, Credits: 2, ExitCode: &exit0},
+			map[string]any{"status": model.StatusSucceeded, "driver": "gvisor", "result_sha256": sha, "credits": int64(2), "exit_code": 0}},
+		{"execution finished without exit code", audit.ExecutionFinishedEvent{Status: model.StatusLaunchFailed, ResultSHA256: sha},
+			map[string]any{"status": model.StatusLaunchFailed, "driver": "", "result_sha256": sha, "credits": int64(0)}},
 		{"execution recovered", audit.ExecutionRecoveredEvent{}, nil},
-		{"execution cancelled running", audit.ExecutionCancelledEvent{From: store.StatusRunning, To: store.StatusKilled, Credits: 2},
+		{"execution cancelled running", audit.ExecutionCancelledEvent{From: model.StatusRunning, To: model.StatusKilled, Credits: 2},
 			struct {
 				From       string `json:"from"`
 				To         string `json:"to"`
 				Credits    int64  `json:"credits"`
 				ApprovalID string `json:"approval_id,omitempty"`
 			}{From: "running", To: "killed", Credits: 2}},
-		{"execution cancelled awaiting approval", audit.ExecutionCancelledEvent{From: store.StatusAwaitingApproval, To: store.StatusCancelled, ApprovalID: "apr_1"},
+		{"execution cancelled awaiting approval", audit.ExecutionCancelledEvent{From: model.StatusAwaitingApproval, To: model.StatusCancelled, ApprovalID: "apr_1"},
 			struct {
 				From       string `json:"from"`
 				To         string `json:"to"`
@@ -143,8 +143,8 @@ func TestEventsEncodeAsBefore(t *testing.T) {
 		{"broker denied", audit.BrokerDeniedEvent{Sandbox: "sbx-1", Tool: "brokered", Operation: quirky},
 			map[string]any{"sandbox": "sbx-1", "tool": "brokered", "operation": quirky, "params_sha256": "", "status": 0}},
 		{"workspace created", audit.WorkspaceCreatedEvent{Name: "alpha"}, map[string]string{"name": "alpha"}},
-		{"key created", audit.KeyCreatedEvent{KeyID: "key_1", Role: store.RoleAgent}, map[string]string{"key_id": "key_1", "role": "agent"}},
-		{"key revoked", audit.KeyRevokedEvent{KeyID: "key_1", Role: store.RoleAdmin}, map[string]string{"key_id": "key_1", "role": "admin"}},
+		{"key created", audit.KeyCreatedEvent{KeyID: "key_1", Role: model.RoleAgent}, map[string]string{"key_id": "key_1", "role": "agent"}},
+		{"key revoked", audit.KeyRevokedEvent{KeyID: "key_1", Role: model.RoleAdmin}, map[string]string{"key_id": "key_1", "role": "admin"}},
 		{"credits granted", audit.CreditsGrantedEvent{Amount: 100}, map[string]int64{"amount": 100}},
 		{"policy updated", audit.PolicyUpdatedEvent{Before: pol, After: noRuntimes},
 			map[string]any{"before": oldPol, "after": oldView(noRuntimes)}},
@@ -172,9 +172,9 @@ var allEvents = []audit.Event{
 	audit.ApprovalApprovedEvent{ApprovalID: "apr_1"},
 	audit.ApprovalDeniedEvent{ApprovalID: "apr_2"},
 	audit.ApprovalExpiredEvent{ApprovalID: "apr_3"},
-	audit.ExecutionFinishedEvent{Credits: 2, Driver: "runc", ExitCode: new(1), ResultSHA256: sha, Status: store.StatusFailed},
+	audit.ExecutionFinishedEvent{Credits: 2, Driver: "runc", ExitCode: new(1), ResultSHA256: sha, Status: model.StatusFailed},
 	audit.ExecutionRecoveredEvent{},
-	audit.ExecutionCancelledEvent{From: store.StatusQueued, To: store.StatusCancelled, ApprovalID: "apr_4"},
+	audit.ExecutionCancelledEvent{From: model.StatusQueued, To: model.StatusCancelled, ApprovalID: "apr_4"},
 	audit.ToolRegisteredEvent{Tool: "t", Fingerprint: "f", Record: json.RawMessage(`{"name":"t"}`)},
 	audit.ToolChangedEvent{Tool: "t", Fingerprint: "g", PreviousFingerprint: "f", Record: json.RawMessage(`{"name":"t"}`),
 		Diff: []string{"d"}, Growth: []string{"g"}, ReviewRequired: true, Source: &audit.EventRef{Seq: 1, Hash: sha}},
@@ -185,13 +185,13 @@ var allEvents = []audit.Event{
 	audit.BrokerCallEvent{Operation: "echo", ParamsSHA256: sha, Sandbox: "s", Status: 200, Tool: "t"},
 	audit.BrokerDeniedEvent{Operation: "other", ParamsSHA256: sha, Sandbox: "s", Tool: "t"},
 	audit.WorkspaceCreatedEvent{Name: "w"},
-	audit.KeyCreatedEvent{KeyID: "key_1", Role: store.RoleApprover},
-	audit.KeyRevokedEvent{KeyID: "key_1", Role: store.RoleApprover},
+	audit.KeyCreatedEvent{KeyID: "key_1", Role: model.RoleApprover},
+	audit.KeyRevokedEvent{KeyID: "key_1", Role: model.RoleApprover},
 	audit.CreditsGrantedEvent{Amount: 5},
 	audit.PolicyUpdatedEvent{After: audit.Policy{Network: "allow", Runtimes: []string{"python"}}, Before: audit.Policy{Network: "deny"}},
-	audit.SessionCreatedEvent{Approval: store.ApprovalPerSession, Driver: "runc", ExpiresAt: "2026-12-01T11:00:00Z", IdleTimeoutMS: 600000,
+	audit.SessionCreatedEvent{Approval: model.ApprovalPerSession, Driver: "runc", ExpiresAt: "2026-12-01T11:00:00Z", IdleTimeoutMS: 600000,
 		Network: "deny", Runtime: "python", SandboxID: "sb", SessionID: "ses_1", Tool: "code.execute", WorkspaceBytes: 1 << 28},
-	audit.SessionEndedEvent{Cells: 3, EndReason: store.EndIdle, SessionID: "ses_1"},
+	audit.SessionEndedEvent{Cells: 3, EndReason: model.EndIdle, SessionID: "ses_1"},
 	audit.SessionFileTransferredEvent{Direction: audit.TransferIn, Path: "/workspace/a.csv", SessionID: "ses_1", SHA256: sha, Size: 10},
 	audit.TemplateBuiltEvent{Template: "analytics", Digest: "sha256:2", PreviousDigest: "sha256:1", Key: "sha256:k", Declaration: "sha256:d",
 		CacheHit: true, Pull: true, SBOM: audit.TemplateSBOM{Debian: 3, Wheels: 1, NPM: 0, Files: 1}, Added: []string{"python3-yaml 6.0.2-1"},
@@ -244,7 +244,7 @@ func TestDecode(t *testing.T) {
 				ne.Reason != meta.Reason || ne.ExecutionID != meta.ExecutionID || !ne.Time.Equal(at) {
 				t.Errorf("NewEvent: got %+v, want the event's type, code and metadata %+v", ne, meta)
 			}
-			stored := store.Event{ID: "ev_1", WorkspaceID: ne.WorkspaceID, Seq: 3, Type: ne.Type, Code: ne.Code, Actor: ne.Actor,
+			stored := model.Event{ID: "ev_1", WorkspaceID: ne.WorkspaceID, Seq: 3, Type: ne.Type, Code: ne.Code, Actor: ne.Actor,
 				Reason: ne.Reason, ExecutionID: ne.ExecutionID, Data: ne.Data, Time: ne.Time}
 			got, err := audit.Decode(stored)
 			if err != nil {
@@ -256,12 +256,12 @@ func TestDecode(t *testing.T) {
 		})
 	}
 	t.Run("unknown type", func(t *testing.T) {
-		if _, err := audit.Decode(store.Event{ID: "ev_1", Type: "test.event"}); !errors.Is(err, audit.ErrUnknownType) || !errdefs.IsInvalidArgument(err) {
+		if _, err := audit.Decode(model.Event{ID: "ev_1", Type: "test.event"}); !errors.Is(err, audit.ErrUnknownType) || !errdefs.IsInvalidArgument(err) {
 			t.Errorf("got %v, want ErrUnknownType, an invalid argument", err)
 		}
 	})
 	t.Run("data of another shape", func(t *testing.T) {
-		_, err := audit.Decode(store.Event{ID: "ev_1", Type: audit.InvokeDenied, Data: []byte(`{"decision":"x","request":{"network":false}}`)})
+		_, err := audit.Decode(model.Event{ID: "ev_1", Type: audit.InvokeDenied, Data: []byte(`{"decision":"x","request":{"network":false}}`)})
 		if !errdefs.IsInvalidArgument(err) || errors.Is(err, audit.ErrUnknownType) {
 			t.Errorf("got %v for a boolean network, want invalid argument", err)
 		}

@@ -1,6 +1,6 @@
 package audit
 
-import "github.com/stockade-sh/stockade/store"
+import "github.com/stockade-sh/stockade/model"
 
 // The decision on an invocation: every invocation has exactly one of these.
 const (
@@ -129,7 +129,7 @@ type ExecutionFinishedEvent struct {
 	// ExitCode is the program's exit code; nil when it did not exit.
 	ExitCode     *int                  `json:"exit_code,omitempty"`
 	ResultSHA256 string                `json:"result_sha256"`
-	Status       store.ExecutionStatus `json:"status"`
+	Status       model.ExecutionStatus `json:"status"`
 }
 
 func (ExecutionFinishedEvent) Type() string { return ExecutionFinished }
@@ -154,10 +154,10 @@ type ExecutionCancelledEvent struct {
 	Meta `json:"-"`
 	// From is the status the execution was cancelled in:
 	// awaiting_approval, queued or running.
-	From store.ExecutionStatus `json:"from"`
+	From model.ExecutionStatus `json:"from"`
 	// To is the status it ended in: cancelled, or killed for a running
 	// one, whose sandbox was destroyed.
-	To store.ExecutionStatus `json:"to"`
+	To model.ExecutionStatus `json:"to"`
 	// Credits is what the execution was charged: 0, or the price of an
 	// invocation for a running one (it launched).
 	Credits int64 `json:"credits"`

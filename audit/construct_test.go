@@ -16,13 +16,13 @@ import (
 const storeImport = "github.com/stockade-sh/stockade/store"
 
 // handBuilt lists where the module's code, tests aside, may build a
-// store.NewEvent itself: package audit's NewEvent, and the store's own
+// model.NewEvent itself: package audit's NewEvent, and the store's own
 // suite, which hands the store events no struct describes (invalid ones,
 // and types made up to grow chains).
 var handBuilt = []string{"audit", "store/storetest"}
 
 // TestEventsOnlyFromStructs fails where code outside handBuilt builds a
-// store.NewEvent by hand (a literal, new, or a variable filled in field by
+// model.NewEvent by hand (a literal, new, or a variable filled in field by
 // field) instead of getting it from audit.NewEvent: such an event's data is
 // whatever its call site wrote, not the encoding of its struct.
 func TestEventsOnlyFromStructs(t *testing.T) {
@@ -56,7 +56,7 @@ func TestEventsOnlyFromStructs(t *testing.T) {
 		}
 		files++
 		for _, at := range handBuiltEvents(t, path, filepath.Dir(rel) == "store") {
-			t.Errorf("%s:%d builds a store.NewEvent by hand; build the event's struct in package audit and use audit.NewEvent", rel, at)
+			t.Errorf("%s:%d builds a model.NewEvent by hand; build the event's struct in package audit and use audit.NewEvent", rel, at)
 		}
 		return nil
 	})
@@ -100,7 +100,7 @@ func f(es []st.NewEvent, e st.NewEvent) ([]st.NewEvent, *st.NewEvent) {
 }
 
 // handBuiltEvents returns the lines of the file at path that build a
-// store.NewEvent by hand. inStore says the file is package store's, where
+// model.NewEvent by hand. inStore says the file is package store's, where
 // the type is plain NewEvent.
 func handBuiltEvents(t *testing.T, path string, inStore bool) []int {
 	t.Helper()

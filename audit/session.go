@@ -1,6 +1,6 @@
 package audit
 
-import "github.com/stockade-sh/stockade/store"
+import "github.com/stockade-sh/stockade/model"
 
 // The events of a session's life; its cells are executions, audited as
 // any execution is.
@@ -21,7 +21,7 @@ const (
 type SessionCreatedEvent struct {
 	Meta `json:"-"`
 	// Approval is the approval mode its cells are admitted under.
-	Approval      store.ApprovalMode `json:"approval"`
+	Approval      model.ApprovalMode `json:"approval"`
 	Driver        string             `json:"driver"`
 	ExpiresAt     string             `json:"expires_at"`
 	IdleTimeoutMS int64              `json:"idle_timeout_ms"`
@@ -42,7 +42,7 @@ func (SessionCreatedEvent) Code() string { return SessionCreatedCode }
 type SessionEndedEvent struct {
 	Meta      `json:"-"`
 	Cells     int                    `json:"cells"`
-	EndReason store.SessionEndReason `json:"end_reason"`
+	EndReason model.SessionEndReason `json:"end_reason"`
 	SessionID string                 `json:"session_id"`
 }
 

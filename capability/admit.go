@@ -13,6 +13,7 @@ import (
 	"github.com/stockade-sh/stockade/contract"
 	"github.com/stockade-sh/stockade/engine"
 	"github.com/stockade-sh/stockade/errdefs"
+	"github.com/stockade-sh/stockade/model"
 	"github.com/stockade-sh/stockade/policy"
 	"github.com/stockade-sh/stockade/sandbox"
 	"github.com/stockade-sh/stockade/store"
@@ -31,11 +32,11 @@ type gate struct {
 // gateStore is what gate needs of the store.
 type gateStore interface {
 	eventAppender
-	GetPolicy(ctx context.Context, workspaceID string) (store.Policy, error)
+	GetPolicy(ctx context.Context, workspaceID string) (model.Policy, error)
 	ReplayExecution(ctx context.Context, e store.NewExecution) (store.Admission, error)
-	Admit(ctx context.Context, e store.NewExecution, s store.Step) (store.Admission, error)
-	GetExecution(ctx context.Context, workspaceID, executionID string) (store.Execution, error)
-	GetApproval(ctx context.Context, workspaceID, approvalID string) (store.Approval, error)
+	Admit(ctx context.Context, e store.NewExecution, s model.Step) (store.Admission, error)
+	GetExecution(ctx context.Context, workspaceID, executionID string) (model.Execution, error)
+	GetApproval(ctx context.Context, workspaceID, approvalID string) (model.Approval, error)
 }
 
 // InvokeRequest is the body of POST /v1/executions.
@@ -53,9 +54,9 @@ type InvokeRequest struct {
 
 // Invocation is the outcome of Invoke: the execution as admitted.
 type Invocation struct {
-	Execution store.Execution
+	Execution model.Execution
 	// Approval is set when the execution waits for a decision.
-	Approval *store.Approval
+	Approval *model.Approval
 	// Replayed is set when an Idempotency-Key matched an earlier request.
 	Replayed bool
 }
@@ -153,7 +154,7 @@ func (s *gate) Invoke(ctx context.Context, p Principal, req InvokeRequest, o Inv
 		t.mem = mem
 		return t, nil
 	}
-	rec.dispatch = func(e store.Execution, t *ticket) { s.runs.dispatch(e, c.timeout, t) }
+	rec.dispatch = func(e model.Execution, t *ticket) { s.runs.dispatch(e, c.timeout, t) }
 	if err := s.admit(ctx, c); err != nil {
 		return nil, err
 	}

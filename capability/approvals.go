@@ -8,6 +8,7 @@ import (
 
 	"github.com/stockade-sh/stockade/contract"
 	"github.com/stockade-sh/stockade/errdefs"
+	"github.com/stockade-sh/stockade/model"
 	"github.com/stockade-sh/stockade/policy"
 	"github.com/stockade-sh/stockade/store"
 	"github.com/stockade-sh/stockade/tools"
@@ -25,12 +26,12 @@ type approvals struct {
 // approvalStore is what approvals needs of the store.
 type approvalStore interface {
 	runStore
-	GetApproval(ctx context.Context, workspaceID, approvalID string) (store.Approval, error)
-	ListApprovals(ctx context.Context, workspaceID string, f store.ApprovalFilter) (store.Page[store.Approval], error)
-	ListDueApprovals(ctx context.Context, now time.Time) ([]store.Approval, error)
-	GetPolicy(ctx context.Context, workspaceID string) (store.Policy, error)
-	GetSession(ctx context.Context, workspaceID, id string) (store.Session, error)
-	ListWorkspaces(ctx context.Context) ([]store.Workspace, error)
+	GetApproval(ctx context.Context, workspaceID, approvalID string) (model.Approval, error)
+	ListApprovals(ctx context.Context, workspaceID string, f store.ApprovalFilter) (store.Page[model.Approval], error)
+	ListDueApprovals(ctx context.Context, now time.Time) ([]model.Approval, error)
+	GetPolicy(ctx context.Context, workspaceID string) (model.Policy, error)
+	GetSession(ctx context.Context, workspaceID, id string) (model.Session, error)
+	ListWorkspaces(ctx context.Context) ([]model.Workspace, error)
 }
 
 // ApprovalCard is what an approver is shown.
@@ -85,21 +86,21 @@ func (c *ApprovalCard) UnmarshalJSON(b []byte) error {
 
 // Decide records an approver's decision. Approving queues the execution to
 // run; denying ends it, uncharged. Agent keys get ErrPermissionDenied.
-func (s *approvals) Decide(ctx context.Context, p Principal, approvalID string, approve bool, reason string) (store.Approval, store.Execution, error) {
+func (s *approvals) Decide(ctx context.Context, p Principal, approvalID string, approve bool, reason string) (model.Approval, model.Execution, error) {
 	// An agent key is refused before anything is read.
 	if err := mayDecide(p); err != nil {
-		return store.Approval{}, store.Execution{}, err
+		return model.Approval{}, model.Execution{}, err
 	}
 	a, err := s.st.GetApproval(ctx, p.WorkspaceID, approvalID)
 	if err != nil {
-		return a, store.Execution{}, err
+		return a, model.Execution{}, err
 	}
 	var in Input = Deny{By: p, Reason: reason, At: s.opts.Now()}
 	var card ApprovalCard // what is approved: read before the decision is made
 	if approve {
 		var stale string
 		if card, stale, err = s.stillAllowed(ctx, p, a); err != nil {
-			return store.Approval{}, store.Execution{}, err
+			return model.Approval{}, model.Execution{}, err
 		}
 		in = Approve{By: p, Reason: reason, Stale: stale, At: s.opts.Now()}
 	}
@@ -119,10 +120,10 @@ func (s *approvals) Decide(ctx context.Context, p Principal, approvalID string, 
 	}
 	step, err := Transition(g, in)
 	if err != nil {
-		return store.Approval{}, store.Execution{}, err
+		return model.Approval{}, model.Execution{}, err
 	}
 	if e, err = s.st.Apply(ctx, e.ID, *step.Write); err != nil {
-		return store.Approval{}, store.Execution{}, err
+		return model.Approval{}, model.Execution{}, err
 	}
 	if a, err = s.st.GetApproval(ctx, p.WorkspaceID, approvalID); err != nil {
 		return a, e, err
@@ -139,7 +140,7 @@ func (s *approvals) Decide(ctx context.Context, p Principal, approvalID string, 
 // changed while the request waited), or the tool's record changed since
 // the card was made, so that the approver would approve what no longer
 // runs. Denying such a request stays possible.
-func (s *approvals) stillAllowed(ctx context.Context, p Principal, a store.Approval) (ApprovalCard, string, error) {
+func (s *approvals) stillAllowed(ctx context.Context, p Principal, a model.Approval) (ApprovalCard, string, error) {
 	var card ApprovalCard
 	if err := json.Unmarshal(a.Card, &card); err != nil {
 		return card, "", fmt.Errorf("reading approval card: %w", err)
@@ -188,7 +189,7 @@ func (s *approvals) expireApprovals(ctx context.Context) {
 
 // expire ends the execution of approval a, due at now. One that was
 // decided or cancelled since it was listed is left alone.
-func (s *approvals) expire(ctx context.Context, a store.Approval, now time.Time) error {
+func (s *approvals) expire(ctx context.Context, a model.Approval, now time.Time) error {
 	e, err := s.st.GetExecution(ctx, a.WorkspaceID, a.ExecutionID)
 	if err != nil {
 		return err
@@ -220,7 +221,7 @@ func (s *approvals) countPending(ctx context.Context) error {
 	for _, ws := range wss {
 		req := store.PageRequest{Limit: store.MaxPageLimit}
 		for {
-			page, err := s.st.ListApprovals(ctx, ws.ID, store.ApprovalFilter{PageRequest: req, Statuses: []store.ApprovalStatus{store.ApprovalPending}})
+			page, err := s.st.ListApprovals(ctx, ws.ID, store.ApprovalFilter{PageRequest: req, Statuses: []model.ApprovalStatus{model.ApprovalPending}})
 			if err != nil {
 				return fmt.Errorf("counting pending approvals: %w", err)
 			}

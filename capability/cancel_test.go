@@ -9,14 +9,15 @@ import (
 	"github.com/stockade-sh/stockade/engine"
 	"github.com/stockade-sh/stockade/errdefs"
 	"github.com/stockade-sh/stockade/internal/sandboxfake"
+	"github.com/stockade-sh/stockade/model"
 	"github.com/stockade-sh/stockade/sandbox"
 	"github.com/stockade-sh/stockade/store"
 )
 
 // key adds a key of role to the environment's workspace.
-func (e *serviceEnv) key(t *testing.T, role store.Role, name string) Principal {
+func (e *serviceEnv) key(t *testing.T, role model.Role, name string) Principal {
 	t.Helper()
-	k, err := e.st.CreateAPIKey(t.Context(), store.NewAPIKey{WorkspaceID: e.ws.ID, Role: role, Hash: store.HashKey(name)})
+	k, err := e.st.CreateAPIKey(t.Context(), store.NewAPIKey{WorkspaceID: e.ws.ID, Role: role, Hash: model.HashKey(name)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -39,7 +40,7 @@ func (e *serviceEnv) wantCredits(t *testing.T, available, reserved int64) {
 // event.
 func (e *serviceEnv) cancelData(t *testing.T, id string) audit.ExecutionCancelledEvent {
 	t.Helper()
-	var found []store.Event
+	var found []model.Event
 	for _, ev := range e.events(t, audit.ExecutionCancelled) {
 		if ev.ExecutionID == id {
 			found = append(found, ev)
@@ -65,18 +66,18 @@ func (e *serviceEnv) cancelData(t *testing.T, id string) audit.ExecutionCancelle
 func TestCancelAwaitingApproval(t *testing.T) {
 	ctx := t.Context()
 	obs := &countingObserver{}
-	env := newServiceEnv(t, nil, &sandboxfake.Driver{ID: "gvisor", Tier: sandbox.TierGVisor}, store.DefaultPolicy(), ServiceOptions{Observer: obs})
+	env := newServiceEnv(t, nil, &sandboxfake.Driver{ID: "gvisor", Tier: sandbox.TierGVisor}, model.DefaultPolicy(), ServiceOptions{Observer: obs})
 	inv, err := env.svc.Invoke(ctx, env.agent, InvokeRequest{Runtime: "python", Code: "print(1)"}, InvokeOptions{})
 	if err != nil || inv.Approval == nil {
 		t.Fatalf("got %+v, %v; want a pending approval", inv, err)
 	}
 	env.wantCredits(t, 8, 2)
 	ex, err := env.svc.Cancel(ctx, env.agent, inv.Execution.ID, "not needed")
-	if err != nil || ex.Status != store.StatusCancelled {
+	if err != nil || ex.Status != model.StatusCancelled {
 		t.Fatalf("Cancel: got %s, %v; want cancelled", ex.Status, err)
 	}
 	env.wantCredits(t, 10, 0)
-	if a, err := env.st.GetApproval(ctx, env.ws.ID, inv.Approval.ID); err != nil || a.Status != store.ApprovalCancelled {
+	if a, err := env.st.GetApproval(ctx, env.ws.ID, inv.Approval.ID); err != nil || a.Status != model.ApprovalCancelled {
 		t.Errorf("approval: got %s, %v; want cancelled", a.Status, err)
 	}
 	if d := env.cancelData(t, ex.ID); d != (audit.ExecutionCancelledEvent{From: "awaiting_approval", To: "cancelled", ApprovalID: inv.Approval.ID}) {
@@ -89,7 +90,7 @@ func TestCancelAwaitingApproval(t *testing.T) {
 	obs.mu.Unlock()
 	n := env.chainLength(t)
 	again, err := env.svc.Cancel(ctx, env.agent, inv.Execution.ID, "")
-	if err != nil || again.Status != store.StatusCancelled || env.chainLength(t) != n {
+	if err != nil || again.Status != model.StatusCancelled || env.chainLength(t) != n {
 		t.Errorf("a second cancel: got %s, %v and %d events, want the execution unchanged and no event (%d)", again.Status, err, env.chainLength(t), n)
 	}
 }
@@ -112,19 +113,19 @@ func TestCancelQueued(t *testing.T) {
 	}
 	env.wantCredits(t, 6, 4)
 	ex, err := env.svc.Cancel(ctx, env.agent, queued.Execution.ID, "")
-	if err != nil || ex.Status != store.StatusCancelled {
+	if err != nil || ex.Status != model.StatusCancelled {
 		t.Fatalf("Cancel: got %s, %v; want cancelled", ex.Status, err)
 	}
 	env.wantCredits(t, 8, 2)
 	close(hold)
-	if got, err := env.svc.Wait(ctx, env.agent, first.Execution.ID, 10*time.Second); err != nil || got.Status != store.StatusSucceeded {
+	if got, err := env.svc.Wait(ctx, env.agent, first.Execution.ID, 10*time.Second); err != nil || got.Status != model.StatusSucceeded {
 		t.Fatalf("first execution: got %s, %v", got.Status, err)
 	}
 	env.svc.Close() // every run has ended
 	if n := len(drv.Specs()); n != 1 {
 		t.Errorf("sandboxes created: got %d, want 1 (none for the cancelled execution)", n)
 	}
-	if got, _ := env.st.GetExecution(ctx, env.ws.ID, queued.Execution.ID); got.Status != store.StatusCancelled {
+	if got, _ := env.st.GetExecution(ctx, env.ws.ID, queued.Execution.ID); got.Status != model.StatusCancelled {
 		t.Errorf("cancelled execution afterwards: got %s", got.Status)
 	}
 	if d := env.cancelData(t, queued.Execution.ID); d != (audit.ExecutionCancelledEvent{From: "queued", To: "cancelled"}) {
@@ -147,7 +148,7 @@ func TestCancelRunning(t *testing.T) {
 	}
 	env.waitStarted(t, inv.Execution.ID)
 	ex, err := env.svc.Cancel(ctx, env.agent, inv.Execution.ID, "taking too long")
-	if err != nil || ex.Status != store.StatusKilled {
+	if err != nil || ex.Status != model.StatusKilled {
 		t.Fatalf("Cancel: got %s, %v; want killed", ex.Status, err)
 	}
 	var res struct {
@@ -173,12 +174,12 @@ func TestCancelRunning(t *testing.T) {
 // it or an admin key of the workspace, no one else.
 func TestCancelWho(t *testing.T) {
 	ctx := t.Context()
-	env := newServiceEnv(t, nil, &sandboxfake.Driver{ID: "gvisor", Tier: sandbox.TierGVisor}, store.DefaultPolicy(), ServiceOptions{})
+	env := newServiceEnv(t, nil, &sandboxfake.Driver{ID: "gvisor", Tier: sandbox.TierGVisor}, model.DefaultPolicy(), ServiceOptions{})
 	inv, err := env.svc.Invoke(ctx, env.agent, InvokeRequest{Runtime: "python", Code: "print(1)"}, InvokeOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, p := range []Principal{env.key(t, store.RoleAgent, "another agent"), env.key(t, store.RoleApprover, "approver")} {
+	for _, p := range []Principal{env.key(t, model.RoleAgent, "another agent"), env.key(t, model.RoleApprover, "approver")} {
 		if _, err := env.svc.Cancel(ctx, p, inv.Execution.ID, ""); !errdefs.IsPermissionDenied(err) {
 			t.Errorf("Cancel by a %s key that did not invoke: got %v, want permission denied", p.Role, err)
 		}
@@ -187,7 +188,7 @@ func TestCancelWho(t *testing.T) {
 		t.Errorf("Cancel of an unknown execution: got %v, want not found", err)
 	}
 	env.wantCredits(t, 8, 2)
-	if ex, err := env.svc.Cancel(ctx, env.key(t, store.RoleAdmin, "admin"), inv.Execution.ID, ""); err != nil || ex.Status != store.StatusCancelled {
+	if ex, err := env.svc.Cancel(ctx, env.key(t, model.RoleAdmin, "admin"), inv.Execution.ID, ""); err != nil || ex.Status != model.StatusCancelled {
 		t.Errorf("Cancel by an admin key: got %s, %v; want cancelled", ex.Status, err)
 	}
 	env.wantCredits(t, 10, 0)

@@ -12,6 +12,7 @@ import (
 	"github.com/stockade-sh/stockade/contract"
 	"github.com/stockade-sh/stockade/engine"
 	"github.com/stockade-sh/stockade/errdefs"
+	"github.com/stockade-sh/stockade/model"
 	"github.com/stockade-sh/stockade/policy"
 	"github.com/stockade-sh/stockade/sandbox"
 	"github.com/stockade-sh/stockade/store"
@@ -31,7 +32,7 @@ type cells struct {
 // cellStore is what cells needs of the store.
 type cellStore interface {
 	runStore
-	GetSession(ctx context.Context, workspaceID, id string) (store.Session, error)
+	GetSession(ctx context.Context, workspaceID, id string) (model.Session, error)
 }
 
 // CellRequest is the body of POST /v1/sessions/{id}/exec.
@@ -105,7 +106,7 @@ func (s *cells) ExecCell(ctx context.Context, p Principal, id string, req CellRe
 			return wait, ApprovalCard{Code: req.Code, Stdin: req.Stdin, SessionID: ss.ID, Cell: ss.Cells + 1, CoversSession: coversSession(g)}
 		},
 	}
-	rec.dispatch = func(e store.Execution, _ *ticket) { s.dispatchCell(e, live, c.timeout) }
+	rec.dispatch = func(e model.Execution, _ *ticket) { s.dispatchCell(e, live, c.timeout) }
 	if err := s.gate.admit(ctx, c); err != nil {
 		return nil, err
 	}
@@ -113,7 +114,7 @@ func (s *cells) ExecCell(ctx context.Context, p Principal, id string, req CellRe
 }
 
 // dispatchCell runs an admitted cell in the background, in live.
-func (s *cells) dispatchCell(e store.Execution, live *liveSession, timeout time.Duration) {
+func (s *cells) dispatchCell(e model.Execution, live *liveSession, timeout time.Duration) {
 	// Tracked before its run starts, so that the idle sweep and a pause
 	// see the session busy from now on.
 	live.track(e.ID)
@@ -126,7 +127,7 @@ func (s *cells) dispatchCell(e store.Execution, live *liveSession, timeout time.
 }
 
 // runCell runs cell e in live's kernel and records its outcome.
-func (s *cells) runCell(ctx context.Context, e store.Execution, live *liveSession, timeout time.Duration) {
+func (s *cells) runCell(ctx context.Context, e model.Execution, live *liveSession, timeout time.Duration) {
 	g := GrantOf(e, nil)
 	end := func(in Input) { s.runs.end(context.WithoutCancel(ctx), g, in) }
 	var req cellRecord
@@ -177,7 +178,7 @@ func (s *cells) runCell(ctx context.Context, e store.Execution, live *liveSessio
 	case err != nil && !cut && !expired:
 		// The sandbox could not run the cell: the session has lost it.
 		end(LaunchFailed{Err: err, At: at})
-		s.endLost(ctx, e.WorkspaceID, req.SessionID, store.EndFailed)
+		s.endLost(ctx, e.WorkspaceID, req.SessionID, model.EndFailed)
 		return
 	case err != nil:
 		// Cut short after it launched (a cancel, its session's end, the
@@ -199,18 +200,18 @@ func (s *cells) runCell(ctx context.Context, e store.Execution, live *liveSessio
 		// Its session's TTL ended it: the session ends ttl first, as the
 		// sweep would have ended it.
 		res.EndedBy = engine.EndedBySessionEnd
-		s.endLost(ctx, e.WorkspaceID, req.SessionID, store.EndTTL)
+		s.endLost(ctx, e.WorkspaceID, req.SessionID, model.EndTTL)
 	}
-	status := store.ExecutionStatus(res.Status)
+	status := model.ExecutionStatus(res.Status)
 	s.host.sessionObserver().SessionCell(status)
 	end(Finish{Status: status, Driver: live.Driver, Cancel: c, At: at,
 		Result: mustJSON(CellResultDoc{ExecutionID: e.ID, SessionID: req.SessionID, Cell: e.Cell, CellResult: *res}),
-		Output: store.Output{Stdout: []byte(res.Stdout), Stderr: []byte(res.Stderr), StdoutTruncated: res.StdoutTruncated, StderrTruncated: res.StderrTruncated}})
+		Output: model.Output{Stdout: []byte(res.Stdout), Stderr: []byte(res.Stderr), StdoutTruncated: res.StdoutTruncated, StderrTruncated: res.StderrTruncated}})
 	if lost && !expired && (c != nil || !cut) {
 		// The sandbox is gone (a session's end has ended the session
 		// already); a shutdown leaves the session to the next start of
 		// the daemon, which re-attaches its sandbox or ends it.
-		s.endLost(ctx, e.WorkspaceID, req.SessionID, store.EndFailed)
+		s.endLost(ctx, e.WorkspaceID, req.SessionID, model.EndFailed)
 	}
 }
 
@@ -222,9 +223,9 @@ func (s *cells) pastTTL(ctx context.Context, workspaceID, id string, at time.Tim
 
 // endLost ends session id, whose sandbox is lost, for reason (failed, or
 // ttl when its sandbox ended itself past the TTL), if it is still active.
-func (s *cells) endLost(ctx context.Context, workspaceID, id string, reason store.SessionEndReason) {
+func (s *cells) endLost(ctx context.Context, workspaceID, id string, reason model.SessionEndReason) {
 	ctx = context.WithoutCancel(ctx)
-	if ss, err := s.st.GetSession(ctx, workspaceID, id); err == nil && ss.State == store.SessionActive {
+	if ss, err := s.st.GetSession(ctx, workspaceID, id); err == nil && ss.State == model.SessionActive {
 		if _, err := s.host.endSession(ctx, ss, Principal{}, reason, engine.EndedBySessionEnd); err != nil {
 			s.log.Error("ending a session whose sandbox is lost", "session", ss.ID, "reason", reason, "err", err)
 		}
@@ -245,7 +246,7 @@ type CellResultDoc struct {
 // A paused session runs no cell: it is not resumed, and the answer is
 // false.
 func (s *cells) InterruptCell(ctx context.Context, p Principal, id string) (bool, error) {
-	if ss, err := s.st.GetSession(ctx, p.WorkspaceID, id); err == nil && ss.State == store.SessionPaused {
+	if ss, err := s.st.GetSession(ctx, p.WorkspaceID, id); err == nil && ss.State == model.SessionPaused {
 		return false, mayTransition(Grant{WorkspaceID: ss.WorkspaceID, KeyID: ss.KeyID}, p, "interrupt")
 	}
 	_, live, done, err := s.host.usable(ctx, p, id)
@@ -259,7 +260,7 @@ func (s *cells) InterruptCell(ctx context.Context, p Principal, id string) (bool
 // dispatchApproved runs execution e, just approved, for timeout: a cell in
 // its session's sandbox, any other in a sandbox of its own. A cell whose
 // session's sandbox this daemon does not serve ends launch_failed.
-func (s *cells) dispatchApproved(ctx context.Context, e store.Execution, timeout time.Duration) {
+func (s *cells) dispatchApproved(ctx context.Context, e model.Execution, timeout time.Duration) {
 	if e.SessionID == "" {
 		s.runs.dispatch(e, timeout, nil)
 		return

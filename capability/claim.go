@@ -9,6 +9,7 @@ import (
 	"github.com/stockade-sh/stockade/audit"
 	"github.com/stockade-sh/stockade/contract"
 	"github.com/stockade-sh/stockade/errdefs"
+	"github.com/stockade-sh/stockade/model"
 	"github.com/stockade-sh/stockade/policy"
 	"github.com/stockade-sh/stockade/sandbox"
 	"github.com/stockade-sh/stockade/store"
@@ -98,7 +99,7 @@ type claim struct {
 type facts struct {
 	tool tools.Tool
 	drv  sandbox.Driver
-	pol  store.Policy
+	pol  model.Policy
 }
 
 // A record is how a claim's admission is recorded: an execution for a
@@ -154,7 +155,7 @@ func (s *gate) admit(ctx context.Context, c *claim) error {
 	if verr != nil {
 		in.ToolRefusal = strings.TrimSuffix(verr.Error(), ": "+errdefs.ErrPermissionDenied.Error())
 	}
-	if c.review && pol.ToolChanges == store.ToolChangesRequireReview {
+	if c.review && pol.ToolChanges == model.ToolChangesRequireReview {
 		if in.ReviewPending, err = s.tools.reviewBlocks(ctx, c.by.WorkspaceID, tool.Name); err != nil {
 			return err
 		}
@@ -257,7 +258,7 @@ type runRecord struct {
 	// than credits.
 	failed func(ctx context.Context, err error) error
 	// dispatch runs the admitted execution, with its ticket.
-	dispatch func(e store.Execution, t *ticket)
+	dispatch func(e model.Execution, t *ticket)
 
 	// inv is the outcome.
 	inv *Invocation

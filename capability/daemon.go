@@ -9,6 +9,7 @@ import (
 	"github.com/stockade-sh/stockade/engine"
 	"github.com/stockade-sh/stockade/errdefs"
 	"github.com/stockade-sh/stockade/internal/witness"
+	"github.com/stockade-sh/stockade/model"
 	"github.com/stockade-sh/stockade/sandbox"
 	"github.com/stockade-sh/stockade/store"
 )
@@ -38,8 +39,8 @@ type daemonStore interface {
 	// ClaimDaemon takes the database's daemon claim for the service's
 	// life.
 	ClaimDaemon(ctx context.Context) (store.DaemonClaim, error)
-	ListLiveExecutions(ctx context.Context) ([]store.Execution, error)
-	Apply(ctx context.Context, id string, s store.Step) (store.Execution, error)
+	ListLiveExecutions(ctx context.Context) ([]model.Execution, error)
+	Apply(ctx context.Context, id string, s model.Step) (model.Execution, error)
 	// The witness's (witness.Chains).
 	witness.Chains
 }

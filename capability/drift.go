@@ -8,6 +8,7 @@ import (
 
 	"github.com/stockade-sh/stockade/audit"
 	"github.com/stockade-sh/stockade/errdefs"
+	"github.com/stockade-sh/stockade/model"
 	"github.com/stockade-sh/stockade/store"
 	"github.com/stockade-sh/stockade/tools"
 )
@@ -29,7 +30,7 @@ func newDrift() drift {
 
 // eachEvent pages through a chain's events of the given types, newest first,
 // until fn returns false.
-func eachEvent(ctx context.Context, st eventLister, ws string, types []string, fn func(store.Event) bool) error {
+func eachEvent(ctx context.Context, st eventLister, ws string, types []string, fn func(model.Event) bool) error {
 	f := store.EventFilter{PageRequest: store.PageRequest{Limit: store.MaxPageLimit}, Types: types}
 	for {
 		page, err := st.ListEvents(ctx, ws, f)
@@ -60,7 +61,7 @@ func (s *toolRecords) recordTools(ctx context.Context) error {
 		typ string
 	}
 	seen := map[string]*last{}
-	err := eachEvent(ctx, s.st, "", []string{audit.ToolRegistered, audit.ToolChanged, audit.ToolRemoved}, func(e store.Event) bool {
+	err := eachEvent(ctx, s.st, "", []string{audit.ToolRegistered, audit.ToolChanged, audit.ToolRemoved}, func(e model.Event) bool {
 		var te audit.ToolChangedEvent
 		if json.Unmarshal(e.Data, &te) == nil && seen[te.Tool] == nil {
 			seen[te.Tool] = &last{ev: te, typ: e.Type}
@@ -151,7 +152,7 @@ func templateChange(c tools.Change, old []byte, t tools.Tool) *audit.TemplateCha
 func (s *toolRecords) appendToolEvent(ctx context.Context, tool string, ev audit.Event) error {
 	var err error
 	if c, ok := ev.(audit.ToolChangedEvent); ok {
-		_, err = s.st.AppendBroadcast(ctx, audit.NewEvent(c), func(orig store.Event) store.NewEvent {
+		_, err = s.st.AppendBroadcast(ctx, audit.NewEvent(c), func(orig model.Event) model.NewEvent {
 			c.Source = &audit.EventRef{Seq: orig.Seq, Hash: orig.Hash}
 			return audit.NewEvent(c)
 		})
@@ -176,7 +177,7 @@ func (s *toolRecords) reviewBlocks(ctx context.Context, ws, tool string) (string
 	}
 	if !loaded {
 		approved := map[string]string{}
-		err := eachEvent(ctx, s.st, ws, []string{audit.ToolReviewApproved}, func(e store.Event) bool {
+		err := eachEvent(ctx, s.st, ws, []string{audit.ToolReviewApproved}, func(e model.Event) bool {
 			var re audit.ToolReviewApprovedEvent
 			if json.Unmarshal(e.Data, &re) == nil {
 				if _, ok := approved[re.Tool]; !ok {
@@ -226,7 +227,7 @@ func (s *toolRecords) Tools(ctx context.Context, p Principal) ([]ToolStatus, err
 // ApproveTool records that p's workspace re-approved a changed tool as it
 // is now. Only approver and admin keys may.
 func (s *toolRecords) ApproveTool(ctx context.Context, p Principal, name, reason string) (ToolStatus, error) {
-	if p.Role != store.RoleApprover && p.Role != store.RoleAdmin {
+	if p.Role != model.RoleApprover && p.Role != model.RoleAdmin {
 		return ToolStatus{}, errdefs.Publicf("only approver or admin keys may approve tools: %w", errdefs.ErrPermissionDenied)
 	}
 	t, err := s.runner.Tools().Get(name)

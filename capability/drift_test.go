@@ -12,6 +12,7 @@ import (
 	"github.com/stockade-sh/stockade/engine"
 	"github.com/stockade-sh/stockade/errdefs"
 	"github.com/stockade-sh/stockade/internal/sandboxfake"
+	"github.com/stockade-sh/stockade/model"
 	"github.com/stockade-sh/stockade/sandbox"
 	"github.com/stockade-sh/stockade/store"
 	"github.com/stockade-sh/stockade/tools"
@@ -69,19 +70,19 @@ func TestToolDrift(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	principal := func(ws store.Workspace, role store.Role) Principal {
-		k, err := st.CreateAPIKey(ctx, store.NewAPIKey{WorkspaceID: ws.ID, Role: role, Hash: store.HashKey(ws.Name + string(role))})
+	principal := func(ws model.Workspace, role model.Role) Principal {
+		k, err := st.CreateAPIKey(ctx, store.NewAPIKey{WorkspaceID: ws.ID, Role: role, Hash: model.HashKey(ws.Name + string(role))})
 		if err != nil {
 			t.Fatal(err)
 		}
 		return Principal{KeyID: k.ID, WorkspaceID: ws.ID, Role: role}
 	}
-	strictAgent, strictApprover, relaxedAgent := principal(reviewWS, store.RoleAgent), principal(reviewWS, store.RoleApprover), principal(flagWS, store.RoleAgent)
-	for _, ws := range []store.Workspace{reviewWS, flagWS} {
-		pol := store.DefaultPolicy()
-		pol.Approval = store.ApprovalNone
+	strictAgent, strictApprover, relaxedAgent := principal(reviewWS, model.RoleAgent), principal(reviewWS, model.RoleApprover), principal(flagWS, model.RoleAgent)
+	for _, ws := range []model.Workspace{reviewWS, flagWS} {
+		pol := model.DefaultPolicy()
+		pol.Approval = model.ApprovalNone
 		if ws.ID == reviewWS.ID {
-			pol.ToolChanges = store.ToolChangesRequireReview
+			pol.ToolChanges = model.ToolChangesRequireReview
 		}
 		if _, err := st.SetPolicy(ctx, ws.ID, pol, nil); err != nil {
 			t.Fatal(err)
@@ -92,7 +93,7 @@ func TestToolDrift(t *testing.T) {
 	}
 	toolEvents := func(typ string) []audit.ToolChangedEvent {
 		var out []audit.ToolChangedEvent
-		if err := eachEvent(ctx, st, "", []string{typ}, func(e store.Event) bool {
+		if err := eachEvent(ctx, st, "", []string{typ}, func(e model.Event) bool {
 			var te audit.ToolChangedEvent
 			if err := json.Unmarshal(e.Data, &te); err != nil {
 				t.Fatal(err)
@@ -150,9 +151,9 @@ func TestToolDrift(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, ws := range []store.Workspace{reviewWS, flagWS} {
+	for _, ws := range []model.Workspace{reviewWS, flagWS} {
 		var copies []audit.ToolChangedEvent
-		if err := eachEvent(ctx, st, ws.ID, []string{audit.ToolChanged}, func(e store.Event) bool {
+		if err := eachEvent(ctx, st, ws.ID, []string{audit.ToolChanged}, func(e model.Event) bool {
 			var te audit.ToolChangedEvent
 			if err := json.Unmarshal(e.Data, &te); err != nil {
 				t.Fatal(err)
@@ -211,14 +212,14 @@ func TestApprovalOfAChangedTool(t *testing.T) {
 	if _, err := st.GrantCredits(ctx, ws.ID, 10, "test", nil); err != nil {
 		t.Fatal(err)
 	}
-	key := func(role store.Role) Principal {
-		k, err := st.CreateAPIKey(ctx, store.NewAPIKey{WorkspaceID: ws.ID, Role: role, Hash: store.HashKey("cards" + string(role))})
+	key := func(role model.Role) Principal {
+		k, err := st.CreateAPIKey(ctx, store.NewAPIKey{WorkspaceID: ws.ID, Role: role, Hash: model.HashKey("cards" + string(role))})
 		if err != nil {
 			t.Fatal(err)
 		}
 		return Principal{KeyID: k.ID, WorkspaceID: ws.ID, Role: role}
 	}
-	agent, approver := key(store.RoleAgent), key(store.RoleApprover)
+	agent, approver := key(model.RoleAgent), key(model.RoleApprover)
 	svc := serviceWith(t, st, fetchYAML("api.example.com"))
 	inv, err := svc.Invoke(ctx, agent, InvokeRequest{Runtime: "python", Code: "print(1)", Tool: "fetch"}, InvokeOptions{})
 	if err != nil {

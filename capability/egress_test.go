@@ -26,6 +26,7 @@ import (
 	"github.com/stockade-sh/stockade/internal/netns"
 	"github.com/stockade-sh/stockade/internal/sandboxfake"
 	"github.com/stockade-sh/stockade/internal/testenv"
+	"github.com/stockade-sh/stockade/model"
 	"github.com/stockade-sh/stockade/sandbox"
 	"github.com/stockade-sh/stockade/store"
 	"github.com/stockade-sh/stockade/tools"
@@ -130,8 +131,8 @@ func TestNetworkRequestsNeedApproval(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pol := store.DefaultPolicy()
-	pol.Approval = store.ApprovalNone
+	pol := model.DefaultPolicy()
+	pol.Approval = model.ApprovalNone
 	pol.NetworkAllowed = true
 	if _, err := st.SetPolicy(ctx, ws.ID, pol, nil); err != nil {
 		t.Fatal(err)
@@ -139,14 +140,14 @@ func TestNetworkRequestsNeedApproval(t *testing.T) {
 	if _, err := st.GrantCredits(ctx, ws.ID, 100, "test", nil); err != nil {
 		t.Fatal(err)
 	}
-	key := func(role store.Role) Principal {
-		k, err := st.CreateAPIKey(ctx, store.NewAPIKey{WorkspaceID: ws.ID, Role: role, Hash: store.HashKey(string(role))})
+	key := func(role model.Role) Principal {
+		k, err := st.CreateAPIKey(ctx, store.NewAPIKey{WorkspaceID: ws.ID, Role: role, Hash: model.HashKey(string(role))})
 		if err != nil {
 			t.Fatal(err)
 		}
 		return Principal{KeyID: k.ID, WorkspaceID: ws.ID, Role: role}
 	}
-	agent, approver := key(store.RoleAgent), key(store.RoleApprover)
+	agent, approver := key(model.RoleAgent), key(model.RoleApprover)
 
 	opts := tools.Options{EgressSupported: true, Drivers: DriverCapabilities()}
 	set, err := tools.Load(writeTools(t, fetchYAML("allowed.test")), opts)
@@ -181,7 +182,7 @@ func TestNetworkRequestsNeedApproval(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if inv.Approval == nil || inv.Execution.Status != store.StatusAwaitingApproval {
+		if inv.Approval == nil || inv.Execution.Status != model.StatusAwaitingApproval {
 			t.Fatalf("got status %s approval %v, want awaiting approval with approval none", inv.Execution.Status, inv.Approval)
 		}
 		var card ApprovalCard
@@ -201,7 +202,7 @@ func TestNetworkRequestsNeedApproval(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if e.Status != store.StatusLaunchFailed || !strings.Contains(string(e.Result), "cannot give a sandbox egress") {
+		if e.Status != model.StatusLaunchFailed || !strings.Contains(string(e.Result), "cannot give a sandbox egress") {
 			t.Errorf("got %s %s, want launch_failed because the fake driver has no egress", e.Status, e.Result)
 		}
 	})
@@ -275,7 +276,7 @@ func TestNetworkRequestsNeedApproval(t *testing.T) {
 		}
 		svc.egress.endRun(exec)
 		svc.Close()
-		events := func(typ string) []store.Event {
+		events := func(typ string) []model.Event {
 			page, err := st.ListEvents(ctx, ws.ID, store.EventFilter{PageRequest: store.PageRequest{Limit: 500}, Types: []string{typ}, ExecutionID: exec})
 			if err != nil {
 				t.Fatal(err)

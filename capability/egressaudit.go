@@ -9,7 +9,7 @@ import (
 	"github.com/stockade-sh/stockade/engine"
 	"github.com/stockade-sh/stockade/errdefs"
 	"github.com/stockade-sh/stockade/internal/clip"
-	"github.com/stockade-sh/stockade/store"
+	"github.com/stockade-sh/stockade/model"
 )
 
 // egressAudit writes the audit events of the executions' sandboxes: the
@@ -35,7 +35,7 @@ type egressAudit struct {
 // eventAppender appends an event of no grant: a denial, an egress
 // refusal, a broker call, a file transfer.
 type eventAppender interface {
-	AppendEvent(ctx context.Context, e store.NewEvent) (store.Event, error)
+	AppendEvent(ctx context.Context, e model.NewEvent) (model.Event, error)
 }
 
 // start starts the writer of the queued events.

@@ -25,7 +25,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/stockade-sh/stockade/store"
+	"github.com/stockade-sh/stockade/model"
 )
 
 // Kind is what a grant allows: one run, or a session of many.
@@ -55,13 +55,13 @@ const (
 )
 
 // StateOf returns the state of a grant whose execution is in s.
-func StateOf(s store.ExecutionStatus) State {
+func StateOf(s model.ExecutionStatus) State {
 	switch s {
-	case store.StatusAwaitingApproval:
+	case model.StatusAwaitingApproval:
 		return AwaitingApproval
-	case store.StatusQueued:
+	case model.StatusQueued:
 		return Approved
-	case store.StatusRunning:
+	case model.StatusRunning:
 		return Running
 	}
 	if s.Terminal() {
@@ -82,7 +82,7 @@ type Grant struct {
 	State State
 	// Status is its execution's stored status: for a settled grant, how
 	// it ended.
-	Status    store.ExecutionStatus
+	Status    model.ExecutionStatus
 	Tool      string
 	Runtime   string
 	CreatedAt time.Time
@@ -109,7 +109,7 @@ type Run struct {
 // GrantOf returns the one-shot grant of execution e, whose approval request
 // a is (nil when it has none, or when the caller did not read it: then
 // only an expiry or a decision, which need its expiry, are refused).
-func GrantOf(e store.Execution, a *store.Approval) Grant {
+func GrantOf(e model.Execution, a *model.Approval) Grant {
 	g := Grant{
 		ID: e.ID, Kind: OneShot, WorkspaceID: e.WorkspaceID, KeyID: e.KeyID, State: StateOf(e.Status), Status: e.Status,
 		Tool: e.Tool, Runtime: e.Runtime, CreatedAt: e.CreatedAt, ApprovalID: e.ApprovalID,
@@ -125,7 +125,7 @@ func GrantOf(e store.Execution, a *store.Approval) Grant {
 type Principal struct {
 	KeyID       string
 	WorkspaceID string
-	Role        store.Role
+	Role        model.Role
 }
 
 // Cancellation is a cancel: who asked, and why. It is the cause of the

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/stockade-sh/stockade/internal/sandboxfake"
+	"github.com/stockade-sh/stockade/model"
 	"github.com/stockade-sh/stockade/sandbox"
 	"github.com/stockade-sh/stockade/store"
 )
@@ -35,12 +36,12 @@ func TestWatch(t *testing.T) {
 	// the service's own goroutines read the clock while the test moves it.
 	var ahead atomic.Int64
 	clock := func() time.Time { return time.Now().Add(time.Duration(ahead.Load())) }
-	env := newServiceEnv(t, nil, drv, store.DefaultPolicy(), ServiceOptions{ApprovalTTL: time.Hour, Now: clock})
-	k, err := env.st.CreateAPIKey(ctx, store.NewAPIKey{WorkspaceID: env.ws.ID, Role: store.RoleApprover, Hash: store.HashKey("approver")})
+	env := newServiceEnv(t, nil, drv, model.DefaultPolicy(), ServiceOptions{ApprovalTTL: time.Hour, Now: clock})
+	k, err := env.st.CreateAPIKey(ctx, store.NewAPIKey{WorkspaceID: env.ws.ID, Role: model.RoleApprover, Hash: model.HashKey("approver")})
 	if err != nil {
 		t.Fatal(err)
 	}
-	approver := Principal{KeyID: k.ID, WorkspaceID: env.ws.ID, Role: store.RoleApprover}
+	approver := Principal{KeyID: k.ID, WorkspaceID: env.ws.ID, Role: model.RoleApprover}
 	other, err := env.st.CreateWorkspace(ctx, "other", nil)
 	if err != nil {
 		t.Fatal(err)

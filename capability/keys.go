@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/stockade-sh/stockade/errdefs"
-	"github.com/stockade-sh/stockade/store"
+	"github.com/stockade-sh/stockade/model"
 )
 
 // keyring authenticates API keys and records their last uses.
@@ -20,7 +20,7 @@ type keyring struct {
 
 // keyStore is what keyring needs of the store.
 type keyStore interface {
-	LookupAPIKey(ctx context.Context, hash store.KeyHash) (store.APIKey, error)
+	LookupAPIKey(ctx context.Context, hash model.KeyHash) (model.APIKey, error)
 	// RecordKeyUses writes the API keys' last uses, in batches.
 	RecordKeyUses(ctx context.Context, uses map[string]time.Time) error
 }
@@ -79,7 +79,7 @@ func (s *keyring) Authenticate(ctx context.Context, key string) (Principal, erro
 	if key == "" {
 		return Principal{}, errdefs.Publicf("missing API key (send Authorization: Bearer KEY): %w", errdefs.ErrUnauthenticated)
 	}
-	k, err := s.st.LookupAPIKey(ctx, store.HashKey(key))
+	k, err := s.st.LookupAPIKey(ctx, model.HashKey(key))
 	if errdefs.IsNotFound(err) {
 		return Principal{}, errdefs.Publicf("invalid or revoked API key: %w", errdefs.ErrUnauthenticated)
 	}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/stockade-sh/stockade/engine"
 	"github.com/stockade-sh/stockade/internal/sandboxfake"
+	"github.com/stockade-sh/stockade/model"
 	"github.com/stockade-sh/stockade/sandbox"
 	"github.com/stockade-sh/stockade/store"
 )
@@ -97,7 +98,7 @@ func BenchmarkAuthenticate(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	k, err := st.CreateAPIKey(ctx, store.NewAPIKey{WorkspaceID: ws.ID, Role: store.RoleAgent, Hash: store.HashKey("bench agent")})
+	k, err := st.CreateAPIKey(ctx, store.NewAPIKey{WorkspaceID: ws.ID, Role: model.RoleAgent, Hash: model.HashKey("bench agent")})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -134,7 +135,7 @@ func BenchmarkAuthenticate(b *testing.B) {
 		d    []time.Duration
 	}{
 		{name: "lookup only (before)", f: func() error {
-			_, err := st.LookupAPIKey(ctx, store.HashKey("bench agent"))
+			_, err := st.LookupAPIKey(ctx, model.HashKey("bench agent"))
 			return err
 		}},
 		{name: "Authenticate (use noted in memory)", f: func() error {
@@ -142,7 +143,7 @@ func BenchmarkAuthenticate(b *testing.B) {
 			return err
 		}},
 		{name: "lookup + write per call (avoided)", f: func() error {
-			if _, err := st.LookupAPIKey(ctx, store.HashKey("bench agent")); err != nil {
+			if _, err := st.LookupAPIKey(ctx, model.HashKey("bench agent")); err != nil {
 				return err
 			}
 			return st.RecordKeyUses(ctx, map[string]time.Time{k.ID: time.Now()})

@@ -14,8 +14,8 @@ import (
 
 	"github.com/stockade-sh/stockade/engine"
 	"github.com/stockade-sh/stockade/errdefs"
+	"github.com/stockade-sh/stockade/model"
 	"github.com/stockade-sh/stockade/sandbox"
-	"github.com/stockade-sh/stockade/store"
 )
 
 // A session pauses to a checkpoint under SessionOptions.CheckpointDir
@@ -88,7 +88,7 @@ func (s *sessionHost) checkpointDir(id string) string {
 // paused session answers it as it is. A session whose driver cannot save
 // a sandbox (runc), or with a cell that has not ended, is refused
 // (ErrFailedPrecondition with the driver's reason; SessionBusyError).
-func (s *sessionHost) PauseSession(ctx context.Context, p Principal, id string) (store.Session, error) {
+func (s *sessionHost) PauseSession(ctx context.Context, p Principal, id string) (model.Session, error) {
 	unlock := s.trans.lock(id, true)
 	defer unlock()
 	ss, err := s.st.GetSession(ctx, p.WorkspaceID, id)
@@ -98,43 +98,43 @@ func (s *sessionHost) PauseSession(ctx context.Context, p Principal, id string) 
 	return s.pauseLocked(ctx, ss, p)
 }
 
-func (s *sessionHost) pauseLocked(ctx context.Context, ss store.Session, by Principal) (store.Session, error) {
+func (s *sessionHost) pauseLocked(ctx context.Context, ss model.Session, by Principal) (model.Session, error) {
 	g := Grant{ID: ss.ID, Kind: Session, WorkspaceID: ss.WorkspaceID, KeyID: ss.KeyID, Session: sessionOf(ss)}
-	if ss.State == store.SessionPaused {
+	if ss.State == model.SessionPaused {
 		return ss, mayTransition(g, by, "pause")
 	}
 	// The rules are asked first, with the facts known before the sandbox
 	// is saved, so that a refused pause saves nothing.
 	if _, err := Transition(g, PauseSession{By: by, SandboxID: ss.SandboxID, At: s.opts.Now()}); err != nil {
-		return store.Session{}, err
+		return model.Session{}, err
 	}
 	if err := s.runner.CanPause(ss.Driver); err != nil {
-		return store.Session{}, err
+		return model.Session{}, err
 	}
 	if s.opts.Sessions.CheckpointDir == "" {
-		return store.Session{}, errdefs.Publicf("this server keeps no checkpoints, so sessions cannot pause: %w", errdefs.ErrFailedPrecondition)
+		return model.Session{}, errdefs.Publicf("this server keeps no checkpoints, so sessions cannot pause: %w", errdefs.ErrFailedPrecondition)
 	}
 	live := s.sessions.get(ss.ID)
 	if live == nil {
-		return store.Session{}, errdefs.Publicf("session %s is active but its sandbox is not served by this daemon; retry: %w", ss.ID, errdefs.ErrUnavailable)
+		return model.Session{}, errdefs.Publicf("session %s is active but its sandbox is not served by this daemon; retry: %w", ss.ID, errdefs.ErrUnavailable)
 	}
 	if live.running() {
-		return store.Session{}, errdefs.Public(&SessionBusyError{SessionID: ss.ID})
+		return model.Session{}, errdefs.Public(&SessionBusyError{SessionID: ss.ID})
 	}
 	if cell, err := s.st.PendingCell(ctx, ss.ID); err != nil {
-		return store.Session{}, err
+		return model.Session{}, err
 	} else if cell != "" {
 		// A cell awaiting its approval would find no sandbox.
-		return store.Session{}, errdefs.Public(&SessionBusyError{SessionID: ss.ID})
+		return model.Session{}, errdefs.Public(&SessionBusyError{SessionID: ss.ID})
 	}
 	if err := os.MkdirAll(s.opts.Sessions.CheckpointDir, 0o700); err != nil {
-		return store.Session{}, fmt.Errorf("creating the checkpoint directory: %w", err)
+		return model.Session{}, fmt.Errorf("creating the checkpoint directory: %w", err)
 	}
 	dir := s.checkpointDir(ss.ID)
 	// What a crash left of an earlier pause of this active session is
 	// not its checkpoint.
 	if err := os.RemoveAll(dir); err != nil {
-		return store.Session{}, fmt.Errorf("removing a stale checkpoint of session %s: %w", ss.ID, err)
+		return model.Session{}, fmt.Errorf("removing a stale checkpoint of session %s: %w", ss.ID, err)
 	}
 	// Once started, a pause is carried through and recorded whatever
 	// becomes of its caller (a client gone, the daemon stopping): a
@@ -144,15 +144,15 @@ func (s *sessionHost) pauseLocked(ctx context.Context, ss store.Session, by Prin
 	n, err := s.runner.PauseSession(ctx, live.LiveSession, dir)
 	if err != nil {
 		if errdefs.IsConflict(err) {
-			return store.Session{}, errdefs.Public(&SessionBusyError{SessionID: ss.ID})
+			return model.Session{}, errdefs.Public(&SessionBusyError{SessionID: ss.ID})
 		}
-		return store.Session{}, err
+		return model.Session{}, err
 	}
 	s.sessions.take(ss.ID)
 	s.sessionObserver().SessionsLive(-1)
 	step, err := Transition(g, PauseSession{By: by, SandboxID: ss.SandboxID, CheckpointBytes: n, At: s.opts.Now()})
 	if err == nil {
-		var paused store.Session
+		var paused model.Session
 		if paused, err = s.st.PauseSession(ctx, ss.ID, *step.Pause); err == nil {
 			return paused, nil
 		}
@@ -161,10 +161,10 @@ func (s *sessionHost) pauseLocked(ctx context.Context, ss store.Session, by Prin
 	// cell could start meanwhile: the session's lock is held). The session
 	// cannot be served again: it ends failed, and its checkpoint with it.
 	s.log.Error("recording a session's pause", "session", ss.ID, "err", err)
-	if _, eerr := s.endLocked(context.WithoutCancel(ctx), ss, Principal{}, store.EndFailed, engine.EndedBySessionEnd); eerr != nil {
+	if _, eerr := s.endLocked(context.WithoutCancel(ctx), ss, Principal{}, model.EndFailed, engine.EndedBySessionEnd); eerr != nil {
 		s.log.Error("ending a session whose pause was not recorded", "session", ss.ID, "err", eerr)
 	}
-	return store.Session{}, fmt.Errorf("recording the pause of session %s, which has ended: %w", ss.ID, err)
+	return model.Session{}, fmt.Errorf("recording the pause of session %s, which has ended: %w", ss.ID, err)
 }
 
 // ResumeSession resumes paused session id for p, from its checkpoint, in a
@@ -173,7 +173,7 @@ func (s *sessionHost) pauseLocked(ctx context.Context, ss store.Session, by Prin
 // own, or that is gone, cannot be resumed: the session ends failed and the
 // answer says so (ErrFailedPrecondition); any other failure leaves it
 // paused, for a retry.
-func (s *sessionHost) ResumeSession(ctx context.Context, p Principal, id string) (store.Session, error) {
+func (s *sessionHost) ResumeSession(ctx context.Context, p Principal, id string) (model.Session, error) {
 	unlock := s.trans.lock(id, true)
 	defer unlock()
 	ss, err := s.st.GetSession(ctx, p.WorkspaceID, id)
@@ -183,13 +183,13 @@ func (s *sessionHost) ResumeSession(ctx context.Context, p Principal, id string)
 	return s.resumeLocked(ctx, ss, p)
 }
 
-func (s *sessionHost) resumeLocked(ctx context.Context, ss store.Session, by Principal) (store.Session, error) {
+func (s *sessionHost) resumeLocked(ctx context.Context, ss model.Session, by Principal) (model.Session, error) {
 	g := Grant{ID: ss.ID, Kind: Session, WorkspaceID: ss.WorkspaceID, KeyID: ss.KeyID, Session: sessionOf(ss)}
-	if ss.State == store.SessionActive {
+	if ss.State == model.SessionActive {
 		return ss, mayTransition(g, by, "resume")
 	}
 	if _, err := Transition(g, ResumeSession{By: by, SandboxID: ss.SandboxID, At: s.opts.Now()}); err != nil {
-		return store.Session{}, err
+		return model.Session{}, err
 	}
 	dir := s.checkpointDir(ss.ID)
 	// The session's and its workspace's labels bind the checkpoint, under
@@ -216,26 +216,26 @@ func (s *sessionHost) resumeLocked(ctx context.Context, ss store.Session, by Pri
 		case errdefs.IsInvalidArgument(err):
 			why = "its checkpoint was refused: this daemon cannot prove it its own"
 		default:
-			return store.Session{}, err
+			return model.Session{}, err
 		}
 		s.log.Error("a paused session's checkpoint cannot be restored", "session", ss.ID, "err", err)
-		if _, eerr := s.endLocked(context.WithoutCancel(ctx), ss, Principal{}, store.EndFailed, engine.EndedBySessionEnd); eerr != nil {
-			return store.Session{}, fmt.Errorf("ending session %s, whose checkpoint cannot be restored: %w", ss.ID, eerr)
+		if _, eerr := s.endLocked(context.WithoutCancel(ctx), ss, Principal{}, model.EndFailed, engine.EndedBySessionEnd); eerr != nil {
+			return model.Session{}, fmt.Errorf("ending session %s, whose checkpoint cannot be restored: %w", ss.ID, eerr)
 		}
 		// The cause (with the checkpoint's path) is logged above; the
 		// answer names none.
-		return store.Session{}, errdefs.Publicf("session %s cannot resume: %s; it has ended (failed): %w",
+		return model.Session{}, errdefs.Publicf("session %s cannot resume: %s; it has ended (failed): %w",
 			ss.ID, why, errdefs.ErrFailedPrecondition)
 	}
 	step, err := Transition(g, ResumeSession{By: by, SandboxID: live.SandboxID(), At: s.opts.Now()})
-	var resumed store.Session
+	var resumed model.Session
 	if err == nil {
 		resumed, err = s.st.ResumeSession(ctx, ss.ID, *step.Resume)
 	}
 	if err != nil {
 		// Not recorded: the session stays paused, its checkpoint kept.
 		_ = live.Close(context.WithoutCancel(ctx))
-		return store.Session{}, fmt.Errorf("recording the resume of session %s: %w", ss.ID, err)
+		return model.Session{}, fmt.Errorf("recording the resume of session %s: %w", ss.ID, err)
 	}
 	s.sessions.put(ss.ID, live)
 	s.sessionObserver().SessionsLive(1)

@@ -6,8 +6,8 @@ import (
 	"testing"
 
 	"github.com/stockade-sh/stockade/internal/sandboxfake"
+	"github.com/stockade-sh/stockade/model"
 	"github.com/stockade-sh/stockade/sandbox"
-	"github.com/stockade-sh/stockade/store"
 )
 
 // TestSweepCheckpointsKeepsForeignFiles starts a service over a checkpoint
@@ -26,7 +26,7 @@ func TestSweepCheckpointsKeepsForeignFiles(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	newServiceEnv(t, nil, &sandboxfake.Driver{ID: "gvisor", Tier: sandbox.TierGVisor}, store.DefaultPolicy(), ServiceOptions{Sessions: SessionOptions{CheckpointDir: dir}})
+	newServiceEnv(t, nil, &sandboxfake.Driver{ID: "gvisor", Tier: sandbox.TierGVisor}, model.DefaultPolicy(), ServiceOptions{Sessions: SessionOptions{CheckpointDir: dir}})
 	if _, err := os.Stat(stale); !os.IsNotExist(err) {
 		t.Errorf("the checkpoint of a session that is not paused: got %v, want it removed", err)
 	}

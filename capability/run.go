@@ -12,9 +12,9 @@ import (
 
 	"github.com/stockade-sh/stockade/engine"
 	"github.com/stockade-sh/stockade/errdefs"
+	"github.com/stockade-sh/stockade/model"
 	"github.com/stockade-sh/stockade/policy"
 	"github.com/stockade-sh/stockade/sandbox"
-	"github.com/stockade-sh/stockade/store"
 )
 
 // runs dispatches admitted executions, runs one-shots on the engine,
@@ -39,13 +39,13 @@ type runs struct {
 
 // runStore is what runs needs of the store.
 type runStore interface {
-	GetExecution(ctx context.Context, workspaceID, executionID string) (store.Execution, error)
-	Apply(ctx context.Context, id string, s store.Step) (store.Execution, error)
+	GetExecution(ctx context.Context, workspaceID, executionID string) (model.Execution, error)
+	Apply(ctx context.Context, id string, s model.Step) (model.Execution, error)
 }
 
 // dispatch runs an admitted execution in the background. t is its
 // admission ticket; nil takes one that waits for a slot.
-func (s *runs) dispatch(e store.Execution, timeout time.Duration, t *ticket) {
+func (s *runs) dispatch(e model.Execution, timeout time.Duration, t *ticket) {
 	if t == nil {
 		t = s.slots.enqueue()
 	}
@@ -99,7 +99,7 @@ func (s *runs) close() {
 // run executes one admitted execution, with the timeout it was admitted
 // with, and records its outcome. ctx ends when the service closes or the
 // execution is cancelled (its cause is then a *Cancellation).
-func (s *runs) run(ctx context.Context, e store.Execution, timeout time.Duration, t *ticket) {
+func (s *runs) run(ctx context.Context, e model.Execution, timeout time.Duration, t *ticket) {
 	g := GrantOf(e, nil)
 	end := func(in Input) {
 		// Recording must happen even when the service is closing.
@@ -174,8 +174,8 @@ func (s *runs) run(ctx context.Context, e store.Execution, timeout time.Duration
 		if c != nil {
 			why = "killed: " + c.Error()
 		}
-		end(Finish{Status: store.StatusKilled, Driver: driver, Cancel: c, At: at,
-			Output: store.Output{Stdout: stdout.data, Stderr: stderr.data, StdoutTruncated: stdout.truncated, StderrTruncated: stderr.truncated},
+		end(Finish{Status: model.StatusKilled, Driver: driver, Cancel: c, At: at,
+			Output: model.Output{Stdout: stdout.data, Stderr: stderr.data, StdoutTruncated: stdout.truncated, StderrTruncated: stderr.truncated},
 			Result: mustJSON(struct {
 				engine.Result
 				Error string `json:"error"`
@@ -195,12 +195,12 @@ func (s *runs) run(ctx context.Context, e store.Execution, timeout time.Duration
 		end(LaunchFailed{Err: err, At: at})
 		return
 	}
-	o := store.Output{Stdout: []byte(res.Stdout), Stderr: []byte(res.Stderr),
+	o := model.Output{Stdout: []byte(res.Stdout), Stderr: []byte(res.Stderr),
 		StdoutTruncated: res.StdoutTruncated, StderrTruncated: res.StderrTruncated}
 	if exit := res.ExitCode; exit >= 0 {
 		o.ExitCode = &exit
 	}
-	end(Finish{Status: store.ExecutionStatus(res.Status), Result: mustJSON(res), Output: o, Driver: res.Driver, At: at})
+	end(Finish{Status: model.ExecutionStatus(res.Status), Result: mustJSON(res), Output: o, Driver: res.Driver, At: at})
 }
 
 // end records the end of g's run that in says, trying again after a
@@ -211,7 +211,7 @@ func (s *runs) end(ctx context.Context, g Grant, in Input) {
 	for reread := false; ; reread = true {
 		step, err := Transition(g, in)
 		if err == nil {
-			var ex store.Execution
+			var ex model.Execution
 			err = retryStore(s.log, "recording execution outcome", []any{"execution", g.ID}, storeRetries, func() error {
 				ex, err = s.st.Apply(ctx, g.ID, *step.Write)
 				return err
@@ -239,7 +239,7 @@ func (s *runs) end(ctx context.Context, g Grant, in Input) {
 // notify does what a step applied to ex tells the service to, besides
 // dispatching and stopping a run: tell the observer, the watchers of the
 // workspace and the execution's waiters.
-func (s *runs) notify(step Step, ex store.Execution) {
+func (s *runs) notify(step Step, ex model.Execution) {
 	if step.Next.Pending != 0 {
 		s.opts.Observer.ApprovalsPending(step.Next.Pending)
 	}
@@ -288,16 +288,16 @@ func (e *startRefused) Unwrap() error { return e.err }
 // because it was cancelled (c, or nil when its start found it ended).
 // The cancel has normally ended it already; if its start was recorded
 // meanwhile, it ends cancelled here, charged nothing, since no code ran.
-func (s *runs) endUnstarted(e store.Execution, c *Cancellation) {
+func (s *runs) endUnstarted(e model.Execution, c *Cancellation) {
 	defer s.hub.finish(e.ID)
 	ctx := context.WithoutCancel(s.ctx)
 	cur, err := s.st.GetExecution(ctx, e.WorkspaceID, e.ID)
 	if err != nil || cur.Status.Terminal() || c == nil {
 		return
 	}
-	step, err := Transition(GrantOf(cur, nil), Finish{Status: store.StatusCancelled, Cancel: c, At: s.opts.Now()})
+	step, err := Transition(GrantOf(cur, nil), Finish{Status: model.StatusCancelled, Cancel: c, At: s.opts.Now()})
 	if err == nil {
-		var ex store.Execution
+		var ex model.Execution
 		if ex, err = s.st.Apply(ctx, e.ID, *step.Write); err == nil {
 			s.notify(step, ex)
 			return
@@ -429,13 +429,13 @@ const cancelWait = 30 * time.Second
 // Cancel waits for that (up to cancelWait). An execution that has already
 // ended is returned as it is, unchanged: cancelling is idempotent. The
 // cancel is audited (execution.cancelled) with the transition it caused.
-func (s *runs) Cancel(ctx context.Context, p Principal, id, reason string) (store.Execution, error) {
+func (s *runs) Cancel(ctx context.Context, p Principal, id, reason string) (model.Execution, error) {
 	return s.cancelAs(ctx, p, p.WorkspaceID, id, reason)
 }
 
 // cancelAs is Cancel of execution id of workspace ws by p, which is the zero
 // Principal for the daemon's own.
-func (s *runs) cancelAs(ctx context.Context, p Principal, ws, id, reason string) (store.Execution, error) {
+func (s *runs) cancelAs(ctx context.Context, p Principal, ws, id, reason string) (model.Execution, error) {
 	// An execution only moves forward, through at most three states: a
 	// cancel that loses a race to another transition looks again.
 	var stop *Cancellation
@@ -446,7 +446,7 @@ func (s *runs) cancelAs(ctx context.Context, p Principal, ws, id, reason string)
 		}
 		step, err := Transition(GrantOf(e, nil), Cancel{By: p, Reason: reason, At: s.opts.Now()})
 		if err != nil {
-			return store.Execution{}, err
+			return model.Execution{}, err
 		}
 		if step.Next.Stop == nil {
 			return e, nil // it has ended: unchanged
@@ -460,7 +460,7 @@ func (s *runs) cancelAs(ctx context.Context, p Principal, ws, id, reason string)
 			continue
 		}
 		if err != nil {
-			return store.Execution{}, err
+			return model.Execution{}, err
 		}
 		// A queued execution's run stops waiting for its slot or
 		// launching: its start is refused now.
@@ -476,14 +476,14 @@ func (s *runs) cancelAs(ctx context.Context, p Principal, ws, id, reason string)
 		if err != nil || e.Status.Terminal() {
 			return e, err
 		}
-		return store.Execution{}, errdefs.Publicf("execution %s is running, but not on this daemon; retry: %w", id, errdefs.ErrUnavailable)
+		return model.Execution{}, errdefs.Publicf("execution %s is running, but not on this daemon; retry: %w", id, errdefs.ErrUnavailable)
 	}
 	return s.Wait(ctx, Principal{WorkspaceID: ws}, id, cancelWait)
 }
 
 // Wait returns the execution once it has ended, or after d, whichever comes
 // first (d <= 0 returns at once).
-func (s *runs) Wait(ctx context.Context, p Principal, id string, d time.Duration) (store.Execution, error) {
+func (s *runs) Wait(ctx context.Context, p Principal, id string, d time.Duration) (model.Execution, error) {
 	sub := s.hub.subscribe(id)
 	defer s.hub.unsubscribe(id, sub)
 	e, err := s.st.GetExecution(ctx, p.WorkspaceID, id)

@@ -9,6 +9,7 @@ import (
 	"github.com/stockade-sh/stockade/audit"
 	"github.com/stockade-sh/stockade/engine"
 	"github.com/stockade-sh/stockade/internal/witness"
+	"github.com/stockade-sh/stockade/model"
 	"github.com/stockade-sh/stockade/sandbox"
 	"github.com/stockade-sh/stockade/store"
 )
@@ -45,7 +46,7 @@ type ServiceOptions struct {
 
 // Observer is told about what the service does, for metrics.
 type Observer interface {
-	Invocation(status store.ExecutionStatus, driver string, ran time.Duration, credits int64)
+	Invocation(status model.ExecutionStatus, driver string, ran time.Duration, credits int64)
 	ApprovalsPending(delta int)
 	// WitnessRefused is told of each audit chain head not witnessed
 	// because the chain does not link it to the head witnessed before
@@ -162,7 +163,7 @@ func NewService(r *engine.Engine, st Store, o ServiceOptions) *Service {
 
 type nopObserver struct{}
 
-func (nopObserver) Invocation(store.ExecutionStatus, string, time.Duration, int64) {}
+func (nopObserver) Invocation(model.ExecutionStatus, string, time.Duration, int64) {}
 func (nopObserver) ApprovalsPending(int)                                           {}
 func (nopObserver) WitnessRefused()                                                {}
 
@@ -219,13 +220,13 @@ func (s *Service) Invoke(ctx context.Context, p Principal, req InvokeRequest, o 
 
 // Cancel cancels execution id of p's workspace and returns it as it ended
 // (see runs.Cancel).
-func (s *Service) Cancel(ctx context.Context, p Principal, id, reason string) (store.Execution, error) {
+func (s *Service) Cancel(ctx context.Context, p Principal, id, reason string) (model.Execution, error) {
 	return s.runs.Cancel(ctx, p, id, reason)
 }
 
 // Wait returns the execution once it has ended, or after d, whichever comes
 // first (d <= 0 returns at once).
-func (s *Service) Wait(ctx context.Context, p Principal, id string, d time.Duration) (store.Execution, error) {
+func (s *Service) Wait(ctx context.Context, p Principal, id string, d time.Duration) (model.Execution, error) {
 	return s.runs.Wait(ctx, p, id, d)
 }
 
@@ -238,7 +239,7 @@ func (s *Service) Subscribe(id string) (<-chan StreamEvent, func()) { return s.r
 func (s *Service) Watch(ws string) (<-chan Change, func()) { return s.runs.Watch(ws) }
 
 // Decide records an approver's decision (see approvals.Decide).
-func (s *Service) Decide(ctx context.Context, p Principal, approvalID string, approve bool, reason string) (store.Approval, store.Execution, error) {
+func (s *Service) Decide(ctx context.Context, p Principal, approvalID string, approve bool, reason string) (model.Approval, model.Execution, error) {
 	return s.approvals.Decide(ctx, p, approvalID, approve, reason)
 }
 
@@ -260,30 +261,30 @@ func (s *Service) CreateSession(ctx context.Context, p Principal, req CreateSess
 
 // GetSession returns session id of p's workspace: another workspace's
 // is ErrNotFound.
-func (s *Service) GetSession(ctx context.Context, p Principal, id string) (store.Session, error) {
+func (s *Service) GetSession(ctx context.Context, p Principal, id string) (model.Session, error) {
 	return s.sessions.GetSession(ctx, p, id)
 }
 
 // ListSessions lists the sessions of p's workspace, newest first.
-func (s *Service) ListSessions(ctx context.Context, p Principal, f store.SessionFilter) (store.Page[store.Session], error) {
+func (s *Service) ListSessions(ctx context.Context, p Principal, f store.SessionFilter) (store.Page[model.Session], error) {
 	return s.sessions.ListSessions(ctx, p, f)
 }
 
 // CloseSession ends session id for p (reason closed) and destroys its
 // sandbox (see sessionHost.CloseSession).
-func (s *Service) CloseSession(ctx context.Context, p Principal, id string) (store.Session, error) {
+func (s *Service) CloseSession(ctx context.Context, p Principal, id string) (model.Session, error) {
 	return s.sessions.CloseSession(ctx, p, id)
 }
 
 // PauseSession pauses session id for p to a checkpoint on disk (see
 // sessionHost.PauseSession).
-func (s *Service) PauseSession(ctx context.Context, p Principal, id string) (store.Session, error) {
+func (s *Service) PauseSession(ctx context.Context, p Principal, id string) (model.Session, error) {
 	return s.sessions.PauseSession(ctx, p, id)
 }
 
 // ResumeSession resumes paused session id for p from its checkpoint (see
 // sessionHost.ResumeSession).
-func (s *Service) ResumeSession(ctx context.Context, p Principal, id string) (store.Session, error) {
+func (s *Service) ResumeSession(ctx context.Context, p Principal, id string) (model.Session, error) {
 	return s.sessions.ResumeSession(ctx, p, id)
 }
 

@@ -22,6 +22,7 @@ import (
 	"github.com/stockade-sh/stockade/internal/sandboxfake"
 	"github.com/stockade-sh/stockade/internal/testenv"
 	"github.com/stockade-sh/stockade/internal/witness"
+	"github.com/stockade-sh/stockade/model"
 	"github.com/stockade-sh/stockade/sandbox"
 	"github.com/stockade-sh/stockade/store"
 	"github.com/stockade-sh/stockade/store/sqlite"
@@ -33,14 +34,14 @@ import (
 type serviceEnv struct {
 	st    testStore
 	svc   *Service
-	ws    store.Workspace
+	ws    model.Workspace
 	agent Principal
 }
 
 // newServiceEnv starts the service with o over st (a fresh SQLite store
 // when nil) and drv, with an engine built with engOpts. pol is the
 // workspace's policy.
-func newServiceEnv(t *testing.T, st testStore, drv *sandboxfake.Driver, pol store.Policy, o ServiceOptions, engOpts ...engine.Option) *serviceEnv {
+func newServiceEnv(t *testing.T, st testStore, drv *sandboxfake.Driver, pol model.Policy, o ServiceOptions, engOpts ...engine.Option) *serviceEnv {
 	t.Helper()
 	ctx := t.Context()
 	if st == nil {
@@ -56,7 +57,7 @@ func newServiceEnv(t *testing.T, st testStore, drv *sandboxfake.Driver, pol stor
 	if _, err := st.GrantCredits(ctx, ws.ID, 10, "test", nil); err != nil {
 		t.Fatal(err)
 	}
-	k, err := st.CreateAPIKey(ctx, store.NewAPIKey{WorkspaceID: ws.ID, Role: store.RoleAgent, Hash: store.HashKey("svc agent")})
+	k, err := st.CreateAPIKey(ctx, store.NewAPIKey{WorkspaceID: ws.ID, Role: model.RoleAgent, Hash: model.HashKey("svc agent")})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -69,15 +70,15 @@ func newServiceEnv(t *testing.T, st testStore, drv *sandboxfake.Driver, pol stor
 		t.Fatal(err)
 	}
 	t.Cleanup(svc.Close)
-	return &serviceEnv{st: st, svc: svc, ws: ws, agent: Principal{KeyID: k.ID, WorkspaceID: ws.ID, Role: store.RoleAgent}}
+	return &serviceEnv{st: st, svc: svc, ws: ws, agent: Principal{KeyID: k.ID, WorkspaceID: ws.ID, Role: model.RoleAgent}}
 }
 
 // events returns the workspace's audit events of type typ, oldest first.
-func (e *serviceEnv) events(t *testing.T, typ string) []store.Event {
+func (e *serviceEnv) events(t *testing.T, typ string) []model.Event {
 	t.Helper()
-	var out []store.Event
-	if err := eachEvent(t.Context(), e.st, e.ws.ID, []string{typ}, func(ev store.Event) bool {
-		out = append([]store.Event{ev}, out...)
+	var out []model.Event
+	if err := eachEvent(t.Context(), e.st, e.ws.ID, []string{typ}, func(ev model.Event) bool {
+		out = append([]model.Event{ev}, out...)
 		return true
 	}); err != nil {
 		t.Fatal(err)
@@ -107,9 +108,9 @@ func openSQLite(t testing.TB) testStore {
 	return db
 }
 
-func noApprovalPolicy() store.Policy {
-	p := store.DefaultPolicy()
-	p.Approval = store.ApprovalNone
+func noApprovalPolicy() model.Policy {
+	p := model.DefaultPolicy()
+	p.Approval = model.ApprovalNone
 	return p
 }
 
@@ -180,7 +181,7 @@ func TestIdempotentRetryIsNotDecidedAgain(t *testing.T) {
 	})
 
 	close(hold)
-	if ex, err := env.svc.Wait(ctx, env.agent, first.Execution.ID, 10*time.Second); err != nil || ex.Status != store.StatusSucceeded {
+	if ex, err := env.svc.Wait(ctx, env.agent, first.Execution.ID, 10*time.Second); err != nil || ex.Status != model.StatusSucceeded {
 		t.Fatalf("first execution: got %s, %v; want succeeded", ex.Status, err)
 	}
 	t.Run("retry after the policy changed", func(t *testing.T) {
@@ -196,7 +197,7 @@ func TestIdempotentRetryIsNotDecidedAgain(t *testing.T) {
 		if _, err := env.st.SetPolicy(ctx, env.ws.ID, pol, nil); err != nil {
 			t.Fatal(err)
 		}
-		if inv := replayed(t, "retry after code execution was disabled"); inv.Execution.Status != store.StatusSucceeded {
+		if inv := replayed(t, "retry after code execution was disabled"); inv.Execution.Status != model.StatusSucceeded {
 			t.Errorf("replayed execution: got %s, want succeeded", inv.Execution.Status)
 		}
 	})
@@ -226,8 +227,8 @@ func TestIdempotencyKeyIsTheAPIKeys(t *testing.T) {
 	if err != nil {
 		t.Fatalf("the agent's invocation: %v", err)
 	}
-	principal := func(role store.Role) Principal {
-		k, err := env.st.CreateAPIKey(ctx, store.NewAPIKey{WorkspaceID: env.ws.ID, Role: role, Hash: store.HashKey("svc " + string(role))})
+	principal := func(role model.Role) Principal {
+		k, err := env.st.CreateAPIKey(ctx, store.NewAPIKey{WorkspaceID: env.ws.ID, Role: role, Hash: model.HashKey("svc " + string(role))})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -237,7 +238,7 @@ func TestIdempotencyKeyIsTheAPIKeys(t *testing.T) {
 	t.Run("approver", func(t *testing.T) {
 		before := len(env.events(t, audit.InvokeDenied))
 		lookups := st.replays.Load()
-		inv, err := env.svc.Invoke(ctx, principal(store.RoleApprover), req, idem)
+		inv, err := env.svc.Invoke(ctx, principal(model.RoleApprover), req, idem)
 		if !errdefs.IsPermissionDenied(err) || inv != nil {
 			t.Fatalf("got %+v, %v; want permission denied, not the agent's execution", inv, err)
 		}
@@ -250,7 +251,7 @@ func TestIdempotencyKeyIsTheAPIKeys(t *testing.T) {
 		}
 	})
 	t.Run("admin", func(t *testing.T) {
-		admin := principal(store.RoleAdmin)
+		admin := principal(model.RoleAdmin)
 		inv, err := env.svc.Invoke(ctx, admin, req, idem)
 		if err != nil || inv.Replayed || inv.Execution.ID == first.Execution.ID || inv.Execution.KeyID != admin.KeyID {
 			t.Fatalf("got %+v, %v; want a new execution of the admin key", inv, err)
@@ -284,10 +285,10 @@ type failingAppends struct {
 	failures atomic.Int32
 }
 
-func (s *failingAppends) AppendEvent(ctx context.Context, e store.NewEvent) (store.Event, error) {
+func (s *failingAppends) AppendEvent(ctx context.Context, e model.NewEvent) (model.Event, error) {
 	if s.fail.Load() || s.n.Add(-1) >= 0 {
 		s.failures.Add(1)
-		return store.Event{}, fmt.Errorf("the store is unreachable: %w", errdefs.ErrUnavailable)
+		return model.Event{}, fmt.Errorf("the store is unreachable: %w", errdefs.ErrUnavailable)
 	}
 	return s.testStore.AppendEvent(ctx, e)
 }
@@ -299,9 +300,9 @@ type flakyEnds struct {
 	n atomic.Int32
 }
 
-func (s *flakyEnds) Apply(ctx context.Context, id string, st store.Step) (store.Execution, error) {
+func (s *flakyEnds) Apply(ctx context.Context, id string, st model.Step) (model.Execution, error) {
 	if st.To.Terminal() && s.n.Add(-1) >= 0 {
-		return store.Execution{}, fmt.Errorf("database is locked: %w", errdefs.ErrUnavailable)
+		return model.Execution{}, fmt.Errorf("database is locked: %w", errdefs.ErrUnavailable)
 	}
 	return s.testStore.Apply(ctx, id, st)
 }
@@ -318,7 +319,7 @@ func TestFinishRetries(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if ex, err := env.svc.Wait(ctx, env.agent, inv.Execution.ID, 20*time.Second); err != nil || ex.Status != store.StatusSucceeded {
+	if ex, err := env.svc.Wait(ctx, env.agent, inv.Execution.ID, 20*time.Second); err != nil || ex.Status != model.StatusSucceeded {
 		t.Fatalf("execution: got %s, %v; want succeeded after two failed attempts to record it", ex.Status, err)
 	}
 }
@@ -337,10 +338,10 @@ func (o *countingObserver) WitnessRefused() {
 	o.unwitnessed++
 }
 
-func (o *countingObserver) Invocation(status store.ExecutionStatus, _ string, _ time.Duration, _ int64) {
+func (o *countingObserver) Invocation(status model.ExecutionStatus, _ string, _ time.Duration, _ int64) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	if status == store.StatusApprovalExpired {
+	if status == model.StatusApprovalExpired {
 		o.expired++
 	}
 }
@@ -359,7 +360,7 @@ func TestApprovalExpiryIsAuditedWithIt(t *testing.T) {
 	st := &failingAppends{testStore: openSQLite(t)}
 	obs := &countingObserver{}
 	drv := &sandboxfake.Driver{ID: "gvisor", Tier: sandbox.TierGVisor}
-	env := newServiceEnv(t, st, drv, store.DefaultPolicy(), ServiceOptions{ApprovalTTL: time.Millisecond, Observer: obs})
+	env := newServiceEnv(t, st, drv, model.DefaultPolicy(), ServiceOptions{ApprovalTTL: time.Millisecond, Observer: obs})
 	inv, err := env.svc.Invoke(ctx, env.agent, InvokeRequest{Runtime: "python", Code: "print(1)"}, InvokeOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -370,7 +371,7 @@ func TestApprovalExpiryIsAuditedWithIt(t *testing.T) {
 	st.fail.Store(true)
 	// The expiry loop runs every second.
 	ex, err := env.svc.Wait(ctx, env.agent, inv.Execution.ID, 10*time.Second)
-	if err != nil || ex.Status != store.StatusApprovalExpired {
+	if err != nil || ex.Status != model.StatusApprovalExpired {
 		t.Fatalf("execution: got %s, %v; want approval_expired", ex.Status, err)
 	}
 	got := env.events(t, audit.ApprovalExpired)
@@ -413,7 +414,7 @@ func TestChainFingerprintsTheRun(t *testing.T) {
 		t.Fatal(err)
 	}
 	ex, err := env.svc.Wait(ctx, env.agent, inv.Execution.ID, 10*time.Second)
-	if err != nil || ex.Status != store.StatusSucceeded {
+	if err != nil || ex.Status != model.StatusSucceeded {
 		t.Fatalf("execution: got %s, %v; want succeeded", ex.Status, err)
 	}
 	allowed := env.events(t, audit.InvokeAllowed)
@@ -438,7 +439,7 @@ func TestChainFingerprintsTheRun(t *testing.T) {
 		t.Fatalf("execution.finished: got %+v, want one event", finished)
 	}
 	ev := finished[0]
-	if ev.ExecutionID != ex.ID || ev.Code != audit.ExecutionFinishedCode || data.Status != string(store.StatusSucceeded) ||
+	if ev.ExecutionID != ex.ID || ev.Code != audit.ExecutionFinishedCode || data.Status != string(model.StatusSucceeded) ||
 		data.ExitCode == nil || *data.ExitCode != 0 || data.Credits != 3 || data.Result != sha256Hex(ex.Result) {
 		t.Errorf("execution.finished: got %+v with %+v; want succeeded, exit 0, 3 credits, the stored result's hash %s", ev, data, sha256Hex(ex.Result))
 	}
@@ -451,7 +452,7 @@ func TestChainFingerprintsTheRun(t *testing.T) {
 // will read, not only its code.
 func TestApprovalCardShowsStdin(t *testing.T) {
 	drv := &sandboxfake.Driver{ID: "gvisor", Tier: sandbox.TierGVisor}
-	env := newServiceEnv(t, nil, drv, store.DefaultPolicy(), ServiceOptions{})
+	env := newServiceEnv(t, nil, drv, model.DefaultPolicy(), ServiceOptions{})
 	inv, err := env.svc.Invoke(t.Context(), env.agent, InvokeRequest{Runtime: "python", Code: "exec(input())", Stdin: "print('hidden')"}, InvokeOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -468,17 +469,17 @@ func TestApprovalCardShowsStdin(t *testing.T) {
 func TestApprovalUnderTheCurrentPolicy(t *testing.T) {
 	ctx := t.Context()
 	drv := &sandboxfake.Driver{ID: "gvisor", Tier: sandbox.TierGVisor}
-	env := newServiceEnv(t, nil, drv, store.DefaultPolicy(), ServiceOptions{})
-	k, err := env.st.CreateAPIKey(ctx, store.NewAPIKey{WorkspaceID: env.ws.ID, Role: store.RoleApprover, Hash: store.HashKey("approver")})
+	env := newServiceEnv(t, nil, drv, model.DefaultPolicy(), ServiceOptions{})
+	k, err := env.st.CreateAPIKey(ctx, store.NewAPIKey{WorkspaceID: env.ws.ID, Role: model.RoleApprover, Hash: model.HashKey("approver")})
 	if err != nil {
 		t.Fatal(err)
 	}
-	approver := Principal{KeyID: k.ID, WorkspaceID: env.ws.ID, Role: store.RoleApprover}
+	approver := Principal{KeyID: k.ID, WorkspaceID: env.ws.ID, Role: model.RoleApprover}
 	inv, err := env.svc.Invoke(ctx, env.agent, InvokeRequest{Runtime: "python", Code: "print(1)"}, InvokeOptions{})
 	if err != nil || inv.Approval == nil {
 		t.Fatalf("got %+v, %v; want a pending approval", inv, err)
 	}
-	pol := store.DefaultPolicy()
+	pol := model.DefaultPolicy()
 	pol.CodeExecution = false
 	if _, err := env.st.SetPolicy(ctx, env.ws.ID, pol, nil); err != nil {
 		t.Fatal(err)
@@ -486,7 +487,7 @@ func TestApprovalUnderTheCurrentPolicy(t *testing.T) {
 	if _, _, err := env.svc.Decide(ctx, approver, inv.Approval.ID, true, "ok"); !errdefs.IsConflict(err) || !strings.Contains(err.Error(), "disabled") {
 		t.Errorf("approving after code execution was disabled: got %v, want a conflict naming the policy", err)
 	}
-	if _, ex, err := env.svc.Decide(ctx, approver, inv.Approval.ID, false, "policy changed"); err != nil || ex.Status != store.StatusDenied {
+	if _, ex, err := env.svc.Decide(ctx, approver, inv.Approval.ID, false, "policy changed"); err != nil || ex.Status != model.StatusDenied {
 		t.Errorf("denying it: got %s, %v", ex.Status, err)
 	}
 }
@@ -588,8 +589,8 @@ func TestAuditQueueDropsNothing(t *testing.T) {
 // it is down: the error names the server, the user and the database.
 type unreachableKeys struct{ testStore }
 
-func (unreachableKeys) LookupAPIKey(context.Context, store.KeyHash) (store.APIKey, error) {
-	return store.APIKey{}, fmt.Errorf("failed to connect to `user=stockade database=prod`: host=db.internal:5432: %w", errdefs.ErrUnavailable)
+func (unreachableKeys) LookupAPIKey(context.Context, model.KeyHash) (model.APIKey, error) {
+	return model.APIKey{}, fmt.Errorf("failed to connect to `user=stockade database=prod`: host=db.internal:5432: %w", errdefs.ErrUnavailable)
 }
 
 // TestAuthenticateHidesTheDatabase checks that a key that cannot be
@@ -718,7 +719,7 @@ func TestServiceRefusesToWitnessARewrittenChain(t *testing.T) {
 	env := newServiceEnv(t, nil, &sandboxfake.Driver{ID: "gvisor", Tier: sandbox.TierGVisor}, noApprovalPolicy(),
 		ServiceOptions{Witness: dir, Observer: obs, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	for i := range 3 {
-		if _, err := env.st.AppendEvent(ctx, store.NewEvent{WorkspaceID: env.ws.ID, Type: "test.event", Reason: fmt.Sprint(i)}); err != nil {
+		if _, err := env.st.AppendEvent(ctx, model.NewEvent{WorkspaceID: env.ws.ID, Type: "test.event", Reason: fmt.Sprint(i)}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -739,7 +740,7 @@ func TestServiceRefusesToWitnessARewrittenChain(t *testing.T) {
 		}
 	}
 	for i := range int(witnessed.Seq) + 2 {
-		if _, err := env.st.AppendEvent(ctx, store.NewEvent{WorkspaceID: env.ws.ID, Type: "forged", Reason: fmt.Sprint(i)}); err != nil {
+		if _, err := env.st.AppendEvent(ctx, model.NewEvent{WorkspaceID: env.ws.ID, Type: "forged", Reason: fmt.Sprint(i)}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -785,7 +786,7 @@ func TestCloseDuringARun(t *testing.T) {
 	if err := json.Unmarshal(ex.Result, &res); err != nil {
 		t.Fatal(err)
 	}
-	if ex.Status != store.StatusKilled || res.Stdout != "partial output" || !strings.Contains(res.Error, "daemon stopped") {
+	if ex.Status != model.StatusKilled || res.Stdout != "partial output" || !strings.Contains(res.Error, "daemon stopped") {
 		t.Errorf("execution: got %s with result %s, want killed with the output so far", ex.Status, ex.Result)
 	}
 	// Nobody saw a signal: the sandbox was destroyed under the program.
@@ -813,8 +814,8 @@ func TestConflictBeforeTheStart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if ex.Status != store.StatusLaunchFailed {
-		t.Errorf("execution: got %s, want %s", ex.Status, store.StatusLaunchFailed)
+	if ex.Status != model.StatusLaunchFailed {
+		t.Errorf("execution: got %s, want %s", ex.Status, model.StatusLaunchFailed)
 	}
 	if c, err := env.st.GetCredits(ctx, env.ws.ID); err != nil || c.Available != 10 || c.Reserved != 0 {
 		t.Errorf("credits: got %+v, %v; want 10 available, none reserved", c, err)
@@ -848,7 +849,7 @@ func TestAuditWriterWithTheStoreDown(t *testing.T) {
 // connection cut after COMMIT does: the answer is lost, not the commit.
 type lostCommit struct{ testStore }
 
-func (s lostCommit) Admit(ctx context.Context, e store.NewExecution, st store.Step) (store.Admission, error) {
+func (s lostCommit) Admit(ctx context.Context, e store.NewExecution, st model.Step) (store.Admission, error) {
 	if _, err := s.testStore.Admit(ctx, e, st); err != nil {
 		return store.Admission{}, err
 	}
@@ -865,7 +866,7 @@ func TestAdmissionWhoseAnswerWasLost(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Invoke: %v, want the admitted execution", err)
 	}
-	if ex, err := env.svc.Wait(ctx, env.agent, inv.Execution.ID, 10*time.Second); err != nil || ex.Status != store.StatusSucceeded {
+	if ex, err := env.svc.Wait(ctx, env.agent, inv.Execution.ID, 10*time.Second); err != nil || ex.Status != model.StatusSucceeded {
 		t.Fatalf("execution: got %s, %v; want succeeded", ex.Status, err)
 	}
 	if c, err := env.st.GetCredits(ctx, env.ws.ID); err != nil || c.Available != 8 || c.Reserved != 0 {
@@ -879,7 +880,7 @@ func TestAdmissionWhoseAnswerWasLost(t *testing.T) {
 // admitted and its approval card shows "deny".
 func TestNetworkWords(t *testing.T) {
 	drv := &sandboxfake.Driver{ID: "gvisor", Tier: sandbox.TierGVisor}
-	env := newServiceEnv(t, nil, drv, store.DefaultPolicy(), ServiceOptions{}) // approval required, network denied
+	env := newServiceEnv(t, nil, drv, model.DefaultPolicy(), ServiceOptions{}) // approval required, network denied
 	for _, tt := range []struct {
 		network string
 		allow   bool
@@ -966,14 +967,14 @@ func TestInvokeAboveRecordLimits(t *testing.T) {
 // set-up and reads of their workspaces.
 type testStore interface {
 	Store
-	CreateWorkspace(ctx context.Context, name string, audit func(store.Workspace) []store.NewEvent) (store.Workspace, error)
-	CreateAPIKey(ctx context.Context, k store.NewAPIKey) (store.APIKey, error)
-	SetPolicy(ctx context.Context, workspaceID string, p store.Policy, audit func(store.Policy) []store.NewEvent) (store.Policy, error)
-	GrantCredits(ctx context.Context, workspaceID string, amount int64, note string, audit []store.NewEvent) (store.Credits, error)
-	GetCredits(ctx context.Context, workspaceID string) (store.Credits, error)
-	ChainHead(ctx context.Context, workspaceID string) (store.ChainHead, error)
-	GetAPIKey(ctx context.Context, keyID string) (store.APIKey, error)
-	VerifyChain(ctx context.Context, workspaceID string, witnessed ...store.ChainHead) (bool, *store.BrokenLink, error)
-	ListExecutions(ctx context.Context, workspaceID string, f store.ExecutionFilter) (store.Page[store.Execution], error)
-	GetToolCall(ctx context.Context, workspaceID, executionID string) (store.ToolCall, error)
+	CreateWorkspace(ctx context.Context, name string, audit func(model.Workspace) []model.NewEvent) (model.Workspace, error)
+	CreateAPIKey(ctx context.Context, k store.NewAPIKey) (model.APIKey, error)
+	SetPolicy(ctx context.Context, workspaceID string, p model.Policy, audit func(model.Policy) []model.NewEvent) (model.Policy, error)
+	GrantCredits(ctx context.Context, workspaceID string, amount int64, note string, audit []model.NewEvent) (model.Credits, error)
+	GetCredits(ctx context.Context, workspaceID string) (model.Credits, error)
+	ChainHead(ctx context.Context, workspaceID string) (model.ChainHead, error)
+	GetAPIKey(ctx context.Context, keyID string) (model.APIKey, error)
+	VerifyChain(ctx context.Context, workspaceID string, witnessed ...model.ChainHead) (bool, *model.BrokenLink, error)
+	ListExecutions(ctx context.Context, workspaceID string, f store.ExecutionFilter) (store.Page[model.Execution], error)
+	GetToolCall(ctx context.Context, workspaceID, executionID string) (model.ToolCall, error)
 }

@@ -6,6 +6,7 @@ import (
 
 	"github.com/stockade-sh/stockade/audit"
 	"github.com/stockade-sh/stockade/errdefs"
+	"github.com/stockade-sh/stockade/model"
 	"github.com/stockade-sh/stockade/policy"
 	"github.com/stockade-sh/stockade/store"
 )
@@ -26,14 +27,14 @@ import (
 // SessionOf is what a cell's transitions read of its session.
 type SessionOf struct {
 	ID    string
-	State store.SessionState
+	State model.SessionState
 	// EndReason and EndedAt say how an ended session ended.
-	EndReason store.SessionEndReason
+	EndReason model.SessionEndReason
 	EndedAt   time.Time
 	// Approval is the session's approval mode, Network whether it has
 	// egress, and CoveredBy the approval that covers its cells (empty
 	// until one does).
-	Approval  store.ApprovalMode
+	Approval  model.ApprovalMode
 	Network   bool
 	CoveredBy string
 	// Cells is how many cells it has had.
@@ -43,13 +44,13 @@ type SessionOf struct {
 }
 
 // sessionOf returns what a cell's transitions read of ss.
-func sessionOf(ss store.Session) *SessionOf {
+func sessionOf(ss model.Session) *SessionOf {
 	return &SessionOf{ID: ss.ID, State: ss.State, EndReason: ss.EndReason, EndedAt: ss.EndedAt, Approval: ss.Approval,
 		Network: ss.Network, CoveredBy: ss.ApprovalID, Cells: ss.Cells, PausedAt: ss.PausedAt}
 }
 
 // GrantOfCell returns the grant of cell e of session ss (see GrantOf).
-func GrantOfCell(e store.Execution, a *store.Approval, ss store.Session) Grant {
+func GrantOfCell(e model.Execution, a *model.Approval, ss model.Session) Grant {
 	g := GrantOf(e, a)
 	g.Kind, g.Session = Session, sessionOf(ss)
 	return g
@@ -69,7 +70,7 @@ type OpenSession struct {
 // system ends it (By is zero) for any other reason.
 type EndSession struct {
 	By     Principal
-	Reason store.SessionEndReason
+	Reason model.SessionEndReason
 	Cells  int
 	At     time.Time
 }
@@ -150,11 +151,11 @@ func endSession(g Grant, in EndSession) (Step, error) {
 	switch {
 	case !in.Reason.Valid():
 		return Step{}, errdefs.Publicf("end: reason %q: %w", in.Reason, errdefs.ErrInvalidArgument)
-	case in.Reason == store.EndClosed && (in.By.WorkspaceID != g.WorkspaceID || (in.By.KeyID != g.KeyID && in.By.Role != store.RoleAdmin)):
+	case in.Reason == model.EndClosed && (in.By.WorkspaceID != g.WorkspaceID || (in.By.KeyID != g.KeyID && in.By.Role != model.RoleAdmin)):
 		return Step{}, errdefs.Publicf("only the key that opened a session or an admin key may close it: %w", errdefs.ErrPermissionDenied)
-	case in.Reason != store.EndClosed && in.By != (Principal{}):
+	case in.Reason != model.EndClosed && in.By != (Principal{}):
 		return Step{}, errdefs.Publicf("a key closes a session (reason closed); the system ends it for %s: %w", in.Reason, errdefs.ErrInvalidArgument)
-	case s.State == store.SessionEnded:
+	case s.State == model.SessionEnded:
 		return Step{}, expiredError(s)
 	}
 	ev := audit.SessionEndedEvent{Meta: audit.Meta{Actor: actorOf(in.By), Reason: "session ended: " + string(in.Reason)},
@@ -176,7 +177,7 @@ func actorOf(p Principal) string {
 // that opened it or an admin key of its workspace, or the system (the
 // zero Principal).
 func mayTransition(g Grant, p Principal, verb string) error {
-	if p == (Principal{}) || p.WorkspaceID == g.WorkspaceID && (p.KeyID == g.KeyID || p.Role == store.RoleAdmin) {
+	if p == (Principal{}) || p.WorkspaceID == g.WorkspaceID && (p.KeyID == g.KeyID || p.Role == model.RoleAdmin) {
 		return nil
 	}
 	return errdefs.Publicf("only the key that opened a session or an admin key may %s it: %w", verb, errdefs.ErrPermissionDenied)
@@ -194,9 +195,9 @@ func pauseSession(g Grant, in PauseSession) (Step, error) {
 		return Step{}, err
 	}
 	switch {
-	case s.State == store.SessionEnded:
+	case s.State == model.SessionEnded:
 		return Step{}, expiredError(s)
-	case s.State != store.SessionActive:
+	case s.State != model.SessionActive:
 		return Step{}, errdefs.Publicf("session %s is %s, not active: %w", s.ID, s.State, errdefs.ErrFailedPrecondition)
 	case in.CheckpointBytes < 0 || in.SandboxID == "":
 		return Step{}, errdefs.Publicf("pause: a pause names the saved sandbox and its checkpoint's size: %w", errdefs.ErrInvalidArgument)
@@ -219,9 +220,9 @@ func resumeSession(g Grant, in ResumeSession) (Step, error) {
 		return Step{}, err
 	}
 	switch {
-	case s.State == store.SessionEnded:
+	case s.State == model.SessionEnded:
 		return Step{}, expiredError(s)
-	case s.State != store.SessionPaused:
+	case s.State != model.SessionPaused:
 		return Step{}, errdefs.Publicf("session %s is %s, not paused: %w", s.ID, s.State, errdefs.ErrFailedPrecondition)
 	case in.SandboxID == "":
 		return Step{}, errdefs.Publicf("resume: a resume names the restored sandbox: %w", errdefs.ErrInvalidArgument)
@@ -244,7 +245,7 @@ func expiredError(s *SessionOf) error {
 type SessionExpiredError struct {
 	SessionID string
 	EndedAt   time.Time
-	Reason    store.SessionEndReason
+	Reason    model.SessionEndReason
 }
 
 func (e *SessionExpiredError) Error() string {
@@ -259,9 +260,9 @@ func (e *SessionExpiredError) Unwrap() error { return errdefs.ErrFailedPrecondit
 func cellApproval(g Grant, in Admit) (wait bool, coveredBy string) {
 	s := g.Session
 	switch {
-	case s.Approval == store.ApprovalRequired && in.Policy.ApprovalRequired:
+	case s.Approval == model.ApprovalRequired && in.Policy.ApprovalRequired:
 		return true, ""
-	case s.Approval == store.ApprovalPerSession && in.Policy.ApprovalRequired, in.Network || s.Network:
+	case s.Approval == model.ApprovalPerSession && in.Policy.ApprovalRequired, in.Network || s.Network:
 		if s.CoveredBy != "" {
 			return false, s.CoveredBy
 		}
@@ -276,5 +277,5 @@ func coversSession(g Grant) bool {
 	if g.Kind != Session || g.Session.CoveredBy != "" {
 		return false
 	}
-	return g.Session.Approval == store.ApprovalPerSession || (g.Session.Approval == store.ApprovalNone && g.Session.Network)
+	return g.Session.Approval == model.ApprovalPerSession || (g.Session.Approval == model.ApprovalNone && g.Session.Network)
 }

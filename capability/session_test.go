@@ -7,20 +7,21 @@ import (
 
 	"github.com/stockade-sh/stockade/audit"
 	"github.com/stockade-sh/stockade/errdefs"
+	"github.com/stockade-sh/stockade/model"
 	"github.com/stockade-sh/stockade/store"
 )
 
 // activeSession is an active session of agent's under approval mode mode.
-func activeSession(mode store.ApprovalMode) *SessionOf {
-	return &SessionOf{ID: "ses_1", State: store.SessionActive, Approval: mode, Cells: 2}
+func activeSession(mode model.ApprovalMode) *SessionOf {
+	return &SessionOf{ID: "ses_1", State: model.SessionActive, Approval: mode, Cells: 2}
 }
 
 func endedSession() *SessionOf {
-	return &SessionOf{ID: "ses_1", State: store.SessionEnded, EndReason: store.EndIdle, EndedAt: t0, Approval: store.ApprovalNone}
+	return &SessionOf{ID: "ses_1", State: model.SessionEnded, EndReason: model.EndIdle, EndedAt: t0, Approval: model.ApprovalNone}
 }
 
 func pausedSession() *SessionOf {
-	return &SessionOf{ID: "ses_1", State: store.SessionPaused, PausedAt: t0, Approval: store.ApprovalNone, Cells: 2}
+	return &SessionOf{ID: "ses_1", State: model.SessionPaused, PausedAt: t0, Approval: model.ApprovalNone, Cells: 2}
 }
 
 // cellIn is a cell of session s in state.
@@ -37,7 +38,7 @@ func openInput() OpenSession {
 	in := admitInput()
 	in.Card, in.ExpiresAt = nil, time.Time{}
 	return OpenSession{Admit: in, Record: store.NewSession{ID: "ses_1", WorkspaceID: "ws_1", KeyID: agent.KeyID, Tool: "code.execute",
-		Runtime: "python", Driver: "runc", SandboxID: "sb_1", Approval: store.ApprovalPerSession, IdleTimeout: 10 * time.Minute,
+		Runtime: "python", Driver: "runc", SandboxID: "sb_1", Approval: model.ApprovalPerSession, IdleTimeout: 10 * time.Minute,
 		ExpiresAt: t0.Add(time.Hour), RequestSHA256: sha256Hex(nil)}}
 }
 
@@ -68,37 +69,37 @@ func TestSessionTransitions(t *testing.T) {
 		{"open, an approver key", never, approver, nil, audit.InvokeDenied, false, errdefs.ErrPermissionDenied},
 		{"open, over the quota", never, quota, nil, audit.InvokeDenied, false, errdefs.ErrResourceExhausted},
 		{"open, no ttl", never, noTTL, errdefs.ErrInvalidArgument, "", false, nil},
-		{"open an active one", activeSession(store.ApprovalNone), openInput(), errdefs.ErrFailedPrecondition, "", false, nil},
+		{"open an active one", activeSession(model.ApprovalNone), openInput(), errdefs.ErrFailedPrecondition, "", false, nil},
 		{"open an ended one", endedSession(), openInput(), errdefs.ErrFailedPrecondition, "", false, nil},
-		{"close by its key", activeSession(store.ApprovalNone), EndSession{By: agent, Reason: store.EndClosed, At: at}, nil, audit.SessionEnded, false, nil},
-		{"close by an admin", activeSession(store.ApprovalNone), EndSession{By: admin, Reason: store.EndClosed, At: at}, nil, audit.SessionEnded, false, nil},
-		{"close by another agent", activeSession(store.ApprovalNone), EndSession{By: agent2, Reason: store.EndClosed, At: at}, errdefs.ErrPermissionDenied, "", false, nil},
-		{"close by another workspace", activeSession(store.ApprovalNone), EndSession{By: outside, Reason: store.EndClosed, At: at}, errdefs.ErrPermissionDenied, "", false, nil},
-		{"idle end", activeSession(store.ApprovalNone), EndSession{Reason: store.EndIdle, At: at}, nil, audit.SessionEnded, false, nil},
-		{"ttl end", activeSession(store.ApprovalNone), EndSession{Reason: store.EndTTL, At: at}, nil, audit.SessionEnded, false, nil},
-		{"interrupted end", activeSession(store.ApprovalNone), EndSession{Reason: store.EndInterrupted, At: at}, nil, audit.SessionEnded, false, nil},
-		{"a key ends it idle", activeSession(store.ApprovalNone), EndSession{By: agent, Reason: store.EndIdle, At: at}, errdefs.ErrInvalidArgument, "", false, nil},
-		{"an unknown reason", activeSession(store.ApprovalNone), EndSession{Reason: "bored", At: at}, errdefs.ErrInvalidArgument, "", false, nil},
-		{"no time", activeSession(store.ApprovalNone), EndSession{Reason: store.EndTTL}, errdefs.ErrInvalidArgument, "", false, nil},
-		{"end an ended one", endedSession(), EndSession{Reason: store.EndTTL, At: at}, errdefs.ErrFailedPrecondition, "", false, nil},
-		{"end one never opened", never, EndSession{Reason: store.EndTTL, At: at}, errdefs.ErrFailedPrecondition, "", false, nil},
+		{"close by its key", activeSession(model.ApprovalNone), EndSession{By: agent, Reason: model.EndClosed, At: at}, nil, audit.SessionEnded, false, nil},
+		{"close by an admin", activeSession(model.ApprovalNone), EndSession{By: admin, Reason: model.EndClosed, At: at}, nil, audit.SessionEnded, false, nil},
+		{"close by another agent", activeSession(model.ApprovalNone), EndSession{By: agent2, Reason: model.EndClosed, At: at}, errdefs.ErrPermissionDenied, "", false, nil},
+		{"close by another workspace", activeSession(model.ApprovalNone), EndSession{By: outside, Reason: model.EndClosed, At: at}, errdefs.ErrPermissionDenied, "", false, nil},
+		{"idle end", activeSession(model.ApprovalNone), EndSession{Reason: model.EndIdle, At: at}, nil, audit.SessionEnded, false, nil},
+		{"ttl end", activeSession(model.ApprovalNone), EndSession{Reason: model.EndTTL, At: at}, nil, audit.SessionEnded, false, nil},
+		{"interrupted end", activeSession(model.ApprovalNone), EndSession{Reason: model.EndInterrupted, At: at}, nil, audit.SessionEnded, false, nil},
+		{"a key ends it idle", activeSession(model.ApprovalNone), EndSession{By: agent, Reason: model.EndIdle, At: at}, errdefs.ErrInvalidArgument, "", false, nil},
+		{"an unknown reason", activeSession(model.ApprovalNone), EndSession{Reason: "bored", At: at}, errdefs.ErrInvalidArgument, "", false, nil},
+		{"no time", activeSession(model.ApprovalNone), EndSession{Reason: model.EndTTL}, errdefs.ErrInvalidArgument, "", false, nil},
+		{"end an ended one", endedSession(), EndSession{Reason: model.EndTTL, At: at}, errdefs.ErrFailedPrecondition, "", false, nil},
+		{"end one never opened", never, EndSession{Reason: model.EndTTL, At: at}, errdefs.ErrFailedPrecondition, "", false, nil},
 		{"admit into an ended one", endedSession(), admitInput(), errdefs.ErrFailedPrecondition, "", false, nil},
 		{"admit into a paused one", pausedSession(), admitInput(), errdefs.ErrFailedPrecondition, "", false, nil},
-		{"pause by its key", activeSession(store.ApprovalNone), PauseSession{By: agent, SandboxID: "sb_1", CheckpointBytes: 1, At: at}, nil, audit.SessionPaused, false, nil},
-		{"pause by the system", activeSession(store.ApprovalNone), PauseSession{SandboxID: "sb_1", At: at}, nil, audit.SessionPaused, false, nil},
-		{"pause by an admin", activeSession(store.ApprovalNone), PauseSession{By: admin, SandboxID: "sb_1", At: at}, nil, audit.SessionPaused, false, nil},
-		{"pause by another agent", activeSession(store.ApprovalNone), PauseSession{By: agent2, SandboxID: "sb_1", At: at}, errdefs.ErrPermissionDenied, "", false, nil},
-		{"pause by another workspace", activeSession(store.ApprovalNone), PauseSession{By: outside, SandboxID: "sb_1", At: at}, errdefs.ErrPermissionDenied, "", false, nil},
+		{"pause by its key", activeSession(model.ApprovalNone), PauseSession{By: agent, SandboxID: "sb_1", CheckpointBytes: 1, At: at}, nil, audit.SessionPaused, false, nil},
+		{"pause by the system", activeSession(model.ApprovalNone), PauseSession{SandboxID: "sb_1", At: at}, nil, audit.SessionPaused, false, nil},
+		{"pause by an admin", activeSession(model.ApprovalNone), PauseSession{By: admin, SandboxID: "sb_1", At: at}, nil, audit.SessionPaused, false, nil},
+		{"pause by another agent", activeSession(model.ApprovalNone), PauseSession{By: agent2, SandboxID: "sb_1", At: at}, errdefs.ErrPermissionDenied, "", false, nil},
+		{"pause by another workspace", activeSession(model.ApprovalNone), PauseSession{By: outside, SandboxID: "sb_1", At: at}, errdefs.ErrPermissionDenied, "", false, nil},
 		{"pause a paused one", pausedSession(), PauseSession{By: agent, SandboxID: "sb_1", At: at}, errdefs.ErrFailedPrecondition, "", false, nil},
 		{"pause an ended one", endedSession(), PauseSession{By: agent, SandboxID: "sb_1", At: at}, errdefs.ErrFailedPrecondition, "", false, nil},
-		{"pause, negative size", activeSession(store.ApprovalNone), PauseSession{By: agent, SandboxID: "sb_1", CheckpointBytes: -1, At: at}, errdefs.ErrInvalidArgument, "", false, nil},
-		{"pause, no time", activeSession(store.ApprovalNone), PauseSession{By: agent, SandboxID: "sb_1"}, errdefs.ErrInvalidArgument, "", false, nil},
+		{"pause, negative size", activeSession(model.ApprovalNone), PauseSession{By: agent, SandboxID: "sb_1", CheckpointBytes: -1, At: at}, errdefs.ErrInvalidArgument, "", false, nil},
+		{"pause, no time", activeSession(model.ApprovalNone), PauseSession{By: agent, SandboxID: "sb_1"}, errdefs.ErrInvalidArgument, "", false, nil},
 		{"resume by its key", pausedSession(), ResumeSession{By: agent, SandboxID: "sb_2", At: at}, nil, audit.SessionResumed, false, nil},
 		{"resume by another agent", pausedSession(), ResumeSession{By: agent2, SandboxID: "sb_2", At: at}, errdefs.ErrPermissionDenied, "", false, nil},
-		{"resume an active one", activeSession(store.ApprovalNone), ResumeSession{By: agent, SandboxID: "sb_2", At: at}, errdefs.ErrFailedPrecondition, "", false, nil},
+		{"resume an active one", activeSession(model.ApprovalNone), ResumeSession{By: agent, SandboxID: "sb_2", At: at}, errdefs.ErrFailedPrecondition, "", false, nil},
 		{"resume an ended one", endedSession(), ResumeSession{By: agent, SandboxID: "sb_2", At: at}, errdefs.ErrFailedPrecondition, "", false, nil},
 		{"resume, no sandbox", pausedSession(), ResumeSession{By: agent, At: at}, errdefs.ErrInvalidArgument, "", false, nil},
-		{"end a paused one", pausedSession(), EndSession{Reason: store.EndTTL, At: at}, nil, audit.SessionEnded, false, nil},
+		{"end a paused one", pausedSession(), EndSession{Reason: model.EndTTL, At: at}, nil, audit.SessionEnded, false, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			g := cellIn(Requested, tc.session)
@@ -136,7 +137,7 @@ func TestSessionTransitions(t *testing.T) {
 		})
 	}
 	var expired *SessionExpiredError
-	if _, err := Transition(cellIn(Requested, endedSession()), admitInput()); !errors.As(err, &expired) || expired.Reason != store.EndIdle || !expired.EndedAt.Equal(t0) {
+	if _, err := Transition(cellIn(Requested, endedSession()), admitInput()); !errors.As(err, &expired) || expired.Reason != model.EndIdle || !expired.EndedAt.Equal(t0) {
 		t.Fatalf("a cell of an ended session: got %v, want a SessionExpiredError saying when and why", err)
 	}
 }
@@ -147,7 +148,7 @@ func TestSessionTransitions(t *testing.T) {
 func TestCellApproval(t *testing.T) {
 	for _, tc := range []struct {
 		name      string
-		mode      store.ApprovalMode
+		mode      model.ApprovalMode
 		network   bool
 		covered   string
 		policy    bool // the policy decision asks for approval
@@ -155,14 +156,14 @@ func TestCellApproval(t *testing.T) {
 		coveredBy string
 		covers    bool // approving it covers the session
 	}{
-		{"none", store.ApprovalNone, false, "", false, false, "", false},
-		{"required, first cell", store.ApprovalRequired, false, "", true, true, "", false},
-		{"required, every cell", store.ApprovalRequired, false, "apr_0", true, true, "", false},
-		{"per_session, first cell", store.ApprovalPerSession, false, "", true, true, "", true},
-		{"per_session, a later cell", store.ApprovalPerSession, false, "apr_0", true, false, "apr_0", false},
-		{"none with network, first cell", store.ApprovalNone, true, "", true, true, "", true},
-		{"none with network, a later cell", store.ApprovalNone, true, "apr_0", true, false, "apr_0", false},
-		{"required with network, every cell", store.ApprovalRequired, true, "apr_0", true, true, "", false},
+		{"none", model.ApprovalNone, false, "", false, false, "", false},
+		{"required, first cell", model.ApprovalRequired, false, "", true, true, "", false},
+		{"required, every cell", model.ApprovalRequired, false, "apr_0", true, true, "", false},
+		{"per_session, first cell", model.ApprovalPerSession, false, "", true, true, "", true},
+		{"per_session, a later cell", model.ApprovalPerSession, false, "apr_0", true, false, "apr_0", false},
+		{"none with network, first cell", model.ApprovalNone, true, "", true, true, "", true},
+		{"none with network, a later cell", model.ApprovalNone, true, "apr_0", true, false, "apr_0", false},
+		{"required with network, every cell", model.ApprovalRequired, true, "apr_0", true, true, "", false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := activeSession(tc.mode)

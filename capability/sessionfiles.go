@@ -8,8 +8,8 @@ import (
 	"github.com/stockade-sh/stockade/audit"
 	"github.com/stockade-sh/stockade/engine"
 	"github.com/stockade-sh/stockade/errdefs"
+	"github.com/stockade-sh/stockade/model"
 	"github.com/stockade-sh/stockade/sandbox"
-	"github.com/stockade-sh/stockade/store"
 )
 
 // sessionFiles moves files into and out of sessions' /workspace, each
@@ -38,7 +38,7 @@ func filePath(p string) (string, error) {
 
 // auditTransfer appends a transfer's event to the session's workspace's
 // chain.
-func (s *sessionFiles) auditTransfer(ctx context.Context, p Principal, ss store.Session, dir string, f FileInfo) error {
+func (s *sessionFiles) auditTransfer(ctx context.Context, p Principal, ss model.Session, dir string, f FileInfo) error {
 	_, err := s.st.AppendEvent(ctx, audit.NewEvent(audit.SessionFileTransferredEvent{
 		Meta:      audit.Meta{WorkspaceID: ss.WorkspaceID, Actor: p.KeyID, Reason: "file " + dir + " through the files API"},
 		Direction: dir, Path: f.Path, SessionID: ss.ID, SHA256: f.SHA256, Size: f.Size}))

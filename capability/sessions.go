@@ -14,6 +14,7 @@ import (
 	"github.com/stockade-sh/stockade/contract"
 	"github.com/stockade-sh/stockade/engine"
 	"github.com/stockade-sh/stockade/errdefs"
+	"github.com/stockade-sh/stockade/model"
 	"github.com/stockade-sh/stockade/policy"
 	"github.com/stockade-sh/stockade/sandbox"
 	"github.com/stockade-sh/stockade/store"
@@ -84,26 +85,26 @@ func (o *SessionOptions) fill() {
 // sessionStore is what sessionHost needs of the store.
 type sessionStore interface {
 	// GetExecution reads the cell a session's end cancels.
-	GetExecution(ctx context.Context, workspaceID, executionID string) (store.Execution, error)
-	OpenSession(ctx context.Context, s store.NewSession) (store.Session, bool, error)
-	EndSession(ctx context.Context, id string, e store.SessionEnd) (store.Session, error)
-	GetSession(ctx context.Context, workspaceID, id string) (store.Session, error)
-	ReplaySession(ctx context.Context, keyID, key string) (store.Session, error)
-	ListSessions(ctx context.Context, workspaceID string, f store.SessionFilter) (store.Page[store.Session], error)
-	ListActiveSessions(ctx context.Context) ([]store.Session, error)
+	GetExecution(ctx context.Context, workspaceID, executionID string) (model.Execution, error)
+	OpenSession(ctx context.Context, s store.NewSession) (model.Session, bool, error)
+	EndSession(ctx context.Context, id string, e store.SessionEnd) (model.Session, error)
+	GetSession(ctx context.Context, workspaceID, id string) (model.Session, error)
+	ReplaySession(ctx context.Context, keyID, key string) (model.Session, error)
+	ListSessions(ctx context.Context, workspaceID string, f store.SessionFilter) (store.Page[model.Session], error)
+	ListActiveSessions(ctx context.Context) ([]model.Session, error)
 	CountActiveSessions(ctx context.Context, workspaceID string) (int, error)
-	PauseSession(ctx context.Context, id string, p store.SessionPause) (store.Session, error)
-	ResumeSession(ctx context.Context, id string, r store.SessionResume) (store.Session, error)
+	PauseSession(ctx context.Context, id string, p store.SessionPause) (model.Session, error)
+	ResumeSession(ctx context.Context, id string, r store.SessionResume) (model.Session, error)
 	PendingCell(ctx context.Context, sessionID string) (string, error)
-	ListPausedSessions(ctx context.Context) ([]store.Session, error)
+	ListPausedSessions(ctx context.Context) ([]model.Session, error)
 }
 
 // SessionObserver, when the service's Observer implements it, is told
 // about sessions, for metrics.
 type SessionObserver interface {
 	SessionsLive(delta int)
-	SessionCell(status store.ExecutionStatus)
-	SessionEnded(reason store.SessionEndReason)
+	SessionCell(status model.ExecutionStatus)
+	SessionEnded(reason model.SessionEndReason)
 }
 
 // The errors of sessions that the API answers with codes of their own.
@@ -215,7 +216,7 @@ type CreateSessionOptions struct {
 
 // Created is the outcome of CreateSession.
 type Created struct {
-	Session store.Session
+	Session model.Session
 	// Replayed is set when an Idempotency-Key matched an earlier
 	// creation.
 	Replayed bool
@@ -348,7 +349,7 @@ func (o *opening) write(ctx context.Context, c *claim, step Step, in Admit, _ *t
 		err = fmt.Errorf("the session's decision changed while its sandbox was made")
 	}
 	var (
-		ss       store.Session
+		ss       model.Session
 		replayed bool
 	)
 	if err == nil {
@@ -386,7 +387,7 @@ const SandboxGrace = 10 * time.Second
 func sandboxDeadline(expires time.Time) time.Time { return expires.Add(SandboxGrace) }
 
 // maxSessions is the bound of the live sessions of a workspace under pol.
-func (s *sessionHost) maxSessions(pol store.Policy) int {
+func (s *sessionHost) maxSessions(pol model.Policy) int {
 	if pol.MaxSessions > 0 {
 		return min(pol.MaxSessions, s.opts.Sessions.MaxPerWorkspace)
 	}
@@ -401,13 +402,13 @@ func (s *sessionHost) refuseQuota(ctx context.Context, c *claim, in Admit, most 
 		return err
 	}
 	retry := time.Minute
-	page, err := s.st.ListSessions(ctx, c.by.WorkspaceID, store.SessionFilter{States: []store.SessionState{store.SessionActive, store.SessionPaused},
+	page, err := s.st.ListSessions(ctx, c.by.WorkspaceID, store.SessionFilter{States: []model.SessionState{model.SessionActive, model.SessionPaused},
 		PageRequest: store.PageRequest{Limit: store.MaxPageLimit}})
 	if err == nil {
 		now := s.opts.Now()
 		for _, ss := range page.Items {
 			retry = min(retry, ss.ExpiresAt.Sub(now))
-			if ss.State == store.SessionActive {
+			if ss.State == model.SessionActive {
 				retry = min(retry, ss.IdleExpiresAt().Sub(now)) // a paused one does not idle out
 			}
 		}
@@ -428,17 +429,17 @@ func (s *sessionHost) sessionObserver() SessionObserver {
 type nopSessionObserver struct{}
 
 func (nopSessionObserver) SessionsLive(int)                    {}
-func (nopSessionObserver) SessionCell(store.ExecutionStatus)   {}
-func (nopSessionObserver) SessionEnded(store.SessionEndReason) {}
+func (nopSessionObserver) SessionCell(model.ExecutionStatus)   {}
+func (nopSessionObserver) SessionEnded(model.SessionEndReason) {}
 
 // GetSession returns session id of p's workspace: another workspace's
 // is ErrNotFound.
-func (s *sessionHost) GetSession(ctx context.Context, p Principal, id string) (store.Session, error) {
+func (s *sessionHost) GetSession(ctx context.Context, p Principal, id string) (model.Session, error) {
 	return s.st.GetSession(ctx, p.WorkspaceID, id)
 }
 
 // ListSessions lists the sessions of p's workspace, newest first.
-func (s *sessionHost) ListSessions(ctx context.Context, p Principal, f store.SessionFilter) (store.Page[store.Session], error) {
+func (s *sessionHost) ListSessions(ctx context.Context, p Principal, f store.SessionFilter) (store.Page[model.Session], error) {
 	return s.st.ListSessions(ctx, p.WorkspaceID, f)
 }
 
@@ -451,7 +452,7 @@ func (s *sessionHost) ListSessions(ctx context.Context, p Principal, f store.Ses
 // (nil on error) releases the session's lock, which it holds shared
 // until the caller calls it, so that no pause saves the sandbox under the
 // operation.
-func (s *sessionHost) usable(ctx context.Context, p Principal, id string) (store.Session, *liveSession, func(), error) {
+func (s *sessionHost) usable(ctx context.Context, p Principal, id string) (model.Session, *liveSession, func(), error) {
 	for {
 		unlock := s.trans.lock(id, false)
 		ss, err := s.st.GetSession(ctx, p.WorkspaceID, id)
@@ -459,18 +460,18 @@ func (s *sessionHost) usable(ctx context.Context, p Principal, id string) (store
 			unlock()
 			return ss, nil, nil, err
 		}
-		if p.KeyID != ss.KeyID && p.Role != store.RoleAdmin {
+		if p.KeyID != ss.KeyID && p.Role != model.RoleAdmin {
 			unlock()
 			return ss, nil, nil, errdefs.Publicf("only the key that opened session %s or an admin key may use it: %w", id, errdefs.ErrPermissionDenied)
 		}
 		switch ss.State {
-		case store.SessionPaused:
+		case model.SessionPaused:
 			unlock()
 			if _, err := s.ResumeSession(ctx, p, id); err != nil {
 				return ss, nil, nil, err
 			}
 			continue
-		case store.SessionEnded:
+		case model.SessionEnded:
 			unlock()
 			return ss, nil, nil, expiredError(sessionOf(ss))
 		}
@@ -486,23 +487,23 @@ func (s *sessionHost) usable(ctx context.Context, p Principal, id string) (store
 // CloseSession ends session id for p (reason closed) and destroys its
 // sandbox; only the key that opened it or an admin key may. An ended
 // session is a SessionExpiredError.
-func (s *sessionHost) CloseSession(ctx context.Context, p Principal, id string) (store.Session, error) {
+func (s *sessionHost) CloseSession(ctx context.Context, p Principal, id string) (model.Session, error) {
 	ss, err := s.st.GetSession(ctx, p.WorkspaceID, id)
 	if err != nil {
 		return ss, err
 	}
-	return s.endSession(ctx, ss, p, store.EndClosed, engine.EndedBySessionEnd)
+	return s.endSession(ctx, ss, p, model.EndClosed, engine.EndedBySessionEnd)
 }
 
 // cancelWaitingCell cancels the cell of ended session ss that waits for
 // its approval or its turn, which would otherwise wait on (an approval
 // that could still be granted, credits reserved) for a session that is
 // gone. A running cell is ended by its sandbox's destruction.
-func (s *sessionHost) cancelWaitingCell(ctx context.Context, ss store.Session, reason store.SessionEndReason) {
+func (s *sessionHost) cancelWaitingCell(ctx context.Context, ss model.Session, reason model.SessionEndReason) {
 	id, err := s.st.PendingCell(ctx, ss.ID)
 	if err == nil && id != "" {
-		var e store.Execution
-		if e, err = s.st.GetExecution(ctx, ss.WorkspaceID, id); err == nil && e.Status != store.StatusRunning {
+		var e model.Execution
+		if e, err = s.st.GetExecution(ctx, ss.WorkspaceID, id); err == nil && e.Status != model.StatusRunning {
 			_, err = s.runs.cancelAs(ctx, Principal{}, ss.WorkspaceID, id, fmt.Sprintf("its session %s ended (%s)", ss.ID, reason))
 		}
 	}
@@ -516,7 +517,7 @@ func (s *sessionHost) cancelWaitingCell(ctx context.Context, ss store.Session, r
 // ends killed with ended_by cut (engine.EndedBySessionEnd, or
 // engine.EndedByShutdown when the daemon's shutdown ends the session),
 // charged as launched, with the output it had made.
-func (s *sessionHost) endSession(ctx context.Context, ss store.Session, by Principal, reason store.SessionEndReason, cut string) (store.Session, error) {
+func (s *sessionHost) endSession(ctx context.Context, ss model.Session, by Principal, reason model.SessionEndReason, cut string) (model.Session, error) {
 	unlock := s.trans.lock(ss.ID, true)
 	defer unlock()
 	return s.endLocked(ctx, ss, by, reason, cut)
@@ -524,21 +525,21 @@ func (s *sessionHost) endSession(ctx context.Context, ss store.Session, by Princ
 
 // endLocked is endSession with the session's lock held; it removes the
 // checkpoint of a paused session too.
-func (s *sessionHost) endLocked(ctx context.Context, ss store.Session, by Principal, reason store.SessionEndReason, cut string) (store.Session, error) {
+func (s *sessionHost) endLocked(ctx context.Context, ss model.Session, by Principal, reason model.SessionEndReason, cut string) (model.Session, error) {
 	g := Grant{ID: ss.ID, Kind: Session, WorkspaceID: ss.WorkspaceID, KeyID: ss.KeyID, Session: sessionOf(ss)}
 	step, err := Transition(g, EndSession{By: by, Reason: reason, Cells: ss.Cells, At: s.opts.Now()})
 	if err != nil {
-		return store.Session{}, err
+		return model.Session{}, err
 	}
 	ended, err := s.st.EndSession(ctx, ss.ID, *step.End)
 	if errdefs.IsConflict(err) {
 		// Another end won: answer as for an ended session.
 		if cur, gerr := s.st.GetSession(ctx, ss.WorkspaceID, ss.ID); gerr == nil {
-			return store.Session{}, expiredError(sessionOf(cur))
+			return model.Session{}, expiredError(sessionOf(cur))
 		}
 	}
 	if err != nil {
-		return store.Session{}, err
+		return model.Session{}, err
 	}
 	if live := s.sessions.take(ss.ID); live != nil {
 		if cell := live.runningCell(); cell != "" {

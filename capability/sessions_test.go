@@ -12,8 +12,8 @@ import (
 	"github.com/stockade-sh/stockade/engine"
 	"github.com/stockade-sh/stockade/errdefs"
 	"github.com/stockade-sh/stockade/internal/sandboxfake"
+	"github.com/stockade-sh/stockade/model"
 	"github.com/stockade-sh/stockade/sandbox"
-	"github.com/stockade-sh/stockade/store"
 )
 
 // testClock is a clock a test sets (ServiceOptions.Now).
@@ -50,7 +50,7 @@ func (s *stalledSweep) stall(t *testing.T) {
 	t.Cleanup(func() { close(s.stalled) })
 }
 
-func (s *stalledSweep) ListActiveSessions(ctx context.Context) ([]store.Session, error) {
+func (s *stalledSweep) ListActiveSessions(ctx context.Context) ([]model.Session, error) {
 	s.mu.Lock()
 	stalled := s.stalled
 	s.mu.Unlock()
@@ -61,7 +61,7 @@ func (s *stalledSweep) ListActiveSessions(ctx context.Context) ([]store.Session,
 }
 
 // waitStatus waits, at most 10 s, until execution id is in status.
-func (e *serviceEnv) waitStatus(t *testing.T, id string, status store.ExecutionStatus) {
+func (e *serviceEnv) waitStatus(t *testing.T, id string, status model.ExecutionStatus) {
 	t.Helper()
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
 		ex, err := e.st.GetExecution(t.Context(), e.ws.ID, id)
@@ -99,7 +99,7 @@ func TestSandboxEndsItselfAtTTL(t *testing.T) {
 		t.Fatal(err)
 	}
 	id := inv.Execution.ID
-	env.waitStatus(t, id, store.StatusRunning)
+	env.waitStatus(t, id, model.StatusRunning)
 	st.stall(t)
 	clock.set(ss.ExpiresAt.Add(SandboxGrace))
 	close(drv.Lose)
@@ -108,7 +108,7 @@ func TestSandboxEndsItselfAtTTL(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got.Status != store.StatusKilled {
+	if got.Status != model.StatusKilled {
 		t.Fatalf("the cell: got %s, want killed (result %s)", got.Status, got.Result)
 	}
 	var res CellResultDoc
@@ -132,7 +132,7 @@ func TestSandboxEndsItselfAtTTL(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if after.State != store.SessionEnded || after.EndReason != store.EndTTL {
+	if after.State != model.SessionEnded || after.EndReason != model.EndTTL {
 		t.Errorf("the session: got %s (%s), want ended ttl", after.State, after.EndReason)
 	}
 	if n := len(env.events(t, "execution.cancelled")); n != 0 {
@@ -153,10 +153,10 @@ func TestAdoptEndsLostSessions(t *testing.T) {
 	tests := []struct {
 		name string
 		ttl  time.Duration
-		want store.SessionEndReason
+		want model.SessionEndReason
 	}{
-		{"past its TTL", time.Minute, store.EndTTL},
-		{"before its TTL", 2 * time.Hour, store.EndInterrupted},
+		{"past its TTL", time.Minute, model.EndTTL},
+		{"before its TTL", 2 * time.Hour, model.EndInterrupted},
 	}
 	ids := make([]string, len(tests))
 	for i, tt := range tests {
@@ -184,7 +184,7 @@ func TestAdoptEndsLostSessions(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if got.State != store.SessionEnded || got.EndReason != tt.want {
+			if got.State != model.SessionEnded || got.EndReason != tt.want {
 				t.Errorf("the session: got %s (%s), want ended %s", got.State, got.EndReason, tt.want)
 			}
 		})
@@ -258,10 +258,10 @@ func TestSweepEndsTTLBeforePausing(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
 		id    string
-		state store.SessionState
+		state model.SessionState
 	}{
-		{"the session past its TTL", expiring.Session.ID, store.SessionEnded},
-		{"the session pausing", idle.Session.ID, store.SessionActive},
+		{"the session past its TTL", expiring.Session.ID, model.SessionEnded},
+		{"the session pausing", idle.Session.ID, model.SessionActive},
 	} {
 		got, err := env.st.GetSession(ctx, env.ws.ID, tc.id)
 		if err != nil {

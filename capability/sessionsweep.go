@@ -7,7 +7,7 @@ import (
 
 	"github.com/stockade-sh/stockade/engine"
 	"github.com/stockade-sh/stockade/errdefs"
-	"github.com/stockade-sh/stockade/store"
+	"github.com/stockade-sh/stockade/model"
 )
 
 // adoptSessions serves again, at the daemon's start, the sessions a
@@ -21,7 +21,7 @@ func (s *sessionHost) adoptSessions(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("listing active sessions: %w", err)
 	}
-	bySandbox := map[string]store.Session{}
+	bySandbox := map[string]model.Session{}
 	for _, ss := range active {
 		bySandbox[ss.SandboxID] = ss
 	}
@@ -39,16 +39,16 @@ func (s *sessionHost) adoptSessions(ctx context.Context) error {
 		adopted[ss.ID] = true
 	}
 	s.sessionObserver().SessionsLive(len(lives))
-	now, ended := s.opts.Now(), map[store.SessionEndReason]int{}
+	now, ended := s.opts.Now(), map[model.SessionEndReason]int{}
 	for _, ss := range active {
 		if adopted[ss.ID] {
 			continue
 		}
 		// Past its TTL, its sandbox ended itself there (or would have):
 		// the session ends as the daemon would have ended it.
-		reason := store.EndInterrupted
+		reason := model.EndInterrupted
 		if !now.Before(ss.ExpiresAt) {
-			reason = store.EndTTL
+			reason = model.EndTTL
 		}
 		if _, err := s.endSession(ctx, ss, Principal{}, reason, engine.EndedBySessionEnd); err != nil && !errdefs.IsFailedPrecondition(err) {
 			return fmt.Errorf("ending session %s, whose sandbox is gone: %w", ss.ID, err)
@@ -56,7 +56,7 @@ func (s *sessionHost) adoptSessions(ctx context.Context) error {
 		ended[reason]++
 	}
 	if len(active) > 0 {
-		s.log.Info("sessions after a restart", "served", len(lives), "interrupted", ended[store.EndInterrupted], "ttl", ended[store.EndTTL])
+		s.log.Info("sessions after a restart", "served", len(lives), "interrupted", ended[model.EndInterrupted], "ttl", ended[model.EndTTL])
 	}
 	return s.sweepCheckpoints(ctx)
 }
@@ -82,7 +82,7 @@ func (s *sessionHost) EndSessions(ctx context.Context) (int, error) {
 	n := 0
 	var errs []error
 	for _, ss := range append(active, paused...) {
-		_, err := s.endSession(ctx, ss, Principal{}, store.EndInterrupted, engine.EndedByShutdown)
+		_, err := s.endSession(ctx, ss, Principal{}, model.EndInterrupted, engine.EndedByShutdown)
 		switch {
 		case err == nil:
 			n++
@@ -100,7 +100,7 @@ func (s *sessionHost) EndSessions(ctx context.Context) (int, error) {
 // instead (sweepPause).
 func (s *sessionHost) sweepSessions(ctx context.Context) {
 	active, err := s.st.ListActiveSessions(ctx)
-	var paused []store.Session
+	var paused []model.Session
 	if err == nil {
 		paused, err = s.st.ListPausedSessions(ctx)
 	}
@@ -114,18 +114,18 @@ func (s *sessionHost) sweepSessions(ctx context.Context) {
 	// The sessions past their TTL end first: an idle pause may take long
 	// (pauseTimeout), and a session's sandbox ends itself SandboxGrace
 	// after its TTL, cutting its cell short unrecorded by the daemon.
-	var rest []store.Session
+	var rest []model.Session
 	for _, ss := range append(active, paused...) {
 		if now.Before(ss.ExpiresAt) {
 			rest = append(rest, ss)
 			continue
 		}
-		s.sweepEnd(ctx, ss, store.EndTTL)
+		s.sweepEnd(ctx, ss, model.EndTTL)
 	}
 	for _, ss := range rest {
-		var reason store.SessionEndReason
+		var reason model.SessionEndReason
 		switch live := s.sessions.get(ss.ID); {
-		case ss.State == store.SessionPaused || live != nil && live.running():
+		case ss.State == model.SessionPaused || live != nil && live.running():
 			continue
 		case s.pausesWhenIdle(ss):
 			if now.Before(ss.LastActiveAt.Add(s.opts.Sessions.PauseAfterIdle)) {
@@ -137,9 +137,9 @@ func (s *sessionHost) sweepSessions(ctx context.Context) {
 			// A pause that keeps failing must not keep the sandbox until
 			// the TTL: past its idle timeout too, the session ends as it
 			// would without pause_after_idle.
-			reason = store.EndIdle
+			reason = model.EndIdle
 		case !now.Before(ss.IdleExpiresAt()):
-			reason = store.EndIdle
+			reason = model.EndIdle
 		default:
 			continue
 		}
@@ -148,7 +148,7 @@ func (s *sessionHost) sweepSessions(ctx context.Context) {
 }
 
 // sweepEnd ends ss for reason, as the system.
-func (s *sessionHost) sweepEnd(ctx context.Context, ss store.Session, reason store.SessionEndReason) {
+func (s *sessionHost) sweepEnd(ctx context.Context, ss model.Session, reason model.SessionEndReason) {
 	if _, err := s.endSession(ctx, ss, Principal{}, reason, engine.EndedBySessionEnd); err != nil && !errdefs.IsFailedPrecondition(err) && ctx.Err() == nil {
 		s.log.Error("ending a session", "session", ss.ID, "reason", reason, "err", err)
 	}
@@ -156,18 +156,18 @@ func (s *sessionHost) sweepEnd(ctx context.Context, ss store.Session, reason sto
 
 // pausesWhenIdle says whether active session ss is paused when idle
 // (PauseAfterIdle) rather than ended.
-func (s *sessionHost) pausesWhenIdle(ss store.Session) bool {
+func (s *sessionHost) pausesWhenIdle(ss model.Session) bool {
 	return s.opts.Sessions.PauseAfterIdle > 0 && s.opts.Sessions.CheckpointDir != "" && s.runner.CanPause(ss.Driver) == nil
 }
 
 // sweepPause pauses ss, idle for PauseAfterIdle, as the system, unless a
 // cell came meanwhile. It returns why the pause failed; nil also when the
 // session was busy, changed or gone.
-func (s *sessionHost) sweepPause(ctx context.Context, ss store.Session) error {
+func (s *sessionHost) sweepPause(ctx context.Context, ss model.Session) error {
 	unlock := s.trans.lock(ss.ID, true)
 	defer unlock()
 	cur, err := s.st.GetSession(ctx, ss.WorkspaceID, ss.ID)
-	if err != nil || cur.State != store.SessionActive || !cur.LastActiveAt.Equal(ss.LastActiveAt) {
+	if err != nil || cur.State != model.SessionActive || !cur.LastActiveAt.Equal(ss.LastActiveAt) {
 		return nil
 	}
 	_, err = s.pauseLocked(ctx, cur, Principal{})

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/stockade-sh/stockade/audit"
+	"github.com/stockade-sh/stockade/model"
 	"github.com/stockade-sh/stockade/policy"
 	"github.com/stockade-sh/stockade/store"
 )
@@ -100,14 +101,14 @@ type LaunchFailed struct {
 }
 
 // Finish ends a grant's run. A run cancelled before its code ran ends
-// store.StatusCancelled, with Cancel set; one that ran ends in the status
+// model.StatusCancelled, with Cancel set; one that ran ends in the status
 // of its outcome (a run killed by a cancel with Cancel set too).
 type Finish struct {
-	Status store.ExecutionStatus
+	Status model.ExecutionStatus
 	// Result is the result document (JSON); a cancelled run's is made
 	// from its cancellation.
 	Result json.RawMessage
-	Output store.Output
+	Output model.Output
 	// Driver is the driver it ran on; empty keeps the one its start
 	// recorded.
 	Driver string
@@ -134,13 +135,13 @@ type Step struct {
 	From, To State
 	// Status is the grant's status after the step: its execution's, or
 	// denied for a denial at admission (which stores no execution).
-	Status store.ExecutionStatus
+	Status model.ExecutionStatus
 	// Write is what the journal applies: Admit for an admission, Apply
 	// otherwise, with Write.From as its compare-and-set. It is nil for a
 	// step that writes no grant: a denial at admission (whose event the
 	// journal appends alone), a cancel of a running grant (its run ends
 	// it) or of a settled one (it changes nothing).
-	Write *store.Step
+	Write *model.Step
 	// Events are the step's audit events; Write.Audit holds them
 	// encoded.
 	Events []audit.Event

@@ -13,6 +13,7 @@ import (
 	"github.com/stockade-sh/stockade/engine"
 	"github.com/stockade-sh/stockade/errdefs"
 	"github.com/stockade-sh/stockade/internal/sandboxfake"
+	"github.com/stockade-sh/stockade/model"
 	"github.com/stockade-sh/stockade/sandbox"
 	"github.com/stockade-sh/stockade/store"
 	"github.com/stockade-sh/stockade/templates"
@@ -85,26 +86,26 @@ func TestTemplateDrift(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		pol := store.DefaultPolicy()
-		pol.Approval = store.ApprovalNone
-		pol.ToolChanges = store.ToolChangesRequireReview
+		pol := model.DefaultPolicy()
+		pol.Approval = model.ApprovalNone
+		pol.ToolChanges = model.ToolChangesRequireReview
 		if _, err := st.SetPolicy(ctx, ws.ID, pol, nil); err != nil {
 			t.Fatal(err)
 		}
 		if _, err := st.GrantCredits(ctx, ws.ID, 100, "test", nil); err != nil {
 			t.Fatal(err)
 		}
-		principal := func(role store.Role) Principal {
-			k, err := st.CreateAPIKey(ctx, store.NewAPIKey{WorkspaceID: ws.ID, Role: role, Hash: store.HashKey(ws.Name + string(role))})
+		principal := func(role model.Role) Principal {
+			k, err := st.CreateAPIKey(ctx, store.NewAPIKey{WorkspaceID: ws.ID, Role: role, Hash: model.HashKey(ws.Name + string(role))})
 			if err != nil {
 				t.Fatal(err)
 			}
 			return Principal{KeyID: k.ID, WorkspaceID: ws.ID, Role: role}
 		}
-		f := fixture{st: st, agent: principal(store.RoleAgent), approver: principal(store.RoleApprover)}
+		f := fixture{st: st, agent: principal(model.RoleAgent), approver: principal(model.RoleApprover)}
 		f.toolEvents = func(typ string) []audit.ToolChangedEvent {
 			var out []audit.ToolChangedEvent
-			if err := eachEvent(ctx, st, "", []string{typ}, func(e store.Event) bool {
+			if err := eachEvent(ctx, st, "", []string{typ}, func(e model.Event) bool {
 				var te audit.ToolChangedEvent
 				if err := json.Unmarshal(e.Data, &te); err != nil {
 					t.Fatal(err)

@@ -3,6 +3,7 @@ package capability
 import (
 	"context"
 
+	"github.com/stockade-sh/stockade/model"
 	"github.com/stockade-sh/stockade/store"
 )
 
@@ -16,7 +17,7 @@ type toolRecords struct {
 
 // eventLister pages through an audit chain's events.
 type eventLister interface {
-	ListEvents(ctx context.Context, workspaceID string, f store.EventFilter) (store.Page[store.Event], error)
+	ListEvents(ctx context.Context, workspaceID string, f store.EventFilter) (store.Page[model.Event], error)
 }
 
 // toolStore is what toolRecords needs of the store.
@@ -25,5 +26,5 @@ type toolStore interface {
 	eventAppender
 	// AppendBroadcast appends a tool's change to the unattributed chain
 	// and a copy of it to every workspace's.
-	AppendBroadcast(ctx context.Context, e store.NewEvent, copyOf func(store.Event) store.NewEvent) (store.Event, error)
+	AppendBroadcast(ctx context.Context, e model.NewEvent, copyOf func(model.Event) model.NewEvent) (model.Event, error)
 }

@@ -10,8 +10,8 @@ import (
 
 	"github.com/stockade-sh/stockade/audit"
 	"github.com/stockade-sh/stockade/errdefs"
+	"github.com/stockade-sh/stockade/model"
 	"github.com/stockade-sh/stockade/policy"
-	"github.com/stockade-sh/stockade/store"
 )
 
 // The results of grants that ended without a program's result.
@@ -109,9 +109,9 @@ func admit(g Grant, in Admit) (Step, error) {
 	approval, coveredBy := in.Policy.ApprovalRequired || in.Network, ""
 	if g.Kind == Session {
 		switch g.Session.State {
-		case store.SessionPaused:
+		case model.SessionPaused:
 			return Step{}, errdefs.Publicf("session %s is paused; resume it: %w", g.Session.ID, errdefs.ErrFailedPrecondition)
-		case store.SessionEnded:
+		case model.SessionEnded:
 			return Step{}, expiredError(g.Session)
 		}
 		approval, coveredBy = cellApproval(g, in)
@@ -122,9 +122,9 @@ func admit(g Grant, in Admit) (Step, error) {
 	if in.Price < 0 {
 		return Step{}, errdefs.Publicf("admit: price %d: %w", in.Price, errdefs.ErrInvalidArgument)
 	}
-	w := &store.Step{To: store.StatusQueued, At: in.At}
+	w := &model.Step{To: model.StatusQueued, At: in.At}
 	if in.Price > 0 {
-		w.Credits = store.CreditMove{Kind: store.LedgerReserve, Amount: in.Price}
+		w.Credits = model.CreditMove{Kind: model.LedgerReserve, Amount: in.Price}
 	}
 	allowedEv := audit.InvokeAllowedEvent{Meta: audit.Meta{Actor: in.By.KeyID, Reason: "allowed by workspace policy"},
 		ApprovalRequired: approval, Request: in.Asked, CoveredBy: coveredBy}
@@ -144,7 +144,7 @@ func admit(g Grant, in Admit) (Step, error) {
 		if in.Network {
 			why = "network access needs a human decision"
 		}
-		w.To, w.Approval = store.StatusAwaitingApproval, store.ApprovalChange{To: store.ApprovalPending, Card: in.Card, ExpiresAt: in.ExpiresAt}
+		w.To, w.Approval = model.StatusAwaitingApproval, model.ApprovalChange{To: model.ApprovalPending, Card: in.Card, ExpiresAt: in.ExpiresAt}
 		events = append(events, audit.ApprovalRequestedEvent{Meta: audit.Meta{Actor: in.By.KeyID, Reason: why}})
 		s.To, s.Next = AwaitingApproval, Next{Change: ApprovalRequested, Pending: 1}
 	}
@@ -153,7 +153,7 @@ func admit(g Grant, in Admit) (Step, error) {
 
 // mayInvoke says whether p's role may invoke capabilities: an approver's
 // may not, so that no key approves what it asked for.
-func mayInvoke(p Principal) bool { return p.Role != store.RoleApprover }
+func mayInvoke(p Principal) bool { return p.Role != model.RoleApprover }
 
 // refusalOf returns the first of the checks of an admission that refuses
 // it, in order, or nil.
@@ -183,13 +183,13 @@ func refusalOf(in Admit) *Refusal {
 func denial(in Admit, r *Refusal) Step {
 	ev := audit.InvokeDeniedEvent{Meta: audit.Meta{WorkspaceID: in.By.WorkspaceID, Actor: in.By.KeyID, Reason: r.Reason},
 		Decision: r.Code, Request: in.Asked}
-	return Step{From: Requested, To: Settled, Status: store.StatusDenied, Events: []audit.Event{ev},
+	return Step{From: Requested, To: Settled, Status: model.StatusDenied, Events: []audit.Event{ev},
 		Refusal: errdefs.Publicf("%s: %w", r.Reason, r.Class)}
 }
 
 // mayDecide refuses a key that may not decide approvals at all.
 func mayDecide(p Principal) error {
-	if p.Role != store.RoleApprover && p.Role != store.RoleAdmin {
+	if p.Role != model.RoleApprover && p.Role != model.RoleAdmin {
 		return errdefs.Publicf("only approver or admin keys may decide approvals: %w", errdefs.ErrPermissionDenied)
 	}
 	return nil
@@ -222,18 +222,18 @@ func decide(g Grant, by Principal, reason, stale string, at time.Time, approve b
 		return Step{}, errdefs.Publicf("the key that invoked cannot decide its own approval: %w", errdefs.ErrPermissionDenied)
 	}
 	meta := audit.Meta{Actor: by.KeyID, Reason: reason}
-	change := store.ApprovalChange{DecidedBy: by.KeyID, Reason: reason}
+	change := model.ApprovalChange{DecidedBy: by.KeyID, Reason: reason}
 	next := Next{Change: ApprovalDecided, Pending: -1}
 	if approve {
-		change.To = store.ApprovalApproved
+		change.To = model.ApprovalApproved
 		next.Dispatch = true
-		w := &store.Step{From: g.Status, To: store.StatusQueued, At: at, Approval: change, CoverSession: coversSession(g)}
+		w := &model.Step{From: g.Status, To: model.StatusQueued, At: at, Approval: change, CoverSession: coversSession(g)}
 		return withEvents(Step{From: g.State, To: Approved, Next: next},
 			w, []audit.Event{audit.ApprovalApprovedEvent{Meta: meta, ApprovalID: g.ApprovalID}}), nil
 	}
-	change.To = store.ApprovalDenied
+	change.To = model.ApprovalDenied
 	next.Ended = true
-	w := settle(g, store.StatusDenied, at, "", false)
+	w := settle(g, model.StatusDenied, at, "", false)
 	w.Approval = change
 	return withEvents(Step{From: g.State, To: Settled, Next: next},
 		w, []audit.Event{audit.ApprovalDeniedEvent{Meta: meta, ApprovalID: g.ApprovalID}}), nil
@@ -252,8 +252,8 @@ func expire(g Grant, in Expire) (Step, error) {
 		return Step{}, errdefs.Publicf("the approval request of execution %s is due at %s, not before: %w",
 			g.ID, g.ApprovalExpires.Format(time.RFC3339Nano), errdefs.ErrFailedPrecondition)
 	}
-	w := settle(g, store.StatusApprovalExpired, in.At, "", false)
-	w.Approval = store.ApprovalChange{To: store.ApprovalExpired, Reason: "expired without a decision"}
+	w := settle(g, model.StatusApprovalExpired, in.At, "", false)
+	w.Approval = model.ApprovalChange{To: model.ApprovalExpired, Reason: "expired without a decision"}
 	ev := audit.ApprovalExpiredEvent{Meta: audit.Meta{Actor: "system", Reason: "no decision before the approval expired"}, ApprovalID: g.ApprovalID}
 	return withEvents(Step{From: g.State, To: Settled, Next: Next{Change: ApprovalExpired, Ended: true, Pending: -1}},
 		w, []audit.Event{ev}), nil
@@ -262,7 +262,7 @@ func expire(g Grant, in Expire) (Step, error) {
 // cancel withdraws a grant that has not started, stops the run of one
 // that has (the run's end records it), and leaves an ended one alone.
 func cancel(g Grant, in Cancel) (Step, error) {
-	if in.By != (Principal{}) && (in.By.WorkspaceID != g.WorkspaceID || (in.By.KeyID != g.KeyID && in.By.Role != store.RoleAdmin)) {
+	if in.By != (Principal{}) && (in.By.WorkspaceID != g.WorkspaceID || (in.By.KeyID != g.KeyID && in.By.Role != model.RoleAdmin)) {
 		return Step{}, errdefs.Publicf("only the key that invoked an execution or an admin key may cancel it: %w", errdefs.ErrPermissionDenied)
 	}
 	c := &Cancellation{By: in.By.KeyID, Reason: in.Reason}
@@ -276,13 +276,13 @@ func cancel(g Grant, in Cancel) (Step, error) {
 		return Step{}, err
 	}
 	next := Next{Stop: c, Change: ExecutionFinished, Ended: true}
-	ev := audit.ExecutionCancelledEvent{Meta: audit.Meta{Actor: c.actor(), Reason: c.Error()}, From: g.Status, To: store.StatusCancelled}
-	w := settle(g, store.StatusCancelled, in.At, "", false)
+	ev := audit.ExecutionCancelledEvent{Meta: audit.Meta{Actor: c.actor(), Reason: c.Error()}, From: g.Status, To: model.StatusCancelled}
+	w := settle(g, model.StatusCancelled, in.At, "", false)
 	w.Result = errorResult(c)
 	if g.State == AwaitingApproval {
 		next.Pending = -1
 		ev.ApprovalID = g.ApprovalID
-		w.Approval = store.ApprovalChange{To: store.ApprovalCancelled, Reason: in.Reason}
+		w.Approval = model.ApprovalChange{To: model.ApprovalCancelled, Reason: in.Reason}
 	}
 	return withEvents(Step{From: g.State, To: Settled, Next: next}, w, []audit.Event{ev}), nil
 }
@@ -297,7 +297,7 @@ func start(g Grant, in Start) (Step, error) {
 	if in.Driver == "" {
 		return Step{}, errdefs.Publicf("start: no driver: %w", errdefs.ErrInvalidArgument)
 	}
-	w := &store.Step{From: g.Status, To: store.StatusRunning, At: in.At, Driver: in.Driver}
+	w := &model.Step{From: g.Status, To: model.StatusRunning, At: in.At, Driver: in.Driver}
 	return withEvents(Step{From: Approved, To: Running, Next: Next{Change: ExecutionStarted}}, w, nil), nil
 }
 
@@ -312,16 +312,16 @@ func launchFailed(g Grant, in LaunchFailed) (Step, error) {
 	if err == nil {
 		err = errors.New("the sandbox did not launch")
 	}
-	w := settle(g, store.StatusLaunchFailed, in.At, "", false)
+	w := settle(g, model.StatusLaunchFailed, in.At, "", false)
 	w.Result = errorResult(err)
 	return withEvents(Step{From: g.State, To: Settled, Next: Next{Change: ExecutionFinished, Ended: true}},
-		w, []audit.Event{finishedEvent(store.StatusLaunchFailed, "", w.Result, nil, 0)}), nil
+		w, []audit.Event{finishedEvent(model.StatusLaunchFailed, "", w.Result, nil, 0)}), nil
 }
 
 // runEnds are the statuses a run that ran ends in.
-var runEnds = map[store.ExecutionStatus]bool{
-	store.StatusSucceeded: true, store.StatusFailed: true, store.StatusTimedOut: true,
-	store.StatusOOMKilled: true, store.StatusKilled: true,
+var runEnds = map[model.ExecutionStatus]bool{
+	model.StatusSucceeded: true, model.StatusFailed: true, model.StatusTimedOut: true,
+	model.StatusOOMKilled: true, model.StatusKilled: true,
 }
 
 func finish(g Grant, in Finish) (Step, error) {
@@ -329,7 +329,7 @@ func finish(g Grant, in Finish) (Step, error) {
 		return Step{}, err
 	}
 	next := Next{Change: ExecutionFinished, Ended: true}
-	if in.Status == store.StatusCancelled {
+	if in.Status == model.StatusCancelled {
 		// Stopped by a cancel before its code ran (its start may be
 		// recorded): nothing is charged.
 		if in.Cancel == nil {
@@ -338,10 +338,10 @@ func finish(g Grant, in Finish) (Step, error) {
 		if g.State != Approved && g.State != Running {
 			return refuse(g, in, errdefs.ErrConflict)
 		}
-		w := settle(g, store.StatusCancelled, in.At, "", false)
+		w := settle(g, model.StatusCancelled, in.At, "", false)
 		w.Result = errorResult(in.Cancel)
 		ev := audit.ExecutionCancelledEvent{Meta: audit.Meta{Actor: in.Cancel.actor(), Reason: in.Cancel.Error()},
-			From: g.Status, To: store.StatusCancelled}
+			From: g.Status, To: model.StatusCancelled}
 		return withEvents(Step{From: g.State, To: Settled, Next: next}, w, []audit.Event{ev}), nil
 	}
 	if !runEnds[in.Status] {
@@ -377,7 +377,7 @@ func interrupt(g Grant, in Interrupt) (Step, error) {
 		return Step{}, err
 	}
 	// A run a crash interrupted produced no result: it is never charged.
-	w := settle(g, store.StatusFailed, in.At, "", false)
+	w := settle(g, model.StatusFailed, in.At, "", false)
 	w.Result = interruptedResult
 	ev := audit.ExecutionRecoveredEvent{Meta: audit.Meta{Actor: "system",
 		Reason: "execution interrupted by a daemon stop; marked failed, credits released"}}
@@ -388,21 +388,21 @@ func interrupt(g Grant, in Interrupt) (Step, error) {
 // one its start recorded): its reservation committed when charge is set
 // (only finish does, for a run that ran), released otherwise, and its
 // tool_invocations row.
-func settle(g Grant, status store.ExecutionStatus, at time.Time, driver string, charge bool) *store.Step {
-	w := &store.Step{From: g.Status, To: status, At: at, Driver: driver}
+func settle(g Grant, status model.ExecutionStatus, at time.Time, driver string, charge bool) *model.Step {
+	w := &model.Step{From: g.Status, To: status, At: at, Driver: driver}
 	if driver == "" {
 		driver = g.Run.Driver
 	}
-	inv := &store.ToolInvocation{Tool: g.Tool, Runtime: g.Runtime, Status: status, Driver: driver}
+	inv := &model.ToolInvocation{Tool: g.Tool, Runtime: g.Runtime, Status: status, Driver: driver}
 	if g.Run.StartedAt.IsZero() {
 		inv.Queued = max(at.Sub(g.CreatedAt), 0)
 	} else {
 		inv.Queued, inv.Ran = max(g.Run.StartedAt.Sub(g.CreatedAt), 0), max(at.Sub(g.Run.StartedAt), 0)
 	}
 	if g.Run.Reserved > 0 {
-		w.Credits.Kind = store.LedgerRelease
+		w.Credits.Kind = model.LedgerRelease
 		if charge {
-			w.Credits.Kind, inv.Credits = store.LedgerCommit, g.Run.Reserved
+			w.Credits.Kind, inv.Credits = model.LedgerCommit, g.Run.Reserved
 		}
 	}
 	w.Invocation = inv
@@ -410,7 +410,7 @@ func settle(g Grant, status store.ExecutionStatus, at time.Time, driver string, 
 }
 
 // withEvents completes s with its write w (nil for none) and its events.
-func withEvents(s Step, w *store.Step, events []audit.Event) Step {
+func withEvents(s Step, w *model.Step, events []audit.Event) Step {
 	s.Events = events
 	if w != nil {
 		w.Audit = audit.NewEvents(events...)
@@ -424,7 +424,7 @@ func withEvents(s Step, w *store.Step, events []audit.Event) Step {
 // ended, what it was charged, and a fingerprint of the result document
 // (which holds the program's output), so that a result changed in the
 // database no longer matches the chain.
-func finishedEvent(status store.ExecutionStatus, driver string, result json.RawMessage, exit *int, credits int64) audit.ExecutionFinishedEvent {
+func finishedEvent(status model.ExecutionStatus, driver string, result json.RawMessage, exit *int, credits int64) audit.ExecutionFinishedEvent {
 	return audit.ExecutionFinishedEvent{Meta: audit.Meta{Actor: "system", Reason: "execution ended " + string(status)},
 		Status: status, Driver: driver, ResultSHA256: sha256Hex(result), ExitCode: exit, Credits: credits}
 }

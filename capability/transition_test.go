@@ -11,17 +11,17 @@ import (
 	"github.com/stockade-sh/stockade/audit"
 	"github.com/stockade-sh/stockade/engine"
 	"github.com/stockade-sh/stockade/errdefs"
+	"github.com/stockade-sh/stockade/model"
 	"github.com/stockade-sh/stockade/policy"
-	"github.com/stockade-sh/stockade/store"
 )
 
 var (
 	t0      = time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
-	agent   = Principal{KeyID: "key_agent", WorkspaceID: "ws_1", Role: store.RoleAgent}
-	agent2  = Principal{KeyID: "key_agent2", WorkspaceID: "ws_1", Role: store.RoleAgent}
-	apprv   = Principal{KeyID: "key_approver", WorkspaceID: "ws_1", Role: store.RoleApprover}
-	admin   = Principal{KeyID: "key_admin", WorkspaceID: "ws_1", Role: store.RoleAdmin}
-	outside = Principal{KeyID: "key_other", WorkspaceID: "ws_2", Role: store.RoleAdmin}
+	agent   = Principal{KeyID: "key_agent", WorkspaceID: "ws_1", Role: model.RoleAgent}
+	agent2  = Principal{KeyID: "key_agent2", WorkspaceID: "ws_1", Role: model.RoleAgent}
+	apprv   = Principal{KeyID: "key_approver", WorkspaceID: "ws_1", Role: model.RoleApprover}
+	admin   = Principal{KeyID: "key_admin", WorkspaceID: "ws_1", Role: model.RoleAdmin}
+	outside = Principal{KeyID: "key_other", WorkspaceID: "ws_2", Role: model.RoleAdmin}
 )
 
 // grantIn is a one-shot grant of agent's in state, with 2 credits
@@ -31,13 +31,13 @@ func grantIn(state State) Grant {
 		Runtime: "python", CreatedAt: t0, ApprovalID: "apr_1", ApprovalExpires: t0.Add(10 * time.Minute), Run: Run{Reserved: 2}}
 	switch state {
 	case AwaitingApproval:
-		g.Status = store.StatusAwaitingApproval
+		g.Status = model.StatusAwaitingApproval
 	case Approved:
-		g.Status = store.StatusQueued
+		g.Status = model.StatusQueued
 	case Running:
-		g.Status, g.Run.Driver, g.Run.StartedAt = store.StatusRunning, "runc", t0.Add(2*time.Minute)
+		g.Status, g.Run.Driver, g.Run.StartedAt = model.StatusRunning, "runc", t0.Add(2*time.Minute)
 	case Settled:
-		g.Status, g.Run.Driver, g.Run.StartedAt = store.StatusSucceeded, "runc", t0.Add(2*time.Minute)
+		g.Status, g.Run.Driver, g.Run.StartedAt = model.StatusSucceeded, "runc", t0.Add(2*time.Minute)
 	case Requested:
 		g = Grant{Kind: OneShot, State: Requested}
 	}
@@ -69,8 +69,8 @@ var inputs = []struct {
 	{"cancel", Cancel{By: agent, Reason: "not needed", At: at}},
 	{"start", Start{Driver: "runc", At: at}},
 	{"launch failed", LaunchFailed{Err: errors.New("image missing"), At: at}},
-	{"finish", Finish{Status: store.StatusSucceeded, Result: json.RawMessage(`{"exit_code":0}`),
-		Output: store.Output{ExitCode: new(0), Stdout: []byte("1\n")}, Driver: "runc", At: at}},
+	{"finish", Finish{Status: model.StatusSucceeded, Result: json.RawMessage(`{"exit_code":0}`),
+		Output: model.Output{ExitCode: new(0), Stdout: []byte("1\n")}, Driver: "runc", At: at}},
 	{"interrupt", Interrupt{At: at}},
 }
 
@@ -80,16 +80,16 @@ var inputs = []struct {
 type outcome struct {
 	class    error
 	to       State
-	status   store.ExecutionStatus
-	credits  store.LedgerKind
-	approval store.ApprovalStatus
+	status   model.ExecutionStatus
+	credits  model.LedgerKind
+	approval model.ApprovalStatus
 	write    bool
 	events   []string
 }
 
 func refused(class error) outcome { return outcome{class: class} }
 
-func settledAs(status store.ExecutionStatus, credits store.LedgerKind, approval store.ApprovalStatus, events ...string) outcome {
+func settledAs(status model.ExecutionStatus, credits model.LedgerKind, approval model.ApprovalStatus, events ...string) outcome {
 	return outcome{to: Settled, status: status, credits: credits, approval: approval, write: true, events: events}
 }
 
@@ -99,38 +99,38 @@ func TestTransitions(t *testing.T) {
 	fp, conflict := refused(errdefs.ErrFailedPrecondition), refused(errdefs.ErrConflict)
 	want := map[State]map[string]outcome{
 		Requested: {
-			"admit": {to: AwaitingApproval, status: store.StatusAwaitingApproval, credits: store.LedgerReserve, approval: store.ApprovalPending,
+			"admit": {to: AwaitingApproval, status: model.StatusAwaitingApproval, credits: model.LedgerReserve, approval: model.ApprovalPending,
 				write: true, events: []string{audit.InvokeAllowed, audit.ApprovalRequested}},
 			"approve": fp, "deny": fp, "expire": fp, "cancel": fp, "start": fp, "launch failed": fp, "finish": fp, "interrupt": fp,
 		},
 		AwaitingApproval: {
 			"admit":   fp,
-			"approve": {to: Approved, status: store.StatusQueued, approval: store.ApprovalApproved, write: true, events: []string{audit.ApprovalApproved}},
-			"deny":    settledAs(store.StatusDenied, store.LedgerRelease, store.ApprovalDenied, audit.ApprovalDenied),
-			"expire":  settledAs(store.StatusApprovalExpired, store.LedgerRelease, store.ApprovalExpired, audit.ApprovalExpired),
-			"cancel":  settledAs(store.StatusCancelled, store.LedgerRelease, store.ApprovalCancelled, audit.ExecutionCancelled),
+			"approve": {to: Approved, status: model.StatusQueued, approval: model.ApprovalApproved, write: true, events: []string{audit.ApprovalApproved}},
+			"deny":    settledAs(model.StatusDenied, model.LedgerRelease, model.ApprovalDenied, audit.ApprovalDenied),
+			"expire":  settledAs(model.StatusApprovalExpired, model.LedgerRelease, model.ApprovalExpired, audit.ApprovalExpired),
+			"cancel":  settledAs(model.StatusCancelled, model.LedgerRelease, model.ApprovalCancelled, audit.ExecutionCancelled),
 			"start":   conflict, "launch failed": conflict, "finish": conflict,
 			"interrupt": fp, // its approval request stays valid across a restart
 		},
 		Approved: {
 			"admit": fp, "approve": conflict, "deny": conflict, "expire": conflict,
-			"cancel":        settledAs(store.StatusCancelled, store.LedgerRelease, "", audit.ExecutionCancelled),
-			"start":         {to: Running, status: store.StatusRunning, write: true},
-			"launch failed": settledAs(store.StatusLaunchFailed, store.LedgerRelease, "", audit.ExecutionFinished),
+			"cancel":        settledAs(model.StatusCancelled, model.LedgerRelease, "", audit.ExecutionCancelled),
+			"start":         {to: Running, status: model.StatusRunning, write: true},
+			"launch failed": settledAs(model.StatusLaunchFailed, model.LedgerRelease, "", audit.ExecutionFinished),
 			"finish":        conflict, // a run that never started cannot have succeeded
-			"interrupt":     settledAs(store.StatusFailed, store.LedgerRelease, "", audit.ExecutionRecovered),
+			"interrupt":     settledAs(model.StatusFailed, model.LedgerRelease, "", audit.ExecutionRecovered),
 		},
 		Running: {
 			"admit": fp, "approve": conflict, "deny": conflict, "expire": conflict,
-			"cancel":        {to: Running, status: store.StatusRunning}, // its run is stopped, and its end records the cancel
+			"cancel":        {to: Running, status: model.StatusRunning}, // its run is stopped, and its end records the cancel
 			"start":         conflict,
-			"launch failed": settledAs(store.StatusLaunchFailed, store.LedgerRelease, "", audit.ExecutionFinished),
-			"finish":        settledAs(store.StatusSucceeded, store.LedgerCommit, "", audit.ExecutionFinished),
-			"interrupt":     settledAs(store.StatusFailed, store.LedgerRelease, "", audit.ExecutionRecovered),
+			"launch failed": settledAs(model.StatusLaunchFailed, model.LedgerRelease, "", audit.ExecutionFinished),
+			"finish":        settledAs(model.StatusSucceeded, model.LedgerCommit, "", audit.ExecutionFinished),
+			"interrupt":     settledAs(model.StatusFailed, model.LedgerRelease, "", audit.ExecutionRecovered),
 		},
 		Settled: {
 			"admit": fp, "approve": conflict, "deny": conflict, "expire": conflict,
-			"cancel": {to: Settled, status: store.StatusSucceeded}, // unchanged: a retried cancel is harmless
+			"cancel": {to: Settled, status: model.StatusSucceeded}, // unchanged: a retried cancel is harmless
 			"start":  conflict, "launch failed": conflict, "finish": conflict, "interrupt": conflict,
 		},
 	}
@@ -150,7 +150,7 @@ func TestTransitions(t *testing.T) {
 	for _, state := range []State{Requested, AwaitingApproval, Approved, Running, Settled} {
 		for _, in := range inputs {
 			t.Run("cell/"+string(state)+"/"+in.name, func(t *testing.T) {
-				check(t, cellIn(state, activeSession(store.ApprovalRequired)), in.in, want[state][in.name])
+				check(t, cellIn(state, activeSession(model.ApprovalRequired)), in.in, want[state][in.name])
 			})
 		}
 	}
@@ -235,7 +235,7 @@ func check(t *testing.T, g Grant, in Input, w outcome) Step {
 // approver and admin keys of its workspace, never the key that asked for
 // it, and never once the request has lapsed or gone stale.
 func TestWhoMayDecide(t *testing.T) {
-	invokerAdmin := Principal{KeyID: agent.KeyID, WorkspaceID: "ws_1", Role: store.RoleAdmin}
+	invokerAdmin := Principal{KeyID: agent.KeyID, WorkspaceID: "ws_1", Role: model.RoleAdmin}
 	for _, tc := range []struct {
 		name  string
 		in    Input
@@ -330,25 +330,25 @@ func TestCharging(t *testing.T) {
 		state   State
 		in      Input
 		free    bool
-		credits store.LedgerKind
+		credits model.LedgerKind
 		charged int64
 	}{
-		{"succeeded", Running, Finish{Status: store.StatusSucceeded, At: at}, false, store.LedgerCommit, 2},
-		{"failed", Running, Finish{Status: store.StatusFailed, At: at}, false, store.LedgerCommit, 2},
-		{"timed out", Running, Finish{Status: store.StatusTimedOut, At: at}, false, store.LedgerCommit, 2},
-		{"oom killed", Running, Finish{Status: store.StatusOOMKilled, At: at}, false, store.LedgerCommit, 2},
-		{"killed by a cancel", Running, Finish{Status: store.StatusKilled, Cancel: c, At: at}, false, store.LedgerCommit, 2},
-		{"killed by a shutdown", Running, Finish{Status: store.StatusKilled, At: at}, false, store.LedgerCommit, 2},
-		{"cancelled after its start, before its code", Running, Finish{Status: store.StatusCancelled, Cancel: c, At: at}, false, store.LedgerRelease, 0},
-		{"cancelled before its start", Approved, Finish{Status: store.StatusCancelled, Cancel: c, At: at}, false, store.LedgerRelease, 0},
-		{"launch failed after its start", Running, LaunchFailed{At: at}, false, store.LedgerRelease, 0},
-		{"launch failed before its start", Approved, LaunchFailed{At: at}, false, store.LedgerRelease, 0},
-		{"interrupted while running", Running, Interrupt{At: at}, false, store.LedgerRelease, 0},
-		{"interrupted while queued", Approved, Interrupt{At: at}, false, store.LedgerRelease, 0},
-		{"cancelled while queued", Approved, Cancel{By: agent, At: at}, false, store.LedgerRelease, 0},
-		{"denied", AwaitingApproval, Deny{By: apprv, At: at}, false, store.LedgerRelease, 0},
-		{"expired", AwaitingApproval, Expire{At: t0.Add(time.Hour)}, false, store.LedgerRelease, 0},
-		{"free, succeeded", Running, Finish{Status: store.StatusSucceeded, At: at}, true, "", 0},
+		{"succeeded", Running, Finish{Status: model.StatusSucceeded, At: at}, false, model.LedgerCommit, 2},
+		{"failed", Running, Finish{Status: model.StatusFailed, At: at}, false, model.LedgerCommit, 2},
+		{"timed out", Running, Finish{Status: model.StatusTimedOut, At: at}, false, model.LedgerCommit, 2},
+		{"oom killed", Running, Finish{Status: model.StatusOOMKilled, At: at}, false, model.LedgerCommit, 2},
+		{"killed by a cancel", Running, Finish{Status: model.StatusKilled, Cancel: c, At: at}, false, model.LedgerCommit, 2},
+		{"killed by a shutdown", Running, Finish{Status: model.StatusKilled, At: at}, false, model.LedgerCommit, 2},
+		{"cancelled after its start, before its code", Running, Finish{Status: model.StatusCancelled, Cancel: c, At: at}, false, model.LedgerRelease, 0},
+		{"cancelled before its start", Approved, Finish{Status: model.StatusCancelled, Cancel: c, At: at}, false, model.LedgerRelease, 0},
+		{"launch failed after its start", Running, LaunchFailed{At: at}, false, model.LedgerRelease, 0},
+		{"launch failed before its start", Approved, LaunchFailed{At: at}, false, model.LedgerRelease, 0},
+		{"interrupted while running", Running, Interrupt{At: at}, false, model.LedgerRelease, 0},
+		{"interrupted while queued", Approved, Interrupt{At: at}, false, model.LedgerRelease, 0},
+		{"cancelled while queued", Approved, Cancel{By: agent, At: at}, false, model.LedgerRelease, 0},
+		{"denied", AwaitingApproval, Deny{By: apprv, At: at}, false, model.LedgerRelease, 0},
+		{"expired", AwaitingApproval, Expire{At: t0.Add(time.Hour)}, false, model.LedgerRelease, 0},
+		{"free, succeeded", Running, Finish{Status: model.StatusSucceeded, At: at}, true, "", 0},
 		{"free, denied", AwaitingApproval, Deny{By: apprv, At: at}, true, "", 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -379,10 +379,10 @@ func TestCharging(t *testing.T) {
 			}
 		})
 	}
-	if _, err := Transition(grantIn(Running), Finish{Status: store.StatusCancelled, At: at}); !errdefs.IsInvalidArgument(err) {
+	if _, err := Transition(grantIn(Running), Finish{Status: model.StatusCancelled, At: at}); !errdefs.IsInvalidArgument(err) {
 		t.Errorf("cancelled without a cancel: got %v, want invalid argument", err)
 	}
-	for _, status := range []store.ExecutionStatus{store.StatusQueued, store.StatusDenied, store.StatusLaunchFailed, "exploded"} {
+	for _, status := range []model.ExecutionStatus{model.StatusQueued, model.StatusDenied, model.StatusLaunchFailed, "exploded"} {
 		if _, err := Transition(grantIn(Running), Finish{Status: status, At: at}); !errdefs.IsInvalidArgument(err) {
 			t.Errorf("a run finishing %q: got %v, want invalid argument", status, err)
 		}
@@ -408,9 +408,9 @@ func TestAdmission(t *testing.T) {
 		},
 			"", nil, AwaitingApproval},
 		{"the tool's record refuses first", func(a *Admit) {
-			a.ToolRefusal, a.By.Role, a.Policy = "tool refuses node", store.RoleApprover, policy.Decision{Code: "x"}
+			a.ToolRefusal, a.By.Role, a.Policy = "tool refuses node", model.RoleApprover, policy.Decision{Code: "x"}
 		}, "tool_runtime_not_allowed", errdefs.ErrPermissionDenied, ""},
-		{"an approver key", func(a *Admit) { a.By.Role, a.Policy = store.RoleApprover, policy.Decision{Code: "x"} },
+		{"an approver key", func(a *Admit) { a.By.Role, a.Policy = model.RoleApprover, policy.Decision{Code: "x"} },
 			"role_cannot_invoke", errdefs.ErrPermissionDenied, ""},
 		{"the policy", func(a *Admit) {
 			a.Policy, a.ReviewPending = policy.Decision{Code: policy.DenyRuntimeNotAllowed, Reason: "runtime not allowed"}, "review"
@@ -469,8 +469,8 @@ func TestSettledRows(t *testing.T) {
 		driver      string
 		queued, ran time.Duration
 	}{
-		{"ran", Running, Finish{Status: store.StatusSucceeded, Driver: "gvisor", At: at}, "gvisor", 2 * time.Minute, 3 * time.Minute},
-		{"ran, the start's driver", Running, Finish{Status: store.StatusSucceeded, At: at}, "runc", 2 * time.Minute, 3 * time.Minute},
+		{"ran", Running, Finish{Status: model.StatusSucceeded, Driver: "gvisor", At: at}, "gvisor", 2 * time.Minute, 3 * time.Minute},
+		{"ran, the start's driver", Running, Finish{Status: model.StatusSucceeded, At: at}, "runc", 2 * time.Minute, 3 * time.Minute},
 		{"never started", AwaitingApproval, Deny{By: apprv, At: at}, "", 5 * time.Minute, 0},
 		{"a clock that went back", Approved, LaunchFailed{At: t0.Add(-time.Second)}, "", 0, 0},
 	} {
@@ -509,28 +509,28 @@ func TestAudited(t *testing.T) {
 			[]audit.Event{audit.ApprovalExpiredEvent{Meta: audit.Meta{Actor: "system", Reason: "no decision before the approval expired"}, ApprovalID: "apr_1"}}},
 		{"cancel awaiting", AwaitingApproval, Cancel{By: admin, Reason: "stop", At: at},
 			[]audit.Event{audit.ExecutionCancelledEvent{Meta: audit.Meta{Actor: admin.KeyID, Reason: c.Error()},
-				From: store.StatusAwaitingApproval, To: store.StatusCancelled, ApprovalID: "apr_1"}}},
+				From: model.StatusAwaitingApproval, To: model.StatusCancelled, ApprovalID: "apr_1"}}},
 		{"cancel queued", Approved, Cancel{By: admin, Reason: "stop", At: at},
 			[]audit.Event{audit.ExecutionCancelledEvent{Meta: audit.Meta{Actor: admin.KeyID, Reason: c.Error()},
-				From: store.StatusQueued, To: store.StatusCancelled}}},
-		{"killed by a cancel", Running, Finish{Status: store.StatusKilled, Result: result, Driver: "runc", Cancel: c, At: at},
+				From: model.StatusQueued, To: model.StatusCancelled}}},
+		{"killed by a cancel", Running, Finish{Status: model.StatusKilled, Result: result, Driver: "runc", Cancel: c, At: at},
 			[]audit.Event{
-				audit.ExecutionCancelledEvent{Meta: audit.Meta{Actor: admin.KeyID, Reason: c.Error()}, From: store.StatusRunning, To: store.StatusKilled, Credits: 2},
-				finishedEvent(store.StatusKilled, "runc", result, nil, 2),
+				audit.ExecutionCancelledEvent{Meta: audit.Meta{Actor: admin.KeyID, Reason: c.Error()}, From: model.StatusRunning, To: model.StatusKilled, Credits: 2},
+				finishedEvent(model.StatusKilled, "runc", result, nil, 2),
 			}},
 		// A session's end or a shutdown is no one's cancel: the finished
 		// event alone, the result saying ended_by.
-		{"killed by its session's end", Running, Finish{Status: store.StatusKilled, Result: result, Driver: "runc", Cancel: ended, At: at},
-			[]audit.Event{finishedEvent(store.StatusKilled, "runc", result, nil, 2)}},
-		{"killed by a shutdown for good", Running, Finish{Status: store.StatusKilled, Result: result, Driver: "runc", Cancel: shutdown, At: at},
-			[]audit.Event{finishedEvent(store.StatusKilled, "runc", result, nil, 2)}},
+		{"killed by its session's end", Running, Finish{Status: model.StatusKilled, Result: result, Driver: "runc", Cancel: ended, At: at},
+			[]audit.Event{finishedEvent(model.StatusKilled, "runc", result, nil, 2)}},
+		{"killed by a shutdown for good", Running, Finish{Status: model.StatusKilled, Result: result, Driver: "runc", Cancel: shutdown, At: at},
+			[]audit.Event{finishedEvent(model.StatusKilled, "runc", result, nil, 2)}},
 		// A waiting cell of an ended session is cancelled by the system.
 		{"cancel queued by the system", Approved, Cancel{Reason: "its session ses_1 ended (ttl)", At: at},
 			[]audit.Event{audit.ExecutionCancelledEvent{Meta: audit.Meta{Actor: "system", Reason: "cancelled by the daemon: its session ses_1 ended (ttl)"},
-				From: store.StatusQueued, To: store.StatusCancelled}}},
-		{"cancelled before its start by its session's end", Approved, Finish{Status: store.StatusCancelled, Cancel: ended, At: at},
+				From: model.StatusQueued, To: model.StatusCancelled}}},
+		{"cancelled before its start by its session's end", Approved, Finish{Status: model.StatusCancelled, Cancel: ended, At: at},
 			[]audit.Event{audit.ExecutionCancelledEvent{Meta: audit.Meta{Actor: "system", Reason: ended.Error()},
-				From: store.StatusQueued, To: store.StatusCancelled}}},
+				From: model.StatusQueued, To: model.StatusCancelled}}},
 		{"interrupt", Running, Interrupt{At: at},
 			[]audit.Event{audit.ExecutionRecoveredEvent{Meta: audit.Meta{Actor: "system",
 				Reason: "execution interrupted by a daemon stop; marked failed, credits released"}}}},
@@ -545,7 +545,7 @@ func TestAudited(t *testing.T) {
 			}
 		})
 	}
-	s, err := Transition(grantIn(Running), Finish{Status: store.StatusSucceeded, Result: result, At: at})
+	s, err := Transition(grantIn(Running), Finish{Status: model.StatusSucceeded, Result: result, At: at})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -556,7 +556,7 @@ func TestAudited(t *testing.T) {
 
 // TestStatesOfStatuses checks that every stored status has its state.
 func TestStatesOfStatuses(t *testing.T) {
-	for _, s := range store.ExecutionStatuses {
+	for _, s := range model.ExecutionStatuses {
 		st := StateOf(s)
 		if st == Requested || (st == Settled) != s.Terminal() {
 			t.Errorf("StateOf(%s) = %s", s, st)
@@ -574,8 +574,8 @@ func TestStatesOfStatuses(t *testing.T) {
 func BenchmarkOneShotTransitions(b *testing.B) {
 	admit := admitInput()
 	admit.Policy = allowed(false)
-	finish := Finish{Status: store.StatusSucceeded, Result: json.RawMessage(`{"exit_code":0,"stdout":"hi\n"}`),
-		Output: store.Output{ExitCode: new(0), Stdout: []byte("hi\n")}, Driver: "runc", At: at}
+	finish := Finish{Status: model.StatusSucceeded, Result: json.RawMessage(`{"exit_code":0,"stdout":"hi\n"}`),
+		Output: model.Output{ExitCode: new(0), Stdout: []byte("hi\n")}, Driver: "runc", At: at}
 	for b.Loop() {
 		s, err := Transition(grantIn(Requested), admit)
 		if err != nil || s.To != Approved {

@@ -15,7 +15,7 @@ import (
 	"github.com/stockade-sh/stockade/client"
 	"github.com/stockade-sh/stockade/errdefs"
 	"github.com/stockade-sh/stockade/internal/daemontest"
-	"github.com/stockade-sh/stockade/store"
+	"github.com/stockade-sh/stockade/model"
 )
 
 // ctx bounds one test's requests, so that a hung daemon fails the test.
@@ -231,7 +231,7 @@ func TestErrors(t *testing.T) {
 	d := daemontest.Start(t, daemontest.Options{Service: capability.ServiceOptions{MaxConcurrent: 1, MaxQueue: -1}})
 	ws := d.Workspace(t, daemontest.NoApproval, 100)
 	broke := d.Workspace(t, daemontest.NoApproval, 0)
-	pythonOnly := d.Workspace(t, func(p *store.Policy) { p.Approval = store.ApprovalNone; p.Runtimes = []string{"python"} }, 100)
+	pythonOnly := d.Workspace(t, func(p *model.Policy) { p.Approval = model.ApprovalNone; p.Runtimes = []string{"python"} }, 100)
 
 	for _, tc := range []struct {
 		name  string
@@ -298,7 +298,7 @@ func TestExample(t *testing.T) {
 	d := daemontest.Start(t, daemontest.Options{})
 	for _, tc := range []struct {
 		name   string
-		policy func(*store.Policy)
+		policy func(*model.Policy)
 		want   string
 	}{
 		{"no approval", daemontest.NoApproval, "succeeded: 42\n"},

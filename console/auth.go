@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/stockade-sh/stockade/errdefs"
-	"github.com/stockade-sh/stockade/store"
+	"github.com/stockade-sh/stockade/model"
 )
 
 // The console's cookies. The session's is sent to every console page; the
@@ -24,7 +24,7 @@ const (
 // has it now.
 type visit struct {
 	sess *session
-	key  store.APIKey
+	key  model.APIKey
 	// labels caches the keys' labels of one request.
 	labels map[string]string
 }
@@ -48,9 +48,9 @@ func (e errSignedOut) Error() string { return string(e) }
 
 // check looks the session's key up again: a key revoked, deleted or
 // changed to another role or workspace ends every session of it.
-func (c *Console) check(ctx context.Context, sess *session) (store.APIKey, error) {
+func (c *Console) check(ctx context.Context, sess *session) (model.APIKey, error) {
 	if !c.sessions.live(sess) {
-		return store.APIKey{}, errSignedOut("Your session ended; sign in again.")
+		return model.APIKey{}, errSignedOut("Your session ended; sign in again.")
 	}
 	k, err := c.st.GetAPIKey(ctx, sess.p.KeyID)
 	switch {
@@ -179,7 +179,7 @@ func (c *Console) signIn(w http.ResponseWriter, r *http.Request) {
 		c.renderSignIn(w, r, code, msg)
 		return
 	}
-	if p.Role != store.RoleApprover && p.Role != store.RoleAdmin {
+	if p.Role != model.RoleApprover && p.Role != model.RoleAdmin {
 		c.log.Info("console sign-in refused: not an approver or admin key", "key", p.KeyID, "role", p.Role)
 		c.renderSignIn(w, r, http.StatusForbidden, "Only approver and admin keys can sign in; an agent's key cannot approve its own requests.")
 		return

@@ -20,7 +20,7 @@ import (
 
 	"github.com/stockade-sh/stockade/capability"
 	"github.com/stockade-sh/stockade/internal/testenv"
-	"github.com/stockade-sh/stockade/store"
+	"github.com/stockade-sh/stockade/model"
 )
 
 // screenshotsEnv names the directory the browser test saves its
@@ -274,7 +274,7 @@ func TestBrowser(t *testing.T) {
 		if got := run(b, chromedp.Text(chromedp.CSS(card(approval)+" .decision"))); !strings.Contains(got, "Approved by approver") {
 			t.Errorf("decision: got %q, want it to name the approver", got)
 		}
-		if v := e.execution(exec, 0); v.Status != string(store.StatusSucceeded) {
+		if v := e.execution(exec, 0); v.Status != string(model.StatusSucceeded) {
 			t.Errorf("execution: got %s, want succeeded", v.Status)
 		}
 	})
@@ -288,7 +288,7 @@ func TestBrowser(t *testing.T) {
 		if got := run(b, chromedp.Text(chromedp.CSS(card(approval)+" .decision"))); !strings.Contains(got, "Denied by approver") || !strings.Contains(got, "not on my watch") {
 			t.Errorf("decision: got %q, want the approver and the reason", got)
 		}
-		if v := e.execution(exec, 0); v.Status != string(store.StatusDenied) {
+		if v := e.execution(exec, 0); v.Status != string(model.StatusDenied) {
 			t.Errorf("execution: got %s, want denied", v.Status)
 		}
 		stayed("denied")

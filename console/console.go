@@ -34,6 +34,7 @@ import (
 	"github.com/stockade-sh/stockade/api"
 	"github.com/stockade-sh/stockade/capability"
 	"github.com/stockade-sh/stockade/internal/witness"
+	"github.com/stockade-sh/stockade/model"
 	"github.com/stockade-sh/stockade/store"
 )
 
@@ -66,19 +67,19 @@ type Options struct {
 // Store is what the console reads from the store itself: every change
 // goes through the capability layer.
 type Store interface {
-	GetAPIKey(ctx context.Context, keyID string) (store.APIKey, error)
-	GetWorkspace(ctx context.Context, id string) (store.Workspace, error)
-	GetPolicy(ctx context.Context, workspaceID string) (store.Policy, error)
-	GetCredits(ctx context.Context, workspaceID string) (store.Credits, error)
-	ListLedger(ctx context.Context, workspaceID string, p store.PageRequest) (store.Page[store.LedgerEntry], error)
-	GetExecution(ctx context.Context, workspaceID, executionID string) (store.Execution, error)
-	GetToolCall(ctx context.Context, workspaceID, executionID string) (store.ToolCall, error)
-	ListToolCalls(ctx context.Context, workspaceID string, f store.ToolCallFilter) (store.Page[store.ToolCall], error)
-	GetApproval(ctx context.Context, workspaceID, approvalID string) (store.Approval, error)
-	ListApprovals(ctx context.Context, workspaceID string, f store.ApprovalFilter) (store.Page[store.Approval], error)
-	ListEvents(ctx context.Context, workspaceID string, f store.EventFilter) (store.Page[store.Event], error)
-	ChainHead(ctx context.Context, workspaceID string) (store.ChainHead, error)
-	VerifyChain(ctx context.Context, workspaceID string, witnessed ...store.ChainHead) (bool, *store.BrokenLink, error)
+	GetAPIKey(ctx context.Context, keyID string) (model.APIKey, error)
+	GetWorkspace(ctx context.Context, id string) (model.Workspace, error)
+	GetPolicy(ctx context.Context, workspaceID string) (model.Policy, error)
+	GetCredits(ctx context.Context, workspaceID string) (model.Credits, error)
+	ListLedger(ctx context.Context, workspaceID string, p store.PageRequest) (store.Page[model.LedgerEntry], error)
+	GetExecution(ctx context.Context, workspaceID, executionID string) (model.Execution, error)
+	GetToolCall(ctx context.Context, workspaceID, executionID string) (model.ToolCall, error)
+	ListToolCalls(ctx context.Context, workspaceID string, f store.ToolCallFilter) (store.Page[model.ToolCall], error)
+	GetApproval(ctx context.Context, workspaceID, approvalID string) (model.Approval, error)
+	ListApprovals(ctx context.Context, workspaceID string, f store.ApprovalFilter) (store.Page[model.Approval], error)
+	ListEvents(ctx context.Context, workspaceID string, f store.EventFilter) (store.Page[model.Event], error)
+	ChainHead(ctx context.Context, workspaceID string) (model.ChainHead, error)
+	VerifyChain(ctx context.Context, workspaceID string, witnessed ...model.ChainHead) (bool, *model.BrokenLink, error)
 }
 
 // Console is the console's HTTP handler. It is safe for concurrent use.

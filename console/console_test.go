@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/stockade-sh/stockade/capability"
-	"github.com/stockade-sh/stockade/store"
+	"github.com/stockade-sh/stockade/model"
 )
 
 // inline finds what the Content-Security-Policy would refuse to run or
@@ -310,7 +310,7 @@ func TestToolReview(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pol.ToolChanges = store.ToolChangesRequireReview
+	pol.ToolChanges = model.ToolChangesRequireReview
 	if _, err := e.st.SetPolicy(t.Context(), e.ws.ID, pol, nil); err != nil {
 		t.Fatal(err)
 	}

@@ -28,6 +28,7 @@ import (
 	"github.com/stockade-sh/stockade/internal/testenv"
 	"github.com/stockade-sh/stockade/internal/wiring"
 	"github.com/stockade-sh/stockade/internal/witness"
+	"github.com/stockade-sh/stockade/model"
 	"github.com/stockade-sh/stockade/sandbox"
 	"github.com/stockade-sh/stockade/store"
 	"github.com/stockade-sh/stockade/tools"
@@ -44,7 +45,7 @@ type env struct {
 	console *Console
 	srv     *httptest.Server
 	url     string
-	ws      store.Workspace
+	ws      model.Workspace
 	// agent, approver and admin are API keys of the workspace;
 	// approverID is the approver key's id.
 	agent, approver, admin string
@@ -146,12 +147,12 @@ func newEnvWith(t *testing.T, o Options, c envConfig) *env {
 		t.Fatalf("GrantCredits: %v", err)
 	}
 	for _, k := range []struct {
-		role store.Role
+		role model.Role
 		key  *string
 		id   *string
-	}{{store.RoleAgent, &e.agent, nil}, {store.RoleApprover, &e.approver, &e.approverID}, {store.RoleAdmin, &e.admin, &e.adminID}} {
+	}{{model.RoleAgent, &e.agent, nil}, {model.RoleApprover, &e.approver, &e.approverID}, {model.RoleAdmin, &e.admin, &e.adminID}} {
 		*k.key = "sk_test_" + string(k.role) + "_" + rand.Text()
-		ak, err := st.CreateAPIKey(ctx, store.NewAPIKey{WorkspaceID: e.ws.ID, Role: k.role, Hash: store.HashKey(*k.key), Name: string(k.role)})
+		ak, err := st.CreateAPIKey(ctx, store.NewAPIKey{WorkspaceID: e.ws.ID, Role: k.role, Hash: model.HashKey(*k.key), Name: string(k.role)})
 		if err != nil {
 			t.Fatalf("CreateAPIKey(%s): %v", k.role, err)
 		}

@@ -12,6 +12,7 @@ import (
 	"github.com/stockade-sh/stockade/audit"
 	"github.com/stockade-sh/stockade/capability"
 	"github.com/stockade-sh/stockade/errdefs"
+	"github.com/stockade-sh/stockade/model"
 	"github.com/stockade-sh/stockade/store"
 	"github.com/stockade-sh/stockade/tools"
 )
@@ -34,7 +35,7 @@ type approvalsData struct {
 	More bool
 }
 
-func (c *Console) approvals(ctx context.Context, v *visit, statuses []store.ApprovalStatus, n int) ([]*cardView, bool, error) {
+func (c *Console) approvals(ctx context.Context, v *visit, statuses []model.ApprovalStatus, n int) ([]*cardView, bool, error) {
 	pg, err := c.st.ListApprovals(ctx, v.key.WorkspaceID, store.ApprovalFilter{PageRequest: store.PageRequest{Limit: n}, Statuses: statuses})
 	if err != nil {
 		return nil, false, fmt.Errorf("listing approvals: %w", err)
@@ -53,12 +54,12 @@ func (c *Console) approvals(ctx context.Context, v *visit, statuses []store.Appr
 func (c *Console) approvalsData(ctx context.Context, v *visit) (*approvalsData, error) {
 	var d approvalsData
 	var err error
-	if d.Pending, d.More, err = c.approvals(ctx, v, []store.ApprovalStatus{store.ApprovalPending}, pendingShown); err != nil {
+	if d.Pending, d.More, err = c.approvals(ctx, v, []model.ApprovalStatus{model.ApprovalPending}, pendingShown); err != nil {
 		return nil, err
 	}
 	// Oldest first: the request that expires first leads.
 	slices.Reverse(d.Pending)
-	d.Decided, _, err = c.approvals(ctx, v, []store.ApprovalStatus{store.ApprovalApproved, store.ApprovalDenied, store.ApprovalExpired}, decidedShown)
+	d.Decided, _, err = c.approvals(ctx, v, []model.ApprovalStatus{model.ApprovalApproved, model.ApprovalDenied, model.ApprovalExpired}, decidedShown)
 	return &d, err
 }
 
@@ -152,10 +153,10 @@ func (c *Console) executionsData(r *http.Request, v *visit) (*executionsData, er
 	d := &executionsData{Status: q.Get("status"), Paged: q.Get("cursor") != ""}
 	f := store.ToolCallFilter{PageRequest: store.PageRequest{Limit: pageSize, Cursor: q.Get("cursor")}}
 	if d.Status != "" {
-		if !store.ExecutionStatus(d.Status).Valid() {
+		if !model.ExecutionStatus(d.Status).Valid() {
 			return nil, errdefs.Publicf("unknown status %q: %w", d.Status, errdefs.ErrInvalidArgument)
 		}
-		f.Statuses = []store.ExecutionStatus{store.ExecutionStatus(d.Status)}
+		f.Statuses = []model.ExecutionStatus{model.ExecutionStatus(d.Status)}
 	}
 	pg, err := c.st.ListToolCalls(r.Context(), v.key.WorkspaceID, f)
 	if err != nil {
@@ -200,11 +201,11 @@ type executionData struct {
 
 // eventView is an audit event as the pages list it.
 type eventView struct {
-	store.Event
+	model.Event
 	ActorLabel string
 }
 
-func (c *Console) eventView(ctx context.Context, v *visit, e store.Event) eventView {
+func (c *Console) eventView(ctx context.Context, v *visit, e model.Event) eventView {
 	return eventView{Event: e, ActorLabel: c.keyLabel(ctx, v, e.Actor)}
 }
 
@@ -251,10 +252,10 @@ func (c *Console) executionPage(w http.ResponseWriter, r *http.Request, v *visit
 
 // workspaceData is the workspace page.
 type workspaceData struct {
-	Workspace store.Workspace
-	Credits   store.Credits
-	Ledger    []store.LedgerEntry
-	Policy    store.Policy
+	Workspace model.Workspace
+	Credits   model.Credits
+	Ledger    []model.LedgerEntry
+	Policy    model.Policy
 	Tools     []toolView
 	CSRF      string
 	Flash     string
@@ -273,7 +274,7 @@ type toolView struct {
 
 // toolChange is one tool.changed event of a tool.
 type toolChange struct {
-	Event  store.Event
+	Event  model.Event
 	Diff   []string
 	Growth []string
 }
@@ -380,10 +381,10 @@ type auditData struct {
 // chainVerdict is what verifying a workspace's audit chain found.
 type chainVerdict struct {
 	OK     bool
-	Broken *store.BrokenLink
-	Head   store.ChainHead
+	Broken *model.BrokenLink
+	Head   model.ChainHead
 	// Witnessed is the head the witness directory holds, if any.
-	Witnessed *store.ChainHead
+	Witnessed *model.ChainHead
 	// Warnings say what the verdict cannot show.
 	Warnings []string
 }
@@ -396,7 +397,7 @@ func (c *Console) verify(ctx context.Context, ws string) (chainVerdict, error) {
 	if err != nil {
 		return v, err
 	}
-	var heads []store.ChainHead
+	var heads []model.ChainHead
 	switch {
 	case c.opts.Witness == "":
 		v.Warnings = append(v.Warnings, "The daemon has no audit witness (audit_witness in its configuration): the chain is checked alone, which cannot show its last events removed.")

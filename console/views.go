@@ -12,7 +12,7 @@ import (
 	"github.com/stockade-sh/stockade/capability"
 	"github.com/stockade-sh/stockade/engine"
 	"github.com/stockade-sh/stockade/errdefs"
-	"github.com/stockade-sh/stockade/store"
+	"github.com/stockade-sh/stockade/model"
 	"github.com/stockade-sh/stockade/tools"
 )
 
@@ -66,7 +66,7 @@ func recordLines(t tools.Tool, opts tools.Options) []recordLine {
 // cardView is an approval request as its card shows it.
 type cardView struct {
 	ID, ExecutionID string
-	Status          store.ApprovalStatus
+	Status          model.ApprovalStatus
 	Card            capability.ApprovalCard
 	Code            Code
 	Stdin           *Code
@@ -90,7 +90,7 @@ type cardView struct {
 }
 
 // Pending reports whether the request waits for a decision.
-func (cv *cardView) Pending() bool { return cv.Status == store.ApprovalPending }
+func (cv *cardView) Pending() bool { return cv.Status == model.ApprovalPending }
 
 // Lines is the number of lines of the code.
 func (cv *cardView) Lines() int { return len(cv.Code.Lines) }
@@ -116,7 +116,7 @@ func (cv *cardView) Network() string {
 	return fmt.Sprintf("requested: %s on port %s, through the egress proxy", strings.Join(cv.Card.EgressAllow, ", "), strings.Join(ports, ", "))
 }
 
-func (c *Console) cardView(ctx context.Context, v *visit, a store.Approval) (*cardView, error) {
+func (c *Console) cardView(ctx context.Context, v *visit, a model.Approval) (*cardView, error) {
 	cv := &cardView{ID: a.ID, ExecutionID: a.ExecutionID, Status: a.Status, RequestedAt: a.RequestedAt, ExpiresAt: a.ExpiresAt,
 		DecidedAt: a.DecidedAt, Reason: a.Reason, CSRF: v.sess.csrf, Now: c.opts.Now()}
 	if err := json.Unmarshal(a.Card, &cv.Card); err != nil {
@@ -138,7 +138,7 @@ func (c *Console) cardView(ctx context.Context, v *visit, a store.Approval) (*ca
 	if a.DecidedBy != "" {
 		cv.DecidedBy = c.keyLabel(ctx, v, a.DecidedBy)
 	}
-	if a.Status == store.ApprovalApproved {
+	if a.Status == model.ApprovalApproved {
 		e, err := c.execView(ctx, v, a.ExecutionID)
 		if err != nil {
 			return nil, err
@@ -152,7 +152,7 @@ func (c *Console) cardView(ctx context.Context, v *visit, a store.Approval) (*ca
 // row, with previews of its output.
 type execView struct {
 	ID       string
-	Status   store.ExecutionStatus
+	Status   model.ExecutionStatus
 	Runtime  string
 	Tool     string
 	ExitCode *int
@@ -225,10 +225,10 @@ func joinCode(c Code) string {
 	return b.String()
 }
 
-func execViewOf(tc store.ToolCall) *execView {
+func execViewOf(tc model.ToolCall) *execView {
 	return &execView{ID: tc.ExecutionID, Status: tc.Status, Runtime: tc.Runtime, Tool: tc.Tool, ExitCode: tc.ExitCode,
 		Stdout: Highlight("", string(tc.StdoutPreview)), Stderr: Highlight("", string(tc.StderrPreview)),
-		StdoutCut: tc.StdoutTruncated || len(tc.StdoutPreview) >= store.PreviewLimit, StderrCut: tc.StderrTruncated || len(tc.StderrPreview) >= store.PreviewLimit,
+		StdoutCut: tc.StdoutTruncated || len(tc.StdoutPreview) >= model.PreviewLimit, StderrCut: tc.StderrTruncated || len(tc.StderrPreview) >= model.PreviewLimit,
 		HasStdout: len(tc.StdoutPreview) > 0, HasStderr: len(tc.StderrPreview) > 0,
 		Created: tc.CreatedAt, Started: tc.StartedAt, Finished: tc.FinishedAt, Credits: tc.CreditsCharged, Driver: tc.Driver}
 }
@@ -302,7 +302,7 @@ func (c *Console) funcs() template.FuncMap {
 			}
 			return strconv.Itoa(n) + " " + many
 		},
-		"statuses": func() []store.ExecutionStatus { return store.ExecutionStatuses },
+		"statuses": func() []model.ExecutionStatus { return model.ExecutionStatuses },
 		"more":     func(i, n int) bool { return i+1 < n },
 	}
 }

@@ -20,7 +20,7 @@ import (
 	"github.com/stockade-sh/stockade/internal/daemontest"
 	"github.com/stockade-sh/stockade/internal/testenv"
 	"github.com/stockade-sh/stockade/mcp"
-	"github.com/stockade-sh/stockade/store"
+	"github.com/stockade-sh/stockade/model"
 )
 
 // transport is one way an MCP client reaches Stockade's tools.
@@ -193,7 +193,7 @@ func TestTools(t *testing.T) {
 			open := d.Workspace(t, daemontest.NoApproval, 100)
 			gated := d.Workspace(t, nil, 100)
 			broke := d.Workspace(t, daemontest.NoApproval, 0)
-			pythonOnly := d.Workspace(t, func(p *store.Policy) { p.Approval = store.ApprovalNone; p.Runtimes = []string{"python"} }, 100)
+			pythonOnly := d.Workspace(t, func(p *model.Policy) { p.Approval = model.ApprovalNone; p.Runtimes = []string{"python"} }, 100)
 			session := func(t *testing.T, ws daemontest.Workspace, co *sdk.ClientOptions) *sdk.ClientSession {
 				return tr.connect(t, d, ws.Agent, mcp.Options{ApprovalWait: time.Second}, co)
 			}

@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/stockade-sh/stockade/contract"
-	"github.com/stockade-sh/stockade/store"
+	"github.com/stockade-sh/stockade/model"
 )
 
 // Request is what the decision looks at.
@@ -48,7 +48,7 @@ type Decision struct {
 
 // Decide applies p to r. serverCeiling is the server's wall-clock ceiling;
 // the workspace's MaxTimeout may only lower it.
-func Decide(p store.Policy, r Request, serverCeiling time.Duration) Decision {
+func Decide(p model.Policy, r Request, serverCeiling time.Duration) Decision {
 	maxTimeout := serverCeiling
 	if p.MaxTimeout > 0 && (maxTimeout == 0 || p.MaxTimeout < maxTimeout) {
 		maxTimeout = p.MaxTimeout

@@ -25,6 +25,7 @@ import (
 	"github.com/stockade-sh/stockade/internal/storeopen"
 	"github.com/stockade-sh/stockade/internal/testenv"
 	"github.com/stockade-sh/stockade/internal/witness"
+	"github.com/stockade-sh/stockade/model"
 	"github.com/stockade-sh/stockade/store"
 	"github.com/stockade-sh/stockade/store/storetest"
 )
@@ -158,7 +159,7 @@ func checkChains(t *testing.T, st store.Store, w witness.Dir) []string {
 	}
 	ids := make([]string, len(fixtureColumns))
 	for i, name := range fixtureColumns[:2] {
-		j := slices.IndexFunc(wss, func(ws store.Workspace) bool { return ws.Name == name })
+		j := slices.IndexFunc(wss, func(ws model.Workspace) bool { return ws.Name == name })
 		if j < 0 {
 			t.Fatalf("workspaces: got %+v, want %q among them", wss, name)
 		}
@@ -201,7 +202,7 @@ func fixtureCounts(t *testing.T, st store.Store, ids []string) counts {
 		got[table+" "+key] = c
 	}
 	for col, id := range ids {
-		for _, e := range all(t, func(p store.PageRequest) (store.Page[store.Event], error) {
+		for _, e := range all(t, func(p store.PageRequest) (store.Page[model.Event], error) {
 			return st.ListEvents(ctx, id, store.EventFilter{PageRequest: p})
 		}) {
 			add(col, "audit_events", e.Type, 1)
@@ -216,27 +217,27 @@ func fixtureCounts(t *testing.T, st store.Store, ids []string) counts {
 		for _, k := range keys {
 			add(col, "api_keys", string(k.Role), 1)
 		}
-		for _, e := range all(t, func(p store.PageRequest) (store.Page[store.Execution], error) {
+		for _, e := range all(t, func(p store.PageRequest) (store.Page[model.Execution], error) {
 			return st.ListExecutions(ctx, id, store.ExecutionFilter{PageRequest: p})
 		}) {
 			add(col, "executions", string(e.Status), 1)
 		}
-		for _, c := range all(t, func(p store.PageRequest) (store.Page[store.ToolCall], error) {
+		for _, c := range all(t, func(p store.PageRequest) (store.Page[model.ToolCall], error) {
 			return st.ListToolCalls(ctx, id, store.ToolCallFilter{PageRequest: p})
 		}) {
 			add(col, "tool_calls", string(c.Status), 1)
 		}
-		for _, c := range all(t, func(p store.PageRequest) (store.Page[store.ToolInvocation], error) {
+		for _, c := range all(t, func(p store.PageRequest) (store.Page[model.ToolInvocation], error) {
 			return st.ListToolInvocations(ctx, id, store.ToolCallFilter{PageRequest: p})
 		}) {
 			add(col, "tool_invocations", string(c.Status), 1)
 		}
-		for _, a := range all(t, func(p store.PageRequest) (store.Page[store.Approval], error) {
+		for _, a := range all(t, func(p store.PageRequest) (store.Page[model.Approval], error) {
 			return st.ListApprovals(ctx, id, store.ApprovalFilter{PageRequest: p})
 		}) {
 			add(col, "approval_requests", string(a.Status), 1)
 		}
-		for _, l := range all(t, func(p store.PageRequest) (store.Page[store.LedgerEntry], error) {
+		for _, l := range all(t, func(p store.PageRequest) (store.Page[model.LedgerEntry], error) {
 			return st.ListLedger(ctx, id, p)
 		}) {
 			add(col, "credit_ledger", string(l.Kind), 1)
@@ -323,10 +324,10 @@ func checkReencoded(t *testing.T, st store.Store, ws string) {
 	if !ok {
 		t.Fatalf("%T cannot change rows behind the store's back", st)
 	}
-	events := all(t, func(p store.PageRequest) (store.Page[store.Event], error) {
+	events := all(t, func(p store.PageRequest) (store.Page[model.Event], error) {
 		return st.ListEvents(ctx, ws, store.EventFilter{PageRequest: p, Types: []string{"egress.denied"}})
 	})
-	i := slices.IndexFunc(events, func(e store.Event) bool { return bytes.Contains(e.Data, []byte(`"addr"`)) })
+	i := slices.IndexFunc(events, func(e model.Event) bool { return bytes.Contains(e.Data, []byte(`"addr"`)) })
 	if i < 0 {
 		t.Fatal("no egress.denied event with an address in the fixture")
 	}
@@ -436,7 +437,7 @@ func checkTyped(t *testing.T, st store.Store, ids []string) {
 	ctx := t.Context()
 	checked, older := 0, map[string]int{}
 	for _, id := range ids {
-		for _, e := range all(t, func(p store.PageRequest) (store.Page[store.Event], error) {
+		for _, e := range all(t, func(p store.PageRequest) (store.Page[model.Event], error) {
 			return st.ListEvents(ctx, id, store.EventFilter{PageRequest: p})
 		}) {
 			checked++
@@ -445,7 +446,7 @@ func checkTyped(t *testing.T, st store.Store, ids []string) {
 				t.Errorf("event %d of chain %q: type %s has no struct in package audit", e.Seq, id, e.Type)
 				continue
 			}
-			var again store.NewEvent
+			var again model.NewEvent
 			if derr == nil {
 				again = audit.NewEvent(ev)
 				if again.Type != e.Type || again.Code != e.Code || again.WorkspaceID != e.WorkspaceID || again.Actor != e.Actor ||

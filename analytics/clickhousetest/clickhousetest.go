@@ -28,7 +28,7 @@ import (
 
 	"github.com/stockade-sh/stockade/analytics"
 	"github.com/stockade-sh/stockade/internal/testenv"
-	"github.com/stockade-sh/stockade/store"
+	"github.com/stockade-sh/stockade/model"
 )
 
 // Env names the shared test server's URL; scripts/clickhousetest.sh starts
@@ -111,7 +111,7 @@ func Exec(t testing.TB, base, q string) {
 
 // RowOf is the row a tool_invocations row must arrive as, built apart
 // from the sink's own encoding.
-func RowOf(ti store.ToolInvocation) analytics.Row {
+func RowOf(ti model.ToolInvocation) analytics.Row {
 	return analytics.Row{ID: ti.ID, ExecutionID: ti.ExecutionID, WorkspaceID: ti.WorkspaceID, Tool: ti.Tool, Runtime: ti.Runtime,
 		Status: string(ti.Status), Driver: ti.Driver, QueuedUS: ti.Queued.Microseconds(), RanUS: ti.Ran.Microseconds(),
 		Credits: ti.Credits, EndedAt: ti.CreatedAt.UTC().Format(time.DateTime)}

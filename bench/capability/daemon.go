@@ -25,6 +25,7 @@ import (
 	"github.com/stockade-sh/stockade/capability"
 	"github.com/stockade-sh/stockade/engine"
 	"github.com/stockade-sh/stockade/internal/storeopen"
+	"github.com/stockade-sh/stockade/model"
 	"github.com/stockade-sh/stockade/store"
 	"github.com/stockade-sh/stockade/store/sqlite"
 )
@@ -68,10 +69,10 @@ func openDaemon(dbURL, dir string, credits int64) *daemon {
 type benchStore interface {
 	capability.Store
 	api.Store
-	CreateWorkspace(ctx context.Context, name string, audit func(store.Workspace) []store.NewEvent) (store.Workspace, error)
-	CreateAPIKey(ctx context.Context, k store.NewAPIKey) (store.APIKey, error)
-	SetPolicy(ctx context.Context, workspaceID string, p store.Policy, audit func(store.Policy) []store.NewEvent) (store.Policy, error)
-	GrantCredits(ctx context.Context, workspaceID string, amount int64, note string, audit []store.NewEvent) (store.Credits, error)
+	CreateWorkspace(ctx context.Context, name string, audit func(model.Workspace) []model.NewEvent) (model.Workspace, error)
+	CreateAPIKey(ctx context.Context, k store.NewAPIKey) (model.APIKey, error)
+	SetPolicy(ctx context.Context, workspaceID string, p model.Policy, audit func(model.Policy) []model.NewEvent) (model.Policy, error)
+	GrantCredits(ctx context.Context, workspaceID string, amount int64, note string, audit []model.NewEvent) (model.Credits, error)
 	Close() error
 }
 
@@ -102,14 +103,14 @@ func (d *daemon) openStore(ctx context.Context, name, sync string) (benchStore, 
 		return nil, "", fmt.Errorf("creating the workspace: %w", err)
 	}
 	key := "sk_bench_" + rand.Text()
-	if _, err := st.CreateAPIKey(ctx, store.NewAPIKey{WorkspaceID: ws.ID, Role: store.RoleAgent, Hash: store.HashKey(key), Name: "bench"}); err != nil {
+	if _, err := st.CreateAPIKey(ctx, store.NewAPIKey{WorkspaceID: ws.ID, Role: model.RoleAgent, Hash: model.HashKey(key), Name: "bench"}); err != nil {
 		return nil, "", fmt.Errorf("creating the agent key: %w", err)
 	}
 	p, err := st.GetPolicy(ctx, ws.ID)
 	if err != nil {
 		return nil, "", fmt.Errorf("reading the policy: %w", err)
 	}
-	p.Approval = store.ApprovalNone
+	p.Approval = model.ApprovalNone
 	if _, err := st.SetPolicy(ctx, ws.ID, p, nil); err != nil {
 		return nil, "", fmt.Errorf("setting the policy: %w", err)
 	}
@@ -213,7 +214,7 @@ func (d *daemon) invoke(ctx context.Context, t target, body []byte, want string)
 	if err := json.Unmarshal(b, &v); err != nil {
 		return fmt.Errorf("decoding the execution: %w", err)
 	}
-	if err := json.Unmarshal(v.Result, &r); err != nil || v.Status != string(store.StatusSucceeded) || r.Stdout != want {
+	if err := json.Unmarshal(v.Result, &r); err != nil || v.Status != string(model.StatusSucceeded) || r.Stdout != want {
 		return fmt.Errorf("unexpected execution %s", b)
 	}
 	return nil

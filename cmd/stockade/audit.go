@@ -12,7 +12,7 @@ import (
 	"github.com/stockade-sh/stockade/internal/guestbin"
 	"github.com/stockade-sh/stockade/internal/wiring"
 	"github.com/stockade-sh/stockade/internal/witness"
-	"github.com/stockade-sh/stockade/store"
+	"github.com/stockade-sh/stockade/model"
 )
 
 func init() {
@@ -176,7 +176,7 @@ func verifyChain(ctx context.Context, st chainVerifier, witness witness.Dir, wor
 	if err != nil {
 		return "", false, err
 	}
-	var ws []store.ChainHead
+	var ws []model.ChainHead
 	if witnessed {
 		ws = append(ws, w)
 		if workspaceID != "" {

@@ -12,6 +12,7 @@ import (
 	"github.com/stockade-sh/stockade/internal/fsmode"
 	"github.com/stockade-sh/stockade/internal/storeopen"
 	"github.com/stockade-sh/stockade/internal/witness"
+	"github.com/stockade-sh/stockade/model"
 	"github.com/stockade-sh/stockade/store"
 )
 
@@ -56,15 +57,15 @@ func openDB(ctx context.Context, o dbOptions) (*adminDB, error) {
 // openWorkspace opens the database the flags name and finds the workspace
 // name in it (an unknown name is bad input). The caller must Close the
 // database.
-func openWorkspace(ctx context.Context, o dbOptions, name string) (*adminDB, store.Workspace, error) {
+func openWorkspace(ctx context.Context, o dbOptions, name string) (*adminDB, model.Workspace, error) {
 	st, err := openDB(ctx, o)
 	if err != nil {
-		return nil, store.Workspace{}, err
+		return nil, model.Workspace{}, err
 	}
 	ws, err := st.GetWorkspaceByName(ctx, name)
 	if err != nil {
 		st.Close()
-		return nil, store.Workspace{}, classify(err)
+		return nil, model.Workspace{}, classify(err)
 	}
 	return st, ws, nil
 }
@@ -73,16 +74,16 @@ func openWorkspace(ctx context.Context, o dbOptions, name string) (*adminDB, sto
 // workspaces, keys, policies and credits, each change audited in its own
 // transaction, and the audit chains' verification.
 type adminStore interface {
-	CreateWorkspace(ctx context.Context, name string, audit func(store.Workspace) []store.NewEvent) (store.Workspace, error)
-	GetWorkspaceByName(ctx context.Context, name string) (store.Workspace, error)
-	CreateAPIKey(ctx context.Context, k store.NewAPIKey) (store.APIKey, error)
-	GetAPIKey(ctx context.Context, keyID string) (store.APIKey, error)
-	ListAPIKeys(ctx context.Context, workspaceID string) ([]store.APIKey, error)
-	RevokeAPIKey(ctx context.Context, workspaceID, keyID string, audit func(store.APIKey) []store.NewEvent) error
-	GetPolicy(ctx context.Context, workspaceID string) (store.Policy, error)
-	SetPolicy(ctx context.Context, workspaceID string, p store.Policy, audit func(store.Policy) []store.NewEvent) (store.Policy, error)
-	GrantCredits(ctx context.Context, workspaceID string, amount int64, note string, audit []store.NewEvent) (store.Credits, error)
-	GetCredits(ctx context.Context, workspaceID string) (store.Credits, error)
+	CreateWorkspace(ctx context.Context, name string, audit func(model.Workspace) []model.NewEvent) (model.Workspace, error)
+	GetWorkspaceByName(ctx context.Context, name string) (model.Workspace, error)
+	CreateAPIKey(ctx context.Context, k store.NewAPIKey) (model.APIKey, error)
+	GetAPIKey(ctx context.Context, keyID string) (model.APIKey, error)
+	ListAPIKeys(ctx context.Context, workspaceID string) ([]model.APIKey, error)
+	RevokeAPIKey(ctx context.Context, workspaceID, keyID string, audit func(model.APIKey) []model.NewEvent) error
+	GetPolicy(ctx context.Context, workspaceID string) (model.Policy, error)
+	SetPolicy(ctx context.Context, workspaceID string, p model.Policy, audit func(model.Policy) []model.NewEvent) (model.Policy, error)
+	GrantCredits(ctx context.Context, workspaceID string, amount int64, note string, audit []model.NewEvent) (model.Credits, error)
+	GetCredits(ctx context.Context, workspaceID string) (model.Credits, error)
 	// chainVerifier and witness.Chains (ListWorkspaces, VerifyChainFrom)
 	// read the audit chains.
 	chainVerifier
@@ -92,9 +93,9 @@ type adminStore interface {
 
 // chainVerifier is what audit verify reads of a chain.
 type chainVerifier interface {
-	GetWorkspace(ctx context.Context, id string) (store.Workspace, error)
-	ChainHead(ctx context.Context, workspaceID string) (store.ChainHead, error)
-	VerifyChain(ctx context.Context, workspaceID string, witnessed ...store.ChainHead) (bool, *store.BrokenLink, error)
+	GetWorkspace(ctx context.Context, id string) (model.Workspace, error)
+	ChainHead(ctx context.Context, workspaceID string) (model.ChainHead, error)
+	VerifyChain(ctx context.Context, workspaceID string, witnessed ...model.ChainHead) (bool, *model.BrokenLink, error)
 }
 
 // adminDB is a database opened by an admin command, with the directory

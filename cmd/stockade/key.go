@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/stockade-sh/stockade/audit"
+	"github.com/stockade-sh/stockade/model"
 	"github.com/stockade-sh/stockade/store"
 )
 
@@ -45,7 +46,7 @@ func keyCreate(ctx context.Context, args []string) int {
 		return fail(usagef("key create takes no arguments, got %q (stockade key create --help)", pos))
 	case *wsName == "":
 		return fail(usagef("key create: --workspace is required"))
-	case !store.Role(*role).Valid():
+	case !model.Role(*role).Valid():
 		return fail(usagef("key create: --role must be agent, approver or admin, got %q", *role))
 	}
 	st, ws, err := openWorkspace(ctx, dbo, *wsName)
@@ -58,8 +59,8 @@ func keyCreate(ctx context.Context, args []string) int {
 		return fail(err)
 	}
 	key := "sk_" + base64.RawURLEncoding.EncodeToString(b[:])
-	k, err := st.CreateAPIKey(ctx, store.NewAPIKey{WorkspaceID: ws.ID, Role: store.Role(*role), Hash: store.HashKey(key), Name: *name,
-		Audit: func(k store.APIKey) []store.NewEvent {
+	k, err := st.CreateAPIKey(ctx, store.NewAPIKey{WorkspaceID: ws.ID, Role: model.Role(*role), Hash: model.HashKey(key), Name: *name,
+		Audit: func(k model.APIKey) []model.NewEvent {
 			return audit.NewEvents(audit.KeyCreatedEvent{Meta: cliMeta("API key created"), KeyID: k.ID, Role: k.Role})
 		}})
 	if err != nil {
@@ -127,7 +128,7 @@ func keyRevoke(ctx context.Context, args []string) int {
 		fmt.Printf("key %s was already revoked at %s\n", k.ID, stamp(k.RevokedAt))
 		return 0
 	}
-	if err := st.RevokeAPIKey(ctx, k.WorkspaceID, k.ID, func(k store.APIKey) []store.NewEvent {
+	if err := st.RevokeAPIKey(ctx, k.WorkspaceID, k.ID, func(k model.APIKey) []model.NewEvent {
 		return audit.NewEvents(audit.KeyRevokedEvent{Meta: cliMeta("API key revoked"), KeyID: k.ID, Role: k.Role})
 	}); err != nil {
 		return fail(classify(err))

@@ -11,9 +11,9 @@ import (
 	"github.com/stockade-sh/stockade/api"
 	"github.com/stockade-sh/stockade/audit"
 	"github.com/stockade-sh/stockade/image"
+	"github.com/stockade-sh/stockade/model"
 	"github.com/stockade-sh/stockade/policy"
 	"github.com/stockade-sh/stockade/sandbox"
-	"github.com/stockade-sh/stockade/store"
 )
 
 func init() {
@@ -77,7 +77,7 @@ func policyVerb(ctx context.Context, verb string, args []string) int {
 		if err := applyPolicyFlags(fs, &pol, approval, network, maxTimeout, runtimes, codeExec, toolChanges, maxSessions); err != nil {
 			return fail(err)
 		}
-		if pol, err = st.SetPolicy(ctx, ws.ID, pol, func(after store.Policy) []store.NewEvent {
+		if pol, err = st.SetPolicy(ctx, ws.ID, pol, func(after model.Policy) []model.NewEvent {
 			return audit.NewEvents(audit.PolicyUpdatedEvent{Meta: cliMeta("workspace policy changed"), Before: before, After: audit.PolicyOf(after)})
 		}); err != nil {
 			return fail(classify(err))
@@ -93,7 +93,7 @@ func policyVerb(ctx context.Context, verb string, args []string) int {
 }
 
 // applyPolicyFlags changes the fields of p whose flags were given.
-func applyPolicyFlags(fs *flag.FlagSet, p *store.Policy, approval, network string, maxTimeout time.Duration, runtimes, codeExec, toolChanges string, maxSessions int) error {
+func applyPolicyFlags(fs *flag.FlagSet, p *model.Policy, approval, network string, maxTimeout time.Duration, runtimes, codeExec, toolChanges string, maxSessions int) error {
 	var err error
 	fs.Visit(func(f *flag.Flag) {
 		if err != nil {
@@ -103,7 +103,7 @@ func applyPolicyFlags(fs *flag.FlagSet, p *store.Policy, approval, network strin
 		case "approval":
 			switch approval {
 			case "required", "none", "per_session":
-				p.Approval = store.ApprovalMode(approval)
+				p.Approval = model.ApprovalMode(approval)
 			default:
 				err = usagef("--approval must be required, per_session or none, got %q", approval)
 			}
@@ -146,7 +146,7 @@ func applyPolicyFlags(fs *flag.FlagSet, p *store.Policy, approval, network strin
 		case "tool-changes":
 			switch toolChanges {
 			case "flag", "require_review":
-				p.ToolChanges = store.ToolChangeMode(toolChanges)
+				p.ToolChanges = model.ToolChangeMode(toolChanges)
 			default:
 				err = usagef("--tool-changes must be flag or require_review, got %q", toolChanges)
 			}

@@ -24,6 +24,7 @@ import (
 	"github.com/stockade-sh/stockade/internal/storeopen"
 	"github.com/stockade-sh/stockade/internal/templatejobs"
 	"github.com/stockade-sh/stockade/internal/testenv"
+	"github.com/stockade-sh/stockade/model"
 	"github.com/stockade-sh/stockade/sandbox"
 	"github.com/stockade-sh/stockade/store"
 	"github.com/stockade-sh/stockade/templates"
@@ -174,8 +175,8 @@ func TestTemplateRemote(t *testing.T) {
 		t.Fatal(err)
 	}
 	admin, agent := "sk_test_admin_"+rand.Text(), "sk_test_agent_"+rand.Text()
-	for key, role := range map[string]store.Role{admin: store.RoleAdmin, agent: store.RoleAgent} {
-		if _, err := st.CreateAPIKey(t.Context(), store.NewAPIKey{WorkspaceID: ws.ID, Role: role, Hash: store.HashKey(key), Name: string(role)}); err != nil {
+	for key, role := range map[string]model.Role{admin: model.RoleAdmin, agent: model.RoleAgent} {
+		if _, err := st.CreateAPIKey(t.Context(), store.NewAPIKey{WorkspaceID: ws.ID, Role: role, Hash: model.HashKey(key), Name: string(role)}); err != nil {
 			t.Fatal(err)
 		}
 	}

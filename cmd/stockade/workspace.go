@@ -5,7 +5,7 @@ import (
 	"fmt"
 
 	"github.com/stockade-sh/stockade/audit"
-	"github.com/stockade-sh/stockade/store"
+	"github.com/stockade-sh/stockade/model"
 )
 
 func init() {
@@ -34,7 +34,7 @@ func workspaceCreate(ctx context.Context, args []string) int {
 		return fail(err)
 	}
 	defer st.Close()
-	ws, err := st.CreateWorkspace(ctx, pos[0], func(ws store.Workspace) []store.NewEvent {
+	ws, err := st.CreateWorkspace(ctx, pos[0], func(ws model.Workspace) []model.NewEvent {
 		return audit.NewEvents(audit.WorkspaceCreatedEvent{Meta: cliMeta("workspace created"), Name: ws.Name})
 	})
 	if err != nil {

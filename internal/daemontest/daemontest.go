@@ -24,6 +24,7 @@ import (
 	"github.com/stockade-sh/stockade/image"
 	"github.com/stockade-sh/stockade/internal/storeopen"
 	"github.com/stockade-sh/stockade/internal/testenv"
+	"github.com/stockade-sh/stockade/model"
 	"github.com/stockade-sh/stockade/sandbox"
 	"github.com/stockade-sh/stockade/store"
 )
@@ -47,11 +48,11 @@ type Daemon struct {
 
 // setup is what Workspace writes to the daemon's store.
 type setup interface {
-	CreateWorkspace(ctx context.Context, name string, audit func(store.Workspace) []store.NewEvent) (store.Workspace, error)
-	CreateAPIKey(ctx context.Context, k store.NewAPIKey) (store.APIKey, error)
-	GetPolicy(ctx context.Context, workspaceID string) (store.Policy, error)
-	SetPolicy(ctx context.Context, workspaceID string, p store.Policy, audit func(store.Policy) []store.NewEvent) (store.Policy, error)
-	GrantCredits(ctx context.Context, workspaceID string, amount int64, note string, audit []store.NewEvent) (store.Credits, error)
+	CreateWorkspace(ctx context.Context, name string, audit func(model.Workspace) []model.NewEvent) (model.Workspace, error)
+	CreateAPIKey(ctx context.Context, k store.NewAPIKey) (model.APIKey, error)
+	GetPolicy(ctx context.Context, workspaceID string) (model.Policy, error)
+	SetPolicy(ctx context.Context, workspaceID string, p model.Policy, audit func(model.Policy) []model.NewEvent) (model.Policy, error)
+	GrantCredits(ctx context.Context, workspaceID string, amount int64, note string, audit []model.NewEvent) (model.Credits, error)
 }
 
 // Requires gates t on what real runc sandboxes need: root, runc and the
@@ -115,11 +116,11 @@ type Workspace struct {
 }
 
 // NoApproval is a policy edit: invocations run without a human.
-func NoApproval(p *store.Policy) { p.Approval = store.ApprovalNone }
+func NoApproval(p *model.Policy) { p.Approval = model.ApprovalNone }
 
 // Workspace creates a workspace whose policy is the default edited by
 // policy (nil keeps it), granted credits, with a key of each role.
-func (d *Daemon) Workspace(t testing.TB, policy func(*store.Policy), credits int64) Workspace {
+func (d *Daemon) Workspace(t testing.TB, policy func(*model.Policy), credits int64) Workspace {
 	t.Helper()
 	ctx := t.Context()
 	ws, err := d.st.CreateWorkspace(ctx, "ws-"+rand.Text()[:8], nil)
@@ -128,11 +129,11 @@ func (d *Daemon) Workspace(t testing.TB, policy func(*store.Policy), credits int
 	}
 	w := Workspace{ID: ws.ID}
 	for _, k := range []struct {
-		role store.Role
+		role model.Role
 		dst  *string
-	}{{store.RoleAgent, &w.Agent}, {store.RoleApprover, &w.Approver}, {store.RoleAdmin, &w.Admin}} {
+	}{{model.RoleAgent, &w.Agent}, {model.RoleApprover, &w.Approver}, {model.RoleAdmin, &w.Admin}} {
 		*k.dst = "sk_test_" + string(k.role) + "_" + rand.Text()
-		if _, err := d.st.CreateAPIKey(ctx, store.NewAPIKey{WorkspaceID: ws.ID, Role: k.role, Hash: store.HashKey(*k.dst), Name: string(k.role)}); err != nil {
+		if _, err := d.st.CreateAPIKey(ctx, store.NewAPIKey{WorkspaceID: ws.ID, Role: k.role, Hash: model.HashKey(*k.dst), Name: string(k.role)}); err != nil {
 			t.Fatalf("CreateAPIKey(%s): %v", k.role, err)
 		}
 	}

@@ -26,7 +26,7 @@ import (
 	"github.com/stockade-sh/stockade/client"
 	"github.com/stockade-sh/stockade/errdefs"
 	"github.com/stockade-sh/stockade/image"
-	"github.com/stockade-sh/stockade/store"
+	"github.com/stockade-sh/stockade/model"
 	"github.com/stockade-sh/stockade/templates"
 )
 
@@ -57,7 +57,7 @@ type GoldenMaker interface {
 
 // Auditor appends audit events (the store).
 type Auditor interface {
-	AppendEvent(ctx context.Context, e store.NewEvent) (store.Event, error)
+	AppendEvent(ctx context.Context, e model.NewEvent) (model.Event, error)
 }
 
 // Options configure Jobs.

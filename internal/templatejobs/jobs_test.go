@@ -14,7 +14,7 @@ import (
 	"github.com/stockade-sh/stockade/client"
 	"github.com/stockade-sh/stockade/errdefs"
 	"github.com/stockade-sh/stockade/image"
-	"github.com/stockade-sh/stockade/store"
+	"github.com/stockade-sh/stockade/model"
 	"github.com/stockade-sh/stockade/templates"
 )
 
@@ -80,17 +80,17 @@ func (f *fakeBuilder) Current(name string) (*client.TemplateBuild, error) {
 // events records appended audit events.
 type events struct {
 	mu  sync.Mutex
-	all []store.NewEvent
+	all []model.NewEvent
 }
 
-func (e *events) AppendEvent(_ context.Context, ev store.NewEvent) (store.Event, error) {
+func (e *events) AppendEvent(_ context.Context, ev model.NewEvent) (model.Event, error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	e.all = append(e.all, ev)
-	return store.Event{}, nil
+	return model.Event{}, nil
 }
 
-func (e *events) last(t *testing.T) store.NewEvent {
+func (e *events) last(t *testing.T) model.NewEvent {
 	t.Helper()
 	e.mu.Lock()
 	defer e.mu.Unlock()

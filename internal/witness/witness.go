@@ -1,5 +1,5 @@
 // Package witness keeps, outside the database, the last head of each audit
-// chain seen (store.ChainHead): one small file per chain in a directory of
+// chain seen (model.ChainHead): one small file per chain in a directory of
 // its own. A chain checked against its witness (store.Audit.VerifyChain)
 // shows what the chain alone cannot, an attacker with the database who
 // removes the last events and rewinds the recorded head, or rewrites the
@@ -20,7 +20,7 @@ import (
 	"strings"
 
 	"github.com/stockade-sh/stockade/errdefs"
-	"github.com/stockade-sh/stockade/store"
+	"github.com/stockade-sh/stockade/model"
 )
 
 // unattributed names the file of the chain of events no workspace owns.
@@ -50,8 +50,8 @@ func (d Dir) file(workspaceID string) string {
 // Chains is what a witness needs of a store: the chains there are, and
 // the walk from a witnessed head to the recorded one.
 type Chains interface {
-	ListWorkspaces(ctx context.Context) ([]store.Workspace, error)
-	VerifyChainFrom(ctx context.Context, from store.ChainHead) (store.ChainHead, *store.BrokenLink, error)
+	ListWorkspaces(ctx context.Context) ([]model.Workspace, error)
+	VerifyChainFrom(ctx context.Context, from model.ChainHead) (model.ChainHead, *model.BrokenLink, error)
 }
 
 // NotLinkedError is Record's refusal to witness a chain's head: the chain
@@ -62,9 +62,9 @@ type Chains interface {
 type NotLinkedError struct {
 	// Witnessed is the head the directory holds and keeps; its Seq is
 	// zero when the chain was never witnessed (the whole chain was walked).
-	Witnessed store.ChainHead
+	Witnessed model.ChainHead
 	// Broken is the first link from Witnessed on that does not hold.
-	Broken store.BrokenLink
+	Broken model.BrokenLink
 }
 
 func (e *NotLinkedError) Error() string {
@@ -115,7 +115,7 @@ func (d Dir) Record(ctx context.Context, st Chains, workspaceID string) error {
 }
 
 // write records h as the witnessed head of its chain, atomically.
-func (d Dir) write(h store.ChainHead) error {
+func (d Dir) write(h model.ChainHead) error {
 	if err := os.MkdirAll(string(d), 0o700); err != nil {
 		return fmt.Errorf("witnessing the audit chain: %w", err)
 	}
@@ -142,7 +142,7 @@ func (d Dir) write(h store.ChainHead) error {
 
 // Read returns the witnessed head of a workspace's chain ("" for the
 // unattributed events); ok is false when none is witnessed.
-func (d Dir) Read(workspaceID string) (h store.ChainHead, ok bool, err error) {
+func (d Dir) Read(workspaceID string) (h model.ChainHead, ok bool, err error) {
 	if d == "" {
 		return h, false, nil
 	}
@@ -158,7 +158,7 @@ func (d Dir) Read(workspaceID string) (h store.ChainHead, ok bool, err error) {
 	if !found || perr != nil || n <= 0 || len(hash) != 64 {
 		return h, false, fmt.Errorf("the witness %s is unreadable: %q", d.file(workspaceID), b)
 	}
-	return store.ChainHead{WorkspaceID: workspaceID, Seq: n, Hash: hash}, true, nil
+	return model.ChainHead{WorkspaceID: workspaceID, Seq: n, Hash: hash}, true, nil
 }
 
 // Chains lists the workspaces whose chains are witnessed ("" for the

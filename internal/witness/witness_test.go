@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/stockade-sh/stockade/errdefs"
-	"github.com/stockade-sh/stockade/store"
+	"github.com/stockade-sh/stockade/model"
 	"github.com/stockade-sh/stockade/store/sqlite"
 )
 
@@ -36,10 +36,10 @@ func newChains(t testing.TB) *chains {
 
 // add appends n events to the workspace's chain ("" for the unattributed
 // one) and returns its head.
-func (c *chains) add(t testing.TB, ws string, n int) store.ChainHead {
+func (c *chains) add(t testing.TB, ws string, n int) model.ChainHead {
 	t.Helper()
 	for i := range n {
-		if _, err := c.AppendEvent(t.Context(), store.NewEvent{WorkspaceID: ws, Type: "test.event", Reason: fmt.Sprint(i)}); err != nil {
+		if _, err := c.AppendEvent(t.Context(), model.NewEvent{WorkspaceID: ws, Type: "test.event", Reason: fmt.Sprint(i)}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -53,7 +53,7 @@ func (c *chains) add(t testing.TB, ws string, n int) store.ChainHead {
 // rewrite replaces the chain from seq on with n other events, through the
 // store itself, so that every hash and link is right: what an attacker
 // with the database who knows the format can do.
-func (c *chains) rewrite(t *testing.T, seq int64, n int) store.ChainHead {
+func (c *chains) rewrite(t *testing.T, seq int64, n int) model.ChainHead {
 	t.Helper()
 	ctx := t.Context()
 	for _, q := range []string{
@@ -72,7 +72,7 @@ func (c *chains) rewrite(t *testing.T, seq int64, n int) store.ChainHead {
 	return h
 }
 
-func (d Dir) mustRead(t *testing.T, ws string) store.ChainHead {
+func (d Dir) mustRead(t *testing.T, ws string) model.ChainHead {
 	t.Helper()
 	h, ok, err := d.Read(ws)
 	if err != nil || !ok {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/stockade-sh/stockade/errdefs"
 
+	"github.com/stockade-sh/stockade/model"
 	"github.com/stockade-sh/stockade/store"
 	"github.com/stockade-sh/stockade/store/sqlite"
 	"github.com/stockade-sh/stockade/store/storetest"
@@ -46,7 +47,7 @@ func TestReopen(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := st.AppendEvent(t.Context(), store.NewEvent{WorkspaceID: ws.ID, Type: "test.persist"}); err != nil {
+	if _, err := st.AppendEvent(t.Context(), model.NewEvent{WorkspaceID: ws.ID, Type: "test.persist"}); err != nil {
 		t.Fatal(err)
 	}
 	if err := st.Close(); err != nil {
@@ -84,7 +85,7 @@ func TestTwoProcesses(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	key, err := sts[0].CreateAPIKey(ctx, store.NewAPIKey{WorkspaceID: ws.ID, Role: store.RoleAgent, Hash: store.HashKey("k")})
+	key, err := sts[0].CreateAPIKey(ctx, store.NewAPIKey{WorkspaceID: ws.ID, Role: model.RoleAgent, Hash: model.HashKey("k")})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -102,8 +103,8 @@ func TestTwoProcesses(t *testing.T) {
 			_, err := sts[i%2].Admit(ctx, store.NewExecution{WorkspaceID: ws.ID, KeyID: key.ID, Runtime: "python",
 				Tool: "code.execute", Request: []byte(fmt.Sprintf(`{"i":%d}`, i)),
 				InputSHA256: "0000000000000000000000000000000000000000000000000000000000000000"},
-				store.Step{To: store.StatusQueued, Credits: store.CreditMove{Kind: store.LedgerReserve, Amount: 1},
-					Audit: []store.NewEvent{{Type: "capability.invoke_allowed"}}})
+				model.Step{To: model.StatusQueued, Credits: model.CreditMove{Kind: model.LedgerReserve, Amount: 1},
+					Audit: []model.NewEvent{{Type: "capability.invoke_allowed"}}})
 			mu.Lock()
 			defer mu.Unlock()
 			switch {

@@ -8,15 +8,16 @@ import (
 	"time"
 
 	"github.com/stockade-sh/stockade/errdefs"
+	"github.com/stockade-sh/stockade/model"
 	"github.com/stockade-sh/stockade/store"
 )
 
 // appendN appends n events to the workspace's chain and returns them.
-func appendN(t *testing.T, st store.Store, ws string, n int) []store.Event {
+func appendN(t *testing.T, st store.Store, ws string, n int) []model.Event {
 	t.Helper()
-	var out []store.Event
+	var out []model.Event
 	for i := range n {
-		e, err := st.AppendEvent(t.Context(), store.NewEvent{
+		e, err := st.AppendEvent(t.Context(), model.NewEvent{
 			WorkspaceID: ws, Type: "capability.invoke_allowed", Code: "CAP001", Actor: "key_test",
 			Reason: fmt.Sprintf("event %d", i+1), Data: []byte(fmt.Sprintf(`{"n": %d, "z": "last", "a": "first"}`, i+1)),
 		})
@@ -37,7 +38,7 @@ func wantIntact(t *testing.T, st store.Store, ws string) {
 }
 
 // wantBroken checks that VerifyChain reports the first broken link at seq.
-func wantBroken(t *testing.T, st store.Store, ws string, seq int64, witnessed ...store.ChainHead) *store.BrokenLink {
+func wantBroken(t *testing.T, st store.Store, ws string, seq int64, witnessed ...model.ChainHead) *model.BrokenLink {
 	t.Helper()
 	ok, broken, err := st.VerifyChain(t.Context(), ws, witnessed...)
 	if err != nil {
@@ -57,7 +58,7 @@ func testAuditAppend(t *testing.T, st store.Store) {
 	ctx := t.Context()
 	f := newFixture(t, st, "audit")
 	at := time.Date(2001, 1, 2, 3, 4, 5, 123456789, time.FixedZone("x", 3600)) // before any real clock
-	first, err := st.AppendEvent(ctx, store.NewEvent{WorkspaceID: f.ws.ID, Type: "capability.invoke_denied", Code: "CAP002",
+	first, err := st.AppendEvent(ctx, model.NewEvent{WorkspaceID: f.ws.ID, Type: "capability.invoke_denied", Code: "CAP002",
 		Actor: f.agent.ID, Reason: "runtime not allowed", ExecutionID: "ex_1", Data: []byte(`{"runtime":"ruby"}`), Time: at})
 	if err != nil {
 		t.Fatalf("AppendEvent: %v", err)
@@ -73,7 +74,7 @@ func testAuditAppend(t *testing.T, st store.Store) {
 		}
 		prev = e
 	}
-	h := must[store.ChainHead](t, "ChainHead")(st.ChainHead(ctx, f.ws.ID))
+	h := must[model.ChainHead](t, "ChainHead")(st.ChainHead(ctx, f.ws.ID))
 	if h.Seq != 10 || h.Hash != prev.Hash {
 		t.Fatalf("ChainHead: got %+v, want seq 10 hash %s", h, prev.Hash)
 	}
@@ -81,8 +82,8 @@ func testAuditAppend(t *testing.T, st store.Store) {
 
 	// Stored events read back byte for byte, data included, so that anyone
 	// can recompute the hashes.
-	evID := func(e store.Event) string { return e.ID }
-	all := allPages(t, 3, evID, func(p store.PageRequest) (store.Page[store.Event], error) {
+	evID := func(e model.Event) string { return e.ID }
+	all := allPages(t, 3, evID, func(p store.PageRequest) (store.Page[model.Event], error) {
 		return st.ListEvents(ctx, f.ws.ID, store.EventFilter{PageRequest: p})
 	})
 	if len(all) != 10 || all[0].Seq != 10 || all[9].Seq != 1 {
@@ -104,7 +105,7 @@ func testAuditAppend(t *testing.T, st store.Store) {
 		{"until", store.EventFilter{Until: rest[0].Time}, 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			p := must[store.Page[store.Event]](t, "ListEvents")(st.ListEvents(ctx, f.ws.ID, tc.filter))
+			p := must[store.Page[model.Event]](t, "ListEvents")(st.ListEvents(ctx, f.ws.ID, tc.filter))
 			if len(p.Items) != tc.want {
 				t.Fatalf("ListEvents: got %d, want %d", len(p.Items), tc.want)
 			}
@@ -112,7 +113,7 @@ func testAuditAppend(t *testing.T, st store.Store) {
 	}
 
 	// The unattributed chain works like any other.
-	anon := must[store.Event](t, "AppendEvent")(st.AppendEvent(ctx, store.NewEvent{Type: "auth.unknown_key", Reason: "bad bearer"}))
+	anon := must[model.Event](t, "AppendEvent")(st.AppendEvent(ctx, model.NewEvent{Type: "auth.unknown_key", Reason: "bad bearer"}))
 	if anon.Seq != 1 || anon.WorkspaceID != "" {
 		t.Fatalf("unattributed event: got %+v", anon)
 	}
@@ -125,10 +126,10 @@ func testAuditAppend(t *testing.T, st store.Store) {
 		err   error
 		class error
 	}{
-		{"unknown workspace", second(st.AppendEvent(ctx, store.NewEvent{WorkspaceID: "ws_nope", Type: "x"})), errdefs.ErrNotFound},
-		{"no type", second(st.AppendEvent(ctx, store.NewEvent{WorkspaceID: f.ws.ID})), errdefs.ErrInvalidArgument},
-		{"bad data", second(st.AppendEvent(ctx, store.NewEvent{WorkspaceID: f.ws.ID, Type: "x", Data: []byte("{")})), errdefs.ErrInvalidArgument},
-		{"invalid UTF-8", second(st.AppendEvent(ctx, store.NewEvent{WorkspaceID: f.ws.ID, Type: "x", Reason: "\xff"})), errdefs.ErrInvalidArgument},
+		{"unknown workspace", second(st.AppendEvent(ctx, model.NewEvent{WorkspaceID: "ws_nope", Type: "x"})), errdefs.ErrNotFound},
+		{"no type", second(st.AppendEvent(ctx, model.NewEvent{WorkspaceID: f.ws.ID})), errdefs.ErrInvalidArgument},
+		{"bad data", second(st.AppendEvent(ctx, model.NewEvent{WorkspaceID: f.ws.ID, Type: "x", Data: []byte("{")})), errdefs.ErrInvalidArgument},
+		{"invalid UTF-8", second(st.AppendEvent(ctx, model.NewEvent{WorkspaceID: f.ws.ID, Type: "x", Reason: "\xff"})), errdefs.ErrInvalidArgument},
 		{"verify unknown workspace", verifyErr(st, t, "ws_nope"), errdefs.ErrNotFound},
 		{"bad cursor", second(st.ListEvents(ctx, f.ws.ID, store.EventFilter{PageRequest: store.PageRequest{Cursor: "!"}})), errdefs.ErrInvalidArgument},
 	} {
@@ -146,10 +147,10 @@ func testAuditUnitOfWork(t *testing.T, st store.Store) {
 	f := newFixture(t, st, "uow")
 	mustGrant(t, st, f.ws.ID, 10)
 	adm := mustAdmit(t, st, f.newExec("print(1)"), admission(2,
-		store.NewEvent{Type: "capability.invoke_allowed", Code: "CAP001", Actor: f.agent.ID, ExecutionID: "ignored"}))
+		model.NewEvent{Type: "capability.invoke_allowed", Code: "CAP001", Actor: f.agent.ID, ExecutionID: "ignored"}))
 	ran := mustApply(t, st, adm.Execution, start("runc"))
-	mustApply(t, st, ran, ending(ran, store.StatusSucceeded, true, store.NewEvent{Type: "execution.finished", Actor: "system"}))
-	p := must[store.Page[store.Event]](t, "ListEvents")(st.ListEvents(ctx, f.ws.ID, store.EventFilter{ExecutionID: adm.Execution.ID}))
+	mustApply(t, st, ran, ending(ran, model.StatusSucceeded, true, model.NewEvent{Type: "execution.finished", Actor: "system"}))
+	p := must[store.Page[model.Event]](t, "ListEvents")(st.ListEvents(ctx, f.ws.ID, store.EventFilter{ExecutionID: adm.Execution.ID}))
 	if len(p.Items) != 2 || p.Items[1].Type != "capability.invoke_allowed" || p.Items[0].Type != "execution.finished" {
 		t.Fatalf("events of the execution: got %+v", p.Items)
 	}
@@ -159,9 +160,9 @@ func testAuditUnitOfWork(t *testing.T, st store.Store) {
 		}
 	}
 	// A step that fails writes no event.
-	_, err := st.Apply(ctx, ran.ID, ending(ran, store.StatusFailed, false, store.NewEvent{Type: "execution.finished"}))
+	_, err := st.Apply(ctx, ran.ID, ending(ran, model.StatusFailed, false, model.NewEvent{Type: "execution.finished"}))
 	wantClass(t, "ending twice", err, errdefs.ErrConflict)
-	if h := must[store.ChainHead](t, "ChainHead")(st.ChainHead(ctx, f.ws.ID)); h.Seq != 2 {
+	if h := must[model.ChainHead](t, "ChainHead")(st.ChainHead(ctx, f.ws.ID)); h.Seq != 2 {
 		t.Fatalf("chain after a failed finish: got seq %d, want 2", h.Seq)
 	}
 	wantIntact(t, st, f.ws.ID)
@@ -195,12 +196,12 @@ func testAuditConcurrent(t *testing.T, st store.Store) {
 				}
 				if w%2 == 1 && ws == a.ws.ID {
 					if _, err := st.Admit(ctx, a.newExec(fmt.Sprintf("w%d i%d", w, i)), admission(1,
-						store.NewEvent{Type: "capability.invoke_allowed"}, store.NewEvent{Type: "approval.not_required"})); err != nil {
+						model.NewEvent{Type: "capability.invoke_allowed"}, model.NewEvent{Type: "approval.not_required"})); err != nil {
 						fail(err)
 					}
 					continue
 				}
-				if _, err := st.AppendEvent(ctx, store.NewEvent{WorkspaceID: ws, Type: "test.concurrent",
+				if _, err := st.AppendEvent(ctx, model.NewEvent{WorkspaceID: ws, Type: "test.concurrent",
 					Reason: fmt.Sprintf("w%d i%d", w, i)}); err != nil {
 					fail(err)
 				}
@@ -221,12 +222,12 @@ func testAuditConcurrent(t *testing.T, st store.Store) {
 		ws   string
 		want int64
 	}{{a.ws.ID, wantA}, {b.ws.ID, wantB}} {
-		h := must[store.ChainHead](t, "ChainHead")(st.ChainHead(ctx, c.ws))
+		h := must[model.ChainHead](t, "ChainHead")(st.ChainHead(ctx, c.ws))
 		if h.Seq != c.want {
 			t.Fatalf("chain %s: got %d links, want %d", c.ws, h.Seq, c.want)
 		}
 		seqs := map[int64]bool{}
-		evs := allPages(t, store.MaxPageLimit, func(e store.Event) string { return e.ID }, func(p store.PageRequest) (store.Page[store.Event], error) {
+		evs := allPages(t, store.MaxPageLimit, func(e model.Event) string { return e.ID }, func(p store.PageRequest) (store.Page[model.Event], error) {
 			return st.ListEvents(ctx, c.ws, store.EventFilter{PageRequest: p})
 		})
 		for _, e := range evs {
@@ -307,7 +308,7 @@ func testTamperDeleteTail(t *testing.T, st store.Store) {
 func testTamperTruncateWithHead(t *testing.T, st store.Store) {
 	f := newFixture(t, st, "tamper-truncate")
 	evs := appendN(t, st, f.ws.ID, 7)
-	witnessed := must[store.ChainHead](t, "ChainHead")(st.ChainHead(t.Context(), f.ws.ID))
+	witnessed := must[model.ChainHead](t, "ChainHead")(st.ChainHead(t.Context(), f.ws.ID))
 	if witnessed.Seq != 7 || witnessed.Hash != evs[6].Hash {
 		t.Fatalf("ChainHead: got %+v, want seq 7 and the last event's hash", witnessed)
 	}
@@ -316,7 +317,7 @@ func testTamperTruncateWithHead(t *testing.T, st store.Store) {
 	if ok, broken, err := st.VerifyChain(t.Context(), f.ws.ID); err != nil || !ok {
 		t.Fatalf("VerifyChain without a witness: got ok %v, broken %+v, err %v; the chain alone looks whole", ok, broken, err)
 	}
-	if ok, _, err := st.VerifyChain(t.Context(), f.ws.ID, store.ChainHead{WorkspaceID: f.ws.ID, Seq: 5, Hash: evs[4].Hash}); err != nil || !ok {
+	if ok, _, err := st.VerifyChain(t.Context(), f.ws.ID, model.ChainHead{WorkspaceID: f.ws.ID, Seq: 5, Hash: evs[4].Hash}); err != nil || !ok {
 		t.Fatalf("VerifyChain with an older witness still held: got ok %v, err %v", ok, err)
 	}
 	wantBroken(t, st, f.ws.ID, 6, witnessed)
@@ -325,7 +326,7 @@ func testTamperTruncateWithHead(t *testing.T, st store.Store) {
 	// chain holds an event 3 again, another one.
 	g := newFixture(t, st, "tamper-rewrite")
 	evs = appendN(t, st, g.ws.ID, 4)
-	w := store.ChainHead{WorkspaceID: g.ws.ID, Seq: 3, Hash: evs[2].Hash}
+	w := model.ChainHead{WorkspaceID: g.ws.ID, Seq: 3, Hash: evs[2].Hash}
 	forged := evs[2]
 	forged.Reason = "forged"
 	forged.Hash = store.ChainHash(forged)
@@ -347,8 +348,8 @@ func testVerifyChainFrom(t *testing.T, st store.Store) {
 	ctx := t.Context()
 	f := newFixture(t, st, "verify-from")
 	evs := appendN(t, st, f.ws.ID, 7)
-	w := store.ChainHead{WorkspaceID: f.ws.ID, Seq: 5, Hash: evs[4].Hash}
-	head := must[store.ChainHead](t, "ChainHead")(st.ChainHead(ctx, f.ws.ID))
+	w := model.ChainHead{WorkspaceID: f.ws.ID, Seq: 5, Hash: evs[4].Hash}
+	head := must[model.ChainHead](t, "ChainHead")(st.ChainHead(ctx, f.ws.ID))
 	if got, broken, err := st.VerifyChainFrom(ctx, w); err != nil || broken != nil || got != head {
 		t.Fatalf("VerifyChainFrom(seq 5) of an intact chain: got %+v, %+v, %v; want the head %+v", got, broken, err, head)
 	}
@@ -361,7 +362,7 @@ func testVerifyChainFrom(t *testing.T, st store.Store) {
 	if got, broken, err := st.VerifyChainFrom(ctx, w); err != nil || broken != nil || got != head {
 		t.Fatalf("VerifyChainFrom(seq 5) after an edit of seq 2: got %+v, %+v, %v; want the head (seq 2 is not read)", got, broken, err)
 	}
-	if _, broken, err := st.VerifyChainFrom(ctx, store.ChainHead{WorkspaceID: f.ws.ID}); err != nil || broken == nil || broken.Seq != 2 {
+	if _, broken, err := st.VerifyChainFrom(ctx, model.ChainHead{WorkspaceID: f.ws.ID}); err != nil || broken == nil || broken.Seq != 2 {
 		t.Fatalf("VerifyChainFrom(nothing witnessed): got %+v, %v; want the break at seq 2", broken, err)
 	}
 
@@ -369,18 +370,18 @@ func testVerifyChainFrom(t *testing.T, st store.Store) {
 	// hash and link is right, and padded to seq 9, past the witness.
 	g := newFixture(t, st, "verify-from-rewrite")
 	evs = appendN(t, st, g.ws.ID, 7)
-	w = store.ChainHead{WorkspaceID: g.ws.ID, Seq: 5, Hash: evs[4].Hash}
+	w = model.ChainHead{WorkspaceID: g.ws.ID, Seq: 5, Hash: evs[4].Hash}
 	for seq := 7; seq >= 3; seq-- {
 		tamper(t, st, fmt.Sprintf("DELETE FROM audit_events WHERE workspace_id = %s AND seq = %d", lit(g.ws.ID), seq))
 	}
 	tamper(t, st, fmt.Sprintf("UPDATE audit_chain_heads SET seq = 2, hash = %s WHERE workspace_id = %s", lit(evs[1].Hash), lit(g.ws.ID)))
 	appendN(t, st, g.ws.ID, 7)
 	wantIntact(t, st, g.ws.ID)
-	if got, broken, err := st.VerifyChainFrom(ctx, w); err != nil || broken == nil || broken.Seq != 5 || got != (store.ChainHead{}) {
+	if got, broken, err := st.VerifyChainFrom(ctx, w); err != nil || broken == nil || broken.Seq != 5 || got != (model.ChainHead{}) {
 		t.Fatalf("VerifyChainFrom(seq 5) of a chain rewritten from seq 3 to seq 9: got %+v, %+v, %v; want no head and the break at seq 5", got, broken, err)
 	}
 	wantBroken(t, st, g.ws.ID, 5, w)
-	_, _, err := st.VerifyChainFrom(ctx, store.ChainHead{WorkspaceID: "ws_nope", Seq: 1, Hash: evs[0].Hash})
+	_, _, err := st.VerifyChainFrom(ctx, model.ChainHead{WorkspaceID: "ws_nope", Seq: 1, Hash: evs[0].Hash})
 	wantClass(t, "VerifyChainFrom of an unknown workspace", err, errdefs.ErrNotFound)
 }
 
@@ -392,7 +393,7 @@ func testTamperInsert(t *testing.T, st store.Store) {
 	for seq := 6; seq >= 4; seq-- {
 		tamper(t, st, fmt.Sprintf("UPDATE audit_events SET seq = %d WHERE workspace_id = %s AND seq = %d", seq+1, lit(f.ws.ID), seq))
 	}
-	forged := store.Event{ID: "evt_forged", WorkspaceID: f.ws.ID, Seq: 4, Type: "capability.invoke_allowed", Code: "CAP001",
+	forged := model.Event{ID: "evt_forged", WorkspaceID: f.ws.ID, Seq: 4, Type: "capability.invoke_allowed", Code: "CAP001",
 		Actor: "key_test", Reason: "forged", Time: evs[2].Time, PrevHash: evs[2].Hash}
 	forged.Hash = store.ChainHash(forged)
 	tamper(t, st, fmt.Sprintf(`INSERT INTO audit_events (id, workspace_id, seq, type, code, actor, reason, execution_id, data,
@@ -407,7 +408,7 @@ func testTamperInsert(t *testing.T, st store.Store) {
 func testTamperAppendPastHead(t *testing.T, st store.Store) {
 	f := newFixture(t, st, "tamper-append")
 	evs := appendN(t, st, f.ws.ID, 3)
-	forged := store.Event{ID: "evt_forged", WorkspaceID: f.ws.ID, Seq: 4, Type: "capability.invoke_allowed",
+	forged := model.Event{ID: "evt_forged", WorkspaceID: f.ws.ID, Seq: 4, Type: "capability.invoke_allowed",
 		Reason: "forged", Time: evs[2].Time, PrevHash: evs[2].Hash}
 	forged.Hash = store.ChainHash(forged)
 	tamper(t, st, fmt.Sprintf(`INSERT INTO audit_events (id, workspace_id, seq, type, code, actor, reason, execution_id, data,
@@ -424,23 +425,23 @@ func testTamperAppendPastHead(t *testing.T, st store.Store) {
 func testAdminAudit(t *testing.T, st store.Store) {
 	ctx := t.Context()
 	f := newFixture(t, st, "admin")
-	bad := []store.NewEvent{{Type: ""}}
-	ev := func(typ string) []store.NewEvent { return []store.NewEvent{{Type: typ, Actor: "cli"}} }
+	bad := []model.NewEvent{{Type: ""}}
+	ev := func(typ string) []model.NewEvent { return []model.NewEvent{{Type: typ, Actor: "cli"}} }
 	count := func(typ string) int {
-		p := must[store.Page[store.Event]](t, "ListEvents")(st.ListEvents(ctx, f.ws.ID, store.EventFilter{Types: []string{typ}}))
+		p := must[store.Page[model.Event]](t, "ListEvents")(st.ListEvents(ctx, f.ws.ID, store.EventFilter{Types: []string{typ}}))
 		return len(p.Items)
 	}
 
-	_, err := st.CreateWorkspace(ctx, "admin-audit", func(store.Workspace) []store.NewEvent { return bad })
+	_, err := st.CreateWorkspace(ctx, "admin-audit", func(model.Workspace) []model.NewEvent { return bad })
 	wantClass(t, "CreateWorkspace with an invalid event", err, errdefs.ErrInvalidArgument)
 	_, err = st.GetWorkspaceByName(ctx, "admin-audit")
 	wantClass(t, "the workspace of a refused event", err, errdefs.ErrNotFound)
-	var wsSeen store.Workspace
-	ws := must[store.Workspace](t, "CreateWorkspace")(st.CreateWorkspace(ctx, "admin-audit", func(ws store.Workspace) []store.NewEvent {
+	var wsSeen model.Workspace
+	ws := must[model.Workspace](t, "CreateWorkspace")(st.CreateWorkspace(ctx, "admin-audit", func(ws model.Workspace) []model.NewEvent {
 		wsSeen = ws
 		return ev("workspace.created")
 	}))
-	wsEvents := must[store.Page[store.Event]](t, "ListEvents")(st.ListEvents(ctx, ws.ID, store.EventFilter{}))
+	wsEvents := must[store.Page[model.Event]](t, "ListEvents")(st.ListEvents(ctx, ws.ID, store.EventFilter{}))
 	if wsSeen != ws || len(wsEvents.Items) != 1 || wsEvents.Items[0].Type != "workspace.created" {
 		t.Fatalf("workspace.created: the event saw %+v, want %+v; the new chain holds %+v, want that one event", wsSeen, ws, wsEvents.Items)
 	}
@@ -448,34 +449,34 @@ func testAdminAudit(t *testing.T, st store.Store) {
 		t.Fatalf("VerifyChain of the new workspace: got ok %v, broken %+v, err %v", ok, broken, err)
 	}
 
-	_, err = st.CreateAPIKey(ctx, store.NewAPIKey{WorkspaceID: f.ws.ID, Role: store.RoleAdmin, Hash: store.HashKey("admin-audit-1"),
-		Audit: func(store.APIKey) []store.NewEvent { return bad }})
+	_, err = st.CreateAPIKey(ctx, store.NewAPIKey{WorkspaceID: f.ws.ID, Role: model.RoleAdmin, Hash: model.HashKey("admin-audit-1"),
+		Audit: func(model.APIKey) []model.NewEvent { return bad }})
 	wantClass(t, "CreateAPIKey with an invalid event", err, errdefs.ErrInvalidArgument)
-	_, err = st.LookupAPIKey(ctx, store.HashKey("admin-audit-1"))
+	_, err = st.LookupAPIKey(ctx, model.HashKey("admin-audit-1"))
 	wantClass(t, "the key of a refused event", err, errdefs.ErrNotFound)
 	var created string
-	k := must[store.APIKey](t, "CreateAPIKey")(st.CreateAPIKey(ctx, store.NewAPIKey{WorkspaceID: f.ws.ID, Role: store.RoleAdmin, Hash: store.HashKey("admin-audit-2"),
-		Audit: func(k store.APIKey) []store.NewEvent { created = k.ID; return ev("key.created") }}))
+	k := must[model.APIKey](t, "CreateAPIKey")(st.CreateAPIKey(ctx, store.NewAPIKey{WorkspaceID: f.ws.ID, Role: model.RoleAdmin, Hash: model.HashKey("admin-audit-2"),
+		Audit: func(k model.APIKey) []model.NewEvent { created = k.ID; return ev("key.created") }}))
 	if created != k.ID || count("key.created") != 1 {
 		t.Fatalf("key.created: the event saw key %q, want %q; %d events, want 1", created, k.ID, count("key.created"))
 	}
 
-	pol := store.DefaultPolicy()
+	pol := model.DefaultPolicy()
 	pol.NetworkAllowed = !pol.NetworkAllowed
-	_, err = st.SetPolicy(ctx, f.ws.ID, pol, func(store.Policy) []store.NewEvent { return bad })
+	_, err = st.SetPolicy(ctx, f.ws.ID, pol, func(model.Policy) []model.NewEvent { return bad })
 	wantClass(t, "SetPolicy with an invalid event", err, errdefs.ErrInvalidArgument)
-	if got := must[store.Policy](t, "GetPolicy")(st.GetPolicy(ctx, f.ws.ID)); got.NetworkAllowed == pol.NetworkAllowed {
+	if got := must[model.Policy](t, "GetPolicy")(st.GetPolicy(ctx, f.ws.ID)); got.NetworkAllowed == pol.NetworkAllowed {
 		t.Fatal("the policy changed although its event was refused")
 	}
-	must[store.Policy](t, "SetPolicy")(st.SetPolicy(ctx, f.ws.ID, pol, func(p store.Policy) []store.NewEvent { return ev("policy.updated") }))
-	if got := must[store.Policy](t, "GetPolicy")(st.GetPolicy(ctx, f.ws.ID)); got.NetworkAllowed != pol.NetworkAllowed || count("policy.updated") != 1 {
+	must[model.Policy](t, "SetPolicy")(st.SetPolicy(ctx, f.ws.ID, pol, func(p model.Policy) []model.NewEvent { return ev("policy.updated") }))
+	if got := must[model.Policy](t, "GetPolicy")(st.GetPolicy(ctx, f.ws.ID)); got.NetworkAllowed != pol.NetworkAllowed || count("policy.updated") != 1 {
 		t.Fatalf("SetPolicy with its event: policy %+v, %d events", got, count("policy.updated"))
 	}
 
 	_, err = st.GrantCredits(ctx, f.ws.ID, 5, "grant", bad)
 	wantClass(t, "GrantCredits with an invalid event", err, errdefs.ErrInvalidArgument)
 	wantCredits(t, st, f.ws.ID, 0, 0)
-	must[store.Credits](t, "GrantCredits")(st.GrantCredits(ctx, f.ws.ID, 5, "grant", ev("credits.granted")))
+	must[model.Credits](t, "GrantCredits")(st.GrantCredits(ctx, f.ws.ID, 5, "grant", ev("credits.granted")))
 	wantCredits(t, st, f.ws.ID, 5, 0)
 	if n := count("credits.granted"); n != 1 {
 		t.Fatalf("credits.granted events: got %d, want 1", n)

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/stockade-sh/stockade/errdefs"
+	"github.com/stockade-sh/stockade/model"
 	"github.com/stockade-sh/stockade/store"
 )
 
@@ -16,11 +17,11 @@ func testAuditBroadcast(t *testing.T, st store.Store) {
 	ctx := t.Context()
 	a, b := newFixture(t, st, "broadcast-a"), newFixture(t, st, "broadcast-b")
 	appendN(t, st, a.ws.ID, 2)
-	copyOf := func(e store.Event) store.NewEvent {
-		return store.NewEvent{Type: e.Type, Code: e.Code, Actor: e.Actor, Reason: e.Reason,
+	copyOf := func(e model.Event) model.NewEvent {
+		return model.NewEvent{Type: e.Type, Code: e.Code, Actor: e.Actor, Reason: e.Reason,
 			Data: []byte(fmt.Sprintf(`{"source_seq":%d,"source_hash":%q}`, e.Seq, e.Hash))}
 	}
-	orig, err := st.AppendBroadcast(ctx, store.NewEvent{Type: "tool.changed", Code: "TOL002W", Actor: "system", Data: []byte(`{"tool":"fetch"}`)}, copyOf)
+	orig, err := st.AppendBroadcast(ctx, model.NewEvent{Type: "tool.changed", Code: "TOL002W", Actor: "system", Data: []byte(`{"tool":"fetch"}`)}, copyOf)
 	if err != nil {
 		t.Fatalf("AppendBroadcast: %v", err)
 	}
@@ -29,7 +30,7 @@ func testAuditBroadcast(t *testing.T, st store.Store) {
 	}
 	want := fmt.Sprintf(`{"source_seq":%d,"source_hash":%q}`, orig.Seq, orig.Hash)
 	for _, f := range []fixture{a, b} {
-		evs := must[store.Page[store.Event]](t, "ListEvents")(st.ListEvents(ctx, f.ws.ID, store.EventFilter{Types: []string{"tool.changed"}}))
+		evs := must[store.Page[model.Event]](t, "ListEvents")(st.ListEvents(ctx, f.ws.ID, store.EventFilter{Types: []string{"tool.changed"}}))
 		if len(evs.Items) != 1 || evs.Items[0].WorkspaceID != f.ws.ID || string(evs.Items[0].Data) != want || evs.Items[0].Code != "TOL002W" {
 			t.Fatalf("copies in workspace %s: got %+v, want one with data %s", f.ws.Name, evs.Items, want)
 		}
@@ -37,23 +38,23 @@ func testAuditBroadcast(t *testing.T, st store.Store) {
 	}
 	wantIntact(t, st, "")
 
-	heads := map[string]store.ChainHead{}
+	heads := map[string]model.ChainHead{}
 	for _, ws := range []string{"", a.ws.ID, b.ws.ID} {
-		heads[ws] = must[store.ChainHead](t, "ChainHead")(st.ChainHead(ctx, ws))
+		heads[ws] = must[model.ChainHead](t, "ChainHead")(st.ChainHead(ctx, ws))
 	}
 	n := 0
-	_, err = st.AppendBroadcast(ctx, store.NewEvent{Type: "tool.changed", Actor: "system"}, func(e store.Event) store.NewEvent {
+	_, err = st.AppendBroadcast(ctx, model.NewEvent{Type: "tool.changed", Actor: "system"}, func(e model.Event) model.NewEvent {
 		if n++; n == 2 {
-			return store.NewEvent{} // no type: refused
+			return model.NewEvent{} // no type: refused
 		}
 		return copyOf(e)
 	})
 	wantClass(t, "a broadcast whose second copy is invalid", err, errdefs.ErrInvalidArgument)
 	for ws, h := range heads {
-		if got := must[store.ChainHead](t, "ChainHead")(st.ChainHead(ctx, ws)); got != h {
+		if got := must[model.ChainHead](t, "ChainHead")(st.ChainHead(ctx, ws)); got != h {
 			t.Errorf("chain %q after a refused broadcast: got head %+v, want %+v (nothing written)", ws, got, h)
 		}
 	}
-	_, err = st.AppendBroadcast(ctx, store.NewEvent{WorkspaceID: a.ws.ID, Type: "tool.changed"}, copyOf)
+	_, err = st.AppendBroadcast(ctx, model.NewEvent{WorkspaceID: a.ws.ID, Type: "tool.changed"}, copyOf)
 	wantClass(t, "a broadcast of a workspace's event", err, errdefs.ErrInvalidArgument)
 }

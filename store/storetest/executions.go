@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/stockade-sh/stockade/errdefs"
+	"github.com/stockade-sh/stockade/model"
 	"github.com/stockade-sh/stockade/store"
 )
 
@@ -41,15 +42,15 @@ func testIdempotency(t *testing.T, st store.Store) {
 
 	// A finished execution replays with its final state.
 	ran := mustApply(t, st, first.Execution, start("runc"))
-	end := ending(ran, store.StatusSucceeded, true)
+	end := ending(ran, model.StatusSucceeded, true)
 	end.Result = []byte(`{"exit_code":0}`)
 	mustApply(t, st, ran, end)
 	again = mustAdmit(t, st, e, admission(2))
-	if !again.Replayed || again.Execution.Status != store.StatusSucceeded || string(again.Execution.Result) != `{"exit_code":0}` {
+	if !again.Replayed || again.Execution.Status != model.StatusSucceeded || string(again.Execution.Result) != `{"exit_code":0}` {
 		t.Fatalf("retry after the end: got %+v", again.Execution)
 	}
 	wantCredits(t, st, f.ws.ID, 8, 0)
-	if r := wantReplay(t, st, e, first); r.Execution.Status != store.StatusSucceeded || r.Reservation.Status != store.ReservationCommitted {
+	if r := wantReplay(t, st, e, first); r.Execution.Status != model.StatusSucceeded || r.Reservation.Status != model.ReservationCommitted {
 		t.Fatalf("ReplayExecution after the end: got %s with a %s reservation", r.Execution.Status, r.Reservation.Status)
 	}
 
@@ -80,7 +81,7 @@ func testIdempotency(t *testing.T, st store.Store) {
 	ae.IdempotencyKey = "req-approval"
 	pending := mustAdmit(t, st, ae, waiting(2, `{"risk":"high"}`, nowPlus(600)))
 	if r := wantReplay(t, st, ae, pending); r.Approval == nil || r.Approval.ID != pending.Approval.ID ||
-		r.Approval.Status != store.ApprovalPending || r.Execution.Status != store.StatusAwaitingApproval {
+		r.Approval.Status != model.ApprovalPending || r.Execution.Status != model.StatusAwaitingApproval {
 		t.Fatalf("ReplayExecution awaiting approval: got %+v", r)
 	}
 	mustApply(t, st, pending.Execution, decision(pending.Execution, false, f.approver.ID, "no"))
@@ -118,8 +119,8 @@ func testIdempotency(t *testing.T, st store.Store) {
 func wantReplay(t *testing.T, st store.Store, e store.NewExecution, first store.Admission) store.Admission {
 	t.Helper()
 	ctx := t.Context()
-	head := must[store.ChainHead](t, "ChainHead")(st.ChainHead(ctx, e.WorkspaceID))
-	credits := must[store.Credits](t, "GetCredits")(st.GetCredits(ctx, e.WorkspaceID))
+	head := must[model.ChainHead](t, "ChainHead")(st.ChainHead(ctx, e.WorkspaceID))
+	credits := must[model.Credits](t, "GetCredits")(st.GetCredits(ctx, e.WorkspaceID))
 	r, err := st.ReplayExecution(ctx, e)
 	if err != nil {
 		t.Fatalf("ReplayExecution: %v", err)
@@ -131,10 +132,10 @@ func wantReplay(t *testing.T, st store.Store, e store.NewExecution, first store.
 	if r.Reservation != nil && r.Reservation.ID != first.Reservation.ID {
 		t.Fatalf("ReplayExecution: got reservation %s, want %s", r.Reservation.ID, first.Reservation.ID)
 	}
-	if h := must[store.ChainHead](t, "ChainHead")(st.ChainHead(ctx, e.WorkspaceID)); h != head {
+	if h := must[model.ChainHead](t, "ChainHead")(st.ChainHead(ctx, e.WorkspaceID)); h != head {
 		t.Fatalf("ReplayExecution moved the chain head from %+v to %+v", head, h)
 	}
-	if c := must[store.Credits](t, "GetCredits")(st.GetCredits(ctx, e.WorkspaceID)); c != credits {
+	if c := must[model.Credits](t, "GetCredits")(st.GetCredits(ctx, e.WorkspaceID)); c != credits {
 		t.Fatalf("ReplayExecution changed the credits from %+v to %+v", credits, c)
 	}
 	return r
@@ -155,7 +156,7 @@ func testConcurrentIdempotency(t *testing.T, st store.Store) {
 	)
 	for range 10 {
 		wg.Go(func() {
-			adm, err := st.Admit(ctx, e, admission(2, store.NewEvent{Type: "capability.invoke_allowed"}))
+			adm, err := st.Admit(ctx, e, admission(2, model.NewEvent{Type: "capability.invoke_allowed"}))
 			mu.Lock()
 			defer mu.Unlock()
 			if err != nil {
@@ -176,7 +177,7 @@ func testConcurrentIdempotency(t *testing.T, st store.Store) {
 		t.Fatalf("10 concurrent retries: got %d fresh admissions and %d execution ids, want 1 and 1", fresh, len(execID))
 	}
 	wantCredits(t, st, f.ws.ID, 98, 2)
-	if h := must[store.ChainHead](t, "ChainHead")(st.ChainHead(ctx, f.ws.ID)); h.Seq != 1 {
+	if h := must[model.ChainHead](t, "ChainHead")(st.ChainHead(ctx, f.ws.ID)); h.Seq != 1 {
 		t.Fatalf("events after 10 retries: got %d, want 1", h.Seq)
 	}
 }
@@ -194,11 +195,11 @@ func testExecutionLifecycle(t *testing.T, st store.Store) {
 	first.At = created
 	adm := mustAdmit(t, st, e, first)
 	ex := adm.Execution
-	if ex.ID != e.ID || ex.Status != store.StatusQueued || !ex.CreatedAt.Equal(created) || !ex.StartedAt.IsZero() ||
+	if ex.ID != e.ID || ex.Status != model.StatusQueued || !ex.CreatedAt.Equal(created) || !ex.StartedAt.IsZero() ||
 		ex.KeyID != f.agent.ID || ex.Tool != "code.execute" || !bytes.Equal(ex.Request, e.Request) || ex.Credits != 2 {
 		t.Fatalf("admitted execution: got %+v", ex)
 	}
-	got := must[store.Execution](t, "GetExecution")(st.GetExecution(ctx, f.ws.ID, ex.ID))
+	got := must[model.Execution](t, "GetExecution")(st.GetExecution(ctx, f.ws.ID, ex.ID))
 	if got.ID != ex.ID || got.Status != ex.Status || !got.CreatedAt.Equal(ex.CreatedAt) || got.InputSHA256 != e.InputSHA256 ||
 		got.ReservationID != adm.Reservation.ID || !bytes.Equal(got.Request, e.Request) || got.Credits != 2 {
 		t.Fatalf("GetExecution: got %+v, want %+v", got, ex)
@@ -210,8 +211,8 @@ func testExecutionLifecycle(t *testing.T, st store.Store) {
 	_, err = st.Admit(ctx, e, admission(2))
 	wantClass(t, "Admit with a taken id", err, errdefs.ErrConflict)
 
-	tc := must[store.ToolCall](t, "GetToolCall")(st.GetToolCall(ctx, f.ws.ID, ex.ID))
-	if tc.Status != store.StatusQueued || tc.InputSHA256 != e.InputSHA256 || tc.ExitCode != nil || tc.CreditsCharged != 0 {
+	tc := must[model.ToolCall](t, "GetToolCall")(st.GetToolCall(ctx, f.ws.ID, ex.ID))
+	if tc.Status != model.StatusQueued || tc.InputSHA256 != e.InputSHA256 || tc.ExitCode != nil || tc.CreditsCharged != 0 {
 		t.Fatalf("tool call of a queued execution: got %+v", tc)
 	}
 
@@ -219,43 +220,43 @@ func testExecutionLifecycle(t *testing.T, st store.Store) {
 	begin := start("gvisor")
 	begin.At = started
 	running := mustApply(t, st, ex, begin)
-	if running.Status != store.StatusRunning || !running.StartedAt.Equal(started) || running.Driver != "gvisor" {
+	if running.Status != model.StatusRunning || !running.StartedAt.Equal(started) || running.Driver != "gvisor" {
 		t.Fatalf("start: got %+v", running)
 	}
 	_, err = st.Apply(ctx, ex.ID, start("gvisor"))
 	wantClass(t, "starting twice", err, errdefs.ErrConflict)
 	wantCredits(t, st, f.ws.ID, 8, 2) // still reserved while running
 
-	stdout := bytes.Repeat([]byte("o"), store.PreviewLimit+100)
+	stdout := bytes.Repeat([]byte("o"), model.PreviewLimit+100)
 	stderr := []byte("warn\x00\xff binary is fine")
-	end := ending(running, store.StatusSucceeded, true)
-	end.Result, end.Output = []byte(`{"exit_code": 0}`), store.Output{ExitCode: ptr(0), Stdout: stdout, Stderr: stderr, StderrTruncated: true}
+	end := ending(running, model.StatusSucceeded, true)
+	end.Result, end.Output = []byte(`{"exit_code": 0}`), model.Output{ExitCode: ptr(0), Stdout: stdout, Stderr: stderr, StderrTruncated: true}
 	fin := mustApply(t, st, running, end)
-	if fin.Status != store.StatusSucceeded || !fin.FinishedAt.Equal(end.At) || string(fin.Result) != `{"exit_code": 0}` || fin.Driver != "gvisor" {
+	if fin.Status != model.StatusSucceeded || !fin.FinishedAt.Equal(end.At) || string(fin.Result) != `{"exit_code": 0}` || fin.Driver != "gvisor" {
 		t.Fatalf("end: got %+v", fin)
 	}
 	wantCredits(t, st, f.ws.ID, 8, 0)
-	tc = must[store.ToolCall](t, "GetToolCall")(st.GetToolCall(ctx, f.ws.ID, ex.ID))
+	tc = must[model.ToolCall](t, "GetToolCall")(st.GetToolCall(ctx, f.ws.ID, ex.ID))
 	switch {
-	case tc.Status != store.StatusSucceeded, tc.ExitCode == nil || *tc.ExitCode != 0, tc.CreditsCharged != 2, tc.Driver != "gvisor":
+	case tc.Status != model.StatusSucceeded, tc.ExitCode == nil || *tc.ExitCode != 0, tc.CreditsCharged != 2, tc.Driver != "gvisor":
 		t.Fatalf("completed tool call: got status %s exit %v credits %d driver %q", tc.Status, tc.ExitCode, tc.CreditsCharged, tc.Driver)
-	case !bytes.Equal(tc.StdoutPreview, stdout[:store.PreviewLimit]) || !tc.StdoutTruncated:
-		t.Fatalf("stdout preview: got %d bytes (truncated %v), want %d, truncated", len(tc.StdoutPreview), tc.StdoutTruncated, store.PreviewLimit)
+	case !bytes.Equal(tc.StdoutPreview, stdout[:model.PreviewLimit]) || !tc.StdoutTruncated:
+		t.Fatalf("stdout preview: got %d bytes (truncated %v), want %d, truncated", len(tc.StdoutPreview), tc.StdoutTruncated, model.PreviewLimit)
 	case !bytes.Equal(tc.StderrPreview, stderr) || !tc.StderrTruncated:
 		t.Fatalf("stderr preview: got %q (truncated %v), want %q, truncated", tc.StderrPreview, tc.StderrTruncated, stderr)
 	case !tc.StartedAt.Equal(started) || !tc.FinishedAt.Equal(end.At):
 		t.Fatalf("tool call timings: created %v started %v finished %v, want started %v finished %v", tc.CreatedAt, tc.StartedAt, tc.FinishedAt, started, end.At)
 	}
-	inv := must[store.Page[store.ToolInvocation]](t, "ListToolInvocations")(st.ListToolInvocations(ctx, f.ws.ID, store.ToolCallFilter{}))
-	if len(inv.Items) != 1 || inv.Items[0].ExecutionID != ex.ID || inv.Items[0].Credits != 2 || inv.Items[0].Status != store.StatusSucceeded ||
+	inv := must[store.Page[model.ToolInvocation]](t, "ListToolInvocations")(st.ListToolInvocations(ctx, f.ws.ID, store.ToolCallFilter{}))
+	if len(inv.Items) != 1 || inv.Items[0].ExecutionID != ex.ID || inv.Items[0].Credits != 2 || inv.Items[0].Status != model.StatusSucceeded ||
 		inv.Items[0].Driver != "gvisor" || inv.Items[0].Queued != end.Invocation.Queued || inv.Items[0].Ran != end.Invocation.Ran ||
 		!inv.Items[0].CreatedAt.Equal(end.At) {
 		t.Fatalf("tool invocations: got %+v, want the step's %+v", inv.Items, end.Invocation)
 	}
 
-	_, err = st.Apply(ctx, ex.ID, ending(running, store.StatusFailed, false))
+	_, err = st.Apply(ctx, ex.ID, ending(running, model.StatusFailed, false))
 	wantClass(t, "ending twice", err, errdefs.ErrConflict)
-	_, err = st.Apply(ctx, "ex_nope", ending(running, store.StatusFailed, false))
+	_, err = st.Apply(ctx, "ex_nope", ending(running, model.StatusFailed, false))
 	wantClass(t, "ending an unknown execution", err, errdefs.ErrNotFound)
 	_, err = st.Apply(ctx, "ex_nope", start("runc"))
 	wantClass(t, "starting an unknown execution", err, errdefs.ErrNotFound)
@@ -263,9 +264,9 @@ func testExecutionLifecycle(t *testing.T, st store.Store) {
 
 	// Every ending that commits charges the reservation, whatever its
 	// status: what is charged is the capability layer's decision.
-	for _, status := range []store.ExecutionStatus{store.StatusFailed, store.StatusTimedOut, store.StatusOOMKilled, store.StatusKilled} {
+	for _, status := range []model.ExecutionStatus{model.StatusFailed, model.StatusTimedOut, model.StatusOOMKilled, model.StatusKilled} {
 		t.Run(string(status), func(t *testing.T) {
-			before := must[store.Credits](t, "GetCredits")(st.GetCredits(ctx, f.ws.ID))
+			before := must[model.Credits](t, "GetCredits")(st.GetCredits(ctx, f.ws.ID))
 			a := f.admit(t, st, "loop "+string(status), 1)
 			run(t, st, a.Execution, "runc", status, true)
 			wantCredits(t, st, f.ws.ID, before.Available-1, 0)
@@ -280,12 +281,12 @@ func testLaunchFailed(t *testing.T, st store.Store) {
 	for _, tc := range []struct {
 		name    string
 		started bool
-		status  store.ExecutionStatus
+		status  model.ExecutionStatus
 	}{
-		{"launch failed before start", false, store.StatusLaunchFailed},
-		{"launch failed after start", true, store.StatusLaunchFailed},
-		{"failed before start", false, store.StatusFailed},
-		{"killed before start", false, store.StatusKilled},
+		{"launch failed before start", false, model.StatusLaunchFailed},
+		{"launch failed after start", true, model.StatusLaunchFailed},
+		{"failed before start", false, model.StatusFailed},
+		{"killed before start", false, model.StatusKilled},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ex := f.admit(t, st, tc.name, 2).Execution
@@ -296,12 +297,12 @@ func testLaunchFailed(t *testing.T, st store.Store) {
 			end.Result = []byte(`{"error":"image missing"}`)
 			mustApply(t, st, ex, end)
 			wantCredits(t, st, f.ws.ID, 4, 0)
-			tcall := must[store.ToolCall](t, "GetToolCall")(st.GetToolCall(ctx, f.ws.ID, ex.ID))
+			tcall := must[model.ToolCall](t, "GetToolCall")(st.GetToolCall(ctx, f.ws.ID, ex.ID))
 			if tcall.CreditsCharged != 0 || tcall.Status != tc.status {
 				t.Fatalf("tool call: got status %s credits %d, want %s and 0", tcall.Status, tcall.CreditsCharged, tc.status)
 			}
-			r := must[store.Page[store.LedgerEntry]](t, "ListLedger")(st.ListLedger(ctx, f.ws.ID, store.PageRequest{Limit: 1}))
-			if r.Items[0].Kind != store.LedgerRelease || r.Items[0].ExecutionID != ex.ID {
+			r := must[store.Page[model.LedgerEntry]](t, "ListLedger")(st.ListLedger(ctx, f.ws.ID, store.PageRequest{Limit: 1}))
+			if r.Items[0].Kind != model.LedgerRelease || r.Items[0].ExecutionID != ex.ID {
 				t.Fatalf("last ledger entry: got %+v, want the release", r.Items[0])
 			}
 		})
@@ -318,49 +319,49 @@ func testCompareAndSet(t *testing.T, st store.Store) {
 	queued := f.admit(t, st, "queued", 2).Execution
 	pending := mustAdmit(t, st, f.newExec("pending"), waiting(2, `{}`, nowPlus(600))).Execution
 	ended := f.admit(t, st, "ended", 2).Execution
-	ended = run(t, st, ended, "runc", store.StatusSucceeded, true)
+	ended = run(t, st, ended, "runc", model.StatusSucceeded, true)
 	approved := mustAdmit(t, st, f.newExec("approved"), waiting(2, `{}`, nowPlus(600))).Execution
 	approved = mustApply(t, st, approved, decision(approved, true, f.approver.ID, "fine"))
 	for _, tc := range []struct {
 		name string
-		ex   store.Execution
-		step store.Step
+		ex   model.Execution
+		step model.Step
 	}{
-		{"starting one awaiting approval", pending, store.Step{From: store.StatusQueued, To: store.StatusRunning, Driver: "runc"}},
-		{"ending one awaiting approval as if running", pending, ending(store.Execution{Status: store.StatusRunning, ReservationID: pending.ReservationID,
-			Credits: 2, Tool: pending.Tool, Runtime: pending.Runtime}, store.StatusKilled, true)},
-		{"deciding an approved one again", approved, decision(store.Execution{Status: store.StatusAwaitingApproval}, false, f.approver.ID, "")},
-		{"ending a queued one as if running", queued, ending(store.Execution{Status: store.StatusRunning, ReservationID: queued.ReservationID,
-			Credits: 2, Tool: queued.Tool, Runtime: queued.Runtime}, store.StatusSucceeded, true)},
+		{"starting one awaiting approval", pending, model.Step{From: model.StatusQueued, To: model.StatusRunning, Driver: "runc"}},
+		{"ending one awaiting approval as if running", pending, ending(model.Execution{Status: model.StatusRunning, ReservationID: pending.ReservationID,
+			Credits: 2, Tool: pending.Tool, Runtime: pending.Runtime}, model.StatusKilled, true)},
+		{"deciding an approved one again", approved, decision(model.Execution{Status: model.StatusAwaitingApproval}, false, f.approver.ID, "")},
+		{"ending a queued one as if running", queued, ending(model.Execution{Status: model.StatusRunning, ReservationID: queued.ReservationID,
+			Credits: 2, Tool: queued.Tool, Runtime: queued.Runtime}, model.StatusSucceeded, true)},
 		{"starting an ended one", ended, start("runc")},
-		{"cancelling an ended one", ended, cancel(store.Execution{Status: store.StatusQueued, ReservationID: ended.ReservationID}, "late")},
+		{"cancelling an ended one", ended, cancel(model.Execution{Status: model.StatusQueued, ReservationID: ended.ReservationID}, "late")},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			head := must[store.ChainHead](t, "ChainHead")(st.ChainHead(ctx, f.ws.ID))
-			credits := must[store.Credits](t, "GetCredits")(st.GetCredits(ctx, f.ws.ID))
-			before := must[store.ToolCall](t, "GetToolCall")(st.GetToolCall(ctx, f.ws.ID, tc.ex.ID))
-			tc.step.Audit = []store.NewEvent{{Type: "test.refused"}}
+			head := must[model.ChainHead](t, "ChainHead")(st.ChainHead(ctx, f.ws.ID))
+			credits := must[model.Credits](t, "GetCredits")(st.GetCredits(ctx, f.ws.ID))
+			before := must[model.ToolCall](t, "GetToolCall")(st.GetToolCall(ctx, f.ws.ID, tc.ex.ID))
+			tc.step.Audit = []model.NewEvent{{Type: "test.refused"}}
 			_, err := st.Apply(ctx, tc.ex.ID, tc.step)
 			wantClass(t, "Apply", err, errdefs.ErrConflict)
-			if ex := must[store.Execution](t, "GetExecution")(st.GetExecution(ctx, f.ws.ID, tc.ex.ID)); ex.Status != tc.ex.Status {
+			if ex := must[model.Execution](t, "GetExecution")(st.GetExecution(ctx, f.ws.ID, tc.ex.ID)); ex.Status != tc.ex.Status {
 				t.Errorf("execution after a refused step: got %s, want %s", ex.Status, tc.ex.Status)
 			}
-			if after := must[store.ToolCall](t, "GetToolCall")(st.GetToolCall(ctx, f.ws.ID, tc.ex.ID)); after.Status != before.Status ||
+			if after := must[model.ToolCall](t, "GetToolCall")(st.GetToolCall(ctx, f.ws.ID, tc.ex.ID)); after.Status != before.Status ||
 				after.CreditsCharged != before.CreditsCharged || !after.FinishedAt.Equal(before.FinishedAt) {
 				t.Errorf("tool call after a refused step: got %+v, want %+v", after, before)
 			}
-			if h := must[store.ChainHead](t, "ChainHead")(st.ChainHead(ctx, f.ws.ID)); h != head {
+			if h := must[model.ChainHead](t, "ChainHead")(st.ChainHead(ctx, f.ws.ID)); h != head {
 				t.Errorf("a refused step moved the chain from %+v to %+v", head, h)
 			}
-			if c := must[store.Credits](t, "GetCredits")(st.GetCredits(ctx, f.ws.ID)); c != credits {
+			if c := must[model.Credits](t, "GetCredits")(st.GetCredits(ctx, f.ws.ID)); c != credits {
 				t.Errorf("a refused step changed the credits from %+v to %+v", credits, c)
 			}
 		})
 	}
-	if a := must[store.Approval](t, "GetApproval")(st.GetApproval(ctx, f.ws.ID, pending.ApprovalID)); a.Status != store.ApprovalPending {
+	if a := must[model.Approval](t, "GetApproval")(st.GetApproval(ctx, f.ws.ID, pending.ApprovalID)); a.Status != model.ApprovalPending {
 		t.Errorf("approval after refused steps: got %s, want pending", a.Status)
 	}
-	if p := must[store.Page[store.ToolInvocation]](t, "ListToolInvocations")(st.ListToolInvocations(ctx, f.ws.ID, store.ToolCallFilter{})); len(p.Items) != 1 {
+	if p := must[store.Page[model.ToolInvocation]](t, "ListToolInvocations")(st.ListToolInvocations(ctx, f.ws.ID, store.ToolCallFilter{})); len(p.Items) != 1 {
 		t.Errorf("tool_invocations rows after refused steps: got %d, want the one ended", len(p.Items))
 	}
 }
@@ -372,34 +373,34 @@ func testAdmissionValidation(t *testing.T, st store.Store) {
 	mustGrant(t, st, f.ws.ID, 10)
 	for _, tc := range []struct {
 		name string
-		mod  func(e *store.NewExecution, s *store.Step)
+		mod  func(e *store.NewExecution, s *model.Step)
 	}{
-		{"no workspace", func(e *store.NewExecution, _ *store.Step) { e.WorkspaceID = "" }},
-		{"no runtime", func(e *store.NewExecution, _ *store.Step) { e.Runtime = "" }},
-		{"no request", func(e *store.NewExecution, _ *store.Step) { e.Request = nil }},
-		{"bad request JSON", func(e *store.NewExecution, _ *store.Step) { e.Request = []byte(`{"a":`) }},
-		{"bad input hash", func(e *store.NewExecution, _ *store.Step) { e.InputSHA256 = "ABC" }},
-		{"another workspace's key", func(e *store.NewExecution, _ *store.Step) { e.KeyID = other.agent.ID }},
-		{"unknown key", func(e *store.NewExecution, _ *store.Step) { e.KeyID = "key_nope" }},
-		{"negative credits", func(_ *store.NewExecution, s *store.Step) { s.Credits.Amount = -1 }},
-		{"an amount without a movement", func(_ *store.NewExecution, s *store.Step) { s.Credits = store.CreditMove{Amount: 2} }},
-		{"a commit", func(_ *store.NewExecution, s *store.Step) { s.Credits.Kind = store.LedgerCommit }},
-		{"running at once", func(_ *store.NewExecution, s *store.Step) { s.To, s.Driver = store.StatusRunning, "runc" }},
-		{"ended at once", func(_ *store.NewExecution, s *store.Step) {
-			s.To, s.Invocation = store.StatusLaunchFailed, &store.ToolInvocation{Status: store.StatusLaunchFailed}
+		{"no workspace", func(e *store.NewExecution, _ *model.Step) { e.WorkspaceID = "" }},
+		{"no runtime", func(e *store.NewExecution, _ *model.Step) { e.Runtime = "" }},
+		{"no request", func(e *store.NewExecution, _ *model.Step) { e.Request = nil }},
+		{"bad request JSON", func(e *store.NewExecution, _ *model.Step) { e.Request = []byte(`{"a":`) }},
+		{"bad input hash", func(e *store.NewExecution, _ *model.Step) { e.InputSHA256 = "ABC" }},
+		{"another workspace's key", func(e *store.NewExecution, _ *model.Step) { e.KeyID = other.agent.ID }},
+		{"unknown key", func(e *store.NewExecution, _ *model.Step) { e.KeyID = "key_nope" }},
+		{"negative credits", func(_ *store.NewExecution, s *model.Step) { s.Credits.Amount = -1 }},
+		{"an amount without a movement", func(_ *store.NewExecution, s *model.Step) { s.Credits = model.CreditMove{Amount: 2} }},
+		{"a commit", func(_ *store.NewExecution, s *model.Step) { s.Credits.Kind = model.LedgerCommit }},
+		{"running at once", func(_ *store.NewExecution, s *model.Step) { s.To, s.Driver = model.StatusRunning, "runc" }},
+		{"ended at once", func(_ *store.NewExecution, s *model.Step) {
+			s.To, s.Invocation = model.StatusLaunchFailed, &model.ToolInvocation{Status: model.StatusLaunchFailed}
 		}},
-		{"awaiting approval without a request", func(_ *store.NewExecution, s *store.Step) { s.To = store.StatusAwaitingApproval }},
-		{"a request to a queued execution", func(_ *store.NewExecution, s *store.Step) {
-			s.Approval = store.ApprovalChange{To: store.ApprovalPending, Card: []byte(`{}`), ExpiresAt: nowPlus(60)}
+		{"awaiting approval without a request", func(_ *store.NewExecution, s *model.Step) { s.To = model.StatusAwaitingApproval }},
+		{"a request to a queued execution", func(_ *store.NewExecution, s *model.Step) {
+			s.Approval = model.ApprovalChange{To: model.ApprovalPending, Card: []byte(`{}`), ExpiresAt: nowPlus(60)}
 		}},
-		{"approval without expiry", func(_ *store.NewExecution, s *store.Step) {
+		{"approval without expiry", func(_ *store.NewExecution, s *model.Step) {
 			*s = waiting(0, `{}`, time.Time{})
 		}},
-		{"approval without card", func(_ *store.NewExecution, s *store.Step) { *s = waiting(0, ``, nowPlus(60)) }},
-		{"a driver", func(_ *store.NewExecution, s *store.Step) { s.Driver = "runc" }},
-		{"a result", func(_ *store.NewExecution, s *store.Step) { s.Result = []byte(`{}`) }},
-		{"event without type", func(_ *store.NewExecution, s *store.Step) { s.Audit = []store.NewEvent{{Actor: "x"}} }},
-		{"event with bad data", func(_ *store.NewExecution, s *store.Step) { s.Audit = []store.NewEvent{{Type: "x", Data: []byte("{")}} }},
+		{"approval without card", func(_ *store.NewExecution, s *model.Step) { *s = waiting(0, ``, nowPlus(60)) }},
+		{"a driver", func(_ *store.NewExecution, s *model.Step) { s.Driver = "runc" }},
+		{"a result", func(_ *store.NewExecution, s *model.Step) { s.Result = []byte(`{}`) }},
+		{"event without type", func(_ *store.NewExecution, s *model.Step) { s.Audit = []model.NewEvent{{Actor: "x"}} }},
+		{"event with bad data", func(_ *store.NewExecution, s *model.Step) { s.Audit = []model.NewEvent{{Type: "x", Data: []byte("{")}} }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			e, s := f.newExec("x"), admission(2)
@@ -408,7 +409,7 @@ func testAdmissionValidation(t *testing.T, st store.Store) {
 			wantClass(t, "Admit", err, errdefs.ErrInvalidArgument)
 		})
 	}
-	if p := must[store.Page[store.Execution]](t, "ListExecutions")(st.ListExecutions(ctx, f.ws.ID, store.ExecutionFilter{})); len(p.Items) != 0 {
+	if p := must[store.Page[model.Execution]](t, "ListExecutions")(st.ListExecutions(ctx, f.ws.ID, store.ExecutionFilter{})); len(p.Items) != 0 {
 		t.Fatalf("executions after refused admissions: got %d, want none", len(p.Items))
 	}
 	wantCredits(t, st, f.ws.ID, 10, 0)
@@ -426,44 +427,44 @@ func testStepValidation(t *testing.T, st store.Store) {
 	running := mustApply(t, st, f.admit(t, st, "running", 2).Execution, start("runc"))
 	for _, tc := range []struct {
 		name string
-		ex   store.Execution
-		mod  func(s *store.Step)
-		base store.Step
+		ex   model.Execution
+		mod  func(s *model.Step)
+		base model.Step
 	}{
-		{"a start without a driver", queued, func(s *store.Step) { s.Driver = "" }, start("runc")},
-		{"a step to itself", queued, func(s *store.Step) { s.To = store.StatusQueued }, start("runc")},
-		{"a step from an end", queued, func(s *store.Step) { s.From = store.StatusSucceeded }, start("runc")},
-		{"an unknown status", queued, func(s *store.Step) { s.To = "exploded" }, start("runc")},
-		{"a start that settles", queued, func(s *store.Step) { s.Credits.Kind = store.LedgerCommit }, start("runc")},
-		{"a start with a result", queued, func(s *store.Step) { s.Result = []byte(`{}`) }, start("runc")},
-		{"a reservation", queued, func(s *store.Step) { s.Credits = store.CreditMove{Kind: store.LedgerReserve, Amount: 1} }, start("runc")},
-		{"an end without its row", running, func(s *store.Step) { s.Invocation = nil }, ending(running, store.StatusSucceeded, true)},
-		{"a row of another status", running, func(s *store.Step) { s.Invocation.Status = store.StatusFailed }, ending(running, store.StatusSucceeded, true)},
-		{"a row that misstates the charge", running, func(s *store.Step) { s.Invocation.Credits = 0 }, ending(running, store.StatusSucceeded, true)},
-		{"a row that charges a release", running, func(s *store.Step) { s.Invocation.Credits = 2 }, ending(running, store.StatusFailed, false)},
-		{"a negative duration", running, func(s *store.Step) { s.Invocation.Ran = -time.Second }, ending(running, store.StatusFailed, false)},
-		{"an end with its reservation open", running, func(s *store.Step) { s.Credits = store.CreditMove{} }, ending(running, store.StatusFailed, false)},
-		{"a commit without a reservation", free, func(s *store.Step) { s.Credits.Kind = store.LedgerCommit }, ending(free, store.StatusLaunchFailed, false)},
-		{"a row on a live status", queued, func(s *store.Step) { s.Invocation = &store.ToolInvocation{Status: store.StatusRunning} }, start("runc")},
-		{"a decision without its decider", pending, func(s *store.Step) { s.Approval.DecidedBy = "" }, decision(pending, true, f.approver.ID, "")},
-		{"an expiry with a decider", pending, func(s *store.Step) { s.Approval.DecidedBy = f.approver.ID }, expiry(pending)},
-		{"a request created late", pending, func(s *store.Step) { s.Approval.To = store.ApprovalPending }, decision(pending, true, f.approver.ID, "")},
-		{"closing a request that is not there", queued, func(*store.Step) {}, decision(store.Execution{ID: queued.ID, Status: store.StatusQueued,
+		{"a start without a driver", queued, func(s *model.Step) { s.Driver = "" }, start("runc")},
+		{"a step to itself", queued, func(s *model.Step) { s.To = model.StatusQueued }, start("runc")},
+		{"a step from an end", queued, func(s *model.Step) { s.From = model.StatusSucceeded }, start("runc")},
+		{"an unknown status", queued, func(s *model.Step) { s.To = "exploded" }, start("runc")},
+		{"a start that settles", queued, func(s *model.Step) { s.Credits.Kind = model.LedgerCommit }, start("runc")},
+		{"a start with a result", queued, func(s *model.Step) { s.Result = []byte(`{}`) }, start("runc")},
+		{"a reservation", queued, func(s *model.Step) { s.Credits = model.CreditMove{Kind: model.LedgerReserve, Amount: 1} }, start("runc")},
+		{"an end without its row", running, func(s *model.Step) { s.Invocation = nil }, ending(running, model.StatusSucceeded, true)},
+		{"a row of another status", running, func(s *model.Step) { s.Invocation.Status = model.StatusFailed }, ending(running, model.StatusSucceeded, true)},
+		{"a row that misstates the charge", running, func(s *model.Step) { s.Invocation.Credits = 0 }, ending(running, model.StatusSucceeded, true)},
+		{"a row that charges a release", running, func(s *model.Step) { s.Invocation.Credits = 2 }, ending(running, model.StatusFailed, false)},
+		{"a negative duration", running, func(s *model.Step) { s.Invocation.Ran = -time.Second }, ending(running, model.StatusFailed, false)},
+		{"an end with its reservation open", running, func(s *model.Step) { s.Credits = model.CreditMove{} }, ending(running, model.StatusFailed, false)},
+		{"a commit without a reservation", free, func(s *model.Step) { s.Credits.Kind = model.LedgerCommit }, ending(free, model.StatusLaunchFailed, false)},
+		{"a row on a live status", queued, func(s *model.Step) { s.Invocation = &model.ToolInvocation{Status: model.StatusRunning} }, start("runc")},
+		{"a decision without its decider", pending, func(s *model.Step) { s.Approval.DecidedBy = "" }, decision(pending, true, f.approver.ID, "")},
+		{"an expiry with a decider", pending, func(s *model.Step) { s.Approval.DecidedBy = f.approver.ID }, expiry(pending)},
+		{"a request created late", pending, func(s *model.Step) { s.Approval.To = model.ApprovalPending }, decision(pending, true, f.approver.ID, "")},
+		{"closing a request that is not there", queued, func(*model.Step) {}, decision(model.Execution{ID: queued.ID, Status: model.StatusQueued,
 			ReservationID: queued.ReservationID, Credits: 2}, false, f.approver.ID, "")},
-		{"an invalid event", running, func(s *store.Step) { s.Audit = []store.NewEvent{{Type: ""}} }, ending(running, store.StatusFailed, false)},
+		{"an invalid event", running, func(s *model.Step) { s.Audit = []model.NewEvent{{Type: ""}} }, ending(running, model.StatusFailed, false)},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := tc.base
 			tc.mod(&s)
 			_, err := st.Apply(ctx, tc.ex.ID, s)
 			wantClass(t, "Apply", err, errdefs.ErrInvalidArgument)
-			if ex := must[store.Execution](t, "GetExecution")(st.GetExecution(ctx, f.ws.ID, tc.ex.ID)); ex.Status != tc.ex.Status {
+			if ex := must[model.Execution](t, "GetExecution")(st.GetExecution(ctx, f.ws.ID, tc.ex.ID)); ex.Status != tc.ex.Status {
 				t.Errorf("execution after a refused step: got %s, want %s", ex.Status, tc.ex.Status)
 			}
 		})
 	}
 	wantCredits(t, st, f.ws.ID, 4, 6)
-	if h := must[store.ChainHead](t, "ChainHead")(st.ChainHead(ctx, f.ws.ID)); h.Seq != 0 {
+	if h := must[model.ChainHead](t, "ChainHead")(st.ChainHead(ctx, f.ws.ID)); h.Seq != 0 {
 		t.Errorf("events after refused steps: got %d, want none", h.Seq)
 	}
 }
@@ -473,56 +474,56 @@ func testListings(t *testing.T, st store.Store) {
 	f := newFixture(t, st, "lists")
 	other := newFixture(t, st, "lists-other")
 	other.admit(t, st, "not mine", 0)
-	statuses := []store.ExecutionStatus{store.StatusSucceeded, store.StatusFailed, store.StatusLaunchFailed}
-	var made []store.Execution
+	statuses := []model.ExecutionStatus{model.StatusSucceeded, model.StatusFailed, model.StatusLaunchFailed}
+	var made []model.Execution
 	for i := range 11 {
 		a := f.admit(t, st, fmt.Sprint("job ", i), 0)
 		if i%4 != 3 { // every fourth stays queued
 			run(t, st, a.Execution, "runc", statuses[i%3], false)
 		}
-		made = append(made, must[store.Execution](t, "GetExecution")(st.GetExecution(ctx, f.ws.ID, a.Execution.ID)))
+		made = append(made, must[model.Execution](t, "GetExecution")(st.GetExecution(ctx, f.ws.ID, a.Execution.ID)))
 	}
 	// Newest first: reverse creation order, ties broken by id descending.
 	want := slices.Clone(made)
-	slices.SortStableFunc(want, func(a, b store.Execution) int {
+	slices.SortStableFunc(want, func(a, b model.Execution) int {
 		if c := b.CreatedAt.Compare(a.CreatedAt); c != 0 {
 			return c
 		}
 		return strings.Compare(b.ID, a.ID)
 	})
-	exID := func(e store.Execution) string { return e.ID }
-	gotEx := allPages(t, 3, exID, func(p store.PageRequest) (store.Page[store.Execution], error) {
+	exID := func(e model.Execution) string { return e.ID }
+	gotEx := allPages(t, 3, exID, func(p store.PageRequest) (store.Page[model.Execution], error) {
 		return st.ListExecutions(ctx, f.ws.ID, store.ExecutionFilter{PageRequest: p})
 	})
 	if ids(gotEx, exID) != ids(want, exID) {
 		t.Fatalf("ListExecutions: got %v, want %v", ids(gotEx, exID), ids(want, exID))
 	}
 
-	tcID := func(c store.ToolCall) string { return c.ExecutionID }
+	tcID := func(c model.ToolCall) string { return c.ExecutionID }
 	since, until := made[2].CreatedAt, made[8].CreatedAt
 	for _, tc := range []struct {
 		name   string
 		filter store.ToolCallFilter
-		keep   func(e store.Execution) bool
+		keep   func(e model.Execution) bool
 	}{
-		{"all", store.ToolCallFilter{}, func(store.Execution) bool { return true }},
-		{"by status", store.ToolCallFilter{Statuses: []store.ExecutionStatus{store.StatusFailed, store.StatusQueued}},
-			func(e store.Execution) bool { return e.Status == store.StatusFailed || e.Status == store.StatusQueued }},
-		{"since", store.ToolCallFilter{Since: since}, func(e store.Execution) bool { return !e.CreatedAt.Before(since) }},
-		{"until", store.ToolCallFilter{Until: until}, func(e store.Execution) bool { return e.CreatedAt.Before(until) }},
-		{"range and status", store.ToolCallFilter{Since: since, Until: until, Statuses: []store.ExecutionStatus{store.StatusSucceeded}},
-			func(e store.Execution) bool {
-				return !e.CreatedAt.Before(since) && e.CreatedAt.Before(until) && e.Status == store.StatusSucceeded
+		{"all", store.ToolCallFilter{}, func(model.Execution) bool { return true }},
+		{"by status", store.ToolCallFilter{Statuses: []model.ExecutionStatus{model.StatusFailed, model.StatusQueued}},
+			func(e model.Execution) bool { return e.Status == model.StatusFailed || e.Status == model.StatusQueued }},
+		{"since", store.ToolCallFilter{Since: since}, func(e model.Execution) bool { return !e.CreatedAt.Before(since) }},
+		{"until", store.ToolCallFilter{Until: until}, func(e model.Execution) bool { return e.CreatedAt.Before(until) }},
+		{"range and status", store.ToolCallFilter{Since: since, Until: until, Statuses: []model.ExecutionStatus{model.StatusSucceeded}},
+			func(e model.Execution) bool {
+				return !e.CreatedAt.Before(since) && e.CreatedAt.Before(until) && e.Status == model.StatusSucceeded
 			}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			var wantIDs []store.Execution
+			var wantIDs []model.Execution
 			for _, e := range want {
 				if tc.keep(e) {
 					wantIDs = append(wantIDs, e)
 				}
 			}
-			got := allPages(t, 2, tcID, func(p store.PageRequest) (store.Page[store.ToolCall], error) {
+			got := allPages(t, 2, tcID, func(p store.PageRequest) (store.Page[model.ToolCall], error) {
 				flt := tc.filter
 				flt.PageRequest = p
 				return st.ListToolCalls(ctx, f.ws.ID, flt)
@@ -530,7 +531,7 @@ func testListings(t *testing.T, st store.Store) {
 			if ids(got, tcID) != ids(wantIDs, exID) {
 				t.Fatalf("ListToolCalls: got %v, want %v", ids(got, tcID), ids(wantIDs, exID))
 			}
-			gotEx := allPages(t, 4, exID, func(p store.PageRequest) (store.Page[store.Execution], error) {
+			gotEx := allPages(t, 4, exID, func(p store.PageRequest) (store.Page[model.Execution], error) {
 				return st.ListExecutions(ctx, f.ws.ID, store.ExecutionFilter{PageRequest: p, Statuses: tc.filter.Statuses,
 					Since: tc.filter.Since, Until: tc.filter.Until})
 			})
@@ -546,23 +547,23 @@ func testListings(t *testing.T, st store.Store) {
 			ended++
 		}
 	}
-	inv := allPages(t, 5, func(i store.ToolInvocation) string { return i.ID }, func(p store.PageRequest) (store.Page[store.ToolInvocation], error) {
+	inv := allPages(t, 5, func(i model.ToolInvocation) string { return i.ID }, func(p store.PageRequest) (store.Page[model.ToolInvocation], error) {
 		return st.ListToolInvocations(ctx, f.ws.ID, store.ToolCallFilter{PageRequest: p})
 	})
 	if len(inv) != ended {
 		t.Fatalf("tool invocations: got %d, want one per ended execution (%d)", len(inv), ended)
 	}
-	failed := must[store.Page[store.ToolInvocation]](t, "ListToolInvocations")(st.ListToolInvocations(ctx, f.ws.ID,
-		store.ToolCallFilter{Statuses: []store.ExecutionStatus{store.StatusFailed}}))
+	failed := must[store.Page[model.ToolInvocation]](t, "ListToolInvocations")(st.ListToolInvocations(ctx, f.ws.ID,
+		store.ToolCallFilter{Statuses: []model.ExecutionStatus{model.StatusFailed}}))
 	for _, i := range failed.Items {
-		if i.Status != store.StatusFailed {
+		if i.Status != model.StatusFailed {
 			t.Fatalf("ListToolInvocations by status returned %s", i.Status)
 		}
 	}
 
 	_, err := st.ListToolCalls(ctx, f.ws.ID, store.ToolCallFilter{PageRequest: store.PageRequest{Cursor: "%%%"}})
 	wantClass(t, "ListToolCalls with a bad cursor", err, errdefs.ErrInvalidArgument)
-	p := must[store.Page[store.ToolCall]](t, "ListToolCalls")(st.ListToolCalls(ctx, f.ws.ID, store.ToolCallFilter{PageRequest: store.PageRequest{Limit: 100000}}))
+	p := must[store.Page[model.ToolCall]](t, "ListToolCalls")(st.ListToolCalls(ctx, f.ws.ID, store.ToolCallFilter{PageRequest: store.PageRequest{Limit: 100000}}))
 	if len(p.Items) != len(made) || p.Next != "" {
 		t.Fatalf("an over-large limit: got %d items and next %q", len(p.Items), p.Next)
 	}
@@ -581,27 +582,27 @@ func testLiveExecutions(t *testing.T, st store.Store) {
 	mustApply(t, st, running.Execution, start("runc"))
 	awaiting := mustAdmit(t, st, f.newExec("waiting"), waiting(2, `{}`, nowPlus(600)))
 	done := f.admit(t, st, "done", 2)
-	run(t, st, done.Execution, "runc", store.StatusSucceeded, true)
+	run(t, st, done.Execution, "runc", model.StatusSucceeded, true)
 	elsewhere := other.admit(t, st, "elsewhere", 0)
 	wantCredits(t, st, f.ws.ID, 12, 6)
 
-	live := must[[]store.Execution](t, "ListLiveExecutions")(st.ListLiveExecutions(ctx))
+	live := must[[]model.Execution](t, "ListLiveExecutions")(st.ListLiveExecutions(ctx))
 	wantIDs := []string{queued.Execution.ID, running.Execution.ID, elsewhere.Execution.ID}
-	if got := ids(live, func(e store.Execution) string { return e.ID }); got != fmt.Sprint(wantIDs) {
+	if got := ids(live, func(e model.Execution) string { return e.ID }); got != fmt.Sprint(wantIDs) {
 		t.Fatalf("ListLiveExecutions: got %v, want %v, oldest first", got, wantIDs)
 	}
 	result := json.RawMessage(`{"error":"interrupted by a daemon restart"}`)
-	recovery := func(ex store.Execution, events ...store.NewEvent) store.Step {
-		s := ending(ex, store.StatusFailed, false, events...)
+	recovery := func(ex model.Execution, events ...model.NewEvent) model.Step {
+		s := ending(ex, model.StatusFailed, false, events...)
 		s.Result = result
 		return s
 	}
-	_, err := st.Apply(ctx, live[0].ID, recovery(live[0], store.NewEvent{Type: ""}))
+	_, err := st.Apply(ctx, live[0].ID, recovery(live[0], model.NewEvent{Type: ""}))
 	wantClass(t, "a recovery with an invalid event", err, errdefs.ErrInvalidArgument)
 	wantCredits(t, st, f.ws.ID, 12, 6)
 	for _, ex := range live {
-		got := mustApply(t, st, ex, recovery(ex, store.NewEvent{Type: "execution.recovered", Code: "EXE002W", Actor: "system"}))
-		if got.Status != store.StatusFailed || string(got.Result) != string(result) || got.FinishedAt.IsZero() {
+		got := mustApply(t, st, ex, recovery(ex, model.NewEvent{Type: "execution.recovered", Code: "EXE002W", Actor: "system"}))
+		if got.Status != model.StatusFailed || string(got.Result) != string(result) || got.FinishedAt.IsZero() {
 			t.Fatalf("recovered execution: got %+v", got)
 		}
 	}
@@ -609,19 +610,19 @@ func testLiveExecutions(t *testing.T, st store.Store) {
 	// awaiting approval keeps its reservation.
 	wantCredits(t, st, f.ws.ID, 16, 2)
 	for _, id := range wantIDs[:2] {
-		tc := must[store.ToolCall](t, "GetToolCall")(st.GetToolCall(ctx, f.ws.ID, id))
-		if tc.Status != store.StatusFailed || tc.CreditsCharged != 0 {
+		tc := must[model.ToolCall](t, "GetToolCall")(st.GetToolCall(ctx, f.ws.ID, id))
+		if tc.Status != model.StatusFailed || tc.CreditsCharged != 0 {
 			t.Fatalf("tool call of a recovered execution: got status %s credits %d", tc.Status, tc.CreditsCharged)
 		}
-		p := must[store.Page[store.Event]](t, "ListEvents")(st.ListEvents(ctx, f.ws.ID, store.EventFilter{ExecutionID: id, Types: []string{"execution.recovered"}}))
+		p := must[store.Page[model.Event]](t, "ListEvents")(st.ListEvents(ctx, f.ws.ID, store.EventFilter{ExecutionID: id, Types: []string{"execution.recovered"}}))
 		if len(p.Items) != 1 {
 			t.Fatalf("execution.recovered events of %s: got %d, want 1", id, len(p.Items))
 		}
 	}
-	if e := must[store.Execution](t, "GetExecution")(st.GetExecution(ctx, f.ws.ID, awaiting.Execution.ID)); e.Status != store.StatusAwaitingApproval {
+	if e := must[model.Execution](t, "GetExecution")(st.GetExecution(ctx, f.ws.ID, awaiting.Execution.ID)); e.Status != model.StatusAwaitingApproval {
 		t.Fatalf("an execution awaiting approval was recovered: %s", e.Status)
 	}
-	if again := must[[]store.Execution](t, "ListLiveExecutions")(st.ListLiveExecutions(ctx)); len(again) != 0 {
+	if again := must[[]model.Execution](t, "ListLiveExecutions")(st.ListLiveExecutions(ctx)); len(again) != 0 {
 		t.Fatalf("ListLiveExecutions after the recovery: got %d executions, want none", len(again))
 	}
 }

@@ -6,20 +6,21 @@ import (
 	"testing"
 
 	"github.com/stockade-sh/stockade/errdefs"
+	"github.com/stockade-sh/stockade/model"
 	"github.com/stockade-sh/stockade/store"
 )
 
 func testGrant(t *testing.T, st store.Store) {
 	ctx := t.Context()
 	f := newFixture(t, st, "grant")
-	c := must[store.Credits](t, "GrantCredits")(st.GrantCredits(ctx, f.ws.ID, 10, "welcome", nil))
+	c := must[model.Credits](t, "GrantCredits")(st.GrantCredits(ctx, f.ws.ID, 10, "welcome", nil))
 	if c.Available != 10 || c.Reserved != 0 {
 		t.Fatalf("GrantCredits: got %+v, want 10 available", c)
 	}
 	mustGrant(t, st, f.ws.ID, 5)
 	wantCredits(t, st, f.ws.ID, 15, 0)
-	p := must[store.Page[store.LedgerEntry]](t, "ListLedger")(st.ListLedger(ctx, f.ws.ID, store.PageRequest{}))
-	if len(p.Items) != 2 || p.Items[0].Amount != 5 || p.Items[1].Note != "welcome" || p.Items[1].Kind != store.LedgerGrant {
+	p := must[store.Page[model.LedgerEntry]](t, "ListLedger")(st.ListLedger(ctx, f.ws.ID, store.PageRequest{}))
+	if len(p.Items) != 2 || p.Items[0].Amount != 5 || p.Items[1].Note != "welcome" || p.Items[1].Kind != model.LedgerGrant {
 		t.Fatalf("ListLedger: got %+v, want the two grants newest first", p.Items)
 	}
 	for _, tc := range []struct {
@@ -50,21 +51,21 @@ func testReserveCommitRelease(t *testing.T, st store.Store) {
 	mustGrant(t, st, f.ws.ID, 10)
 
 	a := f.admit(t, st, "print(1)", 2)
-	if a.Reservation == nil || a.Reservation.Amount != 2 || a.Reservation.Status != store.ReservationOpen ||
+	if a.Reservation == nil || a.Reservation.Amount != 2 || a.Reservation.Status != model.ReservationOpen ||
 		a.Execution.ReservationID != a.Reservation.ID || a.Execution.Credits != 2 {
 		t.Fatalf("Admit reservation: got %+v (execution's %q, %d)", a.Reservation, a.Execution.ReservationID, a.Execution.Credits)
 	}
 	wantCredits(t, st, f.ws.ID, 8, 2)
-	run(t, st, a.Execution, "runc", store.StatusSucceeded, true)
+	run(t, st, a.Execution, "runc", model.StatusSucceeded, true)
 	wantCredits(t, st, f.ws.ID, 8, 0)
-	tc := must[store.ToolCall](t, "GetToolCall")(st.GetToolCall(ctx, f.ws.ID, a.Execution.ID))
+	tc := must[model.ToolCall](t, "GetToolCall")(st.GetToolCall(ctx, f.ws.ID, a.Execution.ID))
 	if tc.CreditsCharged != 2 {
 		t.Fatalf("tool call credits after the commit: got %d, want 2", tc.CreditsCharged)
 	}
 
 	b := f.admit(t, st, "print(2)", 3)
 	wantCredits(t, st, f.ws.ID, 5, 3)
-	mustApply(t, st, b.Execution, ending(b.Execution, store.StatusLaunchFailed, false))
+	mustApply(t, st, b.Execution, ending(b.Execution, model.StatusLaunchFailed, false))
 	wantCredits(t, st, f.ws.ID, 8, 0)
 
 	// An admission that reserves nothing has no reservation to settle.
@@ -72,15 +73,15 @@ func testReserveCommitRelease(t *testing.T, st store.Store) {
 	if c.Reservation != nil || c.Execution.ReservationID != "" || c.Execution.Credits != 0 {
 		t.Fatalf("Admit with no credits reserved %+v", c.Reservation)
 	}
-	mustApply(t, st, c.Execution, ending(c.Execution, store.StatusLaunchFailed, false))
+	mustApply(t, st, c.Execution, ending(c.Execution, model.StatusLaunchFailed, false))
 	wantCredits(t, st, f.ws.ID, 8, 0)
 
-	p := must[store.Page[store.LedgerEntry]](t, "ListLedger")(st.ListLedger(ctx, f.ws.ID, store.PageRequest{}))
-	var kinds []store.LedgerKind
+	p := must[store.Page[model.LedgerEntry]](t, "ListLedger")(st.ListLedger(ctx, f.ws.ID, store.PageRequest{}))
+	var kinds []model.LedgerKind
 	for _, e := range p.Items {
 		kinds = append(kinds, e.Kind)
 	}
-	want := []store.LedgerKind{store.LedgerRelease, store.LedgerReserve, store.LedgerCommit, store.LedgerReserve, store.LedgerGrant}
+	want := []model.LedgerKind{model.LedgerRelease, model.LedgerReserve, model.LedgerCommit, model.LedgerReserve, model.LedgerGrant}
 	if fmt.Sprint(kinds) != fmt.Sprint(want) {
 		t.Fatalf("ledger, newest first: got %v, want %v", kinds, want)
 	}
@@ -94,23 +95,23 @@ func testReserveShortBalance(t *testing.T, st store.Store) {
 
 	e := f.newExec("b")
 	e.IdempotencyKey = "retry-me"
-	step := waiting(2, `{}`, nowPlus(60), store.NewEvent{Type: "capability.invoke_allowed", Actor: f.agent.ID})
+	step := waiting(2, `{}`, nowPlus(60), model.NewEvent{Type: "capability.invoke_allowed", Actor: f.agent.ID})
 	_, err := st.Admit(ctx, e, step)
 	wantClass(t, "Admit on a short balance", err, errdefs.ErrResourceExhausted)
 	wantCredits(t, st, f.ws.ID, 1, 2)
 
 	// Nothing of the refused admission remains: no execution, tool call,
 	// approval or event, and the idempotency key is still free.
-	if p := must[store.Page[store.Execution]](t, "ListExecutions")(st.ListExecutions(ctx, f.ws.ID, store.ExecutionFilter{})); len(p.Items) != 1 {
+	if p := must[store.Page[model.Execution]](t, "ListExecutions")(st.ListExecutions(ctx, f.ws.ID, store.ExecutionFilter{})); len(p.Items) != 1 {
 		t.Fatalf("executions after a refused admission: got %d, want 1", len(p.Items))
 	}
-	if p := must[store.Page[store.ToolCall]](t, "ListToolCalls")(st.ListToolCalls(ctx, f.ws.ID, store.ToolCallFilter{})); len(p.Items) != 1 {
+	if p := must[store.Page[model.ToolCall]](t, "ListToolCalls")(st.ListToolCalls(ctx, f.ws.ID, store.ToolCallFilter{})); len(p.Items) != 1 {
 		t.Fatalf("tool calls after a refused admission: got %d, want 1", len(p.Items))
 	}
-	if p := must[store.Page[store.Approval]](t, "ListApprovals")(st.ListApprovals(ctx, f.ws.ID, store.ApprovalFilter{})); len(p.Items) != 0 {
+	if p := must[store.Page[model.Approval]](t, "ListApprovals")(st.ListApprovals(ctx, f.ws.ID, store.ApprovalFilter{})); len(p.Items) != 0 {
 		t.Fatalf("approvals after a refused admission: got %d, want 0", len(p.Items))
 	}
-	if h := must[store.ChainHead](t, "ChainHead")(st.ChainHead(ctx, f.ws.ID)); h.Seq != 0 {
+	if h := must[model.ChainHead](t, "ChainHead")(st.ChainHead(ctx, f.ws.ID)); h.Seq != 0 {
 		t.Fatalf("chain head after a refused admission: got seq %d, want 0", h.Seq)
 	}
 	mustGrant(t, st, f.ws.ID, 1)
@@ -150,9 +151,9 @@ func testConcurrentReservations(t *testing.T, st store.Store) {
 				if err != nil {
 					return err
 				}
-				to := store.StatusSucceeded
+				to := model.StatusSucceeded
 				if !commit {
-					to = store.StatusLaunchFailed
+					to = model.StatusLaunchFailed
 				}
 				_, err = st.Apply(ctx, adm.Execution.ID, ending(adm.Execution, to, commit))
 				return err
@@ -200,7 +201,7 @@ func testConcurrentAdmissions(t *testing.T, st store.Store) {
 	for i := range workers {
 		wg.Go(func() {
 			_, err := st.Admit(ctx, f.newExec(fmt.Sprint("job ", i)),
-				admission(cost, store.NewEvent{Type: "capability.invoke_allowed", Actor: f.agent.ID}))
+				admission(cost, model.NewEvent{Type: "capability.invoke_allowed", Actor: f.agent.ID}))
 			mu.Lock()
 			defer mu.Unlock()
 			switch {
@@ -221,13 +222,13 @@ func testConcurrentAdmissions(t *testing.T, st store.Store) {
 		t.Fatalf("got %d admitted and %d refused, want %d and %d", admitted, short, granted/cost, workers-granted/cost)
 	}
 	wantCredits(t, st, f.ws.ID, 0, granted)
-	calls := allPages(t, 7, func(c store.ToolCall) string { return c.ID }, func(p store.PageRequest) (store.Page[store.ToolCall], error) {
+	calls := allPages(t, 7, func(c model.ToolCall) string { return c.ID }, func(p store.PageRequest) (store.Page[model.ToolCall], error) {
 		return st.ListToolCalls(ctx, f.ws.ID, store.ToolCallFilter{PageRequest: p})
 	})
 	if len(calls) != admitted {
 		t.Fatalf("tool calls: got %d, want %d", len(calls), admitted)
 	}
-	if h := must[store.ChainHead](t, "ChainHead")(st.ChainHead(ctx, f.ws.ID)); h.Seq != int64(admitted) {
+	if h := must[model.ChainHead](t, "ChainHead")(st.ChainHead(ctx, f.ws.ID)); h.Seq != int64(admitted) {
 		t.Fatalf("events: got %d, want one per admission (%d)", h.Seq, admitted)
 	}
 	if ok, broken, err := st.VerifyChain(ctx, f.ws.ID); err != nil || !ok {
@@ -252,9 +253,9 @@ func testConcurrentSteps(t *testing.T, st store.Store) {
 	)
 	for i := range 10 {
 		wg.Go(func() {
-			s := ending(ex, store.StatusSucceeded, true, store.NewEvent{Type: "execution.finished"})
+			s := ending(ex, model.StatusSucceeded, true, model.NewEvent{Type: "execution.finished"})
 			if i%2 == 1 {
-				s = ending(ex, store.StatusLaunchFailed, false, store.NewEvent{Type: "execution.finished"})
+				s = ending(ex, model.StatusLaunchFailed, false, model.NewEvent{Type: "execution.finished"})
 			}
 			_, err := st.Apply(ctx, ex.ID, s)
 			mu.Lock()
@@ -276,15 +277,15 @@ func testConcurrentSteps(t *testing.T, st store.Store) {
 	if ok != 1 || confl != 9 {
 		t.Fatalf("10 concurrent steps: got %d applied and %d conflicts, want 1 and 9", ok, confl)
 	}
-	c := must[store.Credits](t, "GetCredits")(st.GetCredits(ctx, f.ws.ID))
+	c := must[model.Credits](t, "GetCredits")(st.GetCredits(ctx, f.ws.ID))
 	if c.Reserved != 0 || (c.Available != 0 && c.Available != 5) {
 		t.Fatalf("credits after one settlement: got %+v", c)
 	}
 	CheckLedger(t, st, f.ws.ID)
-	if h := must[store.ChainHead](t, "ChainHead")(st.ChainHead(ctx, f.ws.ID)); h.Seq != 1 {
+	if h := must[model.ChainHead](t, "ChainHead")(st.ChainHead(ctx, f.ws.ID)); h.Seq != 1 {
 		t.Fatalf("events after 10 concurrent steps: got %d, want the one that applied", h.Seq)
 	}
-	if p := must[store.Page[store.ToolInvocation]](t, "ListToolInvocations")(st.ListToolInvocations(ctx, f.ws.ID, store.ToolCallFilter{})); len(p.Items) != 1 {
+	if p := must[store.Page[model.ToolInvocation]](t, "ListToolInvocations")(st.ListToolInvocations(ctx, f.ws.ID, store.ToolCallFilter{})); len(p.Items) != 1 {
 		t.Fatalf("tool_invocations rows after 10 concurrent steps: got %d, want 1", len(p.Items))
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/stockade-sh/stockade/errdefs"
+	"github.com/stockade-sh/stockade/model"
 	"github.com/stockade-sh/stockade/store"
 )
 
@@ -24,7 +25,7 @@ func testInvalidTextLookups(t *testing.T, st store.Store) {
 		wantClass(t, "GetApproval", err, errdefs.ErrNotFound)
 		_, err = st.Apply(ctx, key, start("runc"))
 		wantClass(t, "Apply", err, errdefs.ErrNotFound)
-		_, err = st.Apply(ctx, key, decision(store.Execution{Status: store.StatusAwaitingApproval}, true, f.approver.ID, ""))
+		_, err = st.Apply(ctx, key, decision(model.Execution{Status: model.StatusAwaitingApproval}, true, f.approver.ID, ""))
 		wantClass(t, "Apply with an approval change", err, errdefs.ErrNotFound)
 		_, err = st.GetWorkspace(ctx, key)
 		wantClass(t, "GetWorkspace", err, errdefs.ErrNotFound)

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/stockade-sh/stockade/errdefs"
+	"github.com/stockade-sh/stockade/model"
 	"github.com/stockade-sh/stockade/store"
 )
 
@@ -17,9 +18,9 @@ func testOutboxEveryEnding(t *testing.T, st store.Store) {
 	f := newFixture(t, st, "outbox")
 	mustGrant(t, st, f.ws.ID, 100)
 
-	ran := run(t, st, f.admit(t, st, "ran", 2).Execution, "runc", store.StatusSucceeded, true)
+	ran := run(t, st, f.admit(t, st, "ran", 2).Execution, "runc", model.StatusSucceeded, true)
 	launch := f.admit(t, st, "launch", 2).Execution
-	mustApply(t, st, launch, ending(launch, store.StatusLaunchFailed, false))
+	mustApply(t, st, launch, ending(launch, model.StatusLaunchFailed, false))
 	denied := awaiting(t, st, f, "denied", nowPlus(600))
 	mustApply(t, st, denied.Execution, decision(denied.Execution, false, f.approver.ID, ""))
 	lapsed := awaiting(t, st, f, "lapsed", time.Now().Add(-time.Second))
@@ -30,20 +31,20 @@ func testOutboxEveryEnding(t *testing.T, st store.Store) {
 	pending := awaiting(t, st, f, "waiting", nowPlus(600))
 
 	// An ending that its events roll back rolls its entry back too.
-	_, err := st.Apply(ctx, interrupted.ID, ending(interrupted, store.StatusFailed, false, store.NewEvent{Type: ""}))
+	_, err := st.Apply(ctx, interrupted.ID, ending(interrupted, model.StatusFailed, false, model.NewEvent{Type: ""}))
 	wantClass(t, "an ending with an invalid event", err, errdefs.ErrInvalidArgument)
 	if got := outboxIDs(t, st); len(got) != 4 {
 		t.Fatalf("entries after a failed ending: got %d, want the 4 of the executions that ended", len(got))
 	}
-	mustApply(t, st, interrupted, ending(interrupted, store.StatusFailed, false))
+	mustApply(t, st, interrupted, ending(interrupted, model.StatusFailed, false))
 	mustApply(t, st, queued, cancel(queued, ""))
 	// A refused ending enqueues nothing, and neither does an admission.
-	_, err = st.Apply(ctx, ran.ID, ending(interrupted, store.StatusFailed, false))
+	_, err = st.Apply(ctx, ran.ID, ending(interrupted, model.StatusFailed, false))
 	wantClass(t, "ending an ended execution", err, errdefs.ErrConflict)
 	live := f.admit(t, st, "live", 2)
 
-	rows := allPages(t, store.MaxPageLimit, func(ti store.ToolInvocation) string { return ti.ID },
-		func(p store.PageRequest) (store.Page[store.ToolInvocation], error) {
+	rows := allPages(t, store.MaxPageLimit, func(ti model.ToolInvocation) string { return ti.ID },
+		func(p store.PageRequest) (store.Page[model.ToolInvocation], error) {
 			return st.ListToolInvocations(ctx, f.ws.ID, store.ToolCallFilter{PageRequest: p})
 		})
 	entries := must[[]store.OutboxEntry](t, "ListOutbox")(st.ListOutbox(ctx, 0))
@@ -51,7 +52,7 @@ func testOutboxEveryEnding(t *testing.T, st store.Store) {
 	if len(rows) != len(wantExecs) || len(entries) != len(rows) {
 		t.Fatalf("got %d tool_invocations rows and %d outbox entries, want %d of each", len(rows), len(entries), len(wantExecs))
 	}
-	byID := map[string]store.ToolInvocation{}
+	byID := map[string]model.ToolInvocation{}
 	for _, r := range rows {
 		byID[r.ID] = r
 	}
@@ -71,7 +72,7 @@ func testOutboxEveryEnding(t *testing.T, st store.Store) {
 	if slices.Contains(gotExecs, pending.Execution.ID) || slices.Contains(gotExecs, live.Execution.ID) {
 		t.Errorf("a live execution was enqueued")
 	}
-	if e := entries[0]; e.Invocation.ExecutionID != ran.ID || e.Invocation.Status != store.StatusSucceeded ||
+	if e := entries[0]; e.Invocation.ExecutionID != ran.ID || e.Invocation.Status != model.StatusSucceeded ||
 		e.Invocation.Credits != 2 || e.Invocation.Driver != "runc" || e.Invocation.Runtime != "python" || e.Invocation.Tool != "code.execute" {
 		t.Errorf("the first entry: got %+v, want the succeeded run on runc, charged 2", e.Invocation)
 	}
@@ -89,13 +90,13 @@ func testOutboxSameTransaction(t *testing.T, st store.Store) {
 	mustGrant(t, st, f.ws.ID, 10)
 	ex := mustApply(t, st, f.admit(t, st, "print(1)", 2).Execution, start("runc"))
 	tamper(t, st, "DROP TABLE analytics_outbox")
-	if _, err := st.Apply(ctx, ex.ID, ending(ex, store.StatusSucceeded, true)); err == nil {
+	if _, err := st.Apply(ctx, ex.ID, ending(ex, model.StatusSucceeded, true)); err == nil {
 		t.Fatal("an ending without an outbox table succeeded; the entry is not written with the row")
 	}
-	if ex := must[store.Execution](t, "GetExecution")(st.GetExecution(ctx, f.ws.ID, ex.ID)); ex.Status != store.StatusRunning {
+	if ex := must[model.Execution](t, "GetExecution")(st.GetExecution(ctx, f.ws.ID, ex.ID)); ex.Status != model.StatusRunning {
 		t.Errorf("execution after the failed ending: got %s, want still running", ex.Status)
 	}
-	if p := must[store.Page[store.ToolInvocation]](t, "ListToolInvocations")(st.ListToolInvocations(ctx, f.ws.ID, store.ToolCallFilter{})); len(p.Items) != 0 {
+	if p := must[store.Page[model.ToolInvocation]](t, "ListToolInvocations")(st.ListToolInvocations(ctx, f.ws.ID, store.ToolCallFilter{})); len(p.Items) != 0 {
 		t.Errorf("tool_invocations rows after the failed ending: got %d, want none", len(p.Items))
 	}
 	wantCredits(t, st, f.ws.ID, 8, 2)
@@ -131,7 +132,7 @@ func testOutboxBatches(t *testing.T, st store.Store) {
 	if stats := must[store.OutboxStats](t, "OutboxStats")(st.OutboxStats(ctx)); stats.Rows != 0 || !stats.Oldest.IsZero() {
 		t.Errorf("OutboxStats of an empty outbox: got %+v, want zero", stats)
 	}
-	if p := must[store.Page[store.ToolInvocation]](t, "ListToolInvocations")(st.ListToolInvocations(ctx, f.ws.ID, store.ToolCallFilter{})); len(p.Items) != 7 {
+	if p := must[store.Page[model.ToolInvocation]](t, "ListToolInvocations")(st.ListToolInvocations(ctx, f.ws.ID, store.ToolCallFilter{})); len(p.Items) != 7 {
 		t.Errorf("tool_invocations rows after emptying the outbox: got %d, want all 7", len(p.Items))
 	}
 }
@@ -166,7 +167,7 @@ func testOutboxTrim(t *testing.T, st store.Store) {
 			}
 		})
 	}
-	if p := must[store.Page[store.ToolInvocation]](t, "ListToolInvocations")(st.ListToolInvocations(ctx, f.ws.ID, store.ToolCallFilter{})); len(p.Items) != 6 {
+	if p := must[store.Page[model.ToolInvocation]](t, "ListToolInvocations")(st.ListToolInvocations(ctx, f.ws.ID, store.ToolCallFilter{})); len(p.Items) != 6 {
 		t.Errorf("tool_invocations rows after trimming: got %d, want all 6", len(p.Items))
 	}
 }
@@ -190,8 +191,8 @@ func endN(t *testing.T, st store.Store, f fixture, n int) []string {
 	var ids []string
 	for i := range n {
 		a := f.admit(t, st, "end", 0)
-		mustApply(t, st, a.Execution, ending(a.Execution, store.StatusLaunchFailed, false))
-		p := must[store.Page[store.ToolInvocation]](t, "ListToolInvocations")(st.ListToolInvocations(ctx, f.ws.ID,
+		mustApply(t, st, a.Execution, ending(a.Execution, model.StatusLaunchFailed, false))
+		p := must[store.Page[model.ToolInvocation]](t, "ListToolInvocations")(st.ListToolInvocations(ctx, f.ws.ID,
 			store.ToolCallFilter{PageRequest: store.PageRequest{Limit: 1}}))
 		if len(p.Items) != 1 || p.Items[0].ExecutionID != a.Execution.ID {
 			t.Fatalf("the newest tool_invocations row after ending %d: got %+v, want %s's", i, p.Items, a.Execution.ID)

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/stockade-sh/stockade/errdefs"
+	"github.com/stockade-sh/stockade/model"
 	"github.com/stockade-sh/stockade/store"
 )
 
@@ -14,13 +15,13 @@ import (
 func (f fixture) newSession(id string) store.NewSession {
 	return store.NewSession{
 		ID: id, WorkspaceID: f.ws.ID, KeyID: f.agent.ID, Tool: "code.execute", Runtime: "python", Driver: "runc",
-		SandboxID: "sb-" + id, Approval: store.ApprovalNone, IdleTimeout: 10 * time.Minute, ExpiresAt: nowPlus(3600),
+		SandboxID: "sb-" + id, Approval: model.ApprovalNone, IdleTimeout: 10 * time.Minute, ExpiresAt: nowPlus(3600),
 		WorkspaceBytes: 256 << 20, RequestSHA256: inputHash("session", id),
-		Audit: []store.NewEvent{{Type: "session.created", Code: "SES001I", Actor: f.agent.ID}},
+		Audit: []model.NewEvent{{Type: "session.created", Code: "SES001I", Actor: f.agent.ID}},
 	}
 }
 
-func mustOpen(t *testing.T, st store.Store, n store.NewSession) store.Session {
+func mustOpen(t *testing.T, st store.Store, n store.NewSession) model.Session {
 	t.Helper()
 	ss, replayed, err := st.OpenSession(t.Context(), n)
 	if err != nil || replayed {
@@ -41,10 +42,10 @@ func testSessionLifecycle(t *testing.T, st store.Store) {
 	f := newFixture(t, st, "sessions")
 	mustGrant(t, st, f.ws.ID, 100)
 	ss := mustOpen(t, st, f.newSession("ses_a"))
-	if ss.State != store.SessionActive || ss.Cells != 0 || ss.LastActiveAt != ss.CreatedAt {
+	if ss.State != model.SessionActive || ss.Cells != 0 || ss.LastActiveAt != ss.CreatedAt {
 		t.Fatalf("opened: got %+v, want active, no cells, last active at creation", ss)
 	}
-	var cells []store.Execution
+	var cells []model.Execution
 	for i := 1; i <= 3; i++ {
 		adm := mustAdmit(t, st, f.cellOf(ss.ID, fmt.Sprint("x = ", i)), admission(2))
 		if adm.Execution.SessionID != ss.ID || adm.Execution.Cell != i {
@@ -55,7 +56,7 @@ func testSessionLifecycle(t *testing.T, st store.Store) {
 		if _, err := st.Admit(ctx, f.cellOf(ss.ID, "busy"), admission(2)); !errdefs.IsConflict(err) {
 			t.Fatalf("a cell while cell %d is queued: got %v, want ErrConflict", i, err)
 		}
-		ex := run(t, st, adm.Execution, "runc", store.StatusSucceeded, true)
+		ex := run(t, st, adm.Execution, "runc", model.StatusSucceeded, true)
 		if got, err := st.GetExecution(ctx, f.ws.ID, ex.ID); err != nil || got.SessionID != ss.ID || got.Cell != i {
 			t.Fatalf("GetExecution(cell %d): got %q/%d, %v", i, got.SessionID, got.Cell, err)
 		}
@@ -69,12 +70,12 @@ func testSessionLifecycle(t *testing.T, st store.Store) {
 	if n, err := st.CountActiveSessions(ctx, f.ws.ID); err != nil || n != 1 {
 		t.Fatalf("CountActiveSessions: got %d, %v; want 1", n, err)
 	}
-	ended, err := st.EndSession(ctx, ss.ID, store.SessionEnd{Reason: store.EndClosed,
-		Audit: []store.NewEvent{{Type: "session.ended", Code: "SES002I", Actor: f.agent.ID}}})
-	if err != nil || ended.State != store.SessionEnded || ended.EndReason != store.EndClosed || ended.EndedAt.IsZero() {
+	ended, err := st.EndSession(ctx, ss.ID, store.SessionEnd{Reason: model.EndClosed,
+		Audit: []model.NewEvent{{Type: "session.ended", Code: "SES002I", Actor: f.agent.ID}}})
+	if err != nil || ended.State != model.SessionEnded || ended.EndReason != model.EndClosed || ended.EndedAt.IsZero() {
 		t.Fatalf("EndSession: got %+v, %v", ended, err)
 	}
-	if _, err := st.EndSession(ctx, ss.ID, store.SessionEnd{Reason: store.EndTTL}); !errdefs.IsConflict(err) {
+	if _, err := st.EndSession(ctx, ss.ID, store.SessionEnd{Reason: model.EndTTL}); !errdefs.IsConflict(err) {
 		t.Fatalf("ending an ended session: got %v, want ErrConflict", err)
 	}
 	if _, err := st.Admit(ctx, f.cellOf(ss.ID, "late"), admission(2)); !errdefs.IsFailedPrecondition(err) {
@@ -145,11 +146,11 @@ func testSessionQuota(t *testing.T, st store.Store) {
 	if ok != 3 || len(errs) > 0 {
 		t.Fatalf("6 openings with a bound of 3: got %d opened, errors %v; want 3 and only ErrResourceExhausted", ok, errs)
 	}
-	p, err := st.ListSessions(ctx, f.ws.ID, store.SessionFilter{States: []store.SessionState{store.SessionActive}})
+	p, err := st.ListSessions(ctx, f.ws.ID, store.SessionFilter{States: []model.SessionState{model.SessionActive}})
 	if err != nil || len(p.Items) != 3 {
 		t.Fatalf("active sessions: got %d, %v; want 3", len(p.Items), err)
 	}
-	if _, err := st.EndSession(ctx, p.Items[0].ID, store.SessionEnd{Reason: store.EndIdle}); err != nil {
+	if _, err := st.EndSession(ctx, p.Items[0].ID, store.SessionEnd{Reason: model.EndIdle}); err != nil {
 		t.Fatal(err)
 	}
 	n := f.newSession("ses_after")
@@ -164,8 +165,8 @@ func testSessionQuota(t *testing.T, st store.Store) {
 	if err != nil || len(rest.Items) != 2 || rest.Next != "" {
 		t.Fatalf("second page: got %d, next %q, %v; want 2 and the end", len(rest.Items), rest.Next, err)
 	}
-	ended, err := st.ListSessions(ctx, f.ws.ID, store.SessionFilter{States: []store.SessionState{store.SessionEnded}})
-	if err != nil || len(ended.Items) != 1 || ended.Items[0].EndReason != store.EndIdle {
+	ended, err := st.ListSessions(ctx, f.ws.ID, store.SessionFilter{States: []model.SessionState{model.SessionEnded}})
+	if err != nil || len(ended.Items) != 1 || ended.Items[0].EndReason != model.EndIdle {
 		t.Fatalf("ended sessions: got %+v, %v", ended.Items, err)
 	}
 	live, err := st.ListActiveSessions(ctx)
@@ -222,7 +223,7 @@ func testSessionApprovalCover(t *testing.T, st store.Store) {
 	ctx := t.Context()
 	f := newFixture(t, st, "cover")
 	n := f.newSession("ses_cover")
-	n.Approval = store.ApprovalPerSession
+	n.Approval = model.ApprovalPerSession
 	ss := mustOpen(t, st, n)
 	adm := mustAdmit(t, st, f.cellOf(ss.ID, "x"), waiting(0, `{"c":1}`, nowPlus(600)))
 	step := decision(adm.Execution, true, f.approver.ID, "ok")
@@ -267,19 +268,19 @@ func testSessionValidation(t *testing.T, st store.Store) {
 			}
 		})
 	}
-	if _, err := st.EndSession(t.Context(), "ses_none", store.SessionEnd{Reason: store.EndClosed}); !errdefs.IsNotFound(err) {
+	if _, err := st.EndSession(t.Context(), "ses_none", store.SessionEnd{Reason: model.EndClosed}); !errdefs.IsNotFound(err) {
 		t.Fatalf("ending an unknown session: got %v, want ErrNotFound", err)
 	}
 	if _, err := st.EndSession(t.Context(), "ses_none", store.SessionEnd{Reason: "bored"}); !errdefs.IsInvalidArgument(err) {
 		t.Fatalf("an unknown reason: got %v, want ErrInvalidArgument", err)
 	}
-	p := store.DefaultPolicy()
-	p.Approval, p.MaxSessions = store.ApprovalPerSession, 7
+	p := model.DefaultPolicy()
+	p.Approval, p.MaxSessions = model.ApprovalPerSession, 7
 	if _, err := st.SetPolicy(t.Context(), f.ws.ID, p, nil); err != nil {
 		t.Fatalf("SetPolicy(per_session, 7 sessions): %v", err)
 	}
 	got, err := st.GetPolicy(t.Context(), f.ws.ID)
-	if err != nil || got.Approval != store.ApprovalPerSession || got.MaxSessions != 7 {
+	if err != nil || got.Approval != model.ApprovalPerSession || got.MaxSessions != 7 {
 		t.Fatalf("GetPolicy: got %s %d, %v; want per_session 7", got.Approval, got.MaxSessions, err)
 	}
 	p.MaxSessions = -1
@@ -318,20 +319,20 @@ func Upgrade(t *testing.T, at string, old, current func(t *testing.T) store.Stor
 	}
 
 	st = current(t)
-	p := must[store.Policy](t, "GetPolicy")(st.GetPolicy(ctx, "ws_up"))
-	if p.Approval != store.ApprovalNone || !p.CodeExecution || p.MaxTimeout != 30*time.Second || len(p.Runtimes) != 1 || p.MaxSessions != 0 {
+	p := must[model.Policy](t, "GetPolicy")(st.GetPolicy(ctx, "ws_up"))
+	if p.Approval != model.ApprovalNone || !p.CodeExecution || p.MaxTimeout != 30*time.Second || len(p.Runtimes) != 1 || p.MaxSessions != 0 {
 		t.Fatalf("the policy after the upgrade: got %+v", p)
 	}
-	p.Approval, p.MaxSessions = store.ApprovalPerSession, 2
-	must[store.Policy](t, "SetPolicy")(st.SetPolicy(ctx, "ws_up", p, nil))
-	f := fixture{ws: store.Workspace{ID: "ws_up"}, agent: store.APIKey{ID: "key_up"}}
+	p.Approval, p.MaxSessions = model.ApprovalPerSession, 2
+	must[model.Policy](t, "SetPolicy")(st.SetPolicy(ctx, "ws_up", p, nil))
+	f := fixture{ws: model.Workspace{ID: "ws_up"}, agent: model.APIKey{ID: "key_up"}}
 	mustGrant(t, st, "ws_up", 10)
 	ss := mustOpen(t, st, f.newSession("ses_upgraded"))
 	adm := mustAdmit(t, st, f.cellOf(ss.ID, "x"), admission(2))
 	if adm.Execution.Cell != 1 {
 		t.Fatalf("a cell after the upgrade: got cell %d, want 1", adm.Execution.Cell)
 	}
-	run(t, st, adm.Execution, "runc", store.StatusSucceeded, true)
+	run(t, st, adm.Execution, "runc", model.StatusSucceeded, true)
 	wantCredits(t, st, "ws_up", 8, 0)
 	err := tamperer(t, st).UnsafeExec(ctx, `INSERT INTO executions (id, workspace_id, key_id, status, runtime, tool, request,
 		input_sha256, driver, created_at, session_id, cell)
@@ -347,8 +348,8 @@ func testSessionPause(t *testing.T, st store.Store) {
 	f := newFixture(t, st, "pause")
 	mustGrant(t, st, f.ws.ID, 100)
 	ss := mustOpen(t, st, f.newSession("ses_p"))
-	ev := func(typ string) []store.NewEvent {
-		return []store.NewEvent{{Type: typ, Code: "SES00XI", Actor: "system"}}
+	ev := func(typ string) []model.NewEvent {
+		return []model.NewEvent{{Type: typ, Code: "SES00XI", Actor: "system"}}
 	}
 
 	// A cell that has not ended keeps the session from pausing.
@@ -356,14 +357,14 @@ func testSessionPause(t *testing.T, st store.Store) {
 	if _, err := st.PauseSession(ctx, ss.ID, store.SessionPause{CheckpointBytes: 1, Audit: ev("session.paused")}); !errdefs.IsConflict(err) {
 		t.Fatalf("pausing with a queued cell: got %v, want ErrConflict", err)
 	}
-	run(t, st, adm.Execution, "gvisor", store.StatusSucceeded, true)
+	run(t, st, adm.Execution, "gvisor", model.StatusSucceeded, true)
 
 	at := time.Now().Add(time.Second).UTC().Truncate(time.Millisecond)
 	paused, err := st.PauseSession(ctx, ss.ID, store.SessionPause{CheckpointBytes: 5 << 20, At: at, Audit: ev("session.paused")})
-	if err != nil || paused.State != store.SessionPaused || paused.CheckpointBytes != 5<<20 || !paused.PausedAt.Equal(at) {
+	if err != nil || paused.State != model.SessionPaused || paused.CheckpointBytes != 5<<20 || !paused.PausedAt.Equal(at) {
 		t.Fatalf("PauseSession: got %+v, %v; want paused at %s with 5 MiB", paused, err, at)
 	}
-	if got, err := st.GetSession(ctx, f.ws.ID, ss.ID); err != nil || got.State != store.SessionPaused || got.CheckpointBytes != 5<<20 {
+	if got, err := st.GetSession(ctx, f.ws.ID, ss.ID); err != nil || got.State != model.SessionPaused || got.CheckpointBytes != 5<<20 {
 		t.Fatalf("GetSession of the paused session: got %+v, %v", got, err)
 	}
 	if _, err := st.PauseSession(ctx, ss.ID, store.SessionPause{Audit: ev("session.paused")}); !errdefs.IsConflict(err) {
@@ -397,7 +398,7 @@ func testSessionPause(t *testing.T, st store.Store) {
 	}
 	later := at.Add(time.Minute)
 	resumed, err := st.ResumeSession(ctx, ss.ID, store.SessionResume{SandboxID: "sb-restored", At: later, Audit: ev("session.resumed")})
-	if err != nil || resumed.State != store.SessionActive || resumed.SandboxID != "sb-restored" || resumed.CheckpointBytes != 0 ||
+	if err != nil || resumed.State != model.SessionActive || resumed.SandboxID != "sb-restored" || resumed.CheckpointBytes != 0 ||
 		!resumed.PausedAt.IsZero() || !resumed.LastActiveAt.Equal(later) {
 		t.Fatalf("ResumeSession: got %+v, %v; want active in sb-restored, no checkpoint, last active at %s", resumed, err, later)
 	}
@@ -414,8 +415,8 @@ func testSessionPause(t *testing.T, st store.Store) {
 	if _, err := st.PauseSession(ctx, other.ID, store.SessionPause{CheckpointBytes: 7, Audit: ev("session.paused")}); err != nil {
 		t.Fatal(err)
 	}
-	ended, err := st.EndSession(ctx, other.ID, store.SessionEnd{Reason: store.EndTTL, Audit: ev("session.ended")})
-	if err != nil || ended.State != store.SessionEnded || ended.EndReason != store.EndTTL || ended.CheckpointBytes != 0 {
+	ended, err := st.EndSession(ctx, other.ID, store.SessionEnd{Reason: model.EndTTL, Audit: ev("session.ended")})
+	if err != nil || ended.State != model.SessionEnded || ended.EndReason != model.EndTTL || ended.CheckpointBytes != 0 {
 		t.Fatalf("ending a paused session: got %+v, %v", ended, err)
 	}
 	if _, err := st.ResumeSession(ctx, other.ID, store.SessionResume{SandboxID: "sb-late"}); !errdefs.IsConflict(err) {
@@ -432,7 +433,7 @@ func testSessionPause(t *testing.T, st store.Store) {
 	}
 }
 
-func containsSession(ss []store.Session, id string) bool {
+func containsSession(ss []model.Session, id string) bool {
 	for _, s := range ss {
 		if s.ID == id {
 			return true

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/stockade-sh/stockade/errdefs"
+	"github.com/stockade-sh/stockade/model"
 	"github.com/stockade-sh/stockade/store"
 )
 
@@ -77,7 +78,7 @@ func testConcurrentMixed(t *testing.T, st store.Store) {
 
 	var (
 		mu      sync.Mutex
-		pending []store.Execution // awaiting approval, not yet decided by a worker
+		pending []model.Execution // awaiting approval, not yet decided by a worker
 		errs    []error
 	)
 	fail := func(op string, err error) {
@@ -87,21 +88,21 @@ func testConcurrentMixed(t *testing.T, st store.Store) {
 			errs = append(errs, fmt.Errorf("%s: %w", op, err))
 		}
 	}
-	audit := func(typ string) store.NewEvent { return store.NewEvent{Type: typ, Actor: f.agent.ID} }
-	finish := func(ex store.Execution, status store.ExecutionStatus, charge bool) {
+	audit := func(typ string) model.NewEvent { return model.NewEvent{Type: typ, Actor: f.agent.ID} }
+	finish := func(ex model.Execution, status model.ExecutionStatus, charge bool) {
 		end := ending(ex, status, charge, audit("execution.finished"))
-		end.Output = store.Output{ExitCode: ptr(0), Stdout: []byte("ok\n")}
+		end.Output = model.Output{ExitCode: ptr(0), Stdout: []byte("ok\n")}
 		if _, err := st.Apply(ctx, ex.ID, end); err != nil {
 			fail("ending", err)
 		}
 	}
-	run := func(ex store.Execution) {
+	run := func(ex model.Execution) {
 		ex, err := st.Apply(ctx, ex.ID, start("runc"))
 		if err != nil {
 			fail("starting", err)
 			return
 		}
-		finish(ex, store.StatusSucceeded, true)
+		finish(ex, model.StatusSucceeded, true)
 	}
 	step := func(rng *rand.Rand, i int) {
 		switch rng.IntN(12) {
@@ -120,7 +121,7 @@ func testConcurrentMixed(t *testing.T, st store.Store) {
 			mu.Unlock()
 		case 2: // a decision, possibly racing with expiry
 			mu.Lock()
-			var ex store.Execution
+			var ex model.Execution
 			if n := len(pending); n > 0 {
 				ex, pending = pending[n-1], pending[:n-1]
 			}
@@ -149,7 +150,7 @@ func testConcurrentMixed(t *testing.T, st store.Store) {
 					fail("GetExecution", err)
 					return
 				}
-				if ex.Status != store.StatusAwaitingApproval {
+				if ex.Status != model.StatusAwaitingApproval {
 					continue // decided or expired since it was listed
 				}
 				if _, err := st.Apply(ctx, ex.ID, expiry(ex, expiredEvents(a)...)); err != nil && !errdefs.IsConflict(err) {
@@ -163,7 +164,7 @@ func testConcurrentMixed(t *testing.T, st store.Store) {
 				return
 			}
 			if rng.IntN(4) == 0 {
-				finish(adm.Execution, store.StatusLaunchFailed, false)
+				finish(adm.Execution, model.StatusLaunchFailed, false)
 				return
 			}
 			run(adm.Execution)
@@ -177,14 +178,14 @@ func testConcurrentMixed(t *testing.T, st store.Store) {
 				fail("cancelling", err)
 			}
 		case 7:
-			if _, err := st.AppendEvent(ctx, store.NewEvent{WorkspaceID: f.ws.ID, Type: "stress.note", Actor: f.adm.ID}); err != nil {
+			if _, err := st.AppendEvent(ctx, model.NewEvent{WorkspaceID: f.ws.ID, Type: "stress.note", Actor: f.adm.ID}); err != nil {
 				fail("AppendEvent", err)
 			}
 		case 8:
 			if _, err := st.ListEvents(ctx, f.ws.ID, store.EventFilter{PageRequest: store.PageRequest{Limit: 50}}); err != nil {
 				fail("ListEvents", err)
 			}
-			if _, err := st.ListApprovals(ctx, f.ws.ID, store.ApprovalFilter{Statuses: []store.ApprovalStatus{store.ApprovalPending}}); err != nil {
+			if _, err := st.ListApprovals(ctx, f.ws.ID, store.ApprovalFilter{Statuses: []model.ApprovalStatus{model.ApprovalPending}}); err != nil {
 				fail("ListApprovals", err)
 			}
 		case 9:
@@ -198,7 +199,7 @@ func testConcurrentMixed(t *testing.T, st store.Store) {
 			if _, err := st.GetPolicy(ctx, f.ws.ID); err != nil {
 				fail("GetPolicy", err)
 			}
-			if _, err := st.LookupAPIKey(ctx, store.HashKey("mixed/agent")); err != nil {
+			if _, err := st.LookupAPIKey(ctx, model.HashKey("mixed/agent")); err != nil {
 				fail("LookupAPIKey", err)
 			}
 		case 11:
@@ -234,19 +235,19 @@ func testConcurrentMixed(t *testing.T, st store.Store) {
 	// Everything left waiting expires; then nothing may be live, nothing
 	// reserved, and the ledger and the chain must add up.
 	expireDue(t, st, time.Now().Add(time.Hour))
-	live := allPages(t, store.MaxPageLimit, func(e store.Execution) string { return e.ID }, func(p store.PageRequest) (store.Page[store.Execution], error) {
+	live := allPages(t, store.MaxPageLimit, func(e model.Execution) string { return e.ID }, func(p store.PageRequest) (store.Page[model.Execution], error) {
 		return st.ListExecutions(ctx, f.ws.ID, store.ExecutionFilter{PageRequest: p,
-			Statuses: []store.ExecutionStatus{store.StatusQueued, store.StatusRunning, store.StatusAwaitingApproval}})
+			Statuses: []model.ExecutionStatus{model.StatusQueued, model.StatusRunning, model.StatusAwaitingApproval}})
 	})
 	if len(live) > 0 {
 		t.Fatalf("%d executions still live after every worker finished, e.g. %+v", len(live), live[0])
 	}
-	left := must[store.Page[store.Approval]](t, "ListApprovals")(st.ListApprovals(ctx, f.ws.ID,
-		store.ApprovalFilter{Statuses: []store.ApprovalStatus{store.ApprovalPending}}))
+	left := must[store.Page[model.Approval]](t, "ListApprovals")(st.ListApprovals(ctx, f.ws.ID,
+		store.ApprovalFilter{Statuses: []model.ApprovalStatus{model.ApprovalPending}}))
 	if len(left.Items) > 0 {
 		t.Fatalf("%d approvals still pending after expiring them all", len(left.Items))
 	}
-	if c := must[store.Credits](t, "GetCredits")(st.GetCredits(ctx, f.ws.ID)); c.Reserved != 0 || c.Available > granted {
+	if c := must[model.Credits](t, "GetCredits")(st.GetCredits(ctx, f.ws.ID)); c.Reserved != 0 || c.Available > granted {
 		t.Fatalf("credits after every execution ended: %+v, want nothing reserved", c)
 	}
 	CheckLedger(t, st, f.ws.ID)

@@ -28,6 +28,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/stockade-sh/stockade/model"
 	"github.com/stockade-sh/stockade/store"
 )
 
@@ -106,8 +107,8 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 
 // fixture is a workspace with one key of each role.
 type fixture struct {
-	ws                   store.Workspace
-	agent, approver, adm store.APIKey
+	ws                   model.Workspace
+	agent, approver, adm model.APIKey
 }
 
 func newFixture(t *testing.T, st store.Store, name string) fixture {
@@ -119,11 +120,11 @@ func newFixture(t *testing.T, st store.Store, name string) fixture {
 	}
 	f := fixture{ws: ws}
 	for _, k := range []struct {
-		role store.Role
-		dst  *store.APIKey
-	}{{store.RoleAgent, &f.agent}, {store.RoleApprover, &f.approver}, {store.RoleAdmin, &f.adm}} {
+		role model.Role
+		dst  *model.APIKey
+	}{{model.RoleAgent, &f.agent}, {model.RoleApprover, &f.approver}, {model.RoleAdmin, &f.adm}} {
 		key, err := st.CreateAPIKey(ctx, store.NewAPIKey{WorkspaceID: ws.ID, Role: k.role,
-			Hash: store.HashKey(name + "/" + string(k.role)), Name: string(k.role)})
+			Hash: model.HashKey(name + "/" + string(k.role)), Name: string(k.role)})
 		if err != nil {
 			t.Fatalf("CreateAPIKey(%s): %v", k.role, err)
 		}
@@ -176,7 +177,7 @@ func wantCredits(t *testing.T, st store.Store, ws string, avail, reserved int64)
 // sum(reserve) - sum(commit) - sum(release). Every amount is positive.
 func CheckLedger(t *testing.T, st store.Store, ws string) {
 	t.Helper()
-	var sums = map[store.LedgerKind]int64{}
+	var sums = map[model.LedgerKind]int64{}
 	cur := ""
 	for {
 		p, err := st.ListLedger(t.Context(), ws, store.PageRequest{Limit: store.MaxPageLimit, Cursor: cur})
@@ -197,10 +198,10 @@ func CheckLedger(t *testing.T, st store.Store, ws string) {
 	if err != nil {
 		t.Fatalf("GetCredits: %v", err)
 	}
-	if got, want := c.Available+c.Reserved, sums[store.LedgerGrant]-sums[store.LedgerCommit]; got != want {
+	if got, want := c.Available+c.Reserved, sums[model.LedgerGrant]-sums[model.LedgerCommit]; got != want {
 		t.Fatalf("available+reserved = %d, want grants-commits = %d (ledger %v)", got, want, sums)
 	}
-	if got, want := c.Reserved, sums[store.LedgerReserve]-sums[store.LedgerCommit]-sums[store.LedgerRelease]; got != want {
+	if got, want := c.Reserved, sums[model.LedgerReserve]-sums[model.LedgerCommit]-sums[model.LedgerRelease]; got != want {
 		t.Fatalf("reserved = %d, want reserves-commits-releases = %d (ledger %v)", got, want, sums)
 	}
 }
@@ -296,7 +297,7 @@ func Bench(b *testing.B, st store.Store, parallel bool) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	key, err := st.CreateAPIKey(ctx, store.NewAPIKey{WorkspaceID: ws.ID, Role: store.RoleAgent, Hash: store.HashKey("bench")})
+	key, err := st.CreateAPIKey(ctx, store.NewAPIKey{WorkspaceID: ws.ID, Role: model.RoleAgent, Hash: model.HashKey("bench")})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -307,7 +308,7 @@ func Bench(b *testing.B, st store.Store, parallel bool) {
 		adm, err := st.Admit(ctx, store.NewExecution{
 			WorkspaceID: ws.ID, KeyID: key.ID, Runtime: "python", Tool: "code.execute",
 			Request: []byte(`{"runtime":"python","code":"print(1)"}`), InputSHA256: inputHash("python", "print(1)"),
-		}, admission(2, store.NewEvent{Type: "capability.invoke_allowed", Actor: key.ID}))
+		}, admission(2, model.NewEvent{Type: "capability.invoke_allowed", Actor: key.ID}))
 		if err != nil {
 			return err
 		}
@@ -315,8 +316,8 @@ func Bench(b *testing.B, st store.Store, parallel bool) {
 		if err != nil {
 			return err
 		}
-		end := ending(ex, store.StatusSucceeded, true, store.NewEvent{Type: "execution.finished", Actor: "system"})
-		end.Output = store.Output{ExitCode: ptr(0), Stdout: []byte("1\n")}
+		end := ending(ex, model.StatusSucceeded, true, model.NewEvent{Type: "execution.finished", Actor: "system"})
+		end.Output = model.Output{ExitCode: ptr(0), Stdout: []byte("1\n")}
 		_, err = st.Apply(ctx, ex.ID, end)
 		return err
 	}

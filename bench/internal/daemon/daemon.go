@@ -32,6 +32,7 @@ import (
 	"github.com/stockade-sh/stockade/internal/guestbin"
 	"github.com/stockade-sh/stockade/internal/ocidriver"
 	"github.com/stockade-sh/stockade/internal/storeopen"
+	"github.com/stockade-sh/stockade/model"
 	"github.com/stockade-sh/stockade/store"
 )
 
@@ -119,14 +120,14 @@ func ServeWith(ctx context.Context, eng *engine.Engine, db, owner string, credit
 		return fail(err)
 	}
 	key := "sk_bench_" + rand.Text()
-	if _, err := st.CreateAPIKey(ctx, store.NewAPIKey{WorkspaceID: ws.ID, Role: store.RoleAgent, Hash: store.HashKey(key), Name: "bench"}); err != nil {
+	if _, err := st.CreateAPIKey(ctx, store.NewAPIKey{WorkspaceID: ws.ID, Role: model.RoleAgent, Hash: model.HashKey(key), Name: "bench"}); err != nil {
 		return fail(err)
 	}
 	p, err := st.GetPolicy(ctx, ws.ID)
 	if err != nil {
 		return fail(err)
 	}
-	p.Approval = store.ApprovalNone
+	p.Approval = model.ApprovalNone
 	if _, err := st.SetPolicy(ctx, ws.ID, p, nil); err != nil {
 		return fail(err)
 	}

@@ -5,26 +5,27 @@ import (
 	"fmt"
 
 	"github.com/stockade-sh/stockade/errdefs"
+	"github.com/stockade-sh/stockade/model"
 	"github.com/stockade-sh/stockade/store"
 )
 
 // AppendEvent implements store.Audit.
-func (s *Store) AppendEvent(ctx context.Context, e store.NewEvent) (store.Event, error) {
+func (s *Store) AppendEvent(ctx context.Context, e model.NewEvent) (model.Event, error) {
 	if err := checkEvent(e); err != nil {
-		return store.Event{}, fmt.Errorf("appending audit event: %w", err)
+		return model.Event{}, fmt.Errorf("appending audit event: %w", err)
 	}
-	var out []store.Event
+	var out []model.Event
 	err := s.inTx(ctx, func(q Querier) (err error) {
 		if e.WorkspaceID != "" {
 			if err := requireWorkspace(ctx, q, e.WorkspaceID); err != nil {
 				return err
 			}
 		}
-		out, err = s.appendEvents(ctx, q, e.WorkspaceID, e.ExecutionID, []store.NewEvent{e})
+		out, err = s.appendEvents(ctx, q, e.WorkspaceID, e.ExecutionID, []model.NewEvent{e})
 		return err
 	})
 	if err != nil {
-		return store.Event{}, fmt.Errorf("appending %s event to the chain of workspace %q: %w", e.Type, e.WorkspaceID, err)
+		return model.Event{}, fmt.Errorf("appending %s event to the chain of workspace %q: %w", e.Type, e.WorkspaceID, err)
 	}
 	return out[0], nil
 }
@@ -32,16 +33,16 @@ func (s *Store) AppendEvent(ctx context.Context, e store.NewEvent) (store.Event,
 // AppendBroadcast implements store.Audit. The workspaces are read in the
 // transaction, in id order, and their chain heads locked in that order, so
 // that two broadcasts cannot deadlock.
-func (s *Store) AppendBroadcast(ctx context.Context, e store.NewEvent, copyOf func(store.Event) store.NewEvent) (store.Event, error) {
+func (s *Store) AppendBroadcast(ctx context.Context, e model.NewEvent, copyOf func(model.Event) model.NewEvent) (model.Event, error) {
 	if e.WorkspaceID != "" {
-		return store.Event{}, fmt.Errorf("broadcasting a %s event: it belongs to the unattributed chain, not workspace %q: %w", e.Type, e.WorkspaceID, errdefs.ErrInvalidArgument)
+		return model.Event{}, fmt.Errorf("broadcasting a %s event: it belongs to the unattributed chain, not workspace %q: %w", e.Type, e.WorkspaceID, errdefs.ErrInvalidArgument)
 	}
 	if err := checkEvent(e); err != nil {
-		return store.Event{}, fmt.Errorf("broadcasting an audit event: %w", err)
+		return model.Event{}, fmt.Errorf("broadcasting an audit event: %w", err)
 	}
-	var out store.Event
+	var out model.Event
 	err := s.inTx(ctx, func(q Querier) error {
-		evs, err := s.appendEvents(ctx, q, "", e.ExecutionID, []store.NewEvent{e})
+		evs, err := s.appendEvents(ctx, q, "", e.ExecutionID, []model.NewEvent{e})
 		if err != nil {
 			return err
 		}
@@ -58,14 +59,14 @@ func (s *Store) AppendBroadcast(ctx context.Context, e store.NewEvent, copyOf fu
 			if err := checkEvent(c); err != nil {
 				return err
 			}
-			if _, err := s.appendEvents(ctx, q, id, c.ExecutionID, []store.NewEvent{c}); err != nil {
+			if _, err := s.appendEvents(ctx, q, id, c.ExecutionID, []model.NewEvent{c}); err != nil {
 				return err
 			}
 		}
 		return nil
 	})
 	if err != nil {
-		return store.Event{}, fmt.Errorf("broadcasting a %s event to every workspace: %w", e.Type, err)
+		return model.Event{}, fmt.Errorf("broadcasting a %s event to every workspace: %w", e.Type, err)
 	}
 	return out, nil
 }
@@ -79,7 +80,7 @@ func (s *Store) AppendBroadcast(ctx context.Context, e store.NewEvent, copyOf fu
 // append last in a transaction, to hold the head lock briefly.
 // appendAudit checks and appends es (none is fine) to workspaceID's chain
 // in q, the transaction of the change they record.
-func (s *Store) appendAudit(ctx context.Context, q Querier, workspaceID string, es []store.NewEvent) error {
+func (s *Store) appendAudit(ctx context.Context, q Querier, workspaceID string, es []model.NewEvent) error {
 	if len(es) == 0 {
 		return nil
 	}
@@ -90,7 +91,7 @@ func (s *Store) appendAudit(ctx context.Context, q Querier, workspaceID string, 
 	return err
 }
 
-func (s *Store) appendEvents(ctx context.Context, q Querier, workspaceID, executionID string, es []store.NewEvent) ([]store.Event, error) {
+func (s *Store) appendEvents(ctx context.Context, q Querier, workspaceID, executionID string, es []model.NewEvent) ([]model.Event, error) {
 	if len(es) == 0 {
 		return nil, nil
 	}
@@ -98,9 +99,9 @@ func (s *Store) appendEvents(ctx context.Context, q Querier, workspaceID, execut
 	if err != nil {
 		return nil, err
 	}
-	out := make([]store.Event, 0, len(es))
+	out := make([]model.Event, 0, len(es))
 	for _, ne := range es {
-		ev := store.Event{
+		ev := model.Event{
 			ID: newID("evt"), WorkspaceID: workspaceID, Seq: head.Seq + 1,
 			Type: ne.Type, Code: ne.Code, Actor: ne.Actor, Reason: ne.Reason, ExecutionID: executionID,
 			Data: ne.Data, Time: store.TruncateTime(ne.Time), PrevHash: head.Hash,
@@ -127,8 +128,8 @@ func (s *Store) appendEvents(ctx context.Context, q Querier, workspaceID, execut
 
 // lockHead reads and locks a chain's head row, creating it for the
 // unattributed chain on first use.
-func (s *Store) lockHead(ctx context.Context, q Querier, workspaceID string) (store.ChainHead, error) {
-	h := store.ChainHead{WorkspaceID: workspaceID}
+func (s *Store) lockHead(ctx context.Context, q Querier, workspaceID string) (model.ChainHead, error) {
+	h := model.ChainHead{WorkspaceID: workspaceID}
 	read := func() error {
 		return q.QueryRow(ctx, `SELECT seq, hash FROM audit_chain_heads WHERE workspace_id = $1`+s.d.ForUpdate,
 			workspaceID).Scan(&h.Seq, &h.Hash)
@@ -149,18 +150,18 @@ func (s *Store) lockHead(ctx context.Context, q Querier, workspaceID string) (st
 
 const eventCols = `id, workspace_id, seq, type, code, actor, reason, execution_id, data, occurred_at, prev_hash, hash`
 
-func scanEvent(r Row) (store.Event, error) {
-	var e store.Event
+func scanEvent(r Row) (model.Event, error) {
+	var e model.Event
 	err := r.Scan(&e.ID, &e.WorkspaceID, &e.Seq, &e.Type, &e.Code, &e.Actor, &e.Reason, &e.ExecutionID,
 		scanJSON(&e.Data), scanTime(&e.Time), &e.PrevHash, &e.Hash)
 	return e, err
 }
 
 // ListEvents implements store.Audit.
-func (s *Store) ListEvents(ctx context.Context, workspaceID string, f store.EventFilter) (store.Page[store.Event], error) {
+func (s *Store) ListEvents(ctx context.Context, workspaceID string, f store.EventFilter) (store.Page[model.Event], error) {
 	for _, v := range append([]string{f.ExecutionID}, f.Types...) {
 		if err := checkText("event filter", v, maxText); err != nil {
-			return store.Page[store.Event]{}, fmt.Errorf("listing events: %w", err)
+			return store.Page[model.Event]{}, fmt.Errorf("listing events: %w", err)
 		}
 	}
 	var a args
@@ -176,29 +177,29 @@ func (s *Store) ListEvents(ctx context.Context, workspaceID string, f store.Even
 	if f.Cursor != "" {
 		c, err := parseCursor(f.Cursor)
 		if err != nil {
-			return store.Page[store.Event]{}, fmt.Errorf("listing events: %w", err)
+			return store.Page[model.Event]{}, fmt.Errorf("listing events: %w", err)
 		}
 		where = append(where, "seq < "+a.add(c.key))
 	}
 	items, err := queryAll(ctx, s.b.Reader(), scanEvent, fmt.Sprintf(`SELECT `+eventCols+` FROM audit_events WHERE %s
 		ORDER BY seq DESC LIMIT %d`, joinWhere(where), n+1), a...)
 	if err != nil {
-		return store.Page[store.Event]{}, fmt.Errorf("listing events of workspace %q: %w", workspaceID, s.classify(err))
+		return store.Page[model.Event]{}, fmt.Errorf("listing events of workspace %q: %w", workspaceID, s.classify(err))
 	}
-	return finishPage(items, n, func(e store.Event) cursor { return cursor{key: e.Seq} }), nil
+	return finishPage(items, n, func(e model.Event) cursor { return cursor{key: e.Seq} }), nil
 }
 
 // ChainHead implements store.Audit.
-func (s *Store) ChainHead(ctx context.Context, workspaceID string) (store.ChainHead, error) {
+func (s *Store) ChainHead(ctx context.Context, workspaceID string) (model.ChainHead, error) {
 	h, err := s.readHead(ctx, s.b.Reader(), workspaceID)
 	if err != nil {
-		return store.ChainHead{}, fmt.Errorf("reading the chain head of workspace %q: %w", workspaceID, s.classify(err))
+		return model.ChainHead{}, fmt.Errorf("reading the chain head of workspace %q: %w", workspaceID, s.classify(err))
 	}
 	return h, nil
 }
 
-func (s *Store) readHead(ctx context.Context, q Querier, workspaceID string) (store.ChainHead, error) {
-	h := store.ChainHead{WorkspaceID: workspaceID}
+func (s *Store) readHead(ctx context.Context, q Querier, workspaceID string) (model.ChainHead, error) {
+	h := model.ChainHead{WorkspaceID: workspaceID}
 	err := q.QueryRow(ctx, `SELECT seq, hash FROM audit_chain_heads WHERE workspace_id = $1`, workspaceID).Scan(&h.Seq, &h.Hash)
 	if notFound(err) == errdefs.ErrNotFound {
 		if workspaceID != "" {
@@ -216,7 +217,7 @@ const verifyBatch = 1000
 
 // VerifyChain implements store.Audit. It reads the head and the rows in one
 // snapshot, so that appends racing with it cannot look like tampering.
-func (s *Store) VerifyChain(ctx context.Context, workspaceID string, witnessed ...store.ChainHead) (bool, *store.BrokenLink, error) {
+func (s *Store) VerifyChain(ctx context.Context, workspaceID string, witnessed ...model.ChainHead) (bool, *model.BrokenLink, error) {
 	v := store.NewChainVerifier(workspaceID)
 	for _, w := range witnessed {
 		v.Witnessed(w)
@@ -229,20 +230,20 @@ func (s *Store) VerifyChain(ctx context.Context, workspaceID string, witnessed .
 }
 
 // VerifyChainFrom implements store.Audit, in one snapshot as VerifyChain.
-func (s *Store) VerifyChainFrom(ctx context.Context, from store.ChainHead) (store.ChainHead, *store.BrokenLink, error) {
+func (s *Store) VerifyChainFrom(ctx context.Context, from model.ChainHead) (model.ChainHead, *model.BrokenLink, error) {
 	ok, broken, head, err := s.walkChain(ctx, from.WorkspaceID, from.Seq, store.NewChainVerifierFrom(from))
 	if err != nil {
-		return store.ChainHead{}, nil, fmt.Errorf("verifying the chain of workspace %q from seq %d: %w", from.WorkspaceID, from.Seq, s.classify(err))
+		return model.ChainHead{}, nil, fmt.Errorf("verifying the chain of workspace %q from seq %d: %w", from.WorkspaceID, from.Seq, s.classify(err))
 	}
 	if !ok {
-		return store.ChainHead{}, broken, nil
+		return model.ChainHead{}, broken, nil
 	}
 	return head, nil, nil
 }
 
 // walkChain feeds v the events of the chain from seq first on, and the
 // chain's recorded head, read in one snapshot.
-func (s *Store) walkChain(ctx context.Context, workspaceID string, first int64, v *store.ChainVerifier) (ok bool, broken *store.BrokenLink, head store.ChainHead, err error) {
+func (s *Store) walkChain(ctx context.Context, workspaceID string, first int64, v *store.ChainVerifier) (ok bool, broken *model.BrokenLink, head model.ChainHead, err error) {
 	err = s.b.InSnapshot(ctx, func(q Querier) error {
 		head, err = s.readHead(ctx, q, workspaceID)
 		if err != nil {

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/stockade-sh/stockade/errdefs"
+	"github.com/stockade-sh/stockade/model"
 	"github.com/stockade-sh/stockade/store"
 )
 
@@ -81,22 +82,22 @@ const executionCols = `id, workspace_id, key_id, status, runtime, tool, request,
 	input_sha256, reservation_id, approval_id, driver, created_at, started_at, finished_at,
 	COALESCE((SELECT r.amount FROM reservations r WHERE r.id = executions.reservation_id), 0), session_id, COALESCE(cell, 0)`
 
-func scanExecution(r Row) (store.Execution, error) {
+func scanExecution(r Row) (model.Execution, error) {
 	var (
-		ex     store.Execution
+		ex     model.Execution
 		status string
 	)
 	err := r.Scan(&ex.ID, &ex.WorkspaceID, &ex.KeyID, &status, &ex.Runtime, &ex.Tool, scanJSON(&ex.Request),
 		scanJSON(&ex.Result), scanStr(&ex.IdempotencyKey), &ex.InputSHA256, scanStr(&ex.ReservationID),
 		scanStr(&ex.ApprovalID), &ex.Driver, scanTime(&ex.CreatedAt), scanTime(&ex.StartedAt), scanTime(&ex.FinishedAt), &ex.Credits,
 		scanStr(&ex.SessionID), &ex.Cell)
-	ex.Status = store.ExecutionStatus(status)
+	ex.Status = model.ExecutionStatus(status)
 	return ex, err
 }
 
 func preview(b []byte, trunc bool) ([]byte, bool) {
-	if len(b) > store.PreviewLimit {
-		return b[:store.PreviewLimit], true
+	if len(b) > model.PreviewLimit {
+		return b[:model.PreviewLimit], true
 	}
 	if b == nil {
 		b = []byte{}
@@ -105,25 +106,25 @@ func preview(b []byte, trunc bool) ([]byte, bool) {
 }
 
 // GetExecution implements store.Executions.
-func (s *Store) GetExecution(ctx context.Context, workspaceID, executionID string) (store.Execution, error) {
+func (s *Store) GetExecution(ctx context.Context, workspaceID, executionID string) (model.Execution, error) {
 	ex, err := scanExecution(lookupRow(ctx, s.b.Reader(), executionID, `SELECT `+executionCols+` FROM executions
 		WHERE id = $1 AND workspace_id = $2`, executionID, workspaceID))
 	if err != nil {
-		return store.Execution{}, s.missing(err, "execution", executionID)
+		return model.Execution{}, s.missing(err, "execution", executionID)
 	}
 	return ex, nil
 }
 
 // ListExecutions implements store.Executions.
-func (s *Store) ListExecutions(ctx context.Context, workspaceID string, f store.ExecutionFilter) (store.Page[store.Execution], error) {
+func (s *Store) ListExecutions(ctx context.Context, workspaceID string, f store.ExecutionFilter) (store.Page[model.Execution], error) {
 	return listByTime(ctx, s, "executions", executionCols, scanExecution, workspaceID, f.Statuses, f.Since, f.Until, f.PageRequest,
-		func(e store.Execution) cursor { return timeCursor(e.CreatedAt, e.ID) })
+		func(e model.Execution) cursor { return timeCursor(e.CreatedAt, e.ID) })
 }
 
 // listByTime pages through one of a workspace's tables that are listed
 // newest first by created_at and filtered by status and time.
 func listByTime[T any](ctx context.Context, s *Store, table, cols string, scan func(Row) (T, error), workspaceID string,
-	statuses []store.ExecutionStatus, since, until time.Time, pr store.PageRequest, key func(T) cursor) (store.Page[T], error) {
+	statuses []model.ExecutionStatus, since, until time.Time, pr store.PageRequest, key func(T) cursor) (store.Page[T], error) {
 	var a args
 	where := []string{"workspace_id = " + a.add(workspaceID)}
 	if len(statuses) > 0 {
@@ -144,54 +145,54 @@ func listByTime[T any](ctx context.Context, s *Store, table, cols string, scan f
 const toolCallCols = `id, execution_id, workspace_id, tool, runtime, input_sha256, status, exit_code, stdout_preview,
 	stderr_preview, stdout_truncated, stderr_truncated, driver, credits_charged, created_at, started_at, finished_at`
 
-func scanToolCall(r Row) (store.ToolCall, error) {
+func scanToolCall(r Row) (model.ToolCall, error) {
 	var (
-		tc     store.ToolCall
+		tc     model.ToolCall
 		status string
 	)
 	err := r.Scan(&tc.ID, &tc.ExecutionID, &tc.WorkspaceID, &tc.Tool, &tc.Runtime, &tc.InputSHA256, &status,
 		scanIntPtr(&tc.ExitCode), &tc.StdoutPreview, &tc.StderrPreview, &tc.StdoutTruncated, &tc.StderrTruncated,
 		&tc.Driver, &tc.CreditsCharged, scanTime(&tc.CreatedAt), scanTime(&tc.StartedAt), scanTime(&tc.FinishedAt))
-	tc.Status = store.ExecutionStatus(status)
+	tc.Status = model.ExecutionStatus(status)
 	return tc, err
 }
 
 // GetToolCall implements store.Executions.
-func (s *Store) GetToolCall(ctx context.Context, workspaceID, executionID string) (store.ToolCall, error) {
+func (s *Store) GetToolCall(ctx context.Context, workspaceID, executionID string) (model.ToolCall, error) {
 	tc, err := scanToolCall(lookupRow(ctx, s.b.Reader(), executionID, `SELECT `+toolCallCols+` FROM tool_calls
 		WHERE execution_id = $1 AND workspace_id = $2`, executionID, workspaceID))
 	if err != nil {
-		return store.ToolCall{}, s.missing(err, "tool call of execution", executionID)
+		return model.ToolCall{}, s.missing(err, "tool call of execution", executionID)
 	}
 	return tc, nil
 }
 
 // ListToolCalls implements store.Executions.
-func (s *Store) ListToolCalls(ctx context.Context, workspaceID string, f store.ToolCallFilter) (store.Page[store.ToolCall], error) {
+func (s *Store) ListToolCalls(ctx context.Context, workspaceID string, f store.ToolCallFilter) (store.Page[model.ToolCall], error) {
 	return listByTime(ctx, s, "tool_calls", toolCallCols, scanToolCall, workspaceID, f.Statuses, f.Since, f.Until, f.PageRequest,
-		func(t store.ToolCall) cursor { return timeCursor(t.CreatedAt, t.ID) })
+		func(t model.ToolCall) cursor { return timeCursor(t.CreatedAt, t.ID) })
 }
 
 const toolInvocationCols = `id, execution_id, workspace_id, tool, runtime, status, driver, queued_us, ran_us, credits, created_at`
 
 // ListToolInvocations implements store.Executions.
-func (s *Store) ListToolInvocations(ctx context.Context, workspaceID string, f store.ToolCallFilter) (store.Page[store.ToolInvocation], error) {
+func (s *Store) ListToolInvocations(ctx context.Context, workspaceID string, f store.ToolCallFilter) (store.Page[model.ToolInvocation], error) {
 	return listByTime(ctx, s, "tool_invocations", toolInvocationCols,
-		func(r Row) (store.ToolInvocation, error) { return scanToolInvocation(r) }, workspaceID, f.Statuses, f.Since, f.Until, f.PageRequest,
-		func(t store.ToolInvocation) cursor { return timeCursor(t.CreatedAt, t.ID) })
+		func(r Row) (model.ToolInvocation, error) { return scanToolInvocation(r) }, workspaceID, f.Statuses, f.Since, f.Until, f.PageRequest,
+		func(t model.ToolInvocation) cursor { return timeCursor(t.CreatedAt, t.ID) })
 }
 
 // scanToolInvocation scans toolInvocationCols, then the columns after them
 // into extra.
-func scanToolInvocation(r Row, extra ...any) (store.ToolInvocation, error) {
+func scanToolInvocation(r Row, extra ...any) (model.ToolInvocation, error) {
 	var (
-		ti          store.ToolInvocation
+		ti          model.ToolInvocation
 		status      string
 		queued, ran int64
 	)
 	err := r.Scan(append([]any{&ti.ID, &ti.ExecutionID, &ti.WorkspaceID, &ti.Tool, &ti.Runtime, &status, &ti.Driver,
 		&queued, &ran, &ti.Credits, scanTime(&ti.CreatedAt)}, extra...)...)
-	ti.Status = store.ExecutionStatus(status)
+	ti.Status = model.ExecutionStatus(status)
 	ti.Queued, ti.Ran = time.Duration(queued)*time.Microsecond, time.Duration(ran)*time.Microsecond
 	return ti, err
 }

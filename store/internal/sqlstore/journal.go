@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/stockade-sh/stockade/errdefs"
+	"github.com/stockade-sh/stockade/model"
 	"github.com/stockade-sh/stockade/store"
 )
 
@@ -37,7 +38,7 @@ func checkRecord(e store.NewExecution) error {
 }
 
 // checkStep checks what every step must be, admission or not.
-func checkStep(s store.Step) error {
+func checkStep(s model.Step) error {
 	switch {
 	case !s.To.Valid():
 		return fmt.Errorf("step to %q: not a status: %w", s.To, errdefs.ErrInvalidArgument)
@@ -47,7 +48,7 @@ func checkStep(s store.Step) error {
 		return fmt.Errorf("step to %s with a tool_invocations row of status %s: %w", s.To, s.Invocation.Status, errdefs.ErrInvalidArgument)
 	case s.Invocation != nil && (s.Invocation.Queued < 0 || s.Invocation.Ran < 0):
 		return fmt.Errorf("step to %s: negative durations in its tool_invocations row: %w", s.To, errdefs.ErrInvalidArgument)
-	case s.To == store.StatusRunning && s.Driver == "":
+	case s.To == model.StatusRunning && s.Driver == "":
 		return fmt.Errorf("a start needs the driver it runs on: %w", errdefs.ErrInvalidArgument)
 	}
 	if err := checkText("driver", s.Driver, maxText); err != nil {
@@ -66,20 +67,20 @@ func checkStep(s store.Step) error {
 }
 
 // checkAdmission checks the first step of an execution.
-func checkAdmission(s store.Step) error {
+func checkAdmission(s model.Step) error {
 	if err := checkStep(s); err != nil {
 		return err
 	}
-	waits := s.To == store.StatusAwaitingApproval
+	waits := s.To == model.StatusAwaitingApproval
 	switch {
-	case s.To != store.StatusQueued && !waits:
+	case s.To != model.StatusQueued && !waits:
 		return fmt.Errorf("an admission to %s: an execution starts queued or awaiting approval: %w", s.To, errdefs.ErrInvalidArgument)
-	case waits != (s.Approval.To == store.ApprovalPending):
+	case waits != (s.Approval.To == model.ApprovalPending):
 		return fmt.Errorf("an admission to %s with approval change %q: a request awaits approval exactly when it has one pending: %w",
 			s.To, s.Approval.To, errdefs.ErrInvalidArgument)
-	case s.Credits.Kind != "" && s.Credits.Kind != store.LedgerReserve:
+	case s.Credits.Kind != "" && s.Credits.Kind != model.LedgerReserve:
 		return fmt.Errorf("an admission can only reserve credits, not %s them: %w", s.Credits.Kind, errdefs.ErrInvalidArgument)
-	case s.Credits.Kind == store.LedgerReserve && (s.Credits.Amount <= 0 || s.Credits.Amount > maxBalance):
+	case s.Credits.Kind == model.LedgerReserve && (s.Credits.Amount <= 0 || s.Credits.Amount > maxBalance):
 		return fmt.Errorf("reserving %d credits: amount must be in (0, %d]: %w", s.Credits.Amount, maxBalance, errdefs.ErrInvalidArgument)
 	case s.Credits.Kind == "" && s.Credits.Amount != 0:
 		return fmt.Errorf("credits %d without a movement: %w", s.Credits.Amount, errdefs.ErrInvalidArgument)
@@ -103,7 +104,7 @@ func checkAdmission(s store.Step) error {
 }
 
 // checkTransition checks a step of an execution that exists.
-func checkTransition(s store.Step) error {
+func checkTransition(s model.Step) error {
 	if err := checkStep(s); err != nil {
 		return err
 	}
@@ -112,17 +113,17 @@ func checkTransition(s store.Step) error {
 		return fmt.Errorf("step from %q: an execution moves on only from a live status: %w", s.From, errdefs.ErrInvalidArgument)
 	case s.To == s.From:
 		return fmt.Errorf("step from %s to itself: %w", s.From, errdefs.ErrInvalidArgument)
-	case s.Credits.Kind != "" && s.Credits.Kind != store.LedgerCommit && s.Credits.Kind != store.LedgerRelease:
+	case s.Credits.Kind != "" && s.Credits.Kind != model.LedgerCommit && s.Credits.Kind != model.LedgerRelease:
 		return fmt.Errorf("a step of an admitted execution commits or releases its reservation, it does not %s: %w", s.Credits.Kind, errdefs.ErrInvalidArgument)
 	case s.Credits.Kind != "" && !s.To.Terminal():
 		return fmt.Errorf("a step to %s settles no reservation: it is settled when the execution ends: %w", s.To, errdefs.ErrInvalidArgument)
-	case s.Approval.To == store.ApprovalPending:
+	case s.Approval.To == model.ApprovalPending:
 		return fmt.Errorf("an approval request is created with its execution: %w", errdefs.ErrInvalidArgument)
-	case s.CoverSession && s.Approval.To != store.ApprovalApproved:
+	case s.CoverSession && s.Approval.To != model.ApprovalApproved:
 		return fmt.Errorf("a step that covers a session approves its approval request: %w", errdefs.ErrInvalidArgument)
 	case s.Approval.To != "" && !s.Approval.To.Valid():
 		return fmt.Errorf("approval change to %q: not a status: %w", s.Approval.To, errdefs.ErrInvalidArgument)
-	case (s.Approval.To == store.ApprovalApproved || s.Approval.To == store.ApprovalDenied) != (s.Approval.DecidedBy != ""):
+	case (s.Approval.To == model.ApprovalApproved || s.Approval.To == model.ApprovalDenied) != (s.Approval.DecidedBy != ""):
 		return fmt.Errorf("an approval change to %q by %q: a decision, and only a decision, names its decider: %w",
 			s.Approval.To, s.Approval.DecidedBy, errdefs.ErrInvalidArgument)
 	case !s.To.Terminal() && (len(s.Result) > 0 || s.Output.ExitCode != nil || len(s.Output.Stdout) > 0 || len(s.Output.Stderr) > 0):
@@ -132,7 +133,7 @@ func checkTransition(s store.Step) error {
 }
 
 // Admit implements store.Journal.
-func (s *Store) Admit(ctx context.Context, e store.NewExecution, st store.Step) (store.Admission, error) {
+func (s *Store) Admit(ctx context.Context, e store.NewExecution, st model.Step) (store.Admission, error) {
 	if err := checkRecord(e); err != nil {
 		return store.Admission{}, fmt.Errorf("admitting an execution: %w", err)
 	}
@@ -150,7 +151,7 @@ func (s *Store) Admit(ctx context.Context, e store.NewExecution, st store.Step) 
 			return fmt.Errorf("key %q does not belong to workspace %q: %w", e.KeyID, e.WorkspaceID, errdefs.ErrInvalidArgument)
 		}
 		now := s.at(st.At)
-		ex := store.Execution{
+		ex := model.Execution{
 			ID: e.ID, WorkspaceID: e.WorkspaceID, KeyID: e.KeyID, Status: st.To,
 			Runtime: e.Runtime, Tool: e.Tool, Request: e.Request, IdempotencyKey: e.IdempotencyKey,
 			InputSHA256: e.InputSHA256, CreatedAt: now,
@@ -158,10 +159,10 @@ func (s *Store) Admit(ctx context.Context, e store.NewExecution, st store.Step) 
 		if ex.ID == "" {
 			ex.ID = newID("ex")
 		}
-		if st.Credits.Kind == store.LedgerReserve {
+		if st.Credits.Kind == model.LedgerReserve {
 			ex.ReservationID, ex.Credits = newID("res"), st.Credits.Amount
 		}
-		if st.Approval.To == store.ApprovalPending {
+		if st.Approval.To == model.ApprovalPending {
 			ex.ApprovalID = newID("apr")
 		}
 		if e.SessionID != "" {
@@ -201,8 +202,8 @@ func (s *Store) Admit(ctx context.Context, e store.NewExecution, st store.Step) 
 			return err
 		}
 		if ex.ApprovalID != "" {
-			a := store.Approval{ID: ex.ApprovalID, ExecutionID: ex.ID, WorkspaceID: ex.WorkspaceID,
-				Status: store.ApprovalPending, Card: st.Approval.Card, RequestedAt: now,
+			a := model.Approval{ID: ex.ApprovalID, ExecutionID: ex.ID, WorkspaceID: ex.WorkspaceID,
+				Status: model.ApprovalPending, Card: st.Approval.Card, RequestedAt: now,
 				ExpiresAt: store.TruncateTime(st.Approval.ExpiresAt)}
 			if _, err := q.Exec(ctx, `INSERT INTO approval_requests (id, execution_id, workspace_id, status, card,
 				requested_at, expires_at, reason) VALUES ($1, $2, $3, $4, $5, $6, $7, '')`,
@@ -233,11 +234,11 @@ func (s *Store) at(t time.Time) time.Time {
 // request before the execution, as Admit creates them, so that two steps
 // of one execution cannot deadlock: the second waits for the first, then
 // finds the execution moved on.
-func (s *Store) Apply(ctx context.Context, id string, st store.Step) (store.Execution, error) {
+func (s *Store) Apply(ctx context.Context, id string, st model.Step) (model.Execution, error) {
 	if err := checkTransition(st); err != nil {
-		return store.Execution{}, fmt.Errorf("applying a step of execution %q: %w", id, err)
+		return model.Execution{}, fmt.Errorf("applying a step of execution %q: %w", id, err)
 	}
-	var ex store.Execution
+	var ex model.Execution
 	err := s.inTx(ctx, func(q Querier) (err error) {
 		if st.Approval.To != "" {
 			if err := s.closeApproval(ctx, q, id, st); err != nil {
@@ -253,7 +254,7 @@ func (s *Store) Apply(ctx context.Context, id string, st store.Step) (store.Exec
 		at := s.at(st.At)
 		ex.Status = st.To
 		switch {
-		case st.To == store.StatusRunning:
+		case st.To == model.StatusRunning:
 			ex.StartedAt, ex.Driver = at, st.Driver
 		case st.To.Terminal():
 			ex.FinishedAt = at
@@ -287,14 +288,14 @@ func (s *Store) Apply(ctx context.Context, id string, st store.Step) (store.Exec
 		return err
 	})
 	if err != nil {
-		return store.Execution{}, fmt.Errorf("applying a step of execution %q from %s to %s: %w", id, st.From, st.To, err)
+		return model.Execution{}, fmt.Errorf("applying a step of execution %q from %s to %s: %w", id, st.From, st.To, err)
 	}
 	return ex, nil
 }
 
 // closeApproval applies st's change of execution id's approval request,
 // which must be pending.
-func (s *Store) closeApproval(ctx context.Context, q Querier, id string, st store.Step) error {
+func (s *Store) closeApproval(ctx context.Context, q Querier, id string, st model.Step) error {
 	var approvalID string
 	if err := lookupRow(ctx, q, id, `SELECT approval_id FROM executions WHERE id = $1`, id).Scan(scanStr(&approvalID)); err != nil {
 		return fmt.Errorf("execution %q: %w", id, notFound(err))
@@ -306,7 +307,7 @@ func (s *Store) closeApproval(ctx context.Context, q Querier, id string, st stor
 	if err != nil {
 		return fmt.Errorf("approval %q: %w", approvalID, notFound(err))
 	}
-	if a.Status != store.ApprovalPending {
+	if a.Status != model.ApprovalPending {
 		return errdefs.Publicf("approval %s is already %s: %w", a.ID, a.Status, errdefs.ErrConflict)
 	}
 	var decidedAt time.Time
@@ -327,7 +328,7 @@ func (s *Store) closeApproval(ctx context.Context, q Querier, id string, st stor
 
 // settleFor settles ex's reservation as st says and returns what it
 // charged. An execution that ends must leave no reservation open.
-func (s *Store) settleFor(ctx context.Context, q Querier, ex store.Execution, st store.Step) (int64, error) {
+func (s *Store) settleFor(ctx context.Context, q Querier, ex model.Execution, st model.Step) (int64, error) {
 	if ex.ReservationID == "" {
 		if st.Credits.Kind != "" {
 			return 0, fmt.Errorf("execution %s has no reservation to %s: %w", ex.ID, st.Credits.Kind, errdefs.ErrInvalidArgument)
@@ -335,11 +336,11 @@ func (s *Store) settleFor(ctx context.Context, q Querier, ex store.Execution, st
 		return 0, nil
 	}
 	switch st.Credits.Kind {
-	case store.LedgerCommit:
-		r, err := s.settle(ctx, q, ex.ReservationID, store.ReservationCommitted)
+	case model.LedgerCommit:
+		r, err := s.settle(ctx, q, ex.ReservationID, model.ReservationCommitted)
 		return r.Amount, err
-	case store.LedgerRelease:
-		_, err := s.settle(ctx, q, ex.ReservationID, store.ReservationReleased)
+	case model.LedgerRelease:
+		_, err := s.settle(ctx, q, ex.ReservationID, model.ReservationReleased)
 		return 0, err
 	}
 	if !st.To.Terminal() {
@@ -349,7 +350,7 @@ func (s *Store) settleFor(ctx context.Context, q Querier, ex store.Execution, st
 	if err != nil {
 		return 0, err
 	}
-	if r.Status == store.ReservationOpen {
+	if r.Status == model.ReservationOpen {
 		return 0, fmt.Errorf("execution %s ends %s with its reservation still open: commit or release it: %w", ex.ID, st.To, errdefs.ErrInvalidArgument)
 	}
 	return 0, nil
@@ -357,9 +358,9 @@ func (s *Store) settleFor(ctx context.Context, q Querier, ex store.Execution, st
 
 // recordCall mirrors ex, as st left it, on its tool_calls row and, when it
 // ended, writes its tool_invocations row.
-func (s *Store) recordCall(ctx context.Context, q Querier, ex store.Execution, st store.Step, charged int64) error {
+func (s *Store) recordCall(ctx context.Context, q Querier, ex model.Execution, st model.Step, charged int64) error {
 	switch {
-	case st.To == store.StatusRunning:
+	case st.To == model.StatusRunning:
 		_, err := q.Exec(ctx, `UPDATE tool_calls SET status = $2, started_at = $3, driver = $4 WHERE execution_id = $1`,
 			ex.ID, string(ex.Status), s.tm(ex.StartedAt), ex.Driver)
 		return err
@@ -392,7 +393,7 @@ func (s *Store) recordCall(ctx context.Context, q Querier, ex store.Execution, s
 }
 
 // ListLiveExecutions implements store.Executions.
-func (s *Store) ListLiveExecutions(ctx context.Context) ([]store.Execution, error) {
+func (s *Store) ListLiveExecutions(ctx context.Context) ([]model.Execution, error) {
 	out, err := queryAll(ctx, s.b.Reader(), scanExecution, `SELECT `+executionCols+` FROM executions
 		WHERE status IN ('queued', 'running') ORDER BY created_at, id`)
 	if err != nil {
@@ -402,7 +403,7 @@ func (s *Store) ListLiveExecutions(ctx context.Context) ([]store.Execution, erro
 }
 
 // ListDueApprovals implements store.Approvals.
-func (s *Store) ListDueApprovals(ctx context.Context, now time.Time) ([]store.Approval, error) {
+func (s *Store) ListDueApprovals(ctx context.Context, now time.Time) ([]model.Approval, error) {
 	out, err := queryAll(ctx, s.b.Reader(), scanApproval, `SELECT `+approvalCols+` FROM approval_requests
 		WHERE status = 'pending' AND expires_at <= $1 ORDER BY expires_at, id`, s.tm(store.TruncateTime(now)))
 	if err != nil {

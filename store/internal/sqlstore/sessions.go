@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/stockade-sh/stockade/errdefs"
+	"github.com/stockade-sh/stockade/model"
 	"github.com/stockade-sh/stockade/store"
 )
 
@@ -18,9 +19,9 @@ const sessionCols = `id, workspace_id, key_id, tool, runtime, driver, sandbox_id
 	approval, approval_id, approved_by, idle_timeout_ms, workspace_bytes, cells, idempotency_key, request_sha256,
 	created_at, expires_at, last_active_at, ended_at, paused_at, checkpoint_bytes`
 
-func scanSession(r Row) (store.Session, error) {
+func scanSession(r Row) (model.Session, error) {
 	var (
-		ss                      store.Session
+		ss                      model.Session
 		state, reason, approval string
 		idleMS                  int64
 	)
@@ -28,7 +29,7 @@ func scanSession(r Row) (store.Session, error) {
 		&state, scanStr(&reason), &approval, scanStr(&ss.ApprovalID), scanStr(&ss.ApprovedBy), &idleMS, &ss.WorkspaceBytes,
 		&ss.Cells, scanStr(&ss.IdempotencyKey), &ss.RequestSHA256, scanTime(&ss.CreatedAt), scanTime(&ss.ExpiresAt),
 		scanTime(&ss.LastActiveAt), scanTime(&ss.EndedAt), scanTime(&ss.PausedAt), &ss.CheckpointBytes)
-	ss.State, ss.EndReason, ss.Approval = store.SessionState(state), store.SessionEndReason(reason), store.ApprovalMode(approval)
+	ss.State, ss.EndReason, ss.Approval = model.SessionState(state), model.SessionEndReason(reason), model.ApprovalMode(approval)
 	ss.IdleTimeout = time.Duration(idleMS) * time.Millisecond
 	return ss, err
 }
@@ -50,7 +51,7 @@ func checkNewSession(n store.NewSession) error {
 		return err
 	}
 	switch {
-	case n.Approval != store.ApprovalRequired && n.Approval != store.ApprovalNone && n.Approval != store.ApprovalPerSession:
+	case n.Approval != model.ApprovalRequired && n.Approval != model.ApprovalNone && n.Approval != model.ApprovalPerSession:
 		return errdefs.Publicf("approval mode %q: %w", n.Approval, errdefs.ErrInvalidArgument)
 	case n.IdleTimeout < time.Millisecond:
 		return errdefs.Publicf("idle timeout %v: must be at least 1ms: %w", n.IdleTimeout, errdefs.ErrInvalidArgument)
@@ -63,12 +64,12 @@ func checkNewSession(n store.NewSession) error {
 }
 
 // OpenSession implements store.Sessions.
-func (s *Store) OpenSession(ctx context.Context, n store.NewSession) (store.Session, bool, error) {
+func (s *Store) OpenSession(ctx context.Context, n store.NewSession) (model.Session, bool, error) {
 	if err := checkNewSession(n); err != nil {
-		return store.Session{}, false, fmt.Errorf("opening a session: %w", err)
+		return model.Session{}, false, fmt.Errorf("opening a session: %w", err)
 	}
 	var (
-		ss       store.Session
+		ss       model.Session
 		replayed bool
 	)
 	err := s.inTx(ctx, func(q Querier) error {
@@ -110,9 +111,9 @@ func (s *Store) OpenSession(ctx context.Context, n store.NewSession) (store.Sess
 			}
 		}
 		now := s.at(n.At)
-		ss = store.Session{
+		ss = model.Session{
 			ID: n.ID, WorkspaceID: n.WorkspaceID, KeyID: n.KeyID, Tool: n.Tool, Runtime: n.Runtime, Driver: n.Driver,
-			SandboxID: n.SandboxID, Network: n.Network, State: store.SessionActive, Approval: n.Approval,
+			SandboxID: n.SandboxID, Network: n.Network, State: model.SessionActive, Approval: n.Approval,
 			IdleTimeout: n.IdleTimeout.Truncate(time.Millisecond), CreatedAt: now, ExpiresAt: store.TruncateTime(n.ExpiresAt),
 			LastActiveAt: now, WorkspaceBytes: n.WorkspaceBytes, IdempotencyKey: n.IdempotencyKey, RequestSHA256: n.RequestSHA256,
 		}
@@ -128,28 +129,28 @@ func (s *Store) OpenSession(ctx context.Context, n store.NewSession) (store.Sess
 		return err
 	})
 	if err != nil {
-		return store.Session{}, false, fmt.Errorf("opening session %q in workspace %q: %w", n.ID, n.WorkspaceID, err)
+		return model.Session{}, false, fmt.Errorf("opening session %q in workspace %q: %w", n.ID, n.WorkspaceID, err)
 	}
 	return ss, replayed, nil
 }
 
 // EndSession implements store.Sessions.
-func (s *Store) EndSession(ctx context.Context, id string, e store.SessionEnd) (store.Session, error) {
+func (s *Store) EndSession(ctx context.Context, id string, e store.SessionEnd) (model.Session, error) {
 	if !e.Reason.Valid() {
-		return store.Session{}, errdefs.Publicf("ending session %q: reason %q: %w", id, e.Reason, errdefs.ErrInvalidArgument)
+		return model.Session{}, errdefs.Publicf("ending session %q: reason %q: %w", id, e.Reason, errdefs.ErrInvalidArgument)
 	}
 	if err := checkEvents(e.Audit); err != nil {
-		return store.Session{}, fmt.Errorf("ending session %q: %w", id, err)
+		return model.Session{}, fmt.Errorf("ending session %q: %w", id, err)
 	}
-	var ss store.Session
+	var ss model.Session
 	err := s.inTx(ctx, func(q Querier) (err error) {
 		if ss, err = scanSession(lookupRow(ctx, q, id, `SELECT `+sessionCols+` FROM sessions WHERE id = $1`+s.d.ForUpdate, id)); err != nil {
 			return notFound(err)
 		}
-		if ss.State == store.SessionEnded {
+		if ss.State == model.SessionEnded {
 			return errdefs.Publicf("session ended (%s) at %s: %w", ss.EndReason, ss.EndedAt.Format(time.RFC3339), errdefs.ErrConflict)
 		}
-		ss.State, ss.EndReason, ss.EndedAt, ss.PausedAt, ss.CheckpointBytes = store.SessionEnded, e.Reason, s.at(e.At), time.Time{}, 0
+		ss.State, ss.EndReason, ss.EndedAt, ss.PausedAt, ss.CheckpointBytes = model.SessionEnded, e.Reason, s.at(e.At), time.Time{}, 0
 		n, err := q.Exec(ctx, `UPDATE sessions SET state = 'ended', end_reason = $2, ended_at = $3, paused_at = NULL, checkpoint_bytes = 0
 			WHERE id = $1 AND state <> 'ended'`, id, string(ss.EndReason), s.tm(ss.EndedAt))
 		if err != nil {
@@ -162,25 +163,25 @@ func (s *Store) EndSession(ctx context.Context, id string, e store.SessionEnd) (
 		return err
 	})
 	if err != nil {
-		return store.Session{}, fmt.Errorf("ending session %q: %w", id, err)
+		return model.Session{}, fmt.Errorf("ending session %q: %w", id, err)
 	}
 	return ss, nil
 }
 
 // PauseSession implements store.Sessions.
-func (s *Store) PauseSession(ctx context.Context, id string, p store.SessionPause) (store.Session, error) {
+func (s *Store) PauseSession(ctx context.Context, id string, p store.SessionPause) (model.Session, error) {
 	if p.CheckpointBytes < 0 {
-		return store.Session{}, errdefs.Publicf("pausing session %q: checkpoint bytes %d: %w", id, p.CheckpointBytes, errdefs.ErrInvalidArgument)
+		return model.Session{}, errdefs.Publicf("pausing session %q: checkpoint bytes %d: %w", id, p.CheckpointBytes, errdefs.ErrInvalidArgument)
 	}
 	if err := checkEvents(p.Audit); err != nil {
-		return store.Session{}, fmt.Errorf("pausing session %q: %w", id, err)
+		return model.Session{}, fmt.Errorf("pausing session %q: %w", id, err)
 	}
-	var ss store.Session
+	var ss model.Session
 	err := s.inTx(ctx, func(q Querier) (err error) {
 		if ss, err = scanSession(lookupRow(ctx, q, id, `SELECT `+sessionCols+` FROM sessions WHERE id = $1`+s.d.ForUpdate, id)); err != nil {
 			return notFound(err)
 		}
-		if ss.State != store.SessionActive {
+		if ss.State != model.SessionActive {
 			return errdefs.Publicf("session is %s: %w", ss.State, errdefs.ErrConflict)
 		}
 		if busy, err := s.pendingCell(ctx, q, id); err != nil {
@@ -188,7 +189,7 @@ func (s *Store) PauseSession(ctx context.Context, id string, p store.SessionPaus
 		} else if busy != "" {
 			return errdefs.Publicf("session is busy: cell execution %s has not ended: %w", busy, errdefs.ErrConflict)
 		}
-		ss.State, ss.PausedAt, ss.CheckpointBytes = store.SessionPaused, s.at(p.At), p.CheckpointBytes
+		ss.State, ss.PausedAt, ss.CheckpointBytes = model.SessionPaused, s.at(p.At), p.CheckpointBytes
 		if _, err := q.Exec(ctx, `UPDATE sessions SET state = 'paused', paused_at = $2, checkpoint_bytes = $3 WHERE id = $1`,
 			id, s.tm(ss.PausedAt), ss.CheckpointBytes); err != nil {
 			return err
@@ -197,29 +198,29 @@ func (s *Store) PauseSession(ctx context.Context, id string, p store.SessionPaus
 		return err
 	})
 	if err != nil {
-		return store.Session{}, fmt.Errorf("pausing session %q: %w", id, err)
+		return model.Session{}, fmt.Errorf("pausing session %q: %w", id, err)
 	}
 	return ss, nil
 }
 
 // ResumeSession implements store.Sessions.
-func (s *Store) ResumeSession(ctx context.Context, id string, r store.SessionResume) (store.Session, error) {
+func (s *Store) ResumeSession(ctx context.Context, id string, r store.SessionResume) (model.Session, error) {
 	if err := checkRequired("sandbox id", r.SandboxID, maxText); err != nil {
-		return store.Session{}, fmt.Errorf("resuming session %q: %w", id, err)
+		return model.Session{}, fmt.Errorf("resuming session %q: %w", id, err)
 	}
 	if err := checkEvents(r.Audit); err != nil {
-		return store.Session{}, fmt.Errorf("resuming session %q: %w", id, err)
+		return model.Session{}, fmt.Errorf("resuming session %q: %w", id, err)
 	}
-	var ss store.Session
+	var ss model.Session
 	err := s.inTx(ctx, func(q Querier) (err error) {
 		if ss, err = scanSession(lookupRow(ctx, q, id, `SELECT `+sessionCols+` FROM sessions WHERE id = $1`+s.d.ForUpdate, id)); err != nil {
 			return notFound(err)
 		}
-		if ss.State != store.SessionPaused {
+		if ss.State != model.SessionPaused {
 			return errdefs.Publicf("session is %s: %w", ss.State, errdefs.ErrConflict)
 		}
 		at := s.at(r.At)
-		ss.State, ss.SandboxID, ss.PausedAt, ss.CheckpointBytes = store.SessionActive, r.SandboxID, time.Time{}, 0
+		ss.State, ss.SandboxID, ss.PausedAt, ss.CheckpointBytes = model.SessionActive, r.SandboxID, time.Time{}, 0
 		if at.After(ss.LastActiveAt) {
 			ss.LastActiveAt = at
 		}
@@ -231,7 +232,7 @@ func (s *Store) ResumeSession(ctx context.Context, id string, r store.SessionRes
 		return err
 	})
 	if err != nil {
-		return store.Session{}, fmt.Errorf("resuming session %q: %w", id, err)
+		return model.Session{}, fmt.Errorf("resuming session %q: %w", id, err)
 	}
 	return ss, nil
 }
@@ -260,7 +261,7 @@ func (s *Store) pendingCell(ctx context.Context, q Querier, id string) (string, 
 // cell: the session must be the workspace's and active, and have no cell
 // that has not ended. A retry of a cell already admitted (its idempotency
 // key) is answered with the first one instead, and replayed is set.
-func (s *Store) admitCell(ctx context.Context, q Querier, e store.NewExecution, ex *store.Execution, now time.Time, adm *store.Admission) (replayed bool, err error) {
+func (s *Store) admitCell(ctx context.Context, q Querier, e store.NewExecution, ex *model.Execution, now time.Time, adm *store.Admission) (replayed bool, err error) {
 	ss, err := scanSession(lookupRow(ctx, q, e.SessionID, `SELECT `+sessionCols+` FROM sessions WHERE id = $1`+s.d.ForUpdate, e.SessionID))
 	if err != nil || ss.WorkspaceID != e.WorkspaceID {
 		if err == nil || notFound(err) == errdefs.ErrNotFound {
@@ -279,9 +280,9 @@ func (s *Store) admitCell(ctx context.Context, q Querier, e store.NewExecution, 
 		}
 	}
 	switch ss.State {
-	case store.SessionPaused:
+	case model.SessionPaused:
 		return false, errdefs.Publicf("session %s is paused; resume it: %w", ss.ID, errdefs.ErrFailedPrecondition)
-	case store.SessionEnded:
+	case model.SessionEnded:
 		return false, errdefs.Publicf("session %s ended (%s) at %s: %w", ss.ID, ss.EndReason, ss.EndedAt.Format(time.RFC3339), errdefs.ErrFailedPrecondition)
 	}
 	if busy, err := s.pendingCell(ctx, q, ss.ID); err != nil {
@@ -296,7 +297,7 @@ func (s *Store) admitCell(ctx context.Context, q Querier, e store.NewExecution, 
 
 // touchSession records, for a step of a cell, the session's activity and,
 // when the step says so, the approval that now covers it.
-func (s *Store) touchSession(ctx context.Context, q Querier, ex store.Execution, st store.Step, at time.Time) error {
+func (s *Store) touchSession(ctx context.Context, q Querier, ex model.Execution, st model.Step, at time.Time) error {
 	if ex.SessionID == "" {
 		if st.CoverSession {
 			return errdefs.Publicf("execution %s is no cell of a session to cover: %w", ex.ID, errdefs.ErrInvalidArgument)
@@ -315,33 +316,33 @@ func (s *Store) touchSession(ctx context.Context, q Querier, ex store.Execution,
 }
 
 // GetSession implements store.Sessions.
-func (s *Store) GetSession(ctx context.Context, workspaceID, id string) (store.Session, error) {
+func (s *Store) GetSession(ctx context.Context, workspaceID, id string) (model.Session, error) {
 	ss, err := scanSession(lookupRow(ctx, s.b.Reader(), id, `SELECT `+sessionCols+` FROM sessions WHERE id = $1 AND workspace_id = $2`, id, workspaceID))
 	if errors.Is(err, sql.ErrNoRows) {
 		// Another workspace's session is not found either.
-		return store.Session{}, errdefs.Publicf("session %q not found in the workspace: %w", id, errdefs.ErrNotFound)
+		return model.Session{}, errdefs.Publicf("session %q not found in the workspace: %w", id, errdefs.ErrNotFound)
 	}
 	if err != nil {
-		return store.Session{}, fmt.Errorf("getting session %q: %w", id, s.classify(err))
+		return model.Session{}, fmt.Errorf("getting session %q: %w", id, s.classify(err))
 	}
 	return ss, nil
 }
 
 // ReplaySession implements store.Sessions.
-func (s *Store) ReplaySession(ctx context.Context, keyID, key string) (store.Session, error) {
+func (s *Store) ReplaySession(ctx context.Context, keyID, key string) (model.Session, error) {
 	if key == "" {
-		return store.Session{}, errdefs.Publicf("replaying a session: no idempotency key: %w", errdefs.ErrNotFound)
+		return model.Session{}, errdefs.Publicf("replaying a session: no idempotency key: %w", errdefs.ErrNotFound)
 	}
 	ss, err := scanSession(lookupRow(ctx, s.b.Reader(), key, `SELECT `+sessionCols+` FROM sessions WHERE key_id = $1 AND idempotency_key = $2`,
 		keyID, key))
 	if err != nil {
-		return store.Session{}, fmt.Errorf("replaying the session of idempotency key %q: %w", key, s.classify(notFound(err)))
+		return model.Session{}, fmt.Errorf("replaying the session of idempotency key %q: %w", key, s.classify(notFound(err)))
 	}
 	return ss, nil
 }
 
 // ListSessions implements store.Sessions.
-func (s *Store) ListSessions(ctx context.Context, workspaceID string, f store.SessionFilter) (store.Page[store.Session], error) {
+func (s *Store) ListSessions(ctx context.Context, workspaceID string, f store.SessionFilter) (store.Page[model.Session], error) {
 	var a args
 	where := []string{"workspace_id = " + a.add(workspaceID)}
 	if len(f.States) > 0 {
@@ -349,17 +350,17 @@ func (s *Store) ListSessions(ctx context.Context, workspaceID string, f store.Se
 	}
 	tail, n, err := s.timePage(&a, &where, "created_at", f.PageRequest)
 	if err != nil {
-		return store.Page[store.Session]{}, fmt.Errorf("listing sessions: %w", err)
+		return store.Page[model.Session]{}, fmt.Errorf("listing sessions: %w", err)
 	}
 	items, err := queryAll(ctx, s.b.Reader(), scanSession, `SELECT `+sessionCols+` FROM sessions WHERE `+joinWhere(where)+tail, a...)
 	if err != nil {
-		return store.Page[store.Session]{}, fmt.Errorf("listing sessions of workspace %q: %w", workspaceID, s.classify(err))
+		return store.Page[model.Session]{}, fmt.Errorf("listing sessions of workspace %q: %w", workspaceID, s.classify(err))
 	}
-	return finishPage(items, n, func(ss store.Session) cursor { return timeCursor(ss.CreatedAt, ss.ID) }), nil
+	return finishPage(items, n, func(ss model.Session) cursor { return timeCursor(ss.CreatedAt, ss.ID) }), nil
 }
 
 // ListActiveSessions implements store.Sessions.
-func (s *Store) ListActiveSessions(ctx context.Context) ([]store.Session, error) {
+func (s *Store) ListActiveSessions(ctx context.Context) ([]model.Session, error) {
 	out, err := queryAll(ctx, s.b.Reader(), scanSession, `SELECT `+sessionCols+` FROM sessions WHERE state = 'active' ORDER BY created_at, id`)
 	if err != nil {
 		return nil, fmt.Errorf("listing active sessions: %w", s.classify(err))
@@ -368,7 +369,7 @@ func (s *Store) ListActiveSessions(ctx context.Context) ([]store.Session, error)
 }
 
 // ListPausedSessions implements store.Sessions.
-func (s *Store) ListPausedSessions(ctx context.Context) ([]store.Session, error) {
+func (s *Store) ListPausedSessions(ctx context.Context) ([]model.Session, error) {
 	out, err := queryAll(ctx, s.b.Reader(), scanSession, `SELECT `+sessionCols+` FROM sessions WHERE state = 'paused' ORDER BY created_at, id`)
 	if err != nil {
 		return nil, fmt.Errorf("listing paused sessions: %w", s.classify(err))

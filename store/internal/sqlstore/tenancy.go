@@ -8,18 +8,19 @@ import (
 	"time"
 
 	"github.com/stockade-sh/stockade/errdefs"
+	"github.com/stockade-sh/stockade/model"
 	"github.com/stockade-sh/stockade/store"
 )
 
 // CreateWorkspace implements store.Workspaces.
-func (s *Store) CreateWorkspace(ctx context.Context, name string, audit func(store.Workspace) []store.NewEvent) (store.Workspace, error) {
+func (s *Store) CreateWorkspace(ctx context.Context, name string, audit func(model.Workspace) []model.NewEvent) (model.Workspace, error) {
 	if err := checkRequired("workspace name", name, 128); err != nil {
-		return store.Workspace{}, fmt.Errorf("creating workspace: %w", err)
+		return model.Workspace{}, fmt.Errorf("creating workspace: %w", err)
 	}
-	w := store.Workspace{ID: newID("ws"), Name: name, CreatedAt: s.clock()}
-	p, err := normalisePolicy(store.DefaultPolicy())
+	w := model.Workspace{ID: newID("ws"), Name: name, CreatedAt: s.clock()}
+	p, err := normalisePolicy(model.DefaultPolicy())
 	if err != nil {
-		return store.Workspace{}, err
+		return model.Workspace{}, err
 	}
 	err = s.inTx(ctx, func(q Querier) error {
 		if _, err := q.Exec(ctx, `INSERT INTO workspaces (id, name, created_at) VALUES ($1, $2, $3)`,
@@ -41,42 +42,42 @@ func (s *Store) CreateWorkspace(ctx context.Context, name string, audit func(sto
 	if errdefs.IsConflict(err) {
 		// The name is the only unique value of the row the caller chose;
 		// the database's own words name a constraint.
-		return store.Workspace{}, errdefs.Publicf("workspace %q already exists: %w", name, errdefs.ErrConflict)
+		return model.Workspace{}, errdefs.Publicf("workspace %q already exists: %w", name, errdefs.ErrConflict)
 	}
 	if err != nil {
-		return store.Workspace{}, fmt.Errorf("creating workspace %q: %w", name, err)
+		return model.Workspace{}, fmt.Errorf("creating workspace %q: %w", name, err)
 	}
 	return w, nil
 }
 
 const workspaceCols = `id, name, created_at`
 
-func scanWorkspace(r Row) (store.Workspace, error) {
-	var w store.Workspace
+func scanWorkspace(r Row) (model.Workspace, error) {
+	var w model.Workspace
 	err := r.Scan(&w.ID, &w.Name, scanTime(&w.CreatedAt))
 	return w, err
 }
 
 // GetWorkspace implements store.Workspaces.
-func (s *Store) GetWorkspace(ctx context.Context, id string) (store.Workspace, error) {
+func (s *Store) GetWorkspace(ctx context.Context, id string) (model.Workspace, error) {
 	w, err := scanWorkspace(lookupRow(ctx, s.b.Reader(), id, `SELECT `+workspaceCols+` FROM workspaces WHERE id = $1`, id))
 	if err != nil {
-		return store.Workspace{}, s.missing(err, "workspace", id)
+		return model.Workspace{}, s.missing(err, "workspace", id)
 	}
 	return w, nil
 }
 
 // GetWorkspaceByName implements store.Workspaces.
-func (s *Store) GetWorkspaceByName(ctx context.Context, name string) (store.Workspace, error) {
+func (s *Store) GetWorkspaceByName(ctx context.Context, name string) (model.Workspace, error) {
 	w, err := scanWorkspace(lookupRow(ctx, s.b.Reader(), name, `SELECT `+workspaceCols+` FROM workspaces WHERE name = $1`, name))
 	if err != nil {
-		return store.Workspace{}, s.missing(err, "workspace named", name)
+		return model.Workspace{}, s.missing(err, "workspace named", name)
 	}
 	return w, nil
 }
 
 // ListWorkspaces implements store.Workspaces.
-func (s *Store) ListWorkspaces(ctx context.Context) ([]store.Workspace, error) {
+func (s *Store) ListWorkspaces(ctx context.Context) ([]model.Workspace, error) {
 	ws, err := queryAll(ctx, s.b.Reader(), scanWorkspace, `SELECT `+workspaceCols+` FROM workspaces ORDER BY name`)
 	if err != nil {
 		return nil, fmt.Errorf("listing workspaces: %w", s.classify(err))
@@ -97,17 +98,17 @@ func requireWorkspace(ctx context.Context, q Querier, id string) error {
 }
 
 // CreateAPIKey implements store.Keys.
-func (s *Store) CreateAPIKey(ctx context.Context, k store.NewAPIKey) (store.APIKey, error) {
+func (s *Store) CreateAPIKey(ctx context.Context, k store.NewAPIKey) (model.APIKey, error) {
 	if !k.Role.Valid() {
-		return store.APIKey{}, errdefs.Publicf("creating API key: unknown role %q: %w", k.Role, errdefs.ErrInvalidArgument)
+		return model.APIKey{}, errdefs.Publicf("creating API key: unknown role %q: %w", k.Role, errdefs.ErrInvalidArgument)
 	}
-	if k.Hash == (store.KeyHash{}) {
-		return store.APIKey{}, errdefs.Publicf("creating API key: hash is required: %w", errdefs.ErrInvalidArgument)
+	if k.Hash == (model.KeyHash{}) {
+		return model.APIKey{}, errdefs.Publicf("creating API key: hash is required: %w", errdefs.ErrInvalidArgument)
 	}
 	if err := checkText("key name", k.Name, maxText); err != nil {
-		return store.APIKey{}, fmt.Errorf("creating API key: %w", err)
+		return model.APIKey{}, fmt.Errorf("creating API key: %w", err)
 	}
-	key := store.APIKey{ID: newID("key"), WorkspaceID: k.WorkspaceID, Role: k.Role, Hash: k.Hash, Name: k.Name, CreatedAt: s.clock()}
+	key := model.APIKey{ID: newID("key"), WorkspaceID: k.WorkspaceID, Role: k.Role, Hash: k.Hash, Name: k.Name, CreatedAt: s.clock()}
 	err := s.inTx(ctx, func(q Querier) error {
 		if err := requireWorkspace(ctx, q, k.WorkspaceID); err != nil {
 			return err
@@ -120,25 +121,25 @@ func (s *Store) CreateAPIKey(ctx context.Context, k store.NewAPIKey) (store.APIK
 		return s.appendAudit(ctx, q, key.WorkspaceID, k.Audit(key))
 	})
 	if errdefs.IsConflict(err) {
-		return store.APIKey{}, errdefs.Publicf("creating %s key in workspace %q: a key with this hash exists already: %w", k.Role, k.WorkspaceID, errdefs.ErrConflict)
+		return model.APIKey{}, errdefs.Publicf("creating %s key in workspace %q: a key with this hash exists already: %w", k.Role, k.WorkspaceID, errdefs.ErrConflict)
 	}
 	if err != nil {
-		return store.APIKey{}, fmt.Errorf("creating %s key in workspace %q: %w", k.Role, k.WorkspaceID, err)
+		return model.APIKey{}, fmt.Errorf("creating %s key in workspace %q: %w", k.Role, k.WorkspaceID, err)
 	}
 	return key, nil
 }
 
 const keyCols = `id, workspace_id, role, name, hash, created_at, revoked_at, last_used_at`
 
-func scanKey(r Row) (store.APIKey, error) {
+func scanKey(r Row) (model.APIKey, error) {
 	var (
-		k         store.APIKey
+		k         model.APIKey
 		role, hsh string
 	)
 	if err := r.Scan(&k.ID, &k.WorkspaceID, &role, &k.Name, &hsh, scanTime(&k.CreatedAt), scanTime(&k.RevokedAt), scanTime(&k.LastUsedAt)); err != nil {
 		return k, err
 	}
-	k.Role = store.Role(role)
+	k.Role = model.Role(role)
 	b, err := hex.DecodeString(hsh)
 	if err != nil || len(b) != len(k.Hash) {
 		return k, errdefs.Publicf("decoding hash of key %s: %w", k.ID, errdefs.ErrFailedPrecondition)
@@ -148,26 +149,26 @@ func scanKey(r Row) (store.APIKey, error) {
 }
 
 // LookupAPIKey implements store.Keys.
-func (s *Store) LookupAPIKey(ctx context.Context, hash store.KeyHash) (store.APIKey, error) {
+func (s *Store) LookupAPIKey(ctx context.Context, hash model.KeyHash) (model.APIKey, error) {
 	k, err := scanKey(s.b.Reader().QueryRow(ctx,
 		`SELECT `+keyCols+` FROM api_keys WHERE hash = $1 AND revoked_at IS NULL`, hash.String()))
 	if err != nil {
-		return store.APIKey{}, fmt.Errorf("looking up API key: %w", s.classify(notFound(err)))
+		return model.APIKey{}, fmt.Errorf("looking up API key: %w", s.classify(notFound(err)))
 	}
 	return k, nil
 }
 
 // GetAPIKey implements store.Keys.
-func (s *Store) GetAPIKey(ctx context.Context, keyID string) (store.APIKey, error) {
+func (s *Store) GetAPIKey(ctx context.Context, keyID string) (model.APIKey, error) {
 	k, err := scanKey(lookupRow(ctx, s.b.Reader(), keyID, `SELECT `+keyCols+` FROM api_keys WHERE id = $1`, keyID))
 	if err != nil {
-		return store.APIKey{}, s.missing(err, "key", keyID)
+		return model.APIKey{}, s.missing(err, "key", keyID)
 	}
 	return k, nil
 }
 
 // ListAPIKeys implements store.Keys.
-func (s *Store) ListAPIKeys(ctx context.Context, workspaceID string) ([]store.APIKey, error) {
+func (s *Store) ListAPIKeys(ctx context.Context, workspaceID string) ([]model.APIKey, error) {
 	keys, err := queryAll(ctx, s.b.Reader(), scanKey,
 		`SELECT `+keyCols+` FROM api_keys WHERE workspace_id = $1 ORDER BY created_at, id`, workspaceID)
 	if err != nil {
@@ -177,7 +178,7 @@ func (s *Store) ListAPIKeys(ctx context.Context, workspaceID string) ([]store.AP
 }
 
 // RevokeAPIKey implements store.Keys.
-func (s *Store) RevokeAPIKey(ctx context.Context, workspaceID, keyID string, audit func(store.APIKey) []store.NewEvent) error {
+func (s *Store) RevokeAPIKey(ctx context.Context, workspaceID, keyID string, audit func(model.APIKey) []model.NewEvent) error {
 	err := s.inTx(ctx, func(q Querier) error {
 		k, err := scanKey(q.QueryRow(ctx, `SELECT `+keyCols+` FROM api_keys WHERE id = $1 AND workspace_id = $2`+s.d.ForUpdate,
 			keyID, workspaceID))
@@ -222,18 +223,18 @@ func (s *Store) RecordKeyUses(ctx context.Context, uses map[string]time.Time) er
 
 // normalisePolicy validates p and fills the documented meanings of zero
 // fields, so that both databases store the same thing.
-func normalisePolicy(p store.Policy) (store.Policy, error) {
+func normalisePolicy(p model.Policy) (model.Policy, error) {
 	switch p.Approval {
 	case "":
-		p.Approval = store.ApprovalRequired
-	case store.ApprovalRequired, store.ApprovalNone, store.ApprovalPerSession:
+		p.Approval = model.ApprovalRequired
+	case model.ApprovalRequired, model.ApprovalNone, model.ApprovalPerSession:
 	default:
 		return p, errdefs.Publicf("unknown approval mode %q: %w", p.Approval, errdefs.ErrInvalidArgument)
 	}
 	switch p.ToolChanges {
 	case "":
-		p.ToolChanges = store.ToolChangesFlag
-	case store.ToolChangesFlag, store.ToolChangesRequireReview:
+		p.ToolChanges = model.ToolChangesFlag
+	case model.ToolChangesFlag, model.ToolChangesRequireReview:
 	default:
 		return p, errdefs.Publicf("unknown tool change mode %q: %w", p.ToolChanges, errdefs.ErrInvalidArgument)
 	}
@@ -259,7 +260,7 @@ func normalisePolicy(p store.Policy) (store.Policy, error) {
 	return p, nil
 }
 
-func (s *Store) writePolicy(ctx context.Context, q Querier, workspaceID string, p store.Policy, at time.Time, insert bool) error {
+func (s *Store) writePolicy(ctx context.Context, q Querier, workspaceID string, p model.Policy, at time.Time, insert bool) error {
 	rts, err := json.Marshal(p.Runtimes)
 	if err != nil {
 		return fmt.Errorf("encoding runtimes: %w", err)
@@ -280,9 +281,9 @@ func (s *Store) writePolicy(ctx context.Context, q Querier, workspaceID string, 
 }
 
 // GetPolicy implements store.Policies.
-func (s *Store) GetPolicy(ctx context.Context, workspaceID string) (store.Policy, error) {
+func (s *Store) GetPolicy(ctx context.Context, workspaceID string) (model.Policy, error) {
 	var (
-		p        store.Policy
+		p        model.Policy
 		approval string
 		changes  string
 		rts      string
@@ -292,13 +293,13 @@ func (s *Store) GetPolicy(ctx context.Context, workspaceID string) (store.Policy
 		tool_changes, updated_at, max_sessions FROM workspace_policies WHERE workspace_id = $1`, workspaceID).
 		Scan(&p.CodeExecution, &approval, &p.NetworkAllowed, &maxMS, &rts, &changes, scanTime(&p.UpdatedAt), &p.MaxSessions)
 	if err != nil {
-		return store.Policy{}, s.missing(err, "policy of workspace", workspaceID)
+		return model.Policy{}, s.missing(err, "policy of workspace", workspaceID)
 	}
-	p.Approval = store.ApprovalMode(approval)
-	p.ToolChanges = store.ToolChangeMode(changes)
+	p.Approval = model.ApprovalMode(approval)
+	p.ToolChanges = model.ToolChangeMode(changes)
 	p.MaxTimeout = time.Duration(maxMS) * time.Millisecond
 	if err := json.Unmarshal([]byte(rts), &p.Runtimes); err != nil {
-		return store.Policy{}, fmt.Errorf("decoding runtimes of workspace %q: %w", workspaceID, err)
+		return model.Policy{}, fmt.Errorf("decoding runtimes of workspace %q: %w", workspaceID, err)
 	}
 	if p.Runtimes == nil {
 		p.Runtimes = []string{}
@@ -307,10 +308,10 @@ func (s *Store) GetPolicy(ctx context.Context, workspaceID string) (store.Policy
 }
 
 // SetPolicy implements store.Policies.
-func (s *Store) SetPolicy(ctx context.Context, workspaceID string, p store.Policy, audit func(store.Policy) []store.NewEvent) (store.Policy, error) {
+func (s *Store) SetPolicy(ctx context.Context, workspaceID string, p model.Policy, audit func(model.Policy) []model.NewEvent) (model.Policy, error) {
 	p, err := normalisePolicy(p)
 	if err != nil {
-		return store.Policy{}, fmt.Errorf("setting policy of workspace %q: %w", workspaceID, err)
+		return model.Policy{}, fmt.Errorf("setting policy of workspace %q: %w", workspaceID, err)
 	}
 	p.UpdatedAt = s.clock()
 	if err := s.inTx(ctx, func(q Querier) error {
@@ -319,7 +320,7 @@ func (s *Store) SetPolicy(ctx context.Context, workspaceID string, p store.Polic
 		}
 		return s.appendAudit(ctx, q, workspaceID, audit(p))
 	}); err != nil {
-		return store.Policy{}, fmt.Errorf("setting policy of workspace %q: %w", workspaceID, err)
+		return model.Policy{}, fmt.Errorf("setting policy of workspace %q: %w", workspaceID, err)
 	}
 	return p, nil
 }

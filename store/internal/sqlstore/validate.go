@@ -8,7 +8,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/stockade-sh/stockade/errdefs"
-	"github.com/stockade-sh/stockade/store"
+	"github.com/stockade-sh/stockade/model"
 )
 
 // maxText bounds the short text fields (names, types, actors, ids).
@@ -75,7 +75,7 @@ func checkSHA256Hex(field, v string) error {
 	return nil
 }
 
-func checkEvent(e store.NewEvent) error {
+func checkEvent(e model.NewEvent) error {
 	if err := checkRequired("event type", e.Type, maxText); err != nil {
 		return err
 	}
@@ -96,7 +96,7 @@ func checkEvent(e store.NewEvent) error {
 	return checkJSON("event data", e.Data)
 }
 
-func checkEvents(es []store.NewEvent) error {
+func checkEvents(es []model.NewEvent) error {
 	for _, e := range es {
 		if err := checkEvent(e); err != nil {
 			return err
