@@ -13,7 +13,7 @@ import (
 	"testing"
 )
 
-const storeImport = "github.com/stockade-sh/stockade/store"
+const modelImport = "github.com/stockade-sh/stockade/model"
 
 // handBuilt lists where the module's code, tests aside, may build a
 // model.NewEvent itself: package audit's NewEvent, and the store's own
@@ -55,7 +55,7 @@ func TestEventsOnlyFromStructs(t *testing.T) {
 			return nil
 		}
 		files++
-		for _, at := range handBuiltEvents(t, path, filepath.Dir(rel) == "store") {
+		for _, at := range handBuiltEvents(t, path, filepath.Dir(rel) == "model") {
 			t.Errorf("%s:%d builds a model.NewEvent by hand; build the event's struct in package audit and use audit.NewEvent", rel, at)
 		}
 		return nil
@@ -73,17 +73,17 @@ func TestEventsOnlyFromStructs(t *testing.T) {
 func TestHandBuiltEventsAreFound(t *testing.T) {
 	src := `package x
 
-import st "github.com/stockade-sh/stockade/store"
+import m "github.com/stockade-sh/stockade/model"
 
-func f(es []st.NewEvent, e st.NewEvent) ([]st.NewEvent, *st.NewEvent) {
-	_ = st.NewEvent{Type: "a"}              // 6
-	_ = []st.NewEvent{{Type: "b"}, e}       // 7
-	_ = map[string]st.NewEvent{"k": {}}     // 8
-	var v st.NewEvent                       // 9
+func f(es []m.NewEvent, e m.NewEvent) ([]m.NewEvent, *m.NewEvent) {
+	_ = m.NewEvent{Type: "a"}              // 6
+	_ = []m.NewEvent{{Type: "b"}, e}       // 7
+	_ = map[string]m.NewEvent{"k": {}}     // 8
+	var v m.NewEvent                       // 9
 	v.Type = "c"
-	p := new(st.NewEvent)                   // 11
-	_ = &st.NewEvent{}                      // 12
-	var ok []st.NewEvent
+	p := new(m.NewEvent)                   // 11
+	_ = &m.NewEvent{}                      // 12
+	var ok []m.NewEvent
 	ok = append(ok, e)
 	return append(es, v), p
 }
@@ -100,9 +100,9 @@ func f(es []st.NewEvent, e st.NewEvent) ([]st.NewEvent, *st.NewEvent) {
 }
 
 // handBuiltEvents returns the lines of the file at path that build a
-// model.NewEvent by hand. inStore says the file is package store's, where
+// model.NewEvent by hand. inModel says the file is package model's, where
 // the type is plain NewEvent.
-func handBuiltEvents(t *testing.T, path string, inStore bool) []int {
+func handBuiltEvents(t *testing.T, path string, inModel bool) []int {
 	t.Helper()
 	fset := token.NewFileSet()
 	f, err := parser.ParseFile(fset, path, nil, parser.SkipObjectResolution)
@@ -111,14 +111,14 @@ func handBuiltEvents(t *testing.T, path string, inStore bool) []int {
 	}
 	pkg := ""
 	for _, imp := range f.Imports {
-		if p, _ := strconv.Unquote(imp.Path.Value); p == storeImport {
-			pkg = "store"
+		if p, _ := strconv.Unquote(imp.Path.Value); p == modelImport {
+			pkg = "model"
 			if imp.Name != nil {
 				pkg = imp.Name.Name
 			}
 		}
 	}
-	if pkg == "" && !inStore {
+	if pkg == "" && !inModel {
 		return nil
 	}
 	isNewEvent := func(x ast.Expr) bool {
@@ -127,7 +127,7 @@ func handBuiltEvents(t *testing.T, path string, inStore bool) []int {
 			id, ok := x.X.(*ast.Ident)
 			return ok && id.Name == pkg && x.Sel.Name == "NewEvent"
 		case *ast.Ident:
-			return inStore && x.Name == "NewEvent"
+			return inModel && x.Name == "NewEvent"
 		}
 		return false
 	}
