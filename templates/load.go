@@ -23,8 +23,9 @@ const MaxFileSize = 1 << 20
 // The daemon and `stockade template lint` pass the same Options.
 type Options struct {
 	// DataRoot is the only directory under which a template's files may
-	// lie, after symlinks are resolved: the data root tools mount from.
-	// Empty means no template may have files.
+	// lie, after symlinks are resolved: the data root tools mount from,
+	// refused as tools refuse it (internal/dataroot). Empty means no
+	// template may have files.
 	DataRoot string
 }
 

@@ -106,8 +106,10 @@ type Wheel struct {
 
 // File is one operator file copied into a template's image.
 type File struct {
-	// Source is an absolute host path under the data root (a file or a
-	// directory, copied whole).
+	// Source is an absolute, clean host path under the data root (a
+	// regular file, or a directory of regular files and directories
+	// copied whole), checked by the rules of internal/dataroot (Root.File):
+	// neither it nor anything below it is a symlink.
 	Source string
 	// Target is the absolute path in the image; not under /tmp,
 	// /workspace, /proc, /sys, /dev or /run.

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/stockade-sh/stockade/internal/dataroot"
 	"github.com/stockade-sh/stockade/internal/strictyaml"
 )
 
@@ -63,12 +64,12 @@ var (
 // and symlink resolution). Load calls it; so does `stockade template lint`.
 func Validate(ts []Template, opts Options) Problems {
 	var ps Problems
-	var root *dataRoot
+	var root *dataroot.Root
 	seen := map[string]string{}
 	for i, t := range ts {
 		v := validator{t: t, i: i}
 		if len(t.Files) > 0 && root == nil {
-			r := resolveDataRoot(opts.DataRoot)
+			r := dataroot.Resolve(opts.DataRoot)
 			root = &r
 		}
 		if first, dup := seen[t.Name]; dup && t.Name != "" {
@@ -118,7 +119,7 @@ func (v *validator) source(rel string) string {
 	return v.t.Source
 }
 
-func (v *validator) check(root *dataRoot) {
+func (v *validator) check(root *dataroot.Root) {
 	t := v.t
 	switch {
 	case t.Name == "":
@@ -271,19 +272,19 @@ func (v *validator) wheelFile(key, f string) string {
 	return m[1]
 }
 
-func (v *validator) files(root *dataRoot) {
+func (v *validator) files(root *dataroot.Root) {
 	t := v.t
 	if len(t.Files) == 0 || v.tooMany("files", len(t.Files)) {
 		return
 	}
-	if root != nil && root.err != "" {
-		v.add("files", "%s", root.err)
+	if err := root.Err(); err != nil {
+		v.add("files", "%s", err)
 	}
 	for i, f := range t.Files {
 		key := fmt.Sprintf("files[%d]", i)
-		if root != nil && root.err == "" {
-			if msg := checkFileSource(f.Source, *root); msg != "" {
-				v.add(key+".source", "%s", msg)
+		if root.Err() == nil {
+			if _, p := root.File(f.Source); p != nil {
+				v.add(key+".source", "%s", p.Message)
 			}
 		}
 		if msg := checkImagePath(f.Target, true); msg != "" {
@@ -294,9 +295,9 @@ func (v *validator) files(root *dataRoot) {
 			switch {
 			case g.Target == f.Target:
 				v.add(key+".target", "%s is the target of files[%d] already", f.Target, j)
-			case within(f.Target, g.Target):
+			case dataroot.Within(f.Target, g.Target):
 				v.add(key+".target", "%s is inside %s, the target of files[%d]; a file cannot be copied into another's copy", f.Target, g.Target, j)
-			case within(g.Target, f.Target):
+			case dataroot.Within(g.Target, f.Target):
 				v.add(key+".target", "%s holds %s, the target of files[%d]; a file cannot be copied into another's copy", f.Target, g.Target, j)
 			default:
 				continue
@@ -340,7 +341,7 @@ func checkImagePath(p string, target bool) string {
 		if !target && (r.dir == "/tmp" || r.dir == "/workspace" || r.dir == "/data") {
 			continue // code may run there
 		}
-		if within(p, r.dir) {
+		if dataroot.Within(p, r.dir) {
 			return fmt.Sprintf("%s is inside %s, %s", p, r.dir, r.why)
 		}
 	}

@@ -13,7 +13,7 @@ import (
 
 const sha = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
 
-// dataRoot makes a data root holding m.json, a directory models/, a
+// testRoot makes a data root holding m.json, a directory models/, a
 // directory keys/ with .ssh inside, and escape, a symlink out of the root.
 func testRoot(t *testing.T) string {
 	t.Helper()
@@ -34,8 +34,9 @@ func testRoot(t *testing.T) string {
 		t.Fatal(err)
 	}
 	// deep/keys/.ssh: credentials below the top of a directory source;
-	// tree/out: a symlink out of the root inside one, tree/in one within.
-	for _, d := range []string{filepath.Join(root, "deep", "keys", ".ssh"), filepath.Join(root, "tree")} {
+	// tree/out: a symlink out of the root inside one, linked/in one
+	// within; link-in: a symlink within the root as a source.
+	for _, d := range []string{filepath.Join(root, "deep", "keys", ".ssh"), filepath.Join(root, "tree"), filepath.Join(root, "linked")} {
 		if err := os.MkdirAll(d, 0o700); err != nil {
 			t.Fatal(err)
 		}
@@ -43,8 +44,10 @@ func testRoot(t *testing.T) string {
 	if err := os.Symlink(filepath.Join(dir, "outside.json"), filepath.Join(root, "tree", "out")); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.Symlink(filepath.Join(root, "m.json"), filepath.Join(root, "models", "in")); err != nil {
-		t.Fatal(err)
+	for _, l := range []string{filepath.Join(root, "linked", "in"), filepath.Join(root, "link-in")} {
+		if err := os.Symlink(filepath.Join(root, "m.json"), l); err != nil {
+			t.Fatal(err)
+		}
 	}
 	return root
 }
@@ -224,6 +227,11 @@ func TestProblems(t *testing.T) {
 		{"file credentials", py("    files: [{source: \"{{ROOT}}/keys\", target: /opt/keys}]"), "templates[0].files[0].source", "contains .ssh; credentials are never copied", 4, false, "tpl"},
 		{"file deep credentials", py("    files: [{source: \"{{ROOT}}/deep\", target: /opt/deep}]"), "templates[0].files[0].source", "contains keys/.ssh; credentials are never copied", 4, false, "tpl"},
 		{"file symlink out of a tree", py("    files: [{source: \"{{ROOT}}/tree\", target: /opt/tree}]"), "templates[0].files[0].source", "tree holds the symlink {{ROOT}}/tree/out to", 4, false, "tpl"},
+		// A copy never follows links (the image builder reads with lstat
+		// semantics), so a symlink is refused even within the root.
+		{"file symlink within a tree", py("    files: [{source: \"{{ROOT}}/linked\", target: /opt/linked}]"), "templates[0].files[0].source", "linked holds the symlink {{ROOT}}/linked/in to {{ROOT}}/m.json; a copy never follows links", 4, false, "tpl"},
+		{"file symlink within the root", py("    files: [{source: \"{{ROOT}}/link-in\", target: /opt/m.json}]"), "templates[0].files[0].source", "link-in is a symlink to {{ROOT}}/m.json; a copy never follows links: name {{ROOT}}/m.json", 4, false, "tpl"},
+		{"file socket by name", py("    files: [{source: \"{{ROOT}}/agent.sock\", target: /opt/a}]"), "templates[0].files[0].source", "is a unix socket; sockets are never copied", 4, false, "tpl"},
 		{"file in credentials", py("    files: [{source: \"{{ROOT}}/keys/.ssh\", target: /opt/keys}]"), "templates[0].files[0].source", "inside a .ssh directory", 4, false, "tpl"},
 		{"file source missing", py("    files:", "      - target: /opt/m.json"), "templates[0].files[0].source", "the source is required", 5, false, "tpl"},
 		{"file no data root", py("    files: [{source: /srv/m.json, target: /opt/m.json}]"), "templates[0].files", "no data root is configured", 4, true, "tpl"},
@@ -312,5 +320,37 @@ func TestValidateByHand(t *testing.T) {
 	}
 	if ps[0].Field != "templates[1].python_wheels" || ps[0].Source != "api" || ps[1].Field != "templates[1].python_wheels[0].sha256" {
 		t.Errorf("got %v", ps)
+	}
+}
+
+// TestDataRootRefused: a data root tools would refuse (a home directory,
+// a runtime directory, one reached through a symlink to them, the host's
+// root) lets a template copy no file either.
+func TestDataRootRefused(t *testing.T) {
+	link := filepath.Join(t.TempDir(), "run-link")
+	if err := os.Symlink("/run", link); err != nil {
+		t.Fatal(err)
+	}
+	for root, want := range map[string]string{
+		"/root":  "data root /root cannot be used: it is a home directory",
+		"/home":  "data root /home cannot be used: it is a home directory",
+		"/run":   "data root /run cannot be used: it is inside /run",
+		link:     "data root " + link + " cannot be used: it is inside /run",
+		"/":      "data root / cannot be used: it is the host's root filesystem",
+		"/nope/": "data root /nope/ cannot be used: no such file or directory",
+	} {
+		t.Run(root, func(t *testing.T) {
+			if _, err := os.Stat(root); err != nil && root != "/nope/" {
+				t.Skipf("%s: %v", root, err)
+			}
+			ts := []Template{{Name: "tpl", Base: "python", Files: []File{{Source: filepath.Join(root, "m.json"), Target: "/opt/m.json"}}}}
+			ps := Validate(ts, Options{DataRoot: root})
+			for _, p := range ps {
+				if p.Field == "templates[0].files" && strings.Contains(p.Message, want) {
+					return
+				}
+			}
+			t.Errorf("got %v, want a problem at templates[0].files with %q", ps, want)
+		})
 	}
 }

@@ -7,12 +7,11 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"slices"
-	"strings"
 	"sync"
 	"syscall"
 	"time"
 
+	"github.com/stockade-sh/stockade/internal/dataroot"
 	"github.com/stockade-sh/stockade/sandbox"
 )
 
@@ -56,9 +55,9 @@ func (c *MountChecker) Resolve(t Tool) ([]sandbox.Mount, error) {
 	if len(t.Filesystem.Mounts) == 0 {
 		return nil, nil
 	}
-	root := resolveDataRoot(c.opts.DataRoot)
-	if root.err != "" {
-		return nil, Problems{{Source: t.Source, Tool: t.Name, Rule: RuleDataRoot, Message: root.err}}
+	root := dataroot.Resolve(c.opts.DataRoot)
+	if err := root.Err(); err != nil {
+		return nil, Problems{{Source: t.Source, Tool: t.Name, Rule: RuleDataRoot, Message: err.Error()}}
 	}
 	var ps Problems
 	ms := make([]sandbox.Mount, 0, len(t.Filesystem.Mounts))
@@ -194,7 +193,7 @@ func (tr *tree) read(p, top, src string, stamp dirStamp, now time.Time, total in
 			switch {
 			case e.Type()&fs.ModeSocket != 0:
 				return treeDir{}, &Problem{Rule: RuleMountSocket, Message: fmt.Sprintf("mount source %s contains the unix socket %s; sockets are never mounted", src, filepath.Join(src, rel))}
-			case e.IsDir() && slices.ContainsFunc(credentialDirs, func(c string) bool { return strings.HasSuffix("/"+rel, "/"+c) }):
+			case e.IsDir() && dataroot.IsCredentialDir(rel):
 				return treeDir{}, &Problem{Rule: RuleMountCredentials, Message: fmt.Sprintf("mount source %s contains %s; credentials are never mounted", src, filepath.Join(src, rel))}
 			case e.IsDir():
 				d.subdirs = append(d.subdirs, ep)

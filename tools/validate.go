@@ -10,6 +10,7 @@ import (
 	"github.com/stockade-sh/stockade/egress"
 	"github.com/stockade-sh/stockade/errdefs"
 	"github.com/stockade-sh/stockade/image"
+	"github.com/stockade-sh/stockade/internal/dataroot"
 	"github.com/stockade-sh/stockade/sandbox"
 	"github.com/stockade-sh/stockade/templates"
 )
@@ -186,7 +187,7 @@ var (
 	digitsPattern = regexp.MustCompile(`^[0-9]+$`)
 )
 
-func validateTool(t Tool, opts Options, root dataRoot) Problems {
+func validateTool(t Tool, opts Options, root dataroot.Root) Problems {
 	var ps Problems
 	add := func(rule, format string, a ...any) {
 		ps = append(ps, Problem{Source: t.Source, Tool: t.Name, Rule: rule, Message: fmt.Sprintf(format, a...)})
