@@ -75,8 +75,8 @@ type TemplateChange struct {
 	FilesAdded    []string `json:"files_added,omitempty"`
 	FilesRemoved  []string `json:"files_removed,omitempty"`
 	Other         []string `json:"other,omitempty"`
-	// Grows says that packages, wheels or files were added: the change
-	// requires review.
+	// Grows says that packages, wheels or files were added, or npm
+	// install scripts turned on: the change requires review.
 	Grows bool `json:"grows,omitempty"`
 }
 

@@ -52,7 +52,8 @@ func eachEvent(ctx context.Context, st eventLister, ws string, types []string, f
 // recordTools compares the loaded tools with the records the audit trail
 // saw last, and writes an event for each tool registered, changed (with the
 // diff, flagged review_required when an egress allowlist or credential list
-// grew, or its template gained packages, wheels or files) or removed.
+// grew, or its template gained packages, wheels or files or turned npm
+// install scripts on) or removed.
 func (s *toolRecords) recordTools(ctx context.Context) error {
 	type last struct {
 		// ev is the event's data; a registration's and a removal's are

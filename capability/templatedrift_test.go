@@ -169,6 +169,30 @@ func TestTemplateDrift(t *testing.T) {
 		}
 	})
 
+	t.Run("npm scripts turned on need review", func(t *testing.T) {
+		const builderYAML = "tools:\n  - {name: builder, runtimes: [node], input_trust: trusted, tier: gvisor, template: web}\n"
+		const webYAML = "templates:\n  - {name: web, base: node, npm_packages: [left-pad@1.3.0]"
+		f := setup(t)
+		serviceWithTemplates(t, f.st, builderYAML, webYAML+"}\n").Close()
+		svc := serviceWithTemplates(t, f.st, builderYAML, webYAML+", npm_scripts: true}\n")
+		defer svc.Close()
+		changed := f.toolEvents(audit.ToolChanged)
+		if len(changed) != 1 {
+			t.Fatalf("tool.changed events: got %d, want 1", len(changed))
+		}
+		c := changed[0]
+		if !c.ReviewRequired || !slices.Contains(c.Growth, "template.npm_scripts false -> true") || c.Template == nil || !c.Template.Grows {
+			t.Errorf("change event: got %+v (template %+v), want review_required with npm_scripts in growth", c, c.Template)
+		}
+		ts, err := svc.Tools(ctx, f.agent)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if i := slices.IndexFunc(ts, func(s ToolStatus) bool { return s.Tool.Name == "builder" }); i < 0 || !ts[i].ReviewRequired {
+			t.Errorf("tools of a workspace requiring review: got %+v, want builder awaiting review", ts)
+		}
+	})
+
 	t.Run("removed package is audited, not flagged", func(t *testing.T) {
 		f := setup(t)
 		serviceWithTemplates(t, f.st, analystYAML, analyticsYAML("python3-bs4", "jq")).Close()

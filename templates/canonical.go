@@ -130,6 +130,9 @@ type Change struct {
 	NPMAdded, NPMRemoved       []string
 	WheelsAdded, WheelsRemoved []string
 	FilesAdded, FilesRemoved   []string
+	// NPMScriptsOn is set when npm_scripts turned true: the packages'
+	// install scripts run at build time where they did not.
+	NPMScriptsOn bool
 	// Other names the other fields that changed, in declaration order:
 	// name, base, npm_scripts, env, workdir, start, ready, golden.
 	Other []string
@@ -146,6 +149,7 @@ func Diff(old, new Template) Change {
 	c.WheelsAdded, c.WheelsRemoved = without(nw, ow), without(ow, nw)
 	of, nf := fileStrings(o.Files), fileStrings(n.Files)
 	c.FilesAdded, c.FilesRemoved = without(nf, of), without(of, nf)
+	c.NPMScriptsOn = n.NPMScripts && !o.NPMScripts
 	for _, f := range []struct {
 		name    string
 		changed bool
@@ -169,12 +173,13 @@ func Diff(old, new Template) Change {
 // Empty reports whether the declarations are equal.
 func (c Change) Empty() bool { return len(c.Lines()) == 0 }
 
-// Grows reports whether the new declaration adds packages, wheels or files:
-// code or data a tool's sandboxes did not have, which needs a review as a
-// record's wider egress does. Removing them, and changing the other
-// fields, does not.
+// Grows reports whether the new declaration adds packages, wheels or files,
+// or turns npm install scripts on: code or data a tool's sandboxes did not
+// have or run, which needs a review as a record's wider egress does.
+// Removing them, turning scripts off and changing the other fields does
+// not.
 func (c Change) Grows() bool {
-	return len(c.DebianAdded)+len(c.NPMAdded)+len(c.WheelsAdded)+len(c.FilesAdded) > 0
+	return c.NPMScriptsOn || len(c.DebianAdded)+len(c.NPMAdded)+len(c.WheelsAdded)+len(c.FilesAdded) > 0
 }
 
 // Lines renders the change, one entry a line:

@@ -77,6 +77,7 @@ func TestDiff(t *testing.T) {
 		{"file added", func(t *Template) { t.Files = append(t.Files, File{Source: "/d/x", Target: "/opt/x"}) },
 			[]string{"files +/d/x -> /opt/x"}, true, nil},
 		{"file removed", func(t *Template) { t.Files = nil }, []string{"files -/d/m.json -> /opt/m.json"}, false, nil},
+		{"npm scripts on", func(t *Template) { t.NPMScripts = true }, []string{"npm_scripts changed"}, true, func(c Change) bool { return c.NPMScriptsOn }},
 		{"other fields", func(t *Template) { t.Start, t.Env, t.Golden = "pass", map[string]string{"A": "1"}, true },
 			[]string{"env changed", "start changed", "golden changed"}, false, func(c Change) bool { return slices.Equal(c.Other, []string{"env", "start", "golden"}) }},
 	} {
@@ -97,6 +98,12 @@ func TestDiff(t *testing.T) {
 				t.Errorf("Change: got %+v", c)
 			}
 		})
+	}
+	// Turning npm scripts off runs less: no growth.
+	on := v1.Clone()
+	on.NPMScripts = true
+	if c := Diff(on, v1); c.Grows() || c.NPMScriptsOn || !slices.Equal(c.Other, []string{"npm_scripts"}) {
+		t.Errorf("npm scripts off: got %+v, want a change that does not grow", c)
 	}
 	// No template to a template: everything is added.
 	if c := Diff(Template{}, v1); !c.Grows() || len(c.DebianAdded) != 2 || !slices.Contains(c.Other, "base") {

@@ -187,7 +187,10 @@ type recordField struct {
 	name   string
 	render func(c *canonicalRecord) string
 	list   func(c *canonicalRecord) []string // nil for scalar fields
-	growth bool                              // added entries require review
+	// growth: the field's growth requires review: for a list, its added
+	// entries; for a boolean, its turning true (from false, none or
+	// absent).
+	growth bool
 }
 
 var recordFields = []recordField{
@@ -221,8 +224,9 @@ var recordFields = []recordField{
 	}},
 
 	// The template: its name, then its declaration field by field. Added
-	// packages, wheels and files are growth: code and data the tool's
-	// sandboxes did not hold (templates.Change.Grows).
+	// packages, wheels and files, and npm install scripts turned on, are
+	// growth: code and data the tool's sandboxes did not hold or run
+	// (templates.Change.Grows).
 	{name: "template", render: func(c *canonicalRecord) string {
 		if c.Template == nil {
 			return "none"
@@ -234,7 +238,9 @@ var recordFields = []recordField{
 		list: declItems(func(d *templates.Template) []string { return d.DebianPackages }), growth: true},
 	{name: "template.npm_packages", render: declList(func(d *templates.Template) []string { return d.NPMPackages }),
 		list: declItems(func(d *templates.Template) []string { return d.NPMPackages }), growth: true},
-	{name: "template.npm_scripts", render: declString(func(d *templates.Template) string { return strconv.FormatBool(d.NPMScripts) })},
+	// Install scripts turned on run packages' code at build time, as
+	// root in the build sandbox, that did not run before.
+	{name: "template.npm_scripts", render: declString(func(d *templates.Template) string { return strconv.FormatBool(d.NPMScripts) }), growth: true},
 	{name: "template.python_wheels", render: declList(wheelStrings), list: declItems(wheelStrings), growth: true},
 	{name: "template.files", render: declList(fileStrings), list: declItems(fileStrings), growth: true},
 	{name: "template.env", render: declList(func(d *templates.Template) []string {
@@ -330,7 +336,8 @@ func diffRecords(o, n *canonicalRecord) (fields []FieldChange, growth []string) 
 		if fc.Old == fc.New {
 			continue
 		}
-		if f.list != nil {
+		switch {
+		case f.list != nil:
 			fc.Added = without(newList, oldList)
 			fc.Removed = without(oldList, newList)
 			if f.growth {
@@ -338,6 +345,8 @@ func diffRecords(o, n *canonicalRecord) (fields []FieldChange, growth []string) 
 					growth = append(growth, f.name+" +"+a)
 				}
 			}
+		case f.growth && fc.New == "true":
+			growth = append(growth, f.name+" "+fc.Old+" -> true")
 		}
 		fields = append(fields, fc)
 	}

@@ -235,6 +235,73 @@ func TestToolTemplateDiff(t *testing.T) {
 	}
 }
 
+// TestToolTemplateNPMScripts: turning a template's npm install scripts on
+// runs packages' code at build that did not run: growth, to review as an
+// added package is; turning them off is not.
+func TestToolTemplateNPMScripts(t *testing.T) {
+	const web = `templates:
+  - name: web
+    base: node
+    npm_packages: [left-pad@1.3.0]
+`
+	const builder = `tools:
+  - name: builder
+    runtimes: [node]
+    input_trust: untrusted
+    tier: gvisor
+    template: web
+`
+	load := func(scripts bool) Tool {
+		text := web
+		if scripts {
+			text += "    npm_scripts: true\n"
+		}
+		s, err := loadTools(t, builder, Options{Drivers: drivers, Templates: templateSet(t, "", text)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := s.Get("builder")
+		return b
+	}
+	off, on := load(false), load(true)
+	for _, tc := range []struct {
+		name     string
+		old, new Tool
+		review   bool
+		growth   []string
+	}{
+		{"turned on", off, on, true, []string{"template.npm_scripts false -> true"}},
+		{"turned off", on, off, false, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			for _, how := range []string{"Diff", "DiffStored"} {
+				c := Diff(tc.old, tc.new)
+				if how == "DiffStored" {
+					var err error
+					if c, err = DiffStored(Canonical(tc.old), tc.new); err != nil {
+						t.Fatal(err)
+					}
+				}
+				if !c.Changed() || c.ReviewRequired != tc.review || !slices.Equal(c.Growth, tc.growth) {
+					t.Errorf("%s: changed %v, review %v, growth %q; want review %v, growth %q\n%s", how, c.Changed(), c.ReviewRequired, c.Growth, tc.review, tc.growth, c)
+				}
+				if c.Template == nil || c.Template.Grows() != tc.review || !slices.Equal(c.Template.Lines(), []string{"npm_scripts changed"}) {
+					t.Errorf("%s: template change %+v, want npm_scripts changed, growing %v", how, c.Template, tc.review)
+				}
+			}
+		})
+	}
+	// A tool that gains a template with scripts on gains them too.
+	s, err := loadTools(t, strings.Replace(builder, "    template: web\n", "", 1), Options{Drivers: drivers})
+	if err != nil {
+		t.Fatal(err)
+	}
+	plain, _ := s.Get("builder")
+	if c := Diff(plain, on); !slices.Contains(c.Growth, "template.npm_scripts none -> true") {
+		t.Errorf("gaining a template with scripts on: got growth %q", c.Growth)
+	}
+}
+
 func TestSecretName(t *testing.T) {
 	for name, want := range map[string]bool{
 		"HF_TOKEN": true, "GITHUB_TOKEN": true, "AWS_SECRET_ACCESS_KEY": true, "AWS_ACCESS_KEY_ID": true, "DB_PASSWORD": true,
