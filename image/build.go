@@ -139,13 +139,9 @@ func (s *Store) build(ctx context.Context, rt Runtime, opts BuildOptions) (_ Man
 	if err := harden(rootfs, rt); err != nil {
 		return Manifest{}, fmt.Errorf("hardening the tree: %w", classify(err))
 	}
-	status, err := os.ReadFile(filepath.Join(rootfs, "var/lib/dpkg/status"))
+	pkgs, err := treePackages(rootfs)
 	if err != nil {
-		return Manifest{}, fmt.Errorf("reading the package database: %w", classify(err))
-	}
-	pkgs, err := installedPackages(status)
-	if err != nil {
-		return Manifest{}, fmt.Errorf("%w: %w", err, errdefs.ErrFailedPrecondition)
+		return Manifest{}, err
 	}
 	for _, p := range rt.Packages {
 		if _, ok := pkgs[p]; !ok {

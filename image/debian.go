@@ -230,13 +230,9 @@ func (b *templateBuild) installDebs(ctx context.Context, rootfs, archives string
 // checkInstalled reports the packages (names, "name=version") that the
 // tree's dpkg database does not list as installed.
 func checkInstalled(rootfs string, packages []string) error {
-	status, err := os.ReadFile(filepath.Join(rootfs, "var/lib/dpkg/status"))
+	pkgs, err := treePackages(rootfs)
 	if err != nil {
-		return fmt.Errorf("reading the package database: %w", classify(err))
-	}
-	pkgs, err := installedPackages(status)
-	if err != nil {
-		return fmt.Errorf("%w: %w", err, errdefs.ErrFailedPrecondition)
+		return err
 	}
 	for _, p := range packages {
 		name, _, _ := strings.Cut(p, "=")

@@ -3,8 +3,6 @@ package image
 import (
 	"bytes"
 	"context"
-	"io/fs"
-	"path/filepath"
 	"strings"
 	"sync"
 	"time"
@@ -167,19 +165,4 @@ func (r *progress) measure(ctx context.Context, dir string) {
 			r.size(apparentSize(dir))
 		}
 	}
-}
-
-// apparentSize is the size of the regular files under dir, as far as they
-// can be read while debootstrap changes the tree.
-func apparentSize(dir string) int64 {
-	var n int64
-	_ = filepath.WalkDir(dir, func(_ string, d fs.DirEntry, err error) error {
-		if err == nil && d.Type().IsRegular() {
-			if info, err := d.Info(); err == nil {
-				n += info.Size()
-			}
-		}
-		return nil
-	})
-	return n
 }

@@ -230,13 +230,9 @@ func (b *templateBuild) build(ctx context.Context) (_ Manifest, err error) {
 	if err := b.startCheck(ctx, rootfs); err != nil {
 		return Manifest{}, err
 	}
-	status, err := os.ReadFile(filepath.Join(rootfs, "var/lib/dpkg/status"))
+	pkgs, err := treePackages(rootfs)
 	if err != nil {
-		return Manifest{}, fmt.Errorf("reading the package database: %w", classify(err))
-	}
-	pkgs, err := installedPackages(status)
-	if err != nil {
-		return Manifest{}, fmt.Errorf("%w: %w", err, errdefs.ErrFailedPrecondition)
+		return Manifest{}, err
 	}
 	for p := range pkgs {
 		if _, ok := b.base.Packages[p]; !ok {

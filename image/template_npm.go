@@ -91,9 +91,19 @@ func (b *templateBuild) runScripts(ctx context.Context, rootfs string, pkgs []np
 	slices.SortStableFunc(todo, func(a, b npm.Package) int {
 		return cmp.Or(-cmp.Compare(strings.Count(a.Path, "/node_modules/"), strings.Count(b.Path, "/node_modules/")), strings.Compare(a.Path, b.Path))
 	})
+	if len(todo) == 0 {
+		return nil
+	}
+	// The scripts run as root in the tree: between two of them, only an
+	// os.Root of it reads it (see readTreeFile).
+	root, err := os.OpenRoot(rootfs)
+	if err != nil {
+		return fmt.Errorf("opening %s: %w", rootfs, classify(err))
+	}
+	defer root.Close()
 	for _, p := range todo {
 		dir := "/node_modules/" + p.Path
-		scripts, err := packageScripts(filepath.Join(rootfs, filepath.FromSlash(dir)))
+		scripts, err := packageScripts(root, strings.TrimPrefix(dir, "/"))
 		if err != nil {
 			return errdefs.Publicf("npm_packages: %s@%s: its package.json cannot be read: %w", p.Name, p.Version, errdefs.ErrInvalidArgument)
 		}
@@ -110,10 +120,11 @@ func (b *templateBuild) runScripts(ctx context.Context, rootfs string, pkgs []np
 	return nil
 }
 
-// packageScripts reads the scripts of the package.json in dir. A package
-// with a binding.gyp and no install script gets npm's "node-gyp rebuild".
-func packageScripts(dir string) (map[string]string, error) {
-	data, err := os.ReadFile(filepath.Join(dir, "package.json"))
+// packageScripts reads the scripts of the package.json in dir, relative
+// to root: a regular file of at most maxPackageJSONBytes. A package with a
+// binding.gyp and no install script gets npm's "node-gyp rebuild".
+func packageScripts(root *os.Root, dir string) (map[string]string, error) {
+	data, err := readTreeFile(root, path.Join(dir, "package.json"), maxPackageJSONBytes)
 	if err != nil {
 		return nil, err
 	}
@@ -129,7 +140,7 @@ func packageScripts(dir string) (map[string]string, error) {
 			out[name] = s
 		}
 	}
-	if _, err := os.Stat(filepath.Join(dir, "binding.gyp")); err == nil && out["install"] == "" && out["preinstall"] == "" {
+	if _, err := root.Lstat(path.Join(dir, "binding.gyp")); err == nil && out["install"] == "" && out["preinstall"] == "" {
 		out["install"] = "node-gyp rebuild"
 	}
 	return out, nil

@@ -94,11 +94,16 @@ func FuzzPackageScripts(f *testing.F) {
 	f.Add([]byte(`{"scripts": {"install": 3}}`))
 	f.Add([]byte(`{"scripts": null}`))
 	dir := f.TempDir()
+	root, err := os.OpenRoot(dir)
+	if err != nil {
+		f.Fatal(err)
+	}
+	defer root.Close()
 	f.Fuzz(func(t *testing.T, data []byte) {
 		if err := os.WriteFile(filepath.Join(dir, "package.json"), data, 0o644); err != nil {
 			t.Fatal(err)
 		}
-		scripts, err := packageScripts(dir)
+		scripts, err := packageScripts(root, ".")
 		if err != nil {
 			return
 		}

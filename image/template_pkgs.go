@@ -3,6 +3,8 @@ package image
 import (
 	"context"
 	"fmt"
+	"io/fs"
+	"os"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -55,7 +57,13 @@ var pythonMinor = regexp.MustCompile(`^python3\.([0-9]+)$`)
 
 // pythonVersion returns "python3.X", the newest python 3 of the tree.
 func pythonVersion(rootfs string) (string, error) {
-	matches, _ := filepath.Glob(filepath.Join(rootfs, "usr/bin/python3.*"))
+	// Maintainer scripts have run in the tree: look in it through a root.
+	root, err := os.OpenRoot(rootfs)
+	if err != nil {
+		return "", fmt.Errorf("opening %s: %w", rootfs, classify(err))
+	}
+	defer root.Close()
+	matches, _ := fs.Glob(root.FS(), "usr/bin/python3.*")
 	best := -1
 	for _, m := range matches {
 		if sm := pythonMinor.FindStringSubmatch(filepath.Base(m)); sm != nil {
