@@ -8,6 +8,9 @@ import (
 	"os"
 	"path"
 	"strings"
+	"syscall"
+
+	"golang.org/x/sys/unix"
 )
 
 // GuestPath is the empty file in every image over which drivers bind-mount
@@ -54,9 +57,9 @@ var written = []struct {
 
 // harden turns the tree debootstrap left at rootfs into a runtime image: it
 // removes the package managers of rt, the build's logs and caches and every
-// setuid and setgid bit, rewrites the files that carry facts about the build
-// host, creates the sandbox's mount points and checks that the unprivileged
-// user the sandbox runs as exists. Every path is resolved inside rootfs:
+// setuid and setgid bit and file capability, rewrites the files that carry
+// facts about the build host, creates the sandbox's mount points and checks
+// that the unprivileged user the sandbox runs as exists. Every path is resolved inside rootfs:
 // a symlink in the tree never leads harden outside it.
 func harden(rootfs string, rt Runtime) error {
 	// Emptying /proc, /sys and /dev must not reach the host's.
@@ -94,7 +97,7 @@ func harden(rootfs string, rt Runtime) error {
 	if err := normalizeShadow(root); err != nil {
 		return err
 	}
-	if err := clearSetID(root); err != nil {
+	if err := clearPrivileges(root); err != nil {
 		return err
 	}
 	for _, dir := range mountPoints {
@@ -216,10 +219,11 @@ func normalizeShadow(root *os.Root) error {
 	return nil
 }
 
-// clearSetID removes the setuid and setgid bits of every regular file. The
-// sandbox runs with no_new_privs, so they could not raise privileges anyway;
-// without them the image holds no privileged programs at all.
-func clearSetID(root *os.Root) error {
+// clearPrivileges removes the setuid and setgid bits and the file capabilities
+// (the security.capability extended attribute) of every regular file. The
+// sandbox runs with no_new_privs, so they could not raise privileges
+// anyway; without them the image holds no privileged programs at all.
+func clearPrivileges(root *os.Root) error {
 	return fs.WalkDir(root.FS(), ".", func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return fmt.Errorf("walking /%s: %w", p, err)
@@ -231,6 +235,9 @@ func clearSetID(root *os.Root) error {
 		if err != nil {
 			return fmt.Errorf("inspecting /%s: %w", p, err)
 		}
+		if err := clearCaps(root, p); err != nil {
+			return err
+		}
 		if fi.Mode()&(fs.ModeSetuid|fs.ModeSetgid) == 0 {
 			return nil
 		}
@@ -239,6 +246,35 @@ func clearSetID(root *os.Root) error {
 		}
 		return nil
 	})
+}
+
+// capsXattr is the extended attribute holding a file's capabilities.
+const capsXattr = "security.capability"
+
+// clearCaps removes the file capabilities of the regular file name. A file
+// system without extended attributes has none to remove.
+func clearCaps(root *os.Root, name string) error {
+	// O_NONBLOCK: the walk saw a regular file, but the open must not wait
+	// on a FIFO put there since.
+	f, err := root.OpenFile(name, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		return fmt.Errorf("opening /%s: %w", name, err)
+	}
+	defer f.Close()
+	if fi, err := f.Stat(); err != nil || !fi.Mode().IsRegular() {
+		return fmt.Errorf("/%s is no longer a regular file", name)
+	}
+	_, err = unix.Fgetxattr(int(f.Fd()), capsXattr, nil)
+	switch {
+	case errors.Is(err, unix.ENODATA), errors.Is(err, unix.ENOTSUP):
+		return nil
+	case err != nil:
+		return fmt.Errorf("reading the capabilities of /%s: %w", name, err)
+	}
+	if err := unix.Fremovexattr(int(f.Fd()), capsXattr); err != nil && !errors.Is(err, unix.ENODATA) {
+		return fmt.Errorf("removing the capabilities of /%s: %w", name, err)
+	}
+	return nil
 }
 
 // checkAccount reports an error unless the colon-separated database file

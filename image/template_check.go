@@ -37,8 +37,8 @@ var credentialPaths = []string{
 }
 
 // checkTree reports the first of a setuid or setgid file, a socket, a
-// package manager on PATH or a credentials file or directory in the tree
-// at rootfs.
+// device, a FIFO, a package manager on PATH or a credentials file or
+// directory in the tree at rootfs. File capabilities harden has removed.
 func checkTree(rootfs string) error {
 	root, err := os.OpenRoot(rootfs)
 	if err != nil {
@@ -72,10 +72,16 @@ func checkTree(rootfs string) error {
 		if err != nil {
 			return fmt.Errorf("walking /%s: %w", p, err)
 		}
-		switch {
-		case d.Type()&fs.ModeSocket != 0:
+		switch t := d.Type(); {
+		case t&fs.ModeSocket != 0:
 			return bad("a socket", p)
-		case !d.Type().IsRegular():
+		case t&fs.ModeCharDevice != 0:
+			return bad("a character device", p)
+		case t&fs.ModeDevice != 0:
+			return bad("a block device", p)
+		case t&fs.ModeNamedPipe != 0:
+			return bad("a FIFO", p)
+		case !t.IsRegular():
 			return nil
 		}
 		fi, err := d.Info()

@@ -6,6 +6,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/base64"
+	"encoding/binary"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -18,6 +19,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/stockade-sh/stockade/errdefs"
 	"github.com/stockade-sh/stockade/internal/fsmode"
@@ -480,6 +483,71 @@ func TestCheckTree(t *testing.T) {
 			t.Errorf("checkTree = %v, want a setuid error", err)
 		}
 	})
+	for _, tt := range []struct {
+		name string
+		mode uint32
+		want string
+	}{
+		{"fifo", syscall.S_IFIFO | 0o644, "a FIFO at /opt/node"},
+		{"char device", syscall.S_IFCHR | 0o666, "a character device at /opt/node"},
+		{"block device", syscall.S_IFBLK | 0o600, "a block device at /opt/node"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			if tt.mode&syscall.S_IFMT != syscall.S_IFIFO && os.Geteuid() != 0 {
+				missing(t, "making a device node needs root")
+			}
+			dir := t.TempDir()
+			writeTree(t, dir, map[string]string{"opt/x": "x"})
+			if err := syscall.Mknod(filepath.Join(dir, "opt/node"), tt.mode, int(unix.Mkdev(1, 3))); err != nil {
+				t.Fatal(err)
+			}
+			if err := checkTree(dir); err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("checkTree = %v, want %q", err, tt.want)
+			}
+		})
+	}
+}
+
+// TestClearPrivilegesCaps gives a file of a tree capabilities (as setcap
+// cap_net_raw+ep does): hardening removes them.
+func TestClearPrivilegesCaps(t *testing.T) {
+	if os.Geteuid() != 0 {
+		missing(t, "setting file capabilities needs root")
+	}
+	dir := t.TempDir()
+	writeTree(t, dir, map[string]string{"usr/bin/ping": "x", "usr/bin/plain": "x"})
+	ping := filepath.Join(dir, "usr/bin/ping")
+	// struct vfs_cap_data, revision 2, effective: permitted CAP_NET_RAW.
+	caps := make([]byte, 20)
+	binary.LittleEndian.PutUint32(caps[0:], 0x02000001)
+	binary.LittleEndian.PutUint32(caps[4:], 1<<13)
+	if err := unix.Setxattr(ping, capsXattr, caps, 0); err != nil {
+		missing(t, fmt.Sprintf("the temporary directory's file system takes no file capabilities: %v", err))
+	}
+	if _, err := unix.Getxattr(ping, capsXattr, nil); err != nil {
+		t.Fatalf("the capabilities did not stick: %v", err)
+	}
+	root, err := os.OpenRoot(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer root.Close()
+	if err := clearPrivileges(root); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := unix.Getxattr(ping, capsXattr, nil); !errors.Is(err, unix.ENODATA) {
+		t.Errorf("after clearPrivileges, %s of /usr/bin/ping: %v, want none (ENODATA)", capsXattr, err)
+	}
+}
+
+// missing skips t with reason, or fails it in CI (testenv.Missing, which
+// this package's tests cannot import: testenv imports image).
+func missing(t *testing.T, reason string) {
+	t.Helper()
+	if os.Getenv("CI") == "true" {
+		t.Fatalf("missing in CI: %s", reason)
+	}
+	t.Skipf("skipping: %s", reason)
 }
 
 // TestBuildTemplateConcurrent starts two builds of one template at once:
