@@ -38,7 +38,7 @@ func (b *templateBuild) installNPM(ctx context.Context, rootfs string) ([]Templa
 		return nil, err
 	}
 	b.prog.packages(0, len(pkgs))
-	if err := npm.Install(ctx, pkgs, rootfs, b.s.npmCacheDir()); err != nil {
+	if err := npm.Install(ctx, b.opts.Sources.NPMRegistry, pkgs, rootfs, b.s.npmCacheDir()); err != nil {
 		return nil, err
 	}
 	b.prog.packages(len(pkgs), len(pkgs))

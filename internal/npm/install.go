@@ -14,7 +14,6 @@ import (
 	"io"
 	"io/fs"
 	"net/http"
-	"net/url"
 	"os"
 	"path"
 	"path/filepath"
@@ -39,7 +38,8 @@ const (
 )
 
 // Install downloads each package's tarball into cacheDir (keyed by its
-// integrity, and reused from there; a few at a time), checks it against
+// integrity, and reused from there; a few at a time) from the registry at
+// registry, whose origin each Resolved URL must have, checks it against
 // Integrity before reading it, and then unpacks its package directory into
 // root/node_modules/<Path>. Parents are unpacked before the packages
 // nested under them; a package's directory must not exist yet.
@@ -52,10 +52,13 @@ const (
 // its Name and Version. Install sets pkgs[i].Scripts when the package.json
 // has an install script or the package a binding.gyp. On error, the
 // package directories Install made are removed.
-func Install(ctx context.Context, pkgs []Package, root, cacheDir string) error {
+func Install(ctx context.Context, registry string, pkgs []Package, root, cacheDir string) error {
 	for i := range pkgs {
 		if err := checkPath(&pkgs[i]); err != nil {
 			return err
+		}
+		if err := checkOrigin(pkgs[i].Resolved, registry); err != nil {
+			return tarballURLError("", pkgs[i], registry, err)
 		}
 	}
 	tgzs, err := fetchAll(ctx, pkgs, cacheDir)
@@ -313,15 +316,11 @@ func fetchTarball(ctx context.Context, p *Package, cacheDir string) (string, err
 		return dst, nil
 	}
 	h.Reset()
-	u, err := url.Parse(p.Resolved)
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") {
-		return "", errdefs.Publicf("npm_packages: %s: its tarball URL is not http(s): %w", what, errdefs.ErrInvalidArgument)
-	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, p.Resolved, nil)
 	if err != nil {
 		return "", fmt.Errorf("downloading %s: %w", what, err)
 	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := client.Do(req)
 	if err != nil {
 		return "", fmt.Errorf("npm_packages: %s: downloading its tarball: %w: %w", what, err, errdefs.ErrUnavailable)
 	}

@@ -9,7 +9,7 @@
 // caller to refuse the package or run the script in a sandbox.
 //
 //	pkgs, err := npm.Resolve(ctx, "https://registry.npmjs.org", []string{"debug@4.3.4"})
-//	err = npm.Install(ctx, pkgs, tree, cacheDir) // tree/node_modules/debug, tree/node_modules/ms
+//	err = npm.Install(ctx, "https://registry.npmjs.org", pkgs, tree, cacheDir) // tree/node_modules/debug, tree/node_modules/ms
 package npm
 
 import (

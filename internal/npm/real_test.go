@@ -47,7 +47,7 @@ func TestRealRegistry(t *testing.T) {
 		}
 	}
 	root, cache := t.TempDir(), t.TempDir()
-	if err := npm.Install(ctx, pkgs, root, cache); err != nil {
+	if err := npm.Install(ctx, realRegistry, pkgs, root, cache); err != nil {
 		t.Fatalf("Install: %v", err)
 	}
 	out := runNode(t, root, `const leftPad = require('left-pad'), ms = require('ms'), debug = require('debug');
@@ -56,7 +56,7 @@ console.log(leftPad('7', 3, '0'), ms('2h'), typeof debug('t'), require('debug/pa
 		t.Errorf("node: %q, want %q", out, want)
 	}
 	// A second install into another tree reads the cache.
-	if err := npm.Install(ctx, pkgs, t.TempDir(), cache); err != nil {
+	if err := npm.Install(ctx, realRegistry, pkgs, t.TempDir(), cache); err != nil {
 		t.Errorf("Install from the cache: %v", err)
 	}
 }

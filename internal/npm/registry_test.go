@@ -30,7 +30,8 @@ type fakePkg struct {
 	badIntegrity         bool
 	pjName               string // package.json's name, if not name
 	deprecated           string
-	sha1Only             bool // the registry gives a shasum and no integrity
+	sha1Only             bool   // the registry gives a shasum and no integrity
+	tarballURL           string // the document's dist.tarball, if not the registry's own
 }
 
 // tarEntry is a raw tarball entry.
@@ -162,7 +163,11 @@ func newRegistry(t *testing.T, pkgs ...fakePkg) *fakeRegistry {
 		for n, r := range p.optional {
 			deps[n] = r // npm lists optional dependencies among dependencies too
 		}
-		dist := map[string]string{"tarball": reg.URL + "/tarballs/" + file, "integrity": "sha512-" + base64.StdEncoding.EncodeToString(sum[:])}
+		tarballURL := reg.URL + "/tarballs/" + file
+		if p.tarballURL != "" {
+			tarballURL = p.tarballURL
+		}
+		dist := map[string]string{"tarball": tarballURL, "integrity": "sha512-" + base64.StdEncoding.EncodeToString(sum[:])}
 		if p.sha1Only {
 			s1 := sha1.Sum(tgz)
 			dist = map[string]string{"tarball": dist["tarball"], "shasum": hex.EncodeToString(s1[:])}

@@ -126,6 +126,10 @@ type docFetch struct {
 // libc excludes linux, x64 or glibc. Cycles resolve to the packages
 // already placed. At most maxPackages packages are resolved.
 //
+// Every package's tarball must be on the registry's origin (scheme, host
+// and port): a document naming one elsewhere is an error naming the
+// package, since Install fetches from the registry only.
+//
 // Errors are public and name the template's spec that led to them:
 // `npm_packages: "left-pad@9.9.9": no such version`.
 func Resolve(ctx context.Context, registry string, specs []string) ([]Package, error) {
@@ -181,6 +185,9 @@ func Resolve(ctx context.Context, registry string, specs []string) ([]Package, e
 		p.Integrity, err = integrityOf(n.m)
 		if err != nil {
 			return nil, errdefs.Publicf("npm_packages: %q: %s@%s: %s: %w", n.spec, n.name, p.Version, err.Error(), errdefs.ErrInvalidArgument)
+		}
+		if err := checkOrigin(p.Resolved, r.registry); err != nil {
+			return nil, tarballURLError(n.spec, p, r.registry, err)
 		}
 		out = append(out, p)
 	}
@@ -252,7 +259,7 @@ func (r *resolver) fetch(name, spec, what string) (*packument, error) {
 		return nil, fmt.Errorf("fetching %s from the npm registry: %w", name, err)
 	}
 	req.Header.Set("Accept", "application/vnd.npm.install-v1+json; q=1.0, application/json; q=0.8, */*")
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := client.Do(req)
 	if err != nil {
 		return nil, fmt.Errorf("npm_packages: %q: fetching %s from the npm registry: %w: %w", spec, name, err, errdefs.ErrUnavailable)
 	}

@@ -96,7 +96,7 @@ func TestResolveLayout(t *testing.T) {
 	}
 
 	root := t.TempDir()
-	if err := npm.Install(context.Background(), pkgs, root, t.TempDir()); err != nil {
+	if err := npm.Install(context.Background(), reg.URL, pkgs, root, t.TempDir()); err != nil {
 		t.Fatalf("Install: %v", err)
 	}
 	out := runNode(t, root, `const a = require('a'), b = require('b');
@@ -246,7 +246,7 @@ func TestInstallRefuses(t *testing.T) {
 			}
 			root := t.TempDir()
 			cache := t.TempDir()
-			err = npm.Install(context.Background(), pkgs, root, cache)
+			err = npm.Install(context.Background(), reg.URL, pkgs, root, cache)
 			msg, public := errdefs.PublicMessage(err)
 			if !public || !strings.HasPrefix(msg, "npm_packages: victim@1.0.0: ") || !strings.Contains(msg, tt.want) {
 				t.Errorf("Install: %v; want a public error containing %q", err, tt.want)
@@ -296,7 +296,7 @@ func TestInstallLinksAndScripts(t *testing.T) {
 		t.Errorf("Resolve's Scripts: %v, want scripted only (the registry does not say gyp has one)", scripts)
 	}
 	root := t.TempDir()
-	if err := npm.Install(context.Background(), pkgs, root, t.TempDir()); err != nil {
+	if err := npm.Install(context.Background(), reg.URL, pkgs, root, t.TempDir()); err != nil {
 		t.Fatalf("Install: %v", err)
 	}
 	for _, p := range pkgs {
@@ -341,7 +341,7 @@ func TestResolveScoped(t *testing.T) {
 		t.Errorf("Resolve layout: got %s, want %s", got, want)
 	}
 	root := t.TempDir()
-	if err := npm.Install(context.Background(), pkgs, root, t.TempDir()); err != nil {
+	if err := npm.Install(context.Background(), reg.URL, pkgs, root, t.TempDir()); err != nil {
 		t.Fatalf("Install: %v", err)
 	}
 	if out := runNode(t, root, "console.log(require('@acme/lib'))"); out != "lib with @acme/util@1.2.0" {
@@ -384,12 +384,12 @@ func TestInstallSHA1(t *testing.T) {
 	if len(pkgs) != 1 || !strings.HasPrefix(pkgs[0].Integrity, "sha1-") {
 		t.Fatalf("Resolve = %+v, want a sha1 integrity", pkgs)
 	}
-	if err := npm.Install(context.Background(), pkgs, t.TempDir(), t.TempDir()); err != nil {
+	if err := npm.Install(context.Background(), reg.URL, pkgs, t.TempDir(), t.TempDir()); err != nil {
 		t.Errorf("Install: %v", err)
 	}
 	bad := pkgs[0]
 	bad.Integrity = "sha1-" + strings.Repeat("A", 27) + "="
-	err = npm.Install(context.Background(), []npm.Package{bad}, t.TempDir(), t.TempDir())
+	err = npm.Install(context.Background(), reg.URL, []npm.Package{bad}, t.TempDir(), t.TempDir())
 	if msg, _ := errdefs.PublicMessage(err); !strings.Contains(msg, "npm_packages: old@0.1.0: its tarball does not have the integrity") {
 		t.Errorf("Install with another sha1: %v", err)
 	}
