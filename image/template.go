@@ -40,6 +40,11 @@ type TemplateSources struct {
 	// NPMRegistry is the npm registry; empty means
 	// https://registry.npmjs.org.
 	NPMRegistry string
+	// DataRoot is the data root (templates.Options.DataRoot), the only
+	// directory a template's files are read from: the build checks again
+	// that each source resolves under it and reads it through it. Empty
+	// means none: a template with files is refused.
+	DataRoot string
 }
 
 // TemplateOptions tune BuildTemplate. The zero value builds a template

@@ -53,9 +53,11 @@ type templateBuild struct {
 
 // fileInput is one file or directory of a template's files.
 type fileInput struct {
-	src, target string
-	dir         bool
-	sum         string // hex SHA-256 of a file's content
+	src    string // the host path, for messages
+	rel    string // the path relative to the data root, to read it by
+	target string
+	dir    bool
+	sum    string // hex SHA-256 of a file's content
 }
 
 // computeKey returns the build's key (TemplateManifest.Key) over the
@@ -63,7 +65,7 @@ type fileInput struct {
 // build) and wheelhouse wheels.
 func (b *templateBuild) computeKey(base Manifest) (string, error) {
 	if b.files == nil {
-		files, err := hashFiles(b.t.Files)
+		files, err := hashFiles(b.opts.Sources.DataRoot, b.t.Files)
 		if err != nil {
 			return "", err
 		}
@@ -85,7 +87,7 @@ func (b *templateBuild) computeKey(base Manifest) (string, error) {
 			fmt.Fprintf(h, "wheel %q from index %q\n", w.Name, b.opts.Sources.PythonIndex)
 			continue
 		}
-		sum, err := fileSum(filepath.Join(b.opts.Sources.Wheelhouse, filepath.Base(w.File)))
+		sum, err := pathSum(filepath.Join(b.opts.Sources.Wheelhouse, filepath.Base(w.File)))
 		if err != nil {
 			sum = "missing" // the build reports it
 		}
@@ -98,39 +100,125 @@ func (b *templateBuild) computeKey(base Manifest) (string, error) {
 }
 
 // hashFiles walks the sources of files (a file or a directory each) and
-// hashes their contents. Symbolic links and special files are refused:
-// what is copied is what the operator's paths hold, nothing they point to.
-func hashFiles(files []templates.File) ([]fileInput, error) {
+// hashes their contents, reading them through the data root dataRoot
+// (openDataRoot): each source must still resolve, its symlinks followed,
+// to a path under it, and is then walked and read by its path relative to
+// the root, so that no link swapped in since (a parent directory made a
+// symlink) leads the build out of it. Symbolic links and special files
+// below a source are refused: what is copied is what the operator's paths
+// hold, nothing they point to.
+func hashFiles(dataRoot string, files []templates.File) ([]fileInput, error) {
 	out := []fileInput{}
+	if len(files) == 0 {
+		return out, nil
+	}
+	root, resolved, err := openDataRoot(dataRoot)
+	if err != nil {
+		return nil, err
+	}
+	defer root.Close()
 	for _, f := range files {
 		if err := checkTarget(f.Target); err != nil {
 			return nil, err
 		}
-		err := filepath.WalkDir(f.Source, func(p string, d fs.DirEntry, err error) error {
-			if err != nil {
-				return err
-			}
-			rel, _ := filepath.Rel(f.Source, p)
-			target := path.Join(f.Target, filepath.ToSlash(rel))
-			switch {
-			case d.IsDir():
-				out = append(out, fileInput{src: p, target: target, dir: true})
-			case d.Type().IsRegular():
-				sum, err := fileSum(p)
-				if err != nil {
-					return err
-				}
-				out = append(out, fileInput{src: p, target: target, sum: sum})
-			default:
-				return fmt.Errorf("%s is a %v, not a file or directory", p, d.Type())
-			}
-			return nil
-		})
+		rel, err := sourceRel(f.Source, resolved)
 		if err != nil {
-			return nil, errdefs.Publicf("files: %q: %s: %w", f.Source, strings.TrimPrefix(err.Error(), "lstat "), errdefs.ErrInvalidArgument)
+			return nil, err
 		}
+		got, err := hashSource(root, rel, f)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, got...)
 	}
 	return out, nil
+}
+
+// hashSource walks the source f, at rel in the data root root.
+func hashSource(root *os.Root, rel string, f templates.File) ([]fileInput, error) {
+	var out []fileInput
+	err := fs.WalkDir(root.FS(), rel, func(p string, d fs.DirEntry, err error) error {
+		sub, _ := filepath.Rel(rel, p)
+		shown := filepath.Join(f.Source, sub)
+		if err != nil {
+			return fmt.Errorf("%s: %w", shown, unwrapPath(err))
+		}
+		target := path.Join(f.Target, filepath.ToSlash(sub))
+		switch {
+		case d.IsDir():
+			out = append(out, fileInput{src: shown, rel: p, target: target, dir: true})
+		case d.Type().IsRegular():
+			sum, err := fileSum(root, p)
+			if err != nil {
+				return fmt.Errorf("%s: %w", shown, unwrapPath(err))
+			}
+			out = append(out, fileInput{src: shown, rel: p, target: target, sum: sum})
+		default:
+			return fmt.Errorf("%s is a %v, not a file or directory", shown, d.Type())
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, errdefs.Publicf("files: %q: %s: %w", f.Source, err.Error(), errdefs.ErrInvalidArgument)
+	}
+	return out, nil
+}
+
+// openDataRoot opens the data root dir, its symlinks resolved, and
+// returns it with its resolved path. The data root is the only directory
+// a template's files come from; an unset one refuses them all.
+func openDataRoot(dir string) (*os.Root, string, error) {
+	if dir == "" {
+		return nil, "", errdefs.Publicf("files: no data root is configured, so a template may copy no file (set the data root, e.g. --data-root /var/lib/stockade/data): %w", errdefs.ErrFailedPrecondition)
+	}
+	if !filepath.IsAbs(dir) {
+		return nil, "", errdefs.Publicf("files: the data root %s is not an absolute path: %w", dir, errdefs.ErrFailedPrecondition)
+	}
+	resolved, err := filepath.EvalSymlinks(filepath.Clean(dir))
+	if err != nil {
+		return nil, "", errdefs.Publicf("files: the data root %s cannot be used: %v: %w", dir, unwrapPath(err), errdefs.ErrFailedPrecondition)
+	}
+	if resolved == "/" {
+		return nil, "", errdefs.Publicf("files: the data root %s is the host's root file system: %w", dir, errdefs.ErrFailedPrecondition)
+	}
+	root, err := os.OpenRoot(resolved)
+	if err != nil {
+		return nil, "", errdefs.Publicf("files: the data root %s cannot be opened: %v: %w", dir, unwrapPath(err), errdefs.ErrFailedPrecondition)
+	}
+	return root, resolved, nil
+}
+
+// sourceRel returns the path, relative to the resolved data root, that
+// the file source src resolves to: src must be a clean absolute path
+// that, its symlinks followed now, is the data root or below it. The
+// declaration was checked when it was loaded; this checks it again when
+// the build reads it.
+func sourceRel(src, resolvedRoot string) (string, error) {
+	if !filepath.IsAbs(src) || filepath.Clean(src) != src {
+		return "", errdefs.Publicf("files: %q is not a clean absolute path: %w", src, errdefs.ErrInvalidArgument)
+	}
+	resolved, err := filepath.EvalSymlinks(src)
+	if err != nil {
+		return "", errdefs.Publicf("files: %q cannot be resolved: %v: %w", src, unwrapPath(err), errdefs.ErrInvalidArgument)
+	}
+	if !within(resolved, resolvedRoot) {
+		return "", errdefs.Publicf("files: %q resolves to %s, outside the data root %s: %w", src, resolved, resolvedRoot, errdefs.ErrInvalidArgument)
+	}
+	rel, err := filepath.Rel(resolvedRoot, resolved)
+	if err != nil {
+		return "", fmt.Errorf("files: %q: %w", src, err)
+	}
+	return filepath.ToSlash(rel), nil
+}
+
+// unwrapPath is err without a PathError's operation and path, which
+// messages name their own way.
+func unwrapPath(err error) error {
+	var pe *fs.PathError
+	if errors.As(err, &pe) {
+		return pe.Err
+	}
+	return err
 }
 
 // forbiddenTargets are where no operator file may go: the sandbox's
@@ -153,9 +241,9 @@ func checkTarget(target string) error {
 	return nil
 }
 
-// fileSum is the hex SHA-256 of the file at p, which must not be a link.
-func fileSum(p string) (string, error) {
-	f, err := os.OpenFile(p, os.O_RDONLY|syscall.O_NOFOLLOW, 0)
+// fileSum is the hex SHA-256 of the regular file name in root.
+func fileSum(root *os.Root, name string) (string, error) {
+	f, err := openRegular(root, name)
 	if err != nil {
 		return "", err
 	}
@@ -165,6 +253,38 @@ func fileSum(p string) (string, error) {
 		return "", err
 	}
 	return hex.EncodeToString(h.Sum(nil)), nil
+}
+
+// pathSum is the hex SHA-256 of the regular file at p, which must not be
+// a link.
+func pathSum(p string) (string, error) {
+	f, err := os.OpenFile(p, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	if fi, err := f.Stat(); err != nil || !fi.Mode().IsRegular() {
+		return "", errors.New("not a regular file")
+	}
+	h := sha256.New()
+	if _, err := io.Copy(h, f); err != nil {
+		return "", err
+	}
+	return hex.EncodeToString(h.Sum(nil)), nil
+}
+
+// openRegular opens name in root for reading, which must be a regular
+// file: O_NONBLOCK, so that a FIFO put there does not block the open.
+func openRegular(root *os.Root, name string) (*os.File, error) {
+	f, err := root.OpenFile(name, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		return nil, err
+	}
+	if fi, err := f.Stat(); err != nil || !fi.Mode().IsRegular() {
+		f.Close()
+		return nil, errors.New("not a regular file")
+	}
+	return f, nil
 }
 
 // build does the work of BuildTemplate; the caller holds the lock and has
@@ -299,6 +419,13 @@ func (b *templateBuild) copyFiles(rootfs string, tm *TemplateManifest) ([]Templa
 		return nil, fmt.Errorf("opening %s: %w", rootfs, err)
 	}
 	defer root.Close()
+	var data *os.Root
+	if len(b.files) > 0 {
+		if data, _, err = openDataRoot(b.opts.Sources.DataRoot); err != nil {
+			return nil, err
+		}
+		defer data.Close()
+	}
 	var out []TemplateFile
 	var dirs []string
 	for _, f := range b.t.Files {
@@ -319,7 +446,7 @@ func (b *templateBuild) copyFiles(rootfs string, tm *TemplateManifest) ([]Templa
 			dirs = append(dirs, rel)
 			continue
 		}
-		if err := copyInto(root, rel, f); err != nil {
+		if err := copyInto(data, root, rel, f); err != nil {
 			return nil, err
 		}
 		out = append(out, TemplateFile{Target: f.target, SHA256: f.sum})
@@ -347,10 +474,11 @@ func (b *templateBuild) copyFiles(rootfs string, tm *TemplateManifest) ([]Templa
 	return out, nil
 }
 
-// copyInto copies the operator's file f to rel in root, checking that it
-// still has the content it was hashed with.
-func copyInto(root *os.Root, rel string, f fileInput) error {
-	in, err := os.OpenFile(f.src, os.O_RDONLY|syscall.O_NOFOLLOW, 0)
+// copyInto copies the operator's file f, read through the data root data,
+// to rel in root, checking that it still has the content it was hashed
+// with.
+func copyInto(data, root *os.Root, rel string, f fileInput) error {
+	in, err := openRegular(data, f.rel)
 	if err != nil {
 		return errdefs.Publicf("files: %q cannot be read: %w", f.src, errdefs.ErrInvalidArgument)
 	}

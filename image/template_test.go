@@ -164,7 +164,7 @@ func TestBuildTemplateShell(t *testing.T) {
 	var log strings.Builder
 	var logMu sync.Mutex
 	opts := func(st *stages) TemplateOptions {
-		return TemplateOptions{StateDir: stateDir, Progress: st.progress,
+		return TemplateOptions{StateDir: stateDir, Progress: st.progress, Sources: TemplateSources{DataRoot: data},
 			Log: writerFunc(func(p []byte) { logMu.Lock(); log.Write(p); logMu.Unlock() })}
 	}
 
@@ -563,7 +563,7 @@ func TestBuildTemplateConcurrent(t *testing.T) {
 	digests := make([]string, 2)
 	for i := range digests {
 		wg.Go(func() {
-			m, err := s.BuildTemplate(t.Context(), tpl, TemplateOptions{StateDir: t.TempDir(), Progress: st.progress})
+			m, err := s.BuildTemplate(t.Context(), tpl, TemplateOptions{StateDir: t.TempDir(), Progress: st.progress, Sources: TemplateSources{DataRoot: data}})
 			if err != nil {
 				t.Errorf("build %d: %v", i, err)
 			}
@@ -793,14 +793,95 @@ func TestCheckTarget(t *testing.T) {
 
 func TestHashFilesRefusesLinks(t *testing.T) {
 	dir := t.TempDir()
-	writeTree(t, dir, map[string]string{"ok/a": "a", "linked/a": "a", "linked/passwd": "-> /etc/passwd", "top": "-> ok"})
-	if files, err := hashFiles([]templates.File{{Source: filepath.Join(dir, "ok"), Target: "/opt/ok"}}); err != nil || len(files) != 2 {
+	writeTree(t, dir, map[string]string{"ok/a": "a", "linked/a": "a", "linked/passwd": "-> /etc/passwd", "top": "-> ok", "out": "-> /etc"})
+	if files, err := hashFiles(dir, []templates.File{{Source: filepath.Join(dir, "ok"), Target: "/opt/ok"}}); err != nil || len(files) != 2 {
 		t.Errorf("hashFiles(ok) = %v, %v; want the directory and its file", files, err)
 	}
-	for _, src := range []string{"linked", "top"} {
-		_, err := hashFiles([]templates.File{{Source: filepath.Join(dir, src), Target: "/opt/x"}})
+	// A source that is a link inside the data root is read where it
+	// leads, as the declaration's check accepts it.
+	if files, err := hashFiles(dir, []templates.File{{Source: filepath.Join(dir, "top"), Target: "/opt/ok"}}); err != nil || len(files) != 2 {
+		t.Errorf("hashFiles(top) = %v, %v; want the directory it links to and its file", files, err)
+	}
+	for _, src := range []string{"linked", "out"} {
+		_, err := hashFiles(dir, []templates.File{{Source: filepath.Join(dir, src), Target: "/opt/x"}})
 		if msg, _ := errdefs.PublicMessage(err); !strings.HasPrefix(msg, "files: ") {
 			t.Errorf("hashFiles(%s) = %v, want a public error naming files", src, err)
 		}
 	}
+}
+
+// TestFilesSwappedParent swaps a parent directory of a file source for a
+// link to a host directory holding the same names, before the build
+// hashes the source and between the hashing and the copy: the build
+// refuses it each time, and never reads the host's files.
+func TestFilesSwappedParent(t *testing.T) {
+	setup := func(t *testing.T) (data, host string, files []templates.File) {
+		data, host = t.TempDir(), t.TempDir()
+		writeTree(t, data, map[string]string{"sub/conf/a": "same"})
+		writeTree(t, host, map[string]string{"conf/a": "same"})
+		return data, host, []templates.File{{Source: filepath.Join(data, "sub/conf"), Target: "/opt/conf"}}
+	}
+	swap := func(t *testing.T, data, host string) {
+		if err := os.RemoveAll(filepath.Join(data, "sub")); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Symlink(host, filepath.Join(data, "sub")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Run("before hashing", func(t *testing.T) {
+		data, host, files := setup(t)
+		swap(t, data, host)
+		got, err := hashFiles(data, files)
+		if msg, _ := errdefs.PublicMessage(err); !strings.Contains(msg, "outside the data root") {
+			t.Errorf("hashFiles = %v, %v; want an error saying the source is outside the data root", got, err)
+		}
+	})
+	t.Run("while walking", func(t *testing.T) {
+		data, host, files := setup(t)
+		root, resolved, err := openDataRoot(data)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer root.Close()
+		rel, err := sourceRel(files[0].Source, resolved)
+		if err != nil {
+			t.Fatal(err)
+		}
+		swap(t, data, host)
+		if got, err := hashSource(root, rel, files[0]); err == nil {
+			t.Errorf("hashSource after the swap = %v; want an error", got)
+		}
+	})
+	t.Run("before copying", func(t *testing.T) {
+		data, host, files := setup(t)
+		in, err := hashFiles(data, files)
+		if err != nil || len(in) != 2 {
+			t.Fatalf("hashFiles = %v, %v; want the directory and its file", in, err)
+		}
+		swap(t, data, host)
+		root, _, err := openDataRoot(data)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer root.Close()
+		tree, err := os.OpenRoot(t.TempDir())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer tree.Close()
+		if err := copyInto(root, tree, "a", in[1]); err == nil {
+			t.Errorf("copyInto after the swap copied %s; want an error", in[1].src)
+		}
+	})
+	t.Run("no data root", func(t *testing.T) {
+		_, _, files := setup(t)
+		_, err := hashFiles("", files)
+		if msg, _ := errdefs.PublicMessage(err); !errdefs.IsFailedPrecondition(err) || !strings.Contains(msg, "no data root") {
+			t.Errorf("hashFiles without a data root = %v, want a failed precondition saying so", err)
+		}
+		if got, err := hashFiles("", nil); err != nil || len(got) != 0 {
+			t.Errorf("hashFiles without files or data root = %v, %v; want none", got, err)
+		}
+	})
 }

@@ -29,7 +29,8 @@ func loadTemplates(cfg *config.Config) (*templates.Set, error) {
 // templateSources are where cfg's template builds fetch from.
 func templateSources(cfg *config.Config) image.TemplateSources {
 	s := cfg.Sources()
-	return image.TemplateSources{Mirror: s.Mirror, Wheelhouse: s.Wheelhouse, PythonIndex: s.PythonIndex, NPMRegistry: s.NPMRegistry}
+	return image.TemplateSources{Mirror: s.Mirror, Wheelhouse: s.Wheelhouse, PythonIndex: s.PythonIndex, NPMRegistry: s.NPMRegistry,
+		DataRoot: cfg.MountRoot()}
 }
 
 // lintTemplates returns the problems of the templates list and of the
