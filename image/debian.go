@@ -12,6 +12,7 @@ import (
 	"maps"
 	"os"
 	"os/exec"
+	"os/user"
 	"path/filepath"
 	"regexp"
 	"runtime"
@@ -36,7 +37,12 @@ import (
 // apt-get runs on the host, in a directory of the build's own with a
 // configuration of its own (nothing of the host's apt configuration or
 // package state is read or written): it resolves the packages against the
-// base tree's dpkg status and downloads them. The packages are then
+// base tree's dpkg status and downloads them. Its download methods, which
+// parse what the mirror sends, run as the host's _apt user, as apt runs
+// them: the directories they write (lists and archives partial/, below
+// <root>/cache/apt) are _apt's, and the directories on the way to them
+// may be passed through by anyone (fsmode.Exceptions). A build where apt
+// would fall back to downloading as root fails instead. The packages are then
 // installed inside a build sandbox (buildBox) over a copy of the base
 // tree, by the tree's own apt-get from the downloaded files, without
 // network: maintainer scripts run there, never on the host.
@@ -56,6 +62,9 @@ const (
 
 func (s *Store) layersDir() string { return filepath.Join(s.root, "cache", "layers") }
 func (s *Store) aptDir() string    { return filepath.Join(s.root, "cache", "apt") }
+
+// aptUser is the user apt's download methods run as.
+const aptUser = "_apt"
 
 // layerInfo is a layer's layer.json.
 type layerInfo struct {
@@ -101,6 +110,11 @@ func (s *Store) debianLayer(ctx context.Context, b *templateBuild, baseDigest, b
 	if err != nil {
 		return "", "", err
 	}
+	defer func() {
+		if rerr := removeTree(apt.archives); rerr != nil && err == nil {
+			err = fmt.Errorf("cleaning up apt's downloads: %w", classify(rerr))
+		}
+	}()
 	b.prog.stage("resolving")
 	if _, err := apt.run(ctx, "update"); err != nil {
 		return "", "", err
@@ -254,19 +268,54 @@ type aptRun struct {
 
 // newAptRun writes the configuration of apt-get in tmp/apt: sources from
 // the build's mirror, the status of the tree at base, state and cache of
-// its own (the index lists are shared by the store's builds, under its
+// its own (the index lists, and the downloaded packages while the build
+// lasts, below the store's cache/apt, shared by its builds under its
 // lock), no configuration of the host's.
 func (s *Store) newAptRun(tmp, base string, b *templateBuild) (*aptRun, error) {
 	if _, err := os.Stat(s.aptPath); err != nil {
 		return nil, fmt.Errorf("apt-get not found at %s: template builds resolve Debian packages with the host's apt (apt-get install apt): %w", s.aptPath, errdefs.ErrFailedPrecondition)
 	}
+	u, err := user.Lookup(aptUser)
+	if err != nil {
+		return nil, fmt.Errorf("apt's download user %s: %v: template builds download Debian packages as it (apt-get install apt creates it): %w", aptUser, err, errdefs.ErrFailedPrecondition)
+	}
+	uid, uerr := strconv.Atoi(u.Uid)
+	gid, gerr := strconv.Atoi(u.Gid)
+	if uerr != nil || gerr != nil {
+		return nil, fmt.Errorf("apt's download user %s has ids %q:%q: %w", aptUser, u.Uid, u.Gid, errdefs.ErrFailedPrecondition)
+	}
 	dir := filepath.Join(tmp, "apt")
 	sum := sha256.Sum256([]byte(b.mirror))
 	lists := filepath.Join(s.aptDir(), "lists-"+hex.EncodeToString(sum[:8]))
-	a := &aptRun{path: s.aptPath, dir: dir, archives: filepath.Join(dir, "cache", "archives"), b: b}
-	for _, d := range []string{filepath.Join(dir, "parts"), filepath.Join(dir, "state"), filepath.Join(a.archives, "partial"), filepath.Join(lists, "partial")} {
+	a := &aptRun{path: s.aptPath, dir: dir, archives: filepath.Join(s.aptDir(), "archives"), b: b}
+	for _, d := range []string{filepath.Join(dir, "parts"), filepath.Join(dir, "state")} {
 		if err := os.MkdirAll(d, fsmode.Dir); err != nil {
 			return nil, fmt.Errorf("creating apt directories: %w", classify(err))
+		}
+	}
+	// A build that died left its downloads; the lock says none runs now.
+	if err := removeTree(a.archives); err != nil {
+		return nil, fmt.Errorf("cleaning up apt's downloads: %w", classify(err))
+	}
+	// The way to the partial directories, which _apt must pass through.
+	for _, d := range []string{filepath.Dir(s.aptDir()), s.aptDir(), lists, a.archives} {
+		if err := os.MkdirAll(d, fsmode.Traverse); err != nil {
+			return nil, fmt.Errorf("creating apt directories: %w", classify(err))
+		}
+		if err := os.Chmod(d, fsmode.Traverse); err != nil {
+			return nil, fmt.Errorf("setting the mode of %s: %w", d, classify(err))
+		}
+	}
+	// What the methods write: _apt's alone, as apt makes its own.
+	for _, d := range []string{filepath.Join(lists, "partial"), filepath.Join(a.archives, "partial")} {
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			return nil, fmt.Errorf("creating apt directories: %w", classify(err))
+		}
+		if err := os.Chown(d, uid, gid); err != nil {
+			return nil, fmt.Errorf("giving %s to %s: %w", d, aptUser, classify(err))
+		}
+		if err := os.Chmod(d, 0o700); err != nil {
+			return nil, fmt.Errorf("setting the mode of %s: %w", d, classify(err))
 		}
 	}
 	sources := fmt.Sprintf("deb [signed-by=%s] %s %s main\n", debianKeyring, b.mirror, Suite)
@@ -284,12 +333,13 @@ func (s *Store) newAptRun(tmp, base string, b *templateBuild) (*aptRun, error) {
 		"Dir::State::lists":          lists,
 		"Dir::State::status":         filepath.Join(base, "var/lib/dpkg/status"),
 		"Dir::Cache":                 filepath.Join(dir, "cache"),
+		"Dir::Cache::archives":       a.archives,
 		"Dir::Log":                   filepath.Join(dir, "log"),
 		"Debug::NoLocking":           "1",
 		"APT::Architecture":          debianArch(),
 		"APT::Install-Recommends":    "false",
 		"APT::Install-Suggests":      "false",
-		"APT::Sandbox::User":         "root",
+		"APT::Sandbox::User":         aptUser,
 		"Acquire::Languages":         "none",
 		"Acquire::Retries":           "2",
 		"Acquire::http::Timeout":     "30",
@@ -353,6 +403,7 @@ var (
 	aptBroken     = regexp.MustCompile(`^E: (Unable to correct problems|Unmet dependencies|Error, pkgProblemResolver)`)
 	aptUnmetLine  = regexp.MustCompile(`^\s*(\S+) : (Depends|Breaks|Conflicts|PreDepends|Pre-Depends): (.*)$`)
 	aptFetchError = regexp.MustCompile(`^(E|W): (Failed to fetch|Some index files failed|The repository)`)
+	aptUnsandbox  = regexp.MustCompile(`^(E|W): (Download is performed unsandboxed|No sandbox user)`)
 )
 
 // aptError turns apt-get's errors in out into the template's: nil when out
@@ -367,6 +418,10 @@ func aptError(out string) error {
 	}
 	for l := range strings.Lines(out) {
 		l = strings.TrimRight(l, "\n")
+		if aptUnsandbox.MatchString(l) {
+			return fmt.Errorf("apt would download as root, not as %s: %s; the data directory and the directories above it must be passable (mode o+x) for %s: %w",
+				aptUser, strings.TrimSpace(l), aptUser, errdefs.ErrFailedPrecondition)
+		}
 		if m := aptNoPackage.FindStringSubmatch(l); m != nil {
 			return errdefs.Publicf("debian_packages: package %q does not exist in %s: %w", m[1], Suite, errdefs.ErrInvalidArgument)
 		}

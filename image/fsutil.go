@@ -37,8 +37,9 @@ func (s *Store) lock(ctx context.Context) (unlock func(), err error) {
 // another operation holds it.
 func (s *Store) tryLock() (unlock func(), err error) {
 	// The images' trees are reached through the store's directories from
-	// the sandboxes' user namespaces (fsmode.Exceptions).
-	for _, d := range []string{s.imagesDir(), s.blobsDir()} {
+	// the sandboxes' user namespaces, apt's download directories by its
+	// _apt user (fsmode.Exceptions).
+	for _, d := range []string{s.imagesDir(), s.blobsDir(), filepath.Dir(s.aptDir())} {
 		if err := os.MkdirAll(d, fsmode.Traverse); err != nil {
 			return nil, fmt.Errorf("creating image store: %w", classify(err))
 		}

@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"os/user"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -71,6 +72,13 @@ func templateStore(t *testing.T, base string) (*Store, string) {
 		t.Fatal(err)
 	}
 	s := Open(t.TempDir())
+	// The data directory and the directories above it may be passed
+	// through, as set-up makes them: apt's methods run as _apt.
+	for _, d := range []string{filepath.Dir(s.root), s.root} {
+		if err := os.Chmod(d, fsmode.Traverse); err != nil {
+			t.Fatal(err)
+		}
+	}
 	hex := strings.TrimPrefix(img.Digest, "sha256:")
 	if err := os.MkdirAll(s.blobsDir(), fsmode.Traverse); err != nil {
 		t.Fatal(err)
@@ -203,6 +211,23 @@ func TestBuildTemplateShell(t *testing.T) {
 		}
 		if slices.Contains(m.Template.DebianAdded, "busybox") {
 			t.Errorf("DebianAdded = %v holds a package of the base", m.Template.DebianAdded)
+		}
+		// apt downloaded as _apt (a fallback to root fails the build):
+		// the partial directory its methods wrote is _apt's, and the
+		// build's downloads are gone.
+		apt, err := user.Lookup(aptUser)
+		if err != nil {
+			t.Fatal(err)
+		}
+		partials, _ := filepath.Glob(filepath.Join(s.aptDir(), "lists-*", "partial"))
+		if len(partials) != 1 {
+			t.Fatalf("apt's lists: %v, want one partial directory", partials)
+		}
+		if fi, err := os.Stat(partials[0]); err != nil || fmt.Sprint(fi.Sys().(*syscall.Stat_t).Uid) != apt.Uid || fi.Mode().Perm() != 0o700 {
+			t.Errorf("%s: %v, %v; want %s's, 0700", partials[0], fi.Mode(), err, aptUser)
+		}
+		if _, err := os.Lstat(filepath.Join(s.aptDir(), "archives")); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("the build's downloads: %v, want them removed", err)
 		}
 		targets := map[string]string{}
 		for _, f := range m.Template.Files {
@@ -408,6 +433,9 @@ func TestAptError(t *testing.T) {
 			"debian_packages: the packages conflict (a Depends b (>= 2) but 1 is to be installed)", errdefs.ErrInvalidArgument},
 		{"E: Package 'x' has no installation candidate\n", `debian_packages: package "x" has no installable version in trixie`, errdefs.ErrInvalidArgument},
 		{"E: Failed to fetch http://deb.debian.org/x  Could not resolve\n", "fetching from the Debian mirror", errdefs.ErrUnavailable},
+		{"W: Download is performed unsandboxed as root as file '/x/partial/jq.deb' couldn't be accessed by user '_apt'. - pkgAcquire::Run (13: Permission denied)\n",
+			"apt would download as root, not as _apt", errdefs.ErrFailedPrecondition},
+		{"W: No sandbox user '_apt' on the system, can not drop privileges\n", "apt would download as root", errdefs.ErrFailedPrecondition},
 		{"Reading package lists...\nDone\n", "", nil},
 	}
 	for _, tt := range tests {

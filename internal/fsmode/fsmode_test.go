@@ -121,7 +121,7 @@ func TestFix(t *testing.T) {
 		{"data/images/refs/python", File},
 		{"data/images/tmp", Dir},
 		{"data/images/tmp/python-1/rootfs/bin", 0o755},
-		{"data/cache", Dir},
+		{"data/cache", Traverse},
 		{"data/cache/debs/a.deb", File},
 		{"data/bin", Traverse},
 		{"data/bin/stockade-guest-1-ab", 0o555},
