@@ -158,7 +158,7 @@ func startTemplateDaemon(t *testing.T, st store.Store, images, dataRoot, wheelho
 		t.Fatal(err)
 	}
 	jo := templatejobs.Options{Templates: set, Audit: st,
-		Builder:  templatejobs.StoreBuilder{Store: imgs, Options: image.TemplateOptions{Sources: image.TemplateSources{Wheelhouse: wheelhouse}, StateDir: t.TempDir()}},
+		Builder:  templatejobs.StoreBuilder{Store: imgs, Options: image.TemplateOptions{Sources: image.TemplateSources{Wheelhouse: wheelhouse, DataRoot: dataRoot}, StateDir: t.TempDir()}},
 		Describe: func(err error) (string, bool) { _, d, hidden := api.Public(err); return d.Message, hidden }}
 	jo.Golden = eng
 	d := &templateDaemon{svc: svc, jobs: templatejobs.New(jo)}

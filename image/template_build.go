@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/stockade-sh/stockade/errdefs"
+	"github.com/stockade-sh/stockade/internal/dataroot"
 	"github.com/stockade-sh/stockade/internal/fsmode"
 	"github.com/stockade-sh/stockade/templates"
 )
@@ -112,7 +113,7 @@ func hashFiles(dataRoot string, files []templates.File) ([]fileInput, error) {
 	if len(files) == 0 {
 		return out, nil
 	}
-	root, resolved, err := openDataRoot(dataRoot)
+	root, _, err := openDataRoot(dataRoot)
 	if err != nil {
 		return nil, err
 	}
@@ -121,7 +122,7 @@ func hashFiles(dataRoot string, files []templates.File) ([]fileInput, error) {
 		if err := checkTarget(f.Target); err != nil {
 			return nil, err
 		}
-		rel, err := sourceRel(f.Source, resolved)
+		rel, err := sourceRel(dataRoot, f.Source)
 		if err != nil {
 			return nil, err
 		}
@@ -165,50 +166,32 @@ func hashSource(root *os.Root, rel string, f templates.File) ([]fileInput, error
 }
 
 // openDataRoot opens the data root dir, its symlinks resolved, and
-// returns it with its resolved path. The data root is the only directory
-// a template's files come from; an unset one refuses them all.
+// returns it with its resolved path, after checking it again as the
+// declaration's files were checked when it was loaded (internal/dataroot:
+// absolute, not the host's root, no home, credentials or system
+// directory).
 func openDataRoot(dir string) (*os.Root, string, error) {
-	if dir == "" {
-		return nil, "", errdefs.Publicf("files: no data root is configured, so a template may copy no file (set the data root, e.g. --data-root /var/lib/stockade/data): %w", errdefs.ErrFailedPrecondition)
+	r := dataroot.Resolve(dir)
+	if err := r.Err(); err != nil {
+		return nil, "", errdefs.Publicf("files: %s: %w", err.Error(), errdefs.ErrFailedPrecondition)
 	}
-	if !filepath.IsAbs(dir) {
-		return nil, "", errdefs.Publicf("files: the data root %s is not an absolute path: %w", dir, errdefs.ErrFailedPrecondition)
-	}
-	resolved, err := filepath.EvalSymlinks(filepath.Clean(dir))
-	if err != nil {
-		return nil, "", errdefs.Publicf("files: the data root %s cannot be used: %v: %w", dir, unwrapPath(err), errdefs.ErrFailedPrecondition)
-	}
-	if resolved == "/" {
-		return nil, "", errdefs.Publicf("files: the data root %s is the host's root file system: %w", dir, errdefs.ErrFailedPrecondition)
-	}
-	root, err := os.OpenRoot(resolved)
+	root, err := os.OpenRoot(r.Resolved())
 	if err != nil {
 		return nil, "", errdefs.Publicf("files: the data root %s cannot be opened: %v: %w", dir, unwrapPath(err), errdefs.ErrFailedPrecondition)
 	}
-	return root, resolved, nil
+	return root, r.Resolved(), nil
 }
 
-// sourceRel returns the path, relative to the resolved data root, that
-// the file source src resolves to: src must be a clean absolute path
-// that, its symlinks followed now, is the data root or below it. The
-// declaration was checked when it was loaded; this checks it again when
-// the build reads it.
-func sourceRel(src, resolvedRoot string) (string, error) {
-	if !filepath.IsAbs(src) || filepath.Clean(src) != src {
-		return "", errdefs.Publicf("files: %q is not a clean absolute path: %w", src, errdefs.ErrInvalidArgument)
-	}
-	resolved, err := filepath.EvalSymlinks(src)
+// sourceRel returns the path, relative to the resolved data root, of the
+// file source src, checked again now as templates.Validate checked it
+// (dataroot.CheckFile): under the data root, no symlink in it, no
+// credentials directory, special file or link in a directory source.
+func sourceRel(dataRoot, src string) (string, error) {
+	s, err := dataroot.CheckFile(dataRoot, src)
 	if err != nil {
-		return "", errdefs.Publicf("files: %q cannot be resolved: %v: %w", src, unwrapPath(err), errdefs.ErrInvalidArgument)
+		return "", errdefs.Publicf("files: %s: %w", err.Error(), errdefs.ErrInvalidArgument)
 	}
-	if !within(resolved, resolvedRoot) {
-		return "", errdefs.Publicf("files: %q resolves to %s, outside the data root %s: %w", src, resolved, resolvedRoot, errdefs.ErrInvalidArgument)
-	}
-	rel, err := filepath.Rel(resolvedRoot, resolved)
-	if err != nil {
-		return "", fmt.Errorf("files: %q: %w", src, err)
-	}
-	return filepath.ToSlash(rel), nil
+	return filepath.ToSlash(s.Rel), nil
 }
 
 // unwrapPath is err without a PathError's operation and path, which
