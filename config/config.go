@@ -5,29 +5,15 @@
 package config
 
 import (
-	"errors"
 	"fmt"
-	"io/fs"
-	"net/netip"
-	"os"
 	"path/filepath"
-	"reflect"
-	"regexp"
-	"runtime"
 	"slices"
-	"strings"
 	"time"
 
 	"go.yaml.in/yaml/v3"
 
-	"github.com/stockade-sh/stockade/analytics"
-	"github.com/stockade-sh/stockade/broker"
 	"github.com/stockade-sh/stockade/errdefs"
-	"github.com/stockade-sh/stockade/internal/netns"
-	"github.com/stockade-sh/stockade/internal/strictyaml"
 	"github.com/stockade-sh/stockade/sandbox"
-	"github.com/stockade-sh/stockade/store"
-	"github.com/stockade-sh/stockade/tools"
 )
 
 // Drivers Stockade can be configured with.
@@ -77,7 +63,8 @@ type Config struct {
 	// lists them itself; nil means none. SetTemplates replaces it.
 	TemplatesList *TemplatesList `yaml:"-"`
 	// TemplateSources are where template builds fetch packages and wheels
-	// from; see TemplateSources and Sources for the defaults.
+	// from; see TemplateSources, and wiring.TemplateSources for the
+	// defaults applied.
 	TemplateSources TemplateSources `yaml:"template_sources"`
 	// DataRoot is the only directory tools may mount data from, and
 	// templates copy files from; empty means DataDir/data.
@@ -228,38 +215,6 @@ const (
 	OnShutdownEnd  = "end"
 )
 
-// ByteSize is a size in bytes, written in the file and on the command
-// line as sandbox.ParseSize reads it (256MiB, 1g).
-type ByteSize int64
-
-func (s *ByteSize) UnmarshalYAML(n *yaml.Node) error {
-	var v size
-	if err := v.UnmarshalYAML(n); err != nil {
-		return err
-	}
-	*s = ByteSize(v)
-	return nil
-}
-
-func (*ByteSize) YAMLForm() string { return (*size)(nil).YAMLForm() }
-
-// Set implements flag.Value.
-func (s *ByteSize) Set(v string) error {
-	n, err := sandbox.ParseSize(v)
-	if err != nil {
-		return err
-	}
-	*s = ByteSize(n)
-	return nil
-}
-
-func (s *ByteSize) String() string {
-	if s == nil {
-		return "0"
-	}
-	return sandbox.FormatSize(int64(*s))
-}
-
 // MCP configures the MCP tools; the mcp package checks the values (the
 // daemon refuses to start on a bad one).
 type MCP struct {
@@ -281,6 +236,8 @@ type MCP struct {
 // Omitted, Sessions is 0: a session pool sandbox costs a supervisor
 // process and a kernel besides the interpreter, so it is asked for.
 type Pool struct {
+	// Tool names the pool's tool; empty means the default tool
+	// (code.execute).
 	Tool     string `yaml:"tool"`
 	Runtime  string `yaml:"runtime"`
 	Size     int    `yaml:"size"`
@@ -289,28 +246,6 @@ type Pool struct {
 
 // MaxPoolSize bounds one pool's size.
 const MaxPoolSize = 64
-
-// DefaultPools are the pools of the default configuration: a small python
-// pool of the default tool, on its tier: two sandboxes for one-shot
-// executions and one for a new session.
-func DefaultPools() []Pool {
-	return []Pool{{Tool: tools.DefaultName, Runtime: "python", Size: 2, Sessions: 1}}
-}
-
-// hostMemory is the host's memory in bytes (MemTotal), 0 when unknown.
-func hostMemory() int64 {
-	b, err := os.ReadFile("/proc/meminfo")
-	if err != nil {
-		return 0
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		var kb int64
-		if _, err := fmt.Sscanf(line, "MemTotal: %d kB", &kb); err == nil {
-			return kb << 10
-		}
-	}
-	return 0
-}
 
 // ToolsList is a list of tools written in a configuration file.
 type ToolsList struct {
@@ -324,15 +259,6 @@ type ToolsList struct {
 // tools the configuration file gave.
 func (c *Config) SetTools(path string) { c.Tools, c.ToolsList = path, nil }
 
-// LoadTools loads the configured tools (ToolsList, or the Tools path) with
-// opts; see tools.Load.
-func (c Config) LoadTools(opts tools.Options) (*tools.Set, error) {
-	if c.ToolsList != nil {
-		return tools.LoadList(c.ToolsList.File, c.ToolsList.Node, opts)
-	}
-	return tools.Load(c.Tools, opts)
-}
-
 // Analytics configures the shipping of tool_invocations rows through the
 // database's outbox to ClickHouse (package analytics):
 //
@@ -343,7 +269,8 @@ func (c Config) LoadTools(opts tools.Options) (*tools.Set, error) {
 //	  outbox: {max_rows: 1000000, max_age: 168h}
 type Analytics struct {
 	ClickHouse ClickHouse `yaml:"clickhouse"`
-	// BatchSize is the most rows sent at once, 1 to store.MaxOutboxBatch.
+	// BatchSize is the most rows sent at once, 1 to the store's
+	// MaxOutboxBatch (checked by wiring.Validate).
 	BatchSize int `yaml:"batch_size"`
 	// Interval is the pause between two rounds of shipping.
 	Interval time.Duration `yaml:"interval"`
@@ -372,12 +299,6 @@ type Outbox struct {
 
 // Enabled reports whether rows are shipped.
 func (a Analytics) Enabled() bool { return a.ClickHouse.URL != "" }
-
-// ClickHouseConfig returns the sink's configuration.
-func (a Analytics) ClickHouseConfig() analytics.ClickHouseConfig {
-	c := a.ClickHouse
-	return analytics.ClickHouseConfig{URL: c.URL, Database: c.Database, Table: c.Table, Timeout: c.Timeout}
-}
 
 // Broker is the credential broker's configuration.
 type Broker struct {
@@ -427,200 +348,6 @@ type BrokerCredential struct {
 	File string `yaml:"file"`
 }
 
-// NetnsConfig returns the configuration of the sandbox networks, checked.
-func (c Config) NetnsConfig() (netns.Config, error) {
-	nc := netns.Config{Prefix: c.EgressPrefix}
-	if c.EgressRange != "" {
-		r, err := netip.ParsePrefix(c.EgressRange)
-		if err != nil {
-			return netns.Config{}, fmt.Errorf("egress_range %q: %v: %w", c.EgressRange, err, errdefs.ErrInvalidArgument)
-		}
-		nc.Range = r
-	}
-	// The manager checks the prefix and the range; building one touches
-	// nothing on the host.
-	if _, err := netns.NewManager(nc); err != nil {
-		return netns.Config{}, err
-	}
-	return nc, nil
-}
-
-// BrokerOperations returns the broker operations in the broker's types.
-func (c Config) BrokerOperations() []broker.Operation {
-	var ops []broker.Operation
-	for _, o := range c.Broker.Operations {
-		op := broker.Operation{Name: o.Name, Method: o.Method, URL: o.URL, JSONBody: o.JSONBody,
-			Credential: broker.Credential{Env: o.Credential.Env, File: o.Credential.File}, Header: o.Header, Prefix: o.Prefix,
-			ResponseHeaders: o.ResponseHeaders}
-		for _, p := range o.Params {
-			op.Params = append(op.Params, broker.Param{Name: p.Name, Pattern: p.Pattern, Required: p.Required, MaxLen: p.MaxLength})
-		}
-		ops = append(ops, op)
-	}
-	return ops
-}
-
-// Default returns the embedded defaults.
-func Default() Config {
-	return Config{
-		DataDir:   "/var/lib/stockade",
-		StateDir:  "/run/stockade",
-		Driver:    "gvisor",
-		RuncPath:  "runc",
-		RunscPath: "runsc",
-		Defaults:  sandbox.DefaultLimits(),
-		Ceiling:   sandbox.DefaultCeiling(),
-
-		Listen:               "127.0.0.1:8700",
-		IdleTimeout:          time.Minute,
-		HeaderTimeout:        10 * time.Second,
-		BodyTimeout:          30 * time.Second,
-		WriteTimeout:         30 * time.Second,
-		MaxConnections:       1024,
-		MaxConcurrent:        2 * runtime.NumCPU(),
-		ApprovalTTL:          10 * time.Minute,
-		CreditsPerInvocation: 2,
-		Pools:                DefaultPools(),
-		TemplateSources:      DefaultTemplateSources(),
-		PoolMaxAge:           10 * time.Minute,
-		MemoryBudget:         hostMemory() / 4 * 3,
-		Analytics: Analytics{
-			ClickHouse: ClickHouse{Database: analytics.DefaultDatabase, Table: analytics.DefaultTable, Timeout: analytics.DefaultTimeout},
-			BatchSize:  analytics.DefaultBatchSize,
-			Interval:   analytics.DefaultInterval,
-			Outbox:     Outbox{MaxRows: analytics.DefaultMaxRows, MaxAge: analytics.DefaultMaxAge},
-		},
-		Sessions: Sessions{IdleTimeout: 10 * time.Minute, MaxIdleTimeout: time.Hour, TTL: time.Hour, MaxTTL: 24 * time.Hour,
-			MaxPerWorkspace: 4, WorkspaceSize: 256 << 20, MaxWorkspaceSize: 1 << 30, MaxFileSize: 64 << 20, OnShutdown: OnShutdownKeep},
-	}
-}
-
-// limitsFile is the YAML form of sandbox.Limits; a key left out keeps the
-// value in force.
-type limitsFile struct {
-	Memory    *size          `yaml:"memory"`
-	CPU       *float64       `yaml:"cpu"`
-	Pids      *int64         `yaml:"pids"`
-	Timeout   *time.Duration `yaml:"timeout"`
-	TmpSize   *size          `yaml:"tmp_size"`
-	OutputCap *size          `yaml:"output_cap"`
-}
-
-func (f limitsFile) apply(l *sandbox.Limits) {
-	set := func(dst *int64, v *size) {
-		if v != nil {
-			*dst = int64(*v)
-		}
-	}
-	set(&l.Memory, f.Memory)
-	set(&l.TmpSize, f.TmpSize)
-	set(&l.OutputCap, f.OutputCap)
-	if f.CPU != nil {
-		l.CPU = *f.CPU
-	}
-	if f.Pids != nil {
-		l.Pids = *f.Pids
-	}
-	if f.Timeout != nil {
-		l.Timeout = *f.Timeout
-	}
-}
-
-// size is a byte size in the file, read with sandbox.ParseSize.
-type size int64
-
-func (s *size) UnmarshalYAML(n *yaml.Node) error {
-	if n.Kind != yaml.ScalarNode {
-		return fmt.Errorf("want %s, got a %s", s.YAMLForm(), kindWord(n))
-	}
-	v, err := sandbox.ParseSize(n.Value)
-	if err != nil {
-		return err
-	}
-	*s = size(v)
-	return nil
-}
-
-func (*size) YAMLForm() string { return "a size such as 512MiB, 1GiB or 64m" }
-
-func kindWord(n *yaml.Node) string {
-	if n.Kind == yaml.SequenceNode {
-		return "list"
-	}
-	return "mapping"
-}
-
-// fileForm is the YAML form of a configuration file: Config's keys, with
-// the limits and the tools in their file forms.
-type fileForm struct {
-	*Config      `yaml:",inline"`
-	Defaults     limitsFile `yaml:"defaults"`
-	Ceiling      limitsFile `yaml:"ceiling"`
-	Tools        pathOrList `yaml:"tools"`
-	Templates    pathOrList `yaml:"templates"`
-	MemoryBudget *size      `yaml:"memory_budget"`
-}
-
-// FileKeys returns the top-level keys of a configuration file.
-func FileKeys() []string { return strictyaml.Keys(reflect.TypeFor[fileForm]()) }
-
-// LoadFile applies a YAML configuration file on top of c. Unknown keys are
-// refused, so that a typo never silently keeps a default; every problem of
-// the file is reported, each naming its line, its key path and the form
-// the key takes.
-func (c *Config) LoadFile(path string) error {
-	data, err := os.ReadFile(path)
-	if err != nil {
-		if errors.Is(err, fs.ErrNotExist) {
-			return fmt.Errorf("reading config: %w: %w", err, errdefs.ErrNotFound)
-		}
-		return fmt.Errorf("reading config: %w: %w", err, errdefs.ErrInvalidArgument)
-	}
-	var doc yaml.Node
-	if err := yaml.Unmarshal(data, &doc); err != nil {
-		msg := strings.TrimPrefix(err.Error(), "yaml: ")
-		where := path
-		if m := yamlLineRE.FindStringSubmatch(msg); m != nil {
-			where, msg = path+":"+m[1], m[2]
-		}
-		return fmt.Errorf("config %s: %s: %w", where, msg, errdefs.ErrInvalidArgument)
-	}
-	file := fileForm{Config: c,
-		Tools:     pathOrList{form: "the path of a tools file or directory, or a list of tools"},
-		Templates: pathOrList{form: "the path of a templates file or directory, or a list of templates"}}
-	if ps := strictyaml.Decode(&doc, &file); len(ps) > 0 {
-		errs := make([]error, len(ps))
-		for i, p := range ps {
-			msg := p.Error()
-			if p.Path == "" && p.Kind == strictyaml.BadValue {
-				msg = "a configuration file is a mapping of keys such as listen: and data_dir:"
-			}
-			errs[i] = fmt.Errorf("config %s:%d: %s: %w", path, p.Line, msg, errdefs.ErrInvalidArgument)
-		}
-		return errors.Join(errs...)
-	}
-	file.Defaults.apply(&c.Defaults)
-	file.Ceiling.apply(&c.Ceiling)
-	if file.MemoryBudget != nil {
-		c.MemoryBudget = int64(*file.MemoryBudget)
-	}
-	switch {
-	case file.Tools.list != nil:
-		c.Tools, c.ToolsList = "", &ToolsList{File: path, Node: file.Tools.list}
-	case file.Tools.path != "":
-		c.SetTools(relativeTo(path, file.Tools.path))
-	}
-	switch {
-	case file.Templates.list != nil:
-		c.Templates, c.TemplatesList = "", &TemplatesList{File: path, Node: file.Templates.list}
-	case file.Templates.path != "":
-		c.SetTemplates(relativeTo(path, file.Templates.path))
-	}
-	return nil
-}
-
-var yamlLineRE = regexp.MustCompile(`^line (\d+): (.*)$`)
-
 // ImageDir is the image store's root.
 func (c Config) ImageDir() string { return c.DataDir }
 
@@ -635,6 +362,15 @@ func (c Config) MountRoot() string {
 // BinDir is where Stockade installs the binaries it manages (the guest).
 func (c Config) BinDir() string { return filepath.Join(c.DataDir, "bin") }
 
+// Wheelhouse is the directory of the wheels templates name by file:
+// template_sources.wheelhouse, by default below DataDir.
+func (c Config) Wheelhouse() string {
+	if c.TemplateSources.Wheelhouse != "" {
+		return c.TemplateSources.Wheelhouse
+	}
+	return filepath.Join(c.DataDir, "wheelhouse")
+}
+
 // CheckpointDir holds the checkpoints of paused sessions:
 // sessions.checkpoint_dir, by default on disk below DataDir (the state
 // directory may be a tmpfs, and a checkpoint outlives a reboot of the
@@ -647,7 +383,9 @@ func (c Config) CheckpointDir() string {
 }
 
 // Validate checks the configuration and returns the first problem as an
-// ErrInvalidArgument.
+// ErrInvalidArgument. It checks what config knows itself; wiring.Validate
+// calls it and then checks what only the runtime packages can (the
+// sandbox networks, the broker's operations, the ClickHouse sink).
 func (c Config) Validate() error {
 	bad := func(format string, a ...any) error {
 		return fmt.Errorf("config: %s: %w", fmt.Sprintf(format, a...), errdefs.ErrInvalidArgument)
@@ -686,8 +424,8 @@ func (c Config) Validate() error {
 		}
 	}
 	switch a := c.Analytics; {
-	case a.BatchSize <= 0 || a.BatchSize > store.MaxOutboxBatch:
-		return bad("analytics.batch_size %d out of range: 1 to %d", a.BatchSize, store.MaxOutboxBatch)
+	case a.BatchSize <= 0:
+		return bad("analytics.batch_size %d must be positive", a.BatchSize)
 	case a.Outbox.MaxRows <= 0:
 		return bad("analytics.outbox.max_rows must be positive")
 	}
@@ -711,12 +449,6 @@ func (c Config) Validate() error {
 	case ss.OnShutdown != OnShutdownKeep && ss.OnShutdown != OnShutdownEnd:
 		return bad("sessions.on_shutdown %q: want %s or %s", ss.OnShutdown, OnShutdownKeep, OnShutdownEnd)
 	}
-	// The sink checks the URL and the names; building one contacts nothing.
-	if c.Analytics.Enabled() {
-		if _, err := analytics.NewClickHouse(c.Analytics.ClickHouseConfig()); err != nil {
-			return fmt.Errorf("config: analytics.clickhouse: %w", err)
-		}
-	}
 	if err := c.checkPools(); err != nil {
 		return bad("%v", err)
 	}
@@ -726,9 +458,6 @@ func (c Config) Validate() error {
 	if err := c.Defaults.Check(c.Ceiling); err != nil {
 		return bad("defaults above the ceiling: %v", err)
 	}
-	if _, err := c.NetnsConfig(); err != nil {
-		return fmt.Errorf("config: %w", err)
-	}
 	for _, o := range c.Broker.Operations {
 		for _, p := range o.Params {
 			if p.MaxLength < 0 {
@@ -736,29 +465,19 @@ func (c Config) Validate() error {
 			}
 		}
 	}
-	// The broker checks its operations (names, methods, URL templates,
-	// patterns, credentials) when it is built; building one here reports
-	// a mistake before anything starts.
-	if len(c.Broker.Operations) > 0 {
-		if _, err := broker.New(broker.Config{Operations: c.BrokerOperations()}); err != nil {
-			return fmt.Errorf("config: %w", err)
-		}
-	}
 	return nil
 }
 
-// checkPools checks the pools' shape; the engine checks, when the daemon
-// starts, that each pool's tool and runtime can be pooled.
+// checkPools checks the pools' shape; wiring.Validate that the default
+// tool has one pool per runtime whether it is named or not, and the engine,
+// when the daemon starts, that each pool's tool and runtime can be pooled.
 func (c Config) checkPools() error {
 	seen := map[[2]string]bool{}
 	for i, p := range c.Pools {
 		tool := p.Tool
-		if tool == "" {
-			tool = tools.DefaultName
-		}
 		switch {
 		case p.Runtime == "":
-			return fmt.Errorf("pools[%d]: runtime is missing (pools: [{tool: %s, runtime: python, size: 2, sessions: 1}])", i, tools.DefaultName)
+			return fmt.Errorf("pools[%d]: runtime is missing (pools: [{runtime: python, size: 2, sessions: 1}])", i)
 		case p.Size < 0 || p.Size > MaxPoolSize:
 			return fmt.Errorf("pools[%d]: size %d out of range: 0 (disabled) to %d", i, p.Size, MaxPoolSize)
 		case p.Sessions < 0 || p.Sessions > MaxPoolSize:

@@ -8,10 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/stockade-sh/stockade/driver/gvisor"
 	"github.com/stockade-sh/stockade/errdefs"
-	"github.com/stockade-sh/stockade/sandbox"
-	"github.com/stockade-sh/stockade/tools"
 )
 
 func TestLoadFile(t *testing.T) {
@@ -81,20 +78,9 @@ func TestLoadFile(t *testing.T) {
       credential: {file: /etc/stockade/echo-token}
 `,
 			check: func(t *testing.T, c Config) {
-				ops := c.BrokerOperations()
-				if len(ops) != 2 {
-					t.Fatalf("got %d operations, want 2", len(ops))
-				}
-				o := ops[0]
-				if o.Name != "issues.create" || o.Method != "POST" || !o.JSONBody || o.Credential.Env != "EXAMPLE_TOKEN" || o.Header != "X-Api-Key" || o.Prefix != "Token " ||
-					strings.Join(o.ResponseHeaders, ",") != "Etag,X-RateLimit-Remaining" {
-					t.Errorf("got %+v", o)
-				}
-				if len(o.Params) != 2 || o.Params[0].Name != "repo" || o.Params[0].Pattern != "[a-z0-9-]+" || !o.Params[0].Required || o.Params[0].MaxLen != 64 || o.Params[1].Required {
-					t.Errorf("got params %+v", o.Params)
-				}
-				if ops[1].Credential.File != "/etc/stockade/echo-token" || ops[1].Credential.Env != "" {
-					t.Errorf("got credential %+v, want the file", ops[1].Credential)
+				ops := c.Broker.Operations
+				if len(ops) != 2 || ops[0].Name != "issues.create" || len(ops[0].Params) != 2 || ops[0].Params[0].MaxLength != 64 || ops[1].Credential.File != "/etc/stockade/echo-token" {
+					t.Fatalf("got operations %+v, want the file's two (their conversion: wiring's TestConfigConversions)", ops)
 				}
 				if err := c.Validate(); err != nil {
 					t.Errorf("Validate: %v", err)
@@ -180,24 +166,9 @@ func TestValidate(t *testing.T) {
 		func(c *Config) { c.MaxConcurrent = 0 },
 		func(c *Config) { c.ApprovalTTL = 0 },
 		func(c *Config) {
-			c.Broker.Operations = []BrokerOperation{{Name: "echo", Method: "GET", URL: "http://example.test/", Credential: BrokerCredential{Env: "A", File: "/b"}}}
-		},
-		func(c *Config) {
-			c.Broker.Operations = []BrokerOperation{{Name: "echo", Method: "GET", URL: "http://{host}/", Params: []BrokerParam{{Name: "host"}}, Credential: BrokerCredential{Env: "A"}}}
-		},
-		func(c *Config) {
 			c.Broker.Operations = []BrokerOperation{{Name: "echo", Method: "GET", URL: "http://example.test/", Params: []BrokerParam{{Name: "q", MaxLength: -1}}, Credential: BrokerCredential{Env: "A"}}}
 		},
-		func(c *Config) { c.EgressRange = "10.213.0.0" },
-		func(c *Config) { c.EgressRange = "10.213.0.0/30" },
-		func(c *Config) { c.EgressRange = "fd00::/64" },
-		func(c *Config) { c.EgressPrefix = "Stockade" },
-		func(c *Config) { c.Analytics.ClickHouse.URL = "127.0.0.1:8123" },
-		func(c *Config) {
-			c.Analytics.ClickHouse.URL, c.Analytics.ClickHouse.Table = "http://127.0.0.1:8123", "t;x"
-		},
 		func(c *Config) { c.Analytics.BatchSize = 0 },
-		func(c *Config) { c.Analytics.BatchSize = 10001 },
 		func(c *Config) { c.Analytics.Outbox.MaxRows = 0 },
 		func(c *Config) { c.Pools = []Pool{{Size: 2}} },
 		func(c *Config) { c.Pools = []Pool{{Runtime: "python", Size: -1}} },
@@ -205,7 +176,7 @@ func TestValidate(t *testing.T) {
 		func(c *Config) { c.Pools = []Pool{{Runtime: "python", Sessions: -1}} },
 		func(c *Config) { c.Pools = []Pool{{Runtime: "python", Sessions: MaxPoolSize + 1}} },
 		func(c *Config) {
-			c.Pools = []Pool{{Runtime: "python", Size: 1}, {Tool: "code.execute", Runtime: "python", Size: 2}}
+			c.Pools = []Pool{{Tool: "calc", Runtime: "python", Size: 1}, {Tool: "calc", Runtime: "python", Size: 2}}
 		},
 		func(c *Config) { c.PoolMaxAge = 0 },
 		func(c *Config) { c.MemoryBudget = -1 },
@@ -241,14 +212,6 @@ func TestValidate(t *testing.T) {
 	}
 	if Default().Analytics.Enabled() {
 		t.Errorf("analytics is on by default, want off")
-	}
-	c := Default()
-	c.EgressRange, c.EgressPrefix = "172.30.0.0/20", "stb"
-	if err := c.Validate(); err != nil {
-		t.Errorf("another egress range and prefix: %v", err)
-	}
-	if nc, err := c.NetnsConfig(); err != nil || nc.Range.String() != "172.30.0.0/20" || nc.Prefix != "stb" {
-		t.Errorf("NetnsConfig: %+v, %v", nc, err)
 	}
 }
 
@@ -302,48 +265,5 @@ func TestLoadFileWrongForms(t *testing.T) {
 				}
 			}
 		})
-	}
-}
-
-// TestLoadFileTools checks both forms of tools: a list in the file itself
-// and a path, relative to the file's directory; a later SetTools (a flag)
-// replaces either.
-func TestLoadFileTools(t *testing.T) {
-	dir := t.TempDir()
-	p := filepath.Join(dir, "stockade.yaml")
-	write := func(s string) {
-		if err := os.WriteFile(p, []byte(s), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	write("listen: 127.0.0.1:9000\ntools:\n  - name: calc\n    input_trust: trusted\n    tier: gvisor\n")
-	c := Default()
-	if err := c.LoadFile(p); err != nil {
-		t.Fatal(err)
-	}
-	gv := tools.Options{Drivers: map[string]sandbox.Capabilities{"gvisor": gvisor.Capabilities()}}
-	set, err := c.LoadTools(gv)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if calc, err := set.Get("calc"); err != nil || calc.Source != p+":3" {
-		t.Errorf("got %+v, %v, want tool calc defined at %s:3", calc, err, p)
-	}
-
-	write("tools: tools.d\n")
-	c = Default()
-	if err := c.LoadFile(p); err != nil {
-		t.Fatal(err)
-	}
-	if c.Tools != filepath.Join(dir, "tools.d") || c.ToolsList != nil {
-		t.Errorf("got tools %q (list %v), want %s", c.Tools, c.ToolsList, filepath.Join(dir, "tools.d"))
-	}
-	write("tools: [{name: calc, input_trust: trusted, tier: gvisor}]\n")
-	if err := c.LoadFile(p); err != nil {
-		t.Fatal(err)
-	}
-	c.SetTools("")
-	if set, err := c.LoadTools(gv); err != nil || set.Len() != 1 {
-		t.Errorf("after SetTools(\"\"): got %v, %v, want the default tool alone", set, err)
 	}
 }

@@ -7,13 +7,8 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
-	"github.com/stockade-sh/stockade/image"
 	"github.com/stockade-sh/stockade/templates"
 )
-
-// DefaultNPMRegistry is the npm registry templates' npm packages come
-// from when template_sources names none.
-const DefaultNPMRegistry = "https://registry.npmjs.org"
 
 // TemplateSources are where a template build fetches what a declaration
 // adds to its base (README, "Templates"): the daemon fetches on the host,
@@ -26,10 +21,10 @@ const DefaultNPMRegistry = "https://registry.npmjs.org"
 //	  npm_registry: https://registry.npmjs.org
 type TemplateSources struct {
 	// Mirror is the Debian mirror of debian_packages; Default sets
-	// image.DefaultMirror, the runtime images' own.
+	// DefaultMirror, the runtime images' own.
 	Mirror string `yaml:"mirror"`
 	// Wheelhouse is the directory of the wheels a template names by file;
-	// empty means DataDir/wheelhouse (see Config.Sources).
+	// empty means DataDir/wheelhouse (see Config.Wheelhouse).
 	Wheelhouse string `yaml:"wheelhouse"`
 	// PythonIndex is a PEP 503 simple index for the wheels a template
 	// names by project==version; empty means none: such wheels are refused
@@ -38,27 +33,6 @@ type TemplateSources struct {
 	// NPMRegistry is the npm registry of npm_packages; Default sets
 	// DefaultNPMRegistry.
 	NPMRegistry string `yaml:"npm_registry"`
-}
-
-// DefaultTemplateSources are the sources of the default configuration.
-func DefaultTemplateSources() TemplateSources {
-	return TemplateSources{Mirror: image.DefaultMirror, NPMRegistry: DefaultNPMRegistry}
-}
-
-// Sources returns the template sources with every default applied: the
-// wheelhouse below DataDir unless one is set.
-func (c Config) Sources() TemplateSources {
-	s := c.TemplateSources
-	if s.Wheelhouse == "" {
-		s.Wheelhouse = filepath.Join(c.DataDir, "wheelhouse")
-	}
-	if s.Mirror == "" {
-		s.Mirror = image.DefaultMirror
-	}
-	if s.NPMRegistry == "" {
-		s.NPMRegistry = DefaultNPMRegistry
-	}
-	return s
 }
 
 // checkTemplateSources returns the first problem of the template sources.

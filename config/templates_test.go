@@ -7,7 +7,6 @@ import (
 	"testing"
 
 	"github.com/stockade-sh/stockade/errdefs"
-	"github.com/stockade-sh/stockade/image"
 )
 
 // TestLoadFileTemplates checks both forms of templates: a list in the file
@@ -63,16 +62,12 @@ func TestLoadFileTemplates(t *testing.T) {
 }
 
 func TestTemplateSources(t *testing.T) {
-	c := Default()
-	s := c.Sources()
-	if s.Mirror != image.DefaultMirror || s.NPMRegistry != "https://registry.npmjs.org" || s.Wheelhouse != "/var/lib/stockade/wheelhouse" || s.PythonIndex != "" {
-		t.Errorf("default sources: got %+v", s)
-	}
 	dir := t.TempDir()
 	p := filepath.Join(dir, "stockade.yaml")
 	if err := os.WriteFile(p, []byte("data_dir: /srv/stk\ntemplate_sources:\n  python_index: https://pypi.example/simple\n  npm_registry: http://127.0.0.1:4873\n  colour: red\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	c := Default()
 	if err := c.LoadFile(p); err == nil || !strings.Contains(err.Error(), p+`:5: template_sources: unknown key "colour" (known: mirror, wheelhouse, python_index, npm_registry)`) {
 		t.Errorf("an unknown source key: got %v", err)
 	}
@@ -83,8 +78,8 @@ func TestTemplateSources(t *testing.T) {
 	if err := c.LoadFile(p); err != nil {
 		t.Fatal(err)
 	}
-	if s := c.Sources(); s.PythonIndex != "https://pypi.example/simple" || s.NPMRegistry != "http://127.0.0.1:4873" || s.Mirror != image.DefaultMirror || s.Wheelhouse != "/srv/stk/wheelhouse" {
-		t.Errorf("sources from the file: got %+v", s)
+	if s := c.TemplateSources; s.PythonIndex != "https://pypi.example/simple" || s.NPMRegistry != "http://127.0.0.1:4873" || s.Mirror != DefaultMirror || c.Wheelhouse() != "/srv/stk/wheelhouse" {
+		t.Errorf("sources from the file: got %+v, wheelhouse %s", s, c.Wheelhouse())
 	}
 	if err := c.Validate(); err != nil {
 		t.Errorf("Validate: %v", err)

@@ -286,12 +286,13 @@ func shipAnalytics(ctx context.Context, st analytics.Outbox, a config.Analytics,
 	if !a.Enabled() {
 		return func() {}, nil
 	}
-	sink, err := analytics.NewClickHouse(a.ClickHouseConfig())
+	sink, err := analytics.NewClickHouse(wiring.ClickHouseConfig(a))
 	if err != nil {
 		return nil, usageError{err}
 	}
-	sh := analytics.NewShipper(st, sink, analytics.Options{BatchSize: a.BatchSize, Interval: a.Interval,
-		MaxRows: a.Outbox.MaxRows, MaxAge: a.Outbox.MaxAge, Observer: obs, Logger: log})
+	opts := wiring.ShipperOptions(a)
+	opts.Observer, opts.Logger = obs, log
+	sh := analytics.NewShipper(st, sink, opts)
 	runCtx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
 	go func() {

@@ -93,7 +93,7 @@ func loadTools(cfg *config.Config) (*tools.Set, int) {
 	}
 	opts := toolOptions(cfg)
 	opts.Templates = tmpls
-	set, err := cfg.LoadTools(opts)
+	set, err := wiring.LoadTools(*cfg, opts)
 	var ps tools.Problems
 	if errors.As(err, &ps) {
 		for _, p := range ps {

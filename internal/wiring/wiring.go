@@ -29,11 +29,11 @@ import (
 	"github.com/stockade-sh/stockade/tools"
 )
 
-// Engine validates cfg and returns an engine over its drivers (Drivers),
+// Engine validates cfg (Validate) and returns an engine over its drivers (Drivers),
 // its image store, its egress host (EgressHost) and its tools, which may
 // name the configured templates.
 func Engine(cfg config.Config) (*engine.Engine, error) {
-	if err := cfg.Validate(); err != nil {
+	if err := Validate(cfg); err != nil {
 		return nil, err
 	}
 	drivers, err := Drivers(cfg)
@@ -59,26 +59,17 @@ func Engine(cfg config.Config) (*engine.Engine, error) {
 	}
 	topts := tools.Options{DataRoot: cfg.MountRoot(), Ceiling: cfg.Ceiling, Drivers: tools.CapabilitiesOf(drivers), DefaultTier: def.Capabilities().Tier,
 		EgressSupported: host != nil || !cfg.Serving, Templates: tmpls}
-	set, err := cfg.LoadTools(topts)
+	set, err := LoadTools(cfg, topts)
 	if err != nil {
 		return nil, fmt.Errorf("loading tools: %w", err)
 	}
 	opts := []engine.Option{engine.WithTools(set, topts), engine.WithEgress(host), engine.WithMemoryBudget(cfg.MemoryBudget)}
 	if cfg.Serving {
 		// Only the daemon keeps warm pools (Engine.StartPools).
-		opts = append(opts, engine.WithPools(poolOptions(cfg)),
+		opts = append(opts, engine.WithPools(PoolOptions(cfg)),
 			engine.WithGolden(engine.GoldenOptions{Dir: filepath.Join(cfg.DataDir, "golden"), Workspace: int64(cfg.Sessions.WorkspaceSize)}))
 	}
 	return engine.New(drivers, cfg.Driver, image.Open(cfg.ImageDir()), cfg.Defaults, cfg.Ceiling, opts...)
-}
-
-// poolOptions are the engine's pools of cfg.
-func poolOptions(cfg config.Config) engine.PoolOptions {
-	o := engine.PoolOptions{MaxAge: cfg.PoolMaxAge, MaxConcurrent: cfg.MaxConcurrent, SessionWorkspace: int64(cfg.Sessions.WorkspaceSize)}
-	for _, p := range cfg.Pools {
-		o.Pools = append(o.Pools, engine.PoolSpec{Tool: p.Tool, Runtime: p.Runtime, Size: p.Size, Sessions: p.Sessions})
-	}
-	return o
 }
 
 // DriverCapabilities are what the drivers Engine builds declare, by name,
@@ -136,7 +127,7 @@ func EgressHost(cfg config.Config) (*engine.EgressHost, error) {
 		log.Warn("egress disabled: sandbox networks need root; tools with egress are refused")
 		return nil, nil
 	}
-	nc, err := cfg.NetnsConfig()
+	nc, err := NetnsConfig(cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -155,5 +146,5 @@ func EgressHost(cfg config.Config) (*engine.EgressHost, error) {
 	// The broker exists even without operations, so that a tool listing
 	// one is refused by name when the engine is built.
 	return engine.NewEgressHost(nets, egress.Config{Logger: log.With("component", "egress")},
-		&broker.Config{Operations: cfg.BrokerOperations(), LookupEnv: cfg.LookupEnv, Logger: log.With("component", "broker")})
+		&broker.Config{Operations: BrokerOperations(cfg), LookupEnv: cfg.LookupEnv, Logger: log.With("component", "broker")})
 }

@@ -23,7 +23,7 @@ func TestEngineUsesEgressConfig(t *testing.T) {
 	cfg.StateDir, cfg.GuestPath = t.TempDir(), testenv.Guest(t)
 	cfg.Egress = true
 	cfg.EgressPrefix, cfg.EgressRange = "stko", "10.213.208.0/24"
-	nc, err := cfg.NetnsConfig()
+	nc, err := wiring.NetnsConfig(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
