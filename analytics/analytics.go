@@ -26,6 +26,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/stockade-sh/stockade/config"
 	"github.com/stockade-sh/stockade/errdefs"
 	"github.com/stockade-sh/stockade/model"
 	"github.com/stockade-sh/stockade/store"
@@ -77,16 +78,20 @@ const (
 // Reasons lists every reason a round fails.
 var Reasons = []string{FailUnavailable, FailPermissionDenied, FailRejected, FailStore}
 
-// Options configure a Shipper. Zero fields take the defaults noted.
+// Options configure a Shipper. Zero fields take the configuration's
+// defaults (package config).
 type Options struct {
-	// BatchSize is the most rows sent at once; default 1000, at most
-	// store.MaxOutboxBatch.
+	// BatchSize is the most rows sent at once, at most
+	// store.MaxOutboxBatch; zero means config.DefaultAnalyticsBatchSize.
 	BatchSize int
-	// Interval is the pause between rounds; default 1 s.
+	// Interval is the pause between rounds; zero means
+	// config.DefaultAnalyticsInterval.
 	Interval time.Duration
-	// MaxRows bounds the rows waiting in the outbox; default 1,000,000.
+	// MaxRows bounds the rows waiting in the outbox; zero means
+	// config.DefaultOutboxMaxRows.
 	MaxRows int64
-	// MaxAge bounds how long a row waits; default 7 days.
+	// MaxAge bounds how long a row waits; zero means
+	// config.DefaultOutboxMaxAge.
 	MaxAge time.Duration
 	// Observer receives metrics; nil means none.
 	Observer Observer
@@ -95,14 +100,6 @@ type Options struct {
 	// Now defaults to time.Now.
 	Now func() time.Time
 }
-
-// The defaults of Options.
-const (
-	DefaultBatchSize = 1000
-	DefaultInterval  = time.Second
-	DefaultMaxRows   = 1_000_000
-	DefaultMaxAge    = 7 * 24 * time.Hour
-)
 
 // failureLogEvery is how often a failure that goes on is logged again.
 const failureLogEvery = 5 * time.Minute
@@ -125,17 +122,17 @@ type Shipper struct {
 // NewShipper returns a shipper from ob to sink.
 func NewShipper(ob Outbox, sink Sink, o Options) *Shipper {
 	if o.BatchSize <= 0 {
-		o.BatchSize = DefaultBatchSize
+		o.BatchSize = config.DefaultAnalyticsBatchSize
 	}
 	o.BatchSize = min(o.BatchSize, store.MaxOutboxBatch)
 	if o.Interval <= 0 {
-		o.Interval = DefaultInterval
+		o.Interval = config.DefaultAnalyticsInterval
 	}
 	if o.MaxRows <= 0 {
-		o.MaxRows = DefaultMaxRows
+		o.MaxRows = config.DefaultOutboxMaxRows
 	}
 	if o.MaxAge <= 0 {
-		o.MaxAge = DefaultMaxAge
+		o.MaxAge = config.DefaultOutboxMaxAge
 	}
 	if o.Observer == nil {
 		o.Observer = nopObserver{}

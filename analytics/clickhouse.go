@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/stockade-sh/stockade/config"
 	"github.com/stockade-sh/stockade/errdefs"
 	"github.com/stockade-sh/stockade/model"
 )
@@ -49,20 +50,14 @@ type ClickHouseConfig struct {
 	// HTTP basic authentication. Required.
 	URL string
 	// Database and Table name the table the rows go to, created if
-	// missing. Empty means DefaultDatabase and DefaultTable.
+	// missing. Empty means config.DefaultClickHouseDatabase and
+	// config.DefaultClickHouseTable.
 	Database string
 	Table    string
 	// Timeout bounds each request to the server; zero means
-	// DefaultTimeout.
+	// config.DefaultClickHouseTimeout.
 	Timeout time.Duration
 }
-
-// The defaults of ClickHouseConfig.
-const (
-	DefaultDatabase = "stockade"
-	DefaultTable    = "tool_invocations"
-	DefaultTimeout  = 10 * time.Second
-)
 
 var identifier = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,63}$`)
 
@@ -76,10 +71,10 @@ func NewClickHouse(c ClickHouseConfig) (*ClickHouse, error) {
 			redactURL(c.URL), errdefs.ErrInvalidArgument)
 	}
 	if c.Database == "" {
-		c.Database = DefaultDatabase
+		c.Database = config.DefaultClickHouseDatabase
 	}
 	if c.Table == "" {
-		c.Table = DefaultTable
+		c.Table = config.DefaultClickHouseTable
 	}
 	for _, n := range []struct{ what, v string }{{"database", c.Database}, {"table", c.Table}} {
 		if !identifier.MatchString(n.v) {
@@ -88,7 +83,7 @@ func NewClickHouse(c ClickHouseConfig) (*ClickHouse, error) {
 		}
 	}
 	if c.Timeout <= 0 {
-		c.Timeout = DefaultTimeout
+		c.Timeout = config.DefaultClickHouseTimeout
 	}
 	ch := &ClickHouse{user: u.User, database: c.Database, table: c.Table, client: &http.Client{Timeout: c.Timeout}}
 	u.User = nil

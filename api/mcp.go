@@ -16,6 +16,7 @@ import (
 
 	"github.com/stockade-sh/stockade/capability"
 	"github.com/stockade-sh/stockade/client"
+	"github.com/stockade-sh/stockade/config"
 	"github.com/stockade-sh/stockade/errdefs"
 	"github.com/stockade-sh/stockade/mcp"
 	"github.com/stockade-sh/stockade/model"
@@ -61,7 +62,7 @@ func (s *server) mcpHandler() http.Handler {
 	}, &auth.RequireBearerTokenOptions{AllowMissingExpiration: true})(h)
 	live := &mcpSessions{max: s.opts.MCPSessionsPerKey, starting: map[string]int{}, open: map[string][]*sdk.ServerSession{}}
 	if live.max == 0 {
-		live.max = 16
+		live.max = config.DefaultMCPMaxSessionsPerKey
 	}
 	return s.auth(func(w http.ResponseWriter, r *http.Request, p capability.Principal) {
 		r = r.WithContext(context.WithValue(r.Context(), principalKey{}, p))

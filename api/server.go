@@ -23,6 +23,7 @@ import (
 	"time"
 
 	"github.com/stockade-sh/stockade/capability"
+	"github.com/stockade-sh/stockade/config"
 	"github.com/stockade-sh/stockade/errdefs"
 	"github.com/stockade-sh/stockade/mcp"
 	"github.com/stockade-sh/stockade/model"
@@ -46,11 +47,13 @@ type Options struct {
 	// means 15 s.
 	KeepAlive time.Duration
 	// BodyTimeout bounds the wait for a request body, from the end of the
-	// headers to the end of the body; zero means 30 s. It does not bound
+	// headers to the end of the body; zero means
+	// config.DefaultBodyTimeout. It does not bound
 	// the wait for the answer (long polls, event streams).
 	BodyTimeout time.Duration
 	// WriteTimeout bounds each write of an answer: a client that has not
-	// taken one this long after it began is cut off. Zero means 30 s.
+	// taken one this long after it began is cut off. Zero means
+	// config.DefaultWriteTimeout.
 	WriteTimeout time.Duration
 	// UI, if set, serves every path under /ui/: the approval console.
 	UI http.Handler
@@ -58,7 +61,8 @@ type Options struct {
 	// request reached the daemon by.
 	MCP mcp.Options
 	// MCPSessionsPerKey bounds the MCP sessions one key keeps open on
-	// /mcp (one more ends the key's oldest); zero means 16.
+	// /mcp (one more ends the key's oldest); zero means
+	// config.DefaultMCPMaxSessionsPerKey.
 	MCPSessionsPerKey int
 	// Templates serves /v1/templates; nil is a daemon without templates.
 	Templates TemplateService
@@ -106,10 +110,10 @@ func New(svc *capability.Service, st Store, o Options) http.Handler {
 		o.KeepAlive = 15 * time.Second
 	}
 	if o.BodyTimeout == 0 {
-		o.BodyTimeout = 30 * time.Second
+		o.BodyTimeout = config.DefaultBodyTimeout
 	}
 	if o.WriteTimeout == 0 {
-		o.WriteTimeout = 30 * time.Second
+		o.WriteTimeout = config.DefaultWriteTimeout
 	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/stockade-sh/stockade/audit"
+	"github.com/stockade-sh/stockade/config"
 	"github.com/stockade-sh/stockade/engine"
 	"github.com/stockade-sh/stockade/internal/witness"
 	"github.com/stockade-sh/stockade/model"
@@ -15,18 +16,22 @@ import (
 )
 
 // ServiceOptions configure the capability layer. Zero fields take the
-// documented defaults.
+// configuration's defaults (package config), which Default declares.
 type ServiceOptions struct {
 	// CreditsPerInvocation is charged for each invocation that ran; nil
-	// means 2, and zero means free (nothing is reserved or charged).
+	// means config.DefaultCreditsPerInvocation, and zero means free
+	// (nothing is reserved or charged).
 	CreditsPerInvocation *int64
-	// ApprovalTTL is how long an approval request stays pending; default 10 min.
+	// ApprovalTTL is how long an approval request stays pending; zero
+	// means config.DefaultApprovalTTL.
 	ApprovalTTL time.Duration
-	// MaxConcurrent bounds the sandboxes running at once; default 4.
+	// MaxConcurrent bounds the sandboxes running at once; zero means
+	// config.DefaultMaxConcurrent.
 	MaxConcurrent int
 	// MaxQueue bounds the invocations waiting for a sandbox slot beyond
 	// MaxConcurrent; past it, invocations are refused (429). Zero means
-	// 2 x MaxConcurrent; negative means no queue at all.
+	// config.DefaultMaxQueue(MaxConcurrent); negative means no queue at
+	// all.
 	MaxQueue int
 	// Owner is the value of engine.LabelOwner on this daemon's sandboxes; default
 	// "stockade".
@@ -112,17 +117,17 @@ type Service struct {
 // before serving and Close when done.
 func NewService(r *engine.Engine, st Store, o ServiceOptions) *Service {
 	if o.CreditsPerInvocation == nil {
-		o.CreditsPerInvocation = new(int64(2))
+		o.CreditsPerInvocation = new(int64(config.DefaultCreditsPerInvocation))
 	}
 	if o.ApprovalTTL == 0 {
-		o.ApprovalTTL = 10 * time.Minute
+		o.ApprovalTTL = config.DefaultApprovalTTL
 	}
 	if o.MaxConcurrent <= 0 {
-		o.MaxConcurrent = 4
+		o.MaxConcurrent = config.DefaultMaxConcurrent()
 	}
 	switch {
 	case o.MaxQueue == 0:
-		o.MaxQueue = 2 * o.MaxConcurrent
+		o.MaxQueue = config.DefaultMaxQueue(o.MaxConcurrent)
 	case o.MaxQueue < 0:
 		o.MaxQueue = 0
 	}

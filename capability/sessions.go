@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/stockade-sh/stockade/audit"
+	"github.com/stockade-sh/stockade/config"
 	"github.com/stockade-sh/stockade/contract"
 	"github.com/stockade-sh/stockade/engine"
 	"github.com/stockade-sh/stockade/errdefs"
@@ -36,20 +37,21 @@ type sessionHost struct {
 }
 
 // SessionOptions bound the server's sessions (the configuration's
-// `sessions:`). Zero fields take the documented defaults.
+// `sessions:`). Zero fields take the configuration's defaults
+// (config.DefaultSessions).
 type SessionOptions struct {
-	// IdleTimeout ends a session no cell ran in for so long; default 10 min.
-	// MaxIdleTimeout is the most a session may ask for; default 1 h.
+	// IdleTimeout ends a session no cell ran in for so long. MaxIdleTimeout
+	// is the most a session may ask for, and at least IdleTimeout.
 	IdleTimeout, MaxIdleTimeout time.Duration
-	// TTL is a session's hard lifetime; default 1 h. MaxTTL is the most a
-	// session may ask for; default 24 h.
+	// TTL is a session's hard lifetime. MaxTTL is the most a session may
+	// ask for, and at least TTL.
 	TTL, MaxTTL time.Duration
-	// MaxPerWorkspace bounds a workspace's live sessions; default 4. A
-	// workspace policy's MaxSessions may lower it, never raise it.
+	// MaxPerWorkspace bounds a workspace's live sessions. A workspace
+	// policy's MaxSessions may lower it, never raise it.
 	MaxPerWorkspace int
-	// WorkspaceSize is the size of a session's /workspace; default 256 MiB.
+	// WorkspaceSize is the size of a session's /workspace.
 	WorkspaceSize int64
-	// MaxFileSize bounds one file moved in or out; default 64 MiB.
+	// MaxFileSize bounds one file moved in or out.
 	MaxFileSize int64
 	// CheckpointDir holds the checkpoints of paused sessions, one
 	// directory each, root-only; empty means sessions cannot pause.
@@ -62,23 +64,24 @@ type SessionOptions struct {
 }
 
 func (o *SessionOptions) fill() {
-	def := func(d *time.Duration, v time.Duration) {
-		if *d <= 0 {
-			*d = v
+	d := config.DefaultSessions()
+	def := func(v *time.Duration, dv time.Duration) {
+		if *v <= 0 {
+			*v = dv
 		}
 	}
-	def(&o.IdleTimeout, 10*time.Minute)
-	def(&o.MaxIdleTimeout, max(time.Hour, o.IdleTimeout))
-	def(&o.TTL, time.Hour)
-	def(&o.MaxTTL, max(24*time.Hour, o.TTL))
+	def(&o.IdleTimeout, d.IdleTimeout)
+	def(&o.MaxIdleTimeout, max(d.MaxIdleTimeout, o.IdleTimeout))
+	def(&o.TTL, d.TTL)
+	def(&o.MaxTTL, max(d.MaxTTL, o.TTL))
 	if o.MaxPerWorkspace <= 0 {
-		o.MaxPerWorkspace = 4
+		o.MaxPerWorkspace = d.MaxPerWorkspace
 	}
 	if o.WorkspaceSize <= 0 {
-		o.WorkspaceSize = 256 << 20
+		o.WorkspaceSize = int64(d.WorkspaceSize)
 	}
 	if o.MaxFileSize <= 0 {
-		o.MaxFileSize = 64 << 20
+		o.MaxFileSize = int64(d.MaxFileSize)
 	}
 }
 

@@ -85,12 +85,12 @@ type Config struct {
 	// make every tool of a directory unusable.
 	Serving bool `yaml:"-"`
 	// EgressRange is the IPv4 range the sandbox networks' addresses come
-	// from, a /30 per sandbox with egress; empty means 10.213.0.0/16. It
+	// from, a /30 per sandbox with egress; empty means DefaultEgressRange. It
 	// must be a range no other network of the host uses.
 	EgressRange string `yaml:"egress_range"`
 	// EgressPrefix names the host objects of the sandbox networks
 	// (namespaces, interfaces, nftables tables), 2-6 lower-case letters;
-	// empty means "stk". Two daemons on one host need different prefixes
+	// empty means DefaultEgressPrefix. Two daemons on one host need different prefixes
 	// and ranges.
 	EgressPrefix string `yaml:"egress_prefix"`
 	// Broker configures the credential broker: in the file,
@@ -134,11 +134,11 @@ type Config struct {
 	// means next to a SQLite file, and none for PostgreSQL: name a
 	// directory on the daemon's host, out of the database's reach.
 	AuditWitness string `yaml:"audit_witness"`
-	// MaxConcurrent bounds the sandboxes running at once; zero means
-	// 2 x the number of cores.
+	// MaxConcurrent bounds the sandboxes running at once; the default is
+	// DefaultMaxConcurrent, 2 x the number of cores.
 	MaxConcurrent int `yaml:"max_concurrent"`
 	// MaxQueue bounds invocations waiting for a slot; zero means
-	// 2 x MaxConcurrent, negative means no queue.
+	// DefaultMaxQueue(MaxConcurrent), negative means no queue.
 	MaxQueue int `yaml:"max_queue"`
 	// Pools are the daemon's warm pools (engine's pools): per tool and
 	// runtime, sandboxes created ahead with their interpreter started, for
@@ -219,14 +219,16 @@ const (
 // daemon refuses to start on a bad one).
 type MCP struct {
 	// ApprovalWait bounds a tool call's wait for an approver's decision
-	// when the MCP client cannot show the approval page; zero is 60 s.
+	// when the MCP client cannot show the approval page; zero is
+	// DefaultMCPApprovalWait.
 	ApprovalWait time.Duration `yaml:"approval_wait"`
 	// ApprovalURL is the page of an approval request, with "{id}" for its
 	// id, relative to the URL a client reached the daemon by unless
-	// absolute; empty is /ui/approvals/{id}, the approval console's.
+	// absolute; empty is DefaultMCPApprovalURL, the approval console's.
 	ApprovalURL string `yaml:"approval_url"`
 	// MaxSessionsPerKey bounds the MCP sessions of /mcp that one key keeps
-	// open at once (one more ends the key's oldest); zero is 16.
+	// open at once (one more ends the key's oldest); zero is
+	// DefaultMCPMaxSessionsPerKey.
 	MaxSessionsPerKey int `yaml:"max_sessions_per_key"`
 }
 
@@ -370,6 +372,10 @@ func (c Config) Wheelhouse() string {
 	}
 	return filepath.Join(c.DataDir, "wheelhouse")
 }
+
+// GoldenDir holds the templates' golden checkpoints, on disk below
+// DataDir.
+func (c Config) GoldenDir() string { return filepath.Join(c.DataDir, "golden") }
 
 // CheckpointDir holds the checkpoints of paused sessions:
 // sessions.checkpoint_dir, by default on disk below DataDir (the state

@@ -28,6 +28,10 @@ const (
 	DefaultWriteTimeout   = 30 * time.Second
 	DefaultMaxConnections = 1024
 
+	// The sandbox networks' (package netns).
+	DefaultEgressRange  = "10.213.0.0/16"
+	DefaultEgressPrefix = "stk"
+
 	DefaultApprovalTTL          = 10 * time.Minute
 	DefaultCreditsPerInvocation = 2
 	DefaultPoolMaxAge           = 10 * time.Minute
@@ -48,8 +52,11 @@ const (
 	DefaultOutboxMaxRows      = 1_000_000
 	DefaultOutboxMaxAge       = 7 * 24 * time.Hour
 
-	// The defaults of mcp: (package mcp, and api's /mcp).
+	// The defaults of mcp: (package mcp, and api's /mcp). The approval URL
+	// is the approval console's page of request {id}, relative to the
+	// daemon's URL.
 	DefaultMCPApprovalWait      = 60 * time.Second
+	DefaultMCPApprovalURL       = "/ui/approvals/{id}"
 	DefaultMCPMaxSessionsPerKey = 16
 )
 
@@ -110,6 +117,9 @@ func Default() Config {
 		Defaults:  sandbox.DefaultLimits(),
 		Ceiling:   sandbox.DefaultCeiling(),
 
+		EgressRange:  DefaultEgressRange,
+		EgressPrefix: DefaultEgressPrefix,
+
 		Listen:               DefaultListen,
 		IdleTimeout:          DefaultIdleTimeout,
 		HeaderTimeout:        DefaultHeaderTimeout,
@@ -123,7 +133,7 @@ func Default() Config {
 		TemplateSources:      DefaultTemplateSources(),
 		PoolMaxAge:           DefaultPoolMaxAge,
 		MemoryBudget:         DefaultMemoryBudget(),
-		MCP:                  MCP{ApprovalWait: DefaultMCPApprovalWait, MaxSessionsPerKey: DefaultMCPMaxSessionsPerKey},
+		MCP:                  MCP{ApprovalWait: DefaultMCPApprovalWait, ApprovalURL: DefaultMCPApprovalURL, MaxSessionsPerKey: DefaultMCPMaxSessionsPerKey},
 		Analytics: Analytics{
 			ClickHouse: ClickHouse{Database: DefaultClickHouseDatabase, Table: DefaultClickHouseTable, Timeout: DefaultClickHouseTimeout},
 			BatchSize:  DefaultAnalyticsBatchSize,

@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/stockade-sh/stockade/config"
 	"github.com/stockade-sh/stockade/errdefs"
 	"github.com/stockade-sh/stockade/image"
 	"github.com/stockade-sh/stockade/sandbox"
@@ -107,7 +108,7 @@ type PoolSpec struct {
 type PoolOptions struct {
 	Pools []PoolSpec
 	// MaxAge is how long a pool sandbox waits at most; an older one is
-	// replaced. Zero means 10 minutes.
+	// replaced. Zero means config.DefaultPoolMaxAge.
 	MaxAge time.Duration
 	// MaxConcurrent bounds the sandboxes that run programs while a pool
 	// refills: a refill waits while that many runs are going (the
@@ -225,7 +226,7 @@ func (e *Engine) newPool(s PoolSpec, owner map[string]string, session bool) (*po
 	}
 	maxAge := e.poolOpts.MaxAge
 	if maxAge <= 0 {
-		maxAge = 10 * time.Minute
+		maxAge = config.DefaultPoolMaxAge
 	}
 	p := &pool{e: e, name: tool.Name + "/" + rt.Name, size: s.Size, tool: tool, drv: drv, binder: b, rt: rt,
 		base: e.Limits(tool), maxAge: maxAge, wake: make(chan struct{}, 1)}

@@ -16,23 +16,20 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/stockade-sh/stockade/config"
 	"github.com/stockade-sh/stockade/errdefs"
 	"github.com/stockade-sh/stockade/internal/fsmode"
 )
 
-const (
-	// Suite is the Debian release every image is built from.
-	Suite = "trixie"
-	// DefaultMirror is the Debian mirror Build uses when none is given.
-	DefaultMirror = "http://deb.debian.org/debian"
-)
+// Suite is the Debian release every image is built from.
+const Suite = "trixie"
 
 // BuildOptions tune Build. The zero value builds only a missing or damaged
-// image, from DefaultMirror, without output.
+// image, from config.DefaultMirror, without output.
 type BuildOptions struct {
 	// Force rebuilds even when a valid image exists.
 	Force bool
-	// Mirror is the Debian mirror's URL; empty means DefaultMirror.
+	// Mirror is the Debian mirror's URL; empty means config.DefaultMirror.
 	Mirror string
 	// Log receives debootstrap's output as it runs; nil discards it.
 	Log io.Writer
@@ -76,7 +73,7 @@ func (s *Store) Build(ctx context.Context, name string, opts BuildOptions) (Mani
 		return Manifest{}, err
 	}
 	if opts.Mirror == "" {
-		opts.Mirror = DefaultMirror
+		opts.Mirror = config.DefaultMirror
 	}
 	if err := checkMirror(opts.Mirror); err != nil {
 		return Manifest{}, err

@@ -19,6 +19,7 @@ import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
 
+	"github.com/stockade-sh/stockade/config"
 	"github.com/stockade-sh/stockade/errdefs"
 	"github.com/stockade-sh/stockade/internal/fsmode"
 	"github.com/stockade-sh/stockade/internal/sandboxkit"
@@ -85,7 +86,7 @@ func (e *exitError) Error() string { return fmt.Sprintf("exited with status %d",
 // state and its cgroup are gone when run returns.
 func (b buildBox) run(ctx context.Context) (err error) {
 	if b.Runsc == "" {
-		b.Runsc = "runsc"
+		b.Runsc = config.DefaultRunsc
 	}
 	runsc, err := exec.LookPath(b.Runsc)
 	if err != nil {

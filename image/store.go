@@ -44,10 +44,6 @@ import (
 	"github.com/stockade-sh/stockade/sandbox"
 )
 
-// DefaultRoot is the store root the CLI and daemon use unless configured
-// otherwise.
-const DefaultRoot = "/var/lib/stockade"
-
 // Manifest describes one built image. It is stored beside the rootfs as
 // manifest.json.
 type Manifest struct {

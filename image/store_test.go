@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stockade-sh/stockade/config"
 	"github.com/stockade-sh/stockade/errdefs"
 	"github.com/stockade-sh/stockade/internal/fsmode"
 )
@@ -636,7 +637,7 @@ func TestManifest(t *testing.T) {
 	if fmt.Sprint(m.Packages) != fmt.Sprint(wantPkgs) {
 		t.Errorf("got packages %v, want %v", m.Packages, wantPkgs)
 	}
-	if m.Suite != Suite || m.Mirror != DefaultMirror || m.Name != "python" || m.SizeBytes == 0 || m.Created.IsZero() {
+	if m.Suite != Suite || m.Mirror != config.DefaultMirror || m.Name != "python" || m.SizeBytes == 0 || m.Created.IsZero() {
 		t.Errorf("got manifest %+v", m)
 	}
 	ref, _ := os.ReadFile(filepath.Join(s.refsDir(), "python"))

@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/stockade-sh/stockade/config"
 	"github.com/stockade-sh/stockade/errdefs"
 	"github.com/stockade-sh/stockade/internal/fsmode"
 	"github.com/stockade-sh/stockade/sandbox"
@@ -29,7 +30,7 @@ import (
 // TemplateSources are where a template build fetches from: only these,
 // from the host side (the build sandbox has no network).
 type TemplateSources struct {
-	// Mirror is the Debian mirror; empty means DefaultMirror.
+	// Mirror is the Debian mirror; empty means config.DefaultMirror.
 	Mirror string
 	// Wheelhouse is the directory of the operator's wheels (Wheel.File);
 	// empty means none.
@@ -38,7 +39,7 @@ type TemplateSources struct {
 	// Wheel.Name; empty means none.
 	PythonIndex string
 	// NPMRegistry is the npm registry; empty means
-	// https://registry.npmjs.org.
+	// config.DefaultNPMRegistry.
 	NPMRegistry string
 	// DataRoot is the data root (templates.Options.DataRoot), the only
 	// directory a template's files are read from: the build checks again
@@ -163,10 +164,10 @@ func (s *Store) BuildTemplate(ctx context.Context, t templates.Template, opts Te
 		return Manifest{}, errdefs.Publicf("template %q with base %q cannot be built: validate it first: %w", t.Name, t.Base, errdefs.ErrInvalidArgument)
 	}
 	if opts.Sources.Mirror == "" {
-		opts.Sources.Mirror = DefaultMirror
+		opts.Sources.Mirror = config.DefaultMirror
 	}
 	if opts.Sources.NPMRegistry == "" {
-		opts.Sources.NPMRegistry = "https://registry.npmjs.org"
+		opts.Sources.NPMRegistry = config.DefaultNPMRegistry
 	}
 	if err := checkMirror(opts.Sources.Mirror); err != nil {
 		return Manifest{}, err

@@ -23,6 +23,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/stockade-sh/stockade/config"
 	"github.com/stockade-sh/stockade/errdefs"
 	"github.com/stockade-sh/stockade/internal/fsmode"
 	"github.com/stockade-sh/stockade/templates"
@@ -34,7 +35,7 @@ func installedStore() string {
 	if d := os.Getenv("STOCKADE_DATA_DIR"); d != "" {
 		return d
 	}
-	return DefaultRoot
+	return config.DefaultDataDir
 }
 
 // requireTemplateBuild skips the test unless template builds can run here
@@ -380,7 +381,7 @@ func TestBuildTemplateShell(t *testing.T) {
 		if !slices.Contains(st.get(), "installing") {
 			t.Errorf("the build ended before installing: %v", st.get())
 		}
-		if _, err := os.Stat(filepath.Join(s.layersDir(), layerKey(base.Digest, more.DebianPackages, DefaultMirror))); err == nil {
+		if _, err := os.Stat(filepath.Join(s.layersDir(), layerKey(base.Digest, more.DebianPackages, config.DefaultMirror))); err == nil {
 			t.Errorf("the cancelled build left a layer")
 		}
 		assertClean(t, s, stateDir)

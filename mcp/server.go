@@ -29,6 +29,7 @@ import (
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/stockade-sh/stockade/client"
+	"github.com/stockade-sh/stockade/config"
 	"github.com/stockade-sh/stockade/errdefs"
 )
 
@@ -46,14 +47,6 @@ type Backend interface {
 
 var _ Backend = (*client.Client)(nil)
 
-// DefaultApprovalURL is where an approver decides on request {id}, relative
-// to the daemon's URL: the approval console's page of the request.
-const DefaultApprovalURL = "/ui/approvals/{id}"
-
-// DefaultApprovalWait bounds how long a tool call waits for an approver's
-// decision when the MCP client cannot show the approval page.
-const DefaultApprovalWait = 60 * time.Second
-
 // Options configure the server. Zero fields take the defaults noted.
 type Options struct {
 	// BaseURL is the daemon's URL, which a relative ApprovalURL is
@@ -61,12 +54,12 @@ type Options struct {
 	// then URL-mode elicitation (which needs an absolute URL) is not used.
 	BaseURL *url.URL
 	// ApprovalURL is the template of an approval request's page: "{id}" is
-	// replaced by the approval id. Empty is DefaultApprovalURL.
+	// replaced by the approval id. Empty is config.DefaultMCPApprovalURL.
 	ApprovalURL string
 	// ApprovalWait bounds the wait for a decision when the client does not
 	// support elicitation (or declines to open the page): the tool then
 	// answers that approval is pending, and wait_for_approval waits again
-	// as long. Zero is DefaultApprovalWait.
+	// as long. Zero is config.DefaultMCPApprovalWait.
 	ApprovalWait time.Duration
 	// Version is the server's version in the MCP handshake; empty is
 	// "devel".
@@ -94,10 +87,10 @@ func (o Options) Validate() error {
 
 func (o Options) withDefaults() Options {
 	if o.ApprovalURL == "" {
-		o.ApprovalURL = DefaultApprovalURL
+		o.ApprovalURL = config.DefaultMCPApprovalURL
 	}
 	if o.ApprovalWait == 0 {
-		o.ApprovalWait = DefaultApprovalWait
+		o.ApprovalWait = config.DefaultMCPApprovalWait
 	}
 	if o.Version == "" {
 		o.Version = "devel"

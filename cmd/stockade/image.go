@@ -12,6 +12,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/stockade-sh/stockade/config"
 	"github.com/stockade-sh/stockade/image"
 )
 
@@ -100,7 +101,7 @@ func runtimeArgs(names []string) ([]string, error) {
 func imageBuild(ctx context.Context, args []string) error {
 	fs, root := imageFlags("build")
 	force := fs.Bool("force", false, "rebuild even if a valid image exists")
-	mirror := fs.String("mirror", image.DefaultMirror, "Debian mirror `URL`")
+	mirror := fs.String("mirror", config.DefaultMirror, "Debian mirror `URL`")
 	verbose := fs.Bool("v", false, "show debootstrap's output")
 	pos, err := parse(fs, args)
 	if err != nil {

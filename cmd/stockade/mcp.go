@@ -11,6 +11,7 @@ import (
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/stockade-sh/stockade/client"
+	"github.com/stockade-sh/stockade/config"
 	"github.com/stockade-sh/stockade/mcp"
 )
 
@@ -36,7 +37,7 @@ func mcpUsage(ctx context.Context) string {
 	b.WriteString(mcpSynopsis)
 	// The client is never called: only its type says which tools the
 	// server offers (a backend with sessions gets the session tools).
-	c, err := client.New("http://127.0.0.1:8700", "sk_help")
+	c, err := client.New("http://"+config.DefaultListen, "sk_help")
 	if err == nil {
 		var list []mcp.ToolSummary
 		if list, err = mcp.Tools(ctx, c); err == nil {
@@ -56,10 +57,10 @@ func mcpUsage(ctx context.Context) string {
 func mcpCmd(ctx context.Context, args []string) int {
 	fs := newFlags("mcp", mcpUsage(ctx))
 	var r remoteFlags
-	r.register(fs, "the daemon's URL, default http://127.0.0.1:8700")
+	r.register(fs, "the daemon's URL, default http://"+config.DefaultListen)
 	o := mcp.Options{Version: version}
-	fs.DurationVar(&o.ApprovalWait, "approval-wait", mcp.DefaultApprovalWait, "how long a call waits for an approval when the MCP client cannot show its page")
-	fs.StringVar(&o.ApprovalURL, "approval-url", mcp.DefaultApprovalURL, "the page of approval {id}, relative to --url unless absolute")
+	fs.DurationVar(&o.ApprovalWait, "approval-wait", config.DefaultMCPApprovalWait, "how long a call waits for an approval when the MCP client cannot show its page")
+	fs.StringVar(&o.ApprovalURL, "approval-url", config.DefaultMCPApprovalURL, "the page of approval {id}, relative to --url unless absolute")
 	pos, err := parse(fs, args)
 	if err != nil {
 		return fail(err)
@@ -69,7 +70,7 @@ func mcpCmd(ctx context.Context, args []string) int {
 	}
 	r.fromEnv(fs)
 	if r.url == "" {
-		r.url = "http://127.0.0.1:8700"
+		r.url = "http://" + config.DefaultListen
 	}
 	if err := o.Validate(); err != nil {
 		return fail(usageError{err})

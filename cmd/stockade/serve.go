@@ -91,8 +91,8 @@ func serveFlags() (*flag.FlagSet, *config.Config, func([]string) ([]string, erro
 	fs.StringVar(&cfg.TemplateSources.NPMRegistry, "template-sources-npm-registry", cfg.TemplateSources.NPMRegistry, "the npm registry of templates' npm_packages")
 	fs.StringVar(&cfg.DataRoot, "data-root", cfg.DataRoot, "the only directory tools may mount data from (default DATA_DIR/data)")
 	fs.BoolVar(&cfg.Egress, "egress", true, "give approved network requests egress through the host's proxy (needs root and nftables)")
-	fs.StringVar(&cfg.EgressRange, "egress-range", cfg.EgressRange, "IPv4 range of the sandbox networks, a /30 each (default 10.213.0.0/16)")
-	fs.StringVar(&cfg.EgressPrefix, "egress-prefix", cfg.EgressPrefix, "name prefix of the sandbox networks' host objects, 2-6 lower-case letters (default stk)")
+	fs.StringVar(&cfg.EgressRange, "egress-range", cfg.EgressRange, "IPv4 range of the sandbox networks, a /30 each")
+	fs.StringVar(&cfg.EgressPrefix, "egress-prefix", cfg.EgressPrefix, "name prefix of the sandbox networks' host objects, 2-6 lower-case letters")
 	fs.IntVar(&cfg.MaxConcurrent, "max-concurrent", cfg.MaxConcurrent, "sandboxes running at once")
 	fs.IntVar(&cfg.MaxQueue, "max-queue", cfg.MaxQueue, "invocations waiting for a slot (default 2 x max-concurrent; negative: no queue)")
 	durationFlag(fs, &cfg.PoolMaxAge, "pool-max-age", cfg.PoolMaxAge, "how long a warm pool sandbox waits before it is replaced")
@@ -104,9 +104,9 @@ func serveFlags() (*flag.FlagSet, *config.Config, func([]string) ([]string, erro
 	durationFlag(fs, &cfg.BodyTimeout, "body-timeout", cfg.BodyTimeout, "refuse a request whose body takes longer after its headers (not the wait for the answer)")
 	durationFlag(fs, &cfg.WriteTimeout, "write-timeout", cfg.WriteTimeout, "close an API connection whose client takes longer to take one write of an answer")
 	fs.IntVar(&cfg.MaxConnections, "max-connections", cfg.MaxConnections, "API connections open at once; more are closed as soon as accepted")
-	durationFlag(fs, &cfg.MCP.ApprovalWait, "mcp-approval-wait", cfg.MCP.ApprovalWait, "how long an MCP tool call waits for an approval when the client cannot show its page (default 60s)")
-	fs.IntVar(&cfg.MCP.MaxSessionsPerKey, "mcp-max-sessions-per-key", cfg.MCP.MaxSessionsPerKey, "the MCP sessions of /mcp one key keeps open at once; one more ends its oldest (default 16)")
-	fs.StringVar(&cfg.MCP.ApprovalURL, "mcp-approval-url", cfg.MCP.ApprovalURL, "the page of approval {id} that MCP clients are shown, relative to the daemon's URL unless absolute (default /ui/approvals/{id})")
+	durationFlag(fs, &cfg.MCP.ApprovalWait, "mcp-approval-wait", cfg.MCP.ApprovalWait, "how long an MCP tool call waits for an approval when the client cannot show its page")
+	fs.IntVar(&cfg.MCP.MaxSessionsPerKey, "mcp-max-sessions-per-key", cfg.MCP.MaxSessionsPerKey, "the MCP sessions of /mcp one key keeps open at once; one more ends its oldest")
+	fs.StringVar(&cfg.MCP.ApprovalURL, "mcp-approval-url", cfg.MCP.ApprovalURL, "the page of approval {id} that MCP clients are shown, relative to the daemon's URL unless absolute")
 	analyticsFlags(fs, &cfg.Analytics)
 	sessionFlags(fs, &cfg.Sessions)
 	fs.BoolVar(&cfg.BehindTLS, "behind-tls", cfg.BehindTLS, "clients reach the daemon through a proxy that terminates TLS: the console's cookies are marked Secure")
@@ -356,7 +356,7 @@ func claimHost(cfg config.Config) (release func(), err error) {
 		// network), so there is no prefix to own.
 		prefix := cfg.EgressPrefix
 		if prefix == "" {
-			prefix = netns.DefaultPrefix
+			prefix = config.DefaultEgressPrefix
 		}
 		claims = append(claims, claim{filepath.Dir(netns.UserRunDir), "egress-" + prefix + ".lock",
 			fmt.Sprintf("the sandbox network prefix %q (egress_prefix and egress_range in the configuration, or --egress=false)", prefix)})

@@ -6,6 +6,9 @@
 package gvisor
 
 import (
+	"path/filepath"
+
+	"github.com/stockade-sh/stockade/config"
 	"github.com/stockade-sh/stockade/internal/oci"
 	"github.com/stockade-sh/stockade/internal/ocidriver"
 	"github.com/stockade-sh/stockade/sandbox"
@@ -18,9 +21,11 @@ const Version = "v0.0.0-20260527191743-a81fd9dd382e"
 
 // Config configures the gVisor driver.
 type Config struct {
-	// Binary is the runsc executable; empty means "runsc" on PATH.
+	// Binary is the runsc executable; empty means config.DefaultRunsc
+	// ("runsc") on PATH.
 	Binary string
-	// StateDir holds runsc's state and the bundles; empty means /run/stockade/gvisor.
+	// StateDir holds runsc's state and the bundles; empty means
+	// config.DefaultStateDir/gvisor.
 	StateDir string
 	// GuestPath is the host path of the stockade-guest binary. Required.
 	GuestPath string
@@ -39,18 +44,18 @@ const DefaultCPU = 1
 // New returns the gVisor driver, which saves and restores sandboxes with
 // runsc checkpoint and restore (ocidriver.Snapshotting).
 func New(cfg Config) (*ocidriver.Snapshotting, error) {
-	return ocidriver.NewSnapshotting(config(cfg))
+	return ocidriver.NewSnapshotting(ociConfig(cfg))
 }
 
 // Capabilities are what the gVisor driver declares, without building one.
-func Capabilities() sandbox.Capabilities { return config(Config{}).Capabilities() }
+func Capabilities() sandbox.Capabilities { return ociConfig(Config{}).Capabilities() }
 
-func config(cfg Config) ocidriver.Config {
+func ociConfig(cfg Config) ocidriver.Config {
 	if cfg.Binary == "" {
-		cfg.Binary = "runsc"
+		cfg.Binary = config.DefaultRunsc
 	}
 	if cfg.StateDir == "" {
-		cfg.StateDir = "/run/stockade/gvisor"
+		cfg.StateDir = filepath.Join(config.DefaultStateDir, "gvisor")
 	}
 	if cfg.Platform == "" {
 		cfg.Platform = "systrap"

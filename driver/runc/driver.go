@@ -5,6 +5,9 @@
 package runc
 
 import (
+	"path/filepath"
+
+	"github.com/stockade-sh/stockade/config"
 	"github.com/stockade-sh/stockade/internal/hostids"
 	"github.com/stockade-sh/stockade/internal/ocidriver"
 	"github.com/stockade-sh/stockade/sandbox"
@@ -12,9 +15,11 @@ import (
 
 // Config configures the runc driver.
 type Config struct {
-	// Binary is the runc executable; empty means "runc" on PATH.
+	// Binary is the runc executable; empty means config.DefaultRunc
+	// ("runc") on PATH.
 	Binary string
-	// StateDir holds runc's state and the bundles; empty means /run/stockade/runc.
+	// StateDir holds runc's state and the bundles; empty means
+	// config.DefaultStateDir/runc.
 	StateDir string
 	// GuestPath is the host path of the stockade-guest binary. Required.
 	GuestPath string
@@ -32,18 +37,18 @@ const DefaultCPU = 0.5
 
 // New returns the runc driver.
 func New(cfg Config) (*ocidriver.Driver, error) {
-	return ocidriver.New(config(cfg))
+	return ocidriver.New(ociConfig(cfg))
 }
 
 // Capabilities are what the runc driver declares, without building one.
-func Capabilities() sandbox.Capabilities { return config(Config{}).Capabilities() }
+func Capabilities() sandbox.Capabilities { return ociConfig(Config{}).Capabilities() }
 
-func config(cfg Config) ocidriver.Config {
+func ociConfig(cfg Config) ocidriver.Config {
 	if cfg.Binary == "" {
-		cfg.Binary = "runc"
+		cfg.Binary = config.DefaultRunc
 	}
 	if cfg.StateDir == "" {
-		cfg.StateDir = "/run/stockade/runc"
+		cfg.StateDir = filepath.Join(config.DefaultStateDir, "runc")
 	}
 	return ocidriver.Config{
 		Name:           "runc",

@@ -44,6 +44,7 @@ import (
 	vnetns "github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 
+	"github.com/stockade-sh/stockade/config"
 	"github.com/stockade-sh/stockade/errdefs"
 	"github.com/stockade-sh/stockade/internal/fsmode"
 	"github.com/stockade-sh/stockade/internal/hostids"
@@ -71,11 +72,12 @@ const SandboxIf = "eth0"
 type Config struct {
 	// Prefix names everything the manager creates: namespaces
 	// "<prefix>-<n>", host interfaces "<prefix>h<n>", nftables tables
-	// "<prefix>_<n>". 2-6 lower-case letters; empty means "stk". Two
+	// "<prefix>_<n>". 2-6 lower-case letters; empty means
+	// config.DefaultEgressPrefix. Two
 	// daemons on one host need different prefixes and ranges.
 	Prefix string
 	// Range is the IPv4 range the /30 of each sandbox comes from; the zero
-	// value means 10.213.0.0/16 (16384 sandboxes). It must be a range no
+	// value means config.DefaultEgressRange (16384 sandboxes). It must be a range no
 	// other network of the host uses.
 	Range netip.Prefix
 	// DNSPort is the port of the DNS responder on the host end; zero
@@ -86,9 +88,6 @@ type Config struct {
 	// hostids.Default(), which the drivers share.
 	HostIDs *hostids.Allocator
 }
-
-// DefaultPrefix is Config.Prefix when it is empty.
-const DefaultPrefix = "stk"
 
 var prefixPattern = regexp.MustCompile(`^[a-z]{2,6}$`)
 
@@ -107,10 +106,10 @@ type Manager struct {
 // host.
 func NewManager(cfg Config) (*Manager, error) {
 	if cfg.Prefix == "" {
-		cfg.Prefix = DefaultPrefix
+		cfg.Prefix = config.DefaultEgressPrefix
 	}
 	if !cfg.Range.IsValid() {
-		cfg.Range = netip.MustParsePrefix("10.213.0.0/16")
+		cfg.Range = netip.MustParsePrefix(config.DefaultEgressRange)
 	}
 	if cfg.DNSPort == 0 {
 		cfg.DNSPort = 53

@@ -8,7 +8,6 @@ import (
 
 	"github.com/stockade-sh/stockade/config"
 	"github.com/stockade-sh/stockade/driver/gvisor"
-	"github.com/stockade-sh/stockade/image"
 	"github.com/stockade-sh/stockade/internal/wiring"
 	"github.com/stockade-sh/stockade/sandbox"
 	"github.com/stockade-sh/stockade/tools"
@@ -124,15 +123,15 @@ func TestValidate(t *testing.T) {
 // and the file's values with the wheelhouse below its data directory.
 func TestTemplateSources(t *testing.T) {
 	s := wiring.TemplateSources(config.Default())
-	if s.Mirror != image.DefaultMirror || s.NPMRegistry != "https://registry.npmjs.org" || s.Wheelhouse != "/var/lib/stockade/wheelhouse" || s.PythonIndex != "" {
+	if s.Mirror != config.DefaultMirror || s.NPMRegistry != config.DefaultNPMRegistry || s.Wheelhouse != "/var/lib/stockade/wheelhouse" || s.PythonIndex != "" {
 		t.Errorf("default sources: got %+v", s)
 	}
 	c := loadConfig(t, "data_dir: /srv/stk\ntemplate_sources:\n  python_index: https://pypi.example/simple\n  npm_registry: http://127.0.0.1:4873\n")
-	if s := wiring.TemplateSources(c); s.PythonIndex != "https://pypi.example/simple" || s.NPMRegistry != "http://127.0.0.1:4873" || s.Mirror != image.DefaultMirror || s.Wheelhouse != "/srv/stk/wheelhouse" {
+	if s := wiring.TemplateSources(c); s.PythonIndex != "https://pypi.example/simple" || s.NPMRegistry != "http://127.0.0.1:4873" || s.Mirror != config.DefaultMirror || s.Wheelhouse != "/srv/stk/wheelhouse" {
 		t.Errorf("sources from the file: got %+v", s)
 	}
 	c.TemplateSources.Mirror, c.TemplateSources.NPMRegistry = "", ""
-	if s := wiring.TemplateSources(c); s.Mirror != image.DefaultMirror || s.NPMRegistry != "https://registry.npmjs.org" {
+	if s := wiring.TemplateSources(c); s.Mirror != config.DefaultMirror || s.NPMRegistry != config.DefaultNPMRegistry {
 		t.Errorf("sources without mirror and registry: got %+v", s)
 	}
 }

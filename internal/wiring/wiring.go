@@ -12,7 +12,6 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"path/filepath"
 
 	"github.com/stockade-sh/stockade/broker"
 	"github.com/stockade-sh/stockade/config"
@@ -67,7 +66,7 @@ func Engine(cfg config.Config) (*engine.Engine, error) {
 	if cfg.Serving {
 		// Only the daemon keeps warm pools (Engine.StartPools).
 		opts = append(opts, engine.WithPools(PoolOptions(cfg)),
-			engine.WithGolden(engine.GoldenOptions{Dir: filepath.Join(cfg.DataDir, "golden"), Workspace: int64(cfg.Sessions.WorkspaceSize)}))
+			engine.WithGolden(engine.GoldenOptions{Dir: cfg.GoldenDir(), Workspace: int64(cfg.Sessions.WorkspaceSize)}))
 	}
 	return engine.New(drivers, cfg.Driver, image.Open(cfg.ImageDir()), cfg.Defaults, cfg.Ceiling, opts...)
 }
