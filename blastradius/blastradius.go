@@ -44,7 +44,7 @@ type Sandboxes interface {
 	// declares (its tier, whether it shares the host kernel) is what the
 	// audit expects of its sandboxes.
 	Drivers() map[string]sandbox.Driver
-	NewSession(ctx context.Context, req engine.Request) (*engine.Session, error)
+	NewSandbox(ctx context.Context, req engine.Request) (*engine.Sandbox, error)
 }
 
 var _ Sandboxes = (*engine.Engine)(nil)
@@ -165,9 +165,9 @@ func Run(ctx context.Context, eng Sandboxes, opts Options) (*Report, error) {
 	}
 	// first is the first sandbox opened: what the tool, driver and runtime
 	// were. Every sandbox of the audit is created from the same request.
-	var first *engine.Session
-	open := func(ctx context.Context) (*engine.Session, error) {
-		sb, err := eng.NewSession(ctx, req)
+	var first *engine.Sandbox
+	open := func(ctx context.Context) (*engine.Sandbox, error) {
+		sb, err := eng.NewSandbox(ctx, req)
 		if err != nil {
 			return nil, err
 		}

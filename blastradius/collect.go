@@ -71,7 +71,7 @@ const pidsHeadroom = 64
 
 // opener creates a sandbox of the audited tool with the probe installed.
 // The caller must Destroy it.
-type opener func(ctx context.Context) (*engine.Session, error)
+type opener func(ctx context.Context) (*engine.Sandbox, error)
 
 // collect runs the probe's subcommands in sandboxes from open, with env,
 // and gathers their reports. The process and memory limits are measured

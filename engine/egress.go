@@ -244,7 +244,7 @@ func (e *Engine) Wait() error {
 // afterwards in the background, and the engine's Wait waits for that. It
 // is idempotent. The error is the sandbox's; a failure to remove the
 // network is logged and returned by Wait.
-func (s *Session) Destroy(ctx context.Context) error {
+func (s *Sandbox) Destroy(ctx context.Context) error {
 	err := s.Sandbox.Destroy(ctx)
 	if s.net != nil {
 		s.netOnce.Do(func() {

@@ -339,9 +339,9 @@ func (e *Engine) resolve(req Request) (tools.Tool, sandbox.Driver, image.Runtime
 // sets none: the tool's record, then the engine's defaults.
 func (e *Engine) Limits(t tools.Tool) sandbox.Limits { return t.Limits.WithDefaults(e.defaults) }
 
-// Session is a sandbox created for one request's tool, with what it was
+// Sandbox is a sandbox created for one request's tool, with what it was
 // created from. The caller must Destroy it.
-type Session struct {
+type Sandbox struct {
 	sandbox.Sandbox
 	Tool    tools.Tool
 	Runtime image.Runtime
@@ -355,13 +355,13 @@ type Session struct {
 	netOnce sync.Once
 }
 
-// NewSession creates the sandbox req's tool (or req.Driver) calls for, with
+// NewSandbox creates the sandbox req's tool (or req.Driver) calls for, with
 // the record's mounts and limits, without running anything: the caller
 // Execs in it and must Destroy it. req.Code and req.Stdin are not used.
 // Unlike Validate and Run, it holds req.Limits to the engine's ceiling
 // only, not to the record's: the blast-radius audit gives its probe the
 // time and output it needs, whatever the record allows, and says so.
-func (e *Engine) NewSession(ctx context.Context, req Request) (*Session, error) {
+func (e *Engine) NewSandbox(ctx context.Context, req Request) (*Sandbox, error) {
 	tool, drv, rt, err := e.resolve(req)
 	if err != nil {
 		return nil, err
@@ -390,7 +390,7 @@ func (e *Engine) NewSession(ctx context.Context, req Request) (*Session, error) 
 		}
 		return nil, fmt.Errorf("creating %s sandbox: %w", drv.Name(), err)
 	}
-	return &Session{Sandbox: sb, Tool: tool, Runtime: rt, Driver: drv.Name(), Limits: limits, Network: req.Network, eng: e, net: net}, nil
+	return &Sandbox{Sandbox: sb, Tool: tool, Runtime: rt, Driver: drv.Name(), Limits: limits, Network: req.Network, eng: e, net: net}, nil
 }
 
 // specFor is the spec of a sandbox of tool on drv for runtime rt, with
@@ -448,7 +448,7 @@ func (e *Engine) Run(ctx context.Context, req Request) (*Result, error) {
 		return nil, err
 	}
 	defer release()
-	sb, err := e.NewSession(ctx, req)
+	sb, err := e.NewSandbox(ctx, req)
 	if err != nil {
 		return nil, err
 	}

@@ -278,7 +278,7 @@ func startFailure(template string, res *sandbox.Result) error {
 // through pool.py: Start and Ready first, then the program, as a one-shot
 // pool's sandbox runs it (runWarm) but within one Exec of the sandbox's
 // timeout. A Start or Ready that failed is an error.
-func (e *Engine) runLoader(ctx context.Context, sb *Session, req Request, m *image.TemplateManifest) (*sandbox.Result, error) {
+func (e *Engine) runLoader(ctx context.Context, sb *Sandbox, req Request, m *image.TemplateManifest) (*sandbox.Result, error) {
 	ex, err := sb.Start(ctx, sandbox.ExecRequest{
 		File:        sandbox.File{Name: sb.Runtime.FileName},
 		Argv:        loaderArgv(m, nil),

@@ -83,7 +83,7 @@ func TestEngineWithoutEgressLoadsEgressTools(t *testing.T) {
 			t.Errorf("tool %s: %v", name, err)
 		}
 	}
-	_, err = e.NewSession(t.Context(), engine.Request{Runtime: "python", Tool: "caller"})
+	_, err = e.NewSandbox(t.Context(), engine.Request{Runtime: "python", Tool: "caller"})
 	if !errdefs.IsFailedPrecondition(err) || !strings.Contains(err.Error(), "only the daemon enables it") {
 		t.Errorf("a session of the tool that needs the broker: got %v, want a failed precondition saying what to do", err)
 	}
