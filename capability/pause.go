@@ -141,7 +141,7 @@ func (s *sessionHost) pauseLocked(ctx context.Context, ss model.Session, by Prin
 	// checkpoint cut short or saved but unrecorded would end the session.
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), pauseTimeout)
 	defer cancel()
-	n, err := s.runner.PauseSession(ctx, live.LiveSession, dir)
+	n, err := s.runner.PauseSession(ctx, live.Session, dir)
 	if err != nil {
 		if errdefs.IsConflict(err) {
 			return model.Session{}, errdefs.Public(&SessionBusyError{SessionID: ss.ID})

@@ -149,7 +149,7 @@ type liveSessions struct {
 }
 
 type liveSession struct {
-	*engine.LiveSession
+	*engine.Session
 	// cell is the execution of the cell running, "" when none: for the
 	// idle sweep, and for the session's end, which stops it.
 	mu   sync.Mutex
@@ -162,13 +162,13 @@ func (l *liveSessions) get(id string) *liveSession {
 	return l.byID[id]
 }
 
-func (l *liveSessions) put(id string, s *engine.LiveSession) *liveSession {
+func (l *liveSessions) put(id string, s *engine.Session) *liveSession {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.byID == nil {
 		l.byID = map[string]*liveSession{}
 	}
-	ls := &liveSession{LiveSession: s}
+	ls := &liveSession{Session: s}
 	l.byID[id] = ls
 	return ls
 }

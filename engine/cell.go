@@ -83,7 +83,7 @@ type exiter interface {
 // is restarted too. An error means the session's sandbox is gone: a
 // *SandboxLostError when the host knows how the cell ended (an OOM kill
 // of the whole sandbox), any other when it could not run the cell.
-func (s *LiveSession) Cell(ctx context.Context, req CellRequest) (*CellResult, error) {
+func (s *Session) Cell(ctx context.Context, req CellRequest) (*CellResult, error) {
 	if !s.cellMu.TryLock() {
 		return nil, errdefs.Publicf("session sandbox %s is running a cell: %w", s.sb.ID(), errdefs.ErrConflict)
 	}
@@ -164,7 +164,7 @@ var errKernelStuck = errors.New("the cell did not stop when interrupted")
 // restartAfter restarts kernel k after the cell it ran ended with err
 // (stuck past its interrupt, or the kernel died), and completes out. An
 // error means the sandbox itself is lost.
-func (s *LiveSession) restartAfter(ctx context.Context, k sandbox.Kernel, cause error, out *CellResult) error {
+func (s *Session) restartAfter(ctx context.Context, k sandbox.Kernel, cause error, out *CellResult) error {
 	ctx = context.WithoutCancel(ctx)
 	wait := time.NewTimer(time.Second)
 	defer wait.Stop()
@@ -224,7 +224,7 @@ func oomKilled(out *CellResult) {
 // a *SandboxLostError with out completed when the sandbox's memory
 // cgroup counted an OOM kill during the cell (under gVisor the host's OOM
 // killer ends the Sentry, the whole sandbox), err as it is otherwise.
-func (s *LiveSession) lost(k sandbox.Kernel, out *CellResult, err error) error {
+func (s *Session) lost(k sandbox.Kernel, out *CellResult, err error) error {
 	x, ok := k.(exiter)
 	if !ok || !x.OOMKilled() {
 		return err

@@ -31,7 +31,7 @@ func TestSessionDeadlines(t *testing.T) {
 		}
 		return m.Deadline
 	}
-	open := func(e *Engine, name string, deadline time.Time) *LiveSession {
+	open := func(e *Engine, name string, deadline time.Time) *Session {
 		t.Helper()
 		s, err := e.OpenSession(t.Context(), SessionSpec{Runtime: "python", Driver: "runc", Workspace: poolWorkspace, Deadline: deadline,
 			Labels: map[string]string{LabelOwner: poolOwner, LabelSession: "ses_" + name}})

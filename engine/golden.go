@@ -350,7 +350,7 @@ func (e *Engine) GoldenBytes(template string) (int64, error) {
 // (logged when a restore failed) for a cold OpenSession: no checkpoint, or
 // one the session cannot take (another driver, /workspace size or
 // limits; a kernel of its own).
-func (e *Engine) restoreGolden(ctx context.Context, spec SessionSpec, tool tools.Tool, drv sandbox.Driver) *LiveSession {
+func (e *Engine) restoreGolden(ctx context.Context, spec SessionSpec, tool tools.Tool, drv sandbox.Driver) *Session {
 	if e.golden.Dir == "" || tool.Template == "" || spec.Kernel != nil {
 		return nil
 	}
@@ -378,7 +378,7 @@ func (e *Engine) restoreGolden(ctx context.Context, spec SessionSpec, tool tools
 
 // restore restores g's checkpoint (rec) as the sandbox of a session of
 // spec with limits, bound, its kernel's random state reseeded.
-func (e *Engine) restore(ctx context.Context, g *golden, rec goldenRecord, spec SessionSpec, limits sandbox.Limits) (_ *LiveSession, err error) {
+func (e *Engine) restore(ctx context.Context, g *golden, rec goldenRecord, spec SessionSpec, limits sandbox.Limits) (_ *Session, err error) {
 	b, ok := g.drv.(sandbox.Binder)
 	if !ok {
 		return nil, fmt.Errorf("the %s driver cannot bind: %w", g.drv.Name(), errdefs.ErrFailedPrecondition)

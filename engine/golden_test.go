@@ -89,7 +89,7 @@ func TestGoldenSessions(t *testing.T) {
 		t.Errorf("got %d entries in the template's directory, want 1 checkpoint", len(entries))
 	}
 
-	var sessions []*LiveSession
+	var sessions []*Session
 	ids := map[string]bool{}
 	for i := range 3 {
 		s, err := e.OpenSession(ctx, SessionSpec{Tool: "gold", Workspace: poolWorkspace,

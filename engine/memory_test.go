@@ -34,7 +34,7 @@ func TestSessionMemoryBudget(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := t.Context()
-	open := func() (*LiveSession, error) {
+	open := func() (*Session, error) {
 		return e.OpenSession(ctx, SessionSpec{Runtime: "shell", Workspace: 8 << 20, Labels: map[string]string{LabelOwner: "engine-test"}})
 	}
 	full := func(what string, err error) {

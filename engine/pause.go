@@ -48,7 +48,7 @@ func (e *Engine) snapshotter(driver string) (sandbox.Snapshotter, error) {
 // ErrConflict. Once it returns nil, s has no sandbox: its cells fail and
 // Close is a no-op; ResumeSession serves the session again. When saving
 // fails, dir is gone and s serves on, unless its sandbox was lost too.
-func (e *Engine) PauseSession(ctx context.Context, s *LiveSession, dir string) (int64, error) {
+func (e *Engine) PauseSession(ctx context.Context, s *Session, dir string) (int64, error) {
 	snap, err := e.snapshotter(s.Driver)
 	if err != nil {
 		return 0, err
@@ -82,7 +82,7 @@ func (e *Engine) PauseSession(ctx context.Context, s *LiveSession, dir string) (
 // kernel did not come back, since its state would be lost. dir stays:
 // the caller removes it once the resume is recorded. The caller must
 // Close what it returns or keep it.
-func (e *Engine) ResumeSession(ctx context.Context, spec SessionSpec, dir string) (_ *LiveSession, err error) {
+func (e *Engine) ResumeSession(ctx context.Context, spec SessionSpec, dir string) (_ *Session, err error) {
 	snap, err := e.snapshotter(spec.Driver)
 	if err != nil {
 		return nil, err

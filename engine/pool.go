@@ -640,7 +640,7 @@ func (e *Engine) acquire(ctx context.Context, req Request, tool tools.Tool, limi
 // which CheckSession resolved to tool, drv and rt, binds it and returns it
 // as the session's, its kernel ready; or returns nil, for a cold
 // OpenSession, as acquire does.
-func (e *Engine) acquireSession(ctx context.Context, spec SessionSpec, tool tools.Tool, drv sandbox.Driver, rt image.Runtime) *LiveSession {
+func (e *Engine) acquireSession(ctx context.Context, spec SessionSpec, tool tools.Tool, drv sandbox.Driver, rt image.Runtime) *Session {
 	e.poolsMu.Lock()
 	pools := e.pools
 	e.poolsMu.Unlock()
@@ -666,9 +666,9 @@ func (e *Engine) acquireSession(ctx context.Context, spec SessionSpec, tool tool
 			// The pool's deadline goes, also for a session without one.
 			err = d.SetDeadline(ctx, spec.Deadline)
 		}
-		var s *LiveSession
+		var s *Session
 		if err == nil {
-			s, err = newLiveSession(w.sb, p.drv.Name(), rt, limits, ks)
+			s, err = newSession(w.sb, p.drv.Name(), rt, limits, ks)
 		}
 		if err != nil {
 			e.log.Warn("serving a session from a pool sandbox", "pool", p.name, "sandbox", w.sb.ID(), "err", err)

@@ -44,7 +44,7 @@ func sessionPoolEngine(t *testing.T, drivers map[string]sandbox.Driver, driver s
 
 // openPython opens a python session of e on driver with a /workspace of
 // size, closed at the end of t.
-func openPython(t *testing.T, e *Engine, driver string, size int64, limits sandbox.Limits) *LiveSession {
+func openPython(t *testing.T, e *Engine, driver string, size int64, limits sandbox.Limits) *Session {
 	t.Helper()
 	s, err := e.OpenSession(t.Context(), SessionSpec{Runtime: "python", Driver: driver, Workspace: size, Limits: limits,
 		Labels: map[string]string{LabelOwner: poolOwner, LabelSession: "ses_" + strings.ReplaceAll(t.Name(), "/", "_")}})
@@ -56,7 +56,7 @@ func openPython(t *testing.T, e *Engine, driver string, size int64, limits sandb
 }
 
 // pooled opens a python session of e, which must come from its pool (a hit).
-func pooled(t *testing.T, e *Engine, counts *poolCounts, driver string) *LiveSession {
+func pooled(t *testing.T, e *Engine, counts *poolCounts, driver string) *Session {
 	t.Helper()
 	waitReady(t, e, 1)
 	hits, _ := counts.get()
@@ -69,7 +69,7 @@ func pooled(t *testing.T, e *Engine, counts *poolCounts, driver string) *LiveSes
 
 // pyCell runs a cell, which must run (it may raise), and returns its
 // result without its duration.
-func pyCell(t *testing.T, s *LiveSession, code string) *CellResult {
+func pyCell(t *testing.T, s *Session, code string) *CellResult {
 	t.Helper()
 	r, err := s.Cell(t.Context(), CellRequest{Code: code, Timeout: time.Minute})
 	if err != nil {
@@ -109,7 +109,7 @@ func TestPoolSessionAsColdSession(t *testing.T) {
 			warm, counts := sessionPoolEngine(t, drivers, driver, 1)
 			c := openPython(t, cold, driver, poolWorkspace, sandbox.Limits{})
 			w := pooled(t, warm, counts, driver)
-			for _, s := range []*LiveSession{c, w} {
+			for _, s := range []*Session{c, w} {
 				if _, _, err := s.WriteFile(t.Context(), "in.csv", strings.NewReader("a,b\n1,x\n2,y\n3,z\n"), 1<<20); err != nil {
 					t.Fatal(err)
 				}

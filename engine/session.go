@@ -75,11 +75,11 @@ type SessionSpec struct {
 	Deadline time.Time
 }
 
-// LiveSession is a session's sandbox and its kernel. Its methods are safe
+// Session is a session's sandbox and its kernel. Its methods are safe
 // for concurrent use; one cell runs at a time (another meanwhile is
 // ErrConflict). The caller must Close it to end the session; a daemon that
 // stops without closing it leaves it running, for ReattachSessions.
-type LiveSession struct {
+type Session struct {
 	sb      sandbox.Sandbox
 	files   sandbox.Files
 	kernels sandbox.Kernels
@@ -99,7 +99,7 @@ type LiveSession struct {
 }
 
 // releaseMemory takes the session's sandbox out of the memory budget.
-func (s *LiveSession) releaseMemory() {
+func (s *Session) releaseMemory() {
 	s.mu.Lock()
 	release := s.mem
 	s.mem = nil
@@ -110,7 +110,7 @@ func (s *LiveSession) releaseMemory() {
 }
 
 // SandboxID is the session's sandbox's ID.
-func (s *LiveSession) SandboxID() string { return s.sb.ID() }
+func (s *Session) SandboxID() string { return s.sb.ID() }
 
 // CheckSession checks a session's spec without creating anything and
 // returns its tool, driver and runtime (see Validate).
@@ -140,7 +140,7 @@ func (e *Engine) CheckSession(spec SessionSpec) (tools.Tool, sandbox.Driver, ima
 // one serves spec (pool.go), or restores its template's golden
 // checkpoint when it has one (golden.go). Nothing is left behind on
 // error.
-func (e *Engine) OpenSession(ctx context.Context, spec SessionSpec) (_ *LiveSession, err error) {
+func (e *Engine) OpenSession(ctx context.Context, spec SessionSpec) (_ *Session, err error) {
 	tool, drv, rt, err := e.CheckSession(spec)
 	if err != nil {
 		return nil, err
@@ -176,7 +176,7 @@ func (e *Engine) OpenSession(ctx context.Context, spec SessionSpec) (_ *LiveSess
 	if err != nil {
 		return nil, err
 	}
-	s, err := newLiveSession(sb, drv.Name(), rt, limits, ks)
+	s, err := newSession(sb, drv.Name(), rt, limits, ks)
 	if err != nil {
 		return nil, err
 	}
@@ -191,13 +191,13 @@ func (e *Engine) OpenSession(ctx context.Context, spec SessionSpec) (_ *LiveSess
 	return s, nil
 }
 
-func newLiveSession(sb sandbox.Sandbox, driver string, rt image.Runtime, limits sandbox.Limits, ks sandbox.KernelSpec) (*LiveSession, error) {
+func newSession(sb sandbox.Sandbox, driver string, rt image.Runtime, limits sandbox.Limits, ks sandbox.KernelSpec) (*Session, error) {
 	files, fok := sb.(sandbox.Files)
 	kernels, kok := sb.(sandbox.Kernels)
 	if !fok || !kok {
 		return nil, errdefs.Publicf("the %s sandbox %s has no files or kernels: %w", driver, sb.ID(), errdefs.ErrFailedPrecondition)
 	}
-	return &LiveSession{sb: sb, files: files, kernels: kernels, Driver: driver, Runtime: rt, Limits: limits,
+	return &Session{sb: sb, files: files, kernels: kernels, Driver: driver, Runtime: rt, Limits: limits,
 		spec: ks}, nil
 }
 
@@ -208,9 +208,9 @@ func newLiveSession(sb sandbox.Sandbox, driver string, rt image.Runtime, limits 
 // specOf gives each sandbox's session (by the sandbox's ID) from its
 // record: its runtime and tool (Runtime, Tool); a sandbox it does not know
 // is destroyed. The caller must Close what it returns or keep it.
-func (e *Engine) ReattachSessions(ctx context.Context, match map[string]string, specOf func(sandboxID string) (SessionSpec, bool)) ([]*LiveSession, error) {
+func (e *Engine) ReattachSessions(ctx context.Context, match map[string]string, specOf func(sandboxID string) (SessionSpec, bool)) ([]*Session, error) {
 	var (
-		out  []*LiveSession
+		out  []*Session
 		errs []error
 	)
 	for name, d := range e.drivers {
@@ -236,7 +236,7 @@ func (e *Engine) ReattachSessions(ctx context.Context, match map[string]string, 
 	return out, errors.Join(errs...)
 }
 
-func (e *Engine) adopt(ctx context.Context, sb sandbox.Sandbox, driver string, specOf func(string) (SessionSpec, bool)) (*LiveSession, error) {
+func (e *Engine) adopt(ctx context.Context, sb sandbox.Sandbox, driver string, specOf func(string) (SessionSpec, bool)) (*Session, error) {
 	spec, ok := specOf(sb.ID())
 	if !ok {
 		return nil, errors.New("no active session has it")
@@ -288,7 +288,7 @@ func (e *Engine) sessionMemory(spec SessionSpec) int64 {
 // which has processes already, serves. A kernel it starts is its tool's
 // (its template's, with Start), or the runtime's for a tool no longer
 // configured.
-func (e *Engine) liveOf(sb sandbox.Sandbox, driver string, spec SessionSpec) (*LiveSession, error) {
+func (e *Engine) liveOf(sb sandbox.Sandbox, driver string, spec SessionSpec) (*Session, error) {
 	tool, err := e.tools.Get(spec.Tool)
 	if err != nil {
 		tool = tools.Tool{}
@@ -306,7 +306,7 @@ func (e *Engine) liveOf(sb sandbox.Sandbox, driver string, spec SessionSpec) (*L
 	if err != nil {
 		return nil, err
 	}
-	s, err := newLiveSession(sb, driver, rt, sandbox.Limits{}, ks)
+	s, err := newSession(sb, driver, rt, sandbox.Limits{}, ks)
 	if err != nil {
 		return nil, err
 	}
@@ -317,7 +317,7 @@ func (e *Engine) liveOf(sb sandbox.Sandbox, driver string, spec SessionSpec) (*L
 // takeKernel makes the first live kernel of the sandbox the session's,
 // stops any other (a session has one), and reports whether there was
 // one.
-func (s *LiveSession) takeKernel(ctx context.Context) (bool, error) {
+func (s *Session) takeKernel(ctx context.Context) (bool, error) {
 	ks, err := s.kernels.ListKernels(ctx)
 	if err != nil || len(ks) == 0 {
 		return false, err
@@ -331,7 +331,7 @@ func (s *LiveSession) takeKernel(ctx context.Context) (bool, error) {
 	return true, nil
 }
 
-func (s *LiveSession) startKernel(ctx context.Context) error {
+func (s *Session) startKernel(ctx context.Context) error {
 	k, err := s.kernels.StartKernel(ctx, s.spec)
 	if err != nil {
 		return fmt.Errorf("starting the %s kernel of sandbox %s: %w", s.Runtime.Name, s.sb.ID(), err)
@@ -346,7 +346,7 @@ func (s *LiveSession) startKernel(ctx context.Context) error {
 	return nil
 }
 
-func (s *LiveSession) currentKernel() sandbox.Kernel {
+func (s *Session) currentKernel() sandbox.Kernel {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.kernel
@@ -354,7 +354,7 @@ func (s *LiveSession) currentKernel() sandbox.Kernel {
 
 // Interrupt interrupts the running cell (SIGINT to the kernel) and
 // reports whether one was running.
-func (s *LiveSession) Interrupt() (bool, error) {
+func (s *Session) Interrupt() (bool, error) {
 	if s.cellMu.TryLock() {
 		s.cellMu.Unlock()
 		return false, nil
@@ -395,7 +395,7 @@ func WorkspacePath(p string) (string, error) {
 // WriteFile writes what r yields, at most max bytes (ErrTooLarge past
 // it, leaving no file), to p below /workspace and returns its size and
 // SHA-256 (hex).
-func (s *LiveSession) WriteFile(ctx context.Context, p string, r io.Reader, max int64) (int64, string, error) {
+func (s *Session) WriteFile(ctx context.Context, p string, r io.Reader, max int64) (int64, string, error) {
 	p, err := WorkspacePath(p)
 	if err != nil {
 		return 0, "", err
@@ -410,7 +410,7 @@ func (s *LiveSession) WriteFile(ctx context.Context, p string, r io.Reader, max 
 
 // ReadFile reads the regular file p below /workspace: at most max bytes
 // (a longer one is ErrTooLarge).
-func (s *LiveSession) ReadFile(ctx context.Context, p string, max int64) ([]byte, sandbox.FileInfo, error) {
+func (s *Session) ReadFile(ctx context.Context, p string, max int64) ([]byte, sandbox.FileInfo, error) {
 	p, err := WorkspacePath(p)
 	if err != nil {
 		return nil, sandbox.FileInfo{}, err
@@ -426,7 +426,7 @@ func (s *LiveSession) ReadFile(ctx context.Context, p string, max int64) ([]byte
 }
 
 // ListDir lists the directory p below /workspace (or /workspace itself).
-func (s *LiveSession) ListDir(ctx context.Context, p string) ([]sandbox.FileInfo, bool, error) {
+func (s *Session) ListDir(ctx context.Context, p string) ([]sandbox.FileInfo, bool, error) {
 	p, err := WorkspacePath(p)
 	if err != nil {
 		return nil, false, err
@@ -435,7 +435,7 @@ func (s *LiveSession) ListDir(ctx context.Context, p string) ([]sandbox.FileInfo
 }
 
 // Stat describes the file p below /workspace, a symlink as itself.
-func (s *LiveSession) Stat(ctx context.Context, p string) (sandbox.FileInfo, error) {
+func (s *Session) Stat(ctx context.Context, p string) (sandbox.FileInfo, error) {
 	p, err := WorkspacePath(p)
 	if err != nil {
 		return sandbox.FileInfo{}, err
@@ -445,7 +445,7 @@ func (s *LiveSession) Stat(ctx context.Context, p string) (sandbox.FileInfo, err
 
 // Remove removes the file, symlink or empty directory p below
 // /workspace (not /workspace itself).
-func (s *LiveSession) Remove(ctx context.Context, p string) error {
+func (s *Session) Remove(ctx context.Context, p string) error {
 	p, err := WorkspacePath(p)
 	if err != nil {
 		return err
@@ -458,7 +458,7 @@ func (s *LiveSession) Remove(ctx context.Context, p string) error {
 
 // Close ends the session: its kernel and sandbox are destroyed.
 // Closing twice is success.
-func (s *LiveSession) Close(ctx context.Context) error {
+func (s *Session) Close(ctx context.Context) error {
 	err := s.sb.Destroy(context.WithoutCancel(ctx))
 	s.releaseMemory()
 	return err

@@ -48,7 +48,7 @@ func sessionEngines(t *testing.T) map[string]*Engine {
 	return out
 }
 
-func openTestSession(t *testing.T, e *Engine, driver string, kernel []string) *LiveSession {
+func openTestSession(t *testing.T, e *Engine, driver string, kernel []string) *Session {
 	t.Helper()
 	s, err := e.OpenSession(t.Context(), SessionSpec{Runtime: "shell", Driver: driver, Workspace: 8 << 20, Kernel: kernel,
 		Labels: map[string]string{LabelOwner: "engine-test", LabelSession: "ses_test"}})
@@ -69,7 +69,7 @@ func openTestSession(t *testing.T, e *Engine, driver string, kernel []string) *L
 	return s
 }
 
-func cell(t *testing.T, s *LiveSession, code string, timeout time.Duration) *CellResult {
+func cell(t *testing.T, s *Session, code string, timeout time.Duration) *CellResult {
 	t.Helper()
 	r, err := s.Cell(t.Context(), CellRequest{Code: code, Timeout: timeout})
 	if err != nil {
@@ -79,7 +79,7 @@ func cell(t *testing.T, s *LiveSession, code string, timeout time.Duration) *Cel
 }
 
 // sh runs a shell command in the session's sandbox, outside its kernel.
-func sh(t *testing.T, s *LiveSession, cmd string) string {
+func sh(t *testing.T, s *Session, cmd string) string {
 	t.Helper()
 	res, err := sandbox.Run(t.Context(), s.sb, sandbox.ExecRequest{File: sandbox.File{Name: "cmd.sh", Data: []byte(cmd)},
 		Argv: []string{"/bin/sh", "/tmp/cmd.sh"}, Env: ProgramEnv(), Timeout: 10 * time.Second})
@@ -312,7 +312,7 @@ func TestSessionIsolation(t *testing.T) {
 	for name, e := range sessionEngines(t) {
 		t.Run(name, func(t *testing.T) {
 			ctx := t.Context()
-			open := func() *LiveSession {
+			open := func() *Session {
 				s, err := e.OpenSession(ctx, SessionSpec{Runtime: "python", Driver: name, Workspace: 8 << 20,
 					Labels: map[string]string{LabelOwner: "engine-test"}})
 				if err != nil {

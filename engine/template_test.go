@@ -173,7 +173,7 @@ const (
 	wantTemplate = "42 [1] hello /usr\n"
 )
 
-func openTemplate(t *testing.T, e *Engine, tool, runtime string) (*LiveSession, error) {
+func openTemplate(t *testing.T, e *Engine, tool, runtime string) (*Session, error) {
 	s, err := e.OpenSession(t.Context(), SessionSpec{Tool: tool, Runtime: runtime, Workspace: poolWorkspace,
 		Labels: map[string]string{LabelOwner: poolOwner, LabelSession: "ses_" + strings.ReplaceAll(t.Name(), "/", "_")}})
 	if err == nil {
