@@ -191,7 +191,7 @@ func (e *egressEnv) wantFetchCard(raw json.RawMessage) {
 // checks that none is left.
 func (e *egressEnv) wantNoNetworks() {
 	e.t.Helper()
-	if err := e.eng.Wait(); err != nil {
+	if err := e.eng.Wait(context.Background()); err != nil {
 		e.t.Errorf("removing the sandbox networks: %v", err)
 	}
 	if left := e.nets.Leftovers(); len(left) > 0 {

@@ -1,6 +1,7 @@
 package api_test
 
 import (
+	"context"
 	"encoding/json"
 	"net/http"
 	"strings"
@@ -47,7 +48,7 @@ func deleteSession(t *testing.T, e *env, _, sessionID string) {
 	e.do("DELETE", "/v1/sessions/"+sessionID, e.agent, nil).want(t, http.StatusOK)
 }
 
-func shutDown(_ *testing.T, e *env, _, _ string) { e.svc.Close() }
+func shutDown(_ *testing.T, e *env, _, _ string) { e.svc.Close(context.Background()) }
 
 // shutDownForGood stops the daemon as `stockade serve` stopped for good
 // does: its sessions end first.
@@ -55,7 +56,7 @@ func shutDownForGood(t *testing.T, e *env, _, _ string) {
 	if _, err := e.svc.EndSessions(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	e.svc.Close()
+	e.svc.Close(t.Context())
 }
 
 // TestEndings ends runs in every way a run ends, one-shot and cell, on

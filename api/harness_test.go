@@ -198,7 +198,7 @@ func newEnv(t *testing.T, b backend, c envConfig) *env {
 	if err := e.svc.Start(ctx); err != nil {
 		t.Fatalf("Service.Start: %v", err)
 	}
-	t.Cleanup(e.svc.Close)
+	t.Cleanup(func() { e.svc.Close(context.Background()) })
 	if c.startPools {
 		eng.SetPoolObserver(metrics)
 		stop, err := eng.StartPools(ctx, map[string]string{engine.LabelOwner: cmp.Or(opts.Owner, "stockade")})

@@ -71,7 +71,7 @@ func crashDaemon(dir string) int {
 	if err := svc.Start(ctx); err != nil {
 		return fail(err)
 	}
-	defer svc.Close()
+	defer svc.Close(context.Background())
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return fail(err)

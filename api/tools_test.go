@@ -1,6 +1,7 @@
 package api_test
 
 import (
+	"context"
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
@@ -52,7 +53,7 @@ func TestToolChangeSeenByApprovers(t *testing.T) {
 	forEachStore(t, func(t *testing.T, b backend) {
 		before, opts := toolSet(t, strings.Replace(fetchTools, "%s", "api.example.com", 1))
 		e := newEnv(t, b, envConfig{engine: []engine.Option{engine.WithTools(before, opts)}})
-		e.svc.Close()
+		e.svc.Close(t.Context())
 
 		after, opts := toolSet(t, strings.Replace(fetchTools, "%s", "api.example.com, evil.example.net", 1))
 		d, err := runc.New(runc.Config{StateDir: t.TempDir(), GuestPath: testenv.Guest(t)})
@@ -68,7 +69,7 @@ func TestToolChangeSeenByApprovers(t *testing.T) {
 		if err := svc.Start(t.Context()); err != nil {
 			t.Fatal(err)
 		}
-		t.Cleanup(svc.Close)
+		t.Cleanup(func() { svc.Close(context.Background()) })
 		srv := httptest.NewServer(api.New(svc, e.st, api.Options{}))
 		t.Cleanup(srv.Close)
 

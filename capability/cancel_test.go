@@ -121,7 +121,7 @@ func TestCancelQueued(t *testing.T) {
 	if got, err := env.svc.Wait(ctx, env.agent, first.Execution.ID, 10*time.Second); err != nil || got.Status != model.StatusSucceeded {
 		t.Fatalf("first execution: got %s, %v", got.Status, err)
 	}
-	env.svc.Close() // every run has ended
+	env.svc.Close(t.Context()) // every run has ended
 	if n := len(drv.Specs()); n != 1 {
 		t.Errorf("sandboxes created: got %d, want 1 (none for the cancelled execution)", n)
 	}

@@ -48,17 +48,15 @@ type daemonStore interface {
 // wait waits for the tick's goroutine, once the service's context ended.
 func (s *daemon) wait() { s.loop.Wait() }
 
-// stop makes the daemon's last writes (the key uses, the chains' witness)
-// and releases the claim. Close may call it again: the second call only
+// stop makes the daemon's last writes (the key uses, the chains' witness),
+// bounded by ctx (Close's: the service's own is cancelled by then), and
+// releases the claim. Close may call it again: the second call only
 // writes the key uses noted since.
-func (s *daemon) stop() {
-	// Close takes no ctx, and the service's own is cancelled: the last
-	// writes of this daemon (key uses, the chains' witness) run without a
-	// bound until Close takes one.
-	s.keys.flushKeyUses(context.Background())
+func (s *daemon) stop(ctx context.Context) {
+	s.keys.flushKeyUses(ctx)
 	if s.claim != nil {
 		// The last events of this daemon are witnessed too.
-		s.witnessChains(context.Background())
+		s.witnessChains(ctx)
 		if err := s.claim.Release(); err != nil {
 			s.log.Warn("releasing the database's daemon claim", "err", err)
 		}

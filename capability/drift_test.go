@@ -41,7 +41,7 @@ func serviceWith(t *testing.T, st testStore, toolsYAML string) *Service {
 	if err := svc.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(svc.Close)
+	t.Cleanup(func() { svc.Close(context.Background()) })
 	return svc
 }
 
@@ -120,11 +120,11 @@ func TestToolDrift(t *testing.T) {
 	if err := invoke(svc, strictAgent); err != nil {
 		t.Fatalf("a tool never changed: got %v, want it to run", err)
 	}
-	svc.Close()
+	svc.Close(t.Context())
 
 	t.Run("unchanged reload writes nothing", func(t *testing.T) {
 		svc := serviceWith(t, st, fetchYAML("api.example.com"))
-		svc.Close()
+		svc.Close(t.Context())
 		if got := len(toolEvents(audit.ToolRegistered)) + len(toolEvents(audit.ToolChanged)); got != 2 {
 			t.Errorf("tool events after an unchanged reload: got %d, want 2", got)
 		}
@@ -132,7 +132,7 @@ func TestToolDrift(t *testing.T) {
 
 	t.Run("shrinking is audited, not flagged", func(t *testing.T) {
 		svc := serviceWith(t, st, fetchYAML("api.example.com"))
-		defer svc.Close()
+		defer svc.Close(t.Context())
 		_ = svc
 	})
 
@@ -183,7 +183,7 @@ func TestToolDrift(t *testing.T) {
 	if err := invoke(svc, strictAgent); err != nil {
 		t.Errorf("after re-approval: got %v, want it to run", err)
 	}
-	svc.Close()
+	svc.Close(t.Context())
 
 	t.Run("approval survives a restart", func(t *testing.T) {
 		svc := serviceWith(t, st, fetchYAML("api.example.com", "evil.example.net"))
@@ -228,7 +228,7 @@ func TestApprovalOfAChangedTool(t *testing.T) {
 	if inv.Approval == nil {
 		t.Fatal("got no approval request under the default policy")
 	}
-	svc.Close()
+	svc.Close(t.Context())
 
 	svc = serviceWith(t, st, fetchYAML("api.example.com", "evil.example.net"))
 	if _, _, err := svc.Decide(ctx, approver, inv.Approval.ID, true, "ok"); !errdefs.IsConflict(err) {

@@ -110,7 +110,7 @@ func newEgressEngine(t *testing.T, toolsYAML string) (*engine.Engine, *testenv.B
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		if err := eng.Wait(); err != nil {
+		if err := eng.Wait(context.Background()); err != nil {
 			t.Error(err)
 		}
 		if left := nets.Leftovers(); len(left) > 0 {
@@ -172,7 +172,7 @@ func TestNetworkRequestsNeedApproval(t *testing.T) {
 		if err := svc.Start(ctx); err != nil {
 			t.Fatal(err)
 		}
-		t.Cleanup(svc.Close)
+		t.Cleanup(func() { svc.Close(context.Background()) })
 		return svc
 	}
 
@@ -225,7 +225,7 @@ func TestNetworkRequestsNeedApproval(t *testing.T) {
 		svc.egress.startRun(exec, ws.ID)
 		svc.egress.egressDecision(engine.EgressDecision{Decision: egress.Decision{Reason: egress.ReasonNameNotAllowed, Sandbox: "sbx-1", Tool: "fetch", Name: "evil.test", Port: 443},
 			Labels: map[string]string{engine.LabelExecution: exec}})
-		svc.Close()
+		svc.Close(t.Context())
 		page, err := st.ListEvents(ctx, ws.ID, store.EventFilter{PageRequest: store.PageRequest{Limit: 10}, Types: []string{audit.EgressDenied}})
 		if err != nil {
 			t.Fatal(err)
@@ -241,7 +241,7 @@ func TestNetworkRequestsNeedApproval(t *testing.T) {
 		labels := map[string]string{engine.LabelExecution: exec}
 		svc.egress.brokerCall(engine.BrokerEvent{Event: broker.Event{Sandbox: "sbx-2", Tool: "fetch", Operation: "echo", ParamsSHA256: "abc", Allowed: true, Status: 200}, Labels: labels})
 		svc.egress.brokerCall(engine.BrokerEvent{Event: broker.Event{Sandbox: "sbx-2", Tool: "fetch", Operation: "other", Reason: "operation not in the tool's record"}, Labels: labels})
-		svc.Close()
+		svc.Close(t.Context())
 		for _, want := range []struct{ typ, code, reason string }{
 			{audit.BrokerCall, audit.BrokerCallCode, "operation echo answered 200"},
 			{audit.BrokerDenied, audit.BrokerDeniedCode, "operation not in the tool's record"},
@@ -275,7 +275,7 @@ func TestNetworkRequestsNeedApproval(t *testing.T) {
 				Labels: labels})
 		}
 		svc.egress.endRun(exec)
-		svc.Close()
+		svc.Close(t.Context())
 		events := func(typ string) []model.Event {
 			page, err := st.ListEvents(ctx, ws.ID, store.EventFilter{PageRequest: store.PageRequest{Limit: 500}, Types: []string{typ}, ExecutionID: exec})
 			if err != nil {

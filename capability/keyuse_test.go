@@ -73,7 +73,7 @@ func TestKeyLastUse(t *testing.T) {
 	if got := lastUse(); !got.IsZero() {
 		t.Fatalf("last use after a refused flush: got %v, want none yet", got)
 	}
-	env.svc.Close()
+	env.svc.Close(t.Context())
 	if got := lastUse(); !got.Equal(now) {
 		t.Errorf("last use after Close: got %v, want %v", got, now)
 	}

@@ -87,13 +87,29 @@ func (s *runs) spawn(id string, run func(ctx context.Context)) bool {
 }
 
 // close stops every run: nothing starts any more, the runs' contexts end,
-// and it waits until each has recorded its end.
-func (s *runs) close() {
+// and it waits until each has recorded its end, or until ctx ends: then
+// it returns ctx's cause and the runs go on recording.
+func (s *runs) close(ctx context.Context) error {
 	s.closeMu.Lock()
 	s.closed = true
 	s.closeMu.Unlock()
 	s.cancel()
-	s.wg.Wait()
+	done := make(chan struct{})
+	go func() {
+		s.wg.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		select {
+		case <-done:
+			return nil
+		case <-time.After(10 * time.Millisecond):
+		}
+		return fmt.Errorf("waiting for the runs to record their ends: %w", context.Cause(ctx))
+	}
 }
 
 // run executes one admitted execution, with the timeout it was admitted

@@ -186,17 +186,28 @@ func (s *Service) Options() ServiceOptions { return s.opts }
 func (s *Service) Start(ctx context.Context) error { return s.daemon.start(ctx) }
 
 // Close stops the expiry loop, cancels running executions, waits for
-// them to be recorded and for their sandbox networks to be removed.
-func (s *Service) Close() {
-	s.runs.close()
+// them to be recorded and for their sandbox networks to be removed, then
+// makes the daemon's last writes (its keys' last uses, the audit chains'
+// witness) and releases its claim on the database. ctx bounds the waits
+// and the writes; pass one of the caller's own, not a context a signal
+// has already ended. When ctx ends before the runs have recorded their
+// ends, Close returns its cause and keeps the claim (the runs go on
+// recording), and may be called again.
+func (s *Service) Close(ctx context.Context) error {
+	if err := s.runs.close(ctx); err != nil {
+		return err
+	}
 	s.daemon.wait()
 	// Errors are logged by the engine; a network left behind is removed at
 	// the daemon's next start.
-	_ = s.runner.Wait()
+	if err := s.runner.Wait(ctx); err != nil && ctx.Err() != nil {
+		return err
+	}
 	// Every run has ended, and its sandbox's proxy and broker with it
-	// (Session.Destroy stops them): no event is on its way any more.
+	// (Sandbox.Destroy stops them): no event is on its way any more.
 	s.egress.close()
-	s.daemon.stop()
+	s.daemon.stop(ctx)
+	return nil
 }
 
 // Health reports each driver's health: nil for healthy.

@@ -69,7 +69,7 @@ func newServiceEnv(t *testing.T, st testStore, drv *sandboxfake.Driver, pol mode
 	if err := svc.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(svc.Close)
+	t.Cleanup(func() { svc.Close(context.Background()) })
 	return &serviceEnv{st: st, svc: svc, ws: ws, agent: Principal{KeyID: k.ID, WorkspaceID: ws.ID, Role: model.RoleAgent}}
 }
 
@@ -507,7 +507,7 @@ func TestCloseWritesLateAuditEvents(t *testing.T) {
 	env.waitRunning(t, inv.Execution.ID)
 	closed := make(chan struct{})
 	go func() {
-		env.svc.Close()
+		env.svc.Close(t.Context())
 		close(closed)
 	}()
 	// Close has cancelled the run; its sandbox is being destroyed.
@@ -674,7 +674,7 @@ func TestBrokerEventRetries(t *testing.T) {
 	env.svc.egress.brokerCall(engine.BrokerEvent{Event: broker.Event{Sandbox: "sbx-1", Tool: "t", Operation: "issues.create", Allowed: true, Status: 201},
 		Labels: map[string]string{engine.LabelExecution: exec}})
 	env.svc.egress.endRun(exec)
-	env.svc.Close()
+	env.svc.Close(t.Context())
 	if got := env.events(t, audit.BrokerCall); len(got) != 1 || got[0].ExecutionID != exec {
 		t.Fatalf("broker.call events: got %+v, want one for %s after two failed attempts", got, exec)
 	}
@@ -693,7 +693,7 @@ func TestServiceWitnessesChains(t *testing.T) {
 	if _, err := env.svc.Wait(ctx, env.agent, inv.Execution.ID, 10*time.Second); err != nil {
 		t.Fatal(err)
 	}
-	env.svc.Close()
+	env.svc.Close(t.Context())
 	head, err := env.st.ChainHead(ctx, env.ws.ID)
 	if err != nil {
 		t.Fatal(err)
@@ -774,7 +774,7 @@ func TestCloseDuringARun(t *testing.T) {
 		t.Fatal(err)
 	}
 	env.waitStarted(t, inv.Execution.ID)
-	env.svc.Close()
+	env.svc.Close(t.Context())
 	ex, err := env.st.GetExecution(ctx, env.ws.ID, inv.Execution.ID)
 	if err != nil {
 		t.Fatal(err)
@@ -839,7 +839,7 @@ func TestAuditWriterWithTheStoreDown(t *testing.T) {
 			Labels: map[string]string{engine.LabelExecution: exec}})
 	}
 	env.svc.egress.endRun(exec)
-	env.svc.Close()
+	env.svc.Close(t.Context())
 	if got, want := st.failures.Load(), int32(len(storeRetries)+1+2); got != want {
 		t.Errorf("AppendEvent attempts: got %d, want %d (every retry for the first event, one for each after)", got, want)
 	}

@@ -166,7 +166,7 @@ func TestAdoptEndsLostSessions(t *testing.T) {
 		}
 		ids[i] = created.Session.ID
 	}
-	env.svc.Close() // keeps its sessions, as a daemon's stop does by default
+	env.svc.Close(t.Context()) // keeps its sessions, as a daemon's stop does by default
 
 	clock.set(t0.Add(time.Hour))
 	eng, err := engine.New(map[string]sandbox.Driver{drv.ID: drv}, drv.ID, sandboxfake.Images{}, sandbox.DefaultLimits(), sandbox.DefaultCeiling())
@@ -177,7 +177,7 @@ func TestAdoptEndsLostSessions(t *testing.T) {
 	if err := svc.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(svc.Close)
+	t.Cleanup(func() { svc.Close(context.Background()) })
 	for i, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			got, err := env.st.GetSession(ctx, env.ws.ID, ids[i])
@@ -227,7 +227,7 @@ func TestSweepEndsTTLBeforePausing(t *testing.T) {
 	drv := &heldPause{Driver: &sandboxfake.Driver{ID: "gvisor", Tier: sandbox.TierGVisor, Sessions: true},
 		started: make(chan struct{}), release: make(chan struct{})}
 	env := newServiceEnv(t, nil, drv.Driver, noApprovalPolicy(), ServiceOptions{Now: clock.Now})
-	env.svc.Close() // the same store, served by a daemon whose driver pauses
+	env.svc.Close(t.Context()) // the same store, served by a daemon whose driver pauses
 
 	eng, err := engine.New(map[string]sandbox.Driver{drv.ID: drv}, drv.ID, sandboxfake.Images{}, sandbox.DefaultLimits(), sandbox.DefaultCeiling())
 	if err != nil {
@@ -238,7 +238,7 @@ func TestSweepEndsTTLBeforePausing(t *testing.T) {
 	if err := svc.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(svc.Close)
+	t.Cleanup(func() { svc.Close(context.Background()) })
 	t.Cleanup(func() { close(drv.release) }) // before Close, which waits for the sweep
 	idle, err := svc.CreateSession(ctx, env.agent, CreateSessionRequest{Runtime: "python"}, CreateSessionOptions{})
 	if err != nil {

@@ -50,7 +50,7 @@ func serviceWithTemplates(t *testing.T, st testStore, toolsYAML, templatesYAML s
 	if err := svc.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(svc.Close)
+	t.Cleanup(func() { svc.Close(context.Background()) })
 	return svc
 }
 
@@ -137,10 +137,10 @@ func TestTemplateDrift(t *testing.T) {
 		if err := f.invoke(svc); err != nil {
 			t.Fatalf("a tool never changed: got %v, want it to run", err)
 		}
-		svc.Close()
+		svc.Close(t.Context())
 
 		svc = serviceWithTemplates(t, f.st, analystYAML, analyticsYAML("python3-bs4"))
-		svc.Close()
+		svc.Close(t.Context())
 		if got := f.toolEvents(audit.ToolChanged); len(got) != 0 {
 			t.Fatalf("an unchanged reload: got %d tool.changed events, want none", len(got))
 		}
@@ -195,7 +195,7 @@ func TestTemplateDrift(t *testing.T) {
 
 	t.Run("removed package is audited, not flagged", func(t *testing.T) {
 		f := setup(t)
-		serviceWithTemplates(t, f.st, analystYAML, analyticsYAML("python3-bs4", "jq")).Close()
+		serviceWithTemplates(t, f.st, analystYAML, analyticsYAML("python3-bs4", "jq")).Close(t.Context())
 		svc := serviceWithTemplates(t, f.st, analystYAML, analyticsYAML("python3-bs4"))
 		changed := f.toolEvents(audit.ToolChanged)
 		if len(changed) != 1 {

@@ -120,7 +120,7 @@ func newEnvWith(t *testing.T, o Options, c envConfig) *env {
 		if err := before.Start(ctx); err != nil {
 			t.Fatalf("starting the daemon before: %v", err)
 		}
-		before.Close()
+		before.Close(t.Context())
 	}
 	e := &env{t: t, st: st, clock: &clock{}}
 	wit := witness.Dir(witness.Default(db))
@@ -128,7 +128,7 @@ func newEnvWith(t *testing.T, o Options, c envConfig) *env {
 	if err := e.svc.Start(ctx); err != nil {
 		t.Fatalf("Service.Start: %v", err)
 	}
-	t.Cleanup(e.svc.Close)
+	t.Cleanup(func() { e.svc.Close(context.Background()) })
 	if !c.noWitness {
 		o.Witness = wit
 	}

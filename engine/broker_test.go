@@ -149,7 +149,7 @@ tools:
 			if strings.Contains(out, "scanned 0 files") {
 				t.Errorf("the scan read no file:\n%s", out)
 			}
-			if err := env.eng.Wait(); err != nil {
+			if err := env.eng.Wait(t.Context()); err != nil {
 				t.Error(err)
 			}
 			mu.Lock()

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/stockade-sh/stockade/broker"
 	"github.com/stockade-sh/stockade/egress"
@@ -224,12 +225,27 @@ func (e *Engine) closeEgressLater(id string, n *netns.Egress) {
 	})
 }
 
-// Wait waits until the networks of destroyed sessions are removed, and
+// Wait waits until the networks of destroyed sandboxes are removed, and
 // returns the errors of those removals since the last Wait (each is also
-// logged). Call it when no session is being destroyed any more, before the
-// process exits: the service's Close does. It is safe to call again.
-func (e *Engine) Wait() error {
-	e.closing.Wait()
+// logged). Call it when no sandbox is being destroyed any more, before the
+// process exits: the service's Close does. It is safe to call again. ctx
+// bounds the wait: when it ends first, Wait returns its cause, and the
+// removals go on (a network left behind is removed at the next start).
+func (e *Engine) Wait(ctx context.Context) error {
+	done := make(chan struct{})
+	go func() {
+		e.closing.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		select {
+		case <-done:
+		case <-time.After(10 * time.Millisecond):
+			return fmt.Errorf("waiting for the sandbox networks' removal: %w", context.Cause(ctx))
+		}
+	}
 	e.closeMu.Lock()
 	defer e.closeMu.Unlock()
 	err := errors.Join(e.closeErrs...)

@@ -30,7 +30,7 @@ func BenchmarkOneShotEgress(b *testing.B) {
 			b.Fatal(err)
 		}
 		if wait {
-			if err := env.eng.Wait(); err != nil {
+			if err := env.eng.Wait(context.Background()); err != nil {
 				b.Fatal(err)
 			}
 		}
@@ -49,7 +49,7 @@ func BenchmarkOneShotEgress(b *testing.B) {
 		withNet = append(withNet, run(true, false))
 		// The next run starts with the previous network's removal done,
 		// as the others do not.
-		if err := env.eng.Wait(); err != nil {
+		if err := env.eng.Wait(context.Background()); err != nil {
 			b.Fatal(err)
 		}
 		netWait = append(netWait, run(true, true))

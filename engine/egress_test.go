@@ -149,7 +149,7 @@ func newEgressEnv(tb testing.TB, toolsYAML string, override, resolve map[string]
 	env.nets = nets
 	tb.Cleanup(func() {
 		if env.eng != nil {
-			if err := env.eng.Wait(); err != nil {
+			if err := env.eng.Wait(context.Background()); err != nil {
 				tb.Error(err)
 			}
 		}
@@ -340,7 +340,7 @@ func TestEgressOnBothTiers(t *testing.T) {
 			if n := udpPackets.Load(); n != 0 {
 				t.Errorf("the host's UDP echo got %d packets from the sandbox, want 0", n)
 			}
-			if err := env.eng.Wait(); err != nil {
+			if err := env.eng.Wait(t.Context()); err != nil {
 				t.Error(err)
 			}
 			if left := env.nets.Leftovers(); len(left) > 0 {

@@ -169,7 +169,7 @@ func (d *daemon) serve(ctx context.Context, eng *engine.Engine, o capability.Ser
 	if err := svc.Start(ctx); err != nil {
 		return target{}, fmt.Errorf("starting the service %s: %w", o.Owner, err)
 	}
-	d.closers = append(d.closers, svc.Close)
+	d.closers = append(d.closers, func() { svc.Close(context.WithoutCancel(ctx)) })
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return target{}, err

@@ -166,7 +166,15 @@ func serve(ctx context.Context, listen, db string, cfg config.Config) error {
 	if err := svc.Start(ctx); err != nil {
 		return err
 	}
-	defer svc.Close()
+	defer func() {
+		// ctx has ended by then: the service's last waits and writes get
+		// a bound of their own.
+		closeCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), closeTimeout)
+		defer cancel()
+		if err := svc.Close(closeCtx); err != nil {
+			log.Warn("closing the service", "err", err)
+		}
+	}()
 	// The pools fill once the service has reaped what a crashed daemon
 	// left (Start), and their sandboxes carry its owner label, so that the
 	// next daemon reaps them in turn.
@@ -246,6 +254,10 @@ func serve(ctx context.Context, listen, db string, cfg config.Config) error {
 	}
 	return nil
 }
+
+// closeTimeout bounds the service's Close: its runs, cancelled, recording
+// their ends, their sandboxes' networks removed, its last writes.
+const closeTimeout = time.Minute
 
 // endSessionsTimeout bounds the ending of a stopping daemon's sessions; a
 // session it has not ended by then ends by itself after its ttl.

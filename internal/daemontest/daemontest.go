@@ -91,7 +91,7 @@ func Start(t testing.TB, o Options) *Daemon {
 	if err := svc.Start(t.Context()); err != nil {
 		t.Fatalf("Service.Start: %v", err)
 	}
-	t.Cleanup(svc.Close)
+	t.Cleanup(func() { svc.Close(context.Background()) })
 	ao := o.API
 	ao.Metrics = metrics
 	ln, err := net.Listen("tcp", "127.0.0.1:0")

@@ -142,15 +142,15 @@ func ServeWith(ctx context.Context, eng *engine.Engine, db, owner string, credit
 	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		svc.Close()
+		svc.Close(context.WithoutCancel(ctx))
 		return fail(err)
 	}
 	srv := &http.Server{Handler: api.New(svc, st, api.Options{}), ReadHeaderTimeout: 10 * time.Second}
 	go srv.Serve(ln)
 	stop := func() {
 		srv.Close()
-		svc.Close()
-		eng.Wait()
+		svc.Close(context.WithoutCancel(ctx))
+		eng.Wait(context.WithoutCancel(ctx))
 		st.Close()
 	}
 	hc := &http.Client{}
