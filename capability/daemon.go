@@ -57,7 +57,7 @@ func (s *daemon) stop(ctx context.Context) {
 	if s.claim != nil {
 		// The last events of this daemon are witnessed too.
 		s.witnessChains(ctx)
-		if err := s.claim.Release(); err != nil {
+		if err := s.claim.Release(ctx); err != nil {
 			s.log.Warn("releasing the database's daemon claim", "err", err)
 		}
 		s.claim = nil // Close may be called again
@@ -78,7 +78,7 @@ func (s *daemon) start(ctx context.Context) (err error) {
 	}
 	defer func() {
 		if err != nil {
-			claim.Release()
+			claim.Release(context.WithoutCancel(ctx))
 		}
 	}()
 	recovered, err := s.recover(ctx)

@@ -73,8 +73,9 @@ type DaemonClaim interface {
 	// connection, which a server restart or a proxy ends) is taken again;
 	// ErrConflict means another daemon took it meanwhile.
 	Check(ctx context.Context) error
-	// Release gives the claim up.
-	Release() error
+	// Release gives the claim up; ctx bounds what that takes (PostgreSQL's
+	// unlock).
+	Release(ctx context.Context) error
 }
 
 // Workspaces is the tenancy root. Every other record belongs to one.

@@ -234,7 +234,7 @@ func (c *advisoryClaim) Check(ctx context.Context) error {
 	return c.take(ctx)
 }
 
-func (c *advisoryClaim) Release() error {
+func (c *advisoryClaim) Release(ctx context.Context) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.released = true
@@ -245,10 +245,8 @@ func (c *advisoryClaim) Release() error {
 	// server has ended its backend, some time after Close returns: a
 	// daemon restarted at once would find the claim still held. Unlocking
 	// first releases it before Release returns; on a connection that does
-	// not answer, closing it is all there is. store.Claim's Release takes
-	// no ctx (the service's Close, which has none, calls it), so the bound
-	// starts from context.Background.
-	ctx, cancel := context.WithTimeout(context.Background(), claimCheckTimeout)
+	// not answer, closing it is all there is.
+	ctx, cancel := context.WithTimeout(ctx, claimCheckTimeout)
 	defer cancel()
 	var unlocked bool
 	err := c.conn.QueryRow(ctx, `SELECT pg_advisory_unlock(`+daemonLock+`)`).Scan(&unlocked)

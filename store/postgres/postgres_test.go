@@ -186,7 +186,7 @@ func TestClaimDaemon(t *testing.T) {
 	if err != nil {
 		t.Fatalf("claiming a store of another schema: %v", err)
 	}
-	claim.Release()
+	claim.Release(t.Context())
 }
 
 // TestClaimLostAndTakenAgain ends the claim's connection, as a server
@@ -201,7 +201,7 @@ func TestClaimLostAndTakenAgain(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer claim.Release()
+	defer claim.Release(t.Context())
 	// A cancelled check says nothing of the claim: it is kept.
 	cctx, cancel := context.WithCancel(ctx)
 	cancel()
@@ -240,7 +240,7 @@ func TestClaimLostAndTakenAgain(t *testing.T) {
 	if err != nil {
 		t.Fatalf("a second claim while the first was lost: %v", err)
 	}
-	defer other.Release()
+	defer other.Release(t.Context())
 	if err := claim.Check(ctx); !errdefs.IsConflict(err) {
 		t.Fatalf("Check once another daemon holds the claim: got %v, want a conflict", err)
 	}
@@ -276,7 +276,7 @@ func TestClaimReleasedOnReturn(t *testing.T) {
 		if err != nil {
 			t.Fatalf("claim %d: %v", i, err)
 		}
-		if err := claim.Release(); err != nil {
+		if err := claim.Release(t.Context()); err != nil {
 			t.Fatal(err)
 		}
 		// The claim's key, a bigint, is split into classid and objid.

@@ -283,8 +283,8 @@ func (b *backend) Claim(ctx context.Context) (store.DaemonClaim, error) {
 // fileClaim is a claim held by a lock file, which only its process ends.
 type fileClaim func() error
 
-func (fileClaim) Check(context.Context) error { return nil }
-func (c fileClaim) Release() error            { return c() }
+func (fileClaim) Check(context.Context) error     { return nil }
+func (c fileClaim) Release(context.Context) error { return c() }
 
 func (b *backend) Dialect() sqlstore.Dialect {
 	return sqlstore.Dialect{

@@ -22,14 +22,14 @@ func ClaimDaemon(t *testing.T, a, b store.Store) {
 	}
 	_, err = b.ClaimDaemon(ctx)
 	wantClass(t, "a second claim while the first is held", err, errdefs.ErrConflict)
-	if err := claim.Release(); err != nil {
+	if err := claim.Release(t.Context()); err != nil {
 		t.Fatalf("release: %v", err)
 	}
 	second, err := b.ClaimDaemon(ctx)
 	if err != nil {
 		t.Fatalf("a claim after the release: %v", err)
 	}
-	if err := second.Release(); err != nil {
+	if err := second.Release(t.Context()); err != nil {
 		t.Fatalf("second release: %v", err)
 	}
 }
