@@ -61,7 +61,7 @@ func openTestSession(t *testing.T, e *Engine, driver string, kernel []string) *S
 		}
 		// A session is destroyed at its end: nothing of its sandbox stays.
 		if l, ok := e.Drivers()[driver].(sandbox.Leftovers); ok {
-			if left := l.Leftovers(s.SandboxID()); len(left) > 0 {
+			if left := l.Leftovers(context.Background(), s.SandboxID()); len(left) > 0 {
 				t.Errorf("after Close, sandbox %s left %v", s.SandboxID(), left)
 			}
 		}

@@ -37,8 +37,9 @@ type Reaper interface {
 type Leftovers interface {
 	// Leftovers lists anything of sandbox id that is still there
 	// (processes, cgroups, runtime state, directories, containers), one
-	// line each; empty means clean. It bounds its own time.
-	Leftovers(id string) []string
+	// line each; empty means clean. ctx bounds its time (a driver may
+	// bound it further).
+	Leftovers(ctx context.Context, id string) []string
 }
 
 // Files is implemented by sandboxes that move files in and out through

@@ -17,6 +17,7 @@ import (
 	"github.com/stockade-sh/stockade/driver/gvisor"
 	"github.com/stockade-sh/stockade/driver/runc"
 	"github.com/stockade-sh/stockade/internal/testenv"
+	"github.com/stockade-sh/stockade/sandbox"
 )
 
 // liveDrivers are the drivers `stockade run` is tested on with real
@@ -101,7 +102,7 @@ func sandboxIDs(t *testing.T, state, driver string) []string {
 func leftovers(t *testing.T, state, driver, id string) []string {
 	t.Helper()
 	var (
-		d   interface{ Leftovers(string) []string }
+		d   sandbox.Leftovers
 		err error
 	)
 	if driver == "runc" {
@@ -112,7 +113,7 @@ func leftovers(t *testing.T, state, driver, id string) []string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return d.Leftovers(id)
+	return d.Leftovers(t.Context(), id)
 }
 
 // TestRunStreams checks that `stockade run` prints output as the program

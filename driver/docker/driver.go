@@ -276,10 +276,9 @@ func (d *Driver) Create(ctx context.Context, spec sandbox.Spec) (_ sandbox.Sandb
 // Leftovers lists anything of sandbox id that is still there: containers
 // labelled with it, and, for sandboxes this driver created, the container's
 // cgroups and processes on this host. Empty means clean. It is meant for
-// tests and bounds itself to 10 s: sandbox.Leftovers takes no ctx, so the
-// bound starts from context.Background.
-func (d *Driver) Leftovers(id string) []string {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+// tests and bounds itself to 10 s within ctx.
+func (d *Driver) Leftovers(ctx context.Context, id string) []string {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	var out []string
 	list, err := d.cli.ContainerList(ctx, client.ContainerListOptions{

@@ -65,7 +65,7 @@ func TestReap(t *testing.T) {
 	if !slices.Equal(reaped, want) {
 		t.Errorf("Reap group a: got %v, want %v", reaped, want)
 	}
-	if left := d.Leftovers(ids[2]); len(left) == 0 {
+	if left := d.Leftovers(t.Context(), ids[2]); len(left) == 0 {
 		t.Errorf("Reap group a removed sandbox %s of group b", ids[2])
 	}
 	reaped, err = d.Reap(ctx, map[string]string{"run": run})
@@ -76,7 +76,7 @@ func TestReap(t *testing.T) {
 		t.Errorf("Reap run: got %v, want %v", reaped, ids[2:])
 	}
 	for _, id := range ids {
-		if left := d.Leftovers(id); len(left) > 0 {
+		if left := d.Leftovers(t.Context(), id); len(left) > 0 {
 			t.Errorf("after Reap, sandbox %s left: %v", id, left)
 		}
 	}
@@ -125,7 +125,7 @@ func TestSessionAndPython(t *testing.T) {
 		if err := sb.Destroy(context.WithoutCancel(ctx)); err != nil {
 			t.Errorf("Destroy again: %v", err)
 		}
-		if left := d.Leftovers(sb.ID()); len(left) > 0 {
+		if left := d.Leftovers(t.Context(), sb.ID()); len(left) > 0 {
 			t.Errorf("left after Destroy: %v", left)
 		}
 	}()

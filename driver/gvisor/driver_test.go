@@ -119,7 +119,7 @@ func destroyAfterRuntimeKilled(t *testing.T, midWrite bool) {
 	}
 	if midWrite {
 		states := 0
-		for _, f := range d.Leftovers(sb.ID()) {
+		for _, f := range d.Leftovers(t.Context(), sb.ID()) {
 			if strings.HasSuffix(f, ".state") {
 				if err := os.Truncate(f, 0); err != nil {
 					t.Fatal(err)
@@ -128,7 +128,7 @@ func destroyAfterRuntimeKilled(t *testing.T, midWrite bool) {
 			}
 		}
 		if states == 0 {
-			t.Fatalf("no runsc .state file among %v", d.Leftovers(sb.ID()))
+			t.Fatalf("no runsc .state file among %v", d.Leftovers(t.Context(), sb.ID()))
 		}
 	}
 	if err := sb.Destroy(ctx); err != nil {
@@ -137,7 +137,7 @@ func destroyAfterRuntimeKilled(t *testing.T, midWrite bool) {
 	// runsc's sandbox and gofer die with `runsc run` (their parent-death
 	// signal), shortly after it.
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
-		left := d.Leftovers(sb.ID())
+		left := d.Leftovers(t.Context(), sb.ID())
 		if len(left) == 0 {
 			break
 		}

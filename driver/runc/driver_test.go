@@ -51,7 +51,7 @@ func TestDestroyRetries(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	dir, release := testenv.OccupyCgroup(t, d.Leftovers(sb.ID()))
+	dir, release := testenv.OccupyCgroup(t, d.Leftovers(t.Context(), sb.ID()))
 	if err := sb.Destroy(ctx); err == nil || !strings.Contains(err.Error(), "removing cgroup "+dir) {
 		t.Fatalf("Destroy with a busy cgroup: got %v, want an error naming %s", err, dir)
 	}
@@ -59,7 +59,7 @@ func TestDestroyRetries(t *testing.T) {
 	if err := sb.Destroy(ctx); err != nil {
 		t.Fatalf("second Destroy: %v", err)
 	}
-	if left := d.Leftovers(sb.ID()); len(left) > 0 {
+	if left := d.Leftovers(t.Context(), sb.ID()); len(left) > 0 {
 		t.Errorf("left behind: %v", left)
 	}
 	if err := sb.Destroy(ctx); err != nil {

@@ -58,7 +58,7 @@ func TestDeadlineEndsDetached(t *testing.T) {
 				}
 				t.Cleanup(func() {
 					_ = sb.Destroy(context.Background())
-					if left := d.Leftovers(sb.ID()); len(left) > 0 {
+					if left := d.Leftovers(t.Context(), sb.ID()); len(left) > 0 {
 						t.Errorf("left after Destroy: %v", left)
 					}
 				})

@@ -546,8 +546,9 @@ func (d *Driver) create(ctx context.Context, spec sandbox.Spec, unbound bool) (_
 var bundleMade = func(id string) {}
 
 // Leftovers lists anything of sandbox id that is still on the host: runtime
-// state, bundle, cgroups, runtime processes. Empty means clean.
-func (d *Driver) Leftovers(id string) []string {
+// state, bundle, cgroups, runtime processes. Empty means clean. It reads
+// the host's files only, and does not use ctx.
+func (d *Driver) Leftovers(_ context.Context, id string) []string {
 	out := d.runtimeState(id)
 	if _, err := os.Stat(d.bundleDir(id)); err == nil {
 		out = append(out, d.bundleDir(id))

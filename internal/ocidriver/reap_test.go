@@ -73,7 +73,7 @@ func TestReapCrashedCreates(t *testing.T) {
 		t.Errorf("Reap during a create: got %v, want the crashed creates' bundles %v", during, want)
 	}
 	for _, id := range want {
-		if left := d.Leftovers(id); len(left) > 0 {
+		if left := d.Leftovers(t.Context(), id); len(left) > 0 {
 			t.Errorf("crashed create %s: left %v", id, left)
 		}
 	}
@@ -163,7 +163,7 @@ func TestReapOrphans(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := os.Stat(filepath.Join(bundles, tc.id))
-			if left := second.Leftovers(tc.id); tc.reaps && len(left) > 0 {
+			if left := second.Leftovers(t.Context(), tc.id); tc.reaps && len(left) > 0 {
 				t.Errorf("got %v left, want the sandbox destroyed", left)
 			} else if !tc.reaps && err != nil {
 				t.Errorf("bundle: %v, want it kept", err)

@@ -129,7 +129,7 @@ func TestReattachProves(t *testing.T) {
 				t.Fatalf("Reattach returned %v, want only %s", ids, ours)
 			}
 			for _, id := range all[1:] {
-				if left := restarted.Leftovers(id); len(left) > 0 {
+				if left := restarted.Leftovers(t.Context(), id); len(left) > 0 {
 					t.Errorf("sandbox %s, not provably ours, left: %s", id, strings.Join(left, "; "))
 				}
 			}
@@ -142,7 +142,7 @@ func TestReattachProves(t *testing.T) {
 			if err := got[0].Destroy(ctx); err != nil {
 				t.Fatal(err)
 			}
-			if left := restarted.Leftovers(ours); len(left) > 0 {
+			if left := restarted.Leftovers(t.Context(), ours); len(left) > 0 {
 				t.Errorf("after Destroy, %s left: %s", ours, strings.Join(left, "; "))
 			}
 		})
@@ -276,12 +276,12 @@ func TestReattachAfterKill(t *testing.T) {
 				if err := sb.Destroy(context.WithoutCancel(ctx)); err != nil {
 					t.Error(err)
 				}
-				if left := restarted.Leftovers(ids.Mine); len(left) > 0 {
+				if left := restarted.Leftovers(t.Context(), ids.Mine); len(left) > 0 {
 					t.Errorf("after Destroy, %s left: %s", ids.Mine, strings.Join(left, "; "))
 				}
 			}()
 			for name, id := range map[string]string{"another owner's": ids.Theirs, "the dead shim's": ids.Dead} {
-				if left := restarted.Leftovers(id); len(left) > 0 {
+				if left := restarted.Leftovers(t.Context(), id); len(left) > 0 {
 					t.Errorf("%s sandbox %s, which Reattach should have destroyed, left: %s", name, id, strings.Join(left, "; "))
 				}
 			}

@@ -161,7 +161,7 @@ func TestCheckpointKeptWhenCleanupFails(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, release := testenv.OccupyCgroup(t, d.Leftovers(sb.ID()))
+	_, release := testenv.OccupyCgroup(t, d.Leftovers(t.Context(), sb.ID()))
 
 	dir := filepath.Join(t.TempDir(), "saved")
 	if err := d.Checkpoint(ctx, sb, dir); err == nil || !strings.Contains(err.Error(), "removing cgroup") {
@@ -178,7 +178,7 @@ func TestCheckpointKeptWhenCleanupFails(t *testing.T) {
 	if err := sb.Destroy(ctx); err != nil {
 		t.Errorf("Destroy after the cgroup is free: %v", err)
 	}
-	if left := d.Leftovers(sb.ID()); len(left) > 0 {
+	if left := d.Leftovers(t.Context(), sb.ID()); len(left) > 0 {
 		t.Errorf("after Destroy, %s left: %s", sb.ID(), strings.Join(left, "; "))
 	}
 }

@@ -114,7 +114,7 @@ func Run(t *testing.T, h Harness) {
 type suite struct {
 	h         Harness
 	caps      sandbox.Capabilities
-	leftovers func(id string) []string
+	leftovers func(ctx context.Context, id string) []string
 	// p is the profile the suite asserts: Stockade's.
 	p     profile.Profile
 	probe []byte // gzip-compressed

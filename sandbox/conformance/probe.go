@@ -196,7 +196,7 @@ func (b *box) destroy(t *testing.T) {
 	if err := b.sb.Destroy(ctx); err != nil {
 		t.Errorf("Destroy(%s): %v", id, err)
 	}
-	if left := b.s.leftovers(id); len(left) > 0 {
+	if left := b.s.leftovers(ctx, id); len(left) > 0 {
 		t.Errorf("after Destroy, sandbox %s left on the host: %s", id, strings.Join(left, "; "))
 	}
 }

@@ -61,7 +61,7 @@ func (s *suite) reattach(t *testing.T) {
 	mine.set(again)
 	// The other owner's sandbox is gone, and nothing of it is left.
 	theirs.set(nil)
-	if left := s.leftovers(theirs.id); len(left) > 0 {
+	if left := s.leftovers(t.Context(), theirs.id); len(left) > 0 {
 		t.Errorf("the other owner's sandbox %s, which Reattach should have destroyed, left: %s", theirs.id, strings.Join(left, "; "))
 	}
 

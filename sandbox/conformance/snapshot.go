@@ -77,7 +77,7 @@ func (s *suite) snapshot(t *testing.T) {
 	if fi, err := os.Stat(dir); err != nil || fi.Mode().Perm() != 0o700 {
 		t.Errorf("the checkpoint's directory: got %v, %v; want mode 0700", fi.Mode(), err)
 	}
-	if left := s.leftovers(b.sb.ID()); len(left) > 0 {
+	if left := s.leftovers(t.Context(), b.sb.ID()); len(left) > 0 {
 		t.Errorf("after Checkpoint, the saved sandbox %s left: %s", b.sb.ID(), strings.Join(left, "; "))
 	}
 	if _, err := b.sb.Start(ctx, sh("true")); !errdefs.IsFailedPrecondition(err) {
