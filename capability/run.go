@@ -12,6 +12,7 @@ import (
 
 	"github.com/stockade-sh/stockade/engine"
 	"github.com/stockade-sh/stockade/errdefs"
+	"github.com/stockade-sh/stockade/internal/syncctx"
 	"github.com/stockade-sh/stockade/model"
 	"github.com/stockade-sh/stockade/policy"
 	"github.com/stockade-sh/stockade/sandbox"
@@ -94,22 +95,10 @@ func (s *runs) close(ctx context.Context) error {
 	s.closed = true
 	s.closeMu.Unlock()
 	s.cancel()
-	done := make(chan struct{})
-	go func() {
-		s.wg.Wait()
-		close(done)
-	}()
-	select {
-	case <-done:
-		return nil
-	case <-ctx.Done():
-		select {
-		case <-done:
-			return nil
-		case <-time.After(10 * time.Millisecond):
-		}
-		return fmt.Errorf("waiting for the runs to record their ends: %w", context.Cause(ctx))
+	if err := syncctx.Wait(ctx, &s.wg); err != nil {
+		return fmt.Errorf("waiting for the runs to record their ends: %w", err)
 	}
+	return nil
 }
 
 // run executes one admitted execution, with the timeout it was admitted

@@ -7,12 +7,12 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	"github.com/stockade-sh/stockade/broker"
 	"github.com/stockade-sh/stockade/egress"
 	"github.com/stockade-sh/stockade/errdefs"
 	"github.com/stockade-sh/stockade/internal/netns"
+	"github.com/stockade-sh/stockade/internal/syncctx"
 	"github.com/stockade-sh/stockade/sandbox"
 	"github.com/stockade-sh/stockade/tools"
 )
@@ -232,19 +232,8 @@ func (e *Engine) closeEgressLater(id string, n *netns.Egress) {
 // bounds the wait: when it ends first, Wait returns its cause, and the
 // removals go on (a network left behind is removed at the next start).
 func (e *Engine) Wait(ctx context.Context) error {
-	done := make(chan struct{})
-	go func() {
-		e.closing.Wait()
-		close(done)
-	}()
-	select {
-	case <-done:
-	case <-ctx.Done():
-		select {
-		case <-done:
-		case <-time.After(10 * time.Millisecond):
-			return fmt.Errorf("waiting for the sandbox networks' removal: %w", context.Cause(ctx))
-		}
+	if err := syncctx.Wait(ctx, &e.closing); err != nil {
+		return fmt.Errorf("waiting for the sandbox networks' removal: %w", err)
 	}
 	e.closeMu.Lock()
 	defer e.closeMu.Unlock()
