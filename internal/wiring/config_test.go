@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stockade-sh/stockade/config"
 	"github.com/stockade-sh/stockade/driver/gvisor"
@@ -31,29 +32,17 @@ func loadConfig(t *testing.T, body string) config.Config {
 // runtime packages' types: the broker's operations, analytics and the
 // sandbox networks.
 func TestConfigConversions(t *testing.T) {
-	c := loadConfig(t, `broker:
-  operations:
-    - name: issues.create
-      method: POST
-      url: https://api.example.com/v1/repos/{repo}/issues
-      params:
-        - {name: repo, pattern: "[a-z0-9-]+", required: true, max_length: 64}
-        - {name: title}
-      json_body: true
-      credential: {env: EXAMPLE_TOKEN}
-      header: X-Api-Key
-      prefix: "Token "
-      response_headers: [Etag, X-RateLimit-Remaining]
-    - name: echo
-      method: GET
-      url: http://127.0.0.1:8080/echo
-      credential: {file: /etc/stockade/echo-token}
-analytics:
-  clickhouse: {url: 'http://u:p@127.0.0.1:8123', database: stats, timeout: 3s}
-  batch_size: 500
-egress_range: 172.30.0.0/20
-egress_prefix: stb
-`)
+	c := config.Default()
+	c.Broker.Operations = []config.BrokerOperation{
+		{Name: "issues.create", Method: "POST", URL: "https://api.example.com/v1/repos/{repo}/issues",
+			Params:   []config.BrokerParam{{Name: "repo", Pattern: "[a-z0-9-]+", Required: true, MaxLength: 64}, {Name: "title"}},
+			JSONBody: true, Credential: config.BrokerCredential{Env: "EXAMPLE_TOKEN"}, Header: "X-Api-Key", Prefix: "Token ",
+			ResponseHeaders: []string{"Etag", "X-RateLimit-Remaining"}},
+		{Name: "echo", Method: "GET", URL: "http://127.0.0.1:8080/echo", Credential: config.BrokerCredential{File: "/etc/stockade/echo-token"}},
+	}
+	c.Analytics.ClickHouse.URL, c.Analytics.ClickHouse.Database, c.Analytics.ClickHouse.Timeout = "http://u:p@127.0.0.1:8123", "stats", 3*time.Second
+	c.Analytics.BatchSize = 500
+	c.EgressRange, c.EgressPrefix = "172.30.0.0/20", "stb"
 	ops := wiring.BrokerOperations(c)
 	if len(ops) != 2 {
 		t.Fatalf("got %d operations, want 2", len(ops))
