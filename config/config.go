@@ -158,7 +158,7 @@ type Config struct {
 	// ApprovalTTL is how long approval requests stay pending.
 	ApprovalTTL time.Duration `yaml:"approval_ttl"`
 	// CreditsPerInvocation is the flat price of an invocation; zero means
-	// free. Left out of the file, it keeps the default (2).
+	// free. Left out of the file, it keeps DefaultCreditsPerInvocation.
 	CreditsPerInvocation int64 `yaml:"credits_per_invocation"`
 	// MCP configures the tools of the daemon's /mcp endpoint.
 	MCP MCP `yaml:"mcp"`
