@@ -123,7 +123,7 @@ type templateDaemon struct {
 func (d *templateDaemon) close() {
 	d.srv.Close()
 	d.jobs.Close()
-	d.svc.Close()
+	d.svc.Close(context.Background())
 }
 
 // startTemplateDaemon starts a daemon on st over the image store images

@@ -173,9 +173,9 @@ func TestTemplateDrift(t *testing.T) {
 		const builderYAML = "tools:\n  - {name: builder, runtimes: [node], input_trust: trusted, tier: gvisor, template: web}\n"
 		const webYAML = "templates:\n  - {name: web, base: node, npm_packages: [left-pad@1.3.0]"
 		f := setup(t)
-		serviceWithTemplates(t, f.st, builderYAML, webYAML+"}\n").Close()
+		serviceWithTemplates(t, f.st, builderYAML, webYAML+"}\n").Close(t.Context())
 		svc := serviceWithTemplates(t, f.st, builderYAML, webYAML+", npm_scripts: true}\n")
-		defer svc.Close()
+		defer svc.Close(context.Background())
 		changed := f.toolEvents(audit.ToolChanged)
 		if len(changed) != 1 {
 			t.Fatalf("tool.changed events: got %d, want 1", len(changed))

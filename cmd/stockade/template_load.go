@@ -5,6 +5,7 @@ import (
 
 	"github.com/stockade-sh/stockade/config"
 	"github.com/stockade-sh/stockade/image"
+	"github.com/stockade-sh/stockade/internal/wiring"
 	"github.com/stockade-sh/stockade/templates"
 	"github.com/stockade-sh/stockade/tools"
 )
@@ -28,9 +29,7 @@ func loadTemplates(cfg *config.Config) (*templates.Set, error) {
 
 // templateSources are where cfg's template builds fetch from.
 func templateSources(cfg *config.Config) image.TemplateSources {
-	s := cfg.Sources()
-	return image.TemplateSources{Mirror: s.Mirror, Wheelhouse: s.Wheelhouse, PythonIndex: s.PythonIndex, NPMRegistry: s.NPMRegistry,
-		DataRoot: cfg.MountRoot()}
+	return wiring.TemplateSources(*cfg)
 }
 
 // lintTemplates returns the problems of the templates list and of the
@@ -43,7 +42,7 @@ func lintTemplates(cfg *config.Config, set *templates.Set, list []templates.Temp
 	}
 	opts := toolOptions(cfg)
 	opts.Templates = set
-	_, err := cfg.LoadTools(opts)
+	_, err := wiring.LoadTools(*cfg, opts)
 	var ps tools.Problems
 	switch {
 	case errors.As(err, &ps):

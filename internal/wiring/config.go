@@ -135,7 +135,8 @@ func TemplateSources(cfg config.Config) image.TemplateSources {
 	if s.NPMRegistry == "" {
 		s.NPMRegistry = config.DefaultNPMRegistry
 	}
-	return image.TemplateSources{Mirror: s.Mirror, Wheelhouse: s.Wheelhouse, PythonIndex: s.PythonIndex, NPMRegistry: s.NPMRegistry}
+	return image.TemplateSources{Mirror: s.Mirror, Wheelhouse: s.Wheelhouse, PythonIndex: s.PythonIndex, NPMRegistry: s.NPMRegistry,
+		DataRoot: cfg.MountRoot()}
 }
 
 // LoadTools loads the configured tools (the configuration file's list, or
