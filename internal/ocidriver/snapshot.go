@@ -2,13 +2,9 @@ package ocidriver
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
-	"io/fs"
 	"maps"
 	"os"
 	"os/exec"
@@ -16,7 +12,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
@@ -39,18 +34,22 @@ import (
 //
 // A checkpoint directory is created root-only (0700), and the files the
 // runtime writes the sandbox's memory to, readable by anyone (0644), are
-// made root-only too (fsmode.PrivateTree). Restore trusts nothing in it that the driver did not write: it
-// refuses a directory that is a symbolic link, another user's, or open to
-// other users, and a record whose MAC under the shims' key
-// (supervisor.LoadKey) does not hold, the MAC covering a digest of the
-// image; and it builds the restored sandbox's OCI spec afresh from the
-// record (its image, limits and labels) with the current profile, so that
-// no spec, hook or mount comes from the directory.
+// made root-only too (fsmode.PrivateTree). Restore trusts nothing in it
+// that the driver did not write: it refuses a directory that is a
+// symbolic link, another user's, or open to other users, and a record
+// whose MAC under the shims' key (supervisor.LoadKey) does not hold, the
+// MAC covering a digest of the image (hashed again unless the image's
+// files are those, unchanged since, that this driver hashed before:
+// digestCache); and it builds the restored sandbox's OCI spec afresh from
+// the record (its image, limits and labels) with the current profile, so
+// that no spec, hook or mount comes from the directory.
 //
 //	dir/sandbox.json  the sandbox's record (snapshotRecord), with its MAC
 //	dir/image/        the runtime's image of its processes and memory
 type Snapshotting struct {
 	*Driver
+	// digests spares Restore hashing an image it checked before.
+	digests digestCache
 }
 
 var _ sandbox.Snapshotter = (*Snapshotting)(nil)
@@ -69,7 +68,7 @@ func NewSnapshotting(cfg Config) (*Snapshotting, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Snapshotting{d}, nil
+	return &Snapshotting{Driver: d}, nil
 }
 
 // snapshotRecord is what a checkpoint directory says of the sandbox it
@@ -122,48 +121,6 @@ func (r snapshotRecord) verify(key []byte) bool {
 	r.MAC = ""
 	b, err := json.Marshal(r)
 	return err == nil && supervisor.CheckMAC(key, b, mac)
-}
-
-// imageDigest is the SHA-256 of the tree under dir: each entry's path,
-// type and size, and each regular file's content, in lexical order. A
-// symbolic link or any other kind of file is refused, as is a file not
-// owned by this process's user.
-func imageDigest(dir string) (string, error) {
-	h := sha256.New()
-	err := filepath.WalkDir(dir, func(p string, e fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		rel, _ := filepath.Rel(dir, p)
-		fi, err := e.Info()
-		if err != nil {
-			return err
-		}
-		st, ok := fi.Sys().(*syscall.Stat_t)
-		switch {
-		case !ok || int(st.Uid) != os.Geteuid():
-			return fmt.Errorf("%s is not owned by uid %d: %w", p, os.Geteuid(), errdefs.ErrFailedPrecondition)
-		case e.IsDir():
-			fmt.Fprintf(h, "d %q\n", rel)
-			return nil
-		case !e.Type().IsRegular():
-			return fmt.Errorf("%s is not a regular file or directory: %w", p, errdefs.ErrFailedPrecondition)
-		}
-		f, err := os.OpenFile(p, os.O_RDONLY|syscall.O_NOFOLLOW, 0)
-		if err != nil {
-			return err
-		}
-		defer f.Close()
-		fmt.Fprintf(h, "f %q %d\n", rel, fi.Size())
-		if n, err := io.Copy(h, f); err != nil || n != fi.Size() {
-			return fmt.Errorf("reading %s: %d of %d bytes: %v: %w", p, n, fi.Size(), err, errdefs.ErrFailedPrecondition)
-		}
-		return nil
-	})
-	if err != nil {
-		return "", fmt.Errorf("digesting the checkpoint's image: %w", err)
-	}
-	return "sha256:" + hex.EncodeToString(h.Sum(nil)), nil
 }
 
 const (
@@ -448,7 +405,7 @@ func (d *Snapshotting) readSnapshot(dir string) (snapshotRecord, error) {
 	if _, err := supervisor.CheckPrivate(image, true); err != nil {
 		return rec, fmt.Errorf("restoring from %s: %w", dir, err)
 	}
-	digest, err := imageDigest(image)
+	digest, err := d.digests.digest(image)
 	if err != nil {
 		return rec, fmt.Errorf("restoring from %s: %w", dir, err)
 	}
