@@ -41,7 +41,7 @@ func installedStore() string {
 // requireTemplateBuild skips the test unless template builds can run here
 // (with CI=true it fails instead): root, runsc, apt-get and the installed
 // image of base.
-func requireTemplateBuild(t *testing.T, base string) {
+func requireTemplateBuild(t testing.TB, base string) {
 	t.Helper()
 	var reason string
 	if os.Geteuid() != 0 {
@@ -61,7 +61,7 @@ func requireTemplateBuild(t *testing.T, base string) {
 // templateStore returns a store in a temporary directory whose image of
 // base is the installed one, linked (never written), and a data directory
 // for the templates' files.
-func templateStore(t *testing.T, base string) (*Store, string) {
+func templateStore(t testing.TB, base string) (*Store, string) {
 	t.Helper()
 	installed := Open(installedStore())
 	img, err := installed.Resolve(base)
