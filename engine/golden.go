@@ -395,17 +395,25 @@ func (e *Engine) restore(ctx context.Context, g *golden, rec goldenRecord, spec 
 	if err != nil {
 		return nil, err
 	}
+	var ph goldenPhases
+	mark := func(d *time.Duration) func() {
+		t := time.Now()
+		return func() { *d = time.Since(t) }
+	}
+	done := mark(&ph.restore)
 	sb, err := g.snap.Restore(ctx, filepath.Join(g.dir, goldenCheckpoint), nil)
 	if err != nil {
 		release()
 		return nil, err
 	}
+	done()
 	defer func() {
 		if err != nil {
 			_ = sb.Destroy(context.WithoutCancel(ctx))
 			release()
 		}
 	}()
+	done = mark(&ph.bind)
 	if err := b.Bind(ctx, sb, sandbox.Binding{Labels: added, Limits: sandbox.Limits{Memory: limits.Memory, CPU: limits.CPU, Timeout: limits.Timeout}}); err != nil {
 		return nil, fmt.Errorf("binding: %w", err)
 	}
@@ -421,6 +429,8 @@ func (e *Engine) restore(ctx context.Context, g *golden, rec goldenRecord, spec 
 	if err != nil {
 		return nil, err
 	}
+	done()
+	done = mark(&ph.kernel)
 	found, err := s.takeKernel(ctx)
 	if err != nil {
 		return nil, err
@@ -428,12 +438,26 @@ func (e *Engine) restore(ctx context.Context, g *golden, rec goldenRecord, spec 
 	if !found {
 		return nil, ErrKernelLost
 	}
+	done()
+	done = mark(&ph.reseed)
 	if err := reseed(ctx, s.currentKernel(), g.rt.Name); err != nil {
 		return nil, err
 	}
+	done()
+	goldenRestored(ph)
 	s.Limits, s.mem = limits, release
 	return s, nil
 }
+
+// goldenPhases are the times of a golden restore's phases: the driver's
+// restore (the checkpoint checked, the runtime's restore, the guest
+// resumed), the binding (with the session's deadline), the kernel's
+// adoption, the reseed cell.
+type goldenPhases struct{ restore, bind, kernel, reseed time.Duration }
+
+// goldenRestored is called with the phases of each golden restore that
+// succeeds (BenchmarkTemplateSession's breakdown).
+var goldenRestored = func(goldenPhases) {}
 
 // reseedCells are the hidden cells that give a restored kernel random
 // state of its own, by runtime (see the comment at the top of golden.go).

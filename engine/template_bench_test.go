@@ -38,8 +38,8 @@ const benchFirstCell = "print(pandas.DataFrame({'a': range(1000)}).a.sum(), symp
 // ready costs while no session runs: a pooled sandbox's memory cgroup
 // (its Sentry and its memory file), against no live sandbox and the
 // checkpoint's bytes on disk; and a session's sandbox's memory after its
-// first cell, by kind. It prints one table with the ratios; run it with
-// -benchtime=10x for ten rounds.
+// first cell, by kind; and where a golden restore's time goes. It prints
+// the tables with the ratios; run it with -benchtime=10x for ten rounds.
 func BenchmarkTemplateSession(b *testing.B) {
 	testenv.RequiresRoot(b)
 	testenv.RequiresBinary(b, "runsc")
@@ -125,6 +125,9 @@ func BenchmarkTemplateSession(b *testing.B) {
 	for _, k := range kinds {
 		sample(k, false)
 	}
+	var phases []goldenPhases
+	goldenRestored = func(p goldenPhases) { phases = append(phases, p) }
+	defer func() { goldenRestored = func(goldenPhases) {} }()
 	round := 0
 	b.ResetTimer()
 	for b.Loop() {
@@ -156,6 +159,34 @@ func BenchmarkTemplateSession(b *testing.B) {
 			ms(pct95(k.both)), ratio(median(k.both), median(c.both)), mib(medianInt(k.mem)))
 		b.ReportMetric(float64(median(k.both))/float64(time.Millisecond), "ms-"+strings.ReplaceAll(k.name, " ", "-"))
 	}
+	g := kinds[1]
+	fmt.Fprintf(&out, "\na golden restore's OpenSession by phase, median of %d\n\n", len(phases))
+	fmt.Fprintf(&out, "| phase                                                          |    median | of OpenSession |\n")
+	fmt.Fprintf(&out, "| -------------------------------------------------------------- | --------: | -------------: |\n")
+	if len(phases) != len(g.open) {
+		b.Fatalf("%d golden restores timed by phase, %d sessions", len(phases), len(g.open))
+	}
+	for _, r := range []struct {
+		name string
+		of   func(goldenPhases) time.Duration
+	}{
+		{"the driver's restore (checkpoint checked, runsc restore, resume)", func(p goldenPhases) time.Duration { return p.restore }},
+		{"binding and deadline", func(p goldenPhases) time.Duration { return p.bind }},
+		{"kernel adopted", func(p goldenPhases) time.Duration { return p.kernel }},
+		{"reseed cell", func(p goldenPhases) time.Duration { return p.reseed }},
+	} {
+		var ds []time.Duration
+		for _, p := range phases {
+			ds = append(ds, r.of(p))
+		}
+		fmt.Fprintf(&out, "| %-62s | %9s | %13.0f%% |\n", r.name, ms(median(ds)), 100*float64(median(ds))/float64(median(g.open)))
+	}
+	var rest []time.Duration
+	for i, p := range phases {
+		rest = append(rest, g.open[i]-p.restore-p.bind-p.kernel-p.reseed)
+	}
+	fmt.Fprintf(&out, "| %-62s | %9s | %13.0f%% |\n", "the rest (the tool and template resolved, golden.json read)", ms(median(rest)),
+		100*float64(median(rest))/float64(median(g.open)))
 	fmt.Fprintf(&out, "\nholding the template ready while no session runs (the checkpoint made once, in %s)\n\n", ms(makeTime))
 	fmt.Fprintf(&out, "| kept as                     | live sandbox memory (cgroup) | on disk    |\n")
 	fmt.Fprintf(&out, "| --------------------------- | ---------------------------: | ---------: |\n")
