@@ -170,7 +170,7 @@ func BenchmarkTemplateSession(b *testing.B) {
 		name string
 		of   func(goldenPhases) time.Duration
 	}{
-		{"the driver's restore (checkpoint checked, runsc restore, resume)", func(p goldenPhases) time.Duration { return p.restore }},
+		{"driver's restore (checkpoint checked, runsc restore, resume)", func(p goldenPhases) time.Duration { return p.restore }},
 		{"binding and deadline", func(p goldenPhases) time.Duration { return p.bind }},
 		{"kernel adopted", func(p goldenPhases) time.Duration { return p.kernel }},
 		{"reseed cell", func(p goldenPhases) time.Duration { return p.reseed }},
