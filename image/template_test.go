@@ -567,7 +567,7 @@ func TestClearPrivilegesCaps(t *testing.T) {
 
 // missing skips t with reason, or fails it in CI (testenv.Missing, which
 // this package's tests cannot import: testenv imports image).
-func missing(t *testing.T, reason string) {
+func missing(t testing.TB, reason string) {
 	t.Helper()
 	if os.Getenv("CI") == "true" {
 		t.Fatalf("missing in CI: %s", reason)
