@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -136,24 +137,43 @@ func (e *Engine) goldenWorkspace() int64 {
 }
 
 // goldenOf is the golden checkpoint of template: of its first tool (by
-// name), on that tool's driver, which must save sandboxes.
+// name) that goldenRefuses not, on that tool's driver, which must save
+// sandboxes.
 func (e *Engine) goldenOf(template string) (*golden, error) {
-	var tool *tools.Tool
+	var refused error
 	for _, n := range e.tools.Names() {
 		t, err := e.tools.Get(n)
-		if err == nil && t.Template == template {
-			tool = &t
-			break
+		if err != nil || t.Template != template {
+			continue
 		}
+		if err := goldenRefuses(t); err != nil {
+			refused = cmp.Or(refused, err)
+			continue
+		}
+		return e.goldenFor(t)
 	}
-	if tool == nil {
-		return nil, errdefs.Publicf("no tool runs template %q: %w", template, errdefs.ErrNotFound)
+	if refused != nil {
+		return nil, refused
 	}
-	return e.goldenFor(*tool)
+	return nil, errdefs.Publicf("no tool runs template %q: %w", template, errdefs.ErrNotFound)
+}
+
+// goldenRefuses says why sessions of tool cannot come from a golden
+// checkpoint, or nil: a tool that mounts data or reaches the broker,
+// which the golden sandbox has none of (an unbound sandbox, as a pool's:
+// pool.go refuses such tools too), starts cold.
+func goldenRefuses(tool tools.Tool) error {
+	if len(tool.Filesystem.Mounts) > 0 || len(tool.Credentials) > 0 {
+		return errdefs.Publicf("tool %q mounts data or reaches the broker, which a golden checkpoint holds nothing of: template %s starts cold: %w", tool.Name, tool.Template, errdefs.ErrFailedPrecondition)
+	}
+	return nil
 }
 
 // goldenFor is the golden checkpoint of tool's template on tool's driver.
 func (e *Engine) goldenFor(tool tools.Tool) (*golden, error) {
+	if err := goldenRefuses(tool); err != nil {
+		return nil, err
+	}
 	_, drv, rt, err := e.resolve(Request{Tool: tool.Name})
 	if err != nil {
 		return nil, err

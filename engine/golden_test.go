@@ -14,6 +14,7 @@ import (
 	"github.com/stockade-sh/stockade/image"
 	"github.com/stockade-sh/stockade/internal/testenv"
 	"github.com/stockade-sh/stockade/sandbox"
+	"github.com/stockade-sh/stockade/tools"
 )
 
 // goldenStart imports pandas and sympy, seeds nothing itself, and keeps
@@ -257,5 +258,28 @@ func TestGoldenShell(t *testing.T) {
 	}
 	if randoms[0] == randoms[1] {
 		t.Errorf("$RANDOM gave %q in both sessions; want it reseeded", randoms[0])
+	}
+}
+
+// TestGoldenRefusesDataTools checks that a tool that mounts data or
+// reaches the broker has no golden checkpoint (its sessions start cold,
+// with their mounts), as it has no pool: the golden sandbox holds
+// neither.
+func TestGoldenRefusesDataTools(t *testing.T) {
+	e := goldenEngine(t, t.TempDir(), goldTemplate())
+	plain, err := e.tools.Get("gold")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.goldenFor(plain); err != nil {
+		t.Fatalf("the plain tool: %v, want a golden checkpoint", err)
+	}
+	mounts, creds := plain, plain
+	mounts.Filesystem.Mounts = []sandbox.Mount{{Source: t.TempDir(), Target: "/data"}}
+	creds.Credentials = []string{"github.read"}
+	for name, tool := range map[string]tools.Tool{"mounts": mounts, "credentials": creds} {
+		if _, err := e.goldenFor(tool); !errdefs.IsFailedPrecondition(err) || !strings.Contains(err.Error(), "starts cold") {
+			t.Errorf("a tool with %s: got %v, want ErrFailedPrecondition saying the template starts cold", name, err)
+		}
 	}
 }
