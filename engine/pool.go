@@ -84,10 +84,10 @@ var poolModules = map[string][]string{
 }
 
 // errNoBinder is a pool's driver that cannot bind; errNoTemplate a pool
-// of a tool whose template is not built (yet).
+// of a tool whose template is not built (yet), or whose build is stale.
 var (
 	errNoBinder   = errors.New("no pool on this tier")
-	errNoTemplate = errors.New("no pool of a template not built")
+	errNoTemplate = errors.New("no pool of a template not built of its tool's declaration")
 )
 
 // LabelPool marks a pool's sandboxes with their pool's name
@@ -164,7 +164,8 @@ func (e *Engine) StartPools(ctx context.Context, labels map[string]string) (stop
 			if errors.Is(err, errNoBinder) || errors.Is(err, errNoTemplate) {
 				// The default pool on a tier that cannot pool (docker):
 				// its runs are all cold. So are a template's until it
-				// is built and the daemon restarted.
+				// is built (of the tool's declaration: not stale) and the
+				// daemon restarted.
 				e.log.Warn("not pooling", "err", err)
 				continue
 			}
@@ -204,7 +205,7 @@ func (e *Engine) newPool(s PoolSpec, owner map[string]string, session bool) (*po
 		return fmt.Errorf("pool of tool %q, runtime %q: %s: %w", s.Tool, s.Runtime, fmt.Sprintf(format, a...), errdefs.ErrInvalidArgument)
 	}
 	if t, err := e.tools.Get(s.Tool); err == nil && t.Template != "" {
-		if _, _, err := e.templateOf(t); errdefs.IsNotFound(err) {
+		if _, _, err := e.templateOf(t); errdefs.IsNotFound(err) || isStale(err) {
 			return nil, fmt.Errorf("pool of tool %q: %v: %w", s.Tool, err, errNoTemplate)
 		}
 	}

@@ -5,6 +5,7 @@ import (
 	"context"
 	_ "embed"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -14,6 +15,7 @@ import (
 	"github.com/stockade-sh/stockade/image"
 	"github.com/stockade-sh/stockade/kernel"
 	"github.com/stockade-sh/stockade/sandbox"
+	"github.com/stockade-sh/stockade/templates"
 	"github.com/stockade-sh/stockade/tools"
 )
 
@@ -61,7 +63,9 @@ const (
 )
 
 // templateOf resolves tool's template: its image and what it runs at a
-// sandbox's start. A tool without one is (zero, nil, nil).
+// sandbox's start. A tool without one is (zero, nil, nil). A build of
+// another declaration than the tool's record carries (a stale template)
+// is a public ErrFailedPrecondition: the template must be built again.
 func (e *Engine) templateOf(tool tools.Tool) (sandbox.Image, *image.TemplateManifest, error) {
 	if tool.Template == "" {
 		return sandbox.Image{}, nil, nil
@@ -80,7 +84,34 @@ func (e *Engine) templateOf(tool tools.Tool) (sandbox.Image, *image.TemplateMani
 	if _, ok := image.Runtimes[m.Template.Base]; !ok {
 		return sandbox.Image{}, nil, fmt.Errorf("template %q has an unknown base %q: %w", tool.Template, m.Template.Base, errdefs.ErrFailedPrecondition)
 	}
+	// The build must be of the declaration the tool's record carries
+	// (what its review saw): not an older one (a shrunk declaration needs
+	// no review, and the old image would still hold what it dropped), nor
+	// another built into the store by hand.
+	if d, ok := tool.TemplateDeclaration(); !ok || m.Template.Declaration != templates.Key(d) {
+		return sandbox.Image{}, nil, &staleError{template: tool.Template}
+	}
 	return img, m.Template, nil
+}
+
+// staleError is a template whose current build is of another declaration
+// than the tool's record carries: ErrFailedPrecondition, its message fit
+// for a client.
+type staleError struct{ template string }
+
+func (e *staleError) Error() string {
+	return fmt.Sprintf("template %q is stale: its build is of another declaration; build it with `stockade template build %s`", e.template, e.template)
+}
+
+// Public says that its message is fit for a client (errdefs.Publicer).
+func (e *staleError) Public() bool { return true }
+
+func (e *staleError) Unwrap() error { return errdefs.ErrFailedPrecondition }
+
+// isStale says whether err is a stale template's.
+func isStale(err error) bool {
+	var s *staleError
+	return errors.As(err, &s)
 }
 
 // templateRuntime is the runtime a request for runtime of tool runs: the

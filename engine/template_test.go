@@ -66,7 +66,16 @@ func (f templateImages) ResolveTemplate(name string) (sandbox.Image, image.Manif
 		return sandbox.Image{}, image.Manifest{}, err
 	}
 	img.Digest += suffix
+	if m.Declaration == "" {
+		m.Declaration = templates.Key(declarationOf(m))
+	}
 	return img, image.Manifest{Name: m.Base, Digest: img.Digest, Template: &m}, nil
+}
+
+// declarationOf is the declaration boundTools declares of m: the build of
+// m is of it unless m says another.
+func declarationOf(m image.TemplateManifest) templates.Template {
+	return templates.Template{Name: m.Name, Base: m.Base, Env: m.Env, Workdir: m.Workdir, Start: m.Start, Ready: m.Ready, Golden: m.Golden}
 }
 
 // testTemplates are the templates of these tests: analytics starts with a
@@ -357,7 +366,10 @@ func TestTemplatePoolRebuilt(t *testing.T) {
 	}
 	t.Cleanup(stop)
 	waitReady(t, e, 1)
+	// A build of the same declaration (with --pull, say), whose Start
+	// differs only so that the test tells the builds apart.
 	m := imgs.templates["analytics"]
+	m.Declaration = templates.Key(declarationOf(m))
 	m.Start = "import json; X = 98"
 	m.Ready = ""
 	imgs.rebuilt.set(m)
@@ -381,5 +393,52 @@ func TestTemplatePoolRebuilt(t *testing.T) {
 	}
 	if h, _ := counts.get(); h != 1 {
 		t.Errorf("got %d hits, want the refilled pool to serve the run", h)
+	}
+}
+
+// TestTemplateStale checks that a tool whose template's current build is
+// of another declaration than its record carries (a declaration changed
+// and not built yet, or a build made by hand of another) is refused, a
+// one-shot and a session, with ErrFailedPrecondition saying the template
+// is stale and how to build it; that its pools are left out rather than
+// failing the start; and that a build of its declaration runs again.
+func TestTemplateStale(t *testing.T) {
+	imgs := testTemplates()
+	imgs.rebuilt = &rebuilds{}
+	e := runcTemplateEngineOver(t, imgs, WithPools(PoolOptions{Pools: []PoolSpec{{Tool: "analytics", Size: 1}}}))
+	m := imgs.templates["analytics"]
+	m.Start, m.Ready = "import json; X = 98", ""
+	imgs.rebuilt.set(m)
+	check := func(what string, err error) {
+		t.Helper()
+		if !errdefs.IsFailedPrecondition(err) || !strings.Contains(err.Error(), `template "analytics" is stale`) ||
+			!strings.Contains(err.Error(), "stockade template build analytics") {
+			t.Errorf("%s: got %v, want ErrFailedPrecondition saying analytics is stale", what, err)
+		}
+		if msg, ok := errdefs.PublicMessage(err); !ok || !strings.Contains(msg, "is stale") {
+			t.Errorf("%s: public message %q, %v; want the stale sentence", what, msg, ok)
+		}
+	}
+	_, err := e.Run(t.Context(), Request{Tool: "analytics", Code: []byte(seesTemplate)})
+	check("a one-shot", err)
+	_, err = openTemplate(t, e, "analytics", "")
+	check("a session", err)
+	stop, err := e.StartPools(context.Background(), map[string]string{LabelOwner: poolOwner})
+	if err != nil {
+		t.Fatalf("StartPools with a stale template's pool: %v, want it left out", err)
+	}
+	e.poolsMu.Lock()
+	n := len(e.pools)
+	e.poolsMu.Unlock()
+	stop()
+	if n != 0 {
+		t.Errorf("got %d pools, want the stale template's left out", n)
+	}
+	// Built again, of the tool's declaration.
+	m.Declaration = templates.Key(declarationOf(imgs.templates["analytics"]))
+	imgs.rebuilt.set(m)
+	res, err := e.Run(t.Context(), Request{Tool: "analytics", Code: []byte(seesTemplate)})
+	if err != nil || res.Stdout != "99 [1] hello /usr\n" {
+		t.Errorf("after the build: got %+v, %v; want the new build's start", res, err)
 	}
 }
