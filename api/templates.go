@@ -173,8 +173,10 @@ func (s *server) getTemplateBuild(w http.ResponseWriter, r *http.Request, p capa
 }
 
 // cancelTemplateBuild cancels a running build and answers the job once it
-// has ended (cancelled, or done or failed if it ended first); the
-// template's previous build still serves.
+// has ended: cancelled, the template's previous build still serving; or
+// done or failed if it ended first. A job cancelled while it makes the
+// golden checkpoint has made its build, the template's current one: it
+// is done, its golden "cancelled", and the template starts cold.
 func (s *server) cancelTemplateBuild(w http.ResponseWriter, r *http.Request, p capability.Principal) {
 	ts, err := s.templates(p, true)
 	if err != nil {

@@ -127,7 +127,9 @@ type TemplateBuildJob struct {
 	Build    *TemplateBuild `json:"build,omitempty"`
 	CacheHit bool           `json:"cache_hit,omitempty"`
 	// Golden says what became of the golden checkpoint the template asks
-	// for: "made", or why its sandboxes start cold.
+	// for: "made", or why its sandboxes start cold ("cold: ...",
+	// "failed: ...", "cancelled"). A job whose build was made is done
+	// whatever became of the checkpoint.
 	Golden string `json:"golden,omitempty"`
 	// Error says why the job failed or was cancelled.
 	Error *BuildError `json:"error,omitempty"`

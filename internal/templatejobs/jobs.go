@@ -106,8 +106,11 @@ type Job struct {
 	// Build is the build made, once the job is done.
 	Build    *client.TemplateBuild
 	CacheHit bool
-	// Golden is "made", or why the template starts cold, when it asks for
-	// a golden checkpoint.
+	// Golden says what became of the golden checkpoint, when the template
+	// asks for one: "made"; "cold: <why>" where the daemon cannot make one;
+	// "failed: <why>" or "cancelled" when making it failed or the job was
+	// cancelled meanwhile. The job is done all the same: the build is the
+	// template's current one, and without a checkpoint it starts cold.
 	Golden string
 	// Err is why the job failed or was cancelled (a *Cancelled).
 	Err error
@@ -389,9 +392,12 @@ func (js *Jobs) run(ctx context.Context, j *job, t templates.Template) {
 			j.update(func(s *Job) { s.Progress, s.Seq = p, s.Seq+1 })
 		})
 	}
+	// Once Build returned, the build is the template's current one: the
+	// job is done and audited as built whatever becomes of the golden
+	// checkpoint, which Golden says.
 	golden := ""
 	if err == nil && t.Golden {
-		golden, err = js.golden(ctx, j, t)
+		golden = js.golden(ctx, j, t)
 	}
 	state := client.BuildDone
 	var c *Cancelled
@@ -426,27 +432,35 @@ func (js *Jobs) run(ctx context.Context, j *job, t templates.Template) {
 }
 
 // golden makes the template's golden checkpoint where the daemon can, and
-// says what became of it.
-func (js *Jobs) golden(ctx context.Context, j *job, t templates.Template) (string, error) {
+// says what became of it: "made", "cold: ..." where the template starts
+// cold by design, "failed: ..." or "cancelled" (then it starts cold too).
+func (js *Jobs) golden(ctx context.Context, j *job, t templates.Template) string {
 	if js.o.Golden == nil {
-		return "cold: the daemon has no tier that can restore a checkpoint", nil
+		return "cold: the daemon has no tier that can restore a checkpoint"
 	}
 	j.update(func(s *Job) {
 		s.Progress = image.Progress{Runtime: t.Name, Stage: "golden", Elapsed: time.Since(s.Created)}
 		s.Seq++
 	})
 	err := js.o.Golden.MakeGolden(ctx, t.Name)
+	var c *Cancelled
 	switch {
 	case err == nil:
-		return "made", nil
+		return "made"
+	case ctx.Err() != nil && errors.As(context.Cause(ctx), &c):
+		return "cancelled"
 	case errdefs.IsFailedPrecondition(err) && ctx.Err() == nil:
 		msg, ok := errdefs.PublicMessage(err)
 		if !ok {
 			msg = "the daemon's tier cannot restore a checkpoint"
 		}
-		return "cold: " + msg, nil
+		return "cold: " + msg
 	}
-	return "", fmt.Errorf("making the golden checkpoint of template %q: %w", t.Name, err)
+	msg, hidden := js.o.Describe(err)
+	if hidden {
+		js.o.Logger.Warn("making a golden checkpoint", "template", t.Name, "job", j.snapshot().ID, "err", err)
+	}
+	return "failed: " + msg
 }
 
 // audit records the job's end in the chain of its requester's workspace.

@@ -288,3 +288,71 @@ func TestCloseCancels(t *testing.T) {
 		t.Errorf("Start after Close: got %v, want unavailable", err)
 	}
 }
+
+// blockingGolden is a GoldenMaker that waits for its ctx and fails with it.
+type blockingGolden struct{ started chan struct{} }
+
+func (g blockingGolden) MakeGolden(ctx context.Context, template string) error {
+	g.started <- struct{}{}
+	<-ctx.Done()
+	return fmt.Errorf("checkpointing: %w", ctx.Err())
+}
+
+// TestGoldenFailsOrIsCancelled checks that once the build is made, the
+// template's current one, the job is done and audited as built with its
+// diff even when the golden checkpoint then fails or the job is
+// cancelled meanwhile: the golden outcome says so.
+func TestGoldenFailsOrIsCancelled(t *testing.T) {
+	builtEvent := func(ev *events) (model.NewEvent, audit.TemplateBuiltEvent) {
+		t.Helper()
+		e := ev.last(t)
+		var data audit.TemplateBuiltEvent
+		if err := json.Unmarshal(e.Data, &data); err != nil {
+			t.Fatal(err)
+		}
+		return e, data
+	}
+	by := Requester{KeyID: "key_admin", WorkspaceID: "ws_1"}
+
+	t.Run("failed", func(t *testing.T) {
+		b, ev := newFakeBuilder(), &events{}
+		b.adds = []client.DebianPackage{{Name: "python3-bs4", Version: "4.13"}}
+		close(b.release)
+		js := New(Options{Templates: catalog{analytics}, Builder: b, Audit: ev,
+			Golden: &golden{err: errdefs.Publicf("runsc checkpoint failed: %w", errdefs.ErrUnavailable)}})
+		defer js.Close()
+		j, _, _ := js.Start("analytics", false, by)
+		<-b.started
+		done := wait(t, js, j.ID)
+		if done.State != client.BuildDone || done.Err != nil || done.Build == nil || done.Build.Digest != "sha256:1" ||
+			done.Golden != "failed: runsc checkpoint failed: unavailable" {
+			t.Errorf("job: got %+v, want done with sha256:1, its golden failed", done)
+		}
+		e, data := builtEvent(ev)
+		if e.Type != audit.TemplateBuilt || data.Digest != "sha256:1" || data.Golden != done.Golden || !slices.Equal(data.Added, []string{"python3-bs4 4.13", "wheel w 1"}) {
+			t.Errorf("audit: got %s %s, want template.built of sha256:1 with its diff and golden failed", e.Type, e.Data)
+		}
+	})
+
+	t.Run("cancelled", func(t *testing.T) {
+		b, ev := newFakeBuilder(), &events{}
+		close(b.release)
+		g := blockingGolden{started: make(chan struct{}, 1)}
+		js := New(Options{Templates: catalog{analytics}, Builder: b, Audit: ev, Golden: g})
+		defer js.Close()
+		j, _, _ := js.Start("analytics", false, by)
+		<-b.started
+		<-g.started
+		got, err := js.Cancel(t.Context(), "analytics", j.ID, "key_admin")
+		if err != nil || got.State != client.BuildDone || got.Err != nil || got.Build == nil || got.Build.Digest != "sha256:1" || got.Golden != "cancelled" {
+			t.Errorf("Cancel during golden: got %+v, %v; want done with sha256:1, its golden cancelled", got, err)
+		}
+		if cur, _ := b.Current("analytics"); cur == nil || cur.Digest != "sha256:1" {
+			t.Errorf("current build: got %+v, want sha256:1", cur)
+		}
+		e, data := builtEvent(ev)
+		if e.Type != audit.TemplateBuilt || data.Digest != "sha256:1" || data.Golden != "cancelled" {
+			t.Errorf("audit: got %s %s, want template.built of sha256:1, golden cancelled", e.Type, e.Data)
+		}
+	})
+}
