@@ -77,7 +77,8 @@ bench_smoke() {
 # race runs the race detector over the packages whose code runs
 # concurrently (the capability layer and its service loops, the API
 # server, the engine and its pools, the shim and guest protocol, the
-# stores, the Go client, MCP, and the sandbox plumbing under them). -race
+# stores, the Go client, MCP, the template build jobs, and the sandbox
+# plumbing under them). -race
 # needs cgo, which the Makefile turns off (CGO_ENABLED=0): this step
 # turns it on for itself, and a fresh machine gets gcc for it. The
 # binaries the tests build and run in sandboxes (testenv.Build, the
@@ -92,7 +93,7 @@ race_packages=(
 	./capability/ ./supervisor/ ./guest/ ./engine/ ./api/ ./store/... ./client/ ./mcp/...
 	./audit/ ./broker/ ./egress/ ./kernel/ ./policy/ ./analytics/
 	./internal/sandboxkit/ ./internal/ocidriver/ ./internal/netns/ ./internal/witness/ ./internal/flock/
-	./internal/npm/
+	./internal/npm/ ./internal/templatejobs/
 )
 race() {
 	if ! command -v gcc >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
