@@ -37,3 +37,27 @@ func TryLock(name string) (release func() error, err error) {
 	}
 	return f.Close, nil
 }
+
+// TryLockShared opens name, creating it (mode 0600) if missing, and takes
+// a shared lock on it without waiting: many holders may share it, and
+// TryLock fails (ErrHeld) while any does. release closes the file.
+func TryLockShared(name string) (release func() error, err error) {
+	f, err := os.OpenFile(name, os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	for {
+		err = syscall.Flock(int(f.Fd()), syscall.LOCK_SH|syscall.LOCK_NB)
+		if err != syscall.EINTR {
+			break
+		}
+	}
+	if err != nil {
+		f.Close()
+		if errors.Is(err, syscall.EWOULDBLOCK) {
+			return nil, fmt.Errorf("%s: %w", name, ErrHeld)
+		}
+		return nil, fmt.Errorf("locking %s: %w", name, err)
+	}
+	return f.Close, nil
+}
