@@ -251,6 +251,9 @@ func (e *Engine) Wait(ctx context.Context) error {
 // network is logged and returned by Wait.
 func (s *Sandbox) Destroy(ctx context.Context) error {
 	err := s.Sandbox.Destroy(ctx)
+	if err == nil && s.unhold != nil {
+		s.unhold()
+	}
 	if s.net != nil {
 		s.netOnce.Do(func() {
 			s.eng.stopEgress(s.Sandbox.ID(), s.net)

@@ -73,6 +73,8 @@ type Engine struct {
 	poolsMu  sync.Mutex
 	pools    []*pool
 	mem      memory
+	// inUse counts the live sandboxes of each image (imageuse.go).
+	inUse imageUse
 	running  atomic.Int64
 }
 
@@ -353,6 +355,8 @@ type Sandbox struct {
 	eng     *Engine
 	net     *netns.Egress // nil without egress
 	netOnce sync.Once
+	// unhold ends the sandbox's count of its image (imageuse.go).
+	unhold func()
 }
 
 // NewSandbox creates the sandbox req's tool (or req.Driver) calls for, with
@@ -390,7 +394,8 @@ func (e *Engine) NewSandbox(ctx context.Context, req Request) (*Sandbox, error) 
 		}
 		return nil, fmt.Errorf("creating %s sandbox: %w", drv.Name(), err)
 	}
-	return &Sandbox{Sandbox: sb, Tool: tool, Runtime: rt, Driver: drv.Name(), Limits: limits, Network: req.Network, eng: e, net: net}, nil
+	return &Sandbox{Sandbox: sb, Tool: tool, Runtime: rt, Driver: drv.Name(), Limits: limits, Network: req.Network, eng: e, net: net,
+		unhold: e.inUse.hold(spec.Image.Digest, nil)}, nil
 }
 
 // specFor is the spec of a sandbox of tool on drv for runtime rt, with

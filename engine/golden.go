@@ -276,7 +276,7 @@ func (e *Engine) saveGolden(ctx context.Context, g *golden, dir string) (goldenR
 		return goldenRecord{}, err
 	}
 	defer release()
-	labels := map[string]string{LabelGolden: g.tm.Name}
+	labels := map[string]string{LabelGolden: g.tm.Name, LabelImage: g.img.Digest}
 	owner := e.golden.Labels
 	if owner == nil {
 		e.poolsMu.Lock()
@@ -465,7 +465,7 @@ func (e *Engine) restore(ctx context.Context, g *golden, rec goldenRecord, spec 
 	}
 	done()
 	goldenRestored(ph)
-	s.Limits, s.mem = limits, release
+	s.Limits, s.mem = limits, e.inUse.hold(imageLabel(sb, g.img.Digest), release)
 	return s, nil
 }
 

@@ -116,7 +116,7 @@ func (e *Engine) ResumeSession(ctx context.Context, spec SessionSpec, dir string
 	if !found {
 		return nil, errdefs.Publicf("resuming session sandbox %s: %w: %w", sb.ID(), ErrKernelLost, errdefs.ErrFailedPrecondition)
 	}
-	s.mem = release
+	s.mem = e.inUse.hold(e.sessionImage(sb, spec), release)
 	return s, nil
 }
 

@@ -437,7 +437,7 @@ func (p *pool) grow(ctx context.Context) (failed, ok bool) {
 		}
 		return true, false
 	}
-	w.release = release
+	w.release = p.e.inUse.hold(w.image, release)
 	if o := p.e.poolObs; o != nil {
 		o.PoolRefill(p.name, time.Since(start))
 	}
@@ -460,7 +460,7 @@ func (p *pool) create(ctx context.Context) (*warm, error) {
 	if tm != nil {
 		argv = loaderArgv(tm, poolModules[p.rt.Name])
 	}
-	spec := sandbox.Spec{Image: img, Limits: p.created, Labels: p.labels, Detached: p.session, Workspace: p.workspace}
+	spec := sandbox.Spec{Image: img, Limits: p.created, Labels: withImage(p.labels, img.Digest), Detached: p.session, Workspace: p.workspace}
 	if p.session {
 		// A session pool's sandbox outlives the daemon (detached): one
 		// that a daemon killed left behind ends by itself a minute after

@@ -156,11 +156,12 @@ func (e *Engine) OpenSession(ctx context.Context, spec SessionSpec) (_ *Session,
 		return nil, err
 	}
 	limits := sspec.Limits
-	sspec.Labels, sspec.Detached, sspec.Workspace, sspec.Deadline = spec.Labels, true, spec.Workspace, spec.Deadline
+	sspec.Labels, sspec.Detached, sspec.Workspace, sspec.Deadline = withImage(spec.Labels, sspec.Image.Digest), true, spec.Workspace, spec.Deadline
 	release, err := e.mem.reserve(limits.Memory)
 	if err != nil {
 		return nil, err
 	}
+	release = e.inUse.hold(sspec.Image.Digest, release)
 	sb, err := drv.Create(ctx, sspec)
 	if err != nil {
 		release()
@@ -258,8 +259,21 @@ func (e *Engine) adopt(ctx context.Context, sb sandbox.Sandbox, driver string, s
 	if err != nil {
 		return nil, err
 	}
-	s.mem = e.mem.hold(e.sessionMemory(spec))
+	s.mem = e.inUse.hold(e.sessionImage(sb, spec), e.mem.hold(e.sessionMemory(spec)))
 	return s, nil
+}
+
+// sessionImage is the digest of the image session sandbox sb of spec
+// runs: its label's (LabelImage), or, for a sandbox made before sandboxes
+// had it, its tool's current one.
+func (e *Engine) sessionImage(sb sandbox.Sandbox, spec SessionSpec) string {
+	digest := ""
+	if tool, _, rt, err := e.resolve(Request{Runtime: spec.Runtime, Tool: spec.Tool, Driver: spec.Driver}); err == nil {
+		if img, _, err := e.imageOf(tool, rt); err == nil {
+			digest = img.Digest
+		}
+	}
+	return imageLabel(sb, digest)
 }
 
 // setDeadline moves the deadline of session sandbox sb to t, where its
