@@ -239,12 +239,14 @@ func (s *Store) Remove(name string) error {
 	return s.discard(s.imageDir(hex))
 }
 
-// Prune deletes every image no ref points to (the images replaced by forced
-// rebuilds and by later builds of a template) and returns their digests,
-// and the cached Debian layers no template's current build was made on.
-// The caller must make sure no sandbox runs from them. Prune fails with
-// ErrUnavailable while another operation holds the store's lock.
-func (s *Store) Prune() ([]string, error) {
+// Prune deletes every image that no ref points to and keep does not name
+// (the images replaced by forced rebuilds and by later builds of a
+// template) and returns their digests, and the cached Debian layers no
+// template's current build was made on. keep are the digests
+// ("sha256:<hex>") of the images sandboxes still run from: a daemon's
+// (engine.Engine.ImagesInUse). Prune fails with ErrUnavailable while
+// another operation holds the store's lock.
+func (s *Store) Prune(keep []string) ([]string, error) {
 	unlock, err := s.tryLock()
 	if err != nil {
 		return nil, err
@@ -253,6 +255,9 @@ func (s *Store) Prune() ([]string, error) {
 	used, err := s.usedDigests()
 	if err != nil {
 		return nil, err
+	}
+	for _, d := range keep {
+		used[strings.TrimPrefix(d, "sha256:")] = true
 	}
 	_, layers, err := s.usedTemplates()
 	if err != nil {

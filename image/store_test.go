@@ -388,7 +388,7 @@ func TestBuildIdempotent(t *testing.T) {
 	if _, err := os.Stat(s.imageDir(strings.TrimPrefix(first.Digest, "sha256:"))); err != nil {
 		t.Errorf("old image removed by the rebuild: %v", err)
 	}
-	pruned, err := s.Prune()
+	pruned, err := s.Prune(nil)
 	if err != nil {
 		t.Fatalf("Prune: %v", err)
 	}

@@ -388,11 +388,30 @@ func TestBuildTemplateShell(t *testing.T) {
 	})
 
 	t.Run("prune", func(t *testing.T) {
-		pruned, err := s.Prune()
+		// While a daemon holds the store, a sandbox of its may still run
+		// the first build: a prune by hand is refused, and the daemon's
+		// own keeps what its sandboxes use.
+		release, err := s.Hold()
 		if err != nil {
 			t.Fatal(err)
 		}
-		if !slices.Contains(pruned, first.Digest) || slices.Contains(pruned, grown.Digest) {
+		if _, err := s.PruneIdle(); !errdefs.IsFailedPrecondition(err) || !strings.Contains(err.Error(), "daemon") {
+			t.Errorf("PruneIdle while a daemon holds the store: got %v, want ErrFailedPrecondition naming the daemon", err)
+		}
+		pruned, err := s.Prune([]string{first.Digest})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if slices.Contains(pruned, first.Digest) || !s.Has(first.Digest) {
+			t.Errorf("Prune keeping the first build removed %v; want it kept", pruned)
+		}
+		release()
+		// Once no sandbox uses it, it goes.
+		pruned, err = s.PruneIdle()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Contains(pruned, first.Digest) || slices.Contains(pruned, grown.Digest) || s.Has(first.Digest) {
 			t.Errorf("Prune removed %v; want the first build %s and not the current %s", pruned, first.Digest, grown.Digest)
 		}
 		layers, _ := os.ReadDir(s.layersDir())

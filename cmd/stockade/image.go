@@ -32,8 +32,11 @@ build   builds missing or damaged images with debootstrap (needs root and the
         Debian mirror); --force rebuilds them.
 list    shows the images in the store.
 verify  re-hashes images and checks them against their digests.
-prune   deletes images left behind by forced rebuilds; no sandbox may be
-        running from them.
+prune   deletes images no ref points to (left behind by forced rebuilds and
+        by later builds of templates); refused while a daemon uses the
+        data directory (it prunes those its sandboxes no longer use after
+        each template build and at its start). Without a daemon no sandbox
+        may be running from them.
 `
 
 func runImage(ctx context.Context, args []string) int {
@@ -212,7 +215,7 @@ func imagePrune(args []string) error {
 	if len(pos) > 0 {
 		return usagef("image prune takes no arguments")
 	}
-	pruned, err := openImages(*root).Prune()
+	pruned, err := openImages(*root).PruneIdle()
 	for _, d := range pruned {
 		fmt.Printf("removed %s\n", d)
 	}

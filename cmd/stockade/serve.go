@@ -26,10 +26,12 @@ import (
 	"github.com/stockade-sh/stockade/config"
 	"github.com/stockade-sh/stockade/console"
 	"github.com/stockade-sh/stockade/engine"
+	"github.com/stockade-sh/stockade/image"
 	"github.com/stockade-sh/stockade/internal/flock"
 	"github.com/stockade-sh/stockade/internal/fsmode"
 	"github.com/stockade-sh/stockade/internal/netns"
 	"github.com/stockade-sh/stockade/internal/storeopen"
+	"github.com/stockade-sh/stockade/internal/templatejobs"
 	"github.com/stockade-sh/stockade/internal/wiring"
 	"github.com/stockade-sh/stockade/internal/witness"
 	"github.com/stockade-sh/stockade/mcp"
@@ -184,6 +186,20 @@ func serve(ctx context.Context, listen, db string, cfg config.Config) error {
 		return classify(err)
 	}
 	defer stopPools()
+	// The daemon holds its image store, so that no prune by hand removes
+	// a build its sandboxes run, and prunes it itself: now, once its
+	// sessions are re-attached and its pools started, and after each
+	// template build.
+	imgs := image.Open(cfg.ImageDir())
+	unhold, err := imgs.Hold()
+	if err != nil {
+		return classify(err)
+	}
+	defer unhold()
+	pruner := templatejobs.Pruner{Store: imgs, Engine: eng, Logger: log}
+	if err := pruner.Prune(); err != nil {
+		log.Error("pruning the image store", "err", err)
+	}
 	// The service holds the database's daemon claim from Start to Close:
 	// the shipper runs inside that span (deferred after Close, it stops
 	// before it).
@@ -207,7 +223,7 @@ func serve(ctx context.Context, listen, db string, cfg config.Config) error {
 	ui := console.New(svc, st, console.Options{Witness: wit, SecureCookies: cfg.BehindTLS, Logger: log})
 	// Builds still running when the daemon stops are cancelled (deferred
 	// before the store closes); the previous builds serve on.
-	jobs, err := templateJobs(cfg, eng, st, log)
+	jobs, err := templateJobs(cfg, eng, st, pruner.Prune, log)
 	if err != nil {
 		return classify(err)
 	}

@@ -82,6 +82,9 @@ type Options struct {
 	Describe func(error) (msg string, hidden bool)
 	// Logger receives what a job could not audit; nil is slog.Default().
 	Logger *slog.Logger
+	// Prune, if set, runs after each job that made a build (Pruner.Prune):
+	// the builds it replaced go once no sandbox uses them.
+	Prune func() error
 }
 
 // Requester is who asks for a build: a key and its workspace, whose
@@ -429,6 +432,11 @@ func (js *Jobs) run(ctx context.Context, j *job, t templates.Template) {
 	js.mu.Unlock()
 	j.update(func(s *Job) { *s = final })
 	close(j.done)
+	if state == client.BuildDone && js.o.Prune != nil {
+		if err := js.o.Prune(); err != nil {
+			js.o.Logger.Error("pruning after a template build", "template", t.Name, "job", final.ID, "err", err)
+		}
+	}
 }
 
 // golden makes the template's golden checkpoint where the daemon can, and

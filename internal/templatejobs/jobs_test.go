@@ -356,3 +356,42 @@ func TestGoldenFailsOrIsCancelled(t *testing.T) {
 		}
 	})
 }
+
+// TestPruneAfterBuild checks that a job that made a build prunes after
+// it, and one that failed does not.
+func TestPruneAfterBuild(t *testing.T) {
+	b := newFakeBuilder()
+	var mu sync.Mutex
+	prunes := 0
+	pruned := make(chan struct{}, 4)
+	js := New(Options{Templates: catalog{analytics}, Builder: b, Prune: func() error {
+		mu.Lock()
+		prunes++
+		mu.Unlock()
+		pruned <- struct{}{}
+		return nil
+	}})
+	defer js.Close()
+	j, _, _ := js.Start("analytics", false, Requester{})
+	<-b.started
+	b.release <- struct{}{}
+	wait(t, js, j.ID)
+	select {
+	case <-pruned:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no prune after a build")
+	}
+	b.mu.Lock()
+	b.fail = errors.New("no")
+	b.mu.Unlock()
+	j, _, _ = js.Start("analytics", false, Requester{})
+	<-b.started
+	b.release <- struct{}{}
+	wait(t, js, j.ID)
+	js.Close()
+	mu.Lock()
+	defer mu.Unlock()
+	if prunes != 1 {
+		t.Errorf("got %d prunes, want 1: none after the failed build", prunes)
+	}
+}
