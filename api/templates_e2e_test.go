@@ -233,7 +233,8 @@ tools:
 // them on runc and gVisor import everything; the template lists its SBOM
 // with versions; a second build is a cache hit; a build that fails leaves
 // the previous one serving; a declaration that adds a package builds a new
-// digest, audited with the diff, and its tools await re-approval.
+// digest, audited with the diff, and its tools await re-approval and,
+// until the build, are refused as stale.
 func TestTemplatesEndToEnd(t *testing.T) {
 	requireSandboxes(t)
 	testenv.RequiresBinary(t, "runsc")
@@ -266,7 +267,7 @@ func TestTemplatesEndToEnd(t *testing.T) {
     npm_packages: [left-pad@1.3.0]
   - name: warm
     base: python
-    start: "import sympy; x = sympy.Symbol('x')"
+    start: "import os, sympy; x = sympy.Symbol('x'); BOOT = os.urandom(8).hex()"
     golden: true
 `, debian, wheel, wheelSum, filepath.Join(dataRoot, "rates.json"))
 		if err := os.WriteFile(file, []byte(yaml), 0o644); err != nil {
@@ -398,11 +399,20 @@ print(tinyutil.greet("analytics"), tinyutil.VERSION, yaml.safe_load("a: 1")["a"]
 	if tpl, err := adminC.Template(t.Context(), "warm"); err != nil || !tpl.Golden || tpl.LastJob == nil || tpl.LastJob.Golden != "made" {
 		t.Errorf("the warm template: got %+v, %v; want its last job's golden checkpoint made", tpl, err)
 	}
-	ws3 := openTemplateSession(e, capability.CreateSessionRequest{Runtime: "python", Tool: "warm"})
-	if c := e.cell(agent, ws3.ID, "print(sympy.expand((x + 1)**2))"); c.Status != "succeeded" || strings.TrimSpace(c.Stdout) != "x**2 + 2*x + 1" {
-		t.Errorf("a cell of warm: got status %s, stdout %q, stderr %q", c.Status, c.Stdout, c.Stderr)
+	// Both sessions came from the checkpoint: they have the BOOT Start
+	// drew once, where sessions started cold would each draw their own.
+	var boots []string
+	for range 2 {
+		ws3 := openTemplateSession(e, capability.CreateSessionRequest{Runtime: "python", Tool: "warm"})
+		if c := e.cell(agent, ws3.ID, "print(sympy.expand((x + 1)**2))"); c.Status != "succeeded" || strings.TrimSpace(c.Stdout) != "x**2 + 2*x + 1" {
+			t.Errorf("a cell of warm: got status %s, stdout %q, stderr %q", c.Status, c.Stdout, c.Stderr)
+		}
+		boots = append(boots, strings.TrimSpace(e.cell(agent, ws3.ID, "print(BOOT)").Stdout))
+		e.do("DELETE", "/v1/sessions/"+ws3.ID, agent, nil).want(t, http.StatusOK)
 	}
-	e.do("DELETE", "/v1/sessions/"+ws3.ID, agent, nil).want(t, http.StatusOK)
+	if len(boots[0]) != 16 || boots[0] != boots[1] {
+		t.Errorf("BOOT of two sessions of warm: %q; want one value: both restored from the golden checkpoint", boots)
+	}
 
 	// The daemon restarts with a declaration that adds a package that does
 	// not exist: the build fails naming it, and the previous build serves.
@@ -424,6 +434,13 @@ print(tinyutil.greet("analytics"), tinyutil.VERSION, yaml.safe_load("a: 1")["a"]
 	d = startTemplateDaemon(t, st, images, dataRoot, wheelhouse, declare("python3-bs4, python3-yaml, python3-tabulate"), toolsFile, goldenDir)
 	adminC, _ = client.New(d.url, admin)
 	e.svc, e.url = d.svc, d.url
+	// Until it is built the template is stale: its tools are refused
+	// rather than run the build of the old declaration.
+	e.do("POST", "/v1/sessions", agent, capability.CreateSessionRequest{Runtime: "python", Tool: "analyst"}).
+		wantError(t, http.StatusConflict, "conflict", `template "analytics" is stale`, "stockade template build analytics")
+	if tpl, err := adminC.Template(t.Context(), "analytics"); err != nil || !tpl.Stale {
+		t.Errorf("before the build: got %+v, %v; want analytics stale", tpl, err)
+	}
 	grown, _ := buildAndWait(t, adminC, "analytics")
 	if grown.State != client.BuildDone || grown.Build.Digest == digest {
 		t.Fatalf("the grown template's build: got %+v (error %+v), want a new digest", grown, grown.Error)
