@@ -196,7 +196,7 @@ func serve(ctx context.Context, listen, db string, cfg config.Config) error {
 		return classify(err)
 	}
 	defer unhold()
-	pruner := templatejobs.Pruner{Store: imgs, Engine: eng, Logger: log}
+	pruner := templatejobs.Pruner{Store: imgs, Engine: eng, Logger: log, Keep: func() []string { return wiring.PausedImages(cfg.CheckpointDir()) }}
 	if err := pruner.Prune(); err != nil {
 		log.Error("pruning the image store", "err", err)
 	}

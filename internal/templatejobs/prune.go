@@ -25,6 +25,9 @@ type InUse interface {
 type Pruner struct {
 	Store  *image.Store
 	Engine InUse
+	// Keep, if set, lists more images to keep: those paused sessions'
+	// checkpoints restore from.
+	Keep func() []string
 	// Logger receives what was pruned; nil is slog.Default().
 	Logger *slog.Logger
 }
@@ -36,7 +39,11 @@ func (p Pruner) Prune() error {
 	if log == nil {
 		log = slog.Default()
 	}
-	pruned, err := p.Store.Prune(p.Engine.ImagesInUse())
+	keep := p.Engine.ImagesInUse()
+	if p.Keep != nil {
+		keep = append(keep, p.Keep()...)
+	}
+	pruned, err := p.Store.Prune(keep)
 	for _, d := range pruned {
 		log.Info("pruned an image no ref or sandbox uses", "digest", d)
 	}
