@@ -153,7 +153,7 @@ func equals(want float64) func(float64) bool { return func(v float64) bool { ret
 // invoke runs code on the daemon and checks that it ends with status.
 func invoke(t *testing.T, base, key string, req capability.InvokeRequest, status model.ExecutionStatus) {
 	t.Helper()
-	if v := do(t, base, "POST", "/v1/executions", key, req).want(t, http.StatusOK).execution(t); v.Status != string(status) {
+	if v := do(t, base, "POST", "/v1/executions", key, req).want(t, http.StatusOK).execution(t); string(v.Status) != string(status) {
 		t.Fatalf("invocation %q: got %s (%s), want %s", req.Code, v.Status, v.Result, status)
 	}
 }

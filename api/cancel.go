@@ -4,12 +4,13 @@ import (
 	"net/http"
 
 	"github.com/stockade-sh/stockade/capability"
+	"github.com/stockade-sh/stockade/wire"
 )
 
 // cancelExecution answers POST /v1/executions/{id}/cancel with the
 // execution as the cancel left it (see capability.Service.Cancel).
 func (s *server) cancelExecution(w http.ResponseWriter, r *http.Request, p capability.Principal) {
-	var body DecisionRequest
+	var body wire.DecisionRequest
 	if r.ContentLength != 0 {
 		if err := s.decodeBody(w, r, &body); err != nil {
 			s.writeError(w, r, err)

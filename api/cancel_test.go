@@ -6,11 +6,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/stockade-sh/stockade/api"
 	"github.com/stockade-sh/stockade/capability"
 	"github.com/stockade-sh/stockade/engine"
 	"github.com/stockade-sh/stockade/model"
 	"github.com/stockade-sh/stockade/store"
+	"github.com/stockade-sh/stockade/wire"
 )
 
 // TestCancel cancels executions over HTTP: one awaiting approval (cancelled,
@@ -24,18 +24,18 @@ func TestCancel(t *testing.T) {
 			v := e.awaitApproval(capability.InvokeRequest{Runtime: "python", Code: "print(1)"})
 			e.wantCredits(8, 2)
 			got := e.do("POST", "/v1/executions/"+v.ID+"/cancel", e.agent, map[string]string{"reason": "not needed"}).want(t, http.StatusOK).execution(t)
-			if got.Status != string(model.StatusCancelled) || got.FinishedAt == nil || got.StartedAt != nil {
+			if string(got.Status) != string(model.StatusCancelled) || got.FinishedAt == nil || got.StartedAt != nil {
 				t.Fatalf("cancel answer: got status %q started %v finished %v, want cancelled, never started", got.Status, got.StartedAt, got.FinishedAt)
 			}
 			e.wantCredits(10, 0)
 			if tc := e.toolCall(v.ID); tc.Status != "cancelled" || tc.CreditsCharged != 0 {
 				t.Errorf("tool_calls row: got %s with %d credits, want cancelled with 0", tc.Status, tc.CreditsCharged)
 			}
-			closed := list[api.ApprovalView](t, e.url, e.approver, "/v1/approvals", "status=cancelled")
+			closed := list[wire.Approval](t, e.url, e.approver, "/v1/approvals", "status=cancelled")
 			if len(closed) != 1 || closed[0].ID != v.ApprovalID || closed[0].Reason != "not needed" {
 				t.Errorf("cancelled approvals: got %+v, want %s", closed, v.ApprovalID)
 			}
-			if pending := list[api.ApprovalView](t, e.url, e.approver, "/v1/approvals", "status=pending"); len(pending) != 0 {
+			if pending := list[wire.Approval](t, e.url, e.approver, "/v1/approvals", "status=pending"); len(pending) != 0 {
 				t.Errorf("pending approvals: got %+v, want none", pending)
 			}
 			if ev := e.events("execution.cancelled", v.ID); len(ev) != 1 || ev[0].Code != "EXE003I" {
@@ -44,7 +44,7 @@ func TestCancel(t *testing.T) {
 			e.do("POST", "/v1/approvals/"+v.ApprovalID+"/approve", e.approver, nil).wantError(t, http.StatusConflict, "conflict")
 			// Idempotent: a second cancel answers the execution as it is.
 			again := e.do("POST", "/v1/executions/"+v.ID+"/cancel", e.agent, nil).want(t, http.StatusOK).execution(t)
-			if again.Status != string(model.StatusCancelled) || len(e.events("execution.cancelled", v.ID)) != 1 {
+			if string(again.Status) != string(model.StatusCancelled) || len(e.events("execution.cancelled", v.ID)) != 1 {
 				t.Errorf("a second cancel: got status %q, want cancelled and no second event", again.Status)
 			}
 			e.wantCredits(10, 0)
@@ -68,7 +68,7 @@ func TestCancel(t *testing.T) {
 			}
 			start := time.Now()
 			got := e.do("POST", "/v1/executions/"+id+"/cancel", e.agent, nil).want(t, http.StatusOK).execution(t)
-			if got.Status != string(model.StatusKilled) {
+			if string(got.Status) != string(model.StatusKilled) {
 				t.Fatalf("cancel answer: got status %q (%s), want killed", got.Status, got.Result)
 			}
 			if d := time.Since(start); d > 15*time.Second {
@@ -78,7 +78,7 @@ func TestCancel(t *testing.T) {
 			if res.EndedBy != engine.EndedByCancel || res.Signal != 0 {
 				t.Errorf("result: got ended_by %q signal %d, want %q and no signal", res.EndedBy, res.Signal, engine.EndedByCancel)
 			}
-			if r := <-done; r.code != http.StatusOK || r.execution(t).Status != string(model.StatusKilled) {
+			if r := <-done; r.code != http.StatusOK || string(r.execution(t).Status) != string(model.StatusKilled) {
 				t.Errorf("the invoking request: got %d %s, want 200 with the killed execution", r.code, r.body)
 			}
 			e.wantCredits(8, 0)
@@ -103,14 +103,14 @@ func TestCancel(t *testing.T) {
 			e.do("POST", "/v1/executions/ex_nope/cancel", e.agent, nil).wantError(t, http.StatusNotFound, "not_found")
 			e.do("POST", "/v1/executions/"+v.ID+"/cancel", "", nil).wantError(t, http.StatusUnauthorized, "unauthenticated")
 			e.wantCredits(8, 2)
-			if got := e.do("POST", "/v1/executions/"+v.ID+"/cancel", e.admin, nil).want(t, http.StatusOK).execution(t); got.Status != string(model.StatusCancelled) {
+			if got := e.do("POST", "/v1/executions/"+v.ID+"/cancel", e.admin, nil).want(t, http.StatusOK).execution(t); string(got.Status) != string(model.StatusCancelled) {
 				t.Errorf("an admin's cancel: got %q, want cancelled", got.Status)
 			}
 			e.wantCredits(10, 0)
 			// One that ended otherwise is answered as it ended.
 			e2 := e.awaitApproval(capability.InvokeRequest{Runtime: "python", Code: "print(2)"})
 			e.deny(t, e2, "no")
-			if got := e.do("POST", "/v1/executions/"+e2.ID+"/cancel", e.agent, nil).want(t, http.StatusOK).execution(t); got.Status != string(model.StatusDenied) {
+			if got := e.do("POST", "/v1/executions/"+e2.ID+"/cancel", e.agent, nil).want(t, http.StatusOK).execution(t); string(got.Status) != string(model.StatusDenied) {
 				t.Errorf("cancelling a denied execution: got %q, want it still denied", got.Status)
 			}
 		})

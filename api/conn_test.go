@@ -180,14 +180,14 @@ func TestBoundsSpareTheWait(t *testing.T) {
 	if err := json.Unmarshal([]byte(started.data), &st); err != nil || started.name != "started" {
 		t.Fatalf("first event: got %q %s, want started", started.name, started.data)
 	}
-	if v := e.wait(st.ExecutionID, 30*time.Second); v.Status != string(model.StatusSucceeded) {
+	if v := e.wait(st.ExecutionID, 30*time.Second); string(v.Status) != string(model.StatusSucceeded) {
 		t.Errorf("long poll: got %s, want succeeded", v.Status)
 	}
 	if evs := s.rest(30 * time.Second); len(evs) == 0 || evs[len(evs)-1].name != "result" {
 		t.Errorf("event stream: got %v, want it to end with the result", evs)
 	}
 	v := e.invoke(req).want(t, http.StatusOK).execution(t)
-	if res := result(t, v); v.Status != string(model.StatusSucceeded) || res.Stdout != "done\n" {
+	if res := result(t, v); string(v.Status) != string(model.StatusSucceeded) || res.Stdout != "done\n" {
 		t.Errorf("synchronous POST: got %s %s, want succeeded with its output", v.Status, v.Result)
 	}
 }

@@ -18,11 +18,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/stockade-sh/stockade/api"
 	"github.com/stockade-sh/stockade/capability"
 	"github.com/stockade-sh/stockade/internal/sandboxkit"
 	"github.com/stockade-sh/stockade/internal/testenv"
 	"github.com/stockade-sh/stockade/model"
+	"github.com/stockade-sh/stockade/wire"
 )
 
 // daemon is a `stockade serve` process.
@@ -193,7 +193,7 @@ func startSleeper(t *testing.T, base, key string) (*stream, string) {
 	if ev := s.next(30 * time.Second); ev.name != "stdout" || !strings.Contains(ev.data, "sleeping") {
 		t.Fatalf("second event: got %q %s, want the program's stdout", ev.name, ev.data)
 	}
-	if v := do(t, base, "GET", "/v1/executions/"+st.ExecutionID, key, nil).want(t, http.StatusOK).execution(t); v.Status != string(model.StatusRunning) {
+	if v := do(t, base, "GET", "/v1/executions/"+st.ExecutionID, key, nil).want(t, http.StatusOK).execution(t); string(v.Status) != string(model.StatusRunning) {
 		t.Fatalf("got status %q, want running", v.Status)
 	}
 	return s, st.ExecutionID
@@ -233,7 +233,7 @@ func TestOneDaemonPerDatabase(t *testing.T) {
 				t.Errorf("%s: a second daemon: got %v, stderr:\n%s\nwant a failure saying %q", c.name, err, stderr.String(), c.want)
 			}
 		}
-		if v := do(t, d.url, "GET", "/v1/executions/"+execID, key, nil).want(t, http.StatusOK).execution(t); v.Status != string(model.StatusRunning) {
+		if v := do(t, d.url, "GET", "/v1/executions/"+execID, key, nil).want(t, http.StatusOK).execution(t); string(v.Status) != string(model.StatusRunning) {
 			t.Errorf("the first daemon's execution after the attempts: got %q (%s), want still running", v.Status, v.Result)
 		}
 		if bundles := dirEntries(t, filepath.Join(state, "runc", "bundles")); len(bundles) != 1 {
@@ -286,19 +286,19 @@ func TestCrashRecovery(t *testing.T) {
 
 		d = startDaemon(t, bin, args...)
 		v := do(t, d.url, "GET", "/v1/executions/"+execID, key, nil).want(t, http.StatusOK).execution(t)
-		if v.Status != string(model.StatusFailed) || !strings.Contains(string(v.Result), "interrupted") {
+		if string(v.Status) != string(model.StatusFailed) || !strings.Contains(v.Result.String(), "interrupted") {
 			t.Errorf("after the restart: got status %q result %s, want failed, interrupted", v.Status, v.Result)
 		}
-		var ws api.WorkspaceView
+		var ws wire.Workspace
 		do(t, d.url, "GET", "/v1/workspace", key, nil).want(t, http.StatusOK).decode(t, &ws)
 		if ws.Credits.Available != 10 || ws.Credits.Reserved != 0 {
 			t.Errorf("credits after the restart: got available %d reserved %d, want 10 and 0", ws.Credits.Available, ws.Credits.Reserved)
 		}
-		calls := list[api.ToolCallView](t, d.url, key, "/v1/tool-calls", "")
+		calls := list[wire.ToolCall](t, d.url, key, "/v1/tool-calls", "")
 		if len(calls) != 1 || calls[0].Status != "failed" || calls[0].CreditsCharged != 0 {
 			t.Errorf("tool_calls rows: got %+v, want one failed with 0 credits", calls)
 		}
-		if rec := list[api.EventView](t, d.url, key, "/v1/audit/events", "type=execution.recovered"); len(rec) != 1 || rec[0].ExecutionID != execID {
+		if rec := list[wire.AuditEvent](t, d.url, key, "/v1/audit/events", "type=execution.recovered"); len(rec) != 1 || rec[0].ExecutionID != execID {
 			t.Errorf("execution.recovered events: got %+v, want one for %s", rec, execID)
 		}
 
@@ -327,7 +327,7 @@ func TestCrashRecovery(t *testing.T) {
 
 		// The restarted daemon works and charges as usual.
 		after := do(t, d.url, "POST", "/v1/executions", key, capability.InvokeRequest{Runtime: "shell", Code: "echo alive"}).want(t, http.StatusOK).execution(t)
-		if after.Status != string(model.StatusSucceeded) {
+		if string(after.Status) != string(model.StatusSucceeded) {
 			t.Errorf("a run after the restart: got %q, want succeeded", after.Status)
 		}
 		do(t, d.url, "GET", "/v1/workspace", key, nil).want(t, http.StatusOK).decode(t, &ws)

@@ -15,7 +15,7 @@ func TestFreeInvocations(t *testing.T) {
 	forEachStore(t, func(t *testing.T, b backend) {
 		e := newEnv(t, b, envConfig{policy: noApproval, credits: 10, svc: capability.ServiceOptions{CreditsPerInvocation: new(int64(0))}})
 		v := e.invoke(capability.InvokeRequest{Runtime: "python", Code: "print(1)"}).want(t, http.StatusOK).execution(t)
-		if v.Status != string(model.StatusSucceeded) {
+		if string(v.Status) != string(model.StatusSucceeded) {
 			t.Fatalf("execution: got %s (%s), want succeeded", v.Status, v.Result)
 		}
 		e.wantCredits(10, 0)

@@ -29,6 +29,7 @@ import (
 	"github.com/stockade-sh/stockade/sandbox"
 	"github.com/stockade-sh/stockade/store"
 	"github.com/stockade-sh/stockade/store/storetest"
+	"github.com/stockade-sh/stockade/wire"
 )
 
 func TestAllowedRunChargesTwoCredits(t *testing.T) {
@@ -36,7 +37,7 @@ func TestAllowedRunChargesTwoCredits(t *testing.T) {
 		e := newEnv(t, b, envConfig{policy: noApproval, credits: 10})
 		code := `print("hello from the sandbox")`
 		v := e.invoke(capability.InvokeRequest{Runtime: "python", Code: code}).want(t, http.StatusOK).execution(t)
-		if v.Status != string(model.StatusSucceeded) || v.Driver != "runc" || v.StartedAt == nil || v.FinishedAt == nil {
+		if string(v.Status) != string(model.StatusSucceeded) || v.Driver != "runc" || v.StartedAt == nil || v.FinishedAt == nil {
 			t.Fatalf("execution: got status %q driver %q started %v finished %v, want succeeded on runc", v.Status, v.Driver, v.StartedAt, v.FinishedAt)
 		}
 		res := result(t, v)
@@ -50,7 +51,7 @@ func TestAllowedRunChargesTwoCredits(t *testing.T) {
 			t.Fatalf("tool_calls rows: got %d, want 1", len(calls))
 		}
 		tc := calls[0]
-		if tc.ExecutionID != v.ID || tc.CreditsCharged != 2 || tc.Status != string(model.StatusSucceeded) ||
+		if tc.ExecutionID != v.ID || tc.CreditsCharged != 2 || string(tc.Status) != string(model.StatusSucceeded) ||
 			tc.ExitCode == nil || *tc.ExitCode != 0 || tc.StdoutPreview != "hello from the sandbox\n" ||
 			tc.InputSHA256 != capability.InputHash("python", code) || tc.Driver != "runc" || tc.Tool != "code.execute" {
 			t.Errorf("tool_calls row: got %+v", tc)
@@ -159,37 +160,37 @@ func wantCard(t *testing.T, raw json.RawMessage, req capability.InvokeRequest, a
 // 202 answer.
 // deny denies v's approval as the approver and checks that the answer
 // and the execution say denied, and that it never started.
-func (e *env) deny(t *testing.T, v api.ExecutionView, reason string) {
+func (e *env) deny(t *testing.T, v wire.Execution, reason string) {
 	t.Helper()
 	var d decision
 	e.do("POST", "/v1/approvals/"+v.ApprovalID+"/deny", e.approver, map[string]string{"reason": reason}).want(t, http.StatusOK).decode(t, &d)
 	if d.Approval.Status != "denied" || d.Execution.Status != "denied" {
 		t.Errorf("deny answer: got approval %q execution %q, want denied and denied", d.Approval.Status, d.Execution.Status)
 	}
-	if got := e.wait(v.ID, 5*time.Second); got.Status != string(model.StatusDenied) || got.StartedAt != nil {
+	if got := e.wait(v.ID, 5*time.Second); string(got.Status) != string(model.StatusDenied) || got.StartedAt != nil {
 		t.Errorf("after denial: got status %q started %v, want denied, never started", got.Status, got.StartedAt)
 	}
 }
 
-func (e *env) awaitApproval(req capability.InvokeRequest) api.ExecutionView {
+func (e *env) awaitApproval(req capability.InvokeRequest) wire.Execution {
 	t := e.t
 	t.Helper()
 	r := e.invoke(req).want(t, http.StatusAccepted)
 	v := r.execution(t)
-	if v.Status != string(model.StatusAwaitingApproval) || v.ApprovalID == "" {
+	if string(v.Status) != string(model.StatusAwaitingApproval) || v.ApprovalID == "" {
 		t.Fatalf("202 answer: got status %q approval %q, want awaiting_approval with an approval id", v.Status, v.ApprovalID)
 	}
 	if loc := r.header.Get("Location"); loc != "/v1/executions/"+v.ID {
 		t.Errorf("Location: got %q, want /v1/executions/%s", loc, v.ID)
 	}
-	wantCard(t, v.Approval, req, v.ApprovalID, v.ID)
+	wantCard(t, cardJSON(v.Approval), req, v.ApprovalID, v.ID)
 	return v
 }
 
 // decision is the answer of approve and deny.
 type decision struct {
-	Approval  api.ApprovalView  `json:"approval"`
-	Execution api.ExecutionView `json:"execution"`
+	Approval  wire.Approval  `json:"approval"`
+	Execution wire.Execution `json:"execution"`
 }
 
 func TestApprovalPaths(t *testing.T) {
@@ -200,11 +201,11 @@ func TestApprovalPaths(t *testing.T) {
 			v := e.awaitApproval(req)
 			e.wantCredits(8, 2)
 
-			pending := list[api.ApprovalView](t, e.url, e.approver, "/v1/approvals", "status=pending")
+			pending := list[wire.Approval](t, e.url, e.approver, "/v1/approvals", "status=pending")
 			if len(pending) != 1 || pending[0].ID != v.ApprovalID || pending[0].ExecutionID != v.ID || pending[0].Status != "pending" {
 				t.Fatalf("pending approvals: got %+v, want %s", pending, v.ApprovalID)
 			}
-			wantCard(t, pending[0].Card, req, v.ApprovalID, v.ID)
+			wantCard(t, cardJSON(&pending[0].Card), req, v.ApprovalID, v.ID)
 			if got := e.do("GET", "/v1/executions/"+v.ID, e.agent, nil).want(t, http.StatusOK).execution(t); got.Status != "awaiting_approval" {
 				t.Errorf("GET before the decision: got %q, want awaiting_approval", got.Status)
 			}
@@ -215,7 +216,7 @@ func TestApprovalPaths(t *testing.T) {
 				t.Errorf("decided approval: got %+v", d.Approval)
 			}
 			got := e.wait(v.ID, 30*time.Second)
-			if got.Status != string(model.StatusSucceeded) || result(t, got).Stdout != "approved run\n" {
+			if string(got.Status) != string(model.StatusSucceeded) || result(t, got).Stdout != "approved run\n" {
 				t.Fatalf("after approval: got status %q result %s, want succeeded", got.Status, got.Result)
 			}
 			e.wantCredits(8, 0)
@@ -250,7 +251,7 @@ func TestApprovalPaths(t *testing.T) {
 			v := e.awaitApproval(capability.InvokeRequest{Runtime: "python", Code: "print(1)"})
 			start := time.Now()
 			got := e.wait(v.ID, 15*time.Second)
-			if got.Status != string(model.StatusApprovalExpired) {
+			if string(got.Status) != string(model.StatusApprovalExpired) {
 				t.Fatalf("after the TTL: got status %q, want approval_expired", got.Status)
 			}
 			if d := time.Since(start); d > 5*time.Second {
@@ -260,7 +261,7 @@ func TestApprovalPaths(t *testing.T) {
 			if tc := e.toolCall(v.ID); tc.CreditsCharged != 0 || tc.Status != "approval_expired" {
 				t.Errorf("tool_calls row: got %s with %d credits, want approval_expired with 0", tc.Status, tc.CreditsCharged)
 			}
-			if ex := list[api.ApprovalView](t, e.url, e.approver, "/v1/approvals", "status=expired"); len(ex) != 1 || ex[0].ID != v.ApprovalID {
+			if ex := list[wire.Approval](t, e.url, e.approver, "/v1/approvals", "status=expired"); len(ex) != 1 || ex[0].ID != v.ApprovalID {
 				t.Errorf("expired approvals: got %+v, want %s", ex, v.ApprovalID)
 			}
 			if got := len(e.events("approval.expired", v.ID)); got != 1 {
@@ -330,11 +331,11 @@ func TestServerSentEvents(t *testing.T) {
 			if stdout != "streamed\n" {
 				t.Errorf("streamed stdout: got %q, want %q", stdout, "streamed\n")
 			}
-			var v api.ExecutionView
+			var v wire.Execution
 			if err := json.Unmarshal([]byte(evs[len(evs)-1].data), &v); err != nil {
 				t.Fatal(err)
 			}
-			if v.ID != card.ExecutionID || v.Status != string(model.StatusSucceeded) || result(t, v).Stdout != "streamed\n" {
+			if v.ID != card.ExecutionID || string(v.Status) != string(model.StatusSucceeded) || result(t, v).Stdout != "streamed\n" {
 				t.Errorf("result event: got id %q status %q result %s, want %s succeeded", v.ID, v.Status, v.Result, card.ExecutionID)
 			}
 			e.wantCredits(8, 0)
@@ -357,11 +358,11 @@ func TestServerSentEvents(t *testing.T) {
 			if len(evs) != 1 || evs[0].name != "denied" {
 				t.Fatalf("events after approval_required: got %v, want one denied", evs)
 			}
-			var v api.ExecutionView
+			var v wire.Execution
 			if err := json.Unmarshal([]byte(evs[0].data), &v); err != nil {
 				t.Fatal(err)
 			}
-			if v.ID != card.ExecutionID || v.Status != string(model.StatusDenied) {
+			if v.ID != card.ExecutionID || string(v.Status) != string(model.StatusDenied) {
 				t.Errorf("denied event: got id %q status %q, want %s denied", v.ID, v.Status, card.ExecutionID)
 			}
 			e.wantCredits(10, 0)
@@ -390,14 +391,14 @@ func TestRoles(t *testing.T) {
 		for _, verb := range []string{"approve", "deny"} {
 			e.do("POST", "/v1/approvals/"+v.ApprovalID+"/"+verb, e.agent, nil).wantError(t, http.StatusForbidden, "permission_denied")
 		}
-		if p := list[api.ApprovalView](t, e.url, e.approver, "/v1/approvals", "status=pending"); len(p) != 1 || p[0].ID != v.ApprovalID {
+		if p := list[wire.Approval](t, e.url, e.approver, "/v1/approvals", "status=pending"); len(p) != 1 || p[0].ID != v.ApprovalID {
 			t.Fatalf("pending approvals after the agent's attempts: got %+v, want %s still pending", p, v.ApprovalID)
 		}
 		e.wantCredits(8, 2)
 
 		// An admin key may decide.
 		e.do("POST", "/v1/approvals/"+v.ApprovalID+"/approve", e.admin, nil).want(t, http.StatusOK)
-		if got := e.wait(v.ID, 30*time.Second); got.Status != string(model.StatusSucceeded) {
+		if got := e.wait(v.ID, 30*time.Second); string(got.Status) != string(model.StatusSucceeded) {
 			t.Errorf("after the admin's approval: got %q, want succeeded", got.Status)
 		}
 		e.wantCredits(8, 0)
@@ -424,7 +425,7 @@ func TestRoles(t *testing.T) {
 		e.do("GET", "/v1/executions/"+v.ID, otherKeys[model.RoleAgent], nil).wantError(t, http.StatusNotFound, "not_found")
 		v2 := e.awaitApproval(capability.InvokeRequest{Runtime: "python", Code: "print(2)"})
 		e.do("POST", "/v1/approvals/"+v2.ApprovalID+"/approve", otherKeys[model.RoleApprover], nil).wantError(t, http.StatusNotFound, "not_found")
-		if calls := list[api.ToolCallView](t, e.url, otherKeys[model.RoleAgent], "/v1/tool-calls", ""); len(calls) != 0 {
+		if calls := list[wire.ToolCall](t, e.url, otherKeys[model.RoleAgent], "/v1/tool-calls", ""); len(calls) != 0 {
 			t.Errorf("another workspace's tool calls: got %d, want 0", len(calls))
 		}
 	})
@@ -564,11 +565,11 @@ func TestFailedLaunchChargesNothing(t *testing.T) {
 		// An empty image store: every runtime's image is missing.
 		e := newEnv(t, b, envConfig{credits: 10, policy: noApproval, images: t.TempDir()})
 		v := e.invoke(capability.InvokeRequest{Runtime: "python", Code: "print(1)"}).want(t, http.StatusOK).execution(t)
-		if v.Status != string(model.StatusLaunchFailed) || v.StartedAt != nil {
+		if string(v.Status) != string(model.StatusLaunchFailed) || v.StartedAt != nil {
 			t.Fatalf("execution: got status %q started %v, want launch_failed, never started", v.Status, v.StartedAt)
 		}
 		var res struct{ Error string }
-		if err := json.Unmarshal(v.Result, &res); err != nil || !strings.Contains(res.Error, "python") {
+		if err := json.Unmarshal(v.Result.JSON(), &res); err != nil || !strings.Contains(res.Error, "python") {
 			t.Errorf("result: got %s, want an error naming the missing python image", v.Result)
 		}
 		e.wantCredits(10, 0)
@@ -611,7 +612,7 @@ func TestIdempotentRetry(t *testing.T) {
 		if again.ID != first.ID || !again.Replayed || first.Replayed {
 			t.Fatalf("retry: got id %q replayed %v (first %q replayed %v), want the first execution replayed", again.ID, again.Replayed, first.ID, first.Replayed)
 		}
-		if again.Status != string(model.StatusSucceeded) || result(t, again).Stdout != "once\n" {
+		if string(again.Status) != string(model.StatusSucceeded) || result(t, again).Stdout != "once\n" {
 			t.Errorf("replayed result: got %q %s", again.Status, again.Result)
 		}
 		e.wantCredits(8, 0)
@@ -657,11 +658,11 @@ func TestIdempotentRetry(t *testing.T) {
 			if len(evs) != 1 || evs[0].name != "result" {
 				t.Fatalf("SSE replay of a finished execution: got %v, want one result", evs)
 			}
-			var v api.ExecutionView
+			var v wire.Execution
 			if err := json.Unmarshal([]byte(evs[0].data), &v); err != nil {
 				t.Fatal(err)
 			}
-			if v.ID != first.ID || !v.Replayed || v.Status != string(model.StatusSucceeded) {
+			if v.ID != first.ID || !v.Replayed || string(v.Status) != string(model.StatusSucceeded) {
 				t.Errorf("SSE replay: got id %q replayed %v status %q, want %s replayed, succeeded", v.ID, v.Replayed, v.Status, first.ID)
 			}
 			e.wantCredits(6, 0)
@@ -678,13 +679,13 @@ func TestIdempotentRetryAwaitingApproval(t *testing.T) {
 		if again.ID != first.ID || again.ApprovalID != first.ApprovalID || !again.Replayed {
 			t.Fatalf("retry while awaiting approval: got %q/%q replayed %v, want %q/%q replayed", again.ID, again.ApprovalID, again.Replayed, first.ID, first.ApprovalID)
 		}
-		wantCard(t, again.Approval, req, first.ApprovalID, first.ID)
-		if p := list[api.ApprovalView](t, e.url, e.approver, "/v1/approvals", "status=pending"); len(p) != 1 {
+		wantCard(t, cardJSON(again.Approval), req, first.ApprovalID, first.ID)
+		if p := list[wire.Approval](t, e.url, e.approver, "/v1/approvals", "status=pending"); len(p) != 1 {
 			t.Errorf("pending approvals: got %d, want 1", len(p))
 		}
 		e.wantCredits(8, 2)
 		e.do("POST", "/v1/approvals/"+first.ApprovalID+"/approve", e.approver, nil).want(t, http.StatusOK)
-		if got := e.wait(first.ID, 30*time.Second); got.Status != string(model.StatusSucceeded) {
+		if got := e.wait(first.ID, 30*time.Second); string(got.Status) != string(model.StatusSucceeded) {
 			t.Fatalf("after approval: got %q, want succeeded", got.Status)
 		}
 		e.wantCredits(8, 0)
@@ -742,14 +743,14 @@ func invokeConcurrently(base, key string, n int, req capability.InvokeRequest, h
 // number of executions that launched.
 func checkConcurrentRun(t *testing.T, e *env, answers []answer, granted int64, refusal int, refusalDecision string) int {
 	t.Helper()
-	var ok []api.ExecutionView
+	var ok []wire.Execution
 	refused := 0
 	for _, a := range answers {
 		switch {
 		case a.err != nil:
 			t.Fatalf("request failed: %v", a.err)
 		case a.code == http.StatusOK:
-			var v api.ExecutionView
+			var v wire.Execution
 			if err := json.Unmarshal(a.body, &v); err != nil {
 				t.Fatalf("decoding %s: %v", a.body, err)
 			}
@@ -770,7 +771,7 @@ func checkConcurrentRun(t *testing.T, e *env, answers []answer, granted int64, r
 		if v.StartedAt != nil {
 			launched++
 		}
-		if v.Status != string(model.StatusSucceeded) || result(t, v).Stdout != "hi\n" {
+		if string(v.Status) != string(model.StatusSucceeded) || result(t, v).Stdout != "hi\n" {
 			t.Errorf("execution %s: got status %q result %s, want succeeded with hi", v.ID, v.Status, v.Result)
 		}
 	}
@@ -884,7 +885,7 @@ func TestAdmissionControl(t *testing.T) {
 			}
 			answers[name] = a
 		}
-		var first api.ExecutionView
+		var first wire.Execution
 		if err := json.Unmarshal(answers["running"].body, &first); err != nil {
 			t.Fatal(err)
 		}
@@ -960,7 +961,7 @@ func TestMetrics(t *testing.T) {
 			v := e.awaitApproval(capability.InvokeRequest{Runtime: "shell", Code: "echo hi"})
 			e.wantMetrics("while an approval is pending", "stockade_approvals_pending 1")
 			e.do("POST", "/v1/approvals/"+v.ApprovalID+"/approve", e.approver, nil).want(t, http.StatusOK)
-			if got := e.wait(v.ID, 30*time.Second); got.Status != string(model.StatusSucceeded) {
+			if got := e.wait(v.ID, 30*time.Second); string(got.Status) != string(model.StatusSucceeded) {
 				t.Fatalf("after approval: got %q, want succeeded", got.Status)
 			}
 			e.wantMetrics("after the approved run", "stockade_approvals_pending 0",
@@ -976,7 +977,7 @@ func TestMetrics(t *testing.T) {
 			denied := e.awaitApproval(capability.InvokeRequest{Runtime: "shell", Code: "echo no"})
 			e.do("POST", "/v1/approvals/"+denied.ApprovalID+"/deny", e.approver, nil).want(t, http.StatusOK)
 			expired := e.awaitApproval(capability.InvokeRequest{Runtime: "shell", Code: "echo late"})
-			if got := e.wait(expired.ID, 15*time.Second); got.Status != string(model.StatusApprovalExpired) {
+			if got := e.wait(expired.ID, 15*time.Second); string(got.Status) != string(model.StatusApprovalExpired) {
 				t.Fatalf("after the TTL: got %q, want approval_expired", got.Status)
 			}
 			e.wantMetrics("after a denial and an expiry", "stockade_approvals_pending 0",
@@ -1015,7 +1016,7 @@ func TestOpenAPIDocument(t *testing.T) {
 	}
 	r.decode(t, &doc)
 	// The approval card as documented: every field an approver receives.
-	card := reflect.TypeFor[capability.ApprovalCard]()
+	card := reflect.TypeFor[wire.ApprovalCard]()
 	for i := range card.NumField() {
 		name, _, _ := strings.Cut(card.Field(i).Tag.Get("json"), ",")
 		if _, ok := doc.Components.Schemas["ApprovalCard"].Properties[name]; !ok {
@@ -1069,7 +1070,7 @@ func TestToolCallsAndAuditListing(t *testing.T) {
 			t.Run(tt.name, func(t *testing.T) {
 				// The subtest's t, not e's: a failure must stop this
 				// subtest, on its own goroutine.
-				calls := list[api.ToolCallView](t, e.url, e.agent, "/v1/tool-calls", tt.query.Encode())
+				calls := list[wire.ToolCall](t, e.url, e.agent, "/v1/tool-calls", tt.query.Encode())
 				if got := toolCallIDs(calls); !slices.Equal(got, tt.want) {
 					t.Errorf("got %v, want %v", got, tt.want)
 				}
@@ -1089,8 +1090,8 @@ func TestToolCallsAndAuditListing(t *testing.T) {
 						q.Set("cursor", cursor)
 					}
 					var p struct {
-						Items []api.ToolCallView `json:"items"`
-						Next  string             `json:"next_cursor"`
+						Items []wire.ToolCall `json:"items"`
+						Next  string          `json:"next_cursor"`
 					}
 					do(t, e.url, "GET", "/v1/tool-calls?"+q.Encode(), e.agent, nil).want(t, http.StatusOK).decode(t, &p)
 					if len(p.Items) > limit {
@@ -1107,14 +1108,14 @@ func TestToolCallsAndAuditListing(t *testing.T) {
 			}
 			q := url.Values{"limit": {"2"}, "status": {"succeeded"}}
 			var p struct {
-				Items []api.ToolCallView `json:"items"`
-				Next  string             `json:"next_cursor"`
+				Items []wire.ToolCall `json:"items"`
+				Next  string          `json:"next_cursor"`
 			}
 			e.do("GET", "/v1/tool-calls?"+q.Encode(), e.agent, nil).want(t, http.StatusOK).decode(t, &p)
 			q.Set("cursor", p.Next)
 			var p2 struct {
-				Items []api.ToolCallView `json:"items"`
-				Next  string             `json:"next_cursor"`
+				Items []wire.ToolCall `json:"items"`
+				Next  string          `json:"next_cursor"`
 			}
 			e.do("GET", "/v1/tool-calls?"+q.Encode(), e.agent, nil).want(t, http.StatusOK).decode(t, &p2)
 			if got := append(toolCallIDs(p.Items), toolCallIDs(p2.Items)...); p.Next == "" || p2.Next != "" || !slices.Equal(got, []string{ids[3], ids[1], ids[0]}) {
@@ -1169,7 +1170,7 @@ func TestToolCallsAndAuditListing(t *testing.T) {
 			if !slices.Equal(got, []string{ids[3], ids[2], ids[1], ids[0]}) {
 				t.Errorf("invoke_allowed events: got executions %v, want %v newest first", got, ids)
 			}
-			if one := e.events("", ids[2]); len(one) == 0 || slices.ContainsFunc(one, func(ev api.EventView) bool { return ev.ExecutionID != ids[2] }) {
+			if one := e.events("", ids[2]); len(one) == 0 || slices.ContainsFunc(one, func(ev wire.AuditEvent) bool { return ev.ExecutionID != ids[2] }) {
 				t.Errorf("events of %s: got %+v", ids[2], one)
 			}
 			if ok, broken, err := e.st.VerifyChain(t.Context(), e.ws.ID); !ok || err != nil {
@@ -1179,7 +1180,7 @@ func TestToolCallsAndAuditListing(t *testing.T) {
 	})
 }
 
-func toolCallIDs(calls []api.ToolCallView) []string {
+func toolCallIDs(calls []wire.ToolCall) []string {
 	var out []string
 	for _, c := range calls {
 		out = append(out, c.ExecutionID)

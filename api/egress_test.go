@@ -25,7 +25,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/stockade-sh/stockade/api"
 	"github.com/stockade-sh/stockade/capability"
 	"github.com/stockade-sh/stockade/driver/gvisor"
 	"github.com/stockade-sh/stockade/egress"
@@ -36,6 +35,7 @@ import (
 	"github.com/stockade-sh/stockade/model"
 	"github.com/stockade-sh/stockade/sandbox"
 	"github.com/stockade-sh/stockade/tools"
+	"github.com/stockade-sh/stockade/wire"
 )
 
 // The sandbox networks of these tests have a prefix and a range of their
@@ -216,14 +216,14 @@ type egressData struct {
 // until there is one matching each of want, and fails the test if that
 // takes more than 10 s. The service writes them from a queue, so they may
 // land after the execution has ended.
-func (e *egressEnv) waitRefusals(id string, want ...refusal) []api.EventView {
+func (e *egressEnv) waitRefusals(id string, want ...refusal) []wire.AuditEvent {
 	e.t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		evs := e.events("egress.denied", id)
 		var missing []refusal
 		for _, w := range want {
-			if !slices.ContainsFunc(evs, func(ev api.EventView) bool {
+			if !slices.ContainsFunc(evs, func(ev wire.AuditEvent) bool {
 				var d egressData
 				return json.Unmarshal(ev.Data, &d) == nil && ev.Reason == w.reason && d.Protocol == w.protocol && (w.name == "" || d.Name == w.name)
 			}) {
@@ -240,7 +240,7 @@ func (e *egressEnv) waitRefusals(id string, want ...refusal) []api.EventView {
 	}
 }
 
-func eventSummary(evs []api.EventView) string {
+func eventSummary(evs []wire.AuditEvent) string {
 	var out []string
 	for _, ev := range evs {
 		out = append(out, fmt.Sprintf("{%s %q %s}", ev.Type, ev.Reason, ev.Data))
@@ -261,12 +261,12 @@ func TestEgressOverHTTP(t *testing.T) {
 				e := newEgressEnv(t, b, driver)
 				req := e.fetchRequest()
 				v := e.awaitApproval(req)
-				e.wantFetchCard(v.Approval)
-				pending := list[api.ApprovalView](t, e.url, e.approver, "/v1/approvals", "status=pending")
+				e.wantFetchCard(cardJSON(v.Approval))
+				pending := list[wire.Approval](t, e.url, e.approver, "/v1/approvals", "status=pending")
 				if len(pending) != 1 || pending[0].ID != v.ApprovalID {
 					t.Fatalf("pending approvals: got %+v, want %s", pending, v.ApprovalID)
 				}
-				e.wantFetchCard(pending[0].Card)
+				e.wantFetchCard(cardJSON(&pending[0].Card))
 				if n := e.hits.Load(); n != 0 {
 					t.Fatalf("the upstream answered %d requests before the approval, want 0", n)
 				}
@@ -274,7 +274,7 @@ func TestEgressOverHTTP(t *testing.T) {
 				e.do("POST", "/v1/approvals/"+v.ApprovalID+"/approve", e.approver, map[string]string{"reason": "fetch may reach " + allowedName}).
 					want(t, http.StatusOK)
 				got := e.wait(v.ID, 50*time.Second) // under requestTimeout; the run itself is bounded at 30 s
-				if got.Status != string(model.StatusSucceeded) || got.Driver != driver {
+				if string(got.Status) != string(model.StatusSucceeded) || got.Driver != driver {
 					t.Fatalf("after approval: got status %q on %q, result %s; want succeeded on %s", got.Status, got.Driver, got.Result, driver)
 				}
 				res := result(t, got)
@@ -299,7 +299,7 @@ func TestEgressOverHTTP(t *testing.T) {
 					var d egressData
 					if err := json.Unmarshal(ev.Data, &d); err != nil || ev.Code != "EGR001W" || ev.Actor != "system" || d.Tool != "fetch" || d.Name == allowedName {
 						t.Errorf("egress.denied event: got %s by %q with code %s (%v), want EGR001W by system for fetch, never %s",
-							eventSummary([]api.EventView{ev}), ev.Actor, ev.Code, err, allowedName)
+							eventSummary([]wire.AuditEvent{ev}), ev.Actor, ev.Code, err, allowedName)
 					}
 				}
 				allowed := e.events("capability.invoke_allowed", v.ID)
@@ -334,8 +334,8 @@ func TestEgressNeedsApproval(t *testing.T) {
 	forEachStore(t, func(t *testing.T, b backend) {
 		e := newEgressEnv(t, b, "runc")
 		v := e.awaitApproval(e.fetchRequest())
-		e.wantFetchCard(v.Approval)
-		if got := e.wait(v.ID, time.Second); got.Status != string(model.StatusAwaitingApproval) || got.StartedAt != nil {
+		e.wantFetchCard(cardJSON(v.Approval))
+		if got := e.wait(v.ID, time.Second); string(got.Status) != string(model.StatusAwaitingApproval) || got.StartedAt != nil {
 			t.Fatalf("while pending: got status %q started %v, want awaiting_approval, not started", got.Status, got.StartedAt)
 		}
 		if left := e.nets.Leftovers(); len(left) > 0 {

@@ -8,12 +8,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/stockade-sh/stockade/api"
 	"github.com/stockade-sh/stockade/capability"
 	"github.com/stockade-sh/stockade/driver/gvisor"
 	"github.com/stockade-sh/stockade/engine"
 	"github.com/stockade-sh/stockade/internal/testenv"
 	"github.com/stockade-sh/stockade/sandbox"
+	"github.com/stockade-sh/stockade/wire"
 )
 
 // endingResult is what TestEndings reads of a result document, a one-shot
@@ -132,7 +132,7 @@ func TestEndings(t *testing.T) {
 		}
 		t.Run(tt.tier+"/"+kind+"/"+tt.name, func(t *testing.T) {
 			e := endingsEnv(t, tt.tier)
-			var ses api.SessionView
+			var ses wire.Session
 			path, body := "/v1/executions", any(capability.InvokeRequest{Runtime: "python", Code: tt.code, TimeoutMS: tt.timeoutMS})
 			if tt.cell {
 				ses = e.openSession(e.agent, capability.CreateSessionRequest{Runtime: "python", TTLMS: tt.ttlMS})
@@ -159,10 +159,10 @@ func TestEndings(t *testing.T) {
 
 			v := e.wait(started.ExecutionID, 30*time.Second)
 			var res endingResult
-			if err := json.Unmarshal(v.Result, &res); err != nil {
+			if err := json.Unmarshal(v.Result.JSON(), &res); err != nil {
 				t.Fatalf("the result %s: %v", v.Result, err)
 			}
-			if v.Status != tt.status || res.EndedBy != tt.endedBy {
+			if string(v.Status) != tt.status || res.EndedBy != tt.endedBy {
 				t.Errorf("status, ended_by: got %s, %q, want %s, %q (result %s)", v.Status, res.EndedBy, tt.status, tt.endedBy, v.Result)
 			}
 			if !tt.cell && res.Signal != tt.signal {
@@ -174,7 +174,7 @@ func TestEndings(t *testing.T) {
 			if tt.figures && (res.CPUMS <= 0 || res.PeakMemoryBytes <= 0) {
 				t.Errorf("cpu_ms, peak_memory_bytes: got %d, %d, want both non-zero", res.CPUMS, res.PeakMemoryBytes)
 			}
-			if tc := e.toolCall(started.ExecutionID); tc.Status != tt.status || tc.CreditsCharged != price {
+			if tc := e.toolCall(started.ExecutionID); string(tc.Status) != tt.status || tc.CreditsCharged != price {
 				t.Errorf("tool_calls row: got %s charged %d, want %s charged %d", tc.Status, tc.CreditsCharged, tt.status, price)
 			}
 			if tt.cell {

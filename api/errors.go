@@ -12,22 +12,8 @@ import (
 
 	"github.com/stockade-sh/stockade/capability"
 	"github.com/stockade-sh/stockade/errdefs"
+	"github.com/stockade-sh/stockade/wire"
 )
-
-// ErrorBody is the JSON of every error response.
-type ErrorBody struct {
-	Error ErrorDetail `json:"error"`
-}
-
-// ErrorDetail is a stable code and a sentence for people.
-type ErrorDetail struct {
-	Code    string `json:"code"`
-	Message string `json:"message"`
-	// EndedAt and EndReason say when and why a session ended, with the
-	// code session_expired.
-	EndedAt   *time.Time `json:"ended_at,omitempty"`
-	EndReason string     `json:"end_reason,omitempty"`
-}
 
 // The API's own error classes: only HTTP has methods and request bodies
 // that arrive late. They are mapped in classes beside errdefs' classes.
@@ -51,26 +37,26 @@ type class struct {
 // It is the only place where error classes meet HTTP; MCP and the console
 // answer through it too.
 var classes = []class{
-	{asType[*capability.SessionExpiredError], http.StatusGone, "session_expired", "the session has ended"},
-	{asType[*capability.SessionBusyError], http.StatusConflict, "session_busy", "the session is running a cell; wait for it to end or interrupt it"},
-	{asType[*capability.QuotaError], http.StatusTooManyRequests, "session_quota", "the workspace has as many live sessions as it may; close one or retry later"},
-	{isErr(capability.ErrInvalidPath), http.StatusBadRequest, "invalid_path", "the path is not a path below /tmp or /workspace"},
-	{isErr(errMethodNotAllowed), http.StatusMethodNotAllowed, "method_not_allowed", "method not allowed"},
-	{isErr(errRequestTimeout), http.StatusRequestTimeout, "request_timeout", "the request body did not arrive in time"},
-	{errdefs.IsInvalidArgument, http.StatusBadRequest, "invalid_argument", "the request is not valid"},
-	{errdefs.IsUnauthenticated, http.StatusUnauthorized, "unauthenticated", "the API key is missing, invalid or revoked"},
-	{errdefs.IsPaymentRequired, http.StatusPaymentRequired, "insufficient_credits", "the workspace has too few credits"},
-	{errdefs.IsPermissionDenied, http.StatusForbidden, "permission_denied", "this key may not do this"},
-	{errdefs.IsNotFound, http.StatusNotFound, "not_found", "not found"},
-	{errdefs.IsConflict, http.StatusConflict, "conflict", "the request conflicts with the current state"},
-	{errdefs.IsFailedPrecondition, http.StatusConflict, "conflict", "the request cannot be done in the current state"},
-	{errdefs.IsTooLarge, http.StatusRequestEntityTooLarge, "too_large", "the request is too large"},
-	{errdefs.IsResourceExhausted, http.StatusTooManyRequests, "resource_exhausted", "the server is at capacity; retry later"},
-	{errdefs.IsUnavailable, http.StatusServiceUnavailable, "unavailable", "the service is unavailable; retry later"},
+	{asType[*capability.SessionExpiredError], http.StatusGone, wire.CodeSessionExpired, "the session has ended"},
+	{asType[*capability.SessionBusyError], http.StatusConflict, wire.CodeSessionBusy, "the session is running a cell; wait for it to end or interrupt it"},
+	{asType[*capability.QuotaError], http.StatusTooManyRequests, wire.CodeSessionQuota, "the workspace has as many live sessions as it may; close one or retry later"},
+	{isErr(capability.ErrInvalidPath), http.StatusBadRequest, wire.CodeInvalidPath, "the path is not a path below /tmp or /workspace"},
+	{isErr(errMethodNotAllowed), http.StatusMethodNotAllowed, wire.CodeMethodNotAllowed, "method not allowed"},
+	{isErr(errRequestTimeout), http.StatusRequestTimeout, wire.CodeRequestTimeout, "the request body did not arrive in time"},
+	{errdefs.IsInvalidArgument, http.StatusBadRequest, wire.CodeInvalidArgument, "the request is not valid"},
+	{errdefs.IsUnauthenticated, http.StatusUnauthorized, wire.CodeUnauthenticated, "the API key is missing, invalid or revoked"},
+	{errdefs.IsPaymentRequired, http.StatusPaymentRequired, wire.CodeInsufficientCredit, "the workspace has too few credits"},
+	{errdefs.IsPermissionDenied, http.StatusForbidden, wire.CodePermissionDenied, "this key may not do this"},
+	{errdefs.IsNotFound, http.StatusNotFound, wire.CodeNotFound, "not found"},
+	{errdefs.IsConflict, http.StatusConflict, wire.CodeConflict, "the request conflicts with the current state"},
+	{errdefs.IsFailedPrecondition, http.StatusConflict, wire.CodeConflict, "the request cannot be done in the current state"},
+	{errdefs.IsTooLarge, http.StatusRequestEntityTooLarge, wire.CodeTooLarge, "the request is too large"},
+	{errdefs.IsResourceExhausted, http.StatusTooManyRequests, wire.CodeResourceExhausted, "the server is at capacity; retry later"},
+	{errdefs.IsUnavailable, http.StatusServiceUnavailable, wire.CodeUnavailable, "the service is unavailable; retry later"},
 }
 
 // internal is the class of an error of none of the classes.
-var internal = class{status: http.StatusInternalServerError, code: "internal", sentence: "internal error"}
+var internal = class{status: http.StatusInternalServerError, code: wire.CodeInternal, sentence: "internal error"}
 
 func asType[T error](err error) bool {
 	var t T
@@ -112,9 +98,9 @@ const retryAfter = time.Second
 // class's fixed sentence. An internal error always has the fixed
 // sentence. hidden says that err said more than the client reads: its
 // cause is the operator's, to be logged (Report).
-func Public(err error) (code int, d ErrorDetail, hidden bool) {
+func Public(err error) (code int, d wire.ErrorDetail, hidden bool) {
 	c := classOf(err)
-	d = ErrorDetail{Code: c.code, Message: c.sentence}
+	d = wire.ErrorDetail{Code: c.code, Message: c.sentence}
 	if msg, ok := errdefs.PublicMessage(err); ok && c.status != http.StatusInternalServerError {
 		d.Message = sentence(msg)
 	}
@@ -129,7 +115,7 @@ func Public(err error) (code int, d ErrorDetail, hidden bool) {
 // Report is Public, and it logs err with its cause and the request's id
 // (RequestID) when the answer is a 5xx or hides err's message, so that
 // what a client reads as "internal error" can be found in the log.
-func Report(ctx context.Context, log *slog.Logger, err error) (code int, d ErrorDetail) {
+func Report(ctx context.Context, log *slog.Logger, err error) (code int, d wire.ErrorDetail) {
 	code, d, hidden := Public(err)
 	if code >= 500 || hidden {
 		level := slog.LevelWarn
@@ -144,7 +130,7 @@ func Report(ctx context.Context, log *slog.Logger, err error) (code int, d Error
 
 // answer is the error answer of err: its status, its body, and whether it
 // says when to retry (Retry-After). It logs what Report logs.
-func (s *server) answer(ctx context.Context, err error) (code int, d ErrorDetail, retry bool) {
+func (s *server) answer(ctx context.Context, err error) (code int, d wire.ErrorDetail, retry bool) {
 	code, d = Report(ctx, s.log, err)
 	return code, d, code == http.StatusTooManyRequests || code == http.StatusServiceUnavailable
 }
@@ -159,15 +145,15 @@ func (s *server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 		}
 		w.Header().Set("Retry-After", strconv.Itoa(int((after+time.Second-1)/time.Second)))
 	}
-	writeJSON(w, code, ErrorBody{Error: d})
+	writeJSON(w, code, wire.ErrorBody{Error: d})
 }
 
 // Describe is err's stable code and its whole sentence, for the operator:
 // the CLI prints errors in this form, where only the operator reads them.
 // A client's answer is Public's.
-func Describe(err error) ErrorDetail {
+func Describe(err error) wire.ErrorDetail {
 	_, name := status(err)
-	d := ErrorDetail{Code: name, Message: sentence(err.Error())}
+	d := wire.ErrorDetail{Code: name, Message: sentence(err.Error())}
 	var expired *capability.SessionExpiredError
 	if errors.As(err, &expired) {
 		at := expired.EndedAt.UTC()

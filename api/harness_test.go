@@ -34,6 +34,7 @@ import (
 	"github.com/stockade-sh/stockade/sandbox"
 	"github.com/stockade-sh/stockade/store"
 	"github.com/stockade-sh/stockade/store/storetest"
+	"github.com/stockade-sh/stockade/wire"
 )
 
 // pgEnv names the PostgreSQL the end-to-end tests use; scripts/pgtest.sh
@@ -394,9 +395,9 @@ func (e *env) invoke(req capability.InvokeRequest, hdr ...string) reply {
 }
 
 // execution decodes an ExecutionView answer.
-func (r reply) execution(t *testing.T) api.ExecutionView {
+func (r reply) execution(t *testing.T) wire.Execution {
 	t.Helper()
-	var v api.ExecutionView
+	var v wire.Execution
 	r.decode(t, &v)
 	if v.ID == "" {
 		t.Fatalf("execution without an id: %s", r.body)
@@ -405,17 +406,17 @@ func (r reply) execution(t *testing.T) api.ExecutionView {
 }
 
 // result decodes an execution's engine result.
-func result(t *testing.T, v api.ExecutionView) engine.Result {
+func result(t *testing.T, v wire.Execution) engine.Result {
 	t.Helper()
 	var res engine.Result
-	if err := json.Unmarshal(v.Result, &res); err != nil {
+	if err := json.Unmarshal(v.Result.JSON(), &res); err != nil {
 		t.Fatalf("decoding the result of %s (%s): %v", v.ID, v.Result, err)
 	}
 	return res
 }
 
 // wait long-polls an execution until it ends or d passes.
-func (e *env) wait(id string, d time.Duration) api.ExecutionView {
+func (e *env) wait(id string, d time.Duration) wire.Execution {
 	e.t.Helper()
 	return e.do("GET", "/v1/executions/"+id+"?wait="+d.String(), e.agent, nil).want(e.t, http.StatusOK).execution(e.t)
 }
@@ -423,7 +424,7 @@ func (e *env) wait(id string, d time.Duration) api.ExecutionView {
 // credits returns the balance GET /v1/workspace reports.
 func (e *env) credits() (available, reserved int64) {
 	e.t.Helper()
-	var v api.WorkspaceView
+	var v wire.Workspace
 	e.do("GET", "/v1/workspace", e.agent, nil).want(e.t, http.StatusOK).decode(e.t, &v)
 	return v.Credits.Available, v.Credits.Reserved
 }
@@ -473,7 +474,7 @@ func list[T any](t *testing.T, base, key, path, query string) []T {
 
 // events lists the workspace's audit events of one type (all when typ is
 // empty), for one execution when execID is set.
-func (e *env) events(typ, execID string) []api.EventView {
+func (e *env) events(typ, execID string) []wire.AuditEvent {
 	e.t.Helper()
 	q := url.Values{}
 	if typ != "" {
@@ -482,19 +483,19 @@ func (e *env) events(typ, execID string) []api.EventView {
 	if execID != "" {
 		q.Set("execution_id", execID)
 	}
-	return list[api.EventView](e.t, e.url, e.agent, "/v1/audit/events", q.Encode())
+	return list[wire.AuditEvent](e.t, e.url, e.agent, "/v1/audit/events", q.Encode())
 }
 
 // toolCalls lists the workspace's tool_calls rows matching query.
-func (e *env) toolCalls(query string) []api.ToolCallView {
+func (e *env) toolCalls(query string) []wire.ToolCall {
 	e.t.Helper()
-	return list[api.ToolCallView](e.t, e.url, e.agent, "/v1/tool-calls", query)
+	return list[wire.ToolCall](e.t, e.url, e.agent, "/v1/tool-calls", query)
 }
 
 // toolCall returns the one tool_calls row of an execution.
-func (e *env) toolCall(execID string) api.ToolCallView {
+func (e *env) toolCall(execID string) wire.ToolCall {
 	e.t.Helper()
-	var found []api.ToolCallView
+	var found []wire.ToolCall
 	for _, c := range e.toolCalls("") {
 		if c.ExecutionID == execID {
 			found = append(found, c)
@@ -507,7 +508,7 @@ func (e *env) toolCall(execID string) api.ToolCallView {
 }
 
 // decisionOf returns the "decision" field of an invoke_denied event's data.
-func decisionOf(t *testing.T, ev api.EventView) string {
+func decisionOf(t *testing.T, ev wire.AuditEvent) string {
 	t.Helper()
 	var d struct {
 		Decision string `json:"decision"`
@@ -641,4 +642,16 @@ func (s *stream) rest(d time.Duration) []sseEvent {
 func (s *stream) close() {
 	s.cancel()
 	s.resp.Body.Close()
+}
+
+// cardJSON is an approval card as the API sent it.
+func cardJSON(c *wire.ApprovalCard) json.RawMessage {
+	if c == nil {
+		return nil
+	}
+	b, err := json.Marshal(c)
+	if err != nil {
+		panic(err)
+	}
+	return b
 }

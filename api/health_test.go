@@ -57,7 +57,7 @@ func TestBrokenDriverIsUnavailable(t *testing.T) {
 					t.Errorf("/healthz: got gvisor %q, want ok", health.Drivers["gvisor"])
 				}
 				v := e.invoke(req).want(t, http.StatusOK).execution(t)
-				if v.Status != string(model.StatusSucceeded) {
+				if string(v.Status) != string(model.StatusSucceeded) {
 					t.Fatalf("execution: got %s (%s), want succeeded", v.Status, v.Result)
 				}
 				return

@@ -28,6 +28,7 @@ import (
 	"github.com/stockade-sh/stockade/model"
 	"github.com/stockade-sh/stockade/sandbox"
 	"github.com/stockade-sh/stockade/store"
+	"github.com/stockade-sh/stockade/wire"
 )
 
 // crashDaemonEnv, set to a directory, makes the test binary the daemon of
@@ -157,7 +158,7 @@ func TestKillLoop(t *testing.T) {
 		d := startProcess(t, cmd)
 		// Recovery at start settled whatever the killed daemon had
 		// reserved.
-		var v api.WorkspaceView
+		var v wire.Workspace
 		do(t, d.url, "GET", "/v1/workspace", key, nil).want(t, http.StatusOK).decode(t, &v)
 		if v.Credits.Reserved != 0 || v.Credits.Available+v.Credits.Reserved > granted {
 			t.Fatalf("credits after a restart: got available %d reserved %d, want none reserved", v.Credits.Available, v.Credits.Reserved)
@@ -298,8 +299,8 @@ func invokeOnce(ctx context.Context, c *http.Client, base, key string, body []by
 	if err != nil || resp.StatusCode != http.StatusOK {
 		return ""
 	}
-	var v api.ExecutionView
-	if json.Unmarshal(b, &v) != nil || v.Status != string(model.StatusSucceeded) {
+	var v wire.Execution
+	if json.Unmarshal(b, &v) != nil || string(v.Status) != string(model.StatusSucceeded) {
 		return ""
 	}
 	return v.ID

@@ -28,7 +28,7 @@ tools:
 		e.wantCredits(10, 0)
 		v := e.invoke(capability.InvokeRequest{Runtime: "python", Code: "print(1)", Tool: "report"}).want(t, http.StatusAccepted).execution(t)
 		var card capability.ApprovalCard
-		if err := json.Unmarshal(v.Approval, &card); err != nil {
+		if err := json.Unmarshal(cardJSON(v.Approval), &card); err != nil {
 			t.Fatal(err)
 		}
 		if card.TimeoutMS != 10000 {

@@ -2,8 +2,6 @@ package api
 
 import (
 	"context"
-	"encoding/json"
-	"fmt"
 	"io"
 	"net/http"
 	"net/url"
@@ -20,6 +18,7 @@ import (
 	"github.com/stockade-sh/stockade/errdefs"
 	"github.com/stockade-sh/stockade/mcp"
 	"github.com/stockade-sh/stockade/model"
+	"github.com/stockade-sh/stockade/wire"
 )
 
 // mcpSessionTimeout closes an MCP session that has had no request for
@@ -163,9 +162,10 @@ func origin(r *http.Request) *url.URL {
 }
 
 // localBackend is the MCP tools' backend inside the daemon: the API's own
-// logic, for one principal, without HTTP. Its events, executions and
-// errors are the API's, decoded by the Go client's code, so that /mcp and
-// stockade mcp answer alike.
+// logic, for one principal, without HTTP. Its executions, sessions and
+// cells are the API's own wire values; its events are the API's stream
+// decoded by the Go client's code, and its errors the client's reading of
+// the API's answer, so that /mcp and stockade mcp answer alike.
 type localBackend struct {
 	s *server
 	p capability.Principal
@@ -173,30 +173,20 @@ type localBackend struct {
 
 var _ mcp.Backend = localBackend{}
 
-func (b localBackend) StreamExecution(ctx context.Context, req client.ExecutionRequest) (*client.Stream, error) {
-	ir := capability.InvokeRequest{Runtime: req.Runtime, Code: req.Code, TimeoutMS: req.TimeoutMS, Network: req.Network, Stdin: req.Stdin, Tool: req.Tool}
-	es, err := b.s.openStream(ctx, b.p, ir, capability.InvokeOptions{IdempotencyKey: req.IdempotencyKey, ExecutionID: capability.NewExecutionID()})
+func (b localBackend) StreamExecution(ctx context.Context, req wire.ExecutionRequest) (*client.Stream, error) {
+	es, err := b.s.openStream(ctx, b.p, req, capability.InvokeOptions{IdempotencyKey: req.IdempotencyKey, ExecutionID: capability.NewExecutionID()})
 	if err != nil {
 		return nil, b.s.clientError(ctx, err)
 	}
 	return client.NewStream(func() (string, []byte, error) { return es.next(ctx, nil) }, es.close), nil
 }
 
-func (b localBackend) GetExecution(ctx context.Context, id string, wait time.Duration) (*client.Execution, error) {
+func (b localBackend) GetExecution(ctx context.Context, id string, wait time.Duration) (*wire.Execution, error) {
 	v, err := b.s.execution(ctx, b.p, id, wait)
 	if err != nil {
 		return nil, b.s.clientError(ctx, err)
 	}
-	// Through JSON, the execution is exactly what the API would answer.
-	raw, err := json.Marshal(v)
-	if err != nil {
-		return nil, b.s.clientError(ctx, fmt.Errorf("encoding execution %s: %w", id, err))
-	}
-	var ex client.Execution
-	if err := json.Unmarshal(raw, &ex); err != nil {
-		return nil, b.s.clientError(ctx, fmt.Errorf("decoding execution %s: %w", id, err))
-	}
-	return &ex, nil
+	return &v, nil
 }
 
 // clientError is err as the Go client reads the API's answer of it,
@@ -212,42 +202,28 @@ func (s *server) clientError(ctx context.Context, err error) error {
 
 var _ mcp.SessionBackend = localBackend{}
 
-// viaJSON decodes v, a value of the API, into out, a value of the Go
-// client, as a client of the API would read it.
-func viaJSON(v, out any) error {
-	raw, err := json.Marshal(v)
-	if err != nil {
-		return fmt.Errorf("encoding the answer: %w", err)
-	}
-	if err := json.Unmarshal(raw, out); err != nil {
-		return fmt.Errorf("decoding the answer: %w", err)
-	}
-	return nil
-}
-
-func (b localBackend) CreateSession(ctx context.Context, req client.SessionRequest) (*client.Session, error) {
-	c, err := b.s.svc.CreateSession(ctx, b.p, capability.CreateSessionRequest{Runtime: req.Runtime, Tool: req.Tool,
-		IdleTimeoutMS: req.IdleTimeoutMS, TTLMS: req.TTLMS, Network: req.Network}, capability.CreateSessionOptions{IdempotencyKey: req.IdempotencyKey})
+func (b localBackend) CreateSession(ctx context.Context, req wire.SessionRequest) (*wire.Session, error) {
+	c, err := b.s.svc.CreateSession(ctx, b.p, req, capability.CreateSessionOptions{IdempotencyKey: req.IdempotencyKey})
 	if err != nil {
 		return nil, b.s.clientError(ctx, err)
 	}
-	var ss client.Session
-	return &ss, viaJSON(b.s.sessionView(c.Session), &ss)
+	v := b.s.sessionView(c.Session)
+	v.Replayed = c.Replayed
+	return &v, nil
 }
 
-func (b localBackend) CloseSession(ctx context.Context, id string) (*client.Session, error) {
+func (b localBackend) CloseSession(ctx context.Context, id string) (*wire.Session, error) {
 	st, err := b.s.svc.CloseSession(ctx, b.p, id)
 	if err != nil {
 		return nil, b.s.clientError(ctx, err)
 	}
-	var ss client.Session
-	return &ss, viaJSON(b.s.sessionView(st), &ss)
+	v := b.s.sessionView(st)
+	return &v, nil
 }
 
-func (b localBackend) StreamCell(ctx context.Context, id string, req client.CellRequest) (*client.Stream, error) {
+func (b localBackend) StreamCell(ctx context.Context, id string, req wire.CellRequest) (*client.Stream, error) {
 	opts := capability.InvokeOptions{IdempotencyKey: req.IdempotencyKey, ExecutionID: capability.NewExecutionID()}
-	cr := capability.CellRequest{Code: req.Code, Stdin: req.Stdin, TimeoutMS: req.TimeoutMS}
-	es, err := b.s.openAdmitted(ctx, b.p, opts.ExecutionID, func() (*capability.Invocation, error) { return b.s.svc.ExecCell(ctx, b.p, id, cr, opts) })
+	es, err := b.s.openAdmitted(ctx, b.p, opts.ExecutionID, func() (*capability.Invocation, error) { return b.s.svc.ExecCell(ctx, b.p, id, req, opts) })
 	if err != nil {
 		return nil, b.s.clientError(ctx, err)
 	}
@@ -255,23 +231,16 @@ func (b localBackend) StreamCell(ctx context.Context, id string, req client.Cell
 	return client.NewCellStream(func() (string, []byte, error) { return es.next(ctx, nil) }, es.close), nil
 }
 
-func (b localBackend) WaitCell(ctx context.Context, executionID string, wait time.Duration) (*client.Cell, error) {
+func (b localBackend) WaitCell(ctx context.Context, executionID string, wait time.Duration) (*wire.Cell, error) {
 	v, err := b.s.execution(ctx, b.p, executionID, wait)
 	if err != nil {
 		return nil, b.s.clientError(ctx, err)
 	}
-	raw, err := json.Marshal(v)
-	if err != nil {
-		return nil, b.s.clientError(ctx, fmt.Errorf("encoding execution %s: %w", executionID, err))
-	}
-	c, err := client.CellOfExecution(raw)
-	if err != nil {
-		return nil, b.s.clientError(ctx, err)
-	}
-	return c, nil
+	c := wire.CellOf(v)
+	return &c, nil
 }
 
-func (b localBackend) PutFile(ctx context.Context, id, path string, r io.Reader, size int64) (*client.FileInfo, error) {
+func (b localBackend) PutFile(ctx context.Context, id, path string, r io.Reader, size int64) (*wire.FileInfo, error) {
 	if most := b.s.svc.Options().Sessions.MaxFileSize; size > most {
 		return nil, b.s.clientError(ctx, errdefs.Publicf("the file is %d bytes, more than this server's limit of %d (sessions.max_file_size): %w", size, most, errdefs.ErrTooLarge))
 	}
@@ -279,10 +248,10 @@ func (b localBackend) PutFile(ctx context.Context, id, path string, r io.Reader,
 	if err != nil {
 		return nil, b.s.clientError(ctx, err)
 	}
-	return &client.FileInfo{Path: f.Path, Size: f.Size, SHA256: f.SHA256}, nil
+	return &f, nil
 }
 
-func (b localBackend) GetFile(ctx context.Context, id, path string, w io.Writer, max int64) (*client.FileInfo, error) {
+func (b localBackend) GetFile(ctx context.Context, id, path string, w io.Writer, max int64) (*wire.FileInfo, error) {
 	data, f, err := b.s.svc.GetFile(ctx, b.p, id, path)
 	if err != nil {
 		return nil, b.s.clientError(ctx, err)
@@ -293,18 +262,17 @@ func (b localBackend) GetFile(ctx context.Context, id, path string, w io.Writer,
 	if _, err := w.Write(data); err != nil {
 		return nil, b.s.clientError(ctx, err)
 	}
-	return &client.FileInfo{Path: path, Size: int64(len(data)), SHA256: f.SHA256}, nil
+	return &wire.FileInfo{Path: path, Size: int64(len(data)), SHA256: f.SHA256}, nil
 }
 
-func (b localBackend) ListFiles(ctx context.Context, id, dir string) ([]client.FileEntry, bool, error) {
+func (b localBackend) ListFiles(ctx context.Context, id, dir string) ([]wire.FileEntry, bool, error) {
 	entries, truncated, err := b.s.svc.ListFiles(ctx, b.p, id, dir)
 	if err != nil {
 		return nil, false, b.s.clientError(ctx, err)
 	}
-	out := make([]client.FileEntry, 0, len(entries))
+	out := make([]wire.FileEntry, 0, len(entries))
 	for _, e := range entries {
-		fe := fileEntry(e)
-		out = append(out, client.FileEntry{Name: fe.Name, Type: fe.Type, Size: fe.Size, Mode: fe.Mode, MTime: fe.MTime})
+		out = append(out, fileEntry(e))
 	}
 	return out, truncated, nil
 }

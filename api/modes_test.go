@@ -12,11 +12,11 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/stockade-sh/stockade/api"
 	"github.com/stockade-sh/stockade/capability"
 	"github.com/stockade-sh/stockade/internal/fsmode"
 	"github.com/stockade-sh/stockade/internal/testenv"
 	"github.com/stockade-sh/stockade/model"
+	"github.com/stockade-sh/stockade/wire"
 )
 
 // nobody is the uid and gid of the sandboxes' own user, and of an
@@ -156,18 +156,18 @@ func TestModes(t *testing.T) {
 			"--config", cfg, "--driver", "gvisor", "--data-dir", data, "--state-dir", state, "--listen", "127.0.0.1:0", "--egress=false"))
 	}
 	d := serve()
-	if ex := do(t, d.url, "POST", "/v1/executions", key, capability.InvokeRequest{Runtime: "shell", Code: "echo hi"}).want(t, http.StatusOK).execution(t); ex.Status != string(model.StatusSucceeded) {
+	if ex := do(t, d.url, "POST", "/v1/executions", key, capability.InvokeRequest{Runtime: "shell", Code: "echo hi"}).want(t, http.StatusOK).execution(t); string(ex.Status) != string(model.StatusSucceeded) {
 		t.Errorf("a one-shot through the daemon: got %q, want succeeded", ex.Status)
 	}
-	var ss api.SessionView
+	var ss wire.Session
 	do(t, d.url, "POST", "/v1/sessions", key, capability.CreateSessionRequest{Runtime: "python"}).want(t, http.StatusCreated).decode(t, &ss)
-	var c api.CellView
+	var c wire.Cell
 	do(t, d.url, "POST", "/v1/sessions/"+ss.ID+"/exec", key, capability.CellRequest{Code: "open('/workspace/f', 'w').write('x'); x = 41"}).want(t, http.StatusOK).decode(t, &c)
 	if c.Status != "succeeded" {
 		t.Errorf("a cell: got %+v, want succeeded", c)
 	}
 	check("with a live session")
-	var paused api.SessionView
+	var paused wire.Session
 	do(t, d.url, "POST", "/v1/sessions/"+ss.ID+"/pause", key, nil).want(t, http.StatusOK).decode(t, &paused)
 	if paused.State != "paused" {
 		t.Fatalf("pause: got %+v, want paused", paused)

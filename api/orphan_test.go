@@ -13,7 +13,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/stockade-sh/stockade/api"
 	"github.com/stockade-sh/stockade/capability"
 	"github.com/stockade-sh/stockade/engine"
 	"github.com/stockade-sh/stockade/internal/storeopen"
@@ -21,6 +20,7 @@ import (
 	"github.com/stockade-sh/stockade/model"
 	"github.com/stockade-sh/stockade/store"
 	"github.com/stockade-sh/stockade/supervisor"
+	"github.com/stockade-sh/stockade/wire"
 )
 
 // The tests of a daemon that stops and never comes back: its sessions'
@@ -72,9 +72,9 @@ func (d *daemon) signal(sig syscall.Signal) {
 
 // openSession opens a session of key's workspace on d with a TTL of ttl,
 // runs a cell in it and returns it.
-func openSession(t *testing.T, d *daemon, key string, ttl time.Duration) api.SessionView {
+func openSession(t *testing.T, d *daemon, key string, ttl time.Duration) wire.Session {
 	t.Helper()
-	var ss api.SessionView
+	var ss wire.Session
 	do(t, d.url, "POST", "/v1/sessions", key, capability.CreateSessionRequest{Runtime: "python", TTLMS: ttl.Milliseconds()}).
 		want(t, http.StatusCreated).decode(t, &ss)
 	var c struct {
@@ -89,7 +89,7 @@ func openSession(t *testing.T, d *daemon, key string, ttl time.Duration) api.Ses
 
 // sandboxOf returns session ss's sandbox, read from the daemon's
 // database (the API does not show sandbox ids).
-func sandboxOf(t *testing.T, db, state string, ss api.SessionView) sandboxRuntime {
+func sandboxOf(t *testing.T, db, state string, ss wire.Session) sandboxRuntime {
 	t.Helper()
 	st, err := storeopen.Open(t.Context(), db)
 	if err != nil {

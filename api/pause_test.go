@@ -10,11 +10,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/stockade-sh/stockade/api"
 	"github.com/stockade-sh/stockade/capability"
 	"github.com/stockade-sh/stockade/driver/gvisor"
 	"github.com/stockade-sh/stockade/internal/testenv"
 	"github.com/stockade-sh/stockade/sandbox"
+	"github.com/stockade-sh/stockade/wire"
 )
 
 // gvisorSessions is an env whose sessions run on gVisor (the test
@@ -36,9 +36,9 @@ func gvisorSessions(t *testing.T, svc func(*capability.ServiceOptions)) (*env, s
 	return newEnv(t, backends[0], c), checkpoints
 }
 
-func (e *env) session(id string) api.SessionView {
+func (e *env) session(id string) wire.Session {
 	e.t.Helper()
-	var v api.SessionView
+	var v wire.Session
 	e.do("GET", "/v1/sessions/"+id, e.agent, nil).want(e.t, http.StatusOK).decode(e.t, &v)
 	return v
 }
@@ -69,7 +69,7 @@ func TestSessionPauseResume(t *testing.T) {
 	e.do("PUT", "/v1/sessions/"+ss.ID+"/files?path=notes.txt", e.agent, []byte("kept-file")).want(t, http.StatusCreated)
 	dir := filepath.Join(checkpoints, ss.ID)
 	for i := range 10 {
-		var paused api.SessionView
+		var paused wire.Session
 		e.do("POST", "/v1/sessions/"+ss.ID+"/pause", e.agent, nil).want(t, http.StatusOK).decode(t, &paused)
 		if paused.State != "paused" || paused.CheckpointBytes <= 0 || paused.PausedAt == nil {
 			t.Fatalf("cycle %d: pause: got %+v, want paused with its checkpoint's size", i, paused)
@@ -79,12 +79,12 @@ func TestSessionPauseResume(t *testing.T) {
 				t.Fatalf("cycle %d: %s: got %v, %v; want a directory of mode 0700", i, d, fi, err)
 			}
 		}
-		var again api.SessionView
+		var again wire.Session
 		e.do("POST", "/v1/sessions/"+ss.ID+"/pause", e.agent, nil).want(t, http.StatusOK).decode(t, &again)
 		if again.State != "paused" || again.CheckpointBytes != paused.CheckpointBytes {
 			t.Fatalf("cycle %d: pausing the paused session: got %+v, want it as it is", i, again)
 		}
-		var ws api.WorkspaceView
+		var ws wire.Workspace
 		e.do("GET", "/v1/workspace", e.agent, nil).want(t, http.StatusOK).decode(t, &ws)
 		if ws.Sessions.Paused != 1 || ws.Sessions.CheckpointBytes != paused.CheckpointBytes {
 			t.Fatalf("cycle %d: the workspace's usage: got %+v, want 1 paused session of %d bytes", i, ws.Sessions, paused.CheckpointBytes)
@@ -97,7 +97,7 @@ func TestSessionPauseResume(t *testing.T) {
 			}
 		}
 		if i%2 == 0 {
-			var resumed api.SessionView
+			var resumed wire.Session
 			e.do("POST", "/v1/sessions/"+ss.ID+"/resume", e.agent, nil).want(t, http.StatusOK).decode(t, &resumed)
 			if resumed.State != "active" || resumed.CheckpointBytes != 0 {
 				t.Fatalf("cycle %d: resume: got %+v, want active", i, resumed)
@@ -127,7 +127,7 @@ func TestSessionPauseResume(t *testing.T) {
 
 	// Deleting a paused session deletes its checkpoint.
 	e.do("POST", "/v1/sessions/"+ss.ID+"/pause", e.agent, nil).want(t, http.StatusOK)
-	var ended api.SessionView
+	var ended wire.Session
 	e.do("DELETE", "/v1/sessions/"+ss.ID, e.agent, nil).want(t, http.StatusOK).decode(t, &ended)
 	if ended.State != "ended" || ended.EndReason != "closed" {
 		t.Fatalf("deleting the paused session: got %+v, want ended closed", ended)
@@ -320,18 +320,18 @@ func TestSessionPausedAcrossDaemonKill(t *testing.T) {
 	key, args := setUpDaemon(t, bin, dir, backends[0].url(t), state)
 	args = append(args, "--driver", "gvisor", "--sessions-checkpoint-dir", checkpoints)
 	d := startDaemon(t, bin, args...)
-	var ss api.SessionView
+	var ss wire.Session
 	do(t, d.url, "POST", "/v1/sessions", key, capability.CreateSessionRequest{Runtime: "python"}).want(t, http.StatusCreated).decode(t, &ss)
 	do(t, d.url, "POST", "/v1/sessions/"+ss.ID+"/exec", key, capability.CellRequest{Code: "x = 41", TimeoutMS: 30_000}).want(t, http.StatusOK)
 	do(t, d.url, "PUT", "/v1/sessions/"+ss.ID+"/files?path=out.csv", key, []byte("x,y\n")).want(t, http.StatusCreated)
-	var paused api.SessionView
+	var paused wire.Session
 	do(t, d.url, "POST", "/v1/sessions/"+ss.ID+"/pause", key, nil).want(t, http.StatusOK).decode(t, &paused)
 	if paused.State != "paused" || paused.Driver != "gvisor" {
 		t.Fatalf("pause: got %+v, want a paused gvisor session", paused)
 	}
 	d.kill()
 	d = startDaemon(t, bin, args...)
-	var after api.SessionView
+	var after wire.Session
 	do(t, d.url, "GET", "/v1/sessions/"+ss.ID, key, nil).want(t, http.StatusOK).decode(t, &after)
 	if after.State != "paused" || after.CheckpointBytes != paused.CheckpointBytes {
 		t.Fatalf("after the restart: got %+v, want it paused as before", after)
@@ -340,7 +340,7 @@ func TestSessionPausedAcrossDaemonKill(t *testing.T) {
 		t.Fatalf("the checkpoint after the restart: %v", err)
 	}
 	do(t, d.url, "POST", "/v1/sessions/"+ss.ID+"/resume", key, nil).want(t, http.StatusOK)
-	var c api.CellView
+	var c wire.Cell
 	do(t, d.url, "POST", "/v1/sessions/"+ss.ID+"/exec", key, capability.CellRequest{Code: "x + 1", TimeoutMS: 30_000}).want(t, http.StatusOK).decode(t, &c)
 	if c.Status != "succeeded" || len(c.Outputs) != 1 || c.Outputs[0].Data != "42" {
 		t.Fatalf("the kernel after the restart and resume: got %+v, want 42", c)

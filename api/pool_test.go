@@ -23,7 +23,7 @@ func TestPoolMetrics(t *testing.T) {
 		e.wantMetrics("of a filled pool", `stockade_pool_hits_total{pool="code.execute/python"}`, `stockade_pool_refill_seconds_count{pool="code.execute/python"} 1`)
 		ex := e.invoke(capability.InvokeRequest{Runtime: "python", Code: "import sys; print('pandas' in sys.modules)"}).want(t, http.StatusOK).execution(t)
 		var res engine.Result
-		if err := json.Unmarshal(ex.Result, &res); err != nil || res.Stdout != "True\n" {
+		if err := json.Unmarshal(ex.Result.JSON(), &res); err != nil || res.Stdout != "True\n" {
 			t.Errorf("got result %s, want pandas imported already (a pooled run)", ex.Result)
 		}
 		// A request the pool cannot serve (a looser limit is impossible

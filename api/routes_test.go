@@ -7,6 +7,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/stockade-sh/stockade/wire"
 )
 
 // TestWrongMethod sends every method to every path of the route table:
@@ -46,7 +48,7 @@ func TestWrongMethod(t *testing.T) {
 				if m == http.MethodHead {
 					return // a HEAD answer has no body
 				}
-				var body ErrorBody
+				var body wire.ErrorBody
 				if err := json.Unmarshal(rec.Body.Bytes(), &body); err != nil || body.Error.Code != "method_not_allowed" || !strings.Contains(body.Error.Message, url) {
 					t.Errorf("body: got %s (%v), want a method_not_allowed error naming the path", rec.Body, err)
 				}

@@ -2,7 +2,6 @@ package api
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"net/http"
 	"strconv"
@@ -13,41 +12,13 @@ import (
 	"github.com/stockade-sh/stockade/errdefs"
 	"github.com/stockade-sh/stockade/model"
 	"github.com/stockade-sh/stockade/policy"
-	"github.com/stockade-sh/stockade/sandbox"
 	"github.com/stockade-sh/stockade/store"
+	"github.com/stockade-sh/stockade/wire"
 )
 
-// SessionView is a session on the wire.
-type SessionView struct {
-	ID      string `json:"id"`
-	Runtime string `json:"runtime"`
-	Tool    string `json:"tool"`
-	Tier    string `json:"tier"`
-	Driver  string `json:"driver"`
-	// State is active, paused or ended; EndReason (closed, idle_timeout,
-	// ttl, interrupted, failed) and EndedAt are set once it ended, PausedAt
-	// and CheckpointBytes while it is paused.
-	State           string     `json:"state"`
-	Network         string     `json:"network"`
-	CreatedAt       time.Time  `json:"created_at"`
-	ExpiresAt       time.Time  `json:"expires_at"`
-	IdleExpiresAt   time.Time  `json:"idle_expires_at"`
-	IdleTimeoutMS   int64      `json:"idle_timeout_ms"`
-	EndedAt         *time.Time `json:"ended_at,omitempty"`
-	EndReason       string     `json:"end_reason,omitempty"`
-	PausedAt        *time.Time `json:"paused_at,omitempty"`
-	CheckpointBytes int64      `json:"checkpoint_bytes,omitempty"`
-	Cells           int        `json:"cells"`
-	// Approval is the approval mode its cells are admitted under, and
-	// ApprovalID the approval that covers them (per_session).
-	Approval       string `json:"approval"`
-	ApprovalID     string `json:"approval_id,omitempty"`
-	WorkspaceBytes int64  `json:"workspace_bytes"`
-	Replayed       bool   `json:"replayed,omitempty"`
-}
-
-func (s *server) sessionView(ss model.Session) SessionView {
-	v := SessionView{ID: ss.ID, Runtime: ss.Runtime, Tool: ss.Tool, Driver: ss.Driver, State: string(ss.State),
+// sessionView is session ss on the wire, with the tier of its driver.
+func (s *server) sessionView(ss model.Session) wire.Session {
+	v := wire.Session{ID: ss.ID, Runtime: ss.Runtime, Tool: ss.Tool, Driver: ss.Driver, State: string(ss.State),
 		Network: policy.NetworkWord(ss.Network), CreatedAt: ss.CreatedAt, ExpiresAt: ss.ExpiresAt, IdleExpiresAt: ss.IdleExpiresAt(),
 		IdleTimeoutMS: ss.IdleTimeout.Milliseconds(), EndReason: string(ss.EndReason), Cells: ss.Cells, Approval: string(ss.Approval),
 		ApprovalID: ss.ApprovalID, WorkspaceBytes: ss.WorkspaceBytes}
@@ -104,7 +75,7 @@ func (s *server) listSessions(w http.ResponseWriter, r *http.Request, p capabili
 		s.writeError(w, r, err)
 		return
 	}
-	out := listResponse[SessionView]{Items: []SessionView{}, Next: page.Next}
+	out := wire.Page[wire.Session]{Items: []wire.Session{}, Next: page.Next}
 	for _, ss := range page.Items {
 		out.Items = append(out.Items, s.sessionView(ss))
 	}
@@ -129,61 +100,13 @@ func (s *server) deleteSession(w http.ResponseWriter, r *http.Request, p capabil
 	writeJSON(w, http.StatusOK, s.sessionView(ss))
 }
 
-// CellView is a cell's outcome on the wire: its result (see
-// engine.CellResult), what it was charged, and its execution.
-type CellView struct {
-	ExecutionID     string               `json:"execution_id"`
-	SessionID       string               `json:"session_id"`
-	Cell            int                  `json:"cell"`
-	Status          string               `json:"status"`
-	Stdout          string               `json:"stdout"`
-	Stderr          string               `json:"stderr"`
-	StdoutTruncated bool                 `json:"stdout_truncated"`
-	StderrTruncated bool                 `json:"stderr_truncated"`
-	Outputs         []cellOutput         `json:"outputs"`
-	OutputsDropped  int                  `json:"outputs_dropped,omitempty"`
-	Error           *capabilityCellError `json:"error,omitempty"`
-	KernelRestarted bool                 `json:"kernel_restarted"`
-	DurationMS      int64                `json:"duration_ms"`
-	EndedBy         string               `json:"ended_by,omitempty"`
-	Credits         int64                `json:"credits"`
-	Replayed        bool                 `json:"replayed,omitempty"`
-}
-
-type cellOutput struct {
-	MimeType string `json:"mime_type"`
-	Data     string `json:"data"`
-}
-
-type capabilityCellError struct {
-	Name      string `json:"name"`
-	Value     string `json:"value"`
-	Traceback string `json:"traceback"`
-}
-
-// cellView is the outcome of cell e, which has ended.
-func (s *server) cellView(ctx context.Context, p capability.Principal, e model.Execution) CellView {
-	var doc struct {
-		capability.CellResultDoc
-		Error json.RawMessage `json:"error"`
-	}
-	_ = json.Unmarshal(e.Result, &doc)
-	v := CellView{ExecutionID: e.ID, SessionID: e.SessionID, Cell: e.Cell, Status: string(e.Status), Stdout: doc.Stdout, Stderr: doc.Stderr,
-		StdoutTruncated: doc.StdoutTruncated, StderrTruncated: doc.StderrTruncated, Outputs: []cellOutput{}, OutputsDropped: doc.OutputsDropped,
-		KernelRestarted: doc.KernelRestarted, DurationMS: doc.DurationMS, EndedBy: doc.EndedBy}
-	for _, o := range doc.Outputs {
-		v.Outputs = append(v.Outputs, cellOutput(o))
-	}
-	// The error is the exception the cell raised, or, for a cell that
-	// could not run, the sentence of the result document.
-	var raised capabilityCellError
-	var msg string
-	switch {
-	case len(doc.Error) == 0 || string(doc.Error) == "null":
-	case json.Unmarshal(doc.Error, &raised) == nil:
-		v.Error = &raised
-	case json.Unmarshal(doc.Error, &msg) == nil:
-		v.Error = &capabilityCellError{Name: "StockadeError", Value: sentence(msg)}
+// cellView is the outcome of cell e, which has ended: wire.CellOf its
+// execution, with what it was charged. A cell that could not run says why
+// in the sentence of its class (StockadeError).
+func (s *server) cellView(ctx context.Context, p capability.Principal, e model.Execution) wire.Cell {
+	v := wire.CellOf(viewOf(e))
+	if v.Error != nil && v.Error.Name == wire.StockadeError {
+		v.Error.Value = sentence(v.Error.Value)
 	}
 	if tc, err := s.st.GetToolCall(ctx, p.WorkspaceID, e.ID); err == nil {
 		v.Credits = tc.CreditsCharged
@@ -266,7 +189,7 @@ func (s *server) interruptCell(w http.ResponseWriter, r *http.Request, p capabil
 		s.writeError(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]bool{"interrupted": ok})
+	writeJSON(w, http.StatusOK, wire.Interrupted{Interrupted: ok})
 }
 
 // pauseSession and resumeSession answer the session after the transition
@@ -287,17 +210,6 @@ func (s *server) resumeSession(w http.ResponseWriter, r *http.Request, p capabil
 		return
 	}
 	writeJSON(w, http.StatusOK, s.sessionView(ss))
-}
-
-// FileEntry is one entry of a listing of a session's files.
-type FileEntry struct {
-	Name string `json:"name"`
-	// Type is file, dir, symlink or other.
-	Type string `json:"type"`
-	Size int64  `json:"size"`
-	// Mode is the permission bits.
-	Mode  uint32    `json:"mode"`
-	MTime time.Time `json:"mtime"`
 }
 
 func (s *server) putFile(w http.ResponseWriter, r *http.Request, p capability.Principal) {
@@ -332,10 +244,7 @@ func (s *server) getFiles(w http.ResponseWriter, r *http.Request, p capability.P
 			s.writeError(w, r, err)
 			return
 		}
-		out := struct {
-			Entries   []FileEntry `json:"entries"`
-			Truncated bool        `json:"truncated"`
-		}{Entries: []FileEntry{}, Truncated: truncated}
+		out := wire.FileList{Entries: []wire.FileEntry{}, Truncated: truncated}
 		for _, e := range entries {
 			out.Entries = append(out.Entries, fileEntry(e))
 		}
@@ -352,10 +261,6 @@ func (s *server) getFiles(w http.ResponseWriter, r *http.Request, p capability.P
 		w.WriteHeader(http.StatusOK)
 		_, _ = w.Write(b)
 	}
-}
-
-func fileEntry(e sandbox.FileInfo) FileEntry {
-	return FileEntry{Name: e.Name, Type: string(e.Type), Size: e.Size, Mode: uint32(e.Mode.Perm()), MTime: e.ModTime.UTC()}
 }
 
 func (s *server) deleteFile(w http.ResponseWriter, r *http.Request, p capability.Principal) {

@@ -10,11 +10,11 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/stockade-sh/stockade/api"
 	"github.com/stockade-sh/stockade/capability"
 	"github.com/stockade-sh/stockade/driver/gvisor"
 	"github.com/stockade-sh/stockade/internal/testenv"
 	"github.com/stockade-sh/stockade/sandbox"
+	"github.com/stockade-sh/stockade/wire"
 )
 
 // salesCSV is a CSV of n rows: region (north, south, east, west in turn)
@@ -37,12 +37,12 @@ func salesCSV(n int) []byte {
 // restart returns the daemon's URL after it.
 func dataFrameFlow(t *testing.T, base, key string, restart func() string) {
 	t.Helper()
-	var ss api.SessionView
+	var ss wire.Session
 	do(t, base, "POST", "/v1/sessions", key, capability.CreateSessionRequest{Runtime: "python"}).want(t, http.StatusCreated).decode(t, &ss)
 	defer func() { do(t, base, "DELETE", "/v1/sessions/"+ss.ID, key, nil) }()
-	cellAt := func(code string) api.CellView {
+	cellAt := func(code string) wire.Cell {
 		t.Helper()
-		var v api.CellView
+		var v wire.Cell
 		do(t, base, "POST", "/v1/sessions/"+ss.ID+"/exec", key, capability.CellRequest{Code: code, TimeoutMS: 30_000}).want(t, http.StatusOK).decode(t, &v)
 		if v.Status != "succeeded" {
 			t.Fatalf("cell %q: got %+v", code, v)

@@ -21,6 +21,7 @@ import (
 	"github.com/stockade-sh/stockade/sandbox"
 	"github.com/stockade-sh/stockade/store"
 	"github.com/stockade-sh/stockade/supervisor"
+	"github.com/stockade-sh/stockade/wire"
 )
 
 // The sessions of the harness's daemons run the guest's test kernel
@@ -28,17 +29,17 @@ import (
 // `print T`, `display M T`, `sleep S`, `fail T`; a `stockade serve` runs
 // the runtimes' own (package kernel), as sessions_kernels_test.go does.
 
-func (e *env) openSession(key string, req capability.CreateSessionRequest) api.SessionView {
+func (e *env) openSession(key string, req capability.CreateSessionRequest) wire.Session {
 	e.t.Helper()
-	var v api.SessionView
+	var v wire.Session
 	e.do("POST", "/v1/sessions", key, req).want(e.t, http.StatusCreated).decode(e.t, &v)
 	e.t.Cleanup(func() { do(e.t, e.url, "DELETE", "/v1/sessions/"+v.ID, e.admin, nil) })
 	return v
 }
 
-func (e *env) cell(key, id, code string, hdr ...string) api.CellView {
+func (e *env) cell(key, id, code string, hdr ...string) wire.Cell {
 	e.t.Helper()
-	var v api.CellView
+	var v wire.Cell
 	e.do("POST", "/v1/sessions/"+id+"/exec", key, capability.CellRequest{Code: code}, hdr...).want(e.t, http.StatusOK).decode(e.t, &v)
 	return v
 }
@@ -114,7 +115,7 @@ func TestSessionCells(t *testing.T) {
 		if got := strings.Join(names, ","); got != "started,stdout,output,result" && got != "started,output,stdout,result" {
 			t.Fatalf("a streamed cell's events: got %v, want started, stdout and output, result", names)
 		}
-		var c4 api.CellView
+		var c4 wire.Cell
 		if err := json.Unmarshal([]byte(last), &c4); err != nil || c4.Cell != 4 || c4.Stdout != "streamed\n" || len(c4.Outputs) != 1 || c4.Outputs[0].Data != "<b>x</b>" {
 			t.Fatalf("the stream's result: got %s (%v)", last, err)
 		}
@@ -124,7 +125,7 @@ func TestSessionCells(t *testing.T) {
 		}
 		ex := e.wait(c2.ExecutionID, 0)
 		var doc capability.CellResultDoc
-		if err := json.Unmarshal(ex.Result, &doc); err != nil || ex.Status != "succeeded" || doc.SessionID != ss.ID || doc.Cell != 2 || doc.ExecutionID != ex.ID {
+		if err := json.Unmarshal(ex.Result.JSON(), &doc); err != nil || ex.Status != "succeeded" || doc.SessionID != ss.ID || doc.Cell != 2 || doc.ExecutionID != ex.ID {
 			t.Fatalf("a cell as an execution: got %+v, result %s", ex, ex.Result)
 		}
 		allowed := eventData[allowedData](t, e, "capability.invoke_allowed")
@@ -139,12 +140,12 @@ func TestSessionCells(t *testing.T) {
 		if n := len(e.events("execution.finished", "")); n != 4 {
 			t.Errorf("execution.finished events: got %d, want 4", n)
 		}
-		var got api.SessionView
+		var got wire.Session
 		e.do("GET", "/v1/sessions/"+ss.ID, e.agent, nil).want(t, http.StatusOK).decode(t, &got)
 		if got.Cells != 4 || !got.IdleExpiresAt.After(ss.IdleExpiresAt) {
 			t.Fatalf("after 4 cells: got %+v, want 4 cells and a later idle expiry", got)
 		}
-		var ended api.SessionView
+		var ended wire.Session
 		e.do("DELETE", "/v1/sessions/"+ss.ID, e.agent, nil).want(t, http.StatusOK).decode(t, &ended)
 		if ended.State != "ended" || ended.EndReason != "closed" || ended.EndedAt == nil {
 			t.Fatalf("closed: got %+v", ended)
@@ -160,13 +161,13 @@ func TestSessionCells(t *testing.T) {
 			t.Errorf("session.created events: got %d, want 1", n)
 		}
 		r := e.do("POST", "/v1/sessions/"+ss.ID+"/exec", e.agent, capability.CellRequest{Code: "get x"})
-		var body struct{ Error api.ErrorDetail }
+		var body struct{ Error wire.ErrorDetail }
 		r.want(t, http.StatusGone).decode(t, &body)
 		if body.Error.Code != "session_expired" || body.Error.EndReason != "closed" || body.Error.EndedAt == nil {
 			t.Fatalf("a cell of a closed session: got %s, want session_expired with when and why", r.body)
 		}
 		e.wantCredits(2, 0)
-		list := list[api.SessionView](t, e.url, e.agent, "/v1/sessions", "state=ended")
+		list := list[wire.Session](t, e.url, e.agent, "/v1/sessions", "state=ended")
 		if len(list) != 1 || list[0].ID != ss.ID {
 			t.Fatalf("GET /v1/sessions?state=ended: got %+v", list)
 		}
@@ -194,15 +195,15 @@ func TestSessionApproval(t *testing.T) {
 			t.Run(string(mode), func(t *testing.T) {
 				e := newEnv(t, b, envConfig{sessions: true, credits: 20, policy: func(p *model.Policy) { p.Approval = mode }})
 				ss := e.openSession(e.agent, capability.CreateSessionRequest{Runtime: "shell"})
-				approve := func(code string) api.ExecutionView {
+				approve := func(code string) wire.Execution {
 					t.Helper()
 					v := e.do("POST", "/v1/sessions/"+ss.ID+"/exec", e.agent, capability.CellRequest{Code: code}).want(t, http.StatusAccepted).execution(t)
 					if v.Status != "awaiting_approval" || v.ApprovalID == "" {
 						t.Fatalf("a cell that needs approval: got %+v", v)
 					}
 					var card capability.ApprovalCard
-					if err := json.Unmarshal(v.Approval, &card); err != nil || card.SessionID != ss.ID || card.CoversSession != (mode == model.ApprovalPerSession) {
-						t.Fatalf("its card: got %s, want the session, covering it: %v", v.Approval, mode == model.ApprovalPerSession)
+					if err := json.Unmarshal(cardJSON(v.Approval), &card); err != nil || card.SessionID != ss.ID || card.CoversSession != (mode == model.ApprovalPerSession) {
+						t.Fatalf("its card: got %+v, want the session, covering it: %v", v.Approval, mode == model.ApprovalPerSession)
 					}
 					e.do("POST", "/v1/approvals/"+v.ApprovalID+"/approve", e.approver, nil).want(t, http.StatusOK)
 					if done := e.wait(v.ID, 30*time.Second); done.Status != "succeeded" {
@@ -238,14 +239,14 @@ func TestSessionApproval(t *testing.T) {
 					if latest.ApprovalRequired || latest.CoveredBy != first.ApprovalID {
 						t.Errorf("the second cell's decision under per_session: got %+v, want covered by %s", latest, first.ApprovalID)
 					}
-					var got api.SessionView
+					var got wire.Session
 					e.do("GET", "/v1/sessions/"+ss.ID, e.agent, nil).want(t, http.StatusOK).decode(t, &got)
 					if got.ApprovalID != first.ApprovalID {
 						t.Errorf("the session's covering approval: got %q, want %q", got.ApprovalID, first.ApprovalID)
 					}
 				}
 				wantApprovals := map[model.ApprovalMode]int{model.ApprovalRequired: 2, model.ApprovalPerSession: 1}[mode]
-				if got := list[api.ApprovalView](t, e.url, e.approver, "/v1/approvals", ""); len(got) != wantApprovals {
+				if got := list[wire.Approval](t, e.url, e.approver, "/v1/approvals", ""); len(got) != wantApprovals {
 					t.Errorf("approval rows: got %d, want %d", len(got), wantApprovals)
 				}
 				if got := len(e.events("approval.approved", "")); got != wantApprovals {
@@ -272,7 +273,7 @@ func TestSessionEndCancelsPendingCell(t *testing.T) {
 	if got := e.wait(v.ID, 10*time.Second); got.Status != "cancelled" {
 		t.Errorf("the pending cell after its session ended: got %s, want cancelled", got.Status)
 	}
-	for _, a := range list[api.ApprovalView](t, e.url, e.approver, "/v1/approvals", "") {
+	for _, a := range list[wire.Approval](t, e.url, e.approver, "/v1/approvals", "") {
 		if a.ID == v.ApprovalID && a.Status != "cancelled" {
 			t.Errorf("its approval request: got %s, want cancelled", a.Status)
 		}
@@ -311,7 +312,7 @@ func TestSessionBadInput(t *testing.T) {
 			e.do(r.method, strings.Replace(r.path, id, "ses_unknown", 1), e.agent, body).wantError(t, http.StatusNotFound, "not_found")
 		})
 	}
-	if got := list[api.SessionView](t, e.url, other, "/v1/sessions", ""); len(got) != 0 {
+	if got := list[wire.Session](t, e.url, other, "/v1/sessions", ""); len(got) != 0 {
 		t.Errorf("another workspace's GET /v1/sessions: got %d sessions, want none", len(got))
 	}
 	// One cell at a time.
@@ -331,7 +332,7 @@ func TestSessionBadInput(t *testing.T) {
 		t.Fatalf("interrupt: got %v, want interrupted", intr)
 	}
 	evs := st.rest(30 * time.Second)
-	var res api.CellView
+	var res wire.Cell
 	if len(evs) == 0 || json.Unmarshal([]byte(evs[len(evs)-1].data), &res) != nil || res.Status != "failed" || res.Error == nil || res.Error.Name != "KeyboardInterrupt" {
 		t.Fatalf("the interrupted cell: got %+v, want failed by a KeyboardInterrupt", evs)
 	}
@@ -353,8 +354,8 @@ func TestSessionBadInput(t *testing.T) {
 		t.Fatalf("GET a file: got %q %v", got.body, got.header)
 	}
 	var listing struct {
-		Entries   []api.FileEntry `json:"entries"`
-		Truncated bool            `json:"truncated"`
+		Entries   []wire.FileEntry `json:"entries"`
+		Truncated bool             `json:"truncated"`
 	}
 	e.do("GET", "/v1/sessions/"+id+"/files?dir=data", e.agent, nil).want(t, http.StatusOK).decode(t, &listing)
 	if len(listing.Entries) != 1 || listing.Entries[0].Name != "in.csv" || listing.Entries[0].Type != "file" || listing.Entries[0].Size != 8 || listing.Entries[0].Mode != 0o644 {
@@ -452,7 +453,7 @@ func TestSessionIsolationAPI(t *testing.T) {
 				t.Fatalf("driver: got %s, want %s", a.Driver, tier)
 			}
 			same := e.openSession(e.agent, capability.CreateSessionRequest{Runtime: "shell"})
-			var diff api.SessionView
+			var diff wire.Session
 			e.do("POST", "/v1/sessions", other, capability.CreateSessionRequest{Runtime: "shell"}).want(t, http.StatusCreated).decode(t, &diff)
 			defer e.do("DELETE", "/v1/sessions/"+diff.ID, other, nil)
 			e.cell(e.agent, a.ID, "set secret a-only")
@@ -460,7 +461,7 @@ func TestSessionIsolationAPI(t *testing.T) {
 			for _, s := range []struct {
 				name, id, key string
 			}{{"same workspace", same.ID, e.agent}, {"another workspace", diff.ID, other}} {
-				var c api.CellView
+				var c wire.Cell
 				e.do("POST", "/v1/sessions/"+s.id+"/exec", s.key, capability.CellRequest{Code: "get secret"}).want(t, http.StatusOK).decode(t, &c)
 				if c.Stdout != "\n" {
 					t.Errorf("%s: the other session's kernel state: got %q, want nothing", s.name, c.Stdout)
@@ -489,7 +490,7 @@ func TestSessionSurvivesDaemonKill(t *testing.T) {
 	state := filepath.Join(dir, "state")
 	key, args := setUpDaemon(t, bin, dir, backends[0].url(t), state)
 	d := startDaemon(t, bin, args...)
-	var kept, lost api.SessionView
+	var kept, lost wire.Session
 	do(t, d.url, "POST", "/v1/sessions", key, capability.CreateSessionRequest{Runtime: "shell"}).want(t, http.StatusCreated).decode(t, &kept)
 	do(t, d.url, "POST", "/v1/sessions", key, capability.CreateSessionRequest{Runtime: "shell"}).want(t, http.StatusCreated).decode(t, &lost)
 	do(t, d.url, "POST", "/v1/sessions/"+kept.ID+"/exec", key, capability.CellRequest{Code: "df=a-dataframe"}).want(t, http.StatusOK)
@@ -502,7 +503,7 @@ func TestSessionSurvivesDaemonKill(t *testing.T) {
 		t.Fatal(err)
 	}
 	d = startDaemon(t, bin, args...)
-	var c api.CellView
+	var c wire.Cell
 	do(t, d.url, "POST", "/v1/sessions/"+kept.ID+"/exec", key, capability.CellRequest{Code: "echo $df"}).want(t, http.StatusOK).decode(t, &c)
 	if c.Stdout != "a-dataframe\n" || c.Cell != 2 {
 		t.Fatalf("after the kill: got %+v, want the kernel's state (a-dataframe) in cell 2", c)
@@ -510,7 +511,7 @@ func TestSessionSurvivesDaemonKill(t *testing.T) {
 	if got := do(t, d.url, "GET", "/v1/sessions/"+kept.ID+"/files?path=out.csv", key, nil).want(t, http.StatusOK); string(got.body) != "x,y\n" {
 		t.Fatalf("the workspace after the kill: got %q", got.body)
 	}
-	var gone api.SessionView
+	var gone wire.Session
 	do(t, d.url, "GET", "/v1/sessions/"+lost.ID, key, nil).want(t, http.StatusOK).decode(t, &gone)
 	if gone.State != "ended" || gone.EndReason != "interrupted" {
 		t.Fatalf("the session whose sandbox died: got %+v, want ended interrupted", gone)
@@ -552,12 +553,15 @@ func TestOpenAPISessions(t *testing.T) {
 	}
 	do(t, srv.URL, "GET", "/openapi.json", "", nil).want(t, http.StatusOK).decode(t, &doc)
 	for schema, typ := range map[string]reflect.Type{
-		"Session": reflect.TypeFor[api.SessionView](), "Cell": reflect.TypeFor[api.CellView](),
+		"Session": reflect.TypeFor[wire.Session](), "Cell": reflect.TypeFor[wire.Cell](),
 		"CreateSessionRequest": reflect.TypeFor[capability.CreateSessionRequest](), "CellRequest": reflect.TypeFor[capability.CellRequest](),
 		"FileInfo": reflect.TypeFor[capability.FileInfo](),
 	} {
-		for i := range typ.NumField() {
-			name, _, _ := strings.Cut(typ.Field(i).Tag.Get("json"), ",")
+		for _, f := range reflect.VisibleFields(typ) {
+			name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+			if f.Anonymous || name == "-" {
+				continue // an embedded struct's fields are visible; "-" is not sent
+			}
 			if _, ok := doc.Components.Schemas[schema].Properties[name]; !ok {
 				t.Errorf("/openapi.json's %s lacks %q", schema, name)
 			}
@@ -576,8 +580,8 @@ func TestSessionLifetimes(t *testing.T) {
 	busy := e.openSession(e.agent, capability.CreateSessionRequest{Runtime: "shell", IdleTimeoutMS: 1500})
 	// A cell that runs past the idle timeout: the session is not idle.
 	st := postStreamTo(t, e.url, "/v1/sessions/"+busy.ID+"/exec", e.agent, capability.CellRequest{Code: "sleep 3"})
-	ended := func(id string) api.SessionView {
-		var v api.SessionView
+	ended := func(id string) wire.Session {
+		var v wire.Session
 		e.do("GET", "/v1/sessions/"+id, e.agent, nil).want(t, http.StatusOK).decode(t, &v)
 		return v
 	}
@@ -602,7 +606,7 @@ func TestSessionLifetimes(t *testing.T) {
 	// Had the sweep found the busy session idle, its sandbox would have
 	// been destroyed under the cell.
 	evs := st.rest(30 * time.Second)
-	var res api.CellView
+	var res wire.Cell
 	if len(evs) == 0 || json.Unmarshal([]byte(evs[len(evs)-1].data), &res) != nil || res.Status != "succeeded" {
 		t.Errorf("the cell that ran past its session's idle timeout: got %+v, want succeeded", evs)
 	}

@@ -9,10 +9,10 @@ import (
 	"time"
 
 	"github.com/stockade-sh/stockade/capability"
-	"github.com/stockade-sh/stockade/client"
 	"github.com/stockade-sh/stockade/errdefs"
 	"github.com/stockade-sh/stockade/internal/templatejobs"
 	"github.com/stockade-sh/stockade/model"
+	"github.com/stockade-sh/stockade/wire"
 )
 
 // TemplateService is what the API serves templates and their builds from
@@ -54,9 +54,9 @@ func (s *server) templates(p capability.Principal, build bool) (TemplateService,
 }
 
 // templateView is the wire form of a template and its builds.
-func (s *server) templateView(st templatejobs.Status) client.Template {
+func (s *server) templateView(st templatejobs.Status) wire.Template {
 	decl, key := templatejobs.Declaration(st.Template)
-	v := client.Template{Name: st.Template.Name, Base: st.Template.Base, Declaration: decl, DeclarationKey: key,
+	v := wire.Template{Name: st.Template.Name, Base: st.Template.Base, Declaration: decl, DeclarationKey: key,
 		Source: st.Template.Source, Golden: st.Template.Golden, Build: st.Build, Stale: st.Stale()}
 	if st.Running != nil {
 		j := s.jobView(*st.Running)
@@ -72,8 +72,8 @@ func (s *server) templateView(st templatejobs.Status) client.Template {
 // jobView is the wire form of a build job. The error of a failed job is
 // answered as any error is (Public); the job logged its cause when it
 // ended (templatejobs.Options.Describe), not at each answer.
-func (s *server) jobView(j templatejobs.Job) client.TemplateBuildJob {
-	v := client.TemplateBuildJob{ID: j.ID, Template: j.Template, State: j.State, Pull: j.Pull, By: j.By.KeyID, Created: j.Created,
+func (s *server) jobView(j templatejobs.Job) wire.TemplateBuildJob {
+	v := wire.TemplateBuildJob{ID: j.ID, Template: j.Template, State: j.State, Pull: j.Pull, By: j.By.KeyID, Created: j.Created,
 		Progress: progressView(j), Build: j.Build, CacheHit: j.CacheHit, Golden: j.Golden}
 	if !j.Ended.IsZero() {
 		v.Ended = &j.Ended
@@ -82,23 +82,23 @@ func (s *server) jobView(j templatejobs.Job) client.TemplateBuildJob {
 	switch {
 	case j.Err == nil:
 	case errors.As(j.Err, &c):
-		v.Error = &client.BuildError{Code: "cancelled", Message: c.Error()}
+		v.Error = &wire.BuildError{Code: "cancelled", Message: c.Error()}
 	default:
 		_, d, _ := Public(j.Err)
-		v.Error = &client.BuildError{Code: d.Code, Message: d.Message}
+		v.Error = &wire.BuildError{Code: d.Code, Message: d.Message}
 	}
 	return v
 }
 
-func progressView(j templatejobs.Job) client.TemplateProgress {
+func progressView(j templatejobs.Job) wire.TemplateProgress {
 	p := j.Progress
-	return client.TemplateProgress{Stage: p.Stage, Packages: p.Packages, Total: p.Total, Bytes: p.Bytes, ElapsedMS: p.Elapsed.Milliseconds()}
+	return wire.TemplateProgress{Stage: p.Stage, Packages: p.Packages, Total: p.Total, Bytes: p.Bytes, ElapsedMS: p.Elapsed.Milliseconds()}
 }
 
 func (s *server) listTemplates(w http.ResponseWriter, r *http.Request, p capability.Principal) {
 	ts, err := s.templates(p, false)
 	if errdefs.IsNotFound(err) {
-		writeJSON(w, http.StatusOK, listResponse[client.Template]{Items: []client.Template{}})
+		writeJSON(w, http.StatusOK, wire.Page[wire.Template]{Items: []wire.Template{}})
 		return
 	}
 	if err != nil {
@@ -110,7 +110,7 @@ func (s *server) listTemplates(w http.ResponseWriter, r *http.Request, p capabil
 		s.writeError(w, r, err)
 		return
 	}
-	out := listResponse[client.Template]{Items: []client.Template{}}
+	out := wire.Page[wire.Template]{Items: []wire.Template{}}
 	for _, st := range list {
 		out.Items = append(out.Items, s.templateView(st))
 	}
@@ -140,7 +140,7 @@ func (s *server) buildTemplate(w http.ResponseWriter, r *http.Request, p capabil
 		s.writeError(w, r, err)
 		return
 	}
-	var req client.BuildRequest
+	var req wire.BuildRequest
 	if r.ContentLength != 0 {
 		if err := s.decodeBody(w, r, &req); err != nil {
 			s.writeError(w, r, err)

@@ -34,6 +34,7 @@ import (
 	"github.com/stockade-sh/stockade/store"
 	"github.com/stockade-sh/stockade/templates"
 	"github.com/stockade-sh/stockade/tools"
+	"github.com/stockade-sh/stockade/wire"
 )
 
 // buildWheel writes a pure-python wheel (PEP 427) of project name at
@@ -169,9 +170,9 @@ func startTemplateDaemon(t *testing.T, st store.Store, images, dataRoot, wheelho
 
 // openTemplateSession opens a session with the agent key; the test
 // deletes it.
-func openTemplateSession(e *env, req capability.CreateSessionRequest) api.SessionView {
+func openTemplateSession(e *env, req capability.CreateSessionRequest) wire.Session {
 	e.t.Helper()
-	var v api.SessionView
+	var v wire.Session
 	e.do("POST", "/v1/sessions", e.agent, req).want(e.t, http.StatusCreated).decode(e.t, &v)
 	return v
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/stockade-sh/stockade/internal/wiring"
 	"github.com/stockade-sh/stockade/sandbox"
 	"github.com/stockade-sh/stockade/tools"
+	"github.com/stockade-sh/stockade/wire"
 )
 
 // toolSet loads a tools file holding yaml.
@@ -73,7 +74,7 @@ func TestToolChangeSeenByApprovers(t *testing.T) {
 		srv := httptest.NewServer(api.New(svc, e.st, api.Options{}))
 		t.Cleanup(srv.Close)
 
-		changed := list[api.EventView](t, srv.URL, e.approver, "/v1/audit/events", "type=tool.changed")
+		changed := list[wire.AuditEvent](t, srv.URL, e.approver, "/v1/audit/events", "type=tool.changed")
 		if len(changed) != 1 {
 			t.Fatalf("tool.changed events an approver lists: got %d, want the one change", len(changed))
 		}
@@ -89,7 +90,7 @@ func TestToolChangeSeenByApprovers(t *testing.T) {
 			t.Errorf("the event: got code %s data %s, want the change of fetch asking for review of its growth", changed[0].Code, changed[0].Data)
 		}
 		var tv struct {
-			Items []api.ToolView `json:"items"`
+			Items []wire.Tool `json:"items"`
 		}
 		do(t, srv.URL, "GET", "/v1/tools", e.approver, nil).want(t, http.StatusOK).decode(t, &tv)
 		for _, v := range tv.Items {

@@ -18,6 +18,7 @@ import (
 	"github.com/stockade-sh/stockade/sandbox"
 	"github.com/stockade-sh/stockade/store"
 	"github.com/stockade-sh/stockade/tools"
+	"github.com/stockade-sh/stockade/wire"
 )
 
 // gate admits requests: it decides each on the policy, records the
@@ -39,18 +40,11 @@ type gateStore interface {
 	GetApproval(ctx context.Context, workspaceID, approvalID string) (model.Approval, error)
 }
 
-// InvokeRequest is the body of POST /v1/executions.
-type InvokeRequest struct {
-	Runtime   string `json:"runtime"`
-	Code      string `json:"code"`
-	TimeoutMS int64  `json:"timeout_ms,omitempty"`
-	// Network is "deny" (the default) or "allow" (policy.ParseNetwork,
-	// which also takes the older "denied" and "allowed").
-	Network string `json:"network,omitempty"`
-	Stdin   string `json:"stdin,omitempty"`
-	// Tool names the tool to run as; empty means the default tool.
-	Tool string `json:"tool,omitempty"`
-}
+// InvokeRequest is the body of POST /v1/executions, as the wire declares
+// it: the service takes the API's request itself. Its Network is read by
+// policy.ParseNetwork, which also takes the older "denied" and "allowed";
+// its IdempotencyKey is not read (InvokeOptions carries it).
+type InvokeRequest = wire.ExecutionRequest
 
 // Invocation is the outcome of Invoke: the execution as admitted.
 type Invocation struct {
@@ -107,8 +101,8 @@ func (s *gate) Invoke(ctx context.Context, p Principal, req InvokeRequest, o Inv
 		ask: policy.Request{Capability: contract.CodeExecute, Runtime: req.Runtime, Timeout: timeout, Network: network},
 		asked: audit.Invocation{Capability: contract.CodeExecute.Name, Runtime: req.Runtime, TimeoutMS: req.TimeoutMS,
 			Network: policy.NetworkWord(network), InputSHA256: rec.ne.InputSHA256, StdinSHA256: sha256Hex([]byte(req.Stdin))},
-		card: func(in Admit) (bool, ApprovalCard) {
-			return in.Policy.ApprovalRequired || in.Network, ApprovalCard{Code: req.Code, Stdin: req.Stdin}
+		card: func(in Admit) (bool, wire.ApprovalCard) {
+			return in.Policy.ApprovalRequired || in.Network, wire.ApprovalCard{Code: req.Code, Stdin: req.Stdin}
 		},
 	}
 	// Shape errors (unknown runtime, empty or oversized code) are the

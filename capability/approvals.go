@@ -12,6 +12,7 @@ import (
 	"github.com/stockade-sh/stockade/policy"
 	"github.com/stockade-sh/stockade/store"
 	"github.com/stockade-sh/stockade/tools"
+	"github.com/stockade-sh/stockade/wire"
 )
 
 // approvals decides the approval requests, expires those whose time is
@@ -34,54 +35,36 @@ type approvalStore interface {
 	ListWorkspaces(ctx context.Context) ([]model.Workspace, error)
 }
 
-// ApprovalCard is what an approver is shown.
-type ApprovalCard struct {
-	ApprovalID  string `json:"approval_id"`
-	ExecutionID string `json:"execution_id"`
-	Capability  string `json:"capability"`
-	RiskLevel   string `json:"risk_level"`
-	Runtime     string `json:"runtime"`
-	Code        string `json:"code"`
-	// Stdin is what the program reads on its standard input.
-	Stdin string `json:"stdin,omitempty"`
-	// Network is what the invocation asked for, in the request's words:
-	// "allow" or "deny".
-	Network string `json:"network"`
-	// Tool is the tool the code runs as; EgressAllow and EgressPorts its
-	// record's egress allowlist, which an approved network request may
-	// reach (empty without network).
-	Tool        string   `json:"tool,omitempty"`
-	EgressAllow []string `json:"egress_allow,omitempty"`
-	EgressPorts []int    `json:"egress_ports,omitempty"`
-	// ToolFingerprint identifies the tool's record as the approver sees
-	// it; approving is refused once the record has changed.
-	ToolFingerprint string `json:"tool_fingerprint,omitempty"`
-	// SessionID and Cell name a session's cell; CoversSession says that
-	// approving it approves the session's later cells too (per_session).
-	SessionID     string    `json:"session_id,omitempty"`
-	Cell          int       `json:"cell,omitempty"`
-	CoversSession bool      `json:"covers_session,omitempty"`
-	TimeoutMS     int64     `json:"timeout_ms"`
-	RequestedBy   string    `json:"requested_by"`
-	ExpiresAt     time.Time `json:"expires_at"`
-}
+// ApprovalCard is an approval request's card as the store keeps it: the
+// wire's card (what an approver is shown), read also in its older form.
+type ApprovalCard struct{ wire.ApprovalCard }
 
 // UnmarshalJSON reads a card, also one stored before the card named
 // network with the request's words ("network_requested": true).
 func (c *ApprovalCard) UnmarshalJSON(b []byte) error {
-	type plain ApprovalCard
 	var v struct {
-		plain
+		wire.ApprovalCard
 		NetworkRequested *bool `json:"network_requested"`
 	}
 	if err := json.Unmarshal(b, &v); err != nil {
 		return err
 	}
-	*c = ApprovalCard(v.plain)
+	c.ApprovalCard = v.ApprovalCard
 	if c.Network == "" && v.NetworkRequested != nil {
 		c.Network = policy.NetworkWord(*v.NetworkRequested)
 	}
 	return nil
+}
+
+// CardOf is the card of approval a as the API shows it: the stored card,
+// with the approval's and its execution's ids.
+func CardOf(a model.Approval) (wire.ApprovalCard, error) {
+	var c ApprovalCard
+	if err := json.Unmarshal(a.Card, &c); err != nil {
+		return wire.ApprovalCard{}, fmt.Errorf("reading the card of approval %s: %w", a.ID, err)
+	}
+	c.ApprovalID, c.ExecutionID = a.ID, a.ExecutionID
+	return c.ApprovalCard, nil
 }
 
 // Decide records an approver's decision. Approving queues the execution to

@@ -17,6 +17,7 @@ import (
 	"github.com/stockade-sh/stockade/sandbox"
 	"github.com/stockade-sh/stockade/store"
 	"github.com/stockade-sh/stockade/tools"
+	"github.com/stockade-sh/stockade/wire"
 )
 
 // cells admits and runs the cells of sessions, in their sessions'
@@ -35,14 +36,10 @@ type cellStore interface {
 	GetSession(ctx context.Context, workspaceID, id string) (model.Session, error)
 }
 
-// CellRequest is the body of POST /v1/sessions/{id}/exec.
-type CellRequest struct {
-	Code  string `json:"code"`
-	Stdin string `json:"stdin,omitempty"`
-	// TimeoutMS bounds the cell; zero means the tool's limit (within the
-	// policy's).
-	TimeoutMS int64 `json:"timeout_ms,omitempty"`
-}
+// CellRequest is the body of POST /v1/sessions/{id}/exec, as the wire
+// declares it: its TimeoutMS bounds the cell within the policy's limit;
+// its IdempotencyKey is not read (InvokeOptions carries it).
+type CellRequest = wire.CellRequest
 
 // cellRecord is a cell's stored request (the execution's request): the
 // cell and its session's runtime, in the shape of an InvokeRequest's
@@ -101,9 +98,9 @@ func (s *cells) ExecCell(ctx context.Context, p Principal, id string, req CellRe
 		},
 		// The session's mode says which cells wait for a human (see
 		// session.go).
-		card: func(in Admit) (bool, ApprovalCard) {
+		card: func(in Admit) (bool, wire.ApprovalCard) {
 			wait, _ := cellApproval(g, in)
-			return wait, ApprovalCard{Code: req.Code, Stdin: req.Stdin, SessionID: ss.ID, Cell: ss.Cells + 1, CoversSession: coversSession(g)}
+			return wait, wire.ApprovalCard{Code: req.Code, Stdin: req.Stdin, SessionID: ss.ID, Cell: ss.Cells + 1, CoversSession: coversSession(g)}
 		},
 	}
 	rec.dispatch = func(e model.Execution, _ *ticket) { s.dispatchCell(e, live, c.timeout) }
@@ -151,7 +148,7 @@ func (s *cells) runCell(ctx context.Context, e model.Execution, live *liveSessio
 		return
 	}
 	g = GrantOf(ex, nil)
-	s.hub.publish(e.ID, StreamEvent{Type: "started", Data: mustJSON(map[string]any{"execution_id": e.ID, "driver": live.Driver, "session_id": req.SessionID, "cell": e.Cell})})
+	s.hub.publish(e.ID, StreamEvent{Type: "started", Data: mustJSON(wire.Started{ExecutionID: e.ID, Driver: live.Driver, SessionID: req.SessionID, Cell: e.Cell})})
 	s.runs.notify(step, ex)
 	out := outputChunks{keep: sandbox.DefaultLimits().OutputCap, publish: func(st sandbox.Stream, p []byte) {
 		s.hub.publish(e.ID, StreamEvent{Type: st.String(), Data: mustJSON(map[string]string{"data": string(p)})})
@@ -187,9 +184,9 @@ func (s *cells) runCell(ctx context.Context, e model.Execution, live *liveSessio
 		// as below, with the output it had made.
 		s.log.Info("a cell cut short lost its sandbox", "execution", e.ID, "cancel", c, "expired", expired, "err", err)
 		stdout, stderr := out.kept[sandbox.Stdout], out.kept[sandbox.Stderr]
-		res = &engine.CellResult{Status: sandbox.StatusKilled, Stdout: string(stdout.data), Stderr: string(stderr.data),
+		res = &engine.CellResult{Status: sandbox.StatusKilled, CellEnd: wire.CellEnd{Stdout: string(stdout.data), Stderr: string(stderr.data),
 			StdoutTruncated: stdout.truncated, StderrTruncated: stderr.truncated, Outputs: []engine.CellOutput{},
-			DurationMS: max(at.Sub(ex.StartedAt), 0).Milliseconds(), Driver: live.Driver, Runtime: live.Runtime.Name}
+			DurationMS: max(at.Sub(ex.StartedAt), 0).Milliseconds()}, Driver: live.Driver, Runtime: live.Runtime.Name}
 	}
 	switch {
 	case cut && res.Status == sandbox.StatusKilled:

@@ -14,6 +14,7 @@ import (
 	"github.com/stockade-sh/stockade/sandbox"
 	"github.com/stockade-sh/stockade/store"
 	"github.com/stockade-sh/stockade/tools"
+	"github.com/stockade-sh/stockade/wire"
 )
 
 // A claim is one request for a grant on its way through admission. Invoke
@@ -85,7 +86,7 @@ type claim struct {
 	// step 4, and returns its approval card with the request's own fields
 	// (code, stdin, a cell's session); admit fills in the rest (step 5).
 	// nil: none ever does.
-	card func(in Admit) (wait bool, card ApprovalCard)
+	card func(in Admit) (wait bool, card wire.ApprovalCard)
 	// room holds what the run needs before it is admitted (step 7), or
 	// refuses the request (recorded: refuse); the ticket is a one-shot's
 	// place among the runs. nil: nothing to hold.

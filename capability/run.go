@@ -16,6 +16,7 @@ import (
 	"github.com/stockade-sh/stockade/model"
 	"github.com/stockade-sh/stockade/policy"
 	"github.com/stockade-sh/stockade/sandbox"
+	"github.com/stockade-sh/stockade/wire"
 )
 
 // runs dispatches admitted executions, runs one-shots on the engine,
@@ -127,7 +128,7 @@ func (s *runs) run(ctx context.Context, e model.Execution, timeout time.Duration
 	s.egress.startRun(e.ID, e.WorkspaceID)
 	defer s.egress.endRun(e.ID)
 	out := outputChunks{keep: sandbox.DefaultLimits().OutputCap, publish: func(st sandbox.Stream, p []byte) {
-		s.hub.publish(e.ID, StreamEvent{Type: st.String(), Data: mustJSON(map[string]string{"data": string(p)})})
+		s.hub.publish(e.ID, StreamEvent{Type: st.String(), Data: mustJSON(wire.Output{Data: string(p)})})
 	}}
 	var (
 		driver  string // once the run has started
@@ -152,7 +153,7 @@ func (s *runs) run(ctx context.Context, e model.Execution, timeout time.Duration
 				return &startRefused{err}
 			}
 			g, driver, started = GrantOf(ex, nil), d, time.Now()
-			s.hub.publish(e.ID, StreamEvent{Type: "started", Data: mustJSON(map[string]string{"execution_id": e.ID, "driver": d})})
+			s.hub.publish(e.ID, StreamEvent{Type: "started", Data: mustJSON(wire.Started{ExecutionID: e.ID, Driver: d})})
 			s.notify(step, ex)
 			return nil
 		},
@@ -168,9 +169,9 @@ func (s *runs) run(ctx context.Context, e model.Execution, timeout time.Duration
 		// signal was observed: the sandbox was destroyed under the program,
 		// which EndedBy says.
 		stdout, stderr := out.kept[sandbox.Stdout], out.kept[sandbox.Stderr]
-		r := engine.Result{Status: sandbox.StatusKilled, ExitCode: -1, Stdout: string(stdout.data), Stderr: string(stderr.data),
+		r := engine.Result{Status: sandbox.StatusKilled, Run: wire.Run{ExitCode: -1, Stdout: string(stdout.data), Stderr: string(stderr.data),
 			StdoutTruncated: stdout.truncated, StderrTruncated: stderr.truncated, DurationMS: time.Since(started).Milliseconds(),
-			Driver: driver, Runtime: req.Runtime, EndedBy: endedBy(ctx)}
+			Driver: driver, Runtime: req.Runtime, EndedBy: endedBy(ctx)}}
 		if cs := (*sandbox.CutShortError)(nil); errors.As(err, &cs) && cs.Result != nil {
 			// What it used until then, where the sandbox's cgroup says.
 			r.CPUMS, r.PeakMemoryBytes = cs.Result.CPUTime.Milliseconds(), cs.Result.PeakMemory

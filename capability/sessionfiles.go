@@ -10,6 +10,7 @@ import (
 	"github.com/stockade-sh/stockade/errdefs"
 	"github.com/stockade-sh/stockade/model"
 	"github.com/stockade-sh/stockade/sandbox"
+	"github.com/stockade-sh/stockade/wire"
 )
 
 // sessionFiles moves files into and out of sessions' /workspace, each
@@ -20,12 +21,9 @@ type sessionFiles struct {
 	host *sessionHost
 }
 
-// FileInfo is a file moved into or out of a session.
-type FileInfo struct {
-	Path   string `json:"path"`
-	Size   int64  `json:"size"`
-	SHA256 string `json:"sha256"`
-}
+// FileInfo is a file moved into or out of a session, as the wire
+// declares it.
+type FileInfo = wire.FileInfo
 
 // filePath checks a path of the files API.
 func filePath(p string) (string, error) {

@@ -20,6 +20,7 @@ import (
 	"github.com/stockade-sh/stockade/sandbox"
 	"github.com/stockade-sh/stockade/store"
 	"github.com/stockade-sh/stockade/tools"
+	"github.com/stockade-sh/stockade/wire"
 )
 
 // sessionHost keeps the sessions this daemon serves: it opens them, ends
@@ -197,19 +198,10 @@ func (ls *liveSession) track(id string) {
 	ls.mu.Unlock()
 }
 
-// CreateSessionRequest is the body of POST /v1/sessions.
-type CreateSessionRequest struct {
-	Runtime string `json:"runtime"`
-	// Tool names the tool the session runs as; empty means the default
-	// tool.
-	Tool string `json:"tool,omitempty"`
-	// IdleTimeoutMS and TTLMS ask for other lifetimes than the server's
-	// defaults, within its ceilings; zero takes the defaults.
-	IdleTimeoutMS int64 `json:"idle_timeout_ms,omitempty"`
-	TTLMS         int64 `json:"ttl_ms,omitempty"`
-	// Network is "deny" (the default) or "allow".
-	Network string `json:"network,omitempty"`
-}
+// CreateSessionRequest is the body of POST /v1/sessions, as the wire
+// declares it; its IdempotencyKey is not read (CreateSessionOptions
+// carries it).
+type CreateSessionRequest = wire.SessionRequest
 
 // CreateSessionOptions are the parts of a creation that are not its body.
 type CreateSessionOptions struct {

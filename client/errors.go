@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/stockade-sh/stockade/errdefs"
+	"github.com/stockade-sh/stockade/wire"
 )
 
 // Error is an error answer of the API: its HTTP status, its stable code
@@ -51,35 +52,33 @@ func (e *Error) Error() string {
 // Unwrap returns the error class of the code.
 func (e *Error) Unwrap() error { return classOf(e.Code, e.Status) }
 
-// classes maps the API's stable codes to error classes. It is the inverse
-// of the API's own mapping (api.status) and the only place the client
-// reads codes.
+// classes maps the API's stable codes to error classes: the inverse of
+// the server's mapping (api's classes).
 var classes = map[string]error{
-	"invalid_argument":     errdefs.ErrInvalidArgument,
-	"unauthenticated":      errdefs.ErrUnauthenticated,
-	"insufficient_credits": errdefs.ErrPaymentRequired,
-	"permission_denied":    errdefs.ErrPermissionDenied,
-	"not_found":            errdefs.ErrNotFound,
-	"conflict":             errdefs.ErrConflict,
-	"too_large":            errdefs.ErrTooLarge,
-	"resource_exhausted":   errdefs.ErrResourceExhausted,
-	"unavailable":          errdefs.ErrUnavailable,
+	wire.CodeInvalidArgument:    errdefs.ErrInvalidArgument,
+	wire.CodeUnauthenticated:    errdefs.ErrUnauthenticated,
+	wire.CodeInsufficientCredit: errdefs.ErrPaymentRequired,
+	wire.CodePermissionDenied:   errdefs.ErrPermissionDenied,
+	wire.CodeNotFound:           errdefs.ErrNotFound,
+	wire.CodeConflict:           errdefs.ErrConflict,
+	wire.CodeTooLarge:           errdefs.ErrTooLarge,
+	wire.CodeResourceExhausted:  errdefs.ErrResourceExhausted,
+	wire.CodeUnavailable:        errdefs.ErrUnavailable,
 	// A method the path does not take is the caller's mistake; a body that
 	// came too late is worth sending again.
-	"method_not_allowed": errdefs.ErrInvalidArgument,
-	"request_timeout":    errdefs.ErrUnavailable,
-	// Sessions: an ended one, one that runs another cell, a workspace with
-	// as many live sessions as it may have, a file path outside
-	// /workspace.
-	"session_expired": errdefs.ErrFailedPrecondition,
-	"session_busy":    errdefs.ErrConflict,
-	"session_quota":   errdefs.ErrResourceExhausted,
-	"invalid_path":    errdefs.ErrInvalidArgument,
+	wire.CodeMethodNotAllowed: errdefs.ErrInvalidArgument,
+	wire.CodeRequestTimeout:   errdefs.ErrUnavailable,
+	// Sessions: an ended one, one that runs another cell, a workspace with as many live sessions
+	// as it may have, a file path outside /workspace.
+	wire.CodeSessionExpired: errdefs.ErrFailedPrecondition,
+	wire.CodeSessionBusy:    errdefs.ErrConflict,
+	wire.CodeSessionQuota:   errdefs.ErrResourceExhausted,
+	wire.CodeInvalidPath:    errdefs.ErrInvalidArgument,
 }
 
 // classOf is the error class of an answer: its code's, else its status's
 // (an answer that is not the API's, from a proxy in between, say). An
-// internal error has none.
+// internal error has none. It is the one place the client reads codes.
 func classOf(code string, status int) error {
 	if c, ok := classes[code]; ok {
 		return c
@@ -116,14 +115,7 @@ const maxErrorBody = 64 << 10
 // the start of the body. header gives Retry-After.
 func errorOf(status int, header http.Header, body []byte) *Error {
 	e := &Error{Status: status, RetryAfter: retryAfter(header.Get("Retry-After")), RequestID: header.Get("X-Request-Id")}
-	var b struct {
-		Error struct {
-			Code      string     `json:"code"`
-			Message   string     `json:"message"`
-			EndedAt   *time.Time `json:"ended_at"`
-			EndReason string     `json:"end_reason"`
-		} `json:"error"`
-	}
+	var b wire.ErrorBody
 	if err := json.Unmarshal(body, &b); err == nil && b.Error.Code != "" {
 		e.Code, e.Message, e.EndedAt, e.EndReason = b.Error.Code, b.Error.Message, b.Error.EndedAt, b.Error.EndReason
 		return e

@@ -12,128 +12,8 @@ import (
 	"time"
 
 	"github.com/stockade-sh/stockade/errdefs"
+	"github.com/stockade-sh/stockade/wire"
 )
-
-// SessionRequest asks for a session (POST /v1/sessions).
-type SessionRequest struct {
-	// Runtime is python, node or shell: the session's kernel.
-	Runtime string `json:"runtime"`
-	// Tool names the tool to run as; empty is the default tool.
-	Tool string `json:"tool,omitempty"`
-	// IdleTimeoutMS and TTLMS ask for other lifetimes than the daemon's
-	// defaults, within its ceilings; zero takes the defaults.
-	IdleTimeoutMS int64 `json:"idle_timeout_ms,omitempty"`
-	TTLMS         int64 `json:"ttl_ms,omitempty"`
-	// Network is "deny" (the default, also when empty) or "allow".
-	Network string `json:"network,omitempty"`
-	// IdempotencyKey, if set, makes a retried request return the first
-	// session instead of opening another.
-	IdempotencyKey string `json:"-"`
-}
-
-// Session is a session as the API shows it.
-type Session struct {
-	ID      string `json:"id"`
-	Runtime string `json:"runtime"`
-	Tool    string `json:"tool"`
-	Tier    string `json:"tier"`
-	Driver  string `json:"driver"`
-	// State is "active", "paused" or "ended"; EndedAt and EndReason
-	// (closed, idle_timeout, ttl, interrupted, failed) are set once it
-	// ended, PausedAt and CheckpointBytes while it is paused.
-	State           string     `json:"state"`
-	Network         string     `json:"network"`
-	CreatedAt       time.Time  `json:"created_at"`
-	ExpiresAt       time.Time  `json:"expires_at"`
-	IdleExpiresAt   time.Time  `json:"idle_expires_at"`
-	IdleTimeoutMS   int64      `json:"idle_timeout_ms"`
-	EndedAt         *time.Time `json:"ended_at,omitempty"`
-	EndReason       string     `json:"end_reason,omitempty"`
-	PausedAt        *time.Time `json:"paused_at,omitempty"`
-	CheckpointBytes int64      `json:"checkpoint_bytes,omitempty"`
-	Cells           int        `json:"cells"`
-	// Approval is the approval mode the session's cells are admitted
-	// under; ApprovalID the approval that covers them (per_session).
-	Approval       string `json:"approval"`
-	ApprovalID     string `json:"approval_id,omitempty"`
-	WorkspaceBytes int64  `json:"workspace_bytes"`
-	Replayed       bool   `json:"replayed,omitempty"`
-}
-
-// CellRequest is a cell to run in a session (POST /v1/sessions/{id}/exec).
-type CellRequest struct {
-	Code  string `json:"code"`
-	Stdin string `json:"stdin,omitempty"`
-	// TimeoutMS bounds the cell; zero is the tool's limit.
-	TimeoutMS int64 `json:"timeout_ms,omitempty"`
-	// IdempotencyKey, if set, makes a retried request return the first
-	// cell instead of running it again.
-	IdempotencyKey string `json:"-"`
-}
-
-// Cell is a cell's outcome. Status is the cell's execution status:
-// awaiting_approval (then ApprovalID is set and WaitCell waits for it),
-// or how it ended (succeeded, failed for a cell that raised, timed_out,
-// oom_killed, killed, denied, approval_expired).
-type Cell struct {
-	ExecutionID     string          `json:"execution_id"`
-	SessionID       string          `json:"session_id"`
-	Cell            int             `json:"cell"`
-	Status          ExecutionStatus `json:"status"`
-	Stdout          string          `json:"stdout"`
-	Stderr          string          `json:"stderr"`
-	StdoutTruncated bool            `json:"stdout_truncated"`
-	StderrTruncated bool            `json:"stderr_truncated"`
-	// Outputs are the cell's rich outputs: text/plain for the value of its
-	// last expression, image/png (Data base64) for a figure.
-	Outputs        []CellOutput `json:"outputs"`
-	OutputsDropped int          `json:"outputs_dropped,omitempty"`
-	// Error is the exception the cell raised, or why it could not run.
-	Error *CellError `json:"error,omitempty"`
-	// KernelRestarted says the kernel was restarted (after a timeout that
-	// an interrupt did not end, or an OOM kill): its state is gone.
-	KernelRestarted bool  `json:"kernel_restarted"`
-	DurationMS      int64 `json:"duration_ms"`
-	// EndedBy is set when Stockade ended the cell before its code did
-	// (status killed): cancel, session_ended or daemon_shutdown.
-	EndedBy  string `json:"ended_by,omitempty"`
-	Credits  int64  `json:"credits"`
-	Replayed bool   `json:"replayed,omitempty"`
-	// ApprovalID is the approval request a cell awaiting approval waits
-	// for; it is not part of the daemon's cell answer.
-	ApprovalID string `json:"-"`
-}
-
-// CellOutput is one rich output of a cell.
-type CellOutput struct {
-	MimeType string `json:"mime_type"`
-	// Data is the text of a text/* output, base64 for any other.
-	Data string `json:"data"`
-}
-
-// CellError is an exception a cell raised.
-type CellError struct {
-	Name      string `json:"name"`
-	Value     string `json:"value"`
-	Traceback string `json:"traceback"`
-}
-
-// FileEntry is one entry of a session directory's listing.
-type FileEntry struct {
-	Name string `json:"name"`
-	// Type is file, dir, symlink or other.
-	Type  string    `json:"type"`
-	Size  int64     `json:"size"`
-	Mode  uint32    `json:"mode"`
-	MTime time.Time `json:"mtime"`
-}
-
-// FileInfo is a file moved into a session.
-type FileInfo struct {
-	Path   string `json:"path"`
-	Size   int64  `json:"size"`
-	SHA256 string `json:"sha256"`
-}
 
 // SessionFilter selects sessions; zero lists all, newest first.
 type SessionFilter struct {
@@ -245,7 +125,9 @@ func (c *Client) ExecCell(ctx context.Context, id string, req CellRequest) (*Cel
 		if err := decodeBounded(resp.Body, &ex); err != nil {
 			return nil, fmt.Errorf("running a cell in session %s: %w", id, err)
 		}
-		return &Cell{ExecutionID: ex.ID, SessionID: id, Status: ex.Status, ApprovalID: ex.ApprovalID, Replayed: ex.Replayed}, nil
+		cell := wire.CellOf(ex)
+		cell.SessionID = id
+		return &cell, nil
 	}
 	var cell Cell
 	if err := decodeBounded(resp.Body, &cell); err != nil {
@@ -272,41 +154,14 @@ func (c *Client) WaitCell(ctx context.Context, executionID string, wait time.Dur
 
 // CellOfExecution returns the cell of an execution as the API shows it
 // (GET /v1/executions/{id}): its status, and, once it ran, its outcome,
-// from the execution's result document. Credits are not part of it (0).
+// from the execution's result document (wire.CellOf). Credits are not
+// part of it (0).
 func CellOfExecution(b []byte) (*Cell, error) {
-	var ex struct {
-		ID         string          `json:"id"`
-		Status     ExecutionStatus `json:"status"`
-		SessionID  string          `json:"session_id"`
-		ApprovalID string          `json:"approval_id"`
-		Result     json.RawMessage `json:"result"`
-	}
+	var ex Execution
 	if err := json.Unmarshal(b, &ex); err != nil {
 		return nil, fmt.Errorf("decoding the execution of a cell: %w", err)
 	}
-	cell := Cell{SessionID: ex.SessionID}
-	if len(ex.Result) > 0 && string(ex.Result) != "null" {
-		// The result is the cell's document; its status is the
-		// program's word, the execution's is the API's.
-		var doc struct {
-			Cell
-			Error json.RawMessage `json:"error"`
-		}
-		if err := json.Unmarshal(ex.Result, &doc); err != nil {
-			return nil, fmt.Errorf("decoding the result of cell %s: %w", ex.ID, err)
-		}
-		cell = doc.Cell
-		var raised CellError
-		var sentence string
-		switch {
-		case len(doc.Error) == 0 || string(doc.Error) == "null":
-		case json.Unmarshal(doc.Error, &raised) == nil:
-			cell.Error = &raised
-		case json.Unmarshal(doc.Error, &sentence) == nil:
-			cell.Error = &CellError{Name: "StockadeError", Value: sentence}
-		}
-	}
-	cell.ExecutionID, cell.Status, cell.ApprovalID = ex.ID, ex.Status, ex.ApprovalID
+	cell := wire.CellOf(ex)
 	return &cell, nil
 }
 
@@ -324,13 +179,13 @@ func (*CellEnded) isEvent() {}
 // execution's, with the outcome a Cell and rich outputs as Displays.
 func parseCellEvent(name string, data []byte) (Event, error) {
 	switch name {
-	case "output":
+	case wire.EventOutput:
 		e := &Display{}
 		if err := json.Unmarshal(data, &e.Output); err != nil {
 			return nil, fmt.Errorf("decoding event %q: %w", name, err)
 		}
 		return e, nil
-	case "result":
+	case wire.EventResult:
 		e := &CellEnded{}
 		if err := json.Unmarshal(data, &e.Cell); err != nil {
 			return nil, fmt.Errorf("decoding event %q: %w", name, err)
@@ -371,9 +226,7 @@ func NewCellStream(next func() (name string, data []byte, err error), close func
 // InterruptCell interrupts the cell session id runs (SIGINT to its
 // kernel) and reports whether one ran.
 func (c *Client) InterruptCell(ctx context.Context, id string) (bool, error) {
-	var out struct {
-		Interrupted bool `json:"interrupted"`
-	}
+	var out wire.Interrupted
 	if _, err := c.do(ctx, http.MethodPost, sessionPath(id, "interrupt"), nil, nil, &out); err != nil {
 		return false, fmt.Errorf("interrupting session %s: %w", id, err)
 	}
@@ -439,10 +292,7 @@ func (c *Client) GetFile(ctx context.Context, id, path string, w io.Writer, max 
 // ListFiles lists the directory dir of session id; truncated says there
 // were more entries than the daemon lists at once.
 func (c *Client) ListFiles(ctx context.Context, id, dir string) (entries []FileEntry, truncated bool, err error) {
-	var out struct {
-		Entries   []FileEntry `json:"entries"`
-		Truncated bool        `json:"truncated"`
-	}
+	var out wire.FileList
 	if _, err := c.do(ctx, http.MethodGet, sessionPath(id, "files"), url.Values{"dir": {dir}}, nil, &out); err != nil {
 		return nil, false, fmt.Errorf("listing %s in session %s: %w", dir, id, err)
 	}

@@ -11,6 +11,7 @@ import (
 	"net/http"
 
 	"github.com/stockade-sh/stockade/errdefs"
+	"github.com/stockade-sh/stockade/wire"
 )
 
 // Event is one event of an execution's stream: *ApprovalRequired,
@@ -22,19 +23,12 @@ type Event interface{ isEvent() }
 type ApprovalRequired struct{ Card ApprovalCard }
 
 // Started says that the sandbox runs the code.
-type Started struct {
-	ExecutionID string `json:"execution_id"`
-	Driver      string `json:"driver"`
-}
+type Started struct{ wire.Started }
 
 // Output is a chunk of the program's stdout or stderr, as it came. A
 // subscriber that falls behind may miss chunks; the Result of Ended has
 // the output from its start, up to the output cap.
-type Output struct {
-	// Stream is "stdout" or "stderr".
-	Stream string
-	Data   string `json:"data"`
-}
+type Output struct{ wire.Output }
 
 // Ended is the execution once it has ended: ran (Result), denied by the
 // approver, or expired before anyone decided (Execution.Status says
@@ -43,10 +37,7 @@ type Ended struct{ Execution Execution }
 
 // StreamError says that the daemon could not read the execution's outcome;
 // GetExecution may, later.
-type StreamError struct {
-	Code    string `json:"code"`
-	Message string `json:"message"`
-}
+type StreamError struct{ wire.ErrorDetail }
 
 func (*ApprovalRequired) isEvent() {}
 func (*Started) isEvent()          {}
@@ -61,26 +52,25 @@ func ParseEvent(name string, data []byte) (Event, error) {
 	var ev Event
 	var dst any
 	switch name {
-	case "approval_required":
+	case wire.EventApprovalRequired:
 		e := &ApprovalRequired{}
 		ev, dst = e, &e.Card
-	case "started":
+	case wire.EventStarted:
 		e := &Started{}
-		ev, dst = e, e
-	case "stdout", "stderr":
-		e := &Output{Stream: name}
-		ev, dst = e, e
-	case "result", "denied":
+		ev, dst = e, &e.Started
+	case wire.EventStdout, wire.EventStderr:
+		e := &Output{}
+		e.Stream = name
+		ev, dst = e, &e.Output
+	case wire.EventResult, wire.EventDenied:
 		e := &Ended{}
 		ev, dst = e, &e.Execution
-	case "error":
-		var b struct {
-			Error StreamError `json:"error"`
-		}
+	case wire.EventError:
+		var b wire.ErrorBody
 		if err := json.Unmarshal(data, &b); err != nil {
 			return nil, fmt.Errorf("decoding event %q: %w", name, err)
 		}
-		return &b.Error, nil
+		return &StreamError{b.Error}, nil
 	default:
 		return nil, fmt.Errorf("unknown event %q: %w", name, errdefs.ErrInvalidArgument)
 	}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/stockade-sh/stockade/capability"
 	"github.com/stockade-sh/stockade/client"
+	"github.com/stockade-sh/stockade/wire"
 )
 
 // TestApprovalCardRoundTrip encodes the card as the API sends it and
@@ -18,9 +19,9 @@ func TestApprovalCardRoundTrip(t *testing.T) {
 	expires := time.Date(2026, 12, 7, 1, 2, 3, 0, time.UTC)
 	for _, network := range []string{"allow", "deny"} {
 		t.Run(network, func(t *testing.T) {
-			sent := capability.ApprovalCard{ApprovalID: "apr_1", ExecutionID: "ex_1", Capability: "code.execute", RiskLevel: "high",
+			sent := capability.ApprovalCard{ApprovalCard: wire.ApprovalCard{ApprovalID: "apr_1", ExecutionID: "ex_1", Capability: "code.execute", RiskLevel: "high",
 				Runtime: "python", Code: "print(1)", Stdin: "in", Network: network, Tool: "fetch", EgressAllow: []string{"example.com"},
-				EgressPorts: []int{443}, ToolFingerprint: "sha256:ab", TimeoutMS: 5000, RequestedBy: "key_1", ExpiresAt: expires}
+				EgressPorts: []int{443}, ToolFingerprint: "sha256:ab", SessionID: "ses_1", Cell: 2, CoversSession: true, TimeoutMS: 5000, RequestedBy: "key_1", ExpiresAt: expires}}
 			raw, err := json.Marshal(sent)
 			if err != nil {
 				t.Fatal(err)
@@ -31,7 +32,7 @@ func TestApprovalCardRoundTrip(t *testing.T) {
 			}
 			want := client.ApprovalCard{ApprovalID: "apr_1", ExecutionID: "ex_1", Capability: "code.execute", RiskLevel: "high",
 				Runtime: "python", Code: "print(1)", Stdin: "in", Network: network, Tool: "fetch", EgressAllow: []string{"example.com"},
-				EgressPorts: []int{443}, ToolFingerprint: "sha256:ab", TimeoutMS: 5000, RequestedBy: "key_1", ExpiresAt: expires}
+				EgressPorts: []int{443}, ToolFingerprint: "sha256:ab", SessionID: "ses_1", Cell: 2, CoversSession: true, TimeoutMS: 5000, RequestedBy: "key_1", ExpiresAt: expires}
 			if !reflect.DeepEqual(got, want) {
 				t.Errorf("got %+v, want %+v", got, want)
 			}

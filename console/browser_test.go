@@ -274,7 +274,7 @@ func TestBrowser(t *testing.T) {
 		if got := run(b, chromedp.Text(chromedp.CSS(card(approval)+" .decision"))); !strings.Contains(got, "Approved by approver") {
 			t.Errorf("decision: got %q, want it to name the approver", got)
 		}
-		if v := e.execution(exec, 0); v.Status != string(model.StatusSucceeded) {
+		if v := e.execution(exec, 0); string(v.Status) != string(model.StatusSucceeded) {
 			t.Errorf("execution: got %s, want succeeded", v.Status)
 		}
 	})
@@ -288,7 +288,7 @@ func TestBrowser(t *testing.T) {
 		if got := run(b, chromedp.Text(chromedp.CSS(card(approval)+" .decision"))); !strings.Contains(got, "Denied by approver") || !strings.Contains(got, "not on my watch") {
 			t.Errorf("decision: got %q, want the approver and the reason", got)
 		}
-		if v := e.execution(exec, 0); v.Status != string(model.StatusDenied) {
+		if v := e.execution(exec, 0); string(v.Status) != string(model.StatusDenied) {
 			t.Errorf("execution: got %s, want denied", v.Status)
 		}
 		stayed("denied")

@@ -32,6 +32,7 @@ import (
 	"github.com/stockade-sh/stockade/sandbox"
 	"github.com/stockade-sh/stockade/store"
 	"github.com/stockade-sh/stockade/tools"
+	"github.com/stockade-sh/stockade/wire"
 )
 
 // env is a daemon in the test process, wired as `stockade serve` wires
@@ -190,7 +191,7 @@ func (e *env) do(method, path, key string, body any) (int, []byte) {
 func (e *env) ask(req capability.InvokeRequest) (exec, approval string) {
 	e.t.Helper()
 	code, b := e.do("POST", "/v1/executions", e.agent, req)
-	var v api.ExecutionView
+	var v wire.Execution
 	if err := json.Unmarshal(b, &v); code != http.StatusAccepted || err != nil || v.ApprovalID == "" {
 		e.t.Fatalf("POST /v1/executions: got %d %s; want 202 with an approval", code, b)
 	}
@@ -199,10 +200,10 @@ func (e *env) ask(req capability.InvokeRequest) (exec, approval string) {
 
 // execution reads an execution through the API, waiting up to wait for
 // its end.
-func (e *env) execution(id string, wait time.Duration) api.ExecutionView {
+func (e *env) execution(id string, wait time.Duration) wire.Execution {
 	e.t.Helper()
 	code, b := e.do("GET", fmt.Sprintf("/v1/executions/%s?wait=%s", id, wait), e.agent, nil)
-	var v api.ExecutionView
+	var v wire.Execution
 	if err := json.Unmarshal(b, &v); code != http.StatusOK || err != nil {
 		e.t.Fatalf("GET execution %s: got %d %s", id, code, b)
 	}

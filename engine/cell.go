@@ -13,6 +13,7 @@ import (
 
 	"github.com/stockade-sh/stockade/errdefs"
 	"github.com/stockade-sh/stockade/sandbox"
+	"github.com/stockade-sh/stockade/wire"
 )
 
 // CellRequest is one cell to run.
@@ -29,43 +30,27 @@ type CellRequest struct {
 
 // CellOutput is one rich output of a cell: its data is the text itself
 // for a text/* type, base64 otherwise (image/png).
-type CellOutput struct {
-	MimeType string `json:"mime_type"`
-	Data     string `json:"data"`
-}
+type CellOutput = wire.CellOutput
 
 // CellError is the exception a cell raised.
-type CellError struct {
-	Name      string `json:"name"`
-	Value     string `json:"value"`
-	Traceback string `json:"traceback"`
-}
+type CellError = wire.CellError
 
-// CellResult is a cell's end, in the shape of the wire format. Status is
-// succeeded (the cell ran to its end), failed (it raised: Error), timed_out,
-// oom_killed (the sandbox's memory cgroup counted an OOM kill of its
-// kernel) or killed (its kernel died of another signal, or its ctx ended:
-// see EndedBy); KernelRestarted says its kernel was restarted, and its
-// state lost, because the cell did not stop when interrupted or the
-// kernel died. A cell whose kernel died keeps the output it printed.
+// CellResult is a cell's end: its status and the wire's cell end
+// (wire.CellEnd), with its driver and runtime. Status is succeeded (the
+// cell ran to its end), failed (it raised: Error), timed_out, oom_killed
+// (the sandbox's memory cgroup counted an OOM kill of its kernel) or
+// killed (its kernel died of another signal, or its ctx ended: see
+// EndedBy); KernelRestarted says its kernel was restarted, and its state
+// lost, because the cell did not stop when interrupted or the kernel
+// died. A cell whose kernel died keeps the output it printed. EndedBy is
+// set when Stockade itself ended the cell before its code did (status
+// killed): EndedByCancel, EndedBySessionEnd or EndedByShutdown. The
+// caller sets it; Cell knows only that its ctx ended.
 type CellResult struct {
-	Status          sandbox.Status `json:"status"`
-	Stdout          string         `json:"stdout"`
-	Stderr          string         `json:"stderr"`
-	StdoutTruncated bool           `json:"stdout_truncated"`
-	StderrTruncated bool           `json:"stderr_truncated"`
-	Outputs         []CellOutput   `json:"outputs"`
-	OutputsDropped  int            `json:"outputs_dropped,omitempty"`
-	Error           *CellError     `json:"error,omitempty"`
-	KernelRestarted bool           `json:"kernel_restarted"`
-	DurationMS      int64          `json:"duration_ms"`
-	Driver          string         `json:"driver"`
-	Runtime         string         `json:"runtime"`
-	// EndedBy is set when Stockade itself ended the cell before its code
-	// did (status killed): EndedByCancel, EndedBySessionEnd or
-	// EndedByShutdown. The caller sets it; Cell knows only that its ctx
-	// ended.
-	EndedBy string `json:"ended_by,omitempty"`
+	Status sandbox.Status `json:"status"`
+	wire.CellEnd
+	Driver  string `json:"driver"`
+	Runtime string `json:"runtime"`
 }
 
 // exiter is a kernel that says how it ended, and whether the sandbox's

@@ -29,6 +29,7 @@ import (
 	"github.com/stockade-sh/stockade/sandbox"
 	"github.com/stockade-sh/stockade/sandbox/profile"
 	"github.com/stockade-sh/stockade/tools"
+	"github.com/stockade-sh/stockade/wire"
 )
 
 // Images resolves a runtime name to its image.
@@ -191,29 +192,14 @@ type Request struct {
 	ExtraMounts []sandbox.Mount
 }
 
-// Result is a finished invocation, in the shape of the wire format. Signal
-// is the signal that ended the program, 0 when none was observed (it
-// exited, or Stockade ended the run: see EndedBy).
+// Result is a finished invocation: its status and the wire's run (the
+// result document of a one-shot, wire.Run), whose EndedBy is
+// EndedByShutdown or EndedByCancel and whose Network is NetworkNone,
+// NetworkBroker or NetworkAllowlist (empty in results recorded before it
+// existed, and where no sandbox ran).
 type Result struct {
-	Status          sandbox.Status `json:"status"`
-	ExitCode        int            `json:"exit_code"`
-	Signal          int            `json:"signal"`
-	Stdout          string         `json:"stdout"`
-	Stderr          string         `json:"stderr"`
-	StdoutTruncated bool           `json:"stdout_truncated"`
-	StderrTruncated bool           `json:"stderr_truncated"`
-	DurationMS      int64          `json:"duration_ms"`
-	CPUMS           int64          `json:"cpu_ms"`
-	PeakMemoryBytes int64          `json:"peak_memory_bytes"`
-	Driver          string         `json:"driver"`
-	Runtime         string         `json:"runtime"`
-	// EndedBy is set when Stockade itself ended the run before the
-	// program did (status killed): EndedByShutdown or EndedByCancel.
-	EndedBy string `json:"ended_by,omitempty"`
-	// Network is what the sandbox could reach: NetworkNone,
-	// NetworkBroker or NetworkAllowlist. Empty in results recorded
-	// before it existed, and where no sandbox ran.
-	Network string `json:"network,omitempty"`
+	Status sandbox.Status `json:"status"`
+	wire.Run
 }
 
 // The values of Result.Network, so that a program's failure to resolve a
@@ -496,8 +482,7 @@ func (e *Engine) Run(ctx context.Context, req Request) (*Result, error) {
 
 // resultOf is the Result of a program's sandbox.Result.
 func resultOf(res *sandbox.Result, driver, runtime string) *Result {
-	return &Result{
-		Status:          res.Status,
+	return &Result{Status: res.Status, Run: wire.Run{
 		ExitCode:        res.ExitCode,
 		Signal:          res.Signal,
 		Stdout:          string(res.Stdout),
@@ -509,7 +494,7 @@ func resultOf(res *sandbox.Result, driver, runtime string) *Result {
 		PeakMemoryBytes: res.PeakMemory,
 		Driver:          driver,
 		Runtime:         runtime,
-	}
+	}}
 }
 
 func runtimeNames() []string {

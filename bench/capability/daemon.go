@@ -28,6 +28,7 @@ import (
 	"github.com/stockade-sh/stockade/model"
 	"github.com/stockade-sh/stockade/store"
 	"github.com/stockade-sh/stockade/store/sqlite"
+	"github.com/stockade-sh/stockade/wire"
 )
 
 // daemon is the capability layer in this process, as `stockade serve` wires
@@ -209,12 +210,12 @@ func (d *daemon) invoke(ctx context.Context, t target, body []byte, want string)
 	if resp.StatusCode != http.StatusOK {
 		return fmt.Errorf("POST /v1/executions: %s: %s", resp.Status, strings.TrimSpace(string(b)))
 	}
-	var v api.ExecutionView
+	var v wire.Execution
 	var r engine.Result
 	if err := json.Unmarshal(b, &v); err != nil {
 		return fmt.Errorf("decoding the execution: %w", err)
 	}
-	if err := json.Unmarshal(v.Result, &r); err != nil || v.Status != string(model.StatusSucceeded) || r.Stdout != want {
+	if err := json.Unmarshal(v.Result.JSON(), &r); err != nil || string(v.Status) != string(model.StatusSucceeded) || r.Stdout != want {
 		return fmt.Errorf("unexpected execution %s", b)
 	}
 	return nil

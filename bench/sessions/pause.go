@@ -6,10 +6,10 @@ import (
 	"os"
 	"time"
 
-	"github.com/stockade-sh/stockade/api"
 	"github.com/stockade-sh/stockade/bench/internal/daemon"
 	"github.com/stockade-sh/stockade/bench/internal/table"
 	"github.com/stockade-sh/stockade/sandbox"
+	"github.com/stockade-sh/stockade/wire"
 )
 
 // The pause/resume rows: a python session on gVisor holding a DataFrame
@@ -38,7 +38,7 @@ func pauseBench(c daemon.Client, rounds int) error {
 		return err
 	}
 	defer c.Do(http.MethodDelete, "/v1/sessions/"+idle, nil, http.StatusOK, nil)
-	var idleView api.SessionView
+	var idleView wire.Session
 	if err := c.Post("/v1/sessions/"+idle+"/pause", nil, http.StatusOK, &idleView); err != nil {
 		return fmt.Errorf("pausing an idle session: %w", err)
 	}
@@ -65,7 +65,7 @@ func pauseBench(c daemon.Client, rounds int) error {
 	}
 	var cycleWarm, coldWarm bool
 	cycle := &table.Variant{Name: "cycle", Run: func() error {
-		var v api.SessionView
+		var v wire.Session
 		start := time.Now()
 		if err := c.Post("/v1/sessions/"+held+"/pause", nil, http.StatusOK, &v); err != nil {
 			return err

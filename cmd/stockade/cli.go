@@ -13,6 +13,7 @@ import (
 
 	"github.com/stockade-sh/stockade/api"
 	"github.com/stockade-sh/stockade/errdefs"
+	"github.com/stockade-sh/stockade/wire"
 )
 
 // The exit statuses of the CLI's own outcomes; `stockade run` exits with the
@@ -153,7 +154,7 @@ func report(err error, asJSON bool) int {
 	if asJSON {
 		enc := json.NewEncoder(os.Stdout)
 		enc.SetIndent("", "  ")
-		_ = enc.Encode(api.ErrorBody{Error: d})
+		_ = enc.Encode(wire.ErrorBody{Error: d})
 	} else {
 		fmt.Fprintf(os.Stderr, "stockade: %s\n", d.Message)
 	}
@@ -180,9 +181,9 @@ func exitStatus(err error) int {
 // describe is err as the API would answer it: a stable code and a sentence
 // without the class name that wrapping appends. Bad input without a class
 // is invalid_argument, an interruption is interrupted.
-func describe(err error) api.ErrorDetail {
+func describe(err error) wire.ErrorDetail {
 	if errors.Is(err, context.Canceled) {
-		return api.ErrorDetail{Code: "interrupted", Message: "interrupted: " + strings.TrimSuffix(err.Error(), ": "+context.Canceled.Error())}
+		return wire.ErrorDetail{Code: "interrupted", Message: "interrupted: " + strings.TrimSuffix(err.Error(), ": "+context.Canceled.Error())}
 	}
 	d := api.Describe(err)
 	if d.Code == "internal" && errors.As(err, new(usageError)) {

@@ -86,7 +86,7 @@ func policyVerb(ctx context.Context, verb string, args []string) int {
 	}
 	enc := json.NewEncoder(os.Stdout)
 	enc.SetIndent("", "  ")
-	if err := enc.Encode(api.PolicyViewOf(pol)); err != nil {
+	if err := enc.Encode(api.PolicyOf(pol)); err != nil {
 		return fail(err)
 	}
 	return 0

@@ -14,6 +14,7 @@ import (
 	"github.com/stockade-sh/stockade/engine"
 	"github.com/stockade-sh/stockade/internal/testenv"
 	"github.com/stockade-sh/stockade/sandbox"
+	"github.com/stockade-sh/stockade/wire"
 )
 
 // stockade runs the CLI binary with a private state directory and the test
@@ -276,11 +277,11 @@ func TestResultStatus(t *testing.T) {
 		want int
 	}{
 		{"succeeded", engine.Result{Status: sandbox.StatusSucceeded}, 0},
-		{"failed", engine.Result{Status: sandbox.StatusFailed, ExitCode: 3}, 3},
-		{"timed out", engine.Result{Status: sandbox.StatusTimedOut, Signal: 9}, 124},
-		{"oom", engine.Result{Status: sandbox.StatusOOMKilled, Signal: 9}, 137},
-		{"signal", engine.Result{Status: sandbox.StatusKilled, Signal: 15}, 143},
-		{"ended by a cancel", engine.Result{Status: sandbox.StatusKilled, EndedBy: engine.EndedByCancel}, 137},
+		{"failed", engine.Result{Status: sandbox.StatusFailed, Run: wire.Run{ExitCode: 3}}, 3},
+		{"timed out", engine.Result{Status: sandbox.StatusTimedOut, Run: wire.Run{Signal: 9}}, 124},
+		{"oom", engine.Result{Status: sandbox.StatusOOMKilled, Run: wire.Run{Signal: 9}}, 137},
+		{"signal", engine.Result{Status: sandbox.StatusKilled, Run: wire.Run{Signal: 15}}, 143},
+		{"ended by a cancel", engine.Result{Status: sandbox.StatusKilled, Run: wire.Run{EndedBy: engine.EndedByCancel}}, 137},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if got := resultStatus(&tc.res); got != tc.want {

@@ -108,9 +108,7 @@ func finishRemote(ex *client.Execution, asJSON bool) int {
 		}
 		return report(runError{fmt.Errorf("the daemon could not run the code: %s", why)}, asJSON)
 	}
-	return finishRun(&engine.Result{Status: sandbox.Status(r.Status), ExitCode: r.ExitCode, Signal: r.Signal, Stdout: r.Stdout, Stderr: r.Stderr,
-		StdoutTruncated: r.StdoutTruncated, StderrTruncated: r.StderrTruncated, DurationMS: r.DurationMS, CPUMS: r.CPUMS,
-		PeakMemoryBytes: r.PeakMemoryBytes, Driver: r.Driver, Runtime: r.Runtime, Network: r.Network, EndedBy: r.EndedBy}, asJSON)
+	return finishRun(&engine.Result{Status: sandbox.Status(r.Status), Run: r.Run}, asJSON)
 }
 
 // remoteErr classifies a daemon's refusal: what the caller changes on the

@@ -34,6 +34,7 @@ import (
 	"github.com/stockade-sh/stockade/internal/storeopen"
 	"github.com/stockade-sh/stockade/model"
 	"github.com/stockade-sh/stockade/store"
+	"github.com/stockade-sh/stockade/wire"
 )
 
 // Binaries builds the stockade binary into dir, for the shim of the
@@ -177,7 +178,7 @@ func (c Client) WithContext(ctx context.Context) Client {
 
 // Session creates a python session and returns its id.
 func (c Client) Session() (string, error) {
-	var ses api.SessionView
+	var ses wire.Session
 	err := c.Post("/v1/sessions", capability.CreateSessionRequest{Runtime: "python"}, http.StatusCreated, &ses)
 	return ses.ID, err
 }
@@ -190,7 +191,7 @@ func (c Client) EndSession(id string) error {
 // Cell runs code as a cell of session id and checks that it succeeds
 // with stdout want (not checked when want is empty).
 func (c Client) Cell(id, code, want string) error {
-	var v api.CellView
+	var v wire.Cell
 	if err := c.Post("/v1/sessions/"+id+"/exec", capability.CellRequest{Code: code}, http.StatusOK, &v); err != nil {
 		return err
 	}
@@ -204,14 +205,14 @@ func (c Client) Cell(id, code, want string) error {
 // print want.
 func (c Client) OneShot(code, want string) func() error {
 	return func() error {
-		var v api.ExecutionView
+		var v wire.Execution
 		if err := c.Post("/v1/executions", capability.InvokeRequest{Runtime: "python", Code: code}, http.StatusOK, &v); err != nil {
 			return err
 		}
 		var res struct {
 			Stdout string `json:"stdout"`
 		}
-		if v.Status != "succeeded" || json.Unmarshal(v.Result, &res) != nil || res.Stdout != want {
+		if v.Status != "succeeded" || json.Unmarshal(v.Result.JSON(), &res) != nil || res.Stdout != want {
 			return fmt.Errorf("one-shot %q: got %s %s", code, v.Status, v.Result)
 		}
 		return nil
