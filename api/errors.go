@@ -49,7 +49,9 @@ var classes = []class{
 	{errdefs.IsPermissionDenied, http.StatusForbidden, wire.CodePermissionDenied, "this key may not do this"},
 	{errdefs.IsNotFound, http.StatusNotFound, wire.CodeNotFound, "not found"},
 	{errdefs.IsConflict, http.StatusConflict, wire.CodeConflict, "the request conflicts with the current state"},
-	{errdefs.IsFailedPrecondition, http.StatusConflict, wire.CodeConflict, "the request cannot be done in the current state"},
+	// Gone before FailedPrecondition, which it refines.
+	{errdefs.IsGone, http.StatusGone, wire.CodeGone, "it has ended and will not come back"},
+	{errdefs.IsFailedPrecondition, http.StatusConflict, wire.CodeFailedPrecondition, "the request cannot be done in the current state"},
 	{errdefs.IsTooLarge, http.StatusRequestEntityTooLarge, wire.CodeTooLarge, "the request is too large"},
 	{errdefs.IsResourceExhausted, http.StatusTooManyRequests, wire.CodeResourceExhausted, "the server is at capacity; retry later"},
 	{errdefs.IsUnavailable, http.StatusServiceUnavailable, wire.CodeUnavailable, "the service is unavailable; retry later"},
@@ -165,7 +167,7 @@ func Describe(err error) wire.ErrorDetail {
 // classTexts are the error classes' texts that wrapping appends.
 var classTexts = []error{errdefs.ErrInvalidArgument, errdefs.ErrNotFound, errdefs.ErrPermissionDenied,
 	errdefs.ErrFailedPrecondition, errdefs.ErrResourceExhausted, errdefs.ErrUnavailable, errdefs.ErrUnauthenticated,
-	errdefs.ErrConflict, errdefs.ErrTooLarge, errdefs.ErrPaymentRequired, errMethodNotAllowed, errRequestTimeout}
+	errdefs.ErrConflict, errdefs.ErrTooLarge, errdefs.ErrPaymentRequired, errdefs.ErrGone, errMethodNotAllowed, errRequestTimeout}
 
 // sentence returns an error message without the class names that wrapping
 // appends (": not found"), which repeat the stable code. An error

@@ -266,7 +266,7 @@ func TestRefusedCheckpointNamesNoPath(t *testing.T) {
 		e := newEnv(t, backends[0], c)
 		ss := e.openSession(e.agent, capability.CreateSessionRequest{Runtime: "shell"})
 		a := e.do("POST", "/v1/sessions/"+ss.ID+"/pause", e.agent, nil)
-		a.wantError(t, http.StatusConflict, "conflict", "cannot pause", "CRIU")
+		a.wantError(t, http.StatusConflict, "failed_precondition", "cannot pause", "CRIU")
 		noPath(t, a)
 	})
 	t.Run("gvisor", func(t *testing.T) {

@@ -157,7 +157,7 @@ func TestSessionPauseResume(t *testing.T) {
 	if err := os.WriteFile(record, b, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	msg := e.do("POST", "/v1/sessions/"+bad.ID+"/exec", e.agent, capability.CellRequest{Code: "get k"}).wantError(t, http.StatusConflict, "conflict")
+	msg := e.do("POST", "/v1/sessions/"+bad.ID+"/exec", e.agent, capability.CellRequest{Code: "get k"}).wantError(t, http.StatusConflict, "failed_precondition")
 	if !strings.Contains(msg, "cannot resume") || strings.Contains(msg, checkpoints) || strings.Contains(msg, "/tmp") {
 		t.Errorf("the refused resume: got %q, want it to say the session cannot resume, and no host path", msg)
 	}
@@ -190,7 +190,7 @@ func TestSessionCheckpointSwap(t *testing.T) {
 	if out, err := exec.Command("cp", "-a", aDir, bDir).CombinedOutput(); err != nil {
 		t.Fatalf("copying A's checkpoint over B's: %v: %s", err, out)
 	}
-	msg := e.do("POST", "/v1/sessions/"+b.ID+"/resume", e.agent, nil).wantError(t, http.StatusConflict, "conflict")
+	msg := e.do("POST", "/v1/sessions/"+b.ID+"/resume", e.agent, nil).wantError(t, http.StatusConflict, "failed_precondition")
 	if !strings.Contains(msg, "cannot resume") || !strings.Contains(msg, "another session") {
 		t.Errorf("the swapped checkpoint's resume: got %q, want it to say it was saved for another session", msg)
 	}
@@ -295,7 +295,7 @@ func TestSessionPauseRunc(t *testing.T) {
 	e := newEnv(t, backends[0], c)
 	ss := e.openSession(e.agent, capability.CreateSessionRequest{Runtime: "shell"})
 	e.cell(e.agent, ss.ID, "set k runc")
-	msg := e.do("POST", "/v1/sessions/"+ss.ID+"/pause", e.agent, nil).wantError(t, http.StatusConflict, "conflict")
+	msg := e.do("POST", "/v1/sessions/"+ss.ID+"/pause", e.agent, nil).wantError(t, http.StatusConflict, "failed_precondition")
 	if !strings.Contains(msg, "CRIU") || !strings.Contains(msg, "cannot pause") {
 		t.Errorf("pausing a runc session: got %q, want the reason (CRIU)", msg)
 	}

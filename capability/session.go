@@ -234,14 +234,14 @@ func resumeSession(g Grant, in ResumeSession) (Step, error) {
 }
 
 // expiredError is the refusal of what an ended session cannot do: of
-// class ErrFailedPrecondition, answered 410 session_expired with when and
-// why.
+// class ErrGone (a FailedPrecondition for good), answered 410
+// session_expired with when and why.
 func expiredError(s *SessionOf) error {
 	return errdefs.Public(&SessionExpiredError{SessionID: s.ID, EndedAt: s.EndedAt, Reason: s.EndReason})
 }
 
-// SessionExpiredError says a session has ended; it is of class
-// ErrFailedPrecondition.
+// SessionExpiredError says a session has ended; it is of class ErrGone,
+// which is of class ErrFailedPrecondition too.
 type SessionExpiredError struct {
 	SessionID string
 	EndedAt   time.Time
@@ -252,7 +252,7 @@ func (e *SessionExpiredError) Error() string {
 	return fmt.Sprintf("session %s ended (%s) at %s", e.SessionID, e.Reason, e.EndedAt.UTC().Format(time.RFC3339))
 }
 
-func (e *SessionExpiredError) Unwrap() error { return errdefs.ErrFailedPrecondition }
+func (e *SessionExpiredError) Unwrap() error { return errdefs.ErrGone }
 
 // cellApproval says whether cell g, admitted with in, waits for a human,
 // and which approval covers it instead when none is needed because of

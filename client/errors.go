@@ -61,6 +61,7 @@ var classes = map[string]error{
 	wire.CodePermissionDenied:   errdefs.ErrPermissionDenied,
 	wire.CodeNotFound:           errdefs.ErrNotFound,
 	wire.CodeConflict:           errdefs.ErrConflict,
+	wire.CodeFailedPrecondition: errdefs.ErrFailedPrecondition,
 	wire.CodeTooLarge:           errdefs.ErrTooLarge,
 	wire.CodeResourceExhausted:  errdefs.ErrResourceExhausted,
 	wire.CodeUnavailable:        errdefs.ErrUnavailable,
@@ -68,9 +69,11 @@ var classes = map[string]error{
 	// came too late is worth sending again.
 	wire.CodeMethodNotAllowed: errdefs.ErrInvalidArgument,
 	wire.CodeRequestTimeout:   errdefs.ErrUnavailable,
-	// Sessions: an ended one, one that runs another cell, a workspace with as many live sessions
+	// Sessions: an ended one (gone for good, a FailedPrecondition too),
+	// one that runs another cell, a workspace with as many live sessions
 	// as it may have, a file path outside /workspace.
-	wire.CodeSessionExpired: errdefs.ErrFailedPrecondition,
+	wire.CodeSessionExpired: errdefs.ErrGone,
+	wire.CodeGone:           errdefs.ErrGone,
 	wire.CodeSessionBusy:    errdefs.ErrConflict,
 	wire.CodeSessionQuota:   errdefs.ErrResourceExhausted,
 	wire.CodeInvalidPath:    errdefs.ErrInvalidArgument,
@@ -94,6 +97,8 @@ func classOf(code string, status int) error {
 		return errdefs.ErrNotFound
 	case status == http.StatusConflict:
 		return errdefs.ErrConflict
+	case status == http.StatusGone:
+		return errdefs.ErrGone
 	case status == http.StatusRequestEntityTooLarge:
 		return errdefs.ErrTooLarge
 	case status == http.StatusTooManyRequests:

@@ -24,7 +24,18 @@ var (
 	ErrConflict           = errors.New("conflict")
 	ErrTooLarge           = errors.New("too large")
 	ErrPaymentRequired    = errors.New("insufficient credits")
+	// ErrGone is ErrFailedPrecondition for good: what the request names
+	// has ended and will not come back (an ended session). It is of
+	// class ErrFailedPrecondition too, so that IsFailedPrecondition holds
+	// for it; the API answers it 410 where FailedPrecondition is 409.
+	ErrGone error = gone{}
 )
+
+// gone is ErrGone: a refinement of ErrFailedPrecondition.
+type gone struct{}
+
+func (gone) Error() string { return "gone" }
+func (gone) Unwrap() error { return ErrFailedPrecondition }
 
 func IsInvalidArgument(err error) bool    { return errors.Is(err, ErrInvalidArgument) }
 func IsNotFound(err error) bool           { return errors.Is(err, ErrNotFound) }
@@ -36,11 +47,12 @@ func IsUnauthenticated(err error) bool    { return errors.Is(err, ErrUnauthentic
 func IsConflict(err error) bool           { return errors.Is(err, ErrConflict) }
 func IsTooLarge(err error) bool           { return errors.Is(err, ErrTooLarge) }
 func IsPaymentRequired(err error) bool    { return errors.Is(err, ErrPaymentRequired) }
+func IsGone(err error) bool               { return errors.Is(err, ErrGone) }
 
 // classes are the error classes, the only errors that Publicf lets a
 // public message wrap besides other public errors.
 var classes = []error{ErrInvalidArgument, ErrNotFound, ErrPermissionDenied, ErrFailedPrecondition,
-	ErrResourceExhausted, ErrUnavailable, ErrUnauthenticated, ErrConflict, ErrTooLarge, ErrPaymentRequired}
+	ErrResourceExhausted, ErrUnavailable, ErrUnauthenticated, ErrConflict, ErrTooLarge, ErrPaymentRequired, ErrGone}
 
 // public is an error whose message a client may read.
 type public struct{ err error }

@@ -53,3 +53,19 @@ type publicer struct{ ok bool }
 func (p publicer) Error() string { return "the client's words" }
 func (p publicer) Public() bool  { return p.ok }
 func (p publicer) Unwrap() error { return errdefs.ErrNotFound }
+
+// TestGoneIsAFailedPrecondition checks that ErrGone refines
+// ErrFailedPrecondition: what checks the wider class still sees it, and
+// a plain failed precondition is not gone.
+func TestGoneIsAFailedPrecondition(t *testing.T) {
+	gone := fmt.Errorf("session ses_1 ended: %w", errdefs.ErrGone)
+	if !errdefs.IsGone(gone) || !errdefs.IsFailedPrecondition(gone) {
+		t.Errorf("a gone error: IsGone %v, IsFailedPrecondition %v; want both", errdefs.IsGone(gone), errdefs.IsFailedPrecondition(gone))
+	}
+	if paused := fmt.Errorf("session ses_1 is paused: %w", errdefs.ErrFailedPrecondition); errdefs.IsGone(paused) {
+		t.Errorf("a failed precondition: IsGone true, want false")
+	}
+	if msg, ok := errdefs.PublicMessage(errdefs.Publicf("session %s ended: %w", "ses_1", errdefs.ErrGone)); !ok || msg != "session ses_1 ended: gone" {
+		t.Errorf("Publicf with ErrGone: got %q, %v; want a public message", msg, ok)
+	}
+}

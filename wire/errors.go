@@ -31,9 +31,11 @@ const (
 	CodeNotFound           = "not_found"            // 404
 	CodeMethodNotAllowed   = "method_not_allowed"   // 405
 	CodeRequestTimeout     = "request_timeout"      // 408
-	CodeConflict           = "conflict"             // 409: the request conflicts with the state (a decided approval, a paused session)
+	CodeConflict           = "conflict"             // 409: the request conflicts with another (a decided approval)
 	CodeSessionBusy        = "session_busy"         // 409: a session runs another cell
+	CodeFailedPrecondition = "failed_precondition"  // 409: not in the state it needs (a paused session)
 	CodeSessionExpired     = "session_expired"      // 410: the session has ended for good
+	CodeGone               = "gone"                 // 410: another thing that has ended for good
 	CodeTooLarge           = "too_large"            // 413
 	CodeResourceExhausted  = "resource_exhausted"   // 429
 	CodeSessionQuota       = "session_quota"        // 429
