@@ -10,10 +10,10 @@ import (
 	"time"
 
 	"github.com/stockade-sh/stockade/capability"
-	"github.com/stockade-sh/stockade/engine"
 	"github.com/stockade-sh/stockade/errdefs"
 	"github.com/stockade-sh/stockade/model"
 	"github.com/stockade-sh/stockade/tools"
+	"github.com/stockade-sh/stockade/wire"
 )
 
 // keyLabel names a key for people: its label and role, or its id; "system"
@@ -241,24 +241,29 @@ func (c *Console) execView(ctx context.Context, v *visit, id string) (*execView,
 	return execViewOf(tc), nil
 }
 
-// resultView is an execution's result document.
+// resultView is an execution's result document, as the API answers it
+// (wire.Result): a one-shot's or a cell's. Error is why Stockade could not
+// run it, or the exception a cell raised.
 type resultView struct {
-	engine.Result
-	Error  string `json:"error"`
-	Stdout Code   `json:"-"`
-	Stderr Code   `json:"-"`
+	*wire.Result
+	Error  string
+	Stdout Code
+	Stderr Code
 }
 
 func resultOf(raw json.RawMessage) (*resultView, error) {
-	if len(raw) == 0 {
-		return nil, nil
-	}
-	var r resultView
-	if err := json.Unmarshal(raw, &r); err != nil {
+	r, err := wire.ResultOf(raw)
+	if err != nil {
 		return nil, fmt.Errorf("reading a result document: %w: %w", err, errInternal)
 	}
-	r.Stdout, r.Stderr = Highlight("", r.Result.Stdout), Highlight("", r.Result.Stderr)
-	return &r, nil
+	if r == nil {
+		return nil, nil
+	}
+	v := &resultView{Result: r, Error: r.Error, Stdout: Highlight("", r.Stdout), Stderr: Highlight("", r.Stderr)}
+	if r.Raised != nil {
+		v.Error = r.Raised.Name + ": " + r.Raised.Value
+	}
+	return v, nil
 }
 
 // funcs are the templates' helpers.
