@@ -394,7 +394,7 @@ func (e *env) invoke(req capability.InvokeRequest, hdr ...string) reply {
 	return e.do("POST", "/v1/executions", e.agent, req, hdr...)
 }
 
-// execution decodes an ExecutionView answer.
+// execution decodes an execution answer (wire.Execution).
 func (r reply) execution(t *testing.T) wire.Execution {
 	t.Helper()
 	var v wire.Execution

@@ -70,7 +70,7 @@ func (PolicyUpdatedEvent) Type() string { return PolicyUpdated }
 func (PolicyUpdatedEvent) Code() string { return PolicyUpdatedCode }
 
 // Policy is a workspace policy as the chain records it. It has the API's
-// words (api.PolicyView) but is a type of its own: the API's view may
+// words (wire.Policy) but is a type of its own: the API's view may
 // change, an event written never does. (Events written before the policy
 // named network with the request's words hold "network_allowed": a
 // boolean.)

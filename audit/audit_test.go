@@ -37,7 +37,7 @@ type oldToolEvent struct {
 	} `json:"source,omitempty"`
 }
 
-// oldPolicyView is api.PolicyView as the CLI put it in policy.updated
+// oldPolicyView is wire.Policy (before, api.PolicyView) as the CLI put it in policy.updated
 // events before the typed events.
 type oldPolicyView struct {
 	CodeExecution bool     `json:"code_execution"`
