@@ -48,6 +48,13 @@ var schemaOf = map[string]reflect.Type{
 	"Started":              reflect.TypeFor[wire.Started](),
 	"Output":               reflect.TypeFor[wire.Output](),
 	"Interrupted":          reflect.TypeFor[wire.Interrupted](),
+	"Template":             reflect.TypeFor[wire.Template](),
+	"TemplatePage":         reflect.TypeFor[wire.Page[wire.Template]](),
+	"TemplateBuild":        reflect.TypeFor[wire.TemplateBuild](),
+	"SBOM":                 reflect.TypeFor[wire.SBOM](),
+	"TemplateBuildJob":     reflect.TypeFor[wire.TemplateBuildJob](),
+	"TemplateProgress":     reflect.TypeFor[wire.TemplateProgress](),
+	"BuildRequest":         reflect.TypeFor[wire.BuildRequest](),
 }
 
 // codecFields are the JSON fields a type's own codec writes besides its

@@ -438,7 +438,7 @@ print(tinyutil.greet("analytics"), tinyutil.VERSION, yaml.safe_load("a: 1")["a"]
 	// Until it is built the template is stale: its tools are refused
 	// rather than run the build of the old declaration.
 	e.do("POST", "/v1/sessions", agent, capability.CreateSessionRequest{Runtime: "python", Tool: "analyst"}).
-		wantError(t, http.StatusConflict, "conflict", `template "analytics" is stale`, "stockade template build analytics")
+		wantError(t, http.StatusConflict, "failed_precondition", `template "analytics" is stale`, "stockade template build analytics")
 	if tpl, err := adminC.Template(t.Context(), "analytics"); err != nil || !tpl.Stale {
 		t.Errorf("before the build: got %+v, %v; want analytics stale", tpl, err)
 	}
