@@ -43,6 +43,11 @@ func (s *Store) tryLock() (unlock func(), err error) {
 		if err := os.MkdirAll(d, fsmode.Traverse); err != nil {
 			return nil, fmt.Errorf("creating image store: %w", classify(err))
 		}
+		// Explicitly: a process's umask (077 for a daemon) would narrow
+		// what MkdirAll creates.
+		if err := os.Chmod(d, fsmode.Traverse); err != nil {
+			return nil, fmt.Errorf("creating image store: %w", classify(err))
+		}
 	}
 	if err := os.MkdirAll(s.refsDir(), fsmode.Dir); err != nil {
 		return nil, fmt.Errorf("creating image store: %w", classify(err))
