@@ -17,18 +17,3 @@ type Journal interface {
 	AppendEvent(ctx context.Context, e model.NewEvent) (model.Event, error)
 	AppendBroadcast(ctx context.Context, e model.NewEvent, copyOf func(model.Event) model.NewEvent) (model.Event, error)
 }
-
-// Store is what the service needs of the store: the sum of what each of
-// its parts declares it needs, beside the part (keyStore, gateStore,
-// runStore, approvalStore, sessionStore, cellStore, toolStore,
-// daemonStore).
-type Store interface {
-	Journal
-	keyStore
-	gateStore
-	approvalStore
-	sessionStore
-	cellStore
-	toolStore
-	daemonStore
-}

@@ -115,7 +115,7 @@ type Service struct {
 
 // NewService returns the capability layer over the engine r and st. Call Start
 // before serving and Close when done.
-func NewService(r *engine.Engine, st Store, o ServiceOptions) *Service {
+func NewService(r *engine.Engine, st store.Store, o ServiceOptions) *Service {
 	if o.CreditsPerInvocation == nil {
 		o.CreditsPerInvocation = new(int64(config.DefaultCreditsPerInvocation))
 	}

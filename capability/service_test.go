@@ -963,18 +963,5 @@ func TestInvokeAboveRecordLimits(t *testing.T) {
 	}
 }
 
-// testStore is what the tests need of a store: the service's, and the
-// set-up and reads of their workspaces.
-type testStore interface {
-	Store
-	CreateWorkspace(ctx context.Context, name string, audit func(model.Workspace) []model.NewEvent) (model.Workspace, error)
-	CreateAPIKey(ctx context.Context, k store.NewAPIKey) (model.APIKey, error)
-	SetPolicy(ctx context.Context, workspaceID string, p model.Policy, audit func(model.Policy) []model.NewEvent) (model.Policy, error)
-	GrantCredits(ctx context.Context, workspaceID string, amount int64, note string, audit []model.NewEvent) (model.Credits, error)
-	GetCredits(ctx context.Context, workspaceID string) (model.Credits, error)
-	ChainHead(ctx context.Context, workspaceID string) (model.ChainHead, error)
-	GetAPIKey(ctx context.Context, keyID string) (model.APIKey, error)
-	VerifyChain(ctx context.Context, workspaceID string, witnessed ...model.ChainHead) (bool, *model.BrokenLink, error)
-	ListExecutions(ctx context.Context, workspaceID string, f store.ExecutionFilter) (store.Page[model.Execution], error)
-	GetToolCall(ctx context.Context, workspaceID, executionID string) (model.ToolCall, error)
-}
+// testStore is the store the tests run on: all of it, as a daemon's.
+type testStore = store.Store

@@ -64,9 +64,9 @@ type Options struct {
 	Now func() time.Time
 }
 
-// Store is what the console reads from the store itself: every change
-// goes through the capability layer.
-type Store interface {
+// records is what the console reads of the store's records itself:
+// every change goes through the capability layer.
+type records interface {
 	GetAPIKey(ctx context.Context, keyID string) (model.APIKey, error)
 	GetWorkspace(ctx context.Context, id string) (model.Workspace, error)
 	GetPolicy(ctx context.Context, workspaceID string) (model.Policy, error)
@@ -77,6 +77,11 @@ type Store interface {
 	ListToolCalls(ctx context.Context, workspaceID string, f store.ToolCallFilter) (store.Page[model.ToolCall], error)
 	GetApproval(ctx context.Context, workspaceID, approvalID string) (model.Approval, error)
 	ListApprovals(ctx context.Context, workspaceID string, f store.ApprovalFilter) (store.Page[model.Approval], error)
+}
+
+// chains is what the console's audit pages read: the events and the
+// chains that link them.
+type chains interface {
 	ListEvents(ctx context.Context, workspaceID string, f store.EventFilter) (store.Page[model.Event], error)
 	ChainHead(ctx context.Context, workspaceID string) (model.ChainHead, error)
 	VerifyChain(ctx context.Context, workspaceID string, witnessed ...model.ChainHead) (bool, *model.BrokenLink, error)
@@ -85,7 +90,8 @@ type Store interface {
 // Console is the console's HTTP handler. It is safe for concurrent use.
 type Console struct {
 	svc      *capability.Service
-	st       Store
+	st       records
+	chains   chains
 	opts     Options
 	log      *slog.Logger
 	pages    *template.Template
@@ -108,7 +114,7 @@ const maxLimitedAddrs = 4096
 
 // New returns the console's handler over svc, reading st for what it
 // shows, to be mounted at /ui/.
-func New(svc *capability.Service, st Store, o Options) *Console {
+func New(svc *capability.Service, st store.Store, o Options) *Console {
 	if o.SessionTTL <= 0 {
 		o.SessionTTL = 8 * time.Hour
 	}
@@ -126,7 +132,7 @@ func New(svc *capability.Service, st Store, o Options) *Console {
 		panic(err) // the embedded tree is fixed
 	}
 	c := &Console{
-		svc: svc, st: st, opts: o, log: o.Logger, static: static, versions: map[string]string{},
+		svc: svc, st: st, chains: st, opts: o, log: o.Logger, static: static, versions: map[string]string{},
 		sessions: newSessions(o.SessionTTL, o.Now),
 		signins:  newLimiter(signinPerAddr, signinGlobal, maxLimitedAddrs),
 	}

@@ -239,7 +239,7 @@ func (c *Console) executionPage(w http.ResponseWriter, r *http.Request, v *visit
 	// The trail is short: an execution has a handful of events, and a
 	// sandbox's refusals past 100 are counted in one.
 	f := store.EventFilter{ExecutionID: e.ID, PageRequest: store.PageRequest{Limit: store.MaxPageLimit}}
-	pg, err := st.ListEvents(ctx, v.key.WorkspaceID, f)
+	pg, err := c.chains.ListEvents(ctx, v.key.WorkspaceID, f)
 	if err != nil {
 		c.failure(w, r, "rendering an execution", err)
 		return
@@ -286,7 +286,7 @@ func (c *Console) toolChanges(ctx context.Context, name string) ([]toolChange, e
 	var out []toolChange
 	f := store.EventFilter{Types: []string{audit.ToolChanged}, PageRequest: store.PageRequest{Limit: store.MaxPageLimit}}
 	for range toolChangesIn {
-		pg, err := c.st.ListEvents(ctx, "", f)
+		pg, err := c.chains.ListEvents(ctx, "", f)
 		if err != nil {
 			return nil, fmt.Errorf("reading tool changes: %w", err)
 		}
@@ -407,11 +407,10 @@ func (c *Console) verify(ctx context.Context, ws string) (chainVerdict, error) {
 		heads = append(heads, w)
 		v.Witnessed = &w
 	}
-	st := c.st
-	if v.OK, v.Broken, err = st.VerifyChain(ctx, ws, heads...); err != nil {
+	if v.OK, v.Broken, err = c.chains.VerifyChain(ctx, ws, heads...); err != nil {
 		return v, fmt.Errorf("verifying the audit chain: %w", err)
 	}
-	if v.Head, err = st.ChainHead(ctx, ws); err != nil {
+	if v.Head, err = c.chains.ChainHead(ctx, ws); err != nil {
 		return v, fmt.Errorf("reading the audit chain's head: %w", err)
 	}
 	return v, nil
@@ -426,7 +425,7 @@ func (c *Console) auditPage(w http.ResponseWriter, r *http.Request, v *visit) {
 		c.failure(w, r, "verifying the audit chain", err)
 		return
 	}
-	pg, err := c.st.ListEvents(ctx, v.key.WorkspaceID, store.EventFilter{PageRequest: store.PageRequest{Limit: eventsShown, Cursor: cursor}})
+	pg, err := c.chains.ListEvents(ctx, v.key.WorkspaceID, store.EventFilter{PageRequest: store.PageRequest{Limit: eventsShown, Cursor: cursor}})
 	if err != nil {
 		c.failure(w, r, "listing audit events", err)
 		return

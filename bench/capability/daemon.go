@@ -68,7 +68,7 @@ func openDaemon(dbURL, dir string, credits int64) *daemon {
 // benchStore is what a benchmarked daemon needs of its store: the
 // service's and the API's, and the setup of its workspace.
 type benchStore interface {
-	capability.Store
+	store.Store
 	api.Store
 	CreateWorkspace(ctx context.Context, name string, audit func(model.Workspace) []model.NewEvent) (model.Workspace, error)
 	CreateAPIKey(ctx context.Context, k store.NewAPIKey) (model.APIKey, error)
