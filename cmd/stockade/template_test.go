@@ -1,9 +1,11 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"crypto/rand"
 	"fmt"
+	"io"
 	"net/http/httptest"
 	"os"
 	"os/exec"
@@ -321,17 +323,28 @@ func TestTemplateLocal(t *testing.T) {
 		t.Errorf("list: got exit %d, stdout %q", code, out)
 	}
 
-	// A build of a changed declaration, interrupted: exit 130, and the
-	// previous build still current.
-	writeFile(t, dir, "templates.yaml", strings.Replace(mustRead(t, file), `test -s`, `test -r`, 1))
+	// A build of a changed declaration, interrupted while its start runs
+	// (a start that sleeps, so that the interrupt cannot come too late):
+	// exit 130, and the previous build still current.
+	writeFile(t, dir, "templates.yaml", strings.Replace(mustRead(t, file), `start: "cat /opt/motd.txt"`, `start: "sleep 50"`, 1))
 	cmd := exec.Command(testenv.Build(t, "./cmd/stockade"), append([]string{"template", "build", "greeter"}, args...)...)
-	var stderr strings.Builder
-	cmd.Stderr = &stderr
+	pipe, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(1500 * time.Millisecond)
-	_ = cmd.Process.Signal(os.Interrupt)
+	var stderr strings.Builder
+	sc := bufio.NewScanner(pipe)
+	for sc.Scan() {
+		stderr.WriteString(sc.Text() + "\n")
+		if strings.Contains(sc.Text(), "greeter: checking") {
+			_ = cmd.Process.Signal(os.Interrupt)
+			break
+		}
+	}
+	_, _ = io.Copy(&stderr, pipe)
 	err = cmd.Wait()
 	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != exitInterrupted {
 		t.Errorf("an interrupted build: got %v, stderr %q; want exit 130", err, stderr.String())
