@@ -39,7 +39,7 @@ func BenchmarkTemplateBuild(b *testing.B) {
 			Files:          []templates.File{{Source: filepath.Join(data, "conf.json"), Target: "/opt/bench/conf.json"}},
 			Start:          `jq -e '.answer == 42' /opt/bench/conf.json`,
 		}
-		opts := TemplateOptions{StateDir: b.TempDir()}
+		opts := TemplateOptions{StateDir: b.TempDir(), Sources: TemplateSources{DataRoot: data}}
 		b.StartTimer()
 		start := time.Now()
 		m, err := s.BuildTemplate(ctx, tpl, opts)
