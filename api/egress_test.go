@@ -73,7 +73,10 @@ type egressEnv struct {
 // or "gvisor"). The workspace's policy permits network and needs no
 // approval, so that any approval asked for is the network's. Its cleanup
 // fails the test if a sandbox network is left behind.
-func newEgressEnv(t *testing.T, b backend, driver string) *egressEnv {
+//
+// opts edit the env's configuration (sessions: the drivers get the shim
+// of detached sandboxes).
+func newEgressEnv(t *testing.T, b backend, driver string, opts ...func(*envConfig)) *egressEnv {
 	t.Helper()
 	tier := map[string]sandbox.Tier{"runc": sandbox.TierContainer, "gvisor": sandbox.TierGVisor}[driver]
 	if tier == sandbox.TierGVisor {
@@ -138,8 +141,15 @@ tools:
 		},
 		engine: []engine.Option{engine.WithTools(set, topts), engine.WithEgress(host)},
 	}
+	for _, o := range opts {
+		o(&c)
+	}
 	if tier == sandbox.TierGVisor {
-		g, err := gvisor.New(gvisor.Config{StateDir: t.TempDir(), GuestPath: testenv.Guest(t)})
+		gc := gvisor.Config{StateDir: t.TempDir(), GuestPath: testenv.Guest(t)}
+		if c.sessions {
+			gc.Shim = testenv.Shim(t)
+		}
+		g, err := gvisor.New(gc)
 		if err != nil {
 			t.Fatal(err)
 		}

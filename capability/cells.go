@@ -86,8 +86,10 @@ func (s *cells) ExecCell(ctx context.Context, p Principal, id string, req CellRe
 	}
 	g := Grant{Kind: Session, Session: sessionOf(ss)}
 	// A cell's network is its session's, and its tool the session's:
-	// decided, and reviewed, when the session opened.
-	c := &claim{by: p, grant: g, idempotencyKey: o.IdempotencyKey, charged: true, record: rec,
+	// decided, and reviewed, when the session opened; a cell of a session
+	// with network is refused still if its tool's record or the server
+	// no longer gives egress (egress).
+	c := &claim{by: p, grant: g, idempotencyKey: o.IdempotencyKey, charged: true, egress: ss.Network, record: rec,
 		ask: policy.Request{Capability: contract.CodeExecute, Runtime: ss.Runtime, Timeout: timeout, Network: ss.Network},
 		asked: audit.Invocation{Capability: contract.CodeExecute.Name, Runtime: ss.Runtime, TimeoutMS: req.TimeoutMS,
 			Network: policy.NetworkWord(ss.Network), InputSHA256: rec.ne.InputSHA256, StdinSHA256: sha256Hex([]byte(req.Stdin))},

@@ -72,8 +72,9 @@ type claim struct {
 	idempotencyKey string
 	replayFirst    bool
 	// egress says the tool's egress allowlist and the server's egress are
-	// facts of the decision, and the card shows the allowlist: a
-	// one-shot's and a session's (a cell's network is its session's).
+	// facts of the decision: a one-shot's, a session's, and a cell's of a
+	// session with network (its network is its session's). The card of
+	// any request with network shows the allowlist.
 	egress bool
 	// review says a review of the tool's change that the workspace has not
 	// made refuses the request, under a policy that requires reviews: a
@@ -168,7 +169,9 @@ func (s *gate) admit(ctx context.Context, c *claim) error {
 			card.Runtime, card.Network, card.TimeoutMS = c.ask.Runtime, policy.NetworkWord(c.ask.Network), c.timeout.Milliseconds()
 			card.RequestedBy, card.ExpiresAt = c.by.KeyID, in.At.Add(s.opts.ApprovalTTL).UTC().Truncate(time.Microsecond)
 			card.Tool, card.ToolFingerprint = tool.Name, tools.Fingerprint(tool)
-			if c.egress && c.ask.Network {
+			// A cell of a session with network shows it too: its approval
+			// may be the one that covers the session's network use.
+			if c.ask.Network {
 				card.EgressAllow, card.EgressPorts = tool.Egress.Allow, tool.Egress.Ports
 			}
 			in.Card, in.ExpiresAt = mustJSON(card), card.ExpiresAt

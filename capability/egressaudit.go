@@ -30,6 +30,12 @@ type egressAudit struct {
 	// broker's events.
 	runsMu sync.Mutex
 	runs   map[string]*runAudit
+	// sessions counts the refusals of each session's sandbox, by session
+	// id, under runsMu: a session's sandbox lives across its cells, and
+	// refuses between them too. cellOf is the cell running in a session,
+	// "" when none (sessionHost.runningCell).
+	sessions map[string]int
+	cellOf   func(session string) string
 }
 
 // eventAppender appends an event of no grant: a denial, an egress
@@ -91,14 +97,60 @@ func (s *egressAudit) runOf(exec string, refusal bool) (workspace string, audite
 	return r.workspace, true
 }
 
+// subjectOf returns the execution and the workspace the event of a
+// sandbox with labels concerns, and whether it is to be audited (see
+// runOf). A session's sandbox (LabelSession) is its workspace's; its
+// event is its running cell's, or of no execution between cells, and its
+// refusals are counted per session.
+func (s *egressAudit) subjectOf(labels map[string]string, refusal bool) (exec, workspace string, audited bool) {
+	exec = labels[engine.LabelExecution]
+	sid := labels[engine.LabelSession]
+	if exec != "" || sid == "" {
+		workspace, audited = s.runOf(exec, refusal)
+		return exec, workspace, audited
+	}
+	if s.cellOf != nil {
+		exec = s.cellOf(sid)
+	}
+	workspace = labels[engine.LabelWorkspace]
+	if !refusal {
+		return exec, workspace, workspace != ""
+	}
+	s.runsMu.Lock()
+	defer s.runsMu.Unlock()
+	if s.sessions == nil {
+		s.sessions = map[string]int{}
+	}
+	s.sessions[sid]++
+	return exec, workspace, workspace != "" && s.sessions[sid] <= maxRefusalEvents
+}
+
+// endSession forgets the refusals of session id, of workspace ws, and
+// audits those that were only counted, as endRun does for an execution.
+func (s *egressAudit) endSession(id, ws string) {
+	s.runsMu.Lock()
+	n := s.sessions[id] - maxRefusalEvents
+	delete(s.sessions, id)
+	s.runsMu.Unlock()
+	if n <= 0 {
+		return
+	}
+	s.log.Info("refusals past the audited ones", "session", id, "count", n)
+	s.queueAudit(audit.RefusalsSuppressedEvent{
+		Meta: audit.Meta{WorkspaceID: ws, Actor: "system",
+			Reason: fmt.Sprintf("%d more refusals of the egress proxy or the broker in session %s, past the first %d, counted but not audited one by one", n, id, maxRefusalEvents)},
+		Suppressed: n, Audited: maxRefusalEvents,
+	})
+}
+
 // egressDecision turns a refusal of the egress proxy into an audit event
-// of the execution whose sandbox it concerns.
+// of the execution whose sandbox it concerns (for a session's sandbox:
+// its running cell, or none between cells).
 func (s *egressAudit) egressDecision(d engine.EgressDecision) {
 	if d.Allowed {
 		return
 	}
-	exec := d.Labels[engine.LabelExecution]
-	ws, audited := s.runOf(exec, true)
+	exec, ws, audited := s.subjectOf(d.Labels, true)
 	if !audited {
 		if ws == "" {
 			s.log.Info("egress refused outside any running execution", "execution", exec, "sandbox", d.Sandbox,
@@ -174,8 +226,7 @@ func (s *egressAudit) queueAudit(ev audit.Event) {
 // (never the parameters or the secret), and the upstream status or the
 // reason of the refusal.
 func (s *egressAudit) brokerCall(b engine.BrokerEvent) {
-	exec := b.Labels[engine.LabelExecution]
-	ws, audited := s.runOf(exec, !b.Allowed)
+	exec, ws, audited := s.subjectOf(b.Labels, !b.Allowed)
 	if !audited {
 		if ws == "" {
 			s.log.Info("broker call outside any running execution", "execution", exec, "sandbox", b.Sandbox,

@@ -156,7 +156,8 @@ func NewService(r *engine.Engine, st store.Store, o ServiceOptions) *Service {
 	}
 	s.runs = &runs{core: c, st: st, slots: newAdmission(o.MaxConcurrent, o.MaxQueue), egress: s.egress, live: map[string]context.CancelCauseFunc{}}
 	s.gate = &gate{core: c, st: st, runs: s.runs, tools: s.tools}
-	s.sessions = &sessionHost{core: c, st: st, runs: s.runs, gate: s.gate}
+	s.sessions = &sessionHost{core: c, st: st, runs: s.runs, gate: s.gate, egress: s.egress}
+	s.egress.cellOf = s.sessions.runningCell
 	s.cells = &cells{core: c, st: st, host: s.sessions, runs: s.runs, gate: s.gate}
 	s.files = &sessionFiles{core: c, st: st, host: s.sessions}
 	s.approvals = &approvals{core: c, st: st, runs: s.runs, cells: s.cells}

@@ -35,6 +35,17 @@ type sessionHost struct {
 	trans    transitions
 	runs     *runs
 	gate     *gate
+	// egress audits the refusals of the sessions' sandboxes.
+	egress *egressAudit
+}
+
+// runningCell is the cell running in session id, "" when none or when
+// this daemon does not serve the session.
+func (s *sessionHost) runningCell(id string) string {
+	if live := s.sessions.get(id); live != nil {
+		return live.runningCell()
+	}
+	return ""
 }
 
 // SessionOptions bound the server's sessions (the configuration's
@@ -250,11 +261,6 @@ func (s *sessionHost) CreateSession(ctx context.Context, p Principal, req Create
 	if err != nil {
 		return nil, err
 	}
-	if network {
-		// A sandbox's egress network and proxy are the daemon's, and would
-		// not survive its restart as the session does.
-		return nil, errdefs.Publicf("network \"allow\" is not available for sessions yet; use a one-shot execution: %w", errdefs.ErrInvalidArgument)
-	}
 	idle, err := durationOf("idle_timeout_ms", req.IdleTimeoutMS, so.IdleTimeout, so.MaxIdleTimeout)
 	if err != nil {
 		return nil, err
@@ -264,7 +270,7 @@ func (s *sessionHost) CreateSession(ctx context.Context, p Principal, req Create
 		return nil, err
 	}
 	rec := &opening{h: s, id: NewSessionID(), reqSum: sha256Hex(mustJSON(req)), idle: idle, ttl: ttl,
-		spec: engine.SessionSpec{Runtime: req.Runtime, Tool: req.Tool, Workspace: so.WorkspaceSize}}
+		spec: engine.SessionSpec{Runtime: req.Runtime, Tool: req.Tool, Workspace: so.WorkspaceSize, Network: network}}
 	// The decision first, before anything is created: a refusal leaves
 	// only its event. (The record's driver and sandbox are filled in once
 	// the sandbox exists, and the opening decided again with them.)
@@ -365,6 +371,18 @@ func (o *opening) write(ctx context.Context, c *claim, step Step, in Admit, _ *t
 	s.sessionObserver().SessionsLive(1)
 	o.created = &Created{Session: ss}
 	return nil
+}
+
+// canPauseNetwork refuses the pause of a session with a network
+// (ErrFailedPrecondition, 409): a checkpoint does not save a sandbox's
+// network namespace, and the drivers refuse to save a sandbox that has
+// one.
+func canPauseNetwork(ss model.Session) error {
+	if !ss.Network {
+		return nil
+	}
+	return errdefs.Publicf("session %s has network (egress through the proxy), and a sandbox with a network cannot be saved to a checkpoint; it stays active until it is closed or ends: %w",
+		ss.ID, errdefs.ErrFailedPrecondition)
 }
 
 // SandboxGrace is how long after a session's hard end (its TTL) its
@@ -548,6 +566,9 @@ func (s *sessionHost) endLocked(ctx context.Context, ss model.Session, by Princi
 		s.sessionObserver().SessionsLive(-1)
 	}
 	s.cancelWaitingCell(context.WithoutCancel(ctx), ss, reason)
+	if s.egress != nil {
+		s.egress.endSession(ss.ID, ss.WorkspaceID)
+	}
 	s.removeCheckpoint(ss.ID)
 	s.sessionObserver().SessionEnded(reason)
 	return ended, nil

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -153,13 +154,10 @@ func (h *EgressHost) labels(id string) map[string]string {
 // tool lists. It returns the sandbox id to use and the prepared network,
 // which the caller must Close.
 func (e *Engine) openEgress(ctx context.Context, tool tools.Tool, drv sandbox.Driver, network bool, labels map[string]string) (string, *netns.Egress, error) {
+	if err := e.checkEgress(tool, drv); err != nil {
+		return "", nil, err
+	}
 	h := e.egress
-	if h == nil {
-		return "", nil, errdefs.Publicf("tool %q needs network, but egress is not available on this host (it needs root and nftables, and only the daemon enables it): %w", tool.Name, errdefs.ErrFailedPrecondition)
-	}
-	if !slices.Contains(drv.Capabilities().NetworkModes, sandbox.NetworkEgress) {
-		return "", nil, errdefs.Publicf("the %s driver cannot give a sandbox egress; run tool %q on the container or gvisor tier: %w", drv.Name(), tool.Name, errdefs.ErrFailedPrecondition)
-	}
 	id := sandbox.NewID()
 	pol := egress.Policy{Sandbox: id, Tool: tool.Name}
 	if network {
@@ -186,6 +184,63 @@ func (e *Engine) openEgress(ctx context.Context, tool tools.Tool, drv sandbox.Dr
 	h.live[id] = labels
 	h.mu.Unlock()
 	return id, n, nil
+}
+
+// checkEgress says whether the engine can give a sandbox of tool on drv
+// a network: ErrFailedPrecondition when this host or drv cannot.
+func (e *Engine) checkEgress(tool tools.Tool, drv sandbox.Driver) error {
+	if e.egress == nil {
+		return errdefs.Publicf("tool %q needs network, but egress is not available on this host (it needs root and nftables, and only the daemon enables it): %w", tool.Name, errdefs.ErrFailedPrecondition)
+	}
+	if !slices.Contains(drv.Capabilities().NetworkModes, sandbox.NetworkEgress) {
+		return errdefs.Publicf("the %s driver cannot give a sandbox egress; run tool %q on the container or gvisor tier: %w", drv.Name(), tool.Name, errdefs.ErrFailedPrecondition)
+	}
+	return nil
+}
+
+// LabelNet names the network namespace (netns.Net.Name) of a session's
+// sandbox that has one, so that a restarted daemon that re-attaches the
+// sandbox serves its network again.
+const LabelNet = "stockade.netns"
+
+// sessionNet is the network of a session's sandbox: as a one-shot's, but
+// it lives as long as the session, across a restart of the daemon.
+type sessionNet struct {
+	*netns.Egress
+	// allow says it has egress to the tool's allowlist; false: only the
+	// broker.
+	allow bool
+	eng   *Engine
+}
+
+// openSessionNet prepares the network of a session's sandbox of tool on
+// drv (openEgress) and sets spec's ID, network and LabelNet for it. The
+// caller must close it (closeEgress) if the sandbox is not made.
+func (e *Engine) openSessionNet(ctx context.Context, tool tools.Tool, drv sandbox.Driver, network bool, spec *sandbox.Spec) (*sessionNet, error) {
+	id, n, err := e.openEgress(ctx, tool, drv, network, spec.Labels)
+	if err != nil {
+		return nil, err
+	}
+	labels := maps.Clone(spec.Labels)
+	if labels == nil {
+		labels = map[string]string{}
+	}
+	labels[LabelNet] = n.Name
+	spec.ID, spec.Labels, spec.Network = id, labels, sandbox.NetworkEgress
+	spec.Egress = &sandbox.EgressNet{NetNSPath: n.Path, ResolvConf: n.ResolvConf, UserNSPath: n.UserNSPath, HostIDBase: n.HostUIDBase}
+	return &sessionNet{Egress: n, allow: network, eng: e}, nil
+}
+
+// closeNet stops the proxy and DNS responder of the session's network and
+// removes it in the background, once; the sandbox must be gone.
+func (s *Session) closeNet() {
+	if s.net == nil {
+		return
+	}
+	s.netOnce.Do(func() {
+		s.net.eng.stopEgress(s.sb.ID(), s.net.Egress)
+		s.net.eng.closeEgressLater(s.sb.ID(), s.net.Egress)
+	})
 }
 
 // stopEgress stops the proxy and DNS responder of sandbox id, which

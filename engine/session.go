@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"path"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -73,6 +74,12 @@ type SessionSpec struct {
 	// can: sandbox.Deadliner): the caller passes the session's hard end.
 	// Zero: never.
 	Deadline time.Time
+	// Network gives the sandbox egress to its tool's allowlist through
+	// the egress proxy, in a network namespace of its own, as a one-shot's
+	// (Request.Network): the caller must have approved it. Without it a
+	// tool that lists broker operations still reaches the broker, and
+	// nothing else.
+	Network bool
 }
 
 // Session is a session's sandbox and its kernel. Its methods are safe
@@ -96,6 +103,10 @@ type Session struct {
 	// prelude is what every kernel started in the sandbox runs before
 	// the session's cells: its template's Start and Ready (template.go).
 	prelude *prelude
+	// net is the sandbox's network (egress to its tool's allowlist, or
+	// the broker only), nil without one; Close removes it (egress.go).
+	net     *sessionNet
+	netOnce sync.Once
 }
 
 // releaseMemory takes the session's sandbox out of the memory budget.
@@ -111,6 +122,15 @@ func (s *Session) releaseMemory() {
 
 // SandboxID is the session's sandbox's ID.
 func (s *Session) SandboxID() string { return s.sb.ID() }
+
+// Network is the session's network, as a one-shot's Result.Network:
+// NetworkAllowlist, NetworkBroker or NetworkNone.
+func (s *Session) Network() string {
+	if s.net == nil {
+		return NetworkNone
+	}
+	return networkOf(s.net.allow, !s.net.allow)
+}
 
 // CheckSession checks a session's spec without creating anything and
 // returns its tool, driver and runtime (see Validate).
@@ -132,6 +152,11 @@ func (e *Engine) CheckSession(spec SessionSpec) (tools.Tool, sandbox.Driver, ima
 	if spec.Workspace <= 0 {
 		return tools.Tool{}, nil, image.Runtime{}, errdefs.Publicf("a session's workspace size must be positive, got %d: %w", spec.Workspace, errdefs.ErrInvalidArgument)
 	}
+	if spec.Network && !slices.Contains(c.NetworkModes, sandbox.NetworkEgress) {
+		// Whether this host gives egress at all, and the tool an
+		// allowlist, are the admission's to decide (and record).
+		return tools.Tool{}, nil, image.Runtime{}, errdefs.Publicf("the %s driver cannot give a session's sandbox egress; use a tool on the container or gvisor tier: %w", drv.Name(), errdefs.ErrFailedPrecondition)
+	}
 	return tool, drv, rt, nil
 }
 
@@ -145,11 +170,18 @@ func (e *Engine) OpenSession(ctx context.Context, spec SessionSpec) (_ *Session,
 	if err != nil {
 		return nil, err
 	}
-	if s := e.acquireSession(ctx, spec, tool, drv, rt); s != nil {
-		return s, nil
-	}
-	if s := e.restoreGolden(ctx, spec, tool, drv); s != nil {
-		return s, nil
+	// A pool's sandboxes and a golden checkpoint have no network, and no
+	// driver here gives an unbound sandbox one at bind time
+	// (Capabilities.BindEgress) that a pool asks for: a session with a
+	// network is always made cold.
+	networked := spec.Network || len(tool.Credentials) > 0
+	if !networked {
+		if s := e.acquireSession(ctx, spec, tool, drv, rt); s != nil {
+			return s, nil
+		}
+		if s := e.restoreGolden(ctx, spec, tool, drv); s != nil {
+			return s, nil
+		}
 	}
 	sspec, err := e.specFor(ctx, tool, drv, rt, spec.Limits)
 	if err != nil {
@@ -161,15 +193,28 @@ func (e *Engine) OpenSession(ctx context.Context, spec SessionSpec) (_ *Session,
 	if err != nil {
 		return nil, err
 	}
+	var net *sessionNet
+	if networked {
+		if net, err = e.openSessionNet(ctx, tool, drv, spec.Network, &sspec); err != nil {
+			release()
+			return nil, err
+		}
+	}
 	release = e.inUse.hold(sspec.Image.Digest, release)
 	sb, err := drv.Create(ctx, sspec)
 	if err != nil {
 		release()
+		if net != nil {
+			err = errors.Join(err, e.closeEgress(sspec.ID, net.Egress))
+		}
 		return nil, fmt.Errorf("creating %s sandbox for a session: %w", drv.Name(), err)
 	}
 	defer func() {
 		if err != nil {
 			_ = sb.Destroy(context.WithoutCancel(ctx))
+			if net != nil {
+				e.closeEgressLater(sb.ID(), net.Egress)
+			}
 			release()
 		}
 	}()
@@ -181,7 +226,7 @@ func (e *Engine) OpenSession(ctx context.Context, spec SessionSpec) (_ *Session,
 	if err != nil {
 		return nil, err
 	}
-	s.prelude = pre
+	s.prelude, s.net = pre, net
 	if spec.Kernel != nil {
 		s.spec.Argv = spec.Kernel
 	}
@@ -470,10 +515,14 @@ func (s *Session) Remove(ctx context.Context, p string) error {
 	return s.files.Remove(ctx, p)
 }
 
-// Close ends the session: its kernel and sandbox are destroyed.
-// Closing twice is success.
+// Close ends the session: its kernel and sandbox are destroyed, and its
+// network with them (as Sandbox.Destroy's: the proxy has decided every
+// request of the sandbox when Close returns; the namespace is removed in
+// the background, and the engine's Wait waits for it). Closing twice is
+// success.
 func (s *Session) Close(ctx context.Context) error {
 	err := s.sb.Destroy(context.WithoutCancel(ctx))
 	s.releaseMemory()
+	s.closeNet()
 	return err
 }
