@@ -27,7 +27,7 @@ func (s *sessionHost) adoptSessions(ctx context.Context) error {
 	}
 	lives, err := s.runner.ReattachSessions(ctx, map[string]string{engine.LabelOwner: s.opts.Owner}, func(id string) (engine.SessionSpec, bool) {
 		ss, ok := bySandbox[id]
-		return engine.SessionSpec{Runtime: ss.Runtime, Tool: ss.Tool, Deadline: sandboxDeadline(ss.ExpiresAt)}, ok
+		return engine.SessionSpec{Runtime: ss.Runtime, Tool: ss.Tool, Network: ss.Network, Deadline: sandboxDeadline(ss.ExpiresAt)}, ok
 	})
 	if err != nil {
 		s.log.Warn("re-attaching session sandboxes", "err", err)

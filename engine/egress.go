@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"maps"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -154,6 +153,12 @@ func (h *EgressHost) labels(id string) map[string]string {
 // tool lists. It returns the sandbox id to use and the prepared network,
 // which the caller must Close.
 func (e *Engine) openEgress(ctx context.Context, tool tools.Tool, drv sandbox.Driver, network bool, labels map[string]string) (string, *netns.Egress, error) {
+	return e.openEgressWith(ctx, tool, drv, network, labels, false)
+}
+
+// openEgressWith is openEgress; kept makes a network that outlives the
+// daemon (netns.Options.Kept), a session's.
+func (e *Engine) openEgressWith(ctx context.Context, tool tools.Tool, drv sandbox.Driver, network bool, labels map[string]string, kept bool) (string, *netns.Egress, error) {
 	if err := e.checkEgress(tool, drv); err != nil {
 		return "", nil, err
 	}
@@ -176,7 +181,7 @@ func (e *Engine) openEgress(ctx context.Context, tool tools.Tool, drv sandbox.Dr
 	// in one made for the sandbox (see sandbox.EgressNet). The proxy and
 	// the DNS responder serve until the session's Destroy closes them,
 	// not until the request's context ends.
-	n, err := h.nets.OpenEgress(context.WithoutCancel(ctx), h.proxy, pol, drv.Capabilities().UserNamespace)
+	n, err := h.nets.OpenEgressWith(context.WithoutCancel(ctx), h.proxy, pol, netns.Options{UserNamespace: drv.Capabilities().UserNamespace, Kept: kept})
 	if err != nil {
 		return "", nil, fmt.Errorf("preparing the network of sandbox %s: %w", id, err)
 	}
@@ -196,51 +201,6 @@ func (e *Engine) checkEgress(tool tools.Tool, drv sandbox.Driver) error {
 		return errdefs.Publicf("the %s driver cannot give a sandbox egress; run tool %q on the container or gvisor tier: %w", drv.Name(), tool.Name, errdefs.ErrFailedPrecondition)
 	}
 	return nil
-}
-
-// LabelNet names the network namespace (netns.Net.Name) of a session's
-// sandbox that has one, so that a restarted daemon that re-attaches the
-// sandbox serves its network again.
-const LabelNet = "stockade.netns"
-
-// sessionNet is the network of a session's sandbox: as a one-shot's, but
-// it lives as long as the session, across a restart of the daemon.
-type sessionNet struct {
-	*netns.Egress
-	// allow says it has egress to the tool's allowlist; false: only the
-	// broker.
-	allow bool
-	eng   *Engine
-}
-
-// openSessionNet prepares the network of a session's sandbox of tool on
-// drv (openEgress) and sets spec's ID, network and LabelNet for it. The
-// caller must close it (closeEgress) if the sandbox is not made.
-func (e *Engine) openSessionNet(ctx context.Context, tool tools.Tool, drv sandbox.Driver, network bool, spec *sandbox.Spec) (*sessionNet, error) {
-	id, n, err := e.openEgress(ctx, tool, drv, network, spec.Labels)
-	if err != nil {
-		return nil, err
-	}
-	labels := maps.Clone(spec.Labels)
-	if labels == nil {
-		labels = map[string]string{}
-	}
-	labels[LabelNet] = n.Name
-	spec.ID, spec.Labels, spec.Network = id, labels, sandbox.NetworkEgress
-	spec.Egress = &sandbox.EgressNet{NetNSPath: n.Path, ResolvConf: n.ResolvConf, UserNSPath: n.UserNSPath, HostIDBase: n.HostUIDBase}
-	return &sessionNet{Egress: n, allow: network, eng: e}, nil
-}
-
-// closeNet stops the proxy and DNS responder of the session's network and
-// removes it in the background, once; the sandbox must be gone.
-func (s *Session) closeNet() {
-	if s.net == nil {
-		return
-	}
-	s.netOnce.Do(func() {
-		s.net.eng.stopEgress(s.sb.ID(), s.net.Egress)
-		s.net.eng.closeEgressLater(s.sb.ID(), s.net.Egress)
-	})
 }
 
 // stopEgress stops the proxy and DNS responder of sandbox id, which

@@ -250,10 +250,12 @@ func newSession(sb sandbox.Sandbox, driver string, rt image.Runtime, limits sand
 // ReattachSessions finds the live session sandboxes of every driver that
 // can re-attach, whose labels contain match (the daemon's owner label),
 // each with its kernel (a kernel that died meanwhile is started again,
-// empty); the drivers destroy the sandboxes they cannot prove their own.
-// specOf gives each sandbox's session (by the sandbox's ID) from its
-// record: its runtime and tool (Runtime, Tool); a sandbox it does not know
-// is destroyed. The caller must Close what it returns or keep it.
+// empty) and its network (sessionnet.go); the drivers destroy the
+// sandboxes they cannot prove their own. specOf gives each sandbox's
+// session (by the sandbox's ID) from its record: its runtime, tool and
+// network (Runtime, Tool, Network); a sandbox it does not know is
+// destroyed, and the networks of the sandboxes not re-attached are
+// removed. The caller must Close what it returns or keep it.
 func (e *Engine) ReattachSessions(ctx context.Context, match map[string]string, specOf func(sandboxID string) (SessionSpec, bool)) ([]*Session, error) {
 	var (
 		out  []*Session
@@ -279,10 +281,11 @@ func (e *Engine) ReattachSessions(ctx context.Context, match map[string]string, 
 			out = append(out, s)
 		}
 	}
+	e.removeUnusedNets(out)
 	return out, errors.Join(errs...)
 }
 
-func (e *Engine) adopt(ctx context.Context, sb sandbox.Sandbox, driver string, specOf func(string) (SessionSpec, bool)) (*Session, error) {
+func (e *Engine) adopt(ctx context.Context, sb sandbox.Sandbox, driver string, specOf func(string) (SessionSpec, bool)) (_ *Session, err error) {
 	spec, ok := specOf(sb.ID())
 	if !ok {
 		return nil, errors.New("no active session has it")
@@ -292,6 +295,16 @@ func (e *Engine) adopt(ctx context.Context, sb sandbox.Sandbox, driver string, s
 	if err != nil {
 		return nil, err
 	}
+	// Its network first: a kernel started again may reach out at once.
+	if s.net, err = e.adoptNet(ctx, sb, spec); err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil && s.net != nil {
+			// The caller destroys the sandbox.
+			e.closeEgressLater(sb.ID(), s.net.Egress)
+		}
+	}()
 	// A sandbox made before sandboxes had deadlines gets its session's; one
 	// that cannot take it is served still, as it was before.
 	if err := setDeadline(ctx, sb, spec.Deadline); err != nil {

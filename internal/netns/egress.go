@@ -44,7 +44,40 @@ type Egress struct {
 //
 // userNS makes the namespace belong to a user namespace of its own (see
 // Options.UserNamespace).
-func (m *Manager) OpenEgress(ctx context.Context, p *egress.Proxy, pol egress.Policy, userNS bool) (_ *Egress, err error) {
+func (m *Manager) OpenEgress(ctx context.Context, p *egress.Proxy, pol egress.Policy, userNS bool) (*Egress, error) {
+	return m.OpenEgressWith(ctx, p, pol, Options{UserNamespace: userNS})
+}
+
+// OpenEgressWith is OpenEgress with the network's options o (UserNamespace,
+// Kept); its ProxyPorts are pol's.
+func (m *Manager) OpenEgressWith(ctx context.Context, p *egress.Proxy, pol egress.Policy, o Options) (*Egress, error) {
+	ports, err := m.portsOf(pol)
+	if err != nil {
+		return nil, err
+	}
+	o.ProxyPorts = ports
+	n, err := m.Create(ctx, o)
+	if err != nil {
+		return nil, err
+	}
+	return m.serve(ctx, p, pol, n, ports)
+}
+
+// ServeEgress serves pol again on n, a kept network a restarted daemon
+// adopted (Adopt): the proxy and the DNS responder listen on its host end
+// as OpenEgress's do. The rules are those n was made with: a port that
+// pol adds since is not let through. On error n is removed.
+func (m *Manager) ServeEgress(ctx context.Context, p *egress.Proxy, pol egress.Policy, n *Net) (*Egress, error) {
+	ports, err := m.portsOf(pol)
+	if err != nil {
+		_ = n.Remove()
+		return nil, err
+	}
+	return m.serve(ctx, p, pol, n, ports)
+}
+
+// portsOf are the TCP ports the proxy listens on for pol.
+func (m *Manager) portsOf(pol egress.Policy) ([]uint16, error) {
 	var ports []uint16
 	for _, port := range pol.Ports {
 		if port < 1 || port > 65535 {
@@ -63,10 +96,12 @@ func (m *Manager) OpenEgress(ctx context.Context, p *egress.Proxy, pol egress.Po
 	if len(ports) == 0 {
 		return nil, errors.New("an egress policy needs at least one port or a broker")
 	}
-	n, err := m.Create(ctx, Options{ProxyPorts: ports, UserNamespace: userNS})
-	if err != nil {
-		return nil, err
-	}
+	return ports, nil
+}
+
+// serve starts the proxy on ports and the DNS responder on n's host end,
+// for pol; on error n is removed.
+func (m *Manager) serve(ctx context.Context, p *egress.Proxy, pol egress.Policy, n *Net, ports []uint16) (_ *Egress, err error) {
 	e := &Egress{Net: n, Ports: ports,
 		ResolvConf: []byte("nameserver " + n.HostAddr.String() + "\noptions ndots:0 attempts:2 timeout:2\n")}
 	defer func() {

@@ -141,6 +141,10 @@ type Options struct {
 	// namespace. The ids stay taken until Remove has removed the user
 	// namespace's bind mount, which holds them.
 	UserNamespace bool
+	// Kept makes a network that outlives the daemon, for a sandbox that
+	// does (a session's): it has names of its own, which CleanupStale
+	// keeps (keep.go).
+	Kept bool
 }
 
 // Net is one sandbox's network. The caller must call Remove.
@@ -229,6 +233,9 @@ func (m *Manager) Create(ctx context.Context, o Options) (_ *Net, err error) {
 		return nil, err
 	}
 	ns, hostIf, table := m.names(slot)
+	if o.Kept {
+		ns, hostIf, table = m.keptNames(slot)
+	}
 	link, hostAddr, sbxAddr := m.linkOf(slot)
 	n := &Net{Name: ns, Path: filepath.Join(RunDir, ns), HostIf: hostIf, HostAddr: hostAddr, SandboxAddr: sbxAddr, Link: link, Table: table, m: m, slot: slot}
 	defer func() {
@@ -376,6 +383,9 @@ func (n *Net) removeParts() error {
 // CleanupStale removes every host interface, namespace and nftables table
 // (in that order) that carries the manager's prefix: what a crashed daemon
 // left. Call it at start, before any Create. It returns what it removed.
+// It keeps the networks made with Options.Kept, whose sandboxes may be
+// re-attached, and holds their slots: Adopt serves them again, RemoveKept
+// removes those no sandbox uses any more.
 func (m *Manager) CleanupStale() ([]string, error) {
 	var removed []string
 	var errs []error
@@ -388,6 +398,7 @@ func (m *Manager) CleanupStale() ([]string, error) {
 	if err != nil {
 		errs = append(errs, fmt.Errorf("listing links: %w", err))
 	}
+	m.markKept(links)
 	for _, l := range links {
 		if name := l.Attrs().Name; ifPat.MatchString(name) {
 			if err := netlink.LinkDel(l); err != nil && !errors.Is(err, unix.ENODEV) {

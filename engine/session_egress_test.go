@@ -1,0 +1,162 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/netip"
+	"slices"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stockade-sh/stockade/driver/gvisor"
+	"github.com/stockade-sh/stockade/driver/runc"
+	"github.com/stockade-sh/stockade/egress"
+	"github.com/stockade-sh/stockade/image"
+	"github.com/stockade-sh/stockade/internal/netns"
+	"github.com/stockade-sh/stockade/internal/testenv"
+	"github.com/stockade-sh/stockade/sandbox"
+	"github.com/stockade-sh/stockade/tools"
+)
+
+// sessionFetch is a python cell that fetches the upstream by the allowed
+// name, as sessionFetch % port.
+const sessionFetch = `
+import urllib.request
+try:
+    print("allowed OK", urllib.request.urlopen("http://allowed.test:%d/x", timeout=5).read().decode())
+except Exception as e:
+    print("allowed FAILED", type(e).__name__, e)
+`
+
+// TestSessionEgressReattach opens two sessions with network on runc and
+// gVisor, then plays a daemon's crash and restart: a new engine, over a
+// new network manager of the same prefix whose CleanupStale keeps the
+// sessions' networks, re-attaches the session its store knows, whose
+// kernel keeps its state and whose network is served again, and destroys
+// the other, whose network it removes; the network of the one it serves
+// is gone once it is closed.
+func TestSessionEgressReattach(t *testing.T) {
+	testenv.RequiresRoot(t)
+	testenv.Image(t, "python")
+	var hits atomic.Int64
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		hits.Add(1)
+		fmt.Fprint(w, "upstream")
+	}))
+	t.Cleanup(up.Close)
+	port := up.Listener.Addr().(*net.TCPAddr).Port
+	override := egress.NewTestOverride(t, map[string][]netip.Addr{"allowed.test": {netip.MustParseAddr("127.0.0.1")}})
+
+	for _, name := range []string{"runc", "gvisor"} {
+		t.Run(name, func(t *testing.T) {
+			testenv.RequiresBinary(t, map[string]string{"runc": "runc", "gvisor": "runsc"}[name])
+			tier := map[string]string{"runc": "container", "gvisor": "gvisor"}[name]
+			toolsFile := writeTools(t, pythonFetch(tier, []string{"allowed.test"}, port))
+			state := t.TempDir()
+			owner := map[string]string{LabelOwner: "engine-test-net"}
+			// daemon is one daemon's engine and sandbox networks, over the
+			// drivers' state in state.
+			daemon := func() (*Engine, *netns.Manager) {
+				t.Helper()
+				nets, err := netns.NewManager(netns.Config{Prefix: egressTestPrefix, Range: egressTestRange})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if _, err := nets.CleanupStale(); err != nil {
+					t.Fatal(err)
+				}
+				host, err := NewEgressHost(nets, egress.Config{Resolver: &mapResolver{}, TestOverride: override}, nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				var d sandbox.Driver
+				if name == "runc" {
+					d, err = runc.New(runc.Config{StateDir: state, GuestPath: testenv.Guest(t), Shim: testenv.Shim(t)})
+				} else {
+					d, err = gvisor.New(gvisor.Config{StateDir: state, GuestPath: testenv.Guest(t), Shim: testenv.Shim(t)})
+				}
+				if err != nil {
+					t.Fatal(err)
+				}
+				opts := tools.Options{EgressSupported: true, Drivers: DriverCapabilities()}
+				set, err := tools.Load(toolsFile, opts)
+				if err != nil {
+					t.Fatal(err)
+				}
+				e, err := New(map[string]sandbox.Driver{name: d}, name, image.Open(testenv.DataDir()), sandbox.DefaultLimits(), sandbox.DefaultCeiling(),
+					WithTools(set, opts), WithEgress(host))
+				if err != nil {
+					t.Fatal(err)
+				}
+				return e, nets
+			}
+			e1, nets1 := daemon()
+			t.Cleanup(func() {
+				if left := nets1.Leftovers(); len(left) > 0 {
+					t.Errorf("left behind: %v", left)
+					_, _ = nets1.CleanupStale()
+					_, _ = nets1.RemoveKept(nil)
+				}
+			})
+			open := func(session string) *Session {
+				t.Helper()
+				s, err := e1.OpenSession(t.Context(), SessionSpec{Runtime: "python", Tool: "fetch", Network: true, Workspace: 8 << 20,
+					Labels: map[string]string{LabelOwner: owner[LabelOwner], LabelSession: session}})
+				if err != nil {
+					t.Fatalf("OpenSession: %v", err)
+				}
+				return s
+			}
+			kept, stray := open("ses_kept"), open("ses_stray")
+			if kept.Network() != NetworkAllowlist || kept.net == nil || !strings.Contains(kept.net.Name, "-k") {
+				t.Fatalf("a session with network: got %q, net %+v; want the allowlist in a kept network", kept.Network(), kept.net)
+			}
+			if r := cell(t, kept, "x = 41\n"+fmt.Sprintf(sessionFetch, port), 30*time.Second); !strings.Contains(r.Stdout, "allowed OK upstream") {
+				t.Fatalf("before the restart: got stdout %q stderr %q", r.Stdout, r.Stderr)
+			}
+			keptNet, strayNet := kept.net.Name, stray.net.Name
+
+			// The crash: the daemon's proxy and responder are gone with
+			// it, the sandboxes and their namespaces stay.
+			kept.net.Stop()
+			stray.net.Stop()
+			e2, nets2 := daemon()
+			if left := nets2.Leftovers(); !slices.ContainsFunc(left, func(s string) bool { return strings.HasSuffix(s, " "+keptNet) }) {
+				t.Fatalf("after CleanupStale: got %v, want the session's network %s kept", left, keptNet)
+			}
+			got, err := e2.ReattachSessions(t.Context(), owner, func(id string) (SessionSpec, bool) {
+				return SessionSpec{Runtime: "python", Tool: "fetch", Network: true}, id == kept.SandboxID()
+			})
+			if err != nil || len(got) != 1 || got[0].SandboxID() != kept.SandboxID() {
+				t.Fatalf("ReattachSessions: got %d sessions, %v; want %s", len(got), err, kept.SandboxID())
+			}
+			s := got[0]
+			r := cell(t, s, "print(x + 1)\n"+fmt.Sprintf(sessionFetch, port), 30*time.Second)
+			if !strings.Contains(r.Stdout, "42") || !strings.Contains(r.Stdout, "allowed OK upstream") {
+				t.Fatalf("after the restart: got stdout %q stderr %q, want 42 and the upstream", r.Stdout, r.Stderr)
+			}
+			if n := hits.Load(); n < 2 {
+				t.Errorf("the upstream answered %d requests, want 2", n)
+			}
+			left := nets2.Leftovers()
+			if slices.ContainsFunc(left, func(s string) bool { return strings.Contains(s, strayNet) }) {
+				t.Errorf("after the re-attach: got %v, want the destroyed session's network %s removed", left, strayNet)
+			}
+			if err := s.Close(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			if err := e2.Wait(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			if left := nets2.Leftovers(); len(left) > 0 {
+				t.Errorf("after Close: got %v, want no network left", left)
+			}
+			hits.Store(0)
+		})
+	}
+}
