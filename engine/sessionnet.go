@@ -137,4 +137,3 @@ func (e *Engine) removeUnusedNets(out []*Session) {
 		e.log.Error("removing the networks of session sandboxes that are gone; the daemon tries again at its next start", "err", err)
 	}
 }
-
