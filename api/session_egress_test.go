@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -102,7 +103,12 @@ func TestSessionEgressOverHTTP(t *testing.T) {
 						t.Errorf("cell 1's stdout lacks %q:\nstdout %s\nstderr %s", want, c1.Stdout, c1.Stderr)
 					}
 				}
-				_, c2 := e.sessionCell(ss.ID, fmt.Sprintf(sessionFetchCode, e.port, "two"), false)
+				// Cell 2 leaves a thread that reaches out after it has ended.
+				late := fmt.Sprintf(sessionFetchCode, e.port, "two") + `
+import threading, time
+threading.Thread(target=lambda: (time.sleep(2), attempt("late", "http://late.test:%d/x" % port)), daemon=True).start()
+`
+				_, c2 := e.sessionCell(ss.ID, late, false)
 				for _, want := range []string{fmt.Sprintf("allowed OK upstream saw %s:%d/two", allowedName, e.port), "other-name FAILED", "count 2"} {
 					if !strings.Contains(c2.Stdout, want) {
 						t.Errorf("cell 2's stdout lacks %q (the state and the network carry across cells):\nstdout %s\nstderr %s", want, c2.Stdout, c2.Stderr)
@@ -117,6 +123,27 @@ func TestSessionEgressOverHTTP(t *testing.T) {
 					if err := json.Unmarshal(ev.Data, &d); err != nil || ev.Code != "EGR001W" || ev.Actor != "system" || d.Tool != "fetch" {
 						t.Errorf("egress.denied event of cell 1: got %s by %q code %s", eventSummary([]wire.AuditEvent{ev}), ev.Actor, ev.Code)
 					}
+				}
+				// Between cells a refusal is of the session's sandbox, of no
+				// execution.
+				deadline := time.Now().Add(15 * time.Second)
+				for {
+					var lateEv []wire.AuditEvent
+					for _, ev := range e.events("egress.denied", "") {
+						var d egressData
+						if json.Unmarshal(ev.Data, &d) == nil && d.Name == "late.test" {
+							lateEv = append(lateEv, ev)
+						}
+					}
+					if len(lateEv) > 0 && !slices.ContainsFunc(lateEv, func(ev wire.AuditEvent) bool {
+						return ev.ExecutionID != "" || ev.Reason != egress.ReasonNameNotAllowed
+					}) {
+						break
+					}
+					if time.Now().After(deadline) {
+						t.Fatalf("the refusal between cells: got %s, want egress.denied for late.test of no execution", eventSummary(lateEv))
+					}
+					time.Sleep(50 * time.Millisecond)
 				}
 				if n := len(e.events("approval.approved", "")); n != 1 {
 					t.Errorf("approval.approved events: got %d, want 1 (the first cell's covers the session)", n)

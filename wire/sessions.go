@@ -12,7 +12,9 @@ type SessionRequest struct {
 	// defaults, within its ceilings; zero takes the defaults.
 	IdleTimeoutMS int64 `json:"idle_timeout_ms,omitempty"`
 	TTLMS         int64 `json:"ttl_ms,omitempty"`
-	// Network is "deny" (the default, also when empty) or "allow".
+	// Network is "deny" (the default, also when empty) or "allow": egress
+	// to the tool's allowlist through the egress proxy, for the session's
+	// life, approved with its first cell.
 	Network string `json:"network,omitempty"`
 	// IdempotencyKey, if set, makes a retried request return the first
 	// session instead of opening another. It travels as the
