@@ -103,6 +103,7 @@ func newEgressEnv(t *testing.T, b backend, driver string, opts ...func(*envConfi
 		if left := nets.Leftovers(); len(left) > 0 {
 			t.Errorf("left behind: %v", left)
 			_, _ = nets.CleanupStale()
+			_, _ = nets.RemoveKept(nil) // a session's network
 		}
 	})
 

@@ -156,6 +156,7 @@ func newEgressEnv(tb testing.TB, toolsYAML string, override, resolve map[string]
 		if left := nets.Leftovers(); len(left) > 0 {
 			tb.Errorf("left behind: %v", left)
 			_, _ = nets.CleanupStale()
+			_, _ = nets.RemoveKept(nil) // a session's network
 		}
 	})
 	host, err := NewEgressHost(nets, egress.Config{

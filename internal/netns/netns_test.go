@@ -49,6 +49,7 @@ func newTestManager(t testing.TB) *Manager {
 		if left := m.Leftovers(); len(left) > 0 {
 			t.Errorf("left behind: %v", left)
 			_, _ = m.CleanupStale()
+			_, _ = m.RemoveKept(nil) // a session's network
 		}
 	})
 	return m
