@@ -8,6 +8,7 @@ import (
 	"net/http/httptest"
 	"net/netip"
 	"slices"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -32,6 +33,44 @@ try:
 except Exception as e:
     print("allowed FAILED", type(e).__name__, e)
 `
+
+// sessionEgressEngine is one daemon's engine with egress and its sandbox
+// networks, over driver name (runc or gvisor, with the shim) whose state is
+// in state, with the tools of toolsFile and override's names.
+func sessionEgressEngine(t *testing.T, name, state, toolsFile string, override *egress.TestOverride, opts ...Option) (*Engine, *netns.Manager) {
+	t.Helper()
+	nets, err := netns.NewManager(netns.Config{Prefix: egressTestPrefix, Range: egressTestRange})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := nets.CleanupStale(); err != nil {
+		t.Fatal(err)
+	}
+	host, err := NewEgressHost(nets, egress.Config{Resolver: &mapResolver{}, TestOverride: override}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var d sandbox.Driver
+	if name == "runc" {
+		d, err = runc.New(runc.Config{StateDir: state, GuestPath: testenv.Guest(t), Shim: testenv.Shim(t)})
+	} else {
+		d, err = gvisor.New(gvisor.Config{StateDir: state, GuestPath: testenv.Guest(t), Shim: testenv.Shim(t)})
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	topts := tools.Options{EgressSupported: true, Drivers: DriverCapabilities()}
+	set, err := tools.Load(toolsFile, topts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := New(map[string]sandbox.Driver{name: d}, name, image.Open(testenv.DataDir()), sandbox.DefaultLimits(), sandbox.DefaultCeiling(),
+		append([]Option{WithTools(set, topts), WithEgress(host)}, opts...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return e, nets
+}
 
 // TestSessionEgressReattach opens two sessions with network on runc and
 // gVisor, then plays a daemon's crash and restart: a new engine, over a
@@ -59,41 +98,8 @@ func TestSessionEgressReattach(t *testing.T) {
 			toolsFile := writeTools(t, pythonFetch(tier, []string{"allowed.test"}, port))
 			state := t.TempDir()
 			owner := map[string]string{LabelOwner: "engine-test-net"}
-			// daemon is one daemon's engine and sandbox networks, over the
-			// drivers' state in state.
 			daemon := func() (*Engine, *netns.Manager) {
-				t.Helper()
-				nets, err := netns.NewManager(netns.Config{Prefix: egressTestPrefix, Range: egressTestRange})
-				if err != nil {
-					t.Fatal(err)
-				}
-				if _, err := nets.CleanupStale(); err != nil {
-					t.Fatal(err)
-				}
-				host, err := NewEgressHost(nets, egress.Config{Resolver: &mapResolver{}, TestOverride: override}, nil)
-				if err != nil {
-					t.Fatal(err)
-				}
-				var d sandbox.Driver
-				if name == "runc" {
-					d, err = runc.New(runc.Config{StateDir: state, GuestPath: testenv.Guest(t), Shim: testenv.Shim(t)})
-				} else {
-					d, err = gvisor.New(gvisor.Config{StateDir: state, GuestPath: testenv.Guest(t), Shim: testenv.Shim(t)})
-				}
-				if err != nil {
-					t.Fatal(err)
-				}
-				opts := tools.Options{EgressSupported: true, Drivers: DriverCapabilities()}
-				set, err := tools.Load(toolsFile, opts)
-				if err != nil {
-					t.Fatal(err)
-				}
-				e, err := New(map[string]sandbox.Driver{name: d}, name, image.Open(testenv.DataDir()), sandbox.DefaultLimits(), sandbox.DefaultCeiling(),
-					WithTools(set, opts), WithEgress(host))
-				if err != nil {
-					t.Fatal(err)
-				}
-				return e, nets
+				return sessionEgressEngine(t, name, state, toolsFile, override)
 			}
 			e1, nets1 := daemon()
 			t.Cleanup(func() {
@@ -158,5 +164,58 @@ func TestSessionEgressReattach(t *testing.T) {
 			}
 			hits.Store(0)
 		})
+	}
+}
+
+// TestSessionEgressSkipsPool checks that a session with network never
+// takes a session pool's sandbox, which has none (no driver gives one at
+// bind time: Capabilities.BindEgress), while a session of the same tool
+// without network does.
+func TestSessionEgressSkipsPool(t *testing.T) {
+	testenv.RequiresRoot(t)
+	testenv.RequiresBinary(t, "runc")
+	testenv.Image(t, "python")
+	if DriverCapabilities()["runc"].BindEgress {
+		t.Fatal("runc gives egress at bind time now: a session with network may take a pool's sandbox, and this test must say so")
+	}
+	override := egress.NewTestOverride(t, map[string][]netip.Addr{"allowed.test": {netip.MustParseAddr("127.0.0.1")}})
+	e, nets := sessionEgressEngine(t, "runc", t.TempDir(), writeTools(t, pythonFetch("container", []string{"allowed.test"}, 8080)), override,
+		WithPools(PoolOptions{Pools: []PoolSpec{{Tool: "fetch", Runtime: "python", Sessions: 1}}, SessionWorkspace: poolWorkspace}))
+	counts := &poolCounts{}
+	e.SetPoolObserver(counts)
+	stop, err := e.StartPools(context.Background(), map[string]string{LabelOwner: poolOwner})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		stop()
+		_ = e.Wait(context.Background())
+		if left := nets.Leftovers(); len(left) > 0 {
+			t.Errorf("left behind: %v", left)
+			_, _ = nets.RemoveKept(nil)
+		}
+	})
+	waitReady(t, e, 1)
+	open := func(network bool) *Session {
+		t.Helper()
+		s, err := e.OpenSession(t.Context(), SessionSpec{Runtime: "python", Tool: "fetch", Network: network, Workspace: poolWorkspace,
+			Labels: map[string]string{LabelOwner: poolOwner, LabelSession: "ses_" + strconv.FormatBool(network)}})
+		if err != nil {
+			t.Fatalf("OpenSession(network %v): %v", network, err)
+		}
+		t.Cleanup(func() { _ = s.Close(context.Background()) })
+		return s
+	}
+	if s := open(true); s.Network() != NetworkAllowlist {
+		t.Fatalf("a session with network: got %q", s.Network())
+	}
+	if hits, _ := counts.get(); hits != 0 {
+		t.Fatalf("a session with network took a pool's sandbox (%d hits)", hits)
+	}
+	if s := open(false); s.Network() != NetworkNone {
+		t.Fatalf("a session without network: got %q", s.Network())
+	}
+	if hits, _ := counts.get(); hits != 1 {
+		t.Fatalf("a session without network: got %d pool hits, want 1", hits)
 	}
 }
