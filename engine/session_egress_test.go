@@ -219,3 +219,68 @@ func TestSessionEgressSkipsPool(t *testing.T) {
 		t.Fatalf("a session without network: got %d pool hits, want 1", hits)
 	}
 }
+
+// BenchmarkSessionOpenNetwork opens and closes a session on runc without
+// and with network, side by side: what the session's network namespace,
+// proxy and DNS responder add to its opening (their removal is in the
+// background, waited for outside the timing).
+//
+//	go test -run '^$' -bench BenchmarkSessionOpenNetwork -benchtime=3x ./engine/
+func BenchmarkSessionOpenNetwork(b *testing.B) {
+	testenv.RequiresRoot(b)
+	testenv.Image(b, "shell")
+	nets, err := netns.NewManager(netns.Config{Prefix: egressTestPrefix, Range: egressTestRange})
+	if err != nil {
+		b.Fatal(err)
+	}
+	if _, err := nets.CleanupStale(); err != nil {
+		b.Fatal(err)
+	}
+	host, err := NewEgressHost(nets, egress.Config{Resolver: &mapResolver{}}, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	d, err := runc.New(runc.Config{StateDir: b.TempDir(), GuestPath: testenv.Guest(b), Shim: testenv.Shim(b)})
+	if err != nil {
+		b.Fatal(err)
+	}
+	topts := tools.Options{EgressSupported: true, Drivers: DriverCapabilities()}
+	set, err := tools.Load(writeTools(b, `
+tools:
+  - name: fetch
+    input_trust: trusted
+    tier: container
+    runtimes: [shell]
+    egress:
+      allow: [allowed.test]
+      ports: [443]
+`), topts)
+	if err != nil {
+		b.Fatal(err)
+	}
+	e, err := New(map[string]sandbox.Driver{"runc": d}, "runc", image.Open(testenv.DataDir()), sandbox.DefaultLimits(), sandbox.DefaultCeiling(),
+		WithTools(set, topts), WithEgress(host), WithTestKernel())
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, network := range []bool{false, true} {
+		b.Run("network="+strconv.FormatBool(network), func(b *testing.B) {
+			for b.Loop() {
+				s, err := e.OpenSession(b.Context(), SessionSpec{Runtime: "shell", Tool: "fetch", Network: network, Workspace: 8 << 20,
+					Labels: map[string]string{LabelOwner: "engine-bench", LabelSession: "ses_bench"}})
+				if err != nil {
+					b.Fatal(err)
+				}
+				if err := s.Close(context.Background()); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+	if err := e.Wait(context.Background()); err != nil {
+		b.Fatal(err)
+	}
+	if left := nets.Leftovers(); len(left) > 0 {
+		b.Errorf("left behind: %v", left)
+	}
+}
