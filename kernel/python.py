@@ -48,6 +48,13 @@ sys.stdout.reconfigure(line_buffering=True)
 
 _KERNEL_FILE = sys._getframe().f_code.co_filename
 _cell = 0
+# A cell whose code starts with _HIDDEN is one the engine runs for itself
+# (the reseed of a kernel restored from a checkpoint: engine/poolsnap.go),
+# counted in _hidden: a cell's file is named by its number among the
+# others, so that a restored kernel's first cell is <cell-1>, as a cold
+# kernel's is.
+_HIDDEN = "# stockade: hidden cell\n"
+_hidden = 0
 # _running is true while a cell's code runs: SIGINT interrupts it then.
 # _emitting is true while an event is written: an interrupt waits
 # (_deferred) until the line is whole, or the wire would break.
@@ -178,10 +185,12 @@ def _failure(e):
 
 
 def _cell_result(req, namespace):
-    global _running, _deferred, _cell
+    global _running, _deferred, _cell, _hidden
     _cell = req["cell"]
     code = req.get("code", "")
-    filename = f"<cell-{_cell}>"
+    filename = f"<cell-{_cell - _hidden}>"
+    if code.startswith(_HIDDEN):
+        _hidden += 1
     # Tracebacks show the cell's lines.
     linecache.cache[filename] = (len(code), None, code.splitlines(True), filename)
     result = {"type": "result", "cell": _cell, "status": "ok"}
