@@ -244,6 +244,12 @@ type Pool struct {
 	Runtime  string `yaml:"runtime"`
 	Size     int    `yaml:"size"`
 	Sessions int    `yaml:"sessions"`
+	// Max and SessionsMax are the ceilings the pools grow toward while
+	// runs (sessions) find them empty or wait for a refill, Size and
+	// Sessions being the floors they shrink back to when idle; zero is
+	// DefaultPoolGrowth times the floor. Below the floor is the floor.
+	Max         int `yaml:"max"`
+	SessionsMax int `yaml:"sessions_max"`
 }
 
 // MaxPoolSize bounds one pool's size.
@@ -488,6 +494,8 @@ func (c Config) checkPools() error {
 			return fmt.Errorf("pools[%d]: size %d out of range: 0 (disabled) to %d", i, p.Size, MaxPoolSize)
 		case p.Sessions < 0 || p.Sessions > MaxPoolSize:
 			return fmt.Errorf("pools[%d]: sessions %d out of range: 0 (disabled) to %d", i, p.Sessions, MaxPoolSize)
+		case p.Max < 0 || p.Max > MaxPoolSize || p.SessionsMax < 0 || p.SessionsMax > MaxPoolSize:
+			return fmt.Errorf("pools[%d]: max %d or sessions_max %d out of range: 0 (the default) to %d", i, p.Max, p.SessionsMax, MaxPoolSize)
 		case seen[[2]string{tool, p.Runtime}]:
 			return fmt.Errorf("pools[%d]: tool %q with runtime %q has a pool already", i, tool, p.Runtime)
 		}

@@ -235,7 +235,7 @@ func TestLoadFileWrongForms(t *testing.T) {
 		{"scalar for a list", "broker: {operations: x}\n", `:1: broker.operations: want a list of mappings, got "x"`},
 		{"nested element", "broker:\n  operations:\n    - name: a\n      params:\n        - {name: q, max_length: long}\n", `:5: broker.operations[0].params[0].max_length: want an integer, got "long"`},
 		{"mapping for the tools", "tools: {a: b}\n", `:1: tools: want the path of a tools file or directory, or a list of tools, got a mapping`},
-		{"unknown pool key", "pools:\n  - {runtime: python, count: 2}\n", `:2: pools[0]: unknown key "count" (known: tool, runtime, size, sessions)`},
+		{"unknown pool key", "pools:\n  - {runtime: python, count: 2}\n", `:2: pools[0]: unknown key "count" (known: tool, runtime, size, sessions, max, sessions_max)`},
 		{"word for a pool size", "pools: [{runtime: python, size: many}]\n", `:1: pools[0].size: want an integer, got "many"`},
 		{"word for the memory budget", "memory_budget: half\n", `:1: memory_budget: invalid size "half"`},
 		{"unknown key", "lisen: x\n", `:1: unknown key "lisen" (did you mean listen?)`},

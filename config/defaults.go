@@ -35,6 +35,9 @@ const (
 	DefaultApprovalTTL          = 10 * time.Minute
 	DefaultCreditsPerInvocation = 2
 	DefaultPoolMaxAge           = 10 * time.Minute
+	// DefaultPoolGrowth is a pool's ceiling (pools' max, sessions_max)
+	// as a multiple of its floor (size, sessions) when none is set.
+	DefaultPoolGrowth = 2
 
 	// DefaultMirror is the Debian mirror of the runtime images and of the
 	// templates' debian_packages.

@@ -96,12 +96,16 @@ const LabelPool = "stockade.pool"
 
 // PoolSpec configures one pool: Size sandboxes of Tool (empty: the default
 // tool) with Runtime for one-shot runs, and Sessions for new sessions; 0
-// disables either.
+// disables either. Size and Sessions are floors: with demand the pools
+// grow up to Max and SessionsMax (zero: config.DefaultPoolGrowth times the
+// floor; see pooldemand.go).
 type PoolSpec struct {
-	Tool     string
-	Runtime  string
-	Size     int
-	Sessions int
+	Tool        string
+	Runtime     string
+	Size        int
+	Sessions    int
+	Max         int
+	SessionsMax int
 }
 
 // PoolOptions configures an engine's pools.
@@ -229,9 +233,10 @@ func (e *Engine) newPool(s PoolSpec, owner map[string]string, session bool) (*po
 	if maxAge <= 0 {
 		maxAge = config.DefaultPoolMaxAge
 	}
-	p := &pool{e: e, name: tool.Name + "/" + rt.Name, size: s.Size, tool: tool, drv: drv, binder: b, rt: rt,
+	p := &pool{e: e, name: tool.Name + "/" + rt.Name, tool: tool, drv: drv, binder: b, rt: rt,
 		base: e.Limits(tool), maxAge: maxAge, wake: make(chan struct{}, 1)}
 	p.created = p.base
+	p.initDemand(s.Size, ceilingOf(s.Size, s.Max))
 	if session {
 		if err := e.sessionKind(p, s); err != nil {
 			return nil, err
@@ -260,7 +265,8 @@ func (e *Engine) sessionKind(p *pool, s PoolSpec) error {
 		return fmt.Errorf("session pool of tool %q, runtime %q: the sessions' /workspace size is not set: %w", s.Tool, s.Runtime, errdefs.ErrInvalidArgument)
 	}
 	p.name += "/session"
-	p.size, p.session, p.workspace = s.Sessions, true, e.poolOpts.SessionWorkspace
+	p.session, p.workspace = true, e.poolOpts.SessionWorkspace
+	p.initDemand(s.Sessions, ceilingOf(s.Sessions, s.SessionsMax))
 	return nil
 }
 
@@ -268,7 +274,6 @@ func (e *Engine) sessionKind(p *pool, s PoolSpec) error {
 type pool struct {
 	e       *Engine
 	name    string
-	size    int
 	tool    tools.Tool
 	drv     sandbox.Driver
 	binder  sandbox.Binder
@@ -284,8 +289,12 @@ type pool struct {
 	// have a /workspace of workspace bytes and run kernel (not argv).
 	session   bool
 	workspace int64
+	// now is the pools' clock (time.Now; a test's).
+	now func() time.Time
 
-	mu    sync.Mutex
+	mu sync.Mutex
+	// d is the pool's demand: its floor (size), ceiling and target.
+	d     demand
 	ready []*warm // oldest first
 	// taken are the sandboxes runs took and have not given back
 	// (destroyed) yet, with when each was taken (see wanted).
@@ -335,8 +344,12 @@ func (p *pool) fill(ctx context.Context) {
 	// After a failure to create (a missing image, a driver down) the pool
 	// waits, doubling up to a minute, rather than log every second.
 	var backoff time.Duration
+	p.observeTarget(p.target())
 	for {
 		p.retire(ctx)
+		for _, w := range p.shrinkIdle() {
+			w.destroy(ctx)
+		}
 		for p.wanted() && ctx.Err() == nil {
 			failed, ok := p.grow(ctx)
 			switch {
@@ -366,11 +379,11 @@ func (p *pool) fill(ctx context.Context) {
 }
 
 // wanted says whether the pool should create a sandbox now: it holds
-// fewer than its size, counting those taken less than refillDelay ago
-// whose runs go on.
+// fewer than its target size, counting those taken less than refillDelay
+// ago whose runs go on.
 func (p *pool) wanted() bool {
 	p.mu.Lock()
-	n, waiting := len(p.ready), 0
+	n, waiting, target := len(p.ready), 0, p.d.target
 	for _, at := range p.taken {
 		if time.Since(at) < refillDelay {
 			waiting++
@@ -379,7 +392,7 @@ func (p *pool) wanted() bool {
 	p.mu.Unlock()
 	p.e.observeSize(p.name, n)
 	mc := p.e.poolOpts.MaxConcurrent
-	return n+waiting < p.size && (mc <= 0 || int(p.e.running.Load()) < mc)
+	return n+waiting < target && (mc <= 0 || int(p.e.running.Load()) < mc)
 }
 
 // giveBack destroys w, which take returned, and lets the pool replace it.
@@ -429,21 +442,28 @@ func (p *pool) grow(ctx context.Context) (failed, ok bool) {
 		return false, false
 	}
 	start := time.Now()
+	p.refillBegins()
 	w, err := p.create(ctx)
 	if err != nil {
+		p.refillEnds(0, false)
 		release()
 		if ctx.Err() == nil {
 			p.e.log.Warn("filling pool", "pool", p.name, "err", err)
 		}
 		return true, false
 	}
+	took := time.Since(start)
 	w.release = p.e.inUse.hold(w.image, release)
 	if o := p.e.poolObs; o != nil {
-		o.PoolRefill(p.name, time.Since(start))
+		o.PoolRefill(p.name, took)
+	}
+	if cpu, ok := cpuOf(w.sb); ok {
+		p.observeRefill(cpu, false)
 	}
 	p.mu.Lock()
 	p.ready = append(p.ready, w)
 	p.mu.Unlock()
+	p.refillEnds(took, true)
 	return false, true
 }
 
@@ -610,76 +630,4 @@ func (w *warm) ended() bool {
 	cancel()
 	_, err := w.ex.Wait(ctx)
 	return !errors.Is(err, context.Canceled)
-}
-
-// acquire takes a bound sandbox of a pool for req, or returns nil: no pool
-// of req's tool and runtime, one that cannot serve it, an empty one, or a
-// Bind that failed (logged; that sandbox is destroyed).
-func (e *Engine) acquire(ctx context.Context, req Request, tool tools.Tool, limits sandbox.Limits) (*pool, *warm) {
-	e.poolsMu.Lock()
-	pools := e.pools
-	e.poolsMu.Unlock()
-	for _, p := range pools {
-		if p.session || p.tool.Name != tool.Name || p.rt.Name != req.Runtime {
-			continue
-		}
-		var w *warm
-		if p.serves(req, tool, limits) {
-			w = p.take(ctx)
-		}
-		if w == nil || !p.bind(ctx, w, req.Labels, sandbox.Limits{Memory: limits.Memory, CPU: limits.CPU}) {
-			p.counted(false)
-			return nil, nil
-		}
-		p.counted(true)
-		return p, w
-	}
-	return nil, nil
-}
-
-// acquireSession takes a session pool's sandbox for a session of spec,
-// which CheckSession resolved to tool, drv and rt, binds it and returns it
-// as the session's, its kernel ready; or returns nil, for a cold
-// OpenSession, as acquire does.
-func (e *Engine) acquireSession(ctx context.Context, spec SessionSpec, tool tools.Tool, drv sandbox.Driver, rt image.Runtime) *Session {
-	e.poolsMu.Lock()
-	pools := e.pools
-	e.poolsMu.Unlock()
-	limits := spec.Limits.WithDefaults(e.Limits(tool))
-	for _, p := range pools {
-		if !p.session || p.tool.Name != tool.Name || p.rt.Name != rt.Name {
-			continue
-		}
-		var w *warm
-		if p.servesSession(spec, drv, limits) {
-			w = p.take(ctx)
-		}
-		if w == nil || !p.bind(ctx, w, spec.Labels, sandbox.Limits{Memory: limits.Memory, CPU: limits.CPU, Timeout: limits.Timeout}) {
-			p.counted(false)
-			return nil
-		}
-		// The sandbox is the session's now, as a cold one would be: out of
-		// the pool's count, in the budget as the session's, and a kernel
-		// restarted in it is a cold kernel.
-		p.handOver(w)
-		ks, pre, err := e.sessionKernel(tool, rt, nil)
-		if d, ok := w.sb.(sandbox.Deadliner); ok && err == nil {
-			// The pool's deadline goes, also for a session without one.
-			err = d.SetDeadline(ctx, spec.Deadline)
-		}
-		var s *Session
-		if err == nil {
-			s, err = newSession(w.sb, p.drv.Name(), rt, limits, ks)
-		}
-		if err != nil {
-			e.log.Warn("serving a session from a pool sandbox", "pool", p.name, "sandbox", w.sb.ID(), "err", err)
-			w.destroy(ctx)
-			p.counted(false)
-			return nil
-		}
-		s.kernel, s.mem, s.prelude = w.k, w.release, pre
-		p.counted(true)
-		return s
-	}
-	return nil
 }

@@ -7,7 +7,9 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/stockade-sh/stockade/image"
 	"github.com/stockade-sh/stockade/sandbox"
+	"github.com/stockade-sh/stockade/tools"
 )
 
 // A pool's sandbox, once taken, is bound to whom it serves (bind), and a
@@ -131,4 +133,91 @@ func (e *Engine) observeSize(pool string, n int) {
 	if e.poolObs != nil {
 		e.poolObs.PoolSize(pool, n)
 	}
+}
+
+// acquire takes a bound sandbox of a pool for req, or returns nil: no pool
+// of req's tool and runtime, one that cannot serve it, an empty one, or a
+// Bind that failed (logged; that sandbox is destroyed).
+func (e *Engine) acquire(ctx context.Context, req Request, tool tools.Tool, limits sandbox.Limits) (*pool, *warm) {
+	e.poolsMu.Lock()
+	pools := e.pools
+	e.poolsMu.Unlock()
+	for _, p := range pools {
+		if p.session || p.tool.Name != tool.Name || p.rt.Name != req.Runtime {
+			continue
+		}
+		var w *warm
+		if p.serves(req, tool, limits) {
+			w = p.takeOrWait(ctx)
+		}
+		if w == nil || !p.bind(ctx, w, req.Labels, sandbox.Limits{Memory: limits.Memory, CPU: limits.CPU}) {
+			p.counted(false)
+			return nil, nil
+		}
+		p.counted(true)
+		return p, w
+	}
+	return nil, nil
+}
+
+// acquireSession takes a session pool's sandbox for a session of spec,
+// which CheckSession resolved to tool, drv and rt, binds it and returns it
+// as the session's, its kernel ready; or returns nil, for a cold
+// OpenSession, as acquire does.
+func (e *Engine) acquireSession(ctx context.Context, spec SessionSpec, tool tools.Tool, drv sandbox.Driver, rt image.Runtime) *Session {
+	e.poolsMu.Lock()
+	pools := e.pools
+	e.poolsMu.Unlock()
+	limits := spec.Limits.WithDefaults(e.Limits(tool))
+	for _, p := range pools {
+		if !p.session || p.tool.Name != tool.Name || p.rt.Name != rt.Name {
+			continue
+		}
+		var w *warm
+		if p.servesSession(spec, drv, limits) {
+			w = p.takeOrWait(ctx)
+		}
+		if w == nil || !p.bind(ctx, w, spec.Labels, sandbox.Limits{Memory: limits.Memory, CPU: limits.CPU, Timeout: limits.Timeout}) {
+			p.counted(false)
+			return nil
+		}
+		// The sandbox is the session's now, as a cold one would be: out of
+		// the pool's count, in the budget as the session's, and a kernel
+		// restarted in it is a cold kernel.
+		p.handOver(w)
+		ks, pre, err := e.sessionKernel(tool, rt, nil)
+		if d, ok := w.sb.(sandbox.Deadliner); ok && err == nil {
+			// The pool's deadline goes, also for a session without one.
+			err = d.SetDeadline(ctx, spec.Deadline)
+		}
+		var s *Session
+		if err == nil {
+			s, err = newSession(w.sb, p.drv.Name(), rt, limits, ks)
+		}
+		if err != nil {
+			e.log.Warn("serving a session from a pool sandbox", "pool", p.name, "sandbox", w.sb.ID(), "err", err)
+			w.destroy(ctx)
+			p.counted(false)
+			return nil
+		}
+		s.kernel, s.mem, s.prelude = w.k, w.release, pre
+		p.counted(true)
+		return s
+	}
+	return nil
+}
+
+// takeOrWait takes a sandbox of p, which can serve the caller, waiting
+// for a refill about to end (awaitRefill) when p is empty; a caller left
+// without one is demand (pooldemand.go).
+func (p *pool) takeOrWait(ctx context.Context) *warm {
+	if w := p.take(ctx); w != nil {
+		return w
+	}
+	// Found empty: demand, whether a refill then serves it or not.
+	p.demanded()
+	if p.awaitRefill(ctx) {
+		return p.take(ctx)
+	}
+	return nil
 }
