@@ -383,6 +383,10 @@ func (c Config) Wheelhouse() string {
 // DataDir.
 func (c Config) GoldenDir() string { return filepath.Join(c.DataDir, "golden") }
 
+// PoolCheckpointDir holds the warm pools' checkpoints (engine's
+// poolsnap.go), on disk below DataDir.
+func (c Config) PoolCheckpointDir() string { return filepath.Join(c.DataDir, "pools") }
+
 // CheckpointDir holds the checkpoints of paused sessions:
 // sessions.checkpoint_dir, by default on disk below DataDir (the state
 // directory may be a tmpfs, and a checkpoint outlives a reboot of the

@@ -123,6 +123,10 @@ type PoolOptions struct {
 	// another size opens cold. It must be positive when a pool has
 	// Sessions.
 	SessionWorkspace int64
+	// CheckpointDir holds the session pools' checkpoints, from which a
+	// tier that saves sandboxes refills them (poolsnap.go); empty means
+	// cold refills only.
+	CheckpointDir string
 }
 
 // PoolObserver is told what the pools do (the daemon's /metrics).
@@ -250,6 +254,7 @@ func (e *Engine) newPool(s PoolSpec, owner map[string]string, session bool) (*po
 	for k, v := range owner {
 		p.labels[k] = v
 	}
+	p.snap = e.snapOf(p)
 	return p, nil
 }
 
@@ -289,6 +294,8 @@ type pool struct {
 	// have a /workspace of workspace bytes and run kernel (not argv).
 	session   bool
 	workspace int64
+	// snap is the pool's checkpoint, nil for cold refills (poolsnap.go).
+	snap *poolSnap
 	// now is the pools' clock (time.Now; a test's).
 	now func() time.Time
 
@@ -443,7 +450,7 @@ func (p *pool) grow(ctx context.Context) (failed, ok bool) {
 	}
 	start := time.Now()
 	p.refillBegins()
-	w, err := p.create(ctx)
+	w, restored, err := p.refill(ctx)
 	if err != nil {
 		p.refillEnds(0, false)
 		release()
@@ -458,7 +465,7 @@ func (p *pool) grow(ctx context.Context) (failed, ok bool) {
 		o.PoolRefill(p.name, took)
 	}
 	if cpu, ok := cpuOf(w.sb); ok {
-		p.observeRefill(cpu, false)
+		p.observeRefill(cpu, restored)
 	}
 	p.mu.Lock()
 	p.ready = append(p.ready, w)

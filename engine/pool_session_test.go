@@ -28,7 +28,10 @@ const (
 func sessionPoolEngine(t *testing.T, drivers map[string]sandbox.Driver, driver string, n int) (*Engine, *poolCounts) {
 	t.Helper()
 	e, err := New(drivers, driver, image.Open(testenv.DataDir()), sandbox.DefaultLimits(), sandbox.DefaultCeiling(),
-		WithPools(PoolOptions{Pools: []PoolSpec{{Runtime: "python", Sessions: n}}, SessionWorkspace: poolWorkspace}))
+		// gVisor's session pools refill from a checkpoint (poolsnap.go):
+		// these tests see restored sandboxes there, cold ones on runc.
+		WithPools(PoolOptions{Pools: []PoolSpec{{Runtime: "python", Sessions: n}}, SessionWorkspace: poolWorkspace,
+			CheckpointDir: t.TempDir()}))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -115,7 +115,8 @@ func ShipperOptions(a config.Analytics) analytics.Options {
 
 // PoolOptions are the engine's pools of cfg.
 func PoolOptions(cfg config.Config) engine.PoolOptions {
-	o := engine.PoolOptions{MaxAge: cfg.PoolMaxAge, MaxConcurrent: cfg.MaxConcurrent, SessionWorkspace: int64(cfg.Sessions.WorkspaceSize)}
+	o := engine.PoolOptions{MaxAge: cfg.PoolMaxAge, MaxConcurrent: cfg.MaxConcurrent, SessionWorkspace: int64(cfg.Sessions.WorkspaceSize),
+		CheckpointDir: cfg.PoolCheckpointDir()}
 	for _, p := range cfg.Pools {
 		o.Pools = append(o.Pools, engine.PoolSpec{Tool: p.Tool, Runtime: p.Runtime, Size: p.Size, Sessions: p.Sessions,
 			Max: p.Max, SessionsMax: p.SessionsMax})

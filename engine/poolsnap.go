@@ -1,0 +1,249 @@
+package engine
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/stockade-sh/stockade/internal/fsmode"
+	"github.com/stockade-sh/stockade/sandbox"
+)
+
+// A session pool on a tier that saves sandboxes (sandbox.Snapshotter:
+// gVisor) refills from a checkpoint of its own instead of starting a
+// sandbox and its kernel and importing numpy and pandas each time: a
+// restore reads the saved interpreter back, which costs a fraction of
+// the CPU (BENCHMARKS.md, "Warm path under load"). The pool makes the
+// checkpoint once, from the first sandbox it starts cold (the sandbox is
+// saved, which ends it, and the pool restores its first sandbox from
+// it), in
+//
+//	<PoolOptions.CheckpointDir>/<pool>/<key>/checkpoint/
+//
+// root-only (the driver's checkpoint, its record under the shims' MAC),
+// where key is a digest of what the sandbox was made of: the driver, the
+// tool's record, the image's digest, the limits, /workspace size, labels
+// and kernel. Another image or tool record is another key: the pool
+// makes a new checkpoint and removes the old. A daemon that starts with
+// a checkpoint of the same key reuses it; the checkpoint stays on disk
+// between daemons (it holds nothing of anyone's: it is saved before any
+// session is bound). A restore that fails starts the sandbox cold
+// (counted: PoolDemandObserver.PoolRestoreFailed); a checkpoint that
+// cannot be made leaves the pool on cold refills, logged once.
+//
+// Each restore is a sandbox of its own, as a golden restore is
+// (golden.go): a new ID, its own copy of the saved memory, /tmp and
+// /workspace (tmpfs, empty when saved), the kernel's random state
+// reseeded by the hidden reseed cell (python's random, numpy's global
+// RandomState, tempfile's name sequence); os.urandom, uuid4 and secrets
+// read the kernel's random source, which a restored gVisor sandbox draws
+// from the host afresh. What stays the checkpoint's, in every sandbox
+// restored: the string hash seed (PYTHONHASHSEED, fixed when the
+// interpreter starts), the process ids and address-space layout of the
+// saved processes (so id() of the objects numpy and pandas made at import
+// time), and any generator the import itself created and holds.
+//
+// Not checkpointed: one-shot pools. Their interpreter is a program in
+// flight (pool.py, an Exec waiting for its code on stdin), and a sandbox
+// is saved only idle (Snapshotter.Checkpoint refuses an Exec in flight:
+// the restored guest's new client could not adopt the exec's stream);
+// pools of a template's tool, whose Start may hold state of its own that
+// no reseed reaches (a template opts into that with golden: true); and
+// every pool on runc, which cannot checkpoint on these hosts (CRIU).
+// Those refill cold.
+
+// poolCheckpointDir is the directory, below the checkpoint's, that the
+// driver writes.
+const poolCheckpointDir = "checkpoint"
+
+// poolSnap is a session pool's checkpoint.
+type poolSnap struct {
+	snap sandbox.Snapshotter
+	root string // <CheckpointDir>/<pool>
+	mu   sync.Mutex
+	// off is set once a checkpoint could not be made: cold refills.
+	off bool
+}
+
+// snapOf is the checkpoint of a new pool p, or nil when p refills cold.
+func (e *Engine) snapOf(p *pool) *poolSnap {
+	snap, ok := p.drv.(sandbox.Snapshotter)
+	if !ok || !p.session || !p.drv.Capabilities().Snapshots || e.poolOpts.CheckpointDir == "" ||
+		p.tool.Template != "" || p.rt.Name != "python" {
+		return nil
+	}
+	return &poolSnap{snap: snap, root: filepath.Join(e.poolOpts.CheckpointDir, strings.ReplaceAll(p.name, "/", "_"))}
+}
+
+// key is the name of the checkpoint of p's sandboxes of image digest.
+func (p *pool) snapKey(digest string) (string, error) {
+	ks, _, err := p.e.sessionKernel(p.tool, p.rt, poolModules[p.rt.Name])
+	if err != nil {
+		return "", err
+	}
+	h := sha256.New()
+	for _, v := range []any{p.drv.Name(), p.tool, digest, p.created, p.workspace, p.labels, ks} {
+		b, err := json.Marshal(v)
+		if err != nil {
+			return "", err
+		}
+		fmt.Fprintf(h, "%d:%s\n", len(b), b)
+	}
+	return hex.EncodeToString(h.Sum(nil))[:32], nil
+}
+
+// refill makes one sandbox for p: from p's checkpoint when it has one
+// (made first from a cold sandbox when it has none yet), else cold.
+// restored says which.
+func (p *pool) refill(ctx context.Context) (w *warm, restored bool, err error) {
+	s := p.snap
+	if s == nil {
+		w, err := p.create(ctx)
+		return w, false, err
+	}
+	img, _, err := p.e.imageOf(p.tool, p.rt)
+	if err != nil {
+		return nil, false, err
+	}
+	key, err := p.snapKey(img.Digest)
+	if err != nil {
+		return nil, false, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	dir := filepath.Join(s.root, key, poolCheckpointDir)
+	if s.off {
+		w, err := p.create(ctx)
+		return w, false, err
+	}
+	if _, err := os.Stat(dir); err != nil {
+		w, err := p.create(ctx)
+		if err != nil {
+			return nil, false, err
+		}
+		if w, err = p.save(ctx, w, key); w != nil || err != nil {
+			// Not saved: the cold sandbox serves, or is gone (err).
+			return w, false, err
+		}
+	}
+	w, err = p.restore(ctx, dir, img.Digest)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, false, err
+		}
+		p.e.log.Warn("restoring a pool sandbox from its checkpoint; starting it cold", "pool", p.name, "err", err)
+		if o, ok := p.e.poolObs.(PoolDemandObserver); ok {
+			o.PoolRestoreFailed(p.name)
+		}
+		w, err := p.create(ctx)
+		return w, false, err
+	}
+	return w, true, nil
+}
+
+// save checkpoints w, a cold sandbox of p, as the checkpoint of key,
+// which ends w, and removes p's other checkpoints. It returns nil, nil
+// once saved; when saving fails, w if it still serves (or an error), and
+// p refills cold from then on.
+func (p *pool) save(ctx context.Context, w *warm, key string) (*warm, error) {
+	s := p.snap
+	fail := func(err error) (*warm, error) {
+		s.off = true
+		p.e.log.Warn("making a pool's checkpoint; the pool refills cold", "pool", p.name, "err", err)
+		if !w.ended() {
+			return w, nil
+		}
+		_ = w.sb.Destroy(context.WithoutCancel(ctx))
+		return nil, fmt.Errorf("making the pool's checkpoint: %w", err)
+	}
+	if err := os.MkdirAll(s.root, fsmode.Dir); err != nil {
+		return fail(err)
+	}
+	tmp, err := os.MkdirTemp(s.root, ".new-")
+	if err != nil {
+		return fail(err)
+	}
+	defer os.RemoveAll(tmp)
+	start := time.Now()
+	if err := s.snap.Checkpoint(ctx, w.sb, filepath.Join(tmp, poolCheckpointDir)); err != nil {
+		return fail(err)
+	}
+	final := filepath.Join(s.root, key)
+	if err := os.Rename(tmp, final); err != nil {
+		// w is gone (saved, then ended): a new cold one serves.
+		s.off = true
+		return nil, fmt.Errorf("making the pool's checkpoint: %w", err)
+	}
+	entries, _ := os.ReadDir(s.root)
+	for _, d := range entries {
+		if d.Name() != key && !strings.HasPrefix(d.Name(), ".new-") {
+			if err := os.RemoveAll(filepath.Join(s.root, d.Name())); err != nil {
+				p.e.log.Warn("removing a pool's old checkpoint", "pool", p.name, "err", err)
+			}
+		}
+	}
+	p.e.log.Info("pool checkpoint made", "pool", p.name, "dir", final, "took", time.Since(start))
+	return nil, nil
+}
+
+// restore restores a sandbox of p from the checkpoint in dir, of the
+// image of digest: unbound, its kernel ready, its random state reseeded,
+// its deadline the pool's.
+func (p *pool) restore(ctx context.Context, dir, digest string) (_ *warm, err error) {
+	sb, err := p.snap.snap.Restore(ctx, dir, nil)
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			_ = sb.Destroy(context.WithoutCancel(ctx))
+		}
+	}()
+	if d, ok := sb.(sandbox.Deadliner); ok {
+		// As create sets it (see there).
+		if err := d.SetDeadline(ctx, time.Now().Add(p.maxAge+time.Minute)); err != nil {
+			return nil, err
+		}
+	}
+	ks, err := sb.(sandbox.Kernels).ListKernels(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if len(ks) != 1 {
+		return nil, fmt.Errorf("the restored sandbox has %d kernels, not one: %w", len(ks), errors.ErrUnsupported)
+	}
+	if err := reseedHidden(ctx, ks[0], p.rt.Name); err != nil {
+		return nil, err
+	}
+	return &warm{sb: sb, k: ks[0], born: time.Now(), image: digest, log: p.e.log}, nil
+}
+
+// hiddenCell starts a python cell that the kernel does not count in its
+// cells' names (kernel/python.py): the caller's first cell in a restored
+// kernel is <cell-1>, as in a cold one.
+const hiddenCell = "# stockade: hidden cell\n"
+
+// reseedHidden runs the reseed cell of runtime (golden.go's) in k as a
+// hidden cell.
+func reseedHidden(ctx context.Context, k sandbox.Kernel, runtime string) error {
+	code, ok := reseedCells[runtime]
+	if !ok || runtime != "python" {
+		return fmt.Errorf("no hidden reseed for runtime %q", runtime)
+	}
+	r, err := k.Run(ctx, sandbox.Cell{Code: hiddenCell + code})
+	if err != nil {
+		return fmt.Errorf("reseeding the restored kernel: %w", err)
+	}
+	if why := cellFailure(r, string(r.Stderr)); why != "" {
+		return fmt.Errorf("reseeding the restored kernel: %s", why)
+	}
+	return nil
+}

@@ -1,0 +1,154 @@
+package engine
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stockade-sh/stockade/image"
+	"github.com/stockade-sh/stockade/internal/testenv"
+	"github.com/stockade-sh/stockade/sandbox"
+)
+
+// snapCounts is a poolCounts that also counts refills by how they were
+// made (a PoolDemandObserver).
+type snapCounts struct {
+	poolCounts
+	smu              sync.Mutex
+	restored, cold   int
+	restoreFailed    int
+	cpuRestored      []time.Duration
+	cpuCold          []time.Duration
+	targets, waiting int
+}
+
+func (c *snapCounts) PoolTarget(string, int)               { c.smu.Lock(); c.targets++; c.smu.Unlock() }
+func (c *snapCounts) PoolWait(string, time.Duration, bool) { c.smu.Lock(); c.waiting++; c.smu.Unlock() }
+func (c *snapCounts) PoolRestoreFailed(string)             { c.smu.Lock(); c.restoreFailed++; c.smu.Unlock() }
+func (c *snapCounts) PoolRefillCPU(_ string, cpu time.Duration, restored bool) {
+	c.smu.Lock()
+	defer c.smu.Unlock()
+	if restored {
+		c.restored++
+		c.cpuRestored = append(c.cpuRestored, cpu)
+	} else {
+		c.cold++
+		c.cpuCold = append(c.cpuCold, cpu)
+	}
+}
+
+func (c *snapCounts) made() (restored, cold, failed int) {
+	c.smu.Lock()
+	defer c.smu.Unlock()
+	return c.restored, c.cold, c.restoreFailed
+}
+
+// randomCell prints what a sandbox's code would draw at random, or name
+// at random, one per line: python's random, numpy's global generator,
+// the kernel's random source, a uuid4, tempfile's next name.
+const randomCell = `import os, random, tempfile, uuid
+import numpy
+print(random.random())
+print(float(numpy.random.random()))
+print(os.urandom(16).hex())
+print(uuid.uuid4())
+print(next(tempfile._get_candidate_names()))
+`
+
+var randomNames = []string{"random.random()", "numpy.random.random()", "os.urandom(16)", "uuid.uuid4()", "tempfile name"}
+
+// draws runs randomCell in k and returns its lines.
+func draws(t *testing.T, k sandbox.Kernel) []string {
+	t.Helper()
+	r, err := k.Run(t.Context(), sandbox.Cell{Code: randomCell})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(string(r.Stdout)), "\n")
+	if len(lines) != len(randomNames) {
+		t.Fatalf("the random cell printed %q (stderr %q), want %d lines", r.Stdout, r.Stderr, len(randomNames))
+	}
+	return lines
+}
+
+// TestPoolRestoredRandomState checks that the sandboxes a gVisor session
+// pool restores from its checkpoint are each their own: two sessions
+// served by restored sandboxes draw different random numbers and names
+// from each other and from the checkpoint's own state, and have their own
+// sandbox IDs. The checkpoint's state is read by restoring it twice
+// without the pool's reseed: those two draw the same numbers from
+// python's random and numpy's generator, which shows the check sees a
+// shared state when there is one.
+func TestPoolRestoredRandomState(t *testing.T) {
+	drivers, _ := shimDrivers(t, nil)
+	dir := t.TempDir()
+	e, err := New(drivers, "gvisor", image.Open(testenv.DataDir()), sandbox.DefaultLimits(), sandbox.DefaultCeiling(),
+		WithPools(PoolOptions{Pools: []PoolSpec{{Runtime: "python", Sessions: 1}}, SessionWorkspace: poolWorkspace, CheckpointDir: dir}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	counts := &snapCounts{}
+	e.SetPoolObserver(counts)
+	stop, err := e.StartPools(context.Background(), map[string]string{LabelOwner: poolOwner})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(stop)
+
+	a := pooled(t, e, &counts.poolCounts, "gvisor")
+	b := pooled(t, e, &counts.poolCounts, "gvisor")
+	if restored, cold, failed := counts.made(); restored < 2 || failed > 0 {
+		t.Fatalf("got %d restored refills, %d cold, %d failed restores; want the two sessions' sandboxes restored", restored, cold, failed)
+	}
+	if a.SandboxID() == b.SandboxID() {
+		t.Fatalf("two sessions got one sandbox %s", a.SandboxID())
+	}
+
+	// The checkpoint's own state: two raw restores, not reseeded.
+	ckpts, _ := filepath.Glob(filepath.Join(dir, "*", "*", poolCheckpointDir))
+	if len(ckpts) != 1 {
+		t.Fatalf("got checkpoints %v, want one", ckpts)
+	}
+	if fi, err := os.Stat(filepath.Dir(ckpts[0])); err != nil || fi.Mode().Perm()&0o077 != 0 {
+		t.Errorf("the checkpoint's directory: %v, %v; want it root-only", fi.Mode(), err)
+	}
+	snap := drivers["gvisor"].(sandbox.Snapshotter)
+	var raw [2][]string
+	for i := range raw {
+		sb, err := snap.Restore(t.Context(), ckpts[0], nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = sb.Destroy(context.Background()) })
+		if sb.ID() == a.SandboxID() || sb.ID() == b.SandboxID() {
+			t.Fatalf("a raw restore got the ID %s of a session's sandbox", sb.ID())
+		}
+		ks, err := sb.(sandbox.Kernels).ListKernels(t.Context())
+		if err != nil || len(ks) != 1 {
+			t.Fatalf("the raw restore's kernels: %d, %v", len(ks), err)
+		}
+		raw[i] = draws(t, ks[0])
+	}
+	for i := range 2 { // random.random() and numpy's
+		if raw[0][i] != raw[1][i] {
+			t.Fatalf("two raw restores drew %s %s and %s: the checkpoint holds no state of it to compare with", randomNames[i], raw[0][i], raw[1][i])
+		}
+	}
+
+	ka, kb := a.currentKernel(), b.currentKernel()
+	da, db := draws(t, ka), draws(t, kb)
+	for i, name := range randomNames {
+		if da[i] == db[i] {
+			t.Errorf("two restored pool sandboxes drew the same %s: %s", name, da[i])
+		}
+		for _, r := range raw {
+			if da[i] == r[i] || db[i] == r[i] {
+				t.Errorf("a restored pool sandbox drew the checkpoint's %s: %s", name, r[i])
+			}
+		}
+	}
+}
