@@ -359,7 +359,7 @@ func itoa(n int64) string { return strconv.FormatInt(n, 10) }
 // detached sandboxes) over the state directories states (by driver), new
 // ones when states is nil, and the directories. Whatever they leave is
 // reaped when t ends.
-func shimDrivers(t *testing.T, states map[string]string) (map[string]sandbox.Driver, map[string]string) {
+func shimDrivers(t testing.TB, states map[string]string) (map[string]sandbox.Driver, map[string]string) {
 	t.Helper()
 	testenv.RequiresRoot(t)
 	testenv.RequiresBinary(t, "runc")
