@@ -20,7 +20,8 @@ func TestPoolMetrics(t *testing.T) {
 		e := newEnv(t, b, envConfig{credits: 10, policy: noApproval, startPools: true,
 			engine: []engine.Option{engine.WithPools(engine.PoolOptions{Pools: []engine.PoolSpec{{Runtime: "python", Size: 1}}})}})
 		e.waitMetric(`stockade_pool_sandboxes{pool="code.execute/python"} 1`)
-		e.wantMetrics("of a filled pool", `stockade_pool_hits_total{pool="code.execute/python"}`, `stockade_pool_refill_seconds_count{pool="code.execute/python"} 1`)
+		e.wantMetrics("of a filled pool", `stockade_pool_hits_total{pool="code.execute/python"}`, `stockade_pool_refill_seconds_count{pool="code.execute/python"} 1`,
+			`stockade_pool_target_sandboxes{pool="code.execute/python"} 1`, `stockade_pool_refill_cpu_seconds_count{from="cold",pool="code.execute/python"} 1`)
 		ex := e.invoke(capability.InvokeRequest{Runtime: "python", Code: "import sys; print('pandas' in sys.modules)"}).want(t, http.StatusOK).execution(t)
 		var res engine.Result
 		if err := json.Unmarshal(ex.Result.JSON(), &res); err != nil || res.Stdout != "True\n" {

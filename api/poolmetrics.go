@@ -55,7 +55,7 @@ func newPoolMetrics() poolMetrics {
 			Buckets: []float64{.001, .005, .01, .025, .05, .1, .25, .5},
 		}, []string{"pool"}),
 		cpu: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name: "stockade_pool_refill_cpu_seconds", Help: "CPU time of one warm pool refill, read from the sandbox's cgroup once it is ready (the runtime's commands and the shim aside), by how it was made: cold (started, imports run) or checkpoint (restored from the pool's checkpoint).",
+			Name: "stockade_pool_refill_cpu_seconds", Help: "CPU time of one warm pool refill, read from the sandbox's cgroup once it is ready (the runtime's commands and the shim aside; a one-shot pool's interpreter goes on importing, and a restored sandbox loading its memory, after that), by how it was made: cold (started, imports run) or checkpoint (restored from the pool's checkpoint).",
 			Buckets: []float64{.05, .1, .25, .5, 1, 2, 4, 8},
 		}, []string{"pool", "from"}),
 		restores: prometheus.NewCounterVec(prometheus.CounterOpts{
