@@ -184,6 +184,7 @@ func (e *Engine) StartPools(ctx context.Context, labels map[string]string) (stop
 			pools = append(pools, p)
 		}
 	}
+	e.removeStaleSnaps(pools)
 	var wg sync.WaitGroup
 	for _, p := range pools {
 		wg.Add(1)

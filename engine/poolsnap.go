@@ -33,7 +33,8 @@ import (
 // tool's record, the image's digest, the limits, /workspace size, labels
 // and kernel. Another image or tool record is another key: the pool
 // makes a new checkpoint and removes the old. A daemon that starts with
-// a checkpoint of the same key reuses it; the checkpoint stays on disk
+// a checkpoint of the same key reuses it, and removes those of pools it
+// no longer has (removeStaleSnaps); the checkpoint stays on disk
 // between daemons (it holds nothing of anyone's: it is saved before any
 // session is bound). A restore that fails starts the sandbox cold
 // (counted: PoolDemandObserver.PoolRestoreFailed); a checkpoint that
@@ -81,6 +82,32 @@ func (e *Engine) snapOf(p *pool) *poolSnap {
 		return nil
 	}
 	return &poolSnap{snap: snap, root: filepath.Join(e.poolOpts.CheckpointDir, strings.ReplaceAll(p.name, "/", "_"))}
+}
+
+// removeStaleSnaps removes the checkpoints of pools no longer
+// configured (or no longer checkpointed) from PoolOptions.CheckpointDir:
+// each pool's own directory keeps its checkpoint for reuse, and drops
+// an older key's when it makes a new one (save).
+func (e *Engine) removeStaleSnaps(pools []*pool) {
+	dir := e.poolOpts.CheckpointDir
+	if dir == "" {
+		return
+	}
+	keep := map[string]bool{}
+	for _, p := range pools {
+		if p.snap != nil {
+			keep[filepath.Base(p.snap.root)] = true
+		}
+	}
+	entries, _ := os.ReadDir(dir)
+	for _, d := range entries {
+		if keep[d.Name()] {
+			continue
+		}
+		if err := os.RemoveAll(filepath.Join(dir, d.Name())); err != nil {
+			e.log.Warn("removing the checkpoint of a pool no longer kept", "dir", filepath.Join(dir, d.Name()), "err", err)
+		}
+	}
 }
 
 // key is the name of the checkpoint of p's sandboxes of image digest.

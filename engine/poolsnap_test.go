@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -150,5 +151,26 @@ func TestPoolRestoredRandomState(t *testing.T) {
 				t.Errorf("a restored pool sandbox drew the checkpoint's %s: %s", name, r[i])
 			}
 		}
+	}
+}
+
+// TestPoolRemovesStaleSnaps checks that the pools' start removes the
+// checkpoints of pools it no longer has and keeps those of its own.
+func TestPoolRemovesStaleSnaps(t *testing.T) {
+	dir := t.TempDir()
+	for _, d := range []string{"code.execute_python_session/abc/checkpoint", "gone_python_session/def/checkpoint"} {
+		if err := os.MkdirAll(filepath.Join(dir, d), 0o700); err != nil {
+			t.Fatal(err)
+		}
+	}
+	e := &Engine{poolOpts: PoolOptions{CheckpointDir: dir}, log: slog.New(slog.DiscardHandler)}
+	e.removeStaleSnaps([]*pool{{snap: &poolSnap{root: filepath.Join(dir, "code.execute_python_session")}}, {}})
+	entries, err := os.ReadDir(dir)
+	if err != nil || len(entries) != 1 || entries[0].Name() != "code.execute_python_session" {
+		var names []string
+		for _, e := range entries {
+			names = append(names, e.Name())
+		}
+		t.Fatalf("left %v (%v), want only the configured pool's checkpoints", names, err)
 	}
 }
