@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -166,4 +167,39 @@ func equalInts(a, b []int) bool {
 		}
 	}
 	return true
+}
+
+// TestPoolGrowsOnDemand runs two programs at once from a runc pool of one
+// (ceiling two): one is served, the other finds the pool empty and runs
+// cold, and the pool grows to two and fills to two. Its only bound is
+// waitReady's.
+func TestPoolGrowsOnDemand(t *testing.T) {
+	e, counts := pooledEngine(t, realDrivers(t), "runc", 1)
+	waitReady(t, e, 1)
+	p := e.pools[0]
+	if got := p.target(); got != 1 {
+		t.Fatalf("got target %d before any demand, want the floor 1", got)
+	}
+	errs := make(chan error, 2)
+	for range 2 {
+		go func() {
+			res, err := e.Run(context.Background(), Request{Runtime: "python", Code: []byte("import time\ntime.sleep(0.5)\nprint('done')")})
+			if err == nil && res.Stdout != "done\n" {
+				err = fmt.Errorf("got stdout %q", res.Stdout)
+			}
+			errs <- err
+		}()
+	}
+	for range 2 {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if hits, misses := counts.get(); hits != 1 || misses != 1 {
+		t.Fatalf("got %d hits and %d misses, want one of each", hits, misses)
+	}
+	if got := p.target(); got != 2 {
+		t.Fatalf("got target %d after a miss, want 2", got)
+	}
+	waitReady(t, e, 2)
 }
