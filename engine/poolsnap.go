@@ -26,9 +26,12 @@ import (
 // saved, which ends it, and the pool restores its first sandbox from
 // it), in
 //
-//	<PoolOptions.CheckpointDir>/<pool>/<key>/checkpoint/
+//	<PoolOptions.CheckpointDir>/<daemon>/<pool>/<key>/checkpoint/
 //
-// root-only (the driver's checkpoint, its record under the shims' MAC),
+// root-only (the driver's checkpoint, its record under the shims' MAC,
+// whose key is the daemon's state directory's: <daemon> is a digest of
+// the pools' owner labels, which name that directory, so that daemons
+// sharing a data directory neither read nor remove each other's),
 // where key is a digest of what the sandbox was made of: the driver, the
 // tool's record, the image's digest, the limits, /workspace size, labels
 // and kernel. Another image or tool record is another key: the pool
@@ -68,7 +71,7 @@ const poolCheckpointDir = "checkpoint"
 // poolSnap is a session pool's checkpoint.
 type poolSnap struct {
 	snap sandbox.Snapshotter
-	root string // <CheckpointDir>/<pool>
+	root string // <CheckpointDir>/<daemon>/<pool>
 	mu   sync.Mutex
 	// off is set once a checkpoint could not be made: cold refills.
 	off bool
@@ -81,18 +84,29 @@ func (e *Engine) snapOf(p *pool) *poolSnap {
 		p.tool.Template != "" || p.rt.Name != "python" {
 		return nil
 	}
-	return &poolSnap{snap: snap, root: filepath.Join(e.poolOpts.CheckpointDir, strings.ReplaceAll(p.name, "/", "_"))}
+	return &poolSnap{snap: snap, root: filepath.Join(e.snapDaemonDir(), strings.ReplaceAll(p.name, "/", "_"))}
+}
+
+// snapDaemonDir is the directory of this daemon's pool checkpoints:
+// below PoolOptions.CheckpointDir, named by a digest of the owner labels
+// StartPools was given.
+func (e *Engine) snapDaemonDir() string {
+	e.poolsMu.Lock()
+	b, _ := json.Marshal(e.ownerLabels)
+	e.poolsMu.Unlock()
+	h := sha256.Sum256(b)
+	return filepath.Join(e.poolOpts.CheckpointDir, hex.EncodeToString(h[:8]))
 }
 
 // removeStaleSnaps removes the checkpoints of pools no longer
-// configured (or no longer checkpointed) from PoolOptions.CheckpointDir:
+// configured (or no longer checkpointed) from this daemon's directory:
 // each pool's own directory keeps its checkpoint for reuse, and drops
 // an older key's when it makes a new one (save).
 func (e *Engine) removeStaleSnaps(pools []*pool) {
-	dir := e.poolOpts.CheckpointDir
-	if dir == "" {
+	if e.poolOpts.CheckpointDir == "" {
 		return
 	}
+	dir := e.snapDaemonDir()
 	keep := map[string]bool{}
 	for _, p := range pools {
 		if p.snap != nil {

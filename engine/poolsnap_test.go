@@ -110,7 +110,7 @@ func TestPoolRestoredRandomState(t *testing.T) {
 	}
 
 	// The checkpoint's own state: two raw restores, not reseeded.
-	ckpts, _ := filepath.Glob(filepath.Join(dir, "*", "*", poolCheckpointDir))
+	ckpts, _ := filepath.Glob(filepath.Join(dir, "*", "*", "*", poolCheckpointDir))
 	if len(ckpts) != 1 {
 		t.Fatalf("got checkpoints %v, want one", ckpts)
 	}
@@ -155,16 +155,23 @@ func TestPoolRestoredRandomState(t *testing.T) {
 }
 
 // TestPoolRemovesStaleSnaps checks that the pools' start removes the
-// checkpoints of pools it no longer has and keeps those of its own.
+// checkpoints of pools it no longer has, keeps those of its own and
+// leaves another daemon's (other owner labels) alone.
 func TestPoolRemovesStaleSnaps(t *testing.T) {
-	dir := t.TempDir()
-	for _, d := range []string{"code.execute_python_session/abc/checkpoint", "gone_python_session/def/checkpoint"} {
-		if err := os.MkdirAll(filepath.Join(dir, d), 0o700); err != nil {
+	e := &Engine{poolOpts: PoolOptions{CheckpointDir: t.TempDir()}, log: slog.New(slog.DiscardHandler),
+		ownerLabels: map[string]string{LabelOwner: "a"}}
+	dir := e.snapDaemonDir()
+	other := &Engine{poolOpts: e.poolOpts, ownerLabels: map[string]string{LabelOwner: "b"}}
+	for _, d := range []string{filepath.Join(dir, "code.execute_python_session/abc/checkpoint"), filepath.Join(dir, "gone_python_session/def/checkpoint"),
+		filepath.Join(other.snapDaemonDir(), "gone_python_session/def/checkpoint")} {
+		if err := os.MkdirAll(d, 0o700); err != nil {
 			t.Fatal(err)
 		}
 	}
-	e := &Engine{poolOpts: PoolOptions{CheckpointDir: dir}, log: slog.New(slog.DiscardHandler)}
 	e.removeStaleSnaps([]*pool{{snap: &poolSnap{root: filepath.Join(dir, "code.execute_python_session")}}, {}})
+	if _, err := os.Stat(filepath.Join(other.snapDaemonDir(), "gone_python_session")); err != nil {
+		t.Errorf("another daemon's checkpoint: %v, want it left alone", err)
+	}
 	entries, err := os.ReadDir(dir)
 	if err != nil || len(entries) != 1 || entries[0].Name() != "code.execute_python_session" {
 		var names []string
