@@ -205,6 +205,7 @@ func (e *Engine) StartPools(ctx context.Context, labels map[string]string) (stop
 		for _, p := range pools {
 			p.drain(ctx)
 		}
+		e.removeSnaps()
 	}, nil
 }
 

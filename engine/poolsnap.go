@@ -35,11 +35,13 @@ import (
 // where key is a digest of what the sandbox was made of: the driver, the
 // tool's record, the image's digest, the limits, /workspace size, labels
 // and kernel. Another image or tool record is another key: the pool
-// makes a new checkpoint and removes the old. A daemon that starts with
-// a checkpoint of the same key reuses it, and removes those of pools it
-// no longer has (removeStaleSnaps); the checkpoint stays on disk
-// between daemons (it holds nothing of anyone's: it is saved before any
-// session is bound). A restore that fails starts the sandbox cold
+// makes a new checkpoint and removes the old. The pools' stop removes
+// the daemon's checkpoints (removeSnaps: a state directory of a test or
+// benchmark is used once, and its checkpoints would stay for good); a
+// daemon that starts over the checkpoints of one killed with the same
+// state directory reuses those of the same key and removes those of
+// pools it no longer has (removeStaleSnaps). A checkpoint holds nothing
+// of anyone's: it is saved before any session is bound. A restore that fails starts the sandbox cold
 // (counted: PoolDemandObserver.PoolRestoreFailed); a checkpoint that
 // cannot be made leaves the pool on cold refills, logged once.
 //
@@ -121,6 +123,16 @@ func (e *Engine) removeStaleSnaps(pools []*pool) {
 		if err := os.RemoveAll(filepath.Join(dir, d.Name())); err != nil {
 			e.log.Warn("removing the checkpoint of a pool no longer kept", "dir", filepath.Join(dir, d.Name()), "err", err)
 		}
+	}
+}
+
+// removeSnaps removes this daemon's pool checkpoints (the pools' stop).
+func (e *Engine) removeSnaps() {
+	if e.poolOpts.CheckpointDir == "" {
+		return
+	}
+	if err := os.RemoveAll(e.snapDaemonDir()); err != nil {
+		e.log.Warn("removing the pools' checkpoints", "err", err)
 	}
 }
 

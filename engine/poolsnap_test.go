@@ -181,3 +181,33 @@ func TestPoolRemovesStaleSnaps(t *testing.T) {
 		t.Fatalf("left %v (%v), want only the configured pool's checkpoints", names, err)
 	}
 }
+
+// TestPoolStopRemovesSnaps checks that the pools' stop removes the
+// daemon's pool checkpoints, and only the daemon's.
+func TestPoolStopRemovesSnaps(t *testing.T) {
+	dir := t.TempDir()
+	e, err := New(realDrivers(t), "runc", image.Open(testenv.DataDir()), sandbox.DefaultLimits(), sandbox.DefaultCeiling(),
+		WithPools(PoolOptions{CheckpointDir: dir}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop, err := e.StartPools(t.Context(), map[string]string{LabelOwner: poolOwner})
+	if err != nil {
+		t.Fatal(err)
+	}
+	other := &Engine{poolOpts: e.poolOpts, ownerLabels: map[string]string{LabelOwner: "another"}}
+	mine := filepath.Join(e.snapDaemonDir(), "code.execute_python_session", "abc", poolCheckpointDir)
+	theirs := filepath.Join(other.snapDaemonDir(), "code.execute_python_session", "abc", poolCheckpointDir)
+	for _, d := range []string{mine, theirs} {
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			t.Fatal(err)
+		}
+	}
+	stop()
+	if _, err := os.Stat(e.snapDaemonDir()); !os.IsNotExist(err) {
+		t.Errorf("the daemon's checkpoints after the pools' stop: %v, want them removed", err)
+	}
+	if _, err := os.Stat(theirs); err != nil {
+		t.Errorf("another daemon's checkpoint after the pools' stop: %v, want it left", err)
+	}
+}
