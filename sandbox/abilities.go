@@ -265,6 +265,23 @@ type Snapshotter interface {
 	Restore(ctx context.Context, dir string, labels map[string]string) (Sandbox, error)
 }
 
+// LiveSnapshotter is implemented by Snapshotters that can also save a
+// sandbox and leave it running (gVisor's checkpoint -leave-running): the
+// save behind a session's snapshots and forks. It is an interface of its
+// own, found by type assertion on a Snapshotter, so that a Snapshotter
+// need not have it.
+type LiveSnapshotter interface {
+	Snapshotter
+	// Snapshot saves sb into dir as Checkpoint does, but sb stays: it
+	// stalls while it is saved and then serves on, its kernels with it.
+	// sb must be idle (ErrFailedPrecondition otherwise). The labels named
+	// in unbind are left out of what binds the snapshot, so that Restore
+	// may give them other values (a snapshot of one session restored as
+	// another session); every other label binds it as a checkpoint's do.
+	// It returns how long sb could not serve: its stall.
+	Snapshot(ctx context.Context, sb Sandbox, dir string, unbind []string) (time.Duration, error)
+}
+
 // ErrForeignCheckpoint is a checkpoint restored for another sandbox than
 // the one it was saved for (Snapshotter.Restore).
 var ErrForeignCheckpoint = errors.New("the checkpoint belongs to another sandbox")

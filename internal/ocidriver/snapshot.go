@@ -52,7 +52,7 @@ type Snapshotting struct {
 	digests digestCache
 }
 
-var _ sandbox.Snapshotter = (*Snapshotting)(nil)
+var _ sandbox.LiveSnapshotter = (*Snapshotting)(nil)
 
 // NewSnapshotting returns a driver for cfg, whose Snapshots must be set.
 func NewSnapshotting(cfg Config) (*Snapshotting, error) {
@@ -132,31 +132,48 @@ const (
 // or egress, into dir and destroys it. When saving fails, sb serves on
 // (unless the runtime ended it) and dir is removed; when only the
 // destruction fails, dir holds the checkpoint.
-func (d *Snapshotting) Checkpoint(ctx context.Context, sb sandbox.Sandbox, dir string) (err error) {
+func (d *Snapshotting) Checkpoint(ctx context.Context, sb sandbox.Sandbox, dir string) error {
+	_, err := d.save(ctx, sb, dir, false, nil)
+	return err
+}
+
+// Snapshot saves sb into dir as Checkpoint does but leaves it running
+// (runsc checkpoint -leave-running): sb stalls while its memory is
+// written, then serves on with its kernels. The saved record leaves out
+// the labels named in unbind, so that a Restore may give them new values
+// (a snapshot of one session restored as another session of the same
+// workspace); every other label still binds it (checkBinding). It returns
+// how long sb's guest was frozen: the stall a cell on sb could see.
+func (d *Snapshotting) Snapshot(ctx context.Context, sb sandbox.Sandbox, dir string, unbind []string) (time.Duration, error) {
+	return d.save(ctx, sb, dir, true, unbind)
+}
+
+// save is Checkpoint (leaveRunning false) and Snapshot (true).
+func (d *Snapshotting) save(ctx context.Context, sb sandbox.Sandbox, dir string, leaveRunning bool, unbind []string) (stall time.Duration, err error) {
 	s, ok := sb.(*sbx)
 	switch {
 	case !ok || s.d != d.Driver:
-		return fmt.Errorf("checkpointing a sandbox the %s driver did not create: %w", d.cfg.Name, errdefs.ErrInvalidArgument)
+		return 0, fmt.Errorf("checkpointing a sandbox the %s driver did not create: %w", d.cfg.Name, errdefs.ErrInvalidArgument)
 	case !filepath.IsAbs(dir):
-		return fmt.Errorf("checkpointing sandbox %s: the directory %q is not absolute: %w", s.id, dir, errdefs.ErrInvalidArgument)
+		return 0, fmt.Errorf("checkpointing sandbox %s: the directory %q is not absolute: %w", s.id, dir, errdefs.ErrInvalidArgument)
 	case s.network != sandbox.NetworkNone:
 		// The restored sandbox would need the prepared network namespace
 		// the saved one joined, which ends with it.
-		return fmt.Errorf("checkpointing sandbox %s: a sandbox with a network (%s) is not saved: %w", s.id, s.network, errdefs.ErrFailedPrecondition)
+		return 0, fmt.Errorf("checkpointing sandbox %s: a sandbox with a network (%s) is not saved: %w", s.id, s.network, errdefs.ErrFailedPrecondition)
 	}
 	bundle := d.bundleDir(s.id)
 	config, err := os.ReadFile(filepath.Join(bundle, "config.json"))
 	if err != nil {
-		return fmt.Errorf("checkpointing sandbox %s: reading its bundle: %w", s.id, err)
+		return 0, fmt.Errorf("checkpointing sandbox %s: reading its bundle: %w", s.id, err)
 	}
 	var spec specs.Spec
 	if err := json.Unmarshal(config, &spec); err != nil {
-		return fmt.Errorf("checkpointing sandbox %s: decoding its bundle: %w", s.id, err)
+		return 0, fmt.Errorf("checkpointing sandbox %s: decoding its bundle: %w", s.id, err)
 	}
 	if spec.Root == nil || strings.HasPrefix(spec.Root.Path, bundle+"/") {
 		// Its root is an overlay of the bundle's, with data mounts below
 		// it, which the restored sandbox would not have.
-		return fmt.Errorf("checkpointing sandbox %s: a sandbox with data mounts is not saved: %w", s.id, errdefs.ErrFailedPrecondition)
+		return 0, fmt.Errorf("checkpointing sandbox %s: a sandbox with data mounts is not saved: %w", s.id, errdefs.ErrFailedPrecondition)
 	}
 	// The saved guest must be past its handshake: a client sends its
 	// Accept with its first request, and the shim of the restored guest
@@ -164,22 +181,23 @@ func (d *Snapshotting) Checkpoint(ctx context.Context, sb sandbox.Sandbox, dir s
 	// ping, answered, proves the Accept arrived.
 	c := s.Guest.Client()
 	if c == nil {
-		return fmt.Errorf("checkpointing sandbox %s: its guest is not ready: %w", s.id, errdefs.ErrFailedPrecondition)
+		return 0, fmt.Errorf("checkpointing sandbox %s: its guest is not ready: %w", s.id, errdefs.ErrFailedPrecondition)
 	}
 	if _, err := c.Ping(ctx); err != nil {
-		return fmt.Errorf("checkpointing sandbox %s: pinging its guest: %w", s.id, err)
+		return 0, fmt.Errorf("checkpointing sandbox %s: pinging its guest: %w", s.id, err)
 	}
 	if err := os.Mkdir(dir, 0o700); err != nil {
 		if errors.Is(err, os.ErrExist) {
-			return fmt.Errorf("checkpointing sandbox %s: %s exists already: %w", s.id, dir, errdefs.ErrConflict)
+			return 0, fmt.Errorf("checkpointing sandbox %s: %s exists already: %w", s.id, dir, errdefs.ErrConflict)
 		}
-		return fmt.Errorf("checkpointing sandbox %s: creating its directory: %w", s.id, err)
+		return 0, fmt.Errorf("checkpointing sandbox %s: creating its directory: %w", s.id, err)
 	}
 	hello, lastID, err := s.Guest.Freeze()
 	if err != nil {
 		os.Remove(dir)
-		return err
+		return 0, err
 	}
+	frozen := time.Now()
 	saved := false
 	defer func() {
 		if err != nil && !saved {
@@ -189,7 +207,7 @@ func (d *Snapshotting) Checkpoint(ctx context.Context, sb sandbox.Sandbox, dir s
 	}()
 	key, err := supervisor.LoadKey(d.shimRoot())
 	if err != nil {
-		return err
+		return 0, err
 	}
 	s.bindMu.Lock()
 	rec := snapshotRecord{
@@ -198,38 +216,53 @@ func (d *Snapshotting) Checkpoint(ctx context.Context, sb sandbox.Sandbox, dir s
 		Image: sandbox.Image{Rootfs: spec.Root.Path}, Workspace: workspaceOf(spec),
 	}
 	s.bindMu.Unlock()
+	for _, k := range unbind {
+		delete(rec.Labels, k)
+	}
 	image := filepath.Join(dir, snapshotImageDir)
 	if err := os.Mkdir(image, 0o700); err != nil {
-		return fmt.Errorf("checkpointing sandbox %s: %w", s.id, err)
+		return 0, fmt.Errorf("checkpointing sandbox %s: %w", s.id, err)
 	}
 	// The runtime saves the sandbox and then ends it; its run (the
-	// daemon's child or the shim's) ends with it.
-	out, err := d.runtimeCmd(ctx, s.network, "checkpoint", "--image-path", image, s.id).CombinedOutput()
+	// daemon's child or the shim's) ends with it. With -leave-running
+	// the sandbox goes on once saved, its guest thawed below.
+	args := []string{"checkpoint", "--image-path", image}
+	if leaveRunning {
+		args = append(args, "--leave-running")
+	}
+	out, err := d.runtimeCmd(ctx, s.network, append(args, s.id)...).CombinedOutput()
+	if leaveRunning {
+		s.Guest.Thaw()
+		stall = time.Since(frozen)
+	}
 	if err != nil {
-		return fmt.Errorf("checkpointing sandbox %s: %v: %s: %w", s.id, err, sandboxkit.OneLine(string(out)), errdefs.ErrUnavailable)
+		return 0, fmt.Errorf("checkpointing sandbox %s: %v: %s: %w", s.id, err, sandboxkit.OneLine(string(out)), errdefs.ErrUnavailable)
 	}
 	// The runtime writes the memory's files readable by anyone; the
 	// directory is root-only, and so is every file below it.
 	if err := fsmode.PrivateTree(image); err != nil {
-		return fmt.Errorf("checkpointing sandbox %s: %w", s.id, err)
+		return 0, fmt.Errorf("checkpointing sandbox %s: %w", s.id, err)
 	}
 	if rec.ImageDigest, err = imageDigest(image); err != nil {
-		return fmt.Errorf("checkpointing sandbox %s: %w", s.id, err)
+		return 0, fmt.Errorf("checkpointing sandbox %s: %w", s.id, err)
 	}
 	b, err := rec.seal(key)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	if err := os.WriteFile(filepath.Join(dir, snapshotRecordFile), b, 0o600); err != nil {
-		return fmt.Errorf("checkpointing sandbox %s: %w", s.id, err)
+		return 0, fmt.Errorf("checkpointing sandbox %s: %w", s.id, err)
 	}
 	// What is saved stays when the clean-up fails: Restore can use it,
 	// and a later Destroy finishes the clean-up.
 	saved = true
-	if err := s.Destroy(ctx); err != nil {
-		return fmt.Errorf("checkpointing sandbox %s: saved in %s, then destroying it: %w", s.id, dir, err)
+	if leaveRunning {
+		return stall, nil
 	}
-	return nil
+	if err := s.Destroy(ctx); err != nil {
+		return 0, fmt.Errorf("checkpointing sandbox %s: saved in %s, then destroying it: %w", s.id, dir, err)
+	}
+	return 0, nil
 }
 
 // Restore starts a detached sandbox from what Checkpoint saved in dir,

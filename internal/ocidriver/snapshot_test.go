@@ -3,6 +3,7 @@ package ocidriver_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -436,5 +437,78 @@ func TestRestoreKeepsWorkspace(t *testing.T) {
 	}
 	if res, err := kernels[0].Run(ctx, sandbox.Cell{Code: "get kept"}); err != nil || string(res.Stdout) != "1\n" {
 		t.Errorf("the restored kernel: got %+v, %v; want 1", res, err)
+	}
+}
+
+// TestSnapshotLeavesRunning saves a detached sandbox with Snapshot: it
+// serves on with its kernel, and what was saved restores twice, as two
+// new sandboxes of their own, with the unbound label given anew, while a
+// bound label of another value is refused.
+func TestSnapshotLeavesRunning(t *testing.T) {
+	testenv.RequiresRoot(t)
+	testenv.RequiresBinary(t, "runsc")
+	state := t.TempDir()
+	d, err := gvisor.New(gvisor.Config{StateDir: state, GuestPath: testenv.Guest(t), Shim: testenv.Shim(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _, _ = d.Reap(context.Background(), nil) })
+	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
+	defer cancel()
+	sb, err := d.Create(ctx, sandbox.Spec{Image: testenv.Image(t, "shell"), Detached: true,
+		Labels: map[string]string{"workspace": "w1", "session": "s1"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sb.Destroy(context.WithoutCancel(ctx))
+	k, err := sb.(sandbox.Kernels).StartKernel(ctx, sandbox.KernelSpec{Argv: []string{profile.GuestPath, "stockade-kernel-test"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := k.Run(ctx, sandbox.Cell{Code: "set kept 1"}); err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Join(t.TempDir(), "snap")
+	stall, err := d.Snapshot(ctx, sb, dir, []string{"session"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("the source stalled %v", stall)
+	if stall <= 0 {
+		t.Errorf("stall: got %v, want > 0", stall)
+	}
+	if _, err := k.Run(ctx, sandbox.Cell{Code: "set kept 2"}); err != nil {
+		t.Fatalf("the source's kernel after Snapshot: %v", err)
+	}
+	if res, err := k.Run(ctx, sandbox.Cell{Code: "get kept"}); err != nil || string(res.Stdout) != "2\n" {
+		t.Errorf("the source's kernel: got %+v, %v; want 2", res, err)
+	}
+	if _, err := d.Restore(ctx, dir, map[string]string{"workspace": "w2"}); !errors.Is(err, sandbox.ErrForeignCheckpoint) {
+		t.Errorf("Restore for another workspace: got %v, want ErrForeignCheckpoint", err)
+	}
+	ids := map[string]bool{sb.ID(): true}
+	for _, ses := range []string{"s2", "s3"} {
+		r, err := d.Restore(ctx, dir, map[string]string{"workspace": "w1", "session": ses})
+		if err != nil {
+			t.Fatalf("Restore as session %s: %v", ses, err)
+		}
+		defer r.Destroy(context.WithoutCancel(ctx))
+		if ids[r.ID()] {
+			t.Errorf("restored sandbox id %s is not new", r.ID())
+		}
+		ids[r.ID()] = true
+		ks, err := r.(sandbox.Kernels).ListKernels(ctx)
+		if err != nil || len(ks) != 1 {
+			t.Fatalf("the restored kernels: got %v, %v", ks, err)
+		}
+		if res, err := ks[0].Run(ctx, sandbox.Cell{Code: "get kept"}); err != nil || string(res.Stdout) != "1\n" {
+			t.Errorf("restored as %s: got %+v, %v; want 1", ses, res, err)
+		}
+		if _, err := ks[0].Run(ctx, sandbox.Cell{Code: "set kept " + ses}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if res, err := k.Run(ctx, sandbox.Cell{Code: "get kept"}); err != nil || string(res.Stdout) != "2\n" {
+		t.Errorf("the source's kernel after the restores: got %+v, %v; want 2", res, err)
 	}
 }
