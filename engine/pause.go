@@ -82,42 +82,8 @@ func (e *Engine) PauseSession(ctx context.Context, s *Session, dir string) (int6
 // kernel did not come back, since its state would be lost. dir stays:
 // the caller removes it once the resume is recorded. The caller must
 // Close what it returns or keep it.
-func (e *Engine) ResumeSession(ctx context.Context, spec SessionSpec, dir string) (_ *Session, err error) {
-	snap, err := e.snapshotter(spec.Driver)
-	if err != nil {
-		return nil, err
-	}
-	release, err := e.mem.reserve(e.sessionMemory(spec))
-	if err != nil {
-		return nil, err
-	}
-	sb, err := snap.Restore(ctx, dir, spec.Labels)
-	if err != nil {
-		release()
-		return nil, fmt.Errorf("resuming a %s session: %w", spec.Driver, err)
-	}
-	defer func() {
-		if err != nil {
-			_ = sb.Destroy(context.WithoutCancel(ctx))
-			release()
-		}
-	}()
-	if err := setDeadline(ctx, sb, spec.Deadline); err != nil {
-		return nil, err
-	}
-	s, err := e.liveOf(sb, spec.Driver, spec)
-	if err != nil {
-		return nil, err
-	}
-	found, err := s.takeKernel(ctx)
-	if err != nil {
-		return nil, err
-	}
-	if !found {
-		return nil, errdefs.Publicf("resuming session sandbox %s: %w: %w", sb.ID(), ErrKernelLost, errdefs.ErrFailedPrecondition)
-	}
-	s.mem = e.inUse.hold(e.sessionImage(sb, spec), release)
-	return s, nil
+func (e *Engine) ResumeSession(ctx context.Context, spec SessionSpec, dir string) (*Session, error) {
+	return e.restoreSession(ctx, spec, dir, false)
 }
 
 // ErrKernelLost is a resume whose sandbox came back without the kernel it

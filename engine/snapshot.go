@@ -1,0 +1,159 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/stockade-sh/stockade/errdefs"
+	"github.com/stockade-sh/stockade/sandbox"
+)
+
+// A session's snapshot is its sandbox saved with the sandbox left running
+// (sandbox.LiveSnapshotter: gVisor's checkpoint -leave-running): its
+// kernel's memory and /workspace, as a pause saves them, but the session
+// serves on once saved, having stalled only while its memory was
+// written. A snapshot starts any number of new sessions
+// (StartFromSnapshot), each a new sandbox with a new id and its own copy
+// of the saved memory, /tmp and /workspace, so that nothing one does
+// reaches its source or its siblings.
+//
+// The snapshot is bound, under the driver's MAC, to the labels its source
+// had but LabelSession: it restores only as a session of the same
+// workspace (LabelWorkspace) and daemon (LabelOwner), any session of it.
+//
+// Each start reseeds what every restore would otherwise share, as a
+// golden checkpoint's restore does (golden.go's reseedCells): python's
+// random module, numpy's global RandomState, tempfile's name sequence;
+// the shell's $RANDOM. os.urandom, uuid4 and secrets read the kernel's
+// random source, which a restored gVisor sandbox draws from the host
+// afresh. What cannot change is what the interpreter fixed when the
+// source's kernel started and what the session's own code holds: python's
+// str and bytes hash seed (every fork hashes strings as its source does),
+// a random.Random or numpy Generator the code made, ids the code derived
+// before the snapshot. A node session gets no snapshot: V8's Math.random
+// and OpenSSL's generator cannot be reseeded from outside.
+
+// CanSnapshot says whether sessions of the named driver and runtime can
+// be snapshotted: nil, or ErrFailedPrecondition with the reason.
+func (e *Engine) CanSnapshot(driver, runtime string) error {
+	if _, err := e.liveSnapshotter(driver); err != nil {
+		return err
+	}
+	if _, ok := reseedCells[runtime]; !ok {
+		return errdefs.Publicf("a %s session's random state cannot be reseeded after a restore, so it cannot be snapshotted: %w", runtime, errdefs.ErrFailedPrecondition)
+	}
+	return nil
+}
+
+func (e *Engine) liveSnapshotter(driver string) (sandbox.LiveSnapshotter, error) {
+	d, ok := e.drivers[driver]
+	if !ok {
+		return nil, errdefs.Publicf("driver %q is not configured on this server: %w", driver, errdefs.ErrFailedPrecondition)
+	}
+	l, ok := d.(sandbox.LiveSnapshotter)
+	if !ok || !d.Capabilities().Snapshots {
+		why := d.Capabilities().Lacks["Snapshots"]
+		if why == "" {
+			why = "it cannot save a sandbox and leave it running"
+		}
+		return nil, errdefs.Publicf("sessions on the %s driver cannot be snapshotted or forked: %s: %w", driver, why, errdefs.ErrFailedPrecondition)
+	}
+	return l, nil
+}
+
+// SnapshotSession saves s's sandbox into dir, which must not exist (the
+// driver creates it, root-only), and leaves it running. It returns the
+// snapshot's size on disk and how long s could not run a cell (its
+// stall). s must be idle: a cell that runs is ErrConflict; the caller
+// waits for none (a snapshot of a busy session is refused, not queued).
+// When saving fails, dir is gone and s serves on.
+func (e *Engine) SnapshotSession(ctx context.Context, s *Session, dir string) (bytes int64, stall time.Duration, err error) {
+	if err := e.CanSnapshot(s.Driver, s.Runtime.Name); err != nil {
+		return 0, 0, err
+	}
+	snap, _ := e.liveSnapshotter(s.Driver)
+	if !s.cellMu.TryLock() {
+		return 0, 0, errdefs.Publicf("session sandbox %s is running a cell: %w", s.sb.ID(), errdefs.ErrConflict)
+	}
+	defer s.cellMu.Unlock()
+	t0 := time.Now()
+	stall, err = snap.Snapshot(ctx, s.sb, dir, []string{LabelSession})
+	if err != nil {
+		return 0, 0, fmt.Errorf("snapshotting session sandbox %s: %w", s.sb.ID(), err)
+	}
+	snapshotTaken(stall, time.Since(t0))
+	n, err := DiskUsage(dir)
+	if err != nil {
+		return 0, 0, fmt.Errorf("measuring the snapshot of session sandbox %s: %w", s.sb.ID(), err)
+	}
+	return n, stall, nil
+}
+
+// snapshotTaken is called with the stall and the whole time of each
+// snapshot (benchmarks read it).
+var snapshotTaken = func(stall, total time.Duration) {}
+
+// StartFromSnapshot starts a new session of spec (its Driver, Runtime and
+// Tool, the source's) from the snapshot SnapshotSession saved in dir: a
+// new detached sandbox with the snapshot's labels and then spec.Labels
+// (its own LabelSession; another LabelWorkspace is
+// sandbox.ErrForeignCheckpoint), the kernel it had, reseeded. It counts
+// in the memory budget at its tool's limit (ErrResourceExhausted when the
+// budget is spent). A snapshot the driver cannot prove its own is refused
+// and nothing is started. dir stays. The caller must Close what it
+// returns or keep it.
+func (e *Engine) StartFromSnapshot(ctx context.Context, spec SessionSpec, dir string) (*Session, error) {
+	if err := e.CanSnapshot(spec.Driver, spec.Runtime); err != nil {
+		return nil, err
+	}
+	return e.restoreSession(ctx, spec, dir, true)
+}
+
+// restoreSession restores the session of spec from the checkpoint or
+// snapshot in dir and adopts its kernel; with fresh, the kernel's random
+// state is reseeded (a snapshot's restore: the saved session may still
+// run, or other sessions come from the same snapshot), without it the
+// kernel goes on as saved (a pause's resume: the one session goes on).
+func (e *Engine) restoreSession(ctx context.Context, spec SessionSpec, dir string, fresh bool) (_ *Session, err error) {
+	snap, err := e.snapshotter(spec.Driver)
+	if err != nil {
+		return nil, err
+	}
+	release, err := e.mem.reserve(e.sessionMemory(spec))
+	if err != nil {
+		return nil, err
+	}
+	sb, err := snap.Restore(ctx, dir, spec.Labels)
+	if err != nil {
+		release()
+		return nil, fmt.Errorf("restoring a %s session: %w", spec.Driver, err)
+	}
+	defer func() {
+		if err != nil {
+			_ = sb.Destroy(context.WithoutCancel(ctx))
+			release()
+		}
+	}()
+	if err := setDeadline(ctx, sb, spec.Deadline); err != nil {
+		return nil, err
+	}
+	s, err := e.liveOf(sb, spec.Driver, spec)
+	if err != nil {
+		return nil, err
+	}
+	found, err := s.takeKernel(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if !found {
+		return nil, errdefs.Publicf("restoring session sandbox %s: %w: %w", sb.ID(), ErrKernelLost, errdefs.ErrFailedPrecondition)
+	}
+	if fresh {
+		if err := reseed(ctx, s.currentKernel(), s.Runtime.Name); err != nil {
+			return nil, err
+		}
+	}
+	s.mem = e.inUse.hold(e.sessionImage(sb, spec), release)
+	return s, nil
+}
