@@ -143,6 +143,9 @@ var decoders = map[string]func(data []byte, m Meta) (Event, error){
 	SessionFileTransferred: decoder[SessionFileTransferredEvent],
 	SessionPaused:          decoder[SessionPausedEvent],
 	SessionResumed:         decoder[SessionResumedEvent],
+	SessionSnapshotted:     decoder[SessionSnapshottedEvent],
+	SessionForked:          decoder[SessionForkedEvent],
+	SnapshotDeleted:        decoder[SnapshotDeletedEvent],
 	TemplateBuilt:          decoder[TemplateBuiltEvent],
 	TemplateBuildFailed:    decoder[TemplateBuildFailedEvent],
 }

@@ -166,6 +166,9 @@ func TestEventsEncodeAsBefore(t *testing.T) {
 var allEvents = []audit.Event{
 	audit.SessionPausedEvent{CheckpointBytes: 1, SandboxID: "sb_1", SessionID: "ses_1"},
 	audit.SessionResumedEvent{PausedMS: 1, SandboxID: "sb_2", SessionID: "ses_1"},
+	audit.SessionSnapshottedEvent{Bytes: 1, ExpiresAt: "2026-12-08T00:00:00Z", Name: "n", SessionID: "ses_1", SnapshotID: "snp_1", StallMS: 1},
+	audit.SessionForkedEvent{SessionID: "ses_2", SnapshotID: "snp_1", SourceID: "ses_1"},
+	audit.SnapshotDeletedEvent{SessionID: "ses_1", SnapshotID: "snp_1"},
 	audit.InvokeAllowedEvent{ApprovalRequired: true, Request: audit.Invocation{Capability: "code.execute", Network: "allow", Runtime: "python", TimeoutMS: 1}},
 	audit.InvokeDeniedEvent{Decision: "role_cannot_invoke", Request: audit.Invocation{Runtime: "node"}},
 	audit.ApprovalRequestedEvent{},
@@ -213,6 +216,7 @@ func TestCodes(t *testing.T) {
 		"workspace.created": "ADM001I", "key.created": "ADM002I", "credits.granted": "ADM003I", "policy.updated": "ADM004I", "key.revoked": "ADM005I",
 		"session.created": "SES001I", "session.ended": "SES002I", "session.file_transferred": "SES003I",
 		"session.paused": "SES004I", "session.resumed": "SES005I",
+		"session.snapshotted": "SES006I", "session.forked": "SES007I", "session.snapshot_deleted": "SES008I",
 		"template.built": "TPL001I", "template.build_failed": "TPL002W",
 	}
 	got := map[string]string{}

@@ -61,7 +61,8 @@ type Sessions interface {
 	// that it can always resume).
 	CountActiveSessions(ctx context.Context, workspaceID string) (int, error)
 	// CheckpointBytes is the disk the workspace's paused sessions'
-	// checkpoints take, in bytes, and how many paused sessions it has.
+	// checkpoints and its snapshots (Snapshots) take, in bytes, and how
+	// many paused sessions it has.
 	CheckpointBytes(ctx context.Context, workspaceID string) (bytes int64, paused int, err error)
 }
 

@@ -51,6 +51,7 @@ type Store interface {
 	Approvals
 	Journal
 	Sessions
+	Snapshots
 	Audit
 	AnalyticsOutbox
 

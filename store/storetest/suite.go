@@ -98,6 +98,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"SessionApprovalCover", testSessionApprovalCover},
 		{"SessionValidation", testSessionValidation},
 		{"SessionPause", testSessionPause},
+		{"Snapshots", testSnapshots},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			tc.fn(t, open(t))

@@ -383,7 +383,9 @@ func (s *Store) CheckpointBytes(ctx context.Context, workspaceID string) (int64,
 		bytes int64
 		n     int
 	)
-	if err := s.b.Reader().QueryRow(ctx, `SELECT CAST(COALESCE(SUM(checkpoint_bytes), 0) AS BIGINT), COUNT(*) FROM sessions WHERE workspace_id = $1 AND state = 'paused'`,
+	if err := s.b.Reader().QueryRow(ctx, `SELECT CAST(COALESCE(SUM(checkpoint_bytes), 0) AS BIGINT)
+		+ (SELECT CAST(COALESCE(SUM(bytes), 0) AS BIGINT) FROM snapshots WHERE workspace_id = $1), COUNT(*)
+		FROM sessions WHERE workspace_id = $1 AND state = 'paused'`,
 		workspaceID).Scan(&bytes, &n); err != nil {
 		return 0, 0, fmt.Errorf("summing the checkpoints of workspace %q: %w", workspaceID, s.classify(err))
 	}
