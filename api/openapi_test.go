@@ -55,6 +55,11 @@ var schemaOf = map[string]reflect.Type{
 	"TemplateBuildJob":     reflect.TypeFor[wire.TemplateBuildJob](),
 	"TemplateProgress":     reflect.TypeFor[wire.TemplateProgress](),
 	"BuildRequest":         reflect.TypeFor[wire.BuildRequest](),
+	"SnapshotRequest":      reflect.TypeFor[wire.SnapshotRequest](),
+	"Snapshot":             reflect.TypeFor[wire.Snapshot](),
+	"SnapshotList":         reflect.TypeFor[wire.SnapshotList](),
+	"ForkRequest":          reflect.TypeFor[wire.ForkRequest](),
+	"Fork":                 reflect.TypeFor[wire.Fork](),
 }
 
 // codecFields are the JSON fields a type's own codec writes besides its

@@ -28,6 +28,7 @@ type daemon struct {
 
 	runs      *runs
 	sessions  *sessionHost
+	snapshots *snapshots
 	approvals *approvals
 	tools     *toolRecords
 	keys      *keyring
@@ -166,6 +167,9 @@ func (s *daemon) expireLoop() {
 		case <-t.C:
 			s.approvals.expireApprovals(s.ctx)
 			s.sessions.sweepSessions(s.ctx)
+			if tick%witnessEvery == 0 {
+				s.snapshots.sweepSnapshots(s.ctx)
+			}
 			s.keys.flushKeyUses(s.ctx)
 			if tick%witnessEvery == 0 {
 				s.witnessChains(s.ctx)

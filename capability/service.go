@@ -13,6 +13,7 @@ import (
 	"github.com/stockade-sh/stockade/model"
 	"github.com/stockade-sh/stockade/sandbox"
 	"github.com/stockade-sh/stockade/store"
+	"github.com/stockade-sh/stockade/wire"
 )
 
 // ServiceOptions configure the capability layer. Zero fields take the
@@ -43,6 +44,8 @@ type ServiceOptions struct {
 	Observer Observer
 	// Sessions bound the sessions.
 	Sessions SessionOptions
+	// Snapshots bound the sessions' snapshots and forks.
+	Snapshots SnapshotOptions
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
 	// Now defaults to time.Now.
@@ -111,6 +114,7 @@ type Service struct {
 	egress    *egressAudit
 	tools     *toolRecords
 	daemon    *daemon
+	snapshots *snapshots
 }
 
 // NewService returns the capability layer over the engine r and st. Call Start
@@ -161,7 +165,8 @@ func NewService(r *engine.Engine, st store.Store, o ServiceOptions) *Service {
 	s.cells = &cells{core: c, st: st, host: s.sessions, runs: s.runs, gate: s.gate}
 	s.files = &sessionFiles{core: c, st: st, host: s.sessions}
 	s.approvals = &approvals{core: c, st: st, runs: s.runs, cells: s.cells}
-	s.daemon = &daemon{core: c, st: st, runs: s.runs, sessions: s.sessions, approvals: s.approvals, tools: s.tools, keys: s.keys, egress: s.egress}
+	s.snapshots = &snapshots{core: c, st: st, host: s.sessions}
+	s.daemon = &daemon{core: c, st: st, runs: s.runs, sessions: s.sessions, snapshots: s.snapshots, approvals: s.approvals, tools: s.tools, keys: s.keys, egress: s.egress}
 	r.SetEgressObserver(s.egress.egressDecision)
 	r.SetBrokerObserver(s.egress.brokerCall)
 	return s
@@ -273,6 +278,9 @@ func (s *Service) ApproveTool(ctx context.Context, p Principal, name, reason str
 
 // CreateSession opens a session for p (see sessionHost.CreateSession).
 func (s *Service) CreateSession(ctx context.Context, p Principal, req CreateSessionRequest, o CreateSessionOptions) (*Created, error) {
+	if req.Snapshot != "" {
+		return s.snapshots.StartFromSnapshot(ctx, p, req, o)
+	}
 	return s.sessions.CreateSession(ctx, p, req, o)
 }
 
@@ -342,4 +350,27 @@ func (s *Service) ListFiles(ctx context.Context, p Principal, id, path string) (
 // session id's /workspace, audited (see sessionFiles.RemoveFile).
 func (s *Service) RemoveFile(ctx context.Context, p Principal, id, path string) error {
 	return s.files.RemoveFile(ctx, p, id, path)
+}
+
+// SnapshotSession takes a snapshot of session id for p, leaving it running
+// (see snapshots.SnapshotSession), and returns it with the session's
+// stall.
+func (s *Service) SnapshotSession(ctx context.Context, p Principal, id string, req wire.SnapshotRequest) (model.Snapshot, time.Duration, error) {
+	return s.snapshots.SnapshotSession(ctx, p, id, req)
+}
+
+// ListSnapshots lists the live snapshots of session id of p's workspace.
+func (s *Service) ListSnapshots(ctx context.Context, p Principal, id string) ([]model.Snapshot, error) {
+	return s.snapshots.ListSnapshots(ctx, p, id)
+}
+
+// DeleteSnapshot deletes snapshot id of p's workspace with its files.
+func (s *Service) DeleteSnapshot(ctx context.Context, p Principal, id string) error {
+	return s.snapshots.DeleteSnapshot(ctx, p, id)
+}
+
+// ForkSession starts req.Count sessions from a snapshot of session id, all
+// or none (see snapshots.Fork).
+func (s *Service) ForkSession(ctx context.Context, p Principal, id string, req wire.ForkRequest) (*Forked, error) {
+	return s.snapshots.Fork(ctx, p, id, req)
 }

@@ -207,6 +207,12 @@ type Sessions struct {
 	// OnShutdownEnd ends them all first, audited, as deleting each would.
 	// SIGUSR2 stops the daemon as OnShutdownEnd does, whatever this says.
 	OnShutdown string `yaml:"on_shutdown"`
+	// MaxForks is the most sessions one fork starts (POST
+	// /v1/sessions/{id}/fork); zero is DefaultMaxForks.
+	MaxForks int `yaml:"max_forks"`
+	// SnapshotTTL is how long a session's snapshot is kept unless deleted
+	// first; zero is DefaultSnapshotTTL.
+	SnapshotTTL time.Duration `yaml:"snapshot_ttl"`
 }
 
 // The values of Sessions.OnShutdown.
@@ -458,6 +464,10 @@ func (c Config) Validate() error {
 		return bad("sessions.max_file_size must be positive")
 	case ss.CheckpointDir != "" && !filepath.IsAbs(ss.CheckpointDir):
 		return bad("sessions.checkpoint_dir %q must be an absolute path", ss.CheckpointDir)
+	case ss.MaxForks < 0 || ss.MaxForks > 100:
+		return bad("sessions.max_forks %d out of range: 0 (the default) to 100", ss.MaxForks)
+	case ss.SnapshotTTL < 0:
+		return bad("sessions.snapshot_ttl %s must not be negative", sandbox.FormatDuration(ss.SnapshotTTL))
 	case ss.PauseAfterIdle < 0:
 		return bad("sessions.pause_after_idle %s must not be negative", sandbox.FormatDuration(ss.PauseAfterIdle))
 	case ss.CreditsPerSessionHour != 0:

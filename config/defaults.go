@@ -146,3 +146,11 @@ func Default() Config {
 		Sessions: DefaultSessions(),
 	}
 }
+
+// DefaultMaxForks is sessions.max_forks's default: the most sessions one
+// fork (POST /v1/sessions/{id}/fork) starts.
+const DefaultMaxForks = 16
+
+// DefaultSnapshotTTL is sessions.snapshot_ttl's default: how long a
+// session's snapshot is kept unless it is deleted first.
+const DefaultSnapshotTTL = 24 * time.Hour

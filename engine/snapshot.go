@@ -104,7 +104,7 @@ var snapshotTaken = func(stall, total time.Duration) {}
 // and nothing is started. dir stays. The caller must Close what it
 // returns or keep it.
 func (e *Engine) StartFromSnapshot(ctx context.Context, spec SessionSpec, dir string) (*Session, error) {
-	if err := e.CanSnapshot(spec.Driver, spec.Runtime); err != nil {
+	if _, err := e.liveSnapshotter(spec.Driver); err != nil {
 		return nil, err
 	}
 	return e.restoreSession(ctx, spec, dir, true)
@@ -156,4 +156,45 @@ func (e *Engine) restoreSession(ctx context.Context, spec SessionSpec, dir strin
 	}
 	s.mem = e.inUse.hold(e.sessionImage(sb, spec), release)
 	return s, nil
+}
+
+// SnapshotCheckpoint takes a snapshot, into dir, of the paused session of
+// spec from its checkpoint (PauseSession's): the checkpoint is restored in
+// a sandbox of its own (spec.Labels must be the session's, which bind the
+// checkpoint), saved as SnapshotSession saves, and that sandbox ended.
+// The checkpoint is left as it was and the session stays paused. It
+// counts in the memory budget while it runs (ErrResourceExhausted when
+// the budget is spent).
+func (e *Engine) SnapshotCheckpoint(ctx context.Context, spec SessionSpec, checkpoint, dir string) (int64, error) {
+	snap, err := e.liveSnapshotter(spec.Driver)
+	if err != nil {
+		return 0, err
+	}
+	release, err := e.mem.reserve(e.sessionMemory(spec))
+	if err != nil {
+		return 0, err
+	}
+	defer release()
+	sb, err := snap.Restore(ctx, checkpoint, spec.Labels)
+	if err != nil {
+		return 0, fmt.Errorf("restoring a paused session's checkpoint to snapshot it: %w", err)
+	}
+	defer sb.Destroy(context.WithoutCancel(ctx))
+	if _, err := snap.Snapshot(ctx, sb, dir, []string{LabelSession}); err != nil {
+		return 0, fmt.Errorf("snapshotting a paused session: %w", err)
+	}
+	return DiskUsage(dir)
+}
+
+// HasRoom says whether the memory budget has room for n more sessions of
+// spec besides what it holds now: nil, or ErrResourceExhausted. It
+// reserves nothing; a fork asks it first so that it refuses all of its
+// sessions rather than some.
+func (e *Engine) HasRoom(spec SessionSpec, n int) error {
+	release, err := e.mem.reserve(e.sessionMemory(spec) * int64(n))
+	if err != nil {
+		return err
+	}
+	release()
+	return nil
 }

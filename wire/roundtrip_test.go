@@ -178,6 +178,11 @@ func TestRoundTrip(t *testing.T) {
 		"Page":                   roundTrip(Page[Execution]{Items: []Execution{execution}, Next: "cursor"}),
 		"ErrorBody":              roundTrip(filled[ErrorBody]()),
 		"ErrorDetail":            roundTrip(filled[ErrorDetail]()),
+		"SnapshotRequest":        roundTrip(filled[SnapshotRequest]()),
+		"Snapshot":               roundTrip(filled[Snapshot]()),
+		"SnapshotList":           roundTrip(filled[SnapshotList]()),
+		"ForkRequest":            roundTrip(filled[ForkRequest]()),
+		"Fork":                   roundTrip(filled[Fork]()),
 	}
 	for name, test := range tests {
 		t.Run(name, test)

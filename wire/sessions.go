@@ -16,6 +16,10 @@ type SessionRequest struct {
 	// to the tool's allowlist through the egress proxy, for the session's
 	// life, approved with its first cell.
 	Network string `json:"network,omitempty"`
+	// Snapshot, when set, starts the session from that snapshot of the
+	// workspace (a Snapshot's ID): its runtime and tool are the
+	// snapshot's source's, and Runtime and Tool must be empty or the same.
+	Snapshot string `json:"snapshot,omitempty"`
 	// IdempotencyKey, if set, makes a retried request return the first
 	// session instead of opening another. It travels as the
 	// Idempotency-Key header, not in the body.

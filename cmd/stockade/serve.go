@@ -164,6 +164,7 @@ func serve(ctx context.Context, listen, db string, cfg config.Config) error {
 		CreditsPerInvocation: new(cfg.CreditsPerInvocation), ApprovalTTL: cfg.ApprovalTTL,
 		MaxConcurrent: cfg.MaxConcurrent, MaxQueue: cfg.MaxQueue, Observer: metrics, Logger: log,
 		Owner: owner(cfg.StateDir), Witness: wit, Sessions: sessionOptions(cfg.Sessions, cfg.CheckpointDir()),
+		Snapshots: capability.SnapshotOptions{TTL: cfg.Sessions.SnapshotTTL, MaxForks: cfg.Sessions.MaxForks},
 	})
 	if err := svc.Start(ctx); err != nil {
 		return err
