@@ -1,0 +1,249 @@
+package api_test
+
+import (
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stockade-sh/stockade/capability"
+	"github.com/stockade-sh/stockade/driver/gvisor"
+	"github.com/stockade-sh/stockade/internal/testenv"
+	"github.com/stockade-sh/stockade/sandbox"
+	"github.com/stockade-sh/stockade/wire"
+)
+
+// pythonSessions is an env whose sessions run python's own kernel on
+// gVisor, with room for a source and eight forks; its checkpoints (and
+// snapshots) are in the returned directory.
+func pythonSessions(t *testing.T) (*env, string) {
+	t.Helper()
+	testenv.RequiresRoot(t)
+	testenv.RequiresBinary(t, "runsc")
+	gv, err := gvisor.New(gvisor.Config{StateDir: t.TempDir(), GuestPath: testenv.Guest(t), Shim: testenv.Shim(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkpoints := filepath.Join(t.TempDir(), "checkpoints")
+	c := envConfig{sessions: true, kernels: true, policy: noApproval, credits: 1000, drivers: map[string]sandbox.Driver{"gvisor": gv}, defaultDriver: "gvisor"}
+	c.svc.Sessions.CheckpointDir = checkpoints
+	c.svc.Sessions.MaxPerWorkspace = 8
+	return newEnv(t, backends[0], c), checkpoints
+}
+
+// py runs code in session id and answers its stdout, failing the test
+// when the cell did not succeed.
+func (e *env) py(id, code string) string {
+	e.t.Helper()
+	c := e.cell(e.agent, id, code)
+	if c.Status != "succeeded" {
+		e.t.Fatalf("cell %q in %s: got %s, stderr %q, error %+v", code, id, c.Status, c.Stderr, c.Error)
+	}
+	return strings.TrimSpace(c.Stdout)
+}
+
+// buildFrame builds df, a 100 MiB DataFrame, and /workspace/a.txt.
+const buildFrame = `import numpy as np, pandas as pd
+df = pd.DataFrame({"a": np.arange(13107200, dtype="int64")})
+open("/workspace/a.txt", "w").write("from-the-source")
+print(df.memory_usage(index=False).sum())`
+
+// state is what a fork must share with its source at the fork.
+const state = `print(len(df), int(df["a"].iloc[0]), open("/workspace/a.txt").read())`
+
+// TestSessionFork is the issue's test on gVisor through the API: a session
+// builds a 100 MiB frame and writes a file; a snapshot leaves it running
+// (its stall reported); a fork of 4 answers 4 sessions in which the frame
+// and the file are the source's; a change in one fork is absent in the
+// source and the other forks; two forks draw different random numbers; a
+// snapshot restored after its source was deleted still works and one
+// tampered with is refused (409, the source untouched); the bad inputs
+// (count 0 and over the ceiling: 400; over the workspace's bound: 429
+// with Retry-After, nothing started); the audit chain verifies; cells
+// in forks are charged and snapshots free.
+func TestSessionFork(t *testing.T) {
+	e, checkpoints := pythonSessions(t)
+	src := e.openSession(e.agent, capability.CreateSessionRequest{Runtime: "python"})
+	if got := e.py(src.ID, buildFrame); got != "104857600" {
+		t.Fatalf("the frame's bytes: got %s, want 104857600", got)
+	}
+	want := e.py(src.ID, state)
+	if want != "13107200 0 from-the-source" {
+		t.Fatalf("the source's state: got %q", want)
+	}
+
+	before, _ := e.credits()
+	var named wire.Snapshot
+	t0 := time.Now()
+	e.do("POST", "/v1/sessions/"+src.ID+"/snapshots", e.agent, wire.SnapshotRequest{Name: "frame"}).want(t, http.StatusCreated).decode(t, &named)
+	took := time.Since(t0)
+	t.Logf("snapshot of a session holding a 100 MiB frame: %d bytes, source stalled %d ms, the call took %v", named.Bytes, named.StallMS, took)
+	if named.Bytes <= 100<<20 || named.Name != "frame" || named.SessionID != src.ID {
+		t.Fatalf("the snapshot: got %+v, want one of the source larger than its frame", named)
+	}
+	if fi, err := os.Stat(filepath.Join(checkpoints, "snapshots", named.ID)); err != nil || fi.Mode().Perm() != 0o700 {
+		t.Fatalf("the snapshot's directory: got %v, %v; want mode 0700", fi, err)
+	}
+	if got := e.py(src.ID, state); got != want {
+		t.Fatalf("the source after its snapshot: got %q, want %q", got, want)
+	}
+	var list wire.SnapshotList
+	e.do("GET", "/v1/sessions/"+src.ID+"/snapshots", e.agent, nil).want(t, http.StatusOK).decode(t, &list)
+	if len(list.Items) != 1 || list.Items[0].ID != named.ID {
+		t.Fatalf("the source's snapshots: got %+v, want %s", list, named.ID)
+	}
+	var ws wire.Workspace
+	e.do("GET", "/v1/workspace", e.agent, nil).want(t, http.StatusOK).decode(t, &ws)
+	if ws.Sessions.CheckpointBytes != named.Bytes {
+		t.Fatalf("the workspace's checkpoint bytes: got %d, want the snapshot's %d", ws.Sessions.CheckpointBytes, named.Bytes)
+	}
+
+	for _, count := range []int{0, 17} {
+		e.do("POST", "/v1/sessions/"+src.ID+"/fork", e.agent, wire.ForkRequest{Count: count}).want(t, http.StatusBadRequest)
+	}
+	var fork wire.Fork
+	e.do("POST", "/v1/sessions/"+src.ID+"/fork", e.agent, wire.ForkRequest{Count: 4}).want(t, http.StatusCreated).decode(t, &fork)
+	t.Logf("fork of 4: source stalled %d ms", fork.StallMS)
+	if len(fork.Sessions) != 4 || fork.SourceID != src.ID || fork.SnapshotID == "" {
+		t.Fatalf("the fork: got %+v, want 4 sessions", fork)
+	}
+	ids := map[string]bool{src.ID: true}
+	for _, f := range fork.Sessions {
+		t.Cleanup(func() { do(t, e.url, "DELETE", "/v1/sessions/"+f.ID, e.admin, nil) })
+		if ids[f.ID] || f.State != "active" {
+			t.Fatalf("fork %+v: want a new active session", f)
+		}
+		ids[f.ID] = true
+		if got := e.py(f.ID, state); got != want {
+			t.Errorf("fork %s: got %q, want the source's %q", f.ID, got, want)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(checkpoints, "snapshots", fork.SnapshotID)); !os.IsNotExist(err) {
+		t.Errorf("the fork's snapshot after its forks started: got %v, want it gone", err)
+	}
+
+	// A change in one fork reaches neither the source nor the others.
+	e.py(fork.Sessions[0].ID, `df.loc[0, "a"] = -1; open("/workspace/a.txt", "w").write("changed")`)
+	if got := e.py(fork.Sessions[0].ID, state); got != "13107200 -1 changed" {
+		t.Fatalf("the changed fork: got %q", got)
+	}
+	for _, id := range []string{src.ID, fork.Sessions[1].ID, fork.Sessions[2].ID} {
+		if got := e.py(id, state); got != want {
+			t.Errorf("session %s after a fork's change: got %q, want %q", id, got, want)
+		}
+	}
+	// Each fork draws its own random numbers.
+	const draw = `import random, os; print(random.random(), os.urandom(16).hex())`
+	a, b := e.py(fork.Sessions[1].ID, draw), e.py(fork.Sessions[2].ID, draw)
+	if a == b || len(strings.Fields(a)) != 2 {
+		t.Errorf("two forks' random draws: got %q and %q, want different", a, b)
+	}
+	af, bf := strings.Fields(a), strings.Fields(b)
+	if af[0] == bf[0] || af[1] == bf[1] {
+		t.Errorf("random.random() or os.urandom(16) drawn alike in two forks: %q, %q", a, b)
+	}
+
+	// The workspace holds 5 live sessions of its 8: a fork of 4 more is
+	// refused whole.
+	r := e.do("POST", "/v1/sessions/"+src.ID+"/fork", e.agent, wire.ForkRequest{Count: 4}).want(t, http.StatusTooManyRequests)
+	if r.header.Get("Retry-After") == "" {
+		t.Errorf("a fork over the bound: no Retry-After")
+	}
+	var page wire.Page[wire.Session]
+	e.do("GET", "/v1/sessions?state=active", e.agent, nil).want(t, http.StatusOK).decode(t, &page)
+	if len(page.Items) != 5 {
+		t.Errorf("live sessions after a refused fork: got %d, want 5", len(page.Items))
+	}
+
+	// A second snapshot, tampered with, is refused; the source serves on.
+	var spoiled wire.Snapshot
+	e.do("POST", "/v1/sessions/"+src.ID+"/snapshots", e.agent, nil).want(t, http.StatusCreated).decode(t, &spoiled)
+	tamper(t, filepath.Join(checkpoints, "snapshots", spoiled.ID))
+	e.do("POST", "/v1/sessions", e.agent, capability.CreateSessionRequest{Snapshot: spoiled.ID}).want(t, http.StatusConflict)
+	if got := e.py(src.ID, state); got != want {
+		t.Errorf("the source after a tampered snapshot was refused: got %q, want %q", got, want)
+	}
+	e.do("DELETE", "/v1/snapshots/"+spoiled.ID, e.agent, nil).want(t, http.StatusNoContent)
+	e.do("DELETE", "/v1/snapshots/"+spoiled.ID, e.agent, nil).want(t, http.StatusNotFound)
+
+	// Another workspace cannot start a session from the snapshot.
+	other := newWorkspace(t, e, "other", noApproval, 100)
+	e.do("POST", "/v1/sessions", other, capability.CreateSessionRequest{Snapshot: named.ID}).want(t, http.StatusNotFound)
+
+	// The named snapshot outlives its source.
+	e.do("DELETE", "/v1/sessions/"+src.ID, e.agent, nil).want(t, http.StatusOK)
+	late := e.openSession(e.agent, capability.CreateSessionRequest{Snapshot: named.ID})
+	if got := e.py(late.ID, state); got != want {
+		t.Errorf("a session from the snapshot of a deleted source: got %q, want %q", got, want)
+	}
+
+	// Credits: the cells since the first snapshot, in forks and in the
+	// source, each at the price; the snapshots and forks nothing.
+	cells := 4 + 2 + 3 + 2 + 1 + 1 // state in 4 forks, the change and its check, 3 checks, 2 draws, the source's check, late's
+	cells += 1                     // the source's check after the first snapshot
+	price := int64(2)
+	after, _ := e.credits()
+	if got := before - after; got != int64(cells)*price {
+		t.Errorf("credits spent: got %d, want %d cells at %d", got, cells, price)
+	}
+	if n := len(e.events("session.snapshotted", "")); n != 2 {
+		t.Errorf("session.snapshotted events: got %d, want 2 (the fork's snapshot is its forked events')", n)
+	}
+	if n := len(e.events("session.forked", "")); n != 5 {
+		t.Errorf("session.forked events: got %d, want 5", n)
+	}
+	if ok, broken, err := e.st.VerifyChain(t.Context(), e.ws.ID); !ok || err != nil {
+		t.Errorf("VerifyChain: ok %v broken %+v err %v", ok, broken, err)
+	}
+}
+
+// tamper flips a byte of the largest file under dir.
+func tamper(t *testing.T, dir string) {
+	t.Helper()
+	var big string
+	var size int64
+	_ = filepath.Walk(dir, func(p string, fi os.FileInfo, err error) error {
+		if err == nil && fi.Mode().IsRegular() && fi.Size() > size {
+			big, size = p, fi.Size()
+		}
+		return nil
+	})
+	if big == "" {
+		t.Fatalf("no file under %s to tamper with", dir)
+	}
+	f, err := os.OpenFile(big, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	b := make([]byte, 1)
+	if _, err := f.ReadAt(b, size/2); err != nil {
+		t.Fatal(err)
+	}
+	b[0] ^= 0xff
+	if _, err := f.WriteAt(b, size/2); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestSnapshotOnRuncRefused: runc cannot save a sandbox, so a snapshot and
+// a fork of a runc session are 409 with the reason, as a pause is.
+func TestSnapshotOnRuncRefused(t *testing.T) {
+	e := newEnv(t, backends[0], envConfig{sessions: true, policy: noApproval, credits: 100,
+		svc: capability.ServiceOptions{Sessions: capability.SessionOptions{CheckpointDir: t.TempDir()}}})
+	ss := e.openSession(e.agent, capability.CreateSessionRequest{Runtime: "python"})
+	for _, tc := range []struct {
+		path string
+		body any
+	}{
+		{"/v1/sessions/" + ss.ID + "/snapshots", nil},
+		{"/v1/sessions/" + ss.ID + "/fork", wire.ForkRequest{Count: 1}},
+	} {
+		r := e.do("POST", tc.path, e.agent, tc.body).want(t, http.StatusConflict)
+		if !strings.Contains(string(r.body), "cannot") {
+			t.Errorf("%s: got %s, want the driver's reason", tc.path, r.body)
+		}
+	}
+}
