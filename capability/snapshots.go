@@ -128,11 +128,11 @@ func (s *snapshots) take(ctx context.Context, p Principal, id string) (*taken, e
 	if ss.State == model.SessionEnded {
 		return nil, expiredError(g.Session)
 	}
-	if s.opts.Sessions.CheckpointDir == "" {
-		return nil, errdefs.Publicf("this server keeps no checkpoints, so sessions cannot be snapshotted: %w", errdefs.ErrFailedPrecondition)
-	}
 	if err := s.runner.CanSnapshot(ss.Driver, ss.Runtime); err != nil {
 		return nil, err
+	}
+	if s.opts.Sessions.CheckpointDir == "" {
+		return nil, errdefs.Publicf("this server keeps no checkpoints, so sessions cannot be snapshotted: %w", errdefs.ErrFailedPrecondition)
 	}
 	if err := os.MkdirAll(filepath.Join(s.opts.Sessions.CheckpointDir, "snapshots"), 0o700); err != nil {
 		return nil, fmt.Errorf("creating the snapshots' directory: %w", err)

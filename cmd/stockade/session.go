@@ -35,6 +35,8 @@ func sessionCmd(ctx context.Context, args []string) int {
 		"list":      {"list the workspace's sessions", sessionList},
 		"pause":     {"save a session's sandbox to a checkpoint and end it until it resumes", sessionPause},
 		"resume":    {"start a paused session again from its checkpoint", sessionResume},
+		"snapshot":  {"save a session's state, leaving it running, for new sessions to start from", sessionSnapshot},
+		"fork":      {"start new sessions from a session's current state", sessionFork},
 		"interrupt": {"interrupt the cell a session runs (SIGINT to its kernel)", sessionInterrupt},
 		"delete":    {"end a session and destroy its sandbox", sessionDelete},
 	}, args)
@@ -101,9 +103,13 @@ func sessionCreate(ctx context.Context, args []string) int {
 		durationFlag(fs, &idle, "idle-timeout", 0, "end the session after this long without a cell (default: the daemon's, 10m)")
 		durationFlag(fs, &ttl, "ttl", 0, "end the session this long after it opened, whatever happens (default: the daemon's, 1h)")
 		fs.StringVar(&req.Network, "network", "", "allow or deny (the default): egress, within the tool's record")
+		fs.StringVar(&req.Snapshot, "snapshot", "", "start from this snapshot (stockade session snapshot); its runtime and tool are the snapshot's")
 	})
 	if err != nil {
 		return report(err, asJSON)
+	}
+	if req.Snapshot != "" {
+		req.Runtime, req.Tool = "", ""
 	}
 	req.IdleTimeoutMS, req.TTLMS = idle.Milliseconds(), ttl.Milliseconds()
 	s, err := c.CreateSession(ctx, req)

@@ -69,6 +69,9 @@ func TestSessionCommands(t *testing.T) {
 		{"no code", "", []string{"exec", id}, 2, "", []string{"no code"}},
 		{"an unknown session", "", []string{"exec", "ses_nope", "--code", "1"}, 2, "", []string{"not found"}},
 		{"pause on runc", "", []string{"pause", id}, 1, "", []string{"cannot pause", "CRIU"}},
+		{"snapshot on runc", "", []string{"snapshot", id}, 1, "", []string{"cannot be snapshotted", "CRIU"}},
+		{"fork on runc", "", []string{"fork", id, "--count", "2"}, 1, "", []string{"cannot be snapshotted or forked", "CRIU"}},
+		{"fork of none", "", []string{"fork", id, "--count", "0"}, 2, "", []string{"out of range"}},
 		{"resume an active one", "", []string{"resume", id}, 0, "", []string{"session " + id + " active"}},
 		{"interrupt with no cell", "", []string{"interrupt", id}, 0, "", []string{"no cell was running"}},
 	} {
