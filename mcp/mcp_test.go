@@ -214,7 +214,7 @@ func TestTools(t *testing.T) {
 					}
 				}
 				slices.Sort(names)
-				want := []string{"close_session", "create_session", "download_file", "list_files", "run_cell", "run_code", "upload_file", "wait_for_approval", "wait_for_cell"}
+				want := []string{"close_session", "create_session", "download_file", "fork_session", "list_files", "pause_session", "resume_session", "run_cell", "run_code", "snapshot_session", "upload_file", "wait_for_approval", "wait_for_cell"}
 				if !slices.Equal(names, want) {
 					t.Errorf("tools: got %v, want %v", names, want)
 				}

@@ -132,6 +132,7 @@ var toolTable = []tool{
 	{"run_code", addRunCode},
 	{"wait_for_approval", addWaitForApproval},
 	{"create_session, run_cell, wait_for_cell, upload_file, download_file, list_files, close_session", addSessionTools},
+	{"fork_session, snapshot_session, pause_session, resume_session", addSnapshotTools},
 }
 
 // tools is the state the tool handlers share.
