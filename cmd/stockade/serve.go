@@ -444,6 +444,8 @@ func sessionFlags(fs *flag.FlagSet, s *config.Sessions) {
 	fs.StringVar(&s.OnShutdown, "sessions-on-shutdown", s.OnShutdown, "keep: a stopped daemon leaves its sessions running for the next start (each ends by itself after its ttl); end: it ends them first (SIGUSR2 ends them whatever this says)")
 	durationFlag(fs, &s.PauseAfterIdle, "sessions-pause-after-idle", s.PauseAfterIdle, "pause a session no cell ran in for so long instead of ending it (gvisor; 0: off)")
 	fs.StringVar(&s.CheckpointDir, "sessions-checkpoint-dir", s.CheckpointDir, "directory of paused sessions' checkpoints (default DATA_DIR/checkpoints)")
+	fs.IntVar(&s.MaxForks, "sessions-max-forks", s.MaxForks, "the most sessions one fork starts (0: the default, 16)")
+	durationFlag(fs, &s.SnapshotTTL, "sessions-snapshot-ttl", s.SnapshotTTL, "how long a session's snapshot is kept unless deleted (0: the default, 24h)")
 	fs.Int64Var(&s.CreditsPerSessionHour, "sessions-credits-per-session-hour", s.CreditsPerSessionHour, "credits charged per hour of a session besides its cells (only 0 is supported)")
 }
 
