@@ -10,6 +10,7 @@ import (
 
 	"github.com/stockade-sh/stockade/capability"
 	"github.com/stockade-sh/stockade/driver/gvisor"
+	"github.com/stockade-sh/stockade/engine"
 	"github.com/stockade-sh/stockade/internal/testenv"
 	"github.com/stockade-sh/stockade/sandbox"
 	"github.com/stockade-sh/stockade/wire"
@@ -18,7 +19,7 @@ import (
 // pythonSessions is an env whose sessions run python's own kernel on
 // gVisor, with room for a source and eight forks; its checkpoints (and
 // snapshots) are in the returned directory.
-func pythonSessions(t *testing.T) (*env, string) {
+func pythonSessions(t *testing.T, opts ...engine.Option) (*env, string) {
 	t.Helper()
 	testenv.RequiresRoot(t)
 	testenv.RequiresBinary(t, "runsc")
@@ -30,6 +31,7 @@ func pythonSessions(t *testing.T) (*env, string) {
 	c := envConfig{sessions: true, kernels: true, policy: noApproval, credits: 1000, drivers: map[string]sandbox.Driver{"gvisor": gv}, defaultDriver: "gvisor"}
 	c.svc.Sessions.CheckpointDir = checkpoints
 	c.svc.Sessions.MaxPerWorkspace = 8
+	c.engine = opts
 	return newEnv(t, backends[0], c), checkpoints
 }
 
@@ -244,6 +246,61 @@ func TestSnapshotOnRuncRefused(t *testing.T) {
 		r := e.do("POST", tc.path, e.agent, tc.body).want(t, http.StatusConflict)
 		if !strings.Contains(string(r.body), "cannot") {
 			t.Errorf("%s: got %s, want the driver's reason", tc.path, r.body)
+		}
+	}
+}
+
+// TestSnapshotOfPausedSession snapshots a paused session from its
+// checkpoint: the session stays paused with its checkpoint, a session
+// started from the snapshot has its state, and the source resumes with
+// its own.
+func TestSnapshotOfPausedSession(t *testing.T) {
+	e, checkpoints := pythonSessions(t)
+	src := e.openSession(e.agent, capability.CreateSessionRequest{Runtime: "python"})
+	e.py(src.ID, `x = 41; open("/workspace/b.txt", "w").write("paused")`)
+	e.do("POST", "/v1/sessions/"+src.ID+"/pause", e.agent, nil).want(t, http.StatusOK)
+	var sn wire.Snapshot
+	e.do("POST", "/v1/sessions/"+src.ID+"/snapshots", e.agent, nil).want(t, http.StatusCreated).decode(t, &sn)
+	if sn.StallMS != 0 || sn.Bytes <= 0 {
+		t.Errorf("the snapshot of a paused session: got %+v, want no stall and its size", sn)
+	}
+	if got := e.session(src.ID); got.State != "paused" {
+		t.Fatalf("the source after its snapshot: got %s, want paused", got.State)
+	}
+	if _, err := os.Stat(filepath.Join(checkpoints, src.ID)); err != nil {
+		t.Fatalf("the source's checkpoint after its snapshot: %v", err)
+	}
+	from := e.openSession(e.agent, capability.CreateSessionRequest{Snapshot: sn.ID})
+	if got := e.py(from.ID, `print(x, open("/workspace/b.txt").read())`); got != "41 paused" {
+		t.Errorf("a session from the paused session's snapshot: got %q, want 41 paused", got)
+	}
+	e.py(from.ID, "x = 0")
+	if got := e.py(src.ID, "print(x)"); got != "41" {
+		t.Errorf("the source, resumed by a cell: got %q, want 41", got)
+	}
+}
+
+// TestForkOverMemoryBudget: a fork whose sessions the memory budget
+// cannot hold is refused whole (429 with Retry-After) before anything is
+// saved; one that fits starts.
+func TestForkOverMemoryBudget(t *testing.T) {
+	limit := sandbox.DefaultLimits().Memory
+	e, checkpoints := pythonSessions(t, engine.WithMemoryBudget(3*limit))
+	src := e.openSession(e.agent, capability.CreateSessionRequest{Runtime: "python"})
+	e.py(src.ID, "x = 1")
+	r := e.do("POST", "/v1/sessions/"+src.ID+"/fork", e.agent, wire.ForkRequest{Count: 3}).want(t, http.StatusTooManyRequests)
+	if r.header.Get("Retry-After") == "" || !strings.Contains(string(r.body), "memory") {
+		t.Errorf("a fork over the memory budget: got %s (Retry-After %q), want the budget named and a Retry-After", r.body, r.header.Get("Retry-After"))
+	}
+	if entries, _ := os.ReadDir(filepath.Join(checkpoints, "snapshots")); len(entries) != 0 {
+		t.Errorf("a refused fork left %d snapshots", len(entries))
+	}
+	var f wire.Fork
+	e.do("POST", "/v1/sessions/"+src.ID+"/fork", e.agent, wire.ForkRequest{Count: 2}).want(t, http.StatusCreated).decode(t, &f)
+	for _, s := range f.Sessions {
+		t.Cleanup(func() { do(t, e.url, "DELETE", "/v1/sessions/"+s.ID, e.admin, nil) })
+		if got := e.py(s.ID, "print(x)"); got != "1" {
+			t.Errorf("fork %s: got %q, want 1", s.ID, got)
 		}
 	}
 }

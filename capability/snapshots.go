@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sync"
 	"time"
 
 	"github.com/stockade-sh/stockade/audit"
@@ -416,19 +417,38 @@ func (s *snapshots) Fork(ctx context.Context, p Principal, id string, req wire.F
 		return nil, err
 	}
 	defer os.RemoveAll(t.dir)
-	out := &Forked{Source: t.source, SnapshotID: t.id, Stall: t.stall}
+	out := &Forked{Source: t.source, SnapshotID: t.id, Stall: t.stall, Sessions: make([]model.Session, req.Count)}
 	sn := model.Snapshot{ID: t.id, SessionID: t.source.ID, Tool: t.source.Tool, Runtime: t.source.Runtime, Driver: t.source.Driver}
-	for range req.Count {
-		c, err := s.start(ctx, p, CreateSessionRequest{IdleTimeoutMS: req.IdleTimeoutMS, TTLMS: req.TTLMS}, CreateSessionOptions{}, t.dir, t.id, t.source.ID, sn)
-		if err != nil {
-			for _, f := range out.Sessions {
-				if _, eerr := s.host.endSession(context.WithoutCancel(ctx), f, Principal{}, model.EndFailed, engine.EndedBySessionEnd); eerr != nil {
-					s.log.Error("ending a fork of a fork that failed", "session", f.ID, "err", eerr)
-				}
+	// The starts run at once: each restores its own sandbox from the same
+	// files, which the first brings into the page cache.
+	errs := make([]error, req.Count)
+	var wg sync.WaitGroup
+	for i := range req.Count {
+		wg.Go(func() {
+			c, err := s.start(ctx, p, CreateSessionRequest{IdleTimeoutMS: req.IdleTimeoutMS, TTLMS: req.TTLMS}, CreateSessionOptions{}, t.dir, t.id, t.source.ID, sn)
+			if err != nil {
+				errs[i] = err
+				return
 			}
-			return nil, err
+			out.Sessions[i] = c.Session
+		})
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		for _, f := range out.Sessions {
+			if f.ID == "" {
+				continue
+			}
+			if _, eerr := s.host.endSession(context.WithoutCancel(ctx), f, Principal{}, model.EndFailed, engine.EndedBySessionEnd); eerr != nil {
+				s.log.Error("ending a fork of a fork that failed", "session", f.ID, "err", eerr)
+			}
 		}
-		out.Sessions = append(out.Sessions, c.Session)
+		for _, e := range errs {
+			if e != nil {
+				// The first failure, with its class (a quota, the budget).
+				return nil, e
+			}
+		}
 	}
 	return out, nil
 }
