@@ -65,9 +65,11 @@ func (e *Engine) liveSnapshotter(driver string) (sandbox.LiveSnapshotter, error)
 // SnapshotSession saves s's sandbox into dir, which must not exist (the
 // driver creates it, root-only), and leaves it running. It returns the
 // snapshot's size on disk and how long s could not run a cell (its
-// stall). s must be idle: a cell that runs is ErrConflict; the caller
-// waits for none (a snapshot of a busy session is refused, not queued).
-// When saving fails, dir is gone and s serves on.
+// stall: from the save's start to the end of the driver's work, which
+// covers the guest's freeze and the image's digest after it). s must be
+// idle: a cell that runs is ErrConflict; the caller waits for none (a
+// snapshot of a busy session is refused, not queued). When saving fails,
+// dir is gone and s serves on.
 func (e *Engine) SnapshotSession(ctx context.Context, s *Session, dir string) (bytes int64, stall time.Duration, err error) {
 	if err := e.CanSnapshot(s.Driver, s.Runtime.Name); err != nil {
 		return 0, 0, err
@@ -76,13 +78,14 @@ func (e *Engine) SnapshotSession(ctx context.Context, s *Session, dir string) (b
 	if !s.cellMu.TryLock() {
 		return 0, 0, errdefs.Publicf("session sandbox %s is running a cell: %w", s.sb.ID(), errdefs.ErrConflict)
 	}
-	defer s.cellMu.Unlock()
 	t0 := time.Now()
-	stall, err = snap.Snapshot(ctx, s.sb, dir, []string{LabelSession})
+	frozen, err := snap.Snapshot(ctx, s.sb, dir, []string{LabelSession})
+	stall = time.Since(t0)
+	s.cellMu.Unlock()
 	if err != nil {
 		return 0, 0, fmt.Errorf("snapshotting session sandbox %s: %w", s.sb.ID(), err)
 	}
-	snapshotTaken(stall, time.Since(t0))
+	snapshotTaken(frozen, stall)
 	n, err := DiskUsage(dir)
 	if err != nil {
 		return 0, 0, fmt.Errorf("measuring the snapshot of session sandbox %s: %w", s.sb.ID(), err)
@@ -90,9 +93,9 @@ func (e *Engine) SnapshotSession(ctx context.Context, s *Session, dir string) (b
 	return n, stall, nil
 }
 
-// snapshotTaken is called with the stall and the whole time of each
-// snapshot (benchmarks read it).
-var snapshotTaken = func(stall, total time.Duration) {}
+// snapshotTaken is called with the guest's freeze and the stall of each
+// snapshot (BenchmarkSessionSnapshot reads it).
+var snapshotTaken = func(frozen, stall time.Duration) {}
 
 // StartFromSnapshot starts a new session of spec (its Driver, Runtime and
 // Tool, the source's) from the snapshot SnapshotSession saved in dir: a
