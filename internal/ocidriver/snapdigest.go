@@ -109,10 +109,25 @@ func walkImage(dir string, fn func(p, rel string, fi fs.FileInfo, st *syscall.St
 // and hashing a 70 MiB memory file was a fifth of a golden restore.
 // Whatever differs in the tree since (a file rewritten, replaced,
 // touched or added) changes the stamp, and the image is hashed again.
+//
+// Restores of one tree that run at once (a fork's sessions, restored
+// from a snapshot just saved, which is not settled yet) share one
+// reading of it: a call whose stamp is that of a digest being computed
+// waits for it instead of reading the tree again (inflight). That adds
+// no window the check lacks anyway: a digest is of the content read
+// after its stamp, and the runtime reads the image after the check.
 type digestCache struct {
-	mu      sync.Mutex
-	digests map[string]string // stamp -> digest
-	order   []string          // stamps, oldest first
+	mu       sync.Mutex
+	digests  map[string]string // stamp -> digest
+	order    []string          // stamps, oldest first
+	inflight map[string]*digestCall
+}
+
+// digestCall is a digest being computed, done once it is.
+type digestCall struct {
+	done   chan struct{}
+	digest string
+	err    error
 }
 
 // maxCachedDigests bounds digestCache: the golden checkpoints in use and
@@ -147,6 +162,9 @@ func (c *digestCache) put(stamp, digest string) {
 	c.order = append(c.order, stamp)
 }
 
+// hashImage is imageDigest; a variable for tests, which count its calls.
+var hashImage = imageDigest
+
 // settled is how long before a stamp is taken a tree must have last
 // changed for digestCache to keep its digest: many scheduler ticks, so
 // that a write after the stamp changes a ctime (imageStamp). A variable
@@ -167,12 +185,31 @@ func (c *digestCache) digest(dir string) (string, error) {
 	if d, ok := c.get(stamp); ok {
 		return d, nil
 	}
-	d, err := imageDigest(dir)
-	if err != nil {
-		return "", err
+	key := dir + "\x00" + stamp
+	c.mu.Lock()
+	if call, ok := c.inflight[key]; ok {
+		c.mu.Unlock()
+		<-call.done
+		return call.digest, call.err
+	}
+	if c.inflight == nil {
+		c.inflight = map[string]*digestCall{}
+	}
+	call := &digestCall{done: make(chan struct{})}
+	c.inflight[key] = call
+	c.mu.Unlock()
+	defer func() {
+		c.mu.Lock()
+		delete(c.inflight, key)
+		c.mu.Unlock()
+		close(call.done)
+	}()
+	call.digest, call.err = hashImage(dir)
+	if call.err != nil {
+		return "", call.err
 	}
 	if now.Sub(changed) >= settled {
-		c.put(stamp, d)
+		c.put(stamp, call.digest)
 	}
-	return d, nil
+	return call.digest, nil
 }

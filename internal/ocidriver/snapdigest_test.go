@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sync"
 	"testing"
 	"time"
 )
@@ -99,5 +100,65 @@ func TestDigestCache(t *testing.T) {
 	}
 	if _, ok := full.get(fmt.Sprint(maxCachedDigests)); !ok {
 		t.Fatal("a full cache lost the newest digest")
+	}
+}
+
+// TestDigestSharedWhileUnsettled digests a tree changed just now (not
+// kept) from many goroutines at once, as a fork's restores do: they share
+// one reading of it and all get its digest; a call after them reads it
+// again, since nothing was kept.
+func TestDigestSharedWhileUnsettled(t *testing.T) {
+	dir := t.TempDir()
+	data := make([]byte, 8<<20)
+	rand.Read(data)
+	if err := os.WriteFile(filepath.Join(dir, "pages.img"), data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	want, err := imageDigest(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var (
+		mu    sync.Mutex
+		reads int
+	)
+	release := make(chan struct{})
+	old := hashImage
+	hashImage = func(d string) (string, error) {
+		mu.Lock()
+		reads++
+		mu.Unlock()
+		<-release
+		return old(d)
+	}
+	t.Cleanup(func() { hashImage = old })
+	var (
+		c  digestCache
+		wg sync.WaitGroup
+	)
+	got := make([]string, 8)
+	for i := range got {
+		wg.Go(func() {
+			d, err := c.digest(dir)
+			if err != nil {
+				t.Error(err)
+			}
+			got[i] = d
+		})
+	}
+	// Let every call stamp the tree and find the first one reading it.
+	time.Sleep(200 * time.Millisecond)
+	close(release)
+	wg.Wait()
+	for i, d := range got {
+		if d != want {
+			t.Errorf("call %d: got %q, want %q", i, d, want)
+		}
+	}
+	if reads != 1 {
+		t.Errorf("concurrent digests read the tree %d times, want 1", reads)
+	}
+	if _, err := c.digest(dir); err != nil || reads != 2 {
+		t.Errorf("a later digest of the unsettled tree: %v, %d reads; want it read again", err, reads)
 	}
 }
