@@ -65,8 +65,8 @@ func (e *Engine) liveSnapshotter(driver string) (sandbox.LiveSnapshotter, error)
 // SnapshotSession saves s's sandbox into dir, which must not exist (the
 // driver creates it, root-only), and leaves it running. It returns the
 // snapshot's size on disk and how long s could not run a cell (its
-// stall: from the save's start to the end of the driver's work, which
-// covers the guest's freeze and the image's digest after it). s must be
+// stall: from the save's start until the sandbox serves again; the
+// driver then digests and seals the image while cells may run). s must be
 // idle: a cell that runs is ErrConflict; the caller waits for none (a
 // snapshot of a busy session is refused, not queued). When saving fails,
 // dir is gone and s serves on.
@@ -78,10 +78,13 @@ func (e *Engine) SnapshotSession(ctx context.Context, s *Session, dir string) (b
 	if !s.cellMu.TryLock() {
 		return 0, 0, errdefs.Publicf("session sandbox %s is running a cell: %w", s.sb.ID(), errdefs.ErrConflict)
 	}
+	// The cell lock is held until the sandbox serves again, not while
+	// the driver digests and seals what it saved.
 	t0 := time.Now()
-	frozen, err := snap.Snapshot(ctx, s.sb, dir, []string{LabelSession})
-	stall = time.Since(t0)
-	s.cellMu.Unlock()
+	frozen, err := snap.Snapshot(ctx, s.sb, dir, sandbox.SnapshotOptions{Unbind: []string{LabelSession}, Thawed: func() {
+		stall = time.Since(t0)
+		s.cellMu.Unlock()
+	}})
 	if err != nil {
 		return 0, 0, fmt.Errorf("snapshotting session sandbox %s: %w", s.sb.ID(), err)
 	}
@@ -183,7 +186,7 @@ func (e *Engine) SnapshotCheckpoint(ctx context.Context, spec SessionSpec, check
 		return 0, fmt.Errorf("restoring a paused session's checkpoint to snapshot it: %w", err)
 	}
 	defer sb.Destroy(context.WithoutCancel(ctx))
-	if _, err := snap.Snapshot(ctx, sb, dir, []string{LabelSession}); err != nil {
+	if _, err := snap.Snapshot(ctx, sb, dir, sandbox.SnapshotOptions{Unbind: []string{LabelSession}}); err != nil {
 		return 0, fmt.Errorf("snapshotting a paused session: %w", err)
 	}
 	return DiskUsage(dir)

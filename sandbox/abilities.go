@@ -274,12 +274,23 @@ type LiveSnapshotter interface {
 	Snapshotter
 	// Snapshot saves sb into dir as Checkpoint does, but sb stays: it
 	// stalls while it is saved and then serves on, its kernels with it.
-	// sb must be idle (ErrFailedPrecondition otherwise). The labels named
-	// in unbind are left out of what binds the snapshot, so that Restore
-	// may give them other values (a snapshot of one session restored as
-	// another session); every other label binds it as a checkpoint's do.
-	// It returns how long sb could not serve: its stall.
-	Snapshot(ctx context.Context, sb Sandbox, dir string, unbind []string) (time.Duration, error)
+	// sb must be idle (ErrFailedPrecondition otherwise). It returns how
+	// long sb was frozen.
+	Snapshot(ctx context.Context, sb Sandbox, dir string, o SnapshotOptions) (time.Duration, error)
+}
+
+// SnapshotOptions are a LiveSnapshotter's Snapshot's.
+type SnapshotOptions struct {
+	// Unbind names the labels left out of what binds the snapshot, so
+	// that Restore may give them other values (a snapshot of one session
+	// restored as another session); every other label binds it as a
+	// checkpoint's do.
+	Unbind []string
+	// Thawed, when set, is called once sb serves again, while the
+	// snapshot is still being finished (its image digested and sealed):
+	// the caller may let work on sb go on from then. It is called on
+	// failure too, once sb serves again.
+	Thawed func()
 }
 
 // ErrForeignCheckpoint is a checkpoint restored for another sandbox than

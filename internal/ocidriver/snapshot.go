@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
@@ -133,23 +134,30 @@ const (
 // (unless the runtime ended it) and dir is removed; when only the
 // destruction fails, dir holds the checkpoint.
 func (d *Snapshotting) Checkpoint(ctx context.Context, sb sandbox.Sandbox, dir string) error {
-	_, err := d.save(ctx, sb, dir, false, nil)
+	_, err := d.save(ctx, sb, dir, nil)
 	return err
 }
 
 // Snapshot saves sb into dir as Checkpoint does but leaves it running
 // (runsc checkpoint -leave-running): sb stalls while its memory is
-// written, then serves on with its kernels. The saved record leaves out
-// the labels named in unbind, so that a Restore may give them new values
-// (a snapshot of one session restored as another session of the same
-// workspace); every other label still binds it (checkBinding). It returns
-// how long sb's guest was frozen: the stall a cell on sb could see.
-func (d *Snapshotting) Snapshot(ctx context.Context, sb sandbox.Sandbox, dir string, unbind []string) (time.Duration, error) {
-	return d.save(ctx, sb, dir, true, unbind)
+// written, then serves on with its kernels (o.Thawed is called then).
+// The saved record leaves out the labels named in o.Unbind, so that a
+// Restore may give them new values (a snapshot of one session restored
+// as another session of the same workspace); every other label still
+// binds it (checkBinding). It returns how long sb's guest was frozen.
+func (d *Snapshotting) Snapshot(ctx context.Context, sb sandbox.Sandbox, dir string, o sandbox.SnapshotOptions) (time.Duration, error) {
+	return d.save(ctx, sb, dir, &o)
 }
 
-// save is Checkpoint (leaveRunning false) and Snapshot (true).
-func (d *Snapshotting) save(ctx context.Context, sb sandbox.Sandbox, dir string, leaveRunning bool, unbind []string) (stall time.Duration, err error) {
+// save is Checkpoint (live nil) and Snapshot (live its options): a
+// live save leaves the sandbox running.
+func (d *Snapshotting) save(ctx context.Context, sb sandbox.Sandbox, dir string, live *sandbox.SnapshotOptions) (stall time.Duration, err error) {
+	leaveRunning := live != nil
+	thawed := func() {}
+	if live != nil && live.Thawed != nil {
+		thawed = sync.OnceFunc(live.Thawed)
+	}
+	defer thawed()
 	s, ok := sb.(*sbx)
 	switch {
 	case !ok || s.d != d.Driver:
@@ -216,8 +224,10 @@ func (d *Snapshotting) save(ctx context.Context, sb sandbox.Sandbox, dir string,
 		Image: sandbox.Image{Rootfs: spec.Root.Path}, Workspace: workspaceOf(spec),
 	}
 	s.bindMu.Unlock()
-	for _, k := range unbind {
-		delete(rec.Labels, k)
+	if live != nil {
+		for _, k := range live.Unbind {
+			delete(rec.Labels, k)
+		}
 	}
 	image := filepath.Join(dir, snapshotImageDir)
 	if err := os.Mkdir(image, 0o700); err != nil {
@@ -234,6 +244,7 @@ func (d *Snapshotting) save(ctx context.Context, sb sandbox.Sandbox, dir string,
 	if leaveRunning {
 		s.Guest.Thaw()
 		stall = time.Since(frozen)
+		thawed()
 	}
 	if err != nil {
 		return 0, fmt.Errorf("checkpointing sandbox %s: %v: %s: %w", s.id, err, sandboxkit.OneLine(string(out)), errdefs.ErrUnavailable)

@@ -469,13 +469,14 @@ func TestSnapshotLeavesRunning(t *testing.T) {
 		t.Fatal(err)
 	}
 	dir := filepath.Join(t.TempDir(), "snap")
-	stall, err := d.Snapshot(ctx, sb, dir, []string{"session"})
+	thawed := false
+	stall, err := d.Snapshot(ctx, sb, dir, sandbox.SnapshotOptions{Unbind: []string{"session"}, Thawed: func() { thawed = true }})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Logf("the source stalled %v", stall)
-	if stall <= 0 {
-		t.Errorf("stall: got %v, want > 0", stall)
+	if stall <= 0 || !thawed {
+		t.Errorf("stall: got %v, thawed %v; want > 0, true", stall, thawed)
 	}
 	if _, err := k.Run(ctx, sandbox.Cell{Code: "set kept 2"}); err != nil {
 		t.Fatalf("the source's kernel after Snapshot: %v", err)
