@@ -12,6 +12,7 @@ import (
 	"github.com/stockade-sh/stockade/driver/gvisor"
 	"github.com/stockade-sh/stockade/engine"
 	"github.com/stockade-sh/stockade/internal/testenv"
+	"github.com/stockade-sh/stockade/model"
 	"github.com/stockade-sh/stockade/sandbox"
 	"github.com/stockade-sh/stockade/wire"
 )
@@ -21,6 +22,12 @@ import (
 // snapshots) are in the returned directory.
 func pythonSessions(t *testing.T, opts ...engine.Option) (*env, string) {
 	t.Helper()
+	return pythonSessionsWith(t, noApproval, opts...)
+}
+
+// pythonSessionsWith is pythonSessions under policy.
+func pythonSessionsWith(t *testing.T, policy func(*model.Policy), opts ...engine.Option) (*env, string) {
+	t.Helper()
 	testenv.RequiresRoot(t)
 	testenv.RequiresBinary(t, "runsc")
 	gv, err := gvisor.New(gvisor.Config{StateDir: t.TempDir(), GuestPath: testenv.Guest(t), Shim: testenv.Shim(t)})
@@ -28,7 +35,7 @@ func pythonSessions(t *testing.T, opts ...engine.Option) (*env, string) {
 		t.Fatal(err)
 	}
 	checkpoints := filepath.Join(t.TempDir(), "checkpoints")
-	c := envConfig{sessions: true, kernels: true, policy: noApproval, credits: 1000, drivers: map[string]sandbox.Driver{"gvisor": gv}, defaultDriver: "gvisor"}
+	c := envConfig{sessions: true, kernels: true, policy: policy, credits: 1000, drivers: map[string]sandbox.Driver{"gvisor": gv}, defaultDriver: "gvisor"}
 	c.svc.Sessions.CheckpointDir = checkpoints
 	c.svc.Sessions.MaxPerWorkspace = 8
 	c.engine = opts
@@ -302,5 +309,43 @@ func TestForkOverMemoryBudget(t *testing.T) {
 		if got := e.py(s.ID, "print(x)"); got != "1" {
 			t.Errorf("fork %s: got %q, want 1", s.ID, got)
 		}
+	}
+}
+
+// TestForkApprovedAnew: under per_session, the source's approval covers
+// its own later cells but not its fork's: the fork's first cell waits for
+// an approval of its own, which then covers the fork's later cells.
+func TestForkApprovedAnew(t *testing.T) {
+	e, _ := pythonSessionsWith(t, func(p *model.Policy) { p.Approval = model.ApprovalPerSession })
+	approved := func(id, code string) wire.Execution {
+		t.Helper()
+		v := e.do("POST", "/v1/sessions/"+id+"/exec", e.agent, capability.CellRequest{Code: code}).want(t, http.StatusAccepted).execution(t)
+		if v.Status != "awaiting_approval" || v.ApprovalID == "" {
+			t.Fatalf("a first cell under per_session: got %+v, want awaiting approval", v)
+		}
+		e.do("POST", "/v1/approvals/"+v.ApprovalID+"/approve", e.approver, nil).want(t, http.StatusOK)
+		if done := e.wait(v.ID, 30*time.Second); done.Status != "succeeded" {
+			t.Fatalf("the approved cell: got %+v", done)
+		}
+		return v
+	}
+	src := e.openSession(e.agent, capability.CreateSessionRequest{Runtime: "python"})
+	first := approved(src.ID, "x = 7")
+	if got := e.py(src.ID, "print(x)"); got != "7" {
+		t.Fatalf("a covered cell of the source: got %q", got)
+	}
+	var f wire.Fork
+	e.do("POST", "/v1/sessions/"+src.ID+"/fork", e.agent, wire.ForkRequest{Count: 1}).want(t, http.StatusCreated).decode(t, &f)
+	fork := f.Sessions[0]
+	t.Cleanup(func() { do(t, e.url, "DELETE", "/v1/sessions/"+fork.ID, e.admin, nil) })
+	if fork.ApprovalID != "" || fork.Approval != "per_session" {
+		t.Fatalf("the fork: got approval %q covered by %q, want per_session, uncovered", fork.Approval, fork.ApprovalID)
+	}
+	again := approved(fork.ID, "print(x)")
+	if again.ApprovalID == first.ApprovalID {
+		t.Fatalf("the fork's first cell reused the source's approval %s", first.ApprovalID)
+	}
+	if got := e.py(fork.ID, "print(x + 1)"); got != "8" {
+		t.Errorf("a covered cell of the fork: got %q, want 8", got)
 	}
 }
