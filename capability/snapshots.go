@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"time"
 
@@ -76,6 +77,7 @@ type snapshotStore interface {
 	ListSnapshots(ctx context.Context, workspaceID, sessionID string) ([]model.Snapshot, error)
 	DeleteSnapshot(ctx context.Context, workspaceID, id string, audit []model.NewEvent) (model.Snapshot, error)
 	ListExpiredSnapshots(ctx context.Context, now time.Time) ([]model.Snapshot, error)
+	HasSnapshot(ctx context.Context, id string) (bool, error)
 	GetPolicy(ctx context.Context, workspaceID string) (model.Policy, error)
 }
 
@@ -249,7 +251,10 @@ func (s *snapshots) remove(ctx context.Context, sn model.Snapshot, by Principal)
 	return nil
 }
 
-// sweepSnapshots deletes the snapshots past their expiry.
+// sweepSnapshots deletes the snapshots past their expiry, and the
+// snapshot directories no row records that are older than a snapshot or
+// fork may take (pauseTimeout): those a crash left between saving and
+// recording, or of a fork whose end was cut short.
 func (s *snapshots) sweepSnapshots(ctx context.Context) {
 	due, err := s.st.ListExpiredSnapshots(ctx, s.opts.Now())
 	if err != nil {
@@ -261,6 +266,32 @@ func (s *snapshots) sweepSnapshots(ctx context.Context) {
 			s.log.Error("deleting an expired snapshot", "snapshot", sn.ID, "err", err)
 		}
 	}
+	if s.opts.Sessions.CheckpointDir == "" {
+		return
+	}
+	entries, _ := os.ReadDir(filepath.Join(s.opts.Sessions.CheckpointDir, "snapshots"))
+	for _, e := range entries {
+		fi, err := e.Info()
+		if err != nil || !e.IsDir() || !isSnapshotID(e.Name()) || time.Since(fi.ModTime()) < pauseTimeout {
+			continue
+		}
+		if ok, err := s.st.HasSnapshot(ctx, e.Name()); err != nil || ok {
+			continue
+		}
+		if err := os.RemoveAll(s.snapshotDir(e.Name())); err != nil {
+			s.log.Error("removing an unrecorded snapshot", "snapshot", e.Name(), "err", err)
+		}
+	}
+}
+
+// isSnapshotID reports whether name has the form NewSnapshotID gives.
+func isSnapshotID(name string) bool {
+	h, ok := strings.CutPrefix(name, "snp_")
+	if !ok || len(h) != 32 {
+		return false
+	}
+	_, err := hex.DecodeString(h)
+	return err == nil
 }
 
 // StartFromSnapshot opens a session for p from snapshot req.Snapshot of

@@ -27,6 +27,9 @@ type Snapshots interface {
 	// ListExpiredSnapshots returns the snapshots of every workspace whose
 	// ExpiresAt is not after now, oldest first, at most MaxPageLimit.
 	ListExpiredSnapshots(ctx context.Context, now time.Time) ([]model.Snapshot, error)
+	// HasSnapshot reports whether snapshot id of any workspace is
+	// recorded: what the daemon asks of a snapshot directory it finds.
+	HasSnapshot(ctx context.Context, id string) (bool, error)
 }
 
 // NewSnapshot is a snapshot to record.

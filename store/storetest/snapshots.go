@@ -59,11 +59,17 @@ func testSnapshots(t *testing.T, st store.Store) {
 	if _, err := st.DeleteSnapshot(ctx, other.ws.ID, "snp_a", nil); !errdefs.IsNotFound(err) {
 		t.Fatalf("DeleteSnapshot from another workspace: got %v, want ErrNotFound", err)
 	}
+	if ok, err := st.HasSnapshot(ctx, "snp_a"); err != nil || !ok {
+		t.Fatalf("HasSnapshot of a recorded one: got %v, %v", ok, err)
+	}
 	if got, err := st.DeleteSnapshot(ctx, f.ws.ID, "snp_a", ev("session.snapshot_deleted")); err != nil || got.ID != "snp_a" {
 		t.Fatalf("DeleteSnapshot: got %+v, %v", got, err)
 	}
 	if _, err := st.GetSnapshot(ctx, f.ws.ID, "snp_a"); !errdefs.IsNotFound(err) {
 		t.Fatalf("GetSnapshot after its deletion: got %v, want ErrNotFound", err)
+	}
+	if ok, err := st.HasSnapshot(ctx, "snp_a"); err != nil || ok {
+		t.Fatalf("HasSnapshot of a deleted one: got %v, %v", ok, err)
 	}
 	if b, _, err := st.CheckpointBytes(ctx, f.ws.ID); err != nil || b != 3<<20 {
 		t.Fatalf("CheckpointBytes after a deletion: got %d, %v; want 3 MiB", b, err)

@@ -119,3 +119,12 @@ func (s *Store) ListExpiredSnapshots(ctx context.Context, now time.Time) ([]mode
 	}
 	return out, nil
 }
+
+// HasSnapshot implements store.Snapshots.
+func (s *Store) HasSnapshot(ctx context.Context, id string) (bool, error) {
+	var n int
+	if err := s.b.Reader().QueryRow(ctx, `SELECT COUNT(*) FROM snapshots WHERE id = $1`, id).Scan(&n); err != nil {
+		return false, fmt.Errorf("looking up snapshot %q: %w", id, s.classify(err))
+	}
+	return n > 0, nil
+}
