@@ -494,11 +494,20 @@ if "tempfile" in sys.modules:
 	"shell": `RANDOM=$(od -An -N2 -tu2 /dev/urandom)`,
 }
 
-// reseed runs the reseed cell of runtime in k.
+// hiddenCell starts a python cell that the kernel does not count in its
+// cells' names (kernel/python.py): the caller's first cell in a restored
+// kernel is <cell-1>, as in a cold one.
+const hiddenCell = "# stockade: hidden cell\n"
+
+// reseed runs the reseed cell of runtime in k, hidden where the kernel
+// can hide one (python).
 func reseed(ctx context.Context, k sandbox.Kernel, runtime string) error {
 	code, ok := reseedCells[runtime]
 	if !ok {
 		return fmt.Errorf("no reseed for runtime %q", runtime)
+	}
+	if runtime == "python" {
+		code = hiddenCell + code
 	}
 	r, err := k.Run(ctx, sandbox.Cell{Code: code})
 	if err != nil {

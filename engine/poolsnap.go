@@ -273,30 +273,8 @@ func (p *pool) restore(ctx context.Context, dir, digest string) (_ *warm, err er
 	if len(ks) != 1 {
 		return nil, fmt.Errorf("the restored sandbox has %d kernels, not one: %w", len(ks), errors.ErrUnsupported)
 	}
-	if err := reseedHidden(ctx, ks[0], p.rt.Name); err != nil {
+	if err := reseed(ctx, ks[0], p.rt.Name); err != nil {
 		return nil, err
 	}
 	return &warm{sb: sb, k: ks[0], born: time.Now(), image: digest, log: p.e.log}, nil
-}
-
-// hiddenCell starts a python cell that the kernel does not count in its
-// cells' names (kernel/python.py): the caller's first cell in a restored
-// kernel is <cell-1>, as in a cold one.
-const hiddenCell = "# stockade: hidden cell\n"
-
-// reseedHidden runs the reseed cell of runtime (golden.go's) in k as a
-// hidden cell.
-func reseedHidden(ctx context.Context, k sandbox.Kernel, runtime string) error {
-	code, ok := reseedCells[runtime]
-	if !ok || runtime != "python" {
-		return fmt.Errorf("no hidden reseed for runtime %q", runtime)
-	}
-	r, err := k.Run(ctx, sandbox.Cell{Code: hiddenCell + code})
-	if err != nil {
-		return fmt.Errorf("reseeding the restored kernel: %w", err)
-	}
-	if why := cellFailure(r, string(r.Stderr)); why != "" {
-		return fmt.Errorf("reseeding the restored kernel: %s", why)
-	}
-	return nil
 }
