@@ -17,7 +17,17 @@ import (
 // Version is the gVisor pseudo-version Stockade is tested with. runsc must
 // be built static (CGO_ENABLED=0): the default dynamic build fails on hosts
 // like ours with "error executing umounter".
-const Version = "v0.0.0-20260527191743-a81fd9dd382e"
+//
+// It is the first build of gVisor's go branch with the three changes that
+// let an idle Sentry sleep (gVisor pull requests 13470 and 13534, and
+// commit bb939c6 "kernel: park Timekeeper when idle"): before them, systrap's
+// fast-path monitor woke every 400 µs and the Timekeeper and watchdog on a
+// timer for the sandbox's whole life, so that each pooled sandbox, doing
+// nothing, used about 3% of a core (1.75 CPU-seconds a minute) against
+// 0.003% with this build (BENCHMARKS.md, "Warm path under load"; issue 32).
+// This build also implements the ambient capability set (CapAmb), which
+// the Sentry before it lacked.
+const Version = "v0.0.0-20260715073107-67db8f16ca32"
 
 // Config configures the gVisor driver.
 type Config struct {

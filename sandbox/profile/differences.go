@@ -34,11 +34,6 @@ type File struct {
 func differences(p Profile) []Difference {
 	return []Difference{
 		{
-			ID: "status-ambient", Tier: sandbox.TierGVisor, Check: "Credentials/Capabilities",
-			Fact:   "/proc/self/status has no CapAmb line and prctl(PR_CAP_AMBIENT) fails with EINVAL",
-			Reason: "the Sentry implements no ambient capability set (Linux 4.3), so the set is empty by construction; the other four sets are asserted empty",
-		},
-		{
 			ID: "status-nonewprivs", Tier: sandbox.TierGVisor, Check: "Credentials/NoNewPrivs",
 			Fact:   "/proc/self/status has no NoNewPrivs line",
 			Reason: "the Sentry's status file omits it; prctl(PR_GET_NO_NEW_PRIVS) answers 1, which is asserted",
