@@ -1,0 +1,16 @@
+-- The E2B facts of a session opened through the E2B wire (package e2b):
+-- the template it was asked for, its metadata, and the end E2B's timeout
+-- sets (setTimeout moves it), with the key that created it, which the
+-- data plane acts as. A row lives as long as its session's.
+
+CREATE TABLE e2b_sandboxes (
+	session_id   TEXT PRIMARY KEY REFERENCES sessions (id),
+	workspace_id TEXT NOT NULL REFERENCES workspaces (id),
+	key_id       TEXT NOT NULL REFERENCES api_keys (id),
+	role         TEXT NOT NULL,
+	template     TEXT NOT NULL,
+	metadata     TEXT NOT NULL,
+	end_at       TIMESTAMPTZ NOT NULL,
+	created_at   TIMESTAMPTZ NOT NULL
+);
+CREATE INDEX e2b_sandboxes_workspace ON e2b_sandboxes (workspace_id, created_at);
