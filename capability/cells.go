@@ -28,6 +28,8 @@ type cells struct {
 	host *sessionHost
 	runs *runs
 	gate *gate
+	// procs are the programs of the command cells running (commands.go).
+	procs commandProcs
 }
 
 // cellStore is what cells needs of the store.
@@ -48,6 +50,9 @@ type cellRecord struct {
 	SessionID string `json:"session_id"`
 	Runtime   string `json:"runtime"`
 	CellRequest
+	// Command is set for a command cell (commands.go): a program in the
+	// session's sandbox instead of code in its kernel.
+	Command *CommandRequest `json:"command,omitempty"`
 }
 
 // ExecCell admits a cell of session id, which runs in the session's
@@ -132,6 +137,10 @@ func (s *cells) runCell(ctx context.Context, e model.Execution, live *liveSessio
 	var req cellRecord
 	if err := json.Unmarshal(e.Request, &req); err != nil {
 		end(LaunchFailed{Err: fmt.Errorf("decoding stored cell: %w", err), At: s.opts.Now()})
+		return
+	}
+	if req.Command != nil {
+		s.runCommand(ctx, e, live, req, timeout)
 		return
 	}
 	step, err := Transition(g, Start{Driver: live.Driver, At: s.opts.Now()})
