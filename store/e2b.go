@@ -16,8 +16,10 @@ type E2BSandbox struct {
 	Role        string
 	Template    string
 	Metadata    map[string]string
-	EndAt       time.Time
-	CreatedAt   time.Time
+	// Envs is the environment every command and cell of it gets.
+	Envs      map[string]string
+	EndAt     time.Time
+	CreatedAt time.Time
 }
 
 // E2BSandboxes stores E2BSandbox rows. GetE2BSandbox takes no workspace:
@@ -30,4 +32,7 @@ type E2BSandboxes interface {
 	// ListE2BSandboxes lists a workspace's rows, newest first, at most
 	// limit (<= 0: 1000).
 	ListE2BSandboxes(ctx context.Context, workspaceID string, limit int) ([]E2BSandbox, error)
+	// DueE2BSandboxes lists, of every workspace, the rows whose end is
+	// at or before at and whose session is active, at most limit.
+	DueE2BSandboxes(ctx context.Context, at time.Time, limit int) ([]E2BSandbox, error)
 }

@@ -17,18 +17,21 @@ const maxE2BMetadata = 64 << 10
 
 var _ store.E2BSandboxes = (*Store)(nil)
 
-const e2bCols = `session_id, workspace_id, key_id, role, template, metadata, end_at, created_at`
+const e2bCols = `session_id, workspace_id, key_id, role, template, metadata, envs, end_at, created_at`
 
 func scanE2B(r Row) (store.E2BSandbox, error) {
 	var (
-		sb   store.E2BSandbox
-		meta string
+		sb         store.E2BSandbox
+		meta, envs string
 	)
-	if err := r.Scan(&sb.SessionID, &sb.WorkspaceID, &sb.KeyID, &sb.Role, &sb.Template, &meta, scanTime(&sb.EndAt), scanTime(&sb.CreatedAt)); err != nil {
+	if err := r.Scan(&sb.SessionID, &sb.WorkspaceID, &sb.KeyID, &sb.Role, &sb.Template, &meta, &envs, scanTime(&sb.EndAt), scanTime(&sb.CreatedAt)); err != nil {
 		return sb, err
 	}
 	if err := json.Unmarshal([]byte(meta), &sb.Metadata); err != nil {
 		return sb, fmt.Errorf("decoding the metadata of e2b sandbox %q: %w", sb.SessionID, err)
+	}
+	if err := json.Unmarshal([]byte(envs), &sb.Envs); err != nil {
+		return sb, fmt.Errorf("decoding the envs of e2b sandbox %q: %w", sb.SessionID, err)
 	}
 	return sb, nil
 }
@@ -45,12 +48,19 @@ func (s *Store) PutE2BSandbox(ctx context.Context, sb store.E2BSandbox) error {
 	if sb.Metadata == nil {
 		sb.Metadata = map[string]string{}
 	}
+	if sb.Envs == nil {
+		sb.Envs = map[string]string{}
+	}
 	meta, err := json.Marshal(sb.Metadata)
 	if err != nil {
 		return fmt.Errorf("encoding e2b metadata: %w", err)
 	}
-	if len(meta) > maxE2BMetadata {
-		return errdefs.Publicf("metadata is %d bytes, more than %d: %w", len(meta), maxE2BMetadata, errdefs.ErrInvalidArgument)
+	envs, err := json.Marshal(sb.Envs)
+	if err != nil {
+		return fmt.Errorf("encoding e2b envs: %w", err)
+	}
+	if len(meta) > maxE2BMetadata || len(envs) > maxE2BMetadata {
+		return errdefs.Publicf("metadata or envs of more than %d bytes: %w", maxE2BMetadata, errdefs.ErrInvalidArgument)
 	}
 	if sb.EndAt.IsZero() {
 		return errdefs.Publicf("an e2b sandbox needs its end: %w", errdefs.ErrInvalidArgument)
@@ -59,8 +69,8 @@ func (s *Store) PutE2BSandbox(ctx context.Context, sb store.E2BSandbox) error {
 		sb.CreatedAt = s.clock()
 	}
 	return s.inTx(ctx, func(q Querier) error {
-		_, err := q.Exec(ctx, `INSERT INTO e2b_sandboxes (`+e2bCols+`) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)`,
-			sb.SessionID, sb.WorkspaceID, sb.KeyID, sb.Role, sb.Template, string(meta), s.tm(sb.EndAt), s.tm(sb.CreatedAt))
+		_, err := q.Exec(ctx, `INSERT INTO e2b_sandboxes (`+e2bCols+`) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)`,
+			sb.SessionID, sb.WorkspaceID, sb.KeyID, sb.Role, sb.Template, string(meta), string(envs), s.tm(sb.EndAt), s.tm(sb.CreatedAt))
 		return err
 	})
 }
@@ -99,7 +109,23 @@ func (s *Store) ListE2BSandboxes(ctx context.Context, workspaceID string, limit 
 	if limit <= 0 || limit > 1000 {
 		limit = 1000
 	}
-	rows, err := s.b.Reader().Query(ctx, `SELECT `+e2bCols+` FROM e2b_sandboxes WHERE workspace_id = $1 ORDER BY created_at DESC, session_id DESC LIMIT $2`, workspaceID, limit)
+	return s.e2bRows(ctx, `SELECT `+e2bCols+` FROM e2b_sandboxes WHERE workspace_id = $1 ORDER BY created_at DESC, session_id DESC LIMIT $2`, workspaceID, limit)
+}
+
+// DueE2BSandboxes implements store.E2BSandboxes.
+func (s *Store) DueE2BSandboxes(ctx context.Context, at time.Time, limit int) ([]store.E2BSandbox, error) {
+	if limit <= 0 || limit > 1000 {
+		limit = 1000
+	}
+	return s.e2bRows(ctx, `SELECT `+e2bQualified+` FROM e2b_sandboxes e JOIN sessions s ON s.id = e.session_id
+		WHERE e.end_at <= $1 AND s.state = 'active' ORDER BY e.end_at LIMIT $2`, s.tm(at), limit)
+}
+
+// e2bQualified is e2bCols qualified by the table's alias e.
+const e2bQualified = `e.session_id, e.workspace_id, e.key_id, e.role, e.template, e.metadata, e.envs, e.end_at, e.created_at`
+
+func (s *Store) e2bRows(ctx context.Context, query string, args ...any) ([]store.E2BSandbox, error) {
+	rows, err := s.b.Reader().Query(ctx, query, args...)
 	if err != nil {
 		return nil, fmt.Errorf("listing e2b sandboxes: %w", s.classify(err))
 	}

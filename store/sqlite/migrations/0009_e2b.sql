@@ -1,5 +1,5 @@
 -- The E2B facts of a session opened through the E2B wire (package e2b):
--- the template it was asked for, its metadata, and the end E2B's timeout
+-- the template it was asked for, its metadata and environment, the end E2B's timeout
 -- sets (setTimeout moves it), with the key that created it, which the
 -- data plane acts as. A row lives as long as its session's.
 
@@ -10,7 +10,9 @@ CREATE TABLE e2b_sandboxes (
 	role         TEXT NOT NULL,
 	template     TEXT NOT NULL,
 	metadata     TEXT NOT NULL,
+	envs         TEXT NOT NULL,
 	end_at       INTEGER NOT NULL,
 	created_at   INTEGER NOT NULL
 ) STRICT;
 CREATE INDEX e2b_sandboxes_workspace ON e2b_sandboxes (workspace_id, created_at);
+CREATE INDEX e2b_sandboxes_end ON e2b_sandboxes (end_at);
