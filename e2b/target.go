@@ -23,6 +23,9 @@ type Target struct {
 	SessionID string               // the Stockade session behind it
 	Principal capability.Principal // who created it (its agent key)
 	Runtime   string               // the session's runtime ("python", ...)
+	// Envs is the environment the sandbox was created with (envVars),
+	// which its commands and cells get.
+	Envs map[string]string
 }
 
 type targetKey struct{}

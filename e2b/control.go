@@ -1,0 +1,560 @@
+package e2b
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/stockade-sh/stockade/capability"
+	"github.com/stockade-sh/stockade/errdefs"
+	"github.com/stockade-sh/stockade/model"
+	"github.com/stockade-sh/stockade/store"
+)
+
+// maxBody bounds a control-plane request's body.
+const maxBody = 1 << 20
+
+// defaultTimeout is an E2B sandbox's timeout when the request names none
+// (the SDKs' DEFAULT_SANDBOX_TIMEOUT_MS).
+const defaultTimeout = 300 * time.Second
+
+// newSandbox is the body of POST /sandboxes and /v2/sandboxes: the
+// fields this server reads (others, such as mcp or volumeMounts, are
+// ignored).
+type newSandbox struct {
+	TemplateID string            `json:"templateID"`
+	Metadata   map[string]string `json:"metadata"`
+	EnvVars    map[string]string `json:"envVars"`
+	// Timeout is in seconds.
+	Timeout             *int64 `json:"timeout"`
+	AllowInternetAccess *bool  `json:"allow_internet_access"`
+	AutoPause           *bool  `json:"autoPause"`
+}
+
+// sandboxAnswer is E2B's Sandbox: the answer of a create or connect.
+type sandboxAnswer struct {
+	TemplateID         string  `json:"templateID"`
+	SandboxID          string  `json:"sandboxID"`
+	Alias              string  `json:"alias,omitempty"`
+	ClientID           string  `json:"clientID"`
+	EnvdVersion        string  `json:"envdVersion"`
+	EnvdAccessToken    string  `json:"envdAccessToken"`
+	TrafficAccessToken string  `json:"trafficAccessToken"`
+	Domain             *string `json:"domain"`
+}
+
+// listedSandbox is E2B's ListedSandbox, and with the token its
+// SandboxDetail.
+type listedSandbox struct {
+	TemplateID          string            `json:"templateID"`
+	SandboxID           string            `json:"sandboxID"`
+	Alias               string            `json:"alias,omitempty"`
+	ClientID            string            `json:"clientID"`
+	StartedAt           time.Time         `json:"startedAt"`
+	EndAt               time.Time         `json:"endAt"`
+	CPUCount            int               `json:"cpuCount"`
+	MemoryMB            int               `json:"memoryMB"`
+	DiskSizeMB          int               `json:"diskSizeMB"`
+	Metadata            map[string]string `json:"metadata"`
+	State               string            `json:"state"`
+	EnvdVersion         string            `json:"envdVersion"`
+	EnvdAccessToken     string            `json:"envdAccessToken,omitempty"`
+	AllowInternetAccess *bool             `json:"allowInternetAccess,omitempty"`
+	Domain              *string           `json:"domain"`
+}
+
+// clientID is the clientID of every answer: E2B's names the node that
+// runs the sandbox; here there is one.
+const clientID = "stockade"
+
+func (s *Server) routeControl() {
+	m := s.ctl
+	m.HandleFunc("POST /sandboxes", s.authed(s.create))
+	m.HandleFunc("POST /v2/sandboxes", s.authed(s.create))
+	m.HandleFunc("GET /sandboxes", s.authed(s.listV1))
+	m.HandleFunc("GET /v2/sandboxes", s.authed(s.listV2))
+	m.HandleFunc("GET /sandboxes/{id}", s.authed(s.get))
+	m.HandleFunc("DELETE /sandboxes/{id}", s.authed(s.kill))
+	m.HandleFunc("POST /sandboxes/{id}/timeout", s.authed(s.setTimeout))
+	m.HandleFunc("POST /sandboxes/{id}/refreshes", s.authed(s.refresh))
+	m.HandleFunc("POST /sandboxes/{id}/pause", s.authed(s.pause))
+	m.HandleFunc("POST /sandboxes/{id}/resume", s.authed(s.connect))
+	m.HandleFunc("POST /sandboxes/{id}/connect", s.authed(s.connect))
+	m.HandleFunc("POST /v2/sandboxes/{id}/connect", s.authed(s.connect))
+	m.HandleFunc("GET /sandboxes/{id}/metrics", s.authed(s.metrics))
+	m.HandleFunc("GET /sandboxes/metrics", s.authed(s.allMetrics))
+	m.HandleFunc("GET /sandboxes/{id}/logs", s.authed(s.logs))
+	m.HandleFunc("GET /v2/sandboxes/{id}/logs", s.authed(s.logs))
+	m.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, http.StatusNotFound, "this server has no "+r.Method+" "+quote(r.URL.Path))
+	})
+}
+
+// authed authenticates the X-API-Key (a Stockade agent key) of a
+// control-plane request: none or a bad one is 401.
+func (s *Server) authed(h func(http.ResponseWriter, *http.Request, capability.Principal)) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		key := r.Header.Get("X-API-Key")
+		if key == "" {
+			if a, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer "); ok {
+				key = a
+			}
+		}
+		if key == "" {
+			writeError(w, http.StatusUnauthorized, "an API key (X-API-Key) is required")
+			return
+		}
+		p, err := s.svc.Authenticate(r.Context(), key)
+		if err != nil {
+			if statusOf(err) >= 500 {
+				s.fail(w, r, err)
+				return
+			}
+			writeError(w, http.StatusUnauthorized, "invalid API key")
+			return
+		}
+		h(w, r, p)
+	}
+}
+
+// decode reads a JSON body of at most maxBody into v; an empty body
+// leaves v as it is.
+func decode(r *http.Request, v any) error {
+	b, err := io.ReadAll(io.LimitReader(r.Body, maxBody+1))
+	if err != nil {
+		return errdefs.Publicf("reading the request: %w", errdefs.ErrInvalidArgument)
+	}
+	if len(b) > maxBody {
+		return errdefs.Publicf("a request body of more than %d bytes: %w", maxBody, errdefs.ErrTooLarge)
+	}
+	if len(strings.TrimSpace(string(b))) == 0 {
+		return nil
+	}
+	if err := json.Unmarshal(b, v); err != nil {
+		return errdefs.Publicf("the request is not valid JSON: %v: %w", err, errdefs.ErrInvalidArgument)
+	}
+	return nil
+}
+
+// runtimeOf maps a template name onto a runtime and tool: base and the
+// code interpreter's templates are the python runtime on the default
+// tool; node and shell their runtimes; any other name a tool of that
+// name, in python.
+func runtimeOf(template string) (runtime, tool string) {
+	switch template {
+	case "", "base", "code-interpreter-v1", "code-interpreter", "code-interpreter-beta", "python":
+		return "python", ""
+	case "node", "shell":
+		return template, ""
+	}
+	return "python", template
+}
+
+// secondsOf is a timeout in seconds as a duration, refusing what is out
+// of range.
+func secondsOf(n int64, ceiling time.Duration) (time.Duration, error) {
+	if n < 0 || n > int64(ceiling/time.Second) {
+		return 0, errdefs.Publicf("timeout %d s is out of range: 0 to %d: %w", n, int64(ceiling/time.Second), errdefs.ErrInvalidArgument)
+	}
+	return time.Duration(n) * time.Second, nil
+}
+
+func (s *Server) create(w http.ResponseWriter, r *http.Request, p capability.Principal) {
+	var req newSandbox
+	if err := decode(r, &req); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	timeout := defaultTimeout
+	if req.Timeout != nil {
+		d, err := secondsOf(*req.Timeout, s.o.TTL)
+		if err != nil {
+			s.fail(w, r, err)
+			return
+		}
+		timeout = d
+	}
+	template := req.TemplateID
+	if template == "" {
+		template = "base"
+	}
+	rt, tool := runtimeOf(template)
+	// E2B's sandboxes reach the internet unless asked not to; here a
+	// sandbox has a network only when it asks (allow_internet_access:
+	// true), and the policy and the tool's egress record decide.
+	network := "deny"
+	if req.AllowInternetAccess != nil && *req.AllowInternetAccess {
+		network = "allow"
+	}
+	created, err := s.svc.CreateSession(r.Context(), p, capability.CreateSessionRequest{Runtime: rt, Tool: tool, Network: network,
+		TTLMS: s.o.TTL.Milliseconds(), IdleTimeoutMS: s.o.IdleTimeout.Milliseconds()}, capability.CreateSessionOptions{})
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	ss := created.Session
+	rec := store.E2BSandbox{SessionID: ss.ID, WorkspaceID: p.WorkspaceID, KeyID: p.KeyID, Role: string(p.Role), Template: template,
+		Metadata: req.Metadata, Envs: req.EnvVars, EndAt: minTime(s.o.Now().Add(timeout), ss.ExpiresAt), CreatedAt: ss.CreatedAt}
+	if err := s.st.PutE2BSandbox(r.Context(), rec); err != nil {
+		if _, cerr := s.svc.CloseSession(context.WithoutCancel(r.Context()), p, ss.ID); cerr != nil {
+			s.log.Error("e2b: closing a session whose sandbox was not recorded", "session", ss.ID, "err", cerr)
+		}
+		s.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusCreated, s.answer(rec))
+}
+
+func minTime(a, b time.Time) time.Time {
+	if b.IsZero() || a.Before(b) {
+		return a
+	}
+	return b
+}
+
+func (s *Server) answer(rec store.E2BSandbox) sandboxAnswer {
+	return sandboxAnswer{TemplateID: rec.Template, SandboxID: rec.SessionID, ClientID: clientID, EnvdVersion: EnvdVersion,
+		EnvdAccessToken: s.accessToken(rec.SessionID), TrafficAccessToken: s.trafficToken(rec.SessionID)}
+}
+
+// sandbox returns sandbox id of p's workspace and its session: another
+// workspace's, or one this server did not create, is ErrNotFound.
+func (s *Server) sandbox(ctx context.Context, p capability.Principal, id string) (store.E2BSandbox, model.Session, error) {
+	rec, err := s.st.GetE2BSandbox(ctx, id)
+	if err == nil && rec.WorkspaceID != p.WorkspaceID {
+		err = errdefs.Publicf("sandbox %q not found: %w", id, errdefs.ErrNotFound)
+	}
+	if err != nil {
+		return rec, model.Session{}, err
+	}
+	ss, err := s.svc.GetSession(ctx, p, id)
+	return rec, ss, err
+}
+
+// live is sandbox as sandbox(), refusing an ended one (ErrNotFound).
+func (s *Server) live(ctx context.Context, p capability.Principal, id string) (store.E2BSandbox, model.Session, error) {
+	rec, ss, err := s.sandbox(ctx, p, id)
+	if err == nil && ss.State == model.SessionEnded {
+		err = errdefs.Publicf("sandbox %q not found: it ended (%s): %w", id, ss.EndReason, errdefs.ErrNotFound)
+	}
+	return rec, ss, err
+}
+
+func stateOf(ss model.Session) string {
+	if ss.State == model.SessionPaused {
+		return "paused"
+	}
+	return "running"
+}
+
+func (s *Server) listed(rec store.E2BSandbox, ss model.Session, token bool) listedSandbox {
+	out := listedSandbox{TemplateID: rec.Template, SandboxID: rec.SessionID, ClientID: clientID, StartedAt: ss.CreatedAt, EndAt: rec.EndAt,
+		CPUCount: 1, MemoryMB: 512, Metadata: rec.Metadata, State: stateOf(ss), EnvdVersion: EnvdVersion, AllowInternetAccess: new(ss.Network)}
+	if out.Metadata == nil {
+		out.Metadata = map[string]string{}
+	}
+	if token {
+		out.EnvdAccessToken = s.accessToken(rec.SessionID)
+	}
+	return out
+}
+
+func (s *Server) get(w http.ResponseWriter, r *http.Request, p capability.Principal) {
+	rec, ss, err := s.live(r.Context(), p, r.PathValue("id"))
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, s.listed(rec, ss, true))
+}
+
+// listFilter is what a list asks for: metadata pairs all of which must
+// match, and the states (running, paused) to list.
+type listFilter struct {
+	metadata map[string]string
+	states   map[string]bool
+	limit    int
+}
+
+// parseList reads a list's query: metadata is itself a query string
+// (k=v&k2=v2, each part escaped), state repeated or comma-separated.
+func parseList(q url.Values, defStates ...string) (listFilter, error) {
+	f := listFilter{metadata: map[string]string{}, states: map[string]bool{}, limit: 1000}
+	if m := q.Get("metadata"); m != "" {
+		vs, err := url.ParseQuery(m)
+		if err != nil {
+			return f, errdefs.Publicf("metadata %q is not a query string: %w", m, errdefs.ErrInvalidArgument)
+		}
+		for k := range vs {
+			f.metadata[k] = vs.Get(k)
+		}
+	}
+	for _, v := range q["state"] {
+		for st := range strings.SplitSeq(v, ",") {
+			switch st {
+			case "running", "paused":
+				f.states[st] = true
+			case "":
+			default:
+				return f, errdefs.Publicf("state %q is not running or paused: %w", st, errdefs.ErrInvalidArgument)
+			}
+		}
+	}
+	if len(f.states) == 0 {
+		for _, st := range defStates {
+			f.states[st] = true
+		}
+	}
+	if l := q.Get("limit"); l != "" {
+		n, err := strconv.Atoi(l)
+		if err != nil || n < 1 || n > 1000 {
+			return f, errdefs.Publicf("limit %q is not 1 to 1000: %w", l, errdefs.ErrInvalidArgument)
+		}
+		f.limit = n
+	}
+	return f, nil
+}
+
+func (s *Server) listV1(w http.ResponseWriter, r *http.Request, p capability.Principal) {
+	s.list(w, r, p, "running")
+}
+
+func (s *Server) listV2(w http.ResponseWriter, r *http.Request, p capability.Principal) {
+	s.list(w, r, p, "running", "paused")
+}
+
+func (s *Server) list(w http.ResponseWriter, r *http.Request, p capability.Principal, defStates ...string) {
+	f, err := parseList(r.URL.Query(), defStates...)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	recs, err := s.st.ListE2BSandboxes(r.Context(), p.WorkspaceID, 1000)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	out := []listedSandbox{}
+	for _, rec := range recs {
+		if len(out) == f.limit {
+			break
+		}
+		if !matches(rec.Metadata, f.metadata) {
+			continue
+		}
+		ss, err := s.svc.GetSession(r.Context(), p, rec.SessionID)
+		if err != nil || ss.State == model.SessionEnded || !f.states[stateOf(ss)] {
+			continue
+		}
+		out = append(out, s.listed(rec, ss, false))
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+func matches(have, want map[string]string) bool {
+	for k, v := range want {
+		if hv, ok := have[k]; !ok || hv != v {
+			return false
+		}
+	}
+	return true
+}
+
+func (s *Server) kill(w http.ResponseWriter, r *http.Request, p capability.Principal) {
+	id := r.PathValue("id")
+	if _, _, err := s.live(r.Context(), p, id); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	if _, err := s.svc.CloseSession(r.Context(), p, id); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	s.procs.dropSandbox(id)
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// timeoutBody is the body of /timeout (timeout) and /refreshes
+// (duration), in seconds.
+type timeoutBody struct {
+	Timeout  *int64 `json:"timeout"`
+	Duration *int64 `json:"duration"`
+}
+
+func (s *Server) setTimeout(w http.ResponseWriter, r *http.Request, p capability.Principal) {
+	s.moveEnd(w, r, p, false)
+}
+
+func (s *Server) refresh(w http.ResponseWriter, r *http.Request, p capability.Principal) {
+	s.moveEnd(w, r, p, true)
+}
+
+// moveEnd sets a sandbox's end to now + the body's timeout (setTimeout
+// may shorten it; a refresh only extends it), within its session's TTL.
+func (s *Server) moveEnd(w http.ResponseWriter, r *http.Request, p capability.Principal, refresh bool) {
+	id := r.PathValue("id")
+	var body timeoutBody
+	if err := decode(r, &body); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	n := body.Timeout
+	if refresh {
+		n = body.Duration
+	}
+	d := defaultTimeout
+	if n != nil {
+		var err error
+		if d, err = secondsOf(*n, s.o.TTL); err != nil {
+			s.fail(w, r, err)
+			return
+		}
+	} else if !refresh {
+		s.fail(w, r, errdefs.Publicf("timeout is required: %w", errdefs.ErrInvalidArgument))
+		return
+	}
+	rec, ss, err := s.live(r.Context(), p, id)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	end := minTime(s.o.Now().Add(d), ss.ExpiresAt)
+	if refresh && end.Before(rec.EndAt) {
+		w.WriteHeader(http.StatusNoContent)
+		return
+	}
+	if err := s.st.SetE2BEndAt(r.Context(), p.WorkspaceID, id, end); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func (s *Server) pause(w http.ResponseWriter, r *http.Request, p capability.Principal) {
+	id := r.PathValue("id")
+	_, ss, err := s.live(r.Context(), p, id)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	if ss.State == model.SessionPaused {
+		writeError(w, http.StatusConflict, "sandbox "+id+" is already paused")
+		return
+	}
+	if _, err := s.svc.PauseSession(r.Context(), p, id); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	// Streams in flight end with the sandbox's sandbox; what was running
+	// is gone from the process list.
+	s.procs.dropSandbox(id)
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// connect answers a connect (v1, v2) or a resume: a paused sandbox is
+// resumed (201), a running one answered as it is (200); the body's
+// timeout, if any, sets its end, and a resumed one lives at least the
+// default timeout.
+func (s *Server) connect(w http.ResponseWriter, r *http.Request, p capability.Principal) {
+	id := r.PathValue("id")
+	var body timeoutBody
+	if err := decode(r, &body); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	rec, ss, err := s.live(r.Context(), p, id)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	status := http.StatusOK
+	if ss.State == model.SessionPaused {
+		if ss, err = s.svc.ResumeSession(r.Context(), p, id); err != nil {
+			s.fail(w, r, err)
+			return
+		}
+		status = http.StatusCreated
+	}
+	var end time.Time
+	switch {
+	case body.Timeout != nil:
+		d, err := secondsOf(*body.Timeout, s.o.TTL)
+		if err != nil {
+			s.fail(w, r, err)
+			return
+		}
+		end = s.o.Now().Add(d)
+	case status == http.StatusCreated && rec.EndAt.Before(s.o.Now().Add(defaultTimeout)):
+		end = s.o.Now().Add(defaultTimeout)
+	}
+	if !end.IsZero() {
+		if err := s.st.SetE2BEndAt(r.Context(), p.WorkspaceID, id, minTime(end, ss.ExpiresAt)); err != nil {
+			s.fail(w, r, err)
+			return
+		}
+	}
+	writeJSON(w, status, s.answer(rec))
+}
+
+// metrics answers a sandbox's metrics: none are sampled per sandbox
+// here, so an empty list (the SDK's answer for a sandbox without any).
+func (s *Server) metrics(w http.ResponseWriter, r *http.Request, p capability.Principal) {
+	if _, _, err := s.live(r.Context(), p, r.PathValue("id")); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, []struct{}{})
+}
+
+func (s *Server) allMetrics(w http.ResponseWriter, r *http.Request, p capability.Principal) {
+	writeJSON(w, http.StatusOK, map[string]any{"sandboxes": map[string]any{}})
+}
+
+// logs answers a sandbox's logs: its output is in its cells' records
+// (the Stockade API), not in a log here.
+func (s *Server) logs(w http.ResponseWriter, r *http.Request, p capability.Principal) {
+	if _, _, err := s.sandbox(r.Context(), p, r.PathValue("id")); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"logs": []any{}, "logEntries": []any{}})
+}
+
+// Run ends, every second until ctx ends, the sandboxes past their E2B
+// timeout: their sessions close, as E2B kills a sandbox at its timeout.
+func (s *Server) Run(ctx context.Context) {
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		s.sweep(ctx)
+	}
+}
+
+// sweep closes the sessions of the sandboxes past their end.
+func (s *Server) sweep(ctx context.Context) {
+	due, err := s.st.DueE2BSandboxes(ctx, s.o.Now(), 100)
+	if err != nil {
+		if ctx.Err() == nil {
+			s.log.Warn("e2b: listing the sandboxes past their timeout", "err", err)
+		}
+		return
+	}
+	for _, rec := range due {
+		if _, err := s.svc.CloseSession(ctx, principalOf(rec), rec.SessionID); err != nil && !errdefs.IsNotFound(err) && !errdefs.IsGone(err) {
+			s.log.Warn("e2b: ending a sandbox past its timeout", "sandbox", rec.SessionID, "err", err)
+			continue
+		}
+		s.procs.dropSandbox(rec.SessionID)
+		s.log.Info("e2b: sandbox ended at its timeout", "sandbox", rec.SessionID)
+	}
+}
