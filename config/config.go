@@ -167,6 +167,19 @@ type Config struct {
 	Analytics Analytics `yaml:"analytics"`
 	// Sessions bounds the stateful sessions (the daemon only).
 	Sessions Sessions `yaml:"sessions"`
+	// E2B serves the wire of E2B's SDKs (package e2b); off unless its
+	// listen address is set.
+	E2B E2B `yaml:"e2b"`
+}
+
+// E2B configures the E2B-compatible listener: one address serves the
+// control plane (E2B_API_URL) and the sandboxes' envd and code
+// interpreter (E2B_SANDBOX_URL), routed by the E2b-Sandbox-Id and
+// E2b-Sandbox-Port headers.
+type E2B struct {
+	// Listen is its TCP address, e.g. 127.0.0.1:3000; empty (the
+	// default, DefaultE2BListen) serves no E2B wire.
+	Listen string `yaml:"listen"`
 }
 
 // Sessions bounds the stateful sessions:

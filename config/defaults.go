@@ -154,3 +154,7 @@ const DefaultMaxForks = 16
 // DefaultSnapshotTTL is sessions.snapshot_ttl's default: how long a
 // session's snapshot is kept unless it is deleted first.
 const DefaultSnapshotTTL = 24 * time.Hour
+
+// DefaultE2BListen is the E2B listener's address by default: none (the
+// E2B wire is off).
+const DefaultE2BListen = ""

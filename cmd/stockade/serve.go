@@ -111,6 +111,7 @@ func serveFlags() (*flag.FlagSet, *config.Config, func([]string) ([]string, erro
 	fs.StringVar(&cfg.MCP.ApprovalURL, "mcp-approval-url", cfg.MCP.ApprovalURL, "the page of approval {id} that MCP clients are shown, relative to the daemon's URL unless absolute")
 	analyticsFlags(fs, &cfg.Analytics)
 	sessionFlags(fs, &cfg.Sessions)
+	fs.StringVar(&cfg.E2B.Listen, "e2b-listen", cfg.E2B.Listen, "serve the E2B SDKs' wire (control plane and sandboxes) on this address; empty: off")
 	fs.BoolVar(&cfg.BehindTLS, "behind-tls", cfg.BehindTLS, "clients reach the daemon through a proxy that terminates TLS: the console's cookies are marked Secure")
 	return fs, cfg, load
 }
@@ -235,6 +236,13 @@ func serve(ctx context.Context, listen, db string, cfg config.Config) error {
 		IdleTimeout: cfg.IdleTimeout, ReadHeaderTimeout: cfg.HeaderTimeout,
 		BaseContext: func(net.Listener) context.Context { return reqCtx },
 	}
+	// The E2B wire (e2b.listen), off by default; its interpreter is
+	// mounted here once package e2b has one (e2b.NewInterpreter).
+	stopE2B, err := serveE2B(reqCtx, cfg, svc, st, nil, log)
+	if err != nil {
+		return err
+	}
+	defer stopE2B()
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(api.LimitListener(ln, cfg.MaxConnections, metrics)) }()
 	log.Info("stockade serving", "listen", ln.Addr().String(), "db", redact(db), "default_driver", eng.DefaultDriver())
