@@ -190,6 +190,7 @@ func (s *cells) runCommand(ctx context.Context, e model.Execution, live *liveSes
 	if err != nil {
 		// It could not start: a bad request, another command running, or
 		// the sandbox is gone (which the next cell finds).
+		s.log.Warn("a command cell could not start", "execution", e.ID, "session", req.SessionID, "err", err)
 		end(LaunchFailed{Err: err, At: at})
 		return
 	}

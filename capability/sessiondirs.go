@@ -103,4 +103,3 @@ func (s *Service) MoveFile(ctx context.Context, p Principal, id, from, to string
 	}
 	return out, nil
 }
-

@@ -371,11 +371,13 @@ func (s *Server) kill(w http.ResponseWriter, r *http.Request, p capability.Princ
 		s.fail(w, r, err)
 		return
 	}
+	// The streams in flight are cut first: they end with an error, not
+	// with the end of the commands the kill ends.
+	s.procs.dropSandbox(id)
 	if _, err := s.svc.CloseSession(r.Context(), p, id); err != nil {
 		s.fail(w, r, err)
 		return
 	}
-	s.procs.dropSandbox(id)
 	w.WriteHeader(http.StatusNoContent)
 }
 
@@ -446,13 +448,13 @@ func (s *Server) pause(w http.ResponseWriter, r *http.Request, p capability.Prin
 		writeError(w, http.StatusConflict, "sandbox "+id+" is already paused")
 		return
 	}
+	// Streams in flight are cut, and what runs is gone from the process
+	// list: a paused sandbox runs nothing.
+	s.procs.dropSandbox(id)
 	if _, err := s.svc.PauseSession(r.Context(), p, id); err != nil {
 		s.fail(w, r, err)
 		return
 	}
-	// Streams in flight end with the sandbox's sandbox; what was running
-	// is gone from the process list.
-	s.procs.dropSandbox(id)
 	w.WriteHeader(http.StatusNoContent)
 }
 

@@ -209,7 +209,10 @@ func (s *Server) multipartUpload(body io.Reader, boundary, query string, put fun
 		}
 		p := query
 		if p == "" {
-			p = part.FileName()
+			// The part's file name is the file's path: read it whole
+			// (Part.FileName keeps only its base).
+			_, params, _ := mime.ParseMediaType(part.Header.Get("Content-Disposition"))
+			p = params["filename"]
 		}
 		err = put(p, part)
 		_ = part.Close()

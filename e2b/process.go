@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/stockade-sh/stockade/capability"
+	"github.com/stockade-sh/stockade/engine"
 	"github.com/stockade-sh/stockade/errdefs"
 	"github.com/stockade-sh/stockade/model"
 )
@@ -419,6 +420,10 @@ func (s *Server) finish(st *stream, t Target, p *proc) {
 	}
 	var doc capability.CommandResultDoc
 	_ = json.Unmarshal(ex.Result, &doc)
+	if doc.EndedBy == engine.EndedBySessionEnd || doc.EndedBy == engine.EndedByShutdown {
+		st.end(&rpcError{Code: "unavailable", Message: "the sandbox ended while the command ran (execution " + ex.ID + ")"})
+		return
+	}
 	end := map[string]any{"exited": doc.ExitCode >= 0, "exitCode": doc.ExitCode, "status": "exit status " + strconv.Itoa(doc.ExitCode)}
 	switch {
 	case ex.Status == model.StatusTimedOut:

@@ -92,7 +92,9 @@ func (s *Session) Command(ctx context.Context, req CommandRequest) (*sandbox.Res
 	if timeout <= 0 {
 		timeout = s.Limits.Timeout
 	}
-	ex, err := s.sb.Start(ctx, sandbox.ExecRequest{Argv: commandArgv(req.Argv, cwd), Env: env, StdinStream: req.Stdin,
+	// An Exec carries a file: an empty one, which the command does not
+	// read.
+	ex, err := s.sb.Start(ctx, sandbox.ExecRequest{File: sandbox.File{Name: "stockade-command"}, Argv: commandArgv(req.Argv, cwd), Env: env, StdinStream: req.Stdin,
 		Timeout: timeout, OnOutput: req.OnOutput})
 	if err != nil {
 		if errdefs.IsConflict(err) {

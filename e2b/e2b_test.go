@@ -1,0 +1,340 @@
+package e2b_test
+
+import (
+	"bytes"
+	"compress/gzip"
+	"encoding/json"
+	"mime/multipart"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/stockade-sh/stockade/e2b"
+	"github.com/stockade-sh/stockade/store"
+)
+
+// TestControlPlaneRefusals checks what runs no sandbox: the key, the
+// error shape of unknown sandboxes and routes, and the data plane of an
+// unknown sandbox.
+func TestControlPlaneRefusals(t *testing.T) {
+	e := newEnv(t, envOptions{})
+	for _, c := range []struct {
+		name, method, path string
+		hdr                []string
+		want               int
+	}{
+		{"no key", "GET", "/v2/sandboxes", nil, http.StatusUnauthorized},
+		{"bad key", "GET", "/v2/sandboxes", []string{"X-API-Key", "sk_nope"}, http.StatusUnauthorized},
+		{"unknown sandbox", "GET", "/sandboxes/ses_0123", []string{"X-API-Key", e.agent}, http.StatusNotFound},
+		{"kill unknown", "DELETE", "/sandboxes/ses_0123", []string{"X-API-Key", e.agent}, http.StatusNotFound},
+		{"connect unknown", "POST", "/v2/sandboxes/ses_0123/connect", []string{"X-API-Key", e.agent}, http.StatusNotFound},
+		{"unknown route", "GET", "/nope", []string{"X-API-Key", e.agent}, http.StatusNotFound},
+		{"bad state", "GET", "/v2/sandboxes?state=gone", []string{"X-API-Key", e.agent}, http.StatusBadRequest},
+		{"data plane of an unknown sandbox", "GET", "/health", []string{"E2b-Sandbox-Id", "ses_0123", "E2b-Sandbox-Port", e2b.EnvdPort}, http.StatusBadGateway},
+		{"unknown port", "GET", "/health", []string{"E2b-Sandbox-Id", "ses_0123", "E2b-Sandbox-Port", "8080"}, http.StatusBadGateway},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			r := e.do(c.method, c.path, nil, c.hdr...)
+			if r.code != c.want {
+				t.Fatalf("%s %s: %d %s, want %d", c.method, c.path, r.code, r.body, c.want)
+			}
+			errorBody(t, r)
+		})
+	}
+	// An empty list is a list.
+	r := e.api("GET", "/v2/sandboxes", nil)
+	if r.code != http.StatusOK || string(bytes.TrimSpace(r.body)) != "[]" {
+		t.Errorf("list: %d %s, want 200 []", r.code, r.body)
+	}
+}
+
+// TestSandbox drives one sandbox through the wire the SDKs speak:
+// create, get, list by metadata, envd's files and filesystem services, a
+// command cell streamed (stdout, exit code 3), its tool_calls row and
+// credits, a Connect-Timeout-Ms that ends a command, another workspace's
+// 404s, kill, and the 502 of the data plane after it.
+func TestSandbox(t *testing.T) {
+	e := newEnv(t, envOptions{sandboxes: true})
+	sb := e.create(map[string]any{"templateID": "base", "metadata": map[string]string{"suite": "e2b", "n": "1"},
+		"envVars": map[string]string{"GREETING": "hello"}, "timeout": 600})
+
+	t.Run("get and list", func(t *testing.T) {
+		r := e.api("GET", "/sandboxes/"+sb.ID, nil)
+		var got struct {
+			SandboxID, State, EnvdAccessToken string
+			Metadata                          map[string]string
+		}
+		r.json(t, &got)
+		if r.code != 200 || got.SandboxID != sb.ID || got.State != "running" || got.EnvdAccessToken != sb.Token || got.Metadata["suite"] != "e2b" {
+			t.Errorf("get: %d %s", r.code, r.body)
+		}
+		for _, c := range []struct {
+			query string
+			want  int
+		}{{"?metadata=suite%3De2b", 1}, {"?metadata=suite%3Dother", 0}, {"?state=paused", 0}, {"?state=running,paused", 1}} {
+			var l []struct{ SandboxID string }
+			r := e.api("GET", "/v2/sandboxes"+c.query, nil)
+			r.json(t, &l)
+			if len(l) != c.want {
+				t.Errorf("list %s: %s, want %d", c.query, r.body, c.want)
+			}
+		}
+		// The token is stable across a connect of a running sandbox.
+		r = e.api("POST", "/v2/sandboxes/"+sb.ID+"/connect", map[string]any{"timeout": 600})
+		var c struct{ EnvdAccessToken string }
+		r.json(t, &c)
+		if r.code != 200 || c.EnvdAccessToken != sb.Token {
+			t.Errorf("connect: %d %s, want 200 and the create's token", r.code, r.body)
+		}
+	})
+
+	t.Run("other workspace", func(t *testing.T) {
+		ws, err := e.st.CreateWorkspace(t.Context(), "other", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		key := e.newKey(ws.ID)
+		for _, m := range []string{"GET", "DELETE"} {
+			r := e.do(m, "/sandboxes/"+sb.ID, nil, "X-API-Key", key)
+			if r.code != http.StatusNotFound {
+				t.Errorf("%s by another workspace: %d %s, want 404", m, r.code, r.body)
+			}
+			errorBody(t, r)
+		}
+		// The data plane without the sandbox's token is refused.
+		r := e.do("GET", "/health", nil, "E2b-Sandbox-Id", sb.ID, "E2b-Sandbox-Port", e2b.EnvdPort, "X-Access-Token", "wrong")
+		if r.code != http.StatusUnauthorized {
+			t.Errorf("health with a wrong token: %d, want 401", r.code)
+		}
+	})
+
+	t.Run("files", func(t *testing.T) {
+		if r := e.envd(sb, "GET", "/health", nil); r.code != http.StatusNoContent {
+			t.Fatalf("health: %d %s", r.code, r.body)
+		}
+		// octet-stream, gzip
+		var gz bytes.Buffer
+		zw := gzip.NewWriter(&gz)
+		zw.Write([]byte("zipped\n"))
+		zw.Close()
+		r := e.envd(sb, "POST", "/files?path=/home/user/z.txt", gz.Bytes(), "Content-Type", "application/octet-stream", "Content-Encoding", "gzip")
+		var w []struct{ Name, Type, Path string }
+		r.json(t, &w)
+		if r.code != 200 || len(w) != 1 || w[0].Path != "/home/user/z.txt" || w[0].Type != "file" {
+			t.Fatalf("octet-stream upload: %d %s", r.code, r.body)
+		}
+		// multipart, two files named by their parts
+		var mp bytes.Buffer
+		mw := multipart.NewWriter(&mp)
+		for _, f := range []struct{ name, data string }{{"a.txt", "A"}, {"dir/b.txt", "B"}} {
+			pw, _ := mw.CreateFormFile("file", f.name)
+			pw.Write([]byte(f.data))
+		}
+		mw.Close()
+		r = e.envd(sb, "POST", "/files", mp.Bytes(), "Content-Type", mw.FormDataContentType())
+		r.json(t, &w)
+		if r.code != 200 || len(w) != 2 || w[1].Path != "/home/user/dir/b.txt" {
+			t.Fatalf("multipart upload: %d %s", r.code, r.body)
+		}
+		if r := e.envd(sb, "GET", "/files?path=z.txt", nil); r.code != 200 || string(r.body) != "zipped\n" {
+			t.Errorf("read z.txt: %d %q", r.code, r.body)
+		}
+		if r := e.envd(sb, "GET", "/files?path=/home/user/missing", nil); r.code != http.StatusNotFound {
+			t.Errorf("read a missing file: %d %s, want 404", r.code, r.body)
+		}
+		r = e.envd(sb, "POST", "/files?path=/etc/passwd", []byte("x"), "Content-Type", "application/octet-stream")
+		if r.code != http.StatusBadRequest || !contains(errorBody(t, r), "outside the sandbox's writable tree") {
+			t.Errorf("write outside the tree: %d %s, want 400 naming the writable tree", r.code, r.body)
+		}
+
+		// filesystem.Filesystem
+		r = e.rpc(sb, "filesystem.Filesystem/ListDir", map[string]any{"path": "/home/user", "depth": 2})
+		var l struct {
+			Entries []struct{ Name, Type, Path string }
+		}
+		r.json(t, &l)
+		names := map[string]string{}
+		for _, en := range l.Entries {
+			names[en.Path] = en.Type
+		}
+		if r.code != 200 || names["/home/user/a.txt"] != "FILE_TYPE_FILE" || names["/home/user/dir"] != "FILE_TYPE_DIRECTORY" || names["/home/user/dir/b.txt"] != "FILE_TYPE_FILE" {
+			t.Errorf("ListDir: %d %s", r.code, r.body)
+		}
+		if r := e.rpc(sb, "filesystem.Filesystem/MakeDir", map[string]any{"path": "new/deep"}); r.code != 200 {
+			t.Errorf("MakeDir: %d %s", r.code, r.body)
+		}
+		if r := e.rpc(sb, "filesystem.Filesystem/MakeDir", map[string]any{"path": "new/deep"}); r.code != http.StatusConflict || !contains(string(r.body), "already_exists") {
+			t.Errorf("MakeDir again: %d %s, want 409 already_exists", r.code, r.body)
+		}
+		if r := e.rpc(sb, "filesystem.Filesystem/Move", map[string]any{"source": "a.txt", "destination": "new/a.txt"}); r.code != 200 {
+			t.Errorf("Move: %d %s", r.code, r.body)
+		}
+		if r := e.rpc(sb, "filesystem.Filesystem/Stat", map[string]any{"path": "a.txt"}); r.code != http.StatusNotFound || !contains(string(r.body), "not_found") {
+			t.Errorf("Stat of the moved file: %d %s, want 404 not_found", r.code, r.body)
+		}
+		if r := e.rpc(sb, "filesystem.Filesystem/Remove", map[string]any{"path": "new/a.txt"}); r.code != 200 {
+			t.Errorf("Remove: %d %s", r.code, r.body)
+		}
+		if r := e.rpc(sb, "filesystem.Filesystem/Stat", map[string]any{"path": "/tmp"}); r.code != http.StatusBadRequest || !contains(string(r.body), "invalid_argument") {
+			t.Errorf("Stat outside the tree: %d %s, want 400 invalid_argument", r.code, r.body)
+		}
+		if r := e.rpc(sb, "filesystem.Filesystem/Nope", map[string]any{}); r.code != http.StatusNotImplemented || !contains(string(r.body), "unimplemented") {
+			t.Errorf("an unknown method: %d %s, want 501 unimplemented", r.code, r.body)
+		}
+	})
+
+	t.Run("commands", func(t *testing.T) {
+		before, err := e.st.GetCredits(t.Context(), e.ws.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		code, frames := e.stream(sb, "process.Process/Start", map[string]any{
+			"process": map[string]any{"cmd": "/bin/bash", "args": []string{"-l", "-c", "echo hi; echo $GREETING $FROM; pwd; echo err >&2; exit 3"},
+				"envs": map[string]string{"FROM": "cmd"}, "cwd": "/home/user/dir"}}, "Authorization", "Basic dXNlcjo=")
+		p := e.decodeProcess(frames)
+		if code != 200 || len(p.kinds) < 2 || p.kinds[0] != "start" || p.kinds[len(p.kinds)-1] != "end" {
+			t.Fatalf("Start: %d, events %v (%s)", code, p.kinds, p.endErr)
+		}
+		if p.stdout != "hi\nhello cmd\n/workspace/dir\n" || p.stderr != "err\n" || p.exitCode != 3 || p.endErr != "" {
+			t.Errorf("Start: stdout %q stderr %q exit %d end %q; want hi, the envs, the cwd, err, 3", p.stdout, p.stderr, p.exitCode, p.endErr)
+		}
+		after, err := e.st.GetCredits(t.Context(), e.ws.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if before.Available-after.Available != 2 {
+			t.Errorf("credits: %d then %d, want 2 charged for the command cell", before.Available, after.Available)
+		}
+		page, err := e.st.ListExecutions(t.Context(), e.ws.ID, store.ExecutionFilter{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(page.Items) != 1 || page.Items[0].SessionID != sb.ID || page.Items[0].Status != "failed" {
+			t.Errorf("executions: %+v, want the one command cell of the session, failed (exit 3)", page.Items)
+		}
+
+		// Connect-Timeout-Ms ends the process.
+		start := time.Now()
+		_, frames = e.stream(sb, "process.Process/Start", map[string]any{
+			"process": map[string]any{"cmd": "/bin/bash", "args": []string{"-c", "sleep 30"}}}, "Connect-Timeout-Ms", "1500")
+		p = e.decodeProcess(frames)
+		if !contains(p.endErr, "deadline_exceeded") || time.Since(start) > 20*time.Second {
+			t.Errorf("a command past its Connect-Timeout-Ms: events %v end %q after %v, want deadline_exceeded", p.kinds, p.endErr, time.Since(start))
+		}
+		// The sandbox runs the next command: the previous one ended.
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			_, frames = e.stream(sb, "process.Process/Start", map[string]any{"process": map[string]any{"cmd": "/bin/true"}})
+			if p = e.decodeProcess(frames); p.endErr == "" || time.Now().After(deadline) {
+				break
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+		if p.endErr != "" || p.exitCode != 0 {
+			t.Errorf("a command after the timed-out one: %v %q", p.kinds, p.endErr)
+		}
+		// A malformed envelope is a clear error.
+		r := e.envd(sb, "POST", "/process.Process/Start", []byte{0, 0, 0}, "Content-Type", "application/connect+json")
+		if !contains(string(r.body), "invalid_argument") {
+			t.Errorf("a cut envelope: %d %q, want invalid_argument", r.code, r.body)
+		}
+		if r := e.rpc(sb, "process.Process/SendSignal", map[string]any{"process": map[string]any{"pid": 1}, "signal": "SIGNAL_SIGKILL"}); r.code != http.StatusNotFound {
+			t.Errorf("signal to no process: %d %s, want 404 not_found", r.code, r.body)
+		}
+	})
+
+	t.Run("timeout", func(t *testing.T) {
+		r := e.api("POST", "/sandboxes/"+sb.ID+"/timeout", map[string]any{"timeout": 900})
+		if r.code != http.StatusNoContent {
+			t.Fatalf("timeout: %d %s", r.code, r.body)
+		}
+		rec, err := e.st.(store.E2BSandboxes).GetE2BSandbox(t.Context(), sb.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d := time.Until(rec.EndAt); d < 850*time.Second || d > 900*time.Second {
+			t.Errorf("end after setTimeout(900 s) is in %v", d)
+		}
+	})
+
+	t.Run("kill", func(t *testing.T) {
+		if r := e.api("DELETE", "/sandboxes/"+sb.ID, nil); r.code != http.StatusNoContent {
+			t.Fatalf("kill: %d %s", r.code, r.body)
+		}
+		if r := e.api("DELETE", "/sandboxes/"+sb.ID, nil); r.code != http.StatusNotFound {
+			t.Errorf("kill again: %d %s, want 404", r.code, r.body)
+		}
+		if r := e.api("GET", "/sandboxes/"+sb.ID, nil); r.code != http.StatusNotFound {
+			t.Errorf("get after kill: %d %s, want 404", r.code, r.body)
+		}
+		if r := e.envd(sb, "GET", "/health", nil); r.code != http.StatusBadGateway {
+			t.Errorf("health after kill: %d %s, want 502", r.code, r.body)
+		}
+	})
+	// The audit chain verifies after it all.
+	verifyChain(t, e)
+}
+
+// TestSandboxTimeoutEnds checks the sweep: a sandbox past its timeout
+// ends, as E2B kills it.
+func TestSandboxTimeoutEnds(t *testing.T) {
+	e := newEnv(t, envOptions{sandboxes: true})
+	sb := e.create(map[string]any{"timeout": 1})
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		r := e.api("GET", "/sandboxes/"+sb.ID, nil)
+		if r.code == http.StatusNotFound {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("a sandbox with a 1 s timeout is still there after 30 s: %d %s", r.code, r.body)
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+}
+
+// TestKillCutsStream checks that a command's stream in flight ends when
+// its sandbox is killed.
+func TestKillCutsStream(t *testing.T) {
+	e := newEnv(t, envOptions{sandboxes: true})
+	sb := e.create(nil)
+	done := make(chan processRun, 1)
+	go func() {
+		_, frames := e.stream(sb, "process.Process/Start", map[string]any{"process": map[string]any{"cmd": "/bin/sleep", "args": []string{"60"}}})
+		done <- e.decodeProcess(frames)
+	}()
+	// Kill once the command runs.
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		r := e.rpc(sb, "process.Process/List", map[string]any{})
+		var l struct{ Processes []json.RawMessage }
+		r.json(t, &l)
+		if len(l.Processes) == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the command never showed in List: %s", r.body)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if r := e.api("DELETE", "/sandboxes/"+sb.ID, nil); r.code != http.StatusNoContent {
+		t.Fatalf("kill: %d %s", r.code, r.body)
+	}
+	select {
+	case p := <-done:
+		if p.endErr == "" {
+			t.Errorf("the stream of a killed sandbox ended without an error: %v", p.kinds)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("the stream of a killed sandbox is still open after 20 s")
+	}
+}
+
+// verifyChain checks the workspace's audit chain.
+func verifyChain(t *testing.T, e *env) {
+	t.Helper()
+	ok, broken, err := e.st.VerifyChain(t.Context(), e.ws.ID)
+	if err != nil || !ok {
+		t.Errorf("audit chain: ok %v, broken at %+v, err %v", ok, broken, err)
+	}
+}
