@@ -338,3 +338,44 @@ func verifyChain(t *testing.T, e *env) {
 		t.Errorf("audit chain: ok %v, broken at %+v, err %v", ok, broken, err)
 	}
 }
+
+// TestPauseConnect pauses a gVisor sandbox and connects to it again: a
+// second pause is 409, the paused sandbox's data plane 502, the list
+// shows it paused, connect resumes it (201) with the same token, and its
+// files and commands work again.
+func TestPauseConnect(t *testing.T) {
+	e := newEnv(t, envOptions{sandboxes: true, gvisor: true})
+	sb := e.create(nil)
+	if r := e.envd(sb, "POST", "/files?path=kept.txt", []byte("kept"), "Content-Type", "application/octet-stream"); r.code != 200 {
+		t.Fatalf("write: %d %s", r.code, r.body)
+	}
+	if r := e.api("POST", "/sandboxes/"+sb.ID+"/pause", nil); r.code != http.StatusNoContent {
+		t.Fatalf("pause: %d %s", r.code, r.body)
+	}
+	if r := e.api("POST", "/sandboxes/"+sb.ID+"/pause", nil); r.code != http.StatusConflict {
+		t.Errorf("pause of a paused sandbox: %d %s, want 409", r.code, r.body)
+	} else {
+		errorBody(t, r)
+	}
+	if r := e.envd(sb, "GET", "/health", nil); r.code != http.StatusBadGateway {
+		t.Errorf("health of a paused sandbox: %d %s, want 502", r.code, r.body)
+	}
+	var l []struct{ SandboxID, State string }
+	e.api("GET", "/v2/sandboxes?state=paused", nil).json(t, &l)
+	if len(l) != 1 || l[0].State != "paused" {
+		t.Errorf("list of paused sandboxes: %+v", l)
+	}
+	r := e.api("POST", "/v2/sandboxes/"+sb.ID+"/connect", map[string]any{"timeout": 300})
+	var c struct{ EnvdAccessToken string }
+	r.json(t, &c)
+	if r.code != http.StatusCreated || c.EnvdAccessToken != sb.Token {
+		t.Fatalf("connect to a paused sandbox: %d %s, want 201 and the first token", r.code, r.body)
+	}
+	if r := e.envd(sb, "GET", "/files?path=kept.txt", nil); r.code != 200 || string(r.body) != "kept" {
+		t.Errorf("read after resume: %d %q", r.code, r.body)
+	}
+	_, frames := e.stream(sb, "process.Process/Start", map[string]any{"process": map[string]any{"cmd": "/bin/bash", "args": []string{"-l", "-c", "cat kept.txt"}}})
+	if p := e.decodeProcess(frames); p.stdout != "kept" || p.exitCode != 0 || p.endErr != "" {
+		t.Errorf("a command after resume: %+v", p)
+	}
+}

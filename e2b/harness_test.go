@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/stockade-sh/stockade/capability"
+	"github.com/stockade-sh/stockade/driver/gvisor"
 	"github.com/stockade-sh/stockade/driver/runc"
 	"github.com/stockade-sh/stockade/e2b"
 	"github.com/stockade-sh/stockade/engine"
@@ -51,6 +52,8 @@ type envOptions struct {
 	policy func(*model.Policy)
 	// ttl is the sessions' TTL ceiling; zero is an hour.
 	ttl time.Duration
+	// gvisor runs the sessions on gVisor, which can pause them.
+	gvisor bool
 }
 
 func newEnv(t *testing.T, o envOptions) *env {
@@ -77,7 +80,18 @@ func newEnv(t *testing.T, o envOptions) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	eng, err := engine.New(map[string]sandbox.Driver{"runc": d}, "runc", image.Open(images), sandbox.DefaultLimits(), sandbox.DefaultCeiling(), engOpts...)
+	drivers, def := map[string]sandbox.Driver{"runc": d}, "runc"
+	so := capability.SessionOptions{}
+	if o.gvisor {
+		testenv.RequiresBinary(t, "runsc")
+		gv, err := gvisor.New(gvisor.Config{StateDir: t.TempDir(), GuestPath: testenv.Guest(t), Shim: testenv.Shim(t)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		drivers["gvisor"], def = gv, "gvisor"
+		so.CheckpointDir = filepath.Join(t.TempDir(), "checkpoints")
+	}
+	eng, err := engine.New(drivers, def, image.Open(images), sandbox.DefaultLimits(), sandbox.DefaultCeiling(), engOpts...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -85,7 +99,8 @@ func newEnv(t *testing.T, o envOptions) *env {
 	if ttl == 0 {
 		ttl = time.Hour
 	}
-	svc := capability.NewService(eng, st, capability.ServiceOptions{Sessions: capability.SessionOptions{TTL: ttl, MaxTTL: ttl}})
+	so.TTL, so.MaxTTL = ttl, ttl
+	svc := capability.NewService(eng, st, capability.ServiceOptions{Sessions: so})
 	if err := svc.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -111,7 +126,7 @@ func newEnv(t *testing.T, o envOptions) *env {
 	}
 	secret := make([]byte, 32)
 	_, _ = rand.Read(secret)
-	so := svc.Options().Sessions
+	so = svc.Options().Sessions
 	e.srv, err = e2b.New(svc, st.(e2b.Store), e2b.Options{Secret: secret, TTL: so.MaxTTL, IdleTimeout: so.MaxIdleTimeout})
 	if err != nil {
 		t.Fatal(err)
