@@ -38,6 +38,10 @@ type CommandRequest struct {
 	Stdin bool `json:"stdin,omitempty"`
 	// TimeoutMS bounds it within the policy's limit; zero is the tool's.
 	TimeoutMS int64 `json:"timeout_ms,omitempty"`
+	// TimeoutUpTo makes TimeoutMS the most the client waits rather than
+	// a bound it asks for: above the workspace's maximum it is lowered
+	// to it instead of refused (E2B's SDKs always send their own 60 s).
+	TimeoutUpTo bool `json:"timeout_up_to,omitempty"`
 }
 
 // maxArgv bounds a command's argv, in bytes all told.
@@ -120,6 +124,16 @@ func (s *cells) ExecCommand(ctx context.Context, p Principal, id string, req Com
 	}
 	defer done()
 	timeout := time.Duration(req.TimeoutMS) * time.Millisecond
+	if req.TimeoutUpTo && timeout > 0 {
+		pol, err := s.gate.st.GetPolicy(ctx, p.WorkspaceID)
+		if err != nil {
+			return nil, fmt.Errorf("loading workspace policy: %w", err)
+		}
+		d := policy.Decide(pol, policy.Request{Capability: contract.CodeExecute, Runtime: ss.Runtime}, s.runner.Ceiling().Timeout)
+		if d.MaxTimeout > 0 && timeout > d.MaxTimeout {
+			timeout, req.TimeoutMS = d.MaxTimeout, d.MaxTimeout.Milliseconds()
+		}
+	}
 	line := commandLine(req.Argv)
 	rec := &runRecord{g: s.gate, unit: "a command",
 		ne: store.NewExecution{ID: o.ExecutionID, WorkspaceID: p.WorkspaceID, KeyID: p.KeyID, Runtime: ss.Runtime, Tool: ss.Tool,

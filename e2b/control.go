@@ -74,8 +74,8 @@ const clientID = "stockade"
 
 func (s *Server) routeControl() {
 	m := s.ctl
-	m.HandleFunc("POST /sandboxes", s.authed(s.create))
-	m.HandleFunc("POST /v2/sandboxes", s.authed(s.create))
+	m.HandleFunc("POST /sandboxes", s.authed(func(w http.ResponseWriter, r *http.Request, p capability.Principal) { s.create(w, r, p, false) }))
+	m.HandleFunc("POST /v2/sandboxes", s.authed(func(w http.ResponseWriter, r *http.Request, p capability.Principal) { s.create(w, r, p, true) }))
 	m.HandleFunc("GET /sandboxes", s.authed(s.listV1))
 	m.HandleFunc("GET /v2/sandboxes", s.authed(s.listV2))
 	m.HandleFunc("GET /sandboxes/{id}", s.authed(s.get))
@@ -164,7 +164,11 @@ func secondsOf(n int64, ceiling time.Duration) (time.Duration, error) {
 	return time.Duration(n) * time.Second, nil
 }
 
-func (s *Server) create(w http.ResponseWriter, r *http.Request, p capability.Principal) {
+// create creates a sandbox: a session. v2 says the request came to
+// /v2/sandboxes, whose SDKs (2.51 on) send allow_internet_access only
+// when the program asks for it; the SDKs of /sandboxes send true
+// always, which therefore says nothing and is not read.
+func (s *Server) create(w http.ResponseWriter, r *http.Request, p capability.Principal, v2 bool) {
 	var req newSandbox
 	if err := decode(r, &req); err != nil {
 		s.fail(w, r, err)
@@ -186,9 +190,10 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request, p capability.Pri
 	rt, tool := runtimeOf(template)
 	// E2B's sandboxes reach the internet unless asked not to; here a
 	// sandbox has a network only when it asks (allow_internet_access:
-	// true), and the policy and the tool's egress record decide.
+	// true on /v2), and the policy and the tool's egress record decide:
+	// a refusal is the session's, in E2B's error shape.
 	network := "deny"
-	if req.AllowInternetAccess != nil && *req.AllowInternetAccess {
+	if v2 && req.AllowInternetAccess != nil && *req.AllowInternetAccess {
 		network = "allow"
 	}
 	created, err := s.svc.CreateSession(r.Context(), p, capability.CreateSessionRequest{Runtime: rt, Tool: tool, Network: network,

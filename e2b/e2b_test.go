@@ -3,13 +3,16 @@ package e2b_test
 import (
 	"bytes"
 	"compress/gzip"
+	"crypto/rand"
 	"encoding/json"
 	"mime/multipart"
 	"net/http"
+	"slices"
 	"testing"
 	"time"
 
 	"github.com/stockade-sh/stockade/e2b"
+	"github.com/stockade-sh/stockade/model"
 	"github.com/stockade-sh/stockade/store"
 )
 
@@ -190,7 +193,9 @@ func TestSandbox(t *testing.T) {
 		}
 		code, frames := e.stream(sb, "process.Process/Start", map[string]any{
 			"process": map[string]any{"cmd": "/bin/bash", "args": []string{"-l", "-c", "echo hi; echo $GREETING $FROM; pwd; echo err >&2; exit 3"},
-				"envs": map[string]string{"FROM": "cmd"}, "cwd": "/home/user/dir"}}, "Authorization", "Basic dXNlcjo=")
+				"envs": map[string]string{"FROM": "cmd"}, "cwd": "/home/user/dir"}},
+			// The SDK's own timeout, above the policy's 30 s: lowered to it.
+			"Authorization", "Basic dXNlcjo=", "Connect-Timeout-Ms", "60000")
 		p := e.decodeProcess(frames)
 		if code != 200 || len(p.kinds) < 2 || p.kinds[0] != "start" || p.kinds[len(p.kinds)-1] != "end" {
 			t.Fatalf("Start: %d, events %v (%s)", code, p.kinds, p.endErr)
@@ -269,6 +274,14 @@ func TestSandbox(t *testing.T) {
 		}
 		if r := e.envd(sb, "GET", "/health", nil); r.code != http.StatusBadGateway {
 			t.Errorf("health after kill: %d %s, want 502", r.code, r.body)
+		}
+		// A Connect call is refused with a Connect error: unavailable,
+		// which the SDKs take for a sandbox that is not running.
+		r := e.envd(sb, "POST", "/process.Process/Start", envelope([]byte(`{"process":{"cmd":"/bin/true"}}`)), "Content-Type", "application/connect+json")
+		var ce struct{ Code string }
+		r.json(t, &ce)
+		if r.code != http.StatusBadGateway || ce.Code != "unavailable" {
+			t.Errorf("Start after kill: %d %s, want 502 unavailable", r.code, r.body)
 		}
 	})
 	// The audit chain verifies after it all.
@@ -377,5 +390,94 @@ func TestPauseConnect(t *testing.T) {
 	_, frames := e.stream(sb, "process.Process/Start", map[string]any{"process": map[string]any{"cmd": "/bin/bash", "args": []string{"-l", "-c", "cat kept.txt"}}})
 	if p := e.decodeProcess(frames); p.stdout != "kept" || p.exitCode != 0 || p.endErr != "" {
 		t.Errorf("a command after resume: %+v", p)
+	}
+}
+
+// TestInternetAccess checks allow_internet_access: asked on /v2 it is
+// the session's network, which the policy refuses here in E2B's error
+// shape; /sandboxes (whose SDKs always send true) does not read it.
+func TestInternetAccess(t *testing.T) {
+	e := newEnv(t, envOptions{sandboxes: true})
+	r := e.api("POST", "/v2/sandboxes", map[string]any{"allow_internet_access": true})
+	if r.code < 400 || r.code >= 500 {
+		t.Fatalf("v2 create with internet access under a policy without network: %d %s, want a refusal", r.code, r.body)
+	}
+	errorBody(t, r)
+	r = e.api("POST", "/sandboxes", map[string]any{"templateID": "base", "allow_internet_access": true, "secure": true, "timeout": 300})
+	if r.code != http.StatusCreated {
+		t.Fatalf("v1 create: %d %s, want 201", r.code, r.body)
+	}
+	var a struct{ SandboxID string }
+	r.json(t, &a)
+	var info struct{ AllowInternetAccess *bool }
+	e.api("GET", "/sandboxes/"+a.SandboxID, nil).json(t, &info)
+	if info.AllowInternetAccess == nil || *info.AllowInternetAccess {
+		t.Errorf("v1 sandbox's allowInternetAccess: %v, want false", info.AllowInternetAccess)
+	}
+	e.api("DELETE", "/sandboxes/"+a.SandboxID, nil)
+}
+
+// TestApprovalGatedCommand runs a command under a policy that asks a
+// human for each cell: its stream starts at once and sends keepalives
+// while it waits, the command runs once approved; a denied one ends its
+// stream with permission_denied and is not charged.
+func TestApprovalGatedCommand(t *testing.T) {
+	e := newEnv(t, envOptions{sandboxes: true, policy: func(p *model.Policy) { p.Approval = model.ApprovalRequired }})
+	sb := e.create(nil)
+	approverKey := "sk_test_approver_" + rand.Text()
+	if _, err := e.st.CreateAPIKey(t.Context(), store.NewAPIKey{WorkspaceID: e.ws.ID, Role: model.RoleApprover, Hash: model.HashKey(approverKey), Name: "approver"}); err != nil {
+		t.Fatal(err)
+	}
+	approver, err := e.svc.Authenticate(t.Context(), approverKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	decide := func(approve bool) {
+		t.Helper()
+		deadline := time.Now().Add(20 * time.Second)
+		for {
+			page, err := e.st.ListApprovals(t.Context(), e.ws.ID, store.ApprovalFilter{Statuses: []model.ApprovalStatus{model.ApprovalPending}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(page.Items) == 1 {
+				time.Sleep(1500 * time.Millisecond) // a keepalive or two meanwhile
+				if _, _, err := e.svc.Decide(t.Context(), approver, page.Items[0].ID, approve, "test"); err != nil {
+					t.Fatal(err)
+				}
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatal("no approval pending after 20 s")
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+	run := func(cmd string) processRun {
+		done := make(chan processRun, 1)
+		go func() {
+			_, frames := e.stream(sb, "process.Process/Start", map[string]any{"process": map[string]any{"cmd": "/bin/bash", "args": []string{"-c", cmd}}},
+				"Keepalive-Ping-Interval", "1")
+			done <- e.decodeProcess(frames)
+		}()
+		return <-done
+	}
+	got := make(chan processRun, 1)
+	go func() { got <- run("echo approved") }()
+	decide(true)
+	p := <-got
+	if p.stdout != "approved\n" || p.exitCode != 0 || p.kinds[0] != "start" || !slices.Contains(p.kinds, "keepalive") {
+		t.Errorf("an approved command: %+v, want start, keepalives, its output", p)
+	}
+	before, _ := e.st.GetCredits(t.Context(), e.ws.ID)
+	go func() { got <- run("echo denied") }()
+	decide(false)
+	p = <-got
+	if !contains(p.endErr, "permission_denied") || p.stdout != "" {
+		t.Errorf("a denied command: %+v, want permission_denied and no output", p)
+	}
+	after, _ := e.st.GetCredits(t.Context(), e.ws.ID)
+	if after.Available != before.Available {
+		t.Errorf("credits %d then %d: a denied command is not charged", before.Available, after.Available)
 	}
 }

@@ -297,7 +297,7 @@ func (s *Server) start(w http.ResponseWriter, r *http.Request, t Target, req pro
 	events, unsubscribe := s.svc.Subscribe(execID)
 	defer unsubscribe()
 	inv, err := s.svc.ExecCommand(r.Context(), t.Principal, t.SessionID, capability.CommandRequest{Argv: argv, Env: env, Cwd: cwd, User: user,
-		Stdin: req.Stdin, TimeoutMS: timeout.Milliseconds()}, capability.InvokeOptions{ExecutionID: execID})
+		Stdin: req.Stdin, TimeoutMS: timeout.Milliseconds(), TimeoutUpTo: true}, capability.InvokeOptions{ExecutionID: execID})
 	if err != nil {
 		openStream(w).end(err)
 		return

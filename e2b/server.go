@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"log/slog"
 	"net/http"
@@ -107,12 +108,12 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	port := r.Header.Get("E2b-Sandbox-Port")
 	if port != EnvdPort && port != InterpreterPort {
-		writeError(w, http.StatusBadGateway, "sandbox "+id+" serves no port "+quote(port))
+		refuse(w, r, http.StatusBadGateway, "sandbox "+id+" serves no port "+quote(port))
 		return
 	}
 	t, status, msg := s.resolve(r, id, port)
 	if status != 0 {
-		writeError(w, status, msg)
+		refuse(w, r, status, msg)
 		return
 	}
 	r = r.WithContext(WithTarget(r.Context(), t))
@@ -125,6 +126,33 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.o.Interpreter.ServeHTTP(w, r)
+}
+
+// refuse answers a data-plane request the router refuses: a Connect
+// call with a Connect error (code unavailable for 502, which the SDKs
+// take for a sandbox that is not running; unauthenticated for 401),
+// any other with E2B's error body.
+func refuse(w http.ResponseWriter, r *http.Request, status int, msg string) {
+	if !isConnectCall(r.URL.Path) {
+		writeError(w, status, msg)
+		return
+	}
+	code := "unavailable"
+	switch status {
+	case http.StatusUnauthorized:
+		code = "unauthenticated"
+	case http.StatusServiceUnavailable:
+		code = "unavailable"
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(rpcError{Code: code, Message: msg})
+}
+
+// isConnectCall says whether path is a method of envd's Connect
+// services.
+func isConnectCall(path string) bool {
+	return strings.HasPrefix(path, "/process.Process/") || strings.HasPrefix(path, "/filesystem.Filesystem/")
 }
 
 // resolve finds the running sandbox id and checks the request's token:
