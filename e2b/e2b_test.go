@@ -476,8 +476,16 @@ func TestApprovalGatedCommand(t *testing.T) {
 	if !contains(p.endErr, "permission_denied") || p.stdout != "" {
 		t.Errorf("a denied command: %+v, want permission_denied and no output", p)
 	}
+	// Nobody decides before the request's timeout: the stream ends
+	// naming the approval, and nothing is charged.
+	_, frames := e.stream(sb, "process.Process/Start", map[string]any{"process": map[string]any{"cmd": "/bin/true"}},
+		"Keepalive-Ping-Interval", "1", "Connect-Timeout-Ms", "1500")
+	p = e.decodeProcess(frames)
+	if !contains(p.endErr, "deadline_exceeded") || !contains(p.endErr, "awaits approval apr") {
+		t.Errorf("a command whose approval outlasts its timeout: %+v, want deadline_exceeded naming the approval", p)
+	}
 	after, _ := e.st.GetCredits(t.Context(), e.ws.ID)
 	if after.Available != before.Available {
-		t.Errorf("credits %d then %d: a denied command is not charged", before.Available, after.Available)
+		t.Errorf("credits %d then %d: a denied command, and one cancelled awaiting approval, are not charged", before.Available, after.Available)
 	}
 }

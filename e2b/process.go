@@ -374,8 +374,13 @@ func (s *Server) follow(w http.ResponseWriter, r *http.Request, t Target, p *pro
 			return
 		case <-ctx.Done():
 			if errors.Is(ctx.Err(), context.DeadlineExceeded) && r.Context().Err() == nil {
+				msg := "the process ran past the request's timeout and was ended"
+				if ex, err := s.svc.Wait(context.WithoutCancel(ctx), t.Principal, p.execID, 0); err == nil && ex.Status == model.StatusAwaitingApproval {
+					msg = "the command still awaits approval " + ex.ApprovalID + " (execution " + ex.ID + "): it was cancelled, uncharged; " +
+						"have it approved (POST /v1/approvals/" + ex.ApprovalID + "/approve) while a command waits, or pass a longer timeoutMs"
+				}
 				s.stop(t, p, true, "its Connect-Timeout-Ms passed")
-				st.end(&rpcError{Code: "deadline_exceeded", Message: "the process ran past the request's timeout and was ended"})
+				st.end(&rpcError{Code: "deadline_exceeded", Message: msg})
 				return
 			}
 			s.stop(t, p, owner, "the client went away")
