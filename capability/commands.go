@@ -140,6 +140,9 @@ func (s *cells) ExecCommand(ctx context.Context, p Principal, id string, req Com
 			Request: mustJSON(cellRecord{SessionID: ss.ID, Runtime: ss.Runtime, Command: &req}), InputSHA256: InputHash(ss.Runtime, "$ "+line),
 			IdempotencyKey: o.IdempotencyKey, SessionID: ss.ID},
 		failed: func(ctx context.Context, err error) error {
+			if errdefs.IsConflict(err) {
+				return errdefs.Public(&SessionBusyError{SessionID: ss.ID})
+			}
 			if errdefs.IsFailedPrecondition(err) {
 				if cur, gerr := s.st.GetSession(ctx, p.WorkspaceID, ss.ID); gerr == nil {
 					return expiredError(sessionOf(cur))

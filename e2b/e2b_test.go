@@ -489,3 +489,75 @@ func TestApprovalGatedCommand(t *testing.T) {
 		t.Errorf("credits %d then %d: a denied command, and one cancelled awaiting approval, are not charged", before.Available, after.Available)
 	}
 }
+
+// TestBackgroundCommand follows a background command as the SDKs do: it
+// shows in List, another command meanwhile is aborted (one cell at a
+// time), SendInput and CloseStdin reach its stdin, and SendSignal kills
+// the next one.
+func TestBackgroundCommand(t *testing.T) {
+	e := newEnv(t, envOptions{sandboxes: true})
+	sb := e.create(nil)
+	start := func(cmd string, stdin bool) <-chan processRun {
+		done := make(chan processRun, 1)
+		go func() {
+			_, frames := e.stream(sb, "process.Process/Start", map[string]any{"stdin": stdin,
+				"process": map[string]any{"cmd": "/bin/bash", "args": []string{"-c", cmd}}}, "Keepalive-Ping-Interval", "1")
+			done <- e.decodeProcess(frames)
+		}()
+		return done
+	}
+	pid := func() uint32 {
+		t.Helper()
+		deadline := time.Now().Add(20 * time.Second)
+		for {
+			var l struct {
+				Processes []struct {
+					Pid    uint32
+					Config struct{ Cmd string }
+				}
+			}
+			e.rpc(sb, "process.Process/List", map[string]any{}).json(t, &l)
+			if len(l.Processes) == 1 && l.Processes[0].Config.Cmd == "/bin/bash" {
+				return l.Processes[0].Pid
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("no process in List after 20 s: %+v", l)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+	done := start("cat", true)
+	n := pid()
+	_, frames := e.stream(sb, "process.Process/Start", map[string]any{"process": map[string]any{"cmd": "/bin/true"}})
+	if p := e.decodeProcess(frames); !contains(p.endErr, "aborted") {
+		t.Errorf("a command while another runs: %+v, want aborted", p)
+	}
+	sel := map[string]any{"pid": n}
+	if r := e.rpc(sb, "process.Process/SendInput", map[string]any{"process": sel, "input": map[string]any{"stdin": "aGVsbG8K"}}); r.code != 200 {
+		t.Errorf("SendInput: %d %s", r.code, r.body)
+	}
+	if r := e.rpc(sb, "process.Process/CloseStdin", map[string]any{"process": sel}); r.code != 200 {
+		t.Errorf("CloseStdin: %d %s", r.code, r.body)
+	}
+	select {
+	case p := <-done:
+		if p.stdout != "hello\n" || p.exitCode != 0 || p.endErr != "" {
+			t.Errorf("cat fed hello: %+v", p)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("cat did not end after CloseStdin")
+	}
+	done = start("sleep 60", false)
+	n = pid()
+	if r := e.rpc(sb, "process.Process/SendSignal", map[string]any{"process": map[string]any{"pid": n}, "signal": "SIGNAL_SIGKILL"}); r.code != 200 {
+		t.Errorf("SendSignal: %d %s", r.code, r.body)
+	}
+	select {
+	case p := <-done:
+		if p.exitCode == 0 || p.kinds[len(p.kinds)-1] != "end" {
+			t.Errorf("a killed command: %+v, want an end with a non-zero exit", p)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("a killed command's stream did not end")
+	}
+}

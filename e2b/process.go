@@ -299,6 +299,11 @@ func (s *Server) start(w http.ResponseWriter, r *http.Request, t Target, req pro
 	inv, err := s.svc.ExecCommand(r.Context(), t.Principal, t.SessionID, capability.CommandRequest{Argv: argv, Env: env, Cwd: cwd, User: user,
 		Stdin: req.Stdin, TimeoutMS: timeout.Milliseconds(), TimeoutUpTo: true}, capability.InvokeOptions{ExecutionID: execID})
 	if err != nil {
+		if errdefs.IsConflict(err) {
+			// One cell at a time per session: a command or code cell
+			// still runs (a background command until it ends).
+			err = &rpcError{Code: "aborted", Message: messageOf(err) + "; wait for it or kill it, then run this one"}
+		}
 		openStream(w).end(err)
 		return
 	}
@@ -430,6 +435,10 @@ func (s *Server) finish(st *stream, t Target, p *proc) {
 		return
 	}
 	end := map[string]any{"exited": doc.ExitCode >= 0, "exitCode": doc.ExitCode, "status": "exit status " + strconv.Itoa(doc.ExitCode)}
+	if doc.ExitCode > 0 {
+		// CommandExitError's message, as envd says it.
+		end["error"] = "exit status " + strconv.Itoa(doc.ExitCode)
+	}
 	switch {
 	case ex.Status == model.StatusTimedOut:
 		end["exitCode"], end["exited"], end["status"] = -1, false, "signal: killed"
