@@ -13,16 +13,21 @@ import (
 	"github.com/stockade-sh/stockade/internal/fsmode"
 )
 
-// SecretFile is the file, in the daemon's data directory, of the secret
-// the sandboxes' access tokens derive from: the same tokens across
-// restarts, so that a sandbox connected to again, or resumed, keeps the
-// token its SDK holds.
-const SecretFile = "e2b.secret"
+// SecretPath is the file of the secret the sandboxes' access tokens
+// derive from, for the database at url: next to a SQLite file (as its
+// witness is), in the data directory for PostgreSQL. The same secret
+// gives the same tokens across restarts, so that a sandbox connected to
+// again, or resumed, keeps the token its SDK holds.
+func SecretPath(url, dataDir string) string {
+	if path, ok := strings.CutPrefix(url, "sqlite:"); ok {
+		return path + ".e2b-secret"
+	}
+	return filepath.Join(dataDir, "e2b.secret")
+}
 
-// LoadSecret reads the secret in dir, creating it (32 random bytes, hex,
+// LoadSecret reads the secret at p, creating it (32 random bytes, hex,
 // mode 0600) the first time.
-func LoadSecret(dir string) ([]byte, error) {
-	p := filepath.Join(dir, SecretFile)
+func LoadSecret(p string) ([]byte, error) {
 	b, err := os.ReadFile(p)
 	if err == nil {
 		s, derr := hex.DecodeString(strings.TrimSpace(string(b)))
@@ -41,7 +46,7 @@ func LoadSecret(dir string) ([]byte, error) {
 	f, err := os.OpenFile(p, os.O_WRONLY|os.O_CREATE|os.O_EXCL, fsmode.File)
 	if err != nil {
 		if errors.Is(err, fs.ErrExist) {
-			return LoadSecret(dir)
+			return LoadSecret(p)
 		}
 		return nil, fmt.Errorf("e2b: writing the secret: %w", err)
 	}

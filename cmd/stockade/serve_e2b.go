@@ -17,8 +17,9 @@ import (
 // serveE2B starts the E2B listener when cfg.E2B.Listen is set (package
 // e2b: the control plane and the sandboxes' envd and interpreter on one
 // address) and returns what stops it; without an address it serves
-// nothing. Requests get reqCtx, which ends when shutdown begins.
-func serveE2B(reqCtx context.Context, cfg config.Config, svc *capability.Service, st any, interpreter http.Handler, log *slog.Logger) (func(), error) {
+// nothing. Requests get reqCtx, which ends when shutdown begins; the
+// access tokens' secret is kept beside the database db.
+func serveE2B(reqCtx context.Context, cfg config.Config, db string, svc *capability.Service, st any, interpreter http.Handler, log *slog.Logger) (func(), error) {
 	if cfg.E2B.Listen == "" {
 		return func() {}, nil
 	}
@@ -26,7 +27,7 @@ func serveE2B(reqCtx context.Context, cfg config.Config, svc *capability.Service
 	if !ok {
 		return nil, errors.New("e2b: the database keeps no E2B sandboxes")
 	}
-	secret, err := e2b.LoadSecret(cfg.DataDir)
+	secret, err := e2b.LoadSecret(e2b.SecretPath(db, cfg.DataDir))
 	if err != nil {
 		return nil, err
 	}
