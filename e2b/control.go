@@ -203,8 +203,12 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request, p capability.Pri
 		return
 	}
 	ss := created.Session
+	onTimeout := "kill"
+	if req.AutoPause != nil && *req.AutoPause {
+		onTimeout = "pause"
+	}
 	rec := store.E2BSandbox{SessionID: ss.ID, WorkspaceID: p.WorkspaceID, KeyID: p.KeyID, Role: string(p.Role), Template: template,
-		Metadata: req.Metadata, Envs: req.EnvVars, EndAt: minTime(s.o.Now().Add(timeout), ss.ExpiresAt), CreatedAt: ss.CreatedAt}
+		Metadata: req.Metadata, Envs: req.EnvVars, OnTimeout: onTimeout, EndAt: minTime(s.o.Now().Add(timeout), ss.ExpiresAt), CreatedAt: ss.CreatedAt}
 	if err := s.st.PutE2BSandbox(r.Context(), rec); err != nil {
 		if _, cerr := s.svc.CloseSession(context.WithoutCancel(r.Context()), p, ss.ID); cerr != nil {
 			s.log.Error("e2b: closing a session whose sandbox was not recorded", "session", ss.ID, "err", cerr)
@@ -557,11 +561,22 @@ func (s *Server) sweep(ctx context.Context) {
 		return
 	}
 	for _, rec := range due {
-		if _, err := s.svc.CloseSession(ctx, principalOf(rec), rec.SessionID); err != nil && !errdefs.IsNotFound(err) && !errdefs.IsGone(err) {
+		s.procs.dropSandbox(rec.SessionID)
+		p := principalOf(rec)
+		if rec.OnTimeout == "pause" {
+			// autoPause: paused where its driver can save it, ended
+			// where it cannot.
+			_, err := s.svc.PauseSession(ctx, p, rec.SessionID)
+			if err == nil {
+				s.log.Info("e2b: sandbox paused at its timeout", "sandbox", rec.SessionID)
+				continue
+			}
+			s.log.Warn("e2b: a sandbox that pauses at its timeout could not; ending it", "sandbox", rec.SessionID, "err", err)
+		}
+		if _, err := s.svc.CloseSession(ctx, p, rec.SessionID); err != nil && !errdefs.IsNotFound(err) && !errdefs.IsGone(err) {
 			s.log.Warn("e2b: ending a sandbox past its timeout", "sandbox", rec.SessionID, "err", err)
 			continue
 		}
-		s.procs.dropSandbox(rec.SessionID)
 		s.log.Info("e2b: sandbox ended at its timeout", "sandbox", rec.SessionID)
 	}
 }

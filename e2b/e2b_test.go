@@ -391,6 +391,21 @@ func TestPauseConnect(t *testing.T) {
 	if p := e.decodeProcess(frames); p.stdout != "kept" || p.exitCode != 0 || p.endErr != "" {
 		t.Errorf("a command after resume: %+v", p)
 	}
+	// autoPause: the timeout pauses it instead of ending it.
+	ap := e.create(map[string]any{"timeout": 1, "autoPause": true})
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		var info struct{ State string }
+		r := e.api("GET", "/sandboxes/"+ap.ID, nil)
+		r.json(t, &info)
+		if info.State == "paused" {
+			break
+		}
+		if r.code != 200 || time.Now().After(deadline) {
+			t.Fatalf("an autoPause sandbox past its 1 s timeout: %d %s, want it paused", r.code, r.body)
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
 }
 
 // TestInternetAccess checks allow_internet_access: asked on /v2 it is

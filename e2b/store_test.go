@@ -65,13 +65,13 @@ func TestStoreE2BSandboxes(t *testing.T) {
 				}
 				ids = append(ids, ss.ID)
 				rec := store.E2BSandbox{SessionID: ss.ID, WorkspaceID: ws.ID, KeyID: key.ID, Role: "agent", Template: "base",
-					Metadata: map[string]string{"i": string(rune('0' + i))}, Envs: map[string]string{"A": "1"}, EndAt: now.Add(time.Duration(i) * time.Hour), CreatedAt: now.Add(time.Duration(i) * time.Second)}
+					Metadata: map[string]string{"i": string(rune('0' + i))}, Envs: map[string]string{"A": "1"}, OnTimeout: "pause", EndAt: now.Add(time.Duration(i) * time.Hour), CreatedAt: now.Add(time.Duration(i) * time.Second)}
 				if err := es.PutE2BSandbox(ctx, rec); err != nil {
 					t.Fatalf("PutE2BSandbox: %v", err)
 				}
 			}
 			got, err := es.GetE2BSandbox(ctx, ids[0])
-			if err != nil || got.Metadata["i"] != "0" || got.Envs["A"] != "1" || !got.EndAt.Equal(now) || got.KeyID != key.ID {
+			if err != nil || got.Metadata["i"] != "0" || got.Envs["A"] != "1" || got.OnTimeout != "pause" || !got.EndAt.Equal(now) || got.KeyID != key.ID {
 				t.Errorf("GetE2BSandbox: %+v, %v", got, err)
 			}
 			if _, err := es.GetE2BSandbox(ctx, "ses_nope"); !errdefs.IsNotFound(err) {

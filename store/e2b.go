@@ -17,7 +17,10 @@ type E2BSandbox struct {
 	Template    string
 	Metadata    map[string]string
 	// Envs is the environment every command and cell of it gets.
-	Envs      map[string]string
+	Envs map[string]string
+	// OnTimeout is what its end does: "kill" (end the session) or
+	// "pause" (E2B's autoPause); empty is kill.
+	OnTimeout string
 	EndAt     time.Time
 	CreatedAt time.Time
 }

@@ -17,14 +17,14 @@ const maxE2BMetadata = 64 << 10
 
 var _ store.E2BSandboxes = (*Store)(nil)
 
-const e2bCols = `session_id, workspace_id, key_id, role, template, metadata, envs, end_at, created_at`
+const e2bCols = `session_id, workspace_id, key_id, role, template, metadata, envs, on_timeout, end_at, created_at`
 
 func scanE2B(r Row) (store.E2BSandbox, error) {
 	var (
 		sb         store.E2BSandbox
 		meta, envs string
 	)
-	if err := r.Scan(&sb.SessionID, &sb.WorkspaceID, &sb.KeyID, &sb.Role, &sb.Template, &meta, &envs, scanTime(&sb.EndAt), scanTime(&sb.CreatedAt)); err != nil {
+	if err := r.Scan(&sb.SessionID, &sb.WorkspaceID, &sb.KeyID, &sb.Role, &sb.Template, &meta, &envs, &sb.OnTimeout, scanTime(&sb.EndAt), scanTime(&sb.CreatedAt)); err != nil {
 		return sb, err
 	}
 	if err := json.Unmarshal([]byte(meta), &sb.Metadata); err != nil {
@@ -51,6 +51,13 @@ func (s *Store) PutE2BSandbox(ctx context.Context, sb store.E2BSandbox) error {
 	if sb.Envs == nil {
 		sb.Envs = map[string]string{}
 	}
+	switch sb.OnTimeout {
+	case "":
+		sb.OnTimeout = "kill"
+	case "kill", "pause":
+	default:
+		return errdefs.Publicf("on_timeout %q is not kill or pause: %w", sb.OnTimeout, errdefs.ErrInvalidArgument)
+	}
 	meta, err := json.Marshal(sb.Metadata)
 	if err != nil {
 		return fmt.Errorf("encoding e2b metadata: %w", err)
@@ -69,8 +76,8 @@ func (s *Store) PutE2BSandbox(ctx context.Context, sb store.E2BSandbox) error {
 		sb.CreatedAt = s.clock()
 	}
 	return s.inTx(ctx, func(q Querier) error {
-		_, err := q.Exec(ctx, `INSERT INTO e2b_sandboxes (`+e2bCols+`) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)`,
-			sb.SessionID, sb.WorkspaceID, sb.KeyID, sb.Role, sb.Template, string(meta), string(envs), s.tm(sb.EndAt), s.tm(sb.CreatedAt))
+		_, err := q.Exec(ctx, `INSERT INTO e2b_sandboxes (`+e2bCols+`) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)`,
+			sb.SessionID, sb.WorkspaceID, sb.KeyID, sb.Role, sb.Template, string(meta), string(envs), sb.OnTimeout, s.tm(sb.EndAt), s.tm(sb.CreatedAt))
 		return err
 	})
 }
@@ -122,7 +129,7 @@ func (s *Store) DueE2BSandboxes(ctx context.Context, at time.Time, limit int) ([
 }
 
 // e2bQualified is e2bCols qualified by the table's alias e.
-const e2bQualified = `e.session_id, e.workspace_id, e.key_id, e.role, e.template, e.metadata, e.envs, e.end_at, e.created_at`
+const e2bQualified = `e.session_id, e.workspace_id, e.key_id, e.role, e.template, e.metadata, e.envs, e.on_timeout, e.end_at, e.created_at`
 
 func (s *Store) e2bRows(ctx context.Context, query string, args ...any) ([]store.E2BSandbox, error) {
 	rows, err := s.b.Reader().Query(ctx, query, args...)
