@@ -243,6 +243,10 @@ func TestSandbox(t *testing.T) {
 		if !contains(string(r.body), "invalid_argument") {
 			t.Errorf("a cut envelope: %d %q, want invalid_argument", r.code, r.body)
 		}
+		_, frames = e.stream(sb, "process.Process/Start", map[string]any{"process": map[string]any{"cmd": "/bin/bash"}, "pty": map[string]any{"size": map[string]int{"cols": 80, "rows": 24}}})
+		if p := e.decodeProcess(frames); !contains(p.endErr, "unimplemented") {
+			t.Errorf("a pty: %+v, want unimplemented", p)
+		}
 		if r := e.rpc(sb, "process.Process/SendSignal", map[string]any{"process": map[string]any{"pid": 1}, "signal": "SIGNAL_SIGKILL"}); r.code != http.StatusNotFound {
 			t.Errorf("signal to no process: %d %s, want 404 not_found", r.code, r.body)
 		}

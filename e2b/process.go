@@ -121,6 +121,8 @@ type processRequest struct {
 		Pty   string `json:"pty"`
 	} `json:"input"`
 	Signal string `json:"signal"`
+	// Pty asks for a terminal, which this server does not give.
+	Pty *json.RawMessage `json:"pty"`
 }
 
 // maxKeepalive bounds the interval of keepalive events.
@@ -252,6 +254,10 @@ func basicUser(r *http.Request) string {
 // (start with its pid, data as base64, end with its exit), with
 // keepalives while it waits for an approval or prints nothing.
 func (s *Server) start(w http.ResponseWriter, r *http.Request, t Target, req processRequest) {
+	if req.Pty != nil {
+		openStream(w).end(&rpcError{Code: "unimplemented", Message: "a pseudo-terminal (pty) is not served: run commands without one"})
+		return
+	}
 	var cfg processConfig
 	if req.Process != nil {
 		if err := json.Unmarshal(*req.Process, &cfg); err != nil {
