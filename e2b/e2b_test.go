@@ -433,7 +433,26 @@ func TestInternetAccess(t *testing.T) {
 	if info.AllowInternetAccess == nil || *info.AllowInternetAccess {
 		t.Errorf("v1 sandbox's allowInternetAccess: %v, want false", info.AllowInternetAccess)
 	}
-	e.api("DELETE", "/sandboxes/"+a.SandboxID, nil)
+	// Its data plane acts as its key: revoked, it is refused.
+	var tok struct{ EnvdAccessToken string }
+	r.json(t, &tok)
+	sb := box{ID: a.SandboxID, Token: tok.EnvdAccessToken}
+	if r := e.envd(sb, "GET", "/health", nil); r.code != http.StatusNoContent {
+		t.Fatalf("health: %d %s", r.code, r.body)
+	}
+	p, err := e.svc.Authenticate(t.Context(), e.agent)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.st.RevokeAPIKey(t.Context(), e.ws.ID, p.KeyID, nil); err != nil {
+		t.Fatal(err)
+	}
+	if r := e.envd(sb, "GET", "/health", nil); r.code != http.StatusUnauthorized {
+		t.Errorf("health of a sandbox whose key is revoked: %d %s, want 401", r.code, r.body)
+	}
+	if _, err := e.svc.CloseSession(t.Context(), p, a.SandboxID); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // TestApprovalGatedCommand runs a command under a policy that asks a

@@ -50,6 +50,8 @@ var _ Backend = (*capability.Service)(nil)
 // Store is what the server keeps of its sandboxes beyond their sessions.
 type Store interface {
 	store.E2BSandboxes
+	// GetAPIKey tells whether the key a sandbox acts as is still valid.
+	GetAPIKey(ctx context.Context, keyID string) (model.APIKey, error)
 }
 
 // Options configure a Server.
@@ -180,6 +182,13 @@ func (s *Server) resolve(r *http.Request, id, port string) (Target, int, string)
 	if !ok {
 		return Target{}, http.StatusUnauthorized, "a valid access token for sandbox " + id + " is required"
 	}
+	// The data plane acts as the key that created the sandbox, while it
+	// is valid.
+	key, err := s.st.GetAPIKey(r.Context(), rec.KeyID)
+	if err != nil || !key.RevokedAt.IsZero() {
+		return Target{}, http.StatusUnauthorized, "the key that created sandbox " + id + " is revoked"
+	}
+	rec.Role = string(key.Role)
 	p := principalOf(rec)
 	ss, err := s.svc.GetSession(r.Context(), p, id)
 	if err != nil || ss.State != model.SessionActive {
