@@ -457,13 +457,19 @@ func (s *Server) pause(w http.ResponseWriter, r *http.Request, p capability.Prin
 		writeError(w, http.StatusConflict, "sandbox "+id+" is already paused")
 		return
 	}
-	// Streams in flight are cut, and what runs is gone from the process
-	// list: a paused sandbox runs nothing.
-	s.procs.dropSandbox(id)
 	if _, err := s.svc.PauseSession(r.Context(), p, id); err != nil {
+		if statusOf(err) == http.StatusConflict {
+			// Not "already paused", which is what the SDKs read a 409
+			// as: a sandbox running a cell (a background command) is not
+			// paused here.
+			writeError(w, http.StatusBadRequest, messageOf(err))
+			return
+		}
 		s.fail(w, r, err)
 		return
 	}
+	// What was served ends: a paused sandbox runs nothing.
+	s.procs.dropSandbox(id)
 	w.WriteHeader(http.StatusNoContent)
 }
 

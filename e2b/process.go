@@ -31,15 +31,43 @@ type proc struct {
 	cutOne sync.Once
 }
 
-// procTable numbers the command cells of each sandbox as envd's pids.
+// ErrSandboxGone is the cause of the context of a data-plane request
+// whose sandbox was killed, paused or timed out while it was served:
+// its handler ends, and a stream in flight is cut.
+var ErrSandboxGone = errors.New("e2b: the sandbox was killed or paused")
+
+// procTable numbers the command cells of each sandbox as envd's pids,
+// and holds the cancels of the requests each sandbox serves.
 type procTable struct {
-	mu   sync.Mutex
-	next uint32
-	byID map[string]map[uint32]*proc // sandbox → pid → proc
+	mu       sync.Mutex
+	next     uint32
+	byID     map[string]map[uint32]*proc // sandbox → pid → proc
+	requests map[string]map[*context.CancelCauseFunc]struct{}
 }
 
 func newProcTable() *procTable {
-	return &procTable{next: 1000, byID: map[string]map[uint32]*proc{}}
+	return &procTable{next: 1000, byID: map[string]map[uint32]*proc{}, requests: map[string]map[*context.CancelCauseFunc]struct{}{}}
+}
+
+// attach returns a context of ctx that ends (ErrSandboxGone) when
+// sandbox is dropped, and what detaches it.
+func (t *procTable) attach(ctx context.Context, sandbox string) (context.Context, func()) {
+	ctx, cancel := context.WithCancelCause(ctx)
+	t.mu.Lock()
+	if t.requests[sandbox] == nil {
+		t.requests[sandbox] = map[*context.CancelCauseFunc]struct{}{}
+	}
+	t.requests[sandbox][&cancel] = struct{}{}
+	t.mu.Unlock()
+	return ctx, func() {
+		t.mu.Lock()
+		delete(t.requests[sandbox], &cancel)
+		if len(t.requests[sandbox]) == 0 {
+			delete(t.requests, sandbox)
+		}
+		t.mu.Unlock()
+		cancel(nil)
+	}
 }
 
 func (t *procTable) add(p *proc) {
@@ -90,9 +118,14 @@ func (t *procTable) dropSandbox(sandbox string) {
 	t.mu.Lock()
 	ps := t.byID[sandbox]
 	delete(t.byID, sandbox)
+	reqs := t.requests[sandbox]
+	delete(t.requests, sandbox)
 	t.mu.Unlock()
 	for _, p := range ps {
 		p.cutOne.Do(func() { close(p.cut) })
+	}
+	for cancel := range reqs {
+		(*cancel)(ErrSandboxGone)
 	}
 }
 
@@ -384,6 +417,10 @@ func (s *Server) follow(w http.ResponseWriter, r *http.Request, t Target, p *pro
 			st.end(&rpcError{Code: "unavailable", Message: "the sandbox was killed or paused"})
 			return
 		case <-ctx.Done():
+			if context.Cause(ctx) == ErrSandboxGone {
+				st.end(&rpcError{Code: "unavailable", Message: "the sandbox was killed or paused"})
+				return
+			}
 			if errors.Is(ctx.Err(), context.DeadlineExceeded) && r.Context().Err() == nil {
 				msg := "the process ran past the request's timeout and was ended"
 				if ex, err := s.svc.Wait(context.WithoutCancel(ctx), t.Principal, p.execID, 0); err == nil && ex.Status == model.StatusAwaitingApproval {

@@ -118,7 +118,11 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		refuse(w, r, status, msg)
 		return
 	}
-	r = r.WithContext(WithTarget(r.Context(), t))
+	// The request ends with its sandbox: a kill, pause or timeout cuts
+	// what it serves (ErrSandboxGone).
+	ctx, detach := s.procs.attach(r.Context(), id)
+	defer detach()
+	r = r.WithContext(WithTarget(ctx, t))
 	if port == EnvdPort {
 		s.envd.ServeHTTP(w, r)
 		return
