@@ -55,9 +55,17 @@ func TestControlPlaneRefusals(t *testing.T) {
 // create, get, list by metadata, envd's files and filesystem services, a
 // command cell streamed (stdout, exit code 3), its tool_calls row and
 // credits, a Connect-Timeout-Ms that ends a command, another workspace's
-// 404s, kill, and the 502 of the data plane after it.
+// 404s, kill, and the 502 of the data plane after it; on runc and on
+// gVisor.
 func TestSandbox(t *testing.T) {
-	e := newEnv(t, envOptions{sandboxes: true})
+	for _, gv := range []bool{false, true} {
+		name := map[bool]string{false: "runc", true: "gvisor"}[gv]
+		t.Run(name, func(t *testing.T) { testSandbox(t, gv) })
+	}
+}
+
+func testSandbox(t *testing.T, gvisor bool) {
+	e := newEnv(t, envOptions{sandboxes: true, gvisor: gvisor})
 	sb := e.create(map[string]any{"templateID": "base", "metadata": map[string]string{"suite": "e2b", "n": "1"},
 		"envVars": map[string]string{"GREETING": "hello"}, "timeout": 600})
 
