@@ -356,10 +356,7 @@ func (s *Server) stat(r *http.Request, t Target, inner string) (sandbox.FileInfo
 func (s *Server) listDir(r *http.Request, t Target, inner, prefix string, depth int, out *[]entryInfo) error {
 	fis, _, err := s.svc.ListFiles(r.Context(), t.Principal, t.SessionID, inner)
 	if err != nil {
-		if errdefs.IsInvalidArgument(err) {
-			// ListDir of a file: envd answers invalid_argument too.
-			return err
-		}
+		// ListDir of a file is invalid_argument, as envd answers it.
 		return err
 	}
 	for _, fi := range fis {
