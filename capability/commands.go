@@ -272,9 +272,35 @@ func (s *cells) proc(ctx context.Context, p Principal, id, execID string) (sandb
 	if e.KeyID != p.KeyID && p.Role != model.RoleAdmin {
 		return nil, errdefs.Publicf("only the key that started command %s may reach it: %w", execID, errdefs.ErrPermissionDenied)
 	}
-	x := s.procs.get(execID)
-	if x == nil {
-		return nil, errdefs.Publicf("command %s is not running: %w", execID, errdefs.ErrNotFound)
+	// Admitted, it may not have started yet (its stream's start event
+	// comes at admission): wait for its program a little.
+	deadline := time.NewTimer(procStartWait)
+	defer deadline.Stop()
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		if x := s.procs.get(execID); x != nil {
+			return x, nil
+		}
+		switch {
+		case e.Status.Terminal():
+			return nil, errdefs.Publicf("command %s has ended: %w", execID, errdefs.ErrNotFound)
+		case e.Status == model.StatusAwaitingApproval:
+			return nil, errdefs.Publicf("command %s awaits approval %s: %w", execID, e.ApprovalID, errdefs.ErrFailedPrecondition)
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-deadline.C:
+			return nil, errdefs.Publicf("command %s has not started: %w", execID, errdefs.ErrUnavailable)
+		case <-tick.C:
+		}
+		if e, err = s.st.GetExecution(ctx, p.WorkspaceID, execID); err != nil {
+			return nil, err
+		}
 	}
-	return x, nil
 }
+
+// procStartWait bounds how long input or a signal waits for an admitted
+// command's program to start.
+const procStartWait = 10 * time.Second

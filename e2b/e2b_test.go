@@ -183,8 +183,12 @@ func testSandbox(t *testing.T, gvisor bool) {
 		if r := e.rpc(sb, "filesystem.Filesystem/Stat", map[string]any{"path": "a.txt"}); r.code != http.StatusNotFound || !contains(string(r.body), "not_found") {
 			t.Errorf("Stat of the moved file: %d %s, want 404 not_found", r.code, r.body)
 		}
-		if r := e.rpc(sb, "filesystem.Filesystem/Remove", map[string]any{"path": "new/a.txt"}); r.code != 200 {
-			t.Errorf("Remove: %d %s", r.code, r.body)
+		// Remove is recursive, as envd's.
+		if r := e.rpc(sb, "filesystem.Filesystem/Remove", map[string]any{"path": "new"}); r.code != 200 {
+			t.Errorf("Remove of a directory with files: %d %s", r.code, r.body)
+		}
+		if r := e.rpc(sb, "filesystem.Filesystem/Stat", map[string]any{"path": "new/deep"}); r.code != http.StatusNotFound {
+			t.Errorf("Stat after Remove: %d %s, want 404", r.code, r.body)
 		}
 		if r := e.rpc(sb, "filesystem.Filesystem/Stat", map[string]any{"path": "/tmp"}); r.code != http.StatusBadRequest || !contains(string(r.body), "invalid_argument") {
 			t.Errorf("Stat outside the tree: %d %s, want 400 invalid_argument", r.code, r.body)
@@ -574,11 +578,16 @@ func TestBackgroundCommand(t *testing.T) {
 	}
 	done := start("cat", true)
 	n := pid()
+	// Input right after the start event, before the program may have
+	// started, waits for it.
+	sel := map[string]any{"pid": n}
+	if r := e.rpc(sb, "process.Process/SendInput", map[string]any{"process": sel, "input": map[string]any{"stdin": "aGkK"}}); r.code != 200 {
+		t.Errorf("SendInput right after the start: %d %s", r.code, r.body)
+	}
 	_, frames := e.stream(sb, "process.Process/Start", map[string]any{"process": map[string]any{"cmd": "/bin/true"}})
 	if p := e.decodeProcess(frames); !contains(p.endErr, "aborted") {
 		t.Errorf("a command while another runs: %+v, want aborted", p)
 	}
-	sel := map[string]any{"pid": n}
 	if r := e.rpc(sb, "process.Process/SendInput", map[string]any{"process": sel, "input": map[string]any{"stdin": "aGVsbG8K"}}); r.code != 200 {
 		t.Errorf("SendInput: %d %s", r.code, r.body)
 	}
@@ -587,8 +596,8 @@ func TestBackgroundCommand(t *testing.T) {
 	}
 	select {
 	case p := <-done:
-		if p.stdout != "hello\n" || p.exitCode != 0 || p.endErr != "" {
-			t.Errorf("cat fed hello: %+v", p)
+		if p.stdout != "hi\nhello\n" || p.exitCode != 0 || p.endErr != "" {
+			t.Errorf("cat fed hi and hello: %+v", p)
 		}
 	case <-time.After(20 * time.Second):
 		t.Fatal("cat did not end after CloseStdin")

@@ -324,7 +324,8 @@ func (s *Server) filesystem(w http.ResponseWriter, r *http.Request) {
 		fi, err := s.stat(r, t, inner)
 		writeUnary(w, map[string]any{"entry": entryOf(fi, clientPath(inner, prefix))}, err)
 	case "Remove":
-		writeUnary(w, struct{}{}, s.svc.RemoveFile(ctx, t.Principal, t.SessionID, inner))
+		budget := maxRemove
+		writeUnary(w, struct{}{}, s.removeAll(r, t, inner, &budget))
 	case "ListDir":
 		depth := req.Depth
 		if depth <= 0 {
@@ -341,6 +342,42 @@ func (s *Server) filesystem(w http.ResponseWriter, r *http.Request) {
 		}
 		writeUnary(w, map[string]any{"entries": entries}, nil)
 	}
+}
+
+// maxRemove bounds the entries one Remove removes.
+const maxRemove = 20000
+
+// removeAll removes inner and, for a directory, what it holds, as envd
+// does (each removal audited through the files path); budget bounds the
+// entries removed.
+func (s *Server) removeAll(r *http.Request, t Target, inner string, budget *int) error {
+	if inner == workspaceDir {
+		return errdefs.Publicf("the sandbox's home (%s) itself cannot be removed: %w", homeDir, errdefs.ErrInvalidArgument)
+	}
+	fi, err := s.svc.StatFile(r.Context(), t.Principal, t.SessionID, inner)
+	if err != nil {
+		return err
+	}
+	if fi.Type == sandbox.TypeDir {
+		for {
+			fis, _, err := s.svc.ListFiles(r.Context(), t.Principal, t.SessionID, inner)
+			if err != nil {
+				return err
+			}
+			if len(fis) == 0 {
+				break
+			}
+			for _, c := range fis {
+				if err := s.removeAll(r, t, inner+"/"+c.Name, budget); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	if *budget--; *budget < 0 {
+		return errdefs.Publicf("removing more than %d entries at once: %w", maxRemove, errdefs.ErrTooLarge)
+	}
+	return s.svc.RemoveFile(r.Context(), t.Principal, t.SessionID, inner)
 }
 
 // stat describes inner; /workspace itself is a directory.
