@@ -196,6 +196,37 @@ func testSandbox(t *testing.T, gvisor bool) {
 		if r := e.rpc(sb, "filesystem.Filesystem/Nope", map[string]any{}); r.code != http.StatusNotImplemented || !contains(string(r.body), "unimplemented") {
 			t.Errorf("an unknown method: %d %s, want 501 unimplemented", r.code, r.body)
 		}
+
+		// WatchDir sees a write, by name relative to the directory.
+		watched := make(chan []frame, 1)
+		go func() {
+			_, frames := e.stream(sb, "filesystem.Filesystem/WatchDir", map[string]any{"path": "/home/user"}, "Connect-Timeout-Ms", "2500")
+			watched <- frames
+		}()
+		time.Sleep(800 * time.Millisecond)
+		if r := e.envd(sb, "POST", "/files?path=watched.txt", []byte("w"), "Content-Type", "application/octet-stream"); r.code != 200 {
+			t.Fatalf("write: %d %s", r.code, r.body)
+		}
+		frames := <-watched
+		var kinds []string
+		for _, f := range frames {
+			var ev struct {
+				Start      *struct{}         `json:"start"`
+				Filesystem map[string]string `json:"filesystem"`
+			}
+			_ = json.Unmarshal(f.msg, &ev)
+			switch {
+			case f.flags&2 != 0:
+				kinds = append(kinds, "end "+string(f.msg))
+			case ev.Start != nil:
+				kinds = append(kinds, "start")
+			case ev.Filesystem != nil:
+				kinds = append(kinds, ev.Filesystem["type"]+" "+ev.Filesystem["name"])
+			}
+		}
+		if len(kinds) < 3 || kinds[0] != "start" || !slices.Contains(kinds, "EVENT_TYPE_CREATE watched.txt") || kinds[len(kinds)-1] != "end {}" {
+			t.Errorf("WatchDir: %v, want start, the create of watched.txt, the end", kinds)
+		}
 	})
 
 	t.Run("commands", func(t *testing.T) {

@@ -281,6 +281,9 @@ func (s *Server) filesystem(w http.ResponseWriter, r *http.Request) {
 	t := target(r)
 	method := r.PathValue("method")
 	switch method {
+	case "WatchDir":
+		s.watchDir(w, r, t)
+		return
 	case "Stat", "ListDir", "MakeDir", "Move", "Remove":
 	default:
 		writeUnary(w, nil, &rpcError{Code: "unimplemented", Message: "filesystem.Filesystem/" + method + " is not served"})
