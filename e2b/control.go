@@ -90,6 +90,10 @@ func (s *Server) routeControl() {
 	m.HandleFunc("GET /sandboxes/metrics", s.authed(s.allMetrics))
 	m.HandleFunc("GET /sandboxes/{id}/logs", s.authed(s.logs))
 	m.HandleFunc("GET /v2/sandboxes/{id}/logs", s.authed(s.logs))
+	// The SDKs' downloadUrl() and uploadUrl() name no sandbox: their
+	// signature does (signed.go).
+	m.HandleFunc("GET /files", s.signedFiles)
+	m.HandleFunc("POST /files", s.signedFiles)
 	m.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, "this server has no "+r.Method+" "+quote(r.URL.Path))
 	})

@@ -4,10 +4,15 @@ import (
 	"bytes"
 	"compress/gzip"
 	"crypto/rand"
+	"crypto/sha256"
+	"encoding/base64"
 	"encoding/json"
 	"mime/multipart"
 	"net/http"
+	"net/url"
 	"slices"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -149,6 +154,35 @@ func testSandbox(t *testing.T, gvisor bool) {
 		}
 		if r := e.envd(sb, "GET", "/files?path=z.txt", nil); r.code != 200 || string(r.body) != "zipped\n" {
 			t.Errorf("read z.txt: %d %q", r.code, r.body)
+		}
+		// downloadUrl and uploadUrl: signed, with no sandbox id.
+		sign := func(path, op, exp string) string {
+			raw := path + ":" + op + "::" + sb.Token
+			if exp != "" {
+				raw += ":" + exp
+			}
+			sum := sha256.Sum256([]byte(raw))
+			q := url.Values{"path": {path}, "signature": {"v1_" + strings.TrimRight(base64.StdEncoding.EncodeToString(sum[:]), "=")}}
+			if exp != "" {
+				q.Set("signature_expiration", exp)
+			}
+			return "/files?" + q.Encode()
+		}
+		if r := e.do("GET", sign("/home/user/z.txt", "read", ""), nil); r.code != 200 || string(r.body) != "zipped\n" {
+			t.Errorf("downloadUrl: %d %q", r.code, r.body)
+		}
+		later := strconv.FormatInt(time.Now().Add(time.Minute).Unix(), 10)
+		if r := e.do("POST", sign("/home/user/up.txt", "write", later), []byte("up"), "Content-Type", "application/octet-stream"); r.code != 200 {
+			t.Errorf("uploadUrl: %d %s", r.code, r.body)
+		}
+		if r := e.envd(sb, "GET", "/files?path=up.txt", nil); string(r.body) != "up" {
+			t.Errorf("the file uploadUrl wrote: %d %q", r.code, r.body)
+		}
+		past := strconv.FormatInt(time.Now().Add(-time.Minute).Unix(), 10)
+		for _, u := range []string{sign("/home/user/z.txt", "write", ""), sign("/home/user/z.txt", "read", past), "/files?path=/home/user/z.txt"} {
+			if r := e.do("GET", u, nil); r.code != http.StatusUnauthorized {
+				t.Errorf("GET %s: %d %s, want 401", u, r.code, r.body)
+			}
 		}
 		if r := e.envd(sb, "GET", "/files?path=/home/user/missing", nil); r.code != http.StatusNotFound {
 			t.Errorf("read a missing file: %d %s, want 404", r.code, r.body)

@@ -186,6 +186,16 @@ func (s *Server) resolve(r *http.Request, id, port string) (Target, int, string)
 	if !ok {
 		return Target{}, http.StatusUnauthorized, "a valid access token for sandbox " + id + " is required"
 	}
+	return s.targetOf(r, rec)
+}
+
+// targetOf is the Target of sandbox rec, whose token the request showed:
+// 502 when it is not running, 401 when its key was revoked.
+func (s *Server) targetOf(r *http.Request, rec store.E2BSandbox) (Target, int, string) {
+	id := rec.SessionID
+	gone := func() (Target, int, string) {
+		return Target{}, http.StatusBadGateway, "sandbox " + id + " is not running"
+	}
 	// The data plane acts as the key that created the sandbox, while it
 	// is valid.
 	key, err := s.st.GetAPIKey(r.Context(), rec.KeyID)

@@ -36,6 +36,7 @@ type E2BSandboxes interface {
 	// limit (<= 0: 1000).
 	ListE2BSandboxes(ctx context.Context, workspaceID string, limit int) ([]E2BSandbox, error)
 	// DueE2BSandboxes lists, of every workspace, the rows whose end is
-	// at or before at and whose session is active, at most limit.
+	// at or before at and whose session is active, at most limit, the
+	// soonest first (a far at lists the running ones).
 	DueE2BSandboxes(ctx context.Context, at time.Time, limit int) ([]E2BSandbox, error)
 }
