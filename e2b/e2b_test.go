@@ -370,10 +370,19 @@ func testSandbox(t *testing.T, gvisor bool) {
 }
 
 // TestSandboxTimeoutEnds checks the sweep: a sandbox past its timeout
-// ends, as E2B kills it.
+// ends, as E2B kills it. Its workspace may have one sandbox: another is
+// 429 meanwhile.
 func TestSandboxTimeoutEnds(t *testing.T) {
-	e := newEnv(t, envOptions{sandboxes: true})
-	sb := e.create(map[string]any{"timeout": 1})
+	e := newEnv(t, envOptions{sandboxes: true, maxSessions: 1})
+	sb := e.create(map[string]any{"timeout": 600})
+	if r := e.api("POST", "/v2/sandboxes", nil); r.code != http.StatusTooManyRequests {
+		t.Errorf("a second sandbox past the workspace's bound: %d %s, want 429", r.code, r.body)
+	} else {
+		errorBody(t, r)
+	}
+	if r := e.api("POST", "/sandboxes/"+sb.ID+"/timeout", map[string]any{"timeout": 1}); r.code != http.StatusNoContent {
+		t.Fatalf("setTimeout(1 s): %d %s", r.code, r.body)
+	}
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		r := e.api("GET", "/sandboxes/"+sb.ID, nil)

@@ -54,6 +54,9 @@ type envOptions struct {
 	ttl time.Duration
 	// gvisor runs the sessions on gVisor, which can pause them.
 	gvisor bool
+	// maxSessions bounds the workspace's live sessions; zero is the
+	// default.
+	maxSessions int
 }
 
 func newEnv(t *testing.T, o envOptions) *env {
@@ -99,7 +102,7 @@ func newEnv(t *testing.T, o envOptions) *env {
 	if ttl == 0 {
 		ttl = time.Hour
 	}
-	so.TTL, so.MaxTTL = ttl, ttl
+	so.TTL, so.MaxTTL, so.MaxPerWorkspace = ttl, ttl, o.maxSessions
 	svc := capability.NewService(eng, st, capability.ServiceOptions{Sessions: so})
 	if err := svc.Start(ctx); err != nil {
 		t.Fatal(err)
