@@ -1,6 +1,7 @@
 package e2b
 
 import (
+	"cmp"
 	"context"
 	"crypto/hmac"
 	"crypto/sha256"
@@ -15,6 +16,7 @@ import (
 	"time"
 
 	"github.com/stockade-sh/stockade/capability"
+	"github.com/stockade-sh/stockade/config"
 	"github.com/stockade-sh/stockade/errdefs"
 	"github.com/stockade-sh/stockade/model"
 	"github.com/stockade-sh/stockade/sandbox"
@@ -64,7 +66,8 @@ type Options struct {
 	Secret []byte
 	// TTL and IdleTimeout are what each sandbox's session asks for: the
 	// server's ceilings, since an E2B sandbox lives until its own timeout
-	// (which the server enforces) however idle it is.
+	// (which the server enforces) however idle it is. Zero takes the
+	// configuration's default ceilings (config.DefaultSessions).
 	TTL, IdleTimeout time.Duration
 	// Logger defaults to slog.Default(); Now to time.Now.
 	Logger *slog.Logger
@@ -93,6 +96,9 @@ func New(svc Backend, st Store, o Options) (*Server, error) {
 	}
 	if o.Now == nil {
 		o.Now = time.Now
+	}
+	if d := config.DefaultSessions(); o.TTL <= 0 || o.IdleTimeout <= 0 {
+		o.TTL, o.IdleTimeout = cmp.Or(max(o.TTL, 0), d.MaxTTL), cmp.Or(max(o.IdleTimeout, 0), d.MaxIdleTimeout)
 	}
 	s := &Server{svc: svc, st: st, o: o, log: o.Logger, ctl: http.NewServeMux(), envd: http.NewServeMux(), procs: newProcTable()}
 	s.routeControl()
