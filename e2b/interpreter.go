@@ -1,0 +1,276 @@
+package e2b
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"github.com/stockade-sh/stockade/capability"
+	"github.com/stockade-sh/stockade/errdefs"
+	"github.com/stockade-sh/stockade/model"
+)
+
+// InterpreterOptions tune the code interpreter (port 49999).
+type InterpreterOptions struct {
+	// KeepAlive is how often an /execute stream with nothing else to say
+	// sends a keepalive line; zero is 5s.
+	KeepAlive time.Duration
+	// ApprovalWait bounds how long an /execute stream follows a cell that
+	// awaits a human's approval: past it the stream ends with an
+	// ApprovalPending error naming the approval, the cell stays pending
+	// and nothing is charged until it runs. Zero is 50s, below the 60s
+	// @e2b/code-interpreter gives a stream's body by default (timeoutMs).
+	ApprovalWait time.Duration
+	// MaxContexts bounds the contexts of one sandbox; zero is 32.
+	MaxContexts int
+}
+
+// interpreter serves the code interpreter's HTTP side: POST /execute and
+// /contexts, for the sandbox of the request's Target (see TargetFrom).
+type interpreter struct {
+	svc  Cells
+	log  *slog.Logger
+	opts InterpreterOptions
+	ctxs *ciContexts
+	mux  *http.ServeMux
+}
+
+// NewInterpreter returns the code interpreter's handler with the default
+// options: each runCode is a cell of the Target's session (policy,
+// approval, credits, its tool_calls row and audit events), streamed as
+// the NDJSON @e2b/code-interpreter reads. The router mounts it on port
+// 49999 after resolving the Target.
+func NewInterpreter(svc Cells, log *slog.Logger) http.Handler {
+	return NewInterpreterWith(svc, log, InterpreterOptions{})
+}
+
+// NewInterpreterWith is NewInterpreter with options o.
+func NewInterpreterWith(svc Cells, log *slog.Logger, o InterpreterOptions) http.Handler {
+	if o.KeepAlive <= 0 {
+		o.KeepAlive = 5 * time.Second
+	}
+	if o.ApprovalWait <= 0 {
+		o.ApprovalWait = 50 * time.Second
+	}
+	if o.MaxContexts <= 0 {
+		o.MaxContexts = 32
+	}
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	in := &interpreter{svc: svc, log: log, opts: o, ctxs: newCIContexts(o.MaxContexts), mux: http.NewServeMux()}
+	in.mux.HandleFunc("POST /execute", in.execute)
+	in.mux.HandleFunc("GET /contexts", in.listContexts)
+	in.mux.HandleFunc("POST /contexts", in.createContext)
+	in.mux.HandleFunc("DELETE /contexts/{id}", in.removeContext)
+	in.mux.HandleFunc("POST /contexts/{id}/restart", in.restartContext)
+	in.mux.HandleFunc("GET /health", func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusOK) })
+	return in
+}
+
+func (in *interpreter) ServeHTTP(w http.ResponseWriter, r *http.Request) { in.mux.ServeHTTP(w, r) }
+
+// ciError answers err as the code interpreter does: a status and a plain
+// text body, which the SDK shows for a 404 (NotFoundError) and, with
+// diagnostics, for others. A message that is not public is hidden.
+func (in *interpreter) ciError(w http.ResponseWriter, r *http.Request, err error) {
+	status := http.StatusInternalServerError
+	switch {
+	case errdefs.IsInvalidArgument(err):
+		status = http.StatusBadRequest
+	case errdefs.IsNotFound(err):
+		status = http.StatusNotFound
+	case errdefs.IsUnauthenticated(err):
+		status = http.StatusUnauthorized
+	case errdefs.IsPermissionDenied(err):
+		status = http.StatusForbidden
+	case errdefs.IsConflict(err):
+		status = http.StatusConflict
+	case errdefs.IsTooLarge(err):
+		status = http.StatusRequestEntityTooLarge
+	case errdefs.IsResourceExhausted(err), errdefs.IsPaymentRequired(err):
+		status = http.StatusTooManyRequests
+	case errdefs.IsFailedPrecondition(err), errdefs.IsGone(err):
+		status = http.StatusBadGateway
+	case errdefs.IsUnavailable(err):
+		status = http.StatusServiceUnavailable
+	}
+	msg, ok := errdefs.PublicMessage(err)
+	if !ok {
+		msg = http.StatusText(status)
+		in.log.Error("e2b interpreter", "path", r.URL.Path, "err", err)
+	}
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(status)
+	_, _ = io.WriteString(w, msg)
+}
+
+// target is the request's Target, which the router must have set.
+func (in *interpreter) target(r *http.Request) (Target, error) {
+	t, ok := TargetFrom(r.Context())
+	if !ok || t.SessionID == "" {
+		return Target{}, errors.New("the code interpreter was reached without a sandbox (the router sets it)")
+	}
+	return t, nil
+}
+
+// execute answers POST /execute: the cell's NDJSON stream (see
+// ciStream). The response's headers go out as soon as the cell is
+// admitted: the SDK's request timeout covers only the wait for them.
+func (in *interpreter) execute(w http.ResponseWriter, r *http.Request) {
+	t, err := in.target(r)
+	if err != nil {
+		in.ciError(w, r, err)
+		return
+	}
+	req, err := ciDecodeExecute(http.MaxBytesReader(w, r.Body, ciMaxExecuteBody))
+	if err != nil {
+		in.ciError(w, r, err)
+		return
+	}
+	flusher, ok := w.(http.Flusher)
+	if !ok {
+		in.ciError(w, r, errdefs.Publicf("streaming is not supported by this connection: %w", errdefs.ErrInvalidArgument))
+		return
+	}
+	plan, err := in.ctxs.plan(t, req)
+	if err != nil {
+		var un *ciUnsupportedError
+		if errors.As(err, &un) {
+			// Nothing ran and nothing is charged: the SDK shows the
+			// reason as the execution's error.
+			s := newCIStream(w, flusher)
+			s.start()
+			s.send(ciErrorMsg(un.name, un.msg, ""))
+			s.send(ciMsg{"type": "end_of_execution"})
+			return
+		}
+		in.ciError(w, r, err)
+		return
+	}
+	id := capability.NewExecutionID()
+	events, unsubscribe := in.svc.Subscribe(id)
+	defer unsubscribe()
+	inv, err := in.svc.ExecCell(r.Context(), t.Principal, t.SessionID, capability.CellRequest{Code: plan.code}, capability.InvokeOptions{ExecutionID: id})
+	if err != nil {
+		in.ciError(w, r, err)
+		return
+	}
+	in.ctxs.admitted(t, plan)
+	if inv.Execution.ID != id {
+		// Not a replay (no idempotency key is sent): the store chose.
+		unsubscribe()
+		events, unsubscribe = in.svc.Subscribe(inv.Execution.ID)
+	}
+	s := newCIStream(w, flusher)
+	s.start()
+	in.follow(r.Context(), s, t, inv, events)
+}
+
+// follow streams cell inv's events to s until it ends, then its outcome.
+// A client that goes away interrupts the cell (or cancels it while it
+// awaits approval).
+func (in *interpreter) follow(ctx context.Context, s *ciStream, t Target, inv *capability.Invocation, events <-chan capability.StreamEvent) {
+	id := inv.Execution.ID
+	bg := context.WithoutCancel(ctx)
+	keep := time.NewTicker(in.opts.KeepAlive)
+	defer keep.Stop()
+	var approvalDeadline <-chan time.Time
+	awaiting := inv.Execution.Status == model.StatusAwaitingApproval
+	if awaiting {
+		timer := time.NewTimer(in.opts.ApprovalWait)
+		defer timer.Stop()
+		approvalDeadline = timer.C
+	}
+	displays := 0
+	for done := inv.Execution.Status.Terminal(); !done; {
+		select {
+		case ev, ok := <-events:
+			if !ok {
+				done = true
+				continue
+			}
+			switch ev.Type {
+			case "started":
+				awaiting, approvalDeadline = false, nil
+			case "stdout", "stderr":
+				var chunk struct {
+					Data string `json:"data"`
+				}
+				if json.Unmarshal(ev.Data, &chunk) == nil && chunk.Data != "" {
+					s.send(ciMsg{"type": ev.Type, "text": chunk.Data, "timestamp": time.Now().UnixMicro()})
+				}
+			case "output":
+				var o ciOutput
+				if json.Unmarshal(ev.Data, &o) == nil {
+					s.send(ciResult(o, false))
+					displays++
+				}
+			}
+		case <-keep.C:
+			s.send(ciMsg{"type": "keepalive"})
+		case <-approvalDeadline:
+			e, err := in.svc.Wait(bg, t.Principal, id, 0)
+			if err != nil || e.Status != model.StatusAwaitingApproval {
+				approvalDeadline = nil
+				continue
+			}
+			s.send(ciErrorMsg("ApprovalPending", fmt.Sprintf(
+				"cell %s of sandbox %s still awaits approval %s after %s; nothing ran and nothing is charged until it is approved. "+
+					"Approve it (stockade approvals approve %s, or the console), then wait for its outcome with GET /v1/executions/%s?wait=60s "+
+					"on Stockade's API, or run the code again once approved; a session created with approval per_session is asked once",
+				id, t.SandboxID, e.ApprovalID, in.opts.ApprovalWait, e.ApprovalID, id), ""))
+			s.send(ciMsg{"type": "end_of_execution"})
+			return
+		case <-ctx.Done():
+			in.clientGone(bg, t, id, awaiting)
+			return
+		}
+	}
+	e, err := in.svc.Wait(bg, t.Principal, id, 0)
+	if err != nil {
+		in.log.Error("e2b interpreter: reading a cell's outcome", "execution", id, "err", err)
+		s.send(ciErrorMsg("StockadeError", "the cell's outcome could not be read: "+publicOr(err, "internal error"), ""))
+		s.send(ciMsg{"type": "end_of_execution"})
+		return
+	}
+	for _, m := range ciOutcome(e, displays) {
+		s.send(m)
+	}
+}
+
+// clientGone ends cell id of t whose client went away: a running cell is
+// interrupted (the kernel keeps its state), one awaiting approval is
+// cancelled, uncharged.
+func (in *interpreter) clientGone(ctx context.Context, t Target, id string, awaiting bool) {
+	e, err := in.svc.Wait(ctx, t.Principal, id, 0)
+	if err == nil {
+		awaiting = e.Status == model.StatusAwaitingApproval
+		if e.Status.Terminal() {
+			return
+		}
+	}
+	if awaiting {
+		if _, err := in.svc.Cancel(ctx, t.Principal, id, "the E2B client went away"); err != nil {
+			in.log.Warn("e2b interpreter: cancelling a cell whose client went away", "execution", id, "err", err)
+		}
+		return
+	}
+	if _, err := in.svc.InterruptCell(ctx, t.Principal, t.SessionID); err != nil {
+		in.log.Warn("e2b interpreter: interrupting a cell whose client went away", "execution", id, "err", err)
+	}
+}
+
+// publicOr is err's public message, or fallback.
+func publicOr(err error, fallback string) string {
+	if msg, ok := errdefs.PublicMessage(err); ok {
+		return msg
+	}
+	return fallback
+}
