@@ -1,0 +1,204 @@
+package e2b
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stockade-sh/stockade/capability"
+	"github.com/stockade-sh/stockade/internal/daemontest"
+)
+
+// sessionInterpreter serves the interpreter over a real daemon's
+// capability layer (runc), for a python session of a workspace without
+// approval, and returns its server.
+func sessionInterpreter(t *testing.T) *httptest.Server {
+	t.Helper()
+	d := daemontest.Start(t, daemontest.Options{})
+	ws := d.Workspace(t, daemontest.NoApproval, 1000)
+	p, err := d.Service.Authenticate(t.Context(), ws.Agent)
+	if err != nil {
+		t.Fatal(err)
+	}
+	created, err := d.Service.CreateSession(t.Context(), p, capability.CreateSessionRequest{Runtime: "python"}, capability.CreateSessionOptions{})
+	if err != nil {
+		t.Fatalf("CreateSession: %v", err)
+	}
+	id := created.Session.ID
+	t.Cleanup(func() { _, _ = d.Service.CloseSession(context.Background(), p, id) })
+	h := NewInterpreterWith(d.Service, nil, InterpreterOptions{KeepAlive: time.Second})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h.ServeHTTP(w, r.WithContext(WithTarget(r.Context(), Target{SandboxID: "sb_" + id, SessionID: id, Principal: p, Runtime: "python"})))
+	}))
+	t.Cleanup(srv.Close)
+	return srv
+}
+
+// run posts body to /execute and returns its lines, keepalives left out.
+func run(t *testing.T, srv *httptest.Server, body string) []map[string]any {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	res := execute(t, ctx, srv, body)
+	defer res.Body.Close()
+	if res.StatusCode != 200 {
+		t.Fatalf("%s: got %d", body, res.StatusCode)
+	}
+	var out []map[string]any
+	for _, m := range lines(t, res.Body) {
+		if m["type"] != "keepalive" {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+// of returns the first line of type typ in msgs (nil if none).
+func of(msgs []map[string]any, typ string) map[string]any {
+	for _, m := range msgs {
+		if m["type"] == typ {
+			return m
+		}
+	}
+	return nil
+}
+
+// decodeJSON decodes res's body into v and closes it.
+func decodeJSON(t *testing.T, res *http.Response, v any) {
+	t.Helper()
+	defer res.Body.Close()
+	if err := json.NewDecoder(res.Body).Decode(v); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// stdout joins msgs' stdout.
+func stdout(msgs []map[string]any) string {
+	var b strings.Builder
+	for _, m := range msgs {
+		if m["type"] == "stdout" {
+			b.WriteString(m["text"].(string))
+		}
+	}
+	return b.String()
+}
+
+// TestSessionInterpreter runs the interpreter's cells in a real python
+// session (runc): state across cells, a figure, an exception, python and
+// bash contexts keeping state of their own, env_vars, javascript's
+// refusal in the python image, and an interrupt when the client goes
+// away.
+func TestSessionInterpreter(t *testing.T) {
+	srv := sessionInterpreter(t)
+	cells := 0
+	check := func(name, body string, ok func(msgs []map[string]any) bool) {
+		t.Helper()
+		msgs := run(t, srv, body)
+		cells++
+		if !ok(msgs) {
+			t.Errorf("%s: got %v", name, msgs)
+		}
+	}
+	text := func(want string) func([]map[string]any) bool {
+		return func(msgs []map[string]any) bool {
+			r := of(msgs, "result")
+			return r != nil && r["text"] == want && r["is_main_result"] == true && of(msgs, "error") == nil
+		}
+	}
+	raised := func(name string) func([]map[string]any) bool {
+		return func(msgs []map[string]any) bool {
+			e := of(msgs, "error")
+			return e != nil && e["name"] == name && e["traceback"] != nil
+		}
+	}
+	check("assignment", `{"code":"x = 1"}`, func(msgs []map[string]any) bool {
+		return of(msgs, "result") == nil && of(msgs, "end_of_execution") != nil
+	})
+	check("state", `{"code":"x + 1"}`, text("2"))
+	check("a figure", `{"code":"import matplotlib.pyplot as plt\nplt.plot([1, 2, 3])\nplt.show()"}`, func(msgs []map[string]any) bool {
+		r := of(msgs, "result")
+		if r == nil {
+			return false
+		}
+		png, err := base64.StdEncoding.DecodeString(r["png"].(string))
+		return err == nil && strings.HasPrefix(string(png), "\x89PNG")
+	})
+	check("an exception", `{"code":"def f(n):\n    return 10 / n\nf(0)"}`, func(msgs []map[string]any) bool {
+		e := of(msgs, "error")
+		return e != nil && e["name"] == "ZeroDivisionError" && e["value"] == "division by zero" && strings.Contains(e["traceback"].(string), "return 10 / n")
+	})
+	check("env_vars", `{"code":"import os\nos.environ['E2B_T']","env_vars":{"E2B_T":"v"}}`, text("'v'"))
+	check("env_vars are the cell's", `{"code":"os.environ.get('E2B_T')"}`, func(msgs []map[string]any) bool { return of(msgs, "result") == nil && of(msgs, "error") == nil })
+
+	var py, sh, js ciContext
+	for _, c := range []struct {
+		lang string
+		dst  *ciContext
+	}{{"python", &py}, {"bash", &sh}, {"javascript", &js}} {
+		res, err := srv.Client().Post(srv.URL+"/contexts", "application/json", strings.NewReader(`{"language":"`+c.lang+`","cwd":"/tmp"}`))
+		if err != nil || res.StatusCode != 200 {
+			t.Fatalf("creating a %s context: %v %v", c.lang, res, err)
+		}
+		decodeJSON(t, res, c.dst)
+	}
+	check("a python context has its own namespace", `{"code":"x","context_id":"`+py.ID+`"}`, raised("NameError"))
+	check("which keeps state", `{"code":"y = 5","context_id":"`+py.ID+`"}`, func(msgs []map[string]any) bool { return of(msgs, "error") == nil })
+	check("its value", `{"code":"y * 2","context_id":"`+py.ID+`"}`, text("10"))
+	check("the default context is apart", `{"code":"'y' in dir()"}`, text("False"))
+	check("bash", `{"code":"A=3; cd /tmp; echo start","context_id":"`+sh.ID+`"}`, func(msgs []map[string]any) bool { return stdout(msgs) == "start\n" })
+	check("bash keeps state", `{"code":"echo $A $PWD; echo err >&2","context_id":"`+sh.ID+`"}`, func(msgs []map[string]any) bool {
+		e := of(msgs, "stderr")
+		return stdout(msgs) == "3 /tmp\n" && e != nil && e["text"] == "err\n"
+	})
+	check("bash's env_vars", `{"code":"echo $B","context_id":"`+sh.ID+`","env_vars":{"B":"b"}}`, func(msgs []map[string]any) bool { return stdout(msgs) == "b\n" })
+	check("a failing command", `{"code":"false","context_id":"`+sh.ID+`"}`, raised("BashError"))
+	check("javascript needs node", `{"code":"1 + 1","context_id":"`+js.ID+`"}`, func(msgs []map[string]any) bool {
+		e := of(msgs, "error")
+		return e != nil && e["name"] == "NodeUnavailable" && strings.Contains(e["value"].(string), "nodejs")
+	})
+
+	// Restart the bash context: its variables are gone, and it still runs.
+	res, err := srv.Client().Post(srv.URL+"/contexts/"+sh.ID+"/restart", "application/json", nil)
+	if err != nil || res.StatusCode != 204 {
+		t.Fatalf("restart: %v %v", res, err)
+	}
+	res.Body.Close()
+	check("a restarted context", `{"code":"echo \"[$A]\"","context_id":"`+sh.ID+`"}`, func(msgs []map[string]any) bool { return stdout(msgs) == "[]\n" })
+
+	// A client that goes away interrupts its cell: the kernel is free
+	// again at once, its state kept.
+	ctx, cancel := context.WithCancel(t.Context())
+	resp := execute(t, ctx, srv, `{"code":"import time\nprint('sleeping', flush=True)\ntime.sleep(60)"}`)
+	buf := make([]byte, 256)
+	for !strings.Contains(string(buf), "sleeping") {
+		if _, err := resp.Body.Read(buf); err != nil {
+			t.Fatalf("reading the sleeping cell: %v", err)
+		}
+	}
+	cells++
+	cancel()
+	resp.Body.Close()
+	start := time.Now()
+	var after []map[string]any
+	for time.Since(start) < 30*time.Second {
+		res := execute(t, t.Context(), srv, `{"code":"x"}`)
+		if res.StatusCode == http.StatusConflict { // the cell is still ending
+			res.Body.Close()
+			time.Sleep(100 * time.Millisecond)
+			continue
+		}
+		after = lines(t, res.Body)
+		res.Body.Close()
+		cells++
+		break
+	}
+	if r := of(after, "result"); r == nil || r["text"] != "1" || time.Since(start) > 20*time.Second {
+		t.Errorf("after the client went away: got %v in %s", after, time.Since(start))
+	}
+	t.Logf("%d cells", cells)
+}
