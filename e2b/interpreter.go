@@ -184,6 +184,9 @@ func (in *interpreter) follow(ctx context.Context, s *ciStream, t Target, inv *c
 	var approvalDeadline <-chan time.Time
 	awaiting := inv.Execution.Status == model.StatusAwaitingApproval
 	if awaiting {
+		// The SDK ignores this line; a client that reads the stream
+		// learns which approval to ask for.
+		s.send(ciMsg{"type": "approval_required", "approval_id": inv.Execution.ApprovalID, "execution_id": id})
 		timer := time.NewTimer(in.opts.ApprovalWait)
 		defer timer.Stop()
 		approvalDeadline = timer.C

@@ -12,15 +12,17 @@ import (
 
 	"github.com/stockade-sh/stockade/capability"
 	"github.com/stockade-sh/stockade/internal/daemontest"
+	"github.com/stockade-sh/stockade/model"
 )
 
-// sessionInterpreter serves the interpreter over a real daemon's
-// capability layer (runc), for a python session of a workspace without
-// approval, and returns its server.
-func sessionInterpreter(t *testing.T) *httptest.Server {
+// sessionInterpreter serves the interpreter with options o over a real
+// daemon's capability layer (runc), for a python session of a workspace
+// whose policy is the default edited by policy, and returns its server,
+// the daemon and the workspace.
+func sessionInterpreter(t *testing.T, policy func(*model.Policy), o InterpreterOptions) (*httptest.Server, *daemontest.Daemon, daemontest.Workspace) {
 	t.Helper()
 	d := daemontest.Start(t, daemontest.Options{})
-	ws := d.Workspace(t, daemontest.NoApproval, 1000)
+	ws := d.Workspace(t, policy, 1000)
 	p, err := d.Service.Authenticate(t.Context(), ws.Agent)
 	if err != nil {
 		t.Fatal(err)
@@ -31,12 +33,12 @@ func sessionInterpreter(t *testing.T) *httptest.Server {
 	}
 	id := created.Session.ID
 	t.Cleanup(func() { _, _ = d.Service.CloseSession(context.Background(), p, id) })
-	h := NewInterpreterWith(d.Service, nil, InterpreterOptions{KeepAlive: time.Second})
+	h := NewInterpreterWith(d.Service, nil, o)
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		h.ServeHTTP(w, r.WithContext(WithTarget(r.Context(), Target{SandboxID: "sb_" + id, SessionID: id, Principal: p, Runtime: "python"})))
 	}))
 	t.Cleanup(srv.Close)
-	return srv
+	return srv, d, ws
 }
 
 // run posts body to /execute and returns its lines, keepalives left out.
@@ -94,7 +96,7 @@ func stdout(msgs []map[string]any) string {
 // refusal in the python image, and an interrupt when the client goes
 // away.
 func TestSessionInterpreter(t *testing.T) {
-	srv := sessionInterpreter(t)
+	srv, _, _ := sessionInterpreter(t, daemontest.NoApproval, InterpreterOptions{KeepAlive: time.Second})
 	cells := 0
 	check := func(name, body string, ok func(msgs []map[string]any) bool) {
 		t.Helper()
@@ -201,4 +203,64 @@ func TestSessionInterpreter(t *testing.T) {
 		t.Errorf("after the client went away: got %v in %s", after, time.Since(start))
 	}
 	t.Logf("%d cells", cells)
+}
+
+// TestSessionInterpreterApproval runs cells that await approval in a real
+// session: one that outlasts ApprovalWait ends its stream with
+// ApprovalPending and runs once approved, later; one approved while its
+// stream waits runs in it; a denied one ends with ApprovalDenied.
+func TestSessionInterpreterApproval(t *testing.T) {
+	srv, d, ws := sessionInterpreter(t, nil, InterpreterOptions{KeepAlive: 100 * time.Millisecond, ApprovalWait: 500 * time.Millisecond})
+	agent, err := d.Service.Authenticate(t.Context(), ws.Agent)
+	if err != nil {
+		t.Fatal(err)
+	}
+	approver, err := d.Service.Authenticate(t.Context(), ws.Approver)
+	if err != nil {
+		t.Fatal(err)
+	}
+	msgs := run(t, srv, `{"code":"x = 41"}`)
+	asked, e := of(msgs, "approval_required"), of(msgs, "error")
+	if asked == nil || e == nil || e["name"] != "ApprovalPending" || !strings.Contains(e["value"].(string), asked["approval_id"].(string)) {
+		t.Fatalf("a cell that outlasts the wait: got %v", msgs)
+	}
+	if _, _, err := d.Service.Decide(t.Context(), approver, asked["approval_id"].(string), true, ""); err != nil {
+		t.Fatalf("Decide: %v", err)
+	}
+	ex, err := d.Service.Wait(t.Context(), agent, asked["execution_id"].(string), time.Minute)
+	if err != nil || ex.Status != model.StatusSucceeded {
+		t.Fatalf("the approved cell: %+v, %v", ex, err)
+	}
+
+	for _, approve := range []bool{true, false} {
+		ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+		res := execute(t, ctx, srv, `{"code":"x + 1"}`)
+		dec := json.NewDecoder(res.Body)
+		var first map[string]any
+		if err := dec.Decode(&first); err != nil || first["type"] != "approval_required" {
+			t.Fatalf("got %v, %v; want approval_required first", first, err)
+		}
+		if _, _, err := d.Service.Decide(t.Context(), approver, first["approval_id"].(string), approve, "test"); err != nil {
+			t.Fatalf("Decide: %v", err)
+		}
+		var rest []map[string]any
+		for {
+			var m map[string]any
+			if err := dec.Decode(&m); err != nil {
+				break
+			}
+			if m["type"] != "keepalive" {
+				rest = append(rest, m)
+			}
+		}
+		res.Body.Close()
+		cancel()
+		r, e := of(rest, "result"), of(rest, "error")
+		switch {
+		case approve && (r == nil || r["text"] != "42" || e != nil):
+			t.Errorf("approved while waiting: got %v", rest)
+		case !approve && (r != nil || e == nil || e["name"] != "ApprovalDenied"):
+			t.Errorf("denied: got %v", rest)
+		}
+	}
 }

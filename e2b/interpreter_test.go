@@ -304,7 +304,7 @@ func TestExecuteApproval(t *testing.T) {
 		}
 	}
 	got := types(msgs)
-	if keepalives == 0 || strings.Join(got, ",") != "error,end_of_execution" {
+	if keepalives == 0 || strings.Join(got, ",") != "approval_required,error,end_of_execution" {
 		t.Fatalf("got %d keepalives and %v", keepalives, got)
 	}
 	e := msgs[len(msgs)-2]
@@ -337,7 +337,7 @@ func TestExecuteApproved(t *testing.T) {
 		res.Body.Close()
 		got := strings.Join(types(msgs), ",")
 		switch {
-		case approve && got != "result,number_of_executions,end_of_execution":
+		case approve && got != "approval_required,result,number_of_executions,end_of_execution":
 			t.Errorf("approved: got %v", got)
 		case !approve && !strings.Contains(got, "error"):
 			t.Errorf("denied: got %v", got)

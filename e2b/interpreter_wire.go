@@ -24,7 +24,9 @@ import (
 // for the value of the cell's last expression), error {"name", "value",
 // "traceback"}, number_of_executions {"execution_count"}, and
 // end_of_execution. The SDK parses every line as JSON and ignores types it
-// does not know: keepalives are {"type": "keepalive"} lines.
+// does not know: keepalives are {"type": "keepalive"} lines, and a cell
+// that awaits a human's approval first says so in an approval_required
+// line {"approval_id", "execution_id"}.
 
 // Bounds of an /execute request.
 const (
