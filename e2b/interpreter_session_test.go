@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -13,6 +14,7 @@ import (
 	"github.com/stockade-sh/stockade/capability"
 	"github.com/stockade-sh/stockade/internal/daemontest"
 	"github.com/stockade-sh/stockade/model"
+	"github.com/stockade-sh/stockade/wire"
 )
 
 // sessionInterpreter serves the interpreter with options o over a real
@@ -70,6 +72,20 @@ func of(msgs []map[string]any, typ string) map[string]any {
 	return nil
 }
 
+// toolCalls lists workspace key's tool calls on the daemon's API.
+func toolCalls(t *testing.T, d *daemontest.Daemon, key string) []wire.ToolCall {
+	t.Helper()
+	req, _ := http.NewRequestWithContext(t.Context(), http.MethodGet, d.URL+"/v1/tool-calls?limit=500", nil)
+	req.Header.Set("Authorization", "Bearer "+key)
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var page wire.Page[wire.ToolCall]
+	decodeJSON(t, res, &page)
+	return page.Items
+}
+
 // decodeJSON decodes res's body into v and closes it.
 func decodeJSON(t *testing.T, res *http.Response, v any) {
 	t.Helper()
@@ -96,7 +112,7 @@ func stdout(msgs []map[string]any) string {
 // refusal in the python image, and an interrupt when the client goes
 // away.
 func TestSessionInterpreter(t *testing.T) {
-	srv, _, _ := sessionInterpreter(t, daemontest.NoApproval, InterpreterOptions{KeepAlive: time.Second})
+	srv, d, ws := sessionInterpreter(t, daemontest.NoApproval, InterpreterOptions{KeepAlive: time.Second})
 	cells := 0
 	check := func(name, body string, ok func(msgs []map[string]any) bool) {
 		t.Helper()
@@ -202,7 +218,17 @@ func TestSessionInterpreter(t *testing.T) {
 	if r := of(after, "result"); r == nil || r["text"] != "1" || time.Since(start) > 20*time.Second {
 		t.Errorf("after the client went away: got %v in %s", after, time.Since(start))
 	}
-	t.Logf("%d cells", cells)
+	// Every cell is one tool call charged 2 credits; the cells in a
+	// language the sandbox lacks ran nothing (none here).
+	calls := toolCalls(t, d, ws.Agent)
+	if len(calls) != cells {
+		t.Errorf("got %d tool calls for %d cells", len(calls), cells)
+	}
+	for _, c := range calls {
+		if c.CreditsCharged != 2 {
+			t.Errorf("tool call %s (%s) charged %d credits, want 2", c.ID, c.Status, c.CreditsCharged)
+		}
+	}
 }
 
 // TestSessionInterpreterApproval runs cells that await approval in a real
@@ -262,5 +288,13 @@ func TestSessionInterpreterApproval(t *testing.T) {
 		case !approve && (r != nil || e == nil || e["name"] != "ApprovalDenied"):
 			t.Errorf("denied: got %v", rest)
 		}
+	}
+	// The cells that ran were charged 2 credits, the denied one nothing.
+	charged := map[string][]int64{}
+	for _, c := range toolCalls(t, d, ws.Agent) {
+		charged[string(c.Status)] = append(charged[string(c.Status)], c.CreditsCharged)
+	}
+	if fmt.Sprint(charged["succeeded"]) != "[2 2]" || fmt.Sprint(charged["denied"]) != "[0]" {
+		t.Errorf("got the charges %v", charged)
 	}
 }
