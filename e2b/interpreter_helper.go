@@ -50,7 +50,8 @@ process.stdin.on('data', d => {
         if (v && typeof v.then === 'function') v = await v;
         if (v !== undefined) out.value = util.inspect(v);
       } catch (e) {
-        out.error = {name: (e && e.name) || 'Error', value: (e && e.message) || String(e), traceback: (e && e.stack) || ''};
+        const stack = String((e && e.stack) || '').split('\n').filter(l => !/node:vm|node:internal|\[eval\]/.test(l)).join('\n');
+        out.error = {name: (e && e.name) || 'Error', value: (e && e.message) || String(e), traceback: stack};
       }
       process.stderr.write(m.marker + '\n');
       process.stdout.write(m.marker + ' ' + JSON.stringify(out) + '\n');
@@ -130,7 +131,9 @@ def _process(lang, ctx, cwd):
     if p is not None and p.poll() is None:
         return p
     if lang == "bash":
-        argv = ["bash", "--noprofile", "--norc"]
+        # A trap (not an ignore, which children would inherit) keeps
+        # bash, and the context's state, past an interrupt of its cell.
+        argv = ["bash", "--noprofile", "--norc", "-c", "trap : INT; while IFS= read -r __stockade_line; do eval \"$__stockade_line\"; done"]
     else:
         if shutil.which("node") is None:
             raise NodeUnavailable("javascript contexts run node in the sandbox, and this sandbox's image has no node "
@@ -182,7 +185,8 @@ def _shell(lang, ctx, code, env, cwd):
         with open(path, "w") as f:
             f.write(code)
         lines = ["export %s=%s" % (k, _quote(v)) for k, v in env.items()]
-        lines += [". %s </dev/null" % path, "__stockade_rc=$?", "rm -f %s" % path]
+        # One line: the loop's read comes between two, and sets $?.
+        lines += [". %s </dev/null; __stockade_rc=$?; rm -f %s" % (path, path)]
         lines += ["unset %s" % k for k in env]
         lines += ["printf '%s\\n' >&2" % marker.decode(), "printf '%s %%d\\n' $__stockade_rc" % marker.decode()]
         msg = "\n".join(lines) + "\n"
