@@ -12,19 +12,18 @@ import (
 	"time"
 
 	"github.com/stockade-sh/stockade/capability"
-	"github.com/stockade-sh/stockade/internal/daemontest"
 	"github.com/stockade-sh/stockade/model"
 	"github.com/stockade-sh/stockade/wire"
 )
 
 // sessionInterpreter serves the interpreter with options o over a real
-// daemon's capability layer (runc), for a python session of a workspace
-// whose policy is the default edited by policy, and returns its server,
-// the daemon and the workspace.
-func sessionInterpreter(t *testing.T, policy func(*model.Policy), o InterpreterOptions) (*httptest.Server, *daemontest.Daemon, daemontest.Workspace) {
+// daemon's capability layer on tier's driver, for a python session of a
+// workspace whose policy is the default edited by policy, and returns
+// its server, the daemon and the workspace.
+func sessionInterpreter(t *testing.T, tier string, policy func(*model.Policy), o InterpreterOptions) (*httptest.Server, *tierDaemon, tierWorkspace) {
 	t.Helper()
-	d := daemontest.Start(t, daemontest.Options{})
-	ws := d.Workspace(t, policy, 1000)
+	d := startTier(t, tier)
+	ws := d.workspace(t, policy, 1000)
 	p, err := d.Service.Authenticate(t.Context(), ws.Agent)
 	if err != nil {
 		t.Fatal(err)
@@ -100,7 +99,7 @@ func interrupted(t *testing.T, srv *httptest.Server, body string) time.Time {
 }
 
 // toolCalls lists workspace key's tool calls on the daemon's API.
-func toolCalls(t *testing.T, d *daemontest.Daemon, key string) []wire.ToolCall {
+func toolCalls(t *testing.T, d *tierDaemon, key string) []wire.ToolCall {
 	t.Helper()
 	req, _ := http.NewRequestWithContext(t.Context(), http.MethodGet, d.URL+"/v1/tool-calls?limit=500", nil)
 	req.Header.Set("Authorization", "Bearer "+key)
@@ -134,12 +133,19 @@ func stdout(msgs []map[string]any) string {
 }
 
 // TestSessionInterpreter runs the interpreter's cells in a real python
-// session (runc): state across cells, a figure, an exception, python and
-// bash contexts keeping state of their own, env_vars, javascript's
-// refusal in the python image, and an interrupt when the client goes
-// away.
+// session, on runc and gVisor: state across cells, a figure, an
+// exception, python and bash contexts keeping state of their own,
+// env_vars, javascript's refusal in the python image, and interrupts
+// when the client goes away; each cell is a tool call charged 2
+// credits.
 func TestSessionInterpreter(t *testing.T) {
-	srv, d, ws := sessionInterpreter(t, daemontest.NoApproval, InterpreterOptions{KeepAlive: time.Second})
+	for _, tier := range tiers {
+		t.Run(tier, func(t *testing.T) { testSessionInterpreter(t, tier) })
+	}
+}
+
+func testSessionInterpreter(t *testing.T, tier string) {
+	srv, d, ws := sessionInterpreter(t, tier, noApproval, InterpreterOptions{KeepAlive: time.Second})
 	cells := 0
 	check := func(name, body string, ok func(msgs []map[string]any) bool) {
 		t.Helper()
@@ -264,7 +270,7 @@ func TestSessionInterpreter(t *testing.T) {
 // ApprovalPending and runs once approved, later; one approved while its
 // stream waits runs in it; a denied one ends with ApprovalDenied.
 func TestSessionInterpreterApproval(t *testing.T) {
-	srv, d, ws := sessionInterpreter(t, nil, InterpreterOptions{KeepAlive: 100 * time.Millisecond, ApprovalWait: 500 * time.Millisecond})
+	srv, d, ws := sessionInterpreter(t, "runc", nil, InterpreterOptions{KeepAlive: 100 * time.Millisecond, ApprovalWait: 500 * time.Millisecond})
 	agent, err := d.Service.Authenticate(t.Context(), ws.Agent)
 	if err != nil {
 		t.Fatal(err)
