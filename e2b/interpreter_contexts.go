@@ -51,8 +51,15 @@ type ciContext struct {
 	Cwd      string `json:"cwd"`
 }
 
+// ciMaxSandboxes bounds the sandboxes whose contexts the daemon keeps:
+// past it, the least recently used sandbox's are forgotten (a sandbox
+// that ended never comes back; one still in use lists its default
+// context only, and its other contexts' ids answer 404).
+const ciMaxSandboxes = 4096
+
 // ciSandbox is the contexts of one sandbox.
 type ciSandbox struct {
+	used uint64 // the tick of its last use
 	list []*ciContext
 	// restart are contexts whose state the next cell drops first; drop,
 	// removed contexts whose processes or namespaces it ends.
@@ -65,6 +72,7 @@ type ciSandbox struct {
 type ciContexts struct {
 	mu        sync.Mutex
 	max       int
+	tick      uint64
 	sandboxes map[string]*ciSandbox
 }
 
@@ -118,13 +126,29 @@ func ciSupported(runtime, raw, lang string) *ciUnsupportedError {
 
 // sandbox returns t's contexts, made with its default context.
 func (c *ciContexts) sandbox(t Target) *ciSandbox {
+	c.tick++
 	sb := c.sandboxes[t.SessionID]
 	if sb == nil {
+		if len(c.sandboxes) >= ciMaxSandboxes {
+			c.evict()
+		}
 		lang := ciDefaultLanguage(t.Runtime)
 		sb = &ciSandbox{list: []*ciContext{{ID: lang, Language: lang, Cwd: ciDefaultCwd}}, restart: map[string]bool{}}
 		c.sandboxes[t.SessionID] = sb
 	}
+	sb.used = c.tick
 	return sb
+}
+
+// evict forgets the least recently used sandbox's contexts.
+func (c *ciContexts) evict() {
+	var oldest string
+	for id, sb := range c.sandboxes {
+		if oldest == "" || sb.used < c.sandboxes[oldest].used {
+			oldest = id
+		}
+	}
+	delete(c.sandboxes, oldest)
 }
 
 func (sb *ciSandbox) find(id string) *ciContext {

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -466,5 +467,28 @@ func TestNodeSandboxContexts(t *testing.T) {
 	}
 	if len(msgs) != 2 || msgs[0]["name"] != "UnsupportedLanguage" {
 		t.Errorf("python in a node sandbox: got %v", msgs)
+	}
+}
+
+// TestContextsBounded: the daemon keeps the contexts of at most
+// ciMaxSandboxes sandboxes, forgetting the least recently used.
+func TestContextsBounded(t *testing.T) {
+	c := newCIContexts(4)
+	target := func(i int) Target { return Target{SessionID: fmt.Sprint("ses_", i), Runtime: "python"} }
+	c.sandbox(target(0)).list[0].Cwd = "/kept"
+	for i := 1; i <= ciMaxSandboxes; i++ {
+		c.sandbox(target(i))
+		if i == 1 {
+			c.sandbox(target(0)) // used again: not the oldest
+		}
+	}
+	if len(c.sandboxes) != ciMaxSandboxes {
+		t.Fatalf("got %d sandboxes, want %d", len(c.sandboxes), ciMaxSandboxes)
+	}
+	if _, ok := c.sandboxes["ses_1"]; ok {
+		t.Error("the least recently used sandbox was kept")
+	}
+	if sb := c.sandboxes["ses_0"]; sb == nil || sb.list[0].Cwd != "/kept" {
+		t.Error("a sandbox used since was forgotten")
 	}
 }
