@@ -154,6 +154,9 @@ func (in *interpreter) execute(w http.ResponseWriter, r *http.Request) {
 		in.ciError(w, r, err)
 		return
 	}
+	if in.reattach(w, r, flusher, t, plan) {
+		return
+	}
 	id := capability.NewExecutionID()
 	events, unsubscribe := in.svc.Subscribe(id)
 	defer unsubscribe()
@@ -170,13 +173,53 @@ func (in *interpreter) execute(w http.ResponseWriter, r *http.Request) {
 	}
 	s := newCIStream(w, flusher)
 	s.start()
-	in.follow(r.Context(), s, t, inv, events)
+	in.follow(r.Context(), s, t, plan.code, inv, events)
+}
+
+// reattach answers an /execute of t's sandbox while a cell whose stream
+// ended ApprovalPending has not been followed to its end, and reports
+// whether it did: the same code follows that cell (waiting on, or its
+// outcome if it ran meanwhile: it runs once, charged once), other code
+// is refused while that cell awaits approval or runs. A cell that ended
+// no one asked for again is forgotten, and the request runs anew.
+func (in *interpreter) reattach(w http.ResponseWriter, r *http.Request, flusher http.Flusher, t Target, plan ciPlan) bool {
+	p, ok := in.ctxs.pendingOf(t)
+	if !ok {
+		return false
+	}
+	events, unsubscribe := in.svc.Subscribe(p.id)
+	defer unsubscribe()
+	e, err := in.svc.Wait(r.Context(), t.Principal, p.id, 0)
+	same := p.code == plan.code
+	if err != nil || (e.Status.Terminal() && !same) {
+		in.ctxs.clearPending(t, p.id)
+		return false
+	}
+	s := newCIStream(w, flusher)
+	s.start()
+	if !same {
+		s.send(ciErrorMsg("SandboxBusy", fmt.Sprintf(
+			"cell %s of sandbox %s awaits approval %s or runs, and the sandbox runs one cell at a time: nothing ran, nothing is charged. "+
+				"Run that cell's code again to follow it, have it decided (the console, or POST /v1/approvals/%s/approve or /deny on Stockade's API), "+
+				"or cancel it (POST /v1/executions/%s/cancel)", e.ID, t.SandboxID, e.ApprovalID, e.ApprovalID, e.ID), ""))
+		s.send(ciMsg{"type": "end_of_execution"})
+		return true
+	}
+	in.ctxs.clearPending(t, p.id)
+	if e.Status.Terminal() {
+		for _, m := range ciOutcome(e, 0) {
+			s.send(m)
+		}
+		return true
+	}
+	in.follow(r.Context(), s, t, p.code, &capability.Invocation{Execution: e}, events)
+	return true
 }
 
 // follow streams cell inv's events to s until it ends, then its outcome.
 // A client that goes away interrupts the cell (or cancels it while it
 // awaits approval).
-func (in *interpreter) follow(ctx context.Context, s *ciStream, t Target, inv *capability.Invocation, events <-chan capability.StreamEvent) {
+func (in *interpreter) follow(ctx context.Context, s *ciStream, t Target, code string, inv *capability.Invocation, events <-chan capability.StreamEvent) {
 	id := inv.Execution.ID
 	bg := context.WithoutCancel(ctx)
 	keep := time.NewTicker(in.opts.KeepAlive)
@@ -224,11 +267,13 @@ func (in *interpreter) follow(ctx context.Context, s *ciStream, t Target, inv *c
 				approvalDeadline = nil
 				continue
 			}
+			in.ctxs.setPending(t, ciPending{id: id, code: code})
 			s.send(ciErrorMsg("ApprovalPending", fmt.Sprintf(
-				"cell %s of sandbox %s still awaits approval %s after %s; nothing ran and nothing is charged until it is approved. "+
-					"Approve it (stockade approvals approve %s, or the console), then wait for its outcome with GET /v1/executions/%s?wait=60s "+
-					"on Stockade's API, or run the code again once approved; a session created with approval per_session is asked once",
-				id, t.SandboxID, e.ApprovalID, in.opts.ApprovalWait, e.ApprovalID, id), ""))
+				"cell %s of sandbox %s still awaits approval %s after %s: nothing ran, and nothing is charged unless it is approved. "+
+					"To wait for it, run the same code again: the stream follows this cell (it runs once), and other code is refused until it ends. "+
+					"Have it decided in the console or with POST /v1/approvals/%s/approve on Stockade's API, "+
+					"follow it there with GET /v1/executions/%s?wait=60s, or cancel it (POST /v1/executions/%s/cancel)",
+				id, t.SandboxID, e.ApprovalID, in.opts.ApprovalWait, e.ApprovalID, id, id), ""))
 			s.send(ciMsg{"type": "end_of_execution"})
 			return
 		case <-ctx.Done():

@@ -65,6 +65,39 @@ type ciSandbox struct {
 	// removed contexts whose processes or namespaces it ends.
 	restart map[string]bool
 	drop    []string
+	// pending is the cell whose stream ended ApprovalPending, until a
+	// stream follows it to its end (see interpreter.reattach).
+	pending *ciPending
+}
+
+// ciPending is a cell left awaiting approval: its execution and the
+// code it was sent as.
+type ciPending struct{ id, code string }
+
+// pendingOf returns t's sandbox's pending cell, if any.
+func (c *ciContexts) pendingOf(t Target) (ciPending, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if p := c.sandbox(t).pending; p != nil {
+		return *p, true
+	}
+	return ciPending{}, false
+}
+
+// setPending records p as t's sandbox's pending cell.
+func (c *ciContexts) setPending(t Target, p ciPending) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.sandbox(t).pending = &p
+}
+
+// clearPending forgets t's sandbox's pending cell if it is id.
+func (c *ciContexts) clearPending(t Target, id string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if sb := c.sandbox(t); sb.pending != nil && sb.pending.id == id {
+		sb.pending = nil
+	}
 }
 
 // ciContexts is the contexts of every sandbox this daemon serves, by

@@ -267,8 +267,10 @@ func testSessionInterpreter(t *testing.T, tier string) {
 
 // TestSessionInterpreterApproval runs cells that await approval in a real
 // session: one that outlasts ApprovalWait ends its stream with
-// ApprovalPending and runs once approved, later; one approved while its
-// stream waits runs in it; a denied one ends with ApprovalDenied.
+// ApprovalPending, other code is then refused, and the same code, sent
+// again once it is approved, gives its end (it ran once); one approved
+// while its stream waits runs in it; a denied one ends with
+// ApprovalDenied. Only the cells that ran are charged.
 func TestSessionInterpreterApproval(t *testing.T) {
 	srv, d, ws := sessionInterpreter(t, "runc", nil, InterpreterOptions{KeepAlive: 100 * time.Millisecond, ApprovalWait: 500 * time.Millisecond})
 	agent, err := d.Service.Authenticate(t.Context(), ws.Agent)
@@ -284,8 +286,16 @@ func TestSessionInterpreterApproval(t *testing.T) {
 	if asked == nil || e == nil || e["name"] != "ApprovalPending" || !strings.Contains(e["value"].(string), asked["approval_id"].(string)) {
 		t.Fatalf("a cell that outlasts the wait: got %v", msgs)
 	}
+	// Other code is refused while it waits; the same code follows it.
+	if e := of(run(t, srv, `{"code":"print(2)"}`), "error"); e == nil || e["name"] != "SandboxBusy" {
+		t.Errorf("other code while a cell awaits approval: got %v", e)
+	}
 	if _, _, err := d.Service.Decide(t.Context(), approver, asked["approval_id"].(string), true, ""); err != nil {
 		t.Fatalf("Decide: %v", err)
+	}
+	again := run(t, srv, `{"code":"x = 41"}`)
+	if n := of(again, "number_of_executions"); n == nil || n["execution_count"] != float64(1) || of(again, "error") != nil {
+		t.Errorf("the same code, once approved: got %v, want the first cell's end", again)
 	}
 	ex, err := d.Service.Wait(t.Context(), agent, asked["execution_id"].(string), time.Minute)
 	if err != nil || ex.Status != model.StatusSucceeded {

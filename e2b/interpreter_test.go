@@ -37,6 +37,8 @@ type fakeCells struct {
 	// run, if set, plays cell id (in its own goroutine) with emit and
 	// end.
 	run func(f *fakeCells, id string)
+	// onSubscribe, if set, is called as cell id is subscribed to.
+	onSubscribe func(id string)
 }
 
 func newFakeCells() *fakeCells {
@@ -48,6 +50,9 @@ func (f *fakeCells) Subscribe(id string) (<-chan capability.StreamEvent, func())
 	defer f.mu.Unlock()
 	ch := make(chan capability.StreamEvent, 64)
 	f.subs[id] = ch
+	if f.onSubscribe != nil {
+		f.onSubscribe(id)
+	}
 	return ch, func() {}
 }
 
@@ -314,6 +319,27 @@ func TestExecuteApproval(t *testing.T) {
 	}
 	if len(f.cancelled) != 0 {
 		t.Errorf("the pending cell was cancelled: %v", f.cancelled)
+	}
+	// Other code is refused, admitting nothing; the same code follows the
+	// pending cell to its end.
+	res2 := execute(t, t.Context(), srv, `{"code":"2"}`)
+	msgs = lines(t, res2.Body)
+	res2.Body.Close()
+	if e := msgs[len(msgs)-2]; e["name"] != "SandboxBusy" || len(f.codes) != 1 {
+		t.Errorf("other code: got %v and cells %q", msgs, f.codes)
+	}
+	// Approved and run once the stream has subscribed again.
+	f.onSubscribe = func(id string) {
+		go func() {
+			f.emit(id, "started", nil)
+			f.end(id, model.StatusSucceeded, &engine.CellResult{Status: sandbox.StatusSucceeded, CellEnd: wire.CellEnd{Outputs: []wire.CellOutput{{MimeType: "text/plain", Data: "1"}}}})
+		}()
+	}
+	res3 := execute(t, t.Context(), srv, `{"code":"1"}`)
+	msgs = lines(t, res3.Body)
+	res3.Body.Close()
+	if got := strings.Join(types(msgs), ","); got != "approval_required,result,number_of_executions,end_of_execution" || len(f.codes) != 1 {
+		t.Errorf("the same code: got %v and cells %q", got, f.codes)
 	}
 }
 
