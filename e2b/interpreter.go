@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/stockade-sh/stockade/capability"
@@ -73,7 +74,19 @@ func NewInterpreterWith(svc Cells, log *slog.Logger, o InterpreterOptions) http.
 	return in
 }
 
-func (in *interpreter) ServeHTTP(w http.ResponseWriter, r *http.Request) { in.mux.ServeHTTP(w, r) }
+// ServeHTTP serves r. A sandbox URL given with a trailing slash makes
+// the SDK ask for //execute, which ServeMux would answer with a 307
+// redirect, a round trip more: repeated slashes are one here.
+func (in *interpreter) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if strings.Contains(r.URL.Path, "//") {
+		r = r.Clone(r.Context())
+		for strings.Contains(r.URL.Path, "//") {
+			r.URL.Path = strings.ReplaceAll(r.URL.Path, "//", "/")
+		}
+		r.URL.RawPath = ""
+	}
+	in.mux.ServeHTTP(w, r)
+}
 
 // ciError answers err as the code interpreter does: a status and a plain
 // text body, which the SDK shows for a 404 (NotFoundError) and, with

@@ -215,6 +215,26 @@ func TestExecuteStream(t *testing.T) {
 	}
 }
 
+// TestExecuteDoubleSlash: a sandbox URL with a trailing slash (the SDK
+// then asks for //execute) is served, not redirected.
+func TestExecuteDoubleSlash(t *testing.T) {
+	f := newFakeCells()
+	f.run = func(f *fakeCells, id string) {
+		f.end(id, model.StatusSucceeded, &engine.CellResult{Status: sandbox.StatusSucceeded, CellEnd: wire.CellEnd{Outputs: []wire.CellOutput{}}})
+	}
+	srv := serve(t, NewInterpreter(f, nil), "python")
+	req, _ := http.NewRequest(http.MethodPost, srv.URL+"//execute", strings.NewReader(`{"code":"1"}`))
+	res, err := srv.Client().Transport.RoundTrip(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	msgs := lines(t, res.Body)
+	res.Body.Close()
+	if res.StatusCode != 200 || len(f.codes) != 1 || len(msgs) == 0 {
+		t.Errorf("got %d, cells %q", res.StatusCode, f.codes)
+	}
+}
+
 func TestExecuteError(t *testing.T) {
 	f := newFakeCells()
 	f.run = func(f *fakeCells, id string) {
