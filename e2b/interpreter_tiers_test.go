@@ -34,7 +34,7 @@ type tierDaemon struct {
 }
 
 // startTier starts a daemon on tier's driver that lives as long as t.
-func startTier(t *testing.T, tier string) *tierDaemon {
+func startTier(t testing.TB, tier string) *tierDaemon {
 	t.Helper()
 	testenv.RequiresRoot(t)
 	testenv.Image(t, "python")
@@ -80,7 +80,7 @@ type tierWorkspace struct{ Agent, Approver string }
 // workspace creates a workspace whose policy is the default edited by
 // policy (nil keeps it), granted credits, with an agent and an approver
 // key.
-func (d *tierDaemon) workspace(t *testing.T, policy func(*model.Policy), credits int64) tierWorkspace {
+func (d *tierDaemon) workspace(t testing.TB, policy func(*model.Policy), credits int64) tierWorkspace {
 	t.Helper()
 	ctx := t.Context()
 	ws, err := d.st.CreateWorkspace(ctx, "ws-"+rand.Text()[:8], nil)
