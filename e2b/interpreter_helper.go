@@ -132,8 +132,11 @@ def _process(lang, ctx, cwd):
         return p
     if lang == "bash":
         # A trap (not an ignore, which children would inherit) keeps
-        # bash, and the context's state, past an interrupt of its cell.
-        argv = ["bash", "--noprofile", "--norc", "-c", "trap : INT; while IFS= read -r __stockade_line; do eval \"$__stockade_line\"; done"]
+        # bash, and the context's state, past an interrupt of its cell:
+        # it ends the cell's sourced file (status 130), as ^C ends a
+        # command line, and does nothing between cells.
+        argv = ["bash", "--noprofile", "--norc", "-c",
+                "trap 'return 130 2>/dev/null' INT; while IFS= read -r __stockade_line; do eval \"$__stockade_line\"; done"]
     else:
         if shutil.which("node") is None:
             raise NodeUnavailable("javascript contexts run node in the sandbox, and this sandbox's image has no node "

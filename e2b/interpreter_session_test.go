@@ -225,7 +225,7 @@ func testSessionInterpreter(t *testing.T, tier string) {
 
 	// A bash context's cell whose client goes away is interrupted too.
 	check("bash state before an interrupt", `{"code":"K=kept","context_id":"`+sh.ID+`"}`, func(msgs []map[string]any) bool { return of(msgs, "error") == nil })
-	at := interrupted(t, srv, `{"code":"echo sleeping; sleep 60","context_id":"`+sh.ID+`"}`)
+	at := interrupted(t, srv, `{"code":"echo sleeping; sleep 60; K=overwritten","context_id":"`+sh.ID+`"}`)
 	cells++
 	t.Logf("bash interrupted at %s", at.Format(time.StampMilli))
 	check("bash after an interrupt", `{"code":"echo $K","context_id":"`+sh.ID+`"}`, func(msgs []map[string]any) bool { return stdout(msgs) == "kept\n" })
