@@ -186,7 +186,11 @@ func (in *interpreter) execute(w http.ResponseWriter, r *http.Request) {
 	}
 	s := newCIStream(w, flusher)
 	s.start()
-	in.follow(r.Context(), s, t, plan.code, inv, events)
+	if !in.follow(r.Context(), s, t, plan.code, inv, events) {
+		// Denied, expired or cancelled: the restart and removals it
+		// carried are the next cell's again.
+		in.ctxs.requeue(t, plan)
+	}
 }
 
 // reattach answers an /execute of t's sandbox while a cell whose stream
@@ -229,10 +233,11 @@ func (in *interpreter) reattach(w http.ResponseWriter, r *http.Request, flusher 
 	return true
 }
 
-// follow streams cell inv's events to s until it ends, then its outcome.
-// A client that goes away interrupts the cell (or cancels it while it
-// awaits approval).
-func (in *interpreter) follow(ctx context.Context, s *ciStream, t Target, code string, inv *capability.Invocation, events <-chan capability.StreamEvent) {
+// follow streams cell inv's events to s until it ends, then its outcome,
+// and reports false if the cell is known to have run nothing (denied,
+// expired, cancelled, launch failed). A client that goes away interrupts
+// the cell (or cancels it while it awaits approval).
+func (in *interpreter) follow(ctx context.Context, s *ciStream, t Target, code string, inv *capability.Invocation, events <-chan capability.StreamEvent) bool {
 	id := inv.Execution.ID
 	bg := context.WithoutCancel(ctx)
 	keep := time.NewTicker(in.opts.KeepAlive)
@@ -288,10 +293,9 @@ func (in *interpreter) follow(ctx context.Context, s *ciStream, t Target, code s
 					"follow it there with GET /v1/executions/%s?wait=60s, or cancel it (POST /v1/executions/%s/cancel)",
 				id, t.SandboxID, e.ApprovalID, in.opts.ApprovalWait, e.ApprovalID, id, id), ""))
 			s.send(ciMsg{"type": "end_of_execution"})
-			return
+			return true
 		case <-ctx.Done():
-			in.clientGone(bg, t, id, awaiting)
-			return
+			return !in.clientGone(bg, t, id, awaiting)
 		}
 	}
 	e, err := in.svc.Wait(bg, t.Principal, id, 0)
@@ -299,33 +303,46 @@ func (in *interpreter) follow(ctx context.Context, s *ciStream, t Target, code s
 		in.log.Error("e2b interpreter: reading a cell's outcome", "execution", id, "err", err)
 		s.send(ciErrorMsg("StockadeError", "the cell's outcome could not be read: "+publicOr(err, "internal error"), ""))
 		s.send(ciMsg{"type": "end_of_execution"})
-		return
+		return true
 	}
 	for _, m := range ciOutcome(e, displays) {
 		s.send(m)
 	}
+	return !ciRanNothing(e.Status)
+}
+
+// ciRanNothing says whether a cell that ended status ran none of its
+// code.
+func ciRanNothing(status model.ExecutionStatus) bool {
+	switch status {
+	case model.StatusDenied, model.StatusApprovalExpired, model.StatusCancelled, model.StatusLaunchFailed:
+		return true
+	}
+	return false
 }
 
 // clientGone ends cell id of t whose client went away: a running cell is
 // interrupted (the kernel keeps its state), one awaiting approval is
-// cancelled, uncharged.
-func (in *interpreter) clientGone(ctx context.Context, t Target, id string, awaiting bool) {
+// cancelled, uncharged. It reports whether the cell ran nothing.
+func (in *interpreter) clientGone(ctx context.Context, t Target, id string, awaiting bool) bool {
 	e, err := in.svc.Wait(ctx, t.Principal, id, 0)
 	if err == nil {
 		awaiting = e.Status == model.StatusAwaitingApproval
 		if e.Status.Terminal() {
-			return
+			return ciRanNothing(e.Status)
 		}
 	}
 	if awaiting {
 		if _, err := in.svc.Cancel(ctx, t.Principal, id, "the E2B client went away"); err != nil {
 			in.log.Warn("e2b interpreter: cancelling a cell whose client went away", "execution", id, "err", err)
+			return false
 		}
-		return
+		return true
 	}
 	if _, err := in.svc.InterruptCell(ctx, t.Principal, t.SessionID); err != nil {
 		in.log.Warn("e2b interpreter: interrupting a cell whose client went away", "execution", id, "err", err)
 	}
+	return false
 }
 
 // publicOr is err's public message, or fallback.

@@ -253,6 +253,22 @@ func (c *ciContexts) admitted(t Target, p ciPlan) {
 	sb.drop = slices.DeleteFunc(sb.drop, func(id string) bool { return slices.Contains(p.drop, id) })
 }
 
+// requeue gives plan's restart and removals back to the next cell of t's
+// sandbox: its cell ran nothing.
+func (c *ciContexts) requeue(t Target, p ciPlan) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	sb := c.sandbox(t)
+	if p.restart && sb.find(p.context) != nil {
+		sb.restart[p.context] = true
+	}
+	for _, id := range p.drop {
+		if !slices.Contains(sb.drop, id) {
+			sb.drop = append(sb.drop, id)
+		}
+	}
+}
+
 // ciNewContextID is a fresh context id.
 func ciNewContextID() string {
 	var b [12]byte

@@ -538,3 +538,35 @@ func TestContextsBounded(t *testing.T) {
 		t.Error("a sandbox used since was forgotten")
 	}
 }
+
+// TestContextsRequeue: a cell that ran nothing (denied) leaves the
+// restart and removal it carried to the next cell.
+func TestContextsRequeue(t *testing.T) {
+	f := newFakeCells()
+	deny := true
+	f.run = func(f *fakeCells, id string) {
+		if deny {
+			f.end(id, model.StatusDenied, nil)
+			return
+		}
+		f.end(id, model.StatusSucceeded, &engine.CellResult{Status: sandbox.StatusSucceeded, CellEnd: wire.CellEnd{Outputs: []wire.CellOutput{}}})
+	}
+	srv := serve(t, NewInterpreter(f, nil), "python")
+	req, _ := http.NewRequest(http.MethodPost, srv.URL+"/contexts/python/restart", nil)
+	res, err := srv.Client().Do(req)
+	if err != nil || res.StatusCode != 204 {
+		t.Fatalf("restart: %v %v", res, err)
+	}
+	for range 2 {
+		res = execute(t, t.Context(), srv, `{"code":"x"}`)
+		lines(t, res.Body)
+		res.Body.Close()
+		deny = false
+	}
+	res = execute(t, t.Context(), srv, `{"code":"x"}`)
+	lines(t, res.Body)
+	res.Body.Close()
+	if len(f.codes) != 3 || !strings.Contains(f.codes[0], ", True, []") || !strings.Contains(f.codes[1], ", True, []") || f.codes[2] != "x" {
+		t.Errorf("got the cells %q", f.codes)
+	}
+}
