@@ -186,10 +186,23 @@ func (in *interpreter) execute(w http.ResponseWriter, r *http.Request) {
 	}
 	s := newCIStream(w, flusher)
 	s.start()
-	if !in.follow(r.Context(), s, t, plan.code, inv, events) {
+	status := in.follow(r.Context(), s, t, plan.code, inv, events)
+	if ciRanNothing(status) {
 		// Denied, expired or cancelled: the restart and removals it
 		// carried are the next cell's again.
 		in.ctxs.requeue(t, plan)
+	}
+	ciRefused(status)
+}
+
+// ciRefused cuts the response of a cell whose approval was denied or
+// expired, after its error line: the SDK raises only when a request
+// fails, and once the headers are out a cut stream is the one failure
+// left to say it with (runCode rejects; its onError has seen the
+// reason).
+func ciRefused(status model.ExecutionStatus) {
+	if status == model.StatusDenied || status == model.StatusApprovalExpired {
+		panic(http.ErrAbortHandler)
 	}
 }
 
@@ -227,17 +240,20 @@ func (in *interpreter) reattach(w http.ResponseWriter, r *http.Request, flusher 
 		for _, m := range ciOutcome(e, 0) {
 			s.send(m)
 		}
+		ciRefused(e.Status)
 		return true
 	}
-	in.follow(r.Context(), s, t, p.code, &capability.Invocation{Execution: e}, events)
+	ciRefused(in.follow(r.Context(), s, t, p.code, &capability.Invocation{Execution: e}, events))
 	return true
 }
 
 // follow streams cell inv's events to s until it ends, then its outcome,
-// and reports false if the cell is known to have run nothing (denied,
-// expired, cancelled, launch failed). A client that goes away interrupts
-// the cell (or cancels it while it awaits approval).
-func (in *interpreter) follow(ctx context.Context, s *ciStream, t Target, code string, inv *capability.Invocation, events <-chan capability.StreamEvent) bool {
+// and returns its status as far as it knows it: how it ended,
+// awaiting_approval when the stream gave up waiting (ApprovalPending),
+// cancelled when its client went away while it awaited approval, empty
+// otherwise. A client that goes away interrupts the cell (or cancels it
+// while it awaits approval).
+func (in *interpreter) follow(ctx context.Context, s *ciStream, t Target, code string, inv *capability.Invocation, events <-chan capability.StreamEvent) model.ExecutionStatus {
 	id := inv.Execution.ID
 	bg := context.WithoutCancel(ctx)
 	keep := time.NewTicker(in.opts.KeepAlive)
@@ -293,9 +309,12 @@ func (in *interpreter) follow(ctx context.Context, s *ciStream, t Target, code s
 					"follow it there with GET /v1/executions/%s?wait=60s, or cancel it (POST /v1/executions/%s/cancel)",
 				id, t.SandboxID, e.ApprovalID, in.opts.ApprovalWait, e.ApprovalID, id, id), ""))
 			s.send(ciMsg{"type": "end_of_execution"})
-			return true
+			return model.StatusAwaitingApproval
 		case <-ctx.Done():
-			return !in.clientGone(bg, t, id, awaiting)
+			if in.clientGone(bg, t, id, awaiting) {
+				return model.StatusCancelled
+			}
+			return ""
 		}
 	}
 	e, err := in.svc.Wait(bg, t.Principal, id, 0)
@@ -303,12 +322,12 @@ func (in *interpreter) follow(ctx context.Context, s *ciStream, t Target, code s
 		in.log.Error("e2b interpreter: reading a cell's outcome", "execution", id, "err", err)
 		s.send(ciErrorMsg("StockadeError", "the cell's outcome could not be read: "+publicOr(err, "internal error"), ""))
 		s.send(ciMsg{"type": "end_of_execution"})
-		return true
+		return ""
 	}
 	for _, m := range ciOutcome(e, displays) {
 		s.send(m)
 	}
-	return !ciRanNothing(e.Status)
+	return e.Status
 }
 
 // ciRanNothing says whether a cell that ended status ran none of its

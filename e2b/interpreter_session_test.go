@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -270,7 +271,7 @@ func testSessionInterpreter(t *testing.T, tier string) {
 // ApprovalPending, other code is then refused, and the same code, sent
 // again once it is approved, gives its end (it ran once); one approved
 // while its stream waits runs in it; a denied one ends with
-// ApprovalDenied. Only the cells that ran are charged.
+// ApprovalDenied and a cut stream. Only the cells that ran are charged.
 func TestSessionInterpreterApproval(t *testing.T) {
 	srv, d, ws := sessionInterpreter(t, "runc", nil, InterpreterOptions{KeepAlive: 100 * time.Millisecond, ApprovalWait: 500 * time.Millisecond})
 	agent, err := d.Service.Authenticate(t.Context(), ws.Agent)
@@ -314,14 +315,19 @@ func TestSessionInterpreterApproval(t *testing.T) {
 			t.Fatalf("Decide: %v", err)
 		}
 		var rest []map[string]any
+		var end error
 		for {
 			var m map[string]any
-			if err := dec.Decode(&m); err != nil {
+			if end = dec.Decode(&m); end != nil {
 				break
 			}
 			if m["type"] != "keepalive" {
 				rest = append(rest, m)
 			}
+		}
+		// A denied cell's stream is cut, so that the SDK raises.
+		if (end == io.EOF) != approve {
+			t.Errorf("approve %v: the stream ended with %v", approve, end)
 		}
 		res.Body.Close()
 		cancel()

@@ -149,6 +149,14 @@ func execute(t *testing.T, ctx context.Context, srv *httptest.Server, body strin
 // lines reads an NDJSON body to its end.
 func lines(t *testing.T, r io.Reader) []map[string]any {
 	t.Helper()
+	out, _ := linesErr(t, r)
+	return out
+}
+
+// linesErr reads an NDJSON body to its end, and says how it ended: nil
+// for a whole body, the read's error for one cut short.
+func linesErr(t *testing.T, r io.Reader) ([]map[string]any, error) {
+	t.Helper()
 	var out []map[string]any
 	sc := bufio.NewScanner(r)
 	sc.Buffer(nil, 4<<20)
@@ -159,7 +167,7 @@ func lines(t *testing.T, r io.Reader) []map[string]any {
 		}
 		out = append(out, m)
 	}
-	return out
+	return out, sc.Err()
 }
 
 // types lists the types of msgs, keepalives left out.
@@ -364,7 +372,7 @@ func TestExecuteApproval(t *testing.T) {
 }
 
 // TestExecuteApproved: a cell approved within the wait runs in the same
-// stream; a denied one ends with ApprovalDenied.
+// stream; a denied one ends with ApprovalDenied, and its stream is cut.
 func TestExecuteApproved(t *testing.T) {
 	for _, approve := range []bool{true, false} {
 		f := newFakeCells()
@@ -380,9 +388,14 @@ func TestExecuteApproved(t *testing.T) {
 		}
 		srv := serve(t, NewInterpreterWith(f, nil, InterpreterOptions{KeepAlive: 5 * time.Millisecond}), "python")
 		res := execute(t, t.Context(), srv, `{"code":"1"}`)
-		msgs := lines(t, res.Body)
+		msgs, err := linesErr(t, res.Body)
 		res.Body.Close()
 		got := strings.Join(types(msgs), ",")
+		// A denied cell's stream is cut after its error, so that the SDK
+		// raises.
+		if (err != nil) == approve {
+			t.Errorf("approve %v: the body ended with %v", approve, err)
+		}
 		switch {
 		case approve && got != "approval_required,result,number_of_executions,end_of_execution":
 			t.Errorf("approved: got %v", got)
