@@ -14,6 +14,7 @@ import (
 	"github.com/stockade-sh/stockade/capability"
 	"github.com/stockade-sh/stockade/errdefs"
 	"github.com/stockade-sh/stockade/model"
+	"github.com/stockade-sh/stockade/wire"
 )
 
 // InterpreterOptions tune the code interpreter (port 49999).
@@ -29,6 +30,11 @@ type InterpreterOptions struct {
 	ApprovalWait time.Duration
 	// MaxContexts bounds the contexts of one sandbox; zero is 32.
 	MaxContexts int
+	// QueueWait bounds how long an /execute stream waits for its turn
+	// while the sandbox runs another cell or command (E2B's kernel queues
+	// executions; a session runs one at a time): past it the stream ends
+	// with SandboxBusy, nothing admitted. Zero is 30s.
+	QueueWait time.Duration
 }
 
 // interpreter serves the code interpreter's HTTP side: POST /execute and
@@ -60,6 +66,9 @@ func NewInterpreterWith(svc Cells, log *slog.Logger, o InterpreterOptions) http.
 	}
 	if o.MaxContexts <= 0 {
 		o.MaxContexts = 32
+	}
+	if o.QueueWait <= 0 {
+		o.QueueWait = 30 * time.Second
 	}
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
@@ -170,23 +179,30 @@ func (in *interpreter) execute(w http.ResponseWriter, r *http.Request) {
 	if in.reattach(w, r, flusher, t, plan) {
 		return
 	}
-	id := capability.NewExecutionID()
-	events, unsubscribe := in.svc.Subscribe(id)
-	defer unsubscribe()
-	inv, err := in.svc.ExecCell(r.Context(), t.Principal, t.SessionID, capability.CellRequest{Code: plan.code}, capability.InvokeOptions{ExecutionID: id})
+	a, err := in.admit(r.Context(), t, plan)
+	var s *ciStream
+	if errdefs.IsConflict(err) {
+		// The sandbox runs another cell or command: as E2B's kernel
+		// queues executions, the stream waits for its turn.
+		s = newCIStream(w, flusher)
+		s.start()
+		a, plan, err = in.queue(r.Context(), s, t, req)
+		if err != nil {
+			s.send(ciErrorMsg(ciErrorName(err), publicOr(err, "the cell could not be admitted"), ""))
+			s.send(ciMsg{"type": "end_of_execution"})
+			return
+		}
+	}
 	if err != nil {
 		in.ciError(w, r, err)
 		return
 	}
-	in.ctxs.admitted(t, plan)
-	if inv.Execution.ID != id {
-		// Not a replay (no idempotency key is sent): the store chose.
-		unsubscribe()
-		events, unsubscribe = in.svc.Subscribe(inv.Execution.ID)
+	defer a.unsubscribe()
+	if s == nil {
+		s = newCIStream(w, flusher)
+		s.start()
 	}
-	s := newCIStream(w, flusher)
-	s.start()
-	status := in.follow(r.Context(), s, t, plan.code, inv, events)
+	status := in.follow(r.Context(), s, t, plan.code, a.inv, a.events)
 	if ciRanNothing(status) {
 		// Denied, expired or cancelled: the restart and removals it
 		// carried are the next cell's again.
@@ -204,6 +220,83 @@ func ciRefused(status model.ExecutionStatus) {
 	if status == model.StatusDenied || status == model.StatusApprovalExpired {
 		panic(http.ErrAbortHandler)
 	}
+}
+
+// ciAdmitted is a cell admitted by admit, and its events.
+type ciAdmitted struct {
+	inv         *capability.Invocation
+	events      <-chan capability.StreamEvent
+	unsubscribe func()
+}
+
+// admit admits plan's cell in t's session, subscribed to its events
+// from the start.
+func (in *interpreter) admit(ctx context.Context, t Target, plan ciPlan) (ciAdmitted, error) {
+	id := capability.NewExecutionID()
+	events, unsubscribe := in.svc.Subscribe(id)
+	inv, err := in.svc.ExecCell(ctx, t.Principal, t.SessionID, capability.CellRequest{Code: plan.code}, capability.InvokeOptions{ExecutionID: id})
+	if err != nil {
+		unsubscribe()
+		return ciAdmitted{}, err
+	}
+	in.ctxs.admitted(t, plan)
+	if inv.Execution.ID != id {
+		// Not a replay (no idempotency key is sent): the store chose.
+		unsubscribe()
+		events, unsubscribe = in.svc.Subscribe(inv.Execution.ID)
+	}
+	return ciAdmitted{inv: inv, events: events, unsubscribe: unsubscribe}, nil
+}
+
+// ciQueuePoll is how often a queued cell asks for its turn.
+const ciQueuePoll = 50 * time.Millisecond
+
+// queue admits req's cell once t's session is free, within QueueWait,
+// sending keepalives to s meanwhile. The plan is made again at each try:
+// a cell admitted meanwhile may have done its context's restart.
+func (in *interpreter) queue(ctx context.Context, s *ciStream, t Target, req ciExecuteRequest) (ciAdmitted, ciPlan, error) {
+	deadline := time.NewTimer(in.opts.QueueWait)
+	defer deadline.Stop()
+	poll := time.NewTicker(ciQueuePoll)
+	defer poll.Stop()
+	keep := time.NewTicker(in.opts.KeepAlive)
+	defer keep.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return ciAdmitted{}, ciPlan{}, ctx.Err()
+		case <-deadline.C:
+			return ciAdmitted{}, ciPlan{}, errdefs.Publicf("sandbox %s has run another cell or command for %s, and runs one at a time: nothing ran, nothing is charged: %w",
+				t.SandboxID, in.opts.QueueWait, errdefs.ErrConflict)
+		case <-keep.C:
+			s.send(ciMsg{"type": "keepalive"})
+		case <-poll.C:
+			plan, err := in.ctxs.plan(t, req)
+			if err != nil {
+				return ciAdmitted{}, ciPlan{}, err
+			}
+			a, err := in.admit(ctx, t, plan)
+			if !errdefs.IsConflict(err) {
+				return a, plan, err
+			}
+		}
+	}
+}
+
+// ciErrorName names the error line of an admission refused once the
+// stream started.
+func ciErrorName(err error) string {
+	switch {
+	case errdefs.IsConflict(err):
+		return "SandboxBusy"
+	case errdefs.IsPaymentRequired(err), errdefs.IsResourceExhausted(err):
+		return "ResourceExhausted"
+	case errdefs.IsPermissionDenied(err):
+		return "PermissionDenied"
+	case errdefs.IsNotFound(err), errdefs.IsGone(err), errdefs.IsFailedPrecondition(err):
+		return "SandboxUnavailable"
+	}
+	return wire.StockadeError
 }
 
 // reattach answers an /execute of t's sandbox while a cell whose stream

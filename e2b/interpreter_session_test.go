@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -223,6 +224,30 @@ func testSessionInterpreter(t *testing.T, tier string) {
 	}
 	res.Body.Close()
 	check("a restarted context", `{"code":"echo \"[$A]\"","context_id":"`+sh.ID+`"}`, func(msgs []map[string]any) bool { return stdout(msgs) == "[]\n" })
+
+	// Cells sent together run one after the other, as E2B's kernel
+	// queues them.
+	var wg sync.WaitGroup
+	together := make([][]map[string]any, 2)
+	for i, code := range []string{`import time\ntime.sleep(1)\n'first'`, `'second'`} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+			defer cancel()
+			res := execute(t, ctx, srv, `{"code":"`+code+`"}`)
+			together[i] = lines(t, res.Body)
+			res.Body.Close()
+		}()
+		time.Sleep(100 * time.Millisecond)
+	}
+	wg.Wait()
+	cells += 2
+	for i, want := range []string{"'first'", "'second'"} {
+		if r := of(together[i], "result"); r == nil || r["text"] != want {
+			t.Errorf("cells sent together: got %v, want %s", together[i], want)
+		}
+	}
 
 	// A bash context's cell whose client goes away is interrupted too.
 	check("bash state before an interrupt", `{"code":"K=kept","context_id":"`+sh.ID+`"}`, func(msgs []map[string]any) bool { return of(msgs, "error") == nil })

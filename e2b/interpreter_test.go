@@ -28,6 +28,7 @@ type fakeCells struct {
 
 	mu          sync.Mutex
 	admitErr    error
+	busy        int // admissions refused as the session's before one is admitted
 	awaiting    bool
 	codes       []string
 	subs        map[string]chan capability.StreamEvent
@@ -61,6 +62,10 @@ func (f *fakeCells) ExecCell(_ context.Context, _ capability.Principal, _ string
 	defer f.mu.Unlock()
 	if f.admitErr != nil {
 		return nil, f.admitErr
+	}
+	if f.busy != 0 {
+		f.busy--
+		return nil, errdefs.Public(&capability.SessionBusyError{SessionID: "ses_1"})
 	}
 	f.codes = append(f.codes, req.Code)
 	e := model.Execution{ID: o.ExecutionID, Status: model.StatusQueued, Cell: len(f.codes), SessionID: "ses_1"}
@@ -581,5 +586,33 @@ func TestContextsRequeue(t *testing.T) {
 	res.Body.Close()
 	if len(f.codes) != 3 || !strings.Contains(f.codes[0], ", True, []") || !strings.Contains(f.codes[1], ", True, []") || f.codes[2] != "x" {
 		t.Errorf("got the cells %q", f.codes)
+	}
+}
+
+// TestExecuteQueued: a cell sent while the sandbox runs another waits
+// for its turn, with keepalives, as E2B's kernel queues executions; past
+// QueueWait it ends with SandboxBusy, admitting nothing.
+func TestExecuteQueued(t *testing.T) {
+	f := newFakeCells()
+	f.busy = 4
+	f.run = func(f *fakeCells, id string) {
+		f.emit(id, "started", nil)
+		f.end(id, model.StatusSucceeded, &engine.CellResult{Status: sandbox.StatusSucceeded, CellEnd: wire.CellEnd{Outputs: []wire.CellOutput{{MimeType: "text/plain", Data: "2"}}}})
+	}
+	srv := serve(t, NewInterpreterWith(f, nil, InterpreterOptions{KeepAlive: 20 * time.Millisecond, QueueWait: 5 * time.Second}), "python")
+	res := execute(t, t.Context(), srv, `{"code":"1 + 1"}`)
+	msgs := lines(t, res.Body)
+	res.Body.Close()
+	if got := strings.Join(types(msgs), ","); res.StatusCode != 200 || got != "result,number_of_executions,end_of_execution" || len(f.codes) != 1 || msgs[0]["type"] != "keepalive" {
+		t.Errorf("a queued cell: got %d %v, cells %q", res.StatusCode, msgs, f.codes)
+	}
+
+	f.busy = -1 // busy for good
+	srv = serve(t, NewInterpreterWith(f, nil, InterpreterOptions{KeepAlive: 20 * time.Millisecond, QueueWait: 200 * time.Millisecond}), "python")
+	res = execute(t, t.Context(), srv, `{"code":"1 + 1"}`)
+	msgs = lines(t, res.Body)
+	res.Body.Close()
+	if got := strings.Join(types(msgs), ","); got != "error,end_of_execution" || msgs[len(msgs)-2]["name"] != "SandboxBusy" || len(f.codes) != 1 {
+		t.Errorf("a cell that never gets its turn: got %v, cells %q", msgs, f.codes)
 	}
 }
