@@ -238,7 +238,7 @@ func serve(ctx context.Context, listen, db string, cfg config.Config) error {
 	}
 	// The E2B wire (e2b.listen), off by default; its interpreter is
 	// mounted here once package e2b has one (e2b.NewInterpreter).
-	stopE2B, err := serveE2B(reqCtx, cfg, db, svc, st, nil, log)
+	stopE2B, err := serveE2B(reqCtx, cfg, db, svc, st, log)
 	if err != nil {
 		return err
 	}

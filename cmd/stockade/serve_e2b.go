@@ -19,7 +19,7 @@ import (
 // address) and returns what stops it; without an address it serves
 // nothing. Requests get reqCtx, which ends when shutdown begins; the
 // access tokens' secret is kept beside the database db.
-func serveE2B(reqCtx context.Context, cfg config.Config, db string, svc *capability.Service, st any, interpreter http.Handler, log *slog.Logger) (func(), error) {
+func serveE2B(reqCtx context.Context, cfg config.Config, db string, svc *capability.Service, st any, log *slog.Logger) (func(), error) {
 	if cfg.E2B.Listen == "" {
 		return func() {}, nil
 	}
@@ -32,7 +32,7 @@ func serveE2B(reqCtx context.Context, cfg config.Config, db string, svc *capabil
 		return nil, err
 	}
 	so := svc.Options().Sessions
-	srv, err := e2b.New(svc, est, e2b.Options{Interpreter: interpreter, Secret: secret, TTL: so.MaxTTL, IdleTimeout: so.MaxIdleTimeout,
+	srv, err := e2b.New(svc, est, e2b.Options{Interpreter: e2b.NewInterpreter(svc, log.With("listener", "e2b")), Secret: secret, TTL: so.MaxTTL, IdleTimeout: so.MaxIdleTimeout,
 		Logger: log.With("listener", "e2b")})
 	if err != nil {
 		return nil, err
