@@ -67,7 +67,7 @@ const grant = 10000
 // startE2BDaemon sets up a database with the suite's two workspaces and
 // runs `stockade serve` on it with driver, no warm pools, no egress and
 // the E2B wire on a loopback port of its own.
-func startE2BDaemon(t *testing.T, bin, driver string) *e2bDaemon {
+func startE2BDaemon(t testing.TB, bin, driver string) *e2bDaemon {
 	t.Helper()
 	dir := t.TempDir()
 	d := &e2bDaemon{bin: bin, db: "sqlite:" + filepath.Join(dir, "stockade.db"), driver: driver, done: make(chan struct{})}
@@ -139,7 +139,7 @@ func startE2BDaemon(t *testing.T, bin, driver string) *e2bDaemon {
 
 // freePort returns a loopback TCP port free a moment ago. Ephemeral ports
 // are above the ones Node's fetch refuses (6000, 10080, ...).
-func freePort(t *testing.T) int {
+func freePort(t testing.TB) int {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -150,7 +150,7 @@ func freePort(t *testing.T) int {
 }
 
 // waitListening waits until addr accepts connections.
-func waitListening(t *testing.T, d *e2bDaemon, addr string) {
+func waitListening(t testing.TB, d *e2bDaemon, addr string) {
 	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	for {
@@ -196,7 +196,7 @@ func (d *e2bDaemon) stop(t *testing.T) {
 }
 
 // cli runs an admin command of the stockade binary and returns its stdout.
-func cli(t *testing.T, bin string, args ...string) string {
+func cli(t testing.TB, bin string, args ...string) string {
 	t.Helper()
 	cmd := exec.Command(bin, args...)
 	var out, errb bytes.Buffer
