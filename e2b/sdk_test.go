@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -59,7 +58,11 @@ type e2bDaemon struct {
 	done chan struct{}
 }
 
-var servingLog = regexp.MustCompile(`msg="stockade serving" listen=(\S+)`)
+// The daemon's log lines that give its two addresses.
+var (
+	servingLog = regexp.MustCompile(`msg="stockade serving" listen=(\S+)`)
+	e2bLog     = regexp.MustCompile(`msg="serving the E2B wire" listen=(\S+)`)
+)
 
 // grant is each workspace's credits: far more than the suite spends.
 const grant = 10000
@@ -81,11 +84,10 @@ func startE2BDaemon(t testing.TB, bin, driver string) *e2bDaemon {
 	cli(t, bin, "credits", "grant", "e2b-gated", strconv.Itoa(grant), "--db", d.db)
 	cli(t, bin, "policy", "set", "e2b-gated", "--approval=required", "--db", d.db)
 
-	port := freePort(t)
 	// The docker driver points nowhere, so that the daemon's start-up reap
 	// never touches containers of another Stockade on the host.
 	cfg := filepath.Join(dir, "stockade.yaml")
-	conf := fmt.Sprintf("driver: %s\npools: []\ndocker_host: unix://%s\ne2b:\n  listen: 127.0.0.1:%d\n", driver, filepath.Join(dir, "no-docker.sock"), port)
+	conf := fmt.Sprintf("driver: %s\npools: []\ndocker_host: unix://%s\ne2b:\n  listen: 127.0.0.1:0\n", driver, filepath.Join(dir, "no-docker.sock"))
 	if err := os.WriteFile(cfg, []byte(conf), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -99,7 +101,7 @@ func startE2BDaemon(t testing.TB, bin, driver string) *e2bDaemon {
 	if err := d.cmd.Start(); err != nil {
 		t.Fatalf("starting stockade serve: %v", err)
 	}
-	listening := make(chan string, 1)
+	listening, e2bListening := make(chan string, 1), make(chan string, 1)
 	go func() {
 		defer close(d.done)
 		sc := bufio.NewScanner(stderr)
@@ -108,10 +110,15 @@ func startE2BDaemon(t testing.TB, bin, driver string) *e2bDaemon {
 			d.mu.Lock()
 			d.logs.WriteString(sc.Text() + "\n")
 			d.mu.Unlock()
-			if m := servingLog.FindStringSubmatch(sc.Text()); m != nil {
-				select {
-				case listening <- m[1]:
-				default:
+			for _, l := range []struct {
+				re *regexp.Regexp
+				ch chan string
+			}{{servingLog, listening}, {e2bLog, e2bListening}} {
+				if m := l.re.FindStringSubmatch(sc.Text()); m != nil {
+					select {
+					case l.ch <- m[1]:
+					default:
+					}
 				}
 			}
 		}
@@ -124,46 +131,23 @@ func startE2BDaemon(t testing.TB, bin, driver string) *e2bDaemon {
 			t.Logf("stockade serve log:\n%s", d.log())
 		}
 	})
-	select {
-	case addr := <-listening:
-		d.url = "http://" + addr
-	case <-d.done:
-		t.Fatalf("stockade serve exited before listening:\n%s", d.log())
-	case <-time.After(90 * time.Second):
-		t.Fatalf("stockade serve did not listen within 90 s:\n%s", d.log())
+	// The E2B listener starts before the API's, so both lines are there
+	// once the API's is. Its port is the kernel's choice: an ephemeral
+	// one, above the ports Node's fetch refuses (6000, 10080, ...).
+	for _, l := range []struct {
+		ch  chan string
+		dst *string
+	}{{listening, &d.url}, {e2bListening, &d.e2bURL}} {
+		select {
+		case addr := <-l.ch:
+			*l.dst = "http://" + addr
+		case <-d.done:
+			t.Fatalf("stockade serve exited before listening:\n%s", d.log())
+		case <-time.After(90 * time.Second):
+			t.Fatalf("stockade serve did not listen within 90 s:\n%s", d.log())
+		}
 	}
-	d.e2bURL = fmt.Sprintf("http://127.0.0.1:%d", port)
-	waitListening(t, d, fmt.Sprintf("127.0.0.1:%d", port))
 	return d
-}
-
-// freePort returns a loopback TCP port free a moment ago. Ephemeral ports
-// are above the ones Node's fetch refuses (6000, 10080, ...).
-func freePort(t testing.TB) int {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
-}
-
-// waitListening waits until addr accepts connections.
-func waitListening(t testing.TB, d *e2bDaemon, addr string) {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		c, err := net.DialTimeout("tcp", addr, time.Second)
-		if err == nil {
-			c.Close()
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the E2B listener %s does not accept connections: %v\n%s", addr, err, d.log())
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
 }
 
 func (d *e2bDaemon) log() string {

@@ -78,6 +78,13 @@ async function rejects(p, what) {
   assert.fail(`${what}: did not throw`)
 }
 
+// need fails a check at once when the shared sandbox it uses was not
+// created, naming the check that creates it, rather than with a TypeError.
+function need(sbx, which) {
+  if (!sbx) throw new Error(`the shared ${which} sandbox was not created (its create check failed)`)
+  return sbx
+}
+
 function stdoutOf(execution) {
   return execution.logs.stdout.join('')
 }
@@ -115,6 +122,7 @@ check("runCode('x = 1') then runCode('x + 1') gives 2", ['sandbox.runCode'], asy
 })
 
 check('runCode streams stdout through onStdout', ['sandbox.runCode'], async () => {
+  need(interp, 'code interpreter')
   const lines = []
   const ex = await interp.runCode('print("hello from python")', { onStdout: (m) => lines.push(m.line) })
   cells.main++
@@ -123,6 +131,7 @@ check('runCode streams stdout through onStdout', ['sandbox.runCode'], async () =
 })
 
 check('a matplotlib plot gives a PNG result', ['sandbox.runCode'], async () => {
+  need(interp, 'code interpreter')
   const ex = await interp.runCode([
     'import matplotlib',
     'import matplotlib.pyplot as plt',
@@ -139,6 +148,7 @@ check('a matplotlib plot gives a PNG result', ['sandbox.runCode'], async () => {
 })
 
 check('an exception gives error.name, value and traceback', ['sandbox.runCode'], async () => {
+  need(interp, 'code interpreter')
   const ex = await interp.runCode('1 / 0')
   cells.main++
   assert.ok(ex.error, 'an error')
@@ -148,12 +158,14 @@ check('an exception gives error.name, value and traceback', ['sandbox.runCode'],
 })
 
 check('runCode with envs', ['sandbox.runCode'], async () => {
+  need(interp, 'code interpreter')
   const ex = await interp.runCode('import os\nos.environ.get("CELL_VAR")', { envs: { CELL_VAR: 'cell-value' } })
   cells.main++
   assert.equal(ex.text, "'cell-value'")
 })
 
 check('a javascript context keeps state', ['sandbox.createCodeContext', 'sandbox.runCode'], async () => {
+  need(interp, 'code interpreter')
   const ctx = await interp.createCodeContext({ language: 'javascript' })
   assert.ok(ctx.id, 'a context id')
   await interp.runCode('var y = 41', { context: ctx })
@@ -164,6 +176,7 @@ check('a javascript context keeps state', ['sandbox.createCodeContext', 'sandbox
 })
 
 check('a bash context keeps state', ['sandbox.createCodeContext', 'sandbox.runCode'], async () => {
+  need(interp, 'code interpreter')
   const ctx = await interp.createCodeContext({ language: 'bash' })
   await interp.runCode('export SUITE_Z=7', { context: ctx })
   cells.main++
@@ -173,6 +186,7 @@ check('a bash context keeps state', ['sandbox.createCodeContext', 'sandbox.runCo
 })
 
 check('contexts: list, restart, remove', ['sandbox.createCodeContext', 'sandbox.listCodeContexts', 'sandbox.restartCodeContext', 'sandbox.removeCodeContext', 'sandbox.runCode'], async () => {
+  need(interp, 'code interpreter')
   const ctx = await interp.createCodeContext({ language: 'python' })
   const listed = await interp.listCodeContexts()
   assert.ok(Array.isArray(listed) && listed.some((c) => c.id === ctx.id), `context ${ctx.id} among ${JSON.stringify(listed)}`)
@@ -188,6 +202,7 @@ check('contexts: list, restart, remove', ['sandbox.createCodeContext', 'sandbox.
 })
 
 check('files.write, read, list, remove', ['sandbox.files.write', 'sandbox.files.read', 'sandbox.files.list', 'sandbox.files.remove', 'sandbox.files.exists'], async () => {
+  need(core, 'core')
   const p = `${dir}/suite-${tag}.txt`
   const info = await core.files.write(p, 'hello e2b')
   assert.equal(info.path, p)
@@ -207,6 +222,7 @@ check('files.write, read, list, remove', ['sandbox.files.write', 'sandbox.files.
 })
 
 check('files: writeFiles, makeDir, rename, getInfo', ['sandbox.files.writeFiles', 'sandbox.files.makeDir', 'sandbox.files.rename', 'sandbox.files.getInfo'], async () => {
+  need(core, 'core')
   const d = `${dir}/suite-dir-${process.pid}`
   assert.equal(await core.files.makeDir(d), true)
   assert.equal(await core.files.makeDir(d), false, 'an existing directory')
@@ -221,6 +237,7 @@ check('files: writeFiles, makeDir, rename, getInfo', ['sandbox.files.writeFiles'
 })
 
 check('files.watchDir sees a write', ['sandbox.files.watchDir'], async () => {
+  need(core, 'core')
   const seen = []
   const h = await core.files.watchDir(dir, (ev) => seen.push(ev), { timeoutMs: 30000 })
   try {
@@ -247,6 +264,7 @@ check("commands.run('echo hi; exit 3') gives stdout and exit code 3", ['sandbox.
 })
 
 check('a background command streamed with onStdout', ['sandbox.commands.run'], async () => {
+  need(core, 'core')
   const lines = []
   const h = await core.commands.run('for i in 1 2 3; do echo line$i; sleep 0.2; done', { background: true, onStdout: (d) => lines.push(d) })
   cells.main++
@@ -257,6 +275,7 @@ check('a background command streamed with onStdout', ['sandbox.commands.run'], a
 })
 
 check('commands: list, kill a background command', ['sandbox.commands.run', 'sandbox.commands.list', 'sandbox.commands.kill'], async () => {
+  need(core, 'core')
   const h = await core.commands.run('sleep 30', { background: true })
   cells.main++
   const listed = await core.commands.list()
@@ -266,6 +285,7 @@ check('commands: list, kill a background command', ['sandbox.commands.run', 'san
 })
 
 check('commands: stdin, sendStdin, closeStdin', ['sandbox.commands.start', 'sandbox.commands.sendStdin', 'sandbox.commands.closeStdin'], async () => {
+  need(core, 'core')
   const h = await core.commands.start('cat', { stdin: true })
   cells.main++
   await core.commands.sendStdin(h.pid, 'piped\n')
@@ -275,6 +295,7 @@ check('commands: stdin, sendStdin, closeStdin', ['sandbox.commands.start', 'sand
 })
 
 check('commands.connect to a running command', ['sandbox.commands.connect'], async () => {
+  need(core, 'core')
   const h = await core.commands.run('sleep 1; echo done', { background: true })
   cells.main++
   const c = await core.commands.connect(h.pid)
@@ -283,6 +304,7 @@ check('commands.connect to a running command', ['sandbox.commands.connect'], asy
 })
 
 check('envs: from create, per command', ['Sandbox.create', 'sandbox.commands.run'], async () => {
+  need(core, 'core')
   const a = await core.commands.run('echo "$SUITE_VAR"')
   cells.main++
   assert.equal(a.stdout, 'from-create\n')
@@ -292,12 +314,14 @@ check('envs: from create, per command', ['Sandbox.create', 'sandbox.commands.run
 })
 
 check('commands run as /bin/bash -l with cwd', ['sandbox.commands.run'], async () => {
+  need(core, 'core')
   const r = await core.commands.run('echo "$0" && pwd', { cwd: '/tmp' })
   cells.main++
   assert.equal(r.stdout, 'bash\n/tmp\n')
 })
 
 check('setTimeout moves the end', ['sandbox.setTimeout', 'sandbox.getInfo', 'Sandbox.getInfo', 'Sandbox.getFullInfo', 'Sandbox.setTimeout'], async () => {
+  need(core, 'core')
   await core.setTimeout(600000)
   const info = await core.getInfo()
   const left = info.endAt.getTime() - Date.now()
@@ -313,6 +337,8 @@ check('setTimeout moves the end', ['sandbox.setTimeout', 'sandbox.getInfo', 'San
 })
 
 check('Sandbox.list with metadata', ['Sandbox.list'], async () => {
+  need(core, 'core')
+  need(interp, 'code interpreter')
   const page = Sandbox.list({ query: { metadata: { suite: tag, role: 'core' } } })
   const items = await page.nextItems()
   assert.deepEqual(items.map((s) => s.sandboxId), [core.sandboxId])
@@ -325,6 +351,7 @@ check('Sandbox.list with metadata', ['Sandbox.list'], async () => {
 })
 
 check('sandbox.connect and Sandbox.connect to a running sandbox', ['Sandbox.connect', 'sandbox.connect'], async () => {
+  need(core, 'core')
   const again = await Sandbox.connect(core.sandboxId)
   assert.equal(again.sandboxId, core.sandboxId)
   const r = await again.commands.run('echo same')
@@ -334,12 +361,14 @@ check('sandbox.connect and Sandbox.connect to a running sandbox', ['Sandbox.conn
 })
 
 check('getMetrics', ['sandbox.getMetrics', 'Sandbox.getMetrics'], async () => {
+  need(core, 'core')
   const m = await core.getMetrics()
   assert.ok(Array.isArray(m))
   await Sandbox.getMetrics(core.sandboxId)
 })
 
 check('a key of another workspace sees only 404s', ['Sandbox.connect', 'Sandbox.kill', 'Sandbox.list', 'Sandbox.getInfo'], async () => {
+  need(core, 'core')
   const apiKey = process.env.E2B_OTHER_API_KEY
   const err = await rejects(Sandbox.connect(core.sandboxId, { apiKey }), 'connect with another workspace key')
   assert.ok(err instanceof SandboxNotFoundError, `SandboxNotFoundError, got ${describe(err)}`)
@@ -363,6 +392,7 @@ check('an unknown sandbox: connect raises SandboxNotFoundError, kill gives false
 
 const pauseNA = process.env.E2B_TEST_PAUSE === '1' ? undefined : (process.env.E2B_TEST_PAUSE || 'pause not requested (E2B_TEST_PAUSE)')
 check('pause then connect keeps x', ['sandbox.pause', 'sandbox.betaPause', 'Sandbox.connect', 'sandbox.runCode'], async () => {
+  need(interp, 'code interpreter')
   await interp.runCode('x = 41')
   cells.main++
   assert.equal(await interp.pause(), true)
@@ -376,12 +406,14 @@ check('pause then connect keeps x', ['sandbox.pause', 'sandbox.betaPause', 'Sand
 }, { na: pauseNA, timeout: 300000 })
 
 check('static pause', ['Sandbox.pause', 'Sandbox.betaPause'], async () => {
+  need(interp, 'code interpreter')
   assert.equal(await Sandbox.pause(interp.sandboxId), true)
   assert.equal(await Sandbox.betaPause(interp.sandboxId), false)
   await Sandbox.connect(interp.sandboxId)
 }, { na: pauseNA, timeout: 300000 })
 
 check('snapshots', ['sandbox.createSnapshot', 'sandbox.listSnapshots', 'Sandbox.createSnapshot', 'Sandbox.listSnapshots', 'Sandbox.deleteSnapshot'], async () => {
+  need(core, 'core')
   const snap = await core.createSnapshot()
   assert.ok(snap.snapshotId)
   const mine = await core.listSnapshots().nextItems()
@@ -393,6 +425,7 @@ check('snapshots', ['sandbox.createSnapshot', 'sandbox.listSnapshots', 'Sandbox.
 }, { na: pauseNA, timeout: 300000 })
 
 check('fork', ['sandbox.fork', 'Sandbox.fork'], async () => {
+  need(core, 'core')
   await core.files.write(`${dir}/fork-${process.pid}.txt`, 'forked')
   const forks = await core.fork()
   const f = Array.isArray(forks) ? forks[0] : forks
@@ -404,6 +437,7 @@ check('fork', ['sandbox.fork', 'Sandbox.fork'], async () => {
 }, { na: pauseNA, timeout: 300000 })
 
 check('updateNetwork', ['sandbox.updateNetwork', 'Sandbox.updateNetwork'], async () => {
+  need(core, 'core')
   await core.updateNetwork({ allowOut: [] })
   await Sandbox.updateNetwork(core.sandboxId, { allowOut: [] })
 })
@@ -413,6 +447,7 @@ check('getHost', ['sandbox.getHost'], null, { na: 'E2B_SANDBOX_URL routes by the
 check('MCP gateway', ['sandbox.getMcpUrl', 'sandbox.getMcpToken'], null, { na: 'Stockade has no mcp-gateway template (Sandbox.create({ mcp })); its own MCP server is /mcp on the daemon' })
 
 check('downloadUrl and uploadUrl', ['sandbox.downloadUrl', 'sandbox.uploadUrl'], async () => {
+  need(core, 'core')
   const p = `${dir}/url-${process.pid}.txt`
   await core.files.write(p, 'by url')
   const res = await fetch(await core.downloadUrl(p))
@@ -425,17 +460,18 @@ check('downloadUrl and uploadUrl', ['sandbox.downloadUrl', 'sandbox.uploadUrl'],
 })
 
 check('kill, then every call gives the SDK\'s not-found error', ['sandbox.kill', 'Sandbox.kill', 'Sandbox.connect', 'Sandbox.getInfo', 'sandbox.setTimeout', 'sandbox.isRunning', 'sandbox.commands.run', 'sandbox.files.read', 'sandbox.runCode'], async () => {
+  need(interp, 'code interpreter')
   const victim = interp
   assert.equal(await victim.kill(), true)
   assert.equal(await victim.kill(), false, 'a second kill gives false')
   assert.equal(await Sandbox.kill(victim.sandboxId), false)
-  for (const [what, p] of [
-    ['Sandbox.connect', Sandbox.connect(victim.sandboxId)],
-    ['Sandbox.getInfo', Sandbox.getInfo(victim.sandboxId)],
-    ['sandbox.setTimeout', victim.setTimeout(60000)],
-    ['sandbox.commands.run', victim.commands.run('echo hi')],
+  for (const [what, call] of [
+    ['Sandbox.connect', () => Sandbox.connect(victim.sandboxId)],
+    ['Sandbox.getInfo', () => Sandbox.getInfo(victim.sandboxId)],
+    ['sandbox.setTimeout', () => victim.setTimeout(60000)],
+    ['sandbox.commands.run', () => victim.commands.run('echo hi')],
   ]) {
-    const err = await rejects(p, `${what} after kill`)
+    const err = await rejects(call(), `${what} after kill`)
     assert.ok(err instanceof SandboxNotFoundError, `${what}: SandboxNotFoundError, got ${describe(err)}`)
   }
   // A dead sandbox's data plane answers 502, which the SDKs raise as
