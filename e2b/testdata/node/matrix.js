@@ -24,7 +24,8 @@ for (const r of runs) {
 function cell(run, method) {
   const recs = run.records.filter((x) => x.methods.includes(method))
   const failed = recs.filter((x) => x.status === 'fail')
-  if (failed.length) return { mark: '✗', notes: failed.map((x) => `${x.check}: ${oneLine(x.error)}`) }
+  const ran = recs.filter((x) => x.status !== 'na')
+  if (failed.length) return { mark: `✗ (${failed.length} of ${ran.length} checks)`, notes: failed.map((x) => `${x.check}: ${oneLine(x.error)}`) }
   if (recs.some((x) => x.status === 'pass')) return { mark: '✓', notes: [] }
   const na = recs.filter((x) => x.status === 'na')
   if (na.length) return { mark: 'n/a', notes: [...new Set(na.map((x) => x.reason))] }
@@ -43,8 +44,10 @@ lines.push('suite (`e2b/testdata/node/suite.js`) as `TestE2BSDK` (e2b/sdk_test.g
 lines.push('against a Stockade daemon on loopback; do not edit by hand (run')
 lines.push('`STOCKADE_E2B_COMPAT=docs/e2b-compat.md go test -run TestE2BSDK ./e2b/`).')
 lines.push('')
-lines.push('✓: every check that called the method passed. ✗: a check failed (listed')
-lines.push('below the table). n/a: not applicable there, and why.')
+lines.push('✓: every check that called the method passed. ✗ (k of n checks): k of the n')
+lines.push('checks that called it failed; the failures are listed below the tables. A check')
+lines.push('may call several methods, so one failure can mark a method that only set it up.')
+lines.push('n/a: not applicable there, and why.')
 lines.push('')
 const notes = []
 for (const [sdk, rs] of bySdk) {
@@ -59,9 +62,9 @@ for (const [sdk, rs] of bySdk) {
       const cells = rs.map((r) => {
         const c = cell(r, m)
         if (c.mark === 'n/a') return `n/a: ${c.notes.map(oneLine).join('; ')}`
-        if (c.mark === '✗') {
+        if (c.mark.startsWith('✗')) {
           notes.push(`- ${sdk}, ${r.run}, \`${m}\`: ${c.notes.join('; ')}`)
-          return '✗'
+          return c.mark
         }
         return c.mark
       })

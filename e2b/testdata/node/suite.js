@@ -252,8 +252,8 @@ check('files.watchDir sees a write', ['sandbox.files.watchDir'], async () => {
 
 check("commands.run('echo hi; exit 3') gives stdout and exit code 3", ['sandbox.commands.run'], async () => {
   const err = await rejects(core.commands.run('echo hi; exit 3'), 'a command exiting 3')
-  cells.main++
   assert.ok(err instanceof CommandExitError, `CommandExitError, got ${describe(err)}`)
+  cells.main++
   assert.equal(err.exitCode, 3)
   assert.equal(err.stdout, 'hi\n')
   const ok = await core.commands.run('echo ok; echo err >&2')
