@@ -422,9 +422,25 @@ func TestE2BSDK(t *testing.T) {
 		}
 		cmd := exec.Command(node, append([]string{"matrix.js", path}, outs...)...)
 		cmd.Dir = nodeDir
+		cmd.Env = append(os.Environ(), "E2B_COMPAT_NOTE="+compatNote())
 		if b, err := cmd.CombinedOutput(); err != nil {
 			t.Fatalf("node matrix.js: %v\n%s", err, b)
 		}
 		t.Logf("wrote %s", path)
 	}
+}
+
+// compatNote says what the matrix was generated from: the date, and
+// STOCKADE_E2B_COMPAT_NOTE or else the module's git commit.
+func compatNote() string {
+	what := os.Getenv("STOCKADE_E2B_COMPAT_NOTE")
+	if what == "" {
+		out, err := exec.Command("git", "-C", testenv.ModuleRoot(), "log", "-1", "--format=commit %h (%s)").Output()
+		if err != nil {
+			what = "an unknown commit"
+		} else {
+			what = strings.TrimSpace(string(out))
+		}
+	}
+	return time.Now().UTC().Format("2006-01-02") + ", " + what
 }
