@@ -112,6 +112,7 @@ check('create a code interpreter sandbox', ['Sandbox.create'], async () => {
 })
 
 check("runCode('x = 1') then runCode('x + 1') gives 2", ['sandbox.runCode'], async () => {
+  need(interp, 'code interpreter')
   const first = await interp.runCode('x = 1')
   cells.main++
   assert.equal(first.error, undefined, 'no error')
@@ -251,6 +252,7 @@ check('files.watchDir sees a write', ['sandbox.files.watchDir'], async () => {
 })
 
 check("commands.run('echo hi; exit 3') gives stdout and exit code 3", ['sandbox.commands.run'], async () => {
+  need(core, 'core')
   const err = await rejects(core.commands.run('echo hi; exit 3'), 'a command exiting 3')
   assert.ok(err instanceof CommandExitError, `CommandExitError, got ${describe(err)}`)
   cells.main++
