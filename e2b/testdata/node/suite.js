@@ -280,29 +280,41 @@ check('commands: list, kill a background command', ['sandbox.commands.run', 'san
   need(core, 'core')
   const h = await core.commands.run('sleep 30', { background: true })
   cells.main++
-  const listed = await core.commands.list()
-  assert.ok(listed.some((p) => p.pid === h.pid), `pid ${h.pid} among ${JSON.stringify(listed)}`)
-  assert.equal(await core.commands.kill(h.pid), true)
-  await rejects(h.wait(), 'a killed command')
+  try {
+    const listed = await core.commands.list()
+    assert.ok(listed.some((p) => p.pid === h.pid), `pid ${h.pid} among ${JSON.stringify(listed)}`)
+    assert.equal(await core.commands.kill(h.pid), true)
+    await rejects(h.wait(), 'a killed command')
+  } finally {
+    await h.kill().catch(() => {})
+  }
 })
 
 check('commands: stdin, sendStdin, closeStdin', ['sandbox.commands.start', 'sandbox.commands.sendStdin', 'sandbox.commands.closeStdin'], async () => {
   need(core, 'core')
   const h = await core.commands.start('cat', { stdin: true })
   cells.main++
-  await core.commands.sendStdin(h.pid, 'piped\n')
-  await core.commands.closeStdin(h.pid)
-  const r = await h.wait()
-  assert.equal(r.stdout, 'piped\n')
+  try {
+    await core.commands.sendStdin(h.pid, 'piped\n')
+    await core.commands.closeStdin(h.pid)
+    const r = await h.wait()
+    assert.equal(r.stdout, 'piped\n')
+  } finally {
+    await h.kill().catch(() => {}) // a session runs one cell at a time: leave none behind
+  }
 })
 
 check('commands.connect to a running command', ['sandbox.commands.connect'], async () => {
   need(core, 'core')
   const h = await core.commands.run('sleep 1; echo done', { background: true })
   cells.main++
-  const c = await core.commands.connect(h.pid)
-  const r = await c.wait()
-  assert.equal(r.stdout, 'done\n')
+  try {
+    const c = await core.commands.connect(h.pid)
+    const r = await c.wait()
+    assert.equal(r.stdout, 'done\n')
+  } finally {
+    await h.wait().catch(() => {})
+  }
 })
 
 check('envs: from create, per command', ['Sandbox.create', 'sandbox.commands.run'], async () => {
@@ -317,9 +329,9 @@ check('envs: from create, per command', ['Sandbox.create', 'sandbox.commands.run
 
 check('commands run as /bin/bash -l with cwd', ['sandbox.commands.run'], async () => {
   need(core, 'core')
-  const r = await core.commands.run('echo "$0" && pwd', { cwd: '/tmp' })
+  const r = await core.commands.run('echo "$0"; shopt -q login_shell && echo login; pwd', { cwd: '/tmp' })
   cells.main++
-  assert.equal(r.stdout, 'bash\n/tmp\n')
+  assert.equal(r.stdout, '/bin/bash\nlogin\n/tmp\n', 'envd runs /bin/bash -l -c CMD: $0 is /bin/bash, a login shell')
 })
 
 check('setTimeout moves the end', ['sandbox.setTimeout', 'sandbox.getInfo', 'Sandbox.getInfo', 'Sandbox.getFullInfo', 'Sandbox.setTimeout'], async () => {
