@@ -156,25 +156,36 @@ func (d *e2bDaemon) log() string {
 	return d.logs.String()
 }
 
-// kill sends SIGKILL and waits for the process to be gone.
+// kill stops the daemon for good if it still runs (SIGUSR2, so that its
+// sessions' sandboxes end with it), SIGKILL after 60 s, and waits for the
+// process to be gone.
 func (d *e2bDaemon) kill() {
-	if d.cmd.ProcessState == nil {
-		_ = d.cmd.Process.Signal(syscall.SIGKILL)
+	select {
+	case <-d.done:
+		return
+	default:
 	}
-	<-d.done
+	_ = d.cmd.Process.Signal(syscall.SIGUSR2)
+	select {
+	case <-d.done:
+	case <-time.After(60 * time.Second):
+		_ = d.cmd.Process.Signal(syscall.SIGKILL)
+		<-d.done
+	}
 }
 
-// stop asks the daemon to shut down and waits for it.
+// stop stops the daemon for good (SIGUSR2: its sessions end first, so
+// that no sandbox of the suite outlives it) and waits for it.
 func (d *e2bDaemon) stop(t *testing.T) {
 	t.Helper()
-	_ = d.cmd.Process.Signal(syscall.SIGTERM)
+	_ = d.cmd.Process.Signal(syscall.SIGUSR2)
 	select {
 	case <-d.done:
 		if code := d.cmd.ProcessState.ExitCode(); code != 0 {
-			t.Errorf("stockade serve exited with %d after SIGTERM", code)
+			t.Errorf("stockade serve exited with %d after SIGUSR2", code)
 		}
 	case <-time.After(60 * time.Second):
-		t.Errorf("stockade serve did not stop within 60 s of SIGTERM")
+		t.Errorf("stockade serve did not stop within 60 s of SIGUSR2")
 		d.kill()
 	}
 }
