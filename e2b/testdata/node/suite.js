@@ -304,6 +304,26 @@ check('commands: stdin, sendStdin, closeStdin', ['sandbox.commands.start', 'sand
   }
 })
 
+check('a command past its timeoutMs is ended', ['sandbox.commands.run', 'sandbox.commands.list'], async () => {
+  need(core, 'core')
+  const start = Date.now()
+  const err = await rejects(core.commands.run('sleep 30', { timeoutMs: 2000 }), 'a command past its timeoutMs')
+  assert.ok(err instanceof TimeoutError, `TimeoutError, got ${describe(err)}`)
+  cells.main++
+  assert.ok(Date.now() - start < 15000, `it took ${Date.now() - start} ms`)
+  // Connect-Timeout-Ms ends the process too: the sandbox is free again.
+  let listed = []
+  for (let i = 0; i < 50; i++) {
+    listed = await core.commands.list()
+    if (!listed.some((p) => p.cmd === '/bin/bash' && (p.args || []).includes('sleep 30'))) break
+    await new Promise((r) => setTimeout(r, 200))
+  }
+  assert.ok(!listed.some((p) => (p.args || []).includes('sleep 30')), `still running: ${JSON.stringify(listed)}`)
+  const r = await core.commands.run('echo free')
+  cells.main++
+  assert.equal(r.stdout, 'free\n')
+})
+
 check('commands.connect to a running command', ['sandbox.commands.connect'], async () => {
   need(core, 'core')
   const h = await core.commands.run('sleep 1; echo done', { background: true })
@@ -476,7 +496,13 @@ check('downloadUrl and uploadUrl', ['sandbox.downloadUrl', 'sandbox.uploadUrl'],
 check('kill, then every call gives the SDK\'s not-found error', ['sandbox.kill', 'Sandbox.kill', 'Sandbox.connect', 'Sandbox.getInfo', 'sandbox.setTimeout', 'sandbox.isRunning', 'sandbox.commands.run', 'sandbox.files.read', 'sandbox.runCode'], async () => {
   need(interp, 'code interpreter')
   const victim = interp
+  // A stream in flight is cut when its sandbox is killed.
+  const inflight = await victim.commands.run('sleep 60', { background: true })
+  cells.main++
+  const cut = inflight.wait().then(() => 'ended', (e) => e)
   assert.equal(await victim.kill(), true)
+  const how = await Promise.race([cut, new Promise((r) => setTimeout(r, 15000, 'still running 15 s after the kill'))])
+  assert.ok(how instanceof Error, `the command's stream: ${describe(how)}`)
   assert.equal(await victim.kill(), false, 'a second kill gives false')
   assert.equal(await Sandbox.kill(victim.sandboxId), false)
   for (const [what, call] of [
