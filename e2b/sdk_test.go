@@ -366,6 +366,11 @@ func checkLedger(t *testing.T, d *e2bDaemon, runs []suiteRun) {
 		gated += r.Cells.Approval
 		gatedCharged += r.Cells.ApprovalCharged
 	}
+	// The check sees something only if the suite ran cells in both
+	// workspaces (the gated one's are the approval check's).
+	if main == 0 || gated == 0 {
+		t.Errorf("the suite ran %d cells without approval and %d under approval: the ledger check needs both", main, gated)
+	}
 	for _, w := range []struct {
 		name           string
 		key            string
