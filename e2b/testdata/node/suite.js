@@ -85,6 +85,12 @@ function need(sbx, which) {
   return sbx
 }
 
+// noError fails with the cell's error when it raised one.
+function noError(ex) {
+  assert.equal(ex.error, undefined, ex.error && `the cell raised ${ex.error.name}: ${ex.error.value}`)
+  return ex
+}
+
 function stdoutOf(execution) {
   return execution.logs.stdout.join('')
 }
@@ -116,7 +122,7 @@ check("runCode('x = 1') then runCode('x + 1') gives 2", ['sandbox.runCode'], asy
   const first = await interp.runCode('x = 1')
   cells.main++
   assert.equal(first.error, undefined, 'no error')
-  const second = await interp.runCode('x + 1')
+  const second = noError(await interp.runCode('x + 1'))
   cells.main++
   assert.equal(second.text, '2')
   assert.equal(second.error, undefined)
@@ -169,9 +175,9 @@ check('a javascript context keeps state', ['sandbox.createCodeContext', 'sandbox
   need(interp, 'code interpreter')
   const ctx = await interp.createCodeContext({ language: 'javascript' })
   assert.ok(ctx.id, 'a context id')
-  await interp.runCode('var y = 41', { context: ctx })
+  noError(await interp.runCode('var y = 41', { context: ctx }))
   cells.main++
-  const ex = await interp.runCode('y + 1', { context: ctx })
+  const ex = noError(await interp.runCode('y + 1', { context: ctx }))
   cells.main++
   assert.equal(ex.text, '42')
 })
@@ -179,9 +185,9 @@ check('a javascript context keeps state', ['sandbox.createCodeContext', 'sandbox
 check('a bash context keeps state', ['sandbox.createCodeContext', 'sandbox.runCode'], async () => {
   need(interp, 'code interpreter')
   const ctx = await interp.createCodeContext({ language: 'bash' })
-  await interp.runCode('export SUITE_Z=7', { context: ctx })
+  noError(await interp.runCode('export SUITE_Z=7', { context: ctx }))
   cells.main++
-  const ex = await interp.runCode('echo "z=$SUITE_Z"', { context: ctx })
+  const ex = noError(await interp.runCode('echo "z=$SUITE_Z"', { context: ctx }))
   cells.main++
   assert.match(stdoutOf(ex), /z=7/)
 })
