@@ -45,9 +45,9 @@ func requireSDKs(t testing.TB) string {
 // e2bDaemon is a `stockade serve` with its E2B listener, and the keys of
 // the workspaces the suite uses.
 type e2bDaemon struct {
-	bin, db, driver string
-	url             string // Stockade's API
-	e2bURL          string // the E2B wire: control plane and sandboxes
+	db, driver string
+	url        string // Stockade's API
+	e2bURL     string // the E2B wire: control plane and sandboxes
 	// agent: a workspace without approval; gatedAgent and gatedApprover:
 	// one whose policy requires approval of every cell.
 	agent, gatedAgent, gatedApprover string
@@ -73,7 +73,7 @@ const grant = 10000
 func startE2BDaemon(t testing.TB, bin, driver string) *e2bDaemon {
 	t.Helper()
 	dir := t.TempDir()
-	d := &e2bDaemon{bin: bin, db: "sqlite:" + filepath.Join(dir, "stockade.db"), driver: driver, done: make(chan struct{})}
+	d := &e2bDaemon{db: "sqlite:" + filepath.Join(dir, "stockade.db"), driver: driver, done: make(chan struct{})}
 	cli(t, bin, "workspace", "create", "e2b", "--db", d.db)
 	d.agent = strings.TrimSpace(cli(t, bin, "key", "create", "--workspace", "e2b", "--role", "agent", "--db", d.db))
 	cli(t, bin, "credits", "grant", "e2b", strconv.Itoa(grant), "--db", d.db)
