@@ -122,8 +122,9 @@ check("runCode('x = 1') then runCode('x + 1') gives 2", ['sandbox.runCode'], asy
   const first = await interp.runCode('x = 1')
   cells.main++
   assert.equal(first.error, undefined, 'no error')
-  const second = noError(await interp.runCode('x + 1'))
+  const second = await interp.runCode('x + 1')
   cells.main++
+  noError(second)
   assert.equal(second.text, '2')
   assert.equal(second.error, undefined)
 })
@@ -175,20 +176,24 @@ check('a javascript context keeps state', ['sandbox.createCodeContext', 'sandbox
   need(interp, 'code interpreter')
   const ctx = await interp.createCodeContext({ language: 'javascript' })
   assert.ok(ctx.id, 'a context id')
-  noError(await interp.runCode('var y = 41', { context: ctx }))
+  const set = await interp.runCode('var y = 41', { context: ctx })
   cells.main++
-  const ex = noError(await interp.runCode('y + 1', { context: ctx }))
+  noError(set)
+  const ex = await interp.runCode('y + 1', { context: ctx })
   cells.main++
+  noError(ex)
   assert.equal(ex.text, '42')
 })
 
 check('a bash context keeps state', ['sandbox.createCodeContext', 'sandbox.runCode'], async () => {
   need(interp, 'code interpreter')
   const ctx = await interp.createCodeContext({ language: 'bash' })
-  noError(await interp.runCode('export SUITE_Z=7', { context: ctx }))
+  const exported = await interp.runCode('export SUITE_Z=7', { context: ctx })
   cells.main++
-  const ex = noError(await interp.runCode('echo "z=$SUITE_Z"', { context: ctx }))
+  noError(exported)
+  const ex = await interp.runCode('echo "z=$SUITE_Z"', { context: ctx })
   cells.main++
+  noError(ex)
   assert.match(stdoutOf(ex), /z=7/)
 })
 
