@@ -139,31 +139,15 @@ func (s *cells) runCell(ctx context.Context, e model.Execution, live *liveSessio
 		end(LaunchFailed{Err: fmt.Errorf("decoding stored cell: %w", err), At: s.opts.Now()})
 		return
 	}
+	ex, out, ok := s.startCell(ctx, e, live, req, end)
+	if !ok {
+		return
+	}
+	g = GrantOf(ex, nil) // end records the started execution's end
 	if req.Command != nil {
-		s.runCommand(ctx, e, live, req, timeout)
+		s.runCommand(ctx, e, live, req, timeout, out, end)
 		return
 	}
-	step, err := Transition(g, Start{Driver: live.Driver, At: s.opts.Now()})
-	if err != nil {
-		s.runs.endUnstarted(e, cancellationOf(ctx))
-		return
-	}
-	ex, err := s.st.Apply(ctx, e.ID, *step.Write)
-	if err != nil {
-		// Cancelled before it started, or the store failed.
-		if c := cancellationOf(ctx); c != nil || errdefs.IsConflict(err) {
-			s.runs.endUnstarted(e, c)
-			return
-		}
-		end(LaunchFailed{Err: err, At: s.opts.Now()})
-		return
-	}
-	g = GrantOf(ex, nil)
-	s.hub.publish(e.ID, StreamEvent{Type: "started", Data: mustJSON(wire.Started{ExecutionID: e.ID, Driver: live.Driver, SessionID: req.SessionID, Cell: e.Cell})})
-	s.runs.notify(step, ex)
-	out := outputChunks{keep: sandbox.DefaultLimits().OutputCap, publish: func(st sandbox.Stream, p []byte) {
-		s.hub.publish(e.ID, StreamEvent{Type: st.String(), Data: mustJSON(map[string]string{"data": string(p)})})
-	}}
 	res, err := live.Cell(ctx, engine.CellRequest{Code: req.Code, Stdin: req.Stdin, Timeout: timeout, OnOutput: out.add,
 		OnDisplay: func(d sandbox.Display) {
 			s.hub.publish(e.ID, StreamEvent{Type: "output", Data: mustJSON(engine.OutputOf(d))})
@@ -221,6 +205,33 @@ func (s *cells) runCell(ctx context.Context, e model.Execution, live *liveSessio
 		// the daemon, which re-attaches its sandbox or ends it.
 		s.endLost(ctx, e.WorkspaceID, req.SessionID, model.EndFailed)
 	}
+}
+
+// startCell records cell e (its stored record req) started in live and
+// returns the execution and the output's publisher; ok is false when it
+// did not start, which it has recorded (end).
+func (s *cells) startCell(ctx context.Context, e model.Execution, live *liveSession, req cellRecord, end func(Input)) (_ model.Execution, _ *outputChunks, ok bool) {
+	g := GrantOf(e, nil)
+	step, err := Transition(g, Start{Driver: live.Driver, At: s.opts.Now()})
+	if err != nil {
+		s.runs.endUnstarted(e, cancellationOf(ctx))
+		return e, nil, false
+	}
+	ex, err := s.st.Apply(ctx, e.ID, *step.Write)
+	if err != nil {
+		// Cancelled before it started, or the store failed.
+		if c := cancellationOf(ctx); c != nil || errdefs.IsConflict(err) {
+			s.runs.endUnstarted(e, c)
+			return e, nil, false
+		}
+		end(LaunchFailed{Err: err, At: s.opts.Now()})
+		return e, nil, false
+	}
+	s.hub.publish(e.ID, StreamEvent{Type: "started", Data: mustJSON(wire.Started{ExecutionID: e.ID, Driver: live.Driver, SessionID: req.SessionID, Cell: e.Cell})})
+	s.runs.notify(step, ex)
+	return ex, &outputChunks{keep: sandbox.DefaultLimits().OutputCap, publish: func(st sandbox.Stream, p []byte) {
+		s.hub.publish(e.ID, StreamEvent{Type: st.String(), Data: mustJSON(map[string]string{"data": string(p)})})
+	}}, true
 }
 
 // pastTTL says whether session id is past its TTL at at.

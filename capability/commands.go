@@ -173,31 +173,10 @@ func (s *cells) ExecCommand(ctx context.Context, p Principal, id string, req Com
 	return rec.inv, nil
 }
 
-// runCommand runs command cell e (its stored record req) in live's
-// sandbox and records its outcome; runCell hands it the command cells.
-func (s *cells) runCommand(ctx context.Context, e model.Execution, live *liveSession, req cellRecord, timeout time.Duration) {
-	g := GrantOf(e, nil)
-	end := func(in Input) { s.runs.end(context.WithoutCancel(ctx), g, in) }
-	step, err := Transition(g, Start{Driver: live.Driver, At: s.opts.Now()})
-	if err != nil {
-		s.runs.endUnstarted(e, cancellationOf(ctx))
-		return
-	}
-	ex, err := s.st.Apply(ctx, e.ID, *step.Write)
-	if err != nil {
-		if c := cancellationOf(ctx); c != nil || errdefs.IsConflict(err) {
-			s.runs.endUnstarted(e, c)
-			return
-		}
-		end(LaunchFailed{Err: err, At: s.opts.Now()})
-		return
-	}
-	g = GrantOf(ex, nil)
-	s.hub.publish(e.ID, StreamEvent{Type: "started", Data: mustJSON(wire.Started{ExecutionID: e.ID, Driver: live.Driver, SessionID: req.SessionID, Cell: e.Cell})})
-	s.runs.notify(step, ex)
-	out := outputChunks{keep: sandbox.DefaultLimits().OutputCap, publish: func(st sandbox.Stream, p []byte) {
-		s.hub.publish(e.ID, StreamEvent{Type: st.String(), Data: mustJSON(map[string]string{"data": string(p)})})
-	}}
+// runCommand runs command cell e (its stored record req), started
+// (startCell), in live's sandbox and records its outcome; runCell hands
+// it the command cells.
+func (s *cells) runCommand(ctx context.Context, e model.Execution, live *liveSession, req cellRecord, timeout time.Duration, out *outputChunks, end func(Input)) {
 	cmd := req.Command
 	defer s.procs.drop(e.ID)
 	res, err := live.Command(ctx, engine.CommandRequest{Argv: cmd.Argv, Env: cmd.Env, Cwd: cmd.Cwd, Stdin: cmd.Stdin, Timeout: timeout,
