@@ -28,6 +28,21 @@ const (
 	ToolChangesRequireReview ToolChangeMode = "require_review"
 )
 
+// ForkApprovalMode says whether a session started from a snapshot (a
+// fork) is covered by its source's approval under ApprovalPerSession.
+type ForkApprovalMode string
+
+// The fork approval modes. The zero value is stored as ForkApprovalAnew.
+const (
+	// ForkApprovalAnew makes a fork's first cell wait for an approval of
+	// its own: an approval covers the session it was given for.
+	ForkApprovalAnew ForkApprovalMode = "anew"
+	// ForkApprovalInherit makes a fork inherit the approval that covered
+	// its source when the snapshot was taken, if one did; a fork of an
+	// uncovered source is approved anew.
+	ForkApprovalInherit ForkApprovalMode = "inherit"
+)
+
 // Policy is a workspace's policy record. Its zero value is the most
 // restrictive policy: no code execution, approval required, no network, no
 // runtime allowed.
@@ -53,6 +68,9 @@ type Policy struct {
 	// MaxSessions bounds the workspace's live sessions; zero leaves the
 	// server's bound in force. It never raises it.
 	MaxSessions int
+	// ForkApproval is ForkApprovalAnew (also the meaning of "") or
+	// ForkApprovalInherit; it matters under ApprovalPerSession only.
+	ForkApproval ForkApprovalMode
 	// UpdatedAt is set by the store.
 	UpdatedAt time.Time
 }
@@ -62,7 +80,7 @@ func (p Policy) RequiresApproval() bool { return p.Approval != ApprovalNone }
 
 // DefaultPolicy is the policy of a new workspace: code execution enabled,
 // approval required, no network, 30 s wall clock, every runtime, tool
-// changes flagged.
+// changes flagged, forks approved anew.
 func DefaultPolicy() Policy {
 	return Policy{
 		CodeExecution: true,
@@ -70,5 +88,6 @@ func DefaultPolicy() Policy {
 		MaxTimeout:    30 * time.Second,
 		Runtimes:      []string{"python", "node", "shell"},
 		ToolChanges:   ToolChangesFlag,
+		ForkApproval:  ForkApprovalAnew,
 	}
 }

@@ -320,7 +320,8 @@ func Upgrade(t *testing.T, at string, old, current func(t *testing.T) store.Stor
 
 	st = current(t)
 	p := must[model.Policy](t, "GetPolicy")(st.GetPolicy(ctx, "ws_up"))
-	if p.Approval != model.ApprovalNone || !p.CodeExecution || p.MaxTimeout != 30*time.Second || len(p.Runtimes) != 1 || p.MaxSessions != 0 {
+	if p.Approval != model.ApprovalNone || !p.CodeExecution || p.MaxTimeout != 30*time.Second || len(p.Runtimes) != 1 || p.MaxSessions != 0 ||
+		p.ForkApproval != model.ForkApprovalAnew {
 		t.Fatalf("the policy after the upgrade: got %+v", p)
 	}
 	p.Approval, p.MaxSessions = model.ApprovalPerSession, 2

@@ -176,20 +176,29 @@ func testPolicy(t *testing.T, st store.Store) {
 		{
 			name: "everything set",
 			in: model.Policy{CodeExecution: true, Approval: model.ApprovalNone, NetworkAllowed: true,
-				MaxTimeout: 10 * time.Second, Runtimes: []string{"python", "shell"}, ToolChanges: model.ToolChangesRequireReview},
+				MaxTimeout: 10 * time.Second, Runtimes: []string{"python", "shell"}, ToolChanges: model.ToolChangesRequireReview,
+				ForkApproval: model.ForkApprovalInherit},
 			want: model.Policy{CodeExecution: true, Approval: model.ApprovalNone, NetworkAllowed: true,
-				MaxTimeout: 10 * time.Second, Runtimes: []string{"python", "shell"}, ToolChanges: model.ToolChangesRequireReview},
+				MaxTimeout: 10 * time.Second, Runtimes: []string{"python", "shell"}, ToolChanges: model.ToolChangesRequireReview,
+				ForkApproval: model.ForkApprovalInherit},
 		},
 		{
 			name: "zero value is the most restrictive",
 			in:   model.Policy{},
-			want: model.Policy{Approval: model.ApprovalRequired, Runtimes: []string{}, ToolChanges: model.ToolChangesFlag},
+			want: model.Policy{Approval: model.ApprovalRequired, Runtimes: []string{}, ToolChanges: model.ToolChangesFlag,
+				ForkApproval: model.ForkApprovalAnew},
 		},
 		{
 			name: "duplicate runtimes collapse",
 			in:   model.Policy{CodeExecution: true, Runtimes: []string{"node", "node", "python"}},
 			want: model.Policy{CodeExecution: true, Approval: model.ApprovalRequired, Runtimes: []string{"node", "python"},
-				ToolChanges: model.ToolChangesFlag},
+				ToolChanges: model.ToolChangesFlag, ForkApproval: model.ForkApprovalAnew},
+		},
+		{
+			name: "forks approved anew, set explicitly",
+			in:   model.Policy{Approval: model.ApprovalPerSession, ForkApproval: model.ForkApprovalAnew},
+			want: model.Policy{Approval: model.ApprovalPerSession, Runtimes: []string{}, ToolChanges: model.ToolChangesFlag,
+				ForkApproval: model.ForkApprovalAnew},
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -215,6 +224,7 @@ func testPolicy(t *testing.T, st store.Store) {
 	}{
 		{"unknown approval mode", f.ws.ID, model.Policy{Approval: "sometimes"}, errdefs.ErrInvalidArgument},
 		{"unknown tool change mode", f.ws.ID, model.Policy{ToolChanges: "yolo"}, errdefs.ErrInvalidArgument},
+		{"unknown fork approval mode", f.ws.ID, model.Policy{ForkApproval: "sometimes"}, errdefs.ErrInvalidArgument},
 		{"negative timeout", f.ws.ID, model.Policy{MaxTimeout: -time.Second}, errdefs.ErrInvalidArgument},
 		{"empty runtime", f.ws.ID, model.Policy{Runtimes: []string{""}}, errdefs.ErrInvalidArgument},
 		{"unknown workspace", "ws_nope", model.DefaultPolicy(), errdefs.ErrNotFound},

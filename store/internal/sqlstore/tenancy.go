@@ -238,6 +238,13 @@ func normalisePolicy(p model.Policy) (model.Policy, error) {
 	default:
 		return p, errdefs.Publicf("unknown tool change mode %q: %w", p.ToolChanges, errdefs.ErrInvalidArgument)
 	}
+	switch p.ForkApproval {
+	case "":
+		p.ForkApproval = model.ForkApprovalAnew
+	case model.ForkApprovalAnew, model.ForkApprovalInherit:
+	default:
+		return p, errdefs.Publicf("unknown fork approval mode %q (anew or inherit): %w", p.ForkApproval, errdefs.ErrInvalidArgument)
+	}
 	if p.MaxTimeout < 0 {
 		return p, errdefs.Publicf("negative max timeout %v: %w", p.MaxTimeout, errdefs.ErrInvalidArgument)
 	}
@@ -266,14 +273,16 @@ func (s *Store) writePolicy(ctx context.Context, q Querier, workspaceID string, 
 		return fmt.Errorf("encoding runtimes: %w", err)
 	}
 	a := []any{workspaceID, p.CodeExecution, string(p.Approval), p.NetworkAllowed, p.MaxTimeout.Milliseconds(),
-		string(rts), string(p.ToolChanges), s.tm(at), p.MaxSessions}
+		string(rts), string(p.ToolChanges), s.tm(at), p.MaxSessions, string(p.ForkApproval)}
 	if insert {
 		_, err = q.Exec(ctx, `INSERT INTO workspace_policies (workspace_id, code_execution, approval, network_allowed,
-			max_timeout_ms, runtimes, tool_changes, updated_at, max_sessions) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)`, a...)
+			max_timeout_ms, runtimes, tool_changes, updated_at, max_sessions, fork_approval)
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)`, a...)
 		return err
 	}
 	n, err := q.Exec(ctx, `UPDATE workspace_policies SET code_execution = $2, approval = $3, network_allowed = $4,
-		max_timeout_ms = $5, runtimes = $6, tool_changes = $7, updated_at = $8, max_sessions = $9 WHERE workspace_id = $1`, a...)
+		max_timeout_ms = $5, runtimes = $6, tool_changes = $7, updated_at = $8, max_sessions = $9,
+		fork_approval = $10 WHERE workspace_id = $1`, a...)
 	if err == nil && n == 0 {
 		err = errdefs.Publicf("workspace %q not found: %w", workspaceID, errdefs.ErrNotFound)
 	}
@@ -286,17 +295,19 @@ func (s *Store) GetPolicy(ctx context.Context, workspaceID string) (model.Policy
 		p        model.Policy
 		approval string
 		changes  string
+		fork     string
 		rts      string
 		maxMS    int64
 	)
 	err := s.b.Reader().QueryRow(ctx, `SELECT code_execution, approval, network_allowed, max_timeout_ms, runtimes,
-		tool_changes, updated_at, max_sessions FROM workspace_policies WHERE workspace_id = $1`, workspaceID).
-		Scan(&p.CodeExecution, &approval, &p.NetworkAllowed, &maxMS, &rts, &changes, scanTime(&p.UpdatedAt), &p.MaxSessions)
+		tool_changes, updated_at, max_sessions, fork_approval FROM workspace_policies WHERE workspace_id = $1`, workspaceID).
+		Scan(&p.CodeExecution, &approval, &p.NetworkAllowed, &maxMS, &rts, &changes, scanTime(&p.UpdatedAt), &p.MaxSessions, &fork)
 	if err != nil {
 		return model.Policy{}, s.missing(err, "policy of workspace", workspaceID)
 	}
 	p.Approval = model.ApprovalMode(approval)
 	p.ToolChanges = model.ToolChangeMode(changes)
+	p.ForkApproval = model.ForkApprovalMode(fork)
 	p.MaxTimeout = time.Duration(maxMS) * time.Millisecond
 	if err := json.Unmarshal([]byte(rts), &p.Runtimes); err != nil {
 		return model.Policy{}, fmt.Errorf("decoding runtimes of workspace %q: %w", workspaceID, err)
