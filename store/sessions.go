@@ -82,6 +82,12 @@ type NewSession struct {
 	// Approval is the workspace's approval mode when it opened, which its
 	// cells are admitted under.
 	Approval model.ApprovalMode
+	// ApprovalID, when set, is an approved approval of the workspace that
+	// covers its cells from the start: a fork's that inherits its source's
+	// under ApprovalPerSession (docs/design.md §10). Approval must then be
+	// ApprovalPerSession; the session's ApprovedBy is the approval's
+	// decider. Any other approval is ErrInvalidArgument.
+	ApprovalID string
 	// IdleTimeout ends it when no cell ran for so long (> 0).
 	IdleTimeout time.Duration
 	// ExpiresAt ends it whatever it does; after At.

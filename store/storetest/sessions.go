@@ -245,6 +245,48 @@ func testSessionApprovalCover(t *testing.T, st store.Store) {
 	if _, err := st.Apply(ctx, one.Execution.ID, deny); !errdefs.IsInvalidArgument(err) {
 		t.Fatalf("covering with a denial: got %v, want ErrInvalidArgument", err)
 	}
+	// A new session covered from the start by the approval (a fork that
+	// inherits its source's, docs/design.md §10) records it and its
+	// decider; only an approved approval of its workspace under
+	// per_session may cover one.
+	fork := f.newSession("ses_cover_fork")
+	fork.Approval, fork.ApprovalID = model.ApprovalPerSession, adm.Execution.ApprovalID
+	fs := mustOpen(t, st, fork)
+	got, err = st.GetSession(ctx, f.ws.ID, fs.ID)
+	if err != nil || got.ApprovalID != adm.Execution.ApprovalID || got.ApprovedBy != f.approver.ID || fs.ApprovedBy != f.approver.ID {
+		t.Fatalf("a session opened covered: got approval %q by %q (opened: by %q), %v; want %q by %q",
+			got.ApprovalID, got.ApprovedBy, fs.ApprovedBy, err, adm.Execution.ApprovalID, f.approver.ID)
+	}
+	other := newFixture(t, st, "cover-other")
+	for _, tc := range []struct {
+		name string
+		n    store.NewSession
+	}{
+		{"pending approval", func() store.NewSession {
+			n := f.newSession("ses_cover_pending")
+			n.Approval, n.ApprovalID = model.ApprovalPerSession, one.Execution.ApprovalID
+			return n
+		}()},
+		{"unknown approval", func() store.NewSession {
+			n := f.newSession("ses_cover_unknown")
+			n.Approval, n.ApprovalID = model.ApprovalPerSession, "apr_none"
+			return n
+		}()},
+		{"not per_session", func() store.NewSession {
+			n := f.newSession("ses_cover_required")
+			n.Approval, n.ApprovalID = model.ApprovalRequired, adm.Execution.ApprovalID
+			return n
+		}()},
+		{"another workspace's approval", func() store.NewSession {
+			n := other.newSession("ses_cover_other")
+			n.Approval, n.ApprovalID = model.ApprovalPerSession, adm.Execution.ApprovalID
+			return n
+		}()},
+	} {
+		if _, _, err := st.OpenSession(ctx, tc.n); !errdefs.IsInvalidArgument(err) {
+			t.Fatalf("a session covered by %s: got %v, want ErrInvalidArgument", tc.name, err)
+		}
+	}
 }
 
 func testSessionValidation(t *testing.T, st store.Store) {

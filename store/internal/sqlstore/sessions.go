@@ -53,12 +53,17 @@ func checkNewSession(n store.NewSession) error {
 	switch {
 	case n.Approval != model.ApprovalRequired && n.Approval != model.ApprovalNone && n.Approval != model.ApprovalPerSession:
 		return errdefs.Publicf("approval mode %q: %w", n.Approval, errdefs.ErrInvalidArgument)
+	case n.ApprovalID != "" && n.Approval != model.ApprovalPerSession:
+		return errdefs.Publicf("an approval covers a new session only under per_session, not %q: %w", n.Approval, errdefs.ErrInvalidArgument)
 	case n.IdleTimeout < time.Millisecond:
 		return errdefs.Publicf("idle timeout %v: must be at least 1ms: %w", n.IdleTimeout, errdefs.ErrInvalidArgument)
 	case n.ExpiresAt.IsZero():
 		return errdefs.Publicf("a session needs its expiry: %w", errdefs.ErrInvalidArgument)
 	case n.WorkspaceBytes < 0 || n.MaxLive < 0:
 		return errdefs.Publicf("negative workspace size or session bound: %w", errdefs.ErrInvalidArgument)
+	}
+	if err := checkText("approval id", n.ApprovalID, maxText); err != nil {
+		return err
 	}
 	return checkEvents(n.Audit)
 }
@@ -110,19 +115,33 @@ func (s *Store) OpenSession(ctx context.Context, n store.NewSession) (model.Sess
 				return errdefs.Publicf("workspace %q has %d live sessions, its most: %w", n.WorkspaceID, live, errdefs.ErrResourceExhausted)
 			}
 		}
+		var approvedBy string
+		if n.ApprovalID != "" {
+			var ws, status string
+			err := q.QueryRow(ctx, `SELECT workspace_id, status, decided_by FROM approval_requests WHERE id = $1`, n.ApprovalID).
+				Scan(&ws, &status, scanStr(&approvedBy))
+			if err != nil && notFound(err) != errdefs.ErrNotFound {
+				return err
+			}
+			if err != nil || ws != n.WorkspaceID || status != string(model.ApprovalApproved) || approvedBy == "" {
+				return errdefs.Publicf("approval %q is not an approved approval of workspace %q: %w", n.ApprovalID, n.WorkspaceID, errdefs.ErrInvalidArgument)
+			}
+		}
 		now := s.at(n.At)
 		ss = model.Session{
 			ID: n.ID, WorkspaceID: n.WorkspaceID, KeyID: n.KeyID, Tool: n.Tool, Runtime: n.Runtime, Driver: n.Driver,
 			SandboxID: n.SandboxID, Network: n.Network, State: model.SessionActive, Approval: n.Approval,
+			ApprovalID: n.ApprovalID, ApprovedBy: approvedBy,
 			IdleTimeout: n.IdleTimeout.Truncate(time.Millisecond), CreatedAt: now, ExpiresAt: store.TruncateTime(n.ExpiresAt),
 			LastActiveAt: now, WorkspaceBytes: n.WorkspaceBytes, IdempotencyKey: n.IdempotencyKey, RequestSHA256: n.RequestSHA256,
 		}
 		if _, err := q.Exec(ctx, `INSERT INTO sessions (id, workspace_id, key_id, tool, runtime, driver, sandbox_id, network,
 			state, approval, idle_timeout_ms, workspace_bytes, cells, idempotency_key, request_sha256, created_at, expires_at,
-			last_active_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, 0, $13, $14, $15, $16, $17)`,
+			last_active_at, approval_id, approved_by) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, 0, $13, $14,
+			$15, $16, $17, $18, $19)`,
 			ss.ID, ss.WorkspaceID, ss.KeyID, ss.Tool, ss.Runtime, ss.Driver, ss.SandboxID, ss.Network, string(ss.State),
 			string(ss.Approval), ss.IdleTimeout.Milliseconds(), ss.WorkspaceBytes, nstr(ss.IdempotencyKey), ss.RequestSHA256,
-			s.tm(ss.CreatedAt), s.tm(ss.ExpiresAt), s.tm(ss.LastActiveAt)); err != nil {
+			s.tm(ss.CreatedAt), s.tm(ss.ExpiresAt), s.tm(ss.LastActiveAt), nstr(ss.ApprovalID), nstr(ss.ApprovedBy)); err != nil {
 			return err
 		}
 		_, err := s.appendEvents(ctx, q, ss.WorkspaceID, "", n.Audit)
