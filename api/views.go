@@ -76,7 +76,8 @@ func toolCallView(c model.ToolCall) wire.ToolCall {
 // PolicyOf returns the wire form of a policy.
 func PolicyOf(p model.Policy) wire.Policy {
 	return wire.Policy{CodeExecution: p.CodeExecution, Approval: string(p.Approval), Network: policy.NetworkWord(p.NetworkAllowed),
-		MaxSessions: p.MaxSessions, MaxTimeoutMS: p.MaxTimeout.Milliseconds(), Runtimes: p.Runtimes, ToolChanges: string(p.ToolChanges)}
+		MaxSessions: p.MaxSessions, MaxTimeoutMS: p.MaxTimeout.Milliseconds(), Runtimes: p.Runtimes, ToolChanges: string(p.ToolChanges),
+		ForkApproval: string(p.ForkApproval)}
 }
 
 // toolView is a tool and its record on the wire.

@@ -85,10 +85,14 @@ type Policy struct {
 	MaxTimeoutMS int64    `json:"max_timeout_ms"`
 	Runtimes     []string `json:"runtimes"`
 	ToolChanges  string   `json:"tool_changes"`
+	// ForkApproval is anew or inherit (docs/design.md §10); events written
+	// before the policy had it omit it, which means anew.
+	ForkApproval string `json:"fork_approval,omitempty"`
 }
 
 // PolicyOf returns p as the chain records it.
 func PolicyOf(p model.Policy) Policy {
 	return Policy{CodeExecution: p.CodeExecution, Approval: string(p.Approval), Network: policy.NetworkWord(p.NetworkAllowed),
-		MaxSessions: p.MaxSessions, MaxTimeoutMS: p.MaxTimeout.Milliseconds(), Runtimes: p.Runtimes, ToolChanges: string(p.ToolChanges)}
+		MaxSessions: p.MaxSessions, MaxTimeoutMS: p.MaxTimeout.Milliseconds(), Runtimes: p.Runtimes, ToolChanges: string(p.ToolChanges),
+		ForkApproval: string(p.ForkApproval)}
 }

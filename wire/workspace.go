@@ -78,6 +78,10 @@ type Policy struct {
 	MaxTimeoutMS int64    `json:"max_timeout_ms"`
 	Runtimes     []string `json:"runtimes"`
 	ToolChanges  string   `json:"tool_changes"`
+	// ForkApproval is anew or inherit: whether a session started from a
+	// snapshot under per_session is covered by the approval that covered
+	// its source (docs/design.md §10).
+	ForkApproval string `json:"fork_approval"`
 }
 
 // Tool is a tool and its isolation record (GET /v1/tools).

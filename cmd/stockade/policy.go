@@ -32,6 +32,7 @@ const (
 	policySetUsage  = `usage: stockade policy set NAME [--approval=required|per_session|none] [--network=allow|deny]
                           [--max-timeout=DURATION] [--runtimes=python,node,shell] [--max-sessions=N]
                           [--code-execution=enabled|disabled] [--tool-changes=flag|require_review]
+                          [--fork-approval=anew|inherit]
 
 Flags may come before or after NAME. Only the fields whose flags are given
 change; the policy as stored is printed as JSON.`
@@ -42,9 +43,9 @@ func policyVerb(ctx context.Context, verb string, args []string) int {
 	fs := newFlags("policy "+verb, use)
 	dbo := dbFlags(fs)
 	var (
-		approval, network, runtimes, codeExec, toolChanges string
-		maxTimeout                                         time.Duration
-		maxSessions                                        int
+		approval, network, runtimes, codeExec, toolChanges, forkApproval string
+		maxTimeout                                                       time.Duration
+		maxSessions                                                      int
 	)
 	if verb == "set" {
 		fs.StringVar(&approval, "approval", "", "required, per_session (a session's first cell is approved, which covers its later cells) or none")
@@ -54,6 +55,7 @@ func policyVerb(ctx context.Context, verb string, args []string) int {
 		fs.StringVar(&runtimes, "runtimes", "", "comma-separated allowed runtimes")
 		fs.StringVar(&codeExec, "code-execution", "", "enabled or disabled")
 		fs.StringVar(&toolChanges, "tool-changes", "", "flag or require_review")
+		fs.StringVar(&forkApproval, "fork-approval", "", "anew (a fork's first cell is approved anew under per_session) or inherit (a fork is covered by its source's approval)")
 	}
 	pos, err := parse(fs, args)
 	if err != nil {
@@ -74,7 +76,9 @@ func policyVerb(ctx context.Context, verb string, args []string) int {
 	}
 	if verb == "set" {
 		before := audit.PolicyOf(pol)
-		if err := applyPolicyFlags(fs, &pol, approval, network, maxTimeout, runtimes, codeExec, toolChanges, maxSessions); err != nil {
+		if err := applyPolicyFlags(fs, &pol, policyFlags{approval: approval, network: network,
+			maxTimeout: maxTimeout, runtimes: runtimes, codeExec: codeExec, toolChanges: toolChanges, forkApproval: forkApproval,
+			maxSessions: maxSessions}); err != nil {
 			return fail(err)
 		}
 		if pol, err = st.SetPolicy(ctx, ws.ID, pol, func(after model.Policy) []model.NewEvent {
@@ -92,8 +96,15 @@ func policyVerb(ctx context.Context, verb string, args []string) int {
 	return 0
 }
 
+// policyFlags are the values of policy set's flags.
+type policyFlags struct {
+	approval, network, runtimes, codeExec, toolChanges, forkApproval string
+	maxTimeout                                                       time.Duration
+	maxSessions                                                      int
+}
+
 // applyPolicyFlags changes the fields of p whose flags were given.
-func applyPolicyFlags(fs *flag.FlagSet, p *model.Policy, approval, network string, maxTimeout time.Duration, runtimes, codeExec, toolChanges string, maxSessions int) error {
+func applyPolicyFlags(fs *flag.FlagSet, p *model.Policy, v policyFlags) error {
 	var err error
 	fs.Visit(func(f *flag.Flag) {
 		if err != nil {
@@ -101,32 +112,32 @@ func applyPolicyFlags(fs *flag.FlagSet, p *model.Policy, approval, network strin
 		}
 		switch f.Name {
 		case "approval":
-			switch approval {
+			switch v.approval {
 			case "required", "none", "per_session":
-				p.Approval = model.ApprovalMode(approval)
+				p.Approval = model.ApprovalMode(v.approval)
 			default:
-				err = usagef("--approval must be required, per_session or none, got %q", approval)
+				err = usagef("--approval must be required, per_session or none, got %q", v.approval)
 			}
 		case "max-sessions":
-			if maxSessions < 0 {
-				err = usagef("--max-sessions must be 0 or more, got %d", maxSessions)
+			if v.maxSessions < 0 {
+				err = usagef("--max-sessions must be 0 or more, got %d", v.maxSessions)
 			}
-			p.MaxSessions = maxSessions
+			p.MaxSessions = v.maxSessions
 		case "network":
-			allow, perr := policy.ParseNetwork(network)
-			if perr != nil || network == "" {
-				err = usagef("--network must be allow or deny, got %q", network)
+			allow, perr := policy.ParseNetwork(v.network)
+			if perr != nil || v.network == "" {
+				err = usagef("--network must be allow or deny, got %q", v.network)
 				return
 			}
 			p.NetworkAllowed = allow
 		case "max-timeout":
-			if maxTimeout <= 0 {
-				err = usagef("--max-timeout must be more than 0, got %s", sandbox.FormatDuration(maxTimeout))
+			if v.maxTimeout <= 0 {
+				err = usagef("--max-timeout must be more than 0, got %s", sandbox.FormatDuration(v.maxTimeout))
 			}
-			p.MaxTimeout = maxTimeout
+			p.MaxTimeout = v.maxTimeout
 		case "runtimes":
 			p.Runtimes = nil
-			for _, r := range strings.Split(runtimes, ",") {
+			for _, r := range strings.Split(v.runtimes, ",") {
 				if r = strings.TrimSpace(r); r == "" {
 					continue
 				}
@@ -137,18 +148,25 @@ func applyPolicyFlags(fs *flag.FlagSet, p *model.Policy, approval, network strin
 				p.Runtimes = append(p.Runtimes, r)
 			}
 		case "code-execution":
-			switch codeExec {
+			switch v.codeExec {
 			case "enabled", "disabled":
-				p.CodeExecution = codeExec == "enabled"
+				p.CodeExecution = v.codeExec == "enabled"
 			default:
-				err = usagef("--code-execution must be enabled or disabled, got %q", codeExec)
+				err = usagef("--code-execution must be enabled or disabled, got %q", v.codeExec)
 			}
 		case "tool-changes":
-			switch toolChanges {
+			switch v.toolChanges {
 			case "flag", "require_review":
-				p.ToolChanges = model.ToolChangeMode(toolChanges)
+				p.ToolChanges = model.ToolChangeMode(v.toolChanges)
 			default:
-				err = usagef("--tool-changes must be flag or require_review, got %q", toolChanges)
+				err = usagef("--tool-changes must be flag or require_review, got %q", v.toolChanges)
+			}
+		case "fork-approval":
+			switch v.forkApproval {
+			case "anew", "inherit":
+				p.ForkApproval = model.ForkApprovalMode(v.forkApproval)
+			default:
+				err = usagef("--fork-approval must be anew or inherit, got %q", v.forkApproval)
 			}
 		}
 	})

@@ -2,8 +2,12 @@ package main
 
 import (
 	"encoding/json"
+	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/stockade-sh/stockade/internal/storeopen"
+	"github.com/stockade-sh/stockade/store"
 )
 
 // TestPolicyNetworkWords checks `policy set --network` with the words of
@@ -85,5 +89,61 @@ func TestPolicySessions(t *testing.T) {
 				t.Errorf("got exit %d, stdout %q, stderr %q; want exit 2", code, stdout, stderr)
 			}
 		})
+	}
+}
+
+// TestPolicyForkApproval checks `policy set --fork-approval`: anew by
+// default, inherit when set, kept by a change of another field, audited
+// in policy.updated, and a word that is neither refused.
+func TestPolicyForkApproval(t *testing.T) {
+	db := "sqlite:" + filepath.Join(t.TempDir(), "stockade.db")
+	mustCLI(t, "workspace", "create", "demo", "--db", db)
+	show := func(args ...string) map[string]any {
+		t.Helper()
+		var view map[string]any
+		out := mustCLI(t, append([]string{"policy"}, append(args, "demo", "--db", db)...)...)
+		if err := json.Unmarshal([]byte(out), &view); err != nil {
+			t.Fatalf("policy view %q: %v", out, err)
+		}
+		return view
+	}
+	if v := show("show"); v["fork_approval"] != "anew" {
+		t.Fatalf("a new workspace's fork_approval: got %v, want anew", v["fork_approval"])
+	}
+	if v := show("set", "--approval=per_session", "--fork-approval=inherit"); v["fork_approval"] != "inherit" || v["approval"] != "per_session" {
+		t.Fatalf("after --fork-approval=inherit: got %v", v)
+	}
+	if v := show("set", "--max-sessions=2"); v["fork_approval"] != "inherit" {
+		t.Fatalf("another field's change: got fork_approval %v, want inherit kept", v["fork_approval"])
+	}
+	code, stdout, stderr := cli(t, "policy", "set", "demo", "--db", db, "--fork-approval=sometimes")
+	if code != 2 || stdout != "" || !strings.Contains(stderr, "anew or inherit") {
+		t.Errorf("--fork-approval=sometimes: got exit %d, stdout %q, stderr %q; want exit 2", code, stdout, stderr)
+	}
+
+	st, err := storeopen.Open(t.Context(), db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	ws, err := st.GetWorkspaceByName(t.Context(), "demo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	evs, err := st.ListEvents(t.Context(), ws.ID, store.EventFilter{Types: []string{"policy.updated"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(evs.Items) != 2 {
+		t.Fatalf("policy.updated events: got %d, want 2", len(evs.Items))
+	}
+	// The list is newest first: the change of fork_approval is the older.
+	var change struct {
+		Before, After struct {
+			ForkApproval string `json:"fork_approval"`
+		}
+	}
+	if err := json.Unmarshal(evs.Items[1].Data, &change); err != nil || change.Before.ForkApproval != "anew" || change.After.ForkApproval != "inherit" {
+		t.Errorf("the change of fork_approval: got %s (%v), want fork_approval anew before and inherit after", evs.Items[1].Data, err)
 	}
 }
