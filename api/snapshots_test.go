@@ -1,6 +1,7 @@
 package api_test
 
 import (
+	"encoding/json"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -348,4 +349,91 @@ func TestForkApprovedAnew(t *testing.T) {
 	if got := e.py(fork.ID, "print(x + 1)"); got != "8" {
 		t.Errorf("a covered cell of the fork: got %q, want 8", got)
 	}
+}
+
+// TestForkApprovalInherited is TestForkApprovedAnew under a policy with
+// fork_approval inherit: a fork of a covered source is covered by the
+// source's approval from the start (its first cell runs at once), audited
+// in its session.forked; a start from a snapshot taken before the source
+// was covered is approved anew, as is a fork under the default policy
+// (TestForkApprovedAnew).
+func TestForkApprovalInherited(t *testing.T) {
+	e, _ := pythonSessionsWith(t, func(p *model.Policy) {
+		p.Approval, p.ForkApproval = model.ApprovalPerSession, model.ForkApprovalInherit
+	})
+	src := e.openSession(e.agent, capability.CreateSessionRequest{Runtime: "python"})
+	var early wire.Snapshot
+	e.do("POST", "/v1/sessions/"+src.ID+"/snapshots", e.agent, wire.SnapshotRequest{Name: "early"}).want(t, http.StatusCreated).decode(t, &early)
+	first := e.do("POST", "/v1/sessions/"+src.ID+"/exec", e.agent, capability.CellRequest{Code: "x = 7"}).want(t, http.StatusAccepted).execution(t)
+	if first.Status != "awaiting_approval" || first.ApprovalID == "" {
+		t.Fatalf("the source's first cell under per_session: got %+v, want awaiting approval", first)
+	}
+	e.do("POST", "/v1/approvals/"+first.ApprovalID+"/approve", e.approver, nil).want(t, http.StatusOK)
+	if done := e.wait(first.ID, 30*time.Second); done.Status != "succeeded" {
+		t.Fatalf("the approved cell: got %+v", done)
+	}
+
+	var f wire.Fork
+	e.do("POST", "/v1/sessions/"+src.ID+"/fork", e.agent, wire.ForkRequest{Count: 2}).want(t, http.StatusCreated).decode(t, &f)
+	for _, fork := range f.Sessions {
+		t.Cleanup(func() { do(t, e.url, "DELETE", "/v1/sessions/"+fork.ID, e.admin, nil) })
+		if fork.ApprovalID != first.ApprovalID || fork.Approval != "per_session" {
+			t.Fatalf("a fork: got approval %q covered by %q, want per_session covered by the source's %s", fork.Approval, fork.ApprovalID, first.ApprovalID)
+		}
+		// e.py fails the test unless the cell succeeds: one awaiting an
+		// approval does not.
+		if got := e.py(fork.ID, "print(x + 1)"); got != "8" {
+			t.Errorf("the first cell of a covered fork: got %q, want 8", got)
+		}
+	}
+	forked := map[string]wire.AuditEvent{}
+	for _, ev := range e.events("session.forked", "") {
+		var d struct {
+			SessionID  string `json:"session_id"`
+			ApprovalID string `json:"approval_id"`
+		}
+		if err := json.Unmarshal(ev.Data, &d); err != nil {
+			t.Fatal(err)
+		}
+		forked[d.SessionID] = ev
+		if d.SessionID == f.Sessions[0].ID && (d.ApprovalID != first.ApprovalID || !strings.Contains(ev.Reason, "inherited from session "+src.ID)) {
+			t.Errorf("the fork's session.forked: got approval %q, reason %q; want %s inherited from %s", d.ApprovalID, ev.Reason, first.ApprovalID, src.ID)
+		}
+	}
+	if _, ok := forked[f.Sessions[1].ID]; !ok {
+		t.Fatalf("no session.forked of the fork %s among %d", f.Sessions[1].ID, len(forked))
+	}
+	covered := 0
+	for _, ev := range e.events("capability.invoke_allowed", "") {
+		var d struct {
+			SessionID string `json:"session_id"`
+			Cell      int    `json:"cell"`
+			CoveredBy string `json:"covered_by"`
+		}
+		if err := json.Unmarshal(ev.Data, &d); err != nil {
+			t.Fatal(err)
+		}
+		if d.SessionID == f.Sessions[0].ID || d.SessionID == f.Sessions[1].ID {
+			if d.Cell != 1 || d.CoveredBy != first.ApprovalID {
+				t.Errorf("a fork's cell's capability.invoke_allowed: got %s, want cell 1 covered by %s", ev.Data, first.ApprovalID)
+			}
+			covered++
+		}
+	}
+	if covered != 2 {
+		t.Errorf("the forks' cells' capability.invoke_allowed: got %d, want 2", covered)
+	}
+
+	// The source was covered only after the early snapshot: a session
+	// started from it has its first cell approved anew.
+	late := e.openSession(e.agent, capability.CreateSessionRequest{Snapshot: early.ID})
+	t.Cleanup(func() { do(t, e.url, "DELETE", "/v1/sessions/"+late.ID, e.admin, nil) })
+	if late.ApprovalID != "" {
+		t.Fatalf("a start from a snapshot taken before the source was covered: got covered by %q, want uncovered", late.ApprovalID)
+	}
+	c := e.do("POST", "/v1/sessions/"+late.ID+"/exec", e.agent, capability.CellRequest{Code: "print(1)"}).want(t, http.StatusAccepted).execution(t)
+	if c.Status != "awaiting_approval" || c.ApprovalID == "" || c.ApprovalID == first.ApprovalID {
+		t.Fatalf("its first cell: got %+v, want awaiting an approval of its own", c)
+	}
+	e.do("POST", "/v1/approvals/"+c.ApprovalID+"/deny", e.approver, nil).want(t, http.StatusOK)
 }

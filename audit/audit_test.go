@@ -167,7 +167,7 @@ var allEvents = []audit.Event{
 	audit.SessionPausedEvent{CheckpointBytes: 1, SandboxID: "sb_1", SessionID: "ses_1"},
 	audit.SessionResumedEvent{PausedMS: 1, SandboxID: "sb_2", SessionID: "ses_1"},
 	audit.SessionSnapshottedEvent{Bytes: 1, ExpiresAt: "2026-12-08T00:00:00Z", Name: "n", SessionID: "ses_1", SnapshotID: "snp_1", StallMS: 1},
-	audit.SessionForkedEvent{SessionID: "ses_2", SnapshotID: "snp_1", SourceID: "ses_1"},
+	audit.SessionForkedEvent{ApprovalID: "apr_1", SessionID: "ses_2", SnapshotID: "snp_1", SourceID: "ses_1"},
 	audit.SnapshotDeletedEvent{SessionID: "ses_1", SnapshotID: "snp_1"},
 	audit.InvokeAllowedEvent{ApprovalRequired: true, Request: audit.Invocation{Capability: "code.execute", Network: "allow", Runtime: "python", TimeoutMS: 1}},
 	audit.InvokeDeniedEvent{Decision: "role_cannot_invoke", Request: audit.Invocation{Runtime: "node"}},

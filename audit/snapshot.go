@@ -30,10 +30,15 @@ func (SessionSnapshottedEvent) Code() string { return SessionSnapshottedCode }
 // SessionForkedEvent is a session started from a snapshot: a fork of
 // SourceID (POST /v1/sessions/{id}/fork, whose snapshot is deleted once
 // its forks started) or a start from a named snapshot (POST /v1/sessions
-// with snapshot). It follows the new session's session.created. Its first
-// cell is approved anew: a fork inherits no approval of its source's.
+// with snapshot). It follows the new session's session.created. Under
+// approval per_session its first cell is approved anew, unless the
+// workspace's policy has fork_approval inherit and an approval covered
+// the source when the snapshot was taken: ApprovalID is then that
+// approval, which covers the new session's cells from the start, and
+// Reason says it was inherited from SourceID (docs/design.md §10).
 type SessionForkedEvent struct {
 	Meta       `json:"-"`
+	ApprovalID string `json:"approval_id,omitempty"`
 	SessionID  string `json:"session_id"`
 	SnapshotID string `json:"snapshot_id"`
 	SourceID   string `json:"source_id"`

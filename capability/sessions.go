@@ -112,6 +112,8 @@ type sessionStore interface {
 	ResumeSession(ctx context.Context, id string, r store.SessionResume) (model.Session, error)
 	PendingCell(ctx context.Context, sessionID string) (string, error)
 	ListPausedSessions(ctx context.Context) ([]model.Session, error)
+	// GetApproval reads the approval a fork may inherit (forkapproval.go).
+	GetApproval(ctx context.Context, workspaceID, approvalID string) (model.Approval, error)
 }
 
 // SessionObserver, when the service's Observer implements it, is told

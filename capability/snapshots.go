@@ -44,7 +44,7 @@ import (
 //     admitted as CreateSession admits one (the policy, the workspace's
 //     bound of sessions, the memory budget), its own sandbox, id,
 //     lifetimes and audit trail; its first cell is approved anew under
-//     per_session (no approval of the source's covers it);
+//     per_session unless the policy inherits the source's (forkapproval.go);
 //   - snapshots cost nothing; the forks' cells are charged as any cell.
 
 // SnapshotOptions bound snapshots and forks. Zero fields take the
@@ -331,7 +331,7 @@ func (s *snapshots) start(ctx context.Context, p Principal, req CreateSessionReq
 	req.Runtime, req.Tool = sn.Runtime, sn.Tool
 	op := &opening{h: s.host, id: NewSessionID(), reqSum: sha256Hex(mustJSON(req)), idle: idle, ttl: ttl,
 		spec: engine.SessionSpec{Runtime: sn.Runtime, Tool: sn.Tool, Driver: sn.Driver, Workspace: so.WorkspaceSize}}
-	rec := &fromSnapshot{opening: op, dir: dir, snapshotID: snapshotID, source: source}
+	rec := &fromSnapshot{opening: op, dir: dir, snapshotID: snapshotID, source: source, taken: sn.CreatedAt}
 	c := &claim{by: p, grant: openingGrant(op.id), idempotencyKey: o.IdempotencyKey, replayFirst: true, egress: true, review: true, record: rec,
 		ask:   policy.Request{Capability: contract.CodeExecute, Runtime: sn.Runtime},
 		asked: audit.Invocation{Capability: contract.CodeExecute.Name, Runtime: sn.Runtime, Network: policy.NetworkWord(false)},
@@ -363,6 +363,8 @@ func (s *snapshots) start(ctx context.Context, p Principal, req CreateSessionReq
 type fromSnapshot struct {
 	*opening
 	dir, snapshotID, source string
+	// taken bounds when the snapshot was taken (forkapproval.go).
+	taken time.Time
 }
 
 // write restores the session's sandbox from the snapshot and records the
@@ -397,9 +399,9 @@ func (f *fromSnapshot) write(ctx context.Context, c *claim, step Step, in Admit,
 	)
 	if err == nil {
 		rec := *step.Open
-		rec.Audit = append(rec.Audit, audit.NewEvent(audit.SessionForkedEvent{Meta: audit.Meta{Actor: actorOf(c.by), Reason: "session started from a snapshot"},
-			SessionID: f.id, SnapshotID: f.snapshotID, SourceID: f.source}))
-		ss, replayed, err = s.st.OpenSession(ctx, rec)
+		if err = f.inheritApproval(ctx, c, &rec); err == nil {
+			ss, replayed, err = s.st.OpenSession(ctx, rec)
+		}
 	}
 	if err != nil || replayed {
 		_ = live.Close(context.WithoutCancel(ctx))
@@ -443,13 +445,14 @@ func (s *snapshots) Fork(ctx context.Context, p Principal, id string, req wire.F
 	if err := s.roomFor(ctx, p, ss, req.Count); err != nil {
 		return nil, err
 	}
+	began := s.opts.Now()
 	t, err := s.take(ctx, p, id)
 	if err != nil {
 		return nil, err
 	}
 	defer os.RemoveAll(t.dir)
 	out := &Forked{Source: t.source, SnapshotID: t.id, Stall: t.stall, Sessions: make([]model.Session, req.Count)}
-	sn := model.Snapshot{ID: t.id, SessionID: t.source.ID, Tool: t.source.Tool, Runtime: t.source.Runtime, Driver: t.source.Driver}
+	sn := model.Snapshot{ID: t.id, SessionID: t.source.ID, Tool: t.source.Tool, Runtime: t.source.Runtime, Driver: t.source.Driver, CreatedAt: began}
 	// The starts run at once: each restores its own sandbox from the same
 	// files, which the first brings into the page cache.
 	errs := make([]error, req.Count)
