@@ -361,3 +361,27 @@ func TestPageWeight(t *testing.T) {
 		t.Errorf("the approvals page weighs %d bytes, over its budget of %d", total, budget)
 	}
 }
+
+// TestForkApprovalShown checks the workspace page says what the policy's
+// fork_approval does: anew by default, inherit once set.
+func TestForkApprovalShown(t *testing.T) {
+	e := newEnvWith(t, Options{}, envConfig{})
+	c := e.newClient()
+	c.signedIn(e.approver)
+	_, page := c.request("GET", "/ui/workspace", nil, nil)
+	if page = html.UnescapeString(page); !strings.Contains(page, "approved anew") || strings.Contains(page, "(inherit)") {
+		t.Fatalf("the default policy's page: want \"approved anew\" and not inherit\n%s", page)
+	}
+	pol, err := e.st.GetPolicy(t.Context(), e.ws.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pol.Approval, pol.ForkApproval = model.ApprovalPerSession, model.ForkApprovalInherit
+	if _, err := e.st.SetPolicy(t.Context(), e.ws.ID, pol, nil); err != nil {
+		t.Fatal(err)
+	}
+	_, page = c.request("GET", "/ui/workspace", nil, nil)
+	if page = html.UnescapeString(page); !strings.Contains(page, "covered by its source's approval (inherit)") {
+		t.Fatalf("the page under fork_approval inherit: want it said\n%s", page)
+	}
+}
