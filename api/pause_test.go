@@ -22,8 +22,15 @@ import (
 // service's options.
 func gvisorSessions(t *testing.T, svc func(*capability.ServiceOptions)) (*env, string) {
 	t.Helper()
+	return gvisorSessionsOf(t, svc, "")
+}
+
+// gvisorSessionsOf is gvisorSessions whose driver runs runsc as binary
+// (empty: the one on PATH).
+func gvisorSessionsOf(t *testing.T, svc func(*capability.ServiceOptions), binary string) (*env, string) {
+	t.Helper()
 	testenv.RequiresBinary(t, "runsc")
-	gv, err := gvisor.New(gvisor.Config{StateDir: t.TempDir(), GuestPath: testenv.Guest(t), Shim: testenv.Shim(t)})
+	gv, err := gvisor.New(gvisor.Config{Binary: binary, StateDir: t.TempDir(), GuestPath: testenv.Guest(t), Shim: testenv.Shim(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -353,4 +360,47 @@ func TestSessionPausedAcrossDaemonKill(t *testing.T) {
 		t.Errorf("checkpoints left: %v", got)
 	}
 	d.stop()
+}
+
+// TestSessionResumeByAnotherBuild pauses a session, then changes the
+// runtime (runsc behind a wrapper script, rewritten: another build, which
+// cannot restore the checkpoint): the resume answers 409 saying so and
+// naming no host path, and the session stays paused with its
+// checkpoint; once the build that saved it is back, it resumes with its
+// value.
+func TestSessionResumeByAnotherBuild(t *testing.T) {
+	testenv.RequiresBinary(t, "runsc")
+	runsc, err := exec.LookPath("runsc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	wrapper := filepath.Join(t.TempDir(), "runsc")
+	script := "#!/bin/sh\nexec " + runsc + " \"$@\"\n"
+	if err := os.WriteFile(wrapper, []byte(script), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	e, checkpoints := gvisorSessionsOf(t, nil, wrapper)
+	ss := e.openSession(e.agent, capability.CreateSessionRequest{Runtime: "python"})
+	e.cell(e.agent, ss.ID, "set k kept-value")
+	e.do("POST", "/v1/sessions/"+ss.ID+"/pause", e.agent, nil).want(t, http.StatusOK)
+	if err := os.WriteFile(wrapper, []byte(script+"# another build\n"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	msg := e.do("POST", "/v1/sessions/"+ss.ID+"/resume", e.agent, nil).wantError(t, http.StatusConflict, "failed_precondition")
+	if !strings.Contains(msg, "runtime build") || !strings.Contains(msg, "sha256:") || strings.Contains(msg, checkpoints) || strings.Contains(msg, "/tmp") {
+		t.Errorf("the resume by another build: got %q, want it to name the builds, and no host path", msg)
+	}
+	if v := e.session(ss.ID); v.State != "paused" {
+		t.Fatalf("the session after the refusal: got %+v, want still paused", v)
+	}
+	if _, err := os.Stat(filepath.Join(checkpoints, ss.ID)); err != nil {
+		t.Fatalf("the checkpoint after the refusal: %v, want it kept", err)
+	}
+	if err := os.WriteFile(wrapper, []byte(script), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	e.do("POST", "/v1/sessions/"+ss.ID+"/resume", e.agent, nil).want(t, http.StatusOK)
+	if v := e.value(ss.ID); v != "kept-value" {
+		t.Errorf("resumed by the build that saved it: got %q, want kept-value", v)
+	}
 }

@@ -56,6 +56,9 @@ type Engine struct {
 	// one at a time.
 	golden   GoldenOptions
 	goldenMu sync.Mutex
+	// goldenRemakes holds the checkpoint directories remakeGolden made
+	// or tried to, each once.
+	goldenRemakes sync.Map
 	// ownerLabels are the labels StartPools gave the pools' sandboxes
 	// (the daemon's owner label), guarded by poolsMu: a golden sandbox
 	// carries them when GoldenOptions.Labels is nil.

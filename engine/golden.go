@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
@@ -36,14 +37,17 @@ import (
 // and saves it into
 //
 //	<GoldenOptions.Dir>/<template>/<image hex>-<digest of start, ready,
-//	    env, workdir, limits, workspace, driver>/
+//	    env, workdir, limits, workspace, driver, runtime build>/
 //	  golden.json   goldenRecord: what the checkpoint was made from
 //	  checkpoint/   the driver's checkpoint
 //
 // built in a temporary directory beside it and renamed into place, the
 // template's older checkpoints removed after. A new build of the
-// template (another image digest) or another Start has another name:
-// sessions start cold until MakeGolden saves it.
+// template (another image digest), another Start or another runtime
+// build (runsc replaced: only the build that made a checkpoint restores
+// it) has another name: sessions start cold until MakeGolden saves it,
+// which a session finding only another build's checkpoint of its
+// template asks for (remakeGolden).
 //
 // Each restore is a new sandbox of its own: a new ID, its own copy of
 // the saved memory, /tmp and /workspace (tmpfs, part of the checkpoint,
@@ -197,11 +201,15 @@ func (e *Engine) goldenFor(tool tools.Tool) (*golden, error) {
 		return nil, errdefs.Publicf("the sessions' /workspace size is not set: template %s starts cold: %w", tm.Name, errdefs.ErrFailedPrecondition)
 	}
 	limits := e.Limits(tool)
+	build, err := runtimeBuild(drv)
+	if err != nil {
+		return nil, err
+	}
 	g := &golden{tool: tool, drv: drv, snap: snap, rt: rt, img: img, tm: tm, limits: limits, ws: ws}
 	h := sha256.New()
 	env, _ := json.Marshal(templateEnv(tm))
 	lim, _ := json.Marshal(limits)
-	for _, s := range []string{tm.Start, tm.Ready, string(env), tm.Workdir, string(lim), fmt.Sprint(ws), drv.Name()} {
+	for _, s := range []string{tm.Start, tm.Ready, string(env), tm.Workdir, string(lim), fmt.Sprint(ws), drv.Name(), build} {
 		fmt.Fprintf(h, "%d:%s\n", len(s), s)
 	}
 	digest := strings.TrimPrefix(img.Digest, "sha256:")
@@ -210,6 +218,27 @@ func (e *Engine) goldenFor(tool tools.Tool) (*golden, error) {
 	}
 	g.dir = filepath.Join(e.golden.Dir, tm.Name, digest+"-"+hex.EncodeToString(h.Sum(nil))[:32])
 	return g, nil
+}
+
+// runtimeBuilder is a Snapshotter whose checkpoints only the runtime
+// build that made them restores (ocidriver.Snapshotting: gVisor's image
+// format is its build's own): RuntimeBuild names the build it runs.
+type runtimeBuilder interface {
+	RuntimeBuild(ctx context.Context) (string, error)
+}
+
+// runtimeBuild names the runtime build of drv, or "" for a driver whose
+// checkpoints do not depend on it: the golden and pool checkpoints' keys
+// hold it, so that another build (runsc replaced) makes its own rather
+// than fail restoring the old ones.
+func runtimeBuild(drv sandbox.Driver) (string, error) {
+	rb, ok := drv.(runtimeBuilder)
+	if !ok {
+		return "", nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	return rb.RuntimeBuild(ctx)
 }
 
 // MakeGolden makes the golden checkpoint of template, a template whose
@@ -380,6 +409,9 @@ func (e *Engine) restoreGolden(ctx context.Context, spec SessionSpec, tool tools
 	}
 	rec, err := readGolden(g.dir)
 	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			e.remakeGolden(g)
+		}
 		return nil
 	}
 	limits := spec.Limits.WithDefaults(e.Limits(tool))
@@ -394,6 +426,31 @@ func (e *Engine) restoreGolden(ctx context.Context, spec SessionSpec, tool tools
 		return nil
 	}
 	return s
+}
+
+// remakeGolden makes g's checkpoint in the background when its template
+// has another one (of another runtime build, image or Start: a golden
+// template whose checkpoint was made before), once per checkpoint
+// directory in this engine's life: a checkpoint that cannot be made
+// (Start left files in /workspace) is not tried again on every session.
+// The session that found it missing starts cold, as those do that come
+// while it is made. Engine.Wait waits for it.
+func (e *Engine) remakeGolden(g *golden) {
+	entries, err := os.ReadDir(filepath.Dir(g.dir))
+	if err != nil || !slices.ContainsFunc(entries, func(d fs.DirEntry) bool { return !strings.HasPrefix(d.Name(), ".new-") }) {
+		return
+	}
+	if _, tried := e.goldenRemakes.LoadOrStore(g.dir, true); tried {
+		return
+	}
+	e.closing.Go(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+		defer cancel()
+		e.log.Info("remaking a golden checkpoint made by another runtime build, image or start", "template", g.tm.Name)
+		if err := e.MakeGolden(ctx, g.tm.Name); err != nil {
+			e.log.Warn("remaking a golden checkpoint; the template's sessions start cold", "template", g.tm.Name, "err", err)
+		}
+	})
 }
 
 // restore restores g's checkpoint (rec) as the sandbox of a session of

@@ -3,7 +3,9 @@ package engine
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -30,9 +32,16 @@ print("started, which no caller sees")`
 // gold (golden: true, goldenStart), keeping golden checkpoints in dir.
 func goldenEngine(t *testing.T, dir string, tm image.TemplateManifest) *Engine {
 	t.Helper()
+	return goldenEngineOf(t, dir, tm, "")
+}
+
+// goldenEngineOf is goldenEngine whose driver runs runsc as binary
+// (empty: the one on PATH).
+func goldenEngineOf(t *testing.T, dir string, tm image.TemplateManifest, binary string) *Engine {
+	t.Helper()
 	testenv.RequiresRoot(t)
 	testenv.RequiresBinary(t, "runsc")
-	d, err := gvisor.New(gvisor.Config{StateDir: t.TempDir(), GuestPath: testenv.Guest(t), Shim: testenv.Shim(t)})
+	d, err := gvisor.New(gvisor.Config{Binary: binary, StateDir: t.TempDir(), GuestPath: testenv.Guest(t), Shim: testenv.Shim(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -281,5 +290,83 @@ func TestGoldenRefusesDataTools(t *testing.T) {
 		if _, err := e.goldenFor(tool); !errdefs.IsFailedPrecondition(err) || !strings.Contains(err.Error(), "starts cold") {
 			t.Errorf("a tool with %s: got %v, want ErrFailedPrecondition saying the template starts cold", name, err)
 		}
+	}
+}
+
+// TestGoldenRemadeForAnotherBuild makes a shell template's golden
+// checkpoint with runsc behind a wrapper script, then changes the script
+// (another runtime build, which cannot restore the checkpoint): the next
+// session starts cold and has the checkpoint remade for the new build in
+// the background, in place of the old one; the sessions after are
+// restored from it.
+func TestGoldenRemadeForAnotherBuild(t *testing.T) {
+	testenv.RequiresBinary(t, "runsc")
+	runsc, err := exec.LookPath("runsc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	wrapper := filepath.Join(t.TempDir(), "runsc")
+	script := "#!/bin/sh\nexec " + runsc + " \"$@\"\n"
+	if err := os.WriteFile(wrapper, []byte(script), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	e := goldenEngineOf(t, dir, image.TemplateManifest{Name: "gold", Base: "shell", Golden: true,
+		Start: "BOOT=$(od -An -N4 -tu4 /dev/urandom); echo started"}, wrapper)
+	ctx := t.Context()
+	if err := e.MakeGolden(ctx, "gold"); err != nil {
+		t.Fatal(err)
+	}
+	checkpoints := func() []string {
+		entries, err := os.ReadDir(filepath.Join(dir, "gold"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var names []string
+		for _, d := range entries {
+			names = append(names, d.Name())
+		}
+		return names
+	}
+	first := checkpoints()
+	if len(first) != 1 {
+		t.Fatalf("the template's checkpoints: got %v, want one", first)
+	}
+	n := 0
+	boot := func() string {
+		t.Helper()
+		n++
+		s, err := e.OpenSession(ctx, SessionSpec{Tool: "gold", Workspace: poolWorkspace,
+			Labels: map[string]string{LabelOwner: poolOwner, LabelSession: fmt.Sprintf("ses_build%d", n)}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close(context.WithoutCancel(ctx))
+		b := strings.TrimSpace(pyCell(t, s, `echo $BOOT`).Stdout)
+		if b == "" {
+			t.Fatal("the session has no BOOT")
+		}
+		return b
+	}
+	old := boot()
+	if again := boot(); again != old {
+		t.Fatalf("BOOT %q, then %q: the sessions were not restored from the checkpoint", old, again)
+	}
+
+	if err := os.WriteFile(wrapper, []byte(script+"# another build\n"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if cold := boot(); cold == old {
+		t.Fatalf("with another build: BOOT %q, the old checkpoint's: restored by another build", cold)
+	}
+	if err := e.Wait(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if now := checkpoints(); len(now) != 1 || now[0] == first[0] {
+		t.Fatalf("after the new build's first session: checkpoints %v, want one other than %v", now, first)
+	}
+	a, b := boot(), boot()
+	if a != b || a == old {
+		t.Errorf("sessions after the remake: BOOT %q and %q (old checkpoint's %q), want both the new checkpoint's", a, b, old)
 	}
 }

@@ -33,8 +33,10 @@ import (
 // the pools' owner labels, which name that directory, so that daemons
 // sharing a data directory neither read nor remove each other's),
 // where key is a digest of what the sandbox was made of: the driver, the
-// tool's record, the image's digest, the limits, /workspace size, labels
-// and kernel. Another image or tool record is another key: the pool
+// tool's record, the image's digest, the limits, /workspace size, labels,
+// kernel and runtime build (runtimeBuild: only the build that made a
+// checkpoint restores it). Another image, tool record or runtime build
+// is another key: the pool
 // makes a new checkpoint and removes the old. The pools' stop removes
 // the daemon's checkpoints (removeSnaps: a state directory of a test or
 // benchmark is used once, and its checkpoints would stay for good); a
@@ -142,8 +144,12 @@ func (p *pool) snapKey(digest string) (string, error) {
 	if err != nil {
 		return "", err
 	}
+	build, err := runtimeBuild(p.drv)
+	if err != nil {
+		return "", err
+	}
 	h := sha256.New()
-	for _, v := range []any{p.drv.Name(), p.tool, digest, p.created, p.workspace, p.labels, ks} {
+	for _, v := range []any{p.drv.Name(), p.tool, digest, p.created, p.workspace, p.labels, ks, build} {
 		b, err := json.Marshal(v)
 		if err != nil {
 			return "", err

@@ -51,6 +51,8 @@ type Snapshotting struct {
 	*Driver
 	// digests spares Restore hashing an image it checked before.
 	digests digestCache
+	// builds names the runtime's build (runtimebuild.go).
+	builds buildCache
 }
 
 var _ sandbox.LiveSnapshotter = (*Snapshotting)(nil)
@@ -98,6 +100,9 @@ type snapshotRecord struct {
 	// zero for none): the restored sandbox must mount what the saved one
 	// had, or the runtime cannot restore it.
 	Workspace int64 `json:"workspace,omitempty"`
+	// Runtime names the runtime build that saved it (RuntimeBuild): only
+	// that build restores it.
+	Runtime string `json:"runtime,omitempty"`
 	// MAC authenticates the rest under the shims' key.
 	MAC string `json:"mac"`
 }
@@ -194,6 +199,10 @@ func (d *Snapshotting) save(ctx context.Context, sb sandbox.Sandbox, dir string,
 	if _, err := c.Ping(ctx); err != nil {
 		return 0, fmt.Errorf("checkpointing sandbox %s: pinging its guest: %w", s.id, err)
 	}
+	build, err := d.RuntimeBuild(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("checkpointing sandbox %s: %w", s.id, err)
+	}
 	if err := os.Mkdir(dir, 0o700); err != nil {
 		if errors.Is(err, os.ErrExist) {
 			return 0, fmt.Errorf("checkpointing sandbox %s: %s exists already: %w", s.id, dir, errdefs.ErrConflict)
@@ -221,7 +230,7 @@ func (d *Snapshotting) save(ctx context.Context, sb sandbox.Sandbox, dir string,
 	rec := snapshotRecord{
 		From: s.id, Driver: d.cfg.Name, Labels: maps.Clone(s.labels), Limits: s.Guest.Limits,
 		Network: s.network, Unbound: s.unbound, Hello: hello, LastID: lastID, Saved: time.Now().UTC(),
-		Image: sandbox.Image{Rootfs: spec.Root.Path}, Workspace: workspaceOf(spec),
+		Image: sandbox.Image{Rootfs: spec.Root.Path}, Workspace: workspaceOf(spec), Runtime: build,
 	}
 	s.bindMu.Unlock()
 	if live != nil {
@@ -280,7 +289,9 @@ func (d *Snapshotting) save(ctx context.Context, sb sandbox.Sandbox, dir string,
 // with a new ID, through a shim in restore mode (supervisor.Meta.Hello):
 // the guest goes on where it was saved, with its kernels. A sandbox saved
 // unbound is restored unbound: Bind binds it. A label of labels that the
-// saved sandbox had with another value is refused (checkBinding).
+// saved sandbox had with another value is refused (checkBinding), and so
+// is a checkpoint another runtime build made (checkBuild): nothing is
+// started then.
 func (d *Snapshotting) Restore(ctx context.Context, dir string, labels map[string]string) (_ sandbox.Sandbox, err error) {
 	if len(d.cfg.Shim) == 0 {
 		return nil, fmt.Errorf("the %s driver has no shim to supervise a restored sandbox (ocidriver.Config.Shim): %w", d.cfg.Name, errdefs.ErrFailedPrecondition)
@@ -295,6 +306,15 @@ func (d *Snapshotting) Restore(ctx context.Context, dir string, labels map[strin
 	binary, lerr := exec.LookPath(d.cfg.Binary)
 	if lerr != nil {
 		return nil, d.missingBinary(lerr)
+	}
+	// Another build's Sentry panics reading the image: refused before
+	// anything starts.
+	build, err := d.builds.build(ctx, binary)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkBuild(rec.Runtime, build); err != nil {
+		return nil, fmt.Errorf("restoring from %s: %w", dir, err)
 	}
 
 	id := sandbox.NewID()

@@ -513,3 +513,78 @@ func TestSnapshotLeavesRunning(t *testing.T) {
 		t.Errorf("the source's kernel after the restores: got %+v, %v; want 2", res, err)
 	}
 }
+
+// TestRestoreRefusesAnotherBuildsCheckpoint checkpoints a sandbox with
+// the runtime behind a wrapper script, changes the script (another
+// build: another digest), and restores: refused, ErrFailedPrecondition
+// naming both builds, with nothing started. The script made as it was
+// restores the checkpoint.
+func TestRestoreRefusesAnotherBuildsCheckpoint(t *testing.T) {
+	testenv.RequiresRoot(t)
+	testenv.RequiresBinary(t, "runsc")
+	runsc, err := exec.LookPath("runsc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	wrapper := filepath.Join(t.TempDir(), "runsc")
+	script := "#!/bin/sh\nexec " + runsc + " \"$@\"\n"
+	if err := os.WriteFile(wrapper, []byte(script), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	state := t.TempDir()
+	d, err := gvisor.New(gvisor.Config{Binary: wrapper, StateDir: state, GuestPath: testenv.Guest(t), Shim: testenv.Shim(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _, _ = d.Reap(context.Background(), nil) })
+	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
+	defer cancel()
+	made, err := d.RuntimeBuild(ctx)
+	if err != nil || !strings.Contains(made, "sha256:") {
+		t.Fatalf("RuntimeBuild: got %q, %v, want a build with its digest", made, err)
+	}
+	sb, err := d.Create(ctx, sandbox.Spec{Image: testenv.Image(t, "shell")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	saved := filepath.Join(t.TempDir(), "saved")
+	if err := d.Checkpoint(ctx, sb, saved); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(filepath.Join(saved, "sandbox.json"))
+	if err != nil || !strings.Contains(string(b), made) {
+		t.Fatalf("the record: got %s, %v, want it to name build %q", b, err, made)
+	}
+
+	if err := os.WriteFile(wrapper, []byte(script+"# another build\n"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	now, err := d.RuntimeBuild(ctx)
+	if err != nil || now == made {
+		t.Fatalf("RuntimeBuild after the runtime changed: got %q, %v, want other than %q", now, err, made)
+	}
+	before := leftEntries(t, state)
+	restored, err := d.Restore(ctx, saved, nil)
+	if err == nil {
+		restored.Destroy(context.WithoutCancel(ctx))
+		t.Fatal("Restore by another build: got a sandbox, want refused")
+	}
+	msg, public := errdefs.PublicMessage(err)
+	if !errdefs.IsFailedPrecondition(err) || !public || !strings.Contains(msg, made) || !strings.Contains(msg, now) || strings.Contains(msg, saved) {
+		t.Errorf("Restore by another build: got %v (public %q), want ErrFailedPrecondition whose public message names %q and %q and no path", err, msg, made, now)
+	}
+	if after := leftEntries(t, state); after != before {
+		t.Errorf("after the refusal, the state holds %s, want %s as before", after, before)
+	}
+
+	if err := os.WriteFile(wrapper, []byte(script), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	restored, err = d.Restore(ctx, saved, nil)
+	if err != nil {
+		t.Fatalf("Restore by the build that made it: %v", err)
+	}
+	if err := restored.Destroy(ctx); err != nil {
+		t.Error(err)
+	}
+}
