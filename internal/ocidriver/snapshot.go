@@ -364,9 +364,21 @@ func (d *Snapshotting) Restore(ctx context.Context, dir string, labels map[strin
 		return nil, err
 	}
 	hello := rec.Hello
+	// -background: runsc restore returns once the kernel's state and the
+	// memory file's metadata are loaded, and the Sentry goes on loading
+	// the memory's pages while the guest runs (a page not loaded yet is
+	// waited for when touched; a save waits for all of them). It holds
+	// the image's files open, which the runtime passes it as descriptors:
+	// removing the directory meanwhile (a paused session's resume removes
+	// its checkpoint once recorded; a fork's snapshot goes once its forks
+	// started) unlinks them but loses no page. A page that cannot be read
+	// then ends the sandbox instead of failing the restore. It needs an
+	// uncompressed image, which Checkpoint writes (runsc's default).
+	// Measured in BENCHMARKS.md ("Snapshots and forks"): 8 restores at
+	// once overlap their loading with their guests' work.
 	m := supervisor.Meta{
 		ID: id, Driver: d.cfg.Name, Bundle: bundle, Created: time.Now().UTC(),
-		Argv:  append([]string{binary}, d.runtimeArgs(s.network, "restore", "--image-path", filepath.Join(dir, snapshotImageDir), "--bundle", bundle, id)...),
+		Argv:  append([]string{binary}, d.runtimeArgs(s.network, "restore", "--background", "--image-path", filepath.Join(dir, snapshotImageDir), "--bundle", bundle, id)...),
 		Env:   runtimeEnv,
 		Hello: &hello, LastID: rec.LastID,
 	}
