@@ -78,8 +78,8 @@ type Engine struct {
 	pools    []*pool
 	mem      memory
 	// inUse counts the live sandboxes of each image (imageuse.go).
-	inUse imageUse
-	running  atomic.Int64
+	inUse   imageUse
+	running atomic.Int64
 }
 
 // Option configures New.
