@@ -64,6 +64,7 @@ bench_smoke() {
 		bench/kernel) go run ./bench/kernel -n 1 ;;
 		bench/sessions) go run ./bench/sessions -n 1 -oneshot-n 1 ;;
 		bench/scaling) go run ./bench/scaling -sizes 1 -rounds 1 -snapshots 1 ;;
+		bench/forks) go run ./bench/forks -n 1 ;;
 		bench/steady) go run ./bench/steady -n 1 -rates 2,max -settle 1s -idle 1s ;;
 		bench/pool) go run ./bench/pool -n 1 -settle 1s -docker-host "${STOCKADE_TEST_DOCKER_HOST:?a dockerd for bench/pool}" ;;
 		bench/docker) go run ./bench/docker -n 1 -stockade "$bin" -docker-host "${STOCKADE_TEST_DOCKER_HOST:?a dockerd for bench/docker}" ;;
