@@ -15,6 +15,7 @@ import (
 	"github.com/stockade-sh/stockade/internal/testenv"
 	"github.com/stockade-sh/stockade/model"
 	"github.com/stockade-sh/stockade/sandbox"
+	"github.com/stockade-sh/stockade/store"
 	"github.com/stockade-sh/stockade/wire"
 )
 
@@ -436,4 +437,41 @@ func TestForkApprovalInherited(t *testing.T) {
 		t.Fatalf("its first cell: got %+v, want awaiting an approval of its own", c)
 	}
 	e.do("POST", "/v1/approvals/"+c.ApprovalID+"/deny", e.approver, nil).want(t, http.StatusOK)
+}
+
+// TestSnapshotBoundToKey: a snapshot is the key's that took it, as its
+// session is: another agent key of the workspace does not see it in the
+// source's list and is refused a start from it and its deletion (403);
+// an admin key sees it and starts a session from it.
+func TestSnapshotBoundToKey(t *testing.T) {
+	e, _ := pythonSessions(t)
+	other := "sk_test_agent2_" + t.Name()
+	if _, err := e.st.CreateAPIKey(t.Context(), store.NewAPIKey{WorkspaceID: e.ws.ID, Role: model.RoleAgent, Hash: model.HashKey(other)}); err != nil {
+		t.Fatal(err)
+	}
+	src := e.openSession(e.agent, capability.CreateSessionRequest{Runtime: "python"})
+	e.py(src.ID, "secret = 7")
+	var sn wire.Snapshot
+	e.do("POST", "/v1/sessions/"+src.ID+"/snapshots", e.agent, nil).want(t, http.StatusCreated).decode(t, &sn)
+	seen := func(key string) int {
+		var list wire.SnapshotList
+		e.do("GET", "/v1/sessions/"+src.ID+"/snapshots", key, nil).want(t, http.StatusOK).decode(t, &list)
+		return len(list.Items)
+	}
+	if n := seen(e.agent); n != 1 {
+		t.Fatalf("the snapshots its key sees: got %d, want 1", n)
+	}
+	if n := seen(other); n != 0 {
+		t.Errorf("the snapshots another key sees: got %d, want 0", n)
+	}
+	e.do("POST", "/v1/sessions", other, capability.CreateSessionRequest{Snapshot: sn.ID}).wantError(t, http.StatusForbidden, "permission_denied", "key that took")
+	e.do("DELETE", "/v1/snapshots/"+sn.ID, other, nil).wantError(t, http.StatusForbidden, "permission_denied", "key that took")
+	if n := seen(e.admin); n != 1 {
+		t.Errorf("the snapshots an admin key sees: got %d, want 1", n)
+	}
+	from := e.openSession(e.admin, capability.CreateSessionRequest{Snapshot: sn.ID})
+	t.Cleanup(func() { do(t, e.url, "DELETE", "/v1/sessions/"+from.ID, e.admin, nil) })
+	if c := e.cell(e.admin, from.ID, "print(secret)"); c.Status != "succeeded" || strings.TrimSpace(c.Stdout) != "7" {
+		t.Errorf("an admin's session from the snapshot: got %s %q", c.Status, c.Stdout)
+	}
 }

@@ -204,7 +204,9 @@ func (s *snapshots) SnapshotSession(ctx context.Context, p Principal, id string,
 	return sn, t.stall, nil
 }
 
-// ListSnapshots lists the snapshots of session id of p's workspace.
+// ListSnapshots lists the snapshots of session id of p's workspace that p
+// may use (mayUseSnapshot): an admin key sees them all, another key only
+// those it took.
 func (s *snapshots) ListSnapshots(ctx context.Context, p Principal, id string) ([]model.Snapshot, error) {
 	if _, err := s.st.GetSession(ctx, p.WorkspaceID, id); err != nil {
 		return nil, err
@@ -216,7 +218,7 @@ func (s *snapshots) ListSnapshots(ctx context.Context, p Principal, id string) (
 	now := s.opts.Now()
 	out := l[:0]
 	for _, sn := range l {
-		if now.Before(sn.ExpiresAt) {
+		if now.Before(sn.ExpiresAt) && mayUseSnapshot(p, sn) == nil {
 			out = append(out, sn)
 		}
 	}
@@ -230,10 +232,22 @@ func (s *snapshots) DeleteSnapshot(ctx context.Context, p Principal, id string) 
 	if err != nil {
 		return err
 	}
-	if p.KeyID != sn.KeyID && p.Role != model.RoleAdmin {
-		return errdefs.Publicf("only the key that took a snapshot or an admin key may delete it: %w", errdefs.ErrPermissionDenied)
+	if err := mayUseSnapshot(p, sn); err != nil {
+		return err
 	}
 	return s.remove(ctx, sn, p)
+}
+
+// mayUseSnapshot refuses p a snapshot another key took
+// (ErrPermissionDenied) unless p is an admin key: a snapshot holds its
+// session's memory and files, and a session belongs to the key that
+// opened it (usable), so only that key or an admin may start from, list
+// or delete it.
+func mayUseSnapshot(p Principal, sn model.Snapshot) error {
+	if p.KeyID != sn.KeyID && p.Role != model.RoleAdmin {
+		return errdefs.Publicf("only the key that took snapshot %s or an admin key may use it: %w", sn.ID, errdefs.ErrPermissionDenied)
+	}
+	return nil
 }
 
 // remove deletes sn's row, audited as by, then its files.
@@ -295,7 +309,8 @@ func isSnapshotID(name string) bool {
 }
 
 // StartFromSnapshot opens a session for p from snapshot req.Snapshot of
-// p's workspace (another workspace's, or one expired, is ErrNotFound),
+// p's workspace (another workspace's, or one expired, is ErrNotFound;
+// another key's is ErrPermissionDenied unless p is an admin key),
 // admitted as CreateSession admits a session, audited as session.created
 // and session.forked.
 func (s *snapshots) StartFromSnapshot(ctx context.Context, p Principal, req CreateSessionRequest, o CreateSessionOptions) (*Created, error) {
@@ -304,6 +319,9 @@ func (s *snapshots) StartFromSnapshot(ctx context.Context, p Principal, req Crea
 		err = errdefs.Publicf("snapshot %q not found: %w", req.Snapshot, errdefs.ErrNotFound)
 	}
 	if err != nil {
+		return nil, err
+	}
+	if err := mayUseSnapshot(p, sn); err != nil {
 		return nil, err
 	}
 	switch {
