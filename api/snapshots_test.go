@@ -30,6 +30,13 @@ func pythonSessions(t *testing.T, opts ...engine.Option) (*env, string) {
 // pythonSessionsWith is pythonSessions under policy.
 func pythonSessionsWith(t *testing.T, policy func(*model.Policy), opts ...engine.Option) (*env, string) {
 	t.Helper()
+	return pythonSessionsConf(t, func(c *envConfig) { c.policy = policy }, opts...)
+}
+
+// pythonSessionsConf is pythonSessions with its configuration changed by
+// conf.
+func pythonSessionsConf(t *testing.T, conf func(*envConfig), opts ...engine.Option) (*env, string) {
+	t.Helper()
 	testenv.RequiresRoot(t)
 	testenv.RequiresBinary(t, "runsc")
 	gv, err := gvisor.New(gvisor.Config{StateDir: t.TempDir(), GuestPath: testenv.Guest(t), Shim: testenv.Shim(t)})
@@ -37,10 +44,11 @@ func pythonSessionsWith(t *testing.T, policy func(*model.Policy), opts ...engine
 		t.Fatal(err)
 	}
 	checkpoints := filepath.Join(t.TempDir(), "checkpoints")
-	c := envConfig{sessions: true, kernels: true, policy: policy, credits: 1000, drivers: map[string]sandbox.Driver{"gvisor": gv}, defaultDriver: "gvisor"}
+	c := envConfig{sessions: true, kernels: true, policy: noApproval, credits: 1000, drivers: map[string]sandbox.Driver{"gvisor": gv}, defaultDriver: "gvisor"}
 	c.svc.Sessions.CheckpointDir = checkpoints
 	c.svc.Sessions.MaxPerWorkspace = 8
 	c.engine = opts
+	conf(&c)
 	return newEnv(t, backends[0], c), checkpoints
 }
 
@@ -474,4 +482,34 @@ func TestSnapshotBoundToKey(t *testing.T) {
 	if c := e.cell(e.admin, from.ID, "print(secret)"); c.Status != "succeeded" || strings.TrimSpace(c.Stdout) != "7" {
 		t.Errorf("an admin's session from the snapshot: got %s %q", c.Status, c.Stdout)
 	}
+}
+
+// TestSnapshotDiskBound: a workspace whose checkpoints hold
+// sessions.max_checkpoint_bytes is refused another snapshot and a fork
+// (429 with Retry-After, the bound named, nothing saved) until a
+// snapshot is deleted.
+func TestSnapshotDiskBound(t *testing.T) {
+	e, checkpoints := pythonSessionsConf(t, func(c *envConfig) { c.svc.Snapshots.MaxCheckpointBytes = 1 })
+	src := e.openSession(e.agent, capability.CreateSessionRequest{Runtime: "python"})
+	e.py(src.ID, "x = 1")
+	var sn wire.Snapshot
+	e.do("POST", "/v1/sessions/"+src.ID+"/snapshots", e.agent, nil).want(t, http.StatusCreated).decode(t, &sn)
+	for _, tc := range []struct {
+		path string
+		body any
+	}{
+		{"/v1/sessions/" + src.ID + "/snapshots", nil},
+		{"/v1/sessions/" + src.ID + "/fork", wire.ForkRequest{Count: 1}},
+	} {
+		r := e.do("POST", tc.path, e.agent, tc.body)
+		r.wantError(t, http.StatusTooManyRequests, "resource_exhausted", "max_checkpoint_bytes")
+		if r.header.Get("Retry-After") == "" {
+			t.Errorf("%s over the bound: no Retry-After", tc.path)
+		}
+	}
+	if entries, _ := os.ReadDir(filepath.Join(checkpoints, "snapshots")); len(entries) != 1 {
+		t.Errorf("snapshots on disk after the refusals: got %d, want 1", len(entries))
+	}
+	e.do("DELETE", "/v1/snapshots/"+sn.ID, e.agent, nil).want(t, http.StatusNoContent)
+	e.do("POST", "/v1/sessions/"+src.ID+"/snapshots", e.agent, nil).want(t, http.StatusCreated)
 }

@@ -45,7 +45,10 @@ import (
 //     bound of sessions, the memory budget), its own sandbox, id,
 //     lifetimes and audit trail; its first cell is approved anew under
 //     per_session unless the policy inherits the source's (forkapproval.go);
-//   - snapshots cost nothing; the forks' cells are charged as any cell.
+//   - snapshots cost no credits, but their disk is bounded: a snapshot
+//     (or fork) is refused (429) while the workspace's checkpoints hold
+//     SnapshotOptions.MaxCheckpointBytes (roomOnDisk); the forks' cells
+//     are charged as any cell.
 
 // SnapshotOptions bound snapshots and forks. Zero fields take the
 // configuration's defaults.
@@ -55,6 +58,11 @@ type SnapshotOptions struct {
 	// MaxForks is the most sessions one fork starts
 	// (config.DefaultMaxForks).
 	MaxForks int
+	// MaxCheckpointBytes bounds the disk of a workspace's checkpoints
+	// (store.Sessions.CheckpointBytes: its snapshots' and its paused
+	// sessions'): a snapshot or fork is refused while they hold as much
+	// (config.DefaultMaxCheckpointBytes).
+	MaxCheckpointBytes int64
 }
 
 func (o SnapshotOptions) filled() SnapshotOptions {
@@ -64,6 +72,9 @@ func (o SnapshotOptions) filled() SnapshotOptions {
 	if o.MaxForks <= 0 {
 		o.MaxForks = config.DefaultMaxForks
 	}
+	if o.MaxCheckpointBytes <= 0 {
+		o.MaxCheckpointBytes = config.DefaultMaxCheckpointBytes
+	}
 	return o
 }
 
@@ -72,6 +83,7 @@ type snapshotStore interface {
 	GetSession(ctx context.Context, workspaceID, id string) (model.Session, error)
 	PendingCell(ctx context.Context, sessionID string) (string, error)
 	CountActiveSessions(ctx context.Context, workspaceID string) (int, error)
+	CheckpointBytes(ctx context.Context, workspaceID string) (bytes int64, paused int, err error)
 	CreateSnapshot(ctx context.Context, n store.NewSnapshot) (model.Snapshot, error)
 	GetSnapshot(ctx context.Context, workspaceID, id string) (model.Snapshot, error)
 	ListSnapshots(ctx context.Context, workspaceID, sessionID string) ([]model.Snapshot, error)
@@ -136,6 +148,9 @@ func (s *snapshots) take(ctx context.Context, p Principal, id string) (*taken, e
 	}
 	if s.opts.Sessions.CheckpointDir == "" {
 		return nil, errdefs.Publicf("this server keeps no checkpoints, so sessions cannot be snapshotted: %w", errdefs.ErrFailedPrecondition)
+	}
+	if err := s.roomOnDisk(ctx, p.WorkspaceID); err != nil {
+		return nil, err
 	}
 	if err := os.MkdirAll(filepath.Join(s.opts.Sessions.CheckpointDir, "snapshots"), 0o700); err != nil {
 		return nil, fmt.Errorf("creating the snapshots' directory: %w", err)
@@ -503,6 +518,22 @@ func (s *snapshots) Fork(ctx context.Context, p Principal, id string, req wire.F
 		}
 	}
 	return out, nil
+}
+
+// roomOnDisk refuses a snapshot of workspace ws (ErrResourceExhausted,
+// 429) while its checkpoints hold MaxCheckpointBytes or more. A
+// snapshot's size is known only once it is saved, so the last one
+// admitted may take the workspace past the bound by its own size.
+func (s *snapshots) roomOnDisk(ctx context.Context, ws string) error {
+	used, _, err := s.st.CheckpointBytes(ctx, ws)
+	if err != nil {
+		return err
+	}
+	if most := s.limits().MaxCheckpointBytes; used >= most {
+		return errdefs.Publicf("the workspace's snapshots and paused sessions hold %d bytes of checkpoints, at or over its bound of %d (sessions.max_checkpoint_bytes); delete a snapshot (DELETE /v1/snapshots/{id}) or end a paused session, or retry once one expired: %w",
+			used, most, errdefs.ErrResourceExhausted)
+	}
+	return nil
 }
 
 // roomFor refuses a fork of n sessions of ss that the workspace's bound of

@@ -226,6 +226,11 @@ type Sessions struct {
 	// SnapshotTTL is how long a session's snapshot is kept unless deleted
 	// first; zero is DefaultSnapshotTTL.
 	SnapshotTTL time.Duration `yaml:"snapshot_ttl"`
+	// MaxCheckpointBytes bounds the disk of a workspace's checkpoints (its
+	// snapshots' and its paused sessions', the checkpoint_bytes it is
+	// shown): a snapshot or fork is refused (429) while they hold as much;
+	// zero is DefaultMaxCheckpointBytes.
+	MaxCheckpointBytes ByteSize `yaml:"max_checkpoint_bytes"`
 }
 
 // The values of Sessions.OnShutdown.
@@ -481,6 +486,8 @@ func (c Config) Validate() error {
 		return bad("sessions.max_forks %d out of range: 0 (the default) to 100", ss.MaxForks)
 	case ss.SnapshotTTL < 0:
 		return bad("sessions.snapshot_ttl %s must not be negative", sandbox.FormatDuration(ss.SnapshotTTL))
+	case ss.MaxCheckpointBytes < 0:
+		return bad("sessions.max_checkpoint_bytes %s must not be negative", ss.MaxCheckpointBytes.String())
 	case ss.PauseAfterIdle < 0:
 		return bad("sessions.pause_after_idle %s must not be negative", sandbox.FormatDuration(ss.PauseAfterIdle))
 	case ss.CreditsPerSessionHour != 0:

@@ -151,6 +151,12 @@ func Default() Config {
 // fork (POST /v1/sessions/{id}/fork) starts.
 const DefaultMaxForks = 16
 
+// DefaultMaxCheckpointBytes is sessions.max_checkpoint_bytes's default:
+// the disk a workspace's snapshots and paused sessions' checkpoints may
+// hold before its snapshots and forks are refused, some 25 snapshots of a
+// python session.
+const DefaultMaxCheckpointBytes = 4 << 30
+
 // DefaultSnapshotTTL is sessions.snapshot_ttl's default: how long a
 // session's snapshot is kept unless it is deleted first.
 const DefaultSnapshotTTL = 24 * time.Hour

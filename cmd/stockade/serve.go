@@ -165,7 +165,8 @@ func serve(ctx context.Context, listen, db string, cfg config.Config) error {
 		CreditsPerInvocation: new(cfg.CreditsPerInvocation), ApprovalTTL: cfg.ApprovalTTL,
 		MaxConcurrent: cfg.MaxConcurrent, MaxQueue: cfg.MaxQueue, Observer: metrics, Logger: log,
 		Owner: owner(cfg.StateDir), Witness: wit, Sessions: sessionOptions(cfg.Sessions, cfg.CheckpointDir()),
-		Snapshots: capability.SnapshotOptions{TTL: cfg.Sessions.SnapshotTTL, MaxForks: cfg.Sessions.MaxForks},
+		Snapshots: capability.SnapshotOptions{TTL: cfg.Sessions.SnapshotTTL, MaxForks: cfg.Sessions.MaxForks,
+			MaxCheckpointBytes: int64(cfg.Sessions.MaxCheckpointBytes)},
 	})
 	if err := svc.Start(ctx); err != nil {
 		return err
@@ -454,6 +455,7 @@ func sessionFlags(fs *flag.FlagSet, s *config.Sessions) {
 	fs.StringVar(&s.CheckpointDir, "sessions-checkpoint-dir", s.CheckpointDir, "directory of paused sessions' checkpoints (default DATA_DIR/checkpoints)")
 	fs.IntVar(&s.MaxForks, "sessions-max-forks", s.MaxForks, "the most sessions one fork starts (0: the default, 16)")
 	durationFlag(fs, &s.SnapshotTTL, "sessions-snapshot-ttl", s.SnapshotTTL, "how long a session's snapshot is kept unless deleted (0: the default, 24h)")
+	fs.Var(&s.MaxCheckpointBytes, "sessions-max-checkpoint-bytes", "the disk a workspace's snapshots and paused sessions may hold before snapshots are refused (0: the default, 4GiB)")
 	fs.Int64Var(&s.CreditsPerSessionHour, "sessions-credits-per-session-hour", s.CreditsPerSessionHour, "credits charged per hour of a session besides its cells (only 0 is supported)")
 }
 
