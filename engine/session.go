@@ -255,7 +255,7 @@ func newSession(sb sandbox.Sandbox, driver string, rt image.Runtime, limits sand
 // session (by the sandbox's ID) from its record: its runtime, tool and
 // network (Runtime, Tool, Network); a sandbox it does not know is
 // destroyed, and the networks of the sandboxes not re-attached are
-// removed. The caller must Close what it returns or keep it.
+// removed, unless a driver's Reattach failed. The caller must Close what it returns or keep it.
 func (e *Engine) ReattachSessions(ctx context.Context, match map[string]string, specOf func(sandboxID string) (SessionSpec, bool)) ([]*Session, error) {
 	var (
 		out  []*Session
@@ -268,8 +268,8 @@ func (e *Engine) ReattachSessions(ctx context.Context, match map[string]string, 
 		}
 		sbs, err := r.Reattach(ctx, match)
 		if err != nil {
+			// The sandboxes it proved its own are served still.
 			errs = append(errs, fmt.Errorf("re-attaching %s sandboxes: %w", name, err))
-			continue
 		}
 		for _, sb := range sbs {
 			s, err := e.adopt(ctx, sb, name, specOf)
@@ -281,7 +281,12 @@ func (e *Engine) ReattachSessions(ctx context.Context, match map[string]string, 
 			out = append(out, s)
 		}
 	}
-	e.removeUnusedNets(out)
+	// A driver that could not list its sandboxes (a transient error of its
+	// runtime) may still have live ones, whose networks must stay: they
+	// are removed at a start whose every Reattach succeeded.
+	if len(errs) == 0 {
+		e.removeUnusedNets(out)
+	}
 	return out, errors.Join(errs...)
 }
 

@@ -135,9 +135,23 @@ func TestSessionEgressReattach(t *testing.T) {
 			if left := nets2.Leftovers(); !slices.ContainsFunc(left, func(s string) bool { return strings.HasSuffix(s, " "+keptNet) }) {
 				t.Fatalf("after CleanupStale: got %v, want the session's network %s kept", left, keptNet)
 			}
-			got, err := e2.ReattachSessions(t.Context(), owner, func(id string) (SessionSpec, bool) {
+			specOf := func(id string) (SessionSpec, bool) {
 				return SessionSpec{Runtime: "python", Tool: "fetch", Network: true}, id == kept.SandboxID()
-			})
+			}
+			// A driver whose Reattach fails (its runtime's list) may have
+			// live sandboxes still: no network is removed.
+			drv := e2.drivers[name]
+			e2.drivers[name] = failingReattach{drv}
+			if got, err := e2.ReattachSessions(t.Context(), owner, specOf); err == nil || len(got) != 0 {
+				t.Fatalf("ReattachSessions over a failing driver: got %d sessions, %v; want its error", len(got), err)
+			}
+			for _, n := range []string{keptNet, strayNet} {
+				if left := nets2.Leftovers(); !slices.ContainsFunc(left, func(s string) bool { return strings.HasSuffix(s, " "+n) }) {
+					t.Fatalf("after a failed Reattach: got %v, want the network %s kept", left, n)
+				}
+			}
+			e2.drivers[name] = drv
+			got, err := e2.ReattachSessions(t.Context(), owner, specOf)
 			if err != nil || len(got) != 1 || got[0].SandboxID() != kept.SandboxID() {
 				t.Fatalf("ReattachSessions: got %d sessions, %v; want %s", len(got), err, kept.SandboxID())
 			}
@@ -283,4 +297,12 @@ tools:
 	if left := nets.Leftovers(); len(left) > 0 {
 		b.Errorf("left behind: %v", left)
 	}
+}
+
+// failingReattach is a driver whose Reattach fails as a runtime's list
+// may.
+type failingReattach struct{ sandbox.Driver }
+
+func (failingReattach) Reattach(context.Context, map[string]string) ([]sandbox.Sandbox, error) {
+	return nil, fmt.Errorf("listing the sandboxes: the runtime timed out")
 }
