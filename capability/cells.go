@@ -107,7 +107,9 @@ func (s *cells) ExecCell(ctx context.Context, p Principal, id string, req CellRe
 		// session.go).
 		card: func(in Admit) (bool, wire.ApprovalCard) {
 			wait, _ := cellApproval(g, in)
-			return wait, wire.ApprovalCard{Code: req.Code, Stdin: req.Stdin, SessionID: ss.ID, Cell: ss.Cells + 1, CoversSession: coversSession(g)}
+			card := wire.ApprovalCard{Code: req.Code, Stdin: req.Stdin, SessionID: ss.ID, Cell: ss.Cells + 1, CoversSession: coversSession(g)}
+			card.EgressAllow, card.EgressPorts = live.Egress()
+			return wait, card
 		},
 	}
 	rec.dispatch = func(e model.Execution, _ *ticket) { s.dispatchCell(e, live, c.timeout) }

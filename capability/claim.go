@@ -170,8 +170,10 @@ func (s *gate) admit(ctx context.Context, c *claim) error {
 			card.RequestedBy, card.ExpiresAt = c.by.KeyID, in.At.Add(s.opts.ApprovalTTL).UTC().Truncate(time.Microsecond)
 			card.Tool, card.ToolFingerprint = tool.Name, tools.Fingerprint(tool)
 			// A cell of a session with network shows it too: its approval
-			// may be the one that covers the session's network use.
-			if c.ask.Network {
+			// may be the one that covers the session's network use. A
+			// session's card shows the list its proxy enforces, pinned at
+			// its open (cells.go), which the tool's record may have left.
+			if c.ask.Network && card.EgressAllow == nil {
 				card.EgressAllow, card.EgressPorts = tool.Egress.Allow, tool.Egress.Ports
 			}
 			in.Card, in.ExpiresAt = mustJSON(card), card.ExpiresAt

@@ -75,8 +75,10 @@ func sessionEgressEngine(t *testing.T, name, state, toolsFile string, override *
 // TestSessionEgressReattach opens two sessions with network on runc and
 // gVisor, then plays a daemon's crash and restart: a new engine, over a
 // new network manager of the same prefix whose CleanupStale keeps the
-// sessions' networks, re-attaches the session its store knows, whose
-// kernel keeps its state and whose network is served again, and destroys
+// sessions' networks (also when a driver's Reattach fails), and whose
+// tool's record now allows another name, re-attaches the session its
+// store knows, whose kernel keeps its state and whose network is served
+// again with the allowlist pinned at its open, and destroys
 // the other, whose network it removes; the network of the one it serves
 // is gone once it is closed.
 func TestSessionEgressReattach(t *testing.T) {
@@ -98,10 +100,10 @@ func TestSessionEgressReattach(t *testing.T) {
 			toolsFile := writeTools(t, pythonFetch(tier, []string{"allowed.test"}, port))
 			state := t.TempDir()
 			owner := map[string]string{LabelOwner: "engine-test-net"}
-			daemon := func() (*Engine, *netns.Manager) {
+			daemon := func(toolsFile string) (*Engine, *netns.Manager) {
 				return sessionEgressEngine(t, name, state, toolsFile, override)
 			}
-			e1, nets1 := daemon()
+			e1, nets1 := daemon(toolsFile)
 			t.Cleanup(func() {
 				if left := nets1.Leftovers(); len(left) > 0 {
 					t.Errorf("left behind: %v", left)
@@ -126,12 +128,17 @@ func TestSessionEgressReattach(t *testing.T) {
 				t.Fatalf("before the restart: got stdout %q stderr %q", r.Stdout, r.Stderr)
 			}
 			keptNet, strayNet := kept.net.Name, stray.net.Name
+			if allow, _ := kept.Egress(); !slices.Equal(allow, []string{"allowed.test"}) {
+				t.Fatalf("the session's enforced allowlist: got %v, want allowed.test", allow)
+			}
 
 			// The crash: the daemon's proxy and responder are gone with
 			// it, the sandboxes and their namespaces stay.
 			kept.net.Stop()
 			stray.net.Stop()
-			e2, nets2 := daemon()
+			// The tool's record changes while the daemon is down: the
+			// session keeps the allowlist it opened with.
+			e2, nets2 := daemon(writeTools(t, pythonFetch(tier, []string{"elsewhere.test"}, port)))
 			if left := nets2.Leftovers(); !slices.ContainsFunc(left, func(s string) bool { return strings.HasSuffix(s, " "+keptNet) }) {
 				t.Fatalf("after CleanupStale: got %v, want the session's network %s kept", left, keptNet)
 			}
@@ -162,6 +169,9 @@ func TestSessionEgressReattach(t *testing.T) {
 			}
 			if n := hits.Load(); n < 2 {
 				t.Errorf("the upstream answered %d requests, want 2", n)
+			}
+			if allow, _ := s.Egress(); !slices.Equal(allow, []string{"allowed.test"}) {
+				t.Errorf("the enforced allowlist after the restart: got %v, want the pinned allowed.test", allow)
 			}
 			left := nets2.Leftovers()
 			if slices.ContainsFunc(left, func(s string) bool { return strings.Contains(s, strayNet) }) {

@@ -2,9 +2,11 @@ package engine
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
+	"slices"
 
 	"github.com/stockade-sh/stockade/broker"
 	"github.com/stockade-sh/stockade/egress"
@@ -20,7 +22,11 @@ import (
 // its network: it is made kept (netns.Options.Kept), which the daemon's
 // CleanupStale at start leaves, and named on the sandbox (LabelNet).
 // ReattachSessions adopts the network of each sandbox it re-attaches and
-// serves it again with the tool's current record; it removes the kept
+// serves it again with the allowlist the session opened with, pinned on
+// the sandbox (LabelEgress): an approval, and the session's decision,
+// covered that list, and a restart of the daemon neither widens nor
+// narrows it (a tool whose record no longer has egress ends the session
+// instead). It removes the kept
 // networks that no re-attached sandbox uses (RemoveKept): those of
 // sandboxes gone meanwhile, or destroyed as no session's.
 
@@ -29,6 +35,20 @@ import (
 // sandbox serves its network again.
 const LabelNet = "stockade.netns"
 
+// LabelEgress pins the egress allowlist and ports a session's sandbox
+// opened with (pinnedEgress, JSON), which the proxy enforces for the
+// session's life, across a restart of the daemon.
+const LabelEgress = "stockade.egress"
+
+// maxPinnedEgress bounds LabelEgress's value.
+const maxPinnedEgress = 64 << 10
+
+// pinnedEgress is the value of LabelEgress.
+type pinnedEgress struct {
+	Allow []string `json:"allow"`
+	Ports []int    `json:"ports"`
+}
+
 // sessionNet is the network of a session's sandbox: as a one-shot's, but
 // it lives as long as the session, across a restart of the daemon.
 type sessionNet struct {
@@ -36,7 +56,9 @@ type sessionNet struct {
 	// allow says it has egress to the tool's allowlist; false: only the
 	// broker.
 	allow bool
-	eng   *Engine
+	// pinned is the allowlist and ports the proxy enforces when allow.
+	pinned pinnedEgress
+	eng    *Engine
 }
 
 // openSessionNet prepares the network of a session's sandbox of tool on
@@ -52,9 +74,29 @@ func (e *Engine) openSessionNet(ctx context.Context, tool tools.Tool, drv sandbo
 		labels = map[string]string{}
 	}
 	labels[LabelNet] = n.Name
+	sn := &sessionNet{Egress: n, allow: network, eng: e}
+	if network {
+		sn.pinned = pinnedEgress{Allow: slices.Clone(tool.Egress.Allow), Ports: slices.Clone(tool.Egress.Ports)}
+		b, err := json.Marshal(sn.pinned)
+		if err != nil || len(b) > maxPinnedEgress {
+			_ = e.closeEgress(id, n)
+			return nil, fmt.Errorf("pinning the egress allowlist of tool %q on its session (%d bytes): %v", tool.Name, len(b), err)
+		}
+		labels[LabelEgress] = string(b)
+	}
 	spec.ID, spec.Labels, spec.Network = id, labels, sandbox.NetworkEgress
 	spec.Egress = &sandbox.EgressNet{NetNSPath: n.Path, ResolvConf: n.ResolvConf, UserNSPath: n.UserNSPath, HostIDBase: n.HostUIDBase}
-	return &sessionNet{Egress: n, allow: network, eng: e}, nil
+	return sn, nil
+}
+
+// Egress returns the egress allowlist and ports the session's proxy
+// enforces, pinned when it opened; none for a session without network
+// or with only the broker's.
+func (s *Session) Egress() (allow []string, ports []int) {
+	if s.net == nil || !s.net.allow {
+		return nil, nil
+	}
+	return slices.Clone(s.net.pinned.Allow), slices.Clone(s.net.pinned.Ports)
 }
 
 // closeNet stops the proxy and DNS responder of the session's network and
@@ -71,8 +113,9 @@ func (s *Session) closeNet() {
 
 // adoptNet serves again the network named by LabelNet of sb, re-attached
 // for session spec (its Tool and Network), and returns it; a sandbox
-// without the label has none (nil). The proxy's policy is the tool's
-// current record's.
+// without the label has none (nil). The proxy's allowlist is the one
+// pinned at the open (LabelEgress); a sandbox made before the pin has the
+// tool's current record's.
 func (e *Engine) adoptNet(ctx context.Context, sb sandbox.Sandbox, spec SessionSpec) (*sessionNet, error) {
 	l, ok := sb.(labeled)
 	if !ok {
@@ -103,6 +146,14 @@ func (e *Engine) adoptNet(ctx context.Context, sb sandbox.Sandbox, spec SessionS
 			return nil, fmt.Errorf("its network was for tool %q's egress allowlist, which the tool's record no longer has", tool.Name)
 		}
 		pol.Allow, pol.Ports = tool.Egress.Allow, tool.Egress.Ports
+		if v, ok := labels[LabelEgress]; ok {
+			var pin pinnedEgress
+			if len(v) > maxPinnedEgress || json.Unmarshal([]byte(v), &pin) != nil || len(pin.Allow) == 0 {
+				_ = n.Remove()
+				return nil, fmt.Errorf("its pinned egress allowlist (label %s) is not one", LabelEgress)
+			}
+			pol.Allow, pol.Ports = pin.Allow, pin.Ports
+		}
 	}
 	if len(tool.Credentials) > 0 && h.broker != nil {
 		pol.Broker = h.broker.Handler(broker.Caller{Sandbox: sb.ID(), Tool: tool.Name, Operations: tool.Credentials})
@@ -114,7 +165,7 @@ func (e *Engine) adoptNet(ctx context.Context, sb sandbox.Sandbox, spec SessionS
 	h.mu.Lock()
 	h.live[sb.ID()] = maps.Clone(labels)
 	h.mu.Unlock()
-	return &sessionNet{Egress: eg, allow: spec.Network, eng: e}, nil
+	return &sessionNet{Egress: eg, allow: spec.Network, pinned: pinnedEgress{Allow: pol.Allow, Ports: pol.Ports}, eng: e}, nil
 }
 
 // removeUnusedNets removes the kept networks that no session of out
