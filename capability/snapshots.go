@@ -128,9 +128,12 @@ type taken struct {
 
 // take saves session id of p's workspace into a new snapshot directory:
 // from its sandbox, left running, or from its checkpoint when it is
-// paused. The caller records or removes it.
+// paused. The caller records or removes it. The session's lock is held
+// until its sandbox serves again, not while the driver digests and seals
+// what it saved: the session's cells run meanwhile, so that stall_ms is
+// what a client waits.
 func (s *snapshots) take(ctx context.Context, p Principal, id string) (*taken, error) {
-	unlock := s.host.trans.lock(id, true)
+	unlock := sync.OnceFunc(s.host.trans.lock(id, true))
 	defer unlock()
 	ss, err := s.st.GetSession(ctx, p.WorkspaceID, id)
 	if err != nil {
@@ -183,7 +186,7 @@ func (s *snapshots) take(ctx context.Context, p Principal, id string) (*taken, e
 	} else if cell != "" {
 		return nil, errdefs.Public(&SessionBusyError{SessionID: ss.ID})
 	}
-	t.bytes, t.stall, err = s.runner.SnapshotSession(ctx, live.Session, t.dir)
+	t.bytes, t.stall, err = s.runner.SnapshotSession(ctx, live.Session, t.dir, unlock)
 	if err != nil {
 		os.RemoveAll(t.dir)
 		if errdefs.IsConflict(err) {

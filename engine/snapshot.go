@@ -68,9 +68,11 @@ func (e *Engine) liveSnapshotter(driver string) (sandbox.LiveSnapshotter, error)
 // stall: from the save's start until the sandbox serves again; the
 // driver then digests and seals the image while cells may run). s must be
 // idle: a cell that runs is ErrConflict; the caller waits for none (a
-// snapshot of a busy session is refused, not queued). When saving fails,
-// dir is gone and s serves on.
-func (e *Engine) SnapshotSession(ctx context.Context, s *Session, dir string) (bytes int64, stall time.Duration, err error) {
+// snapshot of a busy session is refused, not queued). thawed, if not
+// nil, is called once the sandbox serves again (or the save failed),
+// for the caller to let its own cells through. When saving fails, dir is
+// gone and s serves on.
+func (e *Engine) SnapshotSession(ctx context.Context, s *Session, dir string, thawed func()) (bytes int64, stall time.Duration, err error) {
 	if err := e.CanSnapshot(s.Driver, s.Runtime.Name); err != nil {
 		return 0, 0, err
 	}
@@ -84,6 +86,9 @@ func (e *Engine) SnapshotSession(ctx context.Context, s *Session, dir string) (b
 	frozen, err := snap.Snapshot(ctx, s.sb, dir, sandbox.SnapshotOptions{Unbind: []string{LabelSession}, Thawed: func() {
 		stall = time.Since(t0)
 		s.cellMu.Unlock()
+		if thawed != nil {
+			thawed()
+		}
 	}})
 	if err != nil {
 		return 0, 0, fmt.Errorf("snapshotting session sandbox %s: %w", s.sb.ID(), err)

@@ -58,7 +58,7 @@ func BenchmarkSessionSnapshot(b *testing.B) {
 	b.ResetTimer()
 	for i := range b.N {
 		dir := filepath.Join(dirs, strconv.Itoa(i))
-		n, _, err := e.SnapshotSession(ctx, src, dir)
+		n, _, err := e.SnapshotSession(ctx, src, dir, nil)
 		if err != nil {
 			b.Fatal(err)
 		}
