@@ -108,7 +108,7 @@ func (s *sessionHost) pauseLocked(ctx context.Context, ss model.Session, by Prin
 	if _, err := Transition(g, PauseSession{By: by, SandboxID: ss.SandboxID, At: s.opts.Now()}); err != nil {
 		return model.Session{}, err
 	}
-	if err := canPauseNetwork(ss); err != nil {
+	if err := s.canSaveNetwork(ss, "pause"); err != nil {
 		return model.Session{}, err
 	}
 	if err := s.runner.CanPause(ss.Driver); err != nil {

@@ -375,16 +375,21 @@ func (o *opening) write(ctx context.Context, c *claim, step Step, in Admit, _ *t
 	return nil
 }
 
-// canPauseNetwork refuses the pause of a session with a network
-// (ErrFailedPrecondition, 409): a checkpoint does not save a sandbox's
-// network namespace, and the drivers refuse to save a sandbox that has
-// one.
-func canPauseNetwork(ss model.Session) error {
+// canSaveNetwork refuses to save (pause, snapshot, fork) a session whose
+// sandbox has a network (ErrFailedPrecondition, 409): a checkpoint does
+// not save a sandbox's network namespace, and the drivers refuse to save
+// a sandbox that has one. A session has one when it asked for network
+// (ss.Network) and also when its tool lists broker operations, which its
+// live sandbox knows (engine.Session.Network).
+func (s *sessionHost) canSaveNetwork(ss model.Session, what string) error {
 	if !ss.Network {
-		return nil
+		live := s.sessions.get(ss.ID)
+		if live == nil || live.Network() == engine.NetworkNone {
+			return nil
+		}
 	}
-	return errdefs.Publicf("session %s has network (egress through the proxy), and a sandbox with a network cannot be saved to a checkpoint; it stays active until it is closed or ends: %w",
-		ss.ID, errdefs.ErrFailedPrecondition)
+	return errdefs.Publicf("session %s has network (egress or the credential broker through the proxy), and a sandbox with a network cannot be saved, so it cannot %s; it stays active until it is closed or ends: %w",
+		ss.ID, what, errdefs.ErrFailedPrecondition)
 }
 
 // SandboxGrace is how long after a session's hard end (its TTL) its

@@ -157,7 +157,7 @@ func (s *sessionHost) sweepEnd(ctx context.Context, ss model.Session, reason mod
 // pausesWhenIdle says whether active session ss is paused when idle
 // (PauseAfterIdle) rather than ended.
 func (s *sessionHost) pausesWhenIdle(ss model.Session) bool {
-	return s.opts.Sessions.PauseAfterIdle > 0 && s.opts.Sessions.CheckpointDir != "" && s.runner.CanPause(ss.Driver) == nil && canPauseNetwork(ss) == nil
+	return s.opts.Sessions.PauseAfterIdle > 0 && s.opts.Sessions.CheckpointDir != "" && s.runner.CanPause(ss.Driver) == nil && s.canSaveNetwork(ss, "pause") == nil
 }
 
 // sweepPause pauses ss, idle for PauseAfterIdle, as the system, unless a

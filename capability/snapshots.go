@@ -149,6 +149,9 @@ func (s *snapshots) take(ctx context.Context, p Principal, id string) (*taken, e
 	if err := s.runner.CanSnapshot(ss.Driver, ss.Runtime); err != nil {
 		return nil, err
 	}
+	if err := s.host.canSaveNetwork(ss, "be snapshotted"); err != nil {
+		return nil, err
+	}
 	if s.opts.Sessions.CheckpointDir == "" {
 		return nil, errdefs.Publicf("this server keeps no checkpoints, so sessions cannot be snapshotted: %w", errdefs.ErrFailedPrecondition)
 	}

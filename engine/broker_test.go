@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -229,4 +231,42 @@ func brokerOf(names ...string) *broker.Config {
 		ops = append(ops, broker.Operation{Name: n, Method: http.MethodGet, URL: "http://127.0.0.1:1/", Credential: broker.Credential{Env: "X"}})
 	}
 	return &broker.Config{Operations: ops}
+}
+
+// TestBrokerSessionNotSnapshotted: a session whose tool lists broker
+// operations has a network though it asked for none (NetworkBroker), so
+// a snapshot of it is refused (409 with the reason) before the driver is
+// asked, and the session serves on.
+func TestBrokerSessionNotSnapshotted(t *testing.T) {
+	b := &broker.Config{
+		Operations: []broker.Operation{{Name: "echo", Method: http.MethodGet, URL: "http://127.0.0.1:9/echo", Credential: broker.Credential{Env: "ECHO_TOKEN"}}},
+		LookupEnv:  func(string) (string, bool) { return "x", true },
+	}
+	env := newEgressEnv(t, `
+tools:
+  - name: brokered
+    input_trust: trusted
+    tier: gvisor
+    runtimes: [python]
+    credentials: [echo]
+`, nil, nil, b)
+	s, err := env.eng.OpenSession(t.Context(), SessionSpec{Runtime: "python", Tool: "brokered", Workspace: 8 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close(context.Background())
+	if got := s.Network(); got != NetworkBroker {
+		t.Fatalf("the session's network: got %q, want %q", got, NetworkBroker)
+	}
+	dir := filepath.Join(t.TempDir(), "snap")
+	_, _, err = env.eng.SnapshotSession(t.Context(), s, dir, nil)
+	if msg, ok := errdefs.PublicMessage(err); !errdefs.IsFailedPrecondition(err) || !ok || !strings.Contains(msg, "network") {
+		t.Fatalf("SnapshotSession of a broker session: got %v, want a public failed precondition naming the network", err)
+	}
+	if _, err := os.Stat(dir); !os.IsNotExist(err) {
+		t.Errorf("the refused snapshot's directory: got %v, want none", err)
+	}
+	if r := cell(t, s, "print(6 * 7)", 30*time.Second); strings.TrimSpace(r.Stdout) != "42" {
+		t.Errorf("the session after the refusal: got stdout %q stderr %q", r.Stdout, r.Stderr)
+	}
 }

@@ -171,7 +171,8 @@ func newEgressEnv(tb testing.TB, toolsYAML string, override, resolve map[string]
 	if err != nil {
 		tb.Fatal(err)
 	}
-	gv, err := gvisor.New(gvisor.Config{StateDir: tb.TempDir(), GuestPath: guest})
+	// The shim, for a session's detached sandbox.
+	gv, err := gvisor.New(gvisor.Config{StateDir: tb.TempDir(), GuestPath: guest, Shim: testenv.Shim(tb)})
 	if err != nil {
 		tb.Fatal(err)
 	}

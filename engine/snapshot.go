@@ -76,6 +76,9 @@ func (e *Engine) SnapshotSession(ctx context.Context, s *Session, dir string, th
 	if err := e.CanSnapshot(s.Driver, s.Runtime.Name); err != nil {
 		return 0, 0, err
 	}
+	if s.net != nil {
+		return 0, 0, errdefs.Publicf("session sandbox %s has a network, which a snapshot cannot save: %w", s.sb.ID(), errdefs.ErrFailedPrecondition)
+	}
 	snap, _ := e.liveSnapshotter(s.Driver)
 	if !s.cellMu.TryLock() {
 		return 0, 0, errdefs.Publicf("session sandbox %s is running a cell: %w", s.sb.ID(), errdefs.ErrConflict)
