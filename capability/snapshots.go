@@ -146,7 +146,7 @@ func (s *snapshots) take(ctx context.Context, p Principal, id string) (*taken, e
 	if ss.State == model.SessionEnded {
 		return nil, expiredError(g.Session)
 	}
-	if err := s.runner.CanSnapshot(ss.Driver, ss.Runtime); err != nil {
+	if err := s.runner.CanSnapshot(ss.Driver, ss.Runtime, ss.Tool); err != nil {
 		return nil, err
 	}
 	if err := s.host.canSaveNetwork(ss, "be snapshotted"); err != nil {

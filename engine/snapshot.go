@@ -34,10 +34,14 @@ import (
 // before the snapshot. A node session gets no snapshot: V8's Math.random
 // and OpenSSL's generator cannot be reseeded from outside.
 
-// CanSnapshot says whether sessions of the named driver and runtime can
-// be snapshotted: nil, or ErrFailedPrecondition with the reason.
-func (e *Engine) CanSnapshot(driver, runtime string) error {
+// CanSnapshot says whether sessions of the named driver, runtime and tool
+// ("": not checked) can be snapshotted: nil, or ErrFailedPrecondition
+// with the reason (templateSnapshotRefuses for a template's tool).
+func (e *Engine) CanSnapshot(driver, runtime, tool string) error {
 	if _, err := e.liveSnapshotter(driver); err != nil {
+		return err
+	}
+	if err := e.templateSnapshotRefuses(tool); err != nil {
 		return err
 	}
 	if _, ok := reseedCells[runtime]; !ok {
@@ -73,7 +77,7 @@ func (e *Engine) liveSnapshotter(driver string) (sandbox.LiveSnapshotter, error)
 // for the caller to let its own cells through. When saving fails, dir is
 // gone and s serves on.
 func (e *Engine) SnapshotSession(ctx context.Context, s *Session, dir string, thawed func()) (bytes int64, stall time.Duration, err error) {
-	if err := e.CanSnapshot(s.Driver, s.Runtime.Name); err != nil {
+	if err := e.CanSnapshot(s.Driver, s.Runtime.Name, ""); err != nil {
 		return 0, 0, err
 	}
 	if s.net != nil {

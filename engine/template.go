@@ -62,6 +62,31 @@ const (
 	startFailedPrefix = "stockade: the template's "
 )
 
+// templateSnapshotRefuses says why the sessions of the named tool cannot
+// be snapshotted or forked, or nil: a template's Start may hold state of
+// its own (tokens, seeded generators) that no reseed reaches, and every
+// session restored from the snapshot would share it, so a template's
+// tool is snapshotted only when the template opts in (golden: true), the
+// rule pools and golden checkpoints follow (snapOf, MakeGolden).
+func (e *Engine) templateSnapshotRefuses(name string) error {
+	if name == "" {
+		return nil
+	}
+	tool, err := e.tools.Get(name)
+	if err != nil || tool.Template == "" {
+		return nil
+	}
+	_, tm, err := e.templateOf(tool)
+	if err != nil {
+		return err
+	}
+	if !tm.Golden {
+		return errdefs.Publicf("tool %q runs template %s, whose start may hold state no reseed reaches, and the template does not opt into checkpoints (golden: true), so its sessions cannot be snapshotted or forked: %w",
+			tool.Name, tm.Name, errdefs.ErrFailedPrecondition)
+	}
+	return nil
+}
+
 // templateOf resolves tool's template: its image and what it runs at a
 // sandbox's start. A tool without one is (zero, nil, nil). A build of
 // another declaration than the tool's record carries (a stale template)
