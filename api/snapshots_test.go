@@ -248,7 +248,8 @@ func tamper(t *testing.T, dir string) {
 }
 
 // TestSnapshotOnRuncRefused: runc cannot save a sandbox, so a snapshot and
-// a fork of a runc session are 409 with the reason, as a pause is.
+// a fork of a runc session are 409 with the reason, as a pause is, a
+// fork over the workspace's bound too.
 func TestSnapshotOnRuncRefused(t *testing.T) {
 	e := newEnv(t, backends[0], envConfig{sessions: true, policy: noApproval, credits: 100,
 		svc: capability.ServiceOptions{Sessions: capability.SessionOptions{CheckpointDir: t.TempDir()}}})
@@ -258,7 +259,8 @@ func TestSnapshotOnRuncRefused(t *testing.T) {
 		body any
 	}{
 		{"/v1/sessions/" + ss.ID + "/snapshots", nil},
-		{"/v1/sessions/" + ss.ID + "/fork", wire.ForkRequest{Count: 1}},
+		// Over the workspace's bound too: the reason comes before the quota.
+		{"/v1/sessions/" + ss.ID + "/fork", wire.ForkRequest{Count: 16}},
 	} {
 		r := e.do("POST", tc.path, e.agent, tc.body).want(t, http.StatusConflict)
 		if !strings.Contains(string(r.body), "cannot") {
@@ -449,7 +451,8 @@ func TestForkApprovalInherited(t *testing.T) {
 
 // TestSnapshotBoundToKey: a snapshot is the key's that took it, as its
 // session is: another agent key of the workspace does not see it in the
-// source's list and is refused a start from it and its deletion (403);
+// source's list and is refused a start from it, its deletion and a fork
+// of the source, even one over the workspace's bound (403);
 // an admin key sees it and starts a session from it.
 func TestSnapshotBoundToKey(t *testing.T) {
 	e, _ := pythonSessions(t)
@@ -474,6 +477,9 @@ func TestSnapshotBoundToKey(t *testing.T) {
 	}
 	e.do("POST", "/v1/sessions", other, capability.CreateSessionRequest{Snapshot: sn.ID}).wantError(t, http.StatusForbidden, "permission_denied", "key that took")
 	e.do("DELETE", "/v1/snapshots/"+sn.ID, other, nil).wantError(t, http.StatusForbidden, "permission_denied", "key that took")
+	// A fork of another key's session is refused as such, before its
+	// size is weighed against the workspace's bound.
+	e.do("POST", "/v1/sessions/"+src.ID+"/fork", other, wire.ForkRequest{Count: 16}).wantError(t, http.StatusForbidden, "permission_denied")
 	if n := seen(e.admin); n != 1 {
 		t.Errorf("the snapshots an admin key sees: got %d, want 1", n)
 	}

@@ -139,21 +139,8 @@ func (s *snapshots) take(ctx context.Context, p Principal, id string) (*taken, e
 	if err != nil {
 		return nil, err
 	}
-	g := Grant{ID: ss.ID, Kind: Session, WorkspaceID: ss.WorkspaceID, KeyID: ss.KeyID, Session: sessionOf(ss)}
-	if err := mayTransition(g, p, "snapshot"); err != nil {
+	if err := s.mayTake(p, ss); err != nil {
 		return nil, err
-	}
-	if ss.State == model.SessionEnded {
-		return nil, expiredError(g.Session)
-	}
-	if err := s.runner.CanSnapshot(ss.Driver, ss.Runtime, ss.Tool); err != nil {
-		return nil, err
-	}
-	if err := s.host.canSaveNetwork(ss, "be snapshotted"); err != nil {
-		return nil, err
-	}
-	if s.opts.Sessions.CheckpointDir == "" {
-		return nil, errdefs.Publicf("this server keeps no checkpoints, so sessions cannot be snapshotted: %w", errdefs.ErrFailedPrecondition)
 	}
 	if err := s.roomOnDisk(ctx, p.WorkspaceID); err != nil {
 		return nil, err
@@ -198,6 +185,31 @@ func (s *snapshots) take(ctx context.Context, p Principal, id string) (*taken, e
 		return nil, err
 	}
 	return t, nil
+}
+
+// mayTake refuses p a snapshot of ss that no retry would give: another
+// key's session (403), an ended one (410), one the driver, the runtime,
+// the tool or the network cannot save, or a server without checkpoints
+// (409). Fork asks it before it counts room, so that these are not
+// answered as a quota.
+func (s *snapshots) mayTake(p Principal, ss model.Session) error {
+	g := Grant{ID: ss.ID, Kind: Session, WorkspaceID: ss.WorkspaceID, KeyID: ss.KeyID, Session: sessionOf(ss)}
+	if err := mayTransition(g, p, "snapshot"); err != nil {
+		return err
+	}
+	if ss.State == model.SessionEnded {
+		return expiredError(g.Session)
+	}
+	if err := s.runner.CanSnapshot(ss.Driver, ss.Runtime, ss.Tool); err != nil {
+		return err
+	}
+	if err := s.host.canSaveNetwork(ss, "be snapshotted"); err != nil {
+		return err
+	}
+	if s.opts.Sessions.CheckpointDir == "" {
+		return errdefs.Publicf("this server keeps no checkpoints, so sessions cannot be snapshotted: %w", errdefs.ErrFailedPrecondition)
+	}
+	return nil
 }
 
 // SnapshotSession takes a named snapshot of session id for p (see the
@@ -468,10 +480,13 @@ type Forked struct {
 }
 
 // Fork snapshots session id for p and starts req.Count sessions from the
-// snapshot, all of them or none: over the workspace's bound of sessions
-// or the memory budget it is refused first (429, nothing taken); a start
-// that fails after others started ends those (failed) and answers its
-// error. The snapshot is deleted once the forks started.
+// snapshot, all of them or none: a fork p may not take (mayTake) is
+// refused first, then one over the workspace's bound of sessions or the
+// memory budget (429, nothing taken); a start that fails after others
+// started ends those (failed) and answers its error. The snapshot is
+// deleted once the forks started. All or none holds while the daemon
+// lives: a daemon killed mid-fork leaves the forks that started active,
+// each with its session.forked event naming the fork's snapshot id.
 func (s *snapshots) Fork(ctx context.Context, p Principal, id string, req wire.ForkRequest) (*Forked, error) {
 	most := s.limits().MaxForks
 	if req.Count < 1 || req.Count > most {
@@ -479,6 +494,9 @@ func (s *snapshots) Fork(ctx context.Context, p Principal, id string, req wire.F
 	}
 	ss, err := s.st.GetSession(ctx, p.WorkspaceID, id)
 	if err != nil {
+		return nil, err
+	}
+	if err := s.mayTake(p, ss); err != nil {
 		return nil, err
 	}
 	if err := s.roomFor(ctx, p, ss, req.Count); err != nil {
