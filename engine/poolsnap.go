@@ -105,7 +105,8 @@ func (e *Engine) snapDaemonDir() string {
 // removeStaleSnaps removes the checkpoints of pools no longer
 // configured (or no longer checkpointed) from this daemon's directory:
 // each pool's own directory keeps its checkpoint for reuse, and drops
-// an older key's when it makes a new one (save).
+// an older key's when it makes a new one (save). The saves a crash cut
+// short (.new-*) go too: no save runs before the pools start.
 func (e *Engine) removeStaleSnaps(pools []*pool) {
 	if e.poolOpts.CheckpointDir == "" {
 		return
@@ -120,6 +121,12 @@ func (e *Engine) removeStaleSnaps(pools []*pool) {
 	entries, _ := os.ReadDir(dir)
 	for _, d := range entries {
 		if keep[d.Name()] {
+			saves, _ := filepath.Glob(filepath.Join(dir, d.Name(), ".new-*"))
+			for _, s := range saves {
+				if err := os.RemoveAll(s); err != nil {
+					e.log.Warn("removing a pool checkpoint's save cut short", "dir", s, "err", err)
+				}
+			}
 			continue
 		}
 		if err := os.RemoveAll(filepath.Join(dir, d.Name())); err != nil {

@@ -155,14 +155,16 @@ func TestPoolRestoredRandomState(t *testing.T) {
 }
 
 // TestPoolRemovesStaleSnaps checks that the pools' start removes the
-// checkpoints of pools it no longer has, keeps those of its own and
-// leaves another daemon's (other owner labels) alone.
+// checkpoints of pools it no longer has and the saves a crash cut short
+// (.new-*), keeps those of its own and leaves another daemon's (other
+// owner labels) alone.
 func TestPoolRemovesStaleSnaps(t *testing.T) {
 	e := &Engine{poolOpts: PoolOptions{CheckpointDir: t.TempDir()}, log: slog.New(slog.DiscardHandler),
 		ownerLabels: map[string]string{LabelOwner: "a"}}
 	dir := e.snapDaemonDir()
 	other := &Engine{poolOpts: e.poolOpts, ownerLabels: map[string]string{LabelOwner: "b"}}
-	for _, d := range []string{filepath.Join(dir, "code.execute_python_session/abc/checkpoint"), filepath.Join(dir, "gone_python_session/def/checkpoint"),
+	for _, d := range []string{filepath.Join(dir, "code.execute_python_session/abc/checkpoint"), filepath.Join(dir, "code.execute_python_session/.new-123/checkpoint"),
+		filepath.Join(dir, "gone_python_session/def/checkpoint"),
 		filepath.Join(other.snapDaemonDir(), "gone_python_session/def/checkpoint")} {
 		if err := os.MkdirAll(d, 0o700); err != nil {
 			t.Fatal(err)
@@ -179,6 +181,14 @@ func TestPoolRemovesStaleSnaps(t *testing.T) {
 			names = append(names, e.Name())
 		}
 		t.Fatalf("left %v (%v), want only the configured pool's checkpoints", names, err)
+	}
+	kept, _ := os.ReadDir(filepath.Join(dir, "code.execute_python_session"))
+	if len(kept) != 1 || kept[0].Name() != "abc" {
+		var names []string
+		for _, e := range kept {
+			names = append(names, e.Name())
+		}
+		t.Errorf("the configured pool's directory holds %v, want its checkpoint abc and no save cut short", names)
 	}
 }
 
