@@ -77,8 +77,12 @@ type poolSnap struct {
 	snap sandbox.Snapshotter
 	root string // <CheckpointDir>/<daemon>/<pool>
 	mu   sync.Mutex
-	// off is set once a checkpoint could not be made: cold refills.
+	// off is set once a checkpoint could not be made, or one remade
+	// could not be restored either: cold refills.
 	off bool
+	// dropped is set once a checkpoint that could not be restored was
+	// removed, to be made again by the next refill.
+	dropped bool
 }
 
 // snapOf is the checkpoint of a new pool p, or nil when p refills cold.
@@ -205,10 +209,18 @@ func (p *pool) refill(ctx context.Context) (w *warm, restored bool, err error) {
 		if ctx.Err() != nil {
 			return nil, false, err
 		}
-		p.e.log.Warn("restoring a pool sandbox from its checkpoint; starting it cold", "pool", p.name, "err", err)
+		// A checkpoint that cannot be restored (a MAC key changed with
+		// the state dir, a runtime upgraded, a corrupt image) would fail
+		// every refill: it is removed and made again once, and the pool
+		// refills cold if that one fails too.
+		p.e.log.Warn("restoring a pool sandbox from its checkpoint; starting it cold and dropping the checkpoint", "pool", p.name, "remade", s.dropped, "err", err)
 		if o, ok := p.e.poolObs.(PoolDemandObserver); ok {
 			o.PoolRestoreFailed(p.name)
 		}
+		if rerr := os.RemoveAll(filepath.Join(s.root, key)); rerr != nil || s.dropped {
+			s.off = true
+		}
+		s.dropped = true
 		w, err := p.create(ctx)
 		return w, false, err
 	}
