@@ -276,11 +276,24 @@ func (s *sessionHost) CreateSession(ctx context.Context, p Principal, req Create
 	// The decision first, before anything is created: a refusal leaves
 	// only its event. (The record's driver and sandbox are filled in once
 	// the sandbox exists, and the opening decided again with them.)
-	c := &claim{by: p, grant: openingGrant(rec.id), idempotencyKey: o.IdempotencyKey, replayFirst: true, egress: true, review: true, record: rec,
-		ask:   policy.Request{Capability: contract.CodeExecute, Runtime: req.Runtime, Network: network},
-		asked: audit.Invocation{Capability: contract.CodeExecute.Name, Runtime: req.Runtime, Network: policy.NetworkWord(network)},
+	if err := s.gate.admit(ctx, s.openingClaim(p, o, rec, rec, nil)); err != nil {
+		return nil, err
+	}
+	return rec.created, nil
+}
+
+// openingClaim is the claim of op, a session's opening for p recorded by
+// rec (op itself, or a start from a snapshot): its runtime, tool and
+// network are op.spec's; its room is a place under the workspace's bound
+// of live sessions (QuotaError), then more's when set (nil or the
+// refusal), then the service's health.
+func (s *sessionHost) openingClaim(p Principal, o CreateSessionOptions, op *opening, rec record, more func(context.Context, *claim, Admit) error) *claim {
+	network := op.spec.Network
+	c := &claim{by: p, grant: openingGrant(op.id), idempotencyKey: o.IdempotencyKey, replayFirst: true, egress: true, review: true, record: rec,
+		ask:   policy.Request{Capability: contract.CodeExecute, Runtime: op.spec.Runtime, Network: network},
+		asked: audit.Invocation{Capability: contract.CodeExecute.Name, Runtime: op.spec.Runtime, Network: policy.NetworkWord(network)},
 		check: func() (tools.Tool, sandbox.Driver, error) {
-			tool, drv, _, err := s.runner.CheckSession(rec.spec)
+			tool, drv, _, err := s.runner.CheckSession(op.spec)
 			return tool, drv, err
 		},
 	}
@@ -291,12 +304,14 @@ func (s *sessionHost) CreateSession(ctx context.Context, p Principal, req Create
 		} else if n >= most {
 			return nil, s.refuseQuota(ctx, c, in, most)
 		}
+		if more != nil {
+			if err := more(ctx, c, in); err != nil {
+				return nil, err
+			}
+		}
 		return nil, s.gate.healthy(ctx, c, in)
 	}
-	if err := s.gate.admit(ctx, c); err != nil {
-		return nil, err
-	}
-	return rec.created, nil
+	return c
 }
 
 // opening records a session's opening (see claim): once the rules
@@ -337,18 +352,35 @@ func (o *opening) input(c *claim, in Admit) Input {
 }
 
 // write makes the session's sandbox and records the session.
-func (o *opening) write(ctx context.Context, c *claim, step Step, in Admit, _ *ticket) error {
-	s := o.h
-	open := o.input(c, in).(OpenSession)
-	spec := o.spec
-	spec.Deadline = sandboxDeadline(open.Record.ExpiresAt)
-	spec.Labels = map[string]string{engine.LabelOwner: s.opts.Owner, engine.LabelSession: o.id, engine.LabelWorkspace: c.by.WorkspaceID, engine.LabelTool: open.Record.Tool}
-	live, err := s.runner.OpenSession(ctx, spec)
+func (o *opening) write(ctx context.Context, c *claim, _ Step, in Admit, _ *ticket) error {
+	open, spec := o.prepare(c, in)
+	live, err := o.h.runner.OpenSession(ctx, spec)
 	if err != nil {
 		return fmt.Errorf("opening the session's sandbox: %w", err)
 	}
+	return o.record(ctx, c, in, open, live, nil)
+}
+
+// prepare is the opening c asks for, decided in, and the spec of its
+// sandbox: the session's deadline and labels.
+func (o *opening) prepare(c *claim, in Admit) (OpenSession, engine.SessionSpec) {
+	open := o.input(c, in).(OpenSession)
+	spec := o.spec
+	spec.Deadline = sandboxDeadline(open.Record.ExpiresAt)
+	spec.Labels = map[string]string{engine.LabelOwner: o.h.opts.Owner, engine.LabelSession: o.id, engine.LabelWorkspace: c.by.WorkspaceID, engine.LabelTool: open.Record.Tool}
+	return open, spec
+}
+
+// record records open, whose sandbox live is made, decided again with
+// the sandbox's driver and id, and completed by complete when set (a
+// start from a snapshot adds its session.forked and what approval it
+// inherits), and serves it; live is closed when that fails or the
+// opening was a retry's.
+func (o *opening) record(ctx context.Context, c *claim, in Admit, open OpenSession, live *engine.Session, complete func(*store.NewSession) error) error {
+	s := o.h
 	open.Record.Driver, open.Record.SandboxID = live.Driver, live.SandboxID()
-	if step, err = Transition(c.grant, open); err == nil && step.Open == nil {
+	step, err := Transition(c.grant, open)
+	if err == nil && step.Open == nil {
 		err = fmt.Errorf("the session's decision changed while its sandbox was made")
 	}
 	var (
@@ -356,7 +388,13 @@ func (o *opening) write(ctx context.Context, c *claim, step Step, in Admit, _ *t
 		replayed bool
 	)
 	if err == nil {
-		ss, replayed, err = s.st.OpenSession(ctx, *step.Open)
+		rec := *step.Open
+		if complete != nil {
+			err = complete(&rec)
+		}
+		if err == nil {
+			ss, replayed, err = s.st.OpenSession(ctx, rec)
+		}
 	}
 	if err != nil || replayed {
 		_ = live.Close(context.WithoutCancel(ctx))

@@ -14,14 +14,11 @@ import (
 
 	"github.com/stockade-sh/stockade/audit"
 	"github.com/stockade-sh/stockade/config"
-	"github.com/stockade-sh/stockade/contract"
 	"github.com/stockade-sh/stockade/engine"
 	"github.com/stockade-sh/stockade/errdefs"
 	"github.com/stockade-sh/stockade/model"
-	"github.com/stockade-sh/stockade/policy"
 	"github.com/stockade-sh/stockade/sandbox"
 	"github.com/stockade-sh/stockade/store"
-	"github.com/stockade-sh/stockade/tools"
 	"github.com/stockade-sh/stockade/wire"
 )
 
@@ -383,27 +380,15 @@ func (s *snapshots) start(ctx context.Context, p Principal, req CreateSessionReq
 	op := &opening{h: s.host, id: NewSessionID(), reqSum: sha256Hex(mustJSON(req)), idle: idle, ttl: ttl,
 		spec: engine.SessionSpec{Runtime: sn.Runtime, Tool: sn.Tool, Driver: sn.Driver, Workspace: so.WorkspaceSize}}
 	rec := &fromSnapshot{opening: op, dir: dir, snapshotID: snapshotID, source: source, taken: sn.CreatedAt}
-	c := &claim{by: p, grant: openingGrant(op.id), idempotencyKey: o.IdempotencyKey, replayFirst: true, egress: true, review: true, record: rec,
-		ask:   policy.Request{Capability: contract.CodeExecute, Runtime: sn.Runtime},
-		asked: audit.Invocation{Capability: contract.CodeExecute.Name, Runtime: sn.Runtime, Network: policy.NetworkWord(false)},
-		check: func() (tools.Tool, sandbox.Driver, error) {
-			tool, drv, _, err := s.runner.CheckSession(op.spec)
-			return tool, drv, err
-		},
-	}
-	c.room = func(ctx context.Context, _ Step, in Admit) (*ticket, error) {
-		most := s.host.maxSessions(c.facts.pol)
-		if n, err := s.st.CountActiveSessions(ctx, p.WorkspaceID); err != nil {
-			return nil, err
-		} else if n >= most {
-			return nil, s.host.refuseQuota(ctx, c, in, most)
-		}
+	// The memory budget is asked before the restore, so that a start it
+	// cannot hold is refused as such, recorded.
+	budget := func(ctx context.Context, c *claim, in Admit) error {
 		if err := s.runner.HasRoom(op.spec, 1); err != nil {
-			return nil, s.host.gate.refuse(ctx, c, in, &Refusal{Code: "memory_budget", Reason: "the sandboxes' memory budget is spent", Class: errdefs.ErrResourceExhausted})
+			return s.host.gate.refuse(ctx, c, in, &Refusal{Code: "memory_budget", Reason: "the sandboxes' memory budget is spent", Class: errdefs.ErrResourceExhausted})
 		}
-		return nil, s.host.gate.healthy(ctx, c, in)
+		return nil
 	}
-	if err := s.host.gate.admit(ctx, c); err != nil {
+	if err := s.host.gate.admit(ctx, s.host.openingClaim(p, o, op, rec, budget)); err != nil {
 		return nil, err
 	}
 	return op.created, nil
@@ -422,12 +407,9 @@ type fromSnapshot struct {
 // session with session.forked beside session.created; nothing is left
 // behind when that fails. A snapshot the driver cannot prove its own
 // (tampered, truncated) is refused, the source untouched.
-func (f *fromSnapshot) write(ctx context.Context, c *claim, step Step, in Admit, _ *ticket) error {
+func (f *fromSnapshot) write(ctx context.Context, c *claim, _ Step, in Admit, _ *ticket) error {
 	s := f.h
-	open := f.input(c, in).(OpenSession)
-	spec := f.spec
-	spec.Deadline = sandboxDeadline(open.Record.ExpiresAt)
-	spec.Labels = map[string]string{engine.LabelOwner: s.opts.Owner, engine.LabelSession: f.id, engine.LabelWorkspace: c.by.WorkspaceID, engine.LabelTool: open.Record.Tool}
+	open, spec := f.prepare(c, in)
 	live, err := s.runner.StartFromSnapshot(ctx, spec, f.dir)
 	if err != nil {
 		switch {
@@ -440,35 +422,7 @@ func (f *fromSnapshot) write(ctx context.Context, c *claim, step Step, in Admit,
 		}
 		return fmt.Errorf("starting a session from snapshot %s: %w", f.snapshotID, err)
 	}
-	open.Record.Driver, open.Record.SandboxID = live.Driver, live.SandboxID()
-	if step, err = Transition(c.grant, open); err == nil && step.Open == nil {
-		err = fmt.Errorf("the session's decision changed while its sandbox was made")
-	}
-	var (
-		ss       model.Session
-		replayed bool
-	)
-	if err == nil {
-		rec := *step.Open
-		if err = f.inheritApproval(ctx, c, &rec); err == nil {
-			ss, replayed, err = s.st.OpenSession(ctx, rec)
-		}
-	}
-	if err != nil || replayed {
-		_ = live.Close(context.WithoutCancel(ctx))
-		switch {
-		case replayed:
-			f.created = &Created{Session: ss, Replayed: true}
-			return nil
-		case errdefs.IsResourceExhausted(err):
-			return s.refuseQuota(ctx, c, in, open.Record.MaxLive)
-		}
-		return fmt.Errorf("recording the session: %w", err)
-	}
-	s.sessions.put(ss.ID, live)
-	s.sessionObserver().SessionsLive(1)
-	f.created = &Created{Session: ss}
-	return nil
+	return f.record(ctx, c, in, open, live, func(rec *store.NewSession) error { return f.inheritApproval(ctx, c, rec) })
 }
 
 // Forked is the outcome of Fork.
