@@ -49,10 +49,13 @@ sys.stdout.reconfigure(line_buffering=True)
 _KERNEL_FILE = sys._getframe().f_code.co_filename
 _cell = 0
 # A cell whose code starts with _HIDDEN is one the engine runs for itself
-# (the reseed of a kernel restored from a checkpoint: engine/poolsnap.go),
-# counted in _hidden: a cell's file is named by its number among the
-# others, so that a restored kernel's first cell is <cell-1>, as a cold
-# kernel's is.
+# (the reseed of every fresh restore, of a snapshot, a golden or a pool
+# checkpoint: reseed in engine/golden.go), counted in _hidden: a cell's
+# file is named by its number among the others, so that a restored
+# kernel's first cell is <cell-1>, as a cold kernel's is. A template's
+# prelude cells (engine/template.go) are not marked, so they still use up
+# numbers; and a user's cell that begins with the marker is hidden too,
+# which changes only its file's name.
 _HIDDEN = "# stockade: hidden cell\n"
 _hidden = 0
 # _running is true while a cell's code runs: SIGINT interrupts it then.
