@@ -16,6 +16,7 @@ import (
 	"github.com/stockade-sh/stockade/config"
 	"github.com/stockade-sh/stockade/engine"
 	"github.com/stockade-sh/stockade/errdefs"
+	"github.com/stockade-sh/stockade/internal/fsmode"
 	"github.com/stockade-sh/stockade/model"
 	"github.com/stockade-sh/stockade/sandbox"
 	"github.com/stockade-sh/stockade/store"
@@ -142,7 +143,7 @@ func (s *snapshots) take(ctx context.Context, p Principal, id string) (*taken, e
 	if err := s.roomOnDisk(ctx, p.WorkspaceID); err != nil {
 		return nil, err
 	}
-	if err := os.MkdirAll(filepath.Join(s.opts.Sessions.CheckpointDir, "snapshots"), 0o700); err != nil {
+	if err := os.MkdirAll(filepath.Join(s.opts.Sessions.CheckpointDir, "snapshots"), fsmode.Dir); err != nil {
 		return nil, fmt.Errorf("creating the snapshots' directory: %w", err)
 	}
 	t := &taken{id: NewSnapshotID(), source: ss}

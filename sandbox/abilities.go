@@ -274,8 +274,9 @@ type LiveSnapshotter interface {
 	Snapshotter
 	// Snapshot saves sb into dir as Checkpoint does, but sb stays: it
 	// stalls while it is saved and then serves on, its kernels with it.
-	// sb must be idle (ErrFailedPrecondition otherwise). It returns how
-	// long sb was frozen.
+	// The caller keeps sb idle (no cell or Exec in flight; the driver does
+	// not check: the engine refuses a busy session with ErrConflict). It
+	// returns how long sb was frozen.
 	Snapshot(ctx context.Context, sb Sandbox, dir string, o SnapshotOptions) (time.Duration, error)
 }
 

@@ -45,9 +45,9 @@ type ForkRequest struct {
 	TTLMS         int64 `json:"ttl_ms,omitempty"`
 }
 
-// Fork is the answer of POST /v1/sessions/{id}/fork: the new sessions, in
-// the order they started, and the snapshot they started from (deleted
-// once they started).
+// Fork is the answer of POST /v1/sessions/{id}/fork: the new sessions
+// (started at once; their order says nothing of when each started), and
+// the snapshot they started from (deleted once they started).
 type Fork struct {
 	SourceID   string    `json:"source_id"`
 	SnapshotID string    `json:"snapshot_id"`

@@ -5,8 +5,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"regexp"
 	"strconv"
+	"strings"
 
 	"github.com/vishvananda/netlink"
 )
@@ -26,12 +26,11 @@ func (m *Manager) keptNames(slot int) (ns, hostIf, table string) {
 // keptSlot is the slot of kept network namespace name, false for any
 // other name.
 func (m *Manager) keptSlot(name string) (int, bool) {
-	re := regexp.MustCompile(`^` + m.cfg.Prefix + `-k([0-9]+)$`)
-	sub := re.FindStringSubmatch(name)
-	if sub == nil {
+	digits, ok := strings.CutPrefix(name, m.cfg.Prefix+"-k")
+	if !ok || digits == "" || strings.Trim(digits, "0123456789") != "" {
 		return 0, false
 	}
-	slot, err := strconv.Atoi(sub[1])
+	slot, err := strconv.Atoi(digits)
 	if err != nil || slot < 0 || slot >= m.slots {
 		return 0, false
 	}
