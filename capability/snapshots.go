@@ -317,6 +317,8 @@ func (s *snapshots) sweepSnapshots(ctx context.Context) {
 	entries, _ := os.ReadDir(filepath.Join(s.opts.Sessions.CheckpointDir, "snapshots"))
 	for _, e := range entries {
 		fi, err := e.Info()
+		// A file's time is the wall clock's, and so is this age (not
+		// s.opts.Now's).
 		if err != nil || !e.IsDir() || !isSnapshotID(e.Name()) || time.Since(fi.ModTime()) < pauseTimeout {
 			continue
 		}

@@ -198,6 +198,13 @@ func (e *Engine) SnapshotCheckpoint(ctx context.Context, spec SessionSpec, check
 		return 0, fmt.Errorf("restoring a paused session's checkpoint to snapshot it: %w", err)
 	}
 	defer sb.Destroy(context.WithoutCancel(ctx))
+	// A daemon killed meanwhile leaves the aside sandbox, with the
+	// session's labels: it ends itself shortly after the call's deadline.
+	if dl, ok := ctx.Deadline(); ok {
+		if err := setDeadline(ctx, sb, dl.Add(time.Minute)); err != nil {
+			return 0, fmt.Errorf("bounding a paused session's sandbox restored to snapshot it: %w", err)
+		}
+	}
 	if _, err := snap.Snapshot(ctx, sb, dir, sandbox.SnapshotOptions{Unbind: []string{LabelSession}}); err != nil {
 		return 0, fmt.Errorf("snapshotting a paused session: %w", err)
 	}
