@@ -2,13 +2,11 @@ package capability
 
 import (
 	"context"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
-	"strings"
 	"sync"
 	"time"
 
@@ -295,11 +293,4 @@ func (s *sessionHost) sweepCheckpoints(ctx context.Context) error {
 }
 
 // isSessionID reports whether name has the form NewSessionID gives.
-func isSessionID(name string) bool {
-	h, ok := strings.CutPrefix(name, "ses_")
-	if !ok || len(h) != 32 {
-		return false
-	}
-	_, err := hex.DecodeString(h)
-	return err == nil
-}
+func isSessionID(name string) bool { return hasIDForm(name, "ses_") }

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strings"
 	"sync"
 	"time"
 
@@ -231,10 +232,23 @@ type Created struct {
 }
 
 // NewSessionID returns a fresh session id.
-func NewSessionID() string {
+func NewSessionID() string { return newID("ses_") }
+
+// newID returns a fresh id of prefix: 16 random bytes in hex after it.
+func newID(prefix string) string {
 	var b [16]byte
 	_, _ = rand.Read(b[:])
-	return "ses_" + hex.EncodeToString(b[:])
+	return prefix + hex.EncodeToString(b[:])
+}
+
+// hasIDForm reports whether name has the form newID(prefix) gives.
+func hasIDForm(name, prefix string) bool {
+	h, ok := strings.CutPrefix(name, prefix)
+	if !ok || len(h) != 32 {
+		return false
+	}
+	_, err := hex.DecodeString(h)
+	return err == nil
 }
 
 func durationOf(name string, ms int64, def, ceiling time.Duration) (time.Duration, error) {

@@ -2,13 +2,10 @@ package capability
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
-	"strings"
 	"sync"
 	"time"
 
@@ -102,11 +99,7 @@ type snapshots struct {
 func (s *snapshots) limits() SnapshotOptions { return s.opts.Snapshots.filled() }
 
 // NewSnapshotID returns a fresh snapshot id.
-func NewSnapshotID() string {
-	var b [16]byte
-	_, _ = rand.Read(b[:])
-	return "snp_" + hex.EncodeToString(b[:])
-}
+func NewSnapshotID() string { return newID("snp_") }
 
 // maxSnapshotName bounds a snapshot's name.
 const maxSnapshotName = 128
@@ -332,14 +325,7 @@ func (s *snapshots) sweepSnapshots(ctx context.Context) {
 }
 
 // isSnapshotID reports whether name has the form NewSnapshotID gives.
-func isSnapshotID(name string) bool {
-	h, ok := strings.CutPrefix(name, "snp_")
-	if !ok || len(h) != 32 {
-		return false
-	}
-	_, err := hex.DecodeString(h)
-	return err == nil
-}
+func isSnapshotID(name string) bool { return hasIDForm(name, "snp_") }
 
 // StartFromSnapshot opens a session for p from snapshot req.Snapshot of
 // p's workspace (another workspace's, or one expired, is ErrNotFound;
