@@ -631,3 +631,49 @@ func TestClientSendAfterEnd(t *testing.T) {
 		}
 	}
 }
+
+// TestClientAdoptExec checks that a client that re-attached to a guest
+// adopts the exec an earlier client left waiting for its stdin: the
+// stdin it writes goes to the exec's id, the exec's output and exit are
+// heard, and the ids it may not adopt are refused.
+func TestClientAdoptExec(t *testing.T) {
+	c, g, _ := newPair(t)
+	c.ReserveIDs(10)
+	for _, tt := range []struct {
+		name string
+		id   uint32
+	}{{"id 0", 0}, {"above the reserved ids", 11}} {
+		if _, err := c.AdoptExec(tt.id, true, ExecOptions{OutputCap: 8}); !errdefs.IsInvalidArgument(err) {
+			t.Errorf("adopting %s: got %v, want ErrInvalidArgument", tt.name, err)
+		}
+	}
+	var seen []byte
+	ex, err := c.AdoptExec(5, true, ExecOptions{OutputCap: 8, OnOutput: func(_ Stream, p []byte) { seen = append(seen, p...) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.AdoptExec(5, true, ExecOptions{}); !errdefs.IsInvalidArgument(err) {
+		t.Errorf("adopting exec 5 twice: got %v, want ErrInvalidArgument", err)
+	}
+	go func() {
+		_, _ = ex.Stdin().Write([]byte("code"))
+		_ = ex.Stdin().Close()
+	}()
+	f := g.expect(FrameStdin)
+	if f.ID != 5 || string(f.Payload) != "code" {
+		t.Fatalf("got stdin %q for id %d, want \"code\" for 5", f.Payload, f.ID)
+	}
+	if f := g.expect(FrameStdinClose); f.ID != 5 {
+		t.Fatalf("got stdin close for id %d, want 5", f.ID)
+	}
+	g.send(FrameStdinAck, 5, "")
+	g.send(FrameStdout, 5, "hi")
+	g.send(FrameExit, 5, `{"exit_code":3}`)
+	res, err := ex.Wait(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Exit == nil || res.Exit.ExitCode != 3 || string(res.Stdout) != "hi" || string(seen) != "hi" {
+		t.Errorf("got %+v (seen %q), want exit 3 with \"hi\"", res, seen)
+	}
+}

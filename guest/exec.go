@@ -110,6 +110,44 @@ func (c *Client) Exec(ctx context.Context, req ExecRequest, opts ExecOptions) (*
 	return e, nil
 }
 
+// AdoptExec returns a handle of exec id, which another client of the
+// same guest started and the guest still runs (Pong.Exec): a client that
+// re-attached to a restored guest adopts the exec a pool left waiting for
+// its input, whose earlier client is gone. stdinStream says whether the
+// exec was started with StdinStream (its window is taken as whole: the
+// exec must have had no stdin yet); opts are what this client does with
+// its output from now on. The id must not be one this client may use for
+// its own requests (see ReserveIDs), nor be adopted twice. PID is 0 for an
+// adopted exec.
+func (c *Client) AdoptExec(id uint32, stdinStream bool, opts ExecOptions) (*Exec, error) {
+	if id == 0 {
+		return nil, invalid("adopting exec 0")
+	}
+	if opts.OutputCap < 0 {
+		return nil, invalid("exec: negative output cap")
+	}
+	e := &Exec{c: c, id: id, opts: opts, started: true, done: make(chan struct{})}
+	if stdinStream {
+		e.credits = make(chan struct{}, StdinWindow)
+		for range StdinWindow {
+			e.credits <- struct{}{}
+		}
+		e.stdin = &execStdin{e: e}
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	switch {
+	case c.err != nil:
+		return nil, c.err
+	case id > c.nextID:
+		return nil, invalid("adopting exec %d: above the reserved ids (%d)", id, c.nextID)
+	case c.waiters[id] != nil:
+		return nil, invalid("adopting exec %d: the id is in use", id)
+	}
+	c.waiters[id] = &waiter{handle: e.handle, fail: func(err error) { e.finish(fmt.Errorf("exec %d: %w", id, err)) }}
+	return e, nil
+}
+
 // ID is the exec's request id.
 func (e *Exec) ID() uint32 { return e.id }
 
