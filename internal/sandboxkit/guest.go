@@ -165,7 +165,10 @@ func (g *Guest) Retune(l sandbox.Limits, apply func() error) error {
 // when nothing runs in it, for a checkpoint of the sandbox: an Exec, a
 // cell, a file operation or a kernel's start or listing in flight is
 // ErrFailedPrecondition, and nothing changes (a file half written would
-// be saved so). It
+// be saved so). The one Exec it saves is a pool's interpreter that still
+// waits for its program (an Exec with an exit notice and streamed stdin,
+// nothing written to it yet): a guest restored from the checkpoint keeps
+// it, and ResumeExec adopts it. It
 // returns the guest's hello and the highest request id used so far, which
 // a client of the restored guest needs (supervisor.Meta). Thaw undoes it
 // when the checkpoint fails.
@@ -176,7 +179,7 @@ func (g *Guest) Freeze() (guest.Hello, uint32, error) {
 	switch {
 	case g.dead || c == nil:
 		return guest.Hello{}, 0, fmt.Errorf("sandbox %s is no longer running: %w", g.Sandbox, errdefs.ErrFailedPrecondition)
-	case g.running != nil || g.cells > 0 || g.ops > 0:
+	case (g.running != nil && !g.running.waiting()) || g.cells > 0 || g.ops > 0:
 		return guest.Hello{}, 0, fmt.Errorf("sandbox %s runs a program, a cell or a file operation; it is saved only when idle: %w", g.Sandbox, errdefs.ErrFailedPrecondition)
 	}
 	g.dead, g.frozen = true, true
@@ -317,6 +320,14 @@ func (g *Guest) Start(ctx context.Context, req sandbox.ExecRequest) (sandbox.Exe
 	if err != nil {
 		return nil, g.lost(ctx, err)
 	}
+	g.track(ctx, h, ex, timeout)
+	return h, nil
+}
+
+// track makes h, an Exec of ex that the guest runs, the guest's running
+// Exec, supervised until its end or timeout, with g.mu held.
+func (g *Guest) track(ctx context.Context, h *execHandle, ex *guest.Exec, timeout time.Duration) {
+	req := h.req
 	h.ex = ex
 	if w := ex.Stdin(); w != nil {
 		h.stdin = w
@@ -326,7 +337,6 @@ func (g *Guest) Start(ctx context.Context, req sandbox.ExecRequest) (sandbox.Exe
 	}
 	g.running = h
 	go h.supervise(ctx, time.NewTimer(timeout))
-	return h, nil
 }
 
 // execHandle is one Exec of a Guest: supervise follows it to its end and
@@ -343,6 +353,8 @@ type execHandle struct {
 	// cpuBefore is the cgroup's CPU time, in nanoseconds, when the program
 	// began: at Start, or for a pool's Exec when its code came (codeStdin).
 	cpuBefore  atomic.Int64
+	// fed is set once a pool's Exec was written its program (codeStdin).
+	fed        atomic.Bool
 	cancelOnce sync.Once
 	cancel     chan struct{} // closed by Cancel
 	done       chan struct{} // closed once res and err are set
@@ -389,8 +401,21 @@ type codeStdin struct {
 }
 
 func (s *codeStdin) Write(p []byte) (int, error) {
+	s.h.fed.Store(true)
 	s.once.Do(func() { s.h.cpuBefore.Store(int64(s.h.g.Cgroup.CPUUsage())) })
 	return s.WriteCloser.Write(p)
+}
+
+func (s *codeStdin) Close() error {
+	s.h.fed.Store(true)
+	return s.WriteCloser.Close()
+}
+
+// waiting says whether h is a pool's interpreter that still waits for
+// its program: nothing was written to its stdin, nor closed (Freeze).
+func (h *execHandle) waiting() bool {
+	_, pool := h.stdin.(*codeStdin)
+	return pool && !h.fed.Load()
 }
 
 // supervise waits for the exec's end, its timer, its ctx or Cancel, and

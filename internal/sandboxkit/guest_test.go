@@ -737,3 +737,41 @@ func TestRetuneWhileRunning(t *testing.T) {
 		})
 	}
 }
+
+// TestFreezeAPoolExecWaiting checks that Freeze saves a guest whose one
+// Exec is a pool's interpreter still waiting for its program, and refuses
+// any other Exec and a pool's once its program was written.
+func TestFreezeAPoolExecWaiting(t *testing.T) {
+	pool := sandbox.ExecRequest{File: sandbox.File{Name: "a"}, Argv: []string{"/a"}, StdinStream: true, ExitNotice: true}
+	for _, tt := range []struct {
+		name  string
+		req   sandbox.ExecRequest
+		write bool
+		ok    bool
+	}{
+		{"pool exec waiting", pool, false, true},
+		{"pool exec fed", pool, true, false},
+		{"other exec", sandbox.ExecRequest{File: sandbox.File{Name: "a"}, Argv: []string{"/a"}, StdinStream: true}, false, false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			f := newFakeGuest(t, sandbox.Limits{Timeout: time.Minute, OutputCap: 10}, func(f frames, _ guest.ExecRequest) { f.started() })
+			ex, err := f.g.Start(t.Context(), tt.req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tt.write {
+				if _, err := ex.Stdin().Write([]byte("x")); err != nil {
+					t.Fatal(err)
+				}
+			}
+			_, _, err = f.g.Freeze()
+			if tt.ok && err != nil {
+				t.Errorf("Freeze: got %v, want nil", err)
+			}
+			if !tt.ok && !errdefs.IsFailedPrecondition(err) {
+				t.Errorf("Freeze: got %v, want ErrFailedPrecondition", err)
+			}
+			f.g.Thaw()
+		})
+	}
+}
