@@ -280,6 +280,22 @@ type LiveSnapshotter interface {
 	Snapshot(ctx context.Context, sb Sandbox, dir string, o SnapshotOptions) (time.Duration, error)
 }
 
+// ExecRestorer is implemented by Snapshotters whose Checkpoint also
+// saves a sandbox in which a warm pool's interpreter waits for its
+// program (an Exec with ExitNotice and StdinStream that nothing was
+// written to yet), and whose restored sandbox goes on with it. It is an
+// interface of its own, found by type assertion on a Snapshotter.
+type ExecRestorer interface {
+	Snapshotter
+	// RestoreExec restores the sandbox saved in dir as Restore does and
+	// returns, beside it, the interpreter it holds as an Exec of req (the
+	// request the interpreter was started with: its OnOutput receives the
+	// output from now on; its timeout starts now). A checkpoint without
+	// such an interpreter fails (ErrFailedPrecondition) and leaves
+	// nothing running.
+	RestoreExec(ctx context.Context, dir string, labels map[string]string, req ExecRequest) (Sandbox, Exec, error)
+}
+
 // SnapshotOptions are a LiveSnapshotter's Snapshot's.
 type SnapshotOptions struct {
 	// Unbind names the labels left out of what binds the snapshot, so

@@ -292,7 +292,12 @@ func (d *Snapshotting) save(ctx context.Context, sb sandbox.Sandbox, dir string,
 // saved sandbox had with another value is refused (checkBinding), and so
 // is a checkpoint another runtime build made (checkBuild): nothing is
 // started then.
-func (d *Snapshotting) Restore(ctx context.Context, dir string, labels map[string]string) (_ sandbox.Sandbox, err error) {
+func (d *Snapshotting) Restore(ctx context.Context, dir string, labels map[string]string) (sandbox.Sandbox, error) {
+	return d.restore(ctx, dir, labels, resumeGuest)
+}
+
+// restore is Restore, its guest made ready to serve by resume.
+func (d *Snapshotting) restore(ctx context.Context, dir string, labels map[string]string, resume func(context.Context, *sbx) error) (_ sandbox.Sandbox, err error) {
 	if len(d.cfg.Shim) == 0 {
 		return nil, fmt.Errorf("the %s driver has no shim to supervise a restored sandbox (ocidriver.Config.Shim): %w", d.cfg.Name, errdefs.ErrFailedPrecondition)
 	}
@@ -392,7 +397,7 @@ func (d *Snapshotting) Restore(ctx context.Context, dir string, labels map[strin
 	if err := s.connect(ctx); err != nil {
 		return nil, err
 	}
-	if _, err := s.Guest.Resume(ctx); err != nil {
+	if err := resume(ctx, s); err != nil {
 		return nil, fmt.Errorf("restoring sandbox %s from %s: %w", id, dir, err)
 	}
 	return s, nil
