@@ -521,10 +521,22 @@ func (p *pool) create(ctx context.Context) (*warm, error) {
 	}
 	// The Exec lives as long as the sandbox: its ctx is the pool's, and a
 	// run ends it through Cancel (runWarm).
-	ex, err := sb.Start(context.WithoutCancel(ctx), sandbox.ExecRequest{
+	ex, err := sb.Start(context.WithoutCancel(ctx), p.interpreter(w, argv, templateEnv(tm)))
+	if err != nil {
+		_ = sb.Destroy(context.WithoutCancel(ctx))
+		return nil, fmt.Errorf("starting the pool's interpreter: %w", err)
+	}
+	w.ex = ex
+	return w, nil
+}
+
+// interpreter is the Exec of a one-shot pool's interpreter in w, argv
+// with env: its output goes to the run that took w.
+func (p *pool) interpreter(w *warm, argv, env []string) sandbox.ExecRequest {
+	return sandbox.ExecRequest{
 		File:        sandbox.File{Name: p.rt.FileName},
 		Argv:        argv,
-		Env:         templateEnv(tm),
+		Env:         env,
 		StdinStream: true,
 		ExitNotice:  true,
 		OnOutput: func(s sandbox.Stream, b []byte) {
@@ -532,13 +544,7 @@ func (p *pool) create(ctx context.Context) (*warm, error) {
 				(*f)(s, b)
 			}
 		},
-	})
-	if err != nil {
-		_ = sb.Destroy(context.WithoutCancel(ctx))
-		return nil, fmt.Errorf("starting the pool's interpreter: %w", err)
 	}
-	w.ex = ex
-	return w, nil
 }
 
 // drain destroys the sandboxes not taken. ctx may have ended: the

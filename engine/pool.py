@@ -11,7 +11,8 @@
 # one-shot of a template runs through it too.
 #
 # Stdin carries: a decimal header length and a newline; the header, JSON
-# {"path", "argv", "size"}; size bytes of code; then the program's stdin.
+# {"path", "argv", "size"} (and "reseed": false, from a test only: see
+# _reseed); size bytes of code; then the program's stdin.
 # Everything is read with os.read, so that nothing of the program's stdin is
 # buffered by this loader: sys.stdin (not read here) and any child process
 # see all of it.
@@ -137,6 +138,26 @@ def _header():
 
 
 _h = _header()
+
+
+def _reseed():
+    # The sandbox may be a restore of a checkpoint taken while this loader
+    # waited above (engine/poolsnap.go): every restore would draw the
+    # random numbers the checkpoint's generators hold. Seeded again here,
+    # once the program has come, from the kernel's random source (which a
+    # restored sandbox draws from the host afresh), as a cold start seeds
+    # them; in a sandbox started cold it changes nothing one could see.
+    if "random" in sys.modules:
+        sys.modules["random"].seed()
+    if "numpy" in sys.modules:
+        sys.modules["numpy"].random.seed()
+    if "tempfile" in sys.modules:
+        sys.modules["tempfile"]._name_sequence = None
+
+
+if _h.get("reseed", True):  # false only in a test that looks at the checkpoint's state
+    _reseed()
+del _reseed
 _path = _h["path"]
 _code = _read(_h["size"])
 # The guest created the file (empty) when the exec started, with the cold

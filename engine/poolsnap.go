@@ -88,7 +88,12 @@ type poolSnap struct {
 // snapOf is the checkpoint of a new pool p, or nil when p refills cold.
 func (e *Engine) snapOf(p *pool) *poolSnap {
 	snap, ok := p.drv.(sandbox.Snapshotter)
-	if !ok || !p.session || !p.drv.Capabilities().Snapshots || e.poolOpts.CheckpointDir == "" ||
+	if !p.session {
+		// A one-shot pool's interpreter is saved waiting for its program
+		// and adopted when restored (poolsnap_exec.go).
+		_, ok = p.drv.(sandbox.ExecRestorer)
+	}
+	if !ok || !p.drv.Capabilities().Snapshots || e.poolOpts.CheckpointDir == "" ||
 		p.tool.Template != "" || p.rt.Name != "python" {
 		return nil
 	}
@@ -151,9 +156,13 @@ func (e *Engine) removeSnaps() {
 
 // key is the name of the checkpoint of p's sandboxes of image digest.
 func (p *pool) snapKey(digest string) (string, error) {
-	ks, _, err := p.e.sessionKernel(p.tool, p.rt, poolModules[p.rt.Name])
-	if err != nil {
-		return "", err
+	var ks any = p.argv // a one-shot pool's interpreter
+	if p.session {
+		k, _, err := p.e.sessionKernel(p.tool, p.rt, poolModules[p.rt.Name])
+		if err != nil {
+			return "", err
+		}
+		ks = k
 	}
 	build, err := runtimeBuild(p.drv)
 	if err != nil {
@@ -250,6 +259,11 @@ func (p *pool) save(ctx context.Context, w *warm, key string) (*warm, error) {
 		return fail(err)
 	}
 	defer os.RemoveAll(tmp)
+	if !p.session {
+		if err := settle(ctx, w); err != nil {
+			return fail(err)
+		}
+	}
 	start := time.Now()
 	if err := s.snap.Checkpoint(ctx, w.sb, filepath.Join(tmp, poolCheckpointDir)); err != nil {
 		return fail(err)
@@ -276,6 +290,9 @@ func (p *pool) save(ctx context.Context, w *warm, key string) (*warm, error) {
 // image of digest: unbound, its kernel ready, its random state reseeded,
 // its deadline the pool's.
 func (p *pool) restore(ctx context.Context, dir, digest string) (_ *warm, err error) {
+	if !p.session {
+		return p.restoreExec(ctx, dir, digest)
+	}
 	sb, err := p.snap.snap.Restore(ctx, dir, nil)
 	if err != nil {
 		return nil, err

@@ -1,0 +1,121 @@
+package engine
+
+import (
+	"context"
+	"encoding/json"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/stockade-sh/stockade/image"
+	"github.com/stockade-sh/stockade/internal/testenv"
+	"github.com/stockade-sh/stockade/sandbox"
+)
+
+// snapPoolEngine returns an engine over drivers with the default tool on
+// driver and a one-shot python pool of size that refills from a
+// checkpoint in dir where driver can (gVisor).
+func snapPoolEngine(t *testing.T, drivers map[string]sandbox.Driver, driver string, size int, dir string) (*Engine, *snapCounts) {
+	t.Helper()
+	e, err := New(drivers, driver, image.Open(testenv.DataDir()), sandbox.DefaultLimits(), sandbox.DefaultCeiling(),
+		WithPools(PoolOptions{Pools: []PoolSpec{{Runtime: "python", Size: size}}, CheckpointDir: dir}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	counts := &snapCounts{}
+	e.SetPoolObserver(counts)
+	stop, err := e.StartPools(context.Background(), map[string]string{LabelOwner: "pool-test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(stop)
+	return e, counts
+}
+
+// runDraws runs randomCell as a one-shot program of e, which must be a
+// pool hit, and returns its lines.
+func runDraws(t *testing.T, e *Engine, counts *poolCounts) []string {
+	t.Helper()
+	waitReady(t, e, 1)
+	hits, _ := counts.get()
+	res, err := e.Run(t.Context(), Request{Runtime: "python", Code: []byte(randomCell)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h, _ := counts.get(); h != hits+1 {
+		t.Fatalf("got %d pool hits, want %d: the run was not served by the pool", h, hits+1)
+	}
+	return drawLines(t, []byte(res.Stdout), []byte(res.Stderr))
+}
+
+func drawLines(t *testing.T, out, errOut []byte) []string {
+	t.Helper()
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	if len(lines) != len(randomNames) {
+		t.Fatalf("the random program printed %q (stderr %q), want %d lines", out, errOut, len(randomNames))
+	}
+	return lines
+}
+
+// TestPoolOneShotRestoredRandomState checks that the sandboxes a gVisor
+// one-shot pool restores from its checkpoint (its interpreter saved
+// waiting for its program) are each their own: two runs served by
+// restored sandboxes draw different random numbers and names from each
+// other and from the checkpoint's own state. The checkpoint's state is
+// read by restoring it twice and sending the interpreter its program
+// without the reseed (pool.py's header "reseed": false): those two draw
+// the same numbers from python's random and numpy's generator, which
+// shows the check sees a shared state when there is one.
+func TestPoolOneShotRestoredRandomState(t *testing.T) {
+	drivers, _ := shimDrivers(t, nil)
+	dir := t.TempDir()
+	e, counts := snapPoolEngine(t, drivers, "gvisor", 1, dir)
+	da := runDraws(t, e, &counts.poolCounts)
+	db := runDraws(t, e, &counts.poolCounts)
+	if restored, cold, failed := counts.made(); restored < 2 || failed > 0 {
+		t.Fatalf("got %d restored refills, %d cold, %d failed restores; want the two runs' sandboxes restored", restored, cold, failed)
+	}
+
+	ckpts, _ := filepath.Glob(filepath.Join(dir, "*", "*", "*", poolCheckpointDir))
+	if len(ckpts) != 1 {
+		t.Fatalf("got checkpoints %v, want one", ckpts)
+	}
+	snap := drivers["gvisor"].(sandbox.ExecRestorer)
+	var raw [2][]string
+	for i := range raw {
+		sb, ex, err := snap.RestoreExec(t.Context(), ckpts[0], nil, sandbox.ExecRequest{
+			File: sandbox.File{Name: "main.py"}, Argv: []string{"/usr/bin/python3"}, StdinStream: true, ExitNotice: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = sb.Destroy(context.Background()) })
+		h, _ := json.Marshal(map[string]any{"path": "/tmp/main.py", "argv": []string{"/tmp/main.py"}, "size": len(randomCell), "reseed": false})
+		in := ex.Stdin()
+		if _, err := in.Write([]byte(strconv.Itoa(len(h)) + "\n" + string(h) + randomCell)); err != nil {
+			t.Fatal(err)
+		}
+		_ = in.Close()
+		res, err := ex.Wait(t.Context())
+		if err != nil {
+			t.Fatal(err)
+		}
+		raw[i] = drawLines(t, res.Stdout, res.Stderr)
+	}
+	t.Logf("raw restores drew %q and %q", raw[0], raw[1])
+	for i := range 2 { // random.random() and numpy's
+		if raw[0][i] != raw[1][i] {
+			t.Fatalf("two raw restores drew %s %s and %s: the checkpoint holds no state of it to compare with", randomNames[i], raw[0][i], raw[1][i])
+		}
+	}
+	for i, name := range randomNames {
+		if da[i] == db[i] {
+			t.Errorf("two restored pool sandboxes drew the same %s: %s", name, da[i])
+		}
+		for _, r := range raw {
+			if da[i] == r[i] || db[i] == r[i] {
+				t.Errorf("a restored pool sandbox drew the checkpoint's %s: %s", name, r[i])
+			}
+		}
+	}
+}
