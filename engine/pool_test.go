@@ -52,24 +52,30 @@ func realDrivers(t *testing.T) map[string]sandbox.Driver {
 	if err != nil {
 		t.Fatal(err)
 	}
-	gv, err := gvisor.New(gvisor.Config{StateDir: t.TempDir(), GuestPath: guest})
+	// With a supervisor: a one-shot pool's sandboxes are restored from
+	// its checkpoint on gVisor (poolsnap_exec.go), detached.
+	gv, err := gvisor.New(gvisor.Config{StateDir: t.TempDir(), GuestPath: guest, Shim: testenv.Shim(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { _, _ = gv.Reap(context.Background(), nil) })
 	return map[string]sandbox.Driver{"runc": rc, "gvisor": gv}
 }
 
 // pooledEngine returns an engine over drivers, with the default tool on
-// driver, and a python pool of size on it when size > 0.
+// driver, and a python pool of size on it when size > 0. On gVisor the
+// pool refills from its checkpoint (poolsnap_exec.go): these tests see
+// restored sandboxes there (snapCountsOf counts them), cold ones on runc.
 func pooledEngine(t *testing.T, drivers map[string]sandbox.Driver, driver string, size int, opts ...Option) (*Engine, *poolCounts) {
 	t.Helper()
-	opts = append(opts, WithPools(PoolOptions{Pools: []PoolSpec{{Runtime: "python", Size: size}}}))
+	opts = append(opts, WithPools(PoolOptions{Pools: []PoolSpec{{Runtime: "python", Size: size}}, CheckpointDir: t.TempDir()}))
 	e, err := New(drivers, driver, image.Open(testenv.DataDir()), sandbox.DefaultLimits(), sandbox.DefaultCeiling(), opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
-	counts := &poolCounts{}
-	e.SetPoolObserver(counts)
+	sc := &snapCounts{}
+	counts := &sc.poolCounts
+	e.SetPoolObserver(sc)
 	stop, err := e.StartPools(context.Background(), map[string]string{LabelOwner: "pool-test"})
 	if err != nil {
 		t.Fatal(err)
@@ -273,6 +279,9 @@ print('json', json.dumps({'a': 1}))
 			}
 			if hits, misses := counts.get(); hits != 3 || misses != 0 {
 				t.Errorf("got %d hits and %d misses, want 3 hits and no miss", hits, misses)
+			}
+			if restored, _, failed := e.poolObs.(*snapCounts).made(); driver == "gvisor" && (restored < 3 || failed > 0) {
+				t.Errorf("got %d restored refills and %d failed restores on gVisor, want the three runs' sandboxes restored", restored, failed)
 			}
 		})
 	}

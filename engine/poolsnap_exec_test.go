@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"encoding/json"
+	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -117,5 +118,54 @@ func TestPoolOneShotRestoredRandomState(t *testing.T) {
 				t.Errorf("a restored pool sandbox drew the checkpoint's %s: %s", name, r[i])
 			}
 		}
+	}
+}
+
+// TestPoolOneShotRestoreFallsBack checks that a one-shot pool whose
+// checkpoint cannot be restored (its record overwritten) refills cold,
+// counts the failed restore, and serves its runs all the same.
+func TestPoolOneShotRestoreFallsBack(t *testing.T) {
+	drivers, _ := shimDrivers(t, nil)
+	dir := t.TempDir()
+	e, counts := snapPoolEngine(t, drivers, "gvisor", 1, dir)
+	const probe = "import sys\nprint('numpy' in sys.modules)"
+	run := func() {
+		t.Helper()
+		waitReady(t, e, 1)
+		hits, _ := counts.get()
+		res, err := e.Run(t.Context(), Request{Runtime: "python", Code: []byte(probe)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if h, _ := counts.get(); h != hits+1 || res.Stdout != "True\n" {
+			t.Fatalf("got %q with %d hits after %d, want a pool hit with numpy imported", res.Stdout, h, hits)
+		}
+	}
+	run()
+	if restored, _, failed := counts.made(); restored < 1 || failed > 0 {
+		t.Fatalf("got %d restored refills and %d failed restores, want the pool restoring", restored, failed)
+	}
+	ckpts, _ := filepath.Glob(filepath.Join(dir, "*", "*", "*", poolCheckpointDir))
+	if len(ckpts) != 1 {
+		t.Fatalf("got checkpoints %v, want one", ckpts)
+	}
+	entries, _ := os.ReadDir(ckpts[0])
+	broken := 0
+	for _, d := range entries {
+		if d.Type().IsRegular() {
+			if err := os.WriteFile(filepath.Join(ckpts[0], d.Name()), []byte("{}"), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			broken++
+		}
+	}
+	if broken == 0 {
+		t.Fatalf("the checkpoint %s has no file to break", ckpts[0])
+	}
+	_, coldBefore, _ := counts.made()
+	run() // takes the sandbox restored before; its refill fails to restore
+	run()
+	if _, cold, failed := counts.made(); failed < 1 || cold <= coldBefore {
+		t.Errorf("got %d failed restores and %d cold refills (%d before), want the refill after the failure cold", failed, cold, coldBefore)
 	}
 }
