@@ -15,8 +15,9 @@ import (
 // BenchmarkPoolRefill measures one pool refill, interleaved (each round
 // makes one sandbox of every variant): a gVisor session pool's sandbox
 // started cold (sandbox, kernel, numpy and pandas imported) and restored
-// from the pool's checkpoint (poolsnap.go), and, for reference, the cold
-// refills of a gVisor one-shot pool and of runc's pools. Per variant it
+// from the pool's checkpoint (poolsnap.go), a gVisor one-shot pool's
+// likewise (its interpreter adopted, poolsnap_exec.go), and, for
+// reference, the cold refills of runc's pools. Per variant it
 // reports the median wall time until the refill returned, the median
 // CPU time of the sandbox's cgroup then (the Sentry's on gVisor: the
 // runtime's commands and the shim are not in it) and once it settled
@@ -66,19 +67,22 @@ func BenchmarkPoolRefill(b *testing.B) {
 		{name: "gvisor-session-cold", p: pools["gvisortrue"], make: cold},
 		{name: "gvisor-session-restored", p: pools["gvisortrue"], make: restored},
 		{name: "gvisor-oneshot-cold", p: pools["gvisorfalse"], make: cold},
+		{name: "gvisor-oneshot-restored", p: pools["gvisorfalse"], make: restored},
 		{name: "runc-session-cold", p: pools["runctrue"], make: cold},
 		{name: "runc-oneshot-cold", p: pools["runcfalse"], make: cold},
 	}
-	if pools["gvisortrue"].snap == nil {
-		b.Fatal("the gVisor session pool has no checkpoint")
-	}
 	ctx := context.Background()
-	// The checkpoint is made once, outside the measure.
-	w, _, err := pools["gvisortrue"].refill(ctx)
-	if err != nil {
-		b.Fatal(err)
+	for _, k := range []string{"gvisortrue", "gvisorfalse"} {
+		if pools[k].snap == nil {
+			b.Fatalf("the gVisor pool %s has no checkpoint", k)
+		}
+		// The checkpoint is made once, outside the measure.
+		w, _, err := pools[k].refill(ctx)
+		if err != nil {
+			b.Fatal(err)
+		}
+		_ = w.sb.Destroy(ctx)
 	}
-	_ = w.sb.Destroy(ctx)
 	b.ResetTimer()
 	for range b.N {
 		for _, v := range vs {
