@@ -71,10 +71,11 @@ import (
 //
 // One-shots of a golden template do not restore it: a checkpoint holds a
 // kernel between cells, and a one-shot's program is a process of its own
-// (its exit status, signals, __main__), which a cell is not; nor can a
-// sandbox whose loader waits for its program be saved (Checkpoint refuses
-// an Exec in flight). They run Start in their own process (template.go),
-// from a warm pool where one is configured.
+// (its exit status, signals, __main__), which a cell is not; and the
+// one-shot pools that save their loader waiting for its program
+// (poolsnap_exec.go) leave out a template's tool, whose Start may hold
+// state no reseed reaches. They run Start in their own process
+// (template.go), from a warm pool where one is configured.
 
 // GoldenOptions configures golden checkpoints.
 type GoldenOptions struct {

@@ -59,14 +59,12 @@ import (
 // saved processes (so id() of the objects numpy and pandas made at import
 // time), and any generator the import itself created and holds.
 //
-// Not checkpointed: one-shot pools. Their interpreter is a program in
-// flight (pool.py, an Exec waiting for its code on stdin), and a sandbox
-// is saved only idle (Snapshotter.Checkpoint refuses an Exec in flight:
-// the restored guest's new client could not adopt the exec's stream);
-// pools of a template's tool, whose Start may hold state of its own that
-// no reseed reaches (a template opts into that with golden: true); and
-// every pool on runc, which cannot checkpoint on these hosts (CRIU).
-// Those refill cold.
+// One-shot pools are checkpointed likewise where the driver restores a
+// sandbox with its interpreter in flight (sandbox.ExecRestorer): see
+// poolsnap_exec.go. Not checkpointed: pools of a template's tool, whose
+// Start may hold state of its own that no reseed reaches (a template
+// opts into that with golden: true); and every pool on runc, which
+// cannot checkpoint on these hosts (CRIU). Those refill cold.
 
 // poolCheckpointDir is the directory, below the checkpoint's, that the
 // driver writes.

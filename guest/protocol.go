@@ -47,7 +47,9 @@
 // each new client and passes that client's Accept on in the v2 header (id
 // 0), which the guest takes again. The new client reserves the ids the
 // earlier ones used (Client.ReserveIDs), asks for the guest's state
-// (Client.Ping) and adopts its kernels (Client.AdoptKernel); frames for
+// (Client.Ping) and adopts its kernels (Client.AdoptKernel), and the exec
+// an earlier client left waiting for its stdin when it means to go on
+// with it (Client.AdoptExec: a restored pool interpreter); frames for
 // the earlier clients' requests are dropped as ids it does not know.
 //
 // # Trust

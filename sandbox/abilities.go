@@ -250,7 +250,8 @@ type Snapshotter interface {
 	// Checkpoint saves sb, with its processes, memory and kernels, into
 	// dir (created, readable by root only; it must not exist), and ends
 	// sb as Destroy does. sb must be idle: an Exec, a cell or a file
-	// operation in flight is ErrFailedPrecondition.
+	// operation in flight is ErrFailedPrecondition, except, for an
+	// ExecRestorer, a pool's interpreter waiting for its program.
 	Checkpoint(ctx context.Context, sb Sandbox, dir string) error
 	// Restore starts a detached sandbox, with a new ID, from what
 	// Checkpoint saved in dir, carrying the saved sandbox's labels and
