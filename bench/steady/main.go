@@ -29,7 +29,11 @@
 // that takes longer than -turn-timeout fails the run. Run it from the
 // module's root (it builds the shim).
 //
-//	go run ./bench/steady [-n 20] [-rates 0.5,1,2,max] [-pool 2] [-sessions 1] [-idle 30s] [-tiers runc,gvisor]
+// gVisor's pools refill from their checkpoints as the daemon's do
+// (engine/poolsnap.go, poolsnap_exec.go); -restore=false refills them
+// cold, to compare.
+//
+//	go run ./bench/steady [-n 20] [-rates 0.5,1,2,max] [-pool 2] [-sessions 1] [-idle 30s] [-tiers runc,gvisor] [-restore=false]
 package main
 
 import (
@@ -71,11 +75,12 @@ func main() {
 	tiers := flag.String("tiers", "runc,gvisor", "tiers, comma-separated: runc, gvisor, or gvisor=RUNSC for gVisor with that runsc")
 	dataDir := flag.String("data-dir", config.Default().DataDir, "image store")
 	runsc := flag.String("runsc", config.Default().RunscPath, "runsc executable of the gvisor tier (a tier gvisor=RUNSC has its own)")
+	restore := flag.Bool("restore", true, "refill gVisor's pools from their checkpoints, as the daemon does (false: every refill cold)")
 	flag.Parse()
 	rs, err := parseRates(*rates)
 	if err == nil {
 		err = run(context.Background(), opts{n: *n, rates: rs, size: *size, sessions: *sessions, settle: *settle, idle: *idle,
-			turnTimeout: *turnTimeout, tiers: strings.Split(*tiers, ","), dataDir: *dataDir, runsc: *runsc})
+			turnTimeout: *turnTimeout, tiers: strings.Split(*tiers, ","), dataDir: *dataDir, runsc: *runsc, restore: *restore})
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "steady:", err)
@@ -94,6 +99,7 @@ type opts struct {
 	tiers       []string
 	dataDir     string
 	runsc       string
+	restore     bool
 }
 
 // want is how many sandboxes a tier's pools hold when full.
@@ -234,9 +240,16 @@ func run(ctx context.Context, o opts) error {
 		if err != nil {
 			return err
 		}
+		checkpoints := ""
+		if o.restore {
+			checkpoints = filepath.Join(cfg.StateDir, "pool-checkpoints")
+		}
 		eng, err := engine.New(map[string]sandbox.Driver{d: drv}, d, image.Open(o.dataDir), cfg.Defaults, cfg.Ceiling,
 			engine.WithPools(engine.PoolOptions{Pools: []engine.PoolSpec{{Runtime: "python", Size: o.size, Sessions: o.sessions}},
-				SessionWorkspace: int64(cfg.Sessions.WorkspaceSize)}))
+				SessionWorkspace: int64(cfg.Sessions.WorkspaceSize),
+				// As the daemon's (wiring.PoolOptions): gVisor's pools
+				// refill from their checkpoints there.
+				CheckpointDir: checkpoints}))
 		if err != nil {
 			return err
 		}
