@@ -352,7 +352,7 @@ type execHandle struct {
 	oomBefore int64
 	// cpuBefore is the cgroup's CPU time, in nanoseconds, when the program
 	// began: at Start, or for a pool's Exec when its code came (codeStdin).
-	cpuBefore  atomic.Int64
+	cpuBefore atomic.Int64
 	// fed is set once a pool's Exec was written its program (codeStdin).
 	fed        atomic.Bool
 	cancelOnce sync.Once
