@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -86,6 +87,11 @@ func (s *Server) routeControl() {
 	m.HandleFunc("POST /sandboxes/{id}/resume", s.authed(s.connect))
 	m.HandleFunc("POST /sandboxes/{id}/connect", s.authed(s.connect))
 	m.HandleFunc("POST /v2/sandboxes/{id}/connect", s.authed(s.connect))
+	m.HandleFunc("POST /sandboxes/{id}/snapshots", s.authed(s.createSnapshot))
+	m.HandleFunc("GET /snapshots", s.authed(s.listSnapshots))
+	m.HandleFunc("DELETE /templates/{id}", s.authed(s.deleteSnapshot))
+	m.HandleFunc("POST /sandboxes/{id}/fork", s.authed(s.fork))
+	m.HandleFunc("PUT /sandboxes/{id}/network", s.authed(s.updateNetwork))
 	m.HandleFunc("GET /sandboxes/{id}/metrics", s.authed(s.metrics))
 	m.HandleFunc("GET /sandboxes/metrics", s.authed(s.allMetrics))
 	m.HandleFunc("GET /sandboxes/{id}/logs", s.authed(s.logs))
@@ -145,10 +151,10 @@ func decode(r *http.Request, v any) error {
 	return nil
 }
 
-// runtimeOf maps a template name onto a runtime and tool: base and the
-// code interpreter's templates are the python runtime on the default
-// tool; node and shell their runtimes; any other name a tool of that
-// name, in python.
+// runtimeOf maps a template name that names no tool onto a runtime and
+// tool: base and the code interpreter's templates are the python runtime
+// on the default tool; node and shell their runtimes; any other name a
+// tool of that name, in python.
 func runtimeOf(template string) (runtime, tool string) {
 	switch template {
 	case "", "base", "code-interpreter-v1", "code-interpreter", "code-interpreter-beta", "python":
@@ -157,6 +163,36 @@ func runtimeOf(template string) (runtime, tool string) {
 		return template, ""
 	}
 	return "python", template
+}
+
+// placement is where a sandbox of template runs for p: a snapshot's id
+// (E2B's Sandbox.create(snapshotId)) starts a session from it; a tool
+// named so, or bound to a template named so, runs it (in its template's
+// base runtime); any other name is runtimeOf's.
+func (s *Server) placement(ctx context.Context, p capability.Principal, template string) (capability.CreateSessionRequest, error) {
+	if strings.HasPrefix(template, "snp_") {
+		return capability.CreateSessionRequest{Snapshot: template}, nil
+	}
+	ts, err := s.svc.Tools(ctx, p)
+	if err != nil {
+		return capability.CreateSessionRequest{}, err
+	}
+	for _, byTemplate := range []bool{false, true} {
+		for _, t := range ts {
+			if (!byTemplate && t.Tool.Name != template) || (byTemplate && (t.Tool.Template == "" || t.Tool.Template != template)) {
+				continue
+			}
+			rt := "python"
+			if d, ok := t.Tool.TemplateDeclaration(); ok && d.Base != "" {
+				rt = d.Base
+			} else if len(t.Tool.Runtimes) > 0 && !slices.Contains(t.Tool.Runtimes, rt) {
+				rt = t.Tool.Runtimes[0]
+			}
+			return capability.CreateSessionRequest{Runtime: rt, Tool: t.Tool.Name}, nil
+		}
+	}
+	rt, tool := runtimeOf(template)
+	return capability.CreateSessionRequest{Runtime: rt, Tool: tool}, nil
 }
 
 // secondsOf is a timeout in seconds as a duration, refusing what is out
@@ -191,7 +227,11 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request, p capability.Pri
 	if template == "" {
 		template = "base"
 	}
-	rt, tool := runtimeOf(template)
+	req0, err := s.placement(r.Context(), p, template)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
 	// E2B's sandboxes reach the internet unless asked not to; here a
 	// sandbox has a network only when it asks (allow_internet_access:
 	// true on /v2), and the policy and the tool's egress record decide:
@@ -200,27 +240,44 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request, p capability.Pri
 	if v2 && req.AllowInternetAccess != nil && *req.AllowInternetAccess {
 		network = "allow"
 	}
-	created, err := s.svc.CreateSession(r.Context(), p, capability.CreateSessionRequest{Runtime: rt, Tool: tool, Network: network,
-		TTLMS: s.o.TTL.Milliseconds(), IdleTimeoutMS: s.o.IdleTimeout.Milliseconds()}, capability.CreateSessionOptions{})
+	req0.Network, req0.TTLMS, req0.IdleTimeoutMS = network, s.o.TTL.Milliseconds(), s.o.IdleTimeout.Milliseconds()
+	if req0.Snapshot != "" {
+		// A snapshot's sessions have no network: asked for, it is refused
+		// by the service; "deny" is the default a snapshot start takes.
+		if network == "deny" {
+			req0.Network = ""
+		}
+	}
+	created, err := s.svc.CreateSession(r.Context(), p, req0, capability.CreateSessionOptions{})
 	if err != nil {
 		s.fail(w, r, err)
 		return
 	}
-	ss := created.Session
 	onTimeout := "kill"
 	if req.AutoPause != nil && *req.AutoPause {
 		onTimeout = "pause"
 	}
-	rec := store.E2BSandbox{SessionID: ss.ID, WorkspaceID: p.WorkspaceID, KeyID: p.KeyID, Role: string(p.Role), Template: template,
-		Metadata: req.Metadata, Envs: req.EnvVars, OnTimeout: onTimeout, EndAt: minTime(s.o.Now().Add(timeout), ss.ExpiresAt), CreatedAt: ss.CreatedAt}
-	if err := s.st.PutE2BSandbox(r.Context(), rec); err != nil {
-		if _, cerr := s.svc.CloseSession(context.WithoutCancel(r.Context()), p, ss.ID); cerr != nil {
-			s.log.Error("e2b: closing a session whose sandbox was not recorded", "session", ss.ID, "err", cerr)
-		}
+	rec, err := s.record(r.Context(), p, created.Session, store.E2BSandbox{Template: template, Metadata: req.Metadata, Envs: req.EnvVars, OnTimeout: onTimeout}, timeout)
+	if err != nil {
 		s.fail(w, r, err)
 		return
 	}
 	writeJSON(w, http.StatusCreated, s.answer(rec))
+}
+
+// record records session ss as a sandbox of p like tmpl (its template,
+// metadata, envs and what its timeout does) ending after timeout; when
+// that fails it closes the session.
+func (s *Server) record(ctx context.Context, p capability.Principal, ss model.Session, tmpl store.E2BSandbox, timeout time.Duration) (store.E2BSandbox, error) {
+	rec := store.E2BSandbox{SessionID: ss.ID, WorkspaceID: p.WorkspaceID, KeyID: p.KeyID, Role: string(p.Role), Template: tmpl.Template,
+		Metadata: tmpl.Metadata, Envs: tmpl.Envs, OnTimeout: tmpl.OnTimeout, EndAt: minTime(s.o.Now().Add(timeout), ss.ExpiresAt), CreatedAt: ss.CreatedAt}
+	if err := s.st.PutE2BSandbox(ctx, rec); err != nil {
+		if _, cerr := s.svc.CloseSession(context.WithoutCancel(ctx), p, ss.ID); cerr != nil {
+			s.log.Error("e2b: closing a session whose sandbox was not recorded", "session", ss.ID, "err", cerr)
+		}
+		return rec, err
+	}
+	return rec, nil
 }
 
 func minTime(a, b time.Time) time.Time {

@@ -21,6 +21,7 @@ import (
 	"github.com/stockade-sh/stockade/model"
 	"github.com/stockade-sh/stockade/sandbox"
 	"github.com/stockade-sh/stockade/store"
+	"github.com/stockade-sh/stockade/wire"
 )
 
 // The ports of a sandbox the SDKs name in E2b-Sandbox-Port.
@@ -45,6 +46,15 @@ type Backend interface {
 	StatFile(ctx context.Context, p capability.Principal, id, file string) (sandbox.FileInfo, error)
 	MakeDir(ctx context.Context, p capability.Principal, id, dir string) error
 	MoveFile(ctx context.Context, p capability.Principal, id, from, to string) (sandbox.FileInfo, error)
+
+	// Tools places a template name (a tool of that name, or bound to a
+	// template of that name); the snapshot calls serve E2B's snapshots
+	// and forks.
+	Tools(ctx context.Context, p capability.Principal) ([]capability.ToolStatus, error)
+	SnapshotSession(ctx context.Context, p capability.Principal, id string, req wire.SnapshotRequest) (model.Snapshot, time.Duration, error)
+	ListSnapshots(ctx context.Context, p capability.Principal, id string) ([]model.Snapshot, error)
+	DeleteSnapshot(ctx context.Context, p capability.Principal, id string) error
+	ForkSession(ctx context.Context, p capability.Principal, id string, req wire.ForkRequest) (*capability.Forked, error)
 }
 
 var _ Backend = (*capability.Service)(nil)
