@@ -39,7 +39,7 @@ func BenchmarkE2BSDK(b *testing.B) {
 	if driver == "" {
 		driver = "gvisor"
 	}
-	d := startE2BDaemon(b, testenv.Build(b, "./cmd/stockade"), driver)
+	d := startE2BDaemon(b, testenv.Build(b, "./cmd/stockade"), driver, e2bData{})
 	for i := 0; i < b.N; i++ {
 		cmd := exec.CommandContext(b.Context(), node, "bench.js")
 		cmd.Dir = nodeDir

@@ -67,10 +67,75 @@ var (
 // grant is each workspace's credits: far more than the suite spends.
 const grant = 10000
 
+// interpreterTemplate is E2B's code-interpreter template as a Stockade
+// template: python with node, which javascript contexts run. The tool of
+// the same name runs it, so Sandbox.create() of @e2b/code-interpreter
+// (template code-interpreter-v1) gets node, as on E2B.
+const interpreterTemplate = `templates:
+  - name: code-interpreter-v1
+    base: python
+    debian_packages: [nodejs]
+`
+
+// e2bData is the suite's data directory: the installed runtime images,
+// hard-linked, and the code-interpreter-v1 template built beside them, with
+// its templates file and each driver's tools file in dir.
+type e2bData struct{ dir, images string }
+
+// buildE2BData links the installed images into a data directory of the
+// test's and builds code-interpreter-v1 there with `stockade template
+// build` (Debian's nodejs and its 13 dependencies: about 45 s and 710 MiB
+// on the CI machine, as it copies the python image), so that the
+// installed data directory is never written to.
+func buildE2BData(t *testing.T, bin string) e2bData {
+	t.Helper()
+	d := e2bData{dir: t.TempDir()}
+	d.images = filepath.Join(d.dir, "data")
+	// apt downloads as _apt: every directory down to the data
+	// directory must be passable.
+	for _, p := range []string{filepath.Dir(d.dir), d.dir, d.images, filepath.Join(d.images, "images"), filepath.Join(d.images, "images", "sha256"), filepath.Join(d.images, "images", "refs")} {
+		if err := os.MkdirAll(p, 0o711); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(p, 0o711); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, n := range []string{"python", "node", "shell"} {
+		img := testenv.Image(t, n)
+		hex := strings.TrimPrefix(img.Digest, "sha256:")
+		// Hard links (cp -al), not a symbolic link: runsc refuses a
+		// rootfs reached through one, and links cost no copy.
+		if out, err := exec.Command("cp", "-a", "--link", filepath.Join(testenv.DataDir(), "images", "sha256", hex), filepath.Join(d.images, "images", "sha256", hex)).CombinedOutput(); err != nil {
+			t.Fatalf("linking the %s image: %v\n%s", n, err, out)
+		}
+		ref, err := os.ReadFile(filepath.Join(testenv.DataDir(), "images", "refs", n))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(d.images, "images", "refs", n), ref, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	files := map[string]string{"templates.yaml": interpreterTemplate,
+		"tools-gvisor.yaml": "tools:\n  - name: code-interpreter-v1\n    input_trust: untrusted\n    tier: gvisor\n    template: code-interpreter-v1\n",
+		"tools-runc.yaml":   "tools:\n  - name: code-interpreter-v1\n    input_trust: trusted\n    tier: container\n    template: code-interpreter-v1\n"}
+	for name, body := range files {
+		if err := os.WriteFile(filepath.Join(d.dir, name), []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	start := time.Now()
+	out := cli(t, bin, "template", "build", "code-interpreter-v1", "--templates", filepath.Join(d.dir, "templates.yaml"), "--data-dir", d.images)
+	t.Logf("built code-interpreter-v1 in %v: %s", time.Since(start).Round(time.Second), strings.TrimSpace(out))
+	return d
+}
+
 // startE2BDaemon sets up a database with the suite's two workspaces and
 // runs `stockade serve` on it with driver, no warm pools, no egress and
-// the E2B wire on a loopback port of its own.
-func startE2BDaemon(t testing.TB, bin, driver string) *e2bDaemon {
+// the E2B wire on a loopback port of its own, over data (buildE2BData;
+// zero: the installed data directory, with no template).
+func startE2BDaemon(t testing.TB, bin, driver string, data e2bData) *e2bDaemon {
 	t.Helper()
 	dir := t.TempDir()
 	d := &e2bDaemon{db: "sqlite:" + filepath.Join(dir, "stockade.db"), driver: driver, done: make(chan struct{})}
@@ -87,12 +152,20 @@ func startE2BDaemon(t testing.TB, bin, driver string) *e2bDaemon {
 	// The docker driver points nowhere, so that the daemon's start-up reap
 	// never touches containers of another Stockade on the host.
 	cfg := filepath.Join(dir, "stockade.yaml")
-	conf := fmt.Sprintf("driver: %s\npools: []\ndocker_host: unix://%s\ne2b:\n  listen: 127.0.0.1:0\n", driver, filepath.Join(dir, "no-docker.sock"))
+	// Sixteen sessions a workspace: the suite's shared sandboxes, a
+	// sandbox from a snapshot and forks live at once.
+	conf := fmt.Sprintf("driver: %s\npools: []\ndocker_host: unix://%s\ne2b:\n  listen: 127.0.0.1:0\nsessions:\n  max_per_workspace: 16\n", driver, filepath.Join(dir, "no-docker.sock"))
+	images := testenv.DataDir()
+	if data.dir != "" {
+		conf += fmt.Sprintf("templates: %s\ntools: %s\n", filepath.Join(data.dir, "templates.yaml"), filepath.Join(data.dir, "tools-"+driver+".yaml"))
+		images = data.images
+	}
 	if err := os.WriteFile(cfg, []byte(conf), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	d.cmd = exec.Command(bin, "serve", "--config", cfg, "--db", d.db, "--state-dir", filepath.Join(dir, "state"),
-		"--guest", testenv.Guest(t), "--data-dir", testenv.DataDir(), "--listen", "127.0.0.1:0", "--egress=false")
+		"--guest", testenv.Guest(t), "--data-dir", images, "--listen", "127.0.0.1:0", "--egress=false",
+		"--sessions-checkpoint-dir", filepath.Join(dir, "checkpoints"))
 	d.cmd.Env = append(os.Environ(), "STOCKADE_DRIVER="+driver)
 	stderr, err := d.cmd.StderrPipe()
 	if err != nil {
@@ -411,11 +484,12 @@ func TestE2BSDK(t *testing.T) {
 	testenv.RequiresRoot(t)
 	bin := testenv.Build(t, "./cmd/stockade")
 	outDir := t.TempDir()
+	data := buildE2BData(t, bin)
 	var outs []string
 	for _, driver := range []string{"gvisor", "runc"} {
 		t.Run(driver, func(t *testing.T) {
 			testenv.RequiresBinary(t, map[string]string{"gvisor": "runsc", "runc": "runc"}[driver])
-			d := startE2BDaemon(t, bin, driver)
+			d := startE2BDaemon(t, bin, driver, data)
 			var runs []suiteRun
 			for _, sdk := range []string{"new", "old"} {
 				out := filepath.Join(outDir, driver+"-"+sdk+".json")

@@ -3,7 +3,9 @@
 // the records of suite.js runs: node matrix.js OUT.md RUN.json...
 //
 // A method is ✓ in a run when every check that called it passed, ✗ when
-// one failed (the check and its error are listed), "n/a" with the reason
+// one failed (the check and its error are listed), "✗ (not served)" when
+// Stockade refuses it by design in E2B's error shape (the check asserted
+// the refusal; its error is the reason), "n/a" with the reason
 // when its only checks were not applicable there. The rows are the
 // public methods the suite found by reflection on each SDK version.
 const fs = require('node:fs')
@@ -26,6 +28,8 @@ function cell(run, method) {
   const failed = recs.filter((x) => x.status === 'fail')
   const ran = recs.filter((x) => x.status !== 'na')
   if (failed.length) return { mark: `✗ (${failed.length} of ${ran.length} checks)`, notes: failed.map((x) => `${x.check}: ${oneLine(x.error)}`) }
+  const refused = recs.filter((x) => x.status === 'unsupported')
+  if (refused.length) return { mark: '✗ (not served)', notes: [...new Set(refused.map((x) => `${x.check}: ${oneLine(x.reason)}`))] }
   if (recs.some((x) => x.status === 'pass')) return { mark: '✓', notes: [] }
   const na = recs.filter((x) => x.status === 'na')
   if (na.length) return { mark: 'n/a', notes: [...new Set(na.map((x) => x.reason))] }
@@ -80,7 +84,8 @@ for (const [sdk, rs] of bySdk) {
     const pass = r.records.filter((x) => x.status === 'pass').length
     const fail = r.records.filter((x) => x.status === 'fail').length
     const na = r.records.filter((x) => x.status === 'na').length
-    return `${r.run}: ${pass} checks passed, ${fail} failed, ${na} not applicable`
+    const refused = r.records.filter((x) => x.status === 'unsupported').length
+    return `${r.run}: ${pass} checks passed, ${fail} failed, ${refused} refused by design, ${na} not applicable`
   })
   lines.push(checks.join('; ') + '.')
   lines.push('')
