@@ -38,6 +38,12 @@ func TestControlPlaneRefusals(t *testing.T) {
 		{"connect unknown", "POST", "/v2/sandboxes/ses_0123/connect", []string{"X-API-Key", e.agent}, http.StatusNotFound},
 		{"unknown route", "GET", "/nope", []string{"X-API-Key", e.agent}, http.StatusNotFound},
 		{"bad state", "GET", "/v2/sandboxes?state=gone", []string{"X-API-Key", e.agent}, http.StatusBadRequest},
+		{"snapshot of an unknown sandbox", "POST", "/sandboxes/ses_0123/snapshots", []string{"X-API-Key", e.agent}, http.StatusNotFound},
+		{"snapshots of an unknown sandbox", "GET", "/snapshots?sandboxID=ses_0123", []string{"X-API-Key", e.agent}, http.StatusNotFound},
+		{"delete an unknown snapshot", "DELETE", "/templates/snp_0123", []string{"X-API-Key", e.agent}, http.StatusNotFound},
+		{"fork an unknown sandbox", "POST", "/sandboxes/ses_0123/fork", []string{"X-API-Key", e.agent}, http.StatusNotFound},
+		{"network of an unknown sandbox", "PUT", "/sandboxes/ses_0123/network", []string{"X-API-Key", e.agent}, http.StatusNotFound},
+		{"snapshots with no key", "GET", "/snapshots", nil, http.StatusUnauthorized},
 		{"data plane of an unknown sandbox", "GET", "/health", []string{"E2b-Sandbox-Id", "ses_0123", "E2b-Sandbox-Port", e2b.EnvdPort}, http.StatusBadGateway},
 		{"unknown port", "GET", "/health", []string{"E2b-Sandbox-Id", "ses_0123", "E2b-Sandbox-Port", "8080"}, http.StatusBadGateway},
 	} {
@@ -50,9 +56,11 @@ func TestControlPlaneRefusals(t *testing.T) {
 		})
 	}
 	// An empty list is a list.
-	r := e.api("GET", "/v2/sandboxes", nil)
-	if r.code != http.StatusOK || string(bytes.TrimSpace(r.body)) != "[]" {
-		t.Errorf("list: %d %s, want 200 []", r.code, r.body)
+	for _, path := range []string{"/v2/sandboxes", "/snapshots"} {
+		r := e.api("GET", path, nil)
+		if r.code != http.StatusOK || string(bytes.TrimSpace(r.body)) != "[]" {
+			t.Errorf("list %s: %d %s, want 200 []", path, r.code, r.body)
+		}
 	}
 }
 
