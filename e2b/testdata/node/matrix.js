@@ -55,6 +55,8 @@ lines.push('')
 lines.push('✓: every check that called the method passed. ✗ (k of n checks): k of the n')
 lines.push('checks that called it failed; the failures are listed below the tables. A check')
 lines.push('may call several methods, so one failure can mark a method that only set it up.')
+lines.push('✗ (not served): Stockade refuses the call by design, in E2B\'s error shape, and the')
+lines.push('check asserted the refusal; the SDK\'s error is listed below the tables.')
 lines.push('n/a: not applicable there, and why.')
 lines.push('')
 const notes = []
@@ -91,7 +93,7 @@ for (const [sdk, rs] of bySdk) {
   lines.push('')
 }
 if (notes.length) {
-  lines.push('## Failures')
+  lines.push('## Failures and refusals')
   lines.push('')
   lines.push(...notes)
   lines.push('')
