@@ -452,14 +452,22 @@ func (k *kernel) exited(ws syscall.WaitStatus, _ *syscall.Rusage) {
 	go k.ended(ws)
 }
 
-// ended reports the end of the kernel once its events are read, or after
-// drainGrace if a process it left holds fd 4 open.
+// ended reports the end of the kernel once its events and output are
+// read, or after drainGrace each if a process it left holds a pipe open.
 func (k *kernel) ended(ws syscall.WaitStatus) {
 	a := k.a
 	select {
 	case <-k.events:
 	case <-time.After(drainGrace):
 	}
+	// The host learns of the end once the kernel's strays are swept, so
+	// that a host that stopped the kernel finds its tree gone; then the
+	// output the kernel wrote before its end (a cell's print, flushed just
+	// before it killed the kernel) reaches the cell before the cell ends:
+	// its pipes have no writer left once the strays are dead, unless a
+	// process of another kernel opened them (drain gives up then).
+	a.sweepStrays()
+	drain(k.pumps, drainGrace)
 	k.mu.Lock()
 	c, ready, early := k.cell, k.ready, k.early
 	k.cell = nil
@@ -473,9 +481,6 @@ func (k *kernel) ended(ws syscall.WaitStatus) {
 	if x.Signal != 0 {
 		how = fmt.Sprintf("signal %d", x.Signal)
 	}
-	// The host learns of the end once the kernel's strays are swept, so
-	// that a host that stopped the kernel finds its tree gone.
-	a.sweepStrays()
 	if c != nil {
 		a.replyError(c.id, guest.ErrorKernelGone, fmt.Sprintf("kernel %d ended (%s) during the cell", k.id, how))
 	}
@@ -488,9 +493,6 @@ func (k *kernel) ended(ws syscall.WaitStatus) {
 	} else {
 		a.sendJSON(guest.FrameKernelExit, k.id, x)
 	}
-	// The kernel's orphans are dead: its pipes have no writer left,
-	// unless a process of another kernel opened them.
-	drain(k.pumps, drainGrace)
 }
 
 // sweepStrays kills the guest's children that belong to no kernel, unless
