@@ -328,10 +328,13 @@ func TestPoolSessionFallsBack(t *testing.T) {
 			}
 		})
 	}
-	// The pool's one sandbox serves one session; the next ones, until the
-	// refill (hundreds of milliseconds: a sandbox and a kernel importing
-	// pandas), open cold. Each session is a hit with numpy imported or a
-	// miss with a cold kernel, and one of the first few is a miss.
+	// The pool's one sandbox serves one session; the next ones wait for
+	// the refill when it is about to end (awaitRefill, within
+	// sessionWaitBound) or open cold, and the pool grows on that demand:
+	// whether a session is a hit or a miss is timing, so each must be a
+	// hit with numpy imported or a miss with a cold kernel, and the first
+	// a hit. (The subtests above hold that a session the pool cannot
+	// serve misses.)
 	t.Run("an empty pool", func(t *testing.T) {
 		for i := range 5 {
 			hits, misses := counts.get()
@@ -349,7 +352,7 @@ func TestPoolSessionFallsBack(t *testing.T) {
 				t.Fatalf("session %d: got %d hits and %d misses after %d and %d, and %s; want a hit with numpy imported or a miss without", i, h, m, hits, misses, got)
 			}
 		}
-		t.Errorf("5 sessions opened one after the other all came from a pool of 1")
+		t.Logf("5 sessions opened one after the other all came from a pool of 1 and its refills")
 	})
 }
 
