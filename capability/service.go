@@ -94,7 +94,8 @@ type core struct {
 //	runs       dispatch, the run of a one-shot, its end, cancel and waiters
 //	           (run.go)
 //	sessions   opening, ending, pausing, sweeping and adopting sessions
-//	           (sessions.go, pause.go, sessionsweep.go)
+//	           (sessions.go, sessionopen.go, sessionquota.go, pause.go,
+//	           sessionsweep.go)
 //	cells      a session's cells (cells.go); files: its files
 //	           (sessionfiles.go)
 //	egress     the audit of the sandboxes' egress and broker calls
