@@ -98,10 +98,9 @@ func (s *sessionHost) openingClaim(p Principal, o CreateSessionOptions, op *open
 		},
 	}
 	c.room = func(ctx context.Context, _ Step, in Admit) (*ticket, error) {
-		most := s.maxSessions(c.facts.pol)
-		if n, err := s.st.CountActiveSessions(ctx, p.WorkspaceID); err != nil {
+		if most, fits, err := s.sessionRoom(ctx, p.WorkspaceID, c.facts.pol, 1); err != nil {
 			return nil, err
-		} else if n >= most {
+		} else if !fits {
 			return nil, s.refuseQuota(ctx, c, in, most)
 		}
 		if more != nil {

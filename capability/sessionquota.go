@@ -33,6 +33,20 @@ func (s *sessionHost) maxSessions(pol model.Policy) int {
 	return s.opts.Sessions.MaxPerWorkspace
 }
 
+// sessionRoom is the bound of the live sessions of workspace ws under
+// pol, and whether n more fit under it. It is the one count that what
+// opens sessions asks before it starts them: an opening (openingClaim,
+// n 1) and a fork (roomFor, n its count); the store counts again as it
+// records each session (store.NewSession.MaxLive).
+func (s *sessionHost) sessionRoom(ctx context.Context, ws string, pol model.Policy, n int) (most int, fits bool, err error) {
+	most = s.maxSessions(pol)
+	live, err := s.st.CountActiveSessions(ctx, ws)
+	if err != nil {
+		return most, false, err
+	}
+	return most, live+n <= most, nil
+}
+
 // refuseQuota records the refusal of a session over the workspace's
 // bound and answers with a QuotaError saying when to retry.
 func (s *sessionHost) refuseQuota(ctx context.Context, c *claim, in Admit, most int) error {

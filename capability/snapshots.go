@@ -77,7 +77,6 @@ func (o SnapshotOptions) filled() SnapshotOptions {
 type snapshotStore interface {
 	GetSession(ctx context.Context, workspaceID, id string) (model.Session, error)
 	PendingCell(ctx context.Context, sessionID string) (string, error)
-	CountActiveSessions(ctx context.Context, workspaceID string) (int, error)
 	CheckpointBytes(ctx context.Context, workspaceID string) (bytes int64, paused int, err error)
 	CreateSnapshot(ctx context.Context, n store.NewSnapshot) (model.Snapshot, error)
 	GetSnapshot(ctx context.Context, workspaceID, id string) (model.Snapshot, error)
@@ -511,12 +510,11 @@ func (s *snapshots) roomFor(ctx context.Context, p Principal, ss model.Session, 
 	if err != nil {
 		return err
 	}
-	most := s.host.maxSessions(pol)
-	live, err := s.st.CountActiveSessions(ctx, p.WorkspaceID)
+	most, fits, err := s.host.sessionRoom(ctx, p.WorkspaceID, pol, n)
 	if err != nil {
 		return err
 	}
-	if live+n > most {
+	if !fits {
 		return errdefs.Public(&QuotaError{Max: most, RetryAfter: time.Minute})
 	}
 	return s.runner.HasRoom(engine.SessionSpec{Runtime: ss.Runtime, Tool: ss.Tool, Driver: ss.Driver}, n)
