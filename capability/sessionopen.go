@@ -37,6 +37,18 @@ type Created struct {
 	Replayed bool
 }
 
+// lifetimes are the idle timeout and the TTL that req asks for, so's
+// defaults when it names none, within so's ceilings (ErrInvalidArgument).
+func lifetimes(so SessionOptions, req CreateSessionRequest) (idle, ttl time.Duration, err error) {
+	if idle, err = durationOf("idle_timeout_ms", req.IdleTimeoutMS, so.IdleTimeout, so.MaxIdleTimeout); err != nil {
+		return 0, 0, err
+	}
+	if ttl, err = durationOf("ttl_ms", req.TTLMS, so.TTL, so.MaxTTL); err != nil {
+		return 0, 0, err
+	}
+	return idle, ttl, nil
+}
+
 func durationOf(name string, ms int64, def, ceiling time.Duration) (time.Duration, error) {
 	switch {
 	case ms == 0:
@@ -63,11 +75,7 @@ func (s *sessionHost) CreateSession(ctx context.Context, p Principal, req Create
 	if err != nil {
 		return nil, err
 	}
-	idle, err := durationOf("idle_timeout_ms", req.IdleTimeoutMS, so.IdleTimeout, so.MaxIdleTimeout)
-	if err != nil {
-		return nil, err
-	}
-	ttl, err := durationOf("ttl_ms", req.TTLMS, so.TTL, so.MaxTTL)
+	idle, ttl, err := lifetimes(so, req)
 	if err != nil {
 		return nil, err
 	}

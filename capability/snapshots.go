@@ -356,11 +356,7 @@ func (s *snapshots) start(ctx context.Context, p Principal, req CreateSessionReq
 	if req.Network != "" && req.Network != "deny" {
 		return nil, errdefs.Publicf("a session started from a snapshot has no network: %w", errdefs.ErrInvalidArgument)
 	}
-	idle, err := durationOf("idle_timeout_ms", req.IdleTimeoutMS, so.IdleTimeout, so.MaxIdleTimeout)
-	if err != nil {
-		return nil, err
-	}
-	ttl, err := durationOf("ttl_ms", req.TTLMS, so.TTL, so.MaxTTL)
+	idle, ttl, err := lifetimes(so, req)
 	if err != nil {
 		return nil, err
 	}
