@@ -97,7 +97,7 @@ func (s *sessionHost) PauseSession(ctx context.Context, p Principal, id string) 
 }
 
 func (s *sessionHost) pauseLocked(ctx context.Context, ss model.Session, by Principal) (model.Session, error) {
-	g := Grant{ID: ss.ID, Kind: Session, WorkspaceID: ss.WorkspaceID, KeyID: ss.KeyID, Session: sessionOf(ss)}
+	g := sessionGrant(ss)
 	if ss.State == model.SessionPaused {
 		return ss, mayTransition(g, by, "pause")
 	}
@@ -185,7 +185,7 @@ func (s *sessionHost) ResumeSession(ctx context.Context, p Principal, id string)
 }
 
 func (s *sessionHost) resumeLocked(ctx context.Context, ss model.Session, by Principal) (model.Session, error) {
-	g := Grant{ID: ss.ID, Kind: Session, WorkspaceID: ss.WorkspaceID, KeyID: ss.KeyID, Session: sessionOf(ss)}
+	g := sessionGrant(ss)
 	if ss.State == model.SessionActive {
 		return ss, mayTransition(g, by, "resume")
 	}

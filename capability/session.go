@@ -49,6 +49,12 @@ func sessionOf(ss model.Session) *SessionOf {
 		Network: ss.Network, CoveredBy: ss.ApprovalID, Cells: ss.Cells, PausedAt: ss.PausedAt}
 }
 
+// sessionGrant is the grant of session ss itself, which its transitions
+// (pause, resume, snapshot, end) are decided on.
+func sessionGrant(ss model.Session) Grant {
+	return Grant{ID: ss.ID, Kind: Session, WorkspaceID: ss.WorkspaceID, KeyID: ss.KeyID, Session: sessionOf(ss)}
+}
+
 // GrantOfCell returns the grant of cell e of session ss (see GrantOf).
 func GrantOfCell(e model.Execution, a *model.Approval, ss model.Session) Grant {
 	g := GrantOf(e, a)

@@ -349,7 +349,7 @@ func (s *sessionHost) endSession(ctx context.Context, ss model.Session, by Princ
 // endLocked is endSession with the session's lock held; it removes the
 // checkpoint of a paused session too.
 func (s *sessionHost) endLocked(ctx context.Context, ss model.Session, by Principal, reason model.SessionEndReason, cut string) (model.Session, error) {
-	g := Grant{ID: ss.ID, Kind: Session, WorkspaceID: ss.WorkspaceID, KeyID: ss.KeyID, Session: sessionOf(ss)}
+	g := sessionGrant(ss)
 	step, err := Transition(g, EndSession{By: by, Reason: reason, Cells: ss.Cells, At: s.opts.Now()})
 	if err != nil {
 		return model.Session{}, err

@@ -183,7 +183,7 @@ func (s *snapshots) take(ctx context.Context, p Principal, id string) (*taken, e
 // (409). Fork asks it before it counts room, so that these are not
 // answered as a quota.
 func (s *snapshots) mayTake(p Principal, ss model.Session) error {
-	g := Grant{ID: ss.ID, Kind: Session, WorkspaceID: ss.WorkspaceID, KeyID: ss.KeyID, Session: sessionOf(ss)}
+	g := sessionGrant(ss)
 	if err := mayTransition(g, p, "snapshot"); err != nil {
 		return err
 	}
