@@ -49,14 +49,7 @@ type RunOutput struct {
 }
 
 func addRunCode(s *sdk.Server, t *tools) bool {
-	in, err := jsonschema.For[RunCodeInput](nil)
-	if err != nil {
-		panic("mcp: inferring run_code's input schema: " + err.Error())
-	}
-	lang := in.Properties["language"]
-	for _, l := range Languages {
-		lang.Enum = append(lang.Enum, l)
-	}
+	in := inputWithLanguages[RunCodeInput]("run_code")
 	in.Properties["timeout"].Minimum = jsonschema.Ptr(1.0)
 	sdk.AddTool(s, &sdk.Tool{
 		Name:  "run_code",
@@ -65,7 +58,7 @@ func addRunCode(s *sdk.Server, t *tools) bool {
 			"(text content) and its status and exit code (structured content). Nothing persists between calls. " +
 			"A human may have to approve the call first; see wait_for_approval.",
 		InputSchema: in,
-		Annotations: &sdk.ToolAnnotations{OpenWorldHint: jsonschema.Ptr(false)},
+		Annotations: closedWorld(),
 	}, t.runCode)
 	return true
 }
@@ -76,7 +69,7 @@ func addWaitForApproval(s *sdk.Server, t *tools) bool {
 		Title: "Wait for an approval",
 		Description: fmt.Sprintf("Waits (up to %s) for an approver's decision on a run_code call whose approval is pending, "+
 			"then for the run, and returns what run_code would have. Call it again while approval is still pending.", t.opts.ApprovalWait),
-		Annotations: &sdk.ToolAnnotations{ReadOnlyHint: true, OpenWorldHint: jsonschema.Ptr(false)},
+		Annotations: readOnly(),
 	}, t.waitForApproval)
 	return true
 }

@@ -26,6 +26,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/google/jsonschema-go/jsonschema"
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/stockade-sh/stockade/client"
@@ -133,6 +134,31 @@ var toolTable = []tool{
 	{"wait_for_approval", addWaitForApproval},
 	{"create_session, run_cell, wait_for_cell, upload_file, download_file, list_files, close_session", addSessionTools},
 	{"fork_session, snapshot_session, pause_session, resume_session", addSnapshotTools},
+}
+
+// inputWithLanguages is T's input schema, inferred, with its language
+// property's values the Languages: run_code's and create_session's.
+func inputWithLanguages[T any](tool string) *jsonschema.Schema {
+	in, err := jsonschema.For[T](nil)
+	if err != nil {
+		panic("mcp: inferring " + tool + "'s input schema: " + err.Error())
+	}
+	for _, l := range Languages {
+		in.Properties["language"].Enum = append(in.Properties["language"].Enum, l)
+	}
+	return in
+}
+
+// closedWorld annotates a tool that acts on Stockade alone, not on an
+// open world of outside services.
+func closedWorld() *sdk.ToolAnnotations {
+	return &sdk.ToolAnnotations{OpenWorldHint: jsonschema.Ptr(false)}
+}
+
+// readOnly annotates a tool that acts on Stockade alone and changes
+// nothing.
+func readOnly() *sdk.ToolAnnotations {
+	return &sdk.ToolAnnotations{ReadOnlyHint: true, OpenWorldHint: jsonschema.Ptr(false)}
 }
 
 // tools is the state the tool handlers share.

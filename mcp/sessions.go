@@ -129,14 +129,7 @@ func addSessionTools(s *sdk.Server, t *tools) bool {
 	if !ok {
 		return false
 	}
-	in, err := jsonschema.For[CreateSessionInput](nil)
-	if err != nil {
-		panic("mcp: inferring create_session's input schema: " + err.Error())
-	}
-	for _, l := range Languages {
-		in.Properties["language"].Enum = append(in.Properties["language"].Enum, l)
-	}
-	closed := &sdk.ToolAnnotations{OpenWorldHint: jsonschema.Ptr(false)}
+	in := inputWithLanguages[CreateSessionInput]("create_session")
 	sdk.AddTool(s, &sdk.Tool{
 		Name:  "create_session",
 		Title: "Open a session",
@@ -144,7 +137,7 @@ func addSessionTools(s *sdk.Server, t *tools) bool {
 			"imports and files from one run_cell to the next, and whose /workspace holds files (upload_file, download_file). " +
 			"It ends with close_session, after its idle timeout, or at its TTL.",
 		InputSchema: in,
-		Annotations: closed,
+		Annotations: closedWorld(),
 	}, func(ctx context.Context, _ *sdk.CallToolRequest, in CreateSessionInput) (*sdk.CallToolResult, SessionOutput, error) {
 		ss, err := sb.CreateSession(ctx, client.SessionRequest{Runtime: in.Language, IdleTimeoutMS: in.IdleTimeout * 1000, TTLMS: in.TTL * 1000})
 		if err != nil {
@@ -161,7 +154,7 @@ func addSessionTools(s *sdk.Server, t *tools) bool {
 			"stdout and stderr, the value of its last expression, its figures as images (python: matplotlib), and the traceback " +
 			"of an exception it raised, as content; its status as structured content. A human may have to approve it first; " +
 			"see wait_for_cell.",
-		Annotations: closed,
+		Annotations: closedWorld(),
 	}, func(ctx context.Context, req *sdk.CallToolRequest, in RunCellInput) (*sdk.CallToolResult, CellOutput, error) {
 		return t.runCell(ctx, req, sb, in)
 	})
@@ -170,7 +163,7 @@ func addSessionTools(s *sdk.Server, t *tools) bool {
 		Title: "Wait for a cell's approval",
 		Description: fmt.Sprintf("Waits (up to %s) for an approver's decision on a run_cell call whose approval is pending, "+
 			"then for the cell, and returns what run_cell would have. Call it again while approval is still pending.", t.opts.ApprovalWait),
-		Annotations: &sdk.ToolAnnotations{ReadOnlyHint: true, OpenWorldHint: jsonschema.Ptr(false)},
+		Annotations: readOnly(),
 	}, func(ctx context.Context, req *sdk.CallToolRequest, in WaitInput) (*sdk.CallToolResult, CellOutput, error) {
 		if in.ExecutionID == "" {
 			return nil, CellOutput{}, errors.New("execution_id is required: the execution_id of a run_cell result whose approval is pending")
@@ -181,7 +174,7 @@ func addSessionTools(s *sdk.Server, t *tools) bool {
 		Name:        "upload_file",
 		Title:       "Upload a file into a session",
 		Description: "Writes a file into the session's /workspace, where its cells can read it.",
-		Annotations: closed,
+		Annotations: closedWorld(),
 	}, func(ctx context.Context, _ *sdk.CallToolRequest, in UploadInput) (*sdk.CallToolResult, FileOutput, error) {
 		data := []byte(in.Content)
 		switch in.Encoding {
@@ -205,7 +198,7 @@ func addSessionTools(s *sdk.Server, t *tools) bool {
 		Title: "Download a file from a session",
 		Description: fmt.Sprintf("Reads a file of the session's /workspace (at most %d MiB): its text as content, or, for an image, "+
 			"the image; other binary files as base64 in the structured content.", MaxDownload>>20),
-		Annotations: &sdk.ToolAnnotations{ReadOnlyHint: true, OpenWorldHint: jsonschema.Ptr(false)},
+		Annotations: readOnly(),
 	}, func(ctx context.Context, _ *sdk.CallToolRequest, in PathInput) (*sdk.CallToolResult, FileOutput, error) {
 		var b bytes.Buffer
 		fi, err := sb.GetFile(ctx, in.SessionID, in.Path, &b, MaxDownload)
@@ -229,7 +222,7 @@ func addSessionTools(s *sdk.Server, t *tools) bool {
 		Name:        "list_files",
 		Title:       "List a session's files",
 		Description: "Lists a directory of the session's /workspace (default /workspace itself): name, type, size, mode, mtime.",
-		Annotations: &sdk.ToolAnnotations{ReadOnlyHint: true, OpenWorldHint: jsonschema.Ptr(false)},
+		Annotations: readOnly(),
 	}, func(ctx context.Context, _ *sdk.CallToolRequest, in PathInput) (*sdk.CallToolResult, ListOutput, error) {
 		dir := in.Path
 		if dir == "" {

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/google/jsonschema-go/jsonschema"
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/stockade-sh/stockade/client"
@@ -54,14 +53,13 @@ func addSnapshotTools(s *sdk.Server, t *tools) bool {
 	if !ok {
 		return false
 	}
-	closed := &sdk.ToolAnnotations{OpenWorldHint: jsonschema.Ptr(false)}
 	sdk.AddTool(s, &sdk.Tool{
 		Name:  "fork_session",
 		Title: "Fork a session",
 		Description: "Starts count new sessions (default 1) from a session's current state: each has the source's variables, " +
 			"imports and /workspace files, but is a session of its own: nothing one does reaches the source or the others, and each " +
 			"draws its own random numbers. Use it to try several approaches from one state. All start, or none. Not on runc.",
-		Annotations: closed,
+		Annotations: closedWorld(),
 	}, func(ctx context.Context, _ *sdk.CallToolRequest, in ForkInput) (*sdk.CallToolResult, ForkOutput, error) {
 		if in.Count == 0 {
 			in.Count = 1
@@ -83,7 +81,7 @@ func addSnapshotTools(s *sdk.Server, t *tools) bool {
 		Title: "Snapshot a session",
 		Description: "Saves a session's state (variables, imports, /workspace files), leaving it running; new sessions can start from " +
 			"the snapshot later, even after the session ended. Not on runc.",
-		Annotations: closed,
+		Annotations: closedWorld(),
 	}, func(ctx context.Context, _ *sdk.CallToolRequest, in SnapshotInput) (*sdk.CallToolResult, SnapshotOutput, error) {
 		sn, err := sb.SnapshotSession(ctx, in.SessionID, client.SnapshotRequest{Name: in.Name})
 		if err != nil {
@@ -100,7 +98,7 @@ func addSnapshotTools(s *sdk.Server, t *tools) bool {
 			"operation or resume_session resumes it with its state. Not on runc.", sb.PauseSession},
 		{"resume_session", "Resume a session", "Resumes a paused session from its checkpoint, with its state.", sb.ResumeSession},
 	} {
-		sdk.AddTool(s, &sdk.Tool{Name: tr.name, Title: tr.title, Description: tr.desc, Annotations: closed},
+		sdk.AddTool(s, &sdk.Tool{Name: tr.name, Title: tr.title, Description: tr.desc, Annotations: closedWorld()},
 			func(ctx context.Context, _ *sdk.CallToolRequest, in SessionInput) (*sdk.CallToolResult, SessionOutput, error) {
 				ss, err := tr.do(ctx, in.SessionID)
 				if err != nil {
