@@ -267,8 +267,8 @@ func (t *tools) pendingResult(ex *client.Execution) (*sdk.CallToolResult, RunOut
 	out := RunOutput{Status: ex.Status, ExecutionID: ex.ID, ApprovalID: ex.ApprovalID}
 	if ex.Status != client.StatusAwaitingApproval {
 		// Approved, not ended yet.
-		return &sdk.CallToolResult{Content: []sdk.Content{&sdk.TextContent{Text: fmt.Sprintf(
-			"Execution %s was approved and is %s; call wait_for_approval with execution_id %q for its result.", ex.ID, ex.Status, ex.ID)}}}, out, nil
+		return textResult(fmt.Sprintf("Execution %s was approved and is %s; call wait_for_approval with execution_id %q for its result.",
+			ex.ID, ex.Status, ex.ID)), out, nil
 	}
 	out.ApprovalURL = t.opts.approvalURL(ex.ApprovalID)
 	msg := fmt.Sprintf("Approval is pending: an approver must approve request %s at %s before the code runs.", ex.ApprovalID, out.ApprovalURL)
@@ -278,7 +278,7 @@ func (t *tools) pendingResult(ex *client.Execution) (*sdk.CallToolResult, RunOut
 		msg += " It expires at " + exp.Format(time.RFC3339) + "."
 	}
 	msg += fmt.Sprintf(" Call wait_for_approval with execution_id %q to keep waiting for the decision and the result.", ex.ID)
-	return &sdk.CallToolResult{Content: []sdk.Content{&sdk.TextContent{Text: msg}}}, out, nil
+	return textResult(msg), out, nil
 }
 
 // ended is the result of an execution that has ended: the program's
