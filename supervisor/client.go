@@ -229,6 +229,11 @@ func (c *Conn) CloseGuestStdin() error { return c.control(FrameCloseStdin) }
 // Kill asks the shim to kill the runtime's process and exit.
 func (c *Conn) Kill() error { return c.control(FrameKill) }
 
+// Start asks the shim of a sandbox created ahead (Meta.CreateArgv) to
+// start it with its record as rewritten; the guest's hello then follows
+// on this connection.
+func (c *Conn) Start() error { return c.control(FrameStart) }
+
 // EndAt asks the shim to end the sandbox by itself at t (Meta.Deadline),
 // instead of its deadline before; the zero t never comes. The shim keeps
 // t in memory only: the caller records it in the shim's record too

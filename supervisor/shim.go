@@ -96,9 +96,6 @@ func Serve(ctx context.Context, dir string, ready *os.File) error {
 	if err != nil {
 		return err
 	}
-	if len(m.Argv) == 0 {
-		return fmt.Errorf("shim %s: the record names no runtime command", dir)
-	}
 	logf, err := os.OpenFile(filepath.Join(dir, LogFile), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
 	if err != nil {
 		return fmt.Errorf("opening the shim's log: %w", err)
@@ -107,6 +104,12 @@ func Serve(ctx context.Context, dir string, ready *os.File) error {
 	logw := &boundedFile{f: logf, left: maxLog}
 	s := &shim{dir: dir, id: m.ID, meta: m, log: slog.New(slog.NewTextHandler(logw, nil)), lastID: m.LastID, restored: m.Hello != nil,
 		deadline: m.Deadline}
+	switch {
+	case len(m.CreateArgv) > 0:
+		s.waiting, s.start, s.unused = true, make(chan struct{}), make(chan struct{})
+	case len(m.Argv) == 0:
+		return fmt.Errorf("shim %s: the record names no runtime command", dir)
+	}
 	if m.Hello != nil {
 		if s.hello, err = helloFrame(*m.Hello); err != nil {
 			return err
@@ -145,34 +148,53 @@ func Serve(ctx context.Context, dir string, ready *os.File) error {
 	if err != nil {
 		return err
 	}
-	cmd := exec.Command(m.Argv[0], m.Argv[1:]...)
-	cmd.Env = m.Env
-	if cmd.Env == nil {
-		cmd.Env = []string{}
-	}
-	if m.ChannelFDs {
-		cmd.ExtraFiles = []*os.File{inR, outW}
-		cmd.Stdout = logw
-	} else {
-		cmd.Stdin, cmd.Stdout = inR, outW
-	}
-	cmd.Stderr = logw
-	// The runtime's stderr is copied into the bounded log through a pipe
-	// that any process it started may hold open after it exits: Wait
-	// stops copying runtimeWaitDelay after the exit, so that the exit is
-	// recorded and the shim ends.
-	cmd.WaitDelay = runtimeWaitDelay
-	if err := cmd.Start(); err != nil {
-		return fmt.Errorf("starting %s: %w", m.Argv[0], err)
-	}
-	inR.Close()
-	outW.Close()
 	s.stdin = inW
-	s.runtime = cmd.Process
-	s.log.Info("runtime started", "pid", cmd.Process.Pid, "argv", m.Argv)
-	if ready != nil {
-		fmt.Fprintln(ready, "ok")
-		ready.Close()
+	var cmd *exec.Cmd
+	if len(m.CreateArgv) > 0 {
+		// A sandbox created ahead: the create takes the channel, the
+		// start later runs without it.
+		if err := s.create(ctx, inR, outW, logw); err != nil {
+			inR.Close()
+			outW.Close()
+			return err
+		}
+		inR.Close()
+		outW.Close()
+		if ready != nil {
+			fmt.Fprintln(ready, "ok")
+			ready.Close()
+		}
+		go s.accept(ln)
+		if cmd = s.awaitStart(ctx, dir, key, logw); cmd == nil {
+			x := Exit{ExitCode: -1, At: time.Now().UTC(), Ended: EndedUnused}
+			s.runRuntime(ctx, "delete", s.meta.DeleteArgv)
+			b, _ := json.Marshal(x)
+			if err := os.WriteFile(filepath.Join(dir, ExitFile), b, 0o600); err != nil {
+				s.log.Error("recording the exit", "err", err)
+			}
+			s.drop(nil)
+			return nil
+		}
+	} else {
+		cmd = s.command(m.Argv, logw)
+		if m.ChannelFDs {
+			cmd.ExtraFiles = []*os.File{inR, outW}
+			cmd.Stdout = logw
+		} else {
+			cmd.Stdin, cmd.Stdout = inR, outW
+		}
+		if err := cmd.Start(); err != nil {
+			return fmt.Errorf("starting %s: %w", m.Argv[0], err)
+		}
+		inR.Close()
+		outW.Close()
+		s.setRuntime(cmd.Process)
+		s.log.Info("runtime started", "pid", cmd.Process.Pid, "argv", m.Argv)
+		if ready != nil {
+			fmt.Fprintln(ready, "ok")
+			ready.Close()
+		}
+		go s.accept(ln)
 	}
 
 	exited := make(chan struct{})
@@ -182,11 +204,10 @@ func Serve(ctx context.Context, dir string, ready *os.File) error {
 		case <-exited:
 		default:
 			s.log.Info("stopping: killing the runtime")
-			_ = s.runtime.Kill()
+			s.killRuntime()
 		}
 	}()
 	go s.relayGuest(bufio.NewReaderSize(outR, 64<<10))
-	go s.accept(ln)
 	go s.watch(ctx, exited)
 	werr := cmd.Wait()
 	close(exited)
@@ -198,7 +219,10 @@ func Serve(ctx context.Context, dir string, ready *os.File) error {
 	x.Ended = s.ended
 	s.mu.Unlock()
 	s.log.Info("runtime exited", "exit_code", x.ExitCode, "signal", x.Signal, "ended", x.Ended, "err", werr)
-	if x.Ended != "" {
+	// A sandbox created ahead is not its runtime's child: the runtime
+	// killed (the shim sent SIGTERM) leaves it running, and its state is
+	// kept when it ends. DeleteArgv ends and removes it.
+	if x.Ended != "" || s.start != nil {
 		// What the runtime keeps of a sandbox it was made to end (a
 		// killed runc's container) goes as the driver's Destroy removes
 		// it; one that ended by itself removed it already.
@@ -214,14 +238,13 @@ func Serve(ctx context.Context, dir string, ready *os.File) error {
 
 // shim is one shim's relay state.
 type shim struct {
-	dir, id  string
-	meta     Meta
-	log      *slog.Logger
-	restored bool
-	runtime  *os.Process
-	sock     os.FileInfo // the socket as it was made: watch compares
+	dir, id string
+	meta    Meta
+	log     *slog.Logger
+	sock    os.FileInfo // the socket as it was made: watch compares
 
-	// mu guards client, hello, clients, lastID, deadline and ended. A
+	// mu guards client, hello, clients, lastID, deadline, ended, runtime,
+	// restored, meta after its start, waiting and start. A
 	// client is published (and the hello decided for it) under mu, while
 	// its write lock is held, so that its status and hello precede every
 	// guest frame.
@@ -232,6 +255,15 @@ type shim struct {
 	lastID   uint32
 	deadline time.Time // zero: none
 	ended    string    // why end ended the sandbox; "" while it has not
+	runtime  *os.Process
+	restored bool
+	// waiting is true while a sandbox created ahead waits for its start;
+	// start is closed when a client asks for it (FrameStart), unused when
+	// the slot is to end unstarted. Both are nil for other sandboxes.
+	waiting bool
+	start   chan struct{}
+	unused  chan struct{}
+	killed  bool // a kill was asked for
 
 	// stdinMu serialises the frames into the guest's input and guards
 	// accepted and stdinClosed.
@@ -279,7 +311,7 @@ func (s *shim) attach(c *client) {
 	old := s.client
 	s.client = c
 	st := Status{ID: s.id, PID: os.Getpid(), LastID: s.lastID, Greeted: s.hello != nil, Restored: s.restored, Clients: s.clients,
-		Deadline: s.deadline}
+		Deadline: s.deadline, Waiting: s.waiting}
 	hello := s.hello
 	s.clients++
 	s.mu.Unlock()
@@ -334,7 +366,9 @@ func (s *shim) serveClient(c *client) {
 			s.closeStdin("as the client asks")
 		case f.control == FrameKill:
 			s.log.Info("killing the runtime, as the client asks")
-			_ = s.runtime.Kill()
+			s.killRuntime()
+		case f.control == FrameStart:
+			s.startAhead()
 		case f.control == FrameDeadline:
 			s.mu.Lock()
 			s.deadline = f.deadline.At
@@ -363,7 +397,9 @@ func (s *shim) toGuest(c *client, id uint32, frame func(first bool) []byte) bool
 	// client's attach is: a frame that passes is counted in every later
 	// client's status, and one of a client replaced meanwhile is dropped.
 	s.mu.Lock()
-	ok := s.client == c && !s.stdinClosed
+	// A sandbox created ahead takes no frame before its start has
+	// passed the hello on: its guest does not run yet.
+	ok := s.client == c && !s.stdinClosed && (s.start == nil || s.hello != nil)
 	if ok {
 		s.lastID = max(s.lastID, id)
 	}
@@ -388,6 +424,7 @@ func (s *shim) closeStdin(why string) {
 		s.stdin.Close()
 		s.log.Info("closed the guest's stdin, " + why)
 	}
+	s.endUnused() // a sandbox created ahead has no guest running to end
 }
 
 // watch ends the sandbox (end) once its deadline has passed, or once no
@@ -461,7 +498,7 @@ func (s *shim) end(ctx context.Context, why string, exited <-chan struct{}) {
 		return
 	}
 	s.log.Warn("the runtime outlived the end of its sandbox: killing it")
-	_ = s.runtime.Kill()
+	s.killRuntime()
 }
 
 // runRuntime runs one of the runtime's commands of the record (Meta.KillArgv,
@@ -570,4 +607,48 @@ func (b *boundedFile) Write(p []byte) (int, error) {
 		b.left -= n
 	}
 	return len(p), nil
+}
+
+// command is the runtime's command argv, with the record's environment,
+// its stderr into logw.
+func (s *shim) command(argv []string, logw io.Writer) *exec.Cmd {
+	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.Env = s.meta.Env
+	if cmd.Env == nil {
+		cmd.Env = []string{}
+	}
+	cmd.Stderr = logw
+	// The runtime's stderr is copied into the bounded log through a pipe
+	// that any process it started may hold open after it exits: Wait
+	// stops copying runtimeWaitDelay after the exit, so that the exit is
+	// recorded and the shim ends.
+	cmd.WaitDelay = runtimeWaitDelay
+	return cmd
+}
+
+// setRuntime records the runtime's process, killing it when a kill was
+// asked for before it started.
+func (s *shim) setRuntime(p *os.Process) {
+	s.mu.Lock()
+	s.runtime = p
+	kill := s.killed
+	s.mu.Unlock()
+	if kill {
+		_ = p.Kill()
+	}
+}
+
+// killRuntime kills the runtime's process; a sandbox created ahead that
+// waits for its start ends unused, and one whose start is under way is
+// killed as soon as its runtime runs.
+func (s *shim) killRuntime() {
+	s.mu.Lock()
+	p := s.runtime
+	s.killed = true
+	s.mu.Unlock()
+	if p != nil {
+		_ = p.Kill()
+		return
+	}
+	s.endUnused()
 }

@@ -117,6 +117,18 @@ type Meta struct {
 	// Destroy would. Nil runs nothing (the runtime's process is killed).
 	KillArgv   []string `json:"kill_argv,omitempty"`
 	DeleteArgv []string `json:"delete_argv,omitempty"`
+	// CreateArgv, when set, makes the sandbox one created ahead, a ready
+	// slot: the shim runs CreateArgv (`runsc create ...`) with the guest's
+	// channel as it would run Argv, reports ready once it succeeded, and
+	// waits for a client's FrameStart. It then reads its record again, as
+	// the client has rewritten it with the command that starts the
+	// created sandbox in Argv (`runsc restore ... ID`) and the Hello and
+	// LastID of what it restores, and runs that Argv without the channel,
+	// which the created sandbox holds since its create. Until then Argv
+	// may be empty. A slot ended before its start (FrameCloseStdin,
+	// FrameKill, its socket gone, SIGTERM) has DeleteArgv run, which
+	// removes the created sandbox, and the shim exits.
+	CreateArgv []string `json:"create_argv,omitempty"`
 	// MAC authenticates the rest (see WriteMeta).
 	MAC string `json:"mac"`
 }
@@ -138,6 +150,9 @@ const (
 	// EndedUnreachable: no client was attached and none could attach, the
 	// shim's socket gone from its directory's path.
 	EndedUnreachable = "unreachable"
+	// EndedUnused: a sandbox created ahead (Meta.CreateArgv) was ended
+	// before it was started.
+	EndedUnused = "unused"
 )
 
 // Status is what a shim says to each client before anything else, in a
@@ -159,6 +174,9 @@ type Status struct {
 	// Deadline is when the shim ends the sandbox by itself (Meta.Deadline,
 	// or the last Conn.EndAt); zero for never.
 	Deadline time.Time `json:"deadline,omitzero"`
+	// Waiting is true for a sandbox created ahead (Meta.CreateArgv) that
+	// waits for its FrameStart.
+	Waiting bool `json:"waiting,omitempty"`
 }
 
 // The frame types of the shim itself, in the v2 header with id 0. None is a
@@ -179,6 +197,10 @@ const (
 	// FrameDeadline (client -> shim) moves the sandbox's deadline
 	// (Meta.Deadline): its payload is a Deadline.
 	FrameDeadline guest.FrameType = 'd'
+	// FrameStart (client -> shim) starts a sandbox created ahead
+	// (Meta.CreateArgv) with the Argv of the shim's record as rewritten;
+	// the guest's hello (the record's Hello) follows on the connection.
+	FrameStart guest.FrameType = 'g'
 )
 
 // Controls are the frame types the shim answers itself.
@@ -187,6 +209,7 @@ var Controls = map[guest.FrameType]string{
 	FrameCloseStdin: "close the guest's input",
 	FrameKill:       "kill the runtime",
 	FrameDeadline:   "move the deadline",
+	FrameStart:      "start the sandbox created ahead",
 }
 
 // Deadline is a FrameDeadline's payload.

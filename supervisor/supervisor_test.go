@@ -40,6 +40,9 @@ func TestMain(m *testing.M) {
 		case restoredMode:
 			restoredGuest()
 			os.Exit(0)
+		case aheadCreateMode, aheadSandboxMode, aheadStartMode, aheadDeleteMode:
+			aheadFake(os.Args[1], os.Args[2])
+			os.Exit(0)
 		}
 	}
 	os.Exit(m.Run())
