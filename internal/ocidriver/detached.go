@@ -184,6 +184,17 @@ func (s *sbx) stopShim(ctx context.Context) {
 	if s.shim != nil {
 		conn = s.shim.conn
 	}
+	if _, running := supervisor.Running(dir); running && conn == nil {
+		// One this process never connected to (Reap, Reattach's
+		// unproven): its shim is asked as a connected one is. That is
+		// how a sandbox created ahead ends soon (ahead.go): the runtime
+		// cannot kill a sandbox that was never started.
+		dctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		if c, err := supervisor.Dial(dctx, dir); err == nil {
+			conn = c
+		}
+		cancel()
+	}
 	if _, running := supervisor.Running(dir); running {
 		if conn == nil || conn.CloseGuestStdin() != nil || !gone(2*time.Second) {
 			s.kill(ctx)
@@ -262,6 +273,10 @@ func (d *Driver) reattach(ctx context.Context, id string, key []byte, match map[
 	switch {
 	case m.Driver != d.cfg.Name || m.Bundle != d.bundleDir(id) || len(m.Argv) == 0:
 		return nil, fmt.Errorf("shim %s is of driver %q and bundle %s: %w", id, m.Driver, m.Bundle, supervisor.ErrNotOurs)
+	case len(m.CreateArgv) > 0:
+		// A sandbox created ahead (ahead.go) that no restore finished:
+		// it holds nothing anyone waits for.
+		return nil, fmt.Errorf("sandbox %s was created ahead and never restored into: %w", id, supervisor.ErrNotOurs)
 	case !hasLabels(m.Labels, match):
 		return nil, fmt.Errorf("sandbox %s has labels %v, not %v: %w", id, m.Labels, match, supervisor.ErrNotOurs)
 	case json.Unmarshal(m.Data, &rec) != nil || rec.Limits.Check(sandbox.Limits{}) != nil:

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"maps"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -20,7 +19,6 @@ import (
 	"github.com/stockade-sh/stockade/errdefs"
 	"github.com/stockade-sh/stockade/guest"
 	"github.com/stockade-sh/stockade/internal/fsmode"
-	"github.com/stockade-sh/stockade/internal/oci"
 	"github.com/stockade-sh/stockade/internal/sandboxkit"
 	"github.com/stockade-sh/stockade/sandbox"
 	"github.com/stockade-sh/stockade/sandbox/profile"
@@ -49,6 +47,8 @@ import (
 //	dir/image/        the runtime's image of its processes and memory
 type Snapshotting struct {
 	*Driver
+	// ahead are the sandboxes created ahead for restores (ahead.go).
+	ahead aheadSlots
 	// digests spares Restore hashing an image it checked before.
 	digests digestCache
 	// builds names the runtime's build (runtimebuild.go).
@@ -301,69 +301,38 @@ func (d *Snapshotting) restore(ctx context.Context, dir string, labels map[strin
 	if len(d.cfg.Shim) == 0 {
 		return nil, fmt.Errorf("the %s driver has no shim to supervise a restored sandbox (ocidriver.Config.Shim): %w", d.cfg.Name, errdefs.ErrFailedPrecondition)
 	}
-	rec, err := d.readSnapshot(dir)
+	rec, binary, err := d.checkedSnapshot(ctx, dir)
 	if err != nil {
 		return nil, err
 	}
 	if err := checkBinding(rec.Labels, labels); err != nil {
 		return nil, err
 	}
-	binary, lerr := exec.LookPath(d.cfg.Binary)
-	if lerr != nil {
-		return nil, d.missingBinary(lerr)
-	}
-	// Another build's Sentry panics reading the image: refused before
-	// anything starts.
-	build, err := d.builds.build(ctx, binary)
-	if err != nil {
-		return nil, err
-	}
-	if err := checkBuild(rec.Runtime, build); err != nil {
-		return nil, fmt.Errorf("restoring from %s: %w", dir, err)
-	}
-
-	id := sandbox.NewID()
 	all := maps.Clone(rec.Labels)
 	if all == nil {
 		all = map[string]string{}
 	}
 	maps.Copy(all, labels)
-	if err := os.MkdirAll(filepath.Join(d.cfg.StateDir, "bundles"), 0o700); err != nil {
-		return nil, fmt.Errorf("creating state directory: %w", err)
+	// A sandbox created ahead for the same spec skips the runtime's start
+	// (ahead.go); when its start fails, the restore goes the usual way.
+	if s := d.takeAhead(aheadKey(rec, all)); s != nil {
+		if err := d.restoreAhead(ctx, s, dir, rec, resume); err == nil {
+			d.spare(s.id, false)
+			return s, nil
+		}
 	}
-	// Spared from Reap until its bundle records it, as a create is.
-	if !d.spare(id, true) {
-		return nil, fmt.Errorf("sandbox %q already exists: %w", id, errdefs.ErrConflict)
+	s, err := d.newRestored(rec, all, binary)
+	if err != nil {
+		return nil, fmt.Errorf("restoring from %s: %w", dir, err)
 	}
-	defer d.spare(id, false)
-	bundle := d.bundleDir(id)
-	if err := os.Mkdir(bundle, 0o700); err != nil {
-		return nil, fmt.Errorf("creating bundle directory: %w", err)
-	}
-	s := d.newSbx(id, rec.Limits)
-	s.network, s.labels, s.unbound = rec.Network, all, rec.Unbound
-	s.shim = &shimState{binary: binary}
+	// Spared from Reap until its shim's record names it, as a create is.
+	defer d.spare(s.id, false)
+	id, bundle := s.id, d.bundleDir(s.id)
 	defer func() {
 		if err != nil {
 			_ = s.Destroy(context.WithoutCancel(ctx))
 		}
 	}()
-	// The spec is built afresh, as Create builds it: a checkpoint holds
-	// no spec, and the saved sandbox had neither data mounts nor network
-	// nor user namespace (Checkpoint and NewSnapshotting refuse them).
-	spec, err := oci.Build(oci.Options{
-		ID: id, Spec: sandbox.Spec{Image: rec.Image, Labels: all, Network: rec.Network, Workspace: rec.Workspace}, Limits: rec.Limits,
-		GuestPath: d.cfg.GuestPath, CgroupsPath: s.cg.Path, Kernel: d.cfg.Kernel,
-	})
-	if err != nil {
-		return nil, fmt.Errorf("restoring from %s: building OCI spec: %v: %w", dir, err, errdefs.ErrInvalidArgument)
-	}
-	if err := oci.WriteConfig(bundle, spec); err != nil {
-		return nil, err
-	}
-	if err := s.cg.prepare(rec.Limits.Memory); err != nil {
-		return nil, err
-	}
 	key, err := supervisor.LoadKey(d.shimRoot())
 	if err != nil {
 		return nil, err
