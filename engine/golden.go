@@ -91,6 +91,11 @@ type GoldenOptions struct {
 	// stay on every sandbox restored from it. Nil means those StartPools
 	// was given.
 	Labels map[string]string
+	// NoAhead, when true, creates no sandbox ahead for a golden restore
+	// (golden_ahead.go): each restore starts its runtime. A benchmark's
+	// baseline; false (the zero value) keeps one ready slot per golden
+	// template.
+	NoAhead bool
 }
 
 // WithGolden makes the engine make and restore golden checkpoints.
@@ -291,6 +296,7 @@ func (e *Engine) MakeGolden(ctx context.Context, template string) (err error) {
 		}
 	}
 	e.log.Info("golden checkpoint made", "template", template, "dir", g.dir, "bytes", rec.Bytes)
+	e.prepareGolden(g)
 	return nil
 }
 
@@ -480,6 +486,8 @@ func (e *Engine) restore(ctx context.Context, g *golden, rec goldenRecord, spec 
 	}
 	done := mark(&ph.restore)
 	sb, err := g.snap.Restore(ctx, filepath.Join(g.dir, goldenCheckpoint), nil)
+	// The next session's sandbox is created ahead (golden_ahead.go).
+	e.prepareGolden(g)
 	if err != nil {
 		release()
 		return nil, err

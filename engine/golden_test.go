@@ -52,7 +52,26 @@ func goldenEngineOf(t *testing.T, dir string, tm image.TemplateManifest, binary 
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		_ = e.Wait(ctx)
+		if err := e.DropReadySlots(ctx); err != nil {
+			t.Errorf("dropping the sandboxes created ahead: %v", err)
+		}
+	})
 	return e
+}
+
+// preparedOf is the driver's count of its sandboxes created ahead
+// (ocidriver.Snapshotting.Prepared): ready, taken by a restore, failed.
+func preparedOf(t *testing.T, e *Engine) (ready, claimed, failed int) {
+	t.Helper()
+	p, ok := e.drivers["gvisor"].(interface{ Prepared() (int, int, int) })
+	if !ok {
+		t.Fatal("the gvisor driver does not count its sandboxes created ahead")
+	}
+	return p.Prepared()
 }
 
 func goldTemplate() image.TemplateManifest {
@@ -99,6 +118,16 @@ func TestGoldenSessions(t *testing.T) {
 		t.Errorf("got %d entries in the template's directory, want 1 checkpoint", len(entries))
 	}
 
+	// MakeGolden created a sandbox ahead for the first session.
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(20 * time.Millisecond) {
+		if ready, _, _ := preparedOf(t, e); ready == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no sandbox was created ahead for the golden checkpoint within a minute")
+		}
+	}
+
 	var sessions []*Session
 	ids := map[string]bool{}
 	for i := range 3 {
@@ -113,6 +142,11 @@ func TestGoldenSessions(t *testing.T) {
 	}
 	if len(ids) != 3 {
 		t.Errorf("got sandbox IDs %v, want 3 of their own", ids)
+	}
+	// The first session at least restored into the slot, which the
+	// checks below see restored as the others.
+	if _, claimed, failed := preparedOf(t, e); claimed < 1 || failed != 0 {
+		t.Errorf("sandboxes created ahead: %d taken, %d failed; want at least 1 taken, none failed", claimed, failed)
 	}
 	randoms := map[string]string{}
 	for i, s := range sessions {
