@@ -486,8 +486,10 @@ func (e *Engine) restore(ctx context.Context, g *golden, rec goldenRecord, spec 
 	}
 	done := mark(&ph.restore)
 	sb, err := g.snap.Restore(ctx, filepath.Join(g.dir, goldenCheckpoint), nil)
-	// The next session's sandbox is created ahead (golden_ahead.go).
-	e.prepareGolden(g)
+	// The next session's sandbox is created ahead (golden_ahead.go), once
+	// this one's is ready: its runtime's start would slow this one's
+	// binding and reseed.
+	defer e.prepareGolden(g)
 	if err != nil {
 		release()
 		return nil, err
