@@ -3,12 +3,12 @@ package ocidriver
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
 	"sync"
 	"time"
 
@@ -41,8 +41,9 @@ import (
 // CreateArgv stays until the restored guest answered). Any failure of a
 // slot's start destroys it and the Restore goes the usual way.
 
-// maxAhead bounds the ready slots of one driver.
-const maxAhead = 4
+// maxAhead bounds the ready slots of one driver: a fork's 8, or 8 golden
+// templates' one each (about 124 MB of memory).
+const maxAhead = 8
 
 // aheadSlot is one sandbox created ahead.
 type aheadSlot struct {
@@ -81,12 +82,19 @@ func aheadKey(rec snapshotRecord, labels map[string]string) string {
 
 // PrepareRestore creates a sandbox ahead for the checkpoint in dir, a
 // ready slot that a later Restore of it (or of another checkpoint of the
-// same spec) starts into, unless one is ready already. It checks dir as
-// Restore does. At most maxAhead slots are kept (ErrResourceExhausted);
+// same spec) starts into, unless one is ready already: PrepareRestores
+// with n 1.
+func (d *Snapshotting) PrepareRestore(ctx context.Context, dir string) error {
+	return d.PrepareRestores(ctx, dir, 1)
+}
+
+// PrepareRestores creates sandboxes ahead, at once, until n are ready or
+// being made for the spec of the checkpoint in dir (n restores of it at
+// once: a fork's). It checks dir as Restore does. At most maxAhead slots
+// are kept (ErrResourceExhausted when fewer than n could be made);
 // DropPrepared ends them. A daemon that calls it must call DropPrepared
 // before it exits; one that dies leaves slots its next start reaps.
-func (d *Snapshotting) PrepareRestore(ctx context.Context, dir string) (err error) {
-	var s *sbx
+func (d *Snapshotting) PrepareRestores(ctx context.Context, dir string, n int) error {
 	if len(d.cfg.Shim) == 0 {
 		return fmt.Errorf("the %s driver has no shim to create a sandbox ahead: %w", d.cfg.Name, errdefs.ErrFailedPrecondition)
 	}
@@ -96,27 +104,48 @@ func (d *Snapshotting) PrepareRestore(ctx context.Context, dir string) (err erro
 	}
 	key := aheadKey(rec, rec.Labels)
 	d.ahead.mu.Lock()
-	making := 0
-	for _, n := range d.ahead.making {
-		making += n
+	total, have := len(d.ahead.ready), d.ahead.making[key]
+	for _, m := range d.ahead.making {
+		total += m
 	}
+	for _, sl := range d.ahead.ready {
+		if sl.key == key {
+			have++
+		}
+	}
+	want := min(n-have, maxAhead-total)
 	switch {
 	case d.ahead.dropped:
 		d.ahead.mu.Unlock()
 		return fmt.Errorf("the %s driver's sandboxes created ahead were dropped: %w", d.cfg.Name, errdefs.ErrFailedPrecondition)
-	case d.ahead.making[key] > 0 || slices.ContainsFunc(d.ahead.ready, func(sl *aheadSlot) bool { return sl.key == key }):
+	case n-have <= 0:
 		d.ahead.mu.Unlock()
 		return nil
-	case len(d.ahead.ready)+making >= maxAhead:
-		d.ahead.mu.Unlock()
-		return fmt.Errorf("%d sandboxes are created ahead already: %w", maxAhead, errdefs.ErrResourceExhausted)
 	}
-	if d.ahead.making == nil {
-		d.ahead.making = map[string]int{}
+	if want > 0 {
+		if d.ahead.making == nil {
+			d.ahead.making = map[string]int{}
+		}
+		d.ahead.making[key] += want
+		d.ahead.made.Add(want)
 	}
-	d.ahead.making[key]++
-	d.ahead.made.Add(1)
 	d.ahead.mu.Unlock()
+	errs := make([]error, max(want, 0))
+	var wg sync.WaitGroup
+	for i := range errs {
+		wg.Go(func() { errs[i] = d.makeAhead(ctx, dir, rec, binary, key) })
+	}
+	wg.Wait()
+	if want < n-have {
+		errs = append(errs, fmt.Errorf("%d sandboxes are created ahead already: %w", maxAhead, errdefs.ErrResourceExhausted))
+	}
+	return errors.Join(errs...)
+}
+
+// makeAhead makes one slot for key (rec's, of the checkpoint in dir),
+// counted in making by the caller.
+func (d *Snapshotting) makeAhead(ctx context.Context, dir string, rec snapshotRecord, binary, key string) (err error) {
+	var s *sbx
 	defer func() {
 		d.ahead.mu.Lock()
 		d.ahead.making[key]--
