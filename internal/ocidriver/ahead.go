@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sync"
 	"time"
 
@@ -38,12 +39,19 @@ import (
 // with the checkpoint's labels and limits; its shim ends it when its
 // directory goes, and Reattach and Reap end one a dead daemon left (its
 // record names no start: Argv is empty until a Restore takes it, and
-// CreateArgv stays until the restored guest answered). Any failure of a
-// slot's start destroys it and the Restore goes the usual way.
+// CreateArgv stays until the restored guest answered). A slot nobody
+// takes within aheadIdle is ended. Any failure of a slot's start
+// destroys it and the Restore goes the usual way.
 
 // maxAhead bounds the ready slots of one driver: a fork's 8, or 8 golden
 // templates' one each (about 124 MB of memory).
 const maxAhead = 8
+
+// aheadIdle is how long a ready slot waits to be taken before it is
+// ended: a checkpoint whose restores stopped (a golden template nobody
+// opens) costs no memory once it has been idle that long, and its next
+// restore goes the usual way. A variable for the tests.
+var aheadIdle = 5 * time.Minute
 
 // aheadSlot is one sandbox created ahead.
 type aheadSlot struct {
@@ -150,7 +158,9 @@ func (d *Snapshotting) makeAhead(ctx context.Context, dir string, rec snapshotRe
 		d.ahead.mu.Lock()
 		d.ahead.making[key]--
 		if err == nil {
-			d.ahead.ready = append(d.ahead.ready, &aheadSlot{s: s, key: key})
+			sl := &aheadSlot{s: s, key: key}
+			d.ahead.ready = append(d.ahead.ready, sl)
+			time.AfterFunc(aheadIdle, func() { d.expireAhead(sl) })
 		}
 		d.ahead.mu.Unlock()
 		d.ahead.made.Done()
@@ -242,6 +252,25 @@ func (d *Snapshotting) takeAhead(key string) *sbx {
 	return nil
 }
 
+// expireAhead ends sl once it has waited aheadIdle, unless a Restore took
+// it or DropPrepared ends it (DropPrepared waits for it through made).
+func (d *Snapshotting) expireAhead(sl *aheadSlot) {
+	d.ahead.mu.Lock()
+	i := slices.Index(d.ahead.ready, sl)
+	if i < 0 || d.ahead.dropped {
+		d.ahead.mu.Unlock()
+		return
+	}
+	d.ahead.ready = slices.Delete(d.ahead.ready, i, i+1)
+	d.ahead.made.Add(1)
+	d.ahead.mu.Unlock()
+	defer d.ahead.made.Done()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	// Nobody waits for the answer: what a failed Destroy leaves carries
+	// the slot's record, which the next daemon's Reattach ends.
+	_ = sl.s.Destroy(ctx)
+}
 
 // restoreAhead restores the checkpoint in dir (rec) into slot s, which
 // Restore took for it: the shim's record gets the restore's command and

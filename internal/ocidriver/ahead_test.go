@@ -206,3 +206,28 @@ func TestRestoreAheadLeavesNothing(t *testing.T) {
 		t.Errorf("left of a dead daemon's slot after Reattach: %v", left)
 	}
 }
+
+// TestRestoreAheadIdleEnds checks that a slot nobody takes is ended once
+// it has waited its idle time: a checkpoint idle that long costs no memory.
+func TestRestoreAheadIdleEnds(t *testing.T) {
+	d, state, dir, ctx := aheadFixture(t)
+	ocidriver.SetAheadIdle(t, 2*time.Second)
+	if err := d.PrepareRestore(ctx, dir); err != nil {
+		t.Fatal(err)
+	}
+	ids := aheadIDs(t, state)
+	if ready, _, _ := d.Prepared(); ready != 1 || len(ids) != 1 || len(d.Leftovers(ctx, ids[0])) == 0 {
+		t.Fatalf("%d ready, shims %v; want the slot's, seen on the host", ready, ids)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		ready, _, _ := d.Prepared()
+		if ready == 0 && len(d.Leftovers(ctx, ids[0])) == 0 && leftEntries(t, state) == "[]" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("an idle slot was not ended 30s after its idle time: %d ready, left %v, state %s", ready, d.Leftovers(ctx, ids[0]), leftEntries(t, state))
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}

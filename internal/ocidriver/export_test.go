@@ -17,3 +17,11 @@ func OnBundleMade(t interface{ Cleanup(func()) }, f func(id string)) {
 	bundleMade = f
 	t.Cleanup(func() { bundleMade = old })
 }
+
+// SetAheadIdle sets how long a slot made ahead waits to be taken before
+// it is ended, until the test ends.
+func SetAheadIdle(t interface{ Cleanup(func()) }, d time.Duration) {
+	old := aheadIdle
+	aheadIdle = d
+	t.Cleanup(func() { aheadIdle = old })
+}
