@@ -127,6 +127,11 @@ type PoolOptions struct {
 	// tier that saves sandboxes refills them (poolsnap.go); empty means
 	// cold refills only.
 	CheckpointDir string
+	// Unwarmed leaves a one-shot sandbox restored from its pool's
+	// checkpoint unwarmed (poolsnap_exec.go): its program maps the
+	// interpreter's memory in as it touches it. Only for a benchmark
+	// that compares the two.
+	Unwarmed bool
 }
 
 // PoolObserver is told what the pools do (the daemon's /metrics).

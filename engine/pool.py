@@ -12,7 +12,9 @@
 #
 # Stdin carries: a decimal header length and a newline; the header, JSON
 # {"path", "argv", "size"} (and "reseed": false, from a test only: see
-# _reseed); size bytes of code; then the program's stdin.
+# _reseed); size bytes of code; then the program's stdin. In a sandbox
+# restored from a checkpoint, a header {"warm": true} (no code) comes
+# first, as soon as it is restored: see _warm.
 # Everything is read with os.read, so that nothing of the program's stdin is
 # buffered by this loader: sys.stdin (not read here) and any child process
 # see all of it.
@@ -137,12 +139,9 @@ def _header():
     return json.loads(_read(int(digits)))
 
 
-_h = _header()
-
-
 def _reseed():
     # The sandbox may be a restore of a checkpoint taken while this loader
-    # waited above (engine/poolsnap.go): every restore would draw the
+    # waited for its header (engine/poolsnap.go): every restore would draw the
     # random numbers the checkpoint's generators hold. Seeded again here,
     # once the program has come, from the kernel's random source (which a
     # restored sandbox draws from the host afresh), as a cold start seeds
@@ -153,6 +152,51 @@ def _reseed():
         sys.modules["numpy"].random.seed()
     if "tempfile" in sys.modules:
         sys.modules["tempfile"]._name_sequence = None
+
+
+def _warm():
+    # A restored sandbox (engine/poolsnap_exec.go) holds this process's
+    # memory, but none of it is mapped into the process yet: gVisor maps
+    # a page in at its first touch, a fault each (tens of microseconds),
+    # which would slow the program's first milliseconds by more than the
+    # run itself takes. So the path of a run is taken now, while the
+    # sandbox waits, and goes nowhere: a program printing one line, its
+    # stdout and stderr sent to /dev/null, in a namespace thrown away,
+    # with the reseed and the program file's write (to a file removed at
+    # once). Touching every page instead costs more CPU than the refill.
+    # Nothing is written to the run's output; the reseed before the
+    # program draws afresh anyway.
+    saved = os.dup(1), os.dup(2)
+    null = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(null, 1)
+    os.dup2(null, 2)
+    os.close(null)
+    try:
+        _reseed()
+        name = "/tmp/.stockade-warm-%d" % os.getpid()
+        with open(name, "wb") as f:
+            f.write(b"print(1)\n")
+        os.unlink(name)
+        exec(compile("print(1)\n", name, "exec"), {"__name__": "__warm__", "__builtins__": builtins})
+        sys.stdout.flush()
+        sys.stderr.flush()
+    except BaseException:
+        pass
+    finally:
+        os.dup2(saved[0], 1)
+        os.dup2(saved[1], 2)
+        os.close(saved[0])
+        os.close(saved[1])
+
+
+# A header {"warm": true} (the engine's, after a restore: see _warm) comes
+# before the program's.
+while True:
+    _h = _header()
+    if not _h.get("warm"):
+        break
+    _warm()
+del _warm
 
 
 if _h.get("reseed", True):  # false only in a test that looks at the checkpoint's state

@@ -19,8 +19,15 @@ import (
 // checkpoint in dir where driver can (gVisor).
 func snapPoolEngine(t *testing.T, drivers map[string]sandbox.Driver, driver string, size int, dir string) (*Engine, *snapCounts) {
 	t.Helper()
+	return snapPoolEngineWarm(t, drivers, driver, size, dir, true)
+}
+
+// snapPoolEngineWarm is snapPoolEngine whose restored sandboxes are
+// warmed or not (PoolOptions.Unwarmed).
+func snapPoolEngineWarm(t *testing.T, drivers map[string]sandbox.Driver, driver string, size int, dir string, warmed bool) (*Engine, *snapCounts) {
+	t.Helper()
 	e, err := New(drivers, driver, image.Open(testenv.DataDir()), sandbox.DefaultLimits(), sandbox.DefaultCeiling(),
-		WithPools(PoolOptions{Pools: []PoolSpec{{Runtime: "python", Size: size}}, CheckpointDir: dir}))
+		WithPools(PoolOptions{Pools: []PoolSpec{{Runtime: "python", Size: size}}, CheckpointDir: dir, Unwarmed: !warmed}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -167,5 +174,51 @@ func TestPoolOneShotRestoreFallsBack(t *testing.T) {
 	run()
 	if _, cold, failed := counts.made(); failed < 1 || cold <= coldBefore {
 		t.Errorf("got %d failed restores and %d cold refills (%d before), want the refill after the failure cold", failed, cold, coldBefore)
+	}
+}
+
+// warmProbe prints what a program could see of a warm-up before it: the
+// files in /tmp, the names of its globals, its open descriptors, and
+// any module loaded since the pool's imports that names a warm-up.
+const warmProbe = `import os, sys
+print(sorted(os.listdir("/tmp")))
+print(sorted(globals()))
+print(sorted(os.listdir("/proc/self/fd")))
+print(sorted(m for m in sys.modules if "warm" in m))
+`
+
+// TestPoolOneShotRestoredWarmLeavesNoTrace checks that the warm-up of a
+// restored one-shot pool sandbox (pool.py's _warm, which runs a program
+// printing a line before the real one comes) shows nothing to the
+// program: its output and what it sees of /tmp, its namespace and its
+// descriptors are those of a restored sandbox not warmed. The probe's
+// /tmp listing holds its own file (main.py), which shows it sees the
+// files there.
+func TestPoolOneShotRestoredWarmLeavesNoTrace(t *testing.T) {
+	drivers, _ := shimDrivers(t, nil)
+	var outs [2]string
+	for i, warmed := range []bool{true, false} {
+		e, counts := snapPoolEngineWarm(t, drivers, "gvisor", 1, t.TempDir(), warmed)
+		for range 2 { // each served by a sandbox restored from the checkpoint
+			waitReady(t, e, 1)
+			res, err := e.Run(t.Context(), Request{Runtime: "python", Code: []byte(warmProbe)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res.Status != sandbox.StatusSucceeded || res.Stderr != "" {
+				t.Fatalf("warmed %v: the probe ended %s, stderr %q", warmed, res.Status, res.Stderr)
+			}
+			outs[i] = res.Stdout
+		}
+		if restored, _, failed := counts.made(); restored < 1 || failed > 0 {
+			t.Fatalf("warmed %v: got %d restored refills and %d failed restores, want the probe served by a restored sandbox", warmed, restored, failed)
+		}
+	}
+	t.Logf("the probe saw:\n%s", outs[0])
+	if !strings.HasPrefix(outs[0], "['main.py']\n") {
+		t.Fatalf("the probe's /tmp listing is not its own file alone: %q", outs[0])
+	}
+	if outs[0] != outs[1] {
+		t.Errorf("a warmed restored sandbox's program saw\n%s\nwhere an unwarmed one's saw\n%s", outs[0], outs[1])
 	}
 }
