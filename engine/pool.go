@@ -597,10 +597,12 @@ func (p *pool) servesSession(spec SessionSpec, drv sandbox.Driver, limits sandbo
 		spec.Kernel == nil && p.fits(limits)
 }
 
-// take removes a sandbox whose interpreter still waits, or returns nil.
-// The caller must give it back (giveBack) once its run has ended. A
-// sandbox too old or whose interpreter ended is destroyed on the way,
-// under ctx.
+// take removes a sandbox whose interpreter still waits, or returns nil:
+// the oldest, which has had the longest to settle (a cold one's imports,
+// a restored one's warm-up: poolsnap_exec.go) while the newest may
+// still share the CPU with its refill's last steps. The caller must
+// give it back (giveBack) once its run has ended. A sandbox too old or
+// whose interpreter ended is destroyed on the way, under ctx.
 func (p *pool) take(ctx context.Context) *warm {
 	for {
 		p.mu.Lock()
@@ -608,8 +610,8 @@ func (p *pool) take(ctx context.Context) *warm {
 			p.mu.Unlock()
 			return nil
 		}
-		w := p.ready[len(p.ready)-1]
-		p.ready = p.ready[:len(p.ready)-1]
+		w := p.ready[0]
+		p.ready = p.ready[1:]
 		n := len(p.ready)
 		if p.taken == nil {
 			p.taken = map[*warm]time.Time{}
