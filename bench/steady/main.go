@@ -24,7 +24,9 @@
 //     sandboxes only wait), as the default daemon keeps both.
 //
 // A tier is runc or gvisor; gvisor=RUNSC is gVisor with another runsc
-// build, so that two builds can be measured side by side in one run.
+// build, so that two builds can be measured side by side in one run;
+// gvisor-unwarmed is gVisor whose restored refills are not warmed
+// (engine.PoolOptions.Unwarmed), to compare.
 // Everything is bounded: -n requests per variant and rate, and a turn
 // that takes longer than -turn-timeout fails the run. Run it from the
 // module's root (it builds the shim).
@@ -72,7 +74,7 @@ func main() {
 	settle := flag.Duration("settle", 3*time.Second, "how long a pool's newest sandbox has had before a turn starts and before idle CPU is read")
 	idle := flag.Duration("idle", 30*time.Second, "how long the idle CPU of the pool sandboxes is read")
 	turnTimeout := flag.Duration("turn-timeout", 5*time.Minute, "bound of one variant's turn at one rate")
-	tiers := flag.String("tiers", "runc,gvisor", "tiers, comma-separated: runc, gvisor, or gvisor=RUNSC for gVisor with that runsc")
+	tiers := flag.String("tiers", "runc,gvisor", "tiers, comma-separated: runc, gvisor, gvisor=RUNSC for gVisor with that runsc, gvisor-unwarmed for gVisor whose restored refills are not warmed")
 	dataDir := flag.String("data-dir", config.Default().DataDir, "image store")
 	runsc := flag.String("runsc", config.Default().RunscPath, "runsc executable of the gvisor tier (a tier gvisor=RUNSC has its own)")
 	restore := flag.Bool("restore", true, "refill gVisor's pools from their checkpoints, as the daemon does (false: every refill cold)")
@@ -222,6 +224,11 @@ func run(ctx context.Context, o opts) error {
 		} else {
 			name = fmt.Sprintf("%s (%s)", d, runsc)
 		}
+		// gvisor-unwarmed: restored refills not warmed, to compare.
+		unwarmed := d == "gvisor-unwarmed"
+		if unwarmed {
+			d = "gvisor"
+		}
 		cfg := config.Default()
 		cfg.DataDir, cfg.Driver = o.dataDir, d
 		if cfg.StateDir, err = os.MkdirTemp("", "stockade-bench-steady-"); err != nil {
@@ -249,7 +256,7 @@ func run(ctx context.Context, o opts) error {
 				SessionWorkspace: int64(cfg.Sessions.WorkspaceSize),
 				// As the daemon's (wiring.PoolOptions): gVisor's pools
 				// refill from their checkpoints there.
-				CheckpointDir: checkpoints}))
+				CheckpointDir: checkpoints, Unwarmed: unwarmed}))
 		if err != nil {
 			return err
 		}
