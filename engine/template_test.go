@@ -382,9 +382,8 @@ func TestTemplatePoolRebuilt(t *testing.T) {
 	}
 	// Every run after the rebuild sees the new build's Start: the old
 	// build's sandbox is never handed out. The first may miss the pool or
-	// take a sandbox of the new build that a refill already made (the
-	// pool hands out its newest first); within a few runs, once the pool
-	// has refilled, one is served by it.
+	// take a sandbox of the new build that a refill already made; within
+	// a few runs, once the pool has refilled, one is served by it.
 	for i := 0; ; i++ {
 		hits, _ := counts.get()
 		if got, want := run(), "99 [1] hello /usr\n"; got != want {
