@@ -248,8 +248,10 @@ func TestTimedOutRunIsMeasured(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// The busy loop has the sandbox's whole share, 0.5 CPU, for 2 s.
-	if res.Status != sandbox.StatusTimedOut || res.CPUTime < 500*time.Millisecond || res.PeakMemory <= 0 {
-		t.Errorf("got %s with CPU %s and peak %d, want timed_out with at least 0.5 s and some memory", res.Status, res.CPUTime, res.PeakMemory)
+	// The busy loop may use the sandbox's whole share, 0.5 CPU, for 2 s;
+	// on a host loaded by other tests it gets less, but not under 50 ms
+	// (a share of 2.5%), while an unmeasured run reports none.
+	if res.Status != sandbox.StatusTimedOut || res.CPUTime < 50*time.Millisecond || res.PeakMemory <= 0 {
+		t.Errorf("got %s with CPU %s and peak %d, want timed_out with at least 50 ms and some memory", res.Status, res.CPUTime, res.PeakMemory)
 	}
 }
