@@ -28,6 +28,11 @@ import (
 // kernel's random source, which a restored gVisor sandbox draws from the
 // host afresh (os.urandom, uuid4 and secrets read it directly).
 
+// A primer is a pooled Exec's stdin that takes bytes that are not the
+// program (pool.py's warm header) without starting the run's CPU count
+// (sandboxkit's codeStdin).
+type primer interface{ Prime(p []byte) error }
+
 // restoreExec restores a sandbox of p, a one-shot pool, from the
 // checkpoint in dir, of the image of digest, its interpreter adopted.
 func (p *pool) restoreExec(ctx context.Context, dir, digest string) (_ *warm, err error) {
@@ -43,10 +48,13 @@ func (p *pool) restoreExec(ctx context.Context, dir, digest string) (_ *warm, er
 	// Its memory is mapped in as the interpreter touches it: pool.py
 	// touches it all now (its _warm), while the sandbox waits, rather
 	// than the program on its first milliseconds.
-	if p.e.poolOpts.Unwarmed {
+	// The warm-up is written so that the run's CPU time is counted from
+	// its program's first write, not from the warm-up (primer).
+	pr, ok := ex.Stdin().(primer)
+	if p.e.poolOpts.Unwarmed || !ok {
 		return w, nil
 	}
-	if _, err := ex.Stdin().Write(warmHeader); err != nil {
+	if err := pr.Prime(warmHeader); err != nil {
 		_ = sb.Destroy(context.WithoutCancel(ctx))
 		return nil, fmt.Errorf("warming the restored interpreter: %w", err)
 	}

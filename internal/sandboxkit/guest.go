@@ -406,6 +406,17 @@ func (s *codeStdin) Write(p []byte) (int, error) {
 	return s.WriteCloser.Write(p)
 }
 
+// Prime writes p, which is not the program (pool.py's warm-up header,
+// written as a restored interpreter waits), without starting the run's
+// CPU count: the count starts at the program's first Write. It marks
+// the interpreter fed as Write does: Freeze lets through only one
+// nothing was written to.
+func (s *codeStdin) Prime(p []byte) error {
+	s.h.fed.Store(true)
+	_, err := s.WriteCloser.Write(p)
+	return err
+}
+
 func (s *codeStdin) Close() error {
 	s.h.fed.Store(true)
 	return s.WriteCloser.Close()

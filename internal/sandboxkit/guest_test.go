@@ -638,6 +638,57 @@ func TestGuestExecCgroupNumbers(t *testing.T) {
 					}
 				})
 			}
+			// A restored pool's Exec is primed first (pool.py's warm-up,
+			// 200 ms), then written its code (500 ms): under
+			// CPUFromCgroup the run's CPU time is the code's 500 ms.
+			t.Run("primed pooled CPU time from the cgroup", func(t *testing.T) {
+				write(layout.cpu, layout.cpuText(started))
+				write(layout.events, fmt.Sprintf(layout.oomText, 0))
+				waiting := make(chan struct{})
+				f := newFakeGuest(t, limits, func(fr frames, _ guest.ExecRequest) {
+					fr.started()
+					close(waiting)
+				})
+				var writes int
+				warmed := make(chan struct{})
+				f.onStdin = func(fr frames, _ []byte) {
+					writes++
+					switch writes {
+					case 1:
+						write(layout.cpu, layout.cpuText(started+200*time.Millisecond))
+						close(warmed)
+					case 2:
+						write(layout.cpu, layout.cpuText(started+700*time.Millisecond))
+						fr.exit(guest.ExitReport{CPUUserUs: 800_000})
+					}
+				}
+				f.g.Cgroup, f.g.CPUFromCgroup = cg, true
+				r := req
+				r.ExitNotice, r.StdinStream = true, true
+				ex, err := f.g.Start(t.Context(), r)
+				if err != nil {
+					t.Fatal(err)
+				}
+				<-waiting
+				pr, ok := ex.Stdin().(interface{ Prime([]byte) error })
+				if !ok {
+					t.Fatalf("a pool Exec's stdin %T cannot be primed", ex.Stdin())
+				}
+				if err := pr.Prime([]byte("{\"warm\": true}\n")); err != nil {
+					t.Fatal(err)
+				}
+				<-warmed
+				if _, err := ex.Stdin().Write([]byte("print(1)\n")); err != nil {
+					t.Fatal(err)
+				}
+				res, err := ex.Wait(t.Context())
+				if err != nil {
+					t.Fatal(err)
+				}
+				if res.Status != sandbox.StatusSucceeded || res.CPUTime != 500*time.Millisecond {
+					t.Errorf("got %s with CPU %s, want succeeded with 500ms (not the warm-up's 200ms)", res.Status, res.CPUTime)
+				}
+			})
 			t.Run("OOM-killed sandbox", func(t *testing.T) {
 				write(layout.events, fmt.Sprintf(layout.oomText, 0))
 				f := newFakeGuest(t, limits, func(fr frames, _ guest.ExecRequest) {
