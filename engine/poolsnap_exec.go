@@ -60,9 +60,10 @@ func (p *pool) restoreExec(ctx context.Context, dir, digest string) (_ *warm, er
 	}
 	if d, ok := sb.(sandbox.Deadliner); ok {
 		// A restored sandbox is detached: one a killed daemon left
-		// behind ends by itself a minute after the pool would have
-		// retired it, as a session pool's does (create).
-		if err := d.SetDeadline(ctx, time.Now().Add(p.maxAge+time.Minute)); err != nil {
+		// behind ends by itself a minute after the longest run begun
+		// just before the pool would have retired it, as the Exec's own
+		// timeout allows (newPool: the pool hands out its oldest first).
+		if err := d.SetDeadline(ctx, w.born.Add(p.created.Timeout)); err != nil {
 			_ = sb.Destroy(context.WithoutCancel(ctx))
 			return nil, err
 		}
