@@ -601,8 +601,11 @@ func (p *pool) servesSession(spec SessionSpec, drv sandbox.Driver, limits sandbo
 // the oldest, which has had the longest to settle (a cold one's imports,
 // a restored one's warm-up: poolsnap_exec.go) while the newest may
 // still share the CPU with its refill's last steps. The caller must
-// give it back (giveBack) once its run has ended. A sandbox too old or
-// whose interpreter ended is destroyed on the way, under ctx.
+// give it back (giveBack) once its run has ended. A sandbox too old,
+// whose interpreter ended or of a template's former build is destroyed
+// on the way, in the background (Engine.Wait waits for it): the oldest
+// come first, and a request after a rebuild would otherwise wait for
+// the whole pool's destruction.
 func (p *pool) take(ctx context.Context) *warm {
 	for {
 		p.mu.Lock()
@@ -622,7 +625,7 @@ func (p *pool) take(ctx context.Context) *warm {
 		if time.Since(w.born) <= p.maxAge && !w.ended() && p.current(w) {
 			return w
 		}
-		p.giveBack(ctx, w)
+		p.e.closing.Go(func() { p.giveBack(context.WithoutCancel(ctx), w) })
 	}
 }
 
