@@ -59,7 +59,8 @@ func (s *shim) create(ctx context.Context, inR, outW *os.File, logw io.Writer) e
 // it (Argv) and the hello of what it restores, runs Argv and passes the
 // hello on. It returns nil, having started nothing, when the sandbox is
 // to end unused instead (endUnused, ctx ended, the shim unreachable with
-// no client attached) or the start cannot be made.
+// no client attached, its record's deadline passed: a daemon that died
+// leaves no slot waiting for ever) or the start cannot be made.
 func (s *shim) awaitStart(ctx context.Context, dir string, key []byte, logw io.Writer) *exec.Cmd {
 	t := time.NewTicker(watchEvery)
 	defer t.Stop()
@@ -75,10 +76,14 @@ func (s *shim) awaitStart(ctx context.Context, dir string, key []byte, logw io.W
 			return nil
 		case <-t.C:
 			s.mu.Lock()
-			attached := s.client != nil
+			attached, deadline := s.client != nil, s.deadline
 			s.mu.Unlock()
 			if !attached && !s.reachable() {
 				s.log.Warn("ending the sandbox created ahead: no client can reach it")
+				return nil
+			}
+			if !deadline.IsZero() && !time.Now().Before(deadline) {
+				s.log.Warn("ending the sandbox created ahead unused: its deadline passed", "deadline", deadline)
 				return nil
 			}
 		}
@@ -109,10 +114,10 @@ func (s *shim) awaitStart(ctx context.Context, dir string, key []byte, logw io.W
 	s.accepted = true
 	s.stdinMu.Unlock()
 	s.mu.Lock()
+	// The deadline is the start's record's: the create's was the slot's
+	// own (no client could move it before the start).
 	s.hello, s.restored, s.lastID = hello, true, max(s.lastID, m.LastID)
-	if s.deadline.IsZero() {
-		s.deadline = m.Deadline
-	}
+	s.deadline = m.Deadline
 	c := s.client
 	s.mu.Unlock()
 	s.setRuntime(cmd.Process)

@@ -163,3 +163,33 @@ func TestCreatedAheadUnused(t *testing.T) {
 		}
 	}
 }
+
+// TestCreatedAheadDeadline checks that a sandbox created ahead that no
+// client starts ends unused once its record's deadline has passed, even
+// with a client attached: a daemon that died leaves none waiting for
+// ever.
+func TestCreatedAheadDeadline(t *testing.T) {
+	root, key := testRoot(t)
+	fakes := t.TempDir()
+	m := aheadMeta(t, "expires", fakes)
+	m.Deadline = time.Now().Add(2 * time.Second)
+	dir := launch(t, root, key, m)
+	conn, err := Dial(ctxOf(t), dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if st := conn.Status(); !st.Waiting {
+		t.Fatalf("got status %+v, want waiting", st)
+	}
+	if err := conn.Wait(ctxOf(t)); err != nil {
+		t.Fatal(err)
+	}
+	x, ok := ReadExit(dir)
+	if !ok || x.Ended != EndedUnused {
+		t.Errorf("got exit %+v (%v), want ended unused", x, ok)
+	}
+	if _, err := os.Stat(filepath.Join(fakes, "deleted")); err != nil {
+		t.Errorf("the shim did not run DeleteArgv: %v", err)
+	}
+}

@@ -189,6 +189,9 @@ func (d *Snapshotting) makeAhead(ctx context.Context, dir string, rec snapshotRe
 	}
 	m := supervisor.Meta{
 		ID: s.id, Driver: d.cfg.Name, Bundle: bundle, Created: time.Now().UTC(),
+		// The shim ends a slot still waiting a minute after the daemon
+		// would have (expireAhead): one a dead daemon left ends anyway.
+		Deadline:   time.Now().Add(aheadIdle + time.Minute),
 		CreateArgv: append([]string{binary}, d.runtimeArgs(s.network, append(create, s.id)...)...),
 		Env:        runtimeEnv,
 		ChannelFDs: d.cfg.ChannelFDs,
@@ -301,7 +304,9 @@ func (d *Snapshotting) restoreAhead(ctx context.Context, s *sbx, dir string, rec
 	}
 	hello := rec.Hello
 	m.Argv = append([]string{s.shim.binary}, d.runtimeArgs(s.network, "restore", "--background", "--image-path", filepath.Join(dir, snapshotImageDir), "--bundle", m.Bundle, s.id)...)
-	m.Hello, m.LastID = &hello, rec.LastID
+	// The slot's own deadline goes: a restore's record has none (a
+	// Deadliner's SetDeadline moves it).
+	m.Hello, m.LastID, m.Deadline = &hello, rec.LastID, time.Time{}
 	if err := supervisor.WriteMeta(d.shimDir(s.id), key, m); err != nil {
 		return err
 	}
