@@ -18,6 +18,9 @@ type aheadPreparer interface {
 	PrepareRestore(ctx context.Context, dir string) error
 	// DropPrepared ends every ready slot and makes none from then on.
 	DropPrepared(ctx context.Context) error
+	// AheadFailure returns, once, why the latest restore into a slot
+	// failed (it restored the usual way), or nil.
+	AheadFailure() error
 }
 
 // prepareGolden makes a ready slot for g's checkpoint in the background,
@@ -30,6 +33,9 @@ func (e *Engine) prepareGolden(g *golden) {
 	p, ok := g.snap.(aheadPreparer)
 	if !ok || e.golden.NoAhead {
 		return
+	}
+	if err := p.AheadFailure(); err != nil {
+		e.log.Warn("a golden restore could not start in its sandbox created ahead; it restored the usual way", "template", g.tm.Name, "err", err)
 	}
 	e.closing.Go(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)

@@ -68,6 +68,8 @@ type aheadSlots struct {
 	dropped bool           // DropPrepared was called: none is made any more
 	claimed int            // slots taken by a Restore (tests read it)
 	failed  int            // slots whose start failed (tests read it)
+	lastErr error          // the latest such failure, until AheadFailure
+
 }
 
 // aheadKey is what a restore's spec is built from (Restore's oci.Build),
@@ -242,6 +244,17 @@ func (d *Snapshotting) Prepared() (ready, claimed, failed int) {
 	return len(d.ahead.ready), d.ahead.claimed, d.ahead.failed
 }
 
+// AheadFailure returns, once, why the latest Restore that took a slot
+// could not start it (the Restore then went the usual way), or nil: the
+// caller logs it, as a Restore that succeeded has no way to.
+func (d *Snapshotting) AheadFailure() error {
+	d.ahead.mu.Lock()
+	defer d.ahead.mu.Unlock()
+	err := d.ahead.lastErr
+	d.ahead.lastErr = nil
+	return err
+}
+
 // takeAhead removes and returns a ready slot for key, nil when none is.
 func (d *Snapshotting) takeAhead(key string) *sbx {
 	d.ahead.mu.Lock()
@@ -285,6 +298,7 @@ func (d *Snapshotting) restoreAhead(ctx context.Context, s *sbx, dir string, rec
 		d.ahead.claimed++
 		if err != nil {
 			d.ahead.failed++
+			d.ahead.lastErr = fmt.Errorf("restoring %s into the sandbox created ahead %s: %w (its log: %q)", dir, s.id, err, supervisor.Log(d.shimDir(s.id)))
 		}
 		d.ahead.mu.Unlock()
 		if err != nil {

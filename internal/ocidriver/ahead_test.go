@@ -139,6 +139,11 @@ func TestRestoreAheadFallsBack(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer sb.Destroy(context.WithoutCancel(ctx))
+	if err := d.AheadFailure(); err == nil {
+		t.Error("AheadFailure: got nil, want why the slot did not start")
+	} else if err := d.AheadFailure(); err != nil {
+		t.Errorf("AheadFailure, asked again: got %v, want nil (it is returned once)", err)
+	}
 	if _, claimed, failed := d.Prepared(); claimed != 1 || failed != 1 {
 		t.Errorf("%d claimed, %d failed; want 1, 1", claimed, failed)
 	}
