@@ -202,7 +202,13 @@ func (d *Snapshotting) makeAhead(ctx context.Context, dir string, rec snapshotRe
 	if err := s.writeMeta(key2, m, s.labels, s.unbound, rec.Limits); err != nil {
 		return err
 	}
-	if err := supervisor.Launch(ctx, d.cfg.Shim, d.shimDir(s.id)); err != nil {
+	// The shim bounds its create itself (30 s) and says when it is done:
+	// killing it mid-create, as Launch does when its ctx ends, would
+	// leave a sandbox nothing tracks, so only a shim stuck well past its
+	// own bound is killed.
+	lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Minute)
+	defer cancel()
+	if err := supervisor.Launch(lctx, d.cfg.Shim, d.shimDir(s.id)); err != nil {
 		return fmt.Errorf("creating a sandbox ahead for %s: %w", dir, err)
 	}
 	return nil
