@@ -55,8 +55,9 @@ var aheadIdle = 5 * time.Minute
 
 // aheadSlot is one sandbox created ahead.
 type aheadSlot struct {
-	s   *sbx
-	key string
+	s      *sbx
+	key    string
+	expiry *time.Timer // ends it after aheadIdle (expireAhead)
 }
 
 // aheadSlots are a driver's ready slots. The zero value is ready to use.
@@ -158,11 +159,13 @@ func (d *Snapshotting) makeAhead(ctx context.Context, dir string, rec snapshotRe
 	var s *sbx
 	defer func() {
 		d.ahead.mu.Lock()
-		d.ahead.making[key]--
+		if d.ahead.making[key]--; d.ahead.making[key] == 0 {
+			delete(d.ahead.making, key)
+		}
 		if err == nil {
 			sl := &aheadSlot{s: s, key: key}
 			d.ahead.ready = append(d.ahead.ready, sl)
-			time.AfterFunc(aheadIdle, func() { d.expireAhead(sl) })
+			sl.expiry = time.AfterFunc(aheadIdle, func() { d.expireAhead(sl) })
 		}
 		d.ahead.mu.Unlock()
 		d.ahead.made.Done()
@@ -185,10 +188,9 @@ func (d *Snapshotting) makeAhead(ctx context.Context, dir string, rec snapshotRe
 		return err
 	}
 	bundle := d.bundleDir(s.id)
+	// As a restore's (restore): the channel is the runtime's stdio, never
+	// extra descriptors (Snapshotting is gVisor's, without ChannelFDs).
 	create := []string{"create", "--bundle", bundle}
-	if d.cfg.ChannelFDs {
-		create = append(create, "--preserve-fds", "2")
-	}
 	m := supervisor.Meta{
 		ID: s.id, Driver: d.cfg.Name, Bundle: bundle, Created: time.Now().UTC(),
 		// The shim ends a slot still waiting a minute after the daemon
@@ -196,7 +198,6 @@ func (d *Snapshotting) makeAhead(ctx context.Context, dir string, rec snapshotRe
 		Deadline:   time.Now().Add(aheadIdle + time.Minute),
 		CreateArgv: append([]string{binary}, d.runtimeArgs(s.network, append(create, s.id)...)...),
 		Env:        runtimeEnv,
-		ChannelFDs: d.cfg.ChannelFDs,
 	}
 	s.endArgv(&m, binary)
 	if err := s.writeMeta(key2, m, s.labels, s.unbound, rec.Limits); err != nil {
@@ -229,17 +230,13 @@ func (d *Snapshotting) DropPrepared(ctx context.Context) error {
 	errs := make([]error, len(ready))
 	var wg sync.WaitGroup
 	for i, sl := range ready {
+		sl.expiry.Stop()
 		// Destroy asks the waiting shim to close the guest's input: it
 		// removes the created sandbox (Meta.DeleteArgv) and exits.
 		wg.Go(func() { errs[i] = sl.s.Destroy(ctx) })
 	}
 	wg.Wait()
-	for _, err := range errs {
-		if err != nil {
-			return err
-		}
-	}
-	return nil
+	return errors.Join(errs...)
 }
 
 // Prepared counts the ready slots, and the Restores that took one and
@@ -268,6 +265,7 @@ func (d *Snapshotting) takeAhead(key string) *sbx {
 	for i, sl := range d.ahead.ready {
 		if sl.key == key {
 			d.ahead.ready = append(d.ahead.ready[:i], d.ahead.ready[i+1:]...)
+			sl.expiry.Stop()
 			return sl.s
 		}
 	}
