@@ -166,14 +166,17 @@ def _warm():
     # once). Touching every page instead costs more CPU than the refill.
     # Nothing is written to the run's output; the reseed before the
     # program draws afresh anyway.
+    # A warm-up that fails costs only the speed it was for: whatever it
+    # did, the program's stdout and stderr are restored and the file is
+    # gone.
     saved = os.dup(1), os.dup(2)
-    null = os.open(os.devnull, os.O_WRONLY)
-    os.dup2(null, 1)
-    os.dup2(null, 2)
-    os.close(null)
+    name = "/tmp/.stockade-warm-%d" % os.getpid()
     try:
+        null = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(null, 1)
+        os.dup2(null, 2)
+        os.close(null)
         _reseed()
-        name = "/tmp/.stockade-warm-%d" % os.getpid()
         with open(name, "wb") as f:
             f.write(b"print(1)\n")
         os.unlink(name)
@@ -183,6 +186,10 @@ def _warm():
     except BaseException:
         pass
     finally:
+        try:
+            os.unlink(name)
+        except OSError:
+            pass
         os.dup2(saved[0], 1)
         os.dup2(saved[1], 2)
         os.close(saved[0])
