@@ -68,6 +68,7 @@ if [ -e "$PIDS" ] || ip netns list | grep -qx "$NS\( .*\)\?"; then
 fi
 
 t0=$(now)
+trap 'log "failed at line $LINENO; logs in $LOGS; run scripts/kube/down.sh to clean up"' ERR
 umask 077
 mkdir -p "$PKI" "$RUN" "$LOGS" "$PIDS" "$DIR/etcd" "$DIR/cni/net.d" "$DIR/cni/ipam"
 
