@@ -72,7 +72,10 @@ install_packages() {
 	[ -x /usr/lib/cni/bridge ] && [ -x /usr/lib/cni/host-local ] && [ -x /usr/lib/cni/loopback ] ||
 		missing+=(containernetworking-plugins)
 	command -v gcc >/dev/null && [ -e /usr/lib/x86_64-linux-gnu/libc.a ] || missing+=(gcc libc6-dev)
+	# up.sh makes certificates, the namespace and veth, and polls etcd.
 	command -v openssl >/dev/null || missing+=(openssl)
+	command -v ip >/dev/null || missing+=(iproute2)
+	command -v curl >/dev/null || missing+=(curl)
 	[ -x /usr/sbin/runc ] || missing+=(runc)
 	# smoke.sh's pod image is one static busybox.
 	dpkg -s busybox-static >/dev/null 2>&1 || missing+=(busybox-static)
