@@ -108,19 +108,17 @@ for ns in $(cat "$bundles"/*/*/config.json 2>/dev/null | grep -o '"path":"/var/r
 	umount "$ns" 2>/dev/null
 	rm -f "$ns"
 done
-# runc and runsc keep their own records of containers under $RUN.
-for rt in "${RUNC:-}:$RUN/runc/k8s.io" "${RUNSC:-}:$RUN/runsc/k8s.io"; do
+# runc and runsc keep their own records of containers under $RUN (gVisor
+# pods' pause containers are runc's, under runsc's root).
+for rt in "${RUNC:-}:$RUN/runc/k8s.io" "${RUNC:-}:$RUN/runsc/k8s.io" "${RUNSC:-}:$RUN/runsc/k8s.io"; do
 	bin=${rt%%:*} root=${rt#*:}
 	[ -x "$bin" ] && [ -d "$root" ] || continue
-	for id in $(ls "$root" 2>/dev/null); do
-		[ -d "$root/$id" ] || continue
+	for id in $("$bin" --root "$root" list -q 2>/dev/null); do
 		"$bin" --root "$root" delete --force "$id" >/dev/null 2>&1 ||
 			log "$(basename "$bin") delete $id failed"
 	done
 done
 
-# The apiserver drains its watches for a minute on TERM; nothing is left
-# to serve by now.
 for name in kube-scheduler kube-controller-manager kube-apiserver etcd; do
 	stop "$name" 2
 done

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Proves a cluster from up.sh runs pods on both runtimes: for runc (no
-# RuntimeClass) and gVisor (RuntimeClass gvisor) it creates a pod shaped
+# RuntimeClass), gVisor (RuntimeClass gvisor) and gVisor without a network
+# (gvisor-nonet, which must show the container no device but lo) it creates a pod shaped
 # like a sandbox's (non-root, no capabilities, read-only root, no service
 # account token, no privilege escalation, seccomp RuntimeDefault) whose one
 # container echoes each stdin line back, waits for it to be Ready, carries a
@@ -67,7 +68,17 @@ spec:
     image: $IMAGE
     imagePullPolicy: Never
     stdin: true
-    command: ["/bin/sh", "-c", "while read -r l; do echo \"echo: \$l\"; done"]
+    command:
+    - /bin/sh
+    - -c
+    - |
+      while read -r l; do
+        if [ "\$l" = net ]; then
+          echo "net: \$(tail -n +3 /proc/net/dev | cut -d: -f1 | tr -d ' ' | sort | tr '\\n' ' ')"
+        else
+          echo "echo: \$l"
+        fi
+      done
     securityContext:
       allowPrivilegeEscalation: false
       readOnlyRootFilesystem: true
@@ -79,10 +90,10 @@ EOF
 
 fail=0
 for round in $(seq 1 "$ROUNDS"); do
-	for rt in runc gvisor; do
+	for rt in runc gvisor gvisor-nonet; do
 		name=smoke-$rt-$round
 		rc=""
-		[ "$rt" = runc ] || rc=gvisor
+		[ "$rt" = runc ] || rc=$rt
 		t=$(now)
 		pod "$name" "$rc" | k apply -f - >/dev/null
 		if ! k wait --for=condition=Ready "pod/$name" --timeout=120s >/dev/null; then
@@ -108,6 +119,18 @@ for round in $(seq 1 "$ROUNDS"); do
 			sleep 0.05
 		done
 		rtt=$(since "$t")
+		# The network devices the container sees.
+		echo net >&3
+		net=""
+		for _ in $(seq 1 200); do
+			net=$(sed -n 's/^net: //p' "$w/out")
+			[ -z "$net" ] || break
+			sleep 0.05
+		done
+		if [ "$rt" = gvisor-nonet ] && [ "$net" != "lo " ]; then
+			log "$name: sees network devices '$net', wants only lo"
+			fail=1
+		fi
 		exec 3>&-
 		kill "$apid" 2>/dev/null || true
 		wait "$apid" 2>/dev/null || true
@@ -122,23 +145,25 @@ for round in $(seq 1 "$ROUNDS"); do
 		id=$(k get pod "$name" -o jsonpath='{.status.containerStatuses[0].containerID}')
 		id=${id#containerd://}
 		if [ "$rt" = runc ]; then
+			rt_bin=runc
 			state=$("$RUNC" --root "$DIR/run/runc/k8s.io" state "$id" 2>&1 || true)
 		else
+			rt_bin=runsc
 			state=$("$RUNSC" --root "$DIR/run/runsc/k8s.io" state "$id" 2>&1 || true)
 		fi
 		if ! echo "$state" | grep -q '"status": "running"'; then
-			log "$name: container $id is not running under $rt: $state"
+			log "$name: container $id is not running under $rt_bin: $state"
 			fail=1
-			held="NOT under $rt"
+			held="NOT under $rt_bin"
 		else
-			held="running under $rt"
+			held="running under $rt_bin"
 		fi
 
 		t=$(now)
 		k delete pod "$name" --wait=true >/dev/null
 		del=$(since "$t")
-		printf '%-6s round %d: Ready %s s, attach round trip %s s (%s), deleted %s s, %s\n' \
-			"$rt" "$round" "$ready" "$rtt" "${got:-NO ECHO}" "$del" "$held"
+		printf '%-12s round %d: Ready %s s, attach round trip %s s (%s), devices: %s, deleted %s s, %s\n' \
+			"$rt" "$round" "$ready" "$rtt" "${got:-NO ECHO}" "${net:-?}" "$del" "$held"
 	done
 done
 exit "$fail"

@@ -18,9 +18,10 @@
 # $STOCKADE_KUBE_DIR (default /var/lib/stockade-kube); each process's PID
 # is in $STOCKADE_KUBE_DIR/pids for down.sh, which undoes all of it.
 #
-# Runtimes: runc (the default) and a `gvisor` RuntimeClass whose handler
-# runs runsc through containerd's runc shim (BinaryName): the gVisor shim
-# sets its own oom_score_adj, which fails without CAP_SYS_RESOURCE.
+# Runtimes: runc (the default) and RuntimeClasses `gvisor` and
+# `gvisor-nonet` (runsc --network=none) whose handlers run runsc through
+# containerd's runc shim (BinaryName): the gVisor shim sets its own
+# oom_score_adj, which fails without CAP_SYS_RESOURCE.
 set -euo pipefail
 
 CACHE=${STOCKADE_KUBE_CACHE:-/usr/local/lib/stockade}
@@ -292,30 +293,57 @@ disabled_plugins = ["io.containerd.internal.v1.opt"]
 [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runsc.options]
   BinaryName = "$DIR/runsc"
   Root = "$RUN/runsc"
+
+[plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runsc-nonet]
+  runtime_type = "io.containerd.runc.v2"
+
+[plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runsc-nonet.options]
+  BinaryName = "$DIR/runsc-nonet"
+  Root = "$RUN/runsc"
 EOF
 # runsc under the runc shim. The shim calls BinaryName with runc's global
 # flags (--root, --log, --log-format), which runsc shares. Given the CRI's
 # annotations, runsc would run a pod's containers in one sandbox, the pause
 # container's, and start each one with the stdio of `runsc start` (none:
 # the runc shim hands stdio only to create) and the shim would never see
-# it exit. So this wrapper renames those annotations in the bundle at
-# create and every container is a sandbox of its own, as under docker: the
-# pause container's with no network, the workload's in the pod's network
-# namespace. A gVisor pod has one workload container. And when the shim
-# kills what has already exited, runsc says "sandbox is not running" where
-# runc says "container not running", the words the shim takes for "already
+# it exit. So this wrapper runs the pause container with runc (it holds
+# the pod's namespaces; a gVisor pause would hold them in a network
+# namespace of its own, empty) and renames those annotations in the
+# workload's bundle at create, so that the workload is a gVisor sandbox of
+# its own in the pod's network namespace, as under docker. A gVisor pod
+# has one workload container. Every later call goes to the binary that
+# created the container: runc keeps a directory with state.json per
+# container under --root, runsc files. And when the shim kills what has
+# already exited, runsc says "sandbox is not running" where runc says
+# "container not running", the words the shim takes for "already
 # finished": the wrapper translates, or a pod's deletion never completes.
-# $STOCKADE_KUBE_RUNSC_FLAGS go before runsc's subcommand.
-cat >"$DIR/runsc" <<EOF
+# runsc_wrapper FILE FLAGS: the wrapper, FLAGS going before runsc's
+# subcommand. Handler runsc takes $STOCKADE_KUBE_RUNSC_FLAGS; handler
+# runsc-nonet adds --network=none: its pods' sandboxes have no network
+# device but loopback, whatever the pod's network namespace holds.
+runsc_wrapper() {
+	cat >"$1" <<EOF
 #!/bin/sh
 set -e
-flags="${STOCKADE_KUBE_RUNSC_FLAGS:-}"
-bundle= prev= create= kill=
+flags="$2"
+bundle= prev= create= kill= root=
 for a in "\$@"; do
-	case \$prev in --bundle | -b) bundle=\$a ;; esac
-	case \$a in --bundle=*) bundle=\${a#--bundle=} ;; create) create=1 ;; kill) kill=1 ;; esac
+	case \$prev in --bundle | -b) bundle=\$a ;; --root) root=\$a ;; esac
+	case \$a in --bundle=*) bundle=\${a#--bundle=} ;; --root=*) root=\${a#--root=} ;; create) create=1 ;; kill) kill=1 ;; esac
 	prev=\$a
 done
+if [ -n "\$create" ] && [ -f "\$bundle/config.json" ]; then
+	if grep -q '"io.kubernetes.cri.container-type": *"sandbox"' "\$bundle/config.json"; then
+		exec "$RUNC" "\$@"
+	fi
+	sed -i -e 's/"io\.kubernetes\.cri\.container-type"/"stockade.invalid\/cri.container-type"/' \\
+		-e 's/"io\.kubernetes\.cri\.sandbox-id"/"stockade.invalid\/cri.sandbox-id"/' "\$bundle/config.json"
+elif [ -n "\$root" ]; then
+	for a in "\$@"; do
+		case \$a in */* | "") continue ;; esac
+		if [ -f "\$root/\$a/state.json" ]; then exec "$RUNC" "\$@"; fi
+	done
+fi
 if [ -n "\$kill" ]; then
 	if out=\$("$RUNSC" \$flags "\$@" 2>&1); then
 		[ -z "\$out" ] || printf '%s\\n' "\$out"
@@ -324,16 +352,12 @@ if [ -n "\$kill" ]; then
 	case \$out in *"is not running"*) echo "container not running" >&2 ;; *) printf '%s\\n' "\$out" >&2 ;; esac
 	exit 1
 fi
-if [ -n "\$create" ] && [ -f "\$bundle/config.json" ]; then
-	if grep -q '"io.kubernetes.cri.container-type": *"sandbox"' "\$bundle/config.json"; then
-		flags="\$flags --network=none"
-	fi
-	sed -i -e 's/"io\.kubernetes\.cri\.container-type"/"stockade.invalid\/cri.container-type"/' \
-		-e 's/"io\.kubernetes\.cri\.sandbox-id"/"stockade.invalid\/cri.sandbox-id"/' "\$bundle/config.json"
-fi
 exec "$RUNSC" \$flags "\$@"
 EOF
-chmod 0700 "$DIR/runsc"
+	chmod 0700 "$1"
+}
+runsc_wrapper "$DIR/runsc" "${STOCKADE_KUBE_RUNSC_FLAGS:-}"
+runsc_wrapper "$DIR/runsc-nonet" "${STOCKADE_KUBE_RUNSC_FLAGS:-} --network=none"
 
 # Its shims are found on PATH: ours, not another containerd's.
 start containerd env PATH="$CONTAINERD_BIN:$PATH" "$CONTAINERD_BIN/containerd" --config "$DIR/containerd.toml"
@@ -420,8 +444,14 @@ kind: RuntimeClass
 metadata:
   name: gvisor
 handler: runsc
+---
+apiVersion: node.k8s.io/v1
+kind: RuntimeClass
+metadata:
+  name: gvisor-nonet
+handler: runsc-nonet
 EOF
 # Pods are admitted only once their namespace's default ServiceAccount is.
 wait_for "the default ServiceAccount" k -n default get serviceaccount default
-log "RuntimeClass gvisor created; cluster up in $(since "$t0") s"
+log "RuntimeClasses gvisor and gvisor-nonet created; cluster up in $(since "$t0") s"
 echo "$KUBECONFIG_ADMIN"
