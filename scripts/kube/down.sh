@@ -85,7 +85,9 @@ for f in "$bundles"/*/*/init.pid; do
 	fi
 done
 for p in /proc/[0-9]*; do
-	if tr '\0' ' ' 2>/dev/null <"$p/cmdline" | grep -qF -- "-address $RUN/containerd.sock "; then
+	# (No grep -q after a pipe: under pipefail its early exit can fail the
+	# writer with SIGPIPE, and the match would read as none.)
+	if tr '\0' ' ' 2>/dev/null <"$p/cmdline" | grep -F -- "-address $RUN/containerd.sock " >/dev/null; then
 		pid=${p#/proc/}
 		log "killing leftover shim $pid"
 		# Its listening socket in /run/containerd/s, which a killed shim
@@ -151,13 +153,13 @@ left=0
 for p in /proc/[0-9]*; do
 	pid=${p#/proc/}
 	[ "$pid" != $$ ] || continue
-	if tr '\0' ' ' 2>/dev/null <"$p/cmdline" | grep -qF "$DIR/"; then
+	if tr '\0' ' ' 2>/dev/null <"$p/cmdline" | grep -F "$DIR/" >/dev/null; then
 		log "still running: $pid $(tr '\0' ' ' <"$p/cmdline" | cut -c1-120)"
 		left=1
 	fi
 done
-if ip netns list | grep -q "^$NS\b"; then log "netns $NS is still there"; left=1; fi
-if findmnt -rn -o TARGET | grep -qF "$DIR/"; then log "mounts under $DIR remain"; left=1; fi
+if ip netns list | grep "^$NS\b" >/dev/null; then log "netns $NS is still there"; left=1; fi
+if findmnt -rn -o TARGET | grep -F "$DIR/" >/dev/null; then log "mounts under $DIR remain"; left=1; fi
 for h in /sys/fs/cgroup/*/; do
 	if [ -d "$h${CGROUP_ROOT#/}" ]; then log "cgroup $h${CGROUP_ROOT#/} remains"; left=1; fi
 done

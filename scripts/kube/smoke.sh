@@ -27,7 +27,7 @@ now() { date +%s.%N; }
 since() { echo "$(now) $1" | awk '{printf "%.2f", $1 - $2}'; }
 
 # The image, as a docker-archive tar ctr names from RepoTags.
-if ! ctr images ls -q | grep -qx "$IMAGE"; then
+if ! ctr images ls -q | grep -x "$IMAGE" >/dev/null; then
 	w=$(mktemp -d)
 	mkdir -p "$w/rootfs/bin" "$w/img"
 	cp /bin/busybox "$w/rootfs/bin/busybox"
@@ -151,7 +151,7 @@ for round in $(seq 1 "$ROUNDS"); do
 			rt_bin=runsc
 			state=$("$RUNSC" --root "$DIR/run/runsc/k8s.io" state "$id" 2>&1 || true)
 		fi
-		if ! echo "$state" | grep -q '"status": "running"'; then
+		if ! grep -q '"status": "running"' <<<"$state"; then
 			log "$name: container $id is not running under $rt_bin: $state"
 			fail=1
 			held="NOT under $rt_bin"

@@ -63,7 +63,7 @@ die() {
 }
 
 [ "$(id -u)" = 0 ] || { echo "up.sh: needs root" >&2; exit 1; }
-if [ -e "$PIDS" ] || ip netns list | grep -qx "$NS\( .*\)\?"; then
+if [ -e "$PIDS" ] || ip netns list | grep -x "$NS\( .*\)\?" >/dev/null; then
 	echo "up.sh: a cluster is already up ($PIDS or netns $NS exists); run scripts/kube/down.sh" >&2
 	exit 1
 fi
