@@ -9,8 +9,8 @@
 #   `ip netns exec`, which would give each its own mount namespace and hide
 #   the kubelet's volume mounts from containerd). A veth pair joins the
 #   host ($PREFIX.1) to the node ($PREFIX.2, the apiserver's and kubelet's
-#   address), so kubectl and a driver on the host reach the apiserver; the
-#   namespace has no default route and forwards nothing to the host.
+#   address), so kubectl and a driver on the host reach the apiserver. The
+#   namespace has no default route, and the host no route to the pods.
 #   Pods get 10.88.0.0/16 from the bridge and host-local CNI plugins.
 #
 # Everything the cluster writes (certificates, etcd, containerd's root and
