@@ -169,6 +169,13 @@ func TestRestoreAheadLeavesNothing(t *testing.T) {
 	if len(ids) != 1 || len(d.Leftovers(ctx, ids[0])) == 0 {
 		t.Fatalf("shims %v, want the slot's, seen on the host", ids)
 	}
+	// The daemon's own Reattach leaves its ready slot alone.
+	if got, err := d.Reattach(ctx, nil); err != nil || len(got) != 0 {
+		t.Errorf("Reattach beside a ready slot: got %d sandboxes, %v; want none", len(got), err)
+	}
+	if ready, _, _ := d.Prepared(); ready != 1 || len(d.Leftovers(ctx, ids[0])) == 0 {
+		t.Fatalf("after the daemon's own Reattach: %d slots ready, want its slot kept", ready)
+	}
 	start := time.Now()
 	if err := d.DropPrepared(ctx); err != nil {
 		t.Fatal(err)

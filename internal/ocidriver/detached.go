@@ -235,6 +235,11 @@ func (d *Driver) Reattach(ctx context.Context, match map[string]string) ([]sandb
 	var out []sandbox.Sandbox
 	var errs []error
 	for _, id := range ids {
+		if d.isSpared(id) {
+			// This process's own, being made or created ahead
+			// (ahead.go): not a dead daemon's to reach again or end.
+			continue
+		}
 		sb, err := d.reattach(ctx, id, key, match)
 		if err == nil {
 			out = append(out, sb)
