@@ -1,6 +1,7 @@
 package supervisor
 
 import (
+	"context"
 	"errors"
 	"os"
 	"os/exec"
@@ -191,5 +192,28 @@ func TestCreatedAheadDeadline(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(fakes, "deleted")); err != nil {
 		t.Errorf("the shim did not run DeleteArgv: %v", err)
+	}
+}
+
+// TestCreatedAheadWithHelloRefused checks that a shim refuses a record
+// of a sandbox created ahead that carries a hello: it would greet
+// clients and pass their frames to the sandbox before its start.
+func TestCreatedAheadWithHelloRefused(t *testing.T) {
+	root, key := testRoot(t)
+	m := aheadMeta(t, "hello", t.TempDir())
+	m.Hello = &guest.Hello{Version: 2, Min: 2, Max: 2}
+	dir := filepath.Join(root, m.ID)
+	if err := WriteMeta(dir, key, m); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	err := Launch(ctx, shimCommand(t), dir)
+	if err == nil {
+		_ = KillShim(context.Background(), dir)
+		t.Fatal("Launch of a created-ahead record with a hello: got nil, want refused")
+	}
+	if !strings.Contains(err.Error(), "carries a hello") {
+		t.Errorf("got %v, want the hello named", err)
 	}
 }

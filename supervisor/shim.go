@@ -105,6 +105,10 @@ func Serve(ctx context.Context, dir string, ready *os.File) error {
 	s := &shim{dir: dir, id: m.ID, meta: m, log: slog.New(slog.NewTextHandler(logw, nil)), lastID: m.LastID, restored: m.Hello != nil,
 		deadline: m.Deadline}
 	switch {
+	case len(m.CreateArgv) > 0 && m.Hello != nil:
+		// A hello would let clients' frames reach the created sandbox
+		// before its start: the start's record carries it (awaitStart).
+		return fmt.Errorf("shim %s: the record of a sandbox created ahead carries a hello", dir)
 	case len(m.CreateArgv) > 0:
 		s.waiting, s.start, s.unused = true, make(chan struct{}), make(chan struct{})
 	case len(m.Argv) == 0:
@@ -244,7 +248,8 @@ type shim struct {
 	sock    os.FileInfo // the socket as it was made: watch compares
 
 	// mu guards client, hello, clients, lastID, deadline, ended, runtime,
-	// restored, meta after its start, waiting and start. A
+	// restored, waiting and start (meta is written once more, by
+	// awaitStart, before the goroutines that read it start). A
 	// client is published (and the hello decided for it) under mu, while
 	// its write lock is held, so that its status and hello precede every
 	// guest frame.
