@@ -170,13 +170,8 @@ func Serve(ctx context.Context, dir string, ready *os.File) error {
 		}
 		go s.accept(ln)
 		if cmd = s.awaitStart(ctx, dir, key, logw); cmd == nil {
-			x := Exit{ExitCode: -1, At: time.Now().UTC(), Ended: EndedUnused}
 			s.runRuntime(ctx, "delete", s.meta.DeleteArgv)
-			b, _ := json.Marshal(x)
-			if err := os.WriteFile(filepath.Join(dir, ExitFile), b, 0o600); err != nil {
-				s.log.Error("recording the exit", "err", err)
-			}
-			s.drop(nil)
+			s.recordExit(Exit{ExitCode: -1, At: time.Now().UTC(), Ended: EndedUnused})
 			return nil
 		}
 	} else {
@@ -232,12 +227,18 @@ func Serve(ctx context.Context, dir string, ready *os.File) error {
 		// it; one that ended by itself removed it already.
 		s.runRuntime(ctx, "delete", s.meta.DeleteArgv)
 	}
+	s.recordExit(x)
+	return nil
+}
+
+// recordExit writes x, how the sandbox ended, for the driver (ReadExit),
+// and drops the clients.
+func (s *shim) recordExit(x Exit) {
 	b, _ := json.Marshal(x)
-	if err := os.WriteFile(filepath.Join(dir, ExitFile), b, 0o600); err != nil {
+	if err := os.WriteFile(filepath.Join(s.dir, ExitFile), b, 0o600); err != nil {
 		s.log.Error("recording the exit", "err", err)
 	}
 	s.drop(nil)
-	return nil
 }
 
 // shim is one shim's relay state.
