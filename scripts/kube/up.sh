@@ -18,10 +18,21 @@
 # $STOCKADE_KUBE_DIR (default /var/lib/stockade-kube); each process's PID
 # is in $STOCKADE_KUBE_DIR/pids for down.sh, which undoes all of it.
 #
-# Runtimes: runc (the default) and RuntimeClasses `gvisor` and
-# `gvisor-nonet` (runsc --network=none) whose handlers run runsc through
-# containerd's runc shim (BinaryName): the gVisor shim sets its own
-# oom_score_adj, which fails without CAP_SYS_RESOURCE.
+# Runtimes: runc (the default), RuntimeClass `runc-nonet` (runc, pods
+# without a network: see nonet below) and RuntimeClasses `gvisor` and
+# `gvisor-nonet` (runsc --network=none, also without a network) whose
+# handlers run runsc with --oci-seccomp (so that the pod's seccomp
+# profile is applied inside the sandbox too) through containerd's runc
+# shim (BinaryName): the gVisor shim sets its own oom_score_adj, which
+# fails without CAP_SYS_RESOURCE.
+#
+# Every pod of the node runs under a pids limit, the kubelet's
+# podPidsLimit ($STOCKADE_KUBE_POD_PIDS_LIMIT, default 64, the conformance
+# suite's limit): Kubernetes has no pids limit per pod, only this one per
+# node, which the operator of a cluster for Stockade must set. It counts a
+# gVisor pod's Sentry threads too (the driver holds the program to its
+# limit with RLIMIT_NPROC there), so a node of gVisor pods needs the
+# program's limit plus 256 (320 for the suite's gVisor run).
 set -euo pipefail
 
 CACHE=${STOCKADE_KUBE_CACHE:-/usr/local/lib/stockade}
@@ -44,6 +55,7 @@ SERVICE_IP=10.96.0.1
 # down.sh can remove exactly the cgroups the cluster made.
 CGROUP_ROOT=/stockade-kube
 TIMEOUT=${STOCKADE_KUBE_TIMEOUT:-120}
+POD_PIDS_LIMIT=${STOCKADE_KUBE_POD_PIDS_LIMIT:-64}
 
 PKI=$DIR/pki
 RUN=$DIR/run
@@ -71,7 +83,8 @@ fi
 t0=$(now)
 trap 'log "failed at line $LINENO; logs in $LOGS; run scripts/kube/down.sh to clean up"' ERR
 umask 077
-mkdir -p "$PKI" "$RUN" "$LOGS" "$PIDS" "$DIR/etcd" "$DIR/cni/net.d" "$DIR/cni/ipam"
+mkdir -p "$PKI" "$RUN" "$LOGS" "$PIDS" "$DIR/etcd" "$DIR/cni/net.d" "$DIR/cni/ipam" \
+	"$DIR/cni/nonet.d" "$DIR/cni/bin"
 
 # --- network namespace -------------------------------------------------------
 ip netns add "$NS"
@@ -235,6 +248,33 @@ cat >"$DIR/cni/net.d/10-bridge.conflist" <<EOF
 }
 EOF
 
+# nonet: the network of the *-nonet handlers' pods (containerd's cni_conf_dir
+# per runtime). containerd sets up the pod's loopback itself and wants an
+# eth0 with an address from the network's plugin, so this plugin reports
+# one, from 192.0.2.0/24 (TEST-NET-1: no network of this machine's), and
+# creates nothing: the pod's network namespace holds loopback only, and
+# nothing outside it, the API server, the kubelet, cluster DNS or another
+# pod, can be reached from it whatever network policies are (not)
+# enforced. The address's last byte is random: duplicates are harmless
+# to the kubelet, which only reports it.
+cat >"$DIR/cni/bin/stockade-nonet" <<'EOF'
+#!/bin/sh
+# A CNI plugin giving a pod no network: see scripts/kube/up.sh.
+case $CNI_COMMAND in
+ADD)
+	cat >/dev/null
+	n=$(($(od -An -N2 -tu2 /dev/urandom) % 254 + 1))
+	printf '{"cniVersion":"1.0.0","interfaces":[{"name":"eth0","sandbox":"%s"}],"ips":[{"address":"192.0.2.%s/32","interface":0}]}\n' "$CNI_NETNS" "$n"
+	;;
+VERSION) printf '{"cniVersion":"1.0.0","supportedVersions":["0.4.0","1.0.0"]}\n' ;;
+*) cat >/dev/null ;;
+esac
+EOF
+chmod 0755 "$DIR/cni/bin/stockade-nonet"
+cat >"$DIR/cni/nonet.d/10-nonet.conflist" <<EOF
+{"cniVersion": "1.0.0", "name": "stockade-nonet", "plugins": [{"type": "stockade-nonet"}]}
+EOF
+
 cat >"$DIR/containerd.toml" <<EOF
 version = 3
 root = "$DIR/containerd/root"
@@ -274,7 +314,7 @@ disabled_plugins = ["io.containerd.internal.v1.opt"]
   disable_apparmor = true
 
 [plugins.'io.containerd.cri.v1.runtime'.cni]
-  bin_dirs = ["$CNI_BIN"]
+  bin_dirs = ["$CNI_BIN", "$DIR/cni/bin"]
   conf_dir = "$DIR/cni/net.d"
 
 [plugins.'io.containerd.cri.v1.runtime'.containerd]
@@ -287,6 +327,14 @@ disabled_plugins = ["io.containerd.internal.v1.opt"]
   BinaryName = "$RUNC"
   Root = "$RUN/runc"
 
+[plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc-nonet]
+  runtime_type = "io.containerd.runc.v2"
+  cni_conf_dir = "$DIR/cni/nonet.d"
+
+[plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc-nonet.options]
+  BinaryName = "$RUNC"
+  Root = "$RUN/runc"
+
 [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runsc]
   runtime_type = "io.containerd.runc.v2"
 
@@ -296,6 +344,7 @@ disabled_plugins = ["io.containerd.internal.v1.opt"]
 
 [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runsc-nonet]
   runtime_type = "io.containerd.runc.v2"
+  cni_conf_dir = "$DIR/cni/nonet.d"
 
 [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runsc-nonet.options]
   BinaryName = "$DIR/runsc-nonet"
@@ -318,9 +367,10 @@ EOF
 # "container not running", the words the shim takes for "already
 # finished": the wrapper translates, or a pod's deletion never completes.
 # runsc_wrapper FILE FLAGS: the wrapper, FLAGS going before runsc's
-# subcommand. Handler runsc takes $STOCKADE_KUBE_RUNSC_FLAGS; handler
-# runsc-nonet adds --network=none: its pods' sandboxes have no network
-# device but loopback, whatever the pod's network namespace holds.
+# subcommand. Handler runsc takes --oci-seccomp and
+# $STOCKADE_KUBE_RUNSC_FLAGS; handler runsc-nonet adds --network=none: its
+# pods' sandboxes have no network device but loopback (and their pods'
+# network namespaces none either: nonet above).
 runsc_wrapper() {
 	cat >"$1" <<EOF
 #!/bin/sh
@@ -356,8 +406,8 @@ exec "$RUNSC" \$flags "\$@"
 EOF
 	chmod 0700 "$1"
 }
-runsc_wrapper "$DIR/runsc" "${STOCKADE_KUBE_RUNSC_FLAGS:-}"
-runsc_wrapper "$DIR/runsc-nonet" "${STOCKADE_KUBE_RUNSC_FLAGS:-} --network=none"
+runsc_wrapper "$DIR/runsc" "--oci-seccomp ${STOCKADE_KUBE_RUNSC_FLAGS:-}"
+runsc_wrapper "$DIR/runsc-nonet" "--oci-seccomp ${STOCKADE_KUBE_RUNSC_FLAGS:-} --network=none"
 
 # Its shims are found on PATH: ours, not another containerd's.
 start containerd env PATH="$CONTAINERD_BIN:$PATH" "$CONTAINERD_BIN/containerd" --config "$DIR/containerd.toml"
@@ -406,6 +456,7 @@ evictionHard:
 protectKernelDefaults: false
 makeIPTablesUtilChains: false
 localStorageCapacityIsolation: false
+podPidsLimit: $POD_PIDS_LIMIT
 EOF
 # The kubelet sets six kernel sysctls for the whole machine when they
 # differ from what it wants (vm.overcommit_memory=1, kernel.panic=10,
@@ -450,8 +501,14 @@ kind: RuntimeClass
 metadata:
   name: gvisor-nonet
 handler: runsc-nonet
+---
+apiVersion: node.k8s.io/v1
+kind: RuntimeClass
+metadata:
+  name: runc-nonet
+handler: runc-nonet
 EOF
 # Pods are admitted only once their namespace's default ServiceAccount is.
 wait_for "the default ServiceAccount" k -n default get serviceaccount default
-log "RuntimeClasses gvisor and gvisor-nonet created; cluster up in $(since "$t0") s"
+log "RuntimeClasses gvisor, gvisor-nonet and runc-nonet created; cluster up in $(since "$t0") s"
 echo "$KUBECONFIG_ADMIN"
