@@ -33,7 +33,13 @@ const (
 	selfKillCode = "import os, signal\nprint('started', flush=True)\nos.kill(os.getpid(), signal.SIGKILL)"
 	oomCode      = "print('started', flush=True)\nb = []\nwhile True: b.append(bytearray(1 << 20))"
 	forkCode     = "import os\nprint('started', flush=True)\nwhile True:\n    os.fork()"
-	sleepCode    = "import time\nprint('started', flush=True)\ntime.sleep(60)"
+	// On runc every process of the fork loop goes on when a fork fails
+	// (EAGAIN at the pids limit): the first one's exit would end the run
+	// early (failed), as it did in CI when it met the limit first. (On
+	// gVisor the Sentry runs out of memory first; there the tolerant loop
+	// ends killed, not oom_killed, now and then: 2 of 6 runs.)
+	forkTolerantCode = "import os\nprint('started', flush=True)\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass"
+	sleepCode        = "import time\nprint('started', flush=True)\ntime.sleep(60)"
 )
 
 // cut is what ends a run from outside while it runs: the id of its
@@ -104,7 +110,7 @@ func TestEndings(t *testing.T) {
 		{name: "OOM", tier: "runc", cell: true, code: oomCode, status: "oom_killed", session: "active"},
 		// The Sentry is killed: the session's sandbox is gone with it.
 		{name: "OOM", tier: "gvisor", cell: true, code: oomCode, status: "oom_killed", session: "ended", reason: "failed"},
-		{name: "fork loop", tier: "runc", code: forkCode, timeoutMS: 3000, status: "timed_out", figures: true},
+		{name: "fork loop", tier: "runc", code: forkTolerantCode, timeoutMS: 3000, status: "timed_out", figures: true},
 		{name: "fork loop", tier: "gvisor", code: forkCode, timeoutMS: 20000, status: "oom_killed", signal: 9, figures: true},
 		{name: "timeout", tier: "runc", code: sleepCode, timeoutMS: 2000, status: "timed_out", figures: true},
 		{name: "timeout", tier: "gvisor", code: sleepCode, timeoutMS: 2000, status: "timed_out", figures: true},
