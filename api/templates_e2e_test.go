@@ -115,16 +115,29 @@ func linkedImageStore(t *testing.T, names ...string) string {
 // engine (runc and gVisor, sessions with the runtimes' kernels), service,
 // build jobs and API.
 type templateDaemon struct {
-	url  string
-	svc  *capability.Service
-	jobs *templatejobs.Jobs
-	srv  *httptest.Server
+	t       *testing.T
+	url     string
+	svc     *capability.Service
+	jobs    *templatejobs.Jobs
+	srv     *httptest.Server
+	gvState string // the gVisor driver's state directory
 }
 
+// close stops the daemon and checks that no runtime process of its
+// gVisor driver is left (a golden template's sandbox created ahead ends
+// with the service).
 func (d *templateDaemon) close() {
 	d.srv.Close()
 	d.jobs.Close()
-	d.svc.Close(context.Background())
+	if err := d.svc.Close(context.Background()); err != nil {
+		d.t.Errorf("closing the service: %v", err)
+	}
+	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+	for _, p := range procs {
+		if b, err := os.ReadFile(p); err == nil && strings.Contains(string(b), d.gvState) {
+			d.t.Errorf("left running after the service closed: %s", strings.ReplaceAll(string(b), "\x00", " "))
+		}
+	}
 }
 
 // startTemplateDaemon starts a daemon on st over the image store images
@@ -144,7 +157,8 @@ func startTemplateDaemon(t *testing.T, st store.Store, images, dataRoot, wheelho
 	if err != nil {
 		t.Fatal(err)
 	}
-	gv, err := gvisor.New(gvisor.Config{StateDir: t.TempDir(), GuestPath: testenv.Guest(t), Shim: testenv.Shim(t)})
+	gvState := t.TempDir()
+	gv, err := gvisor.New(gvisor.Config{StateDir: gvState, GuestPath: testenv.Guest(t), Shim: testenv.Shim(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -162,7 +176,7 @@ func startTemplateDaemon(t *testing.T, st store.Store, images, dataRoot, wheelho
 		Builder:  templatejobs.StoreBuilder{Store: imgs, Options: image.TemplateOptions{Sources: image.TemplateSources{Wheelhouse: wheelhouse, DataRoot: dataRoot}, StateDir: t.TempDir()}},
 		Describe: func(err error) (string, bool) { _, d, hidden := api.Public(err); return d.Message, hidden }}
 	jo.Golden = eng
-	d := &templateDaemon{svc: svc, jobs: templatejobs.New(jo)}
+	d := &templateDaemon{t: t, svc: svc, jobs: templatejobs.New(jo), gvState: gvState}
 	d.srv = httptest.NewServer(api.New(svc, st, api.Options{Templates: d.jobs}))
 	d.url = d.srv.URL
 	return d

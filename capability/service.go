@@ -194,7 +194,8 @@ func (s *Service) Start(ctx context.Context) error { return s.daemon.start(ctx) 
 
 // Close stops the expiry loop, cancels running executions, waits for
 // them to be recorded and for their sandbox networks to be removed, then
-// makes the daemon's last writes (its keys' last uses, the audit chains'
+// ends the sandboxes created ahead for golden restores, makes the
+// daemon's last writes (its keys' last uses, the audit chains'
 // witness) and releases its claim on the database. ctx bounds the waits
 // and the writes; pass one of the caller's own, not a context a signal
 // has already ended. When ctx ends before the runs have recorded their
@@ -209,6 +210,12 @@ func (s *Service) Close(ctx context.Context) error {
 	// the daemon's next start.
 	if err := s.runner.Wait(ctx); err != nil && ctx.Err() != nil {
 		return err
+	}
+	// The sandboxes created ahead for golden restores hold no session:
+	// they end with the service (a killed daemon's go at the next one's
+	// Reattach).
+	if err := s.runner.DropReadySlots(ctx); err != nil {
+		s.log.Warn("ending the sandboxes created ahead", "err", err)
 	}
 	// Every run has ended, and its sandbox's proxy and broker with it
 	// (Sandbox.Destroy stops them): no event is on its way any more.

@@ -189,16 +189,6 @@ func serve(ctx context.Context, listen, db string, cfg config.Config) error {
 		return classify(err)
 	}
 	defer stopPools()
-	// The sandboxes created ahead for golden restores hold no session:
-	// they end with the daemon (a killed daemon's go at the next one's
-	// Reattach).
-	defer func() {
-		dropCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), closeTimeout)
-		defer cancel()
-		if err := eng.DropReadySlots(dropCtx); err != nil {
-			log.Warn("ending the sandboxes created ahead", "err", err)
-		}
-	}()
 	// The daemon holds its image store, so that no prune by hand removes
 	// a build its sandboxes run, and prunes it itself: now, once its
 	// sessions are re-attached and its pools started, and after each
