@@ -57,7 +57,10 @@ func (s *suite) bind(t *testing.T) {
 	}
 
 	execution := map[string]string{"execution": randHex(4)}
-	const outputCap, timeout = 1000, 3 * time.Second
+	// The timeout also bounds the allocation below, which must reach the
+	// bound memory limit first even on a loaded host (at 3 s a gVisor
+	// sandbox got to 224 MiB of 256 in a CI run beside other tests).
+	const outputCap, timeout = 1000, 8 * time.Second
 	// A lower CPU share goes through the runtime's update: it must take it.
 	tighter := sandbox.Limits{Memory: memLimit, CPU: s.caps.DefaultCPU / 2, Timeout: timeout, OutputCap: outputCap}
 	if err := binder.Bind(ctx, sb, sandbox.Binding{Labels: execution, Limits: tighter}); err != nil {
