@@ -148,6 +148,19 @@ func TestCreatedAheadUnused(t *testing.T) {
 	if err := conn.CloseGuestStdin(); err != nil {
 		t.Fatal(err)
 	}
+	waitEndedUnused(t, conn, dir, fakes)
+	for deadline := time.Now().Add(5 * time.Second); syscall.Kill(pid, 0) == nil; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the fake sandbox outlived the shim's delete")
+		}
+	}
+}
+
+// waitEndedUnused waits for the shim of dir (conn's) to end and checks
+// that it ended its sandbox created ahead unused, running DeleteArgv
+// (which leaves a mark in fakes).
+func waitEndedUnused(t *testing.T, conn *Conn, dir, fakes string) {
+	t.Helper()
 	if err := conn.Wait(ctxOf(t)); err != nil {
 		t.Fatal(err)
 	}
@@ -157,11 +170,6 @@ func TestCreatedAheadUnused(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(fakes, "deleted")); err != nil {
 		t.Errorf("the shim did not run DeleteArgv: %v", err)
-	}
-	for deadline := time.Now().Add(5 * time.Second); syscall.Kill(pid, 0) == nil; time.Sleep(10 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("the fake sandbox outlived the shim's delete")
-		}
 	}
 }
 
@@ -183,16 +191,7 @@ func TestCreatedAheadDeadline(t *testing.T) {
 	if st := conn.Status(); !st.Waiting {
 		t.Fatalf("got status %+v, want waiting", st)
 	}
-	if err := conn.Wait(ctxOf(t)); err != nil {
-		t.Fatal(err)
-	}
-	x, ok := ReadExit(dir)
-	if !ok || x.Ended != EndedUnused {
-		t.Errorf("got exit %+v (%v), want ended unused", x, ok)
-	}
-	if _, err := os.Stat(filepath.Join(fakes, "deleted")); err != nil {
-		t.Errorf("the shim did not run DeleteArgv: %v", err)
-	}
+	waitEndedUnused(t, conn, dir, fakes)
 }
 
 // TestCreatedAheadWithHelloRefused checks that a shim refuses a record
