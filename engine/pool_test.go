@@ -65,17 +65,16 @@ func realDrivers(t *testing.T) map[string]sandbox.Driver {
 // pooledEngine returns an engine over drivers, with the default tool on
 // driver, and a python pool of size on it when size > 0. On gVisor the
 // pool refills from its checkpoint (poolsnap_exec.go): these tests see
-// restored sandboxes there (snapCountsOf counts them), cold ones on runc.
-func pooledEngine(t *testing.T, drivers map[string]sandbox.Driver, driver string, size int, opts ...Option) (*Engine, *poolCounts) {
+// restored sandboxes there (the counts say how many), cold ones on runc.
+func pooledEngine(t *testing.T, drivers map[string]sandbox.Driver, driver string, size int, opts ...Option) (*Engine, *snapCounts) {
 	t.Helper()
 	opts = append(opts, WithPools(PoolOptions{Pools: []PoolSpec{{Runtime: "python", Size: size}}, CheckpointDir: t.TempDir()}))
 	e, err := New(drivers, driver, image.Open(testenv.DataDir()), sandbox.DefaultLimits(), sandbox.DefaultCeiling(), opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
-	sc := &snapCounts{}
-	counts := &sc.poolCounts
-	e.SetPoolObserver(sc)
+	counts := &snapCounts{}
+	e.SetPoolObserver(counts)
 	stop, err := e.StartPools(context.Background(), map[string]string{LabelOwner: "pool-test"})
 	if err != nil {
 		t.Fatal(err)

@@ -170,9 +170,12 @@ func equalInts(a, b []int) bool {
 }
 
 // TestPoolGrowsOnDemand runs two programs at once from a runc pool of one
-// (ceiling two): one is served, the other finds the pool empty and runs
-// cold, and the pool grows to two and fills to two. Its only bound is
-// waitReady's.
+// (ceiling two): one is served, the other finds the pool empty and either
+// runs cold (a miss) or waits for the refill in progress and is served by
+// it (awaitRefill); either is demand, and the pool grows to two and fills
+// to two. A second run that the scheduler held back until the refill had
+// landed found a full pool and made no demand: the pair is run again, at
+// most three times. Its only bound is waitReady's.
 func TestPoolGrowsOnDemand(t *testing.T) {
 	e, counts := pooledEngine(t, realDrivers(t), "runc", 1)
 	waitReady(t, e, 1)
@@ -180,23 +183,42 @@ func TestPoolGrowsOnDemand(t *testing.T) {
 	if got := p.target(); got != 1 {
 		t.Fatalf("got target %d before any demand, want the floor 1", got)
 	}
-	errs := make(chan error, 2)
-	for range 2 {
-		go func() {
-			res, err := e.Run(context.Background(), Request{Runtime: "python", Code: []byte("import time\ntime.sleep(0.5)\nprint('done')")})
-			if err == nil && res.Stdout != "done\n" {
-				err = fmt.Errorf("got stdout %q", res.Stdout)
-			}
-			errs <- err
-		}()
-	}
-	for range 2 {
-		if err := <-errs; err != nil {
-			t.Fatal(err)
+	for pair := 1; ; pair++ {
+		hits0, misses0 := counts.get()
+		counts.smu.Lock()
+		served0 := counts.waitServed
+		counts.smu.Unlock()
+		errs := make(chan error, 2)
+		for range 2 {
+			go func() {
+				res, err := e.Run(context.Background(), Request{Runtime: "python", Code: []byte("import time\ntime.sleep(0.5)\nprint('done')")})
+				if err == nil && res.Stdout != "done\n" {
+					err = fmt.Errorf("got stdout %q", res.Stdout)
+				}
+				errs <- err
+			}()
 		}
-	}
-	if hits, misses := counts.get(); hits != 1 || misses != 1 {
-		t.Fatalf("got %d hits and %d misses, want one of each", hits, misses)
+		for range 2 {
+			if err := <-errs; err != nil {
+				t.Fatal(err)
+			}
+		}
+		hits, misses := counts.get()
+		hits, misses = hits-hits0, misses-misses0
+		counts.smu.Lock()
+		served := counts.waitServed - served0
+		counts.smu.Unlock()
+		if hits+misses != 2 {
+			t.Fatalf("got %d hits and %d misses for two runs", hits, misses)
+		}
+		if misses == 1 || served == 1 {
+			break // one run found the pool empty
+		}
+		if misses != 0 || served != 0 || pair == 3 {
+			t.Fatalf("pair %d: got %d hits, %d misses, %d served by a refill they waited for; want one run to find the pool empty", pair, hits, misses, served)
+		}
+		t.Logf("pair %d: both runs found a sandbox ready; running the pair again", pair)
+		waitReady(t, e, 1)
 	}
 	if got := p.target(); got != 2 {
 		t.Fatalf("got target %d after a miss, want 2", got)

@@ -25,11 +25,19 @@ type snapCounts struct {
 	cpuRestored      []time.Duration
 	cpuCold          []time.Duration
 	targets, waiting int
+	waitServed       int
 }
 
-func (c *snapCounts) PoolTarget(string, int)               { c.smu.Lock(); c.targets++; c.smu.Unlock() }
-func (c *snapCounts) PoolWait(string, time.Duration, bool) { c.smu.Lock(); c.waiting++; c.smu.Unlock() }
-func (c *snapCounts) PoolRestoreFailed(string)             { c.smu.Lock(); c.restoreFailed++; c.smu.Unlock() }
+func (c *snapCounts) PoolTarget(string, int) { c.smu.Lock(); c.targets++; c.smu.Unlock() }
+func (c *snapCounts) PoolWait(_ string, _ time.Duration, served bool) {
+	c.smu.Lock()
+	defer c.smu.Unlock()
+	c.waiting++
+	if served {
+		c.waitServed++
+	}
+}
+func (c *snapCounts) PoolRestoreFailed(string) { c.smu.Lock(); c.restoreFailed++; c.smu.Unlock() }
 func (c *snapCounts) PoolRefillCPU(_ string, cpu time.Duration, restored bool) {
 	c.smu.Lock()
 	defer c.smu.Unlock()
