@@ -2,6 +2,7 @@ package ocidriver_test
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -475,6 +476,10 @@ func TestReattachKeepsWhatItCannotDisprove(t *testing.T) {
 		if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
 			t.Fatal(err)
 		}
+		// The stop is the process's once each of its threads has taken
+		// it; until then a thread that a new connection wakes may still
+		// answer it (seen in CI on a host at load 15).
+		awaitStopped(t, pid)
 		restarted, err := drv.build(t, state)
 		if err != nil {
 			t.Fatal(err)
@@ -568,5 +573,32 @@ func TestDetachedNeedsAShim(t *testing.T) {
 			_ = sb.Destroy(context.WithoutCancel(t.Context()))
 		}
 		t.Errorf("Create of a detached sandbox without a shim: got %v, want ErrInvalidArgument", err)
+	}
+}
+
+// awaitStopped waits until every thread of process pid is stopped (state
+// T in /proc), for at most 10 s.
+func awaitStopped(t *testing.T, pid int) {
+	t.Helper()
+	tasks := fmt.Sprintf("/proc/%d/task", pid)
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		entries, err := os.ReadDir(tasks)
+		if err != nil {
+			t.Fatal(err)
+		}
+		stopped := len(entries) > 0
+		for _, e := range entries {
+			b, err := os.ReadFile(filepath.Join(tasks, e.Name(), "stat"))
+			// The state follows the command's closing parenthesis.
+			if i := bytes.LastIndexByte(b, ')'); err == nil && i >= 0 && i+2 < len(b) && b[i+2] != 'T' {
+				stopped = false
+			}
+		}
+		if stopped {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("process %d has threads not stopped 10 s after SIGSTOP", pid)
+		}
 	}
 }
