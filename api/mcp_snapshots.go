@@ -47,3 +47,13 @@ func (b localBackend) ResumeSession(ctx context.Context, id string) (*wire.Sessi
 	v := b.s.sessionView(ss)
 	return &v, nil
 }
+
+var _ mcp.TemplateBackend = localBackend{}
+
+func (b localBackend) Templates(ctx context.Context) ([]wire.Template, error) {
+	list, err := b.s.templateList(b.p)
+	if err != nil {
+		return nil, b.s.clientError(ctx, err)
+	}
+	return list, nil
+}

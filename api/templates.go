@@ -96,25 +96,33 @@ func progressView(j templatejobs.Job) wire.TemplateProgress {
 }
 
 func (s *server) listTemplates(w http.ResponseWriter, r *http.Request, p capability.Principal) {
-	ts, err := s.templates(p, false)
-	if errdefs.IsNotFound(err) {
-		writeJSON(w, http.StatusOK, wire.Page[wire.Template]{Items: []wire.Template{}})
-		return
-	}
+	list, err := s.templateList(p)
 	if err != nil {
 		s.writeError(w, r, err)
 		return
+	}
+	writeJSON(w, http.StatusOK, wire.Page[wire.Template]{Items: list})
+}
+
+// templateList is the templates p may read, as GET /v1/templates and
+// MCP's list_templates list them: none when the daemon serves none.
+func (s *server) templateList(p capability.Principal) ([]wire.Template, error) {
+	ts, err := s.templates(p, false)
+	if errdefs.IsNotFound(err) {
+		return []wire.Template{}, nil
+	}
+	if err != nil {
+		return nil, err
 	}
 	list, err := ts.Templates()
 	if err != nil {
-		s.writeError(w, r, err)
-		return
+		return nil, err
 	}
-	out := wire.Page[wire.Template]{Items: []wire.Template{}}
+	out := []wire.Template{}
 	for _, st := range list {
-		out.Items = append(out.Items, s.templateView(st))
+		out = append(out, s.templateView(st))
 	}
-	writeJSON(w, http.StatusOK, out)
+	return out, nil
 }
 
 func (s *server) getTemplate(w http.ResponseWriter, r *http.Request, p capability.Principal) {

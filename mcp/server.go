@@ -134,6 +134,7 @@ var toolTable = []tool{
 	{"wait_for_approval", addWaitForApproval},
 	{"create_session, run_cell, wait_for_cell, upload_file, download_file, list_files, close_session", addSessionTools},
 	{"fork_session, snapshot_session, pause_session, resume_session", addSnapshotTools},
+	{"list_templates", addTemplateTools},
 }
 
 // inputWithLanguages is T's input schema, inferred, with its language

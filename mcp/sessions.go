@@ -43,6 +43,7 @@ type CreateSessionInput struct {
 	Language    string `json:"language" jsonschema:"the session's kernel: python, node or shell"`
 	IdleTimeout int64  `json:"idle_timeout,omitempty" jsonschema:"end the session after this many seconds without a cell; the default and the ceiling are the server's"`
 	TTL         int64  `json:"ttl,omitempty" jsonschema:"end the session this many seconds after it opened; the default and the ceiling are the server's"`
+	Snapshot    string `json:"snapshot,omitempty" jsonschema:"start from this snapshot (a snapshot_session's snapshot_id): its variables, imports and files; language must be the snapshot's"`
 }
 
 // SessionOutput is the structured result of create_session and
@@ -139,7 +140,7 @@ func addSessionTools(s *sdk.Server, t *tools) bool {
 		InputSchema: in,
 		Annotations: closedWorld(),
 	}, func(ctx context.Context, _ *sdk.CallToolRequest, in CreateSessionInput) (*sdk.CallToolResult, SessionOutput, error) {
-		ss, err := sb.CreateSession(ctx, client.SessionRequest{Runtime: in.Language, IdleTimeoutMS: in.IdleTimeout * 1000, TTLMS: in.TTL * 1000})
+		ss, err := sb.CreateSession(ctx, client.SessionRequest{Runtime: in.Language, IdleTimeoutMS: in.IdleTimeout * 1000, TTLMS: in.TTL * 1000, Snapshot: in.Snapshot})
 		if err != nil {
 			return nil, SessionOutput{}, failure(err)
 		}
@@ -345,10 +346,7 @@ func (t *tools) awaitCell(ctx context.Context, req *sdk.CallToolRequest, sb Sess
 		}
 		switch {
 		case c.Status.Final():
-			if c.Status == client.StatusDenied || c.Status == client.StatusApprovalExpired || c.Status == client.StatusLaunchFailed {
-				return t.cellNotRun(&client.Execution{ID: c.ExecutionID, Status: c.Status, ApprovalID: c.ApprovalID})
-			}
-			return cellResult(c)
+			return t.cellEnded(c)
 		case c.Status == client.StatusAwaitingApproval:
 			left := time.Until(deadline)
 			if left <= 0 {
@@ -361,6 +359,15 @@ func (t *tools) awaitCell(ctx context.Context, req *sdk.CallToolRequest, sb Sess
 			p.note(ctx, "running")
 		}
 	}
+}
+
+// cellEnded is the result of cell c, which has ended: a tool error when
+// it never ran.
+func (t *tools) cellEnded(c *client.Cell) (*sdk.CallToolResult, CellOutput, error) {
+	if c.Status == client.StatusDenied || c.Status == client.StatusApprovalExpired || c.Status == client.StatusLaunchFailed {
+		return t.cellNotRun(&client.Execution{ID: c.ExecutionID, Status: c.Status, ApprovalID: c.ApprovalID})
+	}
+	return cellResult(c)
 }
 
 func (t *tools) pendingCell(ctx context.Context, sb SessionBackend, id string) (*sdk.CallToolResult, CellOutput, error) {

@@ -29,7 +29,7 @@ type SnapshotInput struct {
 
 // SnapshotOutput is snapshot_session's structured result.
 type SnapshotOutput struct {
-	SnapshotID string `json:"snapshot_id" jsonschema:"the snapshot, from which POST /v1/sessions {\"snapshot\": id} over the HTTP API starts a session (MCP's create_session has no snapshot argument; fork_session starts sessions from the current state)"`
+	SnapshotID string `json:"snapshot_id" jsonschema:"the snapshot, from which create_session (its snapshot argument) starts a session; fork_session starts sessions from the current state"`
 	SessionID  string `json:"session_id" jsonschema:"the session it was taken of, which runs on"`
 	Bytes      int64  `json:"bytes" jsonschema:"the disk it takes"`
 	StallMS    int64  `json:"stall_ms" jsonschema:"how long the session could not run a cell while it was saved"`
