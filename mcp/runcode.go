@@ -130,6 +130,9 @@ func (t *tools) runCode(ctx context.Context, req *sdk.CallToolRequest, in RunCod
 		switch e := ev.(type) {
 		case *client.ApprovalRequired:
 			card, id = &e.Card, e.Card.ExecutionID
+			if t.becomeTask(ctx, taskCode, id, card.ApprovalID, time.Now()) {
+				return textResult("Approval is pending; this call is task " + TaskID(taskCode, id) + "."), RunOutput{}, nil
+			}
 			if mode := t.elicitMode(req); mode != "" {
 				return t.askApproval(card, mode)
 			}

@@ -172,12 +172,16 @@ type tools struct {
 // Server.Run (stdio) or an sdk.StreamableHTTPHandler.
 func New(b Backend, o Options) *sdk.Server {
 	o = o.withDefaults()
+	// The SDK's default capabilities (logging), and the Tasks extension.
+	caps := &sdk.ServerCapabilities{Logging: &sdk.LoggingCapabilities{}}
+	caps.AddExtension(TasksExtension, map[string]any{})
 	s := sdk.NewServer(&sdk.Implementation{Name: "stockade", Title: "Stockade", Version: o.Version},
-		&sdk.ServerOptions{Instructions: instructions, SchemaCache: o.SchemaCache})
+		&sdk.ServerOptions{Instructions: instructions, SchemaCache: o.SchemaCache, Capabilities: caps})
 	t := &tools{b: b, opts: o}
 	for _, tl := range toolTable {
 		tl.add(s, t)
 	}
+	addTasks(s, t)
 	return s
 }
 
