@@ -34,7 +34,7 @@ const mcpSessionTimeout = 30 * time.Minute
 // rights through the in-process backend.
 func (s *server) mcpHandler() http.Handler {
 	cache := sdk.NewSchemaCache()
-	h := sdk.NewStreamableHTTPHandler(func(r *http.Request) *sdk.Server {
+	serverFor := func(r *http.Request) *sdk.Server {
 		p, ok := r.Context().Value(principalKey{}).(capability.Principal)
 		if !ok {
 			return nil // not authenticated: auth answered already
@@ -49,22 +49,37 @@ func (s *server) mcpHandler() http.Handler {
 			*started = srv
 		}
 		return srv
-	}, &sdk.StreamableHTTPOptions{SessionTimeout: mcpSessionTimeout, MaxRequestBodyBytes: maxBody})
+	}
+	h := sdk.NewStreamableHTTPHandler(serverFor, &sdk.StreamableHTTPOptions{SessionTimeout: mcpSessionTimeout, MaxRequestBodyBytes: maxBody})
+	// Protocol 2026-07-28 and later are stateless (SEP-2575): no
+	// initialize, no Mcp-Session-Id; each request carries its version and
+	// capabilities in _meta, and the SDK serves it with a session of its
+	// own. The SDK serves them only from a stateless handler, and the
+	// versions before only from a stateful one (their elicitation is a
+	// request to the client, on the session): a request whose
+	// MCP-Protocol-Version header names 2026-07-28 or later goes to the
+	// first, as the SDK's client sends it from server/discover on.
+	stateless := sdk.NewStreamableHTTPHandler(serverFor, &sdk.StreamableHTTPOptions{Stateless: true, MaxRequestBodyBytes: maxBody})
 	// The SDK reads the principal's key id from the token info: a request
 	// of a session that another key started is refused (403).
-	bind := auth.RequireBearerToken(func(_ context.Context, _ string, r *http.Request) (*auth.TokenInfo, error) {
+	requireKey := auth.RequireBearerToken(func(_ context.Context, _ string, r *http.Request) (*auth.TokenInfo, error) {
 		p, ok := r.Context().Value(principalKey{}).(capability.Principal)
 		if !ok {
 			return nil, auth.ErrInvalidToken
 		}
 		return &auth.TokenInfo{UserID: p.KeyID}, nil
-	}, &auth.RequireBearerTokenOptions{AllowMissingExpiration: true})(h)
+	}, &auth.RequireBearerTokenOptions{AllowMissingExpiration: true})
+	bind, bindStateless := requireKey(h), requireKey(stateless)
 	live := &mcpSessions{max: s.opts.MCPSessionsPerKey, starting: map[string]int{}, open: map[string][]*sdk.ServerSession{}}
 	if live.max == 0 {
 		live.max = config.DefaultMCPMaxSessionsPerKey
 	}
 	return s.auth(func(w http.ResponseWriter, r *http.Request, p capability.Principal) {
 		r = r.WithContext(context.WithValue(r.Context(), principalKey{}, p))
+		if statelessMCP(r) {
+			bindStateless.ServeHTTP(w, r)
+			return
+		}
 		if r.Method != http.MethodPost || r.Header.Get("Mcp-Session-Id") != "" {
 			bind.ServeHTTP(w, r)
 			return
@@ -79,6 +94,13 @@ func (s *server) mcpHandler() http.Handler {
 		defer func() { live.hold(p.KeyID, started) }()
 		bind.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), mcpStartKey{}, &started)))
 	})
+}
+
+// statelessMCP reports whether r speaks a stateless version of MCP
+// (2026-07-28 or later), by its MCP-Protocol-Version header; the dates
+// compare as strings, as the SDK compares them.
+func statelessMCP(r *http.Request) bool {
+	return r.Header.Get("MCP-Protocol-Version") >= mcp.StatelessProtocol
 }
 
 // mcpSessions bounds the MCP sessions each key keeps open, which live in
@@ -198,6 +220,17 @@ func (s *server) clientError(ctx context.Context, err error) error {
 		e.RetryAfter = retryAfter
 	}
 	return e
+}
+
+var _ mcp.CancelBackend = localBackend{}
+
+func (b localBackend) CancelExecution(ctx context.Context, id, reason string) (*wire.Execution, error) {
+	e, err := b.s.svc.Cancel(ctx, b.p, id, reason)
+	if err != nil {
+		return nil, b.s.clientError(ctx, err)
+	}
+	v := viewOf(e)
+	return &v, nil
 }
 
 var _ mcp.SessionBackend = localBackend{}
