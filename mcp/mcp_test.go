@@ -61,12 +61,27 @@ var transports = []transport{
 		}
 		return connect(t, &sdk.CommandTransport{Command: exec.Command(testenv.Build(t, "./cmd/stockade"), args...)}, co)
 	}},
-	{"http", func(t *testing.T, svc capability.ServiceOptions, o mcp.Options) *daemontest.Daemon {
-		return daemontest.Start(t, daemontest.Options{Service: svc, API: api.Options{MCP: o}})
-	}, func(t *testing.T, d *daemontest.Daemon, key string, _ mcp.Options, co *sdk.ClientOptions) *sdk.ClientSession {
+	// Streamable HTTP with sessions: the versions before 2026-07-28.
+	{"http", httpDaemon, func(t *testing.T, d *daemontest.Daemon, key string, _ mcp.Options, co *sdk.ClientOptions) *sdk.ClientSession {
 		hc := &http.Client{Transport: bearer{key: key}}
-		return connect(t, &sdk.StreamableClientTransport{Endpoint: d.URL + "/mcp", HTTPClient: hc}, co)
+		return connectAt(t, &sdk.StreamableClientTransport{Endpoint: d.URL + "/mcp", HTTPClient: hc}, co, legacyProtocol)
 	}},
+	// Stateless streamable HTTP: 2026-07-28, the SDK client's default.
+	{"http-stateless", httpDaemon, func(t *testing.T, d *daemontest.Daemon, key string, _ mcp.Options, co *sdk.ClientOptions) *sdk.ClientSession {
+		hc := &http.Client{Transport: bearer{key: key}}
+		cs := connect(t, &sdk.StreamableClientTransport{Endpoint: d.URL + "/mcp", HTTPClient: hc}, co)
+		if v := cs.InitializeResult().ProtocolVersion; v != mcp.StatelessProtocol || cs.ID() != "" {
+			t.Fatalf("connecting: got version %s, session %q; want %s without a session", v, cs.ID(), mcp.StatelessProtocol)
+		}
+		return cs
+	}},
+}
+
+// legacyProtocol is the newest MCP version with sessions.
+const legacyProtocol = "2025-11-25"
+
+func httpDaemon(t *testing.T, svc capability.ServiceOptions, o mcp.Options) *daemontest.Daemon {
+	return daemontest.Start(t, daemontest.Options{Service: svc, API: api.Options{MCP: o}})
 }
 
 // bearer sends its key as the bearer token of each request.
@@ -80,7 +95,14 @@ func (b bearer) RoundTrip(r *http.Request) (*http.Response, error) {
 
 func connect(t *testing.T, tr sdk.Transport, co *sdk.ClientOptions) *sdk.ClientSession {
 	t.Helper()
-	cs, err := sdk.NewClient(&sdk.Implementation{Name: "stockade-test", Version: "1"}, co).Connect(t.Context(), tr, nil)
+	return connectAt(t, tr, co, "")
+}
+
+// connectAt connects as connect does, asking for MCP version v (empty:
+// the SDK's newest).
+func connectAt(t *testing.T, tr sdk.Transport, co *sdk.ClientOptions, v string) *sdk.ClientSession {
+	t.Helper()
+	cs, err := sdk.NewClient(&sdk.Implementation{Name: "stockade-test", Version: "1"}, co).Connect(t.Context(), tr, &sdk.ClientSessionOptions{ProtocolVersion: v})
 	if err != nil {
 		t.Fatalf("connecting: %v", err)
 	}
@@ -214,7 +236,7 @@ func TestTools(t *testing.T) {
 					}
 				}
 				slices.Sort(names)
-				want := []string{"close_session", "create_session", "download_file", "fork_session", "list_files", "pause_session", "resume_session", "run_cell", "run_code", "snapshot_session", "upload_file", "wait_for_approval", "wait_for_cell"}
+				want := []string{"close_session", "create_session", "download_file", "fork_session", "list_files", "list_templates", "pause_session", "resume_session", "run_cell", "run_code", "snapshot_session", "upload_file", "wait_for_approval", "wait_for_cell"}
 				if !slices.Equal(names, want) {
 					t.Errorf("tools: got %v, want %v", names, want)
 				}
@@ -512,12 +534,7 @@ func TestHTTPSessionsPerKey(t *testing.T) {
 	dial := func(key string) *sdk.ClientSession {
 		t.Helper()
 		tr := &sdk.StreamableClientTransport{Endpoint: d.URL + "/mcp", HTTPClient: &http.Client{Transport: bearer{key: key}}}
-		cs, err := sdk.NewClient(&sdk.Implementation{Name: "stockade-test", Version: "1"}, nil).Connect(t.Context(), tr, nil)
-		if err != nil {
-			t.Fatalf("connecting: %v", err)
-		}
-		t.Cleanup(func() { cs.Close() })
-		return cs
+		return connectAt(t, tr, nil, legacyProtocol)
 	}
 	works := func(cs *sdk.ClientSession) error {
 		_, err := cs.ListTools(t.Context(), nil)

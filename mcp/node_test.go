@@ -1,9 +1,11 @@
 package mcp_test
 
 import (
+	"bufio"
 	"bytes"
 	"encoding/base64"
 	"encoding/json"
+	"fmt"
 	"image/png"
 	"net/http/httptest"
 	"net/http/httputil"
@@ -14,9 +16,11 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stockade-sh/stockade/internal/daemontest"
 	"github.com/stockade-sh/stockade/internal/testenv"
+	"github.com/stockade-sh/stockade/mcp"
 )
 
 // nodeDir holds the npm clients' package.json and lock; scripts/test.sh
@@ -199,5 +203,118 @@ func checkPNG(t *testing.T, b64 string, w, h int) {
 	}
 	if got := img.Bounds().Size(); got.X != w || got.Y != h {
 		t.Errorf("the figure: got %dx%d pixels, want %dx%d", got.X, got.Y, w, h)
+	}
+}
+
+// statelessOut is what stateless.mjs prints.
+type statelessOut struct {
+	Negotiated string         `json:"negotiated"`
+	Tools      []string       `json:"tools"`
+	Text       []string       `json:"text"`
+	Structured map[string]any `json:"structured"`
+	IsError    bool           `json:"isError"`
+	Kind       string         `json:"kind"`
+	TaskID     string         `json:"taskId"`
+	Statuses   []string       `json:"statuses"`
+	Outcome    string         `json:"outcome"`
+	Versions   []string       `json:"versions"`
+	Methods    []string       `json:"methods"`
+	SessionIDs []string       `json:"sessionIds"`
+}
+
+// runStateless runs stateless.mjs in mode against d's /mcp with key,
+// calling onTask, if set, with the task id the script reports once its
+// call became a task.
+func runStateless(t *testing.T, node string, mode, url, key string, onTask func(id string)) statelessOut {
+	t.Helper()
+	cmd := exec.CommandContext(t.Context(), node, "stateless.mjs", mode, url, key)
+	cmd.Dir = nodeDir
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stdout bytes.Buffer
+	cmd.Stdout = &stdout
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	sc := bufio.NewScanner(stderr)
+	for sc.Scan() {
+		fmt.Fprintln(os.Stderr, sc.Text())
+		if id, ok := strings.CutPrefix(sc.Text(), "task "); ok && onTask != nil {
+			onTask(id)
+		}
+	}
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("node stateless.mjs %s: %v (stdout %q)", mode, err, stdout.Bytes())
+	}
+	out := stdout.Bytes()
+	var got statelessOut
+	if err := json.Unmarshal(out, &got); err != nil {
+		t.Fatalf("decoding %q: %v", out, err)
+	}
+	// Stateless: discovered, never initialized, no session.
+	if got.Negotiated != mcp.StatelessProtocol || !slices.Equal(got.Versions, []string{mcp.StatelessProtocol}) {
+		t.Errorf("protocol: negotiated %q, sent %v; want %s only", got.Negotiated, got.Versions, mcp.StatelessProtocol)
+	}
+	if !slices.Contains(got.Methods, "server/discover") || slices.Contains(got.Methods, "initialize") {
+		t.Errorf("methods sent: got %v, want server/discover and no initialize", got.Methods)
+	}
+	if len(got.SessionIDs) > 0 {
+		t.Errorf("the server answered with session ids %v, want none", got.SessionIDs)
+	}
+	return got
+}
+
+// TestNodeClientStateless lists the tools and runs code with the
+// TypeScript SDK's v2 client pinned to MCP 2026-07-28: stateless, with
+// no initialize and no session.
+func TestNodeClientStateless(t *testing.T) {
+	node := testenv.RequiresBinary(t, "node")
+	requireNodeModules(t)
+	d := daemontest.Start(t, daemontest.Options{})
+	ws := d.Workspace(t, daemontest.NoApproval, 100)
+	got := runStateless(t, node, "run", d.URL+"/mcp", ws.Agent, nil)
+	if got.IsError || len(got.Text) == 0 || got.Text[0] != "42\n" || got.Structured["status"] != "succeeded" {
+		t.Errorf("run_code: got %+v, want 42 and succeeded", got)
+	}
+	for _, want := range []string{"run_code", "create_session", "fork_session", "list_templates"} {
+		if !slices.Contains(got.Tools, want) {
+			t.Errorf("tools: got %v, want %s among them", got.Tools, want)
+		}
+	}
+}
+
+// TestNodeClientTask runs an approval-gated run_code with the TypeScript
+// SDK's v2 client on MCP 2026-07-28 and the official Tasks extension
+// package: the call answers with a task at once, the task is working
+// while it awaits the approver, an approver approves through the API,
+// and the task completes with the program's output.
+func TestNodeClientTask(t *testing.T) {
+	node := testenv.RequiresBinary(t, "node")
+	requireNodeModules(t)
+	d := daemontest.Start(t, daemontest.Options{})
+	ws := d.Workspace(t, nil, 100) // the default policy asks a human
+	got := runStateless(t, node, "task", d.URL+"/mcp", ws.Agent, func(id string) {
+		// The call has returned with the task while approval is pending:
+		// let the client poll it once (the task suggests 2s), then approve.
+		time.Sleep(2500 * time.Millisecond)
+		decideWhenAsked(t, d, ws, true)
+	})
+	t.Logf("task %s: statuses %v, outcome %s", got.TaskID, got.Statuses, got.Outcome)
+	if len(got.Statuses) == 0 || got.Statuses[0] != "working" {
+		t.Errorf("the task's statuses: got %v, want working first, while it awaited the approver", got.Statuses)
+	}
+	if got.Kind != "task" || !strings.HasPrefix(got.TaskID, "code:") {
+		t.Fatalf("the call: got kind %q, task %q; want a task", got.Kind, got.TaskID)
+	}
+	if got.Outcome != "completed" || got.IsError || len(got.Text) == 0 || got.Text[0] != "42\n" || got.Structured["status"] != "succeeded" {
+		t.Errorf("the task's outcome: got %+v, want completed with 42", got)
+	}
+	if !slices.Contains(got.Methods, "tasks/get") {
+		t.Errorf("methods sent: got %v, want tasks/get among them", got.Methods)
+	}
+	if id, _ := got.Structured["execution_id"].(string); "code:"+id != got.TaskID {
+		t.Errorf("the task %q is not of execution %q", got.TaskID, id)
 	}
 }
