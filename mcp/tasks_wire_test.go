@@ -127,3 +127,44 @@ func TestTaskWire(t *testing.T) {
 		t.Errorf("tasks/get of another workspace's task: answered, want an error")
 	}
 }
+
+// TestTaskWireCell runs an approval-gated run_cell as a task: created at
+// once, completed with the cell's output once approved through the API.
+func TestTaskWireCell(t *testing.T) {
+	d := daemontest.Start(t, daemontest.Options{API: api.Options{MCP: mcp.Options{ApprovalWait: time.Second}}})
+	ws := d.Workspace(t, nil, 100)
+	url := d.URL + "/mcp"
+	agent, _ := client.New(d.URL, ws.Agent)
+	approver, _ := client.New(d.URL, ws.Approver)
+	ss, err := agent.CreateSession(t.Context(), client.SessionRequest{Runtime: "python"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { agent.CloseSession(t.Context(), ss.ID) })
+	res, msg := rpc(t, url, ws.Agent, "tools/call", map[string]any{"name": "run_cell",
+		"arguments": map[string]any{"session_id": ss.ID, "code": "x = 6*7\nprint(x)"}}, true)
+	id, _ := res["taskId"].(string)
+	if msg != "" || res["resultType"] != "task" || !strings.HasPrefix(id, "cell:ex_") {
+		t.Fatalf("tools/call run_cell: got %v %q, want a task", res, msg)
+	}
+	p, err := approver.ListApprovals(t.Context(), client.ApprovalFilter{Status: client.ApprovalPending})
+	if err != nil || len(p.Items) != 1 {
+		t.Fatalf("pending approvals: got %v, %v; want the cell's", p, err)
+	}
+	decide(t, approver, p.Items[0].ID, true)
+	var got map[string]any
+	for range 300 {
+		if got, msg = rpc(t, url, ws.Agent, "tasks/get", map[string]any{"taskId": id}, true); msg != "" || got["status"] != "working" {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	result, _ := got["result"].(map[string]any)
+	b, _ := json.Marshal(result)
+	if msg != "" || got["status"] != "completed" || result["isError"] == true || !strings.Contains(string(b), `"text":"42\n"`) {
+		t.Fatalf("the cell's task: got %v %q, want completed with 42", got, msg)
+	}
+	if sc, _ := result["structuredContent"].(map[string]any); sc["session_id"] != ss.ID || sc["status"] != "succeeded" {
+		t.Errorf("the cell's structured content: got %v, want session %s, succeeded", sc, ss.ID)
+	}
+}
