@@ -200,6 +200,24 @@ type ToolSummary struct {
 // (stockade mcp --help) cannot drift from the tools served. b is not
 // called.
 func Tools(ctx context.Context, b Backend) ([]ToolSummary, error) {
+	list, err := servedTools(ctx, b)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]ToolSummary, 0, len(list))
+	for _, t := range list {
+		sum := t.Title
+		if sum == "" {
+			sum, _, _ = strings.Cut(t.Description, ". ")
+		}
+		out = append(out, ToolSummary{Name: t.Name, Summary: sum})
+	}
+	return out, nil
+}
+
+// servedTools lists the tools of a server built as New builds it over b,
+// in memory, as a client lists them.
+func servedTools(ctx context.Context, b Backend) ([]*sdk.Tool, error) {
 	st, ct := sdk.NewInMemoryTransports()
 	ss, err := New(b, Options{}).Connect(ctx, st, nil)
 	if err != nil {
@@ -215,13 +233,5 @@ func Tools(ctx context.Context, b Backend) ([]ToolSummary, error) {
 	if err != nil {
 		return nil, fmt.Errorf("listing the MCP tools: %w", err)
 	}
-	out := make([]ToolSummary, 0, len(res.Tools))
-	for _, t := range res.Tools {
-		sum := t.Title
-		if sum == "" {
-			sum, _, _ = strings.Cut(t.Description, ". ")
-		}
-		out = append(out, ToolSummary{Name: t.Name, Summary: sum})
-	}
-	return out, nil
+	return res.Tools, nil
 }
