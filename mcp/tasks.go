@@ -23,7 +23,7 @@ import (
 // decides and the code runs, then completed with what the tool would
 // have answered. The Go SDK has no Tasks support (v1.8.0): the methods
 // are custom methods, and the handle replaces the tool's result in a
-// receiving middleware (see docs/design.md, "MCP").
+// receiving middleware (see docs/design.md, section 6, "MCP").
 const TasksExtension = "io.modelcontextprotocol/tasks"
 
 // StatelessProtocol is the first version of MCP without sessions
