@@ -144,6 +144,13 @@ func (s *suite) execs(t *testing.T) {
 	})
 
 	t.Run("ExitNotice", func(t *testing.T) {
+		if s.h.Remote {
+			// Without the guest nothing reports the program's end
+			// before its teardown: the driver runs it as if
+			// ExitNotice were not set (sandbox.ExecRequest).
+			t.Logf("a remote driver has no guest to give notice")
+			return
+		}
 		// A child counts as fast as it can, each count to a file and then
 		// to stdout (ignoring SIGPIPE, so that the end of its stdout does
 		// not end it), while the program gives notice of its end and stops
@@ -177,6 +184,14 @@ sleep 0.1; echo 7 >&3; kill -STOP $$; echo not reached`)
 	t.Run("StreamedStdin", func(t *testing.T) {
 		req := sh("cat; echo end")
 		req.StdinStream = true
+		if s.h.Remote {
+			// A provider's command takes its stdin whole, or none: the
+			// driver refuses a stream rather than run without it.
+			if _, err := b.sb.Start(ctx, req); !errdefs.IsInvalidArgument(err) {
+				t.Errorf("a remote driver's Start with StdinStream: got %v, want ErrInvalidArgument", err)
+			}
+			return
+		}
 		ex, err := b.sb.Start(ctx, req)
 		if err != nil {
 			t.Fatal(err)
