@@ -17,7 +17,7 @@ import (
 )
 
 // Drivers Stockade can be configured with.
-var DriverNames = []string{"runc", "gvisor", "docker"}
+var DriverNames = []string{"runc", "gvisor", "docker", "vercel"}
 
 // Config is the whole configuration of a Stockade process. The zero value is
 // not valid; start from Default.
@@ -38,6 +38,8 @@ type Config struct {
 	// default, unix:///var/run/docker.sock. The driver connects on first
 	// use, so an unreachable engine affects only the docker driver.
 	DockerHost string `yaml:"docker_host"`
+	// Vercel configures the vercel driver (Vercel Sandbox microVMs).
+	Vercel Vercel `yaml:"vercel"`
 	// GuestPath overrides the guest agent embedded in the binary (tests).
 	GuestPath string `yaml:"guest"`
 	// Defaults fill the limits an invocation does not set; Ceiling bounds
@@ -536,4 +538,16 @@ func (c Config) checkPools() error {
 		seen[[2]string{tool, p.Runtime}] = true
 	}
 	return nil
+}
+
+// Vercel is where the vercel driver's sandboxes run: a team and a project
+// of Vercel, and the team's access token, which comes from the
+// environment only (VERCEL_TOKEN), never from a file. The driver is built
+// when it is the default driver or a token is given.
+type Vercel struct {
+	TeamID    string `yaml:"team_id"`
+	ProjectID string `yaml:"project_id"`
+	// API is the API's address; empty means Vercel's.
+	API   string `yaml:"api"`
+	Token string `yaml:"-"`
 }

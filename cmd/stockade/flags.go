@@ -27,7 +27,9 @@ const (
 // arguments and applies, in order of precedence from low to high,
 // the defaults, the --config file (withConfigFile), the environment
 // (STOCKADE_DATA_DIR, STOCKADE_STATE_DIR, STOCKADE_DRIVER,
-// SANDBOX_DRIVER as an alias of STOCKADE_DRIVER, DOCKER_HOST,
+// SANDBOX_DRIVER as an alias of STOCKADE_DRIVER, DOCKER_HOST, the vercel
+// driver's VERCEL_TOKEN, VERCEL_TEAM_ID, VERCEL_PROJECT_ID and
+// STOCKADE_VERCEL_API,
 // STOCKADE_AUDIT_WITNESS, STOCKADE_ANALYTICS_CLICKHOUSE_URL) and the flags
 // given.
 // The environment is read here, in flagOrEnv and defaultDataDir, and
@@ -66,6 +68,8 @@ func configFlags(fs *flag.FlagSet, opts ...configOption) (*config.Config, func(a
 			{"STOCKADE_DATA_DIR", &cfg.DataDir}, {"STOCKADE_STATE_DIR", &cfg.StateDir},
 			{"SANDBOX_DRIVER", &cfg.Driver}, {"STOCKADE_DRIVER", &cfg.Driver},
 			{"DOCKER_HOST", &cfg.DockerHost}, {"STOCKADE_AUDIT_WITNESS", &cfg.AuditWitness},
+			{"VERCEL_TOKEN", &cfg.Vercel.Token}, {"VERCEL_TEAM_ID", &cfg.Vercel.TeamID},
+			{"VERCEL_PROJECT_ID", &cfg.Vercel.ProjectID}, {"STOCKADE_VERCEL_API", &cfg.Vercel.API},
 			{"STOCKADE_ANALYTICS_CLICKHOUSE_URL", &cfg.Analytics.ClickHouse.URL},
 		} {
 			if v := os.Getenv(e.name); v != "" {

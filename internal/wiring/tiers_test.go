@@ -71,6 +71,9 @@ func TestDriverCapabilities(t *testing.T) {
 	cfg := config.Default()
 	// No egress: Open then touches nothing on the host.
 	cfg.DataDir, cfg.StateDir, cfg.GuestPath, cfg.Egress = t.TempDir(), t.TempDir(), "/nonexistent/guest", false
+	// The vercel driver is built with credentials; it does no I/O until
+	// used.
+	cfg.Vercel = config.Vercel{Token: "t", TeamID: "team", ProjectID: "prj", API: "http://127.0.0.1:1"}
 	e, err := Engine(cfg)
 	if err != nil {
 		t.Fatal(err)

@@ -18,6 +18,7 @@ import (
 	"github.com/stockade-sh/stockade/driver/docker"
 	"github.com/stockade-sh/stockade/driver/gvisor"
 	"github.com/stockade-sh/stockade/driver/runc"
+	"github.com/stockade-sh/stockade/driver/vercel"
 	"github.com/stockade-sh/stockade/egress"
 	"github.com/stockade-sh/stockade/engine"
 	"github.com/stockade-sh/stockade/errdefs"
@@ -75,11 +76,13 @@ func Engine(cfg config.Config) (*engine.Engine, error) {
 // without building them: what `stockade tools` checks records against
 // (tools.Options.Drivers) when no engine runs.
 func DriverCapabilities() map[string]sandbox.Capabilities {
-	return map[string]sandbox.Capabilities{"runc": runc.Capabilities(), "gvisor": gvisor.Capabilities(), "docker": docker.Capabilities()}
+	return map[string]sandbox.Capabilities{"runc": runc.Capabilities(), "gvisor": gvisor.Capabilities(), "docker": docker.Capabilities(), "vercel": vercel.Capabilities()}
 }
 
-// Drivers returns the drivers of cfg by name: runc, gvisor and docker. It
-// installs the embedded guest agent unless cfg.GuestPath is set.
+// Drivers returns the drivers of cfg by name: runc, gvisor and docker,
+// and vercel when it is the default driver or has a token (its New
+// names the credentials it lacks). It installs the embedded guest agent
+// unless cfg.GuestPath is set.
 func Drivers(cfg config.Config) (map[string]sandbox.Driver, error) {
 	guestPath := cfg.GuestPath
 	if guestPath == "" {
@@ -110,7 +113,21 @@ func Drivers(cfg config.Config) (map[string]sandbox.Driver, error) {
 	if err != nil {
 		return nil, err
 	}
-	return map[string]sandbox.Driver{"runc": rc, "gvisor": gv, "docker": dk}, nil
+	drivers := map[string]sandbox.Driver{"runc": rc, "gvisor": gv, "docker": dk}
+	if cfg.Driver == "vercel" || cfg.Vercel.Token != "" {
+		// No I/O here either: bad credentials fail its Health and Create.
+		v, err := vercel.New(VercelConfig(cfg))
+		if err != nil {
+			return nil, err
+		}
+		drivers["vercel"] = v
+	}
+	return drivers, nil
+}
+
+// VercelConfig is the vercel driver's configuration of cfg.
+func VercelConfig(cfg config.Config) vercel.Config {
+	return vercel.Config{Token: cfg.Vercel.Token, TeamID: cfg.Vercel.TeamID, ProjectID: cfg.Vercel.ProjectID, BaseURL: cfg.Vercel.API, Defaults: cfg.Defaults}
 }
 
 // EgressHost returns the egress host of cfg, or nil when cfg does not
