@@ -27,6 +27,7 @@ func TestHelp(t *testing.T) {
 		{"image", "--help"}, {"image", "build", "--help"}, {"image", "list", "--help"},
 		{"tools", "--help"}, {"tools", "lint", "--help"}, {"tools", "record", "--help"},
 		{"audit", "--help"}, {"audit", "verify", "--help"}, {"audit", "blast-radius", "--help"},
+		{"driver", "--help"}, {"driver", "check", "--help"},
 	} {
 		t.Run(strings.Join(args, " "), func(t *testing.T) {
 			code, out, errOut := cli(t, args...)

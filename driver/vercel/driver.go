@@ -115,7 +115,7 @@ func New(cfg Config) (*Driver, error) {
 		}
 	}
 	if len(missing) > 0 {
-		return nil, errdefs.Publicf("vercel: the driver needs %s in the daemon's environment: %w", strings.Join(missing, ", "), errdefs.ErrInvalidArgument)
+		return nil, errdefs.Publicf("vercel: the driver needs %s in the environment: %w", strings.Join(missing, ", "), errdefs.ErrInvalidArgument)
 	}
 	if cfg.BaseURL == "" {
 		cfg.BaseURL = DefaultBaseURL
