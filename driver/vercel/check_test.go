@@ -1,6 +1,7 @@
 package vercel_test
 
 import (
+	"encoding/json"
 	"os"
 	"os/exec"
 	"strings"
@@ -37,5 +38,30 @@ func TestCheckCommand(t *testing.T) {
 	out, err = run("wrong")
 	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 1 || !strings.Contains(out, "FAIL  credentials") {
 		t.Errorf("with a wrong token: got %v and %q, want exit 1 and the credentials step failed", err, out)
+	}
+}
+
+// TestRunCommand runs `stockade run --driver vercel` against the fake:
+// the wiring builds the driver from the environment, and the engine's
+// one-shot reaches the provider's API (python on python3.13).
+func TestRunCommand(t *testing.T) {
+	_, base := fakeAPI(t)
+	bin := testenv.Build(t, "./cmd/stockade")
+	cmd := exec.CommandContext(t.Context(), bin, "run", "--driver", "vercel", "--runtime", "python", "--data-dir", testenv.DataDir(),
+		"--state-dir", t.TempDir(), "--json", "-c", "import sys, os; print(sys.stdin.read().upper(), sorted(os.environ)); sys.exit(4)")
+	cmd.Env = append(os.Environ(), "STOCKADE_VERCEL_API="+base, "VERCEL_TOKEN="+token, "VERCEL_TEAM_ID="+team, "VERCEL_PROJECT_ID="+project)
+	cmd.Stdin = strings.NewReader("from stdin")
+	out, err := cmd.Output()
+	t.Logf("stockade run --driver vercel: %s", out)
+	var res struct {
+		Status   string `json:"status"`
+		ExitCode int    `json:"exit_code"`
+		Stdout   string `json:"stdout"`
+	}
+	if jerr := json.Unmarshal(out, &res); jerr != nil {
+		t.Fatalf("%v: %v %s", err, jerr, out)
+	}
+	if res.ExitCode != 4 || !strings.HasPrefix(res.Stdout, "FROM STDIN") || strings.Contains(res.Stdout, "VERCEL") {
+		t.Errorf("got %+v, want exit 4, the stdin upper-cased and no VERCEL_ variable", res)
 	}
 }

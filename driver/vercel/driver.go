@@ -7,9 +7,10 @@
 // Stockade's guest agent does not run there. An Exec is one command of
 // the provider's command API, its output streamed as NDJSON and its exit
 // code at the end; the code file and the program's stdin are written with
-// the provider's file API first, and the command runs as
+// the provider's file API first, and the command is /bin/sh running a
+// launcher (sandbox.go) that ends in
 //
-//	/bin/sh -c 'exec <stdin; exec /usr/bin/env -i "$@"' sh K=V... argv...
+//	exec /usr/bin/env -i -- K=V... program args...
 //
 // so that the program gets exactly its environment and its input. What
 // needs the guest (kernels, a streamed stdin, an exit notice, Stockade's

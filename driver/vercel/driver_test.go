@@ -167,3 +167,23 @@ func TestReapAndLeftovers(t *testing.T) {
 		t.Errorf("Reap run: got %v, %v; want %v", reaped, err, ids[1:])
 	}
 }
+
+// TestProgramOnPath checks the launcher: a program that is not where
+// Stockade's runtime images have it is found by its base name on the
+// sandbox's PATH, and the environment and arguments keep their order.
+func TestProgramOnPath(t *testing.T) {
+	_, base := fakeAPI(t)
+	sb, err := newDriver(t, base).Create(t.Context(), sandbox.Spec{Image: testenv.Image(t, "shell")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sb.Destroy(context.WithoutCancel(t.Context()))
+	res, err := sandbox.Run(t.Context(), sb, sandbox.ExecRequest{Argv: []string{"/nowhere/busybox", "sh", "-c", `echo "$0 $1 $A $B"`, "x y", "z"}, Env: []string{"A=a b", "B="}})
+	if err != nil || res.Status != sandbox.StatusSucceeded || string(res.Stdout) != "x y z a b \n" {
+		t.Errorf("got %+v, %v; want stdout %q", res, err, "x y z a b \n")
+	}
+	res, err = sandbox.Run(t.Context(), sb, sandbox.ExecRequest{Argv: []string{"/nowhere/not-a-program"}})
+	if err != nil || res.Status != sandbox.StatusFailed || res.ExitCode != 127 {
+		t.Errorf("a program that is nowhere: got %+v, %v; want exit 127", res, err)
+	}
+}

@@ -14,6 +14,7 @@ import (
 	"net/http"
 	"net/url"
 	"path"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -27,10 +28,21 @@ import (
 // killed it before the driver gives the sandbox up (stops it).
 const killGrace = 10 * time.Second
 
-// launcher is the script that starts every Exec's program: its stdin
-// from the file the driver wrote ($1, removed once open), and exactly its
-// environment (env -i), with no shell left between.
-const launcher = `in=$1; shift; exec <"$in" || exit 127; case $in in /dev/null) ;; *) rm -f "$in" ;; esac; exec /usr/bin/env -i -- "$@"`
+// launcher is the script that starts every Exec's program, with the
+// arguments STDIN PROGRAM N K=V (N of them) ARG...: its stdin from the
+// file the driver wrote (removed once open), the program found by its
+// base name on the sandbox's PATH when the image has it elsewhere than
+// Stockade's runtime images (/usr/bin/python3), and exactly its
+// environment (env -i), with no shell left between. The loops put the
+// program between the environment and the arguments.
+const launcher = `in=$1 p=$2 n=$3; shift 3; m=$(($# - n))
+exec <"$in" || exit 127
+case $in in /dev/null) ;; *) rm -f "$in" ;; esac
+if [ ! -x "$p" ]; then q=$(command -v "${p##*/}") && p=$q; fi
+i=0; while [ $i -lt $n ]; do set -- "$@" "$1"; shift; i=$((i+1)); done
+set -- "$@" "$p"
+i=0; while [ $i -lt $m ]; do set -- "$@" "$1"; shift; i=$((i+1)); done
+exec /usr/bin/env -i -- "$@"`
 
 // Sandbox is one Vercel sandbox: its name and the id of the session (the
 // VM) that runs its commands.
@@ -130,9 +142,9 @@ func (s *Sandbox) start(ctx context.Context, req sandbox.ExecRequest) (*exec, er
 			return nil, err
 		}
 	}
-	args := []string{"-c", launcher, "sh", stdin}
+	args := []string{"-c", launcher, "sh", stdin, strings.ReplaceAll(req.Argv[0], "{file}", filePath), strconv.Itoa(len(req.Env))}
 	args = append(args, req.Env...)
-	for _, a := range req.Argv {
+	for _, a := range req.Argv[1:] {
 		args = append(args, strings.ReplaceAll(a, "{file}", filePath))
 	}
 	timeout := req.Timeout
