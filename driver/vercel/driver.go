@@ -32,9 +32,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"math"
 	"net/http"
 	"net/url"
+	"slices"
 	"strings"
 	"time"
 
@@ -200,10 +202,7 @@ func (d *Driver) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Sandbox
 	if err := lim.Check(sandbox.Limits{}); err != nil {
 		return nil, err
 	}
-	tags := map[string]string{}
-	for k, v := range spec.Labels {
-		tags[k] = v
-	}
+	tags := tagsOf(spec.Labels)
 	req := createRequest{
 		ProjectID:     d.cfg.ProjectID,
 		Name:          namePrefix + id,
@@ -360,4 +359,23 @@ func (d *Driver) call(ctx context.Context, what, method, path string, q url.Valu
 		return nil, apiError(what, resp.StatusCode, b)
 	}
 	return b, nil
+}
+
+// maxTags is the provider's bound on a sandbox's tags.
+const maxTags = 5
+
+// tagsOf returns the tags of a sandbox of labels: at most maxTags of
+// them, the owner's first (the daemon reaps by it), then by key. Reap
+// matches only what was kept.
+func tagsOf(labels map[string]string) map[string]string {
+	keys := slices.Sorted(maps.Keys(labels))
+	if i := slices.Index(keys, "stockade.owner"); i > 0 {
+		owner := keys[i]
+		keys = append([]string{owner}, slices.Delete(keys, i, i+1)...)
+	}
+	tags := map[string]string{}
+	for _, k := range keys[:min(len(keys), maxTags)] {
+		tags[k] = labels[k]
+	}
+	return tags
 }

@@ -110,3 +110,15 @@ func FuzzDecodeAnswers(f *testing.F) {
 		}
 	})
 }
+
+// TestTagsOf checks the provider's bound of five tags, the owner's kept.
+func TestTagsOf(t *testing.T) {
+	labels := map[string]string{"a": "1", "b": "2", "c": "3", "d": "4", "e": "5", "stockade.owner": "me", "z": "9"}
+	tags := tagsOf(labels)
+	if len(tags) != maxTags || tags["stockade.owner"] != "me" || tags["a"] != "1" || tags["z"] != "" {
+		t.Errorf("got %v, want five with the owner's and the first by key", tags)
+	}
+	if got := tagsOf(map[string]string{"k": "v"}); len(got) != 1 || got["k"] != "v" {
+		t.Errorf("got %v, want the one label", got)
+	}
+}
