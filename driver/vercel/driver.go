@@ -62,6 +62,9 @@ const (
 // provider's smallest.
 const DefaultCPU = 1
 
+// MaxCPU is the most vCPUs a Vercel sandbox has.
+const MaxCPU = 8
+
 // Runtimes maps Stockade's runtime images to the provider's runtimes: the
 // shell runtime is /bin/sh on node24.
 var Runtimes = map[string]string{"python": "python3.13", "node": "node24", "shell": "node24"}
@@ -199,7 +202,7 @@ func (d *Driver) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Sandbox
 		return nil, bad("a Vercel sandbox has no /workspace of Stockade's")
 	}
 	lim := spec.Limits.WithDefaults(d.cfg.Defaults)
-	if err := lim.Check(sandbox.Limits{}); err != nil {
+	if err := lim.Check(sandbox.Limits{CPU: MaxCPU}); err != nil {
 		return nil, err
 	}
 	tags := tagsOf(spec.Labels)

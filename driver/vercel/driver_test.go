@@ -123,6 +123,7 @@ func TestRefusals(t *testing.T) {
 		"detached": {Image: sandbox.Image{Name: "python"}, Detached: true},
 		"egress":   {Image: sandbox.Image{Name: "python"}, Network: sandbox.NetworkEgress},
 		"mounts":   {Image: sandbox.Image{Name: "python"}, Mounts: []sandbox.Mount{{Source: "/etc", Target: "/data"}}},
+		"cpu":      {Image: sandbox.Image{Name: "python"}, Limits: sandbox.Limits{CPU: vercel.MaxCPU + 1}},
 	} {
 		if _, err := d.Create(t.Context(), spec); !errdefs.IsInvalidArgument(err) {
 			t.Errorf("%s: got %v, want ErrInvalidArgument", name, err)
