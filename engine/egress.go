@@ -203,6 +203,26 @@ func (e *Engine) checkEgress(tool tools.Tool, drv sandbox.Driver) error {
 	return nil
 }
 
+// providerAllowlist is the network of a sandbox of tool on drv when drv
+// leaves the way out to its provider's policy (sandbox.NetworkAllowlist,
+// and no NetworkEgress): ok is false for any other driver. With network
+// it is the record's allowlist, which must not be empty; a tool that
+// lists broker operations is refused, network or not: the broker is on
+// this host, out of the provider's sandbox's reach.
+func providerAllowlist(tool tools.Tool, drv sandbox.Driver, network bool) (allow []string, ports []int, ok bool, err error) {
+	c := drv.Capabilities()
+	if slices.Contains(c.NetworkModes, sandbox.NetworkEgress) || !slices.Contains(c.NetworkModes, sandbox.NetworkAllowlist) {
+		return nil, nil, false, nil
+	}
+	switch {
+	case len(tool.Credentials) > 0:
+		return nil, nil, true, errdefs.Publicf("tool %q lists broker operations, which the %s driver's sandboxes cannot reach: %w", tool.Name, drv.Name(), errdefs.ErrFailedPrecondition)
+	case network && tool.Egress.None():
+		return nil, nil, true, errdefs.Publicf("network access needs a tool whose record has an egress allowlist; tool %q has none: %w", tool.Name, errdefs.ErrPermissionDenied)
+	}
+	return tool.Egress.Allow, tool.Egress.Ports, true, nil
+}
+
 // stopEgress stops the proxy and DNS responder of sandbox id, which
 // decides every request still in flight, and only then forgets the
 // sandbox's labels: every decision about the sandbox reaches the observers

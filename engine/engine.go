@@ -366,7 +366,15 @@ func (e *Engine) NewSandbox(ctx context.Context, req Request) (*Sandbox, error) 
 	limits := spec.Limits
 	spec.Mounts, spec.Labels = append(spec.Mounts, req.ExtraMounts...), req.Labels
 	var net *netns.Egress
-	if req.Network || len(tool.Credentials) > 0 {
+	if allow, ports, ok, err := providerAllowlist(tool, drv, req.Network); ok {
+		// A remote driver's provider enforces the allowlist itself.
+		if err != nil {
+			return nil, err
+		}
+		if req.Network {
+			spec.Network, spec.Allow, spec.AllowPorts = sandbox.NetworkAllowlist, allow, ports
+		}
+	} else if req.Network || len(tool.Credentials) > 0 {
 		// Without network a tool that lists broker operations still
 		// reaches the broker, and nothing else.
 		spec.ID, net, err = e.openEgress(ctx, tool, drv, req.Network, req.Labels)

@@ -53,6 +53,12 @@ const (
 	NetworkNone NetworkMode = ""
 	// NetworkEgress routes traffic through the host-side egress proxy.
 	NetworkEgress NetworkMode = "egress"
+	// NetworkAllowlist leaves the sandbox's way out to its provider's
+	// own network policy, set to the domains of Spec.Allow: a remote
+	// driver's sandbox, which the host's proxy does not stand in front of.
+	// Nothing of it is decided or audited by Stockade's proxy, and no
+	// credential broker is reachable.
+	NetworkAllowlist NetworkMode = "allowlist"
 )
 
 // Capabilities is what a driver is and can do, as data: the one place a
@@ -124,6 +130,12 @@ type Spec struct {
 	// Egress is the prepared network of a NetworkEgress sandbox; required
 	// for that mode and ignored otherwise. Nil means none.
 	Egress *EgressNet
+	// Allow and AllowPorts are the tool record's egress allowlist (domain
+	// names, "*.example.com" for every name below example.com, and the
+	// ports) of a NetworkAllowlist sandbox, which its provider enforces;
+	// required for that mode and ignored otherwise.
+	Allow      []string
+	AllowPorts []int
 	// Mounts are extra read-only bind mounts (tool records' data directories).
 	// Nil means none.
 	Mounts []Mount

@@ -301,7 +301,14 @@ func validateEgress(t Tool, opts Options) Problems {
 		ps = append(ps, Problem{Source: t.Source, Tool: t.Name, Rule: rule, Message: fmt.Sprintf(format, a...)})
 	}
 	e := t.Egress
-	if c, ok := opts.caps(t.Tier); ok && !slices.Contains(c.NetworkModes, sandbox.NetworkEgress) && (!e.None() || len(t.Credentials) > 0) {
+	c, ok := opts.caps(t.Tier)
+	// A remote driver's provider enforces the allowlist itself
+	// (sandbox.NetworkAllowlist); the broker it cannot reach.
+	provider := ok && !slices.Contains(c.NetworkModes, sandbox.NetworkEgress) && slices.Contains(c.NetworkModes, sandbox.NetworkAllowlist)
+	if provider && len(t.Credentials) > 0 {
+		add(RuleCredentials, "the %s tier's sandboxes run on a provider's machines, out of the credential broker's reach; use credentials: none", t.Tier)
+	}
+	if ok && !provider && !slices.Contains(c.NetworkModes, sandbox.NetworkEgress) && (!e.None() || len(t.Credentials) > 0) {
 		// The tier's driver has no network mode but none: every run of
 		// such a tool would fail.
 		var with []sandbox.Tier
