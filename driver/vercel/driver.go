@@ -19,7 +19,11 @@
 // refuses it.
 //
 // A sandbox has no network (the provider's deny-all network policy)
-// unless the driver is given an allow list.
+// unless the tool's record has an egress allowlist and the request asks
+// for network (sandbox.NetworkAllowlist): then the provider's policy
+// allows the record's domains and nothing else. The provider, not
+// Stockade's proxy, decides each connection then; none is audited by
+// Stockade, and the record's ports are not enforced.
 //
 // The driver is tested against a fake of the API (internal/fake) whose
 // shapes are recorded from the SDK's own requests (sdk_test.go), not
@@ -154,7 +158,7 @@ func Capabilities() sandbox.Capabilities {
 		SharedKernel: false,
 		Boundary:     "a Firecracker microVM of Vercel Sandbox (hardware virtualisation, the provider's hosts)",
 		DefaultCPU:   DefaultCPU,
-		NetworkModes: []sandbox.NetworkMode{sandbox.NetworkNone},
+		NetworkModes: []sandbox.NetworkMode{sandbox.NetworkNone, sandbox.NetworkAllowlist},
 		Sessions:     true,
 		Health:       true,
 		Reap:         true,
@@ -192,8 +196,10 @@ func (d *Driver) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Sandbox
 	switch {
 	case !ok:
 		return nil, bad("no Vercel runtime for image %q (python, node and shell have one)", spec.Image.Name)
-	case spec.Network != sandbox.NetworkNone:
-		return nil, bad("a Vercel sandbox has no egress through Stockade's proxy")
+	case spec.Network != sandbox.NetworkNone && spec.Network != sandbox.NetworkAllowlist:
+		return nil, bad("a Vercel sandbox has no egress through Stockade's proxy, only the provider's allowlist")
+	case spec.Network == sandbox.NetworkAllowlist && len(spec.Allow) == 0:
+		return nil, bad("an allowlist network needs domains")
 	case len(spec.Mounts) > 0:
 		return nil, bad("a Vercel sandbox cannot mount a host directory")
 	case spec.Detached:
@@ -213,7 +219,7 @@ func (d *Driver) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Sandbox
 		Timeout:       (lim.Timeout + d.cfg.Lifetime).Milliseconds(),
 		Resources:     &resources{VCPUs: max(1, int(math.Ceil(lim.CPU)))},
 		Runtime:       runtime,
-		NetworkPolicy: denyAll,
+		NetworkPolicy: policyOf(spec),
 		Tags:          tags,
 	}
 	var a createAnswer
@@ -381,4 +387,14 @@ func tagsOf(labels map[string]string) map[string]string {
 		tags[k] = labels[k]
 	}
 	return tags
+}
+
+// policyOf is the provider's network policy of a sandbox of spec:
+// deny-all, or the allowlist's domains. The provider's policy names
+// domains, not ports: the record's ports are not enforced there.
+func policyOf(spec sandbox.Spec) networkPolicy {
+	if spec.Network != sandbox.NetworkAllowlist {
+		return denyAll
+	}
+	return networkPolicy{Allow: slices.Clone(spec.Allow)}
 }

@@ -31,7 +31,7 @@ func tiersTable(drivers map[string]sandbox.Capabilities) string {
 		}
 		var modes []string
 		for _, m := range c.NetworkModes {
-			modes = append(modes, map[sandbox.NetworkMode]string{sandbox.NetworkNone: "none", sandbox.NetworkEgress: "egress"}[m])
+			modes = append(modes, map[sandbox.NetworkMode]string{sandbox.NetworkNone: "none", sandbox.NetworkEgress: "egress", sandbox.NetworkAllowlist: "the provider's allowlist"}[m])
 		}
 		b.WriteString("| " + strings.Join([]string{string(tier), "`" + name + "`", c.Boundary, kernel, strconv.FormatFloat(c.DefaultCPU, 'g', -1, 64), strings.Join(modes, ", ")}, " | ") + " |\n")
 	}

@@ -89,6 +89,17 @@ func (s *Server) Running() []string {
 	return names
 }
 
+// Policy returns the network policy sandbox name was created with, as
+// the request sent it; nil for no sandbox.
+func (s *Server) Policy(name string) json.RawMessage {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if v := s.sandboxes[name]; v != nil {
+		return v.policy
+	}
+	return nil
+}
+
 // Close destroys every sandbox still there.
 func (s *Server) Close() {
 	s.mu.Lock()
