@@ -125,10 +125,10 @@ func (s *cells) dispatchCell(e model.Execution, live *liveSession, timeout time.
 	// see the session busy from now on.
 	live.track(e.ID)
 	if !s.runs.spawn(e.ID, func(ctx context.Context) {
-		defer live.track("")
+		defer live.untrack(e.ID)
 		s.runCell(ctx, e, live, timeout)
 	}) {
-		live.track("") // the next start of the daemon ends it failed, uncharged
+		live.untrack(e.ID) // the next start of the daemon ends it failed, uncharged
 	}
 }
 

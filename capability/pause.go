@@ -119,13 +119,14 @@ func (s *sessionHost) pauseLocked(ctx context.Context, ss model.Session, by Prin
 	if live == nil {
 		return model.Session{}, errdefs.Publicf("session %s is active but its sandbox is not served by this daemon; retry: %w", ss.ID, errdefs.ErrUnavailable)
 	}
-	if live.running() {
-		return model.Session{}, errdefs.Public(&SessionBusyError{SessionID: ss.ID})
-	}
+	// The store's pending cell is the session's busy state (a cell
+	// awaiting its approval would find no sandbox), not liveSession's:
+	// a cell's end is recorded before its goroutine lets go of the
+	// session, and a client that saw the end may pause at once. The
+	// engine refuses a session whose sandbox still runs a cell.
 	if cell, err := s.st.PendingCell(ctx, ss.ID); err != nil {
 		return model.Session{}, err
 	} else if cell != "" {
-		// A cell awaiting its approval would find no sandbox.
 		return model.Session{}, errdefs.Public(&SessionBusyError{SessionID: ss.ID})
 	}
 	if err := os.MkdirAll(s.opts.Sessions.CheckpointDir, 0o700); err != nil {

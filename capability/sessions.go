@@ -184,10 +184,22 @@ func (ls *liveSession) runningCell() string {
 	return ls.cell
 }
 
-// track records that cell execution id runs ("" once it has ended).
+// track records that cell execution id runs.
 func (ls *liveSession) track(id string) {
 	ls.mu.Lock()
 	ls.cell = id
+	ls.mu.Unlock()
+}
+
+// untrack records that cell execution id has ended, unless another cell
+// is tracked already: a cell's end is recorded (the store's) before its
+// goroutine lets go, and the next cell may be admitted and tracked in
+// between.
+func (ls *liveSession) untrack(id string) {
+	ls.mu.Lock()
+	if ls.cell == id {
+		ls.cell = ""
+	}
 	ls.mu.Unlock()
 }
 

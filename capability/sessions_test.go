@@ -272,3 +272,20 @@ func TestSweepEndsTTLBeforePausing(t *testing.T) {
 		}
 	}
 }
+
+// TestUntrackKeepsTheNextCell: the goroutine of a cell whose end is
+// recorded may let go of its session after the next cell was admitted and
+// tracked; that cell stays tracked (the idle sweep must see it).
+func TestUntrackKeepsTheNextCell(t *testing.T) {
+	ls := &liveSession{}
+	ls.track("ex_a")
+	ls.track("ex_b") // admitted once ex_a's end was recorded
+	ls.untrack("ex_a")
+	if got := ls.runningCell(); got != "ex_b" {
+		t.Fatalf("after the first cell let go: got %q tracked, want ex_b", got)
+	}
+	ls.untrack("ex_b")
+	if ls.running() {
+		t.Fatalf("after the last cell let go: got %q tracked, want none", ls.runningCell())
+	}
+}

@@ -158,9 +158,7 @@ func (s *snapshots) take(ctx context.Context, p Principal, id string) (*taken, e
 	if live == nil {
 		return nil, errdefs.Publicf("session %s is active but its sandbox is not served by this daemon; retry: %w", ss.ID, errdefs.ErrUnavailable)
 	}
-	if live.running() {
-		return nil, errdefs.Public(&SessionBusyError{SessionID: ss.ID})
-	}
+	// Busy by the store's pending cell, as a pause (pause.go).
 	if cell, err := s.st.PendingCell(ctx, ss.ID); err != nil {
 		return nil, err
 	} else if cell != "" {
