@@ -91,10 +91,19 @@ type Config struct {
 	// (the provider's sandbox timeout is the Exec timeout and this): a
 	// sandbox the daemon lost ends by itself then. Zero means 5 minutes.
 	Lifetime time.Duration
+	// CallTimeout bounds each call of the API (its answer read whole),
+	// but a command's stream, which lasts as long as the command: until
+	// its answer starts, the Exec's ctx and timeout bound that one. Zero
+	// means DefaultCallTimeout.
+	CallTimeout time.Duration
 	// Client is the HTTP client; nil means one with no overall timeout
-	// (a command's stream lasts as long as the command).
+	// (each call is bounded by its context, see CallTimeout).
 	Client *http.Client
 }
+
+// DefaultCallTimeout bounds one call of the API (Config.CallTimeout), as
+// the docker driver bounds its removals.
+const DefaultCallTimeout = 30 * time.Second
 
 // ConfigFromEnv reads the credentials and the API's address from getenv.
 func ConfigFromEnv(getenv func(string) string) Config {
@@ -133,6 +142,9 @@ func New(cfg Config) (*Driver, error) {
 	base, err := url.Parse(strings.TrimRight(cfg.BaseURL, "/"))
 	if err != nil || (base.Scheme != "https" && base.Scheme != "http") || base.Host == "" {
 		return nil, errdefs.Publicf("vercel: API address %q is no http(s) URL: %w", cfg.BaseURL, errdefs.ErrInvalidArgument)
+	}
+	if cfg.CallTimeout <= 0 {
+		cfg.CallTimeout = DefaultCallTimeout
 	}
 	if cfg.Lifetime == 0 {
 		cfg.Lifetime = 5 * time.Minute
@@ -340,34 +352,66 @@ func (d *Driver) request(ctx context.Context, method, path string, q url.Values,
 	return req, nil
 }
 
-// call makes a JSON call and returns the answer's body, bounded.
+// apiCall is one call of the API.
+type apiCall struct {
+	what, method, path string
+	query              url.Values
+	body               []byte
+	contentType        string
+	header             map[string]string
+	// max, when positive, reads at most max bytes of a 2xx answer and
+	// drops the rest; zero reads the whole answer, at most maxBody.
+	max int64
+}
+
+// call makes a JSON call, in marshalled (nil: no body), and returns the
+// answer's body (see send).
 func (d *Driver) call(ctx context.Context, what, method, path string, q url.Values, in any) ([]byte, error) {
-	var body io.Reader
-	ct := ""
+	c := apiCall{what: what, method: method, path: path, query: q}
 	if in != nil {
 		b, err := json.Marshal(in)
 		if err != nil {
 			return nil, err
 		}
-		body, ct = bytes.NewReader(b), "application/json"
+		c.body, c.contentType = b, "application/json"
 	}
-	req, err := d.request(ctx, method, path, q, body, ct)
+	b, _, err := d.send(ctx, c)
+	return b, err
+}
+
+// send makes call c within the call timeout (Config.CallTimeout), its
+// answer read whole: it returns the body and its content type, or the
+// classed error of an answer that is not 2xx (apiError). A call the
+// provider does not answer in time is ErrUnavailable.
+func (d *Driver) send(ctx context.Context, c apiCall) ([]byte, string, error) {
+	ctx, cancel := context.WithTimeout(ctx, d.cfg.CallTimeout)
+	defer cancel()
+	req, err := d.request(ctx, c.method, c.path, c.query, bytes.NewReader(c.body), c.contentType)
 	if err != nil {
-		return nil, err
+		return nil, "", err
+	}
+	for k, v := range c.header {
+		req.Header.Set(k, v)
 	}
 	resp, err := d.cfg.Client.Do(req)
 	if err != nil {
-		return nil, fmt.Errorf("vercel: %s: %v: %w", what, err, errdefs.ErrUnavailable)
+		return nil, "", fmt.Errorf("vercel: %s: %v: %w", c.what, err, errdefs.ErrUnavailable)
 	}
 	defer resp.Body.Close()
-	b, err := readBody(resp.Body)
-	if err != nil {
-		return nil, fmt.Errorf("vercel: %s: %v: %w", what, err, errdefs.ErrUnavailable)
-	}
 	if resp.StatusCode/100 != 2 {
-		return nil, apiError(what, resp.StatusCode, b)
+		b, _ := readBody(resp.Body)
+		return nil, "", apiError(c.what, resp.StatusCode, b)
 	}
-	return b, nil
+	var b []byte
+	if c.max > 0 {
+		b, err = io.ReadAll(io.LimitReader(resp.Body, c.max))
+	} else {
+		b, err = readBody(resp.Body)
+	}
+	if err != nil {
+		return nil, "", fmt.Errorf("vercel: %s: %v: %w", c.what, err, errdefs.ErrUnavailable)
+	}
+	return b, resp.Header.Get("Content-Type"), nil
 }
 
 // maxTags is the provider's bound on a sandbox's tags.

@@ -160,7 +160,9 @@ func (s *Sandbox) start(ctx context.Context, req sandbox.ExecRequest) (*exec, er
 		return nil, err
 	}
 	// The stream lives as long as the command, not as ctx: when ctx ends
-	// the driver kills the command and reads on to its end.
+	// the driver kills the command and reads on to its end. Until the
+	// answer starts, though, nothing can be killed (the command's id is
+	// in the answer): ctx and the Exec's timeout cut the request itself.
 	streamCtx, cancelStream := context.WithCancel(context.WithoutCancel(ctx))
 	hreq, err := s.d.request(streamCtx, http.MethodPost, "/v2/sandboxes/sessions/"+url.PathEscape(s.session)+"/cmd", nil, bytes.NewReader(body), "application/json")
 	if err != nil {
@@ -168,7 +170,43 @@ func (s *Sandbox) start(ctx context.Context, req sandbox.ExecRequest) (*exec, er
 		return nil, err
 	}
 	began := time.Now()
+	deadline := began.Add(timeout)
+	var cutMu sync.Mutex
+	answered := false
+	var cut error // why the request was cut before its answer started
+	cutBy := func(why func() error) func() {
+		return func() {
+			cutMu.Lock()
+			defer cutMu.Unlock()
+			if !answered && cut == nil {
+				cut = why()
+				cancelStream()
+			}
+		}
+	}
+	stopCtx := context.AfterFunc(ctx, cutBy(func() error {
+		return fmt.Errorf("vercel: running a command: no answer before the caller gave up: %w", context.Cause(ctx))
+	}))
+	timer := time.AfterFunc(timeout, cutBy(func() error {
+		return fmt.Errorf("vercel: running a command: no answer within the Exec's timeout of %v: %w", timeout, errdefs.ErrUnavailable)
+	}))
 	resp, err := s.d.cfg.Client.Do(hreq)
+	cutMu.Lock()
+	answered = true
+	why := cut
+	cutMu.Unlock()
+	stopCtx()
+	timer.Stop()
+	if why != nil {
+		// The command may run in the sandbox without anyone to watch or
+		// kill it: the sandbox serves no more Execs.
+		if err == nil {
+			resp.Body.Close()
+		}
+		cancelStream()
+		s.markDead()
+		return nil, why
+	}
 	if err != nil {
 		cancelStream()
 		return nil, fmt.Errorf("vercel: running a command: %v: %w", err, errdefs.ErrUnavailable)
@@ -194,7 +232,7 @@ func (s *Sandbox) start(ctx context.Context, req sandbox.ExecRequest) (*exec, er
 	s.execs[ex] = struct{}{}
 	s.mu.Unlock()
 	go ex.read(resp.Body)
-	go ex.watch(ctx, timeout)
+	go ex.watch(ctx, time.Until(deadline))
 	return ex, nil
 }
 
@@ -224,31 +262,17 @@ func (s *Sandbox) writeFiles(ctx context.Context, files map[string]fileEntry) er
 	if err := zw.Close(); err != nil {
 		return err
 	}
-	req, err := s.d.request(ctx, http.MethodPost, "/v2/sandboxes/sessions/"+url.PathEscape(s.session)+"/fs/write", nil, &buf, "application/gzip")
-	if err != nil {
-		return err
-	}
-	req.Header.Set("X-Cwd", "/")
-	resp, err := s.d.cfg.Client.Do(req)
-	if err != nil {
-		return fmt.Errorf("vercel: writing files: %v: %w", err, errdefs.ErrUnavailable)
-	}
-	defer resp.Body.Close()
-	b, err := readBody(resp.Body)
-	if err != nil {
-		return fmt.Errorf("vercel: writing files: %v: %w", err, errdefs.ErrUnavailable)
-	}
-	if resp.StatusCode/100 != 2 {
-		return apiError("writing files", resp.StatusCode, b)
-	}
-	return nil
+	_, _, err := s.d.send(ctx, apiCall{what: "writing files", method: http.MethodPost,
+		path: "/v2/sandboxes/sessions/" + url.PathEscape(s.session) + "/fs/write",
+		body: buf.Bytes(), contentType: "application/gzip", header: map[string]string{"X-Cwd": "/"}})
+	return err
 }
 
-// ReadFile reads at most max bytes of the file at p (absolute) with the
+// ReadFile reads at most limit bytes of the file at p (absolute) with the
 // provider's file API. It is no sandbox.Files: the provider follows
 // symbolic links (see Capabilities' Lacks). A file that is not there is
 // ErrNotFound.
-func (s *Sandbox) ReadFile(ctx context.Context, p string, max int64) ([]byte, error) {
+func (s *Sandbox) ReadFile(ctx context.Context, p string, limit int64) ([]byte, error) {
 	if !path.IsAbs(p) || path.Clean(p) != p {
 		return nil, errdefs.Publicf("vercel: path %q is not absolute and clean: %w", p, errdefs.ErrInvalidArgument)
 	}
@@ -256,27 +280,21 @@ func (s *Sandbox) ReadFile(ctx context.Context, p string, max int64) ([]byte, er
 	if err != nil {
 		return nil, err
 	}
-	req, err := s.d.request(ctx, http.MethodPost, "/v2/sandboxes/sessions/"+url.PathEscape(s.session)+"/fs/read", nil, bytes.NewReader(body), "application/json")
+	data, ct, err := s.d.send(ctx, apiCall{what: "reading " + p, method: http.MethodPost,
+		path: "/v2/sandboxes/sessions/" + url.PathEscape(s.session) + "/fs/read",
+		body: body, contentType: "application/json", max: max(limit, 1)})
 	if err != nil {
 		return nil, err
 	}
-	resp, err := s.d.cfg.Client.Do(req)
-	if err != nil {
-		return nil, fmt.Errorf("vercel: reading a file: %v: %w", err, errdefs.ErrUnavailable)
+	if !strings.HasPrefix(ct, "application/octet-stream") {
+		return nil, fmt.Errorf("vercel: reading %s: an answer of type %q: %w", p, clip(ct), errdefs.ErrUnavailable)
 	}
-	defer resp.Body.Close()
-	if resp.StatusCode/100 != 2 {
-		b, _ := readBody(resp.Body)
-		return nil, apiError("reading "+p, resp.StatusCode, b)
-	}
-	if !strings.HasPrefix(resp.Header.Get("Content-Type"), "application/octet-stream") {
-		return nil, fmt.Errorf("vercel: reading %s: an answer of type %q: %w", p, clip(resp.Header.Get("Content-Type")), errdefs.ErrUnavailable)
-	}
-	return io.ReadAll(io.LimitReader(resp.Body, max))
+	return data[:min(int64(len(data)), max(limit, 0))], nil
 }
 
 // Destroy stops the sandbox's session and deletes the sandbox; one the
-// provider no longer knows is gone already.
+// provider no longer knows is gone already. It bounds itself (see
+// remove): ctx may have no deadline.
 func (s *Sandbox) Destroy(ctx context.Context) error {
 	s.mu.Lock()
 	s.destroyed = true
@@ -287,6 +305,10 @@ func (s *Sandbox) Destroy(ctx context.Context) error {
 	return s.remove(ctx)
 }
 
+// remove stops the session and deletes the sandbox, each call bounded
+// by the call timeout (Config.CallTimeout) whatever ctx is: the engine
+// destroys on a context without a deadline, and a kill gives a sandbox
+// up on none.
 func (s *Sandbox) remove(ctx context.Context) error {
 	var errs []error
 	if s.session != "" {

@@ -1,0 +1,77 @@
+package vercel_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/stockade-sh/stockade/driver/vercel"
+	"github.com/stockade-sh/stockade/errdefs"
+	"github.com/stockade-sh/stockade/sandbox"
+)
+
+// TestStartCutBeforeAnswer checks that a command the provider does not
+// answer ends Start when its ctx ends or its timeout passes: the command's
+// id comes with the answer, so nothing can be killed before it, and the
+// request itself is cut. The sandbox serves no more Execs then.
+func TestStartCutBeforeAnswer(t *testing.T) {
+	s, d := newStub(t, vercel.Config{})
+	s.set("POST /v2/sandboxes/sessions/sbx_ctx/cmd", true, nil)
+	s.set("POST /v2/sandboxes/sessions/sbx_timeout/cmd", true, nil)
+	req := sandbox.ExecRequest{Argv: []string{"/bin/true"}, Timeout: time.Hour}
+
+	sb, err := d.Create(t.Context(), sandbox.Spec{ID: "ctx", Image: sandbox.Image{Name: "shell"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	go func() {
+		// Without the request the cancel comes first: Start still
+		// must end, and the check below still holds.
+		s.arrival("POST /v2/sandboxes/sessions/sbx_ctx/cmd")
+		cancel()
+	}()
+	if _, err := within(t, "Start whose ctx ended", func() (sandbox.Exec, error) { return sb.Start(ctx, req) }); !errors.Is(err, context.Canceled) {
+		t.Errorf("Start whose ctx ended before the answer: got %v, want context.Canceled", err)
+	}
+	if _, err := sb.Start(t.Context(), req); !errdefs.IsFailedPrecondition(err) {
+		t.Errorf("Start after a command was lost: got %v, want ErrFailedPrecondition", err)
+	}
+
+	sb, err = d.Create(t.Context(), sandbox.Spec{ID: "timeout", Image: sandbox.Image{Name: "shell"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Timeout = 50 * time.Millisecond
+	if _, err := within(t, "Start past its timeout", func() (sandbox.Exec, error) { return sb.Start(t.Context(), req) }); !errdefs.IsUnavailable(err) {
+		t.Errorf("Start whose timeout passed before the answer: got %v, want ErrUnavailable", err)
+	}
+}
+
+// TestCallsBounded checks that every call of the API is bounded by the
+// call timeout whatever its ctx: a Destroy on a context without a
+// deadline (as the engine destroys) and a Create on one return with
+// ErrUnavailable when the provider does not answer.
+func TestCallsBounded(t *testing.T) {
+	s, d := newStub(t, vercel.Config{CallTimeout: 50 * time.Millisecond})
+	sb, err := d.Create(t.Context(), sandbox.Spec{ID: "one", Image: sandbox.Image{Name: "shell"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.set("POST /v2/sandboxes/sessions/sbx_one/stop", true, nil)
+	s.set("DELETE /v2/sandboxes/stockade-one", true, nil)
+	if _, err := within(t, "Destroy", func() (any, error) { return nil, sb.Destroy(context.Background()) }); !errdefs.IsUnavailable(err) {
+		t.Errorf("Destroy that the provider does not answer: got %v, want ErrUnavailable", err)
+	}
+	if n := s.saw("DELETE /v2/sandboxes/stockade-one"); n != 1 {
+		t.Errorf("Destroy sent %d deletes after a stop that hung, want 1", n)
+	}
+	s.set("POST /v2/sandboxes", true, nil)
+	if _, err := within(t, "Create", func() (sandbox.Sandbox, error) {
+		return d.Create(context.Background(), sandbox.Spec{ID: "two", Image: sandbox.Image{Name: "shell"}})
+	}); !errdefs.IsUnavailable(err) {
+		t.Errorf("Create that the provider does not answer: got %v, want ErrUnavailable", err)
+	}
+}
