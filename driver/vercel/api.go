@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -265,7 +266,24 @@ func apiError(what string, status int, body []byte) error {
 	case status == http.StatusBadRequest || status == http.StatusUnprocessableEntity:
 		class = errdefs.ErrInvalidArgument
 	}
-	return fmt.Errorf("vercel: %s: %s: %w", what, decodeError(status, body), class)
+	return &answerError{status: status, err: fmt.Errorf("vercel: %s: %s: %w", what, decodeError(status, body), class)}
+}
+
+// answerError is an error answer of the API: its status, and the error
+// apiError made of it (classed).
+type answerError struct {
+	status int
+	err    error
+}
+
+func (e *answerError) Error() string { return e.err.Error() }
+func (e *answerError) Unwrap() error { return e.err }
+
+// refused tells whether err is the API's refusal of a request: an
+// answer of status 4xx, after which nothing of the request was done.
+func refused(err error) bool {
+	var a *answerError
+	return errors.As(err, &a) && a.status/100 == 4
 }
 
 // readBody reads at most maxBody bytes of r.

@@ -195,7 +195,11 @@ func (d *Driver) checkHealth(ctx context.Context) error {
 	return err
 }
 
-// Create creates a sandbox of spec's runtime and waits until it runs.
+// Create creates a sandbox of spec's runtime. As the SDK's
+// Sandbox.create, it returns with the provider's answer to the create and
+// does not poll the sandbox until it runs. When the answer is lost or
+// unreadable (all but a refusal, 4xx), the sandbox may exist all the
+// same: Create deletes it by its name before it returns the error.
 func (d *Driver) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Sandbox, error) {
 	id, err := sandbox.ResolveID(spec.ID)
 	if err != nil {
@@ -237,9 +241,21 @@ func (d *Driver) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Sandbox
 	var a createAnswer
 	body, err := d.call(ctx, "creating a sandbox", http.MethodPost, "/v2/sandboxes", nil, req)
 	if err == nil {
-		a, err = decodeCreate(body)
+		if a, err = decodeCreate(body); err != nil {
+			err = fmt.Errorf("vercel: creating a sandbox: %v: %w", err, errdefs.ErrUnavailable)
+		}
 	}
 	if err != nil {
+		if refused(err) {
+			return nil, err
+		}
+		// A sandbox the daemon does not know of would run, and be
+		// billed, until its provider timeout: delete it by its name
+		// (each call is bounded, see send), even when ctx has ended.
+		lost := &Sandbox{d: d, id: id, name: req.Name}
+		if derr := lost.remove(context.WithoutCancel(ctx)); derr != nil {
+			return nil, fmt.Errorf("%w (and deleting what it may have created: %v)", err, derr)
+		}
 		return nil, err
 	}
 	return &Sandbox{d: d, id: id, name: a.Sandbox.Name, session: a.Session.ID, limits: lim}, nil

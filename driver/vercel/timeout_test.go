@@ -3,6 +3,7 @@ package vercel_test
 import (
 	"context"
 	"errors"
+	"net/http"
 	"testing"
 	"time"
 
@@ -73,5 +74,50 @@ func TestCallsBounded(t *testing.T) {
 		return d.Create(context.Background(), sandbox.Spec{ID: "two", Image: sandbox.Image{Name: "shell"}})
 	}); !errdefs.IsUnavailable(err) {
 		t.Errorf("Create that the provider does not answer: got %v, want ErrUnavailable", err)
+	}
+}
+
+// TestCreateLost checks that a create whose answer is lost or unreadable
+// deletes the sandbox it may have made, by its name, and that one the
+// provider refused (4xx) deletes nothing: a conflict names a sandbox
+// that is not the request's.
+func TestCreateLost(t *testing.T) {
+	s, d := newStub(t, vercel.Config{})
+	answer := func(status int, body string) func(http.ResponseWriter) {
+		return func(w http.ResponseWriter) {
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(status)
+			_, _ = w.Write([]byte(body))
+		}
+	}
+	for _, c := range []struct {
+		name    string
+		answer  func(http.ResponseWriter) // nil: none
+		deletes int
+	}{
+		{"garbled", answer(200, `{"sandbox":`), 1},
+		{"failed", answer(500, `{}`), 1},
+		{"lost", nil, 1},
+		{"conflict", answer(409, `{"error":{"message":"a sandbox of that name exists"}}`), 0},
+		{"invalid", answer(400, `{}`), 0},
+	} {
+		s.set("POST /v2/sandboxes", c.answer == nil, c.answer)
+		ctx, cancel := context.WithCancel(t.Context())
+		if c.answer == nil {
+			go func() {
+				s.arrival("POST /v2/sandboxes")
+				cancel()
+			}()
+		}
+		_, err := within(t, "Create", func() (sandbox.Sandbox, error) {
+			return d.Create(ctx, sandbox.Spec{ID: c.name, Image: sandbox.Image{Name: "shell"}})
+		})
+		cancel()
+		if err == nil {
+			t.Errorf("%s: Create succeeded", c.name)
+		}
+		if n := s.saw("DELETE /v2/sandboxes/stockade-" + c.name); n != c.deletes {
+			t.Errorf("%s: Create sent %d deletes of its sandbox, want %d (%v)", c.name, n, c.deletes, err)
+		}
 	}
 }
