@@ -34,6 +34,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"maps"
@@ -281,8 +282,9 @@ func (d *Driver) Leftovers(ctx context.Context, id string) []string {
 	return []string{fmt.Sprintf("Vercel sandbox %s is %s", a.Sandbox.Name, a.Sandbox.Status)}
 }
 
-// Reap stops and deletes every sandbox of the project this driver named
-// whose tags contain all of match.
+// Reap deletes every sandbox of the project this driver named whose
+// tags contain all of match, as the SDK's delete does (no stop first).
+// Its error joins each sandbox's, their classes kept.
 func (d *Driver) Reap(ctx context.Context, match map[string]string) ([]string, error) {
 	names, err := d.list(ctx, match, 0)
 	if err != nil {
@@ -299,7 +301,7 @@ func (d *Driver) Reap(ctx context.Context, match map[string]string) ([]string, e
 		reaped = append(reaped, sb.id)
 	}
 	if len(errs) > 0 {
-		return reaped, fmt.Errorf("vercel: reaping: %v", errs)
+		return reaped, fmt.Errorf("vercel: reaping: %w", errors.Join(errs...))
 	}
 	return reaped, nil
 }

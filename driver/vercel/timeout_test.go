@@ -121,3 +121,20 @@ func TestCreateLost(t *testing.T) {
 		}
 	}
 }
+
+// TestReapKeepsClasses checks that Reap's error keeps the class of a
+// sandbox's failed delete, and that it reaps the others.
+func TestReapKeepsClasses(t *testing.T) {
+	s, d := newStub(t, vercel.Config{})
+	s.set("GET /v2/sandboxes", false, func(w http.ResponseWriter) {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write([]byte(`{"sandboxes":[{"name":"stockade-a","status":"running","tags":{"o":"x"}},{"name":"stockade-b","status":"running","tags":{"o":"x"}}],"pagination":{"next":null}}`))
+	})
+	s.set("DELETE /v2/sandboxes/stockade-a", false, func(w http.ResponseWriter) {
+		w.WriteHeader(http.StatusForbidden)
+	})
+	reaped, err := d.Reap(t.Context(), map[string]string{"o": "x"})
+	if !errdefs.IsPermissionDenied(err) || len(reaped) != 1 || reaped[0] != "b" {
+		t.Errorf("Reap with one delete refused: got %v, %v; want [b] and ErrPermissionDenied", reaped, err)
+	}
+}
