@@ -103,6 +103,14 @@ func (s *daemon) start(ctx context.Context) (err error) {
 			s.log.Warn("driver unavailable; orphaned sandboxes not reaped", "driver", name, "err", err)
 			continue
 		}
+		if err != nil && name != s.runner.DefaultDriver() {
+			// A driver other than the default serves only the tools whose
+			// tier names it (a remote one is built whenever its token is
+			// set): its failure, a refused token say, must not keep the
+			// daemon from serving the rest. Its health says it fails.
+			s.log.Warn("orphaned sandboxes not reaped", "driver", name, "count", len(ids), "err", err)
+			continue
+		}
 		if err != nil {
 			return fmt.Errorf("destroying orphaned %s sandboxes: %w", name, err)
 		}
