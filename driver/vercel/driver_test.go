@@ -72,8 +72,9 @@ func TestConformance(t *testing.T) {
 	}
 }
 
-// TestCredentials checks that a wrong token is refused as such, and that
-// the driver sends none of its credentials into the sandbox.
+// TestCredentials checks that a wrong token is refused as such, that the
+// driver sends none of its credentials into the sandbox, and that the
+// file it writes the program's stdin to is gone once the program runs.
 func TestCredentials(t *testing.T) {
 	_, base := fakeAPI(t)
 	d, err := vercel.New(vercel.Config{Token: "wrong", TeamID: team, ProjectID: project, BaseURL: base})
@@ -93,13 +94,17 @@ func TestCredentials(t *testing.T) {
 	}
 	defer sb.Destroy(context.WithoutCancel(t.Context()))
 	res, err := sandbox.Run(t.Context(), sb, sandbox.ExecRequest{
-		File: sandbox.File{Name: "main.sh", Data: []byte("cat /proc/self/environ; echo; cat /proc/1/cmdline; ls -a /tmp")},
-		Argv: []string{"/bin/sh", "{file}"}, Env: []string{"A=1"}})
+		File: sandbox.File{Name: "main.sh", Data: []byte("read line; echo \"in:$line\"; cat /proc/self/environ; echo; cat /proc/1/cmdline; ls -a /tmp")},
+		Argv: []string{"/bin/sh", "{file}"}, Env: []string{"A=1"}, Stdin: []byte("hello\n")})
 	if err != nil || res.Status != sandbox.StatusSucceeded {
 		t.Fatalf("got %+v, %v", res, err)
 	}
-	if !strings.Contains(string(res.Stdout), "A=1") {
-		t.Fatalf("the control: stdout %q lacks the program's own A=1", res.Stdout)
+	// The controls: the program's own environment and input, and the
+	// code file in the listing of /tmp, where the stdin file was.
+	for _, want := range []string{"A=1", "in:hello\n", "main.sh"} {
+		if !strings.Contains(string(res.Stdout), want) {
+			t.Fatalf("the control: stdout %q lacks %q", res.Stdout, want)
+		}
 	}
 	for _, secret := range []string{token, team, project} {
 		if strings.Contains(string(res.Stdout), secret) {
