@@ -39,6 +39,7 @@ import (
 	"io"
 	"maps"
 	"math"
+	"net"
 	"net/http"
 	"net/url"
 	"slices"
@@ -84,7 +85,8 @@ type Config struct {
 	// TeamID and ProjectID name the team and the project the sandboxes
 	// belong to.
 	TeamID, ProjectID string
-	// BaseURL is the API's address; empty means DefaultBaseURL.
+	// BaseURL is the API's address; empty means DefaultBaseURL. Plain
+	// http is for loopback only (the token goes in every request).
 	BaseURL string
 	// Defaults fill the zero fields of a Spec's limits.
 	Defaults sandbox.Limits
@@ -144,6 +146,9 @@ func New(cfg Config) (*Driver, error) {
 	if err != nil || (base.Scheme != "https" && base.Scheme != "http") || base.Host == "" {
 		return nil, errdefs.Publicf("vercel: API address %q is no http(s) URL: %w", cfg.BaseURL, errdefs.ErrInvalidArgument)
 	}
+	if base.Scheme == "http" && !loopback(base.Hostname()) {
+		return nil, errdefs.Publicf("vercel: API address %q is plain http to a host that is not loopback, which would send the token in the clear; use https: %w", cfg.BaseURL, errdefs.ErrInvalidArgument)
+	}
 	if cfg.CallTimeout <= 0 {
 		cfg.CallTimeout = DefaultCallTimeout
 	}
@@ -157,6 +162,16 @@ func New(cfg Config) (*Driver, error) {
 	d := &Driver{cfg: cfg, base: base}
 	d.health.Check = d.checkHealth
 	return d, nil
+}
+
+// loopback tells whether host (of a URL) is this machine's: localhost or
+// a loopback address, which plain http may reach (a fake, a local proxy).
+func loopback(host string) bool {
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }
 
 func (d *Driver) Name() string { return "vercel" }

@@ -117,7 +117,8 @@ func TestCredentials(t *testing.T) {
 }
 
 // TestRefusals checks that what the provider cannot do is refused with
-// the reason before anything is created.
+// the reason before anything is created, and that the API is reached by
+// plain http on loopback only.
 func TestRefusals(t *testing.T) {
 	d, err := vercel.New(vercel.Config{Token: token, TeamID: team, ProjectID: project, BaseURL: "http://127.0.0.1:1"})
 	if err != nil {
@@ -136,6 +137,18 @@ func TestRefusals(t *testing.T) {
 	}
 	if _, err := vercel.New(vercel.Config{TeamID: team}); !errdefs.IsInvalidArgument(err) || !strings.Contains(err.Error(), vercel.EnvToken) {
 		t.Errorf("New without a token: got %v, want ErrInvalidArgument naming %s", err, vercel.EnvToken)
+	}
+	for base, ok := range map[string]bool{
+		"http://127.0.0.1:1": true, "http://[::1]:8080/api": true, "http://localhost:1": true, "https://proxy.example.com/api": true,
+		"http://proxy.example.com/api": false, "http://10.0.0.1:8080": false, "http://[::ffff:10.0.0.1]/": false, "ftp://127.0.0.1/": false,
+	} {
+		_, err := vercel.New(vercel.Config{Token: token, TeamID: team, ProjectID: project, BaseURL: base})
+		if ok && err != nil {
+			t.Errorf("New with the API at %s: %v", base, err)
+		}
+		if !ok && !errdefs.IsInvalidArgument(err) {
+			t.Errorf("New with the API at %s: got %v, want ErrInvalidArgument", base, err)
+		}
 	}
 	caps := d.Capabilities()
 	for _, flag := range []string{"Kernels", "Bind", "Reattach", "Snapshots", "Files"} {
