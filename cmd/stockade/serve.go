@@ -81,7 +81,10 @@ func serveCmd(ctx context.Context, args []string) int {
 func serveFlags() (*flag.FlagSet, *config.Config, func([]string) ([]string, error)) {
 	fs := newFlags("serve", serveSynopsis)
 	cfg, load := configFlags(fs, withConfigFile)
-	fs.StringVar(&cfg.Driver, "driver", cfg.Driver, "default driver: gvisor, runc or docker (env STOCKADE_DRIVER)")
+	fs.StringVar(&cfg.Driver, "driver", cfg.Driver, "default driver: gvisor, runc, docker or vercel (env STOCKADE_DRIVER)")
+	fs.StringVar(&cfg.Vercel.TeamID, "vercel-team-id", cfg.Vercel.TeamID, "the Vercel team of the vercel driver's sandboxes (env VERCEL_TEAM_ID; its token: env VERCEL_TOKEN only)")
+	fs.StringVar(&cfg.Vercel.ProjectID, "vercel-project-id", cfg.Vercel.ProjectID, "the Vercel project of the vercel driver's sandboxes (env VERCEL_PROJECT_ID)")
+	fs.StringVar(&cfg.Vercel.API, "vercel-api", cfg.Vercel.API, "the Vercel Sandbox API's address, https or loopback http (env STOCKADE_VERCEL_API; default Vercel's)")
 	fs.StringVar(&cfg.Listen, "listen", cfg.Listen, "HTTP listen address")
 	fs.StringVar(&cfg.DB, "db", cfg.DB, "database URL: sqlite:PATH or postgres://... (default sqlite in the data directory)")
 	fs.StringVar(&cfg.AuditWitness, "audit-witness", cfg.AuditWitness, "directory witnessing the audit chains' heads (env STOCKADE_AUDIT_WITNESS; default next to a SQLite file)")
