@@ -1,0 +1,117 @@
+package telemetry
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/stockade-sh/stockade/errdefs"
+)
+
+func env(m map[string]string) func(string) string { return func(k string) string { return m[k] } }
+
+func TestEnabled(t *testing.T) {
+	for _, tc := range []struct {
+		env  map[string]string
+		want bool
+	}{
+		{nil, false},
+		{map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4318"}, true},
+		{map[string]string{"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "http://c:4318/v1/traces"}, true},
+		{map[string]string{"OTEL_TRACES_EXPORTER": "otlp"}, true},
+		{map[string]string{"OTEL_TRACES_EXPORTER": "none", "OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4318"}, false},
+		{map[string]string{"OTEL_SDK_DISABLED": "true", "OTEL_TRACES_EXPORTER": "otlp"}, false},
+	} {
+		t.Run(fmt.Sprint(tc.env), func(t *testing.T) {
+			if got := Enabled(env(tc.env)); got != tc.want {
+				t.Errorf("got %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestSetupRefusesWhatIsNotBuiltIn(t *testing.T) {
+	for _, e := range []map[string]string{
+		{"OTEL_TRACES_EXPORTER": "zipkin"},
+		{"OTEL_TRACES_EXPORTER": "otlp", "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc"},
+		{"OTEL_TRACES_EXPORTER": "otlp", "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL": "http/json"},
+	} {
+		if _, err := Setup(t.Context(), env(e), "test"); !errdefs.IsInvalidArgument(err) {
+			t.Errorf("Setup(%v): got %v, want ErrInvalidArgument", e, err)
+		}
+	}
+	stop, err := Setup(t.Context(), env(nil), "test")
+	if err != nil || stop(t.Context()) != nil {
+		t.Errorf("Setup with tracing off: %v", err)
+	}
+}
+
+func TestClassOfNamesOnlyTheClass(t *testing.T) {
+	for _, tc := range []struct {
+		err  error
+		want string
+	}{
+		{fmt.Errorf("the sandbox sent %q: %w", "secret-ish", errdefs.ErrInvalidArgument), "invalid_argument"},
+		{errdefs.ErrGone, "gone"},
+		{fmt.Errorf("x: %w", context.Canceled), "canceled"},
+		{errors.New("secret-ish"), "internal"},
+	} {
+		if got := classOf(tc.err); got != tc.want {
+			t.Errorf("classOf(%v): got %q, want %q", tc.err, got, tc.want)
+		}
+	}
+}
+
+func TestLinks(t *testing.T) {
+	var l Links
+	sc := trace.NewSpanContext(trace.SpanContextConfig{TraceID: trace.TraceID{1}, SpanID: trace.SpanID{2}, TraceFlags: trace.FlagsSampled})
+	ctx := WithTier(trace.ContextWithSpanContext(t.Context(), sc), "gvisor")
+	l.Keep(ctx, "ex_1")
+	l.Keep(t.Context(), "ex_2") // no span: nothing kept
+	got := l.Context(t.Context(), "ex_1")
+	if trace.SpanContextFromContext(got).TraceID() != sc.TraceID() || tierOf(got) != "gvisor" {
+		t.Errorf("Context(ex_1): trace %v tier %q, want %v gvisor", trace.SpanContextFromContext(got).TraceID(), tierOf(got), sc.TraceID())
+	}
+	if got := l.Context(t.Context(), "ex_2"); trace.SpanContextFromContext(got).IsValid() {
+		t.Error("Context(ex_2) has a span; none was kept")
+	}
+	l.Drop("ex_1")
+	if got := l.Context(t.Context(), "ex_1"); trace.SpanContextFromContext(got).IsValid() {
+		t.Error("Context(ex_1) after Drop still has its span")
+	}
+}
+
+// TestPhaseDurationWithTracingOff checks that a phase's duration is
+// observed, by tier and outcome, with no tracer provider set up.
+func TestPhaseDurationWithTracingOff(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(PhaseCollector())
+	count := func() uint64 {
+		mfs, err := reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, mf := range mfs {
+			for _, m := range mf.GetMetric() {
+				labels := map[string]string{}
+				for _, l := range m.GetLabel() {
+					labels[l.GetName()] = l.GetValue()
+				}
+				if labels["phase"] == "exec" && labels["tier"] == "container" && labels["outcome"] == "exited" {
+					return m.GetHistogram().GetSampleCount()
+				}
+			}
+		}
+		return 0
+	}
+	before := count()
+	_, sp := Start(WithTier(t.Context(), "container"), Exec)
+	sp.EndAs("exited", nil)
+	if after := count(); after != before+1 {
+		t.Errorf("exec/container/exited observations: %d before, %d after, want one more", before, after)
+	}
+}

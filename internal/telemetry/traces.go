@@ -1,0 +1,64 @@
+package telemetry
+
+import (
+	"context"
+	"sync"
+
+	"go.opentelemetry.io/otel/trace"
+)
+
+// maxKept bounds the invocations whose trace a Links keeps: past it a new
+// invocation's later phases start traces of their own rather than grow
+// the daemon's memory without bound.
+const maxKept = 100_000
+
+// Links keeps the span of each invocation (by execution id) from its
+// admission until its run ends, so that the phases that happen later, in
+// other requests or goroutines (the approval wait, the queue, the
+// sandbox, egress and broker decisions), join the invocation's trace.
+// The zero Links is ready; it is safe for concurrent use. With tracing
+// off it keeps nothing: an invocation's span context is then invalid.
+type Links struct {
+	mu sync.Mutex
+	m  map[string]link
+}
+
+type link struct {
+	sc   trace.SpanContext
+	tier string
+}
+
+// Keep remembers ctx's span (and tier) as execution id's.
+func (l *Links) Keep(ctx context.Context, id string) {
+	sc := trace.SpanContextFromContext(ctx)
+	if !sc.IsValid() || id == "" {
+		return
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.m == nil {
+		l.m = make(map[string]link)
+	}
+	if len(l.m) < maxKept {
+		l.m[id] = link{sc: sc, tier: tierOf(ctx)}
+	}
+}
+
+// Context is ctx under execution id's span and with its tier, or ctx
+// itself when none is kept.
+func (l *Links) Context(ctx context.Context, id string) context.Context {
+	l.mu.Lock()
+	k, ok := l.m[id]
+	l.mu.Unlock()
+	if !ok {
+		return ctx
+	}
+	return WithTier(trace.ContextWithSpanContext(ctx, k.sc), k.tier)
+}
+
+// Drop forgets execution id's span: its run has ended, or it never will.
+func (l *Links) Drop(id string) {
+	l.mu.Lock()
+	delete(l.m, id)
+	l.mu.Unlock()
+}
