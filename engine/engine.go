@@ -26,6 +26,7 @@ import (
 	"github.com/stockade-sh/stockade/errdefs"
 	"github.com/stockade-sh/stockade/image"
 	"github.com/stockade-sh/stockade/internal/netns"
+	"github.com/stockade-sh/stockade/internal/telemetry"
 	"github.com/stockade-sh/stockade/sandbox"
 	"github.com/stockade-sh/stockade/sandbox/profile"
 	"github.com/stockade-sh/stockade/tools"
@@ -443,20 +444,30 @@ func (e *Engine) Run(ctx context.Context, req Request) (*Result, error) {
 	if p, w := e.acquire(ctx, req, tool, limits); w != nil {
 		// The pool sandbox counts in the budget already.
 		req.Reservation.Release()
-		return e.runWarm(ctx, req, p, w, limits)
+		ctx, sp := telemetry.Start(ctx, telemetry.Exec, telemetry.Driver(p.drv.Name()))
+		r, err := e.runWarm(ctx, req, p, w, limits)
+		var st sandbox.Status
+		if r != nil {
+			st = r.Status
+		}
+		sp.EndAs(execOutcome(st, err), err)
+		return r, err
 	}
 	release, err := e.takeMemory(req.Reservation, limits.Memory)
 	if err != nil {
 		return nil, err
 	}
 	defer release()
-	sb, err := e.NewSandbox(ctx, req)
-	if err != nil {
+	cctx, sp := telemetry.Start(ctx, telemetry.SandboxCreate)
+	sb, err := e.NewSandbox(cctx, req)
+	if sp.End(&err); err != nil {
 		return nil, err
 	}
 	defer func() {
 		// Destroy must run even when ctx is cancelled; it bounds itself.
-		_ = sb.Destroy(context.WithoutCancel(ctx))
+		dctx, sp := telemetry.Start(context.WithoutCancel(ctx), telemetry.SandboxDestroy, telemetry.Driver(sb.Driver))
+		err := sb.Destroy(dctx)
+		sp.End(&err)
 	}()
 	if req.OnStart != nil {
 		if err := req.OnStart(sb.Driver); err != nil {
@@ -464,6 +475,14 @@ func (e *Engine) Run(ctx context.Context, req Request) (*Result, error) {
 		}
 	}
 	var res *sandbox.Result
+	ctx, sp = telemetry.Start(ctx, telemetry.Exec, telemetry.Driver(sb.Driver))
+	defer func() {
+		var st sandbox.Status
+		if res != nil {
+			st = res.Status
+		}
+		sp.EndAs(execOutcome(st, err), err)
+	}()
 	if loader && sb.Runtime.Name == "python" {
 		res, err = e.runLoader(ctx, sb, req, tm)
 	} else {
@@ -489,6 +508,15 @@ func (e *Engine) Run(ctx context.Context, req Request) (*Result, error) {
 	r := resultOf(res, sb.Driver, sb.Runtime.Name)
 	r.Network = networkOf(sb.Network, len(sb.Tool.Credentials) > 0)
 	return r, nil
+}
+
+// execOutcome is how a run ended for its exec span: the program's status
+// (exited, timed_out, killed, oom_killed), or error when it could not run.
+func execOutcome(st sandbox.Status, err error) string {
+	if err != nil || st == "" {
+		return telemetry.OutcomeError
+	}
+	return string(st)
 }
 
 // resultOf is the Result of a program's sandbox.Result.

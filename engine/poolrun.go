@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/stockade-sh/stockade/image"
+	"github.com/stockade-sh/stockade/internal/telemetry"
 	"github.com/stockade-sh/stockade/sandbox"
 	"github.com/stockade-sh/stockade/tools"
 )
@@ -24,7 +25,11 @@ import (
 // background, as an egress network's removal does, and Wait waits for
 // the destruction.
 func (e *Engine) runWarm(ctx context.Context, req Request, p *pool, w *warm, limits sandbox.Limits) (*Result, error) {
-	defer e.closing.Go(func() { p.giveBack(ctx, w) })
+	defer e.closing.Go(func() {
+		_, sp := telemetry.Start(ctx, telemetry.SandboxDestroy, telemetry.Driver(p.drv.Name()))
+		p.giveBack(ctx, w)
+		sp.End(nil)
+	})
 	if req.OnStart != nil {
 		if err := req.OnStart(p.drv.Name()); err != nil {
 			return nil, fmt.Errorf("recording the start: %w", err)
@@ -146,15 +151,18 @@ func (e *Engine) acquire(ctx context.Context, req Request, tool tools.Tool, limi
 		if p.session || p.tool.Name != tool.Name || p.rt.Name != req.Runtime {
 			continue
 		}
+		ctx, sp := telemetry.Start(ctx, telemetry.PoolAcquire)
 		var w *warm
 		if p.serves(req, tool, limits) {
 			w = p.takeOrWait(ctx)
 		}
 		if w == nil || !p.bind(ctx, w, req.Labels, sandbox.Limits{Memory: limits.Memory, CPU: limits.CPU}) {
 			p.counted(false)
+			sp.EndAs("miss", nil)
 			return nil, nil
 		}
 		p.counted(true)
+		sp.EndAs("hit", nil)
 		return p, w
 	}
 	return nil, nil
