@@ -13,6 +13,7 @@ import (
 	"github.com/stockade-sh/stockade/contract"
 	"github.com/stockade-sh/stockade/engine"
 	"github.com/stockade-sh/stockade/errdefs"
+	"github.com/stockade-sh/stockade/internal/telemetry"
 	"github.com/stockade-sh/stockade/model"
 	"github.com/stockade-sh/stockade/policy"
 	"github.com/stockade-sh/stockade/sandbox"
@@ -80,7 +81,9 @@ func NewExecutionID() string {
 // or Subscribe for the outcome. A retry of an admitted request (the same
 // IdempotencyKey and body) is the same request: it returns the first
 // execution, Replayed, and is neither decided nor recorded again.
-func (s *gate) Invoke(ctx context.Context, p Principal, req InvokeRequest, o InvokeOptions) (*Invocation, error) {
+func (s *gate) Invoke(ctx context.Context, p Principal, req InvokeRequest, o InvokeOptions) (_ *Invocation, err error) {
+	ctx, sp := telemetry.Start(ctx, telemetry.Invoke, telemetry.Workspace(p.WorkspaceID), telemetry.Runtime(req.Runtime))
+	defer sp.End(&err)
 	network, err := policy.ParseNetwork(req.Network)
 	if err != nil {
 		return nil, err
@@ -149,9 +152,15 @@ func (s *gate) Invoke(ctx context.Context, p Principal, req InvokeRequest, o Inv
 		return t, nil
 	}
 	rec.dispatch = func(e model.Execution, t *ticket) { s.runs.dispatch(e, c.timeout, t) }
-	if err := s.admit(ctx, c); err != nil {
+	err = s.admit(ctx, c)
+	sp.Set(telemetry.Tool(rec.ne.Tool)...)
+	if c.facts.drv != nil {
+		sp.SetTier(string(c.facts.drv.Capabilities().Tier))
+	}
+	if err != nil {
 		return nil, err
 	}
+	sp.Set(telemetry.Execution(rec.inv.Execution.ID))
 	return rec.inv, nil
 }
 

@@ -8,6 +8,7 @@ import (
 
 	"github.com/stockade-sh/stockade/contract"
 	"github.com/stockade-sh/stockade/errdefs"
+	"github.com/stockade-sh/stockade/internal/telemetry"
 	"github.com/stockade-sh/stockade/model"
 	"github.com/stockade-sh/stockade/policy"
 	"github.com/stockade-sh/stockade/store"
@@ -105,9 +106,10 @@ func (s *approvals) Decide(ctx context.Context, p Principal, approvalID string, 
 	if err != nil {
 		return model.Approval{}, model.Execution{}, err
 	}
-	if e, err = s.st.Apply(ctx, e.ID, *step.Write); err != nil {
+	if e, err = apply(ctx, s.st, e.ID, step); err != nil {
 		return model.Approval{}, model.Execution{}, err
 	}
+	s.waited(a, approve, s.opts.Now())
 	if a, err = s.st.GetApproval(ctx, p.WorkspaceID, approvalID); err != nil {
 		return a, e, err
 	}
@@ -184,15 +186,30 @@ func (s *approvals) expire(ctx context.Context, a model.Approval, now time.Time)
 	if err != nil {
 		return err
 	}
-	ex, err := s.st.Apply(ctx, e.ID, *step.Write)
+	ex, err := apply(ctx, s.st, e.ID, step)
 	if errdefs.IsConflict(err) {
 		return nil
 	}
 	if err != nil {
 		return err
 	}
+	s.waited(a, false, now)
 	s.runs.notify(step, ex)
 	return nil
+}
+
+// waited records approval a's wait, from its request to its decision at
+// at, in its execution's trace: approved, denied, or expired when no one
+// decided (at is then its expiry).
+func (s *approvals) waited(a model.Approval, approved bool, at time.Time) {
+	outcome := "denied"
+	switch {
+	case approved:
+		outcome = "approved"
+	case !at.Before(a.ExpiresAt):
+		outcome = "expired"
+	}
+	telemetry.Record(s.traces.Context(s.ctx, a.ExecutionID), telemetry.ApprovalWait, a.RequestedAt, at.Sub(a.RequestedAt), outcome)
 }
 
 func (s *approvals) countPending(ctx context.Context) error {

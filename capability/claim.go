@@ -9,6 +9,7 @@ import (
 	"github.com/stockade-sh/stockade/audit"
 	"github.com/stockade-sh/stockade/contract"
 	"github.com/stockade-sh/stockade/errdefs"
+	"github.com/stockade-sh/stockade/internal/telemetry"
 	"github.com/stockade-sh/stockade/model"
 	"github.com/stockade-sh/stockade/policy"
 	"github.com/stockade-sh/stockade/sandbox"
@@ -130,12 +131,18 @@ func (s *gate) admit(ctx context.Context, c *claim) error {
 	if verr != nil && !errdefs.IsPermissionDenied(verr) {
 		return verr
 	}
+	if drv != nil {
+		ctx = telemetry.WithTier(ctx, string(drv.Capabilities().Tier))
+	}
 	// 2. The policy.
-	pol, err := s.st.GetPolicy(ctx, c.by.WorkspaceID)
+	pctx, sp := telemetry.Start(ctx, telemetry.Policy)
+	pol, err := s.st.GetPolicy(pctx, c.by.WorkspaceID)
 	if err != nil {
+		sp.End(&err)
 		return fmt.Errorf("loading workspace policy: %w", err)
 	}
 	d := policy.Decide(pol, c.ask, s.runner.Ceiling().Timeout)
+	sp.EndAs(decisionOutcome(d), nil)
 	if c.timeout = c.ask.Timeout; c.timeout == 0 {
 		c.timeout = min(s.runner.Limits(tool).Timeout, d.MaxTimeout)
 	}
@@ -288,7 +295,9 @@ func (r *runRecord) input(_ *claim, in Admit) Input { return in }
 // one that waits for approval tells the watchers.
 func (r *runRecord) write(ctx context.Context, c *claim, step Step, in Admit, t *ticket) error {
 	s := r.g
-	adm, err := s.st.Admit(ctx, r.ne, *step.Write)
+	wctx, sp := telemetry.Start(ctx, telemetry.StoreWrite, telemetry.StoreOp("admit"))
+	adm, err := s.st.Admit(wctx, r.ne, *step.Write)
+	sp.End(&err)
 	if err != nil && r.recoverLost && errdefs.IsUnavailable(err) && r.ne.ID != "" {
 		adm, err = s.admittedAnyway(ctx, r.ne.WorkspaceID, r.ne.ID, err)
 	}
@@ -301,6 +310,9 @@ func (r *runRecord) write(ctx context.Context, c *claim, step Step, in Admit, t 
 		return r.failed(ctx, err)
 	}
 	r.inv = &Invocation{Execution: adm.Execution, Approval: adm.Approval, Replayed: adm.Replayed}
+	if !adm.Replayed {
+		s.traces.Keep(ctx, adm.Execution.ID)
+	}
 	switch {
 	case adm.Replayed:
 		t.release()
@@ -310,4 +322,16 @@ func (r *runRecord) write(ctx context.Context, c *claim, step Step, in Admit, t 
 		s.runs.notify(step, adm.Execution)
 	}
 	return nil
+}
+
+// decisionOutcome is the policy span's outcome: allowed, approval_required
+// or denied.
+func decisionOutcome(d policy.Decision) string {
+	switch {
+	case !d.Allowed:
+		return "denied"
+	case d.ApprovalRequired:
+		return "approval_required"
+	}
+	return "allowed"
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/stockade-sh/stockade/engine"
 	"github.com/stockade-sh/stockade/errdefs"
 	"github.com/stockade-sh/stockade/internal/clip"
+	"github.com/stockade-sh/stockade/internal/telemetry"
 	"github.com/stockade-sh/stockade/model"
 )
 
@@ -125,6 +126,18 @@ func (s *egressAudit) subjectOf(labels map[string]string, refusal bool) (exec, w
 	return exec, workspace, workspace != "" && s.sessions[sid] <= maxRefusalEvents
 }
 
+// execOf is the execution an event of a sandbox with labels belongs to
+// (as subjectOf says, without counting it), or "".
+func (s *egressAudit) execOf(labels map[string]string) string {
+	if exec := labels[engine.LabelExecution]; exec != "" {
+		return exec
+	}
+	if sid := labels[engine.LabelSession]; sid != "" && s.cellOf != nil {
+		return s.cellOf(sid)
+	}
+	return ""
+}
+
 // endSession forgets the refusals of session id, of workspace ws, and
 // audits those that were only counted, as endRun does for an execution.
 func (s *egressAudit) endSession(id, ws string) {
@@ -147,6 +160,12 @@ func (s *egressAudit) endSession(id, ws string) {
 // of the execution whose sandbox it concerns (for a session's sandbox:
 // its running cell, or none between cells).
 func (s *egressAudit) egressDecision(d engine.EgressDecision) {
+	outcome := "refused"
+	if d.Allowed {
+		outcome = "allowed"
+	}
+	telemetry.Record(s.traces.Context(s.ctx, s.execOf(d.Labels)), telemetry.EgressDecision, d.Time, d.Duration, outcome,
+		telemetry.Egress(string(d.Protocol), d.Name, d.Port, d.Reason)...)
 	if d.Allowed {
 		return
 	}
@@ -226,6 +245,12 @@ func (s *egressAudit) queueAudit(ev audit.Event) {
 // (never the parameters or the secret), and the upstream status or the
 // reason of the refusal.
 func (s *egressAudit) brokerCall(b engine.BrokerEvent) {
+	outcome := "refused"
+	if b.Allowed {
+		outcome = "allowed"
+	}
+	telemetry.Record(s.traces.Context(s.ctx, s.execOf(b.Labels)), telemetry.BrokerCall, b.Time, b.Duration, outcome,
+		telemetry.Broker(b.Operation, b.Status)...)
 	exec, ws, audited := s.subjectOf(b.Labels, !b.Allowed)
 	if !audited {
 		if ws == "" {

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/stockade-sh/stockade/errdefs"
+	"github.com/stockade-sh/stockade/internal/telemetry"
 	"github.com/stockade-sh/stockade/model"
 )
 
@@ -75,7 +76,9 @@ func (s *keyring) flushKeyUses(ctx context.Context) {
 
 // Authenticate resolves a bearer key. Unknown and revoked keys are
 // ErrUnauthenticated.
-func (s *keyring) Authenticate(ctx context.Context, key string) (Principal, error) {
+func (s *keyring) Authenticate(ctx context.Context, key string) (p Principal, err error) {
+	ctx, sp := telemetry.Start(ctx, telemetry.Authenticate)
+	defer sp.End(&err)
 	if key == "" {
 		return Principal{}, errdefs.Publicf("missing API key (send Authorization: Bearer KEY): %w", errdefs.ErrUnauthenticated)
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/stockade-sh/stockade/engine"
 	"github.com/stockade-sh/stockade/errdefs"
 	"github.com/stockade-sh/stockade/internal/syncctx"
+	"github.com/stockade-sh/stockade/internal/telemetry"
 	"github.com/stockade-sh/stockade/model"
 	"github.com/stockade-sh/stockade/policy"
 	"github.com/stockade-sh/stockade/sandbox"
@@ -106,6 +107,7 @@ func (s *runs) close(ctx context.Context) error {
 // with, and records its outcome. ctx ends when the service closes or the
 // execution is cancelled (its cause is then a *Cancellation).
 func (s *runs) run(ctx context.Context, e model.Execution, timeout time.Duration, t *ticket) {
+	ctx = s.traces.Context(ctx, e.ID)
 	g := GrantOf(e, nil)
 	end := func(in Input) {
 		// Recording must happen even when the service is closing.
@@ -116,7 +118,10 @@ func (s *runs) run(ctx context.Context, e model.Execution, timeout time.Duration
 		end(LaunchFailed{Err: fmt.Errorf("decoding stored request: %w", err), At: s.opts.Now()})
 		return
 	}
-	if err := t.wait(ctx); err != nil {
+	qctx, sp := telemetry.Start(ctx, telemetry.Queue)
+	err := t.wait(qctx)
+	sp.End(&err)
+	if err != nil {
 		if c := cancellationOf(ctx); c != nil {
 			s.endUnstarted(e, c)
 			return
@@ -148,7 +153,7 @@ func (s *runs) run(ctx context.Context, e model.Execution, timeout time.Duration
 			if err != nil {
 				return &startRefused{err}
 			}
-			ex, err := s.st.Apply(ctx, e.ID, *step.Write)
+			ex, err := apply(ctx, s.st, e.ID, step)
 			if err != nil {
 				return &startRefused{err}
 			}
@@ -219,7 +224,7 @@ func (s *runs) end(ctx context.Context, g Grant, in Input) {
 		if err == nil {
 			var ex model.Execution
 			err = retryStore(s.log, "recording execution outcome", []any{"execution", g.ID}, storeRetries, func() error {
-				ex, err = s.st.Apply(ctx, g.ID, *step.Write)
+				ex, err = apply(ctx, s.st, g.ID, step)
 				return err
 			})
 			if err == nil {
@@ -246,6 +251,9 @@ func (s *runs) end(ctx context.Context, g Grant, in Input) {
 // dispatching and stopping a run: tell the observer, the watchers of the
 // workspace and the execution's waiters.
 func (s *runs) notify(step Step, ex model.Execution) {
+	if ex.Status.Terminal() {
+		s.traces.Drop(ex.ID)
+	}
 	if step.Next.Pending != 0 {
 		s.opts.Observer.ApprovalsPending(step.Next.Pending)
 	}
@@ -528,4 +536,13 @@ func (s *runs) Subscribe(id string) (<-chan StreamEvent, func()) {
 func (s *runs) Watch(ws string) (<-chan Change, func()) {
 	ch := s.feed.watch(ws)
 	return ch, func() { s.feed.drop(ws, ch) }
+}
+
+// apply applies step to execution id in the store, in a store write span.
+func apply(ctx context.Context, st interface {
+	Apply(ctx context.Context, id string, s model.Step) (model.Execution, error)
+}, id string, step Step) (ex model.Execution, err error) {
+	ctx, sp := telemetry.Start(ctx, telemetry.StoreWrite, telemetry.StoreOp("apply"))
+	defer sp.End(&err)
+	return st.Apply(ctx, id, *step.Write)
 }

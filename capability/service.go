@@ -9,6 +9,7 @@ import (
 	"github.com/stockade-sh/stockade/audit"
 	"github.com/stockade-sh/stockade/config"
 	"github.com/stockade-sh/stockade/engine"
+	"github.com/stockade-sh/stockade/internal/telemetry"
 	"github.com/stockade-sh/stockade/internal/witness"
 	"github.com/stockade-sh/stockade/model"
 	"github.com/stockade-sh/stockade/sandbox"
@@ -77,6 +78,9 @@ type core struct {
 	// it.
 	ctx    context.Context
 	cancel context.CancelFunc
+	// traces keeps each admitted execution's span until it ends, so that
+	// its later phases join its trace (telemetry.Links).
+	traces telemetry.Links
 }
 
 // Service is the capability layer: authentication, the policy decision, the
