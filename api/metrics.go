@@ -9,6 +9,7 @@ import (
 
 	"github.com/stockade-sh/stockade/analytics"
 	"github.com/stockade-sh/stockade/capability"
+	"github.com/stockade-sh/stockade/internal/telemetry"
 	"github.com/stockade-sh/stockade/model"
 )
 
@@ -94,7 +95,7 @@ func NewMetrics() *Metrics {
 	}
 	m.reg.MustRegister(m.invocations, m.duration, m.pending, m.credits, m.connsOpen, m.connsRefused, m.unwitnessed,
 		m.analyticsShipped, m.analyticsDropped, m.analyticsFailures, m.analyticsBacklog, m.analyticsLag,
-		prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
+		telemetry.PhaseCollector(), prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
 	m.sessions = newSessionMetrics(m.reg)
 	m.reg.MustRegister(m.pools.collectors()...)
 	return m

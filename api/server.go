@@ -124,7 +124,7 @@ func New(svc *capability.Service, st Store, o Options) http.Handler {
 		mux.Handle("/ui/", o.UI)
 	}
 	mux.Handle("/", s.noRoute(mux))
-	return withRequestID(s.deadlines(mux))
+	return withRequestID(s.observe(mux, s.deadlines(mux)))
 }
 
 // route is one endpoint: an http.ServeMux pattern, "METHOD /path", and its
