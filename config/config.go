@@ -128,6 +128,12 @@ type Config struct {
 	// terminates TLS: the approval console then marks its cookies Secure.
 	// False marks them Secure only on requests that came over TLS.
 	BehindTLS bool `yaml:"behind_tls"`
+	// LogFormat is the daemon's log form on stderr: "text" (slog's
+	// key=value lines, the default when empty) or "json" (one JSON object
+	// a line). LogLevel is the least level logged: debug, info (the
+	// default when empty), warn or error.
+	LogFormat string `yaml:"log_format"`
+	LogLevel  string `yaml:"log_level"`
 	// DB is the database URL: sqlite:PATH or postgres://...; empty means
 	// sqlite in DataDir.
 	DB string `yaml:"db"`
@@ -453,6 +459,10 @@ func (c Config) Validate() error {
 		return bad("pool_max_age must be positive, such as 10m")
 	case c.MemoryBudget < 0:
 		return bad("memory_budget must not be negative (0: no bound)")
+	case !slices.Contains([]string{"", "text", "json"}, c.LogFormat):
+		return bad("log_format %q must be text or json", c.LogFormat)
+	case !slices.Contains([]string{"", "debug", "info", "warn", "error"}, c.LogLevel):
+		return bad("log_level %q must be debug, info, warn or error", c.LogLevel)
 	}
 	for _, d := range []struct {
 		key string

@@ -31,6 +31,7 @@ import (
 	"github.com/stockade-sh/stockade/internal/fsmode"
 	"github.com/stockade-sh/stockade/internal/netns"
 	"github.com/stockade-sh/stockade/internal/storeopen"
+	"github.com/stockade-sh/stockade/internal/telemetry"
 	"github.com/stockade-sh/stockade/internal/templatejobs"
 	"github.com/stockade-sh/stockade/internal/wiring"
 	"github.com/stockade-sh/stockade/internal/witness"
@@ -116,11 +117,31 @@ func serveFlags() (*flag.FlagSet, *config.Config, func([]string) ([]string, erro
 	sessionFlags(fs, &cfg.Sessions)
 	fs.StringVar(&cfg.E2B.Listen, "e2b-listen", cfg.E2B.Listen, "serve the E2B SDKs' wire (control plane and sandboxes) on this address; empty: off")
 	fs.BoolVar(&cfg.BehindTLS, "behind-tls", cfg.BehindTLS, "clients reach the daemon through a proxy that terminates TLS: the console's cookies are marked Secure")
+	fs.StringVar(&cfg.LogFormat, "log-format", cfg.LogFormat, "log lines on stderr: text or json (default text)")
+	fs.StringVar(&cfg.LogLevel, "log-level", cfg.LogLevel, "the least level logged: debug, info, warn or error (default info)")
 	return fs, cfg, load
 }
 
 func serve(ctx context.Context, listen, db string, cfg config.Config) error {
-	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
+	log := newLogger(cfg.LogFormat, cfg.LogLevel)
+	// What logs through slog's default (the engine's pools) logs so too.
+	slog.SetDefault(log)
+	// Traces, when the OTEL_* variables ask for them (docs/telemetry.md);
+	// the spans still buffered are sent as the daemon stops.
+	stopTracing, err := telemetry.Setup(ctx, os.Getenv, version)
+	if err != nil {
+		return usageError{err}
+	}
+	defer func() {
+		flushCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		if err := stopTracing(flushCtx); err != nil {
+			log.Warn("sending the last spans", "err", err)
+		}
+	}()
+	if telemetry.Enabled(os.Getenv) {
+		log.Info("tracing on: OTLP over HTTP", "endpoint", cmp.Or(os.Getenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"), os.Getenv("OTEL_EXPORTER_OTLP_ENDPOINT"), "http://localhost:4318"))
+	}
 	// SIGUSR2 stops the daemon for good: its sessions end first. It is
 	// caught before the daemon opens its store or any sandbox: one sent
 	// while the daemon starts (whose default action would kill it) stops
@@ -486,4 +507,17 @@ func (v *sizeValue) Set(s string) error {
 	}
 	*v = sizeValue(n)
 	return nil
+}
+
+// newLogger is the daemon's logger on stderr: format text (the default)
+// or json, from level (debug, info: the default, warn, error), as
+// config.Validate checked them.
+func newLogger(format, level string) *slog.Logger {
+	var lv slog.Level
+	_ = lv.UnmarshalText([]byte(cmp.Or(level, "info")))
+	opts := &slog.HandlerOptions{Level: lv}
+	if format == "json" {
+		return slog.New(slog.NewJSONHandler(os.Stderr, opts))
+	}
+	return slog.New(slog.NewTextHandler(os.Stderr, opts))
 }
