@@ -12,7 +12,7 @@
 //
 // What a span may carry is declared here (attrs.go): names, ids, tiers and
 // outcomes, never code, output, stdin, parameters or secrets.
-// docs/design.md §15 says which phases there are and why.
+// docs/design.md §11 says why; docs/telemetry.md lists the spans.
 package telemetry
 
 import (
