@@ -175,7 +175,7 @@ func (d *daemon) serve(ctx context.Context, eng *engine.Engine, o capability.Ser
 	if err != nil {
 		return target{}, err
 	}
-	srv := &http.Server{Handler: api.New(svc, st, api.Options{Metrics: metrics}), ReadHeaderTimeout: 10 * time.Second}
+	srv := &http.Server{Handler: api.New(svc, st, api.Options{Metrics: metrics, Logger: d.log}), ReadHeaderTimeout: 10 * time.Second}
 	go func() {
 		if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
 			d.log.Error("serving", "err", err)

@@ -32,6 +32,12 @@
 // -sqlite-sync full,normal runs every variant through HTTP once per
 // SQLite synchronous setting, side by side (FULL, the store's, flushes
 // every commit; NORMAL may lose the last ones at a power failure).
+//
+// -trace off,on runs every variant through HTTP with tracing off and on,
+// side by side: on is the daemon's tracing (internal/telemetry.Setup)
+// with the sampler at 1.0 (always_on), exporting over OTLP/HTTP in
+// batches to a receiver in this process that reads and drops them; off
+// records no span (the phases' durations are observed in both).
 package main
 
 import (
@@ -39,7 +45,11 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -53,6 +63,7 @@ import (
 	"github.com/stockade-sh/stockade/engine"
 	"github.com/stockade-sh/stockade/image"
 	"github.com/stockade-sh/stockade/internal/guestbin"
+	"github.com/stockade-sh/stockade/internal/telemetry"
 	"github.com/stockade-sh/stockade/sandbox"
 	"github.com/stockade-sh/stockade/store/sqlite"
 )
@@ -66,6 +77,9 @@ type options struct {
 	// syncs are the SQLite synchronous settings the HTTP variants run
 	// with, each over databases of its own.
 	syncs []string
+	// traces are the tracing settings the HTTP variants run with: off,
+	// on, or both.
+	traces []string
 }
 
 // programs are the code each runtime runs and what it prints.
@@ -86,7 +100,17 @@ func main() {
 	flag.StringVar(&o.stateDir, "state-dir", "/run", "parent of the temporary runc state directory (a tmpfs, as in production)")
 	flag.StringVar(&o.db, "db", "", "PostgreSQL URL (postgres://...) to benchmark on instead of SQLite in a temporary directory")
 	syncs := flag.String("sqlite-sync", "full", "comma-separated SQLite synchronous settings to run the HTTP variants with, side by side: full, normal")
+	traces := flag.String("trace", "off", "comma-separated tracing settings to run the HTTP variants with, side by side: off, on (sampler 1.0, OTLP/HTTP to a receiver in this process)")
 	flag.Parse()
+	for _, s := range strings.Split(*traces, ",") {
+		switch s = strings.TrimSpace(s); s {
+		case "off", "on":
+			o.traces = append(o.traces, s)
+		default:
+			fmt.Fprintf(os.Stderr, "capability: -trace: %q is neither off nor on\n", s)
+			os.Exit(2)
+		}
+	}
 	for _, s := range strings.Split(*syncs, ",") {
 		switch s = strings.ToUpper(strings.TrimSpace(s)); s {
 		case sqlite.SyncFull, sqlite.SyncNormal:
@@ -95,6 +119,10 @@ func main() {
 			fmt.Fprintf(os.Stderr, "capability: -sqlite-sync: %q is neither full nor normal\n", s)
 			os.Exit(2)
 		}
+	}
+	if len(o.traces) > 1 && len(o.syncs) > 1 {
+		fmt.Fprintln(os.Stderr, "capability: -trace off,on and -sqlite-sync full,normal do not combine")
+		os.Exit(2)
 	}
 	if o.db != "" && len(o.syncs) > 1 {
 		fmt.Fprintln(os.Stderr, "capability: -sqlite-sync compares SQLite settings; it takes one value with -db")
@@ -157,27 +185,45 @@ func run(ctx context.Context, o options) error {
 	calls := 2*(o.n+1) + 2*(o.fakeN+1) + len(o.concurrency)*o.rounds*o.invocations
 	d := openDaemon(o.db, tmp, int64(4*calls))
 	defer d.close()
-	// One set of services per synchronous setting, each over databases of
-	// its own.
-	realSvc, fakeSvc := map[string]target{}, map[string]target{}
-	throughput := map[int]map[string]target{}
+	// The HTTP variants' settings: each SQLite synchronous setting, or
+	// tracing off and on.
+	var modes []mode
 	for _, sync := range o.syncs {
-		owner := func(name string) string { return "bench-" + name + "-" + strings.ToLower(sync) }
-		if realSvc[sync], err = d.serve(ctx, realEng, capability.ServiceOptions{Owner: owner("real")}, sync); err != nil {
+		for _, tr := range o.traces {
+			m := mode{sync: sync, trace: tr, label: "synchronous=" + sync}
+			if len(o.traces) > 1 {
+				m.label = "tracing " + tr
+			}
+			modes = append(modes, m)
+		}
+	}
+	if slices.Contains(o.traces, "on") {
+		stop, err := startTracing(ctx)
+		if err != nil {
 			return err
 		}
-		if fakeSvc[sync], err = d.serve(ctx, fakeEng, capability.ServiceOptions{Owner: owner("fake")}, sync); err != nil {
+		defer stop()
+	}
+	// One set of services per setting, each over databases of its own.
+	realSvc, fakeSvc := map[string]target{}, map[string]target{}
+	throughput := map[int]map[string]target{}
+	for _, m := range modes {
+		owner := func(name string) string { return "bench-" + name + "-" + strings.ToLower(m.sync) + "-" + m.trace }
+		if realSvc[m.label], err = d.serve(ctx, realEng, capability.ServiceOptions{Owner: owner("real")}, m.sync); err != nil {
+			return err
+		}
+		if fakeSvc[m.label], err = d.serve(ctx, fakeEng, capability.ServiceOptions{Owner: owner("fake")}, m.sync); err != nil {
 			return err
 		}
 		for _, c := range o.concurrency {
-			svc, err := d.serve(ctx, realEng, capability.ServiceOptions{Owner: owner(fmt.Sprintf("c%d", c)), MaxConcurrent: c, MaxQueue: 10 * o.invocations}, sync)
+			svc, err := d.serve(ctx, realEng, capability.ServiceOptions{Owner: owner(fmt.Sprintf("c%d", c)), MaxConcurrent: c, MaxQueue: 10 * o.invocations}, m.sync)
 			if err != nil {
 				return err
 			}
 			if throughput[c] == nil {
 				throughput[c] = map[string]target{}
 			}
-			throughput[c][sync] = svc
+			throughput[c][m.label] = svc
 		}
 	}
 
@@ -187,6 +233,7 @@ func run(ctx context.Context, o options) error {
 	}
 	direct := func(eng *engine.Engine) func() error {
 		return func() error {
+			telemetry.SetTracing(false)
 			res, err := eng.Run(ctx, engine.Request{Runtime: o.runtime, Code: []byte(prog.code)})
 			if err == nil && (res.Status != sandbox.StatusSucceeded || res.Stdout != prog.want) {
 				err = fmt.Errorf("unexpected result %+v", res)
@@ -194,14 +241,17 @@ func run(ctx context.Context, o options) error {
 			return err
 		}
 	}
-	viaHTTP := func(t target) func() error {
-		return func() error { return d.invoke(ctx, t, body, prog.want) }
+	viaHTTP := func(t target, m mode) func() error {
+		return func() error {
+			telemetry.SetTracing(m.trace == "on")
+			return d.invoke(ctx, t, body, prog.want)
+		}
 	}
-	// httpName names the HTTP variant of a synchronous setting; the
-	// setting shows when the run compares several.
-	httpName := func(name, sync string) string {
-		if len(o.syncs) > 1 {
-			return name + ", synchronous=" + sync
+	// httpName names the HTTP variant of a setting; the setting shows
+	// when the run compares several.
+	httpName := func(name string, m mode) string {
+		if len(modes) > 1 {
+			return name + ", " + m.label
 		}
 		return name
 	}
@@ -209,7 +259,11 @@ func run(ctx context.Context, o options) error {
 	if o.db != "" {
 		storeName = "PostgreSQL"
 	}
-	fmt.Printf("capability layer overhead: %s %q, store %s, one run\n\n", o.runtime, prog.code, storeName)
+	traceName := ""
+	if slices.Contains(o.traces, "on") {
+		traceName = ", tracing on: sampler 1.0, OTLP/HTTP in batches to a receiver in this process"
+	}
+	fmt.Printf("capability layer overhead: %s %q, store %s%s, one run\n\n", o.runtime, prog.code, storeName, traceName)
 
 	// 1. Real driver, one call at a time.
 	outside := func(run func() error, dst *[]time.Duration) func() error {
@@ -223,10 +277,10 @@ func run(ctx context.Context, o options) error {
 			return nil
 		}
 	}
-	outs := make([][]time.Duration, 1+len(o.syncs))
+	outs := make([][]time.Duration, 1+len(modes))
 	variants := []*table.Variant{{Name: "engine.Run in process", Run: outside(direct(realEng), &outs[0])}}
-	for i, sync := range o.syncs {
-		variants = append(variants, &table.Variant{Name: httpName("POST /v1/executions over HTTP", sync), Run: outside(viaHTTP(realSvc[sync]), &outs[i+1])})
+	for i, m := range modes {
+		variants = append(variants, &table.Variant{Name: httpName("POST /v1/executions over HTTP", m), Run: outside(viaHTTP(realSvc[m.label], m), &outs[i+1])})
 	}
 	if err := table.Interleave(o.n, variants); err != nil {
 		return err
@@ -242,7 +296,7 @@ func run(ctx context.Context, o options) error {
 		t.Row(b.Name, table.MS(b.Pct(50)), table.MS(b.Pct(95)), table.Ratio(b.Pct(50), a.Pct(50)), table.MS(table.Pct(outs[i+1], 50)), table.MS(table.Pct(outs[i+1], 95)))
 	}
 	for i, b := range variants[1:] {
-		t.Row(httpName("overhead per call (HTTP - engine)", o.syncs[i]), table.MS(b.Pct(50)-a.Pct(50)), table.MS(b.Pct(95)-a.Pct(95)), "",
+		t.Row(httpName("overhead per call (HTTP - engine)", modes[i]), table.MS(b.Pct(50)-a.Pct(50)), table.MS(b.Pct(95)-a.Pct(95)), "",
 			table.MS(table.Pct(outs[i+1], 50)-table.Pct(outs[0], 50)), table.MS(table.Pct(outs[i+1], 95)-table.Pct(outs[0], 95)))
 	}
 	t.Print(os.Stdout)
@@ -250,8 +304,8 @@ func run(ctx context.Context, o options) error {
 	// 2. Fake driver: the capability layer alone.
 	fa := &table.Variant{Name: "engine.Run in process, fake driver", Run: direct(fakeEng)}
 	fakes := []*table.Variant{fa}
-	for _, sync := range o.syncs {
-		fakes = append(fakes, &table.Variant{Name: httpName("POST /v1/executions over HTTP, fake driver", sync), Run: viaHTTP(fakeSvc[sync])})
+	for _, m := range modes {
+		fakes = append(fakes, &table.Variant{Name: httpName("POST /v1/executions over HTTP, fake driver", m), Run: viaHTTP(fakeSvc[m.label], m)})
 	}
 	if err := table.Interleave(o.fakeN, fakes); err != nil {
 		return err
@@ -263,7 +317,7 @@ func run(ctx context.Context, o options) error {
 		t.Row(fb.Name, table.MS(fb.Pct(50)), table.MS(fb.Pct(95)), table.Ratio(fb.Pct(50), fakes[1].Pct(50)))
 	}
 	for i, fb := range fakes[1:] {
-		t.Row(httpName("capability layer per call (HTTP - engine)", o.syncs[i]), table.MS(fb.Pct(50)-fa.Pct(50)), table.MS(fb.Pct(95)-fa.Pct(95)), "")
+		t.Row(httpName("capability layer per call (HTTP - engine)", modes[i]), table.MS(fb.Pct(50)-fa.Pct(50)), table.MS(fb.Pct(95)-fa.Pct(95)), "")
 	}
 	t.Print(os.Stdout)
 
@@ -272,8 +326,8 @@ func run(ctx context.Context, o options) error {
 	t = table.New("concurrency", "variant", "invocations/s", "latency median", "latency p95", "throughput vs engine.Run").Labels(2)
 	for _, c := range o.concurrency {
 		batches := []*batch{{name: "engine.Run in process", run: direct(realEng)}}
-		for _, sync := range o.syncs {
-			batches = append(batches, &batch{name: httpName("POST /v1/executions over HTTP", sync), run: viaHTTP(throughput[c][sync])})
+		for _, m := range modes {
+			batches = append(batches, &batch{name: httpName("POST /v1/executions over HTTP", m), run: viaHTTP(throughput[c][m.label], m)})
 		}
 		for range o.rounds {
 			for _, bt := range batches {
@@ -336,3 +390,36 @@ func (b *batch) do(n, c int) error {
 
 // rate is the invocations per second over all rounds.
 func (b *batch) rate() float64 { return float64(b.n) / b.wall.Seconds() }
+
+// mode is one setting the HTTP variants run with: a SQLite synchronous
+// setting and tracing off or on; label names it.
+type mode struct{ sync, trace, label string }
+
+// startTracing sets up the daemon's tracing (internal/telemetry.Setup)
+// with the sampler at 1.0, exporting over OTLP/HTTP to a receiver in this
+// process that reads each request whole and drops it, and leaves it off
+// until a variant turns it on (telemetry.SetTracing). stop flushes it and
+// stops the receiver.
+func startTracing(ctx context.Context) (stop func(), err error) {
+	var batches atomic.Int64
+	rcv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		batches.Add(1)
+		w.Header().Set("Content-Type", "application/x-protobuf")
+	}))
+	env := map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": rcv.URL, "OTEL_TRACES_SAMPLER": "always_on"}
+	for k, v := range env {
+		os.Setenv(k, v)
+	}
+	shutdown, err := telemetry.Setup(ctx, os.Getenv, "bench")
+	if err != nil {
+		rcv.Close()
+		return nil, err
+	}
+	telemetry.SetTracing(false)
+	return func() {
+		_ = shutdown(ctx)
+		rcv.Close()
+		fmt.Printf("\ntracing: the receiver took %d batches of spans\n", batches.Load())
+	}, nil
+}

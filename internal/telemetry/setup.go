@@ -19,6 +19,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync/atomic"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
@@ -95,11 +96,32 @@ func Setup(ctx context.Context, getenv func(string) string, version string) (shu
 	// otelhttp, which pings the engine in the background) add no traces
 	// of their own.
 	prev := tracer.Load()
-	tracer.Store(&holder{tp.Tracer(scope)})
+	on := &holder{tp.Tracer(scope)}
+	tracer.Store(on)
+	onTracer.Store(on)
 	return func(ctx context.Context) error {
+		onTracer.Store(nil)
 		tracer.Store(prev)
 		return tp.Shutdown(ctx)
 	}, nil
+}
+
+// onTracer is Setup's tracer while it is set up, for SetTracing.
+var onTracer atomic.Pointer[holder]
+
+// SetTracing stops recording spans (false) or records them again (true)
+// while Setup's provider stays set up; it does nothing when tracing was
+// not set up. It is for a benchmark that compares tracing on and off in
+// one process, interleaved; the daemon never calls it.
+func SetTracing(on bool) {
+	t := onTracer.Load()
+	switch {
+	case t == nil:
+	case on:
+		tracer.Store(t)
+	default:
+		tracer.Store(off)
+	}
 }
 
 // scope is the instrumentation scope of Stockade's spans.

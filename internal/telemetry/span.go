@@ -38,9 +38,14 @@ const (
 	OutcomeError = "error"
 )
 
+// tracer is the tracer of every span: off (no-op) unless Setup set one
+// up.
 var tracer atomic.Pointer[holder]
 
-func init() { tracer.Store(&holder{noop.NewTracerProvider().Tracer(scope)}) }
+// off is the no-op tracer.
+var off = &holder{noop.NewTracerProvider().Tracer(scope)}
+
+func init() { tracer.Store(off) }
 
 // Span is one phase's span and the start of its duration. The zero Span
 // is inert. End it once (defer sp.End(&err) sees a later SetTier: its

@@ -136,8 +136,8 @@ func ServeWith(ctx context.Context, eng *engine.Engine, db, owner string, credit
 		return fail(err)
 	}
 	sessions := capability.SessionOptions{MaxPerWorkspace: opts.MaxSessions, CheckpointDir: strings.TrimSuffix(db, filepath.Ext(db)) + "-checkpoints"}
-	svc := capability.NewService(eng, st, capability.ServiceOptions{Owner: owner, Sessions: sessions,
-		Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))})
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	svc := capability.NewService(eng, st, capability.ServiceOptions{Owner: owner, Sessions: sessions, Logger: log})
 	if err := svc.Start(ctx); err != nil {
 		return fail(err)
 	}
@@ -146,7 +146,7 @@ func ServeWith(ctx context.Context, eng *engine.Engine, db, owner string, credit
 		svc.Close(context.WithoutCancel(ctx))
 		return fail(err)
 	}
-	srv := &http.Server{Handler: api.New(svc, st, api.Options{}), ReadHeaderTimeout: 10 * time.Second}
+	srv := &http.Server{Handler: api.New(svc, st, api.Options{Logger: log}), ReadHeaderTimeout: 10 * time.Second}
 	go srv.Serve(ln)
 	stop := func() {
 		srv.Close()
