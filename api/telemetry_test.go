@@ -2,6 +2,7 @@ package api_test
 
 import (
 	"bufio"
+	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
@@ -67,25 +68,7 @@ print("out" + "put-" + mark)
 // holds the code, its output or the broker's secret.
 func TestTraceOfApprovedInvocation(t *testing.T) {
 	requireSandboxes(t)
-	sink := otlpSink(t)
-	spans := startSink(t, sink)
-	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", spans.url)
-	t.Setenv("OTEL_TRACES_SAMPLER", "parentbased_always_on")
-	t.Setenv("OTEL_BSP_SCHEDULE_DELAY", "100")
-	stop, err := telemetry.Setup(t.Context(), os.Getenv, "test")
-	if err != nil {
-		t.Fatal(err)
-	}
-	stopped := false
-	flush := func() {
-		if !stopped {
-			stopped = true
-			if err := stop(t.Context()); err != nil {
-				t.Errorf("flushing the spans: %v", err)
-			}
-		}
-	}
-	t.Cleanup(flush)
+	spans, flush := traceTo(t)
 
 	mark := rand.Text()
 	secret := "stk-secret-" + rand.Text()
@@ -93,13 +76,9 @@ func TestTraceOfApprovedInvocation(t *testing.T) {
 	code := fmt.Sprintf(tracedCode, e.port, mark)
 
 	// The client's own span: the trace the invocation must join.
-	var tid [16]byte
-	var sid [8]byte
-	_, _ = rand.Read(tid[:])
-	_, _ = rand.Read(sid[:])
-	traceID, parentID := hex.EncodeToString(tid[:]), hex.EncodeToString(sid[:])
+	traceID, parentID, traceparent := newTraceparent()
 	r := e.invoke(capability.InvokeRequest{Runtime: "python", Tool: "traced", Network: "allow", Code: code},
-		"traceparent", "00-"+traceID+"-"+parentID+"-01").want(t, http.StatusAccepted)
+		"traceparent", traceparent).want(t, http.StatusAccepted)
 	v := r.execution(t)
 	if v.ApprovalID == "" {
 		t.Fatalf("the invocation did not wait for approval: %s", r.body)
@@ -171,6 +150,70 @@ func TestTraceOfApprovedInvocation(t *testing.T) {
 	if leaks := leaksOf(ours, forbidden); len(leaks) > 0 {
 		t.Errorf("span attributes hold the code, its output or the secret: %v", leaks)
 	}
+}
+
+// TestTraceOfSessionCell checks that a session's cell, sent with a
+// traceparent, is traced in the client's trace up to its exec in the
+// session's kernel.
+func TestTraceOfSessionCell(t *testing.T) {
+	requireSandboxes(t)
+	spans, flush := traceTo(t)
+	e := newEnv(t, backends[0], envConfig{sessions: true, policy: noApproval, credits: 10})
+	ss := e.openSession(e.agent, capability.CreateSessionRequest{Runtime: "python"})
+	traceID, _, traceparent := newTraceparent()
+	if c := e.cell(e.agent, ss.ID, "print traced", "traceparent", traceparent); c.Stdout != "traced\n" {
+		t.Fatalf("the cell printed %q", c.Stdout)
+	}
+	flush()
+	names := map[string]string{}
+	for _, s := range spansOf(spans.read(t), traceID) {
+		names[s.Name] = s.attr("stockade.outcome")
+	}
+	for _, p := range []telemetry.Phase{telemetry.Authenticate, telemetry.Policy, telemetry.StoreWrite, telemetry.Exec} {
+		if _, ok := names[string(p)]; !ok {
+			t.Errorf("no %s span in the cell's trace: %v", p, names)
+		}
+	}
+	if got := names[string(telemetry.Exec)]; got != "succeeded" {
+		t.Errorf("the cell's exec span: outcome %q, want succeeded", got)
+	}
+}
+
+// traceTo sets up the daemon's tracing, sampler always on, to a receiver
+// of its own (otlpSink) until the test ends; flush sends what is buffered
+// and ends the tracing.
+func traceTo(t *testing.T) (spans sinkSpans, flush func()) {
+	t.Helper()
+	spans = startSink(t, otlpSink(t))
+	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", spans.url)
+	t.Setenv("OTEL_TRACES_SAMPLER", "parentbased_always_on")
+	t.Setenv("OTEL_BSP_SCHEDULE_DELAY", "100")
+	stop, err := telemetry.Setup(t.Context(), os.Getenv, "test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	stopped := false
+	flush = func() {
+		if !stopped {
+			stopped = true
+			if err := stop(context.WithoutCancel(t.Context())); err != nil {
+				t.Errorf("flushing the spans: %v", err)
+			}
+		}
+	}
+	t.Cleanup(flush)
+	return spans, flush
+}
+
+// newTraceparent is a fresh client span: its trace id, span id and W3C
+// traceparent header (sampled).
+func newTraceparent() (traceID, spanID, header string) {
+	var tid [16]byte
+	var sid [8]byte
+	_, _ = rand.Read(tid[:])
+	_, _ = rand.Read(sid[:])
+	traceID, spanID = hex.EncodeToString(tid[:]), hex.EncodeToString(sid[:])
+	return traceID, spanID, "00-" + traceID + "-" + spanID + "-01"
 }
 
 // otlpSink returns the receiver's binary: $STOCKADE_TEST_OTLPSINK, or the

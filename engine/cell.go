@@ -12,6 +12,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/stockade-sh/stockade/errdefs"
+	"github.com/stockade-sh/stockade/internal/telemetry"
 	"github.com/stockade-sh/stockade/sandbox"
 	"github.com/stockade-sh/stockade/wire"
 )
@@ -68,7 +69,15 @@ type exiter interface {
 // is restarted too. An error means the session's sandbox is gone: a
 // *SandboxLostError when the host knows how the cell ended (an OOM kill
 // of the whole sandbox), any other when it could not run the cell.
-func (s *Session) Cell(ctx context.Context, req CellRequest) (*CellResult, error) {
+func (s *Session) Cell(ctx context.Context, req CellRequest) (res *CellResult, err error) {
+	ctx, sp := telemetry.Start(ctx, telemetry.Exec, telemetry.Driver(s.Driver))
+	defer func() {
+		var st sandbox.Status
+		if res != nil {
+			st = res.Status
+		}
+		sp.EndAs(execOutcome(st, err), err)
+	}()
 	if !s.cellMu.TryLock() {
 		return nil, errdefs.Publicf("session sandbox %s is running a cell: %w", s.sb.ID(), errdefs.ErrConflict)
 	}
