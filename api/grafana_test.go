@@ -40,6 +40,7 @@ func TestGrafanaDashboardQueriesServedSeries(t *testing.T) {
 	m.SessionsLive(1)
 	_, sp := telemetry.Start(t.Context(), telemetry.Exec)
 	sp.End(nil)
+	telemetry.EgressRefused("name not in allowlist")
 	rec := httptest.NewRecorder()
 	m.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
 	body, _ := io.ReadAll(rec.Body)

@@ -95,7 +95,8 @@ func NewMetrics() *Metrics {
 	}
 	m.reg.MustRegister(m.invocations, m.duration, m.pending, m.credits, m.connsOpen, m.connsRefused, m.unwitnessed,
 		m.analyticsShipped, m.analyticsDropped, m.analyticsFailures, m.analyticsBacklog, m.analyticsLag,
-		telemetry.PhaseCollector(), prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
+		prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
+	m.reg.MustRegister(telemetry.Collectors()...)
 	m.sessions = newSessionMetrics(m.reg)
 	m.reg.MustRegister(m.pools.collectors()...)
 	return m

@@ -169,6 +169,7 @@ func (s *egressAudit) egressDecision(d engine.EgressDecision) {
 	if d.Allowed {
 		return
 	}
+	telemetry.EgressRefused(d.Reason)
 	exec, ws, audited := s.subjectOf(d.Labels, true)
 	if !audited {
 		if ws == "" {

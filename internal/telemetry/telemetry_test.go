@@ -89,7 +89,7 @@ func TestLinks(t *testing.T) {
 // observed, by tier and outcome, with no tracer provider set up.
 func TestPhaseDurationWithTracingOff(t *testing.T) {
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(PhaseCollector())
+	reg.MustRegister(Collectors()...)
 	count := func() uint64 {
 		mfs, err := reg.Gather()
 		if err != nil {
