@@ -32,6 +32,7 @@ import (
 	"github.com/stockade-sh/stockade/model"
 	"github.com/stockade-sh/stockade/sandbox"
 	"github.com/stockade-sh/stockade/tools"
+	"github.com/stockade-sh/stockade/wire"
 )
 
 // The sandbox networks of the telemetry test: a prefix and range of their
@@ -159,7 +160,11 @@ func TestTraceOfSessionCell(t *testing.T) {
 	requireSandboxes(t)
 	spans, flush := traceTo(t)
 	e := newEnv(t, backends[0], envConfig{sessions: true, policy: noApproval, credits: 10})
-	ss := e.openSession(e.agent, capability.CreateSessionRequest{Runtime: "python"})
+	openID, _, openParent := newTraceparent()
+	var ss wire.Session
+	e.do("POST", "/v1/sessions", e.agent, capability.CreateSessionRequest{Runtime: "python"}, "traceparent", openParent).
+		want(t, http.StatusCreated).decode(t, &ss)
+	t.Cleanup(func() { do(t, e.url, "DELETE", "/v1/sessions/"+ss.ID, e.admin, nil) })
 	traceID, _, traceparent := newTraceparent()
 	if c := e.cell(e.agent, ss.ID, "print traced", "traceparent", traceparent); c.Stdout != "traced\n" {
 		t.Fatalf("the cell printed %q", c.Stdout)
@@ -176,6 +181,13 @@ func TestTraceOfSessionCell(t *testing.T) {
 	}
 	if got := names[string(telemetry.Exec)]; got != "succeeded" {
 		t.Errorf("the cell's exec span: outcome %q, want succeeded", got)
+	}
+	opened := map[string]string{}
+	for _, s := range spansOf(spans.read(t), openID) {
+		opened[s.Name] = s.attr("stockade.outcome")
+	}
+	if opened[string(telemetry.SandboxCreate)] != "ok" || opened[string(telemetry.Policy)] == "" {
+		t.Errorf("the session's opening: spans %v, want policy and sandbox.create ok", opened)
 	}
 }
 

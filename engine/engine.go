@@ -511,7 +511,8 @@ func (e *Engine) Run(ctx context.Context, req Request) (*Result, error) {
 }
 
 // execOutcome is how a run ended for its exec span: the program's status
-// (exited, timed_out, killed, oom_killed), or error when it could not run.
+// (succeeded, failed, timed_out, oom_killed, killed), or error when it
+// could not run.
 func execOutcome(st sandbox.Status, err error) string {
 	if err != nil || st == "" {
 		return telemetry.OutcomeError

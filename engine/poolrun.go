@@ -181,12 +181,14 @@ func (e *Engine) acquireSession(ctx context.Context, spec SessionSpec, tool tool
 		if !p.session || p.tool.Name != tool.Name || p.rt.Name != rt.Name {
 			continue
 		}
+		ctx, sp := telemetry.Start(ctx, telemetry.PoolAcquire)
 		var w *warm
 		if p.servesSession(spec, drv, limits) {
 			w = p.takeOrWait(ctx)
 		}
 		if w == nil || !p.bind(ctx, w, spec.Labels, sandbox.Limits{Memory: limits.Memory, CPU: limits.CPU, Timeout: limits.Timeout}) {
 			p.counted(false)
+			sp.EndAs("miss", nil)
 			return nil
 		}
 		// The sandbox is the session's now, as a cold one would be: out of
@@ -206,10 +208,12 @@ func (e *Engine) acquireSession(ctx context.Context, spec SessionSpec, tool tool
 			e.log.Warn("serving a session from a pool sandbox", "pool", p.name, "sandbox", w.sb.ID(), "err", err)
 			w.destroy(ctx)
 			p.counted(false)
+			sp.EndAs("miss", err)
 			return nil
 		}
 		s.kernel, s.mem, s.prelude = w.k, w.release, pre
 		p.counted(true)
+		sp.EndAs("hit", nil)
 		return s
 	}
 	return nil

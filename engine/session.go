@@ -15,6 +15,7 @@ import (
 
 	"github.com/stockade-sh/stockade/errdefs"
 	"github.com/stockade-sh/stockade/image"
+	"github.com/stockade-sh/stockade/internal/telemetry"
 	"github.com/stockade-sh/stockade/kernel"
 	"github.com/stockade-sh/stockade/sandbox"
 	"github.com/stockade-sh/stockade/sandbox/profile"
@@ -179,7 +180,13 @@ func (e *Engine) OpenSession(ctx context.Context, spec SessionSpec) (_ *Session,
 		if s := e.acquireSession(ctx, spec, tool, drv, rt); s != nil {
 			return s, nil
 		}
+	}
+	// Made: restored from a golden checkpoint, or cold.
+	ctx, sp := telemetry.Start(ctx, telemetry.SandboxCreate, telemetry.Driver(drv.Name()))
+	defer sp.End(&err)
+	if !networked {
 		if s := e.restoreGolden(ctx, spec, tool, drv); s != nil {
+			sp.Set(telemetry.Restored())
 			return s, nil
 		}
 	}
@@ -538,8 +545,10 @@ func (s *Session) Remove(ctx context.Context, p string) error {
 // request of the sandbox when Close returns; the namespace is removed in
 // the background, and the engine's Wait waits for it). Closing twice is
 // success.
-func (s *Session) Close(ctx context.Context) error {
-	err := s.sb.Destroy(context.WithoutCancel(ctx))
+func (s *Session) Close(ctx context.Context) (err error) {
+	ctx, sp := telemetry.Start(context.WithoutCancel(ctx), telemetry.SandboxDestroy, telemetry.Driver(s.Driver))
+	defer sp.End(&err)
+	err = s.sb.Destroy(ctx)
 	s.releaseMemory()
 	s.closeNet()
 	return err

@@ -39,7 +39,12 @@ const (
 	keyReason    = "stockade.reason"
 	keyBrokerOp  = "stockade.broker.operation"
 	keyStatus    = "stockade.broker.status"
+	keyRestored  = "stockade.sandbox.restored"
 )
+
+// Restored marks a sandbox made from a checkpoint (a template's golden
+// one) rather than started cold.
+func Restored() attribute.KeyValue { return attribute.Bool(keyRestored, true) }
 
 // Tool is an invocation of the tool name: gen_ai.operation.name
 // execute_tool and gen_ai.tool.name.

@@ -101,7 +101,7 @@ func TestPhaseDurationWithTracingOff(t *testing.T) {
 				for _, l := range m.GetLabel() {
 					labels[l.GetName()] = l.GetValue()
 				}
-				if labels["phase"] == "exec" && labels["tier"] == "container" && labels["outcome"] == "exited" {
+				if labels["phase"] == "exec" && labels["tier"] == "container" && labels["outcome"] == "succeeded" {
 					return m.GetHistogram().GetSampleCount()
 				}
 			}
@@ -110,8 +110,8 @@ func TestPhaseDurationWithTracingOff(t *testing.T) {
 	}
 	before := count()
 	_, sp := Start(WithTier(t.Context(), "container"), Exec)
-	sp.EndAs("exited", nil)
+	sp.EndAs("succeeded", nil)
 	if after := count(); after != before+1 {
-		t.Errorf("exec/container/exited observations: %d before, %d after, want one more", before, after)
+		t.Errorf("exec/container/succeeded observations: %d before, %d after, want one more", before, after)
 	}
 }
