@@ -8,14 +8,10 @@ import (
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/stockade-sh/stockade/internal/telemetry"
 )
-
-// traceContext reads a request's W3C traceparent and tracestate headers.
-var traceContext = propagation.TraceContext{}
 
 // observe gives every request its server span, a child of the client's
 // traceparent when it sent one, named by its route ("POST
@@ -41,7 +37,7 @@ func (s *server) observe(mux *http.ServeMux, next http.Handler) http.Handler {
 		}
 		rl := &requestLog{}
 		ctx := context.WithValue(r.Context(), requestLogKey{}, rl)
-		ctx = traceContext.Extract(ctx, propagation.HeaderCarrier(r.Header))
+		ctx = telemetry.FromHeader(ctx, r.Header)
 		ctx, span := telemetry.ServerSpan(ctx, name,
 			attribute.String("http.request.method", r.Method), attribute.String("http.route", path))
 		rw := &statusWriter{ResponseWriter: w}

@@ -115,3 +115,25 @@ func TestPhaseDurationWithTracingOff(t *testing.T) {
 		t.Errorf("exec/container/succeeded observations: %d before, %d after, want one more", before, after)
 	}
 }
+
+func TestFromMeta(t *testing.T) {
+	const parent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+	for _, tc := range []struct {
+		meta map[string]any
+		want string // the trace id, "" for none
+	}{
+		{map[string]any{"traceparent": parent, "progressToken": 3}, "4bf92f3577b34da6a3ce929d0e0e4736"},
+		{map[string]any{"traceparent": 42}, ""},
+		{map[string]any{"traceparent": "00-not-a-trace"}, ""},
+		{nil, ""},
+	} {
+		sc := trace.SpanContextFromContext(FromMeta(t.Context(), tc.meta))
+		got := ""
+		if sc.IsValid() {
+			got = sc.TraceID().String()
+		}
+		if got != tc.want {
+			t.Errorf("FromMeta(%v): trace %q, want %q", tc.meta, got, tc.want)
+		}
+	}
+}
