@@ -38,6 +38,7 @@ func TestGrafanaDashboardQueriesServedSeries(t *testing.T) {
 	m.PoolSize("p", 1)
 	m.PoolTarget("p", 1)
 	m.SessionsLive(1)
+	m.Checkpoints(1, 1)
 	_, sp := telemetry.Start(t.Context(), telemetry.Exec)
 	sp.End(nil)
 	telemetry.EgressRefused("name not in allowlist")

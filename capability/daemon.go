@@ -44,6 +44,8 @@ type daemonStore interface {
 	Apply(ctx context.Context, id string, s model.Step) (model.Execution, error)
 	// The witness's (witness.Chains).
 	witness.Chains
+	// For the checkpoints' gauge (observeCheckpoints).
+	CheckpointBytes(ctx context.Context, workspaceID string) (bytes int64, paused int, err error)
 }
 
 // wait waits for the tick's goroutine, once the service's context ended.
@@ -182,6 +184,7 @@ func (s *daemon) expireLoop() {
 			if tick%witnessEvery == 0 {
 				s.witnessChains(s.ctx)
 				s.checkClaim(s.ctx)
+				s.observeCheckpoints(s.ctx)
 			}
 		}
 	}
@@ -211,4 +214,38 @@ func (s *daemon) witnessChains(ctx context.Context) {
 	if err != nil {
 		s.log.Error("witnessing the audit chains", "dir", string(s.opts.Witness), "err", err)
 	}
+}
+
+// CheckpointObserver is told, every few seconds, the disk that paused
+// sessions' checkpoints and snapshots take and how many sessions are
+// paused, over all workspaces. An Observer may implement it (api.Metrics
+// does); the store is asked only then.
+type CheckpointObserver interface {
+	Checkpoints(bytes int64, paused int)
+}
+
+// observeCheckpoints tells the Observer, if it is a CheckpointObserver,
+// the store's checkpoint bytes and paused sessions. A store that fails is
+// logged; the next tick tries again.
+func (s *daemon) observeCheckpoints(ctx context.Context) {
+	o, ok := s.opts.Observer.(CheckpointObserver)
+	if !ok {
+		return
+	}
+	wss, err := s.st.ListWorkspaces(ctx)
+	if err != nil {
+		s.log.Warn("counting the checkpoints' bytes", "err", err)
+		return
+	}
+	var bytes int64
+	var paused int
+	for _, ws := range wss {
+		b, p, err := s.st.CheckpointBytes(ctx, ws.ID)
+		if err != nil {
+			s.log.Warn("counting the checkpoints' bytes", "workspace", ws.ID, "err", err)
+			return
+		}
+		bytes, paused = bytes+b, paused+p
+	}
+	o.Checkpoints(bytes, paused)
 }
