@@ -59,7 +59,12 @@ func (s *server) mcpHandler() http.Handler {
 	// request to the client, on the session): a request whose
 	// MCP-Protocol-Version header names 2026-07-28 or later goes to the
 	// first, as the SDK's client sends it from server/discover on.
-	stateless := sdk.NewStreamableHTTPHandler(serverFor, &sdk.StreamableHTTPOptions{Stateless: true, MaxRequestBodyBytes: maxBody})
+	// A stateless request's handler (a tools/call waiting for its
+	// execution) ends when its client goes, and with it its place among
+	// its key's (below); the execution goes on, as when the client of an
+	// API stream goes.
+	stateless := sdk.NewStreamableHTTPHandler(serverFor, &sdk.StreamableHTTPOptions{Stateless: true, MaxRequestBodyBytes: maxBody,
+		PropagateRequestCancellation: true})
 	// The SDK reads the principal's key id from the token info: a request
 	// of a session that another key started is refused (403).
 	requireKey := auth.RequireBearerToken(func(_ context.Context, _ string, r *http.Request) (*auth.TokenInfo, error) {
@@ -70,13 +75,22 @@ func (s *server) mcpHandler() http.Handler {
 		return &auth.TokenInfo{UserID: p.KeyID}, nil
 	}, &auth.RequireBearerTokenOptions{AllowMissingExpiration: true})
 	bind, bindStateless := requireKey(h), requireKey(stateless)
-	live := &mcpSessions{max: s.opts.MCPSessionsPerKey, starting: map[string]int{}, open: map[string][]*sdk.ServerSession{}}
+	live := &mcpSessions{max: s.opts.MCPSessionsPerKey, starting: map[string]int{}, serving: map[string]int{}, open: map[string][]*sdk.ServerSession{}}
 	if live.max == 0 {
 		live.max = config.DefaultMCPMaxSessionsPerKey
 	}
 	return s.auth(func(w http.ResponseWriter, r *http.Request, p capability.Principal) {
 		r = r.WithContext(context.WithValue(r.Context(), principalKey{}, p))
 		if statelessMCP(r) {
+			// Each stateless request is a session of its own (a server,
+			// a goroutine) for as long as it lasts: a key has at most
+			// max in flight, as it keeps at most max sessions.
+			if !live.acquire(live.serving, p.KeyID) {
+				s.writeError(w, r, errdefs.Publicf("this key has %d stateless MCP requests in flight, the most it may (mcp.max_sessions_per_key); retry: %w",
+					live.max, errdefs.ErrResourceExhausted))
+				return
+			}
+			defer live.release(live.serving, p.KeyID)
 			bindStateless.ServeHTTP(w, r)
 			return
 		}
@@ -85,7 +99,7 @@ func (s *server) mcpHandler() http.Handler {
 			return
 		}
 		// A POST without a session's id starts a session.
-		if !live.acquire(p.KeyID) {
+		if !live.acquire(live.starting, p.KeyID) {
 			s.writeError(w, r, errdefs.Publicf("this key is starting %d MCP sessions at once, the most it may keep (mcp.max_sessions_per_key); retry: %w",
 				live.max, errdefs.ErrResourceExhausted))
 			return
@@ -109,11 +123,14 @@ func statelessMCP(r *http.Request) bool {
 // its bound that starts one more ends its oldest: clients that start
 // sessions and never end them (the MCP conformance suite does, one per
 // scenario) keep working, and the client of the ended one starts anew, as
-// after a timeout.
+// after a timeout. It bounds the key's stateless requests in flight too,
+// each a session of its own while it lasts; one more is refused, as none
+// of them may be ended for it.
 type mcpSessions struct {
 	max      int
 	mu       sync.Mutex
-	starting map[string]int                  // by key id
+	starting map[string]int                  // sessions starting, by key id
+	serving  map[string]int                  // stateless requests in flight, by key id
 	open     map[string][]*sdk.ServerSession // by key id, oldest first
 }
 
@@ -121,16 +138,30 @@ type mcpSessions struct {
 // makes for the session a request starts.
 type mcpStartKey struct{}
 
-// acquire counts a session that key starts; it reports false when key
-// has max starting already.
-func (m *mcpSessions) acquire(key string) bool {
+// acquire counts one more of key in n (m.starting or m.serving); it
+// reports false when key has max there already.
+func (m *mcpSessions) acquire(n map[string]int, key string) bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if m.starting[key] >= m.max {
+	if n[key] >= m.max {
 		return false
 	}
-	m.starting[key]++
+	n[key]++
 	return true
+}
+
+// release counts one fewer of key in n, as acquired.
+func (m *mcpSessions) release(n map[string]int, key string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.drop(n, key)
+}
+
+// drop is release with m.mu held.
+func (m *mcpSessions) drop(n map[string]int, key string) {
+	if n[key]--; n[key] <= 0 {
+		delete(n, key)
+	}
 }
 
 // hold counts key's starting session as open while the session that
@@ -146,9 +177,7 @@ func (m *mcpSessions) hold(key string, server *sdk.Server) {
 		}
 	}
 	m.mu.Lock()
-	if m.starting[key]--; m.starting[key] <= 0 {
-		delete(m.starting, key)
-	}
+	m.drop(m.starting, key)
 	var oldest *sdk.ServerSession
 	if ss != nil {
 		m.open[key] = append(m.open[key], ss)

@@ -55,7 +55,8 @@ type Options struct {
 	// request reached the daemon by.
 	MCP mcp.Options
 	// MCPSessionsPerKey bounds the MCP sessions one key keeps open on
-	// /mcp (one more ends the key's oldest); zero means
+	// /mcp (one more ends the key's oldest), and its stateless requests
+	// in flight (one more is refused); zero means
 	// config.DefaultMCPMaxSessionsPerKey.
 	MCPSessionsPerKey int
 	// Templates serves /v1/templates; nil is a daemon without templates.

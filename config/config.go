@@ -259,7 +259,8 @@ type MCP struct {
 	// absolute; empty is DefaultMCPApprovalURL, the approval console's.
 	ApprovalURL string `yaml:"approval_url"`
 	// MaxSessionsPerKey bounds the MCP sessions of /mcp that one key keeps
-	// open at once (one more ends the key's oldest); zero is
+	// open at once (one more ends the key's oldest), and its stateless
+	// requests in flight (one more is refused); zero is
 	// DefaultMCPMaxSessionsPerKey.
 	MaxSessionsPerKey int `yaml:"max_sessions_per_key"`
 }

@@ -173,7 +173,10 @@ type tools struct {
 func New(b Backend, o Options) *sdk.Server {
 	o = o.withDefaults()
 	// The SDK's default capabilities (logging), and the Tasks extension.
-	caps := &sdk.ServerCapabilities{Logging: &sdk.LoggingCapabilities{}}
+	// Tools without listChanged: the list never changes, and a
+	// subscriptions/listen stream (2026-07-28) that subscribes to nothing
+	// ends at once instead of holding a request open.
+	caps := &sdk.ServerCapabilities{Logging: &sdk.LoggingCapabilities{}, Tools: &sdk.ToolCapabilities{}}
 	caps.AddExtension(TasksExtension, map[string]any{})
 	s := sdk.NewServer(&sdk.Implementation{Name: "stockade", Title: "Stockade", Version: o.Version},
 		&sdk.ServerOptions{Instructions: instructions, SchemaCache: o.SchemaCache, Capabilities: caps})

@@ -3,6 +3,7 @@ package mcp_test
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"encoding/json"
 	"net/http"
 	"strings"
@@ -20,28 +21,7 @@ import (
 // headers) and returns the result, or the JSON-RPC error's message.
 func rpc(t *testing.T, url, key, method string, params map[string]any, tasks bool) (map[string]any, string) {
 	t.Helper()
-	caps := map[string]any{}
-	if tasks {
-		caps["extensions"] = map[string]any{mcp.TasksExtension: map[string]any{}}
-	}
-	params["_meta"] = map[string]any{
-		"io.modelcontextprotocol/protocolVersion":    mcp.StatelessProtocol,
-		"io.modelcontextprotocol/clientInfo":         map[string]any{"name": "wire-test", "version": "1"},
-		"io.modelcontextprotocol/clientCapabilities": caps,
-	}
-	body, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": 1, "method": method, "params": params})
-	req, _ := http.NewRequestWithContext(t.Context(), "POST", url, bytes.NewReader(body))
-	req.Header.Set("Authorization", "Bearer "+key)
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Accept", "application/json, text/event-stream")
-	req.Header.Set("MCP-Protocol-Version", mcp.StatelessProtocol)
-	req.Header.Set("Mcp-Method", method)
-	for _, k := range []string{"name", "taskId"} {
-		if v, ok := params[k].(string); ok {
-			req.Header.Set("Mcp-Name", v)
-		}
-	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := http.DefaultClient.Do(statelessRequest(t.Context(), url, key, method, params, tasks))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -74,6 +54,33 @@ func rpc(t *testing.T, url, key, method string, params map[string]any, tasks boo
 		t.Fatalf("%s: no answer (HTTP %d): %s", method, resp.StatusCode, raw.String())
 	}
 	return msg.Result, ""
+}
+
+// statelessRequest is the POST of one 2026-07-28 request, as rpc sends
+// it, with ctx.
+func statelessRequest(ctx context.Context, url, key, method string, params map[string]any, tasks bool) *http.Request {
+	caps := map[string]any{}
+	if tasks {
+		caps["extensions"] = map[string]any{mcp.TasksExtension: map[string]any{}}
+	}
+	params["_meta"] = map[string]any{
+		"io.modelcontextprotocol/protocolVersion":    mcp.StatelessProtocol,
+		"io.modelcontextprotocol/clientInfo":         map[string]any{"name": "wire-test", "version": "1"},
+		"io.modelcontextprotocol/clientCapabilities": caps,
+	}
+	body, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": 1, "method": method, "params": params})
+	req, _ := http.NewRequestWithContext(ctx, "POST", url, bytes.NewReader(body))
+	req.Header.Set("Authorization", "Bearer "+key)
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	req.Header.Set("MCP-Protocol-Version", mcp.StatelessProtocol)
+	req.Header.Set("Mcp-Method", method)
+	for _, k := range []string{"name", "taskId"} {
+		if v, ok := params[k].(string); ok {
+			req.Header.Set("Mcp-Name", v)
+		}
+	}
+	return req
 }
 
 // TestTaskWire drives a task on the wire: an approval-gated run_code

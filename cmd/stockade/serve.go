@@ -111,7 +111,7 @@ func serveFlags() (*flag.FlagSet, *config.Config, func([]string) ([]string, erro
 	durationFlag(fs, &cfg.WriteTimeout, "write-timeout", cfg.WriteTimeout, "close an API connection whose client takes longer to take one write of an answer")
 	fs.IntVar(&cfg.MaxConnections, "max-connections", cfg.MaxConnections, "API connections open at once; more are closed as soon as accepted")
 	durationFlag(fs, &cfg.MCP.ApprovalWait, "mcp-approval-wait", cfg.MCP.ApprovalWait, "how long an MCP tool call waits for an approval when the client cannot show its page")
-	fs.IntVar(&cfg.MCP.MaxSessionsPerKey, "mcp-max-sessions-per-key", cfg.MCP.MaxSessionsPerKey, "the MCP sessions of /mcp one key keeps open at once; one more ends its oldest")
+	fs.IntVar(&cfg.MCP.MaxSessionsPerKey, "mcp-max-sessions-per-key", cfg.MCP.MaxSessionsPerKey, "the MCP sessions of /mcp one key keeps open at once (one more ends its oldest), and its stateless requests in flight (one more is refused)")
 	fs.StringVar(&cfg.MCP.ApprovalURL, "mcp-approval-url", cfg.MCP.ApprovalURL, "the page of approval {id} that MCP clients are shown, relative to the daemon's URL unless absolute")
 	analyticsFlags(fs, &cfg.Analytics)
 	sessionFlags(fs, &cfg.Sessions)
