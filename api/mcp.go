@@ -39,14 +39,21 @@ func (s *server) mcpHandler() http.Handler {
 		if !ok {
 			return nil // not authenticated: auth answered already
 		}
+		// The SDK asks twice for a request that starts a session (or is
+		// stateless): to check its protocol version, then to serve it.
+		// The request's slot keeps the first, for the second.
+		made, _ := r.Context().Value(mcpServerKey{}).(**sdk.Server)
+		if made != nil && *made != nil {
+			return *made
+		}
 		o := s.opts.MCP
 		o.SchemaCache = cache
 		if o.BaseURL == nil {
 			o.BaseURL = origin(r)
 		}
 		srv := mcp.New(localBackend{s: s, p: p}, o)
-		if started, ok := r.Context().Value(mcpStartKey{}).(**sdk.Server); ok {
-			*started = srv
+		if made != nil {
+			*made = srv
 		}
 		return srv
 	}
@@ -80,7 +87,8 @@ func (s *server) mcpHandler() http.Handler {
 		live.max = config.DefaultMCPMaxSessionsPerKey
 	}
 	return s.auth(func(w http.ResponseWriter, r *http.Request, p capability.Principal) {
-		r = r.WithContext(context.WithValue(r.Context(), principalKey{}, p))
+		var made *sdk.Server
+		r = r.WithContext(context.WithValue(context.WithValue(r.Context(), principalKey{}, p), mcpServerKey{}, &made))
 		if statelessMCP(r) {
 			// Each stateless request is a session of its own (a server,
 			// a goroutine) for as long as it lasts: a key has at most
@@ -104,9 +112,8 @@ func (s *server) mcpHandler() http.Handler {
 				live.max, errdefs.ErrResourceExhausted))
 			return
 		}
-		var started *sdk.Server
-		defer func() { live.hold(p.KeyID, started) }()
-		bind.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), mcpStartKey{}, &started)))
+		defer func() { live.hold(p.KeyID, made) }()
+		bind.ServeHTTP(w, r)
 	})
 }
 
@@ -134,9 +141,9 @@ type mcpSessions struct {
 	open     map[string][]*sdk.ServerSession // by key id, oldest first
 }
 
-// mcpStartKey carries, to the SDK's getServer, where to put the server it
-// makes for the session a request starts.
-type mcpStartKey struct{}
+// mcpServerKey carries, to the SDK's getServer (serverFor), where to put
+// the server it makes for a request, and find it when asked again.
+type mcpServerKey struct{}
 
 // acquire counts one more of key in n (m.starting or m.serving); it
 // reports false when key has max there already.
