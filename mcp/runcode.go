@@ -130,7 +130,7 @@ func (t *tools) runCode(ctx context.Context, req *sdk.CallToolRequest, in RunCod
 		switch e := ev.(type) {
 		case *client.ApprovalRequired:
 			card, id = &e.Card, e.Card.ExecutionID
-			if t.becomeTask(ctx, taskCode, id, card.ApprovalID, time.Now()) {
+			if t.becomeTask(ctx, taskCode, id, card.ApprovalID) {
 				return textResult("Approval is pending; this call is task " + TaskID(taskCode, id) + "."), RunOutput{}, nil
 			}
 			if mode := t.elicitMode(req); mode != "" {

@@ -314,7 +314,7 @@ func (t *tools) runCell(ctx context.Context, req *sdk.CallToolRequest, sb Sessio
 		switch e := ev.(type) {
 		case *client.ApprovalRequired:
 			id = e.Card.ExecutionID
-			if t.becomeTask(ctx, taskCell, id, e.Card.ApprovalID, time.Now()) {
+			if t.becomeTask(ctx, taskCell, id, e.Card.ApprovalID) {
 				return textResult("Approval is pending; this call is task " + TaskID(taskCell, id) + "."), CellOutput{}, nil
 			}
 			p.note(ctx, fmt.Sprintf("waiting up to %s for an approver to decide on %s at %s", t.opts.ApprovalWait, e.Card.ApprovalID, t.opts.approvalURL(e.Card.ApprovalID)))

@@ -141,15 +141,20 @@ func clientTasks(req *sdk.CallToolRequest) bool {
 
 // becomeTask makes the call of ctx the task of execution id, run by the
 // tool of kind, when its client supports tasks: it reports false, and
-// does nothing, otherwise.
-func (t *tools) becomeTask(ctx context.Context, kind, id, approvalID string, created time.Time) bool {
+// does nothing, otherwise. The handle's times are the execution's, as
+// tasks/get answers them while it awaits approval.
+func (t *tools) becomeTask(ctx context.Context, kind, id, approvalID string) bool {
 	slot, ok := ctx.Value(taskSlotKey{}).(*taskSlot)
 	if !ok {
 		return false
 	}
-	now := time.Now().UTC().Format(time.RFC3339Nano)
-	slot.task = &Task{ResultType: "task", TaskID: TaskID(kind, id), Status: "working", CreatedAt: created.UTC().Format(time.RFC3339Nano),
-		LastUpdatedAt: now, PollIntervalMs: taskPollInterval.Milliseconds(), StatusMessage: t.awaitingMessage(approvalID)}
+	created := time.Now() // should the execution not be read: near enough
+	if ex, err := t.b.GetExecution(ctx, id, 0); err == nil {
+		created = ex.CreatedAt
+	}
+	at := created.UTC().Format(time.RFC3339Nano)
+	slot.task = &Task{ResultType: "task", TaskID: TaskID(kind, id), Status: "working", CreatedAt: at,
+		LastUpdatedAt: at, PollIntervalMs: taskPollInterval.Milliseconds(), StatusMessage: t.awaitingMessage(approvalID)}
 	return true
 }
 

@@ -106,6 +106,9 @@ func TestTaskWire(t *testing.T) {
 	if msg != "" || got["resultType"] != "complete" || got["status"] != "working" || got["taskId"] != id {
 		t.Fatalf("tasks/get: got %v %q, want the task working", got, msg)
 	}
+	if res["createdAt"] != got["createdAt"] || res["createdAt"] == nil {
+		t.Errorf("createdAt: the handle says %v, tasks/get %v; want the execution's in both", res["createdAt"], got["createdAt"])
+	}
 	if _, msg := rpc(t, url, ws.Agent, "tasks/cancel", map[string]any{"taskId": id}, true); msg != "" {
 		t.Fatalf("tasks/cancel: %s", msg)
 	}
