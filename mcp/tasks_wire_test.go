@@ -86,8 +86,9 @@ func statelessRequest(ctx context.Context, url, key, method string, params map[s
 // TestTaskWire drives a task on the wire: an approval-gated run_code
 // with the Tasks extension answers with a working task at once,
 // tasks/get reads it, tasks/cancel cancels it (and its approval
-// request), and it reads as cancelled after; a client without the
-// extension gets no task, and unknown task ids are refused.
+// request), and it reads as cancelled after; another workspace's key
+// can neither read nor cancel it; a client without the extension gets no
+// task, and unknown task ids are refused.
 func TestTaskWire(t *testing.T) {
 	d := daemontest.Start(t, daemontest.Options{API: api.Options{MCP: mcp.Options{ApprovalWait: time.Second}}})
 	ws := d.Workspace(t, nil, 100)
@@ -109,6 +110,17 @@ func TestTaskWire(t *testing.T) {
 	if res["createdAt"] != got["createdAt"] || res["createdAt"] == nil {
 		t.Errorf("createdAt: the handle says %v, tasks/get %v; want the execution's in both", res["createdAt"], got["createdAt"])
 	}
+	// Another workspace's key can neither read nor cancel the task.
+	other := d.Workspace(t, nil, 100)
+	if _, msg := rpc(t, url, other.Agent, "tasks/get", map[string]any{"taskId": id}, true); msg == "" {
+		t.Errorf("tasks/get of another workspace's task: answered, want an error")
+	}
+	if _, msg := rpc(t, url, other.Agent, "tasks/cancel", map[string]any{"taskId": id}, true); msg == "" {
+		t.Errorf("tasks/cancel of another workspace's task: answered, want an error")
+	}
+	if got, msg := rpc(t, url, ws.Agent, "tasks/get", map[string]any{"taskId": id}, true); msg != "" || got["status"] != "working" {
+		t.Errorf("tasks/get after another workspace's tasks/cancel: got %v %q, want the task still working", got, msg)
+	}
 	if _, msg := rpc(t, url, ws.Agent, "tasks/cancel", map[string]any{"taskId": id}, true); msg != "" {
 		t.Fatalf("tasks/cancel: %s", msg)
 	}
@@ -127,14 +139,10 @@ func TestTaskWire(t *testing.T) {
 		t.Errorf("tools/call without the extension: got %v %q, want a complete result", res, msg)
 	}
 
-	other := d.Workspace(t, nil, 100)
 	for _, bad := range []string{"nope", "code:ex_none", id[:5] + "x/y"} {
 		if _, msg := rpc(t, url, ws.Agent, "tasks/get", map[string]any{"taskId": bad}, true); msg == "" {
 			t.Errorf("tasks/get %q: answered, want an error", bad)
 		}
-	}
-	if _, msg := rpc(t, url, other.Agent, "tasks/get", map[string]any{"taskId": id}, true); msg == "" {
-		t.Errorf("tasks/get of another workspace's task: answered, want an error")
 	}
 }
 
