@@ -16,7 +16,6 @@ import (
 	"slices"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/stockade-sh/stockade/internal/daemontest"
 	"github.com/stockade-sh/stockade/internal/testenv"
@@ -223,9 +222,10 @@ type statelessOut struct {
 }
 
 // runStateless runs stateless.mjs in mode against d's /mcp with key,
-// calling onTask, if set, with the task id the script reports once its
-// call became a task.
-func runStateless(t *testing.T, node string, mode, url, key string, onTask func(id string)) statelessOut {
+// calling onLine, if set, with each line the script writes on stderr
+// ("task ID" once its call became a task, "tasks/get STATUS" after each
+// poll of it).
+func runStateless(t *testing.T, node string, mode, url, key string, onLine func(line string)) statelessOut {
 	t.Helper()
 	cmd := exec.CommandContext(t.Context(), node, "stateless.mjs", mode, url, key)
 	cmd.Dir = nodeDir
@@ -241,8 +241,8 @@ func runStateless(t *testing.T, node string, mode, url, key string, onTask func(
 	sc := bufio.NewScanner(stderr)
 	for sc.Scan() {
 		fmt.Fprintln(os.Stderr, sc.Text())
-		if id, ok := strings.CutPrefix(sc.Text(), "task "); ok && onTask != nil {
-			onTask(id)
+		if onLine != nil {
+			onLine(sc.Text())
 		}
 	}
 	if err := cmd.Wait(); err != nil {
@@ -295,13 +295,20 @@ func TestNodeClientTask(t *testing.T) {
 	requireNodeModules(t)
 	d := daemontest.Start(t, daemontest.Options{})
 	ws := d.Workspace(t, nil, 100) // the default policy asks a human
-	got := runStateless(t, node, "task", d.URL+"/mcp", ws.Agent, func(id string) {
+	polled := false
+	got := runStateless(t, node, "task", d.URL+"/mcp", ws.Agent, func(line string) {
 		// The call has returned with the task while approval is pending:
-		// let the client poll it once (the task suggests 2s), then approve.
-		time.Sleep(2500 * time.Millisecond)
-		decideWhenAsked(t, d, ws, true)
+		// approve once the client has polled it (tasks/get) and seen it
+		// working, however long that took.
+		if line == "tasks/get working" && !polled {
+			polled = true
+			decideWhenAsked(t, d, ws, true)
+		}
 	})
 	t.Logf("task %s: statuses %v, outcome %s", got.TaskID, got.Statuses, got.Outcome)
+	if !polled {
+		t.Errorf("the client never polled the task and saw it working")
+	}
 	if len(got.Statuses) == 0 || got.Statuses[0] != "working" {
 		t.Errorf("the task's statuses: got %v, want working first, while it awaited the approver", got.Statuses)
 	}

@@ -5,7 +5,9 @@
 //   node stateless.mjs run URL KEY    lists the tools and runs print(6*7)
 //   node stateless.mjs task URL KEY   runs print(6*7) where a human must
 //                                     approve it: the call becomes a task
-//                                     (the Tasks extension), polled to its end
+//                                     (the Tasks extension), polled to its end;
+//                                     on stderr: "task ID", then
+//                                     "tasks/get STATUS" after each poll
 //
 // The task mode drives the task with the official Tasks extension package
 // (@modelcontextprotocol/ext-tasks). The SDK's client (2.4.0) rejects a
@@ -86,6 +88,9 @@ if (mode === "run") {
       msg = JSON.parse(text);
     }
     if (!msg) throw new Error(`no answer to ${body.method} (HTTP ${res.status}): ${text}`);
+    // Tell the test what each poll saw: it approves once one saw the
+    // task working.
+    if (body.method === "tasks/get") console.error(`tasks/get ${msg.result?.status ?? "error"}`);
     return msg.error ? { kind: "error", error: msg.error } : { kind: "result", result: msg.result };
   };
   const session = createTaskSessionFromClient(client, {
@@ -97,7 +102,6 @@ if (mode === "run") {
     const execution = await session.callTool("run_code", { language: "python", code: "print(6*7)" });
     out.kind = execution.kind;
     out.taskId = execution.handle?.taskId;
-    // Tell the test the task exists: it approves through the API now.
     console.error(`task ${out.taskId}`);
     const statuses = [];
     const { outcome } = await execution.settle({
