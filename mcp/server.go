@@ -185,6 +185,7 @@ func New(b Backend, o Options) *sdk.Server {
 		tl.add(s, t)
 	}
 	addTasks(s, t)
+	s.AddReceivingMiddleware(traceMiddleware)
 	return s
 }
 

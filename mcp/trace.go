@@ -1,0 +1,22 @@
+package mcp
+
+import (
+	"context"
+
+	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/stockade-sh/stockade/internal/telemetry"
+)
+
+// traceMiddleware puts a tools/call under the client's span that its
+// params._meta names ("traceparent", "tracestate"), as MCP carries trace
+// context: the call's spans join the client's trace rather than the one
+// of the HTTP request that carried it (docs/design.md, section 11).
+func traceMiddleware(next sdk.MethodHandler) sdk.MethodHandler {
+	return func(ctx context.Context, method string, req sdk.Request) (sdk.Result, error) {
+		if ctr, ok := req.(*sdk.CallToolRequest); ok && ctr.Params != nil {
+			ctx = telemetry.FromMeta(ctx, ctr.Params.Meta)
+		}
+		return next(ctx, method, req)
+	}
+}
