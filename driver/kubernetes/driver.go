@@ -1,0 +1,507 @@
+// Package kubernetes is the `kubernetes` driver: a sandbox is a pod of a
+// Kubernetes cluster, driven through its API (k8s.io/client-go), with
+// Stockade's security profile in the pod's terms (docs/design.md §3) and the
+// same guest agent as PID 1, reached over the pod's attach stream (stdin and
+// stdout, WebSocket with a fall back to SPDY), as driver/docker reaches it
+// over a container's.
+//
+// One driver value serves one tier: TierGVisor runs its pods with the
+// cluster's gVisor RuntimeClass (Config.RuntimeClass, "gvisor" unless
+// named), TierContainer with the cluster's default runtime (runc) or the
+// RuntimeClass named.
+//
+// The pod: one container of the runtime image with the guest inside
+// (images: see ImageRef and WriteImageArchive), no service account token,
+// no host namespace, no host path the pod spec could leave out (the
+// kubelet still mounts /etc/hosts, /etc/hostname, /etc/resolv.conf and
+// /dev/termination-log into every container), uid and gid 65534, every
+// capability dropped, no privilege escalation, Stockade's seccomp filter
+// (a Localhost profile: Config.Seccomp) or RuntimeDefault, a
+// read-only root, memory-backed /tmp, resources from the limits (requests
+// equal limits). Every pod carries the labels LabelManaged and
+// LabelSandbox (and LabelOwner), and the Spec's labels in an annotation,
+// so that Reap finds what a crashed daemon left.
+//
+// Network: none. A pod has the cluster network's interface; the driver
+// puts a deny-all NetworkPolicy in its namespace (enforced only where the
+// cluster's network plugin enforces policies), and under gVisor the
+// RuntimeClass should run runsc with --network=none, which leaves the pod
+// loopback only. A Spec with egress is refused with the reason.
+//
+// What the cluster must give for the profile to hold: Stockade's seccomp
+// filter on each node (SeccompProfile, named in Config.Seccomp), and a
+// gVisor RuntimeClass whose runsc runs with --network=none and
+// --oci-seccomp (without it runsc ignores the pod's filter). What it
+// cannot give through a pod's spec (the conformance suite shows each): a
+// pids limit per pod (the kubelet's podPidsLimit is one for the node),
+// nosuid and nodev on /tmp (an emptyDir), a /dev and /etc without the
+// kubelet's files (see docs/kubernetes.md), and, unless the daemon runs
+// on the pods' node and reads their cgroups (nodeCgroup), an OOM kill of
+// a process other than PID 1 told as such (the kubelet reports PID 1's
+// only, as the container's terminated reason OOMKilled).
+//
+// Absent, with the reasons in Capabilities.Lacks: detached sandboxes
+// (re-attach), binding (warm pools), snapshots (pause, resume, fork).
+//
+//	d, err := kubernetes.New(kubernetes.Config{Kubeconfig: path, Namespace: "stockade", Tier: sandbox.TierGVisor})
+//	sb, err := d.Create(ctx, sandbox.Spec{Image: img})
+package kubernetes
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/stockade-sh/stockade/errdefs"
+	"github.com/stockade-sh/stockade/internal/oci"
+	"github.com/stockade-sh/stockade/internal/sandboxkit"
+	"github.com/stockade-sh/stockade/sandbox"
+	"github.com/stockade-sh/stockade/sandbox/profile"
+)
+
+// Default CPU shares, as the local tiers'.
+const (
+	DefaultCPUContainer = 0.5
+	DefaultCPUGVisor    = 1
+)
+
+// DefaultRuntimeClass is the gVisor RuntimeClass a TierGVisor driver uses
+// unless Config.RuntimeClass names another.
+const DefaultRuntimeClass = "gvisor"
+
+// Config configures the kubernetes driver.
+type Config struct {
+	// Kubeconfig is the path of a kubeconfig file; empty means the
+	// in-cluster configuration (the daemon runs in a pod of the cluster).
+	Kubeconfig string
+	// Namespace holds the sandboxes' pods and their network policy.
+	// Required.
+	Namespace string
+	// Tier is TierGVisor or TierContainer.
+	Tier sandbox.Tier
+	// RuntimeClass is the pods' RuntimeClass: for TierGVisor empty means
+	// DefaultRuntimeClass, for TierContainer the cluster's default runtime.
+	RuntimeClass string
+	// Owner, when set, is put on every pod (LabelOwner), and Reap and
+	// Leftovers look only at pods that carry it: the daemon's name, where
+	// several share a namespace.
+	Owner string
+	// GuestPath is the host path of the stockade-guest binary that the
+	// images carry (it names them: ImageRef). Required unless ImageRef is.
+	GuestPath string
+	// ImageRef, if set, names the image of a pod and how the kubelet gets
+	// it (a registry's image by digest, pulled IfNotPresent); nil means
+	// ImageRef(img, guest digest), imported on the node, never pulled.
+	ImageRef func(img sandbox.Image) (ref string, pull corev1.PullPolicy, err error)
+	// Seccomp, if set, is the name of Stockade's seccomp filter on the
+	// nodes, relative to the kubelet's seccomp directory
+	// (<kubelet root>/seccomp), whose contents and name SeccompProfile
+	// gives. Empty means the runtime's default filter
+	// (RuntimeDefault), which lets ptrace, process_vm_readv, TIOCSTI and
+	// AF_PACKET sockets through.
+	Seccomp string
+	// Defaults fill the zero fields of a Spec's limits; zero fields take
+	// sandbox.DefaultLimits and the tier's default CPU.
+	Defaults sandbox.Limits
+	// ReadyTimeout bounds how long Create waits for the pod to run and the
+	// guest to greet; zero means 60 s (a pulled image takes longer).
+	ReadyTimeout time.Duration
+	// Client and REST, when set, are used instead of those Kubeconfig
+	// gives: tests pass a fake clientset (Create then needs REST for the
+	// attach stream).
+	Client kubernetes.Interface
+	REST   *rest.Config
+}
+
+// Driver implements sandbox.Driver on a Kubernetes cluster. It is safe for
+// concurrent use. New does no I/O: a cluster that cannot be reached fails
+// only Health and Create.
+type Driver struct {
+	cfg    Config
+	cs     kubernetes.Interface
+	rest   *rest.Config
+	caps   sandbox.Capabilities
+	health sandboxkit.HealthCache
+
+	policyMu sync.Mutex
+	policyOK bool // the deny-all policy exists
+
+	guest guestDigest
+}
+
+var (
+	_ sandbox.Driver        = (*Driver)(nil)
+	_ sandbox.HealthChecker = (*Driver)(nil)
+	_ sandbox.Reaper        = (*Driver)(nil)
+	_ sandbox.Leftovers     = (*Driver)(nil)
+)
+
+// noReattach is why the kubernetes driver has no detached sandboxes.
+const noReattach = "the guest channel is the pod's attach stream, which passes bytes, not frames: a daemon that stops in the middle of a frame leaves half of it in the guest's stdin, and a new attach cannot tell where the next frame starts"
+
+// New returns a driver for cfg. It reads the kubeconfig but does not
+// contact the cluster.
+func New(cfg Config) (*Driver, error) {
+	if cfg.Namespace == "" {
+		return nil, fmt.Errorf("kubernetes: Namespace is required: %w", errdefs.ErrInvalidArgument)
+	}
+	if cfg.ImageRef == nil && cfg.GuestPath == "" {
+		return nil, fmt.Errorf("kubernetes: GuestPath or ImageRef is required: %w", errdefs.ErrInvalidArgument)
+	}
+	var cpu float64
+	switch cfg.Tier {
+	case sandbox.TierGVisor:
+		cpu = DefaultCPUGVisor
+		if cfg.RuntimeClass == "" {
+			cfg.RuntimeClass = DefaultRuntimeClass
+		}
+	case sandbox.TierContainer:
+		cpu = DefaultCPUContainer
+	default:
+		return nil, fmt.Errorf("kubernetes: tier %q: want %s or %s: %w", cfg.Tier, sandbox.TierGVisor, sandbox.TierContainer, errdefs.ErrInvalidArgument)
+	}
+	if cfg.ReadyTimeout == 0 {
+		cfg.ReadyTimeout = 60 * time.Second
+	}
+	cfg.Defaults = cfg.Defaults.WithDefaults(sandbox.Limits{CPU: cpu}).WithDefaults(sandbox.DefaultLimits())
+	d := &Driver{cfg: cfg, cs: cfg.Client, rest: cfg.REST}
+	if d.rest == nil {
+		var err error
+		if cfg.Kubeconfig == "" {
+			d.rest, err = rest.InClusterConfig()
+		} else {
+			d.rest, err = clientcmd.BuildConfigFromFlags("", cfg.Kubeconfig)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("kubernetes: reading the cluster's configuration: %v: %w", err, errdefs.ErrInvalidArgument)
+		}
+	}
+	if d.cs == nil {
+		cs, err := kubernetes.NewForConfig(d.rest)
+		if err != nil {
+			return nil, fmt.Errorf("kubernetes: %v: %w", err, errdefs.ErrInvalidArgument)
+		}
+		d.cs = cs
+	}
+	d.caps = capabilities(cfg.Tier, cpu, cfg.RuntimeClass, cfg.Seccomp != "")
+	d.health.Check = d.checkHealth
+	return d, nil
+}
+
+func (d *Driver) Name() string { return "kubernetes" }
+
+func (d *Driver) Capabilities() sandbox.Capabilities { return d.caps }
+
+// capabilities are what a driver of tier declares.
+func capabilities(tier sandbox.Tier, cpu float64, runtimeClass string, ownFilter bool) sandbox.Capabilities {
+	filter := "the runtime's default seccomp filter"
+	if ownFilter {
+		filter = "Stockade's seccomp filter"
+	}
+	c := sandbox.Capabilities{
+		Tier:         tier,
+		SharedKernel: tier == sandbox.TierContainer,
+		Boundary:     "Linux namespaces, cgroups, " + filter + ", no capabilities, in a pod of a Kubernetes cluster (shared node kernel)",
+		DefaultCPU:   cpu,
+		NetworkModes: []sandbox.NetworkMode{sandbox.NetworkNone},
+		Sessions:     true,
+		Health:       true,
+		Reap:         true,
+		Leftovers:    true,
+		Files:        true,
+		Kernels:      true,
+		Lacks: map[string]string{
+			"Bind":       "a pool's pod would need its labels changed at bind time, and a binding's limits cannot tighten a running pod's resources on this cluster",
+			"BindEgress": "the kubernetes driver has no egress at all",
+			"Reattach":   noReattach,
+			"Snapshots":  "a cluster cannot pause, checkpoint or fork a pod's sandbox through its API (and a restored guest would need a re-attach, which the attach stream cannot give)",
+		},
+	}
+	if tier == sandbox.TierGVisor {
+		c.Boundary = "gVisor's user-space kernel (RuntimeClass " + runtimeClass + ") in a pod of a Kubernetes cluster, no capabilities"
+	}
+	return c
+}
+
+// Health reports whether the driver can run sandboxes: the API server
+// answers a listing of the namespace's pods. The answer is cached
+// (sandboxkit.HealthCache): Health is asked before every invocation.
+func (d *Driver) Health(ctx context.Context) error { return d.health.Health(ctx) }
+
+func (d *Driver) checkHealth(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if _, err := d.cs.CoreV1().Pods(d.cfg.Namespace).List(ctx, metav1.ListOptions{Limit: 1}); err != nil {
+		return d.apiError("listing pods in namespace "+d.cfg.Namespace+" of", err)
+	}
+	return nil
+}
+
+// apiError classifies an error of the API server by its status.
+func (d *Driver) apiError(doing string, err error) error {
+	var class error
+	switch {
+	case errors.Is(err, context.Canceled):
+		return fmt.Errorf("%s the cluster: %w", doing, err)
+	case apierrors.IsNotFound(err):
+		class = errdefs.ErrNotFound
+	case apierrors.IsAlreadyExists(err), apierrors.IsConflict(err):
+		class = errdefs.ErrConflict
+	case apierrors.IsInvalid(err), apierrors.IsBadRequest(err):
+		class = errdefs.ErrInvalidArgument
+	case apierrors.IsForbidden(err), apierrors.IsUnauthorized(err):
+		class = errdefs.ErrPermissionDenied
+	default:
+		class = errdefs.ErrUnavailable
+	}
+	return fmt.Errorf("%s the cluster: %v: %w", doing, err, class)
+}
+
+// Create starts a sandbox: it makes sure of the namespace's deny-all
+// policy, creates the pod, waits for its container to run, attaches to it
+// and waits for the guest's greeting. On error the pod is deleted.
+func (d *Driver) Create(ctx context.Context, spec sandbox.Spec) (_ sandbox.Sandbox, err error) {
+	id, err := sandbox.ResolveID(spec.ID)
+	if err != nil {
+		return nil, err
+	}
+	if spec.Detached {
+		return nil, fmt.Errorf("the kubernetes driver cannot detach a sandbox: %s: %w", noReattach, errdefs.ErrInvalidArgument)
+	}
+	limits := spec.Limits.WithDefaults(d.cfg.Defaults)
+	if err := limits.Check(sandbox.Limits{}); err != nil {
+		return nil, err
+	}
+	ref, pull, err := d.imageRef(spec.Image)
+	if err != nil {
+		return nil, err
+	}
+	pod, err := buildPod(profile.Default(), podConfig{
+		ID: id, Namespace: d.cfg.Namespace, Owner: d.cfg.Owner, Image: ref, PullPolicy: pull,
+		RuntimeClass: d.cfg.RuntimeClass, Sysctls: d.cfg.Tier == sandbox.TierContainer, Seccomp: d.cfg.Seccomp,
+		NProc: d.cfg.Tier == sandbox.TierGVisor,
+	}, spec, limits)
+	if err != nil {
+		return nil, err
+	}
+	if err := d.ensurePolicy(ctx); err != nil {
+		return nil, err
+	}
+	created, err := d.cs.CoreV1().Pods(d.cfg.Namespace).Create(ctx, pod, metav1.CreateOptions{})
+	if err != nil {
+		if apierrors.IsAlreadyExists(err) {
+			return nil, fmt.Errorf("sandbox %q already exists: %w", id, errdefs.ErrConflict)
+		}
+		// The API server may have created it before ctx ended.
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+		_ = d.deletePod(rctx, pod.Name, "", 1)
+		cancel()
+		return nil, d.apiError("creating a pod in", err)
+	}
+	sb := d.newSbx(id, created, limits)
+	defer func() {
+		if err != nil {
+			_ = sb.Destroy(context.WithoutCancel(ctx))
+		}
+	}()
+	if err := sb.start(ctx); err != nil {
+		return nil, err
+	}
+	return sb, nil
+}
+
+// ensurePolicy creates the namespace's deny-all network policy once per
+// driver value; one that exists already is kept.
+func (d *Driver) ensurePolicy(ctx context.Context) error {
+	d.policyMu.Lock()
+	defer d.policyMu.Unlock()
+	if d.policyOK {
+		return nil
+	}
+	_, err := d.cs.NetworkingV1().NetworkPolicies(d.cfg.Namespace).Create(ctx, denyAll(d.cfg.Namespace), metav1.CreateOptions{})
+	if err != nil && !apierrors.IsAlreadyExists(err) {
+		return d.apiError("creating the deny-all network policy in", err)
+	}
+	d.policyOK = true
+	return nil
+}
+
+// selector selects the pods of this driver (and owner), and with id set
+// the one of that sandbox.
+func (d *Driver) selector(id string) string {
+	set := labels.Set{LabelManaged: ManagedBy}
+	if d.cfg.Owner != "" {
+		set[LabelOwner] = d.cfg.Owner
+	}
+	if id != "" {
+		set[LabelSandbox] = sandboxLabel(id)
+	}
+	return set.AsSelector().String()
+}
+
+// deletePod deletes the named pod (with uid set, only that pod, not a
+// later one of the same name) with a grace period of grace seconds, and
+// waits until the API server no longer has it: with a grace period, the
+// kubelet has then stopped its containers (a grace period of 0 is a forced
+// deletion, which does not wait for the kubelet). A pod that is already
+// gone is success.
+func (d *Driver) deletePod(ctx context.Context, name string, uid string, grace int64) error {
+	pods := d.cs.CoreV1().Pods(d.cfg.Namespace)
+	opts := metav1.DeleteOptions{GracePeriodSeconds: &grace}
+	if uid != "" {
+		u := types.UID(uid)
+		opts.Preconditions = &metav1.Preconditions{UID: &u}
+	}
+	err := pods.Delete(ctx, name, opts)
+	switch {
+	case apierrors.IsNotFound(err):
+		return nil
+	case apierrors.IsConflict(err):
+		return nil // another pod of that name now: ours is gone
+	case err != nil:
+		return d.apiError("deleting pod "+name+" in", err)
+	}
+	for {
+		p, err := pods.Get(ctx, name, metav1.GetOptions{})
+		switch {
+		case apierrors.IsNotFound(err):
+			return nil
+		case err == nil && uid != "" && string(p.UID) != uid:
+			return nil
+		case err != nil && ctx.Err() != nil:
+			return fmt.Errorf("waiting for pod %s to be deleted: %w", name, ctx.Err())
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("waiting for pod %s to be deleted: %w", name, ctx.Err())
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// Leftovers lists the pods of sandbox id that the API server still has.
+// Empty means clean. It bounds itself to 10 s within ctx.
+func (d *Driver) Leftovers(ctx context.Context, id string) []string {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	list, err := d.cs.CoreV1().Pods(d.cfg.Namespace).List(ctx, metav1.ListOptions{LabelSelector: d.selector(id)})
+	if err != nil {
+		return []string{fmt.Sprintf("listing pods: %v", err)}
+	}
+	var out []string
+	for _, p := range list.Items {
+		if p.Annotations[AnnotationID] == id {
+			out = append(out, fmt.Sprintf("pod %s/%s (%s)", p.Namespace, p.Name, p.Status.Phase))
+		}
+	}
+	return out
+}
+
+// Reap deletes every pod of this driver (and owner) in its namespace whose
+// labels contain all of match, running or not, and returns their sandbox
+// IDs, sorted.
+func (d *Driver) Reap(ctx context.Context, match map[string]string) ([]string, error) {
+	list, err := d.cs.CoreV1().Pods(d.cfg.Namespace).List(ctx, metav1.ListOptions{LabelSelector: d.selector("")})
+	if err != nil {
+		return nil, d.apiError("listing pods in", err)
+	}
+	var reaped []string
+	for _, p := range list.Items {
+		if !matches(podLabels(&p), match) {
+			continue
+		}
+		if err := d.deletePod(ctx, p.Name, string(p.UID), 1); err != nil {
+			return reaped, err
+		}
+		reaped = append(reaped, p.Annotations[AnnotationID])
+	}
+	slices.Sort(reaped)
+	return reaped, nil
+}
+
+// matches reports whether have holds every label of want.
+func matches(have, want map[string]string) bool {
+	for k, v := range want {
+		if hv, ok := have[k]; !ok || hv != v {
+			return false
+		}
+	}
+	return true
+}
+
+// Labels returns the Spec's labels of the pod of sandbox id, for tests.
+func (d *Driver) Labels(ctx context.Context, id string) (map[string]string, error) {
+	pod, err := d.cs.CoreV1().Pods(d.cfg.Namespace).Get(ctx, PodName(id), metav1.GetOptions{})
+	if err != nil {
+		return nil, d.apiError("reading pod "+PodName(id)+" in", err)
+	}
+	return maps.Clone(podLabels(pod)), nil
+}
+
+// ContainerID returns the runtime's ID of the container of sandbox id's
+// pod (the kubelet's containerID without its "containerd://" scheme), for
+// tests that look at the node.
+func (d *Driver) ContainerID(ctx context.Context, id string) (string, error) {
+	pod, err := d.cs.CoreV1().Pods(d.cfg.Namespace).Get(ctx, PodName(id), metav1.GetOptions{})
+	if err != nil {
+		return "", d.apiError("reading pod "+PodName(id)+" in", err)
+	}
+	for _, c := range pod.Status.ContainerStatuses {
+		if c.Name == containerName && c.ContainerID != "" {
+			_, cid, _ := strings.Cut(c.ContainerID, "://")
+			return cid, nil
+		}
+	}
+	return "", fmt.Errorf("pod %s has no container yet: %w", pod.Name, errdefs.ErrNotFound)
+}
+
+// SeccompProfile returns Stockade's seccomp filter for tier (the one the
+// local tier loads, from the profile: under gVisor the variant the Sentry
+// enforces, which answers ENOSYS where the host filter kills and refuses
+// ICMP sockets) as the JSON a node's kubelet reads for a Localhost
+// profile, and the content-addressed name to give its file below the
+// kubelet's seccomp directory (Config.Seccomp). runsc applies it only
+// with --oci-seccomp: the gVisor RuntimeClass's handler must pass it.
+func SeccompProfile(tier sandbox.Tier) (name string, data []byte, err error) {
+	sc, err := oci.Seccomp()
+	if err != nil {
+		return "", nil, err
+	}
+	if tier == sandbox.TierGVisor {
+		// oci.Build is where the gVisor variant is made; the spec around
+		// it is not used.
+		spec, err := oci.Build(oci.Options{
+			ID: "seccomp", Spec: sandbox.Spec{Image: sandbox.Image{Rootfs: "/"}},
+			Limits: sandbox.DefaultLimits().WithDefaults(sandbox.Limits{CPU: DefaultCPUGVisor}), GuestPath: profile.GuestPath,
+			Kernel: oci.UserSpaceKernel,
+		})
+		if err != nil {
+			return "", nil, err
+		}
+		if spec.Linux == nil || spec.Linux.Seccomp == nil {
+			return "", nil, fmt.Errorf("the gVisor spec has no seccomp filter")
+		}
+		sc = spec.Linux.Seccomp
+	}
+	// The OCI form is a valid Docker (and containerd) profile with the same
+	// meaning, as driver/docker relies on too.
+	if data, err = json.Marshal(sc); err != nil {
+		return "", nil, fmt.Errorf("encoding seccomp profile: %w", err)
+	}
+	return "stockade-" + digest12(string(data)) + ".json", data, nil
+}

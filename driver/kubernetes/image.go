@@ -1,0 +1,293 @@
+package kubernetes
+
+import (
+	"archive/tar"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/stockade-sh/stockade/errdefs"
+	"github.com/stockade-sh/stockade/sandbox"
+	"github.com/stockade-sh/stockade/sandbox/profile"
+)
+
+// How a pod refers to its image. The choice made here (docs/kubernetes.md
+// tells the operator): each runtime image, with the guest agent at
+// profile.GuestPath, is an OCI image named by ImageRef, a content-addressed
+// tag in the registry domain stockade.invalid, which no name server
+// resolves: the image is imported on each node (`ctr -n k8s.io images
+// import` of what WriteImageArchive writes) and the kubelet never pulls it
+// (imagePullPolicy Never). A cluster with a registry sets Config.ImageRef
+// to name the pushed image by its digest instead (`stockade image push` is
+// the follow-up).
+
+// ImageDomain is the registry domain of the images ImageRef names.
+const ImageDomain = "stockade.invalid"
+
+// archiveFormat names how WriteImageArchive builds the layer; it changes
+// whenever its output does, so that no node keeps an image of an older
+// driver under the same name.
+const archiveFormat = "k1"
+
+var (
+	repoName = regexp.MustCompile(`^[a-z0-9]+(?:[._-][a-z0-9]+)*$`)
+	sha256ID = regexp.MustCompile(`^sha256:[0-9a-f]{64}$`)
+)
+
+// ImageRef is the name of img with the guest whose sha256 is guestHex, as
+// an image imported on the node:
+// stockade.invalid/<runtime>:<image digest[:12]>-<guest digest[:12]>-k1.
+// Both digests are in the tag, so a rebuilt image or a new guest gets a
+// new name and never reuses a stale one.
+func ImageRef(img sandbox.Image, guestHex string) (string, error) {
+	if !sha256ID.MatchString(img.Digest) {
+		return "", fmt.Errorf("image %q has digest %q, not sha256:<hex>: %w", img.Name, img.Digest, errdefs.ErrInvalidArgument)
+	}
+	if len(guestHex) < 12 {
+		return "", fmt.Errorf("guest digest %q is too short: %w", guestHex, errdefs.ErrInvalidArgument)
+	}
+	name := img.Name
+	if !repoName.MatchString(name) {
+		name = "image"
+	}
+	return ImageDomain + "/" + name + ":" + img.Digest[len("sha256:"):][:12] + "-" + guestHex[:12] + "-" + archiveFormat, nil
+}
+
+// imageRef is the image of img's pods and its pull policy.
+func (d *Driver) imageRef(img sandbox.Image) (string, corev1.PullPolicy, error) {
+	if d.cfg.ImageRef != nil {
+		return d.cfg.ImageRef(img)
+	}
+	sum, err := d.guest.hex(d.cfg.GuestPath)
+	if err != nil {
+		return "", "", err
+	}
+	ref, err := ImageRef(img, sum)
+	return ref, corev1.PullNever, err
+}
+
+// WriteImageArchive writes img's root filesystem, with the guest at
+// guestPath as profile.GuestPath, to w as a Docker image archive (one layer,
+// its manifest.json naming ref), which `ctr -n k8s.io images import` loads
+// into a node's containerd under ref. The layer is staged in a temporary
+// file under tmpDir (its digest goes before it in the archive).
+func WriteImageArchive(w io.Writer, img sandbox.Image, guestPath, ref, tmpDir string) error {
+	if !filepath.IsAbs(img.Rootfs) {
+		return fmt.Errorf("image rootfs %q is not an absolute path: %w", img.Rootfs, errdefs.ErrInvalidArgument)
+	}
+	f, err := os.CreateTemp(tmpDir, "layer-*.tar")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(f.Name())
+	defer f.Close()
+	h := sha256.New()
+	if err := writeTree(io.MultiWriter(f, h), img.Rootfs, guestPath); err != nil {
+		return err
+	}
+	size, err := f.Seek(0, io.SeekCurrent)
+	if err != nil {
+		return err
+	}
+	if _, err := f.Seek(0, io.SeekStart); err != nil {
+		return err
+	}
+	config, err := json.Marshal(map[string]any{
+		"architecture": "amd64", "os": "linux",
+		"config": map[string]any{"User": fmt.Sprintf("%d:%d", profile.Default().User.UID, profile.Default().User.GID)},
+		"rootfs": map[string]any{"type": "layers", "diff_ids": []string{"sha256:" + hex.EncodeToString(h.Sum(nil))}},
+	})
+	if err != nil {
+		return err
+	}
+	manifest, err := json.Marshal([]map[string]any{{"Config": "config.json", "RepoTags": []string{ref}, "Layers": []string{"layer.tar"}}})
+	if err != nil {
+		return err
+	}
+	tw := tar.NewWriter(w)
+	for _, e := range []struct {
+		name string
+		data []byte
+	}{{"manifest.json", manifest}, {"config.json", config}} {
+		if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: e.name, Mode: 0o644, Size: int64(len(e.data))}); err != nil {
+			return err
+		}
+		if _, err := tw.Write(e.data); err != nil {
+			return err
+		}
+	}
+	if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: "layer.tar", Mode: 0o644, Size: size}); err != nil {
+		return err
+	}
+	if _, err := io.CopyN(tw, f, size); err != nil {
+		return err
+	}
+	return tw.Close()
+}
+
+// tmpfsMountPoints are the directories of the image that pods mount a
+// memory-backed volume on.
+var tmpfsMountPoints = map[string]bool{"tmp": true, "workspace": true}
+
+// writeTree writes the tree at rootfs to w as a tar stream, in lexical
+// order, keeping types, modes, owners, symlink targets, hard links and
+// modification times, with the scratch mount points mode 1777 and the
+// guest binary in place of the image's empty profile.GuestPath file.
+// Sockets are left out. (driver/docker's import writes the same tree.)
+func writeTree(w io.Writer, rootfs, guestPath string) error {
+	tw := tar.NewWriter(w)
+	guestName := strings.TrimPrefix(profile.GuestPath, "/")
+	type inode struct{ dev, ino uint64 }
+	links := map[inode]string{}
+	sawGuest := false
+	err := filepath.WalkDir(rootfs, func(p string, _ fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, err := filepath.Rel(rootfs, p)
+		if err != nil || rel == "." {
+			return err
+		}
+		name := filepath.ToSlash(rel)
+		if name == guestName {
+			sawGuest = true
+			return writeGuest(tw, name, guestPath)
+		}
+		fi, err := os.Lstat(p)
+		if err != nil {
+			return err
+		}
+		if fi.Mode()&fs.ModeSocket != 0 {
+			return nil
+		}
+		var target string
+		if fi.Mode()&fs.ModeSymlink != 0 {
+			if target, err = os.Readlink(p); err != nil {
+				return err
+			}
+		}
+		hdr, err := tar.FileInfoHeader(fi, target)
+		if err != nil {
+			return fmt.Errorf("%s: %w", p, err)
+		}
+		hdr.Name = name
+		if fi.IsDir() {
+			hdr.Name += "/"
+			if tmpfsMountPoints[name] {
+				hdr.Mode = 0o1777
+			}
+		}
+		hdr.Uname, hdr.Gname = "", ""
+		hdr.AccessTime, hdr.ChangeTime = time.Time{}, time.Time{}
+		if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+			hdr.Uid, hdr.Gid = int(st.Uid), int(st.Gid)
+			if fi.Mode().IsRegular() && st.Nlink > 1 {
+				key := inode{uint64(st.Dev), st.Ino}
+				if first, ok := links[key]; ok {
+					hdr.Typeflag, hdr.Linkname, hdr.Size = tar.TypeLink, first, 0
+				} else {
+					links[key] = name
+				}
+			}
+		}
+		if err := tw.WriteHeader(hdr); err != nil {
+			return err
+		}
+		if hdr.Typeflag != tar.TypeReg {
+			return nil
+		}
+		f, err := os.Open(p)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if _, err := io.CopyN(tw, f, hdr.Size); err != nil {
+			return fmt.Errorf("%s: %w", p, err)
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("archiving %s: %w", rootfs, err)
+	}
+	if !sawGuest {
+		if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeDir, Name: filepath.Dir(guestName) + "/", Mode: 0o755}); err != nil {
+			return err
+		}
+		if err := writeGuest(tw, guestName, guestPath); err != nil {
+			return err
+		}
+	}
+	return tw.Close()
+}
+
+// writeGuest adds the guest binary as name, root-owned and mode 0555.
+func writeGuest(tw *tar.Writer, name, guestPath string) error {
+	f, err := os.Open(guestPath)
+	if err != nil {
+		return fmt.Errorf("opening guest agent: %w", err)
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return fmt.Errorf("opening guest agent: %w", err)
+	}
+	if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: name, Mode: 0o555, Size: fi.Size(), ModTime: fi.ModTime()}); err != nil {
+		return err
+	}
+	if _, err := io.CopyN(tw, f, fi.Size()); err != nil {
+		return fmt.Errorf("archiving guest agent: %w", err)
+	}
+	return nil
+}
+
+// guestDigest caches the digest of the guest binary while the file looks
+// unchanged.
+type guestDigest struct {
+	mu    sync.Mutex
+	size  int64
+	mtime time.Time
+	sum   string
+}
+
+// hex returns the hex sha256 of the guest binary at path.
+func (g *guestDigest) hex(path string) (string, error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	fi, err := os.Stat(path)
+	if err != nil {
+		return "", fmt.Errorf("guest agent %s: %v: %w", path, err, errdefs.ErrUnavailable)
+	}
+	if g.sum != "" && g.size == fi.Size() && g.mtime.Equal(fi.ModTime()) {
+		return g.sum, nil
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return "", fmt.Errorf("guest agent %s: %v: %w", path, err, errdefs.ErrUnavailable)
+	}
+	defer f.Close()
+	h := sha256.New()
+	if _, err := io.Copy(h, f); err != nil {
+		return "", fmt.Errorf("hashing guest agent: %w", err)
+	}
+	g.size, g.mtime, g.sum = fi.Size(), fi.ModTime(), hex.EncodeToString(h.Sum(nil))
+	return g.sum, nil
+}
+
+// GuestDigest returns the hex sha256 of the guest binary at path, as
+// ImageRef wants it.
+func GuestDigest(path string) (string, error) {
+	var g guestDigest
+	return g.hex(path)
+}
