@@ -348,3 +348,37 @@ func TestClusterNoNetwork(t *testing.T) {
 		})
 	}
 }
+
+// TestClusterTerminationLog holds the mitigation of the kubelet's
+// termination message file (kubernetes.TerminationLogPath): from inside a
+// sandbox of each tier the mount is there (the check sees it in
+// /proc/self/mountinfo), /dev has no termination-log, and neither writing
+// the file nor listing its directory gets through.
+func TestClusterTerminationLog(t *testing.T) {
+	script := "grep -c ' " + kubernetes.TerminationLogPath + " ' /proc/self/mountinfo\n" +
+		"ls /dev/termination-log >/dev/null 2>&1 && echo dev-present || echo dev-absent\n" +
+		"if echo x >" + kubernetes.TerminationLogPath + "; then echo written; else echo refused; fi\n" +
+		"if ls " + kubernetes.TerminationLogDir + " >/dev/null; then echo listed; else echo unlisted; fi\n" +
+		"if dd if=/dev/zero of=/proc/self/root" + kubernetes.TerminationLogPath + " bs=1k count=1; then echo written; else echo refused; fi\n"
+	for _, tier := range []sandbox.Tier{sandbox.TierContainer, sandbox.TierGVisor} {
+		t.Run(string(tier), func(t *testing.T) {
+			d, img := cluster(t, tier)
+			sb, err := d.Create(t.Context(), sandbox.Spec{Image: img})
+			if err != nil {
+				t.Fatalf("Create: %v", err)
+			}
+			t.Cleanup(func() { sb.Destroy(t.Context()) })
+			res, err := sandbox.Run(t.Context(), sb, sandbox.ExecRequest{
+				File: sandbox.File{Name: "tl.sh", Data: []byte(script)},
+				Argv: []string{"/bin/sh", "{file}"},
+			})
+			if err != nil {
+				t.Fatalf("Run: %v", err)
+			}
+			t.Logf("%s: stdout %q stderr %q", res.Status, res.Stdout, res.Stderr)
+			if got, want := strings.Fields(string(res.Stdout)), []string{"1", "dev-absent", "refused", "unlisted", "refused"}; !slices.Equal(got, want) {
+				t.Errorf("got %q, want %q: the mount seen, no /dev/termination-log, the file out of reach", got, want)
+			}
+		})
+	}
+}

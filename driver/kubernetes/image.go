@@ -39,7 +39,7 @@ const ImageDomain = "stockade.invalid"
 // archiveFormat names how WriteImageArchive builds the layer; it changes
 // whenever its output does, so that no node keeps an image of an older
 // driver under the same name.
-const archiveFormat = "k1"
+const archiveFormat = "k2"
 
 var (
 	repoName = regexp.MustCompile(`^[a-z0-9]+(?:[._-][a-z0-9]+)*$`)
@@ -228,6 +228,15 @@ func writeTree(w io.Writer, rootfs, guestPath string) error {
 		if err := writeGuest(tw, guestName, guestPath); err != nil {
 			return err
 		}
+	}
+	// The termination message file's mount point, in a directory only
+	// root may enter (TerminationLogPath).
+	dir := strings.TrimPrefix(TerminationLogDir, "/")
+	if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeDir, Name: dir + "/", Mode: 0o700}); err != nil {
+		return err
+	}
+	if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: strings.TrimPrefix(TerminationLogPath, "/"), Mode: 0o600}); err != nil {
+		return err
 	}
 	return tw.Close()
 }

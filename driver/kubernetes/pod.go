@@ -39,6 +39,17 @@ const (
 	PolicyName = "stockade-deny-all"
 	// containerName is the pod's one container.
 	containerName = "sandbox"
+	// TerminationLogDir and TerminationLogPath are where the pod's
+	// termination message file is mounted. The kubelet bind-mounts a file
+	// of the node's disk, mode 0666, read-write into every container at
+	// its terminationMessagePath, whatever the pod asks (by default
+	// /dev/termination-log): a sandbox could fill the node's disk through
+	// it. Every image the driver writes (WriteImageArchive) has
+	// TerminationLogDir as root's, mode 0700, so the sandbox's user, with
+	// no capability, cannot reach the file below it: the mount is there,
+	// but no path to it resolves (TestClusterTerminationLog).
+	TerminationLogDir  = "/.stockade-kubelet"
+	TerminationLogPath = TerminationLogDir + "/termination-log"
 )
 
 // gate is the container's command: it waits for the host's first line on
@@ -216,8 +227,11 @@ func buildPod(p profile.Profile, c podConfig, spec sandbox.Spec, l sandbox.Limit
 				StdinOnce: true,
 				TTY:       false,
 				// The guest's stdout is the protocol: the kubelet logs it
-				// (bounded by its log rotation); no message file is read.
+				// (bounded by its log rotation); no message file is read,
+				// and its mount is out of the sandbox's reach
+				// (TerminationLogPath).
 				TerminationMessagePolicy: corev1.TerminationMessageReadFile,
+				TerminationMessagePath:   TerminationLogPath,
 				VolumeMounts:             mounts,
 				Resources:                corev1.ResourceRequirements{Limits: res, Requests: res},
 				SecurityContext: &corev1.SecurityContext{

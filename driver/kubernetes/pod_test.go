@@ -116,6 +116,9 @@ func TestPodSecurity(t *testing.T) {
 	if c.ImagePullPolicy != corev1.PullNever || c.Image != "stockade.invalid/shell:0-0-k1" {
 		t.Errorf("image %q pull %s", c.Image, c.ImagePullPolicy)
 	}
+	if c.TerminationMessagePath != TerminationLogPath {
+		t.Errorf("terminationMessagePath %q, want %q (below root's 0700 directory of the image)", c.TerminationMessagePath, TerminationLogPath)
+	}
 	sc := c.SecurityContext
 	if sc == nil {
 		t.Fatal("container securityContext is nil")
