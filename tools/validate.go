@@ -317,7 +317,11 @@ func validateEgress(t Tool, opts Options) Problems {
 				with = append(with, tier)
 			}
 		}
-		add(RuleEgress, "the %s tier gives a sandbox no network at all, so neither egress nor credentials; use tier %s", t.Tier, orNone(joinOr(with)))
+		if len(with) == 0 {
+			add(RuleEgress, "the %s tier gives a sandbox no network at all, so neither egress nor credentials, and no driver of this host gives egress; use egress: none", t.Tier)
+		} else {
+			add(RuleEgress, "the %s tier gives a sandbox no network at all, so neither egress nor credentials; use tier %s", t.Tier, joinOr(with))
+		}
 	}
 	if !e.None() {
 		if !opts.EgressSupported {
