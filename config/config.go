@@ -17,7 +17,7 @@ import (
 )
 
 // Drivers Stockade can be configured with.
-var DriverNames = []string{"runc", "gvisor", "docker", "vercel"}
+var DriverNames = []string{"runc", "gvisor", "docker", "vercel", "kubernetes"}
 
 // Config is the whole configuration of a Stockade process. The zero value is
 // not valid; start from Default.
@@ -178,6 +178,35 @@ type Config struct {
 	// E2B serves the wire of E2B's SDKs (package e2b); off unless its
 	// listen address is set.
 	E2B E2B `yaml:"e2b"`
+	// Kubernetes configures the kubernetes driver, which runs sandboxes as
+	// pods of a cluster; it is built only when Driver is "kubernetes".
+	Kubernetes Kubernetes `yaml:"kubernetes"`
+}
+
+// Kubernetes configures the kubernetes driver (driver: kubernetes): the
+// daemon then runs every sandbox as a pod of the cluster, the gvisor tier
+// with GVisorClass, the container tier with ContainerClass, and no local
+// tier (docs/kubernetes.md):
+//
+//	kubernetes: {kubeconfig: /etc/stockade/kubeconfig, namespace: stockade, gvisor_class: gvisor}
+type Kubernetes struct {
+	// Kubeconfig is the path of a kubeconfig file; empty means the
+	// in-cluster configuration (the daemon runs in a pod of the cluster).
+	Kubeconfig string `yaml:"kubeconfig"`
+	// Namespace holds the sandboxes' pods and their deny-all network
+	// policy; DefaultKubeNamespace unless set.
+	Namespace string `yaml:"namespace"`
+	// GVisorClass is the RuntimeClass of the gvisor tier's pods;
+	// DefaultKubeGVisorClass unless set.
+	GVisorClass string `yaml:"gvisor_class"`
+	// ContainerClass is the RuntimeClass of the container tier's pods;
+	// empty means the cluster's default runtime (runc).
+	ContainerClass string `yaml:"container_class"`
+	// SeccompDir, if set, is the kubelet's seccomp directory
+	// (<kubelet root>/seccomp) as the daemon sees it: the daemon writes
+	// Stockade's filters there at start and gives pods them as Localhost
+	// profiles. Empty means the runtime's default filter (RuntimeDefault).
+	SeccompDir string `yaml:"seccomp_dir"`
 }
 
 // E2B configures the E2B-compatible listener: one address serves the
@@ -446,6 +475,10 @@ func (c Config) Validate() error {
 		return bad("state_dir %q must be an absolute path", c.StateDir)
 	case !slices.Contains(DriverNames, c.Driver):
 		return bad("unknown driver %q (known: %v)", c.Driver, DriverNames)
+	case c.Driver == "kubernetes" && c.Kubernetes.Namespace == "":
+		return bad("kubernetes.namespace must be set for the kubernetes driver")
+	case c.Kubernetes.SeccompDir != "" && !filepath.IsAbs(c.Kubernetes.SeccompDir):
+		return bad("kubernetes.seccomp_dir %q must be an absolute path", c.Kubernetes.SeccompDir)
 	case c.Defaults.Timeout <= 0 || c.Defaults.Timeout > time.Hour:
 		return bad("defaults.timeout %s is out of range (more than 0, at most 1h)", sandbox.FormatDuration(c.Defaults.Timeout))
 	case c.MaxConcurrent <= 0:

@@ -180,6 +180,8 @@ func TestValidate(t *testing.T) {
 		},
 		func(c *Config) { c.PoolMaxAge = 0 },
 		func(c *Config) { c.MemoryBudget = -1 },
+		func(c *Config) { c.Driver, c.Kubernetes.Namespace = "kubernetes", "" },
+		func(c *Config) { c.Kubernetes.SeccompDir = "relative" },
 	}
 	for i, mutate := range bad {
 		c := Default()

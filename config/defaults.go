@@ -133,6 +133,7 @@ func Default() Config {
 		ApprovalTTL:          DefaultApprovalTTL,
 		CreditsPerInvocation: DefaultCreditsPerInvocation,
 		Pools:                DefaultPools(),
+		Kubernetes:           Kubernetes{Namespace: DefaultKubeNamespace, GVisorClass: DefaultKubeGVisorClass},
 		TemplateSources:      DefaultTemplateSources(),
 		PoolMaxAge:           DefaultPoolMaxAge,
 		MemoryBudget:         DefaultMemoryBudget(),
@@ -160,6 +161,12 @@ const DefaultMaxCheckpointBytes = 4 << 30
 // DefaultSnapshotTTL is sessions.snapshot_ttl's default: how long a
 // session's snapshot is kept unless it is deleted first.
 const DefaultSnapshotTTL = 24 * time.Hour
+
+// The kubernetes driver's namespace and gVisor RuntimeClass by default.
+const (
+	DefaultKubeNamespace   = "stockade"
+	DefaultKubeGVisorClass = "gvisor"
+)
 
 // DefaultE2BListen is the E2B listener's address by default: none (the
 // E2B wire is off).

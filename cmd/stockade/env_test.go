@@ -48,6 +48,7 @@ func TestEnvironment(t *testing.T) {
 		{"run refuses --driver with STOCKADE_URL", remote, []string{"run", "--driver", "runc", "--runtime", "python", "-c", "print(1)"}, exitUsage, "", "--driver does not apply with STOCKADE_URL"},
 		{"run refuses --memory with STOCKADE_URL", remote, []string{"run", "--memory", "64MiB", "--runtime", "python", "-c", "print(1)"}, exitUsage, "", "--memory does not apply with STOCKADE_URL"},
 		{"run --url empty runs here", remote, []string{"run", "--url", "", "--state-dir", dir, "--runc", "/nonexistent/runc", "--driver", "runc", "--runtime", "python", "-c", "print(1)"}, exitRunFailure, "", "/nonexistent/runc"},
+		{"run on the cluster of STOCKADE_DRIVER=kubernetes and STOCKADE_KUBECONFIG", []string{"STOCKADE_DRIVER=kubernetes", "STOCKADE_KUBECONFIG=/nonexistent/kubeconfig"}, []string{"run", "--url", "", "--data-dir", t.TempDir(), "--state-dir", dir, "--runtime", "python", "-c", "print(1)"}, exitUsage, "", "/nonexistent/kubeconfig"},
 		{"session list by STOCKADE_URL", remote, []string{"session", "list"}, exitUsage, "GET /v1/sessions sk_fromenv", "invalid or revoked API key"},
 		{"workspace list by STOCKADE_DB", []string{"STOCKADE_DB=" + db}, []string{"workspace", "list"}, 0, "", "fromenvdb"},
 		{"--db wins over STOCKADE_DB", []string{"STOCKADE_DB=sqlite:/nonexistent/dir/x.db"}, []string{"workspace", "list", "--db", db}, 0, "", "fromenvdb"},

@@ -29,7 +29,9 @@ const (
 // (STOCKADE_DATA_DIR, STOCKADE_STATE_DIR, STOCKADE_DRIVER,
 // SANDBOX_DRIVER as an alias of STOCKADE_DRIVER, DOCKER_HOST, the vercel
 // driver's VERCEL_TOKEN, VERCEL_TEAM_ID, VERCEL_PROJECT_ID and
-// STOCKADE_VERCEL_API,
+// STOCKADE_VERCEL_API, the kubernetes driver's STOCKADE_KUBECONFIG,
+// STOCKADE_KUBERNETES_NAMESPACE, STOCKADE_KUBERNETES_GVISOR_CLASS,
+// STOCKADE_KUBERNETES_CONTAINER_CLASS and STOCKADE_KUBERNETES_SECCOMP_DIR,
 // STOCKADE_AUDIT_WITNESS, STOCKADE_ANALYTICS_CLICKHOUSE_URL) and the flags
 // given.
 // The environment is read here, in flagOrEnv and defaultDataDir, and
@@ -47,6 +49,7 @@ func configFlags(fs *flag.FlagSet, opts ...configOption) (*config.Config, func(a
 		fs.StringVar(&cfg.RunscPath, "runsc", cfg.RunscPath, "runsc executable")
 		fs.StringVar(&cfg.GuestPath, "guest", cfg.GuestPath, "guest agent binary (default: the one embedded in stockade)")
 		fs.StringVar(&cfg.DockerHost, "docker-host", cfg.DockerHost, "Docker Engine for the docker driver (env DOCKER_HOST; default the Docker client's)")
+		kubernetesFlags(fs, &cfg.Kubernetes)
 	}
 	configFile := ""
 	if o&withConfigFile != 0 {
@@ -71,6 +74,10 @@ func configFlags(fs *flag.FlagSet, opts ...configOption) (*config.Config, func(a
 			{"VERCEL_TOKEN", &cfg.Vercel.Token}, {"VERCEL_TEAM_ID", &cfg.Vercel.TeamID},
 			{"VERCEL_PROJECT_ID", &cfg.Vercel.ProjectID}, {"STOCKADE_VERCEL_API", &cfg.Vercel.API},
 			{"STOCKADE_ANALYTICS_CLICKHOUSE_URL", &cfg.Analytics.ClickHouse.URL},
+			{"STOCKADE_KUBECONFIG", &cfg.Kubernetes.Kubeconfig}, {"STOCKADE_KUBERNETES_NAMESPACE", &cfg.Kubernetes.Namespace},
+			{"STOCKADE_KUBERNETES_GVISOR_CLASS", &cfg.Kubernetes.GVisorClass},
+			{"STOCKADE_KUBERNETES_CONTAINER_CLASS", &cfg.Kubernetes.ContainerClass},
+			{"STOCKADE_KUBERNETES_SECCOMP_DIR", &cfg.Kubernetes.SeccompDir},
 		} {
 			if v := os.Getenv(e.name); v != "" {
 				*e.dst = v
@@ -85,6 +92,15 @@ func configFlags(fs *flag.FlagSet, opts ...configOption) (*config.Config, func(a
 		return pos, nil
 	}
 	return &cfg, load
+}
+
+// kubernetesFlags registers the flags of the kubernetes driver, over k.
+func kubernetesFlags(fs *flag.FlagSet, k *config.Kubernetes) {
+	fs.StringVar(&k.Kubeconfig, "kubernetes-kubeconfig", k.Kubeconfig, "kubeconfig `FILE` of the kubernetes driver's cluster (env STOCKADE_KUBECONFIG; default the in-cluster configuration)")
+	fs.StringVar(&k.Namespace, "kubernetes-namespace", k.Namespace, "namespace of the kubernetes driver's pods (env STOCKADE_KUBERNETES_NAMESPACE)")
+	fs.StringVar(&k.GVisorClass, "kubernetes-gvisor-class", k.GVisorClass, "RuntimeClass of the kubernetes driver's gvisor-tier pods (env STOCKADE_KUBERNETES_GVISOR_CLASS)")
+	fs.StringVar(&k.ContainerClass, "kubernetes-container-class", k.ContainerClass, "RuntimeClass of the kubernetes driver's container-tier pods (env STOCKADE_KUBERNETES_CONTAINER_CLASS; default the cluster's default runtime)")
+	fs.StringVar(&k.SeccompDir, "kubernetes-seccomp-dir", k.SeccompDir, "the kubelet's seccomp `DIR`: the daemon writes Stockade's filters there and pods load them (env STOCKADE_KUBERNETES_SECCOMP_DIR; default the runtime's filter)")
 }
 
 // defaultDataDir is the default of --data-dir for commands that take only

@@ -82,7 +82,7 @@ func serveCmd(ctx context.Context, args []string) int {
 func serveFlags() (*flag.FlagSet, *config.Config, func([]string) ([]string, error)) {
 	fs := newFlags("serve", serveSynopsis)
 	cfg, load := configFlags(fs, withConfigFile)
-	fs.StringVar(&cfg.Driver, "driver", cfg.Driver, "default driver: gvisor, runc, docker or vercel (env STOCKADE_DRIVER)")
+	fs.StringVar(&cfg.Driver, "driver", cfg.Driver, "default driver: gvisor, runc, docker, vercel or kubernetes (env STOCKADE_DRIVER; kubernetes runs every sandbox as a pod of the cluster, see the kubernetes- flags)")
 	fs.StringVar(&cfg.Vercel.TeamID, "vercel-team-id", cfg.Vercel.TeamID, "the Vercel team of the vercel driver's sandboxes (env VERCEL_TEAM_ID; its token: env VERCEL_TOKEN only)")
 	fs.StringVar(&cfg.Vercel.ProjectID, "vercel-project-id", cfg.Vercel.ProjectID, "the Vercel project of the vercel driver's sandboxes (env VERCEL_PROJECT_ID)")
 	fs.StringVar(&cfg.Vercel.API, "vercel-api", cfg.Vercel.API, "the Vercel Sandbox API's address, https or loopback http (env STOCKADE_VERCEL_API; default Vercel's)")

@@ -72,7 +72,7 @@ func toolsFlags(name string) (*flag.FlagSet, *config.Config, func([]string) ([]s
 // `stockade serve` on a host with root and nftables) loads cfg's tools
 // with, its drivers among them.
 func toolOptions(cfg *config.Config) tools.Options {
-	return tools.Options{DataRoot: cfg.MountRoot(), Drivers: wiring.DriverCapabilities(), EgressSupported: true}
+	return tools.Options{DataRoot: cfg.MountRoot(), Drivers: wiring.DriverCapabilities(*cfg), EgressSupported: true}
 }
 
 // loadTools loads the configured tools as a daemon with egress does (see

@@ -198,7 +198,7 @@ func New(cfg Config) (*Driver, error) {
 		}
 		d.cs = cs
 	}
-	d.caps = capabilities(cfg.Tier, cpu, cfg.RuntimeClass, cfg.Seccomp != "")
+	d.caps = Capabilities(cfg)
 	d.health.Check = d.checkHealth
 	return d, nil
 }
@@ -207,10 +207,18 @@ func (d *Driver) Name() string { return "kubernetes" }
 
 func (d *Driver) Capabilities() sandbox.Capabilities { return d.caps }
 
-// capabilities are what a driver of tier declares.
-func capabilities(tier sandbox.Tier, cpu float64, runtimeClass string, ownFilter bool) sandbox.Capabilities {
+// Capabilities returns what the driver New(cfg) returns declares (its
+// tier, RuntimeClass and filter are cfg's), without building it.
+func Capabilities(cfg Config) sandbox.Capabilities {
+	tier, runtimeClass, cpu := cfg.Tier, cfg.RuntimeClass, DefaultCPUContainer
+	if tier == sandbox.TierGVisor {
+		cpu = DefaultCPUGVisor
+		if runtimeClass == "" {
+			runtimeClass = DefaultRuntimeClass
+		}
+	}
 	filter := "the runtime's default seccomp filter"
-	if ownFilter {
+	if cfg.Seccomp != "" {
 		filter = "Stockade's seccomp filter"
 	}
 	c := sandbox.Capabilities{

@@ -49,11 +49,11 @@ func TestTiersInREADME(t *testing.T) {
 		i := strings.Index(string(b), "\n"+table)
 		return i >= 0 && strings.HasPrefix(string(b)[i+1+len(table):], "\n")
 	}
-	want := tiersTable(DriverCapabilities())
+	want := tiersTable(DriverCapabilities(config.Default()))
 	if !holds(want) {
 		t.Errorf("README.md does not hold the tiers' table as the drivers declare it:\n%s", want)
 	}
-	changed := DriverCapabilities()
+	changed := DriverCapabilities(config.Default())
 	c := changed["docker"]
 	c.NetworkModes = slices.Concat(c.NetworkModes, []sandbox.NetworkMode{sandbox.NetworkEgress})
 	changed["docker"] = c
@@ -65,23 +65,34 @@ func TestTiersInREADME(t *testing.T) {
 // TestDriverCapabilities checks that DriverCapabilities declares what the
 // drivers Engine builds declare, for every driver the configuration knows.
 func TestDriverCapabilities(t *testing.T) {
-	if got, want := slices.Sorted(maps.Keys(DriverCapabilities())), slices.Sorted(slices.Values(config.DriverNames)); !slices.Equal(got, want) {
+	names := slices.Concat(slices.Collect(maps.Keys(DriverCapabilities(config.Default()))), []string{KubernetesGVisor})
+	if got, want := slices.Sorted(slices.Values(names)), slices.Sorted(slices.Values(config.DriverNames)); !slices.Equal(got, want) {
 		t.Errorf("DriverCapabilities declares drivers %v, want the configuration's %v", got, want)
 	}
-	cfg := config.Default()
-	// No egress: Open then touches nothing on the host.
-	cfg.DataDir, cfg.StateDir, cfg.GuestPath, cfg.Egress = t.TempDir(), t.TempDir(), "/nonexistent/guest", false
-	// The vercel driver is built with credentials; it does no I/O until
-	// used.
-	cfg.Vercel = config.Vercel{Token: "t", TeamID: "team", ProjectID: "prj", API: "http://127.0.0.1:1"}
-	e, err := Engine(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	got := tools.CapabilitiesOf(e.Drivers())
-	for name, want := range DriverCapabilities() {
-		if !reflect.DeepEqual(got[name], want) {
-			t.Errorf("driver %s: Engine's declares %+v, DriverCapabilities %+v", name, got[name], want)
+	kube := config.Default()
+	kube.Driver, kube.Kubernetes.Kubeconfig = KubernetesGVisor, kubeconfig(t)
+	kube.Kubernetes.ContainerClass, kube.Kubernetes.SeccompDir = "runc-nonet", t.TempDir()
+	for _, cfg := range []config.Config{config.Default(), kube} {
+		// No egress: Open then touches nothing on the host.
+		cfg.DataDir, cfg.StateDir, cfg.GuestPath, cfg.Egress = t.TempDir(), t.TempDir(), "/nonexistent/guest", false
+		if cfg.Driver != KubernetesGVisor {
+			// The vercel driver is built with credentials; it does no
+			// I/O until used.
+			cfg.Vercel = config.Vercel{Token: "t", TeamID: "team", ProjectID: "prj", API: "http://127.0.0.1:1"}
+		}
+		e, err := Engine(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := tools.CapabilitiesOf(e.Drivers())
+		declared := DriverCapabilities(cfg)
+		if !slices.Equal(slices.Sorted(maps.Keys(got)), slices.Sorted(maps.Keys(declared))) {
+			t.Errorf("driver %s: Engine builds %v, DriverCapabilities declares %v", cfg.Driver, slices.Sorted(maps.Keys(got)), slices.Sorted(maps.Keys(declared)))
+		}
+		for name, want := range declared {
+			if !reflect.DeepEqual(got[name], want) {
+				t.Errorf("driver %s: Engine's declares %+v, DriverCapabilities %+v", name, got[name], want)
+			}
 		}
 	}
 }

@@ -72,17 +72,21 @@ func Engine(cfg config.Config) (*engine.Engine, error) {
 	return engine.New(drivers, cfg.Driver, image.Open(cfg.ImageDir()), cfg.Defaults, cfg.Ceiling, opts...)
 }
 
-// DriverCapabilities are what the drivers Engine builds declare, by name,
-// without building them: what `stockade tools` checks records against
-// (tools.Options.Drivers) when no engine runs.
-func DriverCapabilities() map[string]sandbox.Capabilities {
+// DriverCapabilities are what the drivers Engine builds from cfg declare,
+// by name, without building them: what `stockade tools` checks records
+// against (tools.Options.Drivers) when no engine runs.
+func DriverCapabilities(cfg config.Config) map[string]sandbox.Capabilities {
+	if cfg.Driver == KubernetesGVisor {
+		return KubernetesCapabilities(cfg.Kubernetes)
+	}
 	return map[string]sandbox.Capabilities{"runc": runc.Capabilities(), "gvisor": gvisor.Capabilities(), "docker": docker.Capabilities(), "vercel": vercel.Capabilities()}
 }
 
 // Drivers returns the drivers of cfg by name: runc, gvisor and docker,
 // and vercel when it is the default driver or has a token (its New
-// names the credentials it lacks). It installs the embedded guest agent
-// unless cfg.GuestPath is set.
+// names the credentials it lacks); or, when cfg.Driver is "kubernetes",
+// only the cluster's (KubernetesDrivers). It installs the embedded guest
+// agent unless cfg.GuestPath is set.
 func Drivers(cfg config.Config) (map[string]sandbox.Driver, error) {
 	guestPath := cfg.GuestPath
 	if guestPath == "" {
@@ -91,6 +95,9 @@ func Drivers(cfg config.Config) (map[string]sandbox.Driver, error) {
 			return nil, err
 		}
 		guestPath = p
+	}
+	if cfg.Driver == KubernetesGVisor {
+		return KubernetesDrivers(cfg.Kubernetes, guestPath)
 	}
 	// Detached sandboxes are supervised by this very binary's `stockade
 	// shim`.
