@@ -1,0 +1,87 @@
+#!/usr/bin/env bash
+# Runs the kubernetes driver's cluster tests (build tag kubecluster,
+# driver/kubernetes/cluster_test.go) on the test cluster, twice, and
+# leaves nothing running:
+#
+#   1. up.sh with the kubelet's podPidsLimit 64 (the conformance suite's
+#      pids limit): the suite on runc pods (RuntimeClass runc-nonet), the
+#      round trip, reaping, the network probes and the termination log;
+#   2. down.sh, then up.sh with podPidsLimit 320 (a gVisor pod's Sentry
+#      counts in its pids cgroup: the program's 64 plus 256): the suite
+#      on gVisor pods (gvisor-nonet) and the termination log there;
+#   3. down.sh, also when a step fails (trap).
+#
+# Needs root and the binaries scripts/kube/build.sh caches (it does not
+# build them: on a fresh machine run build.sh first, ~20 min from empty
+# Go caches, see docs/kubernetes.md), the runtime image `shell` in
+# $STOCKADE_DATA_DIR (/var/lib/stockade by default, `stockade setup`).
+# Exits non-zero if a test failed or down.sh left anything. Prints each
+# step's time. Extra `go test` flags: $KUBE_TEST_FLAGS (e.g. -v).
+#
+# Skipped ($KUBE_TEST_SKIP, a `go test -skip` pattern; empty runs all):
+# the suite's Filesystem/Tmp and Filesystem/NoHostMounts, which no pod spec
+# can pass (an emptyDir has no nosuid or nodev; the kubelet and containerd
+# mount /etc/hosts, /etc/hostname, /etc/resolv.conf and the termination
+# message file into every container): the known differences of
+# docs/kubernetes.md.
+set -uo pipefail
+
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(cd "$here/../.." && pwd)
+CACHE=${STOCKADE_KUBE_CACHE:-/usr/local/lib/stockade}
+KUBE_VERSION=${KUBE_VERSION:-v1.34.4}
+envfile=$CACHE/kube-cluster-$KUBE_VERSION.env
+[ -r "$envfile" ] || { echo "test.sh: $envfile missing; run scripts/kube/build.sh first" >&2; exit 1; }
+# shellcheck disable=SC1090
+. "$envfile"
+DIR=${STOCKADE_KUBE_DIR:-/var/lib/stockade-kube}
+[ "$(id -u)" = 0 ] || { echo "test.sh: needs root" >&2; exit 1; }
+
+log() { printf '%s test.sh: %s\n' "$(date -u +%H:%M:%S)" "$*" >&2; }
+now() { date +%s.%N; }
+since() { echo "$(now) $1" | awk '{printf "%.1f", $1 - $2}'; }
+
+export PATH=/usr/local/go/bin:$PATH CGO_ENABLED=0 GOFLAGS=${GOFLAGS:--buildvcs=false}
+export STOCKADE_TEST_KUBECONFIG=$DIR/admin.kubeconfig
+export STOCKADE_TEST_KUBE_CTR="$CONTAINERD_BIN/ctr --address $DIR/run/containerd.sock"
+export STOCKADE_TEST_KUBE_RUNSC=$RUNSC
+
+skip=${KUBE_TEST_SKIP-TestClusterConformance/Filesystem/(Tmp|NoHostMounts)\$}
+up=0
+down() {
+	[ "$up" = 1 ] || return 0
+	local t
+	t=$(now)
+	if "$here/down.sh" >/dev/null; then
+		log "down.sh: $(since "$t") s"
+		up=0
+	else
+		log "down.sh left something (above)"
+		return 1
+	fi
+}
+trap 'down' EXIT
+
+# run PIDS_LIMIT PATTERN: brings the cluster up with that podPidsLimit,
+# runs the tests PATTERN names, and tears the cluster down.
+failed=0
+run() {
+	local t rc
+	t=$(now)
+	STOCKADE_KUBE_POD_PIDS_LIMIT=$1 "$here/up.sh" >/dev/null || { log "up.sh failed"; failed=1; return; }
+	up=1
+	log "up.sh (podPidsLimit $1): $(since "$t") s"
+	t=$(now)
+	# shellcheck disable=SC2086
+	(cd "$root" && nice go test -tags kubecluster -count=1 -p 1 -timeout 20m ${KUBE_TEST_FLAGS:-} -run "$2" -skip "$skip" ./driver/kubernetes/)
+	rc=$?
+	log "go test -run '$2': $(since "$t") s, exit $rc"
+	[ "$rc" = 0 ] || failed=1
+	down || failed=1
+}
+
+t0=$(now)
+run 64 'TestClusterConformanceRunc|TestClusterRoundTrip/container|TestClusterReap|TestClusterNoNetwork|TestClusterTerminationLog/container'
+run 320 'TestClusterConformanceGVisor|TestClusterRoundTrip/gvisor|TestClusterTerminationLog/gvisor'
+log "all: $(since "$t0") s, $([ "$failed" = 0 ] && echo passed || echo FAILED)"
+exit "$failed"
