@@ -25,9 +25,6 @@ import (
 	"testing"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	k8s "k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
@@ -76,19 +73,7 @@ func clusterClass(t *testing.T, tier sandbox.Tier, class string) (*kubernetes.Dr
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, err = cs.CoreV1().Namespaces().Create(t.Context(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{})
-	if err != nil && !apierrors.IsAlreadyExists(err) {
-		t.Fatal(err)
-	}
-	// Pods are admitted once the namespace's default service account is.
-	for deadline := time.Now().Add(30 * time.Second); ; {
-		if _, err := cs.CoreV1().ServiceAccounts(ns).Get(t.Context(), "default", metav1.GetOptions{}); err == nil {
-			break
-		} else if time.Now().After(deadline) {
-			t.Fatalf("namespace %s has no default service account: %v", ns, err)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+	ensureNamespace(t, cs, ns)
 	guest := testenv.Guest(t)
 	img := testenv.Image(t, "shell")
 	importImage(t, ctr, img, guest)
