@@ -8,13 +8,17 @@
 #      round trip, reaping, the network probes and the termination log;
 #   2. down.sh, then up.sh with podPidsLimit 320 (a gVisor pod's Sentry
 #      counts in its pids cgroup: the program's 64 plus 256): the suite
-#      on gVisor pods (gvisor-nonet) and the termination log there;
+#      on gVisor pods (gvisor-nonet), the termination log there, and the
+#      README's API example against `stockade serve` with
+#      STOCKADE_DRIVER=kubernetes, whose daemon is then killed and
+#      restarted to reap its run's pod (TestClusterDaemon);
 #   3. down.sh, also when a step fails (trap).
 #
 # Needs root and the binaries scripts/kube/build.sh caches (it does not
 # build them: on a fresh machine run build.sh first, ~20 min from empty
-# Go caches, see docs/kubernetes.md), the runtime image `shell` in
-# $STOCKADE_DATA_DIR (/var/lib/stockade by default, `stockade setup`).
+# Go caches, see docs/kubernetes.md), and the runtime images `shell` and
+# `python` in $STOCKADE_DATA_DIR (/var/lib/stockade by default, `stockade
+# setup`).
 # Exits non-zero if a test failed or down.sh left anything. Prints each
 # step's time. Extra `go test` flags: $KUBE_TEST_FLAGS (e.g. -v).
 #
@@ -82,6 +86,6 @@ run() {
 
 t0=$(now)
 run 64 'TestClusterConformanceRunc|TestClusterRoundTrip/container|TestClusterReap|TestClusterNoNetwork|TestClusterTerminationLog/container'
-run 320 'TestClusterConformanceGVisor|TestClusterRoundTrip/gvisor|TestClusterTerminationLog/gvisor'
+run 320 'TestClusterConformanceGVisor|TestClusterRoundTrip/gvisor|TestClusterTerminationLog/gvisor|TestClusterDaemon'
 log "all: $(since "$t0") s, $([ "$failed" = 0 ] && echo passed || echo FAILED)"
 exit "$failed"
