@@ -147,8 +147,8 @@ func (e *Engine) CheckSession(spec SessionSpec) (tools.Tool, sandbox.Driver, ima
 	c := drv.Capabilities()
 	if !c.Reattach || !c.Kernels || !c.Files {
 		why := c.Lacks["Reattach"] + c.Lacks["Kernels"] + c.Lacks["Files"]
-		return tools.Tool{}, nil, image.Runtime{}, errdefs.Publicf("the %s driver cannot keep sessions (%s); use a tool on the container or gvisor tier: %w",
-			drv.Name(), strings.TrimSpace(why), errdefs.ErrFailedPrecondition)
+		return tools.Tool{}, nil, image.Runtime{}, errdefs.Publicf("the %s driver cannot keep sessions (%s); %s: %w",
+			drv.Name(), strings.TrimSpace(why), e.sessionDrivers(), errdefs.ErrFailedPrecondition)
 	}
 	if spec.Workspace <= 0 {
 		return tools.Tool{}, nil, image.Runtime{}, errdefs.Publicf("a session's workspace size must be positive, got %d: %w", spec.Workspace, errdefs.ErrInvalidArgument)
@@ -156,9 +156,26 @@ func (e *Engine) CheckSession(spec SessionSpec) (tools.Tool, sandbox.Driver, ima
 	if spec.Network && !slices.Contains(c.NetworkModes, sandbox.NetworkEgress) {
 		// Whether this host gives egress at all, and the tool an
 		// allowlist, are the admission's to decide (and record).
-		return tools.Tool{}, nil, image.Runtime{}, errdefs.Publicf("the %s driver cannot give a session's sandbox egress; use a tool on the container or gvisor tier: %w", drv.Name(), errdefs.ErrFailedPrecondition)
+		return tools.Tool{}, nil, image.Runtime{}, errdefs.Publicf("the %s driver cannot give a session's sandbox egress; use a tool on a tier whose driver does: %w", drv.Name(), errdefs.ErrFailedPrecondition)
 	}
 	return tool, drv, rt, nil
+}
+
+// sessionDrivers says, for a refusal, which of e's drivers keep sessions:
+// a server whose drivers all run elsewhere (a cluster, a provider) may
+// have none.
+func (e *Engine) sessionDrivers() string {
+	var names []string
+	for name, d := range e.drivers {
+		if c := d.Capabilities(); c.Reattach && c.Kernels && c.Files {
+			names = append(names, name)
+		}
+	}
+	if len(names) == 0 {
+		return "no driver of this server keeps sessions"
+	}
+	slices.Sort(names)
+	return "use a tool on the tier of a driver that keeps them (" + strings.Join(names, ", ") + ")"
 }
 
 // OpenSession creates a session's detached sandbox and starts its

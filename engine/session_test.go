@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"maps"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -13,6 +15,7 @@ import (
 	"github.com/stockade-sh/stockade/driver/runc"
 	"github.com/stockade-sh/stockade/errdefs"
 	"github.com/stockade-sh/stockade/image"
+	"github.com/stockade-sh/stockade/internal/sandboxfake"
 	"github.com/stockade-sh/stockade/internal/testenv"
 	"github.com/stockade-sh/stockade/sandbox"
 )
@@ -384,5 +387,25 @@ print("bound too")
 				t.Errorf("b's kernel: got %q of a's state, want nothing", r.Stdout)
 			}
 		})
+	}
+}
+
+// TestSessionDriversNamed: a session refused for its driver names the
+// drivers that keep sessions, or says that none does (a server whose
+// drivers all run on a cluster or a provider).
+func TestSessionDriversNamed(t *testing.T) {
+	remote := &sandboxfake.Driver{ID: "kubernetes", Tier: sandbox.TierGVisor}
+	local := &sandboxfake.Driver{ID: "gvisor", Tier: sandbox.TierGVisor, Sessions: true}
+	for _, tt := range []struct {
+		drivers map[string]sandbox.Driver
+		want    string
+	}{
+		{map[string]sandbox.Driver{"kubernetes": remote}, "no driver of this server keeps sessions"},
+		{map[string]sandbox.Driver{"kubernetes": remote, "gvisor": local}, "use a tool on the tier of a driver that keeps them (gvisor)"},
+	} {
+		e := &Engine{drivers: tt.drivers}
+		if got := e.sessionDrivers(); got != tt.want {
+			t.Errorf("drivers %v: got %q, want %q", slices.Sorted(maps.Keys(tt.drivers)), got, tt.want)
+		}
 	}
 }
