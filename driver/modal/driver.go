@@ -1,0 +1,614 @@
+// Package modal is the `modal` driver: sandboxes are Modal Sandboxes
+// (containers under gVisor on Modal's workers), driven through Modal's
+// gRPC API as its client libraries (github.com/modal-labs/libmodal's
+// modal-go, the Python client) call it. The Go code of the API is
+// generated from the subset of Modal's protobuf definitions the driver
+// uses (internal/pb). The credentials (a token id and secret) stay in
+// the daemon: nothing of them is sent into a sandbox.
+//
+// A sandbox is created from a registry image per runtime (Config.Images)
+// in one app of the workspace (Config.App), and runs Modal's default
+// entrypoint until it is terminated or its timeout passes. Stockade's
+// guest agent does not run there. An Exec is a command of the task's
+// command router (the API libmodal's Sandbox.exec uses): the code file
+// is written by a first command from its stdin, and the program runs
+// under /bin/sh with a launcher (sandbox.go) that ends in
+//
+//	exec /usr/bin/env -i -- K=V... program args...
+//
+// so that the program gets exactly its environment; its stdin is written
+// to the command, and its stdout and stderr are streamed back. The
+// router has no call to signal a command: a timeout or a cancel
+// terminates the sandbox, so that the driver declares no sessions (an
+// Exec after one that was ended that way is refused; Execs one after the
+// other run). What needs the guest (kernels, an exit notice,
+// Stockade's checked file moves) or a supervisor (re-attach, snapshots,
+// warm pools) the driver declares it lacks, with the reason.
+//
+// A sandbox has no network (Modal's blocked network access) unless the
+// tool's record has an egress allowlist and the request asks for network
+// (sandbox.NetworkAllowlist): Modal's allowlist names CIDR ranges, not
+// domains, so only entries that are IP addresses or CIDR ranges are
+// allowed and a domain name is refused with the reason.
+//
+// The driver is tested against a fake of the API (internal/fake) shaped
+// from libmodal's client source, not against the live service: `stockade
+// driver check modal` tries that.
+package modal
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"net/url"
+	"strings"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+
+	"github.com/stockade-sh/stockade/driver/modal/internal/pb"
+	"github.com/stockade-sh/stockade/errdefs"
+	"github.com/stockade-sh/stockade/internal/sandboxkit"
+	"github.com/stockade-sh/stockade/sandbox"
+)
+
+// DefaultServerURL is the API's address, as the client libraries'.
+const DefaultServerURL = "https://api.modal.com:443"
+
+// The environment variables the daemon reads its configuration from (see
+// ConfigFromEnv): the names Modal's client libraries use.
+const (
+	EnvTokenID     = "MODAL_TOKEN_ID"
+	EnvTokenSecret = "MODAL_TOKEN_SECRET"
+	// EnvServerURL moves the API (a fake's, in tests and `driver check`).
+	EnvServerURL   = "MODAL_SERVER_URL"
+	EnvEnvironment = "MODAL_ENVIRONMENT"
+)
+
+// DefaultApp is the app of the workspace the driver's sandboxes belong to.
+const DefaultApp = "stockade"
+
+// DefaultImages are the registry images of Stockade's runtimes: Debian
+// based, with /bin/sh and /usr/bin/env.
+var DefaultImages = map[string]string{
+	"python": "python:3.13-slim-bookworm",
+	"node":   "node:24-bookworm-slim",
+	"shell":  "debian:bookworm-slim",
+}
+
+// DefaultCPU is the CPU of a sandbox whose limits name none.
+const DefaultCPU = 1
+
+// MaxCPU is the most CPU the driver asks of a Modal sandbox.
+const MaxCPU = 64
+
+// builderVersion is the image builder version the client libraries send
+// by default.
+const builderVersion = "2024.10"
+
+// Config configures the driver.
+type Config struct {
+	// TokenID and TokenSecret are the workspace's token.
+	TokenID, TokenSecret string
+	// ServerURL is the API's address; empty means DefaultServerURL.
+	// Plain http is for loopback only (the token goes in every call).
+	ServerURL string
+	// Environment is the Modal environment; empty means the workspace's
+	// default.
+	Environment string
+	// App names the app the sandboxes belong to; empty means DefaultApp.
+	App string
+	// Images maps Stockade's runtime images to registry images; nil
+	// means DefaultImages.
+	Images map[string]string
+	// Defaults fill the zero fields of a Spec's limits.
+	Defaults sandbox.Limits
+	// Lifetime is how long a sandbox may live beyond its Exec timeout
+	// (Modal's sandbox timeout): a sandbox the daemon lost ends by itself
+	// then. Zero means 5 minutes.
+	Lifetime time.Duration
+	// CallTimeout bounds each call of the API but a command's output
+	// and its wait, which last as long as the command. Zero means
+	// DefaultCallTimeout.
+	CallTimeout time.Duration
+	// StartTimeout bounds the wait for a new sandbox's task (its image
+	// pulled and started). Zero means 5 minutes.
+	StartTimeout time.Duration
+}
+
+// DefaultCallTimeout bounds one call of the API (Config.CallTimeout).
+const DefaultCallTimeout = 30 * time.Second
+
+// maxMessage bounds a message the driver receives: the API's answers are
+// small, and a command's output comes in chunks.
+const maxMessage = 8 << 20
+
+// ConfigFromEnv reads the credentials and the API's address from getenv.
+func ConfigFromEnv(getenv func(string) string) Config {
+	return Config{TokenID: getenv(EnvTokenID), TokenSecret: getenv(EnvTokenSecret), ServerURL: getenv(EnvServerURL), Environment: getenv(EnvEnvironment)}
+}
+
+// Driver implements sandbox.Driver on Modal Sandboxes. It is safe for
+// concurrent use. New does no I/O: the connection is made on first use.
+type Driver struct {
+	cfg    Config
+	conn   *grpc.ClientConn
+	api    pb.ModalClientClient
+	health sandboxkit.HealthCache
+
+	mu      sync.Mutex
+	token   string    // the auth token of AuthTokenGet
+	expires time.Time // when token expires
+	appID   string
+	images  map[string]string           // runtime image name -> Modal image id
+	routers map[string]*grpc.ClientConn // router URL -> connection
+	live    map[string]string           // sandbox.ID -> Modal sandbox id, until destroyed and ended
+}
+
+var (
+	_ sandbox.Driver        = (*Driver)(nil)
+	_ sandbox.HealthChecker = (*Driver)(nil)
+	_ sandbox.Leftovers     = (*Driver)(nil)
+)
+
+// New returns a driver for cfg. It needs the token id and secret.
+func New(cfg Config) (*Driver, error) {
+	var missing []string
+	for _, c := range []struct{ v, name string }{{cfg.TokenID, EnvTokenID}, {cfg.TokenSecret, EnvTokenSecret}} {
+		if c.v == "" {
+			missing = append(missing, c.name)
+		}
+	}
+	if len(missing) > 0 {
+		return nil, errdefs.Publicf("modal: the driver needs %s in the environment: %w", strings.Join(missing, ", "), errdefs.ErrInvalidArgument)
+	}
+	if cfg.ServerURL == "" {
+		cfg.ServerURL = DefaultServerURL
+	}
+	target, creds, err := dialTarget(cfg.ServerURL)
+	if err != nil {
+		return nil, errdefs.Publicf("modal: API address %q: %v: %w", cfg.ServerURL, err, errdefs.ErrInvalidArgument)
+	}
+	if cfg.App == "" {
+		cfg.App = DefaultApp
+	}
+	if cfg.Images == nil {
+		cfg.Images = DefaultImages
+	}
+	if cfg.CallTimeout <= 0 {
+		cfg.CallTimeout = DefaultCallTimeout
+	}
+	if cfg.StartTimeout <= 0 {
+		cfg.StartTimeout = 5 * time.Minute
+	}
+	if cfg.Lifetime == 0 {
+		cfg.Lifetime = 5 * time.Minute
+	}
+	cfg.Defaults = cfg.Defaults.WithDefaults(sandbox.Limits{CPU: DefaultCPU}).WithDefaults(sandbox.DefaultLimits())
+	d := &Driver{cfg: cfg, images: map[string]string{}, routers: map[string]*grpc.ClientConn{}, live: map[string]string{}}
+	d.conn, err = grpc.NewClient(target, grpc.WithTransportCredentials(creds),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(maxMessage)),
+		grpc.WithChainUnaryInterceptor(d.unaryAuth), grpc.WithChainStreamInterceptor(d.streamAuth))
+	if err != nil {
+		return nil, errdefs.Publicf("modal: API address %q: %v: %w", cfg.ServerURL, err, errdefs.ErrInvalidArgument)
+	}
+	d.api = pb.NewModalClientClient(d.conn)
+	d.health.Check = d.checkHealth
+	return d, nil
+}
+
+// dialTarget is the gRPC target and transport of an API or router URL:
+// TLS for https, plain only for http to loopback.
+func dialTarget(raw string) (string, credentials.TransportCredentials, error) {
+	u, err := url.Parse(raw)
+	if err != nil || u.Host == "" || (u.Path != "" && u.Path != "/") || u.RawQuery != "" {
+		return "", nil, errors.New("not an http(s) URL of a host")
+	}
+	host := u.Host
+	switch u.Scheme {
+	case "https":
+		if u.Port() == "" {
+			host = net.JoinHostPort(u.Hostname(), "443")
+		}
+		return host, credentials.NewTLS(&tls.Config{MinVersion: tls.VersionTLS12}), nil
+	case "http":
+		if !loopback(u.Hostname()) {
+			return "", nil, errors.New("plain http to a host that is not loopback would send the token in the clear; use https")
+		}
+		return host, insecure.NewCredentials(), nil
+	}
+	return "", nil, errors.New("not an http(s) URL")
+}
+
+// loopback tells whether host (of a URL) is this machine's.
+func loopback(host string) bool {
+	if host == "localhost" {
+		return true
+	}
+	ip, err := netip.ParseAddr(host)
+	return err == nil && ip.IsLoopback()
+}
+
+// Close closes the driver's connections.
+func (d *Driver) Close() error {
+	d.mu.Lock()
+	conns := []*grpc.ClientConn{d.conn}
+	for _, c := range d.routers {
+		conns = append(conns, c)
+	}
+	d.routers = map[string]*grpc.ClientConn{}
+	d.mu.Unlock()
+	var errs []error
+	for _, c := range conns {
+		errs = append(errs, c.Close())
+	}
+	return errors.Join(errs...)
+}
+
+func (d *Driver) Name() string { return "modal" }
+
+func (d *Driver) Capabilities() sandbox.Capabilities { return Capabilities() }
+
+// Capabilities are what the modal driver declares, without building one.
+func Capabilities() sandbox.Capabilities {
+	const noGuest = "Stockade's guest agent does not run in a Modal sandbox"
+	return sandbox.Capabilities{
+		Tier:         sandbox.TierGVisor,
+		SharedKernel: false,
+		Boundary:     "a Modal Sandbox: a container under gVisor on Modal's workers",
+		DefaultCPU:   DefaultCPU,
+		NetworkModes: []sandbox.NetworkMode{sandbox.NetworkNone, sandbox.NetworkAllowlist},
+		Sessions:     false,
+		Health:       true,
+		Leftovers:    true,
+		Lacks: map[string]string{
+			"Files":      noGuest + ": only the code file and the program's input are written",
+			"Kernels":    noGuest + ": no interpreter keeps state between cells",
+			"Bind":       "a Modal sandbox's image, resources and network are fixed when it is created for its execution: no warm pool",
+			"BindEgress": "there is no Bind",
+			"Reattach":   "the driver keeps no record of its sandboxes outside the daemon; each ends at its timeout instead",
+			"Snapshots":  "not implemented for Modal's filesystem snapshots, which restore files only, not processes",
+			"Reap":       "the driver does not list the app's sandboxes: each ends at its timeout",
+		},
+	}
+}
+
+// Health tells whether the API answers with the credentials (an auth
+// token and the app), from a cache.
+func (d *Driver) Health(ctx context.Context) error { return d.health.Health(ctx) }
+
+func (d *Driver) checkHealth(ctx context.Context) error {
+	_, err := d.app(ctx)
+	return err
+}
+
+// app returns the id of the driver's app, created if missing.
+func (d *Driver) app(ctx context.Context) (string, error) {
+	d.mu.Lock()
+	id := d.appID
+	d.mu.Unlock()
+	if id != "" {
+		return id, nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, d.cfg.CallTimeout)
+	defer cancel()
+	resp, err := d.api.AppGetOrCreate(ctx, &pb.AppGetOrCreateRequest{AppName: d.cfg.App, EnvironmentName: d.cfg.Environment,
+		ObjectCreationType: pb.ObjectCreationType_OBJECT_CREATION_TYPE_CREATE_IF_MISSING})
+	if err != nil {
+		return "", rpcError("looking up the app", err)
+	}
+	if err := checkID("app id", resp.GetAppId()); err != nil {
+		return "", unreadable("looking up the app", err)
+	}
+	d.mu.Lock()
+	d.appID = resp.GetAppId()
+	d.mu.Unlock()
+	return resp.GetAppId(), nil
+}
+
+// image returns the id of the Modal image of runtime image name, built
+// (or found built) from its registry image.
+func (d *Driver) image(ctx context.Context, appID, name string) (string, error) {
+	d.mu.Lock()
+	id := d.images[name]
+	d.mu.Unlock()
+	if id != "" {
+		return id, nil
+	}
+	tag := d.cfg.Images[name]
+	cctx, cancel := context.WithTimeout(ctx, d.cfg.CallTimeout)
+	resp, err := d.api.ImageGetOrCreate(cctx, &pb.ImageGetOrCreateRequest{AppId: appID, BuilderVersion: builderVersion,
+		Image: &pb.Image{DockerfileCommands: []string{"FROM " + tag}}})
+	cancel()
+	if err != nil {
+		return "", rpcError("building image "+tag, err)
+	}
+	id = resp.GetImageId()
+	if err := checkID("image id", id); err != nil {
+		return "", unreadable("building image "+tag, err)
+	}
+	res := resp.GetResult()
+	// Not built yet: follow the build, as the client libraries do, within
+	// the start timeout.
+	bctx, cancel := context.WithTimeout(ctx, d.cfg.StartTimeout)
+	defer cancel()
+	last := ""
+	for res == nil || res.GetStatus() == pb.GenericResult_GENERIC_STATUS_UNSPECIFIED {
+		if err := bctx.Err(); err != nil {
+			return "", fmt.Errorf("modal: building image %s: %v: %w", tag, err, errdefs.ErrUnavailable)
+		}
+		res, last, err = d.joinBuild(bctx, id, last)
+		if err != nil {
+			return "", rpcError("building image "+tag, err)
+		}
+	}
+	if res.GetStatus() != pb.GenericResult_GENERIC_STATUS_SUCCESS {
+		return "", fmt.Errorf("modal: building image %s: %s: %s: %w", tag, res.GetStatus(), clip(res.GetException()), errdefs.ErrUnavailable)
+	}
+	d.mu.Lock()
+	d.images[name] = id
+	d.mu.Unlock()
+	return id, nil
+}
+
+// joinBuild follows an image's build for one stream of updates: its
+// result, or nil when the stream ended without one.
+func (d *Driver) joinBuild(ctx context.Context, id, last string) (*pb.GenericResult, string, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	st, err := d.api.ImageJoinStreaming(ctx, &pb.ImageJoinStreamingRequest{ImageId: id, Timeout: 55, LastEntryId: last})
+	if err != nil {
+		return nil, last, err
+	}
+	for range 100000 {
+		m, err := st.Recv()
+		if err != nil {
+			if errors.Is(err, context.Canceled) || status.Code(err) == codes.OK {
+				return nil, last, nil
+			}
+			if err.Error() == "EOF" {
+				return nil, last, nil
+			}
+			return nil, last, err
+		}
+		if e := m.GetEntryId(); e != "" && len(e) <= maxString {
+			last = e
+		}
+		if r := m.GetResult(); r != nil && r.GetStatus() != pb.GenericResult_GENERIC_STATUS_UNSPECIFIED {
+			return r, last, nil
+		}
+	}
+	return nil, last, nil
+}
+
+// Create creates a Modal sandbox of spec's runtime and waits for its
+// task to run (within Config.StartTimeout). When the answer is lost, a
+// sandbox the driver knows the id of is terminated before Create returns
+// the error.
+func (d *Driver) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Sandbox, error) {
+	id, err := sandbox.ResolveID(spec.ID)
+	if err != nil {
+		return nil, err
+	}
+	bad := func(format string, a ...any) error {
+		return errdefs.Publicf("modal: "+format+": %w", append(a, errdefs.ErrInvalidArgument)...)
+	}
+	access, err := accessOf(spec)
+	switch {
+	case d.cfg.Images[spec.Image.Name] == "":
+		return nil, bad("no Modal image for image %q (python, node and shell have one)", spec.Image.Name)
+	case err != nil:
+		return nil, err
+	case len(spec.Mounts) > 0:
+		return nil, bad("a Modal sandbox cannot mount a host directory")
+	case spec.Detached:
+		return nil, bad("%s", Capabilities().Lacks["Reattach"])
+	case spec.Workspace > 0:
+		return nil, bad("a Modal sandbox has no /workspace of Stockade's")
+	}
+	lim := spec.Limits.WithDefaults(d.cfg.Defaults)
+	if err := lim.Check(sandbox.Limits{CPU: MaxCPU}); err != nil {
+		return nil, err
+	}
+	appID, err := d.app(ctx)
+	if err != nil {
+		return nil, err
+	}
+	imageID, err := d.image(ctx, appID, spec.Image.Name)
+	if err != nil {
+		return nil, err
+	}
+	name := namePrefix + id
+	mem := uint32(min(lim.Memory>>20, 1<<31))
+	def := &pb.Sandbox{
+		ImageId:       imageID,
+		TimeoutSecs:   uint32((lim.Timeout + d.cfg.Lifetime + time.Second - 1) / time.Second),
+		Resources:     &pb.Resources{MilliCpu: uint32(lim.CPU * 1000), MilliCpuMax: uint32(lim.CPU * 1000), MemoryMb: mem, MemoryMbMax: mem},
+		NetworkAccess: access,
+		BlockNetwork:  access.GetNetworkAccessType() == pb.NetworkAccess_BLOCKED,
+		Name:          &name,
+	}
+	cctx, cancel := context.WithTimeout(ctx, d.cfg.CallTimeout)
+	resp, err := d.api.SandboxCreate(cctx, &pb.SandboxCreateRequest{AppId: appID, Definition: def})
+	cancel()
+	if err != nil {
+		return nil, rpcError("creating a sandbox", err)
+	}
+	sbID := resp.GetSandboxId()
+	if err := checkID("sandbox id", sbID); err != nil {
+		return nil, unreadable("creating a sandbox", err)
+	}
+	sb := &Sandbox{d: d, id: id, sandboxID: sbID, limits: lim}
+	d.mu.Lock()
+	d.live[id] = sbID
+	d.mu.Unlock()
+	if sb.taskID, err = d.task(ctx, sbID); err != nil {
+		if derr := sb.terminate(context.WithoutCancel(ctx)); derr != nil {
+			return nil, fmt.Errorf("%w (and terminating the sandbox: %v)", err, derr)
+		}
+		return nil, err
+	}
+	return sb, nil
+}
+
+// namePrefix starts the name of every sandbox of this driver.
+const namePrefix = "stockade-"
+
+// task waits for sandbox sbID's task, as the client libraries' exec does
+// first, within the start timeout.
+func (d *Driver) task(ctx context.Context, sbID string) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, d.cfg.StartTimeout)
+	defer cancel()
+	for {
+		wait := float32(10)
+		resp, err := d.api.SandboxGetTaskId(ctx, &pb.SandboxGetTaskIdRequest{SandboxId: sbID, Timeout: &wait, WaitUntilReady: true})
+		if err != nil {
+			return "", rpcError("waiting for the sandbox to start", err)
+		}
+		if r := resp.GetTaskResult(); r != nil && r.GetStatus() != pb.GenericResult_GENERIC_STATUS_UNSPECIFIED {
+			return "", fmt.Errorf("modal: the sandbox ended before it ran: %s: %s: %w", r.GetStatus(), clip(r.GetException()), errdefs.ErrUnavailable)
+		}
+		if t := resp.GetTaskId(); t != "" {
+			if err := checkID("task id", t); err != nil {
+				return "", unreadable("waiting for the sandbox to start", err)
+			}
+			return t, nil
+		}
+		if err := ctx.Err(); err != nil {
+			return "", fmt.Errorf("modal: the sandbox did not start within %v: %w", d.cfg.StartTimeout, errdefs.ErrUnavailable)
+		}
+	}
+}
+
+// Leftovers says whether the provider still runs sandbox id, of those
+// this driver created.
+func (d *Driver) Leftovers(ctx context.Context, id string) []string {
+	d.mu.Lock()
+	sbID, ok := d.live[id]
+	d.mu.Unlock()
+	if !ok {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, d.cfg.CallTimeout)
+	defer cancel()
+	resp, err := d.api.SandboxWait(ctx, &pb.SandboxWaitRequest{SandboxId: sbID, Timeout: 0})
+	switch {
+	case status.Code(err) == codes.NotFound:
+	case err != nil:
+		return []string{fmt.Sprintf("sandbox %s: %v", id, rpcError("looking up a sandbox", err))}
+	case resp.GetResult() == nil || resp.GetResult().GetStatus() == pb.GenericResult_GENERIC_STATUS_UNSPECIFIED:
+		return []string{fmt.Sprintf("Modal sandbox %s of %s runs", sbID, id)}
+	}
+	d.mu.Lock()
+	delete(d.live, id)
+	d.mu.Unlock()
+	return nil
+}
+
+// accessOf is Modal's network access of a sandbox of spec: blocked, or
+// the allowlist's addresses and ranges. Modal's allowlist names CIDR
+// ranges: a domain name is refused, and the record's ports are not
+// enforced.
+func accessOf(spec sandbox.Spec) (*pb.NetworkAccess, error) {
+	switch spec.Network {
+	case sandbox.NetworkNone:
+		return &pb.NetworkAccess{NetworkAccessType: pb.NetworkAccess_BLOCKED, AllowedCidrs: []string{}}, nil
+	case sandbox.NetworkAllowlist:
+	default:
+		return nil, errdefs.Publicf("modal: a Modal sandbox has no egress through Stockade's proxy, only the provider's allowlist: %w", errdefs.ErrInvalidArgument)
+	}
+	if len(spec.Allow) == 0 {
+		return nil, errdefs.Publicf("modal: an allowlist network needs entries: %w", errdefs.ErrInvalidArgument)
+	}
+	cidrs := make([]string, 0, len(spec.Allow))
+	for _, a := range spec.Allow {
+		if p, err := netip.ParsePrefix(a); err == nil {
+			cidrs = append(cidrs, p.Masked().String())
+			continue
+		}
+		if ip, err := netip.ParseAddr(a); err == nil {
+			cidrs = append(cidrs, netip.PrefixFrom(ip, ip.BitLen()).String())
+			continue
+		}
+		return nil, errdefs.Publicf("modal: Modal's network allowlist names IP ranges, not domains: %q cannot be allowed: %w", a, errdefs.ErrInvalidArgument)
+	}
+	return &pb.NetworkAccess{NetworkAccessType: pb.NetworkAccess_ALLOWLIST, AllowedCidrs: cidrs}, nil
+}
+
+// unaryAuth and streamAuth put the client's headers on every call of the
+// API, as the client libraries do: the token, and the auth token of
+// AuthTokenGet on every call but that one.
+func (d *Driver) unaryAuth(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+	ctx, err := d.outgoing(ctx, method)
+	if err != nil {
+		return err
+	}
+	return invoker(ctx, method, req, reply, cc, opts...)
+}
+
+func (d *Driver) streamAuth(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
+	ctx, err := d.outgoing(ctx, method)
+	if err != nil {
+		return nil, err
+	}
+	return streamer(ctx, desc, cc, method, opts...)
+}
+
+// clientType is CLIENT_TYPE_LIBMODAL_GO of Modal's ClientType: the
+// driver speaks the API as modal-go does.
+const clientType = "9"
+
+func (d *Driver) outgoing(ctx context.Context, method string) (context.Context, error) {
+	token := ""
+	if method != pb.ModalClient_AuthTokenGet_FullMethodName {
+		var err error
+		if token, err = d.authToken(ctx); err != nil {
+			return nil, &ownError{err}
+		}
+	}
+	ctx = metadata.AppendToOutgoingContext(ctx,
+		"x-modal-client-type", clientType,
+		"x-modal-client-version", "1.0.0",
+		"x-modal-libmodal-version", "modal-go/stockade",
+		"x-modal-token-id", d.cfg.TokenID,
+		"x-modal-token-secret", d.cfg.TokenSecret)
+	if token == "" {
+		return ctx, nil
+	}
+	return metadata.AppendToOutgoingContext(ctx, "x-modal-auth-token", token), nil
+}
+
+// authToken returns the auth token, fetched again within a minute of its
+// expiry.
+func (d *Driver) authToken(ctx context.Context) (string, error) {
+	d.mu.Lock()
+	token, expires := d.token, d.expires
+	d.mu.Unlock()
+	if token != "" && time.Until(expires) > time.Minute {
+		return token, nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, d.cfg.CallTimeout)
+	defer cancel()
+	resp, err := d.api.AuthTokenGet(ctx, &pb.AuthTokenGetRequest{})
+	if err != nil {
+		return "", rpcError("getting an auth token", err)
+	}
+	token = resp.GetToken()
+	exp, err := tokenExpiry(token)
+	if err != nil {
+		return "", unreadable("getting an auth token", err)
+	}
+	d.mu.Lock()
+	d.token, d.expires = token, exp
+	d.mu.Unlock()
+	return token, nil
+}
