@@ -17,7 +17,7 @@ import (
 )
 
 // Drivers Stockade can be configured with.
-var DriverNames = []string{"runc", "gvisor", "docker", "vercel", "kubernetes"}
+var DriverNames = []string{"runc", "gvisor", "docker", "vercel", "modal", "kubernetes"}
 
 // Config is the whole configuration of a Stockade process. The zero value is
 // not valid; start from Default.
@@ -40,6 +40,8 @@ type Config struct {
 	DockerHost string `yaml:"docker_host"`
 	// Vercel configures the vercel driver (Vercel Sandbox microVMs).
 	Vercel Vercel `yaml:"vercel"`
+	// Modal configures the modal driver (Modal Sandboxes, gVisor).
+	Modal Modal `yaml:"modal"`
 	// GuestPath overrides the guest agent embedded in the binary (tests).
 	GuestPath string `yaml:"guest"`
 	// Defaults fill the limits an invocation does not set; Ceiling bounds
@@ -582,6 +584,23 @@ func (c Config) checkPools() error {
 		seen[[2]string{tool, p.Runtime}] = true
 	}
 	return nil
+}
+
+// Modal is where the modal driver's sandboxes run: an app of a Modal
+// workspace, in one of its environments, and the workspace's token,
+// which comes from the environment only (MODAL_TOKEN_ID,
+// MODAL_TOKEN_SECRET), never from a file. The driver is built when it is
+// the default driver or a token is given.
+type Modal struct {
+	// Environment is the Modal environment; empty means the workspace's
+	// default.
+	Environment string `yaml:"environment"`
+	// App names the app the sandboxes belong to; empty means "stockade".
+	App string `yaml:"app"`
+	// API is the API's address; empty means Modal's.
+	API         string `yaml:"api"`
+	TokenID     string `yaml:"-"`
+	TokenSecret string `yaml:"-"`
 }
 
 // Vercel is where the vercel driver's sandboxes run: a team and a project

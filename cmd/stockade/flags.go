@@ -29,9 +29,11 @@ const (
 // (STOCKADE_DATA_DIR, STOCKADE_STATE_DIR, STOCKADE_DRIVER,
 // SANDBOX_DRIVER as an alias of STOCKADE_DRIVER, DOCKER_HOST, the vercel
 // driver's VERCEL_TOKEN, VERCEL_TEAM_ID, VERCEL_PROJECT_ID and
-// STOCKADE_VERCEL_API, the kubernetes driver's STOCKADE_KUBECONFIG,
-// STOCKADE_KUBERNETES_NAMESPACE, STOCKADE_KUBERNETES_GVISOR_CLASS,
-// STOCKADE_KUBERNETES_CONTAINER_CLASS and STOCKADE_KUBERNETES_SECCOMP_DIR,
+// STOCKADE_VERCEL_API, the modal driver's MODAL_TOKEN_ID,
+// MODAL_TOKEN_SECRET, MODAL_ENVIRONMENT and MODAL_SERVER_URL, the
+// kubernetes driver's STOCKADE_KUBECONFIG, STOCKADE_KUBERNETES_NAMESPACE,
+// STOCKADE_KUBERNETES_GVISOR_CLASS, STOCKADE_KUBERNETES_CONTAINER_CLASS
+// and STOCKADE_KUBERNETES_SECCOMP_DIR,
 // STOCKADE_AUDIT_WITNESS, STOCKADE_ANALYTICS_CLICKHOUSE_URL) and the flags
 // given.
 // The environment is read here, in flagOrEnv and defaultDataDir, and
@@ -73,6 +75,8 @@ func configFlags(fs *flag.FlagSet, opts ...configOption) (*config.Config, func(a
 			{"DOCKER_HOST", &cfg.DockerHost}, {"STOCKADE_AUDIT_WITNESS", &cfg.AuditWitness},
 			{"VERCEL_TOKEN", &cfg.Vercel.Token}, {"VERCEL_TEAM_ID", &cfg.Vercel.TeamID},
 			{"VERCEL_PROJECT_ID", &cfg.Vercel.ProjectID}, {"STOCKADE_VERCEL_API", &cfg.Vercel.API},
+			{"MODAL_TOKEN_ID", &cfg.Modal.TokenID}, {"MODAL_TOKEN_SECRET", &cfg.Modal.TokenSecret},
+			{"MODAL_ENVIRONMENT", &cfg.Modal.Environment}, {"MODAL_SERVER_URL", &cfg.Modal.API},
 			{"STOCKADE_ANALYTICS_CLICKHOUSE_URL", &cfg.Analytics.ClickHouse.URL},
 			{"STOCKADE_KUBECONFIG", &cfg.Kubernetes.Kubeconfig}, {"STOCKADE_KUBERNETES_NAMESPACE", &cfg.Kubernetes.Namespace},
 			{"STOCKADE_KUBERNETES_GVISOR_CLASS", &cfg.Kubernetes.GVisorClass},

@@ -82,9 +82,12 @@ func serveCmd(ctx context.Context, args []string) int {
 func serveFlags() (*flag.FlagSet, *config.Config, func([]string) ([]string, error)) {
 	fs := newFlags("serve", serveSynopsis)
 	cfg, load := configFlags(fs, withConfigFile)
-	fs.StringVar(&cfg.Driver, "driver", cfg.Driver, "default driver: gvisor, runc, docker, vercel or kubernetes (env STOCKADE_DRIVER; kubernetes runs every sandbox as a pod of the cluster, see the kubernetes- flags)")
+	fs.StringVar(&cfg.Driver, "driver", cfg.Driver, "default driver: gvisor, runc, docker, vercel, modal or kubernetes (env STOCKADE_DRIVER; kubernetes runs every sandbox as a pod of the cluster, see the kubernetes- flags)")
 	fs.StringVar(&cfg.Vercel.TeamID, "vercel-team-id", cfg.Vercel.TeamID, "the Vercel team of the vercel driver's sandboxes (env VERCEL_TEAM_ID; its token: env VERCEL_TOKEN only)")
 	fs.StringVar(&cfg.Vercel.ProjectID, "vercel-project-id", cfg.Vercel.ProjectID, "the Vercel project of the vercel driver's sandboxes (env VERCEL_PROJECT_ID)")
+	fs.StringVar(&cfg.Modal.Environment, "modal-environment", cfg.Modal.Environment, "the Modal environment of the modal driver's sandboxes (env MODAL_ENVIRONMENT; its token: env MODAL_TOKEN_ID, MODAL_TOKEN_SECRET only)")
+	fs.StringVar(&cfg.Modal.App, "modal-app", cfg.Modal.App, "the Modal app of the modal driver's sandboxes (default stockade)")
+	fs.StringVar(&cfg.Modal.API, "modal-api", cfg.Modal.API, "Modal's API address, https or loopback http (env MODAL_SERVER_URL; default Modal's)")
 	fs.StringVar(&cfg.Vercel.API, "vercel-api", cfg.Vercel.API, "the Vercel Sandbox API's address, https or loopback http (env STOCKADE_VERCEL_API; default Vercel's)")
 	fs.StringVar(&cfg.Listen, "listen", cfg.Listen, "HTTP listen address")
 	fs.StringVar(&cfg.DB, "db", cfg.DB, "database URL: sqlite:PATH or postgres://... (default sqlite in the data directory)")

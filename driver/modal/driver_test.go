@@ -2,7 +2,10 @@ package modal_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"os"
+	"os/exec"
 	"slices"
 	"strings"
 	"testing"
@@ -24,9 +27,9 @@ const (
 	tokenSecret = "as-test"
 )
 
-// images are the registry images of the tests: the shell image (which
-// has the busybox the conformance probe is unpacked with) and python.
-var images = map[string]string{"shell": "stockade/shell", "python": "stockade/python"}
+// images are the registry images of the tests, the driver's defaults:
+// the fake runs Stockade's image of the runtime for each.
+var images = modal.DefaultImages
 
 // fakeAPI starts the fake Modal API, its sandboxes runc sandboxes.
 func fakeAPI(t testing.TB) *fake.Server {
@@ -223,5 +226,61 @@ func TestTimeoutEndsSandbox(t *testing.T) {
 	}
 	if _, err := sb.Start(t.Context(), sandbox.ExecRequest{Argv: []string{"/bin/true"}}); !errdefs.IsFailedPrecondition(err) {
 		t.Errorf("an Exec after the timeout: got %v, want ErrFailedPrecondition (the sandbox ended)", err)
+	}
+}
+
+// TestCheckCommand runs `stockade driver check modal` against the fake
+// (MODAL_SERVER_URL): every step passes with the fake's credentials, and
+// a wrong secret fails the first step and the command.
+func TestCheckCommand(t *testing.T) {
+	f := fakeAPI(t)
+	bin := testenv.Build(t, "./cmd/stockade")
+	run := func(secret string) (string, error) {
+		cmd := exec.CommandContext(t.Context(), bin, "driver", "check", "modal")
+		cmd.Env = append(os.Environ(), "MODAL_SERVER_URL="+f.URL(), "MODAL_TOKEN_ID="+tokenID, "MODAL_TOKEN_SECRET="+secret)
+		out, err := cmd.CombinedOutput()
+		return string(out), err
+	}
+	out, err := run(tokenSecret)
+	t.Logf("stockade driver check modal:\n%s", out)
+	if err != nil {
+		t.Fatalf("got %v, want success", err)
+	}
+	for _, s := range []string{"credentials", "create", "run", "environment", "no network", "timeout", "destroy"} {
+		if !strings.Contains(out, "ok    "+s+"\n") {
+			t.Errorf("step %q did not pass", s)
+		}
+	}
+	if left := f.Running(); len(left) > 0 {
+		t.Errorf("the check left sandboxes running: %v", left)
+	}
+	out, err = run("wrong")
+	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 1 || !strings.Contains(out, "FAIL  credentials") {
+		t.Errorf("with a wrong secret: got %v and %q, want exit 1 and the credentials step failed", err, out)
+	}
+}
+
+// TestRunCommand runs `stockade run --driver modal` against the fake:
+// the wiring builds the driver from the environment, and the engine's
+// one-shot reaches the provider's API.
+func TestRunCommand(t *testing.T) {
+	f := fakeAPI(t)
+	bin := testenv.Build(t, "./cmd/stockade")
+	cmd := exec.CommandContext(t.Context(), bin, "run", "--driver", "modal", "--runtime", "python", "--data-dir", testenv.DataDir(),
+		"--state-dir", t.TempDir(), "--json", "-c", "import sys, os; print(sys.stdin.read().upper(), sorted(os.environ)); sys.exit(4)")
+	cmd.Env = append(os.Environ(), "MODAL_SERVER_URL="+f.URL(), "MODAL_TOKEN_ID="+tokenID, "MODAL_TOKEN_SECRET="+tokenSecret)
+	cmd.Stdin = strings.NewReader("from stdin")
+	out, err := cmd.Output()
+	t.Logf("stockade run --driver modal: %s", out)
+	var res struct {
+		Status   string `json:"status"`
+		ExitCode int    `json:"exit_code"`
+		Stdout   string `json:"stdout"`
+	}
+	if jerr := json.Unmarshal(out, &res); jerr != nil {
+		t.Fatalf("%v: %v %s", err, jerr, out)
+	}
+	if res.ExitCode != 4 || !strings.HasPrefix(res.Stdout, "FROM STDIN") || strings.Contains(res.Stdout, "MODAL") {
+		t.Errorf("got %+v, want exit 4, the stdin upper-cased and no MODAL_ variable", res)
 	}
 }

@@ -76,9 +76,10 @@ func TestDriverCapabilities(t *testing.T) {
 		// No egress: Open then touches nothing on the host.
 		cfg.DataDir, cfg.StateDir, cfg.GuestPath, cfg.Egress = t.TempDir(), t.TempDir(), "/nonexistent/guest", false
 		if cfg.Driver != KubernetesGVisor {
-			// The vercel driver is built with credentials; it does no
-			// I/O until used.
+			// The vercel and modal drivers are built with credentials;
+			// they do no I/O until used.
 			cfg.Vercel = config.Vercel{Token: "t", TeamID: "team", ProjectID: "prj", API: "http://127.0.0.1:1"}
+			cfg.Modal = config.Modal{TokenID: "ak", TokenSecret: "as", API: "http://127.0.0.1:1"}
 		}
 		e, err := Engine(cfg)
 		if err != nil {

@@ -17,6 +17,7 @@ import (
 	"github.com/stockade-sh/stockade/config"
 	"github.com/stockade-sh/stockade/driver/docker"
 	"github.com/stockade-sh/stockade/driver/gvisor"
+	"github.com/stockade-sh/stockade/driver/modal"
 	"github.com/stockade-sh/stockade/driver/runc"
 	"github.com/stockade-sh/stockade/driver/vercel"
 	"github.com/stockade-sh/stockade/egress"
@@ -79,14 +80,15 @@ func DriverCapabilities(cfg config.Config) map[string]sandbox.Capabilities {
 	if cfg.Driver == KubernetesGVisor {
 		return KubernetesCapabilities(cfg.Kubernetes)
 	}
-	return map[string]sandbox.Capabilities{"runc": runc.Capabilities(), "gvisor": gvisor.Capabilities(), "docker": docker.Capabilities(), "vercel": vercel.Capabilities()}
+	return map[string]sandbox.Capabilities{"runc": runc.Capabilities(), "gvisor": gvisor.Capabilities(), "docker": docker.Capabilities(),
+		"vercel": vercel.Capabilities(), "modal": modal.Capabilities()}
 }
 
 // Drivers returns the drivers of cfg by name: runc, gvisor and docker,
-// and vercel when it is the default driver or has a token (its New
-// names the credentials it lacks); or, when cfg.Driver is "kubernetes",
-// only the cluster's (KubernetesDrivers). It installs the embedded guest
-// agent unless cfg.GuestPath is set.
+// and vercel and modal each when it is the default driver or has a
+// token (its New names the credentials it lacks); or, when cfg.Driver is
+// "kubernetes", only the cluster's (KubernetesDrivers). It installs the
+// embedded guest agent unless cfg.GuestPath is set.
 func Drivers(cfg config.Config) (map[string]sandbox.Driver, error) {
 	guestPath := cfg.GuestPath
 	if guestPath == "" {
@@ -129,7 +131,21 @@ func Drivers(cfg config.Config) (map[string]sandbox.Driver, error) {
 		}
 		drivers["vercel"] = v
 	}
+	if cfg.Driver == "modal" || cfg.Modal.TokenID != "" {
+		// No I/O here either: bad credentials fail its Health and Create.
+		m, err := modal.New(ModalConfig(cfg))
+		if err != nil {
+			return nil, err
+		}
+		drivers["modal"] = m
+	}
 	return drivers, nil
+}
+
+// ModalConfig is the modal driver's configuration of cfg.
+func ModalConfig(cfg config.Config) modal.Config {
+	return modal.Config{TokenID: cfg.Modal.TokenID, TokenSecret: cfg.Modal.TokenSecret, ServerURL: cfg.Modal.API,
+		Environment: cfg.Modal.Environment, App: cfg.Modal.App, Defaults: cfg.Defaults}
 }
 
 // VercelConfig is the vercel driver's configuration of cfg.
