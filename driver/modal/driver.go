@@ -151,7 +151,7 @@ type Driver struct {
 	appID   string
 	images  map[string]string           // runtime image name -> Modal image id
 	routers map[string]*grpc.ClientConn // router URL -> connection
-	live    map[string]string           // sandbox.ID -> Modal sandbox id, until destroyed and ended
+	live    map[string]*liveSandbox     // by sandbox.ID, until destroyed and seen ended (or evicted)
 }
 
 var (
@@ -194,7 +194,7 @@ func New(cfg Config) (*Driver, error) {
 		cfg.Lifetime = 5 * time.Minute
 	}
 	cfg.Defaults = cfg.Defaults.WithDefaults(sandbox.Limits{CPU: DefaultCPU}).WithDefaults(sandbox.DefaultLimits())
-	d := &Driver{cfg: cfg, images: map[string]string{}, routers: map[string]*grpc.ClientConn{}, live: map[string]string{}}
+	d := &Driver{cfg: cfg, images: map[string]string{}, routers: map[string]*grpc.ClientConn{}, live: map[string]*liveSandbox{}}
 	d.conn, err = grpc.NewClient(target, grpc.WithTransportCredentials(creds),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(maxMessage)),
 		grpc.WithChainUnaryInterceptor(d.unaryAuth), grpc.WithChainStreamInterceptor(d.streamAuth))
@@ -449,7 +449,7 @@ func (d *Driver) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Sandbox
 	}
 	sb := &Sandbox{d: d, id: id, sandboxID: sbID, limits: lim}
 	d.mu.Lock()
-	d.live[id] = sbID
+	d.remember(id, sbID)
 	d.mu.Unlock()
 	if sb.taskID, err = d.task(ctx, sbID); err != nil {
 		if derr := sb.terminate(context.WithoutCancel(ctx)); derr != nil {
@@ -458,6 +458,37 @@ func (d *Driver) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Sandbox
 		return nil, err
 	}
 	return sb, nil
+}
+
+// liveSandbox is a sandbox this driver created, for Leftovers.
+type liveSandbox struct {
+	sandboxID string
+	destroyed bool
+}
+
+// maxLive bounds the sandboxes Leftovers knows: beyond it, the destroyed
+// ones are forgotten (each ends at its timeout anyway).
+const maxLive = 4096
+
+// remember records sandbox id (Modal's sbID) for Leftovers.
+func (d *Driver) remember(id, sbID string) {
+	if len(d.live) >= maxLive {
+		for k, l := range d.live {
+			if l.destroyed {
+				delete(d.live, k)
+			}
+		}
+	}
+	d.live[id] = &liveSandbox{sandboxID: sbID}
+}
+
+// destroyed marks sandbox id destroyed.
+func (d *Driver) destroyed(id string) {
+	d.mu.Lock()
+	if l := d.live[id]; l != nil {
+		l.destroyed = true
+	}
+	d.mu.Unlock()
 }
 
 // namePrefix starts the name of every sandbox of this driver.
@@ -493,11 +524,12 @@ func (d *Driver) task(ctx context.Context, sbID string) (string, error) {
 // this driver created.
 func (d *Driver) Leftovers(ctx context.Context, id string) []string {
 	d.mu.Lock()
-	sbID, ok := d.live[id]
+	l, ok := d.live[id]
 	d.mu.Unlock()
 	if !ok {
 		return nil
 	}
+	sbID := l.sandboxID
 	ctx, cancel := context.WithTimeout(ctx, d.cfg.CallTimeout)
 	defer cancel()
 	resp, err := d.api.SandboxWait(ctx, &pb.SandboxWaitRequest{SandboxId: sbID, Timeout: 0})

@@ -164,7 +164,10 @@ func TestRefusals(t *testing.T) {
 		}
 	}
 	caps := d.Capabilities()
-	for _, flag := range []string{"Kernels", "Bind", "Reattach", "Snapshots", "Files", "Sessions"} {
+	if caps.Sessions {
+		t.Error("Capabilities declare sessions: a timeout ends the sandbox")
+	}
+	for _, flag := range []string{"Kernels", "Bind", "Reattach", "Snapshots", "Files", "Reap"} {
 		if caps.Lacks[flag] == "" {
 			t.Errorf("Capabilities lack %s without a reason", flag)
 		}

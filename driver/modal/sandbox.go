@@ -330,7 +330,11 @@ func (s *Sandbox) Destroy(ctx context.Context) error {
 		ex.cancelStream()
 	}
 	s.mu.Unlock()
-	return s.terminate(ctx)
+	if err := s.terminate(ctx); err != nil {
+		return err
+	}
+	s.d.destroyed(s.id)
+	return nil
 }
 
 // terminate terminates the sandbox within the call timeout, whatever ctx.
