@@ -27,9 +27,9 @@
 //
 // A sandbox has no network (Modal's blocked network access) unless the
 // tool's record has an egress allowlist and the request asks for network
-// (sandbox.NetworkAllowlist): Modal's allowlist names CIDR ranges, not
-// domains, so only entries that are IP addresses or CIDR ranges are
-// allowed and a domain name is refused with the reason.
+// (sandbox.NetworkAllowlist): then Modal's allowlist allows the record's
+// domains (and any addresses or ranges) and nothing else. Modal, not
+// Stockade's proxy, decides each connection then.
 //
 // The driver is tested against a fake of the API (internal/fake) shaped
 // from libmodal's client source, not against the live service: `stockade
@@ -547,9 +547,10 @@ func (d *Driver) Leftovers(ctx context.Context, id string) []string {
 }
 
 // accessOf is Modal's network access of a sandbox of spec: blocked, or
-// the allowlist's addresses and ranges. Modal's allowlist names CIDR
-// ranges: a domain name is refused, and the record's ports are not
-// enforced.
+// an allowlist of the record's entries, as Modal's Python client sends
+// its outbound_domain_allowlist and outbound_cidr_allowlist: domain names
+// and "*." wildcards in allowed_domains, IP addresses and ranges in
+// allowed_cidrs. The record's ports are not enforced there.
 func accessOf(spec sandbox.Spec) (*pb.NetworkAccess, error) {
 	switch spec.Network {
 	case sandbox.NetworkNone:
@@ -561,19 +562,22 @@ func accessOf(spec sandbox.Spec) (*pb.NetworkAccess, error) {
 	if len(spec.Allow) == 0 {
 		return nil, errdefs.Publicf("modal: an allowlist network needs entries: %w", errdefs.ErrInvalidArgument)
 	}
-	cidrs := make([]string, 0, len(spec.Allow))
+	acc := &pb.NetworkAccess{NetworkAccessType: pb.NetworkAccess_ALLOWLIST, AllowedCidrs: []string{}, AllowedDomains: []string{}}
 	for _, a := range spec.Allow {
 		if p, err := netip.ParsePrefix(a); err == nil {
-			cidrs = append(cidrs, p.Masked().String())
+			acc.AllowedCidrs = append(acc.AllowedCidrs, p.Masked().String())
 			continue
 		}
 		if ip, err := netip.ParseAddr(a); err == nil {
-			cidrs = append(cidrs, netip.PrefixFrom(ip, ip.BitLen()).String())
+			acc.AllowedCidrs = append(acc.AllowedCidrs, netip.PrefixFrom(ip, ip.BitLen()).String())
 			continue
 		}
-		return nil, errdefs.Publicf("modal: Modal's network allowlist names IP ranges, not domains: %q cannot be allowed: %w", a, errdefs.ErrInvalidArgument)
+		if a == "" || a == "*" || strings.ContainsAny(a, "/: \x00") {
+			return nil, errdefs.Publicf("modal: allowlist entry %q is no domain name, address or range: %w", a, errdefs.ErrInvalidArgument)
+		}
+		acc.AllowedDomains = append(acc.AllowedDomains, a)
 	}
-	return &pb.NetworkAccess{NetworkAccessType: pb.NetworkAccess_ALLOWLIST, AllowedCidrs: cidrs}, nil
+	return acc, nil
 }
 
 // unaryAuth and streamAuth put the client's headers on every call of the

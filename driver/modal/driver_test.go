@@ -136,7 +136,7 @@ func TestRefusals(t *testing.T) {
 		"image":    {Image: sandbox.Image{Name: "my-template"}},
 		"detached": {Image: sandbox.Image{Name: "python"}, Detached: true},
 		"egress":   {Image: sandbox.Image{Name: "python"}, Network: sandbox.NetworkEgress},
-		"domain":   {Image: sandbox.Image{Name: "python"}, Network: sandbox.NetworkAllowlist, Allow: []string{"10.0.0.0/8", "example.com"}},
+		"entry":    {Image: sandbox.Image{Name: "python"}, Network: sandbox.NetworkAllowlist, Allow: []string{"example.com", "http://x/"}},
 		"empty":    {Image: sandbox.Image{Name: "python"}, Network: sandbox.NetworkAllowlist},
 		"mounts":   {Image: sandbox.Image{Name: "python"}, Mounts: []sandbox.Mount{{Source: "/etc", Target: "/data"}}},
 		"cpu":      {Image: sandbox.Image{Name: "python"}, Limits: sandbox.Limits{CPU: modal.MaxCPU + 1}},
@@ -175,18 +175,19 @@ func TestRefusals(t *testing.T) {
 }
 
 // TestEgress checks the network access the driver asks for: blocked by
-// default, the allowlist's ranges with network.
+// default, the allowlist's domains (and ranges) with network, as Modal's
+// Python client sends its outbound allowlists.
 func TestEgress(t *testing.T) {
 	f := fakeAPI(t)
 	d := newDriver(t, f.URL())
 	for _, c := range []struct {
-		spec  sandbox.Spec
-		typ   pb.NetworkAccess_NetworkAccessType
-		cidrs []string
+		spec           sandbox.Spec
+		typ            pb.NetworkAccess_NetworkAccessType
+		domains, cidrs []string
 	}{
-		{sandbox.Spec{ID: "sbx-egress-none"}, pb.NetworkAccess_BLOCKED, nil},
-		{sandbox.Spec{ID: "sbx-egress-allow", Network: sandbox.NetworkAllowlist, Allow: []string{"192.0.2.7", "198.51.100.0/24", "2001:db8::/32"}},
-			pb.NetworkAccess_ALLOWLIST, []string{"192.0.2.7/32", "198.51.100.0/24", "2001:db8::/32"}},
+		{sandbox.Spec{ID: "sbx-egress-none"}, pb.NetworkAccess_BLOCKED, nil, nil},
+		{sandbox.Spec{ID: "sbx-egress-allow", Network: sandbox.NetworkAllowlist, Allow: []string{"pypi.org", "*.example.com", "192.0.2.7", "198.51.100.0/24"}},
+			pb.NetworkAccess_ALLOWLIST, []string{"pypi.org", "*.example.com"}, []string{"192.0.2.7/32", "198.51.100.0/24"}},
 	} {
 		c.spec.Image = testenv.Image(t, "shell")
 		sb, err := d.Create(t.Context(), c.spec)
@@ -197,8 +198,8 @@ func TestEgress(t *testing.T) {
 		if acc == nil {
 			t.Fatalf("the control: the fake has no sandbox %s", c.spec.ID)
 		}
-		if acc.GetNetworkAccessType() != c.typ || !slices.Equal(acc.GetAllowedCidrs(), c.cidrs) {
-			t.Errorf("%s: got %v %v, want %v %v", c.spec.ID, acc.GetNetworkAccessType(), acc.GetAllowedCidrs(), c.typ, c.cidrs)
+		if acc.GetNetworkAccessType() != c.typ || !slices.Equal(acc.GetAllowedDomains(), c.domains) || !slices.Equal(acc.GetAllowedCidrs(), c.cidrs) {
+			t.Errorf("%s: got %v %v %v, want %v %v %v", c.spec.ID, acc.GetNetworkAccessType(), acc.GetAllowedDomains(), acc.GetAllowedCidrs(), c.typ, c.domains, c.cidrs)
 		}
 		if err := sb.Destroy(t.Context()); err != nil {
 			t.Error(err)

@@ -728,8 +728,11 @@ type NetworkAccess struct {
 	state             protoimpl.MessageState          `protogen:"open.v1"`
 	NetworkAccessType NetworkAccess_NetworkAccessType `protobuf:"varint,1,opt,name=network_access_type,json=networkAccessType,proto3,enum=modal.client.NetworkAccess_NetworkAccessType" json:"network_access_type,omitempty"`
 	AllowedCidrs      []string                        `protobuf:"bytes,2,rep,name=allowed_cidrs,json=allowedCidrs,proto3" json:"allowed_cidrs,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// Added after the commit above (modal-client 69519aef4cf6, its Python
+	// client's outbound_domain_allowlist): names and "*." wildcards.
+	AllowedDomains []string `protobuf:"bytes,3,rep,name=allowed_domains,json=allowedDomains,proto3" json:"allowed_domains,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *NetworkAccess) Reset() {
@@ -772,6 +775,13 @@ func (x *NetworkAccess) GetNetworkAccessType() NetworkAccess_NetworkAccessType {
 func (x *NetworkAccess) GetAllowedCidrs() []string {
 	if x != nil {
 		return x.AllowedCidrs
+	}
+	return nil
+}
+
+func (x *NetworkAccess) GetAllowedDomains() []string {
+	if x != nil {
+		return x.AllowedDomains
 	}
 	return nil
 }
@@ -1483,10 +1493,11 @@ const file_api_proto_rawDesc = "" +
 	"\x1aImageJoinStreamingResponse\x123\n" +
 	"\x06result\x18\x01 \x01(\v2\x1b.modal.client.GenericResultR\x06result\x12\x19\n" +
 	"\bentry_id\x18\x03 \x01(\tR\aentryId\x12\x10\n" +
-	"\x03eof\x18\x04 \x01(\bR\x03eof\"\xdf\x01\n" +
+	"\x03eof\x18\x04 \x01(\bR\x03eof\"\x88\x02\n" +
 	"\rNetworkAccess\x12]\n" +
 	"\x13network_access_type\x18\x01 \x01(\x0e2-.modal.client.NetworkAccess.NetworkAccessTypeR\x11networkAccessType\x12#\n" +
-	"\rallowed_cidrs\x18\x02 \x03(\tR\fallowedCidrs\"J\n" +
+	"\rallowed_cidrs\x18\x02 \x03(\tR\fallowedCidrs\x12'\n" +
+	"\x0fallowed_domains\x18\x03 \x03(\tR\x0eallowedDomains\"J\n" +
 	"\x11NetworkAccessType\x12\x0f\n" +
 	"\vUNSPECIFIED\x10\x00\x12\b\n" +
 	"\x04OPEN\x10\x01\x12\v\n" +
