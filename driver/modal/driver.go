@@ -41,9 +41,11 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"net/netip"
 	"net/url"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -158,6 +160,7 @@ var (
 	_ sandbox.Driver        = (*Driver)(nil)
 	_ sandbox.HealthChecker = (*Driver)(nil)
 	_ sandbox.Leftovers     = (*Driver)(nil)
+	_ sandbox.Reaper        = (*Driver)(nil)
 )
 
 // New returns a driver for cfg. It needs the token id and secret.
@@ -270,6 +273,7 @@ func Capabilities() sandbox.Capabilities {
 		Sessions:     false,
 		Health:       true,
 		Leftovers:    true,
+		Reap:         true,
 		Lacks: map[string]string{
 			"Files":      noGuest + ": only the code file and the program's input are written",
 			"Kernels":    noGuest + ": no interpreter keeps state between cells",
@@ -277,7 +281,6 @@ func Capabilities() sandbox.Capabilities {
 			"BindEgress": "there is no Bind",
 			"Reattach":   "the driver keeps no record of its sandboxes outside the daemon; each ends at its timeout instead",
 			"Snapshots":  "not implemented for Modal's filesystem snapshots, which restore files only, not processes",
-			"Reap":       "the driver does not list the app's sandboxes: each ends at its timeout",
 		},
 	}
 }
@@ -451,7 +454,13 @@ func (d *Driver) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Sandbox
 	d.mu.Lock()
 	d.remember(id, sbID)
 	d.mu.Unlock()
-	if sb.taskID, err = d.task(ctx, sbID); err != nil {
+	// The labels as the sandbox's tags, which Reap lists it by, as
+	// libmodal's Sandbox.SetTags sets them.
+	err = d.setTags(ctx, sbID, spec.Labels)
+	if err == nil {
+		sb.taskID, err = d.task(ctx, sbID)
+	}
+	if err != nil {
 		if derr := sb.terminate(context.WithoutCancel(ctx)); derr != nil {
 			return nil, fmt.Errorf("%w (and terminating the sandbox: %v)", err, derr)
 		}
@@ -489,6 +498,93 @@ func (d *Driver) destroyed(id string) {
 		l.destroyed = true
 	}
 	d.mu.Unlock()
+}
+
+// setTags sets the tags of sandbox sbID to labels.
+func (d *Driver) setTags(ctx context.Context, sbID string, labels map[string]string) error {
+	if len(labels) == 0 {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, d.cfg.CallTimeout)
+	defer cancel()
+	if _, err := d.api.SandboxTagsSet(ctx, &pb.SandboxTagsSetRequest{EnvironmentName: d.cfg.Environment, SandboxId: sbID, Tags: tagsOf(labels)}); err != nil {
+		return rpcError("tagging a sandbox", err)
+	}
+	return nil
+}
+
+// tagsOf returns labels as tags, by key.
+func tagsOf(labels map[string]string) []*pb.SandboxTag {
+	tags := make([]*pb.SandboxTag, 0, len(labels))
+	for _, k := range slices.Sorted(maps.Keys(labels)) {
+		tags = append(tags, &pb.SandboxTag{TagName: k, TagValue: labels[k]})
+	}
+	return tags
+}
+
+// maxPages bounds the pages of a listing Reap reads.
+const maxPages = 100
+
+// Reap terminates every running sandbox of the app this driver named
+// whose tags contain all of match, found as libmodal's Sandbox.list finds
+// them (SandboxList by tags, page by page, each before the last one's
+// creation). Its error joins each sandbox's, their classes kept.
+func (d *Driver) Reap(ctx context.Context, match map[string]string) ([]string, error) {
+	appID, err := d.app(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var reaped []string
+	var errs []error
+	before := 0.0
+	for range maxPages {
+		cctx, cancel := context.WithTimeout(ctx, d.cfg.CallTimeout)
+		resp, err := d.api.SandboxList(cctx, &pb.SandboxListRequest{AppId: appID, BeforeTimestamp: before, EnvironmentName: d.cfg.Environment, Tags: tagsOf(match)})
+		cancel()
+		if err != nil {
+			return reaped, rpcError("listing sandboxes", err)
+		}
+		infos := resp.GetSandboxes()
+		if len(infos) == 0 {
+			break
+		}
+		last := infos[len(infos)-1].GetCreatedAt()
+		if before != 0 && !(last < before) {
+			return reaped, unreadable("listing sandboxes", fmt.Errorf("a page that does not go back in time (%v, then %v)", before, last))
+		}
+		before = last
+		for _, info := range infos {
+			id, ok := reapable(info, match)
+			if !ok {
+				continue
+			}
+			sb := &Sandbox{d: d, id: id, sandboxID: info.GetId()}
+			if err := sb.terminate(ctx); err != nil {
+				errs = append(errs, err)
+				continue
+			}
+			reaped = append(reaped, id)
+		}
+	}
+	if len(errs) > 0 {
+		return reaped, fmt.Errorf("modal: reaping: %w", errors.Join(errs...))
+	}
+	return reaped, nil
+}
+
+// reapable returns the sandbox.ID of a listed sandbox that this driver
+// named, whose ids are well-formed and whose tags contain match.
+func reapable(info *pb.SandboxInfo, match map[string]string) (string, bool) {
+	id, ok := strings.CutPrefix(info.GetName(), namePrefix)
+	if !ok || checkID("sandbox id", info.GetId()) != nil || sandbox.CheckID(id) != nil {
+		return "", false
+	}
+	for k, v := range match {
+		if !slices.ContainsFunc(info.GetTags(), func(t *pb.SandboxTag) bool { return t.GetTagName() == k && t.GetTagValue() == v }) {
+			return "", false
+		}
+	}
+	return id, true
 }
 
 // namePrefix starts the name of every sandbox of this driver.

@@ -167,7 +167,7 @@ func TestRefusals(t *testing.T) {
 	if caps.Sessions {
 		t.Error("Capabilities declare sessions: a timeout ends the sandbox")
 	}
-	for _, flag := range []string{"Kernels", "Bind", "Reattach", "Snapshots", "Files", "Reap"} {
+	for _, flag := range []string{"Kernels", "Bind", "Reattach", "Snapshots", "Files"} {
 		if caps.Lacks[flag] == "" {
 			t.Errorf("Capabilities lack %s without a reason", flag)
 		}
@@ -286,5 +286,41 @@ func TestRunCommand(t *testing.T) {
 	}
 	if res.ExitCode != 4 || !strings.HasPrefix(res.Stdout, "FROM STDIN") || strings.Contains(res.Stdout, "MODAL") {
 		t.Errorf("got %+v, want exit 4, the stdin upper-cased and no MODAL_ variable", res)
+	}
+}
+
+// TestReap checks that Reap finds the driver's sandboxes by their labels
+// (the fake's small pages make it page) and that Leftovers sees them
+// until they are gone.
+func TestReap(t *testing.T) {
+	f := fakeAPI(t)
+	d := newDriver(t, f.URL())
+	run := "reap-" + time.Now().Format("150405.000000")
+	var ids []string
+	for _, group := range []string{"a", "b", "b", "b"} {
+		sb, err := d.Create(t.Context(), sandbox.Spec{Image: testenv.Image(t, "shell"), Labels: map[string]string{"run": run, "group": group}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, sb.ID())
+	}
+	if left := d.Leftovers(t.Context(), ids[0]); len(left) == 0 {
+		t.Fatalf("the control: Leftovers of a running sandbox %s says nothing", ids[0])
+	}
+	reaped, err := d.Reap(t.Context(), map[string]string{"run": run, "group": "a"})
+	if err != nil || !slices.Equal(reaped, ids[:1]) {
+		t.Fatalf("Reap group a: got %v, %v; want %v", reaped, err, ids[:1])
+	}
+	if left := d.Leftovers(t.Context(), ids[0]); len(left) > 0 {
+		t.Errorf("after Reap: %v", left)
+	}
+	reaped, err = d.Reap(t.Context(), map[string]string{"run": run})
+	slices.Sort(reaped)
+	want := slices.Sorted(slices.Values(ids[1:]))
+	if err != nil || !slices.Equal(reaped, want) {
+		t.Errorf("Reap run: got %v, %v; want %v", reaped, err, want)
+	}
+	if left := f.Running(); len(left) > 0 {
+		t.Errorf("running after Reap: %v", left)
 	}
 }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/stockade-sh/stockade/driver/modal/internal/pb"
 	"github.com/stockade-sh/stockade/errdefs"
+	"github.com/stockade-sh/stockade/sandbox"
 )
 
 // FuzzTokenExpiry feeds the reader of the API's tokens (JWTs) what the
@@ -50,6 +51,7 @@ func FuzzAnswers(f *testing.F) {
 		&pb.TaskExecWaitResponse{ExitStatus: &pb.TaskExecWaitResponse_Code{Code: -5}},
 		&pb.ImageGetOrCreateResponse{ImageId: "im-1", Result: &pb.GenericResult{Status: pb.GenericResult_GENERIC_STATUS_FAILURE, Exception: "x"}},
 		&pb.TaskGetCommandRouterAccessResponse{Jwt: "a.b.c", Url: "https://r.modal.host:443"},
+		&pb.SandboxListResponse{Sandboxes: []*pb.SandboxInfo{{Id: "sb-1", Name: "stockade-sbx-1", CreatedAt: 1, Tags: []*pb.SandboxTag{{TagName: "k", TagValue: "v"}}}}},
 	} {
 		b, err := proto.Marshal(m)
 		if err != nil {
@@ -69,6 +71,14 @@ func FuzzAnswers(f *testing.F) {
 		if proto.Unmarshal(b, &w) == nil {
 			if code, sig, err := exitOf(&w); err == nil && (code < -1 || code > 255 || sig < 0 || sig > 64 || (sig != 0) != (code == -1)) {
 				t.Errorf("accepted exit code %d, signal %d", code, sig)
+			}
+		}
+		var l pb.SandboxListResponse
+		if proto.Unmarshal(b, &l) == nil {
+			for _, info := range l.GetSandboxes() {
+				if id, ok := reapable(info, map[string]string{"k": "v"}); ok && (sandbox.CheckID(id) != nil || checkID("", info.GetId()) != nil) {
+					t.Errorf("reaps sandbox %q (%q)", id, info.GetId())
+				}
 			}
 		}
 		var r pb.TaskGetCommandRouterAccessResponse

@@ -9,9 +9,11 @@
 package fake
 
 import (
+	"cmp"
 	"context"
 	"encoding/base64"
 	"fmt"
+	"maps"
 	"net"
 	"slices"
 	"strings"
@@ -22,6 +24,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/emptypb"
 
 	"github.com/stockade-sh/stockade/driver/modal/internal/pb"
 	"github.com/stockade-sh/stockade/sandbox"
@@ -58,7 +61,9 @@ type Server struct {
 // msandbox is one Modal sandbox and its task.
 type msandbox struct {
 	id, task, jwt string
-	name          string
+	name, app     string
+	created       float64 // seconds since the epoch, as SandboxInfo's
+	tags          map[string]string
 	access        *pb.NetworkAccess
 	machine       sandbox.Sandbox
 	timer         *time.Timer
@@ -301,7 +306,8 @@ func (a *api) SandboxCreate(ctx context.Context, req *pb.SandboxCreateRequest) (
 		return nil, status.Error(codes.Internal, err.Error())
 	}
 	a.s.mu.Lock()
-	v := &msandbox{id: a.s.next("sb"), task: a.s.next("ta"), name: def.GetName(), access: acc, machine: m, execs: map[string]*mexec{}}
+	v := &msandbox{id: a.s.next("sb"), task: a.s.next("ta"), name: def.GetName(), app: req.GetAppId(), access: acc, machine: m, execs: map[string]*mexec{},
+		created: float64(time.Now().UnixNano()) / 1e9, tags: map[string]string{}}
 	v.jwt = jwt(time.Now().Add(time.Hour), v.task)
 	a.s.sandboxes[v.id] = v
 	a.s.tasks[v.task] = v
@@ -339,6 +345,68 @@ func (a *api) SandboxGetTaskId(ctx context.Context, req *pb.SandboxGetTaskIdRequ
 		return &pb.SandboxGetTaskIdResponse{TaskResult: terminated()}, nil
 	}
 	return &pb.SandboxGetTaskIdResponse{TaskId: &v.task}, nil
+}
+
+func (a *api) SandboxTagsSet(ctx context.Context, req *pb.SandboxTagsSetRequest) (*emptypb.Empty, error) {
+	if err := a.s.check(ctx, "SandboxTagsSet"); err != nil {
+		return nil, err
+	}
+	v, err := a.sandbox(req.GetSandboxId())
+	if err != nil {
+		return nil, err
+	}
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	for _, t := range req.GetTags() {
+		if t.GetTagName() == "" {
+			return nil, status.Error(codes.InvalidArgument, "a tag without a name")
+		}
+		v.tags[t.GetTagName()] = t.GetTagValue()
+	}
+	return &emptypb.Empty{}, nil
+}
+
+// listPage is the fake's page of SandboxList: small, so that the tests
+// page.
+const listPage = 2
+
+// SandboxList lists an app's sandboxes whose tags contain the request's,
+// newest first, created before before_timestamp when it is set.
+func (a *api) SandboxList(ctx context.Context, req *pb.SandboxListRequest) (*pb.SandboxListResponse, error) {
+	if err := a.s.check(ctx, "SandboxList"); err != nil {
+		return nil, err
+	}
+	a.s.mu.Lock()
+	all := make([]*msandbox, 0, len(a.s.sandboxes))
+	for _, v := range a.s.sandboxes {
+		all = append(all, v)
+	}
+	a.s.mu.Unlock()
+	slices.SortFunc(all, func(x, y *msandbox) int { return -cmp.Compare(x.created, y.created) })
+	resp := &pb.SandboxListResponse{}
+next:
+	for _, v := range all {
+		v.mu.Lock()
+		ok := v.app == req.GetAppId() && (!v.terminated || req.GetIncludeFinished()) && (req.GetBeforeTimestamp() == 0 || v.created < req.GetBeforeTimestamp())
+		tags := maps.Clone(v.tags)
+		v.mu.Unlock()
+		if !ok {
+			continue
+		}
+		for _, t := range req.GetTags() {
+			if got, ok := tags[t.GetTagName()]; !ok || got != t.GetTagValue() {
+				continue next
+			}
+		}
+		info := &pb.SandboxInfo{Id: v.id, CreatedAt: v.created, AppId: v.app, Name: v.name}
+		for _, k := range slices.Sorted(maps.Keys(tags)) {
+			info.Tags = append(info.Tags, &pb.SandboxTag{TagName: k, TagValue: tags[k]})
+		}
+		if resp.Sandboxes = append(resp.Sandboxes, info); len(resp.Sandboxes) == listPage {
+			break
+		}
+	}
+	return resp, nil
 }
 
 func (a *api) SandboxTerminate(ctx context.Context, req *pb.SandboxTerminateRequest) (*pb.SandboxTerminateResponse, error) {

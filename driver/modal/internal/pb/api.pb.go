@@ -18,6 +18,7 @@ package pb
 import (
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
+	emptypb "google.golang.org/protobuf/types/known/emptypb"
 	reflect "reflect"
 	sync "sync"
 	unsafe "unsafe"
@@ -1170,6 +1171,314 @@ func (x *SandboxGetTaskIdResponse) GetTaskResult() *GenericResult {
 	return nil
 }
 
+type SandboxTag struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	TagName       string                 `protobuf:"bytes,1,opt,name=tag_name,json=tagName,proto3" json:"tag_name,omitempty"`
+	TagValue      string                 `protobuf:"bytes,2,opt,name=tag_value,json=tagValue,proto3" json:"tag_value,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SandboxTag) Reset() {
+	*x = SandboxTag{}
+	mi := &file_api_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SandboxTag) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SandboxTag) ProtoMessage() {}
+
+func (x *SandboxTag) ProtoReflect() protoreflect.Message {
+	mi := &file_api_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SandboxTag.ProtoReflect.Descriptor instead.
+func (*SandboxTag) Descriptor() ([]byte, []int) {
+	return file_api_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *SandboxTag) GetTagName() string {
+	if x != nil {
+		return x.TagName
+	}
+	return ""
+}
+
+func (x *SandboxTag) GetTagValue() string {
+	if x != nil {
+		return x.TagValue
+	}
+	return ""
+}
+
+type SandboxTagsSetRequest struct {
+	state           protoimpl.MessageState `protogen:"open.v1"`
+	EnvironmentName string                 `protobuf:"bytes,1,opt,name=environment_name,json=environmentName,proto3" json:"environment_name,omitempty"`
+	SandboxId       string                 `protobuf:"bytes,2,opt,name=sandbox_id,json=sandboxId,proto3" json:"sandbox_id,omitempty"`
+	Tags            []*SandboxTag          `protobuf:"bytes,3,rep,name=tags,proto3" json:"tags,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *SandboxTagsSetRequest) Reset() {
+	*x = SandboxTagsSetRequest{}
+	mi := &file_api_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SandboxTagsSetRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SandboxTagsSetRequest) ProtoMessage() {}
+
+func (x *SandboxTagsSetRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_api_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SandboxTagsSetRequest.ProtoReflect.Descriptor instead.
+func (*SandboxTagsSetRequest) Descriptor() ([]byte, []int) {
+	return file_api_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *SandboxTagsSetRequest) GetEnvironmentName() string {
+	if x != nil {
+		return x.EnvironmentName
+	}
+	return ""
+}
+
+func (x *SandboxTagsSetRequest) GetSandboxId() string {
+	if x != nil {
+		return x.SandboxId
+	}
+	return ""
+}
+
+func (x *SandboxTagsSetRequest) GetTags() []*SandboxTag {
+	if x != nil {
+		return x.Tags
+	}
+	return nil
+}
+
+type SandboxListRequest struct {
+	state           protoimpl.MessageState `protogen:"open.v1"`
+	AppId           string                 `protobuf:"bytes,1,opt,name=app_id,json=appId,proto3" json:"app_id,omitempty"`
+	BeforeTimestamp float64                `protobuf:"fixed64,2,opt,name=before_timestamp,json=beforeTimestamp,proto3" json:"before_timestamp,omitempty"`
+	EnvironmentName string                 `protobuf:"bytes,3,opt,name=environment_name,json=environmentName,proto3" json:"environment_name,omitempty"`
+	IncludeFinished bool                   `protobuf:"varint,4,opt,name=include_finished,json=includeFinished,proto3" json:"include_finished,omitempty"`
+	Tags            []*SandboxTag          `protobuf:"bytes,5,rep,name=tags,proto3" json:"tags,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *SandboxListRequest) Reset() {
+	*x = SandboxListRequest{}
+	mi := &file_api_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SandboxListRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SandboxListRequest) ProtoMessage() {}
+
+func (x *SandboxListRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_api_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SandboxListRequest.ProtoReflect.Descriptor instead.
+func (*SandboxListRequest) Descriptor() ([]byte, []int) {
+	return file_api_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *SandboxListRequest) GetAppId() string {
+	if x != nil {
+		return x.AppId
+	}
+	return ""
+}
+
+func (x *SandboxListRequest) GetBeforeTimestamp() float64 {
+	if x != nil {
+		return x.BeforeTimestamp
+	}
+	return 0
+}
+
+func (x *SandboxListRequest) GetEnvironmentName() string {
+	if x != nil {
+		return x.EnvironmentName
+	}
+	return ""
+}
+
+func (x *SandboxListRequest) GetIncludeFinished() bool {
+	if x != nil {
+		return x.IncludeFinished
+	}
+	return false
+}
+
+func (x *SandboxListRequest) GetTags() []*SandboxTag {
+	if x != nil {
+		return x.Tags
+	}
+	return nil
+}
+
+type SandboxInfo struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	CreatedAt     float64                `protobuf:"fixed64,3,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
+	AppId         string                 `protobuf:"bytes,5,opt,name=app_id,json=appId,proto3" json:"app_id,omitempty"`
+	Tags          []*SandboxTag          `protobuf:"bytes,6,rep,name=tags,proto3" json:"tags,omitempty"`
+	Name          string                 `protobuf:"bytes,7,opt,name=name,proto3" json:"name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SandboxInfo) Reset() {
+	*x = SandboxInfo{}
+	mi := &file_api_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SandboxInfo) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SandboxInfo) ProtoMessage() {}
+
+func (x *SandboxInfo) ProtoReflect() protoreflect.Message {
+	mi := &file_api_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SandboxInfo.ProtoReflect.Descriptor instead.
+func (*SandboxInfo) Descriptor() ([]byte, []int) {
+	return file_api_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *SandboxInfo) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *SandboxInfo) GetCreatedAt() float64 {
+	if x != nil {
+		return x.CreatedAt
+	}
+	return 0
+}
+
+func (x *SandboxInfo) GetAppId() string {
+	if x != nil {
+		return x.AppId
+	}
+	return ""
+}
+
+func (x *SandboxInfo) GetTags() []*SandboxTag {
+	if x != nil {
+		return x.Tags
+	}
+	return nil
+}
+
+func (x *SandboxInfo) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+type SandboxListResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Sandboxes     []*SandboxInfo         `protobuf:"bytes,1,rep,name=sandboxes,proto3" json:"sandboxes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SandboxListResponse) Reset() {
+	*x = SandboxListResponse{}
+	mi := &file_api_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SandboxListResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SandboxListResponse) ProtoMessage() {}
+
+func (x *SandboxListResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_api_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SandboxListResponse.ProtoReflect.Descriptor instead.
+func (*SandboxListResponse) Descriptor() ([]byte, []int) {
+	return file_api_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *SandboxListResponse) GetSandboxes() []*SandboxInfo {
+	if x != nil {
+		return x.Sandboxes
+	}
+	return nil
+}
+
 type SandboxTerminateRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	SandboxId     string                 `protobuf:"bytes,1,opt,name=sandbox_id,json=sandboxId,proto3" json:"sandbox_id,omitempty"`
@@ -1179,7 +1488,7 @@ type SandboxTerminateRequest struct {
 
 func (x *SandboxTerminateRequest) Reset() {
 	*x = SandboxTerminateRequest{}
-	mi := &file_api_proto_msgTypes[17]
+	mi := &file_api_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1191,7 +1500,7 @@ func (x *SandboxTerminateRequest) String() string {
 func (*SandboxTerminateRequest) ProtoMessage() {}
 
 func (x *SandboxTerminateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_proto_msgTypes[17]
+	mi := &file_api_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1204,7 +1513,7 @@ func (x *SandboxTerminateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SandboxTerminateRequest.ProtoReflect.Descriptor instead.
 func (*SandboxTerminateRequest) Descriptor() ([]byte, []int) {
-	return file_api_proto_rawDescGZIP(), []int{17}
+	return file_api_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *SandboxTerminateRequest) GetSandboxId() string {
@@ -1223,7 +1532,7 @@ type SandboxTerminateResponse struct {
 
 func (x *SandboxTerminateResponse) Reset() {
 	*x = SandboxTerminateResponse{}
-	mi := &file_api_proto_msgTypes[18]
+	mi := &file_api_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1235,7 +1544,7 @@ func (x *SandboxTerminateResponse) String() string {
 func (*SandboxTerminateResponse) ProtoMessage() {}
 
 func (x *SandboxTerminateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_proto_msgTypes[18]
+	mi := &file_api_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1248,7 +1557,7 @@ func (x *SandboxTerminateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SandboxTerminateResponse.ProtoReflect.Descriptor instead.
 func (*SandboxTerminateResponse) Descriptor() ([]byte, []int) {
-	return file_api_proto_rawDescGZIP(), []int{18}
+	return file_api_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *SandboxTerminateResponse) GetExistingResult() *GenericResult {
@@ -1268,7 +1577,7 @@ type SandboxWaitRequest struct {
 
 func (x *SandboxWaitRequest) Reset() {
 	*x = SandboxWaitRequest{}
-	mi := &file_api_proto_msgTypes[19]
+	mi := &file_api_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1280,7 +1589,7 @@ func (x *SandboxWaitRequest) String() string {
 func (*SandboxWaitRequest) ProtoMessage() {}
 
 func (x *SandboxWaitRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_proto_msgTypes[19]
+	mi := &file_api_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1293,7 +1602,7 @@ func (x *SandboxWaitRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SandboxWaitRequest.ProtoReflect.Descriptor instead.
 func (*SandboxWaitRequest) Descriptor() ([]byte, []int) {
-	return file_api_proto_rawDescGZIP(), []int{19}
+	return file_api_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *SandboxWaitRequest) GetSandboxId() string {
@@ -1319,7 +1628,7 @@ type SandboxWaitResponse struct {
 
 func (x *SandboxWaitResponse) Reset() {
 	*x = SandboxWaitResponse{}
-	mi := &file_api_proto_msgTypes[20]
+	mi := &file_api_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1331,7 +1640,7 @@ func (x *SandboxWaitResponse) String() string {
 func (*SandboxWaitResponse) ProtoMessage() {}
 
 func (x *SandboxWaitResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_proto_msgTypes[20]
+	mi := &file_api_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1344,7 +1653,7 @@ func (x *SandboxWaitResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SandboxWaitResponse.ProtoReflect.Descriptor instead.
 func (*SandboxWaitResponse) Descriptor() ([]byte, []int) {
-	return file_api_proto_rawDescGZIP(), []int{20}
+	return file_api_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *SandboxWaitResponse) GetResult() *GenericResult {
@@ -1363,7 +1672,7 @@ type TaskGetCommandRouterAccessRequest struct {
 
 func (x *TaskGetCommandRouterAccessRequest) Reset() {
 	*x = TaskGetCommandRouterAccessRequest{}
-	mi := &file_api_proto_msgTypes[21]
+	mi := &file_api_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1375,7 +1684,7 @@ func (x *TaskGetCommandRouterAccessRequest) String() string {
 func (*TaskGetCommandRouterAccessRequest) ProtoMessage() {}
 
 func (x *TaskGetCommandRouterAccessRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_proto_msgTypes[21]
+	mi := &file_api_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1388,7 +1697,7 @@ func (x *TaskGetCommandRouterAccessRequest) ProtoReflect() protoreflect.Message 
 
 // Deprecated: Use TaskGetCommandRouterAccessRequest.ProtoReflect.Descriptor instead.
 func (*TaskGetCommandRouterAccessRequest) Descriptor() ([]byte, []int) {
-	return file_api_proto_rawDescGZIP(), []int{21}
+	return file_api_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *TaskGetCommandRouterAccessRequest) GetTaskId() string {
@@ -1408,7 +1717,7 @@ type TaskGetCommandRouterAccessResponse struct {
 
 func (x *TaskGetCommandRouterAccessResponse) Reset() {
 	*x = TaskGetCommandRouterAccessResponse{}
-	mi := &file_api_proto_msgTypes[22]
+	mi := &file_api_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1420,7 +1729,7 @@ func (x *TaskGetCommandRouterAccessResponse) String() string {
 func (*TaskGetCommandRouterAccessResponse) ProtoMessage() {}
 
 func (x *TaskGetCommandRouterAccessResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_proto_msgTypes[22]
+	mi := &file_api_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1433,7 +1742,7 @@ func (x *TaskGetCommandRouterAccessResponse) ProtoReflect() protoreflect.Message
 
 // Deprecated: Use TaskGetCommandRouterAccessResponse.ProtoReflect.Descriptor instead.
 func (*TaskGetCommandRouterAccessResponse) Descriptor() ([]byte, []int) {
-	return file_api_proto_rawDescGZIP(), []int{22}
+	return file_api_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *TaskGetCommandRouterAccessResponse) GetJwt() string {
@@ -1454,7 +1763,7 @@ var File_api_proto protoreflect.FileDescriptor
 
 const file_api_proto_rawDesc = "" +
 	"\n" +
-	"\tapi.proto\x12\fmodal.client\"\x15\n" +
+	"\tapi.proto\x12\fmodal.client\x1a\x1bgoogle/protobuf/empty.proto\"\x15\n" +
 	"\x13AuthTokenGetRequest\",\n" +
 	"\x14AuthTokenGetResponse\x12\x14\n" +
 	"\x05token\x18\x01 \x01(\tR\x05token\"\xb1\x01\n" +
@@ -1543,7 +1852,31 @@ const file_api_proto_rawDesc = "" +
 	"taskResult\x88\x01\x01B\n" +
 	"\n" +
 	"\b_task_idB\x0e\n" +
-	"\f_task_result\"8\n" +
+	"\f_task_result\"D\n" +
+	"\n" +
+	"SandboxTag\x12\x19\n" +
+	"\btag_name\x18\x01 \x01(\tR\atagName\x12\x1b\n" +
+	"\ttag_value\x18\x02 \x01(\tR\btagValue\"\x8f\x01\n" +
+	"\x15SandboxTagsSetRequest\x12)\n" +
+	"\x10environment_name\x18\x01 \x01(\tR\x0fenvironmentName\x12\x1d\n" +
+	"\n" +
+	"sandbox_id\x18\x02 \x01(\tR\tsandboxId\x12,\n" +
+	"\x04tags\x18\x03 \x03(\v2\x18.modal.client.SandboxTagR\x04tags\"\xda\x01\n" +
+	"\x12SandboxListRequest\x12\x15\n" +
+	"\x06app_id\x18\x01 \x01(\tR\x05appId\x12)\n" +
+	"\x10before_timestamp\x18\x02 \x01(\x01R\x0fbeforeTimestamp\x12)\n" +
+	"\x10environment_name\x18\x03 \x01(\tR\x0fenvironmentName\x12)\n" +
+	"\x10include_finished\x18\x04 \x01(\bR\x0fincludeFinished\x12,\n" +
+	"\x04tags\x18\x05 \x03(\v2\x18.modal.client.SandboxTagR\x04tags\"\x95\x01\n" +
+	"\vSandboxInfo\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1d\n" +
+	"\n" +
+	"created_at\x18\x03 \x01(\x01R\tcreatedAt\x12\x15\n" +
+	"\x06app_id\x18\x05 \x01(\tR\x05appId\x12,\n" +
+	"\x04tags\x18\x06 \x03(\v2\x18.modal.client.SandboxTagR\x04tags\x12\x12\n" +
+	"\x04name\x18\a \x01(\tR\x04name\"N\n" +
+	"\x13SandboxListResponse\x127\n" +
+	"\tsandboxes\x18\x01 \x03(\v2\x19.modal.client.SandboxInfoR\tsandboxes\"8\n" +
 	"\x17SandboxTerminateRequest\x12\x1d\n" +
 	"\n" +
 	"sandbox_id\x18\x01 \x01(\tR\tsandboxId\"`\n" +
@@ -1566,14 +1899,16 @@ const file_api_proto_rawDesc = "" +
 	"*OBJECT_CREATION_TYPE_CREATE_FAIL_IF_EXISTS\x10\x02\x123\n" +
 	"/OBJECT_CREATION_TYPE_CREATE_OVERWRITE_IF_EXISTS\x10\x03\x12/\n" +
 	"+OBJECT_CREATION_TYPE_ANONYMOUS_OWNED_BY_APP\x10\x04\x12\"\n" +
-	"\x1eOBJECT_CREATION_TYPE_EPHEMERAL\x10\x052\x84\a\n" +
+	"\x1eOBJECT_CREATION_TYPE_EPHEMERAL\x10\x052\xa7\b\n" +
 	"\vModalClient\x12[\n" +
 	"\x0eAppGetOrCreate\x12#.modal.client.AppGetOrCreateRequest\x1a$.modal.client.AppGetOrCreateResponse\x12U\n" +
 	"\fAuthTokenGet\x12!.modal.client.AuthTokenGetRequest\x1a\".modal.client.AuthTokenGetResponse\x12a\n" +
 	"\x10ImageGetOrCreate\x12%.modal.client.ImageGetOrCreateRequest\x1a&.modal.client.ImageGetOrCreateResponse\x12i\n" +
 	"\x12ImageJoinStreaming\x12'.modal.client.ImageJoinStreamingRequest\x1a(.modal.client.ImageJoinStreamingResponse0\x01\x12X\n" +
 	"\rSandboxCreate\x12\".modal.client.SandboxCreateRequest\x1a#.modal.client.SandboxCreateResponse\x12a\n" +
-	"\x10SandboxGetTaskId\x12%.modal.client.SandboxGetTaskIdRequest\x1a&.modal.client.SandboxGetTaskIdResponse\x12a\n" +
+	"\x10SandboxGetTaskId\x12%.modal.client.SandboxGetTaskIdRequest\x1a&.modal.client.SandboxGetTaskIdResponse\x12R\n" +
+	"\vSandboxList\x12 .modal.client.SandboxListRequest\x1a!.modal.client.SandboxListResponse\x12M\n" +
+	"\x0eSandboxTagsSet\x12#.modal.client.SandboxTagsSetRequest\x1a\x16.google.protobuf.Empty\x12a\n" +
 	"\x10SandboxTerminate\x12%.modal.client.SandboxTerminateRequest\x1a&.modal.client.SandboxTerminateResponse\x12R\n" +
 	"\vSandboxWait\x12 .modal.client.SandboxWaitRequest\x1a!.modal.client.SandboxWaitResponse\x12\x7f\n" +
 	"\x1aTaskGetCommandRouterAccess\x12/.modal.client.TaskGetCommandRouterAccessRequest\x1a0.modal.client.TaskGetCommandRouterAccessResponseB:Z8github.com/stockade-sh/stockade/driver/modal/internal/pbb\x06proto3"
@@ -1591,7 +1926,7 @@ func file_api_proto_rawDescGZIP() []byte {
 }
 
 var file_api_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_api_proto_msgTypes = make([]protoimpl.MessageInfo, 23)
+var file_api_proto_msgTypes = make([]protoimpl.MessageInfo, 28)
 var file_api_proto_goTypes = []any{
 	(ObjectCreationType)(0),                    // 0: modal.client.ObjectCreationType
 	(GenericResult_GenericStatus)(0),           // 1: modal.client.GenericResult.GenericStatus
@@ -1613,12 +1948,18 @@ var file_api_proto_goTypes = []any{
 	(*SandboxCreateResponse)(nil),              // 17: modal.client.SandboxCreateResponse
 	(*SandboxGetTaskIdRequest)(nil),            // 18: modal.client.SandboxGetTaskIdRequest
 	(*SandboxGetTaskIdResponse)(nil),           // 19: modal.client.SandboxGetTaskIdResponse
-	(*SandboxTerminateRequest)(nil),            // 20: modal.client.SandboxTerminateRequest
-	(*SandboxTerminateResponse)(nil),           // 21: modal.client.SandboxTerminateResponse
-	(*SandboxWaitRequest)(nil),                 // 22: modal.client.SandboxWaitRequest
-	(*SandboxWaitResponse)(nil),                // 23: modal.client.SandboxWaitResponse
-	(*TaskGetCommandRouterAccessRequest)(nil),  // 24: modal.client.TaskGetCommandRouterAccessRequest
-	(*TaskGetCommandRouterAccessResponse)(nil), // 25: modal.client.TaskGetCommandRouterAccessResponse
+	(*SandboxTag)(nil),                         // 20: modal.client.SandboxTag
+	(*SandboxTagsSetRequest)(nil),              // 21: modal.client.SandboxTagsSetRequest
+	(*SandboxListRequest)(nil),                 // 22: modal.client.SandboxListRequest
+	(*SandboxInfo)(nil),                        // 23: modal.client.SandboxInfo
+	(*SandboxListResponse)(nil),                // 24: modal.client.SandboxListResponse
+	(*SandboxTerminateRequest)(nil),            // 25: modal.client.SandboxTerminateRequest
+	(*SandboxTerminateResponse)(nil),           // 26: modal.client.SandboxTerminateResponse
+	(*SandboxWaitRequest)(nil),                 // 27: modal.client.SandboxWaitRequest
+	(*SandboxWaitResponse)(nil),                // 28: modal.client.SandboxWaitResponse
+	(*TaskGetCommandRouterAccessRequest)(nil),  // 29: modal.client.TaskGetCommandRouterAccessRequest
+	(*TaskGetCommandRouterAccessResponse)(nil), // 30: modal.client.TaskGetCommandRouterAccessResponse
+	(*emptypb.Empty)(nil),                      // 31: google.protobuf.Empty
 }
 var file_api_proto_depIdxs = []int32{
 	0,  // 0: modal.client.AppGetOrCreateRequest.object_creation_type:type_name -> modal.client.ObjectCreationType
@@ -1631,31 +1972,39 @@ var file_api_proto_depIdxs = []int32{
 	13, // 7: modal.client.Sandbox.network_access:type_name -> modal.client.NetworkAccess
 	15, // 8: modal.client.SandboxCreateRequest.definition:type_name -> modal.client.Sandbox
 	7,  // 9: modal.client.SandboxGetTaskIdResponse.task_result:type_name -> modal.client.GenericResult
-	7,  // 10: modal.client.SandboxTerminateResponse.existing_result:type_name -> modal.client.GenericResult
-	7,  // 11: modal.client.SandboxWaitResponse.result:type_name -> modal.client.GenericResult
-	5,  // 12: modal.client.ModalClient.AppGetOrCreate:input_type -> modal.client.AppGetOrCreateRequest
-	3,  // 13: modal.client.ModalClient.AuthTokenGet:input_type -> modal.client.AuthTokenGetRequest
-	9,  // 14: modal.client.ModalClient.ImageGetOrCreate:input_type -> modal.client.ImageGetOrCreateRequest
-	11, // 15: modal.client.ModalClient.ImageJoinStreaming:input_type -> modal.client.ImageJoinStreamingRequest
-	16, // 16: modal.client.ModalClient.SandboxCreate:input_type -> modal.client.SandboxCreateRequest
-	18, // 17: modal.client.ModalClient.SandboxGetTaskId:input_type -> modal.client.SandboxGetTaskIdRequest
-	20, // 18: modal.client.ModalClient.SandboxTerminate:input_type -> modal.client.SandboxTerminateRequest
-	22, // 19: modal.client.ModalClient.SandboxWait:input_type -> modal.client.SandboxWaitRequest
-	24, // 20: modal.client.ModalClient.TaskGetCommandRouterAccess:input_type -> modal.client.TaskGetCommandRouterAccessRequest
-	6,  // 21: modal.client.ModalClient.AppGetOrCreate:output_type -> modal.client.AppGetOrCreateResponse
-	4,  // 22: modal.client.ModalClient.AuthTokenGet:output_type -> modal.client.AuthTokenGetResponse
-	10, // 23: modal.client.ModalClient.ImageGetOrCreate:output_type -> modal.client.ImageGetOrCreateResponse
-	12, // 24: modal.client.ModalClient.ImageJoinStreaming:output_type -> modal.client.ImageJoinStreamingResponse
-	17, // 25: modal.client.ModalClient.SandboxCreate:output_type -> modal.client.SandboxCreateResponse
-	19, // 26: modal.client.ModalClient.SandboxGetTaskId:output_type -> modal.client.SandboxGetTaskIdResponse
-	21, // 27: modal.client.ModalClient.SandboxTerminate:output_type -> modal.client.SandboxTerminateResponse
-	23, // 28: modal.client.ModalClient.SandboxWait:output_type -> modal.client.SandboxWaitResponse
-	25, // 29: modal.client.ModalClient.TaskGetCommandRouterAccess:output_type -> modal.client.TaskGetCommandRouterAccessResponse
-	21, // [21:30] is the sub-list for method output_type
-	12, // [12:21] is the sub-list for method input_type
-	12, // [12:12] is the sub-list for extension type_name
-	12, // [12:12] is the sub-list for extension extendee
-	0,  // [0:12] is the sub-list for field type_name
+	20, // 10: modal.client.SandboxTagsSetRequest.tags:type_name -> modal.client.SandboxTag
+	20, // 11: modal.client.SandboxListRequest.tags:type_name -> modal.client.SandboxTag
+	20, // 12: modal.client.SandboxInfo.tags:type_name -> modal.client.SandboxTag
+	23, // 13: modal.client.SandboxListResponse.sandboxes:type_name -> modal.client.SandboxInfo
+	7,  // 14: modal.client.SandboxTerminateResponse.existing_result:type_name -> modal.client.GenericResult
+	7,  // 15: modal.client.SandboxWaitResponse.result:type_name -> modal.client.GenericResult
+	5,  // 16: modal.client.ModalClient.AppGetOrCreate:input_type -> modal.client.AppGetOrCreateRequest
+	3,  // 17: modal.client.ModalClient.AuthTokenGet:input_type -> modal.client.AuthTokenGetRequest
+	9,  // 18: modal.client.ModalClient.ImageGetOrCreate:input_type -> modal.client.ImageGetOrCreateRequest
+	11, // 19: modal.client.ModalClient.ImageJoinStreaming:input_type -> modal.client.ImageJoinStreamingRequest
+	16, // 20: modal.client.ModalClient.SandboxCreate:input_type -> modal.client.SandboxCreateRequest
+	18, // 21: modal.client.ModalClient.SandboxGetTaskId:input_type -> modal.client.SandboxGetTaskIdRequest
+	22, // 22: modal.client.ModalClient.SandboxList:input_type -> modal.client.SandboxListRequest
+	21, // 23: modal.client.ModalClient.SandboxTagsSet:input_type -> modal.client.SandboxTagsSetRequest
+	25, // 24: modal.client.ModalClient.SandboxTerminate:input_type -> modal.client.SandboxTerminateRequest
+	27, // 25: modal.client.ModalClient.SandboxWait:input_type -> modal.client.SandboxWaitRequest
+	29, // 26: modal.client.ModalClient.TaskGetCommandRouterAccess:input_type -> modal.client.TaskGetCommandRouterAccessRequest
+	6,  // 27: modal.client.ModalClient.AppGetOrCreate:output_type -> modal.client.AppGetOrCreateResponse
+	4,  // 28: modal.client.ModalClient.AuthTokenGet:output_type -> modal.client.AuthTokenGetResponse
+	10, // 29: modal.client.ModalClient.ImageGetOrCreate:output_type -> modal.client.ImageGetOrCreateResponse
+	12, // 30: modal.client.ModalClient.ImageJoinStreaming:output_type -> modal.client.ImageJoinStreamingResponse
+	17, // 31: modal.client.ModalClient.SandboxCreate:output_type -> modal.client.SandboxCreateResponse
+	19, // 32: modal.client.ModalClient.SandboxGetTaskId:output_type -> modal.client.SandboxGetTaskIdResponse
+	24, // 33: modal.client.ModalClient.SandboxList:output_type -> modal.client.SandboxListResponse
+	31, // 34: modal.client.ModalClient.SandboxTagsSet:output_type -> google.protobuf.Empty
+	26, // 35: modal.client.ModalClient.SandboxTerminate:output_type -> modal.client.SandboxTerminateResponse
+	28, // 36: modal.client.ModalClient.SandboxWait:output_type -> modal.client.SandboxWaitResponse
+	30, // 37: modal.client.ModalClient.TaskGetCommandRouterAccess:output_type -> modal.client.TaskGetCommandRouterAccessResponse
+	27, // [27:38] is the sub-list for method output_type
+	16, // [16:27] is the sub-list for method input_type
+	16, // [16:16] is the sub-list for extension type_name
+	16, // [16:16] is the sub-list for extension extendee
+	0,  // [0:16] is the sub-list for field type_name
 }
 
 func init() { file_api_proto_init() }
@@ -1672,7 +2021,7 @@ func file_api_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_api_proto_rawDesc), len(file_api_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   23,
+			NumMessages:   28,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

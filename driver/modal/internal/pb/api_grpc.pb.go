@@ -20,6 +20,7 @@ import (
 	grpc "google.golang.org/grpc"
 	codes "google.golang.org/grpc/codes"
 	status "google.golang.org/grpc/status"
+	emptypb "google.golang.org/protobuf/types/known/emptypb"
 )
 
 // This is a compile-time assertion to ensure that this generated file
@@ -34,6 +35,8 @@ const (
 	ModalClient_ImageJoinStreaming_FullMethodName         = "/modal.client.ModalClient/ImageJoinStreaming"
 	ModalClient_SandboxCreate_FullMethodName              = "/modal.client.ModalClient/SandboxCreate"
 	ModalClient_SandboxGetTaskId_FullMethodName           = "/modal.client.ModalClient/SandboxGetTaskId"
+	ModalClient_SandboxList_FullMethodName                = "/modal.client.ModalClient/SandboxList"
+	ModalClient_SandboxTagsSet_FullMethodName             = "/modal.client.ModalClient/SandboxTagsSet"
 	ModalClient_SandboxTerminate_FullMethodName           = "/modal.client.ModalClient/SandboxTerminate"
 	ModalClient_SandboxWait_FullMethodName                = "/modal.client.ModalClient/SandboxWait"
 	ModalClient_TaskGetCommandRouterAccess_FullMethodName = "/modal.client.ModalClient/TaskGetCommandRouterAccess"
@@ -49,6 +52,8 @@ type ModalClientClient interface {
 	ImageJoinStreaming(ctx context.Context, in *ImageJoinStreamingRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[ImageJoinStreamingResponse], error)
 	SandboxCreate(ctx context.Context, in *SandboxCreateRequest, opts ...grpc.CallOption) (*SandboxCreateResponse, error)
 	SandboxGetTaskId(ctx context.Context, in *SandboxGetTaskIdRequest, opts ...grpc.CallOption) (*SandboxGetTaskIdResponse, error)
+	SandboxList(ctx context.Context, in *SandboxListRequest, opts ...grpc.CallOption) (*SandboxListResponse, error)
+	SandboxTagsSet(ctx context.Context, in *SandboxTagsSetRequest, opts ...grpc.CallOption) (*emptypb.Empty, error)
 	SandboxTerminate(ctx context.Context, in *SandboxTerminateRequest, opts ...grpc.CallOption) (*SandboxTerminateResponse, error)
 	SandboxWait(ctx context.Context, in *SandboxWaitRequest, opts ...grpc.CallOption) (*SandboxWaitResponse, error)
 	TaskGetCommandRouterAccess(ctx context.Context, in *TaskGetCommandRouterAccessRequest, opts ...grpc.CallOption) (*TaskGetCommandRouterAccessResponse, error)
@@ -131,6 +136,26 @@ func (c *modalClientClient) SandboxGetTaskId(ctx context.Context, in *SandboxGet
 	return out, nil
 }
 
+func (c *modalClientClient) SandboxList(ctx context.Context, in *SandboxListRequest, opts ...grpc.CallOption) (*SandboxListResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(SandboxListResponse)
+	err := c.cc.Invoke(ctx, ModalClient_SandboxList_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *modalClientClient) SandboxTagsSet(ctx context.Context, in *SandboxTagsSetRequest, opts ...grpc.CallOption) (*emptypb.Empty, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(emptypb.Empty)
+	err := c.cc.Invoke(ctx, ModalClient_SandboxTagsSet_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *modalClientClient) SandboxTerminate(ctx context.Context, in *SandboxTerminateRequest, opts ...grpc.CallOption) (*SandboxTerminateResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(SandboxTerminateResponse)
@@ -171,6 +196,8 @@ type ModalClientServer interface {
 	ImageJoinStreaming(*ImageJoinStreamingRequest, grpc.ServerStreamingServer[ImageJoinStreamingResponse]) error
 	SandboxCreate(context.Context, *SandboxCreateRequest) (*SandboxCreateResponse, error)
 	SandboxGetTaskId(context.Context, *SandboxGetTaskIdRequest) (*SandboxGetTaskIdResponse, error)
+	SandboxList(context.Context, *SandboxListRequest) (*SandboxListResponse, error)
+	SandboxTagsSet(context.Context, *SandboxTagsSetRequest) (*emptypb.Empty, error)
 	SandboxTerminate(context.Context, *SandboxTerminateRequest) (*SandboxTerminateResponse, error)
 	SandboxWait(context.Context, *SandboxWaitRequest) (*SandboxWaitResponse, error)
 	TaskGetCommandRouterAccess(context.Context, *TaskGetCommandRouterAccessRequest) (*TaskGetCommandRouterAccessResponse, error)
@@ -201,6 +228,12 @@ func (UnimplementedModalClientServer) SandboxCreate(context.Context, *SandboxCre
 }
 func (UnimplementedModalClientServer) SandboxGetTaskId(context.Context, *SandboxGetTaskIdRequest) (*SandboxGetTaskIdResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method SandboxGetTaskId not implemented")
+}
+func (UnimplementedModalClientServer) SandboxList(context.Context, *SandboxListRequest) (*SandboxListResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method SandboxList not implemented")
+}
+func (UnimplementedModalClientServer) SandboxTagsSet(context.Context, *SandboxTagsSetRequest) (*emptypb.Empty, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method SandboxTagsSet not implemented")
 }
 func (UnimplementedModalClientServer) SandboxTerminate(context.Context, *SandboxTerminateRequest) (*SandboxTerminateResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method SandboxTerminate not implemented")
@@ -333,6 +366,42 @@ func _ModalClient_SandboxGetTaskId_Handler(srv interface{}, ctx context.Context,
 	return interceptor(ctx, in, info, handler)
 }
 
+func _ModalClient_SandboxList_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(SandboxListRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ModalClientServer).SandboxList(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ModalClient_SandboxList_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ModalClientServer).SandboxList(ctx, req.(*SandboxListRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _ModalClient_SandboxTagsSet_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(SandboxTagsSetRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ModalClientServer).SandboxTagsSet(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ModalClient_SandboxTagsSet_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ModalClientServer).SandboxTagsSet(ctx, req.(*SandboxTagsSetRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _ModalClient_SandboxTerminate_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(SandboxTerminateRequest)
 	if err := dec(in); err != nil {
@@ -413,6 +482,14 @@ var ModalClient_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "SandboxGetTaskId",
 			Handler:    _ModalClient_SandboxGetTaskId_Handler,
+		},
+		{
+			MethodName: "SandboxList",
+			Handler:    _ModalClient_SandboxList_Handler,
+		},
+		{
+			MethodName: "SandboxTagsSet",
+			Handler:    _ModalClient_SandboxTagsSet_Handler,
 		},
 		{
 			MethodName: "SandboxTerminate",
