@@ -26,6 +26,7 @@ import (
 	"time"
 
 	"github.com/stockade-sh/stockade/capability"
+	"github.com/stockade-sh/stockade/config"
 	"github.com/stockade-sh/stockade/driver/gvisor"
 	"github.com/stockade-sh/stockade/egress"
 	"github.com/stockade-sh/stockade/engine"
@@ -121,7 +122,7 @@ tools:
 	if err := os.WriteFile(path, []byte(yaml), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	topts := tools.Options{EgressSupported: true, Drivers: wiring.DriverCapabilities(), DefaultTier: sandbox.TierContainer}
+	topts := tools.Options{EgressSupported: true, Drivers: wiring.DriverCapabilities(config.Default()), DefaultTier: sandbox.TierContainer}
 	set, err := tools.Load(path, topts)
 	if err != nil {
 		t.Fatal(err)

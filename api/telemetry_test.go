@@ -23,6 +23,7 @@ import (
 
 	"github.com/stockade-sh/stockade/broker"
 	"github.com/stockade-sh/stockade/capability"
+	"github.com/stockade-sh/stockade/config"
 	"github.com/stockade-sh/stockade/egress"
 	"github.com/stockade-sh/stockade/engine"
 	"github.com/stockade-sh/stockade/internal/netns"
@@ -426,7 +427,7 @@ tools:
 	if err := os.WriteFile(path, []byte(yaml), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	topts := tools.Options{EgressSupported: true, Drivers: wiring.DriverCapabilities(), DefaultTier: sandbox.TierContainer}
+	topts := tools.Options{EgressSupported: true, Drivers: wiring.DriverCapabilities(config.Default()), DefaultTier: sandbox.TierContainer}
 	set, err := tools.Load(path, topts)
 	if err != nil {
 		t.Fatal(err)

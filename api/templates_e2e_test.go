@@ -21,6 +21,7 @@ import (
 	"github.com/stockade-sh/stockade/api"
 	"github.com/stockade-sh/stockade/capability"
 	"github.com/stockade-sh/stockade/client"
+	"github.com/stockade-sh/stockade/config"
 	"github.com/stockade-sh/stockade/driver/gvisor"
 	"github.com/stockade-sh/stockade/driver/runc"
 	"github.com/stockade-sh/stockade/engine"
@@ -148,7 +149,7 @@ func startTemplateDaemon(t *testing.T, st store.Store, images, dataRoot, wheelho
 	if err != nil {
 		t.Fatalf("loading the templates: %v", err)
 	}
-	topts := tools.Options{DataRoot: dataRoot, Drivers: wiring.DriverCapabilities(), EgressSupported: true, Templates: set}
+	topts := tools.Options{DataRoot: dataRoot, Drivers: wiring.DriverCapabilities(config.Default()), EgressSupported: true, Templates: set}
 	ts, err := tools.Load(toolsFile, topts)
 	if err != nil {
 		t.Fatalf("loading the tools: %v", err)

@@ -12,6 +12,7 @@ import (
 
 	"github.com/stockade-sh/stockade/api"
 	"github.com/stockade-sh/stockade/capability"
+	"github.com/stockade-sh/stockade/config"
 	"github.com/stockade-sh/stockade/driver/runc"
 	"github.com/stockade-sh/stockade/engine"
 	"github.com/stockade-sh/stockade/image"
@@ -29,7 +30,7 @@ func toolSet(t *testing.T, yaml string) (*tools.Set, tools.Options) {
 	if err := os.WriteFile(file, []byte(yaml), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	opts := tools.Options{EgressSupported: true, Drivers: wiring.DriverCapabilities()}
+	opts := tools.Options{EgressSupported: true, Drivers: wiring.DriverCapabilities(config.Default())}
 	set, err := tools.Load(file, opts)
 	if err != nil {
 		t.Fatal(err)
