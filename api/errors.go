@@ -117,13 +117,13 @@ func Public(err error) (code int, d wire.ErrorDetail, hidden bool) {
 // Report is Public, and it logs err with its cause and the request's id
 // (RequestID) when the answer is a 5xx or hides err's message, so that
 // what a client reads as "internal error" can be found in the log: in the
-// request's own line (observe) when ctx is an API request's, else in a
-// line of its own.
+// request's own line (observe) when ctx is an API request's and that line
+// is still to be written and holds no other cause, else in a line of its
+// own.
 func Report(ctx context.Context, log *slog.Logger, err error) (code int, d wire.ErrorDetail) {
 	code, d, hidden := Public(err)
 	if code >= 500 || hidden {
-		if rl := requestLogOf(ctx); rl != nil {
-			rl.cause, rl.code, rl.status = err, d.Code, code
+		if rl := requestLogOf(ctx); rl != nil && rl.note(err, d.Code, code) {
 			return code, d
 		}
 		level := slog.LevelWarn

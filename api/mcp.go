@@ -113,7 +113,10 @@ func (s *server) mcpHandler() http.Handler {
 			return
 		}
 		defer func() { live.hold(p.KeyID, made) }()
-		bind.ServeHTTP(w, r)
+		// The SDK makes the session's connection with this request's
+		// context, and serves each later call of the session under it:
+		// they must not inherit this request's log, id and span.
+		bind.ServeHTTP(w, r.WithContext(withoutRequest(r.Context())))
 	})
 }
 

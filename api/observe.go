@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"net/http"
 	"strings"
+	"sync"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -47,9 +48,12 @@ func (s *server) observe(mux *http.ServeMux, next http.Handler) http.Handler {
 		}
 		span.SetAttributes(attribute.Int("http.response.status_code", rw.status))
 		telemetry.EndServerSpan(span, rw.status)
+		// From here on a Report under ctx (a goroutine the request
+		// started, still going) logs a line of its own.
+		cause, code, rlStatus := rl.finish()
 		// An MCP call's error is answered in a 200: the level is the
 		// error's too.
-		status := max(rw.status, rl.status)
+		status := max(rw.status, rlStatus)
 		level := slog.LevelInfo
 		switch {
 		case status >= 500:
@@ -64,9 +68,9 @@ func (s *server) observe(mux *http.ServeMux, next http.Handler) http.Handler {
 			slog.String("route", name), slog.Int("status", rw.status), slog.Int64("bytes", rw.bytes),
 			slog.Float64("duration_ms", float64(time.Since(start).Microseconds())/1000)}
 		msg := "request"
-		if rl.cause != nil {
+		if cause != nil {
 			msg = "request failed"
-			attrs = append(attrs, slog.String("code", rl.code), slog.String("err", rl.cause.Error()))
+			attrs = append(attrs, slog.String("code", code), slog.String("err", cause.Error()))
 		}
 		if sc := trace.SpanContextFromContext(ctx); sc.IsValid() {
 			attrs = append(attrs, slog.String("trace_id", sc.TraceID().String()))
@@ -109,11 +113,57 @@ func (w *statusWriter) Flush() {
 func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 // requestLog is what Report leaves for the request's line: the cause of
-// an answer that hid it.
+// an answer that hid it. It is safe for concurrent use: a Report may come
+// from a goroutine of the request's while observe logs its line.
 type requestLog struct {
+	mu     sync.Mutex
+	done   bool // the request's line is being written: too late to add to it
 	cause  error
 	code   string
 	status int
+}
+
+// note leaves err (answered with code and status) for the request's line;
+// it reports false when the line can take no cause (it is written, or it
+// holds one already): the caller logs err itself.
+func (rl *requestLog) note(err error, code string, status int) bool {
+	rl.mu.Lock()
+	defer rl.mu.Unlock()
+	if rl.done || rl.cause != nil {
+		return false
+	}
+	rl.cause, rl.code, rl.status = err, code, status
+	return true
+}
+
+// finish closes the request's log to later causes and returns the one it
+// holds, if any.
+func (rl *requestLog) finish() (cause error, code string, status int) {
+	rl.mu.Lock()
+	defer rl.mu.Unlock()
+	rl.done = true
+	return rl.cause, rl.code, rl.status
+}
+
+// withoutRequest is ctx without what belongs to the request it came with
+// (its log, its id, its span) but with its other values: the context of an
+// MCP session that the request starts, which the session's later calls
+// inherit (the SDK makes its connection with the first request's context)
+// and which must not write into that request's log, long written, nor
+// carry its id and trace.
+func withoutRequest(ctx context.Context) context.Context {
+	return trace.ContextWithSpanContext(requestless{ctx}, trace.SpanContext{})
+}
+
+// requestless hides a request's log and id.
+type requestless struct{ context.Context }
+
+func (c requestless) Value(k any) any {
+	switch k.(type) {
+	case requestLogKey, requestIDKey:
+		return nil
+	}
+	return c.Context.Value(k)
 }
 
 type requestLogKey struct{}
