@@ -109,7 +109,7 @@ func (s *approvals) Decide(ctx context.Context, p Principal, approvalID string, 
 	if e, err = apply(ctx, s.st, e.ID, step); err != nil {
 		return model.Approval{}, model.Execution{}, err
 	}
-	s.waited(a, approve, s.opts.Now())
+	s.waited(e, a, approve, s.opts.Now())
 	if a, err = s.st.GetApproval(ctx, p.WorkspaceID, approvalID); err != nil {
 		return a, e, err
 	}
@@ -193,15 +193,16 @@ func (s *approvals) expire(ctx context.Context, a model.Approval, now time.Time)
 	if err != nil {
 		return err
 	}
-	s.waited(a, false, now)
+	s.waited(ex, a, false, now)
 	s.runs.notify(step, ex)
 	return nil
 }
 
 // waited records approval a's wait, from its request to its decision at
 // at, in its execution's trace: approved, denied, or expired when no one
-// decided (at is then its expiry).
-func (s *approvals) waited(a model.Approval, approved bool, at time.Time) {
+// decided (at is then its expiry). e is a's execution, whose tier labels
+// the wait's duration.
+func (s *approvals) waited(e model.Execution, a model.Approval, approved bool, at time.Time) {
 	outcome := "denied"
 	switch {
 	case approved:
@@ -209,7 +210,7 @@ func (s *approvals) waited(a model.Approval, approved bool, at time.Time) {
 	case !at.Before(a.ExpiresAt):
 		outcome = "expired"
 	}
-	telemetry.Record(s.traces.Context(s.ctx, a.ExecutionID), telemetry.ApprovalWait, a.RequestedAt, at.Sub(a.RequestedAt), outcome)
+	telemetry.Record(s.withTier(s.traces.Context(s.ctx, a.ExecutionID), e), telemetry.ApprovalWait, a.RequestedAt, at.Sub(a.RequestedAt), outcome)
 }
 
 func (s *approvals) countPending(ctx context.Context) error {

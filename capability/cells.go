@@ -134,7 +134,9 @@ func (s *cells) dispatchCell(e model.Execution, live *liveSession, timeout time.
 
 // runCell runs cell e in live's kernel and records its outcome.
 func (s *cells) runCell(ctx context.Context, e model.Execution, live *liveSession, timeout time.Duration) {
-	ctx = s.traces.Context(ctx, e.ID)
+	on := e
+	on.Driver = live.Driver
+	ctx = s.withTier(s.traces.Context(ctx, e.ID), on)
 	g := GrantOf(e, nil)
 	end := func(in Input) { s.runs.end(context.WithoutCancel(ctx), g, in) }
 	var req cellRecord

@@ -222,7 +222,7 @@ func TestNetworkRequestsNeedApproval(t *testing.T) {
 	t.Run("refusals are audited", func(t *testing.T) {
 		svc := newSvc(t, engine.WithEgress(host))
 		const exec = "ex_refused"
-		svc.egress.startRun(exec, ws.ID)
+		svc.egress.startRun(exec, ws.ID, "")
 		svc.egress.egressDecision(engine.EgressDecision{Decision: egress.Decision{Reason: egress.ReasonNameNotAllowed, Sandbox: "sbx-1", Tool: "fetch", Name: "evil.test", Port: 443},
 			Labels: map[string]string{engine.LabelExecution: exec}})
 		svc.Close(t.Context())
@@ -237,7 +237,7 @@ func TestNetworkRequestsNeedApproval(t *testing.T) {
 	t.Run("broker calls are audited", func(t *testing.T) {
 		svc := newSvc(t, engine.WithEgress(host))
 		const exec = "ex_broker"
-		svc.egress.startRun(exec, ws.ID)
+		svc.egress.startRun(exec, ws.ID, "")
 		labels := map[string]string{engine.LabelExecution: exec}
 		svc.egress.brokerCall(engine.BrokerEvent{Event: broker.Event{Sandbox: "sbx-2", Tool: "fetch", Operation: "echo", ParamsSHA256: "abc", Allowed: true, Status: 200}, Labels: labels})
 		svc.egress.brokerCall(engine.BrokerEvent{Event: broker.Event{Sandbox: "sbx-2", Tool: "fetch", Operation: "other", Reason: "operation not in the tool's record"}, Labels: labels})
@@ -259,7 +259,7 @@ func TestNetworkRequestsNeedApproval(t *testing.T) {
 	t.Run("refusals are bounded", func(t *testing.T) {
 		svc := newSvc(t, engine.WithEgress(host))
 		const exec = "ex_flood"
-		svc.egress.startRun(exec, ws.ID)
+		svc.egress.startRun(exec, ws.ID, "")
 		huge := strings.Repeat("a", 60000) + ".test"
 		labels := map[string]string{engine.LabelExecution: exec}
 		for range maxRefusalEvents - 1 {
@@ -327,7 +327,7 @@ func TestRefusalFloodInTheLog(t *testing.T) {
 	eng, logs := newEgressEngine(t, pythonFetch("container", []string{"allowed.test"}, 8080))
 	svc := NewService(eng, openSQLite(t), ServiceOptions{Logger: slog.New(slog.NewTextHandler(logs, nil))})
 	const exec = "ex_flood"
-	svc.egress.startRun(exec, "ws_flood")
+	svc.egress.startRun(exec, "ws_flood", "")
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
 	res, err := eng.Run(ctx, engine.Request{Tool: "fetch", Driver: "runc", Runtime: "python", Network: true,

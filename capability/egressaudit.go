@@ -67,6 +67,7 @@ func (s *egressAudit) close() {
 // events of its sandbox.
 type runAudit struct {
 	workspace string
+	tier      string // its driver's, for the tier label of its sandbox's decisions
 	// refusals counts the execution's refusals (egress proxy and broker);
 	// past maxRefusalEvents they are only counted.
 	refusals int
@@ -126,6 +127,21 @@ func (s *egressAudit) subjectOf(labels map[string]string, refusal bool) (exec, w
 	return exec, workspace, workspace != "" && s.sessions[sid] <= maxRefusalEvents
 }
 
+// phaseContext is the context of a decision of the sandbox with labels:
+// under its execution's span (Links), with the tier of its run whether
+// tracing is on or not.
+func (s *egressAudit) phaseContext(labels map[string]string) context.Context {
+	exec := s.execOf(labels)
+	ctx := s.traces.Context(s.ctx, exec)
+	s.runsMu.Lock()
+	r := s.runs[exec]
+	s.runsMu.Unlock()
+	if r != nil {
+		ctx = telemetry.WithTier(ctx, r.tier)
+	}
+	return ctx
+}
+
 // execOf is the execution an event of a sandbox with labels belongs to
 // (as subjectOf says, without counting it), or "".
 func (s *egressAudit) execOf(labels map[string]string) string {
@@ -164,7 +180,7 @@ func (s *egressAudit) egressDecision(d engine.EgressDecision) {
 	if d.Allowed {
 		outcome = "allowed"
 	}
-	telemetry.Record(s.traces.Context(s.ctx, s.execOf(d.Labels)), telemetry.EgressDecision, d.Time, d.Duration, outcome,
+	telemetry.Record(s.phaseContext(d.Labels), telemetry.EgressDecision, d.Time, d.Duration, outcome,
 		telemetry.Egress(string(d.Protocol), d.Name, d.Port, d.Reason)...)
 	if d.Allowed {
 		return
@@ -195,11 +211,11 @@ func (s *egressAudit) egressDecision(d engine.EgressDecision) {
 	s.queueAudit(ev)
 }
 
-// startRun records exec, of workspace ws, as running: the events of its
-// sandbox are audited from now on.
-func (s *egressAudit) startRun(exec, ws string) {
+// startRun records exec, of workspace ws, running on tier, as running:
+// the events of its sandbox are audited from now on.
+func (s *egressAudit) startRun(exec, ws, tier string) {
 	s.runsMu.Lock()
-	s.runs[exec] = &runAudit{workspace: ws}
+	s.runs[exec] = &runAudit{workspace: ws, tier: tier}
 	s.runsMu.Unlock()
 }
 
@@ -250,7 +266,7 @@ func (s *egressAudit) brokerCall(b engine.BrokerEvent) {
 	if b.Allowed {
 		outcome = "allowed"
 	}
-	telemetry.Record(s.traces.Context(s.ctx, s.execOf(b.Labels)), telemetry.BrokerCall, b.Time, b.Duration, outcome,
+	telemetry.Record(s.phaseContext(b.Labels), telemetry.BrokerCall, b.Time, b.Duration, outcome,
 		telemetry.Broker(b.Operation, b.Status)...)
 	exec, ws, audited := s.subjectOf(b.Labels, !b.Allowed)
 	if !audited {

@@ -107,7 +107,7 @@ func (s *runs) close(ctx context.Context) error {
 // with, and records its outcome. ctx ends when the service closes or the
 // execution is cancelled (its cause is then a *Cancellation).
 func (s *runs) run(ctx context.Context, e model.Execution, timeout time.Duration, t *ticket) {
-	ctx = s.traces.Context(ctx, e.ID)
+	ctx = s.withTier(s.traces.Context(ctx, e.ID), e)
 	g := GrantOf(e, nil)
 	end := func(in Input) {
 		// Recording must happen even when the service is closing.
@@ -130,7 +130,7 @@ func (s *runs) run(ctx context.Context, e model.Execution, timeout time.Duration
 		return
 	}
 	network, _ := policy.ParseNetwork(req.Network) // checked by Invoke
-	s.egress.startRun(e.ID, e.WorkspaceID)
+	s.egress.startRun(e.ID, e.WorkspaceID, telemetry.TierOf(ctx))
 	defer s.egress.endRun(e.ID)
 	out := outputChunks{keep: sandbox.DefaultLimits().OutputCap, publish: func(st sandbox.Stream, p []byte) {
 		s.hub.publish(e.ID, StreamEvent{Type: st.String(), Data: mustJSON(wire.Output{Data: string(p)})})
@@ -212,6 +212,13 @@ func (s *runs) run(ctx context.Context, e model.Execution, timeout time.Duration
 		o.ExitCode = &exit
 	}
 	end(Finish{Status: model.ExecutionStatus(res.Status), Result: mustJSON(res), Output: o, Driver: res.Driver, At: at})
+}
+
+// withTier is ctx carrying the tier of the driver that runs e, for the
+// tier label of its phases' durations: from e's tool and runtime, whether
+// tracing is on or not (its span's Links keep nothing then).
+func (c *core) withTier(ctx context.Context, e model.Execution) context.Context {
+	return telemetry.WithTier(ctx, string(c.runner.Tier(engine.Request{Runtime: e.Runtime, Tool: e.Tool, Driver: e.Driver})))
 }
 
 // end records the end of g's run that in says, trying again after a

@@ -670,7 +670,7 @@ func TestBrokerEventRetries(t *testing.T) {
 	env := newServiceEnv(t, st, &sandboxfake.Driver{ID: "gvisor", Tier: sandbox.TierGVisor}, noApprovalPolicy(), ServiceOptions{})
 	st.n.Store(2)
 	const exec = "ex_busy"
-	env.svc.egress.startRun(exec, env.ws.ID)
+	env.svc.egress.startRun(exec, env.ws.ID, "")
 	env.svc.egress.brokerCall(engine.BrokerEvent{Event: broker.Event{Sandbox: "sbx-1", Tool: "t", Operation: "issues.create", Allowed: true, Status: 201},
 		Labels: map[string]string{engine.LabelExecution: exec}})
 	env.svc.egress.endRun(exec)
@@ -833,7 +833,7 @@ func TestAuditWriterWithTheStoreDown(t *testing.T) {
 	env := newServiceEnv(t, st, &sandboxfake.Driver{ID: "gvisor", Tier: sandbox.TierGVisor}, noApprovalPolicy(), ServiceOptions{})
 	st.fail.Store(true)
 	const exec = "ex_down"
-	env.svc.egress.startRun(exec, env.ws.ID)
+	env.svc.egress.startRun(exec, env.ws.ID, "")
 	for range 3 {
 		env.svc.egress.egressDecision(engine.EgressDecision{Decision: egress.Decision{Reason: egress.ReasonNameNotAllowed, Sandbox: "sbx-1", Name: "evil.test", Port: 443},
 			Labels: map[string]string{engine.LabelExecution: exec}})

@@ -286,6 +286,20 @@ func checkInput(req Request) error {
 	return nil
 }
 
+// Tier is the isolation tier of the driver that runs req (its Driver, or
+// its Tool's tier's with its Runtime), or "" when none would: the tier
+// label of a run's phases, known from its stored request.
+func (e *Engine) Tier(req Request) sandbox.Tier {
+	if d, ok := e.drivers[req.Driver]; ok {
+		return d.Capabilities().Tier
+	}
+	_, drv, _, err := e.resolve(Request{Runtime: req.Runtime, Tool: req.Tool, Driver: req.Driver})
+	if err != nil {
+		return ""
+	}
+	return drv.Capabilities().Tier
+}
+
 // resolve finds the runtime, tool and driver of a request and checks its
 // limits against the ceiling.
 func (e *Engine) resolve(req Request) (tools.Tool, sandbox.Driver, image.Runtime, error) {

@@ -149,6 +149,9 @@ func WithTier(ctx context.Context, tier string) context.Context {
 	return context.WithValue(ctx, tierKey{}, tier)
 }
 
+// TierOf is the tier ctx carries (WithTier), or "".
+func TierOf(ctx context.Context) string { return tierOf(ctx) }
+
 func tierOf(ctx context.Context) string {
 	t, _ := ctx.Value(tierKey{}).(string)
 	return t
