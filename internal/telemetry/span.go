@@ -47,6 +47,10 @@ var off = &holder{noop.NewTracerProvider().Tracer(scope)}
 
 func init() { tracer.Store(off) }
 
+// tracing reports whether spans are recorded: Setup set tracing up (and
+// SetTracing did not turn it off).
+func tracing() bool { return tracer.Load() != off }
+
 // Span is one phase's span and the start of its duration. The zero Span
 // is inert. End it once (defer sp.End(&err) sees a later SetTier: its
 // methods take a pointer).

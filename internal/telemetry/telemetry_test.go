@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/stockade-sh/stockade/errdefs"
@@ -66,7 +68,19 @@ func TestClassOfNamesOnlyTheClass(t *testing.T) {
 	}
 }
 
+// withTracing records spans (in memory, exported nowhere) until t ends.
+func withTracing(t *testing.T) {
+	tp := sdktrace.NewTracerProvider()
+	prev := tracer.Load()
+	tracer.Store(&holder{tp.Tracer(scope)})
+	t.Cleanup(func() {
+		tracer.Store(prev)
+		_ = tp.Shutdown(context.Background())
+	})
+}
+
 func TestLinks(t *testing.T) {
+	withTracing(t)
 	var l Links
 	sc := trace.NewSpanContext(trace.SpanContextConfig{TraceID: trace.TraceID{1}, SpanID: trace.SpanID{2}, TraceFlags: trace.FlagsSampled})
 	ctx := WithTier(trace.ContextWithSpanContext(t.Context(), sc), "gvisor")
@@ -82,6 +96,35 @@ func TestLinks(t *testing.T) {
 	l.Drop("ex_1")
 	if got := l.Context(t.Context(), "ex_1"); trace.SpanContextFromContext(got).IsValid() {
 		t.Error("Context(ex_1) after Drop still has its span")
+	}
+}
+
+// TestLinksKeepLittle checks that Links keeps nothing with tracing off,
+// and no tracestate (a client's, up to kilobytes) with tracing on.
+func TestLinksKeepLittle(t *testing.T) {
+	ts, err := trace.ParseTraceState("vendor=" + strings.Repeat("x", 200))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc := trace.NewSpanContext(trace.SpanContextConfig{TraceID: trace.TraceID{1}, SpanID: trace.SpanID{2}, TraceFlags: trace.FlagsSampled, TraceState: ts})
+	ctx := trace.ContextWithSpanContext(t.Context(), sc)
+	var off Links
+	off.Keep(ctx, "ex_1")
+	if len(off.m) != 0 {
+		t.Errorf("tracing off: %d spans kept, want none", len(off.m))
+	}
+	withTracing(t)
+	var on Links
+	on.Keep(ctx, "ex_1")
+	got := trace.SpanContextFromContext(on.Context(t.Context(), "ex_1"))
+	if got.TraceID() != sc.TraceID() || got.SpanID() != sc.SpanID() || !got.IsSampled() {
+		t.Errorf("tracing on: kept %v, want the trace and span of %v", got, sc)
+	}
+	if sc.TraceState().Len() == 0 {
+		t.Fatal("the span sent has no tracestate: the check sees nothing")
+	}
+	if got.TraceState().Len() != 0 {
+		t.Errorf("tracing on: the tracestate %q is kept", got.TraceState())
 	}
 }
 

@@ -17,7 +17,11 @@ const maxKept = 100_000
 // other requests or goroutines (the approval wait, the queue, the
 // sandbox, egress and broker decisions), join the invocation's trace.
 // The zero Links is ready; it is safe for concurrent use. With tracing
-// off it keeps nothing: an invocation's span context is then invalid.
+// off it keeps nothing (an invocation's span context may still be valid
+// then: the client's traceparent). It keeps a span's trace id, span id
+// and flags, never the tracestate, which a client sends before it is
+// authenticated and which may be kilobytes. The tier of an invocation's
+// phases does not depend on it: the callers set it (WithTier).
 type Links struct {
 	mu sync.Mutex
 	m  map[string]link
@@ -28,12 +32,15 @@ type link struct {
 	tier string
 }
 
-// Keep remembers ctx's span (and tier) as execution id's.
+// Keep remembers ctx's span (and tier) as execution id's, when tracing
+// is on.
 func (l *Links) Keep(ctx context.Context, id string) {
 	sc := trace.SpanContextFromContext(ctx)
-	if !sc.IsValid() || id == "" {
+	if !sc.IsValid() || id == "" || !tracing() {
 		return
 	}
+	// Not the tracestate: the span's own, or the client's it carries on.
+	sc = trace.NewSpanContext(trace.SpanContextConfig{TraceID: sc.TraceID(), SpanID: sc.SpanID(), TraceFlags: sc.TraceFlags()})
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.m == nil {
