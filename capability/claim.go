@@ -310,9 +310,7 @@ func (r *runRecord) write(ctx context.Context, c *claim, step Step, in Admit, t 
 		return r.failed(ctx, err)
 	}
 	r.inv = &Invocation{Execution: adm.Execution, Approval: adm.Approval, Replayed: adm.Replayed}
-	if !adm.Replayed {
-		s.traces.Keep(ctx, adm.Execution.ID)
-	}
+	kept := !adm.Replayed && s.traces.Keep(ctx, adm.Execution.ID)
 	switch {
 	case adm.Replayed:
 		t.release()
@@ -320,6 +318,14 @@ func (r *runRecord) write(ctx context.Context, c *claim, step Step, in Admit, t 
 		r.dispatch(adm.Execution, t)
 	default:
 		s.runs.notify(step, adm.Execution)
+		if kept && !adm.Execution.Status.Terminal() {
+			// It waits for its approval: a decision that ended it
+			// between Admit and Keep dropped its span before it was
+			// kept. (One approved since is dropped when its run ends.)
+			if cur, err := s.st.GetExecution(ctx, adm.Execution.WorkspaceID, adm.Execution.ID); err == nil && cur.Status.Terminal() {
+				s.traces.Drop(cur.ID)
+			}
+		}
 	}
 	return nil
 }

@@ -69,6 +69,7 @@ func (s *runs) spawn(id string, run func(ctx context.Context)) bool {
 	s.closeMu.Lock()
 	defer s.closeMu.Unlock()
 	if s.closed {
+		s.traces.Drop(id) // it does not run in this process
 		return false
 	}
 	ctx, cancel := context.WithCancelCause(s.ctx)
@@ -79,6 +80,9 @@ func (s *runs) spawn(id string, run func(ctx context.Context)) bool {
 	go func() {
 		defer s.wg.Done()
 		defer func() {
+			// However the run ended (its end recorded or not), its
+			// span is kept no longer.
+			s.traces.Drop(id)
 			s.liveMu.Lock()
 			delete(s.live, id)
 			s.liveMu.Unlock()
@@ -248,6 +252,7 @@ func (s *runs) end(ctx context.Context, g Grant, in Input) {
 			}
 		}
 		s.log.Error("recording execution outcome", "execution", g.ID, "err", err)
+		s.traces.Drop(g.ID)
 		s.hub.finish(g.ID)
 		s.feed.publish(Change{Kind: ExecutionFinished, WorkspaceID: g.WorkspaceID, ApprovalID: g.ApprovalID, ExecutionID: g.ID})
 		return
@@ -311,6 +316,7 @@ func (e *startRefused) Unwrap() error { return e.err }
 // meanwhile, it ends cancelled here, charged nothing, since no code ran.
 func (s *runs) endUnstarted(e model.Execution, c *Cancellation) {
 	defer s.hub.finish(e.ID)
+	defer s.traces.Drop(e.ID)
 	ctx := context.WithoutCancel(s.ctx)
 	cur, err := s.st.GetExecution(ctx, e.WorkspaceID, e.ID)
 	if err != nil || cur.Status.Terminal() || c == nil {

@@ -157,6 +157,9 @@ func NewService(r *engine.Engine, st store.Store, o ServiceOptions) *Service {
 	// until Close cancels it, not as long as any caller's.
 	ctx, cancel := context.WithCancel(context.Background())
 	c := &core{runner: r, opts: o, price: *o.CreditsPerInvocation, log: o.Logger, hub: newHub(), feed: newFeed(), ctx: ctx, cancel: cancel}
+	c.traces.Full = func() {
+		c.log.Warn("keeping the spans of too many executions at once; later ones' phases start traces of their own")
+	}
 	s := &Service{
 		core:   c,
 		keys:   &keyring{core: c, st: st},

@@ -180,3 +180,18 @@ func TestFromMeta(t *testing.T) {
 		}
 	}
 }
+
+// TestLinksFull checks that Links keeps at most maxKept spans, counts the
+// ones it refuses and says it is full once.
+func TestLinksFull(t *testing.T) {
+	withTracing(t)
+	fulls := 0
+	l := Links{Full: func() { fulls++ }}
+	ctx := trace.ContextWithSpanContext(t.Context(), trace.NewSpanContext(trace.SpanContextConfig{TraceID: trace.TraceID{1}, SpanID: trace.SpanID{2}}))
+	for i := range maxKept + 2 {
+		l.Keep(ctx, fmt.Sprint("ex_", i))
+	}
+	if l.Len() != maxKept || l.Refused() != 2 || fulls != 1 {
+		t.Errorf("kept %d, refused %d, said full %d times; want %d, 2, once", l.Len(), l.Refused(), fulls, maxKept)
+	}
+}

@@ -23,8 +23,13 @@ const maxKept = 100_000
 // authenticated and which may be kilobytes. The tier of an invocation's
 // phases does not depend on it: the callers set it (WithTier).
 type Links struct {
-	mu sync.Mutex
-	m  map[string]link
+	// Full, when set, is called once, the first time Keep finds maxKept
+	// spans kept already: for the daemon's log.
+	Full func()
+
+	mu      sync.Mutex
+	m       map[string]link
+	refused uint64 // Keeps refused for want of room
 }
 
 type link struct {
@@ -33,11 +38,12 @@ type link struct {
 }
 
 // Keep remembers ctx's span (and tier) as execution id's, when tracing
-// is on.
-func (l *Links) Keep(ctx context.Context, id string) {
+// is on; it reports whether it did. Whoever learns that the execution's
+// run ended, or never will, must Drop it.
+func (l *Links) Keep(ctx context.Context, id string) (kept bool) {
 	sc := trace.SpanContextFromContext(ctx)
 	if !sc.IsValid() || id == "" || !tracing() {
-		return
+		return false
 	}
 	// Not the tracestate: the span's own, or the client's it carries on.
 	sc = trace.NewSpanContext(trace.SpanContextConfig{TraceID: sc.TraceID(), SpanID: sc.SpanID(), TraceFlags: sc.TraceFlags()})
@@ -46,9 +52,29 @@ func (l *Links) Keep(ctx context.Context, id string) {
 	if l.m == nil {
 		l.m = make(map[string]link)
 	}
-	if len(l.m) < maxKept {
-		l.m[id] = link{sc: sc, tier: tierOf(ctx)}
+	if len(l.m) >= maxKept {
+		if l.refused++; l.refused == 1 && l.Full != nil {
+			l.Full()
+		}
+		return false
 	}
+	l.m[id] = link{sc: sc, tier: tierOf(ctx)}
+	return true
+}
+
+// Refused is how many executions Keep found no room for (maxKept): their
+// later phases start traces of their own.
+func (l *Links) Refused() uint64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.refused
+}
+
+// Len is how many executions' spans are kept.
+func (l *Links) Len() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.m)
 }
 
 // Context is ctx under execution id's span and with its tier, or ctx
