@@ -37,6 +37,9 @@ type egressAudit struct {
 	// "" when none (sessionHost.runningCell).
 	sessions map[string]int
 	cellOf   func(session string) string
+	// spans counts the egress and broker spans of each session's sandbox,
+	// by session id, under runsMu, as runAudit.spans an execution's.
+	spans map[string]int
 }
 
 // eventAppender appends an event of no grant: a denial, an egress
@@ -71,7 +74,17 @@ type runAudit struct {
 	// refusals counts the execution's refusals (egress proxy and broker);
 	// past maxRefusalEvents they are only counted.
 	refusals int
+	// spans counts its sandbox's egress and broker decisions; past
+	// maxDecisionSpans they are only counted (and measured).
+	spans int
 }
+
+// maxDecisionSpans is how many egress and broker decisions of one
+// execution (or session's sandbox) get a span each: a sandbox makes them
+// as fast as it resolves names and opens connections, and each span
+// carries names the sandbox chose. The rest are measured
+// (stockade_phase_duration_seconds) and counted.
+const maxDecisionSpans = maxRefusalEvents
 
 // maxRefusalEvents is how many refusals of one execution are audited one
 // by one; the rest are counted and audited in one RefusalsSuppressed event
@@ -129,15 +142,27 @@ func (s *egressAudit) subjectOf(labels map[string]string, refusal bool) (exec, w
 
 // phaseContext is the context of a decision of the sandbox with labels:
 // under its execution's span (Links), with the tier of its run whether
-// tracing is on or not.
+// tracing is on or not; under no span past maxDecisionSpans of the
+// execution (or session) (telemetry.Record then only measures it).
 func (s *egressAudit) phaseContext(labels map[string]string) context.Context {
 	exec := s.execOf(labels)
 	ctx := s.traces.Context(s.ctx, exec)
 	s.runsMu.Lock()
-	r := s.runs[exec]
-	s.runsMu.Unlock()
-	if r != nil {
+	var n int
+	if r := s.runs[exec]; r != nil {
 		ctx = telemetry.WithTier(ctx, r.tier)
+		r.spans++
+		n = r.spans
+	} else if sid := labels[engine.LabelSession]; sid != "" && labels[engine.LabelExecution] == "" {
+		if s.spans == nil {
+			s.spans = map[string]int{}
+		}
+		s.spans[sid]++
+		n = s.spans[sid]
+	}
+	s.runsMu.Unlock()
+	if n > maxDecisionSpans {
+		return telemetry.Unlinked(ctx)
 	}
 	return ctx
 }
@@ -160,7 +185,12 @@ func (s *egressAudit) endSession(id, ws string) {
 	s.runsMu.Lock()
 	n := s.sessions[id] - maxRefusalEvents
 	delete(s.sessions, id)
+	spans := s.spans[id] - maxDecisionSpans
+	delete(s.spans, id)
 	s.runsMu.Unlock()
+	if spans > 0 {
+		s.log.Debug("egress and broker decisions past the traced ones", "session", id, "count", spans)
+	}
 	if n <= 0 {
 		return
 	}
@@ -227,6 +257,9 @@ func (s *egressAudit) endRun(exec string) {
 	r := s.runs[exec]
 	delete(s.runs, exec)
 	s.runsMu.Unlock()
+	if r != nil && r.spans > maxDecisionSpans {
+		s.log.Debug("egress and broker decisions past the traced ones", "execution", exec, "count", r.spans-maxDecisionSpans)
+	}
 	if r == nil || r.refusals <= maxRefusalEvents {
 		return
 	}

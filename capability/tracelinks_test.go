@@ -5,6 +5,9 @@ import (
 	"testing"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/stockade-sh/stockade/engine"
 	"github.com/stockade-sh/stockade/internal/sandboxfake"
 	"github.com/stockade-sh/stockade/internal/telemetry"
 	"github.com/stockade-sh/stockade/sandbox"
@@ -57,5 +60,47 @@ func TestLinksDroppedWhenTheEndIsNotRecorded(t *testing.T) {
 	}
 	if n := env.svc.traces.Len(); n != 0 {
 		t.Errorf("%d executions' spans still kept after their runs ended", n)
+	}
+}
+
+// TestDecisionSpansCapped checks that the egress and broker decisions of
+// one execution, and of one session's sandbox, get at most
+// maxDecisionSpans spans: a sandbox decides how many it makes.
+func TestDecisionSpansCapped(t *testing.T) {
+	tracingOn(t)
+	env := newServiceEnv(t, nil, &sandboxfake.Driver{ID: "gvisor", Tier: sandbox.TierGVisor}, noApprovalPolicy(), ServiceOptions{})
+	ctx, sp := telemetry.Start(t.Context(), telemetry.Invoke)
+	defer sp.End(nil)
+	const exec = "ex_capped"
+	if !env.svc.traces.Keep(ctx, exec) {
+		t.Fatal("the execution's span is not kept: no decision can have a span")
+	}
+	env.svc.egress.startRun(exec, env.ws.ID, "gvisor")
+	defer env.svc.egress.endRun(exec)
+	for _, labels := range []map[string]string{
+		{engine.LabelExecution: exec},
+		{engine.LabelSession: "ses_capped", engine.LabelWorkspace: env.ws.ID},
+	} {
+		spans := 0
+		for range 3 * maxDecisionSpans {
+			if trace.SpanContextFromContext(env.svc.egress.phaseContext(labels)).IsValid() {
+				spans++
+			}
+		}
+		// A session's sandbox between cells has no execution, so none of its
+		// decisions is under a span; the count must still stop.
+		want := maxDecisionSpans
+		if labels[engine.LabelExecution] == "" {
+			want = 0
+		}
+		if spans != want {
+			t.Errorf("%v: %d of %d decisions under a span, want %d", labels, spans, 3*maxDecisionSpans, want)
+		}
+	}
+	env.svc.egress.runsMu.Lock()
+	n := env.svc.egress.spans["ses_capped"]
+	env.svc.egress.runsMu.Unlock()
+	if n != 3*maxDecisionSpans {
+		t.Errorf("the session's decisions counted: %d, want %d", n, 3*maxDecisionSpans)
 	}
 }

@@ -143,6 +143,12 @@ func Record(parent context.Context, phase Phase, start time.Time, d time.Duratio
 	s.End(trace.WithTimestamp(start.Add(d)))
 }
 
+// Unlinked is ctx under no span, with its tier: Record under it measures
+// a phase and adds no span.
+func Unlinked(ctx context.Context) context.Context {
+	return trace.ContextWithSpanContext(ctx, trace.SpanContext{})
+}
+
 type tierKey struct{}
 
 // WithTier makes the spans and durations started under ctx carry tier.
