@@ -70,6 +70,11 @@ type exiter interface {
 // *SandboxLostError when the host knows how the cell ended (an OOM kill
 // of the whole sandbox), any other when it could not run the cell.
 func (s *Session) Cell(ctx context.Context, req CellRequest) (res *CellResult, err error) {
+	if !s.cellMu.TryLock() {
+		// Refused: no exec to measure.
+		return nil, errdefs.Publicf("session sandbox %s is running a cell: %w", s.sb.ID(), errdefs.ErrConflict)
+	}
+	defer s.cellMu.Unlock()
 	ctx, sp := telemetry.Start(ctx, telemetry.Exec, telemetry.Driver(s.Driver))
 	defer func() {
 		var st sandbox.Status
@@ -78,10 +83,6 @@ func (s *Session) Cell(ctx context.Context, req CellRequest) (res *CellResult, e
 		}
 		sp.EndAs(execOutcome(st, err), err)
 	}()
-	if !s.cellMu.TryLock() {
-		return nil, errdefs.Publicf("session sandbox %s is running a cell: %w", s.sb.ID(), errdefs.ErrConflict)
-	}
-	defer s.cellMu.Unlock()
 	timeout := req.Timeout
 	if timeout <= 0 {
 		timeout = s.Limits.Timeout
