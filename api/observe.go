@@ -30,53 +30,81 @@ func (s *server) observe(mux *http.ServeMux, next http.Handler) http.Handler {
 		// the span's name, and its path the http.route attribute.
 		_, route := mux.Handler(r)
 		path := route[strings.IndexByte(route, ' ')+1:]
+		method := knownMethod(r.Method)
 		name := route
 		if path == "/" || path == "" {
-			path, name = "", r.Method
+			path, name = "", method
 		} else if name == path {
-			name = r.Method + " " + path
+			name = method + " " + path
 		}
 		rl := &requestLog{}
 		ctx := context.WithValue(r.Context(), requestLogKey{}, rl)
 		ctx = telemetry.FromHeader(ctx, r.Header)
 		ctx, span := telemetry.ServerSpan(ctx, name,
-			attribute.String("http.request.method", r.Method), attribute.String("http.route", path))
+			attribute.String("http.request.method", method), attribute.String("http.route", path))
 		rw := &statusWriter{ResponseWriter: w}
+		// Deferred: a handler that panics (net/http recovers it) still
+		// ends its span and logs its line, as a 500.
+		returned := false
+		defer func() {
+			if !returned {
+				rw.status = http.StatusInternalServerError
+			}
+			s.logRequest(ctx, span, rw, method, name, start)
+		}()
 		next.ServeHTTP(rw, r.WithContext(ctx))
-		if rw.status == 0 {
-			rw.status = http.StatusOK
-		}
-		span.SetAttributes(attribute.Int("http.response.status_code", rw.status))
-		telemetry.EndServerSpan(span, rw.status)
-		// From here on a Report under ctx (a goroutine the request
-		// started, still going) logs a line of its own.
-		cause, code, rlStatus := rl.finish()
-		// An MCP call's error is answered in a 200: the level is the
-		// error's too.
-		status := max(rw.status, rlStatus)
-		level := slog.LevelInfo
-		switch {
-		case status >= 500:
-			level = slog.LevelError
-		case status >= 400 && status != http.StatusNotFound:
-			level = slog.LevelWarn
-		}
-		if !s.log.Enabled(ctx, level) {
-			return
-		}
-		attrs := []slog.Attr{slog.String("request_id", RequestID(ctx)), slog.String("method", r.Method),
-			slog.String("route", name), slog.Int("status", rw.status), slog.Int64("bytes", rw.bytes),
-			slog.Float64("duration_ms", float64(time.Since(start).Microseconds())/1000)}
-		msg := "request"
-		if cause != nil {
-			msg = "request failed"
-			attrs = append(attrs, slog.String("code", code), slog.String("err", cause.Error()))
-		}
-		if sc := trace.SpanContextFromContext(ctx); sc.IsValid() {
-			attrs = append(attrs, slog.String("trace_id", sc.TraceID().String()))
-		}
-		s.log.LogAttrs(ctx, level, msg, attrs...)
+		returned = true
 	})
+}
+
+// logRequest ends a request's span and logs its line (see observe).
+func (s *server) logRequest(ctx context.Context, span trace.Span, rw *statusWriter, method, name string, start time.Time) {
+	rl := requestLogOf(ctx)
+	if rw.status == 0 {
+		rw.status = http.StatusOK
+	}
+	span.SetAttributes(attribute.Int("http.response.status_code", rw.status))
+	telemetry.EndServerSpan(span, rw.status)
+	// From here on a Report under ctx (a goroutine the request
+	// started, still going) logs a line of its own.
+	cause, code, rlStatus := rl.finish()
+	// An MCP call's error is answered in a 200: the level is the
+	// error's too.
+	status := max(rw.status, rlStatus)
+	level := slog.LevelInfo
+	switch {
+	case status >= 500:
+		level = slog.LevelError
+	case status >= 400 && status != http.StatusNotFound:
+		level = slog.LevelWarn
+	}
+	if !s.log.Enabled(ctx, level) {
+		return
+	}
+	attrs := []slog.Attr{slog.String("request_id", RequestID(ctx)), slog.String("method", method),
+		slog.String("route", name), slog.Int("status", rw.status), slog.Int64("bytes", rw.bytes),
+		slog.Float64("duration_ms", float64(time.Since(start).Microseconds())/1000)}
+	msg := "request"
+	if cause != nil {
+		msg = "request failed"
+		attrs = append(attrs, slog.String("code", code), slog.String("err", cause.Error()))
+	}
+	if sc := trace.SpanContextFromContext(ctx); sc.IsValid() {
+		attrs = append(attrs, slog.String("trace_id", sc.TraceID().String()))
+	}
+	s.log.LogAttrs(ctx, level, msg, attrs...)
+}
+
+// knownMethod is m when it is one of HTTP's methods (RFC 9110, and PATCH),
+// else "_OTHER", as the OpenTelemetry HTTP conventions name it: a
+// client's made-up method names no span, route or log line.
+func knownMethod(m string) string {
+	switch m {
+	case http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodDelete,
+		http.MethodConnect, http.MethodOptions, http.MethodTrace, http.MethodPatch:
+		return m
+	}
+	return "_OTHER"
 }
 
 // statusWriter notes the status and the bytes of an answer. It unwraps for
