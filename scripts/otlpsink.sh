@@ -36,8 +36,15 @@ bin=$dir/otlpsink
 if [ ! -x "$bin" ]; then
 	t0=$(date +%s)
 	mkdir -p "$dir"
-	nice -n 10 go build -trimpath -ldflags '-s -w' -o "$bin.tmp" .
-	mv "$bin.tmp" "$bin"
+	# A build of its own: builds running at once (two test binaries)
+	# each write their file, and the last rename wins. (A directory:
+	# go build will not overwrite mktemp's empty file.)
+	tmp=$(mktemp -d "$dir/build.XXXXXX")
+	trap 'rm -rf "$tmp"' EXIT
+	nice -n 10 go build -trimpath -ldflags '-s -w' -o "$tmp/otlpsink" .
+	mv "$tmp/otlpsink" "$bin"
+	rm -rf "$tmp"
+	trap - EXIT
 	echo "otlpsink.sh: built $bin in $(($(date +%s) - t0)) s" >&2
 fi
 echo "$bin"

@@ -143,7 +143,7 @@ func serve(ctx context.Context, listen, db string, cfg config.Config) error {
 		}
 	}()
 	if telemetry.Enabled(os.Getenv) {
-		log.Info("tracing on: OTLP over HTTP", "endpoint", cmp.Or(os.Getenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"), os.Getenv("OTEL_EXPORTER_OTLP_ENDPOINT"), "http://localhost:4318"))
+		log.Info("tracing on: OTLP over HTTP", "endpoint", telemetry.Endpoint(os.Getenv))
 	}
 	// SIGUSR2 stops the daemon for good: its sessions end first. It is
 	// caught before the daemon opens its store or any sandbox: one sent

@@ -18,6 +18,7 @@ package telemetry
 import (
 	"context"
 	"fmt"
+	"net/url"
 	"strings"
 	"sync/atomic"
 
@@ -104,6 +105,26 @@ func Setup(ctx context.Context, getenv func(string) string, version string) (shu
 		tracer.Store(prev)
 		return tp.Shutdown(ctx)
 	}, nil
+}
+
+// Endpoint is where the OTLP exporter sends spans, as the OTEL_*
+// variables (read with getenv) say, for the daemon's log: without a user
+// and password, a query or a fragment, which may hold credentials. An
+// endpoint that is no URL is named by that fact alone.
+func Endpoint(getenv func(string) string) string {
+	e := getenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+	if e == "" {
+		e = getenv("OTEL_EXPORTER_OTLP_ENDPOINT")
+	}
+	if e == "" {
+		return "http://localhost:4318"
+	}
+	u, err := url.Parse(e)
+	if err != nil || u.Host == "" {
+		return "(not a URL)"
+	}
+	u.User, u.RawQuery, u.Fragment, u.RawFragment, u.ForceQuery = nil, "", "", "", false
+	return u.String()
 }
 
 // onTracer is Setup's tracer while it is set up, for SetTracing.

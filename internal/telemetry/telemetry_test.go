@@ -195,3 +195,19 @@ func TestLinksFull(t *testing.T) {
 		t.Errorf("kept %d, refused %d, said full %d times; want %d, 2, once", l.Len(), l.Refused(), fulls, maxKept)
 	}
 }
+
+func TestEndpointHidesCredentials(t *testing.T) {
+	for _, tc := range []struct {
+		env  map[string]string
+		want string
+	}{
+		{nil, "http://localhost:4318"},
+		{map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "https://alice:s3cret@collector:4318/otlp?token=s3cret#s3cret"}, "https://collector:4318/otlp"},
+		{map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "http://a:4318", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "http://bob@b:4318/v1/traces"}, "http://b:4318/v1/traces"},
+		{map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "alice:s3cret@collector"}, "(not a URL)"},
+	} {
+		if got := Endpoint(env(tc.env)); got != tc.want {
+			t.Errorf("Endpoint(%v): got %q, want %q", tc.env, got, tc.want)
+		}
+	}
+}
