@@ -25,6 +25,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stockade-sh/stockade/broker"
 	"github.com/stockade-sh/stockade/capability"
 	"github.com/stockade-sh/stockade/config"
 	"github.com/stockade-sh/stockade/driver/gvisor"
@@ -84,32 +85,11 @@ func newEgressEnv(t *testing.T, b backend, driver string, opts ...func(*envConfi
 		testenv.RequiresBinary(t, "runsc")
 	}
 	hits := &atomic.Int64{}
-	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	es := newEgressSetup(t, egressPrefix, egressRange, func(w http.ResponseWriter, r *http.Request) {
 		hits.Add(1)
 		fmt.Fprintf(w, "upstream saw %s%s", r.Host, r.URL.Path)
-	}))
-	t.Cleanup(up.Close)
-	port := up.Listener.Addr().(*net.TCPAddr).Port
-
-	nets, err := netns.NewManager(netns.Config{Prefix: egressPrefix, Range: egressRange})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := nets.CleanupStale(); err != nil {
-		t.Fatalf("removing the networks an earlier run left: %v", err)
-	}
-	// Registered before newEnv registers the service's Close, so it runs
-	// after it: Close waits for the networks' removal.
-	t.Cleanup(func() {
-		if left := nets.Leftovers(); len(left) > 0 {
-			t.Errorf("left behind: %v", left)
-			_, _ = nets.CleanupStale()
-			_, _ = nets.RemoveKept(nil) // a session's network
-		}
-	})
-
-	path := filepath.Join(t.TempDir(), "tools.yaml")
-	yaml := fmt.Sprintf(`
+	}, func(port int) string {
+		return fmt.Sprintf(`
 tools:
   - name: fetch
     input_trust: trusted
@@ -119,22 +99,8 @@ tools:
       allow: [%s]
       ports: [%d]
 `, tier, allowedName, port)
-	if err := os.WriteFile(path, []byte(yaml), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	topts := tools.Options{EgressSupported: true, Drivers: wiring.DriverCapabilities(config.Default()), DefaultTier: sandbox.TierContainer}
-	set, err := tools.Load(path, topts)
-	if err != nil {
-		t.Fatal(err)
-	}
-
-	host, err := engine.NewEgressHost(nets, egress.Config{
-		Resolver:     noResolver{},
-		TestOverride: egress.NewTestOverride(t, map[string][]netip.Addr{allowedName: {netip.MustParseAddr("127.0.0.1")}}),
 	}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	nets, port, set, topts, host := es.nets, es.port, es.set, es.topts, es.host
 	c := envConfig{
 		credits: 10,
 		policy: func(p *model.Policy) {
@@ -159,6 +125,68 @@ tools:
 	}
 	e := newEnv(t, b, c)
 	return &egressEnv{env: e, eng: e.svc.Runner(), nets: nets, port: port, hits: hits}
+}
+
+// egressSetup is what an env whose sandboxes have egress is made of: an
+// upstream on loopback, reached by the name allowedName at port; the
+// sandbox networks; the tools; the egress host (proxy, broker).
+type egressSetup struct {
+	nets  *netns.Manager
+	port  int
+	url   string // the upstream's
+	set   *tools.Set
+	topts tools.Options
+	host  *engine.EgressHost
+}
+
+// newEgressSetup starts an upstream serving h, a network manager of
+// prefix and rng (checked for leftovers when the test ends, after the
+// service registered later closes), the tools toolsYAML(port) declares,
+// and an egress host whose resolver gives allowedName the loopback
+// address and whose broker is brokerOf(the upstream's URL) (nil for
+// none).
+func newEgressSetup(t *testing.T, prefix string, rng netip.Prefix, h http.HandlerFunc, toolsYAML func(port int) string, brokerOf func(url string) *broker.Config) *egressSetup {
+	t.Helper()
+	up := httptest.NewServer(h)
+	t.Cleanup(up.Close)
+	port := up.Listener.Addr().(*net.TCPAddr).Port
+	nets, err := netns.NewManager(netns.Config{Prefix: prefix, Range: rng})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := nets.CleanupStale(); err != nil {
+		t.Fatalf("removing the networks an earlier run left: %v", err)
+	}
+	// Registered before newEnv registers the service's Close, so it runs
+	// after it: Close waits for the networks' removal.
+	t.Cleanup(func() {
+		if left := nets.Leftovers(); len(left) > 0 {
+			t.Errorf("left behind: %v", left)
+			_, _ = nets.CleanupStale()
+			_, _ = nets.RemoveKept(nil) // a session's network
+		}
+	})
+	path := filepath.Join(t.TempDir(), "tools.yaml")
+	if err := os.WriteFile(path, []byte(toolsYAML(port)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	topts := tools.Options{EgressSupported: true, Drivers: wiring.DriverCapabilities(config.Default()), DefaultTier: sandbox.TierContainer}
+	set, err := tools.Load(path, topts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var bc *broker.Config
+	if brokerOf != nil {
+		bc = brokerOf(up.URL)
+	}
+	host, err := engine.NewEgressHost(nets, egress.Config{
+		Resolver:     noResolver{},
+		TestOverride: egress.NewTestOverride(t, map[string][]netip.Addr{allowedName: {netip.MustParseAddr("127.0.0.1")}}),
+	}, bc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &egressSetup{nets: nets, port: port, url: up.URL, set: set, topts: topts, host: host}
 }
 
 // fetchCode is the sandbox's program, as fetchCode % port. It reaches the

@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"net"
 	"net/http"
-	"net/http/httptest"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -23,16 +22,10 @@ import (
 
 	"github.com/stockade-sh/stockade/broker"
 	"github.com/stockade-sh/stockade/capability"
-	"github.com/stockade-sh/stockade/config"
-	"github.com/stockade-sh/stockade/egress"
 	"github.com/stockade-sh/stockade/engine"
-	"github.com/stockade-sh/stockade/internal/netns"
 	"github.com/stockade-sh/stockade/internal/telemetry"
 	"github.com/stockade-sh/stockade/internal/testenv"
-	"github.com/stockade-sh/stockade/internal/wiring"
 	"github.com/stockade-sh/stockade/model"
-	"github.com/stockade-sh/stockade/sandbox"
-	"github.com/stockade-sh/stockade/tools"
 	"github.com/stockade-sh/stockade/wire"
 )
 
@@ -394,26 +387,10 @@ type tracedEnv struct {
 
 func newTracedEnv(t *testing.T, secret string) *tracedEnv {
 	t.Helper()
-	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	es := newEgressSetup(t, otelPrefix, otelRange, func(w http.ResponseWriter, r *http.Request) {
 		fmt.Fprint(w, "upstream")
-	}))
-	t.Cleanup(up.Close)
-	port := up.Listener.Addr().(*net.TCPAddr).Port
-	nets, err := netns.NewManager(netns.Config{Prefix: otelPrefix, Range: otelRange})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := nets.CleanupStale(); err != nil {
-		t.Fatalf("removing the networks an earlier run left: %v", err)
-	}
-	t.Cleanup(func() {
-		if left := nets.Leftovers(); len(left) > 0 {
-			t.Errorf("left behind: %v", left)
-			_, _ = nets.CleanupStale()
-		}
-	})
-	path := filepath.Join(t.TempDir(), "tools.yaml")
-	yaml := fmt.Sprintf(`
+	}, func(port int) string {
+		return fmt.Sprintf(`
 tools:
   - name: traced
     input_trust: trusted
@@ -424,26 +401,14 @@ tools:
       allow: [%s]
       ports: [%d]
 `, allowedName, port)
-	if err := os.WriteFile(path, []byte(yaml), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	topts := tools.Options{EgressSupported: true, Drivers: wiring.DriverCapabilities(config.Default()), DefaultTier: sandbox.TierContainer}
-	set, err := tools.Load(path, topts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b := &broker.Config{
-		Operations: []broker.Operation{{Name: "echo", Method: http.MethodGet, URL: up.URL + "/echo",
-			Params: []broker.Param{{Name: "msg"}}, Credential: broker.Credential{Env: "ECHO_TOKEN"}, Prefix: "Bearer "}},
-		LookupEnv: func(name string) (string, bool) { return secret, name == "ECHO_TOKEN" },
-	}
-	host, err := engine.NewEgressHost(nets, egress.Config{
-		Resolver:     noResolver{},
-		TestOverride: egress.NewTestOverride(t, map[string][]netip.Addr{allowedName: {netip.MustParseAddr("127.0.0.1")}}),
-	}, b)
-	if err != nil {
-		t.Fatal(err)
-	}
+	}, func(url string) *broker.Config {
+		return &broker.Config{
+			Operations: []broker.Operation{{Name: "echo", Method: http.MethodGet, URL: url + "/echo",
+				Params: []broker.Param{{Name: "msg"}}, Credential: broker.Credential{Env: "ECHO_TOKEN"}, Prefix: "Bearer "}},
+			LookupEnv: func(name string) (string, bool) { return secret, name == "ECHO_TOKEN" },
+		}
+	})
+	set, topts, host, port := es.set, es.topts, es.host, es.port
 	e := newEnv(t, backends[0], envConfig{
 		credits: 10,
 		policy: func(p *model.Policy) {
