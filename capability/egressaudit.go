@@ -140,11 +140,12 @@ func (s *egressAudit) subjectOf(labels map[string]string, refusal bool) (exec, w
 	return exec, workspace, workspace != "" && s.sessions[sid] <= maxRefusalEvents
 }
 
-// phaseContext is the context of a decision of the sandbox with labels:
-// under its execution's span (Links), with the tier of its run whether
-// tracing is on or not; under no span past maxDecisionSpans of the
-// execution (or session) (telemetry.Record then only measures it).
-func (s *egressAudit) phaseContext(labels map[string]string) context.Context {
+// phaseContext is the context of a decision of the sandbox with labels,
+// of tool: under its execution's span (Links), with the tier of its run
+// (of tool's record for a session's sandbox) whether tracing is on or
+// not; under no span past maxDecisionSpans of the execution (or session)
+// (telemetry.Record then only measures it).
+func (s *egressAudit) phaseContext(labels map[string]string, tool string) context.Context {
 	exec := s.execOf(labels)
 	ctx := s.traces.Context(s.ctx, exec)
 	s.runsMu.Lock()
@@ -154,6 +155,9 @@ func (s *egressAudit) phaseContext(labels map[string]string) context.Context {
 		r.spans++
 		n = r.spans
 	} else if sid := labels[engine.LabelSession]; sid != "" && labels[engine.LabelExecution] == "" {
+		if t, err := s.runner.Tools().Get(tool); err == nil {
+			ctx = telemetry.WithTier(ctx, string(t.Tier))
+		}
 		if s.spans == nil {
 			s.spans = map[string]int{}
 		}
@@ -210,7 +214,7 @@ func (s *egressAudit) egressDecision(d engine.EgressDecision) {
 	if d.Allowed {
 		outcome = "allowed"
 	}
-	telemetry.Record(s.phaseContext(d.Labels), telemetry.EgressDecision, d.Time, d.Duration, outcome,
+	telemetry.Record(s.phaseContext(d.Labels, d.Tool), telemetry.EgressDecision, d.Time, d.Duration, outcome,
 		telemetry.Egress(string(d.Protocol), d.Name, d.Port, d.Reason)...)
 	if d.Allowed {
 		return
@@ -299,7 +303,7 @@ func (s *egressAudit) brokerCall(b engine.BrokerEvent) {
 	if b.Allowed {
 		outcome = "allowed"
 	}
-	telemetry.Record(s.phaseContext(b.Labels), telemetry.BrokerCall, b.Time, b.Duration, outcome,
+	telemetry.Record(s.phaseContext(b.Labels, b.Tool), telemetry.BrokerCall, b.Time, b.Duration, outcome,
 		telemetry.Broker(b.Operation, b.Status)...)
 	exec, ws, audited := s.subjectOf(b.Labels, !b.Allowed)
 	if !audited {

@@ -41,7 +41,8 @@ func phaseCounts(t *testing.T, reg *prometheus.Registry) map[[2]string]uint64 {
 // TestPhaseTierWithTracingOff checks that with tracing off (the default)
 // every phase of an invocation after its admission is labelled with its
 // driver's tier: the approval wait, the queue, the sandbox's creation, the
-// exec, its destruction and its egress decisions. Their tier must not
+// exec, its destruction and its egress decisions (and those of a
+// session's sandbox). Their tier must not
 // depend on the invocation's span being kept (telemetry.Links keeps
 // nothing with tracing off).
 func TestPhaseTierWithTracingOff(t *testing.T) {
@@ -77,6 +78,10 @@ func TestPhaseTierWithTracingOff(t *testing.T) {
 	// A decision of its sandbox's egress proxy, as the engine reports it.
 	env.svc.egress.egressDecision(engine.EgressDecision{Decision: egress.Decision{Allowed: true, Time: time.Now()},
 		Labels: map[string]string{engine.LabelExecution: inv.Execution.ID}})
+	// And one of a session's sandbox (no execution of its own): its tier
+	// is its tool's.
+	env.svc.egress.egressDecision(engine.EgressDecision{Decision: egress.Decision{Allowed: true, Time: time.Now()},
+		Labels: map[string]string{engine.LabelSession: "ses_tier", engine.LabelWorkspace: env.ws.ID}})
 	close(hold)
 	if e, err := env.svc.Wait(ctx, env.agent, inv.Execution.ID, 30*time.Second); err != nil || !e.Status.Terminal() {
 		t.Fatalf("waiting for the execution: %s, %v", e.Status, err)

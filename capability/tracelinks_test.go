@@ -83,7 +83,7 @@ func TestDecisionSpansCapped(t *testing.T) {
 	} {
 		spans := 0
 		for range 3 * maxDecisionSpans {
-			if trace.SpanContextFromContext(env.svc.egress.phaseContext(labels)).IsValid() {
+			if trace.SpanContextFromContext(env.svc.egress.phaseContext(labels, "")).IsValid() {
 				spans++
 			}
 		}
