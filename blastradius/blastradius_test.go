@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/stockade-sh/stockade/blastradius"
+	"github.com/stockade-sh/stockade/config"
 	"github.com/stockade-sh/stockade/driver/docker"
 	"github.com/stockade-sh/stockade/driver/gvisor"
 	"github.com/stockade-sh/stockade/driver/runc"
@@ -184,7 +185,7 @@ func TestRecordMount(t *testing.T) {
 			if err := os.WriteFile(file, []byte(yaml), 0o644); err != nil {
 				t.Fatal(err)
 			}
-			opts := tools.Options{DataRoot: root, Drivers: wiring.DriverCapabilities(), DefaultTier: d.tier}
+			opts := tools.Options{DataRoot: root, Drivers: wiring.DriverCapabilities(config.Default()), DefaultTier: d.tier}
 			set, err := tools.Load(file, opts)
 			if err != nil {
 				t.Fatal(err)

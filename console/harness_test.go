@@ -21,6 +21,7 @@ import (
 
 	"github.com/stockade-sh/stockade/api"
 	"github.com/stockade-sh/stockade/capability"
+	"github.com/stockade-sh/stockade/config"
 	"github.com/stockade-sh/stockade/driver/runc"
 	"github.com/stockade-sh/stockade/engine"
 	"github.com/stockade-sh/stockade/image"
@@ -103,7 +104,7 @@ func newEnvWith(t *testing.T, o Options, c envConfig) *env {
 			if err := os.WriteFile(path, []byte(yaml), 0o644); err != nil {
 				t.Fatal(err)
 			}
-			to := tools.Options{EgressSupported: true, Drivers: wiring.DriverCapabilities(), DefaultTier: sandbox.TierContainer}
+			to := tools.Options{EgressSupported: true, Drivers: wiring.DriverCapabilities(config.Default()), DefaultTier: sandbox.TierContainer}
 			set, err := tools.Load(path, to)
 			if err != nil {
 				t.Fatalf("loading tools: %v", err)
