@@ -343,12 +343,25 @@ func (d *Driver) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Sandbox
 	cctx, cancel := context.WithTimeout(ctx, d.cfg.CallTimeout)
 	resp, err := d.api.SandboxCreate(cctx, &pb.SandboxCreateRequest{AppId: appID, Definition: def})
 	cancel()
-	if err != nil {
-		return nil, rpcError("creating a sandbox", err)
-	}
 	sbID := resp.GetSandboxId()
-	if err := checkID("sandbox id", sbID); err != nil {
-		return nil, unreadable("creating a sandbox", err)
+	refused := refusal(err)
+	if err != nil {
+		err = rpcError("creating a sandbox", err)
+	} else if cerr := checkID("sandbox id", sbID); cerr != nil {
+		err = unreadable("creating a sandbox", cerr)
+	}
+	if err != nil {
+		if refused {
+			return nil, err
+		}
+		// The sandbox may exist all the same, untagged, and would run
+		// (and be billed) until its timeout: terminate it, found by its
+		// name, even when ctx has ended. One the service creates only
+		// after this looks is left to Reap, which finds it by its name.
+		if derr := d.terminateNamed(context.WithoutCancel(ctx), appID, name); derr != nil {
+			return nil, fmt.Errorf("%w (and terminating what it may have created: %v)", err, derr)
+		}
+		return nil, err
 	}
 	sb := &Sandbox{d: d, id: id, sandboxID: sbID, limits: lim}
 	d.mu.Lock()
@@ -425,46 +438,106 @@ func tagsOf(labels map[string]string) []*pb.SandboxTag {
 // maxPages bounds the pages of a listing Reap reads.
 const maxPages = 100
 
+// refusal tells whether err, a call's, is the service's refusal of the
+// request, after which no sandbox of it exists (AlreadyExists: the name
+// is another's, not this call's).
+func refusal(err error) bool {
+	switch status.Code(err) {
+	case codes.InvalidArgument, codes.PermissionDenied, codes.Unauthenticated, codes.AlreadyExists:
+		return true
+	}
+	return false
+}
+
+// list calls each for the running sandboxes of app appID whose tags
+// contain tags, as libmodal's Sandbox.list finds them (SandboxList page
+// by page, each before the last one's creation), until each returns
+// false.
+func (d *Driver) list(ctx context.Context, appID string, tags []*pb.SandboxTag, each func(*pb.SandboxInfo) bool) error {
+	before := 0.0
+	for range maxPages {
+		cctx, cancel := context.WithTimeout(ctx, d.cfg.CallTimeout)
+		resp, err := d.api.SandboxList(cctx, &pb.SandboxListRequest{AppId: appID, BeforeTimestamp: before, EnvironmentName: d.cfg.Environment, Tags: tags})
+		cancel()
+		if err != nil {
+			return rpcError("listing sandboxes", err)
+		}
+		infos := resp.GetSandboxes()
+		if len(infos) == 0 {
+			return nil
+		}
+		last := infos[len(infos)-1].GetCreatedAt()
+		if before != 0 && !(last < before) {
+			return unreadable("listing sandboxes", fmt.Errorf("a page that does not go back in time (%v, then %v)", before, last))
+		}
+		before = last
+		for _, info := range infos {
+			if !each(info) {
+				return nil
+			}
+		}
+	}
+	return nil
+}
+
+// terminateNamed terminates the running sandbox named name of app appID,
+// if there is one, within twice the call timeout.
+func (d *Driver) terminateNamed(ctx context.Context, appID, name string) error {
+	ctx, cancel := context.WithTimeout(ctx, 2*d.cfg.CallTimeout)
+	defer cancel()
+	var found *pb.SandboxInfo
+	err := d.list(ctx, appID, nil, func(info *pb.SandboxInfo) bool {
+		if info.GetName() == name && checkID("sandbox id", info.GetId()) == nil {
+			found = info
+		}
+		return found == nil
+	})
+	if err != nil || found == nil {
+		return err
+	}
+	sb := &Sandbox{d: d, id: strings.TrimPrefix(name, namePrefix), sandboxID: found.GetId()}
+	return sb.terminate(ctx)
+}
+
 // Reap terminates every running sandbox of the app this driver named
-// whose tags contain all of match, found as libmodal's Sandbox.list finds
-// them (SandboxList by tags, page by page, each before the last one's
-// creation). Its error joins each sandbox's, their classes kept.
+// whose tags contain all of match, and, when match has any, every one it
+// named that has no tags and was created more than the call timeout ago:
+// one whose Create lost it before tagging it (a sandbox is tagged within
+// the call timeout of its creation, so another daemon's new one is not
+// taken for lost). Its error joins each sandbox's, their classes kept.
 func (d *Driver) Reap(ctx context.Context, match map[string]string) ([]string, error) {
 	appID, err := d.app(ctx)
 	if err != nil {
 		return nil, err
 	}
+	old := float64(time.Now().Add(-d.cfg.CallTimeout).UnixNano()) / 1e9
 	var reaped []string
 	var errs []error
-	before := 0.0
-	for range maxPages {
-		cctx, cancel := context.WithTimeout(ctx, d.cfg.CallTimeout)
-		resp, err := d.api.SandboxList(cctx, &pb.SandboxListRequest{AppId: appID, BeforeTimestamp: before, EnvironmentName: d.cfg.Environment, Tags: tagsOf(match)})
-		cancel()
-		if err != nil {
-			return reaped, rpcError("listing sandboxes", err)
+	seen := map[string]bool{}
+	reap := func(info *pb.SandboxInfo) bool {
+		id, ok := reapable(info, match)
+		if !ok && len(match) > 0 && len(info.GetTags()) == 0 && info.GetCreatedAt() < old {
+			id, ok = reapable(info, nil)
 		}
-		infos := resp.GetSandboxes()
-		if len(infos) == 0 {
-			break
+		if !ok || seen[info.GetId()] {
+			return true
 		}
-		last := infos[len(infos)-1].GetCreatedAt()
-		if before != 0 && !(last < before) {
-			return reaped, unreadable("listing sandboxes", fmt.Errorf("a page that does not go back in time (%v, then %v)", before, last))
+		seen[info.GetId()] = true
+		sb := &Sandbox{d: d, id: id, sandboxID: info.GetId()}
+		if err := sb.terminate(ctx); err != nil {
+			errs = append(errs, err)
+			return true
 		}
-		before = last
-		for _, info := range infos {
-			id, ok := reapable(info, match)
-			if !ok {
-				continue
-			}
-			sb := &Sandbox{d: d, id: id, sandboxID: info.GetId()}
-			if err := sb.terminate(ctx); err != nil {
-				errs = append(errs, err)
-				continue
-			}
-			reaped = append(reaped, id)
-		}
+		reaped = append(reaped, id)
+		return true
+	}
+	err = d.list(ctx, appID, tagsOf(match), reap)
+	if err == nil && len(match) > 0 {
+		// The untagged ones, which a listing by tags leaves out.
+		err = d.list(ctx, appID, nil, reap)
+	}
+	if err != nil {
+		errs = append(errs, err)
 	}
 	if len(errs) > 0 {
 		return reaped, fmt.Errorf("modal: reaping: %w", errors.Join(errs...))

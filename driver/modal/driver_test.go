@@ -34,6 +34,12 @@ var images = modal.DefaultImages
 // fakeAPI starts the fake Modal API, its sandboxes runc sandboxes.
 func fakeAPI(t testing.TB) *fake.Server {
 	t.Helper()
+	return fakeWith(t, nil)
+}
+
+// fakeWith starts the fake Modal API with the After hooks of fake.Config.
+func fakeWith(t testing.TB, after map[string]func(context.Context) error) *fake.Server {
+	t.Helper()
 	testenv.RequiresRoot(t)
 	testenv.RequiresBinary(t, "runc")
 	m, err := runc.New(runc.Config{StateDir: t.TempDir(), GuestPath: testenv.Guest(t)})
@@ -47,7 +53,7 @@ func fakeAPI(t testing.TB) *fake.Server {
 			}
 		}
 		return sandbox.Image{}, fmt.Errorf("unknown image %q", tag)
-	}})
+	}, After: after})
 	if err != nil {
 		t.Fatal(err)
 	}

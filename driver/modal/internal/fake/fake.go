@@ -39,6 +39,11 @@ type Config struct {
 	// Image returns the image of a registry image's tag; an error
 	// fails its build.
 	Image func(tag string) (sandbox.Image, error)
+	// After, when it has a method's name (as Calls has it), is called
+	// after the method did its work and before it answers: an error it
+	// returns is the method's answer instead (a lost answer, for the
+	// tests' fault injection; it may block until ctx ends).
+	After map[string]func(ctx context.Context) error
 }
 
 // Server is the fake API.
@@ -137,6 +142,26 @@ func (s *Server) Access(name string) *pb.NetworkAccess {
 		if v.name == name {
 			return v.access
 		}
+	}
+	return nil
+}
+
+// Age moves the creation of every sandbox d back in time, as if it had
+// been created d earlier.
+func (s *Server) Age(d time.Duration) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, v := range s.sandboxes {
+		v.mu.Lock()
+		v.created -= d.Seconds()
+		v.mu.Unlock()
+	}
+}
+
+// after runs the Config.After hook of method, if any.
+func (s *Server) after(ctx context.Context, method string) error {
+	if h := s.cfg.After[method]; h != nil {
+		return h(ctx)
 	}
 	return nil
 }
@@ -315,6 +340,9 @@ func (a *api) SandboxCreate(ctx context.Context, req *pb.SandboxCreateRequest) (
 	v.mu.Lock()
 	v.timer = time.AfterFunc(time.Duration(def.GetTimeoutSecs())*time.Second, v.terminate)
 	v.mu.Unlock()
+	if err := a.s.after(ctx, "SandboxCreate"); err != nil {
+		return nil, err
+	}
 	return &pb.SandboxCreateResponse{SandboxId: v.id}, nil
 }
 
