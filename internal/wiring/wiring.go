@@ -86,7 +86,8 @@ func DriverCapabilities(cfg config.Config) map[string]sandbox.Capabilities {
 
 // Drivers returns the drivers of cfg by name: runc, gvisor and docker,
 // and vercel and modal each when it is the default driver or has a
-// token (its New names the credentials it lacks); or, when cfg.Driver is
+// token (its New names the credentials it lacks; modal, when it is not
+// the default, is left out with a warning instead); or, when cfg.Driver is
 // "kubernetes", only the cluster's (KubernetesDrivers). It installs the
 // embedded guest agent unless cfg.GuestPath is set.
 func Drivers(cfg config.Config) (map[string]sandbox.Driver, error) {
@@ -134,10 +135,16 @@ func Drivers(cfg config.Config) (map[string]sandbox.Driver, error) {
 	if cfg.Driver == "modal" || cfg.Modal.TokenID != "" {
 		// No I/O here either: bad credentials fail its Health and Create.
 		m, err := modal.New(ModalConfig(cfg))
-		if err != nil {
+		switch {
+		case err == nil:
+			drivers["modal"] = m
+		case cfg.Driver == "modal":
 			return nil, err
+		default:
+			// Not the default: the daemon runs without it rather than
+			// refuse to start over a half-given token (docs/modal.md).
+			slog.Warn("the modal driver is left out", "err", err)
 		}
-		drivers["modal"] = m
 	}
 	return drivers, nil
 }

@@ -92,3 +92,27 @@ func TestEngineWithoutEgressLoadsEgressTools(t *testing.T) {
 		t.Errorf("Engine of a daemon without egress: got %v, want the egress and credentials records refused", err)
 	}
 }
+
+// TestModalHalfToken checks that a modal token id without its secret
+// leaves the modal driver out when it is not the default driver (the
+// daemon starts on runc), and is refused, naming the secret, when it is.
+func TestModalHalfToken(t *testing.T) {
+	cfg := config.Default()
+	cfg.StateDir, cfg.GuestPath = t.TempDir(), testenv.Guest(t)
+	cfg.Modal.TokenID = "ak-test"
+	cfg.Modal.TokenSecret = "as-test"
+	drivers, err := wiring.Drivers(cfg)
+	if err != nil || drivers["modal"] == nil {
+		t.Fatalf("the control: with both halves: got %v, %v; want a modal driver", drivers, err)
+	}
+	cfg.Modal.TokenSecret = ""
+	cfg.Driver = "runc"
+	drivers, err = wiring.Drivers(cfg)
+	if err != nil || drivers["runc"] == nil || drivers["modal"] != nil {
+		t.Errorf("default runc, no secret: got %v, %v; want runc and no modal", drivers, err)
+	}
+	cfg.Driver = "modal"
+	if _, err := wiring.Drivers(cfg); !errdefs.IsInvalidArgument(err) || !strings.Contains(err.Error(), "MODAL_TOKEN_SECRET") {
+		t.Errorf("default modal, no secret: got %v, want ErrInvalidArgument naming MODAL_TOKEN_SECRET", err)
+	}
+}
