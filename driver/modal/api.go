@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"time"
 
 	"google.golang.org/grpc"
@@ -26,12 +27,12 @@ func (d *Driver) app(ctx context.Context) (string, error) {
 	if id != "" {
 		return id, nil
 	}
-	ctx, cancel := context.WithTimeout(ctx, d.cfg.CallTimeout)
+	cctx, cancel := context.WithTimeout(ctx, d.cfg.CallTimeout)
 	defer cancel()
-	resp, err := d.api.AppGetOrCreate(ctx, &pb.AppGetOrCreateRequest{AppName: d.cfg.App, EnvironmentName: d.cfg.Environment,
+	resp, err := d.api.AppGetOrCreate(cctx, &pb.AppGetOrCreateRequest{AppName: d.cfg.App, EnvironmentName: d.cfg.Environment,
 		ObjectCreationType: pb.ObjectCreationType_OBJECT_CREATION_TYPE_CREATE_IF_MISSING})
 	if err != nil {
-		return "", rpcError("looking up the app", err)
+		return "", callError(ctx, "looking up the app", err)
 	}
 	if err := checkID("app id", resp.GetAppId()); err != nil {
 		return "", unreadable("looking up the app", err)
@@ -57,7 +58,7 @@ func (d *Driver) image(ctx context.Context, appID, name string) (string, error) 
 		Image: &pb.Image{DockerfileCommands: []string{"FROM " + tag}}})
 	cancel()
 	if err != nil {
-		return "", rpcError("building image "+tag, err)
+		return "", callError(ctx, "building image "+tag, err)
 	}
 	id = resp.GetImageId()
 	if err := checkID("image id", id); err != nil {
@@ -75,7 +76,7 @@ func (d *Driver) image(ctx context.Context, appID, name string) (string, error) 
 		}
 		res, last, err = d.joinBuild(bctx, id, last)
 		if err != nil {
-			return "", rpcError("building image "+tag, err)
+			return "", callError(ctx, "building image "+tag, err)
 		}
 	}
 	if res.GetStatus() != pb.GenericResult_GENERIC_STATUS_SUCCESS {
@@ -102,7 +103,7 @@ func (d *Driver) joinBuild(ctx context.Context, id, last string) (*pb.GenericRes
 			if errors.Is(err, context.Canceled) || status.Code(err) == codes.OK {
 				return nil, last, nil
 			}
-			if err.Error() == "EOF" {
+			if errors.Is(err, io.EOF) {
 				return nil, last, nil
 			}
 			return nil, last, err

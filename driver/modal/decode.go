@@ -1,6 +1,7 @@
 package modal
 
 import (
+	"context"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
@@ -120,6 +121,19 @@ func rpcError(what string, err error) error {
 		msg = clip(msg)
 	}
 	return errdefs.Publicf("modal: %s: %s: %s: %w", what, st.Code(), msg, class)
+}
+
+// callError is rpcError of a call made on behalf of ctx, the caller's
+// context (not the call's own timeout): a call that ended because ctx
+// did returns ctx's error, not the service's unavailability.
+func callError(ctx context.Context, what string, err error) error {
+	if ctx.Err() != nil {
+		switch status.Code(err) {
+		case codes.Canceled, codes.DeadlineExceeded, codes.Unknown:
+			return fmt.Errorf("modal: %s: %w", what, ctx.Err())
+		}
+	}
+	return rpcError(what, err)
 }
 
 // ownError carries an error of the driver's through a gRPC call (the

@@ -346,7 +346,7 @@ func (d *Driver) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Sandbox
 	sbID := resp.GetSandboxId()
 	refused := refusal(err)
 	if err != nil {
-		err = rpcError("creating a sandbox", err)
+		err = callError(ctx, "creating a sandbox", err)
 	} else if cerr := checkID("sandbox id", sbID); cerr != nil {
 		err = unreadable("creating a sandbox", cerr)
 	}
@@ -418,10 +418,10 @@ func (d *Driver) setTags(ctx context.Context, sbID string, labels map[string]str
 	if len(labels) == 0 {
 		return nil
 	}
-	ctx, cancel := context.WithTimeout(ctx, d.cfg.CallTimeout)
+	cctx, cancel := context.WithTimeout(ctx, d.cfg.CallTimeout)
 	defer cancel()
-	if _, err := d.api.SandboxTagsSet(ctx, &pb.SandboxTagsSetRequest{EnvironmentName: d.cfg.Environment, SandboxId: sbID, Tags: tagsOf(labels)}); err != nil {
-		return rpcError("tagging a sandbox", err)
+	if _, err := d.api.SandboxTagsSet(cctx, &pb.SandboxTagsSetRequest{EnvironmentName: d.cfg.Environment, SandboxId: sbID, Tags: tagsOf(labels)}); err != nil {
+		return callError(ctx, "tagging a sandbox", err)
 	}
 	return nil
 }
@@ -460,7 +460,7 @@ func (d *Driver) list(ctx context.Context, appID string, tags []*pb.SandboxTag, 
 		resp, err := d.api.SandboxList(cctx, &pb.SandboxListRequest{AppId: appID, BeforeTimestamp: before, EnvironmentName: d.cfg.Environment, Tags: tags})
 		cancel()
 		if err != nil {
-			return rpcError("listing sandboxes", err)
+			return callError(ctx, "listing sandboxes", err)
 		}
 		infos := resp.GetSandboxes()
 		if len(infos) == 0 {
@@ -566,13 +566,13 @@ const namePrefix = "stockade-"
 // task waits for sandbox sbID's task, as the client libraries' exec does
 // first, within the start timeout.
 func (d *Driver) task(ctx context.Context, sbID string) (string, error) {
-	ctx, cancel := context.WithTimeout(ctx, d.cfg.StartTimeout)
+	sctx, cancel := context.WithTimeout(ctx, d.cfg.StartTimeout)
 	defer cancel()
 	for {
 		wait := float32(10)
-		resp, err := d.api.SandboxGetTaskId(ctx, &pb.SandboxGetTaskIdRequest{SandboxId: sbID, Timeout: &wait, WaitUntilReady: true})
+		resp, err := d.api.SandboxGetTaskId(sctx, &pb.SandboxGetTaskIdRequest{SandboxId: sbID, Timeout: &wait, WaitUntilReady: true})
 		if err != nil {
-			return "", rpcError("waiting for the sandbox to start", err)
+			return "", callError(ctx, "waiting for the sandbox to start", err)
 		}
 		if r := resp.GetTaskResult(); r != nil && r.GetStatus() != pb.GenericResult_GENERIC_STATUS_UNSPECIFIED {
 			return "", fmt.Errorf("modal: the sandbox ended before it ran: %s: %s: %w", r.GetStatus(), clip(r.GetException()), errdefs.ErrUnavailable)
@@ -584,6 +584,9 @@ func (d *Driver) task(ctx context.Context, sbID string) (string, error) {
 			return t, nil
 		}
 		if err := ctx.Err(); err != nil {
+			return "", fmt.Errorf("modal: waiting for the sandbox to start: %w", err)
+		}
+		if err := sctx.Err(); err != nil {
 			return "", fmt.Errorf("modal: the sandbox did not start within %v: %w", d.cfg.StartTimeout, errdefs.ErrUnavailable)
 		}
 	}
@@ -599,13 +602,13 @@ func (d *Driver) Leftovers(ctx context.Context, id string) []string {
 		return nil
 	}
 	sbID := l.sandboxID
-	ctx, cancel := context.WithTimeout(ctx, d.cfg.CallTimeout)
+	cctx, cancel := context.WithTimeout(ctx, d.cfg.CallTimeout)
 	defer cancel()
-	resp, err := d.api.SandboxWait(ctx, &pb.SandboxWaitRequest{SandboxId: sbID, Timeout: 0})
+	resp, err := d.api.SandboxWait(cctx, &pb.SandboxWaitRequest{SandboxId: sbID, Timeout: 0})
 	switch {
 	case status.Code(err) == codes.NotFound:
 	case err != nil:
-		return []string{fmt.Sprintf("sandbox %s: %v", id, rpcError("looking up a sandbox", err))}
+		return []string{fmt.Sprintf("sandbox %s: %v", id, callError(ctx, "looking up a sandbox", err))}
 	case resp.GetResult() == nil || resp.GetResult().GetStatus() == pb.GenericResult_GENERIC_STATUS_UNSPECIFIED:
 		return []string{fmt.Sprintf("Modal sandbox %s of %s runs", sbID, id)}
 	}

@@ -81,11 +81,11 @@ func (r *router) ctx(ctx context.Context) context.Context {
 // router returns the command router of the sandbox's task, as the client
 // libraries reach it: its URL and a token from the API.
 func (s *Sandbox) router(ctx context.Context) (*router, error) {
-	ctx, cancel := context.WithTimeout(ctx, s.d.cfg.CallTimeout)
+	cctx, cancel := context.WithTimeout(ctx, s.d.cfg.CallTimeout)
 	defer cancel()
-	resp, err := s.d.api.TaskGetCommandRouterAccess(ctx, &pb.TaskGetCommandRouterAccessRequest{TaskId: s.taskID})
+	resp, err := s.d.api.TaskGetCommandRouterAccess(cctx, &pb.TaskGetCommandRouterAccessRequest{TaskId: s.taskID})
 	if err != nil {
-		return nil, rpcError("reaching the sandbox's command router", err)
+		return nil, callError(ctx, "reaching the sandbox's command router", err)
 	}
 	if _, err := tokenExpiry(resp.GetJwt()); err != nil {
 		return nil, unreadable("reaching the sandbox's command router", err)
@@ -233,7 +233,7 @@ func (s *Sandbox) startCommand(ctx context.Context, r *router, execID string, ar
 	cctx, cancel := context.WithTimeout(ctx, s.d.cfg.CallTimeout)
 	defer cancel()
 	if _, err := r.c.TaskExecStart(r.ctx(cctx), req); err != nil {
-		return rpcError("starting a command", err)
+		return callError(ctx, "starting a command", err)
 	}
 	return nil
 }
@@ -248,7 +248,7 @@ func (s *Sandbox) writeStdin(ctx context.Context, r *router, execID string, data
 			Offset: uint64(off), Data: data[off : off+n], Eof: off+n == len(data)})
 		cancel()
 		if err != nil {
-			return rpcError("writing a command's stdin", err)
+			return callError(ctx, "writing a command's stdin", err)
 		}
 		if off += n; off == len(data) {
 			return nil
@@ -273,10 +273,10 @@ func (s *Sandbox) wait(ctx context.Context, r *router, execID string) (code, sig
 				r = nr
 			}
 		default:
-			return 0, 0, rpcError("waiting for a command", err)
+			return 0, 0, callError(ctx, "waiting for a command", err)
 		}
 		if ctx.Err() != nil || attempt > 1000 {
-			return 0, 0, rpcError("waiting for a command", err)
+			return 0, 0, callError(ctx, "waiting for a command", err)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
