@@ -178,7 +178,7 @@ func New(cfg Config) (*Driver, error) {
 	}
 	target, creds, err := dialTarget(cfg.ServerURL)
 	if err != nil {
-		return nil, errdefs.Publicf("modal: API address %q: %v: %w", cfg.ServerURL, err, errdefs.ErrInvalidArgument)
+		return nil, errdefs.Publicf("modal: API address %q: %v: %w", redacted(cfg.ServerURL), err, errdefs.ErrInvalidArgument)
 	}
 	if cfg.App == "" {
 		cfg.App = DefaultApp
@@ -201,7 +201,7 @@ func New(cfg Config) (*Driver, error) {
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(maxMessage)),
 		grpc.WithChainUnaryInterceptor(d.unaryAuth), grpc.WithChainStreamInterceptor(d.streamAuth))
 	if err != nil {
-		return nil, errdefs.Publicf("modal: API address %q: %v: %w", cfg.ServerURL, err, errdefs.ErrInvalidArgument)
+		return nil, errdefs.Publicf("modal: API address %q: %v: %w", redacted(cfg.ServerURL), err, errdefs.ErrInvalidArgument)
 	}
 	d.api = pb.NewModalClientClient(d.conn)
 	d.health.Check = d.checkHealth
@@ -214,6 +214,10 @@ func dialTarget(raw string) (string, credentials.TransportCredentials, error) {
 	u, err := url.Parse(raw)
 	if err != nil || u.Host == "" || (u.Path != "" && u.Path != "/") || u.RawQuery != "" {
 		return "", nil, errors.New("not an http(s) URL of a host")
+	}
+	if u.User != nil {
+		// The credentials go in headers; a URL's would be logged.
+		return "", nil, errors.New("a URL with a user or password")
 	}
 	host := u.Host
 	switch u.Scheme {
@@ -229,6 +233,16 @@ func dialTarget(raw string) (string, credentials.TransportCredentials, error) {
 		return host, insecure.NewCredentials(), nil
 	}
 	return "", nil, errors.New("not an http(s) URL")
+}
+
+// redacted is URL raw for a message: its password hidden, or nothing of
+// it when it does not parse.
+func redacted(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "(an unparsable URL)"
+	}
+	return u.Redacted()
 }
 
 // loopback tells whether host (of a URL) is this machine's.

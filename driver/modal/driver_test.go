@@ -157,6 +157,7 @@ func TestRefusals(t *testing.T) {
 	for url, ok := range map[string]bool{
 		"http://127.0.0.1:1": true, "http://[::1]:8080": true, "http://localhost:1": true, "https://api.modal.com:443": true, "https://api.modal.com": true,
 		"http://api.modal.com": false, "http://10.0.0.1:8080": false, "ftp://127.0.0.1/": false, "https://api.modal.com/x": false,
+		"https://user:hunter2@api.modal.com": false, "http://user@127.0.0.1:1": false,
 	} {
 		d, err := modal.New(modal.Config{TokenID: tokenID, TokenSecret: tokenSecret, ServerURL: url})
 		if ok && err != nil {
@@ -164,6 +165,9 @@ func TestRefusals(t *testing.T) {
 		}
 		if !ok && !errdefs.IsInvalidArgument(err) {
 			t.Errorf("New with the API at %s: got %v, want ErrInvalidArgument", url, err)
+		}
+		if err != nil && strings.Contains(err.Error(), "hunter2") {
+			t.Errorf("New with the API at %s: the password in %q", url, err)
 		}
 		if d != nil {
 			d.Close()

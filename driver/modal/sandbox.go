@@ -100,7 +100,7 @@ func (s *Sandbox) router(ctx context.Context) (*router, error) {
 	if conn == nil {
 		target, creds, err := dialTarget(u)
 		if err != nil {
-			return nil, unreadable("reaching the sandbox's command router", fmt.Errorf("router URL %q: %v", clip(u), err))
+			return nil, unreadable("reaching the sandbox's command router", fmt.Errorf("router URL %q: %v", clip(redacted(u)), err))
 		}
 		conn, err = grpc.NewClient(target, grpc.WithTransportCredentials(creds), grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(maxMessage)))
 		if err != nil {
