@@ -150,9 +150,9 @@ type Driver struct {
 	token   string    // the auth token of AuthTokenGet
 	expires time.Time // when token expires
 	appID   string
-	images  map[string]string           // runtime image name -> Modal image id
-	routers map[string]*grpc.ClientConn // router URL -> connection
-	live    map[string]*liveSandbox     // by sandbox.ID, until destroyed and seen ended (or evicted)
+	images  map[string]string       // runtime image name -> Modal image id
+	routers map[string]*routerConn  // router URL -> connection, while a sandbox holds it
+	live    map[string]*liveSandbox // by sandbox.ID, until destroyed and seen ended (or evicted)
 }
 
 var (
@@ -196,7 +196,7 @@ func New(cfg Config) (*Driver, error) {
 		cfg.Lifetime = 5 * time.Minute
 	}
 	cfg.Defaults = cfg.Defaults.WithDefaults(sandbox.Limits{CPU: DefaultCPU}).WithDefaults(sandbox.DefaultLimits())
-	d := &Driver{cfg: cfg, images: map[string]string{}, routers: map[string]*grpc.ClientConn{}, live: map[string]*liveSandbox{}}
+	d := &Driver{cfg: cfg, images: map[string]string{}, routers: map[string]*routerConn{}, live: map[string]*liveSandbox{}}
 	d.conn, err = grpc.NewClient(target, grpc.WithTransportCredentials(creds),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(maxMessage)),
 		grpc.WithChainUnaryInterceptor(d.unaryAuth), grpc.WithChainStreamInterceptor(d.streamAuth))
@@ -259,9 +259,9 @@ func (d *Driver) Close() error {
 	d.mu.Lock()
 	conns := []*grpc.ClientConn{d.conn}
 	for _, c := range d.routers {
-		conns = append(conns, c)
+		conns = append(conns, c.conn)
 	}
-	d.routers = map[string]*grpc.ClientConn{}
+	d.routers = map[string]*routerConn{}
 	d.mu.Unlock()
 	var errs []error
 	for _, c := range conns {

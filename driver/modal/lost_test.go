@@ -120,3 +120,39 @@ func TestReapUntagged(t *testing.T) {
 		t.Errorf("running after Reap: %v, want the other owner's", left)
 	}
 }
+
+// TestRouterConns checks that the connection to a command router stays
+// open while a sandbox that used it lives and is closed with the last
+// one's Destroy.
+func TestRouterConns(t *testing.T) {
+	f := fakeAPI(t)
+	d := newDriver(t, f.URL())
+	var sbs []sandbox.Sandbox
+	for range 2 {
+		sb, err := d.Create(t.Context(), sandbox.Spec{Image: testenv.Image(t, "shell")})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer sb.Destroy(context.WithoutCancel(t.Context()))
+		res, err := sandbox.Run(t.Context(), sb, sandbox.ExecRequest{Argv: []string{"/bin/true"}})
+		if err != nil || res.ExitCode != 0 {
+			t.Fatalf("run: %+v, %v", res, err)
+		}
+		sbs = append(sbs, sb)
+	}
+	if n := modal.RouterConns(d); n != 1 {
+		t.Fatalf("the control: %d router connections with two sandboxes on the fake's router, want 1", n)
+	}
+	if err := sbs[0].Destroy(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if n := modal.RouterConns(d); n != 1 {
+		t.Errorf("%d router connections while one sandbox lives, want 1", n)
+	}
+	if err := sbs[1].Destroy(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if n := modal.RouterConns(d); n != 0 {
+		t.Errorf("%d router connections after the last Destroy, want 0", n)
+	}
+}

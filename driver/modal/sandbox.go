@@ -61,6 +61,7 @@ type Sandbox struct {
 	dead      bool // terminated by the driver to end an Exec
 	destroyed bool
 	execs     map[*exec]struct{}
+	routers   map[string]bool // the router URLs whose connection it holds a reference on
 }
 
 var _ sandbox.Sandbox = (*Sandbox)(nil)
@@ -94,28 +95,86 @@ func (s *Sandbox) router(ctx context.Context) (*router, error) {
 	if len(u) > maxString {
 		return nil, unreadable("reaching the sandbox's command router", fmt.Errorf("a URL of %d bytes", len(u)))
 	}
-	s.d.mu.Lock()
-	conn := s.d.routers[u]
-	s.d.mu.Unlock()
-	if conn == nil {
-		target, creds, err := dialTarget(u)
-		if err != nil {
-			return nil, unreadable("reaching the sandbox's command router", fmt.Errorf("router URL %q: %v", clip(redacted(u)), err))
-		}
-		conn, err = grpc.NewClient(target, grpc.WithTransportCredentials(creds), grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(maxMessage)))
-		if err != nil {
-			return nil, unreadable("reaching the sandbox's command router", err)
-		}
-		s.d.mu.Lock()
-		if c := s.d.routers[u]; c != nil {
-			conn.Close()
-			conn = c
-		} else {
-			s.d.routers[u] = conn
-		}
-		s.d.mu.Unlock()
+	conn, err := s.routerConn(u)
+	if err != nil {
+		return nil, err
 	}
 	return &router{c: pb.NewTaskCommandRouterClient(conn), jwt: resp.GetJwt()}, nil
+}
+
+// routerConn is the driver's connection to the router at URL u, shared
+// by the sandboxes it serves, each holding a reference until Destroy
+// (releaseRouters): the last one's Destroy closes it.
+func (s *Sandbox) routerConn(u string) (*grpc.ClientConn, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.destroyed {
+		return nil, fmt.Errorf("modal: sandbox %s is destroyed: %w", s.id, errdefs.ErrFailedPrecondition)
+	}
+	hold := func(rc *routerConn) *grpc.ClientConn {
+		if !s.routers[u] {
+			rc.refs++
+			if s.routers == nil {
+				s.routers = map[string]bool{}
+			}
+			s.routers[u] = true
+		}
+		return rc.conn
+	}
+	s.d.mu.Lock()
+	rc := s.d.routers[u]
+	if rc != nil {
+		defer s.d.mu.Unlock()
+		return hold(rc), nil
+	}
+	s.d.mu.Unlock()
+	target, creds, err := dialTarget(u)
+	if err != nil {
+		return nil, unreadable("reaching the sandbox's command router", fmt.Errorf("router URL %q: %v", clip(redacted(u)), err))
+	}
+	// NewClient does no I/O.
+	conn, err := grpc.NewClient(target, grpc.WithTransportCredentials(creds), grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(maxMessage)))
+	if err != nil {
+		return nil, unreadable("reaching the sandbox's command router", err)
+	}
+	s.d.mu.Lock()
+	defer s.d.mu.Unlock()
+	if rc = s.d.routers[u]; rc != nil {
+		conn.Close()
+	} else {
+		rc = &routerConn{conn: conn}
+		s.d.routers[u] = rc
+	}
+	return hold(rc), nil
+}
+
+// routerConn is a connection to a router and the sandboxes that hold it.
+type routerConn struct {
+	conn *grpc.ClientConn
+	refs int
+}
+
+// releaseRouters drops the references of a destroyed sandbox on its
+// routers' connections, closing those that no sandbox holds.
+func (s *Sandbox) releaseRouters() {
+	s.mu.Lock()
+	urls := s.routers
+	s.routers = nil
+	s.mu.Unlock()
+	var closing []*grpc.ClientConn
+	s.d.mu.Lock()
+	for u := range urls {
+		if rc := s.d.routers[u]; rc != nil {
+			if rc.refs--; rc.refs <= 0 {
+				delete(s.d.routers, u)
+				closing = append(closing, rc.conn)
+			}
+		}
+	}
+	s.d.mu.Unlock()
+	for _, c := range closing {
+		c.Close()
+	}
 }
 
 // Start writes the code file, then runs the program as one command of
@@ -330,6 +389,7 @@ func (s *Sandbox) Destroy(ctx context.Context) error {
 		ex.cancelStream()
 	}
 	s.mu.Unlock()
+	s.releaseRouters()
 	if err := s.terminate(ctx); err != nil {
 		return err
 	}
