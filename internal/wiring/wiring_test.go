@@ -116,3 +116,25 @@ func TestModalHalfToken(t *testing.T) {
 		t.Errorf("default modal, no secret: got %v, want ErrInvalidArgument naming MODAL_TOKEN_SECRET", err)
 	}
 }
+
+// TestVercelHalfCredentials: a token without its team and project leaves
+// the vercel driver out when it is not the default, and refuses the start,
+// naming what is missing, when it is.
+func TestVercelHalfCredentials(t *testing.T) {
+	cfg := config.Default()
+	cfg.StateDir, cfg.GuestPath = t.TempDir(), testenv.Guest(t)
+	cfg.Vercel = config.Vercel{Token: "t", TeamID: "team", ProjectID: "prj"}
+	drivers, err := wiring.Drivers(cfg)
+	if err != nil || drivers["vercel"] == nil {
+		t.Fatalf("the control: with all three: got %v, %v; want a vercel driver", drivers, err)
+	}
+	cfg.Vercel.ProjectID, cfg.Driver = "", "runc"
+	drivers, err = wiring.Drivers(cfg)
+	if err != nil || drivers["runc"] == nil || drivers["vercel"] != nil {
+		t.Errorf("default runc, no project: got %v, %v; want runc and no vercel", drivers, err)
+	}
+	cfg.Driver = "vercel"
+	if _, err := wiring.Drivers(cfg); !errdefs.IsInvalidArgument(err) || !strings.Contains(err.Error(), "VERCEL_PROJECT_ID") {
+		t.Errorf("default vercel, no project: got %v, want ErrInvalidArgument naming VERCEL_PROJECT_ID", err)
+	}
+}
