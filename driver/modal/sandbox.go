@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"path"
 	"strconv"
 	"strings"
 	"sync"
@@ -180,7 +179,7 @@ func (s *Sandbox) releaseRouters() {
 // Start writes the code file, then runs the program as one command of
 // the router whose output streams back and whose stdin is written.
 func (s *Sandbox) Start(ctx context.Context, req sandbox.ExecRequest) (sandbox.Exec, error) {
-	if err := checkRequest(req); err != nil {
+	if err := sandbox.CheckCommand("modal", req); err != nil {
 		return nil, err
 	}
 	s.mu.Lock()
@@ -202,34 +201,6 @@ func (s *Sandbox) Start(ctx context.Context, req sandbox.ExecRequest) (sandbox.E
 		return nil, err
 	}
 	return ex, nil
-}
-
-// checkRequest refuses what the router's commands cannot do.
-func checkRequest(req sandbox.ExecRequest) error {
-	bad := func(format string, a ...any) error {
-		return errdefs.Publicf("modal: "+format+": %w", append(a, errdefs.ErrInvalidArgument)...)
-	}
-	switch {
-	case req.StdinStream:
-		return bad("the driver takes no streamed stdin")
-	case len(req.Argv) == 0 || !path.IsAbs(req.Argv[0]) || strings.Contains(req.Argv[0], "="):
-		return bad("argv[0] must be an absolute path without '='")
-	case len(req.File.Data) > sandbox.MaxCodeSize:
-		return bad("the code file is larger than %d bytes", sandbox.MaxCodeSize)
-	case req.File.Name != "" && (strings.Contains(req.File.Name, "/") || req.File.Name == "." || req.File.Name == ".." || strings.ContainsRune(req.File.Name, 0)):
-		return bad("code file name %q is not a plain file name", req.File.Name)
-	}
-	for _, kv := range req.Env {
-		if k, _, ok := strings.Cut(kv, "="); !ok || k == "" || strings.ContainsRune(kv, 0) {
-			return bad("environment entry %q is not KEY=value", kv)
-		}
-	}
-	for _, a := range req.Argv {
-		if strings.ContainsRune(a, 0) {
-			return bad("an argument holds a NUL")
-		}
-	}
-	return nil
 }
 
 func newExecID() string {

@@ -67,7 +67,7 @@ func (s *Sandbox) ID() string { return s.id }
 // Start writes the code file and the stdin, then runs the program as
 // one command whose output streams back.
 func (s *Sandbox) Start(ctx context.Context, req sandbox.ExecRequest) (sandbox.Exec, error) {
-	if err := checkRequest(req); err != nil {
+	if err := sandbox.CheckCommand("vercel", req); err != nil {
 		return nil, err
 	}
 	s.mu.Lock()
@@ -89,34 +89,6 @@ func (s *Sandbox) Start(ctx context.Context, req sandbox.ExecRequest) (sandbox.E
 		return nil, err
 	}
 	return ex, nil
-}
-
-// checkRequest refuses what the provider's command API cannot do.
-func checkRequest(req sandbox.ExecRequest) error {
-	bad := func(format string, a ...any) error {
-		return errdefs.Publicf("vercel: "+format+": %w", append(a, errdefs.ErrInvalidArgument)...)
-	}
-	switch {
-	case req.StdinStream:
-		return bad("the provider's commands take no streamed stdin")
-	case len(req.Argv) == 0 || !path.IsAbs(req.Argv[0]) || strings.Contains(req.Argv[0], "="):
-		return bad("argv[0] must be an absolute path without '='")
-	case len(req.File.Data) > sandbox.MaxCodeSize:
-		return bad("the code file is larger than %d bytes", sandbox.MaxCodeSize)
-	case req.File.Name != "" && (strings.Contains(req.File.Name, "/") || req.File.Name == "." || req.File.Name == ".." || strings.ContainsRune(req.File.Name, 0)):
-		return bad("code file name %q is not a plain file name", req.File.Name)
-	}
-	for _, kv := range req.Env {
-		if k, _, ok := strings.Cut(kv, "="); !ok || k == "" || strings.ContainsRune(kv, 0) {
-			return bad("environment entry %q is not KEY=value", kv)
-		}
-	}
-	for _, a := range req.Argv {
-		if strings.ContainsRune(a, 0) {
-			return bad("an argument holds a NUL")
-		}
-	}
-	return nil
 }
 
 func (s *Sandbox) start(ctx context.Context, req sandbox.ExecRequest) (*exec, error) {
