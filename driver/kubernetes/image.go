@@ -7,18 +7,17 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"io/fs"
 	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/stockade-sh/stockade/errdefs"
+	"github.com/stockade-sh/stockade/internal/imagetar"
 	"github.com/stockade-sh/stockade/sandbox"
 	"github.com/stockade-sh/stockade/sandbox/profile"
 )
@@ -137,100 +136,15 @@ func WriteImageArchive(w io.Writer, img sandbox.Image, guestPath, ref, tmpDir st
 	return tw.Close()
 }
 
-// tmpfsMountPoints are the directories of the image that pods mount a
-// memory-backed volume on.
-var tmpfsMountPoints = map[string]bool{"tmp": true, "workspace": true}
-
-// writeTree writes the tree at rootfs to w as a tar stream, in lexical
-// order, keeping types, modes, owners, symlink targets, hard links and
-// modification times, with the scratch mount points mode 1777 and the
-// guest binary in place of the image's empty profile.GuestPath file.
-// Sockets are left out. (driver/docker's import writes the same tree.)
+// writeTree writes the tree at rootfs, with the guest at guestPath, to w
+// as a tar stream (imagetar.WriteTree, as driver/docker's import), and the
+// termination message file's mount point in a directory only root may
+// enter (TerminationLogPath).
 func writeTree(w io.Writer, rootfs, guestPath string) error {
 	tw := tar.NewWriter(w)
-	guestName := strings.TrimPrefix(profile.GuestPath, "/")
-	type inode struct{ dev, ino uint64 }
-	links := map[inode]string{}
-	sawGuest := false
-	err := filepath.WalkDir(rootfs, func(p string, _ fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		rel, err := filepath.Rel(rootfs, p)
-		if err != nil || rel == "." {
-			return err
-		}
-		name := filepath.ToSlash(rel)
-		if name == guestName {
-			sawGuest = true
-			return writeGuest(tw, name, guestPath)
-		}
-		fi, err := os.Lstat(p)
-		if err != nil {
-			return err
-		}
-		if fi.Mode()&fs.ModeSocket != 0 {
-			return nil
-		}
-		var target string
-		if fi.Mode()&fs.ModeSymlink != 0 {
-			if target, err = os.Readlink(p); err != nil {
-				return err
-			}
-		}
-		hdr, err := tar.FileInfoHeader(fi, target)
-		if err != nil {
-			return fmt.Errorf("%s: %w", p, err)
-		}
-		hdr.Name = name
-		if fi.IsDir() {
-			hdr.Name += "/"
-			if tmpfsMountPoints[name] {
-				hdr.Mode = 0o1777
-			}
-		}
-		hdr.Uname, hdr.Gname = "", ""
-		hdr.AccessTime, hdr.ChangeTime = time.Time{}, time.Time{}
-		if st, ok := fi.Sys().(*syscall.Stat_t); ok {
-			hdr.Uid, hdr.Gid = int(st.Uid), int(st.Gid)
-			if fi.Mode().IsRegular() && st.Nlink > 1 {
-				key := inode{uint64(st.Dev), st.Ino}
-				if first, ok := links[key]; ok {
-					hdr.Typeflag, hdr.Linkname, hdr.Size = tar.TypeLink, first, 0
-				} else {
-					links[key] = name
-				}
-			}
-		}
-		if err := tw.WriteHeader(hdr); err != nil {
-			return err
-		}
-		if hdr.Typeflag != tar.TypeReg {
-			return nil
-		}
-		f, err := os.Open(p)
-		if err != nil {
-			return err
-		}
-		defer f.Close()
-		if _, err := io.CopyN(tw, f, hdr.Size); err != nil {
-			return fmt.Errorf("%s: %w", p, err)
-		}
-		return nil
-	})
-	if err != nil {
-		return fmt.Errorf("archiving %s: %w", rootfs, err)
+	if err := imagetar.WriteTree(tw, rootfs, guestPath); err != nil {
+		return err
 	}
-	if !sawGuest {
-		if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeDir, Name: filepath.Dir(guestName) + "/", Mode: 0o755}); err != nil {
-			return err
-		}
-		if err := writeGuest(tw, guestName, guestPath); err != nil {
-			return err
-		}
-	}
-	// The termination message file's mount point, in a directory only
-	// root may enter (TerminationLogPath).
 	dir := strings.TrimPrefix(TerminationLogDir, "/")
 	if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeDir, Name: dir + "/", Mode: 0o700}); err != nil {
 		return err
@@ -239,26 +153,6 @@ func writeTree(w io.Writer, rootfs, guestPath string) error {
 		return err
 	}
 	return tw.Close()
-}
-
-// writeGuest adds the guest binary as name, root-owned and mode 0555.
-func writeGuest(tw *tar.Writer, name, guestPath string) error {
-	f, err := os.Open(guestPath)
-	if err != nil {
-		return fmt.Errorf("opening guest agent: %w", err)
-	}
-	defer f.Close()
-	fi, err := f.Stat()
-	if err != nil {
-		return fmt.Errorf("opening guest agent: %w", err)
-	}
-	if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: name, Mode: 0o555, Size: fi.Size(), ModTime: fi.ModTime()}); err != nil {
-		return err
-	}
-	if _, err := io.CopyN(tw, f, fi.Size()); err != nil {
-		return fmt.Errorf("archiving guest agent: %w", err)
-	}
-	return nil
 }
 
 // guestDigest caches the digest of the guest binary while the file looks
