@@ -80,6 +80,15 @@ const (
 	DefaultCPUGVisor    = 1
 )
 
+// DefaultCallTimeout bounds each call to the API server unless
+// Config.CallTimeout says otherwise.
+const DefaultCallTimeout = 30 * time.Second
+
+// reapWait bounds how long Reap waits for the pods it deleted to be gone:
+// a pod on a node that does not answer stays Terminating until the node
+// comes back or is removed, which Reap does not wait for.
+const reapWait = 5 * time.Second
+
 // DefaultRuntimeClass is the gVisor RuntimeClass a TierGVisor driver uses
 // unless Config.RuntimeClass names another.
 const DefaultRuntimeClass = "gvisor"
@@ -121,6 +130,10 @@ type Config struct {
 	// ReadyTimeout bounds how long Create waits for the pod to run and the
 	// guest to greet; zero means 60 s (a pulled image takes longer).
 	ReadyTimeout time.Duration
+	// CallTimeout bounds each call to the API server but the watch and
+	// the attach stream (also as the Timeout of the client New builds);
+	// zero means DefaultCallTimeout.
+	CallTimeout time.Duration
 	// Client and REST, when set, are used instead of those Kubeconfig
 	// gives: tests pass a fake clientset (Create then needs REST for the
 	// attach stream).
@@ -133,10 +146,13 @@ type Config struct {
 // only Health and Create.
 type Driver struct {
 	cfg    Config
-	cs     kubernetes.Interface
-	rest   *rest.Config
+	cs     kubernetes.Interface // every call but the watch and the attach (Timeout: CallTimeout)
+	watch  kubernetes.Interface // the watch of awaitRunning (no Timeout, which would cut it)
+	rest   *rest.Config         // the attach stream's (no Timeout)
 	caps   sandbox.Capabilities
 	health sandboxkit.HealthCache
+
+	reapWait time.Duration // reapWait; tests shorten it
 
 	policyMu sync.Mutex
 	policyOK bool // the deny-all policy exists
@@ -178,8 +194,11 @@ func New(cfg Config) (*Driver, error) {
 	if cfg.ReadyTimeout == 0 {
 		cfg.ReadyTimeout = 60 * time.Second
 	}
+	if cfg.CallTimeout == 0 {
+		cfg.CallTimeout = DefaultCallTimeout
+	}
 	cfg.Defaults = cfg.Defaults.WithDefaults(sandbox.Limits{CPU: cpu}).WithDefaults(sandbox.DefaultLimits())
-	d := &Driver{cfg: cfg, cs: cfg.Client, rest: cfg.REST}
+	d := &Driver{cfg: cfg, cs: cfg.Client, watch: cfg.Client, rest: cfg.REST, reapWait: reapWait}
 	if d.rest == nil {
 		var err error
 		if cfg.Kubeconfig == "" {
@@ -192,11 +211,20 @@ func New(cfg Config) (*Driver, error) {
 		}
 	}
 	if d.cs == nil {
-		cs, err := kubernetes.NewForConfig(d.rest)
+		// The Timeout of an http.Client ends a watch's response too: the
+		// watch has a client without it, and the attach stream's
+		// executors take no Timeout from d.rest.
+		bounded := rest.CopyConfig(d.rest)
+		bounded.Timeout = cfg.CallTimeout
+		cs, err := kubernetes.NewForConfig(bounded)
 		if err != nil {
 			return nil, fmt.Errorf("kubernetes: %v: %w", err, errdefs.ErrInvalidArgument)
 		}
-		d.cs = cs
+		ws, err := kubernetes.NewForConfig(d.rest)
+		if err != nil {
+			return nil, fmt.Errorf("kubernetes: %v: %w", err, errdefs.ErrInvalidArgument)
+		}
+		d.cs, d.watch = cs, ws
 	}
 	d.caps = Capabilities(cfg)
 	d.health.Check = d.checkHealth
@@ -369,36 +397,59 @@ func (d *Driver) selector(id string) string {
 // deletion, which does not wait for the kubelet). A pod that is already
 // gone is success.
 func (d *Driver) deletePod(ctx context.Context, name string, uid string, grace int64) error {
-	pods := d.cs.CoreV1().Pods(d.cfg.Namespace)
+	gone, err := d.deleteOnce(ctx, name, uid, grace)
+	if err != nil || gone {
+		return err
+	}
+	return d.awaitGone(ctx, name, uid)
+}
+
+// deleteOnce asks the API server to delete the pod (see deletePod), within
+// CallTimeout, and reports whether it is gone already.
+func (d *Driver) deleteOnce(ctx context.Context, name string, uid string, grace int64) (gone bool, _ error) {
+	ctx, cancel := context.WithTimeout(ctx, d.cfg.CallTimeout)
+	defer cancel()
 	opts := metav1.DeleteOptions{GracePeriodSeconds: &grace}
 	if uid != "" {
 		u := types.UID(uid)
 		opts.Preconditions = &metav1.Preconditions{UID: &u}
 	}
-	err := pods.Delete(ctx, name, opts)
+	err := d.cs.CoreV1().Pods(d.cfg.Namespace).Delete(ctx, name, opts)
 	switch {
 	case apierrors.IsNotFound(err):
-		return nil
+		return true, nil
 	case apierrors.IsConflict(err):
-		return nil // another pod of that name now: ours is gone
+		return true, nil // another pod of that name now: ours is gone
 	case err != nil:
-		return d.apiError("deleting pod "+name+" in", err)
+		return false, d.apiError("deleting pod "+name+" in", err)
 	}
+	return false, nil
+}
+
+// awaitGone polls until the API server no longer has the pod (see
+// deletePod) or ctx ends; its deadline passing is ErrUnavailable.
+func (d *Driver) awaitGone(ctx context.Context, name string, uid string) error {
+	pods := d.cs.CoreV1().Pods(d.cfg.Namespace)
 	for {
-		p, err := pods.Get(ctx, name, metav1.GetOptions{})
+		cctx, cancel := context.WithTimeout(ctx, d.cfg.CallTimeout)
+		p, err := pods.Get(cctx, name, metav1.GetOptions{})
+		cancel()
 		switch {
 		case apierrors.IsNotFound(err):
 			return nil
 		case err == nil && uid != "" && string(p.UID) != uid:
 			return nil
-		case err != nil && ctx.Err() != nil:
-			return fmt.Errorf("waiting for pod %s to be deleted: %w", name, ctx.Err())
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("waiting for pod %s to be deleted: %w", name, ctx.Err())
 		case <-time.After(100 * time.Millisecond):
+			continue
 		}
+		err = ctx.Err()
+		if errors.Is(err, context.DeadlineExceeded) {
+			return fmt.Errorf("waiting for pod %s to be deleted: %w: %w", name, err, errdefs.ErrUnavailable)
+		}
+		return fmt.Errorf("waiting for pod %s to be deleted: %w", name, err)
 	}
 }
 
@@ -422,24 +473,47 @@ func (d *Driver) Leftovers(ctx context.Context, id string) []string {
 
 // Reap deletes every pod of this driver (and owner) in its namespace whose
 // labels contain all of match, running or not, and returns their sandbox
-// IDs, sorted.
+// IDs, sorted. Each call to the API server is bounded (CallTimeout), and
+// the wait for the deleted pods to be gone too (reapWait, for them all):
+// one whose node does not answer stays Terminating until the node comes
+// back or is removed, and counts as reaped, its deletion under way. A pod
+// that cannot be deleted does not stop the others: the errors are joined.
 func (d *Driver) Reap(ctx context.Context, match map[string]string) ([]string, error) {
-	list, err := d.cs.CoreV1().Pods(d.cfg.Namespace).List(ctx, metav1.ListOptions{LabelSelector: d.selector("")})
+	lctx, cancel := context.WithTimeout(ctx, d.cfg.CallTimeout)
+	list, err := d.cs.CoreV1().Pods(d.cfg.Namespace).List(lctx, metav1.ListOptions{LabelSelector: d.selector("")})
+	cancel()
 	if err != nil {
 		return nil, d.apiError("listing pods in", err)
 	}
 	var reaped []string
+	var errs []error
+	var waiting []corev1.Pod
 	for _, p := range list.Items {
 		if !matches(podLabels(&p), match) {
 			continue
 		}
-		if err := d.deletePod(ctx, p.Name, string(p.UID), 1); err != nil {
-			return reaped, err
+		gone, err := d.deleteOnce(ctx, p.Name, string(p.UID), 1)
+		if err != nil {
+			errs = append(errs, err)
+			continue
 		}
 		reaped = append(reaped, p.Annotations[AnnotationID])
+		if !gone {
+			waiting = append(waiting, p)
+		}
+	}
+	// The kubelet stops a pod's containers before the API server lets it
+	// go: a pod that is gone has nothing left on its node.
+	wctx, cancel := context.WithTimeout(ctx, d.reapWait)
+	defer cancel()
+	for _, p := range waiting {
+		if err := d.awaitGone(wctx, p.Name, string(p.UID)); err != nil && ctx.Err() != nil {
+			errs = append(errs, err)
+			break
+		}
 	}
 	slices.Sort(reaped)
-	return reaped, nil
+	return reaped, errors.Join(errs...)
 }
 
 // matches reports whether have holds every label of want.

@@ -104,7 +104,7 @@ func (s *sbx) start(ctx context.Context) error {
 // that is not there, a configuration the kubelet refuses), fails.
 func (s *sbx) awaitRunning(ctx context.Context) error {
 	pods := s.d.cs.CoreV1().Pods(s.d.cfg.Namespace)
-	w, err := pods.Watch(ctx, metav1.ListOptions{FieldSelector: "metadata.name=" + s.name})
+	w, err := s.d.watch.CoreV1().Pods(s.d.cfg.Namespace).Watch(ctx, metav1.ListOptions{FieldSelector: "metadata.name=" + s.name})
 	if err != nil {
 		return s.d.apiError("watching pod "+s.name+" in", err)
 	}
