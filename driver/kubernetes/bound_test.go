@@ -3,9 +3,11 @@ package kubernetes
 import (
 	"context"
 	"errors"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -43,18 +45,23 @@ func returnsWithin(t *testing.T, what string, f func()) {
 // until its client gives up, except those answer says it answers.
 func hangingServer(t *testing.T, answer func(r *http.Request) bool) *httptest.Server {
 	t.Helper()
+	stop := make(chan struct{})
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		// Reading the body lets the server see the client go.
+		body, _ := io.ReadAll(io.LimitReader(r.Body, 1<<20))
 		if answer != nil && answer(r) {
 			w.Header().Set("Content-Type", "application/json")
 			w.WriteHeader(http.StatusCreated)
-			var body [64 << 10]byte
-			n, _ := r.Body.Read(body[:])
-			w.Write(body[:n])
+			w.Write(body)
 			return
 		}
-		<-r.Context().Done()
+		select {
+		case <-r.Context().Done():
+		case <-stop:
+		}
 	}))
 	t.Cleanup(srv.Close)
+	t.Cleanup(func() { close(stop) }) // first: Close waits for the handlers
 	return srv
 }
 
@@ -63,7 +70,7 @@ func hangingServer(t *testing.T, answer func(r *http.Request) bool) *httptest.Se
 // call that srv does not answer.
 func boundedDriver(t *testing.T, srv *httptest.Server) *Driver {
 	t.Helper()
-	cfg := &rest.Config{Host: srv.URL}
+	cfg := &rest.Config{Host: srv.URL, ContentConfig: rest.ContentConfig{ContentType: "application/json"}}
 	cs, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -159,5 +166,28 @@ func TestClientTimeout(t *testing.T) {
 	}
 	if d.rest.Timeout != 0 {
 		t.Errorf("the attach stream's configuration has Timeout %s, want none", d.rest.Timeout)
+	}
+}
+
+// TestCreateBounded: Create, on a context without a deadline, fails with
+// ErrUnavailable when the API server does not answer the creation of the
+// network policy, or of the pod, within the call's bound.
+func TestCreateBounded(t *testing.T) {
+	img := sandbox.Image{Name: "shell", Digest: "sha256:" + strings.Repeat("0", 64), Rootfs: "/x"}
+	for name, answer := range map[string]func(*http.Request) bool{
+		"policy": nil,
+		"pod": func(r *http.Request) bool {
+			return r.Method == http.MethodPost && strings.Contains(r.URL.Path, "/networkpolicies")
+		},
+	} {
+		d := boundedDriver(t, hangingServer(t, answer))
+		var err error
+		returnsWithin(t, "Create", func() { _, err = d.Create(context.Background(), sandbox.Spec{Image: img}) })
+		if !errdefs.IsUnavailable(err) {
+			t.Errorf("%s: Create with a server that does not answer: %v, want ErrUnavailable", name, err)
+		}
+		if d.policyOK != (answer != nil) {
+			t.Errorf("%s: the policy was made: %v (%v)", name, d.policyOK, err)
+		}
 	}
 }

@@ -338,7 +338,9 @@ func (d *Driver) Create(ctx context.Context, spec sandbox.Spec) (_ sandbox.Sandb
 	if err := d.ensurePolicy(ctx); err != nil {
 		return nil, err
 	}
-	created, err := d.cs.CoreV1().Pods(d.cfg.Namespace).Create(ctx, pod, metav1.CreateOptions{})
+	cctx, cancel := context.WithTimeout(ctx, d.cfg.CallTimeout)
+	created, err := d.cs.CoreV1().Pods(d.cfg.Namespace).Create(cctx, pod, metav1.CreateOptions{})
+	cancel()
 	if err != nil {
 		if apierrors.IsAlreadyExists(err) {
 			return nil, fmt.Errorf("sandbox %q already exists: %w", id, errdefs.ErrConflict)
@@ -369,6 +371,8 @@ func (d *Driver) ensurePolicy(ctx context.Context) error {
 	if d.policyOK {
 		return nil
 	}
+	ctx, cancel := context.WithTimeout(ctx, d.cfg.CallTimeout)
+	defer cancel()
 	_, err := d.cs.NetworkingV1().NetworkPolicies(d.cfg.Namespace).Create(ctx, denyAll(d.cfg.Namespace), metav1.CreateOptions{})
 	if err != nil && !apierrors.IsAlreadyExists(err) {
 		return d.apiError("creating the deny-all network policy in", err)
