@@ -84,6 +84,10 @@ const (
 // Config.CallTimeout says otherwise.
 const DefaultCallTimeout = 30 * time.Second
 
+// DefaultSessionCeiling is the SessionCeiling unless Config says
+// otherwise: the configuration's default sessions.max_ttl.
+const DefaultSessionCeiling = 24 * time.Hour
+
 // reapWait bounds how long Reap waits for the pods it deleted to be gone:
 // a pod on a node that does not answer stays Terminating until the node
 // comes back or is removed, which Reap does not wait for.
@@ -130,6 +134,10 @@ type Config struct {
 	// ReadyTimeout bounds how long Create waits for the pod to run and the
 	// guest to greet; zero means 60 s (a pulled image takes longer).
 	ReadyTimeout time.Duration
+	// SessionCeiling is the longest a session's pod (a Spec with a
+	// Workspace and no Deadline) may run before the kubelet ends it, less
+	// a margin (see podLifetime); zero means DefaultSessionCeiling.
+	SessionCeiling time.Duration
 	// CallTimeout bounds each call to the API server but the watch and
 	// the attach stream (also as the Timeout of the client New builds);
 	// zero means DefaultCallTimeout.
@@ -196,6 +204,9 @@ func New(cfg Config) (*Driver, error) {
 	}
 	if cfg.CallTimeout == 0 {
 		cfg.CallTimeout = DefaultCallTimeout
+	}
+	if cfg.SessionCeiling == 0 {
+		cfg.SessionCeiling = DefaultSessionCeiling
 	}
 	cfg.Defaults = cfg.Defaults.WithDefaults(sandbox.Limits{CPU: cpu}).WithDefaults(sandbox.DefaultLimits())
 	d := &Driver{cfg: cfg, cs: cfg.Client, watch: cfg.Client, rest: cfg.REST, reapWait: reapWait}
@@ -330,7 +341,8 @@ func (d *Driver) Create(ctx context.Context, spec sandbox.Spec) (_ sandbox.Sandb
 	pod, err := buildPod(profile.Default(), podConfig{
 		ID: id, Namespace: d.cfg.Namespace, Owner: d.cfg.Owner, Image: ref, PullPolicy: pull,
 		RuntimeClass: d.cfg.RuntimeClass, Sysctls: d.cfg.Tier == sandbox.TierContainer, Seccomp: d.cfg.Seccomp,
-		NProc: d.cfg.Tier == sandbox.TierGVisor,
+		NProc:    d.cfg.Tier == sandbox.TierGVisor,
+		Lifetime: podLifetime(spec, limits, d.cfg.ReadyTimeout, d.cfg.SessionCeiling, time.Now()),
 	}, spec, limits)
 	if err != nil {
 		return nil, err

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"regexp"
 	"strconv"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
@@ -118,6 +119,29 @@ type podConfig struct {
 	// NProc, when set, makes the gate set RLIMIT_NPROC to the limits'
 	// Pids (gVisor: see gateNProc).
 	NProc bool
+	// Lifetime, when set, is the pod's ActiveDeadlineSeconds (rounded
+	// up): the kubelet ends a pod that a lost daemon left (see
+	// podLifetime).
+	Lifetime time.Duration
+}
+
+// lifetimeMargin is added to a pod's expected lifetime: its deadline is a
+// backstop for a pod nobody deletes, never the bound of a live one.
+const lifetimeMargin = 10 * time.Minute
+
+// podLifetime is how long the pod of spec may run at most: a session's
+// (a Spec with a Workspace or a Deadline) until its Deadline, or
+// sessionCeiling without one; a one-shot sandbox's for its Exec's timeout;
+// each plus the wait for it to run (ready) and lifetimeMargin.
+func podLifetime(spec sandbox.Spec, l sandbox.Limits, ready, sessionCeiling time.Duration, now time.Time) time.Duration {
+	life := l.Timeout
+	switch {
+	case !spec.Deadline.IsZero():
+		life = max(spec.Deadline.Sub(now), 0)
+	case spec.Workspace > 0:
+		life = sessionCeiling
+	}
+	return life + ready + lifetimeMargin
 }
 
 // buildPod expresses profile p in a pod's terms for a sandbox with limits
@@ -250,6 +274,10 @@ func buildPod(p profile.Profile, c podConfig, spec sandbox.Spec, l sandbox.Limit
 	if c.RuntimeClass != "" {
 		rc := c.RuntimeClass
 		pod.Spec.RuntimeClassName = &rc
+	}
+	if c.Lifetime > 0 {
+		secs := int64((c.Lifetime + time.Second - 1) / time.Second)
+		pod.Spec.ActiveDeadlineSeconds = &secs
 	}
 	return pod, nil
 }

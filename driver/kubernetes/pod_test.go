@@ -5,15 +5,19 @@ import (
 	"errors"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/rest"
+	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/stockade-sh/stockade/errdefs"
 	"github.com/stockade-sh/stockade/sandbox"
@@ -406,5 +410,76 @@ func TestPodNProc(t *testing.T) {
 		if has != nproc || !strings.HasSuffix(cmd[2], "exec "+profile.GuestPath) {
 			t.Errorf("NProc %v: command %q, want ulimit -u 64 %v and the guest exec'd", nproc, cmd, nproc)
 		}
+	}
+}
+
+// TestPodActiveDeadline: every pod carries a deadline the kubelet ends it
+// at, should the daemon lose it: a one-shot sandbox's from its timeout, a
+// session's from its Deadline or the session ceiling, each with the wait
+// to run and a margin.
+func TestPodActiveDeadline(t *testing.T) {
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	ready, ceiling := time.Minute, 24*time.Hour
+	l := testLimits()
+	for name, tc := range map[string]struct {
+		spec sandbox.Spec
+		want time.Duration
+	}{
+		"one-shot":         {sandbox.Spec{}, l.Timeout},
+		"session":          {sandbox.Spec{Workspace: 1 << 20}, ceiling},
+		"session deadline": {sandbox.Spec{Workspace: 1 << 20, Deadline: now.Add(2 * time.Hour)}, 2 * time.Hour},
+	} {
+		life := podLifetime(tc.spec, l, ready, ceiling, now)
+		if want := tc.want + ready + lifetimeMargin; life != want {
+			t.Errorf("%s: lifetime %s, want %s", name, life, want)
+		}
+		pod := testPod(t, podConfig{Lifetime: life}, tc.spec)
+		if got := pod.Spec.ActiveDeadlineSeconds; got == nil || *got != int64(life/time.Second) {
+			t.Errorf("%s: ActiveDeadlineSeconds %v, want %d", name, got, int64(life/time.Second))
+		}
+	}
+	if pod := testPod(t, podConfig{Lifetime: 1500 * time.Millisecond}, sandbox.Spec{}); *pod.Spec.ActiveDeadlineSeconds != 2 {
+		t.Errorf("1.5 s: ActiveDeadlineSeconds %d, want 2 (rounded up)", *pod.Spec.ActiveDeadlineSeconds)
+	}
+}
+
+// failCreate makes the fake's pods end as soon as they are created, so
+// that Create fails at once (the pod ended before it ran), and returns
+// the pods created.
+func failCreate(cs *fake.Clientset) func() []*corev1.Pod {
+	var mu sync.Mutex
+	var created []*corev1.Pod
+	cs.PrependReactor("create", "pods", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		pod := a.(k8stesting.CreateAction).GetObject().(*corev1.Pod)
+		pod.Status.Phase = corev1.PodFailed
+		mu.Lock()
+		created = append(created, pod.DeepCopy())
+		mu.Unlock()
+		return false, nil, nil
+	})
+	return func() []*corev1.Pod {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Clone(created)
+	}
+}
+
+// TestCreateActiveDeadline: the pod Create makes carries the deadline of
+// its one-shot sandbox.
+func TestCreateActiveDeadline(t *testing.T) {
+	cs := fake.NewClientset()
+	d := fakeDriver(t, "", cs)
+	created := failCreate(cs)
+	img := sandbox.Image{Name: "shell", Digest: "sha256:" + strings.Repeat("0", 64), Rootfs: "/x"}
+	if _, err := d.Create(t.Context(), sandbox.Spec{Image: img}); !errdefs.IsUnavailable(err) {
+		t.Fatalf("Create of a pod that ends: %v, want ErrUnavailable", err)
+	}
+	pods := created()
+	if len(pods) != 1 {
+		t.Fatalf("Create made %d pods, want 1", len(pods))
+	}
+	want := int64((d.cfg.Defaults.Timeout + d.cfg.ReadyTimeout + lifetimeMargin) / time.Second)
+	if got := pods[0].Spec.ActiveDeadlineSeconds; got == nil || *got != want {
+		t.Errorf("the pod's ActiveDeadlineSeconds: %v, want %d", got, want)
 	}
 }
