@@ -52,6 +52,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"maps"
 	"slices"
 	"strings"
@@ -138,6 +139,9 @@ type Config struct {
 	// Workspace and no Deadline) may run before the kubelet ends it, less
 	// a margin (see podLifetime); zero means DefaultSessionCeiling.
 	SessionCeiling time.Duration
+	// Log receives what the driver cannot return: a failed deletion of
+	// the pod of a Create that failed. Nil means slog.Default().
+	Log *slog.Logger
 	// CallTimeout bounds each call to the API server but the watch and
 	// the attach stream (also as the Timeout of the client New builds);
 	// zero means DefaultCallTimeout.
@@ -204,6 +208,9 @@ func New(cfg Config) (*Driver, error) {
 	}
 	if cfg.CallTimeout == 0 {
 		cfg.CallTimeout = DefaultCallTimeout
+	}
+	if cfg.Log == nil {
+		cfg.Log = slog.Default()
 	}
 	if cfg.SessionCeiling == 0 {
 		cfg.SessionCeiling = DefaultSessionCeiling
@@ -366,7 +373,11 @@ func (d *Driver) Create(ctx context.Context, spec sandbox.Spec) (_ sandbox.Sandb
 	sb := d.newSbx(id, created, limits)
 	defer func() {
 		if err != nil {
-			_ = sb.Destroy(context.WithoutCancel(ctx))
+			if derr := sb.Destroy(context.WithoutCancel(ctx)); derr != nil {
+				// The pod's ActiveDeadlineSeconds ends it, or the next
+				// start's Reap.
+				d.cfg.Log.Warn("kubernetes: deleting the pod of a sandbox that did not start", "sandbox", id, "pod", pod.Name, "err", derr)
+			}
 		}
 	}()
 	if err := sb.start(ctx); err != nil {

@@ -1,8 +1,10 @@
 package kubernetes
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"log/slog"
 	"slices"
 	"strings"
 	"sync"
@@ -10,9 +12,11 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/kubernetes/fake"
@@ -481,5 +485,48 @@ func TestCreateActiveDeadline(t *testing.T) {
 	want := int64((d.cfg.Defaults.Timeout + d.cfg.ReadyTimeout + lifetimeMargin) / time.Second)
 	if got := pods[0].Spec.ActiveDeadlineSeconds; got == nil || *got != want {
 		t.Errorf("the pod's ActiveDeadlineSeconds: %v, want %d", got, want)
+	}
+}
+
+// TestKillGrace: kill deletes with a grace period, not a forced deletion,
+// which drops the pod's object before the kubelet has stopped it.
+func TestKillGrace(t *testing.T) {
+	cs := fake.NewClientset()
+	d := fakeDriver(t, "", cs)
+	plant(t, cs, "", "one", nil)
+	var grace []int64
+	cs.PrependReactor("delete", "pods", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		if g := a.(k8stesting.DeleteAction).GetDeleteOptions().GracePeriodSeconds; g != nil {
+			grace = append(grace, *g)
+		}
+		return false, nil, nil
+	})
+	pod, err := cs.CoreV1().Pods("sandboxes").Get(t.Context(), PodName("one"), metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.newSbx("one", pod, testLimits()).kill(t.Context())
+	if !slices.Equal(grace, []int64{1}) {
+		t.Errorf("kill's grace periods: %v, want [1]", grace)
+	}
+}
+
+// TestCreateLogsDestroyError: a Create that fails and then cannot delete
+// its pod says so in the log, as its error is the start's.
+func TestCreateLogsDestroyError(t *testing.T) {
+	cs := fake.NewClientset()
+	var log bytes.Buffer
+	d := fakeDriver(t, "", cs)
+	d.cfg.Log = slog.New(slog.NewTextHandler(&log, nil))
+	failCreate(cs)
+	cs.PrependReactor("delete", "pods", func(k8stesting.Action) (bool, runtime.Object, error) {
+		return true, nil, apierrors.NewForbidden(schema.GroupResource{Resource: "pods"}, "x", errors.New("no deleting"))
+	})
+	img := sandbox.Image{Name: "shell", Digest: "sha256:" + strings.Repeat("0", 64), Rootfs: "/x"}
+	if _, err := d.Create(t.Context(), sandbox.Spec{ID: "logged", Image: img}); !errdefs.IsUnavailable(err) {
+		t.Fatalf("Create of a pod that ends: %v, want ErrUnavailable", err)
+	}
+	if s := log.String(); !strings.Contains(s, "no deleting") || !strings.Contains(s, "sandbox=logged") {
+		t.Errorf("the log: %q, want the failed deletion of sandbox logged", s)
 	}
 }

@@ -243,13 +243,15 @@ func (e endOnClose) Read(p []byte) (int, error) {
 	return n, err
 }
 
-// kill deletes the pod at once, which ends its processes and the stream.
-// It does not wait.
+// kill deletes the pod with a grace period of 1 s, which ends its
+// processes and the stream. It does not wait. Not 0: a forced deletion
+// removes the object before the kubelet has stopped the container, after
+// which Leftovers would say clean while it still runs.
 func (s *sbx) kill(ctx context.Context) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
-	zero := int64(0)
-	_ = s.d.cs.CoreV1().Pods(s.d.cfg.Namespace).Delete(ctx, s.name, metav1.DeleteOptions{GracePeriodSeconds: &zero})
+	grace := int64(1)
+	_ = s.d.cs.CoreV1().Pods(s.d.cfg.Namespace).Delete(ctx, s.name, metav1.DeleteOptions{GracePeriodSeconds: &grace})
 }
 
 // ending waits (within 5 s, or until ctx ends) for the kubelet to report
