@@ -121,6 +121,8 @@ type Config struct {
 	// ImageRef, if set, names the image of a pod and how the kubelet gets
 	// it (a registry's image by digest, pulled IfNotPresent); nil means
 	// ImageRef(img, guest digest), imported on the node, never pulled.
+	// Its images must hold TerminationLogDir, root's, mode 0700, as
+	// WriteImageArchive's do (docs/kubernetes.md).
 	ImageRef func(img sandbox.Image) (ref string, pull corev1.PullPolicy, err error)
 	// Seccomp, if set, is the name of Stockade's seccomp filter on the
 	// nodes, relative to the kubelet's seccomp directory
