@@ -233,11 +233,15 @@ func TestClusterDaemon(t *testing.T) {
 	}
 }
 
-// ensureNamespace creates namespace ns unless it exists, and waits for its
-// default service account, without which no pod is admitted.
+// ensureNamespace creates namespace ns unless it exists, enforcing the
+// restricted Pod Security Standard as deploy/kubernetes/rbac.yaml's does
+// (the driver's pods must meet it), and waits for its default service
+// account, without which no pod is admitted.
 func ensureNamespace(t *testing.T, cs k8s.Interface, ns string) {
 	t.Helper()
-	_, err := cs.CoreV1().Namespaces().Create(t.Context(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{})
+	_, err := cs.CoreV1().Namespaces().Create(t.Context(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{
+		Name: ns, Labels: map[string]string{"pod-security.kubernetes.io/enforce": "restricted"},
+	}}, metav1.CreateOptions{})
 	if err != nil && !apierrors.IsAlreadyExists(err) {
 		t.Fatal(err)
 	}
