@@ -11,6 +11,7 @@ import (
 	"github.com/stockade-sh/stockade/internal/clip"
 	"github.com/stockade-sh/stockade/internal/telemetry"
 	"github.com/stockade-sh/stockade/model"
+	"github.com/stockade-sh/stockade/tools"
 )
 
 // egressAudit writes the audit events of the executions' sandboxes: the
@@ -155,7 +156,7 @@ func (s *egressAudit) phaseContext(labels map[string]string, tool string) contex
 		r.spans++
 		n = r.spans
 	} else if sid := labels[engine.LabelSession]; sid != "" && labels[engine.LabelExecution] == "" {
-		if t, err := s.runner.Tools().Get(tool); err == nil {
+		if t, ok := s.toolOf(tool); ok {
 			ctx = telemetry.WithTier(ctx, string(t.Tier))
 		}
 		if s.spans == nil {
@@ -357,4 +358,14 @@ func (s *egressAudit) auditEgress() {
 			s.log.Error("auditing egress or broker event", "type", ev.Type, "execution", ev.ExecutionID, "err", err)
 		}
 	}
+}
+
+// toolOf is the record of tool, when the audit has an engine to ask (an
+// audit tested alone has none).
+func (s *egressAudit) toolOf(tool string) (tools.Tool, bool) {
+	if s.runner == nil {
+		return tools.Tool{}, false
+	}
+	t, err := s.runner.Tools().Get(tool)
+	return t, err == nil
 }
