@@ -4,8 +4,10 @@
 # installs what the browser and MCP tests drive (chromium, nodejs and the
 # npm clients), runs the whole suite on them, then the race detector over
 # the concurrent packages (see race), every benchmark and fuzz target once
-# (see bench_smoke), and stops the services again, whatever the outcome.
-# With arguments (go test flags, e.g. -run TestX) it runs the tests only.
+# (see bench_smoke), then the kubernetes driver's tests on a real
+# single-node cluster (see kube), and stops the services again, whatever
+# the outcome. With arguments (go test flags, e.g. -run TestX) it runs the
+# tests only.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -15,13 +17,30 @@ chmod 755 "$work"
 pg="$work/pg"
 dockerdir="$work/docker"
 clickhouse="$work/clickhouse"
+kube_build_pid=
 cleanup() {
+	# The cluster's build, if it still runs (its own process group).
+	[ -z "$kube_build_pid" ] || kill -- "-$kube_build_pid" 2>/dev/null || true
 	scripts/pgtest.sh stop "$pg" >/dev/null 2>&1 || true
 	scripts/clickhousetest.sh stop "$clickhouse" >/dev/null 2>&1 || true
 	scripts/dockerd.sh stop "$dockerdir" >/dev/null 2>&1 || true
 	rm -rf "$work" 2>/dev/null || true
 }
 trap cleanup EXIT
+
+# The test cluster's binaries (Kubernetes, containerd, runsc for the
+# node, a pause image: scripts/kube/build.sh) are built once per version
+# and cached outside the checkout; a machine without them builds them here,
+# from the start, in the background at the lowest CPU and I/O priority, so
+# that the build takes the CPU the suite leaves idle rather than adding its
+# ~20 minutes after it. kube below waits for it. Its Debian packages first,
+# in the foreground: apt-get takes a lock the installs below need too.
+if [ $# -eq 0 ]; then
+	scripts/kube/build.sh packages >/dev/null
+	kube_build_log=$work/kube-build.log
+	setsid nice -n 19 ionice -c 3 scripts/kube/build.sh >"$kube_build_log" 2>&1 </dev/null &
+	kube_build_pid=$!
+fi
 
 # A port of its own, so that a PostgreSQL already on the default one does
 # not get in the way.
@@ -74,6 +93,22 @@ bench_smoke() {
 			;;
 		esac
 	done
+}
+
+# kube runs the kubernetes driver's tests on the test cluster
+# (scripts/kube/test.sh: the conformance suite on runc and gVisor pods, the
+# network probes, the README's API example and a session against a daemon
+# with STOCKADE_DRIVER=kubernetes, killed and restarted; the cluster is
+# brought up and torn down twice, leaving nothing running) once the
+# cluster's build above has finished.
+kube() {
+	local t0=$SECONDS rc=0
+	wait "$kube_build_pid" || rc=$?
+	kube_build_pid=
+	echo "kube: build.sh waited for $((SECONDS - t0)) s, exit $rc; its log:"
+	cat "$kube_build_log"
+	[ "$rc" = 0 ] || return "$rc"
+	scripts/kube/test.sh
 }
 
 # race runs the race detector over the packages whose code runs
@@ -150,4 +185,5 @@ if [ $# -eq 0 ]; then
 			go test -run '^$' -fuzz "^${target}\$" -fuzztime 20000x "$pkg"
 		done
 	done
+	kube
 fi
