@@ -160,8 +160,9 @@ type Config struct {
 	// replaced.
 	PoolMaxAge time.Duration `yaml:"pool_max_age"`
 	// MemoryBudget bounds the memory limits of the daemon's live and
-	// pooled sandboxes together: past it invocations are refused (429)
-	// and pools do not refill. In the file `memory_budget:` takes a size;
+	// pooled sandboxes on this host together (a remote driver's do not
+	// count): past it invocations are refused (429) and pools do not
+	// refill. In the file `memory_budget:` takes a size;
 	// 0 means no bound. The default is three quarters of the host's
 	// memory.
 	MemoryBudget int64 `yaml:"-"`

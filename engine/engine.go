@@ -441,7 +441,7 @@ func (e *Engine) specFor(ctx context.Context, tool tools.Tool, drv sandbox.Drive
 // printed and used.
 func (e *Engine) Run(ctx context.Context, req Request) (*Result, error) {
 	defer req.Reservation.Release()
-	tool, _, rt, err := e.Validate(req)
+	tool, drv, rt, err := e.Validate(req)
 	if err != nil {
 		return nil, err
 	}
@@ -467,7 +467,7 @@ func (e *Engine) Run(ctx context.Context, req Request) (*Result, error) {
 		sp.EndAs(execOutcome(st, err), err)
 		return r, err
 	}
-	release, err := e.takeMemory(req.Reservation, limits.Memory)
+	release, err := e.takeMemory(req.Reservation, drv, limits.Memory)
 	if err != nil {
 		return nil, err
 	}

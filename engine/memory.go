@@ -12,7 +12,9 @@ import (
 // sandbox would take the total past budget is refused
 // (ErrResourceExhausted), and a pool does not refill past it. A session
 // counts from its opening (or resume) to its Close (or pause); one taken
-// from a pool keeps the pool sandbox's count. Zero or less means no bound.
+// from a pool keeps the pool sandbox's count. The sandboxes of a remote
+// driver (Capabilities.Remote) do not count: they use another machine's
+// memory. Zero or less means no bound.
 func WithMemoryBudget(budget int64) Option { return func(e *Engine) { e.mem.budget = budget } }
 
 // memory accounts the memory limits of the engine's sandboxes.
@@ -31,6 +33,15 @@ func (m *memory) reserve(n int64) (release func(), err error) {
 		return nil, m.full(n)
 	}
 	return m.countLocked(n), nil
+}
+
+// reserveOn is reserve for a sandbox of drv: nothing is counted for a
+// remote driver's, whose memory is not this host's.
+func (e *Engine) reserveOn(drv sandbox.Driver, n int64) (release func(), err error) {
+	if drv.Capabilities().Remote {
+		return func() {}, nil
+	}
+	return e.mem.reserve(n)
 }
 
 // hold counts n bytes until release is called (once), whatever the budget:
@@ -122,10 +133,10 @@ func (e *Engine) Reserve(req Request) (*Reservation, error) {
 
 // memoryOf returns the limits of req's sandbox and whether a pool
 // sandbox that would serve it is ready now; ok is false when req does
-// not resolve.
+// not resolve or its sandbox would not count (a remote driver's).
 func (e *Engine) memoryOf(req Request) (limits sandbox.Limits, pooled, ok bool) {
-	tool, _, _, err := e.resolve(req)
-	if err != nil {
+	tool, drv, _, err := e.resolve(req)
+	if err != nil || drv.Capabilities().Remote {
 		return limits, false, false
 	}
 	limits = req.Limits.WithDefaults(e.Limits(tool))
@@ -145,13 +156,14 @@ func (e *Engine) memoryOf(req Request) (limits sandbox.Limits, pooled, ok bool) 
 	return limits, false, true
 }
 
-// takeMemory returns the memory of a cold run of n bytes: r's reservation when
-// it holds that much (Run then owns it), else n bytes taken from the
-// budget now, r's being released first.
-func (e *Engine) takeMemory(r *Reservation, n int64) (release func(), err error) {
+// takeMemory returns the memory of a cold run of n bytes on drv: r's
+// reservation when it holds that much (Run then owns it), else n bytes
+// taken from the budget now (none for a remote driver), r's being
+// released first.
+func (e *Engine) takeMemory(r *Reservation, drv sandbox.Driver, n int64) (release func(), err error) {
 	if r != nil && r.release != nil && r.n >= n {
 		return r.release, nil
 	}
 	r.Release()
-	return e.mem.reserve(n)
+	return e.reserveOn(drv, n)
 }

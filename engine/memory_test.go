@@ -10,6 +10,7 @@ import (
 	"github.com/stockade-sh/stockade/driver/runc"
 	"github.com/stockade-sh/stockade/errdefs"
 	"github.com/stockade-sh/stockade/image"
+	"github.com/stockade-sh/stockade/internal/sandboxfake"
 	"github.com/stockade-sh/stockade/internal/testenv"
 	"github.com/stockade-sh/stockade/sandbox"
 	"github.com/stockade-sh/stockade/tools"
@@ -193,5 +194,34 @@ func TestReserve(t *testing.T) {
 			tc.use(t, r)
 			free(t)
 		})
+	}
+}
+
+// TestRemoteDriverOutsideBudget checks that a remote driver's sandboxes
+// do not count in the host's memory budget: with a budget smaller than
+// any sandbox, a local driver's run and session are refused (the
+// control: the budget is seen), a remote driver's are served.
+func TestRemoteDriverOutsideBudget(t *testing.T) {
+	for _, remote := range []bool{false, true} {
+		drv := &sandboxfake.Driver{ID: "gvisor", Tier: sandbox.TierGVisor, Sessions: true, Remote: remote}
+		e, err := New(map[string]sandbox.Driver{drv.ID: drv}, drv.ID, sandboxfake.Images{}, sandbox.DefaultLimits(), sandbox.DefaultCeiling(),
+			WithMemoryBudget(1<<20))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req := Request{Runtime: "python", Code: []byte("1")}
+		_, runErr := e.Run(t.Context(), req)
+		s, openErr := e.OpenSession(t.Context(), SessionSpec{Runtime: "python", Workspace: 1 << 20})
+		if s != nil {
+			_ = s.Close(context.Background())
+		}
+		for what, err := range map[string]error{"Room": e.Room(req), "Run": runErr, "OpenSession": openErr} {
+			if remote && err != nil {
+				t.Errorf("remote driver, %s with a 1 MiB budget: %v, want it served", what, err)
+			}
+			if !remote && !errdefs.IsResourceExhausted(err) {
+				t.Errorf("local driver, %s with a 1 MiB budget: %v, want ErrResourceExhausted", what, err)
+			}
+		}
 	}
 }

@@ -451,7 +451,7 @@ func (p *pool) retire(ctx context.Context) {
 // grow creates one sandbox and adds it (ok); failed says it could not
 // because creating failed (logged), rather than for want of memory.
 func (p *pool) grow(ctx context.Context) (failed, ok bool) {
-	release, err := p.e.mem.reserve(p.created.Memory)
+	release, err := p.e.reserveOn(p.drv, p.created.Memory)
 	if err != nil {
 		return false, false
 	}

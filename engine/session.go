@@ -213,7 +213,7 @@ func (e *Engine) OpenSession(ctx context.Context, spec SessionSpec) (_ *Session,
 	}
 	limits := sspec.Limits
 	sspec.Labels, sspec.Detached, sspec.Workspace, sspec.Deadline = withImage(spec.Labels, sspec.Image.Digest), true, spec.Workspace, spec.Deadline
-	release, err := e.mem.reserve(limits.Memory)
+	release, err := e.reserveOn(drv, limits.Memory)
 	if err != nil {
 		return nil, err
 	}

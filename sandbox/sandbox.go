@@ -71,6 +71,11 @@ type Capabilities struct {
 	// are the boundary and its processes are host processes; false when a
 	// kernel of the sandbox's own answers them (gVisor's Sentry).
 	SharedKernel bool
+	// Remote is true when the sandboxes run off this host, on a cluster's
+	// nodes or a provider's machines: their memory is not this host's, so
+	// the engine's memory budget (memory_budget) does not count them; the
+	// cluster or the provider bounds them.
+	Remote bool
 	// Boundary says in one line what separates code in the sandbox from
 	// the host.
 	Boundary string

@@ -272,6 +272,7 @@ func Capabilities(cfg Config) sandbox.Capabilities {
 	c := sandbox.Capabilities{
 		Tier:         tier,
 		SharedKernel: tier == sandbox.TierContainer,
+		Remote:       true,
 		Boundary:     "Linux namespaces, cgroups, " + filter + ", no capabilities, in a pod of a Kubernetes cluster (shared node kernel)",
 		DefaultCPU:   cpu,
 		NetworkModes: []sandbox.NetworkMode{sandbox.NetworkNone},

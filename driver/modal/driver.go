@@ -280,6 +280,7 @@ func Capabilities() sandbox.Capabilities {
 	return sandbox.Capabilities{
 		Tier:         sandbox.TierGVisor,
 		SharedKernel: false,
+		Remote:       true,
 		Boundary:     "a Modal Sandbox: a container under gVisor on Modal's workers",
 		DefaultCPU:   DefaultCPU,
 		NetworkModes: []sandbox.NetworkMode{sandbox.NetworkNone, sandbox.NetworkAllowlist},

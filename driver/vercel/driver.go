@@ -184,6 +184,7 @@ func Capabilities() sandbox.Capabilities {
 	return sandbox.Capabilities{
 		Tier:         sandbox.TierMicroVM,
 		SharedKernel: false,
+		Remote:       true,
 		Boundary:     "a Firecracker microVM of Vercel Sandbox (hardware virtualisation, the provider's hosts)",
 		DefaultCPU:   DefaultCPU,
 		NetworkModes: []sandbox.NetworkMode{sandbox.NetworkNone, sandbox.NetworkAllowlist},

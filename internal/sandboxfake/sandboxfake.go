@@ -46,6 +46,9 @@ type Driver struct {
 	// itself, as its shim does at its deadline: the kernel of a running
 	// cell dies, and no kernel starts any more.
 	Lose chan struct{}
+	// Remote makes it a remote driver (Capabilities.Remote), whose
+	// sandboxes run off this host.
+	Remote bool
 
 	mu    sync.Mutex
 	specs []sandbox.Spec
@@ -54,7 +57,7 @@ type Driver struct {
 func (d *Driver) Name() string { return d.ID }
 
 func (d *Driver) Capabilities() sandbox.Capabilities {
-	c := sandbox.Capabilities{Tier: d.Tier, Sessions: true}
+	c := sandbox.Capabilities{Tier: d.Tier, Sessions: true, Remote: d.Remote}
 	if d.Sessions {
 		c.Reattach, c.Files, c.Kernels = true, true, true
 	}
