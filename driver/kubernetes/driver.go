@@ -70,6 +70,7 @@ import (
 
 	"github.com/stockade-sh/stockade/errdefs"
 	"github.com/stockade-sh/stockade/internal/oci"
+	"github.com/stockade-sh/stockade/internal/registry"
 	"github.com/stockade-sh/stockade/internal/sandboxkit"
 	"github.com/stockade-sh/stockade/sandbox"
 	"github.com/stockade-sh/stockade/sandbox/profile"
@@ -118,9 +119,14 @@ type Config struct {
 	// GuestPath is the host path of the stockade-guest binary that the
 	// images carry (it names them: ImageRef). Required unless ImageRef is.
 	GuestPath string
+	// Registry, if set, is where `stockade image push` put the images:
+	// host[:port][/prefix] (ParseRegistry). Pods then name their image
+	// Registry/<name>@<digest of NewOCIImage>, pulled IfNotPresent;
+	// empty means ImageRef(img, guest digest), imported on the node,
+	// never pulled.
+	Registry string
 	// ImageRef, if set, names the image of a pod and how the kubelet gets
-	// it (a registry's image by digest, pulled IfNotPresent); nil means
-	// ImageRef(img, guest digest), imported on the node, never pulled.
+	// it, instead of Registry or ImageRef(img, guest digest).
 	// Its images must hold TerminationLogDir, root's, mode 0700, as
 	// WriteImageArchive's do (docs/kubernetes.md).
 	ImageRef func(img sandbox.Image) (ref string, pull corev1.PullPolicy, err error)
@@ -171,7 +177,9 @@ type Driver struct {
 	policyMu sync.Mutex
 	policyOK bool // the deny-all policy exists
 
-	guest guestDigest
+	guest    guestDigest
+	registry *registry.Location // Registry parsed; nil without
+	digests  digestCache        // the images' digests, with registry
 }
 
 var (
@@ -192,6 +200,14 @@ func New(cfg Config) (*Driver, error) {
 	}
 	if cfg.ImageRef == nil && cfg.GuestPath == "" {
 		return nil, fmt.Errorf("kubernetes: GuestPath or ImageRef is required: %w", errdefs.ErrInvalidArgument)
+	}
+	var reg *registry.Location
+	if cfg.Registry != "" {
+		loc, err := ParseRegistry(cfg.Registry)
+		if err != nil {
+			return nil, err
+		}
+		reg = &loc
 	}
 	var cpu float64
 	switch cfg.Tier {
@@ -218,7 +234,7 @@ func New(cfg Config) (*Driver, error) {
 		cfg.SessionCeiling = DefaultSessionCeiling
 	}
 	cfg.Defaults = cfg.Defaults.WithDefaults(sandbox.Limits{CPU: cpu}).WithDefaults(sandbox.DefaultLimits())
-	d := &Driver{cfg: cfg, cs: cfg.Client, watch: cfg.Client, rest: cfg.REST, reapWait: reapWait}
+	d := &Driver{cfg: cfg, cs: cfg.Client, watch: cfg.Client, rest: cfg.REST, reapWait: reapWait, registry: reg}
 	if d.rest == nil {
 		var err error
 		if cfg.Kubeconfig == "" {

@@ -18,19 +18,27 @@ import (
 
 	"github.com/stockade-sh/stockade/errdefs"
 	"github.com/stockade-sh/stockade/internal/imagetar"
+	"github.com/stockade-sh/stockade/internal/registry"
 	"github.com/stockade-sh/stockade/sandbox"
 	"github.com/stockade-sh/stockade/sandbox/profile"
 )
 
-// How a pod refers to its image. The choice made here (docs/kubernetes.md
-// tells the operator): each runtime image, with the guest agent at
-// profile.GuestPath, is an OCI image named by ImageRef, a content-addressed
-// tag in the registry domain stockade.invalid, which no name server
-// resolves: the image is imported on each node (`ctr -n k8s.io images
-// import` of what WriteImageArchive writes) and the kubelet never pulls it
-// (imagePullPolicy Never). A cluster with a registry sets Config.ImageRef
-// to name the pushed image by its digest instead (`stockade image push` is
-// the follow-up).
+// How a pod refers to its image (docs/kubernetes.md, "Images in the
+// cluster", tells the operator). Each runtime image, with the guest agent
+// at profile.GuestPath, is an OCI image of one uncompressed layer (what
+// writeTree writes) whose bytes depend only on the image and the guest:
+// its digest is content-addressed, the same wherever it is computed. Two
+// ways bring it to the nodes:
+//
+//   - without a registry (Config.Registry empty), ImageRef names it as a
+//     tag in the registry domain stockade.invalid, which no name server
+//     resolves: the image is imported on each node (`ctr -n k8s.io images
+//     import` of what WriteImageArchive writes) and the kubelet never
+//     pulls it (imagePullPolicy Never);
+//   - with a registry, `stockade image push REGISTRY` puts it there
+//     (NewOCIImage) and pods name it REGISTRY/<name>@sha256:<digest>,
+//     pulled IfNotPresent; the driver computes the digest itself, from
+//     the same bytes, so it never asks the registry.
 
 // ImageDomain is the registry domain of the images ImageRef names.
 const ImageDomain = "stockade.invalid"
@@ -38,7 +46,7 @@ const ImageDomain = "stockade.invalid"
 // archiveFormat names how WriteImageArchive builds the layer; it changes
 // whenever its output does, so that no node keeps an image of an older
 // driver under the same name.
-const archiveFormat = "k2"
+const archiveFormat = "k3"
 
 var (
 	repoName = regexp.MustCompile(`^[a-z0-9]+(?:[._-][a-z0-9]+)*$`)
@@ -47,7 +55,7 @@ var (
 
 // ImageRef is the name of img with the guest whose sha256 is guestHex, as
 // an image imported on the node:
-// stockade.invalid/<runtime>:<image digest[:12]>-<guest digest[:12]>-k1.
+// stockade.invalid/<runtime>:<image digest[:12]>-<guest digest[:12]>-<archiveFormat>.
 // Both digests are in the tag, so a rebuilt image or a new guest gets a
 // new name and never reuses a stale one.
 func ImageRef(img sandbox.Image, guestHex string) (string, error) {
@@ -73,8 +81,145 @@ func (d *Driver) imageRef(img sandbox.Image) (string, corev1.PullPolicy, error) 
 	if err != nil {
 		return "", "", err
 	}
+	if d.registry != nil {
+		digest, err := d.digests.digest(img, d.cfg.GuestPath, sum)
+		if err != nil {
+			return "", "", err
+		}
+		return d.registry.Ref(img.Name, digest), corev1.PullIfNotPresent, nil
+	}
 	ref, err := ImageRef(img, sum)
 	return ref, corev1.PullNever, err
+}
+
+// ParseRegistry parses the registry of Config.Registry: host[:port][/prefix],
+// no scheme (the kubelet's image references have none; whether it pulls
+// over http is the node's containerd configuration).
+func ParseRegistry(s string) (registry.Location, error) {
+	if strings.Contains(s, "://") {
+		return registry.Location{}, errdefs.Publicf("kubernetes: registry %q names a scheme; want host[:port][/prefix], as an image reference has it: %w", s, errdefs.ErrInvalidArgument)
+	}
+	return registry.ParseLocation(s, true)
+}
+
+// OCIImage is a runtime image with the guest as an OCI image of one
+// layer: what `stockade image push` puts in a registry and the driver
+// names by Digest.
+type OCIImage struct {
+	// Name is the repository's last component: the runtime's or the
+	// template's name.
+	Name string
+	// Tag is a tag that names only this content: ImageRef's.
+	Tag string
+	// Config and Layer are the image's blobs; Layer.Write writes the
+	// layer (again: NewOCIImage hashed it once).
+	Config, Layer registry.Blob
+	// Manifest is the image manifest; Digest its sha256.
+	Manifest []byte
+	Digest   string
+}
+
+// Blobs are the image's blobs, the layer first.
+func (o OCIImage) Blobs() []registry.Blob { return []registry.Blob{o.Layer, o.Config} }
+
+// NewOCIImage returns img with the guest at guestPath as an OCI image,
+// reading (and hashing) its whole layer once: seconds for a large image.
+func NewOCIImage(img sandbox.Image, guestPath string) (OCIImage, error) {
+	if !filepath.IsAbs(img.Rootfs) {
+		return OCIImage{}, fmt.Errorf("image rootfs %q is not an absolute path: %w", img.Rootfs, errdefs.ErrInvalidArgument)
+	}
+	if err := registry.ValidName(img.Name); err != nil {
+		return OCIImage{}, err
+	}
+	sum, err := GuestDigest(guestPath)
+	if err != nil {
+		return OCIImage{}, err
+	}
+	tag, err := ImageRef(img, sum)
+	if err != nil {
+		return OCIImage{}, err
+	}
+	h := sha256.New()
+	cw := &countWriter{w: h}
+	if err := writeTree(cw, img.Rootfs, guestPath); err != nil {
+		return OCIImage{}, err
+	}
+	layerDigest := "sha256:" + hex.EncodeToString(h.Sum(nil))
+	config, err := imageConfig(layerDigest)
+	if err != nil {
+		return OCIImage{}, err
+	}
+	cs := sha256.Sum256(config)
+	o := OCIImage{
+		Name:   img.Name,
+		Tag:    tag[strings.LastIndexByte(tag, ':')+1:],
+		Config: registry.Blob{Digest: "sha256:" + hex.EncodeToString(cs[:]), Size: int64(len(config)), Write: func(w io.Writer) error { _, err := w.Write(config); return err }},
+		Layer: registry.Blob{Digest: layerDigest, Size: cw.n, Write: func(w io.Writer) error {
+			return writeTree(w, img.Rootfs, guestPath)
+		}},
+	}
+	o.Manifest, err = json.Marshal(registry.Manifest{
+		SchemaVersion: 2, MediaType: registry.MediaTypeManifest,
+		Config: registry.Descriptor{MediaType: registry.MediaTypeConfig, Digest: o.Config.Digest, Size: o.Config.Size},
+		Layers: []registry.Descriptor{{MediaType: registry.MediaTypeLayer, Digest: o.Layer.Digest, Size: o.Layer.Size}},
+	})
+	if err != nil {
+		return OCIImage{}, err
+	}
+	ms := sha256.Sum256(o.Manifest)
+	o.Digest = "sha256:" + hex.EncodeToString(ms[:])
+	return o, nil
+}
+
+// imageConfig is the OCI image configuration of the image whose one
+// layer's digest (uncompressed: its diff ID too) is layerDigest. Its JSON
+// has sorted keys and no dates, so the same layer gives the same bytes.
+func imageConfig(layerDigest string) ([]byte, error) {
+	return json.Marshal(map[string]any{
+		"architecture": "amd64", "os": "linux",
+		"config": map[string]any{"User": fmt.Sprintf("%d:%d", profile.Default().User.UID, profile.Default().User.GID)},
+		"rootfs": map[string]any{"type": "layers", "diff_ids": []string{layerDigest}},
+	})
+}
+
+// countWriter counts what goes through it.
+type countWriter struct {
+	w io.Writer
+	n int64
+}
+
+func (c *countWriter) Write(p []byte) (int, error) {
+	n, err := c.w.Write(p)
+	c.n += int64(n)
+	return n, err
+}
+
+// digestCache holds the manifest digests of the images the driver named,
+// by image and guest digest, so that each is hashed once per daemon.
+type digestCache struct {
+	mu sync.Mutex
+	m  map[string]string
+}
+
+// digest returns the digest of img with the guest at guestPath (whose
+// sha256 is guestHex) as NewOCIImage has it. Images are hashed one at a
+// time.
+func (c *digestCache) digest(img sandbox.Image, guestPath, guestHex string) (string, error) {
+	key := img.Digest + "/" + guestHex
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if d, ok := c.m[key]; ok {
+		return d, nil
+	}
+	o, err := NewOCIImage(img, guestPath)
+	if err != nil {
+		return "", fmt.Errorf("kubernetes: the digest of image %s: %w", img.Name, err)
+	}
+	if c.m == nil {
+		c.m = map[string]string{}
+	}
+	c.m[key] = o.Digest
+	return o.Digest, nil
 }
 
 // WriteImageArchive writes img's root filesystem, with the guest at
@@ -103,11 +248,7 @@ func WriteImageArchive(w io.Writer, img sandbox.Image, guestPath, ref, tmpDir st
 	if _, err := f.Seek(0, io.SeekStart); err != nil {
 		return err
 	}
-	config, err := json.Marshal(map[string]any{
-		"architecture": "amd64", "os": "linux",
-		"config": map[string]any{"User": fmt.Sprintf("%d:%d", profile.Default().User.UID, profile.Default().User.GID)},
-		"rootfs": map[string]any{"type": "layers", "diff_ids": []string{"sha256:" + hex.EncodeToString(h.Sum(nil))}},
-	})
+	config, err := imageConfig("sha256:" + hex.EncodeToString(h.Sum(nil)))
 	if err != nil {
 		return err
 	}
@@ -193,4 +334,22 @@ func (g *guestDigest) hex(path string) (string, error) {
 func GuestDigest(path string) (string, error) {
 	var g guestDigest
 	return g.hex(path)
+}
+
+// pulledByDigest tells whether a container waiting for reason failed to
+// pull image, a registry's image by digest.
+func pulledByDigest(image, reason string) bool {
+	return (reason == "ErrImagePull" || reason == "ImagePullBackOff") && strings.Contains(image, "@sha256:")
+}
+
+// notPushed is the error of pod's container that waits on the pull of
+// ref, an image of the registry by digest: most often the image was never
+// pushed (or the registry, or the node's configuration of it, is amiss).
+// It names the command that pushes, for whoever reads the error; the
+// kubelet's own message stays out of what the client reads.
+func notPushed(pod, ref string, w *corev1.ContainerStateWaiting) error {
+	name := ref[:strings.Index(ref, "@")]
+	name = name[strings.LastIndexByte(name, '/')+1:]
+	return fmt.Errorf("pod %s: the kubelet cannot pull %s (%s: %s): %w", pod, ref, w.Reason, w.Message,
+		errdefs.Publicf("the cluster cannot pull the image of %q from the registry; push it with `stockade image push` to the registry of kubernetes.registry: %w", name, errdefs.ErrFailedPrecondition))
 }

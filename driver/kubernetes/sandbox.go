@@ -173,6 +173,8 @@ func running(p *corev1.Pod) (bool, error) {
 		case c.State.Terminated != nil:
 			t := c.State.Terminated
 			return true, fmt.Errorf("the container of pod %s ended (%s, exit code %d): %s: %w", p.Name, t.Reason, t.ExitCode, t.Message, errdefs.ErrUnavailable)
+		case c.State.Waiting != nil && pulledByDigest(c.Image, c.State.Waiting.Reason):
+			return true, notPushed(p.Name, c.Image, c.State.Waiting)
 		case c.State.Waiting != nil && stuck[c.State.Waiting.Reason]:
 			return true, fmt.Errorf("the container of pod %s cannot start (%s): %s: %w", p.Name, c.State.Waiting.Reason, c.State.Waiting.Message, errdefs.ErrUnavailable)
 		}

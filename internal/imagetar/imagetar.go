@@ -116,6 +116,14 @@ func WriteTree(tw *tar.Writer, rootfs, guestPath string) error {
 	return nil
 }
 
+// guestModTime is the modification time of the guest binary in every tree
+// WriteTree writes: a fixed one, not the installed file's, so that the
+// same guest gives the same bytes wherever and whenever it was installed
+// (the kubernetes driver names a registry's image by the digest of this
+// stream: content-addressed, computed by both `stockade image push` and
+// the daemon).
+var guestModTime = time.Unix(0, 0).UTC()
+
 // writeGuest adds the guest binary as name, root-owned and mode 0555.
 func writeGuest(tw *tar.Writer, name, guestPath string) error {
 	f, err := os.Open(guestPath)
@@ -128,7 +136,7 @@ func writeGuest(tw *tar.Writer, name, guestPath string) error {
 		return fmt.Errorf("opening guest agent: %w", err)
 	}
 	if err := tw.WriteHeader(&tar.Header{
-		Typeflag: tar.TypeReg, Name: name, Mode: 0o555, Size: fi.Size(), ModTime: fi.ModTime(),
+		Typeflag: tar.TypeReg, Name: name, Mode: 0o555, Size: fi.Size(), ModTime: guestModTime,
 	}); err != nil {
 		return err
 	}

@@ -1,0 +1,244 @@
+package kubernetes
+
+import (
+	"archive/tar"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/rest"
+
+	"github.com/stockade-sh/stockade/errdefs"
+	"github.com/stockade-sh/stockade/internal/registry"
+	"github.com/stockade-sh/stockade/sandbox"
+	"github.com/stockade-sh/stockade/sandbox/profile"
+)
+
+// startRegistry starts Debian's docker-registry on a loopback port with a
+// temporary store, behind a proxy that counts the requests by method,
+// and returns the proxy's address and the counts. CI installs the
+// registry (scripts/test.sh); elsewhere the test skips without it.
+func startRegistry(t *testing.T) (string, func() map[string]int) {
+	t.Helper()
+	bin, err := exec.LookPath("docker-registry")
+	if err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("docker-registry is not installed (apt-get install docker-registry; scripts/test.sh installs it)")
+		}
+		t.Skip("docker-registry is not installed (apt-get install docker-registry)")
+	}
+	dir := t.TempDir()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	conf := filepath.Join(dir, "config.yml")
+	if err := os.WriteFile(conf, []byte(fmt.Sprintf(`version: 0.1
+log: {level: warn}
+storage:
+  filesystem: {rootdirectory: %s}
+http:
+  addr: %s
+`, filepath.Join(dir, "store"), addr)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(bin, "serve", conf)
+	var out strings.Builder
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		cmd.Process.Kill()
+		cmd.Wait()
+	})
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		resp, err := http.Get("http://" + addr + "/v2/")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("docker-registry did not answer on %s: %v\n%s", addr, err, out.String())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	target, _ := url.Parse("http://" + addr)
+	var mu sync.Mutex
+	counts := map[string]int{}
+	proxy := httputil.NewSingleHostReverseProxy(target)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		counts[r.Method]++
+		mu.Unlock()
+		proxy.ServeHTTP(w, r)
+	}))
+	t.Cleanup(srv.Close)
+	return srv.Listener.Addr().String(), func() map[string]int {
+		mu.Lock()
+		defer mu.Unlock()
+		c := counts
+		counts = map[string]int{}
+		return c
+	}
+}
+
+// testImage writes a small root filesystem (a file, a hard link, a
+// symlink, a directory) and a guest, and returns them as an image.
+func testImage(t *testing.T) (sandbox.Image, string) {
+	t.Helper()
+	root := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(root, "usr", "bin"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(root, "usr", "bin", "tool"), []byte("#!/bin/sh\necho hi\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Link(filepath.Join(root, "usr", "bin", "tool"), filepath.Join(root, "usr", "bin", "tool2")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("usr/bin", filepath.Join(root, "bin")); err != nil {
+		t.Fatal(err)
+	}
+	guest := filepath.Join(t.TempDir(), "guest")
+	if err := os.WriteFile(guest, []byte("the guest agent"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return sandbox.Image{Name: "shell", Digest: "sha256:" + strings.Repeat("ab", 32), Rootfs: root}, guest
+}
+
+// TestRegistryPush pushes an image to Debian's docker-registry twice (the
+// second time uploads nothing: no POST, PUT or PATCH), reads its manifest
+// back by the digest the driver names pods' images by, and checks its
+// layer: the same blob, holding the guest.
+func TestRegistryPush(t *testing.T) {
+	addr, counts := startRegistry(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	img, guest := testImage(t)
+	loc, err := registry.ParseLocation("http://"+addr+"/team/stockade", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := registry.New(loc, registry.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	o, err := NewOCIImage(img, guest)
+	if err != nil {
+		t.Fatal(err)
+	}
+	digest, st, err := c.Push(ctx, o.Name, o.Tag, o.Blobs(), o.Manifest)
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := counts()
+	if digest != o.Digest || st.Uploaded != 2 || !st.ManifestPut || first[http.MethodPut] != 3 || first[http.MethodPost] != 2 {
+		t.Fatalf("first push: digest %s (want %s), %+v, requests %v; want 2 blobs uploaded (2 POST, 3 PUT with the manifest's)", digest, o.Digest, st, first)
+	}
+
+	// The same image again, its guest installed anew (another mtime):
+	// the same digest, and nothing uploaded.
+	if err := os.Chtimes(guest, time.Now(), time.Now().Add(-time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	again, err := NewOCIImage(img, guest)
+	if err != nil {
+		t.Fatal(err)
+	}
+	digest2, st, err := c.Push(ctx, again.Name, again.Tag, again.Blobs(), again.Manifest)
+	if err != nil {
+		t.Fatal(err)
+	}
+	second := counts()
+	if digest2 != digest || st.Uploaded != 0 || st.ManifestPut || second[http.MethodHead] != 3 || len(second) != 1 {
+		t.Fatalf("second push: digest %s (want %s), %+v, requests %v; want only 3 HEAD", digest2, digest, st, second)
+	}
+
+	// The driver names the pushed image, by the digest it computes itself.
+	d, err := New(Config{Namespace: "ns", Tier: sandbox.TierGVisor, GuestPath: guest, Registry: addr + "/team/stockade", REST: &rest.Config{Host: "https://cluster.invalid"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ref, pull, err := d.imageRef(img)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := addr + "/team/stockade/shell@" + digest; ref != want || pull != corev1.PullIfNotPresent {
+		t.Fatalf("pod image %s (%s), want %s (IfNotPresent)", ref, pull, want)
+	}
+
+	m, raw, err := c.Manifest(ctx, "shell", digest)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(raw) != string(o.Manifest) || len(m.Layers) != 1 || m.Layers[0].Digest != o.Layer.Digest || m.Layers[0].Size != o.Layer.Size || m.Config.Digest != o.Config.Digest {
+		t.Fatalf("manifest %s, want %s", raw, o.Manifest)
+	}
+	resp, err := http.Get("http://" + addr + "/v2/team/stockade/shell/blobs/" + m.Layers[0].Digest)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	h := sha256.New()
+	names := map[string]bool{}
+	tr := tar.NewReader(io.TeeReader(resp.Body, h))
+	for {
+		hdr, err := tr.Next()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		names[hdr.Name] = true
+	}
+	io.Copy(h, resp.Body)
+	if got := "sha256:" + hex.EncodeToString(h.Sum(nil)); got != m.Layers[0].Digest || !names["usr/bin/tool"] || !names[strings.TrimPrefix(profile.GuestPath, "/")] {
+		t.Fatalf("layer %s (want %s) holds %v", got, m.Layers[0].Digest, names)
+	}
+}
+
+// TestPullFailureNamesPush holds the error of a pod whose image the
+// kubelet cannot pull from the registry: it names the command that
+// pushes, in what the client may read.
+func TestPullFailureNamesPush(t *testing.T) {
+	p := &corev1.Pod{}
+	p.Name = "sbx-1"
+	p.Status.ContainerStatuses = []corev1.ContainerStatus{{
+		Name: containerName, Image: "10.0.0.1:5000/stockade/python@sha256:" + strings.Repeat("0", 64),
+		State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "ErrImagePull", Message: "manifest unknown"}},
+	}}
+	done, err := running(p)
+	msg, public := errdefs.PublicMessage(err)
+	if !done || !public || !strings.Contains(msg, "stockade image push") || !strings.Contains(msg, `"python"`) || !errdefs.IsFailedPrecondition(err) {
+		t.Fatalf("running: %v, %v (public %q, %v)", done, err, msg, public)
+	}
+	// An image imported on the node keeps the kubelet's reason.
+	p.Status.ContainerStatuses[0].Image = "stockade.invalid/python:x"
+	p.Status.ContainerStatuses[0].State.Waiting.Reason = "ErrImageNeverPull"
+	if _, err := running(p); err == nil || strings.Contains(err.Error(), "image push") {
+		t.Fatalf("running with an imported image: %v", err)
+	}
+}
