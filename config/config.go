@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"slices"
+	"strings"
 	"time"
 
 	"go.yaml.in/yaml/v3"
@@ -210,6 +211,12 @@ type Kubernetes struct {
 	// Stockade's filters there at start and gives pods them as Localhost
 	// profiles. Empty means the runtime's default filter (RuntimeDefault).
 	SeccompDir string `yaml:"seccomp_dir"`
+	// Registry, if set, is where `stockade image push` put the images,
+	// host[:port][/prefix] without a scheme: pods then name their image
+	// by digest there and the nodes pull it. Empty means the images are
+	// imported on each node (docs/kubernetes.md, "Images in the
+	// cluster").
+	Registry string `yaml:"registry"`
 }
 
 // E2B configures the E2B-compatible listener: one address serves the
@@ -482,6 +489,8 @@ func (c Config) Validate() error {
 		return bad("kubernetes.namespace must be set for the kubernetes driver")
 	case c.Kubernetes.SeccompDir != "" && !filepath.IsAbs(c.Kubernetes.SeccompDir):
 		return bad("kubernetes.seccomp_dir %q must be an absolute path", c.Kubernetes.SeccompDir)
+	case strings.Contains(c.Kubernetes.Registry, "://") || strings.ContainsAny(c.Kubernetes.Registry, "@ "):
+		return bad("kubernetes.registry %q must be host[:port][/prefix], without a scheme, as an image reference has it", c.Kubernetes.Registry)
 	case c.Defaults.Timeout <= 0 || c.Defaults.Timeout > time.Hour:
 		return bad("defaults.timeout %s is out of range (more than 0, at most 1h)", sandbox.FormatDuration(c.Defaults.Timeout))
 	case c.MaxConcurrent <= 0:

@@ -182,6 +182,8 @@ func TestValidate(t *testing.T) {
 		func(c *Config) { c.MemoryBudget = -1 },
 		func(c *Config) { c.Driver, c.Kubernetes.Namespace = "kubernetes", "" },
 		func(c *Config) { c.Kubernetes.SeccompDir = "relative" },
+		func(c *Config) { c.Kubernetes.Registry = "http://10.0.0.1:5000" },
+		func(c *Config) { c.Kubernetes.Registry = "r:5000/python@sha256:00" },
 	}
 	for i, mutate := range bad {
 		c := Default()

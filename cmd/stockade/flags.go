@@ -82,6 +82,7 @@ func configFlags(fs *flag.FlagSet, opts ...configOption) (*config.Config, func(a
 			{"STOCKADE_KUBERNETES_GVISOR_CLASS", &cfg.Kubernetes.GVisorClass},
 			{"STOCKADE_KUBERNETES_CONTAINER_CLASS", &cfg.Kubernetes.ContainerClass},
 			{"STOCKADE_KUBERNETES_SECCOMP_DIR", &cfg.Kubernetes.SeccompDir},
+			{"STOCKADE_KUBERNETES_REGISTRY", &cfg.Kubernetes.Registry},
 		} {
 			if v := os.Getenv(e.name); v != "" {
 				*e.dst = v
@@ -105,6 +106,7 @@ func kubernetesFlags(fs *flag.FlagSet, k *config.Kubernetes) {
 	fs.StringVar(&k.GVisorClass, "kubernetes-gvisor-class", k.GVisorClass, "RuntimeClass of the kubernetes driver's gvisor-tier pods (env STOCKADE_KUBERNETES_GVISOR_CLASS)")
 	fs.StringVar(&k.ContainerClass, "kubernetes-container-class", k.ContainerClass, "RuntimeClass of the kubernetes driver's container-tier pods (env STOCKADE_KUBERNETES_CONTAINER_CLASS; default the cluster's default runtime)")
 	fs.StringVar(&k.SeccompDir, "kubernetes-seccomp-dir", k.SeccompDir, "the kubelet's seccomp `DIR`: the daemon writes Stockade's filters there and pods load them (env STOCKADE_KUBERNETES_SECCOMP_DIR; default the runtime's filter)")
+	fs.StringVar(&k.Registry, "kubernetes-registry", k.Registry, "`REGISTRY`[/PREFIX] the nodes pull the images from by digest, pushed there by `stockade image push` (env STOCKADE_KUBERNETES_REGISTRY; default images imported on each node)")
 }
 
 // defaultDataDir is the default of --data-dir for commands that take only

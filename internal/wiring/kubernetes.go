@@ -24,7 +24,8 @@ const (
 // container tier (KubernetesContainer), and no local tier, so that every
 // tool's tier is served by the cluster (tools.DriverFor picks by tier).
 // The images are the runtime images with the guest at guestPath, named as
-// kubernetes.ImageRef has it and imported on the nodes. With
+// kubernetes.ImageRef has it and imported on the nodes, or with
+// k.Registry by digest in that registry (`stockade image push`). With
 // k.SeccompDir set it writes Stockade's filters there (0600) and the
 // pods load them as Localhost profiles.
 //
@@ -70,7 +71,7 @@ func kubernetesConfig(k config.Kubernetes, tier sandbox.Tier, seccomp, guestPath
 		class = k.ContainerClass
 	}
 	return kubernetes.Config{Kubeconfig: k.Kubeconfig, Namespace: k.Namespace, Tier: tier,
-		RuntimeClass: class, GuestPath: guestPath, Seccomp: seccomp}
+		RuntimeClass: class, GuestPath: guestPath, Seccomp: seccomp, Registry: k.Registry}
 }
 
 // kubernetesSeccomp returns the name of Stockade's filter of tier in the
