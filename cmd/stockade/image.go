@@ -17,13 +17,14 @@ import (
 )
 
 func init() {
-	commands["image"] = command{summary: "build, list, verify and prune runtime images", run: runImage}
+	commands["image"] = command{summary: "build, list, verify, prune and push runtime images", run: runImage}
 }
 
 const imageUsage = `usage: stockade image build [--force] [--data-dir DIR] [--mirror URL] [-v] [NAME...]
        stockade image list [--data-dir DIR] [--json]
        stockade image verify [--data-dir DIR] [NAME...]
        stockade image prune [--data-dir DIR]
+       stockade image push [--data-dir DIR] [--insecure] [--guest FILE] REGISTRY[/PREFIX] [NAME...]
 
 NAME is a runtime: python, node or shell. No NAME means all of them. The
 images are in the data directory: --data-dir, env STOCKADE_DATA_DIR, or
@@ -37,6 +38,14 @@ prune   deletes images no ref points to (left behind by forced rebuilds and
         data directory (it prunes those its sandboxes no longer use after
         each template build and at its start). Without a daemon no sandbox
         may be running from them.
+push    puts images, with the guest agent, in an OCI registry for the
+        kubernetes driver (kubernetes.registry): each an OCI image of one
+        layer, content-addressed, at REGISTRY/PREFIX/NAME, printed by
+        digest. NAME may be a runtime or a built template; none means all
+        runtimes and templates. Blobs the registry has are not uploaded
+        again. REGISTRY is https unless named http:// (loopback only,
+        unless --insecure); basic auth from STOCKADE_REGISTRY_USERNAME and
+        STOCKADE_REGISTRY_PASSWORD (no token services, no docker config).
 `
 
 func runImage(ctx context.Context, args []string) int {
@@ -54,11 +63,13 @@ func runImage(ctx context.Context, args []string) int {
 		err = imageVerify(ctx, args[1:])
 	case "prune":
 		err = imagePrune(args[1:])
+	case "push":
+		err = imagePush(ctx, args[1:])
 	case "help", "-h", "-help", "--help":
 		fmt.Fprint(os.Stdout, imageUsage)
 		return 0
 	default:
-		err = usagef("unknown image command %q; want build, list, verify or prune", args[0])
+		err = usagef("unknown image command %q; want build, list, verify, prune or push", args[0])
 	}
 	if err != nil {
 		return fail(err)
