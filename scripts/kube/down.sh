@@ -121,7 +121,7 @@ for rt in "${RUNC:-}:$RUN/runc/k8s.io" "${RUNC:-}:$RUN/runsc/k8s.io" "${RUNSC:-}
 	done
 done
 
-for name in kube-scheduler kube-controller-manager kube-apiserver etcd; do
+for name in kube-scheduler kube-controller-manager kube-apiserver etcd registry; do
 	stop "$name" 2
 done
 

@@ -26,6 +26,13 @@
 # shim (BinaryName): the gVisor shim sets its own oom_score_adj, which
 # fails without CAP_SYS_RESOURCE.
 #
+# Images: the driver's images are imported on the node (the tests'
+# importImage) or pulled by digest from a registry (kubernetes.registry,
+# `stockade image push`): Debian's docker-registry, when installed, runs
+# on the host side of the veth, $PREFIX.1:$STOCKADE_KUBE_REGISTRY_PORT
+# (default 5000; its store under $STOCKADE_KUBE_DIR), and containerd
+# pulls from it over plain http (a hosts.toml under certs.d).
+#
 # Every pod of the node runs under a pids limit, the kubelet's
 # podPidsLimit ($STOCKADE_KUBE_POD_PIDS_LIMIT, default 64, the conformance
 # suite's limit): Kubernetes has no pids limit per pod, only this one per
@@ -56,6 +63,7 @@ SERVICE_IP=10.96.0.1
 CGROUP_ROOT=/stockade-kube
 TIMEOUT=${STOCKADE_KUBE_TIMEOUT:-120}
 POD_PIDS_LIMIT=${STOCKADE_KUBE_POD_PIDS_LIMIT:-64}
+REGISTRY=$HOST_IP:${STOCKADE_KUBE_REGISTRY_PORT:-5000}
 
 PKI=$DIR/pki
 RUN=$DIR/run
@@ -301,6 +309,9 @@ disabled_plugins = ["io.containerd.internal.v1.opt"]
 [plugins.'io.containerd.cri.v1.images']
   snapshotter = "overlayfs"
 
+[plugins.'io.containerd.cri.v1.images'.registry]
+  config_path = "$DIR/certs.d"
+
 [plugins.'io.containerd.cri.v1.images'.pinned_images]
   sandbox = "$PAUSE_IMAGE"
 
@@ -408,6 +419,31 @@ EOF
 }
 runsc_wrapper "$DIR/runsc" "--oci-seccomp ${STOCKADE_KUBE_RUNSC_FLAGS:-}"
 runsc_wrapper "$DIR/runsc-nonet" "--oci-seccomp ${STOCKADE_KUBE_RUNSC_FLAGS:-} --network=none"
+
+# The registry on the host side, plain http (a test network of two
+# addresses), and containerd's configuration of it.
+mkdir -p "$DIR/certs.d/$REGISTRY"
+cat >"$DIR/certs.d/$REGISTRY/hosts.toml" <<EOF
+server = "http://$REGISTRY"
+
+[host."http://$REGISTRY"]
+  capabilities = ["pull", "resolve"]
+EOF
+if command -v docker-registry >/dev/null 2>&1; then
+	mkdir -p "$DIR/registry"
+	cat >"$DIR/registry/config.yml" <<EOF
+version: 0.1
+log: {level: warn}
+storage:
+  filesystem: {rootdirectory: $DIR/registry/store}
+http:
+  addr: $REGISTRY
+EOF
+	setsid docker-registry serve "$DIR/registry/config.yml" >"$LOGS/registry.log" 2>&1 </dev/null &
+	echo $! >"$PIDS/registry.pid"
+	wait_for "the registry" curl -sf "http://$REGISTRY/v2/"
+	log "registry up on $REGISTRY ($(since "$t0") s)"
+fi
 
 # Its shims are found on PATH: ours, not another containerd's.
 start containerd env PATH="$CONTAINERD_BIN:$PATH" "$CONTAINERD_BIN/containerd" --config "$DIR/containerd.toml"
