@@ -6,18 +6,11 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
-	"fmt"
 	"io"
-	"net"
 	"net/http"
-	"net/http/httptest"
-	"net/http/httputil"
-	"net/url"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -26,83 +19,10 @@ import (
 
 	"github.com/stockade-sh/stockade/errdefs"
 	"github.com/stockade-sh/stockade/internal/registry"
+	"github.com/stockade-sh/stockade/internal/registry/registrytest"
 	"github.com/stockade-sh/stockade/sandbox"
 	"github.com/stockade-sh/stockade/sandbox/profile"
 )
-
-// startRegistry starts Debian's docker-registry on a loopback port with a
-// temporary store, behind a proxy that counts the requests by method,
-// and returns the proxy's address and the counts. CI installs the
-// registry (scripts/test.sh); elsewhere the test skips without it.
-func startRegistry(t *testing.T) (string, func() map[string]int) {
-	t.Helper()
-	bin, err := exec.LookPath("docker-registry")
-	if err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("docker-registry is not installed (apt-get install docker-registry; scripts/test.sh installs it)")
-		}
-		t.Skip("docker-registry is not installed (apt-get install docker-registry)")
-	}
-	dir := t.TempDir()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	l.Close()
-	conf := filepath.Join(dir, "config.yml")
-	if err := os.WriteFile(conf, []byte(fmt.Sprintf(`version: 0.1
-log: {level: warn}
-storage:
-  filesystem: {rootdirectory: %s}
-http:
-  addr: %s
-`, filepath.Join(dir, "store"), addr)), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(bin, "serve", conf)
-	var out strings.Builder
-	cmd.Stdout, cmd.Stderr = &out, &out
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		cmd.Process.Kill()
-		cmd.Wait()
-	})
-	deadline := time.Now().Add(15 * time.Second)
-	for {
-		resp, err := http.Get("http://" + addr + "/v2/")
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				break
-			}
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("docker-registry did not answer on %s: %v\n%s", addr, err, out.String())
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	target, _ := url.Parse("http://" + addr)
-	var mu sync.Mutex
-	counts := map[string]int{}
-	proxy := httputil.NewSingleHostReverseProxy(target)
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		mu.Lock()
-		counts[r.Method]++
-		mu.Unlock()
-		proxy.ServeHTTP(w, r)
-	}))
-	t.Cleanup(srv.Close)
-	return srv.Listener.Addr().String(), func() map[string]int {
-		mu.Lock()
-		defer mu.Unlock()
-		c := counts
-		counts = map[string]int{}
-		return c
-	}
-}
 
 // testImage writes a small root filesystem (a file, a hard link, a
 // symlink, a directory) and a guest, and returns them as an image.
@@ -133,7 +53,7 @@ func testImage(t *testing.T) (sandbox.Image, string) {
 // back by the digest the driver names pods' images by, and checks its
 // layer: the same blob, holding the guest.
 func TestRegistryPush(t *testing.T) {
-	addr, counts := startRegistry(t)
+	addr, counts := registrytest.Start(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	img, guest := testImage(t)
