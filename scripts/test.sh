@@ -169,6 +169,14 @@ if ! /usr/bin/python3 -c 'import setuptools, wheel' >/dev/null 2>&1 || ! ls /usr
 	apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3 python3-setuptools python3-wheel python3-pip-whl >/dev/null
 fi
 
+# image push's tests and the test cluster's registry run Debian's
+# docker-registry (internal/registry/registrytest, scripts/kube/up.sh); the
+# package's own service, on :5000, is not wanted.
+if ! command -v docker-registry >/dev/null; then
+	apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq docker-registry >/dev/null
+	systemctl disable --now docker-registry >/dev/null 2>&1 || true
+fi
+
 # -p 2: two packages at a time on two cores; the conformance suites fork-bomb
 # and fill memory on purpose, and more parallelism only adds noise.
 go test -count=1 -p 2 -timeout 25m "$@" ./...

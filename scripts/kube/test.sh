@@ -85,7 +85,7 @@ run() {
 }
 
 t0=$(now)
-run 64 'TestClusterConformanceRunc|TestClusterRoundTrip/container|TestClusterReap|TestClusterNoNetwork|TestClusterTerminationLog/container'
+run 64 'TestClusterConformanceRunc|TestClusterRoundTrip/container|TestClusterReap|TestClusterNoNetwork|TestClusterTerminationLog/container|TestClusterRegistry'
 run 320 'TestClusterConformanceGVisor|TestClusterRoundTrip/gvisor|TestClusterTerminationLog/gvisor|TestClusterDaemon'
 log "all: $(since "$t0") s, $([ "$failed" = 0 ] && echo passed || echo FAILED)"
 exit "$failed"
