@@ -22,8 +22,12 @@ import (
 	"github.com/stockade-sh/stockade/tools"
 )
 
-// A session's sandbox is detached (sandbox.Spec.Detached): it outlives the
-// daemon, which finds it again with ReattachSessions. It has a /workspace
+// A session's sandbox is detached (sandbox.Spec.Detached) on a driver that
+// can re-attach one (Capabilities.Reattach): it outlives the daemon, which
+// finds it again with ReattachSessions. On a driver that cannot, it is
+// not detached and lives as long as the daemon that opened it: the next
+// daemon's start ends its session (NoReattach says why) and reaps the
+// sandbox by its owner label, as any orphan. It has a /workspace
 // of its own and one kernel, started for its runtime, whose state carries
 // from cell to cell; the kernel's working directory is /workspace.
 
@@ -145,10 +149,9 @@ func (e *Engine) CheckSession(spec SessionSpec) (tools.Tool, sandbox.Driver, ima
 		return tools.Tool{}, nil, image.Runtime{}, err
 	}
 	c := drv.Capabilities()
-	if !c.Reattach || !c.Kernels || !c.Files {
-		why := c.Lacks["Reattach"] + c.Lacks["Kernels"] + c.Lacks["Files"]
+	if !keepsSessions(c) {
 		return tools.Tool{}, nil, image.Runtime{}, errdefs.Publicf("the %s driver cannot keep sessions (%s); %s: %w",
-			drv.Name(), strings.TrimSpace(why), e.sessionDrivers(), errdefs.ErrFailedPrecondition)
+			drv.Name(), lacksForSessions(c), e.sessionDrivers(), errdefs.ErrFailedPrecondition)
 	}
 	if spec.Workspace <= 0 {
 		return tools.Tool{}, nil, image.Runtime{}, errdefs.Publicf("a session's workspace size must be positive, got %d: %w", spec.Workspace, errdefs.ErrInvalidArgument)
@@ -167,7 +170,7 @@ func (e *Engine) CheckSession(spec SessionSpec) (tools.Tool, sandbox.Driver, ima
 func (e *Engine) sessionDrivers() string {
 	var names []string
 	for name, d := range e.drivers {
-		if c := d.Capabilities(); c.Reattach && c.Kernels && c.Files {
+		if keepsSessions(d.Capabilities()) {
 			names = append(names, name)
 		}
 	}
@@ -178,7 +181,55 @@ func (e *Engine) sessionDrivers() string {
 	return "use a tool on the tier of a driver that keeps them (" + strings.Join(names, ", ") + ")"
 }
 
-// OpenSession creates a session's detached sandbox and starts its
+// keepsSessions says whether a driver of capabilities c can keep a
+// session: start more than one process in a sandbox (Sessions), with
+// kernels and files. Re-attaching its sandbox after a restart
+// (Reattach) is not needed: without it, a session ends with its daemon
+// (NoReattach).
+func keepsSessions(c sandbox.Capabilities) bool { return c.Sessions && c.Kernels && c.Files }
+
+// lacksForSessions says why a driver of capabilities c cannot keep a
+// session (keepsSessions).
+func lacksForSessions(c sandbox.Capabilities) string {
+	var why []string
+	for _, f := range []struct {
+		name string
+		has  bool
+	}{{"Sessions", c.Sessions}, {"Kernels", c.Kernels}, {"Files", c.Files}} {
+		if !f.has {
+			r := c.Lacks[f.name]
+			if r == "" {
+				r = "it lacks " + f.name
+			}
+			why = append(why, r)
+		}
+	}
+	return strings.Join(why, "; ")
+}
+
+// NoReattach says why the sessions of driver end with the daemon that
+// opened them: the driver cannot re-attach a sandbox
+// (Capabilities.Reattach), so a restarted daemon cannot serve them again
+// and reaps their sandboxes. It is "" for a driver that re-attaches, or
+// one this engine does not have.
+func (e *Engine) NoReattach(driver string) string {
+	d, ok := e.drivers[driver]
+	if !ok {
+		return ""
+	}
+	c := d.Capabilities()
+	if c.Reattach {
+		return ""
+	}
+	why := c.Lacks["Reattach"]
+	if why == "" {
+		why = "it keeps no sandbox beyond the process that created it"
+	}
+	return why
+}
+
+// OpenSession creates a session's sandbox (detached where its driver can
+// re-attach it) and starts its
 // kernel, or takes a session pool's sandbox whose kernel is ready when
 // one serves spec (pool.go), or restores its template's golden
 // checkpoint when it has one (golden.go). Nothing is left behind on
@@ -212,7 +263,11 @@ func (e *Engine) OpenSession(ctx context.Context, spec SessionSpec) (_ *Session,
 		return nil, err
 	}
 	limits := sspec.Limits
-	sspec.Labels, sspec.Detached, sspec.Workspace, sspec.Deadline = withImage(spec.Labels, sspec.Image.Digest), true, spec.Workspace, spec.Deadline
+	// A driver that cannot re-attach keeps the sandbox for as long as
+	// this daemon runs (see NoReattach); the deadline is then the
+	// driver's to use or ignore (sandbox.Spec.Deadline).
+	detached := drv.Capabilities().Reattach
+	sspec.Labels, sspec.Detached, sspec.Workspace, sspec.Deadline = withImage(spec.Labels, sspec.Image.Digest), detached, spec.Workspace, spec.Deadline
 	release, err := e.reserveOn(drv, limits.Memory)
 	if err != nil {
 		return nil, err

@@ -391,21 +391,68 @@ print("bound too")
 }
 
 // TestSessionDriversNamed: a session refused for its driver names the
-// drivers that keep sessions, or says that none does (a server whose
-// drivers all run on a cluster or a provider).
+// drivers that keep sessions (those that cannot re-attach too), or says
+// that none does (a server whose drivers all run at a provider without
+// kernels).
 func TestSessionDriversNamed(t *testing.T) {
-	remote := &sandboxfake.Driver{ID: "kubernetes", Tier: sandbox.TierGVisor}
+	remote := &sandboxfake.Driver{ID: "vercel", Tier: sandbox.TierMicroVM}
 	local := &sandboxfake.Driver{ID: "gvisor", Tier: sandbox.TierGVisor, Sessions: true}
+	cluster := &sandboxfake.Driver{ID: "kubernetes", Tier: sandbox.TierGVisor, Sessions: true, NoReattach: true}
 	for _, tt := range []struct {
 		drivers map[string]sandbox.Driver
 		want    string
 	}{
-		{map[string]sandbox.Driver{"kubernetes": remote}, "no driver of this server keeps sessions"},
-		{map[string]sandbox.Driver{"kubernetes": remote, "gvisor": local}, "use a tool on the tier of a driver that keeps them (gvisor)"},
+		{map[string]sandbox.Driver{"vercel": remote}, "no driver of this server keeps sessions"},
+		{map[string]sandbox.Driver{"vercel": remote, "gvisor": local}, "use a tool on the tier of a driver that keeps them (gvisor)"},
+		{map[string]sandbox.Driver{"vercel": remote, "kubernetes": cluster}, "use a tool on the tier of a driver that keeps them (kubernetes)"},
 	} {
 		e := &Engine{drivers: tt.drivers}
 		if got := e.sessionDrivers(); got != tt.want {
 			t.Errorf("drivers %v: got %q, want %q", slices.Sorted(maps.Keys(tt.drivers)), got, tt.want)
 		}
+	}
+}
+
+// TestSessionWithoutReattach opens a session on a driver that keeps
+// sessions but cannot re-attach a sandbox (the docker and kubernetes
+// drivers): its sandbox is not detached, has its /workspace, and serves
+// cells; NoReattach says why it ends with the daemon, and a restarted
+// engine's ReattachSessions serves none of its sandboxes (the daemon's
+// Reap destroys them). A driver that re-attaches has no such reason.
+func TestSessionWithoutReattach(t *testing.T) {
+	drv := &sandboxfake.Driver{ID: "kubernetes", Tier: sandbox.TierGVisor, Sessions: true, NoReattach: true, Echo: true}
+	e, err := New(map[string]sandbox.Driver{drv.ID: drv}, drv.ID, sandboxfake.Images{}, sandbox.DefaultLimits(), sandbox.DefaultCeiling())
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := e.OpenSession(t.Context(), SessionSpec{Runtime: "python", Workspace: 1 << 20, Labels: map[string]string{LabelOwner: "engine-test"}})
+	if err != nil {
+		t.Fatalf("a session on a driver without Reattach: %v", err)
+	}
+	t.Cleanup(func() { _ = s.Close(context.Background()) })
+	specs := drv.Specs()
+	if len(specs) != 1 || specs[0].Detached || specs[0].Workspace != 1<<20 {
+		t.Fatalf("the sandboxes asked for: got %+v, want one not detached with a 1 MiB /workspace", specs)
+	}
+	r, err := s.Cell(t.Context(), CellRequest{Code: "x = 1"})
+	if err != nil || r.Stdout != "x = 1" {
+		t.Fatalf("a cell: got %+v, %v; want its code echoed", r, err)
+	}
+	if why := e.NoReattach(drv.ID); !strings.Contains(why, "keeps no sandbox beyond its creator") {
+		t.Errorf("NoReattach: got %q, want the driver's Lacks[Reattach]", why)
+	}
+	got, err := e.ReattachSessions(t.Context(), map[string]string{LabelOwner: "engine-test"}, func(string) (SessionSpec, bool) {
+		return SessionSpec{Runtime: "python"}, true
+	})
+	if err != nil || len(got) != 0 {
+		t.Errorf("ReattachSessions: got %d sessions, %v; want none (the driver cannot re-attach)", len(got), err)
+	}
+	local := &sandboxfake.Driver{ID: "gvisor", Tier: sandbox.TierGVisor, Sessions: true}
+	e2, err := New(map[string]sandbox.Driver{local.ID: local}, local.ID, sandboxfake.Images{}, sandbox.DefaultLimits(), sandbox.DefaultCeiling())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if why := e2.NoReattach(local.ID); why != "" {
+		t.Errorf("NoReattach of a driver that re-attaches: got %q, want none", why)
 	}
 }

@@ -221,10 +221,8 @@ func (d *Driver) Create(ctx context.Context, spec sandbox.Spec) (_ sandbox.Sandb
 	if spec.Detached {
 		return nil, fmt.Errorf("the docker driver cannot detach a sandbox: %s: %w", noReattach, errdefs.ErrInvalidArgument)
 	}
-	if spec.Workspace != 0 {
-		// A /workspace is a session's, and a session needs a detached
-		// sandbox, which this driver refuses above.
-		return nil, fmt.Errorf("the docker driver gives no sandbox a /workspace (sessions need a driver that re-attaches): %w", errdefs.ErrInvalidArgument)
+	if spec.Workspace < 0 {
+		return nil, fmt.Errorf("a /workspace of %d bytes: %w", spec.Workspace, errdefs.ErrInvalidArgument)
 	}
 	limits := spec.Limits.WithDefaults(d.cfg.Defaults)
 	if err := limits.Check(sandbox.Limits{}); err != nil {

@@ -73,14 +73,18 @@ func buildConfig(p profile.Profile, seccomp, id string, spec sandbox.Spec, l san
 	}
 	var tmpfs map[string]string
 	for _, t := range p.Scratch {
+		size := l.TmpSize
 		if t.SessionOnly {
-			continue // no one-shot sandbox has it
+			if spec.Workspace <= 0 {
+				continue // no one-shot sandbox has it
+			}
+			size = spec.Workspace
 		}
 		if tmpfs == nil {
 			tmpfs = map[string]string{}
 		}
 		// Docker's tmpfs is noexec unless told otherwise; the OCI one is not.
-		tmpfs[t.Path] = strings.Join(append([]string{"rw", "exec"}, t.Options...), ",") + ",size=" + strconv.FormatInt(l.TmpSize, 10)
+		tmpfs[t.Path] = strings.Join(append([]string{"rw", "exec"}, t.Options...), ",") + ",size=" + strconv.FormatInt(size, 10)
 	}
 	readOnly := slices.Clone(p.ReadOnlyPaths)
 	for _, m := range p.Mounts {

@@ -42,6 +42,10 @@ type Driver struct {
 	// (though it finds nothing to). A kernel runs a cell as Exec runs
 	// code (Echo, Hold); an interrupt ends the cell raising.
 	Sessions bool
+	// NoReattach, with Sessions, makes the driver one that keeps sessions
+	// without re-attaching them (no Capabilities.Reattach): it refuses a
+	// detached sandbox, as the docker and kubernetes drivers do.
+	NoReattach bool
 	// Lose, when not nil, is closed to end every session sandbox by
 	// itself, as its shim does at its deadline: the kernel of a running
 	// cell dies, and no kernel starts any more.
@@ -59,7 +63,10 @@ func (d *Driver) Name() string { return d.ID }
 func (d *Driver) Capabilities() sandbox.Capabilities {
 	c := sandbox.Capabilities{Tier: d.Tier, Sessions: true, Remote: d.Remote}
 	if d.Sessions {
-		c.Reattach, c.Files, c.Kernels = true, true, true
+		c.Reattach, c.Files, c.Kernels = !d.NoReattach, true, true
+	}
+	if !c.Reattach {
+		c.Lacks = map[string]string{"Reattach": "the fake driver keeps no sandbox beyond its creator"}
 	}
 	return c
 }
@@ -70,6 +77,9 @@ func (d *Driver) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Sandbox
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.specs = append(d.specs, spec)
+	if spec.Detached && d.NoReattach {
+		return nil, fmt.Errorf("the fake driver cannot detach a sandbox: %w", errdefs.ErrInvalidArgument)
+	}
 	if d.CreateErr != nil {
 		return nil, d.CreateErr
 	}
