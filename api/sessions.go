@@ -20,7 +20,7 @@ import (
 func (s *server) sessionView(ss model.Session) wire.Session {
 	v := wire.Session{ID: ss.ID, Runtime: ss.Runtime, Tool: ss.Tool, Driver: ss.Driver, State: string(ss.State),
 		Network: policy.NetworkWord(ss.Network), CreatedAt: ss.CreatedAt, ExpiresAt: ss.ExpiresAt, IdleExpiresAt: ss.IdleExpiresAt(),
-		IdleTimeoutMS: ss.IdleTimeout.Milliseconds(), EndReason: string(ss.EndReason), Cells: ss.Cells, Approval: string(ss.Approval),
+		IdleTimeoutMS: ss.IdleTimeout.Milliseconds(), EndReason: string(ss.EndReason), EndDetail: ss.EndDetail, Cells: ss.Cells, Approval: string(ss.Approval),
 		ApprovalID: ss.ApprovalID, WorkspaceBytes: ss.WorkspaceBytes}
 	if d, ok := s.svc.Runner().Drivers()[ss.Driver]; ok {
 		v.Tier = string(d.Capabilities().Tier)

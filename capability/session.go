@@ -28,8 +28,9 @@ import (
 type SessionOf struct {
 	ID    string
 	State model.SessionState
-	// EndReason and EndedAt say how an ended session ended.
+	// EndReason, EndDetail and EndedAt say how an ended session ended.
 	EndReason model.SessionEndReason
+	EndDetail string
 	EndedAt   time.Time
 	// Approval is the session's approval mode, Network whether it has
 	// egress, and CoveredBy the approval that covers its cells (empty
@@ -45,7 +46,7 @@ type SessionOf struct {
 
 // sessionOf returns what a cell's transitions read of ss.
 func sessionOf(ss model.Session) *SessionOf {
-	return &SessionOf{ID: ss.ID, State: ss.State, EndReason: ss.EndReason, EndedAt: ss.EndedAt, Approval: ss.Approval,
+	return &SessionOf{ID: ss.ID, State: ss.State, EndReason: ss.EndReason, EndDetail: ss.EndDetail, EndedAt: ss.EndedAt, Approval: ss.Approval,
 		Network: ss.Network, CoveredBy: ss.ApprovalID, Cells: ss.Cells, PausedAt: ss.PausedAt}
 }
 
@@ -77,6 +78,9 @@ type OpenSession struct {
 type EndSession struct {
 	By     Principal
 	Reason model.SessionEndReason
+	// Detail says in words why, where Reason alone does not
+	// (model.Session.EndDetail); it is the system's to give.
+	Detail string
 	Cells  int
 	At     time.Time
 }
@@ -159,15 +163,21 @@ func endSession(g Grant, in EndSession) (Step, error) {
 		return Step{}, errdefs.Publicf("end: reason %q: %w", in.Reason, errdefs.ErrInvalidArgument)
 	case in.Reason == model.EndClosed && (in.By.WorkspaceID != g.WorkspaceID || (in.By.KeyID != g.KeyID && in.By.Role != model.RoleAdmin)):
 		return Step{}, errdefs.Publicf("only the key that opened a session or an admin key may close it: %w", errdefs.ErrPermissionDenied)
+	case in.Detail != "" && in.By != (Principal{}):
+		return Step{}, errdefs.Publicf("only the system gives a session's end a detail: %w", errdefs.ErrInvalidArgument)
 	case in.Reason != model.EndClosed && in.By != (Principal{}):
 		return Step{}, errdefs.Publicf("a key closes a session (reason closed); the system ends it for %s: %w", in.Reason, errdefs.ErrInvalidArgument)
 	case s.State == model.SessionEnded:
 		return Step{}, expiredError(s)
 	}
-	ev := audit.SessionEndedEvent{Meta: audit.Meta{Actor: actorOf(in.By), Reason: "session ended: " + string(in.Reason)},
+	why := "session ended: " + string(in.Reason)
+	if in.Detail != "" {
+		why += ": " + in.Detail
+	}
+	ev := audit.SessionEndedEvent{Meta: audit.Meta{Actor: actorOf(in.By), Reason: why},
 		Cells: in.Cells, EndReason: in.Reason, SessionID: s.ID}
 	return Step{From: Approved, To: Settled, Events: []audit.Event{ev},
-		End: &store.SessionEnd{Reason: in.Reason, At: in.At, Audit: audit.NewEvents(ev)}}, nil
+		End: &store.SessionEnd{Reason: in.Reason, Detail: in.Detail, At: in.At, Audit: audit.NewEvents(ev)}}, nil
 }
 
 // actorOf names the actor of a session's transition by p: its key, or
@@ -243,7 +253,7 @@ func resumeSession(g Grant, in ResumeSession) (Step, error) {
 // class ErrGone (a FailedPrecondition for good), answered 410
 // session_expired with when and why.
 func expiredError(s *SessionOf) error {
-	return errdefs.Public(&SessionExpiredError{SessionID: s.ID, EndedAt: s.EndedAt, Reason: s.EndReason})
+	return errdefs.Public(&SessionExpiredError{SessionID: s.ID, EndedAt: s.EndedAt, Reason: s.EndReason, Detail: s.EndDetail})
 }
 
 // SessionExpiredError says a session has ended; it is of class ErrGone,
@@ -252,10 +262,17 @@ type SessionExpiredError struct {
 	SessionID string
 	EndedAt   time.Time
 	Reason    model.SessionEndReason
+	// Detail says in words why, where Reason alone does not; may be
+	// empty.
+	Detail string
 }
 
 func (e *SessionExpiredError) Error() string {
-	return fmt.Sprintf("session %s ended (%s) at %s", e.SessionID, e.Reason, e.EndedAt.UTC().Format(time.RFC3339))
+	msg := fmt.Sprintf("session %s ended (%s) at %s", e.SessionID, e.Reason, e.EndedAt.UTC().Format(time.RFC3339))
+	if e.Detail != "" {
+		msg += ": " + e.Detail
+	}
+	return msg
 }
 
 func (e *SessionExpiredError) Unwrap() error { return errdefs.ErrGone }

@@ -353,16 +353,27 @@ func (s *sessionHost) cancelWaitingCell(ctx context.Context, ss model.Session, r
 // engine.EndedByShutdown when the daemon's shutdown ends the session),
 // charged as launched, with the output it had made.
 func (s *sessionHost) endSession(ctx context.Context, ss model.Session, by Principal, reason model.SessionEndReason, cut string) (model.Session, error) {
+	return s.endSessionWhy(ctx, ss, by, reason, "", cut)
+}
+
+// endSessionWhy is endSession with a detail saying in words why the
+// session ends (EndSession.Detail), for the system to give.
+func (s *sessionHost) endSessionWhy(ctx context.Context, ss model.Session, by Principal, reason model.SessionEndReason, detail, cut string) (model.Session, error) {
 	unlock := s.trans.lock(ss.ID, true)
 	defer unlock()
-	return s.endLocked(ctx, ss, by, reason, cut)
+	return s.endLockedWhy(ctx, ss, by, reason, detail, cut)
 }
 
 // endLocked is endSession with the session's lock held; it removes the
 // checkpoint of a paused session too.
 func (s *sessionHost) endLocked(ctx context.Context, ss model.Session, by Principal, reason model.SessionEndReason, cut string) (model.Session, error) {
+	return s.endLockedWhy(ctx, ss, by, reason, "", cut)
+}
+
+// endLockedWhy is endLocked with a detail (endSessionWhy).
+func (s *sessionHost) endLockedWhy(ctx context.Context, ss model.Session, by Principal, reason model.SessionEndReason, detail, cut string) (model.Session, error) {
 	g := sessionGrant(ss)
-	step, err := Transition(g, EndSession{By: by, Reason: reason, Cells: ss.Cells, At: s.opts.Now()})
+	step, err := Transition(g, EndSession{By: by, Reason: reason, Detail: detail, Cells: ss.Cells, At: s.opts.Now()})
 	if err != nil {
 		return model.Session{}, err
 	}

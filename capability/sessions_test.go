@@ -289,3 +289,74 @@ func TestUntrackKeepsTheNextCell(t *testing.T) {
 		t.Fatalf("after the last cell let go: got %q tracked, want none", ls.runningCell())
 	}
 }
+
+// reapingDriver is a driver that keeps sessions without re-attaching
+// them, whose Reap records what it was asked to reap.
+type reapingDriver struct {
+	*sandboxfake.Driver
+	reaped []map[string]string
+}
+
+func (d *reapingDriver) Reap(_ context.Context, match map[string]string) ([]string, error) {
+	d.reaped = append(d.reaped, match)
+	return []string{"fake"}, nil
+}
+
+// TestSessionWithoutReattachEndsAtRestart serves a session on a driver
+// that cannot re-attach a sandbox (the docker and kubernetes drivers):
+// its cells run, and the next daemon's start ends it interrupted, with a
+// detail a user reads (on its record, in its session.ended event and in
+// the refusal of its next cell), and reaps its sandbox by the daemon's
+// owner label.
+func TestSessionWithoutReattachEndsAtRestart(t *testing.T) {
+	ctx := t.Context()
+	drv := &sandboxfake.Driver{ID: "kubernetes", Tier: sandbox.TierGVisor, Sessions: true, NoReattach: true, Echo: true}
+	env := newServiceEnv(t, nil, drv, noApprovalPolicy(), ServiceOptions{})
+	created, err := env.svc.CreateSession(ctx, env.agent, CreateSessionRequest{Runtime: "python"}, CreateSessionOptions{})
+	if err != nil {
+		t.Fatalf("a session on a driver without Reattach: %v", err)
+	}
+	ss := created.Session
+	if specs := drv.Specs(); len(specs) != 1 || specs[0].Detached {
+		t.Fatalf("the sandboxes asked for: got %+v, want one not detached", specs)
+	}
+	inv, err := env.svc.ExecCell(ctx, env.agent, ss.ID, CellRequest{Code: "x = 1"}, InvokeOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := env.svc.Wait(ctx, env.agent, inv.Execution.ID, 10*time.Second); err != nil || got.Status != model.StatusSucceeded {
+		t.Fatalf("a cell: got %+v, %v; want it succeeded", got, err)
+	}
+	env.svc.Close(t.Context()) // keeps its sessions, as a daemon's stop does by default
+
+	restarted := &reapingDriver{Driver: drv}
+	eng, err := engine.New(map[string]sandbox.Driver{drv.ID: restarted}, drv.ID, sandboxfake.Images{}, sandbox.DefaultLimits(), sandbox.DefaultCeiling())
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc := NewService(eng, env.st, ServiceOptions{})
+	if err := svc.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { svc.Close(context.Background()) })
+	const want = "the daemon restarted and driver kubernetes cannot re-attach a sandbox: the fake driver keeps no sandbox beyond its creator"
+	got, err := env.st.GetSession(ctx, env.ws.ID, ss.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.State != model.SessionEnded || got.EndReason != model.EndInterrupted || got.EndDetail != want {
+		t.Errorf("the session: got %s (%s: %q), want ended interrupted: %q", got.State, got.EndReason, got.EndDetail, want)
+	}
+	if len(restarted.reaped) != 1 || restarted.reaped[0][engine.LabelOwner] != "stockade" {
+		t.Errorf("Reap: got %v, want one call for the daemon's owner label", restarted.reaped)
+	}
+	evs := env.events(t, "session.ended")
+	if len(evs) != 1 || evs[0].Actor != "system" || !strings.Contains(evs[0].Reason, want) {
+		t.Errorf("session.ended events: got %+v, want one by the system whose reason says %q", evs, want)
+	}
+	_, err = svc.ExecCell(ctx, env.agent, ss.ID, CellRequest{Code: "x"}, InvokeOptions{})
+	var expired *SessionExpiredError
+	if !errors.As(err, &expired) || !strings.Contains(err.Error(), want) {
+		t.Errorf("a cell after the restart: got %v, want session_expired saying %q", err, want)
+	}
+}

@@ -12,7 +12,9 @@ import (
 
 // adoptSessions serves again, at the daemon's start, the sessions a
 // previous daemon left active: each whose sandbox its driver re-attaches
-// (with its kernel) is served; each other ends interrupted, or ttl when
+// (with its kernel) is served; each other ends interrupted, with a detail
+// saying why (lostDetail: a session on a driver that cannot re-attach
+// ends so at every restart, its sandbox reaped next), or ttl when
 // its TTL has passed (its sandbox ended itself then: SandboxGrace); a
 // sandbox no active session names is destroyed (by the drivers'
 // Reattach).
@@ -46,11 +48,11 @@ func (s *sessionHost) adoptSessions(ctx context.Context) error {
 		}
 		// Past its TTL, its sandbox ended itself there (or would have):
 		// the session ends as the daemon would have ended it.
-		reason := model.EndInterrupted
+		reason, detail := model.EndInterrupted, s.lostDetail(ss)
 		if !now.Before(ss.ExpiresAt) {
-			reason = model.EndTTL
+			reason, detail = model.EndTTL, ""
 		}
-		if _, err := s.endSession(ctx, ss, Principal{}, reason, engine.EndedBySessionEnd); err != nil && !errdefs.IsFailedPrecondition(err) {
+		if _, err := s.endSessionWhy(ctx, ss, Principal{}, reason, detail, engine.EndedBySessionEnd); err != nil && !errdefs.IsFailedPrecondition(err) {
 			return fmt.Errorf("ending session %s, whose sandbox is gone: %w", ss.ID, err)
 		}
 		ended[reason]++
@@ -59,6 +61,17 @@ func (s *sessionHost) adoptSessions(ctx context.Context) error {
 		s.log.Info("sessions after a restart", "served", len(lives), "interrupted", ended[model.EndInterrupted], "ttl", ended[model.EndTTL])
 	}
 	return s.sweepCheckpoints(ctx)
+}
+
+// lostDetail says why active session ss, which a restarted daemon does
+// not serve again, was lost: its driver cannot re-attach a sandbox (a
+// session on it lives as long as the daemon that opened it, and its
+// sandbox is reaped now), or its sandbox was not found.
+func (s *sessionHost) lostDetail(ss model.Session) string {
+	if why := s.runner.NoReattach(ss.Driver); why != "" {
+		return fmt.Sprintf("the daemon restarted and driver %s cannot re-attach a sandbox: %s", ss.Driver, why)
+	}
+	return "the daemon restarted and found no live sandbox for it"
 }
 
 // EndSessions ends every session of the daemon, active or paused, as the

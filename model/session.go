@@ -53,8 +53,11 @@ type Session struct {
 	SandboxID   string
 	Network     bool
 	State       SessionState
-	// EndReason and EndedAt are set once it ended.
+	// EndReason and EndedAt are set once it ended; EndDetail, when not
+	// empty, says in words a user reads why, where EndReason alone does
+	// not (an interrupted session whose driver cannot re-attach).
 	EndReason SessionEndReason
+	EndDetail string
 	EndedAt   time.Time
 	// Approval is the approval mode its cells are admitted under.
 	Approval ApprovalMode

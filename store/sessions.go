@@ -110,6 +110,9 @@ type NewSession struct {
 // SessionEnd is how EndSession ends a session.
 type SessionEnd struct {
 	Reason model.SessionEndReason
+	// Detail says in words why it ended, where Reason alone does not
+	// (model.Session.EndDetail); empty means nothing more.
+	Detail string
 	// At is when; zero means the store's clock.
 	At    time.Time
 	Audit []model.NewEvent

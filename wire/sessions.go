@@ -34,8 +34,10 @@ type Session struct {
 	Tier    string `json:"tier"`
 	Driver  string `json:"driver"`
 	// State is active, paused or ended; EndedAt and EndReason (closed,
-	// idle_timeout, ttl, interrupted, failed) are set once it ended,
-	// PausedAt and CheckpointBytes while it is paused.
+	// idle_timeout, ttl, interrupted, failed) are set once it ended, with
+	// EndDetail when the reason alone does not say why (an interrupted
+	// session whose driver cannot re-attach), PausedAt and CheckpointBytes
+	// while it is paused.
 	State           string     `json:"state"`
 	Network         string     `json:"network"`
 	CreatedAt       time.Time  `json:"created_at"`
@@ -44,6 +46,7 @@ type Session struct {
 	IdleTimeoutMS   int64      `json:"idle_timeout_ms"`
 	EndedAt         *time.Time `json:"ended_at,omitempty"`
 	EndReason       string     `json:"end_reason,omitempty"`
+	EndDetail       string     `json:"end_detail,omitempty"`
 	PausedAt        *time.Time `json:"paused_at,omitempty"`
 	CheckpointBytes int64      `json:"checkpoint_bytes,omitempty"`
 	Cells           int        `json:"cells"`

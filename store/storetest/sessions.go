@@ -70,10 +70,14 @@ func testSessionLifecycle(t *testing.T, st store.Store) {
 	if n, err := st.CountActiveSessions(ctx, f.ws.ID); err != nil || n != 1 {
 		t.Fatalf("CountActiveSessions: got %d, %v; want 1", n, err)
 	}
-	ended, err := st.EndSession(ctx, ss.ID, store.SessionEnd{Reason: model.EndClosed,
+	const detail = "the daemon restarted and driver kubernetes cannot re-attach a sandbox"
+	ended, err := st.EndSession(ctx, ss.ID, store.SessionEnd{Reason: model.EndInterrupted, Detail: detail,
 		Audit: []model.NewEvent{{Type: "session.ended", Code: "SES002I", Actor: f.agent.ID}}})
-	if err != nil || ended.State != model.SessionEnded || ended.EndReason != model.EndClosed || ended.EndedAt.IsZero() {
+	if err != nil || ended.State != model.SessionEnded || ended.EndReason != model.EndInterrupted || ended.EndedAt.IsZero() {
 		t.Fatalf("EndSession: got %+v, %v", ended, err)
+	}
+	if got, err := st.GetSession(ctx, f.ws.ID, ss.ID); err != nil || got.EndDetail != detail || ended.EndDetail != detail {
+		t.Fatalf("the ended session's detail: got %q (read back %q, %v), want %q", ended.EndDetail, got.EndDetail, err, detail)
 	}
 	if _, err := st.EndSession(ctx, ss.ID, store.SessionEnd{Reason: model.EndTTL}); !errdefs.IsConflict(err) {
 		t.Fatalf("ending an ended session: got %v, want ErrConflict", err)

@@ -17,7 +17,7 @@ const maxSessions = 1 << 20
 
 const sessionCols = `id, workspace_id, key_id, tool, runtime, driver, sandbox_id, network, state, end_reason,
 	approval, approval_id, approved_by, idle_timeout_ms, workspace_bytes, cells, idempotency_key, request_sha256,
-	created_at, expires_at, last_active_at, ended_at, paused_at, checkpoint_bytes`
+	created_at, expires_at, last_active_at, ended_at, paused_at, checkpoint_bytes, end_detail`
 
 func scanSession(r Row) (model.Session, error) {
 	var (
@@ -28,7 +28,7 @@ func scanSession(r Row) (model.Session, error) {
 	err := r.Scan(&ss.ID, &ss.WorkspaceID, &ss.KeyID, &ss.Tool, &ss.Runtime, &ss.Driver, &ss.SandboxID, &ss.Network,
 		&state, scanStr(&reason), &approval, scanStr(&ss.ApprovalID), scanStr(&ss.ApprovedBy), &idleMS, &ss.WorkspaceBytes,
 		&ss.Cells, scanStr(&ss.IdempotencyKey), &ss.RequestSHA256, scanTime(&ss.CreatedAt), scanTime(&ss.ExpiresAt),
-		scanTime(&ss.LastActiveAt), scanTime(&ss.EndedAt), scanTime(&ss.PausedAt), &ss.CheckpointBytes)
+		scanTime(&ss.LastActiveAt), scanTime(&ss.EndedAt), scanTime(&ss.PausedAt), &ss.CheckpointBytes, &ss.EndDetail)
 	ss.State, ss.EndReason, ss.Approval = model.SessionState(state), model.SessionEndReason(reason), model.ApprovalMode(approval)
 	ss.IdleTimeout = time.Duration(idleMS) * time.Millisecond
 	return ss, err
@@ -158,6 +158,9 @@ func (s *Store) EndSession(ctx context.Context, id string, e store.SessionEnd) (
 	if !e.Reason.Valid() {
 		return model.Session{}, errdefs.Publicf("ending session %q: reason %q: %w", id, e.Reason, errdefs.ErrInvalidArgument)
 	}
+	if err := checkText("end detail", e.Detail, maxReason); err != nil {
+		return model.Session{}, fmt.Errorf("ending session %q: %w", id, err)
+	}
 	if err := checkEvents(e.Audit); err != nil {
 		return model.Session{}, fmt.Errorf("ending session %q: %w", id, err)
 	}
@@ -169,9 +172,9 @@ func (s *Store) EndSession(ctx context.Context, id string, e store.SessionEnd) (
 		if ss.State == model.SessionEnded {
 			return errdefs.Publicf("session ended (%s) at %s: %w", ss.EndReason, ss.EndedAt.Format(time.RFC3339), errdefs.ErrConflict)
 		}
-		ss.State, ss.EndReason, ss.EndedAt, ss.PausedAt, ss.CheckpointBytes = model.SessionEnded, e.Reason, s.at(e.At), time.Time{}, 0
-		n, err := q.Exec(ctx, `UPDATE sessions SET state = 'ended', end_reason = $2, ended_at = $3, paused_at = NULL, checkpoint_bytes = 0
-			WHERE id = $1 AND state <> 'ended'`, id, string(ss.EndReason), s.tm(ss.EndedAt))
+		ss.State, ss.EndReason, ss.EndDetail, ss.EndedAt, ss.PausedAt, ss.CheckpointBytes = model.SessionEnded, e.Reason, e.Detail, s.at(e.At), time.Time{}, 0
+		n, err := q.Exec(ctx, `UPDATE sessions SET state = 'ended', end_reason = $2, end_detail = $3, ended_at = $4, paused_at = NULL, checkpoint_bytes = 0
+			WHERE id = $1 AND state <> 'ended'`, id, string(ss.EndReason), ss.EndDetail, s.tm(ss.EndedAt))
 		if err != nil {
 			return err
 		}
