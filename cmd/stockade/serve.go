@@ -51,7 +51,9 @@ Stopping it: SIGTERM, SIGINT or SIGHUP stops the daemon and, with
 --sessions-on-shutdown=keep (the default), keeps its sessions' sandboxes
 running, for the next start on the same state directory and database to
 serve them again; a session no daemon serves any more ends by itself
-shortly after its ttl. With --sessions-on-shutdown=end, or on SIGUSR2
+shortly after its ttl. A session on a driver that cannot re-attach a
+sandbox (docker, kubernetes) is not served again: the next start deletes
+its sandbox and ends it (interrupted, with an end_detail saying why). With --sessions-on-shutdown=end, or on SIGUSR2
 whatever that says, the daemon ends every session first (reason
 interrupted, audited; a running cell is killed), for a daemon stopped
 for good.`

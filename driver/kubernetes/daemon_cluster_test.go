@@ -3,6 +3,7 @@
 package kubernetes_test
 
 import (
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -30,7 +31,10 @@ import (
 // audit) against `stockade serve` with STOCKADE_DRIVER=kubernetes, on
 // gVisor pods of the cluster (the built-in tool's tier), then kills the
 // daemon (SIGKILL) while a run's pod is up and shows that the restarted
-// daemon reaps that pod and records the run as recovered. Its data
+// daemon reaps that pod and records the run as recovered; then runs the
+// README's session there (state, files, a PNG) and kills the daemon with
+// the session's pod up: the next daemon deletes the pod and ends the
+// session interrupted, saying why (the driver cannot re-attach). Its data
 // directory is a temporary one holding a copy of the python image; the
 // image is imported on the node. Needs podPidsLimit 320 (gVisor).
 func TestClusterDaemon(t *testing.T) {
@@ -230,6 +234,114 @@ func TestClusterDaemon(t *testing.T) {
 	}
 	if !strings.Contains(events(), "execution.recovered") {
 		t.Errorf("audit events lack execution.recovered")
+	}
+
+	// The README's session, on a gVisor pod: state across cells, a file
+	// written by one cell and read by the next and through the files
+	// API, a file put there read by a cell, a matplotlib figure as a PNG.
+	// The driver cannot re-attach a pod, so the session lives as long as
+	// its daemon: killed, the next daemon deletes the pod and ends the
+	// session interrupted, saying why.
+	raw := func(method, path, body string, want int) []byte {
+		t.Helper()
+		req, err := http.NewRequest(method, "http://"+addr+path, strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Authorization", "Bearer "+agent)
+		r, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer r.Body.Close()
+		b, _ := io.ReadAll(r.Body)
+		if r.StatusCode != want {
+			t.Fatalf("%s %s: got %d %s, want %d", method, path, r.StatusCode, b, want)
+		}
+		return b
+	}
+	start = time.Now()
+	ses := call("POST", "/v1/sessions", agent, `{"runtime":"python"}`, http.StatusCreated)
+	sid, _ := ses["id"].(string)
+	t.Logf("session %s opened in %s on driver %v", sid, time.Since(start).Round(time.Millisecond), ses["driver"])
+	if ses["driver"] != "kubernetes" || ses["state"] != "active" {
+		t.Fatalf("POST /v1/sessions: got %v, want an active session on driver kubernetes", ses)
+	}
+	cell := func(code string) map[string]any {
+		t.Helper()
+		b, _ := json.Marshal(map[string]string{"code": code})
+		start := time.Now()
+		c := call("POST", "/v1/sessions/"+sid+"/exec", agent, string(b), http.StatusOK)
+		if c["status"] != "succeeded" {
+			t.Fatalf("cell %q: got %v, want succeeded", code, c)
+		}
+		t.Logf("cell %q: %s", code, time.Since(start).Round(time.Millisecond))
+		return c
+	}
+	cell("x = 6 * 7")
+	if c := cell("print(x)"); c["stdout"] != "42\n" {
+		t.Errorf("a variable across cells: got stdout %q, want 42", c["stdout"])
+	}
+	cell(`open("note.txt", "w").write("from a cell")`)
+	if c := cell(`print(open("note.txt").read())`); c["stdout"] != "from a cell\n" {
+		t.Errorf("a file across cells: got stdout %q, want the first cell's text", c["stdout"])
+	}
+	if got := string(raw("GET", "/v1/sessions/"+sid+"/files?path=note.txt", "", http.StatusOK)); got != "from a cell" {
+		t.Errorf("GET the cell's file: got %q, want its text", got)
+	}
+	raw("PUT", "/v1/sessions/"+sid+"/files?path=sales.csv", "region,total\nnorth,42\nsouth,8\n", http.StatusOK)
+	cell(`import pandas as pd; df = pd.read_csv("sales.csv")`)
+	if c := cell("print(df.total.sum())"); c["stdout"] != "50\n" {
+		t.Errorf("the file put through the API: got stdout %q, want 50", c["stdout"])
+	}
+	c := cell(`df.plot.bar(x="region")`)
+	outs, _ := c["outputs"].([]any)
+	png := false
+	for _, o := range outs {
+		o, _ := o.(map[string]any)
+		if o["mime_type"] != "image/png" {
+			continue
+		}
+		data, _ := o["data"].(string)
+		b, err := base64.StdEncoding.DecodeString(data)
+		png = err == nil && strings.HasPrefix(string(b), "\x89PNG\r\n")
+	}
+	if !png {
+		t.Errorf("the plot cell's outputs: got %d, want an image/png that is a PNG", len(outs))
+	}
+	if b := raw("POST", "/v1/sessions/"+sid+"/pause", "", http.StatusConflict); !strings.Contains(string(b), "kubernetes driver cannot pause") {
+		t.Errorf("pausing: got %s, want the refusal with the reason", b)
+	}
+	running := pods()
+	if len(running) != 1 || running[0].Status.Phase != corev1.PodRunning {
+		t.Fatalf("pods while the session is open: got %d, want its one running pod", len(running))
+	}
+	daemon.Process.Kill()
+	daemon.Wait()
+	if p := pods(); len(p) != 1 || p[0].Name != running[0].Name {
+		t.Fatalf("the killed daemon's session pod is gone already, so the check cannot see a reap")
+	}
+	start = time.Now()
+	daemon = serve()
+	for deadline := time.Now().Add(30 * time.Second); len(pods()) > 0; time.Sleep(200 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the restarted daemon left the session's pod: %v", pods())
+		}
+	}
+	t.Logf("restart to the session's pod reaped: %s", time.Since(start).Round(time.Millisecond))
+	const why = "the daemon restarted and driver kubernetes cannot re-attach a sandbox"
+	ended := call("GET", "/v1/sessions/"+sid, agent, "", http.StatusOK)
+	if detail, _ := ended["end_detail"].(string); ended["state"] != "ended" || ended["end_reason"] != "interrupted" || !strings.HasPrefix(detail, why) {
+		t.Errorf("the session after the restart: got %v, want ended interrupted: %s", ended, why)
+	}
+	if b := raw("POST", "/v1/sessions/"+sid+"/exec", `{"code":"print(x)"}`, http.StatusGone); !strings.Contains(string(b), why) {
+		t.Errorf("a cell after the restart: got %s, want session_expired saying %q", b, why)
+	}
+	if ev := events(); !strings.Contains(ev, "session.ended") || !strings.Contains(ev, why) {
+		t.Errorf("audit events lack the session's session.ended saying %q", why)
+	}
+	if out := cli("audit", "verify", "--workspace", "demo"); !strings.Contains(out, ": ok (") {
+		t.Errorf("audit verify: %s", out)
 	}
 }
 
