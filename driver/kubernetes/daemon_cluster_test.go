@@ -289,7 +289,7 @@ func TestClusterDaemon(t *testing.T) {
 	if got := string(raw("GET", "/v1/sessions/"+sid+"/files?path=note.txt", "", http.StatusOK)); got != "from a cell" {
 		t.Errorf("GET the cell's file: got %q, want its text", got)
 	}
-	raw("PUT", "/v1/sessions/"+sid+"/files?path=sales.csv", "region,total\nnorth,42\nsouth,8\n", http.StatusOK)
+	raw("PUT", "/v1/sessions/"+sid+"/files?path=sales.csv", "region,total\nnorth,42\nsouth,8\n", http.StatusCreated)
 	cell(`import pandas as pd; df = pd.read_csv("sales.csv")`)
 	if c := cell("print(df.total.sum())"); c["stdout"] != "50\n" {
 		t.Errorf("the file put through the API: got stdout %q, want 50", c["stdout"])
