@@ -148,11 +148,19 @@ ip netns del "$NS" 2>/dev/null
 
 # What is left: any process whose command line or cwd names the directory
 # (shims are started with -address $RUN/containerd.sock), the namespace,
-# mounts, cgroups.
+# mounts, cgroups. The processes this script runs under (a caller whose
+# command line names the directory, e.g. flock ... bash -c '... down.sh')
+# are not left by the cluster.
+ancestors=" "
+a=$$
+while [ "$a" -gt 1 ] 2>/dev/null; do
+	ancestors+="$a "
+	a=$(sed 's/.*) //' "/proc/$a/stat" 2>/dev/null | awk '{print $2}') || break
+done
 left=0
 for p in /proc/[0-9]*; do
 	pid=${p#/proc/}
-	[ "$pid" != $$ ] || continue
+	case $ancestors in *" $pid "*) continue ;; esac
 	if tr '\0' ' ' 2>/dev/null <"$p/cmdline" | grep -F "$DIR/" >/dev/null; then
 		log "still running: $pid $(tr '\0' ' ' <"$p/cmdline" | cut -c1-120)"
 		left=1

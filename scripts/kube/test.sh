@@ -9,9 +9,10 @@
 #   2. down.sh, then up.sh with podPidsLimit 320 (a gVisor pod's Sentry
 #      counts in its pids cgroup: the program's 64 plus 256): the suite
 #      on gVisor pods (gvisor-nonet), the termination log there, and the
-#      README's API example against `stockade serve` with
-#      STOCKADE_DRIVER=kubernetes, whose daemon is then killed and
-#      restarted to reap its run's pod (TestClusterDaemon);
+#      README's API example and a session (state, files, a PNG) against
+#      `stockade serve` with STOCKADE_DRIVER=kubernetes, whose daemon is
+#      then killed and restarted to reap its run's and its session's pods
+#      and end the session with the reason (TestClusterDaemon);
 #   3. down.sh, also when a step fails (trap).
 #
 # Needs root and the binaries scripts/kube/build.sh caches (it does not
