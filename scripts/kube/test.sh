@@ -12,7 +12,9 @@
 #      README's API example and a session (state, files, a PNG) against
 #      `stockade serve` with STOCKADE_DRIVER=kubernetes, whose daemon is
 #      then killed and restarted to reap its run's and its session's pods
-#      and end the session with the reason (TestClusterDaemon);
+#      and end the session with the reason (TestClusterDaemon); the
+#      daemon's manifests applied with a server dry run, and the daemon
+#      run as a pod of serve.yaml (TestClusterDeploy*);
 #   3. down.sh, also when a step fails (trap).
 #
 # Needs root and the binaries scripts/kube/build.sh caches (it does not
@@ -87,6 +89,6 @@ run() {
 
 t0=$(now)
 run 64 'TestClusterConformanceRunc|TestClusterRoundTrip/container|TestClusterReap|TestClusterNoNetwork|TestClusterTerminationLog/container|TestClusterRegistry'
-run 320 'TestClusterConformanceGVisor|TestClusterRoundTrip/gvisor|TestClusterTerminationLog/gvisor|TestClusterDaemon'
+run 320 'TestClusterConformanceGVisor|TestClusterRoundTrip/gvisor|TestClusterTerminationLog/gvisor|TestClusterDaemon|TestClusterDeploy'
 log "all: $(since "$t0") s, $([ "$failed" = 0 ] && echo passed || echo FAILED)"
 exit "$failed"
