@@ -192,7 +192,7 @@ func Run(ctx context.Context, eng Sandboxes, opts Options) (*Report, error) {
 	if !ok {
 		return nil, fmt.Errorf("blast radius of tool %q: the session's driver %q is not among the engine's: %w", tool.Name, first.Driver, errdefs.ErrFailedPrecondition)
 	}
-	r := evaluate(profile.Default(), drv.Capabilities(), first.Tool, o)
+	r := evaluate(profile.Default(), drv.Name(), drv.Capabilities(), first.Tool, o)
 	r.Driver, r.Runtime, r.Time = first.Driver, first.Runtime.Name, start.Truncate(time.Second)
 	return r, nil
 }

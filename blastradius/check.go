@@ -18,10 +18,11 @@ import (
 // that fails is a Deviation.
 
 // evaluate turns the observations into the report for tool t, whose
-// sandbox a driver with capabilities caps made, against profile p.
-func evaluate(p profile.Profile, caps sandbox.Capabilities, t tools.Tool, o *observed) *Report {
+// sandbox driver (its Name), with capabilities caps, made, against profile
+// p.
+func evaluate(p profile.Profile, driver string, caps sandbox.Capabilities, t tools.Tool, o *observed) *Report {
 	l := t.EffectiveLimits()
-	e := &evaluator{p: p, caps: caps, t: t, o: o, r: &o.reach, limits: l}
+	e := &evaluator{p: p, on: profile.On{Driver: driver, Tier: caps.Tier}, caps: caps, t: t, o: o, r: &o.reach, limits: l}
 	r := &Report{
 		Tool:              t.Name,
 		RecordFingerprint: tools.Fingerprint(t),
@@ -44,16 +45,20 @@ type evaluator struct {
 	// caps are the declared capabilities of the driver that made the
 	// sandbox: where its program talks to the host kernel directly
 	// (SharedKernel), the seccomp filter is the boundary.
-	caps   sandbox.Capabilities
+	caps sandbox.Capabilities
+	// on is the driver and tier: the differences declared there are
+	// accepted.
+	on     profile.On
 	t      tools.Tool
 	o      *observed
 	r      *rawReach
 	limits sandbox.Limits
 }
 
-// difference returns the profile's declared difference id of the tier.
+// difference returns the profile's difference id declared for the
+// sandbox's driver and tier.
 func (e *evaluator) difference(id string) (profile.Difference, bool) {
-	return e.p.Difference(e.caps.Tier, id)
+	return e.p.Difference(e.on, id)
 }
 
 // section starts a section; add appends checks to it.
@@ -294,6 +299,16 @@ func (e *evaluator) mountExpectation(path, fstype, root string) (why string, rea
 	if d, found := e.difference("docker-etc-files"); found && slices.ContainsFunc(d.Files, func(f profile.File) bool { return f.Path == path }) {
 		return "dockerd's fixed file", true, true
 	}
+	for _, d := range e.p.Differences {
+		if !d.Applies(e.on) {
+			continue
+		}
+		for _, f := range d.Files {
+			if f.Path == path {
+				return "the host's file (" + d.ID + ")", !f.Writable, true
+			}
+		}
+	}
 	return "", false, false
 }
 
@@ -437,7 +452,7 @@ func (e *evaluator) devices() Section {
 	b := newSection("devices", "Devices (/dev)")
 	// The minimal /dev, with what the tier declares it adds (the Sentry's
 	// own emulated devices on gVisor).
-	dev := e.p.DevOn(e.caps.Tier)
+	dev := e.p.DevOn(e.on)
 	var devNames []string
 	for _, d := range e.p.Dev.Devices {
 		devNames = append(devNames, d.Name)

@@ -112,7 +112,7 @@ func checkDeviations(t *testing.T, r *Report, subject string) {
 // evaluateDefault evaluates o for tool t, audited on its tier's driver,
 // against Stockade's profile.
 func evaluateDefault(t tools.Tool, o *observed) *Report {
-	return evaluate(profile.Default(), tierCaps[t.Tier], t, o)
+	return evaluate(profile.Default(), "", tierCaps[t.Tier], t, o)
 }
 
 // egressTool is containerTool with an egress allowlist.
@@ -358,7 +358,7 @@ func TestEvaluateFollowsProfile(t *testing.T) {
 				tt.widen(o)
 			}
 			tool := containerTool()
-			checkDeviations(t, evaluate(p, tierCaps[tool.Tier], tool, o), tt.subject)
+			checkDeviations(t, evaluate(p, "", tierCaps[tool.Tier], tool, o), tt.subject)
 		})
 	}
 }

@@ -49,7 +49,7 @@ const (
 	// TerminationLogDir as root's, mode 0700, so the sandbox's user, with
 	// no capability, cannot reach the file below it: the mount is there,
 	// but no path to it resolves (TestClusterTerminationLog).
-	TerminationLogDir  = "/.stockade-kubelet"
+	TerminationLogDir  = profile.KubeletDir
 	TerminationLogPath = TerminationLogDir + "/termination-log"
 )
 

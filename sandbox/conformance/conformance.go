@@ -86,6 +86,7 @@ func Run(t *testing.T, h Harness) {
 		t.Fatalf("driver %s does not implement sandbox.Leftovers, which the suite checks after every Destroy", h.Driver.Name())
 	}
 	s := &suite{h: h, caps: h.Driver.Capabilities(), p: profile.Default(), probe: probeGzip(t), leftovers: lo.Leftovers}
+	s.on = profile.On{Driver: h.Driver.Name(), Tier: s.caps.Tier}
 	t.Logf("driver %s, tier %s: %s", h.Driver.Name(), s.caps.Tier, s.caps.Boundary)
 	var left []string
 	for _, c := range []struct {
@@ -137,7 +138,10 @@ type suite struct {
 	caps      sandbox.Capabilities
 	leftovers func(ctx context.Context, id string) []string
 	// p is the profile the suite asserts: Stockade's.
-	p     profile.Profile
+	p profile.Profile
+	// on is where the suite's sandboxes run: the differences declared
+	// there are the ones it asserts.
+	on    profile.On
 	probe []byte // gzip-compressed
 }
 
@@ -150,10 +154,10 @@ type suite struct {
 // (profile.Profile.Differences).
 func (s *suite) sharedKernel() bool { return s.caps.SharedKernel }
 
-// difference returns the profile's declared difference id of the suite's
-// tier.
+// difference returns the profile's difference id declared for the suite's
+// driver and tier.
 func (s *suite) difference(id string) (profile.Difference, bool) {
-	return s.p.Difference(s.caps.Tier, id)
+	return s.p.Difference(s.on, id)
 }
 
 // expect asserts that the profile's fact holds (holds true), unless the tier
@@ -168,6 +172,6 @@ func (s *suite) expect(t *testing.T, id string, holds bool, format string, args 
 	case !declared && !holds:
 		t.Errorf(format, args...)
 	case declared && holds:
-		t.Errorf("tier %s: the declared difference %q (%s) no longer holds: remove it from the profile's Differences (sandbox/profile)", d.Tier, d.ID, d.Fact)
+		t.Errorf("%s: the declared difference %q (%s) no longer holds: remove it from the profile's Differences (sandbox/profile)", d.Where(), d.ID, d.Fact)
 	}
 }

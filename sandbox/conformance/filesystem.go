@@ -1,6 +1,7 @@
 package conformance
 
 import (
+	"fmt"
 	"slices"
 	"strings"
 	"syscall"
@@ -54,17 +55,26 @@ type fsReport struct {
 
 func (s *suite) filesystem(t *testing.T) {
 	b := s.start(t, sandbox.Limits{TmpSize: tmpSize})
+	hostFiles := s.hostFiles()
 	var r fsReport
-	b.report(t, &r, "fs")
-	write := func(t *testing.T, path string) errno {
+	args := []string{"fs"}
+	for _, f := range hostFiles {
+		args = append(args, f.Path)
+	}
+	b.report(t, &r, args...)
+	writeOp := func(t *testing.T, path, op string) errno {
 		t.Helper()
 		for _, w := range r.Writes {
-			if w.Path == path {
+			if w.Path == path && (op == "" || w.Op == op) {
 				return w.errno
 			}
 		}
-		t.Fatalf("the probe did not report a write to %s", path)
+		t.Fatalf("the probe did not report a write (%s) to %s", op, path)
 		return errno{}
+	}
+	write := func(t *testing.T, path string) errno {
+		t.Helper()
+		return writeOp(t, path, "")
 	}
 	statfs := func(t *testing.T, path string) (ro, nosuid, nodev bool, size int64) {
 		t.Helper()
@@ -126,8 +136,24 @@ func (s *suite) filesystem(t *testing.T) {
 		}
 		tmp, _ := s.p.ScratchAt("/tmp")
 		_, nosuid, nodev, size := statfs(t, "/tmp")
-		if want := slices.Contains(tmp.Options, "nosuid"); nosuid != want {
-			t.Errorf("statfs /tmp: got nosuid=%t, want %t", nosuid, want)
+		if slices.Contains(tmp.Options, "nosuid") {
+			s.expect(t, "tmp-nosuid", nosuid, "statfs /tmp: got nosuid=false, want nosuid")
+		} else if nosuid {
+			t.Errorf("statfs /tmp: got nosuid=true, want false")
+		}
+		// What nosuid guards against, on every tier: a set-uid file of
+		// another user's. The program's own file is its to give away
+		// only with CAP_CHOWN; giving it to its owner shows that chown
+		// reaches it.
+		const own = "/tmp/.stockade-probe-suid"
+		if e := writeOp(t, own, "chmod_suid"); e.Errno != 0 {
+			t.Errorf("chmod 06755 of the program's file in /tmp: got %s, want success", e)
+		}
+		if e := writeOp(t, own, "chown_self"); e.Errno != 0 {
+			t.Errorf("chown of the program's file in /tmp to its owner: got %s, want success", e)
+		}
+		if e := writeOp(t, own, "chown_root"); !e.is(syscall.EPERM) {
+			t.Errorf("chown of the program's set-uid file in /tmp to root: got %s, want EPERM (no CAP_CHOWN)", e)
 		}
 		if slices.Contains(tmp.Options, "nodev") {
 			s.expect(t, "tmp-nodev", nodev, "statfs /tmp: got nodev=false, want nodev")
@@ -177,7 +203,7 @@ func (s *suite) filesystem(t *testing.T) {
 	})
 
 	t.Run("DevMinimal", func(t *testing.T) {
-		dev := s.p.DevOn(s.caps.Tier)
+		dev := s.p.DevOn(s.on)
 		present := map[string]bool{}
 		for _, d := range r.Dev {
 			present[d.Name] = true
@@ -221,16 +247,34 @@ func (s *suite) filesystem(t *testing.T) {
 			t.Fatalf("the probe's mount table has no / or /tmp: %+v", r.Mounts)
 		}
 		for _, m := range r.Mounts {
-			if !allowedMount(s.p, s.caps.Tier, m.MountPoint, m.Options) {
+			if !allowedMount(s.p, s.on, m.MountPoint, m.Options) {
 				t.Errorf("unexpected mount at %s (%s from %s, %s): only the image, the guest and the profile's mounts may be mounted", m.MountPoint, m.FSType, m.Source, m.Options)
 			}
 		}
+		// The host's files declared mounted here: each is, and the
+		// sandbox's user can write none, by its path or another.
+		for _, f := range hostFiles {
+			s.expect(t, f.id, !points[f.Path], "%s is a mount", f.Path)
+		}
+		seen, problems := hostFileWrites(hostFiles, func(path string) errno { return writeOp(t, path, "open_write") })
+		for _, p := range problems {
+			t.Error(p)
+		}
+		if len(seen) > 0 {
+			t.Logf("the host's files declared mounted, opened for writing: %s", strings.Join(seen, ", "))
+		}
 	})
 
-	if d, ok := s.difference("docker-etc-files"); ok {
-		t.Run("DockerEtcFiles", func(t *testing.T) {
-			b := s.start(t, sandbox.Limits{})
+	for _, c := range []struct{ id, name string }{{"docker-etc-files", "DockerEtcFiles"}, {"kubelet-files", "KubeletFiles"}} {
+		d, ok := s.difference(c.id)
+		if !ok {
+			continue
+		}
+		t.Run(c.name, func(t *testing.T) {
 			for _, f := range d.Files {
+				if f.Line == "" {
+					continue
+				}
 				var rd struct {
 					errno
 					Content string `json:"content"`
@@ -244,12 +288,50 @@ func (s *suite) filesystem(t *testing.T) {
 	}
 }
 
+// hostFile is a file of the host's a declared difference (id) mounts.
+type hostFile struct {
+	profile.File
+	id string
+}
+
+// hostFiles returns the host's files the differences declared for the
+// suite's sandboxes mount into them.
+func (s *suite) hostFiles() []hostFile {
+	var out []hostFile
+	for _, d := range s.p.Differences {
+		if d.Applies(s.on) {
+			for _, f := range d.Files {
+				out = append(out, hostFile{f, d.ID})
+			}
+		}
+	}
+	return out
+}
+
+// hostFileWrites reads, from opened (the probe's errno for opening a path
+// for writing), each of files opened by its path and through
+// /proc/self/root: what it saw, and a problem for each that did not fail
+// with EACCES or EROFS.
+func hostFileWrites(files []hostFile, opened func(path string) errno) (seen, problems []string) {
+	for _, f := range files {
+		for _, p := range []string{f.Path, "/proc/self/root" + f.Path} {
+			e := opened(p)
+			seen = append(seen, p+" "+e.String())
+			if !e.is(syscall.EACCES) && !e.is(syscall.EROFS) {
+				problems = append(problems, fmt.Sprintf("opening the host's file %s for writing: got %s, want EACCES or EROFS", p, e))
+			}
+		}
+	}
+	return seen, problems
+}
+
 // allowedMount reports whether profile p accounts for a mount at point,
-// mounted with options, on tier: the image's root, a scratch, the guest
-// agent, the kernel file systems and what is below them, and the files the
-// tier declares it mounts read-only. The suite's sandboxes have no data
-// mounts and no egress.
-func allowedMount(p profile.Profile, tier sandbox.Tier, point, options string) bool {
+// mounted with options, on a sandbox on: the image's root, a scratch, the
+// guest agent, the kernel file systems and what is below them, and the
+// host's files declared mounted there (Difference.Files), read-only unless
+// declared writable. The suite's sandboxes have no data mounts and no
+// egress.
+func allowedMount(p profile.Profile, on profile.On, point, options string) bool {
 	if _, ok := p.ScratchAt(point); ok || point == "/" || point == p.Guest.Path {
 		return true
 	}
@@ -258,8 +340,14 @@ func allowedMount(p profile.Profile, tier sandbox.Tier, point, options string) b
 			return true
 		}
 	}
-	d, _ := p.Difference(tier, "docker-etc-files")
-	return hasOption(options, "ro") && slices.ContainsFunc(d.Files, func(f profile.File) bool { return f.Path == point })
+	for _, d := range p.Differences {
+		if d.Applies(on) && slices.ContainsFunc(d.Files, func(f profile.File) bool {
+			return f.Path == point && (f.Writable || hasOption(options, "ro"))
+		}) {
+			return true
+		}
+	}
+	return false
 }
 
 // under reports whether p is dir or below it.

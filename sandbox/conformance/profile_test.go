@@ -70,34 +70,75 @@ func TestRefusedSyscalls(t *testing.T) {
 }
 
 // TestAllowedMount checks that the mounts the suite accepts are the
-// profile's, with what the tier declares it mounts.
+// profile's, with the host's files declared mounted where the sandbox runs.
 func TestAllowedMount(t *testing.T) {
 	moved := profile.Default()
 	moved.Guest.Path = "/.agent"
 	moved.Scratch = moved.Scratch[:1]
+	runc := profile.On{Driver: "runc", Tier: sandbox.TierContainer}
+	docker := profile.On{Driver: "docker", Tier: sandbox.TierDocker}
+	kubeRunc := profile.On{Driver: profile.KubernetesDriver, Tier: sandbox.TierContainer}
+	kubeGVisor := profile.On{Driver: profile.KubernetesDriver, Tier: sandbox.TierGVisor}
 	for _, tt := range []struct {
 		name    string
 		p       profile.Profile
-		tier    sandbox.Tier
+		on      profile.On
 		point   string
 		options string
 		want    bool
 	}{
-		{"root", profile.Default(), sandbox.TierContainer, "/", "ro", true},
-		{"scratch", profile.Default(), sandbox.TierContainer, "/tmp", "rw", true},
-		{"a session's workspace", profile.Default(), sandbox.TierContainer, "/workspace", "rw", true},
-		{"no workspace in the profile", moved, sandbox.TierContainer, "/workspace", "rw", false},
-		{"the guest", profile.Default(), sandbox.TierContainer, "/.stockade/guest", "ro", true},
-		{"the guest moved", moved, sandbox.TierContainer, "/.stockade/guest", "ro", false},
-		{"the guest where it moved", moved, sandbox.TierContainer, "/.agent", "ro", true},
-		{"below a kernel file system", profile.Default(), sandbox.TierContainer, "/proc/kcore", "ro", true},
-		{"a host directory", profile.Default(), sandbox.TierContainer, "/mnt", "ro", false},
-		{"dockerd's file on docker", profile.Default(), sandbox.TierDocker, "/etc/hosts", "ro,nosuid", true},
-		{"dockerd's file read-write", profile.Default(), sandbox.TierDocker, "/etc/hosts", "rw", false},
-		{"dockerd's file elsewhere", profile.Default(), sandbox.TierContainer, "/etc/hosts", "ro", false},
+		{"root", profile.Default(), runc, "/", "ro", true},
+		{"scratch", profile.Default(), runc, "/tmp", "rw", true},
+		{"a session's workspace", profile.Default(), runc, "/workspace", "rw", true},
+		{"no workspace in the profile", moved, runc, "/workspace", "rw", false},
+		{"the guest", profile.Default(), runc, "/.stockade/guest", "ro", true},
+		{"the guest moved", moved, runc, "/.stockade/guest", "ro", false},
+		{"the guest where it moved", moved, runc, "/.agent", "ro", true},
+		{"below a kernel file system", profile.Default(), runc, "/proc/kcore", "ro", true},
+		{"a host directory", profile.Default(), runc, "/mnt", "ro", false},
+		{"dockerd's file on docker", profile.Default(), docker, "/etc/hosts", "ro,nosuid", true},
+		{"dockerd's file read-write", profile.Default(), docker, "/etc/hosts", "rw", false},
+		{"dockerd's file elsewhere", profile.Default(), runc, "/etc/hosts", "ro", false},
+		{"the kubelet's hosts, read-write", profile.Default(), kubeRunc, "/etc/hosts", "rw,relatime", true},
+		{"the kubelet's resolv.conf", profile.Default(), kubeGVisor, "/etc/resolv.conf", "ro", true},
+		{"the kubelet's resolv.conf read-write", profile.Default(), kubeGVisor, "/etc/resolv.conf", "rw", false},
+		{"the termination message file", profile.Default(), kubeGVisor, profile.KubeletDir + "/termination-log", "rw", true},
+		{"the termination message file elsewhere", profile.Default(), runc, profile.KubeletDir + "/termination-log", "ro", false},
+		{"the kubelet's hosts on docker", profile.Default(), docker, "/etc/hosts", "rw", false},
+		{"another file of the node", profile.Default(), kubeRunc, "/etc/passwd", "ro", false},
+		{"a host directory on kubernetes", profile.Default(), kubeGVisor, "/var/lib/kubelet", "ro", false},
 	} {
-		if got := allowedMount(tt.p, tt.tier, tt.point, tt.options); got != tt.want {
-			t.Errorf("%s: allowedMount(%s, %s, %s): got %t, want %t", tt.name, tt.tier, tt.point, tt.options, got, tt.want)
+		if got := allowedMount(tt.p, tt.on, tt.point, tt.options); got != tt.want {
+			t.Errorf("%s: allowedMount(%+v, %s, %s): got %t, want %t", tt.name, tt.on, tt.point, tt.options, got, tt.want)
+		}
+	}
+}
+
+// TestHostFileWrites checks that a host's file the sandbox's user could
+// open for writing, by its path or through /proc/self/root, is a problem,
+// and a refusal by permissions or a read-only mount is not.
+func TestHostFileWrites(t *testing.T) {
+	files := []hostFile{{profile.File{Path: "/etc/hosts"}, "kubelet-files"}}
+	for _, tt := range []struct {
+		name   string
+		direct syscall.Errno
+		proc   syscall.Errno
+		want   int
+	}{
+		{"refused by permissions", syscall.EACCES, syscall.EACCES, 0},
+		{"a read-only mount", syscall.EROFS, syscall.EROFS, 0},
+		{"writable", 0, 0, 2},
+		{"writable through /proc/self/root", syscall.EACCES, 0, 1},
+		{"refused otherwise", syscall.EPERM, syscall.EACCES, 1},
+	} {
+		seen, problems := hostFileWrites(files, func(path string) errno {
+			if path == "/proc/self/root/etc/hosts" {
+				return errno{Errno: int(tt.proc)}
+			}
+			return errno{Errno: int(tt.direct)}
+		})
+		if len(seen) != 2 || len(problems) != tt.want {
+			t.Errorf("%s: saw %v, problems %q; want %d problems", tt.name, seen, problems, tt.want)
 		}
 	}
 }

@@ -2,16 +2,24 @@ package profile
 
 import "github.com/stockade-sh/stockade/sandbox"
 
-// Difference is a known way in which a tier presents the security profile
-// otherwise than the shared-kernel tiers do, without a gap in it. The
-// conformance check it names asserts the tier's own fact instead, so a
-// declared difference that stops holding fails the check too (and must
-// then be removed here); the blast-radius audit accepts the same fact on
-// the tier and nothing more.
+// Difference is a known way in which a tier, or a driver, presents the
+// security profile otherwise than the shared-kernel tiers do, without a gap
+// in it. The conformance check it names asserts the tier's own fact
+// instead, so a declared difference that stops holding fails the check too
+// (and must then be removed here); the blast-radius audit accepts the same
+// fact where it is declared and nothing more.
 type Difference struct {
-	// ID names the difference for the checks that read it.
-	ID   string
+	// ID names the difference for the checks that read it. One ID may be
+	// declared for several places (On), each with its own fact.
+	ID string
+	// Tier is the tier whose sandboxes present it; empty, every tier of
+	// Driver.
 	Tier sandbox.Tier
+	// Driver, when set, limits it to the sandboxes of that driver
+	// (sandbox.Driver.Name): a fact of the platform the driver runs them
+	// on (a Kubernetes node's kubelet), not of the tier's runtime. Empty,
+	// every driver of Tier.
+	Driver string
 	// Check is the conformance subtest that asserts it.
 	Check string
 	// Fact is what the checks observe on the tier.
@@ -20,15 +28,56 @@ type Difference struct {
 	Reason string
 	// Devices are the device nodes the tier adds to the minimal /dev.
 	Devices []Device
-	// Files are the files the tier mounts read-only, each with a line of
-	// the fixed contents the driver gives it.
+	// Files are the host's files mounted into the sandbox, none of which
+	// the sandbox's user can open for writing: each with a line of the
+	// fixed contents the driver gives it.
 	Files []File
 }
 
-// File is a file with a line of its contents.
-type File struct {
-	Path, Line string
+// On is where a sandbox runs: the driver that made it (its Name) and its
+// tier.
+type On struct {
+	Driver string
+	Tier   sandbox.Tier
 }
+
+// Applies reports whether d is declared for the sandboxes on.
+func (d Difference) Applies(on On) bool {
+	return (d.Tier == "" || d.Tier == on.Tier) && (d.Driver == "" || d.Driver == on.Driver)
+}
+
+// Where says, in a few words, where d is declared: "gvisor", "kubernetes
+// driver", "kubernetes driver, container tier".
+func (d Difference) Where() string {
+	switch {
+	case d.Driver == "":
+		return string(d.Tier)
+	case d.Tier == "":
+		return d.Driver + " driver"
+	}
+	return d.Driver + " driver, " + string(d.Tier) + " tier"
+}
+
+// File is a host's file mounted into a sandbox.
+type File struct {
+	Path string
+	// Line is a line of the fixed contents the driver gives it; empty
+	// where the sandbox's user cannot read it.
+	Line string
+	// Writable is true when the mount is read-write: the file's mode, or
+	// its directory's, is what keeps the sandbox's user from writing it.
+	Writable bool
+}
+
+// KubernetesDriver is the name of the driver (driver/kubernetes) whose
+// differences are declared here.
+const KubernetesDriver = "kubernetes"
+
+// KubeletDir is the directory of root's, mode 0700, in which the kubernetes
+// driver has the kubelet mount a pod's termination message file: every
+// image the driver writes has it, so that the sandbox's user, with no
+// capability, resolves no path to the file (driver/kubernetes).
+const KubeletDir = "/.stockade-kubelet"
 
 // differences returns the known differences of the tiers from p.
 func differences(p Profile) []Difference {
@@ -69,15 +118,36 @@ func differences(p Profile) []Difference {
 			Fact:   "/etc/resolv.conf, /etc/hostname and /etc/hosts are mounts of dockerd's",
 			Reason: "dockerd bind-mounts them into every container, even with --network=none; they are read-only and the driver writes fixed contents into them (Filesystem/DockerEtcFiles)",
 			Files: []File{
-				{p.ResolvConf.Path, "nameserver 127.0.0.1"},
-				{"/etc/hostname", p.Hostname},
-				{"/etc/hosts", "127.0.0.1"},
+				{Path: p.ResolvConf.Path, Line: "nameserver 127.0.0.1"},
+				{Path: "/etc/hostname", Line: p.Hostname},
+				{Path: "/etc/hosts", Line: "127.0.0.1"},
 			},
 		},
 		{
 			ID: "low-ports", Tier: sandbox.TierGVisor, Check: "Network",
 			Fact:   "binding a port below 1024 succeeds",
 			Reason: "gVisor's netstack, not the host kernel, implements the sockets and checks neither CAP_NET_BIND_SERVICE nor ip_unprivileged_port_start (runsc applies no such sysctl), and seccomp cannot read bind's address; the port is the sandbox's own network stack's, reachable from inside the sandbox only (loopback, or an egress namespace whose host-side rules admit no inbound connection)",
+		},
+		{
+			ID: "tmp-nosuid", Driver: KubernetesDriver, Check: "Filesystem/Tmp",
+			Fact:   "/tmp (and a session's /workspace) is not mounted nosuid",
+			Reason: "each is an emptyDir of medium Memory, which the kubelet mounts with no such option, and a pod spec cannot ask for one (a volume mount has no options; gVisor's mount hints, pod annotations dev.gvisor.spec.mount.NAME.options, make the Sentry's own tmpfs, and runsc refuses a nosuid one under a container mount without nosuid); the program cannot give a file there to another user (chown is refused, asserted), so a set-uid file it makes is its own, and no_new_privs (asserted by Credentials/NoNewPrivs) has execve ignore set-uid and set-gid bits and file capabilities anyway; the scratch stays memory-backed and capped (ENOSPC at the cap, asserted)",
+		},
+		{
+			ID: "tmp-nodev", Driver: KubernetesDriver, Tier: sandbox.TierContainer, Check: "Filesystem/Tmp",
+			Fact:   "/tmp (and a session's /workspace) is not mounted nodev",
+			Reason: "the kubelet mounts an emptyDir with no such option and a pod spec cannot ask for one; a device node cannot be made there (mknod needs CAP_MKNOD, which no set holds; asserted), and the container's device cgroup admits the minimal /dev's devices only",
+		},
+		{
+			ID: "kubelet-files", Driver: KubernetesDriver, Check: "Filesystem/NoHostMounts",
+			Fact:   "/etc/hosts, /etc/hostname, /etc/resolv.conf and the termination message file (" + KubeletDir + "/termination-log) are files of the node, mounted by the kubelet and containerd (/etc/hosts and the termination message file read-write)",
+			Reason: "the kubelet mounts them into every container whatever the pod spec says (a volume there would only put another file of the node in their place); they are root's, the sandbox's user opens none of them for writing, also through /proc/self/root (EACCES or EROFS, asserted), the termination message file's directory is root's, mode 0700, so no path to it resolves, and the driver sets the contents of the others (dnsPolicy None with nameserver 127.0.0.1, the profile's host name): nothing of the cluster's resolvers is in them (asserted)",
+			Files: []File{
+				{Path: p.ResolvConf.Path, Line: "nameserver 127.0.0.1"},
+				{Path: "/etc/hostname", Line: p.Hostname},
+				{Path: "/etc/hosts", Line: "127.0.0.1", Writable: true},
+				{Path: KubeletDir + "/termination-log", Writable: true},
+			},
 		},
 	}
 }

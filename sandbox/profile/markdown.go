@@ -98,13 +98,13 @@ func (s Seccomp) markdown() string {
 	return v
 }
 
-// DifferencesMarkdown renders the tiers' known differences as the README's
-// table of them.
+// DifferencesMarkdown renders the known differences of the tiers and
+// drivers as the README's table of them.
 func (p *Profile) DifferencesMarkdown() string {
 	var b strings.Builder
-	b.WriteString("| tier | difference | why the profile holds |\n| --- | --- | --- |\n")
+	b.WriteString("| tier or driver | difference | why the profile holds |\n| --- | --- | --- |\n")
 	for _, d := range p.Differences {
-		fmt.Fprintf(&b, "| %s | %s | %s |\n", d.Tier, d.Fact, d.Reason)
+		fmt.Fprintf(&b, "| %s | %s | %s |\n", d.Where(), d.Fact, d.Reason)
 	}
 	return b.String()
 }

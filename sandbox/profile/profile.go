@@ -84,8 +84,8 @@ type Profile struct {
 	Env []string
 	// Hostname is the sandbox's host name.
 	Hostname string
-	// Differences are the known ways in which a tier presents the profile
-	// otherwise than the shared-kernel tiers do.
+	// Differences are the known ways in which a tier or a driver presents
+	// the profile otherwise than the shared-kernel tiers do.
 	Differences []Difference
 }
 
@@ -319,24 +319,25 @@ func Default() Profile {
 	return p
 }
 
-// Difference returns the difference id declared for tier.
-func (p *Profile) Difference(tier sandbox.Tier, id string) (Difference, bool) {
+// Difference returns the difference id declared for the sandboxes on: the
+// first that applies.
+func (p *Profile) Difference(on On, id string) (Difference, bool) {
 	for _, d := range p.Differences {
-		if d.ID == id && d.Tier == tier {
+		if d.ID == id && d.Applies(on) {
 			return d, true
 		}
 	}
 	return Difference{}, false
 }
 
-// DevOn returns the /dev of a sandbox of tier: the minimal /dev, with the
-// devices the tier declares it adds (Difference.Devices) and their names
-// at the top of /dev.
-func (p *Profile) DevOn(tier sandbox.Tier) Dev {
+// DevOn returns the /dev of a sandbox on: the minimal /dev, with the
+// devices declared added there (Difference.Devices) and their names at the
+// top of /dev.
+func (p *Profile) DevOn(on On) Dev {
 	d := p.Dev
 	d.Names, d.Devices = slices.Clone(d.Names), slices.Clone(d.Devices)
 	for _, diff := range p.Differences {
-		if diff.Tier != tier {
+		if !diff.Applies(on) {
 			continue
 		}
 		for _, dev := range diff.Devices {

@@ -93,18 +93,44 @@ func TestDefaultIsACopy(t *testing.T) {
 
 func TestDifferences(t *testing.T) {
 	p := Default()
-	ids := map[string]bool{}
-	for _, d := range p.Differences {
-		if ids[d.ID+"/"+string(d.Tier)] {
-			t.Errorf("difference %q of tier %s is declared twice", d.ID, d.Tier)
+	for i, d := range p.Differences {
+		on := On{Driver: d.Driver, Tier: d.Tier}
+		if got, ok := p.Difference(on, d.ID); !ok || got.Fact != d.Fact {
+			t.Errorf("Difference(%+v, %s): got %+v, %t; want the declared one", on, d.ID, got, ok)
 		}
-		ids[d.ID+"/"+string(d.Tier)] = true
-		if got, ok := p.Difference(d.Tier, d.ID); !ok || got.Fact != d.Fact {
-			t.Errorf("Difference(%s, %s): got %+v, %t; want the declared one", d.Tier, d.ID, got, ok)
+		// Two declarations of one ID must not both apply anywhere: the
+		// checks would read the first only.
+		for _, e := range p.Differences[i+1:] {
+			if e.ID == d.ID && (d.Tier == "" || e.Tier == "" || d.Tier == e.Tier) && (d.Driver == "" || e.Driver == "" || d.Driver == e.Driver) {
+				t.Errorf("difference %q is declared twice for one place: %s and %s", d.ID, d.Where(), e.Where())
+			}
 		}
 	}
-	if _, ok := p.Difference(sandbox.TierContainer, "tmp-nodev"); ok {
-		t.Errorf("Difference(container, tmp-nodev): got one, want none (it is gVisor's)")
+	for _, tt := range []struct {
+		on   On
+		id   string
+		want string // the place it is declared for; empty: none
+	}{
+		{On{"runc", sandbox.TierContainer}, "tmp-nodev", ""},
+		{On{"gvisor", sandbox.TierGVisor}, "tmp-nodev", "gvisor"},
+		{On{KubernetesDriver, sandbox.TierGVisor}, "tmp-nodev", "gvisor"},
+		{On{KubernetesDriver, sandbox.TierContainer}, "tmp-nodev", "kubernetes driver, container tier"},
+		{On{"runc", sandbox.TierContainer}, "tmp-nosuid", ""},
+		{On{"gvisor", sandbox.TierGVisor}, "tmp-nosuid", ""},
+		{On{KubernetesDriver, sandbox.TierContainer}, "tmp-nosuid", "kubernetes driver"},
+		{On{KubernetesDriver, sandbox.TierGVisor}, "kubelet-files", "kubernetes driver"},
+		{On{"docker", sandbox.TierDocker}, "kubelet-files", ""},
+		{On{"docker", sandbox.TierDocker}, "docker-etc-files", "docker"},
+	} {
+		d, ok := p.Difference(tt.on, tt.id)
+		if got := d.Where(); !ok {
+			got = ""
+		} else if got != tt.want {
+			t.Errorf("Difference(%+v, %s): got the one of %q, want %q", tt.on, tt.id, got, tt.want)
+		}
+		if ok != (tt.want != "") {
+			t.Errorf("Difference(%+v, %s): got declared %t, want %t", tt.on, tt.id, ok, tt.want != "")
+		}
 	}
 }
 
@@ -129,10 +155,10 @@ func TestCapabilityMask(t *testing.T) {
 
 func TestDevOn(t *testing.T) {
 	p := Default()
-	if d := p.DevOn(sandbox.TierContainer); !d.Allows(1, 3) || !d.Allows(136, 4) || d.Allows(10, 229) || slices.Contains(d.Names, "fuse") {
+	if d := p.DevOn(On{"runc", sandbox.TierContainer}); !d.Allows(1, 3) || !d.Allows(136, 4) || d.Allows(10, 229) || slices.Contains(d.Names, "fuse") {
 		t.Errorf("container: got %+v, want the minimal /dev alone", d)
 	}
-	if d := p.DevOn(sandbox.TierGVisor); !d.Allows(10, 229) || !d.Allows(10, 200) || !slices.Contains(d.Names, "fuse") || !slices.Contains(d.Names, "net") {
+	if d := p.DevOn(On{KubernetesDriver, sandbox.TierGVisor}); !d.Allows(10, 229) || !d.Allows(10, 200) || !slices.Contains(d.Names, "fuse") || !slices.Contains(d.Names, "net") {
 		t.Errorf("gvisor: got %+v, want the Sentry's fuse and net/tun besides", d)
 	}
 	if len(p.Dev.Names) != len(Default().Dev.Names) || p.Dev.Allows(10, 229) {

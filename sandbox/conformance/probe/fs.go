@@ -12,8 +12,9 @@ import (
 // This file holds the filesystem subcommand, fs.
 
 // fsProbe tries to write where the profile forbids it, fills /tmp, and
-// reports mount flags, /dev and the mount table.
-func fsProbe() obj {
+// reports mount flags, /dev and the mount table. It also opens each of
+// files for writing, by its path and through /proc/self/root.
+func fsProbe(files []string) obj {
 	var writes []obj
 	try := func(path, op string, err error) {
 		o := obj{{"path", path}, {"op", op}}
@@ -72,7 +73,24 @@ func fsProbe() obj {
 	} {
 		openWrite(p)
 	}
+	for _, p := range files {
+		openWrite(p)
+		openWrite("/proc/self/root" + p)
+	}
 	try("/tmp", "chmod", unix.Chmod("/tmp", 0o777))
+	// A set-uid, set-gid file of the probe's own in /tmp, given to root:
+	// without CAP_CHOWN refused, while giving it to its owner (a no-op)
+	// shows that chown reaches it.
+	own := "/tmp/.stockade-probe-suid"
+	if fd, err := unix.Open(own, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_CLOEXEC, 0o755); err != nil {
+		try(own, "create", err)
+	} else {
+		unix.Close(fd)
+		try(own, "chmod_suid", unix.Chmod(own, 0o6755))
+		try(own, "chown_self", unix.Chown(own, unix.Getuid(), unix.Getgid()))
+		try(own, "chown_root", unix.Chown(own, 0, 0))
+		unix.Unlink(own)
+	}
 
 	var mounts []obj
 	for _, p := range []string{"/", "/etc", "/usr/bin", "/.stockade/guest", "/tmp", "/proc", "/proc/sys", "/sys", "/dev", "/dev/shm"} {

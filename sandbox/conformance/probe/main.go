@@ -9,8 +9,9 @@
 // errno (0 meaning the attempt succeeded).
 //
 //	caps                 capability sets, no_new_privs, seccomp mode, ids
-//	fs                   writes to the image, /tmp and /proc/sys, mknod in
-//	                     /tmp, /tmp filled to ENOSPC,
+//	fs [FILE...]         writes to the image, /tmp and /proc/sys (and each
+//	                     FILE, also through /proc/self/root), mknod and
+//	                     chown in /tmp, /tmp filled to ENOSPC,
 //	                     mount flags, /dev entries, mounts
 //	net ADDR...          interfaces, a TCP connect to each host:port and to
 //	                     its own loopback, ICMP sockets, low and free ports
@@ -68,7 +69,7 @@ func main() {
 	case "caps":
 		emit(caps())
 	case "fs":
-		emit(fsProbe())
+		emit(fsProbe(args))
 	case "net":
 		emit(netProbe(args))
 	case "env":
