@@ -296,6 +296,36 @@ func TestEvaluateRecordMount(t *testing.T) {
 	}
 }
 
+// TestEvaluateHostFiles audits a sandbox with a file of the node mounted
+// as the kubelet mounts it: accepted only from the driver whose difference
+// declares it (kubelet-files), and read-write only where declared so.
+func TestEvaluateHostFiles(t *testing.T) {
+	for _, tc := range []struct {
+		name, driver, point, options string
+		ok                           bool
+	}{
+		{"the kubelet's hosts on kubernetes", profile.KubernetesDriver, "/etc/hosts", "rw,relatime", true},
+		{"the kubelet's hosts on runc", "runc", "/etc/hosts", "rw,relatime", false},
+		{"the kubelet's hostname read-only", profile.KubernetesDriver, "/etc/hostname", "ro,relatime", true},
+		{"the kubelet's hostname read-write", profile.KubernetesDriver, "/etc/hostname", "rw,relatime", false},
+		{"another file of the node", profile.KubernetesDriver, "/etc/passwd", "ro,relatime", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			o := cleanObserved(t)
+			m := o.reach.Mounts[0]
+			m.MountPoint, m.Options = tc.point, tc.options
+			o.reach.Mounts = append(o.reach.Mounts, m)
+			tool := containerTool()
+			r := evaluate(profile.Default(), tc.driver, tierCaps[tool.Tier], tool, o)
+			subject := tc.point
+			if tc.ok {
+				subject = ""
+			}
+			checkDeviations(t, r, subject)
+		})
+	}
+}
+
 // TestEvaluateFollowsProfile audits the clean sandbox's findings, widened
 // or not, against a copy of the profile with one entry changed: each
 // change moves the deviation it concerns, so the audit compares with the
