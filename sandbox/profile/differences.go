@@ -130,12 +130,12 @@ func differences(p Profile) []Difference {
 		},
 		{
 			ID: "tmp-nosuid", Driver: KubernetesDriver, Check: "Filesystem/Tmp",
-			Fact:   "/tmp (and a session's /workspace) is not mounted nosuid",
-			Reason: "each is an emptyDir of medium Memory, which the kubelet mounts with no such option, and a pod spec cannot ask for one (a volume mount has no options; gVisor's mount hints, pod annotations dev.gvisor.spec.mount.NAME.options, make the Sentry's own tmpfs, and runsc refuses a nosuid one under a container mount without nosuid); the program cannot give a file there to another user (chown is refused, asserted), so a set-uid file it makes is its own, and no_new_privs (asserted by Credentials/NoNewPrivs) has execve ignore set-uid and set-gid bits and file capabilities anyway; the scratch stays memory-backed and capped (ENOSPC at the cap, asserted)",
+			Fact:   "/tmp is not mounted nosuid",
+			Reason: "it is an emptyDir of medium Memory (as a session's /workspace is), which the kubelet mounts with no such option, and a pod spec cannot ask for one (a volume mount has no options; gVisor's mount hints, pod annotations dev.gvisor.spec.mount.NAME.options, make the Sentry's own tmpfs, and runsc refuses a nosuid one under a container mount without nosuid); the program cannot give a file there to another user (chown is refused, asserted), so a set-uid file it makes is its own, and no_new_privs (asserted by Credentials/NoNewPrivs) has execve ignore set-uid and set-gid bits and file capabilities anyway; the scratch stays memory-backed and capped (ENOSPC at the cap, asserted)",
 		},
 		{
 			ID: "tmp-nodev", Driver: KubernetesDriver, Tier: sandbox.TierContainer, Check: "Filesystem/Tmp",
-			Fact:   "/tmp (and a session's /workspace) is not mounted nodev",
+			Fact:   "/tmp is not mounted nodev",
 			Reason: "the kubelet mounts an emptyDir with no such option and a pod spec cannot ask for one; a device node cannot be made there (mknod needs CAP_MKNOD, which no set holds; asserted), and the container's device cgroup admits the minimal /dev's devices only",
 		},
 		{
