@@ -86,6 +86,7 @@ bench_smoke() {
 		bench/forks) go run ./bench/forks -n 1 ;;
 		bench/steady) go run ./bench/steady -n 1 -rates 2,max -settle 1s -idle 1s ;;
 		bench/pool) go run ./bench/pool -n 1 -settle 1s -docker-host "${STOCKADE_TEST_DOCKER_HOST:?a dockerd for bench/pool}" ;;
+		bench/kube) ;; # needs the test cluster: run by scripts/kube/test.sh (its gVisor phase)
 		bench/docker) go run ./bench/docker -n 1 -stockade "$bin" -docker-host "${STOCKADE_TEST_DOCKER_HOST:?a dockerd for bench/docker}" ;;
 		*)
 			echo "bench smoke: no smoke run for $pkg; add one to scripts/test.sh" >&2

@@ -14,7 +14,8 @@
 #      then killed and restarted to reap its run's and its session's pods
 #      and end the session with the reason (TestClusterDaemon); the
 #      daemon's manifests applied with a server dry run, and the daemon
-#      run as a pod of serve.yaml (TestClusterDeploy*);
+#      run as a pod of serve.yaml (TestClusterDeploy*); then bench/kube's
+#      smoke run (one round of each variant);
 #   3. down.sh, also when a step fails (trap).
 #
 # Needs root and the binaries scripts/kube/build.sh caches (it does not
@@ -67,8 +68,10 @@ down() {
 }
 trap 'down' EXIT
 
-# run PIDS_LIMIT PATTERN: brings the cluster up with that podPidsLimit,
-# runs the tests PATTERN names, and tears the cluster down.
+# run PIDS_LIMIT PATTERN [COMMAND...]: brings the cluster up with that
+# podPidsLimit, runs the tests PATTERN names and then COMMAND, if given
+# (a benchmark's smoke run, on the same cluster), from the repository's
+# root, and tears the cluster down.
 failed=0
 run() {
 	local t rc
@@ -82,11 +85,21 @@ run() {
 	rc=$?
 	log "go test -run '$2': $(since "$t") s, exit $rc"
 	[ "$rc" = 0 ] || failed=1
+	if [ $# -gt 2 ]; then
+		t=$(now)
+		(cd "$root" && nice "${@:3}")
+		rc=$?
+		log "${*:3}: $(since "$t") s, exit $rc"
+		[ "$rc" = 0 ] || failed=1
+	fi
 	down || failed=1
 }
 
 t0=$(now)
 run 64 'TestClusterConformanceRunc|TestClusterRoundTrip/container|TestClusterReap|TestClusterNoNetwork|TestClusterTerminationLog/container|TestClusterRegistry'
-run 320 'TestClusterConformanceGVisor|TestClusterRoundTrip/gvisor|TestClusterTerminationLog/gvisor|TestClusterDaemon|TestClusterDeploy'
+# bench/kube's smoke run, the least work its flags allow (judging no
+# figure; scripts/test.sh's bench_smoke leaves it to this phase).
+run 320 'TestClusterConformanceGVisor|TestClusterRoundTrip/gvisor|TestClusterTerminationLog/gvisor|TestClusterDaemon|TestClusterDeploy' \
+	go run ./bench/kube -n 1 -cells 1 -pods 1 -concurrency 1
 log "all: $(since "$t0") s, $([ "$failed" = 0 ] && echo passed || echo FAILED)"
 exit "$failed"
