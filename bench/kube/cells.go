@@ -10,17 +10,21 @@ import (
 )
 
 // cellTable times cells print(1) in one live python kernel of each kube
-// target (over the pod's attach stream) and of a local gVisor sandbox
-// through its shim (detached, as a session's) and direct (the guest's
-// pipe held by this process), cells a round in n interleaved rounds, and
-// prints each against the shim's: what the attach stream costs a cell.
-func cellTable(ctx context.Context, n, cells int, kubes []target, gv sandbox.Driver, img sandbox.Image) error {
-	ts := append(kubes[:len(kubes):len(kubes)],
-		target{name: "local gvisor", driver: gv, detach: true},
-		target{name: "local gvisor", driver: gv})
+// target (over the pod's attach stream), of a local sandbox of the same
+// runtime through its shim (detached, as a session's) and, for reference,
+// of a local gVisor sandbox direct (the guest's pipe held by this
+// process), cells a round in n interleaved rounds, and prints each pod's
+// against the local shim of its runtime: what the attach stream costs a
+// cell. kubes are the runc pods' target, then the gVisor pods'.
+func cellTable(ctx context.Context, n, cells int, kubes []target, rc, gv sandbox.Driver, img sandbox.Image) error {
+	localRunc := target{name: "local runc", driver: rc, detach: true}
+	localGVisor := target{name: "local gvisor", driver: gv, detach: true}
+	ts := []target{kubes[0], localRunc, kubes[1], localGVisor, {name: "local gvisor", driver: gv}}
+	// base[i] is the index of the row row i is compared with.
+	base := []int{1, 1, 3, 3, 3}
 	channel := func(t target) string {
 		switch {
-		case t.driver != gv:
+		case t.driver != gv && t.driver != rc:
 			return "the pod's attach stream"
 		case t.detach:
 			return "the shim (a session's)"
@@ -47,11 +51,11 @@ func cellTable(ctx context.Context, n, cells int, kubes []target, gv sandbox.Dri
 	if err := table.Interleave(n, vs); err != nil {
 		return err
 	}
-	shim := vs[len(kubes)]
 	fmt.Printf("\nThe guest's channel: cells print(1) in one live python kernel each, %d rounds of %d cells, interleaved\n\n", n, cells)
-	t := table.New("driver", "channel", "median per cell", "p95", "median vs the shim", "median minus the shim's").Labels(2)
+	t := table.New("driver", "channel", "median per cell", "p95", "median vs the local shim", "minus the local shim's").Labels(2)
 	for i, v := range vs {
-		t.Row(ts[i].name, v.Name, table.MS(v.Pct(50)), table.MS(v.Pct(95)), ratio(v, shim), table.MS(v.Pct(50)-shim.Pct(50)))
+		b := vs[base[i]]
+		t.Row(ts[i].name, v.Name, table.MS(v.Pct(50)), table.MS(v.Pct(95)), ratio(v, b)+" ("+ts[base[i]].name+")", table.MS(v.Pct(50)-b.Pct(50)))
 	}
 	t.Print(os.Stdout)
 	return nil

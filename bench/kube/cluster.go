@@ -41,8 +41,10 @@ type clusterOpts struct {
 // kubeDriver returns a driver of tier whose pods run with RuntimeClass
 // class, as driver/kubernetes/cluster_test.go builds its own: Stockade's
 // seccomp filter written where the kubelet reads it, the namespace
-// restricted (Pod Security), the guest as o.guest.
-func kubeDriver(ctx context.Context, o clusterOpts, tier sandbox.Tier, class string) (*kubernetes.Driver, error) {
+// restricted (Pod Security), the guest as o.guest. qps > 0 lets its API
+// client send that many requests a second (burst twice that) instead of
+// client-go's default.
+func kubeDriver(ctx context.Context, o clusterOpts, tier sandbox.Tier, class string, qps int) (*kubernetes.Driver, error) {
 	name, data, err := kubernetes.SeccompProfile(tier)
 	if err != nil {
 		return nil, err
@@ -53,10 +55,18 @@ func kubeDriver(ctx context.Context, o clusterOpts, tier sandbox.Tier, class str
 	if err := os.WriteFile(filepath.Join(o.seccompDir, name), data, 0o600); err != nil {
 		return nil, err
 	}
-	d, err := kubernetes.New(kubernetes.Config{
+	cfg := kubernetes.Config{
 		Kubeconfig: o.kubeconfig, Namespace: o.namespace, Tier: tier, RuntimeClass: class,
 		GuestPath: o.guest, Owner: owner, Seccomp: name,
-	})
+	}
+	if qps > 0 {
+		// New builds its clients from REST when it is set.
+		if cfg.REST, err = clientcmd.BuildConfigFromFlags("", o.kubeconfig); err != nil {
+			return nil, err
+		}
+		cfg.REST.QPS, cfg.REST.Burst = float32(qps), 2*qps
+	}
+	d, err := kubernetes.New(cfg)
 	if err != nil {
 		return nil, err
 	}

@@ -19,13 +19,16 @@
 //     sessions are), its python kernel started (sandbox.Kernels) and a
 //     first cell print(1) run, cold and created ahead;
 //   - the attach stream's cost per cell: -cells cells print(1) a round in
-//     one live kernel of each, against the local gVisor sandbox's through
-//     its shim and, for reference, direct (the daemon holding the guest's
-//     pipe);
+//     one live kernel of each, against a local sandbox's of the same
+//     runtime (runc, gVisor) through its shim, as a session's, and, for
+//     reference, a local gVisor sandbox's direct (the daemon holding the
+//     guest's pipe);
 //   - pods per minute: create, run, destroy in a loop, -concurrency at
 //     once (a loop for each number of the list), -pods of each driver or
 //     until -pods-time has passed (no new one starts then), one loop after
-//     the other, the drivers in turn.
+//     the other, the drivers in turn; with -qps, also on kubernetes
+//     drivers whose API client is allowed that many requests a second
+//     (the daemon's has client-go's default, 5).
 //
 // It needs root, runsc and the python image (`make setup`), a cluster
 // (scripts/kube/up.sh with STOCKADE_KUBE_POD_PIDS_LIMIT=320, which gVisor
@@ -59,13 +62,14 @@ import (
 	"github.com/stockade-sh/stockade/config"
 	"github.com/stockade-sh/stockade/driver/gvisor"
 	"github.com/stockade-sh/stockade/driver/kubernetes"
+	"github.com/stockade-sh/stockade/driver/runc"
 	"github.com/stockade-sh/stockade/image"
 	"github.com/stockade-sh/stockade/sandbox"
 )
 
 // flags are the command's flags.
 type flags struct {
-	n, cells, pods         int
+	n, cells, pods, qps    int
 	concurrency            []int
 	podsTime               time.Duration
 	runcClass, gvisorClass string
@@ -79,6 +83,7 @@ func main() {
 	flag.IntVar(&f.cells, "cells", 20, "cells of each live kernel a round")
 	flag.IntVar(&f.pods, "pods", 30, "pods (sandboxes) of each driver in the pods-per-minute loop")
 	conc := flag.String("concurrency", "2,4", "sandboxes at once in the pods-per-minute loop, a comma-separated list: a loop each")
+	flag.IntVar(&f.qps, "qps", 0, "if set, the pods-per-minute loops run also on kubernetes drivers whose API client may send this many requests a second (burst twice that) instead of client-go's default 5 (burst 10), which the daemon's driver has")
 	flag.DurationVar(&f.podsTime, "pods-time", 3*time.Minute, "no new sandbox starts in a driver's pods-per-minute loop after this")
 	flag.StringVar(&f.cluster.kubeconfig, "kubeconfig", os.Getenv("STOCKADE_TEST_KUBECONFIG"), "the cluster's kubeconfig (default $STOCKADE_TEST_KUBECONFIG)")
 	ctr := flag.String("ctr", os.Getenv("STOCKADE_TEST_KUBE_CTR"), "the node's containerd client, to import the image: `ctr --address SOCK` (default $STOCKADE_TEST_KUBE_CTR)")
@@ -148,44 +153,71 @@ func run(ctx context.Context, f flags) (err error) {
 	if err != nil {
 		return err
 	}
+	rc, err := runc.New(runc.Config{StateDir: filepath.Join(state, "runc"), GuestPath: guest, Shim: shim})
+	if err != nil {
+		return err
+	}
 
 	if err := ensureNamespace(ctx, f.cluster.kubeconfig, f.cluster.namespace); err != nil {
 		return err
 	}
-	kr, err := kubeDriver(ctx, f.cluster, sandbox.TierContainer, f.runcClass)
-	if err != nil {
-		return err
-	}
-	kg, err := kubeDriver(ctx, f.cluster, sandbox.TierGVisor, f.gvisorClass)
-	if err != nil {
-		return err
-	}
+	var kds []*kubernetes.Driver
 	defer func() {
-		if rerr := reap([]*kubernetes.Driver{kr, kg}); err == nil {
+		if rerr := reap(kds); err == nil {
 			err = rerr
 		}
 	}()
+	// kubes are the kubernetes targets, the runc pods' then the gVisor
+	// pods', with the client's rate limit at qps (0: client-go's
+	// default, as the daemon's driver has it).
+	kubes := func(qps int) ([]target, error) {
+		var ts []target
+		for _, c := range []struct {
+			tier  sandbox.Tier
+			class string
+		}{{sandbox.TierContainer, f.runcClass}, {sandbox.TierGVisor, f.gvisorClass}} {
+			d, err := kubeDriver(ctx, f.cluster, c.tier, c.class, qps)
+			if err != nil {
+				return nil, err
+			}
+			kds = append(kds, d)
+			name := "kubernetes " + c.class
+			if qps > 0 {
+				name += fmt.Sprintf(", client QPS %d", qps)
+			}
+			ts = append(ts, target{name: name, driver: d})
+		}
+		return ts, nil
+	}
+	ks, err := kubes(0)
+	if err != nil {
+		return err
+	}
 	if err := importImage(ctx, f.cluster, img, tmp); err != nil {
 		return err
 	}
 	local := target{name: "local gvisor", driver: gv, detach: true}
-	kubes := []target{
-		{name: "kubernetes " + f.runcClass, driver: kr},
-		{name: "kubernetes " + f.gvisorClass, driver: kg},
-	}
-	all := append(kubes[:len(kubes):len(kubes)], local)
+	all := append(ks[:len(ks):len(ks)], local)
 
 	load := loadAvg()
 	fmt.Printf("bench/kube %s UTC, load average %s, python image %s, guest %s\n\n",
 		time.Now().UTC().Format("2006-01-02 15:04"), load, img.Digest[:19], filepath.Base(guest))
 
-	if err := startTables(ctx, f.n, all, img, kg.Capabilities().Lacks["Bind"]); err != nil {
+	if err := startTables(ctx, f.n, all, img, ks[1].driver.Capabilities().Lacks["Bind"]); err != nil {
 		return err
 	}
-	if err := cellTable(ctx, f.n, f.cells, kubes, gv, img); err != nil {
+	if err := cellTable(ctx, f.n, f.cells, ks, rc, gv, img); err != nil {
 		return err
 	}
-	if err := rateTable(ctx, all, img, f.pods, f.concurrency, f.podsTime); err != nil {
+	rateTargets := all
+	if f.qps > 0 {
+		fast, err := kubes(f.qps)
+		if err != nil {
+			return err
+		}
+		rateTargets = append(fast, all...)
+	}
+	if err := rateTable(ctx, rateTargets, img, f.pods, f.concurrency, f.podsTime); err != nil {
 		return err
 	}
 	fmt.Printf("\nload average at the end: %s\n", loadAvg())
