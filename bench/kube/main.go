@@ -3,8 +3,9 @@
 // images with the same guest, on the test cluster of scripts/kube (a
 // single node: this machine). Its pods run with the cluster's RuntimeClasses
 // that have no network: runc-nonet (runc) and gvisor-nonet (runsc
-// --network=none). It prints, each table from variants interleaved in one
-// run so that machine noise hits them alike:
+// --network=none). It prints, the first three tables from variants
+// interleaved in one run so that machine noise hits them alike, the last
+// from loops run one after the other:
 //
 //   - one-shot python print(1), at the driver, as the engine's one-shot
 //     runs it: a sandbox created, the program run through the guest, the
@@ -41,7 +42,7 @@
 // when it ends, also on error.
 //
 //	scripts/kube/up.sh ... (see docs/kubernetes.md)
-//	go run ./bench/kube [-n 10] [-cells 20] [-pods 30] [-concurrency 2,4]
+//	go run ./bench/kube [-n 10] [-cells 20] [-pods 30] [-concurrency 2,4] [-qps 50]
 //	scripts/kube/down.sh
 package main
 
@@ -199,9 +200,12 @@ func run(ctx context.Context, f flags) (err error) {
 	local := target{name: "local gvisor", driver: gv, detach: true}
 	all := append(ks[:len(ks):len(ks)], local)
 
-	load := loadAvg()
-	fmt.Printf("bench/kube %s UTC, load average %s, python image %s, guest %s\n\n",
-		time.Now().UTC().Format("2006-01-02 15:04"), load, img.Digest[:19], filepath.Base(guest))
+	sum, err := kubernetes.GuestDigest(guest)
+	if err != nil {
+		return err
+	}
+	fmt.Printf("bench/kube %s UTC, load average %s, python image %s, guest sha256:%s\n\n",
+		time.Now().UTC().Format("2006-01-02 15:04"), loadAvg(), img.Digest[:19], sum[:12])
 
 	if err := startTables(ctx, f.n, all, img, ks[1].driver.Capabilities().Lacks["Bind"]); err != nil {
 		return err
