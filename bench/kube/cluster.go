@@ -43,7 +43,7 @@ type clusterOpts struct {
 // seccomp filter written where the kubelet reads it, the namespace
 // restricted (Pod Security), the guest as o.guest. qps > 0 lets its API
 // client send that many requests a second (burst twice that) instead of
-// client-go's default.
+// the driver's default (kubernetes.DefaultQPS).
 func kubeDriver(ctx context.Context, o clusterOpts, tier sandbox.Tier, class string, qps int) (*kubernetes.Driver, error) {
 	name, data, err := kubernetes.SeccompProfile(tier)
 	if err != nil {

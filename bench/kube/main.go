@@ -29,7 +29,7 @@
 //     until -pods-time has passed (no new one starts then), one loop after
 //     the other, the drivers in turn; with -qps, also on kubernetes
 //     drivers whose API client is allowed that many requests a second
-//     (the daemon's has client-go's default, 5).
+//     (the daemon's has kubernetes.DefaultQPS).
 //
 // It needs root, runsc and the python image (`make setup`), a cluster
 // (scripts/kube/up.sh with STOCKADE_KUBE_POD_PIDS_LIMIT=320, which gVisor
@@ -84,7 +84,7 @@ func main() {
 	flag.IntVar(&f.cells, "cells", 20, "cells of each live kernel a round")
 	flag.IntVar(&f.pods, "pods", 30, "pods (sandboxes) of each driver in the pods-per-minute loop")
 	conc := flag.String("concurrency", "2,4", "sandboxes at once in the pods-per-minute loop, a comma-separated list: a loop each")
-	flag.IntVar(&f.qps, "qps", 0, "if set, the pods-per-minute loops run also on kubernetes drivers whose API client may send this many requests a second (burst twice that) instead of client-go's default 5 (burst 10), which the daemon's driver has")
+	flag.IntVar(&f.qps, "qps", 0, "if set, the pods-per-minute loops run also on kubernetes drivers whose API client may send this many requests a second (burst twice that) instead of the driver's default (kubernetes.DefaultQPS, which the daemon's driver has)")
 	flag.DurationVar(&f.podsTime, "pods-time", 3*time.Minute, "no new sandbox starts in a driver's pods-per-minute loop after this")
 	flag.StringVar(&f.cluster.kubeconfig, "kubeconfig", os.Getenv("STOCKADE_TEST_KUBECONFIG"), "the cluster's kubeconfig (default $STOCKADE_TEST_KUBECONFIG)")
 	ctr := flag.String("ctr", os.Getenv("STOCKADE_TEST_KUBE_CTR"), "the node's containerd client, to import the image: `ctr --address SOCK` (default $STOCKADE_TEST_KUBE_CTR)")
@@ -169,7 +169,7 @@ func run(ctx context.Context, f flags) (err error) {
 		}
 	}()
 	// kubes are the kubernetes targets, the runc pods' then the gVisor
-	// pods', with the client's rate limit at qps (0: client-go's
+	// pods', with the client's rate limit at qps (0: the driver's
 	// default, as the daemon's driver has it).
 	kubes := func(qps int) ([]target, error) {
 		var ts []target

@@ -86,6 +86,11 @@ const (
 // Config.CallTimeout says otherwise.
 const DefaultCallTimeout = 30 * time.Second
 
+// DefaultQPS is the rate of requests a second the driver's client allows
+// itself when the cluster's configuration sets none (twice as many in a
+// burst).
+const DefaultQPS = 50
+
 // DefaultSessionCeiling is the SessionCeiling unless Config says
 // otherwise: the configuration's default sessions.max_ttl.
 const DefaultSessionCeiling = 24 * time.Hour
@@ -245,6 +250,15 @@ func New(cfg Config) (*Driver, error) {
 		if err != nil {
 			return nil, fmt.Errorf("kubernetes: reading the cluster's configuration: %v: %w", err, errdefs.ErrInvalidArgument)
 		}
+	}
+	if d.rest.QPS == 0 && d.rest.Burst == 0 {
+		// client-go's default, 5 requests a second (burst 10), is for
+		// occasional clients: a daemon creating, watching and deleting
+		// pods met it at two pods at once (Destroy's polls waited over a
+		// second; bench/kube's -qps). A controller's budget instead; the
+		// API server's priority and fairness still bounds us.
+		d.rest = rest.CopyConfig(d.rest) // not the caller's Config.REST
+		d.rest.QPS, d.rest.Burst = DefaultQPS, 2*DefaultQPS
 	}
 	if d.cs == nil {
 		// The Timeout of an http.Client ends a watch's response too: the
