@@ -21,6 +21,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -154,7 +155,9 @@ type Options struct {
 	// Username and Password, if set, are sent as HTTP basic auth.
 	Username, Password string
 	// HTTP is the client; nil means one with a 30 s response header
-	// timeout and no overall timeout (a layer may take minutes).
+	// timeout and no overall timeout (a layer may take minutes). New
+	// uses a copy whose CheckRedirect also refuses a redirect to another
+	// scheme or host (the credentials would follow it).
 	HTTP *http.Client
 }
 
@@ -171,14 +174,40 @@ func New(loc Location, opts Options) (*Client, error) {
 	if opts.Username != "" && loc.Scheme == "http" && !Loopback(loc.Host) {
 		return nil, errdefs.Publicf("registry %s: refusing to send a password over plain http: %w", loc.Host, errdefs.ErrInvalidArgument)
 	}
-	c := &Client{loc: loc, opts: opts, http: opts.HTTP}
-	if c.http == nil {
+	c := &Client{loc: loc, opts: opts}
+	if opts.HTTP != nil {
+		hc := *opts.HTTP
+		c.http = &hc
+	} else {
 		c.http = &http.Client{Transport: &http.Transport{
 			Proxy: http.ProxyFromEnvironment, ResponseHeaderTimeout: 30 * time.Second,
 			TLSHandshakeTimeout: 10 * time.Second, IdleConnTimeout: 30 * time.Second,
 		}}
 	}
+	c.http.CheckRedirect = sameOrigin(c.http.CheckRedirect)
 	return c, nil
+}
+
+// sameOrigin is a CheckRedirect that refuses a redirect to another scheme
+// or host[:port], then asks next (nil: Go's default, at most 10). Go
+// copies the Authorization header to the same host or a subdomain
+// whatever the scheme and port, so an https registry (or a TLS proxy in
+// front of it) redirecting to http:// would send the password in the
+// clear. The calls of this package need no redirect elsewhere: it never
+// GETs a blob, the one call registries send to other storage.
+func sameOrigin(next func(*http.Request, []*http.Request) error) func(*http.Request, []*http.Request) error {
+	return func(req *http.Request, via []*http.Request) error {
+		if from := via[0].URL; req.URL.Scheme != from.Scheme || req.URL.Host != from.Host {
+			return fmt.Errorf("refusing a redirect from %s://%s to another scheme or host, %s://%s", from.Scheme, from.Host, req.URL.Scheme, req.URL.Host)
+		}
+		if next != nil {
+			return next(req, via)
+		}
+		if len(via) >= 10 {
+			return errors.New("stopped after 10 redirects")
+		}
+		return nil
+	}
 }
 
 // Blob is one blob of an image: its digest and size, and what writes its

@@ -58,6 +58,66 @@ func TestNoPasswordInClear(t *testing.T) {
 	}
 }
 
+// TestRedirectElsewhereRefused holds that a redirect of an https registry
+// to plain http (another port of the same host, as a TLS proxy writing
+// http:// locations does) is refused and sends nothing there, with the
+// client New makes and with a caller's Options.HTTP; a redirect on the
+// same origin is still followed, with the credentials.
+func TestRedirectElsewhereRefused(t *testing.T) {
+	var plain []string
+	plainSrv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		plain = append(plain, r.Method+" "+r.URL.Path+" "+r.Header.Get("Authorization"))
+		w.WriteHeader(http.StatusNotFound)
+	}))
+	defer plainSrv.Close()
+	manifest := []byte("{}")
+	sum := sha256.Sum256(manifest)
+	digest := "sha256:" + hex.EncodeToString(sum[:])
+	var moved []string
+	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch {
+		case strings.HasPrefix(r.URL.Path, "/moved/"):
+			moved = append(moved, r.Header.Get("Authorization"))
+			w.Header().Set("Docker-Content-Digest", digest)
+			w.WriteHeader(http.StatusOK)
+		case strings.HasPrefix(r.URL.Path, "/v2/same/"):
+			http.Redirect(w, r, "/moved"+r.URL.Path, http.StatusTemporaryRedirect)
+		default:
+			http.Redirect(w, r, plainSrv.URL+r.URL.Path, http.StatusTemporaryRedirect)
+		}
+	}))
+	defer srv.Close()
+	loc, err := ParseLocation(srv.URL, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, given := range []bool{false, true} {
+		opts := Options{Username: "u", Password: "secret"}
+		if given {
+			opts.HTTP = srv.Client()
+		}
+		c, err := New(loc, opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !given {
+			c.http.Transport = srv.Client().Transport // trusts srv's certificate
+		}
+		moved, plain = nil, nil
+		got, st, err := c.Push(context.Background(), "same", "tag", nil, manifest)
+		if err != nil || got != digest || st.ManifestPut || len(moved) != 1 || !strings.HasPrefix(moved[0], "Basic ") {
+			t.Fatalf("Options.HTTP given %v: push redirected on the same origin: %s, %+v, %v; the target saw %q", given, got, st, err, moved)
+		}
+		_, _, err = c.Push(context.Background(), "name", "tag", nil, manifest)
+		if err == nil || !strings.Contains(err.Error(), "another scheme or host") || len(plain) != 0 {
+			t.Fatalf("Options.HTTP given %v: push redirected to http: %v; the http server saw %q", given, err, plain)
+		}
+	}
+	if srv.Client().CheckRedirect != nil {
+		t.Error("New changed the caller's http.Client")
+	}
+}
+
 // TestUploadElsewhereRefused holds that an upload location on another
 // host is refused (the credentials would go there), and that the
 // registry's error messages reach the error.
