@@ -336,20 +336,42 @@ func GuestDigest(path string) (string, error) {
 	return g.hex(path)
 }
 
-// pulledByDigest tells whether a container waiting for reason failed to
-// pull image, a registry's image by digest.
-func pulledByDigest(image, reason string) bool {
-	return (reason == "ErrImagePull" || reason == "ImagePullBackOff") && strings.Contains(image, "@sha256:")
+// pullFailure is the error of pod's container waiting for reason with
+// the kubelet's message msg on the pull of image, or nil for any other
+// wait. Only with a registry configured (registry), an image by digest
+// whose manifest or blob the registry says it lacks (containerd's "not
+// found", the registry's MANIFEST_UNKNOWN or BLOB_UNKNOWN) is
+// FailedPrecondition, naming the command that pushes it: nothing but a
+// push mends it. Any other failed pull (the registry down or unreachable,
+// credentials refused, rate limits) is the kubelet's message as
+// ErrUnavailable, which a client retries.
+func pullFailure(pod, image string, w *corev1.ContainerStateWaiting, registry bool) error {
+	if w.Reason != "ErrImagePull" && w.Reason != "ImagePullBackOff" {
+		return nil
+	}
+	if registry && strings.Contains(image, "@sha256:") && lacked(w.Message) {
+		return notPushed(pod, image, w)
+	}
+	return fmt.Errorf("the container of pod %s cannot pull its image %s (%s): %s: %w", pod, image, w.Reason, w.Message, errdefs.ErrUnavailable)
+}
+
+// lacked tells whether the kubelet's message msg on a pull says the
+// registry has no such manifest or blob (an image reference has no
+// spaces, so these words come from the error).
+func lacked(msg string) bool {
+	msg = strings.ToLower(msg)
+	return strings.Contains(msg, "not found") || strings.Contains(msg, "manifest unknown") || strings.Contains(msg, "blob unknown")
 }
 
 // notPushed is the error of pod's container that waits on the pull of
-// ref, an image of the registry by digest: most often the image was never
-// pushed (or the registry, or the node's configuration of it, is amiss).
-// It names the command that pushes, for whoever reads the error; the
-// kubelet's own message stays out of what the client reads.
+// ref, an image of the registry by digest that the registry lacks: it
+// was never pushed (or pushed from another image store, whose layer has
+// other bytes: see NewOCIImage). It names the command that pushes, for
+// whoever reads the error; the kubelet's own message stays out of what
+// the client reads.
 func notPushed(pod, ref string, w *corev1.ContainerStateWaiting) error {
 	name := ref[:strings.Index(ref, "@")]
 	name = name[strings.LastIndexByte(name, '/')+1:]
 	return fmt.Errorf("pod %s: the kubelet cannot pull %s (%s: %s): %w", pod, ref, w.Reason, w.Message,
-		errdefs.Publicf("the cluster cannot pull the image of %q from the registry; push it with `stockade image push` to the registry of kubernetes.registry: %w", name, errdefs.ErrFailedPrecondition))
+		errdefs.Publicf("the registry of kubernetes.registry has no image %q with this digest; push it with `stockade image push` from the daemon's data directory: %w", name, errdefs.ErrFailedPrecondition))
 }

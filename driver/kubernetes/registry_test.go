@@ -140,25 +140,49 @@ func TestRegistryPush(t *testing.T) {
 	}
 }
 
-// TestPullFailureNamesPush holds the error of a pod whose image the
-// kubelet cannot pull from the registry: it names the command that
-// pushes, in what the client may read.
-func TestPullFailureNamesPush(t *testing.T) {
-	p := &corev1.Pod{}
-	p.Name = "sbx-1"
-	p.Status.ContainerStatuses = []corev1.ContainerStatus{{
-		Name: containerName, Image: "10.0.0.1:5000/stockade/python@sha256:" + strings.Repeat("0", 64),
-		State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "ErrImagePull", Message: "manifest unknown"}},
-	}}
-	done, err := running(p)
-	msg, public := errdefs.PublicMessage(err)
-	if !done || !public || !strings.Contains(msg, "stockade image push") || !strings.Contains(msg, `"python"`) || !errdefs.IsFailedPrecondition(err) {
-		t.Fatalf("running: %v, %v (public %q, %v)", done, err, msg, public)
+// TestPullFailureClass holds the class of a pod whose image the kubelet
+// cannot pull (the kubelet's and containerd's own messages): only an
+// image by digest that the configured registry lacks is
+// FailedPrecondition naming the command that pushes, in what the client
+// may read; any other failure is ErrUnavailable, which a client retries.
+func TestPullFailureClass(t *testing.T) {
+	ref := "10.0.0.1:5000/stockade/python@sha256:" + strings.Repeat("0", 64)
+	notFound := `failed to pull and unpack image "` + ref + `": failed to resolve reference "` + ref + `": ` + ref + `: not found`
+	for _, tc := range []struct {
+		image, reason, msg string
+		registry, push     bool
+	}{
+		{ref, "ErrImagePull", notFound, true, true},
+		{ref, "ImagePullBackOff", `Back-off pulling image "` + ref + `": ErrImagePull: ` + notFound, true, true},
+		{ref, "ErrImagePull", `failed to copy: httpReadSeeker: failed open: unexpected status code: 404 Not Found - Server message: BLOB_UNKNOWN: blob unknown to registry`, true, true},
+		{ref, "ErrImagePull", notFound, false, false}, // Config.ImageRef's image
+		{ref, "ErrImagePull", `failed to resolve reference "` + ref + `": failed to do request: Head "http://10.0.0.1:5000/v2/stockade/python/manifests/sha256:00": dial tcp 10.0.0.1:5000: connect: connection refused`, true, false},
+		{ref, "ErrImagePull", `failed to resolve reference "` + ref + `": pull access denied, repository does not exist or may require authorization: authorization failed: 401 Unauthorized`, true, false},
+		{ref, "ImagePullBackOff", `Back-off pulling image "` + ref + `": ErrImagePull: unexpected status from HEAD request: 429 Too Many Requests`, true, false},
+		{ref, "ImagePullBackOff", `Back-off pulling image "` + ref + `"`, true, false},
+		{"registry.example/python:latest", "ErrImagePull", `failed to resolve reference: not found`, true, false},
+	} {
+		p := &corev1.Pod{}
+		p.Name = "sbx-1"
+		p.Status.ContainerStatuses = []corev1.ContainerStatus{{
+			Name: containerName, Image: tc.image,
+			State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: tc.reason, Message: tc.msg}},
+		}}
+		done, err := running(p, tc.registry)
+		msg, public := errdefs.PublicMessage(err)
+		pushes := public && strings.Contains(msg, "stockade image push") && strings.Contains(msg, `"python"`)
+		if !done || err == nil || pushes != tc.push || errdefs.IsFailedPrecondition(err) != tc.push || errdefs.IsUnavailable(err) == tc.push {
+			t.Errorf("%s %q (registry %v): running = %v, %v (public %q); want push hint %v", tc.reason, tc.msg, tc.registry, done, err, msg, tc.push)
+		}
+		if !tc.push && !strings.Contains(err.Error(), tc.msg) {
+			t.Errorf("%s: the error %v lacks the kubelet's message", tc.reason, err)
+		}
 	}
 	// An image imported on the node keeps the kubelet's reason.
-	p.Status.ContainerStatuses[0].Image = "stockade.invalid/python:x"
-	p.Status.ContainerStatuses[0].State.Waiting.Reason = "ErrImageNeverPull"
-	if _, err := running(p); err == nil || strings.Contains(err.Error(), "image push") {
+	p := &corev1.Pod{}
+	p.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: containerName, Image: "stockade.invalid/python:x",
+		State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "ErrImageNeverPull"}}}}
+	if _, err := running(p, true); err == nil || strings.Contains(err.Error(), "image push") || !errdefs.IsUnavailable(err) {
 		t.Fatalf("running with an imported image: %v", err)
 	}
 }

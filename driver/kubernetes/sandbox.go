@@ -111,7 +111,7 @@ func (s *sbx) awaitRunning(ctx context.Context) error {
 	defer w.Stop()
 	// The pod may have run before the watch began: look once.
 	if p, err := pods.Get(ctx, s.name, metav1.GetOptions{}); err == nil {
-		if done, err := running(p); done {
+		if done, err := running(p, s.d.registry != nil); done {
 			return s.started(p, err)
 		}
 	}
@@ -133,7 +133,7 @@ func (s *sbx) awaitRunning(ctx context.Context) error {
 			if !ok {
 				continue
 			}
-			if done, err := running(p); done {
+			if done, err := running(p, s.d.registry != nil); done {
 				return s.started(p, err)
 			}
 		}
@@ -151,15 +151,16 @@ func (s *sbx) started(p *corev1.Pod, err error) error {
 }
 
 // stuck are the reasons of a waiting container that do not pass by
-// themselves.
+// themselves, besides a failed pull (pullFailure).
 var stuck = map[string]bool{
-	"ErrImageNeverPull": true, "InvalidImageName": true, "ImagePullBackOff": true, "ErrImagePull": true,
+	"ErrImageNeverPull": true, "InvalidImageName": true,
 	"CreateContainerConfigError": true, "CreateContainerError": true, "RunContainerError": true,
 }
 
 // running reports whether p's container has left the waiting state, and
-// the error if that is not running.
-func running(p *corev1.Pod) (bool, error) {
+// the error if that is not running; registry tells whether the driver
+// pulls its images from one (see pullFailure).
+func running(p *corev1.Pod, registry bool) (bool, error) {
 	if p.Status.Phase == corev1.PodFailed || p.Status.Phase == corev1.PodSucceeded {
 		return true, fmt.Errorf("pod %s ended before it ran (%s: %s): %w", p.Name, p.Status.Reason, p.Status.Message, errdefs.ErrUnavailable)
 	}
@@ -173,10 +174,13 @@ func running(p *corev1.Pod) (bool, error) {
 		case c.State.Terminated != nil:
 			t := c.State.Terminated
 			return true, fmt.Errorf("the container of pod %s ended (%s, exit code %d): %s: %w", p.Name, t.Reason, t.ExitCode, t.Message, errdefs.ErrUnavailable)
-		case c.State.Waiting != nil && pulledByDigest(c.Image, c.State.Waiting.Reason):
-			return true, notPushed(p.Name, c.Image, c.State.Waiting)
-		case c.State.Waiting != nil && stuck[c.State.Waiting.Reason]:
-			return true, fmt.Errorf("the container of pod %s cannot start (%s): %s: %w", p.Name, c.State.Waiting.Reason, c.State.Waiting.Message, errdefs.ErrUnavailable)
+		case c.State.Waiting != nil:
+			if err := pullFailure(p.Name, c.Image, c.State.Waiting, registry); err != nil {
+				return true, err
+			}
+			if stuck[c.State.Waiting.Reason] {
+				return true, fmt.Errorf("the container of pod %s cannot start (%s): %s: %w", p.Name, c.State.Waiting.Reason, c.State.Waiting.Message, errdefs.ErrUnavailable)
+			}
 		}
 	}
 	return false, nil
