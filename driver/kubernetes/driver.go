@@ -374,7 +374,7 @@ func (d *Driver) Create(ctx context.Context, spec sandbox.Spec) (_ sandbox.Sandb
 	if err := limits.Check(sandbox.Limits{}); err != nil {
 		return nil, err
 	}
-	ref, pull, err := d.imageRef(spec.Image)
+	ref, pull, err := d.imageRef(ctx, spec.Image)
 	if err != nil {
 		return nil, err
 	}

@@ -2,6 +2,7 @@ package kubernetes
 
 import (
 	"archive/tar"
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -73,7 +74,7 @@ func ImageRef(img sandbox.Image, guestHex string) (string, error) {
 }
 
 // imageRef is the image of img's pods and its pull policy.
-func (d *Driver) imageRef(img sandbox.Image) (string, corev1.PullPolicy, error) {
+func (d *Driver) imageRef(ctx context.Context, img sandbox.Image) (string, corev1.PullPolicy, error) {
 	if d.cfg.ImageRef != nil {
 		return d.cfg.ImageRef(img)
 	}
@@ -82,7 +83,7 @@ func (d *Driver) imageRef(img sandbox.Image) (string, corev1.PullPolicy, error) 
 		return "", "", err
 	}
 	if d.registry != nil {
-		digest, err := d.digests.digest(img, d.cfg.GuestPath, sum)
+		digest, err := d.digests.digest(ctx, img, d.cfg.GuestPath, sum)
 		if err != nil {
 			return "", "", err
 		}
@@ -198,28 +199,61 @@ func (c *countWriter) Write(p []byte) (int, error) {
 // by image and guest digest, so that each is hashed once per daemon.
 type digestCache struct {
 	mu sync.Mutex
-	m  map[string]string
+	m  map[string]*digestEntry
+	// hash is the digest of an image with a guest; nil: NewOCIImage's.
+	hash func(img sandbox.Image, guestPath string) (string, error)
+}
+
+// digestEntry is the hash of one image: done is closed once digest or
+// err is set.
+type digestEntry struct {
+	done   chan struct{}
+	digest string
+	err    error
 }
 
 // digest returns the digest of img with the guest at guestPath (whose
-// sha256 is guestHex) as NewOCIImage has it. Images are hashed one at a
-// time.
-func (c *digestCache) digest(img sandbox.Image, guestPath, guestHex string) (string, error) {
+// sha256 is guestHex) as NewOCIImage has it. The first call of an image
+// hashes it in a goroutine (seconds for a large image), which every
+// call of that image waits for until its ctx ends; other images do not
+// wait. A hash that failed is forgotten once its callers have its error,
+// so a later call tries again.
+func (c *digestCache) digest(ctx context.Context, img sandbox.Image, guestPath, guestHex string) (string, error) {
 	key := img.Digest + "/" + guestHex
 	c.mu.Lock()
-	defer c.mu.Unlock()
-	if d, ok := c.m[key]; ok {
-		return d, nil
+	e, ok := c.m[key]
+	if !ok {
+		e = &digestEntry{done: make(chan struct{})}
+		if c.m == nil {
+			c.m = map[string]*digestEntry{}
+		}
+		c.m[key] = e
+		hash := c.hash
+		if hash == nil {
+			hash = func(img sandbox.Image, guestPath string) (string, error) {
+				o, err := NewOCIImage(img, guestPath)
+				return o.Digest, err
+			}
+		}
+		go func() {
+			digest, err := hash(img, guestPath)
+			c.mu.Lock()
+			if err != nil {
+				e.err = fmt.Errorf("kubernetes: the digest of image %s: %w", img.Name, err)
+				delete(c.m, key)
+			}
+			e.digest = digest
+			c.mu.Unlock()
+			close(e.done)
+		}()
 	}
-	o, err := NewOCIImage(img, guestPath)
-	if err != nil {
-		return "", fmt.Errorf("kubernetes: the digest of image %s: %w", img.Name, err)
+	c.mu.Unlock()
+	select {
+	case <-e.done:
+		return e.digest, e.err
+	case <-ctx.Done():
+		return "", fmt.Errorf("kubernetes: hashing image %s: %w", img.Name, ctx.Err())
 	}
-	if c.m == nil {
-		c.m = map[string]string{}
-	}
-	c.m[key] = o.Digest
-	return o.Digest, nil
 }
 
 // WriteImageArchive writes img's root filesystem, with the guest at

@@ -101,7 +101,7 @@ func TestRegistryPush(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ref, pull, err := d.imageRef(img)
+	ref, pull, err := d.imageRef(ctx, img)
 	if err != nil {
 		t.Fatal(err)
 	}
