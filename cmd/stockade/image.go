@@ -46,6 +46,10 @@ push    puts images, with the guest agent, in an OCI registry for the
         again. REGISTRY is https unless named http:// (loopback only,
         unless --insecure); basic auth from STOCKADE_REGISTRY_USERNAME and
         STOCKADE_REGISTRY_PASSWORD (no token services, no docker config).
+        The digest depends on the files as they lie in the data directory
+        (mtimes, owners, hard links) and on the guest: push from the
+        daemon's own data directory (or an exact copy) with the same
+        stockade, or its pods will not find the image.
 `
 
 func runImage(ctx context.Context, args []string) int {

@@ -27,9 +27,11 @@ import (
 // How a pod refers to its image (docs/kubernetes.md, "Images in the
 // cluster", tells the operator). Each runtime image, with the guest agent
 // at profile.GuestPath, is an OCI image of one uncompressed layer (what
-// writeTree writes) whose bytes depend only on the image and the guest:
-// its digest is content-addressed, the same wherever it is computed. Two
-// ways bring it to the nodes:
+// writeTree writes) whose bytes depend on the image's files as they lie
+// in the data directory (contents, modes, owners, mtimes, hard links) and
+// on the guest: its digest is the same wherever it is computed from that
+// data directory (or an exact copy), not from another build of the same
+// image. Two ways bring it to the nodes:
 //
 //   - without a registry (Config.Registry empty), ImageRef names it as a
 //     tag in the registry domain stockade.invalid, which no name server
