@@ -440,8 +440,25 @@ http:
   addr: $REGISTRY
 EOF
 	setsid docker-registry serve "$DIR/registry/config.yml" >"$LOGS/registry.log" 2>&1 </dev/null &
-	echo $! >"$PIDS/registry.pid"
-	wait_for "the registry" curl -sf "http://$REGISTRY/v2/"
+	registry_pid=$!
+	echo "$registry_pid" >"$PIDS/registry.pid"
+	# Ours answers, not another on the port (Debian's docker-registry
+	# service listens on :5000 of every address): it is alive once /v2/
+	# answers, and it is what listens there.
+	registry_dead() {
+		die "the registry (pid $registry_pid) exited (is something else on $REGISTRY?): $(tail -n 3 "$LOGS/registry.log" | tr '\n' ' ')"
+	}
+	deadline=$(($(date +%s) + TIMEOUT))
+	until curl -sf "http://$REGISTRY/v2/" >/dev/null 2>&1; do
+		kill -0 "$registry_pid" 2>/dev/null || registry_dead
+		[ "$(date +%s)" -lt "$deadline" ] || die "timed out waiting for the registry"
+		sleep 0.2
+	done
+	sleep 0.5
+	kill -0 "$registry_pid" 2>/dev/null || registry_dead
+	listeners=$(ss -Hltnp "sport = :${REGISTRY##*:}")
+	grep -q "pid=$registry_pid," <<<"$listeners" ||
+		die "$REGISTRY is not served by our registry (pid $registry_pid): $listeners"
 	log "registry up on $REGISTRY ($(since "$t0") s)"
 fi
 
