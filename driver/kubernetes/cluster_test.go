@@ -56,24 +56,11 @@ func cluster(t *testing.T, tier sandbox.Tier) (*kubernetes.Driver, sandbox.Image
 // clusterClass is cluster with the pods' RuntimeClass class.
 func clusterClass(t *testing.T, tier sandbox.Tier, class string) (*kubernetes.Driver, sandbox.Image) {
 	t.Helper()
-	kc := os.Getenv("STOCKADE_TEST_KUBECONFIG")
 	ctr := strings.Fields(os.Getenv("STOCKADE_TEST_KUBE_CTR"))
-	if kc == "" || len(ctr) == 0 {
-		t.Fatal("set STOCKADE_TEST_KUBECONFIG and STOCKADE_TEST_KUBE_CTR (see the file's comment)")
+	if len(ctr) == 0 {
+		t.Fatal("set STOCKADE_TEST_KUBE_CTR (see the file's comment)")
 	}
-	ns := os.Getenv("STOCKADE_TEST_KUBE_NAMESPACE")
-	if ns == "" {
-		ns = "stockade-kubedriver"
-	}
-	rc, err := clientcmd.BuildConfigFromFlags("", kc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cs, err := k8s.NewForConfig(rc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ensureNamespace(t, cs, ns)
+	kc, ns := clusterEnv(t)
 	guest := testenv.Guest(t)
 	img := testenv.Image(t, "shell")
 	importImage(t, ctr, img, guest)
@@ -101,6 +88,31 @@ func clusterClass(t *testing.T, tier sandbox.Tier, class string) (*kubernetes.Dr
 		t.Fatalf("Health: %v", err)
 	}
 	return d, img
+}
+
+// clusterEnv returns the kubeconfig STOCKADE_TEST_KUBECONFIG names and
+// the tests' namespace, STOCKADE_TEST_KUBE_NAMESPACE (default
+// stockade-kubedriver), created if missing.
+func clusterEnv(t *testing.T) (kubeconfig, namespace string) {
+	t.Helper()
+	kc := os.Getenv("STOCKADE_TEST_KUBECONFIG")
+	if kc == "" {
+		t.Fatal("set STOCKADE_TEST_KUBECONFIG (see cluster_test.go's comment)")
+	}
+	ns := os.Getenv("STOCKADE_TEST_KUBE_NAMESPACE")
+	if ns == "" {
+		ns = "stockade-kubedriver"
+	}
+	rc, err := clientcmd.BuildConfigFromFlags("", kc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cs, err := k8s.NewForConfig(rc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ensureNamespace(t, cs, ns)
+	return kc, ns
 }
 
 // importImage imports img with guest into the node's containerd, unless it

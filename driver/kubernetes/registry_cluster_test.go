@@ -8,9 +8,6 @@ import (
 	"testing"
 	"time"
 
-	k8s "k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/clientcmd"
-
 	"github.com/stockade-sh/stockade/driver/kubernetes"
 	"github.com/stockade-sh/stockade/errdefs"
 	"github.com/stockade-sh/stockade/internal/registry"
@@ -25,27 +22,11 @@ import (
 // from it by digest, and holds that a registry without the image fails
 // Create with the command to run.
 func TestClusterRegistry(t *testing.T) {
-	kc := os.Getenv("STOCKADE_TEST_KUBECONFIG")
-	if kc == "" {
-		t.Fatal("set STOCKADE_TEST_KUBECONFIG (see cluster_test.go's comment)")
-	}
 	reg := os.Getenv("STOCKADE_TEST_KUBE_REGISTRY")
 	if reg == "" {
 		reg = "10.250.250.1:5000"
 	}
-	ns := os.Getenv("STOCKADE_TEST_KUBE_NAMESPACE")
-	if ns == "" {
-		ns = "stockade-kubedriver"
-	}
-	rc, err := clientcmd.BuildConfigFromFlags("", kc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cs, err := k8s.NewForConfig(rc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ensureNamespace(t, cs, ns)
+	kc, ns := clusterEnv(t)
 	guest := testenv.Guest(t)
 	img := testenv.Image(t, "shell")
 
