@@ -4,6 +4,7 @@ package kubernetes_test
 
 import (
 	"os"
+	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -17,14 +18,17 @@ import (
 
 // TestClusterRegistry pushes the shell image to the test cluster's
 // registry (scripts/kube/up.sh: Debian's docker-registry on the host side
-// of the veth, STOCKADE_TEST_KUBE_REGISTRY, default 10.250.250.1:5000,
-// which the node's containerd pulls from over plain http), runs a pod
-// from it by digest, and holds that a registry without the image fails
-// Create with the command to run.
+// of the veth, which the node's containerd pulls from over plain http;
+// its host:port in STOCKADE_TEST_KUBE_REGISTRY, which scripts/kube/test.sh
+// sets), runs a pod from it by digest, and holds that a registry without
+// the image fails Create with the command to run.
 func TestClusterRegistry(t *testing.T) {
 	reg := os.Getenv("STOCKADE_TEST_KUBE_REGISTRY")
 	if reg == "" {
-		reg = "10.250.250.1:5000"
+		t.Fatal("set STOCKADE_TEST_KUBE_REGISTRY to the test cluster's registry, host:port (scripts/kube/test.sh does)")
+	}
+	if _, err := exec.LookPath("docker-registry"); err != nil {
+		testenv.Missing(t, "docker-registry is not installed (apt-get install docker-registry), so scripts/kube/up.sh started no registry")
 	}
 	kc, ns := clusterEnv(t)
 	guest := testenv.Guest(t)
