@@ -8,12 +8,12 @@ import (
 	"fmt"
 	"path/filepath"
 	"slices"
-	"strings"
 	"time"
 
 	"go.yaml.in/yaml/v3"
 
 	"github.com/stockade-sh/stockade/errdefs"
+	"github.com/stockade-sh/stockade/internal/registry"
 	"github.com/stockade-sh/stockade/sandbox"
 )
 
@@ -489,8 +489,6 @@ func (c Config) Validate() error {
 		return bad("kubernetes.namespace must be set for the kubernetes driver")
 	case c.Kubernetes.SeccompDir != "" && !filepath.IsAbs(c.Kubernetes.SeccompDir):
 		return bad("kubernetes.seccomp_dir %q must be an absolute path", c.Kubernetes.SeccompDir)
-	case strings.Contains(c.Kubernetes.Registry, "://") || strings.ContainsAny(c.Kubernetes.Registry, "@ "):
-		return bad("kubernetes.registry %q must be host[:port][/prefix], without a scheme, as an image reference has it", c.Kubernetes.Registry)
 	case c.Defaults.Timeout <= 0 || c.Defaults.Timeout > time.Hour:
 		return bad("defaults.timeout %s is out of range (more than 0, at most 1h)", sandbox.FormatDuration(c.Defaults.Timeout))
 	case c.MaxConcurrent <= 0:
@@ -552,6 +550,11 @@ func (c Config) Validate() error {
 		return bad("sessions.credits_per_session_hour: only 0 is supported: a session's cells are charged, its time is not")
 	case ss.OnShutdown != OnShutdownKeep && ss.OnShutdown != OnShutdownEnd:
 		return bad("sessions.on_shutdown %q: want %s or %s", ss.OnShutdown, OnShutdownKeep, OnShutdownEnd)
+	}
+	if c.Kubernetes.Registry != "" {
+		if _, err := registry.ParseReference(c.Kubernetes.Registry); err != nil {
+			return fmt.Errorf("config: kubernetes.registry: %w", err)
+		}
 	}
 	if err := c.checkPools(); err != nil {
 		return bad("%v", err)

@@ -184,6 +184,11 @@ func TestValidate(t *testing.T) {
 		func(c *Config) { c.Kubernetes.SeccompDir = "relative" },
 		func(c *Config) { c.Kubernetes.Registry = "http://10.0.0.1:5000" },
 		func(c *Config) { c.Kubernetes.Registry = "r:5000/python@sha256:00" },
+		// The registry's own grammar (registry.ParseReference), not only
+		// a scheme, "@" or a space.
+		func(c *Config) { c.Kubernetes.Registry = "registry.example/Team" },
+		func(c *Config) { c.Kubernetes.Registry = "registry_example:5000" },
+		func(c *Config) { c.Kubernetes.Registry = "registry.example//a" },
 	}
 	for i, mutate := range bad {
 		c := Default()
@@ -210,6 +215,11 @@ func TestValidate(t *testing.T) {
 	}
 	if d := Default(); d.IdleTimeout > 2*time.Minute || d.BodyTimeout > 30*time.Second {
 		t.Errorf("default bounds: got idle %s, body %s; want at most 2m and 30s", d.IdleTimeout, d.BodyTimeout)
+	}
+	c := Default()
+	c.Kubernetes.Registry = "registry.example:5000/team/stockade"
+	if err := c.Validate(); err != nil {
+		t.Errorf("kubernetes.registry %s: %v", c.Kubernetes.Registry, err)
 	}
 	if err := Default().Validate(); err != nil {
 		t.Errorf("the defaults: %v", err)

@@ -125,7 +125,7 @@ type Config struct {
 	// images carry (it names them: ImageRef). Required unless ImageRef is.
 	GuestPath string
 	// Registry, if set, is where `stockade image push` put the images:
-	// host[:port][/prefix] (ParseRegistry). Pods then name their image
+	// host[:port][/prefix] (registry.ParseReference). Pods then name their image
 	// Registry/<name>@<digest of NewOCIImage>, pulled IfNotPresent;
 	// empty means ImageRef(img, guest digest), imported on the node,
 	// never pulled.
@@ -208,7 +208,7 @@ func New(cfg Config) (*Driver, error) {
 	}
 	var reg *registry.Location
 	if cfg.Registry != "" {
-		loc, err := ParseRegistry(cfg.Registry)
+		loc, err := registry.ParseReference(cfg.Registry)
 		if err != nil {
 			return nil, err
 		}

@@ -51,10 +51,7 @@ const ImageDomain = "stockade.invalid"
 // driver under the same name.
 const archiveFormat = "k3"
 
-var (
-	repoName = regexp.MustCompile(`^[a-z0-9]+(?:[._-][a-z0-9]+)*$`)
-	sha256ID = regexp.MustCompile(`^sha256:[0-9a-f]{64}$`)
-)
+var sha256ID = regexp.MustCompile(`^sha256:[0-9a-f]{64}$`)
 
 // ImageRef is the name of img with the guest whose sha256 is guestHex, as
 // an image imported on the node:
@@ -69,7 +66,7 @@ func ImageRef(img sandbox.Image, guestHex string) (string, error) {
 		return "", fmt.Errorf("guest digest %q is too short: %w", guestHex, errdefs.ErrInvalidArgument)
 	}
 	name := img.Name
-	if !repoName.MatchString(name) {
+	if registry.ValidName(name) != nil {
 		name = "image"
 	}
 	return ImageDomain + "/" + name + ":" + img.Digest[len("sha256:"):][:12] + "-" + guestHex[:12] + "-" + archiveFormat, nil
@@ -85,6 +82,10 @@ func (d *Driver) imageRef(ctx context.Context, img sandbox.Image) (string, corev
 		return "", "", err
 	}
 	if d.registry != nil {
+		if err := registry.ValidName(img.Name); err != nil {
+			// A template the operator named so: no client mends it.
+			return "", "", fmt.Errorf("kubernetes: image %q cannot be in a registry: %w", img.Name, errdefs.Publicf("image %q cannot be pulled from kubernetes.registry: its name is not a repository name: %w", img.Name, errdefs.ErrFailedPrecondition))
+		}
 		digest, err := d.digests.digest(ctx, img, d.cfg.GuestPath, sum)
 		if err != nil {
 			return "", "", err
@@ -93,16 +94,6 @@ func (d *Driver) imageRef(ctx context.Context, img sandbox.Image) (string, corev
 	}
 	ref, err := ImageRef(img, sum)
 	return ref, corev1.PullNever, err
-}
-
-// ParseRegistry parses the registry of Config.Registry: host[:port][/prefix],
-// no scheme (the kubelet's image references have none; whether it pulls
-// over http is the node's containerd configuration).
-func ParseRegistry(s string) (registry.Location, error) {
-	if strings.Contains(s, "://") {
-		return registry.Location{}, errdefs.Publicf("kubernetes: registry %q names a scheme; want host[:port][/prefix], as an image reference has it: %w", s, errdefs.ErrInvalidArgument)
-	}
-	return registry.ParseLocation(s, true)
 }
 
 // OCIImage is a runtime image with the guest as an OCI image of one

@@ -108,6 +108,13 @@ func TestRegistryPush(t *testing.T) {
 	if want := addr + "/team/stockade/shell@" + digest; ref != want || pull != corev1.PullIfNotPresent {
 		t.Fatalf("pod image %s (%s), want %s (IfNotPresent)", ref, pull, want)
 	}
+	// A template whose name no repository may have: the operator's
+	// problem, not the client's request.
+	odd := img
+	odd.Name = "My_Template"
+	if _, _, err := d.imageRef(ctx, odd); !errdefs.IsFailedPrecondition(err) {
+		t.Fatalf("pod image of %q: %v, want FailedPrecondition", odd.Name, err)
+	}
 
 	m, raw, err := c.Manifest(ctx, "shell", digest)
 	if err != nil {

@@ -112,6 +112,17 @@ func ParseLocation(s string, insecure bool) (Location, error) {
 	return loc, nil
 }
 
+// ParseReference parses REGISTRY[/PREFIX] as an image reference names a
+// registry (kubernetes.registry): host[:port][/prefix], with no scheme
+// (whether a node pulls over http is its containerd's configuration),
+// in ParseLocation's grammar. The scheme of the Location is "https".
+func ParseReference(s string) (Location, error) {
+	if strings.Contains(s, "://") {
+		return Location{}, errdefs.Publicf("registry %q names a scheme; want host[:port][/prefix], as an image reference has it: %w", s, errdefs.ErrInvalidArgument)
+	}
+	return ParseLocation(s, false)
+}
+
 // Ref is the reference of a repository's image by digest, as a kubelet
 // pulls it: host/prefix/name@sha256:...
 func (l Location) Ref(name, digest string) string { return l.Repo(name) + "@" + digest }

@@ -41,6 +41,13 @@ func TestParseLocation(t *testing.T) {
 			t.Errorf("ParseLocation(%q): %v, want ErrInvalidArgument", tc.in, err)
 		}
 	}
+	// kubernetes.registry's form: no scheme, the same grammar.
+	for in, ok := range map[string]bool{"10.250.250.1:5000/stockade": true, "registry.example": true,
+		"http://127.0.0.1:5000": false, "registry.example/Team": false, "r:5000/a@sha256:00": false} {
+		if got, err := ParseReference(in); (err == nil) != ok || (ok && got.Scheme != "https") {
+			t.Errorf("ParseReference(%q) = %+v, %v; want ok %v", in, got, err, ok)
+		}
+	}
 	loc := Location{Host: "r:5000", Prefix: "a/b"}
 	if got := loc.Ref("python", "sha256:00"); got != "r:5000/a/b/python@sha256:00" {
 		t.Errorf("Ref = %s", got)
