@@ -116,7 +116,11 @@ func TestRegistryPush(t *testing.T) {
 		t.Fatalf("pod image of %q: %v, want FailedPrecondition", odd.Name, err)
 	}
 
-	m, raw, err := c.Manifest(ctx, "shell", digest)
+	raw := get(t, "http://"+addr+"/v2/team/stockade/shell/manifests/"+digest)
+	if sum := sha256.Sum256(raw); "sha256:"+hex.EncodeToString(sum[:]) != digest {
+		t.Fatalf("manifest %s answered by %s has another digest", digest, raw)
+	}
+	m, err := registry.ParseManifest(raw)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -145,6 +149,26 @@ func TestRegistryPush(t *testing.T) {
 	if got := "sha256:" + hex.EncodeToString(h.Sum(nil)); got != m.Layers[0].Digest || !names["usr/bin/tool"] || !names[strings.TrimPrefix(profile.GuestPath, "/")] {
 		t.Fatalf("layer %s (want %s) holds %v", got, m.Layers[0].Digest, names)
 	}
+}
+
+// get returns the body of a GET of u, which must answer 200.
+func get(t *testing.T, u string) []byte {
+	t.Helper()
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, u, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Accept", registry.MediaTypeManifest)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, registry.MaxManifestSize))
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET %s: %s, %v", u, resp.Status, err)
+	}
+	return body
 }
 
 // TestPullFailureClass holds the class of a pod whose image the kubelet

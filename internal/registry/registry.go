@@ -1,6 +1,7 @@
-// Package registry pushes images to, and reads manifests from, a registry
-// that speaks the OCI distribution API (Debian's docker-registry, Harbor,
-// a cloud's registry): what `stockade image push` needs, and no more.
+// Package registry pushes images to a registry that speaks the OCI
+// distribution API (Debian's docker-registry, Harbor, a cloud's registry),
+// and parses its manifests and error bodies: what `stockade image push`
+// and the kubernetes driver need, and no more.
 //
 // The few HTTP calls are written here by hand rather than taken from
 // github.com/google/go-containerregistry: the project keeps few
@@ -106,7 +107,7 @@ func ParseLocation(s string, insecure bool) (Location, error) {
 		}
 		loc.Prefix = prefix
 	}
-	if loc.Scheme == "http" && !insecure && !Loopback(loc.Host) {
+	if loc.Scheme == "http" && !insecure && !loopback(loc.Host) {
 		return bad("plain http to a host that is not loopback; use https, or --insecure on a network you trust")
 	}
 	return loc, nil
@@ -138,9 +139,9 @@ func (l Location) path(name string) string {
 	return l.Prefix + "/" + name
 }
 
-// Loopback tells whether host ("name" or "name:port") is this machine's:
+// loopback tells whether host ("name" or "name:port") is this machine's:
 // localhost or a loopback address.
-func Loopback(host string) bool {
+func loopback(host string) bool {
 	if h, _, err := net.SplitHostPort(host); err == nil {
 		host = h
 	}
@@ -182,7 +183,7 @@ type Client struct {
 // New returns a client of loc's registry. Basic auth is refused over
 // plain http to a host that is not loopback.
 func New(loc Location, opts Options) (*Client, error) {
-	if opts.Username != "" && loc.Scheme == "http" && !Loopback(loc.Host) {
+	if opts.Username != "" && loc.Scheme == "http" && !loopback(loc.Host) {
 		return nil, errdefs.Publicf("registry %s: refusing to send a password over plain http: %w", loc.Host, errdefs.ErrInvalidArgument)
 	}
 	c := &Client{loc: loc, opts: opts}
@@ -300,40 +301,6 @@ func (c *Client) Push(ctx context.Context, name, tag string, blobs []Blob, manif
 	}
 	st.ManifestPut = true
 	return digest, st, nil
-}
-
-// Manifest returns the manifest of name by digest, checked against the
-// digest.
-func (c *Client) Manifest(ctx context.Context, name, digest string) (Manifest, []byte, error) {
-	if !digestPattern.MatchString(digest) {
-		return Manifest{}, nil, fmt.Errorf("digest %q is not sha256:<hex>: %w", digest, errdefs.ErrInvalidArgument)
-	}
-	repo := c.loc.path(name)
-	req, err := c.request(ctx, http.MethodGet, c.url("/v2/"+repo+"/manifests/"+digest), nil)
-	if err != nil {
-		return Manifest{}, nil, err
-	}
-	req.Header.Set("Accept", MediaTypeManifest)
-	resp, err := c.do(req)
-	if err != nil {
-		return Manifest{}, nil, err
-	}
-	defer drain(resp)
-	if resp.StatusCode != http.StatusOK {
-		return Manifest{}, nil, answerError("getting manifest "+repo+"@"+digest, resp)
-	}
-	data, err := io.ReadAll(io.LimitReader(resp.Body, MaxManifestSize+1))
-	if err != nil {
-		return Manifest{}, nil, fmt.Errorf("reading manifest %s@%s: %v: %w", repo, digest, err, errdefs.ErrUnavailable)
-	}
-	if len(data) > MaxManifestSize {
-		return Manifest{}, nil, fmt.Errorf("manifest %s@%s is over %d bytes: %w", repo, digest, MaxManifestSize, errdefs.ErrTooLarge)
-	}
-	if sum := sha256.Sum256(data); "sha256:"+hex.EncodeToString(sum[:]) != digest {
-		return Manifest{}, nil, fmt.Errorf("registry %s answered manifest %s@%s with other content: %w", c.loc.Host, repo, digest, errdefs.ErrUnavailable)
-	}
-	m, err := ParseManifest(data)
-	return m, data, err
 }
 
 // blobExists asks the registry whether repo has the blob digest.
