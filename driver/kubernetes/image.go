@@ -133,9 +133,13 @@ func NewOCIImage(img sandbox.Image, guestPath string) (OCIImage, error) {
 	if err != nil {
 		return OCIImage{}, err
 	}
+	// The layer's size is what io.Copy counts.
 	h := sha256.New()
-	cw := &countWriter{w: h}
-	if err := writeTree(cw, img.Rootfs, guestPath); err != nil {
+	pr, pw := io.Pipe()
+	go func() { pw.CloseWithError(writeTree(pw, img.Rootfs, guestPath)) }()
+	size, err := io.Copy(h, pr)
+	pr.Close()
+	if err != nil {
 		return OCIImage{}, err
 	}
 	layerDigest := "sha256:" + hex.EncodeToString(h.Sum(nil))
@@ -148,7 +152,7 @@ func NewOCIImage(img sandbox.Image, guestPath string) (OCIImage, error) {
 		Name:   img.Name,
 		Tag:    tag[strings.LastIndexByte(tag, ':')+1:],
 		Config: registry.Blob{Digest: "sha256:" + hex.EncodeToString(cs[:]), Size: int64(len(config)), Write: func(w io.Writer) error { _, err := w.Write(config); return err }},
-		Layer: registry.Blob{Digest: layerDigest, Size: cw.n, Write: func(w io.Writer) error {
+		Layer: registry.Blob{Digest: layerDigest, Size: size, Write: func(w io.Writer) error {
 			return writeTree(w, img.Rootfs, guestPath)
 		}},
 	}
@@ -174,18 +178,6 @@ func imageConfig(layerDigest string) ([]byte, error) {
 		"config": map[string]any{"User": fmt.Sprintf("%d:%d", profile.Default().User.UID, profile.Default().User.GID)},
 		"rootfs": map[string]any{"type": "layers", "diff_ids": []string{layerDigest}},
 	})
-}
-
-// countWriter counts what goes through it.
-type countWriter struct {
-	w io.Writer
-	n int64
-}
-
-func (c *countWriter) Write(p []byte) (int, error) {
-	n, err := c.w.Write(p)
-	c.n += int64(n)
-	return n, err
 }
 
 // digestCache holds the manifest digests of the images the driver named,
