@@ -31,6 +31,7 @@ import (
 	"regexp"
 	"strings"
 	"time"
+	"unicode"
 
 	"github.com/stockade-sh/stockade/errdefs"
 )
@@ -515,7 +516,7 @@ const maxErrors = 8
 
 // ParseErrors returns the messages of a registry's error body
 // ({"errors": [{"code": ..., "message": ...}]}), at most maxErrors of
-// them, each cut to 200 bytes and stripped of control characters; none
+// them, each cut to 200 bytes and stripped of unprintable characters; none
 // if the body is not one.
 func ParseErrors(body []byte) []string {
 	var e struct {
@@ -541,15 +542,17 @@ func ParseErrors(body []byte) []string {
 	return out
 }
 
-// clean cuts s to 200 bytes (on a rune boundary) and replaces control
-// characters, so that a registry's message cannot forge lines.
+// clean cuts s to 200 bytes (on a rune boundary) and replaces what is
+// not printable (control characters, bidi and other format characters,
+// line separators), so that a registry's message can neither forge
+// lines nor reorder what a terminal shows.
 func clean(s string) string {
 	var b strings.Builder
 	for _, r := range s {
 		if b.Len() >= 200 {
 			break
 		}
-		if r < 0x20 || r == 0x7f || (r >= 0x80 && r < 0xa0) {
+		if !unicode.IsPrint(r) {
 			r = '?'
 		}
 		b.WriteRune(r)
