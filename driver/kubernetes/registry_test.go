@@ -178,7 +178,8 @@ func get(t *testing.T, u string) []byte {
 // may read; any other failure is ErrUnavailable, which a client retries.
 func TestPullFailureClass(t *testing.T) {
 	ref := "10.0.0.1:5000/stockade/python@sha256:" + strings.Repeat("0", 64)
-	notFound := `failed to pull and unpack image "` + ref + `": failed to resolve reference "` + ref + `": ` + ref + `: not found`
+	// As the test cluster's kubelet said it (TestClusterRegistry).
+	notFound := `rpc error: code = NotFound desc = failed to pull and unpack image "` + ref + `": failed to resolve image: ` + ref + `: not found`
 	for _, tc := range []struct {
 		image, reason, msg string
 		registry, push     bool
