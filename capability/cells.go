@@ -250,7 +250,7 @@ func (s *cells) pastTTL(ctx context.Context, workspaceID, id string, at time.Tim
 func (s *cells) endLost(ctx context.Context, workspaceID, id string, reason model.SessionEndReason) {
 	ctx = context.WithoutCancel(ctx)
 	if ss, err := s.st.GetSession(ctx, workspaceID, id); err == nil && ss.State == model.SessionActive {
-		if _, err := s.host.endSession(ctx, ss, Principal{}, reason, engine.EndedBySessionEnd); err != nil {
+		if _, err := s.host.endSession(ctx, ss, Principal{}, reason, "", engine.EndedBySessionEnd); err != nil {
 			s.log.Error("ending a session whose sandbox is lost", "session", ss.ID, "reason", reason, "err", err)
 		}
 	}

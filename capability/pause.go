@@ -163,7 +163,7 @@ func (s *sessionHost) pauseLocked(ctx context.Context, ss model.Session, by Prin
 	// cell could start meanwhile: the session's lock is held). The session
 	// cannot be served again: it ends failed, and its checkpoint with it.
 	s.log.Error("recording a session's pause", "session", ss.ID, "err", err)
-	if _, eerr := s.endLocked(context.WithoutCancel(ctx), ss, Principal{}, model.EndFailed, engine.EndedBySessionEnd); eerr != nil {
+	if _, eerr := s.endLocked(context.WithoutCancel(ctx), ss, Principal{}, model.EndFailed, "", engine.EndedBySessionEnd); eerr != nil {
 		s.log.Error("ending a session whose pause was not recorded", "session", ss.ID, "err", eerr)
 	}
 	return model.Session{}, fmt.Errorf("recording the pause of session %s, which has ended: %w", ss.ID, err)
@@ -221,7 +221,7 @@ func (s *sessionHost) resumeLocked(ctx context.Context, ss model.Session, by Pri
 			return model.Session{}, err
 		}
 		s.log.Error("a paused session's checkpoint cannot be restored", "session", ss.ID, "err", err)
-		if _, eerr := s.endLocked(context.WithoutCancel(ctx), ss, Principal{}, model.EndFailed, engine.EndedBySessionEnd); eerr != nil {
+		if _, eerr := s.endLocked(context.WithoutCancel(ctx), ss, Principal{}, model.EndFailed, "", engine.EndedBySessionEnd); eerr != nil {
 			return model.Session{}, fmt.Errorf("ending session %s, whose checkpoint cannot be restored: %w", ss.ID, eerr)
 		}
 		// The cause (with the checkpoint's path) is logged above; the

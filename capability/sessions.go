@@ -327,7 +327,7 @@ func (s *sessionHost) CloseSession(ctx context.Context, p Principal, id string) 
 	if err != nil {
 		return ss, err
 	}
-	return s.endSession(ctx, ss, p, model.EndClosed, engine.EndedBySessionEnd)
+	return s.endSession(ctx, ss, p, model.EndClosed, "", engine.EndedBySessionEnd)
 }
 
 // cancelWaitingCell cancels the cell of ended session ss that waits for
@@ -348,30 +348,21 @@ func (s *sessionHost) cancelWaitingCell(ctx context.Context, ss model.Session, r
 }
 
 // endSession ends ss for reason, as by (the zero Principal: the system),
-// and destroys its sandbox. A cell that runs is cut short with it: it
-// ends killed with ended_by cut (engine.EndedBySessionEnd, or
-// engine.EndedByShutdown when the daemon's shutdown ends the session),
-// charged as launched, with the output it had made.
-func (s *sessionHost) endSession(ctx context.Context, ss model.Session, by Principal, reason model.SessionEndReason, cut string) (model.Session, error) {
-	return s.endSessionWhy(ctx, ss, by, reason, "", cut)
-}
-
-// endSessionWhy is endSession with a detail saying in words why the
-// session ends (EndSession.Detail), for the system to give.
-func (s *sessionHost) endSessionWhy(ctx context.Context, ss model.Session, by Principal, reason model.SessionEndReason, detail, cut string) (model.Session, error) {
+// and destroys its sandbox. detail, which only the system gives, says in
+// words why the session ends (EndSession.Detail; "" for none). A cell
+// that runs is cut short with it: it ends killed with ended_by cut
+// (engine.EndedBySessionEnd, or engine.EndedByShutdown when the daemon's
+// shutdown ends the session), charged as launched, with the output it
+// had made.
+func (s *sessionHost) endSession(ctx context.Context, ss model.Session, by Principal, reason model.SessionEndReason, detail, cut string) (model.Session, error) {
 	unlock := s.trans.lock(ss.ID, true)
 	defer unlock()
-	return s.endLockedWhy(ctx, ss, by, reason, detail, cut)
+	return s.endLocked(ctx, ss, by, reason, detail, cut)
 }
 
 // endLocked is endSession with the session's lock held; it removes the
 // checkpoint of a paused session too.
-func (s *sessionHost) endLocked(ctx context.Context, ss model.Session, by Principal, reason model.SessionEndReason, cut string) (model.Session, error) {
-	return s.endLockedWhy(ctx, ss, by, reason, "", cut)
-}
-
-// endLockedWhy is endLocked with a detail (endSessionWhy).
-func (s *sessionHost) endLockedWhy(ctx context.Context, ss model.Session, by Principal, reason model.SessionEndReason, detail, cut string) (model.Session, error) {
+func (s *sessionHost) endLocked(ctx context.Context, ss model.Session, by Principal, reason model.SessionEndReason, detail, cut string) (model.Session, error) {
 	g := sessionGrant(ss)
 	step, err := Transition(g, EndSession{By: by, Reason: reason, Detail: detail, Cells: ss.Cells, At: s.opts.Now()})
 	if err != nil {

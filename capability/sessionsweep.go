@@ -52,7 +52,7 @@ func (s *sessionHost) adoptSessions(ctx context.Context) error {
 		if !now.Before(ss.ExpiresAt) {
 			reason, detail = model.EndTTL, ""
 		}
-		if _, err := s.endSessionWhy(ctx, ss, Principal{}, reason, detail, engine.EndedBySessionEnd); err != nil && !errdefs.IsFailedPrecondition(err) {
+		if _, err := s.endSession(ctx, ss, Principal{}, reason, detail, engine.EndedBySessionEnd); err != nil && !errdefs.IsFailedPrecondition(err) {
 			return fmt.Errorf("ending session %s, whose sandbox is gone: %w", ss.ID, err)
 		}
 		ended[reason]++
@@ -95,7 +95,7 @@ func (s *sessionHost) EndSessions(ctx context.Context) (int, error) {
 	n := 0
 	var errs []error
 	for _, ss := range append(active, paused...) {
-		_, err := s.endSession(ctx, ss, Principal{}, model.EndInterrupted, engine.EndedByShutdown)
+		_, err := s.endSession(ctx, ss, Principal{}, model.EndInterrupted, "", engine.EndedByShutdown)
 		switch {
 		case err == nil:
 			n++
@@ -162,7 +162,7 @@ func (s *sessionHost) sweepSessions(ctx context.Context) {
 
 // sweepEnd ends ss for reason, as the system.
 func (s *sessionHost) sweepEnd(ctx context.Context, ss model.Session, reason model.SessionEndReason) {
-	if _, err := s.endSession(ctx, ss, Principal{}, reason, engine.EndedBySessionEnd); err != nil && !errdefs.IsFailedPrecondition(err) && ctx.Err() == nil {
+	if _, err := s.endSession(ctx, ss, Principal{}, reason, "", engine.EndedBySessionEnd); err != nil && !errdefs.IsFailedPrecondition(err) && ctx.Err() == nil {
 		s.log.Error("ending a session", "session", ss.ID, "reason", reason, "err", err)
 	}
 }

@@ -466,7 +466,7 @@ func (s *snapshots) Fork(ctx context.Context, p Principal, id string, req wire.F
 			if f.ID == "" {
 				continue
 			}
-			if _, eerr := s.host.endSession(context.WithoutCancel(ctx), f, Principal{}, model.EndFailed, engine.EndedBySessionEnd); eerr != nil {
+			if _, eerr := s.host.endSession(context.WithoutCancel(ctx), f, Principal{}, model.EndFailed, "", engine.EndedBySessionEnd); eerr != nil {
 				s.log.Error("ending a fork of a fork that failed", "session", f.ID, "err", eerr)
 			}
 		}
