@@ -199,7 +199,10 @@ func (s *Service) Options() ServiceOptions { return s.opts }
 // with this service's owner is destroyed.
 func (s *Service) Start(ctx context.Context) error { return s.daemon.start(ctx) }
 
-// Close stops the expiry loop, cancels running executions, waits for
+// Close ends the sessions whose driver cannot re-attach a sandbox
+// (interrupted, with a detail saying so; their sandboxes destroyed: they
+// could not outlive the daemon), stops the expiry loop, cancels running
+// executions, waits for
 // them to be recorded and for their sandbox networks to be removed, then
 // ends the sandboxes created ahead for golden restores, makes the
 // daemon's last writes (its keys' last uses, the audit chains'
@@ -209,6 +212,14 @@ func (s *Service) Start(ctx context.Context) error { return s.daemon.start(ctx) 
 // ends, Close returns its cause and keeps the claim (the runs go on
 // recording), and may be called again.
 func (s *Service) Close(ctx context.Context) error {
+	// Before the runs stop: a cell running in such a session ends with it,
+	// killed by the daemon's shutdown. One left active (an error) ends at
+	// the next start, as after a crash.
+	if n, err := s.sessions.endUnattached(ctx); err != nil {
+		s.log.Error("ending the sessions whose driver cannot re-attach a sandbox; the next start ends those left", "ended", n, "err", err)
+	} else if n > 0 {
+		s.log.Info("ended the sessions whose driver cannot re-attach a sandbox", "ended", n)
+	}
 	if err := s.runs.close(ctx); err != nil {
 		return err
 	}

@@ -290,71 +290,178 @@ func TestUntrackKeepsTheNextCell(t *testing.T) {
 	}
 }
 
+// noReattachWhy is the sandboxfake driver's Lacks["Reattach"].
+const noReattachWhy = "the fake driver keeps no sandbox beyond its creator"
+
+// TestSessionWithoutReattachEndsAtStop stops a daemon that keeps its
+// sessions (sessions.on_shutdown: keep, the default) while it serves a
+// session on a driver that cannot re-attach a sandbox (the docker and
+// kubernetes drivers), whose cell runs: Close ends it interrupted, with a
+// detail a user reads (on its record and in its session.ended event),
+// destroys its sandbox, and its cell ends killed by the shutdown. A
+// session on a driver that re-attaches stays active, its sandbox kept.
+func TestSessionWithoutReattachEndsAtStop(t *testing.T) {
+	for _, tt := range []struct {
+		name       string
+		noReattach bool
+	}{
+		{"without Reattach", true},
+		{"with Reattach", false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			ctx := t.Context()
+			hold := make(chan struct{})
+			defer close(hold)
+			drv := &sandboxfake.Driver{ID: "kubernetes", Tier: sandbox.TierGVisor, Sessions: true, NoReattach: tt.noReattach, Echo: true, Hold: hold}
+			env := newServiceEnv(t, nil, drv, noApprovalPolicy(), ServiceOptions{})
+			created, err := env.svc.CreateSession(ctx, env.agent, CreateSessionRequest{Runtime: "python"}, CreateSessionOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ss := created.Session
+			inv, err := env.svc.ExecCell(ctx, env.agent, ss.ID, CellRequest{Code: "x = 1"}, InvokeOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			env.waitStatus(t, inv.Execution.ID, model.StatusRunning)
+			if n := drv.Destroyed(); n != 0 {
+				t.Fatalf("before Close: %d sandboxes destroyed, want none", n)
+			}
+			env.svc.Close(t.Context()) // keeps its sessions, as a daemon's stop does by default
+
+			got, err := env.st.GetSession(ctx, env.ws.ID, ss.ID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ex, err := env.st.GetExecution(ctx, env.ws.ID, inv.Execution.ID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !tt.noReattach {
+				if got.State != model.SessionActive || drv.Destroyed() != 0 {
+					t.Errorf("the session: got %s (%s), %d sandboxes destroyed; want it active, its sandbox kept", got.State, got.EndReason, drv.Destroyed())
+				}
+				return
+			}
+			const want = "the daemon stopped and driver kubernetes cannot re-attach a sandbox: " + noReattachWhy
+			if got.State != model.SessionEnded || got.EndReason != model.EndInterrupted || got.EndDetail != want {
+				t.Errorf("the session: got %s (%s: %q), want ended interrupted: %q", got.State, got.EndReason, got.EndDetail, want)
+			}
+			if n := drv.Destroyed(); n != 1 {
+				t.Errorf("after Close: %d sandboxes destroyed, want the session's", n)
+			}
+			var res CellResultDoc
+			if err := json.Unmarshal(ex.Result, &res); err != nil {
+				t.Fatalf("the cell's result %s: %v", ex.Result, err)
+			}
+			if ex.Status != model.StatusKilled || res.EndedBy != engine.EndedByShutdown {
+				t.Errorf("the running cell: got %s ended_by %q, want killed ended_by %q", ex.Status, res.EndedBy, engine.EndedByShutdown)
+			}
+			evs := env.events(t, "session.ended")
+			if len(evs) != 1 || evs[0].Actor != "system" || !strings.Contains(evs[0].Reason, want) {
+				t.Errorf("session.ended events: got %+v, want one by the system whose reason says %q", evs, want)
+			}
+		})
+	}
+}
+
 // reapingDriver is a driver that keeps sessions without re-attaching
-// them, whose Reap records what it was asked to reap.
+// them, whose Reap destroys the sandboxes its live sessions had and
+// records what it was asked to reap.
 type reapingDriver struct {
 	*sandboxfake.Driver
+	// live are the sessions a crashed daemon left behind, whose
+	// sandboxes Reap destroys.
+	live   []*engine.Session
 	reaped []map[string]string
 }
 
-func (d *reapingDriver) Reap(_ context.Context, match map[string]string) ([]string, error) {
+func (d *reapingDriver) Reap(ctx context.Context, match map[string]string) ([]string, error) {
 	d.reaped = append(d.reaped, match)
-	return []string{"fake"}, nil
+	var ids []string
+	for _, s := range d.live {
+		if err := s.Close(ctx); err != nil {
+			return ids, err
+		}
+		ids = append(ids, s.SandboxID())
+	}
+	d.live = nil
+	return ids, nil
 }
 
-// TestSessionWithoutReattachEndsAtRestart serves a session on a driver
-// that cannot re-attach a sandbox (the docker and kubernetes drivers):
-// its cells run, and the next daemon's start ends it interrupted, with a
-// detail a user reads (on its record, in its session.ended event and in
-// the refusal of its next cell), and reaps its sandbox by the daemon's
-// owner label.
+// TestSessionWithoutReattachEndsAtRestart serves sessions on a driver
+// that cannot re-attach a sandbox (the docker and kubernetes drivers),
+// whose daemon crashes: their cells ran, and the next daemon's start ends
+// each interrupted, with a detail a user reads (on its record, in its
+// session.ended event and in the refusal of its next cell), even one
+// whose TTL has passed meanwhile (its sandbox died with its daemon, not
+// at its TTL), and reaps their sandboxes by the daemon's owner label.
 func TestSessionWithoutReattachEndsAtRestart(t *testing.T) {
 	ctx := t.Context()
+	t0 := time.Now()
+	clock := &testClock{now: t0}
 	drv := &sandboxfake.Driver{ID: "kubernetes", Tier: sandbox.TierGVisor, Sessions: true, NoReattach: true, Echo: true}
-	env := newServiceEnv(t, nil, drv, noApprovalPolicy(), ServiceOptions{})
-	created, err := env.svc.CreateSession(ctx, env.agent, CreateSessionRequest{Runtime: "python"}, CreateSessionOptions{})
-	if err != nil {
-		t.Fatalf("a session on a driver without Reattach: %v", err)
+	env := newServiceEnv(t, nil, drv, noApprovalPolicy(), ServiceOptions{Now: clock.Now})
+	var ids []string
+	for _, ttl := range []time.Duration{time.Minute, 2 * time.Hour} {
+		created, err := env.svc.CreateSession(ctx, env.agent, CreateSessionRequest{Runtime: "python", TTLMS: ttl.Milliseconds()}, CreateSessionOptions{})
+		if err != nil {
+			t.Fatalf("a session on a driver without Reattach: %v", err)
+		}
+		ss := created.Session
+		ids = append(ids, ss.ID)
+		inv, err := env.svc.ExecCell(ctx, env.agent, ss.ID, CellRequest{Code: "x = 1"}, InvokeOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, err := env.svc.Wait(ctx, env.agent, inv.Execution.ID, 10*time.Second); err != nil || got.Status != model.StatusSucceeded {
+			t.Fatalf("a cell: got %+v, %v; want it succeeded", got, err)
+		}
 	}
-	ss := created.Session
-	if specs := drv.Specs(); len(specs) != 1 || specs[0].Detached {
-		t.Fatalf("the sandboxes asked for: got %+v, want one not detached", specs)
+	if specs := drv.Specs(); len(specs) != 2 || specs[0].Detached || specs[1].Detached {
+		t.Fatalf("the sandboxes asked for: got %+v, want two not detached", specs)
 	}
-	inv, err := env.svc.ExecCell(ctx, env.agent, ss.ID, CellRequest{Code: "x = 1"}, InvokeOptions{})
-	if err != nil {
+	// The daemon crashes: its claim on the database goes, its sessions
+	// stay active, their sandboxes behind.
+	restarted := &reapingDriver{Driver: drv}
+	for _, id := range ids {
+		restarted.live = append(restarted.live, env.svc.sessions.sessions.get(id).Session)
+	}
+	if err := env.svc.daemon.claim.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if got, err := env.svc.Wait(ctx, env.agent, inv.Execution.ID, 10*time.Second); err != nil || got.Status != model.StatusSucceeded {
-		t.Fatalf("a cell: got %+v, %v; want it succeeded", got, err)
-	}
-	env.svc.Close(t.Context()) // keeps its sessions, as a daemon's stop does by default
 
-	restarted := &reapingDriver{Driver: drv}
+	clock.set(t0.Add(time.Hour)) // past the first session's TTL
 	eng, err := engine.New(map[string]sandbox.Driver{drv.ID: restarted}, drv.ID, sandboxfake.Images{}, sandbox.DefaultLimits(), sandbox.DefaultCeiling())
 	if err != nil {
 		t.Fatal(err)
 	}
-	svc := NewService(eng, env.st, ServiceOptions{})
+	svc := NewService(eng, env.st, ServiceOptions{Now: clock.Now})
+	if drv.Destroyed() != 0 {
+		t.Fatalf("before the restart: %d sandboxes destroyed, want none", drv.Destroyed())
+	}
 	if err := svc.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { svc.Close(context.Background()) })
-	const want = "the daemon restarted and driver kubernetes cannot re-attach a sandbox: the fake driver keeps no sandbox beyond its creator"
-	got, err := env.st.GetSession(ctx, env.ws.ID, ss.ID)
-	if err != nil {
-		t.Fatal(err)
+	const want = "the daemon restarted and driver kubernetes cannot re-attach a sandbox: " + noReattachWhy
+	for i, id := range ids {
+		got, err := env.st.GetSession(ctx, env.ws.ID, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.State != model.SessionEnded || got.EndReason != model.EndInterrupted || got.EndDetail != want {
+			t.Errorf("session %d: got %s (%s: %q), want ended interrupted: %q", i, got.State, got.EndReason, got.EndDetail, want)
+		}
 	}
-	if got.State != model.SessionEnded || got.EndReason != model.EndInterrupted || got.EndDetail != want {
-		t.Errorf("the session: got %s (%s: %q), want ended interrupted: %q", got.State, got.EndReason, got.EndDetail, want)
-	}
-	if len(restarted.reaped) != 1 || restarted.reaped[0][engine.LabelOwner] != "stockade" {
-		t.Errorf("Reap: got %v, want one call for the daemon's owner label", restarted.reaped)
+	if len(restarted.reaped) != 1 || restarted.reaped[0][engine.LabelOwner] != "stockade" || drv.Destroyed() != 2 {
+		t.Errorf("Reap: got calls %v, %d sandboxes destroyed; want one call for the daemon's owner label, which destroyed the sessions' two", restarted.reaped, drv.Destroyed())
 	}
 	evs := env.events(t, "session.ended")
-	if len(evs) != 1 || evs[0].Actor != "system" || !strings.Contains(evs[0].Reason, want) {
-		t.Errorf("session.ended events: got %+v, want one by the system whose reason says %q", evs, want)
+	if len(evs) != 2 || evs[0].Actor != "system" || !strings.Contains(evs[0].Reason, want) || !strings.Contains(evs[1].Reason, want) {
+		t.Errorf("session.ended events: got %+v, want two by the system whose reasons say %q", evs, want)
 	}
-	_, err = svc.ExecCell(ctx, env.agent, ss.ID, CellRequest{Code: "x"}, InvokeOptions{})
+	_, err = svc.ExecCell(ctx, env.agent, ids[1], CellRequest{Code: "x"}, InvokeOptions{})
 	var expired *SessionExpiredError
 	if !errors.As(err, &expired) || !strings.Contains(err.Error(), want) {
 		t.Errorf("a cell after the restart: got %v, want session_expired saying %q", err, want)

@@ -13,11 +13,13 @@ import (
 // adoptSessions serves again, at the daemon's start, the sessions a
 // previous daemon left active: each whose sandbox its driver re-attaches
 // (with its kernel) is served; each other ends interrupted, with a detail
-// saying why (lostDetail: a session on a driver that cannot re-attach
-// ends so at every restart, its sandbox reaped next), or ttl when
-// its TTL has passed (its sandbox ended itself then: SandboxGrace); a
-// sandbox no active session names is destroyed (by the drivers'
-// Reattach).
+// saying why (lostDetail), or ttl when its TTL has passed and its driver
+// re-attaches (its sandbox ended itself then: SandboxGrace). A session on
+// a driver that cannot re-attach died with the daemon that opened it,
+// whenever that was, so it always ends interrupted: a daemon that stops
+// ends such sessions itself (endUnattached), so they are left only by a
+// daemon that crashed, and their sandboxes are reaped next. A sandbox no
+// active session names is destroyed (by the drivers' Reattach).
 func (s *sessionHost) adoptSessions(ctx context.Context) error {
 	active, err := s.st.ListActiveSessions(ctx)
 	if err != nil {
@@ -47,9 +49,10 @@ func (s *sessionHost) adoptSessions(ctx context.Context) error {
 			continue
 		}
 		// Past its TTL, its sandbox ended itself there (or would have):
-		// the session ends as the daemon would have ended it.
+		// the session ends as the daemon would have ended it. One on a
+		// driver that cannot re-attach died with its daemon, before.
 		reason, detail := model.EndInterrupted, s.lostDetail(ss)
-		if !now.Before(ss.ExpiresAt) {
+		if !now.Before(ss.ExpiresAt) && s.runner.NoReattach(ss.Driver) == "" {
 			reason, detail = model.EndTTL, ""
 		}
 		if _, err := s.endSession(ctx, ss, Principal{}, reason, detail, engine.EndedBySessionEnd); err != nil && !errdefs.IsFailedPrecondition(err) {
@@ -68,10 +71,44 @@ func (s *sessionHost) adoptSessions(ctx context.Context) error {
 // session on it lives as long as the daemon that opened it, and its
 // sandbox is reaped now), or its sandbox was not found.
 func (s *sessionHost) lostDetail(ss model.Session) string {
-	if why := s.runner.NoReattach(ss.Driver); why != "" {
-		return fmt.Sprintf("the daemon restarted and driver %s cannot re-attach a sandbox: %s", ss.Driver, why)
+	if d := s.noReattachDetail(ss, "restarted"); d != "" {
+		return d
 	}
 	return "the daemon restarted and found no live sandbox for it"
+}
+
+// noReattachDetail says, for the detail of session ss's end, that the
+// daemon did what (stopped, restarted) and that ss's driver cannot
+// re-attach a sandbox, and why; "" for a driver that can.
+func (s *sessionHost) noReattachDetail(ss model.Session, did string) string {
+	why := s.runner.NoReattach(ss.Driver)
+	if why == "" {
+		return ""
+	}
+	return fmt.Sprintf("the daemon %s and driver %s cannot re-attach a sandbox: %s", did, ss.Driver, why)
+}
+
+// endUnattached ends, as the daemon stops, every active session whose
+// driver cannot re-attach a sandbox (engine.Engine.NoReattach), whatever
+// sessions.on_shutdown says: its sandbox cannot outlive this daemon (its
+// kernel ends with the daemon's stream to it), and left alone it would
+// stay behind, stopped (a docker container, a kubernetes pod), and the
+// session active, until a next start on the same database. Each ends as
+// EndSessions ends a session, interrupted, with a detail saying why, and
+// its sandbox is destroyed. It returns how many it ended. Close calls it
+// once no request comes in any more and before the runs stop.
+func (s *sessionHost) endUnattached(ctx context.Context) (int, error) {
+	active, err := s.st.ListActiveSessions(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("listing the sessions whose driver cannot re-attach: %w", err)
+	}
+	var lost []model.Session
+	for _, ss := range active {
+		if s.runner.NoReattach(ss.Driver) != "" {
+			lost = append(lost, ss)
+		}
+	}
+	return s.endAtShutdown(ctx, lost, func(ss model.Session) string { return s.noReattachDetail(ss, "stopped") })
 }
 
 // EndSessions ends every session of the daemon, active or paused, as the
@@ -92,10 +129,17 @@ func (s *sessionHost) EndSessions(ctx context.Context) (int, error) {
 	if err != nil {
 		return 0, fmt.Errorf("listing the sessions to end: %w", err)
 	}
+	return s.endAtShutdown(ctx, append(active, paused...), func(model.Session) string { return "" })
+}
+
+// endAtShutdown ends sessions as the system, interrupted, each with
+// detail's words, as the daemon stops; see EndSessions. It returns how
+// many it ended.
+func (s *sessionHost) endAtShutdown(ctx context.Context, sessions []model.Session, detail func(model.Session) string) (int, error) {
 	n := 0
 	var errs []error
-	for _, ss := range append(active, paused...) {
-		_, err := s.endSession(ctx, ss, Principal{}, model.EndInterrupted, "", engine.EndedByShutdown)
+	for _, ss := range sessions {
+		_, err := s.endSession(ctx, ss, Principal{}, model.EndInterrupted, detail(ss), engine.EndedByShutdown)
 		switch {
 		case err == nil:
 			n++

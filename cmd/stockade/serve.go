@@ -52,11 +52,12 @@ Stopping it: SIGTERM, SIGINT or SIGHUP stops the daemon and, with
 running, for the next start on the same state directory and database to
 serve them again; a session no daemon serves any more ends by itself
 shortly after its ttl. A session on a driver that cannot re-attach a
-sandbox (docker, kubernetes) is not served again: the next start deletes
-its sandbox and ends it (interrupted, with an end_detail saying why). With --sessions-on-shutdown=end, or on SIGUSR2
-whatever that says, the daemon ends every session first (reason
-interrupted, audited; a running cell is killed), for a daemon stopped
-for good.`
+sandbox (docker, kubernetes) cannot outlive its daemon: at every stop
+the daemon destroys its sandbox and ends it (interrupted, with an
+end_detail saying why), and after a crash the next start does. With
+--sessions-on-shutdown=end, or on SIGUSR2 whatever that says, the
+daemon ends every session first (reason interrupted, audited; a running
+cell is killed), for a daemon stopped for good.`
 
 func serveCmd(ctx context.Context, args []string) int {
 	fs, cfg, load := serveFlags()
@@ -479,7 +480,7 @@ func sessionFlags(fs *flag.FlagSet, s *config.Sessions) {
 	fs.Var(&s.WorkspaceSize, "sessions-workspace-size", "size of a session's /workspace tmpfs, e.g. 256MiB")
 	fs.Var(&s.MaxWorkspaceSize, "sessions-max-workspace-size", "ceiling of sessions.workspace_size")
 	fs.Var(&s.MaxFileSize, "sessions-max-file-size", "largest file moved into or out of a session, e.g. 64MiB")
-	fs.StringVar(&s.OnShutdown, "sessions-on-shutdown", s.OnShutdown, "keep: a stopped daemon leaves its sessions running for the next start (each ends by itself after its ttl); end: it ends them first (SIGUSR2 ends them whatever this says)")
+	fs.StringVar(&s.OnShutdown, "sessions-on-shutdown", s.OnShutdown, "keep: a stopped daemon leaves its sessions running for the next start (each ends by itself after its ttl; those on a driver that cannot re-attach, docker and kubernetes, end at every stop); end: it ends them first (SIGUSR2 ends them whatever this says)")
 	durationFlag(fs, &s.PauseAfterIdle, "sessions-pause-after-idle", s.PauseAfterIdle, "pause a session no cell ran in for so long instead of ending it (gvisor; 0: off)")
 	fs.StringVar(&s.CheckpointDir, "sessions-checkpoint-dir", s.CheckpointDir, "directory of paused sessions' checkpoints (default DATA_DIR/checkpoints)")
 	fs.IntVar(&s.MaxForks, "sessions-max-forks", s.MaxForks, "the most sessions one fork starts (0: the default, 16)")

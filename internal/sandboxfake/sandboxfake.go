@@ -54,8 +54,9 @@ type Driver struct {
 	// sandboxes run off this host.
 	Remote bool
 
-	mu    sync.Mutex
-	specs []sandbox.Spec
+	mu        sync.Mutex
+	specs     []sandbox.Spec
+	destroyed int
 }
 
 func (d *Driver) Name() string { return d.ID }
@@ -83,7 +84,7 @@ func (d *Driver) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Sandbox
 	if d.CreateErr != nil {
 		return nil, d.CreateErr
 	}
-	sb := fakeSandbox{hold: d.Hold, holdDestroy: d.HoldDestroy, echo: d.Echo}
+	sb := fakeSandbox{drv: d, hold: d.Hold, holdDestroy: d.HoldDestroy, echo: d.Echo}
 	if d.Sessions {
 		return sessionSandbox{fakeSandbox: sb, lose: d.Lose}, nil
 	}
@@ -97,7 +98,16 @@ func (d *Driver) Specs() []sandbox.Spec {
 	return append([]sandbox.Spec(nil), d.specs...)
 }
 
+// Destroyed returns how many of its sandboxes were destroyed (Destroy
+// called and returned).
+func (d *Driver) Destroyed() int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.destroyed
+}
+
 type fakeSandbox struct {
+	drv               *Driver
 	hold, holdDestroy chan struct{}
 	echo              bool
 }
@@ -151,6 +161,9 @@ func (s fakeSandbox) Destroy(context.Context) error {
 	if s.holdDestroy != nil {
 		<-s.holdDestroy
 	}
+	s.drv.mu.Lock()
+	s.drv.destroyed++
+	s.drv.mu.Unlock()
 	return nil
 }
 
