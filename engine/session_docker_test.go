@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"os"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/stockade-sh/stockade/driver/docker"
@@ -12,6 +13,21 @@ import (
 	"github.com/stockade-sh/stockade/internal/testenv"
 	"github.com/stockade-sh/stockade/sandbox"
 )
+
+// specsOf is a driver that records the specs of the sandboxes it is asked
+// for.
+type specsOf struct {
+	*docker.Driver
+	mu    sync.Mutex
+	specs []sandbox.Spec
+}
+
+func (d *specsOf) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Sandbox, error) {
+	d.mu.Lock()
+	d.specs = append(d.specs, spec)
+	d.mu.Unlock()
+	return d.Driver.Create(ctx, spec)
+}
 
 // TestSessionDocker opens a session on the docker driver, which keeps
 // sessions without re-attaching them: its container is not detached, a
@@ -31,7 +47,8 @@ func TestSessionDocker(t *testing.T) {
 	if err := d.Health(t.Context()); err != nil {
 		t.Fatalf("Health: %v", err)
 	}
-	e, err := New(map[string]sandbox.Driver{"docker": d}, "docker", image.Open(testenv.DataDir()), sandbox.DefaultLimits(), sandbox.DefaultCeiling())
+	rec := &specsOf{Driver: d}
+	e, err := New(map[string]sandbox.Driver{"docker": rec}, "docker", image.Open(testenv.DataDir()), sandbox.DefaultLimits(), sandbox.DefaultCeiling())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -39,6 +56,12 @@ func TestSessionDocker(t *testing.T) {
 	s, err := e.OpenSession(ctx, SessionSpec{Runtime: "python", Workspace: 16 << 20})
 	if err != nil {
 		t.Fatalf("a session on docker: %v", err)
+	}
+	rec.mu.Lock()
+	specs := rec.specs
+	rec.mu.Unlock()
+	if len(specs) != 1 || specs[0].Detached || specs[0].Workspace != 16<<20 {
+		t.Errorf("the sandboxes asked for: got %+v, want one not detached with a 16 MiB /workspace", specs)
 	}
 	closed := false
 	t.Cleanup(func() {
