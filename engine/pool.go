@@ -160,8 +160,8 @@ func (e *Engine) SetPoolObserver(o PoolObserver) { e.poolObs = o }
 // gone. A pool whose tool or
 // runtime cannot pool (no started interpreter for the runtime, a tool with
 // mounts or credentials) is an error; one on a driver without Binder
-// (docker), or a session pool on one that cannot keep sessions, is logged
-// and left out.
+// (docker), or a session pool on one that cannot keep sessions or
+// re-attach a sandbox, is logged and left out.
 func (e *Engine) StartPools(ctx context.Context, labels map[string]string) (stop func(), err error) {
 	ctx, cancel := context.WithCancel(ctx)
 	e.poolsMu.Lock()
@@ -268,10 +268,19 @@ func (e *Engine) newPool(s PoolSpec, owner map[string]string, session bool) (*po
 // sessionKind makes p, of s, a session pool: its sandboxes have the limits
 // of a cold session's (the tool's) and the daemon's session /workspace,
 // and their kernels import poolModules.
+//
+// A session pool needs a driver that keeps sessions (keepsSessions) and
+// re-attaches a sandbox: its sandboxes are detached, to outlive a daemon
+// that restarts, as a cold session's are where the driver can.
 func (e *Engine) sessionKind(p *pool, s PoolSpec) error {
-	if c := p.drv.Capabilities(); !c.Reattach || !c.Kernels || !c.Files {
-		return fmt.Errorf("session pool of tool %q, runtime %q: the %s driver cannot keep sessions: %w",
-			s.Tool, s.Runtime, p.drv.Name(), errNoBinder)
+	c := p.drv.Capabilities()
+	if !keepsSessions(c) {
+		return fmt.Errorf("session pool of tool %q, runtime %q: the %s driver cannot keep sessions (%s): %w",
+			s.Tool, s.Runtime, p.drv.Name(), lacksForSessions(c), errNoBinder)
+	}
+	if why := noReattach(c); why != "" {
+		return fmt.Errorf("session pool of tool %q, runtime %q: session pools need a driver that re-attaches a sandbox, and the %s driver cannot (%s): %w",
+			s.Tool, s.Runtime, p.drv.Name(), why, errNoBinder)
 	}
 	if e.poolOpts.SessionWorkspace <= 0 {
 		return fmt.Errorf("session pool of tool %q, runtime %q: the sessions' /workspace size is not set: %w", s.Tool, s.Runtime, errdefs.ErrInvalidArgument)

@@ -217,15 +217,19 @@ func (e *Engine) NoReattach(driver string) string {
 	if !ok {
 		return ""
 	}
-	c := d.Capabilities()
+	return noReattach(d.Capabilities())
+}
+
+// noReattach says why a driver of capabilities c cannot re-attach a
+// sandbox; "" when it can.
+func noReattach(c sandbox.Capabilities) string {
 	if c.Reattach {
 		return ""
 	}
-	why := c.Lacks["Reattach"]
-	if why == "" {
-		why = "it keeps no sandbox beyond the process that created it"
+	if why := c.Lacks["Reattach"]; why != "" {
+		return why
 	}
-	return why
+	return "it keeps no sandbox beyond the process that created it"
 }
 
 // OpenSession creates a session's sandbox (detached where its driver can

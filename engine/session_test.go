@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"maps"
 	"slices"
 	"strings"
@@ -449,5 +450,31 @@ func TestSessionWithoutReattach(t *testing.T) {
 	}
 	if why := e2.NoReattach(local.ID); why != "" {
 		t.Errorf("NoReattach of a driver that re-attaches: got %q, want none", why)
+	}
+}
+
+// TestSessionPoolNeedsReattach: a session pool's sandboxes are detached,
+// so a driver that keeps sessions but cannot re-attach a sandbox (the
+// docker and kubernetes drivers) keeps no session pool, and the refusal
+// says why; one that re-attaches does.
+func TestSessionPoolNeedsReattach(t *testing.T) {
+	e := &Engine{poolOpts: PoolOptions{SessionWorkspace: 1 << 20}}
+	spec := PoolSpec{Tool: "python", Runtime: "python", Sessions: 1}
+	for _, tt := range []struct {
+		drv  *sandboxfake.Driver
+		want string // "" for none
+	}{
+		{&sandboxfake.Driver{ID: "kubernetes", Tier: sandbox.TierGVisor, Sessions: true, NoReattach: true},
+			"session pools need a driver that re-attaches a sandbox, and the kubernetes driver cannot (the fake driver keeps no sandbox beyond its creator)"},
+		{&sandboxfake.Driver{ID: "vercel", Tier: sandbox.TierGVisor}, "the vercel driver cannot keep sessions"},
+		{&sandboxfake.Driver{ID: "gvisor", Tier: sandbox.TierGVisor, Sessions: true}, ""},
+	} {
+		err := e.sessionKind(&pool{drv: tt.drv}, spec)
+		switch {
+		case tt.want == "" && err != nil:
+			t.Errorf("driver %s: got %v, want a session pool", tt.drv.ID, err)
+		case tt.want != "" && (!errors.Is(err, errNoBinder) || !strings.Contains(fmt.Sprint(err), tt.want)):
+			t.Errorf("driver %s: got %v, want no pool on this tier saying %q", tt.drv.ID, err, tt.want)
+		}
 	}
 }
