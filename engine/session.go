@@ -233,11 +233,10 @@ func noReattach(c sandbox.Capabilities) string {
 }
 
 // OpenSession creates a session's sandbox (detached where its driver can
-// re-attach it) and starts its
-// kernel, or takes a session pool's sandbox whose kernel is ready when
-// one serves spec (pool.go), or restores its template's golden
-// checkpoint when it has one (golden.go). Nothing is left behind on
-// error.
+// re-attach it) and starts its kernel, or takes a session pool's sandbox
+// whose kernel is ready when one serves spec (pool.go), or restores its
+// template's golden checkpoint when it has one (golden.go). Nothing is
+// left behind on error.
 func (e *Engine) OpenSession(ctx context.Context, spec SessionSpec) (_ *Session, err error) {
 	tool, drv, rt, err := e.CheckSession(spec)
 	if err != nil {

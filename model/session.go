@@ -55,7 +55,9 @@ type Session struct {
 	State       SessionState
 	// EndReason and EndedAt are set once it ended; EndDetail, when not
 	// empty, says in words a user reads why, where EndReason alone does
-	// not (an interrupted session whose driver cannot re-attach).
+	// not: an interrupted session whose daemon stopped or restarted, and
+	// whose driver cannot re-attach a sandbox, or whose sandbox the
+	// restarted daemon did not find.
 	EndReason SessionEndReason
 	EndDetail string
 	EndedAt   time.Time

@@ -36,7 +36,9 @@ type Session struct {
 	// State is active, paused or ended; EndedAt and EndReason (closed,
 	// idle_timeout, ttl, interrupted, failed) are set once it ended, with
 	// EndDetail when the reason alone does not say why (an interrupted
-	// session whose driver cannot re-attach), PausedAt and CheckpointBytes
+	// session whose daemon stopped or restarted: its driver cannot
+	// re-attach a sandbox, or its sandbox was not found after a
+	// restart), PausedAt and CheckpointBytes
 	// while it is paused.
 	State           string     `json:"state"`
 	Network         string     `json:"network"`
