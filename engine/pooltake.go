@@ -30,8 +30,13 @@ func (p *pool) serves(req Request, tool tools.Tool, limits sandbox.Limits) bool 
 
 // fits says whether a pool sandbox can take limits: by a Bind (tighter
 // memory and CPU, and for a session's a shorter timeout) or by the engine
-// (a one-shot's shorter timeout); its output cap, /tmp size and pids stay.
+// (a one-shot's shorter timeout); its output cap, /tmp size and pids stay,
+// and so do its memory and CPU where Bind cannot change them
+// (Capabilities.BindFixedLimits: a Kubernetes pod's resources).
 func (p *pool) fits(limits sandbox.Limits) bool {
+	if p.drv.Capabilities().BindFixedLimits && (limits.Memory != p.base.Memory || limits.CPU != p.base.CPU) {
+		return false
+	}
 	return limits.Check(p.base) == nil && limits.OutputCap == p.base.OutputCap &&
 		limits.TmpSize == p.base.TmpSize && limits.Pids == p.base.Pids
 }

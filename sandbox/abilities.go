@@ -200,7 +200,9 @@ type Binder interface {
 	// one of a sandbox Create made, is ErrFailedPrecondition. Its labels
 	// are added to the sandbox's (a key it has already is
 	// ErrInvalidArgument) and its limits may only tighten (a field above
-	// the sandbox's is ErrInvalidArgument). Nothing changes on error.
+	// the sandbox's is ErrInvalidArgument; with
+	// Capabilities.BindFixedLimits, memory or CPU other than the
+	// sandbox's too). Nothing changes on error.
 	Bind(ctx context.Context, sb Sandbox, b Binding) error
 }
 

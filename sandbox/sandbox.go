@@ -100,6 +100,12 @@ type Capabilities struct {
 	// BindEgress is true when Bind can give an unbound sandbox its egress
 	// network (Binding.Egress); false when only CreateUnbound can.
 	BindEgress bool
+	// BindFixedLimits is true when Bind cannot change a sandbox's memory
+	// and CPU (a Kubernetes pod's resources are fixed once it runs): a
+	// Binding whose memory or CPU differs from the sandbox's is then
+	// ErrInvalidArgument, and a pool serves only requests with the
+	// limits its sandboxes were created with.
+	BindFixedLimits bool
 	// Lacks says, for each of the flags above (and BindEgress) that is
 	// false, why the driver cannot do it, keyed by the flag's name
 	// ("Snapshots"): the reason an operator reads where a tier refuses.

@@ -53,6 +53,9 @@ type Driver struct {
 	// Remote makes it a remote driver (Capabilities.Remote), whose
 	// sandboxes run off this host.
 	Remote bool
+	// BindFixedLimits makes it say that its Bind cannot change memory and
+	// CPU (Capabilities.BindFixedLimits), as the kubernetes driver's.
+	BindFixedLimits bool
 
 	mu        sync.Mutex
 	specs     []sandbox.Spec
@@ -62,7 +65,7 @@ type Driver struct {
 func (d *Driver) Name() string { return d.ID }
 
 func (d *Driver) Capabilities() sandbox.Capabilities {
-	c := sandbox.Capabilities{Tier: d.Tier, Sessions: true, Remote: d.Remote}
+	c := sandbox.Capabilities{Tier: d.Tier, Sessions: true, Remote: d.Remote, BindFixedLimits: d.BindFixedLimits}
 	if d.Sessions {
 		c.Reattach, c.Files, c.Kernels = !d.NoReattach, true, true
 	}
