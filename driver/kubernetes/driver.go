@@ -40,8 +40,13 @@
 // a process other than PID 1 told as such (the kubelet reports PID 1's
 // only, as the container's terminated reason OOMKilled).
 //
+// Warm one-shot pools: CreateUnbound and Bind (bind.go); a binding adds
+// its labels to the pod's and may shorten its lifetime, but cannot change
+// its memory or CPU (Capabilities.BindFixedLimits).
+//
 // Absent, with the reasons in Capabilities.Lacks: detached sandboxes
-// (re-attach), binding (warm pools), snapshots (pause, resume, fork).
+// (re-attach, and so session pools), egress given at bind time,
+// snapshots (pause, resume, fork).
 //
 //	d, err := kubernetes.New(kubernetes.Config{Kubeconfig: path, Namespace: "stockade", Tier: sandbox.TierGVisor})
 //	sb, err := d.Create(ctx, sandbox.Spec{Image: img})
@@ -192,6 +197,7 @@ var (
 	_ sandbox.HealthChecker = (*Driver)(nil)
 	_ sandbox.Reaper        = (*Driver)(nil)
 	_ sandbox.Leftovers     = (*Driver)(nil)
+	_ sandbox.Binder        = (*Driver)(nil)
 )
 
 // noReattach is why the kubernetes driver has no detached sandboxes.
@@ -312,8 +318,11 @@ func Capabilities(cfg Config) sandbox.Capabilities {
 		Leftovers:    true,
 		Files:        true,
 		Kernels:      true,
+		Bind:         true,
+		// A running pod's resources cannot be changed (in-place pod
+		// resizing is not something every cluster has): see Bind.
+		BindFixedLimits: true,
 		Lacks: map[string]string{
-			"Bind":       "a pool's pod would need its labels changed at bind time, and a binding's limits cannot tighten a running pod's resources on this cluster",
 			"BindEgress": "the kubernetes driver has no egress at all",
 			"Reattach":   noReattach,
 			"Snapshots":  "a cluster cannot pause, checkpoint or fork a pod's sandbox through its API (and a restored guest would need a re-attach, which the attach stream cannot give)",
@@ -362,7 +371,12 @@ func (d *Driver) apiError(doing string, err error) error {
 // Create starts a sandbox: it makes sure of the namespace's deny-all
 // policy, creates the pod, waits for its container to run, attaches to it
 // and waits for the guest's greeting. On error the pod is deleted.
-func (d *Driver) Create(ctx context.Context, spec sandbox.Spec) (_ sandbox.Sandbox, err error) {
+func (d *Driver) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Sandbox, error) {
+	return d.create(ctx, spec, false)
+}
+
+// create is Create, of a sandbox that Bind binds later when unbound.
+func (d *Driver) create(ctx context.Context, spec sandbox.Spec, unbound bool) (_ sandbox.Sandbox, err error) {
 	id, err := sandbox.ResolveID(spec.ID)
 	if err != nil {
 		return nil, err
@@ -404,6 +418,7 @@ func (d *Driver) Create(ctx context.Context, spec sandbox.Spec) (_ sandbox.Sandb
 		return nil, d.apiError("creating a pod in", err)
 	}
 	sb := d.newSbx(id, created, limits)
+	sb.unbound, sb.session = unbound, spec.Workspace > 0 || !spec.Deadline.IsZero()
 	defer func() {
 		if err != nil {
 			if derr := sb.Destroy(context.WithoutCancel(ctx)); derr != nil {

@@ -323,14 +323,14 @@ func TestCapabilities(t *testing.T) {
 	if c.Tier != sandbox.TierGVisor || c.SharedKernel || !strings.Contains(c.Boundary, "gvisor") {
 		t.Errorf("capabilities %+v", c)
 	}
-	for _, f := range []string{"Bind", "BindEgress", "Reattach", "Snapshots"} {
+	for _, f := range []string{"BindEgress", "Reattach", "Snapshots"} {
 		if c.Lacks[f] == "" {
 			t.Errorf("Lacks[%s] is empty, want the reason", f)
 		}
 	}
 	var drv sandbox.Driver = d
-	if _, ok := drv.(sandbox.Binder); ok || c.Bind {
-		t.Error("the driver binds")
+	if _, ok := drv.(sandbox.Binder); !ok || !c.Bind || c.BindEgress || !c.BindFixedLimits || c.Lacks["Bind"] != "" {
+		t.Error("the driver does not bind, or binds egress or other memory and CPU")
 	}
 	if _, ok := drv.(sandbox.Reattacher); ok || c.Reattach {
 		t.Error("the driver re-attaches")

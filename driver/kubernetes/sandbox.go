@@ -46,6 +46,10 @@ type sbx struct {
 	sandboxkit.Guest
 
 	destroyed sandboxkit.UntilDone
+
+	bindMu  sync.Mutex
+	unbound bool // CreateUnbound made it and Bind has not bound it yet
+	session bool // its Spec had a Workspace or a Deadline: Bind keeps its lifetime
 }
 
 var (
