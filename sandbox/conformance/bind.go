@@ -15,7 +15,8 @@ import (
 // output cap, the timeout and the memory limit hold at the bound values);
 // what would loosen a limit, overwrite a label or bind twice is refused,
 // as is a network where the driver cannot bind one, and a sandbox Create
-// made is bound already.
+// made is bound already. A driver with BindFixedLimits must refuse a
+// tighter memory limit, and keeps the one it created the sandbox with.
 func (s *suite) bind(t *testing.T) {
 	if !s.caps.Bind {
 		t.Logf("driver %s creates no unbound sandboxes: %s", s.h.Driver.Name(), s.caps.Lacks["Bind"])
@@ -63,6 +64,13 @@ func (s *suite) bind(t *testing.T) {
 	const outputCap, timeout = 1000, 8 * time.Second
 	// A lower CPU share goes through the runtime's update: it must take it.
 	tighter := sandbox.Limits{Memory: memLimit, CPU: s.caps.DefaultCPU / 2, Timeout: timeout, OutputCap: outputCap}
+	if s.caps.BindFixedLimits {
+		// Memory and CPU stay as created: tighter ones are refused.
+		if err := binder.Bind(ctx, sb, sandbox.Binding{Limits: sandbox.Limits{Memory: memLimit}}); !errdefs.IsInvalidArgument(err) {
+			t.Errorf("binding a tighter memory limit with BindFixedLimits: got %v, want ErrInvalidArgument", err)
+		}
+		tighter.Memory, tighter.CPU = 0, 0
+	}
 	if err := binder.Bind(ctx, sb, sandbox.Binding{Labels: execution, Limits: tighter}); err != nil {
 		t.Fatalf("Bind: %v", err)
 	}
@@ -80,7 +88,9 @@ func (s *suite) bind(t *testing.T) {
 		t.Errorf("after binding a timeout of %v: got %s after %v, want timed out", timeout, res.Status, time.Since(start))
 	}
 	res = b.run(t, sandbox.ExecRequest{Timeout: time.Minute}, "alloc", "400")
-	if res.Status != sandbox.StatusOOMKilled {
+	if s.caps.BindFixedLimits {
+		t.Logf("the driver binds no memory limit (BindFixedLimits): allocating 400 MiB under the 512 MiB it was created with: %s", res.Status)
+	} else if res.Status != sandbox.StatusOOMKilled {
 		t.Errorf("allocating 400 MiB after binding a %d MiB limit (created with 512 MiB): got %s, want %s; stderr %q", memLimit>>20, res.Status, sandbox.StatusOOMKilled, tail(res.Stderr))
 	}
 
