@@ -98,7 +98,7 @@ run() {
 }
 
 t0=$(now)
-run 64 'TestClusterConformanceRunc|TestClusterRoundTrip/container|TestClusterReap|TestClusterNoNetwork|TestClusterTerminationLog/container|TestClusterRegistry'
+run 64 'TestClusterConformanceRunc|TestClusterRoundTrip/container|TestClusterReap|TestClusterNoNetwork|TestClusterTerminationLog/container|TestClusterRegistry|TestClusterPool'
 # bench/kube's smoke run, the least work its flags allow (judging no
 # figure; scripts/test.sh's bench_smoke leaves it to this phase).
 run 320 'TestClusterConformanceGVisor|TestClusterRoundTrip/gvisor|TestClusterTerminationLog/gvisor|TestClusterDaemon|TestClusterDeploy' \
