@@ -11,10 +11,9 @@
 //     runs it: a sandbox created, the program run through the guest, the
 //     sandbox destroyed; on a cold pod of each RuntimeClass against a cold
 //     local gVisor sandbox, then with the sandbox created ahead (before
-//     the timer: what a warm pool gives). The kubernetes driver has no
-//     pools (it cannot Bind, for the reason its capabilities give): its
-//     "pooled pod" row says so, and the pod created ahead is what a pool
-//     would give;
+//     the timer), and pooled: created unbound ahead (CreateUnbound),
+//     then bound (Bind, timed with the first result), run and destroyed,
+//     what a warm pool's hit costs at the driver;
 //   - a session's first cell: its sandbox created (a pod, reached over its
 //     attach stream; locally detached, through the shim, as the engine's
 //     sessions are), its python kernel started (sandbox.Kernels) and a
@@ -207,7 +206,7 @@ func run(ctx context.Context, f flags) (err error) {
 	fmt.Printf("bench/kube %s UTC, load average %s, python image %s, guest sha256:%s\n\n",
 		time.Now().UTC().Format("2006-01-02 15:04"), loadAvg(), img.Digest[:19], sum[:12])
 
-	if err := startTables(ctx, f.n, all, img, ks[1].driver.Capabilities().Lacks["Bind"]); err != nil {
+	if err := startTables(ctx, f.n, all, img); err != nil {
 		return err
 	}
 	if err := cellTable(ctx, f.n, f.cells, ks, rc, gv, img); err != nil {

@@ -44,7 +44,7 @@ func rate(ctx context.Context, t target, img sandbox.Image, pods, concurrency in
 		go func() {
 			defer wg.Done()
 			for take() {
-				p, err := timed(ctx, t, sandbox.Spec{Image: img}, false, oneShot)
+				p, err := timed(ctx, t, sandbox.Spec{Image: img}, cold, oneShot)
 				mu.Lock()
 				if err != nil && first == nil {
 					first = err

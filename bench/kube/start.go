@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"strings"
 	"time"
 
 	"github.com/stockade-sh/stockade/bench/internal/table"
@@ -75,19 +74,42 @@ func kernelSpec() (sandbox.KernelSpec, error) {
 	return kernel.Spec("python", kernel.Options{Cwd: engine.WorkspaceDir, Env: engine.ProgramEnv()})
 }
 
-// timed runs a sandbox's life on t: Create (timed unless ahead), then
-// first, then Destroy, which runs also when first fails.
-func timed(ctx context.Context, t target, spec sandbox.Spec, ahead bool, first func(context.Context, sandbox.Sandbox) error) (p phases, err error) {
+// How a variant's sandbox is made.
+const (
+	cold   = iota // Create, timed
+	ahead         // Create, before the timer
+	pooled        // CreateUnbound before the timer, then Bind timed with the first result
+)
+
+// timed runs a sandbox's life on t: its creation (timed when cold), then
+// first (after a Bind when pooled), then Destroy, which runs also when
+// first fails.
+func timed(ctx context.Context, t target, spec sandbox.Spec, how int, first func(context.Context, sandbox.Sandbox) error) (p phases, err error) {
 	start := time.Now()
-	sb, err := t.driver.Create(ctx, spec)
+	var sb sandbox.Sandbox
+	if how == pooled {
+		sb, err = t.driver.(sandbox.Binder).CreateUnbound(ctx, spec)
+	} else {
+		sb, err = t.driver.Create(ctx, spec)
+	}
 	if err != nil {
 		return p, fmt.Errorf("Create: %w", err)
 	}
-	if !ahead {
+	if how == cold {
 		p.create = time.Since(start)
 	}
 	start = time.Now()
-	err = first(ctx, sb)
+	if how == pooled {
+		// What the engine's pool gives a run: its labels, no other
+		// limits (the kubernetes driver cannot change memory or CPU).
+		err = t.driver.(sandbox.Binder).Bind(ctx, sb, sandbox.Binding{Labels: map[string]string{"stockade.bench.run": "pooled"}})
+		if err != nil {
+			err = fmt.Errorf("Bind: %w", err)
+		}
+	}
+	if err == nil {
+		err = first(ctx, sb)
+	}
 	p.first = time.Since(start)
 	start = time.Now()
 	if derr := sb.Destroy(context.WithoutCancel(ctx)); err == nil && derr != nil {
@@ -138,32 +160,37 @@ func cell(ctx context.Context, k sandbox.Kernel) error {
 }
 
 // startTables times the one-shot run and the session's first cell on
-// every target, cold and with the sandbox created ahead, interleaved in n
-// rounds, and prints them: each against the local gVisor tier's of the
-// same kind (the last target). noPool is why the kubernetes driver has no
-// pools.
-func startTables(ctx context.Context, n int, ts []target, img sandbox.Image, noPool string) error {
+// every target, cold and with the sandbox created ahead, and the one-shot
+// run also pooled (created unbound ahead, then bound: what a pool hit
+// costs at the driver), interleaved in n rounds, and prints them: each
+// against the local gVisor tier's of the same kind (the last target).
+// Every target binds (sandbox.Binder); sessions are not pooled here (the
+// kubernetes driver has no session pools: they need Reattach).
+func startTables(ctx context.Context, n int, ts []target, img sandbox.Image) error {
 	type kind struct {
 		name  string
 		spec  func(target) sandbox.Spec
 		first func(context.Context, sandbox.Sandbox) error
+		hows  []int
 	}
 	kinds := []kind{
-		{"one-shot python print(1)", func(target) sandbox.Spec { return sandbox.Spec{Image: img} }, oneShot},
-		{"session: first cell print(1)", func(t target) sandbox.Spec { return sessionSpec(t, img) }, firstCell},
+		{"one-shot python print(1)", func(target) sandbox.Spec { return sandbox.Spec{Image: img} }, oneShot, []int{cold, ahead, pooled}},
+		{"session: first cell print(1)", func(t target) sandbox.Spec { return sessionSpec(t, img) }, firstCell, []int{cold, ahead}},
+	}
+	for _, t := range ts {
+		if _, ok := t.driver.(sandbox.Binder); !ok {
+			return fmt.Errorf("%s: the driver cannot bind sandboxes: %s", t.name, t.driver.Capabilities().Lacks["Bind"])
+		}
 	}
 	var tables [][]*variant
 	var all []*variant
 	for _, k := range kinds {
 		var vs []*variant
-		for _, ahead := range []bool{false, true} {
-			name := "cold"
-			if ahead {
-				name = "created ahead (what a pool gives)"
-			}
+		for _, how := range k.hows {
+			name := [...]string{cold: "cold", ahead: "created ahead", pooled: "pooled (unbound ahead, Bind timed)"}[how]
 			mk := func(t target, base *variant) *variant {
 				return &variant{Variant: table.Variant{Name: name}, target: t.name, base: base,
-					run: func(ctx context.Context) (phases, error) { return timed(ctx, t, k.spec(t), ahead, k.first) }}
+					run: func(ctx context.Context) (phases, error) { return timed(ctx, t, k.spec(t), how, k.first) }}
 			}
 			// The local tier, last, is the others' base.
 			base := mk(ts[len(ts)-1], nil)
@@ -199,17 +226,7 @@ func startTables(ctx context.Context, n int, ts []target, img sandbox.Image, noP
 			}
 			t.Row(v.target, v.Name, create, ms(v.first), ms(v.destroy), ms(result), table.MS(v.Pct(50)), table.MS(v.Pct(95)), ratio(&v.Variant, base))
 		}
-		var pooled []string
-		for _, tg := range ts {
-			if _, ok := tg.driver.(sandbox.Binder); !ok {
-				t.Row(tg.name, "pooled", "not available")
-				pooled = append(pooled, tg.name)
-			}
-		}
 		t.Print(os.Stdout)
-		if len(pooled) > 0 {
-			fmt.Printf("\npooled: not available on %s: the kubernetes driver has no warm pools (no Bind): %s.\n", strings.Join(pooled, ", "), noPool)
-		}
 	}
 	return nil
 }
