@@ -93,8 +93,15 @@ func TestClusterDaemon(t *testing.T) {
 		b, _ := os.ReadFile(logf.Name())
 		return string(b)
 	}
+	// No warm pools: the driver binds, and the default configuration's
+	// python pool would keep pods of its own beside the run's and the
+	// session's, which this test counts (TestClusterPool tests pools).
+	conf := filepath.Join(t.TempDir(), "config.yaml")
+	if err := os.WriteFile(conf, []byte("pools: []\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	serve := func() *exec.Cmd {
-		cmd := exec.Command(bin, "serve", "--state-dir", state, "--listen", addr, "--egress=false", "--guest", guest)
+		cmd := exec.Command(bin, "serve", "--config", conf, "--state-dir", state, "--listen", addr, "--egress=false", "--guest", guest)
 		cmd.Env, cmd.Stdout, cmd.Stderr = env, logf, logf
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)
