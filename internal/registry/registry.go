@@ -211,7 +211,7 @@ func New(loc Location, opts Options) (*Client, error) {
 func sameOrigin(next func(*http.Request, []*http.Request) error) func(*http.Request, []*http.Request) error {
 	return func(req *http.Request, via []*http.Request) error {
 		if from := via[0].URL; req.URL.Scheme != from.Scheme || req.URL.Host != from.Host {
-			return fmt.Errorf("refusing a redirect from %s://%s to another scheme or host, %s://%s", from.Scheme, from.Host, req.URL.Scheme, req.URL.Host)
+			return fmt.Errorf("refusing a redirect from %s://%s to another scheme or host, %s://%s: %w", from.Scheme, from.Host, req.URL.Scheme, req.URL.Host, errRedirect)
 		}
 		if next != nil {
 			return next(req, via)
@@ -222,6 +222,10 @@ func sameOrigin(next func(*http.Request, []*http.Request) error) func(*http.Requ
 		return nil
 	}
 }
+
+// errRedirect marks a redirect sameOrigin refused: the registry's
+// configuration (or the address it was named by), which no retry mends.
+var errRedirect = errors.New("redirect refused")
 
 // Blob is one blob of an image: its digest and size, and what writes its
 // bytes (called only when the registry lacks it, and then once).
@@ -324,8 +328,8 @@ func (c *Client) blobExists(ctx context.Context, repo, digest string) (bool, err
 	return false, answerError("asking for blob "+digest+" of "+repo, resp)
 }
 
-// manifestDigest is the digest of the manifest repo's ref names, or ""
-// if it has none.
+// manifestDigest is the digest of the manifest repo's ref names (""
+// where the registry sends none), or notFound if it has none.
 func (c *Client) manifestDigest(ctx context.Context, repo, ref string) (string, error) {
 	req, err := c.request(ctx, http.MethodHead, c.url("/v2/"+repo+"/manifests/"+ref), nil)
 	if err != nil {
@@ -341,10 +345,72 @@ func (c *Client) manifestDigest(ctx context.Context, repo, ref string) (string, 
 	case http.StatusOK:
 		return resp.Header.Get("Docker-Content-Digest"), nil
 	case http.StatusNotFound:
-		return "", nil
+		return notFound, nil
 	}
 	return "", answerError("asking for manifest "+repo+":"+ref, resp)
 }
+
+// Resolve returns the digest of the manifest that tag names in the
+// repository name of the location, from one HEAD (the registry's
+// Docker-Content-Digest), or, where the registry sends no digest, one GET
+// of the manifest, which it hashes. A tag the registry lacks is
+// ErrNotFound; a registry that cannot be reached is ErrUnavailable.
+func (c *Client) Resolve(ctx context.Context, name, tag string) (string, error) {
+	if err := ValidName(name); err != nil {
+		return "", err
+	}
+	if !tagPattern.MatchString(tag) {
+		return "", fmt.Errorf("tag %q is malformed: %w", tag, errdefs.ErrInvalidArgument)
+	}
+	repo := c.loc.path(name)
+	digest, err := c.manifestDigest(ctx, repo, tag)
+	if err != nil {
+		return "", err
+	}
+	if digest == notFound {
+		return "", errdefs.Publicf("registry %s has no manifest %s:%s: %w", c.loc.Host, repo, tag, errdefs.ErrNotFound)
+	}
+	if digest != "" {
+		if !digestPattern.MatchString(digest) {
+			return "", fmt.Errorf("registry %s answered the manifest %s:%s with digest %q, not sha256:<hex>: %w", c.loc.Host, repo, tag, digest, errdefs.ErrUnavailable)
+		}
+		return digest, nil
+	}
+	req, err := c.request(ctx, http.MethodGet, c.url("/v2/"+repo+"/manifests/"+tag), nil)
+	if err != nil {
+		return "", err
+	}
+	req.Header.Set("Accept", MediaTypeManifest)
+	resp, err := c.do(req)
+	if err != nil {
+		return "", err
+	}
+	defer drain(resp)
+	switch resp.StatusCode {
+	case http.StatusOK:
+	case http.StatusNotFound:
+		return "", errdefs.Publicf("registry %s has no manifest %s:%s: %w", c.loc.Host, repo, tag, errdefs.ErrNotFound)
+	default:
+		return "", answerError("getting manifest "+repo+":"+tag, resp)
+	}
+	body, err := io.ReadAll(io.LimitReader(resp.Body, MaxManifestSize+1))
+	if err != nil {
+		return "", fmt.Errorf("registry %s: reading manifest %s:%s: %v: %w", c.loc.Host, repo, tag, err, errdefs.ErrUnavailable)
+	}
+	if len(body) > MaxManifestSize {
+		return "", fmt.Errorf("registry %s: manifest %s:%s is over %d bytes: %w", c.loc.Host, repo, tag, MaxManifestSize, errdefs.ErrUnavailable)
+	}
+	sum := sha256.Sum256(body)
+	got := "sha256:" + hex.EncodeToString(sum[:])
+	if d := resp.Header.Get("Docker-Content-Digest"); d != "" && d != got {
+		return "", fmt.Errorf("registry %s sent manifest %s:%s as %s, but its bytes hash to %s: %w", c.loc.Host, repo, tag, d, got, errdefs.ErrUnavailable)
+	}
+	return got, nil
+}
+
+// notFound is what manifestDigest returns for a manifest the registry
+// lacks, where Push wants "" (nothing to compare).
+const notFound = "-"
 
 // upload puts blob b in repo: POST for an upload session, then one PUT
 // of the whole blob with its digest (the registry checks it).
@@ -424,6 +490,9 @@ func (c *Client) do(req *http.Request) (*http.Response, error) {
 	if err != nil {
 		if req.Context().Err() != nil {
 			return nil, req.Context().Err()
+		}
+		if errors.Is(err, errRedirect) {
+			return nil, errdefs.Publicf("registry %s: %v: %w", c.loc.Host, err, errdefs.ErrFailedPrecondition)
 		}
 		return nil, fmt.Errorf("registry %s: %v: %w", c.loc.Host, err, errdefs.ErrUnavailable)
 	}

@@ -117,12 +117,59 @@ func TestRedirectElsewhereRefused(t *testing.T) {
 			t.Fatalf("Options.HTTP given %v: push redirected on the same origin: %s, %+v, %v; the target saw %q", given, got, st, err, moved)
 		}
 		_, _, err = c.Push(context.Background(), "name", "tag", nil, manifest)
-		if err == nil || !strings.Contains(err.Error(), "another scheme or host") || len(plain) != 0 {
+		if err == nil || !strings.Contains(err.Error(), "another scheme or host") || !errdefs.IsFailedPrecondition(err) || len(plain) != 0 {
 			t.Fatalf("Options.HTTP given %v: push redirected to http: %v; the http server saw %q", given, err, plain)
 		}
 	}
 	if srv.Client().CheckRedirect != nil {
 		t.Error("New changed the caller's http.Client")
+	}
+}
+
+// TestResolve holds that Resolve takes the digest of a HEAD's
+// Docker-Content-Digest, hashes the manifest of a GET where the registry
+// sends none (refusing one whose bytes do not match the digest it
+// sends), and classes a missing tag as ErrNotFound.
+func TestResolve(t *testing.T) {
+	manifest := []byte(`{"schemaVersion":2}`)
+	sum := sha256.Sum256(manifest)
+	digest := "sha256:" + hex.EncodeToString(sum[:])
+	var header string // the GET's Docker-Content-Digest
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/v2/p/withdigest/manifests/t":
+			w.Header().Set("Docker-Content-Digest", digest)
+		case "/v2/p/nodigest/manifests/t":
+			if r.Method == http.MethodGet {
+				if header != "" {
+					w.Header().Set("Docker-Content-Digest", header)
+				}
+				w.Write(manifest)
+			}
+		default:
+			w.WriteHeader(http.StatusNotFound)
+		}
+	}))
+	defer srv.Close()
+	loc, err := ParseLocation(srv.URL+"/p", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := New(loc, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"withdigest", "nodigest"} {
+		if got, err := c.Resolve(t.Context(), name, "t"); err != nil || got != digest {
+			t.Errorf("Resolve %s: %s, %v; want %s", name, got, err, digest)
+		}
+	}
+	header = "sha256:" + strings.Repeat("0", 64)
+	if got, err := c.Resolve(t.Context(), "nodigest", "t"); err == nil || !errdefs.IsUnavailable(err) {
+		t.Errorf("Resolve of a manifest whose digest is not its bytes': %s, %v", got, err)
+	}
+	if got, err := c.Resolve(t.Context(), "missing", "t"); !errdefs.IsNotFound(err) {
+		t.Errorf("Resolve of a missing tag: %s, %v; want NotFound", got, err)
 	}
 }
 
