@@ -215,8 +215,14 @@ type Kubernetes struct {
 	// host[:port][/prefix] without a scheme: pods then name their image
 	// by digest there and the nodes pull it. Empty means the images are
 	// imported on each node (docs/kubernetes.md, "Images in the
-	// cluster").
+	// cluster"). The daemon asks it which digest each image's tag
+	// names, with the credentials of STOCKADE_REGISTRY_USERNAME and
+	// STOCKADE_REGISTRY_PASSWORD, as `stockade image push` does.
 	Registry string `yaml:"registry"`
+	// RegistryInsecure has the daemon ask Registry over plain http, not
+	// https: a registry the nodes' containerd pulls from over http. A
+	// password is then refused unless the host is loopback.
+	RegistryInsecure bool `yaml:"registry_insecure"`
 }
 
 // E2B configures the E2B-compatible listener: one address serves the
@@ -555,6 +561,8 @@ func (c Config) Validate() error {
 		if _, err := registry.ParseReference(c.Kubernetes.Registry); err != nil {
 			return fmt.Errorf("config: kubernetes.registry: %w", err)
 		}
+	} else if c.Kubernetes.RegistryInsecure {
+		return bad("kubernetes.registry_insecure is set without kubernetes.registry")
 	}
 	if err := c.checkPools(); err != nil {
 		return bad("%v", err)

@@ -189,6 +189,7 @@ func TestValidate(t *testing.T) {
 		func(c *Config) { c.Kubernetes.Registry = "registry.example/Team" },
 		func(c *Config) { c.Kubernetes.Registry = "registry_example:5000" },
 		func(c *Config) { c.Kubernetes.Registry = "registry.example//a" },
+		func(c *Config) { c.Kubernetes.RegistryInsecure = true },
 	}
 	for i, mutate := range bad {
 		c := Default()
@@ -217,7 +218,7 @@ func TestValidate(t *testing.T) {
 		t.Errorf("default bounds: got idle %s, body %s; want at most 2m and 30s", d.IdleTimeout, d.BodyTimeout)
 	}
 	c := Default()
-	c.Kubernetes.Registry = "registry.example:5000/team/stockade"
+	c.Kubernetes.Registry, c.Kubernetes.RegistryInsecure = "registry.example:5000/team/stockade", true
 	if err := c.Validate(); err != nil {
 		t.Errorf("kubernetes.registry %s: %v", c.Kubernetes.Registry, err)
 	}

@@ -131,10 +131,18 @@ type Config struct {
 	GuestPath string
 	// Registry, if set, is where `stockade image push` put the images:
 	// host[:port][/prefix] (registry.ParseReference). Pods then name their image
-	// Registry/<name>@<digest of NewOCIImage>, pulled IfNotPresent;
-	// empty means ImageRef(img, guest digest), imported on the node,
-	// never pulled.
+	// Registry/<name>@<digest>, pulled IfNotPresent, the digest being
+	// what the registry's tag of the image names (see imageRef); empty
+	// means ImageRef(img, guest digest), imported on the node, never
+	// pulled.
 	Registry string
+	// RegistryInsecure has the driver ask Registry over plain http, not
+	// https (the nodes' containerd must pull it so too).
+	RegistryInsecure bool
+	// RegistryAuth is how the driver asks Registry for the digests of its
+	// tags: basic auth (what `stockade image push` takes), the HTTP
+	// client.
+	RegistryAuth registry.Options
 	// ImageRef, if set, names the image of a pod and how the kubelet gets
 	// it, instead of Registry or ImageRef(img, guest digest).
 	// Its images must hold TerminationLogDir, root's, mode 0700, as
@@ -189,7 +197,7 @@ type Driver struct {
 
 	guest    guestDigest
 	registry *registry.Location // Registry parsed; nil without
-	digests  digestCache        // the images' digests, with registry
+	digests  digestCache        // the images' digests in the registry, with one
 }
 
 var (
@@ -212,10 +220,19 @@ func New(cfg Config) (*Driver, error) {
 	if cfg.ImageRef == nil && cfg.GuestPath == "" {
 		return nil, fmt.Errorf("kubernetes: GuestPath or ImageRef is required: %w", errdefs.ErrInvalidArgument)
 	}
-	var reg *registry.Location
+	var (
+		reg    *registry.Location
+		client *registry.Client
+	)
 	if cfg.Registry != "" {
 		loc, err := registry.ParseReference(cfg.Registry)
 		if err != nil {
+			return nil, err
+		}
+		if cfg.RegistryInsecure {
+			loc.Scheme = "http"
+		}
+		if client, err = registry.New(loc, cfg.RegistryAuth); err != nil {
 			return nil, err
 		}
 		reg = &loc
@@ -246,6 +263,7 @@ func New(cfg Config) (*Driver, error) {
 	}
 	cfg.Defaults = cfg.Defaults.WithDefaults(sandbox.Limits{CPU: cpu}).WithDefaults(sandbox.DefaultLimits())
 	d := &Driver{cfg: cfg, cs: cfg.Client, watch: cfg.Client, rest: cfg.REST, reapWait: reapWait, registry: reg}
+	d.digests.client = client
 	if d.rest == nil {
 		var err error
 		if cfg.Kubeconfig == "" {

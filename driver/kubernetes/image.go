@@ -29,9 +29,11 @@ import (
 // at profile.GuestPath, is an OCI image of one uncompressed layer (what
 // writeTree writes) whose bytes depend on the image's files as they lie
 // in the data directory (contents, modes, owners, mtimes, hard links) and
-// on the guest: its digest is the same wherever it is computed from that
-// data directory (or an exact copy), not from another build of the same
-// image. Two ways bring it to the nodes:
+// on the guest. Its name, though, depends only on the image store's
+// recorded digest of the image and on the guest's digest (imageTag), not
+// on how the files lie: a copy of the data directory whose owners or
+// mtimes differ (filled by a non-root pod) names the same image. Two ways
+// bring it to the nodes:
 //
 //   - without a registry (Config.Registry empty), ImageRef names it as a
 //     tag in the registry domain stockade.invalid, which no name server
@@ -39,9 +41,11 @@ import (
 //     import` of what WriteImageArchive writes) and the kubelet never
 //     pulls it (imagePullPolicy Never);
 //   - with a registry, `stockade image push REGISTRY` puts it there
-//     (NewOCIImage) and pods name it REGISTRY/<name>@sha256:<digest>,
-//     pulled IfNotPresent; the driver computes the digest itself, from
-//     the same bytes, so it never asks the registry.
+//     (NewOCIImage) under that tag, REGISTRY/<name>:<imageTag>; the driver
+//     asks the registry once per image which manifest the tag names
+//     (registry.Client.Resolve: one HEAD) and pods name the image by that
+//     digest, REGISTRY/<name>@sha256:<digest>, pulled IfNotPresent. The
+//     driver never hashes the layer itself.
 
 // ImageDomain is the registry domain of the images ImageRef names.
 const ImageDomain = "stockade.invalid"
@@ -69,7 +73,14 @@ func ImageRef(img sandbox.Image, guestHex string) (string, error) {
 	if registry.ValidName(name) != nil {
 		name = "image"
 	}
-	return ImageDomain + "/" + name + ":" + img.Digest[len("sha256:"):][:12] + "-" + guestHex[:12] + "-" + archiveFormat, nil
+	return ImageDomain + "/" + name + ":" + imageTag(img, guestHex), nil
+}
+
+// imageTag is ImageRef's tag of img with the guest whose sha256 is
+// guestHex, which ImageRef has checked: the tag `image push` puts in a
+// registry too, from which the driver resolves the pushed digest.
+func imageTag(img sandbox.Image, guestHex string) string {
+	return img.Digest[len("sha256:"):][:12] + "-" + guestHex[:12] + "-" + archiveFormat
 }
 
 // imageRef is the image of img's pods and its pull policy.
@@ -86,7 +97,10 @@ func (d *Driver) imageRef(ctx context.Context, img sandbox.Image) (string, corev
 			// A template the operator named so: no client mends it.
 			return "", "", fmt.Errorf("kubernetes: image %q cannot be in a registry: %w", img.Name, errdefs.Publicf("image %q cannot be pulled from kubernetes.registry: its name is not a repository name: %w", img.Name, errdefs.ErrFailedPrecondition))
 		}
-		digest, err := d.digests.digest(ctx, img, d.cfg.GuestPath, sum)
+		if _, err := ImageRef(img, sum); err != nil {
+			return "", "", err
+		}
+		digest, err := d.digests.resolve(ctx, img.Name, imageTag(img, sum))
 		if err != nil {
 			return "", "", err
 		}
@@ -103,7 +117,8 @@ type OCIImage struct {
 	// Name is the repository's last component: the runtime's or the
 	// template's name.
 	Name string
-	// Tag is a tag that names only this content: ImageRef's.
+	// Tag is ImageRef's tag, from the image's and the guest's digests:
+	// the driver resolves it in the registry to Digest.
 	Tag string
 	// Config and Layer are the image's blobs; Layer.Write writes the
 	// layer (again: NewOCIImage hashed it once).
@@ -129,8 +144,7 @@ func NewOCIImage(img sandbox.Image, guestPath string) (OCIImage, error) {
 	if err != nil {
 		return OCIImage{}, err
 	}
-	tag, err := ImageRef(img, sum)
-	if err != nil {
+	if _, err := ImageRef(img, sum); err != nil {
 		return OCIImage{}, err
 	}
 	// The layer's size is what io.Copy counts.
@@ -150,7 +164,7 @@ func NewOCIImage(img sandbox.Image, guestPath string) (OCIImage, error) {
 	cs := sha256.Sum256(config)
 	o := OCIImage{
 		Name:   img.Name,
-		Tag:    tag[strings.LastIndexByte(tag, ':')+1:],
+		Tag:    imageTag(img, sum),
 		Config: registry.Blob{Digest: "sha256:" + hex.EncodeToString(cs[:]), Size: int64(len(config)), Write: func(w io.Writer) error { _, err := w.Write(config); return err }},
 		Layer: registry.Blob{Digest: layerDigest, Size: size, Write: func(w io.Writer) error {
 			return writeTree(w, img.Rootfs, guestPath)
@@ -180,65 +194,43 @@ func imageConfig(layerDigest string) ([]byte, error) {
 	})
 }
 
-// digestCache holds the manifest digests of the images the driver named,
-// by image and guest digest, so that each is hashed once per daemon.
+// digestCache holds the manifest digests the registry's tags named
+// (registry.Client.Resolve), by repository and tag, so that each image is
+// asked for once per daemon. A tag names one image and one guest, so the
+// map holds one entry per image the daemon ran and guest it had: few.
+// Failures are not kept: a later Create asks again.
 type digestCache struct {
-	mu sync.Mutex
-	m  map[string]*digestEntry
-	// hash is the digest of an image with a guest; nil: NewOCIImage's.
-	hash func(img sandbox.Image, guestPath string) (string, error)
+	client *registry.Client
+	mu     sync.Mutex
+	m      map[string]string
 }
 
-// digestEntry is the hash of one image: done is closed once digest or
-// err is set.
-type digestEntry struct {
-	done   chan struct{}
-	digest string
-	err    error
-}
-
-// digest returns the digest of img with the guest at guestPath (whose
-// sha256 is guestHex) as NewOCIImage has it. The first call of an image
-// hashes it in a goroutine (seconds for a large image), which every
-// call of that image waits for until its ctx ends; other images do not
-// wait. A hash that failed is forgotten once its callers have its error,
-// so a later call tries again.
-func (c *digestCache) digest(ctx context.Context, img sandbox.Image, guestPath, guestHex string) (string, error) {
-	key := img.Digest + "/" + guestHex
+// resolve returns the digest that the registry's tag of the image name
+// names. A tag the registry lacks is FailedPrecondition naming the
+// command that pushes it; a registry that cannot be reached is
+// ErrUnavailable (registry.Client's classes otherwise).
+func (c *digestCache) resolve(ctx context.Context, name, tag string) (string, error) {
+	key := name + ":" + tag
 	c.mu.Lock()
-	e, ok := c.m[key]
-	if !ok {
-		e = &digestEntry{done: make(chan struct{})}
-		if c.m == nil {
-			c.m = map[string]*digestEntry{}
-		}
-		c.m[key] = e
-		hash := c.hash
-		if hash == nil {
-			hash = func(img sandbox.Image, guestPath string) (string, error) {
-				o, err := NewOCIImage(img, guestPath)
-				return o.Digest, err
-			}
-		}
-		go func() {
-			digest, err := hash(img, guestPath)
-			c.mu.Lock()
-			if err != nil {
-				e.err = fmt.Errorf("kubernetes: the digest of image %s: %w", img.Name, err)
-				delete(c.m, key)
-			}
-			e.digest = digest
-			c.mu.Unlock()
-			close(e.done)
-		}()
-	}
+	digest, ok := c.m[key]
 	c.mu.Unlock()
-	select {
-	case <-e.done:
-		return e.digest, e.err
-	case <-ctx.Done():
-		return "", fmt.Errorf("kubernetes: hashing image %s: %w", img.Name, ctx.Err())
+	if ok {
+		return digest, nil
 	}
+	digest, err := c.client.Resolve(ctx, name, tag)
+	if errdefs.IsNotFound(err) {
+		return "", fmt.Errorf("kubernetes: image %s: %w", name, errdefs.Publicf("the registry of kubernetes.registry has no image %q tagged %s; push it with `stockade image push`: %w", name, tag, errdefs.ErrFailedPrecondition))
+	}
+	if err != nil {
+		return "", fmt.Errorf("kubernetes: resolving image %s:%s in kubernetes.registry: %w", name, tag, err)
+	}
+	c.mu.Lock()
+	if c.m == nil {
+		c.m = map[string]string{}
+	}
+	c.m[key] = digest
+	c.mu.Unlock()
+	return digest, nil
 }
 
 // WriteImageArchive writes img's root filesystem, with the guest at
@@ -364,6 +356,16 @@ func GuestDigest(path string) (string, error) {
 // push mends it. Any other failed pull (the registry down or unreachable,
 // credentials refused, rate limits) is the kubelet's message as
 // ErrUnavailable, which a client retries.
+//
+// Kubelets since 1.31 append the last pull's error to an
+// ImagePullBackOff's message ("Back-off pulling image X: ErrImagePull:
+// ..."), so lacked sees it. An older kubelet's, or one's that restarted
+// since the pull failed, says only "Back-off pulling image X", which
+// cannot be told from a registry that is down: it stays ErrUnavailable.
+// That costs little since the driver resolves every image's tag in the
+// registry (digestCache) before it makes the pod: a manifest the registry
+// lacks is refused then, with the push hint; only one deleted since, or
+// its blobs, reach the kubelet.
 func pullFailure(pod, image string, w *corev1.ContainerStateWaiting, registry bool) error {
 	if w.Reason != "ErrImagePull" && w.Reason != "ImagePullBackOff" {
 		return nil
@@ -383,14 +385,14 @@ func lacked(msg string) bool {
 }
 
 // notPushed is the error of pod's container that waits on the pull of
-// ref, an image of the registry by digest that the registry lacks: it
-// was never pushed (or pushed from another image store, whose layer has
-// other bytes: see NewOCIImage). It names the command that pushes, for
+// ref, an image of the registry by digest that the registry lacks,
+// although the driver found its tag there (digestCache): the manifest or
+// its blobs were deleted since. It names the command that pushes, for
 // whoever reads the error; the kubelet's own message stays out of what
 // the client reads.
 func notPushed(pod, ref string, w *corev1.ContainerStateWaiting) error {
 	name := ref[:strings.Index(ref, "@")]
 	name = name[strings.LastIndexByte(name, '/')+1:]
 	return fmt.Errorf("pod %s: the kubelet cannot pull %s (%s: %s): %w", pod, ref, w.Reason, w.Message,
-		errdefs.Publicf("the registry of kubernetes.registry has no image %q with this digest; push it with `stockade image push` from the daemon's data directory: %w", name, errdefs.ErrFailedPrecondition))
+		errdefs.Publicf("the registry of kubernetes.registry has no image %q with this digest; push it again with `stockade image push` (and restart the daemon, which remembers the digest): %w", name, errdefs.ErrFailedPrecondition))
 }

@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -49,8 +50,10 @@ func testImage(t *testing.T) (sandbox.Image, string) {
 }
 
 // TestRegistryPush pushes an image to Debian's docker-registry twice (the
-// second time uploads nothing: no POST, PUT or PATCH), reads its manifest
-// back by the digest the driver names pods' images by, and checks its
+// second time uploads nothing: no POST, PUT or PATCH), resolves it as the
+// driver does (the pushed digest after the files' owners and mtimes
+// changed; an image never pushed FailedPrecondition, the registry down
+// Unavailable), reads its manifest back by that digest, and checks its
 // layer: the same blob, holding the guest.
 func TestRegistryPush(t *testing.T) {
 	addr, counts := registrytest.Start(t)
@@ -96,17 +99,56 @@ func TestRegistryPush(t *testing.T) {
 		t.Fatalf("second push: digest %s (want %s), %+v, requests %v; want only 3 HEAD", digest2, digest, st, second)
 	}
 
-	// The driver names the pushed image, by the digest it computes itself.
-	d, err := New(Config{Namespace: "ns", Tier: sandbox.TierGVisor, GuestPath: guest, Registry: addr + "/team/stockade", REST: &rest.Config{Host: "https://cluster.invalid"}})
+	// The driver names the pushed image by the digest its tag names in
+	// the registry, even when the image's files lie otherwise than where
+	// it was pushed from (a copy by a non-root pod: other owners and
+	// mtimes, so another layer), and asks the registry once.
+	d, err := New(Config{Namespace: "ns", Tier: sandbox.TierGVisor, GuestPath: guest, Registry: addr + "/team/stockade", RegistryInsecure: true, REST: &rest.Config{Host: "https://cluster.invalid"}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	ref, pull, err := d.imageRef(ctx, img)
+	tool := filepath.Join(img.Rootfs, "usr", "bin", "tool")
+	if err := os.Chown(tool, 65532, 65532); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chtimes(tool, time.Now(), time.Now().Add(-48*time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	if moved, err := NewOCIImage(img, guest); err != nil || moved.Digest == digest {
+		t.Fatalf("the layer after chown and chtimes: digest %s (pushed %s), %v; want another digest", moved.Digest, digest, err)
+	}
+	for range 2 {
+		ref, pull, err := d.imageRef(ctx, img)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := addr + "/team/stockade/shell@" + digest; ref != want || pull != corev1.PullIfNotPresent {
+			t.Fatalf("pod image %s (%s), want %s (IfNotPresent)", ref, pull, want)
+		}
+	}
+	if asked := counts(); asked[http.MethodHead] != 1 || len(asked) != 1 {
+		t.Fatalf("two Creates' image asked the registry %v; want one HEAD", asked)
+	}
+	// An image never pushed (another image digest: another tag).
+	unpushed := img
+	unpushed.Digest = "sha256:" + strings.Repeat("cd", 32)
+	_, _, err = d.imageRef(ctx, unpushed)
+	if msg, _ := errdefs.PublicMessage(err); !errdefs.IsFailedPrecondition(err) || !strings.Contains(msg, "stockade image push") {
+		t.Fatalf("pod image of an image never pushed: %v (public %q), want FailedPrecondition naming the push", err, msg)
+	}
+	// A registry that does not answer.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := addr + "/team/stockade/shell@" + digest; ref != want || pull != corev1.PullIfNotPresent {
-		t.Fatalf("pod image %s (%s), want %s (IfNotPresent)", ref, pull, want)
+	closed := ln.Addr().String()
+	ln.Close()
+	gone, err := New(Config{Namespace: "ns", Tier: sandbox.TierGVisor, GuestPath: guest, Registry: closed, RegistryInsecure: true, REST: &rest.Config{Host: "https://cluster.invalid"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := gone.imageRef(ctx, img); !errdefs.IsUnavailable(err) {
+		t.Fatalf("pod image with the registry down: %v, want Unavailable", err)
 	}
 	// A template whose name no repository may have: the operator's
 	// problem, not the client's request.

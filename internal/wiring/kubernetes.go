@@ -8,6 +8,7 @@ import (
 	"github.com/stockade-sh/stockade/config"
 	"github.com/stockade-sh/stockade/driver/kubernetes"
 	"github.com/stockade-sh/stockade/internal/fsmode"
+	"github.com/stockade-sh/stockade/internal/registry"
 	"github.com/stockade-sh/stockade/sandbox"
 )
 
@@ -71,7 +72,9 @@ func kubernetesConfig(k config.Kubernetes, tier sandbox.Tier, seccomp, guestPath
 		class = k.ContainerClass
 	}
 	return kubernetes.Config{Kubeconfig: k.Kubeconfig, Namespace: k.Namespace, Tier: tier,
-		RuntimeClass: class, GuestPath: guestPath, Seccomp: seccomp, Registry: k.Registry}
+		RuntimeClass: class, GuestPath: guestPath, Seccomp: seccomp, Registry: k.Registry, RegistryInsecure: k.RegistryInsecure,
+		// The credentials `stockade image push` takes.
+		RegistryAuth: registry.Options{Username: os.Getenv("STOCKADE_REGISTRY_USERNAME"), Password: os.Getenv("STOCKADE_REGISTRY_PASSWORD")}}
 }
 
 // kubernetesSeccomp returns the name of Stockade's filter of tier in the
