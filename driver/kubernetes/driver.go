@@ -72,6 +72,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/client-go/util/flowcontrol"
 
 	"github.com/stockade-sh/stockade/errdefs"
 	"github.com/stockade-sh/stockade/internal/oci"
@@ -91,9 +92,9 @@ const (
 // Config.CallTimeout says otherwise.
 const DefaultCallTimeout = 30 * time.Second
 
-// DefaultQPS is the rate of requests a second the driver's client allows
-// itself when the cluster's configuration sets none (twice as many in a
-// burst).
+// DefaultQPS is the rate of requests a second the driver's clients allow
+// themselves together (one token bucket per driver) when the cluster's
+// configuration sets none (twice as many in a burst).
 const DefaultQPS = 50
 
 // DefaultSessionCeiling is the SessionCeiling unless Config says
@@ -281,8 +282,11 @@ func New(cfg Config) (*Driver, error) {
 		// pods met it at two pods at once (Destroy's polls waited over a
 		// second; bench/kube's -qps). A controller's budget instead; the
 		// API server's priority and fairness still bounds us.
+		// One token bucket for the driver's clients (the calls', the
+		// watch's and the attach stream's), which CopyConfig shares.
 		d.rest = rest.CopyConfig(d.rest) // not the caller's Config.REST
 		d.rest.QPS, d.rest.Burst = DefaultQPS, 2*DefaultQPS
+		d.rest.RateLimiter = flowcontrol.NewTokenBucketRateLimiter(DefaultQPS, 2*DefaultQPS)
 	}
 	if d.cs == nil {
 		// The Timeout of an http.Client ends a watch's response too: the
