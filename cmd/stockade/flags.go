@@ -106,7 +106,8 @@ func kubernetesFlags(fs *flag.FlagSet, k *config.Kubernetes) {
 	fs.StringVar(&k.GVisorClass, "kubernetes-gvisor-class", k.GVisorClass, "RuntimeClass of the kubernetes driver's gvisor-tier pods (env STOCKADE_KUBERNETES_GVISOR_CLASS)")
 	fs.StringVar(&k.ContainerClass, "kubernetes-container-class", k.ContainerClass, "RuntimeClass of the kubernetes driver's container-tier pods (env STOCKADE_KUBERNETES_CONTAINER_CLASS; default the cluster's default runtime)")
 	fs.StringVar(&k.SeccompDir, "kubernetes-seccomp-dir", k.SeccompDir, "the kubelet's seccomp `DIR`: the daemon writes Stockade's filters there and pods load them (env STOCKADE_KUBERNETES_SECCOMP_DIR; default the runtime's filter)")
-	fs.StringVar(&k.Registry, "kubernetes-registry", k.Registry, "`REGISTRY`[/PREFIX] the nodes pull the images from by digest, pushed there by `stockade image push` (env STOCKADE_KUBERNETES_REGISTRY; default images imported on each node)")
+	fs.StringVar(&k.Registry, "kubernetes-registry", k.Registry, "`REGISTRY`[/PREFIX] the nodes pull the images from by digest, pushed there by `stockade image push` (env STOCKADE_KUBERNETES_REGISTRY; default images imported on each node); the daemon asks it for each image's digest, with STOCKADE_REGISTRY_USERNAME and STOCKADE_REGISTRY_PASSWORD")
+	fs.BoolVar(&k.RegistryInsecure, "kubernetes-registry-insecure", k.RegistryInsecure, "ask --kubernetes-registry over plain http, not https (a registry the nodes pull from over http)")
 }
 
 // defaultDataDir is the default of --data-dir for commands that take only

@@ -16,9 +16,9 @@ import (
 )
 
 // imagePush pushes runtime and template images, with the guest, to a
-// registry as OCI images (kubernetes.NewOCIImage: the digest the
-// kubernetes driver computes for the same image), printing each one's
-// reference by digest.
+// registry as OCI images (kubernetes.NewOCIImage), each under the tag
+// that the kubernetes driver resolves to its digest (from the image's and
+// the guest's digests), printing each one's reference by digest.
 func imagePush(ctx context.Context, args []string) error {
 	fs, root := imageFlags("push")
 	insecure := fs.Bool("insecure", false, "allow plain http (http://HOST) to a registry that is not loopback")

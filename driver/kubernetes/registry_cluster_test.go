@@ -55,7 +55,7 @@ func TestClusterRegistry(t *testing.T) {
 
 	newDriver := func(registry string) *kubernetes.Driver {
 		d, err := kubernetes.New(kubernetes.Config{Kubeconfig: kc, Namespace: ns, Tier: sandbox.TierContainer,
-			RuntimeClass: "runc-nonet", GuestPath: guest, Owner: "kubedriver-test", Registry: registry})
+			RuntimeClass: "runc-nonet", GuestPath: guest, Owner: "kubedriver-test", Registry: registry, RegistryInsecure: true})
 		if err != nil {
 			t.Fatal(err)
 		}
