@@ -53,6 +53,9 @@ export STOCKADE_TEST_KUBE_CTR="$CONTAINERD_BIN/ctr --address $DIR/run/containerd
 export STOCKADE_TEST_KUBE_RUNSC=$RUNSC
 # up.sh's registry: $STOCKADE_KUBE_PREFIX.1:$STOCKADE_KUBE_REGISTRY_PORT.
 export STOCKADE_TEST_KUBE_REGISTRY=${STOCKADE_KUBE_PREFIX:-10.250.250}.1:${STOCKADE_KUBE_REGISTRY_PORT:-5000}
+# The kubelet's seccomp directory under up.sh's $DIR (its root is
+# $DIR/kubelet), where the tests and the bench write Stockade's filter.
+export STOCKADE_TEST_KUBE_SECCOMP_DIR=$DIR/kubelet/seccomp
 
 skip=${KUBE_TEST_SKIP:-}
 up=0
@@ -102,6 +105,6 @@ run 64 'TestClusterConformanceRunc|TestClusterRoundTrip/container|TestClusterRea
 # bench/kube's smoke run, the least work its flags allow (judging no
 # figure; scripts/test.sh's bench_smoke leaves it to this phase).
 run 320 'TestClusterConformanceGVisor|TestClusterRoundTrip/gvisor|TestClusterTerminationLog/gvisor|TestClusterDaemon|TestClusterDeploy' \
-	go run ./bench/kube -n 1 -cells 1 -pods 1 -concurrency 1
+	go run ./bench/kube -n 1 -cells 1 -pods 1 -concurrency 1 -seccomp-dir "$STOCKADE_TEST_KUBE_SECCOMP_DIR"
 log "all: $(since "$t0") s, $([ "$failed" = 0 ] && echo passed || echo FAILED)"
 exit "$failed"
