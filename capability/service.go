@@ -201,9 +201,10 @@ func (s *Service) Start(ctx context.Context) error { return s.daemon.start(ctx) 
 
 // Close ends the sessions whose driver cannot re-attach a sandbox
 // (interrupted, with a detail saying so; their sandboxes destroyed: they
-// could not outlive the daemon), stops the expiry loop, cancels running
-// executions, waits for
-// them to be recorded and for their sandbox networks to be removed, then
+// could not outlive the daemon; a destroy unfinished after half the time
+// ctx leaves is left to the next start's reap), stops the expiry loop,
+// cancels running executions, waits for them to be recorded and for their
+// sandbox networks to be removed, then
 // ends the sandboxes created ahead for golden restores, makes the
 // daemon's last writes (its keys' last uses, the audit chains'
 // witness) and releases its claim on the database. ctx bounds the waits
@@ -215,7 +216,9 @@ func (s *Service) Close(ctx context.Context) error {
 	// Before the runs stop: a cell running in such a session ends with it,
 	// killed by the daemon's shutdown. One left active (an error) ends at
 	// the next start, as after a crash.
-	if n, err := s.sessions.endUnattached(ctx); err != nil {
+	// They get half the time left (unattachedShare): their sandboxes'
+	// destroys must not eat the runs' share.
+	if n, err := s.sessions.endUnattached(withDestroyDeadline(ctx, time.Now().Add(unattachedShare(ctx)))); err != nil {
 		s.log.Error("ending the sessions whose driver cannot re-attach a sandbox; the next start ends those left", "ended", n, "err", err)
 	} else if n > 0 {
 		s.log.Info("ended the sessions whose driver cannot re-attach a sandbox", "ended", n)
@@ -240,6 +243,19 @@ func (s *Service) Close(ctx context.Context) error {
 	s.egress.close()
 	s.daemon.stop(ctx)
 	return nil
+}
+
+// unattachedBudget bounds the sandbox destroys of the sessions Close ends
+// when ctx has no deadline.
+const unattachedBudget = 30 * time.Second
+
+// unattachedShare is how long Close lets the sessions it ends destroy
+// their sandboxes: half the time ctx leaves, or unattachedBudget.
+func unattachedShare(ctx context.Context) time.Duration {
+	if by, ok := ctx.Deadline(); ok {
+		return time.Until(by) / 2
+	}
+	return unattachedBudget
 }
 
 // Health reports each driver's health: nil for healthy.

@@ -384,7 +384,13 @@ func (s *sessionHost) endLocked(ctx context.Context, ss model.Session, by Princi
 			// killed, charged as launched, with the output it had made.
 			s.runs.stopRun(cell, &Cancellation{Reason: fmt.Sprintf("its session %s ended (%s)", ss.ID, reason), EndedBy: cut})
 		}
-		if err := live.Close(context.WithoutCancel(ctx)); err != nil {
+		dctx, cancel := destroyContext(ctx)
+		err := live.Close(dctx)
+		cancel()
+		switch {
+		case err != nil && dctx.Err() != nil:
+			s.log.Error("destroying an ended session's sandbox took too long; the next start reaps it", "session", ss.ID, "sandbox", ss.SandboxID, "err", err)
+		case err != nil:
 			s.log.Error("destroying a session's sandbox", "session", ss.ID, "sandbox", ss.SandboxID, "err", err)
 		}
 		s.sessionObserver().SessionsLive(-1)

@@ -467,3 +467,64 @@ func TestSessionWithoutReattachEndsAtRestart(t *testing.T) {
 		t.Errorf("a cell after the restart: got %v, want session_expired saying %q", err, want)
 	}
 }
+
+// TestSessionWithoutReattachCloseIsBounded stops a daemon serving more
+// sessions than it ends at a time on a driver that cannot re-attach a
+// sandbox, whose cells run and whose destroys never finish (an API server
+// that does not answer): Close still returns within its deadline, without
+// an error, with every session recorded ended and every cell recorded
+// killed by the shutdown; the sandboxes are left to the next start.
+func TestSessionWithoutReattachCloseIsBounded(t *testing.T) {
+	ctx := t.Context()
+	hold, destroy := make(chan struct{}), make(chan struct{})
+	defer close(hold)
+	defer close(destroy)
+	drv := &sandboxfake.Driver{ID: "kubernetes", Tier: sandbox.TierGVisor, Sessions: true, NoReattach: true, Echo: true, Hold: hold, HoldDestroy: destroy}
+	const n = shutdownEnds + 4
+	env := newServiceEnv(t, nil, drv, noApprovalPolicy(), ServiceOptions{Sessions: SessionOptions{MaxPerWorkspace: n}})
+	if _, err := env.st.GrantCredits(ctx, env.ws.ID, 2*n, "test", nil); err != nil {
+		t.Fatal(err)
+	}
+	var sessions, cells []string
+	for range n {
+		created, err := env.svc.CreateSession(ctx, env.agent, CreateSessionRequest{Runtime: "python"}, CreateSessionOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		inv, err := env.svc.ExecCell(ctx, env.agent, created.Session.ID, CellRequest{Code: "x = 1"}, InvokeOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		sessions, cells = append(sessions, created.Session.ID), append(cells, inv.Execution.ID)
+	}
+	for _, id := range cells {
+		env.waitStatus(t, id, model.StatusRunning)
+	}
+	const bound = 4 * time.Second
+	closeCtx, cancel := context.WithTimeout(ctx, bound)
+	defer cancel()
+	start := time.Now()
+	err := env.svc.Close(closeCtx)
+	if took := time.Since(start); err != nil || took >= bound {
+		t.Fatalf("Close: got %v after %v, want it done within %v", err, took, bound)
+	}
+	if d := drv.Destroyed(); d != 0 {
+		t.Fatalf("%d destroys finished, want none (they hold)", d)
+	}
+	for i, id := range sessions {
+		got, err := env.st.GetSession(ctx, env.ws.ID, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.State != model.SessionEnded || got.EndReason != model.EndInterrupted {
+			t.Errorf("session %d: got %s (%s), want ended interrupted", i, got.State, got.EndReason)
+		}
+		ex, err := env.st.GetExecution(ctx, env.ws.ID, cells[i])
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ex.Status != model.StatusKilled {
+			t.Errorf("session %d's cell: got %s, want killed", i, ex.Status)
+		}
+	}
+}

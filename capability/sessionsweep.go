@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
+	"time"
 
 	"github.com/stockade-sh/stockade/engine"
 	"github.com/stockade-sh/stockade/errdefs"
@@ -132,22 +134,66 @@ func (s *sessionHost) EndSessions(ctx context.Context) (int, error) {
 	return s.endAtShutdown(ctx, append(active, paused...), func(model.Session) string { return "" })
 }
 
+// shutdownEnds bounds how many sessions endAtShutdown ends at a time:
+// each end destroys a sandbox, seconds on kubernetes.
+const shutdownEnds = 8
+
 // endAtShutdown ends sessions as the system, interrupted, each with
-// detail's words, as the daemon stops; see EndSessions. It returns how
-// many it ended.
+// detail's words, as the daemon stops; see EndSessions. It ends up to
+// shutdownEnds at a time, each recorded ended before its sandbox is
+// destroyed, so that a destroy that hangs (an API server that does not
+// answer) neither holds the others back nor keeps the end unrecorded;
+// ctx's destroy deadline (withDestroyDeadline), when it has one, bounds
+// the destroys. It returns how many it ended.
 func (s *sessionHost) endAtShutdown(ctx context.Context, sessions []model.Session, detail func(model.Session) string) (int, error) {
-	n := 0
-	var errs []error
+	var (
+		mu   sync.Mutex
+		n    int
+		errs []error
+		wg   sync.WaitGroup
+		sem  = make(chan struct{}, shutdownEnds)
+	)
 	for _, ss := range sessions {
-		_, err := s.endSession(ctx, ss, Principal{}, model.EndInterrupted, detail(ss), engine.EndedByShutdown)
-		switch {
-		case err == nil:
-			n++
-		case !errdefs.IsFailedPrecondition(err):
-			errs = append(errs, fmt.Errorf("ending session %s: %w", ss.ID, err))
-		}
+		sem <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			_, err := s.endSession(ctx, ss, Principal{}, model.EndInterrupted, detail(ss), engine.EndedByShutdown)
+			mu.Lock()
+			defer mu.Unlock()
+			switch {
+			case err == nil:
+				n++
+			case !errdefs.IsFailedPrecondition(err):
+				errs = append(errs, fmt.Errorf("ending session %s: %w", ss.ID, err))
+			}
+		}()
 	}
+	wg.Wait()
 	return n, errors.Join(errs...)
+}
+
+// destroyDeadlineKey keys the deadline of the sandbox destroys of the
+// sessions ended with a context (withDestroyDeadline).
+type destroyDeadlineKey struct{}
+
+// withDestroyDeadline returns ctx, with which a session's end destroys
+// its sandbox only until by (endLocked): a destroy unfinished then is
+// left to the next start's reap. Without it the destroy is unbounded, as
+// a client gone must not leave a sandbox behind.
+func withDestroyDeadline(ctx context.Context, by time.Time) context.Context {
+	return context.WithValue(ctx, destroyDeadlineKey{}, by)
+}
+
+// destroyContext returns the context to destroy a session's sandbox with
+// as ctx's end ends the session: never cancelled, and ending at ctx's
+// destroy deadline if it has one.
+func destroyContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	dctx := context.WithoutCancel(ctx)
+	if by, ok := ctx.Value(destroyDeadlineKey{}).(time.Time); ok {
+		return context.WithDeadline(dctx, by)
+	}
+	return dctx, func() {}
 }
 
 // sweepSessions ends the sessions past their hard lifetime (ttl), paused

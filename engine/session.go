@@ -618,10 +618,17 @@ func (s *Session) Remove(ctx context.Context, p string) error {
 // Close ends the session: its kernel and sandbox are destroyed, and its
 // network with them (as Sandbox.Destroy's: the proxy has decided every
 // request of the sandbox when Close returns; the namespace is removed in
-// the background, and the engine's Wait waits for it). Closing twice is
-// success.
+// the background, and the engine's Wait waits for it). ctx's deadline
+// bounds the destroy, its cancellation does not: a client gone leaves no
+// sandbox behind. Closing twice is success.
 func (s *Session) Close(ctx context.Context) (err error) {
-	ctx, sp := telemetry.Start(context.WithoutCancel(ctx), telemetry.SandboxDestroy, telemetry.Driver(s.Driver))
+	dctx := context.WithoutCancel(ctx)
+	if by, ok := ctx.Deadline(); ok {
+		var cancel context.CancelFunc
+		dctx, cancel = context.WithDeadline(dctx, by)
+		defer cancel()
+	}
+	ctx, sp := telemetry.Start(dctx, telemetry.SandboxDestroy, telemetry.Driver(s.Driver))
 	defer sp.End(&err)
 	err = s.sb.Destroy(ctx)
 	s.releaseMemory()

@@ -28,7 +28,8 @@ type Driver struct {
 	// context ends), so that a test can keep executions running.
 	Hold chan struct{}
 	// HoldDestroy, when not nil, makes each Destroy wait until it is
-	// closed, so that a test can act while a sandbox is being destroyed.
+	// closed (or its context ends, which fails it), so that a test can
+	// act while a sandbox is being destroyed.
 	HoldDestroy chan struct{}
 	// Down, when not nil, is what Health answers.
 	Down error
@@ -160,9 +161,13 @@ func (*fakeExec) Signal(syscall.Signal) error { return nil }
 func (*fakeExec) Cancel() error               { return nil }
 func (*fakeExec) Stdin() io.WriteCloser       { return nil }
 
-func (s fakeSandbox) Destroy(context.Context) error {
+func (s fakeSandbox) Destroy(ctx context.Context) error {
 	if s.holdDestroy != nil {
-		<-s.holdDestroy
+		select {
+		case <-s.holdDestroy:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
 	}
 	s.drv.mu.Lock()
 	s.drv.destroyed++
