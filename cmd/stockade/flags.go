@@ -34,7 +34,8 @@ const (
 // kubernetes driver's STOCKADE_KUBECONFIG, STOCKADE_KUBERNETES_NAMESPACE,
 // STOCKADE_KUBERNETES_GVISOR_CLASS, STOCKADE_KUBERNETES_CONTAINER_CLASS
 // and STOCKADE_KUBERNETES_SECCOMP_DIR,
-// STOCKADE_AUDIT_WITNESS, STOCKADE_ANALYTICS_CLICKHOUSE_URL) and the flags
+// STOCKADE_DB, STOCKADE_AUDIT_WITNESS, STOCKADE_ANALYTICS_CLICKHOUSE_URL)
+// and the flags
 // given.
 // The environment is read here, in flagOrEnv and defaultDataDir, and
 // nowhere else below cmd/.
@@ -73,6 +74,9 @@ func configFlags(fs *flag.FlagSet, opts ...configOption) (*config.Config, func(a
 			{"STOCKADE_DATA_DIR", &cfg.DataDir}, {"STOCKADE_STATE_DIR", &cfg.StateDir},
 			{"SANDBOX_DRIVER", &cfg.Driver}, {"STOCKADE_DRIVER", &cfg.Driver},
 			{"DOCKER_HOST", &cfg.DockerHost}, {"STOCKADE_AUDIT_WITNESS", &cfg.AuditWitness},
+			// As the admin commands read it (flagOrEnv): a URL with a
+			// password stays off the daemon's command line.
+			{"STOCKADE_DB", &cfg.DB},
 			{"VERCEL_TOKEN", &cfg.Vercel.Token}, {"VERCEL_TEAM_ID", &cfg.Vercel.TeamID},
 			{"VERCEL_PROJECT_ID", &cfg.Vercel.ProjectID}, {"STOCKADE_VERCEL_API", &cfg.Vercel.API},
 			{"MODAL_TOKEN_ID", &cfg.Modal.TokenID}, {"MODAL_TOKEN_SECRET", &cfg.Modal.TokenSecret},

@@ -93,7 +93,7 @@ func serveFlags() (*flag.FlagSet, *config.Config, func([]string) ([]string, erro
 	fs.StringVar(&cfg.Modal.API, "modal-api", cfg.Modal.API, "Modal's API address, https or loopback http (env MODAL_SERVER_URL; default Modal's)")
 	fs.StringVar(&cfg.Vercel.API, "vercel-api", cfg.Vercel.API, "the Vercel Sandbox API's address, https or loopback http (env STOCKADE_VERCEL_API; default Vercel's)")
 	fs.StringVar(&cfg.Listen, "listen", cfg.Listen, "HTTP listen address")
-	fs.StringVar(&cfg.DB, "db", cfg.DB, "database URL: sqlite:PATH or postgres://... (default sqlite in the data directory)")
+	fs.StringVar(&cfg.DB, "db", cfg.DB, "database URL: sqlite:PATH or postgres://... (env STOCKADE_DB; default sqlite in the data directory)")
 	fs.StringVar(&cfg.AuditWitness, "audit-witness", cfg.AuditWitness, "directory witnessing the audit chains' heads (env STOCKADE_AUDIT_WITNESS; default next to a SQLite file)")
 	toolsFlag(fs, cfg)
 	templatesFlag(fs, cfg)

@@ -314,3 +314,34 @@ func TestAnalyticsSettings(t *testing.T) {
 		})
 	}
 }
+
+// TestServeReadsDBFromEnv checks that serve takes the database from
+// STOCKADE_DB over the configuration file, as the admin commands do, and
+// from --db over both: a URL with a password need not be on its command
+// line.
+func TestServeReadsDBFromEnv(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "stockade.yaml")
+	if err := os.WriteFile(file, []byte("db: sqlite:/from/file\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name, env string
+		args      []string
+		want      string
+	}{
+		{"file alone", "", []string{"--config", file}, "sqlite:/from/file"},
+		{"environment over the file", "postgres://env", []string{"--config", file}, "postgres://env"},
+		{"flag over both", "postgres://env", []string{"--config", file, "--db", "sqlite:/flag"}, "sqlite:/flag"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Setenv("STOCKADE_DB", tc.env)
+			_, cfg, load := serveFlags()
+			if _, err := load(tc.args); err != nil {
+				t.Fatal(err)
+			}
+			if cfg.DB != tc.want {
+				t.Errorf("db: got %q, want %q", cfg.DB, tc.want)
+			}
+		})
+	}
+}
