@@ -165,3 +165,21 @@ func TestDevOn(t *testing.T) {
 		t.Errorf("DevOn changed the profile's own /dev: %+v", p.Dev)
 	}
 }
+
+// TestDifferencesAreScoped checks that every declared difference names
+// the tier or the driver it is of: one with neither applies to every
+// sandbox (as the unscoped one here shows), which would weaken every
+// driver's conformance checks and audit at once.
+func TestDifferencesAreScoped(t *testing.T) {
+	everywhere := Difference{ID: "unscoped"}
+	for _, on := range []On{{"runc", sandbox.TierContainer}, {"gvisor", sandbox.TierGVisor}, {"docker", sandbox.TierDocker}} {
+		if !everywhere.Applies(on) {
+			t.Fatalf("a difference with neither tier nor driver does not apply to %+v; the check below would see nothing", on)
+		}
+	}
+	for _, d := range Default().Differences {
+		if d.Tier == "" && d.Driver == "" {
+			t.Errorf("difference %q sets neither Tier nor Driver: it applies to every sandbox", d.ID)
+		}
+	}
+}
