@@ -94,13 +94,18 @@ func ensureNamespace(ctx context.Context, kubeconfig, ns string) error {
 	if err != nil && !apierrors.IsAlreadyExists(err) {
 		return fmt.Errorf("creating namespace %s: %w", ns, err)
 	}
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+	for deadline := time.Now().Add(30 * time.Second); ; {
 		_, err := cs.CoreV1().ServiceAccounts(ns).Get(ctx, "default", metav1.GetOptions{})
 		if err == nil {
 			return nil
 		}
 		if time.Now().After(deadline) {
 			return fmt.Errorf("namespace %s has no default service account: %w", ns, err)
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("waiting for namespace %s's default service account: %w", ns, context.Cause(ctx))
+		case <-time.After(200 * time.Millisecond):
 		}
 	}
 }

@@ -70,7 +70,12 @@ func rate(ctx context.Context, t target, img sandbox.Image, pods, concurrency in
 func rateTable(ctx context.Context, ts []target, img sandbox.Image, pods int, concurrency []int, limit time.Duration) error {
 	fmt.Printf("\nSandboxes per minute: create, python print(1), destroy; at most %d each or none started after %s; one loop after the other\n\n", pods, limit)
 	t := table.New("driver", "at once", "sandboxes", "elapsed", "per minute", "vs local gvisor", "each, median", "p95")
-	perMin := func(r rateResult) float64 { return float64(r.done) / r.elapsed.Minutes() }
+	perMin := func(r rateResult) float64 {
+		if r.elapsed <= 0 {
+			return 0
+		}
+		return float64(r.done) / r.elapsed.Minutes()
+	}
 	for _, c := range concurrency {
 		rs := make([]rateResult, len(ts))
 		for i, tg := range ts {
@@ -82,9 +87,18 @@ func rateTable(ctx context.Context, ts []target, img sandbox.Image, pods int, co
 		local := rs[len(rs)-1]
 		for i, r := range rs {
 			t.Row(ts[i].name, fmt.Sprint(c), fmt.Sprint(r.done), fmt.Sprintf("%.1f s", r.elapsed.Seconds()), fmt.Sprintf("%.1f", perMin(r)),
-				fmt.Sprintf("%.2fx", perMin(r)/perMin(local)), table.MS(table.Pct(r.each, 50)), table.MS(table.Pct(r.each, 95)))
+				rateRatio(perMin(r), perMin(local)), table.MS(table.Pct(r.each, 50)), table.MS(table.Pct(r.each, 95)))
 		}
 	}
 	t.Print(os.Stdout)
 	return nil
+}
+
+// rateRatio formats a/b as "1.23x", or "-" when b is 0 (no local sandbox
+// finished within a very short -pods-time).
+func rateRatio(a, b float64) string {
+	if b == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.2fx", a/b)
 }
