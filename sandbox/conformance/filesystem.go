@@ -2,6 +2,7 @@ package conformance
 
 import (
 	"fmt"
+	"os"
 	"slices"
 	"strings"
 	"syscall"
@@ -271,8 +272,11 @@ func (s *suite) filesystem(t *testing.T) {
 			continue
 		}
 		t.Run(c.name, func(t *testing.T) {
+			// The machine the suite runs on is the node (docker's host,
+			// the one-node cluster's node).
+			node, _ := os.Hostname()
 			for _, f := range d.Files {
-				if f.Line == "" {
+				if len(f.Lines) == 0 {
 					continue
 				}
 				var rd struct {
@@ -280,8 +284,8 @@ func (s *suite) filesystem(t *testing.T) {
 					Content string `json:"content"`
 				}
 				decode(t, b.run(t, sandbox.ExecRequest{}, "readfile", f.Path), &rd, "readfile")
-				if !strings.Contains(rd.Content, f.Line) || strings.Contains(rd.Content, "search") {
-					t.Errorf("%s: got %q, want the driver's fixed contents (containing %q) and nothing of the host's", f.Path, rd.Content, f.Line)
+				for _, p := range fileProblems(f, rd.Content, s.p.Hostname, node) {
+					t.Errorf("%s: %s, in %q: want the driver's fixed contents and nothing of the host's", f.Path, p, rd.Content)
 				}
 			}
 		})
@@ -360,4 +364,49 @@ func hasOption(opts, o string) bool {
 		}
 	}
 	return false
+}
+
+// fileProblems says how content, a host's file f the runtime mounts into
+// the sandbox, differs from what the profile declares: each of f's Lines
+// a whole line of it, a line ending with f.Host, with Exact no other line
+// but f.May's, comments and lines ending with the sandbox's host name
+// (sandboxHost); in any case no search line and nothing naming the node
+// (nodeHost, "" for unknown).
+func fileProblems(f profile.File, content, sandboxHost, nodeHost string) []string {
+	norm := func(l string) string { return strings.Join(strings.Fields(l), " ") }
+	lines := map[string]bool{}
+	var out []string
+	hostLine := false
+	for _, l := range strings.Split(content, "\n") {
+		l = norm(l)
+		if l == "" {
+			continue
+		}
+		lines[l] = true
+		fields := strings.Fields(l)
+		last := fields[len(fields)-1]
+		if f.Host != "" && !strings.HasPrefix(l, "#") && len(fields) > 1 && last == f.Host {
+			hostLine = true
+		}
+		switch {
+		case fields[0] == "search":
+			out = append(out, fmt.Sprintf("a search line %q", l))
+		case nodeHost != "" && nodeHost != sandboxHost && nodeHost != "localhost" && slices.ContainsFunc(fields, func(x string) bool {
+			return strings.EqualFold(x, nodeHost) || strings.HasPrefix(strings.ToLower(x), strings.ToLower(nodeHost)+".")
+		}):
+			out = append(out, fmt.Sprintf("the node's host name %s in %q", nodeHost, l))
+		case f.Exact && !strings.HasPrefix(l, "#") && !slices.ContainsFunc(f.Lines, func(x string) bool { return norm(x) == l }) &&
+			!slices.ContainsFunc(f.May, func(x string) bool { return norm(x) == l }) && last != sandboxHost:
+			out = append(out, fmt.Sprintf("a line %q the runtime does not write", l))
+		}
+	}
+	for _, want := range f.Lines {
+		if !lines[norm(want)] {
+			out = append(out, fmt.Sprintf("no line %q", want))
+		}
+	}
+	if f.Host != "" && !hostLine {
+		out = append(out, fmt.Sprintf("no line naming the host %s", f.Host))
+	}
+	return out
 }

@@ -3,6 +3,7 @@ package conformance
 import (
 	"maps"
 	"slices"
+	"strings"
 	"syscall"
 	"testing"
 
@@ -151,6 +152,65 @@ func TestGroupOutside(t *testing.T) {
 	}{{"1 0", 65534, true}, {"0 2147483647", 65534, false}, {"0 100", 65534, true}, {"", 65534, false}} {
 		if got := groupOutside(tt.rng, tt.gid); got != tt.want {
 			t.Errorf("groupOutside(%q, %d): got %t, want %t", tt.rng, tt.gid, got, tt.want)
+		}
+	}
+}
+
+// TestFileProblems checks the contents Filesystem/KubeletFiles and
+// DockerEtcFiles accept: what the kubelet and dockerd write, not a node's
+// own files (which a pod of the host's network, or a hostPath at the same
+// path, would show).
+func TestFileProblems(t *testing.T) {
+	p := profile.Default()
+	file := func(driver string, tier sandbox.Tier, path string) profile.File {
+		d, ok := p.Difference(profile.On{Driver: driver, Tier: tier}, map[string]string{"kubernetes": "kubelet-files", "docker": "docker-etc-files"}[driver])
+		if !ok {
+			t.Fatalf("no difference of driver %s", driver)
+		}
+		for _, f := range d.Files {
+			if f.Path == path {
+				return f
+			}
+		}
+		t.Fatalf("driver %s declares no %s", driver, path)
+		return profile.File{}
+	}
+	kubeHosts := file("kubernetes", sandbox.TierGVisor, "/etc/hosts")
+	dockerHosts := file("docker", sandbox.TierDocker, "/etc/hosts")
+	resolv := file("kubernetes", sandbox.TierGVisor, p.ResolvConf.Path)
+	const (
+		kubelet = "# Kubernetes-managed hosts file.\n127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\nfe00::0\tip6-localnet\nfe00::0\tip6-mcastprefix\nfe00::1\tip6-allnodes\nfe00::2\tip6-allrouters\n10.244.0.7\tsandbox\n"
+		dockerd = "127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\nfe00::0\tip6-localnet\nff00::0\tip6-mcastprefix\nff02::1\tip6-allnodes\nff02::2\tip6-allrouters\n"
+		// A node's own /etc/hosts, as a pod of the host's network gets it
+		// (the kubelet's header then says "(host network)").
+		node        = "127.0.0.1\tlocalhost\n127.0.1.1\tnode-1.example.internal node-1\n::1\tlocalhost ip6-localhost ip6-loopback\n"
+		hostNetwork = "# Kubernetes-managed hosts file (host network).\n" + node
+	)
+	for _, tt := range []struct {
+		name    string
+		f       profile.File
+		content string
+		want    int // problems; 0: accepted
+	}{
+		{"the kubelet's", kubeHosts, kubelet, 0},
+		{"the node's, through hostNetwork", kubeHosts, hostNetwork, 3},
+		{"the node's, by a hostPath", kubeHosts, node, 3},
+		{"the kubelet's, without the pod's name", kubeHosts, strings.TrimSuffix(kubelet, "10.244.0.7\tsandbox\n"), 1},
+		{"dockerd's", dockerHosts, dockerd, 0},
+		{"dockerd's with the sandbox's address", dockerHosts, dockerd + "172.17.0.2\tsandbox\n", 0},
+		{"the node's, for docker", dockerHosts, node, 1},
+		{"a line added to dockerd's", dockerHosts, dockerd + "10.0.0.9\tdb.internal\n", 1},
+		{"the driver's resolv.conf", resolv, "nameserver 127.0.0.1\n", 0},
+		{"the cluster's resolv.conf", resolv, "search stockade.svc.cluster.local svc.cluster.local\nnameserver 10.96.0.10\noptions ndots:5\n", 2},
+	} {
+		if got := fileProblems(tt.f, tt.content, p.Hostname, "node-1"); len(got) != tt.want {
+			t.Errorf("%s: got problems %q, want %d", tt.name, got, tt.want)
+		}
+	}
+	// The node's host name unknown, the node's files still fail.
+	for _, f := range []profile.File{kubeHosts, dockerHosts} {
+		if got := fileProblems(f, node, p.Hostname, ""); len(got) == 0 {
+			t.Errorf("%s: the node's hosts file accepted when the node's name is unknown", f.Path)
 		}
 	}
 }

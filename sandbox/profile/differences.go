@@ -61,9 +61,19 @@ func (d Difference) Where() string {
 // File is a host's file mounted into a sandbox.
 type File struct {
 	Path string
-	// Line is a line of the fixed contents the driver gives it; empty
-	// where the sandbox's user cannot read it.
-	Line string
+	// Lines are lines of the fixed contents the driver gives it, each a
+	// whole line of the file (compared field by field, whatever blanks
+	// part them); none where the sandbox's user cannot read it.
+	Lines []string
+	// Host, when set, is the host name a line of the file must end with
+	// (the profile's, in a hosts file).
+	Host string
+	// Exact says the file holds no line but Lines, May, comments and
+	// lines ending with the profile's host name: what the runtime
+	// writes, to the letter.
+	Exact bool
+	// May are lines an Exact file may hold besides Lines.
+	May []string
 	// Writable is true when the mount is read-write: the file's mode, or
 	// its directory's, is what keeps the sandbox's user from writing it.
 	Writable bool
@@ -118,9 +128,17 @@ func differences(p Profile) []Difference {
 			Fact:   "/etc/resolv.conf, /etc/hostname and /etc/hosts are mounts of dockerd's",
 			Reason: "dockerd bind-mounts them into every container, even with --network=none; they are read-only and the driver writes fixed contents into them (Filesystem/DockerEtcFiles)",
 			Files: []File{
-				{Path: p.ResolvConf.Path, Line: "nameserver 127.0.0.1"},
-				{Path: "/etc/hostname", Line: p.Hostname},
-				{Path: "/etc/hosts", Line: "127.0.0.1"},
+				{Path: p.ResolvConf.Path, Lines: []string{"nameserver 127.0.0.1"}},
+				{Path: "/etc/hostname", Lines: []string{p.Hostname}, Exact: true},
+				// What dockerd writes for a container without a network:
+				// its default entries, none of the host's.
+				{Path: "/etc/hosts", Lines: []string{"127.0.0.1 localhost"}, Exact: true, May: []string{
+					"::1 localhost ip6-localhost ip6-loopback",
+					"fe00::0 ip6-localnet",
+					"ff00::0 ip6-mcastprefix",
+					"ff02::1 ip6-allnodes",
+					"ff02::2 ip6-allrouters",
+				}},
 			},
 		},
 		{
@@ -141,11 +159,14 @@ func differences(p Profile) []Difference {
 		{
 			ID: "kubelet-files", Driver: KubernetesDriver, Check: "Filesystem/NoHostMounts",
 			Fact:   "/etc/hosts, /etc/hostname, /etc/resolv.conf and the termination message file (" + KubeletDir + "/termination-log) are files of the node, mounted by the kubelet and containerd (/etc/hosts and the termination message file read-write)",
-			Reason: "the kubelet mounts them into every container whatever the pod spec says (a volume there would only put another file of the node in their place); they are root's, the sandbox's user opens none of them for writing, also through /proc/self/root (EACCES or EROFS, asserted), the termination message file's directory is root's, mode 0700, so no path to it resolves, and the driver sets the contents of the others (dnsPolicy None with nameserver 127.0.0.1, the profile's host name): nothing of the cluster's resolvers is in them (asserted)",
+			Reason: "the kubelet mounts them into every container whatever the pod spec says (a volume there would only put another file of the node in their place); they are root's, the sandbox's user opens none of them for writing, also through /proc/self/root (EACCES or EROFS, asserted), the termination message file's directory is root's, mode 0700, so no path to it resolves, and the driver sets the contents of the others (dnsPolicy None with nameserver 127.0.0.1, the profile's host name), and /etc/hosts is the kubelet's own, headed \"# Kubernetes-managed hosts file.\" and naming the pod by the profile's host name: nothing of the cluster's resolvers or the node's names is in them (asserted)",
 			Files: []File{
-				{Path: p.ResolvConf.Path, Line: "nameserver 127.0.0.1"},
-				{Path: "/etc/hostname", Line: p.Hostname},
-				{Path: "/etc/hosts", Line: "127.0.0.1", Writable: true},
+				{Path: p.ResolvConf.Path, Lines: []string{"nameserver 127.0.0.1"}},
+				{Path: "/etc/hostname", Lines: []string{p.Hostname}, Exact: true},
+				// The kubelet's own file (not the node's, which it would
+				// give a pod of the host's network), naming the pod by the
+				// profile's host name.
+				{Path: "/etc/hosts", Lines: []string{"# Kubernetes-managed hosts file.", "127.0.0.1 localhost"}, Host: p.Hostname, Writable: true},
 				{Path: KubeletDir + "/termination-log", Writable: true},
 			},
 		},
