@@ -2,6 +2,7 @@ package blastradius
 
 import (
 	"fmt"
+	"regexp"
 	"slices"
 	"sort"
 	"strconv"
@@ -296,20 +297,44 @@ func (e *evaluator) mountExpectation(path, fstype, root string) (why string, rea
 			}
 		}
 	}
-	if d, found := e.difference("docker-etc-files"); found && slices.ContainsFunc(d.Files, func(f profile.File) bool { return f.Path == path }) {
-		return "dockerd's fixed file", true, true
-	}
 	for _, d := range e.p.Differences {
 		if !d.Applies(e.on) {
 			continue
 		}
 		for _, f := range d.Files {
-			if f.Path == path {
+			if f.Path == path && e.runtimeFile(path, fstype, root) {
 				return "the host's file (" + d.ID + ")", !f.Writable, true
 			}
 		}
 	}
 	return "", false, false
+}
+
+// runtimeFiles are the shapes of the mountinfo roots of the files the
+// runtimes mount into every container, by the path they are mounted at:
+// the kubelet's (below its pods directory), containerd's (the CRI
+// plugin's sandbox directory) and dockerd's (its containers directory).
+// A hostPath, or any other volume, at the same path has another root.
+var runtimeFiles = map[string]*regexp.Regexp{
+	"/etc/hosts":                            regexp.MustCompile(`/pods/[0-9a-f-]{36}/etc-hosts$|/containers/[0-9a-f]{64}/hosts$`),
+	"/etc/hostname":                         regexp.MustCompile(`/io\.containerd\.grpc\.v1\.cri/sandboxes/[0-9a-f]{64}/hostname$|/containers/[0-9a-f]{64}/hostname$`),
+	"/etc/resolv.conf":                      regexp.MustCompile(`/io\.containerd\.grpc\.v1\.cri/sandboxes/[0-9a-f]{64}/resolv\.conf$|/containers/[0-9a-f]{64}/resolv\.conf$`),
+	profile.KubeletDir + "/termination-log": regexp.MustCompile(`/pods/[0-9a-f-]{36}/containers/[^/]+/[^/]+$`),
+}
+
+// runtimeFile says whether the mount at path, of file system fstype
+// with root as the path mounted from it, is the file the runtime mounts
+// there, not another file of the host's. Under gVisor the Sentry shows
+// such a file's root as "/" (a gofer mount of the file itself), which
+// tells it from no other file: there only its file system is checked,
+// and the conformance suite's write attempts (NoHostMounts) stand for
+// the rest.
+func (e *evaluator) runtimeFile(path, fstype, root string) bool {
+	if e.on.Tier == sandbox.TierGVisor && root == "/" {
+		return fstype == "9p" || fstype == "gofer"
+	}
+	re, ok := runtimeFiles[path]
+	return ok && re.MatchString(root)
 }
 
 // kernelMount returns the profile's mount of file system fstype.

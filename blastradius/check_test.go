@@ -297,25 +297,42 @@ func TestEvaluateRecordMount(t *testing.T) {
 }
 
 // TestEvaluateHostFiles audits a sandbox with a file of the node mounted
-// as the kubelet mounts it: accepted only from the driver whose difference
-// declares it (kubelet-files), and read-write only where declared so.
+// as the kubelet, containerd or dockerd mounts it: accepted only from the
+// driver whose difference declares it (kubelet-files, docker-etc-files),
+// only from where the runtime keeps it (not a hostPath at its path), and
+// read-write only where declared so.
 func TestEvaluateHostFiles(t *testing.T) {
+	const (
+		hex64     = "4f9c1b7e2d3a5c6b8e9f0a1b2c3d4e5f6a7b8c9d0e1f2a3b4c5d6e7f8a9b0c1d"
+		pod       = "/var/lib/kubelet/pods/0f1e2d3c-4b5a-6978-8796-a5b4c3d2e1f0"
+		sandboxes = "/var/lib/containerd/io.containerd.grpc.v1.cri/sandboxes/" + hex64
+	)
 	for _, tc := range []struct {
-		name, driver, point, options string
-		ok                           bool
+		name, driver, point, root, options string
+		ok                                 bool
 	}{
-		{"the kubelet's hosts on kubernetes", profile.KubernetesDriver, "/etc/hosts", "rw,relatime", true},
-		{"the kubelet's hosts on runc", "runc", "/etc/hosts", "rw,relatime", false},
-		{"the kubelet's hostname read-only", profile.KubernetesDriver, "/etc/hostname", "ro,relatime", true},
-		{"the kubelet's hostname read-write", profile.KubernetesDriver, "/etc/hostname", "rw,relatime", false},
-		{"another file of the node", profile.KubernetesDriver, "/etc/passwd", "ro,relatime", false},
+		{"the kubelet's hosts on kubernetes", profile.KubernetesDriver, "/etc/hosts", pod + "/etc-hosts", "rw,relatime", true},
+		{"a hostPath at /etc/hosts on kubernetes", profile.KubernetesDriver, "/etc/hosts", "/srv/node-files/hosts", "rw,relatime", false},
+		{"the node's /etc/hosts on kubernetes", profile.KubernetesDriver, "/etc/hosts", "/etc/hosts", "rw,relatime", false},
+		{"the kubelet's hosts on runc", "runc", "/etc/hosts", pod + "/etc-hosts", "rw,relatime", false},
+		{"containerd's hostname read-only", profile.KubernetesDriver, "/etc/hostname", sandboxes + "/hostname", "ro,relatime", true},
+		{"containerd's hostname read-write", profile.KubernetesDriver, "/etc/hostname", sandboxes + "/hostname", "rw,relatime", false},
+		{"containerd's resolv.conf", profile.KubernetesDriver, "/etc/resolv.conf", sandboxes + "/resolv.conf", "ro,relatime", true},
+		{"the termination log", profile.KubernetesDriver, profile.KubeletDir + "/termination-log", pod + "/containers/sandbox/7a1b2c3d", "rw,relatime", true},
+		{"a hostPath at the termination log", profile.KubernetesDriver, profile.KubeletDir + "/termination-log", "/var/log/x", "rw,relatime", false},
+		{"dockerd's hosts on docker", "docker", "/etc/hosts", "/var/lib/docker/containers/" + hex64 + "/hosts", "ro,relatime", true},
+		{"a bind mount at /etc/hosts on docker", "docker", "/etc/hosts", "/home/u/hosts", "ro,relatime", false},
+		{"another file of the node", profile.KubernetesDriver, "/etc/passwd", "/etc/passwd", "ro,relatime", false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			o := cleanObserved(t)
 			m := o.reach.Mounts[0]
-			m.MountPoint, m.Options = tc.point, tc.options
+			m.MountPoint, m.Root, m.Options = tc.point, tc.root, tc.options
 			o.reach.Mounts = append(o.reach.Mounts, m)
 			tool := containerTool()
+			if tc.driver == "docker" {
+				tool.Tier = sandbox.TierDocker
+			}
 			r := evaluate(profile.Default(), tc.driver, tierCaps[tool.Tier], tool, o)
 			subject := tc.point
 			if tc.ok {
