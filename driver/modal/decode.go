@@ -10,6 +10,8 @@ import (
 	"time"
 	"unicode/utf8"
 
+	clipping "github.com/stockade-sh/stockade/internal/clip"
+
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -74,12 +76,11 @@ func tokenExpiry(jwt string) (time.Time, error) {
 	return time.Unix(int64(*claims.Exp), 0), nil
 }
 
-// clip returns s cut to maxString bytes of valid UTF-8.
+// clip returns s cut to maxString bytes of valid UTF-8 (and how long it
+// was). Invalid bytes are replaced first: each becomes a 3-byte U+FFFD,
+// so replacing them after the cut could triple its length.
 func clip(s string) string {
-	if len(s) > maxString {
-		s = s[:maxString] + "..."
-	}
-	return strings.ToValidUTF8(s, "\uFFFD")
+	return clipping.String(strings.ToValidUTF8(s, "\uFFFD"), maxString)
 }
 
 // unreadable is the error of an answer the driver cannot use.

@@ -10,6 +10,8 @@ import (
 	"net/http"
 	"strings"
 
+	clipping "github.com/stockade-sh/stockade/internal/clip"
+
 	"github.com/stockade-sh/stockade/errdefs"
 )
 
@@ -312,12 +314,12 @@ func checkID(what, id string) error {
 	return nil
 }
 
-// clip bounds a string the API gave to maxString bytes of valid UTF-8.
+// clip bounds a string the API gave to maxString bytes of valid UTF-8
+// (and says how long it was). Invalid bytes are replaced first: each
+// becomes a 3-byte U+FFFD, so replacing them after the cut could triple
+// its length.
 func clip(s string) string {
-	if len(s) > maxString {
-		s = s[:maxString]
-	}
-	return strings.ToValidUTF8(s, "\uFFFD")
+	return clipping.String(strings.ToValidUTF8(s, "\uFFFD"), maxString)
 }
 
 // lineReader splits a stream into lines of at most maxLine bytes.
