@@ -329,12 +329,7 @@ func (c *Client) blobExists(ctx context.Context, repo, digest string) (bool, err
 // manifestDigest is the digest of the manifest repo's ref names (""
 // where the registry sends none), or notFound if it has none.
 func (c *Client) manifestDigest(ctx context.Context, repo, ref string) (string, error) {
-	req, err := c.request(ctx, http.MethodHead, c.url("/v2/"+repo+"/manifests/"+ref), nil)
-	if err != nil {
-		return "", err
-	}
-	req.Header.Set("Accept", MediaTypeManifest)
-	resp, err := c.do(req)
+	resp, err := c.manifest(ctx, http.MethodHead, repo, ref)
 	if err != nil {
 		return "", err
 	}
@@ -374,12 +369,7 @@ func (c *Client) Resolve(ctx context.Context, name, tag string) (string, error) 
 		}
 		return digest, nil
 	}
-	req, err := c.request(ctx, http.MethodGet, c.url("/v2/"+repo+"/manifests/"+tag), nil)
-	if err != nil {
-		return "", err
-	}
-	req.Header.Set("Accept", MediaTypeManifest)
-	resp, err := c.do(req)
+	resp, err := c.manifest(ctx, http.MethodGet, repo, tag)
 	if err != nil {
 		return "", err
 	}
@@ -404,6 +394,17 @@ func (c *Client) Resolve(ctx context.Context, name, tag string) (string, error) 
 		return "", fmt.Errorf("registry %s sent manifest %s:%s as %s, but its bytes hash to %s: %w", c.loc.Host, repo, tag, d, got, errdefs.ErrUnavailable)
 	}
 	return got, nil
+}
+
+// manifest sends a HEAD or GET of the manifest repo's ref names, accepting
+// an OCI image manifest; the caller drains the answer.
+func (c *Client) manifest(ctx context.Context, method, repo, ref string) (*http.Response, error) {
+	req, err := c.request(ctx, method, c.url("/v2/"+repo+"/manifests/"+ref), nil)
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Accept", MediaTypeManifest)
+	return c.do(req)
 }
 
 // notFound is what manifestDigest returns for a manifest the registry
