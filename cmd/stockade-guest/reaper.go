@@ -227,6 +227,13 @@ func (a *agent) stopAll(within time.Duration) bool {
 // allStopped says whether /proc shows every thread of every process but
 // self stopped or dead. Each thread: a process whose main thread has
 // exited shows a zombie in /proc/<pid>/stat while its other threads run.
+// /proc/<pid>/stat is read first: its state is the main thread's, and a
+// process of one thread (num_threads, field 20) that it shows stopped is
+// its thread stopped, so its task directory is read only for a process
+// of several threads, or a zombie. Under gVisor each of the guest's system
+// calls costs tens of microseconds or more on a busy host, and a pool's
+// interpreter that gave notice is such a process of one thread: a scan of
+// it takes 9 calls instead of 14.
 func allStopped(self int) bool {
 	names, err := procNames()
 	if err != nil {
@@ -235,6 +242,16 @@ func allStopped(self int) bool {
 	var buf [512]byte
 	for _, n := range names {
 		if n[0] < '0' || n[0] > '9' || n == strconv.Itoa(self) {
+			continue
+		}
+		b, err := readProc("/proc/"+n+"/stat", buf[:])
+		if err != nil {
+			continue // gone
+		}
+		switch processStopped(b) {
+		case notStopped:
+			return false
+		case stopped:
 			continue
 		}
 		tasks, err := dirNames("/proc/" + n + "/task")
@@ -252,6 +269,25 @@ func allStopped(self int) bool {
 		}
 	}
 	return true
+}
+
+// What /proc/<pid>/stat says of a process's threads (processStopped).
+const (
+	notStopped   = iota // its main thread runs (or the line is unreadable)
+	stopped             // its one thread is stopped
+	readTheTasks        // its main thread is stopped or dead; it has others
+)
+
+// processStopped reads a line of /proc/<pid>/stat (see allStopped).
+func processStopped(stat []byte) int {
+	f := statFields(stat)
+	switch {
+	case len(f) == 0 || len(f[0]) != 1 || !bytes.ContainsAny(f[0], "TtZX"):
+		return notStopped
+	case bytes.ContainsAny(f[0], "Tt") && len(f) > 17 && string(f[17]) == "1":
+		return stopped
+	}
+	return readTheTasks
 }
 
 type child struct {

@@ -1,0 +1,90 @@
+package main
+
+import (
+	"os"
+	"os/exec"
+	"strconv"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// TestProcessStopped classifies lines of /proc/<pid>/stat as allStopped
+// reads them: a stopped process of one thread is stopped without reading
+// its tasks, one of several threads or a zombie needs its tasks read, and
+// one whose main thread runs is not stopped.
+func TestProcessStopped(t *testing.T) {
+	for _, c := range []struct {
+		name, line string
+		want       int
+	}{
+		{"stopped alone", "12 (python3) T 1 12 12 0 -1 4194560 900 0 0 0 5 3 0 0 20 0 1 0 81 1000 100", stopped},
+		{"traced alone", "12 (python3) t 1 12 12 0 -1 4194560 900 0 0 0 5 3 0 0 20 0 1 0 81 1000 100", stopped},
+		{"stopped, three threads", "12 (python3) T 1 12 12 0 -1 4194560 900 0 0 0 5 3 0 0 20 0 3 0 81 1000 100", readTheTasks},
+		{"zombie main thread", "12 (python3) Z 1 12 12 0 -1 4194560 900 0 0 0 5 3 0 0 20 0 1 0 81 1000 100", readTheTasks},
+		{"sleeping", "12 (python3) S 1 12 12 0 -1 4194560 900 0 0 0 5 3 0 0 20 0 1 0 81 1000 100", notStopped},
+		{"running", "12 (python3) R 1 12 12 0 -1 4194560 900 0 0 0 5 3 0 0 20 0 1 0 81 1000 100", notStopped},
+		// The command name may hold anything up to the last ')'.
+		{"name with ') T '", "12 (a) T 1 (b) S 1 12 12 0 -1 4194560 900 0 0 0 5 3 0 0 20 0 1 0 81", notStopped},
+		{"cut short", "12 (python3) T 1 12 12", readTheTasks},
+		{"no state", "12 (python3)", notStopped},
+		// gVisor's line: the fields it leaves 0 are still there.
+		{"gVisor stopped alone", "2 (python3) T 1 2 2 0 0 0 0 0 0 0 3 1 0 0 20 0 1 0 4 52428800 3200 18446744073709551615 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0", stopped},
+	} {
+		if got := processStopped([]byte(c.line)); got != c.want {
+			t.Errorf("%s: got %d, want %d", c.name, got, c.want)
+		}
+	}
+}
+
+// TestProcessStoppedOnThisKernel reads the lines of real processes: a
+// stopped sleep (one thread), a stopped python with a second thread, and
+// this test's own (running, several threads).
+func TestProcessStoppedOnThisKernel(t *testing.T) {
+	stat := func(pid int) []byte {
+		t.Helper()
+		b, err := readProc("/proc/"+strconv.Itoa(pid)+"/stat", make([]byte, 512))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	stop := func(argv ...string) int {
+		t.Helper()
+		cmd := exec.Command(argv[0], argv[1:]...)
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+		pid := cmd.Process.Pid
+		// The second thread must exist before the stop.
+		deadline := time.Now().Add(10 * time.Second)
+		for len(argv) > 2 && time.Now().Before(deadline) {
+			if tasks, _ := dirNames("/proc/" + strconv.Itoa(pid) + "/task"); len(tasks) > 1 {
+				break
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+			t.Fatal(err)
+		}
+		for time.Now().Before(deadline) {
+			if f := statFields(stat(pid)); len(f) > 0 && string(f[0]) == "T" {
+				return pid
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		t.Fatalf("%s did not stop", argv[0])
+		return 0
+	}
+	if got := processStopped(stat(stop("sleep", "100"))); got != stopped {
+		t.Errorf("a stopped sleep: got %d, want stopped (%d)", got, stopped)
+	}
+	py := stop("python3", "-c", "import threading, time; threading.Thread(target=time.sleep, args=(100,)).start(); time.sleep(100)")
+	if got := processStopped(stat(py)); got != readTheTasks {
+		t.Errorf("a stopped python of two threads: got %d, want its tasks read (%d)", got, readTheTasks)
+	}
+	if got := processStopped(stat(os.Getpid())); got != notStopped {
+		t.Errorf("this test's process: got %d, want not stopped (%d)", got, notStopped)
+	}
+}
