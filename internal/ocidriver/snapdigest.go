@@ -166,10 +166,28 @@ func (c *digestCache) put(stamp, digest string) {
 var hashImage = imageDigest
 
 // settled is how long before a stamp is taken a tree must have last
-// changed for digestCache to keep its digest: many scheduler ticks, so
-// that a write after the stamp changes a ctime (imageStamp). A variable
-// for tests.
-var settled = 2 * time.Second
+// changed for digestCache to keep its digest: several scheduler ticks
+// (the clock of a ctime moves once a tick: 4 ms at Debian's 250 Hz, 10
+// ms at 100 Hz), so that a write after the stamp changes a ctime
+// (imageStamp). A variable for tests.
+var settled = 20 * time.Millisecond
+
+// sealDigest is the digest of the image tree under dir that was just
+// written (a checkpoint being sealed), kept in the cache: it waits until
+// the tree has settled (at most settled) and then reads it, so that the
+// restores that follow (a fork's, at once) find its digest instead of
+// reading the tree again. A fork of 8 sessions from a 140 MiB snapshot
+// read it twice, about 120 ms each here, both on the fork's path.
+func (c *digestCache) sealDigest(dir string) (string, error) {
+	_, changed, err := imageStamp(dir)
+	if err != nil {
+		return "", err
+	}
+	if wait := time.Until(changed.Add(settled)); wait > 0 {
+		time.Sleep(min(wait, settled))
+	}
+	return c.digest(dir)
+}
 
 // digest is the digest of the image tree under dir (imageDigest), from
 // the cache when its stamp is one the cache knows. The stamp is taken

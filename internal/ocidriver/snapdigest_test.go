@@ -34,6 +34,10 @@ func TestDigestCache(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	old := settled
+	t.Cleanup(func() { settled = old })
+	// Changed "just now": within settled, an hour here.
+	settled = time.Hour
 	var c digestCache
 	if got, err := c.digest(dir); err != nil || got != want {
 		t.Fatalf("digest of a fresh tree: %q, %v; want %q", got, err, want)
@@ -42,9 +46,7 @@ func TestDigestCache(t *testing.T) {
 		t.Fatalf("the digest of a tree changed just now was kept: %v", c.digests)
 	}
 
-	old := settled
 	settled = 50 * time.Millisecond
-	t.Cleanup(func() { settled = old })
 	time.Sleep(2 * settled)
 	if got, err := c.digest(dir); err != nil || got != want {
 		t.Fatalf("digest of a settled tree: %q, %v; want %q", got, err, want)
@@ -108,6 +110,9 @@ func TestDigestCache(t *testing.T) {
 // one reading of it and all get its digest; a call after them reads it
 // again, since nothing was kept.
 func TestDigestSharedWhileUnsettled(t *testing.T) {
+	old := settled
+	t.Cleanup(func() { settled = old })
+	settled = time.Hour
 	dir := t.TempDir()
 	data := make([]byte, 8<<20)
 	rand.Read(data)
@@ -123,15 +128,15 @@ func TestDigestSharedWhileUnsettled(t *testing.T) {
 		reads int
 	)
 	release := make(chan struct{})
-	old := hashImage
+	oldHash := hashImage
 	hashImage = func(d string) (string, error) {
 		mu.Lock()
 		reads++
 		mu.Unlock()
 		<-release
-		return old(d)
+		return oldHash(d)
 	}
-	t.Cleanup(func() { hashImage = old })
+	t.Cleanup(func() { hashImage = oldHash })
 	var (
 		c  digestCache
 		wg sync.WaitGroup
@@ -160,5 +165,50 @@ func TestDigestSharedWhileUnsettled(t *testing.T) {
 	}
 	if _, err := c.digest(dir); err != nil || reads != 2 {
 		t.Errorf("a later digest of the unsettled tree: %v, %d reads; want it read again", err, reads)
+	}
+}
+
+// TestSealDigestKept digests a tree written just now as a checkpoint's
+// seal does: it waits for the tree to settle, reads it once, and keeps
+// its digest, so that restores after it (a fork's) read nothing; a byte
+// rewritten in place after the seal is still seen.
+func TestSealDigestKept(t *testing.T) {
+	dir := t.TempDir()
+	data := make([]byte, 1<<20)
+	rand.Read(data)
+	pages := filepath.Join(dir, "pages.img")
+	if err := os.WriteFile(pages, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	want, err := imageDigest(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	reads := 0
+	oldHash := hashImage
+	hashImage = func(d string) (string, error) { reads++; return oldHash(d) }
+	t.Cleanup(func() { hashImage = oldHash })
+	var c digestCache
+	if got, err := c.sealDigest(dir); err != nil || got != want {
+		t.Fatalf("sealDigest: %q, %v; want %q", got, err, want)
+	}
+	for range 3 {
+		if got, err := c.digest(dir); err != nil || got != want {
+			t.Fatalf("digest after the seal: %q, %v; want %q", got, err, want)
+		}
+	}
+	if reads != 1 {
+		t.Errorf("the tree was read %d times for a seal and three restores, want once", reads)
+	}
+	f, err := os.OpenFile(pages, os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.WriteAt([]byte{data[0] ^ 0xff}, 0); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	if got, err := c.digest(dir); err != nil || got == want {
+		t.Errorf("digest after a byte was rewritten: %q, %v; want a new digest", got, err)
 	}
 }

@@ -263,7 +263,7 @@ func (d *Snapshotting) save(ctx context.Context, sb sandbox.Sandbox, dir string,
 	if err := fsmode.PrivateTree(image); err != nil {
 		return 0, fmt.Errorf("checkpointing sandbox %s: %w", s.id, err)
 	}
-	if rec.ImageDigest, err = imageDigest(image); err != nil {
+	if rec.ImageDigest, err = d.digests.sealDigest(image); err != nil {
 		return 0, fmt.Errorf("checkpointing sandbox %s: %w", s.id, err)
 	}
 	b, err := rec.seal(key)
