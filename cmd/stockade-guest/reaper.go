@@ -259,6 +259,9 @@ func allStopped(self int) bool {
 			continue // gone
 		}
 		for _, tid := range tasks {
+			if tid == n {
+				continue // the main thread, read above
+			}
 			b, err := readProc("/proc/"+n+"/task/"+tid+"/stat", buf[:])
 			if err != nil {
 				continue // gone

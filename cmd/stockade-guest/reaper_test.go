@@ -28,7 +28,8 @@ func TestProcessStopped(t *testing.T) {
 		{"name with ') T '", "12 (a) T 1 (b) S 1 12 12 0 -1 4194560 900 0 0 0 5 3 0 0 20 0 1 0 81", notStopped},
 		{"cut short", "12 (python3) T 1 12 12", readTheTasks},
 		{"no state", "12 (python3)", notStopped},
-		// gVisor's line: the fields it leaves 0 are still there.
+		// The shape of gVisor's line (fsimpl/proc's taskStatData), its
+		// tail cut: the fields it leaves 0 are still there.
 		{"gVisor stopped alone", "2 (python3) T 1 2 2 0 0 0 0 0 0 0 3 1 0 0 20 0 1 0 4 52428800 3200 18446744073709551615 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0", stopped},
 	} {
 		if got := processStopped([]byte(c.line)); got != c.want {
@@ -49,38 +50,46 @@ func TestProcessStoppedOnThisKernel(t *testing.T) {
 		}
 		return b
 	}
-	stop := func(argv ...string) int {
+	// stop starts argv, waits until it has threads threads, stops it and
+	// waits until /proc shows it stopped.
+	stop := func(threads int, argv ...string) int {
 		t.Helper()
 		cmd := exec.Command(argv[0], argv[1:]...)
+		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
 		pid := cmd.Process.Pid
-		// The second thread must exist before the stop.
 		deadline := time.Now().Add(10 * time.Second)
-		for len(argv) > 2 && time.Now().Before(deadline) {
-			if tasks, _ := dirNames("/proc/" + strconv.Itoa(pid) + "/task"); len(tasks) > 1 {
+		for {
+			tasks, _ := dirNames("/proc/" + strconv.Itoa(pid) + "/task")
+			if len(tasks) == threads {
 				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: %d threads, want %d", argv[0], len(tasks), threads)
 			}
 			time.Sleep(10 * time.Millisecond)
 		}
 		if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
 			t.Fatal(err)
 		}
-		for time.Now().Before(deadline) {
+		for deadline = time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
 			if f := statFields(stat(pid)); len(f) > 0 && string(f[0]) == "T" {
 				return pid
 			}
-			time.Sleep(10 * time.Millisecond)
 		}
 		t.Fatalf("%s did not stop", argv[0])
 		return 0
 	}
-	if got := processStopped(stat(stop("sleep", "100"))); got != stopped {
+	if got := processStopped(stat(stop(1, "sleep", "100"))); got != stopped {
 		t.Errorf("a stopped sleep: got %d, want stopped (%d)", got, stopped)
 	}
-	py := stop("python3", "-c", "import threading, time; threading.Thread(target=time.sleep, args=(100,)).start(); time.sleep(100)")
+	if _, err := exec.LookPath("python3"); err != nil {
+		requires(t, "python3")
+	}
+	py := stop(2, "python3", "-c", "import threading, time; threading.Thread(target=time.sleep, args=(100,)).start(); time.sleep(100)")
 	if got := processStopped(stat(py)); got != readTheTasks {
 		t.Errorf("a stopped python of two threads: got %d, want its tasks read (%d)", got, readTheTasks)
 	}
