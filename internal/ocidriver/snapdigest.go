@@ -12,6 +12,8 @@ import (
 	"syscall"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/stockade-sh/stockade/errdefs"
 )
 
@@ -166,11 +168,34 @@ func (c *digestCache) put(stamp, digest string) {
 var hashImage = imageDigest
 
 // settled is how long before a stamp is taken a tree must have last
-// changed for digestCache to keep its digest: several scheduler ticks
-// (the clock of a ctime moves once a tick: 4 ms at Debian's 250 Hz, 10
-// ms at 100 Hz), so that a write after the stamp changes a ctime
-// (imageStamp). A variable for tests.
-var settled = 20 * time.Millisecond
+// changed for digestCache to keep its digest, by the clock a file
+// system sets a ctime from (CLOCK_REALTIME_COARSE, which moves once a
+// tick, and stands still while the tick stalls): a write after the
+// stamp then gets a later ctime (imageStamp). A tree whose last ctime
+// has no fraction of a second is on a file system that keeps whole
+// seconds, and must be older than settledCoarse. Variables for tests.
+var (
+	settled       = 20 * time.Millisecond
+	settledCoarse = 2 * time.Second
+)
+
+// ctimeClock reads the clock a local file system sets a ctime from.
+func ctimeClock() time.Time {
+	var ts unix.Timespec
+	if err := unix.ClockGettime(unix.CLOCK_REALTIME_COARSE, &ts); err != nil {
+		return time.Time{} // nothing is kept
+	}
+	return time.Unix(ts.Unix())
+}
+
+// settledSince says whether a tree last changed at changed had settled
+// at now (ctimeClock's, taken before its stamp).
+func settledSince(now, changed time.Time) bool {
+	if changed.Nanosecond() == 0 {
+		return now.Sub(changed) >= settledCoarse
+	}
+	return now.Sub(changed) >= settled
+}
 
 // sealDigest is the digest of the image tree under dir that was just
 // written (a checkpoint being sealed), kept in the cache: it waits until
@@ -183,8 +208,13 @@ func (c *digestCache) sealDigest(dir string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	if wait := time.Until(changed.Add(settled)); wait > 0 {
-		time.Sleep(min(wait, settled))
+	// At most a few times settled: a clock that does not move on (a
+	// stalled tick, a ctime ahead of it) leaves the digest uncached.
+	for range 5 {
+		if settledSince(ctimeClock(), changed) {
+			break
+		}
+		time.Sleep(settled)
 	}
 	return c.digest(dir)
 }
@@ -195,7 +225,7 @@ func (c *digestCache) sealDigest(dir string) (string, error) {
 // by the next call; the digest of a tree changed less than settled
 // before is not kept.
 func (c *digestCache) digest(dir string) (string, error) {
-	now := time.Now()
+	now := ctimeClock()
 	stamp, changed, err := imageStamp(dir)
 	if err != nil {
 		return "", err
@@ -226,7 +256,7 @@ func (c *digestCache) digest(dir string) (string, error) {
 	if call.err != nil {
 		return "", call.err
 	}
-	if now.Sub(changed) >= settled {
+	if settledSince(now, changed) {
 		c.put(stamp, call.digest)
 	}
 	return call.digest, nil

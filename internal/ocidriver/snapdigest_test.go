@@ -67,14 +67,7 @@ func TestDigestCache(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f, err := os.OpenFile(pages, os.O_WRONLY, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := f.WriteAt([]byte{data[100] ^ 0xff}, 100); err != nil {
-		t.Fatal(err)
-	}
-	f.Close()
+	flipByte(t, pages, 100)
 	if err := os.Chtimes(pages, fi.ModTime(), fi.ModTime()); err != nil {
 		t.Fatal(err)
 	}
@@ -200,15 +193,56 @@ func TestSealDigestKept(t *testing.T) {
 	if reads != 1 {
 		t.Errorf("the tree was read %d times for a seal and three restores, want once", reads)
 	}
-	f, err := os.OpenFile(pages, os.O_WRONLY, 0)
+	// A write well after the seal's stamp: its ctime is later by the
+	// coarse clock too.
+	time.Sleep(50 * time.Millisecond)
+	flipByte(t, pages, 0)
+	if got, err := c.digest(dir); err != nil || got == want {
+		t.Errorf("digest after a byte was rewritten: %q, %v; want a new digest", got, err)
+	}
+}
+
+// flipByte rewrites the byte at off of the file p in place, its size as
+// before.
+func flipByte(t *testing.T, p string, off int64) {
+	t.Helper()
+	f, err := os.OpenFile(p, os.O_RDWR, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := f.WriteAt([]byte{data[0] ^ 0xff}, 0); err != nil {
+	defer f.Close()
+	b := make([]byte, 1)
+	if _, err := f.ReadAt(b, off); err != nil {
 		t.Fatal(err)
 	}
-	f.Close()
-	if got, err := c.digest(dir); err != nil || got == want {
-		t.Errorf("digest after a byte was rewritten: %q, %v; want a new digest", got, err)
+	if _, err := f.WriteAt([]byte{b[0] ^ 0xff}, off); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestSettledSince: a tree settles settled after its last change by the
+// ctime clock, or settledCoarse after it where its ctime has no fraction
+// of a second (a file system that keeps whole seconds).
+func TestSettledSince(t *testing.T) {
+	fine := time.Unix(1_700_000_000, 123_456_789)
+	whole := time.Unix(1_700_000_000, 0)
+	for _, c := range []struct {
+		changed time.Time
+		after   time.Duration
+		want    bool
+	}{
+		{fine, settled / 2, false},
+		{fine, settled, true},
+		{whole, settled, false},
+		{whole, settledCoarse - time.Millisecond, false},
+		{whole, settledCoarse, true},
+		{fine, -time.Second, false}, // a ctime ahead of the clock
+	} {
+		if got := settledSince(c.changed.Add(c.after), c.changed); got != c.want {
+			t.Errorf("changed %v, %v later: settled %v, want %v", c.changed, c.after, got, c.want)
+		}
+	}
+	if d := time.Since(ctimeClock()); d < 0 || d > time.Second {
+		t.Errorf("the ctime clock is %v from the wall clock", d)
 	}
 }
