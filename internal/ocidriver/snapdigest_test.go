@@ -17,13 +17,7 @@ import (
 // as before, is seen (its ctime moved) and the tree hashed again; links
 // are refused; the cache keeps at most maxCachedDigests trees.
 func TestDigestCache(t *testing.T) {
-	dir := t.TempDir()
-	data := make([]byte, 1<<20)
-	rand.Read(data)
-	pages := filepath.Join(dir, "pages.img")
-	if err := os.WriteFile(pages, data, 0o600); err != nil {
-		t.Fatal(err)
-	}
+	dir, pages := randomImage(t, 1<<20)
 	if err := os.Mkdir(filepath.Join(dir, "sub"), 0o700); err != nil {
 		t.Fatal(err)
 	}
@@ -106,12 +100,7 @@ func TestDigestSharedWhileUnsettled(t *testing.T) {
 	old := settled
 	t.Cleanup(func() { settled = old })
 	settled = time.Hour
-	dir := t.TempDir()
-	data := make([]byte, 8<<20)
-	rand.Read(data)
-	if err := os.WriteFile(filepath.Join(dir, "pages.img"), data, 0o600); err != nil {
-		t.Fatal(err)
-	}
+	dir, _ := randomImage(t, 8<<20)
 	want, err := imageDigest(dir)
 	if err != nil {
 		t.Fatal(err)
@@ -166,13 +155,7 @@ func TestDigestSharedWhileUnsettled(t *testing.T) {
 // its digest, so that restores after it (a fork's) read nothing; a byte
 // rewritten in place after the seal is still seen.
 func TestSealDigestKept(t *testing.T) {
-	dir := t.TempDir()
-	data := make([]byte, 1<<20)
-	rand.Read(data)
-	pages := filepath.Join(dir, "pages.img")
-	if err := os.WriteFile(pages, data, 0o600); err != nil {
-		t.Fatal(err)
-	}
+	dir, pages := randomImage(t, 1<<20)
 	want, err := imageDigest(dir)
 	if err != nil {
 		t.Fatal(err)
@@ -200,6 +183,20 @@ func TestSealDigestKept(t *testing.T) {
 	if got, err := c.digest(dir); err != nil || got == want {
 		t.Errorf("digest after a byte was rewritten: %q, %v; want a new digest", got, err)
 	}
+}
+
+// randomImage is a new image tree of one file, pages.img, of size random
+// bytes: its directory and the file's path.
+func randomImage(t *testing.T, size int) (dir, pages string) {
+	t.Helper()
+	dir = t.TempDir()
+	data := make([]byte, size)
+	rand.Read(data)
+	pages = filepath.Join(dir, "pages.img")
+	if err := os.WriteFile(pages, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return dir, pages
 }
 
 // flipByte rewrites the byte at off of the file p in place, its size as
