@@ -199,7 +199,8 @@ func settledSince(now, changed time.Time) bool {
 
 // sealDigest is the digest of the image tree under dir that was just
 // written (a checkpoint being sealed), kept in the cache: it waits until
-// the tree has settled (at most settled) and then reads it, so that the
+// the tree has settled (a tick or so; at most 5 times settled) and then
+// reads it, so that the
 // restores that follow (a fork's, at once) find its digest instead of
 // reading the tree again. A fork of 8 sessions from a 140 MiB snapshot
 // read it twice, about 120 ms each here, both on the fork's path.
