@@ -35,6 +35,12 @@ type execution struct {
 
 	mu    sync.Mutex
 	usage usage
+
+	// outMu orders the output the pumps forward with the exit report
+	// sent once every process is stopped (reportStopped): no output is
+	// sent after reported is set.
+	outMu    sync.Mutex
+	reported bool
 }
 
 // drainGrace is how long an exec's output pumps may still read once its
@@ -155,6 +161,10 @@ func (a *agent) launch(id uint32, req *guest.ExecRequest) (*execution, execFiles
 	n := 3
 	if req.ExitNotice {
 		n = 4
+		// Whether /proc is this namespace's is asked at the notice; asked
+		// now, it is known to a sandbox restored from a checkpoint taken
+		// while the program waits (a pool's), off the run's path.
+		procIsOurs()
 	}
 	p, err := newPipes(n)
 	if err != nil {
@@ -295,7 +305,6 @@ func (e *execution) run(pumps []*pump) {
 func (e *execution) reportStopped(pumps []*pump, status int) {
 	a := e.a
 	flushPumps(pumps, drainGrace)
-	drain(pumps, 0)
 	close(e.ended)
 	e.stdin.Close()
 	e.mu.Lock()
@@ -309,7 +318,14 @@ func (e *execution) reportStopped(pumps []*pump, status int) {
 	a.exec = nil
 	a.sweeping = done
 	a.mu.Unlock()
+	e.outMu.Lock()
+	e.reported = true
 	a.sendJSON(guest.FrameExit, e.id, rep)
+	e.outMu.Unlock()
+	// The pipes are closed after the report, off the run's path (four
+	// system calls); what a process continued since (a SIGCONT) or a
+	// kernel writes to them meanwhile is dropped, as their close would.
+	drain(pumps, 0)
 
 	a.sweep(true, sweepTime)
 	a.reaper.setStray(nil)
@@ -362,7 +378,9 @@ func parseNotice(b []byte) (int, bool) {
 func (e *execution) forwarder(t guest.FrameType, limit int64) func([]byte) {
 	var sent int64
 	return func(p []byte) {
-		if m := min(int64(len(p)), limit-sent); m > 0 {
+		e.outMu.Lock()
+		defer e.outMu.Unlock()
+		if m := min(int64(len(p)), limit-sent); m > 0 && !e.reported {
 			e.a.send(t, e.id, p[:m])
 			sent += m
 		}

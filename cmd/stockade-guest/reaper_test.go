@@ -1,12 +1,17 @@
 package main
 
 import (
+	"bytes"
+	"fmt"
 	"os"
 	"os/exec"
+	"runtime"
+	"slices"
 	"strconv"
 	"syscall"
 	"testing"
 	"time"
+	"unsafe"
 )
 
 // TestProcessStopped classifies lines of /proc/<pid>/stat as allStopped
@@ -95,5 +100,56 @@ func TestProcessStoppedOnThisKernel(t *testing.T) {
 	}
 	if got := processStopped(stat(os.Getpid())); got != notStopped {
 		t.Errorf("this test's process: got %d, want not stopped (%d)", got, notStopped)
+	}
+}
+
+// TestReadProcLine reads /proc files as the stop's scans do: a stat line
+// read to its newline is the whole line (as many fields as the file read
+// to its end), even where the command name holds a newline and whatever
+// the buffer given; and /proc is listed with this process in it.
+func TestReadProcLine(t *testing.T) {
+	// A name with newlines and a ") T " in it (PR_SET_NAME), on a thread
+	// of its own, so that the test's other threads keep theirs.
+	done := make(chan error)
+	go func() {
+		runtime.LockOSThread() // ended with the goroutine: the thread goes
+		name := []byte("a\nb) T 1 (c\n\x00")
+		if _, _, errno := syscall.RawSyscall(syscall.SYS_PRCTL, syscall.PR_SET_NAME, uintptr(unsafe.Pointer(&name[0])), 0); errno != 0 {
+			done <- errno
+			return
+		}
+		tid := strconv.Itoa(syscall.Gettid())
+		self := "/proc/self/task/" + tid + "/stat"
+		// The last size's first read would end at the name's newline.
+		for _, size := range []int{512, 64, len(tid + " (a\n")} {
+			line, err := readProcLine(self, make([]byte, size))
+			if err != nil {
+				done <- err
+				return
+			}
+			whole, err := readProc(self, make([]byte, 512))
+			if err != nil {
+				done <- err
+				return
+			}
+			// The counters move between the reads: the fields are
+			// compared by number, and the state read is this thread's.
+			if !bytes.Contains(line, []byte("(a\nb) T 1 (c\n) R ")) || !bytes.HasSuffix(line, []byte("\n")) ||
+				len(statFields(line)) != len(statFields(whole)) {
+				done <- fmt.Errorf("buffer of %d: read %q, the whole file %q", size, line, whole)
+				return
+			}
+		}
+		done <- nil
+	}()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	names, err := procNames()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Contains(names, strconv.Itoa(os.Getpid())) || slices.Contains(names, ".") {
+		t.Fatalf("/proc listed as %q: no %d in it, or a dot entry", names, os.Getpid())
 	}
 }
