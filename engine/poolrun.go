@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"strconv"
 	"time"
 
 	"github.com/stockade-sh/stockade/image"
@@ -94,12 +93,17 @@ func (e *Engine) runWarm(ctx context.Context, req Request, p *pool, w *warm, lim
 func feed(ex sandbox.Exec, name string, code, stdin []byte) {
 	in := ex.Stdin()
 	h, _ := json.Marshal(map[string]any{"path": "/tmp/" + name, "argv": []string{"/tmp/" + name}, "size": len(code)})
-	msg := append(append([]byte(strconv.Itoa(len(h))+"\n"), h...), code...)
+	msg := append(append(poolHeaderLen(len(h)), h...), code...)
 	if _, err := in.Write(msg); err == nil && len(stdin) > 0 {
 		_, _ = in.Write(stdin)
 	}
 	_ = in.Close()
 }
+
+// poolHeaderLen is the line before a header to pool.py: its length n in 8
+// decimal digits and a newline (a header, a path, argv and a size, is far
+// below 10^8 bytes).
+func poolHeaderLen(n int) []byte { return fmt.Appendf(nil, "%08d\n", n) }
 
 // bind binds w, which take returned, to labels (the pool's own stay, and
 // labels must agree with them) and limits, and says whether it did; a

@@ -109,7 +109,7 @@ func settle(ctx context.Context, w *warm) error {
 }
 
 // warmHeader makes pool.py map its memory in before its program comes.
-var warmHeader = []byte("14\n{\"warm\": true}")
+var warmHeader = []byte("00000014\n{\"warm\": true}")
 
 const (
 	settleTick   = 100 * time.Millisecond

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"testing"
 
@@ -100,7 +99,7 @@ func TestPoolOneShotRestoredRandomState(t *testing.T) {
 		t.Cleanup(func() { _ = sb.Destroy(context.Background()) })
 		h, _ := json.Marshal(map[string]any{"path": "/tmp/main.py", "argv": []string{"/tmp/main.py"}, "size": len(randomCell), "reseed": false})
 		in := ex.Stdin()
-		if _, err := in.Write([]byte(strconv.Itoa(len(h)) + "\n" + string(h) + randomCell)); err != nil {
+		if _, err := in.Write(append(append(poolHeaderLen(len(h)), h...), randomCell...)); err != nil {
 			t.Fatal(err)
 		}
 		_ = in.Close()
