@@ -65,6 +65,12 @@ func (g *Guest) ListKernels(ctx context.Context) ([]sandbox.Kernel, error) {
 	if err != nil {
 		return nil, g.connErr(err)
 	}
+	return g.adopt(c, p)
+}
+
+// adopt returns the handles of the kernels p says live, adopting those it
+// has none of yet.
+func (g *Guest) adopt(c *guest.Client, p *guest.Pong) ([]sandbox.Kernel, error) {
 	ids := slices.Clone(p.Kernels)
 	slices.Sort(ids)
 	var out []sandbox.Kernel
@@ -120,7 +126,10 @@ func (g *Guest) Resume(ctx context.Context) ([]sandbox.Kernel, error) {
 			}
 		}
 		if p.Exec == 0 && cells == 0 {
-			break
+			// The kernels of this answer: a ping more costs a round trip
+			// into a sandbox just restored, whose every system call is slow
+			// until gVisor's fast path comes back.
+			return g.adopt(c, p)
 		}
 		if p.Exec != 0 {
 			if err := c.CancelID(p.Exec); err != nil {
@@ -133,7 +142,6 @@ func (g *Guest) Resume(ctx context.Context) ([]sandbox.Kernel, error) {
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
-	return g.ListKernels(ctx)
 }
 
 // kernel is one kernel's handle.
