@@ -109,7 +109,10 @@ func settle(ctx context.Context, w *warm) error {
 }
 
 // warmHeader makes pool.py map its memory in before its program comes.
-var warmHeader = []byte("00000014\n{\"warm\": true}")
+var warmHeader = func() []byte {
+	h := []byte(`{"warm": true}`)
+	return append(poolHeaderLen(len(h)), h...)
+}()
 
 const (
 	settleTick   = 100 * time.Millisecond
